@@ -1,0 +1,179 @@
+//! Command-line flags of `fleetbus-agent` (each flag also reads `FLEETBUS_*`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+
+/// Flags of the agent. Parsed by clap; cross-field checks live in [`crate::Config`].
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "fleetbus-agent",
+    version,
+    about = "Keeps this Kubernetes cluster registered in a fleetbus fleet over NATS JetStream"
+)]
+pub struct Args {
+    /// Name of this cluster in the fleet (a DNS-1123 label, e.g. "eu-west-1").
+    #[arg(long, env = "FLEETBUS_CLUSTER_NAME", value_parser = parse_dns_label)]
+    pub cluster_name: String,
+
+    /// NATS server URL(s), comma separated.
+    #[arg(long, env = "FLEETBUS_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+
+    /// Kubeconfig file of the local cluster. When absent: in-cluster config,
+    /// then $KUBECONFIG, then ~/.kube/config.
+    #[arg(long, env = "FLEETBUS_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Namespace where the agent keeps its Secrets, ServiceAccount and Events
+    /// (created if missing).
+    #[arg(long, env = "FLEETBUS_NAMESPACE", default_value = "fleetbus-system", value_parser = parse_dns_label)]
+    pub namespace: String,
+
+    /// Prefix of every NATS subject, stream and bucket this fleet uses.
+    #[arg(long, env = "FLEETBUS_SUBJECT_PREFIX", default_value = "fleetbus", value_parser = parse_prefix)]
+    pub subject_prefix: String,
+
+    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    /// Loopback by default so a workstation run exposes nothing; in a Pod set 0.0.0.0:9090.
+    #[arg(long, env = "FLEETBUS_METRICS_ADDR", default_value = "127.0.0.1:9090")]
+    pub metrics_addr: SocketAddr,
+
+    /// How often this agent re-publishes its cluster record (e.g. "2s", "500ms").
+    #[arg(long, env = "FLEETBUS_HEARTBEAT_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+
+    /// A peer whose last heartbeat was received longer ago than this is Disconnected.
+    #[arg(long, env = "FLEETBUS_PEER_TIMEOUT", default_value = "6s", value_parser = parse_duration)]
+    pub peer_timeout: Duration,
+
+    /// Mint a read-only kubeconfig for this cluster and publish it to the fleet.
+    #[arg(long, env = "FLEETBUS_PUBLISH_KUBECONFIG")]
+    pub publish_kubeconfig: bool,
+
+    /// API server URL written into the published kubeconfig, instead of the
+    /// agent's own (which is often unreachable from other clusters, e.g. in-cluster).
+    #[arg(long, env = "FLEETBUS_ADVERTISE_SERVER")]
+    pub advertise_server: Option<String>,
+
+    /// Lifetime of the published reader token; it is rotated at 80% of it.
+    #[arg(long, env = "FLEETBUS_KUBECONFIG_LIFETIME", default_value = "1h", value_parser = parse_duration)]
+    pub kubeconfig_lifetime: Duration,
+
+    /// Server-side apply the fleetbus CRDs at start (`--install-crds=false` when a
+    /// chart installs them).
+    #[arg(long, env = "FLEETBUS_INSTALL_CRDS", default_value_t = true, action = ArgAction::Set)]
+    pub install_crds: bool,
+}
+
+/// Parses "2s", "500ms", "1m30s".
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (use e.g. \"2s\" or \"500ms\")"))?;
+    if d.is_zero() {
+        return Err("must be greater than zero".to_owned());
+    }
+    Ok(d)
+}
+
+fn parse_dns_label(s: &str) -> Result<String, String> {
+    validate_dns_label(s).map(|()| s.to_owned())
+}
+
+/// DNS-1123 label: what Kubernetes requires of namespace names, and what keeps a
+/// cluster name usable as a NATS key token and an object name.
+pub fn validate_dns_label(s: &str) -> Result<(), String> {
+    let ok_chars = s
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let ok_ends = s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    if s.is_empty() || s.len() > 63 || !ok_chars || !ok_ends {
+        return Err(format!(
+            "{s:?} is not a DNS-1123 label (lower-case letters, digits and '-', starting and ending alphanumeric, at most 63 characters)"
+        ));
+    }
+    Ok(())
+}
+
+/// The prefix becomes subject tokens and part of a bucket name, so only the
+/// characters both allow.
+fn parse_prefix(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 32
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !ok {
+        return Err(format!(
+            "{s:?} is not a valid subject prefix (1-32 characters of A-Z a-z 0-9 - _)"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_is_well_formed() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let a = Args::try_parse_from(["fleetbus-agent", "--cluster-name", "a1"]).unwrap();
+        assert_eq!(a.nats_url, "nats://127.0.0.1:4222");
+        assert_eq!(a.namespace, "fleetbus-system");
+        assert_eq!(a.subject_prefix, "fleetbus");
+        assert_eq!(a.heartbeat_interval, Duration::from_secs(2));
+        assert_eq!(a.peer_timeout, Duration::from_secs(6));
+        assert!(!a.publish_kubeconfig);
+        assert!(a.install_crds);
+        assert!(a.kubeconfig.is_none());
+    }
+
+    #[test]
+    fn parses_durations_and_bools() {
+        let a = Args::try_parse_from([
+            "fleetbus-agent",
+            "--cluster-name=a1",
+            "--heartbeat-interval=500ms",
+            "--peer-timeout",
+            "2s",
+            "--publish-kubeconfig",
+            "--install-crds=false",
+        ])
+        .unwrap();
+        assert_eq!(a.heartbeat_interval, Duration::from_millis(500));
+        assert_eq!(a.peer_timeout, Duration::from_secs(2));
+        assert!(a.publish_kubeconfig);
+        assert!(!a.install_crds);
+    }
+
+    #[test]
+    fn rejects_bad_values_with_usage_exit_code() {
+        for args in [
+            vec!["fleetbus-agent"],
+            vec!["fleetbus-agent", "--cluster-name", "Bad_Name"],
+            vec!["fleetbus-agent", "--cluster-name", "a", "--heartbeat-interval", "soon"],
+            vec!["fleetbus-agent", "--cluster-name", "a", "--peer-timeout", "0s"],
+            vec!["fleetbus-agent", "--cluster-name", "a", "--subject-prefix", "a.b"],
+            vec!["fleetbus-agent", "--cluster-name", "a", "--metrics-addr", "nowhere"],
+        ] {
+            let err = Args::try_parse_from(&args).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn dns_labels() {
+        for ok in ["a", "a-1", "0abc", &"x".repeat(63)] {
+            assert!(validate_dns_label(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"x".repeat(64)] {
+            assert!(validate_dns_label(bad).is_err(), "{bad}");
+        }
+    }
+}

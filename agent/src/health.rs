@@ -1,0 +1,138 @@
+//! The HTTP server for `/metrics`, `/healthz` and `/readyz`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// Failure of the health server.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    /// The listen address could not be bound (in use, or not local).
+    #[error("failed to bind the metrics server to {addr}")]
+    Bind {
+        /// `--metrics-addr`.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server stopped with an IO error.
+    #[error("metrics server failed")]
+    Serve(#[source] std::io::Error),
+}
+
+/// What readiness depends on; each part is flipped by the task that knows.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    /// The NATS connection is up.
+    pub nats: AtomicBool,
+    /// The last call to the Kubernetes API succeeded.
+    pub kube: AtomicBool,
+    /// The registry watch has delivered every value present when it started.
+    pub registry_synced: AtomicBool,
+}
+
+impl Readiness {
+    /// Names of the parts that are not ready yet; empty when ready.
+    pub fn missing(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if !self.nats.load(Ordering::Relaxed) {
+            out.push("nats");
+        }
+        if !self.kube.load(Ordering::Relaxed) {
+            out.push("kubernetes");
+        }
+        if !self.registry_synced.load(Ordering::Relaxed) {
+            out.push("registry-sync");
+        }
+        out
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    readiness: Arc<Readiness>,
+    metrics: Arc<Metrics>,
+}
+
+/// Binds `addr` now (so a bad address fails start-up) and returns the bound
+/// address and the serving future, which ends when `cancel` fires.
+pub async fn bind(
+    addr: SocketAddr,
+    readiness: Arc<Readiness>,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) -> Result<
+    (
+        SocketAddr,
+        impl std::future::Future<Output = Result<(), HealthError>>,
+    ),
+    HealthError,
+> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| HealthError::Bind { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| HealthError::Bind { addr, source })?;
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_handler))
+        .with_state(AppState { readiness, metrics });
+    let fut = async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { cancel.cancelled().await })
+            .await
+            .map_err(HealthError::Serve)
+    };
+    Ok((local, fut))
+}
+
+async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
+    let missing = s.readiness.missing();
+    if missing.is_empty() {
+        (StatusCode::OK, "ok\n".to_owned())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}\n", missing.join(", ")),
+        )
+    }
+}
+
+async fn metrics_handler(
+    State(s): State<AppState>,
+) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+    let ct = [(
+        "content-type",
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+    )];
+    match s.metrics.render() {
+        Ok(body) => (StatusCode::OK, ct, body),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, ct, String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_lists_missing_parts() {
+        let r = Readiness::default();
+        assert_eq!(r.missing(), vec!["nats", "kubernetes", "registry-sync"]);
+        r.nats.store(true, Ordering::Relaxed);
+        r.kube.store(true, Ordering::Relaxed);
+        r.registry_synced.store(true, Ordering::Relaxed);
+        assert!(r.missing().is_empty());
+    }
+}

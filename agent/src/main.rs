@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("fleetbus-agent: not yet implemented");
+    std::process::exit(2);
+}

@@ -1,0 +1,125 @@
+//! Prometheus metrics of the agent, one registry with the `fleetbus_` prefix.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// A label set of one `(name, value)` pair, e.g. `reason="undecodable"`.
+type Labels = Vec<(&'static str, &'static str)>;
+
+/// All agent metrics. Cheap to share behind an `Arc`; every metric is atomic.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Registry entries skipped, by reason (`fleetbus_registry_rejected_total`).
+    pub registry_rejected: Family<Labels, Counter>,
+    /// Other clusters currently claiming this cluster's name, plus pairs of
+    /// peers claiming one name (`fleetbus_cluster_name_conflicts`).
+    pub name_conflicts: Gauge,
+    /// Heartbeats this agent published.
+    pub heartbeats_published: Counter,
+    /// Heartbeats received from peers.
+    pub heartbeats_received: Counter,
+    /// Peers by state (`fleetbus_peers{state}`).
+    pub peers: Family<Labels, Gauge>,
+    /// Writes to the Kubernetes API by kind of object (to see churn).
+    pub kube_writes: Family<Labels, Counter>,
+    /// Reader kubeconfigs minted.
+    pub kubeconfig_mints: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("fleetbus");
+        let registry_rejected = Family::<Labels, Counter>::default();
+        registry.register(
+            "registry_rejected",
+            "Registry bucket entries skipped because they were invalid",
+            registry_rejected.clone(),
+        );
+        let name_conflicts = Gauge::default();
+        registry.register(
+            "cluster_name_conflicts",
+            "Cluster names claimed by more than one clusterID",
+            name_conflicts.clone(),
+        );
+        let heartbeats_published = Counter::default();
+        registry.register(
+            "heartbeats_published",
+            "Cluster records published by this agent",
+            heartbeats_published.clone(),
+        );
+        let heartbeats_received = Counter::default();
+        registry.register(
+            "heartbeats_received",
+            "Cluster records received from peers",
+            heartbeats_received.clone(),
+        );
+        let peers = Family::<Labels, Gauge>::default();
+        registry.register("peers", "Peer clusters by state", peers.clone());
+        let kube_writes = Family::<Labels, Counter>::default();
+        registry.register(
+            "kube_writes",
+            "Writes to the local Kubernetes API by object kind",
+            kube_writes.clone(),
+        );
+        let kubeconfig_mints = Counter::default();
+        registry.register(
+            "kubeconfig_mints",
+            "Reader kubeconfigs minted through the TokenRequest API",
+            kubeconfig_mints.clone(),
+        );
+        Metrics {
+            registry,
+            registry_rejected,
+            name_conflicts,
+            heartbeats_published,
+            heartbeats_received,
+            peers,
+            kube_writes,
+            kubeconfig_mints,
+        }
+    }
+
+    /// Counts one rejected registry entry.
+    pub fn rejected(&self, reason: &'static str) {
+        self.registry_rejected.get_or_create(&vec![("reason", reason)]).inc();
+    }
+
+    /// Counts one write to the Kubernetes API.
+    pub fn kube_write(&self, kind: &'static str) {
+        self.kube_writes.get_or_create(&vec![("kind", kind)]).inc();
+    }
+
+    /// Renders the OpenMetrics text exposition.
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prefixed_names() {
+        let m = Metrics::new();
+        m.rejected("undecodable");
+        m.rejected("undecodable");
+        m.name_conflicts.set(1);
+        let text = m.render().unwrap();
+        assert!(text.contains("fleetbus_registry_rejected_total{reason=\"undecodable\"} 2"), "{text}");
+        assert!(text.contains("fleetbus_cluster_name_conflicts 1"), "{text}");
+    }
+}

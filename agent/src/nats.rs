@@ -1,0 +1,227 @@
+//! NATS connection, the minimum server version check, and the registry bucket set-up.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+
+use crate::health::Readiness;
+
+/// Failure to connect to NATS or to set up JetStream.
+#[derive(Debug, thiserror::Error)]
+pub enum NatsError {
+    /// The server could not be reached or refused the connection.
+    #[error("failed to connect to NATS at {url}")]
+    Connect {
+        /// `--nats-url`.
+        url: String,
+        /// Cause.
+        #[source]
+        source: async_nats::ConnectError,
+    },
+    /// The server is older than what fleetbus needs.
+    #[error("nats-server {found} is too old: fleetbus needs nats-server >= {required} (older servers break KV bucket creation and ignore multi-filter consumers)")]
+    ServerTooOld {
+        /// Reported version.
+        found: String,
+        /// Minimum version.
+        required: String,
+    },
+    /// The server reported a version string that does not parse.
+    #[error("nats-server reported an unparsable version {0:?}")]
+    BadServerVersion(String),
+    /// The server has no JetStream (started without `-js`?).
+    #[error("JetStream is not enabled on the NATS server (start nats-server with -js)")]
+    NoJetStream,
+    /// The bucket exists with a configuration this agent did not expect.
+    #[error("registry bucket {bucket} exists with a different configuration: {diff}")]
+    BucketMismatch {
+        /// Bucket name.
+        bucket: String,
+        /// Human-readable difference.
+        diff: String,
+    },
+    /// Creating or opening the bucket failed.
+    #[error("failed to create or open the registry bucket {bucket}")]
+    Bucket {
+        /// Bucket name.
+        bucket: String,
+        /// Cause.
+        #[source]
+        source: async_nats::Error,
+    },
+}
+
+impl NatsError {
+    /// Whether trying again later can help.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, NatsError::Connect { .. } | NatsError::Bucket { .. })
+    }
+}
+
+/// Connects to NATS and keeps `readiness.nats` current through the event callback.
+/// Retries are the caller's business: one attempt here.
+pub async fn connect(
+    url: &str,
+    cluster_name: &str,
+    readiness: Arc<Readiness>,
+) -> Result<async_nats::Client, NatsError> {
+    let r = readiness.clone();
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("fleetbus-agent/{cluster_name}"))
+        .connection_timeout(Duration::from_secs(5))
+        .event_callback(move |event| {
+            let r = r.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        tracing::info!("NATS connected");
+                        r.nats.store(true, Ordering::Relaxed);
+                    }
+                    async_nats::Event::Disconnected | async_nats::Event::Closed => {
+                        tracing::warn!(%event, "NATS connection lost");
+                        r.nats.store(false, Ordering::Relaxed);
+                    }
+                    other => tracing::warn!(event = %other, "NATS event"),
+                }
+            }
+        })
+        .connect(url)
+        .await
+        .map_err(|source| NatsError::Connect {
+            url: url.to_owned(),
+            source,
+        })?;
+    // The Connected event fires only on reconnects in some versions; the
+    // first connection is established once connect() returns.
+    readiness.nats.store(true, Ordering::Relaxed);
+    Ok(client)
+}
+
+/// Refuses servers older than [`fleetbus_schemas::MIN_NATS_SERVER_VERSION`].
+pub fn check_server_version(version: &str) -> Result<(), NatsError> {
+    let found = parse_version(version).ok_or_else(|| NatsError::BadServerVersion(version.to_owned()))?;
+    let required = min_server_version();
+    if found < required {
+        return Err(NatsError::ServerTooOld {
+            found: version.to_owned(),
+            required: format!("{}.{}.{}", required.0, required.1, required.2),
+        });
+    }
+    Ok(())
+}
+
+// TODO(schemas): move: use the schemas crate's minimum-version function once it exists.
+fn min_server_version() -> (u64, u64, u64) {
+    (2, 10, 8)
+}
+
+/// "2.10.8", "v2.11.0-RC.1" -> (2, 10, 8) / (2, 11, 0).
+fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
+    let v = v.trim().trim_start_matches('v');
+    let core = v.split(['-', '+']).next()?;
+    let mut parts = core.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    let patch = parts.next().unwrap_or("0").parse().ok()?;
+    Some((major, minor, patch))
+}
+
+/// The configuration of the registry bucket: one value per key (records are
+/// last-value state), file storage so a NATS restart keeps the fleet view.
+pub fn registry_bucket_config(bucket: &str) -> kv::Config {
+    kv::Config {
+        bucket: bucket.to_owned(),
+        description: "fleetbus cluster registry".to_owned(),
+        history: 1,
+        max_value_size: 1024 * 1024,
+        storage: jetstream::stream::StorageType::File,
+        ..kv::Config::default()
+    }
+}
+
+/// Creates the registry bucket if missing; an existing one with the same
+/// settings is reused, one with different settings is reported.
+pub async fn ensure_bucket(
+    js: &jetstream::Context,
+    config: kv::Config,
+) -> Result<kv::Store, NatsError> {
+    let bucket = config.bucket.clone();
+    match js.get_key_value(&bucket).await {
+        Ok(store) => {
+            let status = store.status().await.map_err(|e| NatsError::Bucket {
+                bucket: bucket.clone(),
+                source: Box::new(e),
+            })?;
+            let mut diff = Vec::new();
+            if status.history() != config.history {
+                diff.push(format!("history {} (expected {})", status.history(), config.history));
+            }
+            if status.info.config.storage != config.storage {
+                diff.push(format!(
+                    "storage {:?} (expected {:?})",
+                    status.info.config.storage, config.storage
+                ));
+            }
+            if !diff.is_empty() {
+                return Err(NatsError::BucketMismatch {
+                    bucket,
+                    diff: diff.join(", "),
+                });
+            }
+            if status.max_age() != config.max_age {
+                // Not fatal: records still work, they may just expire.
+                tracing::warn!(%bucket, max_age = ?status.max_age(), "registry bucket has a max age; idle clusters may vanish from it");
+            }
+            Ok(store)
+        }
+        Err(e) if e.kind() == jetstream::context::KeyValueErrorKind::GetBucket => {
+            tracing::info!(%bucket, "creating registry bucket");
+            js.create_key_value(config).await.map_err(|e| {
+                if e.kind() == jetstream::context::CreateKeyValueErrorKind::BucketCreate
+                    && (e.to_string().contains("10039") || e.to_string().contains("no responders"))
+                {
+                    return NatsError::NoJetStream;
+                }
+                NatsError::Bucket {
+                    bucket,
+                    source: Box::new(e),
+                }
+            })
+        }
+        Err(e) => Err(NatsError::Bucket {
+            bucket,
+            source: Box::new(e),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_check() {
+        for ok in ["2.10.8", "2.10.25", "v2.11.0", "2.15.1", "3.0.0", "2.12.0-RC.1"] {
+            assert!(check_server_version(ok).is_ok(), "{ok}");
+        }
+        for old in ["2.9.10", "2.10.7", "1.4.1", "2.10"] {
+            assert!(
+                matches!(check_server_version(old), Err(NatsError::ServerTooOld { .. })),
+                "{old}"
+            );
+        }
+        assert!(matches!(
+            check_server_version("banana"),
+            Err(NatsError::BadServerVersion(_))
+        ));
+    }
+
+    #[test]
+    fn bucket_keeps_one_value_per_key() {
+        let c = registry_bucket_config("fleetbus_registry");
+        assert_eq!(c.history, 1);
+        assert_eq!(c.bucket, "fleetbus_registry");
+    }
+}

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("fleetbus: not yet implemented");
+    std::process::exit(2);
+}

