@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser};
+use fleetbus_schemas::subject::Prefix;
 
 /// Flags of the agent. Parsed by clap; cross-field checks live in [`crate::Config`].
 #[derive(Debug, Clone, Parser)]
@@ -19,7 +20,11 @@ pub struct Args {
     pub cluster_name: String,
 
     /// NATS server URL(s), comma separated.
-    #[arg(long, env = "FLEETBUS_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    #[arg(
+        long,
+        env = "FLEETBUS_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
     pub nats_url: String,
 
     /// Kubeconfig file of the local cluster. When absent: in-cluster config,
@@ -27,14 +32,15 @@ pub struct Args {
     #[arg(long, env = "FLEETBUS_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Namespace where the agent keeps its Secrets, ServiceAccount and Events
-    /// (created if missing).
+    /// Namespace where the agent keeps its Secrets and ServiceAccount (created
+    /// if missing). Events about Cluster objects go to "default": the API server
+    /// requires that for cluster-scoped objects.
     #[arg(long, env = "FLEETBUS_NAMESPACE", default_value = "fleetbus-system", value_parser = parse_dns_label)]
     pub namespace: String,
 
     /// Prefix of every NATS subject, stream and bucket this fleet uses.
     #[arg(long, env = "FLEETBUS_SUBJECT_PREFIX", default_value = "fleetbus", value_parser = parse_prefix)]
-    pub subject_prefix: String,
+    pub subject_prefix: Prefix,
 
     /// Address of the HTTP server for /metrics, /healthz and /readyz.
     /// Loopback by default so a workstation run exposes nothing; in a Pod set 0.0.0.0:9090.
@@ -50,6 +56,7 @@ pub struct Args {
     pub peer_timeout: Duration,
 
     /// Mint a read-only kubeconfig for this cluster and publish it to the fleet.
+    /// NOTE: until end-to-end encryption lands, it travels in clear on the bus.
     #[arg(long, env = "FLEETBUS_PUBLISH_KUBECONFIG")]
     pub publish_kubeconfig: bool,
 
@@ -70,7 +77,8 @@ pub struct Args {
 
 /// Parses "2s", "500ms", "1m30s".
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim()).map_err(|e| format!("{e} (use e.g. \"2s\" or \"500ms\")"))?;
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (use e.g. \"2s\" or \"500ms\")"))?;
     if d.is_zero() {
         return Err("must be greater than zero".to_owned());
     }
@@ -97,18 +105,9 @@ pub fn validate_dns_label(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The prefix becomes subject tokens and part of a bucket name, so only the
-/// characters both allow.
-fn parse_prefix(s: &str) -> Result<String, String> {
-    let ok = !s.is_empty()
-        && s.len() <= 32
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !ok {
-        return Err(format!(
-            "{s:?} is not a valid subject prefix (1-32 characters of A-Z a-z 0-9 - _)"
-        ));
-    }
-    Ok(s.to_owned())
+/// The prefix names subjects, streams and buckets; the schemas crate says what is valid.
+fn parse_prefix(s: &str) -> Result<Prefix, String> {
+    Prefix::new(s).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -126,7 +125,7 @@ mod tests {
         let a = Args::try_parse_from(["fleetbus-agent", "--cluster-name", "a1"]).unwrap();
         assert_eq!(a.nats_url, "nats://127.0.0.1:4222");
         assert_eq!(a.namespace, "fleetbus-system");
-        assert_eq!(a.subject_prefix, "fleetbus");
+        assert_eq!(a.subject_prefix.as_str(), "fleetbus");
         assert_eq!(a.heartbeat_interval, Duration::from_secs(2));
         assert_eq!(a.peer_timeout, Duration::from_secs(6));
         assert!(!a.publish_kubeconfig);
@@ -157,10 +156,34 @@ mod tests {
         for args in [
             vec!["fleetbus-agent"],
             vec!["fleetbus-agent", "--cluster-name", "Bad_Name"],
-            vec!["fleetbus-agent", "--cluster-name", "a", "--heartbeat-interval", "soon"],
-            vec!["fleetbus-agent", "--cluster-name", "a", "--peer-timeout", "0s"],
-            vec!["fleetbus-agent", "--cluster-name", "a", "--subject-prefix", "a.b"],
-            vec!["fleetbus-agent", "--cluster-name", "a", "--metrics-addr", "nowhere"],
+            vec![
+                "fleetbus-agent",
+                "--cluster-name",
+                "a",
+                "--heartbeat-interval",
+                "soon",
+            ],
+            vec![
+                "fleetbus-agent",
+                "--cluster-name",
+                "a",
+                "--peer-timeout",
+                "0s",
+            ],
+            vec![
+                "fleetbus-agent",
+                "--cluster-name",
+                "a",
+                "--subject-prefix",
+                "Fleet_Bus",
+            ],
+            vec![
+                "fleetbus-agent",
+                "--cluster-name",
+                "a",
+                "--metrics-addr",
+                "nowhere",
+            ],
         ] {
             let err = Args::try_parse_from(&args).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{args:?}");

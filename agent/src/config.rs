@@ -4,13 +4,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use fleetbus_schemas::subject::Prefix;
+
 use crate::cli::Args;
 
 /// A flag combination that clap alone cannot reject.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The peer timeout would mark healthy peers Disconnected between two heartbeats.
-    #[error("--peer-timeout ({timeout:?}) must be longer than --heartbeat-interval ({interval:?})")]
+    #[error(
+        "--peer-timeout ({timeout:?}) must be longer than --heartbeat-interval ({interval:?})"
+    )]
     TimeoutNotAboveInterval {
         /// `--peer-timeout`.
         timeout: Duration,
@@ -37,7 +41,7 @@ pub struct Config {
     /// Namespace for Secrets, the reader ServiceAccount and Events.
     pub namespace: String,
     /// Subject/bucket prefix.
-    pub subject_prefix: String,
+    pub subject_prefix: Prefix,
     /// Where /metrics, /healthz and /readyz are served.
     pub metrics_addr: SocketAddr,
     /// Period of record re-publication.

@@ -29,6 +29,13 @@ pub enum HealthError {
     Serve(#[source] std::io::Error),
 }
 
+impl HealthError {
+    /// Never: an address in use or a broken listener is an operator matter.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+}
+
 /// What readiness depends on; each part is flipped by the task that knows.
 #[derive(Debug, Default)]
 pub struct Readiness {

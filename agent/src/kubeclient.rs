@@ -26,17 +26,28 @@ pub enum KubeClientError {
         source: kube::config::KubeconfigError,
     },
     /// Neither in-cluster configuration, $KUBECONFIG nor ~/.kube/config worked.
-    #[error("failed to infer a Kubernetes configuration (in-cluster, $KUBECONFIG, ~/.kube/config)")]
+    #[error(
+        "failed to infer a Kubernetes configuration (in-cluster, $KUBECONFIG, ~/.kube/config)"
+    )]
     Infer(#[source] kube::config::InferConfigError),
     /// The client could not be constructed (e.g. bad TLS material).
     #[error("failed to build the Kubernetes client")]
     Build(#[source] kube::Error),
 }
 
+impl KubeClientError {
+    /// Never: configuration that does not load will not load on a retry.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+}
+
 /// Loads the configuration (explicit file, else inferred) and builds a client.
 /// The configuration is returned too: the published kubeconfig reuses its
 /// server URL and CA.
-pub async fn build(kubeconfig: Option<&Path>) -> Result<(kube::Client, kube::Config), KubeClientError> {
+pub async fn build(
+    kubeconfig: Option<&Path>,
+) -> Result<(kube::Client, kube::Config), KubeClientError> {
     let config = match kubeconfig {
         Some(path) => {
             let shown = path.display().to_string();
@@ -46,9 +57,14 @@ pub async fn build(kubeconfig: Option<&Path>) -> Result<(kube::Client, kube::Con
             })?;
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .map_err(|source| KubeClientError::Load { path: shown, source })?
+                .map_err(|source| KubeClientError::Load {
+                    path: shown,
+                    source,
+                })?
         }
-        None => kube::Config::infer().await.map_err(KubeClientError::Infer)?,
+        None => kube::Config::infer()
+            .await
+            .map_err(KubeClientError::Infer)?,
     };
     let client = kube::Client::try_from(config.clone()).map_err(KubeClientError::Build)?;
     Ok((client, config))

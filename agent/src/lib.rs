@@ -1,1 +1,39 @@
-//! The fleetbus agent library. The binary `fleetbus-agent` is a thin wrapper around it.
+//! The fleetbus agent: one per cluster, leaderless, meeting its peers on NATS JetStream.
+//!
+//! Start at [`run`]: it prepares the local cluster (CRDs, namespace,
+//! identity), connects to NATS, then runs the registry tasks until shutdown:
+//! the heartbeat publisher, the registry watcher and the reconciler of Cluster
+//! objects (see [`registry`]). Flags are in [`Args`], checked into [`Config`].
+
+mod bootstrap;
+mod cli;
+mod config;
+mod events;
+mod health;
+mod identity;
+mod kubeclient;
+mod kubeconfig;
+mod metadata;
+mod metrics;
+mod nats;
+pub mod registry;
+mod run;
+
+pub use cli::Args;
+pub use config::{Config, ConfigError};
+pub use metadata::{detect, Detected};
+pub use metrics::Metrics;
+pub use registry::{is_disabled, sync_allowed};
+pub use run::{run, RunError};
+
+/// Renders an error with its chain of causes: "failed to X: because Y: because Z".
+pub fn report(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    out
+}

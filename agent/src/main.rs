@@ -1,4 +1,86 @@
-fn main() {
-    eprintln!("fleetbus-agent: not yet implemented");
-    std::process::exit(2);
+//! `fleetbus-agent`: parse flags, set up logging, run until SIGTERM/SIGINT.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use fleetbus_agent::{Args, Config};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let args = Args::parse(); // clap prints usage errors and exits with 2
+    let config = match Config::try_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async_main(config))
+}
+
+async fn async_main(config: Config) -> ExitCode {
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+    let result = fleetbus_agent::run(config, shutdown.clone()).await;
+    shutdown.cancel();
+    signals.abort();
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let msg = fleetbus_agent::report(&e);
+            tracing::error!(error = %msg, "agent failed");
+            eprintln!("error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT (the agent then leaves the fleet).
+async fn wait_for_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => tracing::info!("SIGINT received; leaving the fleet"),
+                    _ = term.recv() => tracing::info!("SIGTERM received; leaving the fleet"),
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops gracefully");
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+    shutdown.cancel();
 }

@@ -2,7 +2,45 @@
 
 use std::collections::BTreeSet;
 
+use fleetbus_schemas::crd::{ClusterMetadata, Locality};
 use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
+use kube::Api;
+
+/// Failure to read what metadata is detected from.
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    /// Listing Nodes failed.
+    #[error("failed to list nodes")]
+    Nodes(#[source] kube::Error),
+    /// Reading the API server version failed.
+    #[error("failed to read the API server version")]
+    Version(#[source] kube::Error),
+}
+
+impl MetadataError {
+    /// Whether trying again later can help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            MetadataError::Nodes(e) | MetadataError::Version(e) => {
+                crate::kubeclient::is_transient(e)
+            }
+        }
+    }
+}
+
+/// Reads Nodes and /version and detects this cluster's metadata.
+pub async fn gather(client: &kube::Client) -> Result<ClusterMetadata, MetadataError> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(MetadataError::Nodes)?;
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(MetadataError::Version)?;
+    Ok(detect(&nodes.items).into_metadata(Some(version.git_version)))
+}
 
 /// What the Nodes and the API server's /version tell about this cluster.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -21,6 +59,26 @@ pub struct Detected {
     pub regions: Vec<String>,
     /// Distinct zones, sorted.
     pub zones: Vec<String>,
+}
+
+impl Detected {
+    /// The record/status form; empty facts become absent fields.
+    pub fn into_metadata(self, kubernetes_version: Option<String>) -> ClusterMetadata {
+        let some = |s: String| (!s.is_empty()).then_some(s);
+        let locality = (!self.regions.is_empty() || !self.zones.is_empty()).then(|| Locality {
+            region: some(self.region),
+            regions: self.regions,
+            zones: self.zones,
+        });
+        ClusterMetadata {
+            provider: some(self.provider),
+            distribution: some(self.distribution),
+            kubernetes_version: kubernetes_version.filter(|v| !v.is_empty()),
+            kubelet_versions: self.kubelet_versions,
+            kube_proxy_versions: self.kube_proxy_versions,
+            locality,
+        }
+    }
 }
 
 const REGION_LABELS: [&str; 2] = [
@@ -67,7 +125,10 @@ pub fn detect(nodes: &[Node]) -> Detected {
             "RKE"
         } else if scheme == "k3s"
             || has_prefix("k3s.io/")
-            || labels.get("node.kubernetes.io/instance-type").map(String::as_str) == Some("k3s")
+            || labels
+                .get("node.kubernetes.io/instance-type")
+                .map(String::as_str)
+                == Some("k3s")
         {
             "K3S"
         } else if has_prefix("eks.amazonaws.com/") {
@@ -88,8 +149,8 @@ pub fn detect(nodes: &[Node]) -> Detected {
             if !info.kubelet_version.is_empty() {
                 kubelets.insert(info.kubelet_version.clone());
             }
-            if let Some(v) = info.kube_proxy_version.as_ref().filter(|v| !v.is_empty()) {
-                proxies.insert(v.clone());
+            if !info.kube_proxy_version.is_empty() {
+                proxies.insert(info.kube_proxy_version.clone());
             }
         }
         if let Some(r) = REGION_LABELS.iter().find_map(|l| labels.get(*l)) {
@@ -149,7 +210,7 @@ mod tests {
             status: Some(NodeStatus {
                 node_info: Some(NodeSystemInfo {
                     kubelet_version: kubelet.into(),
-                    kube_proxy_version: (!proxy.is_empty()).then(|| proxy.to_owned()),
+                    kube_proxy_version: proxy.into(),
                     ..NodeSystemInfo::default()
                 }),
                 ..NodeStatus::default()
@@ -163,7 +224,12 @@ mod tests {
             ("empty", vec![], "", ""),
             (
                 "eks",
-                vec![node("aws:///eu-west-1a/i-0abc", &[("eks.amazonaws.com/nodegroup", "ng")], "v1.30.1-eks", "")],
+                vec![node(
+                    "aws:///eu-west-1a/i-0abc",
+                    &[("eks.amazonaws.com/nodegroup", "ng")],
+                    "v1.30.1-eks",
+                    "",
+                )],
                 "amazon",
                 "EKS",
             ),
@@ -175,17 +241,37 @@ mod tests {
             ),
             (
                 "gke",
-                vec![node("gce://proj/europe-west1-b/gke-n", &[("cloud.google.com/gke-nodepool", "default")], "v1.31.0-gke.1", "")],
+                vec![node(
+                    "gce://proj/europe-west1-b/gke-n",
+                    &[("cloud.google.com/gke-nodepool", "default")],
+                    "v1.31.0-gke.1",
+                    "",
+                )],
                 "google",
                 "GKE",
             ),
             (
                 "aks",
-                vec![node("azure:///subscriptions/x/vm", &[("kubernetes.azure.com/cluster", "rg")], "v1.29.4", "")],
+                vec![node(
+                    "azure:///subscriptions/x/vm",
+                    &[("kubernetes.azure.com/cluster", "rg")],
+                    "v1.29.4",
+                    "",
+                )],
                 "azure",
                 "AKS",
             ),
-            ("kind", vec![node("kind://docker/c1/c1-control-plane", &[], "v1.33.0", "")], "kind", "KIND"),
+            (
+                "kind",
+                vec![node(
+                    "kind://docker/c1/c1-control-plane",
+                    &[],
+                    "v1.33.0",
+                    "",
+                )],
+                "kind",
+                "KIND",
+            ),
             (
                 "k3s by provider id",
                 vec![node("k3s://host1", &[], "v1.30.2+k3s1", "")],
@@ -194,19 +280,34 @@ mod tests {
             ),
             (
                 "k3s by instance type",
-                vec![node("", &[("node.kubernetes.io/instance-type", "k3s")], "v1.30.2+k3s1", "")],
+                vec![node(
+                    "",
+                    &[("node.kubernetes.io/instance-type", "k3s")],
+                    "v1.30.2+k3s1",
+                    "",
+                )],
                 "",
                 "K3S",
             ),
             (
                 "rke on vsphere",
-                vec![node("vsphere://4200-abcd", &[("rke.cattle.io/machine", "m1")], "v1.28.9", "")],
+                vec![node(
+                    "vsphere://4200-abcd",
+                    &[("rke.cattle.io/machine", "m1")],
+                    "v1.28.9",
+                    "",
+                )],
                 "vsphere",
                 "RKE",
             ),
             (
                 "openshift on aws",
-                vec![node("aws:///us-east-1a/i-1", &[("node.openshift.io/os_id", "rhcos")], "v1.29.0", "")],
+                vec![node(
+                    "aws:///us-east-1a/i-1",
+                    &[("node.openshift.io/os_id", "rhcos")],
+                    "v1.29.0",
+                    "",
+                )],
                 "amazon",
                 "OPENSHIFT",
             ),
@@ -243,9 +344,33 @@ mod tests {
     #[test]
     fn locality_from_topology_labels() {
         let nodes = vec![
-            node("", &[("topology.kubernetes.io/region", "eu-west-1"), ("topology.kubernetes.io/zone", "eu-west-1b")], "v1", ""),
-            node("", &[("topology.kubernetes.io/region", "eu-west-1"), ("topology.kubernetes.io/zone", "eu-west-1a")], "v1", ""),
-            node("", &[("failure-domain.beta.kubernetes.io/region", "eu-west-1"), ("failure-domain.beta.kubernetes.io/zone", "eu-west-1c")], "v1", ""),
+            node(
+                "",
+                &[
+                    ("topology.kubernetes.io/region", "eu-west-1"),
+                    ("topology.kubernetes.io/zone", "eu-west-1b"),
+                ],
+                "v1",
+                "",
+            ),
+            node(
+                "",
+                &[
+                    ("topology.kubernetes.io/region", "eu-west-1"),
+                    ("topology.kubernetes.io/zone", "eu-west-1a"),
+                ],
+                "v1",
+                "",
+            ),
+            node(
+                "",
+                &[
+                    ("failure-domain.beta.kubernetes.io/region", "eu-west-1"),
+                    ("failure-domain.beta.kubernetes.io/zone", "eu-west-1c"),
+                ],
+                "v1",
+                "",
+            ),
         ];
         let d = detect(&nodes);
         assert_eq!(d.region, "eu-west-1");

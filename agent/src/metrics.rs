@@ -92,7 +92,9 @@ impl Metrics {
 
     /// Counts one rejected registry entry.
     pub fn rejected(&self, reason: &'static str) {
-        self.registry_rejected.get_or_create(&vec![("reason", reason)]).inc();
+        self.registry_rejected
+            .get_or_create(&vec![("reason", reason)])
+            .inc();
     }
 
     /// Counts one write to the Kubernetes API.
@@ -119,7 +121,10 @@ mod tests {
         m.rejected("undecodable");
         m.name_conflicts.set(1);
         let text = m.render().unwrap();
-        assert!(text.contains("fleetbus_registry_rejected_total{reason=\"undecodable\"} 2"), "{text}");
+        assert!(
+            text.contains("fleetbus_registry_rejected_total{reason=\"undecodable\"} 2"),
+            "{text}"
+        );
         assert!(text.contains("fleetbus_cluster_name_conflicts 1"), "{text}");
     }
 }

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 
+use fleetbus_schemas::jetstream::{
+    check_server_version as check, KvSpec, ServerVersionError, Storage,
+};
+
 use crate::health::Readiness;
 
 /// Failure to connect to NATS or to set up JetStream.
@@ -20,17 +24,9 @@ pub enum NatsError {
         #[source]
         source: async_nats::ConnectError,
     },
-    /// The server is older than what fleetbus needs.
-    #[error("nats-server {found} is too old: fleetbus needs nats-server >= {required} (older servers break KV bucket creation and ignore multi-filter consumers)")]
-    ServerTooOld {
-        /// Reported version.
-        found: String,
-        /// Minimum version.
-        required: String,
-    },
-    /// The server reported a version string that does not parse.
-    #[error("nats-server reported an unparsable version {0:?}")]
-    BadServerVersion(String),
+    /// The server is older than fleetbus needs, or reports a version that does not parse.
+    #[error("unsuitable NATS server")]
+    ServerVersion(#[source] ServerVersionError),
     /// The server has no JetStream (started without `-js`?).
     #[error("JetStream is not enabled on the NATS server (start nats-server with -js)")]
     NoJetStream,
@@ -99,44 +95,25 @@ pub async fn connect(
     Ok(client)
 }
 
-/// Refuses servers older than [`fleetbus_schemas::MIN_NATS_SERVER_VERSION`].
+/// Refuses servers older than `fleetbus_schemas::jetstream::MIN_NATS_SERVER_VERSION` (2.10.8: older ones
+/// break KV bucket creation in async-nats and ignore multi-filter consumers).
 pub fn check_server_version(version: &str) -> Result<(), NatsError> {
-    let found = parse_version(version).ok_or_else(|| NatsError::BadServerVersion(version.to_owned()))?;
-    let required = min_server_version();
-    if found < required {
-        return Err(NatsError::ServerTooOld {
-            found: version.to_owned(),
-            required: format!("{}.{}.{}", required.0, required.1, required.2),
-        });
-    }
-    Ok(())
+    check(version).map(|_| ()).map_err(NatsError::ServerVersion)
 }
 
-// TODO(schemas): move: use the schemas crate's minimum-version function once it exists.
-fn min_server_version() -> (u64, u64, u64) {
-    (2, 10, 8)
-}
-
-/// "2.10.8", "v2.11.0-RC.1" -> (2, 10, 8) / (2, 11, 0).
-fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
-    let v = v.trim().trim_start_matches('v');
-    let core = v.split(['-', '+']).next()?;
-    let mut parts = core.split('.');
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    let patch = parts.next().unwrap_or("0").parse().ok()?;
-    Some((major, minor, patch))
-}
-
-/// The configuration of the registry bucket: one value per key (records are
-/// last-value state), file storage so a NATS restart keeps the fleet view.
-pub fn registry_bucket_config(bucket: &str) -> kv::Config {
+/// The async-nats form of the schemas crate's registry bucket spec.
+pub fn registry_bucket_config(spec: &KvSpec) -> kv::Config {
     kv::Config {
-        bucket: bucket.to_owned(),
-        description: "fleetbus cluster registry".to_owned(),
-        history: 1,
+        bucket: spec.bucket.clone(),
+        description: spec.description.clone(),
+        history: spec.history,
+        max_age: spec.max_age.unwrap_or_default(),
+        num_replicas: spec.replicas,
         max_value_size: 1024 * 1024,
-        storage: jetstream::stream::StorageType::File,
+        storage: match spec.storage {
+            Storage::File => jetstream::stream::StorageType::File,
+            Storage::Memory => jetstream::stream::StorageType::Memory,
+        },
         ..kv::Config::default()
     }
 }
@@ -156,7 +133,11 @@ pub async fn ensure_bucket(
             })?;
             let mut diff = Vec::new();
             if status.history() != config.history {
-                diff.push(format!("history {} (expected {})", status.history(), config.history));
+                diff.push(format!(
+                    "history {} (expected {})",
+                    status.history(),
+                    config.history
+                ));
             }
             if status.info.config.storage != config.storage {
                 diff.push(format!(
@@ -203,25 +184,37 @@ mod tests {
 
     #[test]
     fn version_check() {
-        for ok in ["2.10.8", "2.10.25", "v2.11.0", "2.15.1", "3.0.0", "2.12.0-RC.1"] {
+        for ok in [
+            "2.10.8",
+            "2.10.25",
+            "v2.11.0",
+            "2.15.1",
+            "3.0.0",
+            "2.12.0-RC.1",
+        ] {
             assert!(check_server_version(ok).is_ok(), "{ok}");
         }
-        for old in ["2.9.10", "2.10.7", "1.4.1", "2.10"] {
+        for old in ["2.9.10", "2.10.7", "1.4.1"] {
             assert!(
-                matches!(check_server_version(old), Err(NatsError::ServerTooOld { .. })),
+                matches!(
+                    check_server_version(old),
+                    Err(NatsError::ServerVersion(ServerVersionError::TooOld { .. }))
+                ),
                 "{old}"
             );
         }
         assert!(matches!(
             check_server_version("banana"),
-            Err(NatsError::BadServerVersion(_))
+            Err(NatsError::ServerVersion(ServerVersionError::Unparsable(_)))
         ));
     }
 
     #[test]
     fn bucket_keeps_one_value_per_key() {
-        let c = registry_bucket_config("fleetbus_registry");
+        let layout = fleetbus_schemas::jetstream::Layout::new(Default::default(), 1);
+        let c = registry_bucket_config(&layout.registry_bucket());
         assert_eq!(c.history, 1);
-        assert_eq!(c.bucket, "fleetbus_registry");
+        assert_eq!(c.bucket, "fleetbus-registry");
+        assert_eq!(c.storage, jetstream::stream::StorageType::File);
     }
 }

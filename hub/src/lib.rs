@@ -1,1 +1,21 @@
-//! The fleetbus operator CLI library. The binary `fleetbus` is a thin wrapper around it.
+//! `fleetbus`, the operator CLI. The binary is a thin wrapper: start at
+//! [`cli::Cli`] for the commands, then [`mesh`] for the local mesh
+//! (`mesh up|down|status`), which runs real `nats-server`,
+//! `fleetbus-devcluster` and `fleetbus-agent` processes and records them in
+//! [`MeshState`] (`<dir>/mesh.json`).
+
+pub mod cli;
+pub mod mesh;
+
+mod locate;
+mod names;
+mod probe;
+mod proc;
+mod state;
+
+pub use locate::{Binaries, LocateError};
+pub use names::{cluster_names, NameError};
+pub use proc::is_alive as process_is_alive;
+pub use state::{
+    AgentRecord, ClusterRecord, DevclusterRecord, MeshState, NatsRecord, ProcRecord, StateError,
+};

@@ -1,4 +1,80 @@
-fn main() {
-    eprintln!("fleetbus: not yet implemented");
-    std::process::exit(2);
+//! `fleetbus`: parse flags, run the command, map the outcome to an exit code.
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser};
+use fleetbus_hub::cli::{Cli, Command, MeshCommand};
+use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the async runtime")),
+    };
+    let Command::Mesh(cmd) = cli.command;
+    let result: anyhow::Result<ExitCode> = match cmd {
+        MeshCommand::Up(args) => {
+            let plan = match UpPlan::from_args(&args) {
+                Ok(plan) => plan,
+                // Invalid names are usage errors: clap's format and exit code 2.
+                Err(e) => usage_error("up", e),
+            };
+            runtime
+                .block_on(mesh::up(&plan))
+                .map_err(Into::into)
+                .map(|outcome| match outcome {
+                    UpOutcome::Detached | UpOutcome::Stopped => ExitCode::SUCCESS,
+                    UpOutcome::ComponentExited(_) => ExitCode::FAILURE,
+                })
+        }
+        MeshCommand::Down(args) => mesh::down(&args.dir)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        MeshCommand::Status(args) => runtime
+            .block_on(mesh::status(&args.dir))
+            .map(|healthy| {
+                if healthy {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            })
+            .map_err(Into::into),
+    };
+    result.unwrap_or_else(|e| {
+        if matches!(e.downcast_ref(), Some(mesh::MeshError::Interrupted)) {
+            eprintln!("fleetbus: {e}");
+            return ExitCode::from(130);
+        }
+        fail(&e)
+    })
+}
+
+/// Exits like clap does for bad arguments (exit code 2, usage of `fleetbus mesh <sub>`).
+fn usage_error(sub: &str, e: impl std::fmt::Display) -> ! {
+    let mut cmd = Cli::command();
+    cmd.build();
+    let sub_cmd = cmd
+        .find_subcommand_mut("mesh")
+        .and_then(|m| m.find_subcommand_mut(sub))
+        .cloned();
+    sub_cmd
+        .unwrap_or(cmd)
+        .error(clap::error::ErrorKind::ValueValidation, e)
+        .exit()
+}
+
+fn fail(e: &anyhow::Error) -> ExitCode {
+    eprintln!("fleetbus: error: {e:#}");
+    ExitCode::FAILURE
 }

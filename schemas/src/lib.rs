@@ -1,1 +1,32 @@
-//! fleetbus API types, wire messages and NATS subjects (types only, no IO).
+//! fleetbus API types, wire messages and NATS subject names. Types only: no IO,
+//! no async runtime, no Kubernetes or NATS client.
+//!
+//! Where to start:
+//! - [`crd`]: the Kubernetes API (`fleetbus.io/v1alpha1`): Cluster, ClusterFeature,
+//!   ResourceSyncRule (+ `validate()`), Bundle, ReportedState, and [`all_crds`].
+//! - [`subject`]: how objects are named on NATS ([`subject::ObjectKey`]) and the
+//!   reversible token escaping behind every subject and KV key.
+//! - [`registry`]: the KV bucket where agents announce their cluster and heartbeat.
+//! - [`envelope`]: the MessagePack message carrying one object version (or tombstone).
+//! - [`drift`]: the JSON drift events; [`reported`]: the JSON reported-state messages.
+//! - [`jetstream`]: stream, bucket and consumer layout as plain data, and the
+//!   minimum server version.
+//! - [`well_known`]: annotation, label, condition and Secret-type names.
+//!
+//! docs/PROTOCOL.md specifies the same protocol for readers who do not use Rust.
+
+mod codec;
+pub mod crd;
+pub mod drift;
+pub mod envelope;
+pub mod jetstream;
+pub mod k8s_names;
+pub mod pointer;
+pub mod registry;
+pub mod reported;
+pub mod subject;
+pub mod time;
+pub mod well_known;
+
+pub use codec::{DecodeError, EncodeError};
+pub use crd::all_crds;

@@ -1,10 +1,37 @@
 //! fleetbus-devcluster: a Kubernetes-API-compatible server for local meshes and tests.
 //!
-//! Start at [`server::run`]: it builds a [`store::Store`] (objects, resource
-//! registry, watch history) and serves the HTTP API routed in `router`.
+//! Start at [`server::run`]: it opens the `store::Store` (objects, resource
+//! registry, watch history, optional redb persistence), seeds system objects and
+//! serves the HTTP API routed in `api`. Verb semantics live in `write` and
+//! `delete`; server-side cleanups in `gc`; PATCH/SSA in [`patch`] and
+//! [`managed_fields`]; the built-in resource table in [`resources`].
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod api;
+pub mod cli;
+mod crd;
+mod decode;
+mod delete;
+mod discovery;
+mod gc;
+mod kubeconfig;
 pub mod managed_fields;
+mod meta;
+mod names;
 pub mod openapi;
 pub mod patch;
+mod persist;
+pub mod proto;
+mod protobuf;
+mod registry;
 pub mod resources;
+mod seed;
+mod selectors;
+pub mod server;
+mod status;
+mod store;
+mod table;
+mod tls;
 pub mod validation;
+mod watch;
+mod write;

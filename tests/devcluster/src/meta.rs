@@ -26,8 +26,12 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.is_object() {
         *obj = Value::Object(Map::new());
     }
-    let Value::Object(root) = obj else { unreachable_map() };
-    let m = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(root) = obj else {
+        unreachable_map()
+    };
+    let m = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !m.is_object() {
         *m = Value::Object(Map::new());
     }
@@ -48,17 +52,16 @@ pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata")?.get(field)?.as_str()
 }
 
-/// `obj.metadata.resourceVersion` parsed.
-pub fn resource_version(obj: &Value) -> Option<u64> {
-    meta_str(obj, "resourceVersion")?.parse().ok()
-}
-
 /// metadata.finalizers (empty if absent).
 pub fn finalizers(obj: &Value) -> Vec<String> {
     obj.get("metadata")
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -105,10 +108,28 @@ fn without(obj: &Value, keys: &[&str]) -> Value {
     c
 }
 
+/// Whether kube-apiserver maintains metadata.generation for this resource (its
+/// strategy sets it: workloads, policies, CRDs and custom resources; not ConfigMaps,
+/// Secrets, Namespaces, Nodes, Services, Pods, ...).
+pub fn tracks_generation(def: &ResourceDef) -> bool {
+    def.custom
+        || matches!(
+            (def.group.as_str(), def.plural.as_str()),
+            ("apps", _)
+                | ("batch", _)
+                | ("policy", "poddisruptionbudgets")
+                | ("networking.k8s.io", _)
+                | ("apiextensions.k8s.io", "customresourcedefinitions")
+        )
+}
+
 /// Whether metadata.generation must be bumped for this change.
 /// Built-ins: on spec changes. CRs with /status: on any change outside metadata and
 /// status. CRs without /status: on any change outside metadata.
 pub fn generation_bumps(def: &ResourceDef, old: &Value, new: &Value) -> bool {
+    if !tracks_generation(def) {
+        return false;
+    }
     if def.custom {
         let ignored: &[&str] = if def.subresources.status {
             &["metadata", "status", "apiVersion", "kind"]
@@ -128,14 +149,6 @@ pub fn bump_generation(obj: &mut Value) {
     m.insert("generation".into(), Value::from(g + 1));
 }
 
-/// Accepts RFC 3339 timestamps with any offset and renders them with `Z` (Python
-/// clients send `+00:00`).
-pub fn normalize_time(s: &str) -> Option<String> {
-    chrono::DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,7 +166,10 @@ mod tests {
             namespaced: true,
             short_names: vec![],
             categories: vec![],
-            subresources: Subresources { status, ..Default::default() },
+            subresources: Subresources {
+                status,
+                ..Default::default()
+            },
             schema: None,
             custom: true,
         }
@@ -168,6 +184,13 @@ mod tests {
         let c = json!({"metadata": {}, "spec": {"replicas": 2}});
         assert!(!generation_bumps(dep, &a, &b));
         assert!(generation_bumps(dep, &a, &c));
+        let cm = defs.iter().find(|d| d.plural == "configmaps").unwrap();
+        assert!(!tracks_generation(cm));
+        assert!(!generation_bumps(
+            cm,
+            &json!({"spec": 1}),
+            &json!({"spec": 2})
+        ));
         // CR with /status: status changes do not bump; other top-level fields do.
         let d = json!({"metadata": {}, "spec": {"a": 1}, "status": {"s": 1}, "extra": 1});
         let e = json!({"metadata": {}, "spec": {"a": 1}, "status": {"s": 2}, "extra": 1});
@@ -176,7 +199,11 @@ mod tests {
         assert!(generation_bumps(&cr(true), &e, &f));
         // CR without /status: status changes bump.
         assert!(generation_bumps(&cr(false), &d, &e));
-        assert!(!generation_bumps(&cr(false), &d, &json!({"metadata": {"labels": {"x": "y"}}, "spec": {"a": 1}, "status": {"s": 1}, "extra": 1})));
+        assert!(!generation_bumps(
+            &cr(false),
+            &d,
+            &json!({"metadata": {"labels": {"x": "y"}}, "spec": {"a": 1}, "status": {"s": 1}, "extra": 1})
+        ));
     }
 
     #[test]
@@ -198,9 +225,6 @@ mod tests {
 
     #[test]
     fn times() {
-        assert_eq!(normalize_time("2026-11-22T03:43:48+00:00").as_deref(), Some("2026-11-22T03:43:48Z"));
-        assert_eq!(normalize_time("2026-11-22T05:43:48.123+02:00").as_deref(), Some("2026-11-22T03:43:48Z"));
-        assert!(normalize_time("yesterday").is_none());
         assert!(now_rfc3339().ends_with('Z'));
     }
 }

@@ -26,7 +26,8 @@ const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case a
 fn is_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
@@ -74,7 +75,9 @@ pub fn validate(rule: NameRule, name: &str) -> Result<(), String> {
 pub fn validate_label_value(v: &str) -> Result<(), String> {
     let ok = v.len() <= 63
         && (v.is_empty()
-            || (v.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+            || (v
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
                 && v.as_bytes()[0].is_ascii_alphanumeric()
                 && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric()));
     if ok {
@@ -106,7 +109,10 @@ mod tests {
         assert!(validate(NameRule::PathSegment, "..").is_err());
         assert!(validate(NameRule::PathSegment, "a/b").is_err());
         assert!(validate(NameRule::PathSegment, "a%b").is_err());
-        assert_eq!(rule_for("rbac.authorization.k8s.io", "roles"), NameRule::PathSegment);
+        assert_eq!(
+            rule_for("rbac.authorization.k8s.io", "roles"),
+            NameRule::PathSegment
+        );
     }
 
     #[test]

@@ -61,7 +61,11 @@ impl ResourceDef {
 
     /// Key used by /debug/writes: "core/configmaps", "apps/deployments".
     pub fn writes_key(&self) -> String {
-        let g = if self.group.is_empty() { "core" } else { &self.group };
+        let g = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
         format!("{g}/{}", self.plural)
     }
 }

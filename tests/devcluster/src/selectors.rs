@@ -60,13 +60,17 @@ fn split_top_level(s: &str) -> Vec<String> {
         }
     }
     out.push(cur);
-    out.into_iter().map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect()
+    out.into_iter()
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn valid_key(k: &str) -> bool {
     !k.is_empty()
         && k.len() <= 317
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
 }
 
 fn parse_set(rest: &str, whole: &str) -> Result<Vec<String>, SelectorError> {
@@ -75,7 +79,11 @@ fn parse_set(rest: &str, whole: &str) -> Result<Vec<String>, SelectorError> {
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or_else(|| SelectorError::Label(format!("{whole}: expected a parenthesised set")))?;
-    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
+    Ok(inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect())
 }
 
 impl LabelSelector {
@@ -99,8 +107,12 @@ impl LabelSelector {
             LabelReq::NotIn(k, vs) => !get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
             LabelReq::Exists(k) => get(k).is_some(),
             LabelReq::NotExists(k) => get(k).is_none(),
-            LabelReq::Gt(k, n) => get(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x > *n),
-            LabelReq::Lt(k, n) => get(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x < *n),
+            LabelReq::Gt(k, n) => get(k)
+                .and_then(|x| x.parse::<i64>().ok())
+                .is_some_and(|x| x > *n),
+            LabelReq::Lt(k, n) => get(k)
+                .and_then(|x| x.parse::<i64>().ok())
+                .is_some_and(|x| x < *n),
         })
     }
 }
@@ -109,7 +121,11 @@ fn parse_req(part: &str) -> Result<LabelReq, SelectorError> {
     let err = || SelectorError::Label(part.to_string());
     if let Some(k) = part.strip_prefix('!') {
         let k = k.trim();
-        return if valid_key(k) { Ok(LabelReq::NotExists(k.into())) } else { Err(err()) };
+        return if valid_key(k) {
+            Ok(LabelReq::NotExists(k.into()))
+        } else {
+            Err(err())
+        };
     }
     // Set-based: "key in (..)" / "key notin (..)".
     let words: Vec<&str> = part.splitn(2, char::is_whitespace).collect();
@@ -126,13 +142,7 @@ fn parse_req(part: &str) -> Result<LabelReq, SelectorError> {
             }
         }
     }
-    for (op, ctor) in [
-        ("!=", 0u8),
-        ("==", 1),
-        ("=", 1),
-        (">", 2),
-        ("<", 3),
-    ] {
+    for (op, ctor) in [("!=", 0u8), ("==", 1), ("=", 1), (">", 2), ("<", 3)] {
         if let Some((k, v)) = part.split_once(op) {
             let (k, v) = (k.trim(), v.trim());
             if !valid_key(k) {
@@ -228,7 +238,11 @@ impl FieldSelector {
             {
                 return Err(SelectorError::FieldNotSupported(path.to_string()));
             }
-            reqs.push(FieldReq { path: path.to_string(), value: value.trim().to_string(), negated });
+            reqs.push(FieldReq {
+                path: path.to_string(),
+                value: value.trim().to_string(),
+                negated,
+            });
         }
         Ok(FieldSelector(reqs))
     }
@@ -246,7 +260,11 @@ impl FieldSelector {
                 Value::Bool(b) => b.to_string(),
                 Value::Number(n) => n.to_string(),
                 // e.g. event `source` is an object; compare its component.
-                Value::Object(m) => m.get("component").and_then(Value::as_str).unwrap_or("").to_string(),
+                Value::Object(m) => m
+                    .get("component")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
                 Value::Array(_) => String::new(),
             };
             (actual == r.value) != r.negated

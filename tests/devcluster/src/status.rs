@@ -30,7 +30,12 @@ pub struct FieldCause {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
 
     fn with_details(mut self, details: Value) -> Self {
@@ -40,8 +45,12 @@ impl ApiError {
 
     /// 404 `configmaps "x" not found`.
     pub fn not_found(def: &ResourceDef, name: &str) -> Self {
-        Self::new(404, "NotFound", format!("{} \"{name}\" not found", def.qualified_plural()))
-            .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", def.qualified_plural()),
+        )
+        .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
     }
 
     /// 404 for a namespace that does not exist (creating content in it).
@@ -52,14 +61,22 @@ impl ApiError {
 
     /// 404 for an unknown path.
     pub fn path_not_found() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
-            .with_details(json!({}))
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(json!({}))
     }
 
     /// 409 AlreadyExists.
     pub fn already_exists(def: &ResourceDef, name: &str) -> Self {
-        Self::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", def.qualified_plural()))
-            .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", def.qualified_plural()),
+        )
+        .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
     }
 
     /// 409 Conflict on a stale resourceVersion.
@@ -76,14 +93,20 @@ impl ApiError {
         Self::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{name}\": {why}", def.qualified_plural()),
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                def.qualified_plural()
+            ),
         )
         .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
     }
 
     /// 422 Invalid: `ConfigMap "x" is invalid: metadata.name: Invalid value: ...`.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<FieldCause>) -> Self {
-        let summary: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+        let summary: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
         let summary = if summary.len() == 1 {
             summary.concat()
         } else {
@@ -93,17 +116,30 @@ impl ApiError {
             .iter()
             .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
             .collect();
-        Self::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {summary}"))
-            .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
+        Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {summary}"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
     }
 
     /// 422 Invalid for a single field.
-    pub fn invalid_field(def: &ResourceDef, name: &str, field: &str, message: impl Into<String>) -> Self {
+    pub fn invalid_field(
+        def: &ResourceDef,
+        name: &str,
+        field: &str,
+        message: impl Into<String>,
+    ) -> Self {
         Self::invalid(
             &def.group,
             &def.kind,
             name,
-            vec![FieldCause { reason: "FieldValueInvalid", field: field.into(), message: message.into() }],
+            vec![FieldCause {
+                reason: "FieldValueInvalid",
+                field: field.into(),
+                message: message.into(),
+            }],
         )
     }
 
@@ -119,14 +155,22 @@ impl ApiError {
 
     /// 403 Forbidden.
     pub fn forbidden(def: &ResourceDef, name: &str, why: &str) -> Self {
-        Self::new(403, "Forbidden", format!("{} \"{name}\" is forbidden: {why}", def.qualified_plural()))
-            .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
+        Self::new(
+            403,
+            "Forbidden",
+            format!("{} \"{name}\" is forbidden: {why}", def.qualified_plural()),
+        )
+        .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
     }
 
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(method: &str) -> Self {
-        Self::new(405, "MethodNotAllowed", format!("the server does not allow this method on the requested resource ({method})"))
-            .with_details(json!({}))
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource ({method})"),
+        )
+        .with_details(json!({}))
     }
 
     /// 406 NotAcceptable.
@@ -156,8 +200,12 @@ impl ApiError {
     /// 500 InternalError.
     pub fn internal(message: impl Into<String>) -> Self {
         let message = message.into();
-        Self::new(500, "InternalError", format!("Internal error occurred: {message}"))
-            .with_details(json!({"causes": [{"message": message}]}))
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {message}"),
+        )
+        .with_details(json!({"causes": [{"message": message}]}))
     }
 
     /// Any code/reason pair (errors from the patch and apply modules).
@@ -192,16 +240,12 @@ impl From<crate::patch::PatchError> for ApiError {
 impl From<crate::managed_fields::ApplyError> for ApiError {
     fn from(e: crate::managed_fields::ApplyError) -> Self {
         let mut err = ApiError::new(e.code(), e.reason(), e.to_string());
-        #[allow(unreachable_patterns)]
-        match &e {
-            crate::managed_fields::ApplyError::Conflict { causes, .. } => {
-                let causes: Vec<Value> = causes
-                    .iter()
-                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
-                    .collect();
-                err.details = Some(json!({"causes": causes}));
-            }
-            _ => {}
+        if let crate::managed_fields::ApplyError::Conflict { causes, .. } = &e {
+            let causes: Vec<Value> = causes
+                .iter()
+                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .collect();
+            err.details = Some(json!({"causes": causes}));
         }
         err
     }

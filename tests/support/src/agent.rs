@@ -63,7 +63,9 @@ impl Agent {
                 .into_iter()
                 .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
                 .collect(),
-            dir: tempfile::Builder::new().prefix("fleetbus-agent-").tempdir()?,
+            dir: tempfile::Builder::new()
+                .prefix("fleetbus-agent-")
+                .tempdir()?,
         };
         agent.spawn()?;
         Ok(agent)
@@ -107,9 +109,15 @@ impl Agent {
     /// If the agent did not exit within the grace period (it is killed first),
     /// with its log in the message.
     pub fn stop(&mut self) -> ExitStatus {
-        let Some(proc) = self.proc.as_mut() else { panic!("agent was never started") };
+        let Some(proc) = self.proc.as_mut() else {
+            panic!("agent was never started")
+        };
         let (status, graceful) = proc.terminate(STOP_GRACE);
-        assert!(graceful, "agent did not exit within {STOP_GRACE:?} of SIGTERM; log:\n{}", self.log());
+        assert!(
+            graceful,
+            "agent did not exit within {STOP_GRACE:?} of SIGTERM; log:\n{}",
+            self.log()
+        );
         status.unwrap_or_else(|| panic!("agent exit status unknown; log:\n{}", self.log()))
     }
 
@@ -127,7 +135,8 @@ impl Agent {
             writeln!(f, "----- fleetbus-testsupport: agent restarted -----")?;
         }
         let mut cmd = Command::new(&self.bin);
-        cmd.args(&self.args).envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd.args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
@@ -147,7 +156,11 @@ mod tests {
     use super::*;
 
     fn sh(script: &str) -> anyhow::Result<Agent> {
-        Agent::start_bin(Path::new("/bin/sh"), ["-c", script], [("GREETING", "hello")])
+        Agent::start_bin(
+            Path::new("/bin/sh"),
+            ["-c", script],
+            [("GREETING", "hello")],
+        )
     }
 
     #[test]
@@ -155,12 +168,20 @@ mod tests {
         let mut a = sh("echo out $GREETING; echo err >&2; exec sleep 60").unwrap();
         crate::wait_for_blocking("agent output", Duration::from_secs(10), || {
             let log = a.log();
-            if log.contains("out hello") && log.contains("err") { Ok(()) } else { Err(log) }
+            if log.contains("out hello") && log.contains("err") {
+                Ok(())
+            } else {
+                Err(log)
+            }
         });
         a.restart().unwrap();
         crate::wait_for_blocking("second run output", Duration::from_secs(10), || {
             let log = a.log();
-            if log.matches("out hello").count() == 2 { Ok(()) } else { Err(log) }
+            if log.matches("out hello").count() == 2 {
+                Ok(())
+            } else {
+                Err(log)
+            }
         });
         assert!(a.log().contains("agent restarted"));
     }
@@ -169,7 +190,11 @@ mod tests {
     fn stop_sends_sigterm_and_reports_exit_status() {
         let mut a = sh("trap 'exit 7' TERM; echo ready; while :; do sleep 0.05; done").unwrap();
         crate::wait_for_blocking("trap installed", Duration::from_secs(10), || {
-            if a.log().contains("ready") { Ok(()) } else { Err(a.log()) }
+            if a.log().contains("ready") {
+                Ok(())
+            } else {
+                Err(a.log())
+            }
         });
         let status = a.stop();
         assert_eq!(status.code(), Some(7), "the TERM trap ran");
@@ -182,6 +207,9 @@ mod tests {
         let pid = a.pid().unwrap();
         a.kill9();
         assert!(!a.is_running());
-        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "zombie or alive: {pid}");
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "zombie or alive: {pid}"
+        );
     }
 }

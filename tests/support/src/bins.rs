@@ -16,7 +16,10 @@ pub(crate) fn repo_root() -> PathBuf {
 /// If the binary is missing, with a message saying how to build it.
 pub fn cargo_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let mut dir = exe.parent().expect("executable has a parent dir").to_path_buf();
+    let mut dir = exe
+        .parent()
+        .expect("executable has a parent dir")
+        .to_path_buf();
     if dir.file_name().is_some_and(|n| n == "deps") {
         dir.pop();
     }

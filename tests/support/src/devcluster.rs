@@ -34,7 +34,14 @@ pub struct DevClusterOpts {
 impl DevClusterOpts {
     /// Plain http, no token, one node, data dir in the DevCluster's tempdir.
     pub fn new(name: &str) -> Self {
-        DevClusterOpts { name: name.to_string(), bin: None, data_dir: None, tls: false, token: None, nodes: 1 }
+        DevClusterOpts {
+            name: name.to_string(),
+            bin: None,
+            data_dir: None,
+            tls: false,
+            token: None,
+            nodes: 1,
+        }
     }
 }
 
@@ -63,7 +70,10 @@ impl DevCluster {
         let dir = tempfile::Builder::new()
             .prefix(&format!("fleetbus-devcluster-{}-", opts.name))
             .tempdir()?;
-        let data_dir = opts.data_dir.clone().unwrap_or_else(|| dir.path().join("data"));
+        let data_dir = opts
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().join("data"));
         let kubeconfig = dir.path().join("kubeconfig");
         let mut dc = DevCluster {
             name: opts.name.clone(),
@@ -159,9 +169,11 @@ impl DevCluster {
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
         let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
             .with_context(|| format!("read {}", self.kubeconfig.display()))?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-                .await?;
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
         Ok(kube::Client::try_from(config)?)
     }
 
@@ -169,7 +181,10 @@ impl DevCluster {
     pub async fn writes(&self) -> anyhow::Result<serde_json::Value> {
         let client = self.client().await?;
         let req = http::Request::get("/debug/writes").body(Vec::new())?;
-        let text = client.request_text(req).await.context("GET /debug/writes")?;
+        let text = client
+            .request_text(req)
+            .await
+            .context("GET /debug/writes")?;
         serde_json::from_str(&text).with_context(|| format!("parse /debug/writes: {text}"))
     }
 
@@ -230,14 +245,20 @@ mod tests {
 
     #[test]
     fn fails_clearly_when_binary_prints_nothing() {
-        let opts = DevClusterOpts { bin: Some(PathBuf::from("/bin/true")), ..DevClusterOpts::new("x") };
+        let opts = DevClusterOpts {
+            bin: Some(PathBuf::from("/bin/true")),
+            ..DevClusterOpts::new("x")
+        };
         let err = format!("{:#}", DevCluster::start(opts).unwrap_err());
         assert!(err.contains("exited before printing a line"), "{err}");
     }
 
     #[test]
     fn fails_clearly_when_first_line_is_not_a_url() {
-        let opts = DevClusterOpts { bin: Some(PathBuf::from("/bin/echo")), ..DevClusterOpts::new("x") };
+        let opts = DevClusterOpts {
+            bin: Some(PathBuf::from("/bin/echo")),
+            ..DevClusterOpts::new("x")
+        };
         let err = format!("{:#}", DevCluster::start(opts).unwrap_err());
         assert!(err.contains("not a URL"), "{err}");
     }

@@ -8,7 +8,9 @@ use std::time::Duration;
 /// status code and body, or a description of what went wrong (suitable for
 /// [`crate::wait_for_blocking`]'s "last seen").
 pub fn http_get(url: &str) -> Result<(u16, String), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("not an http:// URL: {url}"))?;
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("not an http:// URL: {url}"))?;
     let (hostport, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -19,12 +21,18 @@ pub fn http_get(url: &str) -> Result<(u16, String), String> {
         .next()
         .ok_or_else(|| format!("resolve {hostport}: no address"))?;
     let timeout = Duration::from_secs(5);
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
-    s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {hostport}\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("send to {addr}: {e}"))?;
+    let mut s =
+        TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {hostport}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("send to {addr}: {e}"))?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).map_err(|e| format!("read from {addr}: {e}"))?;
+    s.read_to_end(&mut raw)
+        .map_err(|e| format!("read from {addr}: {e}"))?;
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
@@ -46,10 +54,15 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         let server = std::thread::spawn(move || {
             let (mut c, _) = l.accept().unwrap();
+            let mut req = String::new();
             let mut buf = [0u8; 1024];
-            let n = c.read(&mut buf).unwrap();
-            let req = String::from_utf8_lossy(&buf[..n]).to_string();
-            c.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 8\r\n\r\nnot yet\n").unwrap();
+            while !req.contains("\r\n\r\n") {
+                let n = c.read(&mut buf).unwrap();
+                assert!(n > 0, "client closed before finishing its request: {req:?}");
+                req += &String::from_utf8_lossy(&buf[..n]);
+            }
+            c.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 8\r\n\r\nnot yet\n")
+                .unwrap();
             req
         });
         let (status, body) = http_get(&format!("http://127.0.0.1:{port}/readyz")).unwrap();

@@ -39,8 +39,15 @@ impl NatsServer {
         }
         let mut last_err = None;
         for _ in 0..PORT_ATTEMPTS {
-            let dir = tempfile::Builder::new().prefix("fleetbus-nats-").tempdir()?;
-            let mut server = NatsServer { proc: None, port: free_port(), bin: bin.clone(), dir };
+            let dir = tempfile::Builder::new()
+                .prefix("fleetbus-nats-")
+                .tempdir()?;
+            let mut server = NatsServer {
+                proc: None,
+                port: free_port(),
+                bin: bin.clone(),
+                dir,
+            };
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 Err(e) => last_err = Some(e),
@@ -94,12 +101,24 @@ impl NatsServer {
 
     fn spawn(&mut self) -> anyhow::Result<()> {
         let mut cmd = Command::new(&self.bin);
-        cmd.args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
-            .arg(self.store_dir());
+        cmd.args([
+            "-js",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &self.port.to_string(),
+            "-sd",
+        ])
+        .arg(self.store_dir());
         let mut proc = Proc::spawn(cmd, &self.dir.path().join("nats.log"))?;
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        wait_for_tcp(&mut proc, addr, START_TIMEOUT)
-            .with_context(|| format!("nats-server on port {}; log:\n{}", self.port, proc.log_tail()))?;
+        wait_for_tcp(&mut proc, addr, START_TIMEOUT).with_context(|| {
+            format!(
+                "nats-server on port {}; log:\n{}",
+                self.port,
+                proc.log_tail()
+            )
+        })?;
         self.proc = Some(proc);
         Ok(())
     }
@@ -127,7 +146,10 @@ mod tests {
         assert_eq!(&info, b"INFO", "NATS greets clients with INFO");
 
         nats.kill();
-        assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "killed server still accepts");
+        assert!(
+            TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "killed server still accepts"
+        );
         nats.restart().unwrap();
         assert_eq!(nats.port(), port);
         TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -46,11 +46,18 @@ impl Proc {
     pub(crate) fn spawn(mut cmd: Command, log: &Path) -> anyhow::Result<Proc> {
         let out = open_log(log)?;
         let err = out.try_clone()?;
-        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .env("NO_COLOR", "1");
         let child = cmd
             .spawn()
             .with_context(|| format!("spawn {:?}", cmd.get_program()))?;
-        Ok(Proc { child: Some(child), status: None, log: log.to_path_buf() })
+        Ok(Proc {
+            child: Some(child),
+            status: None,
+            log: log.to_path_buf(),
+        })
     }
 
     /// Spawns `cmd`, waits up to `timeout` for the first stdout line and returns
@@ -62,7 +69,10 @@ impl Proc {
     ) -> anyhow::Result<(Proc, String)> {
         let err = open_log(log)?;
         let mut out_copy = open_log(log)?;
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(err)
+            .env("NO_COLOR", "1");
         let mut child = cmd
             .spawn()
             .with_context(|| format!("spawn {:?}", cmd.get_program()))?;
@@ -80,16 +90,28 @@ impl Proc {
                 }
             }
         });
-        let mut proc = Proc { child: Some(child), status: None, log: log.to_path_buf() };
+        let mut proc = Proc {
+            child: Some(child),
+            status: None,
+            log: log.to_path_buf(),
+        };
         let line = match rx.recv_timeout(timeout) {
             Ok(Ok(line)) if !line.trim().is_empty() => line.trim().to_string(),
             Ok(Ok(_)) => {
                 proc.kill();
-                bail!("{:?} exited before printing a line; log:\n{}", cmd.get_program(), proc.log_tail())
+                bail!(
+                    "{:?} exited before printing a line; log:\n{}",
+                    cmd.get_program(),
+                    proc.log_tail()
+                )
             }
             Ok(Err(e)) => {
                 proc.kill();
-                bail!("reading stdout of {:?}: {e}; log:\n{}", cmd.get_program(), proc.log_tail())
+                bail!(
+                    "reading stdout of {:?}: {e}; log:\n{}",
+                    cmd.get_program(),
+                    proc.log_tail()
+                )
             }
             Err(_) => {
                 proc.kill();
@@ -109,7 +131,9 @@ impl Proc {
 
     /// True while the process has not exited (reaps it if it has).
     pub(crate) fn is_running(&mut self) -> bool {
-        let Some(child) = self.child.as_mut() else { return false };
+        let Some(child) = self.child.as_mut() else {
+            return false;
+        };
         match child.try_wait() {
             Ok(None) => true,
             Ok(Some(status)) => {
@@ -141,7 +165,9 @@ impl Proc {
     /// SIGTERM, wait up to `grace`, then SIGKILL. Returns the exit status and
     /// whether the process exited within `grace`.
     pub(crate) fn terminate(&mut self, grace: Duration) -> (Option<ExitStatus>, bool) {
-        let Some(pid) = self.pid() else { return (self.status, true) };
+        let Some(pid) = self.pid() else {
+            return (self.status, true);
+        };
         // std has no SIGTERM and the workspace forbids unsafe (libc::kill): use kill(1).
         let _ = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -158,10 +184,6 @@ impl Proc {
         (self.kill(), false)
     }
 
-    pub(crate) fn log_path(&self) -> &Path {
-        &self.log
-    }
-
     pub(crate) fn log(&self) -> String {
         std::fs::read(&self.log)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -172,7 +194,9 @@ impl Proc {
     pub(crate) fn log_tail(&self) -> String {
         let log = self.log();
         let start = log.len().saturating_sub(4096);
-        let start = (start..log.len()).find(|&i| log.is_char_boundary(i)).unwrap_or(log.len());
+        let start = (start..log.len())
+            .find(|&i| log.is_char_boundary(i))
+            .unwrap_or(log.len());
         log[start..].to_string()
     }
 }
@@ -184,11 +208,18 @@ impl Drop for Proc {
 }
 
 /// Waits until something accepts TCP on `addr`, failing early if `proc` exits.
-pub(crate) fn wait_for_tcp(proc: &mut Proc, addr: SocketAddr, timeout: Duration) -> anyhow::Result<()> {
+pub(crate) fn wait_for_tcp(
+    proc: &mut Proc,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         if !proc.is_running() {
-            bail!("process exited ({:?}) before accepting TCP on {addr}", proc.status);
+            bail!(
+                "process exited ({:?}) before accepting TCP on {addr}",
+                proc.status
+            );
         }
         if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
             return Ok(());

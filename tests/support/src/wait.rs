@@ -25,7 +25,10 @@ where
             Err(_) => last = format!("{last} (then an attempt was still pending at the deadline)"),
         }
         if tokio::time::Instant::now() >= deadline {
-            panic!("timed out after {:.1}s waiting for {what}; last seen: {last}", timeout.as_secs_f64());
+            panic!(
+                "timed out after {:.1}s waiting for {what}; last seen: {last}",
+                timeout.as_secs_f64()
+            );
         }
         tokio::time::sleep(POLL).await;
     }
@@ -35,7 +38,11 @@ where
 ///
 /// # Panics
 /// At the deadline, with "timed out after Xs waiting for {what}; last seen: {err}".
-pub fn wait_for_blocking<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+pub fn wait_for_blocking<T>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Result<T, String>,
+) -> T {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let last = match f() {
@@ -43,7 +50,10 @@ pub fn wait_for_blocking<T>(what: &str, timeout: Duration, mut f: impl FnMut() -
             Err(e) => e,
         };
         if std::time::Instant::now() >= deadline {
-            panic!("timed out after {:.1}s waiting for {what}; last seen: {last}", timeout.as_secs_f64());
+            panic!(
+                "timed out after {:.1}s waiting for {what}; last seen: {last}",
+                timeout.as_secs_f64()
+            );
         }
         std::thread::sleep(POLL);
     }
@@ -68,7 +78,11 @@ mod tests {
         let mut n = 0;
         let v = wait_for_blocking("third try", Duration::from_secs(5), || {
             n += 1;
-            if n == 3 { Ok(n) } else { Err(format!("try {n}")) }
+            if n == 3 {
+                Ok(n)
+            } else {
+                Err(format!("try {n}"))
+            }
         });
         assert_eq!(v, 3);
     }
@@ -76,11 +90,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     #[should_panic(expected = "timed out after 2.0s waiting for ready; last seen: not ready")]
     async fn async_timeout_reports_last_error() {
-        wait_for::<(), _, _>("ready", Duration::from_secs(2), || async { Err("not ready".to_string()) }).await;
+        wait_for::<(), _, _>("ready", Duration::from_secs(2), || async {
+            Err("not ready".to_string())
+        })
+        .await;
     }
 
     #[tokio::test(start_paused = true)]
-    #[should_panic(expected = "last seen: first (then an attempt was still pending at the deadline)")]
+    #[should_panic(
+        expected = "last seen: first (then an attempt was still pending at the deadline)"
+    )]
     async fn async_hung_attempt_does_not_outlive_deadline() {
         let mut n = 0;
         wait_for::<(), _, _>("hang", Duration::from_secs(2), || {
@@ -101,7 +120,11 @@ mod tests {
     async fn async_returns_value_once_ready() {
         let start = tokio::time::Instant::now();
         let v = wait_for("clock", Duration::from_secs(10), || async move {
-            if start.elapsed() >= Duration::from_secs(1) { Ok(42) } else { Err("early".to_string()) }
+            if start.elapsed() >= Duration::from_secs(1) {
+                Ok(42)
+            } else {
+                Err("early".to_string())
+            }
         })
         .await;
         assert_eq!(v, 42);

@@ -1,0 +1,378 @@
+//! Minting a read-only kubeconfig for this cluster (TokenRequest API) to publish to peers.
+//!
+//! The reader is the ServiceAccount `fleetbus-reader` in the agent's namespace,
+//! bound to the ClusterRole `fleetbus-reader`: get/list/watch on every resource,
+//! Secrets included (what a peer needs to inspect anything the fleet syncs).
+//! Tokens are bound (`expirationSeconds`) and re-minted at 80% of their lifetime.
+//! Until end-to-end encryption lands, the kubeconfig travels in clear on the bus.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::Api;
+use tokio_util::sync::CancellationToken;
+
+use crate::registry::record::{kubeconfig_key, KubeconfigRecord};
+use crate::registry::Registry;
+
+/// Name of the reader ServiceAccount, ClusterRole and (suffixed) ClusterRoleBinding.
+pub const READER: &str = "fleetbus-reader";
+const FIELD_MANAGER: &str = "fleetbus-agent";
+
+/// Failure to mint the reader kubeconfig.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeconfigError {
+    /// Creating the ServiceAccount or its RBAC failed.
+    #[error("failed to apply {what}")]
+    Apply {
+        /// Which object.
+        what: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The TokenRequest was refused.
+    #[error("failed to request a token for ServiceAccount {0}")]
+    Token(String, #[source] kube::Error),
+    /// The TokenRequest succeeded but returned no token.
+    #[error("the TokenRequest for ServiceAccount {0} returned no token")]
+    EmptyToken(String),
+    /// The CA file of the agent's own kube config could not be read.
+    #[error("failed to read CA file {0}")]
+    CaFile(String, #[source] std::io::Error),
+    /// The kubeconfig could not be rendered.
+    #[error("failed to render the kubeconfig")]
+    Render(#[source] serde_yaml::Error),
+}
+
+impl KubeconfigError {
+    /// Whether trying again later can help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            KubeconfigError::Apply { source, .. } | KubeconfigError::Token(_, source) => {
+                crate::kubeclient::is_transient(source)
+            }
+            KubeconfigError::EmptyToken(_) | KubeconfigError::CaFile(..) => true,
+            KubeconfigError::Render(_) => false,
+        }
+    }
+}
+
+/// A freshly minted kubeconfig.
+#[derive(Debug, Clone)]
+pub struct Minted {
+    /// The kubeconfig YAML.
+    pub kubeconfig: String,
+    /// When the embedded token expires.
+    pub expires_at: k8s_openapi::jiff::Timestamp,
+    /// When to mint the next one (80% of the lifetime from now).
+    pub refresh_after: Duration,
+}
+
+/// Where peers should reach this cluster's API server and how to trust it.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    /// The API server URL.
+    pub server: String,
+    /// PEM CA bundle, if the agent's own config had one.
+    pub ca_pem: Option<Vec<u8>>,
+    /// The agent's own config skips TLS verification.
+    pub insecure: bool,
+}
+
+impl ServerInfo {
+    /// From the agent's own kube config, with an optional URL override.
+    pub fn from_config(
+        config: &kube::Config,
+        advertise: Option<&str>,
+    ) -> Result<ServerInfo, KubeconfigError> {
+        let ca_pem = if let Some(path) = &config.root_cert_file {
+            Some(
+                std::fs::read(path)
+                    .map_err(|e| KubeconfigError::CaFile(path.display().to_string(), e))?,
+            )
+        } else {
+            config.root_cert.as_ref().map(|ders| ders_to_pem(ders))
+        };
+        let server = advertise.map(str::to_owned).unwrap_or_else(|| {
+            config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_owned()
+        });
+        Ok(ServerInfo {
+            server,
+            ca_pem,
+            insecure: config.accept_invalid_certs,
+        })
+    }
+}
+
+fn ders_to_pem(ders: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = String::new();
+    for der in ders {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+        out.push_str("-----BEGIN CERTIFICATE-----\n");
+        for chunk in b64.as_bytes().chunks(64) {
+            out.push_str(&String::from_utf8_lossy(chunk));
+            out.push('\n');
+        }
+        out.push_str("-----END CERTIFICATE-----\n");
+    }
+    out.into_bytes()
+}
+
+/// Creates (server-side apply, idempotent) the reader ServiceAccount and its RBAC.
+#[tracing::instrument(skip(client))]
+pub async fn ensure_reader(client: &kube::Client, namespace: &str) -> Result<(), KubeconfigError> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(READER.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(managed_labels()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    apply(
+        Api::<ServiceAccount>::namespaced(client.clone(), namespace),
+        READER,
+        &sa,
+        &pp,
+    )
+    .await?;
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(READER.to_owned()),
+            labels: Some(managed_labels()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["*".to_owned()]),
+            resources: Some(vec!["*".to_owned()]),
+            verbs: vec!["get".to_owned(), "list".to_owned(), "watch".to_owned()],
+            ..PolicyRule::default()
+        }]),
+        ..ClusterRole::default()
+    };
+    apply(Api::<ClusterRole>::all(client.clone()), READER, &role, &pp).await?;
+    let binding_name = format!("{READER}-{namespace}");
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(binding_name.clone()),
+            labels: Some(managed_labels()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: READER.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_owned(),
+            name: READER.to_owned(),
+            namespace: Some(namespace.to_owned()),
+            ..Subject::default()
+        }]),
+    };
+    apply(
+        Api::<ClusterRoleBinding>::all(client.clone()),
+        &binding_name,
+        &binding,
+        &pp,
+    )
+    .await?;
+    Ok(())
+}
+
+async fn apply<K>(api: Api<K>, name: &str, obj: &K, pp: &PatchParams) -> Result<(), KubeconfigError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let mut value = serde_json::to_value(obj).map_err(|e| KubeconfigError::Apply {
+        what: name.to_owned(),
+        source: kube::Error::SerdeError(e),
+    })?;
+    // Server-side apply wants apiVersion/kind in the body.
+    if let Some(map) = value.as_object_mut() {
+        map.insert(
+            "apiVersion".into(),
+            K::api_version(&Default::default()).into(),
+        );
+        map.insert("kind".into(), K::kind(&Default::default()).into());
+    }
+    api.patch(name, pp, &Patch::Apply(&value))
+        .await
+        .map_err(|source| KubeconfigError::Apply {
+            what: format!("{} {name}", K::kind(&Default::default())),
+            source,
+        })?;
+    Ok(())
+}
+
+fn managed_labels() -> std::collections::BTreeMap<String, String> {
+    [(
+        "app.kubernetes.io/managed-by".to_owned(),
+        "fleetbus-agent".to_owned(),
+    )]
+    .into()
+}
+
+/// Requests a bound token for the reader and renders a kubeconfig around it.
+#[tracing::instrument(skip(client, server))]
+pub async fn mint(
+    client: &kube::Client,
+    namespace: &str,
+    cluster_name: &str,
+    server: &ServerInfo,
+    lifetime: Duration,
+) -> Result<Minted, KubeconfigError> {
+    let req = TokenRequest {
+        metadata: ObjectMeta::default(),
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(i64::try_from(lifetime.as_secs()).unwrap_or(3600)),
+            bound_object_ref: None,
+        },
+        status: None,
+    };
+    let resp = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(READER, &PostParams::default(), &req)
+        .await
+        .map_err(|e| KubeconfigError::Token(READER.to_owned(), e))?;
+    let status = resp
+        .status
+        .filter(|s| !s.token.is_empty())
+        .ok_or_else(|| KubeconfigError::EmptyToken(READER.to_owned()))?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    // The server may shorten the lifetime; plan the refresh from what it granted.
+    let granted = Duration::try_from(status.expiration_timestamp.0.duration_since(now))
+        .unwrap_or(lifetime)
+        .min(lifetime);
+    let kubeconfig = render(cluster_name, server, &status.token)?;
+    Ok(Minted {
+        kubeconfig,
+        expires_at: status.expiration_timestamp.0,
+        refresh_after: granted.mul_f64(0.8),
+    })
+}
+
+/// Renders a single-context kubeconfig.
+pub fn render(
+    cluster_name: &str,
+    server: &ServerInfo,
+    token: &str,
+) -> Result<String, KubeconfigError> {
+    let mut cluster = serde_json::Map::new();
+    cluster.insert("server".into(), server.server.clone().into());
+    if let Some(ca) = &server.ca_pem {
+        cluster.insert(
+            "certificate-authority-data".into(),
+            base64::engine::general_purpose::STANDARD.encode(ca).into(),
+        );
+    }
+    if server.insecure {
+        cluster.insert("insecure-skip-tls-verify".into(), true.into());
+    }
+    let user = format!("{READER}@{cluster_name}");
+    let doc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": user}}],
+        "current-context": cluster_name,
+    });
+    serde_yaml::to_string(&doc).map_err(KubeconfigError::Render)
+}
+
+/// Mints, publishes and re-mints the reader kubeconfig until `cancel`.
+/// Failures are retried with backoff; peers keep the previous kubeconfig
+/// meanwhile (it stays valid until its expiry).
+#[tracing::instrument(name = "kubeconfig", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+pub async fn run(reg: Arc<Registry>, server: ServerInfo, cancel: CancellationToken) {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let wait = match mint_and_publish(&reg, &server).await {
+            Ok(refresh_after) => {
+                delay = Duration::from_millis(500);
+                refresh_after
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, ?delay, "failed to publish the reader kubeconfig; retrying");
+                delay = (delay * 2).min(Duration::from_secs(30));
+                delay
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+async fn mint_and_publish(reg: &Registry, server: &ServerInfo) -> Result<Duration, String> {
+    ensure_reader(&reg.client, &reg.cfg.namespace)
+        .await
+        .map_err(|e| crate::report(&e))?;
+    let minted = mint(
+        &reg.client,
+        &reg.cfg.namespace,
+        &reg.cfg.cluster_name,
+        server,
+        reg.cfg.kubeconfig_lifetime,
+    )
+    .await
+    .map_err(|e| crate::report(&e))?;
+    reg.metrics.kubeconfig_mints.inc();
+    let record = KubeconfigRecord {
+        name: reg.cfg.cluster_name.clone(),
+        cluster_id: reg.cluster_id.clone(),
+        kubeconfig: minted.kubeconfig,
+        expires_at: chrono::DateTime::from_timestamp(minted.expires_at.as_second(), 0),
+    };
+    let key = kubeconfig_key(&record.name, &record.cluster_id);
+    let body = record.encode().map_err(|e| crate::report(&e))?;
+    reg.kv
+        .put(&key, body.into())
+        .await
+        .map_err(|e| format!("failed to put {key}: {e}"))?;
+    tracing::info!(expires_at = %minted.expires_at, refresh_in = ?minted.refresh_after, "published reader kubeconfig");
+    Ok(minted.refresh_after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_a_loadable_kubeconfig() {
+        let server = ServerInfo {
+            server: "https://10.0.0.1:6443".into(),
+            ca_pem: Some(ders_to_pem(&[vec![1, 2, 3]])),
+            insecure: false,
+        };
+        let yaml = render("c1", &server, "tok").unwrap();
+        let kc = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+        assert_eq!(kc.current_context.as_deref(), Some("c1"));
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://10.0.0.1:6443"));
+        let ca = cluster.certificate_authority_data.as_deref().unwrap();
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(ca)
+            .unwrap();
+        assert!(String::from_utf8(pem)
+            .unwrap()
+            .starts_with("-----BEGIN CERTIFICATE-----\nAQID\n"));
+        let user = kc.auth_infos[0].auth_info.as_ref().unwrap();
+        assert!(user.token.is_some());
+    }
+}

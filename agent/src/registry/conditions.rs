@@ -1,0 +1,98 @@
+//! Building `status.conditions` so that an unchanged condition compares equal.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// A condition as decided by the agent, before timestamps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    /// Condition type, e.g. `ClustersSynced`.
+    pub type_: &'static str,
+    /// True or false.
+    pub status: bool,
+    /// CamelCase reason.
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// Now, truncated to whole seconds: the API server stores RFC 3339 seconds,
+/// and a sub-second value would never compare equal to what it gives back.
+pub fn now_seconds() -> Time {
+    let now = Timestamp::now();
+    Time(Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+/// Renders `desired` against `existing`: a condition whose status did not
+/// change keeps its `lastTransitionTime`, so a steady state renders identical
+/// conditions and needs no write. Conditions not in `desired` are dropped.
+pub fn merge(
+    existing: &[Condition],
+    desired: &[Desired],
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    desired
+        .iter()
+        .map(|d| {
+            let status = if d.status { "True" } else { "False" };
+            let last_transition_time = existing
+                .iter()
+                .find(|c| c.type_ == d.type_ && c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(now_seconds);
+            Condition {
+                type_: d.type_.to_owned(),
+                status: status.to_owned(),
+                reason: d.reason.to_owned(),
+                message: d.message.clone(),
+                last_transition_time,
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+/// The status ("True"/"False") of condition `type_`, if present.
+pub fn status_of<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a str> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(status: bool, msg: &str) -> Desired {
+        Desired {
+            type_: "ClustersSynced",
+            status,
+            reason: "Test",
+            message: msg.to_owned(),
+        }
+    }
+
+    #[test]
+    fn unchanged_status_keeps_transition_time() {
+        let old = Time(Timestamp::from_second(1_000).unwrap());
+        let existing = vec![Condition {
+            type_: "ClustersSynced".into(),
+            status: "True".into(),
+            reason: "Test".into(),
+            message: "m".into(),
+            last_transition_time: old.clone(),
+            observed_generation: Some(1),
+        }];
+        let merged = merge(&existing, &[d(true, "m")], Some(1));
+        assert_eq!(
+            merged, existing,
+            "steady state renders identical conditions"
+        );
+        let merged = merge(&existing, &[d(true, "other message")], Some(1));
+        assert_eq!(merged[0].last_transition_time, old);
+        let flipped = merge(&existing, &[d(false, "m")], Some(1));
+        assert_ne!(flipped[0].last_transition_time, old);
+        assert_eq!(status_of(&flipped, "ClustersSynced"), Some("False"));
+    }
+}

@@ -1,0 +1,292 @@
+//! The Local Cluster object: created if missing, status kept current, LocalConflict and NameConflict reported.
+
+use std::sync::Arc;
+
+use fleetbus_schemas::crd::{Cluster, ClusterSpec, ClusterState, ClusterStatus, ClusterType};
+use fleetbus_schemas::well_known::condition;
+use kube::api::PostParams;
+use kube::{Api, Resource, ResourceExt};
+use tokio::time::Instant;
+
+use super::conditions::{merge, status_of, Desired};
+use super::liveness::members_match;
+use super::publisher::AGENT_VERSION;
+use super::record::MemberState;
+use super::status::StatusWriter;
+use super::{Registry, RegistryError};
+use crate::events::EventType;
+
+/// What the membership says about the local cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalFacts {
+    /// clusterIDs of active records that claim our name.
+    pub rivals: Vec<String>,
+    /// Live peers whose member set differs from ours.
+    pub unsynced_peers: Vec<String>,
+}
+
+/// Collects [`LocalFacts`] from the membership.
+pub fn facts(reg: &Registry, now: Instant) -> LocalFacts {
+    let m = reg.membership();
+    let ours = m.members();
+    let rivals = m.rivals().iter().map(|r| r.cluster_id.clone()).collect();
+    let unsynced_peers = m
+        .peers()
+        .filter(|p| {
+            p.record.state == MemberState::Active
+                && p.record.name != reg.cfg.cluster_name
+                && p.liveness.alive(now, reg.cfg.peer_timeout)
+                && !members_match(&ours, &p.record.members)
+        })
+        .map(|p| p.record.name.clone())
+        .collect();
+    LocalFacts {
+        rivals,
+        unsynced_peers,
+    }
+}
+
+/// Ensures the Local Cluster object exists and shows the truth.
+#[tracing::instrument(name = "local", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+pub async fn reconcile(
+    reg: &Registry,
+    writer: &StatusWriter,
+    clusters: &[Arc<Cluster>],
+    now: Instant,
+) -> Result<(), RegistryError> {
+    let name = &reg.cfg.cluster_name;
+    let api = Api::<Cluster>::all(reg.client.clone());
+    let Some(ours) = clusters.iter().find(|c| &c.name_any() == name) else {
+        let obj = Cluster::new(
+            name,
+            ClusterSpec {
+                cluster_id: reg.cluster_id.clone(),
+                ..ClusterSpec::default()
+            },
+        );
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => {
+                reg.metrics.kube_write("cluster");
+                tracing::info!("created Local Cluster object");
+            }
+            // The watch cache had not seen it yet; the next pass will.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(source) => {
+                return Err(RegistryError::Kube {
+                    action: "create Cluster",
+                    object: name.clone(),
+                    source,
+                })
+            }
+        }
+        return Ok(());
+    };
+    if ours.spec.cluster_id != reg.cluster_id {
+        // Someone else's object carries our name (a peer of the same name seen
+        // earlier, or a hand-made object). Never overwrite it; say so.
+        tracing::error!(
+            object_cluster_id = %ours.spec.cluster_id,
+            local_cluster_id = %reg.cluster_id,
+            "a Cluster object named like this cluster has another clusterID; leaving it alone"
+        );
+        return Ok(());
+    }
+    reg.update_local_info(|i| i.labels = ours.labels().clone());
+
+    let claiming: Vec<&Arc<Cluster>> = clusters
+        .iter()
+        .filter(|c| c.spec.cluster_id == reg.cluster_id)
+        .collect();
+    let local_conflict = claiming.len() > 1;
+    let conflict_msg = format!(
+        "{} Cluster objects claim clusterID {}: {}",
+        claiming.len(),
+        reg.cluster_id,
+        claiming
+            .iter()
+            .map(|c| c.name_any())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let f = facts(reg, now);
+    let info = reg.local_info();
+    let mut other_conflicts = 0;
+    {
+        let m = reg.membership();
+        other_conflicts += m.conflicting_names().len();
+    }
+    reg.metrics
+        .name_conflicts
+        .set(i64::try_from(f.rivals.len() + other_conflicts).unwrap_or(i64::MAX));
+
+    let prev = writer.current(ours).unwrap_or_default();
+    let name_conflict_msg = format!(
+        "cluster name {name:?} is also claimed by clusterID(s) {}; this cluster is {}",
+        f.rivals.join(", "),
+        reg.cluster_id
+    );
+    let desired = [
+        Desired {
+            type_: condition::READY,
+            status: true,
+            reason: "AgentRunning",
+            message: "the fleetbus agent is running".to_owned(),
+        },
+        Desired {
+            type_: condition::CLUSTERS_SYNCED,
+            status: f.unsynced_peers.is_empty(),
+            reason: if f.unsynced_peers.is_empty() {
+                "MembersAgree"
+            } else {
+                "MembersDiffer"
+            },
+            message: if f.unsynced_peers.is_empty() {
+                "every live peer sees the same members".to_owned()
+            } else {
+                format!(
+                    "peers seeing other members: {}",
+                    f.unsynced_peers.join(", ")
+                )
+            },
+        },
+        Desired {
+            type_: condition::LOCAL_CONFLICT,
+            status: local_conflict,
+            reason: if local_conflict {
+                "DuplicateLocal"
+            } else {
+                "Unique"
+            },
+            message: if local_conflict {
+                conflict_msg.clone()
+            } else {
+                String::new()
+            },
+        },
+        Desired {
+            type_: condition::NAME_CONFLICT,
+            status: !f.rivals.is_empty(),
+            reason: if f.rivals.is_empty() {
+                "Unique"
+            } else {
+                "DuplicateName"
+            },
+            message: if f.rivals.is_empty() {
+                String::new()
+            } else {
+                name_conflict_msg.clone()
+            },
+        },
+    ];
+    let status = ClusterStatus {
+        type_: Some(ClusterType::Local),
+        state: Some(if local_conflict {
+            ClusterState::Conflict
+        } else {
+            ClusterState::Ready
+        }),
+        message: if local_conflict {
+            Some(conflict_msg.clone())
+        } else if !f.rivals.is_empty() {
+            Some(name_conflict_msg.clone())
+        } else {
+            None
+        },
+        conditions: merge(&prev.conditions, &desired, ours.metadata.generation),
+        last_heartbeat_time: None,
+        agent_version: Some(AGENT_VERSION.to_owned()),
+        metadata: (info.metadata != Default::default()).then_some(info.metadata),
+        features: info
+            .features
+            .iter()
+            .map(|f| f.feature_name.clone())
+            .collect(),
+    };
+    report_transition(
+        reg,
+        ours,
+        &prev,
+        &status,
+        condition::LOCAL_CONFLICT,
+        &conflict_msg,
+    )
+    .await;
+    report_transition(
+        reg,
+        ours,
+        &prev,
+        &status,
+        condition::NAME_CONFLICT,
+        &name_conflict_msg,
+    )
+    .await;
+    if !f.rivals.is_empty() && status_of(&prev.conditions, condition::NAME_CONFLICT) != Some("True")
+    {
+        tracing::error!(rivals = ?f.rivals, "another cluster claims this cluster's name");
+    }
+    writer.write(reg, ours, None, status).await?;
+
+    // The other claimants: report on them too, change nothing else.
+    for other in claiming.iter().filter(|c| c.name_any() != *name) {
+        let prev = writer.current(other).unwrap_or_default();
+        let mut status = prev.clone();
+        let flagged = Desired {
+            type_: condition::LOCAL_CONFLICT,
+            status: true,
+            reason: "DuplicateLocal",
+            message: conflict_msg.clone(),
+        };
+        // Conditions of other types are not ours to judge on this object: keep them.
+        let mut conditions: Vec<_> = prev
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != condition::LOCAL_CONFLICT)
+            .cloned()
+            .collect();
+        conditions.extend(merge(
+            &prev.conditions,
+            &[flagged],
+            other.metadata.generation,
+        ));
+        status.conditions = conditions;
+        report_transition(
+            reg,
+            other,
+            &prev,
+            &status,
+            condition::LOCAL_CONFLICT,
+            &conflict_msg,
+        )
+        .await;
+        writer.write(reg, other, None, status).await?;
+    }
+    Ok(())
+}
+
+/// Records an Event when condition `type_` turns True (or back to False).
+async fn report_transition(
+    reg: &Registry,
+    obj: &Cluster,
+    prev: &ClusterStatus,
+    next: &ClusterStatus,
+    type_: &str,
+    message: &str,
+) {
+    let before = status_of(&prev.conditions, type_) == Some("True");
+    let after = status_of(&next.conditions, type_) == Some("True");
+    if before == after {
+        return;
+    }
+    let (kind, reason, msg) = if after {
+        (EventType::Warning, type_.to_owned(), message.to_owned())
+    } else {
+        (
+            EventType::Normal,
+            format!("{type_}Resolved"),
+            format!("{type_} resolved"),
+        )
+    };
+    reg.recorder
+        .publish(&obj.object_ref(&()), kind, &reason, &msg)
+        .await;
+}

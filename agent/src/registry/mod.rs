@@ -1,0 +1,241 @@
+//! The cluster registry: publishing this cluster, watching the fleet, keeping Cluster objects current.
+//!
+//! Three tasks share one [`Registry`]: the [`publisher`] re-puts this cluster's
+//! record every heartbeat, the [`watcher`] folds the bucket into [`Membership`],
+//! and the [`reconciler`] turns both into the Local and Peer Cluster objects
+//! ([`local`], [`peers`]).
+
+mod conditions;
+mod liveness;
+mod local;
+mod membership;
+mod peers;
+pub mod publisher;
+mod reconciler;
+pub mod record;
+mod status;
+pub mod watcher;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_nats::jetstream::kv;
+use fleetbus_schemas::crd::{Cluster, ClusterMetadata, ClusterState};
+use kube::ResourceExt;
+use tokio::sync::Notify;
+
+use crate::config::Config;
+use crate::events::Recorder;
+use crate::health::Readiness;
+use crate::metrics::Metrics;
+
+pub use membership::Membership;
+pub use reconciler::run as run_reconciler;
+
+/// Failure of a registry task.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A call to the local Kubernetes API failed.
+    #[error("failed to {action} {object}")]
+    Kube {
+        /// What was attempted (e.g. "patch status of").
+        action: &'static str,
+        /// Which object.
+        object: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Putting a record into the registry bucket failed.
+    #[error("failed to put {key} into the registry bucket")]
+    Put {
+        /// The key.
+        key: String,
+        /// Cause.
+        #[source]
+        source: kv::PutError,
+    },
+    /// The registry watch could not be started or broke.
+    #[error("registry watch failed")]
+    Watch(#[source] async_nats::Error),
+    /// A record could not be encoded (a bug).
+    #[error("failed to encode a record")]
+    Encode(#[source] fleetbus_schemas::EncodeError),
+    /// A patch could not be serialised (a bug).
+    #[error("failed to serialise a patch")]
+    Serialise(#[source] serde_json::Error),
+}
+
+impl RegistryError {
+    /// Whether trying again later can help. Bus and API hiccups can; a record
+    /// that cannot be serialised will not serialise next time either.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RegistryError::Kube { source, .. } => crate::kubeclient::is_transient(source),
+            RegistryError::Put { .. } | RegistryError::Watch(_) => true,
+            RegistryError::Encode(_) | RegistryError::Serialise(_) => false,
+        }
+    }
+}
+
+/// What this cluster publishes about itself besides identity.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalInfo {
+    /// Labels of the Local Cluster object.
+    pub labels: BTreeMap<String, String>,
+    /// The local ClusterFeatures, sorted by feature name.
+    pub features: Vec<record::FeatureRecord>,
+    /// Facts from the Nodes and /version.
+    pub metadata: ClusterMetadata,
+}
+
+/// State shared by the registry tasks (one per agent, behind an `Arc`).
+pub struct Registry {
+    /// Validated flags.
+    pub cfg: Config,
+    /// This cluster's kube-system UID.
+    pub cluster_id: String,
+    /// Local Kubernetes client.
+    pub client: kube::Client,
+    /// The registry bucket.
+    pub kv: kv::Store,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Readiness flags.
+    pub readiness: Arc<Readiness>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// The fleet as read from the bucket.
+    membership: Mutex<Membership>,
+    /// What we publish about ourselves.
+    local: Mutex<LocalInfo>,
+    /// Wakes the reconciler: the membership changed.
+    pub membership_changed: Notify,
+    /// Wakes the publisher: something we publish changed.
+    pub publish_now: Notify,
+    /// When this agent run started (published; a restart is a new run).
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// Heartbeat sequence number within this run.
+    seq: AtomicU64,
+}
+
+impl Registry {
+    /// A registry for the cluster `cluster_id`.
+    pub fn new(
+        cfg: Config,
+        cluster_id: String,
+        client: kube::Client,
+        kv: kv::Store,
+        metrics: Arc<Metrics>,
+        readiness: Arc<Readiness>,
+    ) -> Self {
+        let recorder = Recorder::new(client.clone(), &cfg.cluster_name);
+        Registry {
+            membership: Mutex::new(Membership::new(&cfg.cluster_name, &cluster_id)),
+            local: Mutex::new(LocalInfo::default()),
+            cfg,
+            cluster_id,
+            client,
+            kv,
+            metrics,
+            readiness,
+            recorder,
+            membership_changed: Notify::new(),
+            publish_now: Notify::new(),
+            started_at: chrono::Utc::now(),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    /// Locks the membership. A std mutex is right here: every critical section
+    /// is a few map operations and never awaits. A poisoned lock only means a
+    /// panic elsewhere; the data is still consistent map state, so use it.
+    pub fn membership(&self) -> MutexGuard<'_, Membership> {
+        self.membership.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next heartbeat sequence number (1, 2, ...).
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A copy of what we publish about ourselves.
+    pub fn local_info(&self) -> LocalInfo {
+        self.local.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Changes what we publish; republishes promptly when it changed.
+    pub fn update_local_info(&self, f: impl FnOnce(&mut LocalInfo)) {
+        let changed = {
+            let mut guard = self.local.lock().unwrap_or_else(|p| p.into_inner());
+            let before = guard.clone();
+            f(&mut guard);
+            *guard != before
+        };
+        if changed {
+            self.publish_now.notify_one();
+        }
+    }
+}
+
+/// Whether later sync may take objects from this peer: not when an operator
+/// disabled it (annotation `fleetbus.io/cluster-disabled`), nor when its state
+/// is Disabled or Conflict (who is who is unclear), nor for the Local object.
+pub fn sync_allowed(cluster: &Cluster) -> bool {
+    if cluster
+        .annotations()
+        .contains_key(fleetbus_schemas::well_known::ANNOTATION_CLUSTER_DISABLED)
+    {
+        return false;
+    }
+    let status = cluster.status.as_ref();
+    if status.and_then(|s| s.type_) != Some(fleetbus_schemas::crd::ClusterType::Peer) {
+        return false;
+    }
+    !matches!(
+        status.and_then(|s| s.state),
+        Some(ClusterState::Disabled | ClusterState::Conflict)
+    )
+}
+
+/// The peer-disabled annotation is set on this Cluster object.
+pub fn is_disabled(cluster: &Cluster) -> bool {
+    cluster
+        .annotations()
+        .contains_key(fleetbus_schemas::well_known::ANNOTATION_CLUSTER_DISABLED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetbus_schemas::crd::{ClusterSpec, ClusterStatus, ClusterType};
+
+    fn peer(state: ClusterState, disabled: bool) -> Cluster {
+        let mut c = Cluster::new("b", ClusterSpec::default());
+        c.status = Some(ClusterStatus {
+            type_: Some(ClusterType::Peer),
+            state: Some(state),
+            ..ClusterStatus::default()
+        });
+        if disabled {
+            c.annotations_mut().insert(
+                fleetbus_schemas::well_known::ANNOTATION_CLUSTER_DISABLED.into(),
+                "true".into(),
+            );
+        }
+        c
+    }
+
+    #[test]
+    fn sync_allowed_only_from_enabled_unconflicted_peers() {
+        assert!(sync_allowed(&peer(ClusterState::Ready, false)));
+        assert!(sync_allowed(&peer(ClusterState::Disconnected, false)));
+        assert!(!sync_allowed(&peer(ClusterState::Ready, true)));
+        assert!(!sync_allowed(&peer(ClusterState::Disabled, false)));
+        assert!(!sync_allowed(&peer(ClusterState::Conflict, false)));
+        let mut local = peer(ClusterState::Ready, false);
+        local.status.as_mut().unwrap().type_ = Some(ClusterType::Local);
+        assert!(!sync_allowed(&local));
+    }
+}

@@ -1,0 +1,704 @@
+//! Peer Cluster objects: one per other cluster in the registry, status kept current, nothing ever deleted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fleetbus_schemas::crd::{
+    AuthInfo, Cluster, ClusterSpec, ClusterState, ClusterStatus, ClusterType, NamespacedName,
+};
+use fleetbus_schemas::well_known::{self, condition};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::ByteString;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use tokio::time::Instant;
+
+use super::conditions::{merge, Desired};
+use super::liveness::{members_match, peer_state, PeerFacts};
+use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
+use super::status::StatusWriter;
+use super::{is_disabled, Registry, RegistryError};
+use crate::events::EventType;
+
+/// How often `lastHeartbeatTime` is refreshed on a steady peer. Writing it
+/// on every heartbeat would make a quiet mesh write N-1 objects per interval;
+/// state changes are written at once whatever this says.
+pub const HEARTBEAT_REFRESH: Duration = Duration::from_secs(30);
+
+/// One peer name as the registry shows it, decided under the membership lock.
+#[derive(Debug, Clone)]
+struct Plan {
+    name: String,
+    record: ClusterRecord,
+    alive: bool,
+    advanced: bool,
+    deadline: Instant,
+    kubeconfig: Option<KubeconfigRecord>,
+    /// clusterIDs of the active records claiming this name, when more than one.
+    conflict_ids: Vec<String>,
+    members_ours: Vec<String>,
+}
+
+/// Kubeconfig Secrets already written (name -> kubeconfig), to skip rewrites.
+#[derive(Debug, Default)]
+pub struct SecretCache(Mutex<HashMap<String, String>>);
+
+/// Reconciles every peer; returns when the next liveness deadline falls.
+#[tracing::instrument(name = "peers", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+pub async fn reconcile(
+    reg: &Registry,
+    writer: &StatusWriter,
+    secrets: &SecretCache,
+    clusters: &[Arc<Cluster>],
+    now: Instant,
+) -> Result<Option<Instant>, RegistryError> {
+    let plans = plan(reg, clusters, now);
+    let mut next_deadline: Option<Instant> = None;
+    let mut by_state: BTreeMap<&'static str, i64> = BTreeMap::new();
+    let mut first_error = None;
+    for p in &plans {
+        if p.alive && p.record.state == MemberState::Active {
+            next_deadline = Some(next_deadline.map_or(p.deadline, |d| d.min(p.deadline)));
+        }
+        let existing = clusters.iter().find(|c| c.name_any() == p.name);
+        match reconcile_one(reg, writer, secrets, p, existing).await {
+            Ok(state) => *by_state.entry(state_label(state)).or_default() += 1,
+            Err(e) => {
+                tracing::warn!(peer = %p.name, error = %crate::report(&e), "peer reconcile failed");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    orphans(reg, writer, clusters, &plans).await?;
+    for state in ["Ready", "Disconnected", "Disabled", "Conflict", "Left"] {
+        reg.metrics
+            .peers
+            .get_or_create(&vec![("state", state)])
+            .set(by_state.get(state).copied().unwrap_or(0));
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(next_deadline),
+    }
+}
+
+fn state_label(s: ClusterState) -> &'static str {
+    match s {
+        ClusterState::Ready => "Ready",
+        ClusterState::Disconnected => "Disconnected",
+        ClusterState::Disabled => "Disabled",
+        ClusterState::Conflict => "Conflict",
+        ClusterState::Left => "Left",
+    }
+}
+
+/// Groups the membership by peer name and picks the record each object shows.
+fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
+    let m = reg.membership();
+    let members_ours = m.members();
+    let mut by_name: BTreeMap<&str, Vec<&super::membership::Peer>> = BTreeMap::new();
+    for p in m.peers() {
+        // A record with our own name is a rival; the Local object reports it.
+        if p.record.name != reg.cfg.cluster_name {
+            by_name.entry(&p.record.name).or_default().push(p);
+        }
+    }
+    let mut plans = Vec::new();
+    for (name, group) in by_name {
+        let existing_id = clusters
+            .iter()
+            .find(|c| c.name_any() == name)
+            .map(|c| c.spec.cluster_id.clone());
+        let active: Vec<_> = group
+            .iter()
+            .filter(|p| p.record.state == MemberState::Active)
+            .collect();
+        let conflict_ids = if active.len() > 1 {
+            active.iter().map(|p| p.record.cluster_id.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        // Prefer the record the object already describes, then an active one.
+        let pool: Vec<_> = if active.is_empty() {
+            group.iter().collect()
+        } else {
+            active
+        };
+        let chosen = pool
+            .iter()
+            .find(|p| Some(&p.record.cluster_id) == existing_id.as_ref())
+            .or_else(|| pool.first())
+            .copied();
+        let Some(chosen) = chosen else { continue };
+        plans.push(Plan {
+            name: name.to_owned(),
+            record: chosen.record.clone(),
+            alive: chosen.liveness.alive(now, reg.cfg.peer_timeout),
+            advanced: chosen.liveness.advanced(),
+            deadline: chosen.liveness.deadline(reg.cfg.peer_timeout),
+            kubeconfig: chosen.kubeconfig.clone(),
+            conflict_ids,
+            members_ours: members_ours.clone(),
+        });
+    }
+    plans
+}
+
+async fn reconcile_one(
+    reg: &Registry,
+    writer: &StatusWriter,
+    secrets: &SecretCache,
+    p: &Plan,
+    existing: Option<&Arc<Cluster>>,
+) -> Result<ClusterState, RegistryError> {
+    let api = Api::<Cluster>::all(reg.client.clone());
+    let conflict = !p.conflict_ids.is_empty();
+    let secret_name = format!("{}-kubeconfig", p.name);
+    let auth_info = match (&p.kubeconfig, conflict) {
+        (Some(k), false) => {
+            ensure_secret(reg, secrets, &secret_name, k).await?;
+            Some(AuthInfo {
+                secret_ref: NamespacedName {
+                    name: secret_name,
+                    namespace: reg.cfg.namespace.clone(),
+                },
+            })
+        }
+        _ => None,
+    };
+    let obj: Cluster = match existing {
+        Some(c)
+            if c.spec.cluster_id == reg.cluster_id
+                || c.status.as_ref().and_then(|s| s.type_) == Some(ClusterType::Local) =>
+        {
+            tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
+            return Ok(ClusterState::Conflict);
+        }
+        Some(c) => {
+            let spec_id_ok = conflict || c.spec.cluster_id == p.record.cluster_id;
+            let auth_ok = auth_info.is_none() || c.spec.auth_info == auth_info;
+            let labels_ok = p
+                .record
+                .labels
+                .iter()
+                .all(|(k, v)| c.labels().get(k) == Some(v));
+            if (spec_id_ok && auth_ok && labels_ok) || writer.spec_pending(c) {
+                (**c).clone()
+            } else {
+                let mut spec = serde_json::Map::new();
+                if !spec_id_ok {
+                    spec.insert("clusterID".into(), p.record.cluster_id.clone().into());
+                }
+                if let Some(a) = &auth_info {
+                    spec.insert(
+                        "authInfo".into(),
+                        serde_json::to_value(a).map_err(RegistryError::Serialise)?,
+                    );
+                }
+                let patch = serde_json::json!({
+                    "metadata": { "labels": p.record.labels },
+                    "spec": spec,
+                });
+                let updated = api
+                    .patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|source| RegistryError::Kube {
+                        action: "patch Cluster",
+                        object: p.name.clone(),
+                        source,
+                    })?;
+                reg.metrics.kube_write("cluster");
+                writer.note_spec_patch(c);
+                updated
+            }
+        }
+        None => {
+            let mut obj = Cluster::new(
+                &p.name,
+                ClusterSpec {
+                    cluster_id: p.record.cluster_id.clone(),
+                    auth_info,
+                    ..ClusterSpec::default()
+                },
+            );
+            obj.metadata.labels = (!p.record.labels.is_empty()).then(|| p.record.labels.clone());
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(created) => {
+                    reg.metrics.kube_write("cluster");
+                    tracing::info!(peer = %p.name, cluster_id = %p.record.cluster_id, "created Peer Cluster object");
+                    created
+                }
+                // Our watch cache lags behind our own create; read it instead.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    api.get(&p.name)
+                        .await
+                        .map_err(|source| RegistryError::Kube {
+                            action: "get Cluster",
+                            object: p.name.clone(),
+                            source,
+                        })?
+                }
+                Err(source) => {
+                    return Err(RegistryError::Kube {
+                        action: "create Cluster",
+                        object: p.name.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+    };
+
+    // If the object came from a write of ours, the cache may still show the
+    // version before it; that version must not be mistaken for news.
+    let older = existing
+        .map(|c| c.resource_version())
+        .filter(|rv| *rv != obj.resource_version());
+    let prev = writer.current(&obj).unwrap_or_default();
+    let status = desired_status(
+        reg.cfg.peer_timeout,
+        p,
+        &prev,
+        is_disabled(&obj),
+        obj.metadata.generation,
+    );
+    let state = status.state.unwrap_or(ClusterState::Disconnected);
+    if prev.state != status.state {
+        let (kind, msg) = match state {
+            ClusterState::Ready => (EventType::Normal, "peer heartbeats are arriving".to_owned()),
+            _ => (
+                if state == ClusterState::Left {
+                    EventType::Normal
+                } else {
+                    EventType::Warning
+                },
+                status.message.clone().unwrap_or_default(),
+            ),
+        };
+        tracing::info!(peer = %p.name, from = ?prev.state, to = ?state, "peer state changed");
+        reg.recorder
+            .publish(
+                &obj.object_ref(&()),
+                kind,
+                &format!("Peer{}", state_label(state)),
+                &msg,
+            )
+            .await;
+    }
+    writer.write(reg, &obj, older, status).await?;
+    Ok(state)
+}
+
+/// The status a peer's object should show.
+fn desired_status(
+    peer_timeout: Duration,
+    p: &Plan,
+    prev: &ClusterStatus,
+    disabled: bool,
+    generation: Option<i64>,
+) -> ClusterStatus {
+    let heartbeat = heartbeat_time(&p.record.heartbeat_at);
+    // After our own restart the registry replays each peer's last record. If
+    // we had already marked it Disconnected at that very heartbeat, it is
+    // still dead until a newer heartbeat arrives.
+    let replayed_dead = !p.advanced
+        && prev.state == Some(ClusterState::Disconnected)
+        && heartbeat.is_some()
+        && prev.last_heartbeat_time == heartbeat;
+    let facts = PeerFacts {
+        left: p.record.state == MemberState::Left,
+        alive: p.alive && !replayed_dead,
+        disabled,
+        name_conflict: !p.conflict_ids.is_empty(),
+    };
+    let state = peer_state(facts);
+    let message = match state {
+        ClusterState::Ready => None,
+        ClusterState::Disconnected => Some(format!(
+            "no heartbeat received for more than {}",
+            humantime::format_duration(peer_timeout)
+        )),
+        ClusterState::Left => {
+            Some("the cluster's agent announced that it left the fleet".to_owned())
+        }
+        ClusterState::Disabled => Some(format!(
+            "sync from this cluster is disabled by annotation {}",
+            well_known::ANNOTATION_CLUSTER_DISABLED
+        )),
+        ClusterState::Conflict => Some(format!(
+            "cluster name {:?} is claimed by clusterIDs {}",
+            p.name,
+            p.conflict_ids.join(", ")
+        )),
+    };
+    let synced = members_match(&p.members_ours, &p.record.members);
+    let mut desired = vec![
+        Desired {
+            type_: condition::READY,
+            status: state == ClusterState::Ready,
+            reason: state_label(state),
+            message: message
+                .clone()
+                .unwrap_or_else(|| "heartbeats are current".to_owned()),
+        },
+        Desired {
+            type_: condition::CLUSTERS_SYNCED,
+            status: synced,
+            reason: if synced {
+                "MembersAgree"
+            } else {
+                "MembersDiffer"
+            },
+            message: if synced {
+                "this cluster and the peer see the same members".to_owned()
+            } else {
+                format!(
+                    "members seen here: {}; by the peer: {}",
+                    p.members_ours.join(","),
+                    p.record.members.join(",")
+                )
+            },
+        },
+    ];
+    if facts.name_conflict {
+        desired.push(Desired {
+            type_: condition::NAME_CONFLICT,
+            status: true,
+            reason: "DuplicateName",
+            message: message.clone().unwrap_or_default(),
+        });
+    }
+    let mut status = ClusterStatus {
+        type_: Some(ClusterType::Peer),
+        state: Some(state),
+        message,
+        conditions: merge(&prev.conditions, &desired, generation),
+        last_heartbeat_time: heartbeat,
+        agent_version: Some(p.record.agent_version.clone()).filter(|v| !v.is_empty()),
+        metadata: (p.record.metadata != Default::default()).then(|| p.record.metadata.clone()),
+        features: p
+            .record
+            .features
+            .iter()
+            .map(|f| f.feature_name.clone())
+            .collect(),
+    };
+    keep_coarse_heartbeat(prev, &mut status);
+    status
+}
+
+/// Keeps the previous `lastHeartbeatTime` when it is recent and nothing else
+/// changed, so a steady peer is written every [`HEARTBEAT_REFRESH`], not every beat.
+fn keep_coarse_heartbeat(prev: &ClusterStatus, next: &mut ClusterStatus) {
+    let (Some(p), Some(n)) = (&prev.last_heartbeat_time, &next.last_heartbeat_time) else {
+        return;
+    };
+    let age = n.0.as_second() - p.0.as_second();
+    let refresh = i64::try_from(HEARTBEAT_REFRESH.as_secs()).unwrap_or(i64::MAX);
+    if (0..refresh).contains(&age) {
+        let mut candidate = next.clone();
+        candidate.last_heartbeat_time = prev.last_heartbeat_time.clone();
+        if candidate == *prev {
+            *next = candidate;
+        }
+    }
+}
+
+/// The sender's heartbeat time as a whole-second Time (what the API stores).
+fn heartbeat_time(t: &chrono::DateTime<chrono::Utc>) -> Option<Time> {
+    k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
+        .ok()
+        .map(Time)
+}
+
+/// Peer objects without any record (e.g. the bucket was wiped): once the
+/// registry caught up, a Ready one becomes Disconnected. Never deleted.
+async fn orphans(
+    reg: &Registry,
+    writer: &StatusWriter,
+    clusters: &[Arc<Cluster>],
+    plans: &[Plan],
+) -> Result<(), RegistryError> {
+    if !reg
+        .readiness
+        .registry_synced
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return Ok(());
+    }
+    for c in clusters {
+        let name = c.name_any();
+        let prev = writer.current(c).unwrap_or_default();
+        let is_peer = prev.type_ == Some(ClusterType::Peer);
+        if !is_peer
+            || prev.state != Some(ClusterState::Ready)
+            || plans.iter().any(|p| p.name == name)
+        {
+            continue;
+        }
+        let mut status = prev.clone();
+        status.state = Some(ClusterState::Disconnected);
+        status.message = Some("no record of this cluster in the registry".to_owned());
+        let ready = Desired {
+            type_: condition::READY,
+            status: false,
+            reason: "Disconnected",
+            message: "no record of this cluster in the registry".to_owned(),
+        };
+        let mut conditions: Vec<_> = prev
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != condition::READY)
+            .cloned()
+            .collect();
+        conditions.extend(merge(&prev.conditions, &[ready], c.metadata.generation));
+        status.conditions = conditions;
+        reg.recorder
+            .publish(
+                &c.object_ref(&()),
+                EventType::Warning,
+                "PeerDisconnected",
+                "no record of this cluster in the registry",
+            )
+            .await;
+        writer.write(reg, c, None, status).await?;
+    }
+    Ok(())
+}
+
+/// Stores a peer's published kubeconfig as a Secret the Cluster object points at.
+async fn ensure_secret(
+    reg: &Registry,
+    cache: &SecretCache,
+    name: &str,
+    k: &KubeconfigRecord,
+) -> Result<(), RegistryError> {
+    {
+        let cached = cache.0.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.get(name) == Some(&k.kubeconfig) {
+            return Ok(());
+        }
+    }
+    let api = Api::<Secret>::namespaced(reg.client.clone(), &reg.cfg.namespace);
+    let err = |action, source| RegistryError::Kube {
+        action,
+        object: format!("{}/{name}", reg.cfg.namespace),
+        source,
+    };
+    let data = ByteString(k.kubeconfig.clone().into_bytes());
+    match api.get_opt(name).await.map_err(|e| err("get Secret", e))? {
+        Some(s)
+            if s.data
+                .as_ref()
+                .and_then(|d| d.get(well_known::SECRET_KEY_KUBECONFIG))
+                == Some(&data) => {}
+        Some(_) => {
+            let patch = serde_json::json!({
+                "data": { well_known::SECRET_KEY_KUBECONFIG: data },
+            });
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| err("patch Secret", e))?;
+            reg.metrics.kube_write("secret");
+            tracing::info!(secret = name, "updated peer kubeconfig Secret");
+        }
+        None => {
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    namespace: Some(reg.cfg.namespace.clone()),
+                    labels: Some(
+                        [(
+                            well_known::LABEL_MANAGED.to_owned(),
+                            well_known::LABEL_MANAGED_VALUE.to_owned(),
+                        )]
+                        .into(),
+                    ),
+                    ..ObjectMeta::default()
+                },
+                type_: Some(well_known::SECRET_TYPE_CLUSTER_KUBECONFIG.to_owned()),
+                data: Some([(well_known::SECRET_KEY_KUBECONFIG.to_owned(), data)].into()),
+                ..Secret::default()
+            };
+            api.create(&PostParams::default(), &secret)
+                .await
+                .map_err(|e| err("create Secret", e))?;
+            reg.metrics.kube_write("secret");
+            tracing::info!(secret = name, "stored peer kubeconfig Secret");
+        }
+    }
+    cache
+        .0
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_owned(), k.kubeconfig.clone());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::conditions::status_of;
+    use crate::registry::membership::tests::record;
+    use k8s_openapi::jiff::Timestamp;
+
+    const TIMEOUT: Duration = Duration::from_secs(2);
+
+    fn plan(alive: bool, advanced: bool) -> Plan {
+        let mut r = record("b", "id-b", 7);
+        r.members = vec!["a".into(), "b".into()];
+        Plan {
+            name: "b".into(),
+            record: r,
+            alive,
+            advanced,
+            deadline: Instant::now(),
+            kubeconfig: None,
+            conflict_ids: vec![],
+            members_ours: vec!["b".into(), "a".into()],
+        }
+    }
+
+    #[test]
+    fn live_peer_is_ready_and_synced() {
+        let s = desired_status(
+            TIMEOUT,
+            &plan(true, true),
+            &ClusterStatus::default(),
+            false,
+            None,
+        );
+        assert_eq!(s.type_, Some(ClusterType::Peer));
+        assert_eq!(s.state, Some(ClusterState::Ready));
+        assert_eq!(status_of(&s.conditions, condition::READY), Some("True"));
+        assert_eq!(
+            status_of(&s.conditions, condition::CLUSTERS_SYNCED),
+            Some("True")
+        );
+        assert_eq!(
+            s.last_heartbeat_time,
+            heartbeat_time(&plan(true, true).record.heartbeat_at)
+        );
+    }
+
+    #[test]
+    fn different_members_are_not_synced() {
+        let mut p = plan(true, true);
+        p.members_ours.push("c".into());
+        let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
+        assert_eq!(
+            status_of(&s.conditions, condition::CLUSTERS_SYNCED),
+            Some("False")
+        );
+    }
+
+    #[test]
+    fn silent_peer_is_disconnected_and_steady_state_is_stable() {
+        let s = desired_status(
+            TIMEOUT,
+            &plan(false, true),
+            &ClusterStatus::default(),
+            false,
+            None,
+        );
+        assert_eq!(s.state, Some(ClusterState::Disconnected));
+        assert_eq!(status_of(&s.conditions, condition::READY), Some("False"));
+        let again = desired_status(TIMEOUT, &plan(false, true), &s, false, None);
+        assert_eq!(again, s, "nothing changed, nothing to write");
+    }
+
+    #[test]
+    fn replayed_record_of_a_dead_peer_stays_disconnected() {
+        let dead = desired_status(
+            TIMEOUT,
+            &plan(false, true),
+            &ClusterStatus::default(),
+            false,
+            None,
+        );
+        // After our restart the same record is replayed and looks fresh.
+        let replay = desired_status(TIMEOUT, &plan(true, false), &dead, false, None);
+        assert_eq!(replay.state, Some(ClusterState::Disconnected));
+        // A newer heartbeat revives it.
+        let mut newer = plan(true, true);
+        newer.record.seq += 1;
+        newer.record.heartbeat_at += chrono::Duration::seconds(1);
+        let revived = desired_status(TIMEOUT, &newer, &dead, false, None);
+        assert_eq!(revived.state, Some(ClusterState::Ready));
+    }
+
+    #[test]
+    fn disabled_and_conflicting_peers() {
+        let s = desired_status(
+            TIMEOUT,
+            &plan(true, true),
+            &ClusterStatus::default(),
+            true,
+            None,
+        );
+        assert_eq!(s.state, Some(ClusterState::Disabled));
+        let mut p = plan(true, true);
+        p.conflict_ids = vec!["id-b".into(), "id-b2".into()];
+        let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
+        assert_eq!(s.state, Some(ClusterState::Conflict));
+        assert_eq!(
+            status_of(&s.conditions, condition::NAME_CONFLICT),
+            Some("True")
+        );
+        assert!(s.message.unwrap().contains("id-b2"));
+    }
+
+    #[test]
+    fn left_peer_is_left() {
+        let mut p = plan(false, true);
+        p.record.state = MemberState::Left;
+        let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
+        assert_eq!(s.state, Some(ClusterState::Left));
+    }
+
+    fn at(secs: i64) -> Option<Time> {
+        Some(Time(Timestamp::from_second(secs).unwrap()))
+    }
+
+    #[test]
+    fn steady_peer_keeps_heartbeat_time_until_refresh() {
+        let prev = ClusterStatus {
+            state: Some(ClusterState::Ready),
+            last_heartbeat_time: at(1000),
+            ..ClusterStatus::default()
+        };
+        let mut next = ClusterStatus {
+            last_heartbeat_time: at(1010),
+            ..prev.clone()
+        };
+        keep_coarse_heartbeat(&prev, &mut next);
+        assert_eq!(next, prev, "10s later, nothing else changed: no write");
+
+        let mut next = ClusterStatus {
+            last_heartbeat_time: at(1030),
+            ..prev.clone()
+        };
+        keep_coarse_heartbeat(&prev, &mut next);
+        assert_eq!(next.last_heartbeat_time, at(1030), "refresh period reached");
+
+        let mut next = ClusterStatus {
+            state: Some(ClusterState::Disconnected),
+            last_heartbeat_time: at(1005),
+            ..prev.clone()
+        };
+        keep_coarse_heartbeat(&prev, &mut next);
+        assert_eq!(
+            next.last_heartbeat_time,
+            at(1005),
+            "a state change writes the latest heartbeat"
+        );
+    }
+
+    #[test]
+    fn heartbeat_time_is_whole_seconds() {
+        let t = chrono::DateTime::from_timestamp(1_700_000_000, 678_000_000).unwrap();
+        assert_eq!(heartbeat_time(&t), at(1_700_000_000));
+    }
+}

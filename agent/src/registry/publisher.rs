@@ -1,0 +1,95 @@
+//! The heartbeat: this cluster's record, re-put every interval and on change; a leave record at shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use super::record::{cluster_key, ClusterRecord, MemberState};
+use super::{Registry, RegistryError};
+
+/// Version of this agent, published in the record.
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Builds this cluster's record as of now.
+pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
+    let info = reg.local_info();
+    ClusterRecord {
+        name: reg.cfg.cluster_name.clone(),
+        cluster_id: reg.cluster_id.clone(),
+        state,
+        labels: info.labels,
+        kubernetes_api_endpoints: Vec::new(),
+        metadata: info.metadata,
+        features: info.features,
+        agent_version: AGENT_VERSION.to_owned(),
+        started_at: reg.started_at,
+        heartbeat_at: chrono::Utc::now(),
+        // Whole seconds on the wire; readers here use their own --peer-timeout.
+        heartbeat_interval_seconds: u32::try_from(reg.cfg.heartbeat_interval.as_secs().max(1))
+            .unwrap_or(u32::MAX),
+        seq: reg.next_seq(),
+        members: reg.membership().members(),
+    }
+}
+
+/// Puts this cluster's record once.
+pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryError> {
+    let record = build_record(reg, state);
+    let key = cluster_key(&record.name, &record.cluster_id);
+    let body = record.encode().map_err(RegistryError::Encode)?;
+    reg.kv
+        .put(&key, body.into())
+        .await
+        .map_err(|source| RegistryError::Put { key, source })?;
+    reg.metrics.heartbeats_published.inc();
+    tracing::trace!(
+        ?state,
+        members = record.members.len(),
+        "published cluster record"
+    );
+    Ok(())
+}
+
+/// Heartbeats until `cancel`, then publishes the leave record. A failed
+/// heartbeat is logged and the next tick tries again: peers tolerate missing
+/// a few (the peer timeout spans several intervals).
+#[tracing::instrument(name = "publisher", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
+    let mut tick = tokio::time::interval(reg.cfg.heartbeat_interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tick.tick() => {}
+            _ = reg.publish_now.notified() => {
+                // Whatever changed goes out now; the next regular beat is a full interval away.
+                tick.reset();
+            }
+        }
+        if let Err(error) = publish(&reg, MemberState::Active).await {
+            tracing::warn!(error = %crate::report(&error), "heartbeat failed");
+        }
+    }
+    leave(&reg).await
+}
+
+/// Publishes the leave record, trying for a few seconds (shutdown must not hang).
+async fn leave(reg: &Registry) -> Result<(), RegistryError> {
+    let mut last = None;
+    for _ in 0..3 {
+        match tokio::time::timeout(Duration::from_secs(2), publish(reg, MemberState::Left)).await {
+            Ok(Ok(())) => {
+                tracing::info!("published leave record");
+                return Ok(());
+            }
+            Ok(Err(e)) => last = Some(e),
+            Err(_) => tracing::warn!("leave record timed out"),
+        }
+    }
+    match last {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

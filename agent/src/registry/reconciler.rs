@@ -1,0 +1,147 @@
+//! The reconcile loop: Cluster/ClusterFeature watches, membership changes and liveness timers in; Cluster objects out.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleetbus_schemas::crd::{Cluster, ClusterFeature};
+use futures::StreamExt;
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::{Api, ResourceExt};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::peers::SecretCache;
+use super::record::FeatureRecord;
+use super::status::StatusWriter;
+use super::{local, peers, Registry, RegistryError};
+
+/// Longest time between two passes even when nothing seems to happen (a
+/// missed watch event must not leave a status wrong for long).
+const RESYNC: Duration = Duration::from_secs(30);
+/// How often Nodes and /version are re-read for metadata.
+const METADATA_REFRESH: Duration = Duration::from_secs(30);
+/// Slack after a liveness deadline, so the pass sees the peer as expired.
+const DEADLINE_SLACK: Duration = Duration::from_millis(20);
+
+/// Runs until `cancel`.
+#[tracing::instrument(name = "reconciler", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
+    let (clusters, cluster_writer) = reflector::store::<Cluster>();
+    let cluster_events = reflector::reflector(
+        cluster_writer,
+        watcher(
+            Api::<Cluster>::all(reg.client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff();
+    let (features, feature_writer) = reflector::store::<ClusterFeature>();
+    let feature_events = reflector::reflector(
+        feature_writer,
+        watcher(
+            Api::<ClusterFeature>::all(reg.client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff();
+    futures::pin_mut!(cluster_events, feature_events);
+
+    let writer = StatusWriter::default();
+    let secrets = SecretCache::default();
+    let mut clusters_listed = false;
+    let mut dirty = true;
+    let mut wake_at = Instant::now() + RESYNC;
+    let mut metadata_tick = tokio::time::interval(METADATA_REFRESH);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            ev = cluster_events.next() => {
+                match ev {
+                    Some(Ok(watcher::Event::InitDone)) => clusters_listed = true,
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => {
+                        reg.readiness.kube.store(false, Ordering::Relaxed);
+                        tracing::warn!(%error, "Cluster watch error");
+                    }
+                    None => return Ok(()),
+                }
+                dirty = true;
+            }
+            ev = feature_events.next() => {
+                match ev {
+                    Some(Ok(_)) => {
+                        let list = feature_records(&features.state());
+                        reg.update_local_info(|i| i.features = list);
+                        dirty = true;
+                    }
+                    Some(Err(error)) => tracing::warn!(%error, "ClusterFeature watch error"),
+                    None => return Ok(()),
+                }
+            }
+            _ = reg.membership_changed.notified() => dirty = true,
+            _ = metadata_tick.tick() => {
+                match crate::metadata::gather(&reg.client).await {
+                    Ok(md) => {
+                        reg.update_local_info(|i| i.metadata = md);
+                        dirty = true;
+                    }
+                    // Old metadata stays published; the next tick tries again.
+                    Err(error) => tracing::warn!(
+                        error = %crate::report(&error),
+                        transient = error.is_transient(),
+                        "metadata refresh failed"
+                    ),
+                }
+            }
+            _ = tokio::time::sleep_until(wake_at) => dirty = true,
+        }
+        if !dirty || !clusters_listed {
+            continue;
+        }
+        dirty = false;
+        let snapshot = clusters.state();
+        let now = Instant::now();
+        let local = local::reconcile(&reg, &writer, &snapshot, now).await;
+        let peers = peers::reconcile(&reg, &writer, &secrets, &snapshot, now).await;
+        wake_at = now + RESYNC;
+        match (local, peers) {
+            (Ok(()), Ok(deadline)) => {
+                reg.readiness.kube.store(true, Ordering::Relaxed);
+                if let Some(d) = deadline {
+                    wake_at = wake_at.min(d + DEADLINE_SLACK);
+                }
+            }
+            (l, p) => {
+                for e in [l.err(), p.err()].into_iter().flatten() {
+                    if let RegistryError::Kube { source, .. } = &e {
+                        if crate::kubeclient::is_transient(source) {
+                            reg.readiness.kube.store(false, Ordering::Relaxed);
+                        }
+                    }
+                    tracing::warn!(error = %crate::report(&e), "reconcile failed; retrying");
+                }
+                wake_at = now + Duration::from_secs(1);
+            }
+        }
+    }
+}
+
+/// The published form of the local ClusterFeatures: name (falling back to the
+/// object name when `featureName` is empty) and labels, sorted and deduplicated.
+fn feature_records(features: &[Arc<ClusterFeature>]) -> Vec<FeatureRecord> {
+    let mut out: Vec<FeatureRecord> = features
+        .iter()
+        .map(|f| FeatureRecord {
+            feature_name: if f.spec.feature_name.is_empty() {
+                f.name_any()
+            } else {
+                f.spec.feature_name.clone()
+            },
+            labels: f.labels().clone(),
+        })
+        .collect();
+    out.sort_by(|a, b| a.feature_name.cmp(&b.feature_name));
+    out.dedup_by(|a, b| a.feature_name == b.feature_name);
+    out
+}

@@ -1,0 +1,267 @@
+//! Wiring: start-up steps in order, then the long-lived tasks under one CancellationToken.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use fleetbus_schemas::jetstream::{Layout, REPLICAS_SINGLE};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::bootstrap::{self, BootstrapError};
+use crate::config::Config;
+use crate::health::{self, HealthError, Readiness};
+use crate::identity::{self, IdentityError};
+use crate::kubeclient::{self, KubeClientError};
+use crate::kubeconfig::{self, KubeconfigError};
+use crate::metrics::Metrics;
+use crate::nats::{self, NatsError};
+use crate::registry::record::MemberState;
+use crate::registry::{self, publisher, watcher, Registry, RegistryError};
+
+/// Why the agent stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No Kubernetes client could be built.
+    #[error(transparent)]
+    KubeClient(#[from] KubeClientError),
+    /// CRDs or namespace could not be prepared.
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    /// The cluster identity could not be read.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// NATS refused us or is unsuitable.
+    #[error(transparent)]
+    Nats(#[from] NatsError),
+    /// The metrics server failed.
+    #[error(transparent)]
+    Health(#[from] HealthError),
+    /// A registry task failed for good.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The published kubeconfig cannot be built from our own configuration.
+    #[error(transparent)]
+    Kubeconfig(#[from] KubeconfigError),
+    /// A task panicked.
+    #[error("task {0} panicked")]
+    Panicked(&'static str),
+}
+
+impl RunError {
+    /// Whether restarting the agent later could help (e.g. for a supervisor's backoff).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RunError::KubeClient(e) => e.is_transient(),
+            RunError::Bootstrap(e) => e.is_transient(),
+            RunError::Identity(e) => e.is_transient(),
+            RunError::Nats(e) => e.is_transient(),
+            RunError::Health(e) => e.is_transient(),
+            RunError::Registry(e) => e.is_transient(),
+            RunError::Kubeconfig(e) => e.is_transient(),
+            RunError::Panicked(_) => false,
+        }
+    }
+}
+
+/// How long start-up waits for a freshly applied CRD to be served.
+const CRD_SERVE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs the agent until `shutdown` fires (then leaves the fleet gracefully)
+/// or a non-transient error occurs.
+pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), RunError> {
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Arc::new(Readiness::default());
+    // Serve /healthz from the first moment, /readyz turns 200 later.
+    let (addr, serve) = health::bind(
+        cfg.metrics_addr,
+        readiness.clone(),
+        metrics.clone(),
+        shutdown.child_token(),
+    )
+    .await?;
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    let health_task = tokio::spawn(serve.instrument(tracing::info_span!("health", %addr)));
+
+    let started = tokio::select! {
+        _ = shutdown.cancelled() => None,
+        r = start(&cfg, metrics, readiness) => Some(r?),
+    };
+    let result = match started {
+        Some((reg, server)) => run_tasks(reg, server, &shutdown).await,
+        None => Ok(()),
+    };
+    shutdown.cancel();
+    match health_task.await {
+        Ok(r) => r?,
+        Err(_) => return Err(RunError::Panicked("health")),
+    }
+    result
+}
+
+/// The start-up sequence. Each step that can fail transiently is retried.
+async fn start(
+    cfg: &Config,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+) -> Result<(Arc<Registry>, Option<kubeconfig::ServerInfo>), RunError> {
+    let (client, kube_config) = kubeclient::build(cfg.kubeconfig.as_deref()).await?;
+    let server = if cfg.publish_kubeconfig {
+        Some(kubeconfig::ServerInfo::from_config(
+            &kube_config,
+            cfg.advertise_server.as_deref(),
+        )?)
+    } else {
+        None
+    };
+    let cluster_id = retry(
+        "read cluster identity",
+        || identity::cluster_id(&client),
+        IdentityError::is_transient,
+    )
+    .await?;
+    tracing::info!(cluster = %cfg.cluster_name, cluster_id = %cluster_id, "identified local cluster");
+    if cfg.install_crds {
+        retry(
+            "install CRDs",
+            || bootstrap::install_crds(&client),
+            BootstrapError::is_transient,
+        )
+        .await?;
+    }
+    bootstrap::wait_served(&client, CRD_SERVE_TIMEOUT).await?;
+    retry(
+        "ensure namespace",
+        || bootstrap::ensure_namespace(&client, &cfg.namespace),
+        BootstrapError::is_transient,
+    )
+    .await?;
+    readiness
+        .kube
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+
+    let nats_client = retry(
+        "connect to NATS",
+        || nats::connect(&cfg.nats_url, &cfg.cluster_name, readiness.clone()),
+        NatsError::is_transient,
+    )
+    .await?;
+    let server_version = nats_client.server_info().version;
+    nats::check_server_version(&server_version)?;
+    tracing::info!(version = %server_version, "NATS server version accepted");
+    let js = async_nats::jetstream::new(nats_client);
+    // One replica: the bucket lives where the agent's NATS is; a clustered NATS
+    // deployment can raise it on the stream without the agent objecting.
+    let spec = Layout::new(cfg.subject_prefix.clone(), REPLICAS_SINGLE).registry_bucket();
+    let kv = retry(
+        "set up the registry bucket",
+        || nats::ensure_bucket(&js, nats::registry_bucket_config(&spec)),
+        NatsError::is_transient,
+    )
+    .await?;
+
+    let reg = Arc::new(Registry::new(
+        cfg.clone(),
+        cluster_id,
+        client,
+        kv,
+        metrics,
+        readiness,
+    ));
+    if let Ok(md) = crate::metadata::gather(&reg.client).await {
+        reg.update_local_info(|i| i.metadata = md);
+    }
+    // Our own record goes in before the watch starts: the bucket is then never
+    // empty, so the watch always delivers a "caught up" entry.
+    retry(
+        "publish the cluster record",
+        || publisher::publish(&reg, MemberState::Active),
+        RegistryError::is_transient,
+    )
+    .await?;
+    Ok((reg, server))
+}
+
+/// Runs the long-lived tasks; the first to fail stops the others.
+async fn run_tasks(
+    reg: Arc<Registry>,
+    server: Option<kubeconfig::ServerInfo>,
+    shutdown: &CancellationToken,
+) -> Result<(), RunError> {
+    let cancel = shutdown.child_token();
+    let mut tasks = tokio::task::JoinSet::new();
+    let span = tracing::Span::current();
+    tasks.spawn(
+        named("watcher", watcher::run(reg.clone(), cancel.clone())).instrument(span.clone()),
+    );
+    tasks.spawn(
+        named(
+            "reconciler",
+            registry::run_reconciler(reg.clone(), cancel.clone()),
+        )
+        .instrument(span.clone()),
+    );
+    // The publisher runs on the outer token's child too, but it is the one
+    // that publishes the leave record when cancelled.
+    tasks.spawn(
+        named("publisher", publisher::run(reg.clone(), cancel.clone())).instrument(span.clone()),
+    );
+    if let Some(server) = server {
+        let (reg, cancel) = (reg.clone(), cancel.clone());
+        tasks.spawn(
+            async move {
+                kubeconfig::run(reg, server, cancel).await;
+                ("kubeconfig", Ok(()))
+            }
+            .instrument(span.clone()),
+        );
+    }
+    let mut result = Ok(());
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((name, Ok(()))) => tracing::debug!(task = name, "task finished"),
+            Ok((name, Err(e))) => {
+                tracing::error!(task = name, error = %crate::report(&e), "task failed");
+                if result.is_ok() {
+                    result = Err(RunError::Registry(e));
+                }
+            }
+            Err(_) => {
+                if result.is_ok() {
+                    result = Err(RunError::Panicked("registry"));
+                }
+            }
+        }
+        // One task ending means the agent is stopping: stop the rest.
+        cancel.cancel();
+    }
+    result
+}
+
+async fn named<F>(name: &'static str, f: F) -> (&'static str, Result<(), RegistryError>)
+where
+    F: Future<Output = Result<(), RegistryError>>,
+{
+    (name, f.await)
+}
+
+/// Retries `op` with exponential backoff (capped at 5s) while `transient` says so.
+async fn retry<T, E, F, Fut>(what: &'static str, op: F, transient: fn(&E) -> bool) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: std::error::Error,
+{
+    op.retry(
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(200))
+            .with_max_delay(Duration::from_secs(5))
+            .without_max_times(),
+    )
+    .when(transient)
+    .notify(|e: &E, delay| {
+        tracing::warn!(step = what, error = %crate::report(e), ?delay, "start-up step failed; retrying");
+    })
+    .await
+}

@@ -1,0 +1,68 @@
+//! What can go wrong running a mesh.
+
+use std::path::PathBuf;
+
+use crate::locate::LocateError;
+use crate::proc::SpawnError;
+use crate::state::StateError;
+
+/// A mesh command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MeshError {
+    /// A binary the mesh runs is missing.
+    #[error("cannot find a binary the mesh needs")]
+    Locate(#[from] LocateError),
+    /// The state file could not be read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A component could not be started.
+    #[error("cannot start {what}")]
+    Spawn {
+        /// Component, e.g. `a/agent`.
+        what: String,
+        /// Why.
+        #[source]
+        source: SpawnError,
+    },
+    /// A directory or port could not be set up.
+    #[error("cannot prepare {what}")]
+    Io {
+        /// What was being prepared.
+        what: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `mesh up` found a mesh still running in the directory.
+    #[error("a mesh is already running in {0} (stop it with `fleetbus mesh down --dir {0}`)")]
+    AlreadyRunning(PathBuf),
+    /// A component did not become ready in time.
+    #[error("{what} not ready after {secs}s (last seen: {last})\n--- last lines of {log} ---\n{tail}", log = log.display())]
+    NotReady {
+        /// Component.
+        what: String,
+        /// The timeout.
+        secs: u64,
+        /// The last probe result.
+        last: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The end of its log.
+        tail: String,
+    },
+    /// A component exited while starting.
+    #[error("{what} exited ({status})\n--- last lines of {log} ---\n{tail}", log = log.display())]
+    Exited {
+        /// Component.
+        what: String,
+        /// Exit status, as text.
+        status: String,
+        /// Its log file.
+        log: PathBuf,
+        /// The end of its log.
+        tail: String,
+    },
+    /// SIGINT or SIGTERM arrived while the mesh was starting.
+    #[error("interrupted while starting the mesh; stopped what had started")]
+    Interrupted,
+}

@@ -1,0 +1,400 @@
+//! `fleetbus mesh up|status|down` with real nats-server, devcluster and agent
+//! processes (needs `cargo build --workspace` for the devcluster and agent binaries).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use fleetbus_hub::{process_is_alive, MeshState, ProcRecord};
+use fleetbus_testsupport::{cargo_bin, nats_server_bin, wait_for_blocking};
+
+fn fleetbus(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleetbus"));
+    cmd.args(args)
+        .arg("--dir")
+        .arg(dir)
+        .env("FLEETBUS_NATS_SERVER", nats_server_bin())
+        .env("FLEETBUS_DEVCLUSTER_BIN", cargo_bin("fleetbus-devcluster"))
+        .env("FLEETBUS_AGENT_BIN", cargo_bin("fleetbus-agent"))
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Every log under the mesh dir, for failure messages.
+fn logs(dir: &Path) -> String {
+    let mut out = String::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() && !p.ends_with("data") && !p.ends_with("nats") {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "log") {
+                let tail: String = std::fs::read_to_string(&p).unwrap_or_default();
+                let start = tail.len().saturating_sub(3000);
+                let start = (start..tail.len())
+                    .find(|&i| tail.is_char_boundary(i))
+                    .unwrap_or(0);
+                out += &format!("\n--- {} ---\n{}", p.display(), &tail[start..]);
+            }
+        }
+    }
+    out
+}
+
+fn all_processes(state: &MeshState) -> Vec<(String, ProcRecord)> {
+    state.processes_in_stop_order()
+}
+
+/// Stops a mesh left behind by a failing test, so no process outlives it.
+struct DownOnDrop(PathBuf);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        if MeshState::path(&self.0).exists() {
+            let _ = fleetbus(&self.0, &["mesh", "down"]).output();
+        }
+    }
+}
+
+#[test]
+fn detached_mesh_comes_up_reports_status_and_goes_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mesh");
+    let _guard = DownOnDrop(dir.clone());
+
+    let up = fleetbus(
+        &dir,
+        &[
+            "mesh",
+            "up",
+            "--clusters",
+            "2",
+            "--detach",
+            "--ready-timeout",
+            "90",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(up.status.success(), "{}{}", text(&up), logs(&dir));
+    let stdout = String::from_utf8_lossy(&up.stdout);
+    for line in [
+        "ok  nats-server",
+        "ok  a/devcluster",
+        "ok  b/devcluster",
+        "ok  a/agent",
+        "ok  b/agent",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?}: {}", text(&up));
+    }
+    assert!(
+        stdout.contains("get clusters.fleetbus.io"),
+        "tour: {stdout}"
+    );
+
+    let state = MeshState::read(&dir).unwrap();
+    assert!(
+        state.supervisor.is_none(),
+        "detached mesh has no supervisor"
+    );
+    assert_eq!(
+        state
+            .clusters
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    let procs = all_processes(&state);
+    assert_eq!(procs.len(), 5, "{procs:?}");
+    for (what, p) in &procs {
+        assert!(
+            process_is_alive(p),
+            "{what} not running after `up` returned{}",
+            logs(&dir)
+        );
+    }
+
+    let kubectl = Command::new("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
+        .arg("--kubeconfig")
+        .arg(&state.clusters[0].kubeconfig)
+        .args(["get", "ns", "-o", "name"])
+        .output()
+        .unwrap();
+    assert!(kubectl.status.success(), "{}", text(&kubectl));
+
+    let status = fleetbus(&dir, &["mesh", "status"]).output().unwrap();
+    assert!(status.status.success(), "{}{}", text(&status), logs(&dir));
+    let status_out = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status_out.contains("a/agent: ready") && status_out.contains("b/agent: ready"),
+        "{}",
+        text(&status)
+    );
+
+    let again = fleetbus(&dir, &["mesh", "up", "--clusters", "1", "--detach"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already running"),
+        "{}",
+        text(&again)
+    );
+
+    let down = fleetbus(&dir, &["mesh", "down"]).output().unwrap();
+    assert!(down.status.success(), "{}", text(&down));
+    for (what, p) in &procs {
+        assert!(
+            !process_is_alive(p),
+            "{what} (pid {}) survived `mesh down`",
+            p.pid
+        );
+    }
+    assert!(!MeshState::path(&dir).exists(), "state file removed");
+
+    let status = fleetbus(&dir, &["mesh", "status"]).output().unwrap();
+    assert_eq!(status.status.code(), Some(1), "{}", text(&status));
+    assert!(
+        String::from_utf8_lossy(&status.stderr).contains("no mesh state"),
+        "{}",
+        text(&status)
+    );
+}
+
+#[test]
+fn foreground_mesh_stops_in_order_on_sigint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mesh");
+    let _guard = DownOnDrop(dir.clone());
+    let out_path = tmp.path().join("up.out");
+    let mut up = spawn_foreground(&dir, &out_path, &["mesh", "up", "--clusters", "1"], &[]);
+    let output = || std::fs::read_to_string(&out_path).unwrap_or_default();
+    wait_for_blocking(
+        "the foreground mesh to be up",
+        Duration::from_secs(120),
+        || {
+            if let Ok(Some(status)) = up.try_wait() {
+                panic!(
+                    "mesh up exited early ({status}):\n{}{}",
+                    output(),
+                    logs(&dir)
+                );
+            }
+            if output().contains("Press Ctrl-C") {
+                Ok(())
+            } else {
+                Err(output())
+            }
+        },
+    );
+    let state = MeshState::read(&dir).unwrap();
+    let supervisor = state
+        .supervisor
+        .clone()
+        .expect("foreground mesh records its supervisor");
+    assert_eq!(supervisor.pid, up.id());
+    let procs = all_processes(&state);
+    assert_eq!(procs.len(), 3, "{procs:?}");
+
+    let killed = Command::new("kill")
+        .args(["-INT", &up.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = wait_for_blocking(
+        "mesh up to exit after SIGINT",
+        Duration::from_secs(60),
+        || up.try_wait().unwrap().ok_or_else(output),
+    );
+    assert!(status.success(), "{status}: {}", output());
+    for (what, p) in &procs {
+        assert!(
+            !process_is_alive(p),
+            "{what} (pid {}) survived Ctrl-C",
+            p.pid
+        );
+    }
+    let out = output();
+    let agent = out
+        .find("stopped a/agent")
+        .unwrap_or_else(|| panic!("agent not stopped cleanly: {out}{}", logs(&dir)));
+    let nats = out
+        .find("stopped nats-server")
+        .unwrap_or_else(|| panic!("nats not stopped cleanly: {out}"));
+    assert!(agent < nats, "agents stop before NATS: {out}");
+    assert!(!MeshState::path(&dir).exists(), "state file removed");
+}
+
+#[test]
+fn up_fails_cleanly_when_an_agent_exits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mesh");
+    let _guard = DownOnDrop(dir.clone());
+    // A real program that exits at once, standing in for an agent that crashes on start.
+    let up = fleetbus(&dir, &["mesh", "up", "--clusters", "1", "--detach"])
+        .env("FLEETBUS_AGENT_BIN", "/bin/false")
+        .output()
+        .unwrap();
+    assert_eq!(up.status.code(), Some(1), "{}", text(&up));
+    assert!(
+        String::from_utf8_lossy(&up.stderr).contains("a/agent exited"),
+        "{}",
+        text(&up)
+    );
+    assert!(
+        !MeshState::path(&dir).exists(),
+        "state file removed after a failed start"
+    );
+    let stdout = String::from_utf8_lossy(&up.stdout);
+    assert!(
+        stdout.contains("stopped a/devcluster") && stdout.contains("stopped nats-server"),
+        "what had started is stopped: {}",
+        text(&up)
+    );
+}
+
+#[test]
+fn invalid_names_are_usage_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    for args in [
+        &["mesh", "up", "--names", "Upper"][..],
+        &["mesh", "up", "--names", "a,a"],
+        &["mesh", "up", "--clusters", "2", "--names", "a"],
+    ] {
+        let out = fleetbus(tmp.path(), args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+    }
+    assert!(
+        std::fs::read_dir(tmp.path()).unwrap().next().is_none(),
+        "nothing started, nothing written"
+    );
+}
+
+/// Runs `mesh up` in the foreground with its output in files; returns the child.
+fn spawn_foreground(
+    dir: &Path,
+    out: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> std::process::Child {
+    let mut cmd = fleetbus(dir, args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn down_stops_a_foreground_mesh_through_its_supervisor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mesh");
+    let _guard = DownOnDrop(dir.clone());
+    let out_path = tmp.path().join("up.out");
+    let mut up = spawn_foreground(&dir, &out_path, &["mesh", "up", "--clusters", "1"], &[]);
+    let output = || std::fs::read_to_string(&out_path).unwrap_or_default();
+    wait_for_blocking(
+        "the foreground mesh to be up",
+        Duration::from_secs(120),
+        || {
+            if let Ok(Some(status)) = up.try_wait() {
+                panic!(
+                    "mesh up exited early ({status}):\n{}{}",
+                    output(),
+                    logs(&dir)
+                );
+            }
+            if output().contains("Press Ctrl-C") {
+                Ok(())
+            } else {
+                Err(output())
+            }
+        },
+    );
+    let procs = all_processes(&MeshState::read(&dir).unwrap());
+
+    let down = fleetbus(&dir, &["mesh", "down"]).output().unwrap();
+    assert!(down.status.success(), "{}", text(&down));
+    assert!(
+        String::from_utf8_lossy(&down.stdout).contains("asking the foreground"),
+        "{}",
+        text(&down)
+    );
+    let status = wait_for_blocking("mesh up to exit", Duration::from_secs(30), || {
+        up.try_wait().unwrap().ok_or_else(output)
+    });
+    assert!(status.success(), "{status}: {}", output());
+    assert!(
+        output().contains("stopped a/agent"),
+        "the supervisor stopped its mesh: {}",
+        output()
+    );
+    for (what, p) in &procs {
+        assert!(
+            !process_is_alive(p),
+            "{what} (pid {}) survived `mesh down`",
+            p.pid
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_during_startup_stops_what_had_started() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("mesh");
+    let _guard = DownOnDrop(dir.clone());
+    // A real process that never becomes ready, standing in for a slow agent.
+    let never_ready = tmp.path().join("never-ready-agent");
+    std::fs::write(&never_ready, "#!/bin/sh\nexec sleep 300\n").unwrap();
+    std::fs::set_permissions(
+        &never_ready,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out_path = tmp.path().join("up.out");
+    let mut up = spawn_foreground(
+        &dir,
+        &out_path,
+        &["mesh", "up", "--clusters", "1", "--ready-timeout", "300"],
+        &[("FLEETBUS_AGENT_BIN", &never_ready)],
+    );
+    let state = wait_for_blocking("the agent to be launched", Duration::from_secs(60), || {
+        match MeshState::read(&dir) {
+            Ok(s) if s.clusters.first().is_some_and(|c| c.agent.is_some()) => Ok(s),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let procs = all_processes(&state);
+    assert_eq!(procs.len(), 3, "{procs:?}");
+
+    Command::new("kill")
+        .args(["-INT", &up.id().to_string()])
+        .status()
+        .unwrap();
+    let status = wait_for_blocking("mesh up to exit", Duration::from_secs(30), || {
+        up.try_wait().unwrap().ok_or_else(|| "running".to_string())
+    });
+    assert_eq!(status.code(), Some(130), "interrupted start exits 130");
+    for (what, p) in &procs {
+        assert!(
+            !process_is_alive(p),
+            "{what} (pid {}) survived Ctrl-C during startup",
+            p.pid
+        );
+    }
+    assert!(!MeshState::path(&dir).exists(), "state file removed");
+}

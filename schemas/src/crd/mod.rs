@@ -1,0 +1,47 @@
+//! fleetbus custom resources (`fleetbus.io/v1alpha1`) and their CRDs.
+
+// clippy's duplicated_attributes misreads repeated `printcolumn(type_ = ..)` arguments
+// of the kube derive as duplicate attributes.
+#[allow(clippy::duplicated_attributes)]
+mod bundle;
+#[allow(clippy::duplicated_attributes)]
+mod cluster;
+#[allow(clippy::duplicated_attributes)]
+mod cluster_feature;
+#[allow(clippy::duplicated_attributes)]
+mod reported_state;
+#[allow(clippy::duplicated_attributes)]
+mod resource_sync_rule;
+mod rule_validation;
+mod schema;
+
+pub use bundle::{Bundle, BundleClusterStatus, BundleSpec, BundleStatus};
+pub use cluster::{
+    AuthInfo, Cluster, ClusterMetadata, ClusterSpec, ClusterState, ClusterStatus, ClusterType,
+    KubernetesApiEndpoint, Locality, NamespacedName,
+};
+pub use cluster_feature::{ClusterFeature, ClusterFeatureSpec, ClusterFeatureStatus};
+pub use reported_state::{
+    ReportedObjectRef, ReportedState, ReportedStateSpec, ReportedStateStatus,
+};
+pub use resource_sync_rule::{
+    AddRemove, AnnotationSelector, ClusterFeatureMatch, ContentMatch, DriftExclusion, DriftMode,
+    DriftPolicy, DriftTarget, GroupVersionKind, MatchEntry, Mutations, ObjectKeyMatch,
+    OrphanPolicy, Override, OverrideType, ResourceSyncRule, ResourceSyncRuleSpec,
+    ResourceSyncRuleStatus, StatusReturn, SyncRule, UpdatePolicy,
+};
+pub use rule_validation::{RuleError, RuleErrorKind};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube_core::CustomResourceExt;
+
+/// Every fleetbus CRD, in install order (the agent installs them at startup).
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        Cluster::crd(),
+        ClusterFeature::crd(),
+        ResourceSyncRule::crd(),
+        Bundle::crd(),
+        ReportedState::crd(),
+    ]
+}

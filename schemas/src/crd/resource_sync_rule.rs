@@ -1,0 +1,361 @@
+//! The `ResourceSyncRule` resource: which objects of one kind to sync, from where, to where, how.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    Condition, LabelSelector, LabelSelectorRequirement, Time,
+};
+use kube_derive::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::schema::any_json_value;
+
+/// Syncs objects of one kind from source clusters into the clusters selected as sinks.
+///
+/// A rule on cluster C makes C a sink: C pulls matching objects published by the
+/// clusters selected by `sourceClusterSelector` and `clusterFeatureMatch`, applies
+/// `mutations`, and writes them locally.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "fleetbus.io",
+    version = "v1alpha1",
+    kind = "ResourceSyncRule",
+    plural = "resourcesyncrules",
+    shortname = "rsr",
+    status = "ResourceSyncRuleStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    crates(kube_core = "::kube_core"),
+    doc = "Syncs objects of one kind between clusters of the fleet.",
+    printcolumn(
+        name = "Kind",
+        type_ = "string",
+        json_path = ".spec.groupVersionKind.kind"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Synced",
+        type_ = "integer",
+        json_path = ".status.objectsSynced"
+    ),
+    printcolumn(name = "Conflicts", type_ = "integer", json_path = ".status.conflicts"),
+    printcolumn(name = "Errors", type_ = "integer", json_path = ".status.errors"),
+    printcolumn(name = "Last Sync", type_ = "date", json_path = ".status.lastSyncTime"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSyncRuleSpec {
+    /// The kind of object to sync (exact group, version and kind; the core group is "").
+    pub group_version_kind: GroupVersionKind,
+    /// Every entry must be satisfied by a ClusterFeature of a source cluster. Empty: no gate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_feature_match: Vec<ClusterFeatureMatch>,
+    /// Matching and mutation rules. An object is synced if any rule matches it; the
+    /// mutations of every matching rule are applied in order. Empty: sync every object unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<SyncRule>,
+    /// Selects, by Cluster labels, the sink clusters this rule applies on. Default: all clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+    /// Selects, by Cluster labels, the clusters objects are taken from. Default: all peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_cluster_selector: Option<LabelSelector>,
+    /// What happens to a copy when its source is gone or stops matching.
+    #[serde(default)]
+    pub orphan_policy: OrphanPolicy,
+    /// Whether existing copies are updated when their source changes.
+    #[serde(default)]
+    pub update_policy: UpdatePolicy,
+    /// Create the target namespace if it does not exist (otherwise the object waits and an error is reported).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub create_namespace: bool,
+    /// Drift handling: what to do when a copy is changed locally.
+    #[serde(default)]
+    pub drift: DriftPolicy,
+    /// Whether and how the copies' status is reported back to the origin cluster.
+    #[serde(default)]
+    pub status_return: StatusReturn,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A group, version and kind (the core group is the empty string).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupVersionKind {
+    /// API group; empty for the core group.
+    #[serde(default)]
+    pub group: String,
+    /// API version, e.g. `v1`.
+    pub version: String,
+    /// Kind, e.g. `ConfigMap`.
+    pub kind: String,
+}
+
+/// A requirement on the ClusterFeatures of a source cluster: some feature with this
+/// name whose labels satisfy the selector must exist.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterFeatureMatch {
+    /// `spec.featureName` of the required ClusterFeature.
+    pub feature_name: String,
+    /// Labels the ClusterFeature must carry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    /// Label selector requirements on the ClusterFeature (AND'd).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// One matching rule and the mutations applied to the objects it matches.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncRule {
+    /// Match entries, OR'd. Empty: match every object.
+    #[serde(default, rename = "match", skip_serializing_if = "Vec::is_empty")]
+    pub match_: Vec<MatchEntry>,
+    /// Changes applied to matching objects before they are written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutations: Option<Mutations>,
+}
+
+/// A match entry: every criterion that is set must hold (AND).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MatchEntry {
+    /// Exact name and/or namespace of the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_key: Option<ObjectKeyMatch>,
+    /// The object's namespace must be one of these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Label selectors over the object's labels, OR'd.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<LabelSelector>,
+    /// Selectors over the object's annotations, OR'd.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub annotations: Vec<AnnotationSelector>,
+    /// Content matches, AND'd.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<ContentMatch>,
+}
+
+/// Exact name/namespace match; unset fields are not compared.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectKeyMatch {
+    /// Object name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Object namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A label-selector-shaped matcher evaluated over annotations.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnnotationSelector {
+    /// Annotations that must be present with exactly these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_annotations: BTreeMap<String, String>,
+    /// Requirements on annotations (AND'd), with label-selector operators.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// The value at `key` must equal `value`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContentMatch {
+    /// JSON Pointer (RFC 6901) into the object, e.g. `/spec/type`.
+    pub key: String,
+    /// Expected JSON value at `key` (absent: `null`).
+    #[serde(default)]
+    #[schemars(schema_with = "any_json_value")]
+    pub value: serde_json::Value,
+}
+
+/// Changes applied to an object before it is written to the sink cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Mutations {
+    /// Labels to add (merged) then remove.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<AddRemove>,
+    /// Annotations to add (merged) then remove.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<AddRemove>,
+    /// JSON-Pointer overrides applied in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<Override>,
+    /// Write the object under this GVK instead of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_version_kind: Option<GroupVersionKind>,
+    /// Also copy `.status` onto the copy.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub sync_status: bool,
+}
+
+/// Keys to add (with values) and keys to remove.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AddRemove {
+    /// Entries to set.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub add: BTreeMap<String, String>,
+    /// Keys to delete (applied after `add`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<String>,
+}
+
+/// One override of a field of the object.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Override {
+    /// `replace` sets the value at `path` (creating it), `remove` deletes it.
+    #[serde(rename = "type")]
+    pub type_: OverrideType,
+    /// JSON Pointer (RFC 6901) of the field, e.g. `/metadata/namespace`.
+    pub path: String,
+    /// For `replace`: a template rendered to the new value. `{{ .Object... }}` refers to the
+    /// source object, `{{ .Cluster... }}` to the origin Cluster, `{{ .LocalCluster... }}` to the
+    /// sink Cluster. The rendered text is parsed as JSON if it parses, else used as a string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// Kind of override.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OverrideType {
+    /// Set the value at the path.
+    #[default]
+    Replace,
+    /// Remove the value at the path.
+    Remove,
+}
+
+/// What happens to a copy when its source is deleted, stops matching, or the rule goes away.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum OrphanPolicy {
+    /// Delete the copy.
+    #[default]
+    Delete,
+    /// Keep the copy, unmanaged.
+    Orphan,
+}
+
+/// Whether existing copies follow their source.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum UpdatePolicy {
+    /// Create and update copies.
+    #[default]
+    Update,
+    /// Create copies once; never update them.
+    CreateOnly,
+}
+
+/// How drift (a local change to a copy) is handled.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftPolicy {
+    /// Correct: revert the change and report it. Report: only report it. Ignore: do nothing.
+    #[serde(default)]
+    pub mode: DriftMode,
+    /// Fields that may differ without counting as drift.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclusions: Vec<DriftExclusion>,
+}
+
+/// Drift handling mode.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum DriftMode {
+    /// Revert local changes and report them.
+    #[default]
+    Correct,
+    /// Report local changes, keep them.
+    Report,
+    /// Neither report nor correct.
+    Ignore,
+}
+
+/// Paths excluded from drift detection, optionally only for some objects.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftExclusion {
+    /// JSON Pointers; a `*` token matches any list index or map key, e.g. `/spec/containers/*/image`.
+    pub paths: Vec<String>,
+    /// Restrict the exclusion to these objects. Default: every object of the rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<DriftTarget>,
+}
+
+/// Objects a drift exclusion applies to; set fields are AND'd.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftTarget {
+    /// Kind of the object (useful when mutations change the GVK).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Namespace of the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name of the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Labels of the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+}
+
+/// Whether the status of copies is reported back to the origin.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum StatusReturn {
+    /// Do not report status.
+    #[default]
+    None,
+    /// One ReportedState per object, with the status from any one sink.
+    Singleton,
+    /// One ReportedState per object and sink cluster.
+    PerCluster,
+}
+
+/// Observed state of a ResourceSyncRule on the local cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceSyncRuleStatus {
+    /// `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions: Ready, Invalid (with the validation message).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// Names of the clusters currently used as sources.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_clusters: Vec<String>,
+    /// Number of copies currently in sync.
+    #[serde(default)]
+    pub objects_synced: i64,
+    /// Number of objects not written because a local object or another origin owns the name.
+    #[serde(default)]
+    pub conflicts: i64,
+    /// Number of objects that failed to sync.
+    #[serde(default)]
+    pub errors: i64,
+    /// Last time an object was written by this rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+}

@@ -1,0 +1,680 @@
+//! Semantic validation of a ResourceSyncRule spec (what the OpenAPI schema cannot express).
+
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+use super::resource_sync_rule::{
+    ClusterFeatureMatch, DriftExclusion, GroupVersionKind, MatchEntry, Mutations, OverrideType,
+    ResourceSyncRule, ResourceSyncRuleSpec,
+};
+use crate::k8s_names::{is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name};
+use crate::pointer::{parse_field_pointer, PointerError};
+
+/// One problem found in a ResourceSyncRule spec, at a field path like
+/// `spec.rules[0].mutations.overrides[1].path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleError {
+    /// Path of the offending field.
+    pub field: String,
+    /// What is wrong with it.
+    pub kind: RuleErrorKind,
+}
+
+impl fmt::Display for RuleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.kind)
+    }
+}
+
+impl std::error::Error for RuleError {}
+
+/// What is wrong with a field of a ResourceSyncRule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleErrorKind {
+    /// A required string is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// An API group is not a DNS-1123 subdomain.
+    #[error("invalid API group {0:?}: must be empty or a DNS-1123 subdomain")]
+    InvalidGroup(String),
+    /// A kind is not CamelCase alphanumeric.
+    #[error("invalid kind {0:?}: must start with an uppercase letter and be alphanumeric")]
+    InvalidKind(String),
+    /// A version is not lowercase alphanumeric.
+    #[error("invalid version {0:?}: must be a DNS-1123 label")]
+    InvalidVersion(String),
+    /// A namespace is not a DNS-1123 label.
+    #[error("invalid namespace {0:?}: must be a DNS-1123 label")]
+    InvalidNamespace(String),
+    /// A JSON Pointer does not parse.
+    #[error("invalid JSON pointer {pointer:?}: {error}")]
+    InvalidPointer {
+        /// The pointer as written.
+        pointer: String,
+        /// Why it does not parse.
+        error: PointerError,
+    },
+    /// A `*` token where wildcards are not allowed.
+    #[error("wildcard '*' not allowed in {0:?}")]
+    WildcardNotAllowed(String),
+    /// A selector operator other than In, NotIn, Exists, DoesNotExist.
+    #[error("invalid selector operator {0:?}: must be In, NotIn, Exists or DoesNotExist")]
+    InvalidOperator(String),
+    /// `In`/`NotIn` without values.
+    #[error("operator {0} requires at least one value")]
+    ValuesRequired(String),
+    /// `Exists`/`DoesNotExist` with values.
+    #[error("operator {0} must not have values")]
+    ValuesForbidden(String),
+    /// A label or annotation key is not a qualified name.
+    #[error("invalid key {0:?}: must be a qualified name ([prefix/]name)")]
+    InvalidKey(String),
+    /// A label value is not a valid label value.
+    #[error("invalid label value {0:?}")]
+    InvalidLabelValue(String),
+    /// An objectKey with neither name nor namespace.
+    #[error("objectKey needs a name or a namespace")]
+    EmptyObjectKey,
+    /// A `replace` override without a value.
+    #[error("a replace override needs a value")]
+    ValueRequired,
+    /// A `remove` override with a value.
+    #[error("a remove override must not have a value")]
+    ValueForbidden,
+    /// A template with unbalanced `{{`/`}}`.
+    #[error("unbalanced template delimiters in {0:?}")]
+    UnbalancedTemplate(String),
+}
+
+impl RuleError {
+    /// All errors as one line, for the message of the `Invalid` condition.
+    pub fn summarize(errors: &[RuleError]) -> String {
+        errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+impl ResourceSyncRule {
+    /// Validates the spec; see [`ResourceSyncRuleSpec::validate`].
+    pub fn validate(&self) -> Result<(), Vec<RuleError>> {
+        self.spec.validate()
+    }
+}
+
+impl ResourceSyncRuleSpec {
+    /// Checks what the CRD schema cannot: names, selectors, JSON pointers, override shape.
+    /// Returns every problem found, so the Invalid condition can list them all.
+    pub fn validate(&self) -> Result<(), Vec<RuleError>> {
+        let mut v = Validator::default();
+        v.gvk("spec.groupVersionKind", &self.group_version_kind);
+        for (i, m) in self.cluster_feature_match.iter().enumerate() {
+            v.feature_match(&format!("spec.clusterFeatureMatch[{i}]"), m);
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            for (j, entry) in rule.match_.iter().enumerate() {
+                v.match_entry(&format!("spec.rules[{i}].match[{j}]"), entry);
+            }
+            if let Some(m) = &rule.mutations {
+                v.mutations(&format!("spec.rules[{i}].mutations"), m);
+            }
+        }
+        if let Some(s) = &self.cluster_selector {
+            v.label_selector("spec.clusterSelector", s);
+        }
+        if let Some(s) = &self.source_cluster_selector {
+            v.label_selector("spec.sourceClusterSelector", s);
+        }
+        for (i, e) in self.drift.exclusions.iter().enumerate() {
+            v.drift_exclusion(&format!("spec.drift.exclusions[{i}]"), e);
+        }
+        if v.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(v.errors)
+        }
+    }
+}
+
+#[derive(Default)]
+struct Validator {
+    errors: Vec<RuleError>,
+}
+
+impl Validator {
+    fn push(&mut self, field: impl Into<String>, kind: RuleErrorKind) {
+        self.errors.push(RuleError {
+            field: field.into(),
+            kind,
+        });
+    }
+
+    fn gvk(&mut self, field: &str, gvk: &GroupVersionKind) {
+        if !gvk.group.is_empty() && !is_dns1123_subdomain(&gvk.group) {
+            self.push(
+                format!("{field}.group"),
+                RuleErrorKind::InvalidGroup(gvk.group.clone()),
+            );
+        }
+        if gvk.version.is_empty() {
+            self.push(format!("{field}.version"), RuleErrorKind::Empty);
+        } else if !is_dns1123_label(&gvk.version) {
+            self.push(
+                format!("{field}.version"),
+                RuleErrorKind::InvalidVersion(gvk.version.clone()),
+            );
+        }
+        if gvk.kind.is_empty() {
+            self.push(format!("{field}.kind"), RuleErrorKind::Empty);
+        } else if !is_kind(&gvk.kind) {
+            self.push(
+                format!("{field}.kind"),
+                RuleErrorKind::InvalidKind(gvk.kind.clone()),
+            );
+        }
+    }
+
+    fn feature_match(&mut self, field: &str, m: &ClusterFeatureMatch) {
+        if m.feature_name.is_empty() {
+            self.push(format!("{field}.featureName"), RuleErrorKind::Empty);
+        }
+        self.match_labels(&format!("{field}.matchLabels"), m.match_labels.iter(), true);
+        self.requirements(
+            &format!("{field}.matchExpressions"),
+            &m.match_expressions,
+            true,
+        );
+    }
+
+    fn match_entry(&mut self, field: &str, e: &MatchEntry) {
+        if let Some(key) = &e.object_key {
+            match (&key.name, &key.namespace) {
+                (None, None) => {
+                    self.push(format!("{field}.objectKey"), RuleErrorKind::EmptyObjectKey)
+                }
+                (_, Some(ns)) => self.namespace(&format!("{field}.objectKey.namespace"), ns),
+                _ => {}
+            }
+            if key.name.as_deref() == Some("") {
+                self.push(format!("{field}.objectKey.name"), RuleErrorKind::Empty);
+            }
+        }
+        for (i, ns) in e.namespaces.iter().enumerate() {
+            self.namespace(&format!("{field}.namespaces[{i}]"), ns);
+        }
+        for (i, s) in e.labels.iter().enumerate() {
+            self.label_selector(&format!("{field}.labels[{i}]"), s);
+        }
+        for (i, a) in e.annotations.iter().enumerate() {
+            let f = format!("{field}.annotations[{i}]");
+            // Annotation values are free text; only keys are constrained.
+            self.match_labels(
+                &format!("{f}.matchAnnotations"),
+                a.match_annotations.iter(),
+                false,
+            );
+            self.requirements(
+                &format!("{f}.matchExpressions"),
+                &a.match_expressions,
+                false,
+            );
+        }
+        for (i, c) in e.content.iter().enumerate() {
+            self.pointer(&format!("{field}.content[{i}].key"), &c.key, false);
+        }
+    }
+
+    fn mutations(&mut self, field: &str, m: &Mutations) {
+        for (name, ar) in [("labels", &m.labels), ("annotations", &m.annotations)] {
+            let Some(ar) = ar else { continue };
+            let labels = name == "labels";
+            self.match_labels(&format!("{field}.{name}.add"), ar.add.iter(), labels);
+            for (i, k) in ar.remove.iter().enumerate() {
+                if !is_qualified_name(k) {
+                    self.push(
+                        format!("{field}.{name}.remove[{i}]"),
+                        RuleErrorKind::InvalidKey(k.clone()),
+                    );
+                }
+            }
+        }
+        for (i, o) in m.overrides.iter().enumerate() {
+            let f = format!("{field}.overrides[{i}]");
+            self.pointer(&format!("{f}.path"), &o.path, false);
+            match (o.type_, &o.value) {
+                (OverrideType::Replace, None) => {
+                    self.push(format!("{f}.value"), RuleErrorKind::ValueRequired)
+                }
+                (OverrideType::Remove, Some(_)) => {
+                    self.push(format!("{f}.value"), RuleErrorKind::ValueForbidden)
+                }
+                (OverrideType::Replace, Some(value)) if !balanced_template(value) => self.push(
+                    format!("{f}.value"),
+                    RuleErrorKind::UnbalancedTemplate(value.clone()),
+                ),
+                _ => {}
+            }
+        }
+        if let Some(gvk) = &m.group_version_kind {
+            self.gvk(&format!("{field}.groupVersionKind"), gvk);
+        }
+    }
+
+    fn drift_exclusion(&mut self, field: &str, e: &DriftExclusion) {
+        if e.paths.is_empty() {
+            self.push(format!("{field}.paths"), RuleErrorKind::Empty);
+        }
+        for (i, p) in e.paths.iter().enumerate() {
+            self.pointer(&format!("{field}.paths[{i}]"), p, true);
+        }
+        if let Some(t) = &e.target {
+            if let Some(ns) = &t.namespace {
+                self.namespace(&format!("{field}.target.namespace"), ns);
+            }
+            if let Some(s) = &t.label_selector {
+                self.label_selector(&format!("{field}.target.labelSelector"), s);
+            }
+        }
+    }
+
+    fn namespace(&mut self, field: &str, ns: &str) {
+        if !is_dns1123_label(ns) {
+            self.push(field, RuleErrorKind::InvalidNamespace(ns.to_owned()));
+        }
+    }
+
+    fn pointer(&mut self, field: &str, pointer: &str, allow_wildcard: bool) {
+        match parse_field_pointer(pointer) {
+            Err(error) => self.push(
+                field,
+                RuleErrorKind::InvalidPointer {
+                    pointer: pointer.to_owned(),
+                    error,
+                },
+            ),
+            Ok(tokens) if !allow_wildcard && tokens.iter().any(|t| t == "*") => {
+                self.push(field, RuleErrorKind::WildcardNotAllowed(pointer.to_owned()))
+            }
+            Ok(_) => {}
+        }
+    }
+
+    fn label_selector(&mut self, field: &str, s: &LabelSelector) {
+        if let Some(labels) = &s.match_labels {
+            self.match_labels(&format!("{field}.matchLabels"), labels.iter(), true);
+        }
+        if let Some(reqs) = &s.match_expressions {
+            self.requirements(&format!("{field}.matchExpressions"), reqs, true);
+        }
+    }
+
+    fn match_labels<'a>(
+        &mut self,
+        field: &str,
+        entries: impl Iterator<Item = (&'a String, &'a String)>,
+        check_values: bool,
+    ) {
+        for (k, val) in entries {
+            if !is_qualified_name(k) {
+                self.push(
+                    format!("{field}[{k}]"),
+                    RuleErrorKind::InvalidKey(k.clone()),
+                );
+            }
+            if check_values && !is_label_value(val) {
+                self.push(
+                    format!("{field}[{k}]"),
+                    RuleErrorKind::InvalidLabelValue(val.clone()),
+                );
+            }
+        }
+    }
+
+    fn requirements(&mut self, field: &str, reqs: &[LabelSelectorRequirement], check_values: bool) {
+        for (i, r) in reqs.iter().enumerate() {
+            let f = format!("{field}[{i}]");
+            if !is_qualified_name(&r.key) {
+                self.push(format!("{f}.key"), RuleErrorKind::InvalidKey(r.key.clone()));
+            }
+            let values = r.values.as_deref().unwrap_or_default();
+            match r.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => self.push(
+                    format!("{f}.values"),
+                    RuleErrorKind::ValuesRequired(r.operator.clone()),
+                ),
+                "Exists" | "DoesNotExist" if !values.is_empty() => self.push(
+                    format!("{f}.values"),
+                    RuleErrorKind::ValuesForbidden(r.operator.clone()),
+                ),
+                "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+                other => self.push(
+                    format!("{f}.operator"),
+                    RuleErrorKind::InvalidOperator(other.to_owned()),
+                ),
+            }
+            if check_values {
+                for (j, val) in values.iter().enumerate() {
+                    if !is_label_value(val) {
+                        self.push(
+                            format!("{f}.values[{j}]"),
+                            RuleErrorKind::InvalidLabelValue(val.clone()),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Kinds are CamelCase identifiers (`ConfigMap`), as the API server requires of CRD kinds.
+fn is_kind(kind: &str) -> bool {
+    kind.starts_with(|c: char| c.is_ascii_uppercase())
+        && kind.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// Every `{{` is closed by a `}}` before the next `{{`.
+fn balanced_template(s: &str) -> bool {
+    let mut rest = s;
+    while let Some(open) = rest.find("{{") {
+        let after = &rest[open + 2..];
+        let Some(close) = after.find("}}") else {
+            return false;
+        };
+        if after[..close].contains("{{") {
+            return false;
+        }
+        rest = &after[close + 2..];
+    }
+    !rest.contains("}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{
+        AddRemove, AnnotationSelector, ContentMatch, DriftExclusion, ObjectKeyMatch, Override,
+        SyncRule,
+    };
+    use std::collections::BTreeMap;
+
+    fn valid_spec() -> ResourceSyncRuleSpec {
+        ResourceSyncRuleSpec {
+            group_version_kind: GroupVersionKind {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+            },
+            ..Default::default()
+        }
+    }
+
+    fn kinds(spec: &ResourceSyncRuleSpec) -> Vec<(String, RuleErrorKind)> {
+        spec.validate()
+            .unwrap_err()
+            .into_iter()
+            .map(|e| (e.field, e.kind))
+            .collect()
+    }
+
+    fn req(key: &str, op: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn minimal_rule_is_valid() {
+        assert_eq!(valid_spec().validate(), Ok(()));
+    }
+
+    #[test]
+    fn full_valid_rule_is_valid() {
+        let mut spec = valid_spec();
+        spec.group_version_kind.group = "networking.k8s.io".into();
+        spec.group_version_kind.kind = "NetworkPolicy".into();
+        spec.rules = vec![SyncRule {
+            match_: vec![MatchEntry {
+                object_key: Some(ObjectKeyMatch {
+                    name: Some("system:controller:foo".into()),
+                    namespace: None,
+                }),
+                namespaces: vec!["team-a".into()],
+                labels: vec![LabelSelector {
+                    match_expressions: Some(vec![req("app", "In", &["web"])]),
+                    match_labels: Some(BTreeMap::from([("tier".into(), "fe".into())])),
+                }],
+                annotations: vec![AnnotationSelector {
+                    match_annotations: BTreeMap::from([(
+                        "example.com/note".into(),
+                        "free text, any value".into(),
+                    )]),
+                    match_expressions: vec![req("example.com/x", "Exists", &[])],
+                }],
+                content: vec![ContentMatch {
+                    key: "/spec/type".into(),
+                    value: serde_json::json!("ClusterIP"),
+                }],
+            }],
+            mutations: Some(Mutations {
+                labels: Some(AddRemove {
+                    add: BTreeMap::from([("copied".into(), "yes".into())]),
+                    remove: vec!["app".into()],
+                }),
+                overrides: vec![
+                    Override {
+                        type_: OverrideType::Replace,
+                        path: "/metadata/namespace".into(),
+                        value: Some("{{ .Cluster.metadata.name }}-ns".into()),
+                    },
+                    Override {
+                        type_: OverrideType::Remove,
+                        path: "/spec/clusterIP".into(),
+                        value: None,
+                    },
+                ],
+                ..Default::default()
+            }),
+        }];
+        spec.drift.exclusions = vec![DriftExclusion {
+            paths: vec!["/spec/containers/*/image".into()],
+            target: None,
+        }];
+        assert_eq!(spec.validate(), Ok(()));
+    }
+
+    #[test]
+    fn empty_kind_and_version() {
+        let mut spec = valid_spec();
+        spec.group_version_kind.kind.clear();
+        spec.group_version_kind.version.clear();
+        assert_eq!(
+            kinds(&spec),
+            vec![
+                ("spec.groupVersionKind.version".into(), RuleErrorKind::Empty),
+                ("spec.groupVersionKind.kind".into(), RuleErrorKind::Empty),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_group_and_kind() {
+        let mut spec = valid_spec();
+        spec.group_version_kind.group = "Not_A.Group".into();
+        spec.group_version_kind.kind = "configMap".into();
+        let k = kinds(&spec);
+        assert!(matches!(k[0].1, RuleErrorKind::InvalidGroup(_)));
+        assert!(matches!(k[1].1, RuleErrorKind::InvalidKind(_)));
+    }
+
+    #[test]
+    fn bad_json_pointers() {
+        let mut spec = valid_spec();
+        spec.rules = vec![SyncRule {
+            match_: vec![MatchEntry {
+                content: vec![ContentMatch {
+                    key: "spec.type".into(),
+                    value: serde_json::Value::Null,
+                }],
+                ..Default::default()
+            }],
+            mutations: Some(Mutations {
+                overrides: vec![Override {
+                    type_: OverrideType::Remove,
+                    path: "/a~2b".into(),
+                    value: None,
+                }],
+                ..Default::default()
+            }),
+        }];
+        spec.drift.exclusions = vec![DriftExclusion {
+            paths: vec![String::new()],
+            target: None,
+        }];
+        let k = kinds(&spec);
+        assert_eq!(k.len(), 3, "{k:?}");
+        assert_eq!(k[0].0, "spec.rules[0].match[0].content[0].key");
+        assert!(matches!(
+            k[0].1,
+            RuleErrorKind::InvalidPointer {
+                error: PointerError::MissingLeadingSlash,
+                ..
+            }
+        ));
+        assert!(matches!(
+            k[1].1,
+            RuleErrorKind::InvalidPointer {
+                error: PointerError::InvalidEscape { .. },
+                ..
+            }
+        ));
+        assert!(matches!(
+            k[2].1,
+            RuleErrorKind::InvalidPointer {
+                error: PointerError::Empty,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn wildcard_only_in_drift_exclusions() {
+        let mut spec = valid_spec();
+        spec.rules = vec![SyncRule {
+            match_: vec![],
+            mutations: Some(Mutations {
+                overrides: vec![Override {
+                    type_: OverrideType::Remove,
+                    path: "/spec/*/x".into(),
+                    value: None,
+                }],
+                ..Default::default()
+            }),
+        }];
+        assert!(matches!(
+            kinds(&spec)[0].1,
+            RuleErrorKind::WildcardNotAllowed(_)
+        ));
+    }
+
+    #[test]
+    fn bad_selector_operators_and_values() {
+        let mut spec = valid_spec();
+        spec.cluster_selector = Some(LabelSelector {
+            match_expressions: Some(vec![
+                req("env", "Equals", &["x"]),
+                req("env", "In", &[]),
+                req("env", "Exists", &["x"]),
+                req("bad key!", "Exists", &[]),
+            ]),
+            match_labels: None,
+        });
+        let k: Vec<_> = kinds(&spec).into_iter().map(|(_, k)| k).collect();
+        assert_eq!(
+            k,
+            vec![
+                RuleErrorKind::InvalidOperator("Equals".into()),
+                RuleErrorKind::ValuesRequired("In".into()),
+                RuleErrorKind::ValuesForbidden("Exists".into()),
+                RuleErrorKind::InvalidKey("bad key!".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn override_value_shape() {
+        let mut spec = valid_spec();
+        spec.rules = vec![SyncRule {
+            match_: vec![],
+            mutations: Some(Mutations {
+                overrides: vec![
+                    Override {
+                        type_: OverrideType::Replace,
+                        path: "/a".into(),
+                        value: None,
+                    },
+                    Override {
+                        type_: OverrideType::Remove,
+                        path: "/a".into(),
+                        value: Some("x".into()),
+                    },
+                    Override {
+                        type_: OverrideType::Replace,
+                        path: "/a".into(),
+                        value: Some("{{ .Object.metadata.name".into()),
+                    },
+                ],
+                ..Default::default()
+            }),
+        }];
+        let k: Vec<_> = kinds(&spec).into_iter().map(|(_, k)| k).collect();
+        assert_eq!(k[0], RuleErrorKind::ValueRequired);
+        assert_eq!(k[1], RuleErrorKind::ValueForbidden);
+        assert!(matches!(k[2], RuleErrorKind::UnbalancedTemplate(_)));
+    }
+
+    #[test]
+    fn empty_object_key_and_bad_namespace() {
+        let mut spec = valid_spec();
+        spec.rules = vec![SyncRule {
+            match_: vec![MatchEntry {
+                object_key: Some(ObjectKeyMatch::default()),
+                namespaces: vec!["Team_A".into()],
+                ..Default::default()
+            }],
+            mutations: None,
+        }];
+        let k: Vec<_> = kinds(&spec).into_iter().map(|(_, k)| k).collect();
+        assert_eq!(
+            k,
+            vec![
+                RuleErrorKind::EmptyObjectKey,
+                RuleErrorKind::InvalidNamespace("Team_A".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn error_display_names_field() {
+        let mut spec = valid_spec();
+        spec.group_version_kind.kind.clear();
+        let errs = spec.validate().unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "spec.groupVersionKind.kind: must not be empty"
+        );
+    }
+
+    #[test]
+    fn templates() {
+        assert!(balanced_template("plain"));
+        assert!(balanced_template("{{ a }}-{{ b }}"));
+        assert!(!balanced_template("{{ a"));
+        assert!(!balanced_template("a }}"));
+        assert!(!balanced_template("{{ {{ a }}"));
+    }
+}

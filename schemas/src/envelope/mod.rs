@@ -1,0 +1,288 @@
+//! Object snapshot envelope: the MessagePack message stored under `<p>.obj.<origin>...`.
+//!
+//! Layout (v1): one MessagePack map with string keys, written in this order:
+//! `schemaVersion` (uint 1), `origin`, `originClusterID` (str|nil), `uid`,
+//! `resourceVersion`, `generation` (int|nil), `contentHash`, `time` (RFC 3339 ms),
+//! `tombstone` (bool), `object` (map|nil), `encryption` (nil), `signature` (nil).
+//! Readers look at `schemaVersion` first and skip versions they do not know.
+
+mod hash;
+mod limits;
+
+pub use hash::{canonical_json, content_hash, normalize_for_hash, VOLATILE_METADATA_FIELDS};
+pub use limits::{
+    check_size, msg_id, tombstone_msg_id, TooLarge, DEFAULT_MAX_PAYLOAD, HEADER_ALLOWANCE,
+};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::codec::{DecodeError, EncodeError};
+use crate::time::rfc3339_ms;
+
+/// The envelope version this build writes and reads.
+pub const ENVELOPE_VERSION: u16 = 1;
+
+/// One published version of an object, or its deletion (a tombstone).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// Name of the publishing (origin) cluster.
+    pub origin: String,
+    /// kube-system UID of the origin cluster.
+    pub origin_cluster_id: Option<String>,
+    /// `metadata.uid` of the object on the origin.
+    pub uid: String,
+    /// `metadata.resourceVersion` of the object on the origin.
+    pub resource_version: String,
+    /// `metadata.generation`, if the kind has one.
+    pub generation: Option<i64>,
+    /// [`content_hash`] of `object`; empty for tombstones.
+    pub content_hash: String,
+    /// When the origin agent published this message.
+    pub time: DateTime<Utc>,
+    /// True if the object was deleted on the origin; `object` is then `None`.
+    pub tombstone: bool,
+    /// The object as JSON (apiVersion, kind, metadata, spec, ...).
+    pub object: Option<Value>,
+    /// Reserved for payload encryption; always `None` in v1.
+    pub encryption: Option<EncryptionHeader>,
+    /// Reserved for a publisher signature; always `None` in v1.
+    pub signature: Option<Signature>,
+}
+
+/// Reserved: how `object` is encrypted (not used in v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EncryptionHeader {
+    /// AEAD algorithm name.
+    pub algorithm: String,
+    /// Identifier of the key used.
+    pub key_id: String,
+    /// Nonce, base64.
+    pub nonce: String,
+}
+
+/// Reserved: a signature over the envelope (not used in v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Signature {
+    /// Signature algorithm name.
+    pub algorithm: String,
+    /// Identifier of the signing key.
+    pub key_id: String,
+    /// Signature bytes, base64.
+    pub value: String,
+}
+
+/// An object that cannot be wrapped in an envelope.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EnvelopeError {
+    /// The object lacks `metadata.uid` or `metadata.resourceVersion`.
+    #[error("object has no metadata.{0}")]
+    MissingMetadata(&'static str),
+}
+
+impl Envelope {
+    /// A snapshot of `object` (uid, resourceVersion and generation read from its metadata,
+    /// content hash computed).
+    pub fn snapshot(
+        origin: &str,
+        origin_cluster_id: Option<&str>,
+        object: Value,
+        time: DateTime<Utc>,
+    ) -> Result<Self, EnvelopeError> {
+        let meta = object.get("metadata");
+        let field = |name: &'static str| {
+            meta.and_then(|m| m.get(name))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or(EnvelopeError::MissingMetadata(name))
+        };
+        let uid = field("uid")?;
+        let resource_version = field("resourceVersion")?;
+        let generation = meta
+            .and_then(|m| m.get("generation"))
+            .and_then(Value::as_i64);
+        Ok(Self {
+            origin: origin.to_owned(),
+            origin_cluster_id: origin_cluster_id.map(str::to_owned),
+            uid,
+            resource_version,
+            generation,
+            content_hash: content_hash(&object),
+            time,
+            tombstone: false,
+            object: Some(object),
+            encryption: None,
+            signature: None,
+        })
+    }
+
+    /// A tombstone: the object with this uid was deleted on the origin.
+    /// `resource_version` is the deletion's, or the last one published if unknown.
+    pub fn tombstone(
+        origin: &str,
+        origin_cluster_id: Option<&str>,
+        uid: &str,
+        resource_version: &str,
+        time: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            origin: origin.to_owned(),
+            origin_cluster_id: origin_cluster_id.map(str::to_owned),
+            uid: uid.to_owned(),
+            resource_version: resource_version.to_owned(),
+            generation: None,
+            content_hash: String::new(),
+            time,
+            tombstone: true,
+            object: None,
+            encryption: None,
+            signature: None,
+        }
+    }
+
+    /// The `Nats-Msg-Id` to publish this envelope with.
+    pub fn msg_id(&self) -> String {
+        if self.tombstone {
+            tombstone_msg_id(&self.origin, &self.uid, &self.resource_version)
+        } else {
+            msg_id(&self.origin, &self.uid, &self.resource_version)
+        }
+    }
+
+    /// MessagePack bytes (v1 layout, see the module docs).
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        let wire = WireOut {
+            schema_version: ENVELOPE_VERSION,
+            origin: &self.origin,
+            origin_cluster_id: self.origin_cluster_id.as_deref(),
+            uid: &self.uid,
+            resource_version: &self.resource_version,
+            generation: self.generation,
+            content_hash: &self.content_hash,
+            time: self.time,
+            tombstone: self.tombstone,
+            object: self.object.as_ref().map(SortedValue),
+            encryption: self.encryption.as_ref(),
+            signature: self.signature.as_ref(),
+        };
+        rmp_serde::to_vec_named(&wire).map_err(EncodeError::new)
+    }
+
+    /// Decodes an envelope. Another `schemaVersion`, or an encrypted payload (which v1
+    /// cannot read), is [`DecodeError::UnsupportedVersion`]; anything else that does not
+    /// decode is [`DecodeError::Malformed`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let probe: Probe = rmp_serde::from_slice(bytes).map_err(DecodeError::malformed)?;
+        if probe.schema_version != ENVELOPE_VERSION {
+            return Err(DecodeError::UnsupportedVersion {
+                found: probe.schema_version.to_string(),
+            });
+        }
+        let w: WireIn = rmp_serde::from_slice(bytes).map_err(DecodeError::malformed)?;
+        if let Some(enc) = &w.encryption {
+            return Err(DecodeError::UnsupportedVersion {
+                found: format!("{ENVELOPE_VERSION}+encryption:{}", enc.algorithm),
+            });
+        }
+        if w.tombstone != w.object.is_none() {
+            return Err(DecodeError::malformed(
+                "tombstones must have no object and snapshots must have one",
+            ));
+        }
+        Ok(Self {
+            origin: w.origin,
+            origin_cluster_id: w.origin_cluster_id,
+            uid: w.uid,
+            resource_version: w.resource_version,
+            generation: w.generation,
+            content_hash: w.content_hash,
+            time: w.time,
+            tombstone: w.tombstone,
+            object: w.object,
+            encryption: w.encryption,
+            signature: w.signature,
+        })
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireOut<'a> {
+    schema_version: u16,
+    origin: &'a str,
+    #[serde(rename = "originClusterID")]
+    origin_cluster_id: Option<&'a str>,
+    uid: &'a str,
+    resource_version: &'a str,
+    generation: Option<i64>,
+    content_hash: &'a str,
+    #[serde(with = "rfc3339_ms")]
+    time: DateTime<Utc>,
+    tombstone: bool,
+    object: Option<SortedValue<'a>>,
+    encryption: Option<&'a EncryptionHeader>,
+    signature: Option<&'a Signature>,
+}
+
+/// Serializes a JSON value with object members sorted by key, so the bytes on the wire do
+/// not depend on whether serde_json keeps insertion order (its `preserve_order` feature).
+struct SortedValue<'a>(&'a Value);
+
+impl Serialize for SortedValue<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                let mut m = serializer.serialize_map(Some(entries.len()))?;
+                for (k, v) in entries {
+                    m.serialize_entry(k, &SortedValue(v))?;
+                }
+                m.end()
+            }
+            Value::Array(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for v in items {
+                    seq.serialize_element(&SortedValue(v))?;
+                }
+                seq.end()
+            }
+            scalar => scalar.serialize(serializer),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Probe {
+    schema_version: u16,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireIn {
+    origin: String,
+    #[serde(default, rename = "originClusterID")]
+    origin_cluster_id: Option<String>,
+    uid: String,
+    resource_version: String,
+    #[serde(default)]
+    generation: Option<i64>,
+    #[serde(default)]
+    content_hash: String,
+    #[serde(with = "rfc3339_ms")]
+    time: DateTime<Utc>,
+    #[serde(default)]
+    tombstone: bool,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    encryption: Option<EncryptionHeader>,
+    #[serde(default)]
+    signature: Option<Signature>,
+}

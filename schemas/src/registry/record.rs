@@ -1,0 +1,141 @@
+//! Registry records: what each agent announces about its cluster (JSON, schema-tagged).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
+use crate::crd::{ClusterMetadata, KubernetesApiEndpoint};
+use crate::time::{rfc3339_ms, rfc3339_ms_opt};
+
+/// `schema` of a [`ClusterRecord`].
+pub const CLUSTER_RECORD_SCHEMA: &str = "fleetbus.io/cluster/v1";
+/// `schema` of a [`KubeconfigRecord`].
+pub const KUBECONFIG_RECORD_SCHEMA: &str = "fleetbus.io/kubeconfig/v1";
+/// Default seconds between two puts of an agent's cluster record.
+pub const DEFAULT_HEARTBEAT_INTERVAL_SECONDS: u32 = 10;
+/// A member is considered gone after this many heartbeat intervals without a put.
+pub const MISSED_HEARTBEATS_BEFORE_DISCONNECTED: u32 = 3;
+
+/// Whether the agent is a member or has announced that it left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MemberState {
+    /// The agent is running and heartbeating.
+    Active,
+    /// The agent left the fleet on purpose (uninstall, shutdown with `--leave`).
+    Left,
+}
+
+/// A ClusterFeature advertised by a cluster: enough for `clusterFeatureMatch`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FeatureRecord {
+    /// `spec.featureName` of the ClusterFeature.
+    pub feature_name: String,
+    /// Labels of the ClusterFeature object.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The record an agent keeps at `cluster.<name>.<clusterID>` and re-puts every heartbeat interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRecord {
+    /// Cluster name (the name of its Cluster object everywhere).
+    pub name: String,
+    /// kube-system UID.
+    #[serde(rename = "clusterID")]
+    pub cluster_id: String,
+    /// Active, or Left once the agent announced leaving.
+    pub state: MemberState,
+    /// Labels of the local Cluster object (what cluster selectors match).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// API server endpoints, as in `Cluster.spec.kubernetesApiEndpoints`.
+    #[serde(default)]
+    pub kubernetes_api_endpoints: Vec<KubernetesApiEndpoint>,
+    /// Facts gathered from the cluster's Nodes.
+    #[serde(default)]
+    pub metadata: ClusterMetadata,
+    /// ClusterFeatures of the cluster.
+    #[serde(default)]
+    pub features: Vec<FeatureRecord>,
+    /// Version of the agent.
+    pub agent_version: String,
+    /// When this agent process started.
+    #[serde(with = "rfc3339_ms")]
+    pub started_at: DateTime<Utc>,
+    /// When this record was written.
+    #[serde(with = "rfc3339_ms")]
+    pub heartbeat_at: DateTime<Utc>,
+    /// Seconds until the next put; readers derive liveness from it.
+    pub heartbeat_interval_seconds: u32,
+    /// Increases by one with every put within one agent run (restarts at 1 with a new `startedAt`).
+    pub seq: u64,
+    /// Names of the clusters this agent currently sees as members (for ClustersSynced).
+    #[serde(default)]
+    pub members: Vec<String>,
+}
+
+impl ClusterRecord {
+    /// JSON with `"schema": "fleetbus.io/cluster/v1"` first.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        encode_json(CLUSTER_RECORD_SCHEMA, self)
+    }
+
+    /// Decodes a record; another `schema` is [`DecodeError::UnsupportedVersion`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_json(CLUSTER_RECORD_SCHEMA, bytes)
+    }
+
+    /// True if the record is Active and its last heartbeat is recent enough at `now`:
+    /// within `heartbeatIntervalSeconds * MISSED_HEARTBEATS_BEFORE_DISCONNECTED`.
+    pub fn is_alive(&self, now: DateTime<Utc>) -> bool {
+        let grace = Duration::from_secs(
+            u64::from(self.heartbeat_interval_seconds.max(1))
+                * u64::from(MISSED_HEARTBEATS_BEFORE_DISCONNECTED),
+        );
+        let age = now.signed_duration_since(self.heartbeat_at);
+        self.state == MemberState::Active && age.to_std().map_or(true, |age| age <= grace)
+    }
+
+    /// The record's key in the registry bucket.
+    pub fn key(&self) -> super::RegistryKey {
+        super::RegistryKey::cluster(&self.name, &self.cluster_id)
+    }
+}
+
+/// A reader kubeconfig published at `kubeconfig.<name>.<clusterID>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeconfigRecord {
+    /// Cluster name.
+    pub name: String,
+    /// kube-system UID.
+    #[serde(rename = "clusterID")]
+    pub cluster_id: String,
+    /// The kubeconfig YAML.
+    pub kubeconfig: String,
+    /// When the credentials in it expire (null: unknown or never).
+    #[serde(default, with = "rfc3339_ms_opt")]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl KubeconfigRecord {
+    /// JSON with `"schema": "fleetbus.io/kubeconfig/v1"` first.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        encode_json(KUBECONFIG_RECORD_SCHEMA, self)
+    }
+
+    /// Decodes a record; another `schema` is [`DecodeError::UnsupportedVersion`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_json(KUBECONFIG_RECORD_SCHEMA, bytes)
+    }
+
+    /// The record's key in the registry bucket.
+    pub fn key(&self) -> super::RegistryKey {
+        super::RegistryKey::kubeconfig(&self.name, &self.cluster_id)
+    }
+}

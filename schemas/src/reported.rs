@@ -1,0 +1,147 @@
+//! Reported state: JSON messages on `<p>.status.<cluster>...` carrying a copy's status back to its origin.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
+use crate::subject::{split_api_version, StatusKey};
+use crate::time::rfc3339_ms;
+
+/// `schema` of a [`ReportedStatus`].
+pub const REPORTED_STATUS_SCHEMA: &str = "fleetbus.io/status/v1";
+
+/// The status of one copy on one sink cluster, published for rules with `statusReturn`
+/// other than `None`. The subject names the *source* object as it is on the origin (so the
+/// origin can subscribe by its own objects' identity) and the publishing sink cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportedStatus {
+    /// Sink cluster that read the status (the publisher).
+    pub cluster: String,
+    /// ResourceSyncRule that manages the copy.
+    pub rule: String,
+    /// Cluster the copy comes from (the intended reader).
+    pub origin: String,
+    /// The source object on the origin.
+    pub source: SourceRef,
+    /// Name of the copy on the sink (differs from the source when mutations rename it).
+    pub copy_name: String,
+    /// Namespace of the copy, null if cluster-scoped.
+    #[serde(default)]
+    pub copy_namespace: Option<String>,
+    /// `metadata.resourceVersion` of the copy the status was read from.
+    pub copy_resource_version: String,
+    /// When the status was read.
+    #[serde(with = "rfc3339_ms")]
+    pub observed_at: DateTime<Utc>,
+    /// The copy's `.status`; null when the copy no longer exists.
+    #[serde(default)]
+    pub status: Value,
+}
+
+/// Identity of the source object on its origin cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceRef {
+    /// `apiVersion` of the source.
+    pub api_version: String,
+    /// Kind of the source.
+    pub kind: String,
+    /// Namespace, null if cluster-scoped.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Name of the source.
+    pub name: String,
+    /// `metadata.uid` of the source on the origin.
+    pub uid: String,
+}
+
+impl ReportedStatus {
+    /// JSON with `"schema": "fleetbus.io/status/v1"` first.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        encode_json(REPORTED_STATUS_SCHEMA, self)
+    }
+
+    /// Decodes a message; another `schema` is [`DecodeError::UnsupportedVersion`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_json(REPORTED_STATUS_SCHEMA, bytes)
+    }
+
+    /// The key naming this message's subject: publisher cluster + source identity.
+    pub fn subject_key(&self) -> StatusKey {
+        let (group, version) = split_api_version(&self.source.api_version);
+        StatusKey {
+            cluster: self.cluster.clone(),
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: self.source.kind.clone(),
+            namespace: self.source.namespace.clone(),
+            name: self.source.name.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subject::Prefix;
+    use crate::time::parse_rfc3339;
+    use serde_json::json;
+
+    fn example() -> ReportedStatus {
+        ReportedStatus {
+            cluster: "west".into(),
+            rule: "web".into(),
+            origin: "east".into(),
+            source: SourceRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("team-a".into()),
+                name: "web".into(),
+                uid: "u-1".into(),
+            },
+            copy_name: "web".into(),
+            copy_namespace: Some("team-a".into()),
+            copy_resource_version: "77".into(),
+            observed_at: parse_rfc3339("2026-11-22T04:40:00.000Z").unwrap(),
+            status: json!({"readyReplicas": 3}),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_subject() {
+        let e = example();
+        let bytes = e.encode().unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/PROTOCOL.md"),
+        )
+        .unwrap();
+        assert!(doc.contains(&text), "docs/PROTOCOL.md must show:\n{text}");
+        assert_eq!(ReportedStatus::decode(&bytes).unwrap(), e);
+        assert_eq!(
+            e.subject_key().to_subject(&Prefix::default()),
+            "fleetbus.status.west.apps.v1.Deployment.team-a.web"
+        );
+        let gone = ReportedStatus {
+            status: Value::Null,
+            ..example()
+        };
+        assert_eq!(
+            ReportedStatus::decode(&gone.encode().unwrap()).unwrap(),
+            gone
+        );
+    }
+
+    #[test]
+    fn other_versions_rejected() {
+        let bytes = String::from_utf8(example().encode().unwrap())
+            .unwrap()
+            .replace("status/v1", "status/v9");
+        assert!(matches!(
+            ReportedStatus::decode(bytes.as_bytes()),
+            Err(DecodeError::UnsupportedVersion { .. })
+        ));
+    }
+}

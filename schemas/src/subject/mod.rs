@@ -1,0 +1,25 @@
+//! NATS subject names: prefix, reversible token escaping, typed keys and wildcard filters.
+//!
+//! Every token of a subject is one Kubernetes name passed through [`encode_token`]:
+//! names of the form `[A-Za-z0-9_-]+` are kept, everything else is written as `=` +
+//! unpadded URL-safe base64. `core` stands for the core group, `_` for "no namespace".
+
+mod filter;
+mod keys;
+mod prefix;
+mod token;
+
+pub use filter::{
+    all_drift, all_objects, all_status, commands_for, drift_of_cluster, owned_subtrees,
+    status_of_cluster, ObjectFilter,
+};
+pub use keys::{
+    api_version, split_api_version, CommandKey, DriftKey, ObjectKey, StatusKey, SubjectError, CMD,
+    DRIFT, OBJ, STATUS,
+};
+pub use prefix::{InvalidPrefix, Prefix, DEFAULT_PREFIX};
+pub use token::{
+    decode_group, decode_namespace, decode_token, encode_group, encode_namespace, encode_token,
+    is_valid_kv_token, is_valid_subject_token, TokenError, CLUSTER_SCOPED_TOKEN, CORE_GROUP_TOKEN,
+    ESCAPE_MARKER,
+};

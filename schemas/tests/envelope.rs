@@ -1,0 +1,223 @@
+//! Envelope wire format: golden v1 bytes, round trips, typed decode errors.
+//!
+//! The golden files pin the wire format; a change to them must be deliberate.
+//! Regenerate (after bumping the protocol docs) with:
+//! `FLEETBUS_BLESS=1 cargo test -p fleetbus-schemas --test envelope`
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test crate
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use fleetbus_schemas::envelope::{content_hash, EncryptionHeader, Envelope, ENVELOPE_VERSION};
+use fleetbus_schemas::time::parse_rfc3339;
+use fleetbus_schemas::DecodeError;
+use proptest::prelude::*;
+use serde_json::{json, Map, Value};
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
+}
+
+fn check_golden(name: &str, bytes: &[u8]) {
+    let path = golden_path(name);
+    let hex = hex::encode(bytes);
+    if std::env::var_os("FLEETBUS_BLESS").is_some() {
+        std::fs::write(&path, format!("{hex}\n")).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        hex,
+        want.trim(),
+        "v1 envelope bytes changed ({}). The wire format is pinned: if this is deliberate, \
+         update docs/PROTOCOL.md and run FLEETBUS_BLESS=1 cargo test -p fleetbus-schemas --test envelope",
+        path.display()
+    );
+}
+
+fn t0() -> DateTime<Utc> {
+    parse_rfc3339("2026-11-22T04:30:00.123Z").unwrap()
+}
+
+fn config_map() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "settings",
+            "namespace": "team-a",
+            "uid": "0b9c1f5e-1d2c-4e3f-8a7b-6c5d4e3f2a1b",
+            "resourceVersion": "42",
+            "labels": {"app": "web"}
+        },
+        "data": {"color": "blue", "size": "3"}
+    })
+}
+
+#[test]
+fn golden_v1_snapshot() {
+    let env = Envelope::snapshot(
+        "east",
+        Some("6f1c2d3e-8a9b-4c5d-9e0f-112233445566"),
+        config_map(),
+        t0(),
+    )
+    .unwrap();
+    assert_eq!(env.uid, "0b9c1f5e-1d2c-4e3f-8a7b-6c5d4e3f2a1b");
+    assert_eq!(env.resource_version, "42");
+    assert_eq!(env.generation, None);
+    assert_eq!(env.content_hash, content_hash(&config_map()));
+    assert_eq!(env.msg_id(), "east:0b9c1f5e-1d2c-4e3f-8a7b-6c5d4e3f2a1b:42");
+    let bytes = env.encode().unwrap();
+    check_golden("envelope_v1_snapshot.hex", &bytes);
+    // And the pinned bytes decode to the same envelope.
+    let pinned = hex::decode(
+        std::fs::read_to_string(golden_path("envelope_v1_snapshot.hex"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(Envelope::decode(&pinned).unwrap(), env);
+    // First key of the map is schemaVersion = 1 (fixmap, fixstr "schemaVersion", 0x01).
+    assert_eq!(bytes[0], 0x8c);
+    assert_eq!(&bytes[1..15], b"\xadschemaVersion");
+    assert_eq!(bytes[15], 0x01);
+}
+
+#[test]
+fn golden_v1_tombstone() {
+    let env = Envelope::tombstone(
+        "east",
+        None,
+        "0b9c1f5e-1d2c-4e3f-8a7b-6c5d4e3f2a1b",
+        "43",
+        t0(),
+    );
+    assert_eq!(
+        env.msg_id(),
+        "east:0b9c1f5e-1d2c-4e3f-8a7b-6c5d4e3f2a1b:43:deleted"
+    );
+    let bytes = env.encode().unwrap();
+    check_golden("envelope_v1_tombstone.hex", &bytes);
+    assert_eq!(Envelope::decode(&bytes).unwrap(), env);
+}
+
+#[test]
+fn unknown_versions_and_garbage_are_typed_errors() {
+    // A future v2 writer: still a map with schemaVersion first.
+    let v2 = rmp_serde::to_vec_named(&json!({"schemaVersion": 2, "whatever": [1, 2]})).unwrap();
+    match Envelope::decode(&v2) {
+        Err(DecodeError::UnsupportedVersion { found }) => assert_eq!(found, "2"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        Envelope::decode(b"\xc1garbage"),
+        Err(DecodeError::Malformed { .. })
+    ));
+    assert!(matches!(
+        Envelope::decode(b""),
+        Err(DecodeError::Malformed { .. })
+    ));
+    // v1 with a required field missing.
+    let partial = rmp_serde::to_vec_named(&json!({"schemaVersion": 1, "origin": "east"})).unwrap();
+    assert!(matches!(
+        Envelope::decode(&partial),
+        Err(DecodeError::Malformed { .. })
+    ));
+    // A tombstone flag that contradicts the object.
+    let mut env = Envelope::snapshot("east", None, config_map(), t0()).unwrap();
+    env.tombstone = true;
+    assert!(matches!(
+        Envelope::decode(&env.encode().unwrap()),
+        Err(DecodeError::Malformed { .. })
+    ));
+    // Encrypted payloads cannot be read by v1: skipped like a newer version.
+    let mut env = Envelope::snapshot("east", None, config_map(), t0()).unwrap();
+    env.encryption = Some(EncryptionHeader {
+        algorithm: "xchacha20poly1305".into(),
+        key_id: "k1".into(),
+        nonce: "AAAA".into(),
+    });
+    assert!(matches!(
+        Envelope::decode(&env.encode().unwrap()),
+        Err(DecodeError::UnsupportedVersion { .. })
+    ));
+    assert_eq!(ENVELOPE_VERSION, 1);
+}
+
+#[test]
+fn missing_metadata_is_an_error() {
+    let err =
+        Envelope::snapshot("east", None, json!({"metadata": {"uid": "u"}}), t0()).unwrap_err();
+    assert_eq!(err.to_string(), "object has no metadata.resourceVersion");
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        any::<String>().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::btree_map(any::<String>(), inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+fn ms_time() -> impl Strategy<Value = DateTime<Utc>> {
+    (0i64..4_102_444_800_000).prop_map(|ms| DateTime::from_timestamp_millis(ms).unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn snapshot_round_trips(body in json_value(), origin in any::<String>(), cid in proptest::option::of(any::<String>()),
+                            uid in any::<String>(), rv in any::<String>(), generation in proptest::option::of(any::<i64>()),
+                            time in ms_time()) {
+        let mut metadata = Map::new();
+        metadata.insert("uid".into(), Value::String(uid));
+        metadata.insert("resourceVersion".into(), Value::String(rv));
+        if let Some(g) = generation {
+            metadata.insert("generation".into(), Value::from(g));
+        }
+        let mut object = Map::new();
+        object.insert("metadata".into(), Value::Object(metadata));
+        object.insert("body".into(), body);
+        let env = Envelope::snapshot(&origin, cid.as_deref(), Value::Object(object), time).unwrap();
+        prop_assert_eq!(env.generation, generation);
+        let bytes = env.encode().unwrap();
+        prop_assert_eq!(Envelope::decode(&bytes).unwrap(), env);
+    }
+
+    #[test]
+    fn tombstone_round_trips(origin in any::<String>(), uid in any::<String>(), rv in any::<String>(), time in ms_time()) {
+        let env = Envelope::tombstone(&origin, Some("id"), &uid, &rv, time);
+        prop_assert_eq!(Envelope::decode(&env.encode().unwrap()).unwrap(), env);
+    }
+
+    #[test]
+    fn hash_is_independent_of_member_order(entries in proptest::collection::vec((any::<String>(), json_value()), 0..8)) {
+        let forward: Map<String, Value> = entries.iter().cloned().collect();
+        let backward: Map<String, Value> = entries.iter().rev().cloned().collect();
+        // With duplicate keys the last insert wins, so only compare when keys are distinct.
+        prop_assume!(forward.len() == entries.len());
+        prop_assert_eq!(content_hash(&Value::Object(forward)), content_hash(&Value::Object(backward)));
+    }
+
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+        let _ = Envelope::decode(&bytes);
+    }
+}

@@ -1,0 +1,200 @@
+//! Registry records: JSON round trips, schema-version rejection, liveness, key round trips.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test crate
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use fleetbus_schemas::crd::{ClusterMetadata, KubernetesApiEndpoint, Locality};
+use fleetbus_schemas::registry::{
+    ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, RegistryKey,
+};
+use fleetbus_schemas::subject::is_valid_kv_token;
+use fleetbus_schemas::time::parse_rfc3339;
+use fleetbus_schemas::DecodeError;
+use proptest::prelude::*;
+
+mod common;
+
+fn ms_time() -> impl Strategy<Value = DateTime<Utc>> {
+    (0i64..4_102_444_800_000).prop_map(|ms| DateTime::from_timestamp_millis(ms).unwrap())
+}
+
+fn text() -> impl Strategy<Value = String> {
+    any::<String>()
+}
+
+fn string_map() -> impl Strategy<Value = BTreeMap<String, String>> {
+    proptest::collection::btree_map(text(), text(), 0..3)
+}
+
+prop_compose! {
+    fn metadata()(provider in proptest::option::of(text()), distribution in proptest::option::of(text()),
+                  kubernetes_version in proptest::option::of(text()),
+                  kubelet_versions in proptest::collection::vec(text(), 0..2),
+                  kube_proxy_versions in proptest::collection::vec(text(), 0..2),
+                  region in proptest::option::of(text()),
+                  zones in proptest::collection::vec(text(), 0..3)) -> ClusterMetadata {
+        ClusterMetadata {
+            provider, distribution, kubernetes_version, kubelet_versions, kube_proxy_versions,
+            locality: region.map(|r| Locality { region: Some(r.clone()), regions: vec![r], zones }),
+        }
+    }
+}
+
+prop_compose! {
+    fn cluster_record()(name in text(), cluster_id in text(), left in any::<bool>(),
+                        labels in string_map(), metadata in metadata(),
+                        endpoints in proptest::collection::vec((text(), text(), text()), 0..2),
+                        features in proptest::collection::vec((text(), string_map()), 0..3),
+                        agent_version in text(), started_at in ms_time(), heartbeat_at in ms_time(),
+                        heartbeat_interval_seconds in any::<u32>(), seq in any::<u64>(),
+                        members in proptest::collection::vec(text(), 0..4)) -> ClusterRecord {
+        ClusterRecord {
+            name, cluster_id,
+            state: if left { MemberState::Left } else { MemberState::Active },
+            labels,
+            kubernetes_api_endpoints: endpoints.into_iter().map(|(client_network, server_address, ca_bundle)|
+                KubernetesApiEndpoint { client_network, server_address, ca_bundle }).collect(),
+            metadata,
+            features: features.into_iter().map(|(feature_name, labels)| FeatureRecord { feature_name, labels }).collect(),
+            agent_version, started_at, heartbeat_at, heartbeat_interval_seconds, seq, members,
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn cluster_record_round_trips(r in cluster_record()) {
+        let bytes = r.encode().unwrap();
+        let head: &[u8] = br#"{"schema":"fleetbus.io/cluster/v1","#;
+        prop_assert!(bytes.starts_with(head), "schema first");
+        prop_assert_eq!(ClusterRecord::decode(&bytes).unwrap(), r);
+    }
+
+    #[test]
+    fn kubeconfig_record_round_trips(name in text(), cluster_id in text(), kubeconfig in text(),
+                                     expires_at in proptest::option::of(ms_time())) {
+        let r = KubeconfigRecord { name, cluster_id, kubeconfig, expires_at };
+        prop_assert_eq!(KubeconfigRecord::decode(&r.encode().unwrap()).unwrap(), r);
+    }
+
+    #[test]
+    fn registry_keys_round_trip_and_are_kv_valid(name in text(), id in text(), kubeconfig in any::<bool>()) {
+        let k = if kubeconfig { RegistryKey::kubeconfig(&name, &id) } else { RegistryKey::cluster(&name, &id) };
+        let key = k.to_key();
+        prop_assert!(key.split('.').all(is_valid_kv_token), "{}", key);
+        prop_assert_eq!(RegistryKey::parse(&key).unwrap(), k);
+    }
+
+    #[test]
+    fn garbage_is_malformed_not_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        if let Err(e) = ClusterRecord::decode(&bytes) {
+            prop_assert!(matches!(e, DecodeError::Malformed { .. }), "{e:?}");
+        }
+    }
+}
+
+fn example() -> ClusterRecord {
+    ClusterRecord {
+        name: "east".into(),
+        cluster_id: "6f1c2d3e-8a9b-4c5d-9e0f-112233445566".into(),
+        state: MemberState::Active,
+        labels: BTreeMap::from([("region".into(), "eu-west-1".into())]),
+        kubernetes_api_endpoints: vec![KubernetesApiEndpoint {
+            client_network: String::new(),
+            server_address: "https://10.0.0.1:6443".into(),
+            ca_bundle: String::new(),
+        }],
+        metadata: ClusterMetadata {
+            provider: Some("kind".into()),
+            distribution: Some("KIND".into()),
+            kubernetes_version: Some("v1.33.1".into()),
+            kubelet_versions: vec!["v1.33.1".into()],
+            kube_proxy_versions: vec!["v1.33.1".into()],
+            locality: Some(Locality {
+                region: Some("eu-west-1".into()),
+                regions: vec!["eu-west-1".into()],
+                zones: vec!["eu-west-1a".into()],
+            }),
+        },
+        features: vec![FeatureRecord {
+            feature_name: "istio".into(),
+            labels: BTreeMap::from([("version".into(), "1.22".into())]),
+        }],
+        agent_version: "0.1.0".into(),
+        started_at: parse_rfc3339("2026-11-22T04:00:00.000Z").unwrap(),
+        heartbeat_at: parse_rfc3339("2026-11-22T04:30:00.250Z").unwrap(),
+        heartbeat_interval_seconds: 10,
+        seq: 181,
+        members: vec!["east".into(), "west".into()],
+    }
+}
+
+/// The example in docs/PROTOCOL.md; keep them identical.
+const EXAMPLE_JSON: &str = r#"{"schema":"fleetbus.io/cluster/v1","name":"east","clusterID":"6f1c2d3e-8a9b-4c5d-9e0f-112233445566","state":"Active","labels":{"region":"eu-west-1"},"kubernetesApiEndpoints":[{"serverAddress":"https://10.0.0.1:6443"}],"metadata":{"provider":"kind","distribution":"KIND","kubernetesVersion":"v1.33.1","kubeletVersions":["v1.33.1"],"kubeProxyVersions":["v1.33.1"],"locality":{"region":"eu-west-1","regions":["eu-west-1"],"zones":["eu-west-1a"]}},"features":[{"featureName":"istio","labels":{"version":"1.22"}}],"agentVersion":"0.1.0","startedAt":"2026-11-22T04:00:00.000Z","heartbeatAt":"2026-11-22T04:30:00.250Z","heartbeatIntervalSeconds":10,"seq":181,"members":["east","west"]}"#;
+
+#[test]
+fn example_record_matches_protocol_doc() {
+    assert_eq!(
+        String::from_utf8(example().encode().unwrap()).unwrap(),
+        EXAMPLE_JSON
+    );
+    common::assert_doc_contains(&common::pretty(EXAMPLE_JSON));
+}
+
+#[test]
+fn other_schema_versions_are_rejected_with_a_typed_error() {
+    let v2 = EXAMPLE_JSON.replace("fleetbus.io/cluster/v1", "fleetbus.io/cluster/v2");
+    match ClusterRecord::decode(v2.as_bytes()) {
+        Err(DecodeError::UnsupportedVersion { found }) => {
+            assert_eq!(found, "fleetbus.io/cluster/v2")
+        }
+        other => panic!("{other:?}"),
+    }
+    let kubeconfig = KubeconfigRecord {
+        name: "east".into(),
+        cluster_id: "x".into(),
+        kubeconfig: "apiVersion: v1".into(),
+        expires_at: None,
+    };
+    assert!(matches!(
+        ClusterRecord::decode(&kubeconfig.encode().unwrap()),
+        Err(DecodeError::UnsupportedVersion { .. })
+    ));
+    let no_schema = EXAMPLE_JSON.replace(r#""schema":"fleetbus.io/cluster/v1","#, "");
+    assert!(matches!(
+        ClusterRecord::decode(no_schema.as_bytes()),
+        Err(DecodeError::Malformed { .. })
+    ));
+    let missing_field = EXAMPLE_JSON.replace(r#""seq":181,"#, "");
+    assert!(matches!(
+        ClusterRecord::decode(missing_field.as_bytes()),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
+
+#[test]
+fn unknown_fields_are_ignored_within_v1() {
+    let extended = EXAMPLE_JSON.replace(r#""seq":181,"#, r#""seq":181,"futureField":{"a":1},"#);
+    assert_eq!(
+        ClusterRecord::decode(extended.as_bytes()).unwrap(),
+        example()
+    );
+}
+
+#[test]
+fn liveness_follows_heartbeat_interval() {
+    let r = example();
+    let t = r.heartbeat_at;
+    assert!(r.is_alive(t));
+    assert!(r.is_alive(t + Duration::seconds(30)));
+    assert!(!r.is_alive(t + Duration::seconds(31)));
+    // Clock skew: a heartbeat from the future is alive.
+    assert!(r.is_alive(t - Duration::seconds(5)));
+    let left = ClusterRecord {
+        state: MemberState::Left,
+        ..r
+    };
+    assert!(!left.is_alive(t));
+}

@@ -1,0 +1,159 @@
+//! HTTP front: authentication, routing, and the JSON response helpers.
+
+mod request;
+mod resource;
+mod route;
+mod subresource;
+
+use crate::discovery;
+use crate::status::ApiError;
+use crate::store::Store;
+use axum::body::Body;
+use futures::FutureExt;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use request::Query;
+use route::Route;
+use serde_json::Value;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Shared server state.
+#[derive(Debug)]
+pub struct AppState {
+    /// Objects, registry, history.
+    pub store: Store,
+    /// Required bearer token (--token), if any.
+    pub token: Option<String>,
+    /// Period of watch BOOKMARK events.
+    pub bookmark_every: Duration,
+    /// host:port clients use, for /api serverAddressByClientCIDRs.
+    pub server_addr: String,
+}
+
+/// A JSON response.
+pub(crate) fn json_response(code: u16, body: &Value) -> Response<Body> {
+    json_with_type(code, body, "application/json")
+}
+
+pub(crate) fn json_with_type(code: u16, body: &Value, content_type: &str) -> Response<Body> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut resp = Response::new(Body::from(bytes));
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
+/// A metav1.Status error response.
+pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
+    json_response(e.code, &e.to_status())
+}
+
+fn text(code: StatusCode, body: &'static str) -> Response<Body> {
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+fn authorized(state: &AppState, req: &Request<Body>) -> bool {
+    let presented = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match (&state.token, presented) {
+        (None, _) => true,
+        (Some(t), Some(p)) if p == t => true,
+        (Some(_), Some(p)) => state.store.read(|i| i.has_token(p)),
+        (Some(_), None) => false,
+    }
+}
+
+/// Handles one request. Never panics outward: a panic in a handler becomes a 500.
+pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let result = AssertUnwindSafe(dispatch(state, req)).catch_unwind().await;
+    let resp = match result {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::error!(%method, %path, "handler panicked");
+            error_response(&ApiError::internal("handler panicked"))
+        }
+    };
+    let status = resp.status().as_u16();
+    // Writes (and failures) at info so test logs show what changed; reads at debug.
+    if method == Method::GET && status < 400 {
+        tracing::debug!(%method, %path, status, "request");
+    } else {
+        tracing::info!(%method, %path, status, "request");
+    }
+    resp
+}
+
+async fn dispatch(state: Arc<AppState>, req: Request<Body>) -> Response<Body> {
+    let route = route::parse(req.uri().path());
+    let public = matches!(route, Route::Health | Route::Version | Route::Writes);
+    if !public && !authorized(&state, &req) {
+        return error_response(&ApiError::unauthorized());
+    }
+    let query = Query::parse(req.uri().query());
+    let is_get = req.method() == Method::GET || req.method() == Method::HEAD;
+    let defs = || state.store.read(|i| i.registry.all());
+    match route {
+        Route::Health => text(StatusCode::OK, "ok"),
+        Route::Writes if is_get => json_response(200, &state.store.writes()),
+        Route::Version if is_get => json_response(200, &discovery::version()),
+        Route::OpenApiV2 if is_get => {
+            let mut resp = Response::new(Body::from(crate::openapi::v2_protobuf()));
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                ),
+            );
+            resp
+        }
+        Route::OpenApiV3Root if is_get => json_response(200, &crate::openapi::v3_root(&defs())),
+        Route::OpenApiV3Gv(g, v) if is_get => {
+            match crate::openapi::v3_group_version(&defs(), &g, &v) {
+                Some(doc) => json_response(200, &doc),
+                None => error_response(&ApiError::path_not_found()),
+            }
+        }
+        Route::CoreVersions if is_get => match request::wants_aggregated(req.headers()) {
+            Some(v) => json_with_type(
+                200,
+                &discovery::aggregated(&defs(), true, v),
+                &discovery::aggregated_content_type(v),
+            ),
+            None => json_response(200, &discovery::core_versions(&state.server_addr)),
+        },
+        Route::Groups if is_get => match request::wants_aggregated(req.headers()) {
+            Some(v) => json_with_type(
+                200,
+                &discovery::aggregated(&defs(), false, v),
+                &discovery::aggregated_content_type(v),
+            ),
+            None => json_response(200, &discovery::group_list(&defs())),
+        },
+        Route::Group(g) if is_get => match discovery::group(&defs(), &g) {
+            Some(doc) => json_response(200, &doc),
+            None => error_response(&ApiError::path_not_found()),
+        },
+        Route::ResourceList(g, v) if is_get => match discovery::resource_list(&defs(), &g, &v) {
+            Some(doc) => json_response(200, &doc),
+            None => error_response(&ApiError::path_not_found()),
+        },
+        Route::Resource(rp) => resource::handle(&state, rp, query, req).await,
+        Route::NotFound => error_response(&ApiError::path_not_found()),
+        _ => error_response(&ApiError::method_not_allowed(req.method().as_str())),
+    }
+}

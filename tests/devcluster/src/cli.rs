@@ -1,0 +1,65 @@
+//! Command-line flags.
+
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// A Kubernetes-API-compatible server for local fleetbus meshes and tests.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "fleetbus-devcluster", version)]
+pub struct Cli {
+    /// Cluster name: used for the kubeconfig cluster/context/user and node providerIDs.
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_NAME", default_value = "devcluster")]
+    pub name: String,
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(
+        long,
+        env = "FLEETBUS_DEVCLUSTER_LISTEN",
+        default_value = "127.0.0.1:0"
+    )]
+    pub listen: SocketAddr,
+    /// Directory for durable state; without it state is in memory only.
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Where to write a kubeconfig for this cluster.
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_KUBECONFIG_OUT")]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Serve HTTPS with a generated CA (kept in --data-dir when given).
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_TLS")]
+    pub tls: bool,
+    /// Require `Authorization: Bearer <token>` (minted ServiceAccount tokens also work).
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_TOKEN")]
+    pub token: Option<String>,
+    /// Number of Node objects to seed (node-1..node-N).
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_NODES", default_value_t = 0)]
+    pub nodes: u32,
+    /// Number of watch events kept for resuming watches (older RVs get 410).
+    #[arg(
+        long,
+        env = "FLEETBUS_DEVCLUSTER_WATCH_HISTORY",
+        default_value_t = 10_000
+    )]
+    pub watch_history: usize,
+    /// Seconds between watch BOOKMARK events.
+    #[arg(
+        long,
+        env = "FLEETBUS_DEVCLUSTER_BOOKMARK_INTERVAL",
+        default_value_t = 60
+    )]
+    pub bookmark_interval: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+        let c = Cli::try_parse_from(["x", "--name", "c1", "--nodes", "3", "--tls"]).unwrap();
+        assert_eq!(c.name, "c1");
+        assert_eq!(c.nodes, 3);
+        assert!(c.tls);
+    }
+}

@@ -1,0 +1,176 @@
+//! Durable state in a redb database: objects, the resourceVersion counter, minted tokens.
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde_json::Value;
+use std::path::Path;
+
+const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+const TOKENS: TableDefinition<'_, &str, u64> = TableDefinition::new("tokens");
+
+/// Persistence failures.
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    /// The database could not be opened, read or written.
+    #[error("state database error")]
+    Db(#[source] Box<redb::Error>),
+    /// A stored object is not valid JSON.
+    #[error("stored object {key} is corrupt")]
+    Corrupt {
+        /// The object key.
+        key: String,
+        /// Decode error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for PersistError {
+            fn from(e: $t) -> Self {
+                PersistError::Db(Box::new(e.into()))
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+/// One change inside a write transaction.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Store (or replace) an object under its key.
+    Put(String, Value),
+    /// Remove an object.
+    Delete(String),
+    /// Remember a minted bearer token.
+    Token(String),
+}
+
+/// Everything loaded at start.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// (key, object) pairs.
+    pub objects: Vec<(String, Value)>,
+    /// Last resourceVersion handed out.
+    pub rv: u64,
+    /// Minted tokens.
+    pub tokens: Vec<String>,
+}
+
+/// The redb database.
+pub struct Persist {
+    db: Database,
+}
+
+impl std::fmt::Debug for Persist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Persist")
+    }
+}
+
+impl Persist {
+    /// Opens (or creates) `dir/state.redb`.
+    pub fn open(dir: &Path) -> Result<Self, PersistError> {
+        let db = Database::create(dir.join("state.redb"))?;
+        // Create the tables so a read on a fresh database finds them.
+        let tx = db.begin_write()?;
+        tx.open_table(OBJECTS)?;
+        tx.open_table(META)?;
+        tx.open_table(TOKENS)?;
+        tx.commit()?;
+        Ok(Persist { db })
+    }
+
+    /// Reads the whole state.
+    pub fn load(&self) -> Result<Loaded, PersistError> {
+        let tx = self.db.begin_read()?;
+        let mut out = Loaded::default();
+        for row in tx.open_table(OBJECTS)?.iter()? {
+            let (k, v) = row?;
+            let key = k.value().to_string();
+            let obj =
+                serde_json::from_slice(v.value()).map_err(|source| PersistError::Corrupt {
+                    key: key.clone(),
+                    source,
+                })?;
+            out.objects.push((key, obj));
+        }
+        out.rv = tx
+            .open_table(META)?
+            .get("rv")?
+            .map(|g| g.value())
+            .unwrap_or(0);
+        for row in tx.open_table(TOKENS)?.iter()? {
+            let (k, _) = row?;
+            out.tokens.push(k.value().to_string());
+        }
+        Ok(out)
+    }
+
+    /// Commits `ops` and the new resourceVersion durably (redb's default
+    /// durability is Immediate: fsync before commit returns).
+    pub fn commit(&self, ops: &[Op], rv: u64) -> Result<(), PersistError> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut objects = tx.open_table(OBJECTS)?;
+            let mut tokens = tx.open_table(TOKENS)?;
+            for op in ops {
+                match op {
+                    Op::Put(k, v) => {
+                        let bytes =
+                            serde_json::to_vec(v).map_err(|source| PersistError::Corrupt {
+                                key: k.clone(),
+                                source,
+                            })?;
+                        objects.insert(k.as_str(), bytes.as_slice())?;
+                    }
+                    Op::Delete(k) => {
+                        objects.remove(k.as_str())?;
+                    }
+                    Op::Token(t) => {
+                        tokens.insert(t.as_str(), 0)?;
+                    }
+                }
+            }
+            tx.open_table(META)?.insert("rv", rv)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let p = Persist::open(dir.path()).unwrap();
+            p.commit(
+                &[
+                    Op::Put("a".into(), json!({"x": 1})),
+                    Op::Put("b".into(), json!(2)),
+                    Op::Token("t".into()),
+                ],
+                7,
+            )
+            .unwrap();
+            p.commit(&[Op::Delete("b".into())], 8).unwrap();
+        }
+        let p = Persist::open(dir.path()).unwrap();
+        let l = p.load().unwrap();
+        assert_eq!(l.rv, 8);
+        assert_eq!(l.objects, vec![("a".to_string(), json!({"x": 1}))]);
+        assert_eq!(l.tokens, vec!["t".to_string()]);
+    }
+}

@@ -1,0 +1,138 @@
+//! Startup and the connection loop: store, seed, listener, TLS, kubeconfig, serve.
+
+use crate::api::{self, AppState};
+use crate::cli::Cli;
+use crate::persist::PersistError;
+use crate::status::ApiError;
+use crate::store::Store;
+use crate::{kubeconfig, seed, tls};
+use axum::body::Body;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::convert::Infallible;
+use std::future::Future;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The data directory or state database could not be used.
+    #[error("failed to open the state store")]
+    Store(#[from] PersistError),
+    /// Seeding the system objects failed.
+    #[error("failed to seed system objects: {0}")]
+    Seed(#[from] ApiError),
+    /// Binding, kubeconfig or stdout I/O failed.
+    #[error("I/O error during startup")]
+    Io(#[from] std::io::Error),
+    /// TLS material could not be created.
+    #[error("failed to set up TLS")]
+    Tls(#[from] tls::TlsError),
+    /// The kubeconfig could not be rendered.
+    #[error("failed to render the kubeconfig")]
+    Kubeconfig(#[from] serde_yaml::Error),
+}
+
+/// Runs the server until `shutdown` resolves.
+pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    if let Some(d) = &cli.data_dir {
+        std::fs::create_dir_all(d)?;
+    }
+    let store = Store::open(cli.data_dir.as_deref(), cli.watch_history)?;
+    if cli.data_dir.is_none() {
+        // Microseconds since the epoch: always above any RV a previous in-memory run handed out.
+        let base = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        store.start_epoch(base);
+    }
+    seed::seed(&store, &cli.name, cli.nodes)?;
+    let listener = TcpListener::bind(cli.listen).await?;
+    let addr = listener.local_addr()?;
+    let host = if addr.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else if addr.is_ipv6() {
+        format!("[{}]", addr.ip())
+    } else {
+        addr.ip().to_string()
+    };
+    let server_addr = format!("{host}:{}", addr.port());
+    let tls = if cli.tls {
+        Some(tls::load_or_create(cli.data_dir.as_deref())?)
+    } else {
+        None
+    };
+    let url = format!(
+        "{}://{server_addr}",
+        if tls.is_some() { "https" } else { "http" }
+    );
+    if let Some(path) = &cli.kubeconfig_out {
+        let kc = kubeconfig::render(
+            &cli.name,
+            &url,
+            tls.as_ref().map(|t| t.ca_pem.as_str()),
+            cli.token.as_deref(),
+        )?;
+        kubeconfig::write(path, &kc)?;
+    }
+    // The URL is the first stdout line: test harnesses wait for it.
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{url}")?;
+        out.flush()?;
+    }
+    tracing::info!(cluster = %cli.name, %url, persistent = cli.data_dir.is_some(), "fleetbus-devcluster serving");
+    let state = Arc::new(AppState {
+        store,
+        token: cli.token.clone(),
+        bookmark_every: Duration::from_secs(cli.bookmark_interval.max(1)),
+        server_addr,
+    });
+    let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config));
+    let mut conns = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let state = state.clone();
+                let acceptor = acceptor.clone();
+                conns.spawn(async move {
+                    let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let state = state.clone();
+                        async move { Ok::<_, Infallible>(api::handle(state, req.map(Body::new)).await) }
+                    });
+                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let result = match acceptor {
+                        Some(acc) => match acc.accept(stream).await {
+                            Ok(s) => builder.serve_connection(TokioIo::new(s), svc).await,
+                            Err(e) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                        },
+                        None => builder.serve_connection(TokioIo::new(stream), svc).await,
+                    };
+                    if let Err(e) = result {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+    tracing::info!("shutting down");
+    conns.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,473 @@
+//! The object store: every object, the resource registry, the watch history and the
+//! broadcast channel feeding watchers, persisted through `persist` when configured.
+
+use crate::meta;
+use crate::persist::{Op, Persist, PersistError};
+use crate::registry::Registry;
+use crate::status::ApiError;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::broadcast;
+
+/// Where an object lives: (group, plural, namespace or "", name).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjKey {
+    /// API group ("" for core).
+    pub group: String,
+    /// Resource plural.
+    pub plural: String,
+    /// Namespace, "" for cluster-scoped objects.
+    pub namespace: String,
+    /// Object name.
+    pub name: String,
+}
+
+impl ObjKey {
+    /// Builds a key.
+    pub fn new(group: &str, plural: &str, namespace: &str, name: &str) -> Self {
+        ObjKey {
+            group: group.into(),
+            plural: plural.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The persisted form: a JSON array, unambiguous whatever the names contain.
+    pub fn encode(&self) -> String {
+        json!([self.group, self.plural, self.namespace, self.name]).to_string()
+    }
+
+    fn decode(s: &str) -> Option<Self> {
+        let v: Vec<String> = serde_json::from_str(s).ok()?;
+        match v.as_slice() {
+            [g, p, ns, n] => Some(ObjKey::new(g, p, ns, n)),
+            _ => None,
+        }
+    }
+
+    /// "core/configmaps" for /debug/writes.
+    pub fn writes_key(&self) -> String {
+        let g = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        format!("{g}/{}", self.plural)
+    }
+
+    /// True for the key of a CustomResourceDefinition object.
+    pub fn is_crd(&self) -> bool {
+        self.group == "apiextensions.k8s.io" && self.plural == "customresourcedefinitions"
+    }
+
+    /// True for the key of a Namespace object.
+    pub fn is_namespace(&self) -> bool {
+        self.group.is_empty() && self.plural == "namespaces"
+    }
+}
+
+/// Watch event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Removed (object is its last state with a new resourceVersion).
+    Deleted,
+}
+
+/// One change, as kept in the history and sent to watchers.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// The resourceVersion of this change.
+    pub rv: u64,
+    /// What happened.
+    pub etype: EventType,
+    /// Which object.
+    pub key: ObjKey,
+    /// The object after the change (last state for DELETED).
+    pub object: Value,
+    /// The object before the change (for selector transitions).
+    pub prev: Option<Value>,
+}
+
+/// The mutable state.
+#[derive(Debug, Clone)]
+pub struct Inner {
+    /// Last resourceVersion handed out.
+    pub rv: u64,
+    /// Every object, ordered for prefix scans.
+    pub objects: BTreeMap<ObjKey, Value>,
+    /// Servable resources.
+    pub registry: Registry,
+    history: VecDeque<Arc<Event>>,
+    /// Events with rv <= floor may be missing from the history.
+    history_floor: u64,
+    writes: BTreeMap<String, u64>,
+    tokens: BTreeSet<String>,
+}
+
+impl Inner {
+    /// Objects of (group, plural), optionally one namespace, ordered by (namespace, name).
+    pub fn scan<'a>(
+        &'a self,
+        group: &'a str,
+        plural: &'a str,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a ObjKey, &'a Value)> + 'a {
+        let start = ObjKey::new(group, plural, namespace.unwrap_or(""), "");
+        self.objects.range(start..).take_while(move |(k, _)| {
+            k.group == group && k.plural == plural && namespace.is_none_or(|ns| k.namespace == ns)
+        })
+    }
+
+    /// True if a bearer token was minted by this cluster.
+    pub fn has_token(&self, t: &str) -> bool {
+        self.tokens.contains(t)
+    }
+}
+
+/// A write in progress: mutations apply to `inner` at once; persistence and events
+/// are flushed by [`Store::write`] when the closure returns.
+pub struct Tx<'a> {
+    /// The state being changed.
+    pub inner: &'a mut Inner,
+    ops: Vec<Op>,
+    events: Vec<Event>,
+    /// The write's timestamp (RFC 3339, seconds).
+    pub now: String,
+}
+
+impl Tx<'_> {
+    /// The stored object at `key`.
+    pub fn get(&self, key: &ObjKey) -> Option<&Value> {
+        self.inner.objects.get(key)
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.inner.rv += 1;
+        self.inner.rv
+    }
+
+    fn count(&mut self, key: &ObjKey) {
+        *self.inner.writes.entry(key.writes_key()).or_insert(0) += 1;
+    }
+
+    /// Stores `obj` with a fresh resourceVersion; emits ADDED or MODIFIED.
+    pub fn put(&mut self, key: &ObjKey, mut obj: Value) -> Value {
+        let rv = self.next_rv();
+        meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+        let prev = self.inner.objects.insert(key.clone(), obj.clone());
+        if key.is_crd() {
+            self.inner.registry.upsert_crd(&obj);
+        }
+        self.count(key);
+        self.ops.push(Op::Put(key.encode(), obj.clone()));
+        let etype = if prev.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        self.events.push(Event {
+            rv,
+            etype,
+            key: key.clone(),
+            object: obj.clone(),
+            prev,
+        });
+        obj
+    }
+
+    /// Removes the object at `key` (no cascades); emits DELETED with a new resourceVersion.
+    pub fn remove(&mut self, key: &ObjKey) -> Option<Value> {
+        self.remove_as(key, None)
+    }
+
+    /// Like [`Tx::remove`], but the DELETED event carries `last` (the state an update
+    /// produced just before the removal, e.g. with its last finalizer gone).
+    pub fn remove_as(&mut self, key: &ObjKey, last: Option<Value>) -> Option<Value> {
+        let stored = self.inner.objects.remove(key)?;
+        let mut last = last.unwrap_or(stored);
+        let rv = self.next_rv();
+        meta::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
+        if key.is_crd() {
+            self.inner.registry.remove_crd(&key.name);
+        }
+        self.count(key);
+        self.ops.push(Op::Delete(key.encode()));
+        self.events.push(Event {
+            rv,
+            etype: EventType::Deleted,
+            key: key.clone(),
+            object: last.clone(),
+            prev: None,
+        });
+        Some(last)
+    }
+
+    /// Remembers a minted bearer token.
+    pub fn add_token(&mut self, token: &str) {
+        self.inner.tokens.insert(token.to_string());
+        self.ops.push(Op::Token(token.to_string()));
+    }
+}
+
+/// What a new watch starts from.
+pub struct WatchStart {
+    /// Current objects (synthetic ADDED), when the watch starts from ""/"0".
+    pub initial: Vec<Value>,
+    /// Kept events after the requested resourceVersion.
+    pub backlog: Vec<Arc<Event>>,
+    /// Live events from now on.
+    pub rx: broadcast::Receiver<Arc<Event>>,
+    /// The store's resourceVersion when the watch started.
+    pub rv: u64,
+}
+
+/// The shared store.
+///
+/// State sits behind a `std::sync::Mutex`: every critical section is short and
+/// synchronous (map updates plus, with --data-dir, one redb commit), and the lock is
+/// never held across an `.await`, so an async mutex would only add overhead. Holding
+/// it through the commit keeps resourceVersions, the history and the broadcast order
+/// identical.
+pub struct Store {
+    inner: Mutex<Inner>,
+    events_tx: broadcast::Sender<Arc<Event>>,
+    persist: Option<Persist>,
+    history_cap: usize,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("history_cap", &self.history_cap)
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens the store; with `data_dir`, loads and persists state there.
+    pub fn open(data_dir: Option<&Path>, history_cap: usize) -> Result<Self, PersistError> {
+        let mut inner = Inner {
+            rv: 0,
+            objects: BTreeMap::new(),
+            registry: Registry::default(),
+            history: VecDeque::new(),
+            history_floor: 0,
+            writes: BTreeMap::new(),
+            tokens: BTreeSet::new(),
+        };
+        let persist = match data_dir {
+            Some(dir) => {
+                let p = Persist::open(dir)?;
+                let loaded = p.load()?;
+                inner.rv = loaded.rv;
+                for (k, v) in loaded.objects {
+                    match ObjKey::decode(&k) {
+                        Some(key) => {
+                            inner.objects.insert(key, v);
+                        }
+                        None => tracing::warn!(key = %k, "skipping stored object with a bad key"),
+                    }
+                }
+                inner.tokens.extend(loaded.tokens);
+                let crds: Vec<Value> = inner
+                    .scan("apiextensions.k8s.io", "customresourcedefinitions", None)
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                for c in &crds {
+                    inner.registry.upsert_crd(c);
+                }
+                tracing::info!(objects = inner.objects.len(), rv = inner.rv, "loaded state");
+                Some(p)
+            }
+            None => None,
+        };
+        // The history starts empty: a watch from before this point gets 410.
+        inner.history_floor = inner.rv;
+        let (events_tx, _) = broadcast::channel(history_cap.clamp(1024, 65536));
+        Ok(Store {
+            inner: Mutex::new(inner),
+            events_tx,
+            persist,
+            history_cap: history_cap.max(1),
+        })
+    }
+
+    /// Starts resourceVersions at `base` (if higher than now). For in-memory stores: a
+    /// client still holding a resourceVersion from a previous process then gets 410
+    /// and relists, instead of silently skipping every event up to that number.
+    pub fn start_epoch(&self, base: u64) {
+        let mut inner = self.lock();
+        if inner.rv < base {
+            inner.rv = base;
+            inner.history_floor = base;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere never leaves the maps half-updated in a way later readers
+        // cannot handle, so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on a read-only view.
+    pub fn read<R>(&self, f: impl FnOnce(&Inner) -> R) -> R {
+        f(&self.lock())
+    }
+
+    /// Runs a write. With `dry_run`, `f` runs on a scratch copy that is then dropped.
+    pub fn write<R>(
+        &self,
+        dry_run: bool,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<R, ApiError>,
+    ) -> Result<R, ApiError> {
+        let mut guard = self.lock();
+        let now = meta::now_rfc3339();
+        if dry_run {
+            let mut scratch = guard.clone();
+            let mut tx = Tx {
+                inner: &mut scratch,
+                ops: Vec::new(),
+                events: Vec::new(),
+                now,
+            };
+            return f(&mut tx);
+        }
+        let mut tx = Tx {
+            inner: &mut guard,
+            ops: Vec::new(),
+            events: Vec::new(),
+            now,
+        };
+        let result = f(&mut tx);
+        let Tx { ops, events, .. } = tx;
+        // Mutations already applied in memory are flushed even when `f` failed late.
+        if !ops.is_empty() {
+            if let Some(p) = &self.persist {
+                if let Err(e) = p.commit(&ops, guard.rv) {
+                    tracing::error!(error = %e, "failed to persist a write");
+                    return Err(ApiError::internal(format!("failed to persist: {e}")));
+                }
+            }
+        }
+        for ev in events {
+            let ev = Arc::new(ev);
+            guard.history.push_back(ev.clone());
+            while guard.history.len() > self.history_cap {
+                if let Some(old) = guard.history.pop_front() {
+                    guard.history_floor = old.rv;
+                }
+            }
+            // No receivers is fine: nobody is watching.
+            let _ = self.events_tx.send(ev);
+        }
+        result
+    }
+
+    /// Registers a watcher. `from` None means "current state first" (synthetic ADDED);
+    /// Some(n) replays kept events after n, or fails with 410 if they were dropped.
+    pub fn watch(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        from: Option<u64>,
+    ) -> Result<WatchStart, ApiError> {
+        let inner = self.lock();
+        // Subscribing under the lock means no event falls between snapshot and stream.
+        let rx = self.events_tx.subscribe();
+        let (initial, backlog) = match from {
+            None => (
+                inner
+                    .scan(group, plural, namespace)
+                    .map(|(_, v)| v.clone())
+                    .collect(),
+                Vec::new(),
+            ),
+            Some(n) => {
+                if n < inner.history_floor {
+                    return Err(ApiError::expired(format!(
+                        "too old resource version: {n} ({})",
+                        inner.history_floor + 1
+                    )));
+                }
+                let backlog = inner.history.iter().filter(|e| e.rv > n).cloned().collect();
+                (Vec::new(), backlog)
+            }
+        };
+        Ok(WatchStart {
+            initial,
+            backlog,
+            rx,
+            rv: inner.rv,
+        })
+    }
+
+    /// Current resourceVersion.
+    #[cfg(test)]
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// Counts of state-changing writes per "<group>/<plural>".
+    pub fn writes(&self) -> Value {
+        json!(self.lock().writes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_round_trip() {
+        let k = ObjKey::new("apps", "deployments", "ns", "a|b\"c");
+        assert_eq!(ObjKey::decode(&k.encode()), Some(k.clone()));
+        assert_eq!(k.writes_key(), "apps/deployments");
+    }
+
+    #[test]
+    fn put_remove_and_history() {
+        let s = Store::open(None, 2).unwrap();
+        let k = ObjKey::new("", "configmaps", "default", "a");
+        s.write(false, |tx| {
+            tx.put(&k, json!({"metadata": {"name": "a"}}));
+            tx.put(&k, json!({"metadata": {"name": "a"}, "data": {}}));
+            tx.remove(&k);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(s.current_rv(), 3);
+        assert_eq!(s.writes()["core/configmaps"], 3);
+        // History keeps the last two events: watching from 0 is too old, from 1 works.
+        assert_eq!(
+            s.watch("", "configmaps", None, Some(0))
+                .err()
+                .map(|e| e.code),
+            Some(410)
+        );
+        let w = s.watch("", "configmaps", None, Some(1)).unwrap();
+        assert_eq!(w.backlog.len(), 2);
+        assert_eq!(w.backlog[1].etype, EventType::Deleted);
+        assert_eq!(w.backlog[1].object["metadata"]["resourceVersion"], "3");
+    }
+
+    #[test]
+    fn dry_run_changes_nothing() {
+        let s = Store::open(None, 10).unwrap();
+        let k = ObjKey::new("", "configmaps", "default", "a");
+        s.write(true, |tx| {
+            tx.put(&k, json!({}));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(s.current_rv(), 0);
+        assert!(s.read(|i| i.objects.is_empty()));
+    }
+}

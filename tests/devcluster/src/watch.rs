@@ -1,0 +1,270 @@
+//! Watch streams: newline-delimited JSON events, bookmarks, timeouts, 410 as an ERROR event.
+
+use crate::resources::ResourceDef;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+use crate::store::{Event, EventType, Store};
+use crate::table::{self, Column};
+use axum::body::Body;
+use bytes::Bytes;
+use futures::SinkExt;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+
+/// Which objects a watch (or list) selects.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    /// Namespace from the URL (None = all).
+    pub namespace: Option<String>,
+    /// labelSelector.
+    pub labels: LabelSelector,
+    /// fieldSelector.
+    pub fields: FieldSelector,
+}
+
+impl Filter {
+    /// True if `obj` is selected.
+    pub fn matches(&self, obj: &Value) -> bool {
+        let labels = obj
+            .get("metadata")
+            .and_then(|m| m.get("labels"))
+            .and_then(Value::as_object);
+        self.labels.matches(labels) && self.fields.matches(obj)
+    }
+}
+
+/// Watch options from the query string.
+#[derive(Debug, Clone)]
+pub struct WatchParams {
+    /// None: start with synthetic ADDED events for current objects.
+    pub from: Option<u64>,
+    /// allowWatchBookmarks.
+    pub bookmarks: bool,
+    /// sendInitialEvents=true: end the initial events with an annotated bookmark.
+    pub initial_events_end: bool,
+    /// timeoutSeconds (or the server default).
+    pub timeout: Duration,
+    /// Period of BOOKMARK events.
+    pub bookmark_every: Duration,
+}
+
+/// Returns the object as served at `def`'s version (custom resources are stored in one
+/// version and served in every served version by rewriting apiVersion).
+pub fn present(def: &ResourceDef, mut obj: Value) -> Value {
+    if def.custom {
+        if let Some(o) = obj.as_object_mut() {
+            o.insert("apiVersion".into(), json!(def.api_version()));
+        }
+    }
+    obj
+}
+
+struct Encoder {
+    def: ResourceDef,
+    table: Option<Vec<Column>>,
+    headers_sent: bool,
+}
+
+impl Encoder {
+    fn event(&mut self, etype: &str, obj: Value) -> Bytes {
+        let obj = present(&self.def, obj);
+        let obj = match &self.table {
+            Some(cols) => {
+                let rv = obj
+                    .get("metadata")
+                    .and_then(|m| m.get("resourceVersion"))
+                    .cloned()
+                    .unwrap_or(json!(""));
+                let t = table::render(
+                    cols,
+                    &[obj],
+                    json!({"resourceVersion": rv}),
+                    !self.headers_sent,
+                );
+                self.headers_sent = true;
+                t
+            }
+            None => obj,
+        };
+        line(etype, obj)
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        line(
+            "BOOKMARK",
+            json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": meta}),
+        )
+    }
+}
+
+fn line(etype: &str, obj: Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": etype, "object": obj})).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+/// The single ERROR event sent instead of a stream when the requested RV is too old.
+pub fn error_body(err: &ApiError) -> Body {
+    Body::from(line("ERROR", err.to_status()))
+}
+
+/// What an event looks like through `filter`: selector transitions become ADDED/DELETED.
+fn translate(ev: &Event, filter: &Filter) -> Option<(&'static str, Value)> {
+    let now = filter.matches(&ev.object);
+    match ev.etype {
+        EventType::Added => now.then(|| ("ADDED", ev.object.clone())),
+        EventType::Deleted => now.then(|| ("DELETED", ev.object.clone())),
+        EventType::Modified => {
+            let before = ev.prev.as_ref().is_some_and(|p| filter.matches(p));
+            match (before, now) {
+                (true, true) => Some(("MODIFIED", ev.object.clone())),
+                (false, true) => Some(("ADDED", ev.object.clone())),
+                (true, false) => Some(("DELETED", ev.object.clone())),
+                (false, false) => None,
+            }
+        }
+    }
+}
+
+/// Starts a watch and returns its streaming body.
+pub fn start(
+    store: &Store,
+    def: ResourceDef,
+    filter: Filter,
+    params: WatchParams,
+    table: Option<Vec<Column>>,
+) -> Body {
+    let ws = match store.watch(
+        &def.group,
+        &def.plural,
+        filter.namespace.as_deref(),
+        params.from,
+    ) {
+        Ok(ws) => ws,
+        Err(e) => return error_body(&e),
+    };
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let group = def.group.clone();
+    let plural = def.plural.clone();
+    let mut enc = Encoder {
+        def,
+        table,
+        headers_sent: false,
+    };
+    // One task per watch; it ends on timeout, on store shutdown, or as soon as the
+    // client goes away (the body, and so the receiver, is dropped).
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + params.timeout;
+        let mut last_rv = ws.rv.max(params.from.unwrap_or(0));
+        for obj in ws.initial {
+            if filter.matches(&obj) && tx.send(Ok(enc.event("ADDED", obj))).await.is_err() {
+                return;
+            }
+        }
+        if params.initial_events_end
+            && params.bookmarks
+            && tx.send(Ok(enc.bookmark(ws.rv, true))).await.is_err()
+        {
+            return;
+        }
+        let from = params.from.unwrap_or(ws.rv);
+        let mut rx = ws.rx;
+        let relevant = |ev: &Event| {
+            ev.key.group == group
+                && ev.key.plural == plural
+                && filter
+                    .namespace
+                    .as_deref()
+                    .is_none_or(|ns| ev.key.namespace == ns)
+        };
+        for ev in ws.backlog {
+            if relevant(&ev) {
+                if let Some((t, obj)) = translate(&ev, &filter) {
+                    if tx.send(Ok(enc.event(t, obj))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let mut ticker = tokio::time::interval_at(
+            tokio::time::Instant::now() + params.bookmark_every,
+            params.bookmark_every,
+        );
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = ticker.tick(), if params.bookmarks => {
+                    if tx.send(Ok(enc.bookmark(last_rv, false))).await.is_err() {
+                        return;
+                    }
+                }
+                ev = rx.recv() => match ev {
+                    Ok(ev) => {
+                        if ev.rv <= from {
+                            continue;
+                        }
+                        last_rv = last_rv.max(ev.rv);
+                        if !relevant(&ev) {
+                            continue;
+                        }
+                        if let Some((t, obj)) = translate(&ev, &filter) {
+                            if tx.send(Ok(enc.event(t, obj))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => {
+                        let e = ApiError::expired(format!("too old resource version: {last_rv} ({last_rv})"));
+                        let _ = tx.send(Ok(line("ERROR", e.to_status()))).await;
+                        return;
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+            }
+        }
+    });
+    Body::from_stream(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ObjKey;
+
+    #[test]
+    fn selector_transitions() {
+        let f = Filter {
+            namespace: None,
+            labels: LabelSelector::parse("app=a").unwrap(),
+            fields: FieldSelector::default(),
+        };
+        let a = json!({"metadata": {"labels": {"app": "a"}}});
+        let b = json!({"metadata": {"labels": {"app": "b"}}});
+        let ev = |etype, object: &Value, prev: Option<&Value>| Event {
+            rv: 1,
+            etype,
+            key: ObjKey::new("", "configmaps", "d", "x"),
+            object: object.clone(),
+            prev: prev.cloned(),
+        };
+        assert_eq!(
+            translate(&ev(EventType::Modified, &a, Some(&b)), &f).map(|x| x.0),
+            Some("ADDED")
+        );
+        assert_eq!(
+            translate(&ev(EventType::Modified, &b, Some(&a)), &f).map(|x| x.0),
+            Some("DELETED")
+        );
+        assert_eq!(
+            translate(&ev(EventType::Modified, &a, Some(&a)), &f).map(|x| x.0),
+            Some("MODIFIED")
+        );
+        assert_eq!(translate(&ev(EventType::Added, &b, None), &f), None);
+    }
+}

@@ -1,0 +1,741 @@
+//! Cluster registry end to end: real nats-server, devclusters and agent processes.
+//!
+//! Each test owns its NATS server and devclusters, so tests run in parallel.
+//! Agents run with a 500ms heartbeat and a 2s peer timeout to keep tests fast.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use fleetbus_schemas::crd::{Cluster, ClusterFeature, ClusterSpec, ClusterState, ClusterType};
+use fleetbus_schemas::registry::{ClusterRecord, MemberState};
+use fleetbus_testsupport::{
+    cargo_bin, free_addr, http_get, kubectl_bin, wait_for, Agent, DevCluster, DevClusterOpts,
+    NatsServer,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+
+const HEARTBEAT: &str = "500ms";
+const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+const CONVERGE: Duration = Duration::from_secs(30);
+const NAMESPACE: &str = "fleetbus-system";
+const BUCKET: &str = "fleetbus-registry";
+
+/// One cluster of the fleet: a devcluster and its agent.
+struct Member {
+    name: String,
+    cluster: DevCluster,
+    agent: Agent,
+    metrics_addr: String,
+    client: kube::Client,
+}
+
+impl Member {
+    async fn start(nats: &NatsServer, dc_name: &str, agent_name: &str, extra: &[&str]) -> Member {
+        let opts = DevClusterOpts {
+            nodes: 2,
+            ..DevClusterOpts::new(dc_name)
+        };
+        Self::start_with(nats, opts, agent_name, extra).await
+    }
+
+    async fn start_with(
+        nats: &NatsServer,
+        opts: DevClusterOpts,
+        agent_name: &str,
+        extra: &[&str],
+    ) -> Member {
+        let cluster = DevCluster::start(opts).expect("start devcluster");
+        let metrics_addr = free_addr();
+        let mut args: Vec<String> = vec![
+            "--cluster-name".into(),
+            agent_name.into(),
+            "--nats-url".into(),
+            nats.url(),
+            "--kubeconfig".into(),
+            cluster.kubeconfig().display().to_string(),
+            "--metrics-addr".into(),
+            metrics_addr.clone(),
+            "--heartbeat-interval".into(),
+            HEARTBEAT.into(),
+            "--peer-timeout".into(),
+            format!("{}s", PEER_TIMEOUT.as_secs()),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let agent = Agent::start(&args).expect("start agent");
+        let client = cluster.client().await.expect("kube client");
+        Member {
+            name: agent_name.to_owned(),
+            cluster,
+            agent,
+            metrics_addr,
+            client,
+        }
+    }
+
+    fn clusters(&self) -> Api<Cluster> {
+        Api::all(self.client.clone())
+    }
+
+    async fn list(&self) -> Result<Vec<Cluster>, String> {
+        self.clusters()
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .map_err(|e| format!("{}: list clusters: {e}", self.name))
+    }
+
+    fn metrics(&self) -> Result<String, String> {
+        let (code, body) = http_get(&format!("http://{}/metrics", self.metrics_addr))?;
+        if code != 200 {
+            return Err(format!("/metrics returned {code}"));
+        }
+        Ok(body)
+    }
+
+    fn metric(&self, series: &str) -> Result<f64, String> {
+        metric_value(&self.metrics()?, series).ok_or_else(|| format!("no series {series}"))
+    }
+
+    async fn wait_ready(&mut self) {
+        let addr = self.metrics_addr.clone();
+        let name = self.name.clone();
+        wait_for(&format!("{name} /readyz"), CONVERGE, || {
+            let addr = addr.clone();
+            async move {
+                match http_get(&format!("http://{addr}/readyz")) {
+                    Ok((200, _)) => Ok(()),
+                    Ok((code, body)) => Err(format!("{code} {body}")),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await;
+    }
+}
+
+fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn state(c: &Cluster) -> Option<ClusterState> {
+    c.status.as_ref().and_then(|s| s.state)
+}
+
+fn type_of(c: &Cluster) -> Option<ClusterType> {
+    c.status.as_ref().and_then(|s| s.type_)
+}
+
+fn condition(c: &Cluster, type_: &str) -> Option<String> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+        .map(|x| x.status.clone())
+}
+
+fn summary(items: &[Cluster]) -> String {
+    items
+        .iter()
+        .map(|c| {
+            format!(
+                "{}({:?},{:?},synced={:?})",
+                c.name_any(),
+                type_of(c),
+                state(c),
+                condition(c, "ClustersSynced")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Every member has exactly one Cluster object per name in `names`: Local for
+/// itself, Peer for the others, all Ready and ClustersSynced.
+async fn wait_mesh(members: &[&Member], names: &[&str]) {
+    for m in members {
+        let what = format!("{} to see a synced mesh of {names:?}", m.name);
+        wait_for(&what, CONVERGE, || async {
+            let items = m.list().await?;
+            let ok = items.len() == names.len()
+                && names.iter().all(|n| {
+                    items.iter().any(|c| {
+                        let want = if *n == m.name {
+                            ClusterType::Local
+                        } else {
+                            ClusterType::Peer
+                        };
+                        c.name_any() == *n
+                            && type_of(c) == Some(want)
+                            && state(c) == Some(ClusterState::Ready)
+                            && condition(c, "ClustersSynced").as_deref() == Some("True")
+                    })
+                });
+            if ok {
+                Ok(())
+            } else {
+                Err(summary(&items))
+            }
+        })
+        .await;
+    }
+}
+
+async fn wait_peer_state(m: &Member, peer: &str, want: ClusterState, timeout: Duration) {
+    wait_for(
+        &format!("{} to show {peer} {want:?}", m.name),
+        timeout,
+        || async {
+            let c = m.clusters().get(peer).await.map_err(|e| e.to_string())?;
+            if state(&c) == Some(want) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?} {:?}",
+                    state(&c),
+                    c.status.as_ref().and_then(|s| s.message.clone())
+                ))
+            }
+        },
+    )
+    .await;
+}
+
+async fn registry_kv(nats: &NatsServer) -> async_nats::jetstream::kv::Store {
+    let client = async_nats::connect(nats.url()).await.expect("connect nats");
+    async_nats::jetstream::new(client)
+        .get_key_value(BUCKET)
+        .await
+        .expect("registry bucket exists")
+}
+
+async fn registry_keys(kv: &async_nats::jetstream::kv::Store) -> Vec<String> {
+    let mut keys: Vec<String> = kv
+        .keys()
+        .await
+        .expect("keys")
+        .filter_map(|k| async move { k.ok() })
+        .collect()
+        .await;
+    keys.sort();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_clusters_form_a_group_and_a_fourth_joins() {
+    let nats = NatsServer::start().unwrap();
+    let mut a = Member::start(&nats, "a", "a", &[]).await;
+    let b = Member::start(&nats, "b", "b", &[]).await;
+    let c = Member::start(&nats, "c", "c", &[]).await;
+    wait_mesh(&[&a, &b, &c], &["a", "b", "c"]).await;
+    a.wait_ready().await;
+
+    // Peer objects carry what the peer published.
+    let peer_b = a.clusters().get("b").await.unwrap();
+    let local_b = b.clusters().get("b").await.unwrap();
+    assert_eq!(peer_b.spec.cluster_id, local_b.spec.cluster_id);
+    let md = peer_b
+        .status
+        .as_ref()
+        .unwrap()
+        .metadata
+        .clone()
+        .expect("peer metadata");
+    assert_eq!(md.provider.as_deref(), Some("kind"), "{md:?}");
+    assert_eq!(
+        peer_b.status.as_ref().unwrap().agent_version.as_deref(),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+
+    // Labels of a Local object are the cluster's labels: published, and shown on peers.
+    let patch = serde_json::json!({"metadata": {"labels": {"env": "prod"}}});
+    b.clusters()
+        .patch("b", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    for m in [&a, &c] {
+        wait_for(
+            &format!("{} to see b's label", m.name),
+            CONVERGE,
+            || async {
+                let obj = m.clusters().get("b").await.map_err(|e| e.to_string())?;
+                match obj.labels().get("env") {
+                    Some(v) if v == "prod" => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
+    // ClusterFeatures are advertised: a's view of b lists b's feature.
+    let feature: ClusterFeature = serde_json::from_value(serde_json::json!({
+        "apiVersion": "fleetbus.io/v1alpha1",
+        "kind": "ClusterFeature",
+        "metadata": {"name": "gpu"},
+        "spec": {"featureName": "gpu"},
+    }))
+    .unwrap();
+    Api::<ClusterFeature>::all(b.client.clone())
+        .create(&PostParams::default(), &feature)
+        .await
+        .unwrap();
+    wait_for("a to see b's feature", CONVERGE, || async {
+        let obj = a.clusters().get("b").await.map_err(|e| e.to_string())?;
+        let features = obj.status.map(|s| s.features).unwrap_or_default();
+        if features == vec!["gpu".to_owned()] {
+            Ok(())
+        } else {
+            Err(format!("{features:?}"))
+        }
+    })
+    .await;
+
+    let d = Member::start(&nats, "d", "d", &[]).await;
+    wait_mesh(&[&a, &b, &c, &d], &["a", "b", "c", "d"]).await;
+
+    // A steady mesh does not keep writing: count our writes over ~6 heartbeats.
+    let writes = |m: &Member| m.metric("fleetbus_kube_writes_total{kind=\"cluster_status\"}");
+    let before = writes(&a).unwrap();
+    let beats = a.metric("fleetbus_heartbeats_published_total").unwrap();
+    wait_for("6 more heartbeats", CONVERGE, || async {
+        let now = a.metric("fleetbus_heartbeats_published_total")?;
+        if now >= beats + 6.0 {
+            Ok(())
+        } else {
+            Err(format!("{now}"))
+        }
+    })
+    .await;
+    let after = writes(&a).unwrap();
+    // At most one lastHeartbeatTime refresh per peer may fall into the window.
+    assert!(
+        after - before <= 3.0,
+        "status writes went from {before} to {after} in a steady mesh"
+    );
+    // The API server agrees (it counts every write, not just the ones we meant).
+    let server_writes = |v: serde_json::Value| {
+        v["fleetbus.io/clusters"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no fleetbus.io/clusters in /debug/writes: {v}"))
+    };
+    let before = server_writes(b.cluster.writes().await.unwrap());
+    let beats = b.metric("fleetbus_heartbeats_published_total").unwrap();
+    wait_for("6 more heartbeats of b", CONVERGE, || async {
+        let now = b.metric("fleetbus_heartbeats_published_total")?;
+        if now >= beats + 6.0 {
+            Ok(())
+        } else {
+            Err(format!("{now}"))
+        }
+    })
+    .await;
+    let after = server_writes(b.cluster.writes().await.unwrap());
+    assert!(
+        after - before <= 3,
+        "the API server saw {} Cluster writes in a steady mesh",
+        after - before
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_agent_turns_disconnected_then_recovers_without_duplicates() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    let b = Member::start(&nats, "b", "b", &[]).await;
+    let mut c = Member::start(&nats, "c", "c", &[]).await;
+    wait_mesh(&[&a, &b, &c], &["a", "b", "c"]).await;
+
+    c.agent.kill9();
+    let killed = Instant::now();
+    // Timeout plus one heartbeat, plus slack for polling and a busy machine.
+    let bound = PEER_TIMEOUT + Duration::from_millis(500) + Duration::from_millis(1500);
+    wait_peer_state(&a, "c", ClusterState::Disconnected, bound).await;
+    wait_peer_state(&b, "c", ClusterState::Disconnected, bound).await;
+    assert!(killed.elapsed() <= bound, "took {:?}", killed.elapsed());
+    // An Event records the transition.
+    let events: Api<Event> = Api::namespaced(a.client.clone(), "default");
+    wait_for("a PeerDisconnected event about c", CONVERGE, || async {
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("PeerDisconnected")
+                    && e.involved_object.name.as_deref() == Some("c")
+                    && e.involved_object.kind.as_deref() == Some("Cluster")
+            })
+            .map(|_| ())
+            .ok_or_else(|| format!("{} events", list.items.len()))
+    })
+    .await;
+
+    c.agent.restart().unwrap();
+    wait_mesh(&[&a, &b, &c], &["a", "b", "c"]).await;
+    // No duplicates: one object per cluster everywhere, one record per cluster.
+    for m in [&a, &b, &c] {
+        let items = m.list().await.unwrap();
+        assert_eq!(items.len(), 3, "{}: {}", m.name, summary(&items));
+    }
+    let kv = registry_kv(&nats).await;
+    let keys: Vec<_> = registry_keys(&kv)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("cluster."))
+        .collect();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_stop_is_left_and_disabled_annotation_is_honoured() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    let mut b = Member::start(&nats, "b", "b", &[]).await;
+    let c = Member::start(&nats, "c", "c", &[]).await;
+    wait_mesh(&[&a, &b, &c], &["a", "b", "c"]).await;
+
+    // Disable c on a: only a's view of c changes.
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {"fleetbus.io/cluster-disabled": "true"}}});
+    a.clusters()
+        .patch("c", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_peer_state(&a, "c", ClusterState::Disabled, CONVERGE).await;
+    wait_peer_state(&b, "c", ClusterState::Ready, CONVERGE).await;
+
+    let status = b.agent.stop();
+    assert!(
+        status.success(),
+        "agent exit status {status:?}; log:\n{}",
+        b.agent.log()
+    );
+    wait_peer_state(&a, "b", ClusterState::Left, CONVERGE).await;
+    wait_peer_state(&c, "b", ClusterState::Left, CONVERGE).await;
+    // Left is final until it comes back; it does not decay to Disconnected.
+    let beats = a.metric("fleetbus_heartbeats_published_total").unwrap();
+    wait_for(
+        "a to publish for longer than the peer timeout",
+        CONVERGE,
+        || async {
+            let now = a.metric("fleetbus_heartbeats_published_total")?;
+            if now >= beats + 6.0 {
+                Ok(())
+            } else {
+                Err(format!("{now}"))
+            }
+        },
+    )
+    .await;
+    let obj = a.clusters().get("b").await.unwrap();
+    assert_eq!(state(&obj), Some(ClusterState::Left));
+    // Nothing was deleted.
+    assert_eq!(a.list().await.unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_local_cluster_objects_are_reported() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    wait_mesh(&[&a], &["a"]).await;
+    let local = a.clusters().get("a").await.unwrap();
+    let imposter = Cluster {
+        metadata: ObjectMeta {
+            name: Some("imposter".into()),
+            ..ObjectMeta::default()
+        },
+        spec: ClusterSpec {
+            cluster_id: local.spec.cluster_id.clone(),
+            ..ClusterSpec::default()
+        },
+        status: None,
+    };
+    a.clusters()
+        .create(&PostParams::default(), &imposter)
+        .await
+        .unwrap();
+    for name in ["a", "imposter"] {
+        wait_for(&format!("LocalConflict on {name}"), CONVERGE, || async {
+            let c = a.clusters().get(name).await.map_err(|e| e.to_string())?;
+            match condition(&c, "LocalConflict").as_deref() {
+                Some("True") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+    // Both objects are left alone.
+    let after = a.clusters().get("imposter").await.unwrap();
+    assert_eq!(after.spec, imposter.spec);
+    assert_eq!(a.list().await.unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_cluster_names_are_reported_by_both() {
+    let nats = NatsServer::start().unwrap();
+    let x1 = Member::start(&nats, "x1", "x", &[]).await;
+    let x2 = Member::start(&nats, "x2", "x", &[]).await;
+    let w = Member::start(&nats, "w", "w", &[]).await;
+    for m in [&x1, &x2] {
+        wait_for(
+            &format!("NameConflict on {}", m.cluster.name),
+            CONVERGE,
+            || async {
+                let c = m.clusters().get("x").await.map_err(|e| e.to_string())?;
+                let metric = m.metric("fleetbus_cluster_name_conflicts")?;
+                match condition(&c, "NameConflict").as_deref() {
+                    Some("True") if metric >= 1.0 => Ok(()),
+                    other => Err(format!("condition {other:?}, metric {metric}")),
+                }
+            },
+        )
+        .await;
+        assert_eq!(
+            type_of(&m.clusters().get("x").await.unwrap()),
+            Some(ClusterType::Local)
+        );
+    }
+    wait_peer_state(&w, "x", ClusterState::Conflict, CONVERGE).await;
+    // Neither overwrote the other: two records, keyed by clusterID.
+    let kv = registry_kv(&nats).await;
+    let keys: Vec<_> = registry_keys(&kv)
+        .await
+        .into_iter()
+        .filter(|k| k.starts_with("cluster.x."))
+        .collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for m in [&x1, &x2] {
+        assert!(
+            m.agent.log().contains("claims this cluster's name"),
+            "{}",
+            m.agent.log()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_kubeconfig_lets_a_peer_read_the_origin() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &["--publish-kubeconfig"]).await;
+    // The origin serves TLS and demands a bearer token: the published kubeconfig
+    // must carry the CA and a token the origin accepts.
+    let origin = DevClusterOpts {
+        tls: true,
+        token: Some("admin-only-token".into()),
+        ..DevClusterOpts::new("b")
+    };
+    let b = Member::start_with(&nats, origin, "b", &["--publish-kubeconfig"]).await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    // Something only the origin has.
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some("only-on-b".into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(b.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+
+    let secrets: Api<Secret> = Api::namespaced(a.client.clone(), NAMESPACE);
+    let secret = wait_for("a to store b's kubeconfig", CONVERGE, || async {
+        secrets.get("b-kubeconfig").await.map_err(|e| e.to_string())
+    })
+    .await;
+    assert_eq!(
+        secret.type_.as_deref(),
+        Some("fleetbus.io/cluster-kubeconfig")
+    );
+    let peer = wait_for("b's spec.authInfo on a", CONVERGE, || async {
+        let c = a.clusters().get("b").await.map_err(|e| e.to_string())?;
+        c.spec
+            .auth_info
+            .clone()
+            .ok_or_else(|| "no authInfo".to_owned())
+    })
+    .await;
+    assert_eq!(peer.secret_ref.name, "b-kubeconfig");
+    assert_eq!(peer.secret_ref.namespace, NAMESPACE);
+
+    let kubeconfig = &secret.data.as_ref().unwrap()["kubeconfig"].0;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.kubeconfig");
+    std::fs::write(&path, kubeconfig).unwrap();
+    let out = std::process::Command::new(kubectl_bin("1.33"))
+        .arg("--kubeconfig")
+        .arg(&path)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .args(["get", "ns", "-o", "name"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("namespace/only-on-b"), "{stdout}");
+    assert!(stdout.contains("namespace/kube-system"), "{stdout}");
+    let text = String::from_utf8_lossy(kubeconfig);
+    assert!(text.contains("https://"), "{text}");
+    assert!(text.contains("certificate-authority-data"), "{text}");
+    assert!(
+        !text.contains("admin-only-token"),
+        "the agent's own credentials leaked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_registry_records_are_skipped_and_counted() {
+    let nats = NatsServer::start().unwrap();
+    let mut a = Member::start(&nats, "a", "a", &[]).await;
+    wait_mesh(&[&a], &["a"]).await;
+    let kv = registry_kv(&nats).await;
+    // Valid records are built with the schemas crate; the bad ones are edited JSON.
+    let record = |schema: &str, name: &str, id: &str| {
+        let now = chrono::Utc::now();
+        let r = ClusterRecord {
+            name: name.into(),
+            cluster_id: id.into(),
+            state: MemberState::Active,
+            labels: Default::default(),
+            kubernetes_api_endpoints: vec![],
+            metadata: Default::default(),
+            features: vec![],
+            agent_version: "0.0.0".into(),
+            started_at: now,
+            heartbeat_at: now,
+            heartbeat_interval_seconds: 1,
+            seq: 1,
+            members: vec![name.into()],
+        };
+        let mut json: serde_json::Value = serde_json::from_slice(&r.encode().unwrap()).unwrap();
+        json["schema"] = schema.into();
+        serde_json::to_vec(&json).unwrap()
+    };
+    kv.put("cluster.junk.id-1", b"\xff\x00not json"[..].to_vec().into())
+        .await
+        .unwrap();
+    kv.put(
+        "cluster.wrong.id-2",
+        record("fleetbus.io/cluster/v99", "wrong", "id-2").into(),
+    )
+    .await
+    .unwrap();
+    kv.put(
+        "cluster.mismatch.id-3",
+        record("fleetbus.io/cluster/v1", "other", "id-3").into(),
+    )
+    .await
+    .unwrap();
+    // A valid record afterwards proves the agent read past the garbage.
+    kv.put(
+        "cluster.good.id-4",
+        record("fleetbus.io/cluster/v1", "good", "id-4").into(),
+    )
+    .await
+    .unwrap();
+    wait_for("rejections counted", CONVERGE, || async {
+        let text = a.metrics()?;
+        let get = |reason: &str| {
+            metric_value(
+                &text,
+                &format!("fleetbus_registry_rejected_total{{reason=\"{reason}\"}}"),
+            )
+        };
+        match (
+            get("undecodable"),
+            get("wrong_schema"),
+            get("name_mismatch"),
+        ) {
+            (Some(u), Some(w), Some(n)) if u >= 1.0 && w >= 1.0 && n >= 1.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    wait_for("the valid record to be materialised", CONVERGE, || async {
+        a.clusters()
+            .get("good")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let names: Vec<String> = a
+        .list()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["a".to_owned(), "good".to_owned()],
+        "garbage created objects"
+    );
+    assert!(a.agent.is_running(), "agent died:\n{}", a.agent.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_survives_a_nats_restart() {
+    let mut nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    let b = Member::start(&nats, "b", "b", &[]).await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+
+    nats.kill();
+    // Without the bus nobody hears anybody: both see the other go silent.
+    wait_peer_state(&a, "b", ClusterState::Disconnected, CONVERGE).await;
+    wait_peer_state(&b, "a", ClusterState::Disconnected, CONVERGE).await;
+    wait_for("a not ready without NATS", CONVERGE, || async {
+        match http_get(&format!("http://{}/readyz", a.metrics_addr)) {
+            Ok((503, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    nats.restart().unwrap();
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    for m in [&a, &b] {
+        assert_eq!(m.list().await.unwrap().len(), 2, "{}", m.name);
+    }
+}
+
+#[test]
+fn bad_flags_exit_with_usage_code() {
+    for args in [
+        vec!["--cluster-name", "Not_A_Label"],
+        vec!["--cluster-name", "a", "--heartbeat-interval", "soon"],
+        vec![
+            "--cluster-name",
+            "a",
+            "--heartbeat-interval",
+            "2s",
+            "--peer-timeout",
+            "1s",
+        ],
+    ] {
+        let out = std::process::Command::new(cargo_bin("fleetbus-agent"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error:"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
