@@ -75,6 +75,28 @@ pub struct Args {
     pub install_crds: bool,
 }
 
+/// A clap usage error as one line, without the `error:` prefix: clap spreads
+/// it over several lines with usage and tips, and the agent's contract is one
+/// clear line on stderr followed by exit code 2.
+pub fn usage_error(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let parts: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with("Usage:")
+                && !l.starts_with("tip:")
+                && !l.starts_with("For more information")
+        })
+        .collect();
+    let line = parts.join(" ");
+    line.strip_prefix("error:")
+        .map(str::trim_start)
+        .unwrap_or(&line)
+        .to_owned()
+}
+
 /// Parses "2s", "500ms", "1m30s".
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s.trim())
@@ -187,6 +209,33 @@ mod tests {
         ] {
             let err = Args::try_parse_from(&args).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn usage_errors_fit_on_one_line() {
+        for (args, needle) in [
+            (vec!["fleetbus-agent"], "--cluster-name"),
+            (
+                vec![
+                    "fleetbus-agent",
+                    "--cluster-name",
+                    "a",
+                    "--peer-timeout",
+                    "soon",
+                ],
+                "--peer-timeout",
+            ),
+            (
+                vec!["fleetbus-agent", "--cluster-name", "a", "--bogus"],
+                "--bogus",
+            ),
+        ] {
+            let err = Args::try_parse_from(&args).unwrap_err();
+            let line = usage_error(&err);
+            assert!(!line.contains('\n'), "{line}");
+            assert!(!line.starts_with("error"), "{line}");
+            assert!(line.contains(needle), "{args:?}: {line}");
         }
     }
 

@@ -45,6 +45,9 @@ pub struct Readiness {
     pub kube: AtomicBool,
     /// The registry watch has delivered every value present when it started.
     pub registry_synced: AtomicBool,
+    /// A reconcile pass that started after `registry_synced` succeeded: the
+    /// Cluster objects show every cluster the registry held at start.
+    pub caught_up: AtomicBool,
 }
 
 impl Readiness {
@@ -59,6 +62,9 @@ impl Readiness {
         }
         if !self.registry_synced.load(Ordering::Relaxed) {
             out.push("registry-sync");
+        }
+        if !self.caught_up.load(Ordering::Relaxed) {
+            out.push("initial-reconcile");
         }
         out
     }
@@ -136,10 +142,15 @@ mod tests {
     #[test]
     fn readiness_lists_missing_parts() {
         let r = Readiness::default();
-        assert_eq!(r.missing(), vec!["nats", "kubernetes", "registry-sync"]);
+        assert_eq!(
+            r.missing(),
+            vec!["nats", "kubernetes", "registry-sync", "initial-reconcile"]
+        );
         r.nats.store(true, Ordering::Relaxed);
         r.kube.store(true, Ordering::Relaxed);
         r.registry_synced.store(true, Ordering::Relaxed);
+        assert_eq!(r.missing(), vec!["initial-reconcile"]);
+        r.caught_up.store(true, Ordering::Relaxed);
         assert!(r.missing().is_empty());
     }
 }

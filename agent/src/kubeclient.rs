@@ -71,14 +71,37 @@ pub async fn build(
 }
 
 /// Whether an error from the Kubernetes API is worth retrying: connection
-/// problems, conflicts, throttling and server-side 5xx.
+/// problems, update conflicts, throttling and server-side 5xx. AlreadyExists
+/// is a 409 too, but repeating the same create cannot succeed: callers must
+/// read the object instead.
 pub fn is_transient(e: &kube::Error) -> bool {
     match e {
+        kube::Error::Api(s) if s.is_already_exists() => false,
         kube::Error::Api(s) => matches!(s.code, 409 | 429 | 500..=599),
         kube::Error::HyperError(_)
         | kube::Error::Service(_)
         | kube::Error::HttpError(_)
         | kube::Error::ReadEvents(_) => true,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        let mut s = Status::failure("x", reason);
+        s.code = code;
+        kube::Error::Api(Box::new(s))
+    }
+
+    #[test]
+    fn already_exists_is_not_retried_but_conflicts_are() {
+        assert!(!is_transient(&api_error(409, "AlreadyExists")));
+        assert!(is_transient(&api_error(409, "Conflict")));
+        assert!(is_transient(&api_error(503, "ServiceUnavailable")));
+        assert!(!is_transient(&api_error(422, "Invalid")));
     }
 }

@@ -48,6 +48,18 @@ pub enum KubeconfigError {
     /// The kubeconfig could not be rendered.
     #[error("failed to render the kubeconfig")]
     Render(#[source] serde_yaml::Error),
+    /// The kubeconfig record could not be encoded (a bug).
+    #[error("failed to encode the kubeconfig record")]
+    Encode(#[source] fleetbus_schemas::EncodeError),
+    /// The kubeconfig record could not be put into the registry bucket.
+    #[error("failed to put {key} into the registry bucket")]
+    Put {
+        /// The key.
+        key: String,
+        /// Cause.
+        #[source]
+        source: async_nats::jetstream::kv::PutError,
+    },
 }
 
 impl KubeconfigError {
@@ -57,8 +69,10 @@ impl KubeconfigError {
             KubeconfigError::Apply { source, .. } | KubeconfigError::Token(_, source) => {
                 crate::kubeclient::is_transient(source)
             }
-            KubeconfigError::EmptyToken(_) | KubeconfigError::CaFile(..) => true,
-            KubeconfigError::Render(_) => false,
+            KubeconfigError::EmptyToken(_)
+            | KubeconfigError::CaFile(..)
+            | KubeconfigError::Put { .. } => true,
+            KubeconfigError::Render(_) | KubeconfigError::Encode(_) => false,
         }
     }
 }
@@ -307,7 +321,12 @@ pub async fn run(reg: Arc<Registry>, server: ServerInfo, cancel: CancellationTok
                 refresh_after
             }
             Err(error) => {
-                tracing::warn!(error = %error, ?delay, "failed to publish the reader kubeconfig; retrying");
+                tracing::warn!(
+                    error = %crate::report(&error),
+                    transient = error.is_transient(),
+                    ?delay,
+                    "failed to publish the reader kubeconfig; retrying"
+                );
                 delay = (delay * 2).min(Duration::from_secs(30));
                 delay
             }
@@ -319,10 +338,11 @@ pub async fn run(reg: Arc<Registry>, server: ServerInfo, cancel: CancellationTok
     }
 }
 
-async fn mint_and_publish(reg: &Registry, server: &ServerInfo) -> Result<Duration, String> {
-    ensure_reader(&reg.client, &reg.cfg.namespace)
-        .await
-        .map_err(|e| crate::report(&e))?;
+async fn mint_and_publish(
+    reg: &Registry,
+    server: &ServerInfo,
+) -> Result<Duration, KubeconfigError> {
+    ensure_reader(&reg.client, &reg.cfg.namespace).await?;
     let minted = mint(
         &reg.client,
         &reg.cfg.namespace,
@@ -330,8 +350,7 @@ async fn mint_and_publish(reg: &Registry, server: &ServerInfo) -> Result<Duratio
         server,
         reg.cfg.kubeconfig_lifetime,
     )
-    .await
-    .map_err(|e| crate::report(&e))?;
+    .await?;
     reg.metrics.kubeconfig_mints.inc();
     let record = KubeconfigRecord {
         name: reg.cfg.cluster_name.clone(),
@@ -340,11 +359,11 @@ async fn mint_and_publish(reg: &Registry, server: &ServerInfo) -> Result<Duratio
         expires_at: chrono::DateTime::from_timestamp(minted.expires_at.as_second(), 0),
     };
     let key = kubeconfig_key(&record.name, &record.cluster_id);
-    let body = record.encode().map_err(|e| crate::report(&e))?;
+    let body = record.encode().map_err(KubeconfigError::Encode)?;
     reg.kv
         .put(&key, body.into())
         .await
-        .map_err(|e| format!("failed to put {key}: {e}"))?;
+        .map_err(|source| KubeconfigError::Put { key, source })?;
     tracing::info!(expires_at = %minted.expires_at, refresh_in = ?minted.refresh_after, "published reader kubeconfig");
     Ok(minted.refresh_after)
 }

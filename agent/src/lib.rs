@@ -19,7 +19,7 @@ mod nats;
 pub mod registry;
 mod run;
 
-pub use cli::Args;
+pub use cli::{usage_error, Args};
 pub use config::{Config, ConfigError};
 pub use metadata::{detect, Detected};
 pub use metrics::Metrics;

@@ -5,10 +5,24 @@ use std::process::ExitCode;
 use clap::Parser;
 use fleetbus_agent::{Args, Config};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let args = Args::parse(); // clap prints usage errors and exits with 2
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        // --help and --version: clap prints them to stdout.
+        Err(e) if !e.use_stderr() => {
+            return match e.print() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            };
+        }
+        Err(e) => {
+            eprintln!("error: {}", fleetbus_agent::usage_error(&e));
+            return ExitCode::from(2);
+        }
+    };
     let config = match Config::try_from(args) {
         Ok(c) => c,
         Err(e) => {
@@ -34,10 +48,14 @@ fn main() -> ExitCode {
 
 async fn async_main(config: Config) -> ExitCode {
     let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+    let signals =
+        tokio::spawn(wait_for_signal(shutdown.clone()).instrument(tracing::info_span!("signals")));
     let result = fleetbus_agent::run(config, shutdown.clone()).await;
+    // Also stops the signal listener, which returns once `shutdown` is cancelled.
     shutdown.cancel();
-    signals.abort();
+    if signals.await.is_err() {
+        tracing::warn!("signal listener panicked");
+    }
     match result {
         Ok(()) => {
             tracing::info!("stopped");

@@ -191,30 +191,34 @@ async fn run_tasks(
 ) -> Result<(), RunError> {
     let cancel = shutdown.child_token();
     let mut tasks = tokio::task::JoinSet::new();
+    // Which task a JoinError (a panic) belongs to.
+    let mut names = std::collections::HashMap::new();
     let span = tracing::Span::current();
-    tasks.spawn(
-        named("watcher", watcher::run(reg.clone(), cancel.clone())).instrument(span.clone()),
+    let mut spawn = |name: &'static str, f: TaskFuture| {
+        let handle = tasks.spawn(named(name, f).instrument(span.clone()));
+        names.insert(handle.id(), name);
+    };
+    spawn(
+        "watcher",
+        Box::pin(watcher::run(reg.clone(), cancel.clone())),
     );
-    tasks.spawn(
-        named(
-            "reconciler",
-            registry::run_reconciler(reg.clone(), cancel.clone()),
-        )
-        .instrument(span.clone()),
+    spawn(
+        "reconciler",
+        Box::pin(registry::run_reconciler(reg.clone(), cancel.clone())),
     );
-    // The publisher runs on the outer token's child too, but it is the one
-    // that publishes the leave record when cancelled.
-    tasks.spawn(
-        named("publisher", publisher::run(reg.clone(), cancel.clone())).instrument(span.clone()),
+    // Cancelled like the others, the publisher then publishes the leave record.
+    spawn(
+        "publisher",
+        Box::pin(publisher::run(reg.clone(), cancel.clone())),
     );
     if let Some(server) = server {
         let (reg, cancel) = (reg.clone(), cancel.clone());
-        tasks.spawn(
-            async move {
+        spawn(
+            "kubeconfig",
+            Box::pin(async move {
                 kubeconfig::run(reg, server, cancel).await;
-                ("kubeconfig", Ok(()))
-            }
-            .instrument(span.clone()),
+                Ok(())
+            }),
         );
     }
     let mut result = Ok(());
@@ -227,9 +231,11 @@ async fn run_tasks(
                     result = Err(RunError::Registry(e));
                 }
             }
-            Err(_) => {
+            Err(e) => {
+                let name = names.get(&e.id()).copied().unwrap_or("registry");
+                tracing::error!(task = name, "task panicked");
                 if result.is_ok() {
-                    result = Err(RunError::Panicked("registry"));
+                    result = Err(RunError::Panicked(name));
                 }
             }
         }
@@ -238,6 +244,9 @@ async fn run_tasks(
     }
     result
 }
+
+/// A long-lived registry task.
+type TaskFuture = std::pin::Pin<Box<dyn Future<Output = Result<(), RegistryError>> + Send>>;
 
 async fn named<F>(name: &'static str, f: F) -> (&'static str, Result<(), RegistryError>)
 where

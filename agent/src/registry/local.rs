@@ -56,30 +56,47 @@ pub async fn reconcile(
 ) -> Result<(), RegistryError> {
     let name = &reg.cfg.cluster_name;
     let api = Api::<Cluster>::all(reg.client.clone());
-    let Some(ours) = clusters.iter().find(|c| &c.name_any() == name) else {
-        let obj = Cluster::new(
-            name,
-            ClusterSpec {
-                cluster_id: reg.cluster_id.clone(),
-                ..ClusterSpec::default()
-            },
-        );
-        match api.create(&PostParams::default(), &obj).await {
-            Ok(_) => {
-                reg.metrics.kube_write("cluster");
-                tracing::info!("created Local Cluster object");
-            }
-            // The watch cache had not seen it yet; the next pass will.
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(source) => {
-                return Err(RegistryError::Kube {
-                    action: "create Cluster",
-                    object: name.clone(),
-                    source,
-                })
-            }
+    let cached = clusters.iter().find(|c| &c.name_any() == name);
+    // An object we created a moment ago may not be in the lagging watch cache yet.
+    let remembered = writer.created_not_cached(name, cached.is_some(), now);
+    let fetched;
+    let ours: &Cluster = match (cached, &remembered) {
+        (Some(c), _) => c,
+        (None, Some(c)) => c,
+        (None, None) => {
+            let obj = Cluster::new(
+                name,
+                ClusterSpec {
+                    cluster_id: reg.cluster_id.clone(),
+                    ..ClusterSpec::default()
+                },
+            );
+            fetched = match api.create(&PostParams::default(), &obj).await {
+                Ok(created) => {
+                    reg.metrics.kube_write("cluster");
+                    tracing::info!("created Local Cluster object");
+                    created
+                }
+                // It exists although neither the watch cache nor our memory
+                // shows it: read it rather than create again on every pass.
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                    api.get(name).await.map_err(|source| RegistryError::Kube {
+                        action: "get Cluster",
+                        object: name.clone(),
+                        source,
+                    })?
+                }
+                Err(source) => {
+                    return Err(RegistryError::Kube {
+                        action: "create Cluster",
+                        object: name.clone(),
+                        source,
+                    })
+                }
+            };
+            writer.note_created(&fetched, now);
+            &fetched
         }
-        return Ok(());
     };
     if ours.spec.cluster_id != reg.cluster_id {
         // Someone else's object carries our name (a peer of the same name seen

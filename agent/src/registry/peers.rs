@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use super::conditions::{merge, Desired};
 use super::liveness::{members_match, peer_state, PeerFacts};
+use super::peer_spec::{spec_patch, DesiredSpec};
 use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
 use super::status::StatusWriter;
 use super::{is_disabled, Registry, RegistryError};
@@ -42,6 +43,7 @@ struct Plan {
 }
 
 /// Kubeconfig Secrets already written (name -> kubeconfig), to skip rewrites.
+/// A std mutex: held for one lookup or insert, never across an await.
 #[derive(Debug, Default)]
 pub struct SecretCache(Mutex<HashMap<String, String>>);
 
@@ -63,7 +65,7 @@ pub async fn reconcile(
             next_deadline = Some(next_deadline.map_or(p.deadline, |d| d.min(p.deadline)));
         }
         let existing = clusters.iter().find(|c| c.name_any() == p.name);
-        match reconcile_one(reg, writer, secrets, p, existing).await {
+        match reconcile_one(reg, writer, secrets, p, existing, now).await {
             Ok(state) => *by_state.entry(state_label(state)).or_default() += 1,
             Err(e) => {
                 tracing::warn!(peer = %p.name, error = %crate::report(&e), "peer reconcile failed");
@@ -151,8 +153,13 @@ async fn reconcile_one(
     writer: &StatusWriter,
     secrets: &SecretCache,
     p: &Plan,
-    existing: Option<&Arc<Cluster>>,
+    cached: Option<&Arc<Cluster>>,
+    now: Instant,
 ) -> Result<ClusterState, RegistryError> {
+    // The watch cache lags our own writes: an object we created a moment ago
+    // may not be in it yet. Use what we created rather than create again.
+    let remembered = writer.created_not_cached(&p.name, cached.is_some(), now);
+    let existing: Option<&Cluster> = cached.map(|c| &**c).or(remembered.as_ref());
     let api = Api::<Cluster>::all(reg.client.clone());
     let conflict = !p.conflict_ids.is_empty();
     let secret_name = format!("{}-kubeconfig", p.name);
@@ -168,88 +175,48 @@ async fn reconcile_one(
         }
         _ => None,
     };
+    let desired = DesiredSpec {
+        cluster_id: (!conflict).then_some(p.record.cluster_id.as_str()),
+        auth_info: auth_info.as_ref(),
+        labels: &p.record.labels,
+    };
     let obj: Cluster = match existing {
-        Some(c)
-            if c.spec.cluster_id == reg.cluster_id
-                || c.status.as_ref().and_then(|s| s.type_) == Some(ClusterType::Local) =>
-        {
+        Some(c) if describes_local(reg, c) => {
             tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
             return Ok(ClusterState::Conflict);
         }
-        Some(c) => {
-            let spec_id_ok = conflict || c.spec.cluster_id == p.record.cluster_id;
-            let auth_ok = auth_info.is_none() || c.spec.auth_info == auth_info;
-            let labels_ok = p
-                .record
-                .labels
-                .iter()
-                .all(|(k, v)| c.labels().get(k) == Some(v));
-            if (spec_id_ok && auth_ok && labels_ok) || writer.spec_pending(c) {
-                (**c).clone()
-            } else {
-                let mut spec = serde_json::Map::new();
-                if !spec_id_ok {
-                    spec.insert("clusterID".into(), p.record.cluster_id.clone().into());
-                }
-                if let Some(a) = &auth_info {
-                    spec.insert(
-                        "authInfo".into(),
-                        serde_json::to_value(a).map_err(RegistryError::Serialise)?,
-                    );
-                }
-                let patch = serde_json::json!({
-                    "metadata": { "labels": p.record.labels },
-                    "spec": spec,
-                });
-                let updated = api
-                    .patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
+        // The cache may still show the object as it was before our last spec
+        // patch; patching again on its say-so would repeat that patch.
+        Some(c) if writer.spec_pending(c) => c.clone(),
+        Some(c) => update_spec(reg, &api, writer, c, &desired).await?,
+        None => match create(reg, &api, p, auth_info.clone()).await? {
+            Some(obj) => obj,
+            // The object exists although neither the watch cache nor our
+            // memory shows it (created by an earlier run, by hand, or the
+            // cache lags for longer than the grace period). Creating again
+            // would fail the same way on every pass: read it and bring it up
+            // to date instead.
+            None => {
+                let fresh = api
+                    .get(&p.name)
                     .await
                     .map_err(|source| RegistryError::Kube {
-                        action: "patch Cluster",
+                        action: "get Cluster",
                         object: p.name.clone(),
                         source,
                     })?;
-                reg.metrics.kube_write("cluster");
-                writer.note_spec_patch(c);
-                updated
+                if describes_local(reg, &fresh) {
+                    tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
+                    return Ok(ClusterState::Conflict);
+                }
+                update_spec(reg, &api, writer, &fresh, &desired).await?
             }
-        }
-        None => {
-            let mut obj = Cluster::new(
-                &p.name,
-                ClusterSpec {
-                    cluster_id: p.record.cluster_id.clone(),
-                    auth_info,
-                    ..ClusterSpec::default()
-                },
-            );
-            obj.metadata.labels = (!p.record.labels.is_empty()).then(|| p.record.labels.clone());
-            match api.create(&PostParams::default(), &obj).await {
-                Ok(created) => {
-                    reg.metrics.kube_write("cluster");
-                    tracing::info!(peer = %p.name, cluster_id = %p.record.cluster_id, "created Peer Cluster object");
-                    created
-                }
-                // Our watch cache lags behind our own create; read it instead.
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    api.get(&p.name)
-                        .await
-                        .map_err(|source| RegistryError::Kube {
-                            action: "get Cluster",
-                            object: p.name.clone(),
-                            source,
-                        })?
-                }
-                Err(source) => {
-                    return Err(RegistryError::Kube {
-                        action: "create Cluster",
-                        object: p.name.clone(),
-                        source,
-                    })
-                }
-            }
-        }
+        },
     };
+
+    if cached.is_none() {
+        writer.note_created(&obj, now);
+    }
 
     // If the object came from a write of ours, the cache may still show the
     // version before it; that version must not be mistaken for news.
@@ -289,6 +256,73 @@ async fn reconcile_one(
     }
     writer.write(reg, &obj, older, status).await?;
     Ok(state)
+}
+
+/// Whether `c` is (or claims to be) the local cluster's object.
+fn describes_local(reg: &Registry, c: &Cluster) -> bool {
+    c.spec.cluster_id == reg.cluster_id
+        || c.status.as_ref().and_then(|s| s.type_) == Some(ClusterType::Local)
+}
+
+/// Creates the peer object for `p`; `None` when an object of that name exists already.
+async fn create(
+    reg: &Registry,
+    api: &Api<Cluster>,
+    p: &Plan,
+    auth_info: Option<AuthInfo>,
+) -> Result<Option<Cluster>, RegistryError> {
+    let mut obj = Cluster::new(
+        &p.name,
+        ClusterSpec {
+            cluster_id: p.record.cluster_id.clone(),
+            auth_info,
+            ..ClusterSpec::default()
+        },
+    );
+    obj.metadata.labels = (!p.record.labels.is_empty()).then(|| p.record.labels.clone());
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(created) => {
+            reg.metrics.kube_write("cluster");
+            tracing::info!(peer = %p.name, cluster_id = %p.record.cluster_id, "created Peer Cluster object");
+            Ok(Some(created))
+        }
+        Err(kube::Error::Api(s)) if s.is_already_exists() => {
+            tracing::info!(peer = %p.name, "Peer Cluster object exists already; reading it");
+            Ok(None)
+        }
+        Err(source) => Err(RegistryError::Kube {
+            action: "create Cluster",
+            object: p.name.clone(),
+            source,
+        }),
+    }
+}
+
+/// Patches the spec and labels of `current` to `desired` if they differ;
+/// returns the object as it is now.
+async fn update_spec(
+    reg: &Registry,
+    api: &Api<Cluster>,
+    writer: &StatusWriter,
+    current: &Cluster,
+    desired: &DesiredSpec<'_>,
+) -> Result<Cluster, RegistryError> {
+    let Some(patch) = spec_patch(current, desired)? else {
+        return Ok(current.clone());
+    };
+    let name = current.name_any();
+    let updated = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| RegistryError::Kube {
+            action: "patch Cluster",
+            object: name.clone(),
+            source,
+        })?;
+    reg.metrics.kube_write("cluster");
+    writer.note_spec_patch(current);
+    tracing::info!(peer = %name, "updated spec/labels of Peer Cluster object");
+    Ok(updated)
 }
 
 /// The status a peer's object should show.

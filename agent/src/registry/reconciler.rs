@@ -100,6 +100,9 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
             continue;
         }
         dirty = false;
+        // Read before the membership is: if the registry had caught up by
+        // now, a successful pass has materialised everything it held.
+        let registry_synced = reg.readiness.registry_synced.load(Ordering::Relaxed);
         let snapshot = clusters.state();
         let now = Instant::now();
         let local = local::reconcile(&reg, &writer, &snapshot, now).await;
@@ -108,6 +111,9 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
         match (local, peers) {
             (Ok(()), Ok(deadline)) => {
                 reg.readiness.kube.store(true, Ordering::Relaxed);
+                if registry_synced && !reg.readiness.caught_up.swap(true, Ordering::Relaxed) {
+                    tracing::info!("initial reconcile done");
+                }
                 if let Some(d) = deadline {
                     wake_at = wake_at.min(d + DEADLINE_SLACK);
                 }

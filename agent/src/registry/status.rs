@@ -1,7 +1,10 @@
-//! Writing Cluster objects only when something changed.
+//! Writing Cluster objects only when something changed, despite a watch cache that lags our own writes.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fleetbus_schemas::crd::{Cluster, ClusterStatus};
 use kube::api::{Patch, PatchParams};
@@ -21,7 +24,15 @@ pub struct StatusWriter {
     written: Mutex<HashMap<String, Written>>,
     /// Object name -> resourceVersion our last spec/labels patch was based on.
     spec_patched: Mutex<HashMap<String, Option<String>>>,
+    /// Object name -> (when, object) for objects we created (or found to
+    /// exist) that the watch cache did not show yet.
+    created: Mutex<HashMap<String, (Instant, Cluster)>>,
 }
+
+/// How long an object we created stands in for the watch cache's view. A
+/// cache that lags longer is broken; past this the create is tried again
+/// (and an AlreadyExists answer re-reads the object).
+const CREATED_GRACE: Duration = Duration::from_secs(30);
 
 impl StatusWriter {
     /// The status to compare a desired status against: our own last write
@@ -42,6 +53,35 @@ impl StatusWriter {
     pub fn spec_pending(&self, obj: &Cluster) -> bool {
         let patched = self.spec_patched.lock().unwrap_or_else(|p| p.into_inner());
         patched.get(&obj.name_any()) == Some(&obj.resource_version())
+    }
+
+    /// Records an object we created or read because the cache lacked it.
+    pub fn note_created(&self, obj: &Cluster, now: Instant) {
+        let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        created.insert(obj.name_any(), (now, obj.clone()));
+    }
+
+    /// The object to use for `name` when the watch cache does not show it:
+    /// one we created within [`CREATED_GRACE`]. Without this every pass
+    /// until the cache catches up would try to create it again (409
+    /// AlreadyExists each time). `in_cache` drops the memory: the cache is
+    /// the truth again.
+    pub fn created_not_cached(&self, name: &str, in_cache: bool, now: Instant) -> Option<Cluster> {
+        let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        if in_cache {
+            created.remove(name);
+            return None;
+        }
+        match created.get(name) {
+            Some((at, obj)) if now.saturating_duration_since(*at) < CREATED_GRACE => {
+                Some(obj.clone())
+            }
+            Some(_) => {
+                created.remove(name);
+                None
+            }
+            None => None,
+        }
     }
 
     /// Records that we patched the spec/labels of `obj` (as the cache showed it).
@@ -152,6 +192,34 @@ mod tests {
         assert_eq!(w.current(&obj), Some(ours), "cache even older");
         obj.metadata.resource_version = Some("2".into());
         assert_eq!(w.current(&obj), None, "cache caught up: it is the truth");
+    }
+}
+
+#[cfg(test)]
+mod created_tests {
+    use super::*;
+    use fleetbus_schemas::crd::ClusterSpec;
+
+    #[tokio::test(start_paused = true)]
+    async fn created_object_stands_in_until_cached_or_stale() {
+        let w = StatusWriter::default();
+        let obj = Cluster::new("b", ClusterSpec::default());
+        assert_eq!(w.created_not_cached("b", false, Instant::now()), None);
+        w.note_created(&obj, Instant::now());
+        assert_eq!(
+            w.created_not_cached("b", false, Instant::now()),
+            Some(obj.clone()),
+            "cache lags: use what we created instead of creating again"
+        );
+        assert_eq!(w.created_not_cached("b", true, Instant::now()), None);
+        assert_eq!(
+            w.created_not_cached("b", false, Instant::now()),
+            None,
+            "once cached, the memory is gone (a later delete is seen)"
+        );
+        w.note_created(&obj, Instant::now());
+        tokio::time::advance(CREATED_GRACE).await;
+        assert_eq!(w.created_not_cached("b", false, Instant::now()), None);
     }
 }
 

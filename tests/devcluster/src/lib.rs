@@ -22,7 +22,6 @@ pub mod openapi;
 pub mod patch;
 mod persist;
 pub mod proto;
-mod protobuf;
 mod registry;
 pub mod resources;
 mod seed;

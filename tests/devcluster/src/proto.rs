@@ -104,9 +104,9 @@ fn typed<M: Message + Default>(
 
 /// The (apiVersion, kind) -> conversion table.
 fn convert(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value, ProtoError> {
+    use k8s_pb::api::rbac::v1 as rbac;
     use k8s_pb::api::{apps::v1 as apps, authentication::v1 as authn, batch::v1 as batch};
     use k8s_pb::api::{core::v1 as core, networking::v1 as net, policy::v1 as policy};
-    use k8s_pb::api::rbac::v1 as rbac;
     let decoded = match (api_version, kind) {
         ("v1", "Namespace") => typed::<core::Namespace>(raw, kinds::namespace),
         ("v1", "ConfigMap") => typed::<core::ConfigMap>(raw, kinds::config_map),

@@ -819,6 +819,21 @@ async fn tls_kubeconfig_works_with_kube_client() {
             .kubelet_version,
         "v1.33.1"
     );
+    // Watches stream over TLS too.
+    let api: Api<ConfigMap> = Api::namespaced(dc.client().await.unwrap(), "default");
+    let mut rx = spawn_watcher(api.clone(), watcher::Config::default().labels("t=tls"));
+    api.create(
+        &PostParams::default(),
+        &cm("over-tls", &[("t", "tls")], &[]),
+    )
+    .await
+    .unwrap();
+    loop {
+        if let watcher::Event::Apply(c) = next_event(&mut rx, "ADDED over TLS").await.unwrap() {
+            assert_eq!(name_of(&c), "over-tls");
+            break;
+        }
+    }
 }
 
 #[tokio::test]
@@ -1026,4 +1041,72 @@ async fn scale_subresource_and_table_output() {
     assert!(tables[1]["columnDefinitions"]
         .as_array()
         .is_none_or(|c| c.is_empty()));
+}
+
+#[tokio::test]
+async fn concurrent_writes_reach_a_watcher_once_each_in_rv_order() {
+    let dc = start("concurrent");
+    let api: Api<ConfigMap> = Api::namespaced(dc.client().await.unwrap(), "default");
+    let start_rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut stream = api
+        .watch(
+            &WatchParams::default().labels("t=burst").timeout(30),
+            &start_rv,
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let writers = (0..8).map(|w| {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for i in 0..25 {
+                api.create(
+                    &PostParams::default(),
+                    &cm(&format!("c-{w}-{i}"), &[("t", "burst")], &[]),
+                )
+                .await
+                .unwrap();
+            }
+        })
+    });
+    futures::future::join_all(writers)
+        .await
+        .into_iter()
+        .for_each(|r| r.unwrap());
+    let mut seen = std::collections::BTreeSet::new();
+    let mut last = 0u64;
+    while seen.len() < 200 {
+        match tokio::time::timeout(T, stream.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Some(WatchEvent::Added(c)) => {
+                let rv: u64 = c
+                    .metadata
+                    .resource_version
+                    .clone()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!(
+                    rv > last,
+                    "resourceVersions must increase: {rv} after {last}"
+                );
+                last = rv;
+                assert!(
+                    seen.insert(name_of(&c)),
+                    "duplicate event for {}",
+                    name_of(&c)
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
 }

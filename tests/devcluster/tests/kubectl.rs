@@ -1006,7 +1006,14 @@ fn secret_string_data_is_stored_as_data() {
     assert_eq!(s["data"]["user"], "YWRtaW4=", "{s}");
     assert!(s.get("stringData").is_none(), "{s}");
     assert_eq!(s["type"], "Opaque");
-    // Re-applying the same manifest is a no-op.
+    // Re-applying the same manifest: kubectl's three-way merge always sends a
+    // patch for stringData (the server never stores it), so real kube prints
+    // "configured" (kubernetes/kubernetes#87736); the write itself must be a
+    // no-op that leaves the resourceVersion alone.
+    let rv = s["metadata"]["resourceVersion"].clone();
     let out = k.ok(&["apply", "-f", &f]);
-    assert_eq!(action_of(&out, "secret/creds"), "unchanged", "{out}");
+    assert_eq!(action_of(&out, "secret/creds"), "configured", "{out}");
+    let again = k.json(&["get", "secret", "creds", "-n", "default"]);
+    assert_eq!(again["metadata"]["resourceVersion"], rv, "{again}");
+    assert_eq!(again["data"]["user"], "YWRtaW4=", "{again}");
 }

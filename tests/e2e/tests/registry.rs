@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use fleetbus_schemas::crd::{Cluster, ClusterFeature, ClusterSpec, ClusterState, ClusterType};
 use fleetbus_schemas::registry::{ClusterRecord, MemberState};
 use fleetbus_testsupport::{
-    cargo_bin, free_addr, http_get, kubectl_bin, wait_for, Agent, DevCluster, DevClusterOpts,
-    NatsServer,
+    cargo_bin, free_addr, http_get, kubectl_bin, wait_for, wait_for_blocking, Agent, DevCluster,
+    DevClusterOpts, NatsServer,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
@@ -113,6 +113,21 @@ impl Member {
             }
         })
         .await;
+    }
+}
+
+/// A converged agent did not have to retry anything: in particular it did
+/// not create an object again because its watch cache lagged behind its own
+/// create (an earlier bug that filled mesh logs with 409 AlreadyExists). In a
+/// fresh fleet no create should even meet an existing object.
+fn assert_quiet_log(m: &Member) {
+    let log = m.agent.log();
+    for bad in ["already exists", "exists already", "reconcile failed"] {
+        assert!(
+            !log.contains(bad),
+            "{}: agent log contains {bad:?}:\n{log}",
+            m.name
+        );
     }
 }
 
@@ -276,6 +291,32 @@ async fn three_clusters_form_a_group_and_a_fourth_joins() {
         .await;
     }
 
+    // The record owns a peer object's labels: a label removed from b's Local
+    // object disappears from b's peer objects (not just additions propagate).
+    let patch = serde_json::json!({"metadata": {"labels": {"env": null, "tier": "gold"}}});
+    b.clusters()
+        .patch("b", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    for m in [&a, &c] {
+        wait_for(
+            &format!("{} to see b's label removed", m.name),
+            CONVERGE,
+            || async {
+                let obj = m.clusters().get("b").await.map_err(|e| e.to_string())?;
+                let labels = obj.labels();
+                if !labels.contains_key("env")
+                    && labels.get("tier").map(String::as_str) == Some("gold")
+                {
+                    Ok(())
+                } else {
+                    Err(format!("{labels:?}"))
+                }
+            },
+        )
+        .await;
+    }
+
     // ClusterFeatures are advertised: a's view of b lists b's feature.
     let feature: ClusterFeature = serde_json::from_value(serde_json::json!({
         "apiVersion": "fleetbus.io/v1alpha1",
@@ -344,6 +385,9 @@ async fn three_clusters_form_a_group_and_a_fourth_joins() {
         "the API server saw {} Cluster writes in a steady mesh",
         after - before
     );
+    for m in [&a, &b, &c, &d] {
+        assert_quiet_log(m);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,6 +430,7 @@ async fn killed_agent_turns_disconnected_then_recovers_without_duplicates() {
     for m in [&a, &b, &c] {
         let items = m.list().await.unwrap();
         assert_eq!(items.len(), 3, "{}: {}", m.name, summary(&items));
+        assert_quiet_log(m);
     }
     let kv = registry_kv(&nats).await;
     let keys: Vec<_> = registry_keys(&kv)
@@ -715,9 +760,74 @@ async fn mesh_survives_a_nats_restart() {
     }
 }
 
+/// Speaks just enough NATS for a client to connect: an INFO line claiming
+/// `version`, then PONG for every PING.
+async fn fake_nats_server(listener: tokio::net::TcpListener, version: &'static str) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    while let Ok((sock, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let (read, mut write) = sock.into_split();
+            let info = serde_json::json!({
+                "server_id": "FAKE", "server_name": "fake", "version": version,
+                "proto": 1, "headers": true, "max_payload": 1_048_576,
+            });
+            if write
+                .write_all(format!("INFO {info}\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let mut lines = BufReader::new(read).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.starts_with("PING") && write.write_all(b"PONG\r\n").await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_a_nats_server_older_than_2_10_8() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("nats://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(fake_nats_server(listener, "2.10.7"));
+    let cluster = DevCluster::start(DevClusterOpts::new("old")).unwrap();
+    // The URL comes from the environment: every flag also reads FLEETBUS_*.
+    let mut agent = Agent::start_with_env(
+        [
+            "--cluster-name".to_owned(),
+            "old".to_owned(),
+            "--kubeconfig".to_owned(),
+            cluster.kubeconfig().display().to_string(),
+            "--metrics-addr".to_owned(),
+            free_addr(),
+        ],
+        [("FLEETBUS_NATS_URL", url.as_str())],
+    )
+    .unwrap();
+    let status = tokio::task::block_in_place(|| {
+        wait_for_blocking("the agent to exit", CONVERGE, || {
+            agent
+                .exit_status()
+                .ok_or_else(|| "still running".to_owned())
+        })
+    });
+    server.abort();
+    let log = agent.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error:") && last.contains("2.10.7") && last.contains("2.10.8"),
+        "{log}"
+    );
+}
+
 #[test]
 fn bad_flags_exit_with_usage_code() {
     for args in [
+        vec![],
         vec!["--cluster-name", "Not_A_Label"],
         vec!["--cluster-name", "a", "--heartbeat-interval", "soon"],
         vec![
@@ -736,6 +846,7 @@ fn bad_flags_exit_with_usage_code() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.starts_with("error:"), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }

@@ -66,8 +66,9 @@ fn authorized(state: &AppState, req: &Request<Body>) -> bool {
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     match (&state.token, presented) {
         (None, _) => true,
         (Some(t), Some(p)) if p == t => true,

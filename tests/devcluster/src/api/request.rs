@@ -192,19 +192,17 @@ pub fn is_protobuf_body(body: &[u8]) -> bool {
     body.starts_with(b"k8s\0")
 }
 
-/// Decodes a protobuf body (built-in kinds only).
+/// Decodes a protobuf body. `proto` converts, exactly as kube-apiserver would
+/// (Go's `omitempty` included), every kind `kubectl create` sends; any other kind
+/// gets a 415 naming it rather than a guessed conversion.
 pub fn decode_protobuf(bytes: &[u8]) -> Result<Value, ApiError> {
-    match crate::protobuf::decode(bytes) {
-        Ok(v) => Ok(v),
-        Err(crate::protobuf::ProtoError::Unsupported(kind)) => {
-            Err(ApiError::unsupported_media_type(format!(
-                "{PROTOBUF_MSG} (protobuf bodies of {kind} are not supported)"
-            )))
+    crate::proto::decode(bytes).map_err(|e| {
+        if e.is_unsupported() {
+            ApiError::unsupported_media_type(format!("{PROTOBUF_MSG} ({e})"))
+        } else {
+            ApiError::bad_request(format!("failed to decode the protobuf body: {e}"))
         }
-        Err(e) => Err(ApiError::bad_request(format!(
-            "failed to decode the protobuf body: {e}"
-        ))),
-    }
+    })
 }
 
 /// Decodes a create/update body (JSON, YAML or Kubernetes protobuf).

@@ -312,6 +312,27 @@ fn watch_collection(
 ) -> Result<Response<Body>, ApiError> {
     let filter = filter_from(&def, ns, q)?;
     let send_initial = q.flag("sendInitialEvents");
+    if send_initial {
+        // kube's ListOptions validation for streaming lists.
+        let mut causes = Vec::new();
+        if !q.flag("allowWatchBookmarks") {
+            causes.push(crate::status::FieldCause {
+                reason: "FieldValueForbidden",
+                field: "allowWatchBookmarks".into(),
+                message: "Forbidden: allowWatchBookmarks must be set to true when sendInitialEvents is set".into(),
+            });
+        }
+        if q.get("resourceVersionMatch") != Some("NotOlderThan") {
+            causes.push(crate::status::FieldCause {
+                reason: "FieldValueForbidden",
+                field: "resourceVersionMatch".into(),
+                message: "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".into(),
+            });
+        }
+        if !causes.is_empty() {
+            return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", causes));
+        }
+    }
     let from = match q.get("resourceVersion") {
         _ if send_initial => None,
         None | Some("") | Some("0") => None,

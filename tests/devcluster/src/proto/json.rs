@@ -95,12 +95,28 @@ impl Obj {
         self.put(key, v.iter().map(|s| Value::from(s.as_str())).collect())
     }
 
+    /// A string list without `omitempty`: `null` when empty, as Go marshals a nil slice.
+    pub(crate) fn req_strs(self, key: &str, v: &[String]) -> Self {
+        if v.is_empty() {
+            return self.put(key, Value::Null);
+        }
+        self.strs(key, v)
+    }
+
     /// An integer list, dropped when empty.
     pub(crate) fn ints<T: Copy + Into<i64>>(self, key: &str, v: &[T]) -> Self {
         if v.is_empty() {
             return self;
         }
         self.put(key, v.iter().map(|n| Value::from((*n).into())).collect())
+    }
+
+    /// An integer list without `omitempty`: `null` when empty.
+    pub(crate) fn req_ints<T: Copy + Into<i64>>(self, key: &str, v: &[T]) -> Self {
+        if v.is_empty() {
+            return self.put(key, Value::Null);
+        }
+        self.ints(key, v)
     }
 
     /// A `map[string]string`, dropped when empty.
@@ -151,6 +167,14 @@ impl Obj {
             return self;
         }
         self.put(key, v.iter().map(f).collect())
+    }
+
+    /// A list without `omitempty`: `null` when empty, as Go marshals a nil slice.
+    pub(crate) fn req_list<T>(self, key: &str, v: &[T], f: fn(&T) -> Value) -> Self {
+        if v.is_empty() {
+            return self.put(key, Value::Null);
+        }
+        self.list(key, v, f)
     }
 
     /// An `IntOrString` (pointer or not: present means kept).
@@ -229,7 +253,10 @@ pub(crate) fn object_meta(m: &meta::ObjectMeta) -> Value {
         .int("generation", &m.generation)
         .time("creationTimestamp", &m.creation_timestamp)
         .time("deletionTimestamp", &m.deletion_timestamp)
-        .ptr_int("deletionGracePeriodSeconds", &m.deletion_grace_period_seconds)
+        .ptr_int(
+            "deletionGracePeriodSeconds",
+            &m.deletion_grace_period_seconds,
+        )
         .map("labels", &m.labels)
         .map("annotations", &m.annotations)
         .list("ownerReferences", &m.owner_references, owner_reference)

@@ -19,7 +19,10 @@ use super::pod::{local_object_reference, pod_spec, pod_template_spec};
 
 /// Every top-level object has `metadata`, `{}` when the body had none.
 fn with_meta(m: &Option<meta::ObjectMeta>) -> Obj {
-    Obj::new().value("metadata", m.as_ref().map_or_else(|| json!({}), object_meta))
+    Obj::new().value(
+        "metadata",
+        m.as_ref().map_or_else(|| json!({}), object_meta),
+    )
 }
 
 pub(crate) fn namespace(n: &core::Namespace) -> Value {
@@ -50,7 +53,11 @@ pub(crate) fn secret(s: &core::Secret) -> Value {
 pub(crate) fn service_account(s: &core::ServiceAccount) -> Value {
     with_meta(&s.metadata)
         .list("secrets", &s.secrets, object_reference)
-        .list("imagePullSecrets", &s.image_pull_secrets, local_object_reference)
+        .list(
+            "imagePullSecrets",
+            &s.image_pull_secrets,
+            local_object_reference,
+        )
         .ptr_bool(
             "automountServiceAccountToken",
             &s.automount_service_account_token,
@@ -131,7 +138,7 @@ pub(crate) fn token_request(t: &authn::TokenRequest) -> Value {
     with_meta(&t.metadata)
         .msg("spec", &t.spec, |s| {
             Obj::new()
-                .strs("audiences", &s.audiences)
+                .req_strs("audiences", &s.audiences)
                 .ptr_int("expirationSeconds", &s.expiration_seconds)
                 .msg("boundObjectRef", &s.bound_object_ref, |r| {
                     Obj::new()
@@ -186,14 +193,14 @@ fn job_spec(s: &batch::JobSpec) -> Value {
         .ptr_int("activeDeadlineSeconds", &s.active_deadline_seconds)
         .msg("podFailurePolicy", &s.pod_failure_policy, |p| {
             Obj::new()
-                .list("rules", &p.rules, |r| {
+                .req_list("rules", &p.rules, |r| {
                     Obj::new()
                         .req_str("action", &r.action)
                         .msg("onExitCodes", &r.on_exit_codes, |e| {
                             Obj::new()
                                 .ptr_str("containerName", &e.container_name)
                                 .req_str("operator", &e.operator)
-                                .ints("values", &e.values)
+                                .req_ints("values", &e.values)
                                 .build()
                         })
                         .list("onPodConditions", &r.on_pod_conditions, |c| {
@@ -208,7 +215,7 @@ fn job_spec(s: &batch::JobSpec) -> Value {
         })
         .msg("successPolicy", &s.success_policy, |p| {
             Obj::new()
-                .list("rules", &p.rules, |r| {
+                .req_list("rules", &p.rules, |r| {
                     Obj::new()
                         .ptr_str("succeededIndexes", &r.succeeded_indexes)
                         .ptr_int("succeededCount", &r.succeeded_count)
@@ -257,7 +264,7 @@ pub(crate) fn cron_job(c: &batch::CronJob) -> Value {
 
 fn policy_rule(r: &rbac::PolicyRule) -> Value {
     Obj::new()
-        .strs("verbs", &r.verbs)
+        .req_strs("verbs", &r.verbs)
         .strs("apiGroups", &r.api_groups)
         .strs("resources", &r.resources)
         .strs("resourceNames", &r.resource_names)
@@ -284,16 +291,20 @@ fn role_ref(r: &rbac::RoleRef) -> Value {
 
 pub(crate) fn role(r: &rbac::Role) -> Value {
     with_meta(&r.metadata)
-        .list("rules", &r.rules, policy_rule)
+        .req_list("rules", &r.rules, policy_rule)
         .build()
 }
 
 pub(crate) fn cluster_role(r: &rbac::ClusterRole) -> Value {
     with_meta(&r.metadata)
-        .list("rules", &r.rules, policy_rule)
+        .req_list("rules", &r.rules, policy_rule)
         .msg("aggregationRule", &r.aggregation_rule, |a| {
             Obj::new()
-                .list("clusterRoleSelectors", &a.cluster_role_selectors, label_selector)
+                .list(
+                    "clusterRoleSelectors",
+                    &a.cluster_role_selectors,
+                    label_selector,
+                )
                 .build()
         })
         .build()
@@ -348,7 +359,7 @@ pub(crate) fn ingress(i: &networking::Ingress) -> Value {
                             Obj::new()
                                 .msg("http", &v.http, |h| {
                                     Obj::new()
-                                        .list("paths", &h.paths, |p| {
+                                        .req_list("paths", &h.paths, |p| {
                                             Obj::new()
                                                 .str("path", &p.path)
                                                 .ptr_str("pathType", &p.path_type)

@@ -22,22 +22,32 @@ pub(crate) fn pod_spec(s: &core::PodSpec) -> Value {
     Obj::new()
         .list("volumes", &s.volumes, volume)
         .list("initContainers", &s.init_containers, container)
-        .list("containers", &s.containers, container)
+        .req_list("containers", &s.containers, container)
         .str("restartPolicy", &s.restart_policy)
-        .ptr_int("terminationGracePeriodSeconds", &s.termination_grace_period_seconds)
+        .ptr_int(
+            "terminationGracePeriodSeconds",
+            &s.termination_grace_period_seconds,
+        )
         .ptr_int("activeDeadlineSeconds", &s.active_deadline_seconds)
         .str("dnsPolicy", &s.dns_policy)
         .map("nodeSelector", &s.node_selector)
         .str("serviceAccountName", &s.service_account_name)
         .str("serviceAccount", &s.service_account)
-        .ptr_bool("automountServiceAccountToken", &s.automount_service_account_token)
+        .ptr_bool(
+            "automountServiceAccountToken",
+            &s.automount_service_account_token,
+        )
         .str("nodeName", &s.node_name)
         .flag("hostNetwork", &s.host_network)
         .flag("hostPID", &s.host_pid)
         .flag("hostIPC", &s.host_ipc)
         .ptr_bool("shareProcessNamespace", &s.share_process_namespace)
         .msg("securityContext", &s.security_context, pod_security_context)
-        .list("imagePullSecrets", &s.image_pull_secrets, local_object_reference)
+        .list(
+            "imagePullSecrets",
+            &s.image_pull_secrets,
+            local_object_reference,
+        )
         .str("hostname", &s.hostname)
         .str("subdomain", &s.subdomain)
         .str("schedulerName", &s.scheduler_name)
@@ -188,7 +198,11 @@ fn env_var(e: &core::EnvVar) -> Value {
 fn env_var_source(s: &core::EnvVarSource) -> Value {
     Obj::new()
         .msg("fieldRef", &s.field_ref, object_field_selector)
-        .msg("resourceFieldRef", &s.resource_field_ref, resource_field_selector)
+        .msg(
+            "resourceFieldRef",
+            &s.resource_field_ref,
+            resource_field_selector,
+        )
         .msg("configMapKeyRef", &s.config_map_key_ref, |r| {
             Obj::new()
                 .inline(&r.local_object_reference, local_object_reference)
@@ -263,7 +277,10 @@ fn probe(p: &core::Probe) -> Value {
         .int("periodSeconds", &p.period_seconds)
         .int("successThreshold", &p.success_threshold)
         .int("failureThreshold", &p.failure_threshold)
-        .ptr_int("terminationGracePeriodSeconds", &p.termination_grace_period_seconds)
+        .ptr_int(
+            "terminationGracePeriodSeconds",
+            &p.termination_grace_period_seconds,
+        )
         .build()
 }
 
@@ -329,10 +346,7 @@ fn lifecycle_handler(h: &core::LifecycleHandler) -> Value {
 fn security_context(s: &core::SecurityContext) -> Value {
     Obj::new()
         .msg("capabilities", &s.capabilities, |c| {
-            Obj::new()
-                .strs("add", &c.add)
-                .strs("drop", &c.drop)
-                .build()
+            Obj::new().strs("add", &c.add).strs("drop", &c.drop).build()
         })
         .ptr_bool("privileged", &s.privileged)
         .msg("seLinuxOptions", &s.se_linux_options, se_linux_options)
@@ -506,7 +520,11 @@ fn downward_api_file(f: &core::DownwardAPIVolumeFile) -> Value {
     Obj::new()
         .req_str("path", &f.path)
         .msg("fieldRef", &f.field_ref, object_field_selector)
-        .msg("resourceFieldRef", &f.resource_field_ref, resource_field_selector)
+        .msg(
+            "resourceFieldRef",
+            &f.resource_field_ref,
+            resource_field_selector,
+        )
         .ptr_int("mode", &f.mode)
         .build()
 }
