@@ -42,6 +42,12 @@ pub struct Args {
     #[arg(long, env = "FLEETBUS_SUBJECT_PREFIX", default_value = "fleetbus", value_parser = parse_prefix)]
     pub subject_prefix: Prefix,
 
+    /// Replicas of every fleetbus stream and of the registry bucket: 1 for a
+    /// single nats-server, 3 (or 5) for a clustered NATS. All agents of a fleet
+    /// must agree: an existing stream with another replica count stops start-up.
+    #[arg(long, env = "FLEETBUS_REPLICAS", default_value_t = 1, value_parser = parse_replicas)]
+    pub replicas: usize,
+
     /// Address of the HTTP server for /metrics, /healthz and /readyz.
     /// Loopback by default so a workstation run exposes nothing; in a Pod set 0.0.0.0:9090.
     #[arg(long, env = "FLEETBUS_METRICS_ADDR", default_value = "127.0.0.1:9090")]
@@ -55,7 +61,8 @@ pub struct Args {
     #[arg(long, env = "FLEETBUS_PEER_TIMEOUT", default_value = "6s", value_parser = parse_duration)]
     pub peer_timeout: Duration,
 
-    /// Mint a read-only kubeconfig for this cluster and publish it to the fleet.
+    /// Mint a read-only kubeconfig for this cluster (no access to Secrets) and
+    /// publish it to the fleet.
     /// NOTE: until end-to-end encryption lands, it travels in clear on the bus.
     #[arg(long, env = "FLEETBUS_PUBLISH_KUBECONFIG")]
     pub publish_kubeconfig: bool,
@@ -127,6 +134,14 @@ pub fn validate_dns_label(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// NATS accepts 1 to 5 replicas per stream.
+fn parse_replicas(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=5).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a replica count between 1 and 5")),
+    }
+}
+
 /// The prefix names subjects, streams and buckets; the schemas crate says what is valid.
 fn parse_prefix(s: &str) -> Result<Prefix, String> {
     Prefix::new(s).map_err(|e| e.to_string())
@@ -153,6 +168,20 @@ mod tests {
         assert!(!a.publish_kubeconfig);
         assert!(a.install_crds);
         assert!(a.kubeconfig.is_none());
+        assert_eq!(a.replicas, 1);
+    }
+
+    #[test]
+    fn replicas() {
+        let a =
+            Args::try_parse_from(["fleetbus-agent", "--cluster-name=a1", "--replicas=3"]).unwrap();
+        assert_eq!(a.replicas, 3);
+        for bad in ["0", "6", "three"] {
+            let err =
+                Args::try_parse_from(["fleetbus-agent", "--cluster-name=a1", "--replicas", bad])
+                    .unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad}");
+        }
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct Config {
     pub namespace: String,
     /// Subject/bucket prefix.
     pub subject_prefix: Prefix,
+    /// Replicas of the streams and the registry bucket.
+    pub replicas: usize,
     /// Where /metrics, /healthz and /readyz are served.
     pub metrics_addr: SocketAddr,
     /// Period of record re-publication.
@@ -82,6 +84,7 @@ impl TryFrom<Args> for Config {
             kubeconfig: a.kubeconfig,
             namespace: a.namespace,
             subject_prefix: a.subject_prefix,
+            replicas: a.replicas,
             metrics_addr: a.metrics_addr,
             heartbeat_interval: a.heartbeat_interval,
             peer_timeout: a.peer_timeout,

@@ -1,10 +1,12 @@
 //! Minting a read-only kubeconfig for this cluster (TokenRequest API) to publish to peers.
 //!
 //! The reader is the ServiceAccount `fleetbus-reader` in the agent's namespace,
-//! bound to the ClusterRole `fleetbus-reader`: get/list/watch on every resource,
-//! Secrets included (what a peer needs to inspect anything the fleet syncs).
+//! bound to the ClusterRole `fleetbus-reader`: get/list/watch on the core
+//! resources listed in [`reader_rules`] and on every resource of the common
+//! API groups, plus discovery. Never Secrets: until end-to-end encryption lands
+//! the kubeconfig travels in clear on the bus, so whoever can read the registry
+//! bucket holds this token, and it must not open every Secret of every cluster.
 //! Tokens are bound (`expirationSeconds`) and re-minted at 80% of their lifetime.
-//! Until end-to-end encryption lands, the kubeconfig travels in clear on the bus.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,12 +170,9 @@ pub async fn ensure_reader(client: &kube::Client, namespace: &str) -> Result<(),
             labels: Some(managed_labels()),
             ..ObjectMeta::default()
         },
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec!["*".to_owned()]),
-            resources: Some(vec!["*".to_owned()]),
-            verbs: vec!["get".to_owned(), "list".to_owned(), "watch".to_owned()],
-            ..PolicyRule::default()
-        }]),
+        // Server-side apply with force replaces the whole (atomic) rules list,
+        // so a broader role left by an older agent is narrowed here.
+        rules: Some(reader_rules()),
         ..ClusterRole::default()
     };
     apply(Api::<ClusterRole>::all(client.clone()), READER, &role, &pp).await?;
@@ -204,6 +203,81 @@ pub async fn ensure_reader(client: &kube::Client, namespace: &str) -> Result<(),
     )
     .await?;
     Ok(())
+}
+
+/// Core (`""` group) resources the reader may read. Listed one by one because
+/// `*` in the core group would include `secrets`.
+pub const CORE_READABLE: &[&str] = &[
+    "namespaces",
+    "nodes",
+    "pods",
+    "pods/status",
+    "services",
+    "endpoints",
+    "configmaps",
+    "serviceaccounts",
+    "events",
+    "persistentvolumes",
+    "persistentvolumeclaims",
+    "limitranges",
+    "resourcequotas",
+    "replicationcontrollers",
+    "podtemplates",
+    "componentstatuses",
+];
+
+/// API groups whose every resource the reader may read: none of them holds
+/// Secrets' contents.
+pub const GROUPS_READABLE: &[&str] = &[
+    "apps",
+    "batch",
+    "autoscaling",
+    "networking.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "storage.k8s.io",
+    "apiextensions.k8s.io",
+    "events.k8s.io",
+    "fleetbus.io",
+];
+
+/// Non-resource URLs clients read for discovery (`kubectl` needs them).
+pub const DISCOVERY_URLS: &[&str] = &[
+    "/version",
+    "/version/*",
+    "/api",
+    "/api/*",
+    "/apis",
+    "/apis/*",
+    "/openapi",
+    "/openapi/*",
+];
+
+/// The rules of the `fleetbus-reader` ClusterRole: read-only, never Secrets.
+pub fn reader_rules() -> Vec<PolicyRule> {
+    let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let read = strings(&["get", "list", "watch"]);
+    vec![
+        PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(strings(CORE_READABLE)),
+            verbs: read.clone(),
+            ..PolicyRule::default()
+        },
+        PolicyRule {
+            api_groups: Some(strings(GROUPS_READABLE)),
+            resources: Some(vec!["*".to_owned()]),
+            verbs: read,
+            ..PolicyRule::default()
+        },
+        PolicyRule {
+            non_resource_urls: Some(strings(DISCOVERY_URLS)),
+            verbs: vec!["get".to_owned()],
+            ..PolicyRule::default()
+        },
+    ]
 }
 
 async fn apply<K>(api: Api<K>, name: &str, obj: &K, pp: &PatchParams) -> Result<(), KubeconfigError>
@@ -371,6 +445,65 @@ async fn mint_and_publish(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `rule` lets its holder read Secrets.
+    fn grants_secrets(rule: &PolicyRule) -> bool {
+        let groups = rule.api_groups.as_deref().unwrap_or_default();
+        let resources = rule.resources.as_deref().unwrap_or_default();
+        let core = groups.iter().any(|g| g.is_empty() || g == "*");
+        core && resources
+            .iter()
+            .any(|r| r == "*" || r == "secrets" || r.starts_with("secrets/"))
+    }
+
+    #[test]
+    fn reader_cannot_read_secrets() {
+        let rules = reader_rules();
+        assert!(!rules.is_empty());
+        for rule in &rules {
+            assert!(!grants_secrets(rule), "{rule:?}");
+            let groups = rule.api_groups.as_deref().unwrap_or_default();
+            assert!(!groups.iter().any(|g| g == "*"), "{rule:?}");
+            if groups.iter().any(String::is_empty) {
+                // The core group is listed resource by resource.
+                let resources = rule.resources.as_deref().unwrap_or_default();
+                assert!(!resources.iter().any(|r| r.contains('*')), "{rule:?}");
+            }
+            // Read-only.
+            for verb in &rule.verbs {
+                assert!(
+                    ["get", "list", "watch"].contains(&verb.as_str()),
+                    "{rule:?}"
+                );
+            }
+            assert!(rule.resource_names.is_none(), "{rule:?}");
+        }
+        // The test's own predicate does catch the old, broad rule.
+        assert!(grants_secrets(&PolicyRule {
+            api_groups: Some(vec!["*".into()]),
+            resources: Some(vec!["*".into()]),
+            verbs: vec!["get".into()],
+            ..PolicyRule::default()
+        }));
+    }
+
+    #[test]
+    fn reader_can_still_read_what_peers_inspect() {
+        let rules = reader_rules();
+        let core = &rules[0];
+        assert_eq!(core.api_groups.as_deref(), Some(&[String::new()][..]));
+        let core_resources = core.resources.as_deref().unwrap_or_default();
+        for r in ["namespaces", "pods", "configmaps", "services", "nodes"] {
+            assert!(core_resources.iter().any(|x| x == r), "{r}");
+        }
+        let groups = rules[1].api_groups.as_deref().unwrap_or_default();
+        for g in ["apps", "fleetbus.io", "apiextensions.k8s.io"] {
+            assert!(groups.iter().any(|x| x == g), "{g}");
+        }
+        let urls = rules[2].non_resource_urls.as_deref().unwrap_or_default();
+        assert!(urls.iter().any(|u| u == "/apis/*"));
+        assert_eq!(rules[2].verbs, vec!["get".to_owned()]);
+    }
 
     #[test]
     fn renders_a_loadable_kubeconfig() {

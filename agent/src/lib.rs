@@ -1,7 +1,8 @@
 //! The fleetbus agent: one per cluster, leaderless, meeting its peers on NATS JetStream.
 //!
 //! Start at [`run`]: it prepares the local cluster (CRDs, namespace,
-//! identity), connects to NATS, then runs the registry tasks until shutdown:
+//! identity), connects to NATS and ensures the JetStream layout (streams and the
+//! registry bucket, see `streams`), then runs the registry tasks until shutdown:
 //! the heartbeat publisher, the registry watcher and the reconciler of Cluster
 //! objects (see [`registry`]). Flags are in [`Args`], checked into [`Config`].
 
@@ -18,6 +19,7 @@ mod metrics;
 mod nats;
 pub mod registry;
 mod run;
+mod streams;
 
 pub use cli::{usage_error, Args};
 pub use config::{Config, ConfigError};

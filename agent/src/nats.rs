@@ -38,6 +38,18 @@ pub enum NatsError {
         /// Human-readable difference.
         diff: String,
     },
+    /// The server cannot hold the replicas asked for (`--replicas` above 1 on a
+    /// single, non-clustered nats-server).
+    #[error("the NATS server cannot keep {replicas} replicas of {bucket} (a single nats-server supports --replicas=1 only)")]
+    ReplicasNotSupported {
+        /// Bucket name.
+        bucket: String,
+        /// `--replicas`.
+        replicas: usize,
+        /// Cause.
+        #[source]
+        source: async_nats::Error,
+    },
     /// Creating or opening the bucket failed.
     #[error("failed to create or open the registry bucket {bucket}")]
     Bucket {
@@ -139,6 +151,12 @@ pub async fn ensure_bucket(
                     config.history
                 ));
             }
+            if status.info.config.num_replicas.max(1) != config.num_replicas.max(1) {
+                diff.push(format!(
+                    "replicas {} (expected {}; see --replicas)",
+                    status.info.config.num_replicas, config.num_replicas
+                ));
+            }
             if status.info.config.storage != config.storage {
                 diff.push(format!(
                     "storage {:?} (expected {:?})",
@@ -159,11 +177,20 @@ pub async fn ensure_bucket(
         }
         Err(e) if e.kind() == jetstream::context::KeyValueErrorKind::GetBucket => {
             tracing::info!(%bucket, "creating registry bucket");
+            let replicas = config.num_replicas;
             js.create_key_value(config).await.map_err(|e| {
                 if e.kind() == jetstream::context::CreateKeyValueErrorKind::BucketCreate
                     && (e.to_string().contains("10039") || e.to_string().contains("no responders"))
                 {
                     return NatsError::NoJetStream;
+                }
+                // The server's error code, as async-nats keeps only the text of it.
+                if e.to_string().contains("10074") {
+                    return NatsError::ReplicasNotSupported {
+                        bucket,
+                        replicas,
+                        source: Box::new(e),
+                    };
                 }
                 NatsError::Bucket {
                     bucket,
@@ -216,5 +243,11 @@ mod tests {
         assert_eq!(c.history, 1);
         assert_eq!(c.bucket, "fleetbus-registry");
         assert_eq!(c.storage, jetstream::stream::StorageType::File);
+        assert_eq!(c.num_replicas, 1);
+        let clustered = fleetbus_schemas::jetstream::Layout::new(Default::default(), 3);
+        assert_eq!(
+            registry_bucket_config(&clustered.registry_bucket()).num_replicas,
+            3
+        );
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use fleetbus_schemas::jetstream::{Layout, REPLICAS_SINGLE};
+use fleetbus_schemas::jetstream::Layout;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::nats::{self, NatsError};
 use crate::registry::record::MemberState;
 use crate::registry::{self, publisher, watcher, Registry, RegistryError};
+use crate::streams::{self, StreamError};
 
 /// Why the agent stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +36,9 @@ pub enum RunError {
     /// NATS refused us or is unsuitable.
     #[error(transparent)]
     Nats(#[from] NatsError),
+    /// A stream could not be created, or exists with another configuration.
+    #[error(transparent)]
+    Streams(#[from] StreamError),
     /// The metrics server failed.
     #[error(transparent)]
     Health(#[from] HealthError),
@@ -57,6 +61,7 @@ impl RunError {
             RunError::Bootstrap(e) => e.is_transient(),
             RunError::Identity(e) => e.is_transient(),
             RunError::Nats(e) => e.is_transient(),
+            RunError::Streams(e) => e.is_transient(),
             RunError::Health(e) => e.is_transient(),
             RunError::Registry(e) => e.is_transient(),
             RunError::Kubeconfig(e) => e.is_transient(),
@@ -151,13 +156,21 @@ async fn start(
     nats::check_server_version(&server_version)?;
     tracing::info!(version = %server_version, "NATS server version accepted");
     let js = async_nats::jetstream::new(nats_client);
-    // One replica: the bucket lives where the agent's NATS is; a clustered NATS
-    // deployment can raise it on the stream without the agent objecting.
-    let spec = Layout::new(cfg.subject_prefix.clone(), REPLICAS_SINGLE).registry_bucket();
+    // Every stream and bucket name, limit and replica count comes from the
+    // schemas layout; --replicas must match the NATS deployment (1 or 3+).
+    let layout = Layout::new(cfg.subject_prefix.clone(), cfg.replicas);
+    let spec = layout.registry_bucket();
+    // The bucket first: its creation is where a server without JetStream is told apart.
     let kv = retry(
         "set up the registry bucket",
         || nats::ensure_bucket(&js, nats::registry_bucket_config(&spec)),
         NatsError::is_transient,
+    )
+    .await?;
+    retry(
+        "set up the streams",
+        || streams::ensure_streams(&js, &layout),
+        StreamError::is_transient,
     )
     .await?;
 

@@ -107,20 +107,22 @@ fn crds_have_expected_names_scope_and_status() {
         .additional_printer_columns
         .iter()
         .flatten()
-        .map(|c| c.name.clone())
+        .map(|c| (c.name.as_str(), c.priority.unwrap_or(0)))
         .collect();
     assert_eq!(
         cluster_columns,
         [
-            "ID",
-            "Type",
-            "State",
-            "Synced",
-            "Version",
-            "Provider",
-            "Distribution",
-            "Region",
-            "Age"
+            ("Type", 0),
+            ("State", 0),
+            ("Synced", 0),
+            ("Version", 0),
+            ("Region", 0),
+            ("Age", 0),
+            ("ID", 1),
+            ("Provider", 1),
+            ("Distribution", 1),
+            ("Heartbeat", 1),
+            ("Agent", 1)
         ]
     );
 }

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
     derive = "Default",
     crates(kube_core = "::kube_core"),
     doc = "A member cluster of the fleet, as seen by the local agent.",
-    printcolumn(name = "ID", type_ = "string", json_path = ".spec.clusterID"),
+    // Default view: NAME TYPE STATE SYNCED VERSION REGION AGE; the rest is `-o wide` only.
     printcolumn(name = "Type", type_ = "string", json_path = ".status.type"),
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
     printcolumn(
@@ -33,16 +33,6 @@ use serde::{Deserialize, Serialize};
         json_path = ".status.metadata.kubernetesVersion"
     ),
     printcolumn(
-        name = "Provider",
-        type_ = "string",
-        json_path = ".status.metadata.provider"
-    ),
-    printcolumn(
-        name = "Distribution",
-        type_ = "string",
-        json_path = ".status.metadata.distribution"
-    ),
-    printcolumn(
         name = "Region",
         type_ = "string",
         json_path = ".status.metadata.locality.region"
@@ -51,6 +41,36 @@ use serde::{Deserialize, Serialize};
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "ID",
+        type_ = "string",
+        json_path = ".spec.clusterID",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Provider",
+        type_ = "string",
+        json_path = ".status.metadata.provider",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Distribution",
+        type_ = "string",
+        json_path = ".status.metadata.distribution",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Heartbeat",
+        type_ = "date",
+        json_path = ".status.lastHeartbeatTime",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Agent",
+        type_ = "string",
+        json_path = ".status.agentVersion",
+        priority = 1
     )
 )]
 #[serde(rename_all = "camelCase")]

@@ -144,6 +144,18 @@ pub fn entry_from_crd(crd: &Value) -> Result<CrdEntry, ApiError> {
             custom: true,
         });
         if let Some(cols) = v.get("additionalPrinterColumns").and_then(Value::as_array) {
+            // kube-apiserver rejects a CRD whose column paths do not parse, rather
+            // than serving a table with a silently empty column.
+            for (i, col) in cols.iter().enumerate() {
+                let path = s(col, &["jsonPath"]).unwrap_or("");
+                if let Err(e) = crate::jsonpath::JsonPath::parse(path) {
+                    return Err(invalid(
+                        name,
+                        &format!("spec.versions[{vname}].additionalPrinterColumns[{i}].jsonPath"),
+                        &format!("Invalid value: \"{path}\": {e}"),
+                    ));
+                }
+            }
             columns.push((vname.to_string(), cols.clone()));
         }
     }
@@ -227,6 +239,15 @@ mod tests {
         let st = accepted_status(&crd(), &e, "2026-01-01T00:00:00Z");
         assert_eq!(st["conditions"][1]["type"], "Established");
         assert_eq!(st["acceptedNames"]["kind"], "Widget");
+    }
+
+    #[test]
+    fn rejects_printer_column_path_that_does_not_parse() {
+        let mut c = crd();
+        c["spec"]["versions"][0]["additionalPrinterColumns"][0]["jsonPath"] =
+            json!(".status.conditions[?(@.type==");
+        let e = entry_from_crd(&c).unwrap_err();
+        assert_eq!((e.code, e.reason), (422, "Invalid"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod decode;
 mod delete;
 mod discovery;
 mod gc;
+mod jsonpath;
 mod kubeconfig;
 pub mod managed_fields;
 mod meta;

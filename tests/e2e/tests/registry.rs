@@ -14,6 +14,7 @@ use fleetbus_testsupport::{
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
@@ -641,6 +642,91 @@ async fn published_kubeconfig_lets_a_peer_read_the_origin() {
         !text.contains("admin-only-token"),
         "the agent's own credentials leaked"
     );
+
+    // The devcluster does not enforce RBAC, so what the token may do is checked
+    // on the ClusterRole the origin's agent applied: read-only, never Secrets.
+    let role = Api::<ClusterRole>::all(b.client.clone())
+        .get("fleetbus-reader")
+        .await
+        .unwrap();
+    let rules = role.rules.unwrap_or_default();
+    assert!(!rules.is_empty());
+    for rule in &rules {
+        let groups = rule.api_groups.clone().unwrap_or_default();
+        let resources = rule.resources.clone().unwrap_or_default();
+        assert!(!groups.iter().any(|g| g == "*"), "{rule:?}");
+        if groups.iter().any(String::is_empty) {
+            assert!(
+                !resources
+                    .iter()
+                    .any(|r| r == "*" || r.starts_with("secrets")),
+                "{rule:?}"
+            );
+            assert!(resources.iter().any(|r| r == "namespaces"), "{rule:?}");
+        }
+        assert!(
+            rule.verbs
+                .iter()
+                .all(|v| ["get", "list", "watch"].contains(&v.as_str())),
+            "{rule:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_broad_reader_role_is_narrowed() {
+    let nats = NatsServer::start().unwrap();
+    let cluster = DevCluster::start(DevClusterOpts::new("old-role")).unwrap();
+    let client = cluster.client().await.unwrap();
+    // What agents before the Secrets fix applied, with the same field manager.
+    let broad = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "fleetbus-reader"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}],
+    });
+    let roles = Api::<ClusterRole>::all(client.clone());
+    roles
+        .patch(
+            "fleetbus-reader",
+            &PatchParams::apply("fleetbus-agent").force(),
+            &Patch::Apply(&broad),
+        )
+        .await
+        .unwrap();
+    let mut agent = Agent::start([
+        "--cluster-name".to_owned(),
+        "old-role".to_owned(),
+        "--nats-url".to_owned(),
+        nats.url(),
+        "--kubeconfig".to_owned(),
+        cluster.kubeconfig().display().to_string(),
+        "--metrics-addr".to_owned(),
+        free_addr(),
+        "--publish-kubeconfig".to_owned(),
+    ])
+    .unwrap();
+    wait_for("the reader role to be narrowed", CONVERGE, || async {
+        let role = roles
+            .get("fleetbus-reader")
+            .await
+            .map_err(|e| e.to_string())?;
+        let rules = role.rules.unwrap_or_default();
+        let wildcard = rules.iter().any(|r| {
+            r.api_groups
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|g| g == "*")
+        });
+        if wildcard || rules.is_empty() {
+            Err(format!("{rules:?}"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    assert!(agent.is_running(), "{}", agent.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -817,9 +903,12 @@ async fn refuses_a_nats_server_older_than_2_10_8() {
     server.abort();
     let log = agent.log();
     assert_eq!(status.code(), Some(1), "{log}");
-    let last = log.lines().last().unwrap_or_default();
+    // The one `error:` line; not necessarily the last line, as the NATS client
+    // may still log its connection closing after it.
+    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{log}");
     assert!(
-        last.starts_with("error:") && last.contains("2.10.7") && last.contains("2.10.8"),
+        errors[0].contains("2.10.7") && errors[0].contains("2.10.8"),
         "{log}"
     );
 }

@@ -1,0 +1,221 @@
+//! The JetStream layout end to end: agents create the streams and the registry
+//! bucket of `fleetbus_schemas::jetstream::Layout`, agree with each other, and
+//! refuse a stream that exists with another configuration.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+use fleetbus_schemas::jetstream::{Discard, Layout, Storage, StreamSpec};
+use fleetbus_testsupport::{
+    free_addr, http_get, wait_for, wait_for_blocking, Agent, DevCluster, DevClusterOpts, NatsServer,
+};
+
+const CONVERGE: Duration = Duration::from_secs(30);
+
+/// A devcluster and an agent on it (kept together so both live as long as the test).
+struct Member {
+    _cluster: DevCluster,
+    agent: Agent,
+    metrics_addr: String,
+}
+
+fn start_member(nats: &NatsServer, name: &str) -> Member {
+    let cluster = DevCluster::start(DevClusterOpts::new(name)).expect("start devcluster");
+    start_agent(nats, name, cluster)
+}
+
+fn start_agent(nats: &NatsServer, name: &str, cluster: DevCluster) -> Member {
+    let metrics_addr = free_addr();
+    let agent = Agent::start([
+        "--cluster-name",
+        name,
+        "--nats-url",
+        &nats.url(),
+        "--kubeconfig",
+        &cluster.kubeconfig().display().to_string(),
+        "--metrics-addr",
+        &metrics_addr,
+    ])
+    .expect("start agent");
+    Member {
+        _cluster: cluster,
+        agent,
+        metrics_addr,
+    }
+}
+
+async fn wait_ready(m: &mut Member) {
+    let addr = m.metrics_addr.clone();
+    wait_for("agent /readyz", CONVERGE, || {
+        let addr = addr.clone();
+        async move {
+            match http_get(&format!("http://{addr}/readyz")) {
+                Ok((200, _)) => Ok(()),
+                Ok((code, body)) => Err(format!("{code} {body}")),
+                Err(e) => Err(e),
+            }
+        }
+    })
+    .await;
+    assert!(m.agent.is_running(), "agent died:\n{}", m.agent.log());
+}
+
+async fn js(nats: &NatsServer) -> jetstream::Context {
+    jetstream::new(async_nats::connect(nats.url()).await.unwrap())
+}
+
+/// Compares what the server holds with the schemas spec directly (not through
+/// the agent's conversion, which is what is under test).
+fn assert_matches_spec(spec: &StreamSpec, found: &stream::Config) {
+    let name = &spec.name;
+    assert_eq!(found.subjects, spec.subjects, "{name}");
+    assert_eq!(
+        found.max_messages_per_subject, spec.max_msgs_per_subject,
+        "{name}"
+    );
+    assert_eq!(found.max_age, spec.max_age.unwrap_or_default(), "{name}");
+    assert_eq!(found.duplicate_window, spec.duplicate_window, "{name}");
+    assert_eq!(found.allow_rollup, spec.allow_rollup, "{name}");
+    assert_eq!(found.allow_direct, spec.allow_direct, "{name}");
+    assert_eq!(found.deny_delete, spec.deny_delete, "{name}");
+    assert_eq!(found.deny_purge, spec.deny_purge, "{name}");
+    assert_eq!(found.num_replicas, spec.replicas, "{name}");
+    assert_eq!(
+        found.description.as_deref(),
+        Some(spec.description.as_str()),
+        "{name}"
+    );
+    let storage = match spec.storage {
+        Storage::File => stream::StorageType::File,
+        Storage::Memory => stream::StorageType::Memory,
+    };
+    assert_eq!(found.storage, storage, "{name}");
+    let discard = match spec.discard {
+        Discard::Old => stream::DiscardPolicy::Old,
+        Discard::New => stream::DiscardPolicy::New,
+    };
+    assert_eq!(found.discard, discard, "{name}");
+}
+
+/// The one `error:` line the agent prints on stderr before exiting 1. Not
+/// necessarily the last line of the log: the NATS client may still log its
+/// connection closing after it.
+fn error_line(log: &str) -> &str {
+    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{log}");
+    errors[0]
+}
+
+async fn wait_exit(agent: &mut Agent) -> ExitStatus {
+    tokio::task::block_in_place(|| {
+        wait_for_blocking("the agent to exit", CONVERGE, || {
+            agent
+                .exit_status()
+                .ok_or_else(|| "still running".to_owned())
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_create_the_layout_and_agree_on_it() {
+    let nats = NatsServer::start().unwrap();
+    // Two agents started at the same moment race to create the same streams
+    // (both devclusters are up first, so the agents start back to back).
+    let ca = DevCluster::start(DevClusterOpts::new("a")).unwrap();
+    let cb = DevCluster::start(DevClusterOpts::new("b")).unwrap();
+    let mut a = start_agent(&nats, "a", ca);
+    let mut b = start_agent(&nats, "b", cb);
+    wait_ready(&mut a).await;
+    wait_ready(&mut b).await;
+
+    let js = js(&nats).await;
+    let layout = Layout::default();
+    let names: Vec<String> = layout.streams().iter().map(|s| s.name.clone()).collect();
+    assert_eq!(
+        names,
+        ["FLEETBUS_OBJECTS", "FLEETBUS_DRIFT", "FLEETBUS_STATUS"]
+    );
+    for spec in layout.streams() {
+        let found = js.get_stream(&spec.name).await.unwrap();
+        assert_matches_spec(&spec, &found.cached_info().config);
+    }
+    let bucket = layout.registry_bucket();
+    let kv = js.get_key_value(&bucket.bucket).await.unwrap();
+    let status = kv.status().await.unwrap();
+    assert_eq!(status.history(), bucket.history);
+    assert_eq!(status.info.config.num_replicas, bucket.replicas);
+    assert_eq!(status.max_age(), bucket.max_age.unwrap_or_default());
+
+    // A third agent, later, finds everything in place and accepts it.
+    let mut c = start_member(&nats, "c");
+    wait_ready(&mut c).await;
+    for m in [&mut a, &mut b, &mut c] {
+        assert!(m.agent.is_running(), "{}", m.agent.log());
+        let log = m.agent.log();
+        assert!(!log.contains("different configuration"), "{log}");
+    }
+    // Nothing was changed by the later agents.
+    for spec in layout.streams() {
+        let found = js.get_stream(&spec.name).await.unwrap();
+        assert_matches_spec(&spec, &found.cached_info().config);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_with_another_config_stops_start_up() {
+    let nats = NatsServer::start().unwrap();
+    let js = js(&nats).await;
+    let drift = Layout::default().drift_stream();
+    // Someone created DRIFT by hand, keeping events for one hour only.
+    js.create_stream(stream::Config {
+        name: drift.name.clone(),
+        subjects: drift.subjects.clone(),
+        max_age: Duration::from_secs(3600),
+        max_messages_per_subject: -1,
+        ..stream::Config::default()
+    })
+    .await
+    .unwrap();
+
+    let mut m = start_member(&nats, "a");
+    let status = wait_exit(&mut m.agent).await;
+    let log = m.agent.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let last = error_line(&log);
+    assert!(last.contains("FLEETBUS_DRIFT"), "{log}");
+    assert!(last.contains("max_age (expected 7days, found 1h)"), "{log}");
+    // The agent reported, it did not "fix" the stream.
+    let found = js.get_stream(&drift.name).await.unwrap();
+    assert_eq!(
+        found.cached_info().config.max_age,
+        Duration::from_secs(3600)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_beyond_a_single_server_are_refused() {
+    let nats = NatsServer::start().unwrap();
+    let cluster = DevCluster::start(DevClusterOpts::new("r3")).unwrap();
+    // The flag is read from the environment like every other one.
+    let mut agent = Agent::start_with_env(
+        [
+            "--cluster-name".to_owned(),
+            "r3".to_owned(),
+            "--nats-url".to_owned(),
+            nats.url(),
+            "--kubeconfig".to_owned(),
+            cluster.kubeconfig().display().to_string(),
+            "--metrics-addr".to_owned(),
+            free_addr(),
+        ],
+        [("FLEETBUS_REPLICAS", "3")],
+    )
+    .unwrap();
+    let status = wait_exit(&mut agent).await;
+    let log = agent.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let last = error_line(&log);
+    assert!(last.contains("3 replicas"), "{log}");
+}
