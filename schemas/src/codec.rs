@@ -54,6 +54,30 @@ impl EncodeError {
     }
 }
 
+/// Deepest MessagePack nesting a reader accepts. Kubernetes objects reach the agent through
+/// serde_json, whose limit is 128 levels; the envelope map and `object` add two. Without a
+/// limit a hostile message of nested one-element arrays overflows the reader's stack.
+pub const MAX_MSGPACK_DEPTH: usize = 130;
+
+/// Decodes exactly one MessagePack value filling all of `bytes` (trailing bytes are an
+/// error, so each message has one meaning), nested at most [`MAX_MSGPACK_DEPTH`] deep.
+pub(crate) fn decode_msgpack<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let mut cursor = std::io::Cursor::new(bytes);
+    let value = {
+        let mut de = rmp_serde::Deserializer::new(&mut cursor);
+        de.set_max_depth(MAX_MSGPACK_DEPTH);
+        T::deserialize(&mut de).map_err(DecodeError::malformed)?
+    };
+    let used = usize::try_from(cursor.position()).unwrap_or(usize::MAX);
+    if used != bytes.len() {
+        return Err(DecodeError::malformed(format!(
+            "{} trailing bytes after the message",
+            bytes.len().saturating_sub(used)
+        )));
+    }
+    Ok(value)
+}
+
 #[derive(Serialize)]
 struct Tagged<'a, T> {
     schema: &'a str,

@@ -221,3 +221,90 @@ proptest! {
         let _ = Envelope::decode(&bytes);
     }
 }
+
+/// A v1 map whose `object` is `depth` nested one-element arrays.
+fn deeply_nested(depth: usize) -> Vec<u8> {
+    let mut bytes = rmp_serde::to_vec_named(&json!({"schemaVersion": 1})).unwrap();
+    // Rewrite the map header to two entries and append `"object": [[[...]]]`.
+    bytes[0] = 0x82;
+    bytes.extend_from_slice(&rmp_serde::to_vec(&"object").unwrap());
+    bytes.extend(std::iter::repeat_n(0x91, depth));
+    bytes.push(0xc0);
+    bytes
+}
+
+#[test]
+fn hostile_inputs_are_errors_not_crashes() {
+    // A far-future version number that does not fit the v1 field type is still
+    // "unsupported", not "malformed".
+    let big = rmp_serde::to_vec_named(&json!({"schemaVersion": 70_000u64})).unwrap();
+    match Envelope::decode(&big) {
+        Err(DecodeError::UnsupportedVersion { found }) => assert_eq!(found, "70000"),
+        other => panic!("{other:?}"),
+    }
+    // schemaVersion of the wrong type, or absent, or the envelope not a map at all.
+    for bad in [
+        rmp_serde::to_vec_named(&json!({"schemaVersion": "1"})).unwrap(),
+        rmp_serde::to_vec_named(&json!({"origin": "east"})).unwrap(),
+        rmp_serde::to_vec_named(&json!({"schemaVersion": -1})).unwrap(),
+        rmp_serde::to_vec(&json!([1, "east"])).unwrap(),
+        rmp_serde::to_vec(&json!("just a string")).unwrap(),
+    ] {
+        assert!(
+            matches!(Envelope::decode(&bad), Err(DecodeError::Malformed { .. })),
+            "{bad:02x?}"
+        );
+    }
+    // A JSON snapshot sent to the MessagePack subject by mistake.
+    assert!(matches!(
+        Envelope::decode(br#"{"schemaVersion":1}"#),
+        Err(DecodeError::Malformed { .. })
+    ));
+    // Nesting far beyond what objects use is refused without overflowing the stack,
+    // both inside `object` and at the top level; a truncated valid message is malformed.
+    for depth in [2_000, 100_000] {
+        assert!(matches!(
+            Envelope::decode(&deeply_nested(depth)),
+            Err(DecodeError::Malformed { .. })
+        ));
+        assert!(matches!(
+            Envelope::decode(&vec![0x91; depth]),
+            Err(DecodeError::Malformed { .. })
+        ));
+    }
+    // Anything a Kubernetes object can be (serde_json reads at most 128 levels) still decodes.
+    let mut deep = json!("leaf");
+    for _ in 0..120 {
+        deep = json!([deep]);
+    }
+    let mut obj = config_map();
+    obj["data"] = deep;
+    let env = Envelope::snapshot("east", None, obj, t0()).unwrap();
+    assert_eq!(Envelope::decode(&env.encode().unwrap()).unwrap(), env);
+    // Trailing bytes after a valid envelope: not the message that was hashed and signed.
+    let mut trailing = env.encode().unwrap();
+    trailing.push(0xc0);
+    assert!(matches!(
+        Envelope::decode(&trailing),
+        Err(DecodeError::Malformed { .. })
+    ));
+    let good = Envelope::snapshot("east", None, config_map(), t0())
+        .unwrap()
+        .encode()
+        .unwrap();
+    for cut in 0..good.len() {
+        assert!(
+            Envelope::decode(&good[..cut]).is_err(),
+            "prefix of {cut} bytes"
+        );
+    }
+    // A length prefix promising far more bytes than the message has.
+    let mut huge_len = rmp_serde::to_vec_named(&json!({"schemaVersion": 1})).unwrap();
+    huge_len[0] = 0x82;
+    huge_len.extend_from_slice(&rmp_serde::to_vec(&"object").unwrap());
+    huge_len.extend_from_slice(&[0xdf, 0xff, 0xff, 0xff, 0xff]);
+    assert!(matches!(
+        Envelope::decode(&huge_len),
+        Err(DecodeError::Malformed { .. })
+    ));
+}

@@ -19,11 +19,16 @@ fn dns_subdomain() -> impl Strategy<Value = String> {
         .prop_filter("at most 253 chars", |s| s.len() <= 253)
 }
 
-/// RBAC-style path-segment names: anything but '/', '%', "." and "..".
+/// RBAC-style path-segment names (Role, ClusterRole and their bindings, ...): Kubernetes
+/// accepts anything but '/', '%', "." and "..", so this covers ':' '@' '*' '>' '.' '=',
+/// whitespace, upper case and non-ASCII, plus arbitrary strings.
 fn path_segment() -> impl Strategy<Value = String> {
     prop_oneof![
-        "[a-z:@*> .\t=~_-]{1,30}",
+        "[a-zA-Z:@*> .\t=~_-]{1,30}",
         "system:[a-z:-]{1,20}",
+        "[a-z]{1,8}@[a-z]{1,8}\\.[a-z]{2,4}",
+        "[=_.-]?[a-z0-9]{0,8}",
+        "\\PC{1,20}",
         any::<String>(),
     ]
     .prop_filter("valid path segment", |s| {
@@ -39,12 +44,23 @@ fn group() -> impl Strategy<Value = String> {
     ]
 }
 
+/// API versions are DNS-1035 labels (CRD `spec.versions[].name`).
 fn version() -> impl Strategy<Value = String> {
-    "v[0-9]{1,2}((alpha|beta)[0-9]{1,2})?"
+    prop_oneof![
+        "v[0-9]{1,2}((alpha|beta)[0-9]{1,2})?",
+        "[a-z]([a-z0-9-]{0,61}[a-z0-9])?",
+        Just("core".to_owned()),
+    ]
 }
 
+/// Kinds: the API server requires `lowercase(kind)` to be a DNS-1035 label, so upper and
+/// lower case letters, digits and '-' (e.g. `ConfigMap`, `My-Kind`, `core`, `x`).
 fn kind() -> impl Strategy<Value = String> {
-    "[A-Z][A-Za-z0-9]{0,30}"
+    prop_oneof![
+        "[A-Z][A-Za-z0-9]{0,30}",
+        "[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?",
+        Just("core".to_owned()),
+    ]
 }
 
 fn cluster() -> impl Strategy<Value = String> {
@@ -64,6 +80,7 @@ fn name() -> impl Strategy<Value = String> {
     ]
 }
 
+/// Namespaces are DNS-1123 labels (no dots); `core` is a legal namespace name.
 fn namespace() -> impl Strategy<Value = Option<String>> {
     option::of(prop_oneof![dns_label(), Just("core".to_owned())])
 }

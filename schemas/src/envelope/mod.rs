@@ -10,6 +10,7 @@ mod hash;
 mod limits;
 
 pub use hash::{canonical_json, content_hash, normalize_for_hash, VOLATILE_METADATA_FIELDS};
+pub use crate::codec::MAX_MSGPACK_DEPTH;
 pub use limits::{
     check_size, msg_id, tombstone_msg_id, TooLarge, DEFAULT_MAX_PAYLOAD, HEADER_ALLOWANCE,
 };
@@ -19,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::codec::{DecodeError, EncodeError};
+use crate::codec::{decode_msgpack, DecodeError, EncodeError};
 use crate::time::rfc3339_ms;
 
 /// The envelope version this build writes and reads.
@@ -176,13 +177,13 @@ impl Envelope {
     /// cannot read), is [`DecodeError::UnsupportedVersion`]; anything else that does not
     /// decode is [`DecodeError::Malformed`].
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let probe: Probe = rmp_serde::from_slice(bytes).map_err(DecodeError::malformed)?;
-        if probe.schema_version != ENVELOPE_VERSION {
+        let probe: Probe = decode_msgpack(bytes)?;
+        if probe.schema_version != u64::from(ENVELOPE_VERSION) {
             return Err(DecodeError::UnsupportedVersion {
                 found: probe.schema_version.to_string(),
             });
         }
-        let w: WireIn = rmp_serde::from_slice(bytes).map_err(DecodeError::malformed)?;
+        let w: WireIn = decode_msgpack(bytes)?;
         if let Some(enc) = &w.encryption {
             return Err(DecodeError::UnsupportedVersion {
                 found: format!("{ENVELOPE_VERSION}+encryption:{}", enc.algorithm),
@@ -260,7 +261,9 @@ impl Serialize for SortedValue<'_> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Probe {
-    schema_version: u16,
+    // u64, not u16: any future version number, however large, is reported as
+    // unsupported rather than malformed.
+    schema_version: u64,
 }
 
 #[derive(Deserialize)]

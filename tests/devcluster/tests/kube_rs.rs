@@ -828,10 +828,15 @@ async fn tls_kubeconfig_works_with_kube_client() {
     )
     .await
     .unwrap();
+    // The create may land before or after the watcher's initial list, so the
+    // object arrives either as part of the initial list or as a live ADDED.
     loop {
-        if let watcher::Event::Apply(c) = next_event(&mut rx, "ADDED over TLS").await.unwrap() {
-            assert_eq!(name_of(&c), "over-tls");
-            break;
+        match next_event(&mut rx, "ADDED over TLS").await.unwrap() {
+            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
+                assert_eq!(name_of(&c), "over-tls");
+                break;
+            }
+            _ => {}
         }
     }
 }

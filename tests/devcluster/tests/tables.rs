@@ -112,7 +112,6 @@ spec:
     - {name: First-Port, type: integer, jsonPath: '.spec.ports[*].port'}
     - {name: Seen, type: date, jsonPath: .status.seenAt}
     - {name: Owner, type: string, priority: 1, jsonPath: .spec.owner}
-    - {name: Broken, type: string, priority: 1, jsonPath: '.spec.x[?(@.y=='}
 "#;
 
 #[test]
@@ -175,14 +174,23 @@ status:
             "ZONE",
             "FIRST-PORT",
             "SEEN",
-            "OWNER",
-            "BROKEN"
+            "OWNER"
         ]
     );
-    assert_eq!(rows[0]["OWNER"], "team-a");
-    assert_eq!(
-        rows[0]["BROKEN"], "",
-        "a malformed path is an empty cell:\n{wide}"
+    assert_eq!(rows[0]["OWNER"], "team-a", "{wide}");
+
+    // Like kube-apiserver, a column path that does not parse rejects the CRD
+    // (rather than serving a silently empty column).
+    let broken = WIDGET_CRD.replace("jsonPath: .spec.owner}", "jsonPath: '.spec.x[?(@.y=='}");
+    let out = dc.kubectl(
+        KUBECTL,
+        &["apply", "-f", &write(&dir, "broken.yaml", &broken)],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a broken column path was accepted");
+    assert!(
+        stderr.contains("is invalid") && stderr.contains("additionalPrinterColumns"),
+        "{stderr}"
     );
 }
 
