@@ -4,12 +4,14 @@
 
 use std::process::Command;
 
-const FORBIDDEN: [&str; 5] = [
+const FORBIDDEN: [&str; 7] = [
     "tokio",
+    "kube",
     "kube-client",
+    "kube-runtime",
     "hyper",
     "async-nats",
-    "kube-runtime",
+    "nats",
 ];
 
 #[test]

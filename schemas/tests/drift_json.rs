@@ -124,6 +124,29 @@ fn other_versions_are_rejected() {
         DriftEvent::decode(bad_phase.as_bytes()),
         Err(DecodeError::Malformed { .. })
     ));
+    // Deep nesting inside `changes` is refused (serde_json's 128-level limit), not a crash.
+    let deep = EXAMPLE.replace(
+        r#""desired":"blue""#,
+        &format!(
+            r#""desired":{}1{}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        ),
+    );
+    assert!(matches!(
+        DriftEvent::decode(deep.as_bytes()),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
+
+proptest! {
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256),
+                            cut in 0usize..EXAMPLE.len()) {
+        let _ = DriftEvent::decode(&bytes);
+        // Every truncation of a valid event is an error.
+        prop_assert!(DriftEvent::decode(&EXAMPLE.as_bytes()[..cut]).is_err());
+    }
 }
 
 fn json_value() -> impl Strategy<Value = Value> {

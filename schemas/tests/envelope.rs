@@ -308,3 +308,32 @@ fn hostile_inputs_are_errors_not_crashes() {
         Err(DecodeError::Malformed { .. })
     ));
 }
+
+#[test]
+fn oversized_objects_are_rejected_before_publishing() {
+    use fleetbus_schemas::envelope::{check_size, TooLarge, DEFAULT_MAX_PAYLOAD, HEADER_ALLOWANCE};
+    let limit = DEFAULT_MAX_PAYLOAD - HEADER_ALLOWANCE;
+    let mut small = config_map();
+    small["data"]["blob"] = json!("x".repeat(1000));
+    let bytes = Envelope::snapshot("east", None, small, t0())
+        .unwrap()
+        .encode()
+        .unwrap();
+    assert_eq!(check_size(bytes.len(), DEFAULT_MAX_PAYLOAD), Ok(()));
+    // A ConfigMap near the API server's own 1 MiB limit does not fit with the envelope.
+    let mut big = config_map();
+    big["data"]["blob"] = json!("x".repeat(DEFAULT_MAX_PAYLOAD - 200));
+    let bytes = Envelope::snapshot("east", None, big, t0())
+        .unwrap()
+        .encode()
+        .unwrap();
+    assert_eq!(
+        check_size(bytes.len(), DEFAULT_MAX_PAYLOAD),
+        Err(TooLarge {
+            encoded_len: bytes.len(),
+            limit
+        })
+    );
+    // A server configured with a larger max_payload accepts it.
+    assert_eq!(check_size(bytes.len(), 8 * DEFAULT_MAX_PAYLOAD), Ok(()));
+}

@@ -9,8 +9,8 @@
 mod hash;
 mod limits;
 
-pub use hash::{canonical_json, content_hash, normalize_for_hash, VOLATILE_METADATA_FIELDS};
 pub use crate::codec::MAX_MSGPACK_DEPTH;
+pub use hash::{canonical_json, content_hash, normalize_for_hash, VOLATILE_METADATA_FIELDS};
 pub use limits::{
     check_size, msg_id, tombstone_msg_id, TooLarge, DEFAULT_MAX_PAYLOAD, HEADER_ALLOWANCE,
 };

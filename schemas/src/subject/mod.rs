@@ -6,6 +6,7 @@
 
 mod filter;
 mod keys;
+mod length;
 mod prefix;
 mod token;
 
@@ -17,6 +18,7 @@ pub use keys::{
     api_version, split_api_version, CommandKey, DriftKey, ObjectKey, StatusKey, SubjectError, CMD,
     DRIFT, OBJ, STATUS,
 };
+pub use length::{check_subject_len, SubjectTooLong, MAX_SUBJECT_LEN};
 pub use prefix::{InvalidPrefix, Prefix, DEFAULT_PREFIX};
 pub use token::{
     decode_group, decode_namespace, decode_token, encode_group, encode_namespace, encode_token,

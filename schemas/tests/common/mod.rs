@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 
+#![allow(dead_code)] // each test binary uses a subset
+
 use std::path::PathBuf;
 
 /// docs/PROTOCOL.md as committed.
