@@ -6,7 +6,7 @@
 use fleetbus_testsupport::{DevCluster, DevClusterOpts};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const KUBECTL: &str = "1.33";
 const T: Duration = Duration::from_secs(20);
@@ -35,19 +35,14 @@ fn ok(dc: &DevCluster, args: &[&str]) -> String {
 
 /// Retries `kubectl args` until it succeeds (a new CRD is served shortly after creation).
 fn ok_eventually(dc: &DevCluster, args: &[&str]) -> String {
-    let deadline = Instant::now() + T;
-    loop {
+    fleetbus_testsupport::wait_for_blocking(&format!("kubectl {args:?} to succeed"), T, || {
         let out = dc.kubectl(KUBECTL, args);
         if out.status.success() {
-            return String::from_utf8(out.stdout).unwrap();
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
         }
-        assert!(
-            Instant::now() < deadline,
-            "kubectl {args:?} kept failing: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
 }
 
 fn write(dir: &tempfile::TempDir, name: &str, yaml: &str) -> String {
