@@ -14,7 +14,8 @@ pub enum Propagation {
     Orphan,
     /// Delete the owner now and its dependents afterwards.
     Background,
-    /// Approximated as Background (dependents are removed in the same write).
+    /// Mark the owner with the `foregroundDeletion` finalizer, delete its
+    /// dependents, then the owner once no blocking dependent is left.
     Foreground,
 }
 
@@ -118,6 +119,23 @@ pub fn delete_object(tx: &mut Tx<'_>, key: &ObjKey, propagation: Propagation) ->
     let Some(old) = tx.get(key).cloned() else {
         return DeleteOutcome::Deleted(json!({}));
     };
+    let uid = meta_str(&old, "uid").unwrap_or("").to_string();
+    let has_dependents = !uid.is_empty() && !gc::dependents(tx, &uid).is_empty();
+    match propagation {
+        // kube adds the `orphan` finalizer and the garbage collector strips the
+        // ownerReferences before removing it: dependents change before the owner goes.
+        Propagation::Orphan if has_dependents => gc::orphan_dependents(tx, &uid),
+        // kube adds `foregroundDeletion` even without dependents and the collector
+        // removes it at once; without dependents this deletes directly instead (the
+        // same for a client, minus one MODIFIED event).
+        Propagation::Foreground if has_dependents => {
+            if meta::finalizers(&old).iter().any(|f| f == gc::FOREGROUND) {
+                return DeleteOutcome::Pending(old);
+            }
+            return DeleteOutcome::Pending(gc::start_foreground(tx, key));
+        }
+        _ => {}
+    }
     if !meta::finalizers(&old).is_empty() {
         if meta::is_deleting(&old) {
             return DeleteOutcome::Pending(old);
@@ -138,7 +156,8 @@ pub fn delete_object(tx: &mut Tx<'_>, key: &ObjKey, propagation: Propagation) ->
 }
 
 /// Removes the object now and runs what follows a removal: dependents (by
-/// ownerReference), a CRD's objects, and completing a terminating namespace.
+/// ownerReference), owners waiting for it in foreground deletion, a CRD's objects,
+/// and completing a terminating namespace.
 pub fn remove_with_cascade(
     tx: &mut Tx<'_>,
     key: &ObjKey,
@@ -161,6 +180,7 @@ pub fn remove_as_with_cascade(
     if let Some(uid) = meta_str(&last, "uid") {
         gc::collect_dependents(tx, uid, propagation);
     }
+    gc::release_owners(tx, &last);
     if !key.namespace.is_empty() {
         gc::try_finalize_namespace(tx, &key.namespace);
     }

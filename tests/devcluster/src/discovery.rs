@@ -34,6 +34,15 @@ const VERBS: &[&str] = &[
     "watch",
 ];
 
+/// The verbs a resource serves: only `create` for the authorization reviews.
+fn verbs(d: &ResourceDef) -> &'static [&'static str] {
+    if d.create_only() {
+        &["create"]
+    } else {
+        VERBS
+    }
+}
+
 /// Version priority like kube's (GA > beta > alpha; higher numbers first).
 fn version_rank(v: &str) -> (u8, u32, u32) {
     let Some(rest) = v.strip_prefix('v') else {
@@ -180,7 +189,7 @@ pub fn resource_list(defs: &[ResourceDef], group: &str, version: &str) -> Option
             "singularName": d.singular,
             "namespaced": d.namespaced,
             "kind": d.kind,
-            "verbs": VERBS,
+            "verbs": verbs(d),
             "storageVersionHash": storage_hash(d),
         });
         if let Some(o) = r.as_object_mut() {
@@ -234,7 +243,7 @@ fn aggregated_resource(d: &ResourceDef) -> Value {
         "responseKind": {"group": d.group, "version": d.version, "kind": d.kind},
         "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": d.singular,
-        "verbs": VERBS,
+        "verbs": verbs(d),
     });
     if let Some(o) = r.as_object_mut() {
         if !d.short_names.is_empty() {
@@ -322,6 +331,9 @@ mod tests {
             .unwrap();
         assert_eq!(scale["kind"], "Scale");
         assert!(resource_list(&defs, "nope", "v1").is_none());
+        let authz = resource_list(&defs, "authorization.k8s.io", "v1").unwrap();
+        assert_eq!(authz["resources"][0]["name"], "selfsubjectaccessreviews");
+        assert_eq!(authz["resources"][0]["verbs"], json!(["create"]));
         let gl = group_list(&defs);
         assert!(gl["groups"]
             .as_array()

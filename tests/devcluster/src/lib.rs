@@ -3,7 +3,7 @@
 //! Start at [`server::run`]: it opens the `store::Store` (objects, resource
 //! registry, watch history, optional redb persistence), seeds system objects and
 //! serves the HTTP API routed in `api`. Verb semantics live in `write` and
-//! `delete`; server-side cleanups in `gc`; PATCH/SSA in [`patch`] and
+//! `delete`; server-side cleanups in `gc`; authorization reviews in `review`; PATCH/SSA in [`patch`] and
 //! [`managed_fields`]; the built-in resource table in [`resources`].
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -25,6 +25,7 @@ mod persist;
 pub mod proto;
 mod registry;
 pub mod resources;
+mod review;
 mod seed;
 mod selectors;
 pub mod server;

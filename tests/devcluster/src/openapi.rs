@@ -132,6 +132,14 @@ fn add_paths(paths: &mut Map<String, Value>, def: &ResourceDef, schema_name: &st
         p.extend(extra);
         p
     };
+    if def.create_only() {
+        // Reviews are answered, never stored: kube documents only the POST.
+        paths.insert(
+            scope,
+            json!({"post": spec.op("post", "create", write_params(), Some(vec!["application/json", "application/yaml"]))}),
+        );
+        return;
+    }
     let mut with_force = write_params();
     with_force.push(query_param(
         "force",

@@ -104,6 +104,7 @@ fn typed<M: Message + Default>(
 
 /// The (apiVersion, kind) -> conversion table.
 fn convert(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value, ProtoError> {
+    use k8s_pb::api::authorization::v1 as authz;
     use k8s_pb::api::rbac::v1 as rbac;
     use k8s_pb::api::{apps::v1 as apps, authentication::v1 as authn, batch::v1 as batch};
     use k8s_pb::api::{core::v1 as core, networking::v1 as net, policy::v1 as policy};
@@ -116,6 +117,12 @@ fn convert(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value, ProtoErro
         ("v1", "Pod") => typed::<core::Pod>(raw, kinds::pod),
         ("authentication.k8s.io/v1", "TokenRequest") => {
             typed::<authn::TokenRequest>(raw, kinds::token_request)
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
+            typed::<authz::SelfSubjectAccessReview>(raw, kinds::self_subject_access_review)
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
+            typed::<authz::SelfSubjectRulesReview>(raw, kinds::self_subject_rules_review)
         }
         ("apps/v1", "Deployment") => typed::<apps::Deployment>(raw, kinds::deployment),
         ("batch/v1", "Job") => typed::<batch::Job>(raw, kinds::job),

@@ -59,6 +59,12 @@ impl ResourceDef {
         }
     }
 
+    /// True for the create-only virtual resources (authorization.k8s.io reviews):
+    /// POST answers from the request, nothing is stored, no other verb exists.
+    pub fn create_only(&self) -> bool {
+        !self.custom && self.group == "authorization.k8s.io"
+    }
+
     /// Key used by /debug/writes: "core/configmaps", "apps/deployments".
     pub fn writes_key(&self) -> String {
         let g = if self.group.is_empty() {
@@ -113,6 +119,8 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false },
     Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: NONE, status: true, scale: false, token: false },
     Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", namespaced: false, short: &["crd", "crds"], categories: NONE, status: true, scale: false, token: false },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false },
     Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: NONE, status: false, scale: false, token: false },
 ];
 
@@ -156,5 +164,11 @@ mod tests {
         assert_eq!(dep.api_version(), "apps/v1");
         assert_eq!(dep.qualified_plural(), "deployments.apps");
         assert!(dep.subresources.scale);
+        assert!(!dep.create_only());
+        let ssar = defs
+            .iter()
+            .find(|d| d.kind == "SelfSubjectAccessReview")
+            .unwrap();
+        assert!(ssar.create_only() && !ssar.namespaced);
     }
 }

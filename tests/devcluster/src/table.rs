@@ -920,7 +920,8 @@ mod tests {
             "metadata": {"name": "e2"}, "type": "Normal", "reason": "Synced",
             "regarding": {"kind": "Cluster"}, "note": "ok",
             "reportingController": "fleetbus",
-            "eventTime": ago(3 * 86400).replace('Z', ".123456Z")
+            // One second more: the fraction must not make it younger than 3d.
+            "eventTime": ago(3 * 86400 + 1).replace('Z', ".123456Z")
         });
         let t = render(&v1, &[new_ev], json!({}), true);
         let cells = &t["rows"][0]["cells"];

@@ -339,3 +339,39 @@ fn create_cronjob_service_pdb_ingress_and_cluster_rbac() {
     assert_eq!(crb["roleRef"]["name"], "metrics");
     assert_eq!(crb["subjects"][0]["name"], "alice");
 }
+
+#[test]
+fn auth_can_i_reviews_allow_everything() {
+    let dc = start("proto-auth", None);
+    let out = dc.kubectl(KUBECTL, &["auth", "can-i", "create", "deployments"]);
+    assert!(
+        out.status.success(),
+        "can-i failed: {}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        dc.log()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "yes");
+    assert_eq!(
+        ok(&dc, &["auth", "can-i", "get", "/healthz"]).trim(),
+        "yes",
+        "a non-resource URL"
+    );
+    let list = ok(&dc, &["auth", "can-i", "--list", "-n", "kube-system"]);
+    let rows: Vec<Vec<&str>> = list
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(
+        rows.iter()
+            .any(|r| r.first() == Some(&"*.*") && r.last() == Some(&"[*]")),
+        "{list}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.first() == Some(&"[*]") && r.last() == Some(&"[*]")),
+        "non-resource rule:\n{list}"
+    );
+    // Reviews are never stored: the collection has no list verb.
+    let err = dc.kubectl(KUBECTL, &["get", "selfsubjectaccessreviews"]);
+    assert!(!err.status.success());
+}

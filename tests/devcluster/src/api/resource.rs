@@ -45,6 +45,16 @@ async fn handle_inner(
     let headers = parts.headers;
     let method = parts.method;
     let ns = rp.namespace.as_deref();
+    if def.create_only() {
+        return match (&method, rp.name.as_deref()) {
+            (&Method::POST, None) => {
+                let bytes = request::read_body(body, &headers).await?;
+                let obj = request::decode_object(&bytes, &headers)?;
+                Ok(json_response(201, &crate::review::answer(&def, obj)?))
+            }
+            _ => Err(ApiError::method_not_allowed(method.as_str())),
+        };
+    }
     if let (Some(sub), Some(name)) = (rp.sub.as_deref(), rp.name.as_deref()) {
         return subresource::handle(state, &def, ns, name, sub, &method, &q, &headers, body).await;
     }

@@ -6,6 +6,7 @@
 
 use k8s_pb::api::apps::v1 as apps;
 use k8s_pb::api::authentication::v1 as authn;
+use k8s_pb::api::authorization::v1 as authz;
 use k8s_pb::api::batch::v1 as batch;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::networking::v1 as networking;
@@ -396,6 +397,73 @@ fn ingress_backend(b: &networking::IngressBackend) -> Value {
                 .req_str("kind", &r.kind)
                 .req_str("name", &r.name)
                 .build()
+        })
+        .build()
+}
+
+pub(crate) fn self_subject_access_review(r: &authz::SelfSubjectAccessReview) -> Value {
+    with_meta(&r.metadata)
+        .msg("spec", &r.spec, |s| {
+            Obj::new()
+                .msg(
+                    "resourceAttributes",
+                    &s.resource_attributes,
+                    resource_attributes,
+                )
+                .msg("nonResourceAttributes", &s.non_resource_attributes, |n| {
+                    Obj::new().str("path", &n.path).str("verb", &n.verb).build()
+                })
+                .build()
+        })
+        .build()
+}
+
+fn resource_attributes(a: &authz::ResourceAttributes) -> Value {
+    Obj::new()
+        .str("namespace", &a.namespace)
+        .str("verb", &a.verb)
+        .str("group", &a.group)
+        .str("version", &a.version)
+        .str("resource", &a.resource)
+        .str("subresource", &a.subresource)
+        .str("name", &a.name)
+        .msg("fieldSelector", &a.field_selector, |f| {
+            Obj::new()
+                .str("rawSelector", &f.raw_selector)
+                .list("requirements", &f.requirements, |r| {
+                    selector_requirement(&r.key, &r.operator, &r.values)
+                })
+                .build()
+        })
+        .msg("labelSelector", &a.label_selector, |l| {
+            Obj::new()
+                .str("rawSelector", &l.raw_selector)
+                .list("requirements", &l.requirements, |r| {
+                    selector_requirement(&r.key, &r.operator, &r.values)
+                })
+                .build()
+        })
+        .build()
+}
+
+/// A field or label selector requirement: `key` and `operator` without
+/// `omitempty`, `values` with it.
+fn selector_requirement(
+    key: &Option<String>,
+    operator: &Option<String>,
+    values: &[String],
+) -> Value {
+    Obj::new()
+        .req_str("key", key)
+        .req_str("operator", operator)
+        .strs("values", values)
+        .build()
+}
+
+pub(crate) fn self_subject_rules_review(r: &authz::SelfSubjectRulesReview) -> Value {
+    with_meta(&r.metadata)
+        .msg("spec", &r.spec, |s| {
+            Obj::new().str("namespace", &s.namespace).build()
         })
         .build()
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_pb::api::apps::v1 as apps;
 use k8s_pb::api::authentication::v1 as authn;
+use k8s_pb::api::authorization::v1 as authz;
 use k8s_pb::api::batch::v1 as batch;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::networking::v1 as net;
@@ -1137,4 +1138,128 @@ fn kubectl_create_quota_is_unsupported_by_kind() {
         decode(&body),
         Err(ProtoError::UnsupportedKind { kind, .. }) if kind == "ResourceQuota"
     ));
+}
+
+#[test]
+fn self_subject_access_review_has_resource_attributes() {
+    // What `kubectl auth can-i create deployments -n team` sends (kubectl fills
+    // every attribute it knows; empty strings are omitted in JSON).
+    let msg = authz::SelfSubjectAccessReview {
+        metadata: Some(meta::ObjectMeta::default()),
+        spec: Some(authz::SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(authz::ResourceAttributes {
+                namespace: s("team"),
+                verb: s("create"),
+                group: s("apps"),
+                version: s(""),
+                resource: s("deployments"),
+                subresource: s(""),
+                name: s(""),
+                field_selector: None,
+                label_selector: Some(authz::LabelSelectorAttributes {
+                    raw_selector: s(""),
+                    requirements: vec![meta::LabelSelectorRequirement {
+                        key: s("app"),
+                        operator: s("In"),
+                        values: vec!["web".into()],
+                    }],
+                }),
+            }),
+            non_resource_attributes: None,
+        }),
+        status: Some(authz::SubjectAccessReviewStatus::default()),
+    };
+    assert_eq!(
+        roundtrip("authorization.k8s.io/v1", "SelfSubjectAccessReview", &msg),
+        json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "metadata": {},
+            "spec": {
+                "resourceAttributes": {
+                    "namespace": "team",
+                    "verb": "create",
+                    "group": "apps",
+                    "resource": "deployments",
+                    "labelSelector": {
+                        "requirements": [{"key": "app", "operator": "In", "values": ["web"]}]
+                    }
+                }
+            }
+        })
+    );
+}
+
+#[test]
+fn self_subject_access_review_has_non_resource_attributes_and_field_selectors() {
+    let msg = authz::SelfSubjectAccessReview {
+        metadata: None,
+        spec: Some(authz::SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(authz::ResourceAttributes {
+                verb: s("list"),
+                resource: s("pods"),
+                field_selector: Some(authz::FieldSelectorAttributes {
+                    raw_selector: s("spec.nodeName=n1"),
+                    requirements: vec![meta::FieldSelectorRequirement {
+                        key: s("spec.nodeName"),
+                        operator: s("Exists"),
+                        values: vec![],
+                    }],
+                }),
+                ..Default::default()
+            }),
+            non_resource_attributes: Some(authz::NonResourceAttributes {
+                path: s("/healthz"),
+                verb: s("get"),
+            }),
+        }),
+        status: None,
+    };
+    assert_eq!(
+        roundtrip("authorization.k8s.io/v1", "SelfSubjectAccessReview", &msg),
+        json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "metadata": {},
+            "spec": {
+                "resourceAttributes": {
+                    "verb": "list",
+                    "resource": "pods",
+                    "fieldSelector": {
+                        "rawSelector": "spec.nodeName=n1",
+                        "requirements": [{"key": "spec.nodeName", "operator": "Exists"}]
+                    }
+                },
+                "nonResourceAttributes": {"path": "/healthz", "verb": "get"}
+            }
+        })
+    );
+}
+
+#[test]
+fn self_subject_rules_review_has_the_namespace() {
+    let msg = authz::SelfSubjectRulesReview {
+        metadata: Some(meta::ObjectMeta::default()),
+        spec: Some(authz::SelfSubjectRulesReviewSpec {
+            namespace: s("default"),
+        }),
+        status: Some(authz::SubjectRulesReviewStatus::default()),
+    };
+    assert_eq!(
+        roundtrip("authorization.k8s.io/v1", "SelfSubjectRulesReview", &msg),
+        json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectRulesReview",
+            "metadata": {},
+            "spec": {"namespace": "default"}
+        })
+    );
+    let empty = authz::SelfSubjectRulesReview {
+        spec: Some(authz::SelfSubjectRulesReviewSpec { namespace: s("") }),
+        ..Default::default()
+    };
+    assert_eq!(
+        roundtrip("authorization.k8s.io/v1", "SelfSubjectRulesReview", &empty)["spec"],
+        json!({})
+    );
 }
