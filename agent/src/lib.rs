@@ -3,8 +3,9 @@
 //! Start at [`run`]: it prepares the local cluster (CRDs, namespace,
 //! identity), connects to NATS and ensures the JetStream layout (streams and the
 //! registry bucket, see `streams`), then runs the registry tasks until shutdown:
-//! the heartbeat publisher, the registry watcher and the reconciler of Cluster
-//! objects (see [`registry`]). Flags are in [`Args`], checked into [`Config`].
+//! the heartbeat publisher, the registry watcher, the reconciler of Cluster
+//! objects (see [`registry`]) and the Node watch that keeps the published
+//! metadata current (`nodes`). Flags are in [`Args`], checked into [`Config`].
 
 mod bootstrap;
 mod cli;
@@ -17,6 +18,7 @@ mod kubeconfig;
 mod metadata;
 mod metrics;
 mod nats;
+mod nodes;
 pub mod registry;
 mod run;
 mod streams;

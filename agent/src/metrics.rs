@@ -28,6 +28,8 @@ pub struct Metrics {
     pub kube_writes: Family<Labels, Counter>,
     /// Reader kubeconfigs minted.
     pub kubeconfig_mints: Counter,
+    /// Times the detected cluster metadata changed (and was republished).
+    pub metadata_changes: Counter,
 }
 
 impl Default for Metrics {
@@ -78,6 +80,12 @@ impl Metrics {
             "Reader kubeconfigs minted through the TokenRequest API",
             kubeconfig_mints.clone(),
         );
+        let metadata_changes = Counter::default();
+        registry.register(
+            "metadata_changes",
+            "Times the cluster metadata detected from Nodes changed and was republished",
+            metadata_changes.clone(),
+        );
         Metrics {
             registry,
             registry_rejected,
@@ -87,6 +95,7 @@ impl Metrics {
             peers,
             kube_writes,
             kubeconfig_mints,
+            metadata_changes,
         }
     }
 

@@ -17,6 +17,7 @@ use crate::kubeclient::{self, KubeClientError};
 use crate::kubeconfig::{self, KubeconfigError};
 use crate::metrics::Metrics;
 use crate::nats::{self, NatsError};
+use crate::nodes;
 use crate::registry::record::MemberState;
 use crate::registry::{self, publisher, watcher, Registry, RegistryError};
 use crate::streams::{self, StreamError};
@@ -182,8 +183,14 @@ async fn start(
         metrics,
         readiness,
     ));
-    if let Ok(md) = crate::metadata::gather(&reg.client).await {
-        reg.update_local_info(|i| i.metadata = md);
+    // The first record carries the metadata; the Node watch keeps it current.
+    match crate::metadata::gather(&reg.client).await {
+        Ok(md) => reg.update_local_info(|i| i.metadata = md),
+        Err(error) => tracing::warn!(
+            error = %crate::report(&error),
+            transient = error.is_transient(),
+            "could not detect cluster metadata yet; the Node watch will"
+        ),
     }
     // Our own record goes in before the watch starts: the bucket is then never
     // empty, so the watch always delivers a "caught up" entry.
@@ -219,6 +226,7 @@ async fn run_tasks(
         "reconciler",
         Box::pin(registry::run_reconciler(reg.clone(), cancel.clone())),
     );
+    spawn("nodes", Box::pin(nodes::run(reg.clone(), cancel.clone())));
     // Cancelled like the others, the publisher then publishes the leave record.
     spawn(
         "publisher",

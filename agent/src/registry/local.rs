@@ -12,7 +12,7 @@ use super::conditions::{merge, status_of, Desired};
 use super::liveness::members_match;
 use super::publisher::AGENT_VERSION;
 use super::record::MemberState;
-use super::status::StatusWriter;
+use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
 use super::{Registry, RegistryError};
 use crate::events::EventType;
 
@@ -46,14 +46,16 @@ pub fn facts(reg: &Registry, now: Instant) -> LocalFacts {
     }
 }
 
-/// Ensures the Local Cluster object exists and shows the truth.
+/// Ensures the Local Cluster object exists and shows the truth. Returns when
+/// its `lastHeartbeatTime` falls due for a refresh (no pass may come sooner
+/// when the cluster has no peers).
 #[tracing::instrument(name = "local", skip_all, fields(cluster = %reg.cfg.cluster_name))]
 pub async fn reconcile(
     reg: &Registry,
     writer: &StatusWriter,
     clusters: &[Arc<Cluster>],
     now: Instant,
-) -> Result<(), RegistryError> {
+) -> Result<Option<Instant>, RegistryError> {
     let name = &reg.cfg.cluster_name;
     let api = Api::<Cluster>::all(reg.client.clone());
     let cached = clusters.iter().find(|c| &c.name_any() == name);
@@ -106,7 +108,7 @@ pub async fn reconcile(
             local_cluster_id = %reg.cluster_id,
             "a Cluster object named like this cluster has another clusterID; leaving it alone"
         );
-        return Ok(());
+        return Ok(None);
     }
     reg.update_local_info(|i| i.labels = ours.labels().clone());
 
@@ -195,7 +197,7 @@ pub async fn reconcile(
             },
         },
     ];
-    let status = ClusterStatus {
+    let mut status = ClusterStatus {
         type_: Some(ClusterType::Local),
         state: Some(if local_conflict {
             ClusterState::Conflict
@@ -210,7 +212,7 @@ pub async fn reconcile(
             None
         },
         conditions: merge(&prev.conditions, &desired, ours.metadata.generation),
-        last_heartbeat_time: None,
+        last_heartbeat_time: reg.last_heartbeat().as_ref().and_then(heartbeat_time),
         agent_version: Some(AGENT_VERSION.to_owned()),
         metadata: (info.metadata != Default::default()).then_some(info.metadata),
         features: info
@@ -219,6 +221,9 @@ pub async fn reconcile(
             .map(|f| f.feature_name.clone())
             .collect(),
     };
+    // Our own heartbeat, like a peer's: at most every HEARTBEAT_REFRESH while
+    // nothing else changes, at once with any other change.
+    let refresh_in = keep_coarse_heartbeat(&prev, &mut status);
     report_transition(
         reg,
         ours,
@@ -277,8 +282,13 @@ pub async fn reconcile(
         .await;
         writer.write(reg, other, None, status).await?;
     }
-    Ok(())
+    // The kept time is refreshed by the first pass after it is due; by then
+    // the newest record may be up to one interval older, hence the slack.
+    Ok(refresh_in.map(|d| now + d + reg.cfg.heartbeat_interval + REFRESH_SLACK))
 }
+
+/// Past a refresh due time, so the pass sees a heartbeat old enough to write.
+const REFRESH_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Records an Event when condition `type_` turns True (or back to False).
 async fn report_transition(

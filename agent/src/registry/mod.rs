@@ -115,6 +115,11 @@ pub struct Registry {
     pub membership_changed: Notify,
     /// Wakes the publisher: something we publish changed.
     pub publish_now: Notify,
+    /// Wakes the reconciler: something we publish changed (the Local object shows it).
+    pub local_changed: Notify,
+    /// When this agent last put its record successfully (the Local object's
+    /// `lastHeartbeatTime`).
+    last_heartbeat: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
     /// When this agent run started (published; a restart is a new run).
     pub started_at: chrono::DateTime<chrono::Utc>,
     /// Heartbeat sequence number within this run.
@@ -144,6 +149,8 @@ impl Registry {
             recorder,
             membership_changed: Notify::new(),
             publish_now: Notify::new(),
+            local_changed: Notify::new(),
+            last_heartbeat: Mutex::new(None),
             started_at: chrono::Utc::now(),
             seq: AtomicU64::new(0),
         }
@@ -176,7 +183,24 @@ impl Registry {
         };
         if changed {
             self.publish_now.notify_one();
+            self.local_changed.notify_one();
         }
+    }
+
+    /// Records that our record with heartbeat time `at` is in the bucket.
+    pub fn note_heartbeat(&self, at: chrono::DateTime<chrono::Utc>) {
+        *self
+            .last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(at);
+    }
+
+    /// When our record was last put successfully (None before the first put).
+    pub fn last_heartbeat(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        *self
+            .last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -9,7 +9,6 @@ use fleetbus_schemas::crd::{
 };
 use fleetbus_schemas::well_known::{self, condition};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::ByteString;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
@@ -19,14 +18,9 @@ use super::conditions::{merge, Desired};
 use super::liveness::{members_match, peer_state, PeerFacts};
 use super::peer_spec::{spec_patch, DesiredSpec};
 use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
-use super::status::StatusWriter;
+use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
 use super::{is_disabled, Registry, RegistryError};
 use crate::events::EventType;
-
-/// How often `lastHeartbeatTime` is refreshed on a steady peer. Writing it
-/// on every heartbeat would make a quiet mesh write N-1 objects per interval;
-/// state changes are written at once whatever this says.
-pub const HEARTBEAT_REFRESH: Duration = Duration::from_secs(30);
 
 /// One peer name as the registry shows it, decided under the membership lock.
 #[derive(Debug, Clone)]
@@ -423,30 +417,6 @@ fn desired_status(
     status
 }
 
-/// Keeps the previous `lastHeartbeatTime` when it is recent and nothing else
-/// changed, so a steady peer is written every [`HEARTBEAT_REFRESH`], not every beat.
-fn keep_coarse_heartbeat(prev: &ClusterStatus, next: &mut ClusterStatus) {
-    let (Some(p), Some(n)) = (&prev.last_heartbeat_time, &next.last_heartbeat_time) else {
-        return;
-    };
-    let age = n.0.as_second() - p.0.as_second();
-    let refresh = i64::try_from(HEARTBEAT_REFRESH.as_secs()).unwrap_or(i64::MAX);
-    if (0..refresh).contains(&age) {
-        let mut candidate = next.clone();
-        candidate.last_heartbeat_time = prev.last_heartbeat_time.clone();
-        if candidate == *prev {
-            *next = candidate;
-        }
-    }
-}
-
-/// The sender's heartbeat time as a whole-second Time (what the API stores).
-fn heartbeat_time(t: &chrono::DateTime<chrono::Utc>) -> Option<Time> {
-    k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
-        .ok()
-        .map(Time)
-}
-
 /// Peer objects without any record (e.g. the bucket was wiped): once the
 /// registry caught up, a Ready one becomes Disconnected. Never deleted.
 async fn orphans(
@@ -576,7 +546,6 @@ mod tests {
     use super::*;
     use crate::registry::conditions::status_of;
     use crate::registry::membership::tests::record;
-    use k8s_openapi::jiff::Timestamp;
 
     const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -690,49 +659,5 @@ mod tests {
         p.record.state = MemberState::Left;
         let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
         assert_eq!(s.state, Some(ClusterState::Left));
-    }
-
-    fn at(secs: i64) -> Option<Time> {
-        Some(Time(Timestamp::from_second(secs).unwrap()))
-    }
-
-    #[test]
-    fn steady_peer_keeps_heartbeat_time_until_refresh() {
-        let prev = ClusterStatus {
-            state: Some(ClusterState::Ready),
-            last_heartbeat_time: at(1000),
-            ..ClusterStatus::default()
-        };
-        let mut next = ClusterStatus {
-            last_heartbeat_time: at(1010),
-            ..prev.clone()
-        };
-        keep_coarse_heartbeat(&prev, &mut next);
-        assert_eq!(next, prev, "10s later, nothing else changed: no write");
-
-        let mut next = ClusterStatus {
-            last_heartbeat_time: at(1030),
-            ..prev.clone()
-        };
-        keep_coarse_heartbeat(&prev, &mut next);
-        assert_eq!(next.last_heartbeat_time, at(1030), "refresh period reached");
-
-        let mut next = ClusterStatus {
-            state: Some(ClusterState::Disconnected),
-            last_heartbeat_time: at(1005),
-            ..prev.clone()
-        };
-        keep_coarse_heartbeat(&prev, &mut next);
-        assert_eq!(
-            next.last_heartbeat_time,
-            at(1005),
-            "a state change writes the latest heartbeat"
-        );
-    }
-
-    #[test]
-    fn heartbeat_time_is_whole_seconds() {
-        let t = chrono::DateTime::from_timestamp(1_700_000_000, 678_000_000).unwrap();
-        assert_eq!(heartbeat_time(&t), at(1_700_000_000));
     }
 }

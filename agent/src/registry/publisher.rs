@@ -43,6 +43,7 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
         .put(&key, body.into())
         .await
         .map_err(|source| RegistryError::Put { key, source })?;
+    reg.note_heartbeat(record.heartbeat_at);
     reg.metrics.heartbeats_published.inc();
     tracing::trace!(
         ?state,

@@ -19,8 +19,6 @@ use super::{local, peers, Registry, RegistryError};
 /// Longest time between two passes even when nothing seems to happen (a
 /// missed watch event must not leave a status wrong for long).
 const RESYNC: Duration = Duration::from_secs(30);
-/// How often Nodes and /version are re-read for metadata.
-const METADATA_REFRESH: Duration = Duration::from_secs(30);
 /// Slack after a liveness deadline, so the pass sees the peer as expired.
 const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
@@ -52,7 +50,6 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
     let mut clusters_listed = false;
     let mut dirty = true;
     let mut wake_at = Instant::now() + RESYNC;
-    let mut metadata_tick = tokio::time::interval(METADATA_REFRESH);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
@@ -80,20 +77,8 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                 }
             }
             _ = reg.membership_changed.notified() => dirty = true,
-            _ = metadata_tick.tick() => {
-                match crate::metadata::gather(&reg.client).await {
-                    Ok(md) => {
-                        reg.update_local_info(|i| i.metadata = md);
-                        dirty = true;
-                    }
-                    // Old metadata stays published; the next tick tries again.
-                    Err(error) => tracing::warn!(
-                        error = %crate::report(&error),
-                        transient = error.is_transient(),
-                        "metadata refresh failed"
-                    ),
-                }
-            }
+            // Metadata (from the Node watch) or labels/features changed.
+            _ = reg.local_changed.notified() => dirty = true,
             _ = tokio::time::sleep_until(wake_at) => dirty = true,
         }
         if !dirty || !clusters_listed {
@@ -109,13 +94,16 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
         let peers = peers::reconcile(&reg, &writer, &secrets, &snapshot, now).await;
         wake_at = now + RESYNC;
         match (local, peers) {
-            (Ok(()), Ok(deadline)) => {
+            (Ok(refresh), Ok(deadline)) => {
                 reg.readiness.kube.store(true, Ordering::Relaxed);
                 if registry_synced && !reg.readiness.caught_up.swap(true, Ordering::Relaxed) {
                     tracing::info!("initial reconcile done");
                 }
                 if let Some(d) = deadline {
                     wake_at = wake_at.min(d + DEADLINE_SLACK);
+                }
+                if let Some(r) = refresh {
+                    wake_at = wake_at.min(r);
                 }
             }
             (l, p) => {

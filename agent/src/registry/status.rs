@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use fleetbus_schemas::crd::{Cluster, ClusterStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
@@ -127,6 +128,42 @@ impl StatusWriter {
     }
 }
 
+/// How often a steady object's `lastHeartbeatTime` is refreshed (peers and
+/// the Local object alike). Writing it on every heartbeat would make a quiet
+/// mesh write N objects per interval; state changes are written at once
+/// whatever this says.
+pub const HEARTBEAT_REFRESH: Duration = Duration::from_secs(30);
+
+/// Keeps the previous `lastHeartbeatTime` when it is recent and nothing else
+/// changed, so a steady object is written every [`HEARTBEAT_REFRESH`], not
+/// every beat. Returns how long until the kept time is due for refresh (None
+/// when the new time stands).
+pub fn keep_coarse_heartbeat(prev: &ClusterStatus, next: &mut ClusterStatus) -> Option<Duration> {
+    let (Some(p), Some(n)) = (&prev.last_heartbeat_time, &next.last_heartbeat_time) else {
+        return None;
+    };
+    let age = n.0.as_second() - p.0.as_second();
+    let refresh = i64::try_from(HEARTBEAT_REFRESH.as_secs()).unwrap_or(i64::MAX);
+    if (0..refresh).contains(&age) {
+        let mut candidate = next.clone();
+        candidate.last_heartbeat_time = prev.last_heartbeat_time.clone();
+        if candidate == *prev {
+            *next = candidate;
+            return Some(Duration::from_secs(
+                u64::try_from(refresh - age).unwrap_or(0),
+            ));
+        }
+    }
+    None
+}
+
+/// A heartbeat time as a whole-second Time (what the API stores).
+pub fn heartbeat_time(t: &chrono::DateTime<chrono::Utc>) -> Option<Time> {
+    k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
+        .ok()
+        .map(Time)
+}
+
 /// A JSON merge patch that sets every status field, with explicit nulls for
 /// absent ones: a merge patch leaves out-of-patch fields untouched, so a
 /// cleared message would otherwise linger.
@@ -238,5 +275,61 @@ mod spec_tests {
         assert!(w.spec_pending(&obj));
         obj.metadata.resource_version = Some("6".into());
         assert!(!w.spec_pending(&obj));
+    }
+}
+
+#[cfg(test)]
+mod heartbeat_tests {
+    use super::*;
+    use fleetbus_schemas::crd::ClusterState;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(secs: i64) -> Option<Time> {
+        Some(Time(Timestamp::from_second(secs).unwrap()))
+    }
+
+    #[test]
+    fn steady_peer_keeps_heartbeat_time_until_refresh() {
+        let prev = ClusterStatus {
+            state: Some(ClusterState::Ready),
+            last_heartbeat_time: at(1000),
+            ..ClusterStatus::default()
+        };
+        let mut next = ClusterStatus {
+            last_heartbeat_time: at(1010),
+            ..prev.clone()
+        };
+        let due = keep_coarse_heartbeat(&prev, &mut next);
+        assert_eq!(next, prev, "10s later, nothing else changed: no write");
+        assert_eq!(
+            due,
+            Some(Duration::from_secs(20)),
+            "refresh due 30s after 1000"
+        );
+
+        let mut next = ClusterStatus {
+            last_heartbeat_time: at(1030),
+            ..prev.clone()
+        };
+        assert_eq!(keep_coarse_heartbeat(&prev, &mut next), None);
+        assert_eq!(next.last_heartbeat_time, at(1030), "refresh period reached");
+
+        let mut next = ClusterStatus {
+            state: Some(ClusterState::Disconnected),
+            last_heartbeat_time: at(1005),
+            ..prev.clone()
+        };
+        keep_coarse_heartbeat(&prev, &mut next);
+        assert_eq!(
+            next.last_heartbeat_time,
+            at(1005),
+            "a state change writes the latest heartbeat"
+        );
+    }
+
+    #[test]
+    fn heartbeat_time_is_whole_seconds() {
+        let t = chrono::DateTime::from_timestamp(1_700_000_000, 678_000_000).unwrap();
+        assert_eq!(heartbeat_time(&t), at(1_700_000_000));
     }
 }

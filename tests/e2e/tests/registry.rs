@@ -13,7 +13,7 @@ use fleetbus_testsupport::{
     DevClusterOpts, NatsServer,
 };
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -271,6 +271,27 @@ async fn three_clusters_form_a_group_and_a_fourth_joins() {
         Some(env!("CARGO_PKG_VERSION"))
     );
 
+    // The Local object shows our own heartbeat (a recent publish) and version.
+    let local_a = a.clusters().get("a").await.unwrap();
+    let status = local_a.status.as_ref().unwrap();
+    assert_eq!(status.type_, Some(ClusterType::Local));
+    assert_eq!(
+        status.agent_version.as_deref(),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+    let beat = status
+        .last_heartbeat_time
+        .as_ref()
+        .unwrap_or_else(|| panic!("Local object without lastHeartbeatTime: {status:?}"))
+        .0
+        .as_second();
+    let age = chrono::Utc::now().timestamp() - beat;
+    // Refreshed every 30 s while steady, plus an interval and a second of slack.
+    assert!(
+        (-2..=35).contains(&age),
+        "Local lastHeartbeatTime is {age}s old: {status:?}"
+    );
+
     // Labels of a Local object are the cluster's labels: published, and shown on peers.
     let patch = serde_json::json!({"metadata": {"labels": {"env": "prod"}}});
     b.clusters()
@@ -358,9 +379,10 @@ async fn three_clusters_form_a_group_and_a_fourth_joins() {
     })
     .await;
     let after = writes(&a).unwrap();
-    // At most one lastHeartbeatTime refresh per peer may fall into the window.
+    // At most one lastHeartbeatTime refresh per object (three peers and the
+    // Local one) may fall into the window; writing every beat would be ~24.
     assert!(
-        after - before <= 3.0,
+        after - before <= 4.0,
         "status writes went from {before} to {after} in a steady mesh"
     );
     // The API server agrees (it counts every write, not just the ones we meant).
@@ -382,7 +404,7 @@ async fn three_clusters_form_a_group_and_a_fourth_joins() {
     .await;
     let after = server_writes(b.cluster.writes().await.unwrap());
     assert!(
-        after - before <= 3,
+        after - before <= 4,
         "the API server saw {} Cluster writes in a steady mesh",
         after - before
     );
@@ -487,6 +509,158 @@ async fn graceful_stop_is_left_and_disabled_annotation_is_honoured() {
     assert_eq!(state(&obj), Some(ClusterState::Left));
     // Nothing was deleted.
     assert_eq!(a.list().await.unwrap().len(), 3);
+}
+
+/// The Local object's lastHeartbeatTime in Unix seconds.
+async fn local_heartbeat(m: &Member) -> Result<i64, String> {
+    let c = m.clusters().get(&m.name).await.map_err(|e| e.to_string())?;
+    c.status
+        .and_then(|s| s.last_heartbeat_time)
+        .map(|t| t.0.as_second())
+        .ok_or_else(|| "no lastHeartbeatTime".to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_heartbeat_time_is_refreshed_every_30s_without_peers() {
+    let nats = NatsServer::start().unwrap();
+    let mut a = Member::start(&nats, "a", "a", &[]).await;
+    wait_mesh(&[&a], &["a"]).await;
+    a.wait_ready().await;
+    let writes = || {
+        a.metric("fleetbus_kube_writes_total{kind=\"cluster_status\"}")
+            .unwrap()
+    };
+    let (t0, w0) = (local_heartbeat(&a).await.unwrap(), writes());
+    // No peer heartbeat wakes the reconciler here: the refresh must come on
+    // its own, after 30 s and not on every beat.
+    wait_for(
+        "the Local heartbeat to be refreshed",
+        Duration::from_secs(45),
+        || async {
+            let t = local_heartbeat(&a).await?;
+            if t > t0 {
+                Ok(())
+            } else {
+                Err(format!("still {t}"))
+            }
+        },
+    )
+    .await;
+    let (t1, w1) = (local_heartbeat(&a).await.unwrap(), writes());
+    assert!(
+        (30..=34).contains(&(t1 - t0)),
+        "refreshed after {}s",
+        t1 - t0
+    );
+    assert_eq!(w1 - w0, 1.0, "one status write per refresh");
+    assert_quiet_log(&a);
+}
+
+/// The zones a's view of `peer` shows in status.metadata.locality.
+async fn peer_zones(m: &Member, peer: &str) -> Result<Vec<String>, String> {
+    let c = m.clusters().get(peer).await.map_err(|e| e.to_string())?;
+    Ok(c.status
+        .and_then(|s| s.metadata)
+        .and_then(|md| md.locality)
+        .map(|l| l.zones)
+        .unwrap_or_default())
+}
+
+async fn wait_zones(m: &Member, peer: &str, want: &[&str]) {
+    // Nodes are watched: a change shows on peers within a heartbeat or two.
+    wait_for(
+        &format!("{} to show zones {want:?} for {peer}", m.name),
+        Duration::from_secs(5),
+        || async {
+            let zones = peer_zones(m, peer).await?;
+            if zones == want {
+                Ok(())
+            } else {
+                Err(format!("{zones:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_changes_reach_peers_and_node_heartbeats_do_not() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    let b = Member::start(&nats, "b", "b", &[]).await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    wait_zones(&a, "b", &["dev-region-1a", "dev-region-1b"]).await;
+    let changes = || b.metric("fleetbus_metadata_changes_total").unwrap();
+    let before = changes();
+    let nodes = Api::<Node>::all(b.client.clone());
+
+    // Kubelet-style status updates (heartbeat times, conditions) are not
+    // metadata: they must not be republished nor written anywhere.
+    for i in 0..5 {
+        let at = format!("2026-01-01T00:00:0{i}Z");
+        let patch = serde_json::json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady",
+             "lastHeartbeatTime": at, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]}});
+        nodes
+            .patch_status("node-1", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    // A zone label change is metadata: a peer shows it within seconds.
+    let patch = serde_json::json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "dev-region-1z"}}});
+    nodes
+        .patch("node-2", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_zones(&a, "b", &["dev-region-1a", "dev-region-1z"]).await;
+    // Watch events arrive in order: the status updates were seen before the
+    // label change, and only the label change counted.
+    assert_eq!(
+        changes(),
+        before + 1.0,
+        "status-only Node updates republished"
+    );
+
+    // So is a new Node, and b's own Local object shows it too.
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-9", "labels": {
+            "topology.kubernetes.io/region": "dev-region-1",
+            "topology.kubernetes.io/zone": "dev-region-1q",
+        }},
+        "spec": {"providerID": "kind://docker/b/node-9"},
+        "status": {"nodeInfo": {"kubeletVersion": "v1.33.2"}},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    wait_zones(
+        &a,
+        "b",
+        &["dev-region-1a", "dev-region-1q", "dev-region-1z"],
+    )
+    .await;
+    wait_zones(
+        &b,
+        "b",
+        &["dev-region-1a", "dev-region-1q", "dev-region-1z"],
+    )
+    .await;
+    let md = b
+        .clusters()
+        .get("b")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .metadata
+        .unwrap();
+    assert_eq!(md.kubelet_versions, vec!["v1.33.1", "v1.33.2"], "{md:?}");
+    assert_eq!(changes(), before + 2.0);
+    for m in [&a, &b] {
+        assert_quiet_log(m);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
