@@ -152,28 +152,20 @@ impl ObjectKey {
 
     /// `<p>.obj.<origin>.<group>.<version>.<kind>.<namespace>.<name>`, every token escaped.
     pub fn to_subject(&self, prefix: &Prefix) -> String {
-        format!(
-            "{prefix}.{OBJ}.{}.{}.{}.{}.{}.{}",
-            encode_token(&self.origin),
-            encode_group(&self.group),
-            encode_token(&self.version),
-            encode_token(&self.kind),
-            encode_namespace(self.namespace.as_deref()),
-            encode_token(&self.name),
-        )
+        Versioned {
+            cluster: &self.origin,
+            group: &self.group,
+            version: &self.version,
+            kind: &self.kind,
+            namespace: self.namespace.as_deref(),
+            name: &self.name,
+        }
+        .subject(prefix, OBJ)
     }
 
     /// Inverse of [`ObjectKey::to_subject`].
     pub fn parse_subject(prefix: &Prefix, subject: &str) -> Result<Self, SubjectError> {
-        let t = split(prefix, OBJ, subject, 6)?;
-        Ok(Self {
-            origin: decode_token(t[0]).map_err(tok("origin"))?,
-            group: decode_group(t[1]).map_err(tok("group"))?,
-            version: decode_token(t[2]).map_err(tok("version"))?,
-            kind: decode_token(t[3]).map_err(tok("kind"))?,
-            namespace: decode_namespace(t[4]).map_err(tok("namespace"))?,
-            name: decode_token(t[5]).map_err(tok("name"))?,
-        })
+        parse_versioned(prefix, OBJ, subject, "origin")
     }
 
     /// The drift subject key for this object as seen on `cluster`.
@@ -249,29 +241,73 @@ pub struct StatusKey {
 impl StatusKey {
     /// `<p>.status.<cluster>.<group>.<version>.<kind>.<namespace>.<name>`.
     pub fn to_subject(&self, prefix: &Prefix) -> String {
-        format!(
-            "{prefix}.{STATUS}.{}.{}.{}.{}.{}.{}",
-            encode_token(&self.cluster),
-            encode_group(&self.group),
-            encode_token(&self.version),
-            encode_token(&self.kind),
-            encode_namespace(self.namespace.as_deref()),
-            encode_token(&self.name),
-        )
+        Versioned {
+            cluster: &self.cluster,
+            group: &self.group,
+            version: &self.version,
+            kind: &self.kind,
+            namespace: self.namespace.as_deref(),
+            name: &self.name,
+        }
+        .subject(prefix, STATUS)
     }
 
     /// Inverse of [`StatusKey::to_subject`].
     pub fn parse_subject(prefix: &Prefix, subject: &str) -> Result<Self, SubjectError> {
-        let t = split(prefix, STATUS, subject, 6)?;
+        let k = parse_versioned(prefix, STATUS, subject, "cluster")?;
         Ok(Self {
-            cluster: decode_token(t[0]).map_err(tok("cluster"))?,
-            group: decode_group(t[1]).map_err(tok("group"))?,
-            version: decode_token(t[2]).map_err(tok("version"))?,
-            kind: decode_token(t[3]).map_err(tok("kind"))?,
-            namespace: decode_namespace(t[4]).map_err(tok("namespace"))?,
-            name: decode_token(t[5]).map_err(tok("name"))?,
+            cluster: k.origin,
+            group: k.group,
+            version: k.version,
+            kind: k.kind,
+            namespace: k.namespace,
+            name: k.name,
         })
     }
+}
+
+/// The six tokens object and status subjects share after their verb:
+/// `<cluster>.<group>.<version>.<kind>.<namespace>.<name>`.
+struct Versioned<'a> {
+    cluster: &'a str,
+    group: &'a str,
+    version: &'a str,
+    kind: &'a str,
+    namespace: Option<&'a str>,
+    name: &'a str,
+}
+
+impl Versioned<'_> {
+    fn subject(&self, prefix: &Prefix, verb: &str) -> String {
+        format!(
+            "{prefix}.{verb}.{}.{}.{}.{}.{}.{}",
+            encode_token(self.cluster),
+            encode_group(self.group),
+            encode_token(self.version),
+            encode_token(self.kind),
+            encode_namespace(self.namespace),
+            encode_token(self.name),
+        )
+    }
+}
+
+/// Inverse of [`Versioned::subject`]; `cluster_field` names the first token in
+/// errors (`origin` for objects, `cluster` for status).
+fn parse_versioned(
+    prefix: &Prefix,
+    verb: &str,
+    subject: &str,
+    cluster_field: &'static str,
+) -> Result<ObjectKey, SubjectError> {
+    let t = split(prefix, verb, subject, 6)?;
+    Ok(ObjectKey {
+        origin: decode_token(t[0]).map_err(tok(cluster_field))?,
+        group: decode_group(t[1]).map_err(tok("group"))?,
+        version: decode_token(t[2]).map_err(tok("version"))?,
+        kind: decode_token(t[3]).map_err(tok("kind"))?,
+        namespace: decode_namespace(t[4]).map_err(tok("namespace"))?,
+        name: decode_token(t[5]).map_err(tok("name"))?,
+    })
 }
 
 /// A command addressed to one cluster's agent: `<p>.cmd.<cluster>.<verb>` (core NATS request/reply).

@@ -20,20 +20,14 @@ use tokio::sync::mpsc;
 
 const T: Duration = Duration::from_secs(20);
 
+/// The harness finds this crate's binary in the target dir (`cargo test`
+/// builds it before integration tests run).
 fn start(name: &str) -> DevCluster {
-    DevCluster::start(DevClusterOpts {
-        bin: Some(env!("CARGO_BIN_EXE_fleetbus-devcluster").into()),
-        ..DevClusterOpts::new(name)
-    })
-    .expect("start devcluster")
+    DevCluster::start(DevClusterOpts::new(name)).expect("start devcluster")
 }
 
 fn start_with(opts: DevClusterOpts) -> DevCluster {
-    DevCluster::start(DevClusterOpts {
-        bin: Some(env!("CARGO_BIN_EXE_fleetbus-devcluster").into()),
-        ..opts
-    })
-    .expect("start devcluster")
+    DevCluster::start(opts).expect("start devcluster")
 }
 
 fn cm(name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> ConfigMap {

@@ -12,7 +12,6 @@ const KUBECTL: &str = "1.33";
 
 fn start(name: &str, token: Option<&str>) -> DevCluster {
     DevCluster::start(DevClusterOpts {
-        bin: Some(env!("CARGO_BIN_EXE_fleetbus-devcluster").into()),
         token: token.map(str::to_owned),
         // client-go sends bearer tokens only over https.
         tls: token.is_some(),

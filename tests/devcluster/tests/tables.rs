@@ -11,12 +11,10 @@ use std::time::Duration;
 const KUBECTL: &str = "1.33";
 const T: Duration = Duration::from_secs(20);
 
+/// The harness finds this crate's binary in the target dir (`cargo test`
+/// builds it before integration tests run).
 fn start(name: &str) -> DevCluster {
-    DevCluster::start(DevClusterOpts {
-        bin: Some(env!("CARGO_BIN_EXE_fleetbus-devcluster").into()),
-        ..DevClusterOpts::new(name)
-    })
-    .expect("start devcluster")
+    DevCluster::start(DevClusterOpts::new(name)).expect("start devcluster")
 }
 
 /// Runs kubectl 1.33, asserts success, returns stdout.
