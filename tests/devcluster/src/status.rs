@@ -116,10 +116,16 @@ impl ApiError {
             .iter()
             .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
             .collect();
+        // kube names the GroupKind: `Deployment.apps "x"`, `ConfigMap "x"`.
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
         Self::new(
             422,
             "Invalid",
-            format!("{kind} \"{name}\" is invalid: {summary}"),
+            format!("{qualified} \"{name}\" is invalid: {summary}"),
         )
         .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes_json}))
     }

@@ -5,6 +5,8 @@
 //! openAPIV3Schema, honouring `x-kubernetes-preserve-unknown-fields`, with
 //! `metadata` checked as ObjectMeta as kube-apiserver does.
 
+pub mod crd_schema;
+pub mod formats;
 pub mod schemas;
 
 use crate::resources::ResourceDef;

@@ -57,6 +57,7 @@ pub fn present(def: &ResourceDef, mut obj: Value) -> Value {
         if let Some(o) = obj.as_object_mut() {
             o.insert("apiVersion".into(), json!(def.api_version()));
         }
+        crate::validation::crd_schema::default_on_read(def, &mut obj);
     }
     obj
 }

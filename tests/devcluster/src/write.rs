@@ -12,6 +12,7 @@ use crate::patch::{self, PatchType};
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, FieldCause};
 use crate::store::{ObjKey, Tx};
+use crate::validation::crd_schema;
 use serde_json::{json, Value};
 
 /// Per-request write options.
@@ -268,6 +269,7 @@ fn prepare_create(
         return Err(ApiError::already_exists(def, &name));
     }
     on_create(def, &mut obj, &tx.now)?;
+    crd_schema::admit(def, &mut obj, None)?;
     Ok(obj)
 }
 
@@ -439,6 +441,7 @@ pub fn update(
     normalize(def, &mut body);
     let mut new = prepare_update(def, &old, body, sub)?;
     validate_meta(def, &new)?;
+    crd_schema::admit(def, &mut new, Some(&old))?;
     let now = tx.now.clone();
     managed_fields::record_update(Some(&old), &mut new, &ctx.manager, sub, def, &now);
     let obj = finish_update(tx, def, &key, &old, new);
@@ -512,6 +515,7 @@ pub fn patch(
     normalize(def, &mut patched);
     let mut new = prepare_update(def, &old, patched, sub)?;
     validate_meta(def, &new)?;
+    crd_schema::admit(def, &mut new, Some(&old))?;
     let now = tx.now.clone();
     managed_fields::record_update(Some(&old), &mut new, &ctx.manager, sub, def, &now);
     let obj = finish_update(tx, def, &key, &old, new);
@@ -615,6 +619,7 @@ fn apply(
                 meta_mut(&mut new).insert("managedFields".into(), mf);
             }
             validate_meta(def, &new)?;
+            crd_schema::admit(def, &mut new, Some(&old))?;
             let obj = finish_update(tx, def, key, &old, new);
             Ok(WriteOutcome {
                 obj,

@@ -1,0 +1,232 @@
+//! Custom resources are defaulted and validated against their CRD's structural
+//! schema on every write path (kube-rs 5.0 against a real devcluster process).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use fleetbus_testsupport::{wait_for, DevCluster, DevClusterOpts};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, Error};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(20);
+
+fn gadget_crd(extra_default: Option<&str>) -> CustomResourceDefinition {
+    let mut tier = json!({"type": "string", "enum": ["gold", "silver"]});
+    if let Some(d) = extra_default {
+        tier["default"] = json!(d);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "required": ["name"], "properties": {
+                        "name": {"type": "string", "minLength": 3},
+                        "replicas": {"type": "integer", "minimum": 0, "maximum": 5, "default": 1},
+                        "tier": tier,
+                        "port": {"x-kubernetes-int-or-string": true}
+                    }},
+                    "status": {"type": "object", "properties": {
+                        "phase": {"type": "string", "enum": ["Ready", "Pending"]}
+                    }}
+                }}}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+async fn setup(name: &str) -> (DevCluster, Client, Api<DynamicObject>) {
+    let dc = DevCluster::start(DevClusterOpts::new(name)).expect("start devcluster");
+    let client = dc.client().await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &gadget_crd(None))
+        .await
+        .unwrap();
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Gadget");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "gadgets");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    wait_for("gadgets served", T, || {
+        let api = api.clone();
+        async move {
+            api.list(&Default::default())
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    (dc, client, api)
+}
+
+fn gadget(name: &str, spec: Value) -> DynamicObject {
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Gadget");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "gadgets");
+    let mut g = DynamicObject::new(name, &ar);
+    g.data = json!({ "spec": spec });
+    g
+}
+
+fn invalid(e: Error) -> Box<kube::core::Status> {
+    match e {
+        Error::Api(s) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            assert_eq!(s.reason, "Invalid", "{s:?}");
+            s
+        }
+        other => panic!("expected 422 Invalid, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn invalid_custom_resources_are_rejected_with_kube_messages() {
+    let (_dc, _client, api) = setup("crdschema").await;
+    let pp = PostParams::default();
+
+    let s = invalid(
+        api.create(&pp, &gadget("g1", json!({"name": ""})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        s.message,
+        "Gadget.example.com \"g1\" is invalid: spec.name: Invalid value: \"\": spec.name in body should be at least 3 chars long"
+    );
+
+    // Every violation is one cause of a single Status.
+    let s = invalid(
+        api.create(
+            &pp,
+            &gadget("g2", json!({"replicas": 9, "tier": "bronze", "port": true})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    let causes: Vec<(String, String)> = s
+        .details
+        .unwrap()
+        .causes
+        .into_iter()
+        .map(|c| (c.field, c.message))
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            ("spec.name", "Required value"),
+            (
+                "spec.port",
+                "Invalid value: \"boolean\": spec.port in body must be of type integer,string: \"boolean\""
+            ),
+            (
+                "spec.replicas",
+                "Invalid value: 9: spec.replicas in body should be less than or equal to 5"
+            ),
+            (
+                "spec.tier",
+                "Unsupported value: \"bronze\": supported values: \"gold\", \"silver\""
+            ),
+        ]
+        .map(|(f, m)| (f.to_string(), m.to_string()))
+    );
+
+    // A valid create is defaulted.
+    let g = api
+        .create(&pp, &gadget("good", json!({"name": "abc", "port": 80})))
+        .await
+        .unwrap();
+    assert_eq!(g.data["spec"]["replicas"], 1, "default applied on create");
+
+    // Every write path validates its result.
+    let bad = json!({"spec": {"tier": "bronze"}});
+    invalid(
+        api.patch("good", &PatchParams::default(), &Patch::Merge(&bad))
+            .await
+            .unwrap_err(),
+    );
+    let mut replaced = api.get("good").await.unwrap();
+    replaced.data["spec"]["replicas"] = json!(-1);
+    invalid(api.replace("good", &pp, &replaced).await.unwrap_err());
+    let applied = json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+        "metadata": {"name": "good"}, "spec": {"name": "abc", "replicas": 6}});
+    invalid(
+        api.patch(
+            "good",
+            &PatchParams::apply("t").force(),
+            &Patch::Apply(&applied),
+        )
+        .await
+        .unwrap_err(),
+    );
+    let st = json!({"status": {"phase": "Broken"}});
+    let s = invalid(
+        api.patch_status("good", &PatchParams::default(), &Patch::Merge(&st))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        s.message.ends_with(
+            "status.phase: Unsupported value: \"Broken\": supported values: \"Ready\", \"Pending\""
+        ),
+        "{}",
+        s.message
+    );
+    // Nothing was stored by the rejected writes.
+    let now = api.get("good").await.unwrap();
+    assert_eq!(
+        now.data["spec"],
+        json!({"name": "abc", "port": 80, "replicas": 1})
+    );
+
+    // Removing a defaulted field defaults it again (a null is dropped first).
+    let unset = json!({"spec": {"replicas": null}});
+    let g = api
+        .patch("good", &PatchParams::default(), &Patch::Merge(&unset))
+        .await
+        .unwrap();
+    assert_eq!(g.data["spec"]["replicas"], 1);
+}
+
+#[tokio::test]
+async fn defaults_added_to_the_crd_later_apply_on_read() {
+    let (_dc, client, api) = setup("crddefault").await;
+    api.create(&PostParams::default(), &gadget("g", json!({"name": "abc"})))
+        .await
+        .unwrap();
+    assert!(api.get("g").await.unwrap().data["spec"]
+        .get("tier")
+        .is_none());
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut crd = gadget_crd(Some("silver"));
+    crd.metadata.resource_version = crds
+        .get("gadgets.example.com")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    crds.replace("gadgets.example.com", &PostParams::default(), &crd)
+        .await
+        .unwrap();
+    wait_for("stored gadget read with the new default", T, || {
+        let api = api.clone();
+        async move {
+            let g = api.get("g").await.map_err(|e| e.to_string())?;
+            if g.data["spec"]["tier"] == "silver" {
+                Ok(())
+            } else {
+                Err(format!("spec is {}", g.data["spec"]))
+            }
+        }
+    })
+    .await;
+    let listed = api.list(&Default::default()).await.unwrap();
+    assert_eq!(listed.items[0].data["spec"]["tier"], "silver");
+}
