@@ -28,6 +28,7 @@ pub mod resources;
 mod review;
 mod seed;
 mod selectors;
+mod serialize;
 pub mod server;
 mod status;
 mod store;

@@ -2,7 +2,7 @@
 
 use crate::resources::ResourceDef;
 use rand::Rng;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// Now as RFC 3339 with second precision and `Z`, like metav1.Time.
 pub fn now_rfc3339() -> String {
@@ -147,6 +147,39 @@ pub fn bump_generation(obj: &mut Value) {
     let m = meta_mut(obj);
     let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
     m.insert("generation".into(), Value::from(g + 1));
+}
+
+/// The `status` Go writes for a never-reconciled object of a built-in kind:
+/// a non-pointer struct is never omitted, and some of its counters lack
+/// `omitempty` (a Service has `status: {loadBalancer: {}}`, a Deployment
+/// `status: {}`, a ReplicaSet `status: {replicas: 0}`).
+pub fn zero_status(def: &ResourceDef) -> Option<Value> {
+    if def.custom {
+        return None;
+    }
+    let zero = match (def.group.as_str(), def.plural.as_str()) {
+        ("", "services") | ("networking.k8s.io", "ingresses") => json!({"loadBalancer": {}}),
+        ("", "persistentvolumeclaims")
+        | ("apps", "deployments")
+        | ("batch", "jobs")
+        | ("batch", "cronjobs") => json!({}),
+        ("apps", "replicasets") => json!({"replicas": 0}),
+        ("apps", "statefulsets") => json!({"replicas": 0, "availableReplicas": 0}),
+        ("apps", "daemonsets") => json!({
+            "currentNumberScheduled": 0,
+            "numberMisscheduled": 0,
+            "desiredNumberScheduled": 0,
+            "numberReady": 0,
+        }),
+        ("policy", "poddisruptionbudgets") => json!({
+            "disruptionsAllowed": 0,
+            "currentHealthy": 0,
+            "desiredHealthy": 0,
+            "expectedPods": 0,
+        }),
+        _ => return None,
+    };
+    Some(zero)
 }
 
 #[cfg(test)]

@@ -231,7 +231,14 @@ impl ApiError {
             "code": self.code,
         });
         if let (Some(d), Some(obj)) = (&self.details, s.as_object_mut()) {
-            obj.insert("details".into(), d.clone());
+            let mut d = d.clone();
+            // StatusDetails' strings are `omitempty`: core resources have no group.
+            if let Some(m) = d.as_object_mut() {
+                m.retain(|k, v| {
+                    !(matches!(k.as_str(), "name" | "group" | "kind" | "uid") && v == "")
+                });
+            }
+            obj.insert("details".into(), d);
         }
         s
     }

@@ -58,6 +58,11 @@ pub fn present(def: &ResourceDef, mut obj: Value) -> Value {
             o.insert("apiVersion".into(), json!(def.api_version()));
         }
         crate::validation::crd_schema::default_on_read(def, &mut obj);
+    } else if let Some(zero) = crate::meta::zero_status(def) {
+        // Objects stored before their zero status was recorded read as kube writes them.
+        if let Some(o) = obj.as_object_mut() {
+            o.entry("status").or_insert(zero);
+        }
     }
     obj
 }
@@ -105,7 +110,7 @@ impl Encoder {
 }
 
 fn line(etype: &str, obj: Value) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": etype, "object": obj})).unwrap_or_default();
+    let mut v = crate::serialize::to_line(&json!({"type": etype, "object": obj}));
     v.push(b'\n');
     Bytes::from(v)
 }

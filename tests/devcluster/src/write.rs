@@ -129,6 +129,9 @@ fn on_create(def: &ResourceDef, obj: &mut Value, now: &str) -> Result<(), ApiErr
     let Some(o) = obj.as_object_mut() else {
         return Ok(());
     };
+    if let Some(zero) = meta::zero_status(def) {
+        o.entry("status").or_insert(zero);
+    }
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "namespaces") => {
             o.insert("spec".into(), json!({"finalizers": ["kubernetes"]}));
@@ -737,7 +740,8 @@ mod tests {
         let c = s
             .write(false, |tx| create(tx, &dep, Some("default"), body, &ctx()))
             .unwrap();
-        assert!(c.obj.get("status").is_none());
+        // The client's status is dropped; Go writes the zero DeploymentStatus.
+        assert_eq!(c.obj["status"], json!({}));
         assert_eq!(c.obj["metadata"]["generation"], 1);
         let upd =
             json!({"metadata": {"name": "d"}, "spec": {"replicas": 2}, "status": {"replicas": 5}});
@@ -747,7 +751,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(u.obj["metadata"]["generation"], 2);
-        assert!(u.obj.get("status").is_none());
+        assert_eq!(u.obj["status"], json!({}));
         let st =
             json!({"metadata": {"name": "d"}, "spec": {"replicas": 7}, "status": {"replicas": 5}});
         let s2 = s

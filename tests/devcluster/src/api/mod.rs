@@ -37,7 +37,7 @@ pub(crate) fn json_response(code: u16, body: &Value) -> Response<Body> {
 }
 
 pub(crate) fn json_with_type(code: u16, body: &Value, content_type: &str) -> Response<Body> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let bytes = crate::serialize::to_body(body);
     let mut resp = Response::new(Body::from(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Ok(v) = HeaderValue::from_str(content_type) {

@@ -122,15 +122,19 @@ fn to_scale(obj: &Value) -> Value {
             metadata[k] = v.clone();
         }
     }
+    let mut status = json!({
+        "replicas": obj.get("status").and_then(|s| s.get("replicas")).and_then(Value::as_i64).unwrap_or(0),
+    });
+    // ScaleStatus.selector is `omitempty`.
+    if !selector.is_empty() {
+        status["selector"] = json!(selector);
+    }
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
         "metadata": metadata,
         "spec": {"replicas": obj.get("spec").and_then(|s| s.get("replicas")).and_then(Value::as_i64).unwrap_or(1)},
-        "status": {
-            "replicas": obj.get("status").and_then(|s| s.get("replicas")).and_then(Value::as_i64).unwrap_or(0),
-            "selector": selector,
-        },
+        "status": status,
     })
 }
 
