@@ -34,9 +34,13 @@ impl Query {
         self.0.get(k).map(String::as_str)
     }
 
-    /// A boolean parameter ("true"/"1").
+    /// A boolean parameter, true as Go's `strconv.ParseBool` reads it (the
+    /// python client sends `watch=True`).
     pub fn flag(&self, k: &str) -> bool {
-        matches!(self.get(k), Some("true" | "1"))
+        matches!(
+            self.get(k),
+            Some("true" | "1" | "t" | "T" | "TRUE" | "True")
+        )
     }
 
     /// `fieldValidation` (Warn when absent, as kube-apiserver since 1.27).
@@ -240,6 +244,13 @@ mod tests {
         assert_eq!(q.get("labelSelector"), Some("app=a"));
         assert_eq!(q.get("limit"), Some("1"));
         assert_eq!(q.0.len(), 2);
+    }
+
+    #[test]
+    fn boolean_flags_parse_like_go() {
+        let q = Query::parse(Some("watch=True&a=1&b=t&c=false&d=yes&e=TRUE"));
+        assert!(q.flag("watch") && q.flag("a") && q.flag("b") && q.flag("e"));
+        assert!(!q.flag("c") && !q.flag("d") && !q.flag("missing"));
     }
 
     #[test]
