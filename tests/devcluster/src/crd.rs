@@ -46,6 +46,43 @@ fn invalid(name: &str, field: &str, msg: &str) -> ApiError {
     )
 }
 
+/// Structural-schema violations of every version's schema, as one 422. On
+/// update (`old`), a CRD whose stored schemas already were not structural is
+/// let through, as kube lets such legacy CRDs be edited.
+pub fn check_structural(crd: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let causes_of = |c: &Value| -> Vec<FieldCause> {
+        let versions = c
+            .get("spec")
+            .and_then(|sp| sp.get("versions"))
+            .and_then(Value::as_array);
+        versions
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, v)| {
+                let schema = v.get("schema")?.get("openAPIV3Schema")?;
+                let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
+                Some(crate::validation::crd_structural::check(schema, &path))
+            })
+            .flatten()
+            .collect()
+    };
+    if old.is_some_and(|o| !causes_of(o).is_empty()) {
+        return Ok(());
+    }
+    let causes = causes_of(crd);
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let name = s(crd, &["metadata", "name"]).unwrap_or("");
+    Err(ApiError::invalid(
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        name,
+        causes,
+    ))
+}
+
 /// Validates a CRD object and derives its served resources.
 pub fn entry_from_crd(crd: &Value) -> Result<CrdEntry, ApiError> {
     let name = s(crd, &["metadata", "name"]).unwrap_or("");

@@ -6,6 +6,7 @@
 //! `metadata` checked as ObjectMeta as kube-apiserver does.
 
 pub mod crd_schema;
+pub mod crd_structural;
 pub mod formats;
 pub mod schemas;
 

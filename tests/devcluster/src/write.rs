@@ -163,6 +163,7 @@ fn on_create(def: &ResourceDef, obj: &mut Value, now: &str) -> Result<(), ApiErr
             }
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            crd::check_structural(obj, None)?;
             let entry = crd::entry_from_crd(obj)?;
             let st = crd::accepted_status(obj, &entry, now);
             if let Some(o) = obj.as_object_mut() {
@@ -350,6 +351,7 @@ fn prepare_update(
         }
     }
     if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
+        crd::check_structural(&new, Some(old))?;
         let entry = crd::entry_from_crd(&new)?;
         let st = crd::accepted_status(&new, &entry, &meta::now_rfc3339());
         if let Some(o) = new.as_object_mut() {

@@ -230,3 +230,23 @@ async fn defaults_added_to_the_crd_later_apply_on_read() {
     let listed = api.list(&Default::default()).await.unwrap();
     assert_eq!(listed.items[0].data["spec"]["tier"], "silver");
 }
+
+#[tokio::test]
+async fn non_structural_crds_are_rejected() {
+    let dc = DevCluster::start(DevClusterOpts::new("crdstruct")).expect("start devcluster");
+    let client = dc.client().await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    let mut crd = gadget_crd(None);
+    let schema = crd.spec.versions[0].schema.as_mut().unwrap();
+    let root = schema.open_api_v3_schema.as_mut().unwrap();
+    let spec = root.properties.as_mut().unwrap().get_mut("spec").unwrap();
+    spec.type_ = None;
+    let s = invalid(crds.create(&PostParams::default(), &crd).await.unwrap_err());
+    assert_eq!(
+        s.message,
+        "CustomResourceDefinition.apiextensions.k8s.io \"gadgets.example.com\" is invalid: \
+         spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: \
+         must not be empty for specified object fields"
+    );
+    assert!(crds.get_opt("gadgets.example.com").await.unwrap().is_none());
+}
