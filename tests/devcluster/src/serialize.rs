@@ -104,7 +104,8 @@ fn is_custom(m: &Map<String, Value>) -> bool {
     };
     match av.split_once('/') {
         Some((group, _)) => {
-            group.contains('.') && !(group.ends_with(".k8s.io") && !group.ends_with(".x-k8s.io"))
+            let builtin = group.ends_with(".k8s.io") && !group.ends_with(".x-k8s.io");
+            group.contains('.') && !builtin
         }
         None => false,
     }

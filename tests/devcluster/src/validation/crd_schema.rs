@@ -41,7 +41,7 @@ pub fn apply_defaults(schema: &Value, v: &mut Value) {
                     }
                 }
             } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-                m.retain(|_, c| !(c.is_null() && !nullable(ap)));
+                m.retain(|_, c| !c.is_null() || nullable(ap));
                 m.values_mut().for_each(|c| apply_defaults(ap, c));
             }
         }
