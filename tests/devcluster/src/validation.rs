@@ -83,6 +83,26 @@ fn walk(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>, strict_obj
         return;
     }
     match v {
+        Value::Object(m)
+            if schema.get("x-kubernetes-embedded-resource") == Some(&Value::Bool(true)) =>
+        {
+            // An embedded object keeps apiVersion and kind, and its metadata is
+            // pruned as ObjectMeta, whatever its schema declares (kube's pruning).
+            let mut rest = m.clone();
+            for k in ["apiVersion", "kind", "metadata"] {
+                rest.remove(k);
+            }
+            if let Some(meta) = m.get("metadata") {
+                if let Some(om) = schemas::definitions().get(schemas::OBJECT_META) {
+                    walk(om, meta, &join(path, "metadata"), out, false);
+                }
+            }
+            let mut plain = schema.clone();
+            if let Some(o) = plain.as_object_mut() {
+                o.remove("x-kubernetes-embedded-resource");
+            }
+            walk(&plain, &Value::Object(rest), path, out, strict_objects);
+        }
         Value::Object(m) => {
             let props = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
@@ -211,6 +231,32 @@ mod tests {
                 "spec.sise",
                 "status.x",
                 "top"
+            ]
+        );
+    }
+
+    #[test]
+    fn embedded_resources_keep_type_meta_and_prune_metadata_as_object_meta() {
+        let schema = json!({"type":"object","properties":{"spec":{"type":"object","properties":{
+            "template":{"type":"object","x-kubernetes-embedded-resource":true,
+                "properties":{"spec":{"type":"object","properties":{"a":{"type":"string"}}}}}}}}});
+        let def = ResourceDef {
+            custom: true,
+            schema: Some(schema),
+            group: "example.com".into(),
+            kind: "Widget".into(),
+            ..def("ConfigMap")
+        };
+        let obj = json!({"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},
+            "spec":{"template":{"apiVersion":"v1","kind":"Pod",
+                "metadata":{"name":"p","labels":{"x":"y"},"bogus":1},
+                "spec":{"a":"b","c":1},"extra":true}}});
+        assert_eq!(
+            unknown_fields(&def, &obj),
+            [
+                "spec.template.metadata.bogus",
+                "spec.template.extra",
+                "spec.template.spec.c"
             ]
         );
     }
