@@ -478,7 +478,8 @@ fn check_combinators(schema: &Value, v: &Value, path: &str, out: &mut Vec<FieldC
     }
 }
 
-fn validate_at(schema: &Value, v: &Value, path: &str) -> Vec<FieldCause> {
+/// Validates `v` as the value at object path `path` (used for a CRD's defaults).
+pub fn validate_at(schema: &Value, v: &Value, path: &str) -> Vec<FieldCause> {
     let mut out = Vec::new();
     walk(schema, v, None, path, &mut out);
     out

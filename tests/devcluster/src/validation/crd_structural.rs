@@ -23,7 +23,7 @@ pub fn check(schema: &Value, path: &str) -> Vec<FieldCause> {
             ),
         });
     }
-    walk(schema, path, &mut out);
+    walk(schema, path, "", &mut out);
     out
 }
 
@@ -54,7 +54,22 @@ fn forbidden(field: String, detail: &str) -> FieldCause {
     }
 }
 
-fn walk(s: &Value, path: &str, out: &mut Vec<FieldCause>) {
+/// `path` is the schema's field path in the CRD, `obj` the object path the node
+/// describes (for messages about its default).
+fn walk(s: &Value, path: &str, obj: &str, out: &mut Vec<FieldCause>) {
+    if let Some(d) = s.get("default") {
+        // kube refuses a CRD whose defaults would not validate (after pruning nulls
+        // and defaulting inside the default itself).
+        let mut d = d.clone();
+        crate::validation::crd_schema::apply_defaults(s, &mut d);
+        for c in crate::validation::crd_schema::validate_at(s, &d, obj) {
+            out.push(FieldCause {
+                reason: c.reason,
+                field: format!("{path}.default"),
+                message: c.message,
+            });
+        }
+    }
     if s.get("uniqueItems") == Some(&Value::Bool(true)) {
         out.push(forbidden(
             format!("{path}.uniqueItems"),
@@ -93,7 +108,12 @@ fn walk(s: &Value, path: &str, out: &mut Vec<FieldCause>) {
                 "must not be empty for specified object fields",
             ));
         }
-        walk(child, &child_path, out);
+        let child_obj = if obj.is_empty() {
+            k.clone()
+        } else {
+            format!("{obj}.{k}")
+        };
+        walk(child, &child_path, &child_obj, out);
     }
     if let Some(child) = additional {
         let child_path = format!("{path}.additionalProperties");
@@ -103,7 +123,7 @@ fn walk(s: &Value, path: &str, out: &mut Vec<FieldCause>) {
                 "must not be empty for specified object fields",
             ));
         }
-        walk(child, &child_path, out);
+        walk(child, &child_path, &format!("{obj}[*]"), out);
     }
     if let Some(child) = s.get("items").filter(|i| i.is_object()) {
         let child_path = format!("{path}.items");
@@ -113,7 +133,7 @@ fn walk(s: &Value, path: &str, out: &mut Vec<FieldCause>) {
                 "must not be empty for specified array items",
             ));
         }
-        walk(child, &child_path, out);
+        walk(child, &child_path, &format!("{obj}[*]"), out);
     }
 }
 
@@ -137,6 +157,17 @@ mod tests {
             "m":{"type":"object","additionalProperties":{"type":"string"}},
             "l":{"type":"array","items":{"type":"integer"}}}}}});
         assert_eq!(messages(ok), Vec::<String>::new());
+    }
+
+    #[test]
+    fn defaults_must_validate() {
+        let s = json!({"type":"object","properties":{"spec":{"type":"object","properties":{
+            "size":{"type":"integer","default":"big"},
+            "mode":{"type":"string","enum":["a"],"default":"a"}}}}});
+        assert_eq!(
+            messages(s),
+            ["s.properties[spec].properties[size].default: Invalid value: \"string\": spec.size in body must be of type integer: \"string\""]
+        );
     }
 
     #[test]
