@@ -27,7 +27,8 @@ fn gadget_crd(extra_default: Option<&str>) -> CustomResourceDefinition {
             "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
             "versions": [{
                 "name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
+                "subresources": {"status": {}, "scale": {
+                    "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
                     "spec": {"type": "object", "required": ["name"], "properties": {
                         "name": {"type": "string", "minLength": 3},
@@ -178,6 +179,16 @@ async fn invalid_custom_resources_are_rejected_with_kube_messages() {
         ),
         "{}",
         s.message
+    );
+    let scale = json!({"spec": {"replicas": 9}});
+    let s = invalid(
+        api.patch_scale("good", &PatchParams::default(), &Patch::Merge(&scale))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        s.message,
+        "Gadget.example.com \"good\" is invalid: spec.replicas: Invalid value: 9: spec.replicas in body should be less than or equal to 5"
     );
     // Nothing was stored by the rejected writes.
     let now = api.get("good").await.unwrap();

@@ -208,6 +208,8 @@ async fn scale(
                 s.insert("replicas".into(), json!(replicas));
             }
         }
+        // A custom resource's new replicas must still satisfy its schema.
+        crate::validation::crd_schema::admit(def, &mut new, Some(&old))?;
         let stored = write::store_update(tx, def, &key, &old, new, &ctx.manager, Some("scale"));
         Ok(WriteOutcome {
             obj: stored,
