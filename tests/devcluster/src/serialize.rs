@@ -84,6 +84,9 @@ pub fn to_line(v: &Value) -> Vec<u8> {
 enum Level {
     Event,
     Object,
+    /// An item of a built-in typed list: kube-apiserver writes it without
+    /// `kind`/`apiVersion` (kubernetes/kubernetes#3030; clients fill them in).
+    ListItem,
     Meta,
     Details,
     Cause,
@@ -111,6 +114,13 @@ fn is_custom(m: &Map<String, Value>) -> bool {
     }
 }
 
+/// A `FooList` of a built-in kind (not the generic `v1.List`, whose items
+/// keep their types, nor a list of custom resources, which is unstructured).
+fn is_typed_list(m: &Map<String, Value>) -> bool {
+    let kind = m.get("kind").and_then(Value::as_str).unwrap_or("");
+    kind.len() > 4 && kind.ends_with("List") && !is_custom(m)
+}
+
 impl Ordered<'_> {
     fn order(&self, m: &Map<String, Value>) -> Option<&'static [&'static str]> {
         match self.level {
@@ -119,7 +129,7 @@ impl Ordered<'_> {
                 Some(STATUS_ORDER)
             }
             Level::Object if is_custom(m) => None,
-            Level::Object => Some(OBJECT_ORDER),
+            Level::Object | Level::ListItem => Some(OBJECT_ORDER),
             Level::Meta => Some(META_ORDER),
             Level::Details => Some(DETAILS_ORDER),
             Level::Cause => Some(CAUSE_ORDER),
@@ -131,7 +141,8 @@ impl Ordered<'_> {
         let is_status = m.get("kind").and_then(Value::as_str) == Some("Status");
         match (self.level, key) {
             (Level::Event, "object") => Level::Object,
-            (Level::Object, "metadata") => Level::Meta,
+            (Level::Object | Level::ListItem, "metadata") => Level::Meta,
+            (Level::Object, "items") if is_typed_list(m) => Level::ListItem,
             (Level::Object, "items") => Level::Object,
             (Level::Object, "details") if is_status => Level::Details,
             (Level::Details, "causes") => Level::Cause,
@@ -147,10 +158,14 @@ impl Serialize for Ordered<'_> {
                 let Some(order) = self.order(m) else {
                     return self.v.serialize(s);
                 };
-                let mut map = s.serialize_map(Some(m.len()))?;
+                let mut map = s.serialize_map(None)?;
                 let first = order.iter().filter_map(|k| m.get_key_value(*k));
                 let rest = m.iter().filter(|(k, _)| !order.contains(&k.as_str()));
+                let list_item = matches!(self.level, Level::ListItem);
                 for (k, v) in first.chain(rest) {
+                    if list_item && (k == "kind" || k == "apiVersion") {
+                        continue;
+                    }
                     let level = self.child_level(k, m);
                     map.serialize_entry(k, &Ordered { v, level })?;
                 }
@@ -198,7 +213,13 @@ mod tests {
             "metadata":{"resourceVersion":"9"},"kind":"ConfigMapList","apiVersion":"v1"});
         assert_eq!(
             text(&list),
-            "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"9\"},\"items\":[{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"a\",\"namespace\":\"n\"},\"data\":{\"k\":\"v\"}}]}\n"
+            "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"9\"},\"items\":[{\"metadata\":{\"name\":\"a\",\"namespace\":\"n\"},\"data\":{\"k\":\"v\"}}]}\n"
+        );
+        let crs = json!({"kind":"WidgetList","apiVersion":"example.com/v1","metadata":{},
+            "items":[{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"w"}}]});
+        assert_eq!(
+            text(&crs),
+            "{\"apiVersion\":\"example.com/v1\",\"items\":[{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"name\":\"w\"}}],\"kind\":\"WidgetList\",\"metadata\":{}}\n"
         );
         let ev = json!({"type":"ADDED","object":{"metadata":{"name":"a"},"kind":"ConfigMap","apiVersion":"v1"}});
         assert_eq!(
