@@ -115,10 +115,11 @@ fn is_custom(m: &Map<String, Value>) -> bool {
 }
 
 /// A `FooList` of a built-in kind (not the generic `v1.List`, whose items
-/// keep their types, nor a list of custom resources, which is unstructured).
+/// keep their types, nor a list of custom resources, which is unstructured,
+/// nor the metadata-only list, whose items are left as its handler built them).
 fn is_typed_list(m: &Map<String, Value>) -> bool {
     let kind = m.get("kind").and_then(Value::as_str).unwrap_or("");
-    kind.len() > 4 && kind.ends_with("List") && !is_custom(m)
+    kind.len() > 4 && kind.ends_with("List") && kind != "PartialObjectMetadataList" && !is_custom(m)
 }
 
 impl Ordered<'_> {
