@@ -68,7 +68,14 @@ pub async fn reconcile(
         }
     }
     orphans(reg, writer, clusters, &plans).await?;
-    for state in ["Ready", "Disconnected", "Disabled", "Conflict", "Left"] {
+    for state in [
+        "Ready",
+        "Disconnected",
+        "Disabled",
+        "Conflict",
+        "Left",
+        "ApiUnreachable",
+    ] {
         reg.metrics
             .peers
             .get_or_create(&vec![("state", state)])
@@ -87,6 +94,7 @@ fn state_label(s: ClusterState) -> &'static str {
         ClusterState::Disabled => "Disabled",
         ClusterState::Conflict => "Conflict",
         ClusterState::Left => "Left",
+        ClusterState::ApiUnreachable => "ApiUnreachable",
     }
 }
 
@@ -340,6 +348,7 @@ fn desired_status(
         alive: p.alive && !replayed_dead,
         disabled,
         name_conflict: !p.conflict_ids.is_empty(),
+        api_unreachable: !p.record.api.reachable,
     };
     let state = peer_state(facts);
     let message = match state {
@@ -359,6 +368,10 @@ fn desired_status(
             "cluster name {:?} is claimed by clusterIDs {}",
             p.name,
             p.conflict_ids.join(", ")
+        )),
+        ClusterState::ApiUnreachable => Some(format!(
+            "the cluster's agent reports its API server unreachable: {}",
+            p.record.api.message
         )),
     };
     let synced = members_match(&p.members_ours, &p.record.members);
@@ -651,6 +664,22 @@ mod tests {
             Some("True")
         );
         assert!(s.message.unwrap().contains("id-b2"));
+    }
+
+    #[test]
+    fn a_live_peer_whose_api_is_down_is_api_unreachable_not_ready() {
+        let mut p = plan(true, true);
+        p.record.api = fleetbus_schemas::registry::ApiHealth::unreachable("timed out");
+        let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
+        assert_eq!(s.state, Some(ClusterState::ApiUnreachable));
+        let ready = s.conditions.iter().find(|c| c.type_ == condition::READY).unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason, "ApiUnreachable");
+        // Silence outranks it: a dead peer cannot vouch for its API.
+        let mut silent = plan(false, true);
+        silent.record.api = p.record.api.clone();
+        let s = desired_status(TIMEOUT, &silent, &ClusterStatus::default(), false, None);
+        assert_eq!(s.state, Some(ClusterState::Disconnected));
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! The heartbeat: this cluster's record, re-put every interval and on change; a leave record at shutdown.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
+
+use crate::bus::errors::is_stream_missing;
 
 use super::record::{cluster_key, ClusterRecord, MemberState};
 use super::{Registry, RegistryError};
@@ -31,6 +34,7 @@ pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
             .unwrap_or(u32::MAX),
         seq: reg.next_seq(),
         members: reg.membership().members(),
+        api: reg.api_health(),
     }
 }
 
@@ -44,6 +48,7 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
         .await
         .map_err(|source| RegistryError::Put { key, source })?;
     reg.note_heartbeat(record.heartbeat_at);
+    reg.readiness.publishing.store(true, Ordering::Relaxed);
     reg.metrics.heartbeats_published.inc();
     tracing::trace!(
         ?state,
@@ -69,11 +74,41 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                 tick.reset();
             }
         }
-        if let Err(error) = publish(&reg, MemberState::Active).await {
-            tracing::warn!(error = %crate::report(&error), "heartbeat failed");
-        }
+        beat(&reg).await;
     }
     leave(&reg).await
+}
+
+/// One heartbeat. A failed put makes the agent not ready until a put
+/// succeeds again; one that failed because the bucket's stream is gone
+/// (deleted under us: `nats kv rm`) recreates the whole bus layout with the
+/// start-up configuration, makes the watcher watch the new bucket, and puts
+/// again at once.
+async fn beat(reg: &Registry) {
+    let Err(error) = publish(reg, MemberState::Active).await else {
+        return;
+    };
+    reg.readiness.publishing.store(false, Ordering::Relaxed);
+    let missing = matches!(&error, RegistryError::Put { source, .. } if is_stream_missing(source));
+    tracing::warn!(error = %crate::report(&error), stream_missing = missing, "heartbeat failed");
+    if !missing {
+        return;
+    }
+    match crate::bus::layout::ensure(&reg.js, &reg.layout).await {
+        Ok(_) => {
+            tracing::warn!(bucket = %reg.layout.registry_bucket().bucket, "the registry bucket was gone; recreated the bus layout");
+            reg.metrics.bus_layout_recreated.inc();
+            reg.rewatch.notify_one();
+            if let Err(e) = publish(reg, MemberState::Active).await {
+                tracing::warn!(error = %crate::report(&e), "heartbeat after recreating the bus layout failed");
+            }
+        }
+        Err(e) => tracing::warn!(
+            error = %crate::report(&e),
+            transient = e.is_transient(),
+            "could not recreate the bus layout; trying again at the next heartbeat"
+        ),
+    }
 }
 
 /// Publishes the leave record, trying for a few seconds (shutdown must not hang).

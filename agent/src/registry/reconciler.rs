@@ -58,7 +58,8 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                     Some(Ok(watcher::Event::InitDone)) => clusters_listed = true,
                     Some(Ok(_)) => {}
                     Some(Err(error)) => {
-                        reg.readiness.kube.store(false, Ordering::Relaxed);
+                        // The probe decides whether the API is down; ask it now.
+                        reg.probe_now.notify_one();
                         tracing::warn!(%error, "Cluster watch error");
                     }
                     None => return Ok(()),
@@ -95,7 +96,6 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
         wake_at = now + RESYNC;
         match (local, peers) {
             (Ok(refresh), Ok(deadline)) => {
-                reg.readiness.kube.store(true, Ordering::Relaxed);
                 if registry_synced && !reg.readiness.caught_up.swap(true, Ordering::Relaxed) {
                     tracing::info!("initial reconcile done");
                 }
@@ -110,7 +110,7 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                 for e in [l.err(), p.err()].into_iter().flatten() {
                     if let RegistryError::Kube { source, .. } = &e {
                         if crate::kubeclient::is_transient(source) {
-                            reg.readiness.kube.store(false, Ordering::Relaxed);
+                            reg.probe_now.notify_one();
                         }
                     }
                     tracing::warn!(error = %crate::report(&e), "reconcile failed; retrying");

@@ -926,6 +926,7 @@ async fn malformed_registry_records_are_skipped_and_counted() {
             heartbeat_interval_seconds: 1,
             seq: 1,
             members: vec![name.into()],
+            api: Default::default(),
         };
         let mut json: serde_json::Value = serde_json::from_slice(&r.encode().unwrap()).unwrap();
         json["schema"] = schema.into();

@@ -1,0 +1,40 @@
+//! The bus layout (registry bucket and streams), ensured at start-up and recreated if deleted under a running agent.
+//!
+//! Both steps are idempotent and compare what exists with the schemas
+//! layout (`nats::ensure_bucket`, `streams::ensure_streams`), so every agent
+//! of a fleet may run them at any moment, several at once.
+
+use async_nats::jetstream::{self, kv};
+use fleetbus_schemas::jetstream::Layout;
+
+use crate::nats::{self, NatsError};
+use crate::streams::{self, StreamError};
+
+/// Failure to ensure the bus layout.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    /// The registry bucket could not be created or checked.
+    #[error(transparent)]
+    Bucket(#[from] NatsError),
+    /// A stream could not be created or checked.
+    #[error(transparent)]
+    Streams(#[from] StreamError),
+}
+
+impl LayoutError {
+    /// Whether trying again later can help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LayoutError::Bucket(e) => e.is_transient(),
+            LayoutError::Streams(e) => e.is_transient(),
+        }
+    }
+}
+
+/// Creates what is missing of the registry bucket (first: its creation is
+/// where a server without JetStream is told apart) and the streams.
+pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<kv::Store, LayoutError> {
+    let kv = nats::ensure_bucket(js, nats::registry_bucket_config(&layout.registry_bucket())).await?;
+    streams::ensure_streams(js, layout).await?;
+    Ok(kv)
+}
