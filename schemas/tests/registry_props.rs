@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 use fleetbus_schemas::crd::{ClusterMetadata, KubernetesApiEndpoint, Locality};
 use fleetbus_schemas::registry::{
-    ApiHealth, ClusterRecord, InvalidRecord, FeatureRecord, KubeconfigRecord, MemberState, RegistryKey,
+    ApiHealth, ClusterRecord, FeatureRecord, InvalidRecord, KubeconfigRecord, MemberState,
+    RegistryKey,
 };
 use fleetbus_schemas::subject::is_valid_kv_token;
 use fleetbus_schemas::time::parse_rfc3339;
@@ -188,7 +189,11 @@ fn unknown_fields_are_ignored_within_v1() {
 
 #[test]
 fn api_health_is_omitted_while_reachable_and_missing_means_reachable() {
-    assert_eq!(example().api, ApiHealth::reachable(), "EXAMPLE_JSON has no api");
+    assert_eq!(
+        example().api,
+        ApiHealth::reachable(),
+        "EXAMPLE_JSON has no api"
+    );
     let mut down = example();
     down.api = ApiHealth::unreachable("GET /readyz timed out");
     let json = String::from_utf8(down.encode().unwrap()).unwrap();

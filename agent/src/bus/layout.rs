@@ -34,7 +34,8 @@ impl LayoutError {
 /// Creates what is missing of the registry bucket (first: its creation is
 /// where a server without JetStream is told apart) and the streams.
 pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<kv::Store, LayoutError> {
-    let kv = nats::ensure_bucket(js, nats::registry_bucket_config(&layout.registry_bucket())).await?;
+    let kv =
+        nats::ensure_bucket(js, nats::registry_bucket_config(&layout.registry_bucket())).await?;
     streams::ensure_streams(js, layout).await?;
     Ok(kv)
 }

@@ -49,10 +49,7 @@ pub async fn probe(client: &::kube::Client, timeout: Duration) -> ApiHealth {
     };
     match tokio::time::timeout(timeout, client.request_text(request)).await {
         Ok(Ok(_)) => ApiHealth::reachable(),
-        Ok(Err(e)) => ApiHealth::unreachable(format!(
-            "GET /readyz failed: {}",
-            crate::report(&e)
-        )),
+        Ok(Err(e)) => ApiHealth::unreachable(format!("GET /readyz failed: {}", crate::report(&e))),
         Err(_) => ApiHealth::unreachable(format!(
             "GET /readyz did not answer within {}",
             humantime::format_duration(timeout)

@@ -9,6 +9,7 @@ mod conditions;
 mod liveness;
 mod local;
 mod membership;
+mod peer_failures;
 mod peer_spec;
 mod peers;
 pub mod publisher;

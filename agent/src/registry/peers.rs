@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::conditions::{merge, Desired};
 use super::liveness::{members_match, peer_state, PeerFacts};
+use super::peer_failures::{Content, PeerFailures, Verdict};
 use super::peer_spec::{spec_patch, DesiredSpec};
 use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
@@ -41,33 +42,80 @@ struct Plan {
 #[derive(Debug, Default)]
 pub struct SecretCache(Mutex<HashMap<String, String>>);
 
-/// Reconciles every peer; returns when the next liveness deadline falls.
+/// What a pass over the peers found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// When the pass should run again: the next liveness deadline or the
+    /// next retry of a peer that failed transiently.
+    pub wake_at: Option<Instant>,
+    /// Peers not written because of a transient error (now or backing off):
+    /// the Cluster objects do not show them yet.
+    pub pending: usize,
+}
+
+impl Outcome {
+    fn wake(&mut self, at: Instant) {
+        self.wake_at = Some(self.wake_at.map_or(at, |d| d.min(at)));
+    }
+}
+
+/// Reconciles every peer. A peer whose writes fail is that peer's problem
+/// alone (see `peer_failures`): the others are written all the same.
 #[tracing::instrument(name = "peers", skip_all, fields(cluster = %reg.cfg.cluster_name))]
 pub async fn reconcile(
     reg: &Registry,
     writer: &StatusWriter,
     secrets: &SecretCache,
+    failures: &mut PeerFailures,
     clusters: &[Arc<Cluster>],
     now: Instant,
-) -> Result<Option<Instant>, RegistryError> {
+) -> Outcome {
     let plans = plan(reg, clusters, now);
-    let mut next_deadline: Option<Instant> = None;
+    let mut out = Outcome::default();
     let mut by_state: BTreeMap<&'static str, i64> = BTreeMap::new();
-    let mut first_error = None;
     for p in &plans {
         if p.alive && p.record.state == MemberState::Active {
-            next_deadline = Some(next_deadline.map_or(p.deadline, |d| d.min(p.deadline)));
+            out.wake(p.deadline);
+        }
+        let content = Content::of(&p.record, p.kubeconfig.as_ref());
+        match failures.verdict(&p.name, &content, now) {
+            Verdict::Try => {}
+            Verdict::Rejected => continue,
+            Verdict::Wait(at) => {
+                out.wake(at);
+                out.pending += 1;
+                continue;
+            }
         }
         let existing = clusters.iter().find(|c| c.name_any() == p.name);
         match reconcile_one(reg, writer, secrets, p, existing, now).await {
-            Ok(state) => *by_state.entry(state_label(state)).or_default() += 1,
+            Ok(state) => {
+                failures.succeeded(&p.name);
+                *by_state.entry(state_label(state)).or_default() += 1;
+            }
+            Err(e) if is_refusal(&e) => {
+                if failures.rejected(&p.name, content) {
+                    report_rejection(reg, clusters, &p.name, &e).await;
+                }
+            }
             Err(e) => {
-                tracing::warn!(peer = %p.name, error = %crate::report(&e), "peer reconcile failed");
-                first_error.get_or_insert(e);
+                let at = failures.transient(&p.name, now);
+                tracing::warn!(peer = %p.name, error = %crate::report(&e), retry_in = ?at.saturating_duration_since(now), "peer reconcile failed; retrying this peer with backoff");
+                out.wake(at);
+                out.pending += 1;
             }
         }
     }
-    orphans(reg, writer, clusters, &plans).await?;
+    let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
+    failures.retain(&names);
+    reg.metrics
+        .peers_failing
+        .set(i64::try_from(failures.failing()).unwrap_or(i64::MAX));
+    if let Err(e) = orphans(reg, writer, clusters, &plans).await {
+        tracing::warn!(error = %crate::report(&e), "marking peers without a record failed; retrying");
+        out.wake(now + Duration::from_secs(1));
+        out.pending += 1;
+    }
     for state in [
         "Ready",
         "Disconnected",
@@ -81,9 +129,65 @@ pub async fn reconcile(
             .get_or_create(&vec![("state", state)])
             .set(by_state.get(state).copied().unwrap_or(0));
     }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(next_deadline),
+    out
+}
+
+/// Whether the API server refused a peer's write for good: the object is
+/// invalid (400 BadRequest, 413 too large, 422 Invalid), so the same write
+/// fails the same way until the peer's record changes. Everything else
+/// (conflicts, throttling, 5xx, 404 from a lagging cache, broken connections,
+/// even 403 until RBAC is fixed) may pass later and is retried with backoff.
+fn is_refusal(e: &RegistryError) -> bool {
+    match e {
+        RegistryError::Kube {
+            source: kube::Error::Api(s),
+            ..
+        } => matches!(s.code, 400 | 413 | 422),
+        RegistryError::Encode(_) | RegistryError::Serialise(_) => true,
+        RegistryError::Kube { .. } | RegistryError::Put { .. } | RegistryError::Watch(_) => false,
+    }
+}
+
+/// Reports a refused peer: an error log, `fleetbus_peer_rejected_total`, and
+/// a Warning Event `PeerRejected` on the Local Cluster object (the peer's own
+/// object may not exist: its create may be what was refused).
+async fn report_rejection(
+    reg: &Registry,
+    clusters: &[Arc<Cluster>],
+    peer: &str,
+    e: &RegistryError,
+) {
+    let action = match e {
+        RegistryError::Kube { action, .. } => *action,
+        _ => "encode",
+    };
+    reg.metrics
+        .peer_rejected
+        .get_or_create(&vec![("write", action)])
+        .inc();
+    let detail = crate::report(e);
+    tracing::error!(peer = %peer, error = %detail, "the API server refused this peer's object; not retrying until its record changes");
+    let local = clusters
+        .iter()
+        .find(|c| c.name_any() == reg.cfg.cluster_name && c.spec.cluster_id == reg.cluster_id);
+    if let Some(local) = local {
+        // Event messages are capped (1 KiB is plenty for a Status message).
+        let mut msg = format!("peer {peer}: the API server refused its object: {detail}");
+        if msg.len() > 1024 {
+            let mut cut = 1024;
+            while !msg.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            msg.truncate(cut);
+        }
+        reg.recorder
+            .publish(
+                &local.object_ref(&()),
+                EventType::Warning,
+                "PeerRejected",
+                &msg,
+            )
+            .await;
     }
 }
 
@@ -672,7 +776,11 @@ mod tests {
         p.record.api = fleetbus_schemas::registry::ApiHealth::unreachable("timed out");
         let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
         assert_eq!(s.state, Some(ClusterState::ApiUnreachable));
-        let ready = s.conditions.iter().find(|c| c.type_ == condition::READY).unwrap();
+        let ready = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == condition::READY)
+            .unwrap();
         assert_eq!(ready.status, "False");
         assert_eq!(ready.reason, "ApiUnreachable");
         // Silence outranks it: a dead peer cannot vouch for its API.

@@ -176,7 +176,12 @@ impl ClusterRecord {
         }
         count("features", self.features.len(), MAX_FEATURES)?;
         for f in &self.features {
-            text("features[].featureName", &f.feature_name, MAX_TEXT_LEN, false)?;
+            text(
+                "features[].featureName",
+                &f.feature_name,
+                MAX_TEXT_LEN,
+                false,
+            )?;
             validate_labels("features[].labels", &f.labels)?;
         }
         text("agentVersion", &self.agent_version, MAX_TEXT_LEN, true)?;
@@ -232,7 +237,8 @@ mod tests {
     #[test]
     fn label_values_kubernetes_refuses_are_invalid() {
         let mut r = good();
-        r.labels.insert("env".into(), "not a valid label value!".into());
+        r.labels
+            .insert("env".into(), "not a valid label value!".into());
         assert_eq!(
             r.validate(),
             Err(InvalidRecord::LabelValue { key: "env".into() })
@@ -242,16 +248,24 @@ mod tests {
         assert!(matches!(r.validate(), Err(InvalidRecord::LabelKey(_))));
         let mut r = good();
         r.labels.insert("v".into(), "a".repeat(64));
-        assert!(matches!(r.validate(), Err(InvalidRecord::LabelValue { .. })));
+        assert!(matches!(
+            r.validate(),
+            Err(InvalidRecord::LabelValue { .. })
+        ));
     }
 
     #[test]
     fn huge_lists_are_invalid() {
         let mut r = good();
-        r.labels = (0..=MAX_LABELS).map(|i| (format!("l{i}"), "v".into())).collect();
+        r.labels = (0..=MAX_LABELS)
+            .map(|i| (format!("l{i}"), "v".into()))
+            .collect();
         assert!(matches!(
             r.validate(),
-            Err(InvalidRecord::TooMany { field: "labels", .. })
+            Err(InvalidRecord::TooMany {
+                field: "labels",
+                ..
+            })
         ));
         let mut r = good();
         r.members = (0..=MAX_MEMBERS).map(|i| format!("m{i}")).collect();
@@ -294,6 +308,9 @@ mod tests {
             feature_name: "istio".into(),
             labels: BTreeMap::from([("x".into(), "bad value".into())]),
         });
-        assert!(matches!(r.validate(), Err(InvalidRecord::LabelValue { .. })));
+        assert!(matches!(
+            r.validate(),
+            Err(InvalidRecord::LabelValue { .. })
+        ));
     }
 }

@@ -1,0 +1,338 @@
+//! Faults end to end: hostile records, a hung or dead API server, a paused NATS, the bus layout deleted.
+//!
+//! Real nats-server, devclusters and agent processes, as in `registry.rs`;
+//! hostile input is written with a plain async-nats client, faults are
+//! SIGSTOP/SIGKILL of the real processes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use fleetbus_schemas::crd::{Cluster, ClusterState};
+use fleetbus_schemas::registry::{ClusterRecord, MemberState};
+use fleetbus_testsupport::{http_get, wait_for, NatsServer};
+use kube::ResourceExt;
+
+/// A protocol-valid record of `name`/`id` with `labels`, as a peer would put it.
+fn record(name: &str, id: &str, labels: BTreeMap<String, String>) -> ClusterRecord {
+    let now = chrono::Utc::now();
+    ClusterRecord {
+        name: name.into(),
+        cluster_id: id.into(),
+        state: MemberState::Active,
+        labels,
+        kubernetes_api_endpoints: vec![],
+        metadata: Default::default(),
+        features: vec![],
+        agent_version: "0.0.0".into(),
+        started_at: now,
+        heartbeat_at: now,
+        heartbeat_interval_seconds: 1,
+        seq: 1,
+        members: vec![name.into()],
+        api: Default::default(),
+    }
+}
+
+async fn put(kv: &async_nats::jetstream::kv::Store, r: &ClusterRecord) {
+    let key = format!("cluster.{}.{}", r.name, r.cluster_id);
+    kv.put(&key, r.encode().unwrap().into()).await.unwrap();
+}
+
+fn readyz(m: &Member) -> Result<(u16, String), String> {
+    http_get(&format!("http://{}/readyz", m.metrics_addr))
+}
+
+async fn wait_readyz(m: &Member, code: u16, timeout: Duration) -> String {
+    wait_for(&format!("{} /readyz {code}", m.name), timeout, || async {
+        match readyz(m) {
+            Ok((c, body)) if c == code => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+fn ready_reason(c: &Cluster) -> Option<String> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == "Ready")
+        .map(|x| format!("{}/{}", x.status, x.reason))
+}
+
+/// The members `m`'s own record in the bucket lists.
+async fn published_members(
+    kv: &async_nats::jetstream::kv::Store,
+    m: &Member,
+) -> Result<Vec<String>, String> {
+    let keys = registry_keys(kv).await;
+    let key = keys
+        .iter()
+        .find(|k| k.starts_with(&format!("cluster.{}.", m.name)))
+        .ok_or_else(|| format!("no record of {} in {keys:?}", m.name))?;
+    let entry = kv
+        .get(key)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no value")?;
+    Ok(ClusterRecord::decode(&entry)
+        .map_err(|e| e.to_string())?
+        .members)
+}
+
+/// Item 17: a record Kubernetes would refuse is rejected at decode and
+/// counted; it never blocks readiness (also after a restart) nor other
+/// peers; a purged key leaves memory but its object stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_kubernetes_refuses_are_rejected_and_never_block_readiness() {
+    let nats = NatsServer::start().unwrap();
+    let mut a = Member::start(&nats, "a", "a", &[]).await;
+    wait_mesh(&[&a], &["a"]).await;
+    let kv = registry_kv(&nats).await;
+
+    let bad_value = BTreeMap::from([("env".into(), "not a valid label value!".into())]);
+    put(&kv, &record("evil", "id-e", bad_value)).await;
+    let huge: BTreeMap<String, String> = (0..2000)
+        .map(|i| (format!("label-{i}"), "v".into()))
+        .collect();
+    put(&kv, &record("many", "id-m", huge)).await;
+    let mut bad_member = record("odd", "id-o", BTreeMap::new());
+    bad_member.members.push("Not_A_DNS_Label".into());
+    put(&kv, &bad_member).await;
+    // A valid record afterwards proves the agent read past the hostile ones.
+    let good_labels = BTreeMap::from([("env".into(), "prod".into())]);
+    put(&kv, &record("good", "id-g", good_labels)).await;
+
+    wait_for("invalid records counted", CONVERGE, || async {
+        match a.metric("fleetbus_registry_rejected_total{reason=\"invalid_record\"}") {
+            Ok(n) if n >= 3.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    wait_for("the valid record materialised", CONVERGE, || async {
+        a.clusters()
+            .get("good")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let names: Vec<String> = a
+        .list()
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(names, vec!["a", "good"], "hostile records created objects");
+    wait_readyz(&a, 200, CONVERGE).await;
+
+    // An agent (re)started with the hostile records in the bucket gets ready.
+    a.agent.restart().unwrap();
+    wait_readyz(&a, 200, CONVERGE).await;
+    assert!(
+        !a.agent.log().contains("reconcile failed"),
+        "hostile records reached the API server:\n{}",
+        a.agent.log()
+    );
+
+    // A purged key is an operator action: the peer leaves memory (and the
+    // members a publishes), its object stays and turns Disconnected.
+    wait_for("a to list good as a member", CONVERGE, || async {
+        let m = published_members(&kv, &a).await?;
+        m.contains(&"good".to_owned())
+            .then_some(())
+            .ok_or(format!("{m:?}"))
+    })
+    .await;
+    kv.purge("cluster.good.id-g").await.unwrap();
+    wait_for("a to forget the purged peer", CONVERGE, || async {
+        let m = published_members(&kv, &a).await?;
+        (m == vec!["a".to_owned()])
+            .then_some(())
+            .ok_or(format!("{m:?}"))
+    })
+    .await;
+    wait_peer_state(&a, "good", ClusterState::Disconnected, CONVERGE).await;
+    assert!(a.agent.is_running(), "{}", a.agent.log());
+}
+
+/// Item 18: an API server that hangs (SIGSTOP) or dies (SIGKILL) makes its
+/// agent not ready within seconds and shows on peers as ApiUnreachable
+/// while heartbeats keep flowing; both recover by themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_or_dead_api_server_shows_as_api_unreachable_and_recovers() {
+    let nats = NatsServer::start().unwrap();
+    let mut a = Member::start(&nats, "a", "a", &[]).await;
+    let b = Member::start(&nats, "b", "b", &[]).await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+
+    for fault in ["SIGSTOP", "SIGKILL"] {
+        let t0 = Instant::now();
+        if fault == "SIGSTOP" {
+            a.cluster.pause().unwrap();
+        } else {
+            a.cluster.kill9();
+        }
+        let body = wait_readyz(&a, 503, Duration::from_secs(6)).await;
+        assert!(body.contains("kubernetes"), "{body}");
+        let not_ready_after = t0.elapsed();
+        // Peers learn it from the heartbeat: within probe timeout + interval +
+        // one heartbeat, well inside the peer timeout after that.
+        wait_for(
+            &format!("b to show a ApiUnreachable ({fault})"),
+            Duration::from_secs(8),
+            || async {
+                let c = b.clusters().get("a").await.map_err(|e| e.to_string())?;
+                let reason = ready_reason(&c);
+                if state(&c) == Some(ClusterState::ApiUnreachable)
+                    && reason.as_deref() == Some("False/ApiUnreachable")
+                {
+                    Ok(())
+                } else {
+                    Err(format!("{:?} {reason:?}", state(&c)))
+                }
+            },
+        )
+        .await;
+        let peer_after = t0.elapsed();
+        eprintln!("{fault}: a not ready after {not_ready_after:?}, b shows ApiUnreachable after {peer_after:?}");
+        // The heartbeat keeps flowing: b keeps receiving, and a stays
+        // ApiUnreachable (not Disconnected) well past the peer timeout.
+        let before = b.metric("fleetbus_heartbeats_received_total").unwrap();
+        wait_for("heartbeats to keep arriving at b", CONVERGE, || async {
+            let now = b.metric("fleetbus_heartbeats_received_total")?;
+            if now < before + 2.0 * PEER_TIMEOUT.as_secs_f64() / 0.5 {
+                return Err(format!("{now} (from {before})"));
+            }
+            let c = b.clusters().get("a").await.map_err(|e| e.to_string())?;
+            if state(&c) == Some(ClusterState::ApiUnreachable) {
+                Ok(())
+            } else {
+                panic!("a turned {:?} while its heartbeats arrived", state(&c));
+            }
+        })
+        .await;
+
+        if fault == "SIGSTOP" {
+            a.cluster.resume().unwrap();
+        } else {
+            a.cluster.restart().unwrap();
+        }
+        wait_readyz(&a, 200, CONVERGE).await;
+        wait_peer_state(&b, "a", ClusterState::Ready, CONVERGE).await;
+    }
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    assert!(a.agent.is_running(), "{}", a.agent.log());
+}
+
+/// Item 19: the registry bucket and the objects stream deleted under running
+/// agents are recreated with the same configuration, re-watched, and the
+/// mesh recovers; nothing is deleted meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_bus_layout_is_recreated_and_the_mesh_recovers() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    let b = Member::start(&nats, "b", "b", &[]).await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let objects = js
+        .get_stream("FLEETBUS_OBJECTS")
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    js.delete_key_value(BUCKET).await.unwrap();
+    js.delete_stream("FLEETBUS_OBJECTS").await.unwrap();
+
+    wait_for(
+        "both agents' records in a recreated bucket",
+        CONVERGE,
+        || async {
+            let kv = js.get_key_value(BUCKET).await.map_err(|e| e.to_string())?;
+            let keys = registry_keys(&kv).await;
+            let has = |n: &str| keys.iter().any(|k| k.starts_with(&format!("cluster.{n}.")));
+            (has("a") && has("b"))
+                .then_some(())
+                .ok_or(format!("{keys:?}"))
+        },
+    )
+    .await;
+    wait_for("the objects stream recreated", CONVERGE, || async {
+        let mut s = js
+            .get_stream("FLEETBUS_OBJECTS")
+            .await
+            .map_err(|e| e.to_string())?;
+        let info = s.info().await.map_err(|e| e.to_string())?;
+        let same = info.config.subjects == objects.subjects
+            && info.config.max_age == objects.max_age
+            && info.config.max_messages_per_subject == objects.max_messages_per_subject;
+        same.then_some(()).ok_or(format!("{:?}", info.config))
+    })
+    .await;
+    let recreated = a
+        .metric("fleetbus_bus_layout_recreated_total")
+        .unwrap_or(0.0)
+        + b.metric("fleetbus_bus_layout_recreated_total")
+            .unwrap_or(0.0);
+    assert!(recreated >= 1.0, "nobody counted the recreation");
+    // Re-watched: each sees the other's new heartbeats, so both stay Ready.
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    wait_readyz(&a, 200, CONVERGE).await;
+    wait_readyz(&b, 200, CONVERGE).await;
+    let before = b.metric("fleetbus_heartbeats_received_total").unwrap();
+    wait_for(
+        "b to receive a's heartbeats from the new bucket",
+        CONVERGE,
+        || async {
+            let now = b.metric("fleetbus_heartbeats_received_total")?;
+            (now >= before + 4.0)
+                .then_some(())
+                .ok_or(format!("{now} (from {before})"))
+        },
+    )
+    .await;
+    for m in [&a, &b] {
+        assert_eq!(
+            m.list().await.unwrap().len(),
+            2,
+            "{}: objects deleted",
+            m.name
+        );
+    }
+}
+
+/// NATS hung (SIGSTOP) rather than killed: puts time out, so agents turn
+/// not ready and peers Disconnected; after SIGCONT everything recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_nats_makes_agents_not_ready_and_they_recover() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    let b = Member::start(&nats, "b", "b", &[]).await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+
+    nats.pause().unwrap();
+    let body = wait_readyz(&a, 503, CONVERGE).await;
+    assert!(body.contains("registry-publish"), "{body}");
+    nats.resume().unwrap();
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    wait_readyz(&a, 200, CONVERGE).await;
+    wait_readyz(&b, 200, CONVERGE).await;
+    for m in [&a, &b] {
+        assert_eq!(
+            m.list().await.unwrap().len(),
+            2,
+            "{}: objects deleted",
+            m.name
+        );
+    }
+}
