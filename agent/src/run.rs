@@ -165,7 +165,8 @@ async fn start(
         || bus::layout::ensure(&js, &layout),
         LayoutError::is_transient,
     )
-    .await?;
+    .await?
+    .kv;
 
     let reg = Arc::new(Registry::new(
         cfg.clone(),

@@ -31,11 +31,32 @@ impl LayoutError {
     }
 }
 
+/// What [`ensure`] found.
+pub struct Ensured {
+    /// The registry bucket.
+    pub kv: kv::Store,
+    /// The bucket was missing and has been created.
+    pub created_bucket: bool,
+    /// How many streams were missing and have been created.
+    pub created_streams: usize,
+}
+
+impl Ensured {
+    /// Whether anything was missing.
+    pub fn created_any(&self) -> bool {
+        self.created_bucket || self.created_streams > 0
+    }
+}
+
 /// Creates what is missing of the registry bucket (first: its creation is
 /// where a server without JetStream is told apart) and the streams.
-pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<kv::Store, LayoutError> {
-    let kv =
+pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured, LayoutError> {
+    let (kv, created_bucket) =
         nats::ensure_bucket(js, nats::registry_bucket_config(&layout.registry_bucket())).await?;
-    streams::ensure_streams(js, layout).await?;
-    Ok(kv)
+    let created_streams = streams::ensure_streams(js, layout).await?;
+    Ok(Ensured {
+        kv,
+        created_bucket,
+        created_streams,
+    })
 }

@@ -790,6 +790,28 @@ mod tests {
         assert_eq!(s.state, Some(ClusterState::Disconnected));
     }
 
+    fn kube_error(code: u16) -> RegistryError {
+        let mut s = kube::core::Status::failure("refused", "Invalid");
+        s.code = code;
+        RegistryError::Kube {
+            action: "create Cluster",
+            object: "b".into(),
+            source: kube::Error::Api(Box::new(s)),
+        }
+    }
+
+    #[test]
+    fn only_an_invalid_object_is_a_refusal_the_rest_is_retried() {
+        for code in [400, 413, 422] {
+            assert!(is_refusal(&kube_error(code)), "{code}");
+        }
+        // 404 (a lagging cache), 403 (RBAC may be fixed), conflicts,
+        // throttling and server errors may all pass later.
+        for code in [403, 404, 409, 429, 500, 503] {
+            assert!(!is_refusal(&kube_error(code)), "{code}");
+        }
+    }
+
     #[test]
     fn left_peer_is_left() {
         let mut p = plan(false, true);

@@ -12,6 +12,10 @@ use crate::bus::errors::is_stream_missing;
 use super::record::{cluster_key, ClusterRecord, MemberState};
 use super::{Registry, RegistryError};
 
+/// Every this many heartbeat intervals the whole bus layout is checked (and
+/// repaired): 30 s at the default 2 s interval.
+const LAYOUT_CHECK_BEATS: u32 = 15;
+
 /// Version of this agent, published in the record.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -65,10 +69,19 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
     let mut tick = tokio::time::interval(reg.cfg.heartbeat_interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let every = reg.cfg.heartbeat_interval * LAYOUT_CHECK_BEATS;
+    let mut layout_check = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    layout_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tick.tick() => {}
+            // A stream deleted while the bucket lives breaks no heartbeat;
+            // look for it now and then (a few stream-info requests).
+            _ = layout_check.tick() => {
+                repair_layout(&reg).await;
+                continue;
+            }
             _ = reg.publish_now.notified() => {
                 // Whatever changed goes out now; the next regular beat is a full interval away.
                 tick.reset();
@@ -81,9 +94,8 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
 
 /// One heartbeat. A failed put makes the agent not ready until a put
 /// succeeds again; one that failed because the bucket's stream is gone
-/// (deleted under us: `nats kv rm`) recreates the whole bus layout with the
-/// start-up configuration, makes the watcher watch the new bucket, and puts
-/// again at once.
+/// (deleted under us: `nats kv rm`) recreates the bus layout and puts again
+/// at once.
 async fn beat(reg: &Registry) {
     let Err(error) = publish(reg, MemberState::Active).await else {
         return;
@@ -91,23 +103,42 @@ async fn beat(reg: &Registry) {
     reg.readiness.publishing.store(false, Ordering::Relaxed);
     let missing = matches!(&error, RegistryError::Put { source, .. } if is_stream_missing(source));
     tracing::warn!(error = %crate::report(&error), stream_missing = missing, "heartbeat failed");
-    if !missing {
-        return;
-    }
-    match crate::bus::layout::ensure(&reg.js, &reg.layout).await {
-        Ok(_) => {
-            tracing::warn!(bucket = %reg.layout.registry_bucket().bucket, "the registry bucket was gone; recreated the bus layout");
-            reg.metrics.bus_layout_recreated.inc();
-            reg.rewatch.notify_one();
-            if let Err(e) = publish(reg, MemberState::Active).await {
-                tracing::warn!(error = %crate::report(&e), "heartbeat after recreating the bus layout failed");
-            }
+    if missing && repair_layout(reg).await {
+        if let Err(e) = publish(reg, MemberState::Active).await {
+            tracing::warn!(error = %crate::report(&e), "heartbeat after recreating the bus layout failed");
         }
-        Err(e) => tracing::warn!(
-            error = %crate::report(&e),
-            transient = e.is_transient(),
-            "could not recreate the bus layout; trying again at the next heartbeat"
-        ),
+    }
+}
+
+/// Recreates whatever of the bus layout is missing, with the start-up
+/// configuration (idempotent: several agents may do it at once), and makes
+/// the watcher watch a recreated bucket. Returns whether the layout is
+/// complete now.
+pub(crate) async fn repair_layout(reg: &Registry) -> bool {
+    match crate::bus::layout::ensure(&reg.js, &reg.layout).await {
+        Ok(ensured) => {
+            if ensured.created_any() {
+                tracing::warn!(
+                    bucket = ensured.created_bucket,
+                    streams = ensured.created_streams,
+                    "parts of the bus layout were deleted; recreated them"
+                );
+                reg.metrics.bus_layout_recreated.inc();
+            }
+            if ensured.created_bucket {
+                // The old watch's consumer went with the old bucket.
+                reg.rewatch.notify_one();
+            }
+            true
+        }
+        Err(e) => {
+            tracing::warn!(
+                error = %crate::report(&e),
+                transient = e.is_transient(),
+                "could not ensure the bus layout; trying again later"
+            );
+            false
+        }
     }
 }
 

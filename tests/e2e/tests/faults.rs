@@ -311,6 +311,38 @@ async fn a_deleted_bus_layout_is_recreated_and_the_mesh_recovers() {
     }
 }
 
+/// A stream deleted while the registry bucket lives breaks no heartbeat; the
+/// periodic layout check (every 15 heartbeats) recreates it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_deleted_alone_is_recreated_by_the_periodic_check() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    wait_mesh(&[&a], &["a"]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.delete_stream("FLEETBUS_DRIFT").await.unwrap();
+    // 15 heartbeats of 500ms.
+    wait_for(
+        "FLEETBUS_DRIFT recreated",
+        Duration::from_secs(20),
+        || async {
+            js.get_stream("FLEETBUS_DRIFT")
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    wait_for("the recreation counted", CONVERGE, || async {
+        match a.metric("fleetbus_bus_layout_recreated_total") {
+            Ok(n) if n >= 1.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    wait_readyz(&a, 200, CONVERGE).await;
+}
+
 /// NATS hung (SIGSTOP) rather than killed: puts time out, so agents turn
 /// not ready and peers Disconnected; after SIGCONT everything recovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
