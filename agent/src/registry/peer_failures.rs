@@ -46,7 +46,7 @@ impl Content {
 #[derive(Debug)]
 enum Failure {
     /// Refused for good: wait for different content.
-    Rejected { content: Content },
+    Rejected { content: Box<Content> },
     /// Failed transiently: wait until `next_try`.
     Backoff {
         backoff: ExponentialBackoff,
@@ -76,7 +76,9 @@ impl PeerFailures {
     pub fn verdict(&self, name: &str, content: &Content, now: Instant) -> Verdict {
         match self.peers.get(name) {
             None => Verdict::Try,
-            Some(Failure::Rejected { content: refused }) if refused == content => Verdict::Rejected,
+            Some(Failure::Rejected { content: refused }) if **refused == *content => {
+                Verdict::Rejected
+            }
             Some(Failure::Rejected { .. }) => Verdict::Try,
             Some(Failure::Backoff { next_try, .. }) if *next_try > now => Verdict::Wait(*next_try),
             Some(Failure::Backoff { .. }) => Verdict::Try,
@@ -93,10 +95,14 @@ impl PeerFailures {
     pub fn rejected(&mut self, name: &str, content: Content) -> bool {
         let news = !matches!(
             self.peers.get(name),
-            Some(Failure::Rejected { content: c }) if *c == content
+            Some(Failure::Rejected { content: c }) if **c == content
         );
-        self.peers
-            .insert(name.to_owned(), Failure::Rejected { content });
+        self.peers.insert(
+            name.to_owned(),
+            Failure::Rejected {
+                content: Box::new(content),
+            },
+        );
         news
     }
 
