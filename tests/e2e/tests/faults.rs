@@ -368,3 +368,127 @@ async fn a_paused_nats_makes_agents_not_ready_and_they_recover() {
         );
     }
 }
+
+/// The hard way, one fault after another on one mesh: garbage and forged
+/// records, a paused API server, NATS killed, the bucket deleted. After each,
+/// `/readyz` and the peers tell the truth, and nothing is ever deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_fault_after_another_health_tells_the_truth_and_nothing_is_deleted() {
+    let mut nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    let b = Member::start(&nats, "b", "b", &[]).await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    let all_there = || async {
+        for m in [&a, &b] {
+            let names: Vec<String> = m
+                .list()
+                .await
+                .unwrap()
+                .iter()
+                .map(|c| c.name_any())
+                .collect();
+            assert!(
+                names.contains(&"a".to_owned()) && names.contains(&"b".to_owned()),
+                "{}: objects deleted: {names:?}",
+                m.name
+            );
+        }
+    };
+
+    // Garbage and forgeries: a body under b's key claiming another cluster,
+    // a record under a's name with bad labels, bytes that are no record.
+    let kv = registry_kv(&nats).await;
+    kv.put(
+        "cluster.b.forged",
+        b"{\"schema\":\"fleetbus.io/cluster/v1\"}"[..]
+            .to_vec()
+            .into(),
+    )
+    .await
+    .unwrap();
+    let forged = record("c", "not-b", BTreeMap::new());
+    kv.put("cluster.b.not-b", forged.encode().unwrap().into())
+        .await
+        .unwrap();
+    let bad = BTreeMap::from([("x".into(), "\u{0}".into())]);
+    put(&kv, &record("a", "forged-id", bad)).await;
+    kv.put("cluster.zz.id", b"\xff\xfe"[..].to_vec().into())
+        .await
+        .unwrap();
+    wait_for("garbage counted by b", CONVERGE, || async {
+        let text = b.metrics()?;
+        let n: f64 = ["undecodable", "invalid_record", "name_mismatch"]
+            .iter()
+            .filter_map(|r| {
+                text.lines().find_map(|l| {
+                    l.strip_prefix(&format!(
+                        "fleetbus_registry_rejected_total{{reason=\"{r}\"}} "
+                    ))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                })
+            })
+            .sum();
+        (n >= 4.0).then_some(()).ok_or(format!(
+            "{n}: {}",
+            text.lines()
+                .filter(|l| l.contains("rejected"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ))
+    })
+    .await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    wait_readyz(&a, 200, CONVERGE).await;
+    wait_readyz(&b, 200, CONVERGE).await;
+
+    // a's API server hangs: a is not ready, b shows it ApiUnreachable.
+    a.cluster.pause().unwrap();
+    wait_readyz(&a, 503, Duration::from_secs(6)).await;
+    wait_peer_state(
+        &b,
+        "a",
+        ClusterState::ApiUnreachable,
+        Duration::from_secs(8),
+    )
+    .await;
+    assert_eq!(readyz(&b).unwrap().0, 200, "b's own health is unaffected");
+    a.cluster.resume().unwrap();
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    all_there().await;
+
+    // NATS dies: both are not ready and see each other Disconnected.
+    nats.kill();
+    for m in [&a, &b] {
+        wait_readyz(m, 503, CONVERGE).await;
+    }
+    wait_peer_state(&a, "b", ClusterState::Disconnected, CONVERGE).await;
+    all_there().await;
+    nats.restart().unwrap();
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+
+    // The bucket deleted: recreated, and the mesh recovers.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    async_nats::jetstream::new(client)
+        .delete_key_value(BUCKET)
+        .await
+        .unwrap();
+    wait_for("a recreated bucket", CONVERGE, || async {
+        registry_kv_opt(&nats).await.map(|_| ())
+    })
+    .await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    for m in [&a, &b] {
+        wait_readyz(m, 200, CONVERGE).await;
+    }
+    all_there().await;
+}
+
+async fn registry_kv_opt(nats: &NatsServer) -> Result<async_nats::jetstream::kv::Store, String> {
+    let client = async_nats::connect(nats.url())
+        .await
+        .map_err(|e| e.to_string())?;
+    async_nats::jetstream::new(client)
+        .get_key_value(BUCKET)
+        .await
+        .map_err(|e| e.to_string())
+}
