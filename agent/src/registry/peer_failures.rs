@@ -20,6 +20,12 @@ use super::record::{ClusterRecord, KubeconfigRecord};
 const MIN_DELAY: Duration = Duration::from_millis(500);
 /// Longest retry delay: the reconciler's own resync period.
 const MAX_DELAY: Duration = Duration::from_secs(30);
+/// A refused write is tried again after this long even if the peer's record
+/// did not change: what refused it (an admission policy, RBAC, a stricter
+/// CRD) may have been fixed meanwhile.
+const REFUSED_RETRY: Duration = Duration::from_secs(300);
+/// Transient failures after which a peer counts as failing on its own.
+const SETTLE_ATTEMPTS: u32 = 3;
 
 /// What a peer's writes depend on: its record without the heartbeat fields
 /// (which change every beat and never make a refused object acceptable), and
@@ -45,12 +51,16 @@ impl Content {
 
 #[derive(Debug)]
 enum Failure {
-    /// Refused for good: wait for different content.
-    Rejected { content: Box<Content> },
+    /// Refused for good: wait for different content (or `REFUSED_RETRY`).
+    Rejected {
+        content: Box<Content>,
+        since: Instant,
+    },
     /// Failed transiently: wait until `next_try`.
     Backoff {
         backoff: ExponentialBackoff,
         next_try: Instant,
+        attempts: u32,
     },
 }
 
@@ -76,9 +86,10 @@ impl PeerFailures {
     pub fn verdict(&self, name: &str, content: &Content, now: Instant) -> Verdict {
         match self.peers.get(name) {
             None => Verdict::Try,
-            Some(Failure::Rejected { content: refused }) if **refused == *content => {
-                Verdict::Rejected
-            }
+            Some(Failure::Rejected {
+                content: refused,
+                since,
+            }) if **refused == *content && now < *since + REFUSED_RETRY => Verdict::Rejected,
             Some(Failure::Rejected { .. }) => Verdict::Try,
             Some(Failure::Backoff { next_try, .. }) if *next_try > now => Verdict::Wait(*next_try),
             Some(Failure::Backoff { .. }) => Verdict::Try,
@@ -90,17 +101,18 @@ impl PeerFailures {
         self.peers.remove(name);
     }
 
-    /// The peer's writes were refused for good; returns whether this is news
-    /// (the first refusal of this content), i.e. whether to report it.
-    pub fn rejected(&mut self, name: &str, content: Content) -> bool {
+    /// The peer's writes were refused for good at `now`; returns whether this
+    /// is news (the first refusal of this content), i.e. whether to report it.
+    pub fn rejected(&mut self, name: &str, content: Content, now: Instant) -> bool {
         let news = !matches!(
             self.peers.get(name),
-            Some(Failure::Rejected { content: c }) if **c == content
+            Some(Failure::Rejected { content: c, .. }) if **c == content
         );
         self.peers.insert(
             name.to_owned(),
             Failure::Rejected {
                 content: Box::new(content),
+                since: now,
             },
         );
         news
@@ -114,15 +126,22 @@ impl PeerFailures {
             .or_insert_with(|| Failure::Backoff {
                 backoff: builder().build(),
                 next_try: now,
+                attempts: 0,
             });
         if matches!(entry, Failure::Rejected { .. }) {
             *entry = Failure::Backoff {
                 backoff: builder().build(),
                 next_try: now,
+                attempts: 0,
             };
         }
         match entry {
-            Failure::Backoff { backoff, next_try } => {
+            Failure::Backoff {
+                backoff,
+                next_try,
+                attempts,
+            } => {
+                *attempts = attempts.saturating_add(1);
                 *next_try = now + backoff.next().unwrap_or(MAX_DELAY);
                 *next_try
             }
@@ -130,7 +149,19 @@ impl PeerFailures {
         }
     }
 
-    /// Names of the peers currently refused or backing off, with the verdict kind.
+    /// Whether a transiently failing peer has failed often enough to count
+    /// as failing on its own, rather than as "not written yet": from then on
+    /// it no longer holds back the initial readiness (a whole API outage is
+    /// the API probe's business, not one peer's).
+    pub fn settled(&self, name: &str) -> bool {
+        match self.peers.get(name) {
+            Some(Failure::Backoff { attempts, .. }) => *attempts >= SETTLE_ATTEMPTS,
+            Some(Failure::Rejected { .. }) => true,
+            None => false,
+        }
+    }
+
+    /// How many peers are currently refused or backing off.
     pub fn failing(&self) -> usize {
         self.peers.len()
     }
@@ -161,10 +192,14 @@ mod tests {
         let r1 = record("b", "id-b", 1);
         assert_eq!(f.verdict("b", &Content::of(&r1, None), now), Verdict::Try);
         assert!(
-            f.rejected("b", Content::of(&r1, None)),
+            f.rejected("b", Content::of(&r1, None), now),
             "first refusal is news"
         );
-        assert!(!f.rejected("b", Content::of(&r1, None)), "the same is not");
+        assert!(
+            !f.rejected("b", Content::of(&r1, None), now),
+            "the same is not"
+        );
+        assert!(f.settled("b"), "a refused peer never holds readiness back");
         // The next heartbeat carries the same content: still refused.
         let r2 = record("b", "id-b", 2);
         assert_eq!(
@@ -177,6 +212,11 @@ mod tests {
         let mut r3 = record("b", "id-b", 3);
         r3.labels.insert("env".into(), "fixed".into());
         assert_eq!(f.verdict("b", &Content::of(&r3, None), now), Verdict::Try);
+        // The unchanged record is tried again after a while (a policy may be fixed).
+        assert_eq!(
+            f.verdict("b", &Content::of(&r2, None), now + REFUSED_RETRY),
+            Verdict::Try
+        );
         f.succeeded("b");
         assert_eq!(f.failing(), 0);
     }
@@ -188,6 +228,10 @@ mod tests {
         let t0 = Instant::now();
         let first = f.transient("b", t0);
         assert_eq!(first, t0 + MIN_DELAY);
+        assert!(
+            !f.settled("b"),
+            "one failure is not yet the peer's own problem"
+        );
         assert_eq!(f.verdict("b", &c, t0), Verdict::Wait(first));
         assert_eq!(f.verdict("b", &c, first), Verdict::Try);
         let second = f.transient("b", first);
@@ -196,6 +240,8 @@ mod tests {
             "backs off: {:?}",
             second - first
         );
+        f.transient("b", second);
+        assert!(f.settled("b"), "after {SETTLE_ATTEMPTS} failures it is");
         for _ in 0..20 {
             let at = f.transient("b", t0);
             assert!(at - t0 <= MAX_DELAY, "capped");

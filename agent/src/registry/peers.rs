@@ -48,8 +48,9 @@ pub struct Outcome {
     /// When the pass should run again: the next liveness deadline or the
     /// next retry of a peer that failed transiently.
     pub wake_at: Option<Instant>,
-    /// Peers not written because of a transient error (now or backing off):
-    /// the Cluster objects do not show them yet.
+    /// Peers not written because of a transient error that has not yet
+    /// recurred often enough to count as that peer's own failure: the Cluster
+    /// objects do not show them yet.
     pub pending: usize,
 }
 
@@ -83,7 +84,9 @@ pub async fn reconcile(
             Verdict::Rejected => continue,
             Verdict::Wait(at) => {
                 out.wake(at);
-                out.pending += 1;
+                if !failures.settled(&p.name) {
+                    out.pending += 1;
+                }
                 continue;
             }
         }
@@ -94,7 +97,7 @@ pub async fn reconcile(
                 *by_state.entry(state_label(state)).or_default() += 1;
             }
             Err(e) if is_refusal(&e) => {
-                if failures.rejected(&p.name, content) {
+                if failures.rejected(&p.name, content, now) {
                     report_rejection(reg, clusters, &p.name, &e).await;
                 }
             }
@@ -102,7 +105,9 @@ pub async fn reconcile(
                 let at = failures.transient(&p.name, now);
                 tracing::warn!(peer = %p.name, error = %crate::report(&e), retry_in = ?at.saturating_duration_since(now), "peer reconcile failed; retrying this peer with backoff");
                 out.wake(at);
-                out.pending += 1;
+                if !failures.settled(&p.name) {
+                    out.pending += 1;
+                }
             }
         }
     }
@@ -133,16 +138,18 @@ pub async fn reconcile(
 }
 
 /// Whether the API server refused a peer's write for good: the object is
-/// invalid (400 BadRequest, 413 too large, 422 Invalid), so the same write
-/// fails the same way until the peer's record changes. Everything else
-/// (conflicts, throttling, 5xx, 404 from a lagging cache, broken connections,
-/// even 403 until RBAC is fixed) may pass later and is retried with backoff.
+/// invalid (400 BadRequest, 413 too large, 422 Invalid, which is also how a
+/// ValidatingAdmissionPolicy denies) or forbidden (403: an admission webhook's
+/// denial, or RBAC), so the same write fails the same way until the peer's
+/// record changes (or, in case a policy was fixed, a few minutes pass).
+/// Everything else (conflicts, throttling, 5xx, 404 from a lagging cache,
+/// broken connections) may pass soon and is retried with backoff.
 fn is_refusal(e: &RegistryError) -> bool {
     match e {
         RegistryError::Kube {
             source: kube::Error::Api(s),
             ..
-        } => matches!(s.code, 400 | 413 | 422),
+        } => matches!(s.code, 400 | 403 | 413 | 422),
         RegistryError::Encode(_) | RegistryError::Serialise(_) => true,
         RegistryError::Kube { .. } | RegistryError::Put { .. } | RegistryError::Watch(_) => false,
     }
@@ -802,12 +809,12 @@ mod tests {
 
     #[test]
     fn only_an_invalid_object_is_a_refusal_the_rest_is_retried() {
-        for code in [400, 413, 422] {
+        for code in [400, 403, 413, 422] {
             assert!(is_refusal(&kube_error(code)), "{code}");
         }
-        // 404 (a lagging cache), 403 (RBAC may be fixed), conflicts,
-        // throttling and server errors may all pass later.
-        for code in [403, 404, 409, 429, 500, 503] {
+        // 404 (a lagging cache), conflicts, throttling and server errors
+        // may all pass soon.
+        for code in [404, 409, 429, 500, 503] {
             assert!(!is_refusal(&kube_error(code)), "{code}");
         }
     }
