@@ -174,28 +174,27 @@ async fn report_rejection(
         .inc();
     let detail = crate::report(e);
     tracing::error!(peer = %peer, error = %detail, "the API server refused this peer's object; not retrying until its record changes");
+    // The watch cache may not show the Local object yet (it lags our own
+    // create); a reference by name (without uid) is then just as good.
     let local = clusters
         .iter()
-        .find(|c| c.name_any() == reg.cfg.cluster_name && c.spec.cluster_id == reg.cluster_id);
-    if let Some(local) = local {
-        // Event messages are capped (1 KiB is plenty for a Status message).
-        let mut msg = format!("peer {peer}: the API server refused its object: {detail}");
-        if msg.len() > 1024 {
-            let mut cut = 1024;
-            while !msg.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            msg.truncate(cut);
+        .find(|c| c.name_any() == reg.cfg.cluster_name && c.spec.cluster_id == reg.cluster_id)
+        .map(|c| c.object_ref(&()))
+        .unwrap_or_else(|| {
+            Cluster::new(&reg.cfg.cluster_name, ClusterSpec::default()).object_ref(&())
+        });
+    // Event messages are capped (1 KiB is plenty for a Status message).
+    let mut msg = format!("peer {peer}: the API server refused its object: {detail}");
+    if msg.len() > 1024 {
+        let mut cut = 1024;
+        while !msg.is_char_boundary(cut) {
+            cut -= 1;
         }
-        reg.recorder
-            .publish(
-                &local.object_ref(&()),
-                EventType::Warning,
-                "PeerRejected",
-                &msg,
-            )
-            .await;
+        msg.truncate(cut);
     }
+    reg.recorder
+        .publish(&local, EventType::Warning, "PeerRejected", &msg)
+        .await;
 }
 
 fn state_label(s: ClusterState) -> &'static str {

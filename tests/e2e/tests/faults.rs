@@ -492,3 +492,122 @@ async fn registry_kv_opt(nats: &NatsServer) -> Result<async_nats::jetstream::kv:
         .await
         .map_err(|e| e.to_string())
 }
+
+/// Item 17, the API side: a peer whose writes the API server refuses (here:
+/// its kubeconfig Secret, 403 because the namespace is terminating) is an
+/// error on that peer alone: reported once (metric + Event on the Local
+/// object), other peers are materialised, and an agent restarted in that
+/// state still becomes ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_the_api_server_refuses_blocks_neither_readiness_nor_other_peers() {
+    use k8s_openapi::api::core::v1::{Event, Namespace};
+    use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+    use kube::Api;
+
+    let nats = NatsServer::start().unwrap();
+    let mut a = Member::start(&nats, "a", "a", &[]).await;
+    wait_mesh(&[&a], &["a"]).await;
+
+    // Hold the namespace of the kubeconfig Secrets in Terminating: every
+    // create in it is now 403 Forbidden.
+    let namespaces: Api<Namespace> = Api::all(a.client.clone());
+    namespaces
+        .patch(
+            NAMESPACE,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+        )
+        .await
+        .unwrap();
+    namespaces
+        .delete(NAMESPACE, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let kv = registry_kv(&nats).await;
+    // p publishes a kubeconfig (its Secret will be refused); q does not.
+    let p = record("p", "id-p", BTreeMap::new());
+    let kubeconfig = fleetbus_schemas::registry::KubeconfigRecord {
+        name: "p".into(),
+        cluster_id: "id-p".into(),
+        kubeconfig: "apiVersion: v1\nkind: Config\n".into(),
+        expires_at: None,
+    };
+    kv.put("kubeconfig.p.id-p", kubeconfig.encode().unwrap().into())
+        .await
+        .unwrap();
+    put(&kv, &p).await;
+    put(&kv, &record("q", "id-q", BTreeMap::new())).await;
+
+    wait_for("q materialised although p fails", CONVERGE, || async {
+        a.clusters()
+            .get("q")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    // Restarted in that state, the agent still becomes ready (before, it
+    // retried p every second and never finished its initial reconcile).
+    a.agent.restart().unwrap();
+    wait_readyz(&a, 200, CONVERGE).await;
+    wait_for("the refusal reported once", CONVERGE, || async {
+        let n = a.metric("fleetbus_peer_rejected_total{write=\"create Secret\"}")?;
+        (n == 1.0).then_some(()).ok_or(format!("{n}"))
+    })
+    .await;
+    let events: Api<Event> = Api::namespaced(a.client.clone(), "default");
+    wait_for(
+        "a PeerRejected Event on the Local object",
+        CONVERGE,
+        || async {
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("PeerRejected")
+                        && e.involved_object.name.as_deref() == Some("a")
+                        && e.message.as_deref().is_some_and(|m| m.contains("peer p"))
+                })
+                .map(|_| ())
+                .ok_or_else(|| {
+                    let log = a.agent.log();
+                    let lines: Vec<&str> = log
+                        .lines()
+                        .filter(|l| l.contains("refused") || l.contains("event"))
+                        .collect();
+                    format!("{} events; log: {lines:?}", list.items.len())
+                })
+        },
+    )
+    .await;
+    wait_readyz(&a, 200, CONVERGE).await;
+
+    // Many heartbeats of p later, the refusal was still reported only once
+    // per agent run: p is not retried on every pass.
+    let before = a
+        .metric("fleetbus_heartbeats_received_total")
+        .unwrap_or(0.0);
+    put(&kv, &{
+        let mut r = p.clone();
+        r.seq = 2;
+        r.heartbeat_at = chrono::Utc::now();
+        r
+    })
+    .await;
+    wait_for("p's next heartbeat received", CONVERGE, || async {
+        let n = a.metric("fleetbus_heartbeats_received_total")?;
+        (n > before).then_some(()).ok_or(format!("{n}"))
+    })
+    .await;
+    assert_eq!(
+        a.metric("fleetbus_peer_rejected_total{write=\"create Secret\"}")
+            .unwrap(),
+        1.0
+    );
+    assert_eq!(a.metric("fleetbus_peers_failing").unwrap(), 1.0);
+    assert!(a.agent.is_running(), "{}", a.agent.log());
+}
