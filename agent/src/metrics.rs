@@ -37,6 +37,9 @@ pub struct Metrics {
     pub peer_rejected: Family<Labels, Counter>,
     /// Peers whose object the local API server currently refuses.
     pub peers_failing: Gauge,
+    /// 1 while this agent's own record fails the validation every reader
+    /// applies (peers then skip it), else 0.
+    pub own_record_invalid: Gauge,
 }
 
 impl Default for Metrics {
@@ -111,7 +114,14 @@ impl Metrics {
             "Peers whose Cluster object the local API server currently refuses",
             peers_failing.clone(),
         );
+        let own_record_invalid = Gauge::default();
+        registry.register(
+            "own_record_invalid",
+            "1 while this cluster's own record fails the validation its peers apply (they skip it)",
+            own_record_invalid.clone(),
+        );
         Metrics {
+            own_record_invalid,
             bus_layout_recreated,
             peer_rejected,
             peers_failing,

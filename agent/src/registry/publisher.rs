@@ -45,6 +45,18 @@ pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
 /// Puts this cluster's record once.
 pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryError> {
     let record = build_record(reg, state);
+    // Peers apply this validation and skip a record that fails it; say so
+    // here, where it can be fixed (e.g. too many labels on the Local object).
+    match record.validate() {
+        Ok(()) => {
+            reg.metrics.own_record_invalid.set(0);
+        }
+        Err(e) => {
+            if reg.metrics.own_record_invalid.set(1) == 0 {
+                tracing::error!(error = %e, "this cluster's record is invalid: peers will skip it");
+            }
+        }
+    }
     let key = cluster_key(&record.name, &record.cluster_id);
     let body = record.encode().map_err(RegistryError::Encode)?;
     reg.kv

@@ -18,10 +18,10 @@ use super::record::{ClusterRecord, KubeconfigRecord};
 pub const MAX_LABELS: usize = 256;
 /// Most features a record may list (each becomes an entry of `status.features`).
 pub const MAX_FEATURES: usize = 256;
-/// Most members a record may list: both member lists are joined into the
-/// ClustersSynced condition message, which Kubernetes caps at 32768 bytes
-/// (200 names of at most 63 bytes on each side stay below it).
-pub const MAX_MEMBERS: usize = 200;
+/// Most members a record may list (a fleet larger than this cannot form:
+/// every reader would reject every record). Readers that render member lists
+/// into condition messages cut those messages to Kubernetes' 32768 bytes.
+pub const MAX_MEMBERS: usize = 5000;
 /// Most API endpoints a record may list.
 pub const MAX_ENDPOINTS: usize = 16;
 /// Longest free-text value (versions, provider, region, clusterID, ...).

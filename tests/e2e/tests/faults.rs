@@ -611,3 +611,38 @@ async fn a_peer_the_api_server_refuses_blocks_neither_readiness_nor_other_peers(
     assert_eq!(a.metric("fleetbus_peers_failing").unwrap(), 1.0);
     assert!(a.agent.is_running(), "{}", a.agent.log());
 }
+
+/// A cluster whose own record would be rejected by its peers (here: more
+/// labels on its Local object than the protocol allows) says so itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_own_record_peers_would_reject_says_so() {
+    use kube::api::{Patch, PatchParams};
+
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    wait_mesh(&[&a], &["a"]).await;
+    assert_eq!(a.metric("fleetbus_own_record_invalid").unwrap(), 0.0);
+    let labels: serde_json::Map<String, serde_json::Value> = (0..300)
+        .map(|i| (format!("l{i}"), serde_json::Value::from("v")))
+        .collect();
+    a.clusters()
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .unwrap();
+    wait_for("a to report its record invalid", CONVERGE, || async {
+        match a.metric("fleetbus_own_record_invalid") {
+            Ok(n) if n == 1.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        a.agent.log().contains("record is invalid"),
+        "{}",
+        a.agent.log()
+    );
+}
