@@ -635,7 +635,7 @@ async fn an_agent_whose_own_record_peers_would_reject_says_so() {
         .unwrap();
     wait_for("a to report its record invalid", CONVERGE, || async {
         match a.metric("fleetbus_own_record_invalid") {
-            Ok(n) if n == 1.0 => Ok(()),
+            Ok(1.0) => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
