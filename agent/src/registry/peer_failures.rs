@@ -166,9 +166,12 @@ impl PeerFailures {
         self.peers.len()
     }
 
-    /// Forgets peers no longer in the registry.
+    /// Forgets peers no longer in the registry (and their `<peer>/<write>` keys).
     pub fn retain(&mut self, names: &[&str]) {
-        self.peers.retain(|n, _| names.contains(&n.as_str()));
+        self.peers.retain(|n, _| {
+            let peer = n.split('/').next().unwrap_or(n);
+            names.contains(&peer)
+        });
     }
 }
 

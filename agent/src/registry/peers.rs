@@ -91,7 +91,8 @@ pub async fn reconcile(
             }
         }
         let existing = clusters.iter().find(|c| c.name_any() == p.name);
-        match reconcile_one(reg, writer, secrets, p, existing, now).await {
+        let auth_info = kubeconfig_secret(reg, secrets, failures, clusters, p, now, &mut out).await;
+        match reconcile_one(reg, writer, p, existing, auth_info, now).await {
             Ok(state) => {
                 failures.succeeded(&p.name);
                 *by_state.entry(state_label(state)).or_default() += 1;
@@ -260,12 +261,67 @@ fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
     plans
 }
 
+/// Stores the peer's published kubeconfig as a Secret and returns where the
+/// object should point, or `None` (keep `spec.authInfo` as it is) when there
+/// is none, the name is in conflict, or the Secret cannot be written. A
+/// Secret the API server refuses is that Secret's problem: reported once,
+/// retried like a peer (key `<peer>/kubeconfig-secret` in `failures`), and
+/// the Cluster object is written all the same.
+async fn kubeconfig_secret(
+    reg: &Registry,
+    secrets: &SecretCache,
+    failures: &mut PeerFailures,
+    clusters: &[Arc<Cluster>],
+    p: &Plan,
+    now: Instant,
+    out: &mut Outcome,
+) -> Option<AuthInfo> {
+    let k = p.kubeconfig.as_ref()?;
+    if !p.conflict_ids.is_empty() {
+        return None;
+    }
+    let key = format!("{}/kubeconfig-secret", p.name);
+    let content = Content::of(&p.record, Some(k));
+    match failures.verdict(&key, &content, now) {
+        Verdict::Try => {}
+        Verdict::Rejected => return None,
+        Verdict::Wait(at) => {
+            out.wake(at);
+            return None;
+        }
+    }
+    let secret_name = format!("{}-kubeconfig", p.name);
+    match ensure_secret(reg, secrets, &secret_name, k).await {
+        Ok(()) => {
+            failures.succeeded(&key);
+            Some(AuthInfo {
+                secret_ref: NamespacedName {
+                    name: secret_name,
+                    namespace: reg.cfg.namespace.clone(),
+                },
+            })
+        }
+        Err(e) if is_refusal(&e) => {
+            if failures.rejected(&key, content, now) {
+                report_rejection(reg, clusters, &p.name, &e).await;
+            }
+            None
+        }
+        Err(e) => {
+            let at = failures.transient(&key, now);
+            tracing::warn!(peer = %p.name, error = %crate::report(&e), retry_in = ?at.saturating_duration_since(now), "storing the peer's kubeconfig failed; retrying with backoff");
+            out.wake(at);
+            None
+        }
+    }
+}
+
 async fn reconcile_one(
     reg: &Registry,
     writer: &StatusWriter,
-    secrets: &SecretCache,
     p: &Plan,
     cached: Option<&Arc<Cluster>>,
+    auth_info: Option<AuthInfo>,
     now: Instant,
 ) -> Result<ClusterState, RegistryError> {
     // The watch cache lags our own writes: an object we created a moment ago
@@ -274,19 +330,6 @@ async fn reconcile_one(
     let existing: Option<&Cluster> = cached.map(|c| &**c).or(remembered.as_ref());
     let api = Api::<Cluster>::all(reg.client.clone());
     let conflict = !p.conflict_ids.is_empty();
-    let secret_name = format!("{}-kubeconfig", p.name);
-    let auth_info = match (&p.kubeconfig, conflict) {
-        (Some(k), false) => {
-            ensure_secret(reg, secrets, &secret_name, k).await?;
-            Some(AuthInfo {
-                secret_ref: NamespacedName {
-                    name: secret_name,
-                    namespace: reg.cfg.namespace.clone(),
-                },
-            })
-        }
-        _ => None,
-    };
     let desired = DesiredSpec {
         cluster_id: (!conflict).then_some(p.record.cluster_id.as_str()),
         auth_info: auth_info.as_ref(),

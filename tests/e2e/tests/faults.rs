@@ -547,6 +547,12 @@ async fn a_peer_the_api_server_refuses_blocks_neither_readiness_nor_other_peers(
             .map_err(|e| e.to_string())
     })
     .await;
+    // p itself is materialised too, only without the refused Secret.
+    let obj = wait_for("p materialised without its Secret", CONVERGE, || async {
+        a.clusters().get("p").await.map_err(|e| e.to_string())
+    })
+    .await;
+    assert_eq!(obj.spec.auth_info, None);
     // Restarted in that state, the agent still becomes ready (before, it
     // retried p every second and never finished its initial reconcile).
     a.agent.restart().unwrap();
