@@ -92,10 +92,36 @@ pub async fn reconcile(
         }
         let existing = clusters.iter().find(|c| c.name_any() == p.name);
         let auth_info = kubeconfig_secret(reg, secrets, failures, clusters, p, now, &mut out).await;
-        match reconcile_one(reg, writer, p, existing, auth_info, now).await {
-            Ok(state) => {
+        // The spec/labels patch has its own verdict: when it is refused the
+        // status is still kept true.
+        let spec_key = format!("{}/spec", p.name);
+        let skip_spec = match failures.verdict(&spec_key, &content, now) {
+            Verdict::Try => false,
+            Verdict::Rejected => true,
+            Verdict::Wait(at) => {
+                out.wake(at);
+                true
+            }
+        };
+        match reconcile_one(reg, writer, p, existing, auth_info, skip_spec, now).await {
+            Ok((state, spec_error)) => {
                 failures.succeeded(&p.name);
                 *by_state.entry(state_label(state)).or_default() += 1;
+                match spec_error {
+                    None if !skip_spec => failures.succeeded(&spec_key),
+                    None => {}
+                    Some(e) if is_refusal(&e) => {
+                        let news = failures.rejected(&spec_key, content, now);
+                        if news {
+                            report_rejection(reg, clusters, &p.name, &e).await;
+                        }
+                    }
+                    Some(e) => {
+                        let at = failures.transient(&spec_key, now);
+                        tracing::warn!(peer = %p.name, error = %crate::report(&e), retry_in = ?at.saturating_duration_since(now), "patching the peer's spec failed; retrying with backoff");
+                        out.wake(at);
+                    }
+                }
             }
             Err(e) if is_refusal(&e) => {
                 if failures.rejected(&p.name, content, now) {
@@ -316,14 +342,20 @@ async fn kubeconfig_secret(
     }
 }
 
+/// Writes one peer's object: created if missing, spec and labels patched
+/// (unless `skip_spec`: that patch was refused before), status written.
+/// A failed spec patch does not stop the status write: it comes back as
+/// the second value, so the peer's state stays true while its labels lag.
 async fn reconcile_one(
     reg: &Registry,
     writer: &StatusWriter,
     p: &Plan,
     cached: Option<&Arc<Cluster>>,
     auth_info: Option<AuthInfo>,
+    skip_spec: bool,
     now: Instant,
-) -> Result<ClusterState, RegistryError> {
+) -> Result<(ClusterState, Option<RegistryError>), RegistryError> {
+    let mut spec_error = None;
     // The watch cache lags our own writes: an object we created a moment ago
     // may not be in it yet. Use what we created rather than create again.
     let remembered = writer.created_not_cached(&p.name, cached.is_some(), now);
@@ -338,12 +370,18 @@ async fn reconcile_one(
     let obj: Cluster = match existing {
         Some(c) if describes_local(reg, c) => {
             tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
-            return Ok(ClusterState::Conflict);
+            return Ok((ClusterState::Conflict, None));
         }
         // The cache may still show the object as it was before our last spec
         // patch; patching again on its say-so would repeat that patch.
-        Some(c) if writer.spec_pending(c) => c.clone(),
-        Some(c) => update_spec(reg, &api, writer, c, &desired).await?,
+        Some(c) if writer.spec_pending(c) || skip_spec => c.clone(),
+        Some(c) => match update_spec(reg, &api, writer, c, &desired).await {
+            Ok(obj) => obj,
+            Err(e) => {
+                spec_error = Some(e);
+                c.clone()
+            }
+        },
         None => match create(reg, &api, p, auth_info.clone()).await? {
             Some(obj) => obj,
             // The object exists although neither the watch cache nor our
@@ -362,9 +400,15 @@ async fn reconcile_one(
                     })?;
                 if describes_local(reg, &fresh) {
                     tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
-                    return Ok(ClusterState::Conflict);
+                    return Ok((ClusterState::Conflict, None));
                 }
-                update_spec(reg, &api, writer, &fresh, &desired).await?
+                match update_spec(reg, &api, writer, &fresh, &desired).await {
+                    Ok(obj) => obj,
+                    Err(e) => {
+                        spec_error = Some(e);
+                        fresh
+                    }
+                }
             }
         },
     };
@@ -410,7 +454,7 @@ async fn reconcile_one(
             .await;
     }
     writer.write(reg, &obj, older, status).await?;
-    Ok(state)
+    Ok((state, spec_error))
 }
 
 /// Whether `c` is (or claims to be) the local cluster's object.
