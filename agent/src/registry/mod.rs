@@ -10,6 +10,7 @@ mod liveness;
 mod local;
 mod membership;
 mod peer_failures;
+mod peer_secret;
 mod peer_spec;
 mod peers;
 pub mod publisher;

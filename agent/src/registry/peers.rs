@@ -1,22 +1,21 @@
 //! Peer Cluster objects: one per other cluster in the registry, status kept current, nothing ever deleted.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleetbus_schemas::crd::{
-    AuthInfo, Cluster, ClusterSpec, ClusterState, ClusterStatus, ClusterType, NamespacedName,
+    AuthInfo, Cluster, ClusterSpec, ClusterState, ClusterStatus, ClusterType,
 };
 use fleetbus_schemas::well_known::{self, condition};
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::ByteString;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::conditions::{merge, Desired};
 use super::liveness::{members_match, peer_state, PeerFacts};
 use super::peer_failures::{Content, PeerFailures, Verdict};
+use super::peer_secret::{kubeconfig_secret, SecretCache};
 use super::peer_spec::{spec_patch, DesiredSpec};
 use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
@@ -25,22 +24,17 @@ use crate::events::EventType;
 
 /// One peer name as the registry shows it, decided under the membership lock.
 #[derive(Debug, Clone)]
-struct Plan {
-    name: String,
-    record: ClusterRecord,
-    alive: bool,
-    advanced: bool,
-    deadline: Instant,
-    kubeconfig: Option<KubeconfigRecord>,
+pub(super) struct Plan {
+    pub(super) name: String,
+    pub(super) record: ClusterRecord,
+    pub(super) alive: bool,
+    pub(super) advanced: bool,
+    pub(super) deadline: Instant,
+    pub(super) kubeconfig: Option<KubeconfigRecord>,
     /// clusterIDs of the active records claiming this name, when more than one.
-    conflict_ids: Vec<String>,
-    members_ours: Vec<String>,
+    pub(super) conflict_ids: Vec<String>,
+    pub(super) members_ours: Vec<String>,
 }
-
-/// Kubeconfig Secrets already written (name -> kubeconfig), to skip rewrites.
-/// A std mutex: held for one lookup or insert, never across an await.
-#[derive(Debug, Default)]
-pub struct SecretCache(Mutex<HashMap<String, String>>);
 
 /// What a pass over the peers found.
 #[derive(Debug, Default)]
@@ -55,7 +49,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    fn wake(&mut self, at: Instant) {
+    pub(super) fn wake(&mut self, at: Instant) {
         self.wake_at = Some(self.wake_at.map_or(at, |d| d.min(at)));
     }
 }
@@ -171,7 +165,7 @@ pub async fn reconcile(
 /// record changes (or, in case a policy was fixed, a few minutes pass).
 /// Everything else (conflicts, throttling, 5xx, 404 from a lagging cache,
 /// broken connections) may pass soon and is retried with backoff.
-fn is_refusal(e: &RegistryError) -> bool {
+pub(super) fn is_refusal(e: &RegistryError) -> bool {
     match e {
         RegistryError::Kube {
             source: kube::Error::Api(s),
@@ -185,7 +179,7 @@ fn is_refusal(e: &RegistryError) -> bool {
 /// Reports a refused peer: an error log, `fleetbus_peer_rejected_total`, and
 /// a Warning Event `PeerRejected` on the Local Cluster object (the peer's own
 /// object may not exist: its create may be what was refused).
-async fn report_rejection(
+pub(super) async fn report_rejection(
     reg: &Registry,
     clusters: &[Arc<Cluster>],
     peer: &str,
@@ -285,61 +279,6 @@ fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
         });
     }
     plans
-}
-
-/// Stores the peer's published kubeconfig as a Secret and returns where the
-/// object should point, or `None` (keep `spec.authInfo` as it is) when there
-/// is none, the name is in conflict, or the Secret cannot be written. A
-/// Secret the API server refuses is that Secret's problem: reported once,
-/// retried like a peer (key `<peer>/kubeconfig-secret` in `failures`), and
-/// the Cluster object is written all the same.
-async fn kubeconfig_secret(
-    reg: &Registry,
-    secrets: &SecretCache,
-    failures: &mut PeerFailures,
-    clusters: &[Arc<Cluster>],
-    p: &Plan,
-    now: Instant,
-    out: &mut Outcome,
-) -> Option<AuthInfo> {
-    let k = p.kubeconfig.as_ref()?;
-    if !p.conflict_ids.is_empty() {
-        return None;
-    }
-    let key = format!("{}/kubeconfig-secret", p.name);
-    let content = Content::of(&p.record, Some(k));
-    match failures.verdict(&key, &content, now) {
-        Verdict::Try => {}
-        Verdict::Rejected => return None,
-        Verdict::Wait(at) => {
-            out.wake(at);
-            return None;
-        }
-    }
-    let secret_name = format!("{}-kubeconfig", p.name);
-    match ensure_secret(reg, secrets, &secret_name, k).await {
-        Ok(()) => {
-            failures.succeeded(&key);
-            Some(AuthInfo {
-                secret_ref: NamespacedName {
-                    name: secret_name,
-                    namespace: reg.cfg.namespace.clone(),
-                },
-            })
-        }
-        Err(e) if is_refusal(&e) => {
-            if failures.rejected(&key, content, now) {
-                report_rejection(reg, clusters, &p.name, &e).await;
-            }
-            None
-        }
-        Err(e) => {
-            let at = failures.transient(&key, now);
-            tracing::warn!(peer = %p.name, error = %crate::report(&e), retry_in = ?at.saturating_duration_since(now), "storing the peer's kubeconfig failed; retrying with backoff");
-            out.wake(at);
-            None
-        }
-    }
 }
 
 /// Writes one peer's object: created if missing, spec and labels patched
@@ -679,75 +618,6 @@ async fn orphans(
             .await;
         writer.write(reg, c, None, status).await?;
     }
-    Ok(())
-}
-
-/// Stores a peer's published kubeconfig as a Secret the Cluster object points at.
-async fn ensure_secret(
-    reg: &Registry,
-    cache: &SecretCache,
-    name: &str,
-    k: &KubeconfigRecord,
-) -> Result<(), RegistryError> {
-    {
-        let cached = cache.0.lock().unwrap_or_else(|p| p.into_inner());
-        if cached.get(name) == Some(&k.kubeconfig) {
-            return Ok(());
-        }
-    }
-    let api = Api::<Secret>::namespaced(reg.client.clone(), &reg.cfg.namespace);
-    let err = |action, source| RegistryError::Kube {
-        action,
-        object: format!("{}/{name}", reg.cfg.namespace),
-        source,
-    };
-    let data = ByteString(k.kubeconfig.clone().into_bytes());
-    match api.get_opt(name).await.map_err(|e| err("get Secret", e))? {
-        Some(s)
-            if s.data
-                .as_ref()
-                .and_then(|d| d.get(well_known::SECRET_KEY_KUBECONFIG))
-                == Some(&data) => {}
-        Some(_) => {
-            let patch = serde_json::json!({
-                "data": { well_known::SECRET_KEY_KUBECONFIG: data },
-            });
-            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| err("patch Secret", e))?;
-            reg.metrics.kube_write("secret");
-            tracing::info!(secret = name, "updated peer kubeconfig Secret");
-        }
-        None => {
-            let secret = Secret {
-                metadata: ObjectMeta {
-                    name: Some(name.to_owned()),
-                    namespace: Some(reg.cfg.namespace.clone()),
-                    labels: Some(
-                        [(
-                            well_known::LABEL_MANAGED.to_owned(),
-                            well_known::LABEL_MANAGED_VALUE.to_owned(),
-                        )]
-                        .into(),
-                    ),
-                    ..ObjectMeta::default()
-                },
-                type_: Some(well_known::SECRET_TYPE_CLUSTER_KUBECONFIG.to_owned()),
-                data: Some([(well_known::SECRET_KEY_KUBECONFIG.to_owned(), data)].into()),
-                ..Secret::default()
-            };
-            api.create(&PostParams::default(), &secret)
-                .await
-                .map_err(|e| err("create Secret", e))?;
-            reg.metrics.kube_write("secret");
-            tracing::info!(secret = name, "stored peer kubeconfig Secret");
-        }
-    }
-    cache
-        .0
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(name.to_owned(), k.kubeconfig.clone());
     Ok(())
 }
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::peer_failures::PeerFailures;
-use super::peers::SecretCache;
+use super::peer_secret::SecretCache;
 use super::record::FeatureRecord;
 use super::status::StatusWriter;
 use super::{local, peers, Registry, RegistryError};
