@@ -160,23 +160,23 @@ async fn start(
     // Every stream and bucket name, limit and replica count comes from the
     // schemas layout; --replicas must match the NATS deployment (1 or 3+).
     let layout = Layout::new(cfg.subject_prefix.clone(), cfg.replicas);
-    let kv = retry(
+    let ensured = retry(
         "set up the bus layout",
         || bus::layout::ensure(&js, &layout),
         LayoutError::is_transient,
     )
-    .await?
-    .kv;
+    .await?;
 
     let reg = Arc::new(Registry::new(
         cfg.clone(),
         cluster_id,
         client,
-        kv,
+        ensured.kv,
         (js, layout),
         metrics,
         readiness,
     ));
+    reg.note_bucket_incarnation(&ensured.bucket_incarnation);
     // The first record carries the metadata; the Node watch keeps it current.
     match crate::metadata::gather(&reg.client).await {
         Ok(md) => reg.update_local_info(|i| i.metadata = md),

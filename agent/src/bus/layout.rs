@@ -39,6 +39,10 @@ pub struct Ensured {
     pub created_bucket: bool,
     /// How many streams were missing and have been created.
     pub created_streams: usize,
+    /// When the bucket's stream was created, as NATS reports it: tells one
+    /// incarnation of the bucket from the next (another agent or an operator
+    /// may have deleted and recreated it meanwhile).
+    pub bucket_incarnation: String,
 }
 
 impl Ensured {
@@ -54,9 +58,16 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
     let (kv, created_bucket) =
         nats::ensure_bucket(js, nats::registry_bucket_config(&layout.registry_bucket())).await?;
     let created_streams = streams::ensure_streams(js, layout).await?;
+    // The handle holds the stream info read when it was opened or created.
+    let bucket_incarnation = kv
+        .status()
+        .await
+        .map(|s| format!("{:?}", s.info.created))
+        .unwrap_or_default();
     Ok(Ensured {
         kv,
         created_bucket,
         created_streams,
+        bucket_incarnation,
     })
 }

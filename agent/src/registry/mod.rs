@@ -134,6 +134,9 @@ pub struct Registry {
     pub layout: Layout,
     /// Wakes the registry watcher to watch again (the bucket was recreated).
     pub rewatch: Notify,
+    /// Which incarnation of the registry bucket the watcher watches (its
+    /// stream's creation time; see `bus::layout::Ensured`).
+    bucket_incarnation: Mutex<String>,
     /// When this agent run started (published; a restart is a new run).
     pub started_at: chrono::DateTime<chrono::Utc>,
     /// Heartbeat sequence number within this run.
@@ -172,6 +175,7 @@ impl Registry {
             js,
             layout,
             rewatch: Notify::new(),
+            bucket_incarnation: Mutex::new(String::new()),
             started_at: chrono::Utc::now(),
             seq: AtomicU64::new(0),
         }
@@ -214,6 +218,21 @@ impl Registry {
             .last_heartbeat
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(at);
+    }
+
+    /// Records the registry bucket's incarnation; returns whether it differs
+    /// from the one recorded before (none recorded counts as no change).
+    pub fn note_bucket_incarnation(&self, incarnation: &str) -> bool {
+        if incarnation.is_empty() {
+            return false;
+        }
+        let mut guard = self
+            .bucket_incarnation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let changed = !guard.is_empty() && *guard != incarnation;
+        incarnation.clone_into(&mut guard);
+        changed
     }
 
     /// The local API server's health as last probed.

@@ -137,8 +137,17 @@ pub(crate) async fn repair_layout(reg: &Registry) -> bool {
                 );
                 reg.metrics.bus_layout_recreated.inc();
             }
-            if ensured.created_bucket {
-                // The old watch's consumer went with the old bucket.
+            // A bucket recreated here or elsewhere (by another agent, whose
+            // put failed first, or an operator) is a new stream: the old
+            // watch's consumer went with the old one, and its sequence
+            // numbers start again, so watch it anew.
+            let recreated = reg.note_bucket_incarnation(&ensured.bucket_incarnation);
+            if ensured.created_bucket || recreated {
+                if !ensured.created_bucket {
+                    tracing::info!(
+                        "the registry bucket was recreated elsewhere; watching it again"
+                    );
+                }
                 reg.rewatch.notify_one();
             }
             true

@@ -652,3 +652,50 @@ async fn an_agent_whose_own_record_peers_would_reject_says_so() {
         a.agent.log()
     );
 }
+
+/// The bucket deleted and recreated by someone else (an operator, or another
+/// agent that noticed first): agents whose puts never failed still watch
+/// the new bucket, so records put into it right away are not missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_recreated_elsewhere_is_watched_anew() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    wait_mesh(&[&a], &["a"]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    // Let the old stream's sequence run ahead of what the new one will hold.
+    let old = registry_kv(&nats).await;
+    for i in 0..50 {
+        put(&old, &record(&format!("filler{i}"), "id", BTreeMap::new())).await;
+    }
+    wait_for("the fillers materialised", CONVERGE, || async {
+        let n = a.list().await?.len();
+        (n == 51).then_some(()).ok_or(format!("{n}"))
+    })
+    .await;
+    js.delete_key_value(BUCKET).await.unwrap();
+    let kv = js
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: BUCKET.into(),
+            history: 1,
+            max_value_size: 1024 * 1024,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    put(&kv, &record("late", "id-late", BTreeMap::new())).await;
+    // The periodic layout check runs every 15 heartbeats (7.5 s here).
+    wait_for(
+        "the record put into the new bucket materialised",
+        Duration::from_secs(20),
+        || async {
+            a.clusters()
+                .get("late")
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    assert_eq!(a.list().await.unwrap().len(), 52, "objects deleted");
+}
