@@ -41,8 +41,10 @@ impl HealthError {
 pub struct Readiness {
     /// The NATS connection is up.
     pub nats: AtomicBool,
-    /// The last call to the Kubernetes API succeeded.
+    /// The local API server answered the last probe (`kube::api_probe`).
     pub kube: AtomicBool,
+    /// The last put of our record into the registry bucket succeeded.
+    pub publishing: AtomicBool,
     /// The registry watch has delivered every value present when it started.
     pub registry_synced: AtomicBool,
     /// A reconcile pass that started after `registry_synced` succeeded: the
@@ -59,6 +61,9 @@ impl Readiness {
         }
         if !self.kube.load(Ordering::Relaxed) {
             out.push("kubernetes");
+        }
+        if !self.publishing.load(Ordering::Relaxed) {
+            out.push("registry-publish");
         }
         if !self.registry_synced.load(Ordering::Relaxed) {
             out.push("registry-sync");
@@ -144,10 +149,17 @@ mod tests {
         let r = Readiness::default();
         assert_eq!(
             r.missing(),
-            vec!["nats", "kubernetes", "registry-sync", "initial-reconcile"]
+            vec![
+                "nats",
+                "kubernetes",
+                "registry-publish",
+                "registry-sync",
+                "initial-reconcile"
+            ]
         );
         r.nats.store(true, Ordering::Relaxed);
         r.kube.store(true, Ordering::Relaxed);
+        r.publishing.store(true, Ordering::Relaxed);
         r.registry_synced.store(true, Ordering::Relaxed);
         assert_eq!(r.missing(), vec!["initial-reconcile"]);
         r.caught_up.store(true, Ordering::Relaxed);

@@ -8,11 +8,13 @@
 //! metadata current (`nodes`). Flags are in [`Args`], checked into [`Config`].
 
 mod bootstrap;
+mod bus;
 mod cli;
 mod config;
 mod events;
 mod health;
 mod identity;
+mod kube;
 mod kubeclient;
 mod kubeconfig;
 mod metadata;

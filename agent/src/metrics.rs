@@ -30,6 +30,16 @@ pub struct Metrics {
     pub kubeconfig_mints: Counter,
     /// Times the detected cluster metadata changed (and was republished).
     pub metadata_changes: Counter,
+    /// Times the bus layout was found deleted under the running agent and recreated.
+    pub bus_layout_recreated: Counter,
+    /// Writes for a peer that the local API server refused for good (4xx), by
+    /// what was written (`fleetbus_peer_rejected_total{write}`).
+    pub peer_rejected: Family<Labels, Counter>,
+    /// Peers whose object the local API server currently refuses.
+    pub peers_failing: Gauge,
+    /// 1 while this agent's own record fails the validation every reader
+    /// applies (peers then skip it), else 0.
+    pub own_record_invalid: Gauge,
 }
 
 impl Default for Metrics {
@@ -86,7 +96,35 @@ impl Metrics {
             "Times the cluster metadata detected from Nodes changed and was republished",
             metadata_changes.clone(),
         );
+        let bus_layout_recreated = Counter::default();
+        registry.register(
+            "bus_layout_recreated",
+            "Times the registry bucket was found deleted under the running agent and the bus layout recreated",
+            bus_layout_recreated.clone(),
+        );
+        let peer_rejected = Family::<Labels, Counter>::default();
+        registry.register(
+            "peer_rejected",
+            "Writes for a peer the local API server refused for good (not retried until the peer's record changes)",
+            peer_rejected.clone(),
+        );
+        let peers_failing = Gauge::default();
+        registry.register(
+            "peers_failing",
+            "Peers whose Cluster object the local API server currently refuses",
+            peers_failing.clone(),
+        );
+        let own_record_invalid = Gauge::default();
+        registry.register(
+            "own_record_invalid",
+            "1 while this cluster's own record fails the validation its peers apply (they skip it)",
+            own_record_invalid.clone(),
+        );
         Metrics {
+            own_record_invalid,
+            bus_layout_recreated,
+            peer_rejected,
+            peers_failing,
             registry,
             registry_rejected,
             name_conflicts,

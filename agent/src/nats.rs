@@ -130,12 +130,13 @@ pub fn registry_bucket_config(spec: &KvSpec) -> kv::Config {
     }
 }
 
-/// Creates the registry bucket if missing; an existing one with the same
-/// settings is reused, one with different settings is reported.
+/// Creates the registry bucket if missing (then the flag is true); an
+/// existing one with the same settings is reused, one with different
+/// settings is reported.
 pub async fn ensure_bucket(
     js: &jetstream::Context,
     config: kv::Config,
-) -> Result<kv::Store, NatsError> {
+) -> Result<(kv::Store, bool), NatsError> {
     let bucket = config.bucket.clone();
     match js.get_key_value(&bucket).await {
         Ok(store) => {
@@ -173,30 +174,34 @@ pub async fn ensure_bucket(
                 // Not fatal: records still work, they may just expire.
                 tracing::warn!(%bucket, max_age = ?status.max_age(), "registry bucket has a max age; idle clusters may vanish from it");
             }
-            Ok(store)
+            Ok((store, false))
         }
         Err(e) if e.kind() == jetstream::context::KeyValueErrorKind::GetBucket => {
             tracing::info!(%bucket, "creating registry bucket");
             let replicas = config.num_replicas;
-            js.create_key_value(config).await.map_err(|e| {
-                if e.kind() == jetstream::context::CreateKeyValueErrorKind::BucketCreate
-                    && (e.to_string().contains("10039") || e.to_string().contains("no responders"))
-                {
-                    return NatsError::NoJetStream;
-                }
-                // The server's error code, as async-nats keeps only the text of it.
-                if e.to_string().contains("10074") {
-                    return NatsError::ReplicasNotSupported {
+            js.create_key_value(config)
+                .await
+                .map(|s| (s, true))
+                .map_err(|e| {
+                    if e.kind() == jetstream::context::CreateKeyValueErrorKind::BucketCreate
+                        && (e.to_string().contains("10039")
+                            || e.to_string().contains("no responders"))
+                    {
+                        return NatsError::NoJetStream;
+                    }
+                    // The server's error code, as async-nats keeps only the text of it.
+                    if e.to_string().contains("10074") {
+                        return NatsError::ReplicasNotSupported {
+                            bucket,
+                            replicas,
+                            source: Box::new(e),
+                        };
+                    }
+                    NatsError::Bucket {
                         bucket,
-                        replicas,
                         source: Box::new(e),
-                    };
-                }
-                NatsError::Bucket {
-                    bucket,
-                    source: Box::new(e),
-                }
-            })
+                    }
+                })
         }
         Err(e) => Err(NatsError::Bucket {
             bucket,

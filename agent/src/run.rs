@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::bootstrap::{self, BootstrapError};
+use crate::bus::{self, layout::LayoutError};
 use crate::config::Config;
 use crate::health::{self, HealthError, Readiness};
 use crate::identity::{self, IdentityError};
@@ -20,7 +21,6 @@ use crate::nats::{self, NatsError};
 use crate::nodes;
 use crate::registry::record::MemberState;
 use crate::registry::{self, publisher, watcher, Registry, RegistryError};
-use crate::streams::{self, StreamError};
 
 /// Why the agent stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -37,9 +37,9 @@ pub enum RunError {
     /// NATS refused us or is unsuitable.
     #[error(transparent)]
     Nats(#[from] NatsError),
-    /// A stream could not be created, or exists with another configuration.
+    /// The registry bucket or a stream could not be created, or exists with another configuration.
     #[error(transparent)]
-    Streams(#[from] StreamError),
+    Layout(#[from] LayoutError),
     /// The metrics server failed.
     #[error(transparent)]
     Health(#[from] HealthError),
@@ -62,7 +62,7 @@ impl RunError {
             RunError::Bootstrap(e) => e.is_transient(),
             RunError::Identity(e) => e.is_transient(),
             RunError::Nats(e) => e.is_transient(),
-            RunError::Streams(e) => e.is_transient(),
+            RunError::Layout(e) => e.is_transient(),
             RunError::Health(e) => e.is_transient(),
             RunError::Registry(e) => e.is_transient(),
             RunError::Kubeconfig(e) => e.is_transient(),
@@ -160,18 +160,10 @@ async fn start(
     // Every stream and bucket name, limit and replica count comes from the
     // schemas layout; --replicas must match the NATS deployment (1 or 3+).
     let layout = Layout::new(cfg.subject_prefix.clone(), cfg.replicas);
-    let spec = layout.registry_bucket();
-    // The bucket first: its creation is where a server without JetStream is told apart.
-    let kv = retry(
-        "set up the registry bucket",
-        || nats::ensure_bucket(&js, nats::registry_bucket_config(&spec)),
-        NatsError::is_transient,
-    )
-    .await?;
-    retry(
-        "set up the streams",
-        || streams::ensure_streams(&js, &layout),
-        StreamError::is_transient,
+    let ensured = retry(
+        "set up the bus layout",
+        || bus::layout::ensure(&js, &layout),
+        LayoutError::is_transient,
     )
     .await?;
 
@@ -179,10 +171,12 @@ async fn start(
         cfg.clone(),
         cluster_id,
         client,
-        kv,
+        ensured.kv,
+        (js, layout),
         metrics,
         readiness,
     ));
+    reg.note_bucket_incarnation(&ensured.bucket_incarnation);
     // The first record carries the metadata; the Node watch keeps it current.
     match crate::metadata::gather(&reg.client).await {
         Ok(md) => reg.update_local_info(|i| i.metadata = md),
@@ -227,6 +221,10 @@ async fn run_tasks(
         Box::pin(registry::run_reconciler(reg.clone(), cancel.clone())),
     );
     spawn("nodes", Box::pin(nodes::run(reg.clone(), cancel.clone())));
+    spawn(
+        "api_probe",
+        Box::pin(crate::kube::api_probe::run(reg.clone(), cancel.clone())),
+    );
     // Cancelled like the others, the publisher then publishes the leave record.
     spawn(
         "publisher",

@@ -203,26 +203,33 @@ fn age(d: Duration) -> String {
 }
 
 /// Creates every stream of `layout` that is missing and checks the others.
-pub async fn ensure_streams(js: &jetstream::Context, layout: &Layout) -> Result<(), StreamError> {
+pub async fn ensure_streams(
+    js: &jetstream::Context,
+    layout: &Layout,
+) -> Result<usize, StreamError> {
+    let mut created = 0;
     for spec in layout.streams() {
-        ensure_stream(js, stream_config(&spec)).await?;
+        if ensure_stream(js, stream_config(&spec)).await? {
+            created += 1;
+        }
     }
-    Ok(())
+    Ok(created)
 }
 
-/// Creates `config` if missing; an existing stream is compared field by field.
+/// Creates `config` if missing (returns true then); an existing stream is
+/// compared field by field.
 #[tracing::instrument(skip_all, fields(stream = %config.name))]
 pub async fn ensure_stream(
     js: &jetstream::Context,
     config: stream::Config,
-) -> Result<(), StreamError> {
+) -> Result<bool, StreamError> {
     let name = config.name.clone();
     match existing(js, &name).await? {
-        Some(found) => check(&config, &found),
+        Some(found) => check(&config, &found).map(|()| false),
         None => match js.create_stream(config.clone()).await {
             Ok(_) => {
                 tracing::info!(replicas = config.num_replicas, "created stream");
-                Ok(())
+                Ok(true)
             }
             // Another agent created it between our read and our create (NATS
             // accepts an identical create, so this means the configs differ or
@@ -230,7 +237,7 @@ pub async fn ensure_stream(
             Err(e) if is_code(&e, ErrorCode::STREAM_NAME_EXIST) => {
                 tracing::debug!("stream created concurrently; checking it");
                 match existing(js, &name).await? {
-                    Some(found) => check(&config, &found),
+                    Some(found) => check(&config, &found).map(|()| false),
                     None => Err(StreamError::Create {
                         stream: name,
                         source: e,

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 use fleetbus_schemas::crd::{ClusterMetadata, KubernetesApiEndpoint, Locality};
 use fleetbus_schemas::registry::{
-    ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, RegistryKey,
+    ApiHealth, ClusterRecord, FeatureRecord, InvalidRecord, KubeconfigRecord, MemberState,
+    RegistryKey,
 };
 use fleetbus_schemas::subject::is_valid_kv_token;
 use fleetbus_schemas::time::parse_rfc3339;
@@ -49,7 +50,8 @@ prop_compose! {
                         features in proptest::collection::vec((text(), string_map()), 0..3),
                         agent_version in text(), started_at in ms_time(), heartbeat_at in ms_time(),
                         heartbeat_interval_seconds in any::<u32>(), seq in any::<u64>(),
-                        members in proptest::collection::vec(text(), 0..4)) -> ClusterRecord {
+                        members in proptest::collection::vec(text(), 0..4),
+                        api_down in any::<bool>(), api_message in text()) -> ClusterRecord {
         ClusterRecord {
             name, cluster_id,
             state: if left { MemberState::Left } else { MemberState::Active },
@@ -59,6 +61,7 @@ prop_compose! {
             metadata,
             features: features.into_iter().map(|(feature_name, labels)| FeatureRecord { feature_name, labels }).collect(),
             agent_version, started_at, heartbeat_at, heartbeat_interval_seconds, seq, members,
+            api: if api_down { ApiHealth::unreachable(api_message) } else { ApiHealth::reachable() },
         }
     }
 }
@@ -128,6 +131,7 @@ fn example() -> ClusterRecord {
         heartbeat_interval_seconds: 10,
         seq: 181,
         members: vec!["east".into(), "west".into()],
+        api: ApiHealth::reachable(),
     }
 }
 
@@ -181,6 +185,56 @@ fn unknown_fields_are_ignored_within_v1() {
         ClusterRecord::decode(extended.as_bytes()).unwrap(),
         example()
     );
+}
+
+#[test]
+fn api_health_is_omitted_while_reachable_and_missing_means_reachable() {
+    assert_eq!(
+        example().api,
+        ApiHealth::reachable(),
+        "EXAMPLE_JSON has no api"
+    );
+    let mut down = example();
+    down.api = ApiHealth::unreachable("GET /readyz timed out");
+    let json = String::from_utf8(down.encode().unwrap()).unwrap();
+    assert!(
+        json.contains(r#""api":{"reachable":false,"message":"GET /readyz timed out"}"#),
+        "{json}"
+    );
+    assert_eq!(ClusterRecord::decode(json.as_bytes()).unwrap(), down);
+}
+
+fn label_name() -> impl Strategy<Value = String> {
+    "[a-zA-Z0-9]([a-zA-Z0-9._-]{0,61}[a-zA-Z0-9])?"
+}
+
+proptest! {
+    #[test]
+    fn kubernetes_valid_labels_validate(labels in proptest::collection::btree_map(
+        (proptest::option::of("[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?(\\.[a-z]{1,10}){0,2}"), label_name()),
+        proptest::option::of(label_name()), 0..20)) {
+        let mut r = example();
+        r.labels = labels.into_iter().map(|((prefix, name), value)| {
+            let key = match prefix { Some(p) => format!("{p}/{name}"), None => name };
+            (key, value.unwrap_or_default())
+        }).collect();
+        prop_assert_eq!(r.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_label_value_with_a_character_kubernetes_refuses_is_invalid(
+        good in label_name(), bad in "[^a-zA-Z0-9._-]", at in any::<proptest::sample::Index>()) {
+        let mut value = good.clone();
+        value.insert_str(value.char_indices().nth(at.index(good.chars().count())).map_or(0, |(i, _)| i), &bad);
+        let mut r = example();
+        r.labels.insert("env".into(), value);
+        prop_assert_eq!(r.validate(), Err(InvalidRecord::LabelValue { key: "env".into() }));
+    }
+
+    #[test]
+    fn validation_never_panics(r in cluster_record()) {
+        let _ = r.validate();
+    }
 }
 
 #[test]

@@ -44,12 +44,28 @@ pub fn merge(
                 type_: d.type_.to_owned(),
                 status: status.to_owned(),
                 reason: d.reason.to_owned(),
-                message: d.message.clone(),
+                message: bounded(&d.message),
                 last_transition_time,
                 observed_generation: generation,
             }
         })
         .collect()
+}
+
+/// Longest condition message written. Kubernetes refuses more than 32768
+/// bytes; messages built from peer data (member lists) are cut well below.
+pub const MAX_MESSAGE: usize = 4096;
+
+/// `message` cut to [`MAX_MESSAGE`] bytes at a char boundary, marked with "…".
+pub fn bounded(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE {
+        return message.to_owned();
+    }
+    let mut cut = MAX_MESSAGE - '…'.len_utf8();
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &message[..cut])
 }
 
 /// The status ("True"/"False") of condition `type_`, if present.
@@ -63,6 +79,14 @@ pub fn status_of<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_messages_are_cut_below_the_kubernetes_limit() {
+        let long = "é".repeat(20_000);
+        let m = bounded(&long);
+        assert!(m.len() <= MAX_MESSAGE && m.ends_with('…'));
+        assert_eq!(bounded("short"), "short");
+    }
 
     fn d(status: bool, msg: &str) -> Desired {
         Desired {

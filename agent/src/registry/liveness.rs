@@ -70,6 +70,8 @@ pub struct PeerFacts {
     pub disabled: bool,
     /// Another clusterID claims the same name.
     pub name_conflict: bool,
+    /// The peer's record says its own API server does not answer.
+    pub api_unreachable: bool,
 }
 
 /// The state a peer's Cluster object should show. Administrative and identity
@@ -82,10 +84,13 @@ pub fn peer_state(f: PeerFacts) -> ClusterState {
         ClusterState::Conflict
     } else if f.left {
         ClusterState::Left
-    } else if f.alive {
-        ClusterState::Ready
-    } else {
+    } else if !f.alive {
         ClusterState::Disconnected
+    } else if f.api_unreachable {
+        // Only a live record can vouch for this; a silent peer is Disconnected.
+        ClusterState::ApiUnreachable
+    } else {
+        ClusterState::Ready
     }
 }
 
@@ -135,8 +140,16 @@ mod tests {
             alive: true,
             disabled: false,
             name_conflict: false,
+            api_unreachable: false,
         };
         assert_eq!(peer_state(base), ClusterState::Ready);
+        assert_eq!(
+            peer_state(PeerFacts {
+                api_unreachable: true,
+                ..base
+            }),
+            ClusterState::ApiUnreachable
+        );
         assert_eq!(
             peer_state(PeerFacts {
                 alive: false,

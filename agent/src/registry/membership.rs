@@ -23,6 +23,9 @@ pub enum Rejection {
     NameMismatch,
     /// The name is not a DNS-1123 label.
     InvalidName,
+    /// The record decoded but holds a value Kubernetes would refuse (a label,
+    /// a name, an oversized list): it could never be materialised.
+    InvalidRecord,
 }
 
 impl Rejection {
@@ -34,6 +37,7 @@ impl Rejection {
             Rejection::WrongSchema => "wrong_schema",
             Rejection::NameMismatch => "name_mismatch",
             Rejection::InvalidName => "invalid_name",
+            Rejection::InvalidRecord => "invalid_record",
         }
     }
 }
@@ -70,6 +74,13 @@ pub fn decode(key: &str, value: &[u8]) -> Result<Decoded, Rejection> {
     if name != parsed.name() || id != parsed.cluster_id() {
         return Err(Rejection::NameMismatch);
     }
+    // Everything we would write into Kubernetes must be acceptable there: a
+    // record the API server refuses would otherwise be retried for ever.
+    let valid = match &decoded {
+        Decoded::Cluster(r) => r.validate(),
+        Decoded::Kubeconfig(k) => k.validate(),
+    };
+    valid.map_err(|_| Rejection::InvalidRecord)?;
     Ok(decoded)
 }
 
@@ -189,6 +200,34 @@ impl Membership {
         }
     }
 
+    /// Forgets the record at `key` (deleted or purged from the bucket): a
+    /// cluster record takes its peer (and its kubeconfig) out of memory, a
+    /// kubeconfig record only the kubeconfig. Returns what that changed.
+    pub fn remove(&mut self, key: &RegistryKey) -> Applied {
+        let before = self.members();
+        let id = (key.name().to_owned(), key.cluster_id().to_owned());
+        let changed = match key {
+            RegistryKey::Cluster { .. } => {
+                self.orphan_kubeconfigs.remove(&id);
+                self.peers.remove(&id).is_some()
+            }
+            RegistryKey::Kubeconfig { .. } => {
+                let orphan = self.orphan_kubeconfigs.remove(&id).is_some();
+                let held = self
+                    .peers
+                    .get_mut(&id)
+                    .and_then(|p| p.kubeconfig.take())
+                    .is_some();
+                orphan || held
+            }
+        };
+        Applied {
+            members_changed: before != self.members(),
+            changed,
+            heartbeat: false,
+        }
+    }
+
     /// Names of the members this cluster sees, itself included: every cluster
     /// with a record that has not left. Disconnected peers stay members (they
     /// may come back); this is what ClustersSynced compares.
@@ -261,6 +300,7 @@ pub(crate) mod tests {
             heartbeat_interval_seconds: 1,
             seq,
             members: vec![],
+            api: Default::default(),
         }
     }
 
@@ -351,6 +391,44 @@ pub(crate) mod tests {
         assert!(
             m.conflicting_names().is_empty(),
             "a cluster that left no longer conflicts"
+        );
+    }
+
+    #[test]
+    fn records_kubernetes_refuses_are_rejected() {
+        let mut r = record("b", "id-b", 1);
+        r.labels
+            .insert("env".into(), "not a valid label value!".into());
+        assert_eq!(
+            decode(&cluster_key("b", "id-b"), &r.encode().unwrap()),
+            Err(Rejection::InvalidRecord)
+        );
+        let mut r = record("b", "id-b", 1);
+        r.labels = (0..1000).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert_eq!(
+            decode(&cluster_key("b", "id-b"), &r.encode().unwrap()),
+            Err(Rejection::InvalidRecord)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_removed_key_leaves_memory() {
+        let mut m = Membership::new("a", "id-a");
+        let now = Instant::now();
+        m.apply(cluster(record("b", "id-b", 1)), now);
+        m.apply(cluster(record("x", "id-x1", 1)), now);
+        m.apply(cluster(record("x", "id-x2", 1)), now);
+        assert_eq!(m.conflicting_names().len(), 1);
+        let a = m.remove(&RegistryKey::cluster("x", "id-x2"));
+        assert!(a.changed && !a.members_changed, "x is still a member");
+        assert!(m.conflicting_names().is_empty(), "the purged rival is gone");
+        let a = m.remove(&RegistryKey::cluster("b", "id-b"));
+        assert!(a.changed && a.members_changed);
+        assert_eq!(m.members(), vec!["a", "x"]);
+        assert_eq!(
+            m.remove(&RegistryKey::cluster("b", "id-b")),
+            Applied::default(),
+            "removing twice changes nothing"
         );
     }
 

@@ -9,6 +9,8 @@ mod conditions;
 mod liveness;
 mod local;
 mod membership;
+mod peer_failures;
+mod peer_secret;
 mod peer_spec;
 mod peers;
 pub mod publisher;
@@ -23,6 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_nats::jetstream::kv;
 use fleetbus_schemas::crd::{Cluster, ClusterMetadata, ClusterState};
+use fleetbus_schemas::jetstream::Layout;
+use fleetbus_schemas::registry::ApiHealth;
 use kube::ResourceExt;
 use tokio::sync::Notify;
 
@@ -120,6 +124,19 @@ pub struct Registry {
     /// When this agent last put its record successfully (the Local object's
     /// `lastHeartbeatTime`).
     last_heartbeat: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
+    /// The local API server's health as the probe last saw it (published).
+    api_health: Mutex<ApiHealth>,
+    /// Wakes the API probe early (a watch broke).
+    pub probe_now: Notify,
+    /// JetStream, to recreate the bus layout if it is deleted under us.
+    pub js: async_nats::jetstream::Context,
+    /// The bus layout this agent created at start-up (and recreates).
+    pub layout: Layout,
+    /// Wakes the registry watcher to watch again (the bucket was recreated).
+    pub rewatch: Notify,
+    /// Which incarnation of the registry bucket the watcher watches (its
+    /// stream's creation time; see `bus::layout::Ensured`).
+    bucket_incarnation: Mutex<String>,
     /// When this agent run started (published; a restart is a new run).
     pub started_at: chrono::DateTime<chrono::Utc>,
     /// Heartbeat sequence number within this run.
@@ -133,9 +150,11 @@ impl Registry {
         cluster_id: String,
         client: kube::Client,
         kv: kv::Store,
+        bus: (async_nats::jetstream::Context, Layout),
         metrics: Arc<Metrics>,
         readiness: Arc<Readiness>,
     ) -> Self {
+        let (js, layout) = bus;
         let recorder = Recorder::new(client.clone(), &cfg.cluster_name);
         Registry {
             membership: Mutex::new(Membership::new(&cfg.cluster_name, &cluster_id)),
@@ -151,6 +170,12 @@ impl Registry {
             publish_now: Notify::new(),
             local_changed: Notify::new(),
             last_heartbeat: Mutex::new(None),
+            api_health: Mutex::new(ApiHealth::reachable()),
+            probe_now: Notify::new(),
+            js,
+            layout,
+            rewatch: Notify::new(),
+            bucket_incarnation: Mutex::new(String::new()),
             started_at: chrono::Utc::now(),
             seq: AtomicU64::new(0),
         }
@@ -193,6 +218,53 @@ impl Registry {
             .last_heartbeat
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(at);
+    }
+
+    /// Records the registry bucket's incarnation; returns whether it differs
+    /// from the one recorded before (none recorded counts as no change).
+    pub fn note_bucket_incarnation(&self, incarnation: &str) -> bool {
+        if incarnation.is_empty() {
+            return false;
+        }
+        let mut guard = self
+            .bucket_incarnation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let changed = !guard.is_empty() && *guard != incarnation;
+        incarnation.clone_into(&mut guard);
+        changed
+    }
+
+    /// The local API server's health as last probed.
+    pub fn api_health(&self) -> ApiHealth {
+        self.api_health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records a probe result: `/readyz` follows it at once, and a change is
+    /// published at once (peers show it within one heartbeat).
+    pub fn set_api_health(&self, health: ApiHealth) {
+        self.readiness
+            .kube
+            .store(health.reachable, Ordering::Relaxed);
+        let changed_reachability = {
+            let mut guard = self.api_health.lock().unwrap_or_else(|p| p.into_inner());
+            let flipped = guard.reachable != health.reachable;
+            *guard = health.clone();
+            flipped
+        };
+        // Only a flip is news; a new error text while still down is not worth
+        // an extra publish (the next heartbeat carries it anyway).
+        if changed_reachability {
+            if health.reachable {
+                tracing::info!("local API server answers again");
+            } else {
+                tracing::warn!(reason = %health.message, "local API server unreachable");
+            }
+            self.publish_now.notify_one();
+        }
     }
 
     /// When our record was last put successfully (None before the first put).

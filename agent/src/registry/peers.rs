@@ -1,21 +1,21 @@
 //! Peer Cluster objects: one per other cluster in the registry, status kept current, nothing ever deleted.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleetbus_schemas::crd::{
-    AuthInfo, Cluster, ClusterSpec, ClusterState, ClusterStatus, ClusterType, NamespacedName,
+    AuthInfo, Cluster, ClusterSpec, ClusterState, ClusterStatus, ClusterType,
 };
 use fleetbus_schemas::well_known::{self, condition};
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::ByteString;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::conditions::{merge, Desired};
 use super::liveness::{members_match, peer_state, PeerFacts};
+use super::peer_failures::{Content, PeerFailures, Verdict};
+use super::peer_secret::{kubeconfig_secret, SecretCache};
 use super::peer_spec::{spec_patch, DesiredSpec};
 use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
@@ -24,60 +24,198 @@ use crate::events::EventType;
 
 /// One peer name as the registry shows it, decided under the membership lock.
 #[derive(Debug, Clone)]
-struct Plan {
-    name: String,
-    record: ClusterRecord,
-    alive: bool,
-    advanced: bool,
-    deadline: Instant,
-    kubeconfig: Option<KubeconfigRecord>,
+pub(super) struct Plan {
+    pub(super) name: String,
+    pub(super) record: ClusterRecord,
+    pub(super) alive: bool,
+    pub(super) advanced: bool,
+    pub(super) deadline: Instant,
+    pub(super) kubeconfig: Option<KubeconfigRecord>,
     /// clusterIDs of the active records claiming this name, when more than one.
-    conflict_ids: Vec<String>,
-    members_ours: Vec<String>,
+    pub(super) conflict_ids: Vec<String>,
+    pub(super) members_ours: Vec<String>,
 }
 
-/// Kubeconfig Secrets already written (name -> kubeconfig), to skip rewrites.
-/// A std mutex: held for one lookup or insert, never across an await.
+/// What a pass over the peers found.
 #[derive(Debug, Default)]
-pub struct SecretCache(Mutex<HashMap<String, String>>);
+pub struct Outcome {
+    /// When the pass should run again: the next liveness deadline or the
+    /// next retry of a peer that failed transiently.
+    pub wake_at: Option<Instant>,
+    /// Peers not written because of a transient error that has not yet
+    /// recurred often enough to count as that peer's own failure: the Cluster
+    /// objects do not show them yet.
+    pub pending: usize,
+}
 
-/// Reconciles every peer; returns when the next liveness deadline falls.
+impl Outcome {
+    pub(super) fn wake(&mut self, at: Instant) {
+        self.wake_at = Some(self.wake_at.map_or(at, |d| d.min(at)));
+    }
+}
+
+/// Reconciles every peer. A peer whose writes fail is that peer's problem
+/// alone (see `peer_failures`): the others are written all the same.
 #[tracing::instrument(name = "peers", skip_all, fields(cluster = %reg.cfg.cluster_name))]
 pub async fn reconcile(
     reg: &Registry,
     writer: &StatusWriter,
     secrets: &SecretCache,
+    failures: &mut PeerFailures,
     clusters: &[Arc<Cluster>],
     now: Instant,
-) -> Result<Option<Instant>, RegistryError> {
+) -> Outcome {
     let plans = plan(reg, clusters, now);
-    let mut next_deadline: Option<Instant> = None;
+    let mut out = Outcome::default();
     let mut by_state: BTreeMap<&'static str, i64> = BTreeMap::new();
-    let mut first_error = None;
     for p in &plans {
         if p.alive && p.record.state == MemberState::Active {
-            next_deadline = Some(next_deadline.map_or(p.deadline, |d| d.min(p.deadline)));
+            out.wake(p.deadline);
+        }
+        let content = Content::of(&p.record, p.kubeconfig.as_ref());
+        match failures.verdict(&p.name, &content, now) {
+            Verdict::Try => {}
+            Verdict::Rejected => continue,
+            Verdict::Wait(at) => {
+                out.wake(at);
+                if !failures.settled(&p.name) {
+                    out.pending += 1;
+                }
+                continue;
+            }
         }
         let existing = clusters.iter().find(|c| c.name_any() == p.name);
-        match reconcile_one(reg, writer, secrets, p, existing, now).await {
-            Ok(state) => *by_state.entry(state_label(state)).or_default() += 1,
+        let auth_info = kubeconfig_secret(reg, secrets, failures, clusters, p, now, &mut out).await;
+        // The spec/labels patch has its own verdict: when it is refused the
+        // status is still kept true.
+        let spec_key = format!("{}/spec", p.name);
+        let skip_spec = match failures.verdict(&spec_key, &content, now) {
+            Verdict::Try => false,
+            Verdict::Rejected => true,
+            Verdict::Wait(at) => {
+                out.wake(at);
+                true
+            }
+        };
+        match reconcile_one(reg, writer, p, existing, auth_info, skip_spec, now).await {
+            Ok((state, spec_error)) => {
+                failures.succeeded(&p.name);
+                *by_state.entry(state_label(state)).or_default() += 1;
+                match spec_error {
+                    None if !skip_spec => failures.succeeded(&spec_key),
+                    None => {}
+                    Some(e) if is_refusal(&e) => {
+                        let news = failures.rejected(&spec_key, content, now);
+                        if news {
+                            report_rejection(reg, clusters, &p.name, &e).await;
+                        }
+                    }
+                    Some(e) => {
+                        let at = failures.transient(&spec_key, now);
+                        tracing::warn!(peer = %p.name, error = %crate::report(&e), retry_in = ?at.saturating_duration_since(now), "patching the peer's spec failed; retrying with backoff");
+                        out.wake(at);
+                    }
+                }
+            }
+            Err(e) if is_refusal(&e) => {
+                if failures.rejected(&p.name, content, now) {
+                    report_rejection(reg, clusters, &p.name, &e).await;
+                }
+            }
             Err(e) => {
-                tracing::warn!(peer = %p.name, error = %crate::report(&e), "peer reconcile failed");
-                first_error.get_or_insert(e);
+                let at = failures.transient(&p.name, now);
+                tracing::warn!(peer = %p.name, error = %crate::report(&e), retry_in = ?at.saturating_duration_since(now), "peer reconcile failed; retrying this peer with backoff");
+                out.wake(at);
+                if !failures.settled(&p.name) {
+                    out.pending += 1;
+                }
             }
         }
     }
-    orphans(reg, writer, clusters, &plans).await?;
-    for state in ["Ready", "Disconnected", "Disabled", "Conflict", "Left"] {
+    let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
+    failures.retain(&names);
+    reg.metrics
+        .peers_failing
+        .set(i64::try_from(failures.failing()).unwrap_or(i64::MAX));
+    if let Err(e) = orphans(reg, writer, clusters, &plans).await {
+        tracing::warn!(error = %crate::report(&e), "marking peers without a record failed; retrying");
+        out.wake(now + Duration::from_secs(1));
+        out.pending += 1;
+    }
+    for state in [
+        "Ready",
+        "Disconnected",
+        "Disabled",
+        "Conflict",
+        "Left",
+        "ApiUnreachable",
+    ] {
         reg.metrics
             .peers
             .get_or_create(&vec![("state", state)])
             .set(by_state.get(state).copied().unwrap_or(0));
     }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(next_deadline),
+    out
+}
+
+/// Whether the API server refused a peer's write for good: the object is
+/// invalid (400 BadRequest, 413 too large, 422 Invalid, which is also how a
+/// ValidatingAdmissionPolicy denies) or forbidden (403: an admission webhook's
+/// denial, or RBAC), so the same write fails the same way until the peer's
+/// record changes (or, in case a policy was fixed, a few minutes pass).
+/// Everything else (conflicts, throttling, 5xx, 404 from a lagging cache,
+/// broken connections) may pass soon and is retried with backoff.
+pub(super) fn is_refusal(e: &RegistryError) -> bool {
+    match e {
+        RegistryError::Kube {
+            source: kube::Error::Api(s),
+            ..
+        } => matches!(s.code, 400 | 403 | 413 | 422),
+        RegistryError::Encode(_) | RegistryError::Serialise(_) => true,
+        RegistryError::Kube { .. } | RegistryError::Put { .. } | RegistryError::Watch(_) => false,
     }
+}
+
+/// Reports a refused peer: an error log, `fleetbus_peer_rejected_total`, and
+/// a Warning Event `PeerRejected` on the Local Cluster object (the peer's own
+/// object may not exist: its create may be what was refused).
+pub(super) async fn report_rejection(
+    reg: &Registry,
+    clusters: &[Arc<Cluster>],
+    peer: &str,
+    e: &RegistryError,
+) {
+    let action = match e {
+        RegistryError::Kube { action, .. } => *action,
+        _ => "encode",
+    };
+    reg.metrics
+        .peer_rejected
+        .get_or_create(&vec![("write", action)])
+        .inc();
+    let detail = crate::report(e);
+    tracing::error!(peer = %peer, error = %detail, "the API server refused this peer's object; not retrying until its record changes");
+    // The watch cache may not show the Local object yet (it lags our own
+    // create); a reference by name (without uid) is then just as good.
+    let local = clusters
+        .iter()
+        .find(|c| c.name_any() == reg.cfg.cluster_name && c.spec.cluster_id == reg.cluster_id)
+        .map(|c| c.object_ref(&()))
+        .unwrap_or_else(|| {
+            Cluster::new(&reg.cfg.cluster_name, ClusterSpec::default()).object_ref(&())
+        });
+    // Event messages are capped (1 KiB is plenty for a Status message).
+    let mut msg = format!("peer {peer}: the API server refused its object: {detail}");
+    if msg.len() > 1024 {
+        let mut cut = 1024;
+        while !msg.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        msg.truncate(cut);
+    }
+    reg.recorder
+        .publish(&local, EventType::Warning, "PeerRejected", &msg)
+        .await;
 }
 
 fn state_label(s: ClusterState) -> &'static str {
@@ -87,6 +225,7 @@ fn state_label(s: ClusterState) -> &'static str {
         ClusterState::Disabled => "Disabled",
         ClusterState::Conflict => "Conflict",
         ClusterState::Left => "Left",
+        ClusterState::ApiUnreachable => "ApiUnreachable",
     }
 }
 
@@ -142,33 +281,26 @@ fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
     plans
 }
 
+/// Writes one peer's object: created if missing, spec and labels patched
+/// (unless `skip_spec`: that patch was refused before), status written.
+/// A failed spec patch does not stop the status write: it comes back as
+/// the second value, so the peer's state stays true while its labels lag.
 async fn reconcile_one(
     reg: &Registry,
     writer: &StatusWriter,
-    secrets: &SecretCache,
     p: &Plan,
     cached: Option<&Arc<Cluster>>,
+    auth_info: Option<AuthInfo>,
+    skip_spec: bool,
     now: Instant,
-) -> Result<ClusterState, RegistryError> {
+) -> Result<(ClusterState, Option<RegistryError>), RegistryError> {
+    let mut spec_error = None;
     // The watch cache lags our own writes: an object we created a moment ago
     // may not be in it yet. Use what we created rather than create again.
     let remembered = writer.created_not_cached(&p.name, cached.is_some(), now);
     let existing: Option<&Cluster> = cached.map(|c| &**c).or(remembered.as_ref());
     let api = Api::<Cluster>::all(reg.client.clone());
     let conflict = !p.conflict_ids.is_empty();
-    let secret_name = format!("{}-kubeconfig", p.name);
-    let auth_info = match (&p.kubeconfig, conflict) {
-        (Some(k), false) => {
-            ensure_secret(reg, secrets, &secret_name, k).await?;
-            Some(AuthInfo {
-                secret_ref: NamespacedName {
-                    name: secret_name,
-                    namespace: reg.cfg.namespace.clone(),
-                },
-            })
-        }
-        _ => None,
-    };
     let desired = DesiredSpec {
         cluster_id: (!conflict).then_some(p.record.cluster_id.as_str()),
         auth_info: auth_info.as_ref(),
@@ -177,12 +309,18 @@ async fn reconcile_one(
     let obj: Cluster = match existing {
         Some(c) if describes_local(reg, c) => {
             tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
-            return Ok(ClusterState::Conflict);
+            return Ok((ClusterState::Conflict, None));
         }
         // The cache may still show the object as it was before our last spec
         // patch; patching again on its say-so would repeat that patch.
-        Some(c) if writer.spec_pending(c) => c.clone(),
-        Some(c) => update_spec(reg, &api, writer, c, &desired).await?,
+        Some(c) if writer.spec_pending(c) || skip_spec => c.clone(),
+        Some(c) => match update_spec(reg, &api, writer, c, &desired).await {
+            Ok(obj) => obj,
+            Err(e) => {
+                spec_error = Some(e);
+                c.clone()
+            }
+        },
         None => match create(reg, &api, p, auth_info.clone()).await? {
             Some(obj) => obj,
             // The object exists although neither the watch cache nor our
@@ -201,9 +339,15 @@ async fn reconcile_one(
                     })?;
                 if describes_local(reg, &fresh) {
                     tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
-                    return Ok(ClusterState::Conflict);
+                    return Ok((ClusterState::Conflict, None));
                 }
-                update_spec(reg, &api, writer, &fresh, &desired).await?
+                match update_spec(reg, &api, writer, &fresh, &desired).await {
+                    Ok(obj) => obj,
+                    Err(e) => {
+                        spec_error = Some(e);
+                        fresh
+                    }
+                }
             }
         },
     };
@@ -249,7 +393,7 @@ async fn reconcile_one(
             .await;
     }
     writer.write(reg, &obj, older, status).await?;
-    Ok(state)
+    Ok((state, spec_error))
 }
 
 /// Whether `c` is (or claims to be) the local cluster's object.
@@ -340,6 +484,7 @@ fn desired_status(
         alive: p.alive && !replayed_dead,
         disabled,
         name_conflict: !p.conflict_ids.is_empty(),
+        api_unreachable: !p.record.api.reachable,
     };
     let state = peer_state(facts);
     let message = match state {
@@ -359,6 +504,10 @@ fn desired_status(
             "cluster name {:?} is claimed by clusterIDs {}",
             p.name,
             p.conflict_ids.join(", ")
+        )),
+        ClusterState::ApiUnreachable => Some(format!(
+            "the cluster's agent reports its API server unreachable: {}",
+            p.record.api.message
         )),
     };
     let synced = members_match(&p.members_ours, &p.record.members);
@@ -472,75 +621,6 @@ async fn orphans(
     Ok(())
 }
 
-/// Stores a peer's published kubeconfig as a Secret the Cluster object points at.
-async fn ensure_secret(
-    reg: &Registry,
-    cache: &SecretCache,
-    name: &str,
-    k: &KubeconfigRecord,
-) -> Result<(), RegistryError> {
-    {
-        let cached = cache.0.lock().unwrap_or_else(|p| p.into_inner());
-        if cached.get(name) == Some(&k.kubeconfig) {
-            return Ok(());
-        }
-    }
-    let api = Api::<Secret>::namespaced(reg.client.clone(), &reg.cfg.namespace);
-    let err = |action, source| RegistryError::Kube {
-        action,
-        object: format!("{}/{name}", reg.cfg.namespace),
-        source,
-    };
-    let data = ByteString(k.kubeconfig.clone().into_bytes());
-    match api.get_opt(name).await.map_err(|e| err("get Secret", e))? {
-        Some(s)
-            if s.data
-                .as_ref()
-                .and_then(|d| d.get(well_known::SECRET_KEY_KUBECONFIG))
-                == Some(&data) => {}
-        Some(_) => {
-            let patch = serde_json::json!({
-                "data": { well_known::SECRET_KEY_KUBECONFIG: data },
-            });
-            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| err("patch Secret", e))?;
-            reg.metrics.kube_write("secret");
-            tracing::info!(secret = name, "updated peer kubeconfig Secret");
-        }
-        None => {
-            let secret = Secret {
-                metadata: ObjectMeta {
-                    name: Some(name.to_owned()),
-                    namespace: Some(reg.cfg.namespace.clone()),
-                    labels: Some(
-                        [(
-                            well_known::LABEL_MANAGED.to_owned(),
-                            well_known::LABEL_MANAGED_VALUE.to_owned(),
-                        )]
-                        .into(),
-                    ),
-                    ..ObjectMeta::default()
-                },
-                type_: Some(well_known::SECRET_TYPE_CLUSTER_KUBECONFIG.to_owned()),
-                data: Some([(well_known::SECRET_KEY_KUBECONFIG.to_owned(), data)].into()),
-                ..Secret::default()
-            };
-            api.create(&PostParams::default(), &secret)
-                .await
-                .map_err(|e| err("create Secret", e))?;
-            reg.metrics.kube_write("secret");
-            tracing::info!(secret = name, "stored peer kubeconfig Secret");
-        }
-    }
-    cache
-        .0
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(name.to_owned(), k.kubeconfig.clone());
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,6 +731,48 @@ mod tests {
             Some("True")
         );
         assert!(s.message.unwrap().contains("id-b2"));
+    }
+
+    #[test]
+    fn a_live_peer_whose_api_is_down_is_api_unreachable_not_ready() {
+        let mut p = plan(true, true);
+        p.record.api = fleetbus_schemas::registry::ApiHealth::unreachable("timed out");
+        let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
+        assert_eq!(s.state, Some(ClusterState::ApiUnreachable));
+        let ready = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == condition::READY)
+            .unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason, "ApiUnreachable");
+        // Silence outranks it: a dead peer cannot vouch for its API.
+        let mut silent = plan(false, true);
+        silent.record.api = p.record.api.clone();
+        let s = desired_status(TIMEOUT, &silent, &ClusterStatus::default(), false, None);
+        assert_eq!(s.state, Some(ClusterState::Disconnected));
+    }
+
+    fn kube_error(code: u16) -> RegistryError {
+        let mut s = kube::core::Status::failure("refused", "Invalid");
+        s.code = code;
+        RegistryError::Kube {
+            action: "create Cluster",
+            object: "b".into(),
+            source: kube::Error::Api(Box::new(s)),
+        }
+    }
+
+    #[test]
+    fn only_an_invalid_object_is_a_refusal_the_rest_is_retried() {
+        for code in [400, 403, 413, 422] {
+            assert!(is_refusal(&kube_error(code)), "{code}");
+        }
+        // 404 (a lagging cache), conflicts, throttling and server errors
+        // may all pass soon.
+        for code in [404, 409, 429, 500, 503] {
+            assert!(!is_refusal(&kube_error(code)), "{code}");
+        }
     }
 
     #[test]

@@ -1,13 +1,20 @@
 //! The heartbeat: this cluster's record, re-put every interval and on change; a leave record at shutdown.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use crate::bus::errors::is_stream_missing;
+
 use super::record::{cluster_key, ClusterRecord, MemberState};
 use super::{Registry, RegistryError};
+
+/// Every this many heartbeat intervals the whole bus layout is checked (and
+/// repaired): 30 s at the default 2 s interval.
+const LAYOUT_CHECK_BEATS: u32 = 15;
 
 /// Version of this agent, published in the record.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -31,12 +38,25 @@ pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
             .unwrap_or(u32::MAX),
         seq: reg.next_seq(),
         members: reg.membership().members(),
+        api: reg.api_health(),
     }
 }
 
 /// Puts this cluster's record once.
 pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryError> {
     let record = build_record(reg, state);
+    // Peers apply this validation and skip a record that fails it; say so
+    // here, where it can be fixed (e.g. too many labels on the Local object).
+    match record.validate() {
+        Ok(()) => {
+            reg.metrics.own_record_invalid.set(0);
+        }
+        Err(e) => {
+            if reg.metrics.own_record_invalid.set(1) == 0 {
+                tracing::error!(error = %e, "this cluster's record is invalid: peers will skip it");
+            }
+        }
+    }
     let key = cluster_key(&record.name, &record.cluster_id);
     let body = record.encode().map_err(RegistryError::Encode)?;
     reg.kv
@@ -44,6 +64,7 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
         .await
         .map_err(|source| RegistryError::Put { key, source })?;
     reg.note_heartbeat(record.heartbeat_at);
+    reg.readiness.publishing.store(true, Ordering::Relaxed);
     reg.metrics.heartbeats_published.inc();
     tracing::trace!(
         ?state,
@@ -60,20 +81,86 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
     let mut tick = tokio::time::interval(reg.cfg.heartbeat_interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let every = reg.cfg.heartbeat_interval * LAYOUT_CHECK_BEATS;
+    let mut layout_check = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    layout_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tick.tick() => {}
+            // A stream deleted while the bucket lives breaks no heartbeat;
+            // look for it now and then (a few stream-info requests).
+            _ = layout_check.tick() => {
+                repair_layout(&reg).await;
+                continue;
+            }
             _ = reg.publish_now.notified() => {
                 // Whatever changed goes out now; the next regular beat is a full interval away.
                 tick.reset();
             }
         }
-        if let Err(error) = publish(&reg, MemberState::Active).await {
-            tracing::warn!(error = %crate::report(&error), "heartbeat failed");
-        }
+        beat(&reg).await;
     }
     leave(&reg).await
+}
+
+/// One heartbeat. A failed put makes the agent not ready until a put
+/// succeeds again; one that failed because the bucket's stream is gone
+/// (deleted under us: `nats kv rm`) recreates the bus layout and puts again
+/// at once.
+async fn beat(reg: &Registry) {
+    let Err(error) = publish(reg, MemberState::Active).await else {
+        return;
+    };
+    reg.readiness.publishing.store(false, Ordering::Relaxed);
+    let missing = matches!(&error, RegistryError::Put { source, .. } if is_stream_missing(source));
+    tracing::warn!(error = %crate::report(&error), stream_missing = missing, "heartbeat failed");
+    if missing && repair_layout(reg).await {
+        if let Err(e) = publish(reg, MemberState::Active).await {
+            tracing::warn!(error = %crate::report(&e), "heartbeat after recreating the bus layout failed");
+        }
+    }
+}
+
+/// Recreates whatever of the bus layout is missing, with the start-up
+/// configuration (idempotent: several agents may do it at once), and makes
+/// the watcher watch a recreated bucket. Returns whether the layout is
+/// complete now.
+pub(crate) async fn repair_layout(reg: &Registry) -> bool {
+    match crate::bus::layout::ensure(&reg.js, &reg.layout).await {
+        Ok(ensured) => {
+            if ensured.created_any() {
+                tracing::warn!(
+                    bucket = ensured.created_bucket,
+                    streams = ensured.created_streams,
+                    "parts of the bus layout were deleted; recreated them"
+                );
+                reg.metrics.bus_layout_recreated.inc();
+            }
+            // A bucket recreated here or elsewhere (by another agent, whose
+            // put failed first, or an operator) is a new stream: the old
+            // watch's consumer went with the old one, and its sequence
+            // numbers start again, so watch it anew.
+            let recreated = reg.note_bucket_incarnation(&ensured.bucket_incarnation);
+            if ensured.created_bucket || recreated {
+                if !ensured.created_bucket {
+                    tracing::info!(
+                        "the registry bucket was recreated elsewhere; watching it again"
+                    );
+                }
+                reg.rewatch.notify_one();
+            }
+            true
+        }
+        Err(e) => {
+            tracing::warn!(
+                error = %crate::report(&e),
+                transient = e.is_transient(),
+                "could not ensure the bus layout; trying again later"
+            );
+            false
+        }
+    }
 }
 
 /// Publishes the leave record, trying for a few seconds (shutdown must not hang).

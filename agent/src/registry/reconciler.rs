@@ -11,7 +11,8 @@ use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::peers::SecretCache;
+use super::peer_failures::PeerFailures;
+use super::peer_secret::SecretCache;
 use super::record::FeatureRecord;
 use super::status::StatusWriter;
 use super::{local, peers, Registry, RegistryError};
@@ -47,6 +48,7 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
 
     let writer = StatusWriter::default();
     let secrets = SecretCache::default();
+    let mut failures = PeerFailures::default();
     let mut clusters_listed = false;
     let mut dirty = true;
     let mut wake_at = Instant::now() + RESYNC;
@@ -58,7 +60,8 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                     Some(Ok(watcher::Event::InitDone)) => clusters_listed = true,
                     Some(Ok(_)) => {}
                     Some(Err(error)) => {
-                        reg.readiness.kube.store(false, Ordering::Relaxed);
+                        // The probe decides whether the API is down; ask it now.
+                        reg.probe_now.notify_one();
                         tracing::warn!(%error, "Cluster watch error");
                     }
                     None => return Ok(()),
@@ -91,31 +94,33 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
         let snapshot = clusters.state();
         let now = Instant::now();
         let local = local::reconcile(&reg, &writer, &snapshot, now).await;
-        let peers = peers::reconcile(&reg, &writer, &secrets, &snapshot, now).await;
+        let peers = peers::reconcile(&reg, &writer, &secrets, &mut failures, &snapshot, now).await;
         wake_at = now + RESYNC;
-        match (local, peers) {
-            (Ok(refresh), Ok(deadline)) => {
-                reg.readiness.kube.store(true, Ordering::Relaxed);
-                if registry_synced && !reg.readiness.caught_up.swap(true, Ordering::Relaxed) {
-                    tracing::info!("initial reconcile done");
-                }
-                if let Some(d) = deadline {
-                    wake_at = wake_at.min(d + DEADLINE_SLACK);
-                }
+        if let Some(at) = peers.wake_at {
+            wake_at = wake_at.min(at + DEADLINE_SLACK);
+        }
+        match local {
+            Ok(refresh) => {
                 if let Some(r) = refresh {
                     wake_at = wake_at.min(r);
                 }
-            }
-            (l, p) => {
-                for e in [l.err(), p.err()].into_iter().flatten() {
-                    if let RegistryError::Kube { source, .. } = &e {
-                        if crate::kubeclient::is_transient(source) {
-                            reg.readiness.kube.store(false, Ordering::Relaxed);
-                        }
-                    }
-                    tracing::warn!(error = %crate::report(&e), "reconcile failed; retrying");
+                // Peers refused for good do not hold readiness back (they are
+                // reported on their own); peers still waiting for a retry do.
+                if registry_synced
+                    && peers.pending == 0
+                    && !reg.readiness.caught_up.swap(true, Ordering::Relaxed)
+                {
+                    tracing::info!("initial reconcile done");
                 }
-                wake_at = now + Duration::from_secs(1);
+            }
+            Err(e) => {
+                if let RegistryError::Kube { source, .. } = &e {
+                    if crate::kubeclient::is_transient(source) {
+                        reg.probe_now.notify_one();
+                    }
+                }
+                tracing::warn!(error = %crate::report(&e), "reconcile of the Local Cluster object failed; retrying");
+                wake_at = wake_at.min(now + Duration::from_secs(1));
             }
         }
     }

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::membership::decode;
+use super::record::RegistryKey;
 use super::{Registry, RegistryError};
 
 /// Runs the watch until `cancel`, restarting it after errors. A restarted
@@ -17,24 +18,35 @@ use super::{Registry, RegistryError};
 /// heartbeats as old news, so nothing flaps.
 #[tracing::instrument(name = "registry_watcher", skip_all, fields(cluster = %reg.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
-    let mut delay = Duration::from_millis(100);
+    const FIRST_DELAY: Duration = Duration::from_millis(100);
+    let mut delay = FIRST_DELAY;
     loop {
+        let mut delivered = false;
         let result = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            r = watch_once(&reg) => r,
+            // The bucket was recreated: the old watch's consumer is gone with it.
+            _ = reg.rewatch.notified() => {
+                tracing::info!("registry bucket recreated; watching it again");
+                continue;
+            }
+            r = watch_once(&reg, &mut delivered) => r,
         };
+        if delivered {
+            delay = FIRST_DELAY;
+        }
         if let Err(error) = result {
             tracing::warn!(error = %crate::report(&error), ?delay, "registry watch ended; restarting");
         }
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
+            _ = reg.rewatch.notified() => {}
             _ = tokio::time::sleep(delay) => {}
         }
         delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
 
-async fn watch_once(reg: &Registry) -> Result<(), RegistryError> {
+async fn watch_once(reg: &Registry, delivered: &mut bool) -> Result<(), RegistryError> {
     let mut watch = reg
         .kv
         .watch_with_history(">")
@@ -42,6 +54,7 @@ async fn watch_once(reg: &Registry) -> Result<(), RegistryError> {
         .map_err(|e| RegistryError::Watch(Box::new(e)))?;
     while let Some(entry) = watch.next().await {
         let entry = entry.map_err(|e| RegistryError::Watch(Box::new(e)))?;
+        *delivered = true;
         handle(reg, &entry);
     }
     Err(RegistryError::Watch("watch stream ended".into()))
@@ -70,9 +83,21 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
             }
         }
     } else {
-        // Deletes and purges are operator actions on the bucket; the Cluster
-        // objects stay (nothing is deleted because a record went away).
+        // A delete or purge is an operator action on the bucket (a live agent
+        // never deletes its key; silence is a missing heartbeat, not this).
+        // The record leaves memory, so it no longer counts as a member or a
+        // rival; its Cluster object stays and turns Disconnected ("no record
+        // of this cluster in the registry"), to be deleted by the operator.
         tracing::info!(key = %entry.key, op = ?entry.operation, "registry entry removed");
+        if let Ok(key) = RegistryKey::parse(&entry.key) {
+            let applied = reg.membership().remove(&key);
+            if applied.changed {
+                reg.membership_changed.notify_one();
+            }
+            if applied.members_changed {
+                reg.publish_now.notify_one();
+            }
+        }
     }
     if entry.seen_current && !reg.readiness.registry_synced.swap(true, Ordering::Relaxed) {
         tracing::info!("registry caught up");

@@ -171,6 +171,9 @@ pub enum ClusterState {
     Conflict,
     /// The agent announced it left the fleet.
     Left,
+    /// Heartbeats are current, but the cluster's agent reports that its own
+    /// API server does not answer (record member `api`).
+    ApiUnreachable,
 }
 
 /// Facts about a cluster gathered from its Nodes (shared by the Cluster status and the registry record).

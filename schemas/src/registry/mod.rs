@@ -6,13 +6,17 @@
 
 mod key;
 mod record;
+mod validate;
 
 pub use key::{
     cluster_keys_for_name, registry_bucket, RegistryKey, RegistryKeyError, ALL_CLUSTER_KEYS,
     ALL_KUBECONFIG_KEYS, REGISTRY_BUCKET_SUFFIX,
 };
 pub use record::{
-    ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, CLUSTER_RECORD_SCHEMA,
+    ApiHealth, ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, CLUSTER_RECORD_SCHEMA,
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS, KUBECONFIG_RECORD_SCHEMA,
     MISSED_HEARTBEATS_BEFORE_DISCONNECTED,
+};
+pub use validate::{
+    validate_labels, InvalidRecord, MAX_FEATURES, MAX_LABELS, MAX_MEMBERS, MAX_TEXT_LEN,
 };

@@ -77,6 +77,53 @@ pub struct ClusterRecord {
     /// Names of the clusters this agent currently sees as members (for ClustersSynced).
     #[serde(default)]
     pub members: Vec<String>,
+    /// Whether the cluster's own API server answers its agent. Omitted while it
+    /// does, so a record without it (an older agent) reads as healthy.
+    #[serde(default, skip_serializing_if = "ApiHealth::is_reachable")]
+    pub api: ApiHealth,
+}
+
+/// The health of a cluster's API server as its own agent sees it (watches and
+/// a periodic probe). Travels in the heartbeat, which keeps flowing while the
+/// API is down: that is how peers learn of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiHealth {
+    /// The API server answered the agent's last probe.
+    pub reachable: bool,
+    /// Why it is unreachable (empty while reachable).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl Default for ApiHealth {
+    /// Reachable: what a record without the member means.
+    fn default() -> Self {
+        ApiHealth::reachable()
+    }
+}
+
+impl ApiHealth {
+    /// The API server answers.
+    pub fn reachable() -> Self {
+        ApiHealth {
+            reachable: true,
+            message: String::new(),
+        }
+    }
+
+    /// The API server does not answer, because of `message`.
+    pub fn unreachable(message: impl Into<String>) -> Self {
+        ApiHealth {
+            reachable: false,
+            message: message.into(),
+        }
+    }
+
+    /// Whether the API server answers (also serde's skip test).
+    pub fn is_reachable(&self) -> bool {
+        self.reachable
+    }
 }
 
 impl ClusterRecord {

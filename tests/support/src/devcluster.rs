@@ -123,6 +123,23 @@ impl DevCluster {
         self.proc.as_mut().is_some_and(Proc::is_running)
     }
 
+    /// SIGSTOP: the devcluster keeps its sockets open but answers nothing
+    /// (a hung process, not a dead one). Undo with `resume`.
+    pub fn pause(&self) -> anyhow::Result<()> {
+        self.proc
+            .as_ref()
+            .context("devcluster not running")?
+            .signal("STOP")
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub fn resume(&self) -> anyhow::Result<()> {
+        self.proc
+            .as_ref()
+            .context("devcluster not running")?
+            .signal("CONT")
+    }
+
     /// SIGKILL and reap; the data dir is kept for [`DevCluster::restart`].
     pub fn kill9(&mut self) {
         if let Some(mut p) = self.proc.take() {

@@ -75,6 +75,23 @@ impl NatsServer {
         self.proc.as_ref().map(Proc::log).unwrap_or_default()
     }
 
+    /// SIGSTOP: the nats-server keeps its sockets open but answers nothing
+    /// (a hung process, not a dead one). Undo with `resume`.
+    pub fn pause(&self) -> anyhow::Result<()> {
+        self.proc
+            .as_ref()
+            .context("nats-server not running")?
+            .signal("STOP")
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub fn resume(&self) -> anyhow::Result<()> {
+        self.proc
+            .as_ref()
+            .context("nats-server not running")?
+            .signal("CONT")
+    }
+
     /// SIGKILL and reap; the store dir is kept for [`NatsServer::restart`].
     pub fn kill(&mut self) {
         if let Some(mut p) = self.proc.take() {

@@ -129,6 +129,21 @@ impl Proc {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Sends `signal` (e.g. `STOP`, `CONT`) with `kill(1)`: pausing a server
+    /// is how tests make it hang without closing its sockets.
+    pub(crate) fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = self.pid().context("process not running")?;
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .context("run kill")?;
+        if !status.success() {
+            bail!("kill -{signal} {pid} failed: {status}");
+        }
+        Ok(())
+    }
+
     /// True while the process has not exited (reaps it if it has).
     pub(crate) fn is_running(&mut self) -> bool {
         let Some(child) = self.child.as_mut() else {

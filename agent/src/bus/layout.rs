@@ -1,0 +1,73 @@
+//! The bus layout (registry bucket and streams), ensured at start-up and recreated if deleted under a running agent.
+//!
+//! Both steps are idempotent and compare what exists with the schemas
+//! layout (`nats::ensure_bucket`, `streams::ensure_streams`), so every agent
+//! of a fleet may run them at any moment, several at once.
+
+use async_nats::jetstream::{self, kv};
+use fleetbus_schemas::jetstream::Layout;
+
+use crate::nats::{self, NatsError};
+use crate::streams::{self, StreamError};
+
+/// Failure to ensure the bus layout.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    /// The registry bucket could not be created or checked.
+    #[error(transparent)]
+    Bucket(#[from] NatsError),
+    /// A stream could not be created or checked.
+    #[error(transparent)]
+    Streams(#[from] StreamError),
+}
+
+impl LayoutError {
+    /// Whether trying again later can help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LayoutError::Bucket(e) => e.is_transient(),
+            LayoutError::Streams(e) => e.is_transient(),
+        }
+    }
+}
+
+/// What [`ensure`] found.
+pub struct Ensured {
+    /// The registry bucket.
+    pub kv: kv::Store,
+    /// The bucket was missing and has been created.
+    pub created_bucket: bool,
+    /// How many streams were missing and have been created.
+    pub created_streams: usize,
+    /// When the bucket's stream was created, as NATS reports it: tells one
+    /// incarnation of the bucket from the next (another agent or an operator
+    /// may have deleted and recreated it meanwhile).
+    pub bucket_incarnation: String,
+}
+
+impl Ensured {
+    /// Whether anything was missing.
+    pub fn created_any(&self) -> bool {
+        self.created_bucket || self.created_streams > 0
+    }
+}
+
+/// Creates what is missing of the registry bucket (first: its creation is
+/// where a server without JetStream is told apart) and the streams.
+pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured, LayoutError> {
+    let (kv, created_bucket) =
+        nats::ensure_bucket(js, nats::registry_bucket_config(&layout.registry_bucket())).await?;
+    let created_streams = streams::ensure_streams(js, layout).await?;
+    // The handle holds the stream info read when it was opened or created.
+    let bucket_incarnation = kv
+        .status()
+        .await
+        .map(|s| format!("{:?}", s.info.created))
+        .unwrap_or_default();
+    Ok(Ensured {
+        kv,
+        created_bucket,
+        created_streams,
+        bucket_incarnation,
+    })
+}

@@ -1,0 +1,248 @@
+//! Shared helpers of the end-to-end tests: a fleet member (devcluster + agent), waits on Cluster objects and metrics.
+#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use fleetbus_schemas::crd::{Cluster, ClusterFeature, ClusterSpec, ClusterState, ClusterType};
+use fleetbus_schemas::registry::{ClusterRecord, MemberState};
+use fleetbus_testsupport::{
+    cargo_bin, free_addr, http_get, kubectl_bin, wait_for, wait_for_blocking, Agent, DevCluster,
+    DevClusterOpts, NatsServer,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+
+pub const HEARTBEAT: &str = "500ms";
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+pub const CONVERGE: Duration = Duration::from_secs(30);
+pub const NAMESPACE: &str = "fleetbus-system";
+pub const BUCKET: &str = "fleetbus-registry";
+
+/// One cluster of the fleet: a devcluster and its agent.
+pub struct Member {
+    pub name: String,
+    pub cluster: DevCluster,
+    pub agent: Agent,
+    pub metrics_addr: String,
+    pub client: kube::Client,
+}
+
+impl Member {
+    pub async fn start(
+        nats: &NatsServer,
+        dc_name: &str,
+        agent_name: &str,
+        extra: &[&str],
+    ) -> Member {
+        let opts = DevClusterOpts {
+            nodes: 2,
+            ..DevClusterOpts::new(dc_name)
+        };
+        Self::start_with(nats, opts, agent_name, extra).await
+    }
+
+    pub async fn start_with(
+        nats: &NatsServer,
+        opts: DevClusterOpts,
+        agent_name: &str,
+        extra: &[&str],
+    ) -> Member {
+        let cluster = DevCluster::start(opts).expect("start devcluster");
+        let metrics_addr = free_addr();
+        let mut args: Vec<String> = vec![
+            "--cluster-name".into(),
+            agent_name.into(),
+            "--nats-url".into(),
+            nats.url(),
+            "--kubeconfig".into(),
+            cluster.kubeconfig().display().to_string(),
+            "--metrics-addr".into(),
+            metrics_addr.clone(),
+            "--heartbeat-interval".into(),
+            HEARTBEAT.into(),
+            "--peer-timeout".into(),
+            format!("{}s", PEER_TIMEOUT.as_secs()),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let agent = Agent::start(&args).expect("start agent");
+        let client = cluster.client().await.expect("kube client");
+        Member {
+            name: agent_name.to_owned(),
+            cluster,
+            agent,
+            metrics_addr,
+            client,
+        }
+    }
+
+    pub fn clusters(&self) -> Api<Cluster> {
+        Api::all(self.client.clone())
+    }
+
+    pub async fn list(&self) -> Result<Vec<Cluster>, String> {
+        self.clusters()
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .map_err(|e| format!("{}: list clusters: {e}", self.name))
+    }
+
+    pub fn metrics(&self) -> Result<String, String> {
+        let (code, body) = http_get(&format!("http://{}/metrics", self.metrics_addr))?;
+        if code != 200 {
+            return Err(format!("/metrics returned {code}"));
+        }
+        Ok(body)
+    }
+
+    pub fn metric(&self, series: &str) -> Result<f64, String> {
+        metric_value(&self.metrics()?, series).ok_or_else(|| format!("no series {series}"))
+    }
+
+    pub async fn wait_ready(&mut self) {
+        let addr = self.metrics_addr.clone();
+        let name = self.name.clone();
+        wait_for(&format!("{name} /readyz"), CONVERGE, || {
+            let addr = addr.clone();
+            async move {
+                match http_get(&format!("http://{addr}/readyz")) {
+                    Ok((200, _)) => Ok(()),
+                    Ok((code, body)) => Err(format!("{code} {body}")),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// A converged agent did not have to retry anything: in particular it did
+/// not create an object again because its watch cache lagged behind its own
+/// create (an earlier bug that filled mesh logs with 409 AlreadyExists). In a
+/// fresh fleet no create should even meet an existing object.
+pub fn assert_quiet_log(m: &Member) {
+    let log = m.agent.log();
+    for bad in ["already exists", "exists already", "reconcile failed"] {
+        assert!(
+            !log.contains(bad),
+            "{}: agent log contains {bad:?}:\n{log}",
+            m.name
+        );
+    }
+}
+
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .and_then(|v| v.trim().parse().ok())
+}
+
+pub fn state(c: &Cluster) -> Option<ClusterState> {
+    c.status.as_ref().and_then(|s| s.state)
+}
+
+pub fn type_of(c: &Cluster) -> Option<ClusterType> {
+    c.status.as_ref().and_then(|s| s.type_)
+}
+
+pub fn condition(c: &Cluster, type_: &str) -> Option<String> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+        .map(|x| x.status.clone())
+}
+
+pub fn summary(items: &[Cluster]) -> String {
+    items
+        .iter()
+        .map(|c| {
+            format!(
+                "{}({:?},{:?},synced={:?})",
+                c.name_any(),
+                type_of(c),
+                state(c),
+                condition(c, "ClustersSynced")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Every member has exactly one Cluster object per name in `names`: Local for
+/// itself, Peer for the others, all Ready and ClustersSynced.
+pub async fn wait_mesh(members: &[&Member], names: &[&str]) {
+    for m in members {
+        let what = format!("{} to see a synced mesh of {names:?}", m.name);
+        wait_for(&what, CONVERGE, || async {
+            let items = m.list().await?;
+            let ok = items.len() == names.len()
+                && names.iter().all(|n| {
+                    items.iter().any(|c| {
+                        let want = if *n == m.name {
+                            ClusterType::Local
+                        } else {
+                            ClusterType::Peer
+                        };
+                        c.name_any() == *n
+                            && type_of(c) == Some(want)
+                            && state(c) == Some(ClusterState::Ready)
+                            && condition(c, "ClustersSynced").as_deref() == Some("True")
+                    })
+                });
+            if ok {
+                Ok(())
+            } else {
+                Err(summary(&items))
+            }
+        })
+        .await;
+    }
+}
+
+pub async fn wait_peer_state(m: &Member, peer: &str, want: ClusterState, timeout: Duration) {
+    wait_for(
+        &format!("{} to show {peer} {want:?}", m.name),
+        timeout,
+        || async {
+            let c = m.clusters().get(peer).await.map_err(|e| e.to_string())?;
+            if state(&c) == Some(want) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{:?} {:?}",
+                    state(&c),
+                    c.status.as_ref().and_then(|s| s.message.clone())
+                ))
+            }
+        },
+    )
+    .await;
+}
+
+pub async fn registry_kv(nats: &NatsServer) -> async_nats::jetstream::kv::Store {
+    let client = async_nats::connect(nats.url()).await.expect("connect nats");
+    async_nats::jetstream::new(client)
+        .get_key_value(BUCKET)
+        .await
+        .expect("registry bucket exists")
+}
+
+pub async fn registry_keys(kv: &async_nats::jetstream::kv::Store) -> Vec<String> {
+    let mut keys: Vec<String> = kv
+        .keys()
+        .await
+        .expect("keys")
+        .filter_map(|k| async move { k.ok() })
+        .collect()
+        .await;
+    keys.sort();
+    keys
+}
