@@ -19,6 +19,7 @@ mod kubeconfig;
 pub mod managed_fields;
 mod meta;
 mod names;
+mod partial;
 pub mod openapi;
 pub mod patch;
 mod persist;

@@ -65,6 +65,16 @@ impl ResourceDef {
         !self.custom && self.group == "authorization.k8s.io"
     }
 
+    /// Whether DELETE answers with the deleted object rather than a Status: kube's
+    /// `ReturnDeletedObject` (the `return_deleted` column of the built-in table).
+    /// Custom resources answer with a Status (apiextensions' store leaves it unset).
+    pub fn returns_deleted_object(&self) -> bool {
+        !self.custom
+            && BUILTINS.iter().any(|b| {
+                b.group == self.group && b.plural == self.plural && b.return_deleted
+            })
+    }
+
     /// Key used by /debug/writes: "core/configmaps", "apps/deployments".
     pub fn writes_key(&self) -> String {
         let g = if self.group.is_empty() {
@@ -88,6 +98,10 @@ struct Builtin {
     status: bool,
     scale: bool,
     token: bool,
+    /// kube's `ReturnDeletedObject` in the resource's registry store
+    /// (`pkg/registry/*/storage/storage.go`): pods, services, serviceaccounts.
+    /// Namespaces also answer with the object, from their own Delete (Terminating).
+    return_deleted: bool,
 }
 
 const ALL: &[&str] = &["all"];
@@ -95,33 +109,33 @@ const NONE: &[&str] = &[];
 
 #[rustfmt::skip]
 const BUILTINS: &[Builtin] = &[
-    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", namespaced: false, short: &["ns"], categories: NONE, status: true, scale: false, token: false },
-    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true, short: &["cm"], categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: NONE, status: false, scale: false, token: true },
-    Builtin { group: "", version: "v1", kind: "Service", plural: "services", namespaced: true, short: &["svc"], categories: ALL, status: true, scale: false, token: false },
-    Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, short: &["po"], categories: ALL, status: true, scale: false, token: false },
-    Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", namespaced: false, short: &["no"], categories: NONE, status: true, scale: false, token: false },
-    Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", namespaced: true, short: &["ep"], categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true, short: &["deploy"], categories: ALL, status: true, scale: true, token: false },
-    Builtin { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets", namespaced: true, short: &["sts"], categories: ALL, status: true, scale: true, token: false },
-    Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", namespaced: true, short: &["ds"], categories: ALL, status: true, scale: false, token: false },
-    Builtin { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets", namespaced: true, short: &["rs"], categories: ALL, status: true, scale: true, token: false },
-    Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", namespaced: true, short: NONE, categories: ALL, status: true, scale: false, token: false },
-    Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", namespaced: true, short: &["cj"], categories: ALL, status: true, scale: false, token: false },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", namespaced: true, short: &["ing"], categories: NONE, status: true, scale: false, token: false },
-    Builtin { group: "networking.k8s.io", version: "v1", kind: "NetworkPolicy", plural: "networkpolicies", namespaced: true, short: &["netpol"], categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: NONE, status: true, scale: false, token: false },
-    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", namespaced: false, short: &["crd", "crds"], categories: NONE, status: true, scale: false, token: false },
-    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false },
-    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: NONE, status: false, scale: false, token: false },
+    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", namespaced: false, short: &["ns"], categories: NONE, status: true, scale: false, token: false, return_deleted: true },
+    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", namespaced: true, short: &["cm"], categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", namespaced: true, short: &["sa"], categories: NONE, status: false, scale: false, token: true, return_deleted: true },
+    Builtin { group: "", version: "v1", kind: "Service", plural: "services", namespaced: true, short: &["svc"], categories: ALL, status: true, scale: false, token: false, return_deleted: true },
+    Builtin { group: "", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, short: &["po"], categories: ALL, status: true, scale: false, token: false, return_deleted: true },
+    Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", namespaced: false, short: &["no"], categories: NONE, status: true, scale: false, token: false, return_deleted: false },
+    Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", namespaced: true, short: &["ep"], categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "apps", version: "v1", kind: "Deployment", plural: "deployments", namespaced: true, short: &["deploy"], categories: ALL, status: true, scale: true, token: false, return_deleted: false },
+    Builtin { group: "apps", version: "v1", kind: "StatefulSet", plural: "statefulsets", namespaced: true, short: &["sts"], categories: ALL, status: true, scale: true, token: false, return_deleted: false },
+    Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", namespaced: true, short: &["ds"], categories: ALL, status: true, scale: false, token: false, return_deleted: false },
+    Builtin { group: "apps", version: "v1", kind: "ReplicaSet", plural: "replicasets", namespaced: true, short: &["rs"], categories: ALL, status: true, scale: true, token: false, return_deleted: false },
+    Builtin { group: "batch", version: "v1", kind: "Job", plural: "jobs", namespaced: true, short: NONE, categories: ALL, status: true, scale: false, token: false, return_deleted: false },
+    Builtin { group: "batch", version: "v1", kind: "CronJob", plural: "cronjobs", namespaced: true, short: &["cj"], categories: ALL, status: true, scale: false, token: false, return_deleted: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "Role", plural: "roles", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "RoleBinding", plural: "rolebindings", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRole", plural: "clusterroles", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding", plural: "clusterrolebindings", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "Ingress", plural: "ingresses", namespaced: true, short: &["ing"], categories: NONE, status: true, scale: false, token: false, return_deleted: false },
+    Builtin { group: "networking.k8s.io", version: "v1", kind: "NetworkPolicy", plural: "networkpolicies", namespaced: true, short: &["netpol"], categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "policy", version: "v1", kind: "PodDisruptionBudget", plural: "poddisruptionbudgets", namespaced: true, short: &["pdb"], categories: NONE, status: true, scale: false, token: false, return_deleted: false },
+    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", namespaced: false, short: &["crd", "crds"], categories: NONE, status: true, scale: false, token: false, return_deleted: false },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: NONE, status: false, scale: false, token: false, return_deleted: false },
 ];
 
 /// The built-in resources, in table order.
