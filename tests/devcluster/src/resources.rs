@@ -59,10 +59,27 @@ impl ResourceDef {
         }
     }
 
-    /// True for the create-only virtual resources (authorization.k8s.io reviews):
-    /// POST answers from the request, nothing is stored, no other verb exists.
+    /// True for the create-only virtual resources (authorization.k8s.io reviews,
+    /// authentication.k8s.io TokenReview): POST answers from the request, nothing is
+    /// stored, no other verb exists.
     pub fn create_only(&self) -> bool {
-        !self.custom && self.group == "authorization.k8s.io"
+        !self.custom && (self.group == "authorization.k8s.io" || self.group == "authentication.k8s.io")
+    }
+
+    /// True for the list-only virtual resource `componentstatuses`: GET (one or
+    /// all) answers computed objects, no other verb exists.
+    pub fn read_only(&self) -> bool {
+        !self.custom && self.group.is_empty() && self.plural == "componentstatuses"
+    }
+
+    /// `certificatesigningrequests/approval`: writes change only `status.conditions`.
+    pub fn has_approval(&self) -> bool {
+        !self.custom && self.group == "certificates.k8s.io" && self.plural == "certificatesigningrequests"
+    }
+
+    /// `pods/ephemeralcontainers`: writes change only `spec.ephemeralContainers`.
+    pub fn has_ephemeral_containers(&self) -> bool {
+        !self.custom && self.group.is_empty() && self.plural == "pods"
     }
 
     /// Whether DELETE answers with the deleted object rather than a Status: kube's
@@ -136,6 +153,12 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
     Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", namespaced: true, short: &["ev"], categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "", version: "v1", kind: "ReplicationController", plural: "replicationcontrollers", namespaced: true, short: &["rc"], categories: ALL, status: true, scale: true, token: false, return_deleted: false },
+    Builtin { group: "", version: "v1", kind: "ComponentStatus", plural: "componentstatuses", namespaced: false, short: &["cs"], categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", namespaced: true, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "authentication.k8s.io", version: "v1", kind: "TokenReview", plural: "tokenreviews", namespaced: false, short: NONE, categories: NONE, status: false, scale: false, token: false, return_deleted: false },
+    Builtin { group: "certificates.k8s.io", version: "v1", kind: "CertificateSigningRequest", plural: "certificatesigningrequests", namespaced: false, short: &["csr"], categories: NONE, status: true, scale: false, token: false, return_deleted: false },
+    Builtin { group: "apiregistration.k8s.io", version: "v1", kind: "APIService", plural: "apiservices", namespaced: false, short: NONE, categories: &["api-extensions"], status: true, scale: false, token: false, return_deleted: false },
 ];
 
 /// The built-in resources, in table order.

@@ -6,8 +6,16 @@
 
 use fleetbus_testsupport::{wait_for, DevCluster, DevClusterOpts};
 use futures::StreamExt;
+use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::{
+    ComponentStatus, ConfigMap, Endpoints, Node, Pod, ReplicationController, Service,
+    ServiceAccount,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
@@ -302,4 +310,177 @@ where
             return;
         }
     }
+}
+
+/// What kube-apiserver has from the start and kube-rs's cluster tests read:
+/// `default/kubernetes` (Service, Endpoints at this server, EndpointSlice), the
+/// bootstrap ClusterRoles/bindings, APIServices, componentstatuses. Failed before
+/// the fix: every one of these was 404.
+#[tokio::test]
+async fn bootstrap_objects_exist_from_the_start() {
+    let dc = start("bootstrap");
+    let client = dc.client().await.unwrap();
+    let svc: Service = Api::namespaced(client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap();
+    let spec = svc.spec.unwrap();
+    assert_eq!(spec.cluster_ip.as_deref(), Some("10.96.0.1"));
+    assert_eq!(spec.ports.unwrap()[0].port, 443);
+    let ep: Endpoints = Api::namespaced(client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap();
+    let subset = &ep.subsets.unwrap()[0];
+    assert_eq!(
+        subset.ports.as_ref().unwrap()[0].port,
+        i32::from(dc.port()),
+        "the Endpoints point at this server"
+    );
+    let slice: EndpointSlice = Api::namespaced(client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap();
+    assert_eq!(slice.ports.unwrap()[0].port, Some(i32::from(dc.port())));
+
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let admin = roles.get("cluster-admin").await.unwrap();
+    assert_eq!(admin.rules.unwrap()[0].verbs, vec!["*".to_string()]);
+    for name in [
+        "admin",
+        "edit",
+        "view",
+        "system:discovery",
+        "system:basic-user",
+        "system:public-info-viewer",
+    ] {
+        roles.get(name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let view = roles.get("view").await.unwrap();
+    assert!(view.aggregation_rule.is_some());
+    assert_eq!(
+        view.metadata.labels.unwrap()["rbac.authorization.k8s.io/aggregate-to-edit"],
+        "true"
+    );
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let b = bindings.get("cluster-admin").await.unwrap();
+    assert_eq!(b.subjects.unwrap()[0].name, "system:masters");
+
+    let apis: Api<APIService> = Api::all(client.clone());
+    let apps = apis.get("v1.apps").await.unwrap();
+    assert_eq!(
+        apps.status.unwrap().conditions.unwrap()[0].reason.as_deref(),
+        Some("Local")
+    );
+    apis.get("v1.").await.unwrap();
+
+    let cs: Api<ComponentStatus> = Api::all(client.clone());
+    let all = cs.list(&ListParams::default()).await.unwrap();
+    assert!(all.items.iter().all(|c| c.conditions.as_ref().unwrap()[0].status == "True"));
+    assert!(cs.delete("etcd-0", &DeleteParams::default()).await.is_err());
+
+    // replicationcontrollers are served (kubectl and kube-rs tests list them).
+    let rcs: Api<ReplicationController> = Api::namespaced(client, "default");
+    let rc: ReplicationController = from_json(json!({
+        "metadata": {"name": "rc"},
+        "spec": {"replicas": 1, "selector": {"app": "x"},
+            "template": {"metadata": {"labels": {"app": "x"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    }));
+    rcs.create(&PostParams::default(), &rc).await.unwrap();
+    assert_eq!(rcs.list(&ListParams::default()).await.unwrap().items.len(), 1);
+}
+
+/// TokenReview answers from the token store: a minted ServiceAccount token is
+/// authenticated as that ServiceAccount with the requested audiences; an unknown
+/// token is not. Failed before the fix: tokenreviews was 404.
+#[tokio::test]
+async fn token_review_answers_from_the_token_store() {
+    let dc = start("tokenreview");
+    let client = dc.client().await.unwrap();
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    sas.create(
+        &PostParams::default(),
+        &from_json(json!({"metadata": {"name": "robot"}})),
+    )
+    .await
+    .unwrap();
+    let tr = sas
+        .create_token_request(
+            "robot",
+            &PostParams::default(),
+            &from_json(json!({"spec": {"audiences": ["api"]}})),
+        )
+        .await
+        .unwrap();
+    let token = tr.status.unwrap().token;
+    let reviews: Api<TokenReview> = Api::all(client);
+    let review = |token: String| {
+        from_json::<TokenReview>(json!({"spec": {"token": token, "audiences": ["api"]}}))
+    };
+    let ok = reviews
+        .create(&PostParams::default(), &review(token))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(ok.authenticated, Some(true));
+    assert_eq!(ok.audiences, Some(vec!["api".to_string()]));
+    assert_eq!(
+        ok.user.unwrap().username.as_deref(),
+        Some("system:serviceaccount:default:robot")
+    );
+    let bad = reviews
+        .create(&PostParams::default(), &review("nope".into()))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_ne!(bad.authenticated, Some(true));
+    assert!(bad.error.is_some());
+    assert!(reviews.get("x").await.is_err(), "create-only");
+}
+
+/// `certificatesigningrequests/approval` changes only `status.conditions`;
+/// `pods/ephemeralcontainers` only `spec.ephemeralContainers`. Failed before the
+/// fix: both resources/subresources were 404.
+#[tokio::test]
+async fn csr_approval_and_ephemeral_containers_subresources() {
+    let dc = start("csr");
+    let client = dc.client().await.unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let csr: CertificateSigningRequest = from_json(json!({
+        "metadata": {"name": "fake"},
+        "spec": {"request": "cmVx", "signerName": "kubernetes.io/kube-apiserver-client",
+            "usages": ["client auth"]}
+    }));
+    csrs.create(&PostParams::default(), &csr).await.unwrap();
+    let approval = json!({"status": {
+        "conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}],
+        "certificate": "Y2VydA=="}, "spec": {"signerName": "changed"}});
+    csrs.patch_approval("fake", &PatchParams::default(), &Patch::Merge(approval))
+        .await
+        .unwrap();
+    let got = csrs.get_approval("fake").await.unwrap();
+    let status = got.status.unwrap();
+    assert_eq!(status.conditions.unwrap()[0].type_, "Approved");
+    assert!(status.certificate.is_none(), "approval sets only conditions");
+    assert_eq!(got.spec.signer_name, "kubernetes.io/kube-apiserver-client");
+
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pod: Pod = from_json(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+    }));
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let patch = json!({"spec": {
+        "ephemeralContainers": [{"name": "debug", "image": "busybox"}],
+        "containers": [{"name": "c", "image": "changed"}]}});
+    pods.patch_ephemeral_containers("p", &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .unwrap();
+    let got = pods.get_ephemeral_containers("p").await.unwrap();
+    let spec = got.spec.unwrap();
+    assert_eq!(spec.ephemeral_containers.unwrap()[0].name, "debug");
+    assert_eq!(spec.containers[0].image.as_deref(), Some("busybox"));
 }

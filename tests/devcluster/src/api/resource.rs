@@ -51,8 +51,35 @@ async fn handle_inner(
             (&Method::POST, None) => {
                 let bytes = request::read_body(body, &headers).await?;
                 let obj = request::decode_object(&bytes, &headers)?;
-                Ok(json_response(201, &crate::review::answer(&def, obj)?))
+                let answer = if def.kind == "TokenReview" {
+                    let token = obj
+                        .get("spec")
+                        .and_then(|s| s.get("token"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let owner = super::known_token(state, token);
+                    crate::token_review::answer(&def, obj, owner)?
+                } else {
+                    crate::review::answer(&def, obj)?
+                };
+                Ok(json_response(201, &answer))
             }
+            _ => Err(ApiError::method_not_allowed(method.as_str())),
+        };
+    }
+    if def.read_only() {
+        // componentstatuses: computed on every read, never stored.
+        let all = crate::bootstrap::component_statuses();
+        return match (&method, rp.name.as_deref()) {
+            (&Method::GET, None) => Ok(json_response(
+                200,
+                &json!({"kind": def.list_kind, "apiVersion": "v1", "metadata": {}, "items": all}),
+            )),
+            (&Method::GET, Some(name)) => all
+                .into_iter()
+                .find(|c| c["metadata"]["name"] == name)
+                .map(|c| json_response(200, &c))
+                .ok_or_else(|| ApiError::not_found(&def, name)),
             _ => Err(ApiError::method_not_allowed(method.as_str())),
         };
     }
