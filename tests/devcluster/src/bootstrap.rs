@@ -110,7 +110,12 @@ fn kubernetes_service(addr: SocketAddr) -> Vec<(ObjKey, Value, Owned)> {
             &["subsets"],
         ),
         (
-            ObjKey::new("discovery.k8s.io", "endpointslices", "default", "kubernetes"),
+            ObjKey::new(
+                "discovery.k8s.io",
+                "endpointslices",
+                "default",
+                "kubernetes",
+            ),
             json!({
                 "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": "kubernetes", "namespace": "default",
@@ -318,13 +323,30 @@ mod tests {
         bootstrap(&s, "127.0.0.1:7000".parse().unwrap()).unwrap();
         let ep = get(ObjKey::new("", "endpoints", "default", "kubernetes"));
         assert_eq!(ep["subsets"][0]["ports"][0]["port"], 7000);
-        let admin = get(ObjKey::new("rbac.authorization.k8s.io", "clusterroles", "", "cluster-admin"));
+        let admin = get(ObjKey::new(
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "",
+            "cluster-admin",
+        ));
         assert_eq!(admin["rules"][0]["verbs"], json!(["*"]));
         assert!(admin["metadata"]["uid"].is_string());
-        let core = get(ObjKey::new("apiregistration.k8s.io", "apiservices", "", "v1."));
+        let core = get(ObjKey::new(
+            "apiregistration.k8s.io",
+            "apiservices",
+            "",
+            "v1.",
+        ));
         assert_eq!(core["status"]["conditions"][0]["reason"], "Local");
-        assert!(crate::resources::builtins().iter().any(|d| d.plural == "apiservices"));
-        let apps = get(ObjKey::new("apiregistration.k8s.io", "apiservices", "", "v1.apps"));
+        assert!(crate::resources::builtins()
+            .iter()
+            .any(|d| d.plural == "apiservices"));
+        let apps = get(ObjKey::new(
+            "apiregistration.k8s.io",
+            "apiservices",
+            "",
+            "v1.apps",
+        ));
         assert_eq!(apps["spec"]["group"], "apps");
     }
 }

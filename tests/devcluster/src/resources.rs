@@ -63,7 +63,8 @@ impl ResourceDef {
     /// authentication.k8s.io TokenReview): POST answers from the request, nothing is
     /// stored, no other verb exists.
     pub fn create_only(&self) -> bool {
-        !self.custom && (self.group == "authorization.k8s.io" || self.group == "authentication.k8s.io")
+        !self.custom
+            && (self.group == "authorization.k8s.io" || self.group == "authentication.k8s.io")
     }
 
     /// True for the list-only virtual resource `componentstatuses`: GET (one or
@@ -74,7 +75,9 @@ impl ResourceDef {
 
     /// `certificatesigningrequests/approval`: writes change only `status.conditions`.
     pub fn has_approval(&self) -> bool {
-        !self.custom && self.group == "certificates.k8s.io" && self.plural == "certificatesigningrequests"
+        !self.custom
+            && self.group == "certificates.k8s.io"
+            && self.plural == "certificatesigningrequests"
     }
 
     /// `pods/ephemeralcontainers`: writes change only `spec.ephemeralContainers`.
@@ -87,9 +90,9 @@ impl ResourceDef {
     /// Custom resources answer with a Status (apiextensions' store leaves it unset).
     pub fn returns_deleted_object(&self) -> bool {
         !self.custom
-            && BUILTINS.iter().any(|b| {
-                b.group == self.group && b.plural == self.plural && b.return_deleted
-            })
+            && BUILTINS
+                .iter()
+                .any(|b| b.group == self.group && b.plural == self.plural && b.return_deleted)
     }
 
     /// Key used by /debug/writes: "core/configmaps", "apps/deployments".

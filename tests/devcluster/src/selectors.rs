@@ -207,7 +207,11 @@ const fn string(label: &'static str) -> SelectableField {
 const POD_FIELDS: &[SelectableField] = &[
     string("spec.nodeName"),
     field("spec.restartPolicy", "spec.restartPolicy", "Always"),
-    field("spec.schedulerName", "spec.schedulerName", "default-scheduler"),
+    field(
+        "spec.schedulerName",
+        "spec.schedulerName",
+        "default-scheduler",
+    ),
     string("spec.serviceAccountName"),
     field("spec.hostNetwork", "spec.hostNetwork", "false"),
     string("status.phase"),

@@ -509,7 +509,9 @@ mod tests {
         })
         .unwrap();
         let updated = s
-            .write(true, |tx| Ok(tx.put(&k, json!({"metadata": {"name": "a"}, "data": {}}))))
+            .write(true, |tx| {
+                Ok(tx.put(&k, json!({"metadata": {"name": "a"}, "data": {}})))
+            })
             .unwrap();
         assert_eq!(updated["metadata"]["resourceVersion"], "1");
         let removed = s.write(true, |tx| Ok(tx.remove(&k))).unwrap().unwrap();
@@ -517,7 +519,10 @@ mod tests {
         let k2 = ObjKey::new("", "configmaps", "default", "b");
         let created = s
             .write(true, |tx| {
-                Ok(tx.put(&k2, json!({"metadata": {"name": "b", "resourceVersion": "7"}})))
+                Ok(tx.put(
+                    &k2,
+                    json!({"metadata": {"name": "b", "resourceVersion": "7"}}),
+                ))
             })
             .unwrap();
         assert_eq!(created["metadata"].get("resourceVersion"), None);

@@ -51,7 +51,10 @@ pub fn minted_owner(token: &str) -> TokenOwner {
                 .ok()
         })
         .and_then(|b| String::from_utf8(b).ok());
-    match parsed.as_deref().map(|s| s.splitn(3, '/').collect::<Vec<_>>()) {
+    match parsed
+        .as_deref()
+        .map(|s| s.splitn(3, '/').collect::<Vec<_>>())
+    {
         Some(p) if p.len() == 3 => TokenOwner::ServiceAccount {
             namespace: p[0].to_string(),
             name: p[1].to_string(),

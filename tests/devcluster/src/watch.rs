@@ -103,7 +103,10 @@ impl Encoder {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let (kind, api_version) = if self.metadata_only {
-            ("PartialObjectMetadata".to_string(), crate::partial::API_VERSION.to_string())
+            (
+                "PartialObjectMetadata".to_string(),
+                crate::partial::API_VERSION.to_string(),
+            )
         } else {
             (self.def.kind.clone(), self.def.api_version())
         };

@@ -15,15 +15,15 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
     WatchParams,
 };
 use kube::core::PartialObjectMeta;
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::json;
 use std::time::Duration;
 
@@ -73,7 +73,10 @@ async fn dry_run_writes_keep_the_stored_resource_version() {
     let mut changed = created.clone();
     changed.data = Some([("k".to_string(), "3".to_string())].into());
     let replaced_dry = cms.replace("a", &dry, &changed).await.unwrap();
-    assert_eq!(replaced_dry.metadata.resource_version.as_deref(), Some(&*rv));
+    assert_eq!(
+        replaced_dry.metadata.resource_version.as_deref(),
+        Some(&*rv)
+    );
 
     // The real write with the dry run's answer goes through.
     let mut real = replaced_dry.clone();
@@ -156,7 +159,9 @@ async fn delete_responses_follow_return_deleted_object() {
     })
     .await;
     let deleted = gadgets.delete("g", &dp).await.unwrap();
-    let status = deleted.right().expect("custom resource delete answers a Status");
+    let status = deleted
+        .right()
+        .expect("custom resource delete answers a Status");
     assert_eq!(status.details.unwrap().name, "g");
 }
 
@@ -208,7 +213,8 @@ async fn partial_object_metadata_on_get_list_watch_and_patch() {
     let dc = start("partial-meta");
     let client = dc.client().await.unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let cm: ConfigMap = from_json(json!({"metadata": {"name": "m", "labels": {"a": "b"}}, "data": {"k": "v"}}));
+    let cm: ConfigMap =
+        from_json(json!({"metadata": {"name": "m", "labels": {"a": "b"}}, "data": {"k": "v"}}));
     cms.create(&PostParams::default(), &cm).await.unwrap();
 
     // Raw requests, to see the exact kinds and that no data leaks through.
@@ -233,7 +239,10 @@ async fn partial_object_metadata_on_get_list_watch_and_patch() {
         .await
         .unwrap();
     assert_eq!(listed["kind"], "PartialObjectMetadataList");
-    assert!(listed["metadata"]["resourceVersion"].is_string(), "{listed}");
+    assert!(
+        listed["metadata"]["resourceVersion"].is_string(),
+        "{listed}"
+    );
     let m = listed["items"]
         .as_array()
         .unwrap()
@@ -247,7 +256,10 @@ async fn partial_object_metadata_on_get_list_watch_and_patch() {
     let meta = cms.get_metadata("m").await.unwrap();
     assert_eq!(meta.metadata.name.as_deref(), Some("m"));
     let all = cms.list_metadata(&ListParams::default()).await.unwrap();
-    assert!(all.items.iter().any(|i| i.metadata.name.as_deref() == Some("m")));
+    assert!(all
+        .items
+        .iter()
+        .any(|i| i.metadata.name.as_deref() == Some("m")));
     let patched = cms
         .patch_metadata(
             "m",
@@ -256,7 +268,10 @@ async fn partial_object_metadata_on_get_list_watch_and_patch() {
         )
         .await
         .unwrap();
-    assert_eq!(patched.types.as_ref().map(|t| t.kind.as_str()), Some("PartialObjectMetadata"));
+    assert_eq!(
+        patched.types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
     assert_eq!(patched.metadata.labels.unwrap()["c"], "d");
 
     // A raw watch: every event's object is PartialObjectMetadata.
@@ -272,7 +287,10 @@ async fn partial_object_metadata_on_get_list_watch_and_patch() {
         .unwrap();
     match first {
         WatchEvent::Added(o) => {
-            assert_eq!(o.types.map(|t| t.kind), Some("PartialObjectMetadata".into()));
+            assert_eq!(
+                o.types.map(|t| t.kind),
+                Some("PartialObjectMetadata".into())
+            );
         }
         other => panic!("expected ADDED, got {other:?}"),
     }
@@ -295,8 +313,7 @@ async fn partial_object_metadata_on_get_list_watch_and_patch() {
 
 async fn wait_for_label<S>(w: &mut S, label: &str)
 where
-    S: futures::Stream<Item = Result<PartialObjectMeta<ConfigMap>, watcher::Error>>
-        + Unpin,
+    S: futures::Stream<Item = Result<PartialObjectMeta<ConfigMap>, watcher::Error>> + Unpin,
 {
     let deadline = tokio::time::Instant::now() + T;
     loop {
@@ -305,7 +322,10 @@ where
             .unwrap_or_else(|_| panic!("no metadata event with label {label}"))
             .expect("watcher open")
             .unwrap();
-        assert_eq!(ev.types.as_ref().map(|t| t.kind.as_str()), Some("PartialObjectMetadata"));
+        assert_eq!(
+            ev.types.as_ref().map(|t| t.kind.as_str()),
+            Some("PartialObjectMetadata")
+        );
         if ev.metadata.labels.unwrap_or_default().contains_key(label) {
             return;
         }
@@ -354,7 +374,10 @@ async fn bootstrap_objects_exist_from_the_start() {
         "system:basic-user",
         "system:public-info-viewer",
     ] {
-        roles.get(name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        roles
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let view = roles.get("view").await.unwrap();
     assert!(view.aggregation_rule.is_some());
@@ -369,14 +392,19 @@ async fn bootstrap_objects_exist_from_the_start() {
     let apis: Api<APIService> = Api::all(client.clone());
     let apps = apis.get("v1.apps").await.unwrap();
     assert_eq!(
-        apps.status.unwrap().conditions.unwrap()[0].reason.as_deref(),
+        apps.status.unwrap().conditions.unwrap()[0]
+            .reason
+            .as_deref(),
         Some("Local")
     );
     apis.get("v1.").await.unwrap();
 
     let cs: Api<ComponentStatus> = Api::all(client.clone());
     let all = cs.list(&ListParams::default()).await.unwrap();
-    assert!(all.items.iter().all(|c| c.conditions.as_ref().unwrap()[0].status == "True"));
+    assert!(all
+        .items
+        .iter()
+        .all(|c| c.conditions.as_ref().unwrap()[0].status == "True"));
     assert!(cs.delete("etcd-0", &DeleteParams::default()).await.is_err());
 
     // replicationcontrollers are served (kubectl and kube-rs tests list them).
@@ -388,7 +416,10 @@ async fn bootstrap_objects_exist_from_the_start() {
                 "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
     }));
     rcs.create(&PostParams::default(), &rc).await.unwrap();
-    assert_eq!(rcs.list(&ListParams::default()).await.unwrap().items.len(), 1);
+    assert_eq!(
+        rcs.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
 }
 
 /// TokenReview answers from the token store: a minted ServiceAccount token is
@@ -464,7 +495,10 @@ async fn csr_approval_and_ephemeral_containers_subresources() {
     let got = csrs.get_approval("fake").await.unwrap();
     let status = got.status.unwrap();
     assert_eq!(status.conditions.unwrap()[0].type_, "Approved");
-    assert!(status.certificate.is_none(), "approval sets only conditions");
+    assert!(
+        status.certificate.is_none(),
+        "approval sets only conditions"
+    );
     assert_eq!(got.spec.signer_name, "kubernetes.io/kube-apiserver-client");
 
     let pods: Api<Pod> = Api::namespaced(client, "default");

@@ -195,7 +195,11 @@ fn write_response_as(def: &ResourceDef, out: WriteOutcome, headers: &HeaderMap) 
     write_response_shaped(def, out, request::wants_metadata(headers))
 }
 
-fn write_response_shaped(def: &ResourceDef, out: WriteOutcome, metadata_only: bool) -> Response<Body> {
+fn write_response_shaped(
+    def: &ResourceDef,
+    out: WriteOutcome,
+    metadata_only: bool,
+) -> Response<Body> {
     let code = if out.created { 201 } else { 200 };
     let obj = present(def, out.obj);
     let obj = if metadata_only {

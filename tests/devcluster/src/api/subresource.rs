@@ -38,7 +38,18 @@ pub async fn handle(
             status(state, def, ns, name, method, q, headers, body, "approval").await
         }
         "ephemeralcontainers" if def.has_ephemeral_containers() => {
-            status(state, def, ns, name, method, q, headers, body, "ephemeralcontainers").await
+            status(
+                state,
+                def,
+                ns,
+                name,
+                method,
+                q,
+                headers,
+                body,
+                "ephemeralcontainers",
+            )
+            .await
         }
         "scale" if def.subresources.scale => {
             scale(state, def, ns, name, method, q, headers, body).await
