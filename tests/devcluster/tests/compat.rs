@@ -406,6 +406,14 @@ async fn bootstrap_objects_exist_from_the_start() {
         .iter()
         .all(|c| c.conditions.as_ref().unwrap()[0].status == "True"));
     assert!(cs.delete("etcd-0", &DeleteParams::default()).await.is_err());
+    let out = dc.kubectl("1.33", &["get", "componentstatuses"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("v1 ComponentStatus is deprecated in v1.19+"),
+        "kubectl prints kube's deprecation warning: {stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("etcd-0"));
 
     // replicationcontrollers are served (kubectl and kube-rs tests list them).
     let rcs: Api<ReplicationController> = Api::namespaced(client, "default");

@@ -68,17 +68,25 @@ async fn handle_inner(
         };
     }
     if def.read_only() {
-        // componentstatuses: computed on every read, never stored.
+        // componentstatuses: computed on every read, never stored, and deprecated
+        // (kube's warning, which kubectl prints).
         let all = crate::bootstrap::component_statuses();
+        let warn = |mut r: Response<Body>| {
+            r.headers_mut().append(
+                http::header::WARNING,
+                HeaderValue::from_static("299 - \"v1 ComponentStatus is deprecated in v1.19+\""),
+            );
+            r
+        };
         return match (&method, rp.name.as_deref()) {
-            (&Method::GET, None) => Ok(json_response(
+            (&Method::GET, None) => Ok(warn(json_response(
                 200,
                 &json!({"kind": def.list_kind, "apiVersion": "v1", "metadata": {}, "items": all}),
-            )),
+            ))),
             (&Method::GET, Some(name)) => all
                 .into_iter()
                 .find(|c| c["metadata"]["name"] == name)
-                .map(|c| json_response(200, &c))
+                .map(|c| warn(json_response(200, &c)))
                 .ok_or_else(|| ApiError::not_found(&def, name)),
             _ => Err(ApiError::method_not_allowed(method.as_str())),
         };
