@@ -34,10 +34,13 @@ const VERBS: &[&str] = &[
     "watch",
 ];
 
-/// The verbs a resource serves: only `create` for the authorization reviews.
+/// The verbs a resource serves: only `create` for the reviews, `get`/`list` for
+/// componentstatuses.
 fn verbs(d: &ResourceDef) -> &'static [&'static str] {
     if d.create_only() {
         &["create"]
+    } else if d.read_only() {
+        &["get", "list"]
     } else {
         VERBS
     }
@@ -151,6 +154,24 @@ fn subresources(d: &ResourceDef) -> Vec<(String, String, String, String, Vec<&'s
             "v1".into(),
             "TokenRequest".into(),
             vec!["create"],
+        ));
+    }
+    if d.has_approval() {
+        out.push((
+            "approval".into(),
+            d.group.clone(),
+            d.version.clone(),
+            d.kind.clone(),
+            vec!["get", "patch", "update"],
+        ));
+    }
+    if d.has_ephemeral_containers() {
+        out.push((
+            "ephemeralcontainers".into(),
+            String::new(),
+            "v1".into(),
+            "Pod".into(),
+            vec!["get", "patch", "update"],
         ));
     }
     if d.group.is_empty() && d.plural == "namespaces" {

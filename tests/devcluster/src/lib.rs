@@ -8,6 +8,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod api;
+mod bootstrap;
 pub mod cli;
 mod crd;
 mod decode;
@@ -20,6 +21,7 @@ pub mod managed_fields;
 mod meta;
 mod names;
 pub mod openapi;
+mod partial;
 pub mod patch;
 mod persist;
 pub mod proto;
@@ -34,6 +36,7 @@ mod status;
 mod store;
 mod table;
 mod tls;
+mod token_review;
 pub mod validation;
 mod watch;
 mod write;

@@ -163,11 +163,14 @@ fn parse_req(part: &str) -> Result<LabelReq, SelectorError> {
     }
 }
 
-/// One field requirement: `path=value` or `path!=value`.
+/// One field requirement: `label=value` or `label!=value`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldReq {
-    /// Dotted JSON path, e.g. "metadata.name".
+    /// Dotted JSON path of the field the label selects, e.g. "metadata.name"
+    /// (Jobs' `status.successful` selects `status.succeeded`).
     pub path: String,
+    /// How kube formats the field when it is unset (see [`SelectableField`]).
+    pub unset: &'static str,
     /// The compared value.
     pub value: String,
     /// `!=` instead of `=`.
@@ -178,41 +181,79 @@ pub struct FieldReq {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(pub Vec<FieldReq>);
 
+/// One selectable field of a resource, after kube's per-resource
+/// `*ToSelectableFields` (`pkg/registry/*/strategy.go`). Those functions format Go
+/// struct fields, so an unset field still has a value: `fmt.Sprint(false)` for a
+/// bool, `strconv.Itoa(0)` for an int32, the defaulted value where kube's defaulting
+/// always sets one (the devcluster does not default pod specs or Secret types).
+struct SelectableField {
+    /// The label clients use in `fieldSelector`.
+    label: &'static str,
+    /// Where the value lives in the JSON object.
+    path: &'static str,
+    /// The formatted value of an unset field.
+    unset: &'static str,
+}
+
+const fn field(label: &'static str, path: &'static str, unset: &'static str) -> SelectableField {
+    SelectableField { label, path, unset }
+}
+
+/// Strings are formatted as-is; unset ones are "".
+const fn string(label: &'static str) -> SelectableField {
+    field(label, label, "")
+}
+
+const POD_FIELDS: &[SelectableField] = &[
+    string("spec.nodeName"),
+    field("spec.restartPolicy", "spec.restartPolicy", "Always"),
+    field(
+        "spec.schedulerName",
+        "spec.schedulerName",
+        "default-scheduler",
+    ),
+    string("spec.serviceAccountName"),
+    field("spec.hostNetwork", "spec.hostNetwork", "false"),
+    string("status.phase"),
+    string("status.podIP"),
+    string("status.nominatedNodeName"),
+];
+
+const EVENT_FIELDS: &[SelectableField] = &[
+    string("involvedObject.kind"),
+    string("involvedObject.namespace"),
+    string("involvedObject.name"),
+    string("involvedObject.uid"),
+    string("involvedObject.apiVersion"),
+    string("involvedObject.resourceVersion"),
+    string("involvedObject.fieldPath"),
+    string("reason"),
+    string("reportingComponent"),
+    string("source"),
+    string("type"),
+    string("regarding.kind"),
+    string("regarding.namespace"),
+    string("regarding.name"),
+    string("regarding.uid"),
+];
+
 /// Fields (besides metadata.name / metadata.namespace) kube-apiserver accepts per resource.
-fn extra_fields(group: &str, plural: &str) -> &'static [&'static str] {
+fn extra_fields(group: &str, plural: &str) -> &'static [SelectableField] {
+    const SECRETS: &[SelectableField] = &[field("type", "type", "Opaque")];
+    const NODES: &[SelectableField] = &[field("spec.unschedulable", "spec.unschedulable", "false")];
+    const NAMESPACES: &[SelectableField] = &[string("status.phase")];
+    const REPLICAS: &[SelectableField] = &[field("status.replicas", "status.replicas", "0")];
+    const JOBS: &[SelectableField] = &[field("status.successful", "status.succeeded", "0")];
+    const CSRS: &[SelectableField] = &[string("spec.signerName")];
     match (group, plural) {
-        ("", "pods") => &[
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ],
-        ("", "events") | ("events.k8s.io", "events") => &[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-            "regarding.kind",
-            "regarding.namespace",
-            "regarding.name",
-            "regarding.uid",
-        ],
-        ("", "secrets") => &["type"],
-        ("", "nodes") => &["spec.unschedulable"],
-        ("", "namespaces") => &["status.phase"],
-        ("", "replicationcontrollers") => &["status.replicas"],
-        ("batch", "jobs") => &["status.successful"],
+        ("", "pods") => POD_FIELDS,
+        ("", "events") | ("events.k8s.io", "events") => EVENT_FIELDS,
+        ("", "secrets") => SECRETS,
+        ("", "nodes") => NODES,
+        ("", "namespaces") => NAMESPACES,
+        ("", "replicationcontrollers") | ("apps", "replicasets") => REPLICAS,
+        ("batch", "jobs") => JOBS,
+        ("certificates.k8s.io", "certificatesigningrequests") => CSRS,
         _ => &[],
     }
 }
@@ -222,7 +263,7 @@ impl FieldSelector {
     pub fn parse(s: &str, group: &str, plural: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (path, value, negated) = if let Some((k, v)) = part.split_once("!=") {
+            let (label, value, negated) = if let Some((k, v)) = part.split_once("!=") {
                 (k, v, true)
             } else if let Some((k, v)) = part.split_once("==") {
                 (k, v, false)
@@ -231,15 +272,19 @@ impl FieldSelector {
             } else {
                 return Err(SelectorError::Field(part.to_string()));
             };
-            let path = path.trim();
-            if path != "metadata.name"
-                && path != "metadata.namespace"
-                && !extra_fields(group, plural).contains(&path)
-            {
-                return Err(SelectorError::FieldNotSupported(path.to_string()));
-            }
+            let label = label.trim();
+            let (path, unset) = if label == "metadata.name" || label == "metadata.namespace" {
+                (label, "")
+            } else {
+                let f = extra_fields(group, plural)
+                    .iter()
+                    .find(|f| f.label == label)
+                    .ok_or_else(|| SelectorError::FieldNotSupported(label.to_string()))?;
+                (f.path, f.unset)
+            };
             reqs.push(FieldReq {
                 path: path.to_string(),
+                unset,
                 value: value.trim().to_string(),
                 negated,
             });
@@ -247,7 +292,8 @@ impl FieldSelector {
         Ok(FieldSelector(reqs))
     }
 
-    /// True if `obj` satisfies every requirement (missing fields compare as "").
+    /// True if `obj` satisfies every requirement (an unset field compares as kube
+    /// formats it: "", "false", "0", or its default).
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|r| {
             let mut cur = obj;
@@ -255,8 +301,9 @@ impl FieldSelector {
                 cur = cur.get(seg).unwrap_or(&Value::Null);
             }
             let actual = match cur {
+                Value::String(s) if s.is_empty() => r.unset.to_string(),
                 Value::String(s) => s.clone(),
-                Value::Null => String::new(),
+                Value::Null => r.unset.to_string(),
                 Value::Bool(b) => b.to_string(),
                 Value::Number(n) => n.to_string(),
                 // e.g. event `source` is an object; compare its component.
@@ -318,5 +365,37 @@ mod tests {
             Err(SelectorError::FieldNotSupported("spec.foo".into()))
         );
         assert!(FieldSelector::parse("involvedObject.name=x", "", "events").is_ok());
+    }
+
+    /// kube formats unset Go fields (`fmt.Sprint(false)`, `strconv.Itoa(0)`), so
+    /// selecting the zero value matches objects without the field. Failed before:
+    /// an unset field compared as "" and `spec.unschedulable==false` matched nothing.
+    #[test]
+    fn unset_fields_compare_as_kube_formats_them() {
+        let m = |sel: &str, plural: &str, group: &str, o: &Value| {
+            FieldSelector::parse(sel, group, plural).unwrap().matches(o)
+        };
+        let node = json!({"metadata": {"name": "n"}, "spec": {}});
+        assert!(m("spec.unschedulable==false", "nodes", "", &node));
+        assert!(!m("spec.unschedulable=true", "nodes", "", &node));
+        let cordoned = json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}});
+        assert!(m("spec.unschedulable=true", "nodes", "", &cordoned));
+        assert!(m("spec.unschedulable!=false", "nodes", "", &cordoned));
+
+        // Jobs: the label is status.successful, the field status.succeeded.
+        let job = json!({"metadata": {"name": "j"}, "status": {}});
+        assert!(m("status.successful=0", "jobs", "batch", &job));
+        let done = json!({"metadata": {"name": "j"}, "status": {"succeeded": 1}});
+        assert!(m("status.successful=1", "jobs", "batch", &done));
+        assert!(!m("status.successful=0", "jobs", "batch", &done));
+
+        let rs = json!({"metadata": {"name": "r"}});
+        assert!(m("status.replicas=0", "replicasets", "apps", &rs));
+        assert!(m("status.replicas=0", "replicationcontrollers", "", &rs));
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": []}});
+        assert!(m("spec.hostNetwork=false", "pods", "", &pod));
+        assert!(m("spec.restartPolicy=Always", "pods", "", &pod));
+        assert!(m("spec.nodeName=", "pods", "", &pod));
+        assert!(m("type=Opaque", "secrets", "", &json!({"metadata": {}})));
     }
 }

@@ -5,7 +5,7 @@ use crate::cli::Cli;
 use crate::persist::PersistError;
 use crate::status::ApiError;
 use crate::store::Store;
-use crate::{kubeconfig, seed, tls};
+use crate::{bootstrap, kubeconfig, seed, tls};
 use axum::body::Body;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::convert::Infallible;
@@ -53,6 +53,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), Ser
     seed::seed(&store, &cli.name, cli.nodes)?;
     let listener = TcpListener::bind(cli.listen).await?;
     let addr = listener.local_addr()?;
+    bootstrap::bootstrap(&store, addr)?;
     let host = if addr.ip().is_unspecified() {
         "127.0.0.1".to_string()
     } else if addr.is_ipv6() {

@@ -140,6 +140,8 @@ pub struct Tx<'a> {
     events: Vec<Event>,
     /// The write's timestamp (RFC 3339, seconds).
     pub now: String,
+    /// `dryRun=All`: the write runs on a scratch copy that is dropped afterwards.
+    dry_run: bool,
 }
 
 impl Tx<'_> {
@@ -158,9 +160,27 @@ impl Tx<'_> {
     }
 
     /// Stores `obj` with a fresh resourceVersion; emits ADDED or MODIFIED.
+    ///
+    /// Under dry run the object keeps the stored resourceVersion (none for a new
+    /// object), as kube's `DryRunnableStorage` never asks etcd for a new revision: a
+    /// client that reuses the returned resourceVersion for its next real write must
+    /// not get a 409.
     pub fn put(&mut self, key: &ObjKey, mut obj: Value) -> Value {
         let rv = self.next_rv();
-        meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+        let shown = if self.dry_run {
+            self.inner
+                .objects
+                .get(key)
+                .and_then(|o| meta::meta_str(o, "resourceVersion"))
+                .map(str::to_string)
+        } else {
+            Some(rv.to_string())
+        };
+        let m = meta::meta_mut(&mut obj);
+        match shown {
+            Some(v) => m.insert("resourceVersion".into(), json!(v)),
+            None => m.remove("resourceVersion"),
+        };
         let prev = self.inner.objects.insert(key.clone(), obj.clone());
         if key.is_crd() {
             self.inner.registry.upsert_crd(&obj);
@@ -191,9 +211,15 @@ impl Tx<'_> {
     /// produced just before the removal, e.g. with its last finalizer gone).
     pub fn remove_as(&mut self, key: &ObjKey, last: Option<Value>) -> Option<Value> {
         let stored = self.inner.objects.remove(key)?;
+        let stored_rv = meta::meta_str(&stored, "resourceVersion").map(str::to_string);
         let mut last = last.unwrap_or(stored);
         let rv = self.next_rv();
-        meta::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
+        // Dry run: the last state keeps the stored resourceVersion (see `put`).
+        let shown = match (self.dry_run, stored_rv) {
+            (true, Some(v)) => v,
+            _ => rv.to_string(),
+        };
+        meta::meta_mut(&mut last).insert("resourceVersion".into(), json!(shown));
         if key.is_crd() {
             self.inner.registry.remove_crd(&key.name);
         }
@@ -336,6 +362,7 @@ impl Store {
                 ops: Vec::new(),
                 events: Vec::new(),
                 now,
+                dry_run: true,
             };
             return f(&mut tx);
         }
@@ -344,6 +371,7 @@ impl Store {
             ops: Vec::new(),
             events: Vec::new(),
             now,
+            dry_run: false,
         };
         let result = f(&mut tx);
         let Tx { ops, events, .. } = tx;
@@ -469,5 +497,35 @@ mod tests {
         .unwrap();
         assert_eq!(s.current_rv(), 0);
         assert!(s.read(|i| i.objects.is_empty()));
+    }
+
+    #[test]
+    fn dry_run_keeps_the_stored_resource_version() {
+        let s = Store::open(None, 10).unwrap();
+        let k = ObjKey::new("", "configmaps", "default", "a");
+        s.write(false, |tx| {
+            tx.put(&k, json!({"metadata": {"name": "a"}}));
+            Ok(())
+        })
+        .unwrap();
+        let updated = s
+            .write(true, |tx| {
+                Ok(tx.put(&k, json!({"metadata": {"name": "a"}, "data": {}})))
+            })
+            .unwrap();
+        assert_eq!(updated["metadata"]["resourceVersion"], "1");
+        let removed = s.write(true, |tx| Ok(tx.remove(&k))).unwrap().unwrap();
+        assert_eq!(removed["metadata"]["resourceVersion"], "1");
+        let k2 = ObjKey::new("", "configmaps", "default", "b");
+        let created = s
+            .write(true, |tx| {
+                Ok(tx.put(
+                    &k2,
+                    json!({"metadata": {"name": "b", "resourceVersion": "7"}}),
+                ))
+            })
+            .unwrap();
+        assert_eq!(created["metadata"].get("resourceVersion"), None);
+        assert_eq!(s.current_rv(), 1);
     }
 }

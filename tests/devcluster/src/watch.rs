@@ -48,6 +48,8 @@ pub struct WatchParams {
     pub timeout: Duration,
     /// Period of BOOKMARK events.
     pub bookmark_every: Duration,
+    /// `as=PartialObjectMetadata`: every event carries metadata only.
+    pub metadata_only: bool,
 }
 
 /// Returns the object as served at `def`'s version (custom resources are stored in one
@@ -71,11 +73,15 @@ struct Encoder {
     def: ResourceDef,
     table: Option<Vec<Column>>,
     headers_sent: bool,
+    metadata_only: bool,
 }
 
 impl Encoder {
     fn event(&mut self, etype: &str, obj: Value) -> Bytes {
         let obj = present(&self.def, obj);
+        if self.metadata_only {
+            return line(etype, crate::partial::object(&obj));
+        }
         let obj = match &self.table {
             Some(cols) => {
                 let rv = obj
@@ -102,9 +108,17 @@ impl Encoder {
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
+        let (kind, api_version) = if self.metadata_only {
+            (
+                "PartialObjectMetadata".to_string(),
+                crate::partial::API_VERSION.to_string(),
+            )
+        } else {
+            (self.def.kind.clone(), self.def.api_version())
+        };
         line(
             "BOOKMARK",
-            json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": meta}),
+            json!({"kind": kind, "apiVersion": api_version, "metadata": meta}),
         )
     }
 }
@@ -162,6 +176,7 @@ pub fn start(
         def,
         table,
         headers_sent: false,
+        metadata_only: params.metadata_only,
     };
     // One task per watch; it ends on timeout, on store shutdown, or as soon as the
     // client goes away (the body, and so the receiver, is dropped).

@@ -304,6 +304,27 @@ fn prepare_update(
         }
         return Ok(out);
     }
+    if let Some(sub @ ("approval" | "ephemeralcontainers")) = sub {
+        // kube's approval strategy keeps everything but status.conditions; the
+        // ephemeralcontainers strategy everything but spec.ephemeralContainers.
+        let (parent, field) = if sub == "approval" {
+            ("status", "conditions")
+        } else {
+            ("spec", "ephemeralContainers")
+        };
+        let mut out = old.clone();
+        let value = new.get(parent).and_then(|p| p.get(field)).cloned();
+        if let Some(o) = out.as_object_mut() {
+            let p = o.entry(parent).or_insert_with(|| json!({}));
+            if let Some(p) = p.as_object_mut() {
+                match value {
+                    Some(v) => p.insert(field.into(), v),
+                    None => p.remove(field),
+                };
+            }
+        }
+        return Ok(out);
+    }
     let old_meta = old.get("metadata").cloned().unwrap_or(json!({}));
     let new_finalizers = meta::finalizers(&new);
     let m = meta_mut(&mut new);

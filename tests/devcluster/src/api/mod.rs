@@ -8,6 +8,7 @@ mod subresource;
 use crate::discovery;
 use crate::status::ApiError;
 use crate::store::Store;
+use crate::token_review::{self, TokenOwner};
 use axum::body::Body;
 use futures::FutureExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -71,9 +72,21 @@ fn authorized(state: &AppState, req: &Request<Body>) -> bool {
         .map(|(_, token)| token.trim());
     match (&state.token, presented) {
         (None, _) => true,
-        (Some(t), Some(p)) if p == t => true,
-        (Some(_), Some(p)) => state.store.read(|i| i.has_token(p)),
+        (Some(_), Some(p)) => known_token(state, p).is_some(),
         (Some(_), None) => false,
+    }
+}
+
+/// Who `token` belongs to, if this server accepts it: the `--token`, or a token
+/// minted through `serviceaccounts/{name}/token`. Requests and TokenReviews both
+/// authenticate through this one lookup.
+pub(crate) fn known_token(state: &AppState, token: &str) -> Option<TokenOwner> {
+    if state.token.as_deref() == Some(token) {
+        Some(TokenOwner::Admin)
+    } else if state.store.read(|i| i.has_token(token)) {
+        Some(token_review::minted_owner(token))
+    } else {
+        None
     }
 }
 

@@ -124,6 +124,18 @@ pub fn wants_table(headers: &HeaderMap) -> bool {
     })
 }
 
+/// True if the client asked for metadata only (`as=PartialObjectMetadata` or
+/// `as=PartialObjectMetadataList`, group meta.k8s.io), as kube-rs's `*_metadata`
+/// calls and client-go's metadata client do.
+pub fn wants_metadata(headers: &HeaderMap) -> bool {
+    accept_entries(headers).iter().any(|(_, p)| {
+        matches!(
+            p.get("as").map(String::as_str),
+            Some("PartialObjectMetadata" | "PartialObjectMetadataList")
+        ) && p.get("g").map(String::as_str) == Some("meta.k8s.io")
+    })
+}
+
 /// The aggregated-discovery version the client asked for ("v2" or "v2beta1"), first match wins.
 pub fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
     for (_, p) in accept_entries(headers) {
@@ -272,6 +284,14 @@ mod tests {
         );
         assert!(wants_table(&h));
         assert_eq!(wants_aggregated(&h), None);
+        assert!(!wants_metadata(&h));
+        h.insert(
+            http::header::ACCEPT,
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+                .parse()
+                .unwrap(),
+        );
+        assert!(wants_metadata(&h) && !wants_table(&h));
     }
 
     #[test]

@@ -4,6 +4,7 @@ use super::request::{self, Query};
 use super::route::ResPath;
 use super::{error_response, json_response, subresource, AppState};
 use crate::delete::{self, DeleteOpts, DeleteOutcome, Propagation};
+use crate::partial;
 use crate::patch::PatchType;
 use crate::resources::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -50,8 +51,43 @@ async fn handle_inner(
             (&Method::POST, None) => {
                 let bytes = request::read_body(body, &headers).await?;
                 let obj = request::decode_object(&bytes, &headers)?;
-                Ok(json_response(201, &crate::review::answer(&def, obj)?))
+                let answer = if def.kind == "TokenReview" {
+                    let token = obj
+                        .get("spec")
+                        .and_then(|s| s.get("token"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    let owner = super::known_token(state, token);
+                    crate::token_review::answer(&def, obj, owner)?
+                } else {
+                    crate::review::answer(&def, obj)?
+                };
+                Ok(json_response(201, &answer))
             }
+            _ => Err(ApiError::method_not_allowed(method.as_str())),
+        };
+    }
+    if def.read_only() {
+        // componentstatuses: computed on every read, never stored, and deprecated
+        // (kube's warning, which kubectl prints).
+        let all = crate::bootstrap::component_statuses();
+        let warn = |mut r: Response<Body>| {
+            r.headers_mut().append(
+                http::header::WARNING,
+                HeaderValue::from_static("299 - \"v1 ComponentStatus is deprecated in v1.19+\""),
+            );
+            r
+        };
+        return match (&method, rp.name.as_deref()) {
+            (&Method::GET, None) => Ok(warn(json_response(
+                200,
+                &json!({"kind": def.list_kind, "apiVersion": "v1", "metadata": {}, "items": all}),
+            ))),
+            (&Method::GET, Some(name)) => all
+                .into_iter()
+                .find(|c| c["metadata"]["name"] == name)
+                .map(|c| warn(json_response(200, &c)))
+                .ok_or_else(|| ApiError::not_found(&def, name)),
             _ => Err(ApiError::method_not_allowed(method.as_str())),
         };
     }
@@ -84,7 +120,7 @@ async fn handle_inner(
             let out = state
                 .store
                 .write(q.dry_run()?, |tx| write::create(tx, &def, ns, obj, &ctx))?;
-            Ok(write_response(&def, out))
+            Ok(write_response_as(&def, out, &headers))
         }
         (&Method::PUT, Some(name)) => {
             let bytes = request::read_body(body, &headers).await?;
@@ -93,7 +129,7 @@ async fn handle_inner(
             let out = state.store.write(q.dry_run()?, |tx| {
                 write::update(tx, &def, ns, name, obj, None, &ctx)
             })?;
-            Ok(write_response(&def, out))
+            Ok(write_response_as(&def, out, &headers))
         }
         (&Method::PATCH, Some(name)) => {
             let pt = patch_type(&headers)?;
@@ -102,7 +138,7 @@ async fn handle_inner(
             let out = state.store.write(q.dry_run()?, |tx| {
                 write::patch(tx, &def, ns, name, pt, &bytes, None, &ctx)
             })?;
-            Ok(write_response(&def, out))
+            Ok(write_response_as(&def, out, &headers))
         }
         (&Method::DELETE, Some(name)) => {
             let bytes = request::read_body(body, &headers).await?;
@@ -113,7 +149,7 @@ async fn handle_inner(
                 .write(q.dry_run()?, |tx| delete::delete(tx, &def, &key, &opts))?;
             Ok(match out {
                 DeleteOutcome::Pending(obj) => json_response(200, &present(&def, obj)),
-                DeleteOutcome::Deleted(obj) if def.custom || key.is_namespace() => {
+                DeleteOutcome::Deleted(obj) if def.returns_deleted_object() => {
                     json_response(200, &present(&def, obj))
                 }
                 DeleteOutcome::Deleted(obj) => {
@@ -158,8 +194,28 @@ pub(super) fn patch_type(headers: &HeaderMap) -> Result<PatchType, ApiError> {
 
 /// 200/201 with the object and any `Warning` headers.
 pub(super) fn write_response(def: &ResourceDef, out: WriteOutcome) -> Response<Body> {
+    write_response_shaped(def, out, false)
+}
+
+/// [`write_response`], metadata only if the Accept header asks for
+/// PartialObjectMetadata (kube transforms whatever object a verb returns).
+fn write_response_as(def: &ResourceDef, out: WriteOutcome, headers: &HeaderMap) -> Response<Body> {
+    write_response_shaped(def, out, request::wants_metadata(headers))
+}
+
+fn write_response_shaped(
+    def: &ResourceDef,
+    out: WriteOutcome,
+    metadata_only: bool,
+) -> Response<Body> {
     let code = if out.created { 201 } else { 200 };
-    let mut resp = json_response(code, &present(def, out.obj));
+    let obj = present(def, out.obj);
+    let obj = if metadata_only {
+        partial::object(&obj)
+    } else {
+        obj
+    };
+    let mut resp = json_response(code, &obj);
     for w in out.warnings {
         let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
         if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
@@ -182,6 +238,9 @@ fn get(
         .read(|i| i.objects.get(&key).cloned())
         .ok_or_else(|| ApiError::not_found(def, name))?;
     let obj = present(def, obj);
+    if request::wants_metadata(headers) {
+        return Ok(json_response(200, &partial::object(&obj)));
+    }
     if request::wants_table(headers) {
         let cols = table::columns(def, state.store.read(|i| i.registry.printer_columns(def)));
         let rv = obj
@@ -300,6 +359,9 @@ fn list(
         meta["continue"] = json!(n);
         meta["remainingItemCount"] = json!(remaining);
     }
+    if request::wants_metadata(headers) {
+        return Ok(json_response(200, &partial::list(meta, &items)));
+    }
     if request::wants_table(headers) {
         let cols = table::columns(def, printer);
         return Ok(json_response(
@@ -365,6 +427,7 @@ fn watch_collection(
         initial_events_end: send_initial,
         timeout,
         bookmark_every: state.bookmark_every,
+        metadata_only: request::wants_metadata(headers),
     };
     let cols = if request::wants_table(headers) {
         Some(table::columns(

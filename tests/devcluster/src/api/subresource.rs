@@ -1,4 +1,4 @@
-//! Subresources: /status, /scale (autoscaling/v1 Scale), serviceaccounts/token, namespaces/finalize.
+//! Subresources: /status, CSR /approval, pods/ephemeralcontainers, /scale (autoscaling/v1 Scale), serviceaccounts/token, namespaces/finalize.
 
 use super::request::{self, Query};
 use super::resource::{patch_type, write_ctx, write_response};
@@ -30,7 +30,26 @@ pub async fn handle(
     let is_ns = def.group.is_empty() && def.plural == "namespaces";
     match sub {
         "status" if def.subresources.status => {
-            status(state, def, ns, name, method, q, headers, body).await
+            status(state, def, ns, name, method, q, headers, body, "status").await
+        }
+        // Both behave like /status on another part of the object (see
+        // write::prepare_update): GET shows the whole object.
+        "approval" if def.has_approval() => {
+            status(state, def, ns, name, method, q, headers, body, "approval").await
+        }
+        "ephemeralcontainers" if def.has_ephemeral_containers() => {
+            status(
+                state,
+                def,
+                ns,
+                name,
+                method,
+                q,
+                headers,
+                body,
+                "ephemeralcontainers",
+            )
+            .await
         }
         "scale" if def.subresources.scale => {
             scale(state, def, ns, name, method, q, headers, body).await
@@ -64,6 +83,7 @@ async fn status(
     q: &Query,
     headers: &HeaderMap,
     body: Body,
+    sub: &str,
 ) -> Result<Response<Body>, ApiError> {
     match *method {
         Method::GET => {
@@ -79,7 +99,7 @@ async fn status(
             let obj = request::decode_object(&bytes, headers)?;
             let ctx = write_ctx(q, headers)?;
             let out = state.store.write(q.dry_run()?, |tx| {
-                write::update(tx, def, ns, name, obj, Some("status"), &ctx)
+                write::update(tx, def, ns, name, obj, Some(sub), &ctx)
             })?;
             Ok(write_response(def, out))
         }
@@ -88,7 +108,7 @@ async fn status(
             let bytes = request::read_body(body, headers).await?;
             let ctx = write_ctx(q, headers)?;
             let out = state.store.write(q.dry_run()?, |tx| {
-                write::patch(tx, def, ns, name, pt, &bytes, Some("status"), &ctx)
+                write::patch(tx, def, ns, name, pt, &bytes, Some(sub), &ctx)
             })?;
             Ok(write_response(def, out))
         }
@@ -226,7 +246,7 @@ fn random_token() -> String {
     let s: String = (0..48)
         .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
         .collect();
-    format!("fbdc.{s}")
+    s
 }
 
 fn token(
@@ -257,12 +277,12 @@ fn token(
         .cloned()
         .unwrap_or(json!(["https://kubernetes.default.svc.cluster.local"]));
     let key = key_for(def, ns, name);
-    let token = random_token();
-    let (now, uid) = state.store.write(q.dry_run()?, |tx| {
+    let (now, uid, token) = state.store.write(q.dry_run()?, |tx| {
         let sa = tx.get(&key).ok_or_else(|| ApiError::not_found(def, name))?;
         let uid = meta_str(sa, "uid").unwrap_or("").to_string();
+        let token = crate::token_review::mint(ns.unwrap_or(""), name, &uid, &random_token());
         tx.add_token(&token);
-        Ok((tx.now.clone(), uid))
+        Ok((tx.now.clone(), uid, token))
     })?;
     let expires = chrono::DateTime::parse_from_rfc3339(&now)
         .map(|t| (t + chrono::Duration::seconds(exp)).with_timezone(&chrono::Utc))
