@@ -16,6 +16,7 @@ mod discovery;
 mod gc;
 mod jsonpath;
 mod kubeconfig;
+pub mod limits;
 pub mod managed_fields;
 mod meta;
 mod names;

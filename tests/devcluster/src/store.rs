@@ -109,6 +109,8 @@ pub struct Inner {
     history_floor: u64,
     writes: BTreeMap<String, u64>,
     tokens: BTreeSet<String>,
+    /// Stored records skipped at startup because they could not be read.
+    skipped: Vec<String>,
 }
 
 impl Inner {
@@ -261,6 +263,7 @@ impl Store {
             history_floor: 0,
             writes: BTreeMap::new(),
             tokens: BTreeSet::new(),
+            skipped: Vec::new(),
         };
         let persist = match data_dir {
             Some(dir) => {
@@ -276,6 +279,7 @@ impl Store {
                     }
                 }
                 inner.tokens.extend(loaded.tokens);
+                inner.skipped = loaded.skipped;
                 let crds: Vec<Value> = inner
                     .scan("apiextensions.k8s.io", "customresourcedefinitions", None)
                     .map(|(_, v)| v.clone())
@@ -283,7 +287,12 @@ impl Store {
                 for c in &crds {
                     inner.registry.upsert_crd(c);
                 }
-                tracing::info!(objects = inner.objects.len(), rv = inner.rv, "loaded state");
+                tracing::info!(
+                    objects = inner.objects.len(),
+                    skipped = inner.skipped.len(),
+                    rv = inner.rv,
+                    "loaded state"
+                );
                 Some(p)
             }
             None => None,
@@ -413,6 +422,12 @@ impl Store {
     #[cfg(test)]
     pub fn current_rv(&self) -> u64 {
         self.lock().rv
+    }
+
+    /// `GET /debug/store`: stored records skipped at startup (unreadable).
+    pub fn debug_store(&self) -> Value {
+        let inner = self.lock();
+        json!({"skippedRecords": inner.skipped.len(), "skippedKeys": inner.skipped})
     }
 
     /// Counts of state-changing writes per "<group>/<plural>".

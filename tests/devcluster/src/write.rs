@@ -5,6 +5,7 @@ pub use crate::decode::FieldValidation;
 use crate::decode::{check_fields, check_type, normalize};
 use crate::delete::{self, Propagation};
 use crate::gc;
+use crate::limits;
 use crate::managed_fields;
 use crate::meta::{self, meta_mut, meta_str};
 use crate::names;
@@ -71,6 +72,9 @@ fn check_namespace_for_create(
 }
 
 fn validate_meta(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+    // Every write path (create, update, each patch type, apply, /status) passes
+    // here with the object it is about to store.
+    limits::check_object(obj)?;
     let name = meta_str(obj, "name").unwrap_or("");
     let mut causes = Vec::new();
     if let Err(msg) = names::validate(names::rule_for(&def.group, &def.plural), name) {
@@ -451,11 +455,20 @@ pub fn update(
 
 /// Parses an apply body (YAML or JSON).
 fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
-    if let Ok(v) = serde_json::from_slice::<Value>(body) {
-        return Ok(v);
+    let too_deep =
+        |e: limits::LimitError| ApiError::bad_request(format!("error decoding YAML: {e}"));
+    // kubectl sends apply bodies as JSON; anything else is YAML.
+    if body.trim_ascii_start().starts_with(b"{") {
+        limits::scan_json(body, limits::MAX_DEPTH).map_err(too_deep)?;
+        if let Ok(v) = serde_json::from_slice::<Value>(body) {
+            return Ok(v);
+        }
     }
-    serde_yaml::from_slice::<Value>(body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+    limits::scan_yaml(body, limits::MAX_DEPTH).map_err(too_deep)?;
+    let v = serde_yaml::from_slice::<Value>(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    limits::check_value(&v).map_err(too_deep)?;
+    Ok(v)
 }
 
 /// PATCH (main resource or /status), all four patch types.

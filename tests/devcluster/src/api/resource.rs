@@ -49,7 +49,7 @@ async fn handle_inner(
         return match (&method, rp.name.as_deref()) {
             (&Method::POST, None) => {
                 let bytes = request::read_body(body, &headers).await?;
-                let obj = request::decode_object(&bytes, &headers)?;
+                let obj = request::decode_object_blocking(bytes, &headers).await?;
                 Ok(json_response(201, &crate::review::answer(&def, obj)?))
             }
             _ => Err(ApiError::method_not_allowed(method.as_str())),
@@ -79,7 +79,7 @@ async fn handle_inner(
         (&Method::GET, None) => list(state, &def, ns, &q, &headers),
         (&Method::POST, None) => {
             let bytes = request::read_body(body, &headers).await?;
-            let obj = request::decode_object(&bytes, &headers)?;
+            let obj = request::decode_object_blocking(bytes, &headers).await?;
             let ctx = write_ctx(&q, &headers)?;
             let out = state
                 .store
@@ -88,7 +88,7 @@ async fn handle_inner(
         }
         (&Method::PUT, Some(name)) => {
             let bytes = request::read_body(body, &headers).await?;
-            let obj = request::decode_object(&bytes, &headers)?;
+            let obj = request::decode_object_blocking(bytes, &headers).await?;
             let ctx = write_ctx(&q, &headers)?;
             let out = state.store.write(q.dry_run()?, |tx| {
                 write::update(tx, &def, ns, name, obj, None, &ctx)

@@ -47,7 +47,7 @@ pub async fn handle(
                 return Err(ApiError::method_not_allowed(method.as_str()));
             }
             let bytes = request::read_body(body, headers).await?;
-            let obj = request::decode_object(&bytes, headers)?;
+            let obj = request::decode_object_blocking(bytes, headers).await?;
             finalize(state, def, name, obj, q)
         }
         _ => Err(ApiError::path_not_found()),
@@ -76,7 +76,7 @@ async fn status(
         }
         Method::PUT => {
             let bytes = request::read_body(body, headers).await?;
-            let obj = request::decode_object(&bytes, headers)?;
+            let obj = request::decode_object_blocking(bytes, headers).await?;
             let ctx = write_ctx(q, headers)?;
             let out = state.store.write(q.dry_run()?, |tx| {
                 write::update(tx, def, ns, name, obj, Some("status"), &ctx)

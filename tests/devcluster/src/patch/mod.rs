@@ -100,6 +100,8 @@ pub fn apply_patch(
 ) -> Result<Value, PatchError> {
     let out = match pt {
         PatchType::Json => {
+            crate::limits::scan_json(body, crate::limits::MAX_DEPTH)
+                .map_err(|e| PatchError::BadRequest(format!("invalid JSON patch: {e}")))?;
             let ops: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| PatchError::BadRequest(format!("invalid JSON patch: {e}")))?;
             let mut doc = live.clone();
@@ -128,6 +130,8 @@ pub fn apply_patch(
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, PatchError> {
+    crate::limits::scan_json(body, crate::limits::MAX_DEPTH)
+        .map_err(|e| PatchError::BadRequest(format!("error decoding patch: {e}")))?;
     serde_json::from_slice(body)
         .map_err(|e| PatchError::BadRequest(format!("error decoding patch: {e}")))
 }
