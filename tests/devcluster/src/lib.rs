@@ -12,6 +12,7 @@ pub mod cli;
 mod crd;
 mod decode;
 mod delete;
+mod delete_body;
 mod discovery;
 mod gc;
 mod jsonpath;

@@ -5,6 +5,7 @@
 //! openAPIV3Schema, honouring `x-kubernetes-preserve-unknown-fields`, with
 //! `metadata` checked as ObjectMeta as kube-apiserver does.
 
+pub mod object;
 pub mod schemas;
 
 use crate::resources::ResourceDef;

@@ -13,6 +13,7 @@ use crate::patch::{self, PatchType};
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, FieldCause};
 use crate::store::{ObjKey, Tx};
+use crate::validation;
 use serde_json::{json, Value};
 
 /// Per-request write options.
@@ -84,35 +85,8 @@ fn validate_meta(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
             message: format!("Invalid value: \"{name}\": {msg}"),
         });
     }
-    if let Some(labels) = obj.get("metadata").and_then(|m| m.get("labels")) {
-        match labels.as_object() {
-            Some(l) => {
-                for (k, v) in l {
-                    let vs = v.as_str().unwrap_or("");
-                    if let Err(msg) = names::validate_label_value(vs) {
-                        causes.push(FieldCause {
-                            reason: "FieldValueInvalid",
-                            field: format!("metadata.labels.{k}"),
-                            message: format!("Invalid value: \"{vs}\": {msg}"),
-                        });
-                    }
-                    if !v.is_string() {
-                        causes.push(FieldCause {
-                            reason: "FieldValueInvalid",
-                            field: format!("metadata.labels.{k}"),
-                            message: "Invalid value: must be a string".into(),
-                        });
-                    }
-                }
-            }
-            None if labels.is_null() => {}
-            None => causes.push(FieldCause {
-                reason: "FieldValueInvalid",
-                field: "metadata.labels".into(),
-                message: "Invalid value: must be a map of strings".into(),
-            }),
-        }
-    }
+    causes.extend(validation::object::metadata_causes(obj));
+    causes.extend(validation::object::data_causes(def, obj));
     if causes.is_empty() {
         Ok(())
     } else {
@@ -412,13 +386,13 @@ pub fn update(
     ctx: &WriteCtx,
 ) -> Result<WriteOutcome, ApiError> {
     check_type(def, &mut body)?;
-    match meta_str(&body, "name") {
-        Some(n) if n != name => {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({n}) does not match the name on the URL ({name})"
-            )))
-        }
-        _ => {}
+    // kube's update handler (`checkName`): the body must name the object, and
+    // name it as the URL does; a missing name is a mismatch, not "keep the old".
+    let body_name = meta_str(&body, "name").unwrap_or("");
+    if body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
     }
     if def.namespaced {
         match meta_str(&body, "namespace") {

@@ -3,7 +3,7 @@
 use super::request::{self, Query};
 use super::route::ResPath;
 use super::{error_response, json_response, subresource, AppState};
-use crate::delete::{self, DeleteOpts, DeleteOutcome, Propagation};
+use crate::delete::{self, DeleteOpts, DeleteOutcome};
 use crate::patch::PatchType;
 use crate::resources::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -106,7 +106,7 @@ async fn handle_inner(
         }
         (&Method::DELETE, Some(name)) => {
             let bytes = request::read_body(body, &headers).await?;
-            let opts = delete_opts(&q, &bytes)?;
+            let opts = delete_opts(&q, &bytes, &headers)?;
             let key = key_for(&def, ns, name);
             let out = state
                 .store
@@ -123,7 +123,7 @@ async fn handle_inner(
         }
         (&Method::DELETE, None) => {
             let bytes = request::read_body(body, &headers).await?;
-            let opts = delete_opts(&q, &bytes)?;
+            let opts = delete_opts(&q, &bytes, &headers)?;
             delete_collection(state, &def, ns, &q, &opts)
         }
         _ => Err(ApiError::method_not_allowed(method.as_str())),
@@ -387,39 +387,14 @@ fn watch_collection(
     Ok(resp)
 }
 
-/// DeleteOptions from the body (JSON, may be empty) and the query string.
-pub(super) fn delete_opts(q: &Query, body: &[u8]) -> Result<DeleteOpts, ApiError> {
-    let mut opts = DeleteOpts::default();
-    let v: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
-    };
-    let policy = v
-        .get("propagationPolicy")
-        .and_then(Value::as_str)
-        .or(q.get("propagationPolicy"));
-    if let Some(p) = policy.filter(|p| !p.is_empty()) {
-        opts.propagation = Propagation::parse(p)?;
-    }
-    let orphan = v
-        .get("orphanDependents")
-        .and_then(Value::as_bool)
-        .or_else(|| q.get("orphanDependents").map(|o| o == "true"));
-    if orphan == Some(true) {
-        opts.propagation = Propagation::Orphan;
-    }
-    let pre = v.get("preconditions");
-    opts.uid = pre
-        .and_then(|p| p.get("uid"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    opts.resource_version = pre
-        .and_then(|p| p.get("resourceVersion"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    Ok(opts)
+/// DeleteOptions from the body (JSON, protobuf or empty) and the query string.
+pub(super) fn delete_opts(
+    q: &Query,
+    body: &[u8],
+    headers: &HeaderMap,
+) -> Result<DeleteOpts, ApiError> {
+    let v = crate::delete_body::decode(body, &request::content_type(headers))?;
+    crate::delete_body::options(&q.0, &v)
 }
 
 fn delete_collection(
