@@ -11,6 +11,7 @@ mod api;
 pub mod cli;
 mod crd;
 mod decode;
+pub mod decoders;
 mod delete;
 mod delete_body;
 mod discovery;

@@ -428,7 +428,7 @@ pub fn update(
 }
 
 /// Parses an apply body (YAML or JSON).
-fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
     let too_deep =
         |e: limits::LimitError| ApiError::bad_request(format!("error decoding YAML: {e}"));
     // kubectl sends apply bodies as JSON; anything else is YAML.

@@ -1,6 +1,6 @@
 //! HTTP front: authentication, routing, and the JSON response helpers.
 
-mod request;
+pub(crate) mod request;
 mod resource;
 mod route;
 mod subresource;
