@@ -336,6 +336,23 @@ impl Store {
         dry_run: bool,
         f: impl FnOnce(&mut Tx<'_>) -> Result<R, ApiError>,
     ) -> Result<R, ApiError> {
+        // A write can take a while (a large apply, its managedFields, the redb
+        // fsync) and others wait for the lock meanwhile: on the multi-threaded
+        // runtime, tell tokio this worker blocks, so `/healthz`, reads and watches
+        // keep being served by the others.
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                tokio::task::block_in_place(|| self.write_locked(dry_run, f))
+            }
+            _ => self.write_locked(dry_run, f),
+        }
+    }
+
+    fn write_locked<R>(
+        &self,
+        dry_run: bool,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<R, ApiError>,
+    ) -> Result<R, ApiError> {
         let mut guard = self.lock();
         let now = meta::now_rfc3339();
         if dry_run {

@@ -445,7 +445,17 @@ pub(crate) fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
     Ok(v)
 }
 
-/// PATCH (main resource or /status), all four patch types.
+/// Parses a PATCH body of any type, so it can be done before the store is
+/// locked (and off the async workers: a large YAML apply body takes seconds).
+pub fn parse_patch_body(pt: PatchType, body: &[u8]) -> Result<Value, ApiError> {
+    match pt {
+        PatchType::Apply => parse_apply_body(body),
+        _ => Ok(patch::parse_body(pt, body)?),
+    }
+}
+
+/// PATCH from raw bytes (the server parses first, see [`patch_parsed`]).
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub fn patch(
     tx: &mut Tx<'_>,
@@ -454,6 +464,23 @@ pub fn patch(
     name: &str,
     pt: PatchType,
     body: &[u8],
+    sub: Option<&str>,
+    ctx: &WriteCtx,
+) -> Result<WriteOutcome, ApiError> {
+    let parsed = parse_patch_body(pt, body)?;
+    patch_parsed(tx, def, ns, name, pt, parsed, sub, ctx)
+}
+
+/// PATCH (main resource or /status), all four patch types, with a body parsed
+/// by [`parse_patch_body`].
+#[allow(clippy::too_many_arguments)]
+pub fn patch_parsed(
+    tx: &mut Tx<'_>,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: &str,
+    pt: PatchType,
+    body: Value,
     sub: Option<&str>,
     ctx: &WriteCtx,
 ) -> Result<WriteOutcome, ApiError> {
@@ -476,7 +503,7 @@ pub fn patch(
     let Some(old) = tx.get(&key).cloned() else {
         return Err(ApiError::not_found(def, name));
     };
-    let patched = patch::apply_patch(pt, &old, body, def)?;
+    let patched = patch::apply_patch_value(pt, &old, &body, def)?;
     if !patched.is_object() {
         return Err(ApiError::bad_request("the patch did not produce an object"));
     }
@@ -515,7 +542,7 @@ fn apply(
     def: &ResourceDef,
     ns: Option<&str>,
     name: &str,
-    body: &[u8],
+    mut applied: Value,
     sub: Option<&str>,
     ctx: &WriteCtx,
     key: &ObjKey,
@@ -532,7 +559,6 @@ fn apply(
             }],
         ));
     }
-    let mut applied = parse_apply_body(body)?;
     check_type(def, &mut applied)?;
     match meta_str(&applied, "name") {
         Some(n) if n != name => {

@@ -220,15 +220,23 @@ static DECODE_PERMITS: std::sync::LazyLock<tokio::sync::Semaphore> =
 /// [`decode_object`] off the async workers (see [`DECODE_PERMITS`]).
 pub async fn decode_object_blocking(bytes: Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
     let ct = content_type(headers);
-    // Small bodies are cheaper to decode than to hand to another thread.
+    decode_blocking(bytes, move |b| decode_object_as(b, &ct)).await
+}
+
+/// Runs `decode` on `bytes` off the async workers, at most [`DECODE_PERMITS`]
+/// at a time; small bodies are cheaper to decode in place than to hand over.
+pub async fn decode_blocking<T: Send + 'static>(
+    bytes: Bytes,
+    decode: impl FnOnce(&[u8]) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
     if bytes.len() < 16 * 1024 {
-        return decode_object_as(&bytes, &ct);
+        return decode(&bytes);
     }
     let _permit = DECODE_PERMITS
         .acquire()
         .await
         .map_err(|_| ApiError::internal("the decoder pool is closed"))?;
-    tokio::task::spawn_blocking(move || decode_object_as(&bytes, &ct))
+    tokio::task::spawn_blocking(move || decode(&bytes))
         .await
         .map_err(|e| ApiError::internal(format!("decoding the body failed: {e}")))?
 }

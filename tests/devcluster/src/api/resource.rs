@@ -99,8 +99,10 @@ async fn handle_inner(
             let pt = patch_type(&headers)?;
             let bytes = request::read_body(body, &headers).await?;
             let ctx = write_ctx(&q, &headers)?;
+            let parsed =
+                request::decode_blocking(bytes, move |b| write::parse_patch_body(pt, b)).await?;
             let out = state.store.write(q.dry_run()?, |tx| {
-                write::patch(tx, &def, ns, name, pt, &bytes, None, &ctx)
+                write::patch_parsed(tx, &def, ns, name, pt, parsed, None, &ctx)
             })?;
             Ok(write_response(&def, out))
         }

@@ -87,8 +87,10 @@ async fn status(
             let pt = patch_type(headers)?;
             let bytes = request::read_body(body, headers).await?;
             let ctx = write_ctx(q, headers)?;
+            let parsed =
+                request::decode_blocking(bytes, move |b| write::parse_patch_body(pt, b)).await?;
             let out = state.store.write(q.dry_run()?, |tx| {
-                write::patch(tx, def, ns, name, pt, &bytes, Some("status"), &ctx)
+                write::patch_parsed(tx, def, ns, name, pt, parsed, Some("status"), &ctx)
             })?;
             Ok(write_response(def, out))
         }
