@@ -159,11 +159,50 @@ pub fn check_value(v: &Value) -> Result<(), LimitError> {
     Ok(())
 }
 
+/// Largest object a write may store, as JSON: the request body limit, so every
+/// stored object could also have been sent in one body. (kube-apiserver's bound
+/// is etcd's request limit, 1.5 MiB by default.)
+pub const MAX_OBJECT_BYTES: usize = 3 * 1024 * 1024;
+
+/// Counts serialised bytes without keeping them.
+struct CountingSink(usize);
+
+impl std::io::Write for CountingSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(buf.len());
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of `v` as compact JSON.
+pub fn json_size(v: &Value) -> usize {
+    let mut sink = CountingSink(0);
+    // Writing to a sink that never fails cannot fail for a `Value`.
+    let _ = serde_json::to_writer(&mut sink, v);
+    sink.0
+}
+
 /// Refuses the result of a write (create, update, any patch, apply, a
 /// subresource write) that a request body of the same shape would be refused
-/// for: a patch must not grow an object past what a body may hold.
+/// for: repeated patches must not grow an object past what a body may hold.
+/// Depth is checked first, so the size count never recurses too deep.
 pub fn check_object(v: &Value) -> Result<(), ApiError> {
-    check_value(v).map_err(|e| e.to_api("the resulting object is invalid"))
+    check_value(v).map_err(|e| e.to_api("the resulting object is invalid"))?;
+    let size = json_size(v);
+    if size > MAX_OBJECT_BYTES {
+        return Err(ApiError::other(
+            413,
+            "RequestEntityTooLarge",
+            format!(
+                "Request entity too large: the resulting object is {size} bytes, limit is {MAX_OBJECT_BYTES}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -243,3 +243,58 @@ fn an_unreadable_stored_record_is_skipped_and_counted_on_restart() {
     assert_eq!(get_json(&dc, "/debug/store")["skippedRecords"], 1);
     assert_eq!(get_json(&dc, &format!("{CMS}/junk"))["data"]["c"], "d");
 }
+
+#[test]
+fn repeated_patches_cannot_grow_an_object_past_the_body_limit() {
+    let dc = start("big-patches");
+    blob_crd(&dc);
+    let blob =
+        json!({"apiVersion":"example.com/v1","kind":"Blob","metadata":{"name":"b"},"spec":{}});
+    let r = request(
+        &dc,
+        "POST",
+        BLOBS,
+        Some("application/json"),
+        blob.to_string().as_bytes(),
+    );
+    assert_eq!(r.code, 201, "{}", r.text());
+    let path = format!("{BLOBS}/b");
+    // Each body is 1 MiB, well under the 3 MiB body limit; the third result is not.
+    let mib = "x".repeat(1024 * 1024);
+    for i in 0..2 {
+        let p = json!([{"op": "add", "path": format!("/spec/k{i}"), "value": mib}]);
+        let r = request(
+            &dc,
+            "PATCH",
+            &path,
+            Some("application/json-patch+json"),
+            p.to_string().as_bytes(),
+        );
+        assert_eq!(r.code, 200, "patch {i}: {:.200}", r.text());
+    }
+    let before = snapshot(&dc, &path);
+    let p = json!([{"op": "add", "path": "/spec/k2", "value": mib}]);
+    let r = request(
+        &dc,
+        "PATCH",
+        &path,
+        Some("application/json-patch+json"),
+        p.to_string().as_bytes(),
+    );
+    assert_eq!(r.code, 413, "{:.200}", r.text());
+    assert_eq!(r.json()["reason"], "RequestEntityTooLarge");
+    let m = json!({"spec": {"k2": mib}});
+    let r = request(
+        &dc,
+        "PATCH",
+        &path,
+        Some("application/merge-patch+json"),
+        m.to_string().as_bytes(),
+    );
+    assert_eq!(r.code, 413, "{:.200}", r.text());
+    assert_eq!(
+        snapshot(&dc, &path),
+        before,
+        "a refused write changed the store"
+    );
+}

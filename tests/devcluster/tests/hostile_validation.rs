@@ -92,6 +92,22 @@ fn cases() -> Vec<(Value, u16, &'static str, &'static str)> {
             "metadata.finalizers",
         ),
         (
+            cm(
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o"}]}}),
+            ),
+            422,
+            "Invalid",
+            "metadata.ownerReferences.uid",
+        ),
+        (
+            cm(
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "", "kind": "ConfigMap", "name": "o", "uid": "u"}]}}),
+            ),
+            422,
+            "Invalid",
+            "metadata.ownerReferences.apiVersion",
+        ),
+        (
             cm(json!({"data": {"a b": "v"}})),
             422,
             "Invalid",

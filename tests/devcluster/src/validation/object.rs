@@ -144,6 +144,7 @@ pub fn metadata_causes(obj: &Value) -> Vec<FieldCause> {
             ));
         }
     }
+    out.extend(owner_reference_causes(obj));
     if let Some(finalizers) = obj
         .get("metadata")
         .and_then(|m| m.get("finalizers"))
@@ -154,6 +155,57 @@ pub fn metadata_causes(obj: &Value) -> Vec<FieldCause> {
                 out.push(invalid("metadata.finalizers", f, &msg));
             }
         }
+    }
+    out
+}
+
+/// apimachinery `ValidateOwnerReferences`: apiVersion (with a version), kind,
+/// name and uid are required, and at most one reference is the controller.
+/// kube reports these on `metadata.ownerReferences.<field>`, without an index.
+fn owner_reference_causes(obj: &Value) -> Vec<FieldCause> {
+    let mut out = Vec::new();
+    let Some(refs) = obj
+        .get("metadata")
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+    else {
+        return out;
+    };
+    let s = |r: &Value, k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let mut controllers = Vec::new();
+    for r in refs {
+        let api_version = s(r, "apiVersion");
+        let version = api_version.rsplit('/').next().unwrap_or("");
+        if version.is_empty() {
+            out.push(invalid(
+                "metadata.ownerReferences.apiVersion",
+                &api_version,
+                "version must not be empty",
+            ));
+        }
+        for field in ["kind", "name", "uid"] {
+            let v = s(r, field);
+            if v.is_empty() {
+                out.push(invalid(
+                    format!("metadata.ownerReferences.{field}"),
+                    &v,
+                    "must not be empty",
+                ));
+            }
+        }
+        if r.get("controller").and_then(Value::as_bool) == Some(true) {
+            controllers.push(format!("{}/{}", s(r, "kind"), s(r, "name")));
+        }
+    }
+    if controllers.len() > 1 {
+        out.push(FieldCause {
+            reason: "FieldValueInvalid",
+            field: "metadata.ownerReferences".into(),
+            message: format!(
+                "Invalid value: []v1.OwnerReference{{...}}: Only one reference can have Controller set to true. Found \"true\" in references for {}",
+                controllers.join(" and ")
+            ),
+        });
     }
     out
 }
@@ -239,6 +291,27 @@ mod tests {
         assert!(qualified_name_errors("a/b/c")[0].starts_with("a qualified name must consist"));
         assert!(
             qualified_name_errors("Upper.com/a")[0].starts_with("prefix part a lowercase RFC 1123")
+        );
+    }
+
+    #[test]
+    fn owner_references() {
+        let ok = json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u", "controller": true},
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "v"}]}});
+        assert!(metadata_causes(&ok).is_empty());
+        let bad = json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "apps/", "kind": "", "name": "d", "uid": "", "controller": true},
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "v", "controller": true}]}});
+        let fields: Vec<String> = metadata_causes(&bad).into_iter().map(|c| c.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "metadata.ownerReferences.apiVersion",
+                "metadata.ownerReferences.kind",
+                "metadata.ownerReferences.uid",
+                "metadata.ownerReferences"
+            ]
         );
     }
 
