@@ -448,3 +448,36 @@ fn protobuf_delete_options_from_client_go_are_honoured() {
     let r = request(&dc, "DELETE", &path, Some(pb), b"");
     assert_eq!(r.code, 200, "{}", r.text());
 }
+
+/// Reads a watch response until `needle` shows up (or the server closes it).
+fn watch_until(dc: &fleetbus_testsupport::DevCluster, path: &str, needle: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", dc.port())).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains(needle) {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+#[test]
+fn a_huge_watch_timeout_still_streams_events() {
+    let dc = start("watch-timeout");
+    create_cm(&dc, "x", json!({"k": "v"}));
+    for t in ["18446744073709551615", "9223372036854775807"] {
+        let got = watch_until(
+            &dc,
+            &format!("{CMS}?watch=true&resourceVersion=0&timeoutSeconds={t}"),
+            "\"ADDED\"",
+        );
+        assert!(got.contains("\"ADDED\""), "timeoutSeconds={t}: {got}");
+    }
+    assert!(!dc.log().contains("panicked"), "{}", dc.log());
+}
