@@ -132,7 +132,10 @@ impl Persist {
             match decode_record(&key, v.value()) {
                 Ok(obj) => out.objects.push((key, obj)),
                 Err(e) => {
-                    tracing::error!(key = %key, error = %e, cause = %std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default(), "skipping unreadable stored object");
+                    let cause = std::error::Error::source(&e)
+                        .map(ToString::to_string)
+                        .unwrap_or_default();
+                    tracing::error!(key = %key, error = %e, %cause, "skipping unreadable stored object");
                     out.skipped.push(key);
                 }
             }
