@@ -26,6 +26,19 @@ pub fn check_type(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
             "the body of the request must be a JSON object",
         ));
     };
+    // kube decodes TypeMeta with Go's encoding/json first: a non-string kind or
+    // apiVersion fails there (400), before any comparison with the URL.
+    for field in ["kind", "apiVersion"] {
+        match o.get(field) {
+            None | Some(Value::Null | Value::String(_)) => {}
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go struct field .{field} of type string",
+                    go_json_type(other)
+                )))
+            }
+        }
+    }
     // Custom resources are stored in one version but may be written through any served one.
     match o.get("apiVersion").and_then(Value::as_str) {
         Some(av) if av != def.api_version() => {
@@ -47,7 +60,137 @@ pub fn check_type(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
     }
     o.insert("apiVersion".into(), json!(def.api_version()));
     o.insert("kind".into(), json!(def.kind));
+    check_go_types(def, obj)
+}
+
+/// The JSON type name Go's `UnmarshalTypeError` uses.
+fn go_json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Go's base64 for `[]byte` fields: standard alphabet, padded, line breaks
+/// ignored, trailing bits not checked.
+const GO_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
+/// The byte offset Go would report for an invalid base64 string.
+fn base64_error_offset(s: &str) -> Option<usize> {
+    let cleaned: String = s.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+    match GO_BASE64.decode(cleaned.as_bytes()) {
+        Ok(_) => None,
+        Err(base64::DecodeError::InvalidByte(at, _))
+        | Err(base64::DecodeError::InvalidLastSymbol(at, _)) => Some(at),
+        Err(_) => Some(cleaned.len()),
+    }
+}
+
+/// Fields whose Go type is `map[string]string`, `[]string` or `map[string][]byte`
+/// on the kind: a value of another JSON type fails kube's decoder with 400 (a
+/// null becomes "" there, and here).
+fn check_go_types(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+    let cannot = |detail: String| {
+        ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {detail}",
+            def.kind, def.version, def.kind
+        ))
+    };
+    let type_err = |v: &Value, field: &str| {
+        cannot(format!(
+            "json: cannot unmarshal {} into Go struct field {field} of type string",
+            go_json_type(v)
+        ))
+    };
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in ["labels", "annotations"] {
+            string_map(
+                meta.get_mut(field),
+                &format!("ObjectMeta.metadata.{field}"),
+                &type_err,
+            )?;
+        }
+        match meta.get("finalizers") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) => {
+                if let Some(bad) = a.iter().find(|v| !v.is_string()) {
+                    return Err(type_err(bad, "ObjectMeta.metadata.finalizers"));
+                }
+            }
+            Some(other) => {
+                return Err(cannot(format!(
+                    "json: cannot unmarshal {} into Go struct field ObjectMeta.metadata.finalizers of type []string",
+                    go_json_type(other)
+                )))
+            }
+        }
+    }
+    if !def.group.is_empty() {
+        return Ok(());
+    }
+    let (strings, bytes): (&[&str], &[&str]) = match def.plural.as_str() {
+        "configmaps" => (&["data"], &["binaryData"]),
+        "secrets" => (&["stringData"], &["data"]),
+        _ => return Ok(()),
+    };
+    let Some(o) = obj.as_object_mut() else {
+        return Ok(());
+    };
+    for field in strings {
+        string_map(
+            o.get_mut(*field),
+            &format!("{}.{field}", def.kind),
+            &type_err,
+        )?;
+    }
+    for field in bytes {
+        string_map(
+            o.get_mut(*field),
+            &format!("{}.{field}", def.kind),
+            &type_err,
+        )?;
+        if let Some(m) = o.get(*field).and_then(Value::as_object) {
+            for v in m.values().filter_map(Value::as_str) {
+                if let Some(at) = base64_error_offset(v) {
+                    return Err(cannot(format!("illegal base64 data at input byte {at}")));
+                }
+            }
+        }
+    }
     Ok(())
+}
+
+/// Checks a `map[string]string` field: an object whose values are strings (nulls
+/// become ""), or null.
+fn string_map(
+    v: Option<&mut Value>,
+    go_field: &str,
+    type_err: &dyn Fn(&Value, &str) -> ApiError,
+) -> Result<(), ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Object(m)) => {
+            for v in m.values_mut() {
+                match v {
+                    Value::String(_) => {}
+                    Value::Null => *v = json!(""),
+                    other => return Err(type_err(other, go_field)),
+                }
+            }
+            Ok(())
+        }
+        Some(other) => Err(ApiError::bad_request(format!(
+            "json: cannot unmarshal {} into Go struct field {go_field} of type map[string]string",
+            go_json_type(other)
+        ))),
+    }
 }
 
 /// Runs unknown-field validation per `fieldValidation`; returns warnings. Unknown

@@ -23,6 +23,14 @@ pub enum PersistError {
         #[source]
         source: serde_json::Error,
     },
+    /// A stored object decodes but is not one this server would have stored.
+    #[error("stored object {key} is unreadable: {why}")]
+    Unreadable {
+        /// The object key.
+        key: String,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 macro_rules! from_redb {
@@ -62,6 +70,29 @@ pub struct Loaded {
     pub rv: u64,
     /// Minted tokens.
     pub tokens: Vec<String>,
+    /// Keys of stored objects that could not be read and were skipped.
+    pub skipped: Vec<String>,
+}
+
+/// Decodes one stored object; a record that is not a JSON object, or is nested
+/// deeper than a request body may be, is refused like a corrupt one.
+fn decode_record(key: &str, bytes: &[u8]) -> Result<Value, PersistError> {
+    let corrupt = |source| PersistError::Corrupt {
+        key: key.to_string(),
+        source,
+    };
+    let v: Value = serde_json::from_slice(bytes).map_err(corrupt)?;
+    if !v.is_object() {
+        return Err(PersistError::Unreadable {
+            key: key.to_string(),
+            why: "not a JSON object".into(),
+        });
+    }
+    crate::limits::check_value(&v).map_err(|e| PersistError::Unreadable {
+        key: key.to_string(),
+        why: e.to_string(),
+    })?;
+    Ok(v)
 }
 
 /// The redb database.
@@ -95,12 +126,19 @@ impl Persist {
         for row in tx.open_table(OBJECTS)?.iter()? {
             let (k, v) = row?;
             let key = k.value().to_string();
-            let obj =
-                serde_json::from_slice(v.value()).map_err(|source| PersistError::Corrupt {
-                    key: key.clone(),
-                    source,
-                })?;
-            out.objects.push((key, obj));
+            // One unreadable record (corrupt, or nested deeper than serde_json
+            // reads) must not cost every other object: it is skipped, logged and
+            // counted (`GET /debug/store`), and stays in the file untouched.
+            match decode_record(&key, v.value()) {
+                Ok(obj) => out.objects.push((key, obj)),
+                Err(e) => {
+                    let cause = std::error::Error::source(&e)
+                        .map(ToString::to_string)
+                        .unwrap_or_default();
+                    tracing::error!(key = %key, error = %e, %cause, "skipping unreadable stored object");
+                    out.skipped.push(key);
+                }
+            }
         }
         out.rv = tx
             .open_table(META)?
@@ -172,5 +210,29 @@ mod tests {
         assert_eq!(l.rv, 8);
         assert_eq!(l.objects, vec![("a".to_string(), json!({"x": 1}))]);
         assert_eq!(l.tokens, vec!["t".to_string()]);
+        assert!(l.skipped.is_empty());
+    }
+
+    #[test]
+    fn unreadable_records_are_skipped_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = format!("{{\"a\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        {
+            let p = Persist::open(dir.path()).unwrap();
+            p.commit(&[Op::Put("good".into(), json!({"x": 1}))], 3)
+                .unwrap();
+            let tx = p.db.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(OBJECTS).unwrap();
+                t.insert("broken", b"{not json".as_slice()).unwrap();
+                t.insert("deep", deep.as_bytes()).unwrap();
+                t.insert("scalar", b"5".as_slice()).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let l = Persist::open(dir.path()).unwrap().load().unwrap();
+        assert_eq!(l.objects, vec![("good".to_string(), json!({"x": 1}))]);
+        assert_eq!(l.skipped, vec!["broken", "deep", "scalar"]);
+        assert_eq!(l.rv, 3);
     }
 }

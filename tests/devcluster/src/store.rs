@@ -109,6 +109,8 @@ pub struct Inner {
     history_floor: u64,
     writes: BTreeMap<String, u64>,
     tokens: BTreeSet<String>,
+    /// Stored records skipped at startup because they could not be read.
+    skipped: Vec<String>,
 }
 
 impl Inner {
@@ -287,6 +289,7 @@ impl Store {
             history_floor: 0,
             writes: BTreeMap::new(),
             tokens: BTreeSet::new(),
+            skipped: Vec::new(),
         };
         let persist = match data_dir {
             Some(dir) => {
@@ -302,6 +305,7 @@ impl Store {
                     }
                 }
                 inner.tokens.extend(loaded.tokens);
+                inner.skipped = loaded.skipped;
                 let crds: Vec<Value> = inner
                     .scan("apiextensions.k8s.io", "customresourcedefinitions", None)
                     .map(|(_, v)| v.clone())
@@ -309,7 +313,12 @@ impl Store {
                 for c in &crds {
                     inner.registry.upsert_crd(c);
                 }
-                tracing::info!(objects = inner.objects.len(), rv = inner.rv, "loaded state");
+                tracing::info!(
+                    objects = inner.objects.len(),
+                    skipped = inner.skipped.len(),
+                    rv = inner.rv,
+                    "loaded state"
+                );
                 Some(p)
             }
             None => None,
@@ -349,6 +358,23 @@ impl Store {
 
     /// Runs a write. With `dry_run`, `f` runs on a scratch copy that is then dropped.
     pub fn write<R>(
+        &self,
+        dry_run: bool,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<R, ApiError>,
+    ) -> Result<R, ApiError> {
+        // A write can take a while (a large apply, its managedFields, the redb
+        // fsync) and others wait for the lock meanwhile: on the multi-threaded
+        // runtime, tell tokio this worker blocks, so `/healthz`, reads and watches
+        // keep being served by the others.
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                tokio::task::block_in_place(|| self.write_locked(dry_run, f))
+            }
+            _ => self.write_locked(dry_run, f),
+        }
+    }
+
+    fn write_locked<R>(
         &self,
         dry_run: bool,
         f: impl FnOnce(&mut Tx<'_>) -> Result<R, ApiError>,
@@ -441,6 +467,12 @@ impl Store {
     #[cfg(test)]
     pub fn current_rv(&self) -> u64 {
         self.lock().rv
+    }
+
+    /// `GET /debug/store`: stored records skipped at startup (unreadable).
+    pub fn debug_store(&self) -> Value {
+        let inner = self.lock();
+        json!({"skippedRecords": inner.skipped.len(), "skippedKeys": inner.skipped})
     }
 
     /// Counts of state-changing writes per "<group>/<plural>".

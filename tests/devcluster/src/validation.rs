@@ -8,6 +8,7 @@
 pub mod crd_schema;
 pub mod crd_structural;
 pub mod formats;
+pub mod object;
 pub mod schemas;
 
 use crate::resources::ResourceDef;

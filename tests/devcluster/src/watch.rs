@@ -181,7 +181,12 @@ pub fn start(
     // One task per watch; it ends on timeout, on store shutdown, or as soon as the
     // client goes away (the body, and so the receiver, is dropped).
     tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + params.timeout;
+        // `timeoutSeconds` is client input: a huge value must not overflow the
+        // clock (it would panic this task and end the stream); it just never fires.
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(params.timeout)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
         let mut last_rv = ws.rv.max(params.from.unwrap_or(0));
         for obj in ws.initial {
             if filter.matches(&obj) && tx.send(Ok(enc.event("ADDED", obj))).await.is_err() {

@@ -5,6 +5,7 @@ pub use crate::decode::FieldValidation;
 use crate::decode::{check_fields, check_type, normalize};
 use crate::delete::{self, Propagation};
 use crate::gc;
+use crate::limits;
 use crate::managed_fields;
 use crate::meta::{self, meta_mut, meta_str};
 use crate::names;
@@ -12,6 +13,7 @@ use crate::patch::{self, PatchType};
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, FieldCause};
 use crate::store::{ObjKey, Tx};
+use crate::validation;
 use crate::validation::crd_schema;
 use serde_json::{json, Value};
 
@@ -72,6 +74,9 @@ fn check_namespace_for_create(
 }
 
 fn validate_meta(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+    // Every write path (create, update, each patch type, apply, /status) passes
+    // here with the object it is about to store.
+    limits::check_object(obj)?;
     let name = meta_str(obj, "name").unwrap_or("");
     let mut causes = Vec::new();
     if let Err(msg) = names::validate(names::rule_for(&def.group, &def.plural), name) {
@@ -81,35 +86,8 @@ fn validate_meta(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
             message: format!("Invalid value: \"{name}\": {msg}"),
         });
     }
-    if let Some(labels) = obj.get("metadata").and_then(|m| m.get("labels")) {
-        match labels.as_object() {
-            Some(l) => {
-                for (k, v) in l {
-                    let vs = v.as_str().unwrap_or("");
-                    if let Err(msg) = names::validate_label_value(vs) {
-                        causes.push(FieldCause {
-                            reason: "FieldValueInvalid",
-                            field: format!("metadata.labels.{k}"),
-                            message: format!("Invalid value: \"{vs}\": {msg}"),
-                        });
-                    }
-                    if !v.is_string() {
-                        causes.push(FieldCause {
-                            reason: "FieldValueInvalid",
-                            field: format!("metadata.labels.{k}"),
-                            message: "Invalid value: must be a string".into(),
-                        });
-                    }
-                }
-            }
-            None if labels.is_null() => {}
-            None => causes.push(FieldCause {
-                reason: "FieldValueInvalid",
-                field: "metadata.labels".into(),
-                message: "Invalid value: must be a map of strings".into(),
-            }),
-        }
-    }
+    causes.extend(validation::object::metadata_causes(obj));
+    causes.extend(validation::object::data_causes(def, obj));
     if causes.is_empty() {
         Ok(())
     } else {
@@ -436,13 +414,13 @@ pub fn update(
     ctx: &WriteCtx,
 ) -> Result<WriteOutcome, ApiError> {
     check_type(def, &mut body)?;
-    match meta_str(&body, "name") {
-        Some(n) if n != name => {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({n}) does not match the name on the URL ({name})"
-            )))
-        }
-        _ => {}
+    // kube's update handler (`checkName`): the body must name the object, and
+    // name it as the URL does; a missing name is a mismatch, not "keep the old".
+    let body_name = meta_str(&body, "name").unwrap_or("");
+    if body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
     }
     if def.namespaced {
         match meta_str(&body, "namespace") {
@@ -479,15 +457,34 @@ pub fn update(
 }
 
 /// Parses an apply body (YAML or JSON).
-fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
-    if let Ok(v) = serde_json::from_slice::<Value>(body) {
-        return Ok(v);
+pub(crate) fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
+    let too_deep =
+        |e: limits::LimitError| ApiError::bad_request(format!("error decoding YAML: {e}"));
+    // kubectl sends apply bodies as JSON; anything else is YAML.
+    if body.trim_ascii_start().starts_with(b"{") {
+        limits::scan_json(body, limits::MAX_DEPTH).map_err(too_deep)?;
+        if let Ok(v) = serde_json::from_slice::<Value>(body) {
+            return Ok(v);
+        }
     }
-    serde_yaml::from_slice::<Value>(body)
-        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+    limits::scan_yaml(body, limits::MAX_DEPTH).map_err(too_deep)?;
+    let v = serde_yaml::from_slice::<Value>(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    limits::check_value(&v).map_err(too_deep)?;
+    Ok(v)
 }
 
-/// PATCH (main resource or /status), all four patch types.
+/// Parses a PATCH body of any type, so it can be done before the store is
+/// locked (and off the async workers: a large YAML apply body takes seconds).
+pub fn parse_patch_body(pt: PatchType, body: &[u8]) -> Result<Value, ApiError> {
+    match pt {
+        PatchType::Apply => parse_apply_body(body),
+        _ => Ok(patch::parse_body(pt, body)?),
+    }
+}
+
+/// PATCH from raw bytes (the server parses first, see [`patch_parsed`]).
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub fn patch(
     tx: &mut Tx<'_>,
@@ -496,6 +493,23 @@ pub fn patch(
     name: &str,
     pt: PatchType,
     body: &[u8],
+    sub: Option<&str>,
+    ctx: &WriteCtx,
+) -> Result<WriteOutcome, ApiError> {
+    let parsed = parse_patch_body(pt, body)?;
+    patch_parsed(tx, def, ns, name, pt, parsed, sub, ctx)
+}
+
+/// PATCH (main resource or /status), all four patch types, with a body parsed
+/// by [`parse_patch_body`].
+#[allow(clippy::too_many_arguments)]
+pub fn patch_parsed(
+    tx: &mut Tx<'_>,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    name: &str,
+    pt: PatchType,
+    body: Value,
     sub: Option<&str>,
     ctx: &WriteCtx,
 ) -> Result<WriteOutcome, ApiError> {
@@ -518,7 +532,7 @@ pub fn patch(
     let Some(old) = tx.get(&key).cloned() else {
         return Err(ApiError::not_found(def, name));
     };
-    let patched = patch::apply_patch(pt, &old, body, def)?;
+    let patched = patch::apply_patch_value(pt, &old, &body, def)?;
     if !patched.is_object() {
         return Err(ApiError::bad_request("the patch did not produce an object"));
     }
@@ -558,7 +572,7 @@ fn apply(
     def: &ResourceDef,
     ns: Option<&str>,
     name: &str,
-    body: &[u8],
+    mut applied: Value,
     sub: Option<&str>,
     ctx: &WriteCtx,
     key: &ObjKey,
@@ -575,7 +589,6 @@ fn apply(
             }],
         ));
     }
-    let mut applied = parse_apply_body(body)?;
     check_type(def, &mut applied)?;
     match meta_str(&applied, "name") {
         Some(n) if n != name => {

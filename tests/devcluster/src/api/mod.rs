@@ -1,6 +1,6 @@
 //! HTTP front: authentication, routing, and the JSON response helpers.
 
-mod request;
+pub(crate) mod request;
 mod resource;
 mod route;
 mod subresource;
@@ -114,7 +114,10 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response<Body> 
 
 async fn dispatch(state: Arc<AppState>, req: Request<Body>) -> Response<Body> {
     let route = route::parse(req.uri().path());
-    let public = matches!(route, Route::Health | Route::Version | Route::Writes);
+    let public = matches!(
+        route,
+        Route::Health | Route::Version | Route::Writes | Route::DebugStore
+    );
     if !public && !authorized(&state, &req) {
         return error_response(&ApiError::unauthorized());
     }
@@ -124,6 +127,7 @@ async fn dispatch(state: Arc<AppState>, req: Request<Body>) -> Response<Body> {
     match route {
         Route::Health => text(StatusCode::OK, "ok"),
         Route::Writes if is_get => json_response(200, &state.store.writes()),
+        Route::DebugStore if is_get => json_response(200, &state.store.debug_store()),
         Route::Version if is_get => json_response(200, &discovery::version()),
         Route::OpenApiV2 if is_get => {
             let mut resp = Response::new(Body::from(crate::openapi::v2_protobuf()));

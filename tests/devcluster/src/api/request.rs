@@ -1,5 +1,6 @@
 //! Request decoding: query parameters, headers, bodies.
 
+use crate::limits;
 use crate::status::ApiError;
 use crate::write::FieldValidation;
 use bytes::Bytes;
@@ -223,15 +224,65 @@ pub fn decode_protobuf(bytes: &[u8]) -> Result<Value, ApiError> {
 
 /// Decodes a create/update body (JSON, YAML or Kubernetes protobuf).
 pub fn decode_object(bytes: &[u8], headers: &HeaderMap) -> Result<Value, ApiError> {
+    decode_object_as(bytes, &content_type(headers))
+}
+
+/// At most this many bodies are decoded at once, each on a blocking thread: a
+/// large body costs up to a few hundred milliseconds of CPU, and the async
+/// workers must stay free for `/healthz`, GETs and watches meanwhile.
+static DECODE_PERMITS: std::sync::LazyLock<tokio::sync::Semaphore> =
+    std::sync::LazyLock::new(|| tokio::sync::Semaphore::new(2));
+
+/// [`decode_object`] off the async workers (see [`DECODE_PERMITS`]).
+pub async fn decode_object_blocking(bytes: Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
     let ct = content_type(headers);
-    if is_protobuf_body(bytes) || ct == "application/vnd.kubernetes.protobuf" {
-        return decode_protobuf(bytes);
+    decode_blocking(bytes, move |b| decode_object_as(b, &ct)).await
+}
+
+/// Runs `decode` on `bytes` off the async workers, at most [`DECODE_PERMITS`]
+/// at a time; small bodies are cheaper to decode in place than to hand over.
+pub async fn decode_blocking<T: Send + 'static>(
+    bytes: Bytes,
+    decode: impl FnOnce(&[u8]) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    if bytes.len() < 16 * 1024 {
+        return decode(&bytes);
     }
-    let v: Value = match ct.as_str() {
-        "" | "application/json" | "*/*" => serde_json::from_slice(bytes)
-            .map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?,
-        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(bytes)
-            .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: {e}")))?,
+    let _permit = DECODE_PERMITS
+        .acquire()
+        .await
+        .map_err(|_| ApiError::internal("the decoder pool is closed"))?;
+    tokio::task::spawn_blocking(move || decode(&bytes))
+        .await
+        .map_err(|e| ApiError::internal(format!("decoding the body failed: {e}")))?
+}
+
+/// Decodes a body of content type `ct` (without parameters). Nesting is bounded
+/// before the decoder runs ([`limits`]): kube's decoders refuse past their depth
+/// limit too, and ours would otherwise spend time quadratic in the depth.
+pub fn decode_object_as(bytes: &[u8], ct: &str) -> Result<Value, ApiError> {
+    if is_protobuf_body(bytes) || ct == "application/vnd.kubernetes.protobuf" {
+        let v = decode_protobuf(bytes)?;
+        limits::check_value(&v).map_err(|e| e.to_api("failed to decode the protobuf body"))?;
+        return Ok(v);
+    }
+    let v: Value = match ct {
+        "" | "application/json" | "*/*" => {
+            let json_err = |e: &dyn std::fmt::Display| {
+                ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+            };
+            limits::scan_json(bytes, limits::MAX_DEPTH).map_err(|e| json_err(&e))?;
+            serde_json::from_slice(bytes).map_err(|e| json_err(&e))?
+        }
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            let yaml_err = |e: &dyn std::fmt::Display| {
+                ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
+            };
+            limits::scan_yaml(bytes, limits::MAX_DEPTH).map_err(|e| yaml_err(&e))?;
+            let v: Value = serde_yaml::from_slice(bytes).map_err(|e| yaml_err(&e))?;
+            limits::check_value(&v).map_err(|e| yaml_err(&e))?;
+            v
+        }
         other => {
             return Err(ApiError::unsupported_media_type(format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other})"

@@ -3,7 +3,7 @@
 use super::request::{self, Query};
 use super::route::ResPath;
 use super::{error_response, json_response, subresource, AppState};
-use crate::delete::{self, DeleteOpts, DeleteOutcome, Propagation};
+use crate::delete::{self, DeleteOpts, DeleteOutcome};
 use crate::partial;
 use crate::patch::PatchType;
 use crate::resources::ResourceDef;
@@ -50,7 +50,7 @@ async fn handle_inner(
         return match (&method, rp.name.as_deref()) {
             (&Method::POST, None) => {
                 let bytes = request::read_body(body, &headers).await?;
-                let obj = request::decode_object(&bytes, &headers)?;
+                let obj = request::decode_object_blocking(bytes, &headers).await?;
                 let answer = if def.kind == "TokenReview" {
                     let token = obj
                         .get("spec")
@@ -115,7 +115,7 @@ async fn handle_inner(
         (&Method::GET, None) => list(state, &def, ns, &q, &headers),
         (&Method::POST, None) => {
             let bytes = request::read_body(body, &headers).await?;
-            let obj = request::decode_object(&bytes, &headers)?;
+            let obj = request::decode_object_blocking(bytes, &headers).await?;
             let ctx = write_ctx(&q, &headers)?;
             let out = state
                 .store
@@ -124,7 +124,7 @@ async fn handle_inner(
         }
         (&Method::PUT, Some(name)) => {
             let bytes = request::read_body(body, &headers).await?;
-            let obj = request::decode_object(&bytes, &headers)?;
+            let obj = request::decode_object_blocking(bytes, &headers).await?;
             let ctx = write_ctx(&q, &headers)?;
             let out = state.store.write(q.dry_run()?, |tx| {
                 write::update(tx, &def, ns, name, obj, None, &ctx)
@@ -135,14 +135,16 @@ async fn handle_inner(
             let pt = patch_type(&headers)?;
             let bytes = request::read_body(body, &headers).await?;
             let ctx = write_ctx(&q, &headers)?;
+            let parsed =
+                request::decode_blocking(bytes, move |b| write::parse_patch_body(pt, b)).await?;
             let out = state.store.write(q.dry_run()?, |tx| {
-                write::patch(tx, &def, ns, name, pt, &bytes, None, &ctx)
+                write::patch_parsed(tx, &def, ns, name, pt, parsed, None, &ctx)
             })?;
             Ok(write_response_as(&def, out, &headers))
         }
         (&Method::DELETE, Some(name)) => {
             let bytes = request::read_body(body, &headers).await?;
-            let opts = delete_opts(&q, &bytes)?;
+            let opts = delete_opts(&q, &bytes, &headers)?;
             let key = key_for(&def, ns, name);
             let out = state
                 .store
@@ -159,7 +161,7 @@ async fn handle_inner(
         }
         (&Method::DELETE, None) => {
             let bytes = request::read_body(body, &headers).await?;
-            let opts = delete_opts(&q, &bytes)?;
+            let opts = delete_opts(&q, &bytes, &headers)?;
             delete_collection(state, &def, ns, &q, &opts)
         }
         _ => Err(ApiError::method_not_allowed(method.as_str())),
@@ -450,39 +452,14 @@ fn watch_collection(
     Ok(resp)
 }
 
-/// DeleteOptions from the body (JSON, may be empty) and the query string.
-pub(super) fn delete_opts(q: &Query, body: &[u8]) -> Result<DeleteOpts, ApiError> {
-    let mut opts = DeleteOpts::default();
-    let v: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
-    };
-    let policy = v
-        .get("propagationPolicy")
-        .and_then(Value::as_str)
-        .or(q.get("propagationPolicy"));
-    if let Some(p) = policy.filter(|p| !p.is_empty()) {
-        opts.propagation = Propagation::parse(p)?;
-    }
-    let orphan = v
-        .get("orphanDependents")
-        .and_then(Value::as_bool)
-        .or_else(|| q.get("orphanDependents").map(|o| o == "true"));
-    if orphan == Some(true) {
-        opts.propagation = Propagation::Orphan;
-    }
-    let pre = v.get("preconditions");
-    opts.uid = pre
-        .and_then(|p| p.get("uid"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    opts.resource_version = pre
-        .and_then(|p| p.get("resourceVersion"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    Ok(opts)
+/// DeleteOptions from the body (JSON, protobuf or empty) and the query string.
+pub(super) fn delete_opts(
+    q: &Query,
+    body: &[u8],
+    headers: &HeaderMap,
+) -> Result<DeleteOpts, ApiError> {
+    let v = crate::delete_body::decode(body, &request::content_type(headers))?;
+    crate::delete_body::options(&q.0, &v)
 }
 
 fn delete_collection(

@@ -26,6 +26,8 @@ pub enum Route {
     Health,
     /// /debug/writes
     Writes,
+    /// `/debug/store`: stored records skipped at startup.
+    DebugStore,
     /// /openapi/v2 (and /swagger-2.0.0.pb-v1)
     OpenApiV2,
     /// /openapi/v3
@@ -106,6 +108,7 @@ pub fn parse(path: &str) -> Route {
         ["version"] => Route::Version,
         ["healthz" | "livez" | "readyz", ..] => Route::Health,
         ["debug", "writes"] => Route::Writes,
+        ["debug", "store"] => Route::DebugStore,
         ["openapi", "v2"] | ["swagger-2.0.0.pb-v1"] => Route::OpenApiV2,
         ["openapi", "v3"] => Route::OpenApiV3Root,
         ["openapi", "v3", "api", v] => Route::OpenApiV3Gv(String::new(), (*v).into()),

@@ -66,7 +66,7 @@ pub async fn handle(
                 return Err(ApiError::method_not_allowed(method.as_str()));
             }
             let bytes = request::read_body(body, headers).await?;
-            let obj = request::decode_object(&bytes, headers)?;
+            let obj = request::decode_object_blocking(bytes, headers).await?;
             finalize(state, def, name, obj, q)
         }
         _ => Err(ApiError::path_not_found()),
@@ -96,7 +96,7 @@ async fn status(
         }
         Method::PUT => {
             let bytes = request::read_body(body, headers).await?;
-            let obj = request::decode_object(&bytes, headers)?;
+            let obj = request::decode_object_blocking(bytes, headers).await?;
             let ctx = write_ctx(q, headers)?;
             let out = state.store.write(q.dry_run()?, |tx| {
                 write::update(tx, def, ns, name, obj, Some(sub), &ctx)
@@ -107,8 +107,10 @@ async fn status(
             let pt = patch_type(headers)?;
             let bytes = request::read_body(body, headers).await?;
             let ctx = write_ctx(q, headers)?;
+            let parsed =
+                request::decode_blocking(bytes, move |b| write::parse_patch_body(pt, b)).await?;
             let out = state.store.write(q.dry_run()?, |tx| {
-                write::patch(tx, def, ns, name, pt, &bytes, Some(sub), &ctx)
+                write::patch_parsed(tx, def, ns, name, pt, parsed, Some(sub), &ctx)
             })?;
             Ok(write_response(def, out))
         }

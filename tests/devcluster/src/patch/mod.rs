@@ -98,26 +98,49 @@ pub fn apply_patch(
     body: &[u8],
     def: &ResourceDef,
 ) -> Result<Value, PatchError> {
+    apply_patch_value(pt, live, &parse_body(pt, body)?, def)
+}
+
+/// Parses a json/merge/strategic patch body (depth-bounded first), so it can be
+/// done before the store is locked.
+pub fn parse_body(pt: PatchType, body: &[u8]) -> Result<Value, PatchError> {
+    match pt {
+        PatchType::Json => {
+            crate::limits::scan_json(body, crate::limits::MAX_DEPTH)
+                .map_err(|e| PatchError::BadRequest(format!("invalid JSON patch: {e}")))?;
+            serde_json::from_slice(body)
+                .map_err(|e| PatchError::BadRequest(format!("invalid JSON patch: {e}")))
+        }
+        PatchType::Merge | PatchType::Strategic => parse_json(body),
+        PatchType::Apply => Err(PatchError::ApplyNotHandledHere),
+    }
+}
+
+/// [`apply_patch`] with a body already parsed by [`parse_body`].
+pub fn apply_patch_value(
+    pt: PatchType,
+    live: &Value,
+    patch: &Value,
+    def: &ResourceDef,
+) -> Result<Value, PatchError> {
     let out = match pt {
         PatchType::Json => {
-            let ops: json_patch::Patch = serde_json::from_slice(body)
+            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| PatchError::BadRequest(format!("invalid JSON patch: {e}")))?;
             let mut doc = live.clone();
             json_patch::patch(&mut doc, &ops).map_err(PatchError::JsonPatchFailed)?;
             doc
         }
         PatchType::Merge => {
-            let patch = parse_json(body)?;
             let mut doc = live.clone();
-            json_patch::merge(&mut doc, &patch);
+            json_patch::merge(&mut doc, patch);
             doc
         }
         PatchType::Strategic => {
             if def.custom {
                 return Err(PatchError::UnsupportedMediaType);
             }
-            let patch = parse_json(body)?;
-            strategic::apply(def, live, &patch)?
+            strategic::apply(def, live, patch)?
         }
         PatchType::Apply => return Err(PatchError::ApplyNotHandledHere),
     };
@@ -128,6 +151,8 @@ pub fn apply_patch(
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, PatchError> {
+    crate::limits::scan_json(body, crate::limits::MAX_DEPTH)
+        .map_err(|e| PatchError::BadRequest(format!("error decoding patch: {e}")))?;
     serde_json::from_slice(body)
         .map_err(|e| PatchError::BadRequest(format!("error decoding patch: {e}")))
 }
