@@ -1,20 +1,27 @@
 //! authorization.k8s.io/v1 SelfSubjectAccessReview and SelfSubjectRulesReview:
 //! create-only, answered from the request and never stored, as kube-apiserver does.
-//! This server enforces no authorization, so every review allows everything.
+//! A SelfSubjectAccessReview is answered by the same authorizer as requests
+//! (`auth`); a SelfSubjectRulesReview still lists everything.
 
+use crate::auth::rbac::{Decision, Target};
 use crate::decode::check_type;
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, FieldCause};
 use serde_json::{json, Map, Value};
 
-/// `status.reason` of every access review.
+/// `status.reason` of an access review allowed without RBAC.
 pub const REASON: &str = "fleetbus-devcluster does not enforce authorization";
 
-/// The review with its `status` filled in (what POST answers with 201).
-pub fn answer(def: &ResourceDef, mut obj: Value) -> Result<Value, ApiError> {
+/// The review with its `status` filled in (what POST answers with 201);
+/// `decide` is the authorizer for the caller (verb, target).
+pub fn answer(
+    def: &ResourceDef,
+    mut obj: Value,
+    decide: &dyn Fn(String, Target) -> Decision,
+) -> Result<Value, ApiError> {
     check_type(def, &mut obj)?;
     let status = match def.kind.as_str() {
-        "SelfSubjectAccessReview" => access_review_status(def, &obj)?,
+        "SelfSubjectAccessReview" => access_review_status(def, &obj, decide)?,
         "SelfSubjectRulesReview" => rules_review_status(&obj)?,
         other => {
             return Err(ApiError::internal(format!(
@@ -37,7 +44,11 @@ fn present<'a>(obj: &'a Value, field: &str) -> Option<&'a Value> {
 }
 
 /// kube's ValidateSelfSubjectAccessReviewSpec: exactly one kind of attributes.
-fn access_review_status(def: &ResourceDef, obj: &Value) -> Result<Value, ApiError> {
+fn access_review_status(
+    def: &ResourceDef,
+    obj: &Value,
+    decide: &dyn Fn(String, Target) -> Decision,
+) -> Result<Value, ApiError> {
     let resource = present(obj, "resourceAttributes");
     let non_resource = present(obj, "nonResourceAttributes");
     let cause = match (resource, non_resource) {
@@ -59,7 +70,35 @@ fn access_review_status(def: &ResourceDef, obj: &Value) -> Result<Value, ApiErro
     if let Some(c) = cause {
         return Err(ApiError::invalid(&def.group, &def.kind, "", vec![c]));
     }
-    Ok(json!({"allowed": true, "reason": REASON}))
+    let field = |v: Option<&Value>, k: &str| {
+        v.and_then(|v| v.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (verb, target) = match resource {
+        Some(r) => (
+            field(Some(r), "verb"),
+            Target::Resource {
+                group: field(Some(r), "group"),
+                resource: field(Some(r), "resource"),
+                subresource: field(Some(r), "subresource"),
+                namespace: field(Some(r), "namespace"),
+                name: field(Some(r), "name"),
+            },
+        ),
+        None => (
+            field(non_resource, "verb"),
+            Target::NonResource {
+                path: field(non_resource, "path"),
+            },
+        ),
+    };
+    Ok(match decide(verb, target) {
+        Decision::Allow(reason) if reason.is_empty() => json!({"allowed": true, "reason": REASON}),
+        Decision::Allow(reason) => json!({"allowed": true, "reason": reason}),
+        Decision::Deny => json!({"allowed": false}),
+    })
 }
 
 /// Everything on everything; kube answers 400 without a namespace.
@@ -81,6 +120,14 @@ fn rules_review_status(obj: &Value) -> Result<Value, ApiError> {
 mod tests {
     use super::*;
     use crate::resources::builtins;
+
+    fn allow_all(_: String, _: Target) -> Decision {
+        Decision::Allow(String::new())
+    }
+
+    fn answer(def: &ResourceDef, obj: Value) -> Result<Value, ApiError> {
+        super::answer(def, obj, &allow_all)
+    }
 
     fn def(kind: &str) -> ResourceDef {
         builtins().into_iter().find(|d| d.kind == kind).unwrap()
@@ -111,6 +158,26 @@ mod tests {
         assert_eq!(answer(&d, both).unwrap_err().code, 422);
         let wrong_kind = json!({"kind": "SelfSubjectRulesReview", "spec": {}});
         assert_eq!(answer(&d, wrong_kind).unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn access_review_answers_from_the_authorizer() {
+        let d = def("SelfSubjectAccessReview");
+        let deny_secrets = |verb: String, t: Target| match t {
+            Target::Resource { resource, .. } if resource == "secrets" && verb == "list" => {
+                Decision::Deny
+            }
+            _ => Decision::Allow("RBAC: allowed by RoleBinding \"x/ns\"".into()),
+        };
+        let ask = |res: &str| json!({"spec": {"resourceAttributes": {"verb": "list", "resource": res, "namespace": "ns"}}});
+        let out = super::answer(&d, ask("secrets"), &deny_secrets).unwrap();
+        assert_eq!(out["status"], json!({"allowed": false}));
+        let out = super::answer(&d, ask("configmaps"), &deny_secrets).unwrap();
+        assert_eq!(out["status"]["allowed"], json!(true));
+        assert_eq!(
+            out["status"]["reason"],
+            json!("RBAC: allowed by RoleBinding \"x/ns\"")
+        );
     }
 
     #[test]

@@ -3,6 +3,8 @@
 use super::request::{self, Query};
 use super::route::ResPath;
 use super::{error_response, json_response, subresource, AppState};
+use crate::auth::rbac::{Attributes, Target};
+use crate::auth::UserInfo;
 use crate::delete::{self, DeleteOpts, DeleteOutcome, Propagation};
 use crate::patch::PatchType;
 use crate::resources::ResourceDef;
@@ -50,7 +52,24 @@ async fn handle_inner(
             (&Method::POST, None) => {
                 let bytes = request::read_body(body, &headers).await?;
                 let obj = request::decode_object(&bytes, &headers)?;
-                Ok(json_response(201, &crate::review::answer(&def, obj)?))
+                // The caller, authenticated in api::admit.
+                let user = parts
+                    .extensions
+                    .get::<UserInfo>()
+                    .cloned()
+                    .unwrap_or_else(UserInfo::admin);
+                let decide = |verb: String, target: Target| {
+                    let attrs = Attributes {
+                        user: &user,
+                        verb,
+                        target,
+                    };
+                    state.store.read(|i| state.auth.decide(i, &attrs))
+                };
+                Ok(json_response(
+                    201,
+                    &crate::review::answer(&def, obj, &decide)?,
+                ))
             }
             _ => Err(ApiError::method_not_allowed(method.as_str())),
         };
