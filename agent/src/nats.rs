@@ -76,7 +76,7 @@ pub async fn connect(
     readiness: Arc<Readiness>,
 ) -> Result<async_nats::Client, NatsError> {
     let r = readiness.clone();
-    let client = async_nats::ConnectOptions::new()
+    let client = with_url_credentials(async_nats::ConnectOptions::new(), url)
         .name(format!("fleetbus-agent/{cluster_name}"))
         .connection_timeout(Duration::from_secs(5))
         .event_callback(move |event| {
@@ -105,6 +105,24 @@ pub async fn connect(
     // first connection is established once connect() returns.
     readiness.nats.store(true, Ordering::Relaxed);
     Ok(client)
+}
+
+/// `nats://user:password@host` (or `nats://token@host`): async-nats 0.51 parses
+/// the credentials of a URL but never sends them, so they are set here from
+/// the first URL of the list that has any.
+fn with_url_credentials(opts: async_nats::ConnectOptions, url: &str) -> async_nats::ConnectOptions {
+    let creds = url
+        .split(',')
+        .filter_map(|u| u.trim().parse::<async_nats::ServerAddr>().ok())
+        .find_map(|a| {
+            a.username()
+                .map(|u| (u.to_owned(), a.password().map(str::to_owned)))
+        });
+    match creds {
+        Some((user, Some(password))) => opts.user_and_password(user, password),
+        Some((token, None)) => opts.token(token),
+        None => opts,
+    }
 }
 
 /// Refuses servers older than `fleetbus_schemas::jetstream::MIN_NATS_SERVER_VERSION` (2.10.8: older ones

@@ -457,3 +457,108 @@ async fn try_add_source(
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
+
+const PASSWORDS: [(&str, &str); 4] = [
+    ("FLEETBUS_C1_PASSWORD", "pw-c1"),
+    ("FLEETBUS_C2_PASSWORD", "pw-c2"),
+    ("FLEETBUS_C3_PASSWORD", "pw-c3"),
+    ("FLEETBUS_ADMIN_PASSWORD", "pw-admin"),
+];
+
+/// A nats-server with JetStream whose users come from deploy/nats/accounts.conf.
+fn accounts_server(dir: &Path) -> (Agent, u16, u16) {
+    std::fs::copy(conf("accounts.conf"), dir.join("accounts.conf")).unwrap();
+    let (port, http_port) = (free_port(), free_port());
+    let server_conf = dir.join("server.conf");
+    std::fs::write(
+        &server_conf,
+        format!(
+            "port: {port}\nhttp_port: {http_port}\njetstream {{ store_dir: \"{}\" }}\ninclude \"accounts.conf\"\n",
+            dir.join("store").display()
+        ),
+    )
+    .unwrap();
+    let proc = Agent::start_bin(
+        &nats_server_bin(),
+        ["-c", server_conf.to_str().unwrap()],
+        PASSWORDS,
+    )
+    .unwrap();
+    (proc, port, http_port)
+}
+
+/// Agents c1 and c2 run as their own NATS users and form a fleet (so the
+/// permission set is enough for an agent); c1's user is refused when it
+/// publishes as c2, on an object subject and on c2's registry key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounts_confine_each_cluster_to_its_own_subtree() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, port, http_port) = accounts_server(dir.path());
+    wait_for("nats-server with accounts", CONVERGE, || async {
+        match http_get(&format!("http://127.0.0.1:{http_port}/healthz"))? {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("{code} {body}\n{}", server.log())),
+        }
+    })
+    .await;
+    let url_as = |user: &str, pw: &str| format!("nats://{user}:{pw}@127.0.0.1:{port}");
+    let c1 = member("c1", &url_as("c1", "pw-c1"), 1).await;
+    let c2 = member("c2", &url_as("c2", "pw-c2"), 1).await;
+    for m in [&c1, &c2] {
+        wait_sees(m, ClusterState::Ready, &["c1", "c2"], CONVERGE).await;
+    }
+
+    // c1's user, with the server's errors collected.
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = errors.clone();
+    let client = async_nats::ConnectOptions::with_user_and_password("c1".into(), "pw-c1".into())
+        .event_callback(move |event| {
+            let sink = sink.clone();
+            async move { sink.lock().unwrap().push(event.to_string()) }
+        })
+        .connect(format!("127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let mut js = jetstream::new(client);
+    js.set_timeout(Duration::from_secs(2));
+    // Its own subtree is accepted (the refusals below are not vacuous)...
+    let own = "fleetbus.obj.c1.core.v1.ConfigMap.default.mine";
+    js.publish(own, "ok".into()).await.unwrap().await.unwrap();
+    // ...c2's is not: neither an object nor c2's registry key.
+    let forged = "fleetbus.obj.c2.core.v1.ConfigMap.default.forged";
+    let refused = async { js.publish(forged, "forged".into()).await?.await.map(|_| ()) }.await;
+    assert!(refused.is_err(), "c1 published as c2");
+    let kv = js.get_key_value("fleetbus-registry").await.unwrap();
+    assert!(
+        kv.put("cluster.c2.forged", "{}".into()).await.is_err(),
+        "c1 wrote c2's registry key"
+    );
+    wait_for("the server to report the violations", CONVERGE, || async {
+        let seen = errors.lock().unwrap().clone();
+        let violations = seen
+            .iter()
+            .filter(|e| e.contains("Permissions Violation for Publish"))
+            .count();
+        if violations >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    })
+    .await;
+    // Nothing of it was stored, as the admin sees.
+    let admin =
+        async_nats::ConnectOptions::with_user_and_password("admin".into(), "pw-admin".into())
+            .connect(format!("127.0.0.1:{port}"))
+            .await
+            .unwrap();
+    let admin = jetstream::new(admin);
+    let objects = admin.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+    assert!(objects.get_last_raw_message_by_subject(own).await.is_ok());
+    assert!(objects
+        .get_last_raw_message_by_subject(forged)
+        .await
+        .is_err());
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    assert!(registry.get("cluster.c2.forged").await.unwrap().is_none());
+}
