@@ -107,20 +107,36 @@ pub async fn connect(
     Ok(client)
 }
 
-/// `nats://user:password@host` (or `nats://token@host`): async-nats 0.51 parses
-/// the credentials of a URL but never sends them, so they are set here from
-/// the first URL of the list that has any.
-fn with_url_credentials(opts: async_nats::ConnectOptions, url: &str) -> async_nats::ConnectOptions {
-    let creds = url
-        .split(',')
+/// Credentials given in a NATS URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum UrlCredentials {
+    /// `nats://user:password@host`.
+    UserPassword(String, String),
+    /// `nats://token@host`.
+    Token(String),
+}
+
+/// The credentials of the first URL of the (comma-separated) list that has any.
+fn url_credentials(url: &str) -> Option<UrlCredentials> {
+    url.split(',')
         .filter_map(|u| u.trim().parse::<async_nats::ServerAddr>().ok())
         .find_map(|a| {
-            a.username()
-                .map(|u| (u.to_owned(), a.password().map(str::to_owned)))
-        });
-    match creds {
-        Some((user, Some(password))) => opts.user_and_password(user, password),
-        Some((token, None)) => opts.token(token),
+            let user = a.username()?.to_owned();
+            Some(match a.password() {
+                Some(p) => UrlCredentials::UserPassword(user, p.to_owned()),
+                None => UrlCredentials::Token(user),
+            })
+        })
+}
+
+/// async-nats 0.51 parses the credentials of a URL but never sends them, so
+/// they are set on the options here.
+fn with_url_credentials(opts: async_nats::ConnectOptions, url: &str) -> async_nats::ConnectOptions {
+    match url_credentials(url) {
+        Some(UrlCredentials::UserPassword(user, password)) => {
+            opts.user_and_password(user, password)
+        }
+        Some(UrlCredentials::Token(token)) => opts.token(token),
         None => opts,
     }
 }
@@ -267,5 +283,22 @@ mod tests {
             registry_bucket_config(&clustered.registry_bucket()).num_replicas,
             3
         );
+    }
+
+    #[test]
+    fn url_credentials_are_taken_from_the_url() {
+        assert_eq!(
+            url_credentials("nats://c1:s3cret@127.0.0.1:4222"),
+            Some(UrlCredentials::UserPassword("c1".into(), "s3cret".into()))
+        );
+        assert_eq!(
+            url_credentials("nats://tok@nats:4222"),
+            Some(UrlCredentials::Token("tok".into()))
+        );
+        assert_eq!(
+            url_credentials("nats://a:4222, nats://u:p@b:4222"),
+            Some(UrlCredentials::UserPassword("u".into(), "p".into()))
+        );
+        assert_eq!(url_credentials("nats://127.0.0.1:4222"), None);
     }
 }

@@ -391,3 +391,70 @@ fn strip_ansi(line: &str) -> String {
     }
     out
 }
+
+/// The chart's crds/ are byte-for-byte the generated deploy/crds/.
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    let generated = repo_root().join("deploy/crds");
+    let in_chart = chart().join("crds");
+    let names = |dir: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names(&generated),
+        names(&in_chart),
+        "cp deploy/crds/*.yaml {}/",
+        in_chart.display()
+    );
+    for name in names(&generated) {
+        assert_eq!(
+            std::fs::read(generated.join(&name)).unwrap(),
+            std::fs::read(in_chart.join(&name)).unwrap(),
+            "{name} differs: cp deploy/crds/*.yaml {}/",
+            in_chart.display()
+        );
+    }
+}
+
+/// The image's user is the chart's runAsUser/runAsGroup (a mismatch would
+/// make the pod run as a user the image was not built for).
+#[test]
+fn image_user_is_the_charts_run_as_user() {
+    let dockerfile = std::fs::read_to_string(repo_root().join("Dockerfile")).unwrap();
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("Dockerfile has a USER")
+        .trim()
+        .to_string();
+    let values = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
+    let value = |key: &str| -> Vec<String> {
+        values
+            .lines()
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix(&format!("{key}: "))
+                    .map(|v| v.trim().to_string())
+            })
+            .collect()
+    };
+    let (uid, gid) = user.split_once(':').expect("USER uid:gid");
+    let run_as_user = value("runAsUser");
+    assert!(
+        !run_as_user.is_empty() && run_as_user.iter().all(|u| u == uid),
+        "runAsUser {run_as_user:?} vs USER {user}"
+    );
+    let run_as_group = value("runAsGroup");
+    assert!(
+        !run_as_group.is_empty() && run_as_group.iter().all(|g| g == gid),
+        "runAsGroup {run_as_group:?} vs USER {user}"
+    );
+    assert_eq!(value("runAsNonRoot"), vec!["true", "true"]);
+    assert_eq!(value("readOnlyRootFilesystem"), vec!["true"]);
+}
