@@ -79,13 +79,13 @@ pub fn authorize(inner: &Inner, attrs: &Attributes<'_>) -> Decision {
         Target::Resource { namespace, .. } => (namespace.as_str(), namespace.is_empty()),
         Target::NonResource { .. } => ("", true),
     };
-    for (_, crb) in inner.scan(RBAC, "clusterrolebindings", None) {
+    for (key, crb) in inner.scan(RBAC, "clusterrolebindings", None) {
         if binds(crb, attrs.user, "") {
             if let Some(rules) = role_rules(inner, crb, "") {
                 if rules.iter().any(|r| rule_allows(r, attrs)) {
                     return Decision::Allow(format!(
                         "RBAC: allowed by ClusterRoleBinding \"{}\"",
-                        name_of(crb)
+                        key.name
                     ));
                 }
             }
@@ -94,13 +94,13 @@ pub fn authorize(inner: &Inner, attrs: &Attributes<'_>) -> Decision {
     // RoleBindings apply only to requests inside their namespace, and never to
     // non-resource URLs.
     if !cluster_scoped_request {
-        for (_, rb) in inner.scan(RBAC, "rolebindings", Some(namespace)) {
+        for (key, rb) in inner.scan(RBAC, "rolebindings", Some(namespace)) {
             if binds(rb, attrs.user, namespace) {
                 if let Some(rules) = role_rules(inner, rb, namespace) {
                     if rules.iter().any(|r| rule_allows(r, attrs)) {
                         return Decision::Allow(format!(
                             "RBAC: allowed by RoleBinding \"{}/{namespace}\"",
-                            name_of(rb)
+                            key.name
                         ));
                     }
                 }
@@ -136,12 +136,6 @@ fn implicit(attrs: &Attributes<'_>) -> Option<Decision> {
         }
         _ => None,
     }
-}
-
-fn name_of(obj: &Value) -> &str {
-    obj.pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
 }
 
 /// True if one of the binding's subjects is `user`. A ServiceAccount subject
@@ -407,6 +401,160 @@ mod tests {
                 path: "/metricsx".into()
             }
         ));
+    }
+
+    fn store(objects: &[(&str, &str, &str, Value)]) -> crate::store::Store {
+        let store = crate::store::Store::open(None, 100).unwrap();
+        store
+            .write(false, |tx| {
+                for (plural, ns, name, obj) in objects {
+                    tx.put(&ObjKey::new(RBAC, plural, ns, name), obj.clone());
+                }
+                Ok(())
+            })
+            .unwrap();
+        store
+    }
+
+    fn decide(
+        store: &crate::store::Store,
+        user: &UserInfo,
+        verb: &str,
+        target: Target,
+    ) -> Decision {
+        let attrs = Attributes {
+            user,
+            verb: verb.into(),
+            target,
+        };
+        store.read(|i| authorize(i, &attrs))
+    }
+
+    fn binding(role_kind: &str, role: &str, subjects: Value) -> Value {
+        json!({"roleRef": {"apiGroup": RBAC, "kind": role_kind, "name": role}, "subjects": subjects})
+    }
+
+    #[test]
+    fn bindings_apply_in_their_scope_to_their_subjects() {
+        let cm =
+            json!({"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]});
+        let s = store(&[
+            ("roles", "fb", "cm", cm.clone()),
+            // No namespace on the subject: the RoleBinding's own.
+            (
+                "rolebindings",
+                "fb",
+                "cm",
+                binding(
+                    "Role",
+                    "cm",
+                    json!([{"kind": "ServiceAccount", "name": "agent"}]),
+                ),
+            ),
+            (
+                "clusterroles",
+                "",
+                "nodes",
+                json!({"rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]}),
+            ),
+            (
+                "clusterrolebindings",
+                "",
+                "nodes",
+                binding(
+                    "ClusterRole",
+                    "nodes",
+                    json!([{"kind": "Group", "name": "system:serviceaccounts:fb"}]),
+                ),
+            ),
+        ]);
+        let me = sa();
+        let other = UserInfo::service_account("other", "agent", "u2");
+        let d = decide(&s, &me, "get", res("", "configmaps", "", "fb", "x"));
+        assert!(
+            matches!(&d, Decision::Allow(r) if r.contains("RoleBinding \"cm/fb\"")),
+            "{d:?}"
+        );
+        assert_eq!(
+            decide(&s, &me, "get", res("", "configmaps", "", "default", "x")),
+            Decision::Deny
+        );
+        assert_eq!(
+            decide(&s, &other, "get", res("", "configmaps", "", "fb", "x")),
+            Decision::Deny
+        );
+        // Group subjects; a ClusterRoleBinding applies cluster-wide.
+        assert!(matches!(
+            decide(&s, &me, "list", res("", "nodes", "", "", "")),
+            Decision::Allow(_)
+        ));
+        assert_eq!(
+            decide(&s, &other, "list", res("", "nodes", "", "", "")),
+            Decision::Deny
+        );
+        // Discovery is open to every authenticated user; other paths are not.
+        assert!(matches!(
+            decide(
+                &s,
+                &other,
+                "get",
+                Target::NonResource {
+                    path: "/apis/apps/v1".into()
+                }
+            ),
+            Decision::Allow(_)
+        ));
+        assert_eq!(
+            decide(
+                &s,
+                &other,
+                "get",
+                Target::NonResource {
+                    path: "/metrics".into()
+                }
+            ),
+            Decision::Deny
+        );
+    }
+
+    #[test]
+    fn aggregation_follows_labels_and_survives_cycles() {
+        let agg = |label: &str, own: &str| {
+            json!({
+                "metadata": {"labels": {own: "true"}},
+                "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {label: "true"}}]},
+                "rules": []
+            })
+        };
+        let s = store(&[
+            // a aggregates b, b aggregates a: a cycle must not hang.
+            ("clusterroles", "", "a", agg("to-a", "to-b")),
+            ("clusterroles", "", "b", agg("to-b", "to-a")),
+            (
+                "clusterroles",
+                "",
+                "secrets",
+                json!({"metadata": {"labels": {"to-b": "true"}}, "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}]}),
+            ),
+            (
+                "clusterrolebindings",
+                "",
+                "a",
+                binding(
+                    "ClusterRole",
+                    "a",
+                    json!([{"kind": "ServiceAccount", "name": "agent", "namespace": "fb"}]),
+                ),
+            ),
+        ]);
+        assert!(matches!(
+            decide(&s, &sa(), "list", res("", "secrets", "", "x", "")),
+            Decision::Allow(_)
+        ));
+        assert_eq!(
+            decide(&s, &sa(), "get", res("", "secrets", "", "x", "s")),
+            Decision::Deny
+        );
     }
 
     #[test]
