@@ -1,7 +1,6 @@
 //! authorization.k8s.io/v1 SelfSubjectAccessReview and SelfSubjectRulesReview:
 //! create-only, answered from the request and never stored, as kube-apiserver does.
-//! A SelfSubjectAccessReview is answered by the same authorizer as requests
-//! (`auth`); a SelfSubjectRulesReview still lists everything.
+//! Both are answered by the same authorizer as requests (`auth`).
 
 use crate::auth::rbac::{Decision, Target};
 use crate::decode::check_type;
@@ -12,17 +11,20 @@ use serde_json::{json, Map, Value};
 /// `status.reason` of an access review allowed without RBAC.
 pub const REASON: &str = "fleetbus-devcluster does not enforce authorization";
 
-/// The review with its `status` filled in (what POST answers with 201);
-/// `decide` is the authorizer for the caller (verb, target).
-pub fn answer(
-    def: &ResourceDef,
-    mut obj: Value,
-    decide: &dyn Fn(String, Target) -> Decision,
-) -> Result<Value, ApiError> {
+/// The caller's view of the authorizer.
+pub struct Caller<'a> {
+    /// The decision for (verb, target).
+    pub decide: &'a dyn Fn(String, Target) -> Decision,
+    /// (resourceRules, nonResourceRules) in a namespace; None: everything.
+    pub rules: &'a dyn Fn(&str) -> Option<(Vec<Value>, Vec<Value>)>,
+}
+
+/// The review with its `status` filled in (what POST answers with 201).
+pub fn answer(def: &ResourceDef, mut obj: Value, caller: &Caller<'_>) -> Result<Value, ApiError> {
     check_type(def, &mut obj)?;
     let status = match def.kind.as_str() {
-        "SelfSubjectAccessReview" => access_review_status(def, &obj, decide)?,
-        "SelfSubjectRulesReview" => rules_review_status(&obj)?,
+        "SelfSubjectAccessReview" => access_review_status(def, &obj, caller.decide)?,
+        "SelfSubjectRulesReview" => rules_review_status(&obj, caller.rules)?,
         other => {
             return Err(ApiError::internal(format!(
                 "no review handler for kind {other}"
@@ -101,13 +103,24 @@ fn access_review_status(
     })
 }
 
-/// Everything on everything; kube answers 400 without a namespace.
-fn rules_review_status(obj: &Value) -> Result<Value, ApiError> {
+/// The caller's rules in the namespace (everything when nothing is
+/// enforced); kube answers 400 without a namespace.
+fn rules_review_status(
+    obj: &Value,
+    rules: &dyn Fn(&str) -> Option<(Vec<Value>, Vec<Value>)>,
+) -> Result<Value, ApiError> {
     let ns = present(obj, "namespace")
         .and_then(Value::as_str)
         .unwrap_or("");
     if ns.is_empty() {
         return Err(ApiError::bad_request("no namespace on request"));
+    }
+    if let Some((resource, non_resource)) = rules(ns) {
+        return Ok(json!({
+            "resourceRules": resource,
+            "nonResourceRules": non_resource,
+            "incomplete": false,
+        }));
     }
     Ok(json!({
         "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
@@ -125,8 +138,19 @@ mod tests {
         Decision::Allow(String::new())
     }
 
+    fn everything(_: &str) -> Option<(Vec<Value>, Vec<Value>)> {
+        None
+    }
+
     fn answer(def: &ResourceDef, obj: Value) -> Result<Value, ApiError> {
-        super::answer(def, obj, &allow_all)
+        super::answer(
+            def,
+            obj,
+            &Caller {
+                decide: &allow_all,
+                rules: &everything,
+            },
+        )
     }
 
     fn def(kind: &str) -> ResourceDef {
@@ -170,9 +194,13 @@ mod tests {
             _ => Decision::Allow("RBAC: allowed by RoleBinding \"x/ns\"".into()),
         };
         let ask = |res: &str| json!({"spec": {"resourceAttributes": {"verb": "list", "resource": res, "namespace": "ns"}}});
-        let out = super::answer(&d, ask("secrets"), &deny_secrets).unwrap();
+        let caller = Caller {
+            decide: &deny_secrets,
+            rules: &everything,
+        };
+        let out = super::answer(&d, ask("secrets"), &caller).unwrap();
         assert_eq!(out["status"], json!({"allowed": false}));
-        let out = super::answer(&d, ask("configmaps"), &deny_secrets).unwrap();
+        let out = super::answer(&d, ask("configmaps"), &caller).unwrap();
         assert_eq!(out["status"]["allowed"], json!(true));
         assert_eq!(
             out["status"]["reason"],

@@ -194,6 +194,19 @@ fn rbac_grants_what_bindings_say_and_nothing_else() {
         can_i(&dc, &token, &["list", "configmaps", "-n", "default"]),
         "no"
     );
+    // `auth can-i --list` (a SelfSubjectRulesReview) shows the granted rules.
+    let list = can_i(&dc, &token, &["--list", "-n", "team"]);
+    let cm_line = list
+        .lines()
+        .find(|l| l.starts_with("configmaps "))
+        .unwrap_or_else(|| panic!("no configmaps rule in:\n{list}"));
+    assert!(cm_line.contains("[get list]"), "{list}");
+    assert!(
+        !list
+            .lines()
+            .any(|l| l.starts_with("secrets ") || l.starts_with("*.* ")),
+        "{list}"
+    );
     let (success, _, stderr) = as_sa(&dc, &token, &["create", "configmap", "x", "-n", "team"]);
     assert!(
         !success && stderr.contains("cannot create resource \"configmaps\""),

@@ -66,9 +66,14 @@ async fn handle_inner(
                     };
                     state.store.read(|i| state.auth.decide(i, &attrs))
                 };
+                let rules = |ns: &str| state.store.read(|i| state.auth.rules(i, &user, ns));
+                let caller = crate::review::Caller {
+                    decide: &decide,
+                    rules: &rules,
+                };
                 Ok(json_response(
                     201,
-                    &crate::review::answer(&def, obj, &decide)?,
+                    &crate::review::answer(&def, obj, &caller)?,
                 ))
             }
             _ => Err(ApiError::method_not_allowed(method.as_str())),

@@ -142,6 +142,21 @@ impl Auth {
         rbac::authorize(inner, attrs)
     }
 
+    /// The caller's rules in `namespace` for a SelfSubjectRulesReview
+    /// (resourceRules, nonResourceRules); None when nothing is enforced for
+    /// them (no RBAC, or system:masters): everything is allowed.
+    pub fn rules(
+        &self,
+        inner: &Inner,
+        user: &UserInfo,
+        namespace: &str,
+    ) -> Option<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
+        if self.mode == Mode::AlwaysAllow || user.is_master() {
+            return None;
+        }
+        Some(rbac::rules_for(inner, user, namespace))
+    }
+
     /// A signed token for ServiceAccount `namespace/name` (uid `uid`).
     pub fn mint(
         &self,

@@ -4,7 +4,7 @@
 use super::UserInfo;
 use crate::selectors::{LabelReq, LabelSelector};
 use crate::store::{Inner, ObjKey};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
 const RBAC: &str = "rbac.authorization.k8s.io";
@@ -108,6 +108,54 @@ pub fn authorize(inner: &Inner, attrs: &Attributes<'_>) -> Decision {
         }
     }
     Decision::Deny
+}
+
+/// Every rule that applies to `user` in `namespace` (ClusterRoleBindings,
+/// the namespace's RoleBindings, the implicit discovery rules), split as a
+/// SelfSubjectRulesReview reports them: (resourceRules, nonResourceRules).
+pub fn rules_for(inner: &Inner, user: &UserInfo, namespace: &str) -> (Vec<Value>, Vec<Value>) {
+    let mut rules = vec![
+        json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}),
+        json!({"verbs": ["get"], "nonResourceURLs": DISCOVERY_PATHS}),
+    ];
+    for (_, crb) in inner.scan(RBAC, "clusterrolebindings", None) {
+        if binds(crb, user, "") {
+            rules.extend(role_rules(inner, crb, "").unwrap_or_default());
+        }
+    }
+    if !namespace.is_empty() {
+        for (_, rb) in inner.scan(RBAC, "rolebindings", Some(namespace)) {
+            if binds(rb, user, namespace) {
+                rules.extend(role_rules(inner, rb, namespace).unwrap_or_default());
+            }
+        }
+    }
+    let keep = |r: &Value, fields: &[&str]| {
+        let mut out = serde_json::Map::new();
+        for f in fields {
+            if let Some(v) = r
+                .get(*f)
+                .filter(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+            {
+                out.insert((*f).to_string(), v.clone());
+            }
+        }
+        Value::Object(out)
+    };
+    let (non_resource, resource): (Vec<Value>, Vec<Value>) = rules.into_iter().partition(|r| {
+        r.get("nonResourceURLs")
+            .is_some_and(|u| u.as_array().is_some_and(|a| !a.is_empty()))
+    });
+    (
+        resource
+            .iter()
+            .map(|r| keep(r, &["verbs", "apiGroups", "resources", "resourceNames"]))
+            .collect(),
+        non_resource
+            .iter()
+            .map(|r| keep(r, &["verbs", "nonResourceURLs"]))
+            .collect(),
+    )
 }
 
 /// What kube-apiserver allows every authenticated user through its bootstrap
@@ -324,7 +372,6 @@ fn path_matches(pattern: &str, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn sa() -> UserInfo {
         UserInfo::service_account("fb", "agent", "uid")
@@ -555,6 +602,10 @@ mod tests {
             decide(&s, &sa(), "get", res("", "secrets", "", "x", "s")),
             Decision::Deny
         );
+        let (resource, non_resource) = s.read(|i| rules_for(i, &sa(), "x"));
+        let secrets = json!({"verbs": ["list"], "apiGroups": [""], "resources": ["secrets"]});
+        assert!(resource.contains(&secrets), "{resource:?}");
+        assert_eq!(non_resource[0]["verbs"], json!(["get"]));
     }
 
     #[test]
