@@ -2,7 +2,7 @@
 //! create-only, answered from the request and never stored, as kube-apiserver does.
 //! Both are answered by the same authorizer as requests (`auth`).
 
-use crate::auth::rbac::{Decision, Target};
+use crate::auth::rbac::{Decision, RuleSet, Target};
 use crate::decode::check_type;
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, FieldCause};
@@ -15,8 +15,8 @@ pub const REASON: &str = "fleetbus-devcluster does not enforce authorization";
 pub struct Caller<'a> {
     /// The decision for (verb, target).
     pub decide: &'a dyn Fn(String, Target) -> Decision,
-    /// (resourceRules, nonResourceRules) in a namespace; None: everything.
-    pub rules: &'a dyn Fn(&str) -> Option<(Vec<Value>, Vec<Value>)>,
+    /// The caller's rules in a namespace; None: everything.
+    pub rules: &'a dyn Fn(&str) -> Option<RuleSet>,
 }
 
 /// The review with its `status` filled in (what POST answers with 201).
@@ -107,7 +107,7 @@ fn access_review_status(
 /// enforced); kube answers 400 without a namespace.
 fn rules_review_status(
     obj: &Value,
-    rules: &dyn Fn(&str) -> Option<(Vec<Value>, Vec<Value>)>,
+    rules: &dyn Fn(&str) -> Option<RuleSet>,
 ) -> Result<Value, ApiError> {
     let ns = present(obj, "namespace")
         .and_then(Value::as_str)
@@ -115,10 +115,10 @@ fn rules_review_status(
     if ns.is_empty() {
         return Err(ApiError::bad_request("no namespace on request"));
     }
-    if let Some((resource, non_resource)) = rules(ns) {
+    if let Some(set) = rules(ns) {
         return Ok(json!({
-            "resourceRules": resource,
-            "nonResourceRules": non_resource,
+            "resourceRules": set.resource,
+            "nonResourceRules": set.non_resource,
             "incomplete": false,
         }));
     }
@@ -138,7 +138,7 @@ mod tests {
         Decision::Allow(String::new())
     }
 
-    fn everything(_: &str) -> Option<(Vec<Value>, Vec<Value>)> {
+    fn everything(_: &str) -> Option<RuleSet> {
         None
     }
 

@@ -142,15 +142,9 @@ impl Auth {
         rbac::authorize(inner, attrs)
     }
 
-    /// The caller's rules in `namespace` for a SelfSubjectRulesReview
-    /// (resourceRules, nonResourceRules); None when nothing is enforced for
+    /// The caller's rules in `namespace` for a SelfSubjectRulesReview; None when nothing is enforced for
     /// them (no RBAC, or system:masters): everything is allowed.
-    pub fn rules(
-        &self,
-        inner: &Inner,
-        user: &UserInfo,
-        namespace: &str,
-    ) -> Option<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
+    pub fn rules(&self, inner: &Inner, user: &UserInfo, namespace: &str) -> Option<rbac::RuleSet> {
         if self.mode == Mode::AlwaysAllow || user.is_master() {
             return None;
         }

@@ -110,10 +110,18 @@ pub fn authorize(inner: &Inner, attrs: &Attributes<'_>) -> Decision {
     Decision::Deny
 }
 
+/// Rules as a SelfSubjectRulesReview reports them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuleSet {
+    /// `resourceRules`: verbs, apiGroups, resources, resourceNames.
+    pub resource: Vec<Value>,
+    /// `nonResourceRules`: verbs, nonResourceURLs.
+    pub non_resource: Vec<Value>,
+}
+
 /// Every rule that applies to `user` in `namespace` (ClusterRoleBindings,
-/// the namespace's RoleBindings, the implicit discovery rules), split as a
-/// SelfSubjectRulesReview reports them: (resourceRules, nonResourceRules).
-pub fn rules_for(inner: &Inner, user: &UserInfo, namespace: &str) -> (Vec<Value>, Vec<Value>) {
+/// the namespace's RoleBindings, the implicit discovery rules).
+pub fn rules_for(inner: &Inner, user: &UserInfo, namespace: &str) -> RuleSet {
     let mut rules = vec![
         json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}),
         json!({"verbs": ["get"], "nonResourceURLs": DISCOVERY_PATHS}),
@@ -146,16 +154,16 @@ pub fn rules_for(inner: &Inner, user: &UserInfo, namespace: &str) -> (Vec<Value>
         r.get("nonResourceURLs")
             .is_some_and(|u| u.as_array().is_some_and(|a| !a.is_empty()))
     });
-    (
-        resource
+    RuleSet {
+        resource: resource
             .iter()
             .map(|r| keep(r, &["verbs", "apiGroups", "resources", "resourceNames"]))
             .collect(),
-        non_resource
+        non_resource: non_resource
             .iter()
             .map(|r| keep(r, &["verbs", "nonResourceURLs"]))
             .collect(),
-    )
+    }
 }
 
 /// What kube-apiserver allows every authenticated user through its bootstrap
@@ -602,10 +610,10 @@ mod tests {
             decide(&s, &sa(), "get", res("", "secrets", "", "x", "s")),
             Decision::Deny
         );
-        let (resource, non_resource) = s.read(|i| rules_for(i, &sa(), "x"));
+        let rules = s.read(|i| rules_for(i, &sa(), "x"));
         let secrets = json!({"verbs": ["list"], "apiGroups": [""], "resources": ["secrets"]});
-        assert!(resource.contains(&secrets), "{resource:?}");
-        assert_eq!(non_resource[0]["verbs"], json!(["get"]));
+        assert!(rules.resource.contains(&secrets), "{rules:?}");
+        assert_eq!(rules.non_resource[0]["verbs"], json!(["get"]));
     }
 
     #[test]
