@@ -92,37 +92,54 @@ impl Auth {
         })
     }
 
-    /// Who presents `bearer` (None: no Authorization header). A token shaped
-    /// like a JWT must be one of ours, unexpired, for a ServiceAccount that
-    /// still exists with the same uid (as kube-apiserver checks); anything
-    /// else is the admin token, a legacy minted token, or, without
-    /// `--token`, accepted as admin.
+    /// The user `token` proves, or None if this server does not accept it:
+    /// the admin `--token`; a JWT of ours, unexpired, for a ServiceAccount
+    /// that still exists with the same uid (as kube-apiserver checks); or an
+    /// opaque token minted by an older version (the admin). What a
+    /// TokenReview answers, and what requests are authenticated with.
+    pub fn token_user(&self, inner: &Inner, token: &str, now: i64) -> Option<UserInfo> {
+        if self.admin_token.as_deref() == Some(token) {
+            return Some(UserInfo::admin());
+        }
+        if !jwt::looks_like_jwt(token) {
+            return inner.has_token(token).then(UserInfo::admin);
+        }
+        let claims = match self.key.verify(token, now) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::info!(error = %e, "bearer token refused");
+                return None;
+            }
+        };
+        let sa = &claims.kubernetes_io.serviceaccount;
+        let ns = &claims.kubernetes_io.namespace;
+        let key = ObjKey::new("", "serviceaccounts", ns, &sa.name);
+        let live_uid = inner.objects.get(&key).and_then(|o| meta_str(o, "uid"));
+        if live_uid != Some(sa.uid.as_str()) {
+            tracing::info!(sa = %claims.sub, "token of a deleted or recreated ServiceAccount refused");
+            return None;
+        }
+        Some(UserInfo::service_account(ns, &sa.name, &sa.uid))
+    }
+
+    /// Who presents `bearer` (None: no Authorization header): see
+    /// [`Auth::token_user`]. Without `--token`, a caller with no token or an
+    /// opaque one is the admin (as before RBAC existed); a JWT must verify.
     pub fn authenticate(
         &self,
         inner: &Inner,
         bearer: Option<&str>,
         now: i64,
     ) -> Result<UserInfo, ApiError> {
+        let open = self.admin_token.is_none();
         match bearer {
-            Some(t) if self.admin_token.as_deref() == Some(t) => Ok(UserInfo::admin()),
-            Some(t) if jwt::looks_like_jwt(t) => {
-                let claims = self.key.verify(t, now).map_err(|e| {
-                    tracing::info!(error = %e, "bearer token refused");
-                    ApiError::unauthorized()
-                })?;
-                let sa = &claims.kubernetes_io.serviceaccount;
-                let ns = &claims.kubernetes_io.namespace;
-                let key = ObjKey::new("", "serviceaccounts", ns, &sa.name);
-                let live_uid = inner.objects.get(&key).and_then(|o| meta_str(o, "uid"));
-                if live_uid != Some(sa.uid.as_str()) {
-                    tracing::info!(sa = %claims.sub, "token of a deleted or recreated ServiceAccount refused");
-                    return Err(ApiError::unauthorized());
-                }
-                Ok(UserInfo::service_account(ns, &sa.name, &sa.uid))
-            }
-            Some(t) if inner.has_token(t) => Ok(UserInfo::admin()),
-            _ if self.admin_token.is_none() => Ok(UserInfo::admin()),
-            _ => Err(ApiError::unauthorized()),
+            Some(t) => match self.token_user(inner, t, now) {
+                Some(user) => Ok(user),
+                None if open && !jwt::looks_like_jwt(t) => Ok(UserInfo::admin()),
+                None => Err(ApiError::unauthorized()),
+            },
+            None if open => Ok(UserInfo::admin()),
+            None => Err(ApiError::unauthorized()),
         }
     }
 
@@ -216,5 +233,92 @@ fn forbidden(attrs: &Attributes<'_>) -> ApiError {
             "Forbidden",
             format!("forbidden: User \"{user}\" cannot {verb} path \"{path}\""),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    fn with_sa(uid: &str) -> Store {
+        let store = Store::open(None, 10).unwrap();
+        store
+            .write(false, |tx| {
+                let key = ObjKey::new("", "serviceaccounts", "fb", "agent");
+                tx.put(
+                    &key,
+                    json!({"metadata": {"name": "agent", "namespace": "fb", "uid": uid}}),
+                );
+                Ok(())
+            })
+            .unwrap();
+        store
+    }
+
+    #[test]
+    fn tokens_prove_who_minted_them_for() {
+        let store = with_sa("u1");
+        let auth = Auth::new(Some("admin".into()), Mode::Rbac, None).unwrap();
+        let jwt = auth
+            .mint("fb", "agent", "u1", vec![ISSUER.into()], 1000, 600)
+            .unwrap();
+        let user = store.read(|i| auth.token_user(i, &jwt, 1001)).unwrap();
+        assert_eq!(user.username, "system:serviceaccount:fb:agent");
+        assert!(user
+            .groups
+            .contains(&"system:serviceaccounts:fb".to_string()));
+        assert_eq!(
+            store.read(|i| auth.token_user(i, "admin", 0)),
+            Some(UserInfo::admin())
+        );
+        assert_eq!(
+            store.read(|i| auth.token_user(i, &jwt, 1600)),
+            None,
+            "expired"
+        );
+        assert_eq!(store.read(|i| auth.token_user(i, "opaque", 0)), None);
+        // The ServiceAccount recreated (new uid): its old tokens are void.
+        let recreated = with_sa("u2");
+        assert_eq!(recreated.read(|i| auth.token_user(i, &jwt, 1001)), None);
+        // A closed server refuses what it does not know, and no token at all.
+        let err = store
+            .read(|i| auth.authenticate(i, Some("opaque"), 0))
+            .unwrap_err();
+        assert_eq!(err.code, 401);
+        assert_eq!(
+            store
+                .read(|i| auth.authenticate(i, None, 0))
+                .unwrap_err()
+                .code,
+            401
+        );
+    }
+
+    #[test]
+    fn an_open_server_still_refuses_a_bad_jwt() {
+        let store = with_sa("u1");
+        let open = Auth::new(None, Mode::AlwaysAllow, None).unwrap();
+        assert_eq!(
+            store.read(|i| open.authenticate(i, None, 0)).unwrap(),
+            UserInfo::admin()
+        );
+        assert_eq!(
+            store
+                .read(|i| open.authenticate(i, Some("opaque"), 0))
+                .unwrap(),
+            UserInfo::admin()
+        );
+        let foreign = Auth::new(None, Mode::AlwaysAllow, None)
+            .unwrap()
+            .mint("fb", "agent", "u1", vec![], 1000, 600)
+            .unwrap();
+        assert_eq!(
+            store
+                .read(|i| open.authenticate(i, Some(&foreign), 1001))
+                .unwrap_err()
+                .code,
+            401
+        );
     }
 }
