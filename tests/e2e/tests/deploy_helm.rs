@@ -353,8 +353,14 @@ async fn agent_runs_with_exactly_the_charts_rbac() {
             .map_err(|e| e.to_string())
     })
     .await;
-    let ready = http_get(&format!("http://{}/readyz", agent_a.metrics_addr)).unwrap();
-    assert_eq!(ready.0, 200, "{}", ready.1);
+    let readyz = format!("http://{}/readyz", agent_a.metrics_addr);
+    wait_for("agent a ready", CONVERGE, || async {
+        match http_get(&readyz)? {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("{code} {body}")),
+        }
+    })
+    .await;
     let forbidden = forbidden_lines(&a.log());
     assert_eq!(
         forbidden.len(),
