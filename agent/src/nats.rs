@@ -76,7 +76,7 @@ pub async fn connect(
     readiness: Arc<Readiness>,
 ) -> Result<async_nats::Client, NatsError> {
     let r = readiness.clone();
-    let client = async_nats::ConnectOptions::new()
+    let client = with_url_credentials(async_nats::ConnectOptions::new(), url)
         .name(format!("fleetbus-agent/{cluster_name}"))
         .connection_timeout(Duration::from_secs(5))
         .event_callback(move |event| {
@@ -105,6 +105,40 @@ pub async fn connect(
     // first connection is established once connect() returns.
     readiness.nats.store(true, Ordering::Relaxed);
     Ok(client)
+}
+
+/// Credentials given in a NATS URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum UrlCredentials {
+    /// `nats://user:password@host`.
+    UserPassword(String, String),
+    /// `nats://token@host`.
+    Token(String),
+}
+
+/// The credentials of the first URL of the (comma-separated) list that has any.
+fn url_credentials(url: &str) -> Option<UrlCredentials> {
+    url.split(',')
+        .filter_map(|u| u.trim().parse::<async_nats::ServerAddr>().ok())
+        .find_map(|a| {
+            let user = a.username()?.to_owned();
+            Some(match a.password() {
+                Some(p) => UrlCredentials::UserPassword(user, p.to_owned()),
+                None => UrlCredentials::Token(user),
+            })
+        })
+}
+
+/// async-nats 0.51 parses the credentials of a URL but never sends them, so
+/// they are set on the options here.
+fn with_url_credentials(opts: async_nats::ConnectOptions, url: &str) -> async_nats::ConnectOptions {
+    match url_credentials(url) {
+        Some(UrlCredentials::UserPassword(user, password)) => {
+            opts.user_and_password(user, password)
+        }
+        Some(UrlCredentials::Token(token)) => opts.token(token),
+        None => opts,
+    }
 }
 
 /// Refuses servers older than `fleetbus_schemas::jetstream::MIN_NATS_SERVER_VERSION` (2.10.8: older ones
@@ -254,5 +288,22 @@ mod tests {
             registry_bucket_config(&clustered.registry_bucket()).num_replicas,
             3
         );
+    }
+
+    #[test]
+    fn url_credentials_are_taken_from_the_url() {
+        assert_eq!(
+            url_credentials("nats://c1:s3cret@127.0.0.1:4222"),
+            Some(UrlCredentials::UserPassword("c1".into(), "s3cret".into()))
+        );
+        assert_eq!(
+            url_credentials("nats://tok@nats:4222"),
+            Some(UrlCredentials::Token("tok".into()))
+        );
+        assert_eq!(
+            url_credentials("nats://a:4222, nats://u:p@b:4222"),
+            Some(UrlCredentials::UserPassword("u".into(), "p".into()))
+        );
+        assert_eq!(url_credentials("nats://127.0.0.1:4222"), None);
     }
 }

@@ -11,8 +11,15 @@ use fleetbus_schemas::all_crds;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
-fn crd_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds")
+/// Every place the generated CRDs are committed: `deploy/crds` and the helm
+/// chart's `crds/` (helm installs them from there; a copy, because helm does not
+/// package symlinks portably). Blessing writes both, so they cannot drift.
+fn crd_dirs() -> [PathBuf; 2] {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    [
+        root.join("deploy/crds"),
+        root.join("deploy/helm/fleetbus-agent/crds"),
+    ]
 }
 
 fn file_name(crd: &CustomResourceDefinition) -> String {
@@ -30,17 +37,19 @@ fn render(crd: &CustomResourceDefinition) -> String {
 fn crd_yaml_matches_committed_files() {
     let bless = std::env::var_os("FLEETBUS_BLESS").is_some();
     let mut stale = Vec::new();
-    for crd in all_crds() {
-        let path = crd_dir().join(file_name(&crd));
-        let want = render(&crd);
-        if bless {
-            std::fs::create_dir_all(crd_dir()).unwrap();
-            std::fs::write(&path, &want).unwrap();
-            continue;
-        }
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        if have != want {
-            stale.push(path.display().to_string());
+    for dir in crd_dirs() {
+        for crd in all_crds() {
+            let path = dir.join(file_name(&crd));
+            let want = render(&crd);
+            if bless {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &want).unwrap();
+                continue;
+            }
+            let have = std::fs::read_to_string(&path).unwrap_or_default();
+            if have != want {
+                stale.push(path.display().to_string());
+            }
         }
     }
     assert!(

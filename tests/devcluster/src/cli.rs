@@ -30,6 +30,11 @@ pub struct Cli {
     /// Require `Authorization: Bearer <token>` (minted ServiceAccount tokens also work).
     #[arg(long, env = "FLEETBUS_DEVCLUSTER_TOKEN")]
     pub token: Option<String>,
+    /// How requests are authorized: always-allow, or rbac (ServiceAccount
+    /// tokens are held to the stored Roles, ClusterRoles and bindings; the
+    /// admin --token, or any caller without --token, is system:masters).
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_AUTHORIZATION", value_enum, default_value_t = crate::auth::Mode::AlwaysAllow)]
+    pub authorization: crate::auth::Mode,
     /// Number of Node objects to seed (node-1..node-N).
     #[arg(long, env = "FLEETBUS_DEVCLUSTER_NODES", default_value_t = 0)]
     pub nodes: u32,

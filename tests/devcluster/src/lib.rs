@@ -3,11 +3,12 @@
 //! Start at [`server::run`]: it opens the `store::Store` (objects, resource
 //! registry, watch history, optional redb persistence), seeds system objects and
 //! serves the HTTP API routed in `api`. Verb semantics live in `write` and
-//! `delete`; server-side cleanups in `gc`; authorization reviews in `review`; PATCH/SSA in [`patch`] and
+//! `delete`; server-side cleanups in `gc`; authentication and RBAC in `auth`; authorization reviews in `review`; PATCH/SSA in [`patch`] and
 //! [`managed_fields`]; the built-in resource table in [`resources`].
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod api;
+pub mod auth;
 mod bootstrap;
 pub mod cli;
 mod crd;

@@ -1,6 +1,7 @@
 //! Startup and the connection loop: store, seed, listener, TLS, kubeconfig, serve.
 
 use crate::api::{self, AppState};
+use crate::auth::Auth;
 use crate::cli::Cli;
 use crate::persist::PersistError;
 use crate::status::ApiError;
@@ -31,6 +32,9 @@ pub enum ServerError {
     /// TLS material could not be created.
     #[error("failed to set up TLS")]
     Tls(#[from] tls::TlsError),
+    /// The ServiceAccount token signing key could not be loaded or created.
+    #[error("failed to set up ServiceAccount tokens")]
+    Auth(#[from] crate::auth::JwtError),
     /// The kubeconfig could not be rendered.
     #[error("failed to render the kubeconfig")]
     Kubeconfig(#[from] serde_yaml::Error),
@@ -89,7 +93,11 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), Ser
     tracing::info!(cluster = %cli.name, %url, persistent = cli.data_dir.is_some(), "fleetbus-devcluster serving");
     let state = Arc::new(AppState {
         store,
-        token: cli.token.clone(),
+        auth: Auth::new(
+            cli.token.clone(),
+            cli.authorization,
+            cli.data_dir.as_deref(),
+        )?,
         bookmark_every: Duration::from_secs(cli.bookmark_interval.max(1)),
         server_addr,
     });

@@ -1,75 +1,19 @@
 //! authentication.k8s.io/v1 TokenReview: create-only, never stored. The token is
-//! looked up the way requests are authenticated (`api::known_token`: the
-//! `--token` and minted ServiceAccount tokens); the user is the admin for the
-//! `--token`, the ServiceAccount for a minted token.
+//! looked up the way requests are authenticated ([`crate::auth::Auth::token_user`]:
+//! the `--token`, and the JWTs minted through `serviceaccounts/{name}/token` while
+//! their ServiceAccount exists), so a review and a request always agree.
 
+use crate::auth::UserInfo;
 use crate::decode::check_type;
 use crate::resources::ResourceDef;
-use base64::Engine;
 use serde_json::{json, Map, Value};
 
-/// The username kube reports for the static `--token` (kind's admin user).
-pub const ADMIN_USER: &str = "kubernetes-admin";
-
-/// Who a known token belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenOwner {
-    /// The `--token` given on the command line.
-    Admin,
-    /// A token minted through `serviceaccounts/{name}/token`.
-    ServiceAccount {
-        /// The ServiceAccount's namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-        /// Its uid, when the token recorded one.
-        uid: String,
-    },
-    /// A minted token from before tokens carried their ServiceAccount.
-    Unknown,
-}
-
-/// Prefix of every minted token.
-const MINTED_PREFIX: &str = "fbdc.";
-
-/// A new minted token for a ServiceAccount: `fbdc.<base64url(ns/name/uid)>.<random>`.
-/// The random part makes it unguessable; the rest lets a TokenReview name the owner.
-pub fn mint(namespace: &str, name: &str, uid: &str, random: &str) -> String {
-    let owner = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(format!("{namespace}/{name}/{uid}"));
-    format!("{MINTED_PREFIX}{owner}.{random}")
-}
-
-/// The owner of a minted token (already known to be valid).
-pub fn minted_owner(token: &str) -> TokenOwner {
-    let parsed = token
-        .strip_prefix(MINTED_PREFIX)
-        .and_then(|rest| rest.split_once('.'))
-        .and_then(|(owner, _)| {
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(owner)
-                .ok()
-        })
-        .and_then(|b| String::from_utf8(b).ok());
-    match parsed
-        .as_deref()
-        .map(|s| s.splitn(3, '/').collect::<Vec<_>>())
-    {
-        Some(p) if p.len() == 3 => TokenOwner::ServiceAccount {
-            namespace: p[0].to_string(),
-            name: p[1].to_string(),
-            uid: p[2].to_string(),
-        },
-        _ => TokenOwner::Unknown,
-    }
-}
-
-/// The review with `status` filled in (POST answers it with 201). `owner` is the
-/// token's owner if the token is known.
+/// The review with `status` filled in (POST answers it with 201). `user` is who
+/// the token proves, if this server accepts it.
 pub fn answer(
     def: &ResourceDef,
     mut obj: Value,
-    owner: Option<TokenOwner>,
+    user: Option<UserInfo>,
 ) -> Result<Value, crate::status::ApiError> {
     check_type(def, &mut obj)?;
     let audiences = obj
@@ -78,31 +22,17 @@ pub fn answer(
         .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
         .cloned()
         .unwrap_or_else(|| json!(["https://kubernetes.default.svc.cluster.local"]));
-    let status = match owner {
+    let status = match user {
+        // kube-apiserver's answer for a token no authenticator accepts.
         None => json!({"user": {}, "error": "invalid bearer token"}),
-        Some(owner) => {
-            let user = match owner {
-                TokenOwner::Admin => json!({
-                    "username": ADMIN_USER,
-                    "groups": ["system:masters", "system:authenticated"],
-                }),
-                TokenOwner::ServiceAccount {
-                    namespace,
-                    name,
-                    uid,
-                } => json!({
-                    "username": format!("system:serviceaccount:{namespace}:{name}"),
-                    "uid": uid,
-                    "groups": ["system:serviceaccounts",
-                        format!("system:serviceaccounts:{namespace}"),
-                        "system:authenticated"],
-                }),
-                TokenOwner::Unknown => json!({
-                    "username": "system:serviceaccount:unknown",
-                    "groups": ["system:serviceaccounts", "system:authenticated"],
-                }),
-            };
-            json!({"authenticated": true, "user": user, "audiences": audiences})
+        Some(user) => {
+            let mut u = Map::new();
+            u.insert("username".into(), json!(user.username));
+            if !user.uid.is_empty() {
+                u.insert("uid".into(), json!(user.uid));
+            }
+            u.insert("groups".into(), json!(user.groups));
+            json!({"authenticated": true, "user": u, "audiences": audiences})
         }
     };
     let mut out = Map::new();
@@ -117,35 +47,45 @@ pub fn answer(
 mod tests {
     use super::*;
 
-    #[test]
-    fn minted_tokens_name_their_service_account() {
-        let t = mint("default", "fakesa", "u-1", "abc");
-        assert!(t.starts_with("fbdc."));
-        assert_eq!(
-            minted_owner(&t),
-            TokenOwner::ServiceAccount {
-                namespace: "default".into(),
-                name: "fakesa".into(),
-                uid: "u-1".into()
-            }
-        );
-        assert_eq!(minted_owner("fbdc.legacyrandom"), TokenOwner::Unknown);
+    fn def() -> ResourceDef {
+        crate::resources::builtins()
+            .into_iter()
+            .find(|d| d.kind == "TokenReview")
+            .unwrap()
+    }
+
+    fn request() -> Value {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": "x", "audiences": ["api"]}})
     }
 
     #[test]
     fn unknown_tokens_are_not_authenticated() {
-        let def = crate::resources::builtins()
-            .into_iter()
-            .find(|d| d.kind == "TokenReview")
-            .unwrap();
-        let req = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-            "spec": {"token": "x", "audiences": ["api"]}});
-        let out = answer(&def, req.clone(), None).unwrap();
+        let out = answer(&def(), request(), None).unwrap();
         assert_eq!(out["status"]["error"], "invalid bearer token");
         assert!(out["status"].get("authenticated").is_none());
-        let out = answer(&def, req, Some(TokenOwner::Admin)).unwrap();
+    }
+
+    #[test]
+    fn known_tokens_name_their_user_and_audiences() {
+        let sa = UserInfo::service_account("default", "robot", "u-1");
+        let out = answer(&def(), request(), Some(sa)).unwrap();
         assert_eq!(out["status"]["authenticated"], true);
         assert_eq!(out["status"]["audiences"], json!(["api"]));
-        assert_eq!(out["status"]["user"]["username"], ADMIN_USER);
+        assert_eq!(
+            out["status"]["user"]["username"],
+            "system:serviceaccount:default:robot"
+        );
+        assert_eq!(out["status"]["user"]["uid"], "u-1");
+        assert_eq!(
+            out["status"]["user"]["groups"],
+            json!([
+                "system:serviceaccounts",
+                "system:serviceaccounts:default",
+                "system:authenticated"
+            ])
+        );
+        let admin = answer(&def(), request(), Some(UserInfo::admin())).unwrap();
+        assert!(admin["status"]["user"].get("uid").is_none());
     }
 }

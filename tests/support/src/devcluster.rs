@@ -29,6 +29,8 @@ pub struct DevClusterOpts {
     pub token: Option<String>,
     /// `--nodes`: how many Node objects to seed.
     pub nodes: u32,
+    /// More flags, e.g. `["--authorization", "rbac"]`.
+    pub extra_args: Vec<String>,
 }
 
 impl DevClusterOpts {
@@ -41,6 +43,7 @@ impl DevClusterOpts {
             tls: false,
             token: None,
             nodes: 1,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -219,6 +222,7 @@ impl DevCluster {
         if let Some(token) = &self.opts.token {
             cmd.args(["--token", token]);
         }
+        cmd.args(&self.opts.extra_args);
         let (proc, line) = Proc::spawn_reading_first_line(cmd, &self.log_path(), START_TIMEOUT)
             .with_context(|| format!("start devcluster {}", self.name))?;
         let port = parse_port(&line)?;

@@ -16,7 +16,7 @@ mod process;
 mod wait;
 
 pub use agent::Agent;
-pub use bins::{cargo_bin, kubectl_bin, nats_server_bin};
+pub use bins::{cargo_bin, helm_bin, kubectl_bin, nats_server_bin, repo_root};
 pub use devcluster::{DevCluster, DevClusterOpts};
 pub use http::http_get;
 pub use nats::NatsServer;

@@ -5,10 +5,12 @@ mod resource;
 mod route;
 mod subresource;
 
+pub(crate) use route::ResPath;
+
+use crate::auth::{rbac::Attributes, request_attributes, Auth, UserInfo};
 use crate::discovery;
 use crate::status::ApiError;
 use crate::store::Store;
-use crate::token_review::{self, TokenOwner};
 use axum::body::Body;
 use futures::FutureExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -24,8 +26,8 @@ use std::time::Duration;
 pub struct AppState {
     /// Objects, registry, history.
     pub store: Store,
-    /// Required bearer token (--token), if any.
-    pub token: Option<String>,
+    /// Bearer tokens (--token, ServiceAccount JWTs) and --authorization.
+    pub auth: Auth,
     /// Period of watch BOOKMARK events.
     pub bookmark_every: Duration,
     /// host:port clients use, for /api serverAddressByClientCIDRs.
@@ -62,32 +64,41 @@ fn text(code: StatusCode, body: &'static str) -> Response<Body> {
     resp
 }
 
-fn authorized(state: &AppState, req: &Request<Body>) -> bool {
-    let presented = req
-        .headers()
+fn bearer(req: &Request<Body>) -> Option<&str> {
+    req.headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    match (&state.token, presented) {
-        (None, _) => true,
-        (Some(_), Some(p)) => known_token(state, p).is_some(),
-        (Some(_), None) => false,
-    }
+        .map(|(_, token)| token.trim())
 }
 
-/// Who `token` belongs to, if this server accepts it: the `--token`, or a token
-/// minted through `serviceaccounts/{name}/token`. Requests and TokenReviews both
-/// authenticate through this one lookup.
-pub(crate) fn known_token(state: &AppState, token: &str) -> Option<TokenOwner> {
-    if state.token.as_deref() == Some(token) {
-        Some(TokenOwner::Admin)
-    } else if state.store.read(|i| i.has_token(token)) {
-        Some(token_review::minted_owner(token))
-    } else {
-        None
-    }
+/// Authenticates and authorizes `req`; the user is left in its extensions
+/// (SelfSubjectAccessReview answers for them).
+fn admit(
+    state: &AppState,
+    route: &Route,
+    query: &Query,
+    req: &mut Request<Body>,
+) -> Result<(), ApiError> {
+    let now = chrono::Utc::now().timestamp();
+    let user: UserInfo = state
+        .store
+        .read(|i| state.auth.authenticate(i, bearer(req), now))?;
+    let rp = match route {
+        Route::Resource(rp) => Some(rp),
+        _ => None,
+    };
+    let (verb, target) =
+        request_attributes(req.method(), req.uri().path(), rp, query.flag("watch"));
+    let attrs = Attributes {
+        user: &user,
+        verb,
+        target,
+    };
+    state.store.read(|i| state.auth.authorize(i, &attrs))?;
+    req.extensions_mut().insert(user);
+    Ok(())
 }
 
 /// Handles one request. Never panics outward: a panic in a handler becomes a 500.
@@ -112,16 +123,18 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response<Body> 
     resp
 }
 
-async fn dispatch(state: Arc<AppState>, req: Request<Body>) -> Response<Body> {
+async fn dispatch(state: Arc<AppState>, mut req: Request<Body>) -> Response<Body> {
     let route = route::parse(req.uri().path());
     let public = matches!(
         route,
         Route::Health | Route::Version | Route::Writes | Route::DebugStore
     );
-    if !public && !authorized(&state, &req) {
-        return error_response(&ApiError::unauthorized());
-    }
     let query = Query::parse(req.uri().query());
+    if !public {
+        if let Err(e) = admit(&state, &route, &query, &mut req) {
+            return error_response(&e);
+        }
+    }
     let is_get = req.method() == Method::GET || req.method() == Method::HEAD;
     let defs = || state.store.read(|i| i.registry.all());
     match route {

@@ -3,6 +3,8 @@
 use super::request::{self, Query};
 use super::route::ResPath;
 use super::{error_response, json_response, subresource, AppState};
+use crate::auth::rbac::{Attributes, Target};
+use crate::auth::UserInfo;
 use crate::delete::{self, DeleteOpts, DeleteOutcome};
 use crate::partial;
 use crate::patch::PatchType;
@@ -51,16 +53,36 @@ async fn handle_inner(
             (&Method::POST, None) => {
                 let bytes = request::read_body(body, &headers).await?;
                 let obj = request::decode_object_blocking(bytes, &headers).await?;
+                // The caller, authenticated in api::admit.
+                let user = parts
+                    .extensions
+                    .get::<UserInfo>()
+                    .cloned()
+                    .unwrap_or_else(UserInfo::admin);
+                let decide = |verb: String, target: Target| {
+                    let attrs = Attributes {
+                        user: &user,
+                        verb,
+                        target,
+                    };
+                    state.store.read(|i| state.auth.decide(i, &attrs))
+                };
+                let rules = |ns: &str| state.store.read(|i| state.auth.rules(i, &user, ns));
+                let caller = crate::review::Caller {
+                    decide: &decide,
+                    rules: &rules,
+                };
                 let answer = if def.kind == "TokenReview" {
                     let token = obj
                         .get("spec")
                         .and_then(|s| s.get("token"))
                         .and_then(Value::as_str)
                         .unwrap_or("");
-                    let owner = super::known_token(state, token);
-                    crate::token_review::answer(&def, obj, owner)?
+                    let now = chrono::Utc::now().timestamp();
+                    let user = state.store.read(|i| state.auth.token_user(i, token, now));
+                    crate::token_review::answer(&def, obj, user)?
                 } else {
-                    crate::review::answer(&def, obj)?
+                    crate::review::answer(&def, obj, &caller)?
                 };
                 Ok(json_response(201, &answer))
             }

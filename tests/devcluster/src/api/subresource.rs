@@ -11,7 +11,6 @@ use crate::watch::present;
 use crate::write::{self, key_for, WriteOutcome};
 use axum::body::Body;
 use http::{HeaderMap, Method, Response};
-use rand::Rng;
 use serde_json::{json, Value};
 
 /// Dispatches `/{plural}/{name}/{sub}`.
@@ -242,15 +241,6 @@ async fn scale(
     Ok(json_response(200, &to_scale(&out.obj)))
 }
 
-fn random_token() -> String {
-    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    let mut rng = rand::rng();
-    let s: String = (0..48)
-        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
-        .collect();
-    s
-}
-
 fn token(
     state: &AppState,
     def: &ResourceDef,
@@ -279,10 +269,26 @@ fn token(
         .cloned()
         .unwrap_or(json!(["https://kubernetes.default.svc.cluster.local"]));
     let key = key_for(def, ns, name);
+    let aud: Vec<String> = audiences
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    // A signed JWT (see auth::jwt), valid until it expires while the
+    // ServiceAccount exists with the same uid; kept in the store too, like
+    // the opaque tokens of older versions.
     let (now, uid, token) = state.store.write(q.dry_run()?, |tx| {
         let sa = tx.get(&key).ok_or_else(|| ApiError::not_found(def, name))?;
         let uid = meta_str(sa, "uid").unwrap_or("").to_string();
-        let token = crate::token_review::mint(ns.unwrap_or(""), name, &uid, &random_token());
+        let iat = chrono::DateTime::parse_from_rfc3339(&tx.now)
+            .map(|t| t.timestamp())
+            .unwrap_or_else(|_| chrono::Utc::now().timestamp());
+        let token = state
+            .auth
+            .mint(ns.unwrap_or(""), name, &uid, aud.clone(), iat, exp)?;
         tx.add_token(&token);
         Ok((tx.now.clone(), uid, token))
     })?;

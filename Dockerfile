@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+# fleetbus: one image with the agent (fleetbus-agent), the CLI (fleetbus) and
+# the local API server (fleetbus-devcluster, for the compose demo and tests).
+#   docker build -t fleetbus:dev .
+# The runtime user id (65532) is the helm chart's runAsUser
+# (deploy/helm/fleetbus-agent/values.yaml); keep them equal.
+
+ARG RUST_VERSION=1.90
+
+FROM rust:${RUST_VERSION}-slim-bookworm AS build
+WORKDIR /src
+# Dependency layer: only the manifests and stub sources, so editing fleetbus's
+# own code does not rebuild the dependencies.
+COPY Cargo.toml Cargo.lock ./
+COPY schemas/Cargo.toml schemas/Cargo.toml
+COPY agent/Cargo.toml agent/Cargo.toml
+COPY hub/Cargo.toml hub/Cargo.toml
+COPY chaos/Cargo.toml chaos/Cargo.toml
+COPY tests/devcluster/Cargo.toml tests/devcluster/Cargo.toml
+COPY tests/support/Cargo.toml tests/support/Cargo.toml
+COPY tests/e2e/Cargo.toml tests/e2e/Cargo.toml
+RUN for crate in schemas agent hub chaos tests/devcluster tests/support tests/e2e; do \
+        mkdir -p "$crate/src" && touch "$crate/src/lib.rs" && echo 'fn main() {}' > "$crate/src/main.rs"; \
+    done \
+    && cargo build --release --locked -p fleetbus-agent -p fleetbus-hub -p fleetbus-devcluster \
+    && rm -rf schemas agent hub chaos tests
+# The real sources; touch them so cargo rebuilds the workspace crates over the stubs.
+COPY . .
+RUN find schemas agent hub chaos tests -name '*.rs' -exec touch {} + \
+    && cargo build --release --locked -p fleetbus-agent -p fleetbus-hub -p fleetbus-devcluster \
+    && mkdir -p /out \
+    && cp target/release/fleetbus-agent target/release/fleetbus target/release/fleetbus-devcluster /out/
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+LABEL org.opencontainers.image.title="fleetbus" \
+      org.opencontainers.image.description="fleetbus agent, CLI and devcluster" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /out/ /usr/local/bin/
+# distroless's "nonroot" user; the chart's podSecurityContext.runAsUser.
+USER 65532:65532
+EXPOSE 9090
+ENTRYPOINT ["/usr/local/bin/fleetbus-agent"]

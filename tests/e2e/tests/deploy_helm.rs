@@ -1,0 +1,466 @@
+//! The helm chart (`deploy/helm/fleetbus-agent`) against real devclusters with
+//! real helm: install / upgrade / uninstall, and the agent running with exactly
+//! the chart's RBAC on a devcluster started with `--authorization rbac`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use fleetbus_schemas::crd::{Cluster, ClusterState, ClusterType};
+use fleetbus_testsupport::{
+    free_addr, helm_bin, http_get, repo_root, wait_for, Agent, DevCluster, DevClusterOpts,
+    NatsServer,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+const NAMESPACE: &str = "fleetbus-system";
+const CONVERGE: Duration = Duration::from_secs(30);
+const KUBECTL: &str = "1.33";
+
+fn chart() -> PathBuf {
+    repo_root().join("deploy/helm/fleetbus-agent")
+}
+
+/// helm with its config, cache and data in `home` (nothing from the user's).
+fn helm(home: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
+    let bin = helm_bin();
+    Command::new(&bin)
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run helm {} ({e}): run scripts/test once (it installs helm into .tools/bin) or set FLEETBUS_HELM",
+                bin.display()
+            )
+        })
+}
+
+fn helm_ok(home: &Path, dc: &DevCluster, args: &[&str]) -> String {
+    let out = helm(home, dc.kubeconfig(), args);
+    assert!(
+        out.status.success(),
+        "helm {args:?} failed: {}\n{}\ndevcluster log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        dc.log()
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn kubectl_ok(dc: &DevCluster, args: &[&str]) -> String {
+    let out = dc.kubectl(KUBECTL, args);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}\ndevcluster log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        dc.log()
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn env_value(d: &Deployment, name: &str) -> Option<String> {
+    d.spec.as_ref()?.template.spec.as_ref()?.containers[0]
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)?
+        .value
+        .clone()
+}
+
+#[tokio::test]
+async fn helm_install_upgrade_uninstall() {
+    let dc = DevCluster::start(DevClusterOpts::new("helm")).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let chart = chart();
+    let chart = chart.to_str().unwrap();
+    let client = dc.client().await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+
+    let notes = helm_ok(
+        home.path(),
+        &dc,
+        &[
+            "install",
+            "fb",
+            chart,
+            "-n",
+            NAMESPACE,
+            "--create-namespace",
+            "--set",
+            "clusterName=east",
+        ],
+    );
+    assert!(
+        notes.contains("kubectl get clusters.fleetbus.io"),
+        "{notes}"
+    );
+    let d = deployments.get("fb-fleetbus-agent").await.unwrap();
+    assert_eq!(
+        env_value(&d, "FLEETBUS_CLUSTER_NAME").as_deref(),
+        Some("east")
+    );
+    // helm installed the chart's CRDs (crds/) before the templates.
+    kubectl_ok(&dc, &["get", "crd", "clusters.fleetbus.io"]);
+    assert!(
+        helm_ok(home.path(), &dc, &["status", "fb", "-n", NAMESPACE]).contains("STATUS: deployed")
+    );
+
+    // A changed value reaches the Deployment.
+    helm_ok(
+        home.path(),
+        &dc,
+        &[
+            "upgrade",
+            "fb",
+            chart,
+            "-n",
+            NAMESPACE,
+            "--reuse-values",
+            "--set",
+            "clusterName=west",
+            "--set",
+            "nats.replicas=3",
+        ],
+    );
+    let d = deployments.get("fb-fleetbus-agent").await.unwrap();
+    assert_eq!(
+        env_value(&d, "FLEETBUS_CLUSTER_NAME").as_deref(),
+        Some("west")
+    );
+    assert_eq!(env_value(&d, "FLEETBUS_REPLICAS").as_deref(), Some("3"));
+    let history = helm_ok(home.path(), &dc, &["history", "fb", "-n", NAMESPACE]);
+    assert!(history.lines().count() >= 3, "{history}");
+
+    helm_ok(
+        home.path(),
+        &dc,
+        &["uninstall", "fb", "-n", NAMESPACE, "--wait"],
+    );
+    assert!(deployments
+        .get_opt("fb-fleetbus-agent")
+        .await
+        .unwrap()
+        .is_none());
+    let releases: Api<Secret> = Api::namespaced(client, NAMESPACE);
+    let left = releases
+        .list(&ListParams::default().labels("owner=helm"))
+        .await
+        .unwrap();
+    assert!(
+        left.items.is_empty(),
+        "release secrets left: {:?}",
+        left.items.iter().map(|s| s.name_any()).collect::<Vec<_>>()
+    );
+    // CRDs from crds/ are kept on uninstall (helm's policy).
+    kubectl_ok(&dc, &["get", "crd", "clusters.fleetbus.io"]);
+}
+
+/// A member cluster whose agent runs with a kubeconfig holding `token`.
+struct Member {
+    agent: Agent,
+    metrics_addr: String,
+}
+
+fn start_agent(nats: &NatsServer, name: &str, kubeconfig: &Path, extra: &[&str]) -> Member {
+    let metrics_addr = free_addr();
+    let mut args: Vec<String> = [
+        "--cluster-name",
+        name,
+        "--nats-url",
+        &nats.url(),
+        "--namespace",
+        NAMESPACE,
+        "--metrics-addr",
+        &metrics_addr,
+        "--heartbeat-interval",
+        "500ms",
+        "--peer-timeout",
+        "2s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push("--kubeconfig".into());
+    args.push(kubeconfig.display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Member {
+        agent: Agent::start(&args).unwrap(),
+        metrics_addr,
+    }
+}
+
+/// The devcluster's kubeconfig with its admin token replaced by `token`.
+fn kubeconfig_with_token(dc: &DevCluster, admin: &str, token: &str, dir: &Path) -> PathBuf {
+    let kc = std::fs::read_to_string(dc.kubeconfig()).unwrap();
+    let replaced = kc.replace(admin, token);
+    assert_ne!(
+        kc, replaced,
+        "admin token not found in the devcluster's kubeconfig"
+    );
+    let path = dir.join(format!("{}-agent.kubeconfig", dc.name));
+    std::fs::write(&path, replaced).unwrap();
+    path
+}
+
+async fn peer_state(client: &kube::Client, name: &str) -> Result<(), String> {
+    let c = Api::<Cluster>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| format!("get cluster {name}: {e}"))?;
+    let status = c.status.as_ref();
+    let ty = status.and_then(|s| s.type_);
+    let state = status.and_then(|s| s.state);
+    if state == Some(ClusterState::Ready) && ty.is_some() {
+        Ok(())
+    } else {
+        Err(format!("cluster {name}: type {ty:?} state {state:?}"))
+    }
+}
+
+/// The agent of cluster `a` runs with a token of the chart's ServiceAccount on
+/// a devcluster enforcing RBAC, with only the chart's (rendered) RBAC applied:
+/// it joins, sees its peer, stores the peer's kubeconfig Secret and publishes
+/// its own, and never meets a 403. A ServiceAccount without the chart's RBAC
+/// gets nowhere, so the rules are what makes it work.
+#[tokio::test]
+async fn agent_runs_with_exactly_the_charts_rbac() {
+    let nats = NatsServer::start().unwrap();
+    let admin = "admin-token-e2e";
+    let a = DevCluster::start(DevClusterOpts {
+        token: Some(admin.into()),
+        tls: true,
+        nodes: 2,
+        extra_args: vec!["--authorization".into(), "rbac".into()],
+        ..DevClusterOpts::new("rbac-a")
+    })
+    .unwrap();
+    let b = DevCluster::start(DevClusterOpts {
+        nodes: 1,
+        ..DevClusterOpts::new("rbac-b")
+    })
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+
+    // The chart's ServiceAccount and RBAC, rendered by helm, applied by the admin.
+    let chart = chart();
+    let rendered = helm_ok(
+        home.path(),
+        &a,
+        &[
+            "template",
+            "fb",
+            chart.to_str().unwrap(),
+            "-n",
+            NAMESPACE,
+            "--set",
+            "clusterName=a",
+            "--set",
+            "agent.publishKubeconfig=true",
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/clusterrole.yaml",
+            "--show-only",
+            "templates/role.yaml",
+        ],
+    );
+    let rbac_file = home.path().join("rbac.yaml");
+    std::fs::write(&rbac_file, &rendered).unwrap();
+    kubectl_ok(&a, &["create", "namespace", NAMESPACE]);
+    kubectl_ok(&a, &["apply", "-f", rbac_file.to_str().unwrap()]);
+    // Another ServiceAccount with no rights at all, for the negative control.
+    kubectl_ok(&a, &["create", "serviceaccount", "nobody", "-n", NAMESPACE]);
+
+    // Without the chart's RBAC the agent cannot even read its identity.
+    let nobody = kubectl_ok(&a, &["create", "token", "nobody", "-n", NAMESPACE]);
+    let kc_nobody = kubeconfig_with_token(&a, admin, nobody.trim(), home.path());
+    let mut denied = start_agent(&nats, "a", &kc_nobody, &[]);
+    wait_for("the unbound agent to be refused", CONVERGE, || async {
+        let log = denied.agent.log();
+        if log.contains("forbidden") || log.contains("403") {
+            Ok(())
+        } else {
+            Err(format!("agent log:\n{log}"))
+        }
+    })
+    .await;
+    let (code, body) =
+        http_get(&format!("http://{}/readyz", denied.metrics_addr)).unwrap_or((0, String::new()));
+    assert_ne!(code, 200, "unbound agent ready: {body}");
+    denied.agent.stop();
+
+    let token = kubectl_ok(
+        &a,
+        &[
+            "create",
+            "token",
+            "fb-fleetbus-agent",
+            "-n",
+            NAMESPACE,
+            "--duration=1h",
+        ],
+    );
+    let kc = kubeconfig_with_token(&a, admin, token.trim(), home.path());
+    let forbidden_before = forbidden_lines(&a.log()).len();
+    let agent_a = start_agent(&nats, "a", &kc, &["--publish-kubeconfig"]);
+    let agent_b = start_agent(&nats, "b", b.kubeconfig(), &["--publish-kubeconfig"]);
+
+    let client_a = a.client().await.unwrap();
+    let client_b = b.client().await.unwrap();
+    wait_for("a to see itself and peer b Ready", CONVERGE, || async {
+        peer_state(&client_a, "a").await?;
+        peer_state(&client_a, "b").await
+    })
+    .await;
+    wait_for("b to see peer a Ready", CONVERGE, || {
+        peer_state(&client_b, "a")
+    })
+    .await;
+    let a_local = Api::<Cluster>::all(client_a.clone())
+        .get("a")
+        .await
+        .unwrap();
+    assert_eq!(
+        a_local.status.and_then(|s| s.type_),
+        Some(ClusterType::Local)
+    );
+    // a stored b's published kubeconfig (a Secret in its namespace: the Role).
+    wait_for("a to store b's kubeconfig Secret", CONVERGE, || async {
+        Api::<Secret>::namespaced(client_a.clone(), NAMESPACE)
+            .get("b-kubeconfig")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    // b stored a's kubeconfig: a minted it (ServiceAccount, ClusterRole,
+    // binding, TokenRequest) under its RBAC.
+    wait_for("b to store a's kubeconfig Secret", CONVERGE, || async {
+        Api::<Secret>::namespaced(client_b.clone(), NAMESPACE)
+            .get("a-kubeconfig")
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let readyz = format!("http://{}/readyz", agent_a.metrics_addr);
+    wait_for("agent a ready", CONVERGE, || async {
+        match http_get(&readyz)? {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("{code} {body}")),
+        }
+    })
+    .await;
+    let forbidden = forbidden_lines(&a.log());
+    assert_eq!(
+        forbidden.len(),
+        forbidden_before,
+        "agent a met 403s with the chart's RBAC:\n{}\nagent log:\n{}",
+        forbidden.join("\n"),
+        agent_a.agent.log()
+    );
+    drop(agent_b);
+}
+
+/// The devcluster's request log lines answered 403 (ANSI colours removed).
+fn forbidden_lines(log: &str) -> Vec<String> {
+    log.lines()
+        .map(strip_ansi)
+        .filter(|l| l.contains("status=403"))
+        .collect()
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ ... m
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The chart's crds/ are byte-for-byte the generated deploy/crds/.
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    let generated = repo_root().join("deploy/crds");
+    let in_chart = chart().join("crds");
+    let names = |dir: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names(&generated),
+        names(&in_chart),
+        "cp deploy/crds/*.yaml {}/",
+        in_chart.display()
+    );
+    for name in names(&generated) {
+        assert_eq!(
+            std::fs::read(generated.join(&name)).unwrap(),
+            std::fs::read(in_chart.join(&name)).unwrap(),
+            "{name} differs: cp deploy/crds/*.yaml {}/",
+            in_chart.display()
+        );
+    }
+}
+
+/// The image's user is the chart's runAsUser/runAsGroup (a mismatch would
+/// make the pod run as a user the image was not built for).
+#[test]
+fn image_user_is_the_charts_run_as_user() {
+    let dockerfile = std::fs::read_to_string(repo_root().join("Dockerfile")).unwrap();
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("Dockerfile has a USER")
+        .trim()
+        .to_string();
+    let values = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
+    let value = |key: &str| -> Vec<String> {
+        values
+            .lines()
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix(&format!("{key}: "))
+                    .map(|v| v.trim().to_string())
+            })
+            .collect()
+    };
+    let (uid, gid) = user.split_once(':').expect("USER uid:gid");
+    let run_as_user = value("runAsUser");
+    assert!(
+        !run_as_user.is_empty() && run_as_user.iter().all(|u| u == uid),
+        "runAsUser {run_as_user:?} vs USER {user}"
+    );
+    let run_as_group = value("runAsGroup");
+    assert!(
+        !run_as_group.is_empty() && run_as_group.iter().all(|g| g == gid),
+        "runAsGroup {run_as_group:?} vs USER {user}"
+    );
+    assert_eq!(value("runAsNonRoot"), vec!["true", "true"]);
+    assert_eq!(value("readOnlyRootFilesystem"), vec!["true"]);
+}

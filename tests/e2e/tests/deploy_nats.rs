@@ -1,0 +1,564 @@
+//! The NATS configurations in `deploy/nats/` run for real on loopback: a
+//! 3-node JetStream hub plus a site leaf node (its own domain), agents on
+//! both sides, a cut of the site's link and its reconvergence; and the
+//! per-cluster accounts example confining each agent to its own subtree.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+use fleetbus_schemas::crd::{Cluster, ClusterState};
+use fleetbus_testsupport::{
+    free_addr, free_port, http_get, nats_server_bin, repo_root, wait_for, Agent, DevCluster,
+    DevClusterOpts,
+};
+use kube::Api;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::AbortHandle;
+
+const CONVERGE: Duration = Duration::from_secs(60);
+/// After a cut: nats-server retries a stream source with a backoff of up to 2 min.
+const RECONVERGE: Duration = Duration::from_secs(200);
+
+fn conf(name: &str) -> PathBuf {
+    repo_root().join("deploy/nats").join(name)
+}
+
+/// A nats-server started from a `deploy/nats` config with `env`; killed on drop.
+struct Node {
+    proc: Agent,
+    client_port: u16,
+    http_port: u16,
+    _store: tempfile::TempDir,
+}
+
+impl Node {
+    fn start(config: &Path, client_port: u16, env: &[(&str, String)]) -> Node {
+        let store = tempfile::tempdir().unwrap();
+        let http_port = free_port();
+        let mut vars: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        vars.push(("NATS_CLIENT_PORT".into(), client_port.to_string()));
+        vars.push(("NATS_HTTP_PORT".into(), http_port.to_string()));
+        vars.push(("NATS_STORE_DIR".into(), store.path().display().to_string()));
+        let proc =
+            Agent::start_bin(&nats_server_bin(), ["-c", config.to_str().unwrap()], vars).unwrap();
+        Node {
+            proc,
+            client_port,
+            http_port,
+            _store: store,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.client_port)
+    }
+
+    fn monitor(&self, path: &str) -> Result<String, String> {
+        match http_get(&format!("http://127.0.0.1:{}{path}", self.http_port))? {
+            (200, body) => Ok(body),
+            (code, body) => Err(format!("{path}: {code} {body}")),
+        }
+    }
+
+    async fn wait_healthy(&self) {
+        wait_for("nats-server healthy with JetStream", CONVERGE, || async {
+            self.monitor("/healthz?js-enabled-only=true")
+                .map(|_| ())
+                .map_err(|e| format!("{e}\n{}", self.proc.log()))
+        })
+        .await;
+    }
+
+    fn leafnodes(&self) -> Result<u64, String> {
+        let body = self.monitor("/leafz")?;
+        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        v["leafnodes"]
+            .as_u64()
+            .ok_or_else(|| format!("no leafnodes in {body}"))
+    }
+}
+
+/// A TCP proxy standing for the site's WAN link: `cut` drops every
+/// connection and refuses new ones until `restore`.
+struct Link {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<AbortHandle>>>,
+    accept: AbortHandle,
+}
+
+impl Link {
+    async fn start(target: u16) -> Link {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
+        let (c, cs) = (cut.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                if c.load(Ordering::SeqCst) {
+                    continue; // dropped: the link is down
+                }
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", target)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                cs.lock().unwrap().push(task.abort_handle());
+            }
+        })
+        .abort_handle();
+        Link {
+            port,
+            cut,
+            conns,
+            accept,
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept.abort();
+    }
+}
+
+struct Member {
+    name: String,
+    _cluster: DevCluster,
+    agent: Agent,
+    client: kube::Client,
+}
+
+async fn member(name: &str, nats_url: &str, replicas: u32) -> Member {
+    let cluster = DevCluster::start(DevClusterOpts::new(name)).unwrap();
+    let args = [
+        "--cluster-name".to_string(),
+        name.into(),
+        "--nats-url".into(),
+        nats_url.into(),
+        "--kubeconfig".into(),
+        cluster.kubeconfig().display().to_string(),
+        "--metrics-addr".into(),
+        free_addr(),
+        "--heartbeat-interval".into(),
+        "500ms".into(),
+        "--peer-timeout".into(),
+        "2s".into(),
+        "--replicas".into(),
+        replicas.to_string(),
+    ];
+    let agent = Agent::start(&args).unwrap();
+    let client = cluster.client().await.unwrap();
+    Member {
+        name: name.into(),
+        _cluster: cluster,
+        agent,
+        client,
+    }
+}
+
+/// Names of the clusters `m` sees in `state`.
+async fn seen(m: &Member, state: ClusterState) -> Result<Vec<String>, String> {
+    let list = Api::<Cluster>::all(m.client.clone())
+        .list(&Default::default())
+        .await
+        .map_err(|e| format!("{}: {e}", m.name))?;
+    let mut names: Vec<String> = list
+        .items
+        .iter()
+        .filter(|c| c.status.as_ref().and_then(|s| s.state) == Some(state))
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+async fn wait_sees(m: &Member, state: ClusterState, want: &[&str], timeout: Duration) {
+    let what = format!("{} to see {want:?} {state:?}", m.name);
+    wait_for(&what, timeout, || async {
+        let got = seen(m, state).await?;
+        let ok = want.iter().all(|w| got.iter().any(|g| g == w));
+        if ok {
+            Ok(())
+        } else {
+            let log = m.agent.log();
+            let tail = &log[log.len().saturating_sub(3000)..];
+            let all = Api::<Cluster>::all(m.client.clone())
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let states: Vec<String> = all
+                .items
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{:?}={:?}",
+                        c.metadata.name,
+                        c.status.as_ref().and_then(|s| s.state)
+                    )
+                })
+                .collect();
+            Err(format!(
+                "{state:?}: {got:?} (all: {states:?})\nagent log tail:\n{tail}"
+            ))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
+    // The hub: three nodes from hub.conf, routes on loopback.
+    let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let leaf_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let routes = format!(
+        "[{}]",
+        cluster_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let hub: Vec<Node> = (0..3)
+        .map(|i| {
+            Node::start(
+                &conf("hub.conf"),
+                free_port(),
+                &[
+                    ("NATS_SERVER_NAME", format!("hub-{}", i + 1)),
+                    ("NATS_CLUSTER_PORT", cluster_ports[i].to_string()),
+                    ("NATS_LEAF_PORT", leaf_ports[i].to_string()),
+                    ("NATS_CLUSTER_ROUTES", routes.clone()),
+                ],
+            )
+        })
+        .collect();
+    for n in &hub {
+        n.wait_healthy().await;
+    }
+    // The site: a leaf node dialing hub-1 through a link the test can cut.
+    let link = Link::start(leaf_ports[0]).await;
+    let leaf = Node::start(
+        &conf("leaf.conf"),
+        free_port(),
+        &[
+            ("NATS_SERVER_NAME", "site-a-nats".into()),
+            ("NATS_SITE_DOMAIN", "site-a".into()),
+            (
+                "NATS_HUB_LEAF_URLS",
+                format!("[nats-leaf://127.0.0.1:{}]", link.port),
+            ),
+        ],
+    );
+    leaf.wait_healthy().await;
+    wait_for("the leaf to connect to the hub", CONVERGE, || async {
+        match leaf.leafnodes()? {
+            0 => Err("no leaf connection".into()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+
+    // Two clusters at the site (through the leaf), one at the hub. Each side
+    // has its own registry bucket and streams (its own JetStream domain).
+    let a = member("a", &leaf.url(), 1).await;
+    let b = member("b", &leaf.url(), 1).await;
+    let c = member("c", &hub[1].url(), 3).await;
+    let all = ["a", "b", "c"];
+    let hub_js = jetstream::new(async_nats::connect(hub[0].url()).await.unwrap());
+    let site_js = jetstream::new(async_nats::connect(leaf.url()).await.unwrap());
+    for (js, stream) in [
+        (&hub_js, "KV_fleetbus-registry"),
+        (&site_js, "KV_fleetbus-registry"),
+        (&hub_js, "FLEETBUS_OBJECTS"),
+    ] {
+        wait_for(&format!("stream {stream}"), CONVERGE, || async {
+            js.get_stream(stream)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .await;
+    }
+    // The operator's part (TOPOLOGY.md): the hub sources the site's subtrees
+    // (registry keys of a and b, a's objects) and the site sources the hub's
+    // members, each through the other's domain API (api_prefix, not `domain`).
+    add_source(
+        &hub_js,
+        "KV_fleetbus-registry",
+        "site-a",
+        &["$KV.fleetbus-registry.*.a.*", "$KV.fleetbus-registry.*.b.*"],
+    )
+    .await;
+    add_source(
+        &site_js,
+        "KV_fleetbus-registry",
+        "hub",
+        &["$KV.fleetbus-registry.*.c.*"],
+    )
+    .await;
+    add_source(
+        &hub_js,
+        "FLEETBUS_OBJECTS",
+        "site-a",
+        &["fleetbus.obj.a.>", "fleetbus.obj.b.>"],
+    )
+    .await;
+    for m in [&a, &b, &c] {
+        wait_sees(m, ClusterState::Ready, &all, CONVERGE).await;
+    }
+
+    // Cut the site off.
+    link.cut();
+    wait_for("the leaf to lose the hub", CONVERGE, || async {
+        match leaf.leafnodes()? {
+            0 => Ok(()),
+            n => Err(format!("{n} leaf connections")),
+        }
+    })
+    .await;
+    // The site keeps working on its own: a and b still Ready to each other,
+    // the hub's c Disconnected; and the other way round at the hub.
+    wait_sees(&c, ClusterState::Disconnected, &["a", "b"], CONVERGE).await;
+    wait_sees(&a, ClusterState::Disconnected, &["c"], CONVERGE).await;
+    for m in [&a, &b] {
+        let ready = seen(m, ClusterState::Ready).await.unwrap();
+        assert!(
+            ready.contains(&"a".to_string()) && ready.contains(&"b".to_string()),
+            "{}: {ready:?}",
+            m.name
+        );
+    }
+    // The site's JetStream still accepts writes (stands for a's objects).
+    let subject = "fleetbus.obj.a.core.v1.ConfigMap.default.during-cut";
+    site_js
+        .publish(subject, "offline".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    // FLEETBUS_CUT_SECS keeps the link down that long (the scenario's length,
+    // for measuring reconvergence after long cuts; TOPOLOGY.md has the figures).
+    if let Some(secs) = std::env::var("FLEETBUS_CUT_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+    }
+    link.restore();
+    let restored = Instant::now();
+    for m in [&a, &b, &c] {
+        wait_sees(m, ClusterState::Ready, &all, RECONVERGE).await;
+    }
+    let membership = restored.elapsed();
+    let hub_objects = hub_js.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+    wait_for(
+        "the hub to source what the site wrote while cut off",
+        RECONVERGE,
+        || async {
+            hub_objects
+                .get_last_raw_message_by_subject(subject)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    let sourced = restored.elapsed();
+    // Measured figures for deploy/nats/TOPOLOGY.md.
+    eprintln!("reconverged after the link returned: membership {membership:?}, sourced objects {sourced:?}");
+    assert!(membership < RECONVERGE);
+}
+
+/// The destination that maps `filter` onto itself: each `*` becomes
+/// `{{wildcard(n)}}` (nats-server refuses a bare `*` in a destination).
+fn identity_destination(filter: &str) -> String {
+    let mut n = 0;
+    filter
+        .split('.')
+        .map(|t| {
+            if t == "*" {
+                n += 1;
+                format!("{{{{wildcard({n})}}}}")
+            } else {
+                t.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Adds a source to `name`: the stream of the same name in JetStream domain
+/// `domain`, filtered to `filters`.
+async fn add_source(js: &jetstream::Context, name: &str, domain: &str, filters: &[&str]) {
+    // A loaded R3 hub may time out a stream update; the update is idempotent.
+    wait_for(&format!("source {domain}/{name} added"), CONVERGE, || {
+        try_add_source(js, name, domain, filters)
+    })
+    .await;
+}
+
+async fn try_add_source(
+    js: &jetstream::Context,
+    name: &str,
+    domain: &str,
+    filters: &[&str],
+) -> Result<(), String> {
+    let mut cfg = js
+        .get_stream(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .info()
+        .await
+        .map_err(|e| e.to_string())?
+        .config
+        .clone();
+    cfg.sources = Some(vec![stream::Source {
+        name: name.into(),
+        subject_transforms: filters
+            .iter()
+            .map(|f| stream::SubjectTransform {
+                source: (*f).into(),
+                destination: identity_destination(f),
+            })
+            .collect(),
+        external: Some(stream::External {
+            api_prefix: format!("$JS.{domain}.API"),
+            delivery_prefix: None,
+        }),
+        ..Default::default()
+    }]);
+    js.update_stream(cfg)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+const PASSWORDS: [(&str, &str); 4] = [
+    ("FLEETBUS_C1_PASSWORD", "pw-c1"),
+    ("FLEETBUS_C2_PASSWORD", "pw-c2"),
+    ("FLEETBUS_C3_PASSWORD", "pw-c3"),
+    ("FLEETBUS_ADMIN_PASSWORD", "pw-admin"),
+];
+
+/// A nats-server with JetStream whose users come from deploy/nats/accounts.conf.
+fn accounts_server(dir: &Path) -> (Agent, u16, u16) {
+    std::fs::copy(conf("accounts.conf"), dir.join("accounts.conf")).unwrap();
+    let (port, http_port) = (free_port(), free_port());
+    let server_conf = dir.join("server.conf");
+    std::fs::write(
+        &server_conf,
+        format!(
+            "port: {port}\nhttp_port: {http_port}\njetstream {{ store_dir: \"{}\" }}\ninclude \"accounts.conf\"\n",
+            dir.join("store").display()
+        ),
+    )
+    .unwrap();
+    let proc = Agent::start_bin(
+        &nats_server_bin(),
+        ["-c", server_conf.to_str().unwrap()],
+        PASSWORDS,
+    )
+    .unwrap();
+    (proc, port, http_port)
+}
+
+/// Agents c1 and c2 run as their own NATS users and form a fleet (so the
+/// permission set is enough for an agent); c1's user is refused when it
+/// publishes as c2, on an object subject and on c2's registry key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounts_confine_each_cluster_to_its_own_subtree() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, port, http_port) = accounts_server(dir.path());
+    wait_for("nats-server with accounts", CONVERGE, || async {
+        match http_get(&format!("http://127.0.0.1:{http_port}/healthz"))? {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("{code} {body}\n{}", server.log())),
+        }
+    })
+    .await;
+    let url_as = |user: &str, pw: &str| format!("nats://{user}:{pw}@127.0.0.1:{port}");
+    let c1 = member("c1", &url_as("c1", "pw-c1"), 1).await;
+    let c2 = member("c2", &url_as("c2", "pw-c2"), 1).await;
+    for m in [&c1, &c2] {
+        wait_sees(m, ClusterState::Ready, &["c1", "c2"], CONVERGE).await;
+    }
+
+    // c1's user, with the server's errors collected.
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = errors.clone();
+    let client = async_nats::ConnectOptions::with_user_and_password("c1".into(), "pw-c1".into())
+        .event_callback(move |event| {
+            let sink = sink.clone();
+            async move { sink.lock().unwrap().push(event.to_string()) }
+        })
+        .connect(format!("127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let mut js = jetstream::new(client);
+    js.set_timeout(Duration::from_secs(2));
+    // Its own subtree is accepted (the refusals below are not vacuous)...
+    let own = "fleetbus.obj.c1.core.v1.ConfigMap.default.mine";
+    js.publish(own, "ok".into()).await.unwrap().await.unwrap();
+    // ...c2's is not: neither an object nor c2's registry key.
+    let forged = "fleetbus.obj.c2.core.v1.ConfigMap.default.forged";
+    let refused = async { js.publish(forged, "forged".into()).await?.await.map(|_| ()) }.await;
+    assert!(refused.is_err(), "c1 published as c2");
+    let kv = js.get_key_value("fleetbus-registry").await.unwrap();
+    assert!(
+        kv.put("cluster.c2.forged", "{}".into()).await.is_err(),
+        "c1 wrote c2's registry key"
+    );
+    wait_for("the server to report the violations", CONVERGE, || async {
+        let seen = errors.lock().unwrap().clone();
+        let violations = seen
+            .iter()
+            .filter(|e| e.contains("Permissions Violation for Publish"))
+            .count();
+        if violations >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    })
+    .await;
+    // Nothing of it was stored, as the admin sees.
+    let admin =
+        async_nats::ConnectOptions::with_user_and_password("admin".into(), "pw-admin".into())
+            .connect(format!("127.0.0.1:{port}"))
+            .await
+            .unwrap();
+    let admin = jetstream::new(admin);
+    let objects = admin.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+    assert!(objects.get_last_raw_message_by_subject(own).await.is_ok());
+    assert!(objects
+        .get_last_raw_message_by_subject(forged)
+        .await
+        .is_err());
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    assert!(registry.get("cluster.c2.forged").await.unwrap().is_none());
+}
