@@ -64,7 +64,7 @@ pub fn check_type(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
 }
 
 /// The JSON type name Go's `UnmarshalTypeError` uses.
-fn go_json_type(v: &Value) -> &'static str {
+pub(crate) fn go_json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "bool",

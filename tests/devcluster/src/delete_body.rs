@@ -7,6 +7,7 @@
 //! a 400 and deletes nothing (kube's `DeleteResource` handler decodes the body
 //! before it touches storage).
 
+use crate::decode::go_json_type;
 use crate::delete::{DeleteOpts, Propagation};
 use crate::proto;
 use crate::status::ApiError;
@@ -34,23 +35,12 @@ pub fn decode(body: &[u8], content_type: &str) -> Result<Value, ApiError> {
         // Go's decoder reads the TypeMeta out of the body first.
         return Err(ApiError::bad_request(format!(
             "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
-            go_type(&v)
+            go_json_type(&v)
         )));
     };
     check_kind(m.get("kind").and_then(Value::as_str))?;
     check_types(&m)?;
     Ok(Value::Object(m))
-}
-
-fn go_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 fn check_kind(kind: Option<&str>) -> Result<(), ApiError> {
@@ -67,7 +57,7 @@ fn check_types(m: &Map<String, Value>) -> Result<(), ApiError> {
     let wrong = |field: &str, v: &Value, want: &str| {
         ApiError::bad_request(format!(
             "json: cannot unmarshal {} into Go struct field DeleteOptions.{field} of type {want}",
-            go_type(v)
+            go_json_type(v)
         ))
     };
     for (field, v) in m {

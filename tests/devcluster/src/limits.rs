@@ -58,15 +58,24 @@ pub fn scan_json(bytes: &[u8], max: usize) -> Result<(), LimitError> {
         }
         match b {
             b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return Err(LimitError::Depth { max });
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
+            _ => track_bracket(b, &mut depth, max)?,
         }
+    }
+    Ok(())
+}
+
+/// Counts one byte of a bracket scan: `[`/`{` open a level (refused past
+/// `max`), `]`/`}` close one, anything else is ignored.
+fn track_bracket(b: u8, depth: &mut usize, max: usize) -> Result<(), LimitError> {
+    match b {
+        b'[' | b'{' => {
+            *depth += 1;
+            if *depth > max {
+                return Err(LimitError::Depth { max });
+            }
+        }
+        b']' | b'}' => *depth = depth.saturating_sub(1),
+        _ => {}
     }
     Ok(())
 }
@@ -115,14 +124,7 @@ pub fn scan_yaml(bytes: &[u8], max: usize) -> Result<(), LimitError> {
                     i += 1;
                 }
             }
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return Err(LimitError::Depth { max });
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
+            _ => track_bracket(b, &mut depth, max)?,
         }
         prev = b;
         i += 1;

@@ -204,6 +204,17 @@ mod tests {
         }
     }
 
+    /// A custom `example.com` Widget checked against `schema`.
+    fn widget(schema: Value) -> ResourceDef {
+        ResourceDef {
+            custom: true,
+            schema: Some(schema),
+            group: "example.com".into(),
+            kind: "Widget".into(),
+            ..def("ConfigMap")
+        }
+    }
+
     #[test]
     fn custom_resources_use_their_schema() {
         let schema = json!({"type":"object","properties":{
@@ -212,13 +223,7 @@ mod tests {
                 "free":{"type":"object","x-kubernetes-preserve-unknown-fields":true},
                 "labels":{"type":"object","additionalProperties":{"type":"string"}}}},
             "status":{"type":"object"}}});
-        let def = ResourceDef {
-            custom: true,
-            schema: Some(schema),
-            group: "example.com".into(),
-            kind: "Widget".into(),
-            ..def("ConfigMap")
-        };
+        let def = widget(schema);
         let ok = json!({"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","labels":{"a":"b"}},
             "spec":{"size":1,"items":[{"id":"x"}],"free":{"any":{"thing":1}},"labels":{"x":"y"}}});
         assert_eq!(unknown_fields(&def, &ok), Vec::<String>::new());
@@ -241,13 +246,7 @@ mod tests {
         let schema = json!({"type":"object","properties":{"spec":{"type":"object","properties":{
             "template":{"type":"object","x-kubernetes-embedded-resource":true,
                 "properties":{"spec":{"type":"object","properties":{"a":{"type":"string"}}}}}}}}});
-        let def = ResourceDef {
-            custom: true,
-            schema: Some(schema),
-            group: "example.com".into(),
-            kind: "Widget".into(),
-            ..def("ConfigMap")
-        };
+        let def = widget(schema);
         let obj = json!({"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},
             "spec":{"template":{"apiVersion":"v1","kind":"Pod",
                 "metadata":{"name":"p","labels":{"x":"y"},"bogus":1},
