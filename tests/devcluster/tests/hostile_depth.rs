@@ -5,7 +5,7 @@
 
 mod raw;
 
-use raw::{create_cm, get_json, request, snapshot, start, CMS};
+use raw::{create_cm, get_json, request, snapshot, start, Resp, CMS};
 use serde_json::{json, Value};
 
 fn nested_list(depth: usize) -> String {
@@ -94,12 +94,12 @@ fn blob_crd(dc: &fleetbus_testsupport::DevCluster) {
           "names":{"kind":"Blob","plural":"blobs","singular":"blob","listKind":"BlobList"},
           "versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{
             "type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}}}]}});
-    let r = request(
+    let r = send(
         dc,
         "POST",
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        Some("application/json"),
-        crd.to_string().as_bytes(),
+        "application/json",
+        &crd,
     );
     assert_eq!(r.code, 201, "{}", r.text());
     fleetbus_testsupport::wait_for_blocking(
@@ -116,43 +116,41 @@ fn blob_crd(dc: &fleetbus_testsupport::DevCluster) {
     );
 }
 
+/// Serves the Blob CRD and creates the empty Blob `b` in it; returns its path.
+fn create_blob(dc: &fleetbus_testsupport::DevCluster) -> String {
+    blob_crd(dc);
+    let blob =
+        json!({"apiVersion":"example.com/v1","kind":"Blob","metadata":{"name":"b"},"spec":{}});
+    let r = send(dc, "POST", BLOBS, "application/json", &blob);
+    assert_eq!(r.code, 201, "{}", r.text());
+    format!("{BLOBS}/b")
+}
+
+/// Sends `body` as JSON text to `path` with content type `ct`.
+fn send(
+    dc: &fleetbus_testsupport::DevCluster,
+    method: &str,
+    path: &str,
+    ct: &str,
+    body: &Value,
+) -> Resp {
+    request(dc, method, path, Some(ct), body.to_string().as_bytes())
+}
+
 #[test]
 fn patches_cannot_grow_an_object_past_the_depth_limit() {
     let dc = start("deep-patches");
-    blob_crd(&dc);
-    let blob =
-        json!({"apiVersion":"example.com/v1","kind":"Blob","metadata":{"name":"b"},"spec":{}});
-    let r = request(
-        &dc,
-        "POST",
-        BLOBS,
-        Some("application/json"),
-        blob.to_string().as_bytes(),
-    );
-    assert_eq!(r.code, 201, "{}", r.text());
-    let path = format!("{BLOBS}/b");
+    let path = create_blob(&dc);
     let deep60: Value = serde_json::from_str(&nested_list(60)).unwrap();
     // Depth 62: accepted.
     let first = json!([{"op": "add", "path": "/spec/a", "value": deep60}]);
-    let r = request(
-        &dc,
-        "PATCH",
-        &path,
-        Some("application/json-patch+json"),
-        first.to_string().as_bytes(),
-    );
+    let r = send(&dc, "PATCH", &path, "application/json-patch+json", &first);
     assert_eq!(r.code, 200, "{}", r.text());
     let before = snapshot(&dc, &path);
     // Each body is shallow enough; the result (depth 121) is not.
     let inner = format!("/spec/a{}/-", "/0".repeat(59));
     let grow = json!([{"op": "add", "path": inner, "value": deep60}]);
-    let r = request(
-        &dc,
-        "PATCH",
-        &path,
-        Some("application/json-patch+json"),
-        grow.to_string().as_bytes(),
-    );
+    let r = send(&dc, "PATCH", &path, "application/json-patch+json", &grow);
     assert_eq!(r.code, 400, "{}", r.text());
     assert!(
         r.text().contains("exceeded max depth of 100"),
@@ -164,36 +162,24 @@ fn patches_cannot_grow_an_object_past_the_depth_limit() {
     for _ in 0..40 {
         merge = json!({"spec": {"c": [merge["spec"]["c"].clone()]}});
     }
-    let r = request(
-        &dc,
-        "PATCH",
-        &path,
-        Some("application/merge-patch+json"),
-        merge.to_string().as_bytes(),
-    );
+    let r = send(&dc, "PATCH", &path, "application/merge-patch+json", &merge);
     assert_eq!(r.code, 400, "{}", r.text());
     let mut applied = merge.clone();
     applied["apiVersion"] = json!("example.com/v1");
     applied["kind"] = json!("Blob");
     applied["metadata"] = json!({"name": "b"});
-    let r = request(
+    let r = send(
         &dc,
         "PATCH",
         &format!("{path}?fieldManager=t"),
-        Some("application/apply-patch+yaml"),
-        applied.to_string().as_bytes(),
+        "application/apply-patch+yaml",
+        &applied,
     );
     assert_eq!(r.code, 400, "{}", r.text());
     // PUT of the same.
     let mut put = before.0.clone();
     put["spec"] = merge["spec"].clone();
-    let r = request(
-        &dc,
-        "PUT",
-        &path,
-        Some("application/json"),
-        put.to_string().as_bytes(),
-    );
+    let r = send(&dc, "PUT", &path, "application/json", &put);
     assert_eq!(r.code, 400, "{}", r.text());
     assert_eq!(
         snapshot(&dc, &path),
@@ -247,50 +233,21 @@ fn an_unreadable_stored_record_is_skipped_and_counted_on_restart() {
 #[test]
 fn repeated_patches_cannot_grow_an_object_past_the_body_limit() {
     let dc = start("big-patches");
-    blob_crd(&dc);
-    let blob =
-        json!({"apiVersion":"example.com/v1","kind":"Blob","metadata":{"name":"b"},"spec":{}});
-    let r = request(
-        &dc,
-        "POST",
-        BLOBS,
-        Some("application/json"),
-        blob.to_string().as_bytes(),
-    );
-    assert_eq!(r.code, 201, "{}", r.text());
-    let path = format!("{BLOBS}/b");
+    let path = create_blob(&dc);
     // Each body is 1 MiB, well under the 3 MiB body limit; the third result is not.
     let mib = "x".repeat(1024 * 1024);
     for i in 0..2 {
         let p = json!([{"op": "add", "path": format!("/spec/k{i}"), "value": mib}]);
-        let r = request(
-            &dc,
-            "PATCH",
-            &path,
-            Some("application/json-patch+json"),
-            p.to_string().as_bytes(),
-        );
+        let r = send(&dc, "PATCH", &path, "application/json-patch+json", &p);
         assert_eq!(r.code, 200, "patch {i}: {:.200}", r.text());
     }
     let before = snapshot(&dc, &path);
     let p = json!([{"op": "add", "path": "/spec/k2", "value": mib}]);
-    let r = request(
-        &dc,
-        "PATCH",
-        &path,
-        Some("application/json-patch+json"),
-        p.to_string().as_bytes(),
-    );
+    let r = send(&dc, "PATCH", &path, "application/json-patch+json", &p);
     assert_eq!(r.code, 413, "{:.200}", r.text());
     assert_eq!(r.json()["reason"], "RequestEntityTooLarge");
     let m = json!({"spec": {"k2": mib}});
-    let r = request(
-        &dc,
-        "PATCH",
-        &path,
-        Some("application/merge-patch+json"),
-        m.to_string().as_bytes(),
-    );
+    let r = send(&dc, "PATCH", &path, "application/merge-patch+json", &m);
     assert_eq!(r.code, 413, "{:.200}", r.text());
     assert_eq!(
         snapshot(&dc, &path),

@@ -29,148 +29,101 @@ fn merge(into: &mut Value, from: Value) {
 }
 
 /// (body, expected code, expected reason, expected first cause field or message fragment)
-fn cases() -> Vec<(Value, u16, &'static str, &'static str)> {
+type Case = (Value, u16, &'static str, &'static str);
+
+/// A ConfigMap with `extra` merged in, refused with 422 Invalid naming `field` first.
+fn invalid(extra: Value, field: &'static str) -> Case {
+    (cm(extra), 422, "Invalid", field)
+}
+
+/// A ConfigMap with `extra` merged in, refused with 400 BadRequest saying `fragment`.
+fn bad_request(extra: Value, fragment: &'static str) -> Case {
+    (cm(extra), 400, "BadRequest", fragment)
+}
+
+fn cases() -> Vec<Case> {
     vec![
-        (
-            cm(json!({"metadata": {"labels": {"a b": "v"}}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"labels": {"a b": "v"}}}),
             "metadata.labels",
         ),
-        (
-            cm(json!({"metadata": {"labels": {"": "v"}}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"labels": {"": "v"}}}),
             "metadata.labels",
         ),
-        (
-            cm(json!({"metadata": {"labels": {"-a": "v"}}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"labels": {"-a": "v"}}}),
             "metadata.labels",
         ),
-        (
-            cm(json!({"metadata": {"labels": {"a!": "v"}}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"labels": {"a!": "v"}}}),
             "metadata.labels",
         ),
-        (
-            cm(json!({"metadata": {"labels": {"x".repeat(64): "v"}}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"labels": {"x".repeat(64): "v"}}}),
             "metadata.labels",
         ),
-        (
-            cm(json!({"metadata": {"labels": {"a": "-v"}}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"labels": {"a": "-v"}}}),
             "metadata.labels",
         ),
-        (
-            cm(json!({"metadata": {"annotations": {"a b": "v"}}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"annotations": {"a b": "v"}}}),
             "metadata.annotations",
         ),
-        (
-            cm(json!({"metadata": {"annotations": {"": "v"}}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"annotations": {"": "v"}}}),
             "metadata.annotations",
         ),
-        (
-            cm(json!({"metadata": {"annotations": {"big": "x".repeat(256 * 1024)}}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"annotations": {"big": "x".repeat(256 * 1024)}}}),
             "metadata.annotations",
         ),
-        (
-            cm(json!({"metadata": {"finalizers": ["not valid"]}})),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"finalizers": ["not valid"]}}),
             "metadata.finalizers",
         ),
-        (
-            cm(
-                json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o"}]}}),
-            ),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o"}]}}),
             "metadata.ownerReferences.uid",
         ),
-        (
-            cm(
-                json!({"metadata": {"ownerReferences": [{"apiVersion": "", "kind": "ConfigMap", "name": "o", "uid": "u"}]}}),
-            ),
-            422,
-            "Invalid",
+        invalid(
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "", "kind": "ConfigMap", "name": "o", "uid": "u"}]}}),
             "metadata.ownerReferences.apiVersion",
         ),
-        (
-            cm(json!({"data": {"a b": "v"}})),
-            422,
-            "Invalid",
-            "data[a b]",
-        ),
-        (
-            cm(json!({"data": {"..x": "v"}})),
-            422,
-            "Invalid",
-            "data[..x]",
-        ),
-        (
-            cm(json!({"data": {"k": "v"}, "binaryData": {"k": "dg=="}})),
-            422,
-            "Invalid",
+        invalid(json!({"data": {"a b": "v"}}), "data[a b]"),
+        invalid(json!({"data": {"..x": "v"}}), "data[..x]"),
+        invalid(
+            json!({"data": {"k": "v"}, "binaryData": {"k": "dg=="}}),
             "data[k]",
         ),
-        (
-            cm(json!({"binaryData": {"a/b": "dg=="}})),
-            422,
-            "Invalid",
-            "binaryData[a/b]",
-        ),
-        (
-            cm(json!({"data": {"k": 5}})),
-            400,
-            "BadRequest",
+        invalid(json!({"binaryData": {"a/b": "dg=="}}), "binaryData[a/b]"),
+        bad_request(
+            json!({"data": {"k": 5}}),
             "cannot unmarshal number into Go struct field ConfigMap.data of type string",
         ),
-        (
-            cm(json!({"data": {"k": {"nested": "v"}}})),
-            400,
-            "BadRequest",
+        bad_request(
+            json!({"data": {"k": {"nested": "v"}}}),
             "cannot unmarshal object",
         ),
-        (
-            cm(json!({"binaryData": {"k": "not base64!"}})),
-            400,
-            "BadRequest",
+        bad_request(
+            json!({"binaryData": {"k": "not base64!"}}),
             "illegal base64 data at input byte",
         ),
-        (
-            cm(json!({"metadata": {"labels": {"a": 5}}})),
-            400,
-            "BadRequest",
+        bad_request(
+            json!({"metadata": {"labels": {"a": 5}}}),
             "ObjectMeta.metadata.labels",
         ),
-        (
-            cm(json!({"metadata": {"finalizers": [5]}})),
-            400,
-            "BadRequest",
+        bad_request(
+            json!({"metadata": {"finalizers": [5]}}),
             "ObjectMeta.metadata.finalizers",
         ),
-        (
-            cm(json!({"kind": 5})),
-            400,
-            "BadRequest",
+        bad_request(
+            json!({"kind": 5}),
             "cannot unmarshal number into Go struct field .kind of type string",
         ),
-        (
-            cm(json!({"apiVersion": ["v1"]})),
-            400,
-            "BadRequest",
+        bad_request(
+            json!({"apiVersion": ["v1"]}),
             "cannot unmarshal array into Go struct field .apiVersion",
         ),
     ]
