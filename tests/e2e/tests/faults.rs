@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use fleetbus_schemas::crd::{Cluster, ClusterState};
 use fleetbus_schemas::registry::{ClusterRecord, MemberState};
-use fleetbus_testsupport::{http_get, wait_for, NatsServer};
-use kube::ResourceExt;
+use fleetbus_testsupport::{wait_for, NatsServer};
 
 /// A protocol-valid record of `name`/`id` with `labels`, as a peer would put it.
 fn record(name: &str, id: &str, labels: BTreeMap<String, String>) -> ClusterRecord {
@@ -40,20 +39,6 @@ fn record(name: &str, id: &str, labels: BTreeMap<String, String>) -> ClusterReco
 async fn put(kv: &async_nats::jetstream::kv::Store, r: &ClusterRecord) {
     let key = format!("cluster.{}.{}", r.name, r.cluster_id);
     kv.put(&key, r.encode().unwrap().into()).await.unwrap();
-}
-
-fn readyz(m: &Member) -> Result<(u16, String), String> {
-    http_get(&format!("http://{}/readyz", m.metrics_addr))
-}
-
-async fn wait_readyz(m: &Member, code: u16, timeout: Duration) -> String {
-    wait_for(&format!("{} /readyz {code}", m.name), timeout, || async {
-        match readyz(m) {
-            Ok((c, body)) if c == code => Ok(body),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await
 }
 
 fn ready_reason(c: &Cluster) -> Option<String> {
@@ -115,21 +100,8 @@ async fn records_kubernetes_refuses_are_rejected_and_never_block_readiness() {
         }
     })
     .await;
-    wait_for("the valid record materialised", CONVERGE, || async {
-        a.clusters()
-            .get("good")
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-    .await;
-    let names: Vec<String> = a
-        .list()
-        .await
-        .unwrap()
-        .iter()
-        .map(|c| c.name_any())
-        .collect();
+    a.wait_cluster("good").await;
+    let names = a.cluster_names().await;
     assert_eq!(names, vec!["a", "good"], "hostile records created objects");
     wait_readyz(&a, 200, CONVERGE).await;
 
@@ -380,13 +352,7 @@ async fn one_fault_after_another_health_tells_the_truth_and_nothing_is_deleted()
     wait_mesh(&[&a, &b], &["a", "b"]).await;
     let all_there = || async {
         for m in [&a, &b] {
-            let names: Vec<String> = m
-                .list()
-                .await
-                .unwrap()
-                .iter()
-                .map(|c| c.name_any())
-                .collect();
+            let names = m.cluster_names().await;
             assert!(
                 names.contains(&"a".to_owned()) && names.contains(&"b".to_owned()),
                 "{}: objects deleted: {names:?}",

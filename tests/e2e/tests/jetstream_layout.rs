@@ -3,13 +3,15 @@
 //! refuse a stream that exists with another configuration.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 use fleetbus_schemas::jetstream::{Discard, Layout, Storage, StreamSpec};
 use fleetbus_testsupport::{
-    free_addr, http_get, wait_for, wait_for_blocking, Agent, DevCluster, DevClusterOpts, NatsServer,
+    free_addr, wait_for_blocking, Agent, DevCluster, DevClusterOpts, NatsServer,
 };
 
 const CONVERGE: Duration = Duration::from_secs(30);
@@ -47,18 +49,7 @@ fn start_agent(nats: &NatsServer, name: &str, cluster: DevCluster) -> Member {
 }
 
 async fn wait_ready(m: &mut Member) {
-    let addr = m.metrics_addr.clone();
-    wait_for("agent /readyz", CONVERGE, || {
-        let addr = addr.clone();
-        async move {
-            match http_get(&format!("http://{addr}/readyz")) {
-                Ok((200, _)) => Ok(()),
-                Ok((code, body)) => Err(format!("{code} {body}")),
-                Err(e) => Err(e),
-            }
-        }
-    })
-    .await;
+    common::wait_readyz_at("agent", &m.metrics_addr, 200, CONVERGE).await;
     assert!(m.agent.is_running(), "agent died:\n{}", m.agent.log());
 }
 

@@ -12,7 +12,7 @@ use common::*;
 use fleetbus_schemas::crd::{Cluster, ClusterFeature, ClusterSpec, ClusterState, ClusterType};
 use fleetbus_schemas::registry::{ClusterRecord, MemberState};
 use fleetbus_testsupport::{
-    cargo_bin, free_addr, http_get, kubectl_bin, wait_for, wait_for_blocking, Agent, DevCluster,
+    cargo_bin, free_addr, kubectl_bin, wait_for, wait_for_blocking, Agent, DevCluster,
     DevClusterOpts, NatsServer,
 };
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
@@ -747,21 +747,8 @@ async fn malformed_registry_records_are_skipped_and_counted() {
         }
     })
     .await;
-    wait_for("the valid record to be materialised", CONVERGE, || async {
-        a.clusters()
-            .get("good")
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-    .await;
-    let names: Vec<String> = a
-        .list()
-        .await
-        .unwrap()
-        .iter()
-        .map(|c| c.name_any())
-        .collect();
+    a.wait_cluster("good").await;
+    let names = a.cluster_names().await;
     assert_eq!(
         names,
         vec!["a".to_owned(), "good".to_owned()],
@@ -781,13 +768,8 @@ async fn mesh_survives_a_nats_restart() {
     // Without the bus nobody hears anybody: both see the other go silent.
     wait_peer_state(&a, "b", ClusterState::Disconnected, CONVERGE).await;
     wait_peer_state(&b, "a", ClusterState::Disconnected, CONVERGE).await;
-    wait_for("a not ready without NATS", CONVERGE, || async {
-        match http_get(&format!("http://{}/readyz", a.metrics_addr)) {
-            Ok((503, _)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    // a is not ready without NATS.
+    wait_readyz(&a, 503, CONVERGE).await;
 
     nats.restart().unwrap();
     wait_mesh(&[&a, &b], &["a", "b"]).await;

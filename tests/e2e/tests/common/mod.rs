@@ -103,20 +103,55 @@ impl Member {
     }
 
     pub async fn wait_ready(&mut self) {
-        let addr = self.metrics_addr.clone();
-        let name = self.name.clone();
-        wait_for(&format!("{name} /readyz"), CONVERGE, || {
-            let addr = addr.clone();
-            async move {
-                match http_get(&format!("http://{addr}/readyz")) {
-                    Ok((200, _)) => Ok(()),
-                    Ok((code, body)) => Err(format!("{code} {body}")),
-                    Err(e) => Err(e),
-                }
-            }
-        })
+        wait_readyz(self, 200, CONVERGE).await;
+    }
+
+    /// Waits until the Cluster object `name` exists in this member's cluster.
+    pub async fn wait_cluster(&self, name: &str) {
+        wait_for(
+            &format!("{}: Cluster {name} materialised", self.name),
+            CONVERGE,
+            || async {
+                self.clusters()
+                    .get(name)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            },
+        )
         .await;
     }
+
+    /// The names of the Cluster objects in this member's cluster.
+    pub async fn cluster_names(&self) -> Vec<String> {
+        self.list()
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.name_any())
+            .collect()
+    }
+}
+
+/// `m`'s `/readyz`: status code and body.
+pub fn readyz(m: &Member) -> Result<(u16, String), String> {
+    http_get(&format!("http://{}/readyz", m.metrics_addr))
+}
+
+/// Waits until `m`'s `/readyz` answers `code`; returns the body.
+pub async fn wait_readyz(m: &Member, code: u16, timeout: Duration) -> String {
+    wait_readyz_at(&m.name, &m.metrics_addr, code, timeout).await
+}
+
+/// Waits until `http://{addr}/readyz` answers `code`; returns the body.
+pub async fn wait_readyz_at(what: &str, addr: &str, code: u16, timeout: Duration) -> String {
+    wait_for(&format!("{what} /readyz {code}"), timeout, || async move {
+        match http_get(&format!("http://{addr}/readyz")) {
+            Ok((c, body)) if c == code => Ok(body),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
 }
 
 /// A converged agent did not have to retry anything: in particular it did
