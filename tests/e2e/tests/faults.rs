@@ -41,6 +41,18 @@ async fn put(kv: &async_nats::jetstream::kv::Store, r: &ClusterRecord) {
     kv.put(&key, r.encode().unwrap().into()).await.unwrap();
 }
 
+/// Asserts that each of `members` still holds `count` Cluster objects.
+async fn assert_nothing_deleted(members: &[&Member], count: usize) {
+    for m in members {
+        assert_eq!(
+            m.list().await.unwrap().len(),
+            count,
+            "{}: objects deleted",
+            m.name
+        );
+    }
+}
+
 fn ready_reason(c: &Cluster) -> Option<String> {
     c.status
         .as_ref()?
@@ -93,12 +105,11 @@ async fn records_kubernetes_refuses_are_rejected_and_never_block_readiness() {
     let good_labels = BTreeMap::from([("env".into(), "prod".into())]);
     put(&kv, &record("good", "id-g", good_labels)).await;
 
-    wait_for("invalid records counted", CONVERGE, || async {
-        match a.metric("fleetbus_registry_rejected_total{reason=\"invalid_record\"}") {
-            Ok(n) if n >= 3.0 => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
+    // Invalid records counted.
+    a.wait_metric_at_least(
+        "fleetbus_registry_rejected_total{reason=\"invalid_record\"}",
+        3.0,
+    )
     .await;
     a.wait_cluster("good").await;
     let names = a.cluster_names().await;
@@ -273,14 +284,7 @@ async fn a_deleted_bus_layout_is_recreated_and_the_mesh_recovers() {
         },
     )
     .await;
-    for m in [&a, &b] {
-        assert_eq!(
-            m.list().await.unwrap().len(),
-            2,
-            "{}: objects deleted",
-            m.name
-        );
-    }
+    assert_nothing_deleted(&[&a, &b], 2).await;
 }
 
 /// A stream deleted while the registry bucket lives breaks no heartbeat; the
@@ -305,13 +309,9 @@ async fn a_stream_deleted_alone_is_recreated_by_the_periodic_check() {
         },
     )
     .await;
-    wait_for("the recreation counted", CONVERGE, || async {
-        match a.metric("fleetbus_bus_layout_recreated_total") {
-            Ok(n) if n >= 1.0 => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    // The recreation counted.
+    a.wait_metric_at_least("fleetbus_bus_layout_recreated_total", 1.0)
+        .await;
     wait_readyz(&a, 200, CONVERGE).await;
 }
 
@@ -331,14 +331,7 @@ async fn a_paused_nats_makes_agents_not_ready_and_they_recover() {
     wait_mesh(&[&a, &b], &["a", "b"]).await;
     wait_readyz(&a, 200, CONVERGE).await;
     wait_readyz(&b, 200, CONVERGE).await;
-    for m in [&a, &b] {
-        assert_eq!(
-            m.list().await.unwrap().len(),
-            2,
-            "{}: objects deleted",
-            m.name
-        );
-    }
+    assert_nothing_deleted(&[&a, &b], 2).await;
 }
 
 /// The hard way, one fault after another on one mesh: garbage and forged
@@ -612,11 +605,7 @@ async fn an_agent_whose_own_record_peers_would_reject_says_so() {
         }
     })
     .await;
-    assert!(
-        a.agent.log().contains("record is invalid"),
-        "{}",
-        a.agent.log()
-    );
+    assert_logged(&a, "record is invalid");
 }
 
 /// The bucket deleted and recreated by someone else (an operator, or another

@@ -510,11 +510,7 @@ async fn duplicate_cluster_names_are_reported_by_both() {
         .collect();
     assert_eq!(keys.len(), 2, "{keys:?}");
     for m in [&x1, &x2] {
-        assert!(
-            m.agent.log().contains("claims this cluster's name"),
-            "{}",
-            m.agent.log()
-        );
+        assert_logged(m, "claims this cluster's name");
     }
 }
 

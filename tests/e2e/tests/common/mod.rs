@@ -122,6 +122,21 @@ impl Member {
         .await;
     }
 
+    /// Waits until the metric `series` reaches `min`.
+    pub async fn wait_metric_at_least(&self, series: &str, min: f64) {
+        wait_for(
+            &format!("{}: {series} >= {min}", self.name),
+            CONVERGE,
+            || async {
+                match self.metric(series) {
+                    Ok(n) if n >= min => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
     /// The names of the Cluster objects in this member's cluster.
     pub async fn cluster_names(&self) -> Vec<String> {
         self.list()
@@ -131,6 +146,12 @@ impl Member {
             .map(|c| c.name_any())
             .collect()
     }
+}
+
+/// Asserts that `m`'s agent logged `needle`.
+pub fn assert_logged(m: &Member, needle: &str) {
+    let log = m.agent.log();
+    assert!(log.contains(needle), "{}: no {needle:?} in:\n{log}", m.name);
 }
 
 /// `m`'s `/readyz`: status code and body.
