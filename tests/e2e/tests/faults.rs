@@ -12,29 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use fleetbus_schemas::crd::{Cluster, ClusterState};
-use fleetbus_schemas::registry::{ClusterRecord, MemberState};
+use fleetbus_schemas::registry::ClusterRecord;
 use fleetbus_testsupport::{wait_for, NatsServer};
-
-/// A protocol-valid record of `name`/`id` with `labels`, as a peer would put it.
-fn record(name: &str, id: &str, labels: BTreeMap<String, String>) -> ClusterRecord {
-    let now = chrono::Utc::now();
-    ClusterRecord {
-        name: name.into(),
-        cluster_id: id.into(),
-        state: MemberState::Active,
-        labels,
-        kubernetes_api_endpoints: vec![],
-        metadata: Default::default(),
-        features: vec![],
-        agent_version: "0.0.0".into(),
-        started_at: now,
-        heartbeat_at: now,
-        heartbeat_interval_seconds: 1,
-        seq: 1,
-        members: vec![name.into()],
-        api: Default::default(),
-    }
-}
 
 async fn put(kv: &async_nats::jetstream::kv::Store, r: &ClusterRecord) {
     let key = format!("cluster.{}.{}", r.name, r.cluster_id);
@@ -93,17 +72,17 @@ async fn records_kubernetes_refuses_are_rejected_and_never_block_readiness() {
     let kv = registry_kv(&nats).await;
 
     let bad_value = BTreeMap::from([("env".into(), "not a valid label value!".into())]);
-    put(&kv, &record("evil", "id-e", bad_value)).await;
+    put(&kv, &peer_record("evil", "id-e", bad_value)).await;
     let huge: BTreeMap<String, String> = (0..2000)
         .map(|i| (format!("label-{i}"), "v".into()))
         .collect();
-    put(&kv, &record("many", "id-m", huge)).await;
-    let mut bad_member = record("odd", "id-o", BTreeMap::new());
+    put(&kv, &peer_record("many", "id-m", huge)).await;
+    let mut bad_member = peer_record("odd", "id-o", BTreeMap::new());
     bad_member.members.push("Not_A_DNS_Label".into());
     put(&kv, &bad_member).await;
     // A valid record afterwards proves the agent read past the hostile ones.
     let good_labels = BTreeMap::from([("env".into(), "prod".into())]);
-    put(&kv, &record("good", "id-g", good_labels)).await;
+    put(&kv, &peer_record("good", "id-g", good_labels)).await;
 
     // Invalid records counted.
     a.wait_metric_at_least(
@@ -365,12 +344,12 @@ async fn one_fault_after_another_health_tells_the_truth_and_nothing_is_deleted()
     )
     .await
     .unwrap();
-    let forged = record("c", "not-b", BTreeMap::new());
+    let forged = peer_record("c", "not-b", BTreeMap::new());
     kv.put("cluster.b.not-b", forged.encode().unwrap().into())
         .await
         .unwrap();
     let bad = BTreeMap::from([("x".into(), "\u{0}".into())]);
-    put(&kv, &record("a", "forged-id", bad)).await;
+    put(&kv, &peer_record("a", "forged-id", bad)).await;
     kv.put("cluster.zz.id", b"\xff\xfe"[..].to_vec().into())
         .await
         .unwrap();
@@ -485,7 +464,7 @@ async fn a_peer_the_api_server_refuses_blocks_neither_readiness_nor_other_peers(
 
     let kv = registry_kv(&nats).await;
     // p publishes a kubeconfig (its Secret will be refused); q does not.
-    let p = record("p", "id-p", BTreeMap::new());
+    let p = peer_record("p", "id-p", BTreeMap::new());
     let kubeconfig = fleetbus_schemas::registry::KubeconfigRecord {
         name: "p".into(),
         cluster_id: "id-p".into(),
@@ -496,7 +475,7 @@ async fn a_peer_the_api_server_refuses_blocks_neither_readiness_nor_other_peers(
         .await
         .unwrap();
     put(&kv, &p).await;
-    put(&kv, &record("q", "id-q", BTreeMap::new())).await;
+    put(&kv, &peer_record("q", "id-q", BTreeMap::new())).await;
 
     wait_for("q materialised although p fails", CONVERGE, || async {
         a.clusters()
@@ -621,7 +600,11 @@ async fn a_bucket_recreated_elsewhere_is_watched_anew() {
     // Let the old stream's sequence run ahead of what the new one will hold.
     let old = registry_kv(&nats).await;
     for i in 0..50 {
-        put(&old, &record(&format!("filler{i}"), "id", BTreeMap::new())).await;
+        put(
+            &old,
+            &peer_record(&format!("filler{i}"), "id", BTreeMap::new()),
+        )
+        .await;
     }
     wait_for("the fillers materialised", CONVERGE, || async {
         let n = a.list().await?.len();
@@ -638,7 +621,7 @@ async fn a_bucket_recreated_elsewhere_is_watched_anew() {
         })
         .await
         .unwrap();
-    put(&kv, &record("late", "id-late", BTreeMap::new())).await;
+    put(&kv, &peer_record("late", "id-late", BTreeMap::new())).await;
     // The periodic layout check runs every 15 heartbeats (7.5 s here).
     wait_for(
         "the record put into the new bucket materialised",

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use fleetbus_schemas::crd::{Cluster, ClusterFeature, ClusterSpec, ClusterState, ClusterType};
-use fleetbus_schemas::registry::{ClusterRecord, MemberState};
 use fleetbus_testsupport::{
     cargo_bin, free_addr, kubectl_bin, wait_for, wait_for_blocking, Agent, DevCluster,
     DevClusterOpts, NatsServer,
@@ -682,23 +681,7 @@ async fn malformed_registry_records_are_skipped_and_counted() {
     let kv = registry_kv(&nats).await;
     // Valid records are built with the schemas crate; the bad ones are edited JSON.
     let record = |schema: &str, name: &str, id: &str| {
-        let now = chrono::Utc::now();
-        let r = ClusterRecord {
-            name: name.into(),
-            cluster_id: id.into(),
-            state: MemberState::Active,
-            labels: Default::default(),
-            kubernetes_api_endpoints: vec![],
-            metadata: Default::default(),
-            features: vec![],
-            agent_version: "0.0.0".into(),
-            started_at: now,
-            heartbeat_at: now,
-            heartbeat_interval_seconds: 1,
-            seq: 1,
-            members: vec![name.into()],
-            api: Default::default(),
-        };
+        let r = peer_record(name, id, Default::default());
         let mut json: serde_json::Value = serde_json::from_slice(&r.encode().unwrap()).unwrap();
         json["schema"] = schema.into();
         serde_json::to_vec(&json).unwrap()

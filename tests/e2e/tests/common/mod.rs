@@ -148,6 +148,31 @@ impl Member {
     }
 }
 
+/// A protocol-valid record of `name`/`id` with `labels`, as a peer would put it.
+pub fn peer_record(
+    name: &str,
+    id: &str,
+    labels: std::collections::BTreeMap<String, String>,
+) -> ClusterRecord {
+    let now = chrono::Utc::now();
+    ClusterRecord {
+        name: name.into(),
+        cluster_id: id.into(),
+        state: MemberState::Active,
+        labels,
+        kubernetes_api_endpoints: vec![],
+        metadata: Default::default(),
+        features: vec![],
+        agent_version: "0.0.0".into(),
+        started_at: now,
+        heartbeat_at: now,
+        heartbeat_interval_seconds: 1,
+        seq: 1,
+        members: vec![name.into()],
+        api: Default::default(),
+    }
+}
+
 /// Asserts that `m`'s agent logged `needle`.
 pub fn assert_logged(m: &Member, needle: &str) {
     let log = m.agent.log();
