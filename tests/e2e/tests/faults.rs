@@ -438,8 +438,8 @@ async fn registry_kv_opt(nats: &NatsServer) -> Result<async_nats::jetstream::kv:
 /// state still becomes ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_the_api_server_refuses_blocks_neither_readiness_nor_other_peers() {
-    use k8s_openapi::api::core::v1::{Event, Namespace};
-    use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{DeleteParams, Patch, PatchParams};
     use kube::Api;
 
     let nats = NatsServer::start().unwrap();
@@ -500,16 +500,12 @@ async fn a_peer_the_api_server_refuses_blocks_neither_readiness_nor_other_peers(
         (n == 1.0).then_some(()).ok_or(format!("{n}"))
     })
     .await;
-    let events: Api<Event> = Api::namespaced(a.client.clone(), "default");
     wait_for(
         "a PeerRejected Event on the Local object",
         CONVERGE,
         || async {
-            let list = events
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
+            let events = a.events().await?;
+            events
                 .iter()
                 .find(|e| {
                     e.reason.as_deref() == Some("PeerRejected")
@@ -523,7 +519,7 @@ async fn a_peer_the_api_server_refuses_blocks_neither_readiness_nor_other_peers(
                         .lines()
                         .filter(|l| l.contains("refused") || l.contains("event"))
                         .collect();
-                    format!("{} events; log: {lines:?}", list.items.len())
+                    format!("{} events; log: {lines:?}", events.len())
                 })
         },
     )

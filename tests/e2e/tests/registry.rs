@@ -14,9 +14,9 @@ use fleetbus_testsupport::{
     cargo_bin, free_addr, kubectl_bin, wait_for, wait_for_blocking, Agent, DevCluster,
     DevClusterOpts, NatsServer,
 };
-use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,13 +203,9 @@ async fn killed_agent_turns_disconnected_then_recovers_without_duplicates() {
     wait_peer_state(&b, "c", ClusterState::Disconnected, bound).await;
     assert!(killed.elapsed() <= bound, "took {:?}", killed.elapsed());
     // An Event records the transition.
-    let events: Api<Event> = Api::namespaced(a.client.clone(), "default");
     wait_for("a PeerDisconnected event about c", CONVERGE, || async {
-        let list = events
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        list.items
+        let events = a.events().await?;
+        events
             .iter()
             .find(|e| {
                 e.reason.as_deref() == Some("PeerDisconnected")
@@ -217,7 +213,7 @@ async fn killed_agent_turns_disconnected_then_recovers_without_duplicates() {
                     && e.involved_object.kind.as_deref() == Some("Cluster")
             })
             .map(|_| ())
-            .ok_or_else(|| format!("{} events", list.items.len()))
+            .ok_or_else(|| format!("{} events", events.len()))
     })
     .await;
 

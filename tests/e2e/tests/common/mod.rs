@@ -90,6 +90,15 @@ impl Member {
             .map_err(|e| format!("{}: list clusters: {e}", self.name))
     }
 
+    /// The Events in this member's `default` namespace.
+    pub async fn events(&self) -> Result<Vec<Event>, String> {
+        Api::<Event>::namespaced(self.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .map_err(|e| e.to_string())
+    }
+
     pub fn metrics(&self) -> Result<String, String> {
         let (code, body) = http_get(&format!("http://{}/metrics", self.metrics_addr))?;
         if code != 200 {
