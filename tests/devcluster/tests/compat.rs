@@ -4,6 +4,8 @@
 //! the objects and resources kube-apiserver serves from the start.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod raw;
+
 use fleetbus_testsupport::{wait_for, DevCluster, DevClusterOpts};
 use futures::StreamExt;
 use k8s_openapi::api::authentication::v1::TokenReview;
@@ -90,20 +92,9 @@ async fn dry_run_writes_keep_the_stored_resource_version() {
 }
 
 fn gadget_crd() -> CustomResourceDefinition {
-    from_json(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.example.com"},
-        "spec": {
-            "group": "example.com",
-            "scope": "Namespaced",
-            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
-            }]
-        }
-    }))
+    from_json(raw::gadget_crd(json!({
+        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}
+    })))
 }
 
 /// kube's `ReturnDeletedObject`: pods, services and serviceaccounts answer a DELETE

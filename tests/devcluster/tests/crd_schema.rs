@@ -2,6 +2,8 @@
 //! schema on every write path (kube-rs 5.0 against a real devcluster process).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod raw;
+
 use fleetbus_testsupport::{wait_for, DevCluster, DevClusterOpts};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -17,32 +19,21 @@ fn gadget_crd(extra_default: Option<&str>) -> CustomResourceDefinition {
     if let Some(d) = extra_default {
         tier["default"] = json!(d);
     }
-    serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.example.com"},
-        "spec": {
-            "group": "example.com",
-            "scope": "Namespaced",
-            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}, "scale": {
-                    "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "required": ["name"], "properties": {
-                        "name": {"type": "string", "minLength": 3},
-                        "replicas": {"type": "integer", "minimum": 0, "maximum": 5, "default": 1},
-                        "tier": tier,
-                        "port": {"x-kubernetes-int-or-string": true}
-                    }},
-                    "status": {"type": "object", "properties": {
-                        "phase": {"type": "string", "enum": ["Ready", "Pending"]}
-                    }}
-                }}}
-            }]
-        }
-    }))
+    serde_json::from_value(raw::gadget_crd(json!({
+        "subresources": {"status": {}, "scale": {
+            "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
+        "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "required": ["name"], "properties": {
+                "name": {"type": "string", "minLength": 3},
+                "replicas": {"type": "integer", "minimum": 0, "maximum": 5, "default": 1},
+                "tier": tier,
+                "port": {"x-kubernetes-int-or-string": true}
+            }},
+            "status": {"type": "object", "properties": {
+                "phase": {"type": "string", "enum": ["Ready", "Pending"]}
+            }}
+        }}}
+    })))
     .unwrap()
 }
 

@@ -3,7 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use fleetbus_testsupport::{DevCluster, DevClusterOpts};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -111,4 +111,25 @@ pub fn create_cm(dc: &DevCluster, name: &str, data: Value) -> Value {
 /// (resourceVersion of `path`, `/debug/writes`): what must not change after a refused request.
 pub fn snapshot(dc: &DevCluster, path: &str) -> (Value, Value) {
     (get_json(dc, path), get_json(dc, "/debug/writes"))
+}
+
+/// The `gadgets.example.com` CRD (namespaced, kind `Gadget`) serving and storing
+/// the one version `v1`; `version` is merged into that version's entry (its
+/// schema, subresources).
+pub fn gadget_crd(version: Value) -> Value {
+    let mut v1 = json!({"name": "v1", "served": true, "storage": true});
+    v1.as_object_mut()
+        .unwrap()
+        .extend(version.as_object().unwrap().clone());
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [v1]
+        }
+    })
 }
