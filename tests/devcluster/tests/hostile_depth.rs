@@ -5,7 +5,7 @@
 
 mod raw;
 
-use raw::{create_cm, get_json, request, snapshot, start, Resp, CMS};
+use raw::{create_cm, get_json, request, send, snapshot, start, CMS};
 use serde_json::{json, Value};
 
 fn nested_list(depth: usize) -> String {
@@ -124,17 +124,6 @@ fn create_blob(dc: &fleetbus_testsupport::DevCluster) -> String {
     let r = send(dc, "POST", BLOBS, "application/json", &blob);
     assert_eq!(r.code, 201, "{}", r.text());
     format!("{BLOBS}/b")
-}
-
-/// Sends `body` as JSON text to `path` with content type `ct`.
-fn send(
-    dc: &fleetbus_testsupport::DevCluster,
-    method: &str,
-    path: &str,
-    ct: &str,
-    body: &Value,
-) -> Resp {
-    request(dc, method, path, Some(ct), body.to_string().as_bytes())
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod raw;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Preconditions};
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
 use prost::Message;
-use raw::{create_cm, get_json, request, snapshot, start, CMS};
+use raw::{create_cm, get_json, request, send, snapshot, start, CMS};
 use serde_json::{json, Value};
 
 fn cm(extra: Value) -> Value {
@@ -170,26 +170,14 @@ fn invalid_metadata_and_data_are_refused_on_every_write_path() {
         let what = &what[..what.len().min(160)];
         let mut create = body.clone();
         create["metadata"]["name"] = json!("y");
-        let r = request(
-            &dc,
-            "POST",
-            CMS,
-            Some("application/json"),
-            create.to_string().as_bytes(),
-        );
+        let r = send(&dc, "POST", CMS, "application/json", &create);
         // The create's name differs; the message names it.
         if code == 422 {
             assert_eq!(r.code, 422, "POST {what}: {}", r.text());
         } else {
             check(&r, code, reason, expect, &format!("POST {what}"));
         }
-        let r = request(
-            &dc,
-            "PUT",
-            &path,
-            Some("application/json"),
-            body.to_string().as_bytes(),
-        );
+        let r = send(&dc, "PUT", &path, "application/json", &body);
         check(&r, code, reason, expect, &format!("PUT {what}"));
         let mut patch = body.clone();
         if patch.get("apiVersion") == Some(&json!("v1")) {
@@ -198,20 +186,14 @@ fn invalid_metadata_and_data_are_refused_on_every_write_path() {
         if patch.get("kind") == Some(&json!("ConfigMap")) {
             patch.as_object_mut().unwrap().remove("kind");
         }
-        let r = request(
-            &dc,
-            "PATCH",
-            &path,
-            Some("application/merge-patch+json"),
-            patch.to_string().as_bytes(),
-        );
+        let r = send(&dc, "PATCH", &path, "application/merge-patch+json", &patch);
         check(&r, code, reason, expect, &format!("merge PATCH {what}"));
-        let r = request(
+        let r = send(
             &dc,
             "PATCH",
             &format!("{path}?fieldManager=t"),
-            Some("application/apply-patch+yaml"),
-            body.to_string().as_bytes(),
+            "application/apply-patch+yaml",
+            &body,
         );
         check(&r, code, reason, expect, &format!("apply {what}"));
         assert_eq!(snapshot(&dc, &path), before, "{what} changed the store");
@@ -222,26 +204,22 @@ fn invalid_metadata_and_data_are_refused_on_every_write_path() {
         );
     }
     // A JSON patch reaching the same result is refused the same way.
-    let r = request(
+    let r = send(
         &dc,
         "PATCH",
         &path,
-        Some("application/json-patch+json"),
-        json!([{"op": "add", "path": "/metadata/labels", "value": {"a b": "v"}}])
-            .to_string()
-            .as_bytes(),
+        "application/json-patch+json",
+        &json!([{"op": "add", "path": "/metadata/labels", "value": {"a b": "v"}}]),
     );
     check(&r, 422, "Invalid", "metadata.labels", "json patch");
     // Secrets: keys and base64.
     let secrets = "/api/v1/namespaces/default/secrets";
-    let r = request(
+    let r = send(
         &dc,
         "POST",
         secrets,
-        Some("application/json"),
-        json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"data":{"k":"%%%"}})
-            .to_string()
-            .as_bytes(),
+        "application/json",
+        &json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"data":{"k":"%%%"}}),
     );
     assert_eq!(
         (r.code, r.json()["reason"].clone()),
@@ -249,14 +227,12 @@ fn invalid_metadata_and_data_are_refused_on_every_write_path() {
         "{}",
         r.text()
     );
-    let r = request(
+    let r = send(
         &dc,
         "POST",
         secrets,
-        Some("application/json"),
-        json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"data":{"a b":"dg=="}})
-            .to_string()
-            .as_bytes(),
+        "application/json",
+        &json!({"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"data":{"a b":"dg=="}}),
     );
     assert_eq!(r.code, 422, "{}", r.text());
     assert_eq!(r.json()["details"]["causes"][0]["field"], "data[a b]");
@@ -266,15 +242,13 @@ fn invalid_metadata_and_data_are_refused_on_every_write_path() {
         "ok",
         json!({"key.name": "v", "KEY_NAME": "v", "key-name": "v"}),
     );
-    let r = request(
+    let r = send(
         &dc,
         "PATCH",
         &format!("{CMS}/ok"),
-        Some("application/merge-patch+json"),
-        json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"},
-            "annotations": {"Example.COM/Some_Thing": "x"}, "finalizers": ["example.com/f"]}})
-        .to_string()
-        .as_bytes(),
+        "application/merge-patch+json",
+        &json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"},
+            "annotations": {"Example.COM/Some_Thing": "x"}, "finalizers": ["example.com/f"]}}),
     );
     assert_eq!(r.code, 200, "{}", r.text());
 }
@@ -290,13 +264,7 @@ fn put_without_a_name_is_refused_and_keeps_the_data() {
         json!({"apiVersion": "v1", "kind": "ConfigMap"}),
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other"}}),
     ] {
-        let r = request(
-            &dc,
-            "PUT",
-            &path,
-            Some("application/json"),
-            body.to_string().as_bytes(),
-        );
+        let r = send(&dc, "PUT", &path, "application/json", &body);
         assert_eq!(r.code, 400, "{body}: {}", r.text());
         assert_eq!(r.json()["reason"], "BadRequest");
         assert!(

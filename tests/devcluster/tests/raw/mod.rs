@@ -84,6 +84,11 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     }
 }
 
+/// Sends `body` as JSON text to `path` with content type `ct`.
+pub fn send(dc: &DevCluster, method: &str, path: &str, ct: &str, body: &Value) -> Resp {
+    request(dc, method, path, Some(ct), body.to_string().as_bytes())
+}
+
 /// GET returning JSON (asserts 200).
 pub fn get_json(dc: &DevCluster, path: &str) -> Value {
     let r = request(dc, "GET", path, None, b"");
