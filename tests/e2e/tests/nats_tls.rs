@@ -1,6 +1,8 @@
 //! `--nats-tls-ca/--nats-tls-cert/--nats-tls-key` against a real nats-server
 //! that requires client certificates (`verify: true`), with certificates
-//! generated here; and the start-up checks of the NATS auth flags.
+//! generated here; `--nats-creds` against a nats-server in operator (JWT)
+//! mode, with operator/account/user JWTs signed here with `nkeys`; and the
+//! start-up checks of these flags.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -111,14 +113,16 @@ async fn agent_without_client_certificate_is_refused_and_says_why() {
     let nats = pki.nats_server();
     let ca = pki.arg("ca.crt");
     let m = Member::start(&nats, "tls-b", "tls-b", &["--nats-tls-ca", &ca]).await;
-    // The agent retries the connection; its log names the failure each time.
+    // The agent retries the connection; its log names the failure each time:
+    // the server's TLS alert that a client certificate is required.
     wait_for(
-        "a failed NATS connection in the agent log",
+        "the refused NATS connection in the agent log",
         CONVERGE,
         || {
             let log = m.agent.log();
             async move {
-                if log.contains("failed to connect to NATS") {
+                if log.contains("failed to connect to NATS") && log.contains("CertificateRequired")
+                {
                     Ok(())
                 } else {
                     Err(log)
@@ -174,4 +178,112 @@ async fn missing_auth_files_and_half_client_certificates_exit_2() {
         log.starts_with("error: --nats-tls-cert needs --nats-tls-key"),
         "{log}"
     );
+}
+
+// --- `--nats-creds` against a nats-server in operator (JWT) mode ---
+
+/// A NATS JWT (header, claims, ed25519 signature by `issuer`) as nsc writes them.
+fn jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: serde_json::Value) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    use base64::Engine;
+    let header = B64.encode(r#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let claims = serde_json::json!({
+        "jti": format!("{name}-{subject}"),
+        "iat": 1_700_000_000u64,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    let claims = B64.encode(claims.to_string());
+    let signing_input = format!("{header}.{claims}");
+    let sig = issuer.sign(signing_input.as_bytes()).unwrap();
+    format!("{signing_input}.{}", B64.encode(sig))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_with_creds_file_joins_an_operator_mode_server() {
+    let operator = nkeys::KeyPair::new_operator();
+    let account = nkeys::KeyPair::new_account();
+    let user = nkeys::KeyPair::new_user();
+    let operator_jwt = jwt(
+        &operator,
+        &operator.public_key(),
+        "test-operator",
+        serde_json::json!({"type": "operator", "version": 2}),
+    );
+    let unlimited = serde_json::json!({
+        "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+        "wildcards": true, "conn": -1, "leaf": -1,
+        "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1,
+    });
+    let account_jwt = jwt(
+        &operator,
+        &account.public_key(),
+        "fleet",
+        serde_json::json!({"type": "account", "version": 2, "limits": unlimited}),
+    );
+    // JetStream needs a system account for its internal subscriptions.
+    let system = nkeys::KeyPair::new_account();
+    let system_jwt = jwt(
+        &operator,
+        &system.public_key(),
+        "SYS",
+        serde_json::json!({"type": "account", "version": 2}),
+    );
+    let user_jwt = jwt(
+        &account,
+        &user.public_key(),
+        "agent",
+        serde_json::json!({
+            "type": "user", "version": 2, "pub": {}, "sub": {},
+            "subs": -1, "data": -1, "payload": -1,
+        }),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("nats.creds");
+    std::fs::write(
+        &creds,
+        format!(
+            "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n",
+            user.seed().unwrap()
+        ),
+    )
+    .unwrap();
+    let nats = NatsServer::start_with_config(&format!(
+        "operator: {operator_jwt}\nsystem_account: {sys}\nresolver: MEMORY\n\
+         resolver_preload: {{\n  {acc}: {account_jwt}\n  {sys}: {system_jwt}\n}}\n",
+        acc = account.public_key(),
+        sys = system.public_key(),
+    ))
+    .unwrap();
+    let creds_s = creds.display().to_string();
+    let mut m = Member::start(&nats, "creds-a", "creds-a", &["--nats-creds", &creds_s]).await;
+    m.wait_ready().await;
+    assert!(
+        nats.log().contains("Using configuration file"),
+        "{}",
+        nats.log()
+    );
+
+    // Without the creds file, the same server refuses the agent.
+    let m2 = Member::start(&nats, "creds-b", "creds-b", &[]).await;
+    wait_for(
+        "the refused NATS connection in the agent log",
+        CONVERGE,
+        || {
+            let log = m2.agent.log();
+            async move {
+                if log.contains("failed to connect to NATS")
+                    && log.contains("authorization violation")
+                {
+                    Ok(())
+                } else {
+                    Err(log)
+                }
+            }
+        },
+    )
+    .await;
 }
