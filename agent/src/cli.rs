@@ -27,6 +27,24 @@ pub struct Args {
     )]
     pub nats_url: String,
 
+    /// NATS credentials file (`.creds`: user JWT and NKey seed), e.g. the
+    /// chart's /etc/fleetbus/nats/creds/nats.creds.
+    #[arg(long, env = "FLEETBUS_NATS_CREDS", value_name = "FILE")]
+    pub nats_creds: Option<PathBuf>,
+
+    /// PEM file of the CA(s) that sign the NATS server certificate; TLS is
+    /// then required.
+    #[arg(long, env = "FLEETBUS_NATS_TLS_CA", value_name = "FILE")]
+    pub nats_tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS (needs --nats-tls-key).
+    #[arg(long, env = "FLEETBUS_NATS_TLS_CERT", value_name = "FILE")]
+    pub nats_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --nats-tls-cert.
+    #[arg(long, env = "FLEETBUS_NATS_TLS_KEY", value_name = "FILE")]
+    pub nats_tls_key: Option<PathBuf>,
+
     /// Kubeconfig file of the local cluster. When absent: in-cluster config,
     /// then $KUBECONFIG, then ~/.kube/config.
     #[arg(long, env = "FLEETBUS_KUBECONFIG")]

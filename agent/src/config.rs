@@ -27,6 +27,88 @@ pub enum ConfigError {
     /// The advertised server is not an http(s) URL.
     #[error("--advertise-server {0:?} must start with https:// or http://")]
     BadAdvertiseServer(String),
+    /// Only one half of the client certificate pair was given.
+    #[error("{given} needs {missing} (a client certificate and its key go together)")]
+    HalfClientCert {
+        /// The flag that was given.
+        given: &'static str,
+        /// The flag that is missing.
+        missing: &'static str,
+    },
+    /// A file named by a flag cannot be read.
+    #[error("{flag} {}: cannot read the file", path.display())]
+    Unreadable {
+        /// The flag naming the file.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How the agent authenticates to NATS and verifies it, beyond the URL's
+/// user/password or token.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NatsAuth {
+    /// `--nats-creds`.
+    pub creds: Option<PathBuf>,
+    /// `--nats-tls-ca`; TLS is required when set.
+    pub tls_ca: Option<PathBuf>,
+    /// `--nats-tls-cert` and `--nats-tls-key`.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+impl NatsAuth {
+    fn from_args(a: &Args) -> Result<NatsAuth, ConfigError> {
+        let client_cert = match (&a.nats_tls_cert, &a.nats_tls_key) {
+            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(ConfigError::HalfClientCert {
+                    given: "--nats-tls-cert",
+                    missing: "--nats-tls-key",
+                })
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::HalfClientCert {
+                    given: "--nats-tls-key",
+                    missing: "--nats-tls-cert",
+                })
+            }
+        };
+        // Read once here so that a wrong path or a missing Secret key stops
+        // start-up with exit 2, instead of surfacing as a connect error that
+        // the NATS retry loop would repeat forever.
+        let files = [
+            ("--nats-creds", a.nats_creds.as_ref()),
+            ("--nats-tls-ca", a.nats_tls_ca.as_ref()),
+            ("--nats-tls-cert", a.nats_tls_cert.as_ref()),
+            ("--nats-tls-key", a.nats_tls_key.as_ref()),
+        ];
+        for (flag, path) in files {
+            if let Some(path) = path {
+                check_readable(flag, path)?;
+            }
+        }
+        Ok(NatsAuth {
+            creds: a.nats_creds.clone(),
+            tls_ca: a.nats_tls_ca.clone(),
+            client_cert,
+        })
+    }
+}
+
+/// A regular file that can be opened and read.
+fn check_readable(flag: &'static str, path: &std::path::Path) -> Result<(), ConfigError> {
+    std::fs::read(path)
+        .map(|_| ())
+        .map_err(|source| ConfigError::Unreadable {
+            flag,
+            path: path.to_owned(),
+            source,
+        })
 }
 
 /// Everything the agent needs to know from its flags, checked.
@@ -36,6 +118,8 @@ pub struct Config {
     pub cluster_name: String,
     /// NATS URL(s).
     pub nats_url: String,
+    /// NATS credentials file and TLS files.
+    pub nats_auth: NatsAuth,
     /// Explicit kubeconfig, else inferred.
     pub kubeconfig: Option<PathBuf>,
     /// Namespace for Secrets, the reader ServiceAccount and Events.
@@ -78,9 +162,11 @@ impl TryFrom<Args> for Config {
                 return Err(ConfigError::BadAdvertiseServer(s.clone()));
             }
         }
+        let nats_auth = NatsAuth::from_args(&a)?;
         Ok(Config {
             cluster_name: a.cluster_name,
             nats_url: a.nats_url,
+            nats_auth,
             kubeconfig: a.kubeconfig,
             namespace: a.namespace,
             subject_prefix: a.subject_prefix,
@@ -130,5 +216,71 @@ mod tests {
         let err = cfg(&["--advertise-server", "example.com:6443"]).unwrap_err();
         assert!(matches!(err, ConfigError::BadAdvertiseServer(_)));
         assert!(cfg(&["--advertise-server", "https://example.com:6443"]).is_ok());
+    }
+
+    #[test]
+    fn client_cert_needs_key_and_key_needs_cert() {
+        let err = cfg(&["--nats-tls-cert", "/x/tls.crt"]).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::HalfClientCert {
+                missing: "--nats-tls-key",
+                ..
+            }
+        ));
+        let err = cfg(&["--nats-tls-key", "/x/tls.key"]).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::HalfClientCert {
+                missing: "--nats-tls-cert",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn unreadable_files_name_the_flag() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let present = dir.join("Cargo.toml");
+        let absent = dir.join("no-such-file.pem");
+        let present_s = present.to_str().unwrap();
+        let absent_s = absent.to_str().unwrap();
+        for (flag, extra) in [
+            ("--nats-creds", vec!["--nats-creds", absent_s]),
+            ("--nats-tls-ca", vec!["--nats-tls-ca", absent_s]),
+            (
+                "--nats-tls-key",
+                vec!["--nats-tls-cert", present_s, "--nats-tls-key", absent_s],
+            ),
+        ] {
+            match cfg(&extra).unwrap_err() {
+                ConfigError::Unreadable { flag: f, path, .. } => {
+                    assert_eq!(f, flag);
+                    assert_eq!(path, absent);
+                }
+                other => panic!("{flag}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn readable_files_are_kept() {
+        let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let p = f.to_str().unwrap();
+        let c = cfg(&[
+            "--nats-creds",
+            p,
+            "--nats-tls-ca",
+            p,
+            "--nats-tls-cert",
+            p,
+            "--nats-tls-key",
+            p,
+        ])
+        .unwrap();
+        assert_eq!(c.nats_auth.creds.as_deref(), Some(f.as_path()));
+        assert_eq!(c.nats_auth.tls_ca.as_deref(), Some(f.as_path()));
+        assert_eq!(c.nats_auth.client_cert, Some((f.clone(), f.clone())));
+        assert_eq!(cfg(&[]).unwrap().nats_auth, NatsAuth::default());
     }
 }

@@ -26,7 +26,7 @@ mod run;
 mod streams;
 
 pub use cli::{usage_error, Args};
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, NatsAuth};
 pub use metadata::{detect, Detected};
 pub use metrics::Metrics;
 pub use registry::{is_disabled, sync_allowed};

@@ -10,6 +10,7 @@ use fleetbus_schemas::jetstream::{
     check_server_version as check, KvSpec, ServerVersionError, Storage,
 };
 
+use crate::config::NatsAuth;
 use crate::health::Readiness;
 
 /// Failure to connect to NATS or to set up JetStream.
@@ -23,6 +24,16 @@ pub enum NatsError {
         /// Cause.
         #[source]
         source: async_nats::ConnectError,
+    },
+    /// The credentials file could not be loaded (checked readable at start-up,
+    /// so it changed since or does not parse).
+    #[error("failed to load the NATS credentials file {}", path.display())]
+    Creds {
+        /// `--nats-creds`.
+        path: std::path::PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
     },
     /// The server is older than fleetbus needs, or reports a version that does not parse.
     #[error("unsuitable NATS server")]
@@ -72,11 +83,17 @@ impl NatsError {
 /// Retries are the caller's business: one attempt here.
 pub async fn connect(
     url: &str,
+    auth: &NatsAuth,
     cluster_name: &str,
     readiness: Arc<Readiness>,
 ) -> Result<async_nats::Client, NatsError> {
     let r = readiness.clone();
-    let client = with_url_credentials(async_nats::ConnectOptions::new(), url)
+    let opts = with_auth(
+        with_url_credentials(async_nats::ConnectOptions::new(), url),
+        auth,
+    )
+    .await?;
+    let client = opts
         .name(format!("fleetbus-agent/{cluster_name}"))
         .connection_timeout(Duration::from_secs(5))
         .event_callback(move |event| {
@@ -139,6 +156,30 @@ fn with_url_credentials(opts: async_nats::ConnectOptions, url: &str) -> async_na
         Some(UrlCredentials::Token(token)) => opts.token(token),
         None => opts,
     }
+}
+
+/// Adds `--nats-creds` and the TLS files to the options.
+async fn with_auth(
+    mut opts: async_nats::ConnectOptions,
+    auth: &NatsAuth,
+) -> Result<async_nats::ConnectOptions, NatsError> {
+    if let Some(path) = &auth.creds {
+        opts = opts
+            .credentials_file(path)
+            .await
+            .map_err(|source| NatsError::Creds {
+                path: path.clone(),
+                source,
+            })?;
+    }
+    if let Some(ca) = &auth.tls_ca {
+        // A CA given means the operator expects TLS: never fall back to plain text.
+        opts = opts.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    if let Some((cert, key)) = &auth.client_cert {
+        opts = opts.add_client_certificate(cert.clone(), key.clone());
+    }
+    Ok(opts)
 }
 
 /// Refuses servers older than `fleetbus_schemas::jetstream::MIN_NATS_SERVER_VERSION` (2.10.8: older ones

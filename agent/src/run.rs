@@ -149,7 +149,14 @@ async fn start(
 
     let nats_client = retry(
         "connect to NATS",
-        || nats::connect(&cfg.nats_url, &cfg.cluster_name, readiness.clone()),
+        || {
+            nats::connect(
+                &cfg.nats_url,
+                &cfg.nats_auth,
+                &cfg.cluster_name,
+                readiness.clone(),
+            )
+        },
         NatsError::is_transient,
     )
     .await?;

@@ -21,6 +21,8 @@ pub struct NatsServer {
     proc: Option<Proc>,
     port: u16,
     bin: PathBuf,
+    /// Extra configuration file (`-c`), written into `dir`.
+    config: Option<PathBuf>,
     // Declared last so it is removed after the process is dead.
     dir: TempDir,
 }
@@ -29,6 +31,17 @@ impl NatsServer {
     /// Starts `nats-server -js -a 127.0.0.1 -p <free port> -sd <tempdir>` and
     /// waits until it accepts TCP.
     pub fn start() -> anyhow::Result<NatsServer> {
+        Self::start_inner(None)
+    }
+
+    /// Like [`NatsServer::start`], with `config` (nats-server configuration
+    /// syntax, e.g. a `tls { ... }` block) passed as `-c`. The command-line
+    /// address, port and store dir take precedence over the file.
+    pub fn start_with_config(config: &str) -> anyhow::Result<NatsServer> {
+        Self::start_inner(Some(config))
+    }
+
+    fn start_inner(config: Option<&str>) -> anyhow::Result<NatsServer> {
         let bin = nats_server_bin();
         if !bin.is_file() {
             bail!(
@@ -42,10 +55,20 @@ impl NatsServer {
             let dir = tempfile::Builder::new()
                 .prefix("fleetbus-nats-")
                 .tempdir()?;
+            let config = match config {
+                Some(text) => {
+                    let path = dir.path().join("nats.conf");
+                    std::fs::write(&path, text)
+                        .with_context(|| format!("write {}", path.display()))?;
+                    Some(path)
+                }
+                None => None,
+            };
             let mut server = NatsServer {
                 proc: None,
                 port: free_port(),
                 bin: bin.clone(),
+                config,
                 dir,
             };
             match server.spawn() {
@@ -118,6 +141,9 @@ impl NatsServer {
 
     fn spawn(&mut self) -> anyhow::Result<()> {
         let mut cmd = Command::new(&self.bin);
+        if let Some(config) = &self.config {
+            cmd.arg("-c").arg(config);
+        }
         cmd.args([
             "-js",
             "-a",
