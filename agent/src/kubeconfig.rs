@@ -382,7 +382,8 @@ pub fn render(
     serde_yaml::to_string(&doc).map_err(KubeconfigError::Render)
 }
 
-/// Mints, publishes and re-mints the reader kubeconfig until `cancel`.
+/// Mints, publishes and re-mints the reader kubeconfig until `cancel`, and at
+/// once when the registry bucket was recreated (the record went with it).
 /// Failures are retried with backoff; peers keep the previous kubeconfig
 /// meanwhile (it stays valid until its expiry).
 #[tracing::instrument(name = "kubeconfig", skip_all, fields(cluster = %reg.cfg.cluster_name))]
@@ -408,6 +409,9 @@ pub async fn run(reg: Arc<Registry>, server: ServerInfo, cancel: CancellationTok
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
+            _ = reg.republish_kubeconfig.notified() => {
+                tracing::info!("registry bucket recreated; publishing the reader kubeconfig again");
+            }
         }
     }
 }

@@ -134,6 +134,9 @@ pub struct Registry {
     pub layout: Layout,
     /// Wakes the registry watcher to watch again (the bucket was recreated).
     pub rewatch: Notify,
+    /// Wakes the kubeconfig publisher: the bucket was recreated, so the
+    /// reader kubeconfig record it held is gone until published again.
+    pub republish_kubeconfig: Notify,
     /// Which incarnation of the registry bucket the watcher watches (its
     /// stream's creation time; see `bus::layout::Ensured`).
     bucket_incarnation: Mutex<String>,
@@ -175,6 +178,7 @@ impl Registry {
             js,
             layout,
             rewatch: Notify::new(),
+            republish_kubeconfig: Notify::new(),
             bucket_incarnation: Mutex::new(String::new()),
             started_at: chrono::Utc::now(),
             seq: AtomicU64::new(0),

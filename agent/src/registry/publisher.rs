@@ -149,6 +149,9 @@ pub(crate) async fn repair_layout(reg: &Registry) -> bool {
                     );
                 }
                 reg.rewatch.notify_one();
+                // Heartbeats refill the bucket with our record; the kubeconfig
+                // record is put only when minted, so mint it again now.
+                reg.republish_kubeconfig.notify_one();
             }
             true
         }

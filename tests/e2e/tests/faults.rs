@@ -200,12 +200,32 @@ async fn a_hung_or_dead_api_server_shows_as_api_unreachable_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_bus_layout_is_recreated_and_the_mesh_recovers() {
     let nats = NatsServer::start().unwrap();
-    let a = Member::start(&nats, "a", "a", &[]).await;
-    let b = Member::start(&nats, "b", "b", &[]).await;
+    let a = Member::start(&nats, "a", "a", &["--publish-kubeconfig"]).await;
+    let b = Member::start(&nats, "b", "b", &["--publish-kubeconfig"]).await;
     wait_mesh(&[&a, &b], &["a", "b"]).await;
 
     let client = async_nats::connect(nats.url()).await.unwrap();
     let js = async_nats::jetstream::new(client);
+    let both_records = |kind: &'static str| {
+        let js = js.clone();
+        move || {
+            let js = js.clone();
+            async move {
+                let kv = js.get_key_value(BUCKET).await.map_err(|e| e.to_string())?;
+                let keys = registry_keys(&kv).await;
+                let has = |n: &str| keys.iter().any(|k| k.starts_with(&format!("{kind}.{n}.")));
+                (has("a") && has("b"))
+                    .then_some(())
+                    .ok_or(format!("{keys:?}"))
+            }
+        }
+    };
+    wait_for(
+        "both kubeconfig records",
+        CONVERGE,
+        both_records("kubeconfig"),
+    )
+    .await;
     let objects = js
         .get_stream("FLEETBUS_OBJECTS")
         .await
@@ -219,14 +239,15 @@ async fn a_deleted_bus_layout_is_recreated_and_the_mesh_recovers() {
     wait_for(
         "both agents' records in a recreated bucket",
         CONVERGE,
-        || async {
-            let kv = js.get_key_value(BUCKET).await.map_err(|e| e.to_string())?;
-            let keys = registry_keys(&kv).await;
-            let has = |n: &str| keys.iter().any(|k| k.starts_with(&format!("cluster.{n}.")));
-            (has("a") && has("b"))
-                .then_some(())
-                .ok_or(format!("{keys:?}"))
-        },
+        both_records("cluster"),
+    )
+    .await;
+    // The reader kubeconfigs are put only when minted: they must come back too,
+    // or a cluster joining later never gets them.
+    wait_for(
+        "both kubeconfig records in the recreated bucket",
+        CONVERGE,
+        both_records("kubeconfig"),
     )
     .await;
     wait_for("the objects stream recreated", CONVERGE, || async {
