@@ -4,7 +4,7 @@
 use super::UserInfo;
 use crate::selectors::{LabelReq, LabelSelector};
 use crate::store::{Inner, ObjKey};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeSet;
 
 const RBAC: &str = "rbac.authorization.k8s.io";
@@ -53,28 +53,8 @@ pub enum Decision {
     Deny,
 }
 
-/// Paths every authenticated user may GET: what the bootstrap ClusterRoles
-/// system:discovery, system:basic-user and system:public-info-viewer grant to
-/// system:authenticated in kube-apiserver (this server does not store them).
-const DISCOVERY_PATHS: &[&str] = &[
-    "/api",
-    "/api/*",
-    "/apis",
-    "/apis/*",
-    "/version",
-    "/version/",
-    "/openapi",
-    "/openapi/*",
-    "/healthz",
-    "/livez",
-    "/readyz",
-];
-
 /// Decides `attrs` from the RBAC objects in `inner`.
 pub fn authorize(inner: &Inner, attrs: &Attributes<'_>) -> Decision {
-    if let Some(d) = implicit(attrs) {
-        return d;
-    }
     let (namespace, cluster_scoped_request) = match &attrs.target {
         Target::Resource { namespace, .. } => (namespace.as_str(), namespace.is_empty()),
         Target::NonResource { .. } => ("", true),
@@ -120,12 +100,10 @@ pub struct RuleSet {
 }
 
 /// Every rule that applies to `user` in `namespace` (ClusterRoleBindings,
-/// the namespace's RoleBindings, the implicit discovery rules).
+/// the namespace's RoleBindings; discovery and the self-subject reviews come
+/// from the bootstrap roles and bindings, as in kube).
 pub fn rules_for(inner: &Inner, user: &UserInfo, namespace: &str) -> RuleSet {
-    let mut rules = vec![
-        json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}),
-        json!({"verbs": ["get"], "nonResourceURLs": DISCOVERY_PATHS}),
-    ];
+    let mut rules = Vec::new();
     for (_, crb) in inner.scan(RBAC, "clusterrolebindings", None) {
         if binds(crb, user, "") {
             rules.extend(role_rules(inner, crb, "").unwrap_or_default());
@@ -163,34 +141,6 @@ pub fn rules_for(inner: &Inner, user: &UserInfo, namespace: &str) -> RuleSet {
             .iter()
             .map(|r| keep(r, &["verbs", "nonResourceURLs"]))
             .collect(),
-    }
-}
-
-/// What kube-apiserver allows every authenticated user through its bootstrap
-/// roles: discovery reads and the self-subject reviews.
-fn implicit(attrs: &Attributes<'_>) -> Option<Decision> {
-    let allow = || {
-        Some(Decision::Allow(
-            "RBAC: allowed to every authenticated user".into(),
-        ))
-    };
-    match &attrs.target {
-        Target::NonResource { path } if attrs.verb == "get" => {
-            if DISCOVERY_PATHS.iter().any(|p| path_matches(p, path)) {
-                return allow();
-            }
-            None
-        }
-        Target::Resource {
-            group, resource, ..
-        } if group == "authorization.k8s.io"
-            && attrs.verb == "create"
-            && (resource == "selfsubjectaccessreviews"
-                || resource == "selfsubjectrulesreviews") =>
-        {
-            allow()
-        }
-        _ => None,
     }
 }
 
@@ -380,6 +330,7 @@ fn path_matches(pattern: &str, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn sa() -> UserInfo {
         UserInfo::service_account("fb", "agent", "uid")
@@ -460,6 +411,9 @@ mod tests {
 
     fn store(objects: &[(&str, &str, &str, Value)]) -> crate::store::Store {
         let store = crate::store::Store::open(None, 100).unwrap();
+        // What kube-apiserver creates itself (system:discovery & co.), as the
+        // server does at start.
+        crate::bootstrap::bootstrap(&store, "127.0.0.1:6443".parse().unwrap()).unwrap();
         store
             .write(false, |tx| {
                 for (plural, ns, name, obj) in objects {
