@@ -39,7 +39,7 @@ impl BootstrapError {
         match self {
             BootstrapError::ApplyCrd { source, .. }
             | BootstrapError::NotServed(source)
-            | BootstrapError::Namespace(_, source) => crate::kubeclient::is_transient(source),
+            | BootstrapError::Namespace(_, source) => crate::kube::client::is_transient(source),
             BootstrapError::Serialise(..) => false,
         }
     }

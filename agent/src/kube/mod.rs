@@ -1,3 +1,8 @@
-//! Building blocks on the local Kubernetes API: the periodic API health probe.
+//! Building blocks on the local Kubernetes API, shared by every task: building
+//! the client, which errors are transient, Events, conditions, and writes that
+//! happen only on change.
 
 pub mod api_probe;
+pub mod client;
+pub mod conditions;
+pub mod events;
