@@ -24,7 +24,7 @@ use crate::registry::Registry;
 
 /// Name of the reader ServiceAccount, ClusterRole and (suffixed) ClusterRoleBinding.
 pub const READER: &str = "fleetbus-reader";
-const FIELD_MANAGER: &str = "fleetbus-agent";
+use crate::kube::FIELD_MANAGER;
 
 /// Failure to mint the reader kubeconfig.
 #[derive(Debug, thiserror::Error)]

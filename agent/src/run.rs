@@ -237,6 +237,10 @@ async fn run_tasks(
         "api_probe",
         task(crate::kube::api_probe::run(reg.clone(), cancel.clone())),
     );
+    spawn(
+        "sync",
+        task(crate::sync::run(reg.clone(), cancel.clone())),
+    );
     // Cancelled like the others, the publisher then publishes the leave record.
     spawn(
         "publisher",

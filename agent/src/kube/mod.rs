@@ -6,3 +6,7 @@ pub mod api_probe;
 pub mod client;
 pub mod conditions;
 pub mod events;
+
+/// The field manager of every write the agent makes (server-side apply and
+/// plain writes alike), so `managedFields` tells fleetbus's writes apart.
+pub const FIELD_MANAGER: &str = "fleetbus-agent";
