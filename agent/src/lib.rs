@@ -24,6 +24,7 @@ mod nodes;
 pub mod registry;
 mod run;
 mod streams;
+pub mod sync;
 
 pub use cli::{usage_error, Args};
 pub use config::{Config, ConfigError, NatsAuth};
