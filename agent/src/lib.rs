@@ -20,8 +20,12 @@ mod metadata;
 mod metrics;
 mod nodes;
 pub mod registry;
-mod sync;
 mod run;
+<<<<<<< HEAD
+=======
+mod streams;
+pub mod sync;
+>>>>>>> s1
 
 pub use cli::{usage_error, Args};
 pub use config::{Config, ConfigError, NatsAuth};

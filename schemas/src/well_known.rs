@@ -16,6 +16,9 @@ pub const ANNOTATION_ORIGIN_UID: &str = "fleetbus.io/origin-uid";
 pub const ANNOTATION_RULE: &str = "fleetbus.io/rule";
 /// Annotation on a copy: content hash (see `envelope::content_hash`) of the source it was built from.
 pub const ANNOTATION_SOURCE_HASH: &str = "fleetbus.io/source-hash";
+/// Annotation on a copy: the rule's `orphanPolicy` (`Delete` or `Orphan`) when the copy
+/// was written, so a copy whose rule is gone is still collected the way the rule said.
+pub const ANNOTATION_ORPHAN_POLICY: &str = "fleetbus.io/orphan-policy";
 /// Annotation (any value): on a source object, do not publish it; on a copy, pin it
 /// (no updates; deletes still propagate); on a ResourceSyncRule, do not sync the rule itself.
 pub const ANNOTATION_RESOURCE_SYNC_DISABLED: &str = "fleetbus.io/resource-sync-disabled";
