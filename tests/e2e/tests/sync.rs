@@ -109,32 +109,85 @@ async fn cluster_selector_excludes() {
     let envs = [(c1, "prod"), (c2, "dev"), (c3, "prod")];
     for (x, env) in envs {
         create_ns(x, "shared").await;
-        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, &format!("env={env}")]);
+        kubectl(
+            x,
+            &[
+                "label",
+                "clusters.fleetbus.io",
+                &x.name,
+                &format!("env={env}"),
+            ],
+        );
     }
     for (x, env) in envs {
         wait_label(&m, &x.name, env).await;
     }
-    let yaml = secret_rule("prod-secrets", "  clusterSelector: {matchLabels: {env: prod}}\n");
+    let yaml = secret_rule(
+        "prod-secrets",
+        "  clusterSelector: {matchLabels: {env: prod}}\n",
+    );
     apply_yaml(c1, &yaml);
-    wait_rule(c2, "prod-secrets", "NotSelected", ready_is("False", "NotSelected")).await;
+    wait_rule(
+        c2,
+        "prod-secrets",
+        "NotSelected",
+        ready_is("False", "NotSelected"),
+    )
+    .await;
 
     let data = [("level", "prod")];
     create_secret(c1, "shared", "cfg", &data).await;
     // An excluded sink is still a source (sourceClusterSelector is absent).
     create_secret(c2, "shared", "from-dev", &[("a", "b")]).await;
-    wait_copy(c3, &secrets(), Some("shared"), "cfg", "c1", "prod-secrets", data_is(secret_data(&data))).await;
+    wait_copy(
+        c3,
+        &secrets(),
+        Some("shared"),
+        "cfg",
+        "c1",
+        "prod-secrets",
+        data_is(secret_data(&data)),
+    )
+    .await;
     for sink in [c1, c3] {
-        wait_copy(sink, &secrets(), Some("shared"), "from-dev", "c2", "prod-secrets", |_| Ok(())).await;
+        wait_copy(
+            sink,
+            &secrets(),
+            Some("shared"),
+            "from-dev",
+            "c2",
+            "prod-secrets",
+            |_| Ok(()),
+        )
+        .await;
     }
     assert_absent(c2, &secrets(), Some("shared"), "cfg").await;
     wait_rule(c3, "prod-secrets", "Ready", ready_is("True", "Synced")).await;
 
     // c3 leaves the selection: its copies go (orphanPolicy Delete), originals stay.
-    kubectl(c3, &["label", "--overwrite", "clusters.fleetbus.io", "c3", "env=dev"]);
-    wait_rule(c3, "prod-secrets", "NotSelected", ready_is("False", "NotSelected")).await;
+    kubectl(
+        c3,
+        &[
+            "label",
+            "--overwrite",
+            "clusters.fleetbus.io",
+            "c3",
+            "env=dev",
+        ],
+    );
+    wait_rule(
+        c3,
+        "prod-secrets",
+        "NotSelected",
+        ready_is("False", "NotSelected"),
+    )
+    .await;
     wait_absent(c3, &secrets(), Some("shared"), "cfg").await;
     wait_absent(c3, &secrets(), Some("shared"), "from-dev").await;
-    get_dynamic(c1, &secrets(), Some("shared"), "cfg").await.unwrap().expect("original cfg");
+    get_dynamic(c1, &secrets(), Some("shared"), "cfg")
+        .await
+        .unwrap()
+        .expect("original cfg");
 }
 
 /// Waits until every member's Cluster object `cluster` carries `env=<env>`
@@ -180,19 +233,41 @@ spec:
     apply_yaml(c3, yaml);
     create_secret(c1, "shared", "a", &[("from", "c1")]).await;
     create_secret(c3, "shared", "b", &[("from", "c3")]).await;
-    wait_copy(c3, &secrets(), Some("shared"), "a", "c1", "pair-secrets", |_| Ok(())).await;
-    wait_copy(c1, &secrets(), Some("shared"), "b", "c3", "pair-secrets", |_| Ok(())).await;
+    wait_copy(
+        c3,
+        &secrets(),
+        Some("shared"),
+        "a",
+        "c1",
+        "pair-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    wait_copy(
+        c1,
+        &secrets(),
+        Some("shared"),
+        "b",
+        "c3",
+        "pair-secrets",
+        |_| Ok(()),
+    )
+    .await;
     // Both rules stay originals: neither was published.
     for x in [c1, c3] {
         let r = rule(x, "pair-secrets").await.unwrap().unwrap();
         assert!(
-            !r.annotations().contains_key(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER),
+            !r.annotations()
+                .contains_key(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER),
             "{}: {:?}",
             x.name,
             r.annotations()
         );
     }
-    assert!(rule(c2, "pair-secrets").await.unwrap().is_none(), "c2 got the rule");
+    assert!(
+        rule(c2, "pair-secrets").await.unwrap().is_none(),
+        "c2 got the rule"
+    );
     assert_absent(c2, &secrets(), Some("shared"), "a").await;
     assert_absent(c2, &secrets(), Some("shared"), "b").await;
 }
@@ -206,9 +281,8 @@ async fn feature_gate(policy: &str) {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    let extra = format!(
-        "  clusterFeatureMatch:\n    - featureName: istio\n  orphanPolicy: {policy}\n"
-    );
+    let extra =
+        format!("  clusterFeatureMatch:\n    - featureName: istio\n  orphanPolicy: {policy}\n");
     apply_yaml(c1, &secret_rule("istio-secrets", &extra));
     let data = [("ca.crt", "pem")];
     create_secret(c2, "shared", "mesh-ca", &data).await;
@@ -230,7 +304,16 @@ async fn feature_gate(policy: &str) {
         c2,
         "apiVersion: fleetbus.io/v1alpha1\nkind: ClusterFeature\nmetadata: {name: istio}\nspec: {featureName: istio}\n",
     );
-    let copy = wait_copy(c1, &secrets(), Some("shared"), "mesh-ca", "c2", "istio-secrets", data_is(secret_data(&data))).await;
+    let copy = wait_copy(
+        c1,
+        &secrets(),
+        Some("shared"),
+        "mesh-ca",
+        "c2",
+        "istio-secrets",
+        data_is(secret_data(&data)),
+    )
+    .await;
     wait_rule(c1, "istio-secrets", "sourcing from c2", |r| {
         match r.status.as_ref().map(|s| s.source_clusters.clone()) {
             Some(s) if s == ["c2"] => Ok(()),
@@ -247,11 +330,18 @@ async fn feature_gate(policy: &str) {
         wait_obj(c1, &secrets(), Some("shared"), "mesh-ca", "orphaned", |o| {
             check_unmanaged(o)?;
             data_is(secret_data(&data))(o)?;
-            if o.uid() == uid { Ok(()) } else { Err("recreated".into()) }
+            if o.uid() == uid {
+                Ok(())
+            } else {
+                Err("recreated".into())
+            }
         })
         .await;
     }
-    get_dynamic(c2, &secrets(), Some("shared"), "mesh-ca").await.unwrap().expect("original");
+    get_dynamic(c2, &secrets(), Some("shared"), "mesh-ca")
+        .await
+        .unwrap()
+        .expect("original");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,7 +368,16 @@ async fn revert_edit_and_recreate() {
     let data = [("mode", "prod")];
     create_secret(c1, "shared", "app-cfg", &data).await;
     let want = secret_data(&data);
-    let copy = wait_copy(c2, &secrets(), Some("shared"), "app-cfg", "c1", "revert-secrets", data_is(want.clone())).await;
+    let copy = wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "app-cfg",
+        "c1",
+        "revert-secrets",
+        data_is(want.clone()),
+    )
+    .await;
     let labels_before = labels_of(&copy);
 
     let patch = serde_json::json!({
@@ -288,29 +387,52 @@ async fn revert_edit_and_recreate() {
     .to_string();
     let out = kubectl(
         c2,
-        &["patch", "secret", "app-cfg", "-n", "shared", "--type", "merge", "-p", &patch, "-o", "json"],
+        &[
+            "patch", "secret", "app-cfg", "-n", "shared", "--type", "merge", "-p", &patch, "-o",
+            "json",
+        ],
     );
     // The edit really landed (the reply is the patched object).
     let edited: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(edited["data"]["extra"], b64("x"), "{edited}");
     assert_eq!(edited["metadata"]["labels"]["added"], "by-hand", "{edited}");
 
-    wait_copy(c2, &secrets(), Some("shared"), "app-cfg", "c1", "revert-secrets", |o| {
-        data_is(want.clone())(o)?;
-        if labels_of(o) == labels_before {
-            Ok(())
-        } else {
-            Err(format!("labels {:?}", labels_of(o)))
-        }
-    })
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "app-cfg",
+        "c1",
+        "revert-secrets",
+        |o| {
+            data_is(want.clone())(o)?;
+            if labels_of(o) == labels_before {
+                Ok(())
+            } else {
+                Err(format!("labels {:?}", labels_of(o)))
+            }
+        },
+    )
     .await;
 
     kubectl_delete(c2, "secret", Some("shared"), "app-cfg");
     let old_uid = copy.uid();
-    wait_copy(c2, &secrets(), Some("shared"), "app-cfg", "c1", "revert-secrets", |o| {
-        data_is(want.clone())(o)?;
-        if o.uid() != old_uid { Ok(()) } else { Err("old copy".into()) }
-    })
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "app-cfg",
+        "c1",
+        "revert-secrets",
+        |o| {
+            data_is(want.clone())(o)?;
+            if o.uid() != old_uid {
+                Ok(())
+            } else {
+                Err("old copy".into())
+            }
+        },
+    )
     .await;
 }
 
@@ -329,13 +451,31 @@ async fn origin_delete_propagates() {
     create_secret(c1, "shared", "kept", &[("k", "2")]).await;
     for sink in [c2, c3] {
         for name in ["gone", "kept"] {
-            wait_copy(sink, &secrets(), Some("shared"), name, "c1", "del-secrets", |_| Ok(())).await;
+            wait_copy(
+                sink,
+                &secrets(),
+                Some("shared"),
+                name,
+                "c1",
+                "del-secrets",
+                |_| Ok(()),
+            )
+            .await;
         }
     }
     kubectl_delete(c1, "secret", Some("shared"), "gone");
     for sink in [c2, c3] {
         wait_absent(sink, &secrets(), Some("shared"), "gone").await;
-        wait_copy(sink, &secrets(), Some("shared"), "kept", "c1", "del-secrets", |_| Ok(())).await;
+        wait_copy(
+            sink,
+            &secrets(),
+            Some("shared"),
+            "kept",
+            "c1",
+            "del-secrets",
+            |_| Ok(()),
+        )
+        .await;
     }
 }
 
@@ -349,15 +489,39 @@ async fn rule_delete_gc(policy: &str) {
         create_ns(x, "shared").await;
     }
     let name = "gc-secrets";
-    apply_yaml(c1, &secret_rule(name, &format!("  orphanPolicy: {policy}\n")));
+    apply_yaml(
+        c1,
+        &secret_rule(name, &format!("  orphanPolicy: {policy}\n")),
+    );
     let d1 = [("from", "c1")];
     let d2 = [("from", "c2")];
     create_secret(c1, "shared", "s1", &d1).await;
     create_secret(c2, "shared", "s2", &d2).await;
-    let copy1 = wait_copy(c2, &secrets(), Some("shared"), "s1", "c1", name, data_is(secret_data(&d1))).await;
-    let copy2 = wait_copy(c1, &secrets(), Some("shared"), "s2", "c2", name, data_is(secret_data(&d2))).await;
+    let copy1 = wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "s1",
+        "c1",
+        name,
+        data_is(secret_data(&d1)),
+    )
+    .await;
+    let copy2 = wait_copy(
+        c1,
+        &secrets(),
+        Some("shared"),
+        "s2",
+        "c2",
+        name,
+        data_is(secret_data(&d2)),
+    )
+    .await;
     assert_eq!(
-        copy1.annotations().get(ANNOTATION_ORPHAN_POLICY).map(String::as_str),
+        copy1
+            .annotations()
+            .get(ANNOTATION_ORPHAN_POLICY)
+            .map(String::as_str),
         Some(policy)
     );
 
@@ -372,7 +536,11 @@ async fn rule_delete_gc(policy: &str) {
             wait_obj(sink, &secrets(), Some("shared"), &cname, "orphaned", |o| {
                 check_unmanaged(o)?;
                 data_is(secret_data(d))(o)?;
-                if o.uid() == uid { Ok(()) } else { Err("recreated".into()) }
+                if o.uid() == uid {
+                    Ok(())
+                } else {
+                    Err("recreated".into())
+                }
             })
             .await;
         }
@@ -407,28 +575,79 @@ async fn create_only_policy() {
     let name = "once-secrets";
     apply_yaml(c1, &secret_rule(name, "  updatePolicy: CreateOnly\n"));
     create_secret(c1, "shared", "s", &[("v", "1")]).await;
-    wait_copy(c2, &secrets(), Some("shared"), "s", "c1", name, data_is(secret_data(&[("v", "1")]))).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "s",
+        "c1",
+        name,
+        data_is(secret_data(&[("v", "1")])),
+    )
+    .await;
 
     let patch = serde_json::json!({"data": {"v": b64("2")}}).to_string();
-    kubectl(c1, &["patch", "secret", "s", "-n", "shared", "--type", "merge", "-p", &patch]);
+    kubectl(
+        c1,
+        &[
+            "patch", "secret", "s", "-n", "shared", "--type", "merge", "-p", &patch,
+        ],
+    );
     // A later object of the same kind arrived: the update would have too.
     create_secret(c1, "shared", "marker1", &[("m", "1")]).await;
-    wait_copy(c2, &secrets(), Some("shared"), "marker1", "c1", name, |_| Ok(())).await;
-    let copy = get_dynamic(c2, &secrets(), Some("shared"), "s").await.unwrap().unwrap();
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "marker1",
+        "c1",
+        name,
+        |_| Ok(()),
+    )
+    .await;
+    let copy = get_dynamic(c2, &secrets(), Some("shared"), "s")
+        .await
+        .unwrap()
+        .unwrap();
     data_is(secret_data(&[("v", "1")]))(&copy).unwrap();
 
     let patch = serde_json::json!({"metadata": {"labels": {"edited": "yes"}}}).to_string();
-    kubectl(c2, &["patch", "secret", "s", "-n", "shared", "--type", "merge", "-p", &patch]);
+    kubectl(
+        c2,
+        &[
+            "patch", "secret", "s", "-n", "shared", "--type", "merge", "-p", &patch,
+        ],
+    );
     create_secret(c1, "shared", "marker2", &[("m", "2")]).await;
-    wait_copy(c2, &secrets(), Some("shared"), "marker2", "c1", name, |_| Ok(())).await;
-    let copy = get_dynamic(c2, &secrets(), Some("shared"), "s").await.unwrap().unwrap();
-    assert_eq!(copy.labels().get("edited").map(String::as_str), Some("yes"), "edit reverted");
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "marker2",
+        "c1",
+        name,
+        |_| Ok(()),
+    )
+    .await;
+    let copy = get_dynamic(c2, &secrets(), Some("shared"), "s")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        copy.labels().get("edited").map(String::as_str),
+        Some("yes"),
+        "edit reverted"
+    );
 
     kubectl_delete(c2, "secret", Some("shared"), "s");
     let old_uid = copy.uid();
     wait_copy(c2, &secrets(), Some("shared"), "s", "c1", name, |o| {
         data_is(secret_data(&[("v", "2")]))(o)?;
-        if o.uid() != old_uid { Ok(()) } else { Err("old copy".into()) }
+        if o.uid() != old_uid {
+            Ok(())
+        } else {
+            Err("old copy".into())
+        }
     })
     .await;
 }

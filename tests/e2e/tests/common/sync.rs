@@ -21,8 +21,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta,
-    PostParams,
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, PostParams,
 };
 use kube::{Api, ResourceExt};
 
@@ -97,7 +96,12 @@ pub fn secrets() -> ApiResource {
 }
 
 pub fn rules() -> ApiResource {
-    resource("fleetbus.io", "v1alpha1", "ResourceSyncRule", "resourcesyncrules")
+    resource(
+        "fleetbus.io",
+        "v1alpha1",
+        "ResourceSyncRule",
+        "resourcesyncrules",
+    )
 }
 
 /// The dynamic API of `ar` on `m`, in `ns` (cluster-scoped when `None`).
@@ -139,7 +143,10 @@ where
         match get_dynamic(m, ar, ns, name).await? {
             None => Err("absent".into()),
             Some(o) => pred(&o).map(|()| o.clone()).map_err(|e| {
-                format!("{e}; object: {}", serde_json::to_string(&o).unwrap_or_default())
+                format!(
+                    "{e}; object: {}",
+                    serde_json::to_string(&o).unwrap_or_default()
+                )
             }),
         }
     })
@@ -268,7 +275,11 @@ pub async fn create_secret(m: &Member, ns: &str, name: &str, literals: &[(&str, 
         "-n".into(),
         ns.into(),
     ];
-    args.extend(literals.iter().map(|(k, v)| format!("--from-literal={k}={v}")));
+    args.extend(
+        literals
+            .iter()
+            .map(|(k, v)| format!("--from-literal={k}={v}")),
+    );
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     kubectl(m, &refs);
     let o = get_dynamic(m, &secrets(), Some(ns), name)
