@@ -11,19 +11,21 @@ mod bootstrap;
 mod bus;
 mod cli;
 mod config;
-mod events;
+mod context;
 mod health;
 mod identity;
 mod kube;
-mod kubeclient;
 mod kubeconfig;
 mod metadata;
 mod metrics;
-mod nats;
 mod nodes;
 pub mod registry;
 mod run;
+<<<<<<< HEAD
+=======
 mod streams;
+pub mod sync;
+>>>>>>> s1
 
 pub use cli::{usage_error, Args};
 pub use config::{Config, ConfigError, NatsAuth};

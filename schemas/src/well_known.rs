@@ -16,6 +16,9 @@ pub const ANNOTATION_ORIGIN_UID: &str = "fleetbus.io/origin-uid";
 pub const ANNOTATION_RULE: &str = "fleetbus.io/rule";
 /// Annotation on a copy: content hash (see `envelope::content_hash`) of the source it was built from.
 pub const ANNOTATION_SOURCE_HASH: &str = "fleetbus.io/source-hash";
+/// Annotation on a copy: the rule's `orphanPolicy` (`Delete` or `Orphan`) when the copy
+/// was written, so a copy whose rule is gone is still collected the way the rule said.
+pub const ANNOTATION_ORPHAN_POLICY: &str = "fleetbus.io/orphan-policy";
 /// Annotation (any value): on a source object, do not publish it; on a copy, pin it
 /// (no updates; deletes still propagate); on a ResourceSyncRule, do not sync the rule itself.
 pub const ANNOTATION_RESOURCE_SYNC_DISABLED: &str = "fleetbus.io/resource-sync-disabled";
@@ -31,6 +34,16 @@ pub const ANNOTATION_CORRECTION_PAUSED: &str = "fleetbus.io/correction-paused";
 pub const LABEL_MANAGED: &str = "fleetbus.io/managed";
 /// The value of [`LABEL_MANAGED`].
 pub const LABEL_MANAGED_VALUE: &str = "true";
+
+/// Kind of the fleetbus rule resource (with [`GROUP`] and [`VERSION`], see
+/// [`RESOURCE_SYNC_RULE_GVK`]); rules are synced by a built-in implicit rule.
+pub const RESOURCE_SYNC_RULE_KIND: &str = "ResourceSyncRule";
+/// `(group, version, kind)` of ResourceSyncRule.
+pub const RESOURCE_SYNC_RULE_GVK: (&str, &str, &str) = (GROUP, VERSION, RESOURCE_SYNC_RULE_KIND);
+
+/// Kubernetes Event reason on a ResourceSyncRule when a copy is not written because of a
+/// conflict (an object not made by fleetbus at the target, or another origin winning it).
+pub const EVENT_SYNC_CONFLICT: &str = "SyncConflict";
 
 /// `type` of a Secret holding a reader kubeconfig for a cluster (referenced by `Cluster.spec.authInfo`).
 pub const SECRET_TYPE_CLUSTER_KUBECONFIG: &str = "fleetbus.io/cluster-kubeconfig";
@@ -49,4 +62,7 @@ pub mod condition {
     pub const NAME_CONFLICT: &str = "NameConflict";
     /// ResourceSyncRule: the spec failed validation; the message says why.
     pub const INVALID: &str = "Invalid";
+    /// ResourceSyncRule: True while at least one copy is not written because of a
+    /// conflict; the message names the object(s).
+    pub const SYNC_CONFLICT: &str = "Conflict";
 }
