@@ -21,11 +21,7 @@ mod metrics;
 mod nodes;
 pub mod registry;
 mod run;
-<<<<<<< HEAD
-=======
-mod streams;
 pub mod sync;
->>>>>>> s1
 
 pub use cli::{usage_error, Args};
 pub use config::{Config, ConfigError, NatsAuth};

@@ -230,7 +230,8 @@ pub fn is_immutable(s: &kube::core::Status) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::core::{Status, StatusCause, StatusDetails};
+    use kube::core::response::{StatusCause, StatusDetails};
+    use kube::core::Status;
 
     #[test]
     fn immutable_is_a_422_saying_so() {
@@ -248,7 +249,11 @@ mod tests {
                 message: "Invalid value: \"10.0.0.2\": field is immutable".into(),
                 field: "spec.clusterIP".into(),
             }],
-            ..StatusDetails::default()
+            name: "x".into(),
+            group: String::new(),
+            kind: "services".into(),
+            uid: String::new(),
+            retry_after_seconds: 0,
         });
         assert!(is_immutable(&via_cause));
         let mut conflict = Status::failure("field is immutable", "Conflict");

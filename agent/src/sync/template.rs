@@ -94,7 +94,7 @@ fn environment() -> Environment<'static> {
 /// so it refuses undefined values itself (including the silent undefined of an `if`
 /// without `else`: write `else ''`).
 fn json_formatter(
-    out: &mut minijinja::Output,
+    out: &mut minijinja::Output<'_>,
     state: &mut minijinja::State<'_, '_>,
     value: &minijinja::Value,
 ) -> Result<(), minijinja::Error> {
