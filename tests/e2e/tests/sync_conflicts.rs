@@ -47,6 +47,19 @@ async fn local_object_conflict() {
     }
     let mine = [("owner", "c2-team")];
     create_secret(c2, "shared", "db", &mine).await;
+    // c2's own Secret is not published (else c2 would be its origin and c1
+    // would receive it as a copy): a purely local object of the same name.
+    kubectl(
+        c2,
+        &[
+            "annotate",
+            "secret",
+            "db",
+            "-n",
+            "shared",
+            "fleetbus.io/resource-sync-disabled=true",
+        ],
+    );
     let mut sub = subscribe_conflicts(&nats, "c2").await;
 
     apply_yaml(c1, RULE);
@@ -101,7 +114,12 @@ async fn local_object_conflict() {
         .await
         .unwrap()
         .unwrap();
-    check_unmanaged(&o).unwrap();
+    assert!(
+        !o.annotations().contains_key("fleetbus.io/origin-cluster")
+            && !o.labels().contains_key("fleetbus.io/managed"),
+        "c2's own Secret was turned into a copy: {:?}",
+        o.metadata
+    );
     data_is(secret_data(&mine))(&o).unwrap();
 }
 
