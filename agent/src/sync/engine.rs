@@ -211,6 +211,8 @@ pub struct Engine {
     /// Writes the API server refused for good, with what was refused: not
     /// tried again until the desired copy or the live object changes.
     pub(super) refused: HashMap<Target, Refused>,
+    /// Object versions that could not be published and got their Event.
+    pub(super) unpublishable: std::collections::HashSet<(ObjectKey, String)>,
     /// Errors of the source side, by rule (oversized objects).
     pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
     /// Conflicts already reported (Event, bus), so each is reported once.
@@ -256,6 +258,7 @@ impl Engine {
             baselines: HashMap::new(),
             retries: HashMap::new(),
             refused: HashMap::new(),
+            unpublishable: std::collections::HashSet::new(),
             source_errors: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),

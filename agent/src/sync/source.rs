@@ -180,6 +180,7 @@ impl Engine {
                     }
                     Err(PublishError::Object(error)) => {
                         tracing::warn!(object = %describe_key(&key), %error, "not published");
+                        self.event_unpublishable(&gvk, &key, &error).await;
                         for rule in matching_rules.get(&key).into_iter().flatten() {
                             self.source_errors
                                 .entry(rule.clone())
@@ -190,6 +191,43 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// A Kubernetes Event on an object that cannot be published (once per
+    /// version), so its owner sees why it does not appear elsewhere.
+    async fn event_unpublishable(&mut self, gvk: &GroupVersionKind, key: &ObjectKey, error: &str) {
+        let Some(obj) = self
+            .kinds
+            .get(gvk)
+            .and_then(|k| k.objects.get(&(key.namespace.clone(), key.name.clone())))
+        else {
+            return;
+        };
+        let s = |p: &str| obj.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let version = (
+            key.clone(),
+            s("/metadata/resourceVersion").unwrap_or_default(),
+        );
+        if !self.unpublishable.insert(version) {
+            return;
+        }
+        let object = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: s("/apiVersion"),
+            kind: s("/kind"),
+            namespace: s("/metadata/namespace"),
+            name: s("/metadata/name"),
+            uid: s("/metadata/uid"),
+            ..Default::default()
+        };
+        self.ctx
+            .recorder
+            .publish(
+                &object,
+                crate::kube::events::EventType::Warning,
+                "NotPublished",
+                &format!("not published to the fleet: {error}"),
+            )
+            .await;
     }
 
     /// Publishes one envelope without waiting for its acknowledgement (a
