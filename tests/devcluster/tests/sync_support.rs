@@ -366,6 +366,12 @@ async fn dry_runs_store_nothing_and_send_no_events() {
         let mut changed = real.clone();
         changed.data = changed_body.clone();
         let replaced = api.replace("real", &dry(), &changed).await.unwrap();
+        // The same without a resourceVersion (how a sink computes a baseline): also the
+        // stored resourceVersion.
+        let mut blind = changed.clone();
+        blind.metadata.resource_version = None;
+        let blind = api.replace("real", &dry(), &blind).await.unwrap();
+        assert_eq!(rv_of(&blind), rv, "{kind}: unconditional dry run");
         // The part that changes: `spec` of a Gadget, `data` of a ConfigMap or Secret.
         let field = if changed_body.get("spec").is_some() {
             "spec"
@@ -562,6 +568,28 @@ async fn crds_come_and_go_while_clients_run() {
     let gvk = GroupVersionKind::gvk("example.com", "v1", "Gadget");
     let before = Discovery::new(client.clone()).run().await.unwrap();
     assert!(before.resolve_gvk(&gvk).is_none());
+    // A kube-rs watcher started before the CRD exists: it gets 404s and retries with
+    // backoff until the resource is served.
+    let early: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &gadgets_ar());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut s = watcher(early, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = s.next().await {
+            let seen = match ev {
+                Ok(watcher::Event::Apply(o)) => ("apply", o.metadata.name.unwrap_or_default()),
+                Ok(watcher::Event::Delete(o)) => ("delete", o.metadata.name.unwrap_or_default()),
+                // A relist that finds it (the object was created between two retries).
+                Ok(watcher::Event::InitApply(o)) => ("apply", o.metadata.name.unwrap_or_default()),
+                // Init events and the 404s before the CRD exists (and after it is gone).
+                _ => continue,
+            };
+            if tx.send(seen).is_err() {
+                return;
+            }
+        }
+    });
 
     let api = gadgets(&client).await;
     let groups = raw::get_json(&dc, "/apis");
@@ -601,6 +629,9 @@ async fn crds_come_and_go_while_clients_run() {
         matches!(next_event(&mut events).await, Some(WatchEvent::Added(o)) if o.metadata.name.as_deref() == Some("g1"))
     );
 
+    // The early watcher found the resource once it was served.
+    assert_eq!(next_seen(&mut rx).await, Some(("apply", "g1".to_string())));
+
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.delete("gadgets.example.com", &DeleteParams::default())
         .await
@@ -612,6 +643,10 @@ async fn crds_come_and_go_while_clients_run() {
         next_event(&mut events).await.is_none(),
         "the watch ends with its CRD"
     );
+    // ... and sees the object go with it.
+    assert_eq!(next_seen(&mut rx).await, Some(("delete", "g1".to_string())));
+    drop(rx);
+    task.abort();
 
     let gone = raw::request(&dc, "GET", "/apis/example.com/v1", None, b"");
     assert_eq!(gone.code, 404, "{}", gone.text());
