@@ -40,13 +40,27 @@ async fn two(nats: &NatsServer, origin_flags: &[&str]) -> (Member, Member) {
 async fn stop_without_leave_keeps_copies_and_resumes() {
     let nats = NatsServer::start().unwrap();
     let (mut origin, sink) = two(&nats, &[]).await;
-    let uid = wait_copy(&sink, &secrets(), Some("shared"), "db", "c1", "shared-secrets", |_| Ok(()))
-        .await
-        .uid();
+    let uid = wait_copy(
+        &sink,
+        &secrets(),
+        Some("shared"),
+        "db",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await
+    .uid();
     let status = origin.agent.stop();
     assert!(status.success(), "agent exit {status:?}");
     // A graceful stop without --leave-on-shutdown looks like silence.
-    wait_peer_state(&sink, "c1", ClusterState::Disconnected, Duration::from_secs(30)).await;
+    wait_peer_state(
+        &sink,
+        "c1",
+        ClusterState::Disconnected,
+        Duration::from_secs(30),
+    )
+    .await;
     let copy = get_dynamic(&sink, &secrets(), Some("shared"), "db")
         .await
         .unwrap()
@@ -55,9 +69,32 @@ async fn stop_without_leave_keeps_copies_and_resumes() {
     // Back: the same copy, untouched (no delete-and-recreate churn).
     origin.agent.restart().unwrap();
     wait_peer_state(&sink, "c1", ClusterState::Ready, Duration::from_secs(30)).await;
-    kubectl(&origin, &["-n", "shared", "create", "secret", "generic", "db2", "--from-literal=k=w"]);
-    wait_copy(&sink, &secrets(), Some("shared"), "db2", "c1", "shared-secrets", |_| Ok(())).await;
-    let copy = get_dynamic(&sink, &secrets(), Some("shared"), "db").await.unwrap().unwrap();
+    kubectl(
+        &origin,
+        &[
+            "-n",
+            "shared",
+            "create",
+            "secret",
+            "generic",
+            "db2",
+            "--from-literal=k=w",
+        ],
+    );
+    wait_copy(
+        &sink,
+        &secrets(),
+        Some("shared"),
+        "db2",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    let copy = get_dynamic(&sink, &secrets(), Some("shared"), "db")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(copy.uid(), uid, "the copy was recreated after the restart");
 }
 
@@ -65,7 +102,16 @@ async fn stop_without_leave_keeps_copies_and_resumes() {
 async fn leaving_for_good_collects_copies() {
     let nats = NatsServer::start().unwrap();
     let (mut origin, sink) = two(&nats, &["--leave-on-shutdown"]).await;
-    wait_copy(&sink, &secrets(), Some("shared"), "db", "c1", "shared-secrets", |_| Ok(())).await;
+    wait_copy(
+        &sink,
+        &secrets(),
+        Some("shared"),
+        "db",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
     let status = origin.agent.stop();
     assert!(status.success(), "agent exit {status:?}");
     wait_peer_state(&sink, "c1", ClusterState::Left, Duration::from_secs(30)).await;
