@@ -211,6 +211,17 @@ pub struct Engine {
     /// Writes the API server refused for good, with what was refused: not
     /// tried again until the desired copy or the live object changes.
     pub(super) refused: HashMap<Target, Refused>,
+    /// Drifts detected and not ended, by copy.
+    pub(super) drifts: HashMap<Target, super::drift_report::OpenDrift>,
+    /// When the local watch last saw each copy change (drift latency).
+    pub(super) seen: HashMap<Target, Instant>,
+    /// Copies an operator asked to correct now (`fleetbus drift correct`),
+    /// whatever the drift mode.
+    pub(super) forced: std::collections::HashSet<Target>,
+    /// Results of forced corrections in the last pass.
+    pub(super) forced_results: Vec<(Target, Result<(), String>)>,
+    /// The drift state KV bucket, once found.
+    pub(super) drift_kv: Option<async_nats::jetstream::kv::Store>,
     /// Object versions that could not be published and got their Event.
     pub(super) unpublishable: std::collections::HashSet<(ObjectKey, String)>,
     /// Errors of the source side, by rule (oversized objects).
@@ -259,6 +270,11 @@ impl Engine {
             retries: HashMap::new(),
             refused: HashMap::new(),
             unpublishable: std::collections::HashSet::new(),
+            drifts: HashMap::new(),
+            seen: HashMap::new(),
+            forced: std::collections::HashSet::new(),
+            forced_results: Vec::new(),
+            drift_kv: None,
             source_errors: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
@@ -296,6 +312,9 @@ impl Engine {
             LocalEvent::Reset => kind.relist = Some(BTreeMap::new()),
             LocalEvent::Upsert(obj) => {
                 let Some(key) = local_key(&obj) else { return };
+                if let Some(t) = Target::of(&obj) {
+                    self.seen.insert(t, Instant::now());
+                }
                 match &mut kind.relist {
                     Some(relist) => {
                         relist.insert(key, obj);
@@ -306,6 +325,9 @@ impl Engine {
                 }
             }
             LocalEvent::Remove(obj) => {
+                if let Some(t) = Target::of(&obj) {
+                    self.seen.insert(t, Instant::now());
+                }
                 if let Some(key) = local_key(&obj) {
                     kind.objects.remove(&key);
                     if let Some(relist) = &mut kind.relist {
@@ -526,11 +548,38 @@ pub async fn run(
     let mut fleet = reg.fleet();
     let initial = fleet.borrow_and_update().clone();
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
+    let client = reg.ctx.js.client();
+    let subject = fleetbus_schemas::subject::CommandKey {
+        cluster: reg.ctx.cfg.cluster_name.clone(),
+        verb: "correct".to_owned(),
+    }
+    .to_subject(reg.ctx.layout.prefix());
+    // Without the subscription `fleetbus drift correct` finds no responder;
+    // sync itself goes on (the client resubscribes after reconnects).
+    let mut commands = match client.subscribe(subject.clone()).await {
+        Ok(sub) => Some(sub),
+        Err(e) => {
+            tracing::warn!(%subject, error = %e, "cannot take correct commands");
+            None
+        }
+    };
     engine.pass().await;
     loop {
         let wake = engine.wake_at();
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
+            Some(msg) = next_command(&mut commands) => {
+                let reply = match super::command::parse(&msg.payload) {
+                    Ok(sel) => engine.correct(&sel).await,
+                    Err(e) => engine.refuse(&e),
+                };
+                if let Some(to) = msg.reply {
+                    if let Err(e) = client.publish(to, reply.to_string().into()).await {
+                        tracing::warn!(error = %e, "could not reply to a correct command");
+                    }
+                }
+                continue;
+            }
             input = rx.recv() => {
                 let Some(input) = input else { return Ok(()) };
                 engine.handle(input);
@@ -548,6 +597,14 @@ pub async fn run(
             _ = sleep_until_opt(wake) => {}
         }
         engine.pass().await;
+    }
+}
+
+async fn next_command(sub: &mut Option<async_nats::Subscriber>) -> Option<async_nats::Message> {
+    use futures::StreamExt;
+    match sub {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
     }
 }
 
