@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 
+use fleetbus_schemas::crd::ResourceSyncRuleSpec;
 use minijinja::value::Serde;
 use minijinja::value::ValueKind;
 use minijinja::{context, AutoEscape, Environment, ErrorKind, UndefinedBehavior};
@@ -94,7 +95,7 @@ fn environment() -> Environment<'static> {
 /// so it refuses undefined values itself (including the silent undefined of an `if`
 /// without `else`: write `else ''`).
 fn json_formatter(
-    out: &mut minijinja::Output,
+    out: &mut minijinja::Output<'_>,
     state: &mut minijinja::State<'_, '_>,
     value: &minijinja::Value,
 ) -> Result<(), minijinja::Error> {
@@ -126,6 +127,40 @@ pub fn check(src: &str) -> Result<(), TemplateError> {
     env.template_from_str(&src)
         .map(|_| ())
         .map_err(TemplateError::Syntax)
+}
+
+/// One override value of a rule that does not compile, with the field it sits at.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: invalid template")]
+pub struct SpecTemplateError {
+    /// Field path, e.g. `spec.rules[0].mutations.overrides[1].value`.
+    pub field: String,
+    /// Why it does not compile.
+    #[source]
+    pub error: TemplateError,
+}
+
+/// Compiles every override value of `spec` (what marks a rule `Invalid`, reason
+/// "bad template"); returns every failure, in spec order.
+pub fn check_spec(spec: &ResourceSyncRuleSpec) -> Result<(), Vec<SpecTemplateError>> {
+    let mut errors = Vec::new();
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let Some(m) = &rule.mutations else { continue };
+        for (j, o) in m.overrides.iter().enumerate() {
+            let Some(src) = &o.value else { continue };
+            if let Err(error) = check(src) {
+                errors.push(SpecTemplateError {
+                    field: format!("spec.rules[{i}].mutations.overrides[{j}].value"),
+                    error,
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
 }
 
 /// Renders `src` against `ctx`. The output is parsed as JSON if it parses (`"3"` gives
@@ -400,6 +435,69 @@ mod tests {
             render("{{ 1 | nosuchfilter }}", &ctx()),
             Err(TemplateError::Render(_)) | Err(TemplateError::Syntax(_))
         ));
+    }
+
+    #[test]
+    fn check_spec_names_each_bad_value() {
+        use fleetbus_schemas::crd::{Mutations, Override, OverrideType, SyncRule};
+        let o = |v: &str| Override {
+            type_: OverrideType::Replace,
+            path: "/x".into(),
+            value: Some(v.into()),
+        };
+        let rule = |vals: &[&str]| SyncRule {
+            match_: vec![],
+            mutations: Some(Mutations {
+                overrides: vals.iter().map(|v| o(v)).collect(),
+                ..Default::default()
+            }),
+        };
+        let mut spec = ResourceSyncRuleSpec::default();
+        spec.rules = vec![
+            rule(&["{{ .Object.a }}", "plain"]),
+            SyncRule::default(),
+            rule(&["ok", "{{ .Object.a", "{% if %}"]),
+        ];
+        let fields: Vec<String> = check_spec(&spec)
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.rules[2].mutations.overrides[1].value",
+                "spec.rules[2].mutations.overrides[2].value"
+            ]
+        );
+        spec.rules.truncate(2);
+        assert!(check_spec(&spec).is_ok());
+    }
+
+    #[test]
+    fn tojson_forces_a_string() {
+        let mut c = ctx();
+        c.object["metadata"]["name"] = json!("123");
+        assert_eq!(
+            render("{{ .Object.metadata.name }}", &c).unwrap(),
+            json!(123)
+        );
+        assert_eq!(
+            render("{{ .Object.metadata.name | tojson }}", &c).unwrap(),
+            json!("123")
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_a_syntax_error_not_a_crash() {
+        let src = format!("{{{{ {}1{} }}}}", "(".repeat(10_000), ")".repeat(10_000));
+        assert!(matches!(check(&src), Err(TemplateError::Syntax(_))));
+        let src = format!(
+            "{}x{}",
+            "{% if true %}".repeat(2_000),
+            "{% endif %}".repeat(2_000)
+        );
+        assert!(render(&src, &ctx()).is_err());
     }
 
     #[test]
