@@ -452,12 +452,14 @@ mod tests {
                 ..Default::default()
             }),
         };
-        let mut spec = ResourceSyncRuleSpec::default();
-        spec.rules = vec![
-            rule(&["{{ .Object.a }}", "plain"]),
-            SyncRule::default(),
-            rule(&["ok", "{{ .Object.a", "{% if %}"]),
-        ];
+        let mut spec = ResourceSyncRuleSpec {
+            rules: vec![
+                rule(&["{{ .Object.a }}", "plain"]),
+                SyncRule::default(),
+                rule(&["ok", "{{ .Object.a", "{% if %}"]),
+            ],
+            ..Default::default()
+        };
         let fields: Vec<String> = check_spec(&spec)
             .unwrap_err()
             .into_iter()
