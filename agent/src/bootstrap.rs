@@ -8,7 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Api;
 
-const FIELD_MANAGER: &str = "fleetbus-agent";
+use crate::kube::FIELD_MANAGER;
 
 /// Failure to prepare the local cluster.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +39,7 @@ impl BootstrapError {
         match self {
             BootstrapError::ApplyCrd { source, .. }
             | BootstrapError::NotServed(source)
-            | BootstrapError::Namespace(_, source) => crate::kubeclient::is_transient(source),
+            | BootstrapError::Namespace(_, source) => crate::kube::client::is_transient(source),
             BootstrapError::Serialise(..) => false,
         }
     }

@@ -18,7 +18,7 @@ impl IdentityError {
     /// Whether trying again later can help.
     pub fn is_transient(&self) -> bool {
         match self {
-            IdentityError::Get(e) => crate::kubeclient::is_transient(e),
+            IdentityError::Get(e) => crate::kube::client::is_transient(e),
             IdentityError::NoUid => false,
         }
     }

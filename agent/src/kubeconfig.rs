@@ -24,7 +24,7 @@ use crate::registry::Registry;
 
 /// Name of the reader ServiceAccount, ClusterRole and (suffixed) ClusterRoleBinding.
 pub const READER: &str = "fleetbus-reader";
-const FIELD_MANAGER: &str = "fleetbus-agent";
+use crate::kube::FIELD_MANAGER;
 
 /// Failure to mint the reader kubeconfig.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +69,7 @@ impl KubeconfigError {
     pub fn is_transient(&self) -> bool {
         match self {
             KubeconfigError::Apply { source, .. } | KubeconfigError::Token(_, source) => {
-                crate::kubeclient::is_transient(source)
+                crate::kube::client::is_transient(source)
             }
             KubeconfigError::EmptyToken(_)
             | KubeconfigError::CaFile(..)
@@ -386,7 +386,7 @@ pub fn render(
 /// once when the registry bucket was recreated (the record went with it).
 /// Failures are retried with backoff; peers keep the previous kubeconfig
 /// meanwhile (it stays valid until its expiry).
-#[tracing::instrument(name = "kubeconfig", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+#[tracing::instrument(name = "kubeconfig", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, server: ServerInfo, cancel: CancellationToken) {
     let mut delay = Duration::from_millis(500);
     loop {
@@ -420,19 +420,19 @@ async fn mint_and_publish(
     reg: &Registry,
     server: &ServerInfo,
 ) -> Result<Duration, KubeconfigError> {
-    ensure_reader(&reg.client, &reg.cfg.namespace).await?;
+    ensure_reader(&reg.ctx.client, &reg.ctx.cfg.namespace).await?;
     let minted = mint(
-        &reg.client,
-        &reg.cfg.namespace,
-        &reg.cfg.cluster_name,
+        &reg.ctx.client,
+        &reg.ctx.cfg.namespace,
+        &reg.ctx.cfg.cluster_name,
         server,
-        reg.cfg.kubeconfig_lifetime,
+        reg.ctx.cfg.kubeconfig_lifetime,
     )
     .await?;
-    reg.metrics.kubeconfig_mints.inc();
+    reg.ctx.metrics.kubeconfig_mints.inc();
     let record = KubeconfigRecord {
-        name: reg.cfg.cluster_name.clone(),
-        cluster_id: reg.cluster_id.clone(),
+        name: reg.ctx.cfg.cluster_name.clone(),
+        cluster_id: reg.ctx.cluster_id.clone(),
         kubeconfig: minted.kubeconfig,
         expires_at: chrono::DateTime::from_timestamp(minted.expires_at.as_second(), 0),
     };

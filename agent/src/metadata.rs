@@ -23,7 +23,7 @@ impl MetadataError {
     pub fn is_transient(&self) -> bool {
         match self {
             MetadataError::Nodes(e) | MetadataError::Version(e) => {
-                crate::kubeclient::is_transient(e)
+                crate::kube::client::is_transient(e)
             }
         }
     }

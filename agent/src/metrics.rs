@@ -40,6 +40,19 @@ pub struct Metrics {
     /// 1 while this agent's own record fails the validation every reader
     /// applies (peers then skip it), else 0.
     pub own_record_invalid: Gauge,
+    /// Envelopes published by sync, by `type` (`snapshot`, `tombstone`).
+    pub sync_published: Family<Labels, Counter>,
+    /// Bus messages or objects sync skipped, by `reason` (`malformed`,
+    /// `unsupported_version`, `subject_mismatch`, `too_large`, `publish_failed`).
+    pub sync_rejected: Family<Labels, Counter>,
+    /// Writes of copies, by `op` (`create`, `update`, `recreate`, `delete`, `orphan`, `status`).
+    pub sync_writes: Family<Labels, Counter>,
+    /// Copies currently in sync, over every rule.
+    pub sync_objects: Gauge,
+    /// Objects currently in conflict, over every rule.
+    pub sync_conflicts: Gauge,
+    /// Objects currently failing to sync, over every rule.
+    pub sync_errors: Gauge,
 }
 
 impl Default for Metrics {
@@ -120,7 +133,49 @@ impl Metrics {
             "1 while this cluster's own record fails the validation its peers apply (they skip it)",
             own_record_invalid.clone(),
         );
+        let sync_published = Family::<Labels, Counter>::default();
+        registry.register(
+            "sync_published",
+            "Object envelopes published by this agent, by type",
+            sync_published.clone(),
+        );
+        let sync_rejected = Family::<Labels, Counter>::default();
+        registry.register(
+            "sync_rejected",
+            "Bus messages and objects sync skipped, by reason",
+            sync_rejected.clone(),
+        );
+        let sync_writes = Family::<Labels, Counter>::default();
+        registry.register(
+            "sync_writes",
+            "Writes of copies to the local Kubernetes API, by operation",
+            sync_writes.clone(),
+        );
+        let sync_objects = Gauge::default();
+        registry.register(
+            "sync_objects",
+            "Copies currently in sync",
+            sync_objects.clone(),
+        );
+        let sync_conflicts = Gauge::default();
+        registry.register(
+            "sync_conflicts",
+            "Objects currently in conflict",
+            sync_conflicts.clone(),
+        );
+        let sync_errors = Gauge::default();
+        registry.register(
+            "sync_errors",
+            "Objects currently failing to sync",
+            sync_errors.clone(),
+        );
         Metrics {
+            sync_published,
+            sync_rejected,
+            sync_writes,
+            sync_objects,
+            sync_conflicts,
+            sync_errors,
             own_record_invalid,
             bus_layout_recreated,
             peer_rejected,
@@ -142,6 +197,18 @@ impl Metrics {
         self.registry_rejected
             .get_or_create(&vec![("reason", reason)])
             .inc();
+    }
+
+    /// Counts one skipped bus message or object of sync.
+    pub fn sync_rejected(&self, reason: &'static str) {
+        self.sync_rejected
+            .get_or_create(&vec![("reason", reason)])
+            .inc();
+    }
+
+    /// Counts one write of a copy.
+    pub fn sync_write(&self, op: &'static str) {
+        self.sync_writes.get_or_create(&vec![("op", op)]).inc();
     }
 
     /// Counts one write to the Kubernetes API.

@@ -108,10 +108,10 @@ fn reduce(node: &Node) -> Node {
 
 /// Watches Nodes until `cancel`, keeping the published metadata current.
 /// Watch errors are retried with backoff; the last metadata stays published.
-#[tracing::instrument(name = "nodes", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+#[tracing::instrument(name = "nodes", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
     let events = watcher(
-        Api::<Node>::all(reg.client.clone()),
+        Api::<Node>::all(reg.ctx.client.clone()),
         watcher::Config::default(),
     )
     .default_backoff();
@@ -148,7 +148,7 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
 
 /// Re-reads /version, recomputes the metadata and publishes it if it changed.
 async fn refresh(reg: &Registry, facts: &NodeFacts, version: &mut Option<String>) {
-    match reg.client.apiserver_version().await {
+    match reg.ctx.client.apiserver_version().await {
         Ok(v) => *version = Some(v.git_version),
         // The last known version stays; the next change or tick reads again.
         Err(error) => tracing::warn!(
@@ -166,7 +166,7 @@ async fn refresh(reg: &Registry, facts: &NodeFacts, version: &mut Option<String>
         }
     });
     if changed {
-        reg.metrics.metadata_changes.inc();
+        reg.ctx.metrics.metadata_changes.inc();
     }
 }
 

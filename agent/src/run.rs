@@ -10,14 +10,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::bootstrap::{self, BootstrapError};
+use crate::bus::connect::{self, NatsError};
 use crate::bus::{self, layout::LayoutError};
 use crate::config::Config;
+use crate::context::Context;
 use crate::health::{self, HealthError, Readiness};
 use crate::identity::{self, IdentityError};
-use crate::kubeclient::{self, KubeClientError};
+use crate::kube::client::{self, KubeClientError};
 use crate::kubeconfig::{self, KubeconfigError};
 use crate::metrics::Metrics;
-use crate::nats::{self, NatsError};
 use crate::nodes;
 use crate::registry::record::MemberState;
 use crate::registry::{self, publisher, watcher, Registry, RegistryError};
@@ -43,9 +44,12 @@ pub enum RunError {
     /// The metrics server failed.
     #[error(transparent)]
     Health(#[from] HealthError),
-    /// A registry task failed for good.
+    /// A registry step at start-up failed for good.
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    /// A long-lived task failed for good.
+    #[error(transparent)]
+    Task(#[from] TaskError),
     /// The published kubeconfig cannot be built from our own configuration.
     #[error(transparent)]
     Kubeconfig(#[from] KubeconfigError),
@@ -65,6 +69,7 @@ impl RunError {
             RunError::Layout(e) => e.is_transient(),
             RunError::Health(e) => e.is_transient(),
             RunError::Registry(e) => e.is_transient(),
+            RunError::Task(e) => e.is_transient(),
             RunError::Kubeconfig(e) => e.is_transient(),
             RunError::Panicked(_) => false,
         }
@@ -112,7 +117,7 @@ async fn start(
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
 ) -> Result<(Arc<Registry>, Option<kubeconfig::ServerInfo>), RunError> {
-    let (client, kube_config) = kubeclient::build(cfg.kubeconfig.as_deref()).await?;
+    let (client, kube_config) = client::build(cfg.kubeconfig.as_deref()).await?;
     let server = if cfg.publish_kubeconfig {
         Some(kubeconfig::ServerInfo::from_config(
             &kube_config,
@@ -150,7 +155,7 @@ async fn start(
     let nats_client = retry(
         "connect to NATS",
         || {
-            nats::connect(
+            connect::connect(
                 &cfg.nats_url,
                 &cfg.nats_auth,
                 &cfg.cluster_name,
@@ -161,7 +166,7 @@ async fn start(
     )
     .await?;
     let server_version = nats_client.server_info().version;
-    nats::check_server_version(&server_version)?;
+    connect::check_server_version(&server_version)?;
     tracing::info!(version = %server_version, "NATS server version accepted");
     let js = async_nats::jetstream::new(nats_client);
     // Every stream and bucket name, limit and replica count comes from the
@@ -174,18 +179,18 @@ async fn start(
     )
     .await?;
 
-    let reg = Arc::new(Registry::new(
+    let ctx = Arc::new(Context::new(
         cfg.clone(),
         cluster_id,
         client,
-        ensured.kv,
         (js, layout),
         metrics,
         readiness,
     ));
+    let reg = Arc::new(Registry::new(ctx, ensured.kv));
     reg.note_bucket_incarnation(&ensured.bucket_incarnation);
     // The first record carries the metadata; the Node watch keeps it current.
-    match crate::metadata::gather(&reg.client).await {
+    match crate::metadata::gather(&reg.ctx.client).await {
         Ok(md) => reg.update_local_info(|i| i.metadata = md),
         Err(error) => tracing::warn!(
             error = %crate::report(&error),
@@ -219,31 +224,29 @@ async fn run_tasks(
         let handle = tasks.spawn(named(name, f).instrument(span.clone()));
         names.insert(handle.id(), name);
     };
-    spawn(
-        "watcher",
-        Box::pin(watcher::run(reg.clone(), cancel.clone())),
-    );
+    spawn("watcher", task(watcher::run(reg.clone(), cancel.clone())));
     spawn(
         "reconciler",
-        Box::pin(registry::run_reconciler(reg.clone(), cancel.clone())),
+        task(registry::run_reconciler(reg.clone(), cancel.clone())),
     );
-    spawn("nodes", Box::pin(nodes::run(reg.clone(), cancel.clone())));
+    spawn("nodes", task(nodes::run(reg.clone(), cancel.clone())));
     spawn(
         "api_probe",
-        Box::pin(crate::kube::api_probe::run(reg.clone(), cancel.clone())),
+        task(crate::kube::api_probe::run(reg.clone(), cancel.clone())),
     );
+    spawn("sync", task(crate::sync::run(reg.clone(), cancel.clone())));
     // Cancelled like the others, the publisher then publishes the leave record.
     spawn(
         "publisher",
-        Box::pin(publisher::run(reg.clone(), cancel.clone())),
+        task(publisher::run(reg.clone(), cancel.clone())),
     );
     if let Some(server) = server {
         let (reg, cancel) = (reg.clone(), cancel.clone());
         spawn(
             "kubeconfig",
-            Box::pin(async move {
+            task(async move {
                 kubeconfig::run(reg, server, cancel).await;
-                Ok(())
+                Ok::<(), TaskError>(())
             }),
         );
     }
@@ -254,7 +257,7 @@ async fn run_tasks(
             Ok((name, Err(e))) => {
                 tracing::error!(task = name, error = %crate::report(&e), "task failed");
                 if result.is_ok() {
-                    result = Err(RunError::Registry(e));
+                    result = Err(RunError::Task(e));
                 }
             }
             Err(e) => {
@@ -271,13 +274,40 @@ async fn run_tasks(
     result
 }
 
-/// A long-lived registry task.
-type TaskFuture = std::pin::Pin<Box<dyn Future<Output = Result<(), RegistryError>> + Send>>;
+/// Why a long-lived task stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// A registry task (publisher, watcher, reconciler, probes).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The sync task.
+    #[error(transparent)]
+    Sync(#[from] crate::sync::SyncError),
+}
 
-async fn named<F>(name: &'static str, f: F) -> (&'static str, Result<(), RegistryError>)
+impl TaskError {
+    /// Whether restarting the agent later could help.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            TaskError::Registry(e) => e.is_transient(),
+            TaskError::Sync(e) => e.is_transient(),
+        }
+    }
+}
+
+/// A long-lived task.
+type TaskFuture = std::pin::Pin<Box<dyn Future<Output = Result<(), TaskError>> + Send>>;
+
+/// Boxes a task whose error converts into [`TaskError`].
+fn task<F, E>(f: F) -> TaskFuture
 where
-    F: Future<Output = Result<(), RegistryError>>,
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<TaskError>,
 {
+    Box::pin(async move { f.await.map_err(Into::into) })
+}
+
+async fn named(name: &'static str, f: TaskFuture) -> (&'static str, Result<(), TaskError>) {
     (name, f.await)
 }
 

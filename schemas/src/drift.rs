@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
 use crate::crd::DriftMode;
+use crate::object_ref::ObjectRef;
 use crate::subject::{split_api_version, DriftKey};
 use crate::time::{rfc3339_ms, rfc3339_ms_opt};
 
@@ -24,8 +25,8 @@ pub struct DriftEvent {
     pub rule: String,
     /// Cluster the copy was synced from.
     pub origin: String,
-    /// The drifted copy.
-    pub object: DriftObjectRef,
+    /// The drifted copy (with its `uid` and the drifted `resourceVersion`).
+    pub object: ObjectRef,
     /// Detected, Corrected, CorrectionFailed or Resolved.
     pub phase: DriftPhase,
     /// Whether the copy was modified or deleted.
@@ -45,25 +46,6 @@ pub struct DriftEvent {
     /// Why a correction failed (phase CorrectionFailed), else null.
     #[serde(default)]
     pub error: Option<String>,
-}
-
-/// Identity of the drifted copy on the publishing cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DriftObjectRef {
-    /// `apiVersion` of the copy.
-    pub api_version: String,
-    /// Kind of the copy.
-    pub kind: String,
-    /// Namespace, null for cluster-scoped objects.
-    #[serde(default)]
-    pub namespace: Option<String>,
-    /// Name of the copy.
-    pub name: String,
-    /// `metadata.uid` of the copy.
-    pub uid: String,
-    /// `metadata.resourceVersion` of the drifted copy.
-    pub resource_version: String,
 }
 
 /// Where a drift is in its life.

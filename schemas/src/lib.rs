@@ -8,7 +8,8 @@
 //!   reversible token escaping behind every subject and KV key.
 //! - [`registry`]: the KV bucket where agents announce their cluster and heartbeat.
 //! - [`envelope`]: the MessagePack message carrying one object version (or tombstone).
-//! - [`drift`]: the JSON drift events; [`reported`]: the JSON reported-state messages.
+//! - [`drift`]: the JSON drift events; [`conflict`]: the JSON conflict events;
+//!   [`reported`]: the JSON reported-state messages; [`ObjectRef`] names the object in each.
 //! - [`jetstream`]: stream, bucket and consumer layout as plain data, and the
 //!   minimum server version.
 //! - [`well_known`]: annotation, label, condition and Secret-type names.
@@ -16,11 +17,13 @@
 //! docs/PROTOCOL.md specifies the same protocol for readers who do not use Rust.
 
 mod codec;
+pub mod conflict;
 pub mod crd;
 pub mod drift;
 pub mod envelope;
 pub mod jetstream;
 pub mod k8s_names;
+mod object_ref;
 pub mod pointer;
 pub mod registry;
 pub mod reported;
@@ -30,3 +33,4 @@ pub mod well_known;
 
 pub use codec::{DecodeError, EncodeError};
 pub use crd::all_crds;
+pub use object_ref::ObjectRef;

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
+use crate::object_ref::ObjectRef;
 use crate::subject::{split_api_version, StatusKey};
 use crate::time::rfc3339_ms;
 
@@ -23,8 +24,8 @@ pub struct ReportedStatus {
     pub rule: String,
     /// Cluster the copy comes from (the intended reader).
     pub origin: String,
-    /// The source object on the origin.
-    pub source: SourceRef,
+    /// The source object on the origin (with its `uid`).
+    pub source: ObjectRef,
     /// Name of the copy on the sink (differs from the source when mutations rename it).
     pub copy_name: String,
     /// Namespace of the copy, null if cluster-scoped.
@@ -38,23 +39,6 @@ pub struct ReportedStatus {
     /// The copy's `.status`; null when the copy no longer exists.
     #[serde(default)]
     pub status: Value,
-}
-
-/// Identity of the source object on its origin cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SourceRef {
-    /// `apiVersion` of the source.
-    pub api_version: String,
-    /// Kind of the source.
-    pub kind: String,
-    /// Namespace, null if cluster-scoped.
-    #[serde(default)]
-    pub namespace: Option<String>,
-    /// Name of the source.
-    pub name: String,
-    /// `metadata.uid` of the source on the origin.
-    pub uid: String,
 }
 
 impl ReportedStatus {
@@ -94,12 +78,9 @@ mod tests {
             cluster: "west".into(),
             rule: "web".into(),
             origin: "east".into(),
-            source: SourceRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: Some("team-a".into()),
-                name: "web".into(),
-                uid: "u-1".into(),
+            source: ObjectRef {
+                uid: Some("u-1".into()),
+                ..ObjectRef::new("apps/v1", "Deployment", Some("team-a"), "web")
             },
             copy_name: "web".into(),
             copy_namespace: Some("team-a".into()),

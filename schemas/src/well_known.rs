@@ -35,6 +35,16 @@ pub const LABEL_MANAGED: &str = "fleetbus.io/managed";
 /// The value of [`LABEL_MANAGED`].
 pub const LABEL_MANAGED_VALUE: &str = "true";
 
+/// Kind of the fleetbus rule resource (with [`GROUP`] and [`VERSION`], see
+/// [`RESOURCE_SYNC_RULE_GVK`]); rules are synced by a built-in implicit rule.
+pub const RESOURCE_SYNC_RULE_KIND: &str = "ResourceSyncRule";
+/// `(group, version, kind)` of ResourceSyncRule.
+pub const RESOURCE_SYNC_RULE_GVK: (&str, &str, &str) = (GROUP, VERSION, RESOURCE_SYNC_RULE_KIND);
+
+/// Kubernetes Event reason on a ResourceSyncRule when a copy is not written because of a
+/// conflict (an object not made by fleetbus at the target, or another origin winning it).
+pub const EVENT_SYNC_CONFLICT: &str = "SyncConflict";
+
 /// `type` of a Secret holding a reader kubeconfig for a cluster (referenced by `Cluster.spec.authInfo`).
 pub const SECRET_TYPE_CLUSTER_KUBECONFIG: &str = "fleetbus.io/cluster-kubeconfig";
 /// Key in a [`SECRET_TYPE_CLUSTER_KUBECONFIG`] Secret's `data` holding the kubeconfig.
@@ -52,4 +62,7 @@ pub mod condition {
     pub const NAME_CONFLICT: &str = "NameConflict";
     /// ResourceSyncRule: the spec failed validation; the message says why.
     pub const INVALID: &str = "Invalid";
+    /// ResourceSyncRule: True while at least one copy is not written because of a
+    /// conflict; the message names the object(s).
+    pub const SYNC_CONFLICT: &str = "Conflict";
 }

@@ -5,11 +5,12 @@
 use chrono::{DateTime, Utc};
 use fleetbus_schemas::crd::DriftMode;
 use fleetbus_schemas::drift::{
-    drift_event_id, ChangedBy, DriftChange, DriftEvent, DriftObjectRef, DriftPhase, DriftType,
+    drift_event_id, ChangedBy, DriftChange, DriftEvent, DriftPhase, DriftType,
 };
 use fleetbus_schemas::subject::Prefix;
 use fleetbus_schemas::time::parse_rfc3339;
 use fleetbus_schemas::DecodeError;
+use fleetbus_schemas::ObjectRef;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -29,13 +30,10 @@ fn example() -> DriftEvent {
         cluster: "west".into(),
         rule: "team-config".into(),
         origin: "east".into(),
-        object: DriftObjectRef {
-            api_version: "v1".into(),
-            kind: "ConfigMap".into(),
-            namespace: Some("team-a".into()),
-            name: "settings".into(),
-            uid: "9d8e7f60-1a2b-4c3d-8e9f-0a1b2c3d4e5f".into(),
-            resource_version: "1187".into(),
+        object: ObjectRef {
+            uid: Some("9d8e7f60-1a2b-4c3d-8e9f-0a1b2c3d4e5f".into()),
+            resource_version: Some("1187".into()),
+            ..ObjectRef::new("v1", "ConfigMap", Some("team-a"), "settings")
         },
         phase: DriftPhase::Corrected,
         type_: DriftType::Modified,
@@ -198,8 +196,8 @@ proptest! {
                    error in proptest::option::of(any::<String>())) {
         let e = DriftEvent {
             id: s[0].clone(), cluster: s[1].clone(), rule: s[2].clone(), origin: s[3].clone(),
-            object: DriftObjectRef { api_version: s[4].clone(), kind: s[5].clone(), namespace: ns,
-                name: s[6].clone(), uid: s[7].clone(), resource_version: s[8].clone() },
+            object: ObjectRef { api_version: s[4].clone(), kind: s[5].clone(), namespace: ns,
+                name: s[6].clone(), uid: Some(s[7].clone()), resource_version: Some(s[8].clone()) },
             phase,
             type_: if deleted { DriftType::Deleted } else { DriftType::Modified },
             detected_at: at,

@@ -9,7 +9,9 @@
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use fleetbus_schemas::envelope::{content_hash, EncryptionHeader, Envelope, ENVELOPE_VERSION};
+use fleetbus_schemas::envelope::{
+    content_hash, EncryptionHeader, Envelope, TombstoneReason, ENVELOPE_VERSION,
+};
 use fleetbus_schemas::time::parse_rfc3339;
 use fleetbus_schemas::DecodeError;
 use proptest::prelude::*;
@@ -81,8 +83,8 @@ fn golden_v1_snapshot() {
     )
     .unwrap();
     assert_eq!(Envelope::decode(&pinned).unwrap(), env);
-    // First key of the map is schemaVersion = 1 (fixmap, fixstr "schemaVersion", 0x01).
-    assert_eq!(bytes[0], 0x8c);
+    // First key of the map is schemaVersion = 1 (fixmap of 13, fixstr "schemaVersion", 0x01).
+    assert_eq!(bytes[0], 0x8d);
     assert_eq!(&bytes[1..15], b"\xadschemaVersion");
     assert_eq!(bytes[15], 0x01);
 }
@@ -95,6 +97,7 @@ fn golden_v1_tombstone() {
         "0b9c1f5e-1d2c-4e3f-8a7b-6c5d4e3f2a1b",
         "43",
         t0(),
+        TombstoneReason::Deleted,
     );
     assert_eq!(
         env.msg_id(),
@@ -103,6 +106,72 @@ fn golden_v1_tombstone() {
     let bytes = env.encode().unwrap();
     check_golden("envelope_v1_tombstone.hex", &bytes);
     assert_eq!(Envelope::decode(&bytes).unwrap(), env);
+}
+
+/// The encoded tombstone of `golden_v1_tombstone` with `tombstoneReason` set to `value`
+/// (a str) or dropped (`None`), re-encoded as a 12- or 13-entry map.
+fn tombstone_with_reason(value: Option<Value>) -> Vec<u8> {
+    let env = Envelope::tombstone("east", None, "u-1", "43", t0(), TombstoneReason::Deleted);
+    let mut map: Value = rmp_serde::from_slice(&env.encode().unwrap()).unwrap();
+    let entries = map.as_object_mut().unwrap();
+    entries.remove("tombstoneReason");
+    if let Some(v) = value {
+        entries.insert("tombstoneReason".into(), v);
+    }
+    rmp_serde::to_vec_named(&map).unwrap()
+}
+
+#[test]
+fn tombstone_reasons() {
+    // Unpublished round-trips and has its own message id.
+    let env = Envelope::tombstone(
+        "east",
+        None,
+        "u-1",
+        "43",
+        t0(),
+        TombstoneReason::Unpublished,
+    );
+    assert_eq!(env.msg_id(), "east:u-1:43:unpublished");
+    let bytes = env.encode().unwrap();
+    assert_eq!(bytes[0], 0x8d);
+    assert!(bytes.ends_with(b"\xaftombstoneReason\xabUnpublished"));
+    assert_eq!(Envelope::decode(&bytes).unwrap(), env);
+    // A snapshot writes nil.
+    let snap = Envelope::snapshot("east", None, config_map(), t0()).unwrap();
+    assert!(snap.encode().unwrap().ends_with(b"\xaftombstoneReason\xc0"));
+    assert_eq!(snap.tombstone_reason, None);
+    // A tombstone written before the key existed (12 entries) reads as Deleted.
+    let old = tombstone_with_reason(None);
+    assert_eq!(old[0], 0x8c);
+    assert_eq!(
+        Envelope::decode(&old).unwrap().tombstone_reason,
+        Some(TombstoneReason::Deleted)
+    );
+    // Explicit nil on a tombstone: also Deleted.
+    assert_eq!(
+        Envelope::decode(&tombstone_with_reason(Some(Value::Null)))
+            .unwrap()
+            .tombstone_reason,
+        Some(TombstoneReason::Deleted)
+    );
+    // An unknown reason, or one of the wrong type, is malformed.
+    for bad in [json!("Vanished"), json!("deleted"), json!(1), json!(true)] {
+        assert!(
+            matches!(
+                Envelope::decode(&tombstone_with_reason(Some(bad.clone()))),
+                Err(DecodeError::Malformed { .. })
+            ),
+            "{bad}"
+        );
+    }
+    // A reason on a snapshot is malformed.
+    let mut snap = Envelope::snapshot("east", None, config_map(), t0()).unwrap();
+    snap.tombstone_reason = Some(TombstoneReason::Deleted);
+    assert!(matches!(
+        Envelope::decode(&snap.encode().unwrap()),
+        Err(DecodeError::Malformed { .. })
+    ));
 }
 
 #[test]
@@ -202,8 +271,10 @@ proptest! {
     }
 
     #[test]
-    fn tombstone_round_trips(origin in any::<String>(), uid in any::<String>(), rv in any::<String>(), time in ms_time()) {
-        let env = Envelope::tombstone(&origin, Some("id"), &uid, &rv, time);
+    fn tombstone_round_trips(origin in any::<String>(), uid in any::<String>(), rv in any::<String>(), time in ms_time(),
+                             unpublished in any::<bool>()) {
+        let reason = if unpublished { TombstoneReason::Unpublished } else { TombstoneReason::Deleted };
+        let env = Envelope::tombstone(&origin, Some("id"), &uid, &rv, time, reason);
         prop_assert_eq!(Envelope::decode(&env.encode().unwrap()).unwrap(), env);
     }
 

@@ -101,7 +101,12 @@ fn jetstream_names_and_limits_match_the_layout() {
     let names: Vec<_> = default.streams().into_iter().map(|s| s.name).collect();
     assert_eq!(
         names,
-        ["FLEETBUS_OBJECTS", "FLEETBUS_DRIFT", "FLEETBUS_STATUS"]
+        [
+            "FLEETBUS_OBJECTS",
+            "FLEETBUS_DRIFT",
+            "FLEETBUS_STATUS",
+            "FLEETBUS_CONFLICTS"
+        ]
     );
     for s in default.streams() {
         assert_doc_contains(&format!("| `{}`", s.name));
@@ -127,12 +132,15 @@ fn every_well_known_name_is_in_the_table() {
         well_known::ANNOTATION_ORIGIN_UID,
         well_known::ANNOTATION_RULE,
         well_known::ANNOTATION_SOURCE_HASH,
+        well_known::ANNOTATION_ORPHAN_POLICY,
         well_known::ANNOTATION_RESOURCE_SYNC_DISABLED,
         well_known::ANNOTATION_CLUSTER_DISABLED,
         well_known::ANNOTATION_DRIFT_IGNORE,
         well_known::ANNOTATION_CORRECTION_PAUSED,
         well_known::LABEL_MANAGED,
         well_known::SECRET_TYPE_CLUSTER_KUBECONFIG,
+        well_known::condition::SYNC_CONFLICT,
+        well_known::EVENT_SYNC_CONFLICT,
     ] {
         assert_doc_contains(&format!("| `{name}` |"));
     }
@@ -155,6 +163,18 @@ fn content_hash_test_vector_is_documented() {
         canonical
     );
     assert_doc_contains(&format!("whose hash is `{}`", content_hash(&object)));
+}
+
+#[test]
+fn tombstone_reasons_and_ids_are_documented() {
+    use fleetbus_schemas::envelope::{tombstone_msg_id, TombstoneReason};
+    for reason in [TombstoneReason::Deleted, TombstoneReason::Unpublished] {
+        assert_doc_contains(&format!("`\"{reason}\"`"));
+        let id = tombstone_msg_id("<origin>", "<uid>", "<resourceVersion>", reason);
+        assert_doc_contains(&format!("`{id}`"));
+    }
+    assert_doc_contains("emit exactly these 13 entries");
+    assert_doc_contains("| `tombstoneReason` |");
 }
 
 #[test]

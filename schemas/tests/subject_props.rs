@@ -4,7 +4,7 @@
 
 use fleetbus_schemas::subject::{
     decode_token, encode_token, is_valid_kv_token, is_valid_subject_token, owned_subtrees,
-    CommandKey, DriftKey, ObjectFilter, ObjectKey, Prefix, StatusKey, SubjectError,
+    CommandKey, ConflictKey, DriftKey, ObjectFilter, ObjectKey, Prefix, StatusKey, SubjectError,
 };
 use proptest::option;
 use proptest::prelude::*;
@@ -174,6 +174,14 @@ proptest! {
         assert_tokens_valid(&p, &ss, 7)?;
         prop_assert_eq!(StatusKey::parse_subject(&p, &ss).unwrap(), st);
 
+        let ck = ConflictKey { cluster: c.clone(), group: key.group.clone(), version: key.version.clone(),
+            kind: key.kind.clone(), namespace: key.namespace.clone(), name: key.name.clone() };
+        let ks = ck.to_subject(&p);
+        assert_tokens_valid(&p, &ks, 7)?;
+        prop_assert_eq!(ConflictKey::parse_subject(&p, &ks).unwrap(), ck);
+        // Status and conflict subjects of the same object never parse as each other.
+        prop_assert!(ConflictKey::parse_subject(&p, &ss).is_err());
+
         let cmd = CommandKey { cluster: c, verb };
         let cs = cmd.to_subject(&p);
         assert_tokens_valid(&p, &cs, 3)?;
@@ -202,6 +210,12 @@ proptest! {
         let owned = owned_subtrees(&p, &key.origin);
         prop_assert!(nats_match(&owned[0], &key.to_subject(&p)));
         prop_assert_eq!(nats_match(&owned[0], &other.to_subject(&p)), other.origin == key.origin);
+        // ... and so are its conflict events.
+        let conflict = ConflictKey { cluster: key.origin.clone(), group: key.group.clone(),
+            version: key.version.clone(), kind: key.kind.clone(), namespace: key.namespace.clone(),
+            name: key.name.clone() };
+        prop_assert!(nats_match(&owned[3], &conflict.to_subject(&p)));
+        prop_assert!(owned.iter().take(3).all(|o| !nats_match(o, &conflict.to_subject(&p))));
     }
 }
 

@@ -1,14 +1,14 @@
 //! The bus layout (registry bucket and streams), ensured at start-up and recreated if deleted under a running agent.
 //!
 //! Both steps are idempotent and compare what exists with the schemas
-//! layout (`nats::ensure_bucket`, `streams::ensure_streams`), so every agent
+//! layout (`connect::ensure_bucket`, `streams::ensure_streams`), so every agent
 //! of a fleet may run them at any moment, several at once.
 
 use async_nats::jetstream::{self, kv};
 use fleetbus_schemas::jetstream::Layout;
 
-use crate::nats::{self, NatsError};
-use crate::streams::{self, StreamError};
+use crate::bus::connect::{self, NatsError};
+use crate::bus::streams::{self, StreamError};
 
 /// Failure to ensure the bus layout.
 #[derive(Debug, thiserror::Error)]
@@ -55,8 +55,11 @@ impl Ensured {
 /// Creates what is missing of the registry bucket (first: its creation is
 /// where a server without JetStream is told apart) and the streams.
 pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured, LayoutError> {
-    let (kv, created_bucket) =
-        nats::ensure_bucket(js, nats::registry_bucket_config(&layout.registry_bucket())).await?;
+    let (kv, created_bucket) = connect::ensure_bucket(
+        js,
+        connect::registry_bucket_config(&layout.registry_bucket()),
+    )
+    .await?;
     let created_streams = streams::ensure_streams(js, layout).await?;
     // The handle holds the stream info read when it was opened or created.
     let bucket_incarnation = kv

@@ -1,4 +1,7 @@
-//! Building blocks on NATS JetStream: typed error codes and the bus layout (bucket + streams).
+//! Building blocks on NATS JetStream, shared by every task: connecting, the
+//! streams and the registry bucket (the layout), and typed JetStream error codes.
 
+pub mod connect;
 pub mod errors;
 pub mod layout;
+pub mod streams;

@@ -21,7 +21,7 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Probes until `cancel`, publishing every change of the API's health.
-#[tracing::instrument(name = "api_probe", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+#[tracing::instrument(name = "api_probe", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
     let mut tick = tokio::time::interval(PROBE_INTERVAL);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -33,7 +33,7 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
         }
         let health = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            h = probe(&reg.client, PROBE_TIMEOUT) => h,
+            h = probe(&reg.ctx.client, PROBE_TIMEOUT) => h,
         };
         reg.set_api_health(health);
     }

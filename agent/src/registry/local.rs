@@ -8,13 +8,13 @@ use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
-use super::conditions::{merge, status_of, Desired};
 use super::liveness::members_match;
 use super::publisher::AGENT_VERSION;
 use super::record::MemberState;
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
 use super::{Registry, RegistryError};
-use crate::events::EventType;
+use crate::kube::conditions::{merge, status_of, Desired};
+use crate::kube::events::EventType;
 
 /// What the membership says about the local cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,8 +34,8 @@ pub fn facts(reg: &Registry, now: Instant) -> LocalFacts {
         .peers()
         .filter(|p| {
             p.record.state == MemberState::Active
-                && p.record.name != reg.cfg.cluster_name
-                && p.liveness.alive(now, reg.cfg.peer_timeout)
+                && p.record.name != reg.ctx.cfg.cluster_name
+                && p.liveness.alive(now, reg.ctx.cfg.peer_timeout)
                 && !members_match(&ours, &p.record.members)
         })
         .map(|p| p.record.name.clone())
@@ -49,15 +49,15 @@ pub fn facts(reg: &Registry, now: Instant) -> LocalFacts {
 /// Ensures the Local Cluster object exists and shows the truth. Returns when
 /// its `lastHeartbeatTime` falls due for a refresh (no pass may come sooner
 /// when the cluster has no peers).
-#[tracing::instrument(name = "local", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+#[tracing::instrument(name = "local", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn reconcile(
     reg: &Registry,
     writer: &StatusWriter,
     clusters: &[Arc<Cluster>],
     now: Instant,
 ) -> Result<Option<Instant>, RegistryError> {
-    let name = &reg.cfg.cluster_name;
-    let api = Api::<Cluster>::all(reg.client.clone());
+    let name = &reg.ctx.cfg.cluster_name;
+    let api = Api::<Cluster>::all(reg.ctx.client.clone());
     let cached = clusters.iter().find(|c| &c.name_any() == name);
     // An object we created a moment ago may not be in the lagging watch cache yet.
     let remembered = writer.created_not_cached(name, cached.is_some(), now);
@@ -69,13 +69,13 @@ pub async fn reconcile(
             let obj = Cluster::new(
                 name,
                 ClusterSpec {
-                    cluster_id: reg.cluster_id.clone(),
+                    cluster_id: reg.ctx.cluster_id.clone(),
                     ..ClusterSpec::default()
                 },
             );
             fetched = match api.create(&PostParams::default(), &obj).await {
                 Ok(created) => {
-                    reg.metrics.kube_write("cluster");
+                    reg.ctx.metrics.kube_write("cluster");
                     tracing::info!("created Local Cluster object");
                     created
                 }
@@ -100,12 +100,12 @@ pub async fn reconcile(
             &fetched
         }
     };
-    if ours.spec.cluster_id != reg.cluster_id {
+    if ours.spec.cluster_id != reg.ctx.cluster_id {
         // Someone else's object carries our name (a peer of the same name seen
         // earlier, or a hand-made object). Never overwrite it; say so.
         tracing::error!(
             object_cluster_id = %ours.spec.cluster_id,
-            local_cluster_id = %reg.cluster_id,
+            local_cluster_id = %reg.ctx.cluster_id,
             "a Cluster object named like this cluster has another clusterID; leaving it alone"
         );
         return Ok(None);
@@ -114,13 +114,13 @@ pub async fn reconcile(
 
     let claiming: Vec<&Arc<Cluster>> = clusters
         .iter()
-        .filter(|c| c.spec.cluster_id == reg.cluster_id)
+        .filter(|c| c.spec.cluster_id == reg.ctx.cluster_id)
         .collect();
     let local_conflict = claiming.len() > 1;
     let conflict_msg = format!(
         "{} Cluster objects claim clusterID {}: {}",
         claiming.len(),
-        reg.cluster_id,
+        reg.ctx.cluster_id,
         claiming
             .iter()
             .map(|c| c.name_any())
@@ -134,7 +134,8 @@ pub async fn reconcile(
         let m = reg.membership();
         other_conflicts += m.conflicting_names().len();
     }
-    reg.metrics
+    reg.ctx
+        .metrics
         .name_conflicts
         .set(i64::try_from(f.rivals.len() + other_conflicts).unwrap_or(i64::MAX));
 
@@ -142,7 +143,7 @@ pub async fn reconcile(
     let name_conflict_msg = format!(
         "cluster name {name:?} is also claimed by clusterID(s) {}; this cluster is {}",
         f.rivals.join(", "),
-        reg.cluster_id
+        reg.ctx.cluster_id
     );
     let desired = [
         Desired {
@@ -284,7 +285,7 @@ pub async fn reconcile(
     }
     // The kept time is refreshed by the first pass after it is due; by then
     // the newest record may be up to one interval older, hence the slack.
-    Ok(refresh_in.map(|d| now + d + reg.cfg.heartbeat_interval + REFRESH_SLACK))
+    Ok(refresh_in.map(|d| now + d + reg.ctx.cfg.heartbeat_interval + REFRESH_SLACK))
 }
 
 /// Past a refresh due time, so the pass sees a heartbeat old enough to write.
@@ -313,7 +314,8 @@ async fn report_transition(
             format!("{type_} resolved"),
         )
     };
-    reg.recorder
+    reg.ctx
+        .recorder
         .publish(&obj.object_ref(&()), kind, &reason, &msg)
         .await;
 }

@@ -5,7 +5,6 @@
 //! and the [`reconciler`] turns both into the Local and Peer Cluster objects
 //! ([`local`], [`peers`]).
 
-mod conditions;
 mod liveness;
 mod local;
 mod membership;
@@ -17,6 +16,7 @@ pub mod publisher;
 mod reconciler;
 pub mod record;
 mod status;
+pub mod view;
 pub mod watcher;
 
 use std::collections::BTreeMap;
@@ -25,18 +25,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_nats::jetstream::kv;
 use fleetbus_schemas::crd::{Cluster, ClusterMetadata, ClusterState};
-use fleetbus_schemas::jetstream::Layout;
 use fleetbus_schemas::registry::ApiHealth;
 use kube::ResourceExt;
-use tokio::sync::Notify;
 
-use crate::config::Config;
-use crate::events::Recorder;
-use crate::health::Readiness;
-use crate::metrics::Metrics;
+use crate::context::Context;
+use tokio::sync::{watch, Notify};
 
 pub use membership::Membership;
 pub use reconciler::run as run_reconciler;
+pub use view::{FleetView, PeerView};
 
 /// Failure of a registry task.
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +74,7 @@ impl RegistryError {
     /// that cannot be serialised will not serialise next time either.
     pub fn is_transient(&self) -> bool {
         match self {
-            RegistryError::Kube { source, .. } => crate::kubeclient::is_transient(source),
+            RegistryError::Kube { source, .. } => crate::kube::client::is_transient(source),
             RegistryError::Put { .. } | RegistryError::Watch(_) => true,
             RegistryError::Encode(_) | RegistryError::Serialise(_) => false,
         }
@@ -95,26 +92,20 @@ pub struct LocalInfo {
     pub metadata: ClusterMetadata,
 }
 
-/// State shared by the registry tasks (one per agent, behind an `Arc`).
+/// State shared by the registry tasks (one per agent, behind an `Arc`):
+/// membership, what we publish about ourselves, and the notifies that connect
+/// the publisher, watcher and reconciler. Agent-wide handles are in `ctx`.
 pub struct Registry {
-    /// Validated flags.
-    pub cfg: Config,
-    /// This cluster's kube-system UID.
-    pub cluster_id: String,
-    /// Local Kubernetes client.
-    pub client: kube::Client,
+    /// What every task shares (config, clients, metrics, readiness).
+    pub ctx: Arc<Context>,
     /// The registry bucket.
     pub kv: kv::Store,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
-    /// Readiness flags.
-    pub readiness: Arc<Readiness>,
-    /// Event recorder.
-    pub recorder: Recorder,
     /// The fleet as read from the bucket.
     membership: Mutex<Membership>,
     /// What we publish about ourselves.
     local: Mutex<LocalInfo>,
+    /// The read-only view of the fleet that sync follows (see [`view`]).
+    fleet: watch::Sender<Arc<FleetView>>,
     /// Wakes the reconciler: the membership changed.
     pub membership_changed: Notify,
     /// Wakes the publisher: something we publish changed.
@@ -128,10 +119,6 @@ pub struct Registry {
     api_health: Mutex<ApiHealth>,
     /// Wakes the API probe early (a watch broke).
     pub probe_now: Notify,
-    /// JetStream, to recreate the bus layout if it is deleted under us.
-    pub js: async_nats::jetstream::Context,
-    /// The bus layout this agent created at start-up (and recreates).
-    pub layout: Layout,
     /// Wakes the registry watcher to watch again (the bucket was recreated).
     pub rewatch: Notify,
     /// Wakes the kubeconfig publisher: the bucket was recreated, so the
@@ -140,49 +127,48 @@ pub struct Registry {
     /// Which incarnation of the registry bucket the watcher watches (its
     /// stream's creation time; see `bus::layout::Ensured`).
     bucket_incarnation: Mutex<String>,
-    /// When this agent run started (published; a restart is a new run).
-    pub started_at: chrono::DateTime<chrono::Utc>,
     /// Heartbeat sequence number within this run.
     seq: AtomicU64,
 }
 
 impl Registry {
-    /// A registry for the cluster `cluster_id`.
-    pub fn new(
-        cfg: Config,
-        cluster_id: String,
-        client: kube::Client,
-        kv: kv::Store,
-        bus: (async_nats::jetstream::Context, Layout),
-        metrics: Arc<Metrics>,
-        readiness: Arc<Readiness>,
-    ) -> Self {
-        let (js, layout) = bus;
-        let recorder = Recorder::new(client.clone(), &cfg.cluster_name);
+    /// A registry over the bucket `kv`.
+    pub fn new(ctx: Arc<Context>, kv: kv::Store) -> Self {
+        let (fleet, _) = watch::channel(Arc::new(FleetView::new(&ctx.cfg.cluster_name)));
         Registry {
-            membership: Mutex::new(Membership::new(&cfg.cluster_name, &cluster_id)),
+            membership: Mutex::new(Membership::new(&ctx.cfg.cluster_name, &ctx.cluster_id)),
             local: Mutex::new(LocalInfo::default()),
-            cfg,
-            cluster_id,
-            client,
+            ctx,
             kv,
-            metrics,
-            readiness,
-            recorder,
+            fleet,
             membership_changed: Notify::new(),
             publish_now: Notify::new(),
             local_changed: Notify::new(),
             last_heartbeat: Mutex::new(None),
             api_health: Mutex::new(ApiHealth::reachable()),
             probe_now: Notify::new(),
-            js,
-            layout,
             rewatch: Notify::new(),
             republish_kubeconfig: Notify::new(),
             bucket_incarnation: Mutex::new(String::new()),
-            started_at: chrono::Utc::now(),
             seq: AtomicU64::new(0),
         }
+    }
+
+    /// Follows the fleet as sync needs it: peers with their labels, features
+    /// and whether they may be a source. The receiver sees every change.
+    pub fn fleet(&self) -> watch::Receiver<Arc<FleetView>> {
+        self.fleet.subscribe()
+    }
+
+    /// Publishes a new fleet view if it differs from the current one.
+    pub fn set_fleet(&self, view: FleetView) {
+        self.fleet.send_if_modified(|current| {
+            if **current == view {
+                return false;
+            }
+            *current = Arc::new(view);
+            true
+        });
     }
 
     /// Locks the membership. A std mutex is right here: every critical section
@@ -250,7 +236,8 @@ impl Registry {
     /// Records a probe result: `/readyz` follows it at once, and a change is
     /// published at once (peers show it within one heartbeat).
     pub fn set_api_health(&self, health: ApiHealth) {
-        self.readiness
+        self.ctx
+            .readiness
             .kube
             .store(health.reachable, Ordering::Relaxed);
         let changed_reachability = {

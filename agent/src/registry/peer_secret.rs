@@ -56,7 +56,7 @@ pub(super) async fn kubeconfig_secret(
             Some(AuthInfo {
                 secret_ref: NamespacedName {
                     name: secret_name,
-                    namespace: reg.cfg.namespace.clone(),
+                    namespace: reg.ctx.cfg.namespace.clone(),
                 },
             })
         }
@@ -88,10 +88,10 @@ async fn ensure_secret(
             return Ok(());
         }
     }
-    let api = Api::<Secret>::namespaced(reg.client.clone(), &reg.cfg.namespace);
+    let api = Api::<Secret>::namespaced(reg.ctx.client.clone(), &reg.ctx.cfg.namespace);
     let err = |action, source| RegistryError::Kube {
         action,
-        object: format!("{}/{name}", reg.cfg.namespace),
+        object: format!("{}/{name}", reg.ctx.cfg.namespace),
         source,
     };
     let data = ByteString(k.kubeconfig.clone().into_bytes());
@@ -108,14 +108,14 @@ async fn ensure_secret(
             api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| err("patch Secret", e))?;
-            reg.metrics.kube_write("secret");
+            reg.ctx.metrics.kube_write("secret");
             tracing::info!(secret = name, "updated peer kubeconfig Secret");
         }
         None => {
             let secret = Secret {
                 metadata: ObjectMeta {
                     name: Some(name.to_owned()),
-                    namespace: Some(reg.cfg.namespace.clone()),
+                    namespace: Some(reg.ctx.cfg.namespace.clone()),
                     labels: Some(
                         [(
                             well_known::LABEL_MANAGED.to_owned(),
@@ -132,7 +132,7 @@ async fn ensure_secret(
             api.create(&PostParams::default(), &secret)
                 .await
                 .map_err(|e| err("create Secret", e))?;
-            reg.metrics.kube_write("secret");
+            reg.ctx.metrics.kube_write("secret");
             tracing::info!(secret = name, "stored peer kubeconfig Secret");
         }
     }

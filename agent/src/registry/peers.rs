@@ -12,7 +12,6 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
-use super::conditions::{merge, Desired};
 use super::liveness::{members_match, peer_state, PeerFacts};
 use super::peer_failures::{Content, PeerFailures, Verdict};
 use super::peer_secret::{kubeconfig_secret, SecretCache};
@@ -20,7 +19,8 @@ use super::peer_spec::{spec_patch, DesiredSpec};
 use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
 use super::{is_disabled, Registry, RegistryError};
-use crate::events::EventType;
+use crate::kube::conditions::{merge, Desired};
+use crate::kube::events::EventType;
 
 /// One peer name as the registry shows it, decided under the membership lock.
 #[derive(Debug, Clone)]
@@ -56,7 +56,7 @@ impl Outcome {
 
 /// Reconciles every peer. A peer whose writes fail is that peer's problem
 /// alone (see `peer_failures`): the others are written all the same.
-#[tracing::instrument(name = "peers", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+#[tracing::instrument(name = "peers", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn reconcile(
     reg: &Registry,
     writer: &StatusWriter,
@@ -134,7 +134,8 @@ pub async fn reconcile(
     }
     let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
     failures.retain(&names);
-    reg.metrics
+    reg.ctx
+        .metrics
         .peers_failing
         .set(i64::try_from(failures.failing()).unwrap_or(i64::MAX));
     if let Err(e) = orphans(reg, writer, clusters, &plans).await {
@@ -150,7 +151,8 @@ pub async fn reconcile(
         "Left",
         "ApiUnreachable",
     ] {
-        reg.metrics
+        reg.ctx
+            .metrics
             .peers
             .get_or_create(&vec![("state", state)])
             .set(by_state.get(state).copied().unwrap_or(0));
@@ -189,7 +191,8 @@ pub(super) async fn report_rejection(
         RegistryError::Kube { action, .. } => *action,
         _ => "encode",
     };
-    reg.metrics
+    reg.ctx
+        .metrics
         .peer_rejected
         .get_or_create(&vec![("write", action)])
         .inc();
@@ -199,10 +202,12 @@ pub(super) async fn report_rejection(
     // create); a reference by name (without uid) is then just as good.
     let local = clusters
         .iter()
-        .find(|c| c.name_any() == reg.cfg.cluster_name && c.spec.cluster_id == reg.cluster_id)
+        .find(|c| {
+            c.name_any() == reg.ctx.cfg.cluster_name && c.spec.cluster_id == reg.ctx.cluster_id
+        })
         .map(|c| c.object_ref(&()))
         .unwrap_or_else(|| {
-            Cluster::new(&reg.cfg.cluster_name, ClusterSpec::default()).object_ref(&())
+            Cluster::new(&reg.ctx.cfg.cluster_name, ClusterSpec::default()).object_ref(&())
         });
     // Event messages are capped (1 KiB is plenty for a Status message).
     let mut msg = format!("peer {peer}: the API server refused its object: {detail}");
@@ -213,7 +218,8 @@ pub(super) async fn report_rejection(
         }
         msg.truncate(cut);
     }
-    reg.recorder
+    reg.ctx
+        .recorder
         .publish(&local, EventType::Warning, "PeerRejected", &msg)
         .await;
 }
@@ -236,7 +242,7 @@ fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
     let mut by_name: BTreeMap<&str, Vec<&super::membership::Peer>> = BTreeMap::new();
     for p in m.peers() {
         // A record with our own name is a rival; the Local object reports it.
-        if p.record.name != reg.cfg.cluster_name {
+        if p.record.name != reg.ctx.cfg.cluster_name {
             by_name.entry(&p.record.name).or_default().push(p);
         }
     }
@@ -270,9 +276,9 @@ fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
         plans.push(Plan {
             name: name.to_owned(),
             record: chosen.record.clone(),
-            alive: chosen.liveness.alive(now, reg.cfg.peer_timeout),
+            alive: chosen.liveness.alive(now, reg.ctx.cfg.peer_timeout),
             advanced: chosen.liveness.advanced(),
-            deadline: chosen.liveness.deadline(reg.cfg.peer_timeout),
+            deadline: chosen.liveness.deadline(reg.ctx.cfg.peer_timeout),
             kubeconfig: chosen.kubeconfig.clone(),
             conflict_ids,
             members_ours: members_ours.clone(),
@@ -299,7 +305,7 @@ async fn reconcile_one(
     // may not be in it yet. Use what we created rather than create again.
     let remembered = writer.created_not_cached(&p.name, cached.is_some(), now);
     let existing: Option<&Cluster> = cached.map(|c| &**c).or(remembered.as_ref());
-    let api = Api::<Cluster>::all(reg.client.clone());
+    let api = Api::<Cluster>::all(reg.ctx.client.clone());
     let conflict = !p.conflict_ids.is_empty();
     let desired = DesiredSpec {
         cluster_id: (!conflict).then_some(p.record.cluster_id.as_str()),
@@ -363,7 +369,7 @@ async fn reconcile_one(
         .filter(|rv| *rv != obj.resource_version());
     let prev = writer.current(&obj).unwrap_or_default();
     let status = desired_status(
-        reg.cfg.peer_timeout,
+        reg.ctx.cfg.peer_timeout,
         p,
         &prev,
         is_disabled(&obj),
@@ -383,7 +389,8 @@ async fn reconcile_one(
             ),
         };
         tracing::info!(peer = %p.name, from = ?prev.state, to = ?state, "peer state changed");
-        reg.recorder
+        reg.ctx
+            .recorder
             .publish(
                 &obj.object_ref(&()),
                 kind,
@@ -398,7 +405,7 @@ async fn reconcile_one(
 
 /// Whether `c` is (or claims to be) the local cluster's object.
 fn describes_local(reg: &Registry, c: &Cluster) -> bool {
-    c.spec.cluster_id == reg.cluster_id
+    c.spec.cluster_id == reg.ctx.cluster_id
         || c.status.as_ref().and_then(|s| s.type_) == Some(ClusterType::Local)
 }
 
@@ -420,7 +427,7 @@ async fn create(
     obj.metadata.labels = (!p.record.labels.is_empty()).then(|| p.record.labels.clone());
     match api.create(&PostParams::default(), &obj).await {
         Ok(created) => {
-            reg.metrics.kube_write("cluster");
+            reg.ctx.metrics.kube_write("cluster");
             tracing::info!(peer = %p.name, cluster_id = %p.record.cluster_id, "created Peer Cluster object");
             Ok(Some(created))
         }
@@ -457,7 +464,7 @@ async fn update_spec(
             object: name.clone(),
             source,
         })?;
-    reg.metrics.kube_write("cluster");
+    reg.ctx.metrics.kube_write("cluster");
     writer.note_spec_patch(current);
     tracing::info!(peer = %name, "updated spec/labels of Peer Cluster object");
     Ok(updated)
@@ -575,6 +582,7 @@ async fn orphans(
     plans: &[Plan],
 ) -> Result<(), RegistryError> {
     if !reg
+        .ctx
         .readiness
         .registry_synced
         .load(std::sync::atomic::Ordering::Relaxed)
@@ -608,7 +616,8 @@ async fn orphans(
             .collect();
         conditions.extend(merge(&prev.conditions, &[ready], c.metadata.generation));
         status.conditions = conditions;
-        reg.recorder
+        reg.ctx
+            .recorder
             .publish(
                 &c.object_ref(&()),
                 EventType::Warning,
@@ -624,7 +633,7 @@ async fn orphans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::conditions::status_of;
+    use crate::kube::conditions::status_of;
     use crate::registry::membership::tests::record;
 
     const TIMEOUT: Duration = Duration::from_secs(2);

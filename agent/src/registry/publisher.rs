@@ -23,18 +23,18 @@ pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
     let info = reg.local_info();
     ClusterRecord {
-        name: reg.cfg.cluster_name.clone(),
-        cluster_id: reg.cluster_id.clone(),
+        name: reg.ctx.cfg.cluster_name.clone(),
+        cluster_id: reg.ctx.cluster_id.clone(),
         state,
         labels: info.labels,
         kubernetes_api_endpoints: Vec::new(),
         metadata: info.metadata,
         features: info.features,
         agent_version: AGENT_VERSION.to_owned(),
-        started_at: reg.started_at,
+        started_at: reg.ctx.started_at,
         heartbeat_at: chrono::Utc::now(),
         // Whole seconds on the wire; readers here use their own --peer-timeout.
-        heartbeat_interval_seconds: u32::try_from(reg.cfg.heartbeat_interval.as_secs().max(1))
+        heartbeat_interval_seconds: u32::try_from(reg.ctx.cfg.heartbeat_interval.as_secs().max(1))
             .unwrap_or(u32::MAX),
         seq: reg.next_seq(),
         members: reg.membership().members(),
@@ -49,10 +49,10 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
     // here, where it can be fixed (e.g. too many labels on the Local object).
     match record.validate() {
         Ok(()) => {
-            reg.metrics.own_record_invalid.set(0);
+            reg.ctx.metrics.own_record_invalid.set(0);
         }
         Err(e) => {
-            if reg.metrics.own_record_invalid.set(1) == 0 {
+            if reg.ctx.metrics.own_record_invalid.set(1) == 0 {
                 tracing::error!(error = %e, "this cluster's record is invalid: peers will skip it");
             }
         }
@@ -64,8 +64,8 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
         .await
         .map_err(|source| RegistryError::Put { key, source })?;
     reg.note_heartbeat(record.heartbeat_at);
-    reg.readiness.publishing.store(true, Ordering::Relaxed);
-    reg.metrics.heartbeats_published.inc();
+    reg.ctx.readiness.publishing.store(true, Ordering::Relaxed);
+    reg.ctx.metrics.heartbeats_published.inc();
     tracing::trace!(
         ?state,
         members = record.members.len(),
@@ -77,11 +77,11 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
 /// Heartbeats until `cancel`, then publishes the leave record. A failed
 /// heartbeat is logged and the next tick tries again: peers tolerate missing
 /// a few (the peer timeout spans several intervals).
-#[tracing::instrument(name = "publisher", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+#[tracing::instrument(name = "publisher", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
-    let mut tick = tokio::time::interval(reg.cfg.heartbeat_interval);
+    let mut tick = tokio::time::interval(reg.ctx.cfg.heartbeat_interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let every = reg.cfg.heartbeat_interval * LAYOUT_CHECK_BEATS;
+    let every = reg.ctx.cfg.heartbeat_interval * LAYOUT_CHECK_BEATS;
     let mut layout_check = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     layout_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -112,7 +112,7 @@ async fn beat(reg: &Registry) {
     let Err(error) = publish(reg, MemberState::Active).await else {
         return;
     };
-    reg.readiness.publishing.store(false, Ordering::Relaxed);
+    reg.ctx.readiness.publishing.store(false, Ordering::Relaxed);
     let missing = matches!(&error, RegistryError::Put { source, .. } if is_stream_missing(source));
     tracing::warn!(error = %crate::report(&error), stream_missing = missing, "heartbeat failed");
     if missing && repair_layout(reg).await {
@@ -127,7 +127,7 @@ async fn beat(reg: &Registry) {
 /// the watcher watch a recreated bucket. Returns whether the layout is
 /// complete now.
 pub(crate) async fn repair_layout(reg: &Registry) -> bool {
-    match crate::bus::layout::ensure(&reg.js, &reg.layout).await {
+    match crate::bus::layout::ensure(&reg.ctx.js, &reg.ctx.layout).await {
         Ok(ensured) => {
             if ensured.created_any() {
                 tracing::warn!(
@@ -135,7 +135,7 @@ pub(crate) async fn repair_layout(reg: &Registry) -> bool {
                     streams = ensured.created_streams,
                     "parts of the bus layout were deleted; recreated them"
                 );
-                reg.metrics.bus_layout_recreated.inc();
+                reg.ctx.metrics.bus_layout_recreated.inc();
             }
             // A bucket recreated here or elsewhere (by another agent, whose
             // put failed first, or an operator) is a new stream: the old

@@ -24,13 +24,13 @@ const RESYNC: Duration = Duration::from_secs(30);
 const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
 /// Runs until `cancel`.
-#[tracing::instrument(name = "reconciler", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+#[tracing::instrument(name = "reconciler", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
     let cluster_events = reflector::reflector(
         cluster_writer,
         watcher(
-            Api::<Cluster>::all(reg.client.clone()),
+            Api::<Cluster>::all(reg.ctx.client.clone()),
             watcher::Config::default(),
         ),
     )
@@ -39,7 +39,7 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
     let feature_events = reflector::reflector(
         feature_writer,
         watcher(
-            Api::<ClusterFeature>::all(reg.client.clone()),
+            Api::<ClusterFeature>::all(reg.ctx.client.clone()),
             watcher::Config::default(),
         ),
     )
@@ -90,11 +90,12 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
         dirty = false;
         // Read before the membership is: if the registry had caught up by
         // now, a successful pass has materialised everything it held.
-        let registry_synced = reg.readiness.registry_synced.load(Ordering::Relaxed);
+        let registry_synced = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
         let snapshot = clusters.state();
         let now = Instant::now();
         let local = local::reconcile(&reg, &writer, &snapshot, now).await;
         let peers = peers::reconcile(&reg, &writer, &secrets, &mut failures, &snapshot, now).await;
+        reg.set_fleet(super::view::compute(&reg, &snapshot, registry_synced));
         wake_at = now + RESYNC;
         if let Some(at) = peers.wake_at {
             wake_at = wake_at.min(at + DEADLINE_SLACK);
@@ -108,14 +109,14 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                 // reported on their own); peers still waiting for a retry do.
                 if registry_synced
                     && peers.pending == 0
-                    && !reg.readiness.caught_up.swap(true, Ordering::Relaxed)
+                    && !reg.ctx.readiness.caught_up.swap(true, Ordering::Relaxed)
                 {
                     tracing::info!("initial reconcile done");
                 }
             }
             Err(e) => {
                 if let RegistryError::Kube { source, .. } = &e {
-                    if crate::kubeclient::is_transient(source) {
+                    if crate::kube::client::is_transient(source) {
                         reg.probe_now.notify_one();
                     }
                 }

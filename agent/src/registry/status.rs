@@ -105,7 +105,7 @@ impl StatusWriter {
             return Ok(false);
         }
         let name = obj.name_any();
-        let api = Api::<Cluster>::all(reg.client.clone());
+        let api = Api::<Cluster>::all(reg.ctx.client.clone());
         let patch = serde_json::json!({ "status": status_patch(&status)? });
         let updated = api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -115,7 +115,7 @@ impl StatusWriter {
                 object: name.clone(),
                 source,
             })?;
-        reg.metrics.kube_write("cluster_status");
+        reg.ctx.metrics.kube_write("cluster_status");
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
         // Keyed by the version the cache showed: when the cache moves past it
         // (our write or anyone's) the cache is the truth again.

@@ -16,7 +16,7 @@ use super::{Registry, RegistryError};
 /// Runs the watch until `cancel`, restarting it after errors. A restarted
 /// watch replays the last value of every key; the membership treats replayed
 /// heartbeats as old news, so nothing flaps.
-#[tracing::instrument(name = "registry_watcher", skip_all, fields(cluster = %reg.cfg.cluster_name))]
+#[tracing::instrument(name = "registry_watcher", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
     const FIRST_DELAY: Duration = Duration::from_millis(100);
     let mut delay = FIRST_DELAY;
@@ -65,13 +65,13 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
     if entry.operation == Operation::Put {
         match decode(&entry.key, &entry.value) {
             Err(rejection) => {
-                reg.metrics.rejected(rejection.reason());
+                reg.ctx.metrics.rejected(rejection.reason());
                 tracing::warn!(key = %entry.key, reason = rejection.reason(), revision = entry.revision, "skipped invalid registry entry");
             }
             Ok(decoded) => {
                 let applied = reg.membership().apply(decoded, Instant::now());
                 if applied.heartbeat {
-                    reg.metrics.heartbeats_received.inc();
+                    reg.ctx.metrics.heartbeats_received.inc();
                 }
                 if applied.changed {
                     reg.membership_changed.notify_one();
@@ -99,7 +99,13 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
             }
         }
     }
-    if entry.seen_current && !reg.readiness.registry_synced.swap(true, Ordering::Relaxed) {
+    if entry.seen_current
+        && !reg
+            .ctx
+            .readiness
+            .registry_synced
+            .swap(true, Ordering::Relaxed)
+    {
         tracing::info!("registry caught up");
         reg.membership_changed.notify_one();
     }

@@ -1,5 +1,49 @@
-//! Rule sync: the pure parts (matching, templates, mutations, comparison); see sync-design.
+//! Rule-driven sync: objects flow from the clusters a ResourceSyncRule takes
+//! them from to the clusters it applies on, over the bus, without loops,
+//! losses or a leader.
+//!
+//! The path of one object (see ARCHITECTURE.md for the picture):
+//! 1. [`watches`]: the local watch of its kind sees the original change.
+//! 2. [`source`]: the object matches a rule this cluster is a source of, so
+//!    its envelope is published on `<p>.obj.<self>.<g>.<v>.<kind>.<ns>.<name>`.
+//! 3. [`watches`]: on every other cluster, the bus consumer of the kind
+//!    delivers it.
+//! 4. [`sink`]: each rule that applies there and takes from this origin
+//!    ([`matching`]) maps it to a desired copy ([`mutate`], [`template`]);
+//!    [`conflicts`] picks one winner per target.
+//! 5. [`apply`]: the copy is created or replaced unless it already equals the
+//!    desired state ([`compare`]); [`status`] reports per rule.
+//!
+//! [`engine`] owns the state and runs the passes; [`rules`] compiles the
+//! ResourceSyncRules, including the built-in one that replicates them.
+
+pub mod apply;
 pub mod compare;
+pub mod conflicts;
+pub mod engine;
 pub mod matching;
 pub mod mutate;
+pub mod rules;
+pub mod sink;
+pub mod source;
+pub mod status;
 pub mod template;
+pub mod watches;
+
+pub use engine::run;
+
+/// Why the sync task stopped for good. Everything else sync meets (a bad
+/// rule, a refused object, NATS down) is reported and retried inside it.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The engine's input channel closed: every event source is gone.
+    #[error("sync stopped: its event sources are gone")]
+    Closed,
+}
+
+impl SyncError {
+    /// Whether restarting the agent could help.
+    pub fn is_transient(&self) -> bool {
+        true
+    }
+}

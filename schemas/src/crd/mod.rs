@@ -21,9 +21,7 @@ pub use cluster::{
     KubernetesApiEndpoint, Locality, NamespacedName,
 };
 pub use cluster_feature::{ClusterFeature, ClusterFeatureSpec, ClusterFeatureStatus};
-pub use reported_state::{
-    ReportedObjectRef, ReportedState, ReportedStateSpec, ReportedStateStatus,
-};
+pub use reported_state::{ReportedState, ReportedStateSpec, ReportedStateStatus};
 pub use resource_sync_rule::{
     AddRemove, AnnotationSelector, ClusterFeatureMatch, ContentMatch, DriftExclusion, DriftMode,
     DriftPolicy, DriftTarget, GroupVersionKind, MatchEntry, Mutations, ObjectKeyMatch,

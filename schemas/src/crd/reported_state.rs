@@ -7,6 +7,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 use super::schema::free_form_object;
+use crate::object_ref::ObjectRef;
 
 /// The status of one synced object on one sink cluster, written on the origin cluster
 /// when the rule's `statusReturn` asks for it.
@@ -34,28 +35,10 @@ use super::schema::free_form_object;
 #[serde(rename_all = "camelCase")]
 pub struct ReportedStateSpec {
     /// The object on the origin cluster whose copy this status belongs to.
-    pub object_ref: ReportedObjectRef,
+    pub object_ref: ObjectRef,
     /// Name of the sink cluster the status was read on (empty for `Singleton`).
     #[serde(default)]
     pub cluster: String,
-}
-
-/// Reference to an object on the origin cluster.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ReportedObjectRef {
-    /// `apiVersion` of the object.
-    pub api_version: String,
-    /// Kind of the object.
-    pub kind: String,
-    /// Namespace (absent for cluster-scoped objects).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    /// Name of the object.
-    pub name: String,
-    /// `metadata.uid` of the object on the origin.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<String>,
 }
 
 /// The copied object's `.status`, verbatim.

@@ -85,6 +85,9 @@ pub enum RuleErrorKind {
     /// A template with unbalanced `{{`/`}}`.
     #[error("unbalanced template delimiters in {0:?}")]
     UnbalancedTemplate(String),
+    /// A `remove` override of a field every object needs (`/metadata/name`, `/kind`, ...).
+    #[error("cannot remove {0:?}: every object needs it")]
+    RequiredFieldRemoved(String),
 }
 
 impl RuleError {
@@ -255,11 +258,35 @@ impl Validator {
                     format!("{f}.value"),
                     RuleErrorKind::UnbalancedTemplate(value.clone()),
                 ),
-                _ => {}
+                (OverrideType::Replace, Some(value)) => self.identity_override(&f, &o.path, value),
+                (OverrideType::Remove, None) => {
+                    if REQUIRED_PATHS.contains(&o.path.as_str()) {
+                        self.push(
+                            format!("{f}.path"),
+                            RuleErrorKind::RequiredFieldRemoved(o.path.clone()),
+                        );
+                    }
+                }
             }
         }
         if let Some(gvk) = &m.group_version_kind {
             self.gvk(&format!("{field}.groupVersionKind"), gvk);
+        }
+    }
+
+    /// A replace of the copy's name or namespace: the value may be a template (checked once
+    /// rendered, per object), but a value that is empty, or a literal namespace that is not
+    /// a DNS-1123 label, can never give a valid object.
+    fn identity_override(&mut self, field: &str, path: &str, value: &str) {
+        let is_template = value.contains("{{");
+        match path {
+            "/metadata/name" | "/metadata/namespace" if value.trim().is_empty() => {
+                self.push(format!("{field}.value"), RuleErrorKind::Empty)
+            }
+            "/metadata/namespace" if !is_template => {
+                self.namespace(&format!("{field}.value"), value)
+            }
+            _ => {}
         }
     }
 
@@ -271,6 +298,17 @@ impl Validator {
             self.pointer(&format!("{field}.paths[{i}]"), p, true);
         }
         if let Some(t) = &e.target {
+            match t.kind.as_deref() {
+                Some("") => self.push(format!("{field}.target.kind"), RuleErrorKind::Empty),
+                Some(kind) if !is_kind(kind) => self.push(
+                    format!("{field}.target.kind"),
+                    RuleErrorKind::InvalidKind(kind.to_owned()),
+                ),
+                _ => {}
+            }
+            if t.name.as_deref() == Some("") {
+                self.push(format!("{field}.target.name"), RuleErrorKind::Empty);
+            }
             if let Some(ns) = &t.namespace {
                 self.namespace(&format!("{field}.target.namespace"), ns);
             }
@@ -368,6 +406,9 @@ impl Validator {
         }
     }
 }
+
+/// Paths a `remove` override must not name: without them the copy is not an object.
+const REQUIRED_PATHS: [&str; 4] = ["/metadata", "/metadata/name", "/apiVersion", "/kind"];
 
 /// Kinds are CamelCase identifiers (`ConfigMap`), as the API server requires of CRD kinds.
 fn is_kind(kind: &str) -> bool {
@@ -667,6 +708,187 @@ mod tests {
             errs[0].to_string(),
             "spec.groupVersionKind.kind: must not be empty"
         );
+    }
+
+    fn with_overrides(overrides: Vec<Override>) -> ResourceSyncRuleSpec {
+        ResourceSyncRuleSpec {
+            rules: vec![SyncRule {
+                match_: vec![],
+                mutations: Some(Mutations {
+                    overrides,
+                    ..Default::default()
+                }),
+            }],
+            ..valid_spec()
+        }
+    }
+
+    fn replace(path: &str, value: &str) -> Override {
+        Override {
+            type_: OverrideType::Replace,
+            path: path.into(),
+            value: Some(value.into()),
+        }
+    }
+
+    fn remove(path: &str) -> Override {
+        Override {
+            type_: OverrideType::Remove,
+            path: path.into(),
+            value: None,
+        }
+    }
+
+    #[test]
+    fn name_and_namespace_overrides_that_cannot_give_an_object() {
+        let spec = with_overrides(vec![
+            replace("/metadata/name", ""),
+            replace("/metadata/namespace", "  "),
+            replace("/metadata/namespace", "Team_A"),
+            remove("/metadata/name"),
+            remove("/kind"),
+            remove("/metadata"),
+        ]);
+        assert_eq!(
+            kinds(&spec),
+            vec![
+                (
+                    "spec.rules[0].mutations.overrides[0].value".into(),
+                    RuleErrorKind::Empty
+                ),
+                (
+                    "spec.rules[0].mutations.overrides[1].value".into(),
+                    RuleErrorKind::Empty
+                ),
+                (
+                    "spec.rules[0].mutations.overrides[2].value".into(),
+                    RuleErrorKind::InvalidNamespace("Team_A".into())
+                ),
+                (
+                    "spec.rules[0].mutations.overrides[3].path".into(),
+                    RuleErrorKind::RequiredFieldRemoved("/metadata/name".into())
+                ),
+                (
+                    "spec.rules[0].mutations.overrides[4].path".into(),
+                    RuleErrorKind::RequiredFieldRemoved("/kind".into())
+                ),
+                (
+                    "spec.rules[0].mutations.overrides[5].path".into(),
+                    RuleErrorKind::RequiredFieldRemoved("/metadata".into())
+                ),
+            ]
+        );
+        // Templates are checked once rendered; literal good values and other removes pass.
+        let ok = with_overrides(vec![
+            replace("/metadata/name", "{{ .Object.metadata.name }}-copy"),
+            replace("/metadata/namespace", "{{ .Cluster.metadata.name }}"),
+            replace("/metadata/namespace", "team-b"),
+            replace("/metadata/name", "fixed"),
+            remove("/metadata/labels"),
+        ]);
+        assert_eq!(ok.validate(), Ok(()));
+    }
+
+    #[test]
+    fn gvk_mutation_is_checked_like_the_rule_gvk() {
+        let mut spec = valid_spec();
+        spec.rules = vec![SyncRule {
+            match_: vec![],
+            mutations: Some(Mutations {
+                group_version_kind: Some(GroupVersionKind {
+                    group: "Bad_Group".into(),
+                    version: "V1".into(),
+                    kind: "lower".into(),
+                }),
+                ..Default::default()
+            }),
+        }];
+        let f = "spec.rules[0].mutations.groupVersionKind";
+        assert_eq!(
+            kinds(&spec),
+            vec![
+                (
+                    format!("{f}.group"),
+                    RuleErrorKind::InvalidGroup("Bad_Group".into())
+                ),
+                (
+                    format!("{f}.version"),
+                    RuleErrorKind::InvalidVersion("V1".into())
+                ),
+                (
+                    format!("{f}.kind"),
+                    RuleErrorKind::InvalidKind("lower".into())
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn drift_exclusion_targets() {
+        use crate::crd::DriftTarget;
+        let mut spec = valid_spec();
+        spec.drift.exclusions = vec![DriftExclusion {
+            paths: vec!["/spec/x".into(), "no-slash".into()],
+            target: Some(DriftTarget {
+                kind: Some("deployment".into()),
+                namespace: Some("Bad NS".into()),
+                name: Some(String::new()),
+                label_selector: Some(LabelSelector {
+                    match_expressions: Some(vec![req("app", "Like", &["x"])]),
+                    match_labels: None,
+                }),
+            }),
+        }];
+        let f = "spec.drift.exclusions[0]";
+        let k = kinds(&spec);
+        assert_eq!(k.len(), 5, "{k:?}");
+        assert_eq!(k[0].0, format!("{f}.paths[1]"));
+        assert!(matches!(k[0].1, RuleErrorKind::InvalidPointer { .. }));
+        assert_eq!(
+            k[1],
+            (
+                format!("{f}.target.kind"),
+                RuleErrorKind::InvalidKind("deployment".into())
+            )
+        );
+        assert_eq!(k[2], (format!("{f}.target.name"), RuleErrorKind::Empty));
+        assert_eq!(
+            k[3],
+            (
+                format!("{f}.target.namespace"),
+                RuleErrorKind::InvalidNamespace("Bad NS".into())
+            )
+        );
+        assert_eq!(
+            k[4],
+            (
+                format!("{f}.target.labelSelector.matchExpressions[0].operator"),
+                RuleErrorKind::InvalidOperator("Like".into())
+            )
+        );
+    }
+
+    #[test]
+    fn bad_label_values_in_every_selector() {
+        let mut spec = valid_spec();
+        let bad = LabelSelector {
+            match_labels: Some(BTreeMap::from([("env".into(), "not ok!".into())])),
+            match_expressions: Some(vec![req("env", "In", &["also bad!"])]),
+        };
+        spec.cluster_selector = Some(bad.clone());
+        spec.source_cluster_selector = Some(bad.clone());
+        spec.rules = vec![SyncRule {
+            match_: vec![MatchEntry {
+                labels: vec![bad],
+                ..Default::default()
+            }],
+            mutations: None,
+        }];
+        let k = kinds(&spec);
+        assert_eq!(k.len(), 6, "{k:?}");
+        assert!(k
+            .iter()
+            .all(|(_, e)| matches!(e, RuleErrorKind::InvalidLabelValue(_))));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use super::TombstoneReason;
+
 /// NATS server default `max_payload` (1 MiB).
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 
@@ -37,11 +39,22 @@ pub fn msg_id(origin: &str, uid: &str, resource_version: &str) -> String {
     format!("{origin}:{uid}:{resource_version}")
 }
 
-/// `Nats-Msg-Id` of a tombstone: `<origin>:<uid>:<resourceVersion>:deleted`, distinct from
-/// the snapshot of the same version (a tombstone built from the last known version must
-/// not be dropped as a duplicate of that snapshot).
-pub fn tombstone_msg_id(origin: &str, uid: &str, resource_version: &str) -> String {
-    format!("{origin}:{uid}:{resource_version}:deleted")
+/// `Nats-Msg-Id` of a tombstone: `<origin>:<uid>:<resourceVersion>:deleted` (reason
+/// `Deleted`) or `...:unpublished` (reason `Unpublished`), distinct from the snapshot of the
+/// same version (a tombstone built from the last known version must not be dropped as a
+/// duplicate of that snapshot) and from each other (an object unpublished, then deleted
+/// before its resourceVersion moved, must still send its `Deleted`).
+pub fn tombstone_msg_id(
+    origin: &str,
+    uid: &str,
+    resource_version: &str,
+    reason: TombstoneReason,
+) -> String {
+    let suffix = match reason {
+        TombstoneReason::Deleted => "deleted",
+        TombstoneReason::Unpublished => "unpublished",
+    };
+    format!("{origin}:{uid}:{resource_version}:{suffix}")
 }
 
 #[cfg(test)]
@@ -66,6 +79,13 @@ mod tests {
     #[test]
     fn ids() {
         assert_eq!(msg_id("east", "u-1", "42"), "east:u-1:42");
-        assert_eq!(tombstone_msg_id("east", "u-1", "42"), "east:u-1:42:deleted");
+        assert_eq!(
+            tombstone_msg_id("east", "u-1", "42", TombstoneReason::Deleted),
+            "east:u-1:42:deleted"
+        );
+        assert_eq!(
+            tombstone_msg_id("east", "u-1", "42", TombstoneReason::Unpublished),
+            "east:u-1:42:unpublished"
+        );
     }
 }

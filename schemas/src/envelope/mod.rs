@@ -3,8 +3,10 @@
 //! Layout (v1): one MessagePack map with string keys, written in this order:
 //! `schemaVersion` (uint 1), `origin`, `originClusterID` (str|nil), `uid`,
 //! `resourceVersion`, `generation` (int|nil), `contentHash`, `time` (RFC 3339 ms),
-//! `tombstone` (bool), `object` (map|nil), `encryption` (nil), `signature` (nil).
-//! Readers look at `schemaVersion` first and skip versions they do not know.
+//! `tombstone` (bool), `object` (map|nil), `encryption` (nil), `signature` (nil),
+//! `tombstoneReason` (nil | `"Deleted"` | `"Unpublished"`; appended last so the first
+//! twelve entries keep their bytes). Readers look at `schemaVersion` first and skip
+//! versions they do not know.
 
 mod hash;
 mod limits;
@@ -51,6 +53,37 @@ pub struct Envelope {
     pub encryption: Option<EncryptionHeader>,
     /// Reserved for a publisher signature; always `None` in v1.
     pub signature: Option<Signature>,
+    /// Why the object is gone: `Some` exactly for tombstones. Decoding a tombstone
+    /// written without the key gives `Some(Deleted)`.
+    pub tombstone_reason: Option<TombstoneReason>,
+}
+
+/// Why a tombstone was published; sinks treat the two differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TombstoneReason {
+    /// The object was deleted on the origin: every copy is deleted, whatever the rule's
+    /// `orphanPolicy`.
+    Deleted,
+    /// The object still exists but is no longer published (it stopped matching, got the
+    /// `resource-sync-disabled` annotation, or its rule went away): copies follow the
+    /// rule's `orphanPolicy`.
+    Unpublished,
+}
+
+impl TombstoneReason {
+    /// The wire string (`Deleted` or `Unpublished`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deleted => "Deleted",
+            Self::Unpublished => "Unpublished",
+        }
+    }
+}
+
+impl std::fmt::Display for TombstoneReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Reserved: how `object` is encrypted (not used in v1).
@@ -118,17 +151,20 @@ impl Envelope {
             object: Some(object),
             encryption: None,
             signature: None,
+            tombstone_reason: None,
         })
     }
 
-    /// A tombstone: the object with this uid was deleted on the origin.
-    /// `resource_version` is the deletion's, or the last one published if unknown.
+    /// A tombstone: the object with this uid was deleted on the origin (`Deleted`) or is
+    /// no longer published (`Unpublished`). `resource_version` is the deletion's (or the
+    /// object's current one when unpublished), or the last one published if unknown.
     pub fn tombstone(
         origin: &str,
         origin_cluster_id: Option<&str>,
         uid: &str,
         resource_version: &str,
         time: DateTime<Utc>,
+        reason: TombstoneReason,
     ) -> Self {
         Self {
             origin: origin.to_owned(),
@@ -142,13 +178,15 @@ impl Envelope {
             object: None,
             encryption: None,
             signature: None,
+            tombstone_reason: Some(reason),
         }
     }
 
     /// The `Nats-Msg-Id` to publish this envelope with.
     pub fn msg_id(&self) -> String {
         if self.tombstone {
-            tombstone_msg_id(&self.origin, &self.uid, &self.resource_version)
+            let reason = self.tombstone_reason.unwrap_or(TombstoneReason::Deleted);
+            tombstone_msg_id(&self.origin, &self.uid, &self.resource_version, reason)
         } else {
             msg_id(&self.origin, &self.uid, &self.resource_version)
         }
@@ -169,13 +207,16 @@ impl Envelope {
             object: self.object.as_ref().map(SortedValue),
             encryption: self.encryption.as_ref(),
             signature: self.signature.as_ref(),
+            tombstone_reason: self.tombstone_reason.map(TombstoneReason::as_str),
         };
         rmp_serde::to_vec_named(&wire).map_err(EncodeError::new)
     }
 
     /// Decodes an envelope. Another `schemaVersion`, or an encrypted payload (which v1
     /// cannot read), is [`DecodeError::UnsupportedVersion`]; anything else that does not
-    /// decode is [`DecodeError::Malformed`].
+    /// decode is [`DecodeError::Malformed`], including a `tombstoneReason` on a snapshot
+    /// or one that is not `Deleted`/`Unpublished`. A tombstone without the key (written
+    /// before the key existed) reads as `Deleted`.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let probe: Probe = decode_msgpack(bytes)?;
         if probe.schema_version != u64::from(ENVELOPE_VERSION) {
@@ -194,6 +235,21 @@ impl Envelope {
                 "tombstones must have no object and snapshots must have one",
             ));
         }
+        let tombstone_reason = match (w.tombstone, w.tombstone_reason.as_deref()) {
+            (false, None) => None,
+            (false, Some(_)) => {
+                return Err(DecodeError::malformed(
+                    "a snapshot must not have a tombstoneReason",
+                ))
+            }
+            (true, None | Some("Deleted")) => Some(TombstoneReason::Deleted),
+            (true, Some("Unpublished")) => Some(TombstoneReason::Unpublished),
+            (true, Some(other)) => {
+                return Err(DecodeError::malformed(format!(
+                    "unknown tombstoneReason {other:?} (expected Deleted or Unpublished)"
+                )))
+            }
+        };
         Ok(Self {
             origin: w.origin,
             origin_cluster_id: w.origin_cluster_id,
@@ -206,6 +262,7 @@ impl Envelope {
             object: w.object,
             encryption: w.encryption,
             signature: w.signature,
+            tombstone_reason,
         })
     }
 }
@@ -227,6 +284,8 @@ struct WireOut<'a> {
     object: Option<SortedValue<'a>>,
     encryption: Option<&'a EncryptionHeader>,
     signature: Option<&'a Signature>,
+    // Last, after the twelve original entries, so their bytes do not move.
+    tombstone_reason: Option<&'static str>,
 }
 
 /// Serializes a JSON value with object members sorted by key, so the bytes on the wire do
@@ -288,4 +347,7 @@ struct WireIn {
     encryption: Option<EncryptionHeader>,
     #[serde(default)]
     signature: Option<Signature>,
+    // A string here, checked in `decode`, so an unknown reason is reported as such.
+    #[serde(default)]
+    tombstone_reason: Option<String>,
 }

@@ -11,7 +11,7 @@ pub use server_version::{
 use std::time::Duration;
 
 use crate::registry::registry_bucket;
-use crate::subject::{all_drift, all_objects, all_status, Prefix};
+use crate::subject::{all_conflicts, all_drift, all_objects, all_status, Prefix};
 
 /// Replicas for a single NATS server (development, one-node sites).
 pub const REPLICAS_SINGLE: usize = 1;
@@ -29,6 +29,8 @@ pub const OBJECTS_STREAM_SUFFIX: &str = "OBJECTS";
 pub const DRIFT_STREAM_SUFFIX: &str = "DRIFT";
 /// Stream name suffix of reported state (`FLEETBUS_STATUS`).
 pub const STATUS_STREAM_SUFFIX: &str = "STATUS";
+/// Stream name suffix of conflict events (`FLEETBUS_CONFLICTS`).
+pub const CONFLICTS_STREAM_SUFFIX: &str = "CONFLICTS";
 
 /// Where a stream keeps its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -222,12 +224,29 @@ impl Layout {
         )
     }
 
-    /// The three streams, in creation order.
+    /// CONFLICTS: `<p>.conflict.>`, every conflict event, kept as long as drift events
+    /// (both are history an operator reads after the fact, not state).
+    pub fn conflicts_stream(&self) -> StreamSpec {
+        StreamSpec {
+            max_msgs_per_subject: -1,
+            max_age: Some(self.drift_max_age),
+            allow_direct: false,
+            ..self.base(
+                CONFLICTS_STREAM_SUFFIX,
+                "fleetbus sync conflict events",
+                all_conflicts(&self.prefix),
+            )
+        }
+    }
+
+    /// Every stream, in creation order. The agent creates any that is missing at start-up,
+    /// so a stream added here reaches existing deployments on their next agent start.
     pub fn streams(&self) -> Vec<StreamSpec> {
         vec![
             self.objects_stream(),
             self.drift_stream(),
             self.status_stream(),
+            self.conflicts_stream(),
         ]
     }
 
@@ -311,6 +330,12 @@ mod tests {
         let status = l.status_stream();
         assert_eq!(status.name, "FLEETBUS_STATUS");
         assert_eq!(status.max_msgs_per_subject, 1);
+        let conflicts = l.conflicts_stream();
+        assert_eq!(conflicts.name, "FLEETBUS_CONFLICTS");
+        assert_eq!(conflicts.subjects, vec!["fleetbus.conflict.>"]);
+        assert_eq!(conflicts.max_msgs_per_subject, -1);
+        assert_eq!(conflicts.max_age, Some(Duration::from_secs(604_800)));
+        assert!(conflicts.deny_delete && !conflicts.allow_direct);
         let kv = l.registry_bucket();
         assert_eq!(kv.bucket, "fleetbus-registry");
         assert_eq!((kv.history, kv.max_age), (1, None));
@@ -326,6 +351,10 @@ mod tests {
         assert!(l.streams().iter().all(|s| s.replicas == 3));
         assert_eq!(l.registry_bucket().replicas, 3);
         assert_eq!(l.drift_stream().max_age, Some(Duration::from_secs(3600)));
+        assert_eq!(
+            l.conflicts_stream().max_age,
+            Some(Duration::from_secs(3600))
+        );
         assert_eq!(l.streams()[0].name, "ACME_OBJECTS");
         assert_eq!(
             Layout::new(Prefix::default(), 0).objects_stream().replicas,

@@ -1,6 +1,6 @@
 //! Wildcard subject filters (for consumers, subscriptions and permissions).
 
-use super::keys::{ObjectKey, CMD, DRIFT, OBJ, STATUS};
+use super::keys::{ObjectKey, CMD, CONFLICT, DRIFT, OBJ, STATUS};
 use super::prefix::Prefix;
 use super::token::{encode_group, encode_namespace, encode_token};
 
@@ -118,6 +118,11 @@ pub fn all_status(prefix: &Prefix) -> String {
     format!("{prefix}.{STATUS}.>")
 }
 
+/// `<p>.conflict.>`: every conflict event (the CONFLICTS stream's subjects).
+pub fn all_conflicts(prefix: &Prefix) -> String {
+    format!("{prefix}.{CONFLICT}.>")
+}
+
 /// `<p>.drift.<cluster>.>`: drift events detected on one cluster.
 pub fn drift_of_cluster(prefix: &Prefix, cluster: &str) -> String {
     format!("{prefix}.{DRIFT}.{}.>", encode_token(cluster))
@@ -128,18 +133,24 @@ pub fn status_of_cluster(prefix: &Prefix, cluster: &str) -> String {
     format!("{prefix}.{STATUS}.{}.>", encode_token(cluster))
 }
 
+/// `<p>.conflict.<cluster>.>`: conflict events detected on one cluster.
+pub fn conflicts_of_cluster(prefix: &Prefix, cluster: &str) -> String {
+    format!("{prefix}.{CONFLICT}.{}.>", encode_token(cluster))
+}
+
 /// `<p>.cmd.<cluster>.*`: every command addressed to one cluster.
 pub fn commands_for(prefix: &Prefix, cluster: &str) -> String {
     format!("{prefix}.{CMD}.{}.*", encode_token(cluster))
 }
 
 /// The subject subtrees only `cluster` may publish to (for NATS permissions):
-/// its object snapshots, its drift events and its reported state.
-pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 3] {
+/// its object snapshots, its drift events, its reported state and its conflict events.
+pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 4] {
     let c = encode_token(cluster);
     [
         format!("{prefix}.{OBJ}.{c}.>"),
         format!("{prefix}.{DRIFT}.{c}.>"),
         format!("{prefix}.{STATUS}.{c}.>"),
+        format!("{prefix}.{CONFLICT}.{c}.>"),
     ]
 }

@@ -1,4 +1,4 @@
-//! Typed subjects: object snapshots, drift events, reported state and commands.
+//! Typed subjects: object snapshots, drift events, reported state, conflict events and commands.
 
 use thiserror::Error;
 
@@ -14,6 +14,8 @@ pub const OBJ: &str = "obj";
 pub const DRIFT: &str = "drift";
 /// Category token of reported-state subjects: `<p>.status.<cluster>.<group>.<version>.<kind>.<ns>.<name>`.
 pub const STATUS: &str = "status";
+/// Category token of conflict event subjects: `<p>.conflict.<cluster>.<group>.<version>.<kind>.<ns>.<name>`.
+pub const CONFLICT: &str = "conflict";
 /// Category token of command subjects: `<p>.cmd.<cluster>.<verb>`.
 pub const CMD: &str = "cmd";
 
@@ -266,7 +268,52 @@ impl StatusKey {
     }
 }
 
-/// The six tokens object and status subjects share after their verb:
+/// Identity of the conflict events about one target object on one (sink) cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConflictKey {
+    /// Cluster where the conflict was detected (the publisher, the sink).
+    pub cluster: String,
+    /// API group (`""` for core).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace of the target object, `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Name of the target object on the sink.
+    pub name: String,
+}
+
+impl ConflictKey {
+    /// `<p>.conflict.<cluster>.<group>.<version>.<kind>.<namespace>.<name>`.
+    pub fn to_subject(&self, prefix: &Prefix) -> String {
+        Versioned {
+            cluster: &self.cluster,
+            group: &self.group,
+            version: &self.version,
+            kind: &self.kind,
+            namespace: self.namespace.as_deref(),
+            name: &self.name,
+        }
+        .subject(prefix, CONFLICT)
+    }
+
+    /// Inverse of [`ConflictKey::to_subject`].
+    pub fn parse_subject(prefix: &Prefix, subject: &str) -> Result<Self, SubjectError> {
+        let k = parse_versioned(prefix, CONFLICT, subject, "cluster")?;
+        Ok(Self {
+            cluster: k.origin,
+            group: k.group,
+            version: k.version,
+            kind: k.kind,
+            namespace: k.namespace,
+            name: k.name,
+        })
+    }
+}
+
+/// The six tokens object, status and conflict subjects share after their verb:
 /// `<cluster>.<group>.<version>.<kind>.<namespace>.<name>`.
 struct Versioned<'a> {
     cluster: &'a str,
@@ -292,7 +339,7 @@ impl Versioned<'_> {
 }
 
 /// Inverse of [`Versioned::subject`]; `cluster_field` names the first token in
-/// errors (`origin` for objects, `cluster` for status).
+/// errors (`origin` for objects, `cluster` for status and conflicts).
 fn parse_versioned(
     prefix: &Prefix,
     verb: &str,

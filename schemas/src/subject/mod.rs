@@ -11,12 +11,12 @@ mod prefix;
 mod token;
 
 pub use filter::{
-    all_drift, all_objects, all_status, commands_for, drift_of_cluster, owned_subtrees,
-    status_of_cluster, ObjectFilter,
+    all_conflicts, all_drift, all_objects, all_status, commands_for, conflicts_of_cluster,
+    drift_of_cluster, owned_subtrees, status_of_cluster, ObjectFilter,
 };
 pub use keys::{
-    api_version, split_api_version, CommandKey, DriftKey, ObjectKey, StatusKey, SubjectError, CMD,
-    DRIFT, OBJ, STATUS,
+    api_version, split_api_version, CommandKey, ConflictKey, DriftKey, ObjectKey, StatusKey,
+    SubjectError, CMD, CONFLICT, DRIFT, OBJ, STATUS,
 };
 pub use length::{check_subject_len, SubjectTooLong, MAX_SUBJECT_LEN};
 pub use prefix::{InvalidPrefix, Prefix, DEFAULT_PREFIX};

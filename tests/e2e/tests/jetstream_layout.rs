@@ -126,7 +126,12 @@ async fn agents_create_the_layout_and_agree_on_it() {
     let names: Vec<String> = layout.streams().iter().map(|s| s.name.clone()).collect();
     assert_eq!(
         names,
-        ["FLEETBUS_OBJECTS", "FLEETBUS_DRIFT", "FLEETBUS_STATUS"]
+        [
+            "FLEETBUS_OBJECTS",
+            "FLEETBUS_DRIFT",
+            "FLEETBUS_STATUS",
+            "FLEETBUS_CONFLICTS"
+        ]
     );
     for spec in layout.streams() {
         let found = js.get_stream(&spec.name).await.unwrap();
@@ -152,6 +157,32 @@ async fn agents_create_the_layout_and_agree_on_it() {
         let found = js.get_stream(&spec.name).await.unwrap();
         assert_matches_spec(&spec, &found.cached_info().config);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_from_before_a_stream_existed_gets_it_on_agent_start() {
+    let nats = NatsServer::start().unwrap();
+    let js = js(&nats).await;
+    let mut a = start_member(&nats, "a");
+    wait_ready(&mut a).await;
+    // A deployment made by an agent that predates FLEETBUS_CONFLICTS: every other stream
+    // is there, that one is not.
+    let conflicts = Layout::default().conflicts_stream();
+    js.delete_stream(&conflicts.name).await.unwrap();
+    assert!(js.get_stream(&conflicts.name).await.is_err());
+    // The next agent start creates it, and accepts the rest as it is.
+    let mut b = start_member(&nats, "b");
+    wait_ready(&mut b).await;
+    let found = fleetbus_testsupport::wait_for("FLEETBUS_CONFLICTS to exist", CONVERGE, || {
+        let js = js.clone();
+        let name = conflicts.name.clone();
+        async move { js.get_stream(&name).await.map_err(|e| e.to_string()) }
+    })
+    .await;
+    assert_matches_spec(&conflicts, &found.cached_info().config);
+    let log = b.agent.log();
+    assert!(!log.contains("different configuration"), "{log}");
+    assert!(a.agent.is_running() && b.agent.is_running(), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,8 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
+pub mod sync;
+
 pub const HEARTBEAT: &str = "500ms";
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 pub const CONVERGE: Duration = Duration::from_secs(30);

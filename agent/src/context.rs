@@ -1,0 +1,65 @@
+//! The agent-wide context: what every long-lived task shares.
+//!
+//! One `Context` per agent, behind an `Arc`. It holds handles (clients,
+//! metrics, readiness flags) and immutable facts (configuration, identity),
+//! never the state of one task: the registry keeps membership in
+//! [`crate::registry::Registry`], sync keeps its rules and copies in
+//! [`crate::sync`].
+
+use std::sync::Arc;
+
+use fleetbus_schemas::jetstream::Layout;
+
+use crate::config::Config;
+use crate::health::Readiness;
+use crate::kube::events::Recorder;
+use crate::metrics::Metrics;
+
+/// Shared by every task of one agent.
+pub struct Context {
+    /// Validated flags.
+    pub cfg: Config,
+    /// This cluster's kube-system UID.
+    pub cluster_id: String,
+    /// Local Kubernetes client.
+    pub client: kube::Client,
+    /// JetStream, kept after start-up: sync publishes and consumes on it, and
+    /// the layout is recreated through it when an operator deletes a stream.
+    pub js: async_nats::jetstream::Context,
+    /// The bus layout (stream and bucket names and limits) this agent ensures.
+    pub layout: Layout,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Readiness flags behind `/readyz`.
+    pub readiness: Arc<Readiness>,
+    /// Kubernetes Event recorder.
+    pub recorder: Recorder,
+    /// When this agent run started (published; a restart is a new run).
+    pub started_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Context {
+    /// The context of one agent run.
+    pub fn new(
+        cfg: Config,
+        cluster_id: String,
+        client: kube::Client,
+        bus: (async_nats::jetstream::Context, Layout),
+        metrics: Arc<Metrics>,
+        readiness: Arc<Readiness>,
+    ) -> Self {
+        let (js, layout) = bus;
+        let recorder = Recorder::new(client.clone(), &cfg.cluster_name);
+        Context {
+            cfg,
+            cluster_id,
+            client,
+            js,
+            layout,
+            metrics,
+            readiness,
+            recorder,
+            started_at: chrono::Utc::now(),
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Conflicts: who wins a target two sources want, and how a conflict is
+//! reported (rule status, a Kubernetes Event on the rule, a JSON event on
+//! `<p>.conflict.<self>.…`).
+//!
+//! The winner is decided from what every sink sees alike (the envelopes on
+//! the bus), so every sink picks the same one: the oldest source object
+//! (`creationTimestamp`), then the origin cluster's name, then the rule's.
+
+use async_nats::HeaderMap;
+use fleetbus_schemas::conflict::{conflict_event_id, ConflictEvent, ConflictReason};
+use fleetbus_schemas::ObjectRef;
+use k8s_openapi::api::core::v1::ObjectReference;
+use serde_json::Value;
+
+use super::engine::{Engine, Target};
+use super::sink::Candidate;
+use crate::kube::events::EventType;
+
+/// One conflict found in a pass.
+#[derive(Debug, Clone)]
+pub struct Conflict {
+    /// The rule whose copy was not written.
+    pub rule: String,
+    /// The origin whose object was not written.
+    pub origin: String,
+    /// Where.
+    pub target: Target,
+    /// The live object there, if any (for uid and resourceVersion).
+    pub live: Option<(String, String)>,
+    /// Why.
+    pub reason: ConflictReason,
+    /// Whose copy is there instead (OtherOrigin).
+    pub winner: Option<String>,
+    /// For the status, the Event and the bus.
+    pub message: String,
+}
+
+impl Conflict {
+    /// A local object not made by fleetbus holds the target.
+    pub fn local_object(target: &Target, c: &Candidate, live: &Value) -> Conflict {
+        let s = |p: &str| live.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        Conflict {
+            rule: c.rule.clone(),
+            origin: c.key.origin.clone(),
+            target: target.clone(),
+            live: s("/metadata/uid").zip(s("/metadata/resourceVersion")),
+            reason: ConflictReason::LocalObject,
+            winner: None,
+            message: format!(
+                "{target} exists on this cluster and was not made by fleetbus: not overwritten with the copy from {}",
+                c.key.origin
+            ),
+        }
+    }
+
+    /// Another source's copy wins the target.
+    pub fn other_origin(target: &Target, loser: &Candidate, winner: &Candidate) -> Conflict {
+        Conflict {
+            rule: loser.rule.clone(),
+            origin: loser.key.origin.clone(),
+            target: target.clone(),
+            live: None,
+            reason: ConflictReason::OtherOrigin,
+            winner: Some(winner.key.origin.clone()),
+            message: format!(
+                "{target} is published by {} and {}: the copy from {} wins (older, or first by name)",
+                winner.key.origin, loser.key.origin, winner.key.origin
+            ),
+        }
+    }
+
+    fn object_ref(&self) -> ObjectRef {
+        let mut r = ObjectRef::new(
+            &self.target.api_version,
+            &self.target.kind,
+            self.target.namespace.as_deref(),
+            &self.target.name,
+        );
+        if let Some((uid, rv)) = &self.live {
+            r.uid = Some(uid.clone());
+            r.resource_version = Some(rv.clone());
+        }
+        r
+    }
+}
+
+/// Sorts candidates for one target, winner first.
+pub fn order(cands: &mut [Candidate]) {
+    cands.sort_by(|a, b| {
+        // An empty creationTimestamp (should not happen) sorts last.
+        let key = |c: &Candidate| (c.created.is_empty(), c.created.clone());
+        key(a)
+            .cmp(&key(b))
+            .then_with(|| a.key.origin.cmp(&b.key.origin))
+            .then_with(|| a.rule.cmp(&b.rule))
+    });
+}
+
+impl Engine {
+    /// Reports conflicts not reported before (each once per agent run; the
+    /// bus deduplicates re-reports across restarts by event id).
+    pub(super) async fn report_conflicts(&mut self, found: Vec<Conflict>) {
+        let mut current = std::collections::BTreeSet::new();
+        for c in found {
+            let object = c.object_ref();
+            let id = conflict_event_id(
+                &self.fleet.local.name,
+                &c.rule,
+                &c.origin,
+                &object,
+                c.reason,
+                c.winner.as_deref(),
+            );
+            current.insert(id.clone());
+            if self.reported_conflicts.contains(&id) {
+                continue;
+            }
+            tracing::warn!(rule = %c.rule, origin = %c.origin, object = %c.target, reason = c.reason.as_str(), "sync conflict");
+            if !c.rule.starts_with('(') {
+                let rule_ref = ObjectReference {
+                    api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
+                    kind: Some("ResourceSyncRule".to_owned()),
+                    name: Some(c.rule.clone()),
+                    ..ObjectReference::default()
+                };
+                self.ctx
+                    .recorder
+                    .publish(&rule_ref, EventType::Warning, "SyncConflict", &c.message)
+                    .await;
+            }
+            let event = ConflictEvent {
+                id: id.clone(),
+                cluster: self.fleet.local.name.clone(),
+                rule: c.rule.clone(),
+                origin: c.origin.clone(),
+                object,
+                reason: c.reason,
+                winner: c.winner.clone(),
+                detected_at: chrono::Utc::now(),
+                message: c.message.clone(),
+            };
+            match event.encode() {
+                Ok(bytes) => {
+                    let subject = event.subject_key().to_subject(self.ctx.layout.prefix());
+                    let mut headers = HeaderMap::new();
+                    headers.insert("Nats-Msg-Id", id.as_str());
+                    // Not awaited for its ack: a lost conflict event is
+                    // re-detected on the next start; the status keeps it.
+                    if let Err(e) = self
+                        .ctx
+                        .js
+                        .publish_with_headers(subject, headers, bytes.into())
+                        .await
+                    {
+                        tracing::warn!(error = %e, "could not publish a conflict event");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not encode a conflict event"),
+            }
+        }
+        // A conflict that went away and comes back is reported again.
+        self.reported_conflicts = current;
+    }
+}

@@ -1,0 +1,528 @@
+//! The sync engine: one task that owns every piece of sync state and turns
+//! events into passes.
+//!
+//! Inputs (see [`watches::Input`]) are drained in batches; after each batch
+//! one pass runs: rules are recompiled if they changed, kinds are started or
+//! stopped, the source side publishes what changed among our originals
+//! ([`super::source`]), the sink side computes every desired copy and makes
+//! the local copies equal to it ([`super::sink`]), and rule status is written
+//! where it changed ([`super::status`]). Passes compare whole states, not
+//! events, so a missed or replayed event cannot leave a wrong copy behind.
+//!
+//! One task owns the state, so there are no locks; the API writes of a pass
+//! are awaited in turn (a later version can pipeline them per object).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::subject::ObjectKey;
+use kube::api::ApiResource;
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::rules::{self, RuleSet};
+use super::watches::{self, BusEvent, Input, LocalEvent};
+use crate::context::Context;
+use crate::registry::FleetView;
+
+/// A local object's place: namespace (None if cluster-scoped) and name.
+pub type LocalKey = (Option<String>, String);
+
+/// The place of a copy: kind and local key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Target {
+    /// `apiVersion` of the copy.
+    pub api_version: String,
+    /// Kind of the copy.
+    pub kind: String,
+    /// Namespace, None if cluster-scoped.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl Target {
+    /// The place of `obj`, if it names one.
+    pub fn of(obj: &Value) -> Option<Target> {
+        let s = |p: &str| obj.pointer(p).and_then(Value::as_str);
+        Some(Target {
+            api_version: s("/apiVersion")?.to_owned(),
+            kind: s("/kind")?.to_owned(),
+            namespace: s("/metadata/namespace")
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned),
+            name: s("/metadata/name").filter(|n| !n.is_empty())?.to_owned(),
+        })
+    }
+
+    /// The kind as kube names it.
+    pub fn gvk(&self) -> GroupVersionKind {
+        let (group, version) = fleetbus_schemas::subject::split_api_version(&self.api_version);
+        GroupVersionKind::gvk(group, version, &self.kind)
+    }
+
+    /// The key in the kind's local map.
+    pub fn local_key(&self) -> LocalKey {
+        (self.namespace.clone(), self.name.clone())
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// What sync knows of one kind.
+pub struct KindState {
+    /// Resource name and URL shape.
+    pub ar: ApiResource,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Every local object of the kind, as the watch last listed or saw it.
+    pub objects: BTreeMap<LocalKey, Value>,
+    /// The objects of a re-list in progress (replace `objects` when done).
+    relist: Option<BTreeMap<LocalKey, Value>>,
+    /// The local list has completed at least once.
+    pub listed: bool,
+    /// Why the local watch last failed, until it lists again.
+    pub watch_error: Option<String>,
+    /// Whether this kind is a rule's source (and so consumed from the bus).
+    pub source: bool,
+    /// The last envelope of every object of this kind on the bus, every origin.
+    pub snapshots: BTreeMap<ObjectKey, Envelope>,
+    /// The envelopes of a consumer restart in progress.
+    resnap: Option<BTreeMap<ObjectKey, Envelope>>,
+    /// The bus consumer has delivered every last value at least once.
+    pub caught_up: bool,
+    /// Cancels this kind's tasks (watch, consumer).
+    stop: CancellationToken,
+    /// Cancels `stop` when the kind is dropped.
+    _guard: DropGuard,
+}
+
+impl KindState {
+    /// Whether copies made by sync, or live envelopes we published, remain.
+    pub fn has_leftovers(&self, local: &str) -> bool {
+        self.snapshots
+            .iter()
+            .any(|(k, e)| k.origin == local && !e.tombstone)
+            || self.objects.values().any(|o| {
+                o.pointer("/metadata/annotations")
+                    .and_then(|a| a.get(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER))
+                    .and_then(Value::as_str)
+                    .is_some_and(|origin| origin != local)
+            })
+    }
+
+    /// Whether everything sync needs of this kind has been read.
+    pub fn ready(&self) -> bool {
+        self.listed && (!self.source || self.caught_up)
+    }
+}
+
+/// What the sink knows of a copy beyond the live object.
+#[derive(Debug, Clone)]
+pub struct Baseline {
+    /// The desired object (before carrying over live fields) last written.
+    pub desired: Value,
+    /// What the API server made of it (the write's response, or a dry run's).
+    pub server: Value,
+}
+
+/// Per-object retry state after a transient failure.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    /// Failures in a row.
+    pub attempts: u32,
+    /// Not before.
+    pub at: Instant,
+}
+
+impl Retry {
+    /// The next retry after one more failure: 1 s, 2 s, 4 s … at most 60 s.
+    pub fn after(prev: Option<Retry>, now: Instant) -> Retry {
+        let attempts = prev.map_or(1, |r| r.attempts.saturating_add(1));
+        let secs = 1u64 << attempts.saturating_sub(1).min(6);
+        Retry {
+            attempts,
+            at: now + Duration::from_secs(secs.min(60)),
+        }
+    }
+}
+
+/// Everything one pass found about one rule, for its status.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RuleReport {
+    /// Copies in sync.
+    pub synced: i64,
+    /// Objects in conflict, with a description each.
+    pub conflicts: BTreeMap<String, String>,
+    /// Objects failing, with the error each.
+    pub errors: BTreeMap<String, String>,
+    /// Source clusters in effect.
+    pub sources: BTreeSet<String>,
+    /// Whether this cluster is a sink of the rule.
+    pub selected: bool,
+    /// A copy was written in this pass.
+    pub wrote: bool,
+}
+
+/// The state of sync on this cluster.
+pub struct Engine {
+    pub(super) ctx: Arc<Context>,
+    pub(super) tx: mpsc::Sender<Input>,
+    pub(super) cancel: CancellationToken,
+    pub(super) fleet: Arc<FleetView>,
+    pub(super) rules: RuleSet,
+    pub(super) rules_dirty: bool,
+    pub(super) kinds: HashMap<GroupVersionKind, KindState>,
+    /// Kinds discovery does not serve (yet), with why.
+    pub(super) unresolved: HashMap<GroupVersionKind, String>,
+    pub(super) rediscover: bool,
+    pub(super) rediscover_at: Option<Instant>,
+    pub(super) baselines: HashMap<Target, Baseline>,
+    pub(super) retries: HashMap<Target, Retry>,
+    /// Errors of the source side, by rule (oversized objects).
+    pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
+    /// Conflicts already reported (Event, bus), so each is reported once.
+    pub(super) reported_conflicts: BTreeSet<String>,
+    /// Per rule, what the last pass found.
+    pub(super) reports: BTreeMap<String, RuleReport>,
+    /// When a rule last wrote a copy.
+    pub(super) last_sync: BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// The kinds every agent watches: rules (replicated by the built-in rule),
+/// Namespaces (a copy waits for its namespace) and CRDs (a rule for a kind
+/// not served yet starts working when its CRD is established).
+pub fn namespace_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("", "v1", "Namespace")
+}
+
+/// The CustomResourceDefinition kind.
+pub fn crd_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
+}
+
+impl Engine {
+    /// A new engine; nothing runs until [`Engine::pass`].
+    pub fn new(
+        ctx: Arc<Context>,
+        tx: mpsc::Sender<Input>,
+        cancel: CancellationToken,
+        fleet: Arc<FleetView>,
+    ) -> Self {
+        Engine {
+            ctx,
+            tx,
+            cancel,
+            fleet,
+            rules: rules::compile(&[]),
+            rules_dirty: true,
+            kinds: HashMap::new(),
+            unresolved: HashMap::new(),
+            rediscover: false,
+            rediscover_at: None,
+            baselines: HashMap::new(),
+            retries: HashMap::new(),
+            source_errors: BTreeMap::new(),
+            reported_conflicts: BTreeSet::new(),
+            reports: BTreeMap::new(),
+            last_sync: BTreeMap::new(),
+        }
+    }
+
+    /// Folds one input into the state.
+    pub fn handle(&mut self, input: Input) {
+        match input {
+            Input::Local(gvk, ev) => self.local_event(gvk, ev),
+            Input::Bus(gvk, ev) => self.bus_event(gvk, ev),
+            Input::PublishFailed(gvk, key) => {
+                self.ctx.metrics.sync_rejected("publish_failed");
+                // Forget what we believed published, so the next pass
+                // publishes the object's current state again.
+                if let Some(k) = self.kinds.get_mut(&gvk) {
+                    k.snapshots.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn local_event(&mut self, gvk: GroupVersionKind, ev: LocalEvent) {
+        if gvk == rules::rule_gvk() {
+            self.rules_dirty = true;
+        }
+        if gvk == crd_gvk() && !self.unresolved.is_empty() {
+            self.rediscover = true;
+        }
+        let Some(kind) = self.kinds.get_mut(&gvk) else {
+            return;
+        };
+        match ev {
+            LocalEvent::Reset => kind.relist = Some(BTreeMap::new()),
+            LocalEvent::Upsert(obj) => {
+                let Some(key) = local_key(&obj) else { return };
+                match &mut kind.relist {
+                    Some(relist) => {
+                        relist.insert(key, obj);
+                    }
+                    None => {
+                        kind.objects.insert(key, obj);
+                    }
+                }
+            }
+            LocalEvent::Remove(obj) => {
+                if let Some(key) = local_key(&obj) {
+                    kind.objects.remove(&key);
+                    if let Some(relist) = &mut kind.relist {
+                        relist.remove(&key);
+                    }
+                }
+            }
+            LocalEvent::Listed => {
+                if let Some(relist) = kind.relist.take() {
+                    kind.objects = relist;
+                }
+                kind.listed = true;
+                kind.watch_error = None;
+            }
+            LocalEvent::Error(e) => {
+                tracing::warn!(kind = %watches::describe(&gvk), error = %e, "local watch failed; retrying");
+                kind.watch_error = Some(e);
+            }
+        }
+    }
+
+    fn bus_event(&mut self, gvk: GroupVersionKind, ev: BusEvent) {
+        let Some(kind) = self.kinds.get_mut(&gvk) else {
+            return;
+        };
+        match ev {
+            BusEvent::Reset => kind.resnap = Some(BTreeMap::new()),
+            BusEvent::Envelope(key, env) => match &mut kind.resnap {
+                Some(resnap) => {
+                    resnap.insert(key, *env);
+                }
+                None => {
+                    kind.snapshots.insert(key, *env);
+                }
+            },
+            BusEvent::CaughtUp => {
+                if let Some(resnap) = kind.resnap.take() {
+                    kind.snapshots = resnap;
+                }
+                kind.caught_up = true;
+            }
+        }
+    }
+
+    /// The kinds the current rules need, and whether each is a source.
+    fn needed_kinds(&self) -> HashMap<GroupVersionKind, bool> {
+        let mut need: HashMap<GroupVersionKind, bool> = HashMap::new();
+        need.insert(rules::rule_gvk(), true);
+        need.insert(namespace_gvk(), false);
+        need.insert(crd_gvk(), false);
+        for rule in self.rules.values() {
+            if rule.builtin || rule.spec.group_version_kind.kind.is_empty() {
+                continue;
+            }
+            // Kinds of rules with a bad spec are not started; kinds of rules
+            // that are only waiting for their kind are (discovery decides).
+            if rule.problem.is_some() {
+                continue;
+            }
+            *need.entry(rule.source.clone()).or_default() = true;
+            for t in &rule.targets {
+                need.entry(t.clone()).or_default();
+            }
+        }
+        need
+    }
+
+    /// Starts the tasks of kinds newly needed and stops those no longer needed.
+    async fn ensure_kinds(&mut self) {
+        let need = self.needed_kinds();
+        let local = self.fleet.local.name.clone();
+        // A kind no rule needs any more stays until what it left behind is
+        // cleaned up: copies here (collected per orphan policy) and our own
+        // envelopes on the bus (tombstoned), both of which need its watch.
+        self.kinds
+            .retain(|gvk, k| need.contains_key(gvk) || (k.ready() && k.has_leftovers(&local)));
+        self.unresolved.retain(|gvk, _| need.contains_key(gvk));
+        let due = self.rediscover || self.rediscover_at.is_some_and(|at| at <= Instant::now());
+        for (gvk, source) in need {
+            if let Some(kind) = self.kinds.get_mut(&gvk) {
+                if source && !kind.source {
+                    kind.source = true;
+                    self.start_consumer(&gvk);
+                }
+                continue;
+            }
+            if self.unresolved.contains_key(&gvk) && !due {
+                continue;
+            }
+            match watches::resolve(&self.ctx.client, &gvk).await {
+                Ok((ar, namespaced)) => {
+                    self.unresolved.remove(&gvk);
+                    self.start_kind(gvk, ar, namespaced, source);
+                }
+                Err(why) => {
+                    tracing::info!(kind = %watches::describe(&gvk), %why, "kind not available yet");
+                    self.unresolved.insert(gvk, why);
+                }
+            }
+        }
+        self.rediscover = false;
+        // Discovery can lag the CRD event; look again now and then while
+        // some kind is missing.
+        self.rediscover_at =
+            (!self.unresolved.is_empty()).then(|| Instant::now() + Duration::from_secs(5));
+    }
+
+    fn start_kind(
+        &mut self,
+        gvk: GroupVersionKind,
+        ar: ApiResource,
+        namespaced: bool,
+        source: bool,
+    ) {
+        let stop = self.cancel.child_token();
+        tokio::spawn(watches::local_watch(
+            self.ctx.client.clone(),
+            gvk.clone(),
+            ar.clone(),
+            self.tx.clone(),
+            stop.clone(),
+        ));
+        self.kinds.insert(
+            gvk.clone(),
+            KindState {
+                ar,
+                namespaced,
+                objects: BTreeMap::new(),
+                relist: None,
+                listed: false,
+                watch_error: None,
+                source: false,
+                snapshots: BTreeMap::new(),
+                resnap: None,
+                caught_up: false,
+                _guard: stop.clone().drop_guard(),
+                stop,
+            },
+        );
+        if source {
+            if let Some(k) = self.kinds.get_mut(&gvk) {
+                k.source = true;
+            }
+            self.start_consumer(&gvk);
+        }
+    }
+
+    fn start_consumer(&self, gvk: &GroupVersionKind) {
+        let Some(kind) = self.kinds.get(gvk) else {
+            return;
+        };
+        // The consumer stops with the kind (its DropGuard cancels the token).
+        let stop = kind.stop.clone();
+        tokio::spawn(watches::bus_consumer(
+            self.ctx.clone(),
+            gvk.clone(),
+            self.tx.clone(),
+            stop,
+        ));
+    }
+
+    /// When the engine wants to run a pass even without input.
+    pub fn wake_at(&self) -> Option<Instant> {
+        let retry = self.retries.values().map(|r| r.at).min();
+        match (retry, self.rediscover_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// One pass over everything (see the module docs).
+    pub async fn pass(&mut self) {
+        if self.rules_dirty {
+            if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
+                let objects: Vec<&Value> = kind.objects.values().collect();
+                self.rules = rules::compile(&objects);
+                self.rules_dirty = false;
+            }
+        }
+        if !self.fleet.synced {
+            // Who may be a source (ourselves included) is unknown until the
+            // registry has been read: publishing or collecting now could
+            // act on an empty fleet.
+            self.ensure_kinds().await;
+            return;
+        }
+        self.source_pass().await;
+        self.ensure_kinds().await;
+        self.sink_pass().await;
+        self.status_pass().await;
+    }
+}
+
+/// The namespace and name of an object.
+pub fn local_key(obj: &Value) -> Option<LocalKey> {
+    let name = obj.pointer("/metadata/name").and_then(Value::as_str)?;
+    let ns = obj
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned);
+    Some((ns, name.to_owned()))
+}
+
+/// Runs sync until `cancel`.
+#[tracing::instrument(name = "sync", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
+pub async fn run(
+    reg: Arc<crate::registry::Registry>,
+    cancel: CancellationToken,
+) -> Result<(), super::SyncError> {
+    let (tx, mut rx) = mpsc::channel::<Input>(4096);
+    let mut fleet = reg.fleet();
+    let initial = fleet.borrow_and_update().clone();
+    let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
+    engine.pass().await;
+    loop {
+        let wake = engine.wake_at();
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            input = rx.recv() => {
+                let Some(input) = input else { return Ok(()) };
+                engine.handle(input);
+                // Drain what else is queued: one pass per batch, not per event.
+                while let Ok(more) = rx.try_recv() {
+                    engine.handle(more);
+                }
+            }
+            changed = fleet.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                engine.fleet = fleet.borrow_and_update().clone();
+            }
+            _ = sleep_until_opt(wake) => {}
+        }
+        engine.pass().await;
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,483 @@
+//! The sink side: every desired copy, computed from the envelopes on the bus
+//! and the rules here, made equal on the local API; copies nothing wants any
+//! more collected per the orphan policy.
+//!
+//! "Equal" is judged against a baseline (what the API server made of our
+//! last write, or of a dry run of it), so server defaults never look like a
+//! difference while a key someone added does; the write is a full replace,
+//! which removes it (see `compare`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fleetbus_schemas::crd::{OrphanPolicy, UpdatePolicy};
+use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
+use fleetbus_schemas::subject::ObjectKey;
+use fleetbus_schemas::well_known;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::apply::{self, WriteError};
+use super::compare;
+use super::conflicts::{self, Conflict};
+use super::engine::{namespace_gvk, Baseline, Engine, Retry, RuleReport, Target};
+use super::matching;
+use super::mutate::{self, CopyInput};
+use super::rules::CompiledRule;
+use super::source::{describe_key, is_original, qualifies};
+use super::template::TemplateContext;
+
+/// One source object that wants to be written at a target.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The rule that maps it there.
+    pub rule: String,
+    /// Its key on the bus.
+    pub key: ObjectKey,
+    /// Its `metadata.creationTimestamp` on the origin (RFC 3339, sorts by time).
+    pub created: String,
+    /// The copy to write.
+    pub desired: Value,
+    /// Whether the copy carries `.status`.
+    pub with_status: bool,
+    /// The rule's update policy.
+    pub update: UpdatePolicy,
+    /// The rule creates missing namespaces.
+    pub create_namespace: bool,
+}
+
+/// Whether two desired copies are the same apart from the source hash: a
+/// source change that does not change the copy (e.g. only the origin's
+/// status, when status is not synced) is not a reason to write.
+fn same_desired(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(a) = v
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            a.remove(well_known::ANNOTATION_SOURCE_HASH);
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+}
+
+impl Engine {
+    /// Whether everything a rule needs has been read (its kinds, namespaces).
+    pub(super) fn rule_ready(&self, rule: &CompiledRule) -> bool {
+        let kind_ready = |g| self.kinds.get(g).is_some_and(|k| k.ready());
+        kind_ready(&rule.source)
+            && rule
+                .targets
+                .iter()
+                .all(|t| self.kinds.get(t).is_some_and(|k| k.listed))
+            && self.kinds.get(&namespace_gvk()).is_some_and(|k| k.listed)
+    }
+
+    /// Why a rule cannot work right now, if it cannot: its spec, or a kind
+    /// discovery does not serve, or a kind the agent may not watch.
+    pub(super) fn rule_problem(&self, rule: &CompiledRule) -> Option<String> {
+        if let Some(p) = &rule.problem {
+            return Some(p.clone());
+        }
+        for g in std::iter::once(&rule.source).chain(rule.targets.iter()) {
+            if let Some(why) = self.unresolved.get(g) {
+                return Some(why.clone());
+            }
+            if let Some(k) = self.kinds.get(g) {
+                if let (false, Some(e)) = (k.listed, &k.watch_error) {
+                    return Some(format!("cannot watch {}: {e}", super::watches::describe(g)));
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether this cluster is a sink of `rule` (its `clusterSelector`).
+    fn selects_us(&self, rule: &CompiledRule) -> bool {
+        matching::selector_matches(
+            rule.spec.cluster_selector.as_ref(),
+            &self.fleet.local.labels,
+        )
+        .unwrap_or(false)
+    }
+
+    /// Every copy a rule wants here, and the errors of those it cannot make.
+    fn candidates(&self, rule: &CompiledRule, report: &mut RuleReport) -> Vec<(Target, Candidate)> {
+        let mut out = Vec::new();
+        let Some(kind) = self.kinds.get(&rule.source) else {
+            return out;
+        };
+        let sources: BTreeMap<&str, &crate::registry::PeerView> = self
+            .fleet
+            .peers
+            .values()
+            .filter(|p| p.may_be_source() && qualifies(rule, &p.labels, &p.features))
+            .map(|p| (p.name.as_str(), p))
+            .collect();
+        report.sources = sources.keys().map(|s| (*s).to_owned()).collect();
+        for (key, env) in &kind.snapshots {
+            let Some(peer) = sources.get(key.origin.as_str()) else {
+                continue;
+            };
+            let Some(obj) = env.object.as_ref().filter(|_| !env.tombstone) else {
+                continue;
+            };
+            // A copy on the bus would be a loop; an origin never publishes
+            // one, so this only guards against a misbehaving publisher.
+            if !is_original(obj)
+                || annotation(obj, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED).is_some()
+            {
+                continue;
+            }
+            let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
+                continue;
+            };
+            let templates = TemplateContext {
+                object: obj.clone(),
+                cluster: peer.record.clone(),
+                local_cluster: self.fleet.local.record.clone(),
+            };
+            let input = CopyInput {
+                rule_name: &rule.name,
+                spec: &rule.spec,
+                entries: &entries,
+                source: obj,
+                origin: &key.origin,
+                origin_uid: &env.uid,
+                content_hash: &env.content_hash,
+                templates: &templates,
+            };
+            match mutate::desired_copy(&input).map(|d| (Target::of(&d), d)) {
+                Ok((Some(target), desired)) => out.push((
+                    target,
+                    Candidate {
+                        rule: rule.name.clone(),
+                        key: key.clone(),
+                        created: obj
+                            .pointer("/metadata/creationTimestamp")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        desired,
+                        with_status: mutate::syncs_status(&entries),
+                        update: rule.spec.update_policy,
+                        create_namespace: rule.spec.create_namespace,
+                    },
+                )),
+                Ok((None, _)) => {
+                    report.errors.insert(
+                        describe_key(key),
+                        "the mutated copy has no apiVersion, kind or name".to_owned(),
+                    );
+                }
+                Err(e) => {
+                    report.errors.insert(describe_key(key), e.to_string());
+                }
+            }
+        }
+        out
+    }
+
+    /// Computes every desired copy, writes what differs, collects what
+    /// nothing wants, and records what each rule did.
+    pub(super) async fn sink_pass(&mut self) {
+        let mut reports: BTreeMap<String, RuleReport> = BTreeMap::new();
+        let mut by_target: BTreeMap<Target, Vec<Candidate>> = BTreeMap::new();
+        let rules: Vec<CompiledRule> = self.rules.values().cloned().collect();
+        for rule in &rules {
+            let mut report = RuleReport::default();
+            if self.rule_problem(rule).is_none() && self.rule_ready(rule) && self.selects_us(rule) {
+                report.selected = true;
+                for (target, c) in self.candidates(rule, &mut report) {
+                    by_target.entry(target).or_default().push(c);
+                }
+            } else {
+                report.selected = self.selects_us(rule);
+            }
+            reports.insert(rule.name.clone(), report);
+        }
+        let mut found: Vec<Conflict> = Vec::new();
+        let wanted: BTreeSet<Target> = by_target.keys().cloned().collect();
+        for (target, mut cands) in by_target {
+            conflicts::order(&mut cands);
+            let winner = cands.remove(0);
+            for loser in &cands {
+                let c = Conflict::other_origin(&target, loser, &winner);
+                if let Some(r) = reports.get_mut(&loser.rule) {
+                    r.conflicts.insert(target.to_string(), c.message.clone());
+                }
+                found.push(c);
+            }
+            let outcome = self.apply_target(&target, &winner).await;
+            let Some(report) = reports.get_mut(&winner.rule) else {
+                continue;
+            };
+            match outcome {
+                Outcome::InSync => report.synced += 1,
+                Outcome::Wrote => {
+                    report.synced += 1;
+                    report.wrote = true;
+                }
+                Outcome::Conflict(c) => {
+                    report
+                        .conflicts
+                        .insert(target.to_string(), c.message.clone());
+                    found.push(c);
+                }
+                Outcome::Failed(e) => {
+                    report.errors.insert(target.to_string(), e);
+                }
+            }
+        }
+        self.collect(&wanted).await;
+        for (rule, errors) in &self.source_errors {
+            if let Some(r) = reports.get_mut(rule) {
+                r.errors.extend(errors.clone());
+            }
+        }
+        self.report_conflicts(found).await;
+        self.reports = reports;
+    }
+
+    /// Makes the copy at `target` equal to the winner's desired state.
+    async fn apply_target(&mut self, target: &Target, c: &Candidate) -> Outcome {
+        let now = Instant::now();
+        if let Some(r) = self.retries.get(target) {
+            if r.at > now {
+                return Outcome::Failed("retrying after an error".to_owned());
+            }
+        }
+        let gvk = target.gvk();
+        let Some(kind) = self.kinds.get(&gvk) else {
+            return Outcome::Failed(format!(
+                "kind {} is not watched",
+                super::watches::describe(&gvk)
+            ));
+        };
+        let ar = kind.ar.clone();
+        let namespaced = kind.namespaced;
+        let live = kind.objects.get(&target.local_key()).cloned();
+        if namespaced && target.namespace.is_none() {
+            return Outcome::Failed(
+                "the kind is namespaced but the copy has no namespace".to_owned(),
+            );
+        }
+        if !namespaced && target.namespace.is_some() {
+            return Outcome::Failed(
+                "the kind is cluster-scoped but the copy has a namespace".to_owned(),
+            );
+        }
+        if let Some(ns) = &target.namespace {
+            let exists = self
+                .kinds
+                .get(&namespace_gvk())
+                .is_some_and(|k| k.objects.contains_key(&(None, ns.clone())));
+            if !exists {
+                if !c.create_namespace {
+                    return Outcome::Failed(format!(
+                        "namespace {ns} not found (set createNamespace: true to create it)"
+                    ));
+                }
+                if let Err(e) = apply::create_namespace(&self.ctx, ns).await {
+                    return self.failed(target, e);
+                }
+            }
+        }
+        let client = self.ctx.client.clone();
+        let api = apply::api(&client, &ar, target.namespace.as_deref());
+        let Some(live) = live else {
+            return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
+                Ok(server) => self.wrote(target, c, server),
+                Err(e) => self.failed(target, e),
+            };
+        };
+        if is_original(&live) {
+            return Outcome::Conflict(Conflict::local_object(target, c, &live));
+        }
+        if annotation(&live, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED).is_some()
+            || c.update == UpdatePolicy::CreateOnly
+        {
+            // Pinned by an operator, or created once by policy: left alone.
+            return Outcome::InSync;
+        }
+        let baseline = match self.baselines.get(target) {
+            Some(b) if same_desired(&b.desired, &c.desired) => Some(b.server.clone()),
+            Some(_) => None, // the desired state changed: write it
+            None => {
+                // No baseline (first look since start): ask the server what it
+                // would make of the desired state, without writing.
+                let mut body = c.desired.clone();
+                compare::carry_over(&mut body, &live);
+                match apply::dry_run_replace(&api, &body).await {
+                    Ok(server) => {
+                        self.baselines.insert(
+                            target.clone(),
+                            Baseline {
+                                desired: c.desired.clone(),
+                                server: server.clone(),
+                            },
+                        );
+                        Some(server)
+                    }
+                    Err(e) => return self.failed(target, e),
+                }
+            }
+        };
+        if let Some(server) = baseline {
+            if compare::in_sync(&server, &live, c.with_status) {
+                self.retries.remove(target);
+                return Outcome::InSync;
+            }
+        }
+        match apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status).await {
+            Ok(server) => self.wrote(target, c, server),
+            Err(e) => self.failed(target, e),
+        }
+    }
+
+    fn wrote(&mut self, target: &Target, c: &Candidate, server: Value) -> Outcome {
+        tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
+        self.baselines.insert(
+            target.clone(),
+            Baseline {
+                desired: c.desired.clone(),
+                server,
+            },
+        );
+        self.retries.remove(target);
+        self.last_sync
+            .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
+        Outcome::Wrote
+    }
+
+    fn failed(&mut self, target: &Target, e: WriteError) -> Outcome {
+        if e.is_transient() {
+            let prev = self.retries.get(target).copied();
+            self.retries
+                .insert(target.clone(), Retry::after(prev, Instant::now()));
+        } else {
+            self.retries.remove(target);
+        }
+        tracing::warn!(copy = %target, error = %crate::report(&e), transient = e.is_transient(), "copy not written");
+        Outcome::Failed(crate::report(&e))
+    }
+
+    /// Deletes or orphans the copies nothing wants any more.
+    async fn collect(&mut self, wanted: &BTreeSet<Target>) {
+        let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
+        for kind in self.kinds.values() {
+            if !kind.listed {
+                continue;
+            }
+            for obj in kind.objects.values() {
+                let Some(origin) = annotation(obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
+                    continue;
+                };
+                if origin == self.fleet.local.name {
+                    continue;
+                }
+                let Some(target) = Target::of(obj) else {
+                    continue;
+                };
+                if wanted.contains(&target) {
+                    continue;
+                }
+                if let Some(delete) = self.collect_verdict(obj, origin) {
+                    doomed.push((target, obj.clone(), delete));
+                }
+            }
+        }
+        for (target, obj, delete) in doomed {
+            let gvk = target.gvk();
+            let Some(kind) = self.kinds.get(&gvk) else {
+                continue;
+            };
+            let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+            let result = if delete {
+                apply::delete(&self.ctx, &api, &obj).await
+            } else {
+                apply::orphan(&self.ctx, &api, &obj).await
+            };
+            match result {
+                Ok(()) => {
+                    tracing::info!(copy = %target, delete, "collected copy");
+                    self.baselines.remove(&target);
+                }
+                Err(e) => {
+                    tracing::warn!(copy = %target, error = %crate::report(&e), "could not collect copy");
+                    if e.is_transient() {
+                        let prev = self.retries.get(&target).copied();
+                        self.retries
+                            .insert(target.clone(), Retry::after(prev, Instant::now()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// For a copy nothing wants: `Some(true)` delete, `Some(false)` orphan,
+    /// `None` keep for now (its rule is invalid or not fully read, or its
+    /// origin's identity is in doubt).
+    fn collect_verdict(&self, obj: &Value, origin: &str) -> Option<bool> {
+        let rule_name = annotation(obj, well_known::ANNOTATION_RULE).unwrap_or_default();
+        let rule = self.rules.get(rule_name);
+        if let Some(rule) = rule {
+            if self.rule_problem(rule).is_some() || !self.rule_ready(rule) {
+                return None;
+            }
+        }
+        if self
+            .fleet
+            .peers
+            .get(origin)
+            .is_some_and(|p| p.name_conflict)
+        {
+            return None;
+        }
+        let uid = annotation(obj, well_known::ANNOTATION_ORIGIN_UID).unwrap_or_default();
+        if self.deleted_at_origin(origin, uid) {
+            return Some(true);
+        }
+        let policy = match rule {
+            Some(r) => r.spec.orphan_policy,
+            None => match annotation(obj, well_known::ANNOTATION_ORPHAN_POLICY) {
+                Some("Orphan") => OrphanPolicy::Orphan,
+                _ => OrphanPolicy::Delete,
+            },
+        };
+        Some(policy == OrphanPolicy::Delete)
+    }
+
+    /// Whether the origin published a `Deleted` tombstone for this uid.
+    fn deleted_at_origin(&self, origin: &str, uid: &str) -> bool {
+        self.kinds.values().any(|k| {
+            k.snapshots.iter().any(|(key, e): (&ObjectKey, &Envelope)| {
+                key.origin == origin
+                    && e.uid == uid
+                    && e.tombstone
+                    && e.tombstone_reason.unwrap_or(TombstoneReason::Deleted)
+                        == TombstoneReason::Deleted
+            })
+        })
+    }
+}
+
+/// What became of one target in a pass.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Already equal.
+    InSync,
+    /// Written now.
+    Wrote,
+    /// Not written: someone else's object is there.
+    Conflict(Conflict),
+    /// Not written: an error.
+    Failed(String),
+}

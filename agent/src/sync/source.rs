@@ -1,0 +1,271 @@
+//! The source side: publish this cluster's own originals that some rule lets
+//! it be a source of, and tombstones for what stopped being published.
+//!
+//! The decision compares states: the local objects against the last envelope
+//! on the bus under our own name (the kind's consumer delivers our subtree
+//! too). So a restart publishes exactly what changed while the agent was
+//! down, deletes included, and an unchanged object is never republished.
+
+use std::collections::BTreeMap;
+
+use async_nats::HeaderMap;
+use fleetbus_schemas::envelope::{check_size, content_hash, Envelope, TombstoneReason};
+use fleetbus_schemas::subject::{check_subject_len, ObjectKey};
+use fleetbus_schemas::well_known;
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+
+use super::engine::{Engine, KindState};
+use super::matching;
+use super::rules::CompiledRule;
+use super::watches::Input;
+use crate::registry::view::LocalView;
+
+/// What to publish for one object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Publish {
+    /// The object's current state.
+    Snapshot(Value),
+    /// The object is gone or no longer published.
+    Tombstone {
+        /// The object's uid on this cluster.
+        uid: String,
+        /// The last resourceVersion we know.
+        resource_version: String,
+        /// Deleted, or only no longer published.
+        reason: TombstoneReason,
+    },
+}
+
+/// Whether `obj` is one of our originals (not a copy someone else made).
+pub fn is_original(obj: &Value) -> bool {
+    obj.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_none_or(|a| !a.contains_key(well_known::ANNOTATION_ORIGIN_CLUSTER))
+}
+
+fn sync_disabled(obj: &Value) -> bool {
+    obj.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(well_known::ANNOTATION_RESOURCE_SYNC_DISABLED))
+}
+
+/// Whether `cluster` (labels and features) is a source of `rule`.
+pub fn qualifies(
+    rule: &CompiledRule,
+    labels: &BTreeMap<String, String>,
+    features: &[fleetbus_schemas::registry::FeatureRecord],
+) -> bool {
+    matching::selector_matches(rule.spec.source_cluster_selector.as_ref(), labels).unwrap_or(false)
+        && matching::features_satisfy(&rule.spec.cluster_feature_match, features)
+}
+
+/// What to publish for one kind: pure, from the local objects, the rules of
+/// the kind this cluster is a source of, and the envelopes on the bus.
+pub fn plan(
+    local: &LocalView,
+    rules: &[&CompiledRule],
+    kind: &KindState,
+) -> Vec<(ObjectKey, Publish)> {
+    let rules: Vec<&&CompiledRule> = rules
+        .iter()
+        .filter(|r| r.is_valid() && qualifies(r, &local.labels, &local.features))
+        .collect();
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for obj in kind.objects.values() {
+        if !is_original(obj) {
+            continue;
+        }
+        let Some(key) = ObjectKey::from_object(&local.name, obj) else {
+            continue;
+        };
+        seen.insert(key.clone());
+        let wanted = !sync_disabled(obj)
+            && rules
+                .iter()
+                .any(|r| matching::matching_rules(&r.spec, obj).is_some());
+        let current = kind.snapshots.get(&key).filter(|e| !e.tombstone);
+        if wanted {
+            let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
+            let same = current.is_some_and(|e| {
+                Some(e.uid.as_str()) == uid && e.content_hash == content_hash(obj)
+            });
+            if !same {
+                out.push((key, Publish::Snapshot(obj.clone())));
+            }
+        } else if let Some(e) = current {
+            out.push((
+                key,
+                Publish::Tombstone {
+                    uid: e.uid.clone(),
+                    resource_version: e.resource_version.clone(),
+                    reason: TombstoneReason::Unpublished,
+                },
+            ));
+        }
+    }
+    // Ours on the bus, live, but no longer here: deleted (perhaps while we
+    // were down).
+    for (key, e) in &kind.snapshots {
+        if key.origin == local.name && !e.tombstone && !seen.contains(key) {
+            out.push((
+                key.clone(),
+                Publish::Tombstone {
+                    uid: e.uid.clone(),
+                    resource_version: e.resource_version.clone(),
+                    reason: TombstoneReason::Deleted,
+                },
+            ));
+        }
+    }
+    out
+}
+
+impl Engine {
+    /// Publishes what changed among our originals, for every source kind
+    /// that is fully read.
+    pub(super) async fn source_pass(&mut self) {
+        let gvks: Vec<GroupVersionKind> = self
+            .kinds
+            .iter()
+            .filter(|(_, k)| k.source && k.ready())
+            .map(|(g, _)| g.clone())
+            .collect();
+        self.source_errors.clear();
+        for gvk in gvks {
+            let rules: Vec<&CompiledRule> =
+                self.rules.values().filter(|r| r.source == gvk).collect();
+            let Some(kind) = self.kinds.get(&gvk) else {
+                continue;
+            };
+            let planned = plan(&self.fleet.local, &rules, kind);
+            let matching_rules: BTreeMap<ObjectKey, Vec<String>> = planned
+                .iter()
+                .filter_map(|(k, p)| match p {
+                    Publish::Snapshot(obj) => Some((
+                        k.clone(),
+                        rules
+                            .iter()
+                            .filter(|r| matching::matching_rules(&r.spec, obj).is_some())
+                            .map(|r| r.name.clone())
+                            .collect(),
+                    )),
+                    Publish::Tombstone { .. } => None,
+                })
+                .collect();
+            for (key, publish) in planned {
+                match self.publish(&gvk, &key, publish).await {
+                    Ok(env) => {
+                        if let Some(kind) = self.kinds.get_mut(&gvk) {
+                            kind.snapshots.insert(key, env);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(object = %describe_key(&key), %error, "not published");
+                        for rule in matching_rules.get(&key).into_iter().flatten() {
+                            self.source_errors
+                                .entry(rule.clone())
+                                .or_default()
+                                .insert(describe_key(&key), error.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publishes one envelope without waiting for its acknowledgement (a
+    /// task watches it, so thousands can be in flight); returns what the
+    /// bus will hold once acknowledged.
+    async fn publish(
+        &self,
+        gvk: &GroupVersionKind,
+        key: &ObjectKey,
+        what: Publish,
+    ) -> Result<Envelope, String> {
+        let now = chrono::Utc::now();
+        let origin = &self.fleet.local.name;
+        let id = Some(self.ctx.cluster_id.as_str());
+        let env = match what {
+            Publish::Snapshot(obj) => {
+                Envelope::snapshot(origin, id, obj, now).map_err(|e| e.to_string())?
+            }
+            Publish::Tombstone {
+                uid,
+                resource_version,
+                reason,
+            } => Envelope::tombstone(origin, id, &uid, &resource_version, now, reason),
+        };
+        let subject = key.to_subject(self.ctx.layout.prefix());
+        if check_subject_len(&subject).is_err() {
+            self.ctx.metrics.sync_rejected("too_large");
+            return Err("the object's subject is longer than NATS allows".to_owned());
+        }
+        let bytes = env.encode().map_err(|e| e.to_string())?;
+        let max = self.max_payload();
+        if let Err(e) = check_size(bytes.len(), max) {
+            self.ctx.metrics.sync_rejected("too_large");
+            return Err(e.to_string());
+        }
+        let mut headers = HeaderMap::new();
+        let after_tombstone = self
+            .kinds
+            .get(gvk)
+            .and_then(|k| k.snapshots.get(key))
+            .is_some_and(|e| e.tombstone);
+        headers.insert("Nats-Msg-Id", msg_id(&env, after_tombstone, now).as_str());
+        let ack = self
+            .ctx
+            .js
+            .publish_with_headers(subject, headers, bytes.into())
+            .await
+            .map_err(|e| format!("publish failed: {e}"))?;
+        self.ctx
+            .metrics
+            .sync_published
+            .get_or_create(&vec![(
+                "type",
+                if env.tombstone {
+                    "tombstone"
+                } else {
+                    "snapshot"
+                },
+            )])
+            .inc();
+        let tx = self.tx.clone();
+        let (gvk, key) = (gvk.clone(), key.clone());
+        tokio::spawn(async move {
+            if let Err(error) = ack.await {
+                tracing::warn!(object = %describe_key(&key), %error, "publish not acknowledged; will publish again");
+                let _ = tx.send(Input::PublishFailed(gvk, key)).await;
+            }
+        });
+        Ok(env)
+    }
+
+    /// The server's `max_payload` (1 MiB by default).
+    fn max_payload(&self) -> usize {
+        self.ctx.js.client().server_info().max_payload
+    }
+}
+
+/// The `Nats-Msg-Id`: the protocol's id, made unique when a version is
+/// published again after a tombstone (an object that stopped and started
+/// matching at the same resourceVersion would otherwise be dropped by the
+/// server as a duplicate of its first publication).
+fn msg_id(env: &Envelope, after_tombstone: bool, now: chrono::DateTime<chrono::Utc>) -> String {
+    if after_tombstone && !env.tombstone {
+        format!("{}:{}", env.msg_id(), now.timestamp_millis())
+    } else {
+        env.msg_id()
+    }
+}
+
+/// `Kind ns/name from origin` for messages.
+pub fn describe_key(key: &ObjectKey) -> String {
+    match &key.namespace {
+        Some(ns) => format!("{} {}/{}", key.kind, ns, key.name),
+        None => format!("{} {}", key.kind, key.name),
+    }
+}

@@ -1,0 +1,261 @@
+//! The two event sources of sync, one task each per kind: the local API watch
+//! (every object of the kind, originals and copies alike: one watch serves
+//! publishing, copies and rules) and the bus consumer (the last envelope of
+//! every object of the kind from every origin, then live updates: one ordered
+//! consumer per kind, not one per peer or rule).
+//!
+//! Both tasks turn their stream into [`Input`]s for the engine and present a
+//! re-list the same way: `Reset`, the full state, then `Listed`/`CaughtUp`, so
+//! the engine replaces what it had instead of keeping stale entries.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::subject::ObjectKey;
+use futures::StreamExt;
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, Scope};
+use kube::runtime::watcher;
+use kube::Api;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+
+/// An event for the engine.
+#[derive(Debug)]
+pub enum Input {
+    /// From the local watch of a kind.
+    Local(GroupVersionKind, LocalEvent),
+    /// From the bus consumer of a kind.
+    Bus(GroupVersionKind, BusEvent),
+    /// An acknowledged publish failed: the object must be published again.
+    PublishFailed(GroupVersionKind, ObjectKey),
+}
+
+/// What the local watch saw.
+#[derive(Debug)]
+pub enum LocalEvent {
+    /// A (re-)list starts: forget what the watch said before once `Listed` comes.
+    Reset,
+    /// An object exists in this version.
+    Upsert(Value),
+    /// An object is gone.
+    Remove(Value),
+    /// The (re-)list is complete.
+    Listed,
+    /// The watch failed (it retries on its own with backoff).
+    Error(String),
+}
+
+/// What the bus consumer saw.
+#[derive(Debug)]
+pub enum BusEvent {
+    /// The consumer (re)starts: the last value of every subject follows.
+    Reset,
+    /// One envelope, and the key its subject names.
+    Envelope(ObjectKey, Box<Envelope>),
+    /// Every last value has been delivered; live updates follow.
+    CaughtUp,
+}
+
+/// Resolves a kind through API discovery: served, with its resource name and scope.
+pub async fn resolve(
+    client: &kube::Client,
+    gvk: &GroupVersionKind,
+) -> Result<(ApiResource, bool), String> {
+    match kube::discovery::pinned_kind(client, gvk).await {
+        Ok((ar, caps)) => Ok((ar, namespaced(&caps))),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(format!(
+            "kind {} is not served by this cluster's API server",
+            describe(gvk)
+        )),
+        Err(e) => Err(format!("cannot discover kind {}: {e}", describe(gvk))),
+    }
+}
+
+fn namespaced(caps: &ApiCapabilities) -> bool {
+    matches!(caps.scope, Scope::Namespaced)
+}
+
+/// `group/version Kind` for messages (`v1 Secret` for the core group).
+pub fn describe(gvk: &GroupVersionKind) -> String {
+    if gvk.group.is_empty() {
+        format!("{} {}", gvk.version, gvk.kind)
+    } else {
+        format!("{}/{} {}", gvk.group, gvk.version, gvk.kind)
+    }
+}
+
+/// Watches every object of one kind on the local API until `cancel`.
+#[tracing::instrument(name = "watch", skip_all, fields(kind = %describe(&gvk)))]
+pub async fn local_watch(
+    client: kube::Client,
+    gvk: GroupVersionKind,
+    ar: ApiResource,
+    tx: mpsc::Sender<Input>,
+    cancel: CancellationToken,
+) {
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let stream =
+        kube::runtime::WatchStreamExt::default_backoff(watcher(api, watcher::Config::default()));
+    futures::pin_mut!(stream);
+    let send = |ev: LocalEvent| {
+        let tx = tx.clone();
+        let gvk = gvk.clone();
+        async move { tx.send(Input::Local(gvk, ev)).await.is_ok() }
+    };
+    loop {
+        let ev = tokio::select! {
+            _ = cancel.cancelled() => return,
+            ev = stream.next() => ev,
+        };
+        let out = match ev {
+            None => return,
+            Some(Ok(watcher::Event::Init)) => LocalEvent::Reset,
+            Some(Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o))) => {
+                match serde_json::to_value(&o) {
+                    Ok(v) => LocalEvent::Upsert(with_gvk(v, &gvk)),
+                    Err(_) => continue,
+                }
+            }
+            Some(Ok(watcher::Event::Delete(o))) => match serde_json::to_value(&o) {
+                Ok(v) => LocalEvent::Remove(with_gvk(v, &gvk)),
+                Err(_) => continue,
+            },
+            Some(Ok(watcher::Event::InitDone)) => LocalEvent::Listed,
+            Some(Err(e)) => LocalEvent::Error(e.to_string()),
+        };
+        if !send(out).await {
+            return;
+        }
+    }
+}
+
+/// List items may lack `apiVersion`/`kind` (kube omits them inside lists);
+/// the engine works on complete objects.
+fn with_gvk(mut v: Value, gvk: &GroupVersionKind) -> Value {
+    if let Some(map) = v.as_object_mut() {
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::String(gvk.api_version()));
+        map.entry("kind")
+            .or_insert_with(|| Value::String(gvk.kind.clone()));
+    }
+    v
+}
+
+/// Consumes the last envelope of every object of one kind, then live updates,
+/// until `cancel`. Restarts with backoff when the consumer fails (NATS down,
+/// stream deleted and recreated).
+#[tracing::instrument(name = "consume", skip_all, fields(kind = %describe(&gvk)))]
+pub async fn bus_consumer(
+    ctx: std::sync::Arc<Context>,
+    gvk: GroupVersionKind,
+    tx: mpsc::Sender<Input>,
+    cancel: CancellationToken,
+) {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = consume_once(&ctx, &gvk, &tx) => r,
+        };
+        match result {
+            Ok(()) => return, // the engine is gone
+            Err(e) => {
+                tracing::warn!(error = %e, ?delay, "object consumer failed; restarting");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+async fn consume_once(
+    ctx: &Context,
+    gvk: &GroupVersionKind,
+    tx: &mpsc::Sender<Input>,
+) -> Result<(), String> {
+    let prefix = ctx.layout.prefix();
+    let filter = fleetbus_schemas::subject::ObjectFilter::any()
+        .gvk(&gvk.group, &gvk.version, &gvk.kind)
+        .to_subject(prefix);
+    let stream = ctx
+        .js
+        .get_stream(ctx.layout.objects_stream().name)
+        .await
+        .map_err(|e| format!("objects stream: {e}"))?;
+    let mut consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: filter,
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ..OrderedConfig::default()
+        })
+        .await
+        .map_err(|e| format!("create consumer: {e}"))?;
+    let pending = consumer
+        .info()
+        .await
+        .map_err(|e| format!("consumer info: {e}"))?
+        .num_pending;
+    let send = |ev: BusEvent| tx.send(Input::Bus(gvk.clone(), ev));
+    if send(BusEvent::Reset).await.is_err() {
+        return Ok(());
+    }
+    if pending == 0 && send(BusEvent::CaughtUp).await.is_err() {
+        return Ok(());
+    }
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|e| format!("consume: {e}"))?;
+    while let Some(msg) = messages.next().await {
+        let msg = msg.map_err(|e| format!("message: {e}"))?;
+        let caught_up = msg.info().map(|i| i.pending == 0).unwrap_or(false);
+        match decode(prefix, &msg.subject, &msg.payload) {
+            Ok((key, env)) => {
+                if send(BusEvent::Envelope(key, Box::new(env))).await.is_err() {
+                    return Ok(());
+                }
+            }
+            Err(reason) => {
+                ctx.metrics.sync_rejected(reason);
+                tracing::warn!(subject = %msg.subject, reason, "skipped an object message");
+            }
+        }
+        if caught_up && send(BusEvent::CaughtUp).await.is_err() {
+            return Ok(());
+        }
+    }
+    Err("message stream ended".to_owned())
+}
+
+/// Decodes one message; the reason is the metric label when it is skipped.
+fn decode(
+    prefix: &fleetbus_schemas::subject::Prefix,
+    subject: &str,
+    payload: &[u8],
+) -> Result<(ObjectKey, Envelope), &'static str> {
+    let key = ObjectKey::parse_subject(prefix, subject).map_err(|_| "bad_subject")?;
+    let env = Envelope::decode(payload).map_err(|e| match e {
+        fleetbus_schemas::DecodeError::UnsupportedVersion { .. } => "unsupported_version",
+        _ => "malformed",
+    })?;
+    // A message under <p>.obj.<X> is a claim by X: an envelope naming
+    // another origin, or an object at another key, is not trusted.
+    if env.origin != key.origin {
+        return Err("subject_mismatch");
+    }
+    if let Some(obj) = &env.object {
+        if ObjectKey::from_object(&key.origin, obj).as_ref() != Some(&key) {
+            return Err("subject_mismatch");
+        }
+    }
+    Ok((key, env))
+}

@@ -1,0 +1,653 @@
+//! Rule sync end to end (issue 8 §6): where copies go and how they are
+//! collected. Real nats-server, devclusters and agent processes; users act
+//! through kubectl, state is read with kube-rs.
+//!
+//! Each test owns its NATS server and members (c1, c2, c3 as needed), so the
+//! tests run in parallel. The contract they check is
+//! `/work/briefs/sync-design.md` (copy marks, tombstone reasons, orphan policy).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::sync::*;
+use common::*;
+use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_UID;
+use fleetbus_testsupport::{repo_root, wait_for, NatsServer};
+use kube::ResourceExt;
+
+/// A rule for the Secrets of namespace `shared`, with `extra` spec lines.
+fn secret_rule(name: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: {name}
+spec:
+  groupVersionKind: {{group: "", version: v1, kind: Secret}}
+  rules:
+    - match:
+        - namespaces: [shared]
+{extra}"#
+    )
+}
+
+/// The example of the README tour: a rule on c1 for the Secrets of
+/// `shared`; a Secret created on c3 appears on c1 and c2 as a copy with the
+/// contract's marks and equal data; the rule itself appears on c2 and c3 as
+/// a copy from c1; a Secret outside `shared` is not synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_everywhere() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    let example = repo_root().join("deploy/examples/sync-secrets.yaml");
+    kubectl(c1, &["apply", "-f", &example.display().to_string()]);
+    for sink in [c2, c3] {
+        wait_rule_copy(sink, "sync-secrets", "c1").await;
+    }
+
+    // Created first: by the time the matching Secret's copies arrived, this
+    // one would have too if the namespace match were ignored.
+    create_secret(c3, "default", "not-shared", &[("k", "v")]).await;
+    let literals = [("password", "s3cret"), ("user", "app")];
+    let uid = create_secret(c3, "shared", "db", &literals).await;
+    for sink in [c1, c2] {
+        let copy = wait_copy(
+            sink,
+            &secrets(),
+            Some("shared"),
+            "db",
+            "c3",
+            "sync-secrets",
+            data_is(secret_data(&literals)),
+        )
+        .await;
+        let ann = copy.annotations();
+        assert_eq!(ann.get(ANNOTATION_ORIGIN_UID), Some(&uid), "{}", sink.name);
+        assert_eq!(
+            ann.get(ANNOTATION_ORPHAN_POLICY).map(String::as_str),
+            Some("Delete"),
+            "{}: {ann:?}",
+            sink.name
+        );
+        assert_eq!(copy.data["type"], "Opaque", "{}", sink.name);
+        assert_absent(sink, &secrets(), Some("default"), "not-shared").await;
+    }
+    // The original is never marked.
+    let orig = get_dynamic(c3, &secrets(), Some("shared"), "db")
+        .await
+        .unwrap()
+        .unwrap();
+    check_unmanaged(&orig).unwrap();
+
+    // Status per cluster: c1 and c2 each hold one copy, sourced from the peers.
+    for (sink, sources) in [(c1, ["c2", "c3"]), (c2, ["c1", "c3"])] {
+        wait_rule(sink, "sync-secrets", "Ready with one copy", |r| {
+            ready_is("True", "Synced")(r)?;
+            let s = r.status.as_ref().ok_or("no status")?;
+            if s.source_clusters == sources && s.objects_synced == 1 && s.conflicts == 0 {
+                Ok(())
+            } else {
+                Err("counts/sources differ".into())
+            }
+        })
+        .await;
+    }
+}
+
+/// `clusterSelector: env=prod` with c2 labelled `env=dev` on its Local
+/// Cluster object: c3 gets the copy, c2 none (status NotSelected), yet c2 is
+/// still a source; relabelling c3 out of the selection deletes its copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_selector_excludes() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    let envs = [(c1, "prod"), (c2, "dev"), (c3, "prod")];
+    for (x, env) in envs {
+        create_ns(x, "shared").await;
+        kubectl(
+            x,
+            &[
+                "label",
+                "clusters.fleetbus.io",
+                &x.name,
+                &format!("env={env}"),
+            ],
+        );
+    }
+    for (x, env) in envs {
+        wait_label(&m, &x.name, env).await;
+    }
+    let yaml = secret_rule(
+        "prod-secrets",
+        "  clusterSelector: {matchLabels: {env: prod}}\n",
+    );
+    apply_yaml(c1, &yaml);
+    wait_rule(
+        c2,
+        "prod-secrets",
+        "NotSelected",
+        ready_is("False", "NotSelected"),
+    )
+    .await;
+
+    let data = [("level", "prod")];
+    create_secret(c1, "shared", "cfg", &data).await;
+    // An excluded sink is still a source (sourceClusterSelector is absent).
+    create_secret(c2, "shared", "from-dev", &[("a", "b")]).await;
+    wait_copy(
+        c3,
+        &secrets(),
+        Some("shared"),
+        "cfg",
+        "c1",
+        "prod-secrets",
+        data_is(secret_data(&data)),
+    )
+    .await;
+    for sink in [c1, c3] {
+        wait_copy(
+            sink,
+            &secrets(),
+            Some("shared"),
+            "from-dev",
+            "c2",
+            "prod-secrets",
+            |_| Ok(()),
+        )
+        .await;
+    }
+    assert_absent(c2, &secrets(), Some("shared"), "cfg").await;
+    wait_rule(c3, "prod-secrets", "Ready", ready_is("True", "Synced")).await;
+
+    // c3 leaves the selection: its copies go (orphanPolicy Delete), originals stay.
+    kubectl(
+        c3,
+        &[
+            "label",
+            "--overwrite",
+            "clusters.fleetbus.io",
+            "c3",
+            "env=dev",
+        ],
+    );
+    wait_rule(
+        c3,
+        "prod-secrets",
+        "NotSelected",
+        ready_is("False", "NotSelected"),
+    )
+    .await;
+    wait_absent(c3, &secrets(), Some("shared"), "cfg").await;
+    wait_absent(c3, &secrets(), Some("shared"), "from-dev").await;
+    get_dynamic(c1, &secrets(), Some("shared"), "cfg")
+        .await
+        .unwrap()
+        .expect("original cfg");
+}
+
+/// Waits until every member's Cluster object `cluster` carries `env=<env>`
+/// (the label of its Local object reached the record and the peers).
+async fn wait_label(members: &[Member], cluster: &str, env: &str) {
+    for m in members {
+        let what = format!("{}: {cluster} labelled env={env}", m.name);
+        wait_for(&what, SYNC, || async {
+            let c = m.clusters().get(cluster).await.map_err(|e| e.to_string())?;
+            match c.labels().get("env") {
+                Some(v) if v == env => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+}
+
+/// The annotation route: the same rule created on c1 and c3 with
+/// `fleetbus.io/resource-sync-disabled` is not replicated; c1 and c3 sync
+/// with each other, c2 gets neither the rule nor copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotation_route() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    let yaml = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: pair-secrets
+  annotations:
+    fleetbus.io/resource-sync-disabled: "true"
+spec:
+  groupVersionKind: {group: "", version: v1, kind: Secret}
+  rules:
+    - match:
+        - namespaces: [shared]
+"#;
+    apply_yaml(c1, yaml);
+    apply_yaml(c3, yaml);
+    create_secret(c1, "shared", "a", &[("from", "c1")]).await;
+    create_secret(c3, "shared", "b", &[("from", "c3")]).await;
+    wait_copy(
+        c3,
+        &secrets(),
+        Some("shared"),
+        "a",
+        "c1",
+        "pair-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    wait_copy(
+        c1,
+        &secrets(),
+        Some("shared"),
+        "b",
+        "c3",
+        "pair-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    // Both rules stay originals: neither was published.
+    for x in [c1, c3] {
+        let r = rule(x, "pair-secrets").await.unwrap().unwrap();
+        assert!(
+            !r.annotations()
+                .contains_key(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER),
+            "{}: {:?}",
+            x.name,
+            r.annotations()
+        );
+    }
+    assert!(
+        rule(c2, "pair-secrets").await.unwrap().is_none(),
+        "c2 got the rule"
+    );
+    assert_absent(c2, &secrets(), Some("shared"), "a").await;
+    assert_absent(c2, &secrets(), Some("shared"), "b").await;
+}
+
+/// The `clusterFeatureMatch` gate on source c2, then the withdrawal of the
+/// feature under `policy`.
+async fn feature_gate(policy: &str) {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    let extra =
+        format!("  clusterFeatureMatch:\n    - featureName: istio\n  orphanPolicy: {policy}\n");
+    apply_yaml(c1, &secret_rule("istio-secrets", &extra));
+    let data = [("ca.crt", "pem")];
+    create_secret(c2, "shared", "mesh-ca", &data).await;
+    wait_rule_copy(c2, "istio-secrets", "c1").await;
+    // c2 lacks the feature: c1 takes nothing from it.
+    wait_rule(c1, "istio-secrets", "Ready without sources", |r| {
+        ready_is("True", "Synced")(r)?;
+        let s = r.status.as_ref().ok_or("no status")?;
+        if s.source_clusters.is_empty() && s.observed_generation.is_some() {
+            Ok(())
+        } else {
+            Err("sources".into())
+        }
+    })
+    .await;
+    assert_absent(c1, &secrets(), Some("shared"), "mesh-ca").await;
+
+    apply_yaml(
+        c2,
+        "apiVersion: fleetbus.io/v1alpha1\nkind: ClusterFeature\nmetadata: {name: istio}\nspec: {featureName: istio}\n",
+    );
+    let copy = wait_copy(
+        c1,
+        &secrets(),
+        Some("shared"),
+        "mesh-ca",
+        "c2",
+        "istio-secrets",
+        data_is(secret_data(&data)),
+    )
+    .await;
+    wait_rule(c1, "istio-secrets", "sourcing from c2", |r| {
+        match r.status.as_ref().map(|s| s.source_clusters.clone()) {
+            Some(s) if s == ["c2"] => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    kubectl(c2, &["delete", "clusterfeatures.fleetbus.io", "istio"]);
+    if policy == "Delete" {
+        wait_absent(c1, &secrets(), Some("shared"), "mesh-ca").await;
+    } else {
+        let uid = copy.uid();
+        wait_obj(c1, &secrets(), Some("shared"), "mesh-ca", "orphaned", |o| {
+            check_unmanaged(o)?;
+            data_is(secret_data(&data))(o)?;
+            if o.uid() == uid {
+                Ok(())
+            } else {
+                Err("recreated".into())
+            }
+        })
+        .await;
+    }
+    get_dynamic(c2, &secrets(), Some("shared"), "mesh-ca")
+        .await
+        .unwrap()
+        .expect("original");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feature_gate_and_withdrawal() {
+    feature_gate("Delete").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feature_withdrawal_orphans() {
+    feature_gate("Orphan").await;
+}
+
+/// A kubectl edit of a copy (changed value, ADDED data key and label) is
+/// reverted to equal again; a deleted copy is recreated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revert_edit_and_recreate() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    apply_yaml(c1, &secret_rule("revert-secrets", ""));
+    let data = [("mode", "prod")];
+    create_secret(c1, "shared", "app-cfg", &data).await;
+    let want = secret_data(&data);
+    let copy = wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "app-cfg",
+        "c1",
+        "revert-secrets",
+        data_is(want.clone()),
+    )
+    .await;
+    let labels_before = labels_of(&copy);
+
+    let patch = serde_json::json!({
+        "metadata": {"labels": {"added": "by-hand"}},
+        "data": {"mode": b64("dev"), "extra": b64("x")},
+    })
+    .to_string();
+    let out = kubectl(
+        c2,
+        &[
+            "patch", "secret", "app-cfg", "-n", "shared", "--type", "merge", "-p", &patch, "-o",
+            "json",
+        ],
+    );
+    // The edit really landed (the reply is the patched object).
+    let edited: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(edited["data"]["extra"], b64("x"), "{edited}");
+    assert_eq!(edited["metadata"]["labels"]["added"], "by-hand", "{edited}");
+
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "app-cfg",
+        "c1",
+        "revert-secrets",
+        |o| {
+            data_is(want.clone())(o)?;
+            if labels_of(o) == labels_before {
+                Ok(())
+            } else {
+                Err(format!("labels {:?}", labels_of(o)))
+            }
+        },
+    )
+    .await;
+
+    kubectl_delete(c2, "secret", Some("shared"), "app-cfg");
+    let old_uid = copy.uid();
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "app-cfg",
+        "c1",
+        "revert-secrets",
+        |o| {
+            data_is(want.clone())(o)?;
+            if o.uid() != old_uid {
+                Ok(())
+            } else {
+                Err("old copy".into())
+            }
+        },
+    )
+    .await;
+}
+
+/// An origin delete deletes every copy, even under orphanPolicy Orphan (a
+/// `Deleted` tombstone deletes whatever the policy); another copy stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_delete_propagates() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    apply_yaml(c1, &secret_rule("del-secrets", "  orphanPolicy: Orphan\n"));
+    create_secret(c1, "shared", "gone", &[("k", "1")]).await;
+    create_secret(c1, "shared", "kept", &[("k", "2")]).await;
+    for sink in [c2, c3] {
+        for name in ["gone", "kept"] {
+            wait_copy(
+                sink,
+                &secrets(),
+                Some("shared"),
+                name,
+                "c1",
+                "del-secrets",
+                |_| Ok(()),
+            )
+            .await;
+        }
+    }
+    kubectl_delete(c1, "secret", Some("shared"), "gone");
+    for sink in [c2, c3] {
+        wait_absent(sink, &secrets(), Some("shared"), "gone").await;
+        wait_copy(
+            sink,
+            &secrets(),
+            Some("shared"),
+            "kept",
+            "c1",
+            "del-secrets",
+            |_| Ok(()),
+        )
+        .await;
+    }
+}
+
+/// Deleting a rule at its origin collects its copies on every cluster by
+/// `policy`; originals are untouched, and the rule's copies go too.
+async fn rule_delete_gc(policy: &str) {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    let name = "gc-secrets";
+    apply_yaml(
+        c1,
+        &secret_rule(name, &format!("  orphanPolicy: {policy}\n")),
+    );
+    let d1 = [("from", "c1")];
+    let d2 = [("from", "c2")];
+    create_secret(c1, "shared", "s1", &d1).await;
+    create_secret(c2, "shared", "s2", &d2).await;
+    let copy1 = wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "s1",
+        "c1",
+        name,
+        data_is(secret_data(&d1)),
+    )
+    .await;
+    let copy2 = wait_copy(
+        c1,
+        &secrets(),
+        Some("shared"),
+        "s2",
+        "c2",
+        name,
+        data_is(secret_data(&d2)),
+    )
+    .await;
+    assert_eq!(
+        copy1
+            .annotations()
+            .get(ANNOTATION_ORPHAN_POLICY)
+            .map(String::as_str),
+        Some(policy)
+    );
+
+    kubectl(c1, &["delete", "resourcesyncrules.fleetbus.io", name]);
+    wait_absent(c2, &rules(), None, name).await;
+    for (sink, copy, d) in [(c2, &copy1, &d1), (c1, &copy2, &d2)] {
+        let cname = copy.name_any();
+        if policy == "Delete" {
+            wait_absent(sink, &secrets(), Some("shared"), &cname).await;
+        } else {
+            let uid = copy.uid();
+            wait_obj(sink, &secrets(), Some("shared"), &cname, "orphaned", |o| {
+                check_unmanaged(o)?;
+                data_is(secret_data(d))(o)?;
+                if o.uid() == uid {
+                    Ok(())
+                } else {
+                    Err("recreated".into())
+                }
+            })
+            .await;
+        }
+    }
+    for (x, n) in [(c1, "s1"), (c2, "s2")] {
+        let o = get_dynamic(x, &secrets(), Some("shared"), n).await.unwrap();
+        assert!(o.is_some(), "{}: original {n} deleted", x.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_delete_gc_delete() {
+    rule_delete_gc("Delete").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_delete_gc_orphan() {
+    rule_delete_gc("Orphan").await;
+}
+
+/// `updatePolicy: CreateOnly`: an origin update does not reach the copy, an
+/// edit of the copy is not reverted, a deleted copy is created again (from
+/// the current source).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_only_policy() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    let name = "once-secrets";
+    apply_yaml(c1, &secret_rule(name, "  updatePolicy: CreateOnly\n"));
+    create_secret(c1, "shared", "s", &[("v", "1")]).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "s",
+        "c1",
+        name,
+        data_is(secret_data(&[("v", "1")])),
+    )
+    .await;
+
+    let patch = serde_json::json!({"data": {"v": b64("2")}}).to_string();
+    kubectl(
+        c1,
+        &[
+            "patch", "secret", "s", "-n", "shared", "--type", "merge", "-p", &patch,
+        ],
+    );
+    // A later object of the same kind arrived: the update would have too.
+    create_secret(c1, "shared", "marker1", &[("m", "1")]).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "marker1",
+        "c1",
+        name,
+        |_| Ok(()),
+    )
+    .await;
+    let copy = get_dynamic(c2, &secrets(), Some("shared"), "s")
+        .await
+        .unwrap()
+        .unwrap();
+    data_is(secret_data(&[("v", "1")]))(&copy).unwrap();
+
+    let patch = serde_json::json!({"metadata": {"labels": {"edited": "yes"}}}).to_string();
+    kubectl(
+        c2,
+        &[
+            "patch", "secret", "s", "-n", "shared", "--type", "merge", "-p", &patch,
+        ],
+    );
+    create_secret(c1, "shared", "marker2", &[("m", "2")]).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "marker2",
+        "c1",
+        name,
+        |_| Ok(()),
+    )
+    .await;
+    let copy = get_dynamic(c2, &secrets(), Some("shared"), "s")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        copy.labels().get("edited").map(String::as_str),
+        Some("yes"),
+        "edit reverted"
+    );
+
+    kubectl_delete(c2, "secret", Some("shared"), "s");
+    let old_uid = copy.uid();
+    wait_copy(c2, &secrets(), Some("shared"), "s", "c1", name, |o| {
+        data_is(secret_data(&[("v", "2")]))(o)?;
+        if o.uid() != old_uid {
+            Ok(())
+        } else {
+            Err("old copy".into())
+        }
+    })
+    .await;
+}

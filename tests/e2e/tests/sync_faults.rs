@@ -1,0 +1,292 @@
+//! Rule sync under faults and at rest, end to end (issue 8 §2, §5): a
+//! disabled peer, partitions and crashed agents never delete copies on
+//! silence, state-based catch-up after a restart, zero writes after
+//! convergence.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::sync::*;
+use common::*;
+use fleetbus_schemas::crd::ClusterState;
+use fleetbus_schemas::registry::ClusterRecord;
+use fleetbus_testsupport::{wait_for, NatsServer};
+use kube::ResourceExt;
+
+const RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: shared-secrets
+spec:
+  groupVersionKind: {group: "", version: v1, kind: Secret}
+  rules:
+    - match:
+        - namespaces: [shared]
+"#;
+
+async fn shared_fleet(nats: &NatsServer, names: &[&str]) -> Vec<Member> {
+    let m = fleet(nats, names).await;
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    apply_yaml(&m[0], RULE);
+    m
+}
+
+/// Waits for the copy of `shared/<name>` from `origin` on `sink`; returns its uid.
+async fn copy_uid(sink: &Member, name: &str, origin: &str) -> String {
+    wait_copy(
+        sink,
+        &secrets(),
+        Some("shared"),
+        name,
+        origin,
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await
+    .uid()
+    .expect("uid")
+}
+
+/// Asserts that each (member, name) still holds the very copy with that uid
+/// (neither deleted nor recreated).
+async fn assert_same_copies(copies: &[(&Member, &str, String)]) {
+    for (m, name, uid) in copies {
+        let o = get_dynamic(m, &secrets(), Some("shared"), name)
+            .await
+            .unwrap();
+        let got = o.as_ref().and_then(ResourceExt::uid);
+        assert_eq!(
+            got.as_ref(),
+            Some(uid),
+            "{}: copy {name} was deleted or recreated",
+            m.name
+        );
+    }
+}
+
+/// c1 annotates its Peer Cluster c2 `fleetbus.io/cluster-disabled`: c2 no
+/// longer qualifies as a source there, so c2's existing copy on c1 goes by
+/// orphanPolicy (Delete) and c2's new objects do not reach c1, while c1's
+/// objects still reach c2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_peer() {
+    let nats = NatsServer::start().unwrap();
+    let m = shared_fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    create_secret(c2, "shared", "s1", &[("k", "1")]).await;
+    copy_uid(c1, "s1", "c2").await;
+
+    kubectl(
+        c1,
+        &[
+            "annotate",
+            "clusters.fleetbus.io",
+            "c2",
+            "fleetbus.io/cluster-disabled=true",
+        ],
+    );
+    wait_peer_state(c1, "c2", ClusterState::Disabled, SYNC).await;
+    wait_absent(c1, &secrets(), Some("shared"), "s1").await;
+    wait_rule(c1, "shared-secrets", "without sources", |r| {
+        match r.status.as_ref() {
+            Some(s) if s.source_clusters.is_empty() => Ok(()),
+            _ => Err("sources".into()),
+        }
+    })
+    .await;
+
+    create_secret(c2, "shared", "s2", &[("k", "2")]).await;
+    // c1 -> c2 still flows; c2's stream is the same bus, so s2 would be there by now.
+    create_secret(c1, "shared", "p", &[("k", "3")]).await;
+    copy_uid(c2, "p", "c1").await;
+    assert_absent(c1, &secrets(), Some("shared"), "s2").await;
+    get_dynamic(c2, &secrets(), Some("shared"), "s1")
+        .await
+        .unwrap()
+        .expect("original s1");
+}
+
+/// A crashed agent (c2, silent: Disconnected on its peers) and then a hung
+/// NATS server (every peer Disconnected everywhere) delete no copy anywhere:
+/// each copy keeps its uid, and sync goes on afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_keeps_copies() {
+    let nats = NatsServer::start().unwrap();
+    let mut m = shared_fleet(&nats, &["c1", "c2", "c3"]).await;
+    create_secret(&m[0], "shared", "a", &[("from", "c1")]).await;
+    create_secret(&m[1], "shared", "b", &[("from", "c2")]).await;
+    let mut copies = Vec::new();
+    for (sink, name, origin) in [
+        (1, "a", "c1"),
+        (2, "a", "c1"),
+        (0, "b", "c2"),
+        (2, "b", "c2"),
+    ] {
+        copies.push((sink, name, copy_uid(&m[sink], name, origin).await));
+    }
+
+    m[1].agent.kill9();
+    for x in [&m[0], &m[2]] {
+        wait_peer_state(x, "c2", ClusterState::Disconnected, SYNC).await;
+    }
+    // Sinks c1 and c3 keep working while c2 is silent (so a delete on
+    // silence would have happened by now).
+    create_secret(&m[0], "shared", "m1", &[("k", "1")]).await;
+    create_secret(&m[2], "shared", "m3", &[("k", "3")]).await;
+    copy_uid(&m[2], "m1", "c1").await;
+    copy_uid(&m[0], "m3", "c3").await;
+    let view: Vec<(&Member, &str, String)> = copies
+        .iter()
+        .map(|(i, n, u)| (&m[*i], *n, u.clone()))
+        .collect();
+    assert_same_copies(&view).await;
+
+    m[1].agent.restart().unwrap();
+    wait_mesh(&[&m[0], &m[1], &m[2]], &["c1", "c2", "c3"]).await;
+    // c2 caught up with what it missed.
+    copy_uid(&m[1], "m1", "c1").await;
+
+    nats.pause().unwrap();
+    // Every agent's clock now runs without heartbeats.
+    for (x, peer) in [(&m[0], "c2"), (&m[1], "c3"), (&m[2], "c1")] {
+        wait_peer_state(x, peer, ClusterState::Disconnected, SYNC).await;
+    }
+    nats.resume().unwrap();
+    wait_mesh(&[&m[0], &m[1], &m[2]], &["c1", "c2", "c3"]).await;
+    create_secret(&m[1], "shared", "m2", &[("k", "2")]).await;
+    for i in [0, 2] {
+        copy_uid(&m[i], "m2", "c2").await;
+    }
+    let view: Vec<(&Member, &str, String)> = copies
+        .iter()
+        .map(|(i, n, u)| (&m[*i], *n, u.clone()))
+        .collect();
+    assert_same_copies(&view).await;
+}
+
+/// State-based catch-up: c2's agent is down while the origin object is
+/// deleted on c1; after c2's restart its copy is gone (the other copy
+/// stays). Mirror: c1's agent is down while the object is deleted at the
+/// origin; once c1's agent is back it publishes the tombstone and c2's copy goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_down_origin_delete() {
+    let nats = NatsServer::start().unwrap();
+    let mut m = shared_fleet(&nats, &["c1", "c2"]).await;
+    create_secret(&m[0], "shared", "x", &[("k", "x")]).await;
+    create_secret(&m[0], "shared", "y", &[("k", "y")]).await;
+    let _ = copy_uid(&m[1], "x", "c1").await;
+    let y_uid = copy_uid(&m[1], "y", "c1").await;
+
+    m[1].agent.kill9();
+    kubectl_delete(&m[0], "secret", Some("shared"), "x");
+    m[1].agent.restart().unwrap();
+    wait_absent(&m[1], &secrets(), Some("shared"), "x").await;
+    assert_same_copies(&[(&m[1], "y", y_uid)]).await;
+
+    m[0].agent.kill9();
+    kubectl_delete(&m[0], "secret", Some("shared"), "y");
+    wait_peer_state(&m[1], "c1", ClusterState::Disconnected, SYNC).await;
+    // Silence deletes nothing: the copy of y is there while c1 is down.
+    get_dynamic(&m[1], &secrets(), Some("shared"), "y")
+        .await
+        .unwrap()
+        .expect("copy y kept");
+    m[0].agent.restart().unwrap();
+    wait_absent(&m[1], &secrets(), Some("shared"), "y").await;
+}
+
+/// The record seq of cluster `name` in the registry bucket.
+async fn record_seq(kv: &async_nats::jetstream::kv::Store, name: &str) -> Result<u64, String> {
+    let keys = registry_keys(kv).await;
+    let key = keys
+        .iter()
+        .find(|k| k.starts_with(&format!("cluster.{name}.")))
+        .ok_or_else(|| format!("no record of {name} in {keys:?}"))?;
+    let entry = kv
+        .get(key)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no value")?;
+    Ok(ClusterRecord::decode(&entry)
+        .map_err(|e| e.to_string())?
+        .seq)
+}
+
+/// The write counters of the synced kinds (and of the rules, whose status
+/// is written only on change).
+fn synced_writes(w: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
+    [
+        "core/secrets",
+        "core/namespaces",
+        "fleetbus.io/resourcesyncrules",
+    ]
+    .iter()
+    .map(|k| {
+        (
+            (*k).to_owned(),
+            w.get(*k).cloned().unwrap_or(serde_json::Value::Null),
+        )
+    })
+    .collect()
+}
+
+/// A↔B with objects both ways: once converged, several heartbeats later
+/// neither devcluster counted another write of a Secret, Namespace or rule
+/// (`/debug/writes` counts state-changing writes only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_writes_after_convergence() {
+    let nats = NatsServer::start().unwrap();
+    let m = shared_fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for (x, names) in [(c1, ["a1", "a2"]), (c2, ["b1", "b2"])] {
+        for n in names {
+            create_secret(x, "shared", n, &[("n", n)]).await;
+        }
+    }
+    for (sink, origin, names) in [(c2, "c1", ["a1", "a2"]), (c1, "c2", ["b1", "b2"])] {
+        for n in names {
+            copy_uid(sink, n, origin).await;
+        }
+        wait_rule(sink, "shared-secrets", "converged", |r| {
+            ready_is("True", "Synced")(r)?;
+            match r.status.as_ref() {
+                Some(s) if s.objects_synced == 2 && s.errors == 0 => Ok(()),
+                _ => Err("counts".into()),
+            }
+        })
+        .await;
+    }
+    let before = [
+        synced_writes(&writes(c1).await),
+        synced_writes(&writes(c2).await),
+    ];
+    assert!(
+        before[0]["core/secrets"].as_u64().unwrap_or(0) >= 4,
+        "c1 counted fewer Secret writes than it had: {before:?}"
+    );
+
+    // Several heartbeats of both agents (each a full pass of their loops).
+    let kv = registry_kv(&nats).await;
+    let start = [
+        record_seq(&kv, "c1").await.unwrap(),
+        record_seq(&kv, "c2").await.unwrap(),
+    ];
+    wait_for("6 more heartbeats of c1 and c2", SYNC, || async {
+        let now = [record_seq(&kv, "c1").await?, record_seq(&kv, "c2").await?];
+        if now[0] >= start[0] + 6 && now[1] >= start[1] + 6 {
+            Ok(())
+        } else {
+            Err(format!("seq {now:?} from {start:?}"))
+        }
+    })
+    .await;
+    let after = [
+        synced_writes(&writes(c1).await),
+        synced_writes(&writes(c2).await),
+    ];
+    assert_eq!(before, after, "writes after convergence (c1, c2)");
+}

@@ -1,0 +1,412 @@
+//! Rule sync of other kinds and shapes end to end (issue 8 §1, §6): a CRD
+//! kind that appears after its rule, missing namespaces, renaming/moving
+//! overrides with cleanup, GVK rewrite and `syncStatus`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::sync::*;
+use common::*;
+use fleetbus_testsupport::{wait_for, NatsServer};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, ResourceExt};
+
+/// A namespaced CRD `example.com/v1 <kind>` with a status subresource and
+/// free-form spec and status.
+fn crd(kind: &str, plural: &str) -> String {
+    format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {plural}.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {{plural: {plural}, singular: {singular}, kind: {kind}, listKind: {kind}List}}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {{status: {{}}}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+            status: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#,
+        singular = kind.to_lowercase()
+    )
+}
+
+/// `kubectl apply` of the CRD on `m`, then waits until kubectl can list its kind.
+async fn install_crd(m: &Member, kind: &str, plural: &str) {
+    apply_yaml(m, &crd(kind, plural));
+    let res = format!("{plural}.example.com");
+    wait_for(&format!("{}: {res} served", m.name), SYNC, || async {
+        let out = m.cluster.kubectl(KUBECTL, &["get", &res, "-A"]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    })
+    .await;
+}
+
+fn widgets() -> kube::api::ApiResource {
+    resource("example.com", "v1", "Widget", "widgets")
+}
+
+fn gadgets() -> kube::api::ApiResource {
+    resource("example.com", "v1", "Gadget", "gadgets")
+}
+
+/// A predicate: `.spec` equals `want`.
+fn spec_is(want: serde_json::Value) -> impl Fn(&kube::api::DynamicObject) -> Result<(), String> {
+    move |o| {
+        if o.data["spec"] == want {
+            Ok(())
+        } else {
+            Err(format!("spec {}", o.data["spec"]))
+        }
+    }
+}
+
+const WIDGET_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: widgets
+spec:
+  groupVersionKind: {group: example.com, version: v1, kind: Widget}
+"#;
+
+const WIDGET: &str = r#"apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w1, namespace: default}
+spec: {size: 3, color: blue}
+"#;
+
+/// A rule for `example.com/v1 Widget` before the kind is served is Invalid
+/// (on its origin and on its copy's cluster); once the CRD is installed the
+/// rule turns Ready without a restart and a Widget syncs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_kind_later() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    apply_yaml(c1, WIDGET_RULE);
+    wait_rule_copy(c2, "widgets", "c1").await;
+    for x in [c1, c2] {
+        wait_rule(x, "widgets", "Invalid", ready_is("False", "Invalid")).await;
+    }
+    for x in [c1, c2] {
+        install_crd(x, "Widget", "widgets").await;
+    }
+    apply_yaml(c1, WIDGET);
+    wait_copy(
+        c2,
+        &widgets(),
+        Some("default"),
+        "w1",
+        "c1",
+        "widgets",
+        spec_is(serde_json::json!({"size": 3, "color": "blue"})),
+    )
+    .await;
+    for x in [c1, c2] {
+        wait_rule(x, "widgets", "Ready", ready_is("True", "Synced")).await;
+    }
+}
+
+/// A mutation rewrites Widget to Gadget (a second CRD with the same
+/// schema): the sink holds a Gadget copy and no Widget; deleting the origin
+/// deletes the Gadget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gvk_mutation() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in [c1, c2] {
+        install_crd(x, "Widget", "widgets").await;
+        install_crd(x, "Gadget", "gadgets").await;
+    }
+    let rule = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: widgets-as-gadgets
+spec:
+  groupVersionKind: {group: example.com, version: v1, kind: Widget}
+  rules:
+    - mutations:
+        groupVersionKind: {group: example.com, version: v1, kind: Gadget}
+"#;
+    apply_yaml(c1, rule);
+    apply_yaml(c1, WIDGET);
+    let copy = wait_copy(
+        c2,
+        &gadgets(),
+        Some("default"),
+        "w1",
+        "c1",
+        "widgets-as-gadgets",
+        spec_is(serde_json::json!({"size": 3, "color": "blue"})),
+    )
+    .await;
+    assert_eq!(copy.types.as_ref().map(|t| t.kind.as_str()), Some("Gadget"));
+    assert_absent(c2, &widgets(), Some("default"), "w1").await;
+
+    kubectl(
+        c1,
+        &["delete", "widgets.example.com", "w1", "-n", "default"],
+    );
+    wait_absent(c2, &gadgets(), Some("default"), "w1").await;
+}
+
+/// `syncStatus: true`: the source's `.status`, set through the status
+/// subresource with kubectl, is copied and follows changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_status() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in [c1, c2] {
+        install_crd(x, "Widget", "widgets").await;
+    }
+    let rule = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: widgets-status
+spec:
+  groupVersionKind: {group: example.com, version: v1, kind: Widget}
+  rules:
+    - mutations:
+        syncStatus: true
+"#;
+    apply_yaml(c1, rule);
+    apply_yaml(c1, WIDGET);
+    for (i, status) in [
+        serde_json::json!({"phase": "Running", "replicas": 3}),
+        serde_json::json!({"phase": "Done", "replicas": 0}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let patch = serde_json::json!({ "status": status }).to_string();
+        let out = kubectl(
+            c1,
+            &[
+                "patch",
+                "widgets.example.com",
+                "w1",
+                "-n",
+                "default",
+                "--subresource=status",
+                "--type",
+                "merge",
+                "-p",
+                &patch,
+                "-o",
+                "json",
+            ],
+        );
+        let patched: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            patched["status"], status,
+            "step {i}: status patch did not land"
+        );
+        let want = status.clone();
+        wait_copy(
+            c2,
+            &widgets(),
+            Some("default"),
+            "w1",
+            "c1",
+            "widgets-status",
+            move |o| {
+                if o.data["status"] == want {
+                    Ok(())
+                } else {
+                    Err(format!("status {}", o.data["status"]))
+                }
+            },
+        )
+        .await;
+    }
+}
+
+fn ns_rule(name: &str, ns: &str, create_namespace: bool) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: {name}
+spec:
+  groupVersionKind: {{group: "", version: v1, kind: Secret}}
+  createNamespace: {create_namespace}
+  rules:
+    - match:
+        - namespaces: [{ns}]
+"#
+    )
+}
+
+/// Without `createNamespace`, a copy whose namespace is missing is an error
+/// on the sink's rule status (`namespace team-a not found`); `kubectl create
+/// ns` there makes the copy appear (watch-driven) and the rule Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_namespace_created_later() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    create_ns(c1, "team-a").await;
+    apply_yaml(c1, &ns_rule("team-a-secrets", "team-a", false));
+    let data = [("k", "v")];
+    create_secret(c1, "team-a", "s", &data).await;
+    wait_rule(
+        c2,
+        "team-a-secrets",
+        "reporting the missing namespace",
+        |r| {
+            ready_is("False", "SyncErrors")(r)?;
+            let s = r.status.as_ref().ok_or("no status")?;
+            let msg = &rule_condition(r, "Ready").ok_or("no Ready")?.message;
+            if s.errors >= 1 && msg.contains("namespace team-a not found") {
+                Ok(())
+            } else {
+                Err("errors/message".into())
+            }
+        },
+    )
+    .await;
+    assert_absent(c2, &secrets(), Some("team-a"), "s").await;
+
+    kubectl(c2, &["create", "namespace", "team-a"]);
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("team-a"),
+        "s",
+        "c1",
+        "team-a-secrets",
+        data_is(secret_data(&data)),
+    )
+    .await;
+    wait_rule(c2, "team-a-secrets", "Ready again", |r| {
+        ready_is("True", "Synced")(r)?;
+        match r.status.as_ref() {
+            Some(s) if s.errors == 0 && s.objects_synced == 1 => Ok(()),
+            _ => Err("counts".into()),
+        }
+    })
+    .await;
+}
+
+/// `createNamespace: true` creates the missing namespace on the sink.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_namespace_true() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    create_ns(c1, "team-b").await;
+    assert!(Api::<Namespace>::all(c2.client.clone())
+        .get_opt("team-b")
+        .await
+        .unwrap()
+        .is_none());
+    apply_yaml(c1, &ns_rule("team-b-secrets", "team-b", true));
+    let data = [("k", "v")];
+    create_secret(c1, "team-b", "s", &data).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("team-b"),
+        "s",
+        "c1",
+        "team-b-secrets",
+        data_is(secret_data(&data)),
+    )
+    .await;
+    let ns = Api::<Namespace>::all(c2.client.clone())
+        .get("team-b")
+        .await
+        .unwrap();
+    assert!(ns.metadata.deletion_timestamp.is_none(), "{ns:?}");
+}
+
+fn rename_rule(suffix: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: renamed-secrets
+spec:
+  groupVersionKind: {{group: "", version: v1, kind: Secret}}
+  rules:
+    - match:
+        - namespaces: [shared]
+      mutations:
+        overrides:
+          - {{type: replace, path: /metadata/name, value: "{{{{ .Object.metadata.name }}}}-{suffix}"}}
+          - {{type: replace, path: /metadata/namespace, value: other}}
+"#
+    )
+}
+
+/// Overrides of `/metadata/name` (templated) and `/metadata/namespace`: the
+/// copy lives under the new name in the other namespace and nowhere else;
+/// changing the override cleans up the old copy; deleting the origin deletes
+/// the renamed copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_and_move_override() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in [c1, c2] {
+        create_ns(x, "shared").await;
+        create_ns(x, "other").await;
+    }
+    apply_yaml(c1, &rename_rule("copy"));
+    let data = [("url", "https://api")];
+    create_secret(c1, "shared", "api", &data).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("other"),
+        "api-copy",
+        "c1",
+        "renamed-secrets",
+        data_is(secret_data(&data)),
+    )
+    .await;
+    assert_absent(c2, &secrets(), Some("shared"), "api").await;
+    assert_absent(c2, &secrets(), Some("other"), "api").await;
+    // The origin is not renamed on its own cluster.
+    assert_absent(c1, &secrets(), Some("other"), "api-copy").await;
+
+    apply_yaml(c1, &rename_rule("v2"));
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("other"),
+        "api-v2",
+        "c1",
+        "renamed-secrets",
+        data_is(secret_data(&data)),
+    )
+    .await;
+    wait_absent(c2, &secrets(), Some("other"), "api-copy").await;
+
+    kubectl_delete(c1, "secret", Some("shared"), "api");
+    wait_absent(c2, &secrets(), Some("other"), "api-v2").await;
+    let left: Vec<String> = dynamic(c2, &secrets(), Some("other"))
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|o| o.name_any())
+        .filter(|n| n.starts_with("api"))
+        .collect();
+    assert!(left.is_empty(), "c2: copies left in other: {left:?}");
+}
