@@ -25,6 +25,8 @@ const RECURSION_LIMIT: usize = 64;
 /// The roots a template can read. `object` is the source object from the envelope;
 /// `cluster` is the origin cluster's registry record (`ClusterRecord` as JSON: `name`,
 /// `labels`, `metadata`, `features`, ...); `local_cluster` is this (sink) cluster's.
+/// Templates see each record through [`cluster_view`], so the Cluster-object paths
+/// `metadata.name` and `metadata.labels` work too.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TemplateContext {
     /// The source object (`Object` / `.Object`).
@@ -175,8 +177,8 @@ pub fn render(src: &str, ctx: &TemplateContext) -> Result<Value, TemplateError> 
         let out = template
             .render(context! {
                 Object => minijinja::Value::from(Serde(&ctx.object)),
-                Cluster => minijinja::Value::from(Serde(&ctx.cluster)),
-                LocalCluster => minijinja::Value::from(Serde(&ctx.local_cluster)),
+                Cluster => minijinja::Value::from(Serde(&cluster_view(&ctx.cluster))),
+                LocalCluster => minijinja::Value::from(Serde(&cluster_view(&ctx.local_cluster))),
             })
             .map_err(TemplateError::from_render)?;
         Cow::Owned(out)
@@ -188,6 +190,35 @@ pub fn render(src: &str, ctx: &TemplateContext) -> Result<Value, TemplateError> 
         });
     }
     Ok(serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned())))
+}
+
+/// A registry record as templates see it. The CRD documents `.Cluster` as "the origin
+/// Cluster", so rule authors write Cluster-object paths (`.Cluster.metadata.name`,
+/// `.Cluster.metadata.labels.region`); the record has `name` and `labels` at the top
+/// and uses `metadata` for node facts (provider, versions, locality). The view adds
+/// `name` and `labels` into `metadata` (never replacing a key already there), so both
+/// spellings work. Anything that is not a record-shaped object is passed unchanged.
+pub fn cluster_view(record: &Value) -> Value {
+    let mut view = record.clone();
+    let Some(top) = view.as_object_mut() else {
+        return view;
+    };
+    let extra: Vec<(&str, Value)> = ["name", "labels"]
+        .into_iter()
+        .filter_map(|k| Some((k, top.get(k)?.clone())))
+        .collect();
+    if extra.is_empty() {
+        return view;
+    }
+    let meta = top
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Value::Object(meta) = meta {
+        for (k, v) in extra {
+            meta.entry(k).or_insert(v);
+        }
+    }
+    view
 }
 
 const ROOTS: [&str; 3] = ["Object", "Cluster", "LocalCluster"];
@@ -315,6 +346,30 @@ mod tests {
             .unwrap(),
             json!("e")
         );
+    }
+
+    #[test]
+    fn clusters_read_like_cluster_objects_too() {
+        let mut c = ctx();
+        c.cluster["metadata"] = json!({"provider": "aws", "locality": {"region": "us-east-1"}});
+        for (src, want) in [
+            ("{{ .Cluster.metadata.name }}", json!("east")),
+            ("{{ .Cluster.name }}", json!("east")),
+            ("{{ .Cluster.metadata.labels.region }}", json!("us-east-1")),
+            ("{{ .Cluster.metadata.provider }}", json!("aws")),
+            (
+                "{{ .Cluster.metadata.locality.region }}",
+                json!("us-east-1"),
+            ),
+            ("{{ .LocalCluster.metadata.name }}", json!("west")),
+        ] {
+            assert_eq!(render(src, &c).unwrap(), want, "{src}");
+        }
+        // A key the record already has in metadata is not replaced; non-objects pass.
+        let r = json!({"name": "a", "metadata": {"name": "kept"}});
+        assert_eq!(cluster_view(&r)["metadata"]["name"], "kept");
+        assert_eq!(cluster_view(&Value::Null), Value::Null);
+        assert_eq!(cluster_view(&json!({"x": 1})), json!({"x": 1}));
     }
 
     #[test]
