@@ -613,6 +613,28 @@ mod tests {
         }
 
         #[test]
+        fn rewrite_is_idempotent_and_both_spellings_agree(
+            pieces in proptest::collection::vec(
+                prop_oneof![
+                    Just("{{ .Object.metadata.name }}"),
+                    Just("{{ Object.metadata.name }}"),
+                    Just("{{ .Cluster.labels.region ~ '.Object' }}"),
+                    Just("{% if .LocalCluster.name %}y{% endif %}"),
+                    Just("a.Object"),
+                    Just("-"),
+                    Just("ü"),
+                ],
+                0..6,
+            ),
+        ) {
+            let src: String = pieces.concat();
+            let once = go_style_roots(&src).into_owned();
+            prop_assert_eq!(go_style_roots(&once), once.as_str());
+            prop_assert_eq!(render(&src, &ctx()).ok(), render(&once, &ctx()).ok());
+            prop_assert!(render(&src, &ctx()).is_ok(), "{}", src);
+        }
+
+        #[test]
         fn names_render_verbatim(name in "[a-z][a-z0-9-]{0,20}[a-z]") {
             // These three parse as JSON literals: the documented JSON-first rule.
             prop_assume!(!["true", "false", "null"].contains(&name.as_str()));
