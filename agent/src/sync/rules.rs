@@ -145,7 +145,8 @@ fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) 
             if let Some(value) = &o.value {
                 if let Err(e) = template::check(value) {
                     problems.push(format!(
-                        "spec.rules[{i}].mutations.overrides[{j}].value: bad template: {e}"
+                        "spec.rules[{i}].mutations.overrides[{j}].value: bad template: {}",
+                        crate::report(&e)
                     ));
                 }
             }
@@ -205,6 +206,23 @@ mod tests {
             .unwrap_or("")
             .contains("parse"));
         assert!(set[RULE_REPLICATION].builtin);
+    }
+
+    #[test]
+    fn a_bad_template_problem_says_why() {
+        let r = rule(
+            "tpl",
+            json!({"groupVersionKind": {"version": "v1", "kind": "Secret"},
+                   "rules": [{"mutations": {"overrides": [
+                       {"type": "replace", "path": "/data/x", "value": "ok"},
+                       {"type": "replace", "path": "/data/y", "value": "{% if %}x{% endif %}"}]}}]}),
+        );
+        let set = compile(&[&r]);
+        let problem = set["tpl"].problem.as_deref().unwrap_or("");
+        assert!(
+            problem.starts_with("spec.rules[0].mutations.overrides[1].value: bad template: template does not compile: syntax error"),
+            "{problem}"
+        );
     }
 
     #[test]
