@@ -84,48 +84,7 @@ fn tokens(pointer: &str) -> Vec<String> {
 
 /// Removes every value matched by `pattern` (`*` matches any key or index).
 pub fn remove_path(v: &mut Value, pattern: &str) {
-    let toks = tokens(pattern);
-    if !toks.is_empty() {
-        remove_at(v, &toks);
-    }
-}
-
-fn remove_at(v: &mut Value, toks: &[String]) {
-    let (head, rest) = (&toks[0], &toks[1..]);
-    match v {
-        Value::Object(map) => {
-            if rest.is_empty() {
-                if head == "*" {
-                    map.clear();
-                } else {
-                    map.remove(head);
-                }
-            } else if head == "*" {
-                map.values_mut().for_each(|c| remove_at(c, rest));
-            } else if let Some(c) = map.get_mut(head) {
-                remove_at(c, rest);
-            }
-        }
-        Value::Array(items) => {
-            if head == "*" {
-                if rest.is_empty() {
-                    items.clear();
-                } else {
-                    items.iter_mut().for_each(|c| remove_at(c, rest));
-                }
-            } else if let Ok(i) = head.parse::<usize>() {
-                if rest.is_empty() {
-                    // Null instead of removing: later indexes keep their meaning.
-                    if let Some(c) = items.get_mut(i) {
-                        *c = Value::Null;
-                    }
-                } else if let Some(c) = items.get_mut(i) {
-                    remove_at(c, rest);
-                }
-            }
-        }
-        _ => {}
-    }
+    compare::remove_matching(v, &tokens(pattern));
 }
 
 /// Copies the live values at the excluded paths into the body of a write, so
@@ -229,11 +188,8 @@ fn set_at(v: &mut Value, path: &[String], val: Value) {
 
 /// The comparable form of a copy: `compare::normalize` minus excluded paths.
 pub fn comparable(obj: &Value, keep_status: bool, exclude: &[String]) -> Value {
-    let mut v = compare::normalize(obj, keep_status);
-    for p in exclude {
-        remove_path(&mut v, p);
-    }
-    v
+    let patterns: Vec<Vec<String>> = exclude.iter().map(|p| tokens(p)).collect();
+    compare::normalize_excluding(obj, keep_status, &patterns)
 }
 
 /// What differs between the baseline and the live copy, as drift changes.

@@ -181,7 +181,7 @@ impl Engine {
                     );
                 }
                 Err(e) => {
-                    report.errors.insert(describe_key(key), e.to_string());
+                    report.errors.insert(describe_key(key), crate::report(&e));
                 }
             }
         }
