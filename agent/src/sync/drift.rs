@@ -212,6 +212,28 @@ pub fn changes(
     .collect()
 }
 
+/// Secret values never go into drift events (they are kept 7 days on the bus
+/// and printed by every `nats sub`): a changed value under `/data` or
+/// `/stringData` is replaced by a marker (no digest either: a short secret's
+/// digest can be brute-forced). Absent stays `null`, so an added or removed
+/// key still shows as such.
+pub fn redact_secret_values(changes: &mut [DriftChange]) {
+    for c in changes.iter_mut() {
+        if c.path.starts_with("/data") || c.path.starts_with("/stringData") {
+            c.desired = redact(&c.desired, "(redacted: desired value)");
+            c.live = redact(&c.live, "(redacted: live value)");
+        }
+    }
+}
+
+fn redact(v: &Value, marker: &str) -> Value {
+    if v.is_null() {
+        Value::Null
+    } else {
+        Value::String(marker.to_owned())
+    }
+}
+
 /// Who changed the copy: the most recent `managedFields` entry of a manager
 /// other than fleetbus (kubectl-edit, kubectl-patch, an HPA, a controller).
 pub fn changed_by(live: &Value) -> Option<ChangedBy> {
@@ -287,6 +309,39 @@ mod tests {
         assert_eq!(by.manager, "kubectl-edit");
         assert_eq!(by.operation, "Update");
         assert!(changed_by(&json!({"metadata": {}})).is_none());
+    }
+
+    #[test]
+    fn secret_values_are_redacted_but_distinguishable() {
+        let mut ch = vec![
+            DriftChange {
+                path: "/data/password".into(),
+                desired: json!("czNjcmV0"),
+                live: json!("eA=="),
+            },
+            DriftChange {
+                path: "/data/extra".into(),
+                desired: Value::Null,
+                live: json!("eQ=="),
+            },
+            DriftChange {
+                path: "/metadata/labels/x".into(),
+                desired: Value::Null,
+                live: json!("y"),
+            },
+        ];
+        redact_secret_values(&mut ch);
+        let text = serde_json::to_string(&ch).unwrap();
+        assert!(
+            !text.contains("czNjcmV0") && !text.contains("eA==") && !text.contains("eQ=="),
+            "{text}"
+        );
+        assert_ne!(
+            ch[0].desired, ch[0].live,
+            "different values stay distinguishable"
+        );
+        assert_eq!(ch[1].desired, Value::Null, "absence is not a secret");
+        assert_eq!(ch[2].live, json!("y"), "labels are not secret");
     }
 
     #[test]

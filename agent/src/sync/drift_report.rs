@@ -67,10 +67,13 @@ impl Engine {
                 return;
             }
         }
-        let changes: Vec<DriftChange> = match f.type_ {
+        let mut changes: Vec<DriftChange> = match f.type_ {
             DriftType::Modified => drift::changes(f.baseline, f.live, f.with_status, f.exclude),
             DriftType::Deleted => Vec::new(),
         };
+        if target.api_version == "v1" && target.kind == "Secret" {
+            drift::redact_secret_values(&mut changes);
+        }
         let event = DriftEvent {
             id: drift_event_id(
                 &self.fleet.local.name,
