@@ -338,18 +338,8 @@ impl Engine {
                 if mode == DriftMode::Report {
                     return Outcome::InSync;
                 }
-                return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
-                    Ok(server) => {
-                        self.drift_corrected(target).await;
-                        self.forced_done(target, Ok(()));
-                        self.wrote(target, c, server)
-                    }
-                    Err(e) => {
-                        self.drift_failed(target, &crate::report(&e)).await;
-                        self.forced_done(target, Err(crate::report(&e)));
-                        self.failed(target, c, None, e)
-                    }
-                };
+                let written = apply::create(&self.ctx, &api, &c.desired, c.with_status).await;
+                return self.corrected(target, c, None, written).await;
             }
             return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
                 Ok(server) => self.wrote(target, c, server),
@@ -441,18 +431,7 @@ impl Engine {
                     &policy.exclude,
                 )
                 .await;
-                return match written {
-                    Ok(server) => {
-                        self.drift_corrected(target).await;
-                        self.forced_done(target, Ok(()));
-                        self.wrote(target, c, server)
-                    }
-                    Err(e) => {
-                        self.drift_failed(target, &crate::report(&e)).await;
-                        self.forced_done(target, Err(crate::report(&e)));
-                        self.failed(target, c, live_rv, e)
-                    }
-                };
+                return self.corrected(target, c, live_rv, written).await;
             }
         }
         match apply::replace(
@@ -471,6 +450,30 @@ impl Engine {
                 self.wrote(target, c, server)
             }
             Err(e) => self.failed(target, c, live_rv, e),
+        }
+    }
+
+    /// Ends a correction: the drift closes (or stays, failed), an operator's
+    /// request gets its result, and the write counts like any other.
+    async fn corrected(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        live_rv: Option<String>,
+        written: Result<Value, WriteError>,
+    ) -> Outcome {
+        match written {
+            Ok(server) => {
+                self.drift_corrected(target).await;
+                self.forced_done(target, Ok(()));
+                self.wrote(target, c, server)
+            }
+            Err(e) => {
+                let message = crate::report(&e);
+                self.drift_failed(target, &message).await;
+                self.forced_done(target, Err(message));
+                self.failed(target, c, live_rv, e)
+            }
         }
     }
 
