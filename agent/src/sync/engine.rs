@@ -526,3 +526,122 @@ async fn sleep_until_opt(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+impl KindState {
+    /// A listed, caught-up source kind holding `objects` and `snapshots`,
+    /// with no tasks behind it: for unit tests of the pure passes.
+    pub fn for_test(
+        objects: BTreeMap<LocalKey, Value>,
+        snapshots: BTreeMap<ObjectKey, Envelope>,
+    ) -> KindState {
+        let stop = CancellationToken::new();
+        KindState {
+            ar: ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),
+            namespaced: true,
+            objects,
+            relist: None,
+            listed: true,
+            watch_error: None,
+            source: true,
+            snapshots,
+            resnap: None,
+            caught_up: true,
+            _guard: stop.clone().drop_guard(),
+            stop,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn retry_backs_off_1_2_4_up_to_60_seconds() {
+        let now = Instant::now();
+        let mut prev = None;
+        let mut waits = Vec::new();
+        for _ in 0..9 {
+            let r = Retry::after(prev, now);
+            waits.push((r.attempts, (r.at - now).as_secs()));
+            prev = Some(r);
+        }
+        assert_eq!(
+            waits,
+            vec![
+                (1, 1),
+                (2, 2),
+                (3, 4),
+                (4, 8),
+                (5, 16),
+                (6, 32),
+                (7, 60),
+                (8, 60),
+                (9, 60)
+            ]
+        );
+    }
+
+    #[test]
+    fn retry_attempts_saturate_and_the_wait_stays_at_60_seconds() {
+        let now = Instant::now();
+        let worn = Retry {
+            attempts: u32::MAX,
+            at: now,
+        };
+        let r = Retry::after(Some(worn), now);
+        assert_eq!(r.attempts, u32::MAX);
+        assert_eq!(r.at - now, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn target_of_a_namespaced_object() {
+        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                         "metadata": {"namespace": "web", "name": "front"}});
+        let t = Target::of(&obj).unwrap();
+        assert_eq!(
+            t,
+            Target {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("web".into()),
+                name: "front".into(),
+            }
+        );
+        assert_eq!(t.gvk(), GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        assert_eq!(t.local_key(), (Some("web".to_owned()), "front".to_owned()));
+        assert_eq!(t.to_string(), "Deployment web/front");
+    }
+
+    #[test]
+    fn target_of_a_cluster_scoped_or_core_object() {
+        // An empty namespace is what some clients send for cluster-scoped objects.
+        for meta in [
+            json!({"name": "n1"}),
+            json!({"name": "n1", "namespace": ""}),
+        ] {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta});
+            let t = Target::of(&obj).unwrap();
+            assert_eq!(t.namespace, None);
+            assert_eq!(t.gvk(), GroupVersionKind::gvk("", "v1", "Namespace"));
+            assert_eq!(t.local_key(), (None, "n1".to_owned()));
+            assert_eq!(t.to_string(), "Namespace n1");
+        }
+    }
+
+    #[test]
+    fn target_of_an_object_without_a_place_is_none() {
+        for obj in [
+            json!({"kind": "Secret", "metadata": {"name": "s"}}),
+            json!({"apiVersion": "v1", "metadata": {"name": "s"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": ""}}),
+            json!({"apiVersion": "v1", "kind": "Secret"}),
+            json!({"apiVersion": 1, "kind": "Secret", "metadata": {"name": "s"}}),
+        ] {
+            assert_eq!(Target::of(&obj), None, "{obj}");
+        }
+    }
+}
