@@ -7,13 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use fleetbus_schemas::crd::{Cluster, ClusterState, ClusterType};
+use fleetbus_schemas::crd::{Cluster, ClusterState, ClusterType, ResourceSyncRule};
+use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
 use fleetbus_testsupport::{
     free_addr, helm_bin, http_get, repo_root, wait_for, Agent, DevCluster, DevClusterOpts,
     NatsServer,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
@@ -212,6 +213,49 @@ fn kubeconfig_with_token(dc: &DevCluster, admin: &str, token: &str, dir: &Path) 
     path
 }
 
+/// Renders the chart's ServiceAccount, ClusterRoles and Role with helm (plus
+/// `set`) and applies them to `dc` as its admin, in [`NAMESPACE`].
+fn apply_charts_rbac(home: &Path, dc: &DevCluster, set: &[&str]) {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "fb",
+        chart.to_str().unwrap(),
+        "-n",
+        NAMESPACE,
+        "--set",
+        "clusterName=a",
+        "--show-only",
+        "templates/serviceaccount.yaml",
+        "--show-only",
+        "templates/clusterrole.yaml",
+        "--show-only",
+        "templates/role.yaml",
+    ];
+    args.extend_from_slice(set);
+    let rendered = helm_ok(home, dc, &args);
+    let rbac_file = home.join("rbac.yaml");
+    std::fs::write(&rbac_file, &rendered).unwrap();
+    kubectl_ok(dc, &["create", "namespace", NAMESPACE]);
+    kubectl_ok(dc, &["apply", "-f", rbac_file.to_str().unwrap()]);
+}
+
+/// A kubeconfig for `dc` holding a token of the chart's ServiceAccount.
+fn charts_token_kubeconfig(dc: &DevCluster, admin: &str, dir: &Path) -> PathBuf {
+    let token = kubectl_ok(
+        dc,
+        &[
+            "create",
+            "token",
+            "fb-fleetbus-agent",
+            "-n",
+            NAMESPACE,
+            "--duration=1h",
+        ],
+    );
+    kubeconfig_with_token(dc, admin, token.trim(), dir)
+}
+
 async fn peer_state(client: &kube::Client, name: &str) -> Result<(), String> {
     let c = Api::<Cluster>::all(client.clone())
         .get(name)
@@ -252,32 +296,7 @@ async fn agent_runs_with_exactly_the_charts_rbac() {
     let home = tempfile::tempdir().unwrap();
 
     // The chart's ServiceAccount and RBAC, rendered by helm, applied by the admin.
-    let chart = chart();
-    let rendered = helm_ok(
-        home.path(),
-        &a,
-        &[
-            "template",
-            "fb",
-            chart.to_str().unwrap(),
-            "-n",
-            NAMESPACE,
-            "--set",
-            "clusterName=a",
-            "--set",
-            "agent.publishKubeconfig=true",
-            "--show-only",
-            "templates/serviceaccount.yaml",
-            "--show-only",
-            "templates/clusterrole.yaml",
-            "--show-only",
-            "templates/role.yaml",
-        ],
-    );
-    let rbac_file = home.path().join("rbac.yaml");
-    std::fs::write(&rbac_file, &rendered).unwrap();
-    kubectl_ok(&a, &["create", "namespace", NAMESPACE]);
-    kubectl_ok(&a, &["apply", "-f", rbac_file.to_str().unwrap()]);
+    apply_charts_rbac(home.path(), &a, &["--set", "agent.publishKubeconfig=true"]);
     // Another ServiceAccount with no rights at all, for the negative control.
     kubectl_ok(&a, &["create", "serviceaccount", "nobody", "-n", NAMESPACE]);
 
@@ -299,18 +318,7 @@ async fn agent_runs_with_exactly_the_charts_rbac() {
     assert_ne!(code, 200, "unbound agent ready: {body}");
     denied.agent.stop();
 
-    let token = kubectl_ok(
-        &a,
-        &[
-            "create",
-            "token",
-            "fb-fleetbus-agent",
-            "-n",
-            NAMESPACE,
-            "--duration=1h",
-        ],
-    );
-    let kc = kubeconfig_with_token(&a, admin, token.trim(), home.path());
+    let kc = charts_token_kubeconfig(&a, admin, home.path());
     let forbidden_before = forbidden_lines(&a.log()).len();
     let agent_a = start_agent(&nats, "a", &kc, &["--publish-kubeconfig"]);
     let agent_b = start_agent(&nats, "b", b.kubeconfig(), &["--publish-kubeconfig"]);
@@ -370,6 +378,164 @@ async fn agent_runs_with_exactly_the_charts_rbac() {
         agent_a.agent.log()
     );
     drop(agent_b);
+}
+
+/// The Ready condition of rule `name` on `client`'s cluster: (status, reason, message).
+async fn rule_ready(client: &kube::Client, name: &str) -> Result<(String, String, String), String> {
+    let rule = Api::<ResourceSyncRule>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| format!("get rule {name}: {e}"))?;
+    rule.status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .ok_or_else(|| format!("rule {name} has no Ready condition: {:?}", rule.status))
+}
+
+/// Rule sync under exactly the chart's RBAC: agent a runs with the chart's
+/// ServiceAccount on a devcluster enforcing RBAC, b as admin. A rule for
+/// ConfigMaps (a kind the chart does not grant) created on b reaches a (rules
+/// are replicated under the chart's own rights) and shows `Ready=False`
+/// `Invalid` there with a message saying the kind is forbidden. Once the
+/// example ClusterRole of the chart (`examples/grant-configmaps.yaml`, label
+/// `fleetbus.io/aggregate-to-agent`) is applied, the same agent process, not
+/// restarted, lists ConfigMaps (its watch retries with backoff), writes b's
+/// ConfigMap as a copy (creating its namespace) and reports the rule Ready.
+#[tokio::test]
+async fn rule_sync_under_the_charts_rbac_waits_for_a_granted_kind() {
+    let nats = NatsServer::start().unwrap();
+    let admin = "admin-token-e2e";
+    let a = DevCluster::start(DevClusterOpts {
+        token: Some(admin.into()),
+        tls: true,
+        nodes: 1,
+        extra_args: vec!["--authorization".into(), "rbac".into()],
+        ..DevClusterOpts::new("grant-a")
+    })
+    .unwrap();
+    let b = DevCluster::start(DevClusterOpts {
+        nodes: 1,
+        ..DevClusterOpts::new("grant-b")
+    })
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    apply_charts_rbac(home.path(), &a, &[]);
+    let kc = charts_token_kubeconfig(&a, admin, home.path());
+    let mut agent_a = start_agent(&nats, "a", &kc, &[]);
+    let _agent_b = start_agent(&nats, "b", b.kubeconfig(), &[]);
+    let client_a = a.client().await.unwrap();
+    let client_b = b.client().await.unwrap();
+    wait_for("a to see itself and peer b Ready", CONVERGE, || async {
+        peer_state(&client_a, "a").await?;
+        peer_state(&client_a, "b").await
+    })
+    .await;
+    wait_for("b to see peer a Ready", CONVERGE, || {
+        peer_state(&client_b, "a")
+    })
+    .await;
+
+    // On b, as its admin: a namespace with a ConfigMap, and the rule.
+    kubectl_ok(&b, &["create", "namespace", "shared"]);
+    kubectl_ok(
+        &b,
+        &[
+            "create",
+            "configmap",
+            "settings",
+            "-n",
+            "shared",
+            "--from-literal=color=blue",
+        ],
+    );
+    let rule_file = home.path().join("rule.yaml");
+    std::fs::write(
+        &rule_file,
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: sync-configmaps
+spec:
+  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+  rules:
+    - match:
+        - namespaces: [shared]
+  createNamespace: true
+"#,
+    )
+    .unwrap();
+    kubectl_ok(&b, &["apply", "-f", rule_file.to_str().unwrap()]);
+
+    // On a the rule copy arrives (the chart grants rules) but its kind is
+    // forbidden: the rule says so.
+    let forbidden = wait_for(
+        "the rule on a to say ConfigMaps are forbidden",
+        CONVERGE,
+        || async {
+            match rule_ready(&client_a, "sync-configmaps").await? {
+                (s, r, m)
+                    if s == "False" && r == "Invalid" && m.to_lowercase().contains("forbidden") =>
+                {
+                    Ok(m)
+                }
+                other => Err(format!("Ready {other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(forbidden.contains("ConfigMap"), "{forbidden}");
+    let configmaps_a: Api<ConfigMap> = Api::namespaced(client_a.clone(), "shared");
+    assert!(
+        configmaps_a.get_opt("settings").await.unwrap().is_none(),
+        "a ConfigMap copy was written without the right to"
+    );
+    let pid = agent_a.agent.pid();
+
+    // Grant ConfigMaps the way the chart documents: an aggregated ClusterRole.
+    let grant = chart().join("examples/grant-configmaps.yaml");
+    kubectl_ok(&a, &["apply", "-f", grant.to_str().unwrap()]);
+    // The watch retries with kube's default backoff (at most 30 s apart).
+    let grant_wait = CONVERGE + Duration::from_secs(45);
+    let copy = wait_for(
+        "b's ConfigMap copied to a after the grant",
+        grant_wait,
+        || async {
+            let cm = configmaps_a
+                .get_opt("settings")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no copy yet".to_owned())?;
+            let origin = cm.annotations().get(ANNOTATION_ORIGIN_CLUSTER).cloned();
+            if origin.as_deref() == Some("b") {
+                Ok(cm)
+            } else {
+                Err(format!("settings has origin {origin:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        copy.data
+            .unwrap_or_default()
+            .get("color")
+            .map(String::as_str),
+        Some("blue")
+    );
+    wait_for("the rule on a to be Ready", CONVERGE, || async {
+        match rule_ready(&client_a, "sync-configmaps").await? {
+            (s, r, _) if s == "True" && r == "Synced" => Ok(()),
+            other => Err(format!("Ready {other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        agent_a.agent.is_running(),
+        "agent a stopped:\n{}",
+        agent_a.agent.log()
+    );
+    assert_eq!(agent_a.agent.pid(), pid, "agent a was restarted");
 }
 
 /// The devcluster's request log lines answered 403 (ANSI colours removed).
