@@ -402,7 +402,8 @@ async fn rule_ready(client: &kube::Client, name: &str) -> Result<(String, String
 /// example ClusterRole of the chart (`examples/grant-configmaps.yaml`, label
 /// `fleetbus.io/aggregate-to-agent`) is applied, the same agent process, not
 /// restarted, lists ConfigMaps (its watch retries with backoff), writes b's
-/// ConfigMap as a copy (creating its namespace) and reports the rule Ready.
+/// ConfigMap as a copy (creating its namespace) and reports the rule Ready;
+/// the example's verbs are enough to revert an edit and delete the copy.
 #[tokio::test]
 async fn rule_sync_under_the_charts_rbac_waits_for_a_granted_kind() {
     let nats = NatsServer::start().unwrap();
@@ -527,6 +528,42 @@ spec:
         match rule_ready(&client_a, "sync-configmaps").await? {
             (s, r, _) if s == "True" && r == "Synced" => Ok(()),
             other => Err(format!("Ready {other:?}")),
+        }
+    })
+    .await;
+    // The example grants every verb sync uses: an edit of the copy is
+    // reverted (PUT), and the copy goes when its original does (DELETE).
+    kubectl_ok(
+        &a,
+        &[
+            "label",
+            "configmap",
+            "settings",
+            "-n",
+            "shared",
+            "edited=yes",
+        ],
+    );
+    wait_for("the edit on a's copy to be reverted", CONVERGE, || async {
+        let cm = configmaps_a
+            .get("settings")
+            .await
+            .map_err(|e| e.to_string())?;
+        match cm.labels().get("edited") {
+            None => Ok(()),
+            Some(v) => Err(format!("label edited={v} still there")),
+        }
+    })
+    .await;
+    kubectl_ok(&b, &["delete", "configmap", "settings", "-n", "shared"]);
+    wait_for("a's copy to go with b's original", CONVERGE, || async {
+        match configmaps_a
+            .get_opt("settings")
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            None => Ok(()),
+            Some(_) => Err("copy still there".to_owned()),
         }
     })
     .await;
