@@ -644,4 +644,64 @@ mod tests {
             assert_eq!(Target::of(&obj), None, "{obj}");
         }
     }
+
+    fn secret(name: &str, annotations: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"namespace": "apps", "name": name, "uid": format!("u-{name}"),
+                            "resourceVersion": "1", "annotations": annotations}})
+    }
+
+    fn kind_with(objects: &[Value], snapshots: &[(&str, Envelope)]) -> KindState {
+        KindState::for_test(
+            objects
+                .iter()
+                .filter_map(|o| Some((local_key(o)?, o.clone())))
+                .collect(),
+            snapshots
+                .iter()
+                .filter_map(|(origin, e)| {
+                    let key = ObjectKey::from_object(origin, e.object.as_ref()?)?;
+                    Some((key, e.clone()))
+                })
+                .collect(),
+        )
+    }
+
+    fn snapshot(origin: &str, obj: &Value) -> Envelope {
+        Envelope::snapshot(origin, None, obj.clone(), chrono::Utc::now()).unwrap()
+    }
+
+    #[test]
+    fn leftovers_are_copies_from_others_and_our_live_envelopes() {
+        let original = secret("o", json!({}));
+        let copy = secret(
+            "c",
+            json!({ fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER: "c2" }),
+        );
+        // Nothing: an original, and a peer's envelope.
+        assert!(
+            !kind_with(&[original.clone()], &[("c2", snapshot("c2", &original))])
+                .has_leftovers("c1")
+        );
+        // A copy made from c2's object.
+        assert!(kind_with(&[copy], &[]).has_leftovers("c1"));
+        // Our own live envelope on the bus (to be tombstoned).
+        assert!(kind_with(&[], &[("c1", snapshot("c1", &original))]).has_leftovers("c1"));
+        // Our tombstone is not a leftover.
+        let mut gone = snapshot("c1", &original);
+        gone.tombstone = true;
+        assert!(!kind_with(&[], &[("c1", gone)]).has_leftovers("c1"));
+    }
+
+    #[test]
+    fn a_kind_is_ready_once_listed_and_if_a_source_caught_up() {
+        let mut k = kind_with(&[], &[]);
+        assert!(k.ready());
+        k.caught_up = false;
+        assert!(!k.ready(), "a source kind waits for the bus");
+        k.source = false;
+        assert!(k.ready(), "a sink-only kind does not");
+        k.listed = false;
+        assert!(!k.ready());
+    }
 }
