@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::apply::{self, WriteError};
 use super::compare;
 use super::conflicts::{self, Conflict};
-use super::engine::{namespace_gvk, Baseline, Engine, Retry, RuleReport, Target};
+use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport, Target};
 use super::matching;
 use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
@@ -229,13 +229,14 @@ impl Engine {
                     report
                         .conflicts
                         .insert(target.to_string(), c.message.clone());
-                    found.push(c);
+                    found.push(*c);
                 }
                 Outcome::Failed(e) => {
                     report.errors.insert(target.to_string(), e);
                 }
             }
         }
+        self.refused.retain(|t, _| wanted.contains(t));
         self.collect(&wanted).await;
         for (rule, errors) in &self.source_errors {
             if let Some(r) = reports.get_mut(rule) {
@@ -251,7 +252,7 @@ impl Engine {
         let now = Instant::now();
         if let Some(r) = self.retries.get(target) {
             if r.at > now {
-                return Outcome::Failed("retrying after an error".to_owned());
+                return Outcome::Failed(r.error.clone());
             }
         }
         let gvk = target.gvk();
@@ -286,8 +287,18 @@ impl Engine {
                     ));
                 }
                 if let Err(e) = apply::create_namespace(&self.ctx, ns).await {
-                    return self.failed(target, e);
+                    return self.failed(target, c, None, e);
                 }
+            }
+        }
+        let live_rv = live
+            .as_ref()
+            .and_then(|l| l.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(r) = self.refused.get(target) {
+            if r.live_rv == live_rv && same_desired(&r.desired, &c.desired) {
+                return Outcome::Failed(r.error.clone());
             }
         }
         let client = self.ctx.client.clone();
@@ -295,11 +306,11 @@ impl Engine {
         let Some(live) = live else {
             return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
                 Ok(server) => self.wrote(target, c, server),
-                Err(e) => self.failed(target, e),
+                Err(e) => self.failed(target, c, None, e),
             };
         };
         if is_original(&live) {
-            return Outcome::Conflict(Conflict::local_object(target, c, &live));
+            return Outcome::Conflict(Box::new(Conflict::local_object(target, c, &live)));
         }
         if annotation(&live, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED).is_some()
             || c.update == UpdatePolicy::CreateOnly
@@ -326,7 +337,7 @@ impl Engine {
                         );
                         Some(server)
                     }
-                    Err(e) => return self.failed(target, e),
+                    Err(e) => return self.failed(target, c, live_rv, e),
                 }
             }
         };
@@ -338,7 +349,7 @@ impl Engine {
         }
         match apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status).await {
             Ok(server) => self.wrote(target, c, server),
-            Err(e) => self.failed(target, e),
+            Err(e) => self.failed(target, c, live_rv, e),
         }
     }
 
@@ -352,21 +363,36 @@ impl Engine {
             },
         );
         self.retries.remove(target);
+        self.refused.remove(target);
         self.last_sync
             .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
         Outcome::Wrote
     }
 
-    fn failed(&mut self, target: &Target, e: WriteError) -> Outcome {
+    fn failed(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        live_rv: Option<String>,
+        e: WriteError,
+    ) -> Outcome {
+        let message = crate::report(&e);
         if e.is_transient() {
-            let prev = self.retries.get(target).copied();
-            self.retries
-                .insert(target.clone(), Retry::after(prev, Instant::now()));
+            let next = Retry::after(self.retries.get(target), Instant::now(), message.clone());
+            self.retries.insert(target.clone(), next);
         } else {
             self.retries.remove(target);
+            self.refused.insert(
+                target.clone(),
+                Refused {
+                    desired: c.desired.clone(),
+                    live_rv,
+                    error: message.clone(),
+                },
+            );
         }
-        tracing::warn!(copy = %target, error = %crate::report(&e), transient = e.is_transient(), "copy not written");
-        Outcome::Failed(crate::report(&e))
+        tracing::warn!(copy = %target, error = %message, transient = e.is_transient(), "copy not written");
+        Outcome::Failed(message)
     }
 
     /// Deletes or orphans the copies nothing wants any more.
@@ -413,9 +439,12 @@ impl Engine {
                 Err(e) => {
                     tracing::warn!(copy = %target, error = %crate::report(&e), "could not collect copy");
                     if e.is_transient() {
-                        let prev = self.retries.get(&target).copied();
-                        self.retries
-                            .insert(target.clone(), Retry::after(prev, Instant::now()));
+                        let next = Retry::after(
+                            self.retries.get(&target),
+                            Instant::now(),
+                            crate::report(&e),
+                        );
+                        self.retries.insert(target.clone(), next);
                     }
                 }
             }
@@ -477,7 +506,7 @@ pub enum Outcome {
     /// Written now.
     Wrote,
     /// Not written: someone else's object is there.
-    Conflict(Conflict),
+    Conflict(Box<Conflict>),
     /// Not written: an error.
     Failed(String),
 }
