@@ -592,11 +592,12 @@ mod tests {
     #[test]
     fn retry_backs_off_1_2_4_up_to_60_seconds() {
         let now = Instant::now();
-        let mut prev = None;
+        let mut prev: Option<Retry> = None;
         let mut waits = Vec::new();
-        for _ in 0..9 {
-            let r = Retry::after(prev, now);
+        for i in 0..9 {
+            let r = Retry::after(prev.as_ref(), now, format!("failure {i}"));
             waits.push((r.attempts, (r.at - now).as_secs()));
+            assert_eq!(r.error, format!("failure {i}"), "the last error is kept");
             prev = Some(r);
         }
         assert_eq!(
@@ -621,8 +622,9 @@ mod tests {
         let worn = Retry {
             attempts: u32::MAX,
             at: now,
+            error: String::new(),
         };
-        let r = Retry::after(Some(worn), now);
+        let r = Retry::after(Some(&worn), now, "again".to_owned());
         assert_eq!(r.attempts, u32::MAX);
         assert_eq!(r.at - now, Duration::from_secs(60));
     }
@@ -710,10 +712,11 @@ mod tests {
             json!({ fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER: "c2" }),
         );
         // Nothing: an original, and a peer's envelope.
-        assert!(
-            !kind_with(&[original.clone()], &[("c2", snapshot("c2", &original))])
-                .has_leftovers("c1")
-        );
+        assert!(!kind_with(
+            std::slice::from_ref(&original),
+            &[("c2", snapshot("c2", &original))]
+        )
+        .has_leftovers("c1"));
         // A copy made from c2's object.
         assert!(kind_with(&[copy], &[]).has_leftovers("c1"));
         // Our own live envelope on the bus (to be tombstoned).
