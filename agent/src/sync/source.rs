@@ -609,4 +609,35 @@ mod tests {
             "c2"
         )));
     }
+
+    #[test]
+    fn a_version_published_again_after_its_tombstone_gets_a_new_msg_id() {
+        let s = secret("a", "u1", "5", "v1");
+        let (_, env) = published(SELF, &s);
+        // Plain: the protocol's id, the same for a retry of this version.
+        assert_eq!(msg_id(&env, false), env.msg_id());
+        // After a tombstone of the same version: not the first publication's
+        // id (the server would drop it as a duplicate), stable per envelope.
+        let again = msg_id(&env, true);
+        assert_ne!(again, env.msg_id());
+        assert_eq!(again, msg_id(&env, true));
+        // A tombstone keeps its own id either way.
+        let gone = Envelope::tombstone(
+            SELF,
+            None,
+            "u1",
+            "5",
+            chrono::Utc::now(),
+            TombstoneReason::Unpublished,
+        );
+        assert_eq!(msg_id(&gone, true), gone.msg_id());
+    }
+
+    #[test]
+    fn describe_key_names_kind_namespace_and_name() {
+        let s = secret("a", "u1", "5", "v1");
+        assert_eq!(describe_key(&key_of(SELF, &s)), "Secret apps/a");
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}});
+        assert_eq!(describe_key(&key_of(SELF, &ns)), "Namespace apps");
+    }
 }
