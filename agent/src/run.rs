@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::bootstrap::{self, BootstrapError};
+use crate::bus::connect::{self, NatsError};
 use crate::bus::{self, layout::LayoutError};
 use crate::config::Config;
 use crate::context::Context;
@@ -18,7 +19,6 @@ use crate::identity::{self, IdentityError};
 use crate::kube::client::{self, KubeClientError};
 use crate::kubeconfig::{self, KubeconfigError};
 use crate::metrics::Metrics;
-use crate::bus::connect::{self, NatsError};
 use crate::nodes;
 use crate::registry::record::MemberState;
 use crate::registry::{self, publisher, watcher, Registry, RegistryError};
@@ -224,10 +224,7 @@ async fn run_tasks(
         let handle = tasks.spawn(named(name, f).instrument(span.clone()));
         names.insert(handle.id(), name);
     };
-    spawn(
-        "watcher",
-        task(watcher::run(reg.clone(), cancel.clone())),
-    );
+    spawn("watcher", task(watcher::run(reg.clone(), cancel.clone())));
     spawn(
         "reconciler",
         task(registry::run_reconciler(reg.clone(), cancel.clone())),
@@ -237,10 +234,7 @@ async fn run_tasks(
         "api_probe",
         task(crate::kube::api_probe::run(reg.clone(), cancel.clone())),
     );
-    spawn(
-        "sync",
-        task(crate::sync::run(reg.clone(), cancel.clone())),
-    );
+    spawn("sync", task(crate::sync::run(reg.clone(), cancel.clone())));
     // Cancelled like the others, the publisher then publishes the leave record.
     spawn(
         "publisher",

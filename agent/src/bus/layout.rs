@@ -55,8 +55,11 @@ impl Ensured {
 /// Creates what is missing of the registry bucket (first: its creation is
 /// where a server without JetStream is told apart) and the streams.
 pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured, LayoutError> {
-    let (kv, created_bucket) =
-        connect::ensure_bucket(js, connect::registry_bucket_config(&layout.registry_bucket())).await?;
+    let (kv, created_bucket) = connect::ensure_bucket(
+        js,
+        connect::registry_bucket_config(&layout.registry_bucket()),
+    )
+    .await?;
     let created_streams = streams::ensure_streams(js, layout).await?;
     // The handle holds the stream info read when it was opened or created.
     let bucket_incarnation = kv

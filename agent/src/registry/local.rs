@@ -8,12 +8,12 @@ use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
-use crate::kube::conditions::{merge, status_of, Desired};
 use super::liveness::members_match;
 use super::publisher::AGENT_VERSION;
 use super::record::MemberState;
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
 use super::{Registry, RegistryError};
+use crate::kube::conditions::{merge, status_of, Desired};
 use crate::kube::events::EventType;
 
 /// What the membership says about the local cluster.
@@ -134,7 +134,8 @@ pub async fn reconcile(
         let m = reg.membership();
         other_conflicts += m.conflicting_names().len();
     }
-    reg.ctx.metrics
+    reg.ctx
+        .metrics
         .name_conflicts
         .set(i64::try_from(f.rivals.len() + other_conflicts).unwrap_or(i64::MAX));
 
@@ -313,7 +314,8 @@ async fn report_transition(
             format!("{type_} resolved"),
         )
     };
-    reg.ctx.recorder
+    reg.ctx
+        .recorder
         .publish(&obj.object_ref(&()), kind, &reason, &msg)
         .await;
 }

@@ -31,10 +31,9 @@ use kube::ResourceExt;
 use crate::context::Context;
 use tokio::sync::{watch, Notify};
 
-
 pub use membership::Membership;
-pub use view::{FleetView, PeerView};
 pub use reconciler::run as run_reconciler;
+pub use view::{FleetView, PeerView};
 
 /// Failure of a registry task.
 #[derive(Debug, thiserror::Error)]

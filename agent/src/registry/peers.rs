@@ -12,7 +12,6 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
-use crate::kube::conditions::{merge, Desired};
 use super::liveness::{members_match, peer_state, PeerFacts};
 use super::peer_failures::{Content, PeerFailures, Verdict};
 use super::peer_secret::{kubeconfig_secret, SecretCache};
@@ -20,6 +19,7 @@ use super::peer_spec::{spec_patch, DesiredSpec};
 use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
 use super::{is_disabled, Registry, RegistryError};
+use crate::kube::conditions::{merge, Desired};
 use crate::kube::events::EventType;
 
 /// One peer name as the registry shows it, decided under the membership lock.
@@ -134,7 +134,8 @@ pub async fn reconcile(
     }
     let names: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
     failures.retain(&names);
-    reg.ctx.metrics
+    reg.ctx
+        .metrics
         .peers_failing
         .set(i64::try_from(failures.failing()).unwrap_or(i64::MAX));
     if let Err(e) = orphans(reg, writer, clusters, &plans).await {
@@ -150,7 +151,8 @@ pub async fn reconcile(
         "Left",
         "ApiUnreachable",
     ] {
-        reg.ctx.metrics
+        reg.ctx
+            .metrics
             .peers
             .get_or_create(&vec![("state", state)])
             .set(by_state.get(state).copied().unwrap_or(0));
@@ -189,7 +191,8 @@ pub(super) async fn report_rejection(
         RegistryError::Kube { action, .. } => *action,
         _ => "encode",
     };
-    reg.ctx.metrics
+    reg.ctx
+        .metrics
         .peer_rejected
         .get_or_create(&vec![("write", action)])
         .inc();
@@ -199,7 +202,9 @@ pub(super) async fn report_rejection(
     // create); a reference by name (without uid) is then just as good.
     let local = clusters
         .iter()
-        .find(|c| c.name_any() == reg.ctx.cfg.cluster_name && c.spec.cluster_id == reg.ctx.cluster_id)
+        .find(|c| {
+            c.name_any() == reg.ctx.cfg.cluster_name && c.spec.cluster_id == reg.ctx.cluster_id
+        })
         .map(|c| c.object_ref(&()))
         .unwrap_or_else(|| {
             Cluster::new(&reg.ctx.cfg.cluster_name, ClusterSpec::default()).object_ref(&())
@@ -213,7 +218,8 @@ pub(super) async fn report_rejection(
         }
         msg.truncate(cut);
     }
-    reg.ctx.recorder
+    reg.ctx
+        .recorder
         .publish(&local, EventType::Warning, "PeerRejected", &msg)
         .await;
 }
@@ -383,7 +389,8 @@ async fn reconcile_one(
             ),
         };
         tracing::info!(peer = %p.name, from = ?prev.state, to = ?state, "peer state changed");
-        reg.ctx.recorder
+        reg.ctx
+            .recorder
             .publish(
                 &obj.object_ref(&()),
                 kind,
@@ -609,7 +616,8 @@ async fn orphans(
             .collect();
         conditions.extend(merge(&prev.conditions, &[ready], c.metadata.generation));
         status.conditions = conditions;
-        reg.ctx.recorder
+        reg.ctx
+            .recorder
             .publish(
                 &c.object_ref(&()),
                 EventType::Warning,

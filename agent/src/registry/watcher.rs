@@ -99,7 +99,13 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
             }
         }
     }
-    if entry.seen_current && !reg.ctx.readiness.registry_synced.swap(true, Ordering::Relaxed) {
+    if entry.seen_current
+        && !reg
+            .ctx
+            .readiness
+            .registry_synced
+            .swap(true, Ordering::Relaxed)
+    {
         tracing::info!("registry caught up");
         reg.membership_changed.notify_one();
     }

@@ -160,7 +160,11 @@ async fn write_status(
 }
 
 /// Deletes the copy, only if it is still the object we looked at (uid).
-pub async fn delete(ctx: &Context, api: &Api<DynamicObject>, live: &Value) -> Result<(), WriteError> {
+pub async fn delete(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    live: &Value,
+) -> Result<(), WriteError> {
     let uid = live.pointer("/metadata/uid").and_then(Value::as_str);
     let dp = DeleteParams {
         preconditions: uid.map(|u| Preconditions {
@@ -181,9 +185,16 @@ pub async fn delete(ctx: &Context, api: &Api<DynamicObject>, live: &Value) -> Re
 }
 
 /// Keeps the copy but hands it over: without fleetbus's annotations and label.
-pub async fn orphan(ctx: &Context, api: &Api<DynamicObject>, live: &Value) -> Result<(), WriteError> {
+pub async fn orphan(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    live: &Value,
+) -> Result<(), WriteError> {
     let released = mutate::unmanage(live);
-    match api.replace(&name_of(live), &params(false), &body(&released)?).await {
+    match api
+        .replace(&name_of(live), &params(false), &body(&released)?)
+        .await
+    {
         Ok(_) => {
             ctx.metrics.sync_write("orphan");
             Ok(())
@@ -238,7 +249,10 @@ mod tests {
         let mut s = Status::failure("ConfigMap \"x\" is invalid: data: Forbidden: field is immutable when `immutable` is set", "Invalid");
         s.code = 422;
         assert!(is_immutable(&s));
-        let mut other = Status::failure("ConfigMap \"x\" is invalid: metadata.labels: Invalid value", "Invalid");
+        let mut other = Status::failure(
+            "ConfigMap \"x\" is invalid: metadata.labels: Invalid value",
+            "Invalid",
+        );
         other.code = 422;
         assert!(!is_immutable(&other));
         let mut via_cause = Status::failure("Service \"x\" is invalid", "Invalid");

@@ -388,7 +388,13 @@ impl Engine {
             (!self.unresolved.is_empty()).then(|| Instant::now() + Duration::from_secs(5));
     }
 
-    fn start_kind(&mut self, gvk: GroupVersionKind, ar: ApiResource, namespaced: bool, source: bool) {
+    fn start_kind(
+        &mut self,
+        gvk: GroupVersionKind,
+        ar: ApiResource,
+        namespaced: bool,
+        source: bool,
+    ) {
         let stop = self.cancel.child_token();
         tokio::spawn(watches::local_watch(
             self.ctx.client.clone(),
@@ -423,7 +429,9 @@ impl Engine {
     }
 
     fn start_consumer(&self, gvk: &GroupVersionKind) {
-        let Some(kind) = self.kinds.get(gvk) else { return };
+        let Some(kind) = self.kinds.get(gvk) else {
+            return;
+        };
         // The consumer stops with the kind (its DropGuard cancels the token).
         let stop = kind.stop.clone();
         tokio::spawn(watches::bus_consumer(

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use fleetbus_schemas::crd::{GroupVersionKind as RuleGvk, ResourceSyncRule, ResourceSyncRuleSpec};
 use fleetbus_schemas::crd::RuleError;
+use fleetbus_schemas::crd::{GroupVersionKind as RuleGvk, ResourceSyncRule, ResourceSyncRuleSpec};
 use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
@@ -164,8 +164,14 @@ mod tests {
 
     #[test]
     fn a_bad_rule_is_kept_with_its_problem_and_does_not_hide_others() {
-        let good = rule("good", json!({"groupVersionKind": {"version": "v1", "kind": "Secret"}}));
-        let bad_gvk = rule("bad", json!({"groupVersionKind": {"version": "v1", "kind": "not a kind"}}));
+        let good = rule(
+            "good",
+            json!({"groupVersionKind": {"version": "v1", "kind": "Secret"}}),
+        );
+        let bad_gvk = rule(
+            "bad",
+            json!({"groupVersionKind": {"version": "v1", "kind": "not a kind"}}),
+        );
         let bad_template = rule(
             "tpl",
             json!({"groupVersionKind": {"version": "v1", "kind": "Secret"},
@@ -177,8 +183,16 @@ mod tests {
         assert!(set["good"].is_valid());
         assert_eq!(set["good"].generation, Some(2));
         assert!(set["bad"].problem.as_deref().unwrap_or("").contains("kind"));
-        assert!(set["tpl"].problem.as_deref().unwrap_or("").contains("template"));
-        assert!(set["junk"].problem.as_deref().unwrap_or("").contains("parse"));
+        assert!(set["tpl"]
+            .problem
+            .as_deref()
+            .unwrap_or("")
+            .contains("template"));
+        assert!(set["junk"]
+            .problem
+            .as_deref()
+            .unwrap_or("")
+            .contains("parse"));
         assert!(set[RULE_REPLICATION].builtin);
     }
 

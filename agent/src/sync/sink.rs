@@ -73,7 +73,10 @@ impl Engine {
     pub(super) fn rule_ready(&self, rule: &CompiledRule) -> bool {
         let kind_ready = |g| self.kinds.get(g).is_some_and(|k| k.ready());
         kind_ready(&rule.source)
-            && rule.targets.iter().all(|t| self.kinds.get(t).is_some_and(|k| k.listed))
+            && rule
+                .targets
+                .iter()
+                .all(|t| self.kinds.get(t).is_some_and(|k| k.listed))
             && self.kinds.get(&namespace_gvk()).is_some_and(|k| k.listed)
     }
 
@@ -98,8 +101,11 @@ impl Engine {
 
     /// Whether this cluster is a sink of `rule` (its `clusterSelector`).
     fn selects_us(&self, rule: &CompiledRule) -> bool {
-        matching::selector_matches(rule.spec.cluster_selector.as_ref(), &self.fleet.local.labels)
-            .unwrap_or(false)
+        matching::selector_matches(
+            rule.spec.cluster_selector.as_ref(),
+            &self.fleet.local.labels,
+        )
+        .unwrap_or(false)
     }
 
     /// Every copy a rule wants here, and the errors of those it cannot make.
@@ -210,7 +216,9 @@ impl Engine {
                 found.push(c);
             }
             let outcome = self.apply_target(&target, &winner).await;
-            let Some(report) = reports.get_mut(&winner.rule) else { continue };
+            let Some(report) = reports.get_mut(&winner.rule) else {
+                continue;
+            };
             match outcome {
                 Outcome::InSync => report.synced += 1,
                 Outcome::Wrote => {
@@ -218,7 +226,9 @@ impl Engine {
                     report.wrote = true;
                 }
                 Outcome::Conflict(c) => {
-                    report.conflicts.insert(target.to_string(), c.message.clone());
+                    report
+                        .conflicts
+                        .insert(target.to_string(), c.message.clone());
                     found.push(c);
                 }
                 Outcome::Failed(e) => {
@@ -246,16 +256,23 @@ impl Engine {
         }
         let gvk = target.gvk();
         let Some(kind) = self.kinds.get(&gvk) else {
-            return Outcome::Failed(format!("kind {} is not watched", super::watches::describe(&gvk)));
+            return Outcome::Failed(format!(
+                "kind {} is not watched",
+                super::watches::describe(&gvk)
+            ));
         };
         let ar = kind.ar.clone();
         let namespaced = kind.namespaced;
         let live = kind.objects.get(&target.local_key()).cloned();
         if namespaced && target.namespace.is_none() {
-            return Outcome::Failed("the kind is namespaced but the copy has no namespace".to_owned());
+            return Outcome::Failed(
+                "the kind is namespaced but the copy has no namespace".to_owned(),
+            );
         }
         if !namespaced && target.namespace.is_some() {
-            return Outcome::Failed("the kind is cluster-scoped but the copy has a namespace".to_owned());
+            return Outcome::Failed(
+                "the kind is cluster-scoped but the copy has a namespace".to_owned(),
+            );
         }
         if let Some(ns) = &target.namespace {
             let exists = self
@@ -366,7 +383,9 @@ impl Engine {
                 if origin == self.fleet.local.name {
                     continue;
                 }
-                let Some(target) = Target::of(obj) else { continue };
+                let Some(target) = Target::of(obj) else {
+                    continue;
+                };
                 if wanted.contains(&target) {
                     continue;
                 }
@@ -377,7 +396,9 @@ impl Engine {
         }
         for (target, obj, delete) in doomed {
             let gvk = target.gvk();
-            let Some(kind) = self.kinds.get(&gvk) else { continue };
+            let Some(kind) = self.kinds.get(&gvk) else {
+                continue;
+            };
             let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
             let result = if delete {
                 apply::delete(&self.ctx, &api, &obj).await
@@ -412,7 +433,12 @@ impl Engine {
                 return None;
             }
         }
-        if self.fleet.peers.get(origin).is_some_and(|p| p.name_conflict) {
+        if self
+            .fleet
+            .peers
+            .get(origin)
+            .is_some_and(|p| p.name_conflict)
+        {
             return None;
         }
         let uid = annotation(obj, well_known::ANNOTATION_ORIGIN_UID).unwrap_or_default();
@@ -436,7 +462,8 @@ impl Engine {
                 key.origin == origin
                     && e.uid == uid
                     && e.tombstone
-                    && e.tombstone_reason.unwrap_or(TombstoneReason::Deleted) == TombstoneReason::Deleted
+                    && e.tombstone_reason.unwrap_or(TombstoneReason::Deleted)
+                        == TombstoneReason::Deleted
             })
         })
     }

@@ -56,8 +56,7 @@ pub fn qualifies(
     labels: &BTreeMap<String, String>,
     features: &[fleetbus_schemas::registry::FeatureRecord],
 ) -> bool {
-    matching::selector_matches(rule.spec.source_cluster_selector.as_ref(), labels)
-        .unwrap_or(false)
+    matching::selector_matches(rule.spec.source_cluster_selector.as_ref(), labels).unwrap_or(false)
         && matching::features_satisfy(&rule.spec.cluster_feature_match, features)
 }
 
@@ -135,12 +134,11 @@ impl Engine {
             .collect();
         self.source_errors.clear();
         for gvk in gvks {
-            let rules: Vec<&CompiledRule> = self
-                .rules
-                .values()
-                .filter(|r| r.source == gvk)
-                .collect();
-            let Some(kind) = self.kinds.get(&gvk) else { continue };
+            let rules: Vec<&CompiledRule> =
+                self.rules.values().filter(|r| r.source == gvk).collect();
+            let Some(kind) = self.kinds.get(&gvk) else {
+                continue;
+            };
             let planned = plan(&self.fleet.local, &rules, kind);
             let matching_rules: BTreeMap<ObjectKey, Vec<String>> = planned
                 .iter()
@@ -223,8 +221,17 @@ impl Engine {
             .publish_with_headers(subject, headers, bytes.into())
             .await
             .map_err(|e| format!("publish failed: {e}"))?;
-        self.ctx.metrics.sync_published
-            .get_or_create(&vec![("type", if env.tombstone { "tombstone" } else { "snapshot" })])
+        self.ctx
+            .metrics
+            .sync_published
+            .get_or_create(&vec![(
+                "type",
+                if env.tombstone {
+                    "tombstone"
+                } else {
+                    "snapshot"
+                },
+            )])
             .inc();
         let tx = self.tx.clone();
         let (gvk, key) = (gvk.clone(), key.clone());

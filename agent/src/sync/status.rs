@@ -159,10 +159,14 @@ impl Engine {
                         Ok(_) => self.ctx.metrics.kube_write("resourcesyncrule_status"),
                         // Deleted since the pass read it: nothing to report on.
                         Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => tracing::warn!(rule = %name, error = %e, "could not write rule status"),
+                        Err(e) => {
+                            tracing::warn!(rule = %name, error = %e, "could not write rule status")
+                        }
                     }
                 }
-                Err(e) => tracing::warn!(rule = %name, error = %e, "could not serialise rule status"),
+                Err(e) => {
+                    tracing::warn!(rule = %name, error = %e, "could not serialise rule status")
+                }
             }
         }
     }

@@ -100,10 +100,8 @@ pub async fn local_watch(
     cancel: CancellationToken,
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &ar);
-    let stream = kube::runtime::WatchStreamExt::default_backoff(watcher(
-        api,
-        watcher::Config::default(),
-    ));
+    let stream =
+        kube::runtime::WatchStreamExt::default_backoff(watcher(api, watcher::Config::default()));
     futures::pin_mut!(stream);
     let send = |ev: LocalEvent| {
         let tx = tx.clone();

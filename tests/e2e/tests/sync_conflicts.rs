@@ -45,12 +45,14 @@ async fn local_object_conflict() {
     for x in &m {
         create_ns(x, "shared").await;
     }
+    // Both exist before the rule: once c2 holds the rule it publishes its
+    // own db as well, which would otherwise reach c1 first.
     let mine = [("owner", "c2-team")];
     create_secret(c2, "shared", "db", &mine).await;
+    create_secret(c1, "shared", "db", &[("owner", "c1-team")]).await;
     let mut sub = subscribe_conflicts(&nats, "c2").await;
 
     apply_yaml(c1, RULE);
-    create_secret(c1, "shared", "db", &[("owner", "c1-team")]).await;
     // A Secret without a twin still syncs: the rule goes on around the conflict.
     create_secret(c1, "shared", "other", &[("k", "v")]).await;
     wait_copy(

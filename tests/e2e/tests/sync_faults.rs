@@ -199,8 +199,14 @@ async fn agent_down_origin_delete() {
     wait_absent(&m[1], &secrets(), Some("shared"), "y").await;
 }
 
-/// The record seq of cluster `name` in the registry bucket.
-async fn record_seq(kv: &async_nats::jetstream::kv::Store, name: &str) -> Result<u64, String> {
+/// `--heartbeat-interval` of the members ([`HEARTBEAT`]).
+const HEARTBEAT_MS: i64 = 500;
+
+/// The record of cluster `name` in the registry bucket.
+async fn record(
+    kv: &async_nats::jetstream::kv::Store,
+    name: &str,
+) -> Result<ClusterRecord, String> {
     let keys = registry_keys(kv).await;
     let key = keys
         .iter()
@@ -211,9 +217,7 @@ async fn record_seq(kv: &async_nats::jetstream::kv::Store, name: &str) -> Result
         .await
         .map_err(|e| e.to_string())?
         .ok_or("no value")?;
-    Ok(ClusterRecord::decode(&entry)
-        .map_err(|e| e.to_string())?
-        .seq)
+    ClusterRecord::decode(&entry).map_err(|e| e.to_string())
 }
 
 /// The write counters of the synced kinds (and of the rules, whose status
@@ -269,18 +273,20 @@ async fn zero_writes_after_convergence() {
         "c1 counted fewer Secret writes than it had: {before:?}"
     );
 
-    // Several heartbeats of both agents (each a full pass of their loops).
+    // Several heartbeat intervals of both agents, observed as published
+    // records (each beat is a full pass of their loops), not slept.
     let kv = registry_kv(&nats).await;
-    let start = [
-        record_seq(&kv, "c1").await.unwrap(),
-        record_seq(&kv, "c2").await.unwrap(),
-    ];
-    wait_for("6 more heartbeats of c1 and c2", SYNC, || async {
-        let now = [record_seq(&kv, "c1").await?, record_seq(&kv, "c2").await?];
-        if now[0] >= start[0] + 6 && now[1] >= start[1] + 6 {
+    let since = chrono::Utc::now();
+    wait_for("6 more heartbeat intervals of c1 and c2", SYNC, || async {
+        let mut ages = Vec::new();
+        for name in ["c1", "c2"] {
+            let beat = record(&kv, name).await?.heartbeat_at;
+            ages.push((beat - since).num_milliseconds());
+        }
+        if ages.iter().all(|ms| *ms >= 6 * HEARTBEAT_MS) {
             Ok(())
         } else {
-            Err(format!("seq {now:?} from {start:?}"))
+            Err(format!("last beats {ages:?} ms after the snapshot"))
         }
     })
     .await;
