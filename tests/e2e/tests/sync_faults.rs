@@ -238,9 +238,52 @@ fn synced_writes(w: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
     .collect()
 }
 
+/// Every write request (any method but GET, including no-op and dry-run
+/// writes, which `/debug/writes` does not count) the devcluster logged for
+/// Secrets, Namespaces or rules: its log has one line per such request.
+fn write_requests(m: &Member) -> Vec<String> {
+    let ansi = |line: &str| {
+        // tracing may colour the fields: drop ESC [ ... m sequences.
+        let mut out = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                for c in chars.by_ref() {
+                    if c == 'm' {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    };
+    m.cluster
+        .log()
+        .lines()
+        .map(ansi)
+        .filter(|l| {
+            let field = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k))
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let (method, path) = (field("method="), field("path="));
+            !method.is_empty()
+                && method != "GET"
+                && (path.contains("/secrets")
+                    || path.contains("/resourcesyncrules")
+                    || path.ends_with("/namespaces"))
+        })
+        .collect()
+}
+
 /// A↔B with objects both ways: once converged, several heartbeats later
 /// neither devcluster counted another write of a Secret, Namespace or rule
-/// (`/debug/writes` counts state-changing writes only).
+/// (`/debug/writes` counts state-changing writes only), nor even received a
+/// write request for them (no-op or dry-run PUTs, from its request log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_writes_after_convergence() {
     let nats = NatsServer::start().unwrap();
@@ -268,6 +311,11 @@ async fn zero_writes_after_convergence() {
         synced_writes(&writes(c1).await),
         synced_writes(&writes(c2).await),
     ];
+    let requests_before = [write_requests(c1), write_requests(c2)];
+    assert!(
+        requests_before[1].len() >= 2,
+        "c2's devcluster log shows fewer write requests than the copies it got: {requests_before:#?}"
+    );
     assert!(
         before[0]["core/secrets"].as_u64().unwrap_or(0) >= 4,
         "c1 counted fewer Secret writes than it had: {before:?}"
@@ -294,5 +342,15 @@ async fn zero_writes_after_convergence() {
         synced_writes(&writes(c1).await),
         synced_writes(&writes(c2).await),
     ];
+    for (x, old) in [(c1, &requests_before[0]), (c2, &requests_before[1])] {
+        let now = write_requests(x);
+        assert_eq!(
+            now.len(),
+            old.len(),
+            "{}: write requests after convergence: {:#?}",
+            x.name,
+            &now[old.len().min(now.len())..]
+        );
+    }
     assert_eq!(before, after, "writes after convergence (c1, c2)");
 }
