@@ -139,24 +139,39 @@ pub struct Baseline {
 }
 
 /// Per-object retry state after a transient failure.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Retry {
     /// Failures in a row.
     pub attempts: u32,
     /// Not before.
     pub at: Instant,
+    /// The last error (shown in the rule status while waiting).
+    pub error: String,
 }
 
 impl Retry {
     /// The next retry after one more failure: 1 s, 2 s, 4 s … at most 60 s.
-    pub fn after(prev: Option<Retry>, now: Instant) -> Retry {
+    pub fn after(prev: Option<&Retry>, now: Instant, error: String) -> Retry {
         let attempts = prev.map_or(1, |r| r.attempts.saturating_add(1));
         let secs = 1u64 << attempts.saturating_sub(1).min(6);
         Retry {
             attempts,
             at: now + Duration::from_secs(secs.min(60)),
+            error,
         }
     }
+}
+
+/// A write refused for good (validation, forbidden), remembered so it is
+/// not repeated on every pass.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The desired copy that was refused.
+    pub desired: Value,
+    /// The live object's resourceVersion then (None: there was none).
+    pub live_rv: Option<String>,
+    /// The API server's answer.
+    pub error: String,
 }
 
 /// Everything one pass found about one rule, for its status.
@@ -189,8 +204,26 @@ pub struct Engine {
     pub(super) unresolved: HashMap<GroupVersionKind, String>,
     pub(super) rediscover: bool,
     pub(super) rediscover_at: Option<Instant>,
+    /// A publish failed on the bus: run a pass then to try again.
+    pub(super) publish_retry_at: Option<Instant>,
     pub(super) baselines: HashMap<Target, Baseline>,
     pub(super) retries: HashMap<Target, Retry>,
+    /// Writes the API server refused for good, with what was refused: not
+    /// tried again until the desired copy or the live object changes.
+    pub(super) refused: HashMap<Target, Refused>,
+    /// Drifts detected and not ended, by copy.
+    pub(super) drifts: HashMap<Target, super::drift_report::OpenDrift>,
+    /// When the local watch last saw each copy change (drift latency).
+    pub(super) seen: HashMap<Target, Instant>,
+    /// Copies an operator asked to correct now (`fleetbus drift correct`),
+    /// whatever the drift mode.
+    pub(super) forced: std::collections::HashSet<Target>,
+    /// Results of forced corrections in the last pass.
+    pub(super) forced_results: Vec<(Target, Result<(), String>)>,
+    /// The drift state KV bucket, once found.
+    pub(super) drift_kv: Option<async_nats::jetstream::kv::Store>,
+    /// Object versions that could not be published and got their Event.
+    pub(super) unpublishable: std::collections::HashSet<(ObjectKey, String)>,
     /// Errors of the source side, by rule (oversized objects).
     pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
     /// Conflicts already reported (Event, bus), so each is reported once.
@@ -232,8 +265,16 @@ impl Engine {
             unresolved: HashMap::new(),
             rediscover: false,
             rediscover_at: None,
+            publish_retry_at: None,
             baselines: HashMap::new(),
             retries: HashMap::new(),
+            refused: HashMap::new(),
+            unpublishable: std::collections::HashSet::new(),
+            drifts: HashMap::new(),
+            seen: HashMap::new(),
+            forced: std::collections::HashSet::new(),
+            forced_results: Vec::new(),
+            drift_kv: None,
             source_errors: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
@@ -271,6 +312,9 @@ impl Engine {
             LocalEvent::Reset => kind.relist = Some(BTreeMap::new()),
             LocalEvent::Upsert(obj) => {
                 let Some(key) = local_key(&obj) else { return };
+                if let Some(t) = Target::of(&obj) {
+                    self.seen.insert(t, Instant::now());
+                }
                 match &mut kind.relist {
                     Some(relist) => {
                         relist.insert(key, obj);
@@ -281,6 +325,9 @@ impl Engine {
                 }
             }
             LocalEvent::Remove(obj) => {
+                if let Some(t) = Target::of(&obj) {
+                    self.seen.insert(t, Instant::now());
+                }
                 if let Some(key) = local_key(&obj) {
                     kind.objects.remove(&key);
                     if let Some(relist) = &mut kind.relist {
@@ -444,15 +491,19 @@ impl Engine {
 
     /// When the engine wants to run a pass even without input.
     pub fn wake_at(&self) -> Option<Instant> {
-        let retry = self.retries.values().map(|r| r.at).min();
-        match (retry, self.rediscover_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.retries
+            .values()
+            .map(|r| r.at)
+            .chain(self.rediscover_at)
+            .chain(self.publish_retry_at)
+            .min()
     }
 
     /// One pass over everything (see the module docs).
     pub async fn pass(&mut self) {
+        // Timers are set again by whatever still needs them in this pass; a
+        // due timer left standing would wake the loop at once, forever.
+        self.publish_retry_at = None;
         if self.rules_dirty {
             if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
                 let objects: Vec<&Value> = kind.objects.values().collect();
@@ -471,6 +522,8 @@ impl Engine {
         self.ensure_kinds().await;
         self.sink_pass().await;
         self.status_pass().await;
+        let now = Instant::now();
+        self.retries.retain(|_, r| r.at > now);
     }
 }
 
@@ -495,11 +548,38 @@ pub async fn run(
     let mut fleet = reg.fleet();
     let initial = fleet.borrow_and_update().clone();
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
+    let client = reg.ctx.js.client();
+    let subject = fleetbus_schemas::subject::CommandKey {
+        cluster: reg.ctx.cfg.cluster_name.clone(),
+        verb: "correct".to_owned(),
+    }
+    .to_subject(reg.ctx.layout.prefix());
+    // Without the subscription `fleetbus drift correct` finds no responder;
+    // sync itself goes on (the client resubscribes after reconnects).
+    let mut commands = match client.subscribe(subject.clone()).await {
+        Ok(sub) => Some(sub),
+        Err(e) => {
+            tracing::warn!(%subject, error = %e, "cannot take correct commands");
+            None
+        }
+    };
     engine.pass().await;
     loop {
         let wake = engine.wake_at();
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
+            Some(msg) = next_command(&mut commands) => {
+                let reply = match super::command::parse(&msg.payload) {
+                    Ok(sel) => engine.correct(&sel).await,
+                    Err(e) => engine.refuse(&e),
+                };
+                if let Some(to) = msg.reply {
+                    if let Err(e) = client.publish(to, reply.to_string().into()).await {
+                        tracing::warn!(error = %e, "could not reply to a correct command");
+                    }
+                }
+                continue;
+            }
             input = rx.recv() => {
                 let Some(input) = input else { return Ok(()) };
                 engine.handle(input);
@@ -517,6 +597,14 @@ pub async fn run(
             _ = sleep_until_opt(wake) => {}
         }
         engine.pass().await;
+    }
+}
+
+async fn next_command(sub: &mut Option<async_nats::Subscriber>) -> Option<async_nats::Message> {
+    use futures::StreamExt;
+    match sub {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
     }
 }
 

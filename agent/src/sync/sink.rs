@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fleetbus_schemas::crd::{OrphanPolicy, UpdatePolicy};
+use fleetbus_schemas::crd::{DriftMode, OrphanPolicy, UpdatePolicy};
+use fleetbus_schemas::drift::DriftType;
 use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known;
@@ -19,7 +20,9 @@ use tokio::time::Instant;
 use super::apply::{self, WriteError};
 use super::compare;
 use super::conflicts::{self, Conflict};
-use super::engine::{namespace_gvk, Baseline, Engine, Retry, RuleReport, Target};
+use super::drift::{self, Policy};
+use super::drift_report::Found;
+use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport, Target};
 use super::matching;
 use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
@@ -178,7 +181,7 @@ impl Engine {
                     );
                 }
                 Err(e) => {
-                    report.errors.insert(describe_key(key), e.to_string());
+                    report.errors.insert(describe_key(key), crate::report(&e));
                 }
             }
         }
@@ -229,13 +232,15 @@ impl Engine {
                     report
                         .conflicts
                         .insert(target.to_string(), c.message.clone());
-                    found.push(c);
+                    found.push(*c);
                 }
                 Outcome::Failed(e) => {
                     report.errors.insert(target.to_string(), e);
                 }
             }
         }
+        self.refused.retain(|t, _| wanted.contains(t));
+        self.drift_forget_except(&wanted).await;
         self.collect(&wanted).await;
         for (rule, errors) in &self.source_errors {
             if let Some(r) = reports.get_mut(rule) {
@@ -251,7 +256,7 @@ impl Engine {
         let now = Instant::now();
         if let Some(r) = self.retries.get(target) {
             if r.at > now {
-                return Outcome::Failed("retrying after an error".to_owned());
+                return Outcome::Failed(r.error.clone());
             }
         }
         let gvk = target.gvk();
@@ -286,20 +291,73 @@ impl Engine {
                     ));
                 }
                 if let Err(e) = apply::create_namespace(&self.ctx, ns).await {
-                    return self.failed(target, e);
+                    return self.failed(target, c, None, e);
                 }
+            }
+        }
+        let live_rv = live
+            .as_ref()
+            .and_then(|l| l.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(r) = self.refused.get(target) {
+            if r.live_rv == live_rv && same_desired(&r.desired, &c.desired) {
+                return Outcome::Failed(r.error.clone());
             }
         }
         let client = self.ctx.client.clone();
         let api = apply::api(&client, &ar, target.namespace.as_deref());
+        let rule = self.rules.get(&c.rule).cloned();
         let Some(live) = live else {
+            // A copy we wrote is gone while its desired state did not change:
+            // someone deleted it (drift of type Deleted).
+            let known = self
+                .baselines
+                .get(target)
+                .filter(|b| same_desired(&b.desired, &c.desired))
+                .map(|b| b.server.clone());
+            if let (Some(last), Some(rule)) = (known, rule.as_ref()) {
+                let policy = Policy::of(rule, target, &last);
+                let mode = self.effective_mode(target, policy.mode);
+                if mode == DriftMode::Ignore {
+                    return Outcome::InSync;
+                }
+                self.drift_detected(
+                    target,
+                    c,
+                    Found {
+                        live: &last,
+                        baseline: &last,
+                        type_: DriftType::Deleted,
+                        action: mode,
+                        exclude: &policy.exclude,
+                        with_status: c.with_status,
+                    },
+                )
+                .await;
+                if mode == DriftMode::Report {
+                    return Outcome::InSync;
+                }
+                return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
+                    Ok(server) => {
+                        self.drift_corrected(target).await;
+                        self.forced_done(target, Ok(()));
+                        self.wrote(target, c, server)
+                    }
+                    Err(e) => {
+                        self.drift_failed(target, &crate::report(&e)).await;
+                        self.forced_done(target, Err(crate::report(&e)));
+                        self.failed(target, c, None, e)
+                    }
+                };
+            }
             return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
                 Ok(server) => self.wrote(target, c, server),
-                Err(e) => self.failed(target, e),
+                Err(e) => self.failed(target, c, None, e),
             };
         };
         if is_original(&live) {
-            return Outcome::Conflict(Conflict::local_object(target, c, &live));
+            return Outcome::Conflict(Box::new(Conflict::local_object(target, c, &live)));
         }
         if annotation(&live, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED).is_some()
             || c.update == UpdatePolicy::CreateOnly
@@ -307,14 +365,27 @@ impl Engine {
             // Pinned by an operator, or created once by policy: left alone.
             return Outcome::InSync;
         }
+        let policy = rule
+            .as_ref()
+            .map(|r| Policy::of(r, target, &live))
+            .unwrap_or(Policy {
+                mode: DriftMode::Correct,
+                exclude: Vec::new(),
+            });
+        // The baseline, and whether a difference from it is drift: it is when
+        // the desired copy is the one the baseline was made from (someone
+        // changed the copy), not when the source changed.
         let baseline = match self.baselines.get(target) {
-            Some(b) if same_desired(&b.desired, &c.desired) => Some(b.server.clone()),
+            Some(b) if same_desired(&b.desired, &c.desired) => Some((b.server.clone(), true)),
             Some(_) => None, // the desired state changed: write it
             None => {
                 // No baseline (first look since start): ask the server what it
-                // would make of the desired state, without writing.
+                // would make of the desired state, without writing. The copy
+                // was built from this very source version if its source hash
+                // says so; then a difference was made here while we were away.
                 let mut body = c.desired.clone();
                 compare::carry_over(&mut body, &live);
+                drift::keep_excluded(&mut body, &live, &policy.exclude);
                 match apply::dry_run_replace(&api, &body).await {
                     Ok(server) => {
                         self.baselines.insert(
@@ -324,21 +395,99 @@ impl Engine {
                                 server: server.clone(),
                             },
                         );
-                        Some(server)
+                        let same_source = annotation(&live, well_known::ANNOTATION_SOURCE_HASH)
+                            == annotation(&c.desired, well_known::ANNOTATION_SOURCE_HASH);
+                        Some((server, same_source))
                     }
-                    Err(e) => return self.failed(target, e),
+                    Err(e) => return self.failed(target, c, live_rv, e),
                 }
             }
         };
-        if let Some(server) = baseline {
-            if compare::in_sync(&server, &live, c.with_status) {
+        if let Some((server, is_drift)) = baseline {
+            if drift::comparable(&server, c.with_status, &policy.exclude)
+                == drift::comparable(&live, c.with_status, &policy.exclude)
+            {
                 self.retries.remove(target);
+                self.drift_resolved(target).await;
                 return Outcome::InSync;
             }
+            if is_drift {
+                let mode = self.effective_mode(target, policy.mode);
+                if mode == DriftMode::Ignore {
+                    return Outcome::InSync;
+                }
+                self.drift_detected(
+                    target,
+                    c,
+                    Found {
+                        live: &live,
+                        baseline: &server,
+                        type_: DriftType::Modified,
+                        action: mode,
+                        exclude: &policy.exclude,
+                        with_status: c.with_status,
+                    },
+                )
+                .await;
+                if mode == DriftMode::Report {
+                    return Outcome::InSync;
+                }
+                let written = apply::replace(
+                    &self.ctx,
+                    &api,
+                    &c.desired,
+                    &live,
+                    c.with_status,
+                    &policy.exclude,
+                )
+                .await;
+                return match written {
+                    Ok(server) => {
+                        self.drift_corrected(target).await;
+                        self.forced_done(target, Ok(()));
+                        self.wrote(target, c, server)
+                    }
+                    Err(e) => {
+                        self.drift_failed(target, &crate::report(&e)).await;
+                        self.forced_done(target, Err(crate::report(&e)));
+                        self.failed(target, c, live_rv, e)
+                    }
+                };
+            }
         }
-        match apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status).await {
-            Ok(server) => self.wrote(target, c, server),
-            Err(e) => self.failed(target, e),
+        match apply::replace(
+            &self.ctx,
+            &api,
+            &c.desired,
+            &live,
+            c.with_status,
+            &policy.exclude,
+        )
+        .await
+        {
+            Ok(server) => {
+                // The desired state moved: an open drift ends with it.
+                self.drift_resolved(target).await;
+                self.wrote(target, c, server)
+            }
+            Err(e) => self.failed(target, c, live_rv, e),
+        }
+    }
+
+    /// The drift mode in effect: an operator's `fleetbus drift correct` makes
+    /// it `Correct` for this pass, whatever the rule or annotations say.
+    fn effective_mode(&self, target: &Target, mode: DriftMode) -> DriftMode {
+        if self.forced.contains(target) {
+            DriftMode::Correct
+        } else {
+            mode
+        }
+    }
+
+    /// Records the result of a correction an operator asked for.
+    fn forced_done(&mut self, target: &Target, result: Result<(), String>) {
+        if self.forced.remove(target) {
+            self.forced_results.push((target.clone(), result));
         }
     }
 
@@ -352,21 +501,36 @@ impl Engine {
             },
         );
         self.retries.remove(target);
+        self.refused.remove(target);
         self.last_sync
             .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
         Outcome::Wrote
     }
 
-    fn failed(&mut self, target: &Target, e: WriteError) -> Outcome {
+    fn failed(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        live_rv: Option<String>,
+        e: WriteError,
+    ) -> Outcome {
+        let message = crate::report(&e);
         if e.is_transient() {
-            let prev = self.retries.get(target).copied();
-            self.retries
-                .insert(target.clone(), Retry::after(prev, Instant::now()));
+            let next = Retry::after(self.retries.get(target), Instant::now(), message.clone());
+            self.retries.insert(target.clone(), next);
         } else {
             self.retries.remove(target);
+            self.refused.insert(
+                target.clone(),
+                Refused {
+                    desired: c.desired.clone(),
+                    live_rv,
+                    error: message.clone(),
+                },
+            );
         }
-        tracing::warn!(copy = %target, error = %crate::report(&e), transient = e.is_transient(), "copy not written");
-        Outcome::Failed(crate::report(&e))
+        tracing::warn!(copy = %target, error = %message, transient = e.is_transient(), "copy not written");
+        Outcome::Failed(message)
     }
 
     /// Deletes or orphans the copies nothing wants any more.
@@ -413,9 +577,12 @@ impl Engine {
                 Err(e) => {
                     tracing::warn!(copy = %target, error = %crate::report(&e), "could not collect copy");
                     if e.is_transient() {
-                        let prev = self.retries.get(&target).copied();
-                        self.retries
-                            .insert(target.clone(), Retry::after(prev, Instant::now()));
+                        let next = Retry::after(
+                            self.retries.get(&target),
+                            Instant::now(),
+                            crate::report(&e),
+                        );
+                        self.retries.insert(target.clone(), next);
                     }
                 }
             }
@@ -477,7 +644,7 @@ pub enum Outcome {
     /// Written now.
     Wrote,
     /// Not written: someone else's object is there.
-    Conflict(Conflict),
+    Conflict(Box<Conflict>),
     /// Not written: an error.
     Failed(String),
 }

@@ -45,8 +45,10 @@ async fn local_object_conflict() {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    // Both exist before the rule: once c2 holds the rule it publishes its
-    // own db as well, which would otherwise reach c1 first.
+    // c2's db is an ordinary, unannotated Secret, so c2 publishes it too
+    // once it holds the rule. Both exist before the rule: otherwise c2's
+    // would reach c1 as a copy before c1's own is created. (Each side then
+    // sees the other's as a LocalObject conflict; this test watches c2.)
     let mine = [("owner", "c2-team")];
     create_secret(c2, "shared", "db", &mine).await;
     create_secret(c1, "shared", "db", &[("owner", "c1-team")]).await;
@@ -103,6 +105,7 @@ async fn local_object_conflict() {
         .await
         .unwrap()
         .unwrap();
+    // Unannotated before, unannotated now: not turned into a copy.
     check_unmanaged(&o).unwrap();
     data_is(secret_data(&mine))(&o).unwrap();
 }
