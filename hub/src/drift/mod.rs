@@ -1,0 +1,61 @@
+//! `fleetbus drift ls|watch|history|correct`: the fleet's drift, read from the bus.
+//!
+//! Each command is one file; they share the connection ([`connect`]) and the rendering
+//! ([`render`]). Nothing here writes to the bus except `correct`, which sends one
+//! request (PROTOCOL §6.3) and prints the agent's reply.
+
+mod correct;
+mod error;
+mod events;
+mod history;
+mod ls;
+mod render;
+mod watch;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use async_nats::jetstream;
+
+use crate::cli::{BusArgs, DriftCommand};
+
+pub use correct::correct;
+pub use error::DriftError;
+pub use history::{history, ObjectArg};
+pub use ls::ls;
+pub use watch::watch;
+
+/// Runs one drift command; `Ok(FAILURE)` when the command ran but reports a failure
+/// (a correction that failed on some copies).
+pub async fn run(cmd: DriftCommand) -> Result<ExitCode, DriftError> {
+    let mut out = std::io::stdout().lock();
+    match cmd {
+        DriftCommand::Ls(args) => ls(&args, &mut out).await.map(|()| ExitCode::SUCCESS),
+        DriftCommand::Watch(args) => watch(&args, &mut out).await.map(|()| ExitCode::SUCCESS),
+        DriftCommand::History(args) => {
+            history(&args, &mut out).await.map(|()| ExitCode::SUCCESS)
+        }
+        DriftCommand::Correct(args) => correct(&args, &mut out).await.map(|all_ok| {
+            if all_ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }),
+    }
+}
+
+/// Connects once, failing fast: an operator's command should say "cannot connect", not
+/// retry forever.
+async fn connect(bus: &BusArgs) -> Result<(async_nats::Client, jetstream::Context), DriftError> {
+    let client = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(bus.nats_url.as_str())
+        .await
+        .map_err(|source| DriftError::Connect {
+            url: bus.nats_url.clone(),
+            source,
+        })?;
+    let js = jetstream::new(client.clone());
+    Ok((client, js))
+}
