@@ -191,6 +191,11 @@ pub struct Engine {
     pub(super) rediscover_at: Option<Instant>,
     pub(super) baselines: HashMap<Target, Baseline>,
     pub(super) retries: HashMap<Target, Retry>,
+    /// Copies the API server refused for good, not retried until they change.
+    pub(super) refused: HashMap<Target, super::sink::Refused>,
+    /// Our live objects whose last value on the bus someone overwrote with
+    /// a message sync cannot read: to publish again.
+    pub(super) overwritten: BTreeSet<ObjectKey>,
     /// Errors of the source side, by rule (oversized objects).
     pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
     /// Conflicts already reported (Event, bus), so each is reported once.
@@ -234,6 +239,8 @@ impl Engine {
             rediscover_at: None,
             baselines: HashMap::new(),
             retries: HashMap::new(),
+            refused: HashMap::new(),
+            overwritten: BTreeSet::new(),
             source_errors: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
@@ -316,6 +323,18 @@ impl Engine {
                     kind.snapshots.insert(key, *env);
                 }
             },
+            BusEvent::Unreadable(key) => {
+                // Someone overwrote the last value of one of our live
+                // objects' subjects: a sink (re)starting would find no
+                // snapshot and collect its copy. Forget it so the next pass
+                // publishes it again (with a fresh msg id: the old one is
+                // still in the server's duplicate window).
+                if key.origin == self.fleet.local.name
+                    && kind.snapshots.remove(&key).is_some_and(|e| !e.tombstone)
+                {
+                    self.overwritten.insert(key);
+                }
+            }
             BusEvent::CaughtUp => {
                 if let Some(resnap) = kind.resnap.take() {
                     kind.snapshots = resnap;

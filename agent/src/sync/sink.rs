@@ -8,6 +8,7 @@
 //! which removes it (see `compare`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use fleetbus_schemas::crd::{OrphanPolicy, UpdatePolicy};
 use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
@@ -44,6 +45,25 @@ pub struct Candidate {
     /// The rule creates missing namespaces.
     pub create_namespace: bool,
 }
+
+/// A write the API server refused for good (validation, forbidden): not
+/// tried again while the desired copy and the live object stay as they were,
+/// since the same request would be refused the same way on every pass.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The desired copy that was refused.
+    desired: Value,
+    /// The live copy's resourceVersion then (None: there was none).
+    live_version: Option<String>,
+    /// What the API server said.
+    error: String,
+    /// Tried again after this anyway, in case what refused it (RBAC, an
+    /// admission webhook) changed without a change we can see.
+    until: Instant,
+}
+
+/// How long a refusal stands without a visible change.
+const REFUSAL_STANDS: Duration = Duration::from_secs(300);
 
 /// Whether two desired copies are the same apart from the source hash: a
 /// source change that does not change the copy (e.g. only the origin's
@@ -236,6 +256,7 @@ impl Engine {
                 }
             }
         }
+        self.refused.retain(|t, _| wanted.contains(t));
         self.collect(&wanted).await;
         for (rule, errors) in &self.source_errors {
             if let Some(r) = reports.get_mut(rule) {
@@ -264,6 +285,16 @@ impl Engine {
         let ar = kind.ar.clone();
         let namespaced = kind.namespaced;
         let live = kind.objects.get(&target.local_key()).cloned();
+        let live_version = live
+            .as_ref()
+            .and_then(|l| l.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(r) = self.refused.get(target) {
+            if r.until > now && r.desired == c.desired && r.live_version == live_version {
+                return Outcome::Failed(r.error.clone());
+            }
+        }
         if namespaced && target.namespace.is_none() {
             return Outcome::Failed(
                 "the kind is namespaced but the copy has no namespace".to_owned(),
@@ -286,7 +317,7 @@ impl Engine {
                     ));
                 }
                 if let Err(e) = apply::create_namespace(&self.ctx, ns).await {
-                    return self.failed(target, e);
+                    return self.failed(target, c, live_version, e);
                 }
             }
         }
@@ -295,7 +326,7 @@ impl Engine {
         let Some(live) = live else {
             return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
                 Ok(server) => self.wrote(target, c, server),
-                Err(e) => self.failed(target, e),
+                Err(e) => self.failed(target, c, live_version, e),
             };
         };
         if is_original(&live) {
@@ -326,19 +357,20 @@ impl Engine {
                         );
                         Some(server)
                     }
-                    Err(e) => return self.failed(target, e),
+                    Err(e) => return self.failed(target, c, live_version, e),
                 }
             }
         };
         if let Some(server) = baseline {
             if compare::in_sync(&server, &live, c.with_status) {
                 self.retries.remove(target);
+                self.refused.remove(target);
                 return Outcome::InSync;
             }
         }
         match apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status).await {
             Ok(server) => self.wrote(target, c, server),
-            Err(e) => self.failed(target, e),
+            Err(e) => self.failed(target, c, live_version, e),
         }
     }
 
@@ -352,21 +384,38 @@ impl Engine {
             },
         );
         self.retries.remove(target);
+        self.refused.remove(target);
         self.last_sync
             .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
         Outcome::Wrote
     }
 
-    fn failed(&mut self, target: &Target, e: WriteError) -> Outcome {
+    fn failed(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        live_version: Option<String>,
+        e: WriteError,
+    ) -> Outcome {
+        let error = crate::report(&e);
         if e.is_transient() {
             let prev = self.retries.get(target).copied();
             self.retries
                 .insert(target.clone(), Retry::after(prev, Instant::now()));
         } else {
             self.retries.remove(target);
+            self.refused.insert(
+                target.clone(),
+                Refused {
+                    desired: c.desired.clone(),
+                    live_version,
+                    error: error.clone(),
+                    until: Instant::now() + REFUSAL_STANDS,
+                },
+            );
         }
-        tracing::warn!(copy = %target, error = %crate::report(&e), transient = e.is_transient(), "copy not written");
-        Outcome::Failed(crate::report(&e))
+        tracing::warn!(copy = %target, %error, transient = e.is_transient(), "copy not written");
+        Outcome::Failed(error)
     }
 
     /// Deletes or orphans the copies nothing wants any more.
