@@ -85,6 +85,13 @@ pub struct Args {
     #[arg(long, env = "FLEETBUS_PUBLISH_KUBECONFIG")]
     pub publish_kubeconfig: bool,
 
+    /// On SIGTERM/SIGINT, leave the fleet for good: publish a `Left` record,
+    /// after which peers collect the copies they made of this cluster's
+    /// objects (per orphanPolicy). Off by default: a stop (a rolling update,
+    /// a node drain) is a pause, and copies must not churn.
+    #[arg(long, env = "FLEETBUS_LEAVE_ON_SHUTDOWN")]
+    pub leave_on_shutdown: bool,
+
     /// API server URL written into the published kubeconfig, instead of the
     /// agent's own (which is often unreachable from other clusters, e.g. in-cluster).
     #[arg(long, env = "FLEETBUS_ADVERTISE_SERVER")]
@@ -184,6 +191,7 @@ mod tests {
         assert_eq!(a.heartbeat_interval, Duration::from_secs(2));
         assert_eq!(a.peer_timeout, Duration::from_secs(6));
         assert!(!a.publish_kubeconfig);
+        assert!(!a.leave_on_shutdown);
         assert!(a.install_crds);
         assert!(a.kubeconfig.is_none());
         assert_eq!(a.replicas, 1);

@@ -136,6 +136,8 @@ pub struct Config {
     pub peer_timeout: Duration,
     /// Whether to mint and publish a reader kubeconfig.
     pub publish_kubeconfig: bool,
+    /// Publish a `Left` record at shutdown (leave the fleet for good).
+    pub leave_on_shutdown: bool,
     /// Server URL override for the published kubeconfig.
     pub advertise_server: Option<String>,
     /// Lifetime of the reader token.
@@ -175,6 +177,7 @@ impl TryFrom<Args> for Config {
             heartbeat_interval: a.heartbeat_interval,
             peer_timeout: a.peer_timeout,
             publish_kubeconfig: a.publish_kubeconfig,
+            leave_on_shutdown: a.leave_on_shutdown,
             advertise_server: a.advertise_server,
             kubeconfig_lifetime: a.kubeconfig_lifetime,
             install_crds: a.install_crds,

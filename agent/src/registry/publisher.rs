@@ -1,4 +1,4 @@
-//! The heartbeat: this cluster's record, re-put every interval and on change; a leave record at shutdown.
+//! The heartbeat: this cluster's record, re-put every interval and on change; a leave record at shutdown if asked.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -74,7 +74,8 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
     Ok(())
 }
 
-/// Heartbeats until `cancel`, then publishes the leave record. A failed
+/// Heartbeats until `cancel`, then publishes the leave record (with
+/// `--leave-on-shutdown`). A failed
 /// heartbeat is logged and the next tick tries again: peers tolerate missing
 /// a few (the peer timeout spans several intervals).
 #[tracing::instrument(name = "publisher", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
@@ -101,7 +102,14 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
         }
         beat(&reg).await;
     }
-    leave(&reg).await
+    if reg.ctx.cfg.leave_on_shutdown {
+        leave(&reg).await
+    } else {
+        // A stop is a pause: peers see the heartbeat stop (Disconnected) and
+        // keep every copy; the next start is Active again.
+        tracing::info!("stopping without leaving the fleet (--leave-on-shutdown not set)");
+        Ok(())
+    }
 }
 
 /// One heartbeat. A failed put makes the agent not ready until a put

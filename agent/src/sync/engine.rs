@@ -139,24 +139,39 @@ pub struct Baseline {
 }
 
 /// Per-object retry state after a transient failure.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Retry {
     /// Failures in a row.
     pub attempts: u32,
     /// Not before.
     pub at: Instant,
+    /// The last error (shown in the rule status while waiting).
+    pub error: String,
 }
 
 impl Retry {
     /// The next retry after one more failure: 1 s, 2 s, 4 s … at most 60 s.
-    pub fn after(prev: Option<Retry>, now: Instant) -> Retry {
+    pub fn after(prev: Option<&Retry>, now: Instant, error: String) -> Retry {
         let attempts = prev.map_or(1, |r| r.attempts.saturating_add(1));
         let secs = 1u64 << attempts.saturating_sub(1).min(6);
         Retry {
             attempts,
             at: now + Duration::from_secs(secs.min(60)),
+            error,
         }
     }
+}
+
+/// A write refused for good (validation, forbidden), remembered so it is
+/// not repeated on every pass.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// The desired copy that was refused.
+    pub desired: Value,
+    /// The live object's resourceVersion then (None: there was none).
+    pub live_rv: Option<String>,
+    /// The API server's answer.
+    pub error: String,
 }
 
 /// Everything one pass found about one rule, for its status.
@@ -189,10 +204,15 @@ pub struct Engine {
     pub(super) unresolved: HashMap<GroupVersionKind, String>,
     pub(super) rediscover: bool,
     pub(super) rediscover_at: Option<Instant>,
+    /// A publish failed on the bus: run a pass then to try again.
+    pub(super) publish_retry_at: Option<Instant>,
     pub(super) baselines: HashMap<Target, Baseline>,
     pub(super) retries: HashMap<Target, Retry>,
-    /// Copies the API server refused for good, not retried until they change.
-    pub(super) refused: HashMap<Target, super::sink::Refused>,
+    /// Writes the API server refused for good, with what was refused: not
+    /// tried again until the desired copy or the live object changes.
+    pub(super) refused: HashMap<Target, Refused>,
+    /// Object versions that could not be published and got their Event.
+    pub(super) unpublishable: std::collections::HashSet<(ObjectKey, String)>,
     /// Our live objects whose last value on the bus someone overwrote with
     /// a message sync cannot read: to publish again.
     pub(super) overwritten: BTreeSet<ObjectKey>,
@@ -237,9 +257,11 @@ impl Engine {
             unresolved: HashMap::new(),
             rediscover: false,
             rediscover_at: None,
+            publish_retry_at: None,
             baselines: HashMap::new(),
             retries: HashMap::new(),
             refused: HashMap::new(),
+            unpublishable: std::collections::HashSet::new(),
             overwritten: BTreeSet::new(),
             source_errors: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
@@ -315,14 +337,27 @@ impl Engine {
         };
         match ev {
             BusEvent::Reset => kind.resnap = Some(BTreeMap::new()),
-            BusEvent::Envelope(key, env) => match &mut kind.resnap {
-                Some(resnap) => {
-                    resnap.insert(key, *env);
+            BusEvent::Envelope(key, env) => {
+                // Kept (a cluster may join later) but never applied: only
+                // members are sources. Counted, so a stranger's messages
+                // are not dropped silently.
+                let fleet = &self.fleet;
+                if fleet.synced
+                    && key.origin != fleet.local.name
+                    && !fleet.peers.contains_key(&key.origin)
+                {
+                    self.ctx.metrics.sync_rejected("unknown_origin");
+                    tracing::warn!(origin = %key.origin, object = %super::source::describe_key(&key), "envelope from a cluster that is no member; not applied");
                 }
-                None => {
-                    kind.snapshots.insert(key, *env);
+                match &mut kind.resnap {
+                    Some(resnap) => {
+                        resnap.insert(key, *env);
+                    }
+                    None => {
+                        kind.snapshots.insert(key, *env);
+                    }
                 }
-            },
+            }
             BusEvent::Unreadable(key) => {
                 // Someone overwrote the last value of one of our live
                 // objects' subjects: a sink (re)starting would find no
@@ -463,15 +498,19 @@ impl Engine {
 
     /// When the engine wants to run a pass even without input.
     pub fn wake_at(&self) -> Option<Instant> {
-        let retry = self.retries.values().map(|r| r.at).min();
-        match (retry, self.rediscover_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.retries
+            .values()
+            .map(|r| r.at)
+            .chain(self.rediscover_at)
+            .chain(self.publish_retry_at)
+            .min()
     }
 
     /// One pass over everything (see the module docs).
     pub async fn pass(&mut self) {
+        // Timers are set again by whatever still needs them in this pass; a
+        // due timer left standing would wake the loop at once, forever.
+        self.publish_retry_at = None;
         if self.rules_dirty {
             if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
                 let objects: Vec<&Value> = kind.objects.values().collect();
@@ -490,6 +529,8 @@ impl Engine {
         self.ensure_kinds().await;
         self.sink_pass().await;
         self.status_pass().await;
+        let now = Instant::now();
+        self.retries.retain(|_, r| r.at > now);
     }
 }
 

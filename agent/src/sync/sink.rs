@@ -8,7 +8,6 @@
 //! which removes it (see `compare`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use fleetbus_schemas::crd::{OrphanPolicy, UpdatePolicy};
 use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
@@ -20,7 +19,7 @@ use tokio::time::Instant;
 use super::apply::{self, WriteError};
 use super::compare;
 use super::conflicts::{self, Conflict};
-use super::engine::{namespace_gvk, Baseline, Engine, Retry, RuleReport, Target};
+use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport, Target};
 use super::matching;
 use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
@@ -45,25 +44,6 @@ pub struct Candidate {
     /// The rule creates missing namespaces.
     pub create_namespace: bool,
 }
-
-/// A write the API server refused for good (validation, forbidden): not
-/// tried again while the desired copy and the live object stay as they were,
-/// since the same request would be refused the same way on every pass.
-#[derive(Debug, Clone)]
-pub struct Refused {
-    /// The desired copy that was refused.
-    desired: Value,
-    /// The live copy's resourceVersion then (None: there was none).
-    live_version: Option<String>,
-    /// What the API server said.
-    error: String,
-    /// Tried again after this anyway, in case what refused it (RBAC, an
-    /// admission webhook) changed without a change we can see.
-    until: Instant,
-}
-
-/// How long a refusal stands without a visible change.
-const REFUSAL_STANDS: Duration = Duration::from_secs(300);
 
 /// Whether two desired copies are the same apart from the source hash: a
 /// source change that does not change the copy (e.g. only the origin's
@@ -272,7 +252,7 @@ impl Engine {
         let now = Instant::now();
         if let Some(r) = self.retries.get(target) {
             if r.at > now {
-                return Outcome::Failed("retrying after an error".to_owned());
+                return Outcome::Failed(r.error.clone());
             }
         }
         let gvk = target.gvk();
@@ -285,16 +265,6 @@ impl Engine {
         let ar = kind.ar.clone();
         let namespaced = kind.namespaced;
         let live = kind.objects.get(&target.local_key()).cloned();
-        let live_version = live
-            .as_ref()
-            .and_then(|l| l.pointer("/metadata/resourceVersion"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        if let Some(r) = self.refused.get(target) {
-            if r.until > now && r.desired == c.desired && r.live_version == live_version {
-                return Outcome::Failed(r.error.clone());
-            }
-        }
         if namespaced && target.namespace.is_none() {
             return Outcome::Failed(
                 "the kind is namespaced but the copy has no namespace".to_owned(),
@@ -317,8 +287,18 @@ impl Engine {
                     ));
                 }
                 if let Err(e) = apply::create_namespace(&self.ctx, ns).await {
-                    return self.failed(target, c, live_version, e);
+                    return self.failed(target, c, None, e);
                 }
+            }
+        }
+        let live_rv = live
+            .as_ref()
+            .and_then(|l| l.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(r) = self.refused.get(target) {
+            if r.live_rv == live_rv && same_desired(&r.desired, &c.desired) {
+                return Outcome::Failed(r.error.clone());
             }
         }
         let client = self.ctx.client.clone();
@@ -326,7 +306,7 @@ impl Engine {
         let Some(live) = live else {
             return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
                 Ok(server) => self.wrote(target, c, server),
-                Err(e) => self.failed(target, c, live_version, e),
+                Err(e) => self.failed(target, c, None, e),
             };
         };
         if is_original(&live) {
@@ -357,20 +337,19 @@ impl Engine {
                         );
                         Some(server)
                     }
-                    Err(e) => return self.failed(target, c, live_version, e),
+                    Err(e) => return self.failed(target, c, live_rv, e),
                 }
             }
         };
         if let Some(server) = baseline {
             if compare::in_sync(&server, &live, c.with_status) {
                 self.retries.remove(target);
-                self.refused.remove(target);
                 return Outcome::InSync;
             }
         }
         match apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status).await {
             Ok(server) => self.wrote(target, c, server),
-            Err(e) => self.failed(target, c, live_version, e),
+            Err(e) => self.failed(target, c, live_rv, e),
         }
     }
 
@@ -394,28 +373,26 @@ impl Engine {
         &mut self,
         target: &Target,
         c: &Candidate,
-        live_version: Option<String>,
+        live_rv: Option<String>,
         e: WriteError,
     ) -> Outcome {
-        let error = crate::report(&e);
+        let message = crate::report(&e);
         if e.is_transient() {
-            let prev = self.retries.get(target).copied();
-            self.retries
-                .insert(target.clone(), Retry::after(prev, Instant::now()));
+            let next = Retry::after(self.retries.get(target), Instant::now(), message.clone());
+            self.retries.insert(target.clone(), next);
         } else {
             self.retries.remove(target);
             self.refused.insert(
                 target.clone(),
                 Refused {
                     desired: c.desired.clone(),
-                    live_version,
-                    error: error.clone(),
-                    until: Instant::now() + REFUSAL_STANDS,
+                    live_rv,
+                    error: message.clone(),
                 },
             );
         }
-        tracing::warn!(copy = %target, %error, transient = e.is_transient(), "copy not written");
-        Outcome::Failed(error)
+        tracing::warn!(copy = %target, error = %message, transient = e.is_transient(), "copy not written");
+        Outcome::Failed(message)
     }
 
     /// Deletes or orphans the copies nothing wants any more.
@@ -462,9 +439,12 @@ impl Engine {
                 Err(e) => {
                     tracing::warn!(copy = %target, error = %crate::report(&e), "could not collect copy");
                     if e.is_transient() {
-                        let prev = self.retries.get(&target).copied();
-                        self.retries
-                            .insert(target.clone(), Retry::after(prev, Instant::now()));
+                        let next = Retry::after(
+                            self.retries.get(&target),
+                            Instant::now(),
+                            crate::report(&e),
+                        );
+                        self.retries.insert(target.clone(), next);
                     }
                 }
             }

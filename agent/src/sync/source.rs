@@ -21,6 +21,16 @@ use super::rules::CompiledRule;
 use super::watches::Input;
 use crate::registry::view::LocalView;
 
+/// Why an object was not published.
+#[derive(Debug)]
+pub enum PublishError {
+    /// The object cannot be published as it is (too large, a subject NATS
+    /// refuses): reported on the rule's status until it changes.
+    Object(String),
+    /// The bus did not take it: retried.
+    Bus(String),
+}
+
 /// What to publish for one object.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Publish {
@@ -162,8 +172,16 @@ impl Engine {
                             kind.snapshots.insert(key, env);
                         }
                     }
-                    Err(error) => {
+                    Err(PublishError::Bus(error)) => {
+                        // NATS is away: try again soon (the state comparison
+                        // finds the same difference then).
+                        tracing::warn!(object = %describe_key(&key), %error, "not published; retrying");
+                        self.publish_retry_at =
+                            Some(tokio::time::Instant::now() + std::time::Duration::from_secs(2));
+                    }
+                    Err(PublishError::Object(error)) => {
                         tracing::warn!(object = %describe_key(&key), %error, "not published");
+                        self.event_unpublishable(&gvk, &key, &error).await;
                         for rule in matching_rules.get(&key).into_iter().flatten() {
                             self.source_errors
                                 .entry(rule.clone())
@@ -176,6 +194,43 @@ impl Engine {
         }
     }
 
+    /// A Kubernetes Event on an object that cannot be published (once per
+    /// version), so its owner sees why it does not appear elsewhere.
+    async fn event_unpublishable(&mut self, gvk: &GroupVersionKind, key: &ObjectKey, error: &str) {
+        let Some(obj) = self
+            .kinds
+            .get(gvk)
+            .and_then(|k| k.objects.get(&(key.namespace.clone(), key.name.clone())))
+        else {
+            return;
+        };
+        let s = |p: &str| obj.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let version = (
+            key.clone(),
+            s("/metadata/resourceVersion").unwrap_or_default(),
+        );
+        if !self.unpublishable.insert(version) {
+            return;
+        }
+        let object = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: s("/apiVersion"),
+            kind: s("/kind"),
+            namespace: s("/metadata/namespace"),
+            name: s("/metadata/name"),
+            uid: s("/metadata/uid"),
+            ..Default::default()
+        };
+        self.ctx
+            .recorder
+            .publish(
+                &object,
+                crate::kube::events::EventType::Warning,
+                "NotPublished",
+                &format!("not published to the fleet: {error}"),
+            )
+            .await;
+    }
+
     /// Publishes one envelope without waiting for its acknowledgement (a
     /// task watches it, so thousands can be in flight); returns what the
     /// bus will hold once acknowledged.
@@ -184,14 +239,13 @@ impl Engine {
         gvk: &GroupVersionKind,
         key: &ObjectKey,
         what: Publish,
-    ) -> Result<Envelope, String> {
+    ) -> Result<Envelope, PublishError> {
         let now = chrono::Utc::now();
         let origin = &self.fleet.local.name;
         let id = Some(self.ctx.cluster_id.as_str());
         let env = match what {
-            Publish::Snapshot(obj) => {
-                Envelope::snapshot(origin, id, obj, now).map_err(|e| e.to_string())?
-            }
+            Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
+                .map_err(|e| PublishError::Object(e.to_string()))?,
             Publish::Tombstone {
                 uid,
                 resource_version,
@@ -201,13 +255,17 @@ impl Engine {
         let subject = key.to_subject(self.ctx.layout.prefix());
         if check_subject_len(&subject).is_err() {
             self.ctx.metrics.sync_rejected("too_large");
-            return Err("the object's subject is longer than NATS allows".to_owned());
+            return Err(PublishError::Object(
+                "the object's subject is longer than NATS allows".to_owned(),
+            ));
         }
-        let bytes = env.encode().map_err(|e| e.to_string())?;
+        let bytes = env
+            .encode()
+            .map_err(|e| PublishError::Object(e.to_string()))?;
         let max = self.max_payload();
         if let Err(e) = check_size(bytes.len(), max) {
             self.ctx.metrics.sync_rejected("too_large");
-            return Err(e.to_string());
+            return Err(PublishError::Object(e.to_string()));
         }
         let mut headers = HeaderMap::new();
         let after_tombstone = self
@@ -222,7 +280,7 @@ impl Engine {
             .js
             .publish_with_headers(subject, headers, bytes.into())
             .await
-            .map_err(|e| format!("publish failed: {e}"))?;
+            .map_err(|e| PublishError::Bus(e.to_string()))?;
         self.ctx
             .metrics
             .sync_published

@@ -238,7 +238,7 @@ async fn killed_agent_turns_disconnected_then_recovers_without_duplicates() {
 async fn graceful_stop_is_left_and_disabled_annotation_is_honoured() {
     let nats = NatsServer::start().unwrap();
     let a = Member::start(&nats, "a", "a", &[]).await;
-    let mut b = Member::start(&nats, "b", "b", &[]).await;
+    let mut b = Member::start(&nats, "b", "b", &["--leave-on-shutdown"]).await;
     let c = Member::start(&nats, "c", "c", &[]).await;
     wait_mesh(&[&a, &b, &c], &["a", "b", "c"]).await;
 

@@ -286,7 +286,8 @@ async fn origin_repairs_its_subject_after_garbage() {
 
 /// Probe 2: an envelope claiming origin c9 (no such cluster) under c9's
 /// subject is never applied: c9 is no member, so no source. (One claiming a
-/// real member cannot be told apart without signatures.)
+/// real member cannot be told apart without signatures.) It is counted as
+/// `reason="unknown_origin"`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_origin_is_not_applied() {
     let nats = NatsServer::start().unwrap();
@@ -310,21 +311,20 @@ async fn unknown_origin_is_not_applied() {
         envelope_bytes("c9", secret_json("spoof", "uid-spoof")),
     )
     .await;
-    create_secret(c1, "shared", "after", &[("k", "1")]).await;
     for x in [c1, c2] {
-        if x.name != "c1" {
-            wait_copy(
-                x,
-                &secrets(),
-                Some("shared"),
-                "after",
-                "c1",
-                "shared-secrets",
-                |_| Ok(()),
-            )
-            .await;
-        }
+        wait_rejected(x, "unknown_origin", 1.0).await;
     }
+    create_secret(c1, "shared", "after", &[("k", "1")]).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "after",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
     // The rule's status on c2 reports its sources: c1 only.
     wait_rule(c2, "shared-secrets", "sourced from c1 only", |r| {
         match r.status.as_ref().map(|s| s.source_clusters.clone()) {
