@@ -786,3 +786,111 @@ async fn burst_of_300_objects() {
     );
     wait_data(c2, "first", &[("k", "0")]).await;
 }
+
+fn configmaps() -> kube::api::ApiResource {
+    resource("", "v1", "ConfigMap", "configmaps")
+}
+
+/// The ConfigMap rule, optionally with an override of `/data/extra`.
+fn configmap_rule(extra: Option<&str>) -> String {
+    let mutations = extra.map_or(String::new(), |v| {
+        format!(
+            "      mutations:\n        overrides:\n          - {{type: replace, path: /data/extra, value: \"{v}\"}}\n"
+        )
+    });
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: shared-configmaps
+spec:
+  groupVersionKind: {{group: "", version: v1, kind: ConfigMap}}
+  rules:
+    - match:
+        - namespaces: [shared]
+{mutations}"#
+    )
+}
+
+fn frozen_configmap(v: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {{name: frozen, namespace: shared}}
+immutable: true
+data: {{v: "{v}"}}
+"#
+    )
+}
+
+/// Probe 7: an immutable ConfigMap replaced on the origin (delete and
+/// create, `kubectl replace --force`), and then a rule change that changes
+/// the copy's data: the copy, immutable too, is deleted and recreated each
+/// time, and ends equal to the desired state with no error on the rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immutable_copy_is_recreated() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    apply_yaml(c1, &configmap_rule(None));
+    apply_yaml(c1, &frozen_configmap("1"));
+    let rule = "shared-configmaps";
+    let immutable_with = |want: serde_json::Value| {
+        move |o: &kube::api::DynamicObject| {
+            if o.data.get("immutable") != Some(&json!(true)) {
+                return Err("not immutable".to_owned());
+            }
+            data_is(want.clone())(o)
+        }
+    };
+    let first = wait_copy(
+        c2,
+        &configmaps(),
+        Some("shared"),
+        "frozen",
+        "c1",
+        rule,
+        immutable_with(json!({"v": "1"})),
+    )
+    .await;
+
+    let mut f = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    std::io::Write::write_all(&mut f, frozen_configmap("2").as_bytes()).unwrap();
+    let path = f.path().display().to_string();
+    kubectl(c1, &["replace", "--force", "-f", &path]);
+    let second = wait_copy(
+        c2,
+        &configmaps(),
+        Some("shared"),
+        "frozen",
+        "c1",
+        rule,
+        immutable_with(json!({"v": "2"})),
+    )
+    .await;
+    assert_ne!(
+        first.metadata.uid, second.metadata.uid,
+        "copy not recreated"
+    );
+
+    // The origin's object is unchanged; only the desired copy's data changes.
+    apply_yaml(c1, &configmap_rule(Some("x")));
+    let third = wait_copy(
+        c2,
+        &configmaps(),
+        Some("shared"),
+        "frozen",
+        "c1",
+        rule,
+        immutable_with(json!({"v": "2", "extra": "x"})),
+    )
+    .await;
+    assert_ne!(
+        second.metadata.uid, third.metadata.uid,
+        "copy not recreated"
+    );
+    wait_rule(c2, rule, "Synced", ready_is("True", "Synced")).await;
+}
