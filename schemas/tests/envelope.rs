@@ -137,8 +137,15 @@ fn tombstone_reasons() {
     assert_eq!(bytes[0], 0x8d);
     assert!(bytes.ends_with(b"\xaftombstoneReason\xabUnpublished"));
     assert_eq!(Envelope::decode(&bytes).unwrap(), env);
-    // A snapshot writes nil.
+    // A snapshot writes nil; re-published after an Unpublished tombstone of the same
+    // version, it gets an id that is neither the first snapshot's nor the tombstone's.
     let snap = Envelope::snapshot("east", None, config_map(), t0()).unwrap();
+    let again = snap.republish_msg_id();
+    assert_eq!(
+        again,
+        format!("{}:republished:{}", snap.msg_id(), t0().timestamp_millis())
+    );
+    assert_ne!(again, env.msg_id());
     assert!(snap.encode().unwrap().ends_with(b"\xaftombstoneReason\xc0"));
     assert_eq!(snap.tombstone_reason, None);
     // A tombstone written before the key existed (12 entries) reads as Deleted.

@@ -173,6 +173,13 @@ fn tombstone_reasons_and_ids_are_documented() {
         let id = tombstone_msg_id("<origin>", "<uid>", "<resourceVersion>", reason);
         assert_doc_contains(&format!("`{id}`"));
     }
+    let republish = fleetbus_schemas::envelope::republish_msg_id(
+        "<origin>",
+        "<uid>",
+        "<resourceVersion>",
+        chrono::DateTime::UNIX_EPOCH,
+    );
+    assert_doc_contains(&format!("`{}<time>`", republish.trim_end_matches('0')));
     assert_doc_contains("emit exactly these 13 entries");
     assert_doc_contains("| `tombstoneReason` |");
 }

@@ -602,7 +602,10 @@ mod tests {
             ..Default::default()
         });
         let without = entry(Mutations::default());
-        assert!(copy(&[without.clone()]).unwrap().get("status").is_none());
+        assert!(copy(std::slice::from_ref(&without))
+            .unwrap()
+            .get("status")
+            .is_none());
         assert!(syncs_status(&[&without, &with]));
         assert!(!syncs_status(&[&without]));
         assert_eq!(

@@ -229,7 +229,7 @@ impl Engine {
                     report
                         .conflicts
                         .insert(target.to_string(), c.message.clone());
-                    found.push(c);
+                    found.push(*c);
                 }
                 Outcome::Failed(e) => {
                     report.errors.insert(target.to_string(), e);
@@ -310,7 +310,7 @@ impl Engine {
             };
         };
         if is_original(&live) {
-            return Outcome::Conflict(Conflict::local_object(target, c, &live));
+            return Outcome::Conflict(Box::new(Conflict::local_object(target, c, &live)));
         }
         if annotation(&live, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED).is_some()
             || c.update == UpdatePolicy::CreateOnly
@@ -506,7 +506,7 @@ pub enum Outcome {
     /// Written now.
     Wrote,
     /// Not written: someone else's object is there.
-    Conflict(Conflict),
+    Conflict(Box<Conflict>),
     /// Not written: an error.
     Failed(String),
 }

@@ -274,7 +274,7 @@ impl Engine {
             .and_then(|k| k.snapshots.get(key))
             .is_some_and(|e| e.tombstone)
             || self.overwritten.contains(key);
-        headers.insert("Nats-Msg-Id", msg_id(&env, after_tombstone, now).as_str());
+        headers.insert("Nats-Msg-Id", msg_id(&env, after_tombstone).as_str());
         let ack = self
             .ctx
             .js
@@ -310,13 +310,12 @@ impl Engine {
     }
 }
 
-/// The `Nats-Msg-Id`: the protocol's id, made unique when a version is
-/// published again after a tombstone (an object that stopped and started
-/// matching at the same resourceVersion would otherwise be dropped by the
-/// server as a duplicate of its first publication).
-fn msg_id(env: &Envelope, after_tombstone: bool, now: chrono::DateTime<chrono::Utc>) -> String {
-    if after_tombstone && !env.tombstone {
-        format!("{}:{}", env.msg_id(), now.timestamp_millis())
+/// The `Nats-Msg-Id` (§4.2): the protocol's id, or the republish id when a
+/// version comes back after a tombstone of the same version (else the server
+/// drops it as a duplicate of its first publication).
+fn msg_id(env: &Envelope, after_tombstone: bool) -> String {
+    if after_tombstone {
+        env.republish_msg_id()
     } else {
         env.msg_id()
     }

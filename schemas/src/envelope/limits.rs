@@ -1,5 +1,6 @@
 //! Message ids for JetStream de-duplication and the payload size check.
 
+use chrono::{DateTime, Utc};
 use thiserror::Error;
 
 use super::TombstoneReason;
@@ -37,6 +38,24 @@ pub fn check_size(encoded_len: usize, max_payload: usize) -> Result<(), TooLarge
 /// object version twice within the stream's duplicate window stores it once.
 pub fn msg_id(origin: &str, uid: &str, resource_version: &str) -> String {
     format!("{origin}:{uid}:{resource_version}")
+}
+
+/// `Nats-Msg-Id` of a snapshot published again after an `Unpublished` tombstone of the
+/// same version (its rule came back, or it matches again, before the object changed):
+/// `<origin>:<uid>:<resourceVersion>:republished:<time>`, `time` the envelope's publication
+/// time in Unix milliseconds. With the plain [`msg_id`] the server would drop it as a
+/// duplicate of the first snapshot for the duplicate window, leaving the tombstone as the
+/// subject's last message; a retry of the same envelope still gets the same id.
+pub fn republish_msg_id(
+    origin: &str,
+    uid: &str,
+    resource_version: &str,
+    time: DateTime<Utc>,
+) -> String {
+    format!(
+        "{origin}:{uid}:{resource_version}:republished:{}",
+        time.timestamp_millis()
+    )
 }
 
 /// `Nats-Msg-Id` of a tombstone: `<origin>:<uid>:<resourceVersion>:deleted` (reason
@@ -79,6 +98,11 @@ mod tests {
     #[test]
     fn ids() {
         assert_eq!(msg_id("east", "u-1", "42"), "east:u-1:42");
+        let t = DateTime::from_timestamp_millis(1_795_000_000_123).unwrap();
+        assert_eq!(
+            republish_msg_id("east", "u-1", "42", t),
+            "east:u-1:42:republished:1795000000123"
+        );
         assert_eq!(
             tombstone_msg_id("east", "u-1", "42", TombstoneReason::Deleted),
             "east:u-1:42:deleted"

@@ -14,7 +14,8 @@ mod limits;
 pub use crate::codec::MAX_MSGPACK_DEPTH;
 pub use hash::{canonical_json, content_hash, normalize_for_hash, VOLATILE_METADATA_FIELDS};
 pub use limits::{
-    check_size, msg_id, tombstone_msg_id, TooLarge, DEFAULT_MAX_PAYLOAD, HEADER_ALLOWANCE,
+    check_size, msg_id, republish_msg_id, tombstone_msg_id, TooLarge, DEFAULT_MAX_PAYLOAD,
+    HEADER_ALLOWANCE,
 };
 
 use chrono::{DateTime, Utc};
@@ -189,6 +190,16 @@ impl Envelope {
             tombstone_msg_id(&self.origin, &self.uid, &self.resource_version, reason)
         } else {
             msg_id(&self.origin, &self.uid, &self.resource_version)
+        }
+    }
+
+    /// The `Nats-Msg-Id` for a snapshot published again after an `Unpublished` tombstone
+    /// of the same version (see [`republish_msg_id`]); for a tombstone, its [`Self::msg_id`].
+    pub fn republish_msg_id(&self) -> String {
+        if self.tombstone {
+            self.msg_id()
+        } else {
+            republish_msg_id(&self.origin, &self.uid, &self.resource_version, self.time)
         }
     }
 

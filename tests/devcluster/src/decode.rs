@@ -276,12 +276,17 @@ fn prune(obj: &mut Value, path: &str) {
     }
 }
 
-/// Server-side conversions kube applies on every write (Secret stringData -> data).
+/// Server-side conversions kube applies on every write (Secret stringData -> data, and
+/// the `type` default, which kube's decoder sets on updates too: a PUT without `type`
+/// means `Opaque`, and is refused as a type change for a Secret of another type).
 pub fn normalize(def: &ResourceDef, obj: &mut Value) {
     if !(def.group.is_empty() && def.plural == "secrets") {
         return;
     }
     let Some(o) = obj.as_object_mut() else { return };
+    if o.get("type").is_none_or(|t| t.as_str() == Some("")) {
+        o.insert("type".into(), Value::String("Opaque".into()));
+    }
     let Some(Value::Object(string_data)) = o.remove("stringData") else {
         return;
     };

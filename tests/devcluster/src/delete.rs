@@ -173,10 +173,14 @@ pub fn remove_as_with_cascade(
     last: Option<Value>,
     propagation: Propagation,
 ) -> Option<Value> {
-    let last = tx.remove_as(key, last)?;
     if key.is_crd() {
-        gc::drop_crd_objects(tx, &last);
+        // kube's CRD finalizer deletes every custom resource before the CRD itself goes,
+        // so a watcher of the resource sees each object's DELETED before its watch ends.
+        if let Some(crd) = tx.get(key).cloned() {
+            gc::drop_crd_objects(tx, &crd);
+        }
     }
+    let last = tx.remove_as(key, last)?;
     if let Some(uid) = meta_str(&last, "uid") {
         gc::collect_dependents(tx, uid, propagation);
     }

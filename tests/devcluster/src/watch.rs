@@ -200,6 +200,13 @@ pub fn start(
             return;
         }
         let from = params.from.unwrap_or(ws.rv);
+        // The CRD that serves this resource, if it is a custom one: its deletion ends
+        // the watch, as kube's CRD handler tears down the resource's storage (and with
+        // it every watch) once the objects are gone.
+        let crd_name = format!("{plural}.{group}");
+        let crd_gone = |ev: &Event| {
+            ev.etype == EventType::Deleted && ev.key.is_crd() && ev.key.name == crd_name
+        };
         let mut rx = ws.rx;
         let relevant = |ev: &Event| {
             ev.key.group == group
@@ -210,6 +217,9 @@ pub fn start(
                     .is_none_or(|ns| ev.key.namespace == ns)
         };
         for ev in ws.backlog {
+            if crd_gone(&ev) {
+                return;
+            }
             if relevant(&ev) {
                 if let Some((t, obj)) = translate(&ev, &filter) {
                     if tx.send(Ok(enc.event(t, obj))).await.is_err() {
@@ -236,6 +246,9 @@ pub fn start(
                             continue;
                         }
                         last_rv = last_rv.max(ev.rv);
+                        if crd_gone(&ev) {
+                            return;
+                        }
                         if !relevant(&ev) {
                             continue;
                         }

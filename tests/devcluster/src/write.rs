@@ -73,9 +73,9 @@ fn check_namespace_for_create(
     Ok(())
 }
 
-fn validate_meta(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+fn validate_meta(def: &ResourceDef, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     // Every write path (create, update, each patch type, apply, /status) passes
-    // here with the object it is about to store.
+    // here with the object it is about to store (and, on updates, the stored one).
     limits::check_object(obj)?;
     let name = meta_str(obj, "name").unwrap_or("");
     let mut causes = Vec::new();
@@ -87,6 +87,9 @@ fn validate_meta(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
         });
     }
     causes.extend(validation::object::metadata_causes(obj));
+    if let Some(old) = old {
+        causes.extend(validation::object::update_causes(def, old, obj));
+    }
     causes.extend(validation::object::data_causes(def, obj));
     if causes.is_empty() {
         Ok(())
@@ -242,7 +245,7 @@ fn prepare_create(
     } else {
         m.remove("generation");
     }
-    validate_meta(def, &obj)?;
+    validate_meta(def, &obj, None)?;
     let name = meta_str(&obj, "name").unwrap_or("").to_string();
     if def.namespaced {
         check_namespace_for_create(tx, def, ns.unwrap_or("default"), &name)?;
@@ -444,7 +447,7 @@ pub fn update(
     let warnings = check_fields(def, &mut body, ctx.validation)?;
     normalize(def, &mut body);
     let mut new = prepare_update(def, &old, body, sub)?;
-    validate_meta(def, &new)?;
+    validate_meta(def, &new, Some(&old))?;
     crd_schema::admit(def, &mut new, Some(&old))?;
     let now = tx.now.clone();
     managed_fields::record_update(Some(&old), &mut new, &ctx.manager, sub, def, &now);
@@ -554,7 +557,7 @@ pub fn patch_parsed(
     let warnings = check_fields(def, &mut patched, ctx.validation)?;
     normalize(def, &mut patched);
     let mut new = prepare_update(def, &old, patched, sub)?;
-    validate_meta(def, &new)?;
+    validate_meta(def, &new, Some(&old))?;
     crd_schema::admit(def, &mut new, Some(&old))?;
     let now = tx.now.clone();
     managed_fields::record_update(Some(&old), &mut new, &ctx.manager, sub, def, &now);
@@ -657,7 +660,7 @@ fn apply(
             if let Some(mf) = managed {
                 meta_mut(&mut new).insert("managedFields".into(), mf);
             }
-            validate_meta(def, &new)?;
+            validate_meta(def, &new, Some(&old))?;
             crd_schema::admit(def, &mut new, Some(&old))?;
             let obj = finish_update(tx, def, key, &old, new);
             Ok(WriteOutcome {

@@ -524,6 +524,13 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
     // Its own subtree is accepted (the refusals below are not vacuous)...
     let own = "fleetbus.obj.c1.core.v1.ConfigMap.default.mine";
     js.publish(own, "ok".into()).await.unwrap().await.unwrap();
+    // (and so are its conflict events, on the stream the agents created)
+    let own_conflict = "fleetbus.conflict.c1.core.v1.ConfigMap.default.mine";
+    js.publish(own_conflict, "{}".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     // ...c2's is not: neither an object nor c2's registry key.
     let forged = "fleetbus.obj.c2.core.v1.ConfigMap.default.forged";
     let refused = async { js.publish(forged, "forged".into()).await?.await.map(|_| ()) }.await;

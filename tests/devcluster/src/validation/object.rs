@@ -210,6 +210,53 @@ fn owner_reference_causes(obj: &Value) -> Vec<FieldCause> {
     out
 }
 
+fn forbidden(field: &str, msg: &str) -> FieldCause {
+    FieldCause {
+        reason: "FieldValueForbidden",
+        field: field.into(),
+        message: format!("Forbidden: {msg}"),
+    }
+}
+
+/// What core `ValidateConfigMapUpdate` / `ValidateSecretUpdate` add on updates (every
+/// write path that replaces a stored object: PUT, each patch type, apply): a Secret's
+/// `type` never changes (`ValidateImmutableField`), and once the stored object has
+/// `immutable: true`, neither `immutable` nor the data bags (ConfigMap `data` and
+/// `binaryData`, Secret `data`, into which `stringData` was already merged) may change.
+/// An absent bag and an empty one compare equal (kube compares Go maps, where the stored
+/// side reads back empty bags as nil).
+pub fn update_causes(def: &ResourceDef, old: &Value, new: &Value) -> Vec<FieldCause> {
+    const IMMUTABLE: &str = "field is immutable when `immutable` is set";
+    let mut out = Vec::new();
+    if !def.group.is_empty() {
+        return out;
+    }
+    let bags: &[&str] = match def.plural.as_str() {
+        "configmaps" => &["data", "binaryData"],
+        "secrets" => &["data"],
+        _ => return out,
+    };
+    if def.plural == "secrets" && old.get("type") != new.get("type") {
+        let new_type = new.get("type").and_then(Value::as_str).unwrap_or("");
+        out.push(invalid("type", new_type, "field is immutable"));
+    }
+    if old.get("immutable") == Some(&Value::Bool(true)) {
+        if new.get("immutable") != Some(&Value::Bool(true)) {
+            out.push(forbidden("immutable", IMMUTABLE));
+        }
+        let empty = Map::new();
+        for bag in bags {
+            let bag_of = |o: &'_ Value| -> Map<String, Value> {
+                string_map(o, &[bag]).unwrap_or(&empty).clone()
+            };
+            if bag_of(old) != bag_of(new) {
+                out.push(forbidden(bag, IMMUTABLE));
+            }
+        }
+    }
+    out
+}
+
 /// ConfigMap `data`/`binaryData` and Secret `data` keys and total size.
 pub fn data_causes(def: &ResourceDef, obj: &Value) -> Vec<FieldCause> {
     let mut out = Vec::new();
@@ -323,6 +370,45 @@ mod tests {
         for bad in ["", "a b", "a/b", ".", "..", "..a"] {
             assert!(!config_map_key_errors(bad).is_empty(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn immutable_config_maps_and_secrets() {
+        let cm = def("configmaps");
+        let old = json!({"immutable": true, "data": {"a": "1"}});
+        assert!(update_causes(&cm, &old, &old).is_empty());
+        // Labels may change; an absent bag equals an empty one.
+        let empty = json!({"immutable": true, "binaryData": {}, "data": {"a": "1"}});
+        assert!(update_causes(&cm, &old, &empty).is_empty());
+        let changed = json!({"immutable": false, "data": {"a": "2"}, "binaryData": {"b": "eA=="}});
+        let causes = update_causes(&cm, &old, &changed);
+        let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(fields, ["immutable", "data", "binaryData"]);
+        assert!(causes.iter().all(|c| c.reason == "FieldValueForbidden"
+            && c.message == "Forbidden: field is immutable when `immutable` is set"));
+        // Dropping the flag is the same as setting it false.
+        let dropped = json!({"data": {"a": "1"}});
+        assert_eq!(update_causes(&cm, &old, &dropped)[0].field, "immutable");
+        // A mutable object may become immutable, with new data in the same write.
+        let mutable = json!({"data": {"a": "1"}});
+        assert!(update_causes(&cm, &mutable, &changed).is_empty());
+        assert!(update_causes(&cm, &mutable, &json!({"immutable": true, "data": {}})).is_empty());
+
+        let secret = def("secrets");
+        let old = json!({"type": "Opaque", "immutable": true, "data": {"a": "eA=="}});
+        let causes = update_causes(
+            &secret,
+            &old,
+            &json!({"type": "kubernetes.io/tls", "immutable": true, "data": {"a": "eQ=="}}),
+        );
+        let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(fields, ["type", "data"]);
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"kubernetes.io/tls\": field is immutable"
+        );
+        // Other kinds are not concerned, whatever their fields.
+        assert!(update_causes(&def("serviceaccounts"), &old, &json!({})).is_empty());
     }
 
     #[test]
