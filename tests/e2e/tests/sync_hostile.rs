@@ -894,3 +894,40 @@ async fn immutable_copy_is_recreated() {
     );
     wait_rule(c2, rule, "Synced", ready_is("True", "Synced")).await;
 }
+
+/// Probe 6, continued: the sink's API server killed (SIGKILL) while the
+/// origin changes, then started again on its data dir: the agent's watches
+/// and writes recover and the copies converge; a copy deleted behind the
+/// agent's back while the server was down is recreated.
+///
+/// FAILS today (hence ignored, see the s4 report): after the restart the
+/// agent's Secret watch (kube-rs watcher, resumed from the last
+/// resourceVersion it saw) delivers nothing more, so the engine keeps a
+/// stale view: it "collects" a copy already gone (DELETE 404) on every pass,
+/// replaces with a stale resourceVersion (409 forever) and never sees the
+/// copy deleted at the end; it recovers only after the watch's 290 s idle
+/// timeout. The devcluster itself replays and streams events after such a
+/// restart (checked with curl), so the stall is on the agent's side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "agent's local watch stalls after its API server is killed and restarted (s4 report)"]
+async fn killed_sink_api_server_converges() {
+    let nats = NatsServer::start().unwrap();
+    let mut m = shared_fleet(&nats).await;
+    create_secret(&m[0], "shared", "a", &[("k", "1")]).await;
+    create_secret(&m[0], "shared", "b", &[("k", "1")]).await;
+    wait_data(&m[1], "a", &[("k", "1")]).await;
+    wait_data(&m[1], "b", &[("k", "1")]).await;
+
+    m[1].cluster.kill9();
+    set_secret(&m[0], "a", &[("k", "2")]);
+    kubectl_delete(&m[0], "secret", Some("shared"), "b");
+    create_secret(&m[0], "shared", "c", &[("k", "c")]).await;
+    m[1].cluster.restart().unwrap();
+    let c2 = &m[1];
+    wait_data(c2, "a", &[("k", "2")]).await;
+    wait_data(c2, "c", &[("k", "c")]).await;
+    wait_absent(c2, &secrets(), Some("shared"), "b").await;
+    // The copies are still watched and reverted after the restart.
+    kubectl_delete(c2, "secret", Some("shared"), "c");
+    wait_data(c2, "c", &[("k", "c")]).await;
+}
