@@ -898,18 +898,10 @@ async fn immutable_copy_is_recreated() {
 /// Probe 6, continued: the sink's API server killed (SIGKILL) while the
 /// origin changes, then started again on its data dir: the agent's watches
 /// and writes recover and the copies converge; a copy deleted behind the
-/// agent's back while the server was down is recreated.
-///
-/// FAILS today (hence ignored, see the s4 report): after the restart the
-/// agent's Secret watch (kube-rs watcher, resumed from the last
-/// resourceVersion it saw) delivers nothing more, so the engine keeps a
-/// stale view: it "collects" a copy already gone (DELETE 404) on every pass,
-/// replaces with a stale resourceVersion (409 forever) and never sees the
-/// copy deleted at the end; it recovers only after the watch's 290 s idle
-/// timeout. The devcluster itself replays and streams events after such a
-/// restart (checked with curl), so the stall is on the agent's side.
+/// agent's back while the server was down is recreated. (Failed before:
+/// a create answered AlreadyExists while the watch re-listed was taken as a
+/// refusal for good, so the copy deleted meanwhile was never recreated.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "agent's local watch stalls after its API server is killed and restarted (s4 report)"]
 async fn killed_sink_api_server_converges() {
     let nats = NatsServer::start().unwrap();
     let mut m = shared_fleet(&nats).await;
