@@ -4,6 +4,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 /// A label set of one `(name, value)` pair, e.g. `reason="undecodable"`.
@@ -53,6 +54,15 @@ pub struct Metrics {
     pub sync_conflicts: Gauge,
     /// Objects currently failing to sync, over every rule.
     pub sync_errors: Gauge,
+    /// Drift events by `cluster`, `rule`, `kind` and `phase`.
+    pub drifts: Family<Vec<(String, String)>, Counter>,
+    /// Seconds from the watch event of a drifted copy to its `Detected` event
+    /// acknowledged by the bus.
+    pub drift_detection_seconds: Histogram,
+    /// Seconds from the watch event of a drifted copy to its correction written.
+    pub drift_correction_seconds: Histogram,
+    /// Copies currently drifted (reported, not corrected, or failing).
+    pub drifted: Gauge,
 }
 
 impl Default for Metrics {
@@ -169,7 +179,31 @@ impl Metrics {
             "Objects currently failing to sync",
             sync_errors.clone(),
         );
+        let drifts = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "drifts",
+            "Drift events by cluster, rule, kind and phase",
+            drifts.clone(),
+        );
+        let drift_detection_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "drift_detection_seconds",
+            "Seconds from the watch event of a drifted copy to its Detected event acknowledged",
+            drift_detection_seconds.clone(),
+        );
+        let drift_correction_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "drift_correction_seconds",
+            "Seconds from the watch event of a drifted copy to its correction written",
+            drift_correction_seconds.clone(),
+        );
+        let drifted = Gauge::default();
+        registry.register("drifted", "Copies currently drifted", drifted.clone());
         Metrics {
+            drifts,
+            drift_detection_seconds,
+            drift_correction_seconds,
+            drifted,
             sync_published,
             sync_rejected,
             sync_writes,

@@ -111,9 +111,12 @@ pub async fn replace(
     desired: &Value,
     live: &Value,
     with_status: bool,
+    exclude: &[String],
 ) -> Result<Value, WriteError> {
     let mut full = desired.clone();
     compare::carry_over(&mut full, live);
+    // Paths drift may not touch keep their live values.
+    super::drift::keep_excluded(&mut full, live, exclude);
     let name = name_of(desired);
     let replaced = match api.replace(&name, &params(false), &body(&full)?).await {
         Ok(o) => {

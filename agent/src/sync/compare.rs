@@ -112,6 +112,58 @@ pub fn carry_over(desired: &mut Value, live: &Value) {
     }
 }
 
+/// Removes every value whose path matches `pattern` (unescaped pointer tokens, as
+/// from `parse_pointer`), where a `*` token matches any map key or list index: the
+/// drift exclusions' `/spec/containers/*/image`. An empty pattern matches nothing
+/// (excluding the whole object is the caller's decision). List elements are removed
+/// from the back so earlier indices stay valid.
+pub fn remove_matching(obj: &mut Value, pattern: &[String]) {
+    let Some((first, rest)) = pattern.split_first() else {
+        return;
+    };
+    let wildcard = first == "*";
+    match obj {
+        Value::Object(m) => {
+            if rest.is_empty() {
+                if wildcard {
+                    m.clear();
+                } else {
+                    m.remove(first);
+                }
+            } else if wildcard {
+                m.values_mut().for_each(|v| remove_matching(v, rest));
+            } else if let Some(v) = m.get_mut(first) {
+                remove_matching(v, rest);
+            }
+        }
+        Value::Array(a) => {
+            let index = super::matching::array_index(first);
+            if rest.is_empty() {
+                if wildcard {
+                    a.clear();
+                } else if let Some(i) = index.filter(|&i| i < a.len()) {
+                    a.remove(i);
+                }
+            } else if wildcard {
+                a.iter_mut().for_each(|v| remove_matching(v, rest));
+            } else if let Some(v) = index.and_then(|i| a.get_mut(i)) {
+                remove_matching(v, rest);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// [`normalize`], then without every path matching one of `exclusions` (see
+/// [`remove_matching`]): what drift detection compares.
+pub fn normalize_excluding(obj: &Value, keep_status: bool, exclusions: &[Vec<String>]) -> Value {
+    let mut out = normalize(obj, keep_status);
+    for pattern in exclusions {
+        remove_matching(&mut out, pattern);
+    }
+    out
+}
+
 /// The copy is in sync: `live` equals the `baseline` (what the API server returned for
 /// our last write) after [`normalize`].
 pub fn in_sync(baseline: &Value, live: &Value, keep_status: bool) -> bool {
@@ -356,6 +408,72 @@ mod tests {
         assert!(diff(&d, &d).is_empty());
     }
 
+    fn tokens(p: &str) -> Vec<String> {
+        fleetbus_schemas::pointer::parse_field_pointer(p).unwrap()
+    }
+
+    #[test]
+    fn remove_matching_with_wildcards() {
+        let obj = json!({"spec": {"containers": [
+            {"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}, {"name": "c"}],
+            "replicas": 3, "a/b": 1, "m": {"k1": {"v": 1, "w": 2}, "k2": {"v": 3}}}});
+        let removed = |p: &str| {
+            let mut o = obj.clone();
+            remove_matching(&mut o, &tokens(p));
+            o
+        };
+        assert_eq!(
+            removed("/spec/containers/*/image")["spec"]["containers"],
+            json!([{"name": "a"}, {"name": "b"}, {"name": "c"}])
+        );
+        assert_eq!(
+            removed("/spec/m/*/v")["spec"]["m"],
+            json!({"k1": {"w": 2}, "k2": {}})
+        );
+        assert_eq!(
+            removed("/spec/containers/1")["spec"]["containers"],
+            json!([{"name": "a", "image": "x:1"}, {"name": "c"}])
+        );
+        assert_eq!(
+            removed("/spec/containers/*")["spec"]["containers"],
+            json!([])
+        );
+        assert!(removed("/spec/replicas")["spec"].get("replicas").is_none());
+        assert!(removed("/spec/a~1b")["spec"].get("a/b").is_none());
+        // Paths that do not exist, or run through scalars, change nothing.
+        for p in [
+            "/spec/none",
+            "/spec/replicas/x",
+            "/spec/containers/9/image",
+            "/spec/containers/x",
+        ] {
+            assert_eq!(removed(p), obj, "{p}");
+        }
+        let mut o = obj.clone();
+        remove_matching(&mut o, &[]);
+        assert_eq!(o, obj);
+    }
+
+    #[test]
+    fn excluded_paths_are_not_drift() {
+        let baseline = json!({"metadata": {"name": "d"}, "spec": {"replicas": 3,
+            "containers": [{"name": "a", "image": "x:1"}]}});
+        let mut live = baseline.clone();
+        live["spec"]["replicas"] = json!(5);
+        live["spec"]["containers"][0]["image"] = json!("x:2");
+        let ex = vec![tokens("/spec/replicas"), tokens("/spec/containers/*/image")];
+        assert_eq!(
+            normalize_excluding(&baseline, false, &ex),
+            normalize_excluding(&live, false, &ex)
+        );
+        assert_eq!(diff(&baseline, &live).len(), 2);
+        live["spec"]["containers"][0]["name"] = json!("b");
+        assert_ne!(
+            normalize_excluding(&baseline, false, &ex),
+            normalize_excluding(&live, false, &ex)
+        );
+    }
+
     fn arb_json() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
@@ -388,6 +506,28 @@ mod tests {
             let (a, b) = (plain(a), plain(b));
             prop_assert_eq!(diff(&a, &b).is_empty(), in_sync(&a, &b, false));
             prop_assert_eq!(diff(&a, &b).is_empty(), a == b);
+        }
+
+        /// Excluding exactly the paths diff reports makes the objects compare equal.
+        #[test]
+        fn excluding_the_diff_paths_leaves_no_diff(a in arb_json(), b in arb_json()) {
+            let (a, b) = (plain(a), plain(b));
+            let ex: Vec<Vec<String>> = diff(&a, &b)
+                .iter()
+                .map(|c| fleetbus_schemas::pointer::parse_pointer(&c.path).unwrap())
+                .filter(|t| !t.is_empty())
+                .collect();
+            let (na, nb) = (normalize_excluding(&a, false, &ex), normalize_excluding(&b, false, &ex));
+            // A list diffed element-wise may shift when an excluded element is removed,
+            // so compare only when no exclusion ends in a list index.
+            let shifts = ex.iter().any(|t| {
+                let parent = &t[..t.len() - 1];
+                let p = fleetbus_schemas::pointer::to_pointer(parent);
+                a.pointer(&p).is_some_and(Value::is_array)
+            });
+            if !shifts {
+                prop_assert!(diff(&na, &nb).is_empty(), "{:?}", diff(&na, &nb));
+            }
         }
 
         #[test]

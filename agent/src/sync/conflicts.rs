@@ -162,3 +162,106 @@ impl Engine {
         self.reported_conflicts = current;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetbus_schemas::crd::UpdatePolicy;
+    use fleetbus_schemas::subject::ObjectKey;
+    use serde_json::json;
+
+    fn cand(origin: &str, rule: &str, created: &str) -> Candidate {
+        Candidate {
+            rule: rule.to_owned(),
+            key: ObjectKey::from_api_version(origin, "v1", "Secret", Some("apps"), "s"),
+            created: created.to_owned(),
+            desired: json!({}),
+            with_status: false,
+            update: UpdatePolicy::Update,
+            create_namespace: false,
+        }
+    }
+
+    fn winners_first(mut cands: Vec<Candidate>) -> Vec<(String, String)> {
+        order(&mut cands);
+        cands.into_iter().map(|c| (c.key.origin, c.rule)).collect()
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(o, r)| ((*o).to_owned(), (*r).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_oldest_source_object_wins_whatever_the_names() {
+        let got = winners_first(vec![
+            cand("a", "r", "2026-01-02T00:00:00Z"),
+            cand("z", "r", "2026-01-01T00:00:00Z"),
+            cand("m", "r", "2026-01-01T12:00:00Z"),
+        ]);
+        assert_eq!(got, pairs(&[("z", "r"), ("m", "r"), ("a", "r")]));
+    }
+
+    #[test]
+    fn ties_go_to_the_origin_name_then_the_rule_name() {
+        let t = "2026-01-01T00:00:00Z";
+        let got = winners_first(vec![
+            cand("c2", "b", t),
+            cand("c2", "a", t),
+            cand("c1", "z", t),
+        ]);
+        assert_eq!(got, pairs(&[("c1", "z"), ("c2", "a"), ("c2", "b")]));
+    }
+
+    #[test]
+    fn an_empty_creation_timestamp_sorts_last() {
+        let got = winners_first(vec![
+            cand("a", "r", ""),
+            cand("b", "r", "2030-01-01T00:00:00Z"),
+        ]);
+        assert_eq!(got, pairs(&[("b", "r"), ("a", "r")]));
+    }
+
+    #[test]
+    fn every_input_order_gives_the_same_winner() {
+        // Every sink sees the candidates in its own order; all must agree.
+        let all = vec![
+            cand("c3", "r", "2026-01-01T00:00:00Z"),
+            cand("c1", "r", "2026-01-01T00:00:01Z"),
+            cand("c2", "r", "2026-01-01T00:00:00Z"),
+            cand("c0", "r", ""),
+        ];
+        let expected = pairs(&[("c2", "r"), ("c3", "r"), ("c1", "r"), ("c0", "r")]);
+        for rotation in 0..all.len() {
+            let mut v = all.clone();
+            v.rotate_left(rotation);
+            assert_eq!(winners_first(v.clone()), expected);
+            v.reverse();
+            assert_eq!(winners_first(v), expected);
+        }
+    }
+
+    #[test]
+    fn conflict_messages_name_the_target_and_the_origins() {
+        let target = Target {
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            namespace: Some("apps".into()),
+            name: "s".into(),
+        };
+        let (w, l) = (cand("c1", "r", "1"), cand("c2", "r", "2"));
+        let c = Conflict::other_origin(&target, &l, &w);
+        assert_eq!((c.origin.as_str(), c.winner.as_deref()), ("c2", Some("c1")));
+        assert!(
+            c.message.contains("Secret apps/s") && c.message.contains("c1 wins"),
+            "{}",
+            c.message
+        );
+        let live = json!({"metadata": {"uid": "u", "resourceVersion": "7"}});
+        let c = Conflict::local_object(&target, &l, &live);
+        assert_eq!(c.reason, ConflictReason::LocalObject);
+        assert_eq!(c.live, Some(("u".to_owned(), "7".to_owned())));
+        assert_eq!(c.winner, None);
+    }
+}

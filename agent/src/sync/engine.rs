@@ -211,6 +211,17 @@ pub struct Engine {
     /// Writes the API server refused for good, with what was refused: not
     /// tried again until the desired copy or the live object changes.
     pub(super) refused: HashMap<Target, Refused>,
+    /// Drifts detected and not ended, by copy.
+    pub(super) drifts: HashMap<Target, super::drift_report::OpenDrift>,
+    /// When the local watch last saw each copy change (drift latency).
+    pub(super) seen: HashMap<Target, Instant>,
+    /// Copies an operator asked to correct now (`fleetbus drift correct`),
+    /// whatever the drift mode.
+    pub(super) forced: std::collections::HashSet<Target>,
+    /// Results of forced corrections in the last pass.
+    pub(super) forced_results: Vec<(Target, Result<(), String>)>,
+    /// The drift state KV bucket, once found.
+    pub(super) drift_kv: Option<async_nats::jetstream::kv::Store>,
     /// Object versions that could not be published and got their Event.
     pub(super) unpublishable: std::collections::HashSet<(ObjectKey, String)>,
     /// Our live objects whose last value on the bus someone overwrote with
@@ -263,6 +274,11 @@ impl Engine {
             refused: HashMap::new(),
             unpublishable: std::collections::HashSet::new(),
             overwritten: BTreeSet::new(),
+            drifts: HashMap::new(),
+            seen: HashMap::new(),
+            forced: std::collections::HashSet::new(),
+            forced_results: Vec::new(),
+            drift_kv: None,
             source_errors: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
@@ -300,6 +316,9 @@ impl Engine {
             LocalEvent::Reset => kind.relist = Some(BTreeMap::new()),
             LocalEvent::Upsert(obj) => {
                 let Some(key) = local_key(&obj) else { return };
+                if let Some(t) = Target::of(&obj) {
+                    self.seen.insert(t, Instant::now());
+                }
                 match &mut kind.relist {
                     Some(relist) => {
                         relist.insert(key, obj);
@@ -310,6 +329,9 @@ impl Engine {
                 }
             }
             LocalEvent::Remove(obj) => {
+                if let Some(t) = Target::of(&obj) {
+                    self.seen.insert(t, Instant::now());
+                }
                 if let Some(key) = local_key(&obj) {
                     kind.objects.remove(&key);
                     if let Some(relist) = &mut kind.relist {
@@ -555,11 +577,38 @@ pub async fn run(
     let mut fleet = reg.fleet();
     let initial = fleet.borrow_and_update().clone();
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
+    let client = reg.ctx.js.client();
+    let subject = fleetbus_schemas::subject::CommandKey {
+        cluster: reg.ctx.cfg.cluster_name.clone(),
+        verb: "correct".to_owned(),
+    }
+    .to_subject(reg.ctx.layout.prefix());
+    // Without the subscription `fleetbus drift correct` finds no responder;
+    // sync itself goes on (the client resubscribes after reconnects).
+    let mut commands = match client.subscribe(subject.clone()).await {
+        Ok(sub) => Some(sub),
+        Err(e) => {
+            tracing::warn!(%subject, error = %e, "cannot take correct commands");
+            None
+        }
+    };
     engine.pass().await;
     loop {
         let wake = engine.wake_at();
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
+            Some(msg) = next_command(&mut commands) => {
+                let reply = match super::command::parse(&msg.payload) {
+                    Ok(sel) => engine.correct(&sel).await,
+                    Err(e) => engine.refuse(&e),
+                };
+                if let Some(to) = msg.reply {
+                    if let Err(e) = client.publish(to, reply.to_string().into()).await {
+                        tracing::warn!(error = %e, "could not reply to a correct command");
+                    }
+                }
+                continue;
+            }
             input = rx.recv() => {
                 let Some(input) = input else { return Ok(()) };
                 engine.handle(input);
@@ -580,9 +629,199 @@ pub async fn run(
     }
 }
 
+async fn next_command(sub: &mut Option<async_nats::Subscriber>) -> Option<async_nats::Message> {
+    use futures::StreamExt;
+    match sub {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+impl KindState {
+    /// A listed, caught-up source kind holding `objects` and `snapshots`,
+    /// with no tasks behind it: for unit tests of the pure passes.
+    pub fn for_test(
+        objects: BTreeMap<LocalKey, Value>,
+        snapshots: BTreeMap<ObjectKey, Envelope>,
+    ) -> KindState {
+        let stop = CancellationToken::new();
+        KindState {
+            ar: ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),
+            namespaced: true,
+            objects,
+            relist: None,
+            listed: true,
+            watch_error: None,
+            source: true,
+            snapshots,
+            resnap: None,
+            caught_up: true,
+            _guard: stop.clone().drop_guard(),
+            stop,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn retry_backs_off_1_2_4_up_to_60_seconds() {
+        let now = Instant::now();
+        let mut prev: Option<Retry> = None;
+        let mut waits = Vec::new();
+        for i in 0..9 {
+            let r = Retry::after(prev.as_ref(), now, format!("failure {i}"));
+            waits.push((r.attempts, (r.at - now).as_secs()));
+            assert_eq!(r.error, format!("failure {i}"), "the last error is kept");
+            prev = Some(r);
+        }
+        assert_eq!(
+            waits,
+            vec![
+                (1, 1),
+                (2, 2),
+                (3, 4),
+                (4, 8),
+                (5, 16),
+                (6, 32),
+                (7, 60),
+                (8, 60),
+                (9, 60)
+            ]
+        );
+    }
+
+    #[test]
+    fn retry_attempts_saturate_and_the_wait_stays_at_60_seconds() {
+        let now = Instant::now();
+        let worn = Retry {
+            attempts: u32::MAX,
+            at: now,
+            error: String::new(),
+        };
+        let r = Retry::after(Some(&worn), now, "again".to_owned());
+        assert_eq!(r.attempts, u32::MAX);
+        assert_eq!(r.at - now, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn target_of_a_namespaced_object() {
+        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                         "metadata": {"namespace": "web", "name": "front"}});
+        let t = Target::of(&obj).unwrap();
+        assert_eq!(
+            t,
+            Target {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("web".into()),
+                name: "front".into(),
+            }
+        );
+        assert_eq!(t.gvk(), GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        assert_eq!(t.local_key(), (Some("web".to_owned()), "front".to_owned()));
+        assert_eq!(t.to_string(), "Deployment web/front");
+    }
+
+    #[test]
+    fn target_of_a_cluster_scoped_or_core_object() {
+        // An empty namespace is what some clients send for cluster-scoped objects.
+        for meta in [
+            json!({"name": "n1"}),
+            json!({"name": "n1", "namespace": ""}),
+        ] {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta});
+            let t = Target::of(&obj).unwrap();
+            assert_eq!(t.namespace, None);
+            assert_eq!(t.gvk(), GroupVersionKind::gvk("", "v1", "Namespace"));
+            assert_eq!(t.local_key(), (None, "n1".to_owned()));
+            assert_eq!(t.to_string(), "Namespace n1");
+        }
+    }
+
+    #[test]
+    fn target_of_an_object_without_a_place_is_none() {
+        for obj in [
+            json!({"kind": "Secret", "metadata": {"name": "s"}}),
+            json!({"apiVersion": "v1", "metadata": {"name": "s"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": ""}}),
+            json!({"apiVersion": "v1", "kind": "Secret"}),
+            json!({"apiVersion": 1, "kind": "Secret", "metadata": {"name": "s"}}),
+        ] {
+            assert_eq!(Target::of(&obj), None, "{obj}");
+        }
+    }
+
+    fn secret(name: &str, annotations: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"namespace": "apps", "name": name, "uid": format!("u-{name}"),
+                            "resourceVersion": "1", "annotations": annotations}})
+    }
+
+    fn kind_with(objects: &[Value], snapshots: &[(&str, Envelope)]) -> KindState {
+        KindState::for_test(
+            objects
+                .iter()
+                .filter_map(|o| Some((local_key(o)?, o.clone())))
+                .collect(),
+            snapshots
+                .iter()
+                .filter_map(|(origin, e)| {
+                    let key = ObjectKey::from_object(origin, e.object.as_ref()?)?;
+                    Some((key, e.clone()))
+                })
+                .collect(),
+        )
+    }
+
+    fn snapshot(origin: &str, obj: &Value) -> Envelope {
+        Envelope::snapshot(origin, None, obj.clone(), chrono::Utc::now()).unwrap()
+    }
+
+    #[test]
+    fn leftovers_are_copies_from_others_and_our_live_envelopes() {
+        let original = secret("o", json!({}));
+        let copy = secret(
+            "c",
+            json!({ fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER: "c2" }),
+        );
+        // Nothing: an original, and a peer's envelope.
+        assert!(!kind_with(
+            std::slice::from_ref(&original),
+            &[("c2", snapshot("c2", &original))]
+        )
+        .has_leftovers("c1"));
+        // A copy made from c2's object.
+        assert!(kind_with(&[copy], &[]).has_leftovers("c1"));
+        // Our own live envelope on the bus (to be tombstoned).
+        assert!(kind_with(&[], &[("c1", snapshot("c1", &original))]).has_leftovers("c1"));
+        // Our tombstone is not a leftover.
+        let mut gone = snapshot("c1", &original);
+        gone.tombstone = true;
+        assert!(!kind_with(&[], &[("c1", gone)]).has_leftovers("c1"));
+    }
+
+    #[test]
+    fn a_kind_is_ready_once_listed_and_if_a_source_caught_up() {
+        let mut k = kind_with(&[], &[]);
+        assert!(k.ready());
+        k.caught_up = false;
+        assert!(!k.ready(), "a source kind waits for the bus");
+        k.source = false;
+        assert!(k.ready(), "a sink-only kind does not");
+        k.listed = false;
+        assert!(!k.ready());
     }
 }

@@ -757,6 +757,42 @@ mod tests {
             prop_assert_ne!(e, d);
         }
 
+        /// The rule compiler relies on it: a selector that passes
+        /// `ResourceSyncRuleSpec::validate` never fails to evaluate, and one that
+        /// fails to evaluate is rejected by validation.
+        #[test]
+        fn evaluation_errors_agree_with_rule_validation(
+            reqs in proptest::collection::vec(
+                (
+                    prop_oneof![Just("app"), Just("example.com/x"), Just("bad key"), Just("")],
+                    prop_oneof![Just("In"), Just("NotIn"), Just("Exists"), Just("DoesNotExist"), Just("Equals")],
+                    proptest::collection::vec(prop_oneof![Just("a"), Just("b-1"), Just("bad value!")], 0..3),
+                ),
+                0..3,
+            ),
+            ml in proptest::collection::btree_map(
+                prop_oneof![Just("app"), Just("bad key")],
+                prop_oneof![Just("a"), Just("bad value!")],
+                0..2,
+            ),
+        ) {
+            let s = LabelSelector {
+                match_labels: Some(ml.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                match_expressions: Some(reqs.iter().map(|(k, op, vs)| req(k, op, vs)).collect()),
+            };
+            let spec = ResourceSyncRuleSpec {
+                group_version_kind: fleetbus_schemas::crd::GroupVersionKind {
+                    group: String::new(),
+                    version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                },
+                cluster_selector: Some(s.clone()),
+                ..Default::default()
+            };
+            let evaluates = selector_matches(Some(&s), &labels(&[("app", "a")])).is_ok();
+            prop_assert_eq!(evaluates, spec.validate().is_ok(), "{:?}", s);
+        }
+
         #[test]
         fn match_labels_equal_to_the_labels_always_match(
             l in proptest::collection::btree_map("[a-z]{1,5}", "[a-z0-9]{0,5}", 0..5),

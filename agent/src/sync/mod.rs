@@ -18,8 +18,11 @@
 //! ResourceSyncRules, including the built-in one that replicates them.
 
 pub mod apply;
+pub mod command;
 pub mod compare;
 pub mod conflicts;
+pub mod drift;
+pub mod drift_report;
 pub mod engine;
 pub mod matching;
 pub mod mutate;

@@ -47,6 +47,9 @@ pub struct CompiledRule {
     pub problem: Option<String>,
     /// The built-in rule replicating rules (has no object and no status).
     pub builtin: bool,
+    /// `fleetbus.io/correction-paused` on the rule: drift of its copies is
+    /// reported, not corrected (the manual override during an incident).
+    pub correction_paused: bool,
 }
 
 impl CompiledRule {
@@ -79,6 +82,7 @@ pub fn builtin() -> CompiledRule {
         targets: vec![gvk],
         problem: None,
         builtin: true,
+        correction_paused: false,
     }
 }
 
@@ -99,7 +103,11 @@ pub fn compile(objects: &[&Value]) -> RuleSet {
             continue;
         }
         let generation = obj.pointer("/metadata/generation").and_then(Value::as_i64);
-        let rule = match serde_json::from_value::<ResourceSyncRule>((*obj).clone()) {
+        let correction_paused = obj
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(well_known::ANNOTATION_CORRECTION_PAUSED))
+            .is_some();
+        let mut rule = match serde_json::from_value::<ResourceSyncRule>((*obj).clone()) {
             Ok(rule) => compile_one(&name, rule.spec, generation),
             Err(e) => CompiledRule {
                 name: name.clone(),
@@ -109,8 +117,10 @@ pub fn compile(objects: &[&Value]) -> RuleSet {
                 targets: Vec::new(),
                 problem: Some(format!("spec does not parse: {e}")),
                 builtin: false,
+                correction_paused: false,
             },
         };
+        rule.correction_paused = correction_paused;
         set.insert(name, rule);
     }
     set
@@ -135,7 +145,8 @@ fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) 
             if let Some(value) = &o.value {
                 if let Err(e) = template::check(value) {
                     problems.push(format!(
-                        "spec.rules[{i}].mutations.overrides[{j}].value: bad template: {e}"
+                        "spec.rules[{i}].mutations.overrides[{j}].value: bad template: {}",
+                        crate::report(&e)
                     ));
                 }
             }
@@ -149,6 +160,7 @@ fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) 
         targets,
         problem: (!problems.is_empty()).then(|| problems.join("; ")),
         builtin: false,
+        correction_paused: false,
     }
 }
 
@@ -194,6 +206,23 @@ mod tests {
             .unwrap_or("")
             .contains("parse"));
         assert!(set[RULE_REPLICATION].builtin);
+    }
+
+    #[test]
+    fn a_bad_template_problem_says_why() {
+        let r = rule(
+            "tpl",
+            json!({"groupVersionKind": {"version": "v1", "kind": "Secret"},
+                   "rules": [{"mutations": {"overrides": [
+                       {"type": "replace", "path": "/data/x", "value": "ok"},
+                       {"type": "replace", "path": "/data/y", "value": "{% if %}x{% endif %}"}]}}]}),
+        );
+        let set = compile(&[&r]);
+        let problem = set["tpl"].problem.as_deref().unwrap_or("");
+        assert!(
+            problem.starts_with("spec.rules[0].mutations.overrides[1].value: bad template: template does not compile: syntax error"),
+            "{problem}"
+        );
     }
 
     #[test]

@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fleetbus_schemas::crd::{OrphanPolicy, UpdatePolicy};
+use fleetbus_schemas::crd::{DriftMode, OrphanPolicy, UpdatePolicy};
+use fleetbus_schemas::drift::DriftType;
 use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known;
@@ -19,6 +20,8 @@ use tokio::time::Instant;
 use super::apply::{self, WriteError};
 use super::compare;
 use super::conflicts::{self, Conflict};
+use super::drift::{self, Policy};
+use super::drift_report::Found;
 use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport, Target};
 use super::matching;
 use super::mutate::{self, CopyInput};
@@ -178,7 +181,7 @@ impl Engine {
                     );
                 }
                 Err(e) => {
-                    report.errors.insert(describe_key(key), e.to_string());
+                    report.errors.insert(describe_key(key), crate::report(&e));
                 }
             }
         }
@@ -237,6 +240,7 @@ impl Engine {
             }
         }
         self.refused.retain(|t, _| wanted.contains(t));
+        self.drift_forget_except(&wanted).await;
         self.collect(&wanted).await;
         for (rule, errors) in &self.source_errors {
             if let Some(r) = reports.get_mut(rule) {
@@ -303,7 +307,40 @@ impl Engine {
         }
         let client = self.ctx.client.clone();
         let api = apply::api(&client, &ar, target.namespace.as_deref());
+        let rule = self.rules.get(&c.rule).cloned();
         let Some(live) = live else {
+            // A copy we wrote is gone while its desired state did not change:
+            // someone deleted it (drift of type Deleted).
+            let known = self
+                .baselines
+                .get(target)
+                .filter(|b| same_desired(&b.desired, &c.desired))
+                .map(|b| b.server.clone());
+            if let (Some(last), Some(rule)) = (known, rule.as_ref()) {
+                let policy = Policy::of(rule, target, &last);
+                let mode = self.effective_mode(target, policy.mode);
+                if mode == DriftMode::Ignore {
+                    return Outcome::InSync;
+                }
+                self.drift_detected(
+                    target,
+                    c,
+                    Found {
+                        live: &last,
+                        baseline: &last,
+                        type_: DriftType::Deleted,
+                        action: mode,
+                        exclude: &policy.exclude,
+                        with_status: c.with_status,
+                    },
+                )
+                .await;
+                if mode == DriftMode::Report {
+                    return Outcome::InSync;
+                }
+                let written = apply::create(&self.ctx, &api, &c.desired, c.with_status).await;
+                return self.corrected(target, c, None, written).await;
+            }
             return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
                 Ok(server) => self.wrote(target, c, server),
                 Err(e) => self.failed(target, c, None, e),
@@ -318,14 +355,27 @@ impl Engine {
             // Pinned by an operator, or created once by policy: left alone.
             return Outcome::InSync;
         }
+        let policy = rule
+            .as_ref()
+            .map(|r| Policy::of(r, target, &live))
+            .unwrap_or(Policy {
+                mode: DriftMode::Correct,
+                exclude: Vec::new(),
+            });
+        // The baseline, and whether a difference from it is drift: it is when
+        // the desired copy is the one the baseline was made from (someone
+        // changed the copy), not when the source changed.
         let baseline = match self.baselines.get(target) {
-            Some(b) if same_desired(&b.desired, &c.desired) => Some(b.server.clone()),
+            Some(b) if same_desired(&b.desired, &c.desired) => Some((b.server.clone(), true)),
             Some(_) => None, // the desired state changed: write it
             None => {
                 // No baseline (first look since start): ask the server what it
-                // would make of the desired state, without writing.
+                // would make of the desired state, without writing. The copy
+                // was built from this very source version if its source hash
+                // says so; then a difference was made here while we were away.
                 let mut body = c.desired.clone();
                 compare::carry_over(&mut body, &live);
+                drift::keep_excluded(&mut body, &live, &policy.exclude);
                 match apply::dry_run_replace(&api, &body).await {
                     Ok(server) => {
                         self.baselines.insert(
@@ -335,21 +385,112 @@ impl Engine {
                                 server: server.clone(),
                             },
                         );
-                        Some(server)
+                        let same_source = annotation(&live, well_known::ANNOTATION_SOURCE_HASH)
+                            == annotation(&c.desired, well_known::ANNOTATION_SOURCE_HASH);
+                        Some((server, same_source))
                     }
                     Err(e) => return self.failed(target, c, live_rv, e),
                 }
             }
         };
-        if let Some(server) = baseline {
-            if compare::in_sync(&server, &live, c.with_status) {
+        if let Some((server, is_drift)) = baseline {
+            if drift::comparable(&server, c.with_status, &policy.exclude)
+                == drift::comparable(&live, c.with_status, &policy.exclude)
+            {
                 self.retries.remove(target);
+                self.drift_resolved(target).await;
                 return Outcome::InSync;
             }
+            if is_drift {
+                let mode = self.effective_mode(target, policy.mode);
+                if mode == DriftMode::Ignore {
+                    return Outcome::InSync;
+                }
+                self.drift_detected(
+                    target,
+                    c,
+                    Found {
+                        live: &live,
+                        baseline: &server,
+                        type_: DriftType::Modified,
+                        action: mode,
+                        exclude: &policy.exclude,
+                        with_status: c.with_status,
+                    },
+                )
+                .await;
+                if mode == DriftMode::Report {
+                    return Outcome::InSync;
+                }
+                let written = apply::replace(
+                    &self.ctx,
+                    &api,
+                    &c.desired,
+                    &live,
+                    c.with_status,
+                    &policy.exclude,
+                )
+                .await;
+                return self.corrected(target, c, live_rv, written).await;
+            }
         }
-        match apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status).await {
-            Ok(server) => self.wrote(target, c, server),
+        match apply::replace(
+            &self.ctx,
+            &api,
+            &c.desired,
+            &live,
+            c.with_status,
+            &policy.exclude,
+        )
+        .await
+        {
+            Ok(server) => {
+                // The desired state moved: an open drift ends with it.
+                self.drift_resolved(target).await;
+                self.wrote(target, c, server)
+            }
             Err(e) => self.failed(target, c, live_rv, e),
+        }
+    }
+
+    /// Ends a correction: the drift closes (or stays, failed), an operator's
+    /// request gets its result, and the write counts like any other.
+    async fn corrected(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        live_rv: Option<String>,
+        written: Result<Value, WriteError>,
+    ) -> Outcome {
+        match written {
+            Ok(server) => {
+                self.drift_corrected(target).await;
+                self.forced_done(target, Ok(()));
+                self.wrote(target, c, server)
+            }
+            Err(e) => {
+                let message = crate::report(&e);
+                self.drift_failed(target, &message).await;
+                self.forced_done(target, Err(message));
+                self.failed(target, c, live_rv, e)
+            }
+        }
+    }
+
+    /// The drift mode in effect: an operator's `fleetbus drift correct` makes
+    /// it `Correct` for this pass, whatever the rule or annotations say.
+    fn effective_mode(&self, target: &Target, mode: DriftMode) -> DriftMode {
+        if self.forced.contains(target) {
+            DriftMode::Correct
+        } else {
+            mode
+        }
+    }
+
+    /// Records the result of a correction an operator asked for.
+    fn forced_done(&mut self, target: &Target, result: Result<(), String>) {
+        if self.forced.remove(target) {
+            self.forced_results.push((target.clone(), result));
         }
     }
 

@@ -328,3 +328,318 @@ pub fn describe_key(key: &ObjectKey) -> String {
         None => format!("{} {}", key.kind, key.name),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::engine::{local_key, KindState, LocalKey};
+    use crate::sync::rules;
+    use fleetbus_schemas::registry::FeatureRecord;
+    use serde_json::json;
+
+    const SELF: &str = "c1";
+
+    fn secret(name: &str, uid: &str, rv: &str, data: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"namespace": "apps", "name": name, "uid": uid,
+                            "resourceVersion": rv, "labels": {"sync": "yes"}},
+               "data": {"k": data}})
+    }
+
+    fn with_annotation(mut obj: Value, key: &str, value: &str) -> Value {
+        obj["metadata"]["annotations"] = json!({ key: value });
+        obj
+    }
+
+    fn without_label(mut obj: Value) -> Value {
+        obj["metadata"]["labels"] = json!({});
+        obj
+    }
+
+    /// A rule for Secrets labelled `sync=yes`, plus `extra` spec fields.
+    fn rule(extra: Value) -> CompiledRule {
+        let mut spec = json!({"groupVersionKind": {"version": "v1", "kind": "Secret"},
+                              "rules": [{"match": [{"labels": [{"matchLabels": {"sync": "yes"}}]}]}]});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        let obj = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+                         "metadata": {"name": "r"}, "spec": spec});
+        let set = rules::compile(&[&obj]);
+        set["r"].clone()
+    }
+
+    fn local() -> LocalView {
+        LocalView {
+            name: SELF.to_owned(),
+            labels: [("role".to_owned(), "source".to_owned())].into(),
+            features: vec![FeatureRecord {
+                feature_name: "gpu".to_owned(),
+                labels: BTreeMap::new(),
+            }],
+            record: Value::Null,
+        }
+    }
+
+    fn key_of(origin: &str, obj: &Value) -> ObjectKey {
+        ObjectKey::from_object(origin, obj).unwrap()
+    }
+
+    /// What `origin` has on the bus for `obj`: its snapshot.
+    fn published(origin: &str, obj: &Value) -> (ObjectKey, Envelope) {
+        let env = Envelope::snapshot(origin, None, obj.clone(), chrono::Utc::now()).unwrap();
+        (key_of(origin, obj), env)
+    }
+
+    fn kind(objects: &[&Value], snapshots: Vec<(ObjectKey, Envelope)>) -> KindState {
+        let objects: BTreeMap<LocalKey, Value> = objects
+            .iter()
+            .map(|o| (local_key(o).unwrap(), (*o).clone()))
+            .collect();
+        KindState::for_test(objects, snapshots.into_iter().collect())
+    }
+
+    fn run(rule: &CompiledRule, kind: &KindState) -> Vec<(ObjectKey, Publish)> {
+        plan(&local(), &[rule], kind)
+    }
+
+    fn tombstone(uid: &str, rv: &str, reason: TombstoneReason) -> Publish {
+        Publish::Tombstone {
+            uid: uid.to_owned(),
+            resource_version: rv.to_owned(),
+            reason,
+        }
+    }
+
+    #[test]
+    fn a_new_matching_original_is_published() {
+        let s = secret("a", "u1", "5", "v1");
+        let planned = run(&rule(json!({})), &kind(&[&s], vec![]));
+        assert_eq!(planned, vec![(key_of(SELF, &s), Publish::Snapshot(s))]);
+    }
+
+    #[test]
+    fn an_unchanged_original_is_not_published_again() {
+        let s = secret("a", "u1", "5", "v1");
+        let planned = run(&rule(json!({})), &kind(&[&s], vec![published(SELF, &s)]));
+        assert_eq!(planned, vec![]);
+    }
+
+    #[test]
+    fn changed_content_is_published() {
+        let old = secret("a", "u1", "5", "v1");
+        let new = secret("a", "u1", "6", "v2");
+        let planned = run(
+            &rule(json!({})),
+            &kind(&[&new], vec![published(SELF, &old)]),
+        );
+        assert_eq!(planned, vec![(key_of(SELF, &new), Publish::Snapshot(new))]);
+    }
+
+    #[test]
+    fn a_recreated_object_with_the_same_content_is_published() {
+        // Same name and content, new uid: the copies must learn the new uid.
+        let old = secret("a", "u1", "5", "v1");
+        let new = secret("a", "u2", "9", "v1");
+        let planned = run(
+            &rule(json!({})),
+            &kind(&[&new], vec![published(SELF, &old)]),
+        );
+        assert_eq!(planned, vec![(key_of(SELF, &new), Publish::Snapshot(new))]);
+    }
+
+    #[test]
+    fn an_object_published_again_after_a_tombstone() {
+        let s = secret("a", "u1", "5", "v1");
+        let gone = Envelope::tombstone(
+            SELF,
+            None,
+            "u1",
+            "5",
+            chrono::Utc::now(),
+            TombstoneReason::Unpublished,
+        );
+        let planned = run(
+            &rule(json!({})),
+            &kind(&[&s], vec![(key_of(SELF, &s), gone)]),
+        );
+        assert_eq!(planned, vec![(key_of(SELF, &s), Publish::Snapshot(s))]);
+    }
+
+    #[test]
+    fn an_object_that_stops_matching_is_unpublished() {
+        let was = secret("a", "u1", "5", "v1");
+        let now = without_label(secret("a", "u1", "6", "v1"));
+        let planned = run(
+            &rule(json!({})),
+            &kind(&[&now], vec![published(SELF, &was)]),
+        );
+        // The tombstone names the version on the bus (the last one published).
+        assert_eq!(
+            planned,
+            vec![(
+                key_of(SELF, &was),
+                tombstone("u1", "5", TombstoneReason::Unpublished)
+            )]
+        );
+    }
+
+    #[test]
+    fn a_non_matching_object_never_published_gives_nothing() {
+        let s = without_label(secret("a", "u1", "5", "v1"));
+        assert_eq!(run(&rule(json!({})), &kind(&[&s], vec![])), vec![]);
+    }
+
+    #[test]
+    fn an_object_deleted_locally_is_tombstoned_as_deleted() {
+        let s = secret("a", "u1", "5", "v1");
+        let planned = run(&rule(json!({})), &kind(&[], vec![published(SELF, &s)]));
+        assert_eq!(
+            planned,
+            vec![(
+                key_of(SELF, &s),
+                tombstone("u1", "5", TombstoneReason::Deleted)
+            )]
+        );
+    }
+
+    #[test]
+    fn tombstones_and_other_origins_envelopes_are_left_alone() {
+        let ours = secret("gone", "u1", "5", "v1");
+        let already = Envelope::tombstone(
+            SELF,
+            None,
+            "u1",
+            "5",
+            chrono::Utc::now(),
+            TombstoneReason::Deleted,
+        );
+        let theirs = secret("theirs", "u9", "3", "v1");
+        let planned = run(
+            &rule(json!({})),
+            &kind(
+                &[],
+                vec![(key_of(SELF, &ours), already), published("c2", &theirs)],
+            ),
+        );
+        assert_eq!(planned, vec![]);
+    }
+
+    #[test]
+    fn copies_are_never_published() {
+        let copy = with_annotation(
+            secret("a", "u1", "5", "v1"),
+            well_known::ANNOTATION_ORIGIN_CLUSTER,
+            "c2",
+        );
+        assert_eq!(run(&rule(json!({})), &kind(&[&copy], vec![])), vec![]);
+    }
+
+    #[test]
+    fn a_sync_disabled_original_is_not_published_and_unpublished_if_it_was() {
+        let s = secret("a", "u1", "5", "v1");
+        let disabled = with_annotation(
+            secret("a", "u1", "6", "v1"),
+            well_known::ANNOTATION_RESOURCE_SYNC_DISABLED,
+            "true",
+        );
+        assert_eq!(run(&rule(json!({})), &kind(&[&disabled], vec![])), vec![]);
+        assert_eq!(
+            run(
+                &rule(json!({})),
+                &kind(&[&disabled], vec![published(SELF, &s)])
+            ),
+            vec![(
+                key_of(SELF, &s),
+                tombstone("u1", "5", TombstoneReason::Unpublished)
+            )]
+        );
+    }
+
+    #[test]
+    fn a_cluster_outside_the_source_selector_publishes_nothing() {
+        let s = secret("a", "u1", "5", "v1");
+        let selects_us =
+            rule(json!({"sourceClusterSelector": {"matchLabels": {"role": "source"}}}));
+        let excludes_us = rule(json!({"sourceClusterSelector": {"matchLabels": {"role": "sink"}}}));
+        assert_eq!(run(&selects_us, &kind(&[&s], vec![])).len(), 1);
+        assert_eq!(run(&excludes_us, &kind(&[&s], vec![])), vec![]);
+        // What we published before we stopped qualifying is withdrawn.
+        assert_eq!(
+            run(&excludes_us, &kind(&[&s], vec![published(SELF, &s)])),
+            vec![(
+                key_of(SELF, &s),
+                tombstone("u1", "5", TombstoneReason::Unpublished)
+            )]
+        );
+    }
+
+    #[test]
+    fn a_cluster_without_the_required_feature_publishes_nothing() {
+        let s = secret("a", "u1", "5", "v1");
+        let has = rule(json!({"clusterFeatureMatch": [{"featureName": "gpu"}]}));
+        let lacks =
+            rule(json!({"clusterFeatureMatch": [{"featureName": "gpu"}, {"featureName": "edge"}]}));
+        assert_eq!(run(&has, &kind(&[&s], vec![])).len(), 1);
+        assert_eq!(run(&lacks, &kind(&[&s], vec![])), vec![]);
+    }
+
+    #[test]
+    fn an_invalid_rule_publishes_nothing_and_no_rule_withdraws() {
+        let s = secret("a", "u1", "5", "v1");
+        let mut bad = rule(json!({}));
+        bad.problem = Some("bad".to_owned());
+        assert_eq!(run(&bad, &kind(&[&s], vec![])), vec![]);
+        // The rule went: what it published is unpublished, not deleted.
+        assert_eq!(
+            plan(&local(), &[], &kind(&[&s], vec![published(SELF, &s)])),
+            vec![(
+                key_of(SELF, &s),
+                tombstone("u1", "5", TombstoneReason::Unpublished)
+            )]
+        );
+    }
+
+    #[test]
+    fn is_original_reads_the_origin_annotation() {
+        let s = secret("a", "u1", "5", "v1");
+        assert!(is_original(&s));
+        assert!(is_original(&with_annotation(s.clone(), "other", "x")));
+        assert!(!is_original(&with_annotation(
+            s,
+            well_known::ANNOTATION_ORIGIN_CLUSTER,
+            "c2"
+        )));
+    }
+
+    #[test]
+    fn a_version_published_again_after_its_tombstone_gets_a_new_msg_id() {
+        let s = secret("a", "u1", "5", "v1");
+        let (_, env) = published(SELF, &s);
+        // Plain: the protocol's id, the same for a retry of this version.
+        assert_eq!(msg_id(&env, false), env.msg_id());
+        // After a tombstone of the same version: not the first publication's
+        // id (the server would drop it as a duplicate), stable per envelope.
+        let again = msg_id(&env, true);
+        assert_ne!(again, env.msg_id());
+        assert_eq!(again, msg_id(&env, true));
+        // A tombstone keeps its own id either way.
+        let gone = Envelope::tombstone(
+            SELF,
+            None,
+            "u1",
+            "5",
+            chrono::Utc::now(),
+            TombstoneReason::Unpublished,
+        );
+        assert_eq!(msg_id(&gone, true), gone.msg_id());
+    }
+
+    #[test]
+    fn describe_key_names_kind_namespace_and_name() {
+        let s = secret("a", "u1", "5", "v1");
+        assert_eq!(describe_key(&key_of(SELF, &s)), "Secret apps/a");
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}});
+        assert_eq!(describe_key(&key_of(SELF, &ns)), "Namespace apps");
+    }
+}

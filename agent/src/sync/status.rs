@@ -187,3 +187,204 @@ fn with_nulls(mut v: Value) -> Value {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::rules;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use k8s_openapi::jiff::Timestamp;
+    use std::collections::BTreeMap;
+
+    fn rule() -> CompiledRule {
+        let obj = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+                         "metadata": {"name": "r", "generation": 3},
+                         "spec": {"groupVersionKind": {"version": "v1", "kind": "Secret"}}});
+        rules::compile(&[&obj])["r"].clone()
+    }
+
+    fn report() -> RuleReport {
+        RuleReport {
+            synced: 2,
+            sources: ["c2".to_owned(), "c3".to_owned()].into(),
+            selected: true,
+            ..RuleReport::default()
+        }
+    }
+
+    fn cond<'a>(s: &'a ResourceSyncRuleStatus, type_: &str) -> &'a Condition {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_} condition in {s:?}"))
+    }
+
+    fn ready(s: &ResourceSyncRuleStatus) -> (&str, &str, &str) {
+        let c = cond(s, condition::READY);
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+    }
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    fn status(
+        report: &RuleReport,
+        problem: Option<&str>,
+        is_ready: bool,
+    ) -> ResourceSyncRuleStatus {
+        desired(
+            &rule(),
+            report,
+            problem,
+            is_ready,
+            &ResourceSyncRuleStatus::default(),
+            None,
+        )
+    }
+
+    #[test]
+    fn synced_when_selected_read_and_without_errors() {
+        let s = status(&report(), None, true);
+        let (st, reason, msg) = ready(&s);
+        assert_eq!((st, reason), ("True", "Synced"));
+        assert!(
+            msg.contains("2 object(s)") && msg.contains("2 source"),
+            "{msg}"
+        );
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.source_clusters, vec!["c2", "c3"]);
+        assert_eq!((s.objects_synced, s.conflicts, s.errors), (2, 0, 0));
+        assert_eq!(cond(&s, CONFLICT).status, "False");
+        assert!(s
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == Some(3)));
+    }
+
+    #[test]
+    fn a_problem_is_invalid_whatever_else_holds() {
+        let mut r = report();
+        r.selected = false;
+        r.errors.insert("Secret a/b".into(), "boom".into());
+        let s = status(&r, Some("cannot watch v1 ConfigMap: forbidden"), false);
+        assert_eq!(
+            ready(&s),
+            ("False", "Invalid", "cannot watch v1 ConfigMap: forbidden")
+        );
+    }
+
+    #[test]
+    fn not_selected_when_the_cluster_selector_excludes_us() {
+        let mut r = report();
+        r.selected = false;
+        let s = status(&r, None, true);
+        let (st, reason, msg) = ready(&s);
+        assert_eq!((st, reason), ("False", "NotSelected"));
+        assert!(msg.contains("clusterSelector"), "{msg}");
+    }
+
+    #[test]
+    fn waiting_until_the_kinds_are_read() {
+        let s = status(&report(), None, false);
+        assert_eq!(ready(&s).1, "Waiting");
+        assert_eq!(ready(&s).0, "False");
+    }
+
+    #[test]
+    fn sync_errors_name_the_failing_objects() {
+        let mut r = report();
+        for i in 0..7 {
+            r.errors.insert(
+                format!("Secret apps/s{i}"),
+                "namespace apps not found".into(),
+            );
+        }
+        let s = status(&r, None, true);
+        let (st, reason, msg) = ready(&s);
+        assert_eq!((st, reason), ("False", "SyncErrors"));
+        assert!(
+            msg.starts_with("7 object(s) failed: Secret apps/s0: namespace apps not found"),
+            "{msg}"
+        );
+        // Five named, the rest counted.
+        assert!(
+            msg.contains("s4") && !msg.contains("s5:") && msg.ends_with("and 2 more"),
+            "{msg}"
+        );
+        assert_eq!(s.errors, 7);
+    }
+
+    #[test]
+    fn conflicts_raise_the_conflict_condition_naming_the_object() {
+        let mut r = report();
+        r.conflicts.insert(
+            "Secret apps/s".into(),
+            "exists on this cluster and was not made by fleetbus".into(),
+        );
+        let s = status(&r, None, true);
+        let c = cond(&s, CONFLICT);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "Conflicts")
+        );
+        assert!(c.message.contains("Secret apps/s"), "{}", c.message);
+        assert_eq!(s.conflicts, 1);
+        // A conflict alone does not make the rule unready.
+        assert_eq!(ready(&s).1, "Synced");
+    }
+
+    #[test]
+    fn an_unchanged_status_compares_equal_and_is_not_rewritten() {
+        let first = status(&report(), None, true);
+        // As the API server gives it back: transition times in the past.
+        let mut stored = first.clone();
+        for c in &mut stored.conditions {
+            c.last_transition_time = at(1_000);
+        }
+        stored.last_sync_time = Some(at(2_000));
+        let again = desired(&rule(), &report(), None, true, &stored, None);
+        assert_eq!(again, stored);
+        // A new message with the same status keeps the transition time...
+        let mut more = report();
+        more.synced = 3;
+        let changed = desired(&rule(), &more, None, true, &stored, None);
+        assert_ne!(changed, stored);
+        assert_eq!(
+            cond(&changed, condition::READY).last_transition_time,
+            at(1_000)
+        );
+        // ...a flip of the status does not.
+        let flipped = desired(&rule(), &more, None, false, &stored, None);
+        assert_ne!(
+            cond(&flipped, condition::READY).last_transition_time,
+            at(1_000)
+        );
+        assert_eq!(cond(&flipped, CONFLICT).last_transition_time, at(1_000));
+    }
+
+    #[test]
+    fn last_sync_time_is_the_newest_write_or_kept() {
+        let mut stored = status(&report(), None, true);
+        stored.last_sync_time = Some(at(2_000));
+        let kept = desired(&rule(), &report(), None, true, &stored, None);
+        assert_eq!(kept.last_sync_time, Some(at(2_000)));
+        let newer = desired(&rule(), &report(), None, true, &stored, Some(at(3_000)));
+        assert_eq!(newer.last_sync_time, Some(at(3_000)));
+    }
+
+    #[test]
+    fn absent_members_are_sent_as_null_in_the_merge_patch() {
+        let v = with_nulls(json!({"objectsSynced": 0}));
+        let map: BTreeMap<String, Value> = serde_json::from_value(v).unwrap();
+        for key in [
+            "observedGeneration",
+            "conditions",
+            "sourceClusters",
+            "lastSyncTime",
+        ] {
+            assert_eq!(map.get(key), Some(&Value::Null), "{key}");
+        }
+        assert_eq!(map.get("objectsSynced"), Some(&json!(0)));
+    }
+}

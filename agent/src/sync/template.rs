@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 
+use fleetbus_schemas::crd::ResourceSyncRuleSpec;
 use minijinja::value::Serde;
 use minijinja::value::ValueKind;
 use minijinja::{context, AutoEscape, Environment, ErrorKind, UndefinedBehavior};
@@ -24,6 +25,8 @@ const RECURSION_LIMIT: usize = 64;
 /// The roots a template can read. `object` is the source object from the envelope;
 /// `cluster` is the origin cluster's registry record (`ClusterRecord` as JSON: `name`,
 /// `labels`, `metadata`, `features`, ...); `local_cluster` is this (sink) cluster's.
+/// Templates see each record through [`cluster_view`], so the Cluster-object paths
+/// `metadata.name` and `metadata.labels` work too.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TemplateContext {
     /// The source object (`Object` / `.Object`).
@@ -128,6 +131,40 @@ pub fn check(src: &str) -> Result<(), TemplateError> {
         .map_err(TemplateError::Syntax)
 }
 
+/// One override value of a rule that does not compile, with the field it sits at.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: invalid template")]
+pub struct SpecTemplateError {
+    /// Field path, e.g. `spec.rules[0].mutations.overrides[1].value`.
+    pub field: String,
+    /// Why it does not compile.
+    #[source]
+    pub error: TemplateError,
+}
+
+/// Compiles every override value of `spec` (what marks a rule `Invalid`, reason
+/// "bad template"); returns every failure, in spec order.
+pub fn check_spec(spec: &ResourceSyncRuleSpec) -> Result<(), Vec<SpecTemplateError>> {
+    let mut errors = Vec::new();
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let Some(m) = &rule.mutations else { continue };
+        for (j, o) in m.overrides.iter().enumerate() {
+            let Some(src) = &o.value else { continue };
+            if let Err(error) = check(src) {
+                errors.push(SpecTemplateError {
+                    field: format!("spec.rules[{i}].mutations.overrides[{j}].value"),
+                    error,
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
 /// Renders `src` against `ctx`. The output is parsed as JSON if it parses (`"3"` gives
 /// the number 3, `{"a":1}` an object), else it is a JSON string.
 pub fn render(src: &str, ctx: &TemplateContext) -> Result<Value, TemplateError> {
@@ -140,8 +177,8 @@ pub fn render(src: &str, ctx: &TemplateContext) -> Result<Value, TemplateError> 
         let out = template
             .render(context! {
                 Object => minijinja::Value::from(Serde(&ctx.object)),
-                Cluster => minijinja::Value::from(Serde(&ctx.cluster)),
-                LocalCluster => minijinja::Value::from(Serde(&ctx.local_cluster)),
+                Cluster => minijinja::Value::from(Serde(&cluster_view(&ctx.cluster))),
+                LocalCluster => minijinja::Value::from(Serde(&cluster_view(&ctx.local_cluster))),
             })
             .map_err(TemplateError::from_render)?;
         Cow::Owned(out)
@@ -153,6 +190,35 @@ pub fn render(src: &str, ctx: &TemplateContext) -> Result<Value, TemplateError> 
         });
     }
     Ok(serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned())))
+}
+
+/// A registry record as templates see it. The CRD documents `.Cluster` as "the origin
+/// Cluster", so rule authors write Cluster-object paths (`.Cluster.metadata.name`,
+/// `.Cluster.metadata.labels.region`); the record has `name` and `labels` at the top
+/// and uses `metadata` for node facts (provider, versions, locality). The view adds
+/// `name` and `labels` into `metadata` (never replacing a key already there), so both
+/// spellings work. Anything that is not a record-shaped object is passed unchanged.
+pub fn cluster_view(record: &Value) -> Value {
+    let mut view = record.clone();
+    let Some(top) = view.as_object_mut() else {
+        return view;
+    };
+    let extra: Vec<(&str, Value)> = ["name", "labels"]
+        .into_iter()
+        .filter_map(|k| Some((k, top.get(k)?.clone())))
+        .collect();
+    if extra.is_empty() {
+        return view;
+    }
+    let meta = top
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Value::Object(meta) = meta {
+        for (k, v) in extra {
+            meta.entry(k).or_insert(v);
+        }
+    }
+    view
 }
 
 const ROOTS: [&str; 3] = ["Object", "Cluster", "LocalCluster"];
@@ -283,6 +349,30 @@ mod tests {
     }
 
     #[test]
+    fn clusters_read_like_cluster_objects_too() {
+        let mut c = ctx();
+        c.cluster["metadata"] = json!({"provider": "aws", "locality": {"region": "us-east-1"}});
+        for (src, want) in [
+            ("{{ .Cluster.metadata.name }}", json!("east")),
+            ("{{ .Cluster.name }}", json!("east")),
+            ("{{ .Cluster.metadata.labels.region }}", json!("us-east-1")),
+            ("{{ .Cluster.metadata.provider }}", json!("aws")),
+            (
+                "{{ .Cluster.metadata.locality.region }}",
+                json!("us-east-1"),
+            ),
+            ("{{ .LocalCluster.metadata.name }}", json!("west")),
+        ] {
+            assert_eq!(render(src, &c).unwrap(), want, "{src}");
+        }
+        // A key the record already has in metadata is not replaced; non-objects pass.
+        let r = json!({"name": "a", "metadata": {"name": "kept"}});
+        assert_eq!(cluster_view(&r)["metadata"]["name"], "kept");
+        assert_eq!(cluster_view(&Value::Null), Value::Null);
+        assert_eq!(cluster_view(&json!({"x": 1})), json!({"x": 1}));
+    }
+
+    #[test]
     fn rewrite_is_limited_to_expression_roots() {
         assert_eq!(go_style_roots("{{ .Object.a }}"), "{{ Object.a }}");
         assert_eq!(
@@ -403,6 +493,71 @@ mod tests {
     }
 
     #[test]
+    fn check_spec_names_each_bad_value() {
+        use fleetbus_schemas::crd::{Mutations, Override, OverrideType, SyncRule};
+        let o = |v: &str| Override {
+            type_: OverrideType::Replace,
+            path: "/x".into(),
+            value: Some(v.into()),
+        };
+        let rule = |vals: &[&str]| SyncRule {
+            match_: vec![],
+            mutations: Some(Mutations {
+                overrides: vals.iter().map(|v| o(v)).collect(),
+                ..Default::default()
+            }),
+        };
+        let mut spec = ResourceSyncRuleSpec {
+            rules: vec![
+                rule(&["{{ .Object.a }}", "plain"]),
+                SyncRule::default(),
+                rule(&["ok", "{{ .Object.a", "{% if %}"]),
+            ],
+            ..Default::default()
+        };
+        let fields: Vec<String> = check_spec(&spec)
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.rules[2].mutations.overrides[1].value",
+                "spec.rules[2].mutations.overrides[2].value"
+            ]
+        );
+        spec.rules.truncate(2);
+        assert!(check_spec(&spec).is_ok());
+    }
+
+    #[test]
+    fn tojson_forces_a_string() {
+        let mut c = ctx();
+        c.object["metadata"]["name"] = json!("123");
+        assert_eq!(
+            render("{{ .Object.metadata.name }}", &c).unwrap(),
+            json!(123)
+        );
+        assert_eq!(
+            render("{{ .Object.metadata.name | tojson }}", &c).unwrap(),
+            json!("123")
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_a_syntax_error_not_a_crash() {
+        let src = format!("{{{{ {}1{} }}}}", "(".repeat(10_000), ")".repeat(10_000));
+        assert!(matches!(check(&src), Err(TemplateError::Syntax(_))));
+        let src = format!(
+            "{}x{}",
+            "{% if true %}".repeat(2_000),
+            "{% endif %}".repeat(2_000)
+        );
+        assert!(render(&src, &ctx()).is_err());
+    }
+
+    #[test]
     fn no_loader_so_no_includes() {
         assert!(render("{% include 'x' %}", &ctx()).is_err());
         assert!(render("{% import 'x' as y %}", &ctx()).is_err());
@@ -455,6 +610,28 @@ mod tests {
             let expected = serde_json::from_str(&s).unwrap_or(Value::String(s.clone()));
             prop_assert_eq!(got, expected);
             prop_assert_eq!(go_style_roots(&s), s.as_str());
+        }
+
+        #[test]
+        fn rewrite_is_idempotent_and_both_spellings_agree(
+            pieces in proptest::collection::vec(
+                prop_oneof![
+                    Just("{{ .Object.metadata.name }}"),
+                    Just("{{ Object.metadata.name }}"),
+                    Just("{{ .Cluster.labels.region ~ '.Object' }}"),
+                    Just("{% if .LocalCluster.name %}y{% endif %}"),
+                    Just("a.Object"),
+                    Just("-"),
+                    Just("ü"),
+                ],
+                0..6,
+            ),
+        ) {
+            let src: String = pieces.concat();
+            let once = go_style_roots(&src).into_owned();
+            prop_assert_eq!(go_style_roots(&once), once.as_str());
+            prop_assert_eq!(render(&src, &ctx()).ok(), render(&once, &ctx()).ok());
+            prop_assert!(render(&src, &ctx()).is_ok(), "{}", src);
         }
 
         #[test]

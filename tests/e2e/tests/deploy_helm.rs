@@ -7,13 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use fleetbus_schemas::crd::{Cluster, ClusterState, ClusterType};
+use fleetbus_schemas::crd::{Cluster, ClusterState, ClusterType, ResourceSyncRule};
+use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
 use fleetbus_testsupport::{
     free_addr, helm_bin, http_get, repo_root, wait_for, Agent, DevCluster, DevClusterOpts,
     NatsServer,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
@@ -212,6 +213,49 @@ fn kubeconfig_with_token(dc: &DevCluster, admin: &str, token: &str, dir: &Path) 
     path
 }
 
+/// Renders the chart's ServiceAccount, ClusterRoles and Role with helm (plus
+/// `set`) and applies them to `dc` as its admin, in [`NAMESPACE`].
+fn apply_charts_rbac(home: &Path, dc: &DevCluster, set: &[&str]) {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "fb",
+        chart.to_str().unwrap(),
+        "-n",
+        NAMESPACE,
+        "--set",
+        "clusterName=a",
+        "--show-only",
+        "templates/serviceaccount.yaml",
+        "--show-only",
+        "templates/clusterrole.yaml",
+        "--show-only",
+        "templates/role.yaml",
+    ];
+    args.extend_from_slice(set);
+    let rendered = helm_ok(home, dc, &args);
+    let rbac_file = home.join("rbac.yaml");
+    std::fs::write(&rbac_file, &rendered).unwrap();
+    kubectl_ok(dc, &["create", "namespace", NAMESPACE]);
+    kubectl_ok(dc, &["apply", "-f", rbac_file.to_str().unwrap()]);
+}
+
+/// A kubeconfig for `dc` holding a token of the chart's ServiceAccount.
+fn charts_token_kubeconfig(dc: &DevCluster, admin: &str, dir: &Path) -> PathBuf {
+    let token = kubectl_ok(
+        dc,
+        &[
+            "create",
+            "token",
+            "fb-fleetbus-agent",
+            "-n",
+            NAMESPACE,
+            "--duration=1h",
+        ],
+    );
+    kubeconfig_with_token(dc, admin, token.trim(), dir)
+}
+
 async fn peer_state(client: &kube::Client, name: &str) -> Result<(), String> {
     let c = Api::<Cluster>::all(client.clone())
         .get(name)
@@ -252,32 +296,7 @@ async fn agent_runs_with_exactly_the_charts_rbac() {
     let home = tempfile::tempdir().unwrap();
 
     // The chart's ServiceAccount and RBAC, rendered by helm, applied by the admin.
-    let chart = chart();
-    let rendered = helm_ok(
-        home.path(),
-        &a,
-        &[
-            "template",
-            "fb",
-            chart.to_str().unwrap(),
-            "-n",
-            NAMESPACE,
-            "--set",
-            "clusterName=a",
-            "--set",
-            "agent.publishKubeconfig=true",
-            "--show-only",
-            "templates/serviceaccount.yaml",
-            "--show-only",
-            "templates/clusterrole.yaml",
-            "--show-only",
-            "templates/role.yaml",
-        ],
-    );
-    let rbac_file = home.path().join("rbac.yaml");
-    std::fs::write(&rbac_file, &rendered).unwrap();
-    kubectl_ok(&a, &["create", "namespace", NAMESPACE]);
-    kubectl_ok(&a, &["apply", "-f", rbac_file.to_str().unwrap()]);
+    apply_charts_rbac(home.path(), &a, &["--set", "agent.publishKubeconfig=true"]);
     // Another ServiceAccount with no rights at all, for the negative control.
     kubectl_ok(&a, &["create", "serviceaccount", "nobody", "-n", NAMESPACE]);
 
@@ -299,18 +318,7 @@ async fn agent_runs_with_exactly_the_charts_rbac() {
     assert_ne!(code, 200, "unbound agent ready: {body}");
     denied.agent.stop();
 
-    let token = kubectl_ok(
-        &a,
-        &[
-            "create",
-            "token",
-            "fb-fleetbus-agent",
-            "-n",
-            NAMESPACE,
-            "--duration=1h",
-        ],
-    );
-    let kc = kubeconfig_with_token(&a, admin, token.trim(), home.path());
+    let kc = charts_token_kubeconfig(&a, admin, home.path());
     let forbidden_before = forbidden_lines(&a.log()).len();
     let agent_a = start_agent(&nats, "a", &kc, &["--publish-kubeconfig"]);
     let agent_b = start_agent(&nats, "b", b.kubeconfig(), &["--publish-kubeconfig"]);
@@ -370,6 +378,276 @@ async fn agent_runs_with_exactly_the_charts_rbac() {
         agent_a.agent.log()
     );
     drop(agent_b);
+}
+
+/// The Ready condition of rule `name` on `client`'s cluster: (status, reason, message).
+async fn rule_ready(client: &kube::Client, name: &str) -> Result<(String, String, String), String> {
+    let rule = Api::<ResourceSyncRule>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| format!("get rule {name}: {e}"))?;
+    rule.status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .ok_or_else(|| format!("rule {name} has no Ready condition: {:?}", rule.status))
+}
+
+/// Two clusters with agents: `a` enforces RBAC and its agent runs with a token
+/// of the chart's ServiceAccount, with only the chart's RBAC (rendered with
+/// `set`) applied; `b` is a plain devcluster with an admin agent.
+struct RbacPair {
+    a: DevCluster,
+    b: DevCluster,
+    agent_a: Member,
+    client_a: kube::Client,
+    home: tempfile::TempDir,
+    _agent_b: Member,
+    _nats: NatsServer,
+}
+
+async fn rbac_pair(prefix: &str, set: &[&str]) -> RbacPair {
+    let nats = NatsServer::start().unwrap();
+    let admin = "admin-token-e2e";
+    let a = DevCluster::start(DevClusterOpts {
+        token: Some(admin.into()),
+        tls: true,
+        nodes: 1,
+        extra_args: vec!["--authorization".into(), "rbac".into()],
+        ..DevClusterOpts::new(&format!("{prefix}-a"))
+    })
+    .unwrap();
+    let b = DevCluster::start(DevClusterOpts {
+        nodes: 1,
+        ..DevClusterOpts::new(&format!("{prefix}-b"))
+    })
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    apply_charts_rbac(home.path(), &a, set);
+    let kc = charts_token_kubeconfig(&a, admin, home.path());
+    let agent_a = start_agent(&nats, "a", &kc, &[]);
+    let agent_b = start_agent(&nats, "b", b.kubeconfig(), &[]);
+    let client_a = a.client().await.unwrap();
+    let client_b = b.client().await.unwrap();
+    wait_for("a to see itself and peer b Ready", CONVERGE, || async {
+        peer_state(&client_a, "a").await?;
+        peer_state(&client_a, "b").await
+    })
+    .await;
+    wait_for("b to see peer a Ready", CONVERGE, || {
+        peer_state(&client_b, "a")
+    })
+    .await;
+    RbacPair {
+        a,
+        b,
+        agent_a,
+        client_a,
+        home,
+        _agent_b: agent_b,
+        _nats: nats,
+    }
+}
+
+impl RbacPair {
+    /// On b, as its admin: namespace `shared` with ConfigMap `settings`, and a
+    /// rule syncing the ConfigMaps of `shared` (creating the namespace).
+    fn configmap_rule_on_b(&self) {
+        kubectl_ok(&self.b, &["create", "namespace", "shared"]);
+        kubectl_ok(
+            &self.b,
+            &[
+                "create",
+                "configmap",
+                "settings",
+                "-n",
+                "shared",
+                "--from-literal=color=blue",
+            ],
+        );
+        let rule_file = self.home.path().join("rule.yaml");
+        std::fs::write(
+            &rule_file,
+            r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: sync-configmaps
+spec:
+  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+  rules:
+    - match:
+        - namespaces: [shared]
+  createNamespace: true
+"#,
+        )
+        .unwrap();
+        kubectl_ok(&self.b, &["apply", "-f", rule_file.to_str().unwrap()]);
+    }
+
+    fn configmaps_a(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client_a.clone(), "shared")
+    }
+
+    /// Waits for b's ConfigMap on a, as a copy from b with b's data; then for
+    /// the rule to be Ready there.
+    async fn wait_synced(&self, what: &str, timeout: Duration) {
+        let configmaps_a = self.configmaps_a();
+        let copy = wait_for(what, timeout, || async {
+            let cm = configmaps_a
+                .get_opt("settings")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "no copy yet".to_owned())?;
+            let origin = cm.annotations().get(ANNOTATION_ORIGIN_CLUSTER).cloned();
+            if origin.as_deref() == Some("b") {
+                Ok(cm)
+            } else {
+                Err(format!("settings has origin {origin:?}"))
+            }
+        })
+        .await;
+        assert_eq!(
+            copy.data
+                .unwrap_or_default()
+                .get("color")
+                .map(String::as_str),
+            Some("blue")
+        );
+        wait_for("the rule on a to be Ready", CONVERGE, || async {
+            match rule_ready(&self.client_a, "sync-configmaps").await? {
+                (s, r, _) if s == "True" && r == "Synced" => Ok(()),
+                other => Err(format!("Ready {other:?}")),
+            }
+        })
+        .await;
+    }
+
+    /// The granted verbs are every verb sync uses: an edit of the copy is
+    /// reverted (PUT), and the copy goes when its original does (DELETE).
+    async fn edit_reverted_and_delete_propagates(&self) {
+        let configmaps_a = self.configmaps_a();
+        kubectl_ok(
+            &self.a,
+            &[
+                "label",
+                "configmap",
+                "settings",
+                "-n",
+                "shared",
+                "edited=yes",
+            ],
+        );
+        wait_for("the edit on a's copy to be reverted", CONVERGE, || async {
+            let cm = configmaps_a
+                .get("settings")
+                .await
+                .map_err(|e| e.to_string())?;
+            match cm.labels().get("edited") {
+                None => Ok(()),
+                Some(v) => Err(format!("label edited={v} still there")),
+            }
+        })
+        .await;
+        kubectl_ok(
+            &self.b,
+            &["delete", "configmap", "settings", "-n", "shared"],
+        );
+        wait_for("a's copy to go with b's original", CONVERGE, || async {
+            match configmaps_a
+                .get_opt("settings")
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(_) => Err("copy still there".to_owned()),
+            }
+        })
+        .await;
+    }
+}
+
+/// Rule sync under exactly the chart's RBAC: agent a runs with the chart's
+/// ServiceAccount on a devcluster enforcing RBAC, b as admin. A rule for
+/// ConfigMaps (a kind the chart does not grant) created on b reaches a (rules
+/// are replicated under the chart's own rights) and shows `Ready=False`
+/// `Invalid` there with a message saying the kind is forbidden. Once the
+/// example ClusterRole of the chart (`examples/grant-configmaps.yaml`, label
+/// `fleetbus.io/aggregate-to-agent`) is applied, the same agent process, not
+/// restarted, lists ConfigMaps (its watch retries with backoff), writes b's
+/// ConfigMap as a copy (creating its namespace) and reports the rule Ready;
+/// the example's verbs are enough to revert an edit and delete the copy.
+#[tokio::test]
+async fn rule_sync_under_the_charts_rbac_waits_for_a_granted_kind() {
+    let mut pair = rbac_pair("grant", &[]).await;
+    pair.configmap_rule_on_b();
+
+    // On a the rule copy arrives (the chart grants rules) but its kind is
+    // forbidden: the rule says so.
+    let forbidden = wait_for(
+        "the rule on a to say ConfigMaps are forbidden",
+        CONVERGE,
+        || async {
+            match rule_ready(&pair.client_a, "sync-configmaps").await? {
+                (s, r, m)
+                    if s == "False" && r == "Invalid" && m.to_lowercase().contains("forbidden") =>
+                {
+                    Ok(m)
+                }
+                other => Err(format!("Ready {other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(forbidden.contains("ConfigMap"), "{forbidden}");
+    assert!(
+        pair.configmaps_a()
+            .get_opt("settings")
+            .await
+            .unwrap()
+            .is_none(),
+        "a ConfigMap copy was written without the right to"
+    );
+    let pid = pair.agent_a.agent.pid();
+
+    // Grant ConfigMaps the way the chart documents: an aggregated ClusterRole.
+    let grant = chart().join("examples/grant-configmaps.yaml");
+    kubectl_ok(&pair.a, &["apply", "-f", grant.to_str().unwrap()]);
+    // The watch retries with kube's default backoff (at most 30 s apart).
+    pair.wait_synced(
+        "b's ConfigMap copied to a after the grant",
+        CONVERGE + Duration::from_secs(45),
+    )
+    .await;
+    pair.edit_reverted_and_delete_propagates().await;
+    assert!(
+        pair.agent_a.agent.is_running(),
+        "agent a stopped:\n{}",
+        pair.agent_a.agent.log()
+    );
+    assert_eq!(pair.agent_a.agent.pid(), pid, "agent a was restarted");
+}
+
+/// The chart's other way to grant a synced kind, `rbac.extraRules`, with
+/// exactly the verbs the READMEs say sync needs (no `patch`): the ConfigMap
+/// rule works from the start, edits are reverted, deletes propagate, and the
+/// agent never meets a 403.
+#[tokio::test]
+async fn rbac_extra_rules_grant_a_synced_kind() {
+    let extra = r#"rbac.extraRules=[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list","watch","create","update","delete"]}]"#;
+    let pair = rbac_pair("extra", &["--set-json", extra]).await;
+    let forbidden_before = forbidden_lines(&pair.a.log()).len();
+    pair.configmap_rule_on_b();
+    pair.wait_synced("b's ConfigMap copied to a", CONVERGE)
+        .await;
+    pair.edit_reverted_and_delete_propagates().await;
+    let forbidden = forbidden_lines(&pair.a.log());
+    assert_eq!(
+        forbidden.len(),
+        forbidden_before,
+        "agent a met 403s with rbac.extraRules:\n{}",
+        forbidden.join("\n")
+    );
 }
 
 /// The devcluster's request log lines answered 403 (ANSI colours removed).
