@@ -599,11 +599,18 @@ pub async fn run(
             _ = cancel.cancelled() => return Ok(()),
             Some(msg) = next_command(&mut commands) => {
                 let reply = match super::command::parse(&msg.payload) {
-                    Ok(sel) => engine.correct(&sel).await,
+                    Ok(req) => engine.correct(&req).await,
                     Err(e) => engine.refuse(&e),
                 };
+                let bytes = match reply.encode() {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not encode a correct reply");
+                        continue;
+                    }
+                };
                 if let Some(to) = msg.reply {
-                    if let Err(e) = client.publish(to, reply.to_string().into()).await {
+                    if let Err(e) = client.publish(to, bytes.into()).await {
                         tracing::warn!(error = %e, "could not reply to a correct command");
                     }
                 }
