@@ -40,7 +40,11 @@ pub enum DriftCommand {
 #[derive(Debug, Clone, Args)]
 pub struct BusArgs {
     /// NATS server URL.
-    #[arg(long, env = "FLEETBUS_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    #[arg(
+        long,
+        env = "FLEETBUS_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
     pub nats_url: String,
 
     /// Subject prefix of the fleet (streams and buckets derive from it).

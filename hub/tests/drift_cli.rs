@@ -11,7 +11,9 @@ use async_nats::jetstream::{self, kv, stream};
 use chrono::Utc;
 use fleetbus_schemas::command::{CorrectFailure, CorrectReply, CorrectRequest};
 use fleetbus_schemas::crd::DriftMode;
-use fleetbus_schemas::drift::{drift_event_id, ChangedBy, DriftChange, DriftEvent, DriftPhase, DriftType};
+use fleetbus_schemas::drift::{
+    drift_event_id, ChangedBy, DriftChange, DriftEvent, DriftPhase, DriftType,
+};
 use fleetbus_schemas::jetstream::Layout;
 use fleetbus_schemas::ObjectRef;
 use fleetbus_testsupport::{wait_for, NatsServer};
@@ -91,7 +93,9 @@ fn event(cluster: &str, object: ObjectRef, rule: &str, phase: DriftPhase, rv: &s
         },
         phase,
         type_: DriftType::Modified,
-        detected_at: fleetbus_schemas::time::truncate_to_ms(Utc::now() - chrono::TimeDelta::minutes(5)),
+        detected_at: fleetbus_schemas::time::truncate_to_ms(
+            Utc::now() - chrono::TimeDelta::minutes(5),
+        ),
         changes: vec![DriftChange {
             path: "/spec/template/spec/containers/0/image".into(),
             desired: "nginx:1.27".into(),
@@ -113,7 +117,9 @@ fn web() -> ObjectRef {
 
 /// Publishes like the agent: on the event's subject, acked by the stream.
 async fn publish(js: &jetstream::Context, e: &DriftEvent) {
-    let subject = e.subject_key().to_subject(&Layout::default().prefix().clone());
+    let subject = e
+        .subject_key()
+        .to_subject(&Layout::default().prefix().clone());
     js.publish(subject, e.encode().unwrap().into())
         .await
         .unwrap()
@@ -162,17 +168,47 @@ async fn ls_shows_current_drift_as_table_and_json() {
     let header: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(
         header,
-        ["CLUSTER", "RULE", "KIND", "NAMESPACE", "NAME", "PHASE", "ACTION", "CHANGED-BY", "AGE"]
+        [
+            "CLUSTER",
+            "RULE",
+            "KIND",
+            "NAMESPACE",
+            "NAME",
+            "PHASE",
+            "ACTION",
+            "CHANGED-BY",
+            "AGE"
+        ]
     );
     let c1: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(
         c1,
-        ["c1", "cfg", "ConfigMap", "-", "cluster-wide", "CorrectionFailed", "Report", "kubectl-set", "5m"]
+        [
+            "c1",
+            "cfg",
+            "ConfigMap",
+            "-",
+            "cluster-wide",
+            "CorrectionFailed",
+            "Report",
+            "kubectl-set",
+            "5m"
+        ]
     );
     let c2: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(
         c2,
-        ["c2", "web", "Deployment", "team-a", "web", "Detected", "Report", "kubectl-set", "5m"]
+        [
+            "c2",
+            "web",
+            "Deployment",
+            "team-a",
+            "web",
+            "Detected",
+            "Report",
+            "kubectl-set",
+            "5m"
+        ]
     );
 
     let out = run(&nats, &["drift", "ls", "--cluster", "c2"]).await;
@@ -228,7 +264,17 @@ async fn history_prints_every_event_of_the_object_in_order() {
         publish(&js, e).await;
     }
 
-    let out = run(&nats, &["drift", "history", "Deployment/team-a/web", "--cluster", "c2"]).await;
+    let out = run(
+        &nats,
+        &[
+            "drift",
+            "history",
+            "Deployment/team-a/web",
+            "--cluster",
+            "c2",
+        ],
+    )
+    .await;
     assert!(out.status.success(), "{}", text(&out));
     let s = stdout(&out);
     let lines: Vec<&str> = s.lines().collect();
@@ -236,11 +282,22 @@ async fn history_prints_every_event_of_the_object_in_order() {
     assert!(lines[0].contains(" c2 Detected Modified Deployment team-a/web rule=web action=Report by=kubectl-set changes=/spec/template/spec/containers/0/image"), "{s}");
     assert!(lines[1].contains(" c2 Corrected "), "{s}");
 
-    let out = run(&nats, &["drift", "history", "Deployment/team-a/web", "-o", "json"]).await;
+    let out = run(
+        &nats,
+        &["drift", "history", "Deployment/team-a/web", "-o", "json"],
+    )
+    .await;
     assert!(out.status.success(), "{}", text(&out));
     let json: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     let ids: Vec<&str> = json.iter().map(|e| e["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, [detected.id.as_str(), on_c3.id.as_str(), corrected.id.as_str()]);
+    assert_eq!(
+        ids,
+        [
+            detected.id.as_str(),
+            on_c3.id.as_str(),
+            corrected.id.as_str()
+        ]
+    );
 
     // An object without events: nothing, and the command returns.
     let out = run(&nats, &["drift", "history", "Deployment/team-a/nothing"]).await;
@@ -249,7 +306,11 @@ async fn history_prints_every_event_of_the_object_in_order() {
 
     let out = run(&nats, &["drift", "history", "web"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("is not KIND/NAMESPACE/NAME or KIND/NAME"), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not KIND/NAMESPACE/NAME or KIND/NAME"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[tokio::test]
@@ -257,7 +318,13 @@ async fn watch_prints_a_line_per_new_event_and_exits_0_on_ctrl_c() {
     let nats = NatsServer::start().unwrap();
     let (_c, js, _store) = bus(&nats).await;
     // Stored before the watch starts: not shown (new events only).
-    let old = event("c2", ObjectRef::new("v1", "ConfigMap", Some("team-a"), "old"), "web", DriftPhase::Detected, "1");
+    let old = event(
+        "c2",
+        ObjectRef::new("v1", "ConfigMap", Some("team-a"), "old"),
+        "web",
+        DriftPhase::Detected,
+        "1",
+    );
     publish(&js, &old).await;
 
     let mut child = fleetbus(&nats, &["drift", "watch", "--cluster", "c2"])
@@ -294,31 +361,55 @@ async fn watch_prints_a_line_per_new_event_and_exits_0_on_ctrl_c() {
     })
     .await;
     // Another cluster's event, then one of c2: only c2's is printed (in stream order).
-    let c1 = event("c1", ObjectRef::new("v1", "ConfigMap", Some("team-a"), "from-c1"), "web", DriftPhase::Detected, "200");
+    let c1 = event(
+        "c1",
+        ObjectRef::new("v1", "ConfigMap", Some("team-a"), "from-c1"),
+        "web",
+        DriftPhase::Detected,
+        "200",
+    );
     publish(&js, &c1).await;
     let mut fixed = event("c2", web(), "web", DriftPhase::CorrectionFailed, "201");
     fixed.error = Some("webhook said no".into());
     publish(&js, &fixed).await;
-    wait_for("watch to print the CorrectionFailed event", DEADLINE, || {
-        let lines = lines.clone();
-        async move {
-            let seen = lines.lock().unwrap().clone();
-            if seen.iter().any(|l| l.contains(" c2 CorrectionFailed Modified Deployment team-a/web") && l.ends_with("error=\"webhook said no\"")) {
-                Ok(())
-            } else {
-                Err(format!("{seen:?}"))
+    wait_for(
+        "watch to print the CorrectionFailed event",
+        DEADLINE,
+        || {
+            let lines = lines.clone();
+            async move {
+                let seen = lines.lock().unwrap().clone();
+                if seen.iter().any(|l| {
+                    l.contains(" c2 CorrectionFailed Modified Deployment team-a/web")
+                        && l.ends_with("error=\"webhook said no\"")
+                }) {
+                    Ok(())
+                } else {
+                    Err(format!("{seen:?}"))
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     let seen = lines.lock().unwrap().clone();
-    assert!(!seen.iter().any(|l| l.contains("old") || l.contains("from-c1")), "{seen:?}");
+    assert!(
+        !seen
+            .iter()
+            .any(|l| l.contains("old") || l.contains("from-c1")),
+        "{seen:?}"
+    );
 
     // Ctrl-C: a normal end.
     let pid = child.id().unwrap().to_string();
-    let kill = std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
     assert!(kill.success());
-    let status = tokio::time::timeout(DEADLINE, child.wait()).await.unwrap().unwrap();
+    let status = tokio::time::timeout(DEADLINE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(status.success(), "watch ended with {status}");
     reader.await.unwrap();
 }
@@ -367,8 +458,18 @@ async fn correct_sends_the_request_and_prints_the_reply() {
     let seen = responder(&client, "c2", ok.clone()).await;
 
     let args = [
-        "drift", "correct", "--cluster", "c2", "--rule", "web", "--kind", "Deployment",
-        "--namespace", "team-a", "--name", "web",
+        "drift",
+        "correct",
+        "--cluster",
+        "c2",
+        "--rule",
+        "web",
+        "--kind",
+        "Deployment",
+        "--namespace",
+        "team-a",
+        "--name",
+        "web",
     ];
     let out = run(&nats, &args).await;
     assert!(out.status.success(), "{}", text(&out));
@@ -387,25 +488,44 @@ async fn correct_sends_the_request_and_prints_the_reply() {
     );
 
     // No filters: every drifted copy; JSON output is the protocol's reply.
-    let out = run(&nats, &["drift", "correct", "--cluster", "c2", "-o", "json"]).await;
+    let out = run(
+        &nats,
+        &["drift", "correct", "--cluster", "c2", "-o", "json"],
+    )
+    .await;
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(CorrectReply::decode(&out.stdout).unwrap(), ok);
-    assert_eq!(seen.lock().unwrap().last().unwrap(), &CorrectRequest::default());
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap(),
+        &CorrectRequest::default()
+    );
 
     // Some copies failed: printed, and a non-zero exit for scripts.
     let failing = CorrectReply {
         cluster: "c4".into(),
         corrected: vec![],
-        failed: vec![CorrectFailure { object: web(), error: "admission denied".into() }],
+        failed: vec![CorrectFailure {
+            object: web(),
+            error: "admission denied".into(),
+        }],
         error: None,
     };
     let _f = responder(&client, "c4", failing).await;
     let out = run(&nats, &["drift", "correct", "--cluster", "c4"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(stdout(&out).contains("failed    apps/v1/Deployment/team-a/web: admission denied"), "{}", text(&out));
+    assert!(
+        stdout(&out).contains("failed    apps/v1/Deployment/team-a/web: admission denied"),
+        "{}",
+        text(&out)
+    );
 
     // Refused as a whole: a one-line error.
-    let _r = responder(&client, "c5", CorrectReply::refused("c5", "unsupported request")).await;
+    let _r = responder(
+        &client,
+        "c5",
+        CorrectReply::refused("c5", "unsupported request"),
+    )
+    .await;
     let out = run(&nats, &["drift", "correct", "--cluster", "c5"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(
@@ -429,7 +549,11 @@ async fn correct_fails_clearly_without_an_agent_or_a_reply() {
     let _sub = client.subscribe("fleetbus.cmd.c3.correct").await.unwrap();
     client.flush().await.unwrap();
     let started = std::time::Instant::now();
-    let out = run(&nats, &["drift", "correct", "--cluster", "c3", "--timeout", "300ms"]).await;
+    let out = run(
+        &nats,
+        &["drift", "correct", "--cluster", "c3", "--timeout", "300ms"],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim_end(),
@@ -450,7 +574,8 @@ async fn correct_fails_clearly_without_an_agent_or_a_reply() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).starts_with("fleetbus: error: cannot connect to NATS at nats://127.0.0.1:1"),
+        String::from_utf8_lossy(&out.stderr)
+            .starts_with("fleetbus: error: cannot connect to NATS at nats://127.0.0.1:1"),
         "{}",
         text(&out)
     );

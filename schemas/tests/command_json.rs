@@ -43,8 +43,14 @@ fn reply() -> CorrectReply {
 
 #[test]
 fn examples_match_documented_json() {
-    assert_eq!(String::from_utf8(request().encode().unwrap()).unwrap(), REQUEST);
-    assert_eq!(CorrectRequest::decode(REQUEST.as_bytes()).unwrap(), request());
+    assert_eq!(
+        String::from_utf8(request().encode().unwrap()).unwrap(),
+        REQUEST
+    );
+    assert_eq!(
+        CorrectRequest::decode(REQUEST.as_bytes()).unwrap(),
+        request()
+    );
     assert_eq!(String::from_utf8(reply().encode().unwrap()).unwrap(), REPLY);
     assert_eq!(CorrectReply::decode(REPLY.as_bytes()).unwrap(), reply());
     common::assert_doc_contains(REQUEST);
@@ -62,8 +68,9 @@ fn absent_filters_mean_everything() {
     let obj = ObjectRef::new("v1", "ConfigMap", None, "x");
     assert!(all.matches("any-rule", &obj));
     // A reply with only the cluster is a valid "nothing was drifted".
-    let empty = CorrectReply::decode(br#"{"schema":"fleetbus.io/correct-reply/v1","cluster":"c2"}"#)
-        .unwrap();
+    let empty =
+        CorrectReply::decode(br#"{"schema":"fleetbus.io/correct-reply/v1","cluster":"c2"}"#)
+            .unwrap();
     assert!(empty.corrected.is_empty() && empty.failed.is_empty() && empty.error.is_none());
 }
 

@@ -67,11 +67,8 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
     )
     .await?;
     // Same config shape and same checks as the registry bucket (history 1, no TTL).
-    let (drift_kv, created_drift_bucket) = connect::ensure_bucket(
-        js,
-        connect::registry_bucket_config(&layout.drift_bucket()),
-    )
-    .await?;
+    let (drift_kv, created_drift_bucket) =
+        connect::ensure_bucket(js, connect::registry_bucket_config(&layout.drift_bucket())).await?;
     let created_streams = streams::ensure_streams(js, layout).await?;
     // The handle holds the stream info read when it was opened or created.
     let bucket_incarnation = kv

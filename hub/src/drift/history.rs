@@ -48,7 +48,11 @@ impl std::str::FromStr for ObjectArg {
 
 impl ObjectArg {
     /// `<p>.drift.<cluster or *>.*.<kind>.<namespace>.<name>`.
-    pub fn filter(&self, prefix: &fleetbus_schemas::subject::Prefix, cluster: Option<&str>) -> String {
+    pub fn filter(
+        &self,
+        prefix: &fleetbus_schemas::subject::Prefix,
+        cluster: Option<&str>,
+    ) -> String {
         format!(
             "{prefix}.{DRIFT}.{}.*.{}.{}.{}",
             cluster.map_or_else(|| "*".into(), encode_token),
@@ -101,12 +105,21 @@ mod tests {
     fn object_args_parse_and_filter() {
         let p = Prefix::default();
         let o: ObjectArg = "Deployment/team-a/web".parse().unwrap();
-        assert_eq!(o.filter(&p, Some("c2")), "fleetbus.drift.c2.*.Deployment.team-a.web");
+        assert_eq!(
+            o.filter(&p, Some("c2")),
+            "fleetbus.drift.c2.*.Deployment.team-a.web"
+        );
         let c: ObjectArg = "ClusterRole/system:foo".parse().unwrap();
         assert_eq!(c.namespace, None);
-        assert_eq!(c.filter(&p, None), "fleetbus.drift.*.*.ClusterRole._.=c3lzdGVtOmZvbw");
+        assert_eq!(
+            c.filter(&p, None),
+            "fleetbus.drift.*.*.ClusterRole._.=c3lzdGVtOmZvbw"
+        );
         for bad in ["web", "a/b/c/d", "Deployment//web", ""] {
-            assert!(matches!(bad.parse::<ObjectArg>(), Err(DriftError::ObjectArg(_))), "{bad}");
+            assert!(
+                matches!(bad.parse::<ObjectArg>(), Err(DriftError::ObjectArg(_))),
+                "{bad}"
+            );
         }
     }
 }

@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
-use async_nats::jetstream::{self, context::GetStreamErrorKind};
 use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::{self, context::GetStreamErrorKind};
 use fleetbus_schemas::drift::DriftEvent;
 use fleetbus_schemas::subject::DriftKey;
 use futures::TryStreamExt;

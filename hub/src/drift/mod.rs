@@ -32,9 +32,7 @@ pub async fn run(cmd: DriftCommand) -> Result<ExitCode, DriftError> {
     match cmd {
         DriftCommand::Ls(args) => ls(&args, &mut out).await.map(|()| ExitCode::SUCCESS),
         DriftCommand::Watch(args) => watch(&args, &mut out).await.map(|()| ExitCode::SUCCESS),
-        DriftCommand::History(args) => {
-            history(&args, &mut out).await.map(|()| ExitCode::SUCCESS)
-        }
+        DriftCommand::History(args) => history(&args, &mut out).await.map(|()| ExitCode::SUCCESS),
         DriftCommand::Correct(args) => correct(&args, &mut out).await.map(|all_ok| {
             if all_ok {
                 ExitCode::SUCCESS

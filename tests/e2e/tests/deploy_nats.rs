@@ -582,7 +582,11 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
     assert!(registry.get("cluster.c2.forged").await.unwrap().is_none());
     let drift = admin.get_key_value("fleetbus-drift").await.unwrap();
-    assert!(drift.get("c1.core.ConfigMap.default.mine").await.unwrap().is_some());
+    assert!(drift
+        .get("c1.core.ConfigMap.default.mine")
+        .await
+        .unwrap()
+        .is_some());
     assert!(drift
         .get("c2.core.ConfigMap.default.forged")
         .await
