@@ -565,18 +565,19 @@ async fn correct_fails_clearly_without_an_agent_or_a_reply() {
     let out = run(&nats, &["drift", "correct", "--timeout", "soon"]).await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 
-    // No NATS at all.
+    // No NATS at all; the password in the URL is not repeated.
     drop(nats);
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleetbus"))
-        .args(["drift", "ls", "--nats-url", "nats://127.0.0.1:1"])
+        .args(["drift", "ls", "--nats-url", "nats://c1:hunter2@127.0.0.1:1"])
         .output()
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .starts_with("fleetbus: error: cannot connect to NATS at nats://127.0.0.1:1"),
+        stderr.starts_with("fleetbus: error: cannot connect to NATS at nats://c1:***@127.0.0.1:1"),
         "{}",
         text(&out)
     );
+    assert!(!stderr.contains("hunter2"), "{}", text(&out));
 }
