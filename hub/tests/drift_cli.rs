@@ -581,3 +581,35 @@ async fn correct_fails_clearly_without_an_agent_or_a_reply() {
     );
     assert!(!stderr.contains("hunter2"), "{}", text(&out));
 }
+
+#[tokio::test]
+async fn watch_all_replays_stored_events_as_json_lines() {
+    let nats = NatsServer::start().unwrap();
+    let (_c, js, _store) = bus(&nats).await;
+    let stored = event("c2", web(), "web", DriftPhase::Detected, "7");
+    publish(&js, &stored).await;
+
+    let mut child = fleetbus(&nats, &["drift", "watch", "--all", "-o", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(DEADLINE, out.next_line())
+        .await
+        .expect("no line from watch --all")
+        .unwrap()
+        .unwrap();
+    // One compact JSON object per line: the protocol's event, unchanged.
+    assert_eq!(DriftEvent::decode(first.as_bytes()).unwrap(), stored);
+    // Then it follows: a later event arrives as the next line.
+    let later = event("c2", web(), "web", DriftPhase::Resolved, "8");
+    publish(&js, &later).await;
+    let second = tokio::time::timeout(DEADLINE, out.next_line())
+        .await
+        .expect("no second line from watch --all")
+        .unwrap()
+        .unwrap();
+    assert_eq!(DriftEvent::decode(second.as_bytes()).unwrap(), later);
+    child.kill().await.unwrap();
+}
