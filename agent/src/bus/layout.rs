@@ -35,10 +35,6 @@ impl LayoutError {
 pub struct Ensured {
     /// The registry bucket.
     pub kv: kv::Store,
-    /// The drift state bucket (current drift per object, PROTOCOL §6).
-    // Written by the drift sink (agent/src/sync/drift*), which lands separately.
-    #[allow(dead_code)]
-    pub drift_kv: kv::Store,
     /// The registry bucket was missing and has been created.
     pub created_bucket: bool,
     /// The drift bucket was missing and has been created.
@@ -67,7 +63,8 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
     )
     .await?;
     // Same config shape and same checks as the registry bucket (history 1, no TTL).
-    let (drift_kv, created_drift_bucket) =
+    // The sync engine opens the drift bucket by name when it first reports.
+    let (_drift_kv, created_drift_bucket) =
         connect::ensure_bucket(js, connect::registry_bucket_config(&layout.drift_bucket())).await?;
     let created_streams = streams::ensure_streams(js, layout).await?;
     // The handle holds the stream info read when it was opened or created.
@@ -78,7 +75,6 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
         .unwrap_or_default();
     Ok(Ensured {
         kv,
-        drift_kv,
         created_bucket,
         created_drift_bucket,
         created_streams,
