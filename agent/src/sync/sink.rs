@@ -240,6 +240,8 @@ impl Engine {
             }
         }
         self.refused.retain(|t, _| wanted.contains(t));
+        // Watch times matter only for copies (drift latency).
+        self.seen.retain(|t, _| wanted.contains(t));
         self.drift_forget_except(&wanted).await;
         self.collect(&wanted).await;
         for (rule, errors) in &self.source_errors {
