@@ -65,6 +65,22 @@ fn same_desired(a: &Value, b: &Value) -> bool {
     strip(a) == strip(b)
 }
 
+/// Sets `body`'s source-hash annotation to `live`'s, when live has one.
+fn keep_source_hash(body: &mut Value, live: &Value) {
+    let Some(hash) = annotation(live, well_known::ANNOTATION_SOURCE_HASH) else {
+        return;
+    };
+    if let Some(a) = body
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.insert(
+            well_known::ANNOTATION_SOURCE_HASH.to_owned(),
+            Value::String(hash.to_owned()),
+        );
+    }
+}
+
 fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj.pointer("/metadata/annotations")
         .and_then(|a| a.get(key))
@@ -376,6 +392,11 @@ impl Engine {
                 let mut body = c.desired.clone();
                 compare::carry_over(&mut body, &live);
                 drift::keep_excluded(&mut body, &live, &policy.exclude);
+                // Compare with the copy's own source hash: a source change
+                // that leaves the copy alone (the origin's status, when
+                // status is not synced) is no reason to write after a
+                // restart, as it was none while running (`same_desired`).
+                keep_source_hash(&mut body, &live);
                 match apply::dry_run_replace(&api, &body).await {
                     Ok(server) => {
                         self.baselines.insert(
