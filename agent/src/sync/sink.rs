@@ -21,7 +21,7 @@ use super::apply::{self, WriteError};
 use super::compare;
 use super::conflicts::{self, Conflict};
 use super::drift::{self, Policy};
-use super::drift_report::Found;
+use super::drift_report::{self, Found};
 use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport, Target};
 use super::matching;
 use super::mutate::{self, CopyInput};
@@ -333,6 +333,10 @@ impl Engine {
                 .filter(|b| same_desired(&b.desired, &c.desired))
                 .map(|b| b.server.clone());
             if let (Some(last), Some(rule)) = (known, rule.as_ref()) {
+                if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
+                    // Our create's watch event has not arrived yet: no drift.
+                    return Outcome::InSync;
+                }
                 let policy = Policy::of(rule, target, &last);
                 let mode = self.effective_mode(target, policy.mode);
                 if mode == DriftMode::Ignore {
@@ -423,6 +427,26 @@ impl Engine {
                 return Outcome::InSync;
             }
             if is_drift {
+                // What the server has now, not the watch cache (which may
+                // still show the version our last write replaced).
+                let live = match drift_report::fresh(&api, &target.name).await {
+                    Ok(Some(now)) => now,
+                    // Deleted meanwhile: its watch event decides.
+                    Ok(None) => return Outcome::InSync,
+                    Err(e) => {
+                        tracing::debug!(copy = %target, error = %e, "re-reading a drifted copy failed; using the cache");
+                        live
+                    }
+                };
+                if drift::comparable(&server, c.with_status, &policy.exclude)
+                    == drift::comparable(&live, c.with_status, &policy.exclude)
+                {
+                    return Outcome::InSync;
+                }
+                let live_rv = live
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
                 let mode = self.effective_mode(target, policy.mode);
                 if mode == DriftMode::Ignore {
                     return Outcome::InSync;
