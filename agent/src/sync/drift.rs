@@ -364,9 +364,12 @@ mod tests {
 
     #[test]
     fn control_annotations_are_no_change() {
-        let base = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "1"}});
+        // A copy always has annotations (its fleetbus.io marks).
+        let base = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "annotations": {"fleetbus.io/rule": "r"}}, "data": {"a": "1"}});
         let mut live = base.clone();
         live["metadata"]["annotations"] = json!({
+            "fleetbus.io/rule": "r",
             "fleetbus.io/correction-paused": "true",
             "fleetbus.io/drift-ignore": "/data/b",
         });
