@@ -1,8 +1,10 @@
 //! Command-line interface of `fleetbus` (clap derive).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use fleetbus_schemas::subject::Prefix;
 
 /// The fleetbus operator CLI.
 #[derive(Debug, Parser)]
@@ -17,6 +19,125 @@ pub enum Command {
     /// Run a local mesh: one nats-server, N devclusters and one agent per cluster.
     #[command(subcommand)]
     Mesh(MeshCommand),
+    /// Drift across the fleet: current state, live events, history, correction on demand.
+    #[command(subcommand)]
+    Drift(DriftCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DriftCommand {
+    /// Current drift across the fleet (from the drift KV bucket).
+    Ls(DriftLsArgs),
+    /// Follow drift events as they happen (Ctrl-C stops).
+    Watch(DriftWatchArgs),
+    /// Every stored event of one object, oldest first.
+    History(DriftHistoryArgs),
+    /// Ask one cluster's agent to correct its drifted copies now.
+    Correct(DriftCorrectArgs),
+}
+
+/// Where the bus is.
+#[derive(Debug, Clone, Args)]
+pub struct BusArgs {
+    /// NATS server URL.
+    #[arg(
+        long,
+        env = "FLEETBUS_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
+    pub nats_url: String,
+
+    /// Subject prefix of the fleet (streams and buckets derive from it).
+    #[arg(long, env = "FLEETBUS_SUBJECT_PREFIX", default_value = "fleetbus", value_parser = parse_prefix)]
+    pub subject_prefix: Prefix,
+}
+
+fn parse_prefix(s: &str) -> Result<Prefix, String> {
+    Prefix::new(s).map_err(|e| e.to_string())
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum OutputFormat {
+    /// Human-readable table or lines.
+    #[default]
+    Table,
+    /// JSON (the protocol's messages), for scripts.
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output", env = "FLEETBUS_OUTPUT", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct DriftLsArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Only this cluster.
+    #[arg(long, env = "FLEETBUS_CLUSTER")]
+    pub cluster: Option<String>,
+    /// Only copies managed by this ResourceSyncRule.
+    #[arg(long, env = "FLEETBUS_RULE")]
+    pub rule: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DriftWatchArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Only this cluster.
+    #[arg(long, env = "FLEETBUS_CLUSTER")]
+    pub cluster: Option<String>,
+    /// Replay every stored event first, then follow (default: new events only).
+    #[arg(long, env = "FLEETBUS_DRIFT_WATCH_ALL")]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DriftHistoryArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// The object: KIND/NAMESPACE/NAME, or KIND/NAME if cluster-scoped.
+    pub object: String,
+    /// Only this cluster.
+    #[arg(long, env = "FLEETBUS_CLUSTER")]
+    pub cluster: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DriftCorrectArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// The cluster whose agent corrects its copies.
+    #[arg(long, env = "FLEETBUS_CLUSTER")]
+    pub cluster: String,
+    /// Only copies managed by this ResourceSyncRule.
+    #[arg(long)]
+    pub rule: Option<String>,
+    /// Only copies of this kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only copies in this namespace.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Only copies with this name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// How long to wait for the agent's reply (e.g. 10s, 1m).
+    #[arg(long, env = "FLEETBUS_DRIFT_CORRECT_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +236,28 @@ mod tests {
     }
 
     #[test]
+    fn drift_commands_parse_with_defaults() {
+        let cli = parse(&["drift", "ls", "--cluster", "c2", "-o", "json"]).unwrap();
+        let Command::Drift(DriftCommand::Ls(ls)) = cli.command else {
+            panic!("not ls")
+        };
+        assert_eq!(ls.cluster.as_deref(), Some("c2"));
+        assert_eq!(ls.out.output, OutputFormat::Json);
+        assert_eq!(ls.bus.subject_prefix, Prefix::default());
+        let cli = parse(&["drift", "correct", "--cluster", "c2", "--timeout", "250ms"]).unwrap();
+        let Command::Drift(DriftCommand::Correct(c)) = cli.command else {
+            panic!("not correct")
+        };
+        assert_eq!(c.timeout, Duration::from_millis(250));
+        assert_eq!(c.out.output, OutputFormat::Table);
+        let cli = parse(&["drift", "history", "Deployment/team-a/web"]).unwrap();
+        let Command::Drift(DriftCommand::History(h)) = cli.command else {
+            panic!("not history")
+        };
+        assert_eq!(h.object, "Deployment/team-a/web");
+    }
+
+    #[test]
     fn bad_args_are_usage_errors() {
         for bad in [
             &["mesh", "up", "--clusters", "0"][..],
@@ -122,6 +265,11 @@ mod tests {
             &["mesh", "up", "--bogus"],
             &["mesh", "sideways"],
             &["mesh"],
+            &["drift", "correct"],
+            &["drift", "correct", "--cluster", "c2", "--timeout", "soon"],
+            &["drift", "ls", "-o", "yaml"],
+            &["drift", "ls", "--subject-prefix", "Bad.Prefix"],
+            &["drift", "history"],
         ] {
             let err = parse(bad).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");

@@ -2,9 +2,11 @@
 //! [`cli::Cli`] for the commands, then [`mesh`] for the local mesh
 //! (`mesh up|down|status`), which runs real `nats-server`,
 //! `fleetbus-devcluster` and `fleetbus-agent` processes and records them in
-//! [`MeshState`] (`<dir>/mesh.json`).
+//! [`MeshState`] (`<dir>/mesh.json`); [`drift`] for the fleet's drift
+//! (`drift ls|watch|history|correct`), read from and sent over NATS.
 
 pub mod cli;
+pub mod drift;
 pub mod mesh;
 
 mod locate;

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 use fleetbus_hub::cli::{Cli, Command, MeshCommand};
+use fleetbus_hub::drift;
 use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
 
 fn main() -> ExitCode {
@@ -21,7 +22,14 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&anyhow::Error::new(e).context("cannot start the async runtime")),
     };
-    let Command::Mesh(cmd) = cli.command;
+    let cmd = match cli.command {
+        Command::Mesh(cmd) => cmd,
+        Command::Drift(cmd) => {
+            return runtime
+                .block_on(drift::run(cmd))
+                .unwrap_or_else(|e| fail(&e.into()));
+        }
+    };
     let result: anyhow::Result<ExitCode> = match cmd {
         MeshCommand::Up(args) => {
             let plan = match UpPlan::from_args(&args) {

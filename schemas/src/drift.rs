@@ -7,11 +7,21 @@ use serde_json::Value;
 use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
 use crate::crd::DriftMode;
 use crate::object_ref::ObjectRef;
-use crate::subject::{split_api_version, DriftKey};
+use crate::subject::{split_api_version, DriftKey, Prefix};
 use crate::time::{rfc3339_ms, rfc3339_ms_opt};
 
 /// `schema` of a [`DriftEvent`].
 pub const DRIFT_EVENT_SCHEMA: &str = "fleetbus.io/drift/v1";
+
+/// Suffix of the drift state bucket name: `<prefix>-drift`, e.g. `fleetbus-drift`.
+pub const DRIFT_BUCKET_SUFFIX: &str = "drift";
+
+/// Name of the drift state KV bucket for a prefix (`fleetbus` -> `fleetbus-drift`). Key
+/// [`DriftKey::to_kv_key`], value the last [`DriftEvent`] of the object while it is drifted
+/// (phase Detected or CorrectionFailed); the key is deleted when the drift ends.
+pub fn drift_bucket(prefix: &Prefix) -> String {
+    prefix.bucket_name(DRIFT_BUCKET_SUFFIX)
+}
 
 /// One step in the life of a drift on one object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,6 +56,13 @@ pub struct DriftEvent {
     /// Why a correction failed (phase CorrectionFailed), else null.
     #[serde(default)]
     pub error: Option<String>,
+}
+
+impl DriftPhase {
+    /// Whether the object is still drifted after this event (its drift KV key is kept).
+    pub fn is_open(self) -> bool {
+        matches!(self, Self::Detected | Self::CorrectionFailed)
+    }
 }
 
 /// Where a drift is in its life.

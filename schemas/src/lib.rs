@@ -10,6 +10,7 @@
 //! - [`envelope`]: the MessagePack message carrying one object version (or tombstone).
 //! - [`drift`]: the JSON drift events; [`conflict`]: the JSON conflict events;
 //!   [`reported`]: the JSON reported-state messages; [`ObjectRef`] names the object in each.
+//! - [`command`]: the request/reply of `fleetbus drift correct` (`<p>.cmd.<cluster>.correct`).
 //! - [`jetstream`]: stream, bucket and consumer layout as plain data, and the
 //!   minimum server version.
 //! - [`well_known`]: annotation, label, condition and Secret-type names.
@@ -17,6 +18,7 @@
 //! docs/PROTOCOL.md specifies the same protocol for readers who do not use Rust.
 
 mod codec;
+pub mod command;
 pub mod conflict;
 pub mod crd;
 pub mod drift;

@@ -119,6 +119,15 @@ fn jetstream_names_and_limits_match_the_layout() {
     let acme = Layout::new(Prefix::new("acme.fleetbus").unwrap(), 3);
     assert_doc_contains(&format!("`{}`", acme.objects_stream().name));
     assert_doc_contains(&format!("`{}`", acme.registry_bucket().bucket));
+    assert_doc_contains(&format!("KV `{}`", default.drift_bucket().bucket));
+    assert_doc_contains(&format!("`{}`", acme.drift_bucket().bucket));
+    // §6: the drift KV key is the drift subject without `<p>.drift.`.
+    let key = fleetbus_schemas::subject::DriftKey::parse_subject(
+        &Prefix::default(),
+        "fleetbus.drift.west.core.ConfigMap.team-a.settings",
+    )
+    .unwrap();
+    assert_doc_contains(&format!("e.g. `{}`", key.to_kv_key()));
     assert_doc_contains(&format!("**{MIN_NATS_SERVER_VERSION}**"));
     assert_doc_contains(&format!("max_payload - {HEADER_ALLOWANCE}"));
     assert_doc_contains(&format!("deeper than {MAX_MSGPACK_DEPTH} levels"));

@@ -166,7 +166,13 @@ proptest! {
         let d = key.drift_key(&c);
         let ds = d.to_subject(&p);
         assert_tokens_valid(&p, &ds, 6)?;
-        prop_assert_eq!(DriftKey::parse_subject(&p, &ds).unwrap(), d);
+        prop_assert_eq!(DriftKey::parse_subject(&p, &ds).unwrap(), d.clone());
+        // The drift KV key is the drift subject without `<p>.drift.`, a valid KV key.
+        let kv = d.to_kv_key();
+        prop_assert_eq!(ds.strip_prefix(&format!("{p}.drift.")), Some(kv.as_str()));
+        prop_assert!(kv.split('.').all(fleetbus_schemas::subject::is_valid_kv_token));
+        prop_assert_eq!(DriftKey::parse_kv_key(&kv).unwrap(), d.clone());
+        prop_assert!(kv.starts_with(DriftKey::kv_keys_of_cluster(&d.cluster).trim_end_matches('>')));
 
         let st = StatusKey { cluster: c.clone(), group: key.group.clone(), version: key.version.clone(),
             kind: key.kind.clone(), namespace: key.namespace.clone(), name: key.name.clone() };
@@ -310,4 +316,32 @@ fn parse_errors_are_typed() {
             ..
         })
     ));
+}
+
+#[test]
+fn drift_kv_key_examples_and_errors() {
+    let d = DriftKey::parse_kv_key("west.core.ConfigMap.team-a.settings").unwrap();
+    assert_eq!(
+        d,
+        DriftKey {
+            cluster: "west".into(),
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: Some("team-a".into()),
+            name: "settings".into(),
+        }
+    );
+    assert_eq!(
+        DriftKey::parse_kv_key("west.core.ConfigMap.team-a"),
+        Err(SubjectError::TokenCount {
+            subject: "west.core.ConfigMap.team-a".into(),
+            expected: 5,
+            found: 4,
+        })
+    );
+    assert!(matches!(
+        DriftKey::parse_kv_key("west.core.ConfigMap.team-a._"),
+        Err(SubjectError::Token { field: "name", .. })
+    ));
+    assert_eq!(DriftKey::kv_keys_of_cluster("prod.eu-1"), "=cHJvZC5ldS0x.>");
 }

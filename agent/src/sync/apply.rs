@@ -31,8 +31,19 @@ pub enum WriteError {
 impl WriteError {
     /// Retry with backoff (connection, conflict, throttling, 5xx) or report
     /// and wait for a change (validation, forbidden).
+    ///
+    /// A create refused with AlreadyExists is transient here: the local
+    /// watch has not shown the object yet (it lags, or is re-listing after
+    /// its API server restarted), so the view is behind, not the request
+    /// wrong. Remembered as a refusal it would block the copy for good if
+    /// the object is deleted before the watch catches up (the live object
+    /// would look unchanged: absent before, absent after).
     pub fn is_transient(&self) -> bool {
         match self {
+            WriteError::Kube {
+                source: kube::Error::Api(s),
+                ..
+            } if s.is_already_exists() => true,
             WriteError::Kube { source, .. } => crate::kube::client::is_transient(source),
             WriteError::Body(_) => false,
         }
@@ -246,6 +257,24 @@ mod tests {
     use super::*;
     use kube::core::response::{StatusCause, StatusDetails};
     use kube::core::Status;
+
+    #[test]
+    fn already_exists_on_create_is_retried() {
+        let mut s = Status::failure("secrets \"c\" already exists", "AlreadyExists");
+        s.code = 409;
+        let e = WriteError::Kube {
+            action: "create the copy",
+            source: kube::Error::Api(Box::new(s)),
+        };
+        assert!(e.is_transient());
+        let mut invalid = Status::failure("Secret \"c\" is invalid", "Invalid");
+        invalid.code = 422;
+        let e = WriteError::Kube {
+            action: "create the copy",
+            source: kube::Error::Api(Box::new(invalid)),
+        };
+        assert!(!e.is_transient());
+    }
 
     #[test]
     fn immutable_is_a_422_saying_so() {

@@ -291,7 +291,7 @@ impl Engine {
     /// The drift KV bucket (looked up once).
     async fn drift_kv(&mut self) -> Option<kv::Store> {
         if self.drift_kv.is_none() {
-            let bucket = drift_bucket_name(self.ctx.layout.prefix());
+            let bucket = self.ctx.layout.drift_bucket().bucket;
             match self.ctx.js.get_key_value(&bucket).await {
                 Ok(store) => self.drift_kv = Some(store),
                 Err(e) => tracing::warn!(%bucket, error = %e, "drift state bucket unavailable"),
@@ -300,14 +300,8 @@ impl Engine {
         self.drift_kv.clone()
     }
 
-    /// The drift subject without `<p>.drift.`: `<cluster>.<group>.<kind>.<ns>.<name>`.
     fn kv_key(&self, event: &DriftEvent) -> String {
-        let prefix = self.ctx.layout.prefix();
-        let subject = event.subject_key().to_subject(prefix);
-        subject
-            .strip_prefix(&format!("{}.drift.", prefix.as_str()))
-            .unwrap_or(&subject)
-            .to_owned()
+        event.subject_key().to_kv_key()
     }
 
     async fn kv_put(&mut self, event: &DriftEvent) {
@@ -350,11 +344,6 @@ impl Engine {
             .publish(&object, type_, reason, message)
             .await;
     }
-}
-
-/// `<prefix>-drift` with the prefix's dots as `_` (like the registry bucket).
-fn drift_bucket_name(prefix: &fleetbus_schemas::subject::Prefix) -> String {
-    format!("{}-drift", prefix.as_str().replace('.', "_"))
 }
 
 /// The copy as the API server has it now, `None` when absent. Read before

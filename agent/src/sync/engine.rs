@@ -224,6 +224,9 @@ pub struct Engine {
     pub(super) drift_kv: Option<async_nats::jetstream::kv::Store>,
     /// Object versions that could not be published and got their Event.
     pub(super) unpublishable: std::collections::HashSet<(ObjectKey, String)>,
+    /// Our live objects whose last value on the bus someone overwrote with
+    /// a message sync cannot read: to publish again.
+    pub(super) overwritten: BTreeSet<ObjectKey>,
     /// Errors of the source side, by rule (oversized objects).
     pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
     /// Conflicts already reported (Event, bus), so each is reported once.
@@ -270,6 +273,7 @@ impl Engine {
             retries: HashMap::new(),
             refused: HashMap::new(),
             unpublishable: std::collections::HashSet::new(),
+            overwritten: BTreeSet::new(),
             drifts: HashMap::new(),
             seen: HashMap::new(),
             forced: std::collections::HashSet::new(),
@@ -355,14 +359,39 @@ impl Engine {
         };
         match ev {
             BusEvent::Reset => kind.resnap = Some(BTreeMap::new()),
-            BusEvent::Envelope(key, env) => match &mut kind.resnap {
-                Some(resnap) => {
-                    resnap.insert(key, *env);
+            BusEvent::Envelope(key, env) => {
+                // Kept (a cluster may join later) but never applied: only
+                // members are sources. Counted, so a stranger's messages
+                // are not dropped silently.
+                let fleet = &self.fleet;
+                if fleet.synced
+                    && key.origin != fleet.local.name
+                    && !fleet.peers.contains_key(&key.origin)
+                {
+                    self.ctx.metrics.sync_rejected("unknown_origin");
+                    tracing::warn!(origin = %key.origin, object = %super::source::describe_key(&key), "envelope from a cluster that is no member; not applied");
                 }
-                None => {
-                    kind.snapshots.insert(key, *env);
+                match &mut kind.resnap {
+                    Some(resnap) => {
+                        resnap.insert(key, *env);
+                    }
+                    None => {
+                        kind.snapshots.insert(key, *env);
+                    }
                 }
-            },
+            }
+            BusEvent::Unreadable(key) => {
+                // Someone overwrote the last value of one of our live
+                // objects' subjects: a sink (re)starting would find no
+                // snapshot and collect its copy. Forget it so the next pass
+                // publishes it again (with a fresh msg id: the old one is
+                // still in the server's duplicate window).
+                if key.origin == self.fleet.local.name
+                    && kind.snapshots.remove(&key).is_some_and(|e| !e.tombstone)
+                {
+                    self.overwritten.insert(key);
+                }
+            }
             BusEvent::CaughtUp => {
                 if let Some(resnap) = kind.resnap.take() {
                     kind.snapshots = resnap;
@@ -570,11 +599,18 @@ pub async fn run(
             _ = cancel.cancelled() => return Ok(()),
             Some(msg) = next_command(&mut commands) => {
                 let reply = match super::command::parse(&msg.payload) {
-                    Ok(sel) => engine.correct(&sel).await,
+                    Ok(req) => engine.correct(&req).await,
                     Err(e) => engine.refuse(&e),
                 };
+                let bytes = match reply.encode() {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not encode a correct reply");
+                        continue;
+                    }
+                };
                 if let Some(to) = msg.reply {
-                    if let Err(e) = client.publish(to, reply.to_string().into()).await {
+                    if let Err(e) = client.publish(to, bytes.into()).await {
                         tracing::warn!(error = %e, "could not reply to a correct command");
                     }
                 }

@@ -109,10 +109,10 @@ impl Engine {
             if let Some(why) = self.unresolved.get(g) {
                 return Some(why.clone());
             }
-            if let Some(k) = self.kinds.get(g) {
-                if let (false, Some(e)) = (k.listed, &k.watch_error) {
-                    return Some(format!("cannot watch {}: {e}", super::watches::describe(g)));
-                }
+            // A failing watch is reported while it fails, also after an
+            // earlier list succeeded (rights revoked): a re-list clears it.
+            if let Some(e) = self.kinds.get(g).and_then(|k| k.watch_error.as_ref()) {
+                return Some(format!("cannot watch {}: {e}", super::watches::describe(g)));
             }
         }
         None

@@ -167,6 +167,7 @@ impl Engine {
             for (key, publish) in planned {
                 match self.publish(&gvk, &key, publish).await {
                     Ok(env) => {
+                        self.overwritten.remove(&key);
                         if let Some(kind) = self.kinds.get_mut(&gvk) {
                             kind.snapshots.insert(key, env);
                         }
@@ -271,7 +272,8 @@ impl Engine {
             .kinds
             .get(gvk)
             .and_then(|k| k.snapshots.get(key))
-            .is_some_and(|e| e.tombstone);
+            .is_some_and(|e| e.tombstone)
+            || self.overwritten.contains(key);
         headers.insert("Nats-Msg-Id", msg_id(&env, after_tombstone).as_str());
         let ack = self
             .ctx

@@ -58,6 +58,9 @@ pub enum BusEvent {
     Reset,
     /// One envelope, and the key its subject names.
     Envelope(ObjectKey, Box<Envelope>),
+    /// A message that was skipped (unreadable, or not what its subject
+    /// says) is now the last value of this key's subject.
+    Unreadable(ObjectKey),
     /// Every last value has been delivered; live updates follow.
     CaughtUp,
 }
@@ -227,6 +230,11 @@ async fn consume_once(
             Err(reason) => {
                 ctx.metrics.sync_rejected(reason);
                 tracing::warn!(subject = %msg.subject, reason, "skipped an object message");
+                if let Ok(key) = ObjectKey::parse_subject(prefix, &msg.subject) {
+                    if send(BusEvent::Unreadable(key)).await.is_err() {
+                        return Ok(());
+                    }
+                }
             }
         }
         if caught_up && send(BusEvent::CaughtUp).await.is_err() {

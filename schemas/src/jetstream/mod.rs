@@ -10,6 +10,7 @@ pub use server_version::{
 
 use std::time::Duration;
 
+use crate::drift::drift_bucket;
 use crate::registry::registry_bucket;
 use crate::subject::{all_conflicts, all_drift, all_objects, all_status, Prefix};
 
@@ -263,6 +264,20 @@ impl Layout {
         }
     }
 
+    /// The drift state bucket: the last drift event of every object that is drifted now,
+    /// deleted when the drift ends. History 1 and no TTL, like the registry: a drift lasts
+    /// until the agent says it ended, however long that is.
+    pub fn drift_bucket(&self) -> KvSpec {
+        KvSpec {
+            bucket: drift_bucket(&self.prefix),
+            description: "fleetbus current drift per object".to_owned(),
+            history: 1,
+            max_age: None,
+            replicas: self.replicas,
+            storage: Storage::File,
+        }
+    }
+
     /// Catch-up consumer on OBJECTS for the given filters (e.g. one per rule).
     pub fn catch_up_consumer(&self, filter_subjects: Vec<String>) -> OrderedConsumerSpec {
         OrderedConsumerSpec {
@@ -339,6 +354,10 @@ mod tests {
         let kv = l.registry_bucket();
         assert_eq!(kv.bucket, "fleetbus-registry");
         assert_eq!((kv.history, kv.max_age), (1, None));
+        let drift_kv = l.drift_bucket();
+        assert_eq!(drift_kv.bucket, "fleetbus-drift");
+        assert_eq!((drift_kv.history, drift_kv.max_age), (1, None));
+        assert_eq!(drift_kv.storage, Storage::File);
         let c = l.catch_up_consumer(vec!["fleetbus.obj.*.core.v1.ConfigMap.*.*".into()]);
         assert_eq!(c.stream, "FLEETBUS_OBJECTS");
         assert_eq!(c.deliver_policy, DeliverPolicy::LastPerSubject);
@@ -350,6 +369,13 @@ mod tests {
             .with_drift_max_age(Duration::from_secs(3600));
         assert!(l.streams().iter().all(|s| s.replicas == 3));
         assert_eq!(l.registry_bucket().replicas, 3);
+        assert_eq!(l.drift_bucket().replicas, 3);
+        assert_eq!(
+            Layout::new(Prefix::new("acme.fleetbus").unwrap(), 1)
+                .drift_bucket()
+                .bucket,
+            "acme_fleetbus-drift"
+        );
         assert_eq!(l.drift_stream().max_age, Some(Duration::from_secs(3600)));
         assert_eq!(
             l.conflicts_stream().max_age,

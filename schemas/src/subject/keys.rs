@@ -223,6 +223,45 @@ impl DriftKey {
     }
 }
 
+impl DriftKey {
+    /// The key of this object's current drift in the drift KV bucket:
+    /// `<cluster>.<group>.<kind>.<namespace>.<name>` (the drift subject without `<p>.drift.`).
+    pub fn to_kv_key(&self) -> String {
+        format!(
+            "{}.{}.{}.{}.{}",
+            encode_token(&self.cluster),
+            encode_group(&self.group),
+            encode_token(&self.kind),
+            encode_namespace(self.namespace.as_deref()),
+            encode_token(&self.name),
+        )
+    }
+
+    /// Inverse of [`DriftKey::to_kv_key`].
+    pub fn parse_kv_key(key: &str) -> Result<Self, SubjectError> {
+        let t: Vec<&str> = key.split('.').collect();
+        if t.len() != 5 {
+            return Err(SubjectError::TokenCount {
+                subject: key.to_owned(),
+                expected: 5,
+                found: t.len(),
+            });
+        }
+        Ok(Self {
+            cluster: decode_token(t[0]).map_err(tok("cluster"))?,
+            group: decode_group(t[1]).map_err(tok("group"))?,
+            kind: decode_token(t[2]).map_err(tok("kind"))?,
+            namespace: decode_namespace(t[3]).map_err(tok("namespace"))?,
+            name: decode_token(t[4]).map_err(tok("name"))?,
+        })
+    }
+
+    /// Drift KV key filter for every object of `cluster`: `<cluster>.>`.
+    pub fn kv_keys_of_cluster(cluster: &str) -> String {
+        format!("{}.>", encode_token(cluster))
+    }
+}
+
 /// Identity of the reported status of one object on one (sink) cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StatusKey {
@@ -357,6 +396,9 @@ fn parse_versioned(
     })
 }
 
+/// Verb of the drift correction command (`<p>.cmd.<cluster>.correct`).
+pub const CORRECT_VERB: &str = "correct";
+
 /// A command addressed to one cluster's agent: `<p>.cmd.<cluster>.<verb>` (core NATS request/reply).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CommandKey {
@@ -367,6 +409,14 @@ pub struct CommandKey {
 }
 
 impl CommandKey {
+    /// The drift correction command for `cluster`.
+    pub fn correct(cluster: &str) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            verb: CORRECT_VERB.to_owned(),
+        }
+    }
+
     /// `<p>.cmd.<cluster>.<verb>`.
     pub fn to_subject(&self, prefix: &Prefix) -> String {
         format!(

@@ -489,7 +489,7 @@ fn accounts_server(dir: &Path) -> (Agent, u16, u16) {
 
 /// Agents c1 and c2 run as their own NATS users and form a fleet (so the
 /// permission set is enough for an agent); c1's user is refused when it
-/// publishes as c2, on an object subject and on c2's registry key.
+/// publishes as c2, on an object subject, on c2's registry key and on its drift key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accounts_confine_each_cluster_to_its_own_subtree() {
     let dir = tempfile::tempdir().unwrap();
@@ -540,13 +540,26 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
         kv.put("cluster.c2.forged", "{}".into()).await.is_err(),
         "c1 wrote c2's registry key"
     );
+    // The drift bucket the agents created: c1 keeps its own current drift, not c2's.
+    let drift = js.get_key_value("fleetbus-drift").await.unwrap();
+    drift
+        .put("c1.core.ConfigMap.default.mine", "{}".into())
+        .await
+        .unwrap();
+    assert!(
+        drift
+            .put("c2.core.ConfigMap.default.forged", "{}".into())
+            .await
+            .is_err(),
+        "c1 wrote c2's drift key"
+    );
     wait_for("the server to report the violations", CONVERGE, || async {
         let seen = errors.lock().unwrap().clone();
         let violations = seen
             .iter()
             .filter(|e| e.contains("Permissions Violation for Publish"))
             .count();
-        if violations >= 2 {
+        if violations >= 3 {
             Ok(())
         } else {
             Err(format!("{seen:?}"))
@@ -568,4 +581,15 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
         .is_err());
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
     assert!(registry.get("cluster.c2.forged").await.unwrap().is_none());
+    let drift = admin.get_key_value("fleetbus-drift").await.unwrap();
+    assert!(drift
+        .get("c1.core.ConfigMap.default.mine")
+        .await
+        .unwrap()
+        .is_some());
+    assert!(drift
+        .get("c2.core.ConfigMap.default.forged")
+        .await
+        .unwrap()
+        .is_none());
 }

@@ -137,12 +137,13 @@ async fn agents_create_the_layout_and_agree_on_it() {
         let found = js.get_stream(&spec.name).await.unwrap();
         assert_matches_spec(&spec, &found.cached_info().config);
     }
-    let bucket = layout.registry_bucket();
-    let kv = js.get_key_value(&bucket.bucket).await.unwrap();
-    let status = kv.status().await.unwrap();
-    assert_eq!(status.history(), bucket.history);
-    assert_eq!(status.info.config.num_replicas, bucket.replicas);
-    assert_eq!(status.max_age(), bucket.max_age.unwrap_or_default());
+    for bucket in [layout.registry_bucket(), layout.drift_bucket()] {
+        let kv = js.get_key_value(&bucket.bucket).await.unwrap();
+        let status = kv.status().await.unwrap();
+        assert_eq!(status.history(), bucket.history, "{}", bucket.bucket);
+        assert_eq!(status.info.config.num_replicas, bucket.replicas);
+        assert_eq!(status.max_age(), bucket.max_age.unwrap_or_default());
+    }
 
     // A third agent, later, finds everything in place and accepts it.
     let mut c = start_member(&nats, "c");

@@ -253,6 +253,16 @@ spec:
         |_| Ok(()),
     )
     .await;
+    // A rule c1 does publish reaches c2: the disabled one, published
+    // earlier by the same agent on the same subjects, would have too.
+    apply_yaml(
+        c1,
+        &format!(
+            "{}  clusterSelector: {{matchLabels: {{never: selected}}}}\n",
+            secret_rule("marker", "")
+        ),
+    );
+    wait_rule_copy(c2, "marker", "c1").await;
     // Both rules stay originals: neither was published.
     for x in [c1, c3] {
         let r = rule(x, "pair-secrets").await.unwrap().unwrap();
@@ -352,6 +362,154 @@ async fn feature_gate_and_withdrawal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn feature_withdrawal_orphans() {
     feature_gate("Orphan").await;
+}
+
+/// A copy annotated `fleetbus.io/resource-sync-disabled` is pinned: an
+/// origin update does not reach it (nor is the pin itself reverted), yet the
+/// origin's delete still deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_copy() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    let name = "pin-secrets";
+    apply_yaml(c1, &secret_rule(name, ""));
+    create_secret(c1, "shared", "s", &[("v", "1")]).await;
+    create_secret(c1, "shared", "free", &[("v", "1")]).await;
+    for n in ["s", "free"] {
+        wait_copy(
+            c2,
+            &secrets(),
+            Some("shared"),
+            n,
+            "c1",
+            name,
+            data_is(secret_data(&[("v", "1")])),
+        )
+        .await;
+    }
+    kubectl(
+        c2,
+        &[
+            "annotate",
+            "secret",
+            "s",
+            "-n",
+            "shared",
+            "fleetbus.io/resource-sync-disabled=true",
+        ],
+    );
+    let patch = serde_json::json!({"data": {"v": b64("2")}}).to_string();
+    for n in ["s", "free"] {
+        kubectl(
+            c1,
+            &[
+                "patch", "secret", n, "-n", "shared", "--type", "merge", "-p", &patch,
+            ],
+        );
+    }
+    // The unpinned copy follows; the pinned one, updated alongside, does not.
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "free",
+        "c1",
+        name,
+        data_is(secret_data(&[("v", "2")])),
+    )
+    .await;
+    let o = get_dynamic(c2, &secrets(), Some("shared"), "s")
+        .await
+        .unwrap()
+        .unwrap();
+    data_is(secret_data(&[("v", "1")]))(&o).unwrap();
+    assert!(
+        o.annotations()
+            .contains_key("fleetbus.io/resource-sync-disabled"),
+        "pin removed: {:?}",
+        o.annotations()
+    );
+
+    kubectl_delete(c1, "secret", Some("shared"), "s");
+    wait_absent(c2, &secrets(), Some("shared"), "s").await;
+}
+
+/// An immutable field on the copy (`immutable: true`, set by an override):
+/// an origin update is rejected by the sink's API server as a change of an
+/// immutable field, so the copy is deleted and created again with the new
+/// data (needs the devcluster's immutable Secrets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immutable_field_recreates() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    let name = "frozen-secrets";
+    let yaml = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: frozen-secrets
+spec:
+  groupVersionKind: {group: "", version: v1, kind: Secret}
+  rules:
+    - match:
+        - namespaces: [shared]
+      mutations:
+        overrides:
+          - {type: replace, path: /immutable, value: "true"}
+"#;
+    apply_yaml(c1, yaml);
+    create_secret(c1, "shared", "tls", &[("v", "1")]).await;
+    let copy = wait_copy(c2, &secrets(), Some("shared"), "tls", "c1", name, |o| {
+        data_is(secret_data(&[("v", "1")]))(o)?;
+        if o.data["immutable"] == true {
+            Ok(())
+        } else {
+            Err("not immutable".into())
+        }
+    })
+    .await;
+    // The devcluster really refuses to change it in place.
+    let patch = serde_json::json!({"data": {"v": b64("x")}}).to_string();
+    let out = c2.cluster.kubectl(
+        KUBECTL,
+        &[
+            "patch", "secret", "tls", "-n", "shared", "--type", "merge", "-p", &patch,
+        ],
+    );
+    assert!(
+        !out.status.success(),
+        "an immutable Secret's data was changed in place"
+    );
+
+    let patch = serde_json::json!({"data": {"v": b64("2")}}).to_string();
+    kubectl(
+        c1,
+        &[
+            "patch", "secret", "tls", "-n", "shared", "--type", "merge", "-p", &patch,
+        ],
+    );
+    let old_uid = copy.uid();
+    wait_copy(c2, &secrets(), Some("shared"), "tls", "c1", name, |o| {
+        data_is(secret_data(&[("v", "2")]))(o)?;
+        if o.uid() != old_uid {
+            Ok(())
+        } else {
+            Err("same object".into())
+        }
+    })
+    .await;
+    wait_rule(c2, name, "without errors", |r| match r.status.as_ref() {
+        Some(s) if s.errors == 0 && s.objects_synced == 1 => Ok(()),
+        _ => Err("counts".into()),
+    })
+    .await;
 }
 
 /// A kubectl edit of a copy (changed value, ADDED data key and label) is

@@ -45,25 +45,16 @@ async fn local_object_conflict() {
     for x in &m {
         create_ns(x, "shared").await;
     }
+    // c2's db is an ordinary, unannotated Secret, so c2 publishes it too
+    // once it holds the rule. Both exist before the rule: otherwise c2's
+    // would reach c1 as a copy before c1's own is created. (Each side then
+    // sees the other's as a LocalObject conflict; this test watches c2.)
     let mine = [("owner", "c2-team")];
     create_secret(c2, "shared", "db", &mine).await;
-    // c2's own Secret is not published (else c2 would be its origin and c1
-    // would receive it as a copy): a purely local object of the same name.
-    kubectl(
-        c2,
-        &[
-            "annotate",
-            "secret",
-            "db",
-            "-n",
-            "shared",
-            "fleetbus.io/resource-sync-disabled=true",
-        ],
-    );
+    create_secret(c1, "shared", "db", &[("owner", "c1-team")]).await;
     let mut sub = subscribe_conflicts(&nats, "c2").await;
 
     apply_yaml(c1, RULE);
-    create_secret(c1, "shared", "db", &[("owner", "c1-team")]).await;
     // A Secret without a twin still syncs: the rule goes on around the conflict.
     create_secret(c1, "shared", "other", &[("k", "v")]).await;
     wait_copy(
@@ -114,12 +105,8 @@ async fn local_object_conflict() {
         .await
         .unwrap()
         .unwrap();
-    assert!(
-        !o.annotations().contains_key("fleetbus.io/origin-cluster")
-            && !o.labels().contains_key("fleetbus.io/managed"),
-        "c2's own Secret was turned into a copy: {:?}",
-        o.metadata
-    );
+    // Unannotated before, unannotated now: not turned into a copy.
+    check_unmanaged(&o).unwrap();
     data_is(secret_data(&mine))(&o).unwrap();
 }
 

@@ -199,8 +199,14 @@ async fn agent_down_origin_delete() {
     wait_absent(&m[1], &secrets(), Some("shared"), "y").await;
 }
 
-/// The record seq of cluster `name` in the registry bucket.
-async fn record_seq(kv: &async_nats::jetstream::kv::Store, name: &str) -> Result<u64, String> {
+/// `--heartbeat-interval` of the members ([`HEARTBEAT`]).
+const HEARTBEAT_MS: i64 = 500;
+
+/// The record of cluster `name` in the registry bucket.
+async fn record(
+    kv: &async_nats::jetstream::kv::Store,
+    name: &str,
+) -> Result<ClusterRecord, String> {
     let keys = registry_keys(kv).await;
     let key = keys
         .iter()
@@ -211,9 +217,7 @@ async fn record_seq(kv: &async_nats::jetstream::kv::Store, name: &str) -> Result
         .await
         .map_err(|e| e.to_string())?
         .ok_or("no value")?;
-    Ok(ClusterRecord::decode(&entry)
-        .map_err(|e| e.to_string())?
-        .seq)
+    ClusterRecord::decode(&entry).map_err(|e| e.to_string())
 }
 
 /// The write counters of the synced kinds (and of the rules, whose status
@@ -234,9 +238,52 @@ fn synced_writes(w: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
     .collect()
 }
 
+/// Every write request (any method but GET, including no-op and dry-run
+/// writes, which `/debug/writes` does not count) the devcluster logged for
+/// Secrets, Namespaces or rules: its log has one line per such request.
+fn write_requests(m: &Member) -> Vec<String> {
+    let ansi = |line: &str| {
+        // tracing may colour the fields: drop ESC [ ... m sequences.
+        let mut out = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                for c in chars.by_ref() {
+                    if c == 'm' {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    };
+    m.cluster
+        .log()
+        .lines()
+        .map(ansi)
+        .filter(|l| {
+            let field = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k))
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let (method, path) = (field("method="), field("path="));
+            !method.is_empty()
+                && method != "GET"
+                && (path.contains("/secrets")
+                    || path.contains("/resourcesyncrules")
+                    || path.ends_with("/namespaces"))
+        })
+        .collect()
+}
+
 /// A↔B with objects both ways: once converged, several heartbeats later
 /// neither devcluster counted another write of a Secret, Namespace or rule
-/// (`/debug/writes` counts state-changing writes only).
+/// (`/debug/writes` counts state-changing writes only), nor even received a
+/// write request for them (no-op or dry-run PUTs, from its request log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zero_writes_after_convergence() {
     let nats = NatsServer::start().unwrap();
@@ -264,23 +311,30 @@ async fn zero_writes_after_convergence() {
         synced_writes(&writes(c1).await),
         synced_writes(&writes(c2).await),
     ];
+    let requests_before = [write_requests(c1), write_requests(c2)];
+    assert!(
+        requests_before[1].len() >= 2,
+        "c2's devcluster log shows fewer write requests than the copies it got: {requests_before:#?}"
+    );
     assert!(
         before[0]["core/secrets"].as_u64().unwrap_or(0) >= 4,
         "c1 counted fewer Secret writes than it had: {before:?}"
     );
 
-    // Several heartbeats of both agents (each a full pass of their loops).
+    // Several heartbeat intervals of both agents, observed as published
+    // records (each beat is a full pass of their loops), not slept.
     let kv = registry_kv(&nats).await;
-    let start = [
-        record_seq(&kv, "c1").await.unwrap(),
-        record_seq(&kv, "c2").await.unwrap(),
-    ];
-    wait_for("6 more heartbeats of c1 and c2", SYNC, || async {
-        let now = [record_seq(&kv, "c1").await?, record_seq(&kv, "c2").await?];
-        if now[0] >= start[0] + 6 && now[1] >= start[1] + 6 {
+    let since = chrono::Utc::now();
+    wait_for("6 more heartbeat intervals of c1 and c2", SYNC, || async {
+        let mut ages = Vec::new();
+        for name in ["c1", "c2"] {
+            let beat = record(&kv, name).await?.heartbeat_at;
+            ages.push((beat - since).num_milliseconds());
+        }
+        if ages.iter().all(|ms| *ms >= 6 * HEARTBEAT_MS) {
             Ok(())
         } else {
-            Err(format!("seq {now:?} from {start:?}"))
+            Err(format!("last beats {ages:?} ms after the snapshot"))
         }
     })
     .await;
@@ -288,5 +342,15 @@ async fn zero_writes_after_convergence() {
         synced_writes(&writes(c1).await),
         synced_writes(&writes(c2).await),
     ];
+    for (x, old) in [(c1, &requests_before[0]), (c2, &requests_before[1])] {
+        let now = write_requests(x);
+        assert_eq!(
+            now.len(),
+            old.len(),
+            "{}: write requests after convergence: {:#?}",
+            x.name,
+            &now[old.len().min(now.len())..]
+        );
+    }
     assert_eq!(before, after, "writes after convergence (c1, c2)");
 }

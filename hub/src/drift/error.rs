@@ -1,0 +1,94 @@
+//! [`DriftError`]: why a `fleetbus drift` command failed.
+
+use std::time::Duration;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A `fleetbus drift` command that could not do its job. Messages are one line; the
+/// binary prints them with their sources and exits 1.
+#[derive(Debug, thiserror::Error)]
+pub enum DriftError {
+    /// The NATS server could not be reached or refused the connection.
+    #[error("cannot connect to NATS at {url}")]
+    Connect {
+        /// The URL given (`--nats-url`).
+        url: String,
+        /// What the client reported.
+        #[source]
+        source: async_nats::ConnectError,
+    },
+    /// The drift bucket exists but could not be read.
+    #[error("cannot read the drift bucket {bucket}")]
+    Bucket {
+        /// Bucket name.
+        bucket: String,
+        /// What the server or client reported.
+        #[source]
+        source: BoxError,
+    },
+    /// The drift stream does not exist: no agent has started against this NATS (or
+    /// another `--subject-prefix` is in use).
+    #[error("stream {stream} does not exist on this NATS (has an agent with this --subject-prefix started?)")]
+    NoStream {
+        /// Stream name.
+        stream: String,
+    },
+    /// The drift stream could not be read.
+    #[error("cannot read stream {stream}")]
+    Stream {
+        /// Stream name.
+        stream: String,
+        /// What the server or client reported.
+        #[source]
+        source: BoxError,
+    },
+    /// The object argument of `history` is not KIND/NAMESPACE/NAME or KIND/NAME.
+    #[error("object {0:?} is not KIND/NAMESPACE/NAME or KIND/NAME")]
+    ObjectArg(String),
+    /// Nobody subscribes to the cluster's command subject.
+    #[error("no agent answers for cluster {cluster} (is it running and connected?)")]
+    NoResponder {
+        /// The cluster asked.
+        cluster: String,
+    },
+    /// An agent is subscribed but did not reply in time.
+    #[error("no reply from cluster {cluster} within {}", humantime::format_duration(*.timeout))]
+    Timeout {
+        /// The cluster asked.
+        cluster: String,
+        /// How long the command waited.
+        timeout: Duration,
+    },
+    /// The request could not be sent.
+    #[error("request to cluster {cluster} failed")]
+    Request {
+        /// The cluster asked.
+        cluster: String,
+        /// What the client reported.
+        #[source]
+        source: async_nats::RequestError,
+    },
+    /// The request could not be encoded.
+    #[error("cannot encode the request")]
+    Encode(#[source] fleetbus_schemas::EncodeError),
+    /// The agent's reply is not a correct-reply/v1 message.
+    #[error("cluster {cluster} sent a reply this fleetbus cannot read")]
+    BadReply {
+        /// The cluster asked.
+        cluster: String,
+        /// Why it does not decode.
+        #[source]
+        source: fleetbus_schemas::DecodeError,
+    },
+    /// The agent refused the request as a whole (the reply's `error`).
+    #[error("cluster {cluster} refused the request: {reason}")]
+    Refused {
+        /// The cluster asked.
+        cluster: String,
+        /// The agent's reason.
+        reason: String,
+    },
+    /// Writing to stdout failed (e.g. a closed pipe).
+    #[error("cannot write the output")]
+    Output(#[from] std::io::Error),
+}

@@ -1,0 +1,111 @@
+//! Reading drift events from the `<P>_DRIFT` stream with an ordered consumer.
+
+use async_nats::jetstream::consumer::pull::{Ordered, OrderedConfig};
+use async_nats::jetstream::consumer::DeliverPolicy;
+use async_nats::jetstream::{self, context::GetStreamErrorKind, ErrorCode};
+use chrono::{DateTime, Utc};
+use fleetbus_schemas::drift::DriftEvent;
+use fleetbus_schemas::jetstream::Layout;
+use fleetbus_schemas::subject::Prefix;
+use futures::StreamExt;
+
+use super::DriftError;
+
+/// An ordered consumer on the drift stream and how many messages it had to deliver when
+/// it was created (the history that existed then).
+pub(crate) struct EventReader {
+    stream: String,
+    messages: Ordered,
+    /// Messages stored for the filter when the consumer was created.
+    pub(crate) initial_pending: u64,
+}
+
+/// One event read from the stream.
+pub(crate) struct Read {
+    /// The decoded event, `None` if the message does not decode (skipped, logged).
+    pub(crate) event: Option<DriftEvent>,
+    /// When the server stored it.
+    pub(crate) published: Option<DateTime<Utc>>,
+    /// Messages still pending after this one.
+    pub(crate) pending: u64,
+}
+
+impl EventReader {
+    /// Opens an ordered consumer on `filter` (a drift subject or wildcard), from the first
+    /// stored event (`all`) or from now on.
+    pub(crate) async fn open(
+        js: &jetstream::Context,
+        prefix: &Prefix,
+        filter: String,
+        all: bool,
+    ) -> Result<Self, DriftError> {
+        let stream_name = Layout::new(prefix.clone(), 1).drift_stream().name;
+        let err = |source: Box<dyn std::error::Error + Send + Sync>| DriftError::Stream {
+            stream: stream_name.clone(),
+            source,
+        };
+        let stream = match js.get_stream(&stream_name).await {
+            Ok(stream) => stream,
+            Err(e)
+                if matches!(e.kind(), GetStreamErrorKind::JetStream(j)
+                    if j.error_code() == ErrorCode::STREAM_NOT_FOUND) =>
+            {
+                return Err(DriftError::NoStream {
+                    stream: stream_name,
+                })
+            }
+            Err(e) => return Err(err(Box::new(e))),
+        };
+        let consumer = stream
+            .create_consumer(OrderedConfig {
+                filter_subject: filter,
+                deliver_policy: if all {
+                    DeliverPolicy::All
+                } else {
+                    DeliverPolicy::New
+                },
+                ..OrderedConfig::default()
+            })
+            .await
+            .map_err(|e| err(Box::new(e)))?;
+        let initial_pending = consumer.cached_info().num_pending;
+        let messages = consumer.messages().await.map_err(|e| err(Box::new(e)))?;
+        Ok(Self {
+            stream: stream_name,
+            messages,
+            initial_pending,
+        })
+    }
+
+    /// The next event; `None` if the consumer ended (the connection closed).
+    pub(crate) async fn next(&mut self) -> Result<Option<Read>, DriftError> {
+        let Some(msg) = self.messages.next().await else {
+            return Ok(None);
+        };
+        let msg = msg.map_err(|e| DriftError::Stream {
+            stream: self.stream.clone(),
+            source: Box::new(e),
+        })?;
+        let (published, pending) = match msg.info() {
+            Ok(info) => (
+                i64::try_from(info.published.unix_timestamp_nanos())
+                    .ok()
+                    .map(DateTime::from_timestamp_nanos),
+                info.pending,
+            ),
+            Err(_) => (None, 0),
+        };
+        let event = match DriftEvent::decode(&msg.payload) {
+            Ok(event) => Some(event),
+            Err(error) => {
+                tracing::warn!(subject = %msg.subject, error = %error, "skipping a drift message that does not decode");
+                None
+            }
+        };
+        Ok(Some(Read {
+            event,
+            published,
+            pending,
+        }))
+    }
+}

@@ -1,0 +1,96 @@
+//! `fleetbus drift ls`: the current drift of the fleet, one read of the drift KV bucket.
+
+use std::io::Write;
+
+use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::{self, context::GetStreamErrorKind};
+use fleetbus_schemas::drift::DriftEvent;
+use fleetbus_schemas::subject::DriftKey;
+use futures::TryStreamExt;
+
+use super::render::{event_json, ls_row, table, LS_HEADER};
+use super::{connect, DriftError};
+use crate::cli::{DriftLsArgs, OutputFormat};
+
+/// Lists the drifted objects (filtered by `--cluster` and `--rule`), sorted by cluster
+/// and object. A fleet without drift prints the header only (`[]` in JSON).
+pub async fn ls(args: &DriftLsArgs, out: &mut impl Write) -> Result<(), DriftError> {
+    let (_client, js) = connect(&args.bus).await?;
+    let layout = fleetbus_schemas::jetstream::Layout::new(args.bus.subject_prefix.clone(), 1);
+    let events = read_current(&js, &layout.drift_bucket().bucket, args).await?;
+    match args.out.output {
+        OutputFormat::Json => {
+            let all: Vec<serde_json::Value> = events.iter().map(|(_, e)| event_json(e)).collect();
+            serde_json::to_writer_pretty(&mut *out, &all).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+        OutputFormat::Table => {
+            let now = chrono::Utc::now();
+            let rows: Vec<_> = events.iter().map(|(_, e)| ls_row(e, now)).collect();
+            table(out, LS_HEADER, &rows)?;
+        }
+    }
+    Ok(())
+}
+
+/// Every current drift event matching the filters, sorted by key. A missing bucket means
+/// no agent ever ensured it: no drift, not an error.
+async fn read_current(
+    js: &jetstream::Context,
+    bucket: &str,
+    args: &DriftLsArgs,
+) -> Result<Vec<(DriftKey, DriftEvent)>, DriftError> {
+    let err = |source: Box<dyn std::error::Error + Send + Sync>| DriftError::Bucket {
+        bucket: bucket.to_owned(),
+        source,
+    };
+    match js.get_stream(format!("KV_{bucket}")).await {
+        Ok(_) => {}
+        Err(e)
+            if matches!(e.kind(), GetStreamErrorKind::JetStream(j)
+                if j.error_code() == ErrorCode::STREAM_NOT_FOUND) =>
+        {
+            tracing::info!(bucket, "no drift bucket yet: no drift");
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(err(Box::new(e))),
+    }
+    let kv = js
+        .get_key_value(bucket)
+        .await
+        .map_err(|e| err(Box::new(e)))?;
+    let keys: Vec<String> = kv
+        .keys()
+        .await
+        .map_err(|e| err(Box::new(e)))?
+        .try_collect()
+        .await
+        .map_err(|e| err(Box::new(e)))?;
+    let mut found = Vec::new();
+    for key in keys {
+        let Ok(dk) = DriftKey::parse_kv_key(&key) else {
+            tracing::warn!(key, "skipping a drift key that does not parse");
+            continue;
+        };
+        if args.cluster.as_ref().is_some_and(|c| *c != dk.cluster) {
+            continue;
+        }
+        // Deleted between the key listing and now: the drift just ended.
+        let Some(bytes) = kv.get(&key).await.map_err(|e| err(Box::new(e)))? else {
+            continue;
+        };
+        let event = match DriftEvent::decode(&bytes) {
+            Ok(event) => event,
+            Err(error) => {
+                tracing::warn!(key, error = %error, "skipping a drift value that does not decode");
+                continue;
+            }
+        };
+        if args.rule.as_ref().is_some_and(|r| *r != event.rule) {
+            continue;
+        }
+        found.push((dk, event));
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(found)
+}
