@@ -15,7 +15,7 @@ mod common;
 
 use common::sync::*;
 use common::*;
-use fleetbus_testsupport::{wait_for, NatsServer};
+use fleetbus_testsupport::{cargo_bin, wait_for, NatsServer};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::ResourceExt;
@@ -345,7 +345,7 @@ async fn excluded_path_is_not_drift() {
 }
 
 /// 3. Report mode: the drift is reported and stays until an operator asks
-/// for a correction (a plain NATS request, and the CLI when it exists).
+/// for a correction: a plain NATS request, then the `fleetbus` CLI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_mode_keeps_the_drift_until_corrected_on_demand() {
     let mut s = Setup::start("{mode: Report}", &["web"]).await;
@@ -367,6 +367,40 @@ async fn report_mode_keeps_the_drift_until_corrected_on_demand() {
     let (subject, done) = s.next("Corrected").await;
     assert_event(&subject, &done, "Corrected", "Modified", "Correct");
     // The correction is written before the reply.
+    assert_eq!(image(&s.web_now().await), DESIRED);
+
+    // Again, corrected through the operator CLI (`fleetbus drift correct`).
+    s.set_image("web", "nginx:3");
+    let (subject, ev) = s.next("Detected again").await;
+    assert_image_drift(&subject, &ev, "Report", "nginx:3");
+    assert_eq!(image(&s.web_now().await), "nginx:3");
+    let out = tokio::process::Command::new(cargo_bin("fleetbus"))
+        .args([
+            "drift",
+            "correct",
+            "--cluster",
+            "c2",
+            "--name",
+            "web",
+            "-o",
+            "json",
+        ])
+        .env("FLEETBUS_NATS_URL", s.nats.url())
+        .env_remove("FLEETBUS_SUBJECT_PREFIX")
+        .output()
+        .await
+        .expect("run fleetbus");
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "fleetbus drift correct printed no JSON ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(out.status.success(), "{cli:#}");
+    assert_eq!(cli["corrected"][0]["name"], "web", "{cli:#}");
+    let (subject, done) = s.next("Corrected by the CLI").await;
+    assert_event(&subject, &done, "Corrected", "Modified", "Correct");
     assert_eq!(image(&s.web_now().await), DESIRED);
 
     // Nothing drifted any more: a second request corrects nothing.
@@ -468,6 +502,42 @@ async fn drift_ignore_copy_is_left_alone() {
     )
     .await;
     assert_eq!(image(&s.web_now().await), CHANGED);
+}
+
+/// 5b. `fleetbus.io/drift-ignore=/spec/replicas` on the copy (the list
+/// form) in Correct mode: the annotation is no drift and stays (before the
+/// fix in `drift.rs` the correction removed it), and the listed path may
+/// differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_ignore_paths_on_the_copy_stay() {
+    let mut s = Setup::start("{}", &["web"]).await;
+    let ignore = "fleetbus.io/drift-ignore";
+    kubectl(
+        s.c2(),
+        &[
+            "annotate",
+            "deployment/web",
+            &format!("{ignore}=/spec/replicas"),
+            "-n",
+            "a",
+        ],
+    );
+    kubectl(
+        s.c2(),
+        &["scale", "deployment/web", "--replicas=4", "-n", "a"],
+    );
+    s.set_image("web", CHANGED);
+    let (subject, ev) = s.next("the image drift").await;
+    assert_image_drift(&subject, &ev, "Correct", CHANGED);
+    assert_eq!(ev["changes"].as_array().unwrap().len(), 1, "{ev:#}");
+    let (_, done) = s.next("Corrected").await;
+    assert_eq!(done["phase"], "Corrected", "{done:#}");
+    let web = s.wait_web(DESIRED).await;
+    assert_eq!(replicas(&web), json!(4));
+    assert_eq!(
+        web.annotations().get(ignore).map(String::as_str),
+        Some("/spec/replicas")
+    );
 }
 
 /// 6. Deleting the copy is drift of type Deleted; it is recreated.
