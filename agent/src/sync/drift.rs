@@ -47,6 +47,10 @@ impl Policy {
             .filter(|x| applies(x, target, live))
             .flat_map(|x| x.paths.iter().cloned())
             .collect();
+        // The control annotations are an operator's instructions to the agent
+        // about this copy, not drift: setting or removing them is never
+        // reported, and a correction keeps them (writes keep excluded paths).
+        exclude.extend(CONTROL_ANNOTATIONS.iter().map(|k| annotation_pointer(k)));
         if let Some(list) = ignore.filter(|l| *l != "*") {
             exclude.extend(
                 list.split(',')
@@ -57,6 +61,20 @@ impl Policy {
         }
         Policy { mode, exclude }
     }
+}
+
+/// Annotations an operator puts on a copy to steer drift handling.
+const CONTROL_ANNOTATIONS: [&str; 2] = [
+    well_known::ANNOTATION_DRIFT_IGNORE,
+    well_known::ANNOTATION_CORRECTION_PAUSED,
+];
+
+/// The JSON Pointer of annotation `key` (`/` escaped as `~1`).
+fn annotation_pointer(key: &str) -> String {
+    format!(
+        "/metadata/annotations/{}",
+        key.replace('~', "~0").replace('/', "~1")
+    )
 }
 
 /// Whether an exclusion's `target` selects this copy (no target: every copy).
@@ -342,6 +360,31 @@ mod tests {
         );
         assert_eq!(ch[1].desired, Value::Null, "absence is not a secret");
         assert_eq!(ch[2].live, json!("y"), "labels are not secret");
+    }
+
+    #[test]
+    fn control_annotations_are_no_change() {
+        // A copy always has annotations (its fleetbus.io marks).
+        let base = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "annotations": {"fleetbus.io/rule": "r"}}, "data": {"a": "1"}});
+        let mut live = base.clone();
+        live["metadata"]["annotations"] = json!({
+            "fleetbus.io/rule": "r",
+            "fleetbus.io/correction-paused": "true",
+            "fleetbus.io/drift-ignore": "/data/b",
+        });
+        let exclude: Vec<String> = CONTROL_ANNOTATIONS
+            .iter()
+            .map(|k| annotation_pointer(k))
+            .collect();
+        assert!(changes(&base, &live, false, &exclude).is_empty());
+        // A correction keeps them.
+        let mut body = base.clone();
+        keep_excluded(&mut body, &live, &exclude);
+        assert_eq!(
+            body["metadata"]["annotations"],
+            live["metadata"]["annotations"]
+        );
     }
 
     #[test]

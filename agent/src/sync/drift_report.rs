@@ -345,3 +345,19 @@ impl Engine {
             .await;
     }
 }
+
+/// The copy as the API server has it now, `None` when absent. Read before
+/// calling a difference drift: the watch cache may not have caught up with
+/// the agent's own last write yet (a pass ran between the write and its
+/// watch event), and that stale copy is no one's change. Drift is rare, so
+/// the extra read costs little. `Err` when the server cannot say.
+pub(super) async fn fresh(
+    api: &kube::Api<kube::api::DynamicObject>,
+    name: &str,
+) -> Result<Option<Value>, String> {
+    match api.get_opt(name).await {
+        Ok(Some(o)) => serde_json::to_value(o).map(Some).map_err(|e| e.to_string()),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -21,7 +21,7 @@ use super::apply::{self, WriteError};
 use super::compare;
 use super::conflicts::{self, Conflict};
 use super::drift::{self, Policy};
-use super::drift_report::Found;
+use super::drift_report::{self, Found};
 use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport, Target};
 use super::matching;
 use super::mutate::{self, CopyInput};
@@ -63,6 +63,22 @@ fn same_desired(a: &Value, b: &Value) -> bool {
         v
     };
     strip(a) == strip(b)
+}
+
+/// Sets `body`'s source-hash annotation to `live`'s, when live has one.
+fn keep_source_hash(body: &mut Value, live: &Value) {
+    let Some(hash) = annotation(live, well_known::ANNOTATION_SOURCE_HASH) else {
+        return;
+    };
+    if let Some(a) = body
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.insert(
+            well_known::ANNOTATION_SOURCE_HASH.to_owned(),
+            Value::String(hash.to_owned()),
+        );
+    }
 }
 
 fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
@@ -319,6 +335,10 @@ impl Engine {
                 .filter(|b| same_desired(&b.desired, &c.desired))
                 .map(|b| b.server.clone());
             if let (Some(last), Some(rule)) = (known, rule.as_ref()) {
+                if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
+                    // Our create's watch event has not arrived yet: no drift.
+                    return Outcome::InSync;
+                }
                 let policy = Policy::of(rule, target, &last);
                 let mode = self.effective_mode(target, policy.mode);
                 if mode == DriftMode::Ignore {
@@ -378,6 +398,11 @@ impl Engine {
                 let mut body = c.desired.clone();
                 compare::carry_over(&mut body, &live);
                 drift::keep_excluded(&mut body, &live, &policy.exclude);
+                // Compare with the copy's own source hash: a source change
+                // that leaves the copy alone (the origin's status, when
+                // status is not synced) is no reason to write after a
+                // restart, as it was none while running (`same_desired`).
+                keep_source_hash(&mut body, &live);
                 match apply::dry_run_replace(&api, &body).await {
                     Ok(server) => {
                         self.baselines.insert(
@@ -404,6 +429,26 @@ impl Engine {
                 return Outcome::InSync;
             }
             if is_drift {
+                // What the server has now, not the watch cache (which may
+                // still show the version our last write replaced).
+                let live = match drift_report::fresh(&api, &target.name).await {
+                    Ok(Some(now)) => now,
+                    // Deleted meanwhile: its watch event decides.
+                    Ok(None) => return Outcome::InSync,
+                    Err(e) => {
+                        tracing::debug!(copy = %target, error = %e, "re-reading a drifted copy failed; using the cache");
+                        live
+                    }
+                };
+                if drift::comparable(&server, c.with_status, &policy.exclude)
+                    == drift::comparable(&live, c.with_status, &policy.exclude)
+                {
+                    return Outcome::InSync;
+                }
+                let live_rv = live
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
                 let mode = self.effective_mode(target, policy.mode);
                 if mode == DriftMode::Ignore {
                     return Outcome::InSync;
