@@ -716,3 +716,108 @@ async fn drift_state_in_kv() {
     })
     .await;
 }
+
+/// Runs `fleetbus drift <args> -o json` against the test's NATS; its JSON.
+async fn fleetbus_json(nats: &NatsServer, args: &[&str]) -> Value {
+    let out = tokio::process::Command::new(cargo_bin("fleetbus"))
+        .arg("drift")
+        .args(args)
+        .args(["-o", "json"])
+        .env("FLEETBUS_NATS_URL", nats.url())
+        .env_remove("FLEETBUS_SUBJECT_PREFIX")
+        .output()
+        .await
+        .expect("run fleetbus");
+    assert!(
+        out.status.success(),
+        "fleetbus drift {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "fleetbus drift {args:?} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// 10. The operator's view with real agents: `fleetbus drift ls` shows the
+/// drifted copy in Report mode and nothing once it is corrected; `fleetbus
+/// drift history` shows its events in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_cli_lists_and_replays_with_real_agents() {
+    let mut s = Setup::start("{mode: Report}", &["web"]).await;
+    s.set_image("web", CHANGED);
+    let (_, ev) = s.next("Detected").await;
+    assert_eq!(ev["action"], "Report", "{ev:#}");
+    let listed = fleetbus_json(&s.nats, &["ls", "--cluster", "c2"]).await;
+    let rows = listed.as_array().expect("ls -o json is a list");
+    let web: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["object"]["name"] == "web" && r["object"]["kind"] == "Deployment")
+        .collect();
+    assert_eq!(web.len(), 1, "{listed:#}");
+    assert_eq!(web[0]["phase"], "Detected", "{listed:#}");
+    assert_eq!(web[0]["rule"], "web", "{listed:#}");
+
+    let reply = s.correct_web().await;
+    assert_eq!(reply["corrected"][0]["name"], "web", "{reply:#}");
+    s.next("Corrected").await;
+    let listed = fleetbus_json(&s.nats, &["ls", "--cluster", "c2"]).await;
+    assert!(
+        !listed
+            .as_array()
+            .expect("list")
+            .iter()
+            .any(|r| r["object"]["name"] == "web"),
+        "still listed after the correction: {listed:#}"
+    );
+
+    let history = fleetbus_json(&s.nats, &["history", "Deployment/a/web", "--cluster", "c2"]).await;
+    let phases: Vec<&str> = history
+        .as_array()
+        .expect("history -o json is a list")
+        .iter()
+        .filter_map(|e| e["phase"].as_str())
+        .collect();
+    assert_eq!(phases, vec!["Detected", "Corrected"], "{history:#}");
+}
+
+/// 11. `fleetbus.io/correction-paused` on the RULE (here its replicated copy
+/// on c2) pauses every copy the rule made there: a change is reported
+/// (action Report) and stays; the annotation on the rule is itself no drift
+/// of the rule's copy and survives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_rule_reports_every_copy() {
+    let mut s = Setup::start("{}", &["web"]).await;
+    kubectl(
+        s.c2(),
+        &[
+            "annotate",
+            "resourcesyncrule/web",
+            "fleetbus.io/correction-paused=true",
+        ],
+    );
+    s.set_image("web", CHANGED);
+    let (subject, ev) = s.next("Detected under a paused rule").await;
+    assert_eq!(
+        ev["object"]["kind"], "Deployment",
+        "first event is for the rule: {ev:#}"
+    );
+    assert_image_drift(&subject, &ev, "Report", CHANGED);
+    assert_eq!(
+        image(&s.web_now().await),
+        CHANGED,
+        "a paused rule corrected its copy"
+    );
+    let rule = rule(s.c2(), "web").await.unwrap().expect("rule copy");
+    assert!(
+        rule.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("fleetbus.io/correction-paused")),
+        "the pause on the rule copy was reverted: {:?}",
+        rule.metadata.annotations
+    );
+}
