@@ -198,6 +198,12 @@ async fn start(
             "could not detect cluster metadata yet; the Node watch will"
         ),
     }
+    retry(
+        "read this cluster's labels and features",
+        || registry::preload_local(&reg),
+        RegistryError::is_transient,
+    )
+    .await?;
     // Our own record goes in before the watch starts: the bucket is then never
     // empty, so the watch always delivers a "caught up" entry.
     retry(

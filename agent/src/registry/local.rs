@@ -319,3 +319,41 @@ async fn report_transition(
         .publish(&obj.object_ref(&()), kind, &reason, &msg)
         .await;
 }
+
+/// Reads what the first record must carry about this cluster: the labels of
+/// its Local Cluster object (if it exists and is ours) and its
+/// ClusterFeatures. Published before the watches have run, a record without
+/// them would make peers drop this cluster from every source selector for a
+/// moment, and collect the copies of its objects.
+pub async fn preload(reg: &Registry) -> Result<(), RegistryError> {
+    use kube::api::ListParams;
+    let clusters: Api<Cluster> = Api::all(reg.ctx.client.clone());
+    let ours = clusters
+        .get_opt(&reg.ctx.cfg.cluster_name)
+        .await
+        .map_err(|source| RegistryError::Kube {
+            action: "read",
+            object: format!("Cluster {}", reg.ctx.cfg.cluster_name),
+            source,
+        })?;
+    let labels = ours
+        .filter(|c| c.spec.cluster_id == reg.ctx.cluster_id)
+        .map(|c| c.labels().clone())
+        .unwrap_or_default();
+    let features: Api<fleetbus_schemas::crd::ClusterFeature> = Api::all(reg.ctx.client.clone());
+    let list = features
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| RegistryError::Kube {
+            action: "list",
+            object: "ClusterFeatures".to_owned(),
+            source,
+        })?;
+    let items: Vec<std::sync::Arc<_>> = list.items.into_iter().map(std::sync::Arc::new).collect();
+    let features = super::reconciler::feature_records(&items);
+    reg.update_local_info(|i| {
+        i.labels = labels;
+        i.features = features;
+    });
+    Ok(())
+}

@@ -31,6 +31,7 @@ use kube::ResourceExt;
 use crate::context::Context;
 use tokio::sync::{watch, Notify};
 
+pub use local::preload as preload_local;
 pub use membership::Membership;
 pub use reconciler::run as run_reconciler;
 pub use view::{FleetView, PeerView};

@@ -50,6 +50,11 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
     let secrets = SecretCache::default();
     let mut failures = PeerFailures::default();
     let mut clusters_listed = false;
+    // Sync must not judge "who is a source, who is a sink" on our own labels
+    // and features before they have been read (empty ones would make this
+    // cluster drop out of every selector for a moment).
+    let mut features_listed = false;
+    let mut known_self = false;
     let mut dirty = true;
     let mut wake_at = Instant::now() + RESYNC;
     loop {
@@ -70,7 +75,10 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
             }
             ev = feature_events.next() => {
                 match ev {
-                    Some(Ok(_)) => {
+                    Some(Ok(ev)) => {
+                        if matches!(ev, watcher::Event::InitDone) {
+                            features_listed = true;
+                        }
                         let list = feature_records(&features.state());
                         reg.update_local_info(|i| i.features = list);
                         dirty = true;
@@ -95,7 +103,14 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
         let now = Instant::now();
         let local = local::reconcile(&reg, &writer, &snapshot, now).await;
         let peers = peers::reconcile(&reg, &writer, &secrets, &mut failures, &snapshot, now).await;
-        reg.set_fleet(super::view::compute(&reg, &snapshot, registry_synced));
+        // Latched: once known, a later failed pass does not make the fleet
+        // unknown again (sync would stall for nothing).
+        known_self |= local.is_ok() && features_listed;
+        reg.set_fleet(super::view::compute(
+            &reg,
+            &snapshot,
+            registry_synced && known_self,
+        ));
         wake_at = now + RESYNC;
         if let Some(at) = peers.wake_at {
             wake_at = wake_at.min(at + DEADLINE_SLACK);
@@ -129,7 +144,7 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
 
 /// The published form of the local ClusterFeatures: name (falling back to the
 /// object name when `featureName` is empty) and labels, sorted and deduplicated.
-fn feature_records(features: &[Arc<ClusterFeature>]) -> Vec<FeatureRecord> {
+pub(crate) fn feature_records(features: &[Arc<ClusterFeature>]) -> Vec<FeatureRecord> {
     let mut out: Vec<FeatureRecord> = features
         .iter()
         .map(|f| FeatureRecord {

@@ -98,12 +98,16 @@ impl Engine {
         };
         let seen = self.seen.get(target).copied().unwrap_or_else(Instant::now);
         tracing::warn!(copy = %target, rule = %c.rule, action = ?f.action, by = ?event.changed_by.as_ref().map(|b| &b.manager), "drift detected");
-        if self.announce(&event).await {
-            self.ctx
-                .metrics
-                .drift_detection_seconds
-                .observe(seen.elapsed().as_secs_f64());
+        if !self.announce(&event).await {
+            // Not on the bus: not recorded either, so the next pass (soon)
+            // detects and announces it again.
+            self.publish_retry_at = Some(Instant::now() + Duration::from_secs(2));
+            return;
         }
+        self.ctx
+            .metrics
+            .drift_detection_seconds
+            .observe(seen.elapsed().as_secs_f64());
         self.kv_put(&event).await;
         let message = match f.type_ {
             DriftType::Deleted => "the copy was deleted on this cluster".to_owned(),

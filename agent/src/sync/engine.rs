@@ -291,13 +291,22 @@ impl Engine {
         match input {
             Input::Local(gvk, ev) => self.local_event(gvk, ev),
             Input::Bus(gvk, ev) => self.bus_event(gvk, ev),
-            Input::PublishFailed(gvk, key) => {
+            Input::PublishFailed(gvk, key, before) => {
                 self.ctx.metrics.sync_rejected("publish_failed");
-                // Forget what we believed published, so the next pass
-                // publishes the object's current state again.
+                // Believe again what the bus held before, so the next pass
+                // finds the same difference (a lost tombstone included) and
+                // publishes it again.
                 if let Some(k) = self.kinds.get_mut(&gvk) {
-                    k.snapshots.remove(&key);
+                    match before {
+                        Some(env) => {
+                            k.snapshots.insert(key, *env);
+                        }
+                        None => {
+                            k.snapshots.remove(&key);
+                        }
+                    }
                 }
+                self.publish_retry_at = Some(Instant::now() + Duration::from_secs(1));
             }
         }
     }
@@ -309,12 +318,20 @@ impl Engine {
         if gvk == crd_gvk() && !self.unresolved.is_empty() {
             self.rediscover = true;
         }
+        if gvk == namespace_gvk() {
+            // A namespace created, recreated or done terminating can make a
+            // refused write succeed: try them again.
+            self.refused.clear();
+        }
         let Some(kind) = self.kinds.get_mut(&gvk) else {
             return;
         };
         match ev {
             LocalEvent::Reset => kind.relist = Some(BTreeMap::new()),
             LocalEvent::Upsert(obj) => {
+                // The watch works again (kube-runtime resumes after most
+                // errors without a re-list).
+                kind.watch_error = None;
                 let Some(key) = local_key(&obj) else { return };
                 if let Some(t) = Target::of(&obj) {
                     self.seen.insert(t, Instant::now());
@@ -329,6 +346,7 @@ impl Engine {
                 }
             }
             LocalEvent::Remove(obj) => {
+                kind.watch_error = None;
                 if let Some(t) = Target::of(&obj) {
                     self.seen.insert(t, Instant::now());
                 }
@@ -354,6 +372,9 @@ impl Engine {
     }
 
     fn bus_event(&mut self, gvk: GroupVersionKind, ev: BusEvent) {
+        if gvk == rules::rule_gvk() {
+            self.rules_dirty = true;
+        }
         let Some(kind) = self.kinds.get_mut(&gvk) else {
             return;
         };
@@ -399,6 +420,29 @@ impl Engine {
                 kind.caught_up = true;
             }
         }
+    }
+
+    /// The rules peers publish (live, original, from a peer that may be a
+    /// source), compiled.
+    fn bus_rules(&self, kind: &KindState) -> RuleSet {
+        let objects: Vec<&Value> = kind
+            .snapshots
+            .iter()
+            .filter(|(key, env)| {
+                key.origin != self.fleet.local.name
+                    && !env.tombstone
+                    && self
+                        .fleet
+                        .peers
+                        .get(&key.origin)
+                        .is_some_and(|p| p.may_be_source())
+            })
+            .filter_map(|(_, env)| env.object.as_ref())
+            .filter(|o| super::source::is_original(o))
+            .collect();
+        let mut set = rules::compile(&objects);
+        set.remove(rules::RULE_REPLICATION);
+        set
     }
 
     /// The kinds the current rules need, and whether each is a source.
@@ -460,8 +504,13 @@ impl Engine {
         self.rediscover = false;
         // Discovery can lag the CRD event; look again now and then while
         // some kind is missing.
-        self.rediscover_at =
-            (!self.unresolved.is_empty()).then(|| Instant::now() + Duration::from_secs(5));
+        // Set once, not pushed back by every pass (a busy cluster would
+        // postpone it forever).
+        if self.unresolved.is_empty() {
+            self.rediscover_at = None;
+        } else if due || self.rediscover_at.is_none() {
+            self.rediscover_at = Some(Instant::now() + Duration::from_secs(5));
+        }
     }
 
     fn start_kind(
@@ -536,7 +585,15 @@ impl Engine {
         if self.rules_dirty {
             if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
                 let objects: Vec<&Value> = kind.objects.values().collect();
-                self.rules = rules::compile(&objects);
+                let mut rules = rules::compile(&objects);
+                // Rules are mesh-wide: a rule a peer publishes counts here even
+                // while its local copy is missing (deleted by someone, not yet
+                // written), so its copies are neither collected nor its
+                // objects tombstoned in the moment before the copy is back.
+                for (name, rule) in self.bus_rules(kind) {
+                    rules.entry(name).or_insert(rule);
+                }
+                self.rules = rules;
                 self.rules_dirty = false;
             }
         }
@@ -553,6 +610,16 @@ impl Engine {
         self.status_pass().await;
         let now = Instant::now();
         self.retries.retain(|_, r| r.at > now);
+        // Bookkeeping of objects and rules that are gone.
+        let rules = &self.rules;
+        self.last_sync.retain(|name, _| rules.contains_key(name));
+        let kinds = &self.kinds;
+        self.unpublishable.retain(|(key, _)| {
+            kinds.values().any(|k| {
+                k.objects
+                    .contains_key(&(key.namespace.clone(), key.name.clone()))
+            })
+        });
     }
 }
 
@@ -629,6 +696,8 @@ pub async fn run(
                     return Ok(());
                 }
                 engine.fleet = fleet.borrow_and_update().clone();
+                // Which peers' rules count depends on the fleet.
+                engine.rules_dirty = true;
             }
             _ = sleep_until_opt(wake) => {}
         }

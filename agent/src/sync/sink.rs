@@ -105,6 +105,9 @@ impl Engine {
         if let Some(p) = &rule.problem {
             return Some(p.clone());
         }
+        if let Some(p) = self.version_clash(rule) {
+            return Some(p);
+        }
         for g in std::iter::once(&rule.source).chain(rule.targets.iter()) {
             if let Some(why) = self.unresolved.get(g) {
                 return Some(why.clone());
@@ -116,6 +119,26 @@ impl Engine {
             }
         }
         None
+    }
+
+    /// Another rule already syncs the same kind at another version: one
+    /// version per kind, else each version's copies would look unwanted in
+    /// the other version's watch (the rule first by name keeps it).
+    fn version_clash(&self, rule: &CompiledRule) -> Option<String> {
+        self.rules
+            .values()
+            .filter(|o| o.name < rule.name && o.problem.is_none())
+            .find(|o| {
+                o.source.group == rule.source.group
+                    && o.source.kind == rule.source.kind
+                    && o.source.version != rule.source.version
+            })
+            .map(|o| {
+                format!(
+                    "rule {} already syncs {} at version {}: one version per kind",
+                    o.name, rule.source.kind, o.source.version
+                )
+            })
     }
 
     /// Whether this cluster is a sink of `rule` (its `clusterSelector`).
@@ -645,9 +668,22 @@ impl Engine {
     fn collect_verdict(&self, obj: &Value, origin: &str) -> Option<bool> {
         let rule_name = annotation(obj, well_known::ANNOTATION_RULE).unwrap_or_default();
         let rule = self.rules.get(rule_name);
-        if let Some(rule) = rule {
-            if self.rule_problem(rule).is_some() || !self.rule_ready(rule) {
-                return None;
+        match rule {
+            Some(rule) => {
+                if self.rule_problem(rule).is_some() || !self.rule_ready(rule) {
+                    return None;
+                }
+            }
+            // "The rule is gone" is known only once every rule, here and on
+            // the bus, has been read.
+            None => {
+                if !self
+                    .kinds
+                    .get(&super::rules::rule_gvk())
+                    .is_some_and(|k| k.ready())
+                {
+                    return None;
+                }
             }
         }
         if self

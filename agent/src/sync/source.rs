@@ -294,11 +294,17 @@ impl Engine {
             )])
             .inc();
         let tx = self.tx.clone();
+        let before = self
+            .kinds
+            .get(gvk)
+            .and_then(|k| k.snapshots.get(key))
+            .cloned()
+            .map(Box::new);
         let (gvk, key) = (gvk.clone(), key.clone());
         tokio::spawn(async move {
             if let Err(error) = ack.await {
                 tracing::warn!(object = %describe_key(&key), %error, "publish not acknowledged; will publish again");
-                let _ = tx.send(Input::PublishFailed(gvk, key)).await;
+                let _ = tx.send(Input::PublishFailed(gvk, key, before)).await;
             }
         });
         Ok(env)

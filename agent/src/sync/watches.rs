@@ -33,7 +33,8 @@ pub enum Input {
     /// From the bus consumer of a kind.
     Bus(GroupVersionKind, BusEvent),
     /// An acknowledged publish failed: the object must be published again.
-    PublishFailed(GroupVersionKind, ObjectKey),
+    /// The envelope the bus held before (what to believe again), if any.
+    PublishFailed(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
 }
 
 /// What the local watch saw.
@@ -47,7 +48,8 @@ pub enum LocalEvent {
     Remove(Value),
     /// The (re-)list is complete.
     Listed,
-    /// The watch failed (it retries on its own with backoff).
+    /// The API server refuses the watch (403, 401, 404); it retries on its
+    /// own with backoff, and the kind's rules report the refusal meanwhile.
     Error(String),
 }
 
@@ -130,12 +132,32 @@ pub async fn local_watch(
                 Err(_) => continue,
             },
             Some(Ok(watcher::Event::InitDone)) => LocalEvent::Listed,
-            Some(Err(e)) => LocalEvent::Error(e.to_string()),
+            Some(Err(e)) if refused(&e) => LocalEvent::Error(e.to_string()),
+            Some(Err(e)) => {
+                // Connection trouble, an expired resourceVersion: the watcher
+                // retries (re-lists if needed) on its own; nothing to report
+                // on rules (a resumed watch may send nothing to clear it).
+                tracing::debug!(error = %e, "local watch interrupted; resuming");
+                continue;
+            }
         };
         if !send(out).await {
             return;
         }
     }
+}
+
+/// Whether the API server refuses this watch for good (403 Forbidden, 401,
+/// 404: rights missing or revoked, kind gone): what a rule must report.
+fn refused(e: &watcher::Error) -> bool {
+    let code = match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code,
+        watcher::Error::WatchError(s) => s.code,
+        _ => return false,
+    };
+    matches!(code, 401 | 403 | 404)
 }
 
 /// List items may lack `apiVersion`/`kind` (kube omits them inside lists);
