@@ -165,8 +165,28 @@ spec:
     )
     .await
     .uid();
+    // Every record the restarted agent puts, the very first included, must
+    // carry its labels (peers decide who is a source from them).
+    let kv = common::registry_kv(&nats).await;
+    let mut records = kv
+        .watch_with_history("cluster.c1.>")
+        .await
+        .expect("watch c1 record");
+    let before = record_started_at(&mut records).await;
     origin.agent.restart().unwrap();
     origin.wait_ready().await;
+    let mut seen = 0;
+    while seen < 3 {
+        let r = next_record(&mut records).await;
+        if r["startedAt"] == before {
+            continue;
+        }
+        assert_eq!(
+            r["labels"]["tier"], "core",
+            "a record of the restarted agent went out without its labels: {r}"
+        );
+        seen += 1;
+    }
     // A marker created after the restart arrives: c1 is a source again and
     // every pass in between has run.
     kubectl(
@@ -229,4 +249,20 @@ async fn a_deleted_rule_copy_comes_back_without_touching_its_copies() {
         .unwrap()
         .expect("copy");
     assert_eq!(copy.uid(), uid, "the sink's copy churned");
+}
+
+/// The next record put under the watched key, as JSON.
+async fn next_record(w: &mut async_nats::jetstream::kv::Watch) -> serde_json::Value {
+    use futures::StreamExt;
+    let entry = tokio::time::timeout(Duration::from_secs(20), w.next())
+        .await
+        .expect("a record within 20s")
+        .expect("watch open")
+        .expect("entry");
+    serde_json::from_slice(&entry.value).expect("record JSON")
+}
+
+/// `startedAt` of the current record (the watch delivers it first).
+async fn record_started_at(w: &mut async_nats::jetstream::kv::Watch) -> serde_json::Value {
+    next_record(w).await["startedAt"].clone()
 }
