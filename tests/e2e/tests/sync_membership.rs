@@ -2,6 +2,8 @@
 //! everywhere, so a rolling update does not churn them); leaving the fleet
 //! for good (`--leave-on-shutdown`) collects them per orphanPolicy.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::sync::*;
