@@ -36,6 +36,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// When this agent run started (published; a restart is a new run).
     pub started_at: chrono::DateTime<chrono::Utc>,
+    /// Wakes the registry publisher to check and repair the bus layout now
+    /// (sync saw a stream fail): one place repairs it, whoever notices.
+    pub check_layout: tokio::sync::Notify,
 }
 
 impl Context {
@@ -60,6 +63,7 @@ impl Context {
             readiness,
             recorder,
             started_at: chrono::Utc::now(),
+            check_layout: tokio::sync::Notify::new(),
         }
     }
 }

@@ -95,6 +95,11 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                 repair_layout(&reg).await;
                 continue;
             }
+            // Sync's object consumer or a publish failed: maybe a stream is gone.
+            _ = reg.ctx.check_layout.notified() => {
+                repair_layout(&reg).await;
+                continue;
+            }
             _ = reg.publish_now.notified() => {
                 // Whatever changed goes out now; the next regular beat is a full interval away.
                 tick.reset();

@@ -206,6 +206,8 @@ pub struct Engine {
     pub(super) rediscover_at: Option<Instant>,
     /// A publish failed on the bus: run a pass then to try again.
     pub(super) publish_retry_at: Option<Instant>,
+    /// No publishing before this (an acknowledgement failed).
+    pub(super) publish_hold: Option<Instant>,
     pub(super) baselines: HashMap<Target, Baseline>,
     pub(super) retries: HashMap<Target, Retry>,
     /// Writes the API server refused for good, with what was refused: not
@@ -269,6 +271,7 @@ impl Engine {
             rediscover: false,
             rediscover_at: None,
             publish_retry_at: None,
+            publish_hold: None,
             baselines: HashMap::new(),
             retries: HashMap::new(),
             refused: HashMap::new(),
@@ -306,7 +309,11 @@ impl Engine {
                         }
                     }
                 }
-                self.publish_retry_at = Some(Instant::now() + Duration::from_secs(1));
+                // Not again at once: the next pass would fail the same way
+                // (a stream gone, NATS away) and loop. Have the layout
+                // checked, and publish again in a second.
+                self.publish_hold = Some(Instant::now() + Duration::from_secs(1));
+                self.ctx.check_layout.notify_one();
             }
         }
     }

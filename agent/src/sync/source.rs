@@ -142,6 +142,14 @@ impl Engine {
             .filter(|(_, k)| k.source && k.ready())
             .map(|(g, _)| g.clone())
             .collect();
+        if let Some(hold) = self.publish_hold {
+            if hold > tokio::time::Instant::now() {
+                // Keep last pass's source errors; come back when the hold ends.
+                self.publish_retry_at = Some(hold);
+                return;
+            }
+            self.publish_hold = None;
+        }
         self.source_errors.clear();
         for gvk in gvks {
             let rules: Vec<&CompiledRule> =
@@ -176,6 +184,7 @@ impl Engine {
                         // NATS is away: try again soon (the state comparison
                         // finds the same difference then).
                         tracing::warn!(object = %describe_key(&key), %error, "not published; retrying");
+                        self.ctx.check_layout.notify_one();
                         self.publish_retry_at =
                             Some(tokio::time::Instant::now() + std::time::Duration::from_secs(2));
                     }

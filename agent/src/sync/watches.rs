@@ -173,8 +173,9 @@ fn with_gvk(mut v: Value, gvk: &GroupVersionKind) -> Value {
 }
 
 /// Consumes the last envelope of every object of one kind, then live updates,
-/// until `cancel`. Restarts with backoff when the consumer fails (NATS down,
-/// stream deleted and recreated).
+/// until `cancel`. Restarts with backoff (200 ms doubling to 10 s, cancellable,
+/// so a dead NATS is not hammered) when the consumer fails (NATS down, stream
+/// deleted and recreated).
 #[tracing::instrument(name = "consume", skip_all, fields(kind = %describe(&gvk)))]
 pub async fn bus_consumer(
     ctx: std::sync::Arc<Context>,
@@ -192,6 +193,9 @@ pub async fn bus_consumer(
             Ok(()) => return, // the engine is gone
             Err(e) => {
                 tracing::warn!(error = %e, ?delay, "object consumer failed; restarting");
+                // The objects stream may have been deleted: have it checked
+                // (and recreated) now rather than at the next periodic check.
+                ctx.check_layout.notify_one();
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(delay) => {}
