@@ -215,9 +215,21 @@ async fn consume_once(
     let filter = fleetbus_schemas::subject::ObjectFilter::any()
         .gvk(&gvk.group, &gvk.version, &gvk.kind)
         .to_subject(prefix);
+    let name = ctx.layout.objects_stream().name;
+    // JetStream announces a (re)created stream; an ordered consumer of the
+    // deleted one would resume at its old sequence on the new stream and miss
+    // what was published there first. So a creation means consuming anew
+    // (event-driven, no polling). Without the subscription (permissions),
+    // the periodic layout check and consumer errors still recover.
+    let mut recreated = ctx
+        .js
+        .client()
+        .subscribe(format!("$JS.EVENT.ADVISORY.STREAM.CREATED.{name}"))
+        .await
+        .ok();
     let stream = ctx
         .js
-        .get_stream(ctx.layout.objects_stream().name)
+        .get_stream(&name)
         .await
         .map_err(|e| format!("objects stream: {e}"))?;
     let mut consumer = stream
@@ -244,7 +256,14 @@ async fn consume_once(
         .messages()
         .await
         .map_err(|e| format!("consume: {e}"))?;
-    while let Some(msg) = messages.next().await {
+    loop {
+        let next = tokio::select! {
+            m = messages.next() => m,
+            Some(_) = next_advisory(&mut recreated) => {
+                return Err("the objects stream was recreated; consuming it anew".to_owned());
+            }
+        };
+        let Some(msg) = next else { break };
         let msg = msg.map_err(|e| format!("message: {e}"))?;
         let caught_up = msg.info().map(|i| i.pending == 0).unwrap_or(false);
         match decode(prefix, &msg.subject, &msg.payload) {
@@ -268,6 +287,13 @@ async fn consume_once(
         }
     }
     Err("message stream ended".to_owned())
+}
+
+async fn next_advisory(sub: &mut Option<async_nats::Subscriber>) -> Option<async_nats::Message> {
+    match sub {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Decodes one message; the reason is the metric label when it is skipped.

@@ -930,8 +930,8 @@ async fn killed_sink_api_server_converges() {
 /// stay few. (Found by hand: failed publishes were retried thousands of times
 /// a second until the periodic layout check; the one-second hold after a
 /// failed acknowledgement is what stops that loop.)
-/// Copies made before are kept. (A sink's ordered consumer does not yet
-/// notice that its stream was recreated: see the agent README.)
+/// The sink consumes the recreated stream anew (it resumed at its old
+/// sequence before, and the copy never came); copies made before are kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_objects_stream_is_recreated_and_republished() {
     let nats = NatsServer::start().unwrap();
@@ -968,5 +968,7 @@ async fn deleted_objects_stream_is_recreated_and_republished() {
         failed < 10.0,
         "{failed} failed publishes: retried in a loop"
     );
+    // The sink consumes the recreated stream anew: the copy arrives.
+    wait_data(&m[1], "after", &[("k", "2")]).await;
     wait_data(&m[1], "before", &[("k", "1")]).await;
 }
