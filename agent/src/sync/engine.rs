@@ -49,14 +49,16 @@ pub struct Target {
 impl Target {
     /// The place of `obj`, if it names one.
     pub fn of(obj: &Value) -> Option<Target> {
-        let s = |p: &str| obj.pointer(p).and_then(Value::as_str);
+        let s = |p: &str| {
+            obj.pointer(p)
+                .and_then(Value::as_str)
+                .filter(|v| !v.is_empty())
+        };
         Some(Target {
             api_version: s("/apiVersion")?.to_owned(),
             kind: s("/kind")?.to_owned(),
-            namespace: s("/metadata/namespace")
-                .filter(|n| !n.is_empty())
-                .map(str::to_owned),
-            name: s("/metadata/name").filter(|n| !n.is_empty())?.to_owned(),
+            namespace: s("/metadata/namespace").map(str::to_owned),
+            name: s("/metadata/name")?.to_owned(),
         })
     }
 

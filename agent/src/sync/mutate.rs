@@ -414,48 +414,10 @@ pub fn unmanage(live: &Value) -> Value {
     obj
 }
 
-/// Where a copy is written: apiVersion, kind, namespace (`None`: cluster-scoped) and name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TargetRef {
-    /// `group/version` or `version` for the core group.
-    pub api_version: String,
-    /// Kind.
-    pub kind: String,
-    /// Namespace; `None` for cluster-scoped objects.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
-
-impl std::fmt::Display for TargetRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {} {ns}/{}", self.api_version, self.kind, self.name),
-            None => write!(f, "{} {} {}", self.api_version, self.kind, self.name),
-        }
-    }
-}
-
-/// The target of a desired copy; `None` if it lacks apiVersion, kind or name. An empty
-/// namespace counts as none.
-pub fn target_ref(desired: &Value) -> Option<TargetRef> {
-    let meta = desired.get("metadata")?;
-    let non_empty = |v: Option<&Value>| {
-        v.and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    };
-    Some(TargetRef {
-        api_version: non_empty(desired.get("apiVersion"))?,
-        kind: non_empty(desired.get("kind"))?,
-        namespace: non_empty(meta.get("namespace")),
-        name: non_empty(meta.get("name"))?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::engine::Target;
     use fleetbus_schemas::crd::Override;
     use proptest::prelude::*;
     use serde_json::json;
@@ -592,7 +554,7 @@ mod tests {
             c["metadata"]["annotations"]["fleetbus.io/orphan-policy"],
             "Orphan"
         );
-        assert_eq!(target_ref(&c).unwrap().namespace, None);
+        assert_eq!(Target::of(&c).unwrap().namespace, None);
     }
 
     #[test]
@@ -694,8 +656,8 @@ mod tests {
         })])
         .unwrap();
         assert_eq!(
-            target_ref(&c).unwrap(),
-            TargetRef {
+            Target::of(&c).unwrap(),
+            Target {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),
                 namespace: Some("us-west-2".into()),
@@ -895,18 +857,18 @@ mod tests {
     }
 
     #[test]
-    fn target_ref_needs_type_and_name() {
+    fn target_needs_type_and_name() {
         assert_eq!(
-            target_ref(&json!({"kind": "ConfigMap", "metadata": {"name": "x"}})),
+            Target::of(&json!({"kind": "ConfigMap", "metadata": {"name": "x"}})),
             None
         );
         assert_eq!(
-            target_ref(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}})),
+            Target::of(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}})),
             None
         );
-        let t = target_ref(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": ""}})).unwrap();
+        let t = Target::of(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": ""}})).unwrap();
         assert_eq!(t.namespace, None);
-        assert_eq!(t.to_string(), "v1 ConfigMap x");
+        assert_eq!(t.to_string(), "ConfigMap x");
     }
 
     proptest! {
