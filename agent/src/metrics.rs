@@ -41,6 +41,11 @@ pub struct Metrics {
     /// 1 while this agent's own record fails the validation every reader
     /// applies (peers then skip it), else 0.
     pub own_record_invalid: Gauge,
+    /// Commands (`<p>.cmd.<self>.<verb>`) refused, by `verb` and `reason`.
+    pub commands_rejected: Family<Labels, Counter>,
+    /// Source objects whose `fleetbus.io/update-policy` annotation has a value
+    /// fleetbus does not know (ignored), as of the last sync pass.
+    pub sync_unknown_update_policy: Gauge,
     /// Envelopes published by sync, by `type` (`snapshot`, `tombstone`).
     pub sync_published: Family<Labels, Counter>,
     /// Bus messages or objects sync skipped, by `reason` (`malformed`,
@@ -143,6 +148,18 @@ impl Metrics {
             "1 while this cluster's own record fails the validation its peers apply (they skip it)",
             own_record_invalid.clone(),
         );
+        let commands_rejected = Family::<Labels, Counter>::default();
+        registry.register(
+            "commands_rejected",
+            "Commands to this agent refused (malformed, invalid), by verb and reason",
+            commands_rejected.clone(),
+        );
+        let sync_unknown_update_policy = Gauge::default();
+        registry.register(
+            "sync_unknown_update_policy",
+            "Source objects whose fleetbus.io/update-policy annotation has an unknown value (ignored)",
+            sync_unknown_update_policy.clone(),
+        );
         let sync_published = Family::<Labels, Counter>::default();
         registry.register(
             "sync_published",
@@ -200,6 +217,8 @@ impl Metrics {
         let drifted = Gauge::default();
         registry.register("drifted", "Copies currently drifted", drifted.clone());
         Metrics {
+            commands_rejected,
+            sync_unknown_update_policy,
             drifts,
             drift_detection_seconds,
             drift_correction_seconds,
@@ -230,6 +249,13 @@ impl Metrics {
     pub fn rejected(&self, reason: &'static str) {
         self.registry_rejected
             .get_or_create(&vec![("reason", reason)])
+            .inc();
+    }
+
+    /// Counts one refused command.
+    pub fn command_rejected(&self, verb: &'static str, reason: &'static str) {
+        self.commands_rejected
+            .get_or_create(&vec![("verb", verb), ("reason", reason)])
             .inc();
     }
 

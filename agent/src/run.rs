@@ -241,6 +241,10 @@ async fn run_tasks(
         task(crate::kube::api_probe::run(reg.clone(), cancel.clone())),
     );
     spawn("sync", task(crate::sync::run(reg.clone(), cancel.clone())));
+    spawn(
+        "label_cmd",
+        task(registry::label_cmd::run(reg.clone(), cancel.clone())),
+    );
     // Cancelled like the others, the publisher then publishes the leave record.
     spawn(
         "publisher",

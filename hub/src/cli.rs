@@ -22,6 +22,54 @@ pub enum Command {
     /// Drift across the fleet: current state, live events, history, correction on demand.
     #[command(subcommand)]
     Drift(DriftCommand),
+    /// The fleet's clusters: list them, relabel one through its agent.
+    ///
+    /// A cluster's labels belong to its Local Cluster object on that cluster; rules
+    /// select sources and sinks by them. `fleetbus clusters label C env=prod` asks C's
+    /// agent over the bus (`<prefix>.cmd.C.label`) to change them, like
+    /// `kubectl label clusters.fleetbus.io C env=prod` run on C itself; every agent
+    /// re-evaluates placement within seconds.
+    #[command(subcommand)]
+    Clusters(ClustersCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClustersCommand {
+    /// Change a cluster's labels (kubectl label syntax: KEY=VALUE sets, KEY- removes).
+    ///
+    /// Fails (exit 1, naming the cluster) when no agent answers for it within
+    /// --timeout, or when the agent refuses: invalid key or value, or a changed value
+    /// without --overwrite. Prints the cluster's labels after the change.
+    Label(ClustersLabelArgs),
+    /// Every cluster in the registry: name, state, labels.
+    Ls(ClustersLsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClustersLabelArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// The cluster to relabel.
+    pub cluster: String,
+    /// KEY=VALUE to set, KEY- to remove.
+    #[arg(required = true)]
+    pub labels: Vec<String>,
+    /// Allow changing the value of an existing label.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// How long to wait for the agent's reply (e.g. 5s, 1m).
+    #[arg(long, env = "FLEETBUS_CLUSTERS_LABEL_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ClustersLsArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -255,6 +303,30 @@ mod tests {
             panic!("not history")
         };
         assert_eq!(h.object, "Deployment/team-a/web");
+    }
+
+    #[test]
+    fn clusters_label_parses_kubectl_syntax() {
+        let cli = parse(&[
+            "clusters",
+            "label",
+            "c2",
+            "env=prod",
+            "tier-",
+            "--overwrite",
+            "--timeout",
+            "2s",
+        ])
+        .unwrap();
+        let Command::Clusters(ClustersCommand::Label(l)) = cli.command else {
+            panic!("not label")
+        };
+        assert_eq!(l.cluster, "c2");
+        assert_eq!(l.labels, vec!["env=prod", "tier-"]);
+        assert!(l.overwrite);
+        assert_eq!(l.timeout, Duration::from_secs(2));
+        assert!(parse(&["clusters", "label", "c2"]).is_err());
+        assert!(parse(&["clusters", "ls", "-o", "json"]).is_ok());
     }
 
     #[test]

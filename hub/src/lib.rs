@@ -3,9 +3,12 @@
 //! (`mesh up|down|status`), which runs real `nats-server`,
 //! `fleetbus-devcluster` and `fleetbus-agent` processes and records them in
 //! [`MeshState`] (`<dir>/mesh.json`); [`drift`] for the fleet's drift
-//! (`drift ls|watch|history|correct`), read from and sent over NATS.
+//! (`drift ls|watch|history|correct`), read from and sent over NATS; [`clusters`] for
+//! the fleet's clusters (`clusters label|ls`).
 
 pub mod cli;
+pub mod clusters;
+pub mod command;
 pub mod drift;
 pub mod mesh;
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 use fleetbus_hub::cli::{Cli, Command, MeshCommand};
-use fleetbus_hub::drift;
+use fleetbus_hub::{clusters, drift};
 use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
 
 fn main() -> ExitCode {
@@ -27,6 +27,11 @@ fn main() -> ExitCode {
         Command::Drift(cmd) => {
             return runtime
                 .block_on(drift::run(cmd))
+                .unwrap_or_else(|e| fail(&e.into()));
+        }
+        Command::Clusters(cmd) => {
+            return runtime
+                .block_on(clusters::run(cmd))
                 .unwrap_or_else(|e| fail(&e.into()));
         }
     };

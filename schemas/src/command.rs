@@ -1,4 +1,7 @@
-//! Commands to one agent over core NATS request/reply (`<p>.cmd.<cluster>.<verb>`): drift correction.
+//! Commands to one agent over core NATS request/reply (`<p>.cmd.<cluster>.<verb>`): drift
+//! correction and relabelling.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +104,68 @@ impl CorrectReply {
     }
 }
 
+/// `schema` of a [`LabelRequest`].
+pub const LABEL_REQUEST_SCHEMA: &str = "fleetbus.io/label-request/v1";
+/// `schema` of a [`LabelReply`].
+pub const LABEL_REPLY_SCHEMA: &str = "fleetbus.io/label-reply/v1";
+
+/// Asks one agent to change the labels of its Local Cluster object (the one owner of the
+/// cluster's labels), like `kubectl label`: `set` adds or changes labels, `remove` drops
+/// them (absent keys are no error). Changing the value of an existing label needs
+/// `overwrite`. A key both set and removed is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelRequest {
+    /// Labels to add or change.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    /// Keys of labels to remove.
+    #[serde(default)]
+    pub remove: Vec<String>,
+    /// Allow changing the value of an existing label.
+    #[serde(default)]
+    pub overwrite: bool,
+}
+
+impl LabelRequest {
+    /// JSON with `"schema": "fleetbus.io/label-request/v1"` first.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        encode_json(LABEL_REQUEST_SCHEMA, self)
+    }
+
+    /// Decodes a request; another `schema` is [`DecodeError::UnsupportedVersion`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_json(LABEL_REQUEST_SCHEMA, bytes)
+    }
+}
+
+/// What the agent did with a [`LabelRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelReply {
+    /// The cluster that answered.
+    pub cluster: String,
+    /// The labels of its Local Cluster object after the request (unchanged when refused).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Why the request was refused (malformed, invalid label, existing value without
+    /// overwrite), else null. Nothing was changed then.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl LabelReply {
+    /// JSON with `"schema": "fleetbus.io/label-reply/v1"` first.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        encode_json(LABEL_REPLY_SCHEMA, self)
+    }
+
+    /// Decodes a reply; another `schema` is [`DecodeError::UnsupportedVersion`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_json(LABEL_REPLY_SCHEMA, bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +188,28 @@ mod tests {
         };
         let cluster_scoped = ObjectRef::new("v1", "Namespace", None, "team-a");
         assert!(!ns.matches("r", &cluster_scoped));
+    }
+
+    #[test]
+    fn label_messages_round_trip_with_schema_first() {
+        let req = LabelRequest {
+            set: BTreeMap::from([("env".into(), "prod".into())]),
+            remove: vec!["tier".into()],
+            overwrite: true,
+        };
+        let bytes = req.encode().unwrap();
+        assert!(String::from_utf8_lossy(&bytes)
+            .starts_with(r#"{"schema":"fleetbus.io/label-request/v1""#));
+        assert_eq!(LabelRequest::decode(&bytes).unwrap(), req);
+        let minimal =
+            LabelRequest::decode(br#"{"schema":"fleetbus.io/label-request/v1"}"#).unwrap();
+        assert_eq!(minimal, LabelRequest::default());
+        assert!(LabelRequest::decode(br#"{"schema":"fleetbus.io/label-reply/v1"}"#).is_err());
+        let reply = LabelReply {
+            cluster: "c1".into(),
+            labels: req.set.clone(),
+            error: None,
+        };
+        assert_eq!(LabelReply::decode(&reply.encode().unwrap()).unwrap(), reply);
     }
 }

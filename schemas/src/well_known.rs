@@ -22,6 +22,12 @@ pub const ANNOTATION_ORPHAN_POLICY: &str = "fleetbus.io/orphan-policy";
 /// Annotation (any value): on a source object, do not publish it; on a copy, pin it
 /// (no updates; deletes still propagate); on a ResourceSyncRule, do not sync the rule itself.
 pub const ANNOTATION_RESOURCE_SYNC_DISABLED: &str = "fleetbus.io/resource-sync-disabled";
+/// Annotation on a source object: with value [`UPDATE_POLICY_CREATE_ONLY`], its copies
+/// are created once and never updated (as under the rule's `updatePolicy: CreateOnly`);
+/// any other value is ignored (logged and counted).
+pub const ANNOTATION_UPDATE_POLICY: &str = "fleetbus.io/update-policy";
+/// The value of [`ANNOTATION_UPDATE_POLICY`] that makes copies create-only.
+pub const UPDATE_POLICY_CREATE_ONLY: &str = "create-only";
 /// Annotation (any value) on a Cluster: stop syncing from that peer (state Disabled).
 pub const ANNOTATION_CLUSTER_DISABLED: &str = "fleetbus.io/cluster-disabled";
 /// Annotation on a copy: comma-separated JSON Pointers excluded from drift detection,

@@ -5,6 +5,7 @@
 //! and the [`reconciler`] turns both into the Local and Peer Cluster objects
 //! ([`local`], [`peers`]).
 
+pub mod label_cmd;
 mod liveness;
 mod local;
 mod membership;

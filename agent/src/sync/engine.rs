@@ -191,6 +191,8 @@ pub struct RuleReport {
     pub selected: bool,
     /// A copy was written in this pass.
     pub wrote: bool,
+    /// Sources whose `fleetbus.io/update-policy` value is unknown (ignored).
+    pub unknown_update_policy: usize,
 }
 
 /// The state of sync on this cluster.

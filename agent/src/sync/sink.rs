@@ -87,6 +87,18 @@ fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
         .and_then(Value::as_str)
 }
 
+/// The update policy of `source`'s copies: create-only when the rule says so
+/// or the source carries `fleetbus.io/update-policy: create-only`, else the
+/// rule's. The bool is true for an annotation value fleetbus does not know
+/// (ignored; counted by the caller).
+fn update_policy(rule: UpdatePolicy, source: &Value) -> (UpdatePolicy, bool) {
+    match annotation(source, well_known::ANNOTATION_UPDATE_POLICY) {
+        None => (rule, false),
+        Some(well_known::UPDATE_POLICY_CREATE_ONLY) => (UpdatePolicy::CreateOnly, false),
+        Some(_) => (rule, true),
+    }
+}
+
 impl Engine {
     /// Whether everything a rule needs has been read (its kinds, namespaces).
     pub(super) fn rule_ready(&self, rule: &CompiledRule) -> bool {
@@ -196,6 +208,10 @@ impl Engine {
                 content_hash: &env.content_hash,
                 templates: &templates,
             };
+            let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
+            if unknown_policy {
+                report.unknown_update_policy += 1;
+            }
             match mutate::desired_copy(&input).map(|d| (Target::of(&d), d)) {
                 Ok((Some(target), desired)) => out.push((
                     target,
@@ -209,7 +225,7 @@ impl Engine {
                             .to_owned(),
                         desired,
                         with_status: mutate::syncs_status(&entries),
-                        update: rule.spec.update_policy,
+                        update,
                         create_namespace: rule.spec.create_namespace,
                     },
                 )),
@@ -289,7 +305,26 @@ impl Engine {
             }
         }
         self.report_conflicts(found).await;
+        self.note_unknown_update_policies(&reports);
         self.reports = reports;
+    }
+
+    /// Sets the gauge of ignored `fleetbus.io/update-policy` values; warns when
+    /// their number changes (not every pass).
+    fn note_unknown_update_policies(&self, reports: &BTreeMap<String, RuleReport>) {
+        let n: usize = reports.values().map(|r| r.unknown_update_policy).sum();
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        let gauge = &self.ctx.metrics.sync_unknown_update_policy;
+        if gauge.get() != n {
+            gauge.set(n);
+            if n > 0 {
+                tracing::warn!(
+                    count = n,
+                    annotation = well_known::ANNOTATION_UPDATE_POLICY,
+                    "source objects carry an unknown update policy (ignored; only create-only is known)"
+                );
+            }
+        }
     }
 
     /// Makes the copy at `target` equal to the winner's desired state.
@@ -733,4 +768,32 @@ pub enum Outcome {
     Conflict(Box<Conflict>),
     /// Not written: an error.
     Failed(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_create_only_annotation_overrides_the_rule_and_other_values_are_ignored() {
+        let with = |v: &str| json!({"metadata": {"annotations": {"fleetbus.io/update-policy": v}}});
+        let plain = json!({"metadata": {}});
+        assert_eq!(
+            update_policy(UpdatePolicy::default(), &plain),
+            (UpdatePolicy::default(), false)
+        );
+        assert_eq!(
+            update_policy(UpdatePolicy::default(), &with("create-only")),
+            (UpdatePolicy::CreateOnly, false)
+        );
+        assert_eq!(
+            update_policy(UpdatePolicy::default(), &with("CreateOnly")),
+            (UpdatePolicy::default(), true)
+        );
+        assert_eq!(
+            update_policy(UpdatePolicy::CreateOnly, &with("bogus")),
+            (UpdatePolicy::CreateOnly, true)
+        );
+    }
 }

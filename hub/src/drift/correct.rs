@@ -2,7 +2,6 @@
 
 use std::io::Write;
 
-use async_nats::RequestErrorKind;
 use fleetbus_schemas::command::{CorrectReply, CorrectRequest};
 use fleetbus_schemas::subject::CommandKey;
 
@@ -22,27 +21,7 @@ pub async fn correct(args: &DriftCorrectArgs, out: &mut impl Write) -> Result<bo
     };
     let subject = CommandKey::correct(&cluster).to_subject(&args.bus.subject_prefix);
     let payload = request.encode().map_err(DriftError::Encode)?;
-    let reply = client
-        .send_request(
-            subject,
-            async_nats::Request::new()
-                .payload(payload.into())
-                .timeout(Some(args.timeout)),
-        )
-        .await
-        .map_err(|source| match source.kind() {
-            RequestErrorKind::NoResponders => DriftError::NoResponder {
-                cluster: cluster.clone(),
-            },
-            RequestErrorKind::TimedOut => DriftError::Timeout {
-                cluster: cluster.clone(),
-                timeout: args.timeout,
-            },
-            _ => DriftError::Request {
-                cluster: cluster.clone(),
-                source,
-            },
-        })?;
+    let reply = crate::command::request(&client, subject, payload, &cluster, args.timeout).await?;
     let reply = CorrectReply::decode(&reply.payload).map_err(|source| DriftError::BadReply {
         cluster: cluster.clone(),
         source,

@@ -1,22 +1,14 @@
 //! [`DriftError`]: why a `fleetbus drift` command failed.
 
-use std::time::Duration;
-
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A `fleetbus drift` command that could not do its job. Messages are one line; the
 /// binary prints them with their sources and exits 1.
 #[derive(Debug, thiserror::Error)]
 pub enum DriftError {
-    /// The NATS server could not be reached or refused the connection.
-    #[error("cannot connect to NATS at {url}")]
-    Connect {
-        /// The URL given (`--nats-url`).
-        url: String,
-        /// What the client reported.
-        #[source]
-        source: async_nats::ConnectError,
-    },
+    /// Connecting to NATS or the request to an agent failed.
+    #[error(transparent)]
+    Command(#[from] crate::command::CommandError),
     /// The drift bucket exists but could not be read.
     #[error("cannot read the drift bucket {bucket}")]
     Bucket {
@@ -45,29 +37,6 @@ pub enum DriftError {
     /// The object argument of `history` is not KIND/NAMESPACE/NAME or KIND/NAME.
     #[error("object {0:?} is not KIND/NAMESPACE/NAME or KIND/NAME")]
     ObjectArg(String),
-    /// Nobody subscribes to the cluster's command subject.
-    #[error("no agent answers for cluster {cluster} (is it running and connected?)")]
-    NoResponder {
-        /// The cluster asked.
-        cluster: String,
-    },
-    /// An agent is subscribed but did not reply in time.
-    #[error("no reply from cluster {cluster} within {}", humantime::format_duration(*.timeout))]
-    Timeout {
-        /// The cluster asked.
-        cluster: String,
-        /// How long the command waited.
-        timeout: Duration,
-    },
-    /// The request could not be sent.
-    #[error("request to cluster {cluster} failed")]
-    Request {
-        /// The cluster asked.
-        cluster: String,
-        /// What the client reported.
-        #[source]
-        source: async_nats::RequestError,
-    },
     /// The request could not be encoded.
     #[error("cannot encode the request")]
     Encode(#[source] fleetbus_schemas::EncodeError),

@@ -398,6 +398,8 @@ fn parse_versioned(
 
 /// Verb of the drift correction command (`<p>.cmd.<cluster>.correct`).
 pub const CORRECT_VERB: &str = "correct";
+/// Verb of the label command (`fleetbus clusters label`).
+pub const LABEL_VERB: &str = "label";
 
 /// A command addressed to one cluster's agent: `<p>.cmd.<cluster>.<verb>` (core NATS request/reply).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -414,6 +416,14 @@ impl CommandKey {
         Self {
             cluster: cluster.to_owned(),
             verb: CORRECT_VERB.to_owned(),
+        }
+    }
+
+    /// The label command for `cluster`.
+    pub fn label(cluster: &str) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            verb: LABEL_VERB.to_owned(),
         }
     }
 

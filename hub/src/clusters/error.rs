@@ -1,0 +1,45 @@
+//! [`ClustersError`]: why a `fleetbus clusters` command failed.
+
+/// A `fleetbus clusters` command that could not do its job. The binary prints it with its
+/// sources and exits 1.
+#[derive(Debug, thiserror::Error)]
+pub enum ClustersError {
+    /// Connecting to NATS or the request to the agent failed (names the cluster).
+    #[error(transparent)]
+    Command(#[from] crate::command::CommandError),
+    /// A label argument is not `key=value` or `key-`.
+    #[error("label argument {0:?} is not KEY=VALUE or KEY-")]
+    LabelArg(String),
+    /// The request could not be encoded.
+    #[error("cannot encode the request")]
+    Encode(#[source] fleetbus_schemas::EncodeError),
+    /// The agent's reply is not a label-reply/v1 message.
+    #[error("cluster {cluster} sent a reply this fleetbus cannot read")]
+    BadReply {
+        /// The cluster asked.
+        cluster: String,
+        /// Why it does not decode.
+        #[source]
+        source: fleetbus_schemas::DecodeError,
+    },
+    /// The agent refused the request (the reply's `error`); nothing changed.
+    #[error("cluster {cluster} refused to relabel: {reason}")]
+    Refused {
+        /// The cluster asked.
+        cluster: String,
+        /// The agent's reason.
+        reason: String,
+    },
+    /// The registry bucket could not be read.
+    #[error("cannot read the registry bucket {bucket}")]
+    Registry {
+        /// Bucket name.
+        bucket: String,
+        /// What the server or client reported.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Writing to stdout failed (e.g. a closed pipe).
+    #[error("cannot write the output")]
+    Output(#[from] std::io::Error),
+}

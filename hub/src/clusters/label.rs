@@ -1,0 +1,91 @@
+//! `fleetbus clusters label C k=v k2-`: relabel one cluster through its agent (PROTOCOL §6.4).
+
+use std::io::Write;
+
+use fleetbus_schemas::command::{LabelReply, LabelRequest};
+use fleetbus_schemas::subject::CommandKey;
+
+use super::ClustersError;
+use crate::cli::{ClustersLabelArgs, OutputFormat};
+
+/// Reads kubectl label syntax: `key=value` sets, `key-` removes. Keys and values are
+/// checked by the agent (the same validation as the registry record).
+pub fn parse_label_args(args: &[String]) -> Result<LabelRequest, ClustersError> {
+    let mut req = LabelRequest::default();
+    for arg in args {
+        if let Some((k, v)) = arg.split_once('=') {
+            if k.is_empty() {
+                return Err(ClustersError::LabelArg(arg.clone()));
+            }
+            req.set.insert(k.to_owned(), v.to_owned());
+        } else if let Some(k) = arg.strip_suffix('-').filter(|k| !k.is_empty()) {
+            req.remove.push(k.to_owned());
+        } else {
+            return Err(ClustersError::LabelArg(arg.clone()));
+        }
+    }
+    Ok(req)
+}
+
+/// Sends the request and prints the cluster's labels after it. No responder, no reply in
+/// time and a refusal are errors naming the cluster.
+pub async fn label(args: &ClustersLabelArgs, out: &mut impl Write) -> Result<(), ClustersError> {
+    let mut request = parse_label_args(&args.labels)?;
+    request.overwrite = args.overwrite;
+    let (client, _js) = crate::command::connect(&args.bus).await?;
+    let cluster = args.cluster.clone();
+    let subject = CommandKey::label(&cluster).to_subject(&args.bus.subject_prefix);
+    let payload = request.encode().map_err(ClustersError::Encode)?;
+    let reply =
+        crate::command::request(&client, subject, payload, &cluster, args.timeout).await?;
+    let reply = LabelReply::decode(&reply.payload).map_err(|source| ClustersError::BadReply {
+        cluster: cluster.clone(),
+        source,
+    })?;
+    if let Some(reason) = reply.error {
+        return Err(ClustersError::Refused { cluster, reason });
+    }
+    match args.out.output {
+        OutputFormat::Json => {
+            let value = serde_json::json!({"cluster": reply.cluster, "labels": reply.labels});
+            serde_json::to_writer_pretty(&mut *out, &value).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+        OutputFormat::Table => {
+            let labels: Vec<String> = reply
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            writeln!(out, "cluster/{} labeled: {}", reply.cluster, labels.join(","))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn kubectl_label_syntax() {
+        let req = parse_label_args(&args(&["env=prod", "tier-", "empty="])).unwrap();
+        assert_eq!(req.set["env"], "prod");
+        assert_eq!(req.set["empty"], "");
+        assert_eq!(req.remove, vec!["tier"]);
+        assert!(!req.overwrite);
+        for bad in ["env", "=v", "-"] {
+            assert!(
+                matches!(
+                    parse_label_args(&args(&[bad])),
+                    Err(ClustersError::LabelArg(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! `fleetbus clusters ls`: every cluster in the registry bucket with its state and labels.
+
+use std::io::Write;
+
+use fleetbus_schemas::registry::{registry_bucket, ClusterRecord, MemberState, RegistryKey};
+use futures::TryStreamExt;
+
+use super::ClustersError;
+use crate::cli::{ClustersLsArgs, OutputFormat};
+
+/// Lists the cluster records, sorted by name: name, state (`Left`, `Active` or
+/// `Active (silent)` when heartbeats stopped), labels.
+pub async fn ls(args: &ClustersLsArgs, out: &mut impl Write) -> Result<(), ClustersError> {
+    let (_client, js) = crate::command::connect(&args.bus).await?;
+    let bucket = registry_bucket(&args.bus.subject_prefix);
+    let err = |source: Box<dyn std::error::Error + Send + Sync>| ClustersError::Registry {
+        bucket: bucket.clone(),
+        source,
+    };
+    let kv = js
+        .get_key_value(&bucket)
+        .await
+        .map_err(|e| err(Box::new(e)))?;
+    let keys: Vec<String> = kv
+        .keys()
+        .await
+        .map_err(|e| err(Box::new(e)))?
+        .try_collect()
+        .await
+        .map_err(|e| err(Box::new(e)))?;
+    let mut records = Vec::new();
+    for key in keys {
+        if !matches!(RegistryKey::parse(&key), Ok(RegistryKey::Cluster { .. })) {
+            continue;
+        }
+        let Some(bytes) = kv.get(&key).await.map_err(|e| err(Box::new(e)))? else {
+            continue;
+        };
+        // A record this fleetbus cannot read is skipped, as agents skip it.
+        if let Ok(r) = ClusterRecord::decode(&bytes) {
+            records.push(r);
+        }
+    }
+    records.sort_by(|a, b| (&a.name, &a.cluster_id).cmp(&(&b.name, &b.cluster_id)));
+    let now = chrono::Utc::now();
+    match args.out.output {
+        OutputFormat::Json => {
+            let all: Vec<_> = records
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "name": r.name, "clusterId": r.cluster_id, "state": r.state,
+                        "alive": r.is_alive(now), "labels": r.labels,
+                    })
+                })
+                .collect();
+            serde_json::to_writer_pretty(&mut *out, &all).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+        }
+        OutputFormat::Table => {
+            writeln!(out, "{:<24} {:<16} LABELS", "NAME", "STATE")?;
+            for r in &records {
+                let mut state = format!("{:?}", r.state);
+                if r.state == MemberState::Active && !r.is_alive(now) {
+                    state.push_str(" (silent)");
+                }
+                let labels: Vec<String> =
+                    r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                writeln!(out, "{:<24} {:<16} {}", r.name, state, labels.join(","))?;
+            }
+        }
+    }
+    Ok(())
+}
