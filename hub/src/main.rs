@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 use fleetbus_hub::cli::{Cli, Command, MeshCommand};
-use fleetbus_hub::{clusters, drift};
 use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
+use fleetbus_hub::{clusters, drift};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -119,7 +119,10 @@ pub fn relabel(
 /// not fatal: the task then idles until `cancel` (a task that returns stops
 /// the agent).
 #[tracing::instrument(name = "label_cmd", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
-pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), super::RegistryError> {
+pub async fn run(
+    reg: Arc<Registry>,
+    cancel: CancellationToken,
+) -> Result<(), super::RegistryError> {
     let client = reg.ctx.js.client();
     let subject = CommandKey::label(&reg.ctx.cfg.cluster_name).to_subject(reg.ctx.layout.prefix());
     let mut sub = match client.subscribe(subject.clone()).await {

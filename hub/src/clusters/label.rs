@@ -36,8 +36,7 @@ pub async fn label(args: &ClustersLabelArgs, out: &mut impl Write) -> Result<(),
     let cluster = args.cluster.clone();
     let subject = CommandKey::label(&cluster).to_subject(&args.bus.subject_prefix);
     let payload = request.encode().map_err(ClustersError::Encode)?;
-    let reply =
-        crate::command::request(&client, subject, payload, &cluster, args.timeout).await?;
+    let reply = crate::command::request(&client, subject, payload, &cluster, args.timeout).await?;
     let reply = LabelReply::decode(&reply.payload).map_err(|source| ClustersError::BadReply {
         cluster: cluster.clone(),
         source,
@@ -57,7 +56,12 @@ pub async fn label(args: &ClustersLabelArgs, out: &mut impl Write) -> Result<(),
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
-            writeln!(out, "cluster/{} labeled: {}", reply.cluster, labels.join(","))?;
+            writeln!(
+                out,
+                "cluster/{} labeled: {}",
+                reply.cluster,
+                labels.join(",")
+            )?;
         }
     }
     Ok(())

@@ -12,8 +12,8 @@ mod ls;
 mod render;
 mod watch;
 
-use std::process::ExitCode;
 use async_nats::jetstream;
+use std::process::ExitCode;
 
 use crate::cli::{BusArgs, DriftCommand};
 

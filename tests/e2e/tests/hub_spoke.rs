@@ -1,0 +1,499 @@
+//! Hub and spoke end to end (issue 10): a hub (`role=hub`) and three edges.
+//! Downsync places the hub's objects on the edges its rule's
+//! `clusterSelector` picks, and follows relabelling (by `fleetbus clusters
+//! label` and by kubectl on the edge); upsync collects the edges' objects on
+//! the hub in one namespace per edge; create-only copies are never updated.
+//!
+//! Real nats-server, devclusters, agents and the `fleetbus` binary; one mesh
+//! per test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::sync::*;
+use common::*;
+use fleetbus_testsupport::{cargo_bin, wait_for, NatsServer};
+use kube::api::ApiResource;
+use kube::ResourceExt;
+
+fn configmaps() -> ApiResource {
+    resource("", "v1", "ConfigMap", "configmaps")
+}
+
+fn network_policies() -> ApiResource {
+    resource(
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+    )
+}
+
+/// Runs `fleetbus clusters <args>` against `nats`; returns (success, stdout, stderr).
+async fn clusters_cli(nats: &NatsServer, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(cargo_bin("fleetbus"))
+        .arg("clusters")
+        .args(args)
+        .env("FLEETBUS_NATS_URL", nats.url())
+        .env_remove("FLEETBUS_SUBJECT_PREFIX")
+        .output()
+        .await
+        .expect("run fleetbus");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `fleetbus clusters label <args>`, which must succeed; returns the labels it printed.
+async fn label(nats: &NatsServer, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["label", "-o", "json"];
+    all.extend_from_slice(args);
+    let (ok, out, err) = clusters_cli(nats, &all).await;
+    assert!(ok, "fleetbus clusters {all:?} failed: {out}{err}");
+    let reply: serde_json::Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("fleetbus clusters {all:?} printed no JSON ({e}): {out}"));
+    reply["labels"].clone()
+}
+
+/// Waits until every member's Cluster object `cluster` has label `key` = `value`
+/// (`None`: no such label): the record carried the change to the whole fleet.
+async fn wait_label(members: &[Member], cluster: &str, key: &str, value: Option<&str>) {
+    for m in members {
+        let what = format!("{}: Cluster {cluster} label {key}={value:?}", m.name);
+        wait_for(&what, SYNC, || async {
+            let c = m.clusters().get(cluster).await.map_err(|e| e.to_string())?;
+            if c.labels().get(key).map(String::as_str) == value {
+                Ok(())
+            } else {
+                Err(format!("labels {:?}", c.labels()))
+            }
+        })
+        .await;
+    }
+}
+
+/// A ConfigMap `ns/name` with `data: {v}` and `annotations`, for `kubectl apply`.
+fn configmap_yaml(ns: &str, name: &str, v: &str, annotations: &[(&str, &str)]) -> String {
+    let mut meta = format!("  name: {name}\n  namespace: {ns}\n");
+    if !annotations.is_empty() {
+        meta.push_str("  annotations:\n");
+        for (k, v) in annotations {
+            meta.push_str(&format!("    {k}: \"{v}\"\n"));
+        }
+    }
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n{meta}data:\n  v: \"{v}\"\n")
+}
+
+fn v_is(v: &'static str) -> impl Fn(&kube::api::DynamicObject) -> Result<(), String> {
+    data_is(serde_json::json!({ "v": v }))
+}
+
+/// A downsync rule on the hub: the ConfigMaps of `ns` from `role=hub` to `env=prod`.
+fn place_rule(name: &str, ns: &str, orphan: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: {name}
+spec:
+  groupVersionKind: {{group: "", version: v1, kind: ConfigMap}}
+  sourceClusterSelector: {{matchLabels: {{role: hub}}}}
+  clusterSelector: {{matchLabels: {{env: prod}}}}
+  createNamespace: true
+  orphanPolicy: {orphan}
+  rules:
+    - match:
+        - namespaces: [{ns}]
+"#
+    )
+}
+
+/// Downsync by labels: prod edges get the hub's objects, the dev edge does
+/// not, edges' own objects go nowhere. Relabelling with `fleetbus clusters
+/// label` and with kubectl on the edge moves the copies (Delete removes them,
+/// Orphan leaves them unmanaged); a create-only source is copied once; a
+/// delete at the hub reaches every edge; relabelling a cluster whose agent is
+/// stopped fails, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downsync_follows_cluster_labels() {
+    let nats = NatsServer::start().unwrap();
+    let mut m = fleet(&nats, &["hub", "e1", "e2", "e3"]).await;
+    let cm = configmaps();
+
+    // Labels set centrally; each agent answers with its labels after the change.
+    let got = label(&nats, &["hub", "role=hub"]).await;
+    assert_eq!(got, serde_json::json!({"role": "hub"}));
+    for (edge, env) in [("e1", "prod"), ("e2", "prod"), ("e3", "dev")] {
+        let got = label(&nats, &[edge, &format!("env={env}"), "role=edge"]).await;
+        assert_eq!(got, serde_json::json!({"env": env, "role": "edge"}));
+    }
+    for (c, k, v) in [
+        ("hub", "role", "hub"),
+        ("e1", "env", "prod"),
+        ("e2", "env", "prod"),
+        ("e3", "env", "dev"),
+    ] {
+        wait_label(&m, c, k, Some(v)).await;
+    }
+    // Refused: a changed value without --overwrite, an invalid key. Nothing changes.
+    let (ok, out, err) = clusters_cli(&nats, &["label", "e3", "env=prod"]).await;
+    assert!(
+        !ok && err.contains("e3") && err.contains("overwrite"),
+        "{out}{err}"
+    );
+    let (ok, out, err) = clusters_cli(&nats, &["label", "e3", "bad key=x"]).await;
+    assert!(!ok && err.contains("e3"), "{out}{err}");
+    let e3 = m[0].clusters().get("e3").await.unwrap();
+    assert_eq!(e3.labels().get("env").map(String::as_str), Some("dev"));
+    wait_for("e3 counts the refused label commands", SYNC, || async {
+        let text = m[3].metrics()?;
+        let n: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("fleetbus_commands_rejected_total{") && l.contains("label"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if n >= 2.0 {
+            Ok(())
+        } else {
+            Err(format!("{n} rejected"))
+        }
+    })
+    .await;
+
+    let (hub, e1, e2, e3) = (&m[0], &m[1], &m[2], &m[3]);
+    for ns in ["apps", "keep"] {
+        create_ns(hub, ns).await;
+    }
+    create_ns(e1, "apps").await;
+    apply_yaml(hub, &place_rule("place-apps", "apps", "Delete"));
+    apply_yaml(hub, &place_rule("place-keep", "keep", "Orphan"));
+    for edge in [e1, e2, e3] {
+        wait_rule_copy(edge, "place-apps", "hub").await;
+        wait_rule_copy(edge, "place-keep", "hub").await;
+    }
+    // An edge's own object: the edges are no sources of the rule.
+    apply_yaml(e1, &configmap_yaml("apps", "local-e1", "1", &[]));
+    apply_yaml(hub, &configmap_yaml("apps", "web", "1", &[]));
+    apply_yaml(hub, &configmap_yaml("keep", "kept", "1", &[]));
+    apply_yaml(
+        hub,
+        &configmap_yaml(
+            "apps",
+            "pinned",
+            "1",
+            &[("fleetbus.io/update-policy", "create-only")],
+        ),
+    );
+    apply_yaml(
+        hub,
+        &configmap_yaml(
+            "apps",
+            "odd",
+            "1",
+            &[("fleetbus.io/update-policy", "sometimes")],
+        ),
+    );
+    for edge in [e1, e2] {
+        for name in ["web", "pinned", "odd"] {
+            wait_copy(
+                edge,
+                &cm,
+                Some("apps"),
+                name,
+                "hub",
+                "place-apps",
+                v_is("1"),
+            )
+            .await;
+        }
+        wait_copy(
+            edge,
+            &cm,
+            Some("keep"),
+            "kept",
+            "hub",
+            "place-keep",
+            v_is("1"),
+        )
+        .await;
+    }
+    wait_rule(
+        e3,
+        "place-apps",
+        "NotSelected",
+        ready_is("False", "NotSelected"),
+    )
+    .await;
+    assert_absent(e3, &cm, Some("apps"), "web").await;
+    assert_absent(e3, &cm, Some("keep"), "kept").await;
+    assert_absent(e2, &cm, Some("apps"), "local-e1").await;
+    assert_absent(hub, &cm, Some("apps"), "local-e1").await;
+
+    // Create-only by annotation: the update reaches `web` and `odd` (an unknown
+    // value is ignored, and counted), never `pinned`.
+    for name in ["web", "pinned", "odd"] {
+        apply_yaml(hub, &configmap_yaml_keep(name));
+    }
+    for edge in [e1, e2] {
+        wait_copy(
+            edge,
+            &cm,
+            Some("apps"),
+            "web",
+            "hub",
+            "place-apps",
+            v_is("2"),
+        )
+        .await;
+        wait_copy(
+            edge,
+            &cm,
+            Some("apps"),
+            "odd",
+            "hub",
+            "place-apps",
+            v_is("2"),
+        )
+        .await;
+        let pinned = get_dynamic(edge, &cm, Some("apps"), "pinned")
+            .await
+            .unwrap()
+            .unwrap();
+        v_is("1")(&pinned)
+            .unwrap_or_else(|e| panic!("{}: create-only copy updated: {e}", edge.name));
+        assert_eq!(
+            edge.metric("fleetbus_sync_unknown_update_policy").unwrap(),
+            1.0,
+            "{}",
+            edge.name
+        );
+    }
+
+    // e3 joins prod through the CLI: it receives the objects within seconds.
+    let got = label(&nats, &["e3", "env=prod", "--overwrite"]).await;
+    assert_eq!(got["env"], "prod");
+    for name in ["web", "odd"] {
+        wait_copy(e3, &cm, Some("apps"), name, "hub", "place-apps", v_is("2")).await;
+    }
+    wait_copy(
+        e3,
+        &cm,
+        Some("keep"),
+        "kept",
+        "hub",
+        "place-keep",
+        v_is("1"),
+    )
+    .await;
+
+    // e1 leaves prod through the CLI (`env-`): Delete removes, Orphan keeps unmanaged.
+    let got = label(&nats, &["e1", "env-"]).await;
+    assert_eq!(got, serde_json::json!({"role": "edge"}));
+    wait_absent(e1, &cm, Some("apps"), "web").await;
+    wait_obj(
+        e1,
+        &cm,
+        Some("keep"),
+        "kept",
+        "to be kept unmanaged",
+        check_unmanaged,
+    )
+    .await;
+
+    // e2 leaves and rejoins through kubectl on e2 itself.
+    kubectl(
+        e2,
+        &[
+            "label",
+            "--overwrite",
+            "clusters.fleetbus.io",
+            "e2",
+            "env=staging",
+        ],
+    );
+    wait_absent(e2, &cm, Some("apps"), "web").await;
+    kubectl(
+        e2,
+        &[
+            "label",
+            "--overwrite",
+            "clusters.fleetbus.io",
+            "e2",
+            "env=prod",
+        ],
+    );
+    wait_copy(e2, &cm, Some("apps"), "web", "hub", "place-apps", v_is("2")).await;
+
+    // A delete at the hub reaches every edge holding a copy.
+    kubectl(hub, &["delete", "configmap", "web", "-n", "apps"]);
+    for edge in [e2, e3] {
+        wait_absent(edge, &cm, Some("apps"), "web").await;
+    }
+
+    // No agent for e3: the command fails at once, naming the cluster.
+    m[3].agent.stop();
+    let started = Instant::now();
+    let (ok, out, err) = clusters_cli(&nats, &["label", "e3", "x=y", "--timeout", "5s"]).await;
+    assert!(!ok, "labelling a stopped cluster succeeded: {out}");
+    assert!(err.contains("e3"), "the error does not name e3: {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// The second version of the hub's ConfigMaps (`v: "2"`), annotations as first applied.
+fn configmap_yaml_keep(name: &str) -> String {
+    let ann = match name {
+        "pinned" => &[("fleetbus.io/update-policy", "create-only")][..],
+        "odd" => &[("fleetbus.io/update-policy", "sometimes")][..],
+        _ => &[][..],
+    };
+    configmap_yaml("apps", name, "2", ann)
+}
+
+/// An upsync rule on the hub: `kind` from `role=edge` to `role=hub`, each edge's
+/// copies in namespace `edge-<origin>`; `matching` is the rule's `rules:` (empty: all).
+fn collect_rule(name: &str, gvk: &str, matching: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: {name}
+spec:
+  groupVersionKind: {gvk}
+  sourceClusterSelector: {{matchLabels: {{role: edge}}}}
+  clusterSelector: {{matchLabels: {{role: hub}}}}
+  createNamespace: true
+  rules:
+    - mutations:
+        overrides:
+          - {{type: replace, path: /metadata/namespace, value: "edge-{{{{ .Cluster.name }}}}"}}
+{matching}"#
+    )
+}
+
+fn network_policy_yaml(ns: &str, name: &str) -> String {
+    format!(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  podSelector: {{}}\n  policyTypes: [Ingress]\n"
+    )
+}
+
+/// Upsync: ConfigMaps of the same name on three edges land in `edge-<edge>`
+/// on the hub without colliding; the namespace set is a wildcard over names,
+/// a rule with no match takes every object of its kind; an edge update and an
+/// edge delete reach the hub; the edges get nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upsync_into_per_edge_namespaces() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["hub", "e1", "e2", "e3"]).await;
+    let (hub, e1, e2, e3) = (&m[0], &m[1], &m[2], &m[3]);
+    let (cm, np) = (configmaps(), network_policies());
+    for x in &m {
+        let role = if x.name == "hub" {
+            "role=hub"
+        } else {
+            "role=edge"
+        };
+        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, role]);
+    }
+    for x in &m {
+        let role = if x.name == "hub" { "hub" } else { "edge" };
+        wait_label(&m, &x.name, "role", Some(role)).await;
+    }
+    apply_yaml(
+        hub,
+        &collect_rule(
+            "collect-reports",
+            r#"{group: "", version: v1, kind: ConfigMap}"#,
+            "      match:\n        - namespaces: [reports, audit]\n",
+        ),
+    );
+    apply_yaml(
+        hub,
+        &collect_rule(
+            "collect-netpol",
+            "{group: networking.k8s.io, version: v1, kind: NetworkPolicy}",
+            "",
+        ),
+    );
+    for edge in [e1, e2, e3] {
+        wait_rule_copy(edge, "collect-reports", "hub").await;
+        wait_rule_copy(edge, "collect-netpol", "hub").await;
+        for ns in ["reports", "audit", "other"] {
+            create_ns(edge, ns).await;
+        }
+    }
+    // Outside the namespace set: stays on the edge.
+    apply_yaml(e1, &configmap_yaml("other", "ignored", "1", &[]));
+    for edge in [e1, e2, e3] {
+        apply_yaml(edge, &configmap_yaml("reports", "summary", &edge.name, &[]));
+    }
+    apply_yaml(e2, &configmap_yaml("audit", "log", "a", &[]));
+    apply_yaml(e1, &network_policy_yaml("other", "deny"));
+    apply_yaml(e3, &network_policy_yaml("reports", "deny"));
+
+    for edge in ["e1", "e2", "e3"] {
+        let ns = format!("edge-{edge}");
+        let want = serde_json::json!({ "v": edge });
+        wait_copy(
+            hub,
+            &cm,
+            Some(&ns),
+            "summary",
+            edge,
+            "collect-reports",
+            data_is(want),
+        )
+        .await;
+    }
+    wait_copy(
+        hub,
+        &cm,
+        Some("edge-e2"),
+        "log",
+        "e2",
+        "collect-reports",
+        v_is("a"),
+    )
+    .await;
+    for edge in ["e1", "e3"] {
+        let ns = format!("edge-{edge}");
+        wait_copy(hub, &np, Some(&ns), "deny", edge, "collect-netpol", |_| {
+            Ok(())
+        })
+        .await;
+    }
+    assert_absent(hub, &cm, Some("edge-e1"), "ignored").await;
+    assert_absent(hub, &cm, Some("other"), "ignored").await;
+    // The hub is the only sink: no edge holds another edge's objects.
+    for edge in [e1, e2, e3] {
+        assert_absent(edge, &cm, Some("edge-e1"), "summary").await;
+    }
+
+    // An edge update and an edge delete reach the hub; the other copies stay.
+    apply_yaml(e1, &configmap_yaml("reports", "summary", "e1-v2", &[]));
+    wait_copy(
+        hub,
+        &cm,
+        Some("edge-e1"),
+        "summary",
+        "e1",
+        "collect-reports",
+        v_is("e1-v2"),
+    )
+    .await;
+    kubectl(e2, &["delete", "configmap", "summary", "-n", "reports"]);
+    wait_absent(hub, &cm, Some("edge-e2"), "summary").await;
+    for edge in ["e1", "e3"] {
+        get_dynamic(hub, &cm, Some(&format!("edge-{edge}")), "summary")
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("edge-{edge}/summary went with e2's"));
+    }
+}
