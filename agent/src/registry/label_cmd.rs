@@ -164,9 +164,11 @@ async fn handle(reg: &Registry, payload: &[u8]) -> LabelReply {
     let api = Api::<Cluster>::all(reg.ctx.client.clone());
     match apply(reg, &api, payload).await {
         Ok(labels) => {
+            // The record follows from the object's watch event, as after a
+            // kubectl edit. Setting the published labels here too would race
+            // with a reconciler pass over a cache that has not seen the patch
+            // yet, and publish old, new, old, new labels.
             tracing::info!(?labels, "relabelled on request");
-            // Publish at once rather than when the reconciler sees the watch event.
-            reg.update_local_info(|i| i.labels = labels.clone());
             LabelReply {
                 cluster,
                 labels,

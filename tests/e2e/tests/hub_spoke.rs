@@ -387,7 +387,8 @@ fn network_policy_yaml(ns: &str, name: &str) -> String {
 /// Upsync: ConfigMaps of the same name on three edges land in `edge-<edge>`
 /// on the hub without colliding; the namespace set is a wildcard over names,
 /// a rule with no match takes every object of its kind; an edge update and an
-/// edge delete reach the hub; the edges get nothing.
+/// edge delete reach the hub; the edges get nothing; an edge relabelled out of
+/// `sourceClusterSelector` has its copies collected. `clusters ls` lists the fleet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upsync_into_per_edge_namespaces() {
     let nats = NatsServer::start().unwrap();
@@ -406,6 +407,31 @@ async fn upsync_into_per_edge_namespaces() {
         let role = if x.name == "hub" { "hub" } else { "edge" };
         wait_label(&m, &x.name, "role", Some(role)).await;
     }
+    // `fleetbus clusters ls` shows the fleet as the registry has it.
+    let (ok, out, err) = clusters_cli(&nats, &["ls", "-o", "json"]).await;
+    assert!(ok, "{out}{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let roles: Vec<(String, String)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                c["labels"]["role"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("e1", "edge"),
+        ("e2", "edge"),
+        ("e3", "edge"),
+        ("hub", "hub"),
+    ]
+    .iter()
+    .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+    .collect();
+    assert_eq!(roles, want, "{out}");
     apply_yaml(
         hub,
         &collect_rule(
@@ -496,4 +522,21 @@ async fn upsync_into_per_edge_namespaces() {
             .unwrap()
             .unwrap_or_else(|| panic!("edge-{edge}/summary went with e2's"));
     }
+
+    // e3 is relabelled out of the sources: its copies on the hub are collected
+    // (orphanPolicy Delete), the other edge's stay.
+    let got = label(&nats, &["e3", "role=retired", "--overwrite"]).await;
+    assert_eq!(got["role"], "retired");
+    wait_absent(hub, &cm, Some("edge-e3"), "summary").await;
+    wait_absent(hub, &np, Some("edge-e3"), "deny").await;
+    wait_copy(
+        hub,
+        &cm,
+        Some("edge-e1"),
+        "summary",
+        "e1",
+        "collect-reports",
+        v_is("e1-v2"),
+    )
+    .await;
 }
