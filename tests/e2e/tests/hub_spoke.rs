@@ -31,10 +31,9 @@ fn network_policies() -> ApiResource {
     )
 }
 
-/// Runs `fleetbus clusters <args>` against `nats`; returns (success, stdout, stderr).
-async fn clusters_cli(nats: &NatsServer, args: &[&str]) -> (bool, String, String) {
+/// Runs `fleetbus <args>` against `nats`; returns (success, stdout, stderr).
+async fn cli(nats: &NatsServer, args: &[&str]) -> (bool, String, String) {
     let out = tokio::process::Command::new(cargo_bin("fleetbus"))
-        .arg("clusters")
         .args(args)
         .env("FLEETBUS_NATS_URL", nats.url())
         .env_remove("FLEETBUS_SUBJECT_PREFIX")
@@ -50,12 +49,12 @@ async fn clusters_cli(nats: &NatsServer, args: &[&str]) -> (bool, String, String
 
 /// `fleetbus clusters label <args>`, which must succeed; returns the labels it printed.
 async fn label(nats: &NatsServer, args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["label", "-o", "json"];
+    let mut all = vec!["clusters", "label", "-o", "json"];
     all.extend_from_slice(args);
-    let (ok, out, err) = clusters_cli(nats, &all).await;
-    assert!(ok, "fleetbus clusters {all:?} failed: {out}{err}");
+    let (ok, out, err) = cli(nats, &all).await;
+    assert!(ok, "fleetbus {all:?} failed: {out}{err}");
     let reply: serde_json::Value = serde_json::from_str(&out)
-        .unwrap_or_else(|e| panic!("fleetbus clusters {all:?} printed no JSON ({e}): {out}"));
+        .unwrap_or_else(|e| panic!("fleetbus {all:?} printed no JSON ({e}): {out}"));
     reply["labels"].clone()
 }
 
@@ -140,12 +139,12 @@ async fn downsync_follows_cluster_labels() {
         wait_label(&m, c, k, Some(v)).await;
     }
     // Refused: a changed value without --overwrite, an invalid key. Nothing changes.
-    let (ok, out, err) = clusters_cli(&nats, &["label", "e3", "env=prod"]).await;
+    let (ok, out, err) = cli(&nats, &["clusters", "label", "e3", "env=prod"]).await;
     assert!(
         !ok && err.contains("e3") && err.contains("overwrite"),
         "{out}{err}"
     );
-    let (ok, out, err) = clusters_cli(&nats, &["label", "e3", "bad key=x"]).await;
+    let (ok, out, err) = cli(&nats, &["clusters", "label", "e3", "bad key=x"]).await;
     assert!(!ok && err.contains("e3"), "{out}{err}");
     let e3 = m[0].clusters().get("e3").await.unwrap();
     assert_eq!(e3.labels().get("env").map(String::as_str), Some("dev"));
@@ -273,12 +272,49 @@ async fn downsync_follows_cluster_labels() {
         );
     }
 
+    // An edit of a create-only copy is not drift: neither corrected nor reported.
+    let edit = r#"{"data":{"v":"edited"}}"#;
+    kubectl(
+        e1,
+        &[
+            "patch",
+            "configmap",
+            "pinned",
+            "-n",
+            "apps",
+            "--type",
+            "merge",
+            "-p",
+            edit,
+        ],
+    );
+    apply_yaml(
+        hub,
+        &configmap_yaml(
+            "apps",
+            "odd",
+            "3",
+            &[("fleetbus.io/update-policy", "sometimes")],
+        ),
+    );
+    // A later change reached e1: a correction of the edit would have too.
+    wait_copy(e1, &cm, Some("apps"), "odd", "hub", "place-apps", v_is("3")).await;
+    let pinned = get_dynamic(e1, &cm, Some("apps"), "pinned")
+        .await
+        .unwrap()
+        .unwrap();
+    v_is("edited")(&pinned).unwrap_or_else(|e| panic!("e1: create-only copy corrected: {e}"));
+    let (ok, out, err) = cli(&nats, &["drift", "ls", "--cluster", "e1", "-o", "json"]).await;
+    assert!(
+        ok && !out.contains("pinned"),
+        "drift of a create-only copy: {out}{err}"
+    );
+
     // e3 joins prod through the CLI: it receives the objects within seconds.
     let got = label(&nats, &["e3", "env=prod", "--overwrite"]).await;
     assert_eq!(got["env"], "prod");
-    for name in ["web", "odd"] {
-        wait_copy(e3, &cm, Some("apps"), name, "hub", "place-apps", v_is("2")).await;
-    }
+    wait_copy(e3, &cm, Some("apps"), "web", "hub", "place-apps", v_is("2")).await;
+    wait_copy(e3, &cm, Some("apps"), "odd", "hub", "place-apps", v_is("3")).await;
     wait_copy(
         e3,
         &cm,
@@ -337,7 +373,11 @@ async fn downsync_follows_cluster_labels() {
     // No agent for e3: the command fails at once, naming the cluster.
     m[3].agent.stop();
     let started = Instant::now();
-    let (ok, out, err) = clusters_cli(&nats, &["label", "e3", "x=y", "--timeout", "5s"]).await;
+    let (ok, out, err) = cli(
+        &nats,
+        &["clusters", "label", "e3", "x=y", "--timeout", "5s"],
+    )
+    .await;
     assert!(!ok, "labelling a stopped cluster succeeded: {out}");
     assert!(err.contains("e3"), "the error does not name e3: {err}");
     assert!(
@@ -408,7 +448,7 @@ async fn upsync_into_per_edge_namespaces() {
         wait_label(&m, &x.name, "role", Some(role)).await;
     }
     // `fleetbus clusters ls` shows the fleet as the registry has it.
-    let (ok, out, err) = clusters_cli(&nats, &["ls", "-o", "json"]).await;
+    let (ok, out, err) = cli(&nats, &["clusters", "ls", "-o", "json"]).await;
     assert!(ok, "{out}{err}");
     let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
     let roles: Vec<(String, String)> = listed
