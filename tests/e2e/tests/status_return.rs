@@ -286,23 +286,25 @@ async fn wait_readiness(m: &Member, rule: &str, want: &'static str) {
 /// Messages seen on `fleetbus.status.>`, by subject.
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>;
 
-fn count(seen: &Seen, subject: &str) -> usize {
+/// Whether `subject` is a report of `cluster` about a `kind` (the group
+/// token may be escaped, so it is not compared).
+fn about(subject: &str, cluster: &str, kind: &str) -> bool {
+    subject.starts_with(&format!("fleetbus.status.{cluster}."))
+        && subject.contains(&format!(".{kind}.apps."))
+}
+
+fn count(seen: &Seen, cluster: &str, kind: &str) -> usize {
     seen.lock()
         .unwrap()
         .iter()
-        .filter(|(s, _)| s == subject)
+        .filter(|(s, _)| about(s, cluster, kind))
         .count()
 }
 
-/// PerCluster with two edges (env=edge) and the hub c1: one ReportedState
-/// per (object, cluster) with the raw status; `ready 0/2` → `1/2` → `2/2`;
-/// a pass that changes nothing publishes nothing; garbage on the status
-/// subjects is counted and changes nothing; a cluster relabelled out and the
-/// source deleted remove their ReportedStates. A Gadget (no status
-/// subresource) gets its ReportedStates too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn per_cluster_reported_states_and_readiness() {
-    let nats = NatsServer::start().unwrap();
+/// A plain NATS client recording every message on `fleetbus.status.>`.
+async fn watch_status(
+    nats: &NatsServer,
+) -> (async_nats::Client, Seen, tokio::task::JoinHandle<()>) {
     let client = async_nats::connect(nats.url()).await.unwrap();
     let mut sub = client.subscribe("fleetbus.status.>").await.unwrap();
     client.flush().await.unwrap();
@@ -316,6 +318,27 @@ async fn per_cluster_reported_states_and_readiness() {
             }
         })
     };
+    (client, seen, collector)
+}
+
+fn last(seen: &Seen, cluster: &str, kind: &str) -> Option<Value> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .rfind(|(s, _)| about(s, cluster, kind))
+        .map(|(_, v)| v.clone())
+}
+
+/// PerCluster with two edges (env=edge) and the hub c1: one ReportedState
+/// per (object, cluster) with the raw status; `ready 0/2` → `1/2` → `2/2`;
+/// a pass that changes nothing publishes nothing; garbage on the status
+/// subjects is counted and changes nothing; a cluster relabelled out and the
+/// source deleted remove their ReportedStates. A Gadget (no status
+/// subresource) gets its ReportedStates too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_cluster_reported_states_and_readiness() {
+    let nats = NatsServer::start().unwrap();
+    let (client, seen, collector) = watch_status(&nats).await;
 
     let m = fleet(&nats, &["c1", "c2", "c3"]).await;
     let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
@@ -373,9 +396,7 @@ async fn per_cluster_reported_states_and_readiness() {
 
     // A pass on c2 that changes no status publishes nothing: a label on the
     // copy is drift, corrected (a write, a new resourceVersion, a pass).
-    let c2_subject = "fleetbus.status.c2.apps.v1.Deployment.apps.web";
-    let c3_subject = "fleetbus.status.c3.apps.v1.Deployment.apps.web";
-    let before = count(&seen, c2_subject);
+    let before = count(&seen, "c2", "Deployment");
     assert!(before >= 2, "c2 reported its copy at least twice");
     kubectl(c2, &["label", "deployment", "web", "-n", "apps", "extra=1"]);
     wait_copy(c2, &deployments(), Some("apps"), "web", "c1", "web", |o| {
@@ -387,19 +408,19 @@ async fn per_cluster_reported_states_and_readiness() {
     })
     .await;
     // Later, c3 changes: its report arrives; c2 sent none meanwhile.
-    let c3_before = count(&seen, c3_subject);
+    let c3_before = count(&seen, "c3", "Deployment");
     let mut note = rolled_out(1);
     note["collisionCount"] = json!(1);
     patch_status(c3, "deployment", "web", true, note);
     wait_for("c3's new report", SYNC, || async {
-        if count(&seen, c3_subject) > c3_before {
+        if count(&seen, "c3", "Deployment") > c3_before {
             Ok(())
         } else {
             Err("none yet".into())
         }
     })
     .await;
-    assert_eq!(count(&seen, c2_subject), before, "c2 republished an unchanged status");
+    assert_eq!(count(&seen, "c2", "Deployment"), before, "c2 republished an unchanged status");
 
     // Garbage on a status subject: counted, nothing changes.
     let js = async_nats::jetstream::new(client.clone());
@@ -427,17 +448,70 @@ async fn per_cluster_reported_states_and_readiness() {
     })
     .await;
     wait_readiness(c1, "web", "ready 1/1").await;
-    let gone = seen
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(s, _)| s == c3_subject)
-        .last()
-        .map(|(_, v)| v.clone());
+    let gone = last(&seen, "c3", "Deployment");
     assert_eq!(gone.as_ref().map(|v| &v["status"]), Some(&Value::Null));
 
     // The source is deleted: the rest goes.
     kubectl_delete(c1, "deployment", Some("apps"), "web");
     wait_states(c1, "web", "to be gone", BTreeMap::is_empty).await;
+    collector.abort();
+}
+
+/// Sinks read their own last reports back at start: a restarted sink
+/// republishes nothing unchanged, and one whose copy went away while it was
+/// down (relabelled out of the selection meanwhile) publishes `null`, so the
+/// origin removes that cluster's ReportedState.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_sink_reads_back_its_reports() {
+    let nats = NatsServer::start().unwrap();
+    let (_client, seen, collector) = watch_status(&nats).await;
+    let mut m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    for x in &m {
+        create_ns(x, "apps").await;
+        install_gadgets(x).await;
+    }
+    for x in &m[1..] {
+        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "env=edge"]);
+    }
+    let edges = "  clusterSelector: {matchLabels: {env: edge}}\n";
+    apply_yaml(
+        &m[0],
+        &rule_yaml("gadgets", "example.com", "Gadget", "PerCluster", edges),
+    );
+    apply_yaml(&m[0], &gadget(1));
+    wait_states(&m[0], "g", "for c2 and c3", |s| s.len() == 2).await;
+    let before = count(&seen, "c2", "Gadget");
+
+    // c2 restarts; later its copy's status changes: exactly one new report.
+    m[1].agent.restart().unwrap();
+    wait_readyz(&m[1], 200, CONVERGE).await;
+    patch_status(&m[1], "gadget", "g", false, json!({"phase": "Up"}));
+    wait_states(&m[0], "g", "with c2's new status", |s| {
+        s.get("c2")
+            .is_some_and(|v| v["status"]["status"] == json!({"phase": "Up"}))
+    })
+    .await;
+    assert_eq!(
+        count(&seen, "c2", "Gadget"),
+        before + 1,
+        "a restart republished an unchanged report"
+    );
+
+    // c3 is relabelled out while its agent is down.
+    m[2].agent.stop();
+    kubectl(
+        &m[2],
+        &["label", "clusters.fleetbus.io", "c3", "env=off", "--overwrite"],
+    );
+    m[2].agent.restart().unwrap();
+    wait_absent(&m[2], &gadgets(), Some("apps"), "g").await;
+    wait_states(&m[0], "g", "without c3", |s| {
+        s.len() == 1 && s.contains_key("c2")
+    })
+    .await;
+    assert_eq!(
+        last(&seen, "c3", "Gadget").map(|v| v["status"].clone()),
+        Some(Value::Null)
+    );
     collector.abort();
 }
