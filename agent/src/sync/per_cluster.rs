@@ -163,9 +163,10 @@ impl Engine {
         let mut main = want.clone();
         let written = match live {
             None => api.create(&params, &body(&main)?).await?,
-            Some(l) if decided(l)["labels"] == decided(want)["labels"]
-                && decided(l)["ownerReferences"] == decided(want)["ownerReferences"]
-                && l.get("spec") == want.get("spec") =>
+            Some(l)
+                if decided(l)["labels"] == decided(want)["labels"]
+                    && decided(l)["ownerReferences"] == decided(want)["ownerReferences"]
+                    && l.get("spec") == want.get("spec") =>
             {
                 body(l)?
             }
@@ -220,6 +221,9 @@ mod tests {
         // Cluster-scoped sources: the agent's namespace.
         let ((ns, _), obj) = desired_state(&report(None), &source, "fleetbus-system");
         assert_eq!(ns.as_deref(), Some("fleetbus-system"));
-        assert!(obj["status"].get("copyNamespace").is_none(), "nulls dropped");
+        assert!(
+            obj["status"].get("copyNamespace").is_none(),
+            "nulls dropped"
+        );
     }
 }

@@ -75,10 +75,16 @@ mod tests {
         let done = json!({"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3,
                           "availableReplicas": 3});
         assert!(is_ready(&deployment(2, done.clone())));
-        assert!(!is_ready(&deployment(3, done.clone())), "new spec not observed");
+        assert!(
+            !is_ready(&deployment(3, done.clone())),
+            "new spec not observed"
+        );
         let mut old_left = done.clone();
         old_left["replicas"] = json!(4);
-        assert!(!is_ready(&deployment(2, old_left)), "an old replica remains");
+        assert!(
+            !is_ready(&deployment(2, old_left)),
+            "an old replica remains"
+        );
         let mut unavailable = done;
         unavailable["availableReplicas"] = json!(2);
         assert!(!is_ready(&deployment(2, unavailable)));

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fleetbus_schemas::crd::StatusReturn;
-use fleetbus_schemas::ObjectRef;
 use fleetbus_schemas::reported::ReportedStatus;
 use fleetbus_schemas::subject::{check_subject_len, StatusKey};
 use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
+use fleetbus_schemas::ObjectRef;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -80,12 +80,7 @@ impl Engine {
                 origin: key.origin.clone(),
                 source: ObjectRef {
                     uid,
-                    ..ObjectRef::new(
-                        &api_version,
-                        &key.kind,
-                        key.namespace.as_deref(),
-                        &key.name,
-                    )
+                    ..ObjectRef::new(&api_version, &key.kind, key.namespace.as_deref(), &key.name)
                 },
                 copy_name: target.name.clone(),
                 copy_namespace: target.namespace.clone(),

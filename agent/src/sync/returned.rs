@@ -108,7 +108,9 @@ impl Engine {
         let local = &self.fleet.local.name;
         let mut out: BTreeMap<ObjectKey, Vec<ReportedStatus>> = BTreeMap::new();
         for r in self.status_book.reports.values() {
-            if &r.origin != local || r.status.is_null() || !self.fleet.peers.contains_key(&r.cluster)
+            if &r.origin != local
+                || r.status.is_null()
+                || !self.fleet.peers.contains_key(&r.cluster)
             {
                 continue;
             }
@@ -219,7 +221,10 @@ impl Engine {
             Some(s) => *s,
             None => match kube::discovery::pinned_kind(&self.ctx.client, &gvk).await {
                 Ok((_, caps)) => {
-                    let s = caps.subresources.iter().any(|(ar, _)| ar.plural == "status");
+                    let s = caps
+                        .subresources
+                        .iter()
+                        .any(|(ar, _)| ar.plural == "status");
                     self.status_book.status_subresource.insert(gvk.clone(), s);
                     s
                 }
@@ -389,8 +394,8 @@ fn decode(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetbus_schemas::ObjectRef;
     use fleetbus_schemas::subject::Prefix;
+    use fleetbus_schemas::ObjectRef;
 
     fn report(cluster: &str) -> ReportedStatus {
         ReportedStatus {

@@ -291,7 +291,9 @@ async fn consume_once(
     Err("message stream ended".to_owned())
 }
 
-pub(super) async fn next_advisory(sub: &mut Option<async_nats::Subscriber>) -> Option<async_nats::Message> {
+pub(super) async fn next_advisory(
+    sub: &mut Option<async_nats::Subscriber>,
+) -> Option<async_nats::Message> {
     match sub {
         Some(s) => s.next().await,
         None => std::future::pending().await,

@@ -570,7 +570,14 @@ mod tests {
         // Someone else's status field (an update through /status).
         let mut other = live.clone();
         other["status"] = json!({"collisionCount": 7});
-        record_update(Some(&live), &mut other, "kubectl-patch", Some("status"), &d, T1);
+        record_update(
+            Some(&live),
+            &mut other,
+            "kubectl-patch",
+            Some("status"),
+            &d,
+            T1,
+        );
         live = other;
         let sub = Some("status");
         let applied = dep(json!({"replicas": 1, "availableReplicas": 1}));

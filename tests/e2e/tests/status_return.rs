@@ -111,7 +111,14 @@ fn status_of(o: &kube::api::DynamicObject) -> Value {
 fn patch_status(m: &Member, resource: &str, name: &str, subresource: bool, status: Value) {
     let patch = json!({ "status": status }).to_string();
     let mut args = vec![
-        "patch", resource, name, "-n", "apps", "--type=merge", "-p", &patch,
+        "patch",
+        resource,
+        name,
+        "-n",
+        "apps",
+        "--type=merge",
+        "-p",
+        &patch,
     ];
     if subresource {
         args.push("--subresource=status");
@@ -141,9 +148,15 @@ async fn copy_status_survives_source_changes_without_status_subresource() {
         create_ns(x, "apps").await;
         install_gadgets(x).await;
     }
-    apply_yaml(c1, &rule_yaml("gadgets", "example.com", "Gadget", "None", ""));
+    apply_yaml(
+        c1,
+        &rule_yaml("gadgets", "example.com", "Gadget", "None", ""),
+    );
     apply_yaml(c1, &gadget(1));
-    wait_copy(c2, &gadgets(), Some("apps"), "g", "c1", "gadgets", |_| Ok(())).await;
+    wait_copy(c2, &gadgets(), Some("apps"), "g", "c1", "gadgets", |_| {
+        Ok(())
+    })
+    .await;
     patch_status(c2, "gadget", "g", false, json!({"phase": "Running"}));
 
     apply_yaml(c1, &gadget(2));
@@ -187,22 +200,38 @@ async fn singleton_returns_the_copy_status_without_wiping_others() {
 
     for (ar, resource, subresource, owned) in [
         (gadgets(), "gadget", false, ("owner", json!("hub"))),
-        (deployments(), "deployment", true, ("collisionCount", json!(7))),
+        (
+            deployments(),
+            "deployment",
+            true,
+            ("collisionCount", json!(7)),
+        ),
     ] {
         let name = if resource == "gadget" { "g" } else { "web" };
-        let rule = if resource == "gadget" { "gadgets" } else { "web" };
+        let rule = if resource == "gadget" {
+            "gadgets"
+        } else {
+            "web"
+        };
         let copy = wait_copy(c2, &ar, Some("apps"), name, "c1", rule, |_| Ok(())).await;
         let mut full = rolled_out(generation(&copy));
         full["conditions"] = json!([{"type": "Available", "status": "True"}]);
         patch_status(c2, resource, name, subresource, full.clone());
-        wait_obj(c1, &ar, Some("apps"), name, "to carry the copy's status", |o| {
-            let s = status_of(o);
-            if s["availableReplicas"] == 1 && s["conditions"][0]["type"] == "Available" {
-                Ok(())
-            } else {
-                Err(format!("status {s}"))
-            }
-        })
+        wait_obj(
+            c1,
+            &ar,
+            Some("apps"),
+            name,
+            "to carry the copy's status",
+            |o| {
+                let s = status_of(o);
+                if s["availableReplicas"] == 1 && s["conditions"][0]["type"] == "Available" {
+                    Ok(())
+                } else {
+                    Err(format!("status {s}"))
+                }
+            },
+        )
         .await;
         let now = get_dynamic(c1, &ar, Some("apps"), name)
             .await
@@ -213,24 +242,38 @@ async fn singleton_returns_the_copy_status_without_wiping_others() {
         // The copy's controller drops a field: it goes on the source too.
         let json_patch = r#"[{"op": "remove", "path": "/status/conditions"}]"#;
         let mut args = vec![
-            "patch", resource, name, "-n", "apps", "--type=json", "-p", json_patch,
+            "patch",
+            resource,
+            name,
+            "-n",
+            "apps",
+            "--type=json",
+            "-p",
+            json_patch,
         ];
         if subresource {
             args.push("--subresource=status");
         }
         kubectl(c2, &args);
-        wait_obj(c1, &ar, Some("apps"), name, "to lose the dropped field", |o| {
-            let s = status_of(o);
-            // Absent, or an empty list where the sink's API server keeps one.
-            let dropped = s
-                .get("conditions")
-                .is_none_or(|c| c.as_array().is_some_and(Vec::is_empty));
-            if dropped && s["availableReplicas"] == 1 {
-                Ok(())
-            } else {
-                Err(format!("status {s}"))
-            }
-        })
+        wait_obj(
+            c1,
+            &ar,
+            Some("apps"),
+            name,
+            "to lose the dropped field",
+            |o| {
+                let s = status_of(o);
+                // Absent, or an empty list where the sink's API server keeps one.
+                let dropped = s
+                    .get("conditions")
+                    .is_none_or(|c| c.as_array().is_some_and(Vec::is_empty));
+                if dropped && s["availableReplicas"] == 1 {
+                    Ok(())
+                } else {
+                    Err(format!("status {s}"))
+                }
+            },
+        )
         .await;
         let now = get_dynamic(c1, &ar, Some("apps"), name)
             .await
@@ -252,7 +295,10 @@ async fn states_of(m: &Member, name: &str) -> Result<BTreeMap<String, Value>, St
         .filter(|o| o.data["spec"]["objectRef"]["name"] == name)
         .map(|o| {
             let cluster = o.data["spec"]["cluster"].as_str().unwrap_or("").to_owned();
-            (cluster, json!({"name": o.name_any(), "status": o.data.get("status")}))
+            (
+                cluster,
+                json!({"name": o.name_any(), "status": o.data.get("status")}),
+            )
         })
         .collect())
 }
@@ -262,14 +308,18 @@ where
     P: Fn(&BTreeMap<String, Value>) -> bool,
 {
     let pred = &pred;
-    wait_for(&format!("{}: ReportedStates of {name} {what}", m.name), SYNC, || async move {
-        let states = states_of(m, name).await?;
-        if pred(&states) {
-            Ok(states)
-        } else {
-            Err(format!("{states:?}"))
-        }
-    })
+    wait_for(
+        &format!("{}: ReportedStates of {name} {what}", m.name),
+        SYNC,
+        || async move {
+            let states = states_of(m, name).await?;
+            if pred(&states) {
+                Ok(states)
+            } else {
+                Err(format!("{states:?}"))
+            }
+        },
+    )
     .await
 }
 
@@ -350,7 +400,10 @@ async fn per_cluster_reported_states_and_readiness() {
         kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "env=edge"]);
     }
     let edges = "  clusterSelector: {matchLabels: {env: edge}}\n";
-    apply_yaml(c1, &rule_yaml("web", "apps", "Deployment", "PerCluster", edges));
+    apply_yaml(
+        c1,
+        &rule_yaml("web", "apps", "Deployment", "PerCluster", edges),
+    );
     apply_yaml(
         c1,
         &rule_yaml("gadgets", "example.com", "Gadget", "PerCluster", edges),
@@ -377,9 +430,23 @@ async fn per_cluster_reported_states_and_readiness() {
     .await;
 
     for (i, edge) in [c2, c3].into_iter().enumerate() {
-        let copy = wait_copy(edge, &deployments(), Some("apps"), "web", "c1", "web", |_| Ok(()))
-            .await;
-        patch_status(edge, "deployment", "web", true, rolled_out(generation(&copy)));
+        let copy = wait_copy(
+            edge,
+            &deployments(),
+            Some("apps"),
+            "web",
+            "c1",
+            "web",
+            |_| Ok(()),
+        )
+        .await;
+        patch_status(
+            edge,
+            "deployment",
+            "web",
+            true,
+            rolled_out(generation(&copy)),
+        );
         wait_readiness(c1, "web", if i == 0 { "ready 1/2" } else { "ready 2/2" }).await;
     }
     let states = wait_states(c1, "web", "with c2's raw status", |s| {
@@ -420,15 +487,22 @@ async fn per_cluster_reported_states_and_readiness() {
         }
     })
     .await;
-    assert_eq!(count(&seen, "c2", "Deployment"), before, "c2 republished an unchanged status");
+    assert_eq!(
+        count(&seen, "c2", "Deployment"),
+        before,
+        "c2 republished an unchanged status"
+    );
 
     // Garbage on a status subject: counted, nothing changes.
     let js = async_nats::jetstream::new(client.clone());
-    js.publish("fleetbus.status.x.apps.v1.Deployment.apps.web", "garbage".into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    js.publish(
+        "fleetbus.status.x.apps.v1.Deployment.apps.web",
+        "garbage".into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
     c1.wait_metric_at_least(
         r#"fleetbus_sync_rejected_total{reason="status_malformed"}"#,
         1.0,
@@ -440,7 +514,13 @@ async fn per_cluster_reported_states_and_readiness() {
     // c3 leaves the selection: its copy goes, and with it its ReportedState.
     kubectl(
         c3,
-        &["label", "clusters.fleetbus.io", "c3", "env=off", "--overwrite"],
+        &[
+            "label",
+            "clusters.fleetbus.io",
+            "c3",
+            "env=off",
+            "--overwrite",
+        ],
     );
     wait_absent(c3, &deployments(), Some("apps"), "web").await;
     wait_states(c1, "web", "without c3", |s| {
@@ -501,7 +581,13 @@ async fn a_restarted_sink_reads_back_its_reports() {
     m[2].agent.stop();
     kubectl(
         &m[2],
-        &["label", "clusters.fleetbus.io", "c3", "env=off", "--overwrite"],
+        &[
+            "label",
+            "clusters.fleetbus.io",
+            "c3",
+            "env=off",
+            "--overwrite",
+        ],
     );
     m[2].agent.restart().unwrap();
     wait_absent(&m[2], &gadgets(), Some("apps"), "g").await;
