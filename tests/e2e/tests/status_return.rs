@@ -177,7 +177,8 @@ async fn copy_status_survives_source_changes_without_status_subresource() {
 
 /// Singleton, for a kind without a status subresource (Gadget) and one with
 /// it (Deployment): the only copy's status lands in the source's status;
-/// a field someone else wrote there survives; a field the copy drops goes.
+/// a field someone else wrote there survives; a field the copy drops goes;
+/// when no cluster reports any more, every field fleetbus wrote goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn singleton_returns_the_copy_status_without_wiping_others() {
     let nats = NatsServer::start().unwrap();
@@ -281,6 +282,32 @@ async fn singleton_returns_the_copy_status_without_wiping_others() {
             .unwrap();
         assert_eq!(status_of(&now)[owned.0], owned.1, "{resource}: still kept");
     }
+
+    // No status returned any more (no cluster reports): fleetbus's fields
+    // go, the others' stay.
+    kubectl(
+        c1,
+        &[
+            "patch",
+            "resourcesyncrule",
+            "gadgets",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"statusReturn":"None"}}"#,
+        ],
+    );
+    wait_obj(
+        c1,
+        &gadgets(),
+        Some("apps"),
+        "g",
+        "to keep only others' status",
+        |o| match status_of(o) {
+            s if s == json!({"owner": "hub"}) => Ok(()),
+            s => Err(format!("status {s}")),
+        },
+    )
+    .await;
 }
 
 /// The ReportedStates of `name` on `m` (namespace `apps`), by cluster.
