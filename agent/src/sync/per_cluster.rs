@@ -107,7 +107,7 @@ impl Engine {
         let stale: Vec<Value> = kind
             .objects
             .iter()
-            .filter(|(k, v)| is_ours(v) && !desired.contains_key(*k))
+            .filter(|(k, v)| is_ours(v) && !desired.contains_key(*k) && !self.source_unread(v))
             .map(|(_, v)| v.clone())
             .collect();
         let mut writes: Vec<(LocalKey, Value, Option<Value>)> = Vec::new();
@@ -142,6 +142,19 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Whether the source kind of a ReportedState is still being read (at
+    /// start, or a rule's kind just started): its source may exist, so the
+    /// state is not stale yet.
+    fn source_unread(&self, state: &Value) -> bool {
+        let text = |p: &str| state.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        let (group, version) =
+            fleetbus_schemas::subject::split_api_version(text("/spec/objectRef/apiVersion"));
+        let gvk = GroupVersionKind::gvk(group, version, text("/spec/objectRef/kind"));
+        self.rules
+            .values()
+            .any(|r| r.source == gvk && r.problem.is_none() && !self.rule_ready(r))
     }
 
     /// Creates or replaces one ReportedState, then its status.

@@ -110,8 +110,9 @@ impl Engine {
 
     /// Publishes what changed since the last reports (see the module docs).
     pub(super) async fn report_pass(&mut self) {
-        // Before our own last reports are read back, everything would look new.
-        if !self.status_book.caught_up {
+        // Before our own last reports are read back, everything would look
+        // new; before the rules are read, every report would look orphaned.
+        if !self.status_book.caught_up || !self.rules_read() {
             return;
         }
         let local = self.fleet.local.name.clone();

@@ -101,17 +101,21 @@ impl Engine {
         }
     }
 
-    /// The reports about this cluster's objects that count: from a member,
-    /// with a status, for a rule that returns status, about a source object
+    /// The reports about this cluster's objects that count: from a member
+    /// (not left), with a status, for a rule that returns status, about a source object
     /// that still exists here (same uid). Keyed by source object.
     pub(super) fn returned_reports(&self) -> BTreeMap<ObjectKey, Vec<ReportedStatus>> {
         let local = &self.fleet.local.name;
         let mut out: BTreeMap<ObjectKey, Vec<ReportedStatus>> = BTreeMap::new();
         for r in self.status_book.reports.values() {
-            if &r.origin != local
-                || r.status.is_null()
-                || !self.fleet.peers.contains_key(&r.cluster)
-            {
+            // A cluster that left (its copies are collected) or whose name
+            // two records claim reports nothing we can believe.
+            let member = self
+                .fleet
+                .peers
+                .get(&r.cluster)
+                .is_some_and(|p| !p.left && !p.name_conflict);
+            if &r.origin != local || r.status.is_null() || !member {
                 continue;
             }
             let returns = self
@@ -124,6 +128,13 @@ impl Engine {
             out.entry(source_key(r)).or_default().push(r.clone());
         }
         out
+    }
+
+    /// Whether the rules have been read (local list and peers' on the bus).
+    pub(super) fn rules_read(&self) -> bool {
+        self.kinds
+            .get(&super::rules::rule_gvk())
+            .is_some_and(|k| k.ready())
     }
 
     /// The live source object a report is about, if it exists with the uid
@@ -146,7 +157,9 @@ impl Engine {
     /// The origin's part: status of source objects, ReportedStates, and
     /// readiness per rule (into the rule reports `status_pass` writes).
     pub(super) async fn return_pass(&mut self) {
-        if !self.status_book.caught_up {
+        // Until the reports and the rules are read, every ReportedState and
+        // returned status would look unwanted.
+        if !self.status_book.caught_up || !self.rules_read() {
             return;
         }
         let returned = self.returned_reports();

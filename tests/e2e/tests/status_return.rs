@@ -324,7 +324,7 @@ async fn states_of(m: &Member, name: &str) -> Result<BTreeMap<String, Value>, St
             let cluster = o.data["spec"]["cluster"].as_str().unwrap_or("").to_owned();
             (
                 cluster,
-                json!({"name": o.name_any(), "status": o.data.get("status")}),
+                json!({"name": o.name_any(), "uid": o.uid(), "status": o.data.get("status")}),
             )
         })
         .collect())
@@ -567,7 +567,8 @@ async fn per_cluster_reported_states_and_readiness() {
 /// Sinks read their own last reports back at start: a restarted sink
 /// republishes nothing unchanged, and one whose copy went away while it was
 /// down (relabelled out of the selection meanwhile) publishes `null`, so the
-/// origin removes that cluster's ReportedState.
+/// origin removes that cluster's ReportedState. A restarted origin keeps its
+/// ReportedStates (none deleted while it reads its kinds and rules again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_sink_reads_back_its_reports() {
     let nats = NatsServer::start().unwrap();
@@ -601,8 +602,25 @@ async fn a_restarted_sink_reads_back_its_reports() {
     assert_eq!(
         count(&seen, "c2", "Gadget"),
         before + 1,
-        "a restart republished an unchanged report"
+        "a restart republished an unchanged report: {:#?}",
+        seen.lock().unwrap()
     );
+
+    // The origin restarts: its ReportedStates stay (the same objects), and a
+    // later report still updates them.
+    let uids = |states: &BTreeMap<String, Value>| -> Vec<Value> {
+        states.values().map(|v| v["uid"].clone()).collect()
+    };
+    let kept = uids(&states_of(&m[0], "g").await.unwrap());
+    m[0].agent.restart().unwrap();
+    wait_readyz(&m[0], 200, CONVERGE).await;
+    patch_status(&m[1], "gadget", "g", false, json!({"phase": "Down"}));
+    let now = wait_states(&m[0], "g", "with c2's status after the restart", |s| {
+        s.get("c2")
+            .is_some_and(|v| v["status"]["status"] == json!({"phase": "Down"}))
+    })
+    .await;
+    assert_eq!(uids(&now), kept, "ReportedStates were recreated");
 
     // c3 is relabelled out while its agent is down.
     m[2].agent.stop();
