@@ -39,6 +39,11 @@ pub struct ReportedStatus {
     /// The copy's `.status`; null when the copy no longer exists.
     #[serde(default)]
     pub status: Value,
+    /// Whether the copy is ready (rollout complete, Job complete, `Ready`
+    /// condition true; an object without such signals is ready when it exists).
+    /// Absent when the copy no longer exists, and in messages of older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
 }
 
 impl ReportedStatus {
@@ -87,6 +92,7 @@ mod tests {
             copy_resource_version: "77".into(),
             observed_at: parse_rfc3339("2026-11-22T04:40:00.000Z").unwrap(),
             status: json!({"readyReplicas": 3}),
+            ready: Some(true),
         }
     }
 
@@ -107,6 +113,7 @@ mod tests {
         );
         let gone = ReportedStatus {
             status: Value::Null,
+            ready: None,
             ..example()
         };
         assert_eq!(

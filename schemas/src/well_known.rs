@@ -41,6 +41,14 @@ pub const LABEL_MANAGED: &str = "fleetbus.io/managed";
 /// The value of [`LABEL_MANAGED`].
 pub const LABEL_MANAGED_VALUE: &str = "true";
 
+/// Field manager of the status the origin's agent writes into a source object
+/// (`statusReturn: Singleton`), distinct from the copy writer's.
+pub const FIELD_MANAGER_STATUS: &str = "fleetbus-status";
+/// Label on a ReportedState: the sink cluster whose report it holds.
+pub const LABEL_REPORTED_CLUSTER: &str = "fleetbus.io/reported-cluster";
+/// Label on a ReportedState: the kind of the source object.
+pub const LABEL_REPORTED_KIND: &str = "fleetbus.io/reported-kind";
+
 /// Kind of the fleetbus rule resource (with [`GROUP`] and [`VERSION`], see
 /// [`RESOURCE_SYNC_RULE_GVK`]); rules are synced by a built-in implicit rule.
 pub const RESOURCE_SYNC_RULE_KIND: &str = "ResourceSyncRule";

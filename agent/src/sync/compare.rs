@@ -72,7 +72,17 @@ pub fn normalize(obj: &Value, keep_status: bool) -> Value {
 /// (optimistic concurrency), `finalizers` and `ownerReferences` (owned by sink-side
 /// controllers), and overlays live's system-domain labels and annotations onto
 /// desired's (a system key only desired has stays; a shared one takes live's value).
+///
+/// A desired copy without `status` (status not synced) takes live's: for a kind
+/// without a status subresource a replace writes `.status` too, and would wipe
+/// what the sink's controllers wrote there (KubeStellar #1894). With the
+/// subresource the server ignores `.status` in a replace, so this changes nothing.
 pub fn carry_over(desired: &mut Value, live: &Value) {
+    if let (Some(top), Some(status)) = (desired.as_object_mut(), live.get("status")) {
+        if !top.contains_key("status") {
+            top.insert("status".to_owned(), status.clone());
+        }
+    }
     let Some(live_meta) = live.get("metadata").and_then(Value::as_object) else {
         return;
     };
@@ -347,6 +357,19 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn carry_over_keeps_live_status_unless_desired_has_one() {
+        // Not synced: the sink's status survives a replace (a kind without a
+        // status subresource would otherwise lose it).
+        let mut desired = json!({"metadata": {"name": "c"}, "data": {"k": "w"}});
+        carry_over(&mut desired, &live());
+        assert_eq!(desired["status"], json!({"phase": "Ready"}));
+        // Synced: the origin's status wins.
+        let mut desired = json!({"metadata": {"name": "c"}, "status": {"phase": "Origin"}});
+        carry_over(&mut desired, &live());
+        assert_eq!(desired["status"], json!({"phase": "Origin"}));
     }
 
     #[test]

@@ -193,6 +193,8 @@ pub struct RuleReport {
     pub wrote: bool,
     /// Sources whose `fleetbus.io/update-policy` value is unknown (ignored).
     pub unknown_update_policy: usize,
+    /// On the origin: (ready, reported) copies of our objects, when any report.
+    pub readiness: Option<(i64, i64)>,
 }
 
 /// The state of sync on this cluster.
@@ -241,6 +243,11 @@ pub struct Engine {
     pub(super) reports: BTreeMap<String, RuleReport>,
     /// When a rule last wrote a copy.
     pub(super) last_sync: BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The copies the last sink pass wanted here: source key and rule of each
+    /// (what `report_pass` reports on).
+    pub(super) held: BTreeMap<Target, (ObjectKey, String)>,
+    /// Status reports read from the bus, and what the origin did with them.
+    pub(super) status_book: super::returned::StatusBook,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -290,6 +297,8 @@ impl Engine {
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
+            held: BTreeMap::new(),
+            status_book: super::returned::StatusBook::default(),
         }
     }
 
@@ -298,6 +307,7 @@ impl Engine {
         match input {
             Input::Local(gvk, ev) => self.local_event(gvk, ev),
             Input::Bus(gvk, ev) => self.bus_event(gvk, ev),
+            Input::Status(ev) => self.status_event(ev),
             Input::PublishFailed(gvk, key, before) => {
                 self.ctx.metrics.sync_rejected("publish_failed");
                 // Believe again what the bus held before, so the next pass
@@ -462,6 +472,7 @@ impl Engine {
         need.insert(rules::rule_gvk(), true);
         need.insert(namespace_gvk(), false);
         need.insert(crd_gvk(), false);
+        need.insert(super::per_cluster::reported_state_gvk(), false);
         for rule in self.rules.values() {
             if rule.builtin || rule.spec.group_version_kind.kind.is_empty() {
                 continue;
@@ -618,6 +629,8 @@ impl Engine {
         self.source_pass().await;
         self.ensure_kinds().await;
         self.sink_pass().await;
+        self.report_pass().await;
+        self.return_pass().await;
         self.status_pass().await;
         let now = Instant::now();
         self.retries.retain(|_, r| r.at > now);
@@ -670,6 +683,13 @@ pub async fn run(
             None
         }
     };
+    // Status reports: ours (read back before publishing more) and those
+    // about our objects. Stops with the engine's token.
+    tokio::spawn(super::returned::status_consumer(
+        reg.ctx.clone(),
+        engine.tx.clone(),
+        engine.cancel.clone(),
+    ));
     engine.pass().await;
     loop {
         let wake = engine.wake_at();

@@ -263,9 +263,11 @@ impl Engine {
         }
         let mut found: Vec<Conflict> = Vec::new();
         let wanted: BTreeSet<Target> = by_target.keys().cloned().collect();
+        let mut held = BTreeMap::new();
         for (target, mut cands) in by_target {
             conflicts::order(&mut cands);
             let winner = cands.remove(0);
+            held.insert(target.clone(), (winner.key.clone(), winner.rule.clone()));
             for loser in &cands {
                 let c = Conflict::other_origin(&target, loser, &winner);
                 if let Some(r) = reports.get_mut(&loser.rule) {
@@ -307,6 +309,7 @@ impl Engine {
         self.report_conflicts(found).await;
         self.note_unknown_update_policies(&reports);
         self.reports = reports;
+        self.held = held;
     }
 
     /// Sets the gauge of ignored `fleetbus.io/update-policy` values; warns when

@@ -90,6 +90,11 @@ pub fn desired(
         conflicts: report.conflicts.len() as i64,
         errors: report.errors.len() as i64,
         last_sync_time: last_sync.or_else(|| existing.last_sync_time.clone()),
+        readiness: report
+            .readiness
+            .map(|(ready, reported)| format!("ready {ready}/{reported}")),
+        ready_copies: report.readiness.map(|(ready, _)| ready),
+        reported_copies: report.readiness.map(|(_, reported)| reported),
     }
 }
 
@@ -181,6 +186,9 @@ fn with_nulls(mut v: Value) -> Value {
             "conditions",
             "sourceClusters",
             "lastSyncTime",
+            "readiness",
+            "readyCopies",
+            "reportedCopies",
         ] {
             map.entry(key).or_insert(Value::Null);
         }

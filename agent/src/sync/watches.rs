@@ -35,6 +35,8 @@ pub enum Input {
     /// An acknowledged publish failed: the object must be published again.
     /// The envelope the bus held before (what to believe again), if any.
     PublishFailed(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
+    /// From the status consumer (`<p>.status.>`).
+    Status(super::returned::StatusEvent),
 }
 
 /// What the local watch saw.
@@ -289,7 +291,9 @@ async fn consume_once(
     Err("message stream ended".to_owned())
 }
 
-async fn next_advisory(sub: &mut Option<async_nats::Subscriber>) -> Option<async_nats::Message> {
+pub(super) async fn next_advisory(
+    sub: &mut Option<async_nats::Subscriber>,
+) -> Option<async_nats::Message> {
     match sub {
         Some(s) => s.next().await,
         None => std::future::pending().await,

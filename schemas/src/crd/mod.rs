@@ -21,7 +21,9 @@ pub use cluster::{
     KubernetesApiEndpoint, Locality, NamespacedName,
 };
 pub use cluster_feature::{ClusterFeature, ClusterFeatureSpec, ClusterFeatureStatus};
-pub use reported_state::{ReportedState, ReportedStateSpec, ReportedStateStatus};
+pub use reported_state::{
+    reported_state_name, ReportedState, ReportedStateSpec, ReportedStateStatus,
+};
 pub use resource_sync_rule::{
     AddRemove, AnnotationSelector, ClusterFeatureMatch, ContentMatch, DriftExclusion, DriftMode,
     DriftPolicy, DriftTarget, GroupVersionKind, MatchEntry, Mutations, ObjectKeyMatch,

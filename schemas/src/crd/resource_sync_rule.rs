@@ -43,6 +43,11 @@ use super::schema::any_json_value;
         type_ = "integer",
         json_path = ".status.objectsSynced"
     ),
+    printcolumn(
+        name = "Ready Copies",
+        type_ = "string",
+        json_path = ".status.readiness"
+    ),
     printcolumn(name = "Conflicts", type_ = "integer", json_path = ".status.conflicts"),
     printcolumn(name = "Errors", type_ = "integer", json_path = ".status.errors"),
     printcolumn(name = "Last Sync", type_ = "date", json_path = ".status.lastSyncTime"),
@@ -326,7 +331,9 @@ pub enum StatusReturn {
     /// Do not report status.
     #[default]
     None,
-    /// One ReportedState per object, with the status from any one sink.
+    /// When exactly one cluster holds a copy, that copy's `.status` is written into the
+    /// source object's `.status` on the origin (server-side apply, field manager
+    /// `fleetbus-status`, so status fleetbus did not write is kept).
     Singleton,
     /// One ReportedState per object and sink cluster.
     PerCluster,
@@ -358,4 +365,14 @@ pub struct ResourceSyncRuleStatus {
     /// Last time an object was written by this rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,
+    /// On the origin of a rule with `statusReturn`: `ready <ready>/<reported>` over the
+    /// copies of this cluster's objects that sinks report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<String>,
+    /// Copies of this cluster's objects reported ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_copies: Option<i64>,
+    /// Copies of this cluster's objects whose status sinks report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_copies: Option<i64>,
 }

@@ -8,6 +8,7 @@ pub(crate) fn any_json_value(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// A JSON object with arbitrary content, kept verbatim by the API server.
+#[allow(dead_code)] // for Bundle manifests; ReportedState's status no longer uses it
 pub(crate) fn free_form_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }

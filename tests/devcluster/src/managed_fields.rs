@@ -268,6 +268,24 @@ pub fn server_side_apply(
     def: &ResourceDef,
     now: &str,
 ) -> Result<Value, ApplyError> {
+    server_side_apply_to(live, applied, manager, force, def, now, None)
+}
+
+/// [`server_side_apply`] through a subresource. An apply to `/status` (of a
+/// kind that has the subresource) is recorded as kube-apiserver does: its own
+/// managedFields entry (`subresource: status`) owning only `.status` fields,
+/// since the status strategy resets everything else the configuration holds.
+pub fn server_side_apply_to(
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    def: &ResourceDef,
+    now: &str,
+    subresource: Option<&str>,
+) -> Result<Value, ApplyError> {
+    let to_status = subresource == Some("status") && def.subresources.status;
+    let subresource = subresource.filter(|_| to_status);
     if manager.is_empty() {
         return Err(ApplyError::MissingFieldManager);
     }
@@ -287,7 +305,23 @@ pub fn server_side_apply(
     let mut applied = strip_nulls(applied);
     // Client-sent managedFields are ignored, as with any write.
     strip_managed_fields(&mut applied);
-    let applied_set = field_set(def, &applied, !def.subresources.status);
+    if to_status {
+        // Only `.status` survives the status strategy; name and namespace
+        // stay to identify the object (they are not owned fields).
+        if let Some(o) = applied.as_object_mut() {
+            let meta = o.get("metadata").and_then(Value::as_object).map(|m| {
+                m.iter()
+                    .filter(|(k, _)| *k == "name" || *k == "namespace")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<Map<String, Value>>()
+            });
+            o.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "status"));
+            if let Some(meta) = meta {
+                o.insert("metadata".into(), Value::Object(meta));
+            }
+        }
+    }
+    let applied_set = field_set(def, &applied, !def.subresources.status || to_status);
     let api_version = applied
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -297,7 +331,7 @@ pub fn server_side_apply(
         operation: APPLY.to_string(),
         api_version: api_version.clone(),
         time: Some(now.to_string()),
-        subresource: None,
+        subresource: subresource.map(str::to_string),
         fields,
     };
 
@@ -314,7 +348,9 @@ pub fn server_side_apply(
 
     let old_entries = entries_of(live);
     let mut entries = old_entries.clone();
-    let me = entries.iter().position(|e| e.is(manager, APPLY, None));
+    let me = entries
+        .iter()
+        .position(|e| e.is(manager, APPLY, subresource));
     let previous = me.map(|i| entries[i].fields.clone()).unwrap_or_default();
 
     // Conflicts: another manager owns an overlapping path whose value the apply changes.
@@ -519,6 +555,44 @@ mod tests {
             .iter()
             .find(|e| e["manager"] == manager && e["operation"] == op)
             .unwrap_or_else(|| panic!("no {manager}/{op} entry in {obj}"))
+    }
+
+    #[test]
+    fn apply_to_status_owns_only_status_and_removes_what_it_stops_applying() {
+        let d = def("Deployment");
+        let dep = |status: Value| {
+            json!({"apiVersion":"apps/v1","kind":"Deployment",
+                   "metadata":{"name":"w","namespace":"d","labels":{"x":"y"}},
+                   "spec":{"replicas":9},"status":status})
+        };
+        let mut live = json!({"apiVersion":"apps/v1","kind":"Deployment",
+            "metadata":{"name":"w","namespace":"d"},"spec":{"replicas":1},"status":{}});
+        // Someone else's status field (an update through /status).
+        let mut other = live.clone();
+        other["status"] = json!({"collisionCount": 7});
+        record_update(
+            Some(&live),
+            &mut other,
+            "kubectl-patch",
+            Some("status"),
+            &d,
+            T1,
+        );
+        live = other;
+        let sub = Some("status");
+        let applied = dep(json!({"replicas": 1, "availableReplicas": 1}));
+        let out = server_side_apply_to(Some(&live), &applied, "st", true, &d, T1, sub).unwrap();
+        let e = entry(&out, "st", "Apply");
+        assert_eq!(e["subresource"], "status");
+        assert_eq!(
+            e["fieldsV1"],
+            json!({"f:status":{"f:availableReplicas":{},"f:replicas":{}}}),
+            "spec and metadata of the configuration are not owned"
+        );
+        assert_eq!(out["status"]["availableReplicas"], 1);
+        let applied = dep(json!({"replicas": 1}));
+        let out = server_side_apply_to(Some(&out), &applied, "st", true, &d, T2, sub).unwrap();
+        assert_eq!(out["status"], json!({"collisionCount": 7, "replicas": 1}));
     }
 
     #[test]

@@ -643,13 +643,14 @@ fn apply(
                     return Err(ApiError::conflict(def, name));
                 }
             }
-            let mut merged = managed_fields::server_side_apply(
+            let mut merged = managed_fields::server_side_apply_to(
                 Some(&old),
                 &applied,
                 &ctx.manager,
                 force,
                 def,
                 &tx.now,
+                sub,
             )?;
             normalize(def, &mut merged);
             let managed = merged

@@ -1,0 +1,211 @@
+//! The sink's part of status return: after each pass, the status and
+//! readiness of every copy held here for a rule with `statusReturn` is
+//! published on `<p>.status.<self>.…` (naming the source object) when it
+//! differs from what was published last; a copy that went away gets `null`
+//! once. Driven by the copies' watch events, never by polling.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fleetbus_schemas::crd::StatusReturn;
+use fleetbus_schemas::reported::ReportedStatus;
+use fleetbus_schemas::subject::{check_subject_len, StatusKey};
+use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
+use fleetbus_schemas::ObjectRef;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::engine::Engine;
+use super::readiness;
+
+/// Whether two reports say the same (when and from which version of the
+/// copy aside): only then is nothing published.
+fn same_report(a: &ReportedStatus, b: &ReportedStatus) -> bool {
+    a.status == b.status
+        && a.ready == b.ready
+        && a.rule == b.rule
+        && a.origin == b.origin
+        && a.source == b.source
+        && a.copy_name == b.copy_name
+        && a.copy_namespace == b.copy_namespace
+}
+
+impl Engine {
+    /// The report this cluster stands by for each subject: one per copy it
+    /// holds (written by sync from that source, live now) for a rule that
+    /// returns status.
+    fn wanted_reports(&self) -> BTreeMap<StatusKey, ReportedStatus> {
+        let local = &self.fleet.local.name;
+        let now = chrono::Utc::now();
+        let mut out = BTreeMap::new();
+        for (target, (key, rule_name)) in &self.held {
+            let Some(rule) = self.rules.get(rule_name) else {
+                continue;
+            };
+            if rule.spec.status_return == StatusReturn::None {
+                continue;
+            }
+            let Some(live) = self
+                .kinds
+                .get(&target.gvk())
+                .and_then(|k| k.objects.get(&target.local_key()))
+            else {
+                continue;
+            };
+            // A local object in the way (a conflict) is no copy of ours.
+            let origin = live
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(ANNOTATION_ORIGIN_CLUSTER))
+                .and_then(Value::as_str);
+            if origin != Some(key.origin.as_str()) {
+                continue;
+            }
+            let uid = self
+                .kinds
+                .get(&rule.source)
+                .and_then(|k| k.snapshots.get(key))
+                .map(|e| e.uid.clone());
+            let api_version = if key.group.is_empty() {
+                key.version.clone()
+            } else {
+                format!("{}/{}", key.group, key.version)
+            };
+            // Where Bundles plug in (H-C): for a copy unwrapped from a
+            // Bundle, the report of the Bundle's key is
+            // `self.bundle_report(key)` (one per Bundle, not per manifest).
+            let status = live.get("status").cloned().unwrap_or_else(|| json!({}));
+            let report = ReportedStatus {
+                cluster: local.clone(),
+                rule: rule_name.clone(),
+                origin: key.origin.clone(),
+                source: ObjectRef {
+                    uid,
+                    ..ObjectRef::new(&api_version, &key.kind, key.namespace.as_deref(), &key.name)
+                },
+                copy_name: target.name.clone(),
+                copy_namespace: target.namespace.clone(),
+                copy_resource_version: live
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                observed_at: now,
+                status,
+                ready: Some(readiness::is_ready(live)),
+            };
+            out.insert(report.subject_key(), report);
+        }
+        out
+    }
+
+    /// Whether a report this cluster published may still be true though no
+    /// copy stands behind it now: its rule cannot say yet (kinds being read,
+    /// or a problem), so publishing `null` could be wrong.
+    fn undecided(&self, published: &ReportedStatus) -> bool {
+        self.rules.get(&published.rule).is_some_and(|r| {
+            r.spec.status_return != StatusReturn::None
+                && (self.rule_problem(r).is_some() || !self.rule_ready(r))
+        })
+    }
+
+    /// Publishes what changed since the last reports (see the module docs).
+    pub(super) async fn report_pass(&mut self) {
+        // Before our own last reports are read back, everything would look
+        // new; before the rules are read, every report would look orphaned.
+        if !self.status_book.caught_up || !self.rules_read() {
+            return;
+        }
+        let local = self.fleet.local.name.clone();
+        let wanted = self.wanted_reports();
+        let mut publish: Vec<ReportedStatus> = wanted
+            .iter()
+            .filter(|(k, r)| {
+                !self
+                    .status_book
+                    .reports
+                    .get(*k)
+                    .is_some_and(|p| same_report(p, r))
+            })
+            .map(|(_, r)| r.clone())
+            .collect();
+        for (k, p) in &self.status_book.reports {
+            if p.cluster == local
+                && !p.status.is_null()
+                && !wanted.contains_key(k)
+                && !self.undecided(p)
+            {
+                publish.push(ReportedStatus {
+                    status: Value::Null,
+                    ready: None,
+                    observed_at: chrono::Utc::now(),
+                    ..p.clone()
+                });
+            }
+        }
+        for r in publish {
+            self.publish_report(r).await;
+        }
+    }
+
+    /// Publishes one report (acknowledged); remembered as published so the
+    /// next pass does not send it again before the consumer reads it back.
+    async fn publish_report(&mut self, r: ReportedStatus) {
+        let key = r.subject_key();
+        let subject = key.to_subject(self.ctx.layout.prefix());
+        if check_subject_len(&subject).is_err() {
+            self.ctx.metrics.sync_rejected("too_large");
+            return;
+        }
+        let bytes = match r.encode() {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(%subject, error = %e, "could not encode a status report");
+                return;
+            }
+        };
+        let acked = match self.ctx.js.publish(subject.clone(), bytes.into()).await {
+            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match acked {
+            Ok(()) => {
+                tracing::debug!(%subject, gone = r.status.is_null(), "status reported");
+                self.status_book.reports.insert(key, r);
+            }
+            Err(error) => {
+                tracing::warn!(%subject, %error, "status report not published; retrying");
+                self.publish_retry_at = Some(Instant::now() + Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_content_makes_a_report_new() {
+        let a = ReportedStatus {
+            cluster: "west".into(),
+            rule: "r".into(),
+            origin: "east".into(),
+            source: ObjectRef::new("v1", "ConfigMap", Some("a"), "c"),
+            copy_name: "c".into(),
+            copy_namespace: Some("a".into()),
+            copy_resource_version: "1".into(),
+            observed_at: chrono::Utc::now(),
+            status: json!({"x": 1}),
+            ready: Some(true),
+        };
+        let mut b = a.clone();
+        b.copy_resource_version = "2".into();
+        b.observed_at = chrono::Utc::now() + chrono::Duration::seconds(5);
+        assert!(same_report(&a, &b), "a new version with the same status");
+        b.status = json!({"x": 2});
+        assert!(!same_report(&a, &b));
+        let mut c = a.clone();
+        c.ready = Some(false);
+        assert!(!same_report(&a, &c));
+    }
+}

@@ -1,0 +1,460 @@
+//! Reported status on the bus (`<p>.status.>`): the one consumer that reads
+//! it, the book of the reports that concern this cluster (those it published,
+//! those about its own objects), and the origin's `return_pass`, which turns
+//! reports into the source object's status (`Singleton`), `ReportedState`
+//! objects (`PerCluster`, see [`super::per_cluster`]) and the rule's readiness
+//! summary.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+use fleetbus_schemas::crd::StatusReturn;
+use fleetbus_schemas::reported::ReportedStatus;
+use fleetbus_schemas::subject::{ObjectKey, StatusKey};
+use fleetbus_schemas::well_known::FIELD_MANAGER_STATUS;
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::engine::Engine;
+use super::watches::Input;
+use crate::context::Context;
+
+/// What the status consumer saw.
+#[derive(Debug)]
+pub enum StatusEvent {
+    /// The consumer (re)starts: the last report of every subject follows.
+    Reset,
+    /// One report, valid and matching its subject.
+    Report(StatusKey, Box<ReportedStatus>),
+    /// A message that was skipped is now the last value of this subject.
+    Unreadable(StatusKey),
+    /// Every last report has been delivered; live ones follow.
+    CaughtUp,
+}
+
+/// The reports that concern this cluster, and what the origin did with them.
+#[derive(Debug, Default)]
+pub struct StatusBook {
+    /// Last report per subject: published by this cluster, or about its objects.
+    pub reports: BTreeMap<StatusKey, ReportedStatus>,
+    resnap: Option<BTreeMap<StatusKey, ReportedStatus>>,
+    /// Every last report has been read at least once.
+    pub caught_up: bool,
+    /// `Singleton`: the status fleetbus applied to each source object last.
+    applied: BTreeMap<ObjectKey, Value>,
+    /// Whether each source kind has a `/status` subresource.
+    status_subresource: HashMap<GroupVersionKind, bool>,
+    /// `PerCluster`: the ReportedStates written last (until their watch
+    /// event shows them), by place.
+    pub(super) written: BTreeMap<super::engine::LocalKey, Value>,
+}
+
+/// The source object a report is about (on its origin).
+pub fn source_key(r: &ReportedStatus) -> ObjectKey {
+    ObjectKey::from_api_version(
+        &r.origin,
+        &r.source.api_version,
+        &r.source.kind,
+        r.source.namespace.as_deref(),
+        &r.source.name,
+    )
+}
+
+impl Engine {
+    /// Folds one event of the status consumer into the book.
+    pub(super) fn status_event(&mut self, ev: StatusEvent) {
+        let local = self.fleet.local.name.clone();
+        let book = &mut self.status_book;
+        match ev {
+            StatusEvent::Reset => book.resnap = Some(BTreeMap::new()),
+            StatusEvent::Report(key, report) => {
+                let map = book.resnap.as_mut().unwrap_or(&mut book.reports);
+                // Reports between other clusters are not ours to keep.
+                if report.cluster == local || report.origin == local {
+                    map.insert(key, *report);
+                } else {
+                    map.remove(&key);
+                }
+            }
+            StatusEvent::Unreadable(key) => {
+                // Someone overwrote one of our reports: forget it, so the
+                // sink side publishes it again. A foreign subject keeps what
+                // the origin read before (garbage changes nothing).
+                if key.cluster == local {
+                    book.reports.remove(&key);
+                    if let Some(r) = book.resnap.as_mut() {
+                        r.remove(&key);
+                    }
+                }
+            }
+            StatusEvent::CaughtUp => {
+                if let Some(r) = book.resnap.take() {
+                    book.reports = r;
+                }
+                book.caught_up = true;
+            }
+        }
+    }
+
+    /// The reports about this cluster's objects that count: from a member
+    /// (not left), with a status, for a rule that returns status, about a source object
+    /// that still exists here (same uid). Keyed by source object.
+    pub(super) fn returned_reports(&self) -> BTreeMap<ObjectKey, Vec<ReportedStatus>> {
+        let local = &self.fleet.local.name;
+        let mut out: BTreeMap<ObjectKey, Vec<ReportedStatus>> = BTreeMap::new();
+        for r in self.status_book.reports.values() {
+            // A cluster that left (its copies are collected) or whose name
+            // two records claim reports nothing we can believe.
+            let member = self
+                .fleet
+                .peers
+                .get(&r.cluster)
+                .is_some_and(|p| !p.left && !p.name_conflict);
+            if &r.origin != local || r.status.is_null() || !member {
+                continue;
+            }
+            let returns = self
+                .rules
+                .get(&r.rule)
+                .is_some_and(|rule| rule.spec.status_return != StatusReturn::None);
+            if !returns || self.source_object(r).is_none() {
+                continue;
+            }
+            out.entry(source_key(r)).or_default().push(r.clone());
+        }
+        out
+    }
+
+    /// Whether the rules have been read (local list and peers' on the bus).
+    pub(super) fn rules_read(&self) -> bool {
+        self.kinds
+            .get(&super::rules::rule_gvk())
+            .is_some_and(|k| k.ready())
+    }
+
+    /// The live source object a report is about, if it exists with the uid
+    /// the report names.
+    pub(super) fn source_object(&self, r: &ReportedStatus) -> Option<&Value> {
+        let key = source_key(r);
+        let gvk = GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
+        let obj = self
+            .kinds
+            .get(&gvk)?
+            .objects
+            .get(&(key.namespace.clone(), key.name.clone()))?;
+        let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
+        match &r.source.uid {
+            Some(want) if uid != Some(want.as_str()) => None,
+            _ => Some(obj),
+        }
+    }
+
+    /// The origin's part: status of source objects, ReportedStates, and
+    /// readiness per rule (into the rule reports `status_pass` writes).
+    pub(super) async fn return_pass(&mut self) {
+        // Until the reports and the rules are read, every ReportedState and
+        // returned status would look unwanted.
+        if !self.status_book.caught_up || !self.rules_read() {
+            return;
+        }
+        let returned = self.returned_reports();
+        // Readiness summary per rule.
+        let mut readiness: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for r in returned.values().flatten() {
+            let e = readiness.entry(r.rule.clone()).or_default();
+            e.1 += 1;
+            if r.ready == Some(true) {
+                e.0 += 1;
+            }
+        }
+        for (rule, report) in self.reports.iter_mut() {
+            report.readiness = readiness.get(rule).copied();
+        }
+        let mode = |rs: &[ReportedStatus]| {
+            rs.first()
+                .and_then(|r| self.rules.get(&r.rule))
+                .map(|rule| rule.spec.status_return)
+        };
+        // Singleton: exactly one cluster reports → its status; none → the
+        // fields fleetbus wrote go (an empty apply); several → left as is.
+        let mut singleton: BTreeMap<ObjectKey, Value> = BTreeMap::new();
+        let mut per_cluster: Vec<ReportedStatus> = Vec::new();
+        for (key, rs) in &returned {
+            match mode(rs) {
+                Some(StatusReturn::Singleton) if rs.len() == 1 => {
+                    singleton.insert(key.clone(), rs[0].status.clone());
+                }
+                Some(StatusReturn::PerCluster) => {
+                    per_cluster.extend(rs.iter().cloned());
+                }
+                _ => {}
+            }
+        }
+        let several: Vec<ObjectKey> = returned
+            .iter()
+            .filter(|(_, rs)| rs.len() > 1 && mode(rs) == Some(StatusReturn::Singleton))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let gone: Vec<ObjectKey> = self
+            .status_book
+            .applied
+            .keys()
+            .filter(|k| !singleton.contains_key(*k) && !several.contains(k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if self.apply_source_status(&key, &json!({})).await {
+                self.status_book.applied.remove(&key);
+            }
+        }
+        for (key, status) in singleton {
+            if self.status_book.applied.get(&key) == Some(&status) {
+                continue;
+            }
+            if self.apply_source_status(&key, &status).await {
+                self.status_book.applied.insert(key, status);
+            }
+        }
+        self.per_cluster_pass(&per_cluster).await;
+    }
+
+    /// Server-side applies `status` as the source object's status with
+    /// fleetbus's status field manager (forced: the copy's controller is the
+    /// authority on these fields). Through `/status` when the kind has the
+    /// subresource, else on the object itself. False when it failed (tried
+    /// again next pass).
+    async fn apply_source_status(&mut self, key: &ObjectKey, status: &Value) -> bool {
+        let gvk = GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
+        let subresource = match self.status_book.status_subresource.get(&gvk) {
+            Some(s) => *s,
+            None => match kube::discovery::pinned_kind(&self.ctx.client, &gvk).await {
+                Ok((_, caps)) => {
+                    let s = caps
+                        .subresources
+                        .iter()
+                        .any(|(ar, _)| ar.plural == "status");
+                    self.status_book.status_subresource.insert(gvk.clone(), s);
+                    s
+                }
+                Err(e) => {
+                    tracing::warn!(kind = %key.kind, error = %e, "discovery failed; status not returned");
+                    return false;
+                }
+            },
+        };
+        let Some(kind) = self.kinds.get(&gvk) else {
+            // The kind is no longer watched: nothing left to write on.
+            return true;
+        };
+        let api = super::apply::api(&self.ctx.client, &kind.ar, key.namespace.as_deref());
+        let mut metadata = json!({"name": key.name});
+        if let Some(ns) = &key.namespace {
+            metadata["namespace"] = json!(ns);
+        }
+        let api_version = if key.group.is_empty() {
+            key.version.clone()
+        } else {
+            format!("{}/{}", key.group, key.version)
+        };
+        let body = json!({"apiVersion": api_version, "kind": key.kind,
+                          "metadata": metadata, "status": status});
+        let params = PatchParams::apply(FIELD_MANAGER_STATUS).force();
+        let result = if subresource {
+            api.patch_status(&key.name, &params, &Patch::Apply(&body))
+                .await
+        } else {
+            api.patch(&key.name, &params, &Patch::Apply(&body)).await
+        };
+        match result {
+            Ok(_) => {
+                self.ctx.metrics.kube_write("returned_status");
+                true
+            }
+            // The source is gone: nothing to write on.
+            Err(kube::Error::Api(s)) if s.code == 404 => true,
+            Err(e) => {
+                tracing::warn!(object = %super::source::describe_key(key), error = %e, "could not write the returned status");
+                false
+            }
+        }
+    }
+}
+
+/// Reads `<p>.status.>` (last report per subject, then live ones) into the
+/// engine until `cancel`, restarting after failures and when the status
+/// stream is recreated.
+pub async fn status_consumer(
+    ctx: std::sync::Arc<Context>,
+    tx: mpsc::Sender<Input>,
+    cancel: CancellationToken,
+) {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = consume_once(&ctx, &tx) => r,
+        };
+        match result {
+            Ok(()) => return, // the engine is gone
+            Err(e) => {
+                tracing::warn!(error = %e, ?delay, "status consumer failed; restarting");
+                ctx.check_layout.notify_one();
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+async fn consume_once(ctx: &Context, tx: &mpsc::Sender<Input>) -> Result<(), String> {
+    let prefix = ctx.layout.prefix();
+    let name = ctx.layout.status_stream().name;
+    // A recreated stream is consumed anew (see `watches::bus_consumer`).
+    let mut recreated = ctx
+        .js
+        .client()
+        .subscribe(format!("$JS.EVENT.ADVISORY.STREAM.CREATED.{name}"))
+        .await
+        .ok();
+    let stream = ctx
+        .js
+        .get_stream(&name)
+        .await
+        .map_err(|e| format!("status stream: {e}"))?;
+    let mut consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: fleetbus_schemas::subject::all_status(prefix),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ..OrderedConfig::default()
+        })
+        .await
+        .map_err(|e| format!("create consumer: {e}"))?;
+    let pending = consumer
+        .info()
+        .await
+        .map_err(|e| format!("consumer info: {e}"))?
+        .num_pending;
+    let send = |ev: StatusEvent| tx.send(Input::Status(ev));
+    if send(StatusEvent::Reset).await.is_err() {
+        return Ok(());
+    }
+    if pending == 0 && send(StatusEvent::CaughtUp).await.is_err() {
+        return Ok(());
+    }
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|e| format!("consume: {e}"))?;
+    loop {
+        let next = tokio::select! {
+            m = messages.next() => m,
+            Some(_) = super::watches::next_advisory(&mut recreated) => {
+                return Err("the status stream was recreated; consuming it anew".to_owned());
+            }
+        };
+        let Some(msg) = next else { break };
+        let msg = msg.map_err(|e| format!("message: {e}"))?;
+        let caught_up = msg.info().map(|i| i.pending == 0).unwrap_or(false);
+        let ev = match decode(prefix, &msg.subject, &msg.payload) {
+            Ok((key, report)) => Some(StatusEvent::Report(key, Box::new(report))),
+            Err(reason) => {
+                ctx.metrics.sync_rejected(reason);
+                tracing::warn!(subject = %msg.subject, reason, "skipped a status message");
+                StatusKey::parse_subject(prefix, &msg.subject)
+                    .ok()
+                    .map(StatusEvent::Unreadable)
+            }
+        };
+        if let Some(ev) = ev {
+            if send(ev).await.is_err() {
+                return Ok(());
+            }
+        }
+        if caught_up && send(StatusEvent::CaughtUp).await.is_err() {
+            return Ok(());
+        }
+    }
+    Err("message stream ended".to_owned())
+}
+
+/// Decodes one status message; the reason is the metric label when skipped.
+/// A report is a claim by the cluster its subject names, about the object
+/// its subject names: a body that says otherwise is not trusted.
+fn decode(
+    prefix: &fleetbus_schemas::subject::Prefix,
+    subject: &str,
+    payload: &[u8],
+) -> Result<(StatusKey, ReportedStatus), &'static str> {
+    let key = StatusKey::parse_subject(prefix, subject).map_err(|_| "status_bad_subject")?;
+    let report = ReportedStatus::decode(payload).map_err(|e| match e {
+        fleetbus_schemas::DecodeError::UnsupportedVersion { .. } => "status_unsupported_version",
+        _ => "status_malformed",
+    })?;
+    if report.subject_key() != key {
+        return Err("status_subject_mismatch");
+    }
+    Ok((key, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetbus_schemas::subject::Prefix;
+    use fleetbus_schemas::ObjectRef;
+
+    fn report(cluster: &str) -> ReportedStatus {
+        ReportedStatus {
+            cluster: cluster.into(),
+            rule: "r".into(),
+            origin: "east".into(),
+            source: ObjectRef::new("example.com/v1", "Widget", Some("a"), "w"),
+            copy_name: "w".into(),
+            copy_namespace: Some("a".into()),
+            copy_resource_version: "1".into(),
+            observed_at: chrono::Utc::now(),
+            status: json!({"phase": "Up"}),
+            ready: Some(true),
+        }
+    }
+
+    #[test]
+    fn decode_checks_the_subject() {
+        let p = Prefix::default();
+        let r = report("west");
+        let subject = r.subject_key().to_subject(&p);
+        let bytes = r.encode().unwrap();
+        let (key, back) = decode(&p, &subject, &bytes).unwrap();
+        assert_eq!((key, back.status), (r.subject_key(), r.status.clone()));
+        // Another cluster's claim under west's subject.
+        let other = report("north").encode().unwrap();
+        assert_eq!(
+            decode(&p, &subject, &other).unwrap_err(),
+            "status_subject_mismatch"
+        );
+        assert_eq!(
+            decode(&p, &subject, b"garbage").unwrap_err(),
+            "status_malformed"
+        );
+        assert_eq!(
+            decode(&p, "fleetbus.status.x", &bytes).unwrap_err(),
+            "status_bad_subject"
+        );
+    }
+
+    #[test]
+    fn source_key_names_the_origin_object() {
+        let k = source_key(&report("west"));
+        assert_eq!(
+            k,
+            ObjectKey::from_api_version("east", "example.com/v1", "Widget", Some("a"), "w")
+        );
+    }
+}
