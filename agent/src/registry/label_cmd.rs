@@ -177,12 +177,11 @@ async fn handle(reg: &Registry, payload: &[u8]) -> LabelReply {
     let cluster = reg.ctx.cfg.cluster_name.clone();
     let api = Api::<Cluster>::all(reg.ctx.client.clone());
     let mut seen = None;
-    let result = match tokio::time::timeout(HANDLE_TIMEOUT, apply(reg, &api, payload, &mut seen))
-        .await
-    {
-        Ok(result) => result,
-        Err(_) => Err(LabelError::TimedOut(HANDLE_TIMEOUT)),
-    };
+    let result =
+        match tokio::time::timeout(HANDLE_TIMEOUT, apply(reg, &api, payload, &mut seen)).await {
+            Ok(result) => result,
+            Err(_) => Err(LabelError::TimedOut(HANDLE_TIMEOUT)),
+        };
     match result {
         Ok(labels) => {
             // The record follows from the object's watch event, as after a
@@ -357,7 +356,8 @@ mod tests {
     #[test]
     fn more_labels_than_a_record_may_carry_are_refused() {
         let max = fleetbus_schemas::registry::MAX_LABELS;
-        let cur: BTreeMap<String, String> = (0..max).map(|i| (format!("k{i}"), "v".into())).collect();
+        let cur: BTreeMap<String, String> =
+            (0..max).map(|i| (format!("k{i}"), "v".into())).collect();
         // Adding one over the limit is refused; replacing one is not.
         let err = relabel(&cur, &req(&[("one-more", "v")], &[], false)).unwrap_err();
         assert_eq!(err.reason(), "invalid", "{err}");
@@ -384,7 +384,10 @@ mod tests {
         assert!(!has_name_conflict(&c));
         c.status.as_mut().unwrap().conditions = vec![cond("True")];
         assert!(has_name_conflict(&c));
-        assert_eq!(LabelError::NameConflict("west".into()).reason(), "name_conflict");
+        assert_eq!(
+            LabelError::NameConflict("west".into()).reason(),
+            "name_conflict"
+        );
     }
 
     #[test]

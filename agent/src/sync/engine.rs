@@ -657,9 +657,8 @@ pub async fn run(
     let initial = fleet.borrow_and_update().clone();
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
     let client = reg.ctx.js.client();
-    let subject =
-        fleetbus_schemas::subject::CommandKey::correct(&reg.ctx.cfg.cluster_name)
-            .to_subject(reg.ctx.layout.prefix());
+    let subject = fleetbus_schemas::subject::CommandKey::correct(&reg.ctx.cfg.cluster_name)
+        .to_subject(reg.ctx.layout.prefix());
     // Without the subscription `fleetbus drift correct` finds no responder;
     // sync goes on while a failed subscribe is retried with backoff.
     let mut commands: Option<async_nats::Subscriber> = None;

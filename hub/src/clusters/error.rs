@@ -32,7 +32,9 @@ pub enum ClustersError {
     },
     /// Another cluster answered: two clusters claim the name and the first reply
     /// came from the wrong one (PROTOCOL §6.4).
-    #[error("asked cluster {asked}, but cluster {answered:?} replied (is the name claimed twice?)")]
+    #[error(
+        "asked cluster {asked}, but cluster {answered:?} replied (is the name claimed twice?)"
+    )]
     WrongCluster {
         /// The cluster asked.
         asked: String,

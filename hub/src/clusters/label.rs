@@ -50,10 +50,7 @@ pub async fn label(args: &ClustersLabelArgs, out: &mut impl Write) -> Result<(),
             writeln!(out)?;
         }
         OutputFormat::Table => {
-            let labels: Vec<String> = labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
+            let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             writeln!(
                 out,
                 "cluster/{} labeled: {}",

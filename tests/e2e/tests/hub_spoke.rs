@@ -189,10 +189,21 @@ async fn downsync_follows_cluster_labels() {
         assert!(reply.get("labels").is_none(), "{bad:?}: {reply}");
     }
     wait_for("e3 counts the refused label commands", SYNC, || async {
-        let invalid = family_sum(&m[3], "fleetbus_commands_rejected_total", "reason=\"invalid\"")?;
-        let malformed =
-            family_sum(&m[3], "fleetbus_commands_rejected_total", "reason=\"malformed\"")?;
-        let exists = family_sum(&m[3], "fleetbus_commands_rejected_total", "reason=\"exists\"")?;
+        let invalid = family_sum(
+            &m[3],
+            "fleetbus_commands_rejected_total",
+            "reason=\"invalid\"",
+        )?;
+        let malformed = family_sum(
+            &m[3],
+            "fleetbus_commands_rejected_total",
+            "reason=\"malformed\"",
+        )?;
+        let exists = family_sum(
+            &m[3],
+            "fleetbus_commands_rejected_total",
+            "reason=\"exists\"",
+        )?;
         if (exists, invalid, malformed) == (1.0, 1.0, 2.0) {
             Ok(())
         } else {
