@@ -238,6 +238,16 @@ async fn downsync_follows_cluster_labels() {
             &[("fleetbus.io/update-policy", "create-only")],
         ),
     );
+    // Create-only, and its source never changes.
+    apply_yaml(
+        hub,
+        &configmap_yaml(
+            "apps",
+            "once",
+            "1",
+            &[("fleetbus.io/update-policy", "create-only")],
+        ),
+    );
     apply_yaml(
         hub,
         &configmap_yaml(
@@ -248,7 +258,7 @@ async fn downsync_follows_cluster_labels() {
         ),
     );
     for edge in [e1, e2] {
-        for name in ["web", "pinned", "odd"] {
+        for name in ["web", "pinned", "once", "odd"] {
             wait_copy(
                 edge,
                 &cm,
@@ -358,20 +368,13 @@ async fn downsync_follows_cluster_labels() {
     v_is("edited")(&pinned).unwrap_or_else(|e| panic!("e1: create-only copy corrected: {e}"));
     assert_no_drift(&nats, e1, "an edited create-only copy").await;
 
-    // A deleted create-only copy is created again (from the current source), and
-    // that is not drift either.
-    kubectl(e1, &["delete", "configmap", "pinned", "-n", "apps"]);
-    wait_copy(
-        e1,
-        &cm,
-        Some("apps"),
-        "pinned",
-        "hub",
-        "place-apps",
-        v_is("2"),
-    )
-    .await;
-    assert_no_drift(&nats, e1, "a deleted create-only copy").await;
+    // A deleted create-only copy is created again, and that is not drift either:
+    // from the current source (`pinned`), or the unchanged one (`once`).
+    for (name, v) in [("pinned", "2"), ("once", "1")] {
+        kubectl(e1, &["delete", "configmap", name, "-n", "apps"]);
+        wait_copy(e1, &cm, Some("apps"), name, "hub", "place-apps", v_is(v)).await;
+        assert_no_drift(&nats, e1, &format!("a deleted create-only copy ({name})")).await;
+    }
 
     // e3 joins prod through the CLI: it receives the objects within seconds.
     let got = label(&nats, &["e3", "env=prod", "--overwrite"]).await;
@@ -462,7 +465,7 @@ async fn assert_no_drift(nats: &NatsServer, member: &Member, what: &str) {
     )
     .await;
     assert!(
-        ok && !out.contains("pinned"),
+        ok && !out.contains("pinned") && !out.contains("once"),
         "{}: drift of {what}: {out}{err}",
         member.name
     );
