@@ -44,7 +44,8 @@ pub struct Metrics {
     /// Commands (`<p>.cmd.<self>.<verb>`) refused, by `verb` and `reason`.
     pub commands_rejected: Family<Labels, Counter>,
     /// Source objects whose `fleetbus.io/update-policy` annotation has a value
-    /// fleetbus does not know (ignored), as of the last sync pass.
+    /// fleetbus does not know (ignored), as of the last sync pass; each object
+    /// counts once, however many rules select it.
     pub sync_unknown_update_policy: Gauge,
     /// Envelopes published by sync, by `type` (`snapshot`, `tombstone`).
     pub sync_published: Family<Labels, Counter>,

@@ -57,7 +57,7 @@ pub struct ClustersLabelArgs {
     #[arg(required = true)]
     pub labels: Vec<String>,
     /// Allow changing the value of an existing label.
-    #[arg(long)]
+    #[arg(long, env = "FLEETBUS_CLUSTERS_LABEL_OVERWRITE")]
     pub overwrite: bool,
     /// How long to wait for the agent's reply (e.g. 5s, 1m).
     #[arg(long, env = "FLEETBUS_CLUSTERS_LABEL_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]

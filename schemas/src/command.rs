@@ -146,8 +146,10 @@ pub struct LabelReply {
     /// The cluster that answered.
     pub cluster: String,
     /// The labels of its Local Cluster object after the request (unchanged when refused).
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    /// Absent when the agent did not read them: a malformed request, or the Local Cluster
+    /// object could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
     /// Why the request was refused (malformed, invalid label, existing value without
     /// overwrite), else null. Nothing was changed then.
     #[serde(default)]
@@ -207,7 +209,7 @@ mod tests {
         assert!(LabelRequest::decode(br#"{"schema":"fleetbus.io/label-reply/v1"}"#).is_err());
         let reply = LabelReply {
             cluster: "c1".into(),
-            labels: req.set.clone(),
+            labels: Some(req.set.clone()),
             error: None,
         };
         assert_eq!(LabelReply::decode(&reply.encode().unwrap()).unwrap(), reply);

@@ -2,17 +2,19 @@
 //! (`fleetbus clusters label`). The Local Cluster object stays the one owner
 //! of the cluster's labels: the request is applied to it (like `kubectl
 //! label`), and the record follows from it as after a kubectl edit. Refused
-//! requests (malformed, invalid labels, a changed value without `overwrite`)
-//! change nothing, get a reply with `error`, and are counted
+//! requests (malformed, invalid labels, a changed value without `overwrite`,
+//! a name claimed by two clusters) change nothing, get a reply with `error`, and are counted
 //! (`fleetbus_commands_rejected_total{verb="label"}`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fleetbus_schemas::command::{LabelReply, LabelRequest};
 use fleetbus_schemas::crd::Cluster;
 use fleetbus_schemas::registry::validate_labels;
 use fleetbus_schemas::subject::CommandKey;
+use fleetbus_schemas::well_known::condition;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -21,8 +23,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::Registry;
 
-/// How often a write that lost a race with another writer is tried again.
-const CONFLICT_RETRIES: usize = 3;
+/// How many times a patch is tried in all: a patch that lost a race with
+/// another writer (409 on the resourceVersion) is re-read and tried again.
+const PATCH_ATTEMPTS: usize = 3;
+
+/// How long one request may take, Kubernetes calls included: below the CLI's
+/// default `--timeout` (10 s), so a slow API server gives the caller a refusal
+/// saying so rather than "no reply".
+const HANDLE_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// Why a label request was refused; the message is the reply's `error`.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +58,10 @@ pub enum LabelError {
     /// The Local Cluster object does not exist (yet) or is someone else's.
     #[error("the Local Cluster object {0} does not exist or belongs to another clusterID")]
     NoLocalObject(String),
+    /// Another cluster claims the same name: a request on `<p>.cmd.<name>.label`
+    /// reaches both agents, so neither relabels until the names are unique.
+    #[error("cluster name {0:?} is claimed by more than one cluster (NameConflict); rename one before relabelling")]
+    NameConflict(String),
     /// Reading or patching the Local Cluster object failed.
     #[error("failed to {action} the Local Cluster object")]
     Kube {
@@ -59,6 +71,9 @@ pub enum LabelError {
         #[source]
         source: kube::Error,
     },
+    /// The Kubernetes API did not answer in time.
+    #[error("the Kubernetes API did not answer within {}", humantime::format_duration(*.0))]
+    TimedOut(Duration),
 }
 
 impl LabelError {
@@ -71,7 +86,8 @@ impl LabelError {
             }
             LabelError::Exists { .. } => "exists",
             LabelError::NoLocalObject(_) => "no_local_object",
-            LabelError::Kube { .. } => "kube",
+            LabelError::NameConflict(_) => "name_conflict",
+            LabelError::Kube { .. } | LabelError::TimedOut(_) => "kube",
         }
     }
 }
@@ -114,10 +130,8 @@ pub fn relabel(
 }
 
 /// Answers label requests until `cancel`. Without the subscription `fleetbus
-/// clusters label` finds no responder; the agent goes on (the client
-/// resubscribes by itself after reconnects), so a failed subscribe is logged,
-/// not fatal: the task then idles until `cancel` (a task that returns stops
-/// the agent).
+/// clusters label` finds no responder, so a failed subscribe is retried with
+/// backoff (the agent goes on meanwhile; a task that returns stops it).
 #[tracing::instrument(name = "label_cmd", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(
     reg: Arc<Registry>,
@@ -125,44 +139,50 @@ pub async fn run(
 ) -> Result<(), super::RegistryError> {
     let client = reg.ctx.js.client();
     let subject = CommandKey::label(&reg.ctx.cfg.cluster_name).to_subject(reg.ctx.layout.prefix());
-    let mut sub = match client.subscribe(subject.clone()).await {
-        Ok(sub) => sub,
-        Err(e) => {
-            tracing::warn!(%subject, error = %e, "cannot take label commands");
-            cancel.cancelled().await;
-            return Ok(());
-        }
-    };
     loop {
-        let msg = tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            msg = sub.next() => match msg {
-                Some(msg) => msg,
-                None => {
-                    tracing::warn!(%subject, "label command subscription closed");
-                    cancel.cancelled().await;
-                    return Ok(());
-                }
-            },
+        let Some(mut sub) = crate::bus::command_sub::subscribe(&client, &subject, &cancel).await
+        else {
+            return Ok(());
         };
-        let reply = handle(&reg, &msg.payload).await;
-        let Some(to) = msg.reply else { continue };
-        match reply.encode() {
-            Ok(bytes) => {
-                if let Err(e) = client.publish(to, bytes.into()).await {
-                    tracing::warn!(error = %e, "could not reply to a label command");
+        loop {
+            let msg = tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                msg = sub.next() => match msg {
+                    Some(msg) => msg,
+                    // Closed (the client was closed): subscribe again.
+                    None => break,
+                },
+            };
+            let reply = tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                reply = handle(&reg, &msg.payload) => reply,
+            };
+            let Some(to) = msg.reply else { continue };
+            match reply.encode() {
+                Ok(bytes) => {
+                    if let Err(e) = client.publish(to, bytes.into()).await {
+                        tracing::warn!(error = %e, "could not reply to a label command");
+                    }
                 }
+                Err(e) => tracing::warn!(error = %e, "could not encode a label reply"),
             }
-            Err(e) => tracing::warn!(error = %e, "could not encode a label reply"),
         }
+        tracing::warn!(%subject, "label command subscription closed; subscribing again");
     }
 }
 
-/// Applies one request; the reply says what the labels are now, or why not.
+/// Applies one request; the reply says what the labels are now, or why not
+/// (with the labels read on the way, if any: a refusal costs no extra read).
 async fn handle(reg: &Registry, payload: &[u8]) -> LabelReply {
     let cluster = reg.ctx.cfg.cluster_name.clone();
     let api = Api::<Cluster>::all(reg.ctx.client.clone());
-    match apply(reg, &api, payload).await {
+    let mut seen = None;
+    let result =
+        match tokio::time::timeout(HANDLE_TIMEOUT, apply(reg, &api, payload, &mut seen)).await {
+            Ok(result) => result,
+            Err(_) => Err(LabelError::TimedOut(HANDLE_TIMEOUT)),
+        };
+    match result {
         Ok(labels) => {
             // The record follows from the object's watch event, as after a
             // kubectl edit. Setting the published labels here too would race
@@ -171,7 +191,7 @@ async fn handle(reg: &Registry, payload: &[u8]) -> LabelReply {
             tracing::info!(?labels, "relabelled on request");
             LabelReply {
                 cluster,
-                labels,
+                labels: Some(labels),
                 error: None,
             }
         }
@@ -179,13 +199,9 @@ async fn handle(reg: &Registry, payload: &[u8]) -> LabelReply {
             let error = crate::report(&e);
             tracing::warn!(%error, "label command refused");
             reg.ctx.metrics.command_rejected("label", e.reason());
-            let labels = match api.get_opt(&cluster).await {
-                Ok(Some(c)) if c.spec.cluster_id == reg.ctx.cluster_id => c.labels().clone(),
-                _ => BTreeMap::new(),
-            };
             LabelReply {
                 cluster,
-                labels,
+                labels: seen,
                 error: Some(error),
             }
         }
@@ -193,10 +209,12 @@ async fn handle(reg: &Registry, payload: &[u8]) -> LabelReply {
 }
 
 /// Reads the request, patches the Local Cluster object, returns its labels.
+/// `seen` keeps the labels last read, for the reply to a refusal.
 async fn apply(
     reg: &Registry,
     api: &Api<Cluster>,
     payload: &[u8],
+    seen: &mut Option<BTreeMap<String, String>>,
 ) -> Result<BTreeMap<String, String>, LabelError> {
     let req = LabelRequest::decode(payload).map_err(LabelError::Malformed)?;
     let name = &reg.ctx.cfg.cluster_name;
@@ -213,6 +231,10 @@ async fn apply(
             .filter(|c| c.spec.cluster_id == reg.ctx.cluster_id)
             .ok_or_else(|| LabelError::NoLocalObject(name.clone()))?;
         let current = ours.labels().clone();
+        *seen = Some(current.clone());
+        if has_name_conflict(&ours) {
+            return Err(LabelError::NameConflict(name.clone()));
+        }
         let next = relabel(&current, &req)?;
         if next == current {
             return Ok(next);
@@ -228,7 +250,7 @@ async fn apply(
             }
             // Someone else wrote the object since we read it (the
             // resourceVersion precondition): read it again and reapply.
-            Err(kube::Error::Api(s)) if s.code == 409 && attempt < CONFLICT_RETRIES => continue,
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt < PATCH_ATTEMPTS => continue,
             Err(source) => {
                 return Err(LabelError::Kube {
                     action: "patch",
@@ -237,6 +259,16 @@ async fn apply(
             }
         }
     }
+}
+
+/// Whether the Local Cluster object reports that another cluster claims its
+/// name (the registry sets condition NameConflict=True then).
+fn has_name_conflict(c: &Cluster) -> bool {
+    c.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == condition::NAME_CONFLICT && c.status == "True")
+    })
 }
 
 /// A JSON merge patch from `current` to `next` labels, guarded by the
@@ -307,6 +339,55 @@ mod tests {
             let err = relabel(&cur, &bad).unwrap_err();
             assert_eq!(err.reason(), reason, "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_changed_value_without_overwrite_names_the_label() {
+        let cur = labels(&[("env", "dev")]);
+        let err = relabel(&cur, &req(&[("env", "prod")], &[], false)).unwrap_err();
+        assert_eq!(err.reason(), "exists");
+        assert!(
+            matches!(&err, LabelError::Exists { key, current } if key == "env" && current == "dev"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("overwrite"), "{err}");
+    }
+
+    #[test]
+    fn more_labels_than_a_record_may_carry_are_refused() {
+        let max = fleetbus_schemas::registry::MAX_LABELS;
+        let cur: BTreeMap<String, String> =
+            (0..max).map(|i| (format!("k{i}"), "v".into())).collect();
+        // Adding one over the limit is refused; replacing one is not.
+        let err = relabel(&cur, &req(&[("one-more", "v")], &[], false)).unwrap_err();
+        assert_eq!(err.reason(), "invalid", "{err}");
+        let next = relabel(&cur, &req(&[("one-more", "v")], &["k0"], false)).unwrap();
+        assert_eq!(next.len(), max);
+    }
+
+    #[test]
+    fn a_name_conflict_condition_blocks_relabelling() {
+        let mut c = Cluster::new("west", Default::default());
+        assert!(!has_name_conflict(&c));
+        let cond = |status: &str| k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: condition::NAME_CONFLICT.to_owned(),
+            status: status.to_owned(),
+            reason: "DuplicateName".to_owned(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                Default::default(),
+            ),
+            observed_generation: None,
+        };
+        c.status = Some(Default::default());
+        c.status.as_mut().unwrap().conditions = vec![cond("False")];
+        assert!(!has_name_conflict(&c));
+        c.status.as_mut().unwrap().conditions = vec![cond("True")];
+        assert!(has_name_conflict(&c));
+        assert_eq!(
+            LabelError::NameConflict("west".into()).reason(),
+            "name_conflict"
+        );
     }
 
     #[test]

@@ -191,8 +191,9 @@ pub struct RuleReport {
     pub selected: bool,
     /// A copy was written in this pass.
     pub wrote: bool,
-    /// Sources whose `fleetbus.io/update-policy` value is unknown (ignored).
-    pub unknown_update_policy: usize,
+    /// Source objects whose `fleetbus.io/update-policy` value is unknown
+    /// (ignored); a set, so that an object several rules select counts once.
+    pub unknown_update_policy: BTreeSet<ObjectKey>,
     /// On the origin: (ready, reported) copies of our objects, when any report.
     pub readiness: Option<(i64, i64)>,
 }
@@ -669,20 +670,14 @@ pub async fn run(
     let initial = fleet.borrow_and_update().clone();
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
     let client = reg.ctx.js.client();
-    let subject = fleetbus_schemas::subject::CommandKey {
-        cluster: reg.ctx.cfg.cluster_name.clone(),
-        verb: "correct".to_owned(),
-    }
-    .to_subject(reg.ctx.layout.prefix());
+    let subject = fleetbus_schemas::subject::CommandKey::correct(&reg.ctx.cfg.cluster_name)
+        .to_subject(reg.ctx.layout.prefix());
     // Without the subscription `fleetbus drift correct` finds no responder;
-    // sync itself goes on (the client resubscribes after reconnects).
-    let mut commands = match client.subscribe(subject.clone()).await {
-        Ok(sub) => Some(sub),
-        Err(e) => {
-            tracing::warn!(%subject, error = %e, "cannot take correct commands");
-            None
-        }
-    };
+    // sync goes on while a failed subscribe is retried with backoff.
+    let mut commands: Option<async_nats::Subscriber> = None;
+    let subscribing = crate::bus::command_sub::subscribe(&client, &subject, &cancel);
+    tokio::pin!(subscribing);
+    let mut subscribed = false;
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
     tokio::spawn(super::returned::status_consumer(
@@ -695,6 +690,11 @@ pub async fn run(
         let wake = engine.wake_at();
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
+            sub = &mut subscribing, if !subscribed => {
+                subscribed = true;
+                commands = sub;
+                continue;
+            }
             Some(msg) = next_command(&mut commands) => {
                 let reply = match super::command::parse(&msg.payload) {
                     Ok(req) => engine.correct(&req).await,

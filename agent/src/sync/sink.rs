@@ -210,7 +210,7 @@ impl Engine {
             };
             let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
             if unknown_policy {
-                report.unknown_update_policy += 1;
+                report.unknown_update_policy.insert(key.clone());
             }
             match mutate::desired_copy(&input).map(|d| (Target::of(&d), d)) {
                 Ok((Some(target), desired)) => out.push((
@@ -315,7 +315,12 @@ impl Engine {
     /// Sets the gauge of ignored `fleetbus.io/update-policy` values; warns when
     /// their number changes (not every pass).
     fn note_unknown_update_policies(&self, reports: &BTreeMap<String, RuleReport>) {
-        let n: usize = reports.values().map(|r| r.unknown_update_policy).sum();
+        // Per source object, however many rules select it.
+        let n = reports
+            .values()
+            .flat_map(|r| r.unknown_update_policy.iter())
+            .collect::<BTreeSet<_>>()
+            .len();
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         let gauge = &self.ctx.metrics.sync_unknown_update_policy;
         if gauge.get() != n {
@@ -388,6 +393,21 @@ impl Engine {
         let api = apply::api(&client, &ar, target.namespace.as_deref());
         let rule = self.rules.get(&c.rule).cloned();
         let Some(live) = live else {
+            if c.update == UpdatePolicy::CreateOnly {
+                // A deleted create-only copy is created again, and that is not
+                // drift (PROTOCOL §8.1): no baseline, no Deleted drift, whatever
+                // the drift mode.
+                if self.baselines.contains_key(target) {
+                    if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
+                        // Our create's watch event has not arrived yet.
+                        return Outcome::InSync;
+                    }
+                }
+                return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
+                    Ok(server) => self.wrote(target, c, server),
+                    Err(e) => self.failed(target, c, None, e),
+                };
+            }
             // A copy we wrote is gone while its desired state did not change:
             // someone deleted it (drift of type Deleted).
             let known = self

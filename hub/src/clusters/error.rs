@@ -30,6 +30,17 @@ pub enum ClustersError {
         /// The agent's reason.
         reason: String,
     },
+    /// Another cluster answered: two clusters claim the name and the first reply
+    /// came from the wrong one (PROTOCOL §6.4).
+    #[error(
+        "asked cluster {asked}, but cluster {answered:?} replied (is the name claimed twice?)"
+    )]
+    WrongCluster {
+        /// The cluster asked.
+        asked: String,
+        /// The `cluster` of the reply.
+        answered: String,
+    },
     /// The registry bucket could not be read.
     #[error("cannot read the registry bucket {bucket}")]
     Registry {

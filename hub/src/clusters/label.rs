@@ -41,21 +41,16 @@ pub async fn label(args: &ClustersLabelArgs, out: &mut impl Write) -> Result<(),
         cluster: cluster.clone(),
         source,
     })?;
-    if let Some(reason) = reply.error {
-        return Err(ClustersError::Refused { cluster, reason });
-    }
+    check_reply(&cluster, &reply)?;
+    let labels = reply.labels.unwrap_or_default();
     match args.out.output {
         OutputFormat::Json => {
-            let value = serde_json::json!({"cluster": reply.cluster, "labels": reply.labels});
+            let value = serde_json::json!({"cluster": reply.cluster, "labels": labels});
             serde_json::to_writer_pretty(&mut *out, &value).map_err(std::io::Error::from)?;
             writeln!(out)?;
         }
         OutputFormat::Table => {
-            let labels: Vec<String> = reply
-                .labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
+            let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
             writeln!(
                 out,
                 "cluster/{} labeled: {}",
@@ -63,6 +58,24 @@ pub async fn label(args: &ClustersLabelArgs, out: &mut impl Write) -> Result<(),
                 labels.join(",")
             )?;
         }
+    }
+    Ok(())
+}
+
+/// A reply from another cluster than the one asked is an error (a name claimed by two
+/// clusters reaches both agents), as is a refusal.
+fn check_reply(cluster: &str, reply: &LabelReply) -> Result<(), ClustersError> {
+    if reply.cluster != cluster {
+        return Err(ClustersError::WrongCluster {
+            asked: cluster.to_owned(),
+            answered: reply.cluster.clone(),
+        });
+    }
+    if let Some(reason) = &reply.error {
+        return Err(ClustersError::Refused {
+            cluster: cluster.to_owned(),
+            reason: reason.clone(),
+        });
     }
     Ok(())
 }
@@ -91,5 +104,23 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn replies_from_another_cluster_or_refusals_are_errors() {
+        let reply = |cluster: &str, error: Option<&str>| LabelReply {
+            cluster: cluster.to_owned(),
+            labels: None,
+            error: error.map(str::to_owned),
+        };
+        assert!(check_reply("west", &reply("west", None)).is_ok());
+        assert!(matches!(
+            check_reply("west", &reply("east", None)),
+            Err(ClustersError::WrongCluster { .. })
+        ));
+        assert!(matches!(
+            check_reply("west", &reply("west", Some("no"))),
+            Err(ClustersError::Refused { .. })
+        ));
     }
 }

@@ -75,6 +75,18 @@ async fn wait_label(members: &[Member], cluster: &str, key: &str, value: Option<
     }
 }
 
+/// The sum of every series of metric family `family` (`name{labels} value` lines)
+/// whose labels contain `with`.
+fn family_sum(m: &Member, family: &str, with: &str) -> Result<f64, String> {
+    let text = m.metrics()?;
+    let prefix = format!("{family}{{");
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(&prefix) && l.contains(with))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
 /// A ConfigMap `ns/name` with `data: {v}` and `annotations`, for `kubectl apply`.
 fn configmap_yaml(ns: &str, name: &str, v: &str, annotations: &[(&str, &str)]) -> String {
     let mut meta = format!("  name: {name}\n  namespace: {ns}\n");
@@ -145,20 +157,59 @@ async fn downsync_follows_cluster_labels() {
         "{out}{err}"
     );
     let (ok, out, err) = cli(&nats, &["clusters", "label", "e3", "bad key=x"]).await;
-    assert!(!ok && err.contains("e3"), "{out}{err}");
-    let e3 = m[0].clusters().get("e3").await.unwrap();
-    assert_eq!(e3.labels().get("env").map(String::as_str), Some("dev"));
+    assert!(
+        !ok && err.contains("e3") && err.contains("refused") && err.contains("invalid"),
+        "{out}{err}"
+    );
+    // e3's own (Local) object: the hub's Peer copy lags behind it.
+    let e3 = m[3].clusters().get("e3").await.unwrap();
+    let want: std::collections::BTreeMap<String, String> = [("env", "dev"), ("role", "edge")]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    assert_eq!(e3.labels(), &want, "a refused label request changed e3");
+    // A plain NATS client: what cannot be decoded (not JSON, another schema) gets an
+    // error reply, never silence.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    for bad in [
+        "not json",
+        r#"{"schema":"fleetbus.io/label-request/v9","set":{"x":"y"}}"#,
+    ] {
+        let msg = client
+            .request("fleetbus.cmd.e3.label", bad.into())
+            .await
+            .unwrap_or_else(|e| panic!("no reply to {bad:?}: {e}"));
+        let reply: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
+        assert_eq!(reply["schema"], "fleetbus.io/label-reply/v1", "{reply}");
+        assert_eq!(reply["cluster"], "e3", "{reply}");
+        assert!(
+            reply["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{bad:?}: {reply}"
+        );
+        assert!(reply.get("labels").is_none(), "{bad:?}: {reply}");
+    }
     wait_for("e3 counts the refused label commands", SYNC, || async {
-        let text = m[3].metrics()?;
-        let n: f64 = text
-            .lines()
-            .filter(|l| l.starts_with("fleetbus_commands_rejected_total{") && l.contains("label"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
-        if n >= 2.0 {
+        let invalid = family_sum(
+            &m[3],
+            "fleetbus_commands_rejected_total",
+            "reason=\"invalid\"",
+        )?;
+        let malformed = family_sum(
+            &m[3],
+            "fleetbus_commands_rejected_total",
+            "reason=\"malformed\"",
+        )?;
+        let exists = family_sum(
+            &m[3],
+            "fleetbus_commands_rejected_total",
+            "reason=\"exists\"",
+        )?;
+        if (exists, invalid, malformed) == (1.0, 1.0, 2.0) {
             Ok(())
         } else {
-            Err(format!("{n} rejected"))
+            Err(format!(
+                "rejected: {exists} exists, {invalid} invalid, {malformed} malformed"
+            ))
         }
     })
     .await;
@@ -187,6 +238,16 @@ async fn downsync_follows_cluster_labels() {
             &[("fleetbus.io/update-policy", "create-only")],
         ),
     );
+    // Create-only, and its source never changes.
+    apply_yaml(
+        hub,
+        &configmap_yaml(
+            "apps",
+            "once",
+            "1",
+            &[("fleetbus.io/update-policy", "create-only")],
+        ),
+    );
     apply_yaml(
         hub,
         &configmap_yaml(
@@ -197,7 +258,7 @@ async fn downsync_follows_cluster_labels() {
         ),
     );
     for edge in [e1, e2] {
-        for name in ["web", "pinned", "odd"] {
+        for name in ["web", "pinned", "once", "odd"] {
             wait_copy(
                 edge,
                 &cm,
@@ -297,18 +358,23 @@ async fn downsync_follows_cluster_labels() {
             &[("fleetbus.io/update-policy", "sometimes")],
         ),
     );
-    // A later change reached e1: a correction of the edit would have too.
+    // A later change reached e1: the pass that wrote it saw the edit (made
+    // first), and a correction or a drift report would have come with it.
     wait_copy(e1, &cm, Some("apps"), "odd", "hub", "place-apps", v_is("3")).await;
     let pinned = get_dynamic(e1, &cm, Some("apps"), "pinned")
         .await
         .unwrap()
         .unwrap();
     v_is("edited")(&pinned).unwrap_or_else(|e| panic!("e1: create-only copy corrected: {e}"));
-    let (ok, out, err) = cli(&nats, &["drift", "ls", "--cluster", "e1", "-o", "json"]).await;
-    assert!(
-        ok && !out.contains("pinned"),
-        "drift of a create-only copy: {out}{err}"
-    );
+    assert_no_drift(&nats, e1, "an edited create-only copy").await;
+
+    // A deleted create-only copy is created again, and that is not drift either:
+    // from the current source (`pinned`), or the unchanged one (`once`).
+    for (name, v) in [("pinned", "2"), ("once", "1")] {
+        kubectl(e1, &["delete", "configmap", name, "-n", "apps"]);
+        wait_copy(e1, &cm, Some("apps"), name, "hub", "place-apps", v_is(v)).await;
+        assert_no_drift(&nats, e1, &format!("a deleted create-only copy ({name})")).await;
+    }
 
     // e3 joins prod through the CLI: it receives the objects within seconds.
     let got = label(&nats, &["e3", "env=prod", "--overwrite"]).await;
@@ -370,20 +436,38 @@ async fn downsync_follows_cluster_labels() {
         wait_absent(edge, &cm, Some("apps"), "web").await;
     }
 
-    // No agent for e3: the command fails at once, naming the cluster.
+    // No agent for e3: the command fails at once (no responders, not the
+    // timeout), naming the cluster.
     m[3].agent.stop();
+    let timeout = Duration::from_secs(5);
     let started = Instant::now();
     let (ok, out, err) = cli(
         &nats,
         &["clusters", "label", "e3", "x=y", "--timeout", "5s"],
     )
     .await;
+    let took = started.elapsed();
     assert!(!ok, "labelling a stopped cluster succeeded: {out}");
-    assert!(err.contains("e3"), "the error does not name e3: {err}");
     assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "took {:?}",
-        started.elapsed()
+        err.contains("e3") && err.contains("no agent answers"),
+        "not a no-responder error naming e3: {err}"
+    );
+    assert!(took < timeout, "took {took:?}, not less than --timeout");
+}
+
+/// `member` has reported no drift: no drift event counted, no drift in `drift ls`.
+async fn assert_no_drift(nats: &NatsServer, member: &Member, what: &str) {
+    let events = family_sum(member, "fleetbus_drifts_total", "").unwrap();
+    assert_eq!(events, 0.0, "{}: drift events for {what}", member.name);
+    let (ok, out, err) = cli(
+        nats,
+        &["drift", "ls", "--cluster", &member.name, "-o", "json"],
+    )
+    .await;
+    assert!(
+        ok && !out.contains("pinned") && !out.contains("once"),
+        "{}: drift of {what}: {out}{err}",
+        member.name
     );
 }
 
