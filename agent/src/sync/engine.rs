@@ -239,6 +239,10 @@ pub struct Engine {
     pub(super) reports: BTreeMap<String, RuleReport>,
     /// When a rule last wrote a copy.
     pub(super) last_sync: BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The Bundles unwrapped here by the last pass, per manifest (see `bundle`).
+    pub(super) bundles: BTreeMap<ObjectKey, super::bundle::Unwrapped>,
+    /// Bundle versions whose invalid manifests were counted already.
+    pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -288,6 +292,8 @@ impl Engine {
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
+            bundles: BTreeMap::new(),
+            bundles_counted: std::collections::HashSet::new(),
         }
     }
 
@@ -473,6 +479,11 @@ impl Engine {
             for t in &rule.targets {
                 need.entry(t.clone()).or_default();
             }
+        }
+        // The kinds of the manifests unwrap rules bring here (a Bundle gone,
+        // they stay while copies remain, like any kind: `has_leftovers`).
+        for g in self.bundle_kinds() {
+            need.entry(g).or_default();
         }
         need
     }

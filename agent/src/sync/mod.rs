@@ -18,6 +18,7 @@
 //! ResourceSyncRules, including the built-in one that replicates them.
 
 pub mod apply;
+pub mod bundle;
 pub mod command;
 pub mod compare;
 pub mod conflicts;
@@ -26,6 +27,7 @@ pub mod drift_report;
 pub mod engine;
 pub mod matching;
 pub mod mutate;
+pub mod readiness;
 pub mod rules;
 pub mod sink;
 pub mod source;
