@@ -172,8 +172,7 @@ pub fn manifest_kinds(bundle: &Value) -> Vec<GroupVersionKind> {
         .iter()
         .filter_map(|m| {
             let s = |k: &str| m.get(k).and_then(Value::as_str).filter(|v| !v.is_empty());
-            let (group, version) =
-                fleetbus_schemas::subject::split_api_version(s("apiVersion")?);
+            let (group, version) = fleetbus_schemas::subject::split_api_version(s("apiVersion")?);
             Some(GroupVersionKind::gvk(group, version, s("kind")?))
         })
         .collect()
@@ -243,10 +242,7 @@ impl Engine {
                 return out;
             }
         };
-        match matching::selector_matches(
-            spec.cluster_selector.as_ref(),
-            &self.fleet.local.labels,
-        ) {
+        match matching::selector_matches(spec.cluster_selector.as_ref(), &self.fleet.local.labels) {
             Ok(true) => {}
             // Not for this cluster: nothing wanted, copies collected.
             Ok(false) => return out,
@@ -570,7 +566,11 @@ pub fn status_from_reports(reports: &[&ReportedStatus]) -> BundleStatus {
         .map(|c| c.cluster.as_str())
         .collect();
     let (status, reason, message) = if total == 0 {
-        ("False", "NoClusters", "no cluster applies the Bundle".to_owned())
+        (
+            "False",
+            "NoClusters",
+            "no cluster applies the Bundle".to_owned(),
+        )
     } else if not_ready.is_empty() {
         (
             "True",

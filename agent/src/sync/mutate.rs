@@ -7,8 +7,8 @@ use fleetbus_schemas::crd::{
 use fleetbus_schemas::k8s_names::{is_dns1123_label, is_dns1123_subdomain};
 use fleetbus_schemas::pointer::{parse_field_pointer, PointerError};
 use fleetbus_schemas::well_known::{
-    ANNOTATION_BUNDLE, ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID, ANNOTATION_ORPHAN_POLICY, ANNOTATION_RULE,
-    ANNOTATION_SOURCE_HASH, LABEL_MANAGED, LABEL_MANAGED_VALUE,
+    ANNOTATION_BUNDLE, ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID, ANNOTATION_ORPHAN_POLICY,
+    ANNOTATION_RULE, ANNOTATION_SOURCE_HASH, LABEL_MANAGED, LABEL_MANAGED_VALUE,
 };
 use serde_json::{Map, Value};
 

@@ -84,7 +84,10 @@ mod tests {
         assert!(is_ready(&deployment(done.clone())));
         let mut stale = done.clone();
         stale["observedGeneration"] = json!(1);
-        assert!(!is_ready(&deployment(stale)), "the new spec is not seen yet");
+        assert!(
+            !is_ready(&deployment(stale)),
+            "the new spec is not seen yet"
+        );
         let mut old_left = done.clone();
         old_left["replicas"] = json!(3);
         assert!(!is_ready(&deployment(old_left)), "an old replica remains");

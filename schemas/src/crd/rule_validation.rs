@@ -162,7 +162,11 @@ impl Validator {
     fn unwrap(&mut self, spec: &ResourceSyncRuleSpec) {
         let g = &spec.group_version_kind;
         if (g.group.as_str(), g.version.as_str(), g.kind.as_str())
-            != (crate::well_known::GROUP, crate::well_known::VERSION, crate::well_known::BUNDLE_KIND)
+            != (
+                crate::well_known::GROUP,
+                crate::well_known::VERSION,
+                crate::well_known::BUNDLE_KIND,
+            )
         {
             let api_version = if g.group.is_empty() {
                 g.version.clone()

@@ -15,7 +15,10 @@ fn target(api_version: &str, kind: &str) -> Target {
 fn install_order_is_namespaces_crds_accounts_rbac_then_the_rest_and_webhooks_last() {
     let mut targets = vec![
         target("apps/v1", "Deployment"),
-        target("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+        target(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+        ),
         target("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
         target("rbac.authorization.k8s.io/v1", "Role"),
         target("v1", "ServiceAccount"),
