@@ -72,6 +72,18 @@ spec:
     )
 }
 
+/// Applies the Bundle `apps/stack` holding `manifests` on the hub with
+/// kubectl; returns its uid.
+async fn apply_bundle(hub: &Member, manifests: &[&str]) -> String {
+    apply_yaml(hub, &bundle(manifests));
+    get_dynamic(hub, &bundles(), Some("apps"), "stack")
+        .await
+        .unwrap()
+        .expect("the Bundle")
+        .uid()
+        .expect("uid")
+}
+
 fn bundles() -> ApiResource {
     resource("fleetbus.io", "v1alpha1", "Bundle", "bundles")
 }
@@ -143,6 +155,11 @@ fn from_bundle(uid: &str) -> impl Fn(&DynamicObject) -> Result<(), String> + '_ 
     }
 }
 
+/// Waits until the object on `edge` is a copy unwrapped from `apps/stack` (uid `uid`).
+async fn wait_unwrapped(edge: &Member, ar: &ApiResource, ns: Option<&str>, name: &str, uid: &str) {
+    wait_copy(edge, ar, ns, name, "hub", "bundles", from_bundle(uid)).await;
+}
+
 /// Waits for the three objects of the full Bundle on `edge`.
 async fn wait_stack(edge: &Member, uid: &str) {
     for (ar, ns, name) in [
@@ -150,7 +167,7 @@ async fn wait_stack(edge: &Member, uid: &str) {
         (cluster_roles(), None, "app-reader"),
         (deployments(), Some("apps"), "web"),
     ] {
-        wait_copy(edge, &ar, ns, name, "hub", "bundles", from_bundle(uid)).await;
+        wait_unwrapped(edge, &ar, ns, name, uid).await;
     }
 }
 
@@ -172,13 +189,7 @@ async fn bundle_unwrapped_on_edges_only() {
         ready_is("False", "NotSelected"),
     )
     .await;
-    apply_yaml(hub, &bundle(&[SERVICE_ACCOUNT, CLUSTER_ROLE, DEPLOYMENT]));
-    let uid = get_dynamic(hub, &bundles(), Some("apps"), "stack")
-        .await
-        .unwrap()
-        .unwrap()
-        .uid()
-        .unwrap();
+    let uid = apply_bundle(hub, &[SERVICE_ACCOUNT, CLUSTER_ROLE, DEPLOYMENT]).await;
     for edge in [e1, e2] {
         wait_stack(edge, &uid).await;
         // The Bundle itself is never written on a sink.
@@ -219,26 +230,8 @@ async fn bundle_unwrapped_on_edges_only() {
     apply_yaml(hub, &bundle(&[SERVICE_ACCOUNT, DEPLOYMENT]));
     for edge in [e1, e2] {
         wait_absent(edge, &cluster_roles(), None, "app-reader").await;
-        wait_copy(
-            edge,
-            &service_accounts(),
-            Some("apps"),
-            "app",
-            "hub",
-            "bundles",
-            from_bundle(&uid),
-        )
-        .await;
-        wait_copy(
-            edge,
-            &deployments(),
-            Some("apps"),
-            "web",
-            "hub",
-            "bundles",
-            from_bundle(&uid),
-        )
-        .await;
+        wait_unwrapped(edge, &service_accounts(), Some("apps"), "app", &uid).await;
+        wait_unwrapped(edge, &deployments(), Some("apps"), "web", &uid).await;
     }
 
     // The Bundle deleted: every copy goes.
@@ -291,36 +284,9 @@ async fn orphaned_invalid_and_crd_manifests() {
       metadata: {name: w1}
       spec: {size: 3}"#;
     // The Widget comes first: the order of the manifests does not matter.
-    apply_yaml(
-        hub,
-        &bundle(&[widget, no_name, SERVICE_ACCOUNT, config, crd]),
-    );
-    let uid = get_dynamic(hub, &bundles(), Some("apps"), "stack")
-        .await
-        .unwrap()
-        .unwrap()
-        .uid()
-        .unwrap();
-    wait_copy(
-        e1,
-        &config_maps(),
-        Some("apps"),
-        "settings",
-        "hub",
-        "bundles",
-        from_bundle(&uid),
-    )
-    .await;
-    wait_copy(
-        e1,
-        &service_accounts(),
-        Some("apps"),
-        "app",
-        "hub",
-        "bundles",
-        from_bundle(&uid),
-    )
-    .await;
+    let uid = apply_bundle(hub, &[widget, no_name, SERVICE_ACCOUNT, config, crd]).await;
+    wait_unwrapped(e1, &config_maps(), Some("apps"), "settings", &uid).await;
+    wait_unwrapped(e1, &service_accounts(), Some("apps"), "app", &uid).await;
     let widgets = resource("example.com", "v1", "Widget", "widgets");
     wait_copy(e1, &widgets, Some("apps"), "w1", "hub", "bundles", |o| {
         from_bundle(&uid)(o)?;
@@ -377,4 +343,162 @@ async fn orphaned_invalid_and_crd_manifests() {
         }
     })
     .await;
+}
+
+/// `Bundle.status` on the hub from the edges' reports: per cluster and per
+/// manifest applied/error/ready; Ready once every manifest is applied and
+/// ready on both edges (the Deployment's rollout is reported by patching its
+/// status, as its controller would: devclusters run none); an invalid
+/// manifest added makes it not Ready with that manifest's error per cluster.
+///
+/// Needs the status return pipeline (`sync/report.rs`, `sync/returned.rs`)
+/// to publish `Engine::bundle_report` and write `bundle::status_from_reports`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bundle_status_on_the_hub() {
+    let nats = NatsServer::start().unwrap();
+    let m = hub_and_edges(&nats, &["e1", "e2"]).await;
+    let (hub, e1, e2) = (&m[0], &m[1], &m[2]);
+    apply_yaml(hub, &unwrap_rule("Delete"));
+    let uid = apply_bundle(hub, &[SERVICE_ACCOUNT, CLUSTER_ROLE, DEPLOYMENT]).await;
+    for edge in [e1, e2] {
+        wait_stack(edge, &uid).await;
+    }
+    // Applied everywhere; the Deployment has not rolled out.
+    wait_bundle_status(hub, "applied, Deployment not ready", |s| {
+        expect_ready(s, "False", "0/2 ready")?;
+        for c in clusters(s, &["e1", "e2"])? {
+            let got: Vec<(String, bool, bool, Option<bool>)> = c["manifests"]
+                .as_array()
+                .ok_or("no manifests")?
+                .iter()
+                .map(|m| {
+                    (
+                        m["kind"].as_str().unwrap_or_default().to_owned(),
+                        m["applied"] == true,
+                        m.get("error").is_some(),
+                        m["ready"].as_bool(),
+                    )
+                })
+                .collect();
+            let want = [
+                ("ServiceAccount", true, false, Some(true)),
+                ("ClusterRole", true, false, Some(true)),
+                ("Deployment", true, false, Some(false)),
+            ]
+            .map(|(k, a, e, r)| (k.to_owned(), a, e, r));
+            if got != want {
+                return Err(format!("{}: manifests {got:?}", c["cluster"]));
+            }
+        }
+        Ok(())
+    })
+    .await;
+
+    for edge in [e1, e2] {
+        roll_out(edge).await;
+    }
+    wait_bundle_status(hub, "Ready on both edges", |s| {
+        expect_ready(s, "True", "2/2 ready")?;
+        for c in clusters(s, &["e1", "e2"])? {
+            if c["ready"] != true || c["applied"] != 3 || c["errors"] != 0 {
+                return Err(format!("cluster entry {c}"));
+            }
+        }
+        Ok(())
+    })
+    .await;
+
+    // A manifest without a name: an error entry on each edge, others applied.
+    let nameless = r#"
+    - apiVersion: v1
+      kind: ConfigMap
+      data: {a: b}"#;
+    apply_yaml(
+        hub,
+        &bundle(&[SERVICE_ACCOUNT, CLUSTER_ROLE, DEPLOYMENT, nameless]),
+    );
+    wait_bundle_status(hub, "reporting the nameless manifest", |s| {
+        expect_ready(s, "False", "0/2 ready")?;
+        for c in clusters(s, &["e1", "e2"])? {
+            let error = c["manifests"][3]["error"].as_str().unwrap_or_default();
+            if c["applied"] != 3 || c["errors"] != 1 || !error.contains("metadata.name") {
+                return Err(format!("cluster entry {c}"));
+            }
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// Reports the Deployment copy on `edge` rolled out (its status, written by
+/// its controller on a real cluster).
+async fn roll_out(edge: &Member) {
+    let d = get_dynamic(edge, &deployments(), Some("apps"), "web")
+        .await
+        .unwrap()
+        .expect("the Deployment copy");
+    let generation = d.metadata.generation.unwrap_or(1);
+    let status = serde_json::json!({"status": {"observedGeneration": generation, "replicas": 2,
+        "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2}})
+    .to_string();
+    kubectl(
+        edge,
+        &[
+            "patch",
+            "deployment",
+            "web",
+            "-n",
+            "apps",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status,
+        ],
+    );
+}
+
+/// Waits until the hub's Bundle `apps/stack` has a status satisfying `pred`.
+async fn wait_bundle_status<P>(hub: &Member, what: &str, pred: P)
+where
+    P: Fn(&serde_json::Value) -> Result<(), String>,
+{
+    let pred = &pred;
+    wait_for(&format!("hub: Bundle status {what}"), SYNC, || async move {
+        let b = get_dynamic(hub, &bundles(), Some("apps"), "stack")
+            .await?
+            .ok_or("no Bundle")?;
+        let status = b.data.get("status").cloned().unwrap_or_default();
+        pred(&status).map_err(|e| format!("{e}; status: {status}"))
+    })
+    .await;
+}
+
+/// Condition Ready has `status` and the summary is `summary`.
+fn expect_ready(s: &serde_json::Value, status: &str, summary: &str) -> Result<(), String> {
+    let ready = s["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .ok_or("no Ready condition")?;
+    if ready["status"] == status && s["summary"] == summary {
+        Ok(())
+    } else {
+        Err(format!(
+            "Ready {}, summary {}",
+            ready["status"], s["summary"]
+        ))
+    }
+}
+
+/// The per-cluster entries, which must be exactly `names` in order.
+fn clusters<'a>(
+    s: &'a serde_json::Value,
+    names: &[&str],
+) -> Result<&'a Vec<serde_json::Value>, String> {
+    let cs = s["clusters"].as_array().ok_or("no clusters")?;
+    let got: Vec<&str> = cs.iter().filter_map(|c| c["cluster"].as_str()).collect();
+    if got == names {
+        Ok(cs)
+    } else {
+        Err(format!("clusters {got:?}"))
+    }
 }

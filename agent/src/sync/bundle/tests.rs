@@ -13,7 +13,7 @@ fn target(api_version: &str, kind: &str) -> Target {
 
 #[test]
 fn install_order_is_namespaces_crds_accounts_rbac_then_the_rest_and_webhooks_last() {
-    let mut targets = vec![
+    let mut targets = [
         target("apps/v1", "Deployment"),
         target(
             "admissionregistration.k8s.io/v1",
