@@ -500,6 +500,56 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The sink's part of status return for Bundles: the Bundles unwrapped
+    /// here, each with its rule, its report (`status`) and whether it is
+    /// ready here (every manifest applied and ready, no error).
+    pub fn bundle_reports(&self) -> Vec<(ObjectKey, String, Value, bool)> {
+        self.unwrapped_bundles()
+            .filter_map(|(key, rule)| {
+                let report = self.bundle_report(key)?;
+                let ready = report_is_ready(&report);
+                Some((key.clone(), rule.to_owned(), report, ready))
+            })
+            .collect()
+    }
+
+    /// The origin's part: `Bundle.status` (as JSON) of each Bundle of this
+    /// cluster that unwrap rules report about, from `returned` (the live
+    /// reports by source object).
+    pub fn bundle_statuses(
+        &self,
+        returned: &BTreeMap<ObjectKey, Vec<ReportedStatus>>,
+    ) -> BTreeMap<ObjectKey, Value> {
+        returned
+            .iter()
+            .filter(|(_, rs)| {
+                rs.iter()
+                    .any(|r| self.rules.get(&r.rule).is_some_and(|rule| rule.spec.unwrap))
+            })
+            .filter_map(|(key, rs)| {
+                let refs: Vec<&ReportedStatus> = rs
+                    .iter()
+                    .filter(|r| self.rules.get(&r.rule).is_some_and(|rule| rule.spec.unwrap))
+                    .collect();
+                let status = serde_json::to_value(status_from_reports(&refs)).ok()?;
+                Some((key.clone(), status))
+            })
+            .collect()
+    }
+}
+
+/// Whether a [`BundleReport`] (JSON) says ready: no error of the Bundle, and
+/// every manifest applied and ready.
+pub fn report_is_ready(report: &Value) -> bool {
+    serde_json::from_value::<BundleReport>(report.clone()).is_ok_and(|r| {
+        r.error.is_none()
+            && r.manifests
+                .iter()
+                .all(|m| m.applied && m.ready == Some(true))
+    })
+}
+
 /// A cluster's [`BundleReport`] as its entry of `Bundle.status`.
 fn cluster_status(r: &ReportedStatus) -> BundleClusterStatus {
     let observed_at = Some(time(r.observed_at));
@@ -511,11 +561,7 @@ fn cluster_status(r: &ReportedStatus) -> BundleClusterStatus {
                 .iter()
                 .filter(|m| m.error.is_some())
                 .count();
-            let ready = report.error.is_none()
-                && report
-                    .manifests
-                    .iter()
-                    .all(|m| m.applied && m.ready == Some(true));
+            let ready = report_is_ready(&r.status);
             BundleClusterStatus {
                 cluster: r.cluster.clone(),
                 ready,

@@ -1,5 +1,4 @@
 use super::*;
-use fleetbus_schemas::ObjectRef;
 use serde_json::json;
 
 fn target(api_version: &str, kind: &str) -> Target {
@@ -136,18 +135,17 @@ fn outcome_results() {
     );
 }
 
+/// A report built from JSON, as it comes off the bus (so optional members
+/// added later keep their defaults).
 fn report(cluster: &str, at: &str, status: Value) -> ReportedStatus {
-    ReportedStatus {
-        cluster: cluster.into(),
-        rule: "r".into(),
-        origin: "hub".into(),
-        source: ObjectRef::new("fleetbus.io/v1alpha1", "Bundle", Some("apps"), "b"),
-        copy_name: "b".into(),
-        copy_namespace: Some("apps".into()),
-        copy_resource_version: "1".into(),
-        observed_at: fleetbus_schemas::time::parse_rfc3339(at).unwrap(),
-        status,
-    }
+    serde_json::from_value(json!({
+        "cluster": cluster, "rule": "r", "origin": "hub",
+        "source": {"apiVersion": "fleetbus.io/v1alpha1", "kind": "Bundle",
+                   "namespace": "apps", "name": "b"},
+        "copyName": "b", "copyNamespace": "apps", "copyResourceVersion": "",
+        "observedAt": at, "status": status
+    }))
+    .unwrap()
 }
 
 fn entry(kind: &str, applied: bool, error: Option<&str>, ready: Option<bool>) -> Value {
@@ -255,4 +253,20 @@ fn an_empty_bundle_is_ready_where_it_is_unwrapped() {
         json!({"manifests": []}),
     )]);
     assert_eq!(ready_condition(&s), ("True", "Ready"));
+}
+
+#[test]
+fn a_report_is_ready_when_all_is_applied_and_ready() {
+    let ready = json!({"manifests": [entry("ServiceAccount", true, None, Some(true))]});
+    assert!(report_is_ready(&ready));
+    for not in [
+        json!({"manifests": [entry("Deployment", true, None, Some(false))]}),
+        json!({"manifests": [entry("Deployment", true, None, None)]}),
+        json!({"manifests": [entry("Bad", false, Some("no name"), None)]}),
+        json!({"error": "bad selector", "manifests": []}),
+        json!("junk"),
+        Value::Null,
+    ] {
+        assert!(!report_is_ready(&not), "{not}");
+    }
 }
