@@ -502,3 +502,62 @@ fn clusters<'a>(
         Err(format!("clusters {got:?}"))
     }
 }
+
+/// A Bundle's own `clusterSelector` is ANDed with the rule's: only the
+/// edge labelled `tier=gold` applies it; relabelled, its copy goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bundle_cluster_selector_is_anded_with_the_rule() {
+    let nats = NatsServer::start().unwrap();
+    let m = hub_and_edges(&nats, &["e1", "e2"]).await;
+    let (hub, e1, e2) = (&m[0], &m[1], &m[2]);
+    kubectl(e1, &["label", "clusters.fleetbus.io", "e1", "tier=gold"]);
+    apply_yaml(hub, &unwrap_rule("Delete"));
+    let config = |name: &str, selector: &str| {
+        format!(
+            r#"apiVersion: fleetbus.io/v1alpha1
+kind: Bundle
+metadata: {{name: {name}, namespace: apps}}
+spec:
+  {selector}
+  manifests:
+    - apiVersion: v1
+      kind: ConfigMap
+      metadata: {{name: {name}}}
+      data: {{a: b}}
+"#
+        )
+    };
+    apply_yaml(
+        hub,
+        &config("gold", "clusterSelector: {matchLabels: {tier: gold}}"),
+    );
+    apply_yaml(hub, &config("all", "clusterSelector: {}"));
+    wait_obj(
+        e1,
+        &config_maps(),
+        Some("apps"),
+        "gold",
+        "from the gold Bundle",
+        |o| check_copy(o, "hub", "bundles"),
+    )
+    .await;
+    // e2 got the Bundle for everyone; the gold one, published before, would
+    // have come with it.
+    wait_obj(
+        e2,
+        &config_maps(),
+        Some("apps"),
+        "all",
+        "from the Bundle for all",
+        |o| check_copy(o, "hub", "bundles"),
+    )
+    .await;
+    assert_absent(e2, &config_maps(), Some("apps"), "gold").await;
+
+    kubectl(e1, &["label", "clusters.fleetbus.io", "e1", "tier-"]);
+    wait_absent(e1, &config_maps(), Some("apps"), "gold").await;
+    get_dynamic(e1, &config_maps(), Some("apps"), "all")
+        .await
+        .unwrap()
+        .expect("the copy of the Bundle for all stays");
+}
