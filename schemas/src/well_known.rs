@@ -19,6 +19,11 @@ pub const ANNOTATION_SOURCE_HASH: &str = "fleetbus.io/source-hash";
 /// Annotation on a copy: the rule's `orphanPolicy` (`Delete` or `Orphan`) when the copy
 /// was written, so a copy whose rule is gone is still collected the way the rule said.
 pub const ANNOTATION_ORPHAN_POLICY: &str = "fleetbus.io/orphan-policy";
+/// Annotation on a copy unwrapped from a Bundle: `<namespace>/<name>` of the Bundle on
+/// its origin cluster (`origin-uid` is then the Bundle's uid).
+pub const ANNOTATION_BUNDLE: &str = "fleetbus.io/bundle";
+/// Kind of the fleetbus resource holding manifests (with [`GROUP`] and [`VERSION`]).
+pub const BUNDLE_KIND: &str = "Bundle";
 /// Annotation (any value): on a source object, do not publish it; on a copy, pin it
 /// (no updates; deletes still propagate); on a ResourceSyncRule, do not sync the rule itself.
 pub const ANNOTATION_RESOURCE_SYNC_DISABLED: &str = "fleetbus.io/resource-sync-disabled";

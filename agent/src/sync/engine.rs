@@ -249,6 +249,10 @@ pub struct Engine {
     pub(super) held: BTreeMap<Target, (ObjectKey, String)>,
     /// Status reports read from the bus, and what the origin did with them.
     pub(super) status_book: super::returned::StatusBook,
+    /// The Bundles unwrapped here by the last pass, per manifest (see `bundle`).
+    pub(super) bundles: BTreeMap<ObjectKey, super::bundle::Unwrapped>,
+    /// Bundle versions whose invalid manifests were counted already.
+    pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -300,6 +304,8 @@ impl Engine {
             last_sync: BTreeMap::new(),
             held: BTreeMap::new(),
             status_book: super::returned::StatusBook::default(),
+            bundles: BTreeMap::new(),
+            bundles_counted: std::collections::HashSet::new(),
         }
     }
 
@@ -487,6 +493,11 @@ impl Engine {
             for t in &rule.targets {
                 need.entry(t.clone()).or_default();
             }
+        }
+        // The kinds of the manifests unwrap rules bring here (a Bundle gone,
+        // they stay while copies remain, like any kind: `has_leftovers`).
+        for g in self.bundle_kinds() {
+            need.entry(g).or_default();
         }
         need
     }

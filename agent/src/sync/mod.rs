@@ -18,6 +18,7 @@
 //! ResourceSyncRules, including the built-in one that replicates them.
 
 pub mod apply;
+pub mod bundle;
 pub mod command;
 pub mod compare;
 pub mod conflicts;

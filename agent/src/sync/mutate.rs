@@ -7,8 +7,8 @@ use fleetbus_schemas::crd::{
 use fleetbus_schemas::k8s_names::{is_dns1123_label, is_dns1123_subdomain};
 use fleetbus_schemas::pointer::{parse_field_pointer, PointerError};
 use fleetbus_schemas::well_known::{
-    ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID, ANNOTATION_ORPHAN_POLICY, ANNOTATION_RULE,
-    ANNOTATION_SOURCE_HASH, LABEL_MANAGED, LABEL_MANAGED_VALUE,
+    ANNOTATION_BUNDLE, ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID, ANNOTATION_ORPHAN_POLICY,
+    ANNOTATION_RULE, ANNOTATION_SOURCE_HASH, LABEL_MANAGED, LABEL_MANAGED_VALUE,
 };
 use serde_json::{Map, Value};
 
@@ -30,7 +30,8 @@ pub const SERVER_OWNED_METADATA: [&str; 10] = [
 ];
 /// kubectl's client-side apply record: it describes the source's history, not the copy's.
 pub const ANNOTATION_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-/// The annotations fleetbus stamps on every copy ([`unmanage`] removes them).
+/// The annotations fleetbus stamps on every copy ([`unmanage`] removes them, and
+/// `fleetbus.io/bundle`, which only copies unwrapped from a Bundle carry).
 pub const STAMP_ANNOTATIONS: [&str; 5] = [
     ANNOTATION_ORIGIN_CLUSTER,
     ANNOTATION_ORIGIN_UID,
@@ -406,6 +407,7 @@ pub fn unmanage(live: &Value) -> Value {
             for k in STAMP_ANNOTATIONS {
                 a.remove(k);
             }
+            a.remove(ANNOTATION_BUNDLE);
         }
         if let Some(Value::Object(l)) = meta.get_mut("labels") {
             l.remove(LABEL_MANAGED);
@@ -842,6 +844,8 @@ mod tests {
         let c = copy(&[]).unwrap();
         let mut live = c.clone();
         live["metadata"]["resourceVersion"] = json!("7");
+        // A copy unwrapped from a Bundle loses the bundle mark too.
+        live["metadata"]["annotations"][ANNOTATION_BUNDLE] = json!("apps/b");
         let u = unmanage(&live);
         assert_eq!(u["metadata"]["labels"], json!({"app": "web", "tier": "fe"}));
         assert_eq!(

@@ -42,7 +42,8 @@ impl Engine {
             let Some(rule) = self.rules.get(rule_name) else {
                 continue;
             };
-            if rule.spec.status_return == StatusReturn::None {
+            // A Bundle's manifests are reported once per Bundle, below.
+            if rule.spec.unwrap || rule.spec.status_return == StatusReturn::None {
                 continue;
             }
             let Some(live) = self
@@ -95,6 +96,38 @@ impl Engine {
             };
             out.insert(report.subject_key(), report);
         }
+        // Every Bundle unwrapped here, whatever statusReturn says: per
+        // manifest applied/error/ready (see `bundle`).
+        for (key, rule_name, status, ready) in self.bundle_reports() {
+            let uid = self
+                .rules
+                .get(&rule_name)
+                .and_then(|rule| self.kinds.get(&rule.source))
+                .and_then(|k| k.snapshots.get(&key))
+                .map(|e| e.uid.clone());
+            let report = ReportedStatus {
+                cluster: local.clone(),
+                rule: rule_name,
+                origin: key.origin.clone(),
+                source: ObjectRef {
+                    uid,
+                    ..ObjectRef::new(
+                        fleetbus_schemas::well_known::API_VERSION,
+                        &key.kind,
+                        key.namespace.as_deref(),
+                        &key.name,
+                    )
+                },
+                copy_name: key.name.clone(),
+                copy_namespace: key.namespace.clone(),
+                // No copy of the Bundle: its report is made of its manifests'.
+                copy_resource_version: String::new(),
+                observed_at: now,
+                status,
+                ready: Some(ready),
+            };
+            out.insert(report.subject_key(), report);
+        }
         out
     }
 
@@ -103,7 +136,7 @@ impl Engine {
     /// or a problem), so publishing `null` could be wrong.
     fn undecided(&self, published: &ReportedStatus) -> bool {
         self.rules.get(&published.rule).is_some_and(|r| {
-            r.spec.status_return != StatusReturn::None
+            (r.spec.status_return != StatusReturn::None || r.spec.unwrap)
                 && (self.rule_problem(r).is_some() || !self.rule_ready(r))
         })
     }

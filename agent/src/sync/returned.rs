@@ -121,7 +121,7 @@ impl Engine {
             let returns = self
                 .rules
                 .get(&r.rule)
-                .is_some_and(|rule| rule.spec.status_return != StatusReturn::None);
+                .is_some_and(|rule| rule.spec.status_return != StatusReturn::None || rule.spec.unwrap);
             if !returns || self.source_object(r).is_none() {
                 continue;
             }
@@ -195,6 +195,8 @@ impl Engine {
                 _ => {}
             }
         }
+        // Bundles: the reports of unwrap rules become `Bundle.status`.
+        singleton.extend(self.bundle_statuses(&returned));
         let several: Vec<ObjectKey> = returned
             .iter()
             .filter(|(_, rs)| rs.len() > 1 && mode(rs) == Some(StatusReturn::Singleton))

@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
+use super::bundle::{self, BundlePass, BundleSource};
 use super::compare;
 use super::conflicts::{self, Conflict};
 use super::drift::{self, Policy};
@@ -154,7 +155,7 @@ impl Engine {
     }
 
     /// Whether this cluster is a sink of `rule` (its `clusterSelector`).
-    fn selects_us(&self, rule: &CompiledRule) -> bool {
+    pub(super) fn selects_us(&self, rule: &CompiledRule) -> bool {
         matching::selector_matches(
             rule.spec.cluster_selector.as_ref(),
             &self.fleet.local.labels,
@@ -163,7 +164,12 @@ impl Engine {
     }
 
     /// Every copy a rule wants here, and the errors of those it cannot make.
-    fn candidates(&self, rule: &CompiledRule, report: &mut RuleReport) -> Vec<(Target, Candidate)> {
+    fn candidates(
+        &self,
+        rule: &CompiledRule,
+        report: &mut RuleReport,
+        bundles: &mut BundlePass,
+    ) -> Vec<(Target, Candidate)> {
         let mut out = Vec::new();
         let Some(kind) = self.kinds.get(&rule.source) else {
             return out;
@@ -193,6 +199,19 @@ impl Engine {
             let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
                 continue;
             };
+            if rule.spec.unwrap {
+                // The manifests are wanted here, never the Bundle itself.
+                let src = BundleSource {
+                    rule,
+                    key,
+                    env,
+                    bundle: obj,
+                    entries: &entries,
+                    origin_record: &peer.record,
+                };
+                out.extend(self.unwrap(&src, report, bundles));
+                continue;
+            }
             let templates = TemplateContext {
                 object: obj.clone(),
                 cluster: peer.record.clone(),
@@ -248,12 +267,13 @@ impl Engine {
     pub(super) async fn sink_pass(&mut self) {
         let mut reports: BTreeMap<String, RuleReport> = BTreeMap::new();
         let mut by_target: BTreeMap<Target, Vec<Candidate>> = BTreeMap::new();
+        let mut bundles = BundlePass::default();
         let rules: Vec<CompiledRule> = self.rules.values().cloned().collect();
         for rule in &rules {
             let mut report = RuleReport::default();
             if self.rule_problem(rule).is_none() && self.rule_ready(rule) && self.selects_us(rule) {
                 report.selected = true;
-                for (target, c) in self.candidates(rule, &mut report) {
+                for (target, c) in self.candidates(rule, &mut report, &mut bundles) {
                     by_target.entry(target).or_default().push(c);
                 }
             } else {
@@ -264,7 +284,11 @@ impl Engine {
         let mut found: Vec<Conflict> = Vec::new();
         let wanted: BTreeSet<Target> = by_target.keys().cloned().collect();
         let mut held = BTreeMap::new();
-        for (target, mut cands) in by_target {
+        // What others need first (a Bundle's Namespace, CRD, ServiceAccount
+        // and RBAC before what uses them); by target within a rank.
+        let mut ordered: Vec<(Target, Vec<Candidate>)> = by_target.into_iter().collect();
+        ordered.sort_by_key(|(t, _)| bundle::install_rank(t));
+        for (target, mut cands) in ordered {
             conflicts::order(&mut cands);
             let winner = cands.remove(0);
             held.insert(target.clone(), (winner.key.clone(), winner.rule.clone()));
@@ -273,9 +297,11 @@ impl Engine {
                 if let Some(r) = reports.get_mut(&loser.rule) {
                     r.conflicts.insert(target.to_string(), c.message.clone());
                 }
+                bundles.record(&loser.key, &target, Err(c.message.clone()));
                 found.push(c);
             }
             let outcome = self.apply_target(&target, &winner).await;
+            bundles.record(&winner.key, &target, bundle::outcome_result(&outcome));
             let Some(report) = reports.get_mut(&winner.rule) else {
                 continue;
             };
@@ -309,6 +335,7 @@ impl Engine {
         self.report_conflicts(found).await;
         self.note_unknown_update_policies(&reports);
         self.reports = reports;
+        self.finish_bundles(bundles);
         self.held = held;
     }
 

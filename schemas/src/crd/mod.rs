@@ -15,7 +15,9 @@ mod resource_sync_rule;
 mod rule_validation;
 mod schema;
 
-pub use bundle::{Bundle, BundleClusterStatus, BundleSpec, BundleStatus};
+pub use bundle::{
+    Bundle, BundleClusterStatus, BundleManifestStatus, BundleReport, BundleSpec, BundleStatus,
+};
 pub use cluster::{
     AuthInfo, Cluster, ClusterMetadata, ClusterSpec, ClusterState, ClusterStatus, ClusterType,
     KubernetesApiEndpoint, Locality, NamespacedName,

@@ -89,6 +89,10 @@ pub struct ResourceSyncRuleSpec {
     /// Whether and how the copies' status is reported back to the origin cluster.
     #[serde(default)]
     pub status_return: StatusReturn,
+    /// Apply the manifests a Bundle holds (`spec.manifests[]`), each as a managed copy,
+    /// instead of the Bundle itself. Only for the kind `fleetbus.io/v1alpha1 Bundle`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unwrap: bool,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -88,6 +88,12 @@ pub enum RuleErrorKind {
     /// A `remove` override of a field every object needs (`/metadata/name`, `/kind`, ...).
     #[error("cannot remove {0:?}: every object needs it")]
     RequiredFieldRemoved(String),
+    /// `unwrap: true` on a rule whose kind is not `fleetbus.io/v1alpha1 Bundle`.
+    #[error("unwrap is only valid for the kind fleetbus.io/v1alpha1 Bundle, not {0}")]
+    UnwrapNeedsBundle(String),
+    /// A `groupVersionKind` mutation on an unwrap rule: a Bundle's manifests keep their kinds.
+    #[error("a groupVersionKind mutation cannot apply to a Bundle's manifests (unwrap: true)")]
+    UnwrapKindMutation,
 }
 
 impl RuleError {
@@ -134,6 +140,9 @@ impl ResourceSyncRuleSpec {
         for (i, e) in self.drift.exclusions.iter().enumerate() {
             v.drift_exclusion(&format!("spec.drift.exclusions[{i}]"), e);
         }
+        if self.unwrap {
+            v.unwrap(self);
+        }
         if v.errors.is_empty() {
             Ok(())
         } else {
@@ -148,6 +157,41 @@ struct Validator {
 }
 
 impl Validator {
+    /// `unwrap` takes a Bundle's manifests apart, so the rule must be on Bundles and
+    /// must not rewrite every manifest's kind.
+    fn unwrap(&mut self, spec: &ResourceSyncRuleSpec) {
+        let g = &spec.group_version_kind;
+        if (g.group.as_str(), g.version.as_str(), g.kind.as_str())
+            != (
+                crate::well_known::GROUP,
+                crate::well_known::VERSION,
+                crate::well_known::BUNDLE_KIND,
+            )
+        {
+            let api_version = if g.group.is_empty() {
+                g.version.clone()
+            } else {
+                format!("{}/{}", g.group, g.version)
+            };
+            self.push(
+                "spec.unwrap",
+                RuleErrorKind::UnwrapNeedsBundle(format!("{api_version} {}", g.kind)),
+            );
+        }
+        for (i, rule) in spec.rules.iter().enumerate() {
+            if rule
+                .mutations
+                .as_ref()
+                .is_some_and(|m| m.group_version_kind.is_some())
+            {
+                self.push(
+                    format!("spec.rules[{i}].mutations.groupVersionKind"),
+                    RuleErrorKind::UnwrapKindMutation,
+                );
+            }
+        }
+    }
+
     fn push(&mut self, field: impl Into<String>, kind: RuleErrorKind) {
         self.errors.push(RuleError {
             field: field.into(),
@@ -450,6 +494,70 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn unwrap_only_on_bundles_and_without_kind_mutations() {
+        let bundle = GroupVersionKind {
+            group: "fleetbus.io".into(),
+            version: "v1alpha1".into(),
+            kind: "Bundle".into(),
+        };
+        let ok = ResourceSyncRuleSpec {
+            group_version_kind: bundle.clone(),
+            unwrap: true,
+            ..Default::default()
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        let on_config_maps = ResourceSyncRuleSpec {
+            unwrap: true,
+            ..valid_spec()
+        };
+        assert_eq!(
+            kinds(&on_config_maps),
+            vec![(
+                "spec.unwrap".to_owned(),
+                RuleErrorKind::UnwrapNeedsBundle("v1 ConfigMap".into())
+            )]
+        );
+        let other_version = ResourceSyncRuleSpec {
+            group_version_kind: GroupVersionKind {
+                version: "v1beta1".into(),
+                ..bundle.clone()
+            },
+            unwrap: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            kinds(&other_version),
+            vec![(
+                "spec.unwrap".to_owned(),
+                RuleErrorKind::UnwrapNeedsBundle("fleetbus.io/v1beta1 Bundle".into())
+            )]
+        );
+        let retyped = ResourceSyncRuleSpec {
+            rules: vec![SyncRule {
+                mutations: Some(Mutations {
+                    group_version_kind: Some(valid_spec().group_version_kind),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..ok.clone()
+        };
+        assert_eq!(
+            kinds(&retyped),
+            vec![(
+                "spec.rules[0].mutations.groupVersionKind".to_owned(),
+                RuleErrorKind::UnwrapKindMutation
+            )]
+        );
+        // Without unwrap, a Bundle rule may do what any rule does.
+        let plain = ResourceSyncRuleSpec {
+            unwrap: false,
+            ..retyped
+        };
+        assert_eq!(plain.validate(), Ok(()));
     }
 
     fn kinds(spec: &ResourceSyncRuleSpec) -> Vec<(String, RuleErrorKind)> {
