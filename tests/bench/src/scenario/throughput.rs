@@ -1,0 +1,130 @@
+//! Scenario 4: one origin under sustained updates. The harness updates K
+//! ConfigMaps on c1 round robin as fast as c1's API server acknowledges (64
+//! writers) for the run's duration; a plain NATS subscriber counts what c1's
+//! agent publishes, a watch on c2 timestamps every version that arrives.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::ListParams;
+use kube::ResourceExt;
+
+use crate::load;
+use crate::mesh::{Fleet, SETUP};
+use crate::procfs;
+use crate::recorder::MARK;
+use crate::scenario::{verdict, Ctx};
+use crate::stats::{ms, Samples};
+use crate::table::Table;
+
+/// How long the sink may take to catch up after the writers stopped.
+const DRAIN: Duration = Duration::from_secs(180);
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
+    let k = ctx.pick(50, 1000);
+    let secs = ctx.pick(2u64, 30);
+    let writers = ctx.pick(8, 64);
+    let fleet = Fleet::start(2, false).await?;
+    let (c1, c2) = (fleet.origin(), &fleet.sinks()[0]);
+    let sink = c2.recorder().await?;
+    let origin = c1.configmaps();
+    load::create_many(&origin, "t", 0..k, 32).await?;
+    sink.wait_count(k + 1, SETUP).await?;
+
+    // Count what c1's agent publishes (core NATS sees JetStream publishes too).
+    let nats = async_nats::connect(fleet.nats.url()).await?;
+    let mut published = nats.subscribe("fleetbus.obj.c1.>").await?;
+    nats.flush().await?;
+    let publishes = Arc::new(AtomicU64::new(0));
+    let counter = publishes.clone();
+    let count_task = tokio::spawn(async move {
+        while published.next().await.is_some() {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+
+    let pids = [
+        ("agent c1", c1.agent_pid()),
+        ("agent c2", c2.agent_pid()),
+        ("devcluster c1", c1.cluster.pid()),
+        ("devcluster c2", c2.cluster.pid()),
+        ("nats-server", fleet.nats.pid()),
+    ];
+    let cpu0: Vec<Option<u64>> = pids.iter().map(|(_, p)| p.and_then(procfs::cpu_ticks)).collect();
+    let start = Instant::now();
+    let names = Arc::new((0..k).map(|i| format!("t-{i}")).collect::<Vec<_>>());
+    let writes = load::update_for(&origin, names, writers, Duration::from_secs(secs)).await?;
+    let wrote_for = start.elapsed();
+    let published_in_window = publishes.load(Ordering::Relaxed);
+    let cpu1: Vec<Option<u64>> = pids.iter().map(|(_, p)| p.and_then(procfs::cpu_ticks)).collect();
+
+    // The final version of every object, as c1 holds it; wait until c2 has each.
+    let finals: HashMap<String, String> = origin
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|o| {
+            let mark = o.data.as_ref().and_then(|d| d.get(MARK)).cloned().unwrap_or_default();
+            (o.name_any(), mark)
+        })
+        .collect();
+    let mut drained_at = start;
+    for (name, mark) in &finals {
+        let at = sink.wait_seen(name, mark, DRAIN).await?;
+        drained_at = drained_at.max(at);
+    }
+    let end = start + wrote_for;
+    count_task.abort();
+
+    let mut lag = Samples::new();
+    let mut coalesced = 0usize;
+    for w in &writes {
+        match sink.first_seen(&w.name, &w.mark) {
+            Some(at) => lag.push(at.saturating_duration_since(w.ack)),
+            None => coalesced += 1,
+        }
+    }
+    let rate = |n: f64| n / wrote_for.as_secs_f64();
+    let write_rate = rate(writes.len() as f64);
+    let publish_rate = rate(published_in_window as f64);
+
+    let mut t = Table::latency("4. Throughput: sustained updates on c1, lag of c2");
+    t.latency_row(
+        "sink lag: c1 update acknowledged → that version seen on c2",
+        &lag,
+        ctx.floor,
+        "bounded",
+    );
+    t.samples = lag.len();
+    t.note(format!(
+        "{} updates of {k} ConfigMaps acknowledged by c1 in {:.1} s = **{write_rate:.0} updates/s** ({writers} writers)",
+        writes.len(),
+        wrote_for.as_secs_f64()
+    ));
+    t.note(format!(
+        "c1's agent published {published_in_window} messages in that window = **{publish_rate:.0} msg/s**; goal ≥ 5,000/s sustained: {}",
+        verdict(publish_rate >= 5000.0)
+    ));
+    t.note(format!(
+        "versions never seen on c2 (superseded before they arrived; last value per subject): {coalesced} of {}",
+        writes.len()
+    ));
+    t.note(format!(
+        "c2 held the final version of all {k} objects {} ms after the last write (drain)",
+        ms(Some(drained_at.saturating_duration_since(end)))
+    ));
+    let cpu: Vec<String> = pids
+        .iter()
+        .zip(cpu0.iter().zip(&cpu1))
+        .filter_map(|((name, _), (a, b))| {
+            let used = (*b)?.checked_sub((*a)?)? as f64 / procfs::TICKS_PER_SEC;
+            Some(format!("{name} {:.0}%", 100.0 * used / wrote_for.as_secs_f64()))
+        })
+        .collect();
+    t.note(format!("CPU during the write window (100% = one core): {}", cpu.join(", ")));
+    Ok(vec![t])
+}
