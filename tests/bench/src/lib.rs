@@ -47,7 +47,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
     } else if let Some(s) = ALL.iter().find(|s| **s == opts.scenario) {
         vec![*s]
     } else {
-        anyhow::bail!("unknown scenario {:?}: one of {} or all", opts.scenario, ALL.join(", "));
+        anyhow::bail!(
+            "unknown scenario {:?}: one of {} or all",
+            opts.scenario,
+            ALL.join(", ")
+        );
     };
     let header = report::run_header(&opts.command, opts.smoke);
     println!("{header}");
@@ -98,7 +102,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
         }
     }
     report::append(&opts.out, &header, &tables)?;
-    eprintln!("fleetbus-bench: appended {} table(s) to {}", tables.len(), opts.out.display());
+    eprintln!(
+        "fleetbus-bench: appended {} table(s) to {}",
+        tables.len(),
+        opts.out.display()
+    );
     Ok(ok)
 }
 

@@ -2,6 +2,7 @@
 //! devcluster and a `fleetbus-agent` (started with `fleetbus-testsupport`),
 //! with a ResourceSyncRule for the ConfigMaps of [`NS`] created on the first.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use fleetbus_testsupport::{free_addr, http_get, Agent, DevCluster, DevClusterOpts, NatsServer};
@@ -107,8 +108,40 @@ impl Node {
         self.cluster
             .log()
             .lines()
-            .filter(|l| l.contains(" request ") || l.contains("\"request\""))
+            .filter(|l| l.contains(" request "))
             .count()
+    }
+
+    /// The logged requests by "METHOD path", object names starting with
+    /// `prefix` replaced by `<name>` (to see which requests a change costs).
+    pub fn requests_by_kind(&self, prefix: &str) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for line in self
+            .cluster
+            .log()
+            .lines()
+            .filter(|l| l.contains(" request "))
+        {
+            let field = |key: &str| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key))
+                    .unwrap_or("?")
+                    .to_owned()
+            };
+            let path: Vec<String> = field("path=")
+                .split('/')
+                .map(|seg| {
+                    if seg.starts_with(prefix) {
+                        "<name>".to_owned()
+                    } else {
+                        seg.to_owned()
+                    }
+                })
+                .collect();
+            *out.entry(format!("{} {}", field("method="), path.join("/")))
+                .or_insert(0) += 1;
+        }
+        out
     }
 
     /// `e` with the tail of the agent's log, for a failed setup.

@@ -82,7 +82,11 @@ impl Recorder {
                 if s.names.insert(name.clone()) {
                     s.new_name_at.push(now);
                 }
-                s.log.push(Seen { at: now, name, mark });
+                s.log.push(Seen {
+                    at: now,
+                    name,
+                    mark,
+                });
                 drop(s);
                 ch.notify_waiters();
             }
@@ -106,10 +110,17 @@ impl Recorder {
     }
 
     /// Waits until (`name`, `mark`) has been seen; returns when it first was.
-    pub async fn wait_seen(&self, name: &str, mark: &str, timeout: Duration) -> anyhow::Result<Instant> {
+    pub async fn wait_seen(
+        &self,
+        name: &str,
+        mark: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<Instant> {
         let key = (name.to_owned(), mark.to_owned());
-        self.wait(&format!("{name}={mark}"), timeout, |s| s.first.get(&key).copied())
-            .await
+        self.wait(&format!("{name}={mark}"), timeout, |s| {
+            s.first.get(&key).copied()
+        })
+        .await
     }
 
     /// Waits for an event of `name` with `mark` at or after `after` (e.g. a

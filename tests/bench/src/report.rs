@@ -14,7 +14,13 @@ use crate::table::Table;
 pub fn run_header(command: &str, smoke: bool) -> String {
     let rev = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-        .map(|s| if s.is_empty() { "" } else { " (uncommitted changes)" })
+        .map(|s| {
+            if s.is_empty() {
+                ""
+            } else {
+                " (uncommitted changes)"
+            }
+        })
         .unwrap_or("");
     let size = if smoke {
         "SMOKE run (tiny sizes; numbers are NOT benchmark results)"
@@ -38,7 +44,7 @@ pub fn append(path: &Path, header: &str, tables: &[Table]) -> anyhow::Result<()>
         .with_context(|| format!("open {}", path.display()))?;
     write!(f, "\n{header}\n")?;
     for t in tables {
-        write!(f, "{}\n", t.markdown())?;
+        writeln!(f, "{}", t.markdown())?;
     }
     Ok(())
 }

@@ -104,7 +104,10 @@ mod tests {
         t.latency_row("m", &s, Some(Duration::from_millis(2)), "g");
         t.note("n");
         let md = t.markdown();
-        assert!(md.contains("| m | 3 | 4.00 | 6.00 | 6.00 | 2.00x | 3.00x | g |"), "{md}");
+        assert!(
+            md.contains("| m | 3 | 4.00 | 6.00 | 6.00 | 2.00x | 3.00x | g |"),
+            "{md}"
+        );
         assert!(md.starts_with("### x\n\n| measure |"), "{md}");
         assert!(md.ends_with("- n\n"), "{md}");
     }

@@ -29,7 +29,10 @@ fn metadata(name: &str, ns: &str, rv: &str) -> Value {
 /// A ConfigMap with about 1 KiB of data.
 pub fn configmap() -> Value {
     let mut meta = metadata("settings", "shop", "48213");
-    meta["managedFields"] = managed_fields("kubectl-client-side-apply", json!({"f:data": {".": {}, "f:app.properties": {}}}));
+    meta["managedFields"] = managed_fields(
+        "kubectl-client-side-apply",
+        json!({"f:data": {".": {}, "f:app.properties": {}}}),
+    );
     json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -33,7 +33,10 @@ fn all_scenarios_run_and_produce_samples() {
         "7. Fleet scaling",
         "8. Wire size",
     ] {
-        assert!(report.contains(&format!("### {title}")), "no table {title}:\n{report}");
+        assert!(
+            report.contains(&format!("### {title}")),
+            "no table {title}:\n{report}"
+        );
     }
     assert!(report.contains("SMOKE run"), "{report}");
     assert!(!report.contains("FAILED"), "{report}");

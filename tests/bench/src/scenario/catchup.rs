@@ -25,14 +25,27 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let watch = c3.recorder().await?;
     let started = c3.start_agent(&fleet.nats)?;
     let ready = c3.wait_ready().await?;
-    let first = watch.wait_count(1, CATCH_UP).await.map_err(|e| c3.with_log(e))?;
-    let all = watch.wait_count(m + 1, CATCH_UP).await.map_err(|e| c3.with_log(e))?;
+    let first = watch
+        .wait_count(1, CATCH_UP)
+        .await
+        .map_err(|e| c3.with_log(e))?;
+    let all = watch
+        .wait_count(m + 1, CATCH_UP)
+        .await
+        .map_err(|e| c3.with_log(e))?;
 
     let secs = |d: Duration| format!("{:.2}", d.as_secs_f64());
     let took = all.saturating_duration_since(started);
     let mut t = Table::new(
         "5. Catch-up: a new cluster joins a mesh holding M synced objects",
-        &["M objects", "agent start → ready s", "→ first copy s", "→ all copies s", "goal", "verdict"],
+        &[
+            "M objects",
+            "agent start → ready s",
+            "→ first copy s",
+            "→ all copies s",
+            "goal",
+            "verdict",
+        ],
     );
     t.row([
         (m + 1).to_string(),

@@ -35,8 +35,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Table>, Option<Duration>)> {
     let sink_watch = b.recorder().await?;
     let (api_a, api_b) = (a.configmaps(), b.configmaps());
 
-    let (mut write_a, mut publish, mut write_b, mut floor, mut visible) =
-        (Samples::new(), Samples::new(), Samples::new(), Samples::new(), Samples::new());
+    let (mut write_a, mut publish, mut write_b, mut floor, mut visible) = (
+        Samples::new(),
+        Samples::new(),
+        Samples::new(),
+        Samples::new(),
+        Samples::new(),
+    );
     for i in 0..n {
         let name = format!("floor-{i}");
         let t0 = Instant::now();
@@ -44,7 +49,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Table>, Option<Duration>)> {
             .create(&Default::default(), &objects::configmap(&name, "1"))
             .await?;
         let t1 = Instant::now();
-        let env = Envelope::snapshot("floor-a", None, serde_json::to_value(&created)?, chrono::Utc::now())?;
+        let env = Envelope::snapshot(
+            "floor-a",
+            None,
+            serde_json::to_value(&created)?,
+            chrono::Utc::now(),
+        )?;
         js.publish(format!("bench.floor.{name}"), env.encode()?.into())
             .await?
             .await?;
@@ -64,7 +74,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Table>, Option<Duration>)> {
     t.latency_row("devcluster write ack (origin)", &write_a, p50, "");
     t.latency_row("JetStream publish-ack (1 KiB envelope)", &publish, p50, "");
     t.latency_row("devcluster write ack (sink)", &write_b, p50, "");
-    t.latency_row("**floor** = the three above in sequence", &floor, p50, "denominator");
+    t.latency_row(
+        "**floor** = the three above in sequence",
+        &floor,
+        p50,
+        "denominator",
+    );
     t.latency_row(
         "origin ack → sink copy seen by a watch (floor path, same window as scenario 2)",
         &visible,

@@ -24,7 +24,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     };
     let mut t = Table::new(
         "6. Memory: agent RSS by synced objects",
-        &["synced objects", "origin agent c1 MiB", "sink agent c2 MiB", "devcluster c1 MiB", "nats-server MiB"],
+        &[
+            "synced objects",
+            "origin agent c1 MiB",
+            "sink agent c2 MiB",
+            "devcluster c1 MiB",
+            "nats-server MiB",
+        ],
     );
     let row = |t: &mut Table, n: usize| {
         t.row([

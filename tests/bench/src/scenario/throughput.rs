@@ -53,13 +53,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         ("devcluster c2", c2.cluster.pid()),
         ("nats-server", fleet.nats.pid()),
     ];
-    let cpu0: Vec<Option<u64>> = pids.iter().map(|(_, p)| p.and_then(procfs::cpu_ticks)).collect();
+    let cpu0: Vec<Option<u64>> = pids
+        .iter()
+        .map(|(_, p)| p.and_then(procfs::cpu_ticks))
+        .collect();
     let start = Instant::now();
     let names = Arc::new((0..k).map(|i| format!("t-{i}")).collect::<Vec<_>>());
     let writes = load::update_for(&origin, names, writers, Duration::from_secs(secs)).await?;
     let wrote_for = start.elapsed();
     let published_in_window = publishes.load(Ordering::Relaxed);
-    let cpu1: Vec<Option<u64>> = pids.iter().map(|(_, p)| p.and_then(procfs::cpu_ticks)).collect();
+    let cpu1: Vec<Option<u64>> = pids
+        .iter()
+        .map(|(_, p)| p.and_then(procfs::cpu_ticks))
+        .collect();
 
     // The final version of every object, as c1 holds it; wait until c2 has each.
     let finals: HashMap<String, String> = origin
@@ -68,7 +74,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         .items
         .into_iter()
         .map(|o| {
-            let mark = o.data.as_ref().and_then(|d| d.get(MARK)).cloned().unwrap_or_default();
+            let mark = o
+                .data
+                .as_ref()
+                .and_then(|d| d.get(MARK))
+                .cloned()
+                .unwrap_or_default();
             (o.name_any(), mark)
         })
         .collect();
@@ -122,9 +133,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         .zip(cpu0.iter().zip(&cpu1))
         .filter_map(|((name, _), (a, b))| {
             let used = (*b)?.checked_sub((*a)?)? as f64 / procfs::TICKS_PER_SEC;
-            Some(format!("{name} {:.0}%", 100.0 * used / wrote_for.as_secs_f64()))
+            Some(format!(
+                "{name} {:.0}%",
+                100.0 * used / wrote_for.as_secs_f64()
+            ))
         })
         .collect();
-    t.note(format!("CPU during the write window (100% = one core): {}", cpu.join(", ")));
+    t.note(format!(
+        "CPU during the write window (100% = one core): {}",
+        cpu.join(", ")
+    ));
     Ok(vec![t])
 }

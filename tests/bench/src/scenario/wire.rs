@@ -38,8 +38,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let mut samples = usize::MAX;
     for (name, obj) in [
         ("ConfigMap (1 KiB data)", wire_objects::configmap()),
-        ("Deployment (2 containers, status, managedFields)", wire_objects::deployment()),
-        ("large CRD instance (PrometheusRule, 400 rules)", wire_objects::large_crd()),
+        (
+            "Deployment (2 containers, status, managedFields)",
+            wire_objects::deployment(),
+        ),
+        (
+            "large CRD instance (PrometheusRule, 400 rules)",
+            wire_objects::large_crd(),
+        ),
     ] {
         let object_json = serde_json::to_vec(&obj)?.len();
         let mut enc = Samples::new();
@@ -47,7 +53,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         let mut env = None;
         for _ in 0..iterations {
             let t0 = Instant::now();
-            let e = Envelope::snapshot("c1", Some("0d4f1c2e-kube-system"), obj.clone(), chrono::Utc::now())?;
+            let e = Envelope::snapshot(
+                "c1",
+                Some("0d4f1c2e-kube-system"),
+                obj.clone(),
+                chrono::Utc::now(),
+            )?;
             packed = e.encode()?;
             enc.push(t0.elapsed());
             env = Some(e);
@@ -64,7 +75,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             env_json.to_string(),
             packed.len().to_string(),
             format!("{ratio:.2}"),
-            z.as_ref().map(|z| z.size.to_string()).unwrap_or_else(|| "-".into()),
+            z.as_ref()
+                .map(|z| z.size.to_string())
+                .unwrap_or_else(|| "-".into()),
             z.as_ref()
                 .map(|z| format!("{:.2}", z.size as f64 / env_json as f64))
                 .unwrap_or_else(|| "-".into()),
@@ -124,8 +137,7 @@ fn zstd_bench(bytes: &[u8]) -> Option<Zstd> {
     // " |-file : 1234 ->   567 (x2.17),  400.0 MB/s,  1500.0 MB/s".
     let line = text
         .split(['\r', '\n'])
-        .filter(|l| l.matches("MB/s").count() == 2)
-        .last()?;
+        .rfind(|l| l.matches("MB/s").count() == 2)?;
     let last = line.rsplit("->").next()?;
     let mut parts = last.split(',');
     let size = parts.next()?.split_whitespace().next()?.parse().ok()?;
