@@ -15,6 +15,7 @@ pub mod mesh;
 pub mod objects;
 pub mod poll;
 pub mod procfs;
+pub mod profile;
 pub mod recorder;
 pub mod report;
 pub mod scenario;
@@ -34,6 +35,8 @@ pub struct Options {
     pub scenario: String,
     /// Tiny sizes; fails if a scenario produced no samples (never on times).
     pub smoke: bool,
+    /// Sample the agents with `perf` during the throughput scenario.
+    pub profile: bool,
     /// Where the tables are appended.
     pub out: PathBuf,
     /// The command line, for the report.
@@ -57,6 +60,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
     println!("{header}");
     let mut ctx = Ctx {
         smoke: opts.smoke,
+        profile: opts.profile,
         floor: None,
     };
     let mut tables = Vec::new();
@@ -87,11 +91,12 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
             "wire" => scenario::wire::run(&ctx).await,
             other => Err(anyhow::anyhow!("scenario {other} has no runner")),
         };
+        let first_new = tables.len();
         match result {
             Ok(t) => tables.extend(t),
             Err(e) => tables.push(failed(name, &e)),
         }
-        if let Some(t) = tables.last() {
+        for t in &tables[first_new..] {
             println!("{}", t.markdown());
         }
     }

@@ -13,6 +13,10 @@ struct Cli {
     /// Tiny sizes (seconds): checks that every scenario produces samples, for CI.
     #[arg(long)]
     smoke: bool,
+    /// Sample the agents with `perf record` during the throughput scenario and
+    /// report the functions with the most CPU time.
+    #[arg(long)]
+    profile: bool,
     /// Markdown file the tables are appended to [default: <repo>/BENCHMARKS.md].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -31,6 +35,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
             .join(" "),
         scenario: cli.scenario,
         smoke: cli.smoke,
+        profile: cli.profile,
     };
     let ok = fleetbus_bench::run(&opts).await?;
     Ok(if ok {

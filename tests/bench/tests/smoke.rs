@@ -28,6 +28,7 @@ fn all_scenarios_run_and_produce_samples() {
         "2. Propagation",
         "3. Drift",
         "4. Throughput",
+        "4b. Burst",
         "5. Catch-up",
         "6. Memory",
         "7. Fleet scaling",

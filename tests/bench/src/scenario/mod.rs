@@ -18,6 +18,8 @@ pub mod wire;
 pub struct Ctx {
     /// Tiny sizes (CI): seconds, not minutes; the numbers mean nothing.
     pub smoke: bool,
+    /// `perf record` the agents where a scenario loads them.
+    pub profile: bool,
     /// p50 of the floor (devcluster write + JetStream publish-ack + devcluster write).
     pub floor: Option<Duration>,
 }
