@@ -56,6 +56,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
             ALL.join(", ")
         );
     };
+    preflight()?;
     let header = report::run_header(&opts.command, opts.smoke);
     println!("{header}");
     let mut ctx = Ctx {
@@ -113,6 +114,31 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
         opts.out.display()
     );
     Ok(ok)
+}
+
+/// The agent and devcluster binaries must sit next to this one (same profile):
+/// `cargo run -p fleetbus-bench` builds only the harness itself.
+fn preflight() -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("{} has no directory", exe.display()))?;
+    // Test executables run from `deps/`; the binaries are one level up.
+    let dir = if dir.ends_with("deps") {
+        dir.parent().unwrap_or(dir)
+    } else {
+        dir
+    };
+    for bin in ["fleetbus-agent", "fleetbus-devcluster"] {
+        if !dir.join(bin).is_file() {
+            anyhow::bail!(
+                "{} not found: build the binaries of the same profile first, e.g. \
+                 `cargo build --release --workspace --bins` for a release run",
+                dir.join(bin).display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A table that says the scenario failed, and why (it is recorded, not hidden).
