@@ -133,7 +133,7 @@ fn preflight() -> anyhow::Result<()> {
         if !dir.join(bin).is_file() {
             anyhow::bail!(
                 "{} not found: build the binaries of the same profile first, e.g. \
-                 `cargo build --release --workspace --bins` for a release run",
+                 `cargo build --release -p fleetbus-agent -p fleetbus-devcluster -p fleetbus-bench` for a release run",
                 dir.join(bin).display()
             );
         }

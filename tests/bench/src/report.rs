@@ -27,8 +27,14 @@ pub fn run_header(command: &str, smoke: bool) -> String {
     } else {
         "full run"
     };
+    // The agent and devcluster binaries are those of the harness's own profile.
+    let build = if cfg!(debug_assertions) {
+        "DEBUG build (slower than release; not the benchmark numbers)"
+    } else {
+        "release build"
+    };
     format!(
-        "## {} — {size}\n\n- command: `{command}`\n- machine: {}\n- git revision: {rev}{dirty}\n- 1-min load average at start: {}\n",
+        "## {} — {size}, {build}\n\n- command: `{command}`\n- machine: {}\n- git revision: {rev}{dirty}\n- 1-min load average at start: {}\n",
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
         procfs::machine(),
         procfs::loadavg(),

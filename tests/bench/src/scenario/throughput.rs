@@ -179,6 +179,11 @@ async fn burst(ctx: &Ctx, fleet: &Fleet) -> anyhow::Result<Table> {
     let mut published = nats.subscribe("fleetbus.obj.c3.>").await?;
     nats.flush().await?;
     let started = c3.start_agent(&fleet.nats)?;
+    let sink_perf = if ctx.profile {
+        fleet.sinks()[0].agent_pid().and_then(Perf::start)
+    } else {
+        None
+    };
     let mut first = None;
     let mut last = started;
     let mut n = 0usize;
@@ -201,6 +206,7 @@ async fn burst(ctx: &Ctx, fleet: &Fleet) -> anyhow::Result<Table> {
         .wait_count(before + m, DRAIN)
         .await
         .map_err(|e| c3.with_log(e))?;
+    let sink_profile = sink_perf.map(|p| p.stop(12));
     let first = first.unwrap_or(started);
     let publish_secs = last.saturating_duration_since(first).as_secs_f64();
     let publish_rate = m as f64 / publish_secs.max(1e-9);
@@ -231,5 +237,11 @@ async fn burst(ctx: &Ctx, fleet: &Fleet) -> anyhow::Result<Table> {
     ]);
     t.samples = n;
     t.note("Publishes are counted by a plain NATS subscriber on fleetbus.obj.c3.>; copies by a watch on c2.");
+    if let Some(top) = sink_profile {
+        t.note(format!(
+            "perf profile of agent c2 (sink) while it applied the M copies, top functions by self time: {}",
+            top.join("; ")
+        ));
+    }
     Ok(t)
 }
