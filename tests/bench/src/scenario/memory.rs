@@ -47,7 +47,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     for &n in &steps {
         load::create_many(&c1.configmaps(), "m", created..n, 32).await?;
         created = n;
-        sink.wait_count(n + 1, STEP.max(SETUP)).await?;
+        if let Err(e) = sink.wait_count(n + 1, STEP.max(SETUP)).await {
+            // Keep the rows measured so far; say where it stopped.
+            t.note(format!("stopped at {n} objects: {e:#}"));
+            break;
+        }
         row(&mut t, n + 1);
         if n == 10_000 {
             at_10k = [c1.agent_pid(), c2.agent_pid()]

@@ -23,6 +23,8 @@ use crate::table::Table;
 
 /// How long the sink may take to catch up after the writers stopped.
 const DRAIN: Duration = Duration::from_secs(180);
+/// How long the sink may take to apply the burst's copies.
+const BURST_APPLY: Duration = Duration::from_secs(600);
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let k = ctx.pick(50, 1000);
@@ -96,11 +98,23 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             (o.name_any(), mark)
         })
         .collect();
-    let mut drained_at = start;
+    // A sink that cannot keep up is a result, not a failure: report what it had.
+    let drain_deadline = Instant::now() + DRAIN;
+    let mut drained_at = Some(start);
     for (name, mark) in &finals {
-        let at = sink.wait_seen(name, mark, DRAIN).await?;
-        drained_at = drained_at.max(at);
+        let left = drain_deadline.saturating_duration_since(Instant::now());
+        match sink.wait_seen(name, mark, left).await {
+            Ok(at) => drained_at = drained_at.map(|d| d.max(at)),
+            Err(_) => {
+                drained_at = None;
+                break;
+            }
+        }
     }
+    let missing = finals
+        .iter()
+        .filter(|(name, mark)| sink.first_seen(name, mark).is_none())
+        .count();
     let end = start + wrote_for;
     count_task.abort();
 
@@ -134,13 +148,19 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         verdict(publish_rate >= 5000.0)
     ));
     t.note(format!(
-        "versions never seen on c2 (superseded before they arrived; last value per subject): {coalesced} of {}",
+        "versions never seen on c2 (superseded before they arrived — the bus keeps the last value per subject — or not arrived by the end): {coalesced} of {}",
         writes.len()
     ));
-    t.note(format!(
-        "c2 held the final version of all {k} objects {} ms after the last write (drain)",
-        ms(Some(drained_at.saturating_duration_since(end)))
-    ));
+    t.note(match drained_at {
+        Some(at) => format!(
+            "c2 held the final version of all {k} objects {} ms after the last write (drain)",
+            ms(Some(at.saturating_duration_since(end)))
+        ),
+        None => format!(
+            "c2 did NOT catch up: {missing} of {k} objects still lacked their final version {} s after the writes stopped",
+            DRAIN.as_secs()
+        ),
+    });
     let cpu: Vec<String> = pids
         .iter()
         .zip(cpu0.iter().zip(&cpu1))
@@ -203,7 +223,7 @@ async fn burst(ctx: &Ctx, fleet: &Fleet) -> anyhow::Result<Table> {
         }
     }
     let all_copies = sink
-        .wait_count(before + m, DRAIN)
+        .wait_count(before + m, BURST_APPLY)
         .await
         .map_err(|e| c3.with_log(e))?;
     let sink_profile = sink_perf.map(|p| p.stop(12));
