@@ -21,6 +21,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     // The warm-up object makes it m + 1.
     let synced = c2.wait_count(m + 1, CATCH_UP).await?;
 
+    eprintln!("fleetbus-bench: catchup: {m} objects synced to c2; c3 joins");
     let mut c3 = Node::cluster("c3", false).await?;
     let watch = c3.recorder().await?;
     let started = c3.start_agent(&fleet.nats)?;

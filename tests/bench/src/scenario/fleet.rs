@@ -38,6 +38,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let mut t = Table::new("7. Fleet scaling: fleetbus vs full-mesh baseline", &HEADERS);
     let mut samples = usize::MAX;
     for &n in &sizes {
+        eprintln!("fleetbus-bench: fleet: N={n}");
         let fb = fleetbus(ctx, n, k).await?;
         let fm = full_mesh(ctx, n, k).await?;
         samples = samples.min(fb.lat.len()).min(fm.lat.len());

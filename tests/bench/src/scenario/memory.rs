@@ -53,6 +53,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             break;
         }
         row(&mut t, n + 1);
+        eprintln!("fleetbus-bench: memory: {n} objects synced");
         if n == 10_000 {
             at_10k = [c1.agent_pid(), c2.agent_pid()]
                 .into_iter()
