@@ -50,12 +50,7 @@ impl Table {
 
     /// A row of [`LATENCY_HEADERS`]: percentiles of `s` and their ratio to `floor`'s p50.
     pub fn latency_row(&mut self, measure: &str, s: &Samples, floor: Option<Duration>, goal: &str) {
-        let ratio = |d: Option<Duration>| match (d, floor) {
-            (Some(d), Some(f)) if !f.is_zero() => {
-                format!("{:.2}x", d.as_secs_f64() / f.as_secs_f64())
-            }
-            _ => "-".into(),
-        };
+        let ratio = |d: Option<Duration>| ratio(d, floor);
         self.row([
             measure.to_owned(),
             s.len().to_string(),
@@ -90,6 +85,14 @@ impl Table {
             }
         }
         out
+    }
+}
+
+/// `d / base` as "1.23x", "-" when either is missing (or `base` is zero).
+pub fn ratio(d: Option<Duration>, base: Option<Duration>) -> String {
+    match (d, base) {
+        (Some(d), Some(b)) if !b.is_zero() => format!("{:.2}x", d.as_secs_f64() / b.as_secs_f64()),
+        _ => "-".into(),
     }
 }
 

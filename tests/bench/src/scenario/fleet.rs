@@ -14,18 +14,19 @@ use crate::recorder::Recorder;
 use crate::scenario::fullmesh::FullMesh;
 use crate::scenario::Ctx;
 use crate::stats::{ms, Samples};
-use crate::table::Table;
+use crate::table::{ratio, Table};
 
 /// How long after the last change its requests may still be logged.
 const LOG_SETTLE: Duration = Duration::from_millis(200);
 
-const HEADERS: [&str; 10] = [
+const HEADERS: [&str; 11] = [
     "mode",
     "N",
     "samples",
     "p50 ms to all N",
     "p99 ms to all N",
     "p50 / floor",
+    "p50 / full mesh",
     "API conns per cluster",
     "cross-cluster API conns per cluster",
     "NATS conns per cluster",
@@ -50,6 +51,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
                 ms(r.lat.p50()),
                 ms(r.lat.percentile(99.0)),
                 ratio(r.lat.p50(), ctx.floor),
+                ratio(r.lat.p50(), fm.lat.p50()),
                 format!("{:.1}", r.api_conns),
                 format!("{:.1}", r.cross_conns),
                 format!("{:.1}", r.nats_conns),
@@ -63,13 +65,6 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     t.note("Connections: established TCP connections from /proc/<pid>/fd + /proc/net/tcp; fleetbus counts each agent's sockets, the baseline the harness's sockets opened by its watchers and writers (divided by N; its writers' connections are opened and counted before its watches, so 'cross-cluster' = connections the watches added). 'API conns' are into any API server, 'cross-cluster' into a peer's.");
     t.note("Requests per change: request lines in all devclusters' logs (every request logged, reads included) during the K changes, minus the harness's own K creates and minus the background requests (rate measured over an idle window just before, times the window), divided by K.");
     Ok(vec![t])
-}
-
-fn ratio(d: Option<Duration>, floor: Option<Duration>) -> String {
-    match (d, floor) {
-        (Some(d), Some(f)) if !f.is_zero() => format!("{:.2}x", d.as_secs_f64() / f.as_secs_f64()),
-        _ => "-".into(),
-    }
 }
 
 /// One mode's numbers at one N.
