@@ -31,6 +31,9 @@ pub struct DevClusterOpts {
     pub nodes: u32,
     /// More flags, e.g. `["--authorization", "rbac"]`.
     pub extra_args: Vec<String>,
+    /// Extra environment variables, e.g. `RUST_LOG=info,fleetbus_devcluster=debug`
+    /// to log every request (reads too), which the benchmarks count.
+    pub env: Vec<(String, String)>,
 }
 
 impl DevClusterOpts {
@@ -44,6 +47,7 @@ impl DevClusterOpts {
             token: None,
             nodes: 1,
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -124,6 +128,11 @@ impl DevCluster {
 
     pub fn is_running(&mut self) -> bool {
         self.proc.as_mut().is_some_and(Proc::is_running)
+    }
+
+    /// The server's process id while it runs (the benchmarks read its RSS and CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().and_then(Proc::pid)
     }
 
     /// SIGSTOP: the devcluster keeps its sockets open but answers nothing
@@ -223,6 +232,7 @@ impl DevCluster {
             cmd.args(["--token", token]);
         }
         cmd.args(&self.opts.extra_args);
+        cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         let (proc, line) = Proc::spawn_reading_first_line(cmd, &self.log_path(), START_TIMEOUT)
             .with_context(|| format!("start devcluster {}", self.name))?;
         let port = parse_port(&line)?;

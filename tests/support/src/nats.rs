@@ -88,6 +88,11 @@ impl NatsServer {
         self.port
     }
 
+    /// The server's process id while it runs (the benchmarks read its RSS and CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().and_then(Proc::pid)
+    }
+
     /// Store directory (`-sd`).
     pub fn store_dir(&self) -> PathBuf {
         self.dir.path().join("store")

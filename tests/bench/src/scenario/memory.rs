@@ -1,0 +1,74 @@
+//! Scenario 6: resident memory (VmRSS from /proc) of the origin and the sink
+//! agent as the number of synced objects grows.
+
+use std::time::Duration;
+
+use crate::load;
+use crate::mesh::{Fleet, SETUP};
+use crate::procfs;
+use crate::scenario::{verdict, Ctx};
+use crate::table::Table;
+
+/// How long syncing one step's objects may take.
+const STEP: Duration = Duration::from_secs(600);
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
+    let steps: Vec<usize> = ctx.pick(vec![10, 30], vec![1_000, 10_000, 50_000]);
+    let fleet = Fleet::start(2, false).await?;
+    let (c1, c2) = (fleet.origin(), &fleet.sinks()[0]);
+    let sink = c2.recorder().await?;
+    let mib = |pid: Option<u32>| {
+        pid.and_then(procfs::rss_kib)
+            .map(|k| format!("{:.1}", k as f64 / 1024.0))
+            .unwrap_or_else(|| "-".into())
+    };
+    let mut t = Table::new(
+        "6. Memory: agent RSS by synced objects",
+        &[
+            "synced objects",
+            "origin agent c1 MiB",
+            "sink agent c2 MiB",
+            "devcluster c1 MiB",
+            "nats-server MiB",
+        ],
+    );
+    let row = |t: &mut Table, n: usize| {
+        t.row([
+            n.to_string(),
+            mib(c1.agent_pid()),
+            mib(c2.agent_pid()),
+            mib(c1.cluster.pid()),
+            mib(fleet.nats.pid()),
+        ]);
+    };
+    row(&mut t, 1);
+    let mut created = 0;
+    let mut at_10k = None;
+    for &n in &steps {
+        load::create_many(&c1.configmaps(), "m", created..n, 32).await?;
+        created = n;
+        if let Err(e) = sink.wait_count(n + 1, STEP.max(SETUP)).await {
+            // Keep the rows measured so far; say where it stopped.
+            t.note(format!("stopped at {n} objects: {e:#}"));
+            break;
+        }
+        row(&mut t, n + 1);
+        eprintln!("fleetbus-bench: memory: {n} objects synced");
+        if n == 10_000 {
+            at_10k = [c1.agent_pid(), c2.agent_pid()]
+                .into_iter()
+                .filter_map(|p| p.and_then(procfs::rss_kib))
+                .max();
+        }
+    }
+    t.samples = t.rows.len();
+    t.note("RSS is read right after the last copy of a step was seen on c2 (1 = only the warm-up object).");
+    if let Some(k) = at_10k {
+        t.note(format!(
+            "goal agent RSS at 10,000 objects ≤ 64 MiB: {} (larger of the two agents: {:.1} MiB)",
+            verdict(k <= 64 * 1024),
+            k as f64 / 1024.0
+        ));
+    }
+    Ok(vec![t])
+}

@@ -1,0 +1,57 @@
+//! The eight scenarios of issue 12. Each starts what it needs, measures, and
+//! returns its tables; a failure is reported as an error, never hidden.
+
+use std::time::Duration;
+
+pub mod catchup;
+pub mod drift;
+pub mod fleet;
+pub mod floor;
+pub mod fullmesh;
+pub mod memory;
+pub mod propagation;
+pub mod throughput;
+pub mod wire;
+
+/// What every scenario gets: the size of the run and the floor measured in it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    /// Tiny sizes (CI): seconds, not minutes; the numbers mean nothing.
+    pub smoke: bool,
+    /// `perf record` the agents where a scenario loads them.
+    pub profile: bool,
+    /// p50 of the floor (devcluster write + JetStream publish-ack + devcluster write).
+    pub floor: Option<Duration>,
+}
+
+impl Ctx {
+    /// `smoke` in a smoke run, else `full`.
+    pub fn pick<T>(&self, smoke: T, full: T) -> T {
+        if self.smoke {
+            smoke
+        } else {
+            full
+        }
+    }
+}
+
+/// The scenarios in the order `all` runs them.
+pub const ALL: [&str; 8] = [
+    "floor",
+    "propagation",
+    "drift",
+    "throughput",
+    "catchup",
+    "memory",
+    "fleet",
+    "wire",
+];
+
+/// "met" / "MISSED" for a goal check.
+pub fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "MISSED"
+    }
+}

@@ -1,0 +1,50 @@
+//! Scenario 2: one 1 KiB ConfigMap at a time, created on c1; latency from the
+//! API server's acknowledgement on c1 to the copy seen by a watch on c2.
+
+use std::time::{Duration, Instant};
+
+use crate::mesh::{Fleet, SETUP};
+use crate::objects;
+use crate::scenario::{verdict, Ctx};
+use crate::stats::{ms, Samples};
+use crate::table::Table;
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
+    let n = ctx.pick(5, 500);
+    let fleet = Fleet::start(2, false).await?;
+    let sink = fleet.sinks()[0].recorder().await?;
+    let origin = fleet.origin().configmaps();
+    let mut lat = Samples::new();
+    for i in 0..n {
+        let name = format!("p-{i}");
+        objects::create(&origin, &name, "1").await?;
+        let ack = Instant::now();
+        let seen = sink.wait_seen(&name, "1", SETUP).await?;
+        lat.push(seen.saturating_duration_since(ack));
+    }
+    let mut t = Table::latency("2. Propagation of one 1 KiB ConfigMap at a time (c1 → c2)");
+    t.latency_row(
+        "c1 create acknowledged → copy seen by a watch on c2",
+        &lat,
+        ctx.floor,
+        "p50 ≤ 3× floor, p99 ≤ 25 ms",
+    );
+    t.samples = lat.len();
+    let p50_ok = match (lat.p50(), ctx.floor) {
+        (Some(p), Some(f)) => p <= f * 3,
+        _ => false,
+    };
+    let p99_ok = lat
+        .percentile(99.0)
+        .is_some_and(|p| p <= Duration::from_millis(25));
+    t.note(format!(
+        "goal p50 ≤ 3× floor: {} (p50 {} ms, floor p50 {} ms); goal p99 ≤ 25 ms: {} (p99 {} ms)",
+        verdict(p50_ok),
+        ms(lat.p50()),
+        ms(ctx.floor),
+        verdict(p99_ok),
+        ms(lat.percentile(99.0)),
+    ));
+    t.note("Objects are created one after another; the next is written only after the previous copy was seen.");
+    Ok(vec![t])
+}
