@@ -48,6 +48,10 @@ pub enum ManifestError {
     /// copy from collection).
     #[error("the manifest carries {0}, which only fleetbus sets")]
     Stamped(&'static str),
+    /// A fleetbus kind (a rule, a Bundle, ...): whoever may write Bundles on
+    /// the source would otherwise make live rules (or Bundles) on the targets.
+    #[error("kind {0} is a fleetbus kind, which a Bundle may not carry")]
+    FleetbusKind(String),
     /// Another manifest of the Bundle makes the same object.
     #[error("the same object as manifests[{0}]")]
     Duplicate(usize),
@@ -106,7 +110,8 @@ pub struct Unwrapped {
     error: Option<String>,
     /// Its manifests, in order.
     manifests: Vec<Manifest>,
-    /// The Bundle envelope's content hash (invalid manifests are counted once per version).
+    /// A hash of the Bundle's `spec` (invalid manifests are counted once per
+    /// version: the envelope's hash covers `status`, which changes with reports).
     hash: String,
     /// Manifests (or the Bundle itself) found invalid, as opposed to waiting for a kind.
     invalid: usize,
@@ -178,6 +183,21 @@ pub fn manifest_kinds(bundle: &Value) -> Vec<GroupVersionKind> {
         .collect()
 }
 
+/// Whether `group` is fleetbus's own (`fleetbus.io` or a subgroup of it):
+/// manifests of those kinds are refused.
+pub fn is_fleetbus_group(group: &str) -> bool {
+    group == well_known::GROUP
+        || group
+            .strip_suffix(well_known::GROUP)
+            .is_some_and(|g| g.ends_with('.'))
+}
+
+/// A Bundle version: the hash of its `spec` (not of `status`, which the
+/// Bundle's own reports change).
+pub fn spec_version(bundle: &Value) -> String {
+    content_hash(bundle.get("spec").unwrap_or(&Value::Null))
+}
+
 /// What `unwrap` needs of one Bundle envelope.
 pub struct BundleSource<'a> {
     /// The unwrap rule.
@@ -227,7 +247,7 @@ impl Engine {
             rule: src.rule.name.clone(),
             error: None,
             manifests: Vec::new(),
-            hash: src.env.content_hash.clone(),
+            hash: spec_version(src.bundle),
             invalid: 0,
         };
         let spec = src.bundle.get("spec").cloned().unwrap_or(Value::Null);
@@ -332,6 +352,9 @@ impl Engine {
         let Some(gvk) = kinds.first() else {
             return Err(ManifestError::MissingType);
         };
+        if is_fleetbus_group(&gvk.group) {
+            return Err(ManifestError::FleetbusKind(describe(gvk)));
+        }
         let name = manifest
             .pointer("/metadata/name")
             .and_then(Value::as_str)

@@ -270,3 +270,29 @@ fn a_report_is_ready_when_all_is_applied_and_ready() {
         assert!(!report_is_ready(&not), "{not}");
     }
 }
+
+#[test]
+fn fleetbus_groups_are_ours_and_look_alikes_are_not() {
+    assert!(is_fleetbus_group("fleetbus.io"));
+    assert!(is_fleetbus_group("hub.fleetbus.io"));
+    assert!(!is_fleetbus_group("notfleetbus.io"));
+    assert!(!is_fleetbus_group("fleetbus.io.example.com"));
+    assert!(!is_fleetbus_group(""));
+    assert!(!is_fleetbus_group("apps"));
+}
+
+#[test]
+fn a_bundle_version_changes_with_its_spec_not_its_status() {
+    let bundle = json!({
+        "apiVersion": "fleetbus.io/v1alpha1", "kind": "Bundle",
+        "metadata": {"name": "b", "namespace": "default"},
+        "spec": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}]},
+    });
+    let mut reported = bundle.clone();
+    reported["status"] = json!({"summary": "1/1 ready"});
+    reported["metadata"]["resourceVersion"] = json!("42");
+    assert_eq!(spec_version(&bundle), spec_version(&reported));
+    let mut changed = bundle.clone();
+    changed["spec"]["manifests"][0]["metadata"]["name"] = json!("b");
+    assert_ne!(spec_version(&bundle), spec_version(&changed));
+}
