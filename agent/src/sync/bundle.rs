@@ -462,7 +462,9 @@ impl Engine {
                     continue;
                 }
                 if let Some(obj) = &env.object {
-                    out.extend(manifest_kinds(obj));
+                    // Refused in `prepare`: nothing to watch for them.
+                    let kinds = manifest_kinds(obj).into_iter();
+                    out.extend(kinds.filter(|g| !is_fleetbus_group(&g.group)));
                 }
             }
         }
