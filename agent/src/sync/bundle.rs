@@ -520,6 +520,7 @@ impl Engine {
         let report = BundleReport {
             error: b.error.clone(),
             manifests,
+            message: None,
         };
         serde_json::to_value(report).ok()
     }
@@ -575,6 +576,22 @@ pub fn report_is_ready(report: &Value) -> bool {
     })
 }
 
+/// A [`BundleReport`] (JSON) cut to fit the bus: only the manifests not
+/// applied, in error or not ready, plus a message saying how many were
+/// omitted. Readiness is unchanged (every omitted manifest was applied and
+/// ready). `None` when it is no Bundle report.
+pub fn truncated_report(report: &Value) -> Option<Value> {
+    let mut r = serde_json::from_value::<BundleReport>(report.clone()).ok()?;
+    let total = r.manifests.len();
+    r.manifests
+        .retain(|m| !m.applied || m.error.is_some() || m.ready != Some(true));
+    r.message = Some(format!(
+        "report too large for the bus: {} of {total} manifests (applied and ready) omitted",
+        total - r.manifests.len()
+    ));
+    serde_json::to_value(r).ok()
+}
+
 /// A cluster's [`BundleReport`] as its entry of `Bundle.status`.
 fn cluster_status(r: &ReportedStatus) -> BundleClusterStatus {
     let observed_at = Some(time(r.observed_at));
@@ -592,7 +609,7 @@ fn cluster_status(r: &ReportedStatus) -> BundleClusterStatus {
                 ready,
                 applied: i64::try_from(applied).unwrap_or(i64::MAX),
                 errors: i64::try_from(errors).unwrap_or(i64::MAX),
-                message: report.error,
+                message: report.error.or(report.message),
                 observed_at,
                 manifests: report.manifests,
             }

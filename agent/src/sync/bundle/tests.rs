@@ -296,3 +296,23 @@ fn a_bundle_version_changes_with_its_spec_not_its_status() {
     changed["spec"]["manifests"][0]["metadata"]["name"] = json!("b");
     assert_ne!(spec_version(&bundle), spec_version(&changed));
 }
+
+#[test]
+fn a_truncated_report_keeps_what_is_not_ready_and_says_how_many_went() {
+    let report = json!({"manifests": [
+        entry("ConfigMap", true, None, Some(true)),
+        entry("Deployment", true, None, Some(false)),
+        entry("Secret", false, Some("denied"), None),
+        entry("ServiceAccount", true, None, Some(true)),
+    ]});
+    let cut = truncated_report(&report).expect("a Bundle report");
+    let r: BundleReport = serde_json::from_value(cut.clone()).unwrap();
+    let kinds: Vec<&str> = r.manifests.iter().map(|m| m.kind.as_str()).collect();
+    assert_eq!(kinds, ["Deployment", "Secret"]);
+    assert!(r.message.as_deref().unwrap_or_default().contains("2 of 4"));
+    assert!(!report_is_ready(&cut));
+    let ready = json!({"manifests": [entry("ConfigMap", true, None, Some(true))]});
+    let cut = truncated_report(&ready).unwrap();
+    assert!(report_is_ready(&cut), "omitting ready manifests keeps it ready");
+    assert!(truncated_report(&json!("junk")).is_none());
+}
