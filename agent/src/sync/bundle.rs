@@ -115,6 +115,9 @@ pub struct Unwrapped {
     hash: String,
     /// Manifests (or the Bundle itself) found invalid, as opposed to waiting for a kind.
     invalid: usize,
+    /// Some manifest's kind is not listed yet (just after a start, say): its
+    /// report would say "not applied" of what may well be applied, so none is made.
+    waiting: bool,
 }
 
 /// The Bundles of one sink pass, filled by `candidates` and by the outcomes.
@@ -249,6 +252,7 @@ impl Engine {
             manifests: Vec::new(),
             hash: spec_version(src.bundle),
             invalid: 0,
+            waiting: false,
         };
         let spec = src.bundle.get("spec").cloned().unwrap_or(Value::Null);
         let spec = match serde_json::from_value::<BundleSpec>(spec) {
@@ -325,6 +329,7 @@ impl Engine {
                     report
                         .errors
                         .insert(format!("{name} manifests[{i}]"), message.clone());
+                    unwrapped.waiting |= matches!(e, ManifestError::Waiting(_));
                     if e.is_invalid() {
                         unwrapped.invalid += 1;
                         tracing::debug!(bundle = %name, manifest = i, error = %message, "invalid manifest");
@@ -493,6 +498,12 @@ impl Engine {
     /// sink reports (see [`Engine::bundle_report`]).
     pub fn unwrapped_bundles(&self) -> impl Iterator<Item = (&ObjectKey, &str)> {
         self.bundles.iter().map(|(k, b)| (k, b.rule.as_str()))
+    }
+
+    /// Whether the Bundle's report is undecided: a manifest's kind is not
+    /// listed yet, so whether its copy exists is not known.
+    pub fn bundle_waiting(&self, key: &ObjectKey) -> bool {
+        self.bundles.get(key).is_some_and(|b| b.waiting)
     }
 
     /// The report of one Bundle unwrapped here: per manifest applied, error

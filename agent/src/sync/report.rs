@@ -128,7 +128,16 @@ impl Engine {
                 status,
                 ready: Some(ready),
             };
-            out.insert(report.subject_key(), report);
+            let subject = report.subject_key();
+            // A manifest kind not listed yet (a restart): keep the last
+            // report rather than say "not applied" of what may be applied.
+            if self.bundle_waiting(&key) {
+                if let Some(last) = self.status_book.reports.get(&subject) {
+                    out.insert(subject, last.clone());
+                }
+                continue;
+            }
+            out.insert(subject, report);
         }
         out
     }

@@ -106,6 +106,7 @@ fn outcomes_are_recorded_on_the_manifest_of_their_target_only() {
             manifests: vec![manifest("ServiceAccount", "a"), manifest("ConfigMap", "c")],
             hash: "h".into(),
             invalid: 0,
+            waiting: false,
         },
     );
     let sa = manifest("ServiceAccount", "a").target.unwrap();
