@@ -306,22 +306,32 @@ async fn orphaned_invalid_and_crd_manifests() {
         }
     })
     .await;
-    wait_rule(e1, "bundles", "reporting the nameless manifest and the rule", |r| {
-        let s = r.status.as_ref().ok_or("no status")?;
-        let ready = rule_condition(r, "Ready").ok_or("no Ready")?;
-        if s.errors == 2 && s.objects_synced == 4 && ready.message.contains("manifests[1]") {
-            Ok(())
-        } else {
-            Err(format!("errors {} synced {}", s.errors, s.objects_synced))
-        }
-    })
+    wait_rule(
+        e1,
+        "bundles",
+        "reporting the nameless manifest and the rule",
+        |r| {
+            let s = r.status.as_ref().ok_or("no status")?;
+            let ready = rule_condition(r, "Ready").ok_or("no Ready")?;
+            if s.errors == 2 && s.objects_synced == 4 && ready.message.contains("manifests[1]") {
+                Ok(())
+            } else {
+                Err(format!("errors {} synced {}", s.errors, s.objects_synced))
+            }
+        },
+    )
     .await;
     e1.wait_metric_at_least(
         "fleetbus_sync_rejected_total{reason=\"invalid_manifest\"}",
         2.0,
     )
     .await;
-    let rules = resource("fleetbus.io", "v1alpha1", "ResourceSyncRule", "resourcesyncrules");
+    let rules = resource(
+        "fleetbus.io",
+        "v1alpha1",
+        "ResourceSyncRule",
+        "resourcesyncrules",
+    );
     assert_absent(e1, &rules, None, "sneaky").await;
     assert_absent(hub, &config_maps(), Some("apps"), "settings").await;
     assert_absent(

@@ -314,6 +314,9 @@ fn a_truncated_report_keeps_what_is_not_ready_and_says_how_many_went() {
     assert!(!report_is_ready(&cut));
     let ready = json!({"manifests": [entry("ConfigMap", true, None, Some(true))]});
     let cut = truncated_report(&ready).unwrap();
-    assert!(report_is_ready(&cut), "omitting ready manifests keeps it ready");
+    assert!(
+        report_is_ready(&cut),
+        "omitting ready manifests keeps it ready"
+    );
     assert!(truncated_report(&json!("junk")).is_none());
 }
