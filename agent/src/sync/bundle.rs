@@ -48,6 +48,10 @@ pub enum ManifestError {
     /// copy from collection).
     #[error("the manifest carries {0}, which only fleetbus sets")]
     Stamped(&'static str),
+    /// A fleetbus kind (a rule, a Bundle, ...): whoever may write Bundles on
+    /// the source would otherwise make live rules (or Bundles) on the targets.
+    #[error("kind {0} is a fleetbus kind, which a Bundle may not carry")]
+    FleetbusKind(String),
     /// Another manifest of the Bundle makes the same object.
     #[error("the same object as manifests[{0}]")]
     Duplicate(usize),
@@ -106,10 +110,14 @@ pub struct Unwrapped {
     error: Option<String>,
     /// Its manifests, in order.
     manifests: Vec<Manifest>,
-    /// The Bundle envelope's content hash (invalid manifests are counted once per version).
+    /// A hash of the Bundle's `spec` (invalid manifests are counted once per
+    /// version: the envelope's hash covers `status`, which changes with reports).
     hash: String,
     /// Manifests (or the Bundle itself) found invalid, as opposed to waiting for a kind.
     invalid: usize,
+    /// Some manifest's kind is not listed yet (just after a start, say): its
+    /// report would say "not applied" of what may well be applied, so none is made.
+    waiting: bool,
 }
 
 /// The Bundles of one sink pass, filled by `candidates` and by the outcomes.
@@ -178,6 +186,21 @@ pub fn manifest_kinds(bundle: &Value) -> Vec<GroupVersionKind> {
         .collect()
 }
 
+/// Whether `group` is fleetbus's own (`fleetbus.io` or a subgroup of it):
+/// manifests of those kinds are refused.
+pub fn is_fleetbus_group(group: &str) -> bool {
+    group == well_known::GROUP
+        || group
+            .strip_suffix(well_known::GROUP)
+            .is_some_and(|g| g.ends_with('.'))
+}
+
+/// A Bundle version: the hash of its `spec` (not of `status`, which the
+/// Bundle's own reports change).
+pub fn spec_version(bundle: &Value) -> String {
+    content_hash(bundle.get("spec").unwrap_or(&Value::Null))
+}
+
 /// What `unwrap` needs of one Bundle envelope.
 pub struct BundleSource<'a> {
     /// The unwrap rule.
@@ -227,8 +250,9 @@ impl Engine {
             rule: src.rule.name.clone(),
             error: None,
             manifests: Vec::new(),
-            hash: src.env.content_hash.clone(),
+            hash: spec_version(src.bundle),
             invalid: 0,
+            waiting: false,
         };
         let spec = src.bundle.get("spec").cloned().unwrap_or(Value::Null);
         let spec = match serde_json::from_value::<BundleSpec>(spec) {
@@ -305,6 +329,7 @@ impl Engine {
                     report
                         .errors
                         .insert(format!("{name} manifests[{i}]"), message.clone());
+                    unwrapped.waiting |= matches!(e, ManifestError::Waiting(_));
                     if e.is_invalid() {
                         unwrapped.invalid += 1;
                         tracing::debug!(bundle = %name, manifest = i, error = %message, "invalid manifest");
@@ -332,6 +357,9 @@ impl Engine {
         let Some(gvk) = kinds.first() else {
             return Err(ManifestError::MissingType);
         };
+        if is_fleetbus_group(&gvk.group) {
+            return Err(ManifestError::FleetbusKind(describe(gvk)));
+        }
         let name = manifest
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -439,7 +467,9 @@ impl Engine {
                     continue;
                 }
                 if let Some(obj) = &env.object {
-                    out.extend(manifest_kinds(obj));
+                    // Refused in `prepare`: nothing to watch for them.
+                    let kinds = manifest_kinds(obj).into_iter();
+                    out.extend(kinds.filter(|g| !is_fleetbus_group(&g.group)));
                 }
             }
         }
@@ -470,6 +500,12 @@ impl Engine {
         self.bundles.iter().map(|(k, b)| (k, b.rule.as_str()))
     }
 
+    /// Whether the Bundle's report is undecided: a manifest's kind is not
+    /// listed yet, so whether its copy exists is not known.
+    pub fn bundle_waiting(&self, key: &ObjectKey) -> bool {
+        self.bundles.get(key).is_some_and(|b| b.waiting)
+    }
+
     /// The report of one Bundle unwrapped here: per manifest applied, error
     /// and ready (read from the live copy now), as a [`BundleReport`] in JSON;
     /// `None` when this cluster does not unwrap it.
@@ -495,6 +531,7 @@ impl Engine {
         let report = BundleReport {
             error: b.error.clone(),
             manifests,
+            message: None,
         };
         serde_json::to_value(report).ok()
     }
@@ -550,6 +587,22 @@ pub fn report_is_ready(report: &Value) -> bool {
     })
 }
 
+/// A [`BundleReport`] (JSON) cut to fit the bus: only the manifests not
+/// applied, in error or not ready, plus a message saying how many were
+/// omitted. Readiness is unchanged (every omitted manifest was applied and
+/// ready). `None` when it is no Bundle report.
+pub fn truncated_report(report: &Value) -> Option<Value> {
+    let mut r = serde_json::from_value::<BundleReport>(report.clone()).ok()?;
+    let total = r.manifests.len();
+    r.manifests
+        .retain(|m| !m.applied || m.error.is_some() || m.ready != Some(true));
+    r.message = Some(format!(
+        "report too large for the bus: {} of {total} manifests (applied and ready) omitted",
+        total - r.manifests.len()
+    ));
+    serde_json::to_value(r).ok()
+}
+
 /// A cluster's [`BundleReport`] as its entry of `Bundle.status`.
 fn cluster_status(r: &ReportedStatus) -> BundleClusterStatus {
     let observed_at = Some(time(r.observed_at));
@@ -567,7 +620,7 @@ fn cluster_status(r: &ReportedStatus) -> BundleClusterStatus {
                 ready,
                 applied: i64::try_from(applied).unwrap_or(i64::MAX),
                 errors: i64::try_from(errors).unwrap_or(i64::MAX),
-                message: report.error,
+                message: report.error.or(report.message),
                 observed_at,
                 manifests: report.manifests,
             }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fleetbus_schemas::crd::StatusReturn;
+use fleetbus_schemas::envelope::check_size;
 use fleetbus_schemas::reported::ReportedStatus;
 use fleetbus_schemas::subject::{check_subject_len, StatusKey};
 use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
@@ -15,6 +16,7 @@ use fleetbus_schemas::ObjectRef;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use super::bundle;
 use super::engine::Engine;
 use super::readiness;
 
@@ -126,7 +128,16 @@ impl Engine {
                 status,
                 ready: Some(ready),
             };
-            out.insert(report.subject_key(), report);
+            let subject = report.subject_key();
+            // A manifest kind not listed yet (a restart): keep the last
+            // report rather than say "not applied" of what may be applied.
+            if self.bundle_waiting(&key) {
+                if let Some(last) = self.status_book.reports.get(&subject) {
+                    out.insert(subject, last.clone());
+                }
+                continue;
+            }
+            out.insert(subject, report);
         }
         out
     }
@@ -189,12 +200,10 @@ impl Engine {
             self.ctx.metrics.sync_rejected("too_large");
             return;
         }
-        let bytes = match r.encode() {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(%subject, error = %e, "could not encode a status report");
-                return;
-            }
+        let Some(bytes) = self.fitting_report(&r, &subject) else {
+            // Remembered as published: not tried again until it changes.
+            self.status_book.reports.insert(key, r);
+            return;
         };
         let acked = match self.ctx.js.publish(subject.clone(), bytes.into()).await {
             Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
@@ -210,6 +219,44 @@ impl Engine {
                 self.publish_retry_at = Some(Instant::now() + Duration::from_secs(2));
             }
         }
+    }
+}
+
+impl Engine {
+    /// The encoded report, cut (a Bundle's, see [`bundle::truncated_report`])
+    /// when above the bus's message size; `None` (counted `too_large`) when
+    /// it does not fit even so, or does not encode: retrying would not help.
+    fn fitting_report(&self, r: &ReportedStatus, subject: &str) -> Option<Vec<u8>> {
+        let max = self.max_payload();
+        let encode = |r: &ReportedStatus| match r.encode() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!(%subject, error = %e, "could not encode a status report");
+                None
+            }
+        };
+        let bytes = encode(r)?;
+        let Err(too_large) = check_size(bytes.len(), max) else {
+            return Some(bytes);
+        };
+        let is_bundle = self.rules.get(&r.rule).is_some_and(|x| x.spec.unwrap);
+        let cut = is_bundle
+            .then(|| bundle::truncated_report(&r.status))
+            .flatten()
+            .and_then(|status| {
+                encode(&ReportedStatus {
+                    status,
+                    ..r.clone()
+                })
+            })
+            .filter(|b| check_size(b.len(), max).is_ok());
+        if cut.is_some() {
+            tracing::warn!(%subject, error = %too_large, "Bundle report too large; published without its ready manifests");
+        } else {
+            tracing::warn!(%subject, error = %too_large, "status report too large; not published");
+            self.ctx.metrics.sync_rejected("too_large");
+        }
+        cut
     }
 }
 

@@ -320,7 +320,7 @@ impl Engine {
     }
 
     /// The server's `max_payload` (1 MiB by default).
-    fn max_payload(&self) -> usize {
+    pub(super) fn max_payload(&self) -> usize {
         self.ctx.js.client().server_info().max_payload
     }
 }

@@ -129,4 +129,8 @@ pub struct BundleReport {
     /// One entry per manifest, in the Bundle's order.
     #[serde(default)]
     pub manifests: Vec<BundleManifestStatus>,
+    /// Set when the report was cut to fit the bus's message size: only the
+    /// manifests not applied, in error or not ready are listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }

@@ -243,8 +243,9 @@ async fn bundle_unwrapped_on_edges_only() {
 }
 
 /// orphanPolicy Orphan: a manifest removed from the Bundle stays on the edge,
-/// without any fleetbus mark. A Bundle with an invalid manifest (no name)
-/// applies the others, reports the error on the rule's status and counts it.
+/// without any fleetbus mark. A Bundle with invalid manifests (no name; a
+/// ResourceSyncRule, a fleetbus kind a Bundle may not carry) applies the
+/// others, reports the errors on the rule's status and counts them.
 /// A CRD and an object of its kind in one Bundle: the object is applied as
 /// soon as the CRD is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,8 +284,17 @@ async fn orphaned_invalid_and_crd_manifests() {
       kind: Widget
       metadata: {name: w1}
       spec: {size: 3}"#;
+    // Would copy every ConfigMap of the edge to every cluster if it were made.
+    let rule = r#"
+    - apiVersion: fleetbus.io/v1alpha1
+      kind: ResourceSyncRule
+      metadata: {name: sneaky}
+      spec:
+        groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+        sourceClusterSelector: {matchLabels: {env: prod}}
+        clusterSelector: {}"#;
     // The Widget comes first: the order of the manifests does not matter.
-    let uid = apply_bundle(hub, &[widget, no_name, SERVICE_ACCOUNT, config, crd]).await;
+    let uid = apply_bundle(hub, &[widget, no_name, SERVICE_ACCOUNT, config, crd, rule]).await;
     wait_unwrapped(e1, &config_maps(), Some("apps"), "settings", &uid).await;
     wait_unwrapped(e1, &service_accounts(), Some("apps"), "app", &uid).await;
     let widgets = resource("example.com", "v1", "Widget", "widgets");
@@ -296,21 +306,33 @@ async fn orphaned_invalid_and_crd_manifests() {
         }
     })
     .await;
-    wait_rule(e1, "bundles", "reporting the nameless manifest", |r| {
-        let s = r.status.as_ref().ok_or("no status")?;
-        let ready = rule_condition(r, "Ready").ok_or("no Ready")?;
-        if s.errors == 1 && s.objects_synced == 4 && ready.message.contains("manifests[1]") {
-            Ok(())
-        } else {
-            Err(format!("errors {} synced {}", s.errors, s.objects_synced))
-        }
-    })
+    wait_rule(
+        e1,
+        "bundles",
+        "reporting the nameless manifest and the rule",
+        |r| {
+            let s = r.status.as_ref().ok_or("no status")?;
+            let ready = rule_condition(r, "Ready").ok_or("no Ready")?;
+            if s.errors == 2 && s.objects_synced == 4 && ready.message.contains("manifests[1]") {
+                Ok(())
+            } else {
+                Err(format!("errors {} synced {}", s.errors, s.objects_synced))
+            }
+        },
+    )
     .await;
     e1.wait_metric_at_least(
         "fleetbus_sync_rejected_total{reason=\"invalid_manifest\"}",
-        1.0,
+        2.0,
     )
     .await;
+    let rules = resource(
+        "fleetbus.io",
+        "v1alpha1",
+        "ResourceSyncRule",
+        "resourcesyncrules",
+    );
+    assert_absent(e1, &rules, None, "sneaky").await;
     assert_absent(hub, &config_maps(), Some("apps"), "settings").await;
     assert_absent(
         hub,

@@ -106,6 +106,7 @@ fn outcomes_are_recorded_on_the_manifest_of_their_target_only() {
             manifests: vec![manifest("ServiceAccount", "a"), manifest("ConfigMap", "c")],
             hash: "h".into(),
             invalid: 0,
+            waiting: false,
         },
     );
     let sa = manifest("ServiceAccount", "a").target.unwrap();
@@ -269,4 +270,53 @@ fn a_report_is_ready_when_all_is_applied_and_ready() {
     ] {
         assert!(!report_is_ready(&not), "{not}");
     }
+}
+
+#[test]
+fn fleetbus_groups_are_ours_and_look_alikes_are_not() {
+    assert!(is_fleetbus_group("fleetbus.io"));
+    assert!(is_fleetbus_group("hub.fleetbus.io"));
+    assert!(!is_fleetbus_group("notfleetbus.io"));
+    assert!(!is_fleetbus_group("fleetbus.io.example.com"));
+    assert!(!is_fleetbus_group(""));
+    assert!(!is_fleetbus_group("apps"));
+}
+
+#[test]
+fn a_bundle_version_changes_with_its_spec_not_its_status() {
+    let bundle = json!({
+        "apiVersion": "fleetbus.io/v1alpha1", "kind": "Bundle",
+        "metadata": {"name": "b", "namespace": "default"},
+        "spec": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}]},
+    });
+    let mut reported = bundle.clone();
+    reported["status"] = json!({"summary": "1/1 ready"});
+    reported["metadata"]["resourceVersion"] = json!("42");
+    assert_eq!(spec_version(&bundle), spec_version(&reported));
+    let mut changed = bundle.clone();
+    changed["spec"]["manifests"][0]["metadata"]["name"] = json!("b");
+    assert_ne!(spec_version(&bundle), spec_version(&changed));
+}
+
+#[test]
+fn a_truncated_report_keeps_what_is_not_ready_and_says_how_many_went() {
+    let report = json!({"manifests": [
+        entry("ConfigMap", true, None, Some(true)),
+        entry("Deployment", true, None, Some(false)),
+        entry("Secret", false, Some("denied"), None),
+        entry("ServiceAccount", true, None, Some(true)),
+    ]});
+    let cut = truncated_report(&report).expect("a Bundle report");
+    let r: BundleReport = serde_json::from_value(cut.clone()).unwrap();
+    let kinds: Vec<&str> = r.manifests.iter().map(|m| m.kind.as_str()).collect();
+    assert_eq!(kinds, ["Deployment", "Secret"]);
+    assert!(r.message.as_deref().unwrap_or_default().contains("2 of 4"));
+    assert!(!report_is_ready(&cut));
+    let ready = json!({"manifests": [entry("ConfigMap", true, None, Some(true))]});
+    let cut = truncated_report(&ready).unwrap();
+    assert!(
+        report_is_ready(&cut),
+        "omitting ready manifests keeps it ready"
+    );
+    assert!(truncated_report(&json!("junk")).is_none());
 }
