@@ -28,7 +28,7 @@ pub fn desired_state(r: &ReportedStatus, source: &Value, default_ns: &str) -> (L
         .namespace
         .clone()
         .unwrap_or_else(|| default_ns.to_owned());
-    let name = reported_state_name(&r.source.kind, &r.source.name, &r.cluster);
+    let name = reported_state_name(&r.source, &r.cluster);
     let mut labels = json!({
         LABEL_REPORTED_CLUSTER: r.cluster,
         LABEL_MANAGED: LABEL_MANAGED_VALUE,
@@ -224,7 +224,7 @@ mod tests {
         let source = json!({"metadata": {"uid": "u-1"}});
         let ((ns, name), obj) = desired_state(&report(Some("a")), &source, "fleetbus-system");
         assert_eq!(ns.as_deref(), Some("a"));
-        assert_eq!(name, "widget-w-west");
+        assert!(name.starts_with("widget.w.west."), "{name}");
         assert_eq!(obj["metadata"]["labels"][LABEL_REPORTED_CLUSTER], "west");
         assert_eq!(obj["metadata"]["labels"][LABEL_REPORTED_KIND], "Widget");
         assert_eq!(obj["metadata"]["ownerReferences"][0]["uid"], "u-1");
