@@ -49,9 +49,10 @@ pub struct StatusBook {
     applied: BTreeMap<ObjectKey, Value>,
     /// Whether each source kind has a `/status` subresource.
     status_subresource: HashMap<GroupVersionKind, bool>,
-    /// `PerCluster`: the ReportedStates written last (until their watch
-    /// event shows them), by place.
-    pub(super) written: BTreeMap<super::engine::LocalKey, Value>,
+    /// `PerCluster`: the ReportedStates written last, by place, each with the
+    /// `resourceVersion` the live object had when it was written: while the
+    /// watched object still has it, our write's event has not come back yet.
+    pub(super) written: BTreeMap<super::engine::LocalKey, super::per_cluster::Written>,
 }
 
 /// The source object a report is about (on its origin).

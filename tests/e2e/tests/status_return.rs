@@ -451,9 +451,25 @@ async fn per_cluster_reported_states_and_readiness() {
     .await;
     wait_readiness(c1, "gadgets", "ready 2/2").await;
     patch_status(c2, "gadget", "g", false, json!({"phase": "Up"}));
-    wait_states(c1, "g", "with c2's raw status", |s| {
+    let states = wait_states(c1, "g", "with c2's raw status", |s| {
         s.get("c2")
             .is_some_and(|v| v["status"]["status"] == json!({"phase": "Up"}))
+    })
+    .await;
+    // Someone else edits a ReportedState: the origin writes it back, although the
+    // report did not change.
+    let state_name = states["c2"]["name"].as_str().unwrap_or_default().to_owned();
+    patch_status(
+        c1,
+        "reportedstate",
+        &state_name,
+        true,
+        json!({"ready": false, "status": {"phase": "Edited"}}),
+    );
+    wait_states(c1, "g", "repaired after an edit", |s| {
+        s.get("c2").is_some_and(|v| {
+            v["status"]["status"] == json!({"phase": "Up"}) && v["status"]["ready"] == true
+        })
     })
     .await;
 
