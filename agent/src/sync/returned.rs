@@ -47,8 +47,10 @@ pub struct StatusBook {
     pub caught_up: bool,
     /// `Singleton`: the status fleetbus applied to each source object last.
     applied: BTreeMap<ObjectKey, Value>,
-    /// Whether each source kind has a `/status` subresource.
-    status_subresource: HashMap<GroupVersionKind, bool>,
+    /// Each source kind's resource and whether it has a `/status` subresource
+    /// (from discovery: the kind may no longer be watched when fleetbus's status
+    /// fields are to be cleared).
+    status_subresource: HashMap<GroupVersionKind, (kube::api::ApiResource, bool)>,
     /// `PerCluster`: the ReportedStates written last, by place, each with the
     /// `resourceVersion` the live object had when it was written: while the
     /// watched object still has it, our write's event has not come back yet.
@@ -232,28 +234,35 @@ impl Engine {
     /// again next pass).
     async fn apply_source_status(&mut self, key: &ObjectKey, status: &Value) -> bool {
         let gvk = GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
-        let subresource = match self.status_book.status_subresource.get(&gvk) {
-            Some(s) => *s,
+        let (ar, subresource) = match self.status_book.status_subresource.get(&gvk) {
+            Some(s) => s.clone(),
             None => match kube::discovery::pinned_kind(&self.ctx.client, &gvk).await {
-                Ok((_, caps)) => {
+                Ok((ar, caps)) => {
                     let s = caps
                         .subresources
                         .iter()
                         .any(|(ar, _)| ar.plural == "status");
-                    self.status_book.status_subresource.insert(gvk.clone(), s);
-                    s
+                    self.status_book
+                        .status_subresource
+                        .insert(gvk.clone(), (ar.clone(), s));
+                    (ar, s)
                 }
+                // The kind itself is gone (its CRD deleted): so are its objects.
+                Err(kube::Error::Api(s)) if s.code == 404 => return true,
+                Err(kube::Error::Discovery(
+                    kube::error::DiscoveryError::MissingKind(_)
+                    | kube::error::DiscoveryError::MissingApiGroup(_),
+                )) => return true,
                 Err(e) => {
                     tracing::warn!(kind = %key.kind, error = %e, "discovery failed; status not returned");
                     return false;
                 }
             },
         };
-        let Some(kind) = self.kinds.get(&gvk) else {
-            // The kind is no longer watched: nothing left to write on.
-            return true;
-        };
-        let api = super::apply::api(&self.ctx.client, &kind.ar, key.namespace.as_deref());
+        // Written through the discovered resource, not the watch: after its last
+        // rule is deleted the kind is no longer watched, but fleetbus's fields
+        // must still be cleared.
+        let api = super::apply::api(&self.ctx.client, &ar, key.namespace.as_deref());
         let mut metadata = json!({"name": key.name});
         if let Some(ns) = &key.namespace {
             metadata["namespace"] = json!(ns);

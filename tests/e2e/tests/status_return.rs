@@ -283,6 +283,22 @@ async fn singleton_returns_the_copy_status_without_wiping_others() {
         assert_eq!(status_of(&now)[owned.0], owned.1, "{resource}: still kept");
     }
 
+    // The Deployment rule goes, and with it the only watch on Deployments:
+    // fleetbus's fields are still cleared, the others' stay.
+    kubectl(c1, &["delete", "resourcesyncrule", "web"]);
+    wait_obj(
+        c1,
+        &deployments(),
+        Some("apps"),
+        "web",
+        "to keep only others' status after its rule is deleted",
+        |o| match status_of(o) {
+            s if s.get("availableReplicas").is_none() && s["collisionCount"] == 7 => Ok(()),
+            s => Err(format!("status {s}")),
+        },
+    )
+    .await;
+
     // No status returned any more (no cluster reports): fleetbus's fields
     // go, the others' stay.
     kubectl(
