@@ -57,6 +57,14 @@ pub struct StatusBook {
     pub(super) written: BTreeMap<super::engine::LocalKey, super::per_cluster::Written>,
 }
 
+impl StatusBook {
+    /// Forgets what discovery said about source kinds: a CRD event may have
+    /// added or removed a kind or its `/status` subresource.
+    pub(super) fn forget_discovery(&mut self) {
+        self.status_subresource.clear();
+    }
+}
+
 /// The source object a report is about (on its origin).
 pub fn source_key(r: &ReportedStatus) -> ObjectKey {
     ObjectKey::from_api_version(
@@ -467,5 +475,15 @@ mod tests {
             k,
             ObjectKey::from_api_version("east", "example.com/v1", "Widget", Some("a"), "w")
         );
+    }
+
+    #[test]
+    fn discovery_is_forgotten_on_crd_events() {
+        let gvk = GroupVersionKind::gvk("example.com", "v1", "Gadget");
+        let ar = kube::api::ApiResource::from_gvk(&gvk);
+        let mut book = StatusBook::default();
+        book.status_subresource.insert(gvk.clone(), (ar, false));
+        book.forget_discovery();
+        assert!(!book.status_subresource.contains_key(&gvk));
     }
 }
