@@ -5,7 +5,7 @@
 //! objects (`PerCluster`, see [`super::per_cluster`]) and the rule's readiness
 //! summary.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
@@ -45,8 +45,12 @@ pub struct StatusBook {
     resnap: Option<BTreeMap<StatusKey, ReportedStatus>>,
     /// Every last report has been read at least once.
     pub caught_up: bool,
-    /// `Singleton`: the status fleetbus applied to each source object last.
+    /// `Singleton`: the status fleetbus applied to each source object last
+    /// (`null`: applied before this process started, read from `managedFields`).
     applied: BTreeMap<ObjectKey, Value>,
+    /// Kinds whose listed objects were searched for status fleetbus applied
+    /// before this process started.
+    adopted_kinds: HashSet<GroupVersionKind>,
     /// Each source kind's resource and whether it has a `/status` subresource
     /// (from discovery: the kind may no longer be watched when fleetbus's status
     /// fields are to be cleared).
@@ -55,6 +59,17 @@ pub struct StatusBook {
     /// `resourceVersion` the live object had when it was written: while the
     /// watched object still has it, our write's event has not come back yet.
     pub(super) written: BTreeMap<super::engine::LocalKey, super::per_cluster::Written>,
+}
+
+/// Whether fleetbus's status field manager owns fields of `obj`.
+fn has_returned_status(obj: &Value) -> bool {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER_STATUS))
+        })
 }
 
 impl StatusBook {
@@ -212,6 +227,7 @@ impl Engine {
             .filter(|(_, rs)| rs.len() > 1 && mode(rs) == Some(StatusReturn::Singleton))
             .map(|(k, _)| k.clone())
             .collect();
+        self.adopt_applied();
         let gone: Vec<ObjectKey> = self
             .status_book
             .applied
@@ -233,6 +249,39 @@ impl Engine {
             }
         }
         self.per_cluster_pass(&per_cluster).await;
+    }
+
+    /// `applied` lives in memory: status fleetbus applied before this process
+    /// started (a report that went away while it was down) is found through
+    /// `managedFields` on each kind once it is listed, so it is cleared too.
+    fn adopt_applied(&mut self) {
+        let local = &self.fleet.local.name;
+        let mut found = Vec::new();
+        for (gvk, kind) in &self.kinds {
+            if !kind.listed || self.status_book.adopted_kinds.contains(gvk) {
+                continue;
+            }
+            found.push((gvk.clone(), None));
+            let api_version = fleetbus_schemas::subject::api_version(&gvk.group, &gvk.version);
+            for ((ns, name), obj) in &kind.objects {
+                if has_returned_status(obj) {
+                    let key = ObjectKey::from_api_version(
+                        local,
+                        &api_version,
+                        &gvk.kind,
+                        ns.as_deref(),
+                        name,
+                    );
+                    found.push((gvk.clone(), Some(key)));
+                }
+            }
+        }
+        for (gvk, key) in found {
+            self.status_book.adopted_kinds.insert(gvk);
+            if let Some(key) = key {
+                self.status_book.applied.entry(key).or_insert(Value::Null);
+            }
+        }
     }
 
     /// Server-side applies `status` as the source object's status with
@@ -485,5 +534,16 @@ mod tests {
         book.status_subresource.insert(gvk.clone(), (ar, false));
         book.forget_discovery();
         assert!(!book.status_subresource.contains_key(&gvk));
+    }
+
+    #[test]
+    fn returned_status_is_found_by_its_field_manager() {
+        let with = |manager: &str| {
+            json!({"metadata": {"managedFields": [
+            {"manager": "kubectl"}, {"manager": manager, "subresource": "status"}]}})
+        };
+        assert!(has_returned_status(&with(FIELD_MANAGER_STATUS)));
+        assert!(!has_returned_status(&with("kube-controller-manager")));
+        assert!(!has_returned_status(&json!({"metadata": {}})));
     }
 }
