@@ -679,3 +679,71 @@ async fn a_restarted_sink_reads_back_its_reports() {
     );
     collector.abort();
 }
+
+/// Status fleetbus returned before the origin stopped is still cleared when, on
+/// its return, no report wants it any more (its memory of what it applied is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_origin_clears_status_no_longer_returned() {
+    let nats = NatsServer::start().unwrap();
+    let mut m = fleet(&nats, &["c1", "c2"]).await;
+    for x in &m {
+        create_ns(x, "apps").await;
+        install_gadgets(x).await;
+    }
+    apply_yaml(
+        &m[0],
+        &rule_yaml("gadgets", "example.com", "Gadget", "Singleton", ""),
+    );
+    apply_yaml(&m[0], &gadget(1));
+    patch_status(&m[0], "gadget", "g", false, json!({"owner": "hub"}));
+    let copy = wait_copy(
+        &m[1],
+        &gadgets(),
+        Some("apps"),
+        "g",
+        "c1",
+        "gadgets",
+        |_| Ok(()),
+    )
+    .await;
+    patch_status(&m[1], "gadget", "g", false, rolled_out(generation(&copy)));
+    wait_obj(
+        &m[0],
+        &gadgets(),
+        Some("apps"),
+        "g",
+        "to carry the copy's status",
+        |o| match status_of(o) {
+            s if s["availableReplicas"] == 1 && s["owner"] == "hub" => Ok(()),
+            s => Err(format!("status {s}")),
+        },
+    )
+    .await;
+
+    // While the origin's agent is down, the rule stops returning status.
+    m[0].agent.kill9();
+    kubectl(
+        &m[0],
+        &[
+            "patch",
+            "resourcesyncrule",
+            "gadgets",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"statusReturn":"None"}}"#,
+        ],
+    );
+    m[0].agent.restart().unwrap();
+    wait_obj(
+        &m[0],
+        &gadgets(),
+        Some("apps"),
+        "g",
+        "to keep only others' status after a restart",
+        |o| match status_of(o) {
+            s if s == json!({"owner": "hub"}) => Ok(()),
+            s => Err(format!("status {s}")),
+        },
+    )
+    .await;
+}
