@@ -346,6 +346,10 @@ impl Engine {
         if gvk == crd_gvk() && !self.unresolved.is_empty() {
             self.rediscover = true;
         }
+        if gvk == crd_gvk() {
+            // A CRD added, changed (its status subresource too) or deleted.
+            self.status_book.forget_discovery();
+        }
         if gvk == namespace_gvk() {
             // A namespace created, recreated or done terminating can make a
             // refused write succeed: try them again.

@@ -28,7 +28,7 @@ pub fn desired_state(r: &ReportedStatus, source: &Value, default_ns: &str) -> (L
         .namespace
         .clone()
         .unwrap_or_else(|| default_ns.to_owned());
-    let name = reported_state_name(&r.source.kind, &r.source.name, &r.cluster);
+    let name = reported_state_name(&r.source, &r.cluster);
     let mut labels = json!({
         LABEL_REPORTED_CLUSTER: r.cluster,
         LABEL_MANAGED: LABEL_MANAGED_VALUE,
@@ -84,6 +84,29 @@ fn decided(v: &Value) -> Value {
     })
 }
 
+/// A ReportedState this agent wrote, and the live object's `resourceVersion` at the
+/// time (None: it did not exist).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    want: Value,
+    live_rv: Option<String>,
+}
+
+fn resource_version(v: Option<&Value>) -> Option<String> {
+    v.and_then(|v| v.pointer("/metadata/resourceVersion"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+impl Written {
+    /// Whether `want` was written and the watch shows `live` as it was before that
+    /// write: our event is still to come, so writing again would only race it. Any
+    /// newer live object (ours, or someone else's edit) is compared for itself.
+    fn pending(&self, want: &Value, live: Option<&Value>) -> bool {
+        self.want == *want && self.live_rv.is_some() && self.live_rv == resource_version(live)
+    }
+}
+
 fn is_ours(v: &Value) -> bool {
     v.pointer("/metadata/labels")
         .and_then(|l| l.get(LABEL_REPORTED_CLUSTER))
@@ -104,6 +127,10 @@ impl Engine {
                 desired.insert(key, obj);
             }
         }
+        // Only what is still wanted needs remembering: the rest would leak.
+        self.status_book
+            .written
+            .retain(|k, _| desired.contains_key(k));
         let stale: Vec<Value> = kind
             .objects
             .iter()
@@ -117,7 +144,12 @@ impl Engine {
                 continue;
             }
             // Written already; its watch event has not come back yet.
-            if live.is_some() && self.status_book.written.get(&key) == Some(&want) {
+            if self
+                .status_book
+                .written
+                .get(&key)
+                .is_some_and(|w| w.pending(&want, live))
+            {
                 continue;
             }
             writes.push((key, want, live.cloned()));
@@ -135,7 +167,10 @@ impl Engine {
         for (key, want, live) in writes {
             match self.write_state(&ar, &key, &want, live.as_ref()).await {
                 Ok(()) => {
-                    self.status_book.written.insert(key, want);
+                    let live_rv = resource_version(live.as_ref());
+                    self.status_book
+                        .written
+                        .insert(key, Written { want, live_rv });
                 }
                 Err(e) => {
                     tracing::warn!(namespace = ?key.0, name = %key.1, error = %e, "could not write a ReportedState");
@@ -224,7 +259,7 @@ mod tests {
         let source = json!({"metadata": {"uid": "u-1"}});
         let ((ns, name), obj) = desired_state(&report(Some("a")), &source, "fleetbus-system");
         assert_eq!(ns.as_deref(), Some("a"));
-        assert_eq!(name, "widget-w-west");
+        assert!(name.starts_with("widget.w.west."), "{name}");
         assert_eq!(obj["metadata"]["labels"][LABEL_REPORTED_CLUSTER], "west");
         assert_eq!(obj["metadata"]["labels"][LABEL_REPORTED_KIND], "Widget");
         assert_eq!(obj["metadata"]["ownerReferences"][0]["uid"], "u-1");
@@ -238,5 +273,24 @@ mod tests {
             obj["status"].get("copyNamespace").is_none(),
             "nulls dropped"
         );
+    }
+
+    #[test]
+    fn a_write_is_pending_only_until_the_live_object_changes() {
+        let live =
+            |rv: &str| json!({"metadata": {"resourceVersion": rv}, "status": {"ready": false}});
+        let want = json!({"status": {"ready": true}});
+        let w = Written {
+            want: want.clone(),
+            live_rv: resource_version(Some(&live("5"))),
+        };
+        // The watch still shows the object as it was before the write.
+        assert!(w.pending(&want, Some(&live("5"))));
+        // A newer object (ours came back, or someone edited it) is compared, not trusted.
+        assert!(!w.pending(&want, Some(&live("6"))));
+        // Deleted by someone else: written again.
+        assert!(!w.pending(&want, None));
+        // Something else is wanted now.
+        assert!(!w.pending(&json!({"status": {"ready": false}}), Some(&live("5"))));
     }
 }

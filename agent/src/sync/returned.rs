@@ -5,7 +5,7 @@
 //! objects (`PerCluster`, see [`super::per_cluster`]) and the rule's readiness
 //! summary.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
@@ -45,13 +45,39 @@ pub struct StatusBook {
     resnap: Option<BTreeMap<StatusKey, ReportedStatus>>,
     /// Every last report has been read at least once.
     pub caught_up: bool,
-    /// `Singleton`: the status fleetbus applied to each source object last.
+    /// `Singleton`: the status fleetbus applied to each source object last
+    /// (`null`: applied before this process started, read from `managedFields`).
     applied: BTreeMap<ObjectKey, Value>,
-    /// Whether each source kind has a `/status` subresource.
-    status_subresource: HashMap<GroupVersionKind, bool>,
-    /// `PerCluster`: the ReportedStates written last (until their watch
-    /// event shows them), by place.
-    pub(super) written: BTreeMap<super::engine::LocalKey, Value>,
+    /// Kinds whose listed objects were searched for status fleetbus applied
+    /// before this process started.
+    adopted_kinds: HashSet<GroupVersionKind>,
+    /// Each source kind's resource and whether it has a `/status` subresource
+    /// (from discovery: the kind may no longer be watched when fleetbus's status
+    /// fields are to be cleared).
+    status_subresource: HashMap<GroupVersionKind, (kube::api::ApiResource, bool)>,
+    /// `PerCluster`: the ReportedStates written last, by place, each with the
+    /// `resourceVersion` the live object had when it was written: while the
+    /// watched object still has it, our write's event has not come back yet.
+    pub(super) written: BTreeMap<super::engine::LocalKey, super::per_cluster::Written>,
+}
+
+/// Whether fleetbus's status field manager owns fields of `obj`.
+fn has_returned_status(obj: &Value) -> bool {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER_STATUS))
+        })
+}
+
+impl StatusBook {
+    /// Forgets what discovery said about source kinds: a CRD event may have
+    /// added or removed a kind or its `/status` subresource.
+    pub(super) fn forget_discovery(&mut self) {
+        self.status_subresource.clear();
+    }
 }
 
 /// The source object a report is about (on its origin).
@@ -201,6 +227,7 @@ impl Engine {
             .filter(|(_, rs)| rs.len() > 1 && mode(rs) == Some(StatusReturn::Singleton))
             .map(|(k, _)| k.clone())
             .collect();
+        self.adopt_applied();
         let gone: Vec<ObjectKey> = self
             .status_book
             .applied
@@ -224,6 +251,39 @@ impl Engine {
         self.per_cluster_pass(&per_cluster).await;
     }
 
+    /// `applied` lives in memory: status fleetbus applied before this process
+    /// started (a report that went away while it was down) is found through
+    /// `managedFields` on each kind once it is listed, so it is cleared too.
+    fn adopt_applied(&mut self) {
+        let local = &self.fleet.local.name;
+        let mut found = Vec::new();
+        for (gvk, kind) in &self.kinds {
+            if !kind.listed || self.status_book.adopted_kinds.contains(gvk) {
+                continue;
+            }
+            found.push((gvk.clone(), None));
+            let api_version = fleetbus_schemas::subject::api_version(&gvk.group, &gvk.version);
+            for ((ns, name), obj) in &kind.objects {
+                if has_returned_status(obj) {
+                    let key = ObjectKey::from_api_version(
+                        local,
+                        &api_version,
+                        &gvk.kind,
+                        ns.as_deref(),
+                        name,
+                    );
+                    found.push((gvk.clone(), Some(key)));
+                }
+            }
+        }
+        for (gvk, key) in found {
+            self.status_book.adopted_kinds.insert(gvk);
+            if let Some(key) = key {
+                self.status_book.applied.entry(key).or_insert(Value::Null);
+            }
+        }
+    }
+
     /// Server-side applies `status` as the source object's status with
     /// fleetbus's status field manager (forced: the copy's controller is the
     /// authority on these fields). Through `/status` when the kind has the
@@ -231,28 +291,35 @@ impl Engine {
     /// again next pass).
     async fn apply_source_status(&mut self, key: &ObjectKey, status: &Value) -> bool {
         let gvk = GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
-        let subresource = match self.status_book.status_subresource.get(&gvk) {
-            Some(s) => *s,
+        let (ar, subresource) = match self.status_book.status_subresource.get(&gvk) {
+            Some(s) => s.clone(),
             None => match kube::discovery::pinned_kind(&self.ctx.client, &gvk).await {
-                Ok((_, caps)) => {
+                Ok((ar, caps)) => {
                     let s = caps
                         .subresources
                         .iter()
                         .any(|(ar, _)| ar.plural == "status");
-                    self.status_book.status_subresource.insert(gvk.clone(), s);
-                    s
+                    self.status_book
+                        .status_subresource
+                        .insert(gvk.clone(), (ar.clone(), s));
+                    (ar, s)
                 }
+                // The kind itself is gone (its CRD deleted): so are its objects.
+                Err(kube::Error::Api(s)) if s.code == 404 => return true,
+                Err(kube::Error::Discovery(
+                    kube::error::DiscoveryError::MissingKind(_)
+                    | kube::error::DiscoveryError::MissingApiGroup(_),
+                )) => return true,
                 Err(e) => {
                     tracing::warn!(kind = %key.kind, error = %e, "discovery failed; status not returned");
                     return false;
                 }
             },
         };
-        let Some(kind) = self.kinds.get(&gvk) else {
-            // The kind is no longer watched: nothing left to write on.
-            return true;
-        };
-        let api = super::apply::api(&self.ctx.client, &kind.ar, key.namespace.as_deref());
+        // Written through the discovered resource, not the watch: after its last
+        // rule is deleted the kind is no longer watched, but fleetbus's fields
+        // must still be cleared.
+        let api = super::apply::api(&self.ctx.client, &ar, key.namespace.as_deref());
         let mut metadata = json!({"name": key.name});
         if let Some(ns) = &key.namespace {
             metadata["namespace"] = json!(ns);
@@ -457,5 +524,26 @@ mod tests {
             k,
             ObjectKey::from_api_version("east", "example.com/v1", "Widget", Some("a"), "w")
         );
+    }
+
+    #[test]
+    fn discovery_is_forgotten_on_crd_events() {
+        let gvk = GroupVersionKind::gvk("example.com", "v1", "Gadget");
+        let ar = kube::api::ApiResource::from_gvk(&gvk);
+        let mut book = StatusBook::default();
+        book.status_subresource.insert(gvk.clone(), (ar, false));
+        book.forget_discovery();
+        assert!(!book.status_subresource.contains_key(&gvk));
+    }
+
+    #[test]
+    fn returned_status_is_found_by_its_field_manager() {
+        let with = |manager: &str| {
+            json!({"metadata": {"managedFields": [
+            {"manager": "kubectl"}, {"manager": manager, "subresource": "status"}]}})
+        };
+        assert!(has_returned_status(&with(FIELD_MANAGER_STATUS)));
+        assert!(!has_returned_status(&with("kube-controller-manager")));
+        assert!(!has_returned_status(&json!({"metadata": {}})));
     }
 }

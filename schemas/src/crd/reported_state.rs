@@ -72,18 +72,27 @@ pub struct ReportedStateStatus {
 /// Longest shortened name: one DNS-1123 label, so valid wherever a name is.
 const MAX_SHORT: usize = 63;
 
-/// The name of the ReportedState of `kind`/`name` on `cluster`: `<kind>-<name>-<cluster>`
-/// (kind lowercased) when that is a valid object name; otherwise a cleaned-up, shortened
-/// form ending in a hash of the three, so distinct triples keep distinct names.
-pub fn reported_state_name(kind: &str, name: &str, cluster: &str) -> String {
-    let plain = format!("{}-{name}-{cluster}", kind.to_lowercase());
+/// The name of the ReportedState of `source` on `cluster`:
+/// `<kind>.<name>.<cluster>.<hash>` (kind lowercased; hash: 10 hex of sha256 over API
+/// group, kind, namespace, name and cluster). The readable part alone parses back
+/// uniquely (kinds and cluster names have no dots) but does not tell groups apart, so
+/// two sources of the same kind name in different groups, or names that had to be
+/// cleaned up, still get distinct names through the hash. When the whole is no valid
+/// object name it is shortened to `<cleaned prefix>-<hash>` (one DNS-1123 label).
+pub fn reported_state_name(source: &ObjectRef, cluster: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let (group, _) = crate::subject::split_api_version(&source.api_version);
+    let namespace = source.namespace.as_deref().unwrap_or("");
+    let (kind, name) = (&source.kind, &source.name);
+    // NUL cannot occur in any of the parts, so distinct tuples hash distinct inputs.
+    let digest =
+        Sha256::digest(format!("{group}\0{kind}\0{namespace}\0{name}\0{cluster}").as_bytes());
+    let hash = hex::encode(&digest[..5]);
+    let plain = format!("{}.{name}.{cluster}.{hash}", kind.to_lowercase());
     if crate::k8s_names::is_dns1123_subdomain(&plain) {
         return plain;
     }
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(format!("{kind}/{name}/{cluster}").as_bytes());
-    let hash = hex::encode(&digest[..5]);
-    let cleaned: String = plain
+    let cleaned: String = format!("{}-{name}-{cluster}", kind.to_lowercase())
         .to_lowercase()
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -104,18 +113,39 @@ pub fn reported_state_name(kind: &str, name: &str, cluster: &str) -> String {
 mod tests {
     use super::*;
 
+    fn src(api_version: &str, kind: &str, name: &str) -> ObjectRef {
+        ObjectRef::new(api_version, kind, Some("apps"), name)
+    }
+
     #[test]
-    fn names_are_plain_when_valid_and_hashed_otherwise() {
-        assert_eq!(
-            reported_state_name("Deployment", "web", "west"),
-            "deployment-web-west"
-        );
-        let long = "x".repeat(300);
-        let n = reported_state_name("Widget", &long, "west");
+    fn names_are_readable_when_valid_and_shortened_otherwise() {
+        let n = reported_state_name(&src("apps/v1", "Deployment", "web"), "west");
+        assert!(n.starts_with("deployment.web.west."), "{n}");
         assert!(crate::k8s_names::is_dns1123_subdomain(&n), "{n}");
-        assert_ne!(n, reported_state_name("Widget", &long, "east"));
-        let odd = reported_state_name("Widget", "A_B", "west");
+        let long = "x".repeat(300);
+        let n = reported_state_name(&src("v1", "Widget", &long), "west");
+        assert!(crate::k8s_names::is_dns1123_subdomain(&n), "{n}");
+        assert_ne!(n, reported_state_name(&src("v1", "Widget", &long), "east"));
+        let odd = reported_state_name(&src("v1", "Widget", "A_B"), "west");
         assert!(crate::k8s_names::is_dns1123_subdomain(&odd), "{odd}");
-        assert_ne!(odd, reported_state_name("Widget", "a-b", "west"));
+        assert_ne!(
+            odd,
+            reported_state_name(&src("v1", "Widget", "a-b"), "west")
+        );
+    }
+
+    #[test]
+    fn former_collisions_get_distinct_names() {
+        // `<kind>-<name>-<cluster>` gave both `deployment-app-east-prod`.
+        let a = reported_state_name(&src("apps/v1", "Deployment", "app"), "east-prod");
+        let b = reported_state_name(&src("apps/v1", "Deployment", "app-east"), "prod");
+        assert_ne!(a, b);
+        // Same kind name and object name in two API groups.
+        let c = reported_state_name(&src("apps/v1", "Deployment", "app"), "prod");
+        let d = reported_state_name(&src("example.com/v1", "Deployment", "app"), "prod");
+        assert_ne!(c, d);
+        // The version does not take part: a source read at another version keeps its name.
+        let e = reported_state_name(&src("apps/v1beta1", "Deployment", "app"), "prod");
+        assert_eq!(c, e);
     }
 }

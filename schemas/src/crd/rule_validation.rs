@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 
 use super::resource_sync_rule::{
     ClusterFeatureMatch, DriftExclusion, GroupVersionKind, MatchEntry, Mutations, OverrideType,
-    ResourceSyncRule, ResourceSyncRuleSpec,
+    ResourceSyncRule, ResourceSyncRuleSpec, StatusReturn,
 };
 use crate::k8s_names::{is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name};
 use crate::pointer::{parse_field_pointer, PointerError};
@@ -94,6 +94,14 @@ pub enum RuleErrorKind {
     /// A `groupVersionKind` mutation on an unwrap rule: a Bundle's manifests keep their kinds.
     #[error("a groupVersionKind mutation cannot apply to a Bundle's manifests (unwrap: true)")]
     UnwrapKindMutation,
+    /// `syncStatus: true` with `statusReturn` other than None: the copy's status would be
+    /// overwritten from the source while the source's status is written from the copy,
+    /// so the two could chase each other forever.
+    #[error(
+        "syncStatus cannot be combined with statusReturn {0}: status would be copied to the \
+         copies and returned from them, and could oscillate; use one direction only"
+    )]
+    SyncStatusWithStatusReturn(String),
 }
 
 impl RuleError {
@@ -143,6 +151,7 @@ impl ResourceSyncRuleSpec {
         if self.unwrap {
             v.unwrap(self);
         }
+        v.status_direction(self);
         if v.errors.is_empty() {
             Ok(())
         } else {
@@ -187,6 +196,22 @@ impl Validator {
                 self.push(
                     format!("spec.rules[{i}].mutations.groupVersionKind"),
                     RuleErrorKind::UnwrapKindMutation,
+                );
+            }
+        }
+    }
+
+    /// Status flows one way: to the copies (`syncStatus`) or back from them
+    /// (`statusReturn`), never both.
+    fn status_direction(&mut self, spec: &ResourceSyncRuleSpec) {
+        if spec.status_return == StatusReturn::None {
+            return;
+        }
+        for (i, rule) in spec.rules.iter().enumerate() {
+            if rule.mutations.as_ref().is_some_and(|m| m.sync_status) {
+                self.push(
+                    format!("spec.rules[{i}].mutations.syncStatus"),
+                    RuleErrorKind::SyncStatusWithStatusReturn(format!("{:?}", spec.status_return)),
                 );
             }
         }
@@ -997,6 +1022,37 @@ mod tests {
         assert!(k
             .iter()
             .all(|(_, e)| matches!(e, RuleErrorKind::InvalidLabelValue(_))));
+    }
+
+    #[test]
+    fn sync_status_with_status_return_is_rejected() {
+        let with_sync_status = |status_return| ResourceSyncRuleSpec {
+            status_return,
+            rules: vec![SyncRule {
+                match_: vec![],
+                mutations: Some(Mutations {
+                    sync_status: true,
+                    ..Default::default()
+                }),
+            }],
+            ..valid_spec()
+        };
+        assert_eq!(with_sync_status(StatusReturn::None).validate(), Ok(()));
+        for sr in [StatusReturn::Singleton, StatusReturn::PerCluster] {
+            assert_eq!(
+                kinds(&with_sync_status(sr)),
+                vec![(
+                    "spec.rules[0].mutations.syncStatus".to_owned(),
+                    RuleErrorKind::SyncStatusWithStatusReturn(format!("{sr:?}"))
+                )]
+            );
+        }
+        let msg = RuleError::summarize(
+            &with_sync_status(StatusReturn::Singleton)
+                .validate()
+                .unwrap_err(),
+        );
+        assert!(msg.contains("oscillate"), "{msg}");
     }
 
     #[test]

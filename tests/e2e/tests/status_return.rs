@@ -283,6 +283,22 @@ async fn singleton_returns_the_copy_status_without_wiping_others() {
         assert_eq!(status_of(&now)[owned.0], owned.1, "{resource}: still kept");
     }
 
+    // The Deployment rule goes, and with it the only watch on Deployments:
+    // fleetbus's fields are still cleared, the others' stay.
+    kubectl(c1, &["delete", "resourcesyncrule", "web"]);
+    wait_obj(
+        c1,
+        &deployments(),
+        Some("apps"),
+        "web",
+        "to keep only others' status after its rule is deleted",
+        |o| match status_of(o) {
+            s if s.get("availableReplicas").is_none() && s["collisionCount"] == 7 => Ok(()),
+            s => Err(format!("status {s}")),
+        },
+    )
+    .await;
+
     // No status returned any more (no cluster reports): fleetbus's fields
     // go, the others' stay.
     kubectl(
@@ -440,7 +456,8 @@ async fn per_cluster_reported_states_and_readiness() {
 
     // Both copies exist, neither rolled out yet.
     let states = wait_states(c1, "web", "for c2 and c3", |s| s.len() == 2).await;
-    assert_eq!(states["c2"]["name"], "deployment-web-c2");
+    let c2_name = states["c2"]["name"].as_str().unwrap_or_default();
+    assert!(c2_name.starts_with("deployment.web.c2."), "{c2_name}");
     assert_eq!(states["c3"]["status"]["ready"], false);
     wait_readiness(c1, "web", "ready 0/2").await;
     // The Gadget has no status subresource and no status: ready by existing.
@@ -450,9 +467,25 @@ async fn per_cluster_reported_states_and_readiness() {
     .await;
     wait_readiness(c1, "gadgets", "ready 2/2").await;
     patch_status(c2, "gadget", "g", false, json!({"phase": "Up"}));
-    wait_states(c1, "g", "with c2's raw status", |s| {
+    let states = wait_states(c1, "g", "with c2's raw status", |s| {
         s.get("c2")
             .is_some_and(|v| v["status"]["status"] == json!({"phase": "Up"}))
+    })
+    .await;
+    // Someone else edits a ReportedState: the origin writes it back, although the
+    // report did not change.
+    let state_name = states["c2"]["name"].as_str().unwrap_or_default().to_owned();
+    patch_status(
+        c1,
+        "reportedstate",
+        &state_name,
+        true,
+        json!({"ready": false, "status": {"phase": "Edited"}}),
+    );
+    wait_states(c1, "g", "repaired after an edit", |s| {
+        s.get("c2").is_some_and(|v| {
+            v["status"]["status"] == json!({"phase": "Up"}) && v["status"]["ready"] == true
+        })
     })
     .await;
 
@@ -645,4 +678,72 @@ async fn a_restarted_sink_reads_back_its_reports() {
         Some(Value::Null)
     );
     collector.abort();
+}
+
+/// Status fleetbus returned before the origin stopped is still cleared when, on
+/// its return, no report wants it any more (its memory of what it applied is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_origin_clears_status_no_longer_returned() {
+    let nats = NatsServer::start().unwrap();
+    let mut m = fleet(&nats, &["c1", "c2"]).await;
+    for x in &m {
+        create_ns(x, "apps").await;
+        install_gadgets(x).await;
+    }
+    apply_yaml(
+        &m[0],
+        &rule_yaml("gadgets", "example.com", "Gadget", "Singleton", ""),
+    );
+    apply_yaml(&m[0], &gadget(1));
+    patch_status(&m[0], "gadget", "g", false, json!({"owner": "hub"}));
+    let copy = wait_copy(
+        &m[1],
+        &gadgets(),
+        Some("apps"),
+        "g",
+        "c1",
+        "gadgets",
+        |_| Ok(()),
+    )
+    .await;
+    patch_status(&m[1], "gadget", "g", false, rolled_out(generation(&copy)));
+    wait_obj(
+        &m[0],
+        &gadgets(),
+        Some("apps"),
+        "g",
+        "to carry the copy's status",
+        |o| match status_of(o) {
+            s if s["availableReplicas"] == 1 && s["owner"] == "hub" => Ok(()),
+            s => Err(format!("status {s}")),
+        },
+    )
+    .await;
+
+    // While the origin's agent is down, the rule stops returning status.
+    m[0].agent.kill9();
+    kubectl(
+        &m[0],
+        &[
+            "patch",
+            "resourcesyncrule",
+            "gadgets",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"statusReturn":"None"}}"#,
+        ],
+    );
+    m[0].agent.restart().unwrap();
+    wait_obj(
+        &m[0],
+        &gadgets(),
+        Some("apps"),
+        "g",
+        "to keep only others' status after a restart",
+        |o| match status_of(o) {
+            s if s == json!({"owner": "hub"}) => Ok(()),
+            s => Err(format!("status {s}")),
+        },
+    )
+    .await;
 }
