@@ -631,6 +631,23 @@ async fn crds_come_and_go_while_clients_run() {
 
     // The early watcher found the resource once it was served.
     assert_eq!(next_seen(&mut rx).await, Some(("apply", "g1".to_string())));
+    // It may have found g1 by a relist and not be watching yet; one more
+    // change seen makes it (almost surely) watching, so that it is there to
+    // see the DELETED below rather than a 404 relist of a resource that is
+    // gone, which a kube-rs watcher turns into no event at all (as against
+    // kube-apiserver: a race of the test, not of the server).
+    api.patch(
+        "g1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"size": 2}})),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        next_event(&mut events).await,
+        Some(WatchEvent::Modified(_))
+    ));
+    assert_eq!(next_seen(&mut rx).await, Some(("apply", "g1".to_string())));
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.delete("gadgets.example.com", &DeleteParams::default())
