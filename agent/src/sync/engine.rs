@@ -412,7 +412,7 @@ impl Engine {
         };
         match ev {
             BusEvent::Reset => kind.resnap = Some(BTreeMap::new()),
-            BusEvent::Envelope(key, env) => {
+            BusEvent::Item(key, env) => {
                 // Kept (a cluster may join later) but never applied: only
                 // members are sources. Counted, so a stranger's messages
                 // are not dropped silently.

@@ -25,6 +25,7 @@ pub mod conflicts;
 pub mod drift;
 pub mod drift_report;
 pub mod engine;
+pub mod follow;
 pub mod matching;
 pub mod mutate;
 pub mod per_cluster;

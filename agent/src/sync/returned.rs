@@ -6,14 +6,11 @@
 //! summary.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Duration;
 
-use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use fleetbus_schemas::crd::StatusReturn;
 use fleetbus_schemas::reported::ReportedStatus;
 use fleetbus_schemas::subject::{ObjectKey, StatusKey};
 use fleetbus_schemas::well_known::FIELD_MANAGER_STATUS;
-use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
@@ -21,21 +18,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::Engine;
+use super::follow::{Feed, Follow};
 use super::watches::Input;
 use crate::context::Context;
 
 /// What the status consumer saw.
-#[derive(Debug)]
-pub enum StatusEvent {
-    /// The consumer (re)starts: the last report of every subject follows.
-    Reset,
-    /// One report, valid and matching its subject.
-    Report(StatusKey, Box<ReportedStatus>),
-    /// A message that was skipped is now the last value of this subject.
-    Unreadable(StatusKey),
-    /// Every last report has been delivered; live ones follow.
-    CaughtUp,
-}
+pub type StatusEvent = Feed<StatusKey, ReportedStatus>;
 
 /// The reports that concern this cluster, and what the origin did with them.
 #[derive(Debug, Default)]
@@ -98,7 +86,7 @@ impl Engine {
         let book = &mut self.status_book;
         match ev {
             StatusEvent::Reset => book.resnap = Some(BTreeMap::new()),
-            StatusEvent::Report(key, report) => {
+            StatusEvent::Item(key, report) => {
                 let map = book.resnap.as_mut().unwrap_or(&mut book.reports);
                 // Reports between other clusters are not ours to keep.
                 if report.cluster == local || report.origin == local {
@@ -354,103 +342,21 @@ impl Engine {
 }
 
 /// Reads `<p>.status.>` (last report per subject, then live ones) into the
-/// engine until `cancel`, restarting after failures and when the status
-/// stream is recreated.
+/// engine until `cancel` (see `follow`: restarts, recreated streams).
 pub async fn status_consumer(
     ctx: std::sync::Arc<Context>,
     tx: mpsc::Sender<Input>,
     cancel: CancellationToken,
 ) {
-    let mut delay = Duration::from_millis(200);
-    loop {
-        let result = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = consume_once(&ctx, &tx) => r,
-        };
-        match result {
-            Ok(()) => return, // the engine is gone
-            Err(e) => {
-                tracing::warn!(error = %e, ?delay, "status consumer failed; restarting");
-                ctx.check_layout.notify_one();
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(10));
-            }
-        }
-    }
-}
-
-async fn consume_once(ctx: &Context, tx: &mpsc::Sender<Input>) -> Result<(), String> {
-    let prefix = ctx.layout.prefix();
-    let name = ctx.layout.status_stream().name;
-    // A recreated stream is consumed anew (see `watches::bus_consumer`).
-    let mut recreated = ctx
-        .js
-        .client()
-        .subscribe(format!("$JS.EVENT.ADVISORY.STREAM.CREATED.{name}"))
-        .await
-        .ok();
-    let stream = ctx
-        .js
-        .get_stream(&name)
-        .await
-        .map_err(|e| format!("status stream: {e}"))?;
-    let mut consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: fleetbus_schemas::subject::all_status(prefix),
-            deliver_policy: DeliverPolicy::LastPerSubject,
-            ..OrderedConfig::default()
-        })
-        .await
-        .map_err(|e| format!("create consumer: {e}"))?;
-    let pending = consumer
-        .info()
-        .await
-        .map_err(|e| format!("consumer info: {e}"))?
-        .num_pending;
-    let send = |ev: StatusEvent| tx.send(Input::Status(ev));
-    if send(StatusEvent::Reset).await.is_err() {
-        return Ok(());
-    }
-    if pending == 0 && send(StatusEvent::CaughtUp).await.is_err() {
-        return Ok(());
-    }
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(|e| format!("consume: {e}"))?;
-    loop {
-        let next = tokio::select! {
-            m = messages.next() => m,
-            Some(_) = super::watches::next_advisory(&mut recreated) => {
-                return Err("the status stream was recreated; consuming it anew".to_owned());
-            }
-        };
-        let Some(msg) = next else { break };
-        let msg = msg.map_err(|e| format!("message: {e}"))?;
-        let caught_up = msg.info().map(|i| i.pending == 0).unwrap_or(false);
-        let ev = match decode(prefix, &msg.subject, &msg.payload) {
-            Ok((key, report)) => Some(StatusEvent::Report(key, Box::new(report))),
-            Err(reason) => {
-                ctx.metrics.sync_rejected(reason);
-                tracing::warn!(subject = %msg.subject, reason, "skipped a status message");
-                StatusKey::parse_subject(prefix, &msg.subject)
-                    .ok()
-                    .map(StatusEvent::Unreadable)
-            }
-        };
-        if let Some(ev) = ev {
-            if send(ev).await.is_err() {
-                return Ok(());
-            }
-        }
-        if caught_up && send(StatusEvent::CaughtUp).await.is_err() {
-            return Ok(());
-        }
-    }
-    Err("message stream ended".to_owned())
+    let f = Follow {
+        stream: ctx.layout.status_stream().name,
+        filter: fleetbus_schemas::subject::all_status(ctx.layout.prefix()),
+        what: "status",
+        decode,
+        key_of: |prefix, subject| StatusKey::parse_subject(prefix, subject).ok(),
+        input: Box::new(Input::Status),
+    };
+    super::follow::follow(ctx, f, tx, cancel).await;
 }
 
 /// Decodes one status message; the reason is the metric label when skipped.

@@ -8,9 +8,6 @@
 //! re-list the same way: `Reset`, the full state, then `Listed`/`CaughtUp`, so
 //! the engine replaces what it had instead of keeping stale entries.
 
-use std::time::Duration;
-
-use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 use futures::StreamExt;
@@ -23,6 +20,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::follow::{Feed, Follow};
 use crate::context::Context;
 
 /// An event for the engine.
@@ -55,19 +53,8 @@ pub enum LocalEvent {
     Error(String),
 }
 
-/// What the bus consumer saw.
-#[derive(Debug)]
-pub enum BusEvent {
-    /// The consumer (re)starts: the last value of every subject follows.
-    Reset,
-    /// One envelope, and the key its subject names.
-    Envelope(ObjectKey, Box<Envelope>),
-    /// A message that was skipped (unreadable, or not what its subject
-    /// says) is now the last value of this key's subject.
-    Unreadable(ObjectKey),
-    /// Every last value has been delivered; live updates follow.
-    CaughtUp,
-}
+/// What the bus consumer of a kind saw.
+pub type BusEvent = Feed<ObjectKey, Envelope>;
 
 /// Resolves a kind through API discovery: served, with its resource name and scope.
 pub async fn resolve(
@@ -175,9 +162,7 @@ fn with_gvk(mut v: Value, gvk: &GroupVersionKind) -> Value {
 }
 
 /// Consumes the last envelope of every object of one kind, then live updates,
-/// until `cancel`. Restarts with backoff (200 ms doubling to 10 s, cancellable,
-/// so a dead NATS is not hammered) when the consumer fails (NATS down, stream
-/// deleted and recreated).
+/// until `cancel` (see `follow`: restarts, recreated streams).
 #[tracing::instrument(name = "consume", skip_all, fields(kind = %describe(&gvk)))]
 pub async fn bus_consumer(
     ctx: std::sync::Arc<Context>,
@@ -185,119 +170,17 @@ pub async fn bus_consumer(
     tx: mpsc::Sender<Input>,
     cancel: CancellationToken,
 ) {
-    let mut delay = Duration::from_millis(200);
-    loop {
-        let result = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = consume_once(&ctx, &gvk, &tx) => r,
-        };
-        match result {
-            Ok(()) => return, // the engine is gone
-            Err(e) => {
-                tracing::warn!(error = %e, ?delay, "object consumer failed; restarting");
-                // The objects stream may have been deleted: have it checked
-                // (and recreated) now rather than at the next periodic check.
-                ctx.check_layout.notify_one();
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(10));
-            }
-        }
-    }
-}
-
-async fn consume_once(
-    ctx: &Context,
-    gvk: &GroupVersionKind,
-    tx: &mpsc::Sender<Input>,
-) -> Result<(), String> {
-    let prefix = ctx.layout.prefix();
-    let filter = fleetbus_schemas::subject::ObjectFilter::any()
-        .gvk(&gvk.group, &gvk.version, &gvk.kind)
-        .to_subject(prefix);
-    let name = ctx.layout.objects_stream().name;
-    // JetStream announces a (re)created stream; an ordered consumer of the
-    // deleted one would resume at its old sequence on the new stream and miss
-    // what was published there first. So a creation means consuming anew
-    // (event-driven, no polling). Without the subscription (permissions),
-    // the periodic layout check and consumer errors still recover.
-    let mut recreated = ctx
-        .js
-        .client()
-        .subscribe(format!("$JS.EVENT.ADVISORY.STREAM.CREATED.{name}"))
-        .await
-        .ok();
-    let stream = ctx
-        .js
-        .get_stream(&name)
-        .await
-        .map_err(|e| format!("objects stream: {e}"))?;
-    let mut consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: filter,
-            deliver_policy: DeliverPolicy::LastPerSubject,
-            ..OrderedConfig::default()
-        })
-        .await
-        .map_err(|e| format!("create consumer: {e}"))?;
-    let pending = consumer
-        .info()
-        .await
-        .map_err(|e| format!("consumer info: {e}"))?
-        .num_pending;
-    let send = |ev: BusEvent| tx.send(Input::Bus(gvk.clone(), ev));
-    if send(BusEvent::Reset).await.is_err() {
-        return Ok(());
-    }
-    if pending == 0 && send(BusEvent::CaughtUp).await.is_err() {
-        return Ok(());
-    }
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(|e| format!("consume: {e}"))?;
-    loop {
-        let next = tokio::select! {
-            m = messages.next() => m,
-            Some(_) = next_advisory(&mut recreated) => {
-                return Err("the objects stream was recreated; consuming it anew".to_owned());
-            }
-        };
-        let Some(msg) = next else { break };
-        let msg = msg.map_err(|e| format!("message: {e}"))?;
-        let caught_up = msg.info().map(|i| i.pending == 0).unwrap_or(false);
-        match decode(prefix, &msg.subject, &msg.payload) {
-            Ok((key, env)) => {
-                if send(BusEvent::Envelope(key, Box::new(env))).await.is_err() {
-                    return Ok(());
-                }
-            }
-            Err(reason) => {
-                ctx.metrics.sync_rejected(reason);
-                tracing::warn!(subject = %msg.subject, reason, "skipped an object message");
-                if let Ok(key) = ObjectKey::parse_subject(prefix, &msg.subject) {
-                    if send(BusEvent::Unreadable(key)).await.is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-        if caught_up && send(BusEvent::CaughtUp).await.is_err() {
-            return Ok(());
-        }
-    }
-    Err("message stream ended".to_owned())
-}
-
-pub(super) async fn next_advisory(
-    sub: &mut Option<async_nats::Subscriber>,
-) -> Option<async_nats::Message> {
-    match sub {
-        Some(s) => s.next().await,
-        None => std::future::pending().await,
-    }
+    let f = Follow {
+        stream: ctx.layout.objects_stream().name,
+        filter: fleetbus_schemas::subject::ObjectFilter::any()
+            .gvk(&gvk.group, &gvk.version, &gvk.kind)
+            .to_subject(ctx.layout.prefix()),
+        what: "objects",
+        decode,
+        key_of: |prefix, subject| ObjectKey::parse_subject(prefix, subject).ok(),
+        input: Box::new(move |ev| Input::Bus(gvk.clone(), ev)),
+    };
+    super::follow::follow(ctx, f, tx, cancel).await;
 }
 
 /// Decodes one message; the reason is the metric label when it is skipped.
