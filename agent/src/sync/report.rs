@@ -73,9 +73,6 @@ impl Engine {
             } else {
                 format!("{}/{}", key.group, key.version)
             };
-            // Where Bundles plug in (H-C): for a copy unwrapped from a
-            // Bundle, the report of the Bundle's key is
-            // `self.bundle_report(key)` (one per Bundle, not per manifest).
             let status = live.get("status").cloned().unwrap_or_else(|| json!({}));
             let report = ReportedStatus {
                 cluster: local.clone(),
