@@ -603,6 +603,10 @@ pub fn truncated_report(report: &Value) -> Option<Value> {
     serde_json::to_value(r).ok()
 }
 
+/// Up to this many manifests, a cluster's entry of `Bundle.status` lists
+/// every manifest; beyond, only those not applied, failing or not ready.
+pub const MANIFESTS_LISTED_IN_FULL: usize = 32;
+
 /// A cluster's [`BundleReport`] as its entry of `Bundle.status`.
 fn cluster_status(r: &ReportedStatus) -> BundleClusterStatus {
     let observed_at = Some(time(r.observed_at));
@@ -615,14 +619,29 @@ fn cluster_status(r: &ReportedStatus) -> BundleClusterStatus {
                 .filter(|m| m.error.is_some())
                 .count();
             let ready = report_is_ready(&r.status);
+            let total = report.manifests.len();
+            let mut manifests = report.manifests;
+            let mut message = report.error.or(report.message);
+            // Status grows with clusters × manifests and lives in the
+            // Bundle itself (object size limit, and the Bundle's envelope):
+            // beyond a small Bundle only what needs attention is listed.
+            if total > MANIFESTS_LISTED_IN_FULL {
+                manifests.retain(|m| !m.applied || m.error.is_some() || m.ready != Some(true));
+                let omitted = total - manifests.len();
+                if omitted > 0 && message.is_none() {
+                    message = Some(format!(
+                        "{omitted} of {total} manifests applied and ready (not listed)"
+                    ));
+                }
+            }
             BundleClusterStatus {
                 cluster: r.cluster.clone(),
                 ready,
                 applied: i64::try_from(applied).unwrap_or(i64::MAX),
                 errors: i64::try_from(errors).unwrap_or(i64::MAX),
-                message: report.error.or(report.message),
+                message,
                 observed_at,
-                manifests: report.manifests,
+                manifests,
             }
         }
         Err(e) => BundleClusterStatus {

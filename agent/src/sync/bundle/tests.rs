@@ -320,3 +320,45 @@ fn a_truncated_report_keeps_what_is_not_ready_and_says_how_many_went() {
     );
     assert!(truncated_report(&json!("junk")).is_none());
 }
+
+#[test]
+fn a_large_bundle_lists_only_the_manifests_that_need_attention() {
+    let small: Vec<Value> = (0..MANIFESTS_LISTED_IN_FULL)
+        .map(|_| entry("ConfigMap", true, None, Some(true)))
+        .collect();
+    let s = status_from_reports(&[&report(
+        "e",
+        "2026-11-23T10:00:00.000Z",
+        json!({ "manifests": small }),
+    )]);
+    assert_eq!(s.clusters[0].manifests.len(), MANIFESTS_LISTED_IN_FULL);
+    assert_eq!(s.clusters[0].message, None);
+
+    let mut large: Vec<Value> = (0..100)
+        .map(|_| entry("ConfigMap", true, None, Some(true)))
+        .collect();
+    large.push(entry("Deployment", true, None, Some(false)));
+    large.push(entry("Bad", false, Some("no name"), None));
+    let s = status_from_reports(&[&report(
+        "e",
+        "2026-11-23T10:00:00.000Z",
+        json!({ "manifests": large }),
+    )]);
+    let c = &s.clusters[0];
+    let kinds: Vec<&str> = c.manifests.iter().map(|m| m.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["Deployment", "Bad"],
+        "only what is not ready or failed"
+    );
+    assert_eq!(
+        (c.applied, c.errors),
+        (101, 1),
+        "counts cover every manifest"
+    );
+    assert_eq!(
+        c.message.as_deref(),
+        Some("100 of 102 manifests applied and ready (not listed)")
+    );
+    assert!(!c.ready);
+}
