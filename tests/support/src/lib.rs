@@ -21,4 +21,4 @@ pub use devcluster::{DevCluster, DevClusterOpts};
 pub use http::http_get;
 pub use nats::NatsServer;
 pub use process::{free_addr, free_port};
-pub use wait::{wait_for, wait_for_blocking};
+pub use wait::{try_wait_for, wait_for, wait_for_blocking};

@@ -10,7 +10,20 @@ const POLL: Duration = Duration::from_millis(100);
 /// # Panics
 /// At the deadline, with "timed out after Xs waiting for {what}; last seen: {err}".
 /// An attempt still pending at the deadline is abandoned.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    match try_wait_for(what, timeout, f).await {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// [`wait_for`] that returns the timeout as an error instead of panicking
+/// (for callers that report a failure and go on, like the bench harness).
+pub async fn try_wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
@@ -20,15 +33,15 @@ where
     let mut last = String::from("(no attempt finished)");
     loop {
         match tokio::time::timeout_at(deadline, f()).await {
-            Ok(Ok(v)) => return v,
+            Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) => last = e,
             Err(_) => last = format!("{last} (then an attempt was still pending at the deadline)"),
         }
         if tokio::time::Instant::now() >= deadline {
-            panic!(
+            return Err(format!(
                 "timed out after {:.1}s waiting for {what}; last seen: {last}",
                 timeout.as_secs_f64()
-            );
+            ));
         }
         tokio::time::sleep(POLL).await;
     }

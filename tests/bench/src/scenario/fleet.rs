@@ -16,7 +16,10 @@ use crate::scenario::Ctx;
 use crate::stats::{ms, Samples};
 use crate::table::{ratio, Table};
 
-/// How long after the last change its requests may still be logged.
+/// How long after the last change its requests may still be logged. A fixed
+/// delay on purpose: the devclusters' request logs (another process's file)
+/// give no event that says "all written", and this bounds a measurement
+/// window, not a test.
 const LOG_SETTLE: Duration = Duration::from_millis(200);
 
 const HEADERS: [&str; 11] = [
