@@ -253,6 +253,12 @@ pub struct Engine {
     pub(super) bundles: BTreeMap<ObjectKey, super::bundle::Unwrapped>,
     /// Bundle versions whose invalid manifests were counted already.
     pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
+    /// Content hashes of our originals' versions, per source kind (`source`).
+    pub(super) source_hashes: HashMap<GroupVersionKind, super::published::HashMemo>,
+    /// When this agent last wrote each rule's status, and when a status held
+    /// back (only counts changed) is due (`status`).
+    pub(super) status_written: BTreeMap<String, Instant>,
+    pub(super) status_due: Option<Instant>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -306,6 +312,9 @@ impl Engine {
             status_book: super::returned::StatusBook::default(),
             bundles: BTreeMap::new(),
             bundles_counted: std::collections::HashSet::new(),
+            source_hashes: HashMap::new(),
+            status_written: BTreeMap::new(),
+            status_due: None,
         }
     }
 
@@ -412,7 +421,7 @@ impl Engine {
         };
         match ev {
             BusEvent::Reset => kind.resnap = Some(BTreeMap::new()),
-            BusEvent::Item(key, env) => {
+            BusEvent::Item(key, mut env) => {
                 // Kept (a cluster may join later) but never applied: only
                 // members are sources. Counted, so a stranger's messages
                 // are not dropped silently.
@@ -423,6 +432,11 @@ impl Engine {
                 {
                     self.ctx.metrics.sync_rejected("unknown_origin");
                     tracing::warn!(origin = %key.origin, object = %super::source::describe_key(&key), "envelope from a cluster that is no member; not applied");
+                }
+                if key.origin == self.ctx.cfg.cluster_name {
+                    // Of our own envelopes only uid, resourceVersion and
+                    // hash are used (`source`); the object is the local one.
+                    env.object = None;
                 }
                 match &mut kind.resnap {
                     Some(resnap) => {
@@ -612,6 +626,7 @@ impl Engine {
             .map(|r| r.at)
             .chain(self.rediscover_at)
             .chain(self.publish_retry_at)
+            .chain(self.status_due)
             .min()
     }
 

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use async_nats::HeaderMap;
-use fleetbus_schemas::envelope::{check_size, content_hash, Envelope, TombstoneReason};
+use fleetbus_schemas::envelope::{check_size, Envelope, TombstoneReason};
 use fleetbus_schemas::subject::{check_subject_len, ObjectKey};
 use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::engine::{Engine, KindState};
 use super::matching;
+use super::published::{self, HashMemo};
 use super::rules::CompiledRule;
 use super::watches::Input;
 use crate::registry::view::LocalView;
@@ -70,15 +71,18 @@ pub fn qualifies(
         && matching::features_satisfy(&rule.spec.cluster_feature_match, features)
 }
 
-/// What to publish for one kind: pure, from the local objects, the rules of
-/// the kind this cluster is a source of, and the envelopes on the bus.
+/// What to publish for one kind: from the local objects, the rules of the
+/// kind this cluster is a source of, and the envelopes on the bus. Pure but
+/// for `memo`, which spares hashing a version hashed before.
 pub fn plan(
     local: &LocalView,
     rules: &[&CompiledRule],
     kind: &KindState,
+    memo: &mut HashMemo,
 ) -> Vec<(ObjectKey, Publish)> {
-    let rules: Vec<&&CompiledRule> = rules
+    let rules: Vec<&CompiledRule> = rules
         .iter()
+        .copied()
         .filter(|r| r.is_valid() && qualifies(r, &local.labels, &local.features))
         .collect();
     let mut out = Vec::new();
@@ -90,23 +94,29 @@ pub fn plan(
         let Some(key) = ObjectKey::from_object(&local.name, obj) else {
             continue;
         };
-        seen.insert(key.clone());
-        let wanted = !sync_disabled(obj)
-            && rules
+        let matched: Vec<_> = if sync_disabled(obj) {
+            Vec::new()
+        } else {
+            rules
                 .iter()
-                .any(|r| matching::matching_rules(&r.spec, obj).is_some());
+                .filter_map(|r| matching::matching_rules(&r.spec, obj))
+                .collect()
+        };
         let current = kind.snapshots.get(&key).filter(|e| !e.tombstone);
-        if wanted {
+        if !matched.is_empty() {
+            let with_status = published::keeps_status(&rules, &matched);
+            let (hash, built) = memo.hash(&key, obj, with_status);
             let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
-            let same = current.is_some_and(|e| {
-                Some(e.uid.as_str()) == uid && e.content_hash == content_hash(obj)
-            });
+            let same =
+                current.is_some_and(|e| Some(e.uid.as_str()) == uid && e.content_hash == hash);
             if !same {
-                out.push((key, Publish::Snapshot(obj.clone())));
+                let published =
+                    built.unwrap_or_else(|| published::published_object(obj, with_status));
+                out.push((key.clone(), Publish::Snapshot(published)));
             }
         } else if let Some(e) = current {
             out.push((
-                key,
+                key.clone(),
                 Publish::Tombstone {
                     uid: e.uid.clone(),
                     resource_version: e.resource_version.clone(),
@@ -114,7 +124,9 @@ pub fn plan(
                 },
             ));
         }
+        seen.insert(key);
     }
+    memo.retain(|k| seen.contains(k));
     // Ours on the bus, live, but no longer here: deleted (perhaps while we
     // were down).
     for (key, e) in &kind.snapshots {
@@ -151,13 +163,16 @@ impl Engine {
             self.publish_hold = None;
         }
         self.source_errors.clear();
+        let kinds = &self.kinds;
+        self.source_hashes.retain(|g, _| kinds.contains_key(g));
         for gvk in gvks {
             let rules: Vec<&CompiledRule> =
                 self.rules.values().filter(|r| r.source == gvk).collect();
             let Some(kind) = self.kinds.get(&gvk) else {
                 continue;
             };
-            let planned = plan(&self.fleet.local, &rules, kind);
+            let memo = self.source_hashes.entry(gvk.clone()).or_default();
+            let planned = plan(&self.fleet.local, &rules, kind, memo);
             let matching_rules: BTreeMap<ObjectKey, Vec<String>> = planned
                 .iter()
                 .filter_map(|(k, p)| match p {
@@ -174,8 +189,11 @@ impl Engine {
                 .collect();
             for (key, publish) in planned {
                 match self.publish(&gvk, &key, publish).await {
-                    Ok(env) => {
+                    Ok(mut env) => {
                         self.overwritten.remove(&key);
+                        // Only uid, resourceVersion and hash of our own
+                        // envelopes are needed: the object is the local one.
+                        env.object = None;
                         if let Some(kind) = self.kinds.get_mut(&gvk) {
                             kind.snapshots.insert(key, env);
                         }
@@ -415,7 +433,7 @@ mod tests {
     }
 
     fn run(rule: &CompiledRule, kind: &KindState) -> Vec<(ObjectKey, Publish)> {
-        plan(&local(), &[rule], kind)
+        plan(&local(), &[rule], kind, &mut HashMemo::default())
     }
 
     fn tombstone(uid: &str, rv: &str, reason: TombstoneReason) -> Publish {
@@ -607,11 +625,96 @@ mod tests {
         assert_eq!(run(&bad, &kind(&[&s], vec![])), vec![]);
         // The rule went: what it published is unpublished, not deleted.
         assert_eq!(
-            plan(&local(), &[], &kind(&[&s], vec![published(SELF, &s)])),
+            plan(&local(), &[], &kind(&[&s], vec![published(SELF, &s)]), &mut HashMemo::default()),
             vec![(
                 key_of(SELF, &s),
                 tombstone("u1", "5", TombstoneReason::Unpublished)
             )]
+        );
+    }
+
+    fn with_status(mut obj: Value, rv: &str, status: Value) -> Value {
+        obj["metadata"]["resourceVersion"] = json!(rv);
+        obj["status"] = status;
+        obj
+    }
+
+    /// What `origin` has on the bus for `obj` published without its status.
+    fn published_without_status(origin: &str, obj: &Value) -> (ObjectKey, Envelope) {
+        published(origin, &published::published_object(obj, false))
+    }
+
+    #[test]
+    fn status_is_left_out_unless_a_rule_syncs_it() {
+        let s = with_status(secret("a", "u1", "5", "v1"), "5", json!({"phase": "Up"}));
+        let planned = run(&rule(json!({})), &kind(&[&s], vec![]));
+        let Some((_, Publish::Snapshot(obj))) = planned.first() else {
+            panic!("{planned:?}");
+        };
+        assert!(obj.get("status").is_none(), "{obj}");
+        assert_eq!(obj["data"], s["data"]);
+        let syncs = rule(json!({"rules": [{"mutations": {"syncStatus": true}}]}));
+        assert_eq!(
+            run(&syncs, &kind(&[&s], vec![])),
+            vec![(key_of(SELF, &s), Publish::Snapshot(s.clone()))]
+        );
+    }
+
+    #[test]
+    fn a_status_only_change_publishes_nothing_unless_a_rule_syncs_status() {
+        let old = with_status(secret("a", "u1", "5", "v1"), "5", json!({"n": 1}));
+        let new = with_status(secret("a", "u1", "6", "v1"), "6", json!({"n": 2}));
+        let on_bus = published_without_status(SELF, &old);
+        assert_eq!(run(&rule(json!({})), &kind(&[&new], vec![on_bus])), vec![]);
+        let syncs = rule(json!({"rules": [{"mutations": {"syncStatus": true}}]}));
+        let on_bus = published(SELF, &old);
+        assert_eq!(
+            run(&syncs, &kind(&[&new], vec![on_bus])),
+            vec![(key_of(SELF, &new), Publish::Snapshot(new.clone()))]
+        );
+    }
+
+    #[test]
+    fn a_rule_gaining_sync_status_publishes_the_same_version_again_with_status() {
+        let s = with_status(secret("a", "u1", "5", "v1"), "5", json!({"phase": "Up"}));
+        let k = kind(&[&s], vec![published_without_status(SELF, &s)]);
+        let mut memo = HashMemo::default();
+        // The memo holds the version hashed without status...
+        assert_eq!(plan(&local(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        // ...which does not stand for the version with status.
+        let syncs = rule(json!({"rules": [{"mutations": {"syncStatus": true}}]}));
+        assert_eq!(
+            plan(&local(), &[&syncs], &k, &mut memo),
+            vec![(key_of(SELF, &s), Publish::Snapshot(s.clone()))]
+        );
+    }
+
+    #[test]
+    fn a_version_hashed_before_is_not_hashed_again() {
+        let s = secret("a", "u1", "5", "v1");
+        let k = kind(&[&s], vec![published(SELF, &s)]);
+        let mut memo = HashMemo::default();
+        assert_eq!(plan(&local(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        // The same uid and resourceVersion with other content (which the API
+        // server never gives) shows the memo answered, not a new hash.
+        let odd = secret("a", "u1", "5", "other");
+        let k = kind(&[&odd], vec![published(SELF, &s)]);
+        assert_eq!(plan(&local(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        // A deleted object is forgotten.
+        plan(&local(), &[&rule(json!({}))], &kind(&[], vec![]), &mut memo);
+        assert!(memo.is_empty());
+    }
+
+    #[test]
+    fn our_envelopes_without_their_object_are_enough_to_plan() {
+        // The engine keeps our own envelopes without the object.
+        let s = secret("a", "u1", "5", "v1");
+        let (key, mut env) = published(SELF, &s);
+        env.object = None;
+        assert_eq!(run(&rule(json!({})), &kind(&[&s], vec![(key.clone(), env.clone())])), vec![]);
+        assert_eq!(
+            run(&rule(json!({})), &kind(&[], vec![(key.clone(), env)])),
+            vec![(key, tombstone("u1", "5", TombstoneReason::Deleted))]
         );
     }
 

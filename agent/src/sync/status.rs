@@ -1,10 +1,20 @@
-//! ResourceSyncRule status on this cluster, written only when it changes.
+//! ResourceSyncRule status on this cluster, written only when it changes,
+//! and while only counts and times change at most once per [`COALESCE`].
+//!
+//! Counts (`objectsSynced`, `lastSyncTime`, the Ready message) change with
+//! every copy written: writing each change would cost one status write per
+//! copy. What an operator waits on (`kubectl wait`: a condition's status or
+//! reason, `observedGeneration`) is written at once; the rest at most once a
+//! second, and the engine wakes when the second is over so the last counts
+//! are written once things settle ([`Engine::wake_at`]).
 
 use fleetbus_schemas::crd::{ResourceSyncRule, ResourceSyncRuleStatus};
 use fleetbus_schemas::well_known::condition;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use super::engine::{Engine, RuleReport};
 use super::rules::{rule_gvk, CompiledRule};
@@ -16,6 +26,61 @@ pub const CONFLICT: &str = "Conflict";
 
 /// At most this many objects are named in a condition message.
 const NAMED: usize = 5;
+
+/// The least time between two writes of a rule's status that change only
+/// counts, times or messages.
+pub const COALESCE: Duration = Duration::from_secs(1);
+
+/// When to write a rule's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// It is what the API server has: not at all.
+    Never,
+    /// Now.
+    Now,
+    /// Not before this (only counts or times changed, and the last write was
+    /// less than [`COALESCE`] ago); a pass must run then.
+    At(Instant),
+}
+
+/// When to write `new` over `existing` (the status the API server has),
+/// given when this agent last wrote the rule's status.
+pub fn when_to_write(
+    existing: &ResourceSyncRuleStatus,
+    new: &ResourceSyncRuleStatus,
+    last_write: Option<Instant>,
+    now: Instant,
+) -> Write {
+    if new == existing {
+        return Write::Never;
+    }
+    if significant(existing) != significant(new) {
+        return Write::Now;
+    }
+    match last_write.map(|at| at + COALESCE) {
+        Some(due) if due > now => Write::At(due),
+        _ => Write::Now,
+    }
+}
+
+/// What someone waits on: each condition's type, status, reason and
+/// observed generation, and the status's observed generation.
+fn significant(s: &ResourceSyncRuleStatus) -> (Option<i64>, Vec<(&str, &str, &str, Option<i64>)>) {
+    let mut conditions: Vec<_> = s
+        .conditions
+        .iter()
+        .map(|c| {
+            (
+                c.type_.as_str(),
+                c.status.as_str(),
+                c.reason.as_str(),
+                c.observed_generation,
+            )
+        })
+        .collect();
+    conditions.sort_unstable();
+    (s.observed_generation, conditions)
+}
 
 /// The status a rule should show; `problem` is why it cannot work, `ready`
 /// whether everything it needs has been read.
@@ -112,11 +177,14 @@ fn named(entries: &std::collections::BTreeMap<String, String>) -> String {
 }
 
 impl Engine {
-    /// Writes the status of every rule object whose status changed.
+    /// Writes the status of every rule object whose status changed (see
+    /// [`when_to_write`]); sets `status_due` for those that must wait.
     pub(super) async fn status_pass(&mut self) {
+        self.status_due = None;
         let Some(kind) = self.kinds.get(&rule_gvk()) else {
             return;
         };
+        let now = Instant::now();
         let mut writes = Vec::new();
         let (mut synced, mut conflicts, mut errors) = (0, 0, 0);
         for rule in self.rules.values().filter(|r| !r.builtin) {
@@ -141,10 +209,18 @@ impl Engine {
                 &existing,
                 self.last_sync.get(&rule.name).cloned(),
             );
-            if status != existing {
-                writes.push((rule.name.clone(), status));
+            let last = self.status_written.get(&rule.name).copied();
+            match when_to_write(&existing, &status, last, now) {
+                Write::Never => {}
+                Write::Now => writes.push((rule.name.clone(), status)),
+                Write::At(due) => {
+                    self.status_due = Some(self.status_due.map_or(due, |d| d.min(due)));
+                }
             }
         }
+        let rules = &self.rules;
+        self.status_written
+            .retain(|name, _| rules.contains_key(name));
         self.ctx.metrics.sync_objects.set(synced);
         self.ctx.metrics.sync_conflicts.set(conflicts);
         self.ctx.metrics.sync_errors.set(errors);
@@ -161,7 +237,10 @@ impl Engine {
                         .patch_status(&name, &params, &Patch::Merge(&patch))
                         .await
                     {
-                        Ok(_) => self.ctx.metrics.kube_write("resourcesyncrule_status"),
+                        Ok(_) => {
+                            self.ctx.metrics.kube_write("resourcesyncrule_status");
+                            self.status_written.insert(name, now);
+                        }
                         // Deleted since the pass read it: nothing to report on.
                         Err(kube::Error::Api(s)) if s.code == 404 => {}
                         Err(e) => {
@@ -379,6 +458,70 @@ mod tests {
         assert_eq!(kept.last_sync_time, Some(at(2_000)));
         let newer = desired(&rule(), &report(), None, true, &stored, Some(at(3_000)));
         assert_eq!(newer.last_sync_time, Some(at(3_000)));
+    }
+
+    #[test]
+    fn an_unchanged_status_is_never_written() {
+        let s = status(&report(), None, true);
+        let now = Instant::now();
+        assert_eq!(when_to_write(&s, &s, None, now), Write::Never);
+        assert_eq!(when_to_write(&s, &s, Some(now), now), Write::Never);
+    }
+
+    #[test]
+    fn counts_alone_are_written_at_most_once_per_interval() {
+        let stored = status(&report(), None, true);
+        let mut more = report();
+        more.synced = 3;
+        let counted = desired(&rule(), &more, None, true, &stored, Some(at(5)));
+        let now = Instant::now();
+        // Never written by this agent, or long ago: now.
+        assert_eq!(when_to_write(&stored, &counted, None, now), Write::Now);
+        let long_ago = now.checked_sub(COALESCE * 2).unwrap();
+        assert_eq!(
+            when_to_write(&stored, &counted, Some(long_ago), now),
+            Write::Now
+        );
+        // Written 200 ms ago: when the interval is over.
+        let recent = now.checked_sub(Duration::from_millis(200)).unwrap();
+        assert_eq!(
+            when_to_write(&stored, &counted, Some(recent), now),
+            Write::At(recent + COALESCE)
+        );
+    }
+
+    #[test]
+    fn what_an_operator_waits_on_is_written_at_once() {
+        let stored = status(&report(), None, true);
+        let now = Instant::now();
+        let just = Some(now);
+        // Ready flips.
+        let waiting = desired(&rule(), &report(), None, false, &stored, None);
+        assert_eq!(when_to_write(&stored, &waiting, just, now), Write::Now);
+        // A conflict appears, and goes.
+        let mut r = report();
+        r.conflicts.insert("Secret apps/s".into(), "exists".into());
+        let conflicted = desired(&rule(), &r, None, true, &stored, None);
+        assert_eq!(when_to_write(&stored, &conflicted, just, now), Write::Now);
+        let cleared = desired(&rule(), &report(), None, true, &conflicted, None);
+        assert_eq!(when_to_write(&conflicted, &cleared, just, now), Write::Now);
+        // An error appears (Ready's reason changes).
+        let mut r = report();
+        r.errors.insert("Secret apps/s".into(), "boom".into());
+        let failing = desired(&rule(), &r, None, true, &stored, None);
+        assert_eq!(when_to_write(&stored, &failing, just, now), Write::Now);
+        // A new generation is observed.
+        let mut newer = stored.clone();
+        newer.observed_generation = Some(4);
+        assert_eq!(when_to_write(&stored, &newer, just, now), Write::Now);
+        // A second error while failing already: a count, held back.
+        let mut r2 = r.clone();
+        r2.errors.insert("Secret apps/t".into(), "boom".into());
+        let more_failing = desired(&rule(), &r2, None, true, &failing, None);
+        assert!(matches!(
+            when_to_write(&failing, &more_failing, just, now),
+            Write::At(_)
+        ));
     }
 
     #[test]

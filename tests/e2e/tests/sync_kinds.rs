@@ -410,3 +410,131 @@ async fn rename_and_move_override() {
         .collect();
     assert!(left.is_empty(), "c2: copies left in other: {left:?}");
 }
+
+/// The subject of Widget `default/<name>` published by c1.
+fn widget_subject(name: &str) -> String {
+    fleetbus_schemas::subject::ObjectKey {
+        origin: "c1".into(),
+        group: "example.com".into(),
+        version: "v1".into(),
+        kind: "Widget".into(),
+        namespace: Some("default".into()),
+        name: name.into(),
+    }
+    .to_subject(&fleetbus_schemas::subject::Prefix::default())
+}
+
+/// `kubectl patch --subresource=status` of Widget `w1` on `m`.
+fn patch_widget_status(m: &Member, status: &serde_json::Value) {
+    let patch = serde_json::json!({ "status": status }).to_string();
+    kubectl(
+        m,
+        &[
+            "patch",
+            "widgets.example.com",
+            "w1",
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ],
+    );
+}
+
+/// Reads `sub` until an envelope on `until` arrives; returns the envelopes
+/// seen before it on `subject` (their objects' `.status`, `Null` if absent).
+async fn statuses_before(
+    sub: &mut async_nats::Subscriber,
+    subject: &str,
+    until: &str,
+) -> Vec<serde_json::Value> {
+    use futures::StreamExt;
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(SYNC, async {
+        while let Some(msg) = sub.next().await {
+            if msg.subject.as_str() == until {
+                return true;
+            }
+            if msg.subject.as_str() == subject {
+                let env = fleetbus_schemas::envelope::Envelope::decode(&msg.payload)
+                    .expect("an envelope");
+                let obj = env.object.unwrap_or_default();
+                seen.push(obj.get("status").cloned().unwrap_or_default());
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        found,
+        Ok(true),
+        "no envelope on {until} within {SYNC:?}; seen on {subject}: {seen:?}"
+    );
+    seen
+}
+
+/// Without `syncStatus`, envelopes carry no `.status` and a status-only
+/// change on the origin publishes nothing (counted on `fleetbus.obj.c1.>`
+/// with a plain subscriber, up to a later real change); once the rule syncs
+/// status, the object is published again with its status and the copy's
+/// status follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_only_changes_are_not_published_unless_synced() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in [c1, c2] {
+        install_crd(x, "Widget", "widgets").await;
+    }
+    apply_yaml(c1, WIDGET_RULE);
+    apply_yaml(c1, WIDGET);
+    let spec = serde_json::json!({"size": 3, "color": "blue"});
+    wait_copy(c2, &widgets(), Some("default"), "w1", "c1", "widgets", spec_is(spec.clone())).await;
+
+    let client = async_nats::connect(nats.url()).await.expect("connect nats");
+    let mut sub = client.subscribe("fleetbus.obj.c1.>").await.expect("subscribe");
+    client.flush().await.expect("flush");
+    let (w1, w2) = (widget_subject("w1"), widget_subject("w2"));
+
+    // A status-only change, then a real change (a new Widget) as the end
+    // marker: c1 handles the two in order, so a republished w1 would come first.
+    patch_widget_status(c1, &serde_json::json!({"phase": "Running"}));
+    apply_yaml(c1, &WIDGET.replace("w1", "w2"));
+    let seen = statuses_before(&mut sub, &w1, &w2).await;
+    assert_eq!(seen, Vec::<serde_json::Value>::new(), "w1 republished for a status change");
+
+    // The rule gains syncStatus: w1 is published again, with its status.
+    apply_yaml(
+        c1,
+        &format!("{WIDGET_RULE}  rules:\n    - mutations:\n        syncStatus: true\n"),
+    );
+    let running = serde_json::json!({"phase": "Running"});
+    let want = running.clone();
+    wait_copy(c2, &widgets(), Some("default"), "w1", "c1", "widgets", move |o| {
+        if o.data["status"] == want {
+            Ok(())
+        } else {
+            Err(format!("status {}", o.data["status"]))
+        }
+    })
+    .await;
+    // A status-only change is published now, and followed.
+    patch_widget_status(c1, &serde_json::json!({"phase": "Done"}));
+    apply_yaml(c1, &WIDGET.replace("w1", "w3"));
+    let seen = statuses_before(&mut sub, &w1, &widget_subject("w3")).await;
+    assert!(
+        seen.contains(&serde_json::json!({"phase": "Done"})),
+        "w1 not published with its new status: {seen:?}"
+    );
+    wait_copy(c2, &widgets(), Some("default"), "w1", "c1", "widgets", |o| {
+        if o.data["status"] == serde_json::json!({"phase": "Done"}) {
+            Ok(())
+        } else {
+            Err(format!("status {}", o.data["status"]))
+        }
+    })
+    .await;
+}
