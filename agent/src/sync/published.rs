@@ -142,7 +142,7 @@ mod tests {
         let matched: Vec<_> = crate::sync::matching::matching_rules(&rule.spec, o)
             .into_iter()
             .collect();
-        keeps_status(&[&rule], &matched)
+        keeps_status(&[rule], &matched)
     }
 
     #[test]
@@ -155,8 +155,10 @@ mod tests {
         ));
         // The entry that syncs status does not match this object.
         assert!(!keeps(
-            &rule(json!([{"match": [{"namespaces": ["other"]}], "mutations": {"syncStatus": true}},
-                         {"match": [{"namespaces": ["apps"]}]}])),
+            &rule(
+                json!([{"match": [{"namespaces": ["other"]}], "mutations": {"syncStatus": true}},
+                         {"match": [{"namespaces": ["apps"]}]}])
+            ),
             &o
         ));
         assert!(keeps(

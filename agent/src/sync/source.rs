@@ -625,7 +625,12 @@ mod tests {
         assert_eq!(run(&bad, &kind(&[&s], vec![])), vec![]);
         // The rule went: what it published is unpublished, not deleted.
         assert_eq!(
-            plan(&local(), &[], &kind(&[&s], vec![published(SELF, &s)]), &mut HashMemo::default()),
+            plan(
+                &local(),
+                &[],
+                &kind(&[&s], vec![published(SELF, &s)]),
+                &mut HashMemo::default()
+            ),
             vec![(
                 key_of(SELF, &s),
                 tombstone("u1", "5", TombstoneReason::Unpublished)
@@ -711,7 +716,13 @@ mod tests {
         let s = secret("a", "u1", "5", "v1");
         let (key, mut env) = published(SELF, &s);
         env.object = None;
-        assert_eq!(run(&rule(json!({})), &kind(&[&s], vec![(key.clone(), env.clone())])), vec![]);
+        assert_eq!(
+            run(
+                &rule(json!({})),
+                &kind(&[&s], vec![(key.clone(), env.clone())])
+            ),
+            vec![]
+        );
         assert_eq!(
             run(&rule(json!({})), &kind(&[], vec![(key.clone(), env)])),
             vec![(key, tombstone("u1", "5", TombstoneReason::Deleted))]

@@ -63,9 +63,12 @@ pub fn when_to_write(
     }
 }
 
+/// A condition's type, status, reason and observed generation.
+type ConditionState<'a> = (&'a str, &'a str, &'a str, Option<i64>);
+
 /// What someone waits on: each condition's type, status, reason and
 /// observed generation, and the status's observed generation.
-fn significant(s: &ResourceSyncRuleStatus) -> (Option<i64>, Vec<(&str, &str, &str, Option<i64>)>) {
+fn significant(s: &ResourceSyncRuleStatus) -> (Option<i64>, Vec<ConditionState<'_>>) {
     let mut conditions: Vec<_> = s
         .conditions
         .iter()

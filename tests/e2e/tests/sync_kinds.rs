@@ -492,10 +492,22 @@ async fn status_only_changes_are_not_published_unless_synced() {
     apply_yaml(c1, WIDGET_RULE);
     apply_yaml(c1, WIDGET);
     let spec = serde_json::json!({"size": 3, "color": "blue"});
-    wait_copy(c2, &widgets(), Some("default"), "w1", "c1", "widgets", spec_is(spec.clone())).await;
+    wait_copy(
+        c2,
+        &widgets(),
+        Some("default"),
+        "w1",
+        "c1",
+        "widgets",
+        spec_is(spec.clone()),
+    )
+    .await;
 
     let client = async_nats::connect(nats.url()).await.expect("connect nats");
-    let mut sub = client.subscribe("fleetbus.obj.c1.>").await.expect("subscribe");
+    let mut sub = client
+        .subscribe("fleetbus.obj.c1.>")
+        .await
+        .expect("subscribe");
     client.flush().await.expect("flush");
     let (w1, w2) = (widget_subject("w1"), widget_subject("w2"));
 
@@ -504,7 +516,11 @@ async fn status_only_changes_are_not_published_unless_synced() {
     patch_widget_status(c1, &serde_json::json!({"phase": "Running"}));
     apply_yaml(c1, &WIDGET.replace("w1", "w2"));
     let seen = statuses_before(&mut sub, &w1, &w2).await;
-    assert_eq!(seen, Vec::<serde_json::Value>::new(), "w1 republished for a status change");
+    assert_eq!(
+        seen,
+        Vec::<serde_json::Value>::new(),
+        "w1 republished for a status change"
+    );
 
     // The rule gains syncStatus: w1 is published again, with its status.
     apply_yaml(
@@ -513,13 +529,21 @@ async fn status_only_changes_are_not_published_unless_synced() {
     );
     let running = serde_json::json!({"phase": "Running"});
     let want = running.clone();
-    wait_copy(c2, &widgets(), Some("default"), "w1", "c1", "widgets", move |o| {
-        if o.data["status"] == want {
-            Ok(())
-        } else {
-            Err(format!("status {}", o.data["status"]))
-        }
-    })
+    wait_copy(
+        c2,
+        &widgets(),
+        Some("default"),
+        "w1",
+        "c1",
+        "widgets",
+        move |o| {
+            if o.data["status"] == want {
+                Ok(())
+            } else {
+                Err(format!("status {}", o.data["status"]))
+            }
+        },
+    )
     .await;
     // A status-only change is published now, and followed.
     patch_widget_status(c1, &serde_json::json!({"phase": "Done"}));
@@ -529,12 +553,20 @@ async fn status_only_changes_are_not_published_unless_synced() {
         seen.contains(&serde_json::json!({"phase": "Done"})),
         "w1 not published with its new status: {seen:?}"
     );
-    wait_copy(c2, &widgets(), Some("default"), "w1", "c1", "widgets", |o| {
-        if o.data["status"] == serde_json::json!({"phase": "Done"}) {
-            Ok(())
-        } else {
-            Err(format!("status {}", o.data["status"]))
-        }
-    })
+    wait_copy(
+        c2,
+        &widgets(),
+        Some("default"),
+        "w1",
+        "c1",
+        "widgets",
+        |o| {
+            if o.data["status"] == serde_json::json!({"phase": "Done"}) {
+                Ok(())
+            } else {
+                Err(format!("status {}", o.data["status"]))
+            }
+        },
+    )
     .await;
 }
