@@ -103,11 +103,6 @@ impl HashMemo {
         self.hashes.retain(|k, _| keep(k));
     }
 
-    /// How many objects are remembered.
-    pub fn len(&self) -> usize {
-        self.hashes.len()
-    }
-
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.hashes.is_empty()
