@@ -317,6 +317,7 @@ impl Engine {
                             rule: src.rule.name.clone(),
                             key: src.key.clone(),
                             created: created.to_owned(),
+                            digest: super::digest::Digest::of_desired(&desired),
                             desired,
                             with_status: mutate::syncs_status(src.entries),
                             update: src.rule.spec.update_policy,

@@ -176,6 +176,7 @@ mod tests {
             key: ObjectKey::from_api_version(origin, "v1", "Secret", Some("apps"), "s"),
             created: created.to_owned(),
             desired: json!({}),
+            digest: crate::sync::digest::Digest::of_desired(&json!({})),
             with_status: false,
             update: UpdatePolicy::Update,
             create_namespace: false,

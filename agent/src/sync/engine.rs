@@ -134,10 +134,16 @@ impl KindState {
 /// What the sink knows of a copy beyond the live object.
 #[derive(Debug, Clone)]
 pub struct Baseline {
-    /// The desired object (before carrying over live fields) last written.
-    pub desired: Value,
+    /// The digest of the desired object (before carrying over live fields)
+    /// last written: only "did it change" is asked of it.
+    pub desired: super::digest::Digest,
     /// What the API server made of it (the write's response, or a dry run's).
     pub server: Value,
+    /// The live copy's resourceVersion (and whether status was compared)
+    /// when it was last found equal to `server`: while both are the same,
+    /// it still is, without comparing again. Cleared when rules recompile
+    /// (exclusions, drift modes).
+    pub verified: Option<(String, bool)>,
 }
 
 /// Per-object retry state after a transient failure.
@@ -168,8 +174,8 @@ impl Retry {
 /// not repeated on every pass.
 #[derive(Debug, Clone)]
 pub struct Refused {
-    /// The desired copy that was refused.
-    pub desired: Value,
+    /// The digest of the desired copy that was refused.
+    pub desired: super::digest::Digest,
     /// The live object's resourceVersion then (None: there was none).
     pub live_rv: Option<String>,
     /// The API server's answer.
@@ -633,6 +639,11 @@ impl Engine {
                 }
                 self.rules = rules;
                 self.rules_dirty = false;
+                // Exclusions and drift modes may have changed: what was
+                // found equal is compared again.
+                for b in self.baselines.values_mut() {
+                    b.verified = None;
+                }
             }
         }
         if !self.fleet.synced {

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::apply::{self, WriteError};
 use super::bundle::{self, BundlePass, BundleSource};
 use super::compare;
+use super::digest::Digest;
 use super::conflicts::{self, Conflict};
 use super::drift::{self, Policy};
 use super::drift_report::{self, Found};
@@ -27,6 +28,7 @@ use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport,
 use super::matching;
 use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
+use super::sink_wave::Step;
 use super::source::{describe_key, is_original, qualifies};
 use super::template::TemplateContext;
 
@@ -41,29 +43,14 @@ pub struct Candidate {
     pub created: String,
     /// The copy to write.
     pub desired: Value,
+    /// `desired`'s digest without the source hash (see `digest`).
+    pub digest: Digest,
     /// Whether the copy carries `.status`.
     pub with_status: bool,
     /// The rule's update policy.
     pub update: UpdatePolicy,
     /// The rule creates missing namespaces.
     pub create_namespace: bool,
-}
-
-/// Whether two desired copies are the same apart from the source hash: a
-/// source change that does not change the copy (e.g. only the origin's
-/// status, when status is not synced) is not a reason to write.
-fn same_desired(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(a) = v
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
-        {
-            a.remove(well_known::ANNOTATION_SOURCE_HASH);
-        }
-        v
-    };
-    strip(a) == strip(b)
 }
 
 /// Sets `body`'s source-hash annotation to `live`'s, when live has one.
@@ -242,6 +229,7 @@ impl Engine {
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_owned(),
+                        digest: Digest::of_desired(&desired),
                         desired,
                         with_status: mutate::syncs_status(&entries),
                         update,
@@ -288,6 +276,7 @@ impl Engine {
         // and RBAC before what uses them); by target within a rank.
         let mut ordered: Vec<(Target, Vec<Candidate>)> = by_target.into_iter().collect();
         ordered.sort_by_key(|(t, _)| bundle::install_rank(t));
+        let mut winners: Vec<(Target, Candidate)> = Vec::with_capacity(ordered.len());
         for (target, mut cands) in ordered {
             conflicts::order(&mut cands);
             let winner = cands.remove(0);
@@ -300,27 +289,16 @@ impl Engine {
                 bundles.record(&loser.key, &target, Err(c.message.clone()));
                 found.push(c);
             }
-            let outcome = self.apply_target(&target, &winner).await;
-            bundles.record(&winner.key, &target, bundle::outcome_result(&outcome));
-            let Some(report) = reports.get_mut(&winner.rule) else {
-                continue;
-            };
-            match outcome {
-                Outcome::InSync => report.synced += 1,
-                Outcome::Wrote => {
-                    report.synced += 1;
-                    report.wrote = true;
-                }
-                Outcome::Conflict(c) => {
-                    report
-                        .conflicts
-                        .insert(target.to_string(), c.message.clone());
-                    found.push(*c);
-                }
-                Outcome::Failed(e) => {
-                    report.errors.insert(target.to_string(), e);
-                }
-            }
+            winners.push((target, winner));
+        }
+        // One wave per install rank, in rank order (see `sink_wave`).
+        let mut tally = Tally {
+            reports: &mut reports,
+            bundles: &mut bundles,
+            found: &mut found,
+        };
+        for wave in winners.chunk_by(|(a, _), (b, _)| bundle::install_rank(a) == bundle::install_rank(b)) {
+            self.apply_wave(wave, &mut tally).await;
         }
         self.refused.retain(|t, _| wanted.contains(t));
         // Watch times matter only for copies (drift latency).
@@ -337,6 +315,43 @@ impl Engine {
         self.reports = reports;
         self.finish_bundles(bundles);
         self.held = held;
+    }
+
+    /// Makes the copies of one install rank equal to their winners: decided
+    /// cases are tallied, serial ones applied one by one, then the plain
+    /// writes run concurrently.
+    async fn apply_wave(&mut self, wave: &[(Target, Candidate)], tally: &mut Tally<'_>) {
+        let now = Instant::now();
+        let mut writes = Vec::new();
+        for (target, winner) in wave {
+            let outcome = match self.classify(target, winner, now) {
+                Step::Done(outcome, equal) => {
+                    if equal {
+                        self.retries.remove(target);
+                        self.drift_resolved(target).await;
+                    }
+                    outcome
+                }
+                Step::Verified(rv, with_status) => {
+                    self.verified(target, rv.as_deref(), with_status);
+                    self.retries.remove(target);
+                    self.drift_resolved(target).await;
+                    Outcome::InSync
+                }
+                Step::Serial => self.apply_target(target, winner).await,
+                Step::Write(w) => {
+                    writes.push((target, winner, w));
+                    continue;
+                }
+            };
+            tally.add(target, winner, outcome);
+        }
+        let places: Vec<(&Target, &Candidate)> = writes.iter().map(|(t, c, _)| (*t, *c)).collect();
+        for (i, outcome) in self.run_writes(writes).await {
+            if let Some((target, winner)) = places.get(i) {
+                tally.add(target, winner, outcome);
+            }
+        }
     }
 
     /// Sets the gauge of ignored `fleetbus.io/update-policy` values; warns when
@@ -412,7 +427,7 @@ impl Engine {
             .and_then(Value::as_str)
             .map(str::to_owned);
         if let Some(r) = self.refused.get(target) {
-            if r.live_rv == live_rv && same_desired(&r.desired, &c.desired) {
+            if r.live_rv == live_rv && r.desired == c.digest {
                 return Outcome::Failed(r.error.clone());
             }
         }
@@ -440,7 +455,7 @@ impl Engine {
             let known = self
                 .baselines
                 .get(target)
-                .filter(|b| same_desired(&b.desired, &c.desired))
+                .filter(|b| b.desired == c.digest)
                 .map(|b| b.server.clone());
             if let (Some(last), Some(rule)) = (known, rule.as_ref()) {
                 if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
@@ -496,7 +511,7 @@ impl Engine {
         // the desired copy is the one the baseline was made from (someone
         // changed the copy), not when the source changed.
         let baseline = match self.baselines.get(target) {
-            Some(b) if same_desired(&b.desired, &c.desired) => Some((b.server.clone(), true)),
+            Some(b) if b.desired == c.digest => Some((b.server.clone(), true)),
             Some(_) => None, // the desired state changed: write it
             None => {
                 // No baseline (first look since start): ask the server what it
@@ -509,15 +524,16 @@ impl Engine {
                 // Compare with the copy's own source hash: a source change
                 // that leaves the copy alone (the origin's status, when
                 // status is not synced) is no reason to write after a
-                // restart, as it was none while running (`same_desired`).
+                // restart, as it was none while running (`Digest`).
                 keep_source_hash(&mut body, &live);
                 match apply::dry_run_replace(&api, &body).await {
                     Ok(server) => {
                         self.baselines.insert(
                             target.clone(),
                             Baseline {
-                                desired: c.desired.clone(),
+                                desired: c.digest,
                                 server: server.clone(),
+                                verified: None,
                             },
                         );
                         let same_source = annotation(&live, well_known::ANNOTATION_SOURCE_HASH)
@@ -532,6 +548,7 @@ impl Engine {
             if drift::comparable(&server, c.with_status, &policy.exclude)
                 == drift::comparable(&live, c.with_status, &policy.exclude)
             {
+                self.verified(target, live_rv.as_deref(), c.with_status);
                 self.retries.remove(target);
                 self.drift_resolved(target).await;
                 return Outcome::InSync;
@@ -649,13 +666,14 @@ impl Engine {
         }
     }
 
-    fn wrote(&mut self, target: &Target, c: &Candidate, server: Value) -> Outcome {
+    pub(super) fn wrote(&mut self, target: &Target, c: &Candidate, server: Value) -> Outcome {
         tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
         self.baselines.insert(
             target.clone(),
             Baseline {
-                desired: c.desired.clone(),
+                desired: c.digest,
                 server,
+                verified: None,
             },
         );
         self.retries.remove(target);
@@ -665,7 +683,7 @@ impl Engine {
         Outcome::Wrote
     }
 
-    fn failed(
+    pub(super) fn failed(
         &mut self,
         target: &Target,
         c: &Candidate,
@@ -681,7 +699,7 @@ impl Engine {
             self.refused.insert(
                 target.clone(),
                 Refused {
-                    desired: c.desired.clone(),
+                    desired: c.digest,
                     live_rv,
                     error: message.clone(),
                 },
@@ -804,6 +822,40 @@ impl Engine {
                         == TombstoneReason::Deleted
             })
         })
+    }
+}
+
+/// Where a sink pass records what became of each target.
+struct Tally<'a> {
+    reports: &'a mut BTreeMap<String, RuleReport>,
+    bundles: &'a mut BundlePass,
+    found: &'a mut Vec<Conflict>,
+}
+
+impl Tally<'_> {
+    /// Records the winner's outcome at `target` in its rule's report and its Bundle.
+    fn add(&mut self, target: &Target, winner: &Candidate, outcome: Outcome) {
+        self.bundles
+            .record(&winner.key, target, bundle::outcome_result(&outcome));
+        let Some(report) = self.reports.get_mut(&winner.rule) else {
+            return;
+        };
+        match outcome {
+            Outcome::InSync => report.synced += 1,
+            Outcome::Wrote => {
+                report.synced += 1;
+                report.wrote = true;
+            }
+            Outcome::Conflict(c) => {
+                report
+                    .conflicts
+                    .insert(target.to_string(), c.message.clone());
+                self.found.push(*c);
+            }
+            Outcome::Failed(e) => {
+                report.errors.insert(target.to_string(), e);
+            }
+        }
     }
 }
 
