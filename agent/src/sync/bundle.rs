@@ -318,7 +318,7 @@ impl Engine {
                             key: src.key.clone(),
                             created: created.to_owned(),
                             digest: super::digest::Digest::of_desired(&desired),
-                            desired,
+                            desired: std::sync::Arc::new(desired),
                             with_status: mutate::syncs_status(src.entries),
                             update: src.rule.spec.update_policy,
                             create_namespace: src.rule.spec.create_namespace,

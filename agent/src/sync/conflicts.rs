@@ -175,7 +175,7 @@ mod tests {
             rule: rule.to_owned(),
             key: ObjectKey::from_api_version(origin, "v1", "Secret", Some("apps"), "s"),
             created: created.to_owned(),
-            desired: json!({}),
+            desired: std::sync::Arc::new(json!({})),
             digest: crate::sync::digest::Digest::of_desired(&json!({})),
             with_status: false,
             update: UpdatePolicy::Update,

@@ -259,6 +259,10 @@ pub struct Engine {
     pub(super) bundles: BTreeMap<ObjectKey, super::bundle::Unwrapped>,
     /// Bundle versions whose invalid manifests were counted already.
     pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
+    /// Counts rule recompilations (what the candidate memo depends on).
+    pub(super) rules_generation: u64,
+    /// The sink's computed candidates of the last pass (see `sink_cache`).
+    pub(super) candidate_cache: super::sink_cache::CandidateCache,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -312,6 +316,8 @@ impl Engine {
             status_book: super::returned::StatusBook::default(),
             bundles: BTreeMap::new(),
             bundles_counted: std::collections::HashSet::new(),
+            rules_generation: 0,
+            candidate_cache: super::sink_cache::CandidateCache::default(),
         }
     }
 
@@ -639,6 +645,7 @@ impl Engine {
                 }
                 self.rules = rules;
                 self.rules_dirty = false;
+                self.rules_generation = self.rules_generation.wrapping_add(1);
                 // Exclusions and drift modes may have changed: what was
                 // found equal is compared again.
                 for b in self.baselines.values_mut() {

@@ -35,6 +35,7 @@ pub mod report;
 pub mod returned;
 pub mod rules;
 pub mod sink;
+pub mod sink_cache;
 pub mod sink_wave;
 pub mod source;
 pub mod status;

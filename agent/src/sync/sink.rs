@@ -8,8 +8,9 @@
 //! which removes it (see `compare`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-use fleetbus_schemas::crd::{DriftMode, OrphanPolicy, UpdatePolicy};
+use fleetbus_schemas::crd::{DriftMode, OrphanPolicy, SyncRule, UpdatePolicy};
 use fleetbus_schemas::drift::DriftType;
 use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
 use fleetbus_schemas::subject::ObjectKey;
@@ -28,6 +29,7 @@ use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport,
 use super::matching;
 use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
+use super::sink_cache::{CandidateCache, Computed};
 use super::sink_wave::Step;
 use super::source::{describe_key, is_original, qualifies};
 use super::template::TemplateContext;
@@ -41,8 +43,8 @@ pub struct Candidate {
     pub key: ObjectKey,
     /// Its `metadata.creationTimestamp` on the origin (RFC 3339, sorts by time).
     pub created: String,
-    /// The copy to write.
-    pub desired: Value,
+    /// The copy to write (shared with the candidate memo).
+    pub desired: Arc<Value>,
     /// `desired`'s digest without the source hash (see `digest`).
     pub digest: Digest,
     /// Whether the copy carries `.status`.
@@ -156,6 +158,7 @@ impl Engine {
         rule: &CompiledRule,
         report: &mut RuleReport,
         bundles: &mut BundlePass,
+        cache: &mut CandidateCache,
     ) -> Vec<(Target, Candidate)> {
         let mut out = Vec::new();
         let Some(kind) = self.kinds.get(&rule.source) else {
@@ -199,55 +202,74 @@ impl Engine {
                 out.extend(self.unwrap(&src, report, bundles));
                 continue;
             }
-            let templates = TemplateContext {
-                object: obj.clone(),
-                cluster: peer.record.clone(),
-                local_cluster: self.fleet.local.record.clone(),
-            };
-            let input = CopyInput {
-                rule_name: &rule.name,
-                spec: &rule.spec,
-                entries: &entries,
-                source: obj,
-                origin: &key.origin,
-                origin_uid: &env.uid,
-                content_hash: &env.content_hash,
-                templates: &templates,
-            };
-            let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
-            if unknown_policy {
+            let computed = cache.get_or_compute(&rule.name, key, env, || {
+                self.compute_candidate(rule, key, env, obj, &peer.record, &entries)
+            });
+            if computed.unknown_policy {
                 report.unknown_update_policy.insert(key.clone());
             }
-            match mutate::desired_copy(&input).map(|d| (Target::of(&d), d)) {
-                Ok((Some(target), desired)) => out.push((
-                    target,
-                    Candidate {
-                        rule: rule.name.clone(),
-                        key: key.clone(),
-                        created: obj
-                            .pointer("/metadata/creationTimestamp")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned(),
-                        digest: Digest::of_desired(&desired),
-                        desired,
-                        with_status: mutate::syncs_status(&entries),
-                        update,
-                        create_namespace: rule.spec.create_namespace,
-                    },
-                )),
-                Ok((None, _)) => {
-                    report.errors.insert(
-                        describe_key(key),
-                        "the mutated copy has no apiVersion, kind or name".to_owned(),
-                    );
-                }
-                Err(e) => {
-                    report.errors.insert(describe_key(key), crate::report(&e));
+            match computed.result {
+                Ok(pair) => out.push(pair),
+                Err(message) => {
+                    report.errors.insert(describe_key(key), message);
                 }
             }
         }
         out
+    }
+
+    /// What `rule` makes of one source object: the copy and its place, or
+    /// why there is none (memoized by `sink_cache`).
+    fn compute_candidate(
+        &self,
+        rule: &CompiledRule,
+        key: &ObjectKey,
+        env: &Envelope,
+        obj: &Value,
+        origin_record: &Value,
+        entries: &[&SyncRule],
+    ) -> Computed {
+        let templates = TemplateContext {
+            object: obj.clone(),
+            cluster: origin_record.clone(),
+            local_cluster: self.fleet.local.record.clone(),
+        };
+        let input = CopyInput {
+            rule_name: &rule.name,
+            spec: &rule.spec,
+            entries,
+            source: obj,
+            origin: &key.origin,
+            origin_uid: &env.uid,
+            content_hash: &env.content_hash,
+            templates: &templates,
+        };
+        let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
+        let result = match mutate::desired_copy(&input).map(|d| (Target::of(&d), d)) {
+            Ok((Some(target), desired)) => Ok((
+                target,
+                Candidate {
+                    rule: rule.name.clone(),
+                    key: key.clone(),
+                    created: obj
+                        .pointer("/metadata/creationTimestamp")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    digest: Digest::of_desired(&desired),
+                    desired: Arc::new(desired),
+                    with_status: mutate::syncs_status(entries),
+                    update,
+                    create_namespace: rule.spec.create_namespace,
+                },
+            )),
+            Ok((None, _)) => Err("the mutated copy has no apiVersion, kind or name".to_owned()),
+            Err(e) => Err(crate::report(&e)),
+        };
+        Computed {
+            result,
+            unknown_policy,
+        }
     }
 
     /// Computes every desired copy, writes what differs, collects what
@@ -257,11 +279,14 @@ impl Engine {
         let mut by_target: BTreeMap<Target, Vec<Candidate>> = BTreeMap::new();
         let mut bundles = BundlePass::default();
         let rules: Vec<CompiledRule> = self.rules.values().cloned().collect();
+        // Taken out for the pass, so `candidates` can borrow the engine.
+        let mut cache = std::mem::take(&mut self.candidate_cache);
+        cache.begin(&self.fleet, self.rules_generation);
         for rule in &rules {
             let mut report = RuleReport::default();
             if self.rule_problem(rule).is_none() && self.rule_ready(rule) && self.selects_us(rule) {
                 report.selected = true;
-                for (target, c) in self.candidates(rule, &mut report, &mut bundles) {
+                for (target, c) in self.candidates(rule, &mut report, &mut bundles, &mut cache) {
                     by_target.entry(target).or_default().push(c);
                 }
             } else {
@@ -269,6 +294,9 @@ impl Engine {
             }
             reports.insert(rule.name.clone(), report);
         }
+        tracing::trace!(memoized = cache.hits, "candidates computed");
+        cache.finish();
+        self.candidate_cache = cache;
         let mut found: Vec<Conflict> = Vec::new();
         let wanted: BTreeSet<Target> = by_target.keys().cloned().collect();
         let mut held = BTreeMap::new();
@@ -518,7 +546,7 @@ impl Engine {
                 // would make of the desired state, without writing. The copy
                 // was built from this very source version if its source hash
                 // says so; then a difference was made here while we were away.
-                let mut body = c.desired.clone();
+                let mut body = Value::clone(&c.desired);
                 compare::carry_over(&mut body, &live);
                 drift::keep_excluded(&mut body, &live, &policy.exclude);
                 // Compare with the copy's own source hash: a source change

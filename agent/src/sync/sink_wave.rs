@@ -336,7 +336,7 @@ mod tests {
             key: ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("apps"), "c"),
             created: String::new(),
             digest: Digest::of_desired(&d),
-            desired: d,
+            desired: std::sync::Arc::new(d),
             with_status: false,
             update: UpdatePolicy::Update,
             create_namespace: false,
