@@ -73,7 +73,8 @@ fn feed(h: &mut Sha256, v: &Value, place: Place) {
         }
         Value::Object(m) => {
             h.update([5u8]);
-            let skip = |k: &str| place == Place::Annotations && k == well_known::ANNOTATION_SOURCE_HASH;
+            let skip =
+                |k: &str| place == Place::Annotations && k == well_known::ANNOTATION_SOURCE_HASH;
             let n = m.keys().filter(|k| !skip(k)).count();
             h.update((n as u64).to_le_bytes());
             for (k, x) in m.iter().filter(|(k, _)| !skip(k)) {
@@ -124,9 +125,16 @@ mod tests {
             copy("h1", json!({"k": 1.0})),
             copy("h1", json!({"k": ["v"]})),
             copy("h1", json!({"kv": ""})),
-            copy("h1", json!({"k": "v", "annotations": {well_known::ANNOTATION_SOURCE_HASH: "x"}})),
+            copy(
+                "h1",
+                json!({"k": "v", "annotations": {well_known::ANNOTATION_SOURCE_HASH: "x"}}),
+            ),
         ] {
-            assert_ne!(Digest::of_desired(&a), Digest::of_desired(&other), "{other}");
+            assert_ne!(
+                Digest::of_desired(&a),
+                Digest::of_desired(&other),
+                "{other}"
+            );
         }
         // The source hash is left out only as an annotation, not elsewhere.
         let data_hash = |h: &str| copy("h1", json!({ well_known::ANNOTATION_SOURCE_HASH: h }));

@@ -9,8 +9,9 @@
 //! where it changed ([`super::status`]). Passes compare whole states, not
 //! events, so a missed or replayed event cannot leave a wrong copy behind.
 //!
-//! One task owns the state, so there are no locks; the API writes of a pass
-//! are awaited in turn (a later version can pipeline them per object).
+//! One task owns the state, so there are no locks; the plain creates and
+//! replaces of a pass run concurrently while the engine waits for them
+//! (`sink_wave`), the rare paths (drift, dry runs) one at a time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

@@ -21,8 +21,8 @@ use tokio::time::Instant;
 use super::apply::{self, WriteError};
 use super::bundle::{self, BundlePass, BundleSource};
 use super::compare;
-use super::digest::Digest;
 use super::conflicts::{self, Conflict};
+use super::digest::Digest;
 use super::drift::{self, Policy};
 use super::drift_report::{self, Found};
 use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport, Target};
@@ -325,7 +325,9 @@ impl Engine {
             bundles: &mut bundles,
             found: &mut found,
         };
-        for wave in winners.chunk_by(|(a, _), (b, _)| bundle::install_rank(a) == bundle::install_rank(b)) {
+        for wave in
+            winners.chunk_by(|(a, _), (b, _)| bundle::install_rank(a) == bundle::install_rank(b))
+        {
             self.apply_wave(wave, &mut tally).await;
         }
         self.refused.retain(|t, _| wanted.contains(t));

@@ -237,8 +237,8 @@ impl Engine {
                 .collect();
             futures::stream::iter(jobs)
                 .buffer_unordered(WRITE_CONCURRENCY)
-            .collect()
-            .await
+                .collect()
+                .await
         };
         for (k, result) in results {
             let Some((i, target, c, w)) = ready.get(k) else {
@@ -379,7 +379,11 @@ mod tests {
             Step::Verified(rv, _) => format!("verified at {rv:?}"),
             Step::Write(w) => format!(
                 "{} (namespace {:?})",
-                if w.replace.is_some() { "replace" } else { "create" },
+                if w.replace.is_some() {
+                    "replace"
+                } else {
+                    "create"
+                },
                 w.namespace
             ),
             Step::Serial => "serial".to_owned(),
@@ -395,11 +399,20 @@ mod tests {
         let rs = rules();
         let l = live("a", "7");
         let b = baseline("a", "7", Some("7"));
-        assert_eq!(decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h1")), "in sync (equal: true)");
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h1")),
+            "in sync (equal: true)"
+        );
         // Only the source hash moved: still nothing to write.
-        assert_eq!(decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h2")), "in sync (equal: true)");
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h2")),
+            "in sync (equal: true)"
+        );
         // The desired content moved, the live copy did not: replace.
-        assert_eq!(decided(&view(&rs, Some(&l), Some(&b)), &candidate("b", "h2")), "replace (namespace None)");
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("b", "h2")),
+            "replace (namespace None)"
+        );
     }
 
     #[test]
@@ -414,31 +427,50 @@ mod tests {
         // A new version equal to the baseline (a no-op update): compared,
         // found equal, and remembered at the new version.
         let touched = live("a", "9");
-        assert_eq!(decided(&view(&rs, Some(&touched), Some(&b)), &c), "verified at Some(\"9\")");
+        assert_eq!(
+            decided(&view(&rs, Some(&touched), Some(&b)), &c),
+            "verified at Some(\"9\")"
+        );
         // Without a memo the same comparison is made.
         let fresh = baseline("a", "7", None);
-        assert_eq!(decided(&view(&rs, Some(&touched), Some(&fresh)), &c), "verified at Some(\"9\")");
+        assert_eq!(
+            decided(&view(&rs, Some(&touched), Some(&fresh)), &c),
+            "verified at Some(\"9\")"
+        );
         // A memo of another status mode does not count.
         let mut with_status = c.clone();
         with_status.with_status = true;
         let same = live("a", "7");
-        assert_eq!(decided(&view(&rs, Some(&same), Some(&b)), &with_status), "verified at Some(\"7\")");
+        assert_eq!(
+            decided(&view(&rs, Some(&same), Some(&b)), &with_status),
+            "verified at Some(\"7\")"
+        );
     }
 
     #[test]
     fn missing_copies_are_created_concurrently_unless_a_baseline_makes_it_drift() {
         let rs = rules();
         let c = candidate("a", "h");
-        assert_eq!(decided(&view(&rs, None, None), &c), "create (namespace None)");
+        assert_eq!(
+            decided(&view(&rs, None, None), &c),
+            "create (namespace None)"
+        );
         let b = baseline("a", "7", Some("7"));
         assert_eq!(decided(&view(&rs, None, Some(&b)), &c), "serial");
         // A missing namespace: created first when the rule says so.
         let mut no_ns = view(&rs, None, None);
         no_ns.namespace_exists = false;
-        assert_eq!(decided(&no_ns, &c), "serial", "the serial path reports the missing namespace");
+        assert_eq!(
+            decided(&no_ns, &c),
+            "serial",
+            "the serial path reports the missing namespace"
+        );
         let mut creates = c.clone();
         creates.create_namespace = true;
-        assert_eq!(decided(&no_ns, &creates), "create (namespace Some(\"apps\"))");
+        assert_eq!(
+            decided(&no_ns, &creates),
+            "create (namespace Some(\"apps\"))"
+        );
     }
 
     #[test]
@@ -454,7 +486,10 @@ mod tests {
         };
         let mut waiting = view(&rs, Some(&l), None);
         waiting.retry = Some(&retry);
-        assert_eq!(kind_of(&decide(&waiting, &target(), &c, now)), "done: Failed(\"boom\")");
+        assert_eq!(
+            kind_of(&decide(&waiting, &target(), &c, now)),
+            "done: Failed(\"boom\")"
+        );
         let mut refused = view(&rs, Some(&l), None);
         refused.refused = true;
         assert_eq!(decided(&refused, &c), "serial");
@@ -465,7 +500,10 @@ mod tests {
         assert_eq!(decided(&view(&rs, Some(&l), None), &c), "serial");
         // An original object there: a conflict, decided without writing.
         let mut original = l.clone();
-        if let Some(m) = original.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+        if let Some(m) = original
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
             m.clear();
         }
         assert!(decided(&view(&rs, Some(&original), None), &c).starts_with("done: Conflict"));

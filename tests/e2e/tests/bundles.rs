@@ -657,19 +657,40 @@ spec:
     let accounts = resource("", "v1", "ServiceAccount", "serviceaccounts");
     let widgets = resource("example.com", "v1", "Widget", "widgets");
     let any = |_: &DynamicObject| Ok(());
-    wait_copy(e1, &widgets, Some("team"), "w1", "hub", "bundles", |o| {
-        match o.data["spec"]["size"].as_i64() {
+    wait_copy(
+        e1,
+        &widgets,
+        Some("team"),
+        "w1",
+        "hub",
+        "bundles",
+        |o| match o.data["spec"]["size"].as_i64() {
             Some(3) => Ok(()),
             other => Err(format!("size {other:?}")),
-        }
-    })
+        },
+    )
     .await;
-    wait_copy(e1, &config_maps(), Some("team"), "settings", "hub", "bundles", any).await;
+    wait_copy(
+        e1,
+        &config_maps(),
+        Some("team"),
+        "settings",
+        "hub",
+        "bundles",
+        any,
+    )
+    .await;
     wait_copy(e1, &accounts, Some("team"), "app", "hub", "bundles", any).await;
     let ns = version(e1, &namespaces, None, "team").await;
     let crd = version(e1, &crds, None, "widgets.example.com").await;
     let sa = version(e1, &accounts, Some("team"), "app").await;
     let cm = version(e1, &config_maps(), Some("team"), "settings").await;
-    assert!(ns < crd, "the Namespace ({ns}) is written before the CRD ({crd})");
-    assert!(sa < cm, "the ServiceAccount ({sa}) before the ConfigMap ({cm})");
+    assert!(
+        ns < crd,
+        "the Namespace ({ns}) is written before the CRD ({crd})"
+    );
+    assert!(
+        sa < cm,
+        "the ServiceAccount ({sa}) before the ConfigMap ({cm})"
+    );
 }

@@ -50,7 +50,10 @@ async fn wait_burst(sink: &Member, value: &str) {
             let Some(i) = o.name_any().strip_prefix("cm-").map(str::to_owned) else {
                 return false;
             };
-            o.annotations().get(ANNOTATION_ORIGIN_CLUSTER).map(String::as_str) == Some("c1")
+            o.annotations()
+                .get(ANNOTATION_ORIGIN_CLUSTER)
+                .map(String::as_str)
+                == Some("c1")
                 && o.data["data"]["v"].as_str() == Some(&format!("{value}-{i}"))
         };
         let n = list.items.iter().filter(|o| good(o)).count();
