@@ -264,6 +264,11 @@ pub struct Engine {
     pub(super) rules_generation: u64,
     /// The sink's computed candidates of the last pass (see `sink_cache`).
     pub(super) candidate_cache: super::sink_cache::CandidateCache,
+    /// Something may have become collectable (see `Engine::collect`): a
+    /// foreign copy the last pass did not want appeared, rules or the fleet
+    /// changed, a kind (re)listed or caught up, or the last scan left
+    /// something undecided or failed.
+    pub(super) collect_due: bool,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -319,6 +324,7 @@ impl Engine {
             bundles_counted: std::collections::HashSet::new(),
             rules_generation: 0,
             candidate_cache: super::sink_cache::CandidateCache::default(),
+            collect_due: true,
         }
     }
 
@@ -379,6 +385,15 @@ impl Engine {
                 kind.watch_error = None;
                 let Some(key) = local_key(&obj) else { return };
                 if let Some(t) = Target::of(&obj) {
+                    // A copy the last pass did not want may be one to collect.
+                    if !self.held.contains_key(&t)
+                        && obj
+                            .pointer("/metadata/annotations")
+                            .and_then(|a| a.get(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER))
+                            .is_some()
+                    {
+                        self.collect_due = true;
+                    }
                     self.seen.insert(t, Instant::now());
                 }
                 match &mut kind.relist {
@@ -403,6 +418,8 @@ impl Engine {
                 }
             }
             LocalEvent::Listed => {
+                // Rules become ready; a re-list may have dropped copies.
+                self.collect_due = true;
                 if let Some(relist) = kind.relist.take() {
                     kind.objects = relist;
                 }
@@ -459,6 +476,8 @@ impl Engine {
                 }
             }
             BusEvent::CaughtUp => {
+                // Rules become ready.
+                self.collect_due = true;
                 if let Some(resnap) = kind.resnap.take() {
                     kind.snapshots = resnap;
                 }
@@ -647,6 +666,8 @@ impl Engine {
                 self.rules = rules;
                 self.rules_dirty = false;
                 self.rules_generation = self.rules_generation.wrapping_add(1);
+                // Rules gone, invalid or ready again change what is collected.
+                self.collect_due = true;
                 // Exclusions and drift modes may have changed: what was
                 // found equal is compared again.
                 for b in self.baselines.values_mut() {

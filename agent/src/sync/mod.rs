@@ -36,6 +36,7 @@ pub mod returned;
 pub mod rules;
 pub mod sink;
 pub mod sink_cache;
+pub mod sink_collect;
 pub mod sink_wave;
 pub mod source;
 pub mod status;

@@ -10,9 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use fleetbus_schemas::crd::{DriftMode, OrphanPolicy, SyncRule, UpdatePolicy};
+use fleetbus_schemas::crd::{DriftMode, SyncRule, UpdatePolicy};
 use fleetbus_schemas::drift::DriftType;
-use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
+use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known;
 use serde_json::Value;
@@ -71,7 +71,8 @@ fn keep_source_hash(body: &mut Value, live: &Value) {
     }
 }
 
-fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+/// The value of annotation `key` of `obj`.
+pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj.pointer("/metadata/annotations")
         .and_then(|a| a.get(key))
         .and_then(Value::as_str)
@@ -334,7 +335,11 @@ impl Engine {
         // Watch times matter only for copies (drift latency).
         self.seen.retain(|t, _| wanted.contains(t));
         self.drift_forget_except(&wanted).await;
-        self.collect(&wanted).await;
+        // A copy held in the last pass and not wanted now may be collectable.
+        let shrank = self.held.keys().any(|t| !wanted.contains(t));
+        if shrank || self.collect_due {
+            self.collect(&wanted).await;
+        }
         for (rule, errors) in &self.source_errors {
             if let Some(r) = reports.get_mut(rule) {
                 r.errors.extend(errors.clone());
@@ -737,121 +742,6 @@ impl Engine {
         }
         tracing::warn!(copy = %target, error = %message, transient = e.is_transient(), "copy not written");
         Outcome::Failed(message)
-    }
-
-    /// Deletes or orphans the copies nothing wants any more.
-    async fn collect(&mut self, wanted: &BTreeSet<Target>) {
-        let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
-        for kind in self.kinds.values() {
-            if !kind.listed {
-                continue;
-            }
-            for obj in kind.objects.values() {
-                let Some(origin) = annotation(obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
-                    continue;
-                };
-                if origin == self.fleet.local.name {
-                    continue;
-                }
-                let Some(target) = Target::of(obj) else {
-                    continue;
-                };
-                if wanted.contains(&target) {
-                    continue;
-                }
-                if let Some(delete) = self.collect_verdict(obj, origin) {
-                    doomed.push((target, obj.clone(), delete));
-                }
-            }
-        }
-        for (target, obj, delete) in doomed {
-            let gvk = target.gvk();
-            let Some(kind) = self.kinds.get(&gvk) else {
-                continue;
-            };
-            let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
-            let result = if delete {
-                apply::delete(&self.ctx, &api, &obj).await
-            } else {
-                apply::orphan(&self.ctx, &api, &obj).await
-            };
-            match result {
-                Ok(()) => {
-                    tracing::info!(copy = %target, delete, "collected copy");
-                    self.baselines.remove(&target);
-                }
-                Err(e) => {
-                    tracing::warn!(copy = %target, error = %crate::report(&e), "could not collect copy");
-                    if e.is_transient() {
-                        let next = Retry::after(
-                            self.retries.get(&target),
-                            Instant::now(),
-                            crate::report(&e),
-                        );
-                        self.retries.insert(target.clone(), next);
-                    }
-                }
-            }
-        }
-    }
-
-    /// For a copy nothing wants: `Some(true)` delete, `Some(false)` orphan,
-    /// `None` keep for now (its rule is invalid or not fully read, or its
-    /// origin's identity is in doubt).
-    fn collect_verdict(&self, obj: &Value, origin: &str) -> Option<bool> {
-        let rule_name = annotation(obj, well_known::ANNOTATION_RULE).unwrap_or_default();
-        let rule = self.rules.get(rule_name);
-        match rule {
-            Some(rule) => {
-                if self.rule_problem(rule).is_some() || !self.rule_ready(rule) {
-                    return None;
-                }
-            }
-            // "The rule is gone" is known only once every rule, here and on
-            // the bus, has been read.
-            None => {
-                if !self
-                    .kinds
-                    .get(&super::rules::rule_gvk())
-                    .is_some_and(|k| k.ready())
-                {
-                    return None;
-                }
-            }
-        }
-        if self
-            .fleet
-            .peers
-            .get(origin)
-            .is_some_and(|p| p.name_conflict)
-        {
-            return None;
-        }
-        let uid = annotation(obj, well_known::ANNOTATION_ORIGIN_UID).unwrap_or_default();
-        if self.deleted_at_origin(origin, uid) {
-            return Some(true);
-        }
-        let policy = match rule {
-            Some(r) => r.spec.orphan_policy,
-            None => match annotation(obj, well_known::ANNOTATION_ORPHAN_POLICY) {
-                Some("Orphan") => OrphanPolicy::Orphan,
-                _ => OrphanPolicy::Delete,
-            },
-        };
-        Some(policy == OrphanPolicy::Delete)
-    }
-
-    /// Whether the origin published a `Deleted` tombstone for this uid.
-    fn deleted_at_origin(&self, origin: &str, uid: &str) -> bool {
-        self.kinds.values().any(|k| {
-            k.snapshots.iter().any(|(key, e): (&ObjectKey, &Envelope)| {
-                key.origin == origin
-                    && e.uid == uid
-                    && e.tombstone
-                    && e.tombstone_reason.unwrap_or(TombstoneReason::Deleted)
-                        == TombstoneReason::Deleted
-            })
-        })
     }
 }
 
