@@ -389,7 +389,9 @@ impl Engine {
                     if !self.held.contains_key(&t)
                         && obj
                             .pointer("/metadata/annotations")
-                            .and_then(|a| a.get(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER))
+                            .and_then(|a| {
+                                a.get(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER)
+                            })
                             .is_some()
                     {
                         self.collect_due = true;

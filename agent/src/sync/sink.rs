@@ -187,10 +187,10 @@ impl Engine {
             {
                 continue;
             }
-            let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
-                continue;
-            };
             if rule.spec.unwrap {
+                let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
+                    continue;
+                };
                 // The manifests are wanted here, never the Bundle itself.
                 let src = BundleSource {
                     rule,
@@ -204,16 +204,22 @@ impl Engine {
                 continue;
             }
             let computed = cache.get_or_compute(&rule.name, key, env, || {
-                self.compute_candidate(rule, key, env, obj, &peer.record, &entries)
+                match matching::matching_rules(&rule.spec, obj) {
+                    Some(entries) => {
+                        self.compute_candidate(rule, key, env, obj, &peer.record, &entries)
+                    }
+                    None => Computed::default(),
+                }
             });
             if computed.unknown_policy {
                 report.unknown_update_policy.insert(key.clone());
             }
             match computed.result {
-                Ok(pair) => out.push(pair),
-                Err(message) => {
+                Some(Ok(pair)) => out.push(pair),
+                Some(Err(message)) => {
                     report.errors.insert(describe_key(key), message);
                 }
+                None => {}
             }
         }
         out
@@ -268,7 +274,7 @@ impl Engine {
             Err(e) => Err(crate::report(&e)),
         };
         Computed {
-            result,
+            result: Some(result),
             unknown_policy,
         }
     }

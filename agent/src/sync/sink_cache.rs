@@ -19,10 +19,11 @@ use super::sink::Candidate;
 use crate::registry::FleetView;
 
 /// What `candidates` made of one source object under one rule.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Computed {
-    /// The copy and where it goes, or why there is none.
-    pub result: Result<(Target, Candidate), String>,
+    /// The copy and where it goes, or why there is none; None: the rule
+    /// does not select the object.
+    pub result: Option<Result<(Target, Candidate), String>>,
     /// The object carries an update-policy value fleetbus does not know.
     pub unknown_policy: bool,
 }
@@ -53,10 +54,10 @@ pub struct CandidateCache {
     fleet: Option<Arc<FleetView>>,
     /// The rules generation they were computed under.
     rules_generation: u64,
-    /// Entries of the pass before.
-    last: HashMap<(String, ObjectKey), Entry>,
+    /// Entries of the pass before, by rule and object.
+    last: HashMap<String, HashMap<ObjectKey, Entry>>,
     /// Entries looked at in this pass.
-    this: HashMap<(String, ObjectKey), Entry>,
+    this: HashMap<String, HashMap<ObjectKey, Entry>>,
     /// Lookups answered from the memo in this pass (for tests and debug logs).
     pub hits: usize,
 }
@@ -89,19 +90,30 @@ impl CandidateCache {
         env: &Envelope,
         compute: impl FnOnce() -> Computed,
     ) -> Computed {
-        let k = (rule.to_owned(), key.clone());
-        let entry = match self.last.remove(&k) {
-            Some(e) if same_version(env, &e.version) => {
+        // Moved from last pass's map to this pass's: no key is cloned on a hit.
+        let (k, entry) = match self.last.get_mut(rule).and_then(|m| m.remove_entry(key)) {
+            Some((k, e)) if same_version(env, &e.version) => {
                 self.hits += 1;
-                e
+                (k, e)
             }
-            _ => Entry {
-                version: version_of(env),
-                computed: compute(),
-            },
+            _ => (
+                key.clone(),
+                Entry {
+                    version: version_of(env),
+                    computed: compute(),
+                },
+            ),
         };
         let out = entry.computed.clone();
-        self.this.insert(k, entry);
+        match self.this.get_mut(rule) {
+            Some(m) => {
+                m.insert(k, entry);
+            }
+            None => {
+                self.this
+                    .insert(rule.to_owned(), HashMap::from([(k, entry)]));
+            }
+        }
         out
     }
 
@@ -134,7 +146,7 @@ mod tests {
         *calls += 1;
         let desired = json!({"data": {"tag": tag}});
         Computed {
-            result: Ok((
+            result: Some(Ok((
                 Target {
                     api_version: "v1".into(),
                     kind: "ConfigMap".into(),
@@ -151,15 +163,16 @@ mod tests {
                     update: UpdatePolicy::Update,
                     create_namespace: false,
                 },
-            )),
+            ))),
             unknown_policy: false,
         }
     }
 
     fn tag(c: &Computed) -> Value {
         match &c.result {
-            Ok((_, cand)) => cand.desired["data"]["tag"].clone(),
-            Err(e) => json!(e),
+            Some(Ok((_, cand))) => cand.desired["data"]["tag"].clone(),
+            Some(Err(e)) => json!(e),
+            None => Value::Null,
         }
     }
 
