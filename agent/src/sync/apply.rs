@@ -26,6 +26,9 @@ pub enum WriteError {
     /// object that JSON cannot carry).
     #[error("the copy is not a valid object")]
     Body(#[source] serde_json::Error),
+    /// The copy's kind is no longer watched (it went away during the pass).
+    #[error("the kind of {0} is not watched")]
+    Gone(String),
 }
 
 impl WriteError {
@@ -46,6 +49,7 @@ impl WriteError {
             } if s.is_already_exists() => true,
             WriteError::Kube { source, .. } => crate::kube::client::is_transient(source),
             WriteError::Body(_) => false,
+            WriteError::Gone(_) => true,
         }
     }
 

@@ -9,8 +9,9 @@
 //! where it changed ([`super::status`]). Passes compare whole states, not
 //! events, so a missed or replayed event cannot leave a wrong copy behind.
 //!
-//! One task owns the state, so there are no locks; the API writes of a pass
-//! are awaited in turn (a later version can pipeline them per object).
+//! One task owns the state, so there are no locks; the plain creates and
+//! replaces of a pass run concurrently while the engine waits for them
+//! (`sink_wave`), the rare paths (drift, dry runs) one at a time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -134,10 +135,16 @@ impl KindState {
 /// What the sink knows of a copy beyond the live object.
 #[derive(Debug, Clone)]
 pub struct Baseline {
-    /// The desired object (before carrying over live fields) last written.
-    pub desired: Value,
+    /// The digest of the desired object (before carrying over live fields)
+    /// last written: only "did it change" is asked of it.
+    pub desired: super::digest::Digest,
     /// What the API server made of it (the write's response, or a dry run's).
     pub server: Value,
+    /// The live copy's resourceVersion (and whether status was compared)
+    /// when it was last found equal to `server`: while both are the same,
+    /// it still is, without comparing again. Cleared when rules recompile
+    /// (exclusions, drift modes).
+    pub verified: Option<(String, bool)>,
 }
 
 /// Per-object retry state after a transient failure.
@@ -168,8 +175,8 @@ impl Retry {
 /// not repeated on every pass.
 #[derive(Debug, Clone)]
 pub struct Refused {
-    /// The desired copy that was refused.
-    pub desired: Value,
+    /// The digest of the desired copy that was refused.
+    pub desired: super::digest::Digest,
     /// The live object's resourceVersion then (None: there was none).
     pub live_rv: Option<String>,
     /// The API server's answer.
@@ -259,6 +266,15 @@ pub struct Engine {
     /// back (only counts changed) is due (`status`).
     pub(super) status_written: BTreeMap<String, Instant>,
     pub(super) status_due: Option<Instant>,
+    /// Counts rule recompilations (what the candidate memo depends on).
+    pub(super) rules_generation: u64,
+    /// The sink's computed candidates of the last pass (see `sink_cache`).
+    pub(super) candidate_cache: super::sink_cache::CandidateCache,
+    /// Something may have become collectable (see `Engine::collect`): a
+    /// foreign copy the last pass did not want appeared, rules or the fleet
+    /// changed, a kind (re)listed or caught up, or the last scan left
+    /// something undecided or failed.
+    pub(super) collect_due: bool,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -315,6 +331,9 @@ impl Engine {
             source_hashes: HashMap::new(),
             status_written: BTreeMap::new(),
             status_due: None,
+            rules_generation: 0,
+            candidate_cache: super::sink_cache::CandidateCache::default(),
+            collect_due: true,
         }
     }
 
@@ -375,6 +394,17 @@ impl Engine {
                 kind.watch_error = None;
                 let Some(key) = local_key(&obj) else { return };
                 if let Some(t) = Target::of(&obj) {
+                    // A copy the last pass did not want may be one to collect.
+                    if !self.held.contains_key(&t)
+                        && obj
+                            .pointer("/metadata/annotations")
+                            .and_then(|a| {
+                                a.get(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER)
+                            })
+                            .is_some()
+                    {
+                        self.collect_due = true;
+                    }
                     self.seen.insert(t, Instant::now());
                 }
                 match &mut kind.relist {
@@ -399,6 +429,8 @@ impl Engine {
                 }
             }
             LocalEvent::Listed => {
+                // Rules become ready; a re-list may have dropped copies.
+                self.collect_due = true;
                 if let Some(relist) = kind.relist.take() {
                     kind.objects = relist;
                 }
@@ -460,6 +492,8 @@ impl Engine {
                 }
             }
             BusEvent::CaughtUp => {
+                // Rules become ready.
+                self.collect_due = true;
                 if let Some(resnap) = kind.resnap.take() {
                     kind.snapshots = resnap;
                 }
@@ -648,6 +682,14 @@ impl Engine {
                 }
                 self.rules = rules;
                 self.rules_dirty = false;
+                self.rules_generation = self.rules_generation.wrapping_add(1);
+                // Rules gone, invalid or ready again change what is collected.
+                self.collect_due = true;
+                // Exclusions and drift modes may have changed: what was
+                // found equal is compared again.
+                for b in self.baselines.values_mut() {
+                    b.verified = None;
+                }
             }
         }
         if !self.fleet.synced {

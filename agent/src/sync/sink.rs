@@ -8,10 +8,11 @@
 //! which removes it (see `compare`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-use fleetbus_schemas::crd::{DriftMode, OrphanPolicy, UpdatePolicy};
+use fleetbus_schemas::crd::{DriftMode, SyncRule, UpdatePolicy};
 use fleetbus_schemas::drift::DriftType;
-use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
+use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known;
 use serde_json::Value;
@@ -21,12 +22,15 @@ use super::apply::{self, WriteError};
 use super::bundle::{self, BundlePass, BundleSource};
 use super::compare;
 use super::conflicts::{self, Conflict};
+use super::digest::Digest;
 use super::drift::{self, Policy};
 use super::drift_report::{self, Found};
 use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport, Target};
 use super::matching;
 use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
+use super::sink_cache::{CandidateCache, Computed};
+use super::sink_wave::Step;
 use super::source::{describe_key, is_original, qualifies};
 use super::template::TemplateContext;
 
@@ -39,31 +43,16 @@ pub struct Candidate {
     pub key: ObjectKey,
     /// Its `metadata.creationTimestamp` on the origin (RFC 3339, sorts by time).
     pub created: String,
-    /// The copy to write.
-    pub desired: Value,
+    /// The copy to write (shared with the candidate memo).
+    pub desired: Arc<Value>,
+    /// `desired`'s digest without the source hash (see `digest`).
+    pub digest: Digest,
     /// Whether the copy carries `.status`.
     pub with_status: bool,
     /// The rule's update policy.
     pub update: UpdatePolicy,
     /// The rule creates missing namespaces.
     pub create_namespace: bool,
-}
-
-/// Whether two desired copies are the same apart from the source hash: a
-/// source change that does not change the copy (e.g. only the origin's
-/// status, when status is not synced) is not a reason to write.
-fn same_desired(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(a) = v
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
-        {
-            a.remove(well_known::ANNOTATION_SOURCE_HASH);
-        }
-        v
-    };
-    strip(a) == strip(b)
 }
 
 /// Sets `body`'s source-hash annotation to `live`'s, when live has one.
@@ -82,7 +71,8 @@ fn keep_source_hash(body: &mut Value, live: &Value) {
     }
 }
 
-fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+/// The value of annotation `key` of `obj`.
+pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj.pointer("/metadata/annotations")
         .and_then(|a| a.get(key))
         .and_then(Value::as_str)
@@ -169,6 +159,7 @@ impl Engine {
         rule: &CompiledRule,
         report: &mut RuleReport,
         bundles: &mut BundlePass,
+        cache: &mut CandidateCache,
     ) -> Vec<(Target, Candidate)> {
         let mut out = Vec::new();
         let Some(kind) = self.kinds.get(&rule.source) else {
@@ -196,10 +187,10 @@ impl Engine {
             {
                 continue;
             }
-            let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
-                continue;
-            };
             if rule.spec.unwrap {
+                let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
+                    continue;
+                };
                 // The manifests are wanted here, never the Bundle itself.
                 let src = BundleSource {
                     rule,
@@ -212,54 +203,80 @@ impl Engine {
                 out.extend(self.unwrap(&src, report, bundles));
                 continue;
             }
-            let templates = TemplateContext {
-                object: obj.clone(),
-                cluster: peer.record.clone(),
-                local_cluster: self.fleet.local.record.clone(),
-            };
-            let input = CopyInput {
-                rule_name: &rule.name,
-                spec: &rule.spec,
-                entries: &entries,
-                source: obj,
-                origin: &key.origin,
-                origin_uid: &env.uid,
-                content_hash: &env.content_hash,
-                templates: &templates,
-            };
-            let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
-            if unknown_policy {
+            let computed = cache.get_or_compute(&rule.name, key, env, || {
+                match matching::matching_rules(&rule.spec, obj) {
+                    Some(entries) => {
+                        self.compute_candidate(rule, key, env, obj, &peer.record, &entries)
+                    }
+                    None => Computed::default(),
+                }
+            });
+            if computed.unknown_policy {
                 report.unknown_update_policy.insert(key.clone());
             }
-            match mutate::desired_copy(&input).map(|d| (Target::of(&d), d)) {
-                Ok((Some(target), desired)) => out.push((
-                    target,
-                    Candidate {
-                        rule: rule.name.clone(),
-                        key: key.clone(),
-                        created: obj
-                            .pointer("/metadata/creationTimestamp")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned(),
-                        desired,
-                        with_status: mutate::syncs_status(&entries),
-                        update,
-                        create_namespace: rule.spec.create_namespace,
-                    },
-                )),
-                Ok((None, _)) => {
-                    report.errors.insert(
-                        describe_key(key),
-                        "the mutated copy has no apiVersion, kind or name".to_owned(),
-                    );
+            match computed.result {
+                Some(Ok(pair)) => out.push(pair),
+                Some(Err(message)) => {
+                    report.errors.insert(describe_key(key), message);
                 }
-                Err(e) => {
-                    report.errors.insert(describe_key(key), crate::report(&e));
-                }
+                None => {}
             }
         }
         out
+    }
+
+    /// What `rule` makes of one source object: the copy and its place, or
+    /// why there is none (memoized by `sink_cache`).
+    fn compute_candidate(
+        &self,
+        rule: &CompiledRule,
+        key: &ObjectKey,
+        env: &Envelope,
+        obj: &Value,
+        origin_record: &Value,
+        entries: &[&SyncRule],
+    ) -> Computed {
+        let templates = TemplateContext {
+            object: obj.clone(),
+            cluster: origin_record.clone(),
+            local_cluster: self.fleet.local.record.clone(),
+        };
+        let input = CopyInput {
+            rule_name: &rule.name,
+            spec: &rule.spec,
+            entries,
+            source: obj,
+            origin: &key.origin,
+            origin_uid: &env.uid,
+            content_hash: &env.content_hash,
+            templates: &templates,
+        };
+        let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
+        let result = match mutate::desired_copy(&input).map(|d| (Target::of(&d), d)) {
+            Ok((Some(target), desired)) => Ok((
+                target,
+                Candidate {
+                    rule: rule.name.clone(),
+                    key: key.clone(),
+                    created: obj
+                        .pointer("/metadata/creationTimestamp")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    digest: Digest::of_desired(&desired),
+                    desired: Arc::new(desired),
+                    with_status: mutate::syncs_status(entries),
+                    update,
+                    create_namespace: rule.spec.create_namespace,
+                },
+            )),
+            Ok((None, _)) => Err("the mutated copy has no apiVersion, kind or name".to_owned()),
+            Err(e) => Err(crate::report(&e)),
+        };
+        Computed {
+            result: Some(result),
+            unknown_policy,
+        }
     }
 
     /// Computes every desired copy, writes what differs, collects what
@@ -269,11 +286,14 @@ impl Engine {
         let mut by_target: BTreeMap<Target, Vec<Candidate>> = BTreeMap::new();
         let mut bundles = BundlePass::default();
         let rules: Vec<CompiledRule> = self.rules.values().cloned().collect();
+        // Taken out for the pass, so `candidates` can borrow the engine.
+        let mut cache = std::mem::take(&mut self.candidate_cache);
+        cache.begin(&self.fleet, self.rules_generation);
         for rule in &rules {
             let mut report = RuleReport::default();
             if self.rule_problem(rule).is_none() && self.rule_ready(rule) && self.selects_us(rule) {
                 report.selected = true;
-                for (target, c) in self.candidates(rule, &mut report, &mut bundles) {
+                for (target, c) in self.candidates(rule, &mut report, &mut bundles, &mut cache) {
                     by_target.entry(target).or_default().push(c);
                 }
             } else {
@@ -281,6 +301,9 @@ impl Engine {
             }
             reports.insert(rule.name.clone(), report);
         }
+        tracing::trace!(memoized = cache.hits, "candidates computed");
+        cache.finish();
+        self.candidate_cache = cache;
         let mut found: Vec<Conflict> = Vec::new();
         let wanted: BTreeSet<Target> = by_target.keys().cloned().collect();
         let mut held = BTreeMap::new();
@@ -288,6 +311,7 @@ impl Engine {
         // and RBAC before what uses them); by target within a rank.
         let mut ordered: Vec<(Target, Vec<Candidate>)> = by_target.into_iter().collect();
         ordered.sort_by_key(|(t, _)| bundle::install_rank(t));
+        let mut winners: Vec<(Target, Candidate)> = Vec::with_capacity(ordered.len());
         for (target, mut cands) in ordered {
             conflicts::order(&mut cands);
             let winner = cands.remove(0);
@@ -300,33 +324,28 @@ impl Engine {
                 bundles.record(&loser.key, &target, Err(c.message.clone()));
                 found.push(c);
             }
-            let outcome = self.apply_target(&target, &winner).await;
-            bundles.record(&winner.key, &target, bundle::outcome_result(&outcome));
-            let Some(report) = reports.get_mut(&winner.rule) else {
-                continue;
-            };
-            match outcome {
-                Outcome::InSync => report.synced += 1,
-                Outcome::Wrote => {
-                    report.synced += 1;
-                    report.wrote = true;
-                }
-                Outcome::Conflict(c) => {
-                    report
-                        .conflicts
-                        .insert(target.to_string(), c.message.clone());
-                    found.push(*c);
-                }
-                Outcome::Failed(e) => {
-                    report.errors.insert(target.to_string(), e);
-                }
-            }
+            winners.push((target, winner));
+        }
+        // One wave per install rank, in rank order (see `sink_wave`).
+        let mut tally = Tally {
+            reports: &mut reports,
+            bundles: &mut bundles,
+            found: &mut found,
+        };
+        for wave in
+            winners.chunk_by(|(a, _), (b, _)| bundle::install_rank(a) == bundle::install_rank(b))
+        {
+            self.apply_wave(wave, &mut tally).await;
         }
         self.refused.retain(|t, _| wanted.contains(t));
         // Watch times matter only for copies (drift latency).
         self.seen.retain(|t, _| wanted.contains(t));
         self.drift_forget_except(&wanted).await;
-        self.collect(&wanted).await;
+        // A copy held in the last pass and not wanted now may be collectable.
+        let shrank = self.held.keys().any(|t| !wanted.contains(t));
+        if shrank || self.collect_due {
+            self.collect(&wanted).await;
+        }
         for (rule, errors) in &self.source_errors {
             if let Some(r) = reports.get_mut(rule) {
                 r.errors.extend(errors.clone());
@@ -337,6 +356,43 @@ impl Engine {
         self.reports = reports;
         self.finish_bundles(bundles);
         self.held = held;
+    }
+
+    /// Makes the copies of one install rank equal to their winners: decided
+    /// cases are tallied, serial ones applied one by one, then the plain
+    /// writes run concurrently.
+    async fn apply_wave(&mut self, wave: &[(Target, Candidate)], tally: &mut Tally<'_>) {
+        let now = Instant::now();
+        let mut writes = Vec::new();
+        for (target, winner) in wave {
+            let outcome = match self.classify(target, winner, now) {
+                Step::Done(outcome, equal) => {
+                    if equal {
+                        self.retries.remove(target);
+                        self.drift_resolved(target).await;
+                    }
+                    outcome
+                }
+                Step::Verified(rv, with_status) => {
+                    self.verified(target, rv.as_deref(), with_status);
+                    self.retries.remove(target);
+                    self.drift_resolved(target).await;
+                    Outcome::InSync
+                }
+                Step::Serial => self.apply_target(target, winner).await,
+                Step::Write(w) => {
+                    writes.push((target, winner, w));
+                    continue;
+                }
+            };
+            tally.add(target, winner, outcome);
+        }
+        let places: Vec<(&Target, &Candidate)> = writes.iter().map(|(t, c, _)| (*t, *c)).collect();
+        for (i, outcome) in self.run_writes(writes).await {
+            if let Some((target, winner)) = places.get(i) {
+                tally.add(target, winner, outcome);
+            }
+        }
     }
 
     /// Sets the gauge of ignored `fleetbus.io/update-policy` values; warns when
@@ -412,7 +468,7 @@ impl Engine {
             .and_then(Value::as_str)
             .map(str::to_owned);
         if let Some(r) = self.refused.get(target) {
-            if r.live_rv == live_rv && same_desired(&r.desired, &c.desired) {
+            if r.live_rv == live_rv && r.desired == c.digest {
                 return Outcome::Failed(r.error.clone());
             }
         }
@@ -440,7 +496,7 @@ impl Engine {
             let known = self
                 .baselines
                 .get(target)
-                .filter(|b| same_desired(&b.desired, &c.desired))
+                .filter(|b| b.desired == c.digest)
                 .map(|b| b.server.clone());
             if let (Some(last), Some(rule)) = (known, rule.as_ref()) {
                 if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
@@ -496,28 +552,29 @@ impl Engine {
         // the desired copy is the one the baseline was made from (someone
         // changed the copy), not when the source changed.
         let baseline = match self.baselines.get(target) {
-            Some(b) if same_desired(&b.desired, &c.desired) => Some((b.server.clone(), true)),
+            Some(b) if b.desired == c.digest => Some((b.server.clone(), true)),
             Some(_) => None, // the desired state changed: write it
             None => {
                 // No baseline (first look since start): ask the server what it
                 // would make of the desired state, without writing. The copy
                 // was built from this very source version if its source hash
                 // says so; then a difference was made here while we were away.
-                let mut body = c.desired.clone();
+                let mut body = Value::clone(&c.desired);
                 compare::carry_over(&mut body, &live);
                 drift::keep_excluded(&mut body, &live, &policy.exclude);
                 // Compare with the copy's own source hash: a source change
                 // that leaves the copy alone (the origin's status, when
                 // status is not synced) is no reason to write after a
-                // restart, as it was none while running (`same_desired`).
+                // restart, as it was none while running (`Digest`).
                 keep_source_hash(&mut body, &live);
                 match apply::dry_run_replace(&api, &body).await {
                     Ok(server) => {
                         self.baselines.insert(
                             target.clone(),
                             Baseline {
-                                desired: c.desired.clone(),
+                                desired: c.digest,
                                 server: server.clone(),
+                                verified: None,
                             },
                         );
                         let same_source = annotation(&live, well_known::ANNOTATION_SOURCE_HASH)
@@ -532,6 +589,7 @@ impl Engine {
             if drift::comparable(&server, c.with_status, &policy.exclude)
                 == drift::comparable(&live, c.with_status, &policy.exclude)
             {
+                self.verified(target, live_rv.as_deref(), c.with_status);
                 self.retries.remove(target);
                 self.drift_resolved(target).await;
                 return Outcome::InSync;
@@ -649,13 +707,14 @@ impl Engine {
         }
     }
 
-    fn wrote(&mut self, target: &Target, c: &Candidate, server: Value) -> Outcome {
+    pub(super) fn wrote(&mut self, target: &Target, c: &Candidate, server: Value) -> Outcome {
         tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
         self.baselines.insert(
             target.clone(),
             Baseline {
-                desired: c.desired.clone(),
+                desired: c.digest,
                 server,
+                verified: None,
             },
         );
         self.retries.remove(target);
@@ -665,7 +724,7 @@ impl Engine {
         Outcome::Wrote
     }
 
-    fn failed(
+    pub(super) fn failed(
         &mut self,
         target: &Target,
         c: &Candidate,
@@ -681,7 +740,7 @@ impl Engine {
             self.refused.insert(
                 target.clone(),
                 Refused {
-                    desired: c.desired.clone(),
+                    desired: c.digest,
                     live_rv,
                     error: message.clone(),
                 },
@@ -690,120 +749,39 @@ impl Engine {
         tracing::warn!(copy = %target, error = %message, transient = e.is_transient(), "copy not written");
         Outcome::Failed(message)
     }
+}
 
-    /// Deletes or orphans the copies nothing wants any more.
-    async fn collect(&mut self, wanted: &BTreeSet<Target>) {
-        let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
-        for kind in self.kinds.values() {
-            if !kind.listed {
-                continue;
-            }
-            for obj in kind.objects.values() {
-                let Some(origin) = annotation(obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
-                    continue;
-                };
-                if origin == self.fleet.local.name {
-                    continue;
-                }
-                let Some(target) = Target::of(obj) else {
-                    continue;
-                };
-                if wanted.contains(&target) {
-                    continue;
-                }
-                if let Some(delete) = self.collect_verdict(obj, origin) {
-                    doomed.push((target, obj.clone(), delete));
-                }
-            }
-        }
-        for (target, obj, delete) in doomed {
-            let gvk = target.gvk();
-            let Some(kind) = self.kinds.get(&gvk) else {
-                continue;
-            };
-            let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
-            let result = if delete {
-                apply::delete(&self.ctx, &api, &obj).await
-            } else {
-                apply::orphan(&self.ctx, &api, &obj).await
-            };
-            match result {
-                Ok(()) => {
-                    tracing::info!(copy = %target, delete, "collected copy");
-                    self.baselines.remove(&target);
-                }
-                Err(e) => {
-                    tracing::warn!(copy = %target, error = %crate::report(&e), "could not collect copy");
-                    if e.is_transient() {
-                        let next = Retry::after(
-                            self.retries.get(&target),
-                            Instant::now(),
-                            crate::report(&e),
-                        );
-                        self.retries.insert(target.clone(), next);
-                    }
-                }
-            }
-        }
-    }
+/// Where a sink pass records what became of each target.
+struct Tally<'a> {
+    reports: &'a mut BTreeMap<String, RuleReport>,
+    bundles: &'a mut BundlePass,
+    found: &'a mut Vec<Conflict>,
+}
 
-    /// For a copy nothing wants: `Some(true)` delete, `Some(false)` orphan,
-    /// `None` keep for now (its rule is invalid or not fully read, or its
-    /// origin's identity is in doubt).
-    fn collect_verdict(&self, obj: &Value, origin: &str) -> Option<bool> {
-        let rule_name = annotation(obj, well_known::ANNOTATION_RULE).unwrap_or_default();
-        let rule = self.rules.get(rule_name);
-        match rule {
-            Some(rule) => {
-                if self.rule_problem(rule).is_some() || !self.rule_ready(rule) {
-                    return None;
-                }
-            }
-            // "The rule is gone" is known only once every rule, here and on
-            // the bus, has been read.
-            None => {
-                if !self
-                    .kinds
-                    .get(&super::rules::rule_gvk())
-                    .is_some_and(|k| k.ready())
-                {
-                    return None;
-                }
-            }
-        }
-        if self
-            .fleet
-            .peers
-            .get(origin)
-            .is_some_and(|p| p.name_conflict)
-        {
-            return None;
-        }
-        let uid = annotation(obj, well_known::ANNOTATION_ORIGIN_UID).unwrap_or_default();
-        if self.deleted_at_origin(origin, uid) {
-            return Some(true);
-        }
-        let policy = match rule {
-            Some(r) => r.spec.orphan_policy,
-            None => match annotation(obj, well_known::ANNOTATION_ORPHAN_POLICY) {
-                Some("Orphan") => OrphanPolicy::Orphan,
-                _ => OrphanPolicy::Delete,
-            },
+impl Tally<'_> {
+    /// Records the winner's outcome at `target` in its rule's report and its Bundle.
+    fn add(&mut self, target: &Target, winner: &Candidate, outcome: Outcome) {
+        self.bundles
+            .record(&winner.key, target, bundle::outcome_result(&outcome));
+        let Some(report) = self.reports.get_mut(&winner.rule) else {
+            return;
         };
-        Some(policy == OrphanPolicy::Delete)
-    }
-
-    /// Whether the origin published a `Deleted` tombstone for this uid.
-    fn deleted_at_origin(&self, origin: &str, uid: &str) -> bool {
-        self.kinds.values().any(|k| {
-            k.snapshots.iter().any(|(key, e): (&ObjectKey, &Envelope)| {
-                key.origin == origin
-                    && e.uid == uid
-                    && e.tombstone
-                    && e.tombstone_reason.unwrap_or(TombstoneReason::Deleted)
-                        == TombstoneReason::Deleted
-            })
-        })
+        match outcome {
+            Outcome::InSync => report.synced += 1,
+            Outcome::Wrote => {
+                report.synced += 1;
+                report.wrote = true;
+            }
+            Outcome::Conflict(c) => {
+                report
+                    .conflicts
+                    .insert(target.to_string(), c.message.clone());
+                self.found.push(*c);
+            }
+            Outcome::Failed(e) => {
+                report.errors.insert(target.to_string(), e);
+            }
+        }
     }
 }
 

@@ -583,3 +583,114 @@ spec:
         .unwrap()
         .expect("the copy of the Bundle for all stays");
 }
+
+/// The object's resourceVersion on `m` (devcluster versions are one counter
+/// per server, so they order writes).
+async fn version(m: &Member, ar: &ApiResource, ns: Option<&str>, name: &str) -> u64 {
+    let o = get_dynamic(m, ar, ns, name)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{}: {name} missing", m.name));
+    o.resource_version()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name}: resourceVersion {:?}", o.resource_version()))
+}
+
+/// A Bundle listing a custom resource, a ConfigMap and a ServiceAccount in a
+/// namespace `team`, the CRD and the Namespace itself, in that (reverse)
+/// order: the edge writes the Namespace before the CRD and the
+/// ServiceAccount before the ConfigMap (install ranks run as successive
+/// waves of concurrent writes), and every manifest arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_applies_in_install_order() {
+    let nats = NatsServer::start().unwrap();
+    let m = hub_and_edges(&nats, &["e1"]).await;
+    let (hub, e1) = (&m[0], &m[1]);
+    apply_yaml(hub, &unwrap_rule("Delete"));
+    apply_yaml(
+        hub,
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: Bundle
+metadata:
+  name: stack
+  namespace: apps
+spec:
+  manifests:
+    - apiVersion: example.com/v1
+      kind: Widget
+      metadata: {name: w1, namespace: team}
+      spec: {size: 3}
+    - apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: settings, namespace: team}
+      data: {level: info}
+    - apiVersion: v1
+      kind: ServiceAccount
+      metadata: {name: app, namespace: team}
+    - apiVersion: apiextensions.k8s.io/v1
+      kind: CustomResourceDefinition
+      metadata: {name: widgets.example.com}
+      spec:
+        group: example.com
+        scope: Namespaced
+        names: {plural: widgets, singular: widget, kind: Widget}
+        versions:
+          - name: v1
+            served: true
+            storage: true
+            schema:
+              openAPIV3Schema:
+                type: object
+                x-kubernetes-preserve-unknown-fields: true
+    - apiVersion: v1
+      kind: Namespace
+      metadata: {name: team}
+"#,
+    );
+    let namespaces = resource("", "v1", "Namespace", "namespaces");
+    let crds = resource(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    );
+    let accounts = resource("", "v1", "ServiceAccount", "serviceaccounts");
+    let widgets = resource("example.com", "v1", "Widget", "widgets");
+    let any = |_: &DynamicObject| Ok(());
+    wait_copy(
+        e1,
+        &widgets,
+        Some("team"),
+        "w1",
+        "hub",
+        "bundles",
+        |o| match o.data["spec"]["size"].as_i64() {
+            Some(3) => Ok(()),
+            other => Err(format!("size {other:?}")),
+        },
+    )
+    .await;
+    wait_copy(
+        e1,
+        &config_maps(),
+        Some("team"),
+        "settings",
+        "hub",
+        "bundles",
+        any,
+    )
+    .await;
+    wait_copy(e1, &accounts, Some("team"), "app", "hub", "bundles", any).await;
+    let ns = version(e1, &namespaces, None, "team").await;
+    let crd = version(e1, &crds, None, "widgets.example.com").await;
+    let sa = version(e1, &accounts, Some("team"), "app").await;
+    let cm = version(e1, &config_maps(), Some("team"), "settings").await;
+    assert!(
+        ns < crd,
+        "the Namespace ({ns}) is written before the CRD ({crd})"
+    );
+    assert!(
+        sa < cm,
+        "the ServiceAccount ({sa}) before the ConfigMap ({cm})"
+    );
+}

@@ -809,3 +809,54 @@ async fn create_only_policy() {
     })
     .await;
 }
+
+/// A copy nothing wants that appears after the copies settled (a stray one
+/// restored from a backup, say) is collected: the sink scans for
+/// collectable copies only when something could have become collectable,
+/// and a foreign copy it did not want is such a thing. One it wants stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_copy_appearing_later_is_collected() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    let name = "stray-secrets";
+    apply_yaml(c1, &secret_rule(name, ""));
+    create_secret(c1, "shared", "real", &[("v", "1")]).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "real",
+        "c1",
+        name,
+        data_is(secret_data(&[("v", "1")])),
+    )
+    .await;
+    // Marked as c1's copy under the rule, of an object c1 does not have.
+    apply_yaml(
+        c2,
+        &format!(
+            r#"apiVersion: v1
+kind: Secret
+metadata:
+  name: stray
+  namespace: shared
+  labels: {{fleetbus.io/managed: "true"}}
+  annotations:
+    fleetbus.io/origin-cluster: c1
+    fleetbus.io/origin-uid: 00000000-0000-0000-0000-000000000000
+    fleetbus.io/rule: {name}
+data: {{v: {}}}
+"#,
+            b64("stray")
+        ),
+    );
+    wait_absent(c2, &secrets(), Some("shared"), "stray").await;
+    let real = get_dynamic(c2, &secrets(), Some("shared"), "real")
+        .await
+        .unwrap();
+    assert!(real.is_some(), "the wanted copy stays");
+}

@@ -1,0 +1,511 @@
+//! The sink's writes of one install rank, run as a wave: the common cases
+//! (a copy that is equal, a missing copy to create, a copy whose desired
+//! state changed) are decided from the state without writing, and their
+//! writes run concurrently; everything else (drift, dry runs after a
+//! restart, create-only re-creations, refused writes) takes the serial path
+//! of `apply_target`, as before.
+//!
+//! Ranks run as successive waves (`bundle::install_rank`): a Bundle's
+//! Namespace and CRD are written before what uses them. Namespaces a wave's
+//! copies need (`createNamespace`) are created before its writes start.
+//! Targets are distinct, so there is one write per target per pass.
+
+use std::collections::BTreeSet;
+
+use fleetbus_schemas::crd::UpdatePolicy;
+use fleetbus_schemas::well_known;
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::apply::{self, WriteError};
+use super::conflicts::Conflict;
+use super::drift::{self, Policy};
+use super::engine::{namespace_gvk, Baseline, Engine, Retry, Target};
+use super::rules::CompiledRule;
+use super::sink::{Candidate, Outcome};
+use super::source::is_original;
+
+/// Writes in flight at once: enough to hide the API server's latency, few
+/// enough not to swamp it (or the agent's client pool).
+pub const WRITE_CONCURRENCY: usize = 24;
+
+/// How one target is handled, decided without writing.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// Decided: the outcome, and whether the copy is known equal now (its
+    /// retry state and an open drift end).
+    Done(Outcome, bool),
+    /// Equal after comparing with the baseline: also remember the live
+    /// resourceVersion (and status mode), so the next pass does not compare.
+    Verified(Option<String>, bool),
+    /// A plain write that may run alongside others.
+    Write(Write),
+    /// Everything else: `apply_target`, one at a time.
+    Serial,
+}
+
+/// A create or replace decided by [`Engine::classify`].
+#[derive(Debug)]
+pub(super) struct Write {
+    /// A namespace to create first (`createNamespace`).
+    pub namespace: Option<String>,
+    /// Replace the live copy keeping these paths (drift exclusions); None: create.
+    pub replace: Option<Vec<String>>,
+}
+
+fn resource_version(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+}
+
+/// What the sink knows of one target, borrowed from the engine.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct View<'a> {
+    /// Its retry state.
+    pub retry: Option<&'a Retry>,
+    /// Whether its kind is namespaced; None: the kind is not watched.
+    pub namespaced: Option<bool>,
+    /// The live copy.
+    pub live: Option<&'a Value>,
+    /// Its namespace exists (or it has none).
+    pub namespace_exists: bool,
+    /// A write of it was refused for good.
+    pub refused: bool,
+    /// Its baseline.
+    pub baseline: Option<&'a Baseline>,
+    /// The winner's rule.
+    pub rule: Option<&'a CompiledRule>,
+}
+
+/// What `apply_target` would do at `target` when it is a common case that
+/// needs no write or only a create or replace; `Serial` otherwise.
+/// Borrows only: no object is cloned, and an unchanged copy whose live
+/// version was verified before costs a few lookups.
+pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant) -> Step {
+    if let Some(r) = v.retry {
+        if r.at > now {
+            return Step::Done(Outcome::Failed(r.error.clone()), false);
+        }
+    }
+    let Some(namespaced) = v.namespaced else {
+        return Step::Serial;
+    };
+    if namespaced != target.namespace.is_some() || v.refused {
+        return Step::Serial;
+    }
+    let namespace = match &target.namespace {
+        Some(ns) if !v.namespace_exists => {
+            if !c.create_namespace {
+                return Step::Serial;
+            }
+            Some(ns.clone())
+        }
+        _ => None,
+    };
+    let Some(live) = v.live else {
+        // With a baseline, a missing copy may be drift (Deleted) or a
+        // create whose watch event is still on its way: serial.
+        if v.baseline.is_some() {
+            return Step::Serial;
+        }
+        return Step::Write(Write {
+            namespace,
+            replace: None,
+        });
+    };
+    if namespace.is_some() {
+        return Step::Serial;
+    }
+    if is_original(live) {
+        return Step::Done(
+            Outcome::Conflict(Box::new(Conflict::local_object(target, c, live))),
+            false,
+        );
+    }
+    if live
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(well_known::ANNOTATION_RESOURCE_SYNC_DISABLED))
+        .is_some()
+        || c.update == UpdatePolicy::CreateOnly
+    {
+        return Step::Done(Outcome::InSync, false);
+    }
+    let (Some(rule), Some(base)) = (v.rule, v.baseline) else {
+        // No baseline (first look since start): a dry run, serial.
+        return Step::Serial;
+    };
+    let live_rv = resource_version(live);
+    if base.desired != c.digest {
+        // The desired state changed: write it.
+        let policy = Policy::of(rule, target, live);
+        return Step::Write(Write {
+            namespace: None,
+            replace: Some(policy.exclude),
+        });
+    }
+    if let (Some(rv), Some((seen, with_status))) = (live_rv, &base.verified) {
+        if rv == seen && *with_status == c.with_status {
+            return Step::Done(Outcome::InSync, true);
+        }
+    }
+    let policy = Policy::of(rule, target, live);
+    if drift::comparable(&base.server, c.with_status, &policy.exclude)
+        == drift::comparable(live, c.with_status, &policy.exclude)
+    {
+        return Step::Verified(live_rv.map(str::to_owned), c.with_status);
+    }
+    // Drift: serial.
+    Step::Serial
+}
+
+impl Engine {
+    /// Whether namespace `ns` exists here (as the watch last saw it).
+    fn namespace_exists(&self, ns: &str) -> bool {
+        self.kinds
+            .get(&namespace_gvk())
+            .is_some_and(|k| k.objects.contains_key(&(None, ns.to_owned())))
+    }
+
+    /// What `apply_target` would do at `target`, when it is a common case
+    /// (see [`decide`]).
+    pub(super) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
+        let kind = self.kinds.get(&target.gvk());
+        let view = View {
+            retry: self.retries.get(target),
+            namespaced: kind.map(|k| k.namespaced),
+            live: kind.and_then(|k| k.objects.get(&target.local_key())),
+            namespace_exists: target
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| self.namespace_exists(ns)),
+            refused: self.refused.contains_key(target),
+            baseline: self.baselines.get(target),
+            rule: self.rules.get(&c.rule),
+        };
+        decide(&view, target, c, now)
+    }
+
+    /// Remembers that the copy at `target`, at live version `rv`, equals its
+    /// baseline.
+    pub(super) fn verified(&mut self, target: &Target, rv: Option<&str>, with_status: bool) {
+        if let (Some(b), Some(rv)) = (self.baselines.get_mut(target), rv) {
+            b.verified = Some((rv.to_owned(), with_status));
+        }
+    }
+
+    /// Runs the writes of one wave: namespaces first, then every write with
+    /// at most [`WRITE_CONCURRENCY`] in flight; returns each write's
+    /// outcome by its index in `writes`' order.
+    pub(super) async fn run_writes(
+        &mut self,
+        writes: Vec<(&Target, &Candidate, Write)>,
+    ) -> Vec<(usize, Outcome)> {
+        let mut outcomes = Vec::new();
+        let mut created: BTreeSet<String> = BTreeSet::new();
+        let mut ready = Vec::new();
+        for (i, (target, c, w)) in writes.into_iter().enumerate() {
+            if let Some(ns) = w.namespace.as_ref().filter(|ns| !created.contains(*ns)) {
+                // One try per copy while it fails, as the serial path did.
+                match apply::create_namespace(&self.ctx, ns).await {
+                    Ok(()) => {
+                        created.insert(ns.clone());
+                    }
+                    Err(e) => {
+                        outcomes.push((i, self.failed(target, c, None, e)));
+                        continue;
+                    }
+                }
+            }
+            ready.push((i, target, c, w));
+        }
+        // Results carry their place in `ready`.
+        let results: Vec<(usize, Result<Value, WriteError>)> = {
+            let this = &*self;
+            // Boxed and collected first: a lazy stream of borrowing async
+            // blocks trips the compiler's `Send` inference for the spawned
+            // sync task.
+            let jobs: Vec<BoxFuture<'_, (usize, Result<Value, WriteError>)>> = ready
+                .iter()
+                .enumerate()
+                .map(|(k, (_, target, c, w))| {
+                    let job: BoxFuture<'_, _> =
+                        Box::pin(async move { (k, this.write_one(target, c, w).await) });
+                    job
+                })
+                .collect();
+            futures::stream::iter(jobs)
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .collect()
+                .await
+        };
+        for (k, result) in results {
+            let Some((i, target, c, w)) = ready.get(k) else {
+                continue;
+            };
+            let (i, replaced) = (*i, w.replace.is_some());
+            let outcome = match result {
+                Ok(server) => {
+                    if replaced {
+                        // The desired state moved: an open drift ends with it.
+                        self.drift_resolved(target).await;
+                    }
+                    self.wrote(target, c, server)
+                }
+                Err(e) => {
+                    let live_rv = if replaced {
+                        self.kinds
+                            .get(&target.gvk())
+                            .and_then(|k| k.objects.get(&target.local_key()))
+                            .and_then(resource_version)
+                            .map(str::to_owned)
+                    } else {
+                        None
+                    };
+                    self.failed(target, c, live_rv, e)
+                }
+            };
+            outcomes.push((i, outcome));
+        }
+        outcomes
+    }
+
+    /// One create or replace (no state changes: they are folded in after
+    /// the wave).
+    async fn write_one(
+        &self,
+        target: &Target,
+        c: &Candidate,
+        w: &Write,
+    ) -> Result<Value, WriteError> {
+        let kind = self.kinds.get(&target.gvk());
+        let live = kind.and_then(|k| k.objects.get(&target.local_key()));
+        let Some(kind) = kind else {
+            // Classified as a write only while the kind is known, and the
+            // kinds do not change during a pass.
+            return Err(WriteError::Gone(target.to_string()));
+        };
+        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        match (&w.replace, live) {
+            (Some(exclude), Some(live)) => {
+                apply::replace(&self.ctx, &api, &c.desired, live, c.with_status, exclude).await
+            }
+            _ => apply::create(&self.ctx, &api, &c.desired, c.with_status).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::digest::Digest;
+    use crate::sync::rules::{self, RuleSet};
+    use fleetbus_schemas::subject::ObjectKey;
+    use serde_json::json;
+
+    fn rules() -> RuleSet {
+        let r = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+                       "metadata": {"name": "cm", "generation": 1},
+                       "spec": {"groupVersionKind": {"version": "v1", "kind": "ConfigMap"}}});
+        rules::compile(&[&r])
+    }
+
+    fn desired(value: &str, hash: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"namespace": "apps", "name": "c",
+                            "annotations": {well_known::ANNOTATION_ORIGIN_CLUSTER: "c1",
+                                            well_known::ANNOTATION_SOURCE_HASH: hash}},
+               "data": {"k": value}})
+    }
+
+    /// The live copy: the desired one as the server keeps it, at `rv`.
+    fn live(value: &str, rv: &str) -> Value {
+        let mut v = desired(value, "h");
+        if let Some(m) = v.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+            m.insert("resourceVersion".to_owned(), json!(rv));
+            m.insert("uid".to_owned(), json!("u1"));
+        }
+        v
+    }
+
+    fn candidate(value: &str, hash: &str) -> Candidate {
+        let d = desired(value, hash);
+        Candidate {
+            rule: "cm".to_owned(),
+            key: ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("apps"), "c"),
+            created: String::new(),
+            digest: Digest::of_desired(&d),
+            desired: std::sync::Arc::new(d),
+            with_status: false,
+            update: UpdatePolicy::Update,
+            create_namespace: false,
+        }
+    }
+
+    fn baseline(value: &str, server_rv: &str, verified: Option<&str>) -> Baseline {
+        Baseline {
+            desired: Digest::of_desired(&desired(value, "h")),
+            server: live(value, server_rv),
+            verified: verified.map(|rv| (rv.to_owned(), false)),
+        }
+    }
+
+    fn target() -> Target {
+        Target {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("apps".into()),
+            name: "c".into(),
+        }
+    }
+
+    fn view<'a>(rules: &'a RuleSet, live: Option<&'a Value>, b: Option<&'a Baseline>) -> View<'a> {
+        View {
+            retry: None,
+            namespaced: Some(true),
+            live,
+            namespace_exists: true,
+            refused: false,
+            baseline: b,
+            rule: rules.get("cm"),
+        }
+    }
+
+    fn kind_of(step: &Step) -> String {
+        match step {
+            Step::Done(Outcome::InSync, eq) => format!("in sync (equal: {eq})"),
+            Step::Done(o, _) => format!("done: {o:?}"),
+            Step::Verified(rv, _) => format!("verified at {rv:?}"),
+            Step::Write(w) => format!(
+                "{} (namespace {:?})",
+                if w.replace.is_some() {
+                    "replace"
+                } else {
+                    "create"
+                },
+                w.namespace
+            ),
+            Step::Serial => "serial".to_owned(),
+        }
+    }
+
+    fn decided(v: &View<'_>, c: &Candidate) -> String {
+        kind_of(&decide(v, &target(), c, Instant::now()))
+    }
+
+    #[test]
+    fn a_changed_desired_copy_is_written_even_when_the_live_version_was_verified() {
+        let rs = rules();
+        let l = live("a", "7");
+        let b = baseline("a", "7", Some("7"));
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h1")),
+            "in sync (equal: true)"
+        );
+        // Only the source hash moved: still nothing to write.
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h2")),
+            "in sync (equal: true)"
+        );
+        // The desired content moved, the live copy did not: replace.
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("b", "h2")),
+            "replace (namespace None)"
+        );
+    }
+
+    #[test]
+    fn a_live_change_invalidates_the_verified_memo() {
+        let rs = rules();
+        let b = baseline("a", "7", Some("7"));
+        let c = candidate("a", "h");
+        // Someone edited the copy: a new resourceVersion and a new value. The
+        // memo no longer applies; the comparison finds drift (serial path).
+        let edited = live("edited", "8");
+        assert_eq!(decided(&view(&rs, Some(&edited), Some(&b)), &c), "serial");
+        // A new version equal to the baseline (a no-op update): compared,
+        // found equal, and remembered at the new version.
+        let touched = live("a", "9");
+        assert_eq!(
+            decided(&view(&rs, Some(&touched), Some(&b)), &c),
+            "verified at Some(\"9\")"
+        );
+        // Without a memo the same comparison is made.
+        let fresh = baseline("a", "7", None);
+        assert_eq!(
+            decided(&view(&rs, Some(&touched), Some(&fresh)), &c),
+            "verified at Some(\"9\")"
+        );
+        // A memo of another status mode does not count.
+        let mut with_status = c.clone();
+        with_status.with_status = true;
+        let same = live("a", "7");
+        assert_eq!(
+            decided(&view(&rs, Some(&same), Some(&b)), &with_status),
+            "verified at Some(\"7\")"
+        );
+    }
+
+    #[test]
+    fn missing_copies_are_created_concurrently_unless_a_baseline_makes_it_drift() {
+        let rs = rules();
+        let c = candidate("a", "h");
+        assert_eq!(
+            decided(&view(&rs, None, None), &c),
+            "create (namespace None)"
+        );
+        let b = baseline("a", "7", Some("7"));
+        assert_eq!(decided(&view(&rs, None, Some(&b)), &c), "serial");
+        // A missing namespace: created first when the rule says so.
+        let mut no_ns = view(&rs, None, None);
+        no_ns.namespace_exists = false;
+        assert_eq!(
+            decided(&no_ns, &c),
+            "serial",
+            "the serial path reports the missing namespace"
+        );
+        let mut creates = c.clone();
+        creates.create_namespace = true;
+        assert_eq!(
+            decided(&no_ns, &creates),
+            "create (namespace Some(\"apps\"))"
+        );
+    }
+
+    #[test]
+    fn waiting_refused_unwatched_and_first_looks_take_the_old_paths() {
+        let rs = rules();
+        let c = candidate("a", "h");
+        let l = live("a", "7");
+        let now = Instant::now();
+        let retry = Retry {
+            attempts: 1,
+            at: now + std::time::Duration::from_secs(5),
+            error: "boom".to_owned(),
+        };
+        let mut waiting = view(&rs, Some(&l), None);
+        waiting.retry = Some(&retry);
+        assert_eq!(
+            kind_of(&decide(&waiting, &target(), &c, now)),
+            "done: Failed(\"boom\")"
+        );
+        let mut refused = view(&rs, Some(&l), None);
+        refused.refused = true;
+        assert_eq!(decided(&refused, &c), "serial");
+        let mut unwatched = view(&rs, Some(&l), None);
+        unwatched.namespaced = None;
+        assert_eq!(decided(&unwatched, &c), "serial");
+        // No baseline: a dry run first.
+        assert_eq!(decided(&view(&rs, Some(&l), None), &c), "serial");
+        // An original object there: a conflict, decided without writing.
+        let mut original = l.clone();
+        if let Some(m) = original
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            m.clear();
+        }
+        assert!(decided(&view(&rs, Some(&original), None), &c).starts_with("done: Conflict"));
+    }
+}
