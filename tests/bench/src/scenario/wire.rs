@@ -25,8 +25,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             "MsgPack / JSON envelope",
             "sent B (zstd-3 frame?)",
             "sent / JSON envelope",
-            "encode p50 / p99 ms: MsgPack | sent",
-            "decode p50 / p99 ms: MsgPack | sent",
+            "encode p50/p99 ms: MsgPack; sent",
+            "decode p50/p99 ms: MsgPack; sent",
         ],
     );
     let mut worst_sent: f64 = 0.0;
@@ -54,9 +54,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             let e = rehash(&env)?;
             Ok(e.encode()?)
         })?;
-        let (_, dec_plain) = timed(iterations, || Ok(Envelope::decode(&plain)?))?;
-        let (decoded, dec_sent) = timed(iterations, || Ok(Envelope::decode(&sent)?))?;
-        anyhow::ensure!(decoded == env, "{name}: the sent bytes do not decode to the envelope");
+        let (from_plain, dec_plain) = timed(iterations, || Ok(Envelope::decode(&plain)?))?;
+        let (from_sent, dec_sent) = timed(iterations, || Ok(Envelope::decode(&sent)?))?;
+        // (Not compared with `env` itself: the wire keeps the time to the millisecond.)
+        anyhow::ensure!(
+            from_sent == from_plain && from_sent.object == env.object,
+            "{name}: the sent bytes do not decode to the envelope"
+        );
         samples = samples.min(enc_sent.len());
         let env_json = serde_json::to_vec(&envelope_as_json(&env))?.len();
         let plain_ratio = plain.len() as f64 / env_json as f64;
@@ -72,8 +76,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             format!("{plain_ratio:.2}"),
             format!("{} ({framed})", sent.len()),
             format!("{sent_ratio:.2}"),
-            format!("{} | {}", p50_p99(&enc_plain), p50_p99(&enc_sent)),
-            format!("{} | {}", p50_p99(&dec_plain), p50_p99(&dec_sent)),
+            format!("{}; {}", p50_p99(&enc_plain), p50_p99(&enc_sent)),
+            format!("{}; {}", p50_p99(&dec_plain), p50_p99(&dec_sent)),
         ]);
     }
     t.samples = if samples == usize::MAX { 0 } else { samples };
@@ -105,7 +109,7 @@ fn rehash(env: &Envelope) -> anyhow::Result<Envelope> {
 }
 
 fn p50_p99(s: &Samples) -> String {
-    format!("{} / {}", ms(s.p50()), ms(s.percentile(99.0)))
+    format!("{}/{}", ms(s.p50()), ms(s.percentile(99.0)))
 }
 
 /// The envelope's fields as a JSON document (what a JSON envelope would carry).
