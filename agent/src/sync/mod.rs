@@ -29,6 +29,7 @@ pub mod follow;
 pub mod matching;
 pub mod mutate;
 pub mod per_cluster;
+pub mod progress;
 pub mod readiness;
 pub mod report;
 pub mod returned;
