@@ -463,7 +463,14 @@ fn zstd_frame(bytes: &[u8]) -> Vec<u8> {
 #[test]
 fn small_envelopes_stay_plain_large_ones_are_compressed() {
     // Tombstones and small snapshots: plain MessagePack, a map marker first.
-    let tomb = Envelope::tombstone("east", Some("id"), "u-1", "43", t0(), TombstoneReason::Deleted);
+    let tomb = Envelope::tombstone(
+        "east",
+        Some("id"),
+        "u-1",
+        "43",
+        t0(),
+        TombstoneReason::Deleted,
+    );
     let bytes = tomb.encode().unwrap();
     assert!(bytes.len() <= COMPRESS_THRESHOLD, "{} bytes", bytes.len());
     assert_eq!(bytes, tomb.encode_msgpack().unwrap());
@@ -472,7 +479,12 @@ fn small_envelopes_stay_plain_large_ones_are_compressed() {
     let plain = big.encode_msgpack().unwrap();
     let sent = big.encode().unwrap();
     assert!(sent.starts_with(&ZSTD_MAGIC));
-    assert!(sent.len() * 10 < plain.len(), "{} vs {}", sent.len(), plain.len());
+    assert!(
+        sent.len() * 10 < plain.len(),
+        "{} vs {}",
+        sent.len(),
+        plain.len()
+    );
     assert_eq!(Envelope::decode(&sent).unwrap(), big);
     // The plain bytes of the same envelope still decode (a reader takes both).
     assert_eq!(Envelope::decode(&plain).unwrap(), big);
@@ -482,7 +494,8 @@ fn small_envelopes_stay_plain_large_ones_are_compressed() {
 
 #[test]
 fn hostile_zstd_frames_are_malformed() {
-    let malformed = |bytes: &[u8]| matches!(Envelope::decode(bytes), Err(DecodeError::Malformed { .. }));
+    let malformed =
+        |bytes: &[u8]| matches!(Envelope::decode(bytes), Err(DecodeError::Malformed { .. }));
     let good = snapshot_with_blob("abc ".repeat(1_000)).encode().unwrap();
     assert!(good.starts_with(&ZSTD_MAGIC));
     // Trailing bytes after the frame, and a second frame.
@@ -494,7 +507,10 @@ fn hostile_zstd_frames_are_malformed() {
     assert!(malformed(&two));
     // Every truncation, and a flipped byte in the body (the frame carries a checksum).
     for cut in 0..good.len() {
-        assert!(Envelope::decode(&good[..cut]).is_err(), "prefix of {cut} bytes");
+        assert!(
+            Envelope::decode(&good[..cut]).is_err(),
+            "prefix of {cut} bytes"
+        );
     }
     let mut flipped = good.clone();
     let mid = flipped.len() / 2;

@@ -7,6 +7,10 @@
 //! bucket, key or stream; the registry record, republished each heartbeat to every
 //! member, stays as it is). Subscribing is allowed to every agent; the reply goes to the
 //! requester's inbox, which agents may publish to. PROTOCOL §6.5.
+//!
+//! The counts move once per pass: while one long pass writes thousands of copies, the
+//! answer is the state before it (bus read, copies wanted as the previous pass saw them).
+//! Counting inside the sink's write loop would show every copy; it belongs to the sink.
 
 use std::sync::Arc;
 

@@ -124,7 +124,10 @@ mod tests {
         assert_eq!(maybe_compress(small.clone()).unwrap(), small);
         let frame = maybe_compress(vec![0u8; COMPRESS_THRESHOLD + 1]).unwrap();
         assert!(is_compressed(&frame));
-        assert_eq!(decompress(&frame).unwrap(), vec![0u8; COMPRESS_THRESHOLD + 1]);
+        assert_eq!(
+            decompress(&frame).unwrap(),
+            vec![0u8; COMPRESS_THRESHOLD + 1]
+        );
     }
 
     #[test]

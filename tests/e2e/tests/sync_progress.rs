@@ -77,7 +77,12 @@ async fn late_cluster_catch_up_is_shown_until_in_sync() {
             .map_err(|e| e.to_string())?
             .items
             .iter()
-            .filter(|o| o.metadata.name.as_deref().is_some_and(|n| n.starts_with("cm-")))
+            .filter(|o| {
+                o.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("cm-"))
+            })
             .count();
         if n == OBJECTS {
             Ok(())
@@ -100,13 +105,17 @@ async fn late_cluster_catch_up_is_shown_until_in_sync() {
     // Every copy c3 should hold: the OBJECTS ConfigMaps and the copy of the rule.
     let all = OBJECTS + 1;
     assert!(
-        last.starts_with("c3") && last.contains("in sync") && last.contains(&format!("{all}/{all} copies (100%)")),
+        last.starts_with("c3")
+            && last.contains("in sync")
+            && last.contains(&format!("{all}/{all} copies (100%)")),
         "last line {last:?} of\n{out}"
     );
     assert!(last.contains("reading bus: done"), "{out}");
     // Not a line before the end says "in sync": the watch ended at the first such round.
     assert!(
-        lines[..lines.len() - 1].iter().all(|l| !l.contains("in sync")),
+        lines[..lines.len() - 1]
+            .iter()
+            .all(|l| !l.contains("in sync")),
         "{out}"
     );
     // What the CLI reported is what c3 holds.
@@ -148,7 +157,15 @@ async fn garbage_progress_replies_are_reported_not_fatal() {
     };
     let (code, out, err) = cli(
         &nats,
-        &["clusters", "progress", "c9", "c8", "--watch", "--timeout", "3s"],
+        &[
+            "clusters",
+            "progress",
+            "c9",
+            "c8",
+            "--watch",
+            "--timeout",
+            "3s",
+        ],
     )
     .await;
     assert_eq!(code, Some(1), "stdout:\n{out}\nstderr:\n{err}");
@@ -156,14 +173,19 @@ async fn garbage_progress_replies_are_reported_not_fatal() {
     let c9: Vec<&str> = out.lines().filter(|l| l.starts_with("c9")).collect();
     assert!(c9.len() >= 2, "asked again after the garbage:\n{out}");
     assert!(
-        c9.iter().all(|l| l.contains("unreadable") && l.contains("skipped")),
+        c9.iter()
+            .all(|l| l.contains("unreadable") && l.contains("skipped")),
         "{out}"
     );
     assert!(
-        out.lines().any(|l| l.starts_with("c8") && l.contains("no agent")),
+        out.lines()
+            .any(|l| l.starts_with("c8") && l.contains("no agent")),
         "{out}"
     );
-    assert!(err.contains("not in sync after 3s") && err.contains("c9 (unreadable"), "{err}");
+    assert!(
+        err.contains("not in sync after 3s") && err.contains("c9 (unreadable"),
+        "{err}"
+    );
     drop(client);
     rogue.abort();
 }

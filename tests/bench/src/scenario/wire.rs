@@ -67,7 +67,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         let sent_ratio = sent.len() as f64 / env_json as f64;
         worst_plain = worst_plain.max(plain_ratio);
         worst_sent = worst_sent.max(sent_ratio);
-        let framed = if sent.starts_with(&ZSTD_MAGIC) { "zstd" } else { "plain" };
+        let framed = if sent.starts_with(&ZSTD_MAGIC) {
+            "zstd"
+        } else {
+            "plain"
+        };
         t.row([
             name.to_owned(),
             object_json.to_string(),
@@ -104,8 +108,16 @@ fn timed<T>(n: usize, mut f: impl FnMut() -> anyhow::Result<T>) -> anyhow::Resul
 
 /// `env` built again from its object (hash included), as a publish builds it.
 fn rehash(env: &Envelope) -> anyhow::Result<Envelope> {
-    let obj = env.object.clone().ok_or_else(|| anyhow::anyhow!("a tombstone"))?;
-    Ok(Envelope::snapshot(&env.origin, env.origin_cluster_id.as_deref(), obj, env.time)?)
+    let obj = env
+        .object
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("a tombstone"))?;
+    Ok(Envelope::snapshot(
+        &env.origin,
+        env.origin_cluster_id.as_deref(),
+        obj,
+        env.time,
+    )?)
 }
 
 fn p50_p99(s: &Samples) -> String {
