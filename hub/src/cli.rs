@@ -43,6 +43,30 @@ pub enum ClustersCommand {
     Label(ClustersLabelArgs),
     /// Every cluster in the registry: name, state, labels.
     Ls(ClustersLsArgs),
+    /// Sync progress of clusters (all active ones by default), asked of their agents.
+    ///
+    /// One line per cluster: `c3  catching up  7,412/10,000 copies (74%)  reading bus:
+    /// done  errors 0`. Exit 0 when every selected cluster is in sync (its bus consumers
+    /// caught up and every copy it should hold in sync), 1 otherwise. With --watch, asks
+    /// again every second (redrawing on a terminal, a new line per cluster otherwise)
+    /// until all are in sync; --timeout then ends it with exit 1 and what is missing.
+    Progress(ClustersProgressArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClustersProgressArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Clusters to show (default: every Active cluster in the registry).
+    pub clusters: Vec<String>,
+    /// Ask again every second until every selected cluster is in sync.
+    #[arg(long, env = "FLEETBUS_CLUSTERS_PROGRESS_WATCH")]
+    pub watch: bool,
+    /// With --watch: give up after this long (e.g. 60s, 5m); default: wait until Ctrl-C.
+    #[arg(long, env = "FLEETBUS_CLUSTERS_PROGRESS_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub timeout: Option<Duration>,
 }
 
 #[derive(Debug, Args)]

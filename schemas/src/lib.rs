@@ -27,6 +27,7 @@ pub mod jetstream;
 pub mod k8s_names;
 mod object_ref;
 pub mod pointer;
+pub mod progress;
 pub mod registry;
 pub mod reported;
 pub mod subject;

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use fleetbus_schemas::envelope::{
-    content_hash, EncryptionHeader, Envelope, TombstoneReason, ENVELOPE_VERSION,
+    content_hash, EncryptionHeader, Envelope, TombstoneReason, COMPRESS_THRESHOLD,
+    ENVELOPE_VERSION, MAX_DECOMPRESSED, ZSTD_MAGIC,
 };
 use fleetbus_schemas::time::parse_rfc3339;
 use fleetbus_schemas::DecodeError;
@@ -73,8 +74,11 @@ fn golden_v1_snapshot() {
     assert_eq!(env.generation, None);
     assert_eq!(env.content_hash, content_hash(&config_map()));
     assert_eq!(env.msg_id(), "east:0b9c1f5e-1d2c-4e3f-8a7b-6c5d4e3f2a1b:42");
-    let bytes = env.encode().unwrap();
+    // The golden file pins the MessagePack map; what `encode` sends (possibly a zstd frame
+    // around it, whose bytes depend on the libzstd version) is checked by decoding it.
+    let bytes = env.encode_msgpack().unwrap();
     check_golden("envelope_v1_snapshot.hex", &bytes);
+    assert_eq!(Envelope::decode(&env.encode().unwrap()).unwrap(), env);
     // And the pinned bytes decode to the same envelope.
     let pinned = hex::decode(
         std::fs::read_to_string(golden_path("envelope_v1_snapshot.hex"))
@@ -146,7 +150,10 @@ fn tombstone_reasons() {
         format!("{}:republished:{}", snap.msg_id(), t0().timestamp_millis())
     );
     assert_ne!(again, env.msg_id());
-    assert!(snap.encode().unwrap().ends_with(b"\xaftombstoneReason\xc0"));
+    assert!(snap
+        .encode_msgpack()
+        .unwrap()
+        .ends_with(b"\xaftombstoneReason\xc0"));
     assert_eq!(snap.tombstone_reason, None);
     // A tombstone written before the key existed (12 entries) reads as Deleted.
     let old = tombstone_with_reason(None);
@@ -398,9 +405,19 @@ fn oversized_objects_are_rejected_before_publishing() {
         .encode()
         .unwrap();
     assert_eq!(check_size(bytes.len(), DEFAULT_MAX_PAYLOAD), Ok(()));
-    // A ConfigMap near the API server's own 1 MiB limit does not fit with the envelope.
+    // The check is on the bytes sent: a compressible ConfigMap near the API server's own
+    // 1 MiB limit fits once compressed.
+    let mut squeezable = config_map();
+    squeezable["data"]["blob"] = json!("x".repeat(DEFAULT_MAX_PAYLOAD - 200));
+    let bytes = Envelope::snapshot("east", None, squeezable, t0())
+        .unwrap()
+        .encode()
+        .unwrap();
+    assert!(bytes.starts_with(&ZSTD_MAGIC));
+    assert_eq!(check_size(bytes.len(), DEFAULT_MAX_PAYLOAD), Ok(()));
+    // One that compresses too little does not fit (random base64 shrinks only to ~3/4).
     let mut big = config_map();
-    big["data"]["blob"] = json!("x".repeat(DEFAULT_MAX_PAYLOAD - 200));
+    big["data"]["blob"] = json!(incompressible(DEFAULT_MAX_PAYLOAD * 3 / 2));
     let bytes = Envelope::snapshot("east", None, big, t0())
         .unwrap()
         .encode()
@@ -414,4 +431,161 @@ fn oversized_objects_are_rejected_before_publishing() {
     );
     // A server configured with a larger max_payload accepts it.
     assert_eq!(check_size(bytes.len(), 8 * DEFAULT_MAX_PAYLOAD), Ok(()));
+}
+
+/// `len` random base64 characters (a xorshift stream): zstd only saves the 2 bits per byte
+/// the alphabet leaves unused.
+fn incompressible(len: usize) -> String {
+    const SYMBOLS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(SYMBOLS[(x % 64) as usize])
+        })
+        .collect()
+}
+
+/// A ConfigMap snapshot whose `data.blob` is `blob`.
+fn snapshot_with_blob(blob: String) -> Envelope {
+    let mut obj = config_map();
+    obj["data"]["blob"] = json!(blob);
+    Envelope::snapshot("east", None, obj, t0()).unwrap()
+}
+
+/// `bytes` compressed as a zstd frame (level 3), the way `encode` frames an envelope.
+fn zstd_frame(bytes: &[u8]) -> Vec<u8> {
+    zstd::bulk::compress(bytes, 3).unwrap()
+}
+
+#[test]
+fn small_envelopes_stay_plain_large_ones_are_compressed() {
+    // Tombstones and small snapshots: plain MessagePack, a map marker first.
+    let tomb = Envelope::tombstone(
+        "east",
+        Some("id"),
+        "u-1",
+        "43",
+        t0(),
+        TombstoneReason::Deleted,
+    );
+    let bytes = tomb.encode().unwrap();
+    assert!(bytes.len() <= COMPRESS_THRESHOLD, "{} bytes", bytes.len());
+    assert_eq!(bytes, tomb.encode_msgpack().unwrap());
+    // A large, repetitive object: a zstd frame, much smaller, decoding to the same envelope.
+    let big = snapshot_with_blob("key: value\n".repeat(10_000));
+    let plain = big.encode_msgpack().unwrap();
+    let sent = big.encode().unwrap();
+    assert!(sent.starts_with(&ZSTD_MAGIC));
+    assert!(
+        sent.len() * 10 < plain.len(),
+        "{} vs {}",
+        sent.len(),
+        plain.len()
+    );
+    assert_eq!(Envelope::decode(&sent).unwrap(), big);
+    // The plain bytes of the same envelope still decode (a reader takes both).
+    assert_eq!(Envelope::decode(&plain).unwrap(), big);
+    // Deterministic: the same envelope gives the same bytes (retries keep their meaning).
+    assert_eq!(big.encode().unwrap(), big.encode().unwrap());
+}
+
+#[test]
+fn hostile_zstd_frames_are_malformed() {
+    let malformed =
+        |bytes: &[u8]| matches!(Envelope::decode(bytes), Err(DecodeError::Malformed { .. }));
+    let good = snapshot_with_blob("abc ".repeat(1_000)).encode().unwrap();
+    assert!(good.starts_with(&ZSTD_MAGIC));
+    // Trailing bytes after the frame, and a second frame.
+    let mut trailing = good.clone();
+    trailing.push(0);
+    assert!(malformed(&trailing));
+    let mut two = good.clone();
+    two.extend_from_slice(&good);
+    assert!(malformed(&two));
+    // Every truncation, and a flipped byte in the body (the frame carries a checksum).
+    for cut in 0..good.len() {
+        assert!(
+            Envelope::decode(&good[..cut]).is_err(),
+            "prefix of {cut} bytes"
+        );
+    }
+    let mut flipped = good.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x55;
+    assert!(malformed(&flipped));
+    // A valid frame around something that is not an envelope, or around another frame.
+    assert!(malformed(&zstd_frame(b"not messagepack")));
+    assert!(malformed(&zstd_frame(&good)));
+    assert!(malformed(&zstd_frame(&[])));
+    // The magic alone.
+    assert!(malformed(&ZSTD_MAGIC));
+}
+
+#[test]
+fn decompression_bombs_are_refused() {
+    // 100 MiB of zeros compresses to a few KiB; the reader stops at its limit instead of
+    // inflating it (the frame declares its content size, which the reader ignores).
+    let bomb = zstd::bulk::compress(&vec![0u8; 100 * 1024 * 1024], 3).unwrap();
+    assert!(bomb.len() < 64 * 1024, "{} bytes", bomb.len());
+    assert!(matches!(
+        Envelope::decode(&bomb),
+        Err(DecodeError::Malformed { .. })
+    ));
+    // A valid envelope just above the limit (its plain bytes decode): refused compressed.
+    let huge = snapshot_with_blob("y".repeat(MAX_DECOMPRESSED));
+    let plain = huge.encode_msgpack().unwrap();
+    assert!(plain.len() > MAX_DECOMPRESSED);
+    assert_eq!(Envelope::decode(&plain).unwrap(), huge);
+    assert!(matches!(
+        Envelope::decode(&zstd_frame(&plain)),
+        Err(DecodeError::Malformed { .. })
+    ));
+    // A writer refuses to produce what readers would refuse.
+    assert!(huge.encode().is_err());
+    // A frame header asking for a 64 MiB window (within zstd's own default of 128 MiB,
+    // above the reader's 8 MiB) is refused before any window is allocated.
+    let mut wide = ZSTD_MAGIC.to_vec();
+    // Frame header descriptor: no checksum, no content size, not single-segment; then
+    // the window descriptor: exponent 16 -> window 2^(10+16) = 64 MiB.
+    wide.extend_from_slice(&[0x00, 16 << 3]);
+    // One raw, last block of 4 bytes.
+    wide.extend_from_slice(&[0x21, 0x00, 0x00]);
+    wide.extend_from_slice(b"abcd");
+    assert!(matches!(
+        Envelope::decode(&wide),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn large_snapshots_round_trip_compressed(body in json_value(), pad in 0usize..4_000, time in ms_time()) {
+        let mut obj = config_map();
+        obj["body"] = body;
+        obj["data"]["pad"] = json!("p".repeat(pad));
+        let env = Envelope::snapshot("east", Some("id"), obj, time).unwrap();
+        let bytes = env.encode().unwrap();
+        prop_assert_eq!(bytes.starts_with(&ZSTD_MAGIC), bytes != env.encode_msgpack().unwrap());
+        prop_assert_eq!(Envelope::decode(&bytes).unwrap(), env);
+    }
+
+    #[test]
+    fn garbage_after_the_magic_never_panics(tail in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let mut bytes = ZSTD_MAGIC.to_vec();
+        bytes.extend_from_slice(&tail);
+        prop_assert!(Envelope::decode(&bytes).is_err());
+    }
+
+    #[test]
+    fn corrupted_frames_never_panic(at in any::<prop::sample::Index>(), xor in 1u8..=255) {
+        let mut bytes = snapshot_with_blob("abc ".repeat(300)).encode().unwrap();
+        let i = at.index(bytes.len());
+        bytes[i] ^= xor;
+        let _ = Envelope::decode(&bytes);
+    }
 }

@@ -757,7 +757,11 @@ pub async fn run(
         engine.tx.clone(),
         engine.cancel.clone(),
     ));
+    let progress = super::progress::Progress::new(&reg.ctx.cfg.cluster_name);
+    let serving = super::progress::serve(reg.ctx.clone(), progress.subscribe(), cancel.clone());
+    tokio::spawn(serving);
     engine.pass().await;
+    progress.record(&engine);
     loop {
         let wake = engine.wake_at();
         tokio::select! {
@@ -805,6 +809,7 @@ pub async fn run(
             _ = sleep_until_opt(wake) => {}
         }
         engine.pass().await;
+        progress.record(&engine);
     }
 }
 

@@ -30,6 +30,7 @@ pub mod follow;
 pub mod matching;
 pub mod mutate;
 pub mod per_cluster;
+pub mod progress;
 pub mod published;
 pub mod readiness;
 pub mod report;

@@ -12,36 +12,7 @@ use crate::cli::{ClustersLsArgs, OutputFormat};
 /// `Active (silent)` when heartbeats stopped), labels.
 pub async fn ls(args: &ClustersLsArgs, out: &mut impl Write) -> Result<(), ClustersError> {
     let (_client, js) = crate::command::connect(&args.bus).await?;
-    let bucket = registry_bucket(&args.bus.subject_prefix);
-    let err = |source: Box<dyn std::error::Error + Send + Sync>| ClustersError::Registry {
-        bucket: bucket.clone(),
-        source,
-    };
-    let kv = js
-        .get_key_value(&bucket)
-        .await
-        .map_err(|e| err(Box::new(e)))?;
-    let keys: Vec<String> = kv
-        .keys()
-        .await
-        .map_err(|e| err(Box::new(e)))?
-        .try_collect()
-        .await
-        .map_err(|e| err(Box::new(e)))?;
-    let mut records = Vec::new();
-    for key in keys {
-        if !matches!(RegistryKey::parse(&key), Ok(RegistryKey::Cluster { .. })) {
-            continue;
-        }
-        let Some(bytes) = kv.get(&key).await.map_err(|e| err(Box::new(e)))? else {
-            continue;
-        };
-        // A record this fleetbus cannot read is skipped, as agents skip it.
-        if let Ok(r) = ClusterRecord::decode(&bytes) {
-            records.push(r);
-        }
-    }
-    records.sort_by(|a, b| (&a.name, &a.cluster_id).cmp(&(&b.name, &b.cluster_id)));
+    let records = records(&js, &args.bus.subject_prefix).await?;
     let now = chrono::Utc::now();
     match args.out.output {
         OutputFormat::Json => {
@@ -71,4 +42,42 @@ pub async fn ls(args: &ClustersLsArgs, out: &mut impl Write) -> Result<(), Clust
         }
     }
     Ok(())
+}
+
+/// Every cluster record of the registry bucket this fleetbus can read, sorted by name
+/// (unreadable ones are skipped, as agents skip them).
+pub(super) async fn records(
+    js: &async_nats::jetstream::Context,
+    prefix: &fleetbus_schemas::subject::Prefix,
+) -> Result<Vec<ClusterRecord>, ClustersError> {
+    let bucket = registry_bucket(prefix);
+    let err = |source: Box<dyn std::error::Error + Send + Sync>| ClustersError::Registry {
+        bucket: bucket.clone(),
+        source,
+    };
+    let kv = js
+        .get_key_value(&bucket)
+        .await
+        .map_err(|e| err(Box::new(e)))?;
+    let keys: Vec<String> = kv
+        .keys()
+        .await
+        .map_err(|e| err(Box::new(e)))?
+        .try_collect()
+        .await
+        .map_err(|e| err(Box::new(e)))?;
+    let mut records = Vec::new();
+    for key in keys {
+        if !matches!(RegistryKey::parse(&key), Ok(RegistryKey::Cluster { .. })) {
+            continue;
+        }
+        let Some(bytes) = kv.get(&key).await.map_err(|e| err(Box::new(e)))? else {
+            continue;
+        };
+        if let Ok(r) = ClusterRecord::decode(&bytes) {
+            records.push(r);
+        }
+    }
+    records.sort_by(|a, b| (&a.name, &a.cluster_id).cmp(&(&b.name, &b.cluster_id)));
+    Ok(records)
 }

@@ -1,9 +1,11 @@
-//! `fleetbus clusters label|ls`: the fleet's clusters. `label` asks one cluster's agent to
-//! relabel its Local Cluster object (PROTOCOL §6.4); `ls` reads the registry bucket.
+//! `fleetbus clusters label|ls|progress`: the fleet's clusters. `label` asks one cluster's
+//! agent to relabel its Local Cluster object (PROTOCOL §6.4); `ls` reads the registry
+//! bucket; `progress` asks agents how far their sync is (PROTOCOL §6.5).
 
 mod error;
 mod label;
 mod ls;
+mod progress;
 
 use std::process::ExitCode;
 
@@ -12,13 +14,17 @@ use crate::cli::ClustersCommand;
 pub use error::ClustersError;
 pub use label::{label, parse_label_args};
 pub use ls::ls;
+pub use progress::progress;
 
 /// Runs one clusters command.
 pub async fn run(cmd: ClustersCommand) -> Result<ExitCode, ClustersError> {
-    let mut out = std::io::stdout().lock();
+    let stdout = std::io::stdout();
+    let tty = std::io::IsTerminal::is_terminal(&stdout);
+    let mut out = stdout.lock();
     match cmd {
         ClustersCommand::Label(args) => label(&args, &mut out).await?,
         ClustersCommand::Ls(args) => ls(&args, &mut out).await?,
+        ClustersCommand::Progress(args) => return progress(&args, tty, &mut out).await,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,11 @@
 //! Object snapshot envelope: the MessagePack message stored under `<p>.obj.<origin>...`.
 //!
+//! On the wire (PROTOCOL §4.6) the map is sent as it is up to [`COMPRESS_THRESHOLD`]
+//! bytes, above that as one zstd frame when smaller. Readers tell the two apart by
+//! [`ZSTD_MAGIC`] (a map never starts with `0x28`), not by a NATS header, so a payload
+//! decodes from its bytes alone (KV and stream readers see no headers), and inflate at
+//! most [`MAX_DECOMPRESSED`] bytes. The map inside is unchanged: `schemaVersion` stays 1.
+//!
 //! Layout (v1): one MessagePack map with string keys, written in this order:
 //! `schemaVersion` (uint 1), `origin`, `originClusterID` (str|nil), `uid`,
 //! `resourceVersion`, `generation` (int|nil), `contentHash`, `time` (RFC 3339 ms),
@@ -8,10 +14,12 @@
 //! twelve entries keep their bytes). Readers look at `schemaVersion` first and skip
 //! versions they do not know.
 
+mod compress;
 mod hash;
 mod limits;
 
 pub use crate::codec::MAX_MSGPACK_DEPTH;
+pub use compress::{COMPRESSION_LEVEL, COMPRESS_THRESHOLD, MAX_DECOMPRESSED, ZSTD_MAGIC};
 pub use hash::{canonical_json, content_hash, normalize_for_hash, VOLATILE_METADATA_FIELDS};
 pub use limits::{
     check_size, msg_id, republish_msg_id, tombstone_msg_id, TooLarge, DEFAULT_MAX_PAYLOAD,
@@ -203,8 +211,16 @@ impl Envelope {
         }
     }
 
-    /// MessagePack bytes (v1 layout, see the module docs).
+    /// The bytes to publish: the MessagePack map (v1 layout, see the module docs), in a
+    /// zstd frame when it is larger than [`COMPRESS_THRESHOLD`] and the frame is smaller.
+    /// An envelope above [`MAX_DECOMPRESSED`] before compression is an error: readers
+    /// would refuse it.
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        compress::maybe_compress(self.encode_msgpack()?)
+    }
+
+    /// The MessagePack map alone, never compressed (v1 layout, see the module docs).
+    pub fn encode_msgpack(&self) -> Result<Vec<u8>, EncodeError> {
         let wire = WireOut {
             schema_version: ENVELOPE_VERSION,
             origin: &self.origin,
@@ -227,8 +243,19 @@ impl Envelope {
     /// cannot read), is [`DecodeError::UnsupportedVersion`]; anything else that does not
     /// decode is [`DecodeError::Malformed`], including a `tombstoneReason` on a snapshot
     /// or one that is not `Deleted`/`Unpublished`. A tombstone without the key (written
-    /// before the key existed) reads as `Deleted`.
+    /// before the key existed) reads as `Deleted`. Bytes starting with [`ZSTD_MAGIC`] are
+    /// decompressed first (at most [`MAX_DECOMPRESSED`] bytes; a corrupt frame, trailing
+    /// bytes or a larger output are `Malformed`).
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        if compress::is_compressed(bytes) {
+            let msgpack = compress::decompress(bytes)?;
+            return Self::decode_msgpack(&msgpack);
+        }
+        Self::decode_msgpack(bytes)
+    }
+
+    /// Decodes the plain MessagePack map (what [`Self::encode_msgpack`] writes).
+    fn decode_msgpack(bytes: &[u8]) -> Result<Self, DecodeError> {
         let probe: Probe = decode_msgpack(bytes)?;
         if probe.schema_version != u64::from(ENVELOPE_VERSION) {
             return Err(DecodeError::UnsupportedVersion {

@@ -400,6 +400,8 @@ fn parse_versioned(
 pub const CORRECT_VERB: &str = "correct";
 /// Verb of the label command (`fleetbus clusters label`).
 pub const LABEL_VERB: &str = "label";
+/// Verb of the sync progress query (`fleetbus sync progress`).
+pub const PROGRESS_VERB: &str = "progress";
 
 /// A command addressed to one cluster's agent: `<p>.cmd.<cluster>.<verb>` (core NATS request/reply).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -424,6 +426,14 @@ impl CommandKey {
         Self {
             cluster: cluster.to_owned(),
             verb: LABEL_VERB.to_owned(),
+        }
+    }
+
+    /// The sync progress query for `cluster`.
+    pub fn progress(cluster: &str) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            verb: PROGRESS_VERB.to_owned(),
         }
     }
 
