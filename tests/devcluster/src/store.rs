@@ -1,7 +1,7 @@
 //! The object store: every object, the resource registry, the watch history and the
 //! broadcast channel feeding watchers, persisted through `persist` when configured.
 //!
-//! With `--data-dir`, writes are group-committed (see [`group_commit`]): a write's
+//! With `--data-dir`, writes are group-committed (see `store/group_commit.rs`): a write's
 //! response and its watch events wait until it is durable, but reads (get, list, a
 //! write's precondition checks) see the in-memory state, which may include writes
 //! still being committed. If the process dies before such a commit, those writes are
@@ -293,7 +293,7 @@ struct Locked {
 /// State sits behind a `std::sync::Mutex`: every critical section is short and
 /// synchronous (map updates, publishing events), and the lock is never held across an
 /// `.await` nor a redb commit, so an async mutex would only add overhead. Writers
-/// waiting for their batch to be durable sleep on `settled` (see [`group_commit`]).
+/// waiting for their batch to be durable sleep on `settled` (see `store/group_commit.rs`).
 pub struct Store {
     inner: Mutex<Locked>,
     /// Signalled whenever a batch settles (durable or failed).
