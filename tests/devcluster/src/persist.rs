@@ -31,6 +31,10 @@ pub enum PersistError {
         /// What is wrong with it.
         why: String,
     },
+    /// A test made the commit fail.
+    #[cfg(test)]
+    #[error("injected commit failure")]
+    Injected,
 }
 
 macro_rules! from_redb {
@@ -98,6 +102,21 @@ fn decode_record(key: &str, bytes: &[u8]) -> Result<Value, PersistError> {
 /// The redb database.
 pub struct Persist {
     db: Database,
+    /// Lets tests hold, count and fail commits.
+    #[cfg(test)]
+    pub(crate) hooks: TestHooks,
+}
+
+/// Test controls of [`Persist::commit`].
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct TestHooks {
+    /// Every commit takes this lock first: a test holding it keeps commits in flight.
+    pub gate: std::sync::Mutex<()>,
+    /// Commits started.
+    pub commits: std::sync::atomic::AtomicUsize,
+    /// While true, every commit fails.
+    pub fail: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Persist {
@@ -116,7 +135,11 @@ impl Persist {
         tx.open_table(META)?;
         tx.open_table(TOKENS)?;
         tx.commit()?;
-        Ok(Persist { db })
+        Ok(Persist {
+            db,
+            #[cfg(test)]
+            hooks: TestHooks::default(),
+        })
     }
 
     /// Reads the whole state.
@@ -155,6 +178,15 @@ impl Persist {
     /// Commits `ops` and the new resourceVersion durably (redb's default
     /// durability is Immediate: fsync before commit returns).
     pub fn commit(&self, ops: &[Op], rv: u64) -> Result<(), PersistError> {
+        #[cfg(test)]
+        {
+            use std::sync::atomic::Ordering;
+            let _gate = self.hooks.gate.lock().unwrap_or_else(|e| e.into_inner());
+            self.hooks.commits.fetch_add(1, Ordering::SeqCst);
+            if self.hooks.fail.load(Ordering::SeqCst) {
+                return Err(PersistError::Injected);
+            }
+        }
         let tx = self.db.begin_write()?;
         {
             let mut objects = tx.open_table(OBJECTS)?;

@@ -46,14 +46,15 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), Ser
         std::fs::create_dir_all(d)?;
     }
     let store = Store::open(cli.data_dir.as_deref(), cli.watch_history)?;
-    if cli.data_dir.is_none() {
-        // Microseconds since the epoch: always above any RV a previous in-memory run handed out.
-        let base = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        store.start_epoch(base);
-    }
+    // Microseconds since the epoch: always above any RV a previous run handed out.
+    // Without --data-dir everything is new; with it, a crash may have lost writes
+    // that readers saw while they were being committed (see `store`), and their RVs
+    // must not name other writes now.
+    let base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    store.start_epoch(base);
     seed::seed(&store, &cli.name, cli.nodes)?;
     let listener = TcpListener::bind(cli.listen).await?;
     let addr = listener.local_addr()?;

@@ -1,5 +1,14 @@
 //! The object store: every object, the resource registry, the watch history and the
 //! broadcast channel feeding watchers, persisted through `persist` when configured.
+//!
+//! With `--data-dir`, writes are group-committed (see `store/group_commit.rs`): a write's
+//! response and its watch events wait until it is durable, but reads (get, list, a
+//! write's precondition checks) see the in-memory state, which may include writes
+//! still being committed. If the process dies before such a commit, those writes are
+//! lost although a reader may have seen them (never their writer: its request had no
+//! response yet). A client still holding a resourceVersion of a lost write does not
+//! skip events: the restarted server hands out resourceVersions above any of the
+//! previous run ([`Store::start_epoch`]), so a watch from it gets 410 and relists.
 
 use crate::meta;
 use crate::persist::{Op, Persist, PersistError};
@@ -8,8 +17,11 @@ use crate::status::ApiError;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tokio::sync::broadcast;
+
+mod group_commit;
+use group_commit::{Group, Outcome, Undo};
 
 /// Where an object lives: (group, plural, namespace or "", name).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -140,6 +152,8 @@ pub struct Tx<'a> {
     pub inner: &'a mut Inner,
     ops: Vec<Op>,
     events: Vec<Event>,
+    /// What reverts the write if its commit fails (only kept with persistence).
+    undo: Option<Vec<Undo>>,
     /// The write's timestamp (RFC 3339, seconds).
     pub now: String,
     /// `dryRun=All`: the write runs on a scratch copy that is dropped afterwards.
@@ -184,6 +198,9 @@ impl Tx<'_> {
             None => m.remove("resourceVersion"),
         };
         let prev = self.inner.objects.insert(key.clone(), obj.clone());
+        if let Some(undo) = &mut self.undo {
+            undo.push(Undo::Object(key.clone(), prev.clone()));
+        }
         if key.is_crd() {
             self.inner.registry.upsert_crd(&obj);
         }
@@ -213,6 +230,9 @@ impl Tx<'_> {
     /// produced just before the removal, e.g. with its last finalizer gone).
     pub fn remove_as(&mut self, key: &ObjKey, last: Option<Value>) -> Option<Value> {
         let stored = self.inner.objects.remove(key)?;
+        if let Some(undo) = &mut self.undo {
+            undo.push(Undo::Object(key.clone(), Some(stored.clone())));
+        }
         let stored_rv = meta::meta_str(&stored, "resourceVersion").map(str::to_string);
         let mut last = last.unwrap_or(stored);
         let rv = self.next_rv();
@@ -239,7 +259,11 @@ impl Tx<'_> {
 
     /// Remembers a minted bearer token.
     pub fn add_token(&mut self, token: &str) {
-        self.inner.tokens.insert(token.to_string());
+        if self.inner.tokens.insert(token.to_string()) {
+            if let Some(undo) = &mut self.undo {
+                undo.push(Undo::Token(token.to_string()));
+            }
+        }
         self.ops.push(Op::Token(token.to_string()));
     }
 }
@@ -252,19 +276,28 @@ pub struct WatchStart {
     pub backlog: Vec<Arc<Event>>,
     /// Live events from now on.
     pub rx: broadcast::Receiver<Arc<Event>>,
-    /// The store's resourceVersion when the watch started.
+    /// The resourceVersion the stream starts after: the snapshot's for `initial`,
+    /// else the last settled one.
     pub rv: u64,
+}
+
+/// What the store lock guards: the state and the group-commit bookkeeping.
+#[derive(Debug)]
+struct Locked {
+    inner: Inner,
+    group: Group,
 }
 
 /// The shared store.
 ///
 /// State sits behind a `std::sync::Mutex`: every critical section is short and
-/// synchronous (map updates plus, with --data-dir, one redb commit), and the lock is
-/// never held across an `.await`, so an async mutex would only add overhead. Holding
-/// it through the commit keeps resourceVersions, the history and the broadcast order
-/// identical.
+/// synchronous (map updates, publishing events), and the lock is never held across an
+/// `.await` nor a redb commit, so an async mutex would only add overhead. Writers
+/// waiting for their batch to be durable sleep on `settled` (see `store/group_commit.rs`).
 pub struct Store {
-    inner: Mutex<Inner>,
+    inner: Mutex<Locked>,
+    /// Signalled whenever a batch settles (durable or failed).
+    settled: Condvar,
     events_tx: broadcast::Sender<Arc<Event>>,
     persist: Option<Persist>,
     history_cap: usize,
@@ -326,8 +359,13 @@ impl Store {
         // The history starts empty: a watch from before this point gets 410.
         inner.history_floor = inner.rv;
         let (events_tx, _) = broadcast::channel(history_cap.clamp(1024, 65536));
+        let group = Group {
+            settled: inner.rv,
+            ..Group::default()
+        };
         Ok(Store {
-            inner: Mutex::new(inner),
+            inner: Mutex::new(Locked { inner, group }),
+            settled: Condvar::new(),
             events_tx,
             persist,
             history_cap: history_cap.max(1),
@@ -338,14 +376,15 @@ impl Store {
     /// client still holding a resourceVersion from a previous process then gets 410
     /// and relists, instead of silently skipping every event up to that number.
     pub fn start_epoch(&self, base: u64) {
-        let mut inner = self.lock();
-        if inner.rv < base {
-            inner.rv = base;
-            inner.history_floor = base;
+        let mut g = self.lock();
+        if g.inner.rv < base {
+            g.inner.rv = base;
+            g.inner.history_floor = base;
+            g.group.settled = base;
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, Locked> {
         // A panic elsewhere never leaves the maps half-updated in a way later readers
         // cannot handle, so a poisoned lock is still usable.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -353,7 +392,7 @@ impl Store {
 
     /// Runs `f` on a read-only view.
     pub fn read<R>(&self, f: impl FnOnce(&Inner) -> R) -> R {
-        f(&self.lock())
+        f(&self.lock().inner)
     }
 
     /// Runs a write. With `dry_run`, `f` runs on a scratch copy that is then dropped.
@@ -362,16 +401,7 @@ impl Store {
         dry_run: bool,
         f: impl FnOnce(&mut Tx<'_>) -> Result<R, ApiError>,
     ) -> Result<R, ApiError> {
-        // A write can take a while (a large apply, its managedFields, the redb
-        // fsync) and others wait for the lock meanwhile: on the multi-threaded
-        // runtime, tell tokio this worker blocks, so `/healthz`, reads and watches
-        // keep being served by the others.
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| self.write_locked(dry_run, f))
-            }
-            _ => self.write_locked(dry_run, f),
-        }
+        blocking(|| self.write_locked(dry_run, f))
     }
 
     fn write_locked<R>(
@@ -379,49 +409,121 @@ impl Store {
         dry_run: bool,
         f: impl FnOnce(&mut Tx<'_>) -> Result<R, ApiError>,
     ) -> Result<R, ApiError> {
-        let mut guard = self.lock();
+        let mut g = self.lock();
         let now = meta::now_rfc3339();
         if dry_run {
-            let mut scratch = guard.clone();
+            let mut scratch = g.inner.clone();
             let mut tx = Tx {
                 inner: &mut scratch,
                 ops: Vec::new(),
                 events: Vec::new(),
+                undo: None,
                 now,
                 dry_run: true,
             };
             return f(&mut tx);
         }
         let mut tx = Tx {
-            inner: &mut guard,
+            inner: &mut g.inner,
             ops: Vec::new(),
             events: Vec::new(),
+            undo: self.persist.is_some().then(Vec::new),
             now,
             dry_run: false,
         };
         let result = f(&mut tx);
-        let Tx { ops, events, .. } = tx;
-        // Mutations already applied in memory are flushed even when `f` failed late.
-        if !ops.is_empty() {
-            if let Some(p) = &self.persist {
-                if let Err(e) = p.commit(&ops, guard.rv) {
-                    tracing::error!(error = %e, "failed to persist a write");
-                    return Err(ApiError::internal(format!("failed to persist: {e}")));
+        let Tx {
+            ops, events, undo, ..
+        } = tx;
+        // Mutations already applied in memory are persisted even when `f` failed late.
+        let Some(persist) = &self.persist else {
+            let rv = g.inner.rv;
+            self.publish(&mut g, events, rv);
+            return result;
+        };
+        if ops.is_empty() && g.group.is_idle() {
+            // Nothing to persist, and what `f` saw is durable already.
+            return result;
+        }
+        // Even a write that changed nothing waits: its answer may rest on writes
+        // that are still being committed.
+        let outcome = g.group.open.join(ops, events, undo.unwrap_or_default());
+        match self.await_commit(g, &outcome, persist) {
+            Ok(()) => result,
+            Err(e) => Err(ApiError::internal(format!("failed to persist: {e}"))),
+        }
+    }
+
+    /// Waits until the batch of `outcome` is durable or failed, committing the open
+    /// batch itself whenever no other writer is committing.
+    fn await_commit<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, Locked>,
+        outcome: &Outcome,
+        persist: &Persist,
+    ) -> Result<(), String> {
+        loop {
+            if let Some(r) = outcome.get() {
+                return r.clone();
+            }
+            if g.group.committing {
+                g = self.settled.wait(g).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // This write is in the open batch (the committing one would have an
+            // outcome by now): commit everything pending, this write included.
+            g.group.committing = true;
+            let batch = std::mem::take(&mut g.group.open);
+            let rv = g.inner.rv;
+            drop(g);
+            let span = tracing::debug_span!("group_commit", ops = batch.ops.len(), rv);
+            let res = span.in_scope(|| {
+                if batch.ops.is_empty() {
+                    Ok(())
+                } else {
+                    persist.commit(&batch.ops, rv)
+                }
+            });
+            g = self.lock();
+            match res {
+                Ok(()) => {
+                    self.publish(&mut g, batch.events, rv);
+                    group_commit::finish(&batch.outcome, Ok(()));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, ops = batch.ops.len(), rv, "failed to persist a batch of writes");
+                    // Writes applied since may build on the failed ones: they fail
+                    // too. Newest first, so every undo meets the state it left.
+                    let later = std::mem::take(&mut g.group.open);
+                    group_commit::revert(&mut g.inner, later.undo);
+                    group_commit::revert(&mut g.inner, batch.undo);
+                    g.group.failures += 1;
+                    g.group.settled = g.inner.rv;
+                    let msg = e.to_string();
+                    group_commit::finish(&later.outcome, Err(msg.clone()));
+                    group_commit::finish(&batch.outcome, Err(msg));
                 }
             }
+            g.group.committing = false;
+            self.settled.notify_all();
         }
+    }
+
+    /// Appends durable `events` to the history, sends them to watchers (in order) and
+    /// marks everything up to `rv` settled.
+    fn publish(&self, g: &mut Locked, events: Vec<Event>, rv: u64) {
         for ev in events {
             let ev = Arc::new(ev);
-            guard.history.push_back(ev.clone());
-            while guard.history.len() > self.history_cap {
-                if let Some(old) = guard.history.pop_front() {
-                    guard.history_floor = old.rv;
+            g.inner.history.push_back(ev.clone());
+            while g.inner.history.len() > self.history_cap {
+                if let Some(old) = g.inner.history.pop_front() {
+                    g.inner.history_floor = old.rv;
                 }
             }
             // No receivers is fine: nobody is watching.
             let _ = self.events_tx.send(ev);
         }
-        result
+        g.group.settled = rv;
     }
 
     /// Registers a watcher. `from` None means "current state first" (synthetic ADDED);
@@ -433,51 +535,100 @@ impl Store {
         namespace: Option<&str>,
         from: Option<u64>,
     ) -> Result<WatchStart, ApiError> {
-        let inner = self.lock();
-        // Subscribing under the lock means no event falls between snapshot and stream.
-        let rx = self.events_tx.subscribe();
-        let (initial, backlog) = match from {
-            None => (
-                inner
+        blocking(|| self.watch_blocking(group, plural, namespace, from))
+    }
+
+    fn watch_blocking(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        from: Option<u64>,
+    ) -> Result<WatchStart, ApiError> {
+        // A commit failing while the initial snapshot waits makes it stale: take
+        // another, a few times.
+        for _ in 0..3 {
+            let g = self.lock();
+            // Subscribing under the lock means no event falls between snapshot and
+            // stream: events are published under the lock too.
+            let rx = self.events_tx.subscribe();
+            let Some(n) = from else {
+                let initial = g
+                    .inner
                     .scan(group, plural, namespace)
                     .map(|(_, v)| v.clone())
-                    .collect(),
-                Vec::new(),
-            ),
-            Some(n) => {
-                if n < inner.history_floor {
-                    return Err(ApiError::expired(format!(
-                        "too old resource version: {n} ({})",
-                        inner.history_floor + 1
-                    )));
+                    .collect();
+                let rv = g.inner.rv;
+                let failures = g.group.failures;
+                // The snapshot may show writes still being committed; their
+                // synthetic ADDED must not reach the client before they are durable
+                // (their own events, at or below `rv`, are skipped by the stream).
+                let mut g = g;
+                while g.group.settled < rv {
+                    g = self.settled.wait(g).unwrap_or_else(|e| e.into_inner());
                 }
-                let backlog = inner.history.iter().filter(|e| e.rv > n).cloned().collect();
-                (Vec::new(), backlog)
+                if g.group.failures == failures {
+                    return Ok(WatchStart {
+                        initial,
+                        backlog: Vec::new(),
+                        rx,
+                        rv,
+                    });
+                }
+                continue;
+            };
+            if n < g.inner.history_floor {
+                return Err(ApiError::expired(format!(
+                    "too old resource version: {n} ({})",
+                    g.inner.history_floor + 1
+                )));
             }
-        };
-        Ok(WatchStart {
-            initial,
-            backlog,
-            rx,
-            rv: inner.rv,
-        })
+            // The history holds published (durable) events only; later ones arrive
+            // on `rx` once their batch is durable.
+            let backlog = g
+                .inner
+                .history
+                .iter()
+                .filter(|e| e.rv > n)
+                .cloned()
+                .collect();
+            return Ok(WatchStart {
+                initial: Vec::new(),
+                backlog,
+                rx,
+                rv: g.group.settled,
+            });
+        }
+        Err(ApiError::internal(
+            "failed to persist writes; cannot start the watch",
+        ))
     }
 
     /// Current resourceVersion.
     #[cfg(test)]
     pub fn current_rv(&self) -> u64 {
-        self.lock().rv
+        self.lock().inner.rv
     }
 
     /// `GET /debug/store`: stored records skipped at startup (unreadable).
     pub fn debug_store(&self) -> Value {
-        let inner = self.lock();
-        json!({"skippedRecords": inner.skipped.len(), "skippedKeys": inner.skipped})
+        let g = self.lock();
+        json!({"skippedRecords": g.inner.skipped.len(), "skippedKeys": g.inner.skipped})
     }
 
     /// Counts of state-changing writes per "<group>/<plural>".
     pub fn writes(&self) -> Value {
-        json!(self.lock().writes)
+        json!(self.lock().inner.writes)
+    }
+}
+
+/// Runs `f`, which may block (the store lock, a commit, waiting for one): on the
+/// multi-threaded runtime, tells tokio this worker blocks, so `/healthz`, reads and
+/// watches keep being served by the others.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
