@@ -275,6 +275,8 @@ pub struct Engine {
     /// changed, a kind (re)listed or caught up, or the last scan left
     /// something undecided or failed.
     pub(super) collect_due: bool,
+    /// The sink pass's counts while it runs (read by `progress`).
+    pub(super) in_flight: Arc<super::progress::InFlight>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -334,6 +336,7 @@ impl Engine {
             rules_generation: 0,
             candidate_cache: super::sink_cache::CandidateCache::default(),
             collect_due: true,
+            in_flight: Arc::default(),
         }
     }
 
@@ -758,7 +761,12 @@ pub async fn run(
         engine.cancel.clone(),
     ));
     let progress = super::progress::Progress::new(&reg.ctx.cfg.cluster_name);
-    let serving = super::progress::serve(reg.ctx.clone(), progress.subscribe(), cancel.clone());
+    let serving = super::progress::serve(
+        reg.ctx.clone(),
+        progress.subscribe(),
+        engine.in_flight.clone(),
+        cancel.clone(),
+    );
     tokio::spawn(serving);
     engine.pass().await;
     progress.record(&engine);

@@ -1,4 +1,4 @@
-//! Sync progress (`fleetbus sync progress`): counted at the end of each pass, answered on
+//! Sync progress (`fleetbus clusters progress`): counted at the end of each pass, answered on
 //! `<p>.cmd.<self>.progress`.
 //!
 //! Request/reply rather than a record the agent publishes: the CLI asks once a second while
@@ -8,10 +8,11 @@
 //! member, stays as it is). Subscribing is allowed to every agent; the reply goes to the
 //! requester's inbox, which agents may publish to. PROTOCOL §6.5.
 //!
-//! The counts move once per pass: while one long pass writes thousands of copies, the
-//! answer is the state before it (bus read, copies wanted as the previous pass saw them).
-//! Counting inside the sink's write loop would show every copy; it belongs to the sink.
+//! The counts are those of the last pass, except while a sink pass is in flight: a
+//! joining cluster's first pass may write thousands of copies, so the sink counts its
+//! targets and settled copies as it goes ([`InFlight`]) and the answer shows those.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use fleetbus_schemas::progress::SyncProgress;
@@ -55,6 +56,61 @@ impl Progress {
     }
 }
 
+/// The copies of the sink pass in flight: how many it wants, how many are in sync so
+/// far. Written by the engine's task, read by the responder (relaxed atomics: the two
+/// counts are shown together but need not be one snapshot).
+#[derive(Debug, Default)]
+pub struct InFlight {
+    active: AtomicBool,
+    wanted: AtomicU64,
+    in_sync: AtomicU64,
+    /// When the pass began: only a pass running for [`SHOWN_AFTER`] is shown, so
+    /// the short passes of a cluster in sync never flicker as "catching up".
+    began: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// How long a sink pass runs before its own counts are shown.
+const SHOWN_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl InFlight {
+    /// A sink pass starts work on `wanted` copies.
+    pub fn begin(&self, wanted: usize) {
+        self.wanted
+            .store(u64::try_from(wanted).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.in_sync.store(0, Ordering::Relaxed);
+        *self.began.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+        self.active.store(true, Ordering::Relaxed);
+    }
+
+    /// One more copy of the pass is in sync (found equal or written).
+    pub fn settled(&self) {
+        self.in_sync.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The pass is done; its result is recorded by [`Progress::record`].
+    pub fn end(&self) {
+        self.active.store(false, Ordering::Relaxed);
+    }
+
+    /// `last` with the in-flight pass's counts, while one runs.
+    fn show(&self, last: SyncProgress) -> SyncProgress {
+        self.show_after(last, SHOWN_AFTER)
+    }
+
+    fn show_after(&self, mut last: SyncProgress, after: std::time::Duration) -> SyncProgress {
+        let long = self
+            .began
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| t.elapsed() >= after);
+        if long && self.active.load(Ordering::Relaxed) {
+            last.copies_wanted = self.wanted.load(Ordering::Relaxed);
+            last.copies_in_sync = self.in_sync.load(Ordering::Relaxed);
+        }
+        last
+    }
+}
+
 /// The counts of `engine` after a pass.
 fn measure(engine: &Engine, now: chrono::DateTime<chrono::Utc>) -> SyncProgress {
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
@@ -82,6 +138,7 @@ fn measure(engine: &Engine, now: chrono::DateTime<chrono::Utc>) -> SyncProgress 
 pub async fn serve(
     ctx: Arc<Context>,
     progress: watch::Receiver<SyncProgress>,
+    in_flight: Arc<InFlight>,
     cancel: CancellationToken,
 ) {
     let client = ctx.js.client();
@@ -102,7 +159,7 @@ pub async fn serve(
             };
             // The request's payload is ignored: there is nothing to ask but "where are you".
             let Some(to) = msg.reply else { continue };
-            let encoded = progress.borrow().encode();
+            let encoded = in_flight.show(progress.borrow().clone()).encode();
             match encoded {
                 Ok(bytes) => {
                     if let Err(e) = client.publish(to, bytes.into()).await {
@@ -113,5 +170,35 @@ pub async fn serve(
             }
         }
         tracing::warn!(%subject, "progress subscription closed; subscribing again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_in_flight_shows_its_own_counts_and_the_last_pass_otherwise() {
+        let mut last = SyncProgress::starting("c3", chrono::Utc::now());
+        last.copies_wanted = 10;
+        last.copies_in_sync = 10;
+        let now = std::time::Duration::ZERO;
+        let f = InFlight::default();
+        assert_eq!(f.show_after(last.clone(), now), last, "no pass in flight");
+        f.begin(10_000);
+        f.settled();
+        f.settled();
+        assert_eq!(
+            f.show_after(last.clone(), std::time::Duration::from_secs(3600)),
+            last,
+            "a short pass is not shown"
+        );
+        let shown = f.show_after(last.clone(), now);
+        assert_eq!((shown.copies_wanted, shown.copies_in_sync), (10_000, 2));
+        assert_eq!(shown.cluster, "c3", "the rest is the last pass's");
+        f.end();
+        assert_eq!(f.show_after(last.clone(), now), last, "ended: the recorded pass counts");
+        f.begin(5);
+        assert_eq!(f.show_after(last, now).copies_in_sync, 0, "a new pass starts from zero");
     }
 }

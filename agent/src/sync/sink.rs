@@ -327,6 +327,7 @@ impl Engine {
             winners.push((target, winner));
         }
         // One wave per install rank, in rank order (see `sink_wave`).
+        self.in_flight.begin(winners.len());
         let mut tally = Tally {
             reports: &mut reports,
             bundles: &mut bundles,
@@ -337,6 +338,7 @@ impl Engine {
         {
             self.apply_wave(wave, &mut tally).await;
         }
+        self.in_flight.end();
         self.refused.retain(|t, _| wanted.contains(t));
         // Watch times matter only for copies (drift latency).
         self.seen.retain(|t, _| wanted.contains(t));
@@ -385,6 +387,9 @@ impl Engine {
                     continue;
                 }
             };
+            if matches!(outcome, Outcome::InSync | Outcome::Wrote) {
+                self.in_flight.settled();
+            }
             tally.add(target, winner, outcome);
         }
         let places: Vec<(&Target, &Candidate)> = writes.iter().map(|(t, c, _)| (*t, *c)).collect();

@@ -230,8 +230,14 @@ impl Engine {
                 .iter()
                 .enumerate()
                 .map(|(k, (_, target, c, w))| {
-                    let job: BoxFuture<'_, _> =
-                        Box::pin(async move { (k, this.write_one(target, c, w).await) });
+                    let job: BoxFuture<'_, _> = Box::pin(async move {
+                        let result = this.write_one(target, c, w).await;
+                        if result.is_ok() {
+                            // Shown by `fleetbus clusters progress` while the wave runs.
+                            this.in_flight.settled();
+                        }
+                        (k, result)
+                    });
                     job
                 })
                 .collect();
