@@ -197,8 +197,16 @@ mod tests {
         assert_eq!((shown.copies_wanted, shown.copies_in_sync), (10_000, 2));
         assert_eq!(shown.cluster, "c3", "the rest is the last pass's");
         f.end();
-        assert_eq!(f.show_after(last.clone(), now), last, "ended: the recorded pass counts");
+        assert_eq!(
+            f.show_after(last.clone(), now),
+            last,
+            "ended: the recorded pass counts"
+        );
         f.begin(5);
-        assert_eq!(f.show_after(last, now).copies_in_sync, 0, "a new pass starts from zero");
+        assert_eq!(
+            f.show_after(last, now).copies_in_sync,
+            0,
+            "a new pass starts from zero"
+        );
     }
 }

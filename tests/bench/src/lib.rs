@@ -16,6 +16,7 @@ pub mod objects;
 pub mod poll;
 pub mod procfs;
 pub mod profile;
+pub mod progress_cli;
 pub mod recorder;
 pub mod report;
 pub mod scenario;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::load;
 use crate::mesh::{Fleet, Node};
+use crate::progress_cli::{ProgressCli, Shown};
 use crate::scenario::{verdict, Ctx};
 use crate::table::Table;
 
@@ -24,6 +25,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     eprintln!("fleetbus-bench: catchup: {m} objects synced to c2; c3 joins");
     let mut c3 = Node::cluster("c3", false).await?;
     let watch = c3.recorder().await?;
+    // What an operator runs to follow the join (issue 12: a progress indicator).
+    let cli = ProgressCli::start(&fleet.nats.url(), "c3", CATCH_UP)?;
     let started = c3.start_agent(&fleet.nats)?;
     let ready = c3.wait_ready().await?;
     let first = watch
@@ -34,6 +37,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         .wait_count(m + 1, CATCH_UP)
         .await
         .map_err(|e| c3.with_log(e))?;
+
+    let shown = cli.finish(CATCH_UP).await?;
 
     let secs = |d: Duration| format!("{:.2}", d.as_secs_f64());
     let took = all.saturating_duration_since(started);
@@ -61,6 +66,50 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         "for comparison, the existing sink c2 got the {m} objects {} s after the harness started creating them (limited by the harness's creates)",
         secs(synced.saturating_duration_since(seeded))
     ));
-    t.note("A progress indicator in the CLI (issue 12) is not part of this harness: it belongs to the agent/hub and is not implemented yet.");
+    t.note(describe_cli(&shown, started, all));
     Ok(vec![t])
+}
+
+/// One note on what `fleetbus clusters progress c3 --watch` showed: how many
+/// lines with a copy count before "in sync", a few of them, and when it exited.
+fn describe_cli(shown: &Shown, started: Instant, all: Instant) -> String {
+    let at = |t: Instant| {
+        format!(
+            "{:.1} s",
+            t.saturating_duration_since(started).as_secs_f64()
+        )
+    };
+    let moving: Vec<&(Instant, String)> = shown
+        .lines
+        .iter()
+        .filter(|(_, l)| l.contains("catching up"))
+        .collect();
+    let mut picks: Vec<String> = Vec::new();
+    let step = (moving.len() / 4).max(1);
+    for (t, line) in moving.iter().step_by(step).take(5) {
+        picks.push(format!(
+            "{}: `{}`",
+            at(*t),
+            line.split_whitespace().collect::<Vec<_>>().join(" ")
+        ));
+    }
+    let last = shown
+        .lines
+        .last()
+        .map(|(t, l)| {
+            format!(
+                "{}: `{}`",
+                at(*t),
+                l.split_whitespace().collect::<Vec<_>>().join(" ")
+            )
+        })
+        .unwrap_or_else(|| "nothing".to_owned());
+    format!(
+        "`fleetbus clusters progress c3 --watch`, started with c3's agent: {} progress lines while catching up ({}); last line {last}; exit code {:?} {} after the agent started ({} after the last copy was seen by the harness's watch)",
+        moving.len(),
+        if picks.is_empty() { "none".to_owned() } else { picks.join(", ") },
+        shown.code,
+        at(shown.exited),
+        format!("{:.1} s", shown.exited.saturating_duration_since(all).as_secs_f64()),
+    )
 }
