@@ -105,11 +105,11 @@ fn describe_cli(shown: &Shown, started: Instant, all: Instant) -> String {
         })
         .unwrap_or_else(|| "nothing".to_owned());
     format!(
-        "`fleetbus clusters progress c3 --watch`, started with c3's agent: {} progress lines while catching up ({}); last line {last}; exit code {:?} {} after the agent started ({} after the last copy was seen by the harness's watch)",
+        "`fleetbus clusters progress c3 --watch`, started with c3's agent: {} progress lines while catching up ({}); last line {last}; exit code {:?} {} after the agent started ({:.1} s after the last copy was seen by the harness's watch)",
         moving.len(),
         if picks.is_empty() { "none".to_owned() } else { picks.join(", ") },
         shown.code,
         at(shown.exited),
-        format!("{:.1} s", shown.exited.saturating_duration_since(all).as_secs_f64()),
+        shown.exited.saturating_duration_since(all).as_secs_f64(),
     )
 }
