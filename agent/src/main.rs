@@ -8,6 +8,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc rather than glibc's malloc: the agent holds many small, long-lived
+/// allocations (parsed objects) beside short-lived ones (passes, messages), and
+/// glibc's arenas kept far more resident than was live (BENCHMARKS.md, scenario 6).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,

@@ -4,6 +4,7 @@
 //! differs from what was published last; a copy that went away gets `null`
 //! once. Driven by the copies' watch events, never by polling.
 
+use std::future::IntoFuture;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -183,39 +184,53 @@ impl Engine {
                 });
             }
         }
-        for r in publish {
-            self.publish_report(r).await;
+        self.publish_reports(publish).await;
+    }
+
+    /// Publishes reports, all sent before any acknowledgement is awaited
+    /// (a joining cluster reports thousands of new copies in one pass; one
+    /// round trip each would hold the pass for seconds), then the
+    /// acknowledgements together; each acknowledged report is remembered as
+    /// published so the next pass does not send it again before the consumer
+    /// reads it back.
+    async fn publish_reports(&mut self, reports: Vec<ReportedStatus>) {
+        let mut sent = Vec::with_capacity(reports.len());
+        for r in reports {
+            let key = r.subject_key();
+            let subject = key.to_subject(self.ctx.layout.prefix());
+            if check_subject_len(&subject).is_err() {
+                self.ctx.metrics.sync_rejected("too_large");
+                continue;
+            }
+            let Some(bytes) = self.fitting_report(&r, &subject) else {
+                // Remembered as published: not tried again until it changes.
+                self.status_book.reports.insert(key, r);
+                continue;
+            };
+            match self.ctx.js.publish(subject.clone(), bytes.into()).await {
+                Ok(ack) => sent.push((key, subject, r, ack)),
+                Err(error) => self.report_not_published(&subject, &error.to_string()),
+            }
+        }
+        let (sent, acks): (Vec<_>, Vec<_>) = sent
+            .into_iter()
+            .map(|(key, subject, r, ack)| ((key, subject, r), ack.into_future()))
+            .unzip();
+        let acked = futures::future::join_all(acks).await;
+        for ((key, subject, r), result) in sent.into_iter().zip(acked) {
+            match result {
+                Ok(_) => {
+                    tracing::debug!(%subject, gone = r.status.is_null(), "status reported");
+                    self.status_book.reports.insert(key, r);
+                }
+                Err(error) => self.report_not_published(&subject, &error.to_string()),
+            }
         }
     }
 
-    /// Publishes one report (acknowledged); remembered as published so the
-    /// next pass does not send it again before the consumer reads it back.
-    async fn publish_report(&mut self, r: ReportedStatus) {
-        let key = r.subject_key();
-        let subject = key.to_subject(self.ctx.layout.prefix());
-        if check_subject_len(&subject).is_err() {
-            self.ctx.metrics.sync_rejected("too_large");
-            return;
-        }
-        let Some(bytes) = self.fitting_report(&r, &subject) else {
-            // Remembered as published: not tried again until it changes.
-            self.status_book.reports.insert(key, r);
-            return;
-        };
-        let acked = match self.ctx.js.publish(subject.clone(), bytes.into()).await {
-            Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match acked {
-            Ok(()) => {
-                tracing::debug!(%subject, gone = r.status.is_null(), "status reported");
-                self.status_book.reports.insert(key, r);
-            }
-            Err(error) => {
-                tracing::warn!(%subject, %error, "status report not published; retrying");
-                self.publish_retry_at = Some(Instant::now() + Duration::from_secs(2));
-            }
-        }
+    fn report_not_published(&mut self, subject: &str, error: &str) {
+        tracing::warn!(%subject, %error, "status report not published; retrying");
+        self.publish_retry_at = Some(Instant::now() + Duration::from_secs(2));
     }
 }
 

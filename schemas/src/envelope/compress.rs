@@ -42,14 +42,14 @@ pub(super) fn maybe_compress(msgpack: Vec<u8>) -> Result<Vec<u8>, EncodeError> {
             msgpack.len()
         )));
     }
-    let mut compressor =
-        zstd::bulk::Compressor::new(COMPRESSION_LEVEL).map_err(EncodeError::new)?;
-    // 4 bytes buy a check of the output: a corrupted frame is refused rather than
-    // decoded into a different (possibly still valid) envelope.
-    compressor
-        .include_checksum(true)
-        .map_err(EncodeError::new)?;
-    let frame = compressor.compress(&msgpack).map_err(EncodeError::new)?;
+    let frame = COMPRESSOR.with_borrow_mut(|slot| {
+        let compressor = match slot {
+            Some(c) => c,
+            None => slot.insert(new_compressor()?),
+        };
+        compressor.compress(&msgpack)
+    });
+    let frame = frame.map_err(EncodeError::new)?;
     Ok(if frame.len() < msgpack.len() {
         frame
     } else {
@@ -64,9 +64,78 @@ pub(super) fn is_compressed(bytes: &[u8]) -> bool {
 
 /// The MessagePack bytes inside exactly one zstd frame filling all of `bytes`. A corrupt or
 /// truncated frame, more than one frame or trailing bytes, or content above
-/// [`MAX_DECOMPRESSED`] is [`DecodeError::Malformed`]. The output grows as data
-/// arrives, never to a size the frame merely declares.
+/// [`MAX_DECOMPRESSED`] is [`DecodeError::Malformed`]. A frame declaring its size gets a
+/// buffer of that size if it is at most [`MAX_DECOMPRESSED`] (zstd refuses content that does
+/// not match the declaration); one declaring none inflates into a buffer that grows as data
+/// arrives, up to the limit.
 pub(super) fn decompress(bytes: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    // Exactly one frame: a second one, or trailing bytes, would give the message two
+    // meanings.
+    let frame_len = zstd::zstd_safe::find_frame_compressed_size(bytes).map_err(|code| {
+        DecodeError::malformed(format!(
+            "not a whole zstd frame: {}",
+            zstd::zstd_safe::get_error_name(code)
+        ))
+    })?;
+    if frame_len != bytes.len() {
+        return Err(DecodeError::malformed(format!(
+            "{} trailing bytes after the zstd frame",
+            bytes.len().saturating_sub(frame_len)
+        )));
+    }
+    match zstd::zstd_safe::get_frame_content_size(bytes) {
+        // What our writers send (the one-shot compressor records the size): one call
+        // into a buffer of exactly the declared size, with a context kept per thread
+        // (creating one per message cost more than the decoding). zstd checks the
+        // declared size against what the frame really inflates to.
+        Ok(Some(declared)) if declared <= MAX_DECOMPRESSED as u64 => {
+            let mut out = Vec::with_capacity(usize::try_from(declared).unwrap_or(0));
+            DECOMPRESSOR
+                .with_borrow_mut(|slot| {
+                    let d = match slot {
+                        Some(d) => d,
+                        None => slot.insert(new_decompressor()?),
+                    };
+                    d.decompress_to_buffer(bytes, &mut out)
+                })
+                .map_err(DecodeError::malformed)?;
+            Ok(out)
+        }
+        Ok(Some(_)) => Err(too_large()),
+        // No declared size (a streaming writer): inflate with a hard limit.
+        _ => decompress_streaming(bytes),
+    }
+}
+
+fn too_large() -> DecodeError {
+    DecodeError::malformed(format!(
+        "the zstd frame inflates to more than {MAX_DECOMPRESSED} bytes"
+    ))
+}
+
+thread_local! {
+    /// Contexts reused per thread: a level-3 context allocates about a megabyte.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn new_compressor() -> std::io::Result<zstd::bulk::Compressor<'static>> {
+    let mut c = zstd::bulk::Compressor::new(COMPRESSION_LEVEL)?;
+    c.include_checksum(true)?;
+    Ok(c)
+}
+
+fn new_decompressor() -> std::io::Result<zstd::bulk::Decompressor<'static>> {
+    let mut d = zstd::bulk::Decompressor::new()?;
+    d.set_parameter(zstd::zstd_safe::DParameter::WindowLogMax(WINDOW_LOG_MAX))?;
+    Ok(d)
+}
+
+/// Inflates one frame that does not declare its size, stopping one byte past
+/// [`MAX_DECOMPRESSED`].
+fn decompress_streaming(bytes: &[u8]) -> Result<Vec<u8>, DecodeError> {
     let mut decoder = zstd::stream::read::Decoder::with_buffer(bytes)
         .map_err(DecodeError::malformed)?
         .single_frame();
@@ -81,9 +150,7 @@ pub(super) fn decompress(bytes: &[u8]) -> Result<Vec<u8>, DecodeError> {
         .read_to_end(&mut out)
         .map_err(DecodeError::malformed)?;
     if out.len() > MAX_DECOMPRESSED {
-        return Err(DecodeError::malformed(format!(
-            "the zstd frame inflates to more than {MAX_DECOMPRESSED} bytes"
-        )));
+        return Err(too_large());
     }
     let rest = decoder.finish();
     if !rest.is_empty() {
