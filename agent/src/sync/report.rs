@@ -4,8 +4,8 @@
 //! differs from what was published last; a copy that went away gets `null`
 //! once. Driven by the copies' watch events, never by polling.
 
-use std::future::IntoFuture;
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use fleetbus_schemas::crd::StatusReturn;
