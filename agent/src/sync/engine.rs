@@ -106,6 +106,14 @@ pub struct KindState {
     resnap: Option<BTreeMap<ObjectKey, Envelope>>,
     /// The bus consumer has delivered every last value at least once.
     pub caught_up: bool,
+    /// Our objects whose local or bus state changed since the source side
+    /// last planned them (see `source`): the next source pass plans only
+    /// these, unless `source_full`.
+    pub source_dirty: BTreeSet<ObjectKey>,
+    /// The next source pass plans every object: the kind is new, re-listed
+    /// or re-read from the bus, the rules or the fleet changed, or a publish
+    /// failed.
+    pub source_full: bool,
     /// Cancels this kind's tasks (watch, consumer).
     stop: CancellationToken,
     /// Cancels `stop` when the kind is dropped.
@@ -352,6 +360,7 @@ impl Engine {
                 // finds the same difference (a lost tombstone included) and
                 // publishes it again.
                 if let Some(k) = self.kinds.get_mut(&gvk) {
+                    k.source_full = true;
                     match before {
                         Some(env) => {
                             k.snapshots.insert(key, *env);
@@ -410,6 +419,11 @@ impl Engine {
                     }
                     self.seen.insert(t, Instant::now());
                 }
+                if kind.source {
+                    if let Some(k) = ObjectKey::from_object(&self.ctx.cfg.cluster_name, &obj) {
+                        kind.source_dirty.insert(k);
+                    }
+                }
                 match &mut kind.relist {
                     Some(relist) => {
                         relist.insert(key, obj);
@@ -424,6 +438,11 @@ impl Engine {
                 if let Some(t) = Target::of(&obj) {
                     self.seen.insert(t, Instant::now());
                 }
+                if kind.source {
+                    if let Some(k) = ObjectKey::from_object(&self.ctx.cfg.cluster_name, &obj) {
+                        kind.source_dirty.insert(k);
+                    }
+                }
                 if let Some(key) = local_key(&obj) {
                     kind.objects.remove(&key);
                     if let Some(relist) = &mut kind.relist {
@@ -437,6 +456,8 @@ impl Engine {
                 if let Some(relist) = kind.relist.take() {
                     kind.objects = relist;
                 }
+                // Objects may have gone or changed between the two lists.
+                kind.source_full = true;
                 kind.listed = true;
                 kind.watch_error = None;
             }
@@ -472,6 +493,9 @@ impl Engine {
                     // Of our own envelopes only uid, resourceVersion and
                     // hash are used (`source`); the object is the local one.
                     env.object = None;
+                    // Ours as the bus has it now (our publish read back, or
+                    // someone else's message on our subject): compare again.
+                    kind.source_dirty.insert(key.clone());
                 }
                 match &mut kind.resnap {
                     Some(resnap) => {
@@ -491,6 +515,7 @@ impl Engine {
                 if key.origin == self.fleet.local.name
                     && kind.snapshots.remove(&key).is_some_and(|e| !e.tombstone)
                 {
+                    kind.source_dirty.insert(key.clone());
                     self.overwritten.insert(key);
                 }
             }
@@ -500,6 +525,7 @@ impl Engine {
                 if let Some(resnap) = kind.resnap.take() {
                     kind.snapshots = resnap;
                 }
+                kind.source_full = true;
                 kind.caught_up = true;
             }
         }
@@ -630,6 +656,8 @@ impl Engine {
                 snapshots: BTreeMap::new(),
                 resnap: None,
                 caught_up: false,
+                source_dirty: BTreeSet::new(),
+                source_full: true,
                 _guard: stop.clone().drop_guard(),
                 stop,
             },
@@ -686,6 +714,11 @@ impl Engine {
                 self.rules = rules;
                 self.rules_dirty = false;
                 self.rules_generation = self.rules_generation.wrapping_add(1);
+                // Which objects are published depends on the rules (and,
+                // through them, on the fleet): plan every object again.
+                for k in self.kinds.values_mut() {
+                    k.source_full = true;
+                }
                 // Rules gone, invalid or ready again change what is collected.
                 self.collect_due = true;
                 // Exclusions and drift modes may have changed: what was
@@ -856,6 +889,8 @@ impl KindState {
             snapshots,
             resnap: None,
             caught_up: true,
+            source_dirty: BTreeSet::new(),
+            source_full: true,
             _guard: stop.clone().drop_guard(),
             stop,
         }

@@ -103,6 +103,11 @@ impl HashMemo {
         self.hashes.retain(|k, _| keep(k));
     }
 
+    /// Forgets the hash of the object at `key` (gone, or no longer ours).
+    pub fn forget(&mut self, key: &ObjectKey) {
+        self.hashes.remove(key);
+    }
+
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.hashes.is_empty()

@@ -71,6 +71,58 @@ pub fn qualifies(
         && matching::features_satisfy(&rule.spec.cluster_feature_match, features)
 }
 
+/// The rules of the kind that this cluster is a source of (valid, and its
+/// labels and features qualify).
+fn effective<'a>(local: &LocalView, rules: &[&'a CompiledRule]) -> Vec<&'a CompiledRule> {
+    rules
+        .iter()
+        .copied()
+        .filter(|r| r.is_valid() && qualifies(r, &local.labels, &local.features))
+        .collect()
+}
+
+/// What to publish for our object at `key`: `obj` is the local object there
+/// (None: there is none), `current` our live envelope on the bus.
+fn plan_object(
+    rules: &[&CompiledRule],
+    key: &ObjectKey,
+    obj: Option<&Value>,
+    current: Option<&Envelope>,
+    memo: &mut HashMemo,
+) -> Option<Publish> {
+    let Some(obj) = obj.filter(|o| is_original(o)) else {
+        // Ours on the bus, live, but no longer here: deleted (perhaps while
+        // we were down), or replaced by a copy of the same name.
+        return current.map(|e| Publish::Tombstone {
+            uid: e.uid.clone(),
+            resource_version: e.resource_version.clone(),
+            reason: TombstoneReason::Deleted,
+        });
+    };
+    let matched: Vec<_> = if sync_disabled(obj) {
+        Vec::new()
+    } else {
+        rules
+            .iter()
+            .filter_map(|r| matching::matching_rules(&r.spec, obj))
+            .collect()
+    };
+    if matched.is_empty() {
+        return current.map(|e| Publish::Tombstone {
+            uid: e.uid.clone(),
+            resource_version: e.resource_version.clone(),
+            reason: TombstoneReason::Unpublished,
+        });
+    }
+    let with_status = published::keeps_status(rules, &matched);
+    let (hash, built) = memo.hash(key, obj, with_status);
+    let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
+    let same = current.is_some_and(|e| Some(e.uid.as_str()) == uid && e.content_hash == hash);
+    (!same).then(|| {
+        Publish::Snapshot(built.unwrap_or_else(|| published::published_object(obj, with_status)))
+    })
+}
+
 /// What to publish for one kind: from the local objects, the rules of the
 /// kind this cluster is a source of, and the envelopes on the bus. Pure but
 /// for `memo`, which spares hashing a version hashed before.
@@ -80,11 +132,7 @@ pub fn plan(
     kind: &KindState,
     memo: &mut HashMemo,
 ) -> Vec<(ObjectKey, Publish)> {
-    let rules: Vec<&CompiledRule> = rules
-        .iter()
-        .copied()
-        .filter(|r| r.is_valid() && qualifies(r, &local.labels, &local.features))
-        .collect();
+    let rules = effective(local, rules);
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for obj in kind.objects.values() {
@@ -94,51 +142,47 @@ pub fn plan(
         let Some(key) = ObjectKey::from_object(&local.name, obj) else {
             continue;
         };
-        let matched: Vec<_> = if sync_disabled(obj) {
-            Vec::new()
-        } else {
-            rules
-                .iter()
-                .filter_map(|r| matching::matching_rules(&r.spec, obj))
-                .collect()
-        };
         let current = kind.snapshots.get(&key).filter(|e| !e.tombstone);
-        if !matched.is_empty() {
-            let with_status = published::keeps_status(&rules, &matched);
-            let (hash, built) = memo.hash(&key, obj, with_status);
-            let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
-            let same =
-                current.is_some_and(|e| Some(e.uid.as_str()) == uid && e.content_hash == hash);
-            if !same {
-                let published =
-                    built.unwrap_or_else(|| published::published_object(obj, with_status));
-                out.push((key.clone(), Publish::Snapshot(published)));
-            }
-        } else if let Some(e) = current {
-            out.push((
-                key.clone(),
-                Publish::Tombstone {
-                    uid: e.uid.clone(),
-                    resource_version: e.resource_version.clone(),
-                    reason: TombstoneReason::Unpublished,
-                },
-            ));
+        if let Some(p) = plan_object(&rules, &key, Some(obj), current, memo) {
+            out.push((key.clone(), p));
         }
         seen.insert(key);
     }
     memo.retain(|k| seen.contains(k));
-    // Ours on the bus, live, but no longer here: deleted (perhaps while we
-    // were down).
     for (key, e) in &kind.snapshots {
         if key.origin == local.name && !e.tombstone && !seen.contains(key) {
-            out.push((
-                key.clone(),
-                Publish::Tombstone {
-                    uid: e.uid.clone(),
-                    resource_version: e.resource_version.clone(),
-                    reason: TombstoneReason::Deleted,
-                },
-            ));
+            if let Some(p) = plan_object(&rules, key, None, Some(e), memo) {
+                out.push((key.clone(), p));
+            }
+        }
+    }
+    out
+}
+
+/// [`plan`] for the objects at `keys` only (what changed since the last
+/// plan): gives what `plan` gives for them.
+pub fn plan_keys(
+    local: &LocalView,
+    rules: &[&CompiledRule],
+    kind: &KindState,
+    memo: &mut HashMemo,
+    keys: &std::collections::BTreeSet<ObjectKey>,
+) -> Vec<(ObjectKey, Publish)> {
+    let rules = effective(local, rules);
+    let mut out = Vec::new();
+    for key in keys.iter().filter(|k| k.origin == local.name) {
+        let obj = kind
+            .objects
+            .get(&(key.namespace.clone(), key.name.clone()))
+            // The key of a local object of another kind's name cannot match
+            // it: compare what the key was made from.
+            .filter(|o| ObjectKey::from_object(&local.name, o).as_ref() == Some(key));
+        let current = kind.snapshots.get(key).filter(|e| !e.tombstone);
+        if obj.is_none_or(|o| !is_original(o)) {
+            memo.forget(key);
+        }
+        if let Some(p) = plan_object(&rules, key, obj, current, memo) {
+            out.push((key.clone(), p));
         }
     }
     out
@@ -162,17 +206,46 @@ impl Engine {
             }
             self.publish_hold = None;
         }
-        self.source_errors.clear();
+        let rules_now = &self.rules;
+        self.source_errors.retain(|r, _| rules_now.contains_key(r));
         let kinds = &self.kinds;
         self.source_hashes.retain(|g, _| kinds.contains_key(g));
         for gvk in gvks {
+            // Only what changed since the last plan, unless something that
+            // concerns every object did (see `KindState::source_full`): a
+            // pass per watch event must not cost a look at every object.
+            let Some(kind) = self.kinds.get_mut(&gvk) else {
+                continue;
+            };
+            let full = std::mem::take(&mut kind.source_full);
+            let dirty = std::mem::take(&mut kind.source_dirty);
+            if !full && dirty.is_empty() {
+                continue;
+            }
             let rules: Vec<&CompiledRule> =
                 self.rules.values().filter(|r| r.source == gvk).collect();
+            // Errors are found again for what is planned again.
+            if full {
+                for r in &rules {
+                    self.source_errors.remove(&r.name);
+                }
+            } else {
+                for key in &dirty {
+                    let name = describe_key(key);
+                    for errors in self.source_errors.values_mut() {
+                        errors.remove(&name);
+                    }
+                }
+            }
             let Some(kind) = self.kinds.get(&gvk) else {
                 continue;
             };
             let memo = self.source_hashes.entry(gvk.clone()).or_default();
-            let planned = plan(&self.fleet.local, &rules, kind, memo);
+            let planned = if full {
+                plan(&self.fleet.local, &rules, kind, memo)
+            } else {
+                plan_keys(&self.fleet.local, &rules, kind, memo, &dirty)
+            };
             let matching_rules: BTreeMap<ObjectKey, Vec<String>> = planned
                 .iter()
                 .filter_map(|(k, p)| match p {
@@ -202,6 +275,9 @@ impl Engine {
                         // NATS is away: try again soon (the state comparison
                         // finds the same difference then).
                         tracing::warn!(object = %describe_key(&key), %error, "not published; retrying");
+                        if let Some(kind) = self.kinds.get_mut(&gvk) {
+                            kind.source_dirty.insert(key.clone());
+                        }
                         self.ctx.check_layout.notify_one();
                         self.publish_retry_at =
                             Some(tokio::time::Instant::now() + std::time::Duration::from_secs(2));
@@ -647,6 +723,66 @@ mod tests {
     /// What `origin` has on the bus for `obj` published without its status.
     fn published_without_status(origin: &str, obj: &Value) -> (ObjectKey, Envelope) {
         published(origin, &published::published_object(obj, false))
+    }
+
+    #[test]
+    fn planning_only_changed_keys_gives_what_a_full_plan_gives_for_them() {
+        // Every case of the full plan at once: new, unchanged, changed,
+        // deleted here, no longer matching, sync-disabled, and a copy that
+        // took the place of an original of ours.
+        let unchanged = secret("same", "u1", "1", "v1");
+        let old = secret("changed", "u2", "1", "v1");
+        let changed = secret("changed", "u2", "2", "v2");
+        let new = secret("new", "u3", "1", "v1");
+        let deleted = secret("deleted", "u4", "1", "v1");
+        let was = secret("unmatched", "u5", "1", "v1");
+        let unmatched = without_label(secret("unmatched", "u5", "2", "v1"));
+        let disabled = with_annotation(
+            secret("disabled", "u6", "2", "v1"),
+            well_known::ANNOTATION_RESOURCE_SYNC_DISABLED,
+            "",
+        );
+        let was_disabled = secret("disabled", "u6", "1", "v1");
+        let replaced = secret("replaced", "u7", "1", "v1");
+        let copy = with_annotation(
+            secret("replaced", "u8", "1", "v1"),
+            well_known::ANNOTATION_ORIGIN_CLUSTER,
+            "c2",
+        );
+        let k = kind(
+            &[&unchanged, &changed, &new, &unmatched, &disabled, &copy],
+            vec![
+                published(SELF, &unchanged),
+                published(SELF, &old),
+                published(SELF, &deleted),
+                published(SELF, &was),
+                published(SELF, &was_disabled),
+                published(SELF, &replaced),
+            ],
+        );
+        let r = rule(json!({}));
+        let full = plan(&local(), &[&r], &k, &mut HashMemo::default());
+        assert_eq!(full.len(), 6, "{full:?}");
+        let keys: Vec<ObjectKey> = [
+            &unchanged, &changed, &new, &deleted, &unmatched, &disabled, &replaced,
+        ]
+        .iter()
+        .map(|o| key_of(SELF, o))
+        .collect();
+        for key in &keys {
+            let one: std::collections::BTreeSet<ObjectKey> = [key.clone()].into();
+            let partial = plan_keys(&local(), &[&r], &k, &mut HashMemo::default(), &one);
+            let expected: Vec<_> = full.iter().filter(|(k, _)| k == key).cloned().collect();
+            assert_eq!(partial, expected, "{}", describe_key(key));
+        }
+        // All at once, too; and a peer's key is never ours to plan.
+        let mut all: std::collections::BTreeSet<ObjectKey> = keys.into_iter().collect();
+        all.insert(key_of("c2", &new));
+        let mut partial = plan_keys(&local(), &[&r], &k, &mut HashMemo::default(), &all);
+        let mut full = full;
+        partial.sort_by(|a, b| a.0.cmp(&b.0));
+        full.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(partial, full);
     }
 
     #[test]
