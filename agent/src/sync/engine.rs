@@ -4,7 +4,8 @@
 //! Inputs (see [`watches::Input`]) are drained in batches; after each batch
 //! one pass runs: rules are recompiled if they changed, kinds are started or
 //! stopped, the source side publishes what changed among our originals
-//! ([`super::source`]), the sink side computes every desired copy and makes
+//! ([`super::source`]; only the objects events touched, all of them after a
+//! re-list, a bus re-read, a rule or fleet change), the sink side computes every desired copy and makes
 //! the local copies equal to it ([`super::sink`]), and rule status is written
 //! where it changed ([`super::status`]). Passes compare whole states, not
 //! events, so a missed or replayed event cannot leave a wrong copy behind.
