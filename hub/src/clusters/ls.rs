@@ -3,7 +3,6 @@
 use std::io::Write;
 
 use fleetbus_schemas::registry::{registry_bucket, ClusterRecord, MemberState, RegistryKey};
-use futures::TryStreamExt;
 
 use super::ClustersError;
 use crate::cli::{ClustersLsArgs, OutputFormat};
@@ -55,17 +54,7 @@ pub(super) async fn records(
         bucket: bucket.clone(),
         source,
     };
-    let kv = js
-        .get_key_value(&bucket)
-        .await
-        .map_err(|e| err(Box::new(e)))?;
-    let keys: Vec<String> = kv
-        .keys()
-        .await
-        .map_err(|e| err(Box::new(e)))?
-        .try_collect()
-        .await
-        .map_err(|e| err(Box::new(e)))?;
+    let (kv, keys) = crate::kv::keys(js, &bucket).await.map_err(err)?;
     let mut records = Vec::new();
     for key in keys {
         if !matches!(RegistryKey::parse(&key), Ok(RegistryKey::Cluster { .. })) {

@@ -6,7 +6,6 @@ use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::{self, context::GetStreamErrorKind};
 use fleetbus_schemas::drift::DriftEvent;
 use fleetbus_schemas::subject::DriftKey;
-use futures::TryStreamExt;
 
 use super::render::{event_json, ls_row, table, LS_HEADER};
 use super::{connect, DriftError};
@@ -55,17 +54,7 @@ async fn read_current(
         }
         Err(e) => return Err(err(Box::new(e))),
     }
-    let kv = js
-        .get_key_value(bucket)
-        .await
-        .map_err(|e| err(Box::new(e)))?;
-    let keys: Vec<String> = kv
-        .keys()
-        .await
-        .map_err(|e| err(Box::new(e)))?
-        .try_collect()
-        .await
-        .map_err(|e| err(Box::new(e)))?;
+    let (kv, keys) = crate::kv::keys(js, bucket).await.map_err(err)?;
     let mut found = Vec::new();
     for key in keys {
         let Ok(dk) = DriftKey::parse_kv_key(&key) else {

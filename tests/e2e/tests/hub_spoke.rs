@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::sync::*;
 use common::*;
-use fleetbus_testsupport::{cargo_bin, wait_for, NatsServer};
+use fleetbus_testsupport::{wait_for, NatsServer};
 use kube::api::ApiResource;
 use kube::ResourceExt;
 
@@ -33,18 +33,8 @@ fn network_policies() -> ApiResource {
 
 /// Runs `fleetbus <args>` against `nats`; returns (success, stdout, stderr).
 async fn cli(nats: &NatsServer, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(cargo_bin("fleetbus"))
-        .args(args)
-        .env("FLEETBUS_NATS_URL", nats.url())
-        .env_remove("FLEETBUS_SUBJECT_PREFIX")
-        .output()
-        .await
-        .expect("run fleetbus");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let (code, out, err) = fleetbus_cli(nats, args).await;
+    (code == Some(0), out, err)
 }
 
 /// `fleetbus clusters label <args>`, which must succeed; returns the labels it printed.

@@ -9,7 +9,7 @@ mod common;
 
 use common::sync::*;
 use common::*;
-use fleetbus_testsupport::{cargo_bin, wait_for, NatsServer};
+use fleetbus_testsupport::{wait_for, NatsServer};
 use futures::StreamExt;
 
 /// How many ConfigMaps c1 publishes before c3 joins.
@@ -25,22 +25,6 @@ spec:
     - match:
         - namespaces: [shared]
 "#;
-
-/// Runs `fleetbus <args>` against `nats`; returns (exit code, stdout, stderr).
-async fn cli(nats: &NatsServer, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = tokio::process::Command::new(cargo_bin("fleetbus"))
-        .args(args)
-        .env("FLEETBUS_NATS_URL", nats.url())
-        .env_remove("FLEETBUS_SUBJECT_PREFIX")
-        .output()
-        .await
-        .expect("run fleetbus");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// `n` ConfigMaps in namespace `shared`, one YAML stream; each carries 2 KiB of data,
 /// so their envelopes travel compressed.
@@ -94,7 +78,7 @@ async fn late_cluster_catch_up_is_shown_until_in_sync() {
 
     let c3 = Member::start(&nats, "c3", "c3", &[]).await;
     create_ns(&c3, "shared").await;
-    let (code, out, err) = cli(
+    let (code, out, err) = fleetbus_cli(
         &nats,
         &["clusters", "progress", "c3", "--watch", "--timeout", "90s"],
     )
@@ -127,7 +111,7 @@ async fn late_cluster_catch_up_is_shown_until_in_sync() {
         .len();
     assert!(copies >= OBJECTS, "c3 holds {copies} ConfigMaps");
     // Asked once more, without --watch: exit 0, one line.
-    let (code, out, err) = cli(&nats, &["clusters", "progress", "c3"]).await;
+    let (code, out, err) = fleetbus_cli(&nats, &["clusters", "progress", "c3"]).await;
     assert_eq!(code, Some(0), "{out}{err}");
     assert_eq!(out.lines().count(), 1, "{out}");
     drop(c3);
@@ -155,7 +139,7 @@ async fn garbage_progress_replies_are_reported_not_fatal() {
             answered
         })
     };
-    let (code, out, err) = cli(
+    let (code, out, err) = fleetbus_cli(
         &nats,
         &[
             "clusters",

@@ -338,3 +338,21 @@ pub async fn registry_keys(kv: &async_nats::jetstream::kv::Store) -> Vec<String>
     keys.sort();
     keys
 }
+
+/// Runs `fleetbus <args>` against `nats` as an operator would; returns (exit
+/// code, stdout, stderr).
+#[allow(dead_code)] // not every test binary drives the CLI
+pub async fn fleetbus_cli(nats: &NatsServer, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = tokio::process::Command::new(cargo_bin("fleetbus"))
+        .args(args)
+        .env("FLEETBUS_NATS_URL", nats.url())
+        .env_remove("FLEETBUS_SUBJECT_PREFIX")
+        .output()
+        .await
+        .expect("run fleetbus");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
