@@ -60,7 +60,9 @@ pub struct Metrics {
     pub sync_conflicts: Gauge,
     /// Objects currently failing to sync, over every rule.
     pub sync_errors: Gauge,
-    /// Drift events by `cluster`, `rule`, `kind` and `phase`.
+    /// Drifts by `cluster`, `rule`, `kind` and `phase` (`Fight` included): a
+    /// coalesced drift event counts every occurrence it stands for, when it
+    /// is published.
     pub drifts: Family<Vec<(String, String)>, Counter>,
     /// Seconds from the watch event of a drifted copy to its `Detected` event
     /// acknowledged by the bus.
@@ -200,7 +202,7 @@ impl Metrics {
         let drifts = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
             "drifts",
-            "Drift events by cluster, rule, kind and phase",
+            "Drifts by cluster, rule, kind and phase (coalesced events count each occurrence)",
             drifts.clone(),
         );
         let drift_detection_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));

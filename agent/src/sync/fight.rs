@@ -74,10 +74,13 @@ enum State {
     },
     /// Corrected again after a backoff: one more drift by `manager` within
     /// the window means the fight goes on, with the backoff doubled.
+    /// `tried`: the drift that was left alone has been let through (it is
+    /// the one the try corrects, not a new one).
     Probing {
         manager: String,
         until: Instant,
         backoff: Duration,
+        tried: bool,
     },
 }
 
@@ -127,6 +130,7 @@ impl<K: Eq + Hash + Clone> Fights<K> {
             manager: manager.clone(),
             until: now + probe_window,
             backoff: next,
+            tried: false,
         };
         None
     }
@@ -146,8 +150,13 @@ impl<K: Eq + Hash + Clone> Fights<K> {
             manager,
             until,
             backoff,
+            tried,
         } = state
         {
+            if !*tried {
+                *tried = true;
+                return Verdict::Correct;
+            }
             if now <= *until && *manager == change.manager {
                 let resume_at = now + *backoff;
                 let (manager, backoff) = (manager.clone(), *backoff);
@@ -324,9 +333,10 @@ mod tests {
         // The other writer wrote again at 20 s: wait 30 s from then.
         assert_eq!(f.holding(&"x", Some("11"), t0 + 20 * S), Some(t0 + 50 * S));
         assert_eq!(f.holding(&"x", Some("11"), t0 + 49 * S), Some(t0 + 50 * S));
-        // Quiet long enough: correct (a try).
+        // Quiet long enough: correct (a try) the drift that was left alone.
         assert_eq!(f.holding(&"x", Some("11"), t0 + 50 * S), None);
         assert!(!f.fighting(&"x"));
+        assert_eq!(f.on_drift(&"x", &hpa, t0 + 50 * S), Verdict::Correct);
         // Changed back by the same writer at once: the fight goes on, 60 s.
         assert_eq!(
             f.on_drift(&"x", &hpa, t0 + 51 * S),
@@ -340,6 +350,7 @@ mod tests {
         let mut at = t0 + 111 * S;
         for _ in 0..10 {
             assert_eq!(f.holding(&"x", None, at), None);
+            assert_eq!(f.on_drift(&"x", &hpa, at), Verdict::Correct, "the try");
             match f.on_drift(&"x", &hpa, at) {
                 Verdict::Fight { resume_at, .. } => {
                     assert!(resume_at - at <= 16 * 30 * S);
@@ -355,6 +366,7 @@ mod tests {
     fn after_a_quiet_try_the_copy_is_watched_afresh() {
         let (mut f, t0, hpa) = fought();
         assert_eq!(f.holding(&"x", None, t0 + 40 * S), None);
+        assert_eq!(f.on_drift(&"x", &hpa, t0 + 40 * S), Verdict::Correct);
         // Nothing within the window after the try: the fight is over.
         f.retain(t0 + 101 * S, |_| true);
         assert_eq!(f.wake_at(), None);

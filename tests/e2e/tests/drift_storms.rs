@@ -12,6 +12,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
@@ -24,6 +26,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 
 const RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
 kind: ResourceSyncRule
@@ -60,9 +63,14 @@ struct Setup {
 }
 
 impl Setup {
-    async fn start() -> Setup {
+    /// The fleet, with `c2_flags` for c2's agent.
+    async fn start(c2_flags: &[&str]) -> Setup {
         let nats = NatsServer::start().unwrap();
-        let m = fleet(&nats, &["c1", "c2"]).await;
+        let m = vec![
+            Member::start(&nats, "c1", "c1", &[]).await,
+            Member::start(&nats, "c2", "c2", c2_flags).await,
+        ];
+        wait_mesh(&[&m[0], &m[1]], &["c1", "c2"]).await;
         let drift = subscribe_drift(&nats).await;
         for x in &m {
             create_ns(x, "a").await;
@@ -148,6 +156,22 @@ async fn set_v(api: &Api<ConfigMap>, manager: &str, v: &str) {
     .unwrap_or_else(|e| panic!("{manager}: patch a/cfg: {e}"));
 }
 
+/// A controller fighting over `a/cfg`: re-applies "theirs" as field manager
+/// "fighter" every 100 ms, for `max` or until `stop`; returns how many times.
+fn fight(api: Api<ConfigMap>, max: Duration, stop: Arc<AtomicBool>) -> JoinHandle<u32> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let end = tokio::time::Instant::now() + max;
+        let mut n = 0u32;
+        while tokio::time::Instant::now() < end && !stop.load(Ordering::Relaxed) {
+            tick.tick().await;
+            set_v(&api, "fighter", "theirs").await;
+            n += 1;
+        }
+        n
+    })
+}
+
 /// Writes of ConfigMaps on c2 (the devcluster counts state-changing writes).
 async fn configmap_writes(m: &Member) -> u64 {
     writes(m).await["core/configmaps"].as_u64().unwrap_or(0)
@@ -182,20 +206,9 @@ async fn cfg_events(m: &Member) -> Result<Vec<Event>, String> {
 /// has stopped, `fleetbus drift correct` restores the copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fighting_writer_is_reported_and_left_alone() {
-    let mut s = Setup::start().await;
+    let mut s = Setup::start(&[]).await;
     let w0 = configmap_writes(s.c2()).await;
-    let api = writer(s.c2());
-    let fighter = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        let end = tokio::time::Instant::now() + Duration::from_secs(12);
-        let mut n = 0u32;
-        while tokio::time::Instant::now() < end {
-            tick.tick().await;
-            set_v(&api, "fighter", "theirs").await;
-            n += 1;
-        }
-        n
-    });
+    let fighter = fight(writer(s.c2()), Duration::from_secs(12), Arc::default());
 
     let events = s
         .read_until(Duration::from_secs(12), "a Fight event", |seen| {
@@ -257,12 +270,43 @@ async fn a_fighting_writer_is_reported_and_left_alone() {
     assert_eq!(after.last().unwrap()["phase"], "Corrected", "{after:#?}");
 }
 
+/// 1b. The fight ends by itself: once the writer has stopped, the agent
+/// corrects the copy after the backoff (2 s here), without an operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fight_ends_when_the_writer_stops() {
+    let mut s = Setup::start(&["--drift-fight-backoff", "2s"]).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let fighter = fight(writer(s.c2()), Duration::from_secs(20), stop.clone());
+    let events = s
+        .read_until(SYNC, "a Fight event", |seen| {
+            seen.iter().any(|e| e["phase"] == "Fight")
+        })
+        .await;
+    assert_eq!(
+        events.last().unwrap()["changedBy"]["manager"],
+        "fighter",
+        "{events:#?}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    fighter.await.unwrap();
+    s.wait_v("cfg", "ours").await;
+    let after = s
+        .read_until(SYNC, "the Corrected event after the backoff", |seen| {
+            seen.last().is_some_and(|e| e["phase"] == "Corrected")
+        })
+        .await;
+    assert!(
+        after.iter().all(|e| e["changedBy"]["manager"] == "fighter"),
+        "{after:#?}"
+    );
+}
+
 /// 2. 500 edits of one copy 20 ms apart by one writer: a handful of drift
 /// events whose counts add up, and a handful of Kubernetes Events with
 /// counts, instead of a thousand of each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_of_edits_is_coalesced() {
-    let mut s = Setup::start().await;
+    let mut s = Setup::start(&[]).await;
     let api = writer(s.c2());
     let storm = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(20));
