@@ -43,15 +43,6 @@ pub enum StreamError {
         #[source]
         source: jetstream::context::CreateStreamError,
     },
-    /// Giving an existing stream the layout's limits failed.
-    #[error("failed to apply the limits of the layout to stream {stream}")]
-    Update {
-        /// Stream name.
-        stream: String,
-        /// Cause.
-        #[source]
-        source: jetstream::context::UpdateStreamError,
-    },
 }
 
 impl StreamError {
@@ -65,7 +56,7 @@ impl StreamError {
                 GetStreamErrorKind::EmptyName | GetStreamErrorKind::InvalidStreamName
             ),
             // A single server never gains replicas; waiting cannot help.
-            StreamError::Create { source, .. } | StreamError::Update { source, .. } => {
+            StreamError::Create { source, .. } => {
                 !matches!(
                     source.kind(),
                     CreateStreamErrorKind::EmptyStreamName
@@ -282,6 +273,9 @@ pub async fn ensure_stream(
 /// Checks an existing stream and, when nothing but missing limits differs,
 /// applies them (an update NATS performs in place, keeping every message
 /// within the new limits). A stream that differs otherwise is not touched.
+/// A refused update (the per-cluster NATS users of `deploy/nats` may not
+/// update streams) is a warning, not a stop: the stream works unbounded as
+/// before until an operator applies the limits.
 async fn upgrade(
     js: &jetstream::Context,
     expected: &stream::Config,
@@ -294,17 +288,20 @@ async fn upgrade(
     {
         return Ok(());
     }
-    js.update_stream(&upgraded)
-        .await
-        .map_err(|source| StreamError::Update {
-            stream: expected.name.clone(),
-            source,
-        })?;
-    tracing::info!(
-        max_bytes = upgraded.max_bytes,
-        max_msgs_per_subject = upgraded.max_messages_per_subject,
-        "applied the layout's limits to an existing stream"
-    );
+    match js.update_stream(&upgraded).await {
+        Ok(_) => tracing::info!(
+            max_bytes = upgraded.max_bytes,
+            max_msgs_per_subject = upgraded.max_messages_per_subject,
+            "applied the layout's limits to an existing stream"
+        ),
+        Err(error) => tracing::warn!(
+            %error,
+            max_bytes = upgraded.max_bytes,
+            max_msgs_per_subject = upgraded.max_messages_per_subject,
+            "could not apply the layout's limits to an existing stream; it stays unbounded \
+             until an operator does (nats stream edit)"
+        ),
+    }
     Ok(())
 }
 
