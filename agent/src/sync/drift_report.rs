@@ -355,9 +355,10 @@ impl Engine {
                 let p = self.ctx.cfg.drift_fight;
                 let manager = by.unwrap_or("another writer");
                 format!(
-                    "{manager} changed {} back {} times within {}: not correcting this copy \
-                     until {manager} has left it alone for {} (or `fleetbus drift correct`); \
-                     if {manager} owns these fields, add them to the rule's drift.exclusions",
+                    "{manager} keeps changing {} back after corrections ({} times within {} \
+                     make a fight): not correcting this copy until {manager} has left it alone \
+                     for {} or longer (or `fleetbus drift correct`); if {manager} owns these \
+                     fields, add them to the rule's drift.exclusions",
                     paths(Some(event)),
                     p.threshold,
                     humantime::format_duration(p.window),

@@ -346,7 +346,8 @@ async fn a_storm_of_edits_is_coalesced() {
         "{events:#?}"
     );
     assert!(events.iter().all(|e| e["phase"] != "Fight"), "{events:#?}");
-    assert!((2..=500).contains(&detected), "{detected}");
+    // At most one drift per edit: the 500 and the last one.
+    assert!((2..=501).contains(&detected), "{detected}");
 
     // The Kubernetes Events are aggregated: few objects, counts that add up
     // to what the drift events say.
