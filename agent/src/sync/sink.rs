@@ -537,6 +537,9 @@ impl Engine {
                 Err(e) => self.failed(target, c, None, e),
             };
         };
+        if let Some(why) = super::sink_wave::terminating(&live) {
+            return Outcome::Failed(why);
+        }
         if is_original(&live) {
             return Outcome::Conflict(Box::new(Conflict::local_object(target, c, &live)));
         }
