@@ -353,6 +353,7 @@ impl Engine {
                 r.errors.extend(errors.clone());
             }
         }
+        self.note_kept(&mut reports);
         self.report_conflicts(found).await;
         self.note_unknown_update_policies(&reports);
         self.reports = reports;
