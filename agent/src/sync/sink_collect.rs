@@ -135,8 +135,13 @@ impl Engine {
                 tracing::info!(copy = %target, delete = delete && kept.is_none(), "collected copy");
                 self.baselines.remove(target);
                 if let Some(why) = kept {
-                    let message =
-                        sink_keep::kept_message(target, &sink_keep::resource_name(&ar), &why);
+                    let copy = sink_keep::CopyRef {
+                        shown: &target.to_string(),
+                        resource: &sink_keep::resource_name(&ar),
+                        namespace: target.namespace.as_deref(),
+                        name: &target.name,
+                    };
+                    let message = sink_keep::kept_message(&copy, &why);
                     self.report_kept(target, obj, message).await;
                 }
                 true
@@ -167,7 +172,7 @@ impl Engine {
         served: &mut Option<Vec<ApiResource>>,
     ) -> Result<Vec<String>, CheckError> {
         let client = &self.ctx.client;
-        let found = match Cascade::of(target) {
+        let found = match Cascade::of(&target.gvk()) {
             None => return Ok(Vec::new()),
             Some(Cascade::Namespace) => {
                 let resources = match served.take() {

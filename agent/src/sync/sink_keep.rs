@@ -14,10 +14,9 @@ use std::collections::BTreeSet;
 
 use fleetbus_schemas::well_known;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectMeta};
+use kube::core::GroupVersionKind;
 use kube::discovery::{verbs, Discovery, Scope};
 use serde_json::Value;
-
-use super::engine::Target;
 
 /// A kind whose deletion takes other objects with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,9 +28,8 @@ pub enum Cascade {
 }
 
 impl Cascade {
-    /// Whether deleting the object at `target` cascades, and how.
-    pub fn of(target: &Target) -> Option<Cascade> {
-        let gvk = target.gvk();
+    /// Whether deleting an object of kind `gvk` cascades, and how.
+    pub fn of(gvk: &GroupVersionKind) -> Option<Cascade> {
         match (gvk.group.as_str(), gvk.kind.as_str()) {
             ("", "Namespace") => Some(Cascade::Namespace),
             ("apiextensions.k8s.io", "CustomResourceDefinition") => Some(Cascade::Crd),
@@ -168,9 +166,22 @@ pub fn unmanaged(found: &[Dependent]) -> Vec<String> {
     out
 }
 
+/// The copy a message is about.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyRef<'a> {
+    /// As the log and status show it (`Namespace ab`).
+    pub shown: &'a str,
+    /// Its resource as kubectl names it (`namespaces`).
+    pub resource: &'a str,
+    /// Its namespace, if namespaced.
+    pub namespace: Option<&'a str>,
+    /// Its name.
+    pub name: &'a str,
+}
+
 /// What an operator reads when a copy is kept: what would have gone with
 /// it, that fleetbus let it go, and the command that finishes by hand.
-pub fn kept_message(target: &Target, resource: &str, why: &Why) -> String {
+pub fn kept_message(copy: &CopyRef<'_>, why: &Why) -> String {
     let what = match why {
         Why::Unmanaged(found) => {
             const NAMED: usize = 5;
@@ -188,11 +199,14 @@ pub fn kept_message(target: &Target, resource: &str, why: &Why) -> String {
             "fleetbus could not check what deleting it would delete ({e}), and deletes nothing it cannot check"
         ),
     };
-    let mut cmd = format!("kubectl delete {resource} {}", target.name);
-    if let Some(ns) = &target.namespace {
+    let mut cmd = format!("kubectl delete {} {}", copy.resource, copy.name);
+    if let Some(ns) = copy.namespace {
         cmd.push_str(&format!(" -n {ns}"));
     }
-    format!("{target} kept instead of deleted: {what}; it is no longer managed by fleetbus. To delete it anyway: {cmd}")
+    format!(
+        "{} kept instead of deleted: {what}; it is no longer managed by fleetbus. To delete it anyway: {cmd}",
+        copy.shown
+    )
 }
 
 /// Why a copy is kept.
@@ -370,19 +384,14 @@ mod tests {
 
     #[test]
     fn cascading_kinds_are_namespaces_and_crds() {
-        let t = |api_version: &str, kind: &str| Target {
-            api_version: api_version.to_owned(),
-            kind: kind.to_owned(),
-            namespace: None,
-            name: "x".to_owned(),
-        };
-        assert_eq!(Cascade::of(&t("v1", "Namespace")), Some(Cascade::Namespace));
+        let t = |group: &str, kind: &str| Cascade::of(&GroupVersionKind::gvk(group, "v1", kind));
+        assert_eq!(t("", "Namespace"), Some(Cascade::Namespace));
         assert_eq!(
-            Cascade::of(&t("apiextensions.k8s.io/v1", "CustomResourceDefinition")),
+            t("apiextensions.k8s.io", "CustomResourceDefinition"),
             Some(Cascade::Crd)
         );
-        assert_eq!(Cascade::of(&t("v1", "ConfigMap")), None);
-        assert_eq!(Cascade::of(&t("example.com/v1", "Namespace")), None);
+        assert_eq!(t("", "ConfigMap"), None);
+        assert_eq!(t("example.com", "Namespace"), None);
     }
 
     #[test]
@@ -401,21 +410,17 @@ mod tests {
 
     #[test]
     fn the_message_says_why_and_how_to_finish() {
-        let t = Target {
-            api_version: "v1".to_owned(),
-            kind: "Namespace".to_owned(),
+        let t = CopyRef {
+            shown: "Namespace ab",
+            resource: "namespaces",
             namespace: None,
-            name: "ab".to_owned(),
+            name: "ab",
         };
-        let m = kept_message(
-            &t,
-            "namespaces",
-            &Why::Unmanaged(vec!["configmaps ab/both".into()]),
-        );
+        let m = kept_message(&t, &Why::Unmanaged(vec!["configmaps ab/both".into()]));
         assert!(m.contains("configmaps ab/both"), "{m}");
         assert!(m.ends_with("kubectl delete namespaces ab"), "{m}");
         let seven: Vec<String> = (0..7).map(|i| format!("configmaps ab/c{i}")).collect();
-        let m = kept_message(&t, "namespaces", &Why::Unmanaged(seven));
+        let m = kept_message(&t, &Why::Unmanaged(seven));
         assert!(m.contains("7 object(s)") && m.contains("and 2 more"), "{m}");
     }
 }
