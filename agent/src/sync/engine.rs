@@ -212,6 +212,8 @@ pub struct RuleReport {
     pub unknown_update_policy: BTreeSet<ObjectKey>,
     /// On the origin: (ready, reported) copies of our objects, when any report.
     pub readiness: Option<(i64, i64)>,
+    /// Copies kept instead of deleted (`sink_keep`), with why and how to finish.
+    pub kept: BTreeMap<String, String>,
 }
 
 /// The state of sync on this cluster.
@@ -286,6 +288,9 @@ pub struct Engine {
     pub(super) collect_due: bool,
     /// The sink pass's counts while it runs (read by `progress`).
     pub(super) in_flight: Arc<super::progress::InFlight>,
+    /// Copies kept instead of deleted, while they are there
+    /// (`sink_collect::report_kept`).
+    pub(super) kept: BTreeMap<Target, super::sink_collect::KeptCopy>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -346,6 +351,7 @@ impl Engine {
             candidate_cache: super::sink_cache::CandidateCache::default(),
             collect_due: true,
             in_flight: Arc::default(),
+            kept: BTreeMap::new(),
         }
     }
 

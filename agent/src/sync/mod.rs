@@ -39,6 +39,7 @@ pub mod rules;
 pub mod sink;
 pub mod sink_cache;
 pub mod sink_collect;
+pub mod sink_keep;
 pub mod sink_wave;
 pub mod source;
 pub mod status;

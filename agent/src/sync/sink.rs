@@ -353,6 +353,7 @@ impl Engine {
                 r.errors.extend(errors.clone());
             }
         }
+        self.note_kept(&mut reports);
         self.report_conflicts(found).await;
         self.note_unknown_update_policies(&reports);
         self.reports = reports;
@@ -537,6 +538,9 @@ impl Engine {
                 Err(e) => self.failed(target, c, None, e),
             };
         };
+        if let Some(why) = super::sink_wave::terminating(&live) {
+            return Outcome::Failed(why);
+        }
         if is_original(&live) {
             return Outcome::Conflict(Box::new(Conflict::local_object(target, c, &live)));
         }

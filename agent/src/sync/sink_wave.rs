@@ -79,6 +79,32 @@ pub(super) struct View<'a> {
     pub rule: Option<&'a CompiledRule>,
 }
 
+/// Whether `obj` is being deleted (it has a deletionTimestamp): it is
+/// neither written nor collected again (see ARCHITECTURE.md, invariants).
+pub fn is_terminating(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+/// Why the live object at a target is not written, when it is being deleted
+/// (a deletionTimestamp, finalizers pending): a write would revive nothing
+/// and count a doomed object as in sync. Its watch's DELETED event starts
+/// the pass that creates the copy anew.
+pub(super) fn terminating(live: &Value) -> Option<String> {
+    if !is_terminating(live) {
+        return None;
+    }
+    let finalizers: Vec<&str> = live
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    Some(format!(
+        "the object here is being deleted (finalizers: {}): it is not written, and the copy is created once it is gone",
+        finalizers.join(", ")
+    ))
+}
+
 /// What `apply_target` would do at `target` when it is a common case that
 /// needs no write or only a create or replace; `Serial` otherwise.
 /// Borrows only: no object is cloned, and an unchanged copy whose live
@@ -115,6 +141,9 @@ pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant)
             replace: None,
         });
     };
+    if let Some(why) = terminating(live) {
+        return Step::Done(Outcome::Failed(why), false);
+    }
     if namespace.is_some() {
         return Step::Serial;
     }
@@ -418,6 +447,33 @@ mod tests {
         assert_eq!(
             decided(&view(&rs, Some(&l), Some(&b)), &candidate("b", "h2")),
             "replace (namespace None)"
+        );
+    }
+
+    #[test]
+    fn a_copy_being_deleted_is_never_written_nor_in_sync() {
+        let rs = rules();
+        let mut doomed = live("a", "7");
+        doomed["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        doomed["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        let b = baseline("a", "7", Some("7"));
+        // Whatever the desired state (equal, changed) or the baseline (none
+        // after a collect or a restart): not written, not counted in sync.
+        for (base, c) in [
+            (Some(&b), candidate("a", "h")),
+            (Some(&b), candidate("b", "h2")),
+            (None, candidate("b", "h2")),
+        ] {
+            let got = decided(&view(&rs, Some(&doomed), base), &c);
+            assert!(
+                got.starts_with("done: Failed") && got.contains("example.com/hold"),
+                "{got}"
+            );
+        }
+        // Gone: created from the new source.
+        assert_eq!(
+            decided(&view(&rs, None, None), &candidate("b", "h2")),
+            "create (namespace None)"
         );
     }
 

@@ -24,6 +24,10 @@ use crate::kube::FIELD_MANAGER;
 /// Condition type naming the objects in conflict.
 pub const CONFLICT: &str = "Conflict";
 
+/// Condition type naming the copies kept instead of deleted, because deleting
+/// them would delete objects fleetbus does not manage (`sink_keep`).
+pub const KEPT: &str = "Kept";
+
 /// At most this many objects are named in a condition message.
 const NAMED: usize = 5;
 
@@ -146,11 +150,26 @@ pub fn desired(
             message: named(&report.conflicts),
         }
     };
+    let kept_condition = if report.kept.is_empty() {
+        Desired {
+            type_: KEPT,
+            status: false,
+            reason: "NothingKept",
+            message: String::new(),
+        }
+    } else {
+        Desired {
+            type_: KEPT,
+            status: true,
+            reason: "UnmanagedDependents",
+            message: named(&report.kept),
+        }
+    };
     ResourceSyncRuleStatus {
         observed_generation: rule.generation,
         conditions: merge(
             &existing.conditions,
-            &[ready_condition, conflict_condition],
+            &[ready_condition, conflict_condition, kept_condition],
             rule.generation,
         ),
         source_clusters: report.sources.iter().cloned().collect(),

@@ -444,3 +444,50 @@ pub async fn writes(m: &Member) -> serde_json::Value {
 pub fn labels_of(o: &DynamicObject) -> BTreeMap<String, String> {
     o.labels().clone()
 }
+
+/// A namespaced CRD `example.com/v1 <kind>` with a status subresource and
+/// free-form spec and status.
+pub fn crd(kind: &str, plural: &str) -> String {
+    format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {plural}.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {{plural: {plural}, singular: {singular}, kind: {kind}, listKind: {kind}List}}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {{status: {{}}}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+            status: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#,
+        singular = kind.to_lowercase()
+    )
+}
+
+/// `kubectl apply` of the CRD on `m`, then waits until kubectl can list its kind.
+pub async fn install_crd(m: &Member, kind: &str, plural: &str) {
+    apply_yaml(m, &crd(kind, plural));
+    wait_served(m, &format!("{plural}.example.com")).await;
+}
+
+/// Waits until kubectl can list `resource` (`plural.group`) on `m`.
+pub async fn wait_served(m: &Member, resource: &str) {
+    wait_for(&format!("{}: {resource} served", m.name), SYNC, || async {
+        let out = m.cluster.kubectl(KUBECTL, &["get", resource, "-A"]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    })
+    .await;
+}
