@@ -3,7 +3,7 @@
 //! deletes). A scan of every local object runs only when something could
 //! have become collectable (`Engine::collect_due`, or the wanted set shrank).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fleetbus_schemas::crd::OrphanPolicy;
 use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
@@ -13,14 +13,21 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply;
-use super::engine::{Engine, Retry, Target};
+use super::backoff::Input;
+use super::engine::{Engine, RuleReport, Target};
 use super::sink::annotation;
 
 impl Engine {
     /// Deletes or orphans the copies nothing wants any more. Runs only when
     /// something could have become collectable (`Engine::collect_due`, or
     /// the wanted set shrank): else every pass would scan every object.
-    pub(super) async fn collect(&mut self, wanted: &BTreeSet<Target>) {
+    /// A copy whose delete or orphan failed backs off like a failed write
+    /// and is an error of its rule in `reports` until it is collected.
+    pub(super) async fn collect(
+        &mut self,
+        wanted: &BTreeSet<Target>,
+        reports: &mut BTreeMap<String, RuleReport>,
+    ) {
         let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
         // Copies kept for now (rule not ready, origin in doubt) or not
         // collected (an error) are looked at again next pass.
@@ -48,38 +55,64 @@ impl Engine {
                 }
             }
         }
+        let now = Instant::now();
         for (target, obj, delete) in doomed {
-            let gvk = target.gvk();
-            let Some(kind) = self.kinds.get(&gvk) else {
+            let rule = annotation(&obj, well_known::ANNOTATION_RULE)
+                .unwrap_or_default()
+                .to_owned();
+            let input = Input {
+                desired: None,
+                live_rv: obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            };
+            let error = match self.waiting(&target, &input, now) {
+                Some(error) => Some(error),
+                None => self.collect_one(&target, &rule, &obj, delete, input).await,
+            };
+            if let Some(error) = error {
+                // Looked at again next pass (tried when its backoff is over).
                 again = true;
-                continue;
-            };
-            let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
-            let result = if delete {
-                apply::delete(&self.ctx, &api, &obj).await
-            } else {
-                apply::orphan(&self.ctx, &api, &obj).await
-            };
-            match result {
-                Ok(()) => {
-                    tracing::info!(copy = %target, delete, "collected copy");
-                    self.baselines.remove(&target);
-                }
-                Err(e) => {
-                    again = true;
-                    tracing::warn!(copy = %target, error = %crate::report(&e), "could not collect copy");
-                    if e.is_transient() {
-                        let next = Retry::after(
-                            self.retries.get(&target),
-                            Instant::now(),
-                            crate::report(&e),
-                        );
-                        self.retries.insert(target.clone(), next);
-                    }
+                if let Some(r) = reports.get_mut(&rule) {
+                    r.errors.insert(target.to_string(), error);
                 }
             }
         }
         self.collect_due = again;
+    }
+
+    /// Deletes or orphans one copy; the error if that failed (the copy then
+    /// backs off).
+    async fn collect_one(
+        &mut self,
+        target: &Target,
+        rule: &str,
+        obj: &Value,
+        delete: bool,
+        input: Input,
+    ) -> Option<String> {
+        let Some(kind) = self.kinds.get(&target.gvk()) else {
+            return Some(format!(
+                "kind {} is not watched",
+                super::watches::describe(&target.gvk())
+            ));
+        };
+        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        let result = if delete {
+            apply::delete(&self.ctx, &api, obj).await
+        } else {
+            apply::orphan(&self.ctx, &api, obj).await
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(copy = %target, delete, "collected copy");
+                self.baselines.remove(target);
+                self.retries.remove(target);
+                None
+            }
+            Err(e) => Some(self.copy_failed(target, rule, input, "collect", &e)),
+        }
     }
 
     /// For a copy nothing wants: `Some(true)` delete, `Some(false)` orphan,
