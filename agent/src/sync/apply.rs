@@ -33,15 +33,15 @@ pub enum WriteError {
 }
 
 impl WriteError {
-    /// Retry with backoff (connection, conflict, throttling, 5xx) or report
-    /// and wait for a change (validation, forbidden).
+    /// Whether trying again can succeed by itself (connection, conflict,
+    /// throttling, 5xx) or only once something changes (validation,
+    /// forbidden). Logged with each failure; either way the copy backs off
+    /// (`backoff`), since what refuses a copy can change unseen.
     ///
     /// A create refused with AlreadyExists is transient here: the local
     /// watch has not shown the object yet (it lags, or is re-listing after
     /// its API server restarted), so the view is behind, not the request
-    /// wrong. Remembered as a refusal it would block the copy for good if
-    /// the object is deleted before the watch catches up (the live object
-    /// would look unchanged: absent before, absent after).
+    /// wrong.
     pub fn is_transient(&self) -> bool {
         match self {
             WriteError::Kube {
