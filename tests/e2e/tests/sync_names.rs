@@ -230,8 +230,9 @@ async fn create_status(m: &Member, name: &str) -> (u16, u16) {
 
 /// ClusterRoles (cluster-scoped) and Roles (namespaced) whose names need
 /// escaping in a URL, and a ConfigMap with a 253-character name, are synced,
-/// follow an update of their source and go when it is deleted; the rules
-/// stay free of errors. Names Kubernetes refuses (`%` for every kind, a
+/// follow an update of their source, are read back and corrected when
+/// someone changes them, and go when their source is deleted; the rules stay
+/// free of errors. Names Kubernetes refuses (`%` for every kind, a
 /// space for DNS-subdomain kinds) are refused by the devcluster alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hard_names_are_synced_updated_and_deleted() {
@@ -256,6 +257,31 @@ async fn hard_names_are_synced_updated_and_deleted() {
 
     apply_yaml(c1, &originals_yaml(&["get", "list"], "2"));
     wait_copies(c2, Some((&["get", "list"], "2")), "updated").await;
+
+    // Someone labels two copies on c2: drift, which the agent reads back
+    // (a get by name) and corrects (a replace by name).
+    kubectl(
+        c2,
+        &["label", "clusterrole", "sp ace*star>gt.dot", "drifted=yes"],
+    );
+    kubectl(c2, &["label", "role", "-n", NS, "ünï—名前", "drifted=yes"]);
+    wait_for("c2: drifted copies corrected", SYNC, || async {
+        let mut left = Vec::new();
+        for (ar, ns) in [(cluster_roles(), None), (roles(), Some(NS))] {
+            for (name, o) in list_by_name(c2, &ar, ns).await? {
+                if o.labels().contains_key("drifted") {
+                    left.push(format!("{} {name:?}", ar.kind));
+                }
+            }
+        }
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still labelled: {left:?}"))
+        }
+    })
+    .await;
+    wait_copies(c2, Some((&["get", "list"], "2")), "as after the update").await;
 
     let file = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
     std::fs::write(file.path(), originals_yaml(&["get"], "1")).unwrap();
