@@ -348,16 +348,7 @@ fn widget_yaml(name: &str, size: u32) -> String {
 
 /// Installs the Widget CRD on `m` and waits until kubectl serves the kind.
 async fn install_widgets(m: &Member, max: Option<u32>) {
-    apply_yaml(m, &widget_crd(max));
-    wait_for(&format!("{}: widgets served", m.name), SYNC, || async {
-        let out = m.cluster.kubectl(KUBECTL, &["get", "widgets", "-A"]);
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
-    })
-    .await;
+    apply_crd(m, &widget_crd(max), "widgets").await;
 }
 
 /// Requests for Widgets in `default` that `m`'s devcluster refused with 422
@@ -484,13 +475,7 @@ spec:
             "small",
             "c1",
             "widgets",
-            |o| {
-                if o.data["spec"] == want {
-                    Ok(())
-                } else {
-                    Err(format!("spec {}", o.data["spec"]))
-                }
-            },
+            spec_is(want),
         )
         .await;
     }
@@ -524,13 +509,7 @@ spec:
         "big",
         "c1",
         "widgets",
-        |o| {
-            if o.data["spec"] == json!({"size": 9}) {
-                Ok(())
-            } else {
-                Err(format!("spec {}", o.data["spec"]))
-            }
-        },
+        spec_is(json!({"size": 9})),
     )
     .await;
     wait_rule(c2, "widgets", "Ready", ready_is("True", "Synced")).await;

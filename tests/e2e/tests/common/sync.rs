@@ -86,6 +86,32 @@ pub async fn create_ns(m: &Member, ns: &str) {
         .unwrap_or_else(|e| panic!("{}: create namespace {ns}: {e}", m.name));
 }
 
+/// `kubectl apply` of a CustomResourceDefinition (`yaml`) on `m`, then waits
+/// until kubectl can list its resource (`<plural>.<group>`, or the plural).
+pub async fn apply_crd(m: &Member, yaml: &str, resource: &str) {
+    apply_yaml(m, yaml);
+    wait_for(&format!("{}: {resource} served", m.name), SYNC, || async {
+        let out = m.cluster.kubectl(KUBECTL, &["get", resource, "-A"]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    })
+    .await;
+}
+
+/// A predicate: `.spec` equals `want`.
+pub fn spec_is(want: serde_json::Value) -> impl Fn(&DynamicObject) -> Result<(), String> {
+    move |o| {
+        if o.data["spec"] == want {
+            Ok(())
+        } else {
+            Err(format!("spec {}", o.data["spec"]))
+        }
+    }
+}
+
 /// An `ApiResource` for `group/version kind` served as `plural`.
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
