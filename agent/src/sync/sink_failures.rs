@@ -50,7 +50,7 @@ impl Engine {
             transient = e.is_transient(),
             attempts = next.attempts,
             retry_in = ?next.at.saturating_duration_since(now),
-            "copy operation failed; backing off"
+            "copy not written; backing off"
         );
         self.ctx.metrics.sync_write_failed(op);
         self.retries.insert(target.clone(), next);

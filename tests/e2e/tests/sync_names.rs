@@ -373,22 +373,6 @@ fn warn_lines(m: &Member) -> usize {
         .count()
 }
 
-/// At most this many tries of one failing copy fit into `elapsed` when the
-/// waits double from one second (less a fifth of jitter) whatever the
-/// attempt it starts from: one per step of 0.8 s, 1.6 s, 3.2 s …, plus the
-/// one under way.
-fn tries_bound(elapsed: Duration) -> usize {
-    let mut n = 1;
-    let mut step = 0.8;
-    let mut spent = 0.0;
-    while spent <= elapsed.as_secs_f64() {
-        spent += step;
-        step *= 2.0;
-        n += 1;
-    }
-    n
-}
-
 /// The sink's CRD is stricter than the origin's, so the copy of one Widget
 /// is refused (422) by the sink's API server, as kube-apiserver would. The
 /// rule status counts it with the message, an Event on the rule names it,
@@ -483,7 +467,7 @@ spec:
     let passes = c2.metric("fleetbus_sync_passes_total").unwrap() - passes;
     let requests = refused_requests(c2) - requests;
     let warns = warn_lines(c2) - warns;
-    let bound = tries_bound(elapsed);
+    let bound = backoff_tries_bound(elapsed);
     eprintln!(
         "c2 in {elapsed:?}: {passes} passes, {requests} refused requests, {warns} WARN lines \
          (bound {bound})"

@@ -461,6 +461,22 @@ where
     }
 }
 
+/// At most this many tries of one failing copy fit into `elapsed` when the
+/// agent's waits double from one second (less up to a fifth of jitter),
+/// whatever the attempt they start from: one per step of 0.8 s, 1.6 s,
+/// 3.2 s …, plus the one under way.
+pub fn backoff_tries_bound(elapsed: Duration) -> usize {
+    let mut n = 1;
+    let mut step = 0.8;
+    let mut spent = 0.0;
+    while spent <= elapsed.as_secs_f64() {
+        spent += step;
+        step *= 2.0;
+        n += 1;
+    }
+    n
+}
+
 /// `GET /debug/writes` of `m`'s devcluster.
 pub async fn writes(m: &Member) -> serde_json::Value {
     m.cluster.writes().await.expect("/debug/writes")
