@@ -2,7 +2,9 @@
 //! on its own (`backoff`), the failure is logged and counted once per
 //! backoff step (not once per pass), its rule's status counts it with the
 //! message, and when it is news an Event on the rule names the copy and the
-//! error.
+//! error (one Event per rule and pass, naming the first few copies).
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::time::Instant;
@@ -62,9 +64,11 @@ impl Engine {
         message
     }
 
-    /// Publishes the Events of this pass's new failures on their rules.
+    /// Publishes this pass's new failures as Events: one per rule, naming
+    /// the first few copies (an API server away can fail every copy at
+    /// once; that is one Event per rule, not one per copy).
     pub(super) async fn announce_failures(&mut self) {
-        for (rule, message) in std::mem::take(&mut self.failure_events) {
+        for (rule, message) in by_rule(std::mem::take(&mut self.failure_events)) {
             let rule_ref = ObjectReference {
                 api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
                 kind: Some("ResourceSyncRule".to_owned()),
@@ -76,5 +80,53 @@ impl Engine {
                 .publish(&rule_ref, EventType::Warning, REASON, &message)
                 .await;
         }
+    }
+}
+
+/// At most this many copies are named in one Event.
+const NAMED: usize = 5;
+
+/// (rule, message) pairs as one message per rule: the first [`NAMED`]
+/// joined by `; `, then how many more.
+fn by_rule(failures: Vec<(String, String)>) -> BTreeMap<String, String> {
+    let mut grouped: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (rule, message) in failures {
+        grouped.entry(rule).or_default().push(message);
+    }
+    grouped
+        .into_iter()
+        .map(|(rule, messages)| {
+            let mut text = messages
+                .iter()
+                .take(NAMED)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            if messages.len() > NAMED {
+                text.push_str(&format!("; and {} more", messages.len() - NAMED));
+            }
+            (rule, text)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_message_per_rule_naming_the_first_few_copies() {
+        let mut failures: Vec<(String, String)> = (0..7)
+            .map(|i| ("a".to_owned(), format!("ConfigMap x/c{i}: refused")))
+            .collect();
+        failures.push(("b".to_owned(), "Role q r: forbidden".to_owned()));
+        let got = by_rule(failures);
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            got["a"],
+            "ConfigMap x/c0: refused; ConfigMap x/c1: refused; ConfigMap x/c2: refused; \
+             ConfigMap x/c3: refused; ConfigMap x/c4: refused; and 2 more"
+        );
+        assert_eq!(got["b"], "Role q r: forbidden");
     }
 }
