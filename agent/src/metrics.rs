@@ -54,6 +54,11 @@ pub struct Metrics {
     pub sync_rejected: Family<Labels, Counter>,
     /// Writes of copies, by `op` (`create`, `update`, `recreate`, `delete`, `orphan`, `status`).
     pub sync_writes: Family<Labels, Counter>,
+    /// Failed operations on copies, by `op` (`write`: create or replace;
+    /// `collect`: delete or orphan); each is retried after a backoff.
+    pub sync_write_failures: Family<Labels, Counter>,
+    /// Sync passes run (a failing copy is tried again far less often).
+    pub sync_passes: Counter,
     /// Copies currently in sync, over every rule.
     pub sync_objects: Gauge,
     /// Objects currently in conflict, over every rule.
@@ -179,6 +184,14 @@ impl Metrics {
             "Writes of copies to the local Kubernetes API, by operation",
             sync_writes.clone(),
         );
+        let sync_write_failures = Family::<Labels, Counter>::default();
+        registry.register(
+            "sync_write_failures",
+            "Failed operations on copies (retried after a per-copy backoff), by operation",
+            sync_write_failures.clone(),
+        );
+        let sync_passes = Counter::default();
+        registry.register("sync_passes", "Sync passes run", sync_passes.clone());
         let sync_objects = Gauge::default();
         registry.register(
             "sync_objects",
@@ -227,6 +240,8 @@ impl Metrics {
             sync_published,
             sync_rejected,
             sync_writes,
+            sync_write_failures,
+            sync_passes,
             sync_objects,
             sync_conflicts,
             sync_errors,
@@ -270,6 +285,13 @@ impl Metrics {
     /// Counts one write of a copy.
     pub fn sync_write(&self, op: &'static str) {
         self.sync_writes.get_or_create(&vec![("op", op)]).inc();
+    }
+
+    /// Counts one failed operation on a copy.
+    pub fn sync_write_failed(&self, op: &'static str) {
+        self.sync_write_failures
+            .get_or_create(&vec![("op", op)])
+            .inc();
     }
 
     /// Counts one write to the Kubernetes API.

@@ -156,42 +156,6 @@ pub struct Baseline {
     pub verified: Option<(String, bool)>,
 }
 
-/// Per-object retry state after a transient failure.
-#[derive(Debug, Clone)]
-pub struct Retry {
-    /// Failures in a row.
-    pub attempts: u32,
-    /// Not before.
-    pub at: Instant,
-    /// The last error (shown in the rule status while waiting).
-    pub error: String,
-}
-
-impl Retry {
-    /// The next retry after one more failure: 1 s, 2 s, 4 s … at most 60 s.
-    pub fn after(prev: Option<&Retry>, now: Instant, error: String) -> Retry {
-        let attempts = prev.map_or(1, |r| r.attempts.saturating_add(1));
-        let secs = 1u64 << attempts.saturating_sub(1).min(6);
-        Retry {
-            attempts,
-            at: now + Duration::from_secs(secs.min(60)),
-            error,
-        }
-    }
-}
-
-/// A write refused for good (validation, forbidden), remembered so it is
-/// not repeated on every pass.
-#[derive(Debug, Clone)]
-pub struct Refused {
-    /// The digest of the desired copy that was refused.
-    pub desired: super::digest::Digest,
-    /// The live object's resourceVersion then (None: there was none).
-    pub live_rv: Option<String>,
-    /// The API server's answer.
-    pub error: String,
-}
-
 /// Everything one pass found about one rule, for its status.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct RuleReport {
@@ -234,10 +198,12 @@ pub struct Engine {
     /// No publishing before this (an acknowledgement failed).
     pub(super) publish_hold: Option<Instant>,
     pub(super) baselines: HashMap<Target, Baseline>,
-    pub(super) retries: HashMap<Target, Retry>,
-    /// Writes the API server refused for good, with what was refused: not
-    /// tried again until the desired copy or the live object changes.
-    pub(super) refused: HashMap<Target, Refused>,
+    /// Copies whose last write, delete or orphan failed: when to try again
+    /// (see `backoff`).
+    pub(super) retries: HashMap<Target, super::backoff::Backoff>,
+    /// Failures that are news, as (rule, message): announced as Events on
+    /// their rule at the end of the sink pass (`sink_failures`).
+    pub(super) failure_events: Vec<(String, String)>,
     /// Drifts detected and not ended, by copy.
     pub(super) drifts: HashMap<Target, super::drift_report::OpenDrift>,
     /// When the local watch last saw each copy change (drift latency).
@@ -328,7 +294,7 @@ impl Engine {
             publish_hold: None,
             baselines: HashMap::new(),
             retries: HashMap::new(),
-            refused: HashMap::new(),
+            failure_events: Vec::new(),
             unpublishable: std::collections::HashSet::new(),
             overwritten: BTreeSet::new(),
             drifts: HashMap::new(),
@@ -397,10 +363,14 @@ impl Engine {
             // A CRD added, changed (its status subresource too) or deleted.
             self.status_book.forget_discovery();
         }
-        if gvk == namespace_gvk() {
-            // A namespace created, recreated or done terminating can make a
-            // refused write succeed: try them again.
-            self.refused.clear();
+        if gvk == namespace_gvk() || gvk == crd_gvk() {
+            // A namespace created, recreated or done terminating, or a CRD's
+            // schema changed, can make a refused write succeed: try the
+            // failing copies again now (their backoff goes on if they fail).
+            let now = Instant::now();
+            for r in self.retries.values_mut() {
+                r.at = r.at.min(now);
+            }
         }
         let Some(kind) = self.kinds.get_mut(&gvk) else {
             return;
@@ -742,6 +712,7 @@ impl Engine {
             self.ensure_kinds().await;
             return;
         }
+        self.ctx.metrics.sync_passes.inc();
         self.source_pass().await;
         self.ensure_kinds().await;
         self.sink_pass().await;
@@ -908,46 +879,6 @@ impl KindState {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn retry_backs_off_1_2_4_up_to_60_seconds() {
-        let now = Instant::now();
-        let mut prev: Option<Retry> = None;
-        let mut waits = Vec::new();
-        for i in 0..9 {
-            let r = Retry::after(prev.as_ref(), now, format!("failure {i}"));
-            waits.push((r.attempts, (r.at - now).as_secs()));
-            assert_eq!(r.error, format!("failure {i}"), "the last error is kept");
-            prev = Some(r);
-        }
-        assert_eq!(
-            waits,
-            vec![
-                (1, 1),
-                (2, 2),
-                (3, 4),
-                (4, 8),
-                (5, 16),
-                (6, 32),
-                (7, 60),
-                (8, 60),
-                (9, 60)
-            ]
-        );
-    }
-
-    #[test]
-    fn retry_attempts_saturate_and_the_wait_stays_at_60_seconds() {
-        let now = Instant::now();
-        let worn = Retry {
-            attempts: u32::MAX,
-            at: now,
-            error: String::new(),
-        };
-        let r = Retry::after(Some(&worn), now, "again".to_owned());
-        assert_eq!(r.attempts, u32::MAX);
-        assert_eq!(r.at - now, Duration::from_secs(60));
-    }
 
     #[test]
     fn target_of_a_namespaced_object() {

@@ -17,7 +17,8 @@ use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
 
 use super::apply;
-use super::engine::{Engine, KindState, Retry, RuleReport, Target};
+use super::backoff::{Backoff, Input};
+use super::engine::{Engine, KindState, RuleReport, Target};
 use super::sink::annotation;
 use super::sink_keep::{self, Cascade, CheckError, Why};
 use super::sink_wave::is_terminating;
@@ -35,6 +36,15 @@ pub struct KeptCopy {
     pub uid: String,
     /// Why, and how to finish by hand.
     pub message: String,
+}
+
+/// One copy to collect: where, made by which rule, the live object, and
+/// whether its policy says delete (else orphan).
+struct Collect<'a> {
+    target: &'a Target,
+    rule: &'a str,
+    obj: &'a Value,
+    delete: bool,
 }
 
 /// Whether a kept copy at `t` is still to be reported: the same object is
@@ -56,7 +66,13 @@ impl Engine {
     /// Deletes or orphans the copies nothing wants any more. Runs only when
     /// something could have become collectable (`Engine::collect_due`, or
     /// the wanted set shrank): else every pass would scan every object.
-    pub(super) async fn collect(&mut self, wanted: &BTreeSet<Target>) {
+    /// A copy whose delete or orphan failed backs off like a failed write
+    /// and is an error of its rule in `reports` until it is collected.
+    pub(super) async fn collect(
+        &mut self,
+        wanted: &BTreeSet<Target>,
+        reports: &mut BTreeMap<String, RuleReport>,
+    ) {
         let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
         // Copies kept for now (rule not ready, origin in doubt) or not
         // collected (an error) are looked at again next pass.
@@ -85,29 +101,64 @@ impl Engine {
                 }
             }
         }
+        let now = Instant::now();
         // Discovered once per scan, when a Namespace copy is to be deleted.
         let mut served = None;
         for (target, obj, delete) in doomed {
-            if !self.collect_one(&target, &obj, delete, &mut served).await {
+            let rule = annotation(&obj, well_known::ANNOTATION_RULE)
+                .unwrap_or_default()
+                .to_owned();
+            let input = Input {
+                desired: None,
+                live_rv: obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            };
+            let error = match self.waiting(&target, &input, now) {
+                Some(error) => Some(error),
+                None => {
+                    let to_do = Collect {
+                        target: &target,
+                        rule: &rule,
+                        obj: &obj,
+                        delete,
+                    };
+                    self.collect_one(to_do, input, &mut served).await
+                }
+            };
+            if let Some(error) = error {
+                // Looked at again next pass (tried when its backoff is over).
                 again = true;
+                if let Some(r) = reports.get_mut(&rule) {
+                    r.errors.insert(target.to_string(), error);
+                }
             }
         }
         self.collect_due = again;
     }
 
-    /// Deletes or orphans one copy; false if it must be looked at again.
-    /// A copy whose deletion would take objects fleetbus does not manage
-    /// with it (`sink_keep`) is orphaned instead, and that is reported.
+    /// Deletes or orphans one copy; the error if that failed (the copy then
+    /// backs off). A copy whose deletion would take objects fleetbus does
+    /// not manage with it (`sink_keep`) is orphaned instead, and that is
+    /// reported.
     async fn collect_one(
         &mut self,
-        target: &Target,
-        obj: &Value,
-        delete: bool,
+        c: Collect<'_>,
+        input: Input,
         served: &mut Option<Vec<ApiResource>>,
-    ) -> bool {
-        let gvk = target.gvk();
-        let Some(kind) = self.kinds.get(&gvk) else {
-            return false;
+    ) -> Option<String> {
+        let Collect {
+            target,
+            rule,
+            obj,
+            delete,
+        } = c;
+        let Some(kind) = self.kinds.get(&target.gvk()) else {
+            return Some(format!(
+                "kind {} is not watched",
+                super::watches::describe(&target.gvk())
+            ));
         };
         let ar = kind.ar.clone();
         let api = apply::api(&self.ctx.client, &ar, target.namespace.as_deref());
@@ -116,10 +167,7 @@ impl Engine {
                 Ok(found) if found.is_empty() => None,
                 Ok(found) => Some(Why::Unmanaged(found)),
                 Err(e) if e.is_transient() => {
-                    let message = crate::report(&e);
-                    tracing::warn!(copy = %target, error = %message, "could not check what deleting the copy would delete; not deleted yet");
-                    self.retry_later(target, message);
-                    return false;
+                    return Some(self.check_failed(target, input, crate::report(&e)));
                 }
                 Err(e) => Some(Why::Unchecked(crate::report(&e))),
             },
@@ -134,6 +182,7 @@ impl Engine {
             Ok(()) => {
                 tracing::info!(copy = %target, delete = delete && kept.is_none(), "collected copy");
                 self.baselines.remove(target);
+                self.retries.remove(target);
                 if let Some(why) = kept {
                     let copy = sink_keep::CopyRef {
                         shown: &target.to_string(),
@@ -144,22 +193,27 @@ impl Engine {
                     let message = sink_keep::kept_message(&copy, &why);
                     self.report_kept(target, obj, message).await;
                 }
-                true
+                None
             }
-            Err(e) => {
-                tracing::warn!(copy = %target, error = %crate::report(&e), "could not collect copy");
-                if e.is_transient() {
-                    self.retry_later(target, crate::report(&e));
-                }
-                false
-            }
+            Err(e) => Some(self.copy_failed(target, rule, input, "collect", &e)),
         }
     }
 
-    /// Records a transient failure at `target`: the engine wakes to try again.
-    fn retry_later(&mut self, target: &Target, error: String) {
-        let next = Retry::after(self.retries.get(target), Instant::now(), error);
+    /// A transient failure to find out what deleting the copy at `target`
+    /// would take with it: not deleted yet, checked again after a backoff
+    /// step. Returns the message for the rule status.
+    fn check_failed(&mut self, target: &Target, input: Input, message: String) -> String {
+        tracing::warn!(copy = %target, error = %message, "could not check what deleting the copy would delete; not deleted yet");
+        let now = Instant::now();
+        let next = Backoff::failed(
+            self.retries.get(target),
+            input,
+            now,
+            rand::random::<f64>(),
+            message.clone(),
+        );
         self.retries.insert(target.clone(), next);
+        message
     }
 
     /// What deleting the copy at `target` would take with it that fleetbus

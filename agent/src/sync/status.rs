@@ -255,8 +255,11 @@ impl Engine {
             match serde_json::to_value(&status) {
                 Ok(v) => {
                     let patch = json!({ "status": with_nulls(v) });
+                    // Rule names are DNS subdomains (the API server checked
+                    // them); escaped all the same, like every name in a URL.
+                    let segment = crate::kube::path::segment(&name);
                     match api
-                        .patch_status(&name, &params, &Patch::Merge(&patch))
+                        .patch_status(&segment, &params, &Patch::Merge(&patch))
                         .await
                     {
                         Ok(_) => {

@@ -19,17 +19,6 @@ fn gadgets() -> kube::api::ApiResource {
     resource("example.com", "v1", "Gadget", "gadgets")
 }
 
-/// A predicate: `.spec` equals `want`.
-fn spec_is(want: serde_json::Value) -> impl Fn(&kube::api::DynamicObject) -> Result<(), String> {
-    move |o| {
-        if o.data["spec"] == want {
-            Ok(())
-        } else {
-            Err(format!("spec {}", o.data["spec"]))
-        }
-    }
-}
-
 const WIDGET_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
 kind: ResourceSyncRule
 metadata:

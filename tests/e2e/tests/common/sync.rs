@@ -86,6 +86,24 @@ pub async fn create_ns(m: &Member, ns: &str) {
         .unwrap_or_else(|e| panic!("{}: create namespace {ns}: {e}", m.name));
 }
 
+/// `kubectl apply` of a CustomResourceDefinition (`yaml`) on `m`, then waits
+/// until kubectl can list its resource (`<plural>.<group>`, or the plural).
+pub async fn apply_crd(m: &Member, yaml: &str, resource: &str) {
+    apply_yaml(m, yaml);
+    wait_served(m, resource).await;
+}
+
+/// A predicate: `.spec` equals `want`.
+pub fn spec_is(want: serde_json::Value) -> impl Fn(&DynamicObject) -> Result<(), String> {
+    move |o| {
+        if o.data["spec"] == want {
+            Ok(())
+        } else {
+            Err(format!("spec {}", o.data["spec"]))
+        }
+    }
+}
+
 /// An `ApiResource` for `group/version kind` served as `plural`.
 pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
@@ -435,6 +453,22 @@ where
     }
 }
 
+/// At most this many tries of one failing copy fit into `elapsed` when the
+/// agent's waits double from one second (less up to a fifth of jitter),
+/// whatever the attempt they start from: one per step of 0.8 s, 1.6 s,
+/// 3.2 s …, plus the one under way.
+pub fn backoff_tries_bound(elapsed: Duration) -> usize {
+    let mut n = 1;
+    let mut step = 0.8;
+    let mut spent = 0.0;
+    while spent <= elapsed.as_secs_f64() {
+        spent += step;
+        step *= 2.0;
+        n += 1;
+    }
+    n
+}
+
 /// `GET /debug/writes` of `m`'s devcluster.
 pub async fn writes(m: &Member) -> serde_json::Value {
     m.cluster.writes().await.expect("/debug/writes")
@@ -475,8 +509,7 @@ spec:
 
 /// `kubectl apply` of the CRD on `m`, then waits until kubectl can list its kind.
 pub async fn install_crd(m: &Member, kind: &str, plural: &str) {
-    apply_yaml(m, &crd(kind, plural));
-    wait_served(m, &format!("{plural}.example.com")).await;
+    apply_crd(m, &crd(kind, plural), &format!("{plural}.example.com")).await;
 }
 
 /// Waits until kubectl can list `resource` (`plural.group`) on `m`.
