@@ -377,6 +377,24 @@ impl Engine {
                 self.publish_hold = Some(Instant::now() + Duration::from_secs(1));
                 self.ctx.check_layout.notify_one();
             }
+            Input::PublishDuplicate(gvk, key, before) => {
+                // We published because the bus differed from our object, and
+                // the server dropped it: its id (origin, uid, version) was
+                // used within the duplicate window, typically by our own
+                // first publication of this version before someone wrote
+                // over it. Believe again what the bus holds and publish at
+                // once with a fresh id (`overwritten`).
+                self.ctx.metrics.sync_rejected("publish_duplicate");
+                tracing::info!(object = %super::source::describe_key(&key), "our subject holds a message we did not publish; publishing ours again");
+                if let Some(k) = self.kinds.get_mut(&gvk) {
+                    match before {
+                        Some(env) => k.snapshots.insert(key.clone(), *env),
+                        None => k.snapshots.remove(&key),
+                    };
+                    k.source_dirty.insert(key.clone());
+                }
+                self.overwritten.insert(key);
+            }
         }
     }
 
@@ -491,11 +509,22 @@ impl Engine {
                     tracing::warn!(origin = %key.origin, object = %super::source::describe_key(&key), "envelope from a cluster that is no member; not applied");
                 }
                 if key.origin == self.ctx.cfg.cluster_name {
-                    // Of our own envelopes only uid, resourceVersion and
-                    // hash are used (`source`); the object is the local one.
+                    // Our subtree as the bus holds it (our publish read back,
+                    // or someone's message on our subject): the hash was
+                    // recomputed from the content on receipt (`watches`), so
+                    // the next plan compares what was received with what we
+                    // publish. What the hash leaves out is compared here; a
+                    // difference is believed with no hash, so the plan finds
+                    // it differs and publishes ours again.
+                    let local = kind.objects.get(&(key.namespace.clone(), key.name.clone()));
+                    if let (Some(received), Some(local)) = (&env.object, local) {
+                        if !super::published::same_identity(received, local) {
+                            env.content_hash.clear();
+                        }
+                    }
+                    // Only uid, resourceVersion and hash are kept (`source`);
+                    // the object is the local one.
                     env.object = None;
-                    // Ours as the bus has it now (our publish read back, or
-                    // someone else's message on our subject): compare again.
                     kind.source_dirty.insert(key.clone());
                 }
                 match &mut kind.resnap {

@@ -405,9 +405,17 @@ impl Engine {
             .map(Box::new);
         let (gvk, key) = (gvk.clone(), key.clone());
         tokio::spawn(async move {
-            if let Err(error) = ack.await {
-                tracing::warn!(object = %describe_key(&key), %error, "publish not acknowledged; will publish again");
-                let _ = tx.send(Input::PublishFailed(gvk, key, before)).await;
+            match ack.await {
+                Err(error) => {
+                    tracing::warn!(object = %describe_key(&key), %error, "publish not acknowledged; will publish again");
+                    let _ = tx.send(Input::PublishFailed(gvk, key, before)).await;
+                }
+                // Not stored: the subject keeps a message that is not this
+                // one (see `Input::PublishDuplicate`).
+                Ok(ack) if ack.duplicate => {
+                    let _ = tx.send(Input::PublishDuplicate(gvk, key, before)).await;
+                }
+                Ok(_) => {}
             }
         });
         Ok(env)

@@ -17,6 +17,7 @@
 mod compress;
 mod hash;
 mod limits;
+mod verify;
 
 pub use crate::codec::MAX_MSGPACK_DEPTH;
 pub use compress::{COMPRESSION_LEVEL, COMPRESS_THRESHOLD, MAX_DECOMPRESSED, ZSTD_MAGIC};
@@ -25,6 +26,7 @@ pub use limits::{
     check_size, msg_id, republish_msg_id, tombstone_msg_id, TooLarge, DEFAULT_MAX_PAYLOAD,
     HEADER_ALLOWANCE,
 };
+pub use verify::Mismatch;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
