@@ -212,6 +212,8 @@ pub struct RuleReport {
     pub unknown_update_policy: BTreeSet<ObjectKey>,
     /// On the origin: (ready, reported) copies of our objects, when any report.
     pub readiness: Option<(i64, i64)>,
+    /// Our objects the rule selects that are never published, with why.
+    pub withheld: BTreeMap<String, super::withheld::Withheld>,
 }
 
 /// The state of sync on this cluster.
@@ -254,6 +256,8 @@ pub struct Engine {
     pub(super) overwritten: BTreeSet<ObjectKey>,
     /// Errors of the source side, by rule (oversized objects).
     pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
+    /// Objects rules select that are never published, by rule (`withheld`).
+    pub(super) source_withheld: BTreeMap<String, BTreeMap<String, super::withheld::Withheld>>,
     /// Conflicts already reported (Event, bus), so each is reported once.
     pub(super) reported_conflicts: BTreeSet<String>,
     /// Per rule, what the last pass found.
@@ -332,6 +336,7 @@ impl Engine {
             forced_results: Vec::new(),
             drift_kv: None,
             source_errors: BTreeMap::new(),
+            source_withheld: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),

@@ -44,6 +44,7 @@ pub mod source;
 pub mod status;
 pub mod template;
 pub mod watches;
+pub mod withheld;
 
 pub use engine::run;
 
