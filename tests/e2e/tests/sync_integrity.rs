@@ -153,29 +153,44 @@ async fn wait_true_on_bus(attacker: &Attacker, name: &str) {
     .await;
 }
 
+/// Publishes `env` on `subject` while a's agent is stopped, and waits until
+/// b counted it rejected for `reason`; then restarts a and waits until a
+/// counted it too and put its own value back on `subject`. (With a running,
+/// its repair could replace the forgery, one message per subject, before b
+/// fetched it: b would have nothing to reject.)
+async fn forge_while_origin_stopped(
+    m: &mut [Member],
+    attacker: &Attacker,
+    subject: &str,
+    env: &Envelope,
+    reason: &str,
+) {
+    m[0].agent.stop();
+    attacker.publish(subject, env).await;
+    let series = format!("fleetbus_sync_rejected_total{{reason=\"{reason}\"}}");
+    m[1].wait_metric_at_least(&series, 1.0).await;
+    m[0].agent.restart().unwrap();
+    wait_readyz(&m[0], 200, CONVERGE).await;
+    m[0].wait_metric_at_least(&series, 1.0).await;
+    let name = subject.rsplit('.').next().unwrap();
+    wait_true_on_bus(attacker, name).await;
+}
+
 /// Defect 2: a changed object under the old `contentHash` is dropped and
 /// counted by the sink, whose copy stays as it was; the origin, which drops
 /// it too, republishes its own value over it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_object_with_a_bogus_hash_is_dropped() {
     let nats = NatsServer::start().unwrap();
-    let m = fleet_with(&nats, &["real"]).await;
-    let (a, b) = (&m[0], &m[1]);
+    let mut m = fleet_with(&nats, &["real"]).await;
     let attacker = Attacker::connect(&nats).await;
     let subj = subject("a", "shared", "real");
     let env = forged(attacker.last(&subj).await.unwrap(), "forged");
-    attacker.publish(&subj, &env).await;
+    forge_while_origin_stopped(&mut m, &attacker, &subj, &env, "hash_mismatch").await;
 
-    for x in [a, b] {
-        x.wait_metric_at_least(
-            "fleetbus_sync_rejected_total{reason=\"hash_mismatch\"}",
-            1.0,
-        )
-        .await;
-    }
-    wait_true_on_bus(&attacker, "real").await;
     // Barrier: a Secret created after the forgery is copied, so b has read
-    // the forgery long before.
+    // past the forgery and a's answer.
+    let (a, b) = (&m[0], &m[1]);
     create_secret(a, "shared", "after", &[("k", "v")]).await;
     wait_true_copy(b, "after").await;
     let copy = get_dynamic(b, &secrets(), Some("shared"), "real")
@@ -213,31 +228,21 @@ async fn forged_object_with_its_hash_recomputed_is_overwritten_by_the_origin() {
     assert_eq!(sync_rejected(b, "hash_mismatch"), 0.0);
 }
 
-/// Defect 2: an envelope of `x` published under `y`'s subject is dropped and
-/// counted; neither copy changes.
+/// Defect 2: an envelope of `x` published under `y`'s subject (its hash
+/// recomputed, so only the subject disagrees) is dropped and counted; neither
+/// copy changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelope_under_another_objects_subject_is_dropped() {
     let nats = NatsServer::start().unwrap();
-    let m = fleet_with(&nats, &["x", "y"]).await;
-    let (a, b) = (&m[0], &m[1]);
+    let mut m = fleet_with(&nats, &["x", "y"]).await;
     let attacker = Attacker::connect(&nats).await;
-    let env = forged(
-        attacker.last(&subject("a", "shared", "x")).await.unwrap(),
-        "x-on-y",
-    );
-    let mut env = env;
+    let x = attacker.last(&subject("a", "shared", "x")).await.unwrap();
+    let mut env = forged(x, "x-on-y");
     env.content_hash = content_hash(env.object.as_ref().unwrap());
-    let before = sync_rejected(b, "subject_mismatch");
-    attacker.publish(&subject("a", "shared", "y"), &env).await;
+    let y = subject("a", "shared", "y");
+    forge_while_origin_stopped(&mut m, &attacker, &y, &env, "subject_mismatch").await;
 
-    for x in [a, b] {
-        x.wait_metric_at_least(
-            "fleetbus_sync_rejected_total{reason=\"subject_mismatch\"}",
-            before + 1.0,
-        )
-        .await;
-    }
-    wait_true_on_bus(&attacker, "y").await;
+    let (a, b) = (&m[0], &m[1]);
     create_secret(a, "shared", "after", &[("k", "v")]).await;
     wait_true_copy(b, "after").await;
     for name in ["x", "y"] {
