@@ -405,9 +405,10 @@ impl Engine {
             .kinds
             .get(gvk)
             .and_then(|k| k.snapshots.get(key))
-            .is_some_and(|e| e.tombstone)
-            || self.overwritten.contains(key);
-        headers.insert("Nats-Msg-Id", msg_id(&env, after_tombstone).as_str());
+            .is_some_and(|e| e.tombstone);
+        let overwritten = self.overwritten.contains(key);
+        let id = msg_id(&env, after_tombstone, overwritten);
+        headers.insert("Nats-Msg-Id", id.as_str());
         let ack = self
             .ctx
             .js
@@ -483,10 +484,12 @@ fn forget_planned<V>(
 }
 
 /// The `Nats-Msg-Id` (§4.2): the protocol's id, or the republish id when a
-/// version comes back after a tombstone of the same version (else the server
-/// drops it as a duplicate of its first publication).
-fn msg_id(env: &Envelope, after_tombstone: bool) -> String {
-    if after_tombstone {
+/// snapshot comes back after a tombstone of the same version, or when the
+/// subject holds a message we did not publish (`overwritten`), snapshot or
+/// tombstone: else the server drops it as a duplicate of its first
+/// publication and the subject keeps what it has.
+fn msg_id(env: &Envelope, after_tombstone: bool, overwritten: bool) -> String {
+    if overwritten || (after_tombstone && !env.tombstone) {
         env.republish_msg_id()
     } else {
         env.msg_id()
@@ -1011,13 +1014,17 @@ mod tests {
         let s = secret("a", "u1", "5", "v1");
         let (_, env) = published(SELF, &s);
         // Plain: the protocol's id, the same for a retry of this version.
-        assert_eq!(msg_id(&env, false), env.msg_id());
-        // After a tombstone of the same version: not the first publication's
-        // id (the server would drop it as a duplicate), stable per envelope.
-        let again = msg_id(&env, true);
+        assert_eq!(msg_id(&env, false, false), env.msg_id());
+        // After a tombstone of the same version, or over a message we did not
+        // publish: not the first publication's id (the server would drop it
+        // as a duplicate), stable per envelope.
+        let again = msg_id(&env, true, false);
         assert_ne!(again, env.msg_id());
-        assert_eq!(again, msg_id(&env, true));
-        // A tombstone keeps its own id either way.
+        assert_eq!(again, msg_id(&env, true, false));
+        assert_eq!(again, msg_id(&env, false, true));
+        // A tombstone keeps its own id after a tombstone, and gets a new one
+        // over a message we did not publish (a forged resurrection of an
+        // object deleted within the duplicate window).
         let gone = Envelope::tombstone(
             SELF,
             None,
@@ -1026,7 +1033,11 @@ mod tests {
             chrono::Utc::now(),
             TombstoneReason::Unpublished,
         );
-        assert_eq!(msg_id(&gone, true), gone.msg_id());
+        assert_eq!(msg_id(&gone, true, false), gone.msg_id());
+        let again = msg_id(&gone, true, true);
+        assert_ne!(again, gone.msg_id());
+        assert!(again.starts_with(&gone.msg_id()), "{again}");
+        assert_eq!(again, msg_id(&gone, false, true));
     }
 
     #[test]

@@ -204,10 +204,16 @@ impl Envelope {
     }
 
     /// The `Nats-Msg-Id` for a snapshot published again after an `Unpublished` tombstone
-    /// of the same version (see [`republish_msg_id`]); for a tombstone, its [`Self::msg_id`].
+    /// of the same version (see [`republish_msg_id`]), or for an envelope published again
+    /// over a message its publisher did not publish; for a tombstone, its
+    /// [`Self::msg_id`] followed by `:republished:<time>` (Unix milliseconds).
     pub fn republish_msg_id(&self) -> String {
         if self.tombstone {
-            self.msg_id()
+            format!(
+                "{}:republished:{}",
+                self.msg_id(),
+                self.time.timestamp_millis()
+            )
         } else {
             republish_msg_id(&self.origin, &self.uid, &self.resource_version, self.time)
         }
