@@ -29,6 +29,10 @@ use serde_json::json;
 /// How long the origin may take to overwrite a forgery in its subtree.
 const REPAIR: Duration = Duration::from_secs(5);
 
+/// A forged `creationTimestamp`: older than any real one, it would win every
+/// conflict on the sinks (PROTOCOL §4.5), and the content hash leaves it out.
+const FORGED_TIME: &str = "2000-01-01T00:00:00Z";
+
 /// a and b, namespace `shared` on both, [`SHARED_SECRETS_RULE`] created on a, and the
 /// Secret `shared/<name>` (`k=v`) of each of `names` created on a and copied
 /// to b.
@@ -140,14 +144,22 @@ async fn wait_true_on_bus(attacker: &Attacker, name: &str) {
             .object
             .as_ref()
             .and_then(|o| o.pointer("/data/k").cloned());
+        let created = env
+            .object
+            .as_ref()
+            .and_then(|o| o.pointer("/metadata/creationTimestamp").cloned());
         if k == Some(json!(b64("v")))
+            && created != Some(json!(FORGED_TIME))
             && env
                 .check(&ObjectKey::parse_subject(&Prefix::default(), &subject).unwrap())
                 .is_ok()
         {
             Ok(())
         } else {
-            Err(format!("k={k:?} hash={}", env.content_hash))
+            Err(format!(
+                "k={k:?} creationTimestamp={created:?} hash={}",
+                env.content_hash
+            ))
         }
     })
     .await;
@@ -226,6 +238,21 @@ async fn forged_object_with_its_hash_recomputed_is_overwritten_by_the_origin() {
     wait_true_copy(b, "real").await;
     println!("b holds the truth again after {:?}", t0.elapsed());
     assert_eq!(sync_rejected(b, "hash_mismatch"), 0.0);
+
+    // What the hash leaves out and sinks read is compared too: an older
+    // creationTimestamp (the hash stays valid) is overwritten as well.
+    let mut env = forged(attacker.last(&subj).await.unwrap(), "v");
+    if let Some(o) = env.object.as_mut() {
+        o["metadata"]["creationTimestamp"] = json!(FORGED_TIME);
+    }
+    assert_eq!(env.check(&key), Ok(()), "the forgery must pass every check");
+    let t0 = Instant::now();
+    attacker.publish(&subj, &env).await;
+    wait_true_on_bus(&attacker, "real").await;
+    println!(
+        "a overwrote the forged creationTimestamp after {:?}",
+        t0.elapsed()
+    );
 }
 
 /// Defect 2: an envelope of `x` published under `y`'s subject (its hash
