@@ -65,6 +65,9 @@ pub struct Metrics {
     pub sync_conflicts: Gauge,
     /// Objects currently failing to sync, over every rule.
     pub sync_errors: Gauge,
+    /// This cluster's objects that rules select and that are never published
+    /// (`fleetbus_sync_withheld`: tokens, objects fleetbus writes itself).
+    pub sync_withheld: Gauge,
     /// Drift events by `cluster`, `rule`, `kind` and `phase`.
     pub drifts: Family<Vec<(String, String)>, Counter>,
     /// Seconds from the watch event of a drifted copy to its `Detected` event
@@ -210,6 +213,12 @@ impl Metrics {
             "Objects currently failing to sync",
             sync_errors.clone(),
         );
+        let sync_withheld = Gauge::default();
+        registry.register(
+            "sync_withheld",
+            "Objects rules select that are never published (tokens, objects fleetbus writes)",
+            sync_withheld.clone(),
+        );
         let drifts = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
             "drifts",
@@ -245,6 +254,7 @@ impl Metrics {
             sync_objects,
             sync_conflicts,
             sync_errors,
+            sync_withheld,
             own_record_invalid,
             bus_layout_recreated,
             peer_rejected,

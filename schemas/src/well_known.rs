@@ -69,6 +69,25 @@ pub const SECRET_TYPE_CLUSTER_KUBECONFIG: &str = "fleetbus.io/cluster-kubeconfig
 /// Key in a [`SECRET_TYPE_CLUSTER_KUBECONFIG`] Secret's `data` holding the kubeconfig.
 pub const SECRET_KEY_KUBECONFIG: &str = "kubeconfig";
 
+/// `type` of a Secret holding a ServiceAccount's token (Kubernetes'); never published.
+pub const SECRET_TYPE_SERVICE_ACCOUNT_TOKEN: &str = "kubernetes.io/service-account-token";
+/// `type` of a Secret holding a bootstrap token (Kubernetes'); never published.
+pub const SECRET_TYPE_BOOTSTRAP_TOKEN: &str = "bootstrap.kubernetes.io/token";
+
+/// Kubernetes' recommended label naming the tool that manages an object; the agent sets
+/// it to [`MANAGED_BY_AGENT`] on what it creates for itself (the reader ServiceAccount
+/// and its RBAC).
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// The [`LABEL_MANAGED_BY`] value of objects the agent creates for itself.
+pub const MANAGED_BY_AGENT: &str = "fleetbus-agent";
+
+/// `reportingComponent` (`reportingController` in `events.k8s.io/v1`) of the Kubernetes
+/// Events the agent records.
+pub const EVENT_REPORTING_COMPONENT: &str = "fleetbus.io/agent";
+/// `source.component` (`deprecatedSource.component` in `events.k8s.io/v1`) of the
+/// Kubernetes Events the agent records.
+pub const EVENT_SOURCE_COMPONENT: &str = "fleetbus-agent";
+
 /// Condition types used in `status.conditions` of fleetbus resources.
 pub mod condition {
     /// Cluster: the agent for this cluster is alive and syncing. ResourceSyncRule: the rule is applied.

@@ -1,5 +1,6 @@
 //! Kubernetes Events about Cluster objects (core/v1).
 
+use fleetbus_schemas::well_known;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -73,10 +74,10 @@ impl Recorder {
             event_time: Some(MicroTime(now)),
             count: Some(1),
             source: Some(EventSource {
-                component: Some("fleetbus-agent".to_owned()),
+                component: Some(well_known::EVENT_SOURCE_COMPONENT.to_owned()),
                 host: None,
             }),
-            reporting_component: Some("fleetbus.io/agent".to_owned()),
+            reporting_component: Some(well_known::EVENT_REPORTING_COMPONENT.to_owned()),
             reporting_instance: Some(self.instance.clone()),
             action: Some(reason.to_owned()),
             ..Event::default()

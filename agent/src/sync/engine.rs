@@ -178,6 +178,8 @@ pub struct RuleReport {
     pub readiness: Option<(i64, i64)>,
     /// Copies kept instead of deleted (`sink_keep`), with why and how to finish.
     pub kept: BTreeMap<String, String>,
+    /// Our objects the rule selects that are never published, with why.
+    pub withheld: BTreeMap<String, super::withheld::Withheld>,
 }
 
 /// The state of sync on this cluster.
@@ -222,6 +224,8 @@ pub struct Engine {
     pub(super) overwritten: BTreeSet<ObjectKey>,
     /// Errors of the source side, by rule (oversized objects).
     pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
+    /// Objects rules select that are never published, by rule (`withheld`).
+    pub(super) source_withheld: BTreeMap<String, BTreeMap<String, super::withheld::Withheld>>,
     /// Conflicts already reported (Event, bus), so each is reported once.
     pub(super) reported_conflicts: BTreeSet<String>,
     /// Per rule, what the last pass found.
@@ -303,6 +307,7 @@ impl Engine {
             forced_results: Vec::new(),
             drift_kv: None,
             source_errors: BTreeMap::new(),
+            source_withheld: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
@@ -348,6 +353,24 @@ impl Engine {
                 // checked, and publish again in a second.
                 self.publish_hold = Some(Instant::now() + Duration::from_secs(1));
                 self.ctx.check_layout.notify_one();
+            }
+            Input::PublishDuplicate(gvk, key, before) => {
+                // We published because the bus differed from our object, and
+                // the server dropped it: its id (origin, uid, version) was
+                // used within the duplicate window, typically by our own
+                // first publication of this version before someone wrote
+                // over it. Believe again what the bus holds and publish at
+                // once with a fresh id (`overwritten`).
+                self.ctx.metrics.sync_rejected("publish_duplicate");
+                tracing::info!(object = %super::source::describe_key(&key), "our subject holds a message we did not publish; publishing ours again");
+                if let Some(k) = self.kinds.get_mut(&gvk) {
+                    match before {
+                        Some(env) => k.snapshots.insert(key.clone(), *env),
+                        None => k.snapshots.remove(&key),
+                    };
+                    k.source_dirty.insert(key.clone());
+                }
+                self.overwritten.insert(key);
             }
         }
     }
@@ -467,11 +490,22 @@ impl Engine {
                     tracing::warn!(origin = %key.origin, object = %super::source::describe_key(&key), "envelope from a cluster that is no member; not applied");
                 }
                 if key.origin == self.ctx.cfg.cluster_name {
-                    // Of our own envelopes only uid, resourceVersion and
-                    // hash are used (`source`); the object is the local one.
+                    // Our subtree as the bus holds it (our publish read back,
+                    // or someone's message on our subject): the hash was
+                    // recomputed from the content on receipt (`watches`), so
+                    // the next plan compares what was received with what we
+                    // publish. What the hash leaves out is compared here; a
+                    // difference is believed with no hash, so the plan finds
+                    // it differs and publishes ours again.
+                    let local = kind.objects.get(&(key.namespace.clone(), key.name.clone()));
+                    if let (Some(received), Some(local)) = (&env.object, local) {
+                        if !super::published::same_identity(received, local) {
+                            env.content_hash.clear();
+                        }
+                    }
+                    // Only uid, resourceVersion and hash are kept (`source`);
+                    // the object is the local one.
                     env.object = None;
-                    // Ours as the bus has it now (our publish read back, or
-                    // someone else's message on our subject): compare again.
                     kind.source_dirty.insert(key.clone());
                 }
                 match &mut kind.resnap {

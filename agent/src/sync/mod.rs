@@ -49,6 +49,7 @@ pub mod source;
 pub mod status;
 pub mod template;
 pub mod watches;
+pub mod withheld;
 
 pub use engine::run;
 

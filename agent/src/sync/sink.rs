@@ -355,6 +355,11 @@ impl Engine {
             }
         }
         self.note_kept(&mut reports);
+        for (rule, withheld) in &self.source_withheld {
+            if let Some(r) = reports.get_mut(rule) {
+                r.withheld.clone_from(withheld);
+            }
+        }
         self.report_conflicts(found).await;
         self.note_unknown_update_policies(&reports);
         self.reports = reports;

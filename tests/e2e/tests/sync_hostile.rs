@@ -21,16 +21,8 @@ use kube::api::{DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::Api;
 use serde_json::json;
 
-const RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: shared-secrets
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  rules:
-    - match:
-        - namespaces: [shared]
-"#;
+/// The rule the probes use: Secrets in namespace `shared`.
+const RULE: &str = SHARED_SECRETS_RULE;
 
 /// c1 and c2 with namespace `shared` on both and [`RULE`] created on c1.
 async fn shared_fleet(nats: &NatsServer) -> Vec<Member> {
@@ -108,21 +100,11 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// `fleetbus_sync_rejected_total{reason="<reason>"}` of `m` (0 when absent).
-fn rejected(m: &Member, reason: &str) -> f64 {
-    let text = m.metrics().unwrap_or_default();
-    metric_value(
-        &text,
-        &format!("fleetbus_sync_rejected_total{{reason=\"{reason}\"}}"),
-    )
-    .unwrap_or(0.0)
-}
-
 /// Waits until `m` counted at least `min` rejections for `reason`.
 async fn wait_rejected(m: &Member, reason: &str, min: f64) {
     let what = format!("{}: sync_rejected{{reason={reason}}} >= {min}", m.name);
     wait_for(&what, SYNC, || async {
-        match rejected(m, reason) {
+        match sync_rejected(m, reason) {
             n if n >= min => Ok(()),
             n => Err(format!(
                 "{n}; metrics:\n{}",

@@ -34,6 +34,25 @@ pub const SYNC: Duration = Duration::from_secs(20);
 /// The annotation that records the orphan policy a copy was written under.
 pub const ANNOTATION_ORPHAN_POLICY: &str = "fleetbus.io/orphan-policy";
 
+/// A rule `shared-secrets` syncing every Secret of namespace `shared` from
+/// every cluster to every cluster.
+pub const SHARED_SECRETS_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: shared-secrets
+spec:
+  groupVersionKind: {group: "", version: v1, kind: Secret}
+  rules:
+    - match:
+        - namespaces: [shared]
+"#;
+
+/// `fleetbus_sync_rejected_total{reason="<reason>"}` of `m` (0 when absent).
+pub fn sync_rejected(m: &Member, reason: &str) -> f64 {
+    let series = format!("fleetbus_sync_rejected_total{{reason=\"{reason}\"}}");
+    super::metric_value(&m.metrics().unwrap_or_default(), &series).unwrap_or(0.0)
+}
+
 /// Starts one member per name (devcluster and agent named alike) and waits
 /// until they form a mesh.
 pub async fn fleet(nats: &NatsServer, names: &[&str]) -> Vec<Member> {
