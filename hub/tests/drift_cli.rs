@@ -509,6 +509,7 @@ async fn correct_sends_the_request_and_prints_the_reply() {
             error: "admission denied".into(),
         }],
         error: None,
+        retry_after_ms: None,
     };
     let _f = responder(&client, "c4", failing).await;
     let out = run(&nats, &["drift", "correct", "--cluster", "c4"]).await;
