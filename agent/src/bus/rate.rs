@@ -24,18 +24,18 @@ impl RateLimit {
 }
 
 /// A request refused because its verb's bucket is empty.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
 #[error(
     "rate limited: more than {burst} {verb} requests at once or {per_second}/s to this \
-     cluster; retry in {}", humantime::format_duration(*.retry_after)
+     cluster; retry in {}", humantime::format_duration(Duration::from_millis(self.retry_after_ms()))
 )]
 pub struct RateRefused {
     /// The verb (`correct`, `label`, `progress`).
     pub verb: &'static str,
     /// The limit's burst.
     pub burst: u32,
-    /// The limit's sustained rate, rounded for the message.
-    pub per_second: u32,
+    /// The limit's sustained rate (requests per second).
+    pub per_second: f64,
     /// When a token will be there again.
     pub retry_after: Duration,
 }
@@ -87,7 +87,7 @@ impl TokenBucket {
         Err(RateRefused {
             verb: self.verb,
             burst: self.limit.burst,
-            per_second: self.limit.per_second.round() as u32,
+            per_second: self.limit.per_second,
             retry_after,
         })
     }
@@ -150,7 +150,7 @@ mod tests {
     }
 
     #[test]
-    fn the_refusal_says_why_and_when() {
+    fn the_refusal_says_why_and_when_in_whole_milliseconds() {
         let t0 = Instant::now();
         let mut b = TokenBucket::new("correct", RateLimit::DEFAULT, t0);
         for _ in 0..20 {
@@ -161,6 +161,17 @@ mod tests {
             msg,
             "rate limited: more than 20 correct requests at once or 5/s to this cluster; \
              retry in 200ms"
+        );
+        let slow = RateLimit {
+            per_second: 0.3,
+            burst: 1,
+        };
+        let mut b = TokenBucket::new("label", slow, t0);
+        b.take(t0).unwrap();
+        let msg = b.take(t0).unwrap_err().to_string();
+        assert!(
+            msg.ends_with("or 0.3/s to this cluster; retry in 3s 334ms"),
+            "{msg}"
         );
     }
 }
