@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use fleetbus_schemas::subject::Prefix;
 
+use crate::bus::rate::RateLimit;
 use crate::cli::Args;
 
 /// A flag combination that clap alone cannot reject.
@@ -144,6 +145,8 @@ pub struct Config {
     pub kubeconfig_lifetime: Duration,
     /// Whether to server-side apply the CRDs at start.
     pub install_crds: bool,
+    /// The rate limit of each verb of requests to this agent.
+    pub command_rate: RateLimit,
 }
 
 impl TryFrom<Args> for Config {
@@ -181,6 +184,10 @@ impl TryFrom<Args> for Config {
             advertise_server: a.advertise_server,
             kubeconfig_lifetime: a.kubeconfig_lifetime,
             install_crds: a.install_crds,
+            command_rate: RateLimit {
+                per_second: a.command_rate,
+                burst: a.command_burst,
+            },
         })
     }
 }

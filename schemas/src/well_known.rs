@@ -41,6 +41,21 @@ pub const ANNOTATION_DRIFT_IGNORE: &str = "fleetbus.io/drift-ignore";
 /// Annotation (any value) on a copy: drift is still reported but not corrected.
 pub const ANNOTATION_CORRECTION_PAUSED: &str = "fleetbus.io/correction-paused";
 
+/// The key prefix fleetbus owns: `fleetbus.io/…` labels and annotations are its stamps
+/// and instructions, which a rule's mutations may not write (PROTOCOL §8.1).
+pub const RESERVED_KEY_PREFIX: &str = "fleetbus.io";
+
+/// Whether a label or annotation key is in fleetbus's own prefix ([`RESERVED_KEY_PREFIX`]
+/// or a subdomain of it, as Kubernetes reserves `kubernetes.io` and `*.kubernetes.io`).
+pub fn is_reserved_key(key: &str) -> bool {
+    key.split_once('/').is_some_and(|(prefix, _)| {
+        prefix == RESERVED_KEY_PREFIX
+            || prefix
+                .strip_suffix(RESERVED_KEY_PREFIX)
+                .is_some_and(|sub| sub.ends_with('.'))
+    })
+}
+
 /// Label on every object fleetbus created or manages; value [`LABEL_MANAGED_VALUE`].
 pub const LABEL_MANAGED: &str = "fleetbus.io/managed";
 /// The value of [`LABEL_MANAGED`].
@@ -103,4 +118,25 @@ pub mod condition {
     /// ResourceSyncRule: True while at least one copy is not written because of a
     /// conflict; the message names the object(s).
     pub const SYNC_CONFLICT: &str = "Conflict";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_keys_are_fleetbus_io_and_its_subdomains() {
+        for key in [LABEL_MANAGED, ANNOTATION_ORIGIN_CLUSTER, "x.fleetbus.io/y"] {
+            assert!(is_reserved_key(key), "{key}");
+        }
+        for key in [
+            "fleetbus.io",
+            "app",
+            "notfleetbus.io/x",
+            "fleetbus.io.evil/x",
+            "example.com/fleetbus.io",
+        ] {
+            assert!(!is_reserved_key(key), "{key}");
+        }
+    }
 }

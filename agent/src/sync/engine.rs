@@ -798,6 +798,11 @@ pub async fn run(
     let subscribing = crate::bus::command_sub::subscribe(&client, &subject, &cancel);
     tokio::pin!(subscribing);
     let mut subscribed = false;
+    let mut correct_rate = crate::bus::rate::TokenBucket::new(
+        "correct",
+        reg.ctx.cfg.command_rate,
+        std::time::Instant::now(),
+    );
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
     tokio::spawn(super::returned::status_consumer(
@@ -825,9 +830,11 @@ pub async fn run(
                 continue;
             }
             Some(msg) = next_command(&mut commands) => {
-                let reply = match super::command::parse(&msg.payload) {
-                    Ok(req) => engine.correct(&req).await,
-                    Err(e) => engine.refuse(&e),
+                let admitted = crate::bus::command_sub::admit(&mut correct_rate, &reg.ctx.metrics);
+                let reply = match admitted.map(|()| super::command::parse(&msg.payload)) {
+                    Err(refused) => engine.refuse_for_rate(&refused),
+                    Ok(Ok(req)) => engine.correct(&req).await,
+                    Ok(Err(e)) => engine.refuse(&e),
                 };
                 let bytes = match reply.encode() {
                     Ok(b) => b,
