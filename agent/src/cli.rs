@@ -7,6 +7,8 @@ use std::time::Duration;
 use clap::{ArgAction, Parser};
 use fleetbus_schemas::subject::Prefix;
 
+use crate::bus::rate::RateLimit;
+
 /// Flags of the agent. Parsed by clap; cross-field checks live in [`crate::Config`].
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -126,6 +128,16 @@ pub struct Args {
     /// chart installs them).
     #[arg(long, env = "FLEETBUS_INSTALL_CRDS", default_value_t = true, action = ArgAction::Set)]
     pub install_crds: bool,
+
+    /// Requests per second the agent takes of each verb on `<prefix>.cmd.<cluster>.>`
+    /// (correct, label, progress: one token bucket each), sustained; more are answered
+    /// with a refusal saying when to retry.
+    #[arg(long, env = "FLEETBUS_COMMAND_RATE", default_value_t = RateLimit::DEFAULT.per_second, value_parser = parse_rate)]
+    pub command_rate: f64,
+
+    /// Requests of each verb the agent takes at once after a quiet spell (the bucket size).
+    #[arg(long, env = "FLEETBUS_COMMAND_BURST", default_value_t = RateLimit::DEFAULT.burst, value_parser = clap::value_parser!(u32).range(1..))]
+    pub command_burst: u32,
 }
 
 /// A clap usage error as one line, without the `error:` prefix: clap spreads
@@ -180,6 +192,17 @@ pub fn validate_dns_label(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A positive, finite number of requests per second (fractions allowed: 0.5 is one
+/// every two seconds).
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a positive number of requests per second"
+        )),
+    }
+}
+
 /// NATS accepts 1 to 5 replicas per stream.
 fn parse_replicas(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
@@ -216,6 +239,7 @@ mod tests {
         assert!(a.install_crds);
         assert!(a.kubeconfig.is_none());
         assert_eq!(a.replicas, 1);
+        assert_eq!((a.command_rate, a.command_burst), (5.0, 20));
     }
 
     #[test]

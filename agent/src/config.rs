@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use fleetbus_schemas::subject::Prefix;
 
+use crate::bus::rate::RateLimit;
 use crate::cli::Args;
 
 /// A flag combination that clap alone cannot reject.
@@ -148,6 +149,8 @@ pub struct Config {
     pub drift_fight: crate::sync::fight::FightPolicy,
     /// The drift coalescing window.
     pub drift_coalesce_window: Duration,
+    /// The rate limit of each verb of requests to this agent.
+    pub command_rate: RateLimit,
 }
 
 impl TryFrom<Args> for Config {
@@ -191,6 +194,10 @@ impl TryFrom<Args> for Config {
                 backoff: a.drift_fight_backoff,
             },
             drift_coalesce_window: a.drift_coalesce_window,
+            command_rate: RateLimit {
+                per_second: a.command_rate,
+                burst: a.command_burst,
+            },
         })
     }
 }

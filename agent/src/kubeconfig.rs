@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
+use fleetbus_schemas::well_known;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
@@ -308,8 +309,8 @@ where
 
 fn managed_labels() -> std::collections::BTreeMap<String, String> {
     [(
-        "app.kubernetes.io/managed-by".to_owned(),
-        "fleetbus-agent".to_owned(),
+        well_known::LABEL_MANAGED_BY.to_owned(),
+        well_known::MANAGED_BY_AGENT.to_owned(),
     )]
     .into()
 }

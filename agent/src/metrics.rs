@@ -54,12 +54,20 @@ pub struct Metrics {
     pub sync_rejected: Family<Labels, Counter>,
     /// Writes of copies, by `op` (`create`, `update`, `recreate`, `delete`, `orphan`, `status`).
     pub sync_writes: Family<Labels, Counter>,
+    /// Failed operations on copies, by `op` (`write`: create or replace;
+    /// `collect`: delete or orphan); each is retried after a backoff.
+    pub sync_write_failures: Family<Labels, Counter>,
+    /// Sync passes run (a failing copy is tried again far less often).
+    pub sync_passes: Counter,
     /// Copies currently in sync, over every rule.
     pub sync_objects: Gauge,
     /// Objects currently in conflict, over every rule.
     pub sync_conflicts: Gauge,
     /// Objects currently failing to sync, over every rule.
     pub sync_errors: Gauge,
+    /// This cluster's objects that rules select and that are never published
+    /// (`fleetbus_sync_withheld`: tokens, objects fleetbus writes itself).
+    pub sync_withheld: Gauge,
     /// Drifts by `cluster`, `rule`, `kind` and `phase` (`Fight` included): a
     /// coalesced drift event counts every occurrence it stands for, when it
     /// is published.
@@ -181,6 +189,14 @@ impl Metrics {
             "Writes of copies to the local Kubernetes API, by operation",
             sync_writes.clone(),
         );
+        let sync_write_failures = Family::<Labels, Counter>::default();
+        registry.register(
+            "sync_write_failures",
+            "Failed operations on copies (retried after a per-copy backoff), by operation",
+            sync_write_failures.clone(),
+        );
+        let sync_passes = Counter::default();
+        registry.register("sync_passes", "Sync passes run", sync_passes.clone());
         let sync_objects = Gauge::default();
         registry.register(
             "sync_objects",
@@ -198,6 +214,12 @@ impl Metrics {
             "sync_errors",
             "Objects currently failing to sync",
             sync_errors.clone(),
+        );
+        let sync_withheld = Gauge::default();
+        registry.register(
+            "sync_withheld",
+            "Objects rules select that are never published (tokens, objects fleetbus writes)",
+            sync_withheld.clone(),
         );
         let drifts = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
@@ -229,9 +251,12 @@ impl Metrics {
             sync_published,
             sync_rejected,
             sync_writes,
+            sync_write_failures,
+            sync_passes,
             sync_objects,
             sync_conflicts,
             sync_errors,
+            sync_withheld,
             own_record_invalid,
             bus_layout_recreated,
             peer_rejected,
@@ -272,6 +297,13 @@ impl Metrics {
     /// Counts one write of a copy.
     pub fn sync_write(&self, op: &'static str) {
         self.sync_writes.get_or_create(&vec![("op", op)]).inc();
+    }
+
+    /// Counts one failed operation on a copy.
+    pub fn sync_write_failed(&self, op: &'static str) {
+        self.sync_write_failures
+            .get_or_create(&vec![("op", op)])
+            .inc();
     }
 
     /// Counts one write to the Kubernetes API.

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use fleetbus_schemas::k8s_names::is_dns1123_label;
 use fleetbus_schemas::subject::Prefix;
+
+use crate::names::MAX_CLUSTERS;
 
 /// The fleetbus operator CLI.
 #[derive(Debug, Parser)]
@@ -60,6 +63,7 @@ pub struct ClustersProgressArgs {
     #[command(flatten)]
     pub out: OutputArgs,
     /// Clusters to show (default: every Active cluster in the registry).
+    #[arg(value_parser = parse_cluster_name)]
     pub clusters: Vec<String>,
     /// Ask again every second until every selected cluster is in sync.
     #[arg(long, env = "FLEETBUS_CLUSTERS_PROGRESS_WATCH")]
@@ -76,6 +80,7 @@ pub struct ClustersLabelArgs {
     #[command(flatten)]
     pub out: OutputArgs,
     /// The cluster to relabel.
+    #[arg(value_parser = parse_cluster_name)]
     pub cluster: String,
     /// KEY=VALUE to set, KEY- to remove.
     #[arg(required = true)]
@@ -128,6 +133,17 @@ fn parse_prefix(s: &str) -> Result<Prefix, String> {
     Prefix::new(s).map_err(|e| e.to_string())
 }
 
+/// A cluster name is a DNS-1123 label (agents refuse any other: it is an object name
+/// and a subject token), so `*`, `''` or `b.>` can only be a mistake, never a cluster,
+/// and would otherwise be a wildcard in a subject.
+fn parse_cluster_name(s: &str) -> Result<String, String> {
+    if is_dns1123_label(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(crate::names::NameError::Invalid(s.to_owned()).to_string())
+    }
+}
+
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum OutputFormat {
@@ -152,7 +168,7 @@ pub struct DriftLsArgs {
     #[command(flatten)]
     pub out: OutputArgs,
     /// Only this cluster.
-    #[arg(long, env = "FLEETBUS_CLUSTER")]
+    #[arg(long, env = "FLEETBUS_CLUSTER", value_parser = parse_cluster_name)]
     pub cluster: Option<String>,
     /// Only copies managed by this ResourceSyncRule.
     #[arg(long, env = "FLEETBUS_RULE")]
@@ -166,7 +182,7 @@ pub struct DriftWatchArgs {
     #[command(flatten)]
     pub out: OutputArgs,
     /// Only this cluster.
-    #[arg(long, env = "FLEETBUS_CLUSTER")]
+    #[arg(long, env = "FLEETBUS_CLUSTER", value_parser = parse_cluster_name)]
     pub cluster: Option<String>,
     /// Replay every stored event first, then follow (default: new events only).
     #[arg(long, env = "FLEETBUS_DRIFT_WATCH_ALL")]
@@ -182,7 +198,7 @@ pub struct DriftHistoryArgs {
     /// The object: KIND/NAMESPACE/NAME, or KIND/NAME if cluster-scoped.
     pub object: String,
     /// Only this cluster.
-    #[arg(long, env = "FLEETBUS_CLUSTER")]
+    #[arg(long, env = "FLEETBUS_CLUSTER", value_parser = parse_cluster_name)]
     pub cluster: Option<String>,
 }
 
@@ -193,7 +209,7 @@ pub struct DriftCorrectArgs {
     #[command(flatten)]
     pub out: OutputArgs,
     /// The cluster whose agent corrects its copies.
-    #[arg(long, env = "FLEETBUS_CLUSTER")]
+    #[arg(long, env = "FLEETBUS_CLUSTER", value_parser = parse_cluster_name)]
     pub cluster: String,
     /// Only copies managed by this ResourceSyncRule.
     #[arg(long)]
@@ -235,11 +251,11 @@ pub struct UpArgs {
     #[command(flatten)]
     pub dir: DirArgs,
 
-    /// Number of clusters (default 3, or the number of --names).
-    #[arg(long, env = "FLEETBUS_MESH_CLUSTERS", value_parser = clap::value_parser!(u32).range(1..=26))]
+    /// Number of clusters (default 3, or the number of --names; at most 26).
+    #[arg(long, env = "FLEETBUS_MESH_CLUSTERS", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLUSTERS)))]
     pub clusters: Option<u32>,
 
-    /// Cluster names, comma-separated DNS-1123 labels (default a,b,c,...).
+    /// Cluster names, comma-separated DNS-1123 labels (default a,b,c,...; at most 26).
     #[arg(long, env = "FLEETBUS_MESH_NAMES", value_delimiter = ',')]
     pub names: Option<Vec<String>>,
 
@@ -366,6 +382,16 @@ mod tests {
             &["drift", "ls", "-o", "yaml"],
             &["drift", "ls", "--subject-prefix", "Bad.Prefix"],
             &["drift", "history"],
+            // Cluster names that cannot exist (and would be subject wildcards).
+            &["drift", "correct", "--cluster", "*"],
+            &["drift", "correct", "--cluster", ""],
+            &["drift", "correct", "--cluster", "b.>"],
+            &["drift", "history", "Deployment/a/web", "--cluster", "*"],
+            &["drift", "ls", "--cluster", "B"],
+            &["drift", "watch", "--cluster", "b>"],
+            &["clusters", "label", "*", "env=prod"],
+            &["clusters", "progress", "a", "b.c"],
+            &["mesh", "up", "--clusters", "27"],
         ] {
             let err = parse(bad).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");

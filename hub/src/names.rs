@@ -5,6 +5,10 @@ use fleetbus_schemas::k8s_names::is_dns1123_label;
 /// Clusters when neither `--clusters` nor `--names` is given.
 pub const DEFAULT_CLUSTERS: u32 = 3;
 
+/// Most clusters one local mesh starts, by `--clusters` or `--names` alike: one
+/// devcluster and one agent each on one machine, and a letter each by default.
+pub const MAX_CLUSTERS: u32 = 26;
+
 /// Why a set of cluster names was rejected.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum NameError {
@@ -22,9 +26,9 @@ pub enum NameError {
         /// Number of `--names`.
         names: usize,
     },
-    /// More clusters than default names (a..z).
-    #[error("at most 26 clusters without --names")]
-    TooMany,
+    /// More clusters than [`MAX_CLUSTERS`], by `--clusters` or `--names`.
+    #[error("at most {MAX_CLUSTERS} clusters, {0} asked")]
+    TooMany(usize),
 }
 
 /// The cluster names to start: `names` if given (validated, and matching
@@ -35,8 +39,8 @@ pub fn cluster_names(
 ) -> Result<Vec<String>, NameError> {
     let Some(names) = names else {
         let n = clusters.unwrap_or(DEFAULT_CLUSTERS);
-        if n > 26 {
-            return Err(NameError::TooMany);
+        if n > MAX_CLUSTERS {
+            return Err(NameError::TooMany(n as usize));
         }
         return Ok((b'a'..)
             .take(n as usize)
@@ -50,6 +54,9 @@ pub fn cluster_names(
                 names: names.len(),
             });
         }
+    }
+    if names.len() > MAX_CLUSTERS as usize {
+        return Err(NameError::TooMany(names.len()));
     }
     let mut seen = std::collections::HashSet::new();
     for name in names {
@@ -76,7 +83,13 @@ mod tests {
         assert_eq!(cluster_names(None, None).unwrap(), v(&["a", "b", "c"]));
         assert_eq!(cluster_names(Some(2), None).unwrap(), v(&["a", "b"]));
         assert_eq!(cluster_names(Some(26), None).unwrap().last().unwrap(), "z");
-        assert_eq!(cluster_names(Some(27), None), Err(NameError::TooMany));
+        assert_eq!(cluster_names(Some(27), None), Err(NameError::TooMany(27)));
+        let many: Vec<String> = (0..27).map(|i| format!("c{i}")).collect();
+        assert_eq!(
+            cluster_names(None, Some(&many)),
+            Err(NameError::TooMany(27))
+        );
+        assert_eq!(cluster_names(None, Some(&many[..26])).unwrap().len(), 26);
     }
 
     #[test]

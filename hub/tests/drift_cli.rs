@@ -235,18 +235,96 @@ async fn ls_shows_current_drift_as_table_and_json() {
 
 #[tokio::test]
 async fn ls_on_a_fleet_without_drift_prints_the_header_only() {
-    // No agent ever started: neither bucket nor stream exists.
+    // An empty bucket, as agents leave it when nothing is drifted.
     let nats = NatsServer::start().unwrap();
+    let _bus = bus(&nats).await;
     let out = run(&nats, &["drift", "ls"]).await;
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(stdout(&out).lines().count(), 1, "{}", text(&out));
     assert!(stdout(&out).starts_with("CLUSTER"), "{}", text(&out));
-    // An empty bucket, as agents leave it when nothing is drifted.
-    let _bus = bus(&nats).await;
     let out = run(&nats, &["drift", "ls", "-o", "json"]).await;
     assert!(out.status.success(), "{}", text(&out));
     let json: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert!(json.is_empty());
+}
+
+/// A prefix no agent uses is not an empty fleet: every command that reads the bus says
+/// which stream or bucket is missing for which prefix, in one line, and exits 1.
+#[tokio::test]
+async fn reading_a_prefix_without_its_stream_or_bucket_fails_naming_it() {
+    let nats = NatsServer::start().unwrap();
+    let _bus = bus(&nats).await;
+    for (args, missing) in [
+        (&["drift", "ls"][..], "no bucket wrong-drift"),
+        (&["drift", "ls", "-o", "json"], "no bucket wrong-drift"),
+        (&["drift", "watch"], "no stream WRONG_DRIFT"),
+        (
+            &["drift", "history", "Deployment/team-a/web"],
+            "no stream WRONG_DRIFT",
+        ),
+        (&["clusters", "ls"], "no bucket wrong-registry"),
+        (&["clusters", "progress"], "no bucket wrong-registry"),
+    ] {
+        let args = [args, &["--subject-prefix", "wrong"]].concat();
+        let out = run(&nats, &args).await;
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {}", text(&out));
+        assert!(
+            stderr.starts_with(&format!(
+                "fleetbus: error: {missing} for subject prefix \"wrong\""
+            )),
+            "{args:?}: {}",
+            text(&out)
+        );
+        assert!(stdout(&out).is_empty(), "{args:?}: {}", text(&out));
+    }
+}
+
+/// A cluster name that cannot exist (`*`, empty, a subject wildcard) is a usage error:
+/// nothing is sent. A later valid request is the barrier: the first one the bus sees.
+#[tokio::test]
+async fn cluster_names_that_cannot_exist_are_refused() {
+    let nats = NatsServer::start().unwrap();
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let mut every = client.subscribe("fleetbus.cmd.>").await.unwrap();
+    let ok = CorrectReply {
+        cluster: "b".into(),
+        ..CorrectReply::default()
+    };
+    let _seen = responder(&client, "b", ok).await;
+    for args in [
+        &["drift", "correct", "--cluster", "*"][..],
+        &["drift", "correct", "--cluster", ""],
+        &["drift", "correct", "--cluster", "b.>"],
+        &["drift", "correct", "--cluster", "B"],
+        &[
+            "drift",
+            "history",
+            "Deployment/team-a/web",
+            "--cluster",
+            "*",
+        ],
+        &["drift", "ls", "--cluster", "*"],
+        &["drift", "watch", "--cluster", "b.>"],
+        &["clusters", "label", "*", "env=prod"],
+        &["clusters", "progress", "b", "c.*"],
+    ] {
+        let out = run(&nats, args).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("is not a DNS-1123 label"),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
+    let out = run(&nats, &["drift", "correct", "--cluster", "b"]).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let first = tokio::time::timeout(DEADLINE, every.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.subject.as_str(), "fleetbus.cmd.b.correct");
 }
 
 #[tokio::test]
@@ -512,6 +590,7 @@ async fn correct_sends_the_request_and_prints_the_reply() {
             error: "admission denied".into(),
         }],
         error: None,
+        retry_after_ms: None,
     };
     let _f = responder(&client, "c4", failing).await;
     let out = run(&nats, &["drift", "correct", "--cluster", "c4"]).await;

@@ -268,10 +268,17 @@ fn up_fails_cleanly_when_an_agent_exits() {
 #[test]
 fn invalid_names_are_usage_errors() {
     let tmp = tempfile::tempdir().unwrap();
+    let many = (0..27)
+        .map(|i| format!("c{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
     for args in [
         &["mesh", "up", "--names", "Upper"][..],
         &["mesh", "up", "--names", "a,a"],
         &["mesh", "up", "--clusters", "2", "--names", "a"],
+        // The same limit as --clusters (26).
+        &["mesh", "up", "--names", &many],
+        &["mesh", "up", "--clusters", "27"],
     ] {
         let out = fleetbus(tmp.path(), args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));

@@ -68,9 +68,12 @@ pub struct CorrectReply {
     /// Copies the agent tried to restore and could not.
     #[serde(default)]
     pub failed: Vec<CorrectFailure>,
-    /// Why the request was refused as a whole (e.g. malformed), else null.
+    /// Why the request was refused as a whole (e.g. malformed, or for rate), else null.
     #[serde(default)]
     pub error: Option<String>,
+    /// Refused for rate: milliseconds until the agent takes a request again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 /// One copy that could not be corrected.
@@ -151,9 +154,12 @@ pub struct LabelReply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
     /// Why the request was refused (malformed, invalid label, existing value without
-    /// overwrite), else null. Nothing was changed then.
+    /// overwrite, rate), else null. Nothing was changed then.
     #[serde(default)]
     pub error: Option<String>,
+    /// Refused for rate: milliseconds until the agent takes a request again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl LabelReply {
@@ -211,6 +217,7 @@ mod tests {
             cluster: "c1".into(),
             labels: Some(req.set.clone()),
             error: None,
+            retry_after_ms: None,
         };
         assert_eq!(LabelReply::decode(&reply.encode().unwrap()).unwrap(), reply);
     }

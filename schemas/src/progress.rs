@@ -36,6 +36,13 @@ pub struct SyncProgress {
     pub conflicts: u64,
     /// When the last pass ended.
     pub updated_at: DateTime<Utc>,
+    /// Why the question was not answered (refused for rate); the counts are then those
+    /// of [`SyncProgress::starting`] and mean nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Refused for rate: milliseconds until the agent answers again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl SyncProgress {
@@ -52,6 +59,8 @@ impl SyncProgress {
             errors: 0,
             conflicts: 0,
             updated_at: now,
+            error: None,
+            retry_after_ms: None,
         }
     }
 

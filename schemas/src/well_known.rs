@@ -41,6 +41,21 @@ pub const ANNOTATION_DRIFT_IGNORE: &str = "fleetbus.io/drift-ignore";
 /// Annotation (any value) on a copy: drift is still reported but not corrected.
 pub const ANNOTATION_CORRECTION_PAUSED: &str = "fleetbus.io/correction-paused";
 
+/// The key prefix fleetbus owns: `fleetbus.io/…` labels and annotations are its stamps
+/// and instructions, which a rule's mutations may not write (PROTOCOL §8.1).
+pub const RESERVED_KEY_PREFIX: &str = "fleetbus.io";
+
+/// Whether a label or annotation key is in fleetbus's own prefix ([`RESERVED_KEY_PREFIX`]
+/// or a subdomain of it, as Kubernetes reserves `kubernetes.io` and `*.kubernetes.io`).
+pub fn is_reserved_key(key: &str) -> bool {
+    key.split_once('/').is_some_and(|(prefix, _)| {
+        prefix == RESERVED_KEY_PREFIX
+            || prefix
+                .strip_suffix(RESERVED_KEY_PREFIX)
+                .is_some_and(|sub| sub.ends_with('.'))
+    })
+}
+
 /// Label on every object fleetbus created or manages; value [`LABEL_MANAGED_VALUE`].
 pub const LABEL_MANAGED: &str = "fleetbus.io/managed";
 /// The value of [`LABEL_MANAGED`].
@@ -69,6 +84,25 @@ pub const SECRET_TYPE_CLUSTER_KUBECONFIG: &str = "fleetbus.io/cluster-kubeconfig
 /// Key in a [`SECRET_TYPE_CLUSTER_KUBECONFIG`] Secret's `data` holding the kubeconfig.
 pub const SECRET_KEY_KUBECONFIG: &str = "kubeconfig";
 
+/// `type` of a Secret holding a ServiceAccount's token (Kubernetes'); never published.
+pub const SECRET_TYPE_SERVICE_ACCOUNT_TOKEN: &str = "kubernetes.io/service-account-token";
+/// `type` of a Secret holding a bootstrap token (Kubernetes'); never published.
+pub const SECRET_TYPE_BOOTSTRAP_TOKEN: &str = "bootstrap.kubernetes.io/token";
+
+/// Kubernetes' recommended label naming the tool that manages an object; the agent sets
+/// it to [`MANAGED_BY_AGENT`] on what it creates for itself (the reader ServiceAccount
+/// and its RBAC).
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// The [`LABEL_MANAGED_BY`] value of objects the agent creates for itself.
+pub const MANAGED_BY_AGENT: &str = "fleetbus-agent";
+
+/// `reportingComponent` (`reportingController` in `events.k8s.io/v1`) of the Kubernetes
+/// Events the agent records.
+pub const EVENT_REPORTING_COMPONENT: &str = "fleetbus.io/agent";
+/// `source.component` (`deprecatedSource.component` in `events.k8s.io/v1`) of the
+/// Kubernetes Events the agent records.
+pub const EVENT_SOURCE_COMPONENT: &str = "fleetbus-agent";
+
 /// Condition types used in `status.conditions` of fleetbus resources.
 pub mod condition {
     /// Cluster: the agent for this cluster is alive and syncing. ResourceSyncRule: the rule is applied.
@@ -84,4 +118,25 @@ pub mod condition {
     /// ResourceSyncRule: True while at least one copy is not written because of a
     /// conflict; the message names the object(s).
     pub const SYNC_CONFLICT: &str = "Conflict";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_keys_are_fleetbus_io_and_its_subdomains() {
+        for key in [LABEL_MANAGED, ANNOTATION_ORIGIN_CLUSTER, "x.fleetbus.io/y"] {
+            assert!(is_reserved_key(key), "{key}");
+        }
+        for key in [
+            "fleetbus.io",
+            "app",
+            "notfleetbus.io/x",
+            "fleetbus.io.evil/x",
+            "example.com/fleetbus.io",
+        ] {
+            assert!(!is_reserved_key(key), "{key}");
+        }
+    }
 }

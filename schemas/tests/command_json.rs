@@ -38,6 +38,7 @@ fn reply() -> CorrectReply {
             error: "admission webhook \"policy.example.com\" denied the request".into(),
         }],
         error: None,
+        retry_after_ms: None,
     }
 }
 

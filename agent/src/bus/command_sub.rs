@@ -1,8 +1,9 @@
 //! Subscribing to a command subject (`<p>.cmd.<self>.<verb>`, PROTOCOL §6.3,
 //! §6.4). Without the subscription the command finds no responder, so a
-//! failed subscribe is retried with backoff, not given up on.
+//! failed subscribe is retried with backoff, not given up on. Each request is
+//! first admitted by its verb's rate limit ([`admit`]).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 use tokio_util::sync::CancellationToken;
@@ -30,4 +31,17 @@ pub async fn subscribe(
         _ = cancel.cancelled() => None,
         sub = retried => sub.ok(),
     }
+}
+
+/// Takes a token of `bucket` for one request now; a refusal is counted
+/// (`fleetbus_commands_rejected_total{verb, reason="rate"}`) and returned for the reply.
+/// Logged at debug only: a flood would otherwise flood the log too.
+pub fn admit(
+    bucket: &mut super::rate::TokenBucket,
+    metrics: &crate::metrics::Metrics,
+) -> Result<(), super::rate::RateRefused> {
+    bucket.take(Instant::now()).inspect_err(|refused| {
+        metrics.command_rejected(refused.verb, "rate");
+        tracing::debug!(verb = refused.verb, retry_after = ?refused.retry_after, "request refused for rate");
+    })
 }

@@ -1,8 +1,10 @@
 //! Building blocks on NATS JetStream, shared by every task: connecting, the
-//! streams and the registry bucket (the layout), and typed JetStream error codes.
+//! streams and the registry bucket (the layout), typed JetStream error codes, and the
+//! rate limits on requests to the agent.
 
 pub mod command_sub;
 pub mod connect;
 pub mod errors;
 pub mod layout;
+pub mod rate;
 pub mod streams;

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use fleetbus_schemas::well_known;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -256,10 +257,10 @@ impl Recorder {
             event_time: Some(MicroTime(now)),
             count: Some(count),
             source: Some(EventSource {
-                component: Some("fleetbus-agent".to_owned()),
+                component: Some(well_known::EVENT_SOURCE_COMPONENT.to_owned()),
                 host: None,
             }),
-            reporting_component: Some("fleetbus.io/agent".to_owned()),
+            reporting_component: Some(well_known::EVENT_REPORTING_COMPONENT.to_owned()),
             reporting_instance: Some(self.instance.clone()),
             action: Some(reason.to_owned()),
             ..Event::default()

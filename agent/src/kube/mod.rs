@@ -1,11 +1,12 @@
 //! Building blocks on the local Kubernetes API, shared by every task: building
-//! the client, which errors are transient, Events, conditions, and writes that
-//! happen only on change.
+//! the client, which errors are transient, Events, conditions, object names in
+//! request paths, and writes that happen only on change.
 
 pub mod api_probe;
 pub mod client;
 pub mod conditions;
 pub mod events;
+pub mod path;
 
 /// The field manager of every write the agent makes (server-side apply and
 /// plain writes alike), so `managedFields` tells fleetbus's writes apart.

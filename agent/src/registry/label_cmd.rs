@@ -3,12 +3,12 @@
 //! of the cluster's labels: the request is applied to it (like `kubectl
 //! label`), and the record follows from it as after a kubectl edit. Refused
 //! requests (malformed, invalid labels, a changed value without `overwrite`,
-//! a name claimed by two clusters) change nothing, get a reply with `error`, and are counted
-//! (`fleetbus_commands_rejected_total{verb="label"}`).
+//! a name claimed by two clusters, or over the verb's rate limit) change nothing, get a
+//! reply with `error`, and are counted (`fleetbus_commands_rejected_total{verb="label"}`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fleetbus_schemas::command::{LabelReply, LabelRequest};
 use fleetbus_schemas::crd::Cluster;
@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::Registry;
+use crate::bus::rate::TokenBucket;
 
 /// How many times a patch is tried in all: a patch that lost a race with
 /// another writer (409 on the resourceVersion) is re-read and tried again.
@@ -139,6 +140,7 @@ pub async fn run(
 ) -> Result<(), super::RegistryError> {
     let client = reg.ctx.js.client();
     let subject = CommandKey::label(&reg.ctx.cfg.cluster_name).to_subject(reg.ctx.layout.prefix());
+    let mut rate = TokenBucket::new("label", reg.ctx.cfg.command_rate, Instant::now());
     loop {
         let Some(mut sub) = crate::bus::command_sub::subscribe(&client, &subject, &cancel).await
         else {
@@ -153,9 +155,17 @@ pub async fn run(
                     None => break,
                 },
             };
-            let reply = tokio::select! {
-                _ = cancel.cancelled() => return Ok(()),
-                reply = handle(&reg, &msg.payload) => reply,
+            let reply = match crate::bus::command_sub::admit(&mut rate, &reg.ctx.metrics) {
+                Err(refused) => LabelReply {
+                    cluster: reg.ctx.cfg.cluster_name.clone(),
+                    labels: None,
+                    error: Some(refused.to_string()),
+                    retry_after_ms: Some(refused.retry_after_ms()),
+                },
+                Ok(()) => tokio::select! {
+                    _ = cancel.cancelled() => return Ok(()),
+                    reply = handle(&reg, &msg.payload) => reply,
+                },
             };
             let Some(to) = msg.reply else { continue };
             match reply.encode() {
@@ -193,6 +203,7 @@ async fn handle(reg: &Registry, payload: &[u8]) -> LabelReply {
                 cluster,
                 labels: Some(labels),
                 error: None,
+                retry_after_ms: None,
             }
         }
         Err(e) => {
@@ -203,6 +214,7 @@ async fn handle(reg: &Registry, payload: &[u8]) -> LabelReply {
                 cluster,
                 labels: seen,
                 error: Some(error),
+                retry_after_ms: None,
             }
         }
     }

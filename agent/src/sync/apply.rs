@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::compare;
 use super::mutate;
 use crate::context::Context;
+use crate::kube::path::segment;
 use crate::kube::FIELD_MANAGER;
 
 /// A write of a copy that failed.
@@ -32,15 +33,15 @@ pub enum WriteError {
 }
 
 impl WriteError {
-    /// Retry with backoff (connection, conflict, throttling, 5xx) or report
-    /// and wait for a change (validation, forbidden).
+    /// Whether trying again can succeed by itself (connection, conflict,
+    /// throttling, 5xx) or only once something changes (validation,
+    /// forbidden). Logged with each failure; either way the copy backs off
+    /// (`backoff`), since what refuses a copy can change unseen.
     ///
     /// A create refused with AlreadyExists is transient here: the local
     /// watch has not shown the object yet (it lags, or is re-listing after
     /// its API server restarted), so the view is behind, not the request
-    /// wrong. Remembered as a refusal it would block the copy for good if
-    /// the object is deleted before the watch catches up (the live object
-    /// would look unchanged: absent before, absent after).
+    /// wrong.
     pub fn is_transient(&self) -> bool {
         match self {
             WriteError::Kube {
@@ -58,10 +59,11 @@ impl WriteError {
     }
 }
 
-/// The API of one kind, in a namespace or cluster-wide.
+/// The API of one kind, in a namespace or cluster-wide. The namespace is a
+/// path segment like a name (see [`segment`]).
 pub fn api(client: &kube::Client, ar: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
     match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        Some(ns) => Api::namespaced_with(client.clone(), &segment(ns), ar),
         None => Api::all_with(client.clone(), ar),
     }
 }
@@ -77,11 +79,13 @@ fn body(v: &Value) -> Result<DynamicObject, WriteError> {
     serde_json::from_value(v.clone()).map_err(WriteError::Body)
 }
 
+/// The name of `v` as the path segment of its URL (kube-rs does not escape it).
 fn name_of(v: &Value) -> String {
-    v.pointer("/metadata/name")
+    let name = v
+        .pointer("/metadata/name")
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
+        .unwrap_or_default();
+    segment(name).into_owned()
 }
 
 fn to_value(o: DynamicObject) -> Result<Value, WriteError> {
@@ -128,7 +132,11 @@ pub async fn replace(
             to_value(o)?
         }
         Err(kube::Error::Api(s)) if is_immutable(&s) => {
-            tracing::info!(copy = %name, "immutable field changed: deleting and recreating the copy");
+            let copy = desired.pointer("/metadata/name").and_then(Value::as_str);
+            tracing::info!(
+                copy = copy.unwrap_or_default(),
+                "immutable field changed: deleting and recreating the copy"
+            );
             delete(ctx, api, live).await?;
             let created = api
                 .create(&params(false), &body(desired)?)

@@ -4,13 +4,15 @@
 //! engine corrects them in one pass whatever the drift mode or pause
 //! annotations, and replies with what it did. A copy the agent stopped
 //! correcting because another writer fights over it (`fight`) is corrected
-//! too, and counting starts afresh. A request that cannot be read
-//! gets a reply with `error`, and nothing else happens.
+//! too, and counting starts afresh. A request that cannot be read gets a
+//! reply with `error`, and nothing else happens; so does one over the verb's
+//! rate limit (`crate::bus::rate`), which costs no pass.
 
 use fleetbus_schemas::command::{CorrectFailure, CorrectReply, CorrectRequest};
 use fleetbus_schemas::ObjectRef;
 
 use super::engine::{Engine, Target};
+use crate::bus::rate::RateRefused;
 
 fn object(t: &Target) -> ObjectRef {
     ObjectRef::new(&t.api_version, &t.kind, t.namespace.as_deref(), &t.name)
@@ -61,6 +63,14 @@ impl Engine {
     /// The reply to a request that could not be read.
     pub fn refuse(&self, error: &str) -> CorrectReply {
         CorrectReply::refused(&self.fleet.local.name, error)
+    }
+
+    /// The reply to a request refused for rate: no pass is run for it.
+    pub fn refuse_for_rate(&self, refused: &RateRefused) -> CorrectReply {
+        CorrectReply {
+            retry_after_ms: Some(refused.retry_after_ms()),
+            ..CorrectReply::refused(&self.fleet.local.name, refused.to_string())
+        }
     }
 }
 

@@ -510,7 +510,7 @@ pub(super) async fn fresh(
     api: &kube::Api<kube::api::DynamicObject>,
     name: &str,
 ) -> Result<Option<Value>, String> {
-    match api.get_opt(name).await {
+    match api.get_opt(&crate::kube::path::segment(name)).await {
         Ok(Some(o)) => serde_json::to_value(o).map(Some).map_err(|e| e.to_string()),
         Ok(None) => Ok(None),
         Err(e) => Err(e.to_string()),

@@ -156,42 +156,6 @@ pub struct Baseline {
     pub verified: Option<(String, bool)>,
 }
 
-/// Per-object retry state after a transient failure.
-#[derive(Debug, Clone)]
-pub struct Retry {
-    /// Failures in a row.
-    pub attempts: u32,
-    /// Not before.
-    pub at: Instant,
-    /// The last error (shown in the rule status while waiting).
-    pub error: String,
-}
-
-impl Retry {
-    /// The next retry after one more failure: 1 s, 2 s, 4 s … at most 60 s.
-    pub fn after(prev: Option<&Retry>, now: Instant, error: String) -> Retry {
-        let attempts = prev.map_or(1, |r| r.attempts.saturating_add(1));
-        let secs = 1u64 << attempts.saturating_sub(1).min(6);
-        Retry {
-            attempts,
-            at: now + Duration::from_secs(secs.min(60)),
-            error,
-        }
-    }
-}
-
-/// A write refused for good (validation, forbidden), remembered so it is
-/// not repeated on every pass.
-#[derive(Debug, Clone)]
-pub struct Refused {
-    /// The digest of the desired copy that was refused.
-    pub desired: super::digest::Digest,
-    /// The live object's resourceVersion then (None: there was none).
-    pub live_rv: Option<String>,
-    /// The API server's answer.
-    pub error: String,
-}
-
 /// Everything one pass found about one rule, for its status.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct RuleReport {
@@ -212,6 +176,10 @@ pub struct RuleReport {
     pub unknown_update_policy: BTreeSet<ObjectKey>,
     /// On the origin: (ready, reported) copies of our objects, when any report.
     pub readiness: Option<(i64, i64)>,
+    /// Copies kept instead of deleted (`sink_keep`), with why and how to finish.
+    pub kept: BTreeMap<String, String>,
+    /// Our objects the rule selects that are never published, with why.
+    pub withheld: BTreeMap<String, super::withheld::Withheld>,
 }
 
 /// The state of sync on this cluster.
@@ -232,10 +200,12 @@ pub struct Engine {
     /// No publishing before this (an acknowledgement failed).
     pub(super) publish_hold: Option<Instant>,
     pub(super) baselines: HashMap<Target, Baseline>,
-    pub(super) retries: HashMap<Target, Retry>,
-    /// Writes the API server refused for good, with what was refused: not
-    /// tried again until the desired copy or the live object changes.
-    pub(super) refused: HashMap<Target, Refused>,
+    /// Copies whose last write, delete or orphan failed: when to try again
+    /// (see `backoff`).
+    pub(super) retries: HashMap<Target, super::backoff::Backoff>,
+    /// Failures that are news, as (rule, message): announced as Events on
+    /// their rule at the end of the sink pass (`sink_failures`).
+    pub(super) failure_events: Vec<(String, String)>,
     /// Drifts detected and not ended, by copy.
     pub(super) drifts: HashMap<Target, super::drift_report::OpenDrift>,
     /// When the local watch last saw each copy change (drift latency).
@@ -258,6 +228,8 @@ pub struct Engine {
     pub(super) overwritten: BTreeSet<ObjectKey>,
     /// Errors of the source side, by rule (oversized objects).
     pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
+    /// Objects rules select that are never published, by rule (`withheld`).
+    pub(super) source_withheld: BTreeMap<String, BTreeMap<String, super::withheld::Withheld>>,
     /// Conflicts already reported (Event, bus), so each is reported once.
     pub(super) reported_conflicts: BTreeSet<String>,
     /// Per rule, what the last pass found.
@@ -290,6 +262,9 @@ pub struct Engine {
     pub(super) collect_due: bool,
     /// The sink pass's counts while it runs (read by `progress`).
     pub(super) in_flight: Arc<super::progress::InFlight>,
+    /// Copies kept instead of deleted, while they are there
+    /// (`sink_collect::report_kept`).
+    pub(super) kept: BTreeMap<Target, super::sink_collect::KeptCopy>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -329,7 +304,7 @@ impl Engine {
             publish_hold: None,
             baselines: HashMap::new(),
             retries: HashMap::new(),
-            refused: HashMap::new(),
+            failure_events: Vec::new(),
             unpublishable: std::collections::HashSet::new(),
             overwritten: BTreeSet::new(),
             drifts: HashMap::new(),
@@ -340,6 +315,7 @@ impl Engine {
             fights,
             coalesce,
             source_errors: BTreeMap::new(),
+            source_withheld: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
@@ -354,6 +330,7 @@ impl Engine {
             candidate_cache: super::sink_cache::CandidateCache::default(),
             collect_due: true,
             in_flight: Arc::default(),
+            kept: BTreeMap::new(),
         }
     }
 
@@ -385,6 +362,24 @@ impl Engine {
                 self.publish_hold = Some(Instant::now() + Duration::from_secs(1));
                 self.ctx.check_layout.notify_one();
             }
+            Input::PublishDuplicate(gvk, key, before) => {
+                // We published because the bus differed from our object, and
+                // the server dropped it: its id (origin, uid, version) was
+                // used within the duplicate window, typically by our own
+                // first publication of this version before someone wrote
+                // over it. Believe again what the bus holds and publish at
+                // once with a fresh id (`overwritten`).
+                self.ctx.metrics.sync_rejected("publish_duplicate");
+                tracing::info!(object = %super::source::describe_key(&key), "our subject holds a message we did not publish; publishing ours again");
+                if let Some(k) = self.kinds.get_mut(&gvk) {
+                    match before {
+                        Some(env) => k.snapshots.insert(key.clone(), *env),
+                        None => k.snapshots.remove(&key),
+                    };
+                    k.source_dirty.insert(key.clone());
+                }
+                self.overwritten.insert(key);
+            }
         }
     }
 
@@ -399,10 +394,14 @@ impl Engine {
             // A CRD added, changed (its status subresource too) or deleted.
             self.status_book.forget_discovery();
         }
-        if gvk == namespace_gvk() {
-            // A namespace created, recreated or done terminating can make a
-            // refused write succeed: try them again.
-            self.refused.clear();
+        if gvk == namespace_gvk() || gvk == crd_gvk() {
+            // A namespace created, recreated or done terminating, or a CRD's
+            // schema changed, can make a refused write succeed: try the
+            // failing copies again now (their backoff goes on if they fail).
+            let now = Instant::now();
+            for r in self.retries.values_mut() {
+                r.at = r.at.min(now);
+            }
         }
         let Some(kind) = self.kinds.get_mut(&gvk) else {
             return;
@@ -499,11 +498,22 @@ impl Engine {
                     tracing::warn!(origin = %key.origin, object = %super::source::describe_key(&key), "envelope from a cluster that is no member; not applied");
                 }
                 if key.origin == self.ctx.cfg.cluster_name {
-                    // Of our own envelopes only uid, resourceVersion and
-                    // hash are used (`source`); the object is the local one.
+                    // Our subtree as the bus holds it (our publish read back,
+                    // or someone's message on our subject): the hash was
+                    // recomputed from the content on receipt (`watches`), so
+                    // the next plan compares what was received with what we
+                    // publish. What the hash leaves out is compared here; a
+                    // difference is believed with no hash, so the plan finds
+                    // it differs and publishes ours again.
+                    let local = kind.objects.get(&(key.namespace.clone(), key.name.clone()));
+                    if let (Some(received), Some(local)) = (&env.object, local) {
+                        if !super::published::same_identity(received, local) {
+                            env.content_hash.clear();
+                        }
+                    }
+                    // Only uid, resourceVersion and hash are kept (`source`);
+                    // the object is the local one.
                     env.object = None;
-                    // Ours as the bus has it now (our publish read back, or
-                    // someone else's message on our subject): compare again.
                     kind.source_dirty.insert(key.clone());
                 }
                 match &mut kind.resnap {
@@ -746,6 +756,7 @@ impl Engine {
             self.ensure_kinds().await;
             return;
         }
+        self.ctx.metrics.sync_passes.inc();
         self.source_pass().await;
         self.ensure_kinds().await;
         self.sink_pass().await;
@@ -797,6 +808,11 @@ pub async fn run(
     let subscribing = crate::bus::command_sub::subscribe(&client, &subject, &cancel);
     tokio::pin!(subscribing);
     let mut subscribed = false;
+    let mut correct_rate = crate::bus::rate::TokenBucket::new(
+        "correct",
+        reg.ctx.cfg.command_rate,
+        std::time::Instant::now(),
+    );
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
     tokio::spawn(super::returned::status_consumer(
@@ -824,9 +840,11 @@ pub async fn run(
                 continue;
             }
             Some(msg) = next_command(&mut commands) => {
-                let reply = match super::command::parse(&msg.payload) {
-                    Ok(req) => engine.correct(&req).await,
-                    Err(e) => engine.refuse(&e),
+                let admitted = crate::bus::command_sub::admit(&mut correct_rate, &reg.ctx.metrics);
+                let reply = match admitted.map(|()| super::command::parse(&msg.payload)) {
+                    Err(refused) => engine.refuse_for_rate(&refused),
+                    Ok(Ok(req)) => engine.correct(&req).await,
+                    Ok(Err(e)) => engine.refuse(&e),
                 };
                 let bytes = match reply.encode() {
                     Ok(b) => b,
@@ -912,46 +930,6 @@ impl KindState {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn retry_backs_off_1_2_4_up_to_60_seconds() {
-        let now = Instant::now();
-        let mut prev: Option<Retry> = None;
-        let mut waits = Vec::new();
-        for i in 0..9 {
-            let r = Retry::after(prev.as_ref(), now, format!("failure {i}"));
-            waits.push((r.attempts, (r.at - now).as_secs()));
-            assert_eq!(r.error, format!("failure {i}"), "the last error is kept");
-            prev = Some(r);
-        }
-        assert_eq!(
-            waits,
-            vec![
-                (1, 1),
-                (2, 2),
-                (3, 4),
-                (4, 8),
-                (5, 16),
-                (6, 32),
-                (7, 60),
-                (8, 60),
-                (9, 60)
-            ]
-        );
-    }
-
-    #[test]
-    fn retry_attempts_saturate_and_the_wait_stays_at_60_seconds() {
-        let now = Instant::now();
-        let worn = Retry {
-            attempts: u32::MAX,
-            at: now,
-            error: String::new(),
-        };
-        let r = Retry::after(Some(&worn), now, "again".to_owned());
-        assert_eq!(r.attempts, u32::MAX);
-        assert_eq!(r.at - now, Duration::from_secs(60));
-    }
 
     #[test]
     fn target_of_a_namespaced_object() {

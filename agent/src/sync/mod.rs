@@ -12,12 +12,15 @@
 //!    ([`matching`]) maps it to a desired copy ([`mutate`], [`template`]);
 //!    [`conflicts`] picks one winner per target.
 //! 5. [`apply`]: the copy is created or replaced unless it already equals the
-//!    desired state ([`compare`]); [`status`] reports per rule.
+//!    desired state ([`compare`]); a copy whose write, delete or orphan
+//!    fails backs off on its own ([`backoff`], [`sink_failures`]);
+//!    [`status`] reports per rule.
 //!
 //! [`engine`] owns the state and runs the passes; [`rules`] compiles the
 //! ResourceSyncRules, including the built-in one that replicates them.
 
 pub mod apply;
+pub mod backoff;
 pub mod bundle;
 pub mod command;
 pub mod compare;
@@ -41,11 +44,14 @@ pub mod rules;
 pub mod sink;
 pub mod sink_cache;
 pub mod sink_collect;
+pub mod sink_failures;
+pub mod sink_keep;
 pub mod sink_wave;
 pub mod source;
 pub mod status;
 pub mod template;
 pub mod watches;
+pub mod withheld;
 
 pub use engine::run;
 

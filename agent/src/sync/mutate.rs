@@ -6,6 +6,7 @@ use fleetbus_schemas::crd::{
 };
 use fleetbus_schemas::k8s_names::{is_dns1123_label, is_dns1123_subdomain};
 use fleetbus_schemas::pointer::{parse_field_pointer, PointerError};
+use fleetbus_schemas::well_known::is_reserved_key;
 use fleetbus_schemas::well_known::{
     ANNOTATION_BUNDLE, ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID, ANNOTATION_ORPHAN_POLICY,
     ANNOTATION_RULE, ANNOTATION_SOURCE_HASH, LABEL_MANAGED, LABEL_MANAGED_VALUE,
@@ -130,12 +131,51 @@ pub fn syncs_status(entries: &[&SyncRule]) -> bool {
 pub fn desired_copy(input: &CopyInput<'_>) -> Result<Value, MutateError> {
     let mut obj = input.source.clone();
     strip(&mut obj, syncs_status(input.entries))?;
+    let reserved = Reserved::of(&obj);
     for m in input.entries.iter().filter_map(|e| e.mutations.as_ref()) {
         apply_mutations(&mut obj, m, input.templates)?;
     }
+    // Validation refuses rules that write fleetbus.io/ keys; this makes sure of it.
+    reserved.restore(&mut obj)?;
     stamp(&mut obj, input)?;
     check_writable(&obj)?;
     Ok(obj)
+}
+
+/// The source's `fleetbus.io/*` labels and annotations, put back after the mutations so
+/// that no mutation can add, change or remove one (a forged `origin-cluster` would make
+/// the copy look like someone else's, and its source's deletion would never reach it).
+struct Reserved {
+    labels: Vec<(String, Value)>,
+    annotations: Vec<(String, Value)>,
+}
+
+impl Reserved {
+    fn of(obj: &Value) -> Self {
+        let take = |field: &str| -> Vec<(String, Value)> {
+            obj.get("metadata")
+                .and_then(|m| m.get(field))
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| is_reserved_key(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        Reserved {
+            labels: take("labels"),
+            annotations: take("annotations"),
+        }
+    }
+
+    fn restore(self, obj: &mut Value) -> Result<(), MutateError> {
+        for (field, saved) in [("labels", self.labels), ("annotations", self.annotations)] {
+            let map = string_map_mut(obj, field)?;
+            map.retain(|k, _| !is_reserved_key(k));
+            map.extend(saved);
+        }
+        Ok(())
+    }
 }
 
 fn strip(obj: &mut Value, keep_status: bool) -> Result<(), MutateError> {
@@ -642,6 +682,47 @@ mod tests {
             "sha256:abc"
         );
         assert_eq!(c["metadata"]["annotations"][ANNOTATION_RULE], "web-rule");
+    }
+
+    #[test]
+    fn no_override_can_forge_or_drop_a_fleetbus_key() {
+        let mut src = source();
+        src["metadata"]["annotations"]["fleetbus.io/update-policy"] = json!("create-only");
+        let forged = "/metadata/annotations/fleetbus.io~1origin-cluster";
+        for overrides in [
+            vec![replace(forged, "zzz")],
+            vec![replace(forged, "")],
+            vec![replace(forged, "{{ .LocalCluster.name }}")],
+            vec![replace(
+                "/metadata/annotations",
+                r#"{"fleetbus.io/origin-cluster": "west"}"#,
+            )],
+            vec![remove("/metadata/annotations")],
+            vec![remove("/metadata/annotations/fleetbus.io~1update-policy")],
+            vec![replace("/metadata/labels/x.fleetbus.io~1y", "v")],
+            vec![remove("/metadata/labels")],
+        ] {
+            let c = copy_with(
+                &src,
+                &ResourceSyncRuleSpec::default(),
+                &[entry(Mutations {
+                    overrides: overrides.clone(),
+                    ..Default::default()
+                })],
+            )
+            .unwrap();
+            let a = &c["metadata"]["annotations"];
+            assert_eq!(a[ANNOTATION_ORIGIN_CLUSTER], "east", "{overrides:?}");
+            assert_eq!(
+                a["fleetbus.io/update-policy"], "create-only",
+                "{overrides:?}"
+            );
+            assert_eq!(
+                c["metadata"]["labels"][LABEL_MANAGED], "true",
+                "{overrides:?}"
+            );
+            assert!(c["metadata"]["labels"].get("x.fleetbus.io/y").is_none());
+        }
     }
 
     #[test]

@@ -208,6 +208,7 @@ impl Engine {
         let body = |v: &Value| -> Result<DynamicObject, kube::Error> {
             serde_json::from_value(v.clone()).map_err(kube::Error::SerdeError)
         };
+        let name = crate::kube::path::segment(&key.1);
         let mut main = want.clone();
         let written = match live {
             None => api.create(&params, &body(&main)?).await?,
@@ -222,13 +223,13 @@ impl Engine {
                 if let Some(rv) = l.pointer("/metadata/resourceVersion") {
                     main["metadata"]["resourceVersion"] = rv.clone();
                 }
-                api.replace(&key.1, &params, &body(&main)?).await?
+                api.replace(&name, &params, &body(&main)?).await?
             }
         };
         self.ctx.metrics.kube_write("reportedstate");
         let mut with_status = serde_json::to_value(&written).map_err(kube::Error::SerdeError)?;
         with_status["status"] = want.get("status").cloned().unwrap_or(Value::Null);
-        api.replace_status(&key.1, &params, &body(&with_status)?)
+        api.replace_status(&name, &params, &body(&with_status)?)
             .await?;
         Ok(())
     }

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::engine::Engine;
+use crate::bus::rate::TokenBucket;
 use crate::context::Context;
 
 /// The last pass's progress, shared by the engine (writer) and the responder (reader).
@@ -129,6 +130,8 @@ fn measure(engine: &Engine, now: chrono::DateTime<chrono::Utc>) -> SyncProgress 
         errors: count(reports.clone().map(|r| r.errors.len()).sum()),
         conflicts: count(reports.map(|r| r.conflicts.len()).sum()),
         updated_at: now,
+        error: None,
+        retry_after_ms: None,
     }
 }
 
@@ -143,6 +146,7 @@ pub async fn serve(
 ) {
     let client = ctx.js.client();
     let subject = CommandKey::progress(&ctx.cfg.cluster_name).to_subject(ctx.layout.prefix());
+    let mut rate = TokenBucket::new("progress", ctx.cfg.command_rate, std::time::Instant::now());
     loop {
         let Some(mut sub) = crate::bus::command_sub::subscribe(&client, &subject, &cancel).await
         else {
@@ -159,7 +163,15 @@ pub async fn serve(
             };
             // The request's payload is ignored: there is nothing to ask but "where are you".
             let Some(to) = msg.reply else { continue };
-            let encoded = in_flight.show(progress.borrow().clone()).encode();
+            let answer = match crate::bus::command_sub::admit(&mut rate, &ctx.metrics) {
+                Ok(()) => in_flight.show(progress.borrow().clone()),
+                Err(refused) => SyncProgress {
+                    error: Some(refused.to_string()),
+                    retry_after_ms: Some(refused.retry_after_ms()),
+                    ..SyncProgress::starting(&ctx.cfg.cluster_name, chrono::Utc::now())
+                },
+            };
+            let encoded = answer.encode();
             match encoded {
                 Ok(bytes) => {
                     if let Err(e) = client.publish(to, bytes.into()).await {

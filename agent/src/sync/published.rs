@@ -53,6 +53,18 @@ pub fn published_object(obj: &Value, with_status: bool) -> Value {
     out
 }
 
+/// Whether `received`, the last value of our own subject for `local` (its
+/// hash checked on receipt, so it covers what is hashed), agrees with what we
+/// publish in the metadata the content hash leaves out and sinks still read:
+/// `uid` (the copy's origin-uid) and `creationTimestamp` (the oldest source
+/// wins a conflict). `resourceVersion` and `managedFields` may differ: a
+/// status write changes them and is not published.
+pub fn same_identity(received: &Value, local: &Value) -> bool {
+    ["/metadata/uid", "/metadata/creationTimestamp"]
+        .iter()
+        .all(|p| received.pointer(p) == local.pointer(p))
+}
+
 /// The version of one object a hash was computed for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Version {
@@ -169,6 +181,19 @@ mod tests {
             &rule(json!([{"match": [{"content": [{"key": "/statusx", "value": 1}]}]}])),
             &o
         ));
+    }
+
+    #[test]
+    fn identity_is_uid_and_creation_time_not_the_version() {
+        let local = obj("2", json!({}));
+        let mut received = obj("1", json!({"other": 1}));
+        received["metadata"]["managedFields"] = json!([{"manager": "x"}]);
+        assert!(same_identity(&received, &local));
+        for (field, forged) in [("uid", "u2"), ("creationTimestamp", "1999-01-01T00:00:00Z")] {
+            let mut r = received.clone();
+            r["metadata"][field] = json!(forged);
+            assert!(!same_identity(&r, &local), "{field}");
+        }
     }
 
     #[test]

@@ -320,11 +320,11 @@ impl Engine {
         let body = json!({"apiVersion": api_version, "kind": key.kind,
                           "metadata": metadata, "status": status});
         let params = PatchParams::apply(FIELD_MANAGER_STATUS).force();
+        let name = crate::kube::path::segment(&key.name);
         let result = if subresource {
-            api.patch_status(&key.name, &params, &Patch::Apply(&body))
-                .await
+            api.patch_status(&name, &params, &Patch::Apply(&body)).await
         } else {
-            api.patch(&key.name, &params, &Patch::Apply(&body)).await
+            api.patch(&name, &params, &Patch::Apply(&body)).await
         };
         match result {
             Ok(_) => {

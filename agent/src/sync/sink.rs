@@ -19,13 +19,14 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
+use super::backoff::Input;
 use super::bundle::{self, BundlePass, BundleSource};
 use super::compare;
 use super::conflicts::{self, Conflict};
 use super::digest::Digest;
 use super::drift::{self, Policy};
 use super::drift_report::{self, Found};
-use super::engine::{namespace_gvk, Baseline, Engine, Refused, Retry, RuleReport, Target};
+use super::engine::{namespace_gvk, Baseline, Engine, RuleReport, Target};
 use super::fight::Verdict;
 use super::matching;
 use super::mutate::{self, CopyInput};
@@ -340,7 +341,6 @@ impl Engine {
             self.apply_wave(wave, &mut tally).await;
         }
         self.in_flight.end();
-        self.refused.retain(|t, _| wanted.contains(t));
         // Watch times matter only for copies (drift latency).
         self.seen.retain(|t, _| wanted.contains(t));
         self.drift_forget_except(&wanted).await;
@@ -348,11 +348,18 @@ impl Engine {
         // A copy held in the last pass and not wanted now may be collectable.
         let shrank = self.held.keys().any(|t| !wanted.contains(t));
         if shrank || self.collect_due {
-            self.collect(&wanted).await;
+            self.collect(&wanted, &mut reports).await;
         }
+        self.announce_failures().await;
         for (rule, errors) in &self.source_errors {
             if let Some(r) = reports.get_mut(rule) {
                 r.errors.extend(errors.clone());
+            }
+        }
+        self.note_kept(&mut reports);
+        for (rule, withheld) in &self.source_withheld {
+            if let Some(r) = reports.get_mut(rule) {
+                r.withheld.clone_from(withheld);
             }
         }
         self.report_conflicts(found).await;
@@ -427,12 +434,6 @@ impl Engine {
 
     /// Makes the copy at `target` equal to the winner's desired state.
     async fn apply_target(&mut self, target: &Target, c: &Candidate) -> Outcome {
-        let now = Instant::now();
-        if let Some(r) = self.retries.get(target) {
-            if r.at > now {
-                return Outcome::Failed(r.error.clone());
-            }
-        }
         let gvk = target.gvk();
         let Some(kind) = self.kinds.get(&gvk) else {
             return Outcome::Failed(format!(
@@ -443,6 +444,18 @@ impl Engine {
         let ar = kind.ar.clone();
         let namespaced = kind.namespaced;
         let live = kind.objects.get(&target.local_key()).cloned();
+        let live_rv = live
+            .as_ref()
+            .and_then(|l| l.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let input = Input {
+            desired: Some(c.digest),
+            live_rv: live_rv.clone(),
+        };
+        if let Some(error) = self.waiting(target, &input, Instant::now()) {
+            return Outcome::Failed(error);
+        }
         if namespaced && target.namespace.is_none() {
             return Outcome::Failed(
                 "the kind is namespaced but the copy has no namespace".to_owned(),
@@ -467,16 +480,6 @@ impl Engine {
                 if let Err(e) = apply::create_namespace(&self.ctx, ns).await {
                     return self.failed(target, c, None, e);
                 }
-            }
-        }
-        let live_rv = live
-            .as_ref()
-            .and_then(|l| l.pointer("/metadata/resourceVersion"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        if let Some(r) = self.refused.get(target) {
-            if r.live_rv == live_rv && r.desired == c.digest {
-                return Outcome::Failed(r.error.clone());
             }
         }
         let client = self.ctx.client.clone();
@@ -539,6 +542,9 @@ impl Engine {
                 Err(e) => self.failed(target, c, None, e),
             };
         };
+        if let Some(why) = super::sink_wave::terminating(&live) {
+            return Outcome::Failed(why);
+        }
         if is_original(&live) {
             return Outcome::Conflict(Box::new(Conflict::local_object(target, c, &live)));
         }
@@ -608,7 +614,7 @@ impl Engine {
                     self.fights.forget(target);
                 } else if self
                     .fights
-                    .holding(target, live_rv.as_deref(), now)
+                    .holding(target, live_rv.as_deref(), Instant::now())
                     .is_some()
                 {
                     return Outcome::Failed(self.fight_message(target));
@@ -740,12 +746,13 @@ impl Engine {
             },
         );
         self.retries.remove(target);
-        self.refused.remove(target);
         self.last_sync
             .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
         Outcome::Wrote
     }
 
+    /// A write of the copy at `target` failed: it backs off (see
+    /// `sink_failures`), and the pass reports the error.
     pub(super) fn failed(
         &mut self,
         target: &Target,
@@ -753,23 +760,11 @@ impl Engine {
         live_rv: Option<String>,
         e: WriteError,
     ) -> Outcome {
-        let message = crate::report(&e);
-        if e.is_transient() {
-            let next = Retry::after(self.retries.get(target), Instant::now(), message.clone());
-            self.retries.insert(target.clone(), next);
-        } else {
-            self.retries.remove(target);
-            self.refused.insert(
-                target.clone(),
-                Refused {
-                    desired: c.digest,
-                    live_rv,
-                    error: message.clone(),
-                },
-            );
-        }
-        tracing::warn!(copy = %target, error = %message, transient = e.is_transient(), "copy not written");
-        Outcome::Failed(message)
+        let input = Input {
+            desired: Some(c.digest),
+            live_rv,
+        };
+        Outcome::Failed(self.copy_failed(target, &c.rule, input, "write", &e))
     }
 }
 

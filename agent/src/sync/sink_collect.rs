@@ -3,7 +3,7 @@
 //! deletes). A scan of every local object runs only when something could
 //! have become collectable (`Engine::collect_due`, or the wanted set shrank).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use fleetbus_schemas::crd::OrphanPolicy;
 use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
@@ -12,15 +12,67 @@ use fleetbus_schemas::well_known;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::ApiResource;
+use kube::core::GroupVersionKind;
+
 use super::apply;
-use super::engine::{Engine, Retry, Target};
+use super::backoff::{Backoff, Input};
+use super::engine::{Engine, KindState, RuleReport, Target};
 use super::sink::annotation;
+use super::sink_keep::{self, Cascade, CheckError, Why};
+use super::sink_wave::is_terminating;
+use crate::kube::events::EventType;
+
+/// The reason of the Events about a copy kept instead of deleted.
+pub const REASON_KEPT: &str = "CopyKept";
+
+/// A copy kept instead of deleted, reported while it is still there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptCopy {
+    /// The rule that made it.
+    pub rule: String,
+    /// Its uid: the object kept, not a later one of the same name.
+    pub uid: String,
+    /// Why, and how to finish by hand.
+    pub message: String,
+}
+
+/// One copy to collect: where, made by which rule, the live object, and
+/// whether its policy says delete (else orphan).
+struct Collect<'a> {
+    target: &'a Target,
+    rule: &'a str,
+    obj: &'a Value,
+    delete: bool,
+}
+
+/// Whether a kept copy at `t` is still to be reported: the same object is
+/// still here (nobody deleted it), or its kind is not listed now (unknown:
+/// kept until it is).
+fn still_kept(kinds: &HashMap<GroupVersionKind, KindState>, t: &Target, uid: &str) -> bool {
+    match kinds.get(&t.gvk()) {
+        Some(k) if k.listed => k
+            .objects
+            .get(&t.local_key())
+            .and_then(|o| o.pointer("/metadata/uid"))
+            .and_then(Value::as_str)
+            .is_some_and(|u| u == uid),
+        _ => true,
+    }
+}
 
 impl Engine {
     /// Deletes or orphans the copies nothing wants any more. Runs only when
     /// something could have become collectable (`Engine::collect_due`, or
     /// the wanted set shrank): else every pass would scan every object.
-    pub(super) async fn collect(&mut self, wanted: &BTreeSet<Target>) {
+    /// A copy whose delete or orphan failed backs off like a failed write
+    /// and is an error of its rule in `reports` until it is collected.
+    pub(super) async fn collect(
+        &mut self,
+        wanted: &BTreeSet<Target>,
+        reports: &mut BTreeMap<String, RuleReport>,
+    ) {
         let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
         // Copies kept for now (rule not ready, origin in doubt) or not
         // collected (an error) are looked at again next pass.
@@ -39,7 +91,8 @@ impl Engine {
                 let Some(target) = Target::of(obj) else {
                     continue;
                 };
-                if wanted.contains(&target) {
+                // Being deleted already (by us, or by someone): nothing to do.
+                if wanted.contains(&target) || is_terminating(obj) {
                     continue;
                 }
                 match self.collect_verdict(obj, origin) {
@@ -48,38 +101,196 @@ impl Engine {
                 }
             }
         }
+        let now = Instant::now();
+        // Discovered once per scan, when a Namespace copy is to be deleted.
+        let mut served = None;
         for (target, obj, delete) in doomed {
-            let gvk = target.gvk();
-            let Some(kind) = self.kinds.get(&gvk) else {
-                again = true;
-                continue;
+            let rule = annotation(&obj, well_known::ANNOTATION_RULE)
+                .unwrap_or_default()
+                .to_owned();
+            let input = Input {
+                desired: None,
+                live_rv: obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             };
-            let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
-            let result = if delete {
-                apply::delete(&self.ctx, &api, &obj).await
-            } else {
-                apply::orphan(&self.ctx, &api, &obj).await
-            };
-            match result {
-                Ok(()) => {
-                    tracing::info!(copy = %target, delete, "collected copy");
-                    self.baselines.remove(&target);
+            let error = match self.waiting(&target, &input, now) {
+                Some(error) => Some(error),
+                None => {
+                    let to_do = Collect {
+                        target: &target,
+                        rule: &rule,
+                        obj: &obj,
+                        delete,
+                    };
+                    self.collect_one(to_do, input, &mut served).await
                 }
-                Err(e) => {
-                    again = true;
-                    tracing::warn!(copy = %target, error = %crate::report(&e), "could not collect copy");
-                    if e.is_transient() {
-                        let next = Retry::after(
-                            self.retries.get(&target),
-                            Instant::now(),
-                            crate::report(&e),
-                        );
-                        self.retries.insert(target.clone(), next);
-                    }
+            };
+            if let Some(error) = error {
+                // Looked at again next pass (tried when its backoff is over).
+                again = true;
+                if let Some(r) = reports.get_mut(&rule) {
+                    r.errors.insert(target.to_string(), error);
                 }
             }
         }
         self.collect_due = again;
+    }
+
+    /// Deletes or orphans one copy; the error if that failed (the copy then
+    /// backs off). A copy whose deletion would take objects fleetbus does
+    /// not manage with it (`sink_keep`) is orphaned instead, and that is
+    /// reported.
+    async fn collect_one(
+        &mut self,
+        c: Collect<'_>,
+        input: Input,
+        served: &mut Option<Vec<ApiResource>>,
+    ) -> Option<String> {
+        let Collect {
+            target,
+            rule,
+            obj,
+            delete,
+        } = c;
+        let Some(kind) = self.kinds.get(&target.gvk()) else {
+            return Some(format!(
+                "kind {} is not watched",
+                super::watches::describe(&target.gvk())
+            ));
+        };
+        let ar = kind.ar.clone();
+        let api = apply::api(&self.ctx.client, &ar, target.namespace.as_deref());
+        let kept = match delete {
+            true => match self.would_take(target, obj, served).await {
+                Ok(found) if found.is_empty() => None,
+                Ok(found) => Some(Why::Unmanaged(found)),
+                Err(e) if e.is_transient() => {
+                    return Some(self.check_failed(target, input, crate::report(&e)));
+                }
+                Err(e) => Some(Why::Unchecked(crate::report(&e))),
+            },
+            false => None,
+        };
+        let result = if delete && kept.is_none() {
+            apply::delete(&self.ctx, &api, obj).await
+        } else {
+            apply::orphan(&self.ctx, &api, obj).await
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(copy = %target, delete = delete && kept.is_none(), "collected copy");
+                self.baselines.remove(target);
+                self.retries.remove(target);
+                if let Some(why) = kept {
+                    let copy = sink_keep::CopyRef {
+                        shown: &target.to_string(),
+                        resource: &sink_keep::resource_name(&ar),
+                        namespace: target.namespace.as_deref(),
+                        name: &target.name,
+                    };
+                    let message = sink_keep::kept_message(&copy, &why);
+                    self.report_kept(target, obj, message).await;
+                }
+                None
+            }
+            Err(e) => Some(self.copy_failed(target, rule, input, "collect", &e)),
+        }
+    }
+
+    /// A transient failure to find out what deleting the copy at `target`
+    /// would take with it: not deleted yet, checked again after a backoff
+    /// step. Returns the message for the rule status.
+    fn check_failed(&mut self, target: &Target, input: Input, message: String) -> String {
+        tracing::warn!(copy = %target, error = %message, "could not check what deleting the copy would delete; not deleted yet");
+        let now = Instant::now();
+        let next = Backoff::failed(
+            self.retries.get(target),
+            input,
+            now,
+            rand::random::<f64>(),
+            message.clone(),
+        );
+        self.retries.insert(target.clone(), next);
+        message
+    }
+
+    /// What deleting the copy at `target` would take with it that fleetbus
+    /// does not manage (empty for a kind whose deletion does not cascade).
+    /// `served`: the namespaced resources, discovered on first need.
+    async fn would_take(
+        &self,
+        target: &Target,
+        obj: &Value,
+        served: &mut Option<Vec<ApiResource>>,
+    ) -> Result<Vec<String>, CheckError> {
+        let client = &self.ctx.client;
+        let found = match Cascade::of(&target.gvk()) {
+            None => return Ok(Vec::new()),
+            Some(Cascade::Namespace) => {
+                let resources = match served.take() {
+                    Some(r) => r,
+                    None => sink_keep::namespaced_resources(client).await?,
+                };
+                let started = Instant::now();
+                let found = sink_keep::namespace_contents(client, &resources, &target.name).await;
+                tracing::debug!(namespace = %target.name, resources = resources.len(), elapsed_ms = started.elapsed().as_millis(), "listed what deleting the namespace would delete");
+                *served = Some(resources);
+                found?
+            }
+            Some(Cascade::Crd) => sink_keep::crd_instances(client, obj).await?,
+        };
+        Ok(sink_keep::unmanaged(&found))
+    }
+
+    /// Reports a copy kept instead of deleted: a Warning Event on it and on
+    /// its rule, the log, and its rule's status while it stays unmanaged.
+    async fn report_kept(&mut self, target: &Target, obj: &Value, message: String) {
+        tracing::warn!(copy = %target, %message, "copy kept: deleting it would delete what fleetbus does not manage");
+        let s = |p: &str| obj.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let copy_ref = ObjectReference {
+            api_version: Some(target.api_version.clone()),
+            kind: Some(target.kind.clone()),
+            name: Some(target.name.clone()),
+            namespace: target.namespace.clone(),
+            uid: s("/metadata/uid"),
+            ..ObjectReference::default()
+        };
+        let recorder = &self.ctx.recorder;
+        recorder
+            .publish(&copy_ref, EventType::Warning, REASON_KEPT, &message)
+            .await;
+        let rule = annotation(obj, well_known::ANNOTATION_RULE)
+            .unwrap_or_default()
+            .to_owned();
+        if self.rules.get(&rule).is_some_and(|r| !r.builtin) {
+            let rule_ref = ObjectReference {
+                api_version: Some(well_known::API_VERSION.to_owned()),
+                kind: Some("ResourceSyncRule".to_owned()),
+                name: Some(rule.clone()),
+                ..ObjectReference::default()
+            };
+            recorder
+                .publish(&rule_ref, EventType::Warning, REASON_KEPT, &message)
+                .await;
+        }
+        self.ctx.metrics.sync_rejected("copy_kept");
+        let uid = s("/metadata/uid").unwrap_or_default();
+        self.kept
+            .insert(target.clone(), KeptCopy { rule, uid, message });
+    }
+
+    /// Copies kept (see `report_kept`) that are still there, each under its
+    /// rule in `reports` (its status says so until the object is gone).
+    pub(super) fn note_kept(&mut self, reports: &mut BTreeMap<String, RuleReport>) {
+        let kinds = &self.kinds;
+        self.kept.retain(|t, k| still_kept(kinds, t, &k.uid));
+        for (target, k) in &self.kept {
+            if let Some(r) = reports.get_mut(&k.rule) {
+                r.kept.insert(target.to_string(), k.message.clone());
+            }
+        }
     }
 
     /// For a copy nothing wants: `Some(true)` delete, `Some(false)` orphan,

@@ -2,7 +2,7 @@
 //! (a copy that is equal, a missing copy to create, a copy whose desired
 //! state changed) are decided from the state without writing, and their
 //! writes run concurrently; everything else (drift, dry runs after a
-//! restart, create-only re-creations, refused writes) takes the serial path
+//! restart, create-only re-creations) takes the serial path
 //! of `apply_target`, as before.
 //!
 //! Ranks run as successive waves (`bundle::install_rank`): a Bundle's
@@ -20,9 +20,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
+use super::backoff::{Backoff, Input};
 use super::conflicts::Conflict;
 use super::drift::{self, Policy};
-use super::engine::{namespace_gvk, Baseline, Engine, Retry, Target};
+use super::engine::{namespace_gvk, Baseline, Engine, Target};
 use super::rules::CompiledRule;
 use super::sink::{Candidate, Outcome};
 use super::source::is_original;
@@ -63,20 +64,44 @@ fn resource_version(obj: &Value) -> Option<&str> {
 /// What the sink knows of one target, borrowed from the engine.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct View<'a> {
-    /// Its retry state.
-    pub retry: Option<&'a Retry>,
+    /// Its backoff after failures.
+    pub retry: Option<&'a Backoff>,
     /// Whether its kind is namespaced; None: the kind is not watched.
     pub namespaced: Option<bool>,
     /// The live copy.
     pub live: Option<&'a Value>,
     /// Its namespace exists (or it has none).
     pub namespace_exists: bool,
-    /// A write of it was refused for good.
-    pub refused: bool,
     /// Its baseline.
     pub baseline: Option<&'a Baseline>,
     /// The winner's rule.
     pub rule: Option<&'a CompiledRule>,
+}
+
+/// Whether `obj` is being deleted (it has a deletionTimestamp): it is
+/// neither written nor collected again (see ARCHITECTURE.md, invariants).
+pub fn is_terminating(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+/// Why the live object at a target is not written, when it is being deleted
+/// (a deletionTimestamp, finalizers pending): a write would revive nothing
+/// and count a doomed object as in sync. Its watch's DELETED event starts
+/// the pass that creates the copy anew.
+pub(super) fn terminating(live: &Value) -> Option<String> {
+    if !is_terminating(live) {
+        return None;
+    }
+    let finalizers: Vec<&str> = live
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    Some(format!(
+        "the object here is being deleted (finalizers: {}): it is not written, and the copy is created once it is gone",
+        finalizers.join(", ")
+    ))
 }
 
 /// What `apply_target` would do at `target` when it is a common case that
@@ -85,14 +110,18 @@ pub(super) struct View<'a> {
 /// version was verified before costs a few lookups.
 pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant) -> Step {
     if let Some(r) = v.retry {
-        if r.at > now {
+        let input = Input {
+            desired: Some(c.digest),
+            live_rv: v.live.and_then(resource_version).map(str::to_owned),
+        };
+        if r.holds(&input, now) {
             return Step::Done(Outcome::Failed(r.error.clone()), false);
         }
     }
     let Some(namespaced) = v.namespaced else {
         return Step::Serial;
     };
-    if namespaced != target.namespace.is_some() || v.refused {
+    if namespaced != target.namespace.is_some() {
         return Step::Serial;
     }
     let namespace = match &target.namespace {
@@ -115,6 +144,9 @@ pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant)
             replace: None,
         });
     };
+    if let Some(why) = terminating(live) {
+        return Step::Done(Outcome::Failed(why), false);
+    }
     if namespace.is_some() {
         return Step::Serial;
     }
@@ -180,7 +212,6 @@ impl Engine {
                 .namespace
                 .as_deref()
                 .is_none_or(|ns| self.namespace_exists(ns)),
-            refused: self.refused.contains_key(target),
             baseline: self.baselines.get(target),
             rule: self.rules.get(&c.rule),
         };
@@ -372,7 +403,6 @@ mod tests {
             namespaced: Some(true),
             live,
             namespace_exists: true,
-            refused: false,
             baseline: b,
             rule: rules.get("cm"),
         }
@@ -418,6 +448,33 @@ mod tests {
         assert_eq!(
             decided(&view(&rs, Some(&l), Some(&b)), &candidate("b", "h2")),
             "replace (namespace None)"
+        );
+    }
+
+    #[test]
+    fn a_copy_being_deleted_is_never_written_nor_in_sync() {
+        let rs = rules();
+        let mut doomed = live("a", "7");
+        doomed["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        doomed["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        let b = baseline("a", "7", Some("7"));
+        // Whatever the desired state (equal, changed) or the baseline (none
+        // after a collect or a restart): not written, not counted in sync.
+        for (base, c) in [
+            (Some(&b), candidate("a", "h")),
+            (Some(&b), candidate("b", "h2")),
+            (None, candidate("b", "h2")),
+        ] {
+            let got = decided(&view(&rs, Some(&doomed), base), &c);
+            assert!(
+                got.starts_with("done: Failed") && got.contains("example.com/hold"),
+                "{got}"
+            );
+        }
+        // Gone: created from the new source.
+        assert_eq!(
+            decided(&view(&rs, None, None), &candidate("b", "h2")),
+            "create (namespace None)"
         );
     }
 
@@ -480,15 +537,20 @@ mod tests {
     }
 
     #[test]
-    fn waiting_refused_unwatched_and_first_looks_take_the_old_paths() {
+    fn waiting_unwatched_and_first_looks_take_the_old_paths() {
         let rs = rules();
         let c = candidate("a", "h");
         let l = live("a", "7");
         let now = Instant::now();
-        let retry = Retry {
+        let input = Input {
+            desired: Some(c.digest),
+            live_rv: Some("7".to_owned()),
+        };
+        let retry = Backoff {
             attempts: 1,
             at: now + std::time::Duration::from_secs(5),
             error: "boom".to_owned(),
+            input,
         };
         let mut waiting = view(&rs, Some(&l), None);
         waiting.retry = Some(&retry);
@@ -496,9 +558,12 @@ mod tests {
             kind_of(&decide(&waiting, &target(), &c, now)),
             "done: Failed(\"boom\")"
         );
-        let mut refused = view(&rs, Some(&l), None);
-        refused.refused = true;
-        assert_eq!(decided(&refused, &c), "serial");
+        // What failed changed (someone edited the copy, or the source): tried
+        // again at once, down the usual path.
+        let edited = live("a", "8");
+        let mut changed = view(&rs, Some(&edited), None);
+        changed.retry = Some(&retry);
+        assert_eq!(kind_of(&decide(&changed, &target(), &c, now)), "serial");
         let mut unwatched = view(&rs, Some(&l), None);
         unwatched.namespaced = None;
         assert_eq!(decided(&unwatched, &c), "serial");

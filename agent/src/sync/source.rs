@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use async_nats::HeaderMap;
+use fleetbus_schemas::crd::SyncRule;
 use fleetbus_schemas::envelope::{check_size, Envelope, TombstoneReason};
 use fleetbus_schemas::subject::{check_subject_len, ObjectKey};
 use fleetbus_schemas::well_known;
@@ -20,6 +21,7 @@ use super::matching;
 use super::published::{self, HashMemo};
 use super::rules::CompiledRule;
 use super::watches::Input;
+use super::withheld::{withheld, Withheld};
 use crate::registry::view::LocalView;
 
 /// Why an object was not published.
@@ -45,6 +47,14 @@ pub enum Publish {
         resource_version: String,
         /// Deleted, or only no longer published.
         reason: TombstoneReason,
+    },
+    /// Nothing: rules select the object but it is never published
+    /// ([`withheld`]); they report it in their status.
+    Withheld {
+        /// Why it is never published.
+        why: Withheld,
+        /// The rules that select it.
+        rules: Vec<String>,
     },
 }
 
@@ -81,46 +91,61 @@ fn effective<'a>(local: &LocalView, rules: &[&'a CompiledRule]) -> Vec<&'a Compi
         .collect()
 }
 
-/// What to publish for our object at `key`: `obj` is the local object there
-/// (None: there is none), `current` our live envelope on the bus.
+/// What to publish for our object at `key` (into `out`): `obj` is the local
+/// object there (None: there is none), `current` our live envelope on the bus.
 fn plan_object(
     rules: &[&CompiledRule],
     key: &ObjectKey,
     obj: Option<&Value>,
     current: Option<&Envelope>,
     memo: &mut HashMemo,
-) -> Option<Publish> {
+    out: &mut Vec<(ObjectKey, Publish)>,
+) {
+    let mut withdraw = |reason| {
+        if let Some(e) = current {
+            out.push((
+                key.clone(),
+                Publish::Tombstone {
+                    uid: e.uid.clone(),
+                    resource_version: e.resource_version.clone(),
+                    reason,
+                },
+            ));
+        }
+    };
     let Some(obj) = obj.filter(|o| is_original(o)) else {
         // Ours on the bus, live, but no longer here: deleted (perhaps while
         // we were down), or replaced by a copy of the same name.
-        return current.map(|e| Publish::Tombstone {
-            uid: e.uid.clone(),
-            resource_version: e.resource_version.clone(),
-            reason: TombstoneReason::Deleted,
-        });
+        return withdraw(TombstoneReason::Deleted);
     };
-    let matched: Vec<_> = if sync_disabled(obj) {
+    let matched: Vec<(&CompiledRule, Vec<&SyncRule>)> = if sync_disabled(obj) {
         Vec::new()
     } else {
         rules
             .iter()
-            .filter_map(|r| matching::matching_rules(&r.spec, obj))
+            .filter_map(|r| Some((*r, matching::matching_rules(&r.spec, obj)?)))
             .collect()
     };
     if matched.is_empty() {
-        return current.map(|e| Publish::Tombstone {
-            uid: e.uid.clone(),
-            resource_version: e.resource_version.clone(),
-            reason: TombstoneReason::Unpublished,
-        });
+        return withdraw(TombstoneReason::Unpublished);
     }
-    let with_status = published::keeps_status(rules, &matched);
+    if let Some(why) = withheld(obj) {
+        let rules = matched.iter().map(|(r, _)| r.name.clone()).collect();
+        // Published by an agent that did not know better: withdrawn as
+        // deleted, so that no orphan policy keeps a copy anywhere.
+        withdraw(TombstoneReason::Deleted);
+        out.push((key.clone(), Publish::Withheld { why, rules }));
+        return;
+    }
+    let entries: Vec<Vec<&SyncRule>> = matched.into_iter().map(|(_, e)| e).collect();
+    let with_status = published::keeps_status(rules, &entries);
     let (hash, built) = memo.hash(key, obj, with_status);
     let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
     let same = current.is_some_and(|e| Some(e.uid.as_str()) == uid && e.content_hash == hash);
-    (!same).then(|| {
-        Publish::Snapshot(built.unwrap_or_else(|| published::published_object(obj, with_status)))
-    })
+    if !same {
+        let obj = built.unwrap_or_else(|| published::published_object(obj, with_status));
+        out.push((key.clone(), Publish::Snapshot(obj)));
+    }
 }
 
 /// What to publish for one kind: from the local objects, the rules of the
@@ -143,17 +168,13 @@ pub fn plan(
             continue;
         };
         let current = kind.snapshots.get(&key).filter(|e| !e.tombstone);
-        if let Some(p) = plan_object(&rules, &key, Some(obj), current, memo) {
-            out.push((key.clone(), p));
-        }
+        plan_object(&rules, &key, Some(obj), current, memo, &mut out);
         seen.insert(key);
     }
     memo.retain(|k| seen.contains(k));
     for (key, e) in &kind.snapshots {
         if key.origin == local.name && !e.tombstone && !seen.contains(key) {
-            if let Some(p) = plan_object(&rules, key, None, Some(e), memo) {
-                out.push((key.clone(), p));
-            }
+            plan_object(&rules, key, None, Some(e), memo, &mut out);
         }
     }
     out
@@ -181,9 +202,7 @@ pub fn plan_keys(
         if obj.is_none_or(|o| !is_original(o)) {
             memo.forget(key);
         }
-        if let Some(p) = plan_object(&rules, key, obj, current, memo) {
-            out.push((key.clone(), p));
-        }
+        plan_object(&rules, key, obj, current, memo, &mut out);
     }
     out
 }
@@ -208,6 +227,8 @@ impl Engine {
         }
         let rules_now = &self.rules;
         self.source_errors.retain(|r, _| rules_now.contains_key(r));
+        self.source_withheld
+            .retain(|r, _| rules_now.contains_key(r));
         let kinds = &self.kinds;
         self.source_hashes.retain(|g, _| kinds.contains_key(g));
         for gvk in gvks {
@@ -224,19 +245,11 @@ impl Engine {
             }
             let rules: Vec<&CompiledRule> =
                 self.rules.values().filter(|r| r.source == gvk).collect();
-            // Errors are found again for what is planned again.
-            if full {
-                for r in &rules {
-                    self.source_errors.remove(&r.name);
-                }
-            } else {
-                for key in &dirty {
-                    let name = describe_key(key);
-                    for errors in self.source_errors.values_mut() {
-                        errors.remove(&name);
-                    }
-                }
-            }
+            // Errors and withheld objects are found again for what is
+            // planned again.
+            let again = if full { None } else { Some(&dirty) };
+            forget_planned(&mut self.source_errors, &rules, again);
+            forget_planned(&mut self.source_withheld, &rules, again);
             let Some(kind) = self.kinds.get(&gvk) else {
                 continue;
             };
@@ -257,10 +270,17 @@ impl Engine {
                             .map(|r| r.name.clone())
                             .collect(),
                     )),
-                    Publish::Tombstone { .. } => None,
+                    Publish::Tombstone { .. } | Publish::Withheld { .. } => None,
                 })
                 .collect();
             for (key, publish) in planned {
+                if let Publish::Withheld { why, rules } = publish {
+                    for rule in rules {
+                        let book = self.source_withheld.entry(rule).or_default();
+                        book.insert(describe_key(&key), why);
+                    }
+                    continue;
+                }
                 match self.publish(&gvk, &key, publish).await {
                     Ok(mut env) => {
                         self.overwritten.remove(&key);
@@ -295,6 +315,12 @@ impl Engine {
                 }
             }
         }
+        let withheld: std::collections::BTreeSet<&String> = self
+            .source_withheld
+            .values()
+            .flat_map(|m| m.keys())
+            .collect();
+        self.ctx.metrics.sync_withheld.set(withheld.len() as i64);
     }
 
     /// A Kubernetes Event on an object that cannot be published (once per
@@ -354,6 +380,10 @@ impl Engine {
                 resource_version,
                 reason,
             } => Envelope::tombstone(origin, id, &uid, &resource_version, now, reason),
+            // `source_pass` does not hand these over; refused all the same.
+            Publish::Withheld { why, .. } => {
+                return Err(PublishError::Object(why.why().to_owned()))
+            }
         };
         let subject = key.to_subject(self.ctx.layout.prefix());
         if check_subject_len(&subject).is_err() {
@@ -375,9 +405,10 @@ impl Engine {
             .kinds
             .get(gvk)
             .and_then(|k| k.snapshots.get(key))
-            .is_some_and(|e| e.tombstone)
-            || self.overwritten.contains(key);
-        headers.insert("Nats-Msg-Id", msg_id(&env, after_tombstone).as_str());
+            .is_some_and(|e| e.tombstone);
+        let overwritten = self.overwritten.contains(key);
+        let id = msg_id(&env, after_tombstone, overwritten);
+        headers.insert("Nats-Msg-Id", id.as_str());
         let ack = self
             .ctx
             .js
@@ -405,9 +436,17 @@ impl Engine {
             .map(Box::new);
         let (gvk, key) = (gvk.clone(), key.clone());
         tokio::spawn(async move {
-            if let Err(error) = ack.await {
-                tracing::warn!(object = %describe_key(&key), %error, "publish not acknowledged; will publish again");
-                let _ = tx.send(Input::PublishFailed(gvk, key, before)).await;
+            match ack.await {
+                Err(error) => {
+                    tracing::warn!(object = %describe_key(&key), %error, "publish not acknowledged; will publish again");
+                    let _ = tx.send(Input::PublishFailed(gvk, key, before)).await;
+                }
+                // Not stored: the subject keeps a message that is not this
+                // one (see `Input::PublishDuplicate`).
+                Ok(ack) if ack.duplicate => {
+                    let _ = tx.send(Input::PublishDuplicate(gvk, key, before)).await;
+                }
+                Ok(_) => {}
             }
         });
         Ok(env)
@@ -419,11 +458,38 @@ impl Engine {
     }
 }
 
+/// Forgets the source side's findings (`source_errors`, `source_withheld`:
+/// by rule, by object) that planning finds again: every finding of `rules`
+/// for a full plan, else those of the objects at the `dirty` keys.
+fn forget_planned<V>(
+    findings: &mut BTreeMap<String, BTreeMap<String, V>>,
+    rules: &[&CompiledRule],
+    dirty: Option<&std::collections::BTreeSet<ObjectKey>>,
+) {
+    match dirty {
+        None => {
+            for r in rules {
+                findings.remove(&r.name);
+            }
+        }
+        Some(keys) => {
+            for key in keys {
+                let name = describe_key(key);
+                for found in findings.values_mut() {
+                    found.remove(&name);
+                }
+            }
+        }
+    }
+}
+
 /// The `Nats-Msg-Id` (§4.2): the protocol's id, or the republish id when a
-/// version comes back after a tombstone of the same version (else the server
-/// drops it as a duplicate of its first publication).
-fn msg_id(env: &Envelope, after_tombstone: bool) -> String {
-    if after_tombstone {
+/// snapshot comes back after a tombstone of the same version, or when the
+/// subject holds a message we did not publish (`overwritten`), snapshot or
+/// tombstone: else the server drops it as a duplicate of its first
+/// publication and the subject keeps what it has.
+fn msg_id(env: &Envelope, after_tombstone: bool, overwritten: bool) -> String {
+    if overwritten || (after_tombstone && !env.tombstone) {
         env.republish_msg_id()
     } else {
         env.msg_id()
@@ -665,6 +731,60 @@ mod tests {
         );
     }
 
+    fn typed(mut obj: Value, type_: &str) -> Value {
+        obj["type"] = json!(type_);
+        obj
+    }
+
+    #[test]
+    fn what_never_leaves_the_cluster_is_withheld_and_reported_by_the_rules_selecting_it() {
+        let token = typed(
+            secret("tok", "u1", "5", "t"),
+            "kubernetes.io/service-account-token",
+        );
+        let withheld = |why| Publish::Withheld {
+            why,
+            rules: vec!["r".to_owned()],
+        };
+        assert_eq!(
+            run(&rule(json!({})), &kind(&[&token], vec![])),
+            vec![(
+                key_of(SELF, &token),
+                withheld(Withheld::ServiceAccountToken)
+            )]
+        );
+        let peer = typed(
+            secret("b-kubeconfig", "u2", "5", "k"),
+            well_known::SECRET_TYPE_CLUSTER_KUBECONFIG,
+        );
+        assert_eq!(
+            run(&rule(json!({})), &kind(&[&peer], vec![])),
+            vec![(key_of(SELF, &peer), withheld(Withheld::WrittenByFleetbus))]
+        );
+        // Not selected by any rule: nothing to report.
+        let unselected = without_label(token.clone());
+        assert_eq!(run(&rule(json!({})), &kind(&[&unselected], vec![])), vec![]);
+        // Published by an older agent: withdrawn as deleted, so no orphan
+        // policy keeps a copy.
+        let plain = secret("tok", "u1", "4", "t");
+        assert_eq!(
+            run(
+                &rule(json!({})),
+                &kind(&[&token], vec![published(SELF, &plain)])
+            ),
+            vec![
+                (
+                    key_of(SELF, &token),
+                    tombstone("u1", "4", TombstoneReason::Deleted)
+                ),
+                (
+                    key_of(SELF, &token),
+                    withheld(Withheld::ServiceAccountToken)
+                ),
+            ]
+        );
+    }
+
     #[test]
     fn a_cluster_outside_the_source_selector_publishes_nothing() {
         let s = secret("a", "u1", "5", "v1");
@@ -749,8 +869,19 @@ mod tests {
             well_known::ANNOTATION_ORIGIN_CLUSTER,
             "c2",
         );
+        let token = typed(
+            secret("token", "u9", "1", "t"),
+            "bootstrap.kubernetes.io/token",
+        );
+        let leaked = typed(
+            secret("leaked", "u10", "2", "t"),
+            "kubernetes.io/service-account-token",
+        );
+        let was_leaked = secret("leaked", "u10", "1", "t");
         let k = kind(
-            &[&unchanged, &changed, &new, &unmatched, &disabled, &copy],
+            &[
+                &unchanged, &changed, &new, &unmatched, &disabled, &copy, &token, &leaked,
+            ],
             vec![
                 published(SELF, &unchanged),
                 published(SELF, &old),
@@ -758,13 +889,14 @@ mod tests {
                 published(SELF, &was),
                 published(SELF, &was_disabled),
                 published(SELF, &replaced),
+                published(SELF, &was_leaked),
             ],
         );
         let r = rule(json!({}));
         let full = plan(&local(), &[&r], &k, &mut HashMemo::default());
-        assert_eq!(full.len(), 6, "{full:?}");
+        assert_eq!(full.len(), 9, "{full:?}");
         let keys: Vec<ObjectKey> = [
-            &unchanged, &changed, &new, &deleted, &unmatched, &disabled, &replaced,
+            &unchanged, &changed, &new, &deleted, &unmatched, &disabled, &replaced, &token, &leaked,
         ]
         .iter()
         .map(|o| key_of(SELF, o))
@@ -882,13 +1014,17 @@ mod tests {
         let s = secret("a", "u1", "5", "v1");
         let (_, env) = published(SELF, &s);
         // Plain: the protocol's id, the same for a retry of this version.
-        assert_eq!(msg_id(&env, false), env.msg_id());
-        // After a tombstone of the same version: not the first publication's
-        // id (the server would drop it as a duplicate), stable per envelope.
-        let again = msg_id(&env, true);
+        assert_eq!(msg_id(&env, false, false), env.msg_id());
+        // After a tombstone of the same version, or over a message we did not
+        // publish: not the first publication's id (the server would drop it
+        // as a duplicate), stable per envelope.
+        let again = msg_id(&env, true, false);
         assert_ne!(again, env.msg_id());
-        assert_eq!(again, msg_id(&env, true));
-        // A tombstone keeps its own id either way.
+        assert_eq!(again, msg_id(&env, true, false));
+        assert_eq!(again, msg_id(&env, false, true));
+        // A tombstone keeps its own id after a tombstone, and gets a new one
+        // over a message we did not publish (a forged resurrection of an
+        // object deleted within the duplicate window).
         let gone = Envelope::tombstone(
             SELF,
             None,
@@ -897,7 +1033,11 @@ mod tests {
             chrono::Utc::now(),
             TombstoneReason::Unpublished,
         );
-        assert_eq!(msg_id(&gone, true), gone.msg_id());
+        assert_eq!(msg_id(&gone, true, false), gone.msg_id());
+        let again = msg_id(&gone, true, true);
+        assert_ne!(again, gone.msg_id());
+        assert!(again.starts_with(&gone.msg_id()), "{again}");
+        assert_eq!(again, msg_id(&gone, false, true));
     }
 
     #[test]

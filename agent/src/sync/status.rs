@@ -24,6 +24,13 @@ use crate::kube::FIELD_MANAGER;
 /// Condition type naming the objects in conflict.
 pub const CONFLICT: &str = "Conflict";
 
+/// Condition type naming the copies kept instead of deleted, because deleting
+/// them would delete objects fleetbus does not manage (`sink_keep`).
+pub const KEPT: &str = "Kept";
+/// Condition type naming this cluster's objects the rule selects that are
+/// never published (`sync/withheld`).
+pub const SKIPPED: &str = "Skipped";
+
 /// At most this many objects are named in a condition message.
 const NAMED: usize = 5;
 
@@ -146,23 +153,78 @@ pub fn desired(
             message: named(&report.conflicts),
         }
     };
+    let kept_condition = if report.kept.is_empty() {
+        Desired {
+            type_: KEPT,
+            status: false,
+            reason: "NothingKept",
+            message: String::new(),
+        }
+    } else {
+        Desired {
+            type_: KEPT,
+            status: true,
+            reason: "UnmanagedDependents",
+            message: named(&report.kept),
+        }
+    };
     ResourceSyncRuleStatus {
         observed_generation: rule.generation,
         conditions: merge(
             &existing.conditions,
-            &[ready_condition, conflict_condition],
+            &[
+                ready_condition,
+                conflict_condition,
+                kept_condition,
+                skipped_condition(report),
+            ],
             rule.generation,
         ),
         source_clusters: report.sources.iter().cloned().collect(),
         objects_synced: report.synced,
         conflicts: report.conflicts.len() as i64,
         errors: report.errors.len() as i64,
+        skipped: report.withheld.len() as i64,
         last_sync_time: last_sync.or_else(|| existing.last_sync_time.clone()),
         readiness: report
             .readiness
             .map(|(ready, reported)| format!("ready {ready}/{reported}")),
         ready_copies: report.readiness.map(|(ready, _)| ready),
         reported_copies: report.readiness.map(|(_, reported)| reported),
+    }
+}
+
+/// The `Skipped` condition: how many of our objects the rule selects are
+/// never published, how many for each reason, and which (the first few).
+fn skipped_condition(report: &RuleReport) -> Desired {
+    if report.withheld.is_empty() {
+        return Desired {
+            type_: SKIPPED,
+            status: false,
+            reason: "NothingSkipped",
+            message: String::new(),
+        };
+    }
+    let mut by_reason: std::collections::BTreeMap<&str, usize> = Default::default();
+    for w in report.withheld.values() {
+        *by_reason.entry(w.reason()).or_default() += 1;
+    }
+    let counts: Vec<String> = by_reason.iter().map(|(r, n)| format!("{r} {n}")).collect();
+    let why = report
+        .withheld
+        .iter()
+        .map(|(k, w)| (k.clone(), w.why().to_owned()))
+        .collect();
+    Desired {
+        type_: SKIPPED,
+        status: true,
+        reason: "NeverPublished",
+        message: format!(
+            "{} object(s) never published ({}): {}",
+            report.withheld.len(),
+            counts.join(", "),
+            named(&why)
+        ),
     }
 }
 
@@ -236,8 +298,11 @@ impl Engine {
             match serde_json::to_value(&status) {
                 Ok(v) => {
                     let patch = json!({ "status": with_nulls(v) });
+                    // Rule names are DNS subdomains (the API server checked
+                    // them); escaped all the same, like every name in a URL.
+                    let segment = crate::kube::path::segment(&name);
                     match api
-                        .patch_status(&name, &params, &Patch::Merge(&patch))
+                        .patch_status(&segment, &params, &Patch::Merge(&patch))
                         .await
                     {
                         Ok(_) => {
@@ -403,6 +468,48 @@ mod tests {
             "{msg}"
         );
         assert_eq!(s.errors, 7);
+    }
+
+    #[test]
+    fn withheld_objects_are_counted_and_named_with_why() {
+        use crate::sync::withheld::Withheld;
+        let s = status(&report(), None, true);
+        assert_eq!(cond(&s, SKIPPED).status, "False");
+        assert_eq!(s.skipped, 0);
+        let mut r = report();
+        r.withheld.insert(
+            "Secret kube-system/tok".into(),
+            Withheld::ServiceAccountToken,
+        );
+        r.withheld
+            .insert("Secret kube-system/boot".into(), Withheld::BootstrapToken);
+        r.withheld.insert(
+            "Secret fleetbus-system/b-kubeconfig".into(),
+            Withheld::WrittenByFleetbus,
+        );
+        let s = status(&r, None, true);
+        let c = cond(&s, SKIPPED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "NeverPublished")
+        );
+        assert!(
+            c.message.starts_with(
+                "3 object(s) never published (BootstrapToken 1, ServiceAccountToken 1, WrittenByFleetbus 1): "
+            ),
+            "{}",
+            c.message
+        );
+        assert!(
+            c.message.contains(
+                "Secret kube-system/tok: a service account token never leaves its cluster"
+            ),
+            "{}",
+            c.message
+        );
+        assert_eq!(s.skipped, 3);
+        // Skipping is no error: the rule stays Ready.
+        assert_eq!(ready(&s).1, "Synced");
     }
 
     #[test]

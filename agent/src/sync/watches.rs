@@ -33,6 +33,10 @@ pub enum Input {
     /// An acknowledged publish failed: the object must be published again.
     /// The envelope the bus held before (what to believe again), if any.
     PublishFailed(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
+    /// The server dropped a publish as a duplicate of an earlier message id:
+    /// the subject still holds what it held (someone else's message, if it
+    /// differed from ours). The envelope the bus held before, if any.
+    PublishDuplicate(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
     /// From the status consumer (`<p>.status.>`).
     Status(super::returned::StatusEvent),
 }
@@ -195,14 +199,10 @@ fn decode(
         _ => "malformed",
     })?;
     // A message under <p>.obj.<X> is a claim by X: an envelope naming
-    // another origin, or an object at another key, is not trusted.
-    if env.origin != key.origin {
-        return Err("subject_mismatch");
-    }
-    if let Some(obj) = &env.object {
-        if ObjectKey::from_object(&key.origin, obj).as_ref() != Some(&key) {
-            return Err("subject_mismatch");
-        }
-    }
+    // another origin, an object at another key, or a contentHash that is not
+    // its object's is not believed (PROTOCOL §4.7). The hash is recomputed
+    // here, so whatever reads `content_hash` later (the origin comparing its
+    // own subtree, a sink's memo) reads the hash of the content received.
+    env.check(&key).map_err(|m| m.reason())?;
     Ok((key, env))
 }

@@ -41,15 +41,9 @@ pub enum ClustersError {
         /// The `cluster` of the reply.
         answered: String,
     },
-    /// The registry bucket could not be read.
-    #[error("cannot read the registry bucket {bucket}")]
-    Registry {
-        /// Bucket name.
-        bucket: String,
-        /// What the server or client reported.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    /// The registry bucket is missing or could not be read.
+    #[error(transparent)]
+    Registry(#[from] crate::kv::ReadError),
     /// Writing to stdout failed (e.g. a closed pipe).
     #[error("cannot write the output")]
     Output(#[from] std::io::Error),

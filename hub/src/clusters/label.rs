@@ -112,6 +112,7 @@ mod tests {
             cluster: cluster.to_owned(),
             labels: None,
             error: error.map(str::to_owned),
+            retry_after_ms: None,
         };
         assert!(check_reply("west", &reply("west", None)).is_ok());
         assert!(matches!(

@@ -50,17 +50,17 @@ pub(super) async fn records(
     prefix: &fleetbus_schemas::subject::Prefix,
 ) -> Result<Vec<ClusterRecord>, ClustersError> {
     let bucket = registry_bucket(prefix);
-    let err = |source: Box<dyn std::error::Error + Send + Sync>| ClustersError::Registry {
-        bucket: bucket.clone(),
-        source,
-    };
-    let (kv, keys) = crate::kv::keys(js, &bucket).await.map_err(err)?;
+    let (kv, keys) = crate::kv::keys(js, prefix, &bucket).await?;
     let mut records = Vec::new();
     for key in keys {
         if !matches!(RegistryKey::parse(&key), Ok(RegistryKey::Cluster { .. })) {
             continue;
         }
-        let Some(bytes) = kv.get(&key).await.map_err(|e| err(Box::new(e)))? else {
+        let Some(bytes) = kv
+            .get(&key)
+            .await
+            .map_err(|e| crate::kv::unreadable_bucket(&bucket, e))?
+        else {
             continue;
         };
         if let Ok(r) = ClusterRecord::decode(&bytes) {

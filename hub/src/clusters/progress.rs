@@ -162,6 +162,8 @@ async fn ask(client: &async_nats::Client, prefix: &Prefix, cluster: &str) -> See
     let subject = CommandKey::progress(cluster).to_subject(prefix);
     match crate::command::request(client, subject, Vec::new(), cluster, ASK_TIMEOUT).await {
         Ok(msg) => match SyncProgress::decode(&msg.payload) {
+            // Refused (for rate): no counts, and the next round asks again.
+            Ok(SyncProgress { error: Some(e), .. }) => Seen::Failed(format!("refused: {e}")),
             Ok(p) if p.cluster == cluster => Seen::Progress(p),
             Ok(p) => Seen::Unreadable(format!("the reply is cluster {:?}'s", p.cluster)),
             Err(e) => Seen::Unreadable(chain(&e)),

@@ -1,7 +1,5 @@
 //! [`DriftError`]: why a `fleetbus drift` command failed.
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 /// A `fleetbus drift` command that could not do its job. Messages are one line; the
 /// binary prints them with their sources and exits 1.
 #[derive(Debug, thiserror::Error)]
@@ -9,31 +7,9 @@ pub enum DriftError {
     /// Connecting to NATS or the request to an agent failed.
     #[error(transparent)]
     Command(#[from] crate::command::CommandError),
-    /// The drift bucket exists but could not be read.
-    #[error("cannot read the drift bucket {bucket}")]
-    Bucket {
-        /// Bucket name.
-        bucket: String,
-        /// What the server or client reported.
-        #[source]
-        source: BoxError,
-    },
-    /// The drift stream does not exist: no agent has started against this NATS (or
-    /// another `--subject-prefix` is in use).
-    #[error("stream {stream} does not exist on this NATS (has an agent with this --subject-prefix started?)")]
-    NoStream {
-        /// Stream name.
-        stream: String,
-    },
-    /// The drift stream could not be read.
-    #[error("cannot read stream {stream}")]
-    Stream {
-        /// Stream name.
-        stream: String,
-        /// What the server or client reported.
-        #[source]
-        source: BoxError,
-    },
+    /// The drift stream or bucket is missing or could not be read.
+    #[error(transparent)]
+    Read(#[from] crate::kv::ReadError),
     /// The object argument of `history` is not KIND/NAMESPACE/NAME or KIND/NAME.
     #[error("object {0:?} is not KIND/NAMESPACE/NAME or KIND/NAME")]
     ObjectArg(String),

@@ -1,8 +1,8 @@
 //! Reading drift events from the `<P>_DRIFT` stream with an ordered consumer.
 
+use async_nats::jetstream;
 use async_nats::jetstream::consumer::pull::{Ordered, OrderedConfig};
 use async_nats::jetstream::consumer::DeliverPolicy;
-use async_nats::jetstream::{self, context::GetStreamErrorKind, ErrorCode};
 use chrono::{DateTime, Utc};
 use fleetbus_schemas::drift::DriftEvent;
 use fleetbus_schemas::jetstream::Layout;
@@ -40,22 +40,13 @@ impl EventReader {
         all: bool,
     ) -> Result<Self, DriftError> {
         let stream_name = Layout::new(prefix.clone(), 1).drift_stream().name;
-        let err = |source: Box<dyn std::error::Error + Send + Sync>| DriftError::Stream {
-            stream: stream_name.clone(),
-            source,
-        };
-        let stream = match js.get_stream(&stream_name).await {
-            Ok(stream) => stream,
-            Err(e)
-                if matches!(e.kind(), GetStreamErrorKind::JetStream(j)
-                    if j.error_code() == ErrorCode::STREAM_NOT_FOUND) =>
-            {
-                return Err(DriftError::NoStream {
-                    stream: stream_name,
-                })
-            }
-            Err(e) => return Err(err(Box::new(e))),
-        };
+        let err =
+            |source: Box<dyn std::error::Error + Send + Sync>| crate::kv::ReadError::Unreadable {
+                what: "stream",
+                name: stream_name.clone(),
+                source,
+            };
+        let stream = crate::kv::stream(js, prefix, &stream_name).await?;
         let consumer = stream
             .create_consumer(OrderedConfig {
                 filter_subject: filter,
@@ -82,8 +73,9 @@ impl EventReader {
         let Some(msg) = self.messages.next().await else {
             return Ok(None);
         };
-        let msg = msg.map_err(|e| DriftError::Stream {
-            stream: self.stream.clone(),
+        let msg = msg.map_err(|e| crate::kv::ReadError::Unreadable {
+            what: "stream",
+            name: self.stream.clone(),
             source: Box::new(e),
         })?;
         let (published, pending) = match msg.info() {

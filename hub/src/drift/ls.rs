@@ -2,8 +2,7 @@
 
 use std::io::Write;
 
-use async_nats::jetstream::ErrorCode;
-use async_nats::jetstream::{self, context::GetStreamErrorKind};
+use async_nats::jetstream;
 use fleetbus_schemas::drift::DriftEvent;
 use fleetbus_schemas::subject::DriftKey;
 
@@ -12,7 +11,8 @@ use super::{connect, DriftError};
 use crate::cli::{DriftLsArgs, OutputFormat};
 
 /// Lists the drifted objects (filtered by `--cluster` and `--rule`), sorted by cluster
-/// and object. A fleet without drift prints the header only (`[]` in JSON).
+/// and object. A fleet without drift prints the header only (`[]` in JSON); a prefix
+/// without a drift bucket is an error.
 pub async fn ls(args: &DriftLsArgs, out: &mut impl Write) -> Result<(), DriftError> {
     let (_client, js) = connect(&args.bus).await?;
     let layout = fleetbus_schemas::jetstream::Layout::new(args.bus.subject_prefix.clone(), 1);
@@ -32,29 +32,15 @@ pub async fn ls(args: &DriftLsArgs, out: &mut impl Write) -> Result<(), DriftErr
     Ok(())
 }
 
-/// Every current drift event matching the filters, sorted by key. A missing bucket means
-/// no agent ever ensured it: no drift, not an error.
+/// Every current drift event matching the filters, sorted by key. A missing bucket is
+/// an error: agents create it at start, so without it this is not the fleet asked for.
 async fn read_current(
     js: &jetstream::Context,
     bucket: &str,
     args: &DriftLsArgs,
 ) -> Result<Vec<(DriftKey, DriftEvent)>, DriftError> {
-    let err = |source: Box<dyn std::error::Error + Send + Sync>| DriftError::Bucket {
-        bucket: bucket.to_owned(),
-        source,
-    };
-    match js.get_stream(format!("KV_{bucket}")).await {
-        Ok(_) => {}
-        Err(e)
-            if matches!(e.kind(), GetStreamErrorKind::JetStream(j)
-                if j.error_code() == ErrorCode::STREAM_NOT_FOUND) =>
-        {
-            tracing::info!(bucket, "no drift bucket yet: no drift");
-            return Ok(Vec::new());
-        }
-        Err(e) => return Err(err(Box::new(e))),
-    }
-    let (kv, keys) = crate::kv::keys(js, bucket).await.map_err(err)?;
+    let (kv, keys) = crate::kv::keys(js, &args.bus.subject_prefix, bucket).await?;
+    let err = |e: async_nats::jetstream::kv::EntryError| crate::kv::unreadable_bucket(bucket, e);
     let mut found = Vec::new();
     for key in keys {
         let Ok(dk) = DriftKey::parse_kv_key(&key) else {
@@ -65,7 +51,7 @@ async fn read_current(
             continue;
         }
         // Deleted between the key listing and now: the drift just ended.
-        let Some(bytes) = kv.get(&key).await.map_err(|e| err(Box::new(e)))? else {
+        let Some(bytes) = kv.get(&key).await.map_err(err)? else {
             continue;
         };
         let event = match DriftEvent::decode(&bytes) {

@@ -369,6 +369,11 @@ pub struct ResourceSyncRuleStatus {
     /// Number of objects that failed to sync.
     #[serde(default)]
     pub errors: i64,
+    /// Number of this cluster's objects the rule selects that are never published
+    /// (ServiceAccount and bootstrap tokens, objects fleetbus writes itself); the
+    /// `Skipped` condition says which and why.
+    #[serde(default)]
+    pub skipped: i64,
     /// Last time an object was written by this rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sync_time: Option<Time>,

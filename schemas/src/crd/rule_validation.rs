@@ -9,7 +9,8 @@ use super::resource_sync_rule::{
     ResourceSyncRule, ResourceSyncRuleSpec, StatusReturn,
 };
 use crate::k8s_names::{is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name};
-use crate::pointer::{parse_field_pointer, PointerError};
+use crate::pointer::{parse_field_pointer, to_pointer, PointerError};
+use crate::well_known::is_reserved_key;
 
 /// One problem found in a ResourceSyncRule spec, at a field path like
 /// `spec.rules[0].mutations.overrides[1].path`.
@@ -102,6 +103,13 @@ pub enum RuleErrorKind {
          copies and returned from them, and could oscillate; use one direction only"
     )]
     SyncStatusWithStatusReturn(String),
+    /// A mutation that would add, change or remove a `fleetbus.io/*` label or annotation
+    /// (the stamp, the managed label, fleetbus's instructions) or a map holding them.
+    #[error(
+        "mutations cannot write fleetbus's own metadata: {0:?} is or holds a fleetbus.io/ \
+         label or annotation (the stamp)"
+    )]
+    ForgesStamp(String),
 }
 
 impl RuleError {
@@ -312,10 +320,32 @@ impl Validator {
                     );
                 }
             }
+            let added = ar
+                .add
+                .keys()
+                .map(|k| (format!("{field}.{name}.add[{k}]"), k));
+            let removed = (ar.remove.iter().enumerate())
+                .map(|(i, k)| (format!("{field}.{name}.remove[{i}]"), k));
+            for (f, k) in added.chain(removed) {
+                if is_reserved_key(k) {
+                    let pointer = to_pointer(["metadata", name, k.as_str()]);
+                    self.push(f, RuleErrorKind::ForgesStamp(pointer));
+                }
+            }
         }
         for (i, o) in m.overrides.iter().enumerate() {
             let f = format!("{field}.overrides[{i}]");
             self.pointer(&format!("{f}.path"), &o.path, false);
+            // Removing `/metadata` is reported as a required field (below).
+            let required =
+                o.type_ == OverrideType::Remove && REQUIRED_PATHS.contains(&o.path.as_str());
+            if !required && parse_field_pointer(&o.path).is_ok_and(|t| reaches_stamp(&t)) {
+                self.push(
+                    format!("{f}.path"),
+                    RuleErrorKind::ForgesStamp(o.path.clone()),
+                );
+                continue;
+            }
             match (o.type_, &o.value) {
                 (OverrideType::Replace, None) => {
                     self.push(format!("{f}.value"), RuleErrorKind::ValueRequired)
@@ -473,6 +503,22 @@ impl Validator {
                 }
             }
         }
+    }
+}
+
+/// Whether an override at these pointer tokens would write a `fleetbus.io/*` label or
+/// annotation: the key itself (or inside it), or a map above it (`/metadata`,
+/// `/metadata/labels`, `/metadata/annotations`), whose replace or removal would take
+/// the stamp with it. The whole object (`""`) is refused as a pointer already.
+fn reaches_stamp(tokens: &[String]) -> bool {
+    match tokens {
+        [meta] => meta == "metadata",
+        [meta, map, rest @ ..]
+            if meta == "metadata" && (map == "labels" || map == "annotations") =>
+        {
+            rest.first().is_none_or(|key| is_reserved_key(key))
+        }
+        _ => false,
     }
 }
 
@@ -873,6 +919,58 @@ mod tests {
     }
 
     #[test]
+    fn mutations_cannot_touch_the_stamp() {
+        let forged = "/metadata/annotations/fleetbus.io~1origin-cluster";
+        let mut spec = with_overrides(vec![
+            replace(forged, "zzz"),
+            replace(forged, ""),
+            replace(forged, "{{ .LocalCluster.name }}"),
+            remove("/metadata/labels/fleetbus.io~1managed"),
+            replace("/metadata", "{}"),
+            replace("/metadata/annotations", "{}"),
+            remove("/metadata/labels"),
+            replace("/metadata/labels/x.fleetbus.io~1y", "v"),
+            // Allowed: other keys, other maps.
+            replace("/metadata/annotations/example.com~1a", "v"),
+            replace("/metadata/labels/app", "v"),
+            replace("/spec/fleetbus.io~1x", "v"),
+        ]);
+        spec.rules[0].mutations.as_mut().unwrap().labels = Some(AddRemove {
+            add: BTreeMap::from([("fleetbus.io/managed".into(), "false".into())]),
+            remove: vec!["app".into()],
+        });
+        spec.rules[0].mutations.as_mut().unwrap().annotations = Some(AddRemove {
+            add: BTreeMap::new(),
+            remove: vec!["fleetbus.io/rule".into()],
+        });
+        let m = "spec.rules[0].mutations";
+        let stamp = |f: &str, p: &str| (format!("{m}.{f}"), RuleErrorKind::ForgesStamp(p.into()));
+        assert_eq!(
+            kinds(&spec),
+            vec![
+                stamp(
+                    "labels.add[fleetbus.io/managed]",
+                    "/metadata/labels/fleetbus.io~1managed"
+                ),
+                stamp(
+                    "annotations.remove[0]",
+                    "/metadata/annotations/fleetbus.io~1rule"
+                ),
+                stamp("overrides[0].path", forged),
+                stamp("overrides[1].path", forged),
+                stamp("overrides[2].path", forged),
+                stamp("overrides[3].path", "/metadata/labels/fleetbus.io~1managed"),
+                stamp("overrides[4].path", "/metadata"),
+                stamp("overrides[5].path", "/metadata/annotations"),
+                stamp("overrides[6].path", "/metadata/labels"),
+                stamp("overrides[7].path", "/metadata/labels/x.fleetbus.io~1y"),
+            ]
+        );
+        let message = RuleError::summarize(&spec.validate().unwrap_err());
+        assert!(message.contains(forged), "{message}");
+    }
+
+    #[test]
     fn name_and_namespace_overrides_that_cannot_give_an_object() {
         let spec = with_overrides(vec![
             replace("/metadata/name", ""),
@@ -917,7 +1015,8 @@ mod tests {
             replace("/metadata/namespace", "{{ .Cluster.metadata.name }}"),
             replace("/metadata/namespace", "team-b"),
             replace("/metadata/name", "fixed"),
-            remove("/metadata/labels"),
+            // Not `/metadata/labels`: the managed label is in it (see below).
+            remove("/metadata/labels/app"),
         ]);
         assert_eq!(ok.validate(), Ok(()));
     }

@@ -17,6 +17,7 @@
 mod compress;
 mod hash;
 mod limits;
+mod verify;
 
 pub use crate::codec::MAX_MSGPACK_DEPTH;
 pub use compress::{COMPRESSION_LEVEL, COMPRESS_THRESHOLD, MAX_DECOMPRESSED, ZSTD_MAGIC};
@@ -25,6 +26,7 @@ pub use limits::{
     check_size, msg_id, republish_msg_id, tombstone_msg_id, TooLarge, DEFAULT_MAX_PAYLOAD,
     HEADER_ALLOWANCE,
 };
+pub use verify::Mismatch;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -202,10 +204,16 @@ impl Envelope {
     }
 
     /// The `Nats-Msg-Id` for a snapshot published again after an `Unpublished` tombstone
-    /// of the same version (see [`republish_msg_id`]); for a tombstone, its [`Self::msg_id`].
+    /// of the same version (see [`republish_msg_id`]), or for an envelope published again
+    /// over a message its publisher did not publish; for a tombstone, its
+    /// [`Self::msg_id`] followed by `:republished:<time>` (Unix milliseconds).
     pub fn republish_msg_id(&self) -> String {
         if self.tombstone {
-            self.msg_id()
+            format!(
+                "{}:republished:{}",
+                self.msg_id(),
+                self.time.timestamp_millis()
+            )
         } else {
             republish_msg_id(&self.origin, &self.uid, &self.resource_version, self.time)
         }

@@ -107,6 +107,10 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
             eprintln!("fleetbus-bench: {} produced no samples", t.title);
             ok = false;
         }
+        if let Some(why) = &t.incomplete {
+            eprintln!("fleetbus-bench: {} did not run to its end: {why}", t.title);
+            ok = false;
+        }
     }
     report::append(&opts.out, &header, &tables)?;
     eprintln!(

@@ -26,6 +26,9 @@ pub struct Table {
     pub notes: Vec<String>,
     /// Number of samples behind the table's main measure (the smoke run asserts > 0).
     pub samples: usize,
+    /// Why the scenario did not run to its end (it stopped early, a sink did not
+    /// catch up): the run then fails, whatever the samples say.
+    pub incomplete: Option<String>,
 }
 
 impl Table {
@@ -36,12 +39,19 @@ impl Table {
             rows: Vec::new(),
             notes: Vec::new(),
             samples: 0,
+            incomplete: None,
         }
     }
 
     /// A table with [`LATENCY_HEADERS`].
     pub fn latency(title: &str) -> Self {
         Self::new(title, &LATENCY_HEADERS)
+    }
+
+    /// Marks the table as not run to its end: a note says why, and the run fails.
+    pub fn incomplete(&mut self, why: String) {
+        self.note(format!("**INCOMPLETE**: {why}"));
+        self.incomplete = Some(why);
     }
 
     pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {

@@ -58,16 +58,7 @@ fn reported_states() -> ApiResource {
 
 /// Installs the Gadget CRD on `m` and waits until kubectl lists gadgets.
 async fn install_gadgets(m: &Member) {
-    apply_yaml(m, GADGET_CRD);
-    wait_for(&format!("{}: gadgets served", m.name), SYNC, || async {
-        let out = m.cluster.kubectl(KUBECTL, &["get", "gadgets", "-A"]);
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
-    })
-    .await;
+    apply_crd(m, GADGET_CRD, "gadgets").await;
 }
 
 fn rule_yaml(name: &str, group: &str, kind: &str, status_return: &str, extra: &str) -> String {

@@ -10,16 +10,7 @@ use common::sync::*;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use kube::ResourceExt;
 
-const RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: shared-secrets
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  rules:
-    - match:
-        - namespaces: [shared]
-"#;
+const RULE: &str = SHARED_SECRETS_RULE;
 
 /// The fields every conflict message of the contract carries.
 fn check_conflict_shape(v: &serde_json::Value, sink: &str) {

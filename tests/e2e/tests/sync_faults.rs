@@ -15,16 +15,7 @@ use fleetbus_schemas::registry::ClusterRecord;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use kube::ResourceExt;
 
-const RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: shared-secrets
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  rules:
-    - match:
-        - namespaces: [shared]
-"#;
+const RULE: &str = SHARED_SECRETS_RULE;
 
 async fn shared_fleet(nats: &NatsServer, names: &[&str]) -> Vec<Member> {
     let m = fleet(nats, names).await;

@@ -7,52 +7,9 @@ mod common;
 
 use common::sync::*;
 use common::*;
-use fleetbus_testsupport::{wait_for, NatsServer};
+use fleetbus_testsupport::NatsServer;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, ResourceExt};
-
-/// A namespaced CRD `example.com/v1 <kind>` with a status subresource and
-/// free-form spec and status.
-fn crd(kind: &str, plural: &str) -> String {
-    format!(
-        r#"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: {plural}.example.com
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {{plural: {plural}, singular: {singular}, kind: {kind}, listKind: {kind}List}}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      subresources: {{status: {{}}}}
-      schema:
-        openAPIV3Schema:
-          type: object
-          properties:
-            spec: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
-            status: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
-"#,
-        singular = kind.to_lowercase()
-    )
-}
-
-/// `kubectl apply` of the CRD on `m`, then waits until kubectl can list its kind.
-async fn install_crd(m: &Member, kind: &str, plural: &str) {
-    apply_yaml(m, &crd(kind, plural));
-    let res = format!("{plural}.example.com");
-    wait_for(&format!("{}: {res} served", m.name), SYNC, || async {
-        let out = m.cluster.kubectl(KUBECTL, &["get", &res, "-A"]);
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
-    })
-    .await;
-}
 
 fn widgets() -> kube::api::ApiResource {
     resource("example.com", "v1", "Widget", "widgets")
@@ -60,17 +17,6 @@ fn widgets() -> kube::api::ApiResource {
 
 fn gadgets() -> kube::api::ApiResource {
     resource("example.com", "v1", "Gadget", "gadgets")
-}
-
-/// A predicate: `.spec` equals `want`.
-fn spec_is(want: serde_json::Value) -> impl Fn(&kube::api::DynamicObject) -> Result<(), String> {
-    move |o| {
-        if o.data["spec"] == want {
-            Ok(())
-        } else {
-            Err(format!("spec {}", o.data["spec"]))
-        }
-    }
 }
 
 const WIDGET_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1

@@ -49,7 +49,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         created = n;
         if let Err(e) = sink.wait_count(n + 1, STEP.max(SETUP)).await {
             // Keep the rows measured so far; say where it stopped.
-            t.note(format!("stopped at {n} objects: {e:#}"));
+            t.incomplete(format!("stopped at {n} objects: {e:#}"));
             break;
         }
         row(&mut t, n + 1);
@@ -61,7 +61,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
                 .max();
         }
     }
-    t.samples = t.rows.len();
+    // The first row is taken before anything was synced: not a sample.
+    t.samples = t.rows.len().saturating_sub(1);
     t.note("RSS is read right after the last copy of a step was seen on c2 (1 = only the warm-up object).");
     if let Some(k) = at_10k {
         t.note(format!(

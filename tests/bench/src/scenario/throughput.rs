@@ -151,16 +151,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         "versions never seen on c2 (superseded before they arrived — the bus keeps the last value per subject — or not arrived by the end): {coalesced} of {}",
         writes.len()
     ));
-    t.note(match drained_at {
-        Some(at) => format!(
+    match drained_at {
+        Some(at) => t.note(format!(
             "c2 held the final version of all {k} objects {} ms after the last write (drain)",
             ms(Some(at.saturating_duration_since(end)))
-        ),
-        None => format!(
+        )),
+        None => t.incomplete(format!(
             "c2 did NOT catch up: {missing} of {k} objects still lacked their final version {} s after the writes stopped",
             DRAIN.as_secs()
-        ),
-    });
+        )),
+    }
     let cpu: Vec<String> = pids
         .iter()
         .zip(cpu0.iter().zip(&cpu1))

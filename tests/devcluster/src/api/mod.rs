@@ -89,8 +89,9 @@ fn admit(
         Route::Resource(rp) => Some(rp),
         _ => None,
     };
-    let (verb, target) =
-        request_attributes(req.method(), req.uri().path(), rp, query.flag("watch"));
+    // kube-apiserver authorizes non-resource URLs by the decoded path too.
+    let path = route::unescape(req.uri().path()).unwrap_or_default();
+    let (verb, target) = request_attributes(req.method(), &path, rp, query.flag("watch"));
     let attrs = Attributes {
         user: &user,
         verb,
@@ -127,7 +128,7 @@ async fn dispatch(state: Arc<AppState>, mut req: Request<Body>) -> Response<Body
     let route = route::parse(req.uri().path());
     let public = matches!(
         route,
-        Route::Health | Route::Version | Route::Writes | Route::DebugStore
+        Route::Health | Route::Version | Route::Writes | Route::DebugStore | Route::BadRequest
     );
     let query = Query::parse(req.uri().query());
     if !public {
@@ -139,6 +140,8 @@ async fn dispatch(state: Arc<AppState>, mut req: Request<Body>) -> Response<Body
     let defs = || state.store.read(|i| i.registry.all());
     match route {
         Route::Health => text(StatusCode::OK, "ok"),
+        // What Go's HTTP server writes for a request URI it cannot parse.
+        Route::BadRequest => text(StatusCode::BAD_REQUEST, "400 Bad Request"),
         Route::Writes if is_get => json_response(200, &state.store.writes()),
         Route::DebugStore if is_get => json_response(200, &state.store.debug_store()),
         Route::Version if is_get => json_response(200, &discovery::version()),

@@ -46,27 +46,43 @@ pub enum Route {
     Resource(ResPath),
     /// Unknown.
     NotFound,
+    /// A `%` not followed by two hex digits: Go's HTTP server refuses the
+    /// request line before kube-apiserver sees it.
+    BadRequest,
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// The request path decoded as kube-apiserver sees it: Go's `net/url`
+/// decodes every `%XX` of the whole path into `URL.Path` (`+` stays `+`),
+/// and `RequestInfoFactory` then splits that on `/`, so `%2F` separates
+/// segments. None for a `%` without two hex digits after it, which Go's
+/// `url.ParseRequestURI` refuses. Decoded bytes that are not UTF-8 (Go keeps
+/// them) become U+FFFD: no stored name can hold them, so either way such a
+/// request finds nothing.
+pub fn unescape(path: &str) -> Option<String> {
+    let b = path.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = std::str::from_utf8(&b[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(v) = hex {
-                out.push(v);
-                i += 3;
-                continue;
-            }
+        if b[i] == b'%' {
+            let hi = hex(*b.get(i + 1)?)?;
+            let lo = hex(*b.get(i + 2)?)?;
+            out.push(hi << 4 | lo);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
         }
-        out.push(b[i]);
-        i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    Some(String::from_utf8_lossy(&out).into_owned())
 }
 
 fn resource(group: &str, version: &str, rest: &[String]) -> Route {
@@ -98,10 +114,13 @@ fn resource(group: &str, version: &str, rest: &[String]) -> Route {
 
 /// Parses a request path.
 pub fn parse(path: &str) -> Route {
-    let segs: Vec<String> = path
+    let Some(decoded) = unescape(path) else {
+        return Route::BadRequest;
+    };
+    let segs: Vec<String> = decoded
         .split('/')
         .filter(|s| !s.is_empty())
-        .map(percent_decode)
+        .map(str::to_owned)
         .collect();
     let s: Vec<&str> = segs.iter().map(String::as_str).collect();
     match s.as_slice() {
@@ -173,5 +192,41 @@ mod tests {
             Route::OpenApiV3Gv("apps".into(), "v1".into())
         );
         assert_eq!(parse("/nope"), Route::NotFound);
+    }
+
+    #[test]
+    fn escaped_names_decode_like_kube_apiserver() {
+        let cr = "/apis/rbac.authorization.k8s.io/v1/clusterroles/";
+        for (escaped, name) in [
+            ("sp%20ace%2Astar%3Egt.dot", "sp ace*star>gt.dot"),
+            ("q%20r", "q r"),
+            ("what%3Fnow%23x", "what?now#x"),
+            ("%E5%90%8D%e5%89%8d", "名前"),
+            ("a+b", "a+b"),
+            ("%2e%2E", ".."),
+        ] {
+            let r = res(&format!("{cr}{escaped}"));
+            assert_eq!((r.name.as_deref(), r.sub), (Some(name), None), "{escaped}");
+        }
+        // The whole path is decoded, then split: an escaped slash separates
+        // segments (here it names a subresource), as in kube-apiserver.
+        let r = res(&format!("{cr}a%2Fstatus"));
+        assert_eq!(
+            (r.name.as_deref(), r.sub.as_deref()),
+            (Some("a"), Some("status"))
+        );
+        let r = res("/api/v1/namespaces/x/configmaps/a%2Fb");
+        assert_eq!(
+            (r.name.as_deref(), r.sub.as_deref()),
+            (Some("a"), Some("b"))
+        );
+        assert_eq!(
+            parse("/api/v1/namespaces/x/configmaps/a%2Fb%2Fc"),
+            Route::NotFound
+        );
+        // Not an escape: refused before routing, like Go's net/http.
+        for bad in ["%", "%4", "%zz", "%%41", "%G0", "%e5%9"] {
+            assert_eq!(parse(&format!("{cr}{bad}")), Route::BadRequest, "{bad}");
+        }
     }
 }

@@ -34,6 +34,25 @@ pub const SYNC: Duration = Duration::from_secs(20);
 /// The annotation that records the orphan policy a copy was written under.
 pub const ANNOTATION_ORPHAN_POLICY: &str = "fleetbus.io/orphan-policy";
 
+/// A rule `shared-secrets` syncing every Secret of namespace `shared` from
+/// every cluster to every cluster.
+pub const SHARED_SECRETS_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: shared-secrets
+spec:
+  groupVersionKind: {group: "", version: v1, kind: Secret}
+  rules:
+    - match:
+        - namespaces: [shared]
+"#;
+
+/// `fleetbus_sync_rejected_total{reason="<reason>"}` of `m` (0 when absent).
+pub fn sync_rejected(m: &Member, reason: &str) -> f64 {
+    let series = format!("fleetbus_sync_rejected_total{{reason=\"{reason}\"}}");
+    super::metric_value(&m.metrics().unwrap_or_default(), &series).unwrap_or(0.0)
+}
+
 /// Starts one member per name (devcluster and agent named alike) and waits
 /// until they form a mesh.
 pub async fn fleet(nats: &NatsServer, names: &[&str]) -> Vec<Member> {
@@ -84,6 +103,24 @@ pub async fn create_ns(m: &Member, ns: &str) {
         .create(&PostParams::default(), &obj)
         .await
         .unwrap_or_else(|e| panic!("{}: create namespace {ns}: {e}", m.name));
+}
+
+/// `kubectl apply` of a CustomResourceDefinition (`yaml`) on `m`, then waits
+/// until kubectl can list its resource (`<plural>.<group>`, or the plural).
+pub async fn apply_crd(m: &Member, yaml: &str, resource: &str) {
+    apply_yaml(m, yaml);
+    wait_served(m, resource).await;
+}
+
+/// A predicate: `.spec` equals `want`.
+pub fn spec_is(want: serde_json::Value) -> impl Fn(&DynamicObject) -> Result<(), String> {
+    move |o| {
+        if o.data["spec"] == want {
+            Ok(())
+        } else {
+            Err(format!("spec {}", o.data["spec"]))
+        }
+    }
 }
 
 /// An `ApiResource` for `group/version kind` served as `plural`.
@@ -447,6 +484,22 @@ where
     }
 }
 
+/// At most this many tries of one failing copy fit into `elapsed` when the
+/// agent's waits double from one second (less up to a fifth of jitter),
+/// whatever the attempt they start from: one per step of 0.8 s, 1.6 s,
+/// 3.2 s …, plus the one under way.
+pub fn backoff_tries_bound(elapsed: Duration) -> usize {
+    let mut n = 1;
+    let mut step = 0.8;
+    let mut spent = 0.0;
+    while spent <= elapsed.as_secs_f64() {
+        spent += step;
+        step *= 2.0;
+        n += 1;
+    }
+    n
+}
+
 /// `GET /debug/writes` of `m`'s devcluster.
 pub async fn writes(m: &Member) -> serde_json::Value {
     m.cluster.writes().await.expect("/debug/writes")
@@ -455,4 +508,50 @@ pub async fn writes(m: &Member) -> serde_json::Value {
 /// The labels of `o` as a sorted map (for messages and comparisons).
 pub fn labels_of(o: &DynamicObject) -> BTreeMap<String, String> {
     o.labels().clone()
+}
+
+/// A namespaced CRD `example.com/v1 <kind>` with a status subresource and
+/// free-form spec and status.
+pub fn crd(kind: &str, plural: &str) -> String {
+    format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {plural}.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {{plural: {plural}, singular: {singular}, kind: {kind}, listKind: {kind}List}}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {{status: {{}}}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+            status: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#,
+        singular = kind.to_lowercase()
+    )
+}
+
+/// `kubectl apply` of the CRD on `m`, then waits until kubectl can list its kind.
+pub async fn install_crd(m: &Member, kind: &str, plural: &str) {
+    apply_crd(m, &crd(kind, plural), &format!("{plural}.example.com")).await;
+}
+
+/// Waits until kubectl can list `resource` (`plural.group`) on `m`.
+pub async fn wait_served(m: &Member, resource: &str) {
+    wait_for(&format!("{}: {resource} served", m.name), SYNC, || async {
+        let out = m.cluster.kubectl(KUBECTL, &["get", resource, "-A"]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    })
+    .await;
 }

@@ -1,0 +1,382 @@
+//! fleetbus deletes only what it owns (issue 18, defects 1 and 8): a copy
+//! whose deletion would take objects fleetbus does not manage with it (a
+//! Namespace's contents, a CRD's instances) is kept and reported instead,
+//! and a copy being deleted (a deletionTimestamp, finalizers pending) is
+//! never written: the new source is created once it is gone.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::sync::*;
+use common::*;
+use fleetbus_testsupport::{wait_for, NatsServer};
+use kube::ResourceExt;
+
+fn namespaces() -> kube::api::ApiResource {
+    resource("", "v1", "Namespace", "namespaces")
+}
+
+fn configmaps() -> kube::api::ApiResource {
+    resource("", "v1", "ConfigMap", "configmaps")
+}
+
+fn crds() -> kube::api::ApiResource {
+    resource(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+    )
+}
+
+/// `kubectl create configmap <name> -n <ns> --from-literal=k=v` on `m`.
+fn create_cm(m: &Member, ns: &str, name: &str, value: &str) {
+    let literal = format!("--from-literal=k={value}");
+    kubectl(m, &["create", "configmap", name, "-n", ns, &literal]);
+}
+
+/// `kubectl patch configmap <name> -n <ns> --type <type> -p <patch>` on `m`.
+fn patch_configmap(m: &Member, ns: &str, name: &str, type_: &str, patch: &str) {
+    kubectl(
+        m,
+        &[
+            "patch",
+            "configmap",
+            name,
+            "-n",
+            ns,
+            "--type",
+            type_,
+            "-p",
+            patch,
+        ],
+    );
+}
+
+/// Waits until an Event with reason `CopyKept` on `m` says `needle`; returns its message.
+async fn wait_kept_event(m: &Member, needle: &str) -> String {
+    let what = format!("{}: a CopyKept Event saying {needle:?}", m.name);
+    wait_for(&what, SYNC, || async {
+        let events = events_with_reason(m, "CopyKept").await?;
+        let messages: Vec<String> = events.into_iter().filter_map(|e| e.message).collect();
+        messages
+            .iter()
+            .find(|msg| msg.contains(needle))
+            .cloned()
+            .ok_or_else(|| format!("CopyKept Events: {messages:?}"))
+    })
+    .await
+}
+
+const NAMESPACE_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: namespaces
+spec:
+  groupVersionKind: {group: "", version: v1, kind: Namespace}
+  orphanPolicy: Delete
+  rules:
+    - match:
+        - labels: [{matchLabels: {sync: ns}}]
+"#;
+
+/// A rule `name` syncing the ConfigMaps of namespace `ns`.
+fn configmap_rule(name: &str, ns: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: {name}
+spec:
+  groupVersionKind: {{group: "", version: v1, kind: ConfigMap}}
+  rules:
+    - match:
+        - namespaces: [{ns}]
+"#
+    )
+}
+
+/// Namespace copies `ab` and `ctl` on b; b's own ConfigMap `ab/both` lives
+/// in `ab`, `ctl` holds only a copy and what Kubernetes makes in every
+/// namespace. Deleting the rule (orphanPolicy Delete) deletes `ctl`, but
+/// keeps `ab` (and `both`), no longer managed, with an Event saying why and
+/// how to finish by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_holding_unmanaged_objects_is_kept() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["a", "b"]).await;
+    let (a, b) = (&m[0], &m[1]);
+    // `ab` sorts before `ctl`: it is collected first, so `ctl` gone means
+    // `ab`'s fate is decided.
+    apply_yaml(
+        a,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ab, labels: {sync: ns}}\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata: {name: ctl, labels: {sync: ns}}\n",
+    );
+    apply_yaml(a, NAMESPACE_RULE);
+    for ns in ["ab", "ctl"] {
+        wait_copy(b, &namespaces(), None, ns, "a", "namespaces", |_| Ok(())).await;
+    }
+    apply_yaml(a, &configmap_rule("ctl-configmaps", "ctl"));
+    create_cm(a, "ctl", "shared", "from-a");
+    wait_copy(
+        b,
+        &configmaps(),
+        Some("ctl"),
+        "shared",
+        "a",
+        "ctl-configmaps",
+        |_| Ok(()),
+    )
+    .await;
+    // What kube-controller-manager puts in every namespace: the root CA
+    // ConfigMap (made here by hand, as its publisher would) and the
+    // `default` ServiceAccount (the devcluster makes it, as kube does).
+    for ns in ["ab", "ctl"] {
+        create_cm(b, ns, "kube-root-ca.crt", "ca");
+        let sa = resource("", "v1", "ServiceAccount", "serviceaccounts");
+        wait_obj(b, &sa, Some(ns), "default", "to exist", |_| Ok(())).await;
+    }
+    // b's own object, never managed.
+    create_cm(b, "ab", "both", "b-owns-this");
+
+    kubectl(a, &["delete", "resourcesyncrule", "namespaces"]);
+    // Nothing unmanaged in it: deleted.
+    wait_absent(b, &namespaces(), None, "ctl").await;
+    // b's ConfigMap and its namespace are still there; the namespace is b's now.
+    let both = get_dynamic(b, &configmaps(), Some("ab"), "both")
+        .await
+        .unwrap();
+    let both = both.expect("b's ConfigMap ab/both was deleted with the namespace copy");
+    assert_eq!(data(&both), serde_json::json!({"k": "b-owns-this"}));
+    let ab = get_dynamic(b, &namespaces(), None, "ab").await.unwrap();
+    let ab = ab.expect("the namespace copy ab holding b's ConfigMap was deleted");
+    check_unmanaged(&ab).unwrap();
+    assert!(
+        ab.metadata.deletion_timestamp.is_none(),
+        "ab is terminating"
+    );
+    let message = wait_kept_event(b, "configmaps ab/both").await;
+    assert!(
+        message.contains("kubectl delete namespaces ab"),
+        "the Event says how to finish: {message}"
+    );
+    assert!(
+        !message.contains("kube-root-ca.crt") && !message.contains("serviceaccounts"),
+        "what Kubernetes makes in every namespace does not count: {message}"
+    );
+    // The Event is on the copy (and on the rule, while b still knows it).
+    let kept = events_with_reason(b, "CopyKept").await.unwrap();
+    assert!(
+        kept.iter().all(|e| e
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Namespace ab kept"))),
+        "only ab was kept: {:?}",
+        kept.iter().map(|e| &e.message).collect::<Vec<_>>()
+    );
+    // a's originals are untouched.
+    wait_obj(a, &namespaces(), None, "ab", "to stay", check_unmanaged).await;
+}
+
+/// CRDs from a (`role=src`) only, so a kept copy on b is not published back.
+const CRD_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: crds
+spec:
+  groupVersionKind: {group: apiextensions.k8s.io, version: v1, kind: CustomResourceDefinition}
+  sourceClusterSelector: {matchLabels: {role: src}}
+  rules:
+    - match:
+        - objectKey: {name: gizmos.example.com}
+        - objectKey: {name: zooids.example.com}
+"#;
+
+/// CRD copies `gizmos` and `zooids` on b; b has its own Gizmo. Deleting both
+/// sources deletes the `zooids` copy and keeps `gizmos` (and the Gizmo): the
+/// rule's status (condition Kept) and an Event say why and how to finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_with_unmanaged_instances_is_kept() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["a", "b"]).await;
+    let (a, b) = (&m[0], &m[1]);
+    let (code, out, err) = fleetbus_cli(&nats, &["clusters", "label", "a", "role=src"]).await;
+    assert_eq!(code, Some(0), "fleetbus clusters label: {out}{err}");
+    wait_for("b: Cluster a labelled role=src", SYNC, || async {
+        let c = b.clusters().get("a").await.map_err(|e| e.to_string())?;
+        match c.labels().get("role").map(String::as_str) {
+            Some("src") => Ok(()),
+            other => Err(format!("role={other:?}")),
+        }
+    })
+    .await;
+    install_crd(a, "Gizmo", "gizmos").await;
+    install_crd(a, "Zooid", "zooids").await;
+    apply_yaml(a, CRD_RULE);
+    for name in ["gizmos.example.com", "zooids.example.com"] {
+        wait_copy(b, &crds(), None, name, "a", "crds", |_| Ok(())).await;
+    }
+    let gizmos = resource("example.com", "v1", "Gizmo", "gizmos");
+    wait_served(b, "gizmos.example.com").await;
+    // b's own Gizmo, never managed.
+    apply_yaml(
+        b,
+        "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g1, namespace: default}\nspec: {size: 1}\n",
+    );
+
+    // gizmos first: its tombstone arrives first and it sorts first, so
+    // zooids gone means gizmos' fate is decided.
+    kubectl(
+        a,
+        &["delete", "crd", "gizmos.example.com", "zooids.example.com"],
+    );
+    wait_absent(b, &crds(), None, "zooids.example.com").await;
+    let g1 = get_dynamic(b, &gizmos, Some("default"), "g1")
+        .await
+        .unwrap();
+    assert!(g1.is_some(), "b's Gizmo g1 was deleted with the CRD copy");
+    let kept = get_dynamic(b, &crds(), None, "gizmos.example.com")
+        .await
+        .unwrap();
+    check_unmanaged(&kept.expect("the CRD copy gizmos was deleted")).unwrap();
+    let r = wait_rule(
+        b,
+        "crds",
+        "to report the kept CRD",
+        |r| match rule_condition(r, "Kept") {
+            Some(c) if c.status == "True" && c.message.contains("gizmos.example.com") => Ok(()),
+            other => Err(format!("Kept is {other:?}")),
+        },
+    )
+    .await;
+    let message = &rule_condition(&r, "Kept").unwrap().message;
+    assert!(
+        message.contains("gizmos.example.com default/g1")
+            && message.contains(
+                "kubectl delete customresourcedefinitions.apiextensions.k8s.io gizmos.example.com"
+            ),
+        "the status says what would have gone and how to finish: {message}"
+    );
+    wait_kept_event(b, "gizmos.example.com default/g1").await;
+    // Deleting the kept CRD by hand ends the report.
+    kubectl(b, &["delete", "crd", "gizmos.example.com"]);
+    wait_rule(
+        b,
+        "crds",
+        "to report nothing kept",
+        |r| match rule_condition(r, "Kept") {
+            Some(c) if c.status == "False" => Ok(()),
+            other => Err(format!("Kept is {other:?}")),
+        },
+    )
+    .await;
+}
+
+/// b's copy holds a finalizer; the source is deleted (the copy turns
+/// Terminating) and created again. The terminating copy is not written nor
+/// counted in sync; once the finalizer is removed it goes, and the new
+/// source's copy is created at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminating_copy_is_not_written() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["a", "b"]).await;
+    let (a, b) = (&m[0], &m[1]);
+    for x in [a, b] {
+        create_ns(x, "fin").await;
+    }
+    apply_yaml(a, &configmap_rule("fin-configmaps", "fin"));
+    create_cm(a, "fin", "x", "one");
+    wait_copy(
+        b,
+        &configmaps(),
+        Some("fin"),
+        "x",
+        "a",
+        "fin-configmaps",
+        data_is(serde_json::json!({"k": "one"})),
+    )
+    .await;
+    patch_configmap(
+        b,
+        "fin",
+        "x",
+        "merge",
+        r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+    );
+    kubectl_delete(a, "configmap", Some("fin"), "x");
+    let doomed = wait_obj(
+        b,
+        &configmaps(),
+        Some("fin"),
+        "x",
+        "to be terminating",
+        |o| match o.metadata.deletion_timestamp {
+            Some(_) => Ok(()),
+            None => Err("no deletionTimestamp".into()),
+        },
+    )
+    .await;
+    create_cm(a, "fin", "x", "two");
+    // A later object's copy: the pass that saw the new x has run.
+    create_cm(a, "fin", "y", "barrier");
+    wait_copy(
+        b,
+        &configmaps(),
+        Some("fin"),
+        "y",
+        "a",
+        "fin-configmaps",
+        |_| Ok(()),
+    )
+    .await;
+    let now = get_dynamic(b, &configmaps(), Some("fin"), "x")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (now.resource_version(), data(&now)),
+        (doomed.resource_version(), serde_json::json!({"k": "one"})),
+        "the terminating copy was written"
+    );
+    wait_rule(
+        b,
+        "fin-configmaps",
+        "to count the terminating copy as not in sync",
+        |r| {
+            let s = r.status.as_ref().ok_or("no status")?;
+            if s.objects_synced == 1 && s.errors == 1 {
+                Ok(())
+            } else {
+                Err(format!("synced {}, errors {}", s.objects_synced, s.errors))
+            }
+        },
+    )
+    .await;
+    // The finalizer's owner lets go: the old copy goes, the new one comes.
+    patch_configmap(
+        b,
+        "fin",
+        "x",
+        "json",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    );
+    let old_uid = doomed.uid().unwrap();
+    wait_copy(
+        b,
+        &configmaps(),
+        Some("fin"),
+        "x",
+        "a",
+        "fin-configmaps",
+        |o| {
+            data_is(serde_json::json!({"k": "two"}))(o)?;
+            if o.uid().as_deref() == Some(old_uid.as_str()) {
+                return Err("still the old object".into());
+            }
+            Ok(())
+        },
+    )
+    .await;
+    wait_rule(b, "fin-configmaps", "in sync", ready_is("True", "Synced")).await;
+}
