@@ -103,6 +103,27 @@ pub struct Args {
     #[arg(long, env = "FLEETBUS_KUBECONFIG_LIFETIME", default_value = "1h", value_parser = parse_duration)]
     pub kubeconfig_lifetime: Duration,
 
+    /// Drift fights: after this many drifts of one copy by the same field
+    /// manager setting the same values within --drift-fight-window (each
+    /// after a correction), stop correcting that copy and report a `Fight`;
+    /// 0 turns detection off.
+    #[arg(long, env = "FLEETBUS_DRIFT_FIGHT_THRESHOLD", default_value_t = 5)]
+    pub drift_fight_threshold: u32,
+
+    /// The window of --drift-fight-threshold.
+    #[arg(long, env = "FLEETBUS_DRIFT_FIGHT_WINDOW", default_value = "2m", value_parser = parse_duration)]
+    pub drift_fight_window: Duration,
+
+    /// How long a fought-over copy must be left alone before the agent
+    /// corrects it again; doubled each time the fight goes on (at most 16x).
+    #[arg(long, env = "FLEETBUS_DRIFT_FIGHT_BACKOFF", default_value = "1m", value_parser = parse_duration)]
+    pub drift_fight_backoff: Duration,
+
+    /// Drift of one copy within this window after it was announced is
+    /// coalesced: one event per phase with a `count` when the window closes.
+    #[arg(long, env = "FLEETBUS_DRIFT_COALESCE_WINDOW", default_value = "5s", value_parser = parse_duration)]
+    pub drift_coalesce_window: Duration,
+
     /// Server-side apply the fleetbus CRDs at start (`--install-crds=false` when a
     /// chart installs them).
     #[arg(long, env = "FLEETBUS_INSTALL_CRDS", default_value_t = true, action = ArgAction::Set)]

@@ -145,6 +145,10 @@ pub struct Config {
     pub kubeconfig_lifetime: Duration,
     /// Whether to server-side apply the CRDs at start.
     pub install_crds: bool,
+    /// When a drift is a fight, and the backoff then.
+    pub drift_fight: crate::sync::fight::FightPolicy,
+    /// The drift coalescing window.
+    pub drift_coalesce_window: Duration,
     /// The rate limit of each verb of requests to this agent.
     pub command_rate: RateLimit,
 }
@@ -184,6 +188,12 @@ impl TryFrom<Args> for Config {
             advertise_server: a.advertise_server,
             kubeconfig_lifetime: a.kubeconfig_lifetime,
             install_crds: a.install_crds,
+            drift_fight: crate::sync::fight::FightPolicy {
+                threshold: a.drift_fight_threshold,
+                window: a.drift_fight_window,
+                backoff: a.drift_fight_backoff,
+            },
+            drift_coalesce_window: a.drift_coalesce_window,
             command_rate: RateLimit {
                 per_second: a.command_rate,
                 burst: a.command_burst,

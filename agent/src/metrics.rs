@@ -68,7 +68,9 @@ pub struct Metrics {
     /// This cluster's objects that rules select and that are never published
     /// (`fleetbus_sync_withheld`: tokens, objects fleetbus writes itself).
     pub sync_withheld: Gauge,
-    /// Drift events by `cluster`, `rule`, `kind` and `phase`.
+    /// Drifts by `cluster`, `rule`, `kind` and `phase` (`Fight` included): a
+    /// coalesced drift event counts every occurrence it stands for, when it
+    /// is published.
     pub drifts: Family<Vec<(String, String)>, Counter>,
     /// Seconds from the watch event of a drifted copy to its `Detected` event
     /// acknowledged by the bus.
@@ -222,7 +224,7 @@ impl Metrics {
         let drifts = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
             "drifts",
-            "Drift events by cluster, rule, kind and phase",
+            "Drifts by cluster, rule, kind and phase (coalesced events count each occurrence)",
             drifts.clone(),
         );
         let drift_detection_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));

@@ -61,6 +61,7 @@ async fn bus(nats: &NatsServer) -> (async_nats::Client, jetstream::Context, kv::
         name: s.name,
         subjects: s.subjects,
         max_messages_per_subject: s.max_msgs_per_subject,
+        max_bytes: s.max_bytes,
         max_age: s.max_age.unwrap_or_default(),
         duplicate_window: s.duplicate_window,
         deny_delete: s.deny_delete,
@@ -108,6 +109,8 @@ fn event(cluster: &str, object: ObjectRef, rule: &str, phase: DriftPhase, rv: &s
         }),
         action: DriftMode::Report,
         error: None,
+        count: 1,
+        resume_at: None,
     }
 }
 

@@ -56,12 +56,36 @@ pub struct DriftEvent {
     /// Why a correction failed (phase CorrectionFailed), else null.
     #[serde(default)]
     pub error: Option<String>,
+    /// How many times this phase happened to the copy since the last event of the same
+    /// phase was published: drift storms are coalesced into one event per phase and window.
+    /// Absent in events of older agents: 1.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Phase Fight: when the agent will try correcting the copy again if the other writer
+    /// has stopped by then (an operator's `fleetbus drift correct` does it at once); else null.
+    #[serde(default, with = "rfc3339_ms_opt")]
+    pub resume_at: Option<DateTime<Utc>>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl DriftPhase {
     /// Whether the object is still drifted after this event (its drift KV key is kept).
     pub fn is_open(self) -> bool {
-        matches!(self, Self::Detected | Self::CorrectionFailed)
+        matches!(self, Self::Detected | Self::CorrectionFailed | Self::Fight)
+    }
+
+    /// The phase as it is spelled on the wire (`Detected`, `Fight`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Detected => "Detected",
+            Self::Corrected => "Corrected",
+            Self::CorrectionFailed => "CorrectionFailed",
+            Self::Resolved => "Resolved",
+            Self::Fight => "Fight",
+        }
     }
 }
 
@@ -76,6 +100,10 @@ pub enum DriftPhase {
     CorrectionFailed,
     /// The copy matches again without a correction (the change was undone, or the source moved).
     Resolved,
+    /// Another field manager (`changedBy`) changed the copy back after every correction, too
+    /// often: the agent stopped correcting it and backs off (see `resumeAt`). The drift stays
+    /// open; `drift.exclusions` is the durable fix for fields another controller owns.
+    Fight,
 }
 
 /// What happened to the copy.
@@ -144,11 +172,5 @@ pub fn drift_event_id(
     resource_version: &str,
     phase: DriftPhase,
 ) -> String {
-    let phase = match phase {
-        DriftPhase::Detected => "Detected",
-        DriftPhase::Corrected => "Corrected",
-        DriftPhase::CorrectionFailed => "CorrectionFailed",
-        DriftPhase::Resolved => "Resolved",
-    };
-    format!("{cluster}:{uid}:{resource_version}:{phase}")
+    format!("{cluster}:{uid}:{resource_version}:{}", phase.as_str())
 }

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 mod common;
 
 /// The example in docs/PROTOCOL.md; keep them identical.
-const EXAMPLE: &str = r#"{"schema":"fleetbus.io/drift/v1","id":"west:9d8e7f60-1a2b-4c3d-8e9f-0a1b2c3d4e5f:1187:Corrected","cluster":"west","rule":"team-config","origin":"east","object":{"apiVersion":"v1","kind":"ConfigMap","namespace":"team-a","name":"settings","uid":"9d8e7f60-1a2b-4c3d-8e9f-0a1b2c3d4e5f","resourceVersion":"1187"},"phase":"Corrected","type":"Modified","detectedAt":"2026-11-22T04:31:07.412Z","changes":[{"path":"/data/color","desired":"blue","live":"red"},{"path":"/data/extra","desired":null,"live":"1"}],"changedBy":{"manager":"kubectl-edit","operation":"Update","time":"2026-11-22T04:31:07.000Z"},"action":"Correct","error":null}"#;
+const EXAMPLE: &str = r#"{"schema":"fleetbus.io/drift/v1","id":"west:9d8e7f60-1a2b-4c3d-8e9f-0a1b2c3d4e5f:1187:Corrected","cluster":"west","rule":"team-config","origin":"east","object":{"apiVersion":"v1","kind":"ConfigMap","namespace":"team-a","name":"settings","uid":"9d8e7f60-1a2b-4c3d-8e9f-0a1b2c3d4e5f","resourceVersion":"1187"},"phase":"Corrected","type":"Modified","detectedAt":"2026-11-22T04:31:07.412Z","changes":[{"path":"/data/color","desired":"blue","live":"red"},{"path":"/data/extra","desired":null,"live":"1"}],"changedBy":{"manager":"kubectl-edit","operation":"Update","time":"2026-11-22T04:31:07.000Z"},"action":"Correct","error":null,"count":1,"resumeAt":null}"#;
 
 fn example() -> DriftEvent {
     DriftEvent {
@@ -57,6 +57,8 @@ fn example() -> DriftEvent {
         }),
         action: DriftMode::Correct,
         error: None,
+        count: 1,
+        resume_at: None,
     }
 }
 
@@ -101,9 +103,29 @@ fn cluster_scoped_and_unknown_author_are_null() {
         "changedBy",
         "action",
         "error",
+        "count",
+        "resumeAt",
     ];
     want.sort();
     assert_eq!(keys, want);
+}
+
+/// Events of agents that predate coalescing and fights have neither `count` nor
+/// `resumeAt`: they read as one occurrence, no resume time (PROTOCOL §7).
+#[test]
+fn events_without_count_read_as_one() {
+    let old = EXAMPLE.replace(r#","count":1,"resumeAt":null"#, "");
+    assert!(!old.contains("count"));
+    assert_eq!(DriftEvent::decode(old.as_bytes()).unwrap(), example());
+    let mut fight = example();
+    fight.phase = DriftPhase::Fight;
+    fight.count = 5;
+    fight.resume_at = Some(parse_rfc3339("2026-11-22T04:32:07Z").unwrap());
+    let v: Value = serde_json::from_slice(&fight.encode().unwrap()).unwrap();
+    assert_eq!(v["phase"], "Fight");
+    assert_eq!(v["count"], 5);
+    assert_eq!(v["resumeAt"], "2026-11-22T04:32:07.000Z");
+    assert!(DriftPhase::Fight.is_open());
 }
 
 #[test]
@@ -175,7 +197,8 @@ fn phase() -> impl Strategy<Value = DriftPhase> {
         Just(DriftPhase::Detected),
         Just(DriftPhase::Corrected),
         Just(DriftPhase::CorrectionFailed),
-        Just(DriftPhase::Resolved)
+        Just(DriftPhase::Resolved),
+        Just(DriftPhase::Fight)
     ]
 }
 
@@ -193,7 +216,8 @@ proptest! {
                    phase in phase(), deleted in any::<bool>(), at in ms_time(), action in mode(),
                    changes in proptest::collection::vec((any::<String>(), json_value(), json_value()), 0..4),
                    changed_by in proptest::option::of((any::<String>(), any::<String>(), proptest::option::of(ms_time()))),
-                   error in proptest::option::of(any::<String>())) {
+                   error in proptest::option::of(any::<String>()), count in any::<u32>(),
+                   resume_at in proptest::option::of(ms_time())) {
         let e = DriftEvent {
             id: s[0].clone(), cluster: s[1].clone(), rule: s[2].clone(), origin: s[3].clone(),
             object: ObjectRef { api_version: s[4].clone(), kind: s[5].clone(), namespace: ns,
@@ -203,7 +227,7 @@ proptest! {
             detected_at: at,
             changes: changes.into_iter().map(|(path, desired, live)| DriftChange { path, desired, live }).collect(),
             changed_by: changed_by.map(|(manager, operation, time)| ChangedBy { manager, operation, time }),
-            action, error,
+            action, error, count, resume_at,
         };
         prop_assert_eq!(DriftEvent::decode(&e.encode().unwrap()).unwrap(), e);
     }

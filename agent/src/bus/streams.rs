@@ -97,13 +97,14 @@ fn render(diffs: &[FieldDiff]) -> String {
 }
 
 /// The async-nats form of a schemas stream spec. Limits the spec leaves open
-/// (bytes, messages, consumers) stay at the NATS default: unlimited.
+/// (messages, consumers) stay at the NATS default: unlimited.
 pub fn stream_config(spec: &StreamSpec) -> stream::Config {
     stream::Config {
         name: spec.name.clone(),
         description: Some(spec.description.clone()),
         subjects: spec.subjects.clone(),
         max_messages_per_subject: spec.max_msgs_per_subject,
+        max_bytes: spec.max_bytes,
         // Zero is how NATS spells "no age limit".
         max_age: spec.max_age.unwrap_or(Duration::ZERO),
         duplicate_window: spec.duplicate_window,
@@ -125,10 +126,27 @@ pub fn stream_config(spec: &StreamSpec) -> stream::Config {
     }
 }
 
+/// `found` with the size limits of `expected` where `found` has none: a
+/// stream created before the layout bounded it (the drift stream before it
+/// had byte and per-subject limits) gets them on the next agent start. A limit
+/// an operator set (any other value) is left alone: the byte limit is theirs
+/// to tune, and a per-subject limit that differs is reported by [`compare`].
+pub fn with_layout_limits(expected: &stream::Config, found: &stream::Config) -> stream::Config {
+    let mut upgraded = found.clone();
+    let unlimited = |v: i64| v <= 0;
+    if unlimited(found.max_bytes) && !unlimited(expected.max_bytes) {
+        upgraded.max_bytes = expected.max_bytes;
+    }
+    if unlimited(found.max_messages_per_subject) && !unlimited(expected.max_messages_per_subject) {
+        upgraded.max_messages_per_subject = expected.max_messages_per_subject;
+    }
+    upgraded
+}
+
 /// The fields that matter: those that change what is kept, for how long, or
-/// what clients may do. Description, limits the layout does not set and
-/// server-filled fields (metadata, compression defaults) are not compared, so
-/// an operator may tune them.
+/// what clients may do. Description, the byte limit (see
+/// [`with_layout_limits`]) and server-filled fields (metadata, compression
+/// defaults) are not compared, so an operator may tune them.
 pub fn compare(expected: &stream::Config, found: &stream::Config) -> Vec<FieldDiff> {
     let mut diffs = Vec::new();
     let mut check = |field: &'static str, e: String, f: String| {
@@ -217,7 +235,7 @@ pub async fn ensure_streams(
 }
 
 /// Creates `config` if missing (returns true then); an existing stream is
-/// compared field by field.
+/// compared field by field, and given the layout's limits it lacks.
 #[tracing::instrument(skip_all, fields(stream = %config.name))]
 pub async fn ensure_stream(
     js: &jetstream::Context,
@@ -225,7 +243,7 @@ pub async fn ensure_stream(
 ) -> Result<bool, StreamError> {
     let name = config.name.clone();
     match existing(js, &name).await? {
-        Some(found) => check(&config, &found).map(|()| false),
+        Some(found) => upgrade(js, &config, &found).await.map(|()| false),
         None => match js.create_stream(config.clone()).await {
             Ok(_) => {
                 tracing::info!(replicas = config.num_replicas, "created stream");
@@ -250,6 +268,41 @@ pub async fn ensure_stream(
             }),
         },
     }
+}
+
+/// Checks an existing stream and, when nothing but missing limits differs,
+/// applies them (an update NATS performs in place, keeping every message
+/// within the new limits). A stream that differs otherwise is not touched.
+/// A refused update (the per-cluster NATS users of `deploy/nats` may not
+/// update streams) is a warning, not a stop: the stream works unbounded as
+/// before until an operator applies the limits.
+async fn upgrade(
+    js: &jetstream::Context,
+    expected: &stream::Config,
+    found: &stream::Config,
+) -> Result<(), StreamError> {
+    let upgraded = with_layout_limits(expected, found);
+    check(expected, &upgraded)?;
+    if upgraded.max_bytes == found.max_bytes
+        && upgraded.max_messages_per_subject == found.max_messages_per_subject
+    {
+        return Ok(());
+    }
+    match js.update_stream(&upgraded).await {
+        Ok(_) => tracing::info!(
+            max_bytes = upgraded.max_bytes,
+            max_msgs_per_subject = upgraded.max_messages_per_subject,
+            "applied the layout's limits to an existing stream"
+        ),
+        Err(error) => tracing::warn!(
+            %error,
+            max_bytes = upgraded.max_bytes,
+            max_msgs_per_subject = upgraded.max_messages_per_subject,
+            "could not apply the layout's limits to an existing stream; it stays unbounded \
+             until an operator does (nats stream edit)"
+        ),
+    }
+    Ok(())
 }
 
 fn check(expected: &stream::Config, found: &stream::Config) -> Result<(), StreamError> {
@@ -314,11 +367,37 @@ mod tests {
         let drift = stream_config(&layout.drift_stream());
         assert_eq!(drift.name, "FLEETBUS_DRIFT");
         assert_eq!(drift.max_age, Duration::from_secs(7 * 24 * 3600));
-        assert_eq!(drift.max_messages_per_subject, -1);
+        assert_eq!(drift.max_messages_per_subject, 1_000);
+        assert_eq!(drift.max_bytes, 256 * 1024 * 1024);
         assert!(!drift.allow_direct);
         let objects = stream_config(&layout.objects_stream());
         assert_eq!(objects.max_age, Duration::ZERO);
         assert_eq!(objects.max_messages_per_subject, 1);
+        assert_eq!(objects.max_bytes, -1);
+    }
+
+    #[test]
+    fn missing_limits_are_added_and_an_operators_are_kept() {
+        let expected = stream_config(&Layout::default().drift_stream());
+        // The drift stream as agents before the limits created it.
+        let mut old = expected.clone();
+        old.max_bytes = -1;
+        old.max_messages_per_subject = -1;
+        assert!(!compare(&expected, &old).is_empty());
+        let up = with_layout_limits(&expected, &old);
+        assert_eq!(up.max_bytes, expected.max_bytes);
+        assert_eq!(up.max_messages_per_subject, 1_000);
+        assert!(compare(&expected, &up).is_empty());
+        // An operator's byte limit stays; another per-subject limit is reported.
+        let mut tuned = expected.clone();
+        tuned.max_bytes = 1 << 30;
+        tuned.max_messages_per_subject = 50;
+        let up = with_layout_limits(&expected, &tuned);
+        assert_eq!(up.max_bytes, 1 << 30);
+        assert_eq!(compare(&expected, &up)[0].field, "max_msgs_per_subject");
+        // Streams the layout leaves unbounded are not given limits.
+        let objects = stream_config(&Layout::default().objects_stream());
+        assert_eq!(with_layout_limits(&objects, &objects), objects);
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! (`fleetbus drift correct`). The request (`fleetbus_schemas::command`)
 //! selects drifted copies (by rule, kind, namespace, name; absent = any); the
 //! engine corrects them in one pass whatever the drift mode or pause
-//! annotations, and replies with what it did. A request that cannot be read
-//! gets a reply with `error`, and nothing else happens; so does one over the
-//! verb's rate limit (`crate::bus::rate`), which costs no pass.
+//! annotations, and replies with what it did. A copy the agent stopped
+//! correcting because another writer fights over it (`fight`) is corrected
+//! too, and counting starts afresh. A request that cannot be read gets a
+//! reply with `error`, and nothing else happens; so does one over the verb's
+//! rate limit (`crate::bus::rate`), which costs no pass.
 
 use fleetbus_schemas::command::{CorrectFailure, CorrectReply, CorrectRequest};
 use fleetbus_schemas::ObjectRef;

@@ -13,9 +13,13 @@ use fleetbus_schemas::ObjectRef;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use std::hash::{Hash, Hasher};
+
 use super::drift;
+use super::drift_coalesce::Gate;
 use super::engine::{Engine, Target};
-use super::sink::Candidate;
+use super::fight::{Change, Verdict};
+use super::sink::{Candidate, Outcome};
 use crate::kube::events::EventType;
 
 /// A drift that has been detected and not ended yet.
@@ -41,6 +45,19 @@ pub struct Found<'a> {
     pub exclude: &'a [String],
     /// Whether status is part of the copy.
     pub with_status: bool,
+}
+
+/// The changed paths of a drift event, comma separated.
+fn paths(event: Option<&DriftEvent>) -> String {
+    event
+        .map(|e| {
+            e.changes
+                .iter()
+                .map(|c| c.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
 }
 
 fn object_ref(target: &Target, obj: &Value) -> ObjectRef {
@@ -95,10 +112,12 @@ impl Engine {
             },
             action: f.action,
             error: None,
+            count: 1,
+            resume_at: None,
         };
         let seen = self.seen.get(target).copied().unwrap_or_else(Instant::now);
         tracing::warn!(copy = %target, rule = %c.rule, action = ?f.action, by = ?event.changed_by.as_ref().map(|b| &b.manager), "drift detected");
-        if !self.announce(&event).await {
+        if !self.report(target, &event).await {
             // Not on the bus: not recorded either, so the next pass (soon)
             // detects and announces it again.
             self.publish_retry_at = Some(Instant::now() + Duration::from_secs(2));
@@ -108,32 +127,6 @@ impl Engine {
             .metrics
             .drift_detection_seconds
             .observe(seen.elapsed().as_secs_f64());
-        self.kv_put(&event).await;
-        let message = match f.type_ {
-            DriftType::Deleted => "the copy was deleted on this cluster".to_owned(),
-            DriftType::Modified => format!(
-                "changed on this cluster{}: {}",
-                event
-                    .changed_by
-                    .as_ref()
-                    .map(|b| format!(" by {}", b.manager))
-                    .unwrap_or_default(),
-                event
-                    .changes
-                    .iter()
-                    .map(|c| c.path.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
-        self.k8s_event(
-            target,
-            &event,
-            EventType::Warning,
-            "DriftDetected",
-            &message,
-        )
-        .await;
         self.drifts
             .insert(target.clone(), OpenDrift { event, seen });
         self.ctx.metrics.drifted.set(self.drifts.len() as i64);
@@ -150,16 +143,7 @@ impl Engine {
             .drift_correction_seconds
             .observe(open.seen.elapsed().as_secs_f64());
         let event = self.next_phase(&open.event, DriftPhase::Corrected, DriftMode::Correct, None);
-        self.announce(&event).await;
-        self.kv_delete(&event).await;
-        self.k8s_event(
-            target,
-            &event,
-            EventType::Normal,
-            "DriftCorrected",
-            "restored to the fleet's desired state",
-        )
-        .await;
+        self.report(target, &event).await;
     }
 
     /// The correction failed: the drift stays, with the error.
@@ -173,16 +157,7 @@ impl Engine {
             DriftMode::Correct,
             Some(error.to_owned()),
         );
-        self.announce(&event).await;
-        self.kv_put(&event).await;
-        self.k8s_event(
-            target,
-            &event,
-            EventType::Warning,
-            "DriftCorrectionFailed",
-            error,
-        )
-        .await;
+        self.report(target, &event).await;
         self.drifts.insert(
             target.clone(),
             OpenDrift {
@@ -193,15 +168,16 @@ impl Engine {
     }
 
     /// The copy is equal again without our correction (someone put it back,
-    /// or the desired state moved to it): the drift ends.
+    /// or the desired state moved to it): the drift ends, and a fight over
+    /// it with it.
     pub(super) async fn drift_resolved(&mut self, target: &Target) {
         let Some(open) = self.drifts.remove(target) else {
             return;
         };
+        self.fights.forget(target);
         self.ctx.metrics.drifted.set(self.drifts.len() as i64);
         let event = self.next_phase(&open.event, DriftPhase::Resolved, open.event.action, None);
-        self.announce(&event).await;
-        self.kv_delete(&event).await;
+        self.report(target, &event).await;
     }
 
     /// Forgets drifts of copies nothing wants any more (collected or gone).
@@ -209,6 +185,7 @@ impl Engine {
         &mut self,
         wanted: &std::collections::BTreeSet<Target>,
     ) {
+        self.fights.retain(Instant::now(), |t| wanted.contains(t));
         let gone: Vec<Target> = self
             .drifts
             .keys()
@@ -221,6 +198,178 @@ impl Engine {
             }
         }
         self.ctx.metrics.drifted.set(self.drifts.len() as i64);
+    }
+
+    /// Whether to correct a drift of `target` by `live`'s newest foreign
+    /// field manager, or whether that manager is fighting the agent over it.
+    pub(super) fn fight_verdict(&mut self, target: &Target, f: &Found<'_>) -> Verdict {
+        let Some(by) = drift::changed_by(f.live) else {
+            return Verdict::Correct;
+        };
+        let changes = drift::changes(f.baseline, f.live, f.with_status, f.exclude);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for c in &changes {
+            c.path.hash(&mut h);
+            c.live.to_string().hash(&mut h);
+        }
+        let change = Change {
+            manager: by.manager,
+            values: h.finish(),
+        };
+        self.fights.on_drift(target, &change, Instant::now())
+    }
+
+    /// A fight starts: what was held for the copy is announced first (the
+    /// drifts that led to it), then the open drift becomes a `Fight`, the
+    /// copy is left alone, and the rule reports it as an error.
+    pub(super) async fn drift_fight(
+        &mut self,
+        target: &Target,
+        verdict: Verdict,
+        rv: Option<&str>,
+    ) -> Outcome {
+        let Verdict::Fight {
+            manager,
+            changes,
+            resume_at,
+        } = verdict
+        else {
+            return Outcome::InSync;
+        };
+        self.fights.seen_at(target, rv);
+        let held = self.coalesce.take(target);
+        self.flush_held(target, held).await;
+        if let Some(open) = self.drifts.get(target).cloned() {
+            let wait = resume_at.saturating_duration_since(Instant::now());
+            let mut event =
+                self.next_phase(&open.event, DriftPhase::Fight, DriftMode::Report, None);
+            event.count = changes;
+            event.resume_at = chrono::TimeDelta::from_std(wait)
+                .ok()
+                .map(|d| chrono::Utc::now() + d);
+            tracing::warn!(copy = %target, %manager, changes, wait = ?wait, "drift fight: not correcting this copy for now");
+            self.emit(target, &event).await;
+            self.drifts.insert(
+                target.clone(),
+                OpenDrift {
+                    event,
+                    seen: open.seen,
+                },
+            );
+        }
+        Outcome::Failed(self.fight_message(target))
+    }
+
+    /// A fought-over copy's error in its rule's status: stable while the
+    /// fight lasts (no times), so the status is not rewritten every pass.
+    pub(super) fn fight_message(&self, target: &Target) -> String {
+        let event = self.drifts.get(target).map(|d| &d.event);
+        let manager = event
+            .and_then(|e| e.changed_by.as_ref())
+            .map_or("another writer", |b| b.manager.as_str());
+        format!(
+            "{manager} changes this copy back after every correction ({}): correction stopped \
+             (drift phase Fight); exclude the fields {manager} owns with drift.exclusions, or \
+             run `fleetbus drift correct` once it has stopped",
+            paths(event)
+        )
+    }
+
+    /// Announces what coalescing held for copies whose window closed.
+    pub(super) async fn drift_flush(&mut self) {
+        for (target, events) in self.coalesce.due(Instant::now()) {
+            self.flush_held(&target, events).await;
+        }
+    }
+
+    /// Announces held events (each with its count), then records the copy's
+    /// drift state as it is now: the last held event may be older than it.
+    async fn flush_held(&mut self, target: &Target, events: Vec<DriftEvent>) {
+        let Some(last) = events.last() else {
+            return;
+        };
+        for e in &events {
+            self.announce(e).await;
+            self.k8s_event_of(target, e).await;
+        }
+        match self.drifts.get(target).map(|d| d.event.clone()) {
+            Some(open) => self.kv_put(&open).await,
+            None => self.kv_delete(last).await,
+        }
+    }
+
+    /// Announces `event` now or holds it for its copy's window (see
+    /// `drift_coalesce`). False when an announcement was not acknowledged.
+    async fn report(&mut self, target: &Target, event: &DriftEvent) -> bool {
+        match self.coalesce.admit(target, event, Instant::now()) {
+            Gate::Announce => self.emit(target, event).await,
+            Gate::Held => true,
+        }
+    }
+
+    /// Publishes `event` on the drift stream, records the drift state (KV)
+    /// and the Kubernetes Event. A `Detected` that was not acknowledged is
+    /// not recorded (false): it is detected and announced again.
+    async fn emit(&mut self, target: &Target, event: &DriftEvent) -> bool {
+        let acked = self.announce(event).await;
+        if !acked && event.phase == DriftPhase::Detected {
+            return false;
+        }
+        if event.phase.is_open() {
+            self.kv_put(event).await;
+        } else {
+            self.kv_delete(event).await;
+        }
+        self.k8s_event_of(target, event).await;
+        acked
+    }
+
+    /// The Kubernetes Event of a drift event (none for `Resolved`: nothing to
+    /// look at). The message names no count or time, so repeats aggregate.
+    async fn k8s_event_of(&self, target: &Target, event: &DriftEvent) {
+        let by = event.changed_by.as_ref().map(|b| b.manager.as_str());
+        let (type_, reason, message) = match event.phase {
+            DriftPhase::Detected => (
+                EventType::Warning,
+                "DriftDetected",
+                match event.type_ {
+                    DriftType::Deleted => "the copy was deleted on this cluster".to_owned(),
+                    DriftType::Modified => format!(
+                        "changed on this cluster{}: {}",
+                        by.map(|m| format!(" by {m}")).unwrap_or_default(),
+                        paths(Some(event))
+                    ),
+                },
+            ),
+            DriftPhase::Corrected => (
+                EventType::Normal,
+                "DriftCorrected",
+                "restored to the fleet's desired state".to_owned(),
+            ),
+            DriftPhase::CorrectionFailed => (
+                EventType::Warning,
+                "DriftCorrectionFailed",
+                event.error.clone().unwrap_or_default(),
+            ),
+            DriftPhase::Fight => (EventType::Warning, "DriftFight", {
+                let p = self.ctx.cfg.drift_fight;
+                let manager = by.unwrap_or("another writer");
+                format!(
+                    "{manager} keeps changing {} back after corrections ({} times within {} \
+                     make a fight): not correcting this copy until {manager} has left it alone \
+                     for {} or longer (or `fleetbus drift correct`); if {manager} owns these \
+                     fields, add them to the rule's drift.exclusions",
+                    paths(Some(event)),
+                    p.threshold,
+                    humantime::format_duration(p.window),
+                    humantime::format_duration(p.backoff),
+                )
+            }),
+            DriftPhase::Resolved => return,
+        };
+        let count = i32::try_from(event.count).unwrap_or(i32::MAX);
+        self.k8s_event(target, event, type_, reason, &message, count)
+            .await;
     }
 
     fn next_phase(
@@ -254,9 +403,10 @@ impl Engine {
                 ("cluster".to_owned(), event.cluster.clone()),
                 ("rule".to_owned(), event.rule.clone()),
                 ("kind".to_owned(), event.object.kind.clone()),
-                ("phase".to_owned(), format!("{:?}", event.phase)),
+                ("phase".to_owned(), event.phase.as_str().to_owned()),
             ])
-            .inc();
+            // A coalesced event counts every drift it stands for.
+            .inc_by(u64::from(event.count.max(1)));
         let bytes = match event.encode() {
             Ok(b) => b,
             Err(e) => {
@@ -334,6 +484,7 @@ impl Engine {
         type_: EventType,
         reason: &str,
         message: &str,
+        count: i32,
     ) {
         let object = k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some(target.api_version.clone()),
@@ -345,7 +496,7 @@ impl Engine {
         };
         self.ctx
             .recorder
-            .publish(&object, type_, reason, message)
+            .publish_counted(&object, type_, reason, message, count)
             .await;
     }
 }

@@ -217,6 +217,10 @@ pub struct Engine {
     pub(super) forced_results: Vec<(Target, Result<(), String>)>,
     /// The drift state KV bucket, once found.
     pub(super) drift_kv: Option<async_nats::jetstream::kv::Store>,
+    /// Copies another writer keeps changing back (`fight`).
+    pub(super) fights: super::fight::Fights<Target>,
+    /// Drift announcements held per copy (`drift_coalesce`).
+    pub(super) coalesce: super::drift_coalesce::Coalescer<Target>,
     /// Object versions that could not be published and got their Event.
     pub(super) unpublishable: std::collections::HashSet<(ObjectKey, String)>,
     /// Our live objects whose last value on the bus someone overwrote with
@@ -283,6 +287,8 @@ impl Engine {
         cancel: CancellationToken,
         fleet: Arc<FleetView>,
     ) -> Self {
+        let fights = super::fight::Fights::new(ctx.cfg.drift_fight);
+        let coalesce = super::drift_coalesce::Coalescer::new(ctx.cfg.drift_coalesce_window);
         Engine {
             ctx,
             tx,
@@ -306,6 +312,8 @@ impl Engine {
             forced: std::collections::HashSet::new(),
             forced_results: Vec::new(),
             drift_kv: None,
+            fights,
+            coalesce,
             source_errors: BTreeMap::new(),
             source_withheld: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
@@ -703,6 +711,8 @@ impl Engine {
             .chain(self.rediscover_at)
             .chain(self.publish_retry_at)
             .chain(self.status_due)
+            .chain(self.fights.wake_at())
+            .chain(self.coalesce.wake_at())
             .min()
     }
 

@@ -27,6 +27,7 @@ use super::digest::Digest;
 use super::drift::{self, Policy};
 use super::drift_report::{self, Found};
 use super::engine::{namespace_gvk, Baseline, Engine, RuleReport, Target};
+use super::fight::Verdict;
 use super::matching;
 use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
@@ -343,6 +344,7 @@ impl Engine {
         // Watch times matter only for copies (drift latency).
         self.seen.retain(|t, _| wanted.contains(t));
         self.drift_forget_except(&wanted).await;
+        self.drift_flush().await;
         // A copy held in the last pass and not wanted now may be collectable.
         let shrank = self.held.keys().any(|t| !wanted.contains(t));
         if shrank || self.collect_due {
@@ -606,6 +608,17 @@ impl Engine {
                 return Outcome::InSync;
             }
             if is_drift {
+                // A copy another writer fights over is left alone while it
+                // waits (no read, no write); an operator's request ends that.
+                if self.forced.contains(target) {
+                    self.fights.forget(target);
+                } else if self
+                    .fights
+                    .holding(target, live_rv.as_deref(), Instant::now())
+                    .is_some()
+                {
+                    return Outcome::Failed(self.fight_message(target));
+                }
                 // What the server has now, not the watch cache (which may
                 // still show the version our last write replaced).
                 let live = match drift_report::fresh(&api, &target.name).await {
@@ -630,19 +643,23 @@ impl Engine {
                 if mode == DriftMode::Ignore {
                     return Outcome::InSync;
                 }
-                self.drift_detected(
-                    target,
-                    c,
-                    Found {
-                        live: &live,
-                        baseline: &server,
-                        type_: DriftType::Modified,
-                        action: mode,
-                        exclude: &policy.exclude,
-                        with_status: c.with_status,
-                    },
-                )
-                .await;
+                let found = Found {
+                    live: &live,
+                    baseline: &server,
+                    type_: DriftType::Modified,
+                    action: mode,
+                    exclude: &policy.exclude,
+                    with_status: c.with_status,
+                };
+                let verdict = if mode == DriftMode::Correct && !self.forced.contains(target) {
+                    self.fight_verdict(target, &found)
+                } else {
+                    Verdict::Correct
+                };
+                self.drift_detected(target, c, found).await;
+                if verdict != Verdict::Correct {
+                    return self.drift_fight(target, verdict, live_rv.as_deref()).await;
+                }
                 if mode == DriftMode::Report {
                     return Outcome::InSync;
                 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use fleetbus_schemas::drift::{DriftEvent, DriftPhase, DriftType};
+use fleetbus_schemas::drift::{DriftEvent, DriftType};
 
 /// Columns of `fleetbus drift ls`.
 pub(crate) const LS_HEADER: [&str; 9] = [
@@ -57,7 +57,7 @@ pub(crate) fn ls_row(e: &DriftEvent, now: DateTime<Utc>) -> [String; 9] {
         e.object.kind.clone(),
         e.object.namespace.clone().unwrap_or_else(|| "-".to_owned()),
         e.object.name.clone(),
-        phase(e.phase).to_owned(),
+        e.phase.as_str().to_owned(),
         format!("{:?}", e.action),
         e.changed_by
             .as_ref()
@@ -79,7 +79,7 @@ pub(crate) fn event_line(e: &DriftEvent, at: Option<DateTime<Utc>>) -> String {
         "{} {} {} {} {} {} rule={} action={:?}",
         at.to_rfc3339_opts(SecondsFormat::Millis, true),
         e.cluster,
-        phase(e.phase),
+        e.phase.as_str(),
         match e.type_ {
             DriftType::Modified => "Modified",
             DriftType::Deleted => "Deleted",
@@ -99,6 +99,16 @@ pub(crate) fn event_line(e: &DriftEvent, at: Option<DateTime<Utc>>) -> String {
     if let Some(err) = &e.error {
         line.push_str(&format!(" error={err:?}"));
     }
+    // A coalesced event stands for several occurrences (PROTOCOL §6).
+    if e.count > 1 {
+        line.push_str(&format!(" count={}", e.count));
+    }
+    if let Some(at) = e.resume_at {
+        line.push_str(&format!(
+            " resumeAt={}",
+            at.to_rfc3339_opts(SecondsFormat::Secs, true)
+        ));
+    }
     line
 }
 
@@ -109,15 +119,6 @@ pub(crate) fn event_json(e: &DriftEvent) -> serde_json::Value {
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         // Events decoded from JSON always re-encode; the plain value is the fallback.
         .unwrap_or_else(|| serde_json::to_value(e).unwrap_or_default())
-}
-
-fn phase(p: DriftPhase) -> &'static str {
-    match p {
-        DriftPhase::Detected => "Detected",
-        DriftPhase::Corrected => "Corrected",
-        DriftPhase::CorrectionFailed => "CorrectionFailed",
-        DriftPhase::Resolved => "Resolved",
-    }
 }
 
 /// kubectl-style age: `45s`, `3m`, `5h`, `2d` (negative clock skew shows as `0s`).
@@ -143,6 +144,46 @@ mod tests {
         assert_eq!(age(s(600)), "10m");
         assert_eq!(age(s(3 * 3600)), "3h");
         assert_eq!(age(s(3 * 86_400)), "3d");
+    }
+
+    #[test]
+    fn a_fight_shows_its_phase_manager_count_and_resume_time() {
+        use fleetbus_schemas::crd::DriftMode;
+        use fleetbus_schemas::drift::{ChangedBy, DriftChange, DriftPhase};
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-22T04:31:07Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let e = DriftEvent {
+            id: "c2:u:7:Fight".into(),
+            cluster: "c2".into(),
+            rule: "cfg".into(),
+            origin: "c1".into(),
+            object: fleetbus_schemas::ObjectRef::new("v1", "ConfigMap", Some("a"), "x"),
+            phase: DriftPhase::Fight,
+            type_: DriftType::Modified,
+            detected_at: at,
+            changes: vec![DriftChange {
+                path: "/data/v".into(),
+                desired: "ours".into(),
+                live: "theirs".into(),
+            }],
+            changed_by: Some(ChangedBy {
+                manager: "hpa".into(),
+                operation: "Update".into(),
+                time: None,
+            }),
+            action: DriftMode::Report,
+            error: None,
+            count: 5,
+            resume_at: Some(at + chrono::TimeDelta::minutes(1)),
+        };
+        assert_eq!(
+            event_line(&e, None),
+            "2026-11-22T04:31:07.000Z c2 Fight Modified ConfigMap a/x rule=cfg action=Report \
+             by=hpa changes=/data/v count=5 resumeAt=2026-11-22T04:32:07Z"
+        );
+        let row = ls_row(&e, at);
+        assert_eq!((row[5].as_str(), row[7].as_str()), ("Fight", "hpa"));
     }
 
     #[test]

@@ -283,7 +283,10 @@ pub struct DriftPolicy {
     /// Correct: revert the change and report it. Report: only report it. Ignore: do nothing.
     #[serde(default)]
     pub mode: DriftMode,
-    /// Fields that may differ without counting as drift.
+    /// Fields that may differ without counting as drift. The durable fix for fields another
+    /// controller owns (an autoscaler's `/spec/replicas`): without an exclusion the agent and
+    /// that controller fight, and after a few rounds the agent stops correcting the copy and
+    /// reports drift phase `Fight` until the other writer leaves it alone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclusions: Vec<DriftExclusion>,
 }

@@ -20,6 +20,13 @@ pub const REPLICAS_SINGLE: usize = 1;
 pub const REPLICAS_CLUSTERED: usize = 3;
 /// How long drift events are kept by default.
 pub const DEFAULT_DRIFT_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Drift events kept per subject, that is per copy: the newest ones when a copy drifts more
+/// often than that within the age limit (a storm is coalesced into a few events per window,
+/// so only a copy drifting for days reaches this).
+pub const DEFAULT_DRIFT_MAX_MSGS_PER_SUBJECT: i64 = 1_000;
+/// Bytes the drift stream keeps at most (the oldest events go first): a bound on what a fleet
+/// of storms can cost the NATS server's disk (a drift event is about 0.5-2 KiB).
+pub const DEFAULT_DRIFT_MAX_BYTES: i64 = 256 * 1024 * 1024;
 /// Window in which a repeated `Nats-Msg-Id` is dropped (the NATS default; larger windows
 /// cost server memory, and the agent also compares content hashes itself).
 pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -62,6 +69,8 @@ pub struct StreamSpec {
     pub subjects: Vec<String>,
     /// Messages kept per subject (`-1`: all within the other limits).
     pub max_msgs_per_subject: i64,
+    /// Bytes kept in the whole stream (`-1`: no byte limit).
+    pub max_bytes: i64,
     /// Maximum message age (`None`: forever).
     pub max_age: Option<Duration>,
     /// De-duplication window for `Nats-Msg-Id`.
@@ -180,6 +189,7 @@ impl Layout {
             description: description.to_owned(),
             subjects: vec![subject],
             max_msgs_per_subject: 1,
+            max_bytes: -1,
             max_age: None,
             duplicate_window: DEFAULT_DUPLICATE_WINDOW,
             allow_rollup: false,
@@ -202,10 +212,13 @@ impl Layout {
         )
     }
 
-    /// DRIFT: `<p>.drift.>`, every drift event for `drift_max_age` (default 7 days).
+    /// DRIFT: `<p>.drift.>`, every drift event for `drift_max_age` (default 7 days), at most
+    /// [`DEFAULT_DRIFT_MAX_MSGS_PER_SUBJECT`] per copy and [`DEFAULT_DRIFT_MAX_BYTES`] in all:
+    /// a copy that drifts without end must not fill the server.
     pub fn drift_stream(&self) -> StreamSpec {
         StreamSpec {
-            max_msgs_per_subject: -1,
+            max_msgs_per_subject: DEFAULT_DRIFT_MAX_MSGS_PER_SUBJECT,
+            max_bytes: DEFAULT_DRIFT_MAX_BYTES,
             max_age: Some(self.drift_max_age),
             allow_direct: false,
             ..self.base(
@@ -340,8 +353,10 @@ mod tests {
         let drift = l.drift_stream();
         assert_eq!(drift.name, "FLEETBUS_DRIFT");
         assert_eq!(drift.subjects, vec!["fleetbus.drift.>"]);
-        assert_eq!(drift.max_msgs_per_subject, -1);
+        assert_eq!(drift.max_msgs_per_subject, 1_000);
+        assert_eq!(drift.max_bytes, 256 * 1024 * 1024);
         assert_eq!(drift.max_age, Some(Duration::from_secs(604_800)));
+        assert_eq!(objects.max_bytes, -1);
         let status = l.status_stream();
         assert_eq!(status.name, "FLEETBUS_STATUS");
         assert_eq!(status.max_msgs_per_subject, 1);

@@ -195,18 +195,6 @@ impl Setup {
     }
 }
 
-/// A plain NATS subscription to every drift event of the fleet.
-async fn subscribe_drift(nats: &NatsServer) -> async_nats::Subscriber {
-    let client = async_nats::connect(nats.url()).await.expect("connect nats");
-    let sub = client
-        .subscribe("fleetbus.drift.>")
-        .await
-        .expect("subscribe");
-    // Registered with the server once a round trip completed.
-    client.flush().await.expect("flush");
-    sub
-}
-
 /// The next drift message (subject, JSON); panics after [`SYNC`].
 async fn next_drift(sub: &mut async_nats::Subscriber, what: &str) -> (String, Value) {
     match tokio::time::timeout(SYNC, sub.next()).await {

@@ -66,6 +66,7 @@ fn assert_matches_spec(spec: &StreamSpec, found: &stream::Config) {
         found.max_messages_per_subject, spec.max_msgs_per_subject,
         "{name}"
     );
+    assert_eq!(found.max_bytes, spec.max_bytes, "{name}");
     assert_eq!(found.max_age, spec.max_age.unwrap_or_default(), "{name}");
     assert_eq!(found.duplicate_window, spec.duplicate_window, "{name}");
     assert_eq!(found.allow_rollup, spec.allow_rollup, "{name}");

@@ -431,6 +431,18 @@ pub async fn delete_dynamic(m: &Member, ar: &ApiResource, ns: Option<&str>, name
         .unwrap_or_else(|e| panic!("{}: delete {} {ns:?}/{name}: {e}", m.name, ar.kind));
 }
 
+/// A plain NATS subscription to every drift event of the fleet.
+pub async fn subscribe_drift(nats: &NatsServer) -> async_nats::Subscriber {
+    let client = async_nats::connect(nats.url()).await.expect("connect nats");
+    let sub = client
+        .subscribe("fleetbus.drift.>")
+        .await
+        .expect("subscribe");
+    // Registered with the server once a round trip completed.
+    client.flush().await.expect("flush");
+    sub
+}
+
 /// A plain NATS subscription to `fleetbus.conflict.<sink>.>`.
 pub async fn subscribe_conflicts(nats: &NatsServer, sink: &str) -> async_nats::Subscriber {
     let client = async_nats::connect(nats.url()).await.expect("connect nats");
