@@ -1,2 +1,8 @@
-//! Fault injection for fleetbus meshes. Empty until the chaos issue: it exists
-//! now so that the workspace layout in ARCHITECTURE.md is true from the start.
+//! Fault injection for fleetbus meshes (issue 24).
+//!
+//! [`proxy`] is a TCP proxy the runner puts between an agent and NATS or its
+//! API server, to cut, stall, half-open, delay, throttle or corrupt the
+//! traffic of every connection at once. The scenario runner (`fleetbus-chaos`)
+//! is built on it and on `tests/support`'s real processes.
+
+pub mod proxy;
