@@ -3,8 +3,10 @@
 //! Three tasks share one [`Registry`]: the [`publisher`] re-puts this cluster's
 //! record every heartbeat, the [`watcher`] folds the bucket into [`Membership`],
 //! and the [`reconciler`] turns both into the Local and Peer Cluster objects
-//! ([`local`], [`peers`]).
+//! ([`local`], [`peers`]). Beside them, the API probe ([`api_health`]) keeps
+//! the local API server's health current for the record and `/readyz`.
 
+mod api_health;
 pub mod label_cmd;
 mod liveness;
 mod local;
@@ -32,6 +34,7 @@ use kube::ResourceExt;
 use crate::context::Context;
 use tokio::sync::{watch, Notify};
 
+pub use api_health::run as run_api_probe;
 pub use local::preload as preload_local;
 pub use membership::Membership;
 pub use reconciler::run as run_reconciler;
