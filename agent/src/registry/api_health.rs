@@ -6,7 +6,8 @@ use std::time::Duration;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::{Registry, RegistryError};
+use super::error::RegistryError;
+use super::shared::Registry;
 use crate::kube::api_probe::{probe, PROBE_TIMEOUT};
 
 /// How often the API server is probed.
