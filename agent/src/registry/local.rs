@@ -19,7 +19,7 @@ use super::publisher::AGENT_VERSION;
 use super::record::MemberState;
 use super::shared::{LocalInfo, Registry};
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
-use crate::kube::conditions::{merge, status_of, Desired};
+use crate::kube::conditions::{merge, replace_one, status_of, Desired};
 use crate::kube::events::EventType;
 
 /// What the membership says about the local cluster.
@@ -303,15 +303,8 @@ fn flagged_status(
         reason: "DuplicateLocal",
         message: conflict_msg.to_owned(),
     };
-    let mut conditions: Vec<_> = prev
-        .conditions
-        .iter()
-        .filter(|c| c.type_ != condition::LOCAL_CONFLICT)
-        .cloned()
-        .collect();
-    conditions.extend(merge(&prev.conditions, &[flagged], generation));
     ClusterStatus {
-        conditions,
+        conditions: replace_one(&prev.conditions, flagged, generation),
         ..prev.clone()
     }
 }

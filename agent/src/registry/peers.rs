@@ -21,7 +21,7 @@ use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
 use super::shared::Registry;
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
 use super::view::is_disabled;
-use crate::kube::conditions::{merge, Desired};
+use crate::kube::conditions::{merge, replace_one, Desired};
 use crate::kube::events::EventType;
 
 /// One peer name as the registry shows it, decided under the membership lock.
@@ -676,14 +676,7 @@ async fn orphans(
             reason: "Disconnected",
             message: "no record of this cluster in the registry".to_owned(),
         };
-        let mut conditions: Vec<_> = prev
-            .conditions
-            .iter()
-            .filter(|c| c.type_ != condition::READY)
-            .cloned()
-            .collect();
-        conditions.extend(merge(&prev.conditions, &[ready], c.metadata.generation));
-        status.conditions = conditions;
+        status.conditions = replace_one(&prev.conditions, ready, c.metadata.generation);
         reg.ctx
             .recorder
             .publish(
