@@ -1,7 +1,7 @@
 //! The cluster registry: publishing this cluster, watching the fleet, keeping Cluster objects current.
 //!
 //! Three tasks share one [`Registry`]: the [`publisher`] re-puts this cluster's
-//! record every heartbeat, the [`watcher`] folds the bucket into [`Membership`],
+//! record every heartbeat, the [`watcher`] folds the bucket into the `Membership`,
 //! and the [`reconciler`] turns both into the Local and Peer Cluster objects
 //! ([`local`], [`peers`]) and the [`FleetView`] sync follows. Beside them, the
 //! API probe ([`api_health`]) keeps the local API server's health current for
@@ -28,7 +28,6 @@ pub mod watcher;
 pub use api_health::run as run_api_probe;
 pub use error::RegistryError;
 pub use local::preload as preload_local;
-pub use membership::Membership;
 pub use reconciler::run as run_reconciler;
-pub use shared::{LocalInfo, Registry};
+pub use shared::Registry;
 pub use view::{is_disabled, sync_allowed, FleetView, PeerView};
