@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use fleetbus_schemas::subject::Prefix;
 
+pub use crate::bus::connect::NatsAuth;
 use crate::bus::rate::RateLimit;
 use crate::cli::Args;
 
@@ -47,18 +48,6 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// How the agent authenticates to NATS and verifies it, beyond the URL's
-/// user/password or token.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NatsAuth {
-    /// `--nats-creds`.
-    pub creds: Option<PathBuf>,
-    /// `--nats-tls-ca`; TLS is required when set.
-    pub tls_ca: Option<PathBuf>,
-    /// `--nats-tls-cert` and `--nats-tls-key`.
-    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 impl NatsAuth {

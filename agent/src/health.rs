@@ -41,7 +41,7 @@ impl HealthError {
 pub struct Readiness {
     /// The NATS connection is up.
     pub nats: AtomicBool,
-    /// The local API server answered the last probe (`kube::api_probe`).
+    /// The local API server answered the last probe (`registry::api_health`).
     pub kube: AtomicBool,
     /// The last put of our record into the registry bucket succeeded.
     pub publishing: AtomicBool,

@@ -4,7 +4,7 @@
 //! identity), connects to NATS and ensures the JetStream layout (streams and the
 //! registry bucket, see `streams`), then runs the registry tasks until shutdown:
 //! the heartbeat publisher, the registry watcher, the reconciler of Cluster
-//! objects (see [`registry`]) and the Node watch that keeps the published
+//! objects (see `registry`) and the Node watch that keeps the published
 //! metadata current (`nodes`). Flags are in [`Args`], checked into [`Config`].
 
 mod bootstrap;
@@ -19,7 +19,7 @@ mod kubeconfig;
 mod metadata;
 mod metrics;
 mod nodes;
-pub mod registry;
+mod registry;
 mod run;
 pub mod sync;
 

@@ -238,7 +238,7 @@ async fn run_tasks(
     spawn("nodes", task(nodes::run(reg.clone(), cancel.clone())));
     spawn(
         "api_probe",
-        task(crate::kube::api_probe::run(reg.clone(), cancel.clone())),
+        task(registry::run_api_probe(reg.clone(), cancel.clone())),
     );
     spawn("sync", task(crate::sync::run(reg.clone(), cancel.clone())));
     spawn(

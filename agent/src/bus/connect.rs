@@ -1,5 +1,6 @@
 //! NATS connection, the minimum server version check, and the registry bucket set-up.
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +11,19 @@ use fleetbus_schemas::jetstream::{
     check_server_version as check, KvSpec, ServerVersionError, Storage,
 };
 
-use crate::config::NatsAuth;
 use crate::health::Readiness;
+
+/// How the agent authenticates to NATS and verifies it, beyond the URL's
+/// user/password or token.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NatsAuth {
+    /// `--nats-creds`.
+    pub creds: Option<PathBuf>,
+    /// `--nats-tls-ca`; TLS is required when set.
+    pub tls_ca: Option<PathBuf>,
+    /// `--nats-tls-cert` and `--nats-tls-key`.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
 
 /// Failure to connect to NATS or to set up JetStream.
 #[derive(Debug, thiserror::Error)]

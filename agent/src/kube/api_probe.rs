@@ -2,42 +2,17 @@
 //!
 //! Watches alone cannot tell a quiet API server from a dead one (a paused
 //! process accepts TCP connections and never answers), so the agent asks the
-//! API server itself, with a short timeout, every second.
+//! API server itself, with a short timeout. The loop that probes every
+//! second and records the result is `registry::api_health`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use fleetbus_schemas::registry::ApiHealth;
-use tokio::time::MissedTickBehavior;
-use tokio_util::sync::CancellationToken;
 
-use crate::registry::{Registry, RegistryError};
-
-/// How often the API server is probed.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How long one probe may take before the API counts as unreachable. A
 /// healthy kube-apiserver answers `/readyz` in milliseconds; 2 s tolerates a
 /// loaded one without letting a hung one look healthy for long.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Probes until `cancel`, publishing every change of the API's health.
-#[tracing::instrument(name = "api_probe", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
-pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
-    let mut tick = tokio::time::interval(PROBE_INTERVAL);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            _ = tick.tick() => {}
-            _ = reg.probe_now.notified() => tick.reset(),
-        }
-        let health = tokio::select! {
-            _ = cancel.cancelled() => return Ok(()),
-            h = probe(&reg.ctx.client, PROBE_TIMEOUT) => h,
-        };
-        reg.set_api_health(health);
-    }
-}
 
 /// One `GET /readyz` with `timeout`. `/readyz` is what kube-apiserver itself
 /// answers only when it can serve (etcd reachable, informers synced), and

@@ -52,6 +52,23 @@ pub fn merge(
         .collect()
 }
 
+/// `existing` with condition `desired.type_` rendered anew (see [`merge`])
+/// and moved last; conditions of other types are kept as they are, for
+/// when only one condition of an object is ours to judge.
+pub fn replace_one(
+    existing: &[Condition],
+    desired: Desired,
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    let mut conditions: Vec<_> = existing
+        .iter()
+        .filter(|c| c.type_ != desired.type_)
+        .cloned()
+        .collect();
+    conditions.extend(merge(existing, &[desired], generation));
+    conditions
+}
+
 /// Longest condition message written. Kubernetes refuses more than 32768
 /// bytes; messages built from peer data (member lists) are cut well below.
 pub const MAX_MESSAGE: usize = 4096;
@@ -118,5 +135,28 @@ mod tests {
         let flipped = merge(&existing, &[d(false, "m")], Some(1));
         assert_ne!(flipped[0].last_transition_time, old);
         assert_eq!(status_of(&flipped, "ClustersSynced"), Some("False"));
+    }
+
+    #[test]
+    fn replace_one_keeps_the_other_conditions_and_the_transition_time() {
+        let desired = |type_, status| Desired {
+            type_,
+            status,
+            reason: "Because",
+            message: String::new(),
+        };
+        let before = merge(&[], &[desired("A", true), desired("B", true)], Some(1));
+        let replaced = replace_one(&before, desired("A", true), Some(2));
+        assert_eq!(replaced[0], before[1], "B is kept as it was");
+        assert_eq!(replaced[1].type_, "A");
+        assert_eq!(
+            replaced[1].last_transition_time, before[0].last_transition_time,
+            "the status did not change"
+        );
+        assert_eq!(replaced[1].observed_generation, Some(2));
+        let flipped = replace_one(&before, desired("B", false), None);
+        assert_eq!(flipped[0], before[0]);
+        assert_eq!(flipped[1].status, "False");
+        assert_eq!(flipped.len(), 2);
     }
 }

@@ -21,7 +21,8 @@ use kube::{Api, ResourceExt};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::Registry;
+use super::error::RegistryError;
+use super::shared::Registry;
 use crate::bus::rate::TokenBucket;
 
 /// How many times a patch is tried in all: a patch that lost a race with
@@ -134,10 +135,7 @@ pub fn relabel(
 /// clusters label` finds no responder, so a failed subscribe is retried with
 /// backoff (the agent goes on meanwhile; a task that returns stops it).
 #[tracing::instrument(name = "label_cmd", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
-pub async fn run(
-    reg: Arc<Registry>,
-    cancel: CancellationToken,
-) -> Result<(), super::RegistryError> {
+pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
     let client = reg.ctx.js.client();
     let subject = CommandKey::label(&reg.ctx.cfg.cluster_name).to_subject(reg.ctx.layout.prefix());
     let mut rate = TokenBucket::new("label", reg.ctx.cfg.command_rate, Instant::now());

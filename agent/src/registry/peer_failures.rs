@@ -14,6 +14,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use tokio::time::Instant;
 
+use super::error::RegistryError;
 use super::record::{ClusterRecord, KubeconfigRecord};
 
 /// First retry delay of a peer that failed transiently.
@@ -175,6 +176,24 @@ impl PeerFailures {
     }
 }
 
+/// Whether the API server refused a peer's write for good: the object is
+/// invalid (400 BadRequest, 413 too large, 422 Invalid, which is also how a
+/// ValidatingAdmissionPolicy denies) or forbidden (403: an admission webhook's
+/// denial, or RBAC), so the same write fails the same way until the peer's
+/// record changes (or, in case a policy was fixed, a few minutes pass).
+/// Everything else (conflicts, throttling, 5xx, 404 from a lagging cache,
+/// broken connections) may pass soon and is retried with backoff.
+pub fn is_refusal(e: &RegistryError) -> bool {
+    match e {
+        RegistryError::Kube {
+            source: kube::Error::Api(s),
+            ..
+        } => matches!(s.code, 400 | 403 | 413 | 422),
+        RegistryError::Encode(_) | RegistryError::Serialise(_) => true,
+        RegistryError::Kube { .. } | RegistryError::Put { .. } | RegistryError::Watch(_) => false,
+    }
+}
+
 fn builder() -> ExponentialBuilder {
     ExponentialBuilder::default()
         .with_min_delay(MIN_DELAY)
@@ -251,5 +270,27 @@ mod tests {
         }
         f.retain(&[]);
         assert_eq!(f.verdict("b", &c, t0), Verdict::Try);
+    }
+
+    fn kube_error(code: u16) -> RegistryError {
+        let mut s = kube::core::Status::failure("refused", "Invalid");
+        s.code = code;
+        RegistryError::Kube {
+            action: "create Cluster",
+            object: "b".into(),
+            source: kube::Error::Api(Box::new(s)),
+        }
+    }
+
+    #[test]
+    fn only_an_invalid_object_is_a_refusal_the_rest_is_retried() {
+        for code in [400, 403, 413, 422] {
+            assert!(is_refusal(&kube_error(code)), "{code}");
+        }
+        // 404 (a lagging cache), conflicts, throttling and server errors
+        // may all pass soon.
+        for code in [404, 409, 429, 500, 503] {
+            assert!(!is_refusal(&kube_error(code)), "{code}");
+        }
     }
 }

@@ -1,82 +1,25 @@
-//! A peer's published kubeconfig, stored as a Secret its Cluster object points at; its writes fail on their own.
+//! A peer's published kubeconfig, stored as a Secret its Cluster object points at (the write only; `peers` decides when).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use fleetbus_schemas::crd::{AuthInfo, Cluster, NamespacedName};
 use fleetbus_schemas::well_known;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Api;
-use tokio::time::Instant;
 
-use super::peer_failures::{Content, PeerFailures, Verdict};
-use super::peers::{is_refusal, report_rejection, Outcome, Plan};
+use super::error::RegistryError;
 use super::record::KubeconfigRecord;
-use super::{Registry, RegistryError};
+use super::shared::Registry;
 
 /// Kubeconfig Secrets already written (name -> kubeconfig), to skip rewrites.
 /// A std mutex: held for one lookup or insert, never across an await.
 #[derive(Debug, Default)]
 pub struct SecretCache(Mutex<HashMap<String, String>>);
-/// Stores the peer's published kubeconfig as a Secret and returns where the
-/// object should point, or `None` (keep `spec.authInfo` as it is) when there
-/// is none, the name is in conflict, or the Secret cannot be written. A
-/// Secret the API server refuses is that Secret's problem: reported once,
-/// retried like a peer (key `<peer>/kubeconfig-secret` in `failures`), and
-/// the Cluster object is written all the same.
-pub(super) async fn kubeconfig_secret(
-    reg: &Registry,
-    secrets: &SecretCache,
-    failures: &mut PeerFailures,
-    clusters: &[Arc<Cluster>],
-    p: &Plan,
-    now: Instant,
-    out: &mut Outcome,
-) -> Option<AuthInfo> {
-    let k = p.kubeconfig.as_ref()?;
-    if !p.conflict_ids.is_empty() {
-        return None;
-    }
-    let key = format!("{}/kubeconfig-secret", p.name);
-    let content = Content::of(&p.record, Some(k));
-    match failures.verdict(&key, &content, now) {
-        Verdict::Try => {}
-        Verdict::Rejected => return None,
-        Verdict::Wait(at) => {
-            out.wake(at);
-            return None;
-        }
-    }
-    let secret_name = format!("{}-kubeconfig", p.name);
-    match ensure_secret(reg, secrets, &secret_name, k).await {
-        Ok(()) => {
-            failures.succeeded(&key);
-            Some(AuthInfo {
-                secret_ref: NamespacedName {
-                    name: secret_name,
-                    namespace: reg.ctx.cfg.namespace.clone(),
-                },
-            })
-        }
-        Err(e) if is_refusal(&e) => {
-            if failures.rejected(&key, content, now) {
-                report_rejection(reg, clusters, &p.name, &e).await;
-            }
-            None
-        }
-        Err(e) => {
-            let at = failures.transient(&key, now);
-            tracing::warn!(peer = %p.name, error = %crate::report(&e), retry_in = ?at.saturating_duration_since(now), "storing the peer's kubeconfig failed; retrying with backoff");
-            out.wake(at);
-            None
-        }
-    }
-}
 
 /// Stores a peer's published kubeconfig as a Secret the Cluster object points at.
-async fn ensure_secret(
+pub(super) async fn ensure_secret(
     reg: &Registry,
     cache: &SecretCache,
     name: &str,

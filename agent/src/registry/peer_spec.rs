@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use fleetbus_schemas::crd::{AuthInfo, Cluster};
 use kube::ResourceExt;
 
-use super::RegistryError;
+use super::error::RegistryError;
 
 /// Label keys with this prefix are never removed because a record lacks them.
 pub const RESERVED_LABEL_PREFIX: &str = "fleetbus.io/";

@@ -5,35 +5,37 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleetbus_schemas::crd::{
-    AuthInfo, Cluster, ClusterSpec, ClusterState, ClusterStatus, ClusterType,
+    AuthInfo, Cluster, ClusterSpec, ClusterState, ClusterStatus, ClusterType, NamespacedName,
 };
 use fleetbus_schemas::well_known::{self, condition};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
+use super::error::RegistryError;
 use super::liveness::{members_match, peer_state, PeerFacts};
-use super::peer_failures::{Content, PeerFailures, Verdict};
-use super::peer_secret::{kubeconfig_secret, SecretCache};
+use super::peer_failures::{is_refusal, Content, PeerFailures, Verdict};
+use super::peer_secret::{ensure_secret, SecretCache};
 use super::peer_spec::{spec_patch, DesiredSpec};
 use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
+use super::shared::Registry;
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
-use super::{is_disabled, Registry, RegistryError};
-use crate::kube::conditions::{merge, Desired};
+use super::view::is_disabled;
+use crate::kube::conditions::{merge, replace_one, Desired};
 use crate::kube::events::EventType;
 
 /// One peer name as the registry shows it, decided under the membership lock.
 #[derive(Debug, Clone)]
-pub(super) struct Plan {
-    pub(super) name: String,
-    pub(super) record: ClusterRecord,
-    pub(super) alive: bool,
-    pub(super) advanced: bool,
-    pub(super) deadline: Instant,
-    pub(super) kubeconfig: Option<KubeconfigRecord>,
+struct Plan {
+    name: String,
+    record: ClusterRecord,
+    alive: bool,
+    advanced: bool,
+    deadline: Instant,
+    kubeconfig: Option<KubeconfigRecord>,
     /// clusterIDs of the active records claiming this name, when more than one.
-    pub(super) conflict_ids: Vec<String>,
-    pub(super) members_ours: Vec<String>,
+    conflict_ids: Vec<String>,
+    members_ours: Vec<String>,
 }
 
 /// What a pass over the peers found.
@@ -49,7 +51,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub(super) fn wake(&mut self, at: Instant) {
+    fn wake(&mut self, at: Instant) {
         self.wake_at = Some(self.wake_at.map_or(at, |d| d.min(at)));
     }
 }
@@ -143,6 +145,13 @@ pub async fn reconcile(
         out.wake(now + Duration::from_secs(1));
         out.pending += 1;
     }
+    set_state_gauges(reg, &by_state);
+    out
+}
+
+/// `fleetbus_peers{state}`: how many peers were written in each state (every
+/// state named, so a state no peer is in any more drops to 0).
+fn set_state_gauges(reg: &Registry, by_state: &BTreeMap<&'static str, i64>) {
     for state in [
         "Ready",
         "Disconnected",
@@ -157,31 +166,67 @@ pub async fn reconcile(
             .get_or_create(&vec![("state", state)])
             .set(by_state.get(state).copied().unwrap_or(0));
     }
-    out
 }
 
-/// Whether the API server refused a peer's write for good: the object is
-/// invalid (400 BadRequest, 413 too large, 422 Invalid, which is also how a
-/// ValidatingAdmissionPolicy denies) or forbidden (403: an admission webhook's
-/// denial, or RBAC), so the same write fails the same way until the peer's
-/// record changes (or, in case a policy was fixed, a few minutes pass).
-/// Everything else (conflicts, throttling, 5xx, 404 from a lagging cache,
-/// broken connections) may pass soon and is retried with backoff.
-pub(super) fn is_refusal(e: &RegistryError) -> bool {
-    match e {
-        RegistryError::Kube {
-            source: kube::Error::Api(s),
-            ..
-        } => matches!(s.code, 400 | 403 | 413 | 422),
-        RegistryError::Encode(_) | RegistryError::Serialise(_) => true,
-        RegistryError::Kube { .. } | RegistryError::Put { .. } | RegistryError::Watch(_) => false,
+/// Stores the peer's published kubeconfig as a Secret and returns where the
+/// object should point, or `None` (keep `spec.authInfo` as it is) when there
+/// is none, the name is in conflict, or the Secret cannot be written. A
+/// Secret the API server refuses is that Secret's problem: reported once,
+/// retried like a peer (key `<peer>/kubeconfig-secret` in `failures`), and
+/// the Cluster object is written all the same.
+async fn kubeconfig_secret(
+    reg: &Registry,
+    secrets: &SecretCache,
+    failures: &mut PeerFailures,
+    clusters: &[Arc<Cluster>],
+    p: &Plan,
+    now: Instant,
+    out: &mut Outcome,
+) -> Option<AuthInfo> {
+    let k = p.kubeconfig.as_ref()?;
+    if !p.conflict_ids.is_empty() {
+        return None;
+    }
+    let key = format!("{}/kubeconfig-secret", p.name);
+    let content = Content::of(&p.record, Some(k));
+    match failures.verdict(&key, &content, now) {
+        Verdict::Try => {}
+        Verdict::Rejected => return None,
+        Verdict::Wait(at) => {
+            out.wake(at);
+            return None;
+        }
+    }
+    let secret_name = format!("{}-kubeconfig", p.name);
+    match ensure_secret(reg, secrets, &secret_name, k).await {
+        Ok(()) => {
+            failures.succeeded(&key);
+            Some(AuthInfo {
+                secret_ref: NamespacedName {
+                    name: secret_name,
+                    namespace: reg.ctx.cfg.namespace.clone(),
+                },
+            })
+        }
+        Err(e) if is_refusal(&e) => {
+            if failures.rejected(&key, content, now) {
+                report_rejection(reg, clusters, &p.name, &e).await;
+            }
+            None
+        }
+        Err(e) => {
+            let at = failures.transient(&key, now);
+            tracing::warn!(peer = %p.name, error = %crate::report(&e), retry_in = ?at.saturating_duration_since(now), "storing the peer's kubeconfig failed; retrying with backoff");
+            out.wake(at);
+            None
+        }
     }
 }
 
 /// Reports a refused peer: an error log, `fleetbus_peer_rejected_total`, and
 /// a Warning Event `PeerRejected` on the Local Cluster object (the peer's own
 /// object may not exist: its create may be what was refused).
-pub(super) async fn report_rejection(
+async fn report_rejection(
     reg: &Registry,
     clusters: &[Arc<Cluster>],
     peer: &str,
@@ -300,62 +345,14 @@ async fn reconcile_one(
     skip_spec: bool,
     now: Instant,
 ) -> Result<(ClusterState, Option<RegistryError>), RegistryError> {
-    let mut spec_error = None;
     // The watch cache lags our own writes: an object we created a moment ago
     // may not be in it yet. Use what we created rather than create again.
     let remembered = writer.created_not_cached(&p.name, cached.is_some(), now);
     let existing: Option<&Cluster> = cached.map(|c| &**c).or(remembered.as_ref());
-    let api = Api::<Cluster>::all(reg.ctx.client.clone());
-    let conflict = !p.conflict_ids.is_empty();
-    let desired = DesiredSpec {
-        cluster_id: (!conflict).then_some(p.record.cluster_id.as_str()),
-        auth_info: auth_info.as_ref(),
-        labels: &p.record.labels,
-    };
-    let obj: Cluster = match existing {
-        Some(c) if describes_local(reg, c) => {
-            tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
-            return Ok((ClusterState::Conflict, None));
-        }
-        // The cache may still show the object as it was before our last spec
-        // patch; patching again on its say-so would repeat that patch.
-        Some(c) if writer.spec_pending(c) || skip_spec => c.clone(),
-        Some(c) => match update_spec(reg, &api, writer, c, &desired).await {
-            Ok(obj) => obj,
-            Err(e) => {
-                spec_error = Some(e);
-                c.clone()
-            }
-        },
-        None => match create(reg, &api, p, auth_info.clone()).await? {
-            Some(obj) => obj,
-            // The object exists although neither the watch cache nor our
-            // memory shows it (created by an earlier run, by hand, or the
-            // cache lags for longer than the grace period). Creating again
-            // would fail the same way on every pass: read it and bring it up
-            // to date instead.
-            None => {
-                let fresh = api
-                    .get(&p.name)
-                    .await
-                    .map_err(|source| RegistryError::Kube {
-                        action: "get Cluster",
-                        object: p.name.clone(),
-                        source,
-                    })?;
-                if describes_local(reg, &fresh) {
-                    tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
-                    return Ok((ClusterState::Conflict, None));
-                }
-                match update_spec(reg, &api, writer, &fresh, &desired).await {
-                    Ok(obj) => obj,
-                    Err(e) => {
-                        spec_error = Some(e);
-                        fresh
-                    }
-                }
-            }
-        },
+    let Some((obj, spec_error)) =
+        ensure_object(reg, writer, p, existing, auth_info, skip_spec).await?
+    else {
+        return Ok((ClusterState::Conflict, None));
     };
 
     if cached.is_none() {
@@ -377,30 +374,96 @@ async fn reconcile_one(
     );
     let state = status.state.unwrap_or(ClusterState::Disconnected);
     if prev.state != status.state {
-        let (kind, msg) = match state {
-            ClusterState::Ready => (EventType::Normal, "peer heartbeats are arriving".to_owned()),
-            _ => (
-                if state == ClusterState::Left {
-                    EventType::Normal
-                } else {
-                    EventType::Warning
-                },
-                status.message.clone().unwrap_or_default(),
-            ),
-        };
+        let (kind, reason, msg) = state_event(&status);
         tracing::info!(peer = %p.name, from = ?prev.state, to = ?state, "peer state changed");
         reg.ctx
             .recorder
-            .publish(
-                &obj.object_ref(&()),
-                kind,
-                &format!("Peer{}", state_label(state)),
-                &msg,
-            )
+            .publish(&obj.object_ref(&()), kind, &reason, &msg)
             .await;
     }
     writer.write(reg, &obj, older, status).await?;
     Ok((state, spec_error))
+}
+
+/// The peer's object after creating it or bringing its spec and labels up
+/// to date, with the spec patch's error when only that failed; `None` when
+/// the object of the peer's name describes the local cluster (left alone).
+async fn ensure_object(
+    reg: &Registry,
+    writer: &StatusWriter,
+    p: &Plan,
+    existing: Option<&Cluster>,
+    auth_info: Option<AuthInfo>,
+    skip_spec: bool,
+) -> Result<Option<(Cluster, Option<RegistryError>)>, RegistryError> {
+    let api = Api::<Cluster>::all(reg.ctx.client.clone());
+    let conflict = !p.conflict_ids.is_empty();
+    let desired = DesiredSpec {
+        cluster_id: (!conflict).then_some(p.record.cluster_id.as_str()),
+        auth_info: auth_info.as_ref(),
+        labels: &p.record.labels,
+    };
+    let current = match existing {
+        Some(c) if describes_local(reg, c) => {
+            warn_describes_local(p);
+            return Ok(None);
+        }
+        // The cache may still show the object as it was before our last spec
+        // patch; patching again on its say-so would repeat that patch.
+        Some(c) if writer.spec_pending(c) || skip_spec => return Ok(Some((c.clone(), None))),
+        Some(c) => c.clone(),
+        None => match create(reg, &api, p, auth_info.clone()).await? {
+            Some(obj) => return Ok(Some((obj, None))),
+            // The object exists although neither the watch cache nor our
+            // memory shows it (created by an earlier run, by hand, or the
+            // cache lags for longer than the grace period). Creating again
+            // would fail the same way on every pass: read it and bring it up
+            // to date instead.
+            None => {
+                let fresh = api
+                    .get(&p.name)
+                    .await
+                    .map_err(|source| RegistryError::Kube {
+                        action: "get Cluster",
+                        object: p.name.clone(),
+                        source,
+                    })?;
+                if describes_local(reg, &fresh) {
+                    warn_describes_local(p);
+                    return Ok(None);
+                }
+                fresh
+            }
+        },
+    };
+    Ok(Some(
+        match update_spec(reg, &api, writer, &current, &desired).await {
+            Ok(obj) => (obj, None),
+            Err(e) => (current, Some(e)),
+        },
+    ))
+}
+
+fn warn_describes_local(p: &Plan) {
+    tracing::warn!(peer = %p.name, "a Cluster object of the peer's name describes the local cluster; leaving it alone");
+}
+
+/// The Event for a peer whose state became `status.state`: its type,
+/// reason (`Peer<State>`) and message. Ready and Left are news, not trouble.
+fn state_event(status: &ClusterStatus) -> (EventType, String, String) {
+    let state = status.state.unwrap_or(ClusterState::Disconnected);
+    let (kind, msg) = match state {
+        ClusterState::Ready => (EventType::Normal, "peer heartbeats are arriving".to_owned()),
+        _ => (
+            if state == ClusterState::Left {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            status.message.clone().unwrap_or_default(),
+        ),
+    };
+    (kind, format!("Peer{}", state_label(state)), msg)
 }
 
 /// Whether `c` is (or claims to be) the local cluster's object.
@@ -494,29 +557,7 @@ fn desired_status(
         api_unreachable: !p.record.api.reachable,
     };
     let state = peer_state(facts);
-    let message = match state {
-        ClusterState::Ready => None,
-        ClusterState::Disconnected => Some(format!(
-            "no heartbeat received for more than {}",
-            humantime::format_duration(peer_timeout)
-        )),
-        ClusterState::Left => {
-            Some("the cluster's agent announced that it left the fleet".to_owned())
-        }
-        ClusterState::Disabled => Some(format!(
-            "sync from this cluster is disabled by annotation {}",
-            well_known::ANNOTATION_CLUSTER_DISABLED
-        )),
-        ClusterState::Conflict => Some(format!(
-            "cluster name {:?} is claimed by clusterIDs {}",
-            p.name,
-            p.conflict_ids.join(", ")
-        )),
-        ClusterState::ApiUnreachable => Some(format!(
-            "the cluster's agent reports its API server unreachable: {}",
-            p.record.api.message
-        )),
-    };
+    let message = state_message(state, p, peer_timeout);
     let synced = members_match(&p.members_ours, &p.record.members);
     let mut desired = vec![
         Desired {
@@ -573,6 +614,33 @@ fn desired_status(
     status
 }
 
+/// The status message of a peer in `state` (none when Ready).
+fn state_message(state: ClusterState, p: &Plan, peer_timeout: Duration) -> Option<String> {
+    match state {
+        ClusterState::Ready => None,
+        ClusterState::Disconnected => Some(format!(
+            "no heartbeat received for more than {}",
+            humantime::format_duration(peer_timeout)
+        )),
+        ClusterState::Left => {
+            Some("the cluster's agent announced that it left the fleet".to_owned())
+        }
+        ClusterState::Disabled => Some(format!(
+            "sync from this cluster is disabled by annotation {}",
+            well_known::ANNOTATION_CLUSTER_DISABLED
+        )),
+        ClusterState::Conflict => Some(format!(
+            "cluster name {:?} is claimed by clusterIDs {}",
+            p.name,
+            p.conflict_ids.join(", ")
+        )),
+        ClusterState::ApiUnreachable => Some(format!(
+            "the cluster's agent reports its API server unreachable: {}",
+            p.record.api.message
+        )),
+    }
+}
+
 /// Peer objects without any record (e.g. the bucket was wiped): once the
 /// registry caught up, a Ready one becomes Disconnected. Never deleted.
 async fn orphans(
@@ -608,14 +676,7 @@ async fn orphans(
             reason: "Disconnected",
             message: "no record of this cluster in the registry".to_owned(),
         };
-        let mut conditions: Vec<_> = prev
-            .conditions
-            .iter()
-            .filter(|c| c.type_ != condition::READY)
-            .cloned()
-            .collect();
-        conditions.extend(merge(&prev.conditions, &[ready], c.metadata.generation));
-        status.conditions = conditions;
+        status.conditions = replace_one(&prev.conditions, ready, c.metadata.generation);
         reg.ctx
             .recorder
             .publish(
@@ -762,25 +823,37 @@ mod tests {
         assert_eq!(s.state, Some(ClusterState::Disconnected));
     }
 
-    fn kube_error(code: u16) -> RegistryError {
-        let mut s = kube::core::Status::failure("refused", "Invalid");
-        s.code = code;
-        RegistryError::Kube {
-            action: "create Cluster",
-            object: "b".into(),
-            source: kube::Error::Api(Box::new(s)),
-        }
-    }
-
     #[test]
-    fn only_an_invalid_object_is_a_refusal_the_rest_is_retried() {
-        for code in [400, 403, 413, 422] {
-            assert!(is_refusal(&kube_error(code)), "{code}");
-        }
-        // 404 (a lagging cache), conflicts, throttling and server errors
-        // may all pass soon.
-        for code in [404, 409, 429, 500, 503] {
-            assert!(!is_refusal(&kube_error(code)), "{code}");
+    fn state_events_warn_of_trouble_and_tell_of_news() {
+        let event = |state, message: Option<&str>| {
+            state_event(&ClusterStatus {
+                state: Some(state),
+                message: message.map(str::to_owned),
+                ..ClusterStatus::default()
+            })
+        };
+        assert_eq!(
+            event(ClusterState::Ready, None),
+            (
+                EventType::Normal,
+                "PeerReady".to_owned(),
+                "peer heartbeats are arriving".to_owned()
+            )
+        );
+        assert_eq!(
+            event(ClusterState::Left, Some("left")),
+            (EventType::Normal, "PeerLeft".to_owned(), "left".to_owned())
+        );
+        for state in [
+            ClusterState::Disconnected,
+            ClusterState::Disabled,
+            ClusterState::Conflict,
+            ClusterState::ApiUnreachable,
+        ] {
+            let (kind, reason, msg) = event(state, Some("why"));
+            assert_eq!(kind, EventType::Warning, "{state:?}");
+            assert_eq!(reason, format!("Peer{}", state_label(state)));
+            assert_eq!(msg, "why");
         }
     }
 

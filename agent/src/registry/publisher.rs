@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bus::errors::is_stream_missing;
 
+use super::error::RegistryError;
 use super::record::{cluster_key, ClusterRecord, MemberState};
-use super::{Registry, RegistryError};
+use super::shared::Registry;
 
 /// Every this many heartbeat intervals the whole bus layout is checked (and
 /// repaired): 30 s at the default 2 s interval.

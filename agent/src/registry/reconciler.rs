@@ -11,11 +11,16 @@ use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::error::RegistryError;
 use super::peer_failures::PeerFailures;
 use super::peer_secret::SecretCache;
-use super::record::FeatureRecord;
+use super::publisher::build_record;
+use super::record::feature_records;
+use super::record::MemberState;
+use super::shared::Registry;
 use super::status::StatusWriter;
-use super::{local, peers, Registry, RegistryError};
+use super::view::{is_disabled, template_record, FleetView, LocalView};
+use super::{local, peers};
 
 /// Longest time between two passes even when nothing seems to happen (a
 /// missed watch event must not leave a status wrong for long).
@@ -96,67 +101,88 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
             continue;
         }
         dirty = false;
-        // Read before the membership is: if the registry had caught up by
-        // now, a successful pass has materialised everything it held.
-        let registry_synced = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
-        let snapshot = clusters.state();
-        let now = Instant::now();
-        let local = local::reconcile(&reg, &writer, &snapshot, now).await;
-        let peers = peers::reconcile(&reg, &writer, &secrets, &mut failures, &snapshot, now).await;
-        // Latched: once known, a later failed pass does not make the fleet
-        // unknown again (sync would stall for nothing).
-        known_self |= local.is_ok() && features_listed;
-        reg.set_fleet(super::view::compute(
+        wake_at = pass(
             &reg,
-            &snapshot,
-            registry_synced && known_self,
-        ));
-        wake_at = now + RESYNC;
-        if let Some(at) = peers.wake_at {
-            wake_at = wake_at.min(at + DEADLINE_SLACK);
-        }
-        match local {
-            Ok(refresh) => {
-                if let Some(r) = refresh {
-                    wake_at = wake_at.min(r);
-                }
-                // Peers refused for good do not hold readiness back (they are
-                // reported on their own); peers still waiting for a retry do.
-                if registry_synced
-                    && peers.pending == 0
-                    && !reg.ctx.readiness.caught_up.swap(true, Ordering::Relaxed)
-                {
-                    tracing::info!("initial reconcile done");
-                }
-            }
-            Err(e) => {
-                if let RegistryError::Kube { source, .. } = &e {
-                    if crate::kube::client::is_transient(source) {
-                        reg.probe_now.notify_one();
-                    }
-                }
-                tracing::warn!(error = %crate::report(&e), "reconcile of the Local Cluster object failed; retrying");
-                wake_at = wake_at.min(now + Duration::from_secs(1));
-            }
-        }
+            &writer,
+            &secrets,
+            &mut failures,
+            &clusters,
+            features_listed,
+            &mut known_self,
+        )
+        .await;
     }
 }
 
-/// The published form of the local ClusterFeatures: name (falling back to the
-/// object name when `featureName` is empty) and labels, sorted and deduplicated.
-pub(crate) fn feature_records(features: &[Arc<ClusterFeature>]) -> Vec<FeatureRecord> {
-    let mut out: Vec<FeatureRecord> = features
-        .iter()
-        .map(|f| FeatureRecord {
-            feature_name: if f.spec.feature_name.is_empty() {
-                f.name_any()
-            } else {
-                f.spec.feature_name.clone()
-            },
-            labels: f.labels().clone(),
-        })
-        .collect();
-    out.sort_by(|a, b| a.feature_name.cmp(&b.feature_name));
-    out.dedup_by(|a, b| a.feature_name == b.feature_name);
-    out
+/// One pass over the Local and Peer Cluster objects; returns when the next is due.
+async fn pass(
+    reg: &Registry,
+    writer: &StatusWriter,
+    secrets: &SecretCache,
+    failures: &mut PeerFailures,
+    clusters: &reflector::Store<Cluster>,
+    features_listed: bool,
+    known_self: &mut bool,
+) -> Instant {
+    // Read before the membership is: if the registry had caught up by
+    // now, a successful pass has materialised everything it held.
+    let registry_synced = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
+    let snapshot = clusters.state();
+    let now = Instant::now();
+    let local = local::reconcile(reg, writer, &snapshot, now).await;
+    let peers = peers::reconcile(reg, writer, secrets, failures, &snapshot, now).await;
+    // Latched: once known, a later failed pass does not make the fleet
+    // unknown again (sync would stall for nothing).
+    *known_self |= local.is_ok() && features_listed;
+    reg.set_fleet(fleet_view(reg, &snapshot, registry_synced && *known_self));
+    let mut wake_at = now + RESYNC;
+    if let Some(at) = peers.wake_at {
+        wake_at = wake_at.min(at + DEADLINE_SLACK);
+    }
+    match local {
+        Ok(refresh) => {
+            if let Some(r) = refresh {
+                wake_at = wake_at.min(r);
+            }
+            // Peers refused for good do not hold readiness back (they are
+            // reported on their own); peers still waiting for a retry do.
+            if registry_synced
+                && peers.pending == 0
+                && !reg.ctx.readiness.caught_up.swap(true, Ordering::Relaxed)
+            {
+                tracing::info!("initial reconcile done");
+            }
+        }
+        Err(e) => {
+            if let RegistryError::Kube { source, .. } = &e {
+                if crate::kube::client::is_transient(source) {
+                    reg.probe_now.notify_one();
+                }
+            }
+            tracing::warn!(error = %crate::report(&e), "reconcile of the Local Cluster object failed; retrying");
+            wake_at = wake_at.min(now + Duration::from_secs(1));
+        }
+    }
+    wake_at
+}
+
+/// The view of the fleet as of now: records from the membership, the
+/// disabled annotation from the local Peer objects, our own record as the
+/// publisher builds it.
+fn fleet_view(reg: &Registry, clusters: &[Arc<Cluster>], synced: bool) -> FleetView {
+    let info = reg.local_info();
+    let own = build_record(reg, MemberState::Active);
+    let local = LocalView {
+        name: reg.ctx.cfg.cluster_name.clone(),
+        labels: info.labels,
+        features: info.features,
+        record: template_record(&own),
+    };
+    let disabled = |name: &str| {
+        clusters
+            .iter()
+            .any(|c| c.name_any() == name && is_disabled(c))
+    };
+    let m = reg.membership();
+    FleetView::compute(local, m.peers().map(|p| &p.record), disabled, synced)
 }

@@ -11,7 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
-use super::{Registry, RegistryError};
+use super::error::RegistryError;
+use super::shared::Registry;
 
 /// Resource versions known to predate a status write, and the status written.
 type Written = (Vec<Option<String>>, ClusterStatus);

@@ -9,7 +9,10 @@
 
 use std::collections::BTreeMap;
 
+use fleetbus_schemas::crd::{Cluster, ClusterState, ClusterType};
 use fleetbus_schemas::registry::{ClusterRecord, FeatureRecord, MemberState};
+use fleetbus_schemas::well_known::ANNOTATION_CLUSTER_DISABLED;
+use kube::ResourceExt;
 
 /// One peer as sync sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +78,45 @@ impl FleetView {
         }
     }
 
+    /// The view with `local` as given and, for each other name among
+    /// `records`, the peer as its active record shows it (a Left record next
+    /// to an active one of the same name is a previous incarnation). A name
+    /// with two active records is in conflict; `disabled` says which names an
+    /// operator disabled.
+    pub fn compute<'a>(
+        local: LocalView,
+        records: impl IntoIterator<Item = &'a ClusterRecord>,
+        disabled: impl Fn(&str) -> bool,
+        synced: bool,
+    ) -> Self {
+        let mut by_name: BTreeMap<&str, Vec<&ClusterRecord>> = BTreeMap::new();
+        for r in records {
+            if r.name != local.name {
+                by_name.entry(&r.name).or_default().push(r);
+            }
+        }
+        let mut peers = BTreeMap::new();
+        for (name, records) in by_name {
+            let active: Vec<&ClusterRecord> = records
+                .iter()
+                .copied()
+                .filter(|r| r.state == MemberState::Active)
+                .collect();
+            let Some(chosen) = active.first().or(records.first()) else {
+                continue;
+            };
+            peers.insert(
+                name.to_owned(),
+                FleetView::peer(chosen, disabled(name), active.len() > 1),
+            );
+        }
+        FleetView {
+            local,
+            peers,
+            synced,
+        }
+    }
+
     /// The view of one peer record.
     pub fn peer(record: &ClusterRecord, disabled: bool, name_conflict: bool) -> PeerView {
         PeerView {
@@ -101,55 +143,91 @@ pub fn template_record(record: &ClusterRecord) -> serde_json::Value {
     v
 }
 
-/// The view as of now: records from the membership, the disabled annotation
-/// from the local Peer objects, our own record as the publisher builds it.
-pub(super) fn compute(
-    reg: &super::Registry,
-    clusters: &[std::sync::Arc<fleetbus_schemas::crd::Cluster>],
-    synced: bool,
-) -> FleetView {
-    use kube::ResourceExt;
+/// Whether later sync may take objects from this peer: not when an operator
+/// disabled it (annotation `fleetbus.io/cluster-disabled`), nor when its state
+/// is Disabled or Conflict (who is who is unclear), nor for the Local object.
+pub fn sync_allowed(cluster: &Cluster) -> bool {
+    if cluster
+        .annotations()
+        .contains_key(ANNOTATION_CLUSTER_DISABLED)
+    {
+        return false;
+    }
+    let status = cluster.status.as_ref();
+    if status.and_then(|s| s.type_) != Some(ClusterType::Peer) {
+        return false;
+    }
+    !matches!(
+        status.and_then(|s| s.state),
+        Some(ClusterState::Disabled | ClusterState::Conflict)
+    )
+}
 
-    let local_name = reg.ctx.cfg.cluster_name.clone();
-    let info = reg.local_info();
-    let own = super::publisher::build_record(reg, MemberState::Active);
-    let mut view = FleetView {
-        local: LocalView {
-            name: local_name.clone(),
-            labels: info.labels,
-            features: info.features,
-            record: template_record(&own),
-        },
-        peers: BTreeMap::new(),
-        synced,
-    };
-    let disabled = |name: &str| {
-        clusters
-            .iter()
-            .any(|c| c.name_any() == name && super::is_disabled(c))
-    };
-    let m = reg.membership();
-    let mut by_name: BTreeMap<&str, Vec<&ClusterRecord>> = BTreeMap::new();
-    for p in m.peers() {
-        if p.record.name != local_name {
-            by_name.entry(&p.record.name).or_default().push(&p.record);
+/// The peer-disabled annotation is set on this Cluster object.
+pub fn is_disabled(cluster: &Cluster) -> bool {
+    cluster
+        .annotations()
+        .contains_key(ANNOTATION_CLUSTER_DISABLED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::membership::tests::record;
+    use fleetbus_schemas::crd::{ClusterSpec, ClusterStatus};
+
+    fn peer(state: ClusterState, disabled: bool) -> Cluster {
+        let mut c = Cluster::new("b", ClusterSpec::default());
+        c.status = Some(ClusterStatus {
+            type_: Some(ClusterType::Peer),
+            state: Some(state),
+            ..ClusterStatus::default()
+        });
+        if disabled {
+            c.annotations_mut()
+                .insert(ANNOTATION_CLUSTER_DISABLED.into(), "true".into());
         }
+        c
     }
-    for (name, records) in by_name {
-        let active: Vec<&ClusterRecord> = records
-            .iter()
-            .copied()
-            .filter(|r| r.state == MemberState::Active)
-            .collect();
-        // The active record if there is one: a Left record next to an active
-        // one with the same name is a previous incarnation.
-        let Some(chosen) = active.first().or(records.first()) else {
-            continue;
+
+    #[test]
+    fn sync_allowed_only_from_enabled_unconflicted_peers() {
+        assert!(sync_allowed(&peer(ClusterState::Ready, false)));
+        assert!(sync_allowed(&peer(ClusterState::Disconnected, false)));
+        assert!(!sync_allowed(&peer(ClusterState::Ready, true)));
+        assert!(!sync_allowed(&peer(ClusterState::Disabled, false)));
+        assert!(!sync_allowed(&peer(ClusterState::Conflict, false)));
+        let mut local = peer(ClusterState::Ready, false);
+        local.status.as_mut().unwrap().type_ = Some(ClusterType::Local);
+        assert!(!sync_allowed(&local));
+    }
+
+    #[test]
+    fn the_view_shows_each_peer_by_its_active_record() {
+        let local = LocalView {
+            name: "a".into(),
+            ..LocalView::default()
         };
-        view.peers.insert(
-            name.to_owned(),
-            FleetView::peer(chosen, disabled(name), active.len() > 1),
-        );
+        let own = record("a", "id-a", 1);
+        let mut old_b = record("b", "id-b-old", 1);
+        old_b.state = MemberState::Left;
+        let mut new_b = record("b", "id-b", 2);
+        new_b.labels.insert("env".into(), "prod".into());
+        let c1 = record("c", "id-c1", 1);
+        let c2 = record("c", "id-c2", 1);
+        let mut gone = record("d", "id-d", 1);
+        gone.state = MemberState::Left;
+        let records = [&own, &old_b, &new_b, &c1, &c2, &gone];
+        let view = FleetView::compute(local, records, |name| name == "c", true);
+        assert!(view.synced);
+        assert_eq!(view.local.name, "a");
+        assert_eq!(view.peers.keys().collect::<Vec<_>>(), ["b", "c", "d"]);
+        let b = &view.peers["b"];
+        assert!(!b.left, "the active record wins over the Left one");
+        assert_eq!(b.labels["env"], "prod");
+        assert!(b.may_be_source());
+        let c = &view.peers["c"];
+        assert!(c.name_conflict && c.disabled && !c.may_be_source());
+        assert!(view.peers["d"].left);
     }
-    view
 }

@@ -9,9 +9,10 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::error::RegistryError;
 use super::membership::decode;
 use super::record::RegistryKey;
-use super::{Registry, RegistryError};
+use super::shared::Registry;
 
 /// Runs the watch until `cancel`, restarting it after errors. A restarted
 /// watch replays the last value of every key; the membership treats replayed

@@ -1,0 +1,201 @@
+//! The state the registry tasks share: membership, what we publish about ourselves, and the notifies between the tasks.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_nats::jetstream::kv;
+use fleetbus_schemas::crd::ClusterMetadata;
+use fleetbus_schemas::registry::ApiHealth;
+use tokio::sync::{watch, Notify};
+
+use super::membership::Membership;
+use super::record;
+use super::view::FleetView;
+use crate::context::Context;
+
+/// What this cluster publishes about itself besides identity.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalInfo {
+    /// Labels of the Local Cluster object.
+    pub labels: BTreeMap<String, String>,
+    /// The local ClusterFeatures, sorted by feature name.
+    pub features: Vec<record::FeatureRecord>,
+    /// Facts from the Nodes and /version.
+    pub metadata: ClusterMetadata,
+}
+
+/// State shared by the registry tasks (one per agent, behind an `Arc`):
+/// membership, what we publish about ourselves, and the notifies that connect
+/// the publisher, watcher and reconciler. Agent-wide handles are in `ctx`.
+pub struct Registry {
+    /// What every task shares (config, clients, metrics, readiness).
+    pub ctx: Arc<Context>,
+    /// The registry bucket.
+    pub kv: kv::Store,
+    /// The fleet as read from the bucket.
+    membership: Mutex<Membership>,
+    /// What we publish about ourselves.
+    local: Mutex<LocalInfo>,
+    /// The read-only view of the fleet that sync follows (see [`FleetView`]).
+    fleet: watch::Sender<Arc<FleetView>>,
+    /// Wakes the reconciler: the membership changed.
+    pub membership_changed: Notify,
+    /// Wakes the publisher: something we publish changed.
+    pub publish_now: Notify,
+    /// Wakes the reconciler: something we publish changed (the Local object shows it).
+    pub local_changed: Notify,
+    /// When this agent last put its record successfully (the Local object's
+    /// `lastHeartbeatTime`).
+    last_heartbeat: Mutex<Option<chrono::DateTime<chrono::Utc>>>,
+    /// The local API server's health as the probe last saw it (published).
+    api_health: Mutex<ApiHealth>,
+    /// Wakes the API probe early (a watch broke).
+    pub probe_now: Notify,
+    /// Wakes the registry watcher to watch again (the bucket was recreated).
+    pub rewatch: Notify,
+    /// Wakes the kubeconfig publisher: the bucket was recreated, so the
+    /// reader kubeconfig record it held is gone until published again.
+    pub republish_kubeconfig: Notify,
+    /// Which incarnation of the registry bucket the watcher watches (its
+    /// stream's creation time; see `bus::layout::Ensured`).
+    bucket_incarnation: Mutex<String>,
+    /// Heartbeat sequence number within this run.
+    seq: AtomicU64,
+}
+
+impl Registry {
+    /// A registry over the bucket `kv`.
+    pub fn new(ctx: Arc<Context>, kv: kv::Store) -> Self {
+        let (fleet, _) = watch::channel(Arc::new(FleetView::new(&ctx.cfg.cluster_name)));
+        Registry {
+            membership: Mutex::new(Membership::new(&ctx.cfg.cluster_name, &ctx.cluster_id)),
+            local: Mutex::new(LocalInfo::default()),
+            ctx,
+            kv,
+            fleet,
+            membership_changed: Notify::new(),
+            publish_now: Notify::new(),
+            local_changed: Notify::new(),
+            last_heartbeat: Mutex::new(None),
+            api_health: Mutex::new(ApiHealth::reachable()),
+            probe_now: Notify::new(),
+            rewatch: Notify::new(),
+            republish_kubeconfig: Notify::new(),
+            bucket_incarnation: Mutex::new(String::new()),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    /// Follows the fleet as sync needs it: peers with their labels, features
+    /// and whether they may be a source. The receiver sees every change.
+    pub fn fleet(&self) -> watch::Receiver<Arc<FleetView>> {
+        self.fleet.subscribe()
+    }
+
+    /// Publishes a new fleet view if it differs from the current one.
+    pub fn set_fleet(&self, view: FleetView) {
+        self.fleet.send_if_modified(|current| {
+            if **current == view {
+                return false;
+            }
+            *current = Arc::new(view);
+            true
+        });
+    }
+
+    /// Locks the membership. A std mutex is right here: every critical section
+    /// is a few map operations and never awaits. A poisoned lock only means a
+    /// panic elsewhere; the data is still consistent map state, so use it.
+    pub fn membership(&self) -> MutexGuard<'_, Membership> {
+        self.membership.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next heartbeat sequence number (1, 2, ...).
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A copy of what we publish about ourselves.
+    pub fn local_info(&self) -> LocalInfo {
+        self.local.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Changes what we publish; republishes promptly when it changed.
+    pub fn update_local_info(&self, f: impl FnOnce(&mut LocalInfo)) {
+        let changed = {
+            let mut guard = self.local.lock().unwrap_or_else(|p| p.into_inner());
+            let before = guard.clone();
+            f(&mut guard);
+            *guard != before
+        };
+        if changed {
+            self.publish_now.notify_one();
+            self.local_changed.notify_one();
+        }
+    }
+
+    /// Records that our record with heartbeat time `at` is in the bucket.
+    pub fn note_heartbeat(&self, at: chrono::DateTime<chrono::Utc>) {
+        *self
+            .last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(at);
+    }
+
+    /// Records the registry bucket's incarnation; returns whether it differs
+    /// from the one recorded before (none recorded counts as no change).
+    pub fn note_bucket_incarnation(&self, incarnation: &str) -> bool {
+        if incarnation.is_empty() {
+            return false;
+        }
+        let mut guard = self
+            .bucket_incarnation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let changed = !guard.is_empty() && *guard != incarnation;
+        incarnation.clone_into(&mut guard);
+        changed
+    }
+
+    /// The local API server's health as last probed.
+    pub fn api_health(&self) -> ApiHealth {
+        self.api_health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records a probe result: `/readyz` follows it at once, and a change is
+    /// published at once (peers show it within one heartbeat).
+    pub fn set_api_health(&self, health: ApiHealth) {
+        self.ctx
+            .readiness
+            .kube
+            .store(health.reachable, Ordering::Relaxed);
+        let changed_reachability = {
+            let mut guard = self.api_health.lock().unwrap_or_else(|p| p.into_inner());
+            let flipped = guard.reachable != health.reachable;
+            *guard = health.clone();
+            flipped
+        };
+        // Only a flip is news; a new error text while still down is not worth
+        // an extra publish (the next heartbeat carries it anyway).
+        if changed_reachability {
+            if health.reachable {
+                tracing::info!("local API server answers again");
+            } else {
+                tracing::warn!(reason = %health.message, "local API server unreachable");
+            }
+            self.publish_now.notify_one();
+        }
+    }
+
+    /// When our record was last put successfully (None before the first put).
+    pub fn last_heartbeat(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        *self
+            .last_heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+}
