@@ -2,7 +2,11 @@
 //!
 //! [`proxy`] is a TCP proxy the runner puts between an agent and NATS or its
 //! API server, to cut, stall, half-open, delay, throttle or corrupt the
-//! traffic of every connection at once. The scenario runner (`fleetbus-chaos`)
+//! traffic of every connection at once. [`oracle`] keeps what the origins
+//! acknowledged and what the sinks' watches saw, and names every copy that is
+//! missing, stale, extra, went back to an older version or was deleted while
+//! its source lived. The scenario runner (`fleetbus-chaos`)
 //! is built on it and on `tests/support`'s real processes.
 
+pub mod oracle;
 pub mod proxy;
