@@ -10,3 +10,4 @@
 
 pub mod oracle;
 pub mod proxy;
+pub mod workload;

@@ -65,6 +65,15 @@ pub struct Copy {
     pub data: BTreeMap<String, String>,
 }
 
+/// An origin's object as its final list shows it (see [`Oracle::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub source: Source,
+    pub uid: String,
+    pub seq: u64,
+    pub data: BTreeMap<String, String>,
+}
+
 /// One thing a sink was seen doing to a copy (from its watch, in order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seen {
@@ -177,6 +186,52 @@ impl Oracle {
         self.acked.insert(source, Acked::Deleted);
     }
 
+    /// The origin's objects as a list shows them once the workload stopped:
+    /// the truth for writes whose acknowledgement was lost (a cut or timeout
+    /// after the server applied it, or before). Every object of `origin` the
+    /// oracle knew that the list lacks is deleted (its last uid with it);
+    /// every listed one is present as listed.
+    pub fn settle(&mut self, origin: &str, listed: Vec<Listed>) {
+        let mut listed: BTreeMap<Source, Listed> =
+            listed.into_iter().map(|l| (l.source.clone(), l)).collect();
+        let known: Vec<Source> = self
+            .acked
+            .keys()
+            .filter(|s| s.origin == origin)
+            .cloned()
+            .collect();
+        for source in known {
+            if !listed.contains_key(&source) {
+                if let Some(Acked::Present { uid, .. }) = self.acked.get(&source) {
+                    self.deleted_uids
+                        .entry(source.clone())
+                        .or_default()
+                        .insert(uid.clone());
+                }
+                self.acked.insert(source, Acked::Deleted);
+            }
+        }
+        for (source, l) in std::mem::take(&mut listed) {
+            if let Some(Acked::Present { uid, .. }) = self.acked.get(&source) {
+                // Recreated by a write whose acknowledgement was lost.
+                if *uid != l.uid {
+                    self.deleted_uids
+                        .entry(source.clone())
+                        .or_default()
+                        .insert(uid.clone());
+                }
+            }
+            self.acked.insert(
+                source,
+                Acked::Present {
+                    uid: l.uid,
+                    seq: l.seq,
+                    data: l.data,
+                },
+            );
+        }
+    }
+
     /// A sink's watch delivered `event` for its copy of `source`.
     pub fn saw(&mut self, sink: &str, source: Source, event: Seen) {
         self.seen
@@ -188,6 +243,17 @@ impl Oracle {
     /// Writes the origins acknowledged.
     pub fn acknowledged_writes(&self) -> u64 {
         self.writes
+    }
+
+    /// The present sources with their uid and sequence number.
+    pub fn present(&self) -> BTreeMap<Source, (String, u64)> {
+        self.acked
+            .iter()
+            .filter_map(|(s, a)| match a {
+                Acked::Present { uid, seq, .. } => Some((s.clone(), (uid.clone(), *seq))),
+                Acked::Deleted => None,
+            })
+            .collect()
     }
 
     /// Source objects the oracle knows (present or deleted).
@@ -436,6 +502,48 @@ mod tests {
         );
         o.saw("b", x.clone(), Seen::Version { seq: 2 });
         let held = [copy("b", &x, "u2", 2), copy("c", &x, "u2", 2)];
+        assert_eq!(o.check(&rule(), &held), vec![]);
+    }
+
+    #[test]
+    fn settling_on_the_origins_list_resolves_lost_acknowledgements() {
+        let mut o = Oracle::default();
+        let (x, y) = (src("a", "x"), src("a", "y"));
+        o.wrote(x.clone(), "u1", 1, data(1));
+        o.wrote(y.clone(), "u2", 1, data(1));
+        // x's update to 2 and y's delete got no answer; the list shows that
+        // x's update applied and y's delete did too; z was created unanswered.
+        let z = src("a", "z");
+        o.settle(
+            "a",
+            vec![
+                Listed {
+                    source: x.clone(),
+                    uid: "u1".into(),
+                    seq: 2,
+                    data: data(2),
+                },
+                Listed {
+                    source: z.clone(),
+                    uid: "u3".into(),
+                    seq: 1,
+                    data: data(1),
+                },
+            ],
+        );
+        o.saw(
+            "b",
+            y.clone(),
+            Seen::Deleted {
+                origin_uid: "u2".into(),
+            },
+        );
+        let held = [
+            copy("b", &x, "u1", 2),
+            copy("c", &x, "u1", 2),
+            copy("b", &z, "u3", 1),
+            copy("c", &z, "u3", 1),
+        ];
         assert_eq!(o.check(&rule(), &held), vec![]);
     }
 
