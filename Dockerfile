@@ -14,19 +14,20 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY schemas/Cargo.toml schemas/Cargo.toml
 COPY agent/Cargo.toml agent/Cargo.toml
+COPY launch/Cargo.toml launch/Cargo.toml
 COPY hub/Cargo.toml hub/Cargo.toml
 COPY chaos/Cargo.toml chaos/Cargo.toml
 COPY tests/devcluster/Cargo.toml tests/devcluster/Cargo.toml
 COPY tests/support/Cargo.toml tests/support/Cargo.toml
 COPY tests/e2e/Cargo.toml tests/e2e/Cargo.toml
-RUN for crate in schemas agent hub chaos tests/devcluster tests/support tests/e2e; do \
+RUN for crate in schemas agent launch hub chaos tests/devcluster tests/support tests/e2e; do \
         mkdir -p "$crate/src" && touch "$crate/src/lib.rs" && echo 'fn main() {}' > "$crate/src/main.rs"; \
     done \
     && cargo build --release --locked -p fleetbus-agent -p fleetbus-hub -p fleetbus-devcluster \
-    && rm -rf schemas agent hub chaos tests
+    && rm -rf schemas agent launch hub chaos tests
 # The real sources; touch them so cargo rebuilds the workspace crates over the stubs.
 COPY . .
-RUN find schemas agent hub chaos tests -name '*.rs' -exec touch {} + \
+RUN find schemas agent launch hub chaos tests -name '*.rs' -exec touch {} + \
     && cargo build --release --locked -p fleetbus-agent -p fleetbus-hub -p fleetbus-devcluster \
     && mkdir -p /out \
     && cp target/release/fleetbus-agent target/release/fleetbus target/release/fleetbus-devcluster /out/

@@ -13,13 +13,12 @@ pub mod drift;
 mod kv;
 pub mod mesh;
 
-mod locate;
 mod names;
 mod probe;
 mod proc;
 mod state;
 
-pub use locate::{Binaries, LocateError};
+pub use fleetbus_launch::{Binaries, LocateError};
 pub use names::{cluster_names, NameError};
 pub use proc::is_alive as process_is_alive;
 pub use state::{

@@ -1,6 +1,7 @@
 //! Child processes of a mesh: spawning them in their own process group with
 //! logs in files, telling whether a recorded pid is still ours, stopping them.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -36,7 +37,7 @@ pub struct Spawned {
 /// of every process dying at once; a detached mesh also survives its shell.
 pub fn spawn(
     program: &Path,
-    args: &[String],
+    args: &[impl AsRef<OsStr>],
     log: &Path,
     stdout: Option<&Path>,
 ) -> Result<Spawned, SpawnError> {
@@ -212,7 +213,7 @@ mod tests {
     fn sh(dir: &Path, script: &str) -> Spawned {
         spawn(
             Path::new("/bin/sh"),
-            &["-c".into(), script.into()],
+            &["-c", script],
             &dir.join("log"),
             None,
         )
@@ -245,8 +246,8 @@ mod tests {
         let stubborn = spawn(
             Path::new("/bin/sh"),
             &[
-                "-c".into(),
-                "trap '' TERM; echo ready; while :; do sleep 0.05; done".into(),
+                "-c",
+                "trap '' TERM; echo ready; while :; do sleep 0.05; done",
             ],
             &dir.path().join("stubborn.log"),
             None,

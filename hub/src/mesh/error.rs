@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use crate::locate::LocateError;
 use crate::proc::SpawnError;
 use crate::state::StateError;
+use fleetbus_launch::LocateError;
 
 /// A mesh command failed.
 #[derive(Debug, thiserror::Error)]

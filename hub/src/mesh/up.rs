@@ -1,17 +1,18 @@
 //! `fleetbus mesh up`: start NATS, the devclusters and their agents, wait for
 //! each to be ready, print a tour, then supervise until Ctrl-C (or detach).
 
-use std::net::TcpListener;
+use std::ffi::OsStr;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use fleetbus_launch::{AgentCommand, Binaries};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
 use super::tour::tour;
 use super::MeshError;
 use crate::cli::UpArgs;
-use crate::locate::Binaries;
 use crate::names::{cluster_names, NameError};
 use crate::probe;
 use crate::proc::{self, log_tail, Spawned, Stoppable};
@@ -188,7 +189,7 @@ impl Mesh {
         kind: Kind,
         what: &str,
         program: &Path,
-        args: &[String],
+        args: &[impl AsRef<OsStr>],
         log: &Path,
         stdout: Option<&Path>,
     ) -> Result<ProcRecord, MeshError> {
@@ -353,20 +354,16 @@ impl Mesh {
         for i in 0..self.state.clusters.len() {
             let (name, kubeconfig) = {
                 let c = &self.state.clusters[i];
-                (c.name.clone(), c.kubeconfig.display().to_string())
+                (c.name.clone(), c.kubeconfig.clone())
             };
-            let metrics_addr = format!("127.0.0.1:{}", free_port()?);
-            let args = vec![
-                "--cluster-name".to_string(),
-                name.clone(),
-                "--nats-url".into(),
-                nats_url.to_string(),
-                "--kubeconfig".into(),
-                kubeconfig,
-                "--metrics-addr".into(),
-                metrics_addr.clone(),
-                "--publish-kubeconfig".into(),
-            ];
+            let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+            let metrics_addr = metrics.to_string();
+            let args = AgentCommand::new(&name)
+                .nats_url(nats_url)
+                .kubeconfig(kubeconfig)
+                .metrics_addr(metrics)
+                .publish_kubeconfig(true)
+                .argv();
             let log = self.dir.join(&name).join("agent.log");
             let process = self.spawn(
                 Kind::Agent,

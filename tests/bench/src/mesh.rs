@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use fleetbus_testsupport::{free_addr, http_get, Agent, DevCluster, DevClusterOpts, NatsServer};
+pub use fleetbus_testsupport::Member;
+use fleetbus_testsupport::{AgentCommand, DevClusterOpts, NatsServer};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
 use kube::Api;
@@ -21,24 +22,53 @@ pub const RULE: &str = "bench";
 /// Devcluster log filter that logs every request (reads too) so they can be counted.
 pub const LOG_REQUESTS: &str = "info,fleetbus_devcluster=debug";
 
-/// One cluster: a devcluster, its agent (if started) and a client.
-pub struct Node {
-    pub name: String,
-    pub cluster: DevCluster,
-    pub agent: Option<Agent>,
-    pub metrics_addr: String,
-    pub client: kube::Client,
+/// What the bench adds to a [`Member`]: its namespace, request counts, and
+/// errors that carry the agent's log instead of panicking.
+// Implemented for `Member` only, whose futures the compiler sees through:
+// no caller needs a `Send` bound spelled out.
+#[allow(async_fn_in_trait)]
+pub trait BenchMember: Sized {
+    /// Starts a devcluster named `name` and creates namespace [`NS`] in it;
+    /// its agent (against `nats`, if given) is prepared but not running:
+    /// [`BenchMember::start_agent`] starts it.
+    async fn bench_cluster(
+        name: &str,
+        log_requests: bool,
+        nats: Option<&NatsServer>,
+    ) -> anyhow::Result<Self>;
+    /// Starts this cluster's agent; returns the instant it was spawned.
+    fn start_agent(&mut self) -> anyhow::Result<Instant>;
+    /// Waits until the agent's `/readyz` answers 200.
+    async fn wait_ready(&self) -> anyhow::Result<Instant>;
+    fn configmaps(&self) -> Api<ConfigMap>;
+    fn agent_pid(&self) -> Option<u32>;
+    /// A watch on this cluster's ConfigMaps in [`NS`].
+    async fn recorder(&self) -> anyhow::Result<Recorder>;
+    /// Requests the devcluster logged so far (every request when started with
+    /// `log_requests`, else only writes and failures).
+    fn requests_logged(&self) -> usize;
+    /// The logged requests by "METHOD path", object names starting with
+    /// `prefix` replaced by `<name>` (to see which requests a change costs).
+    fn requests_by_kind(&self, prefix: &str) -> BTreeMap<String, usize>;
+    /// `e` with the tail of the agent's log, for a failed setup.
+    fn with_log(&self, e: anyhow::Error) -> anyhow::Error;
 }
 
-impl Node {
-    /// Starts a devcluster named `name` and creates namespace [`NS`] in it.
-    pub async fn cluster(name: &str, log_requests: bool) -> anyhow::Result<Node> {
+impl BenchMember for Member {
+    async fn bench_cluster(
+        name: &str,
+        log_requests: bool,
+        nats: Option<&NatsServer>,
+    ) -> anyhow::Result<Member> {
         let mut opts = DevClusterOpts::new(name);
         if log_requests {
             opts.env.push(("RUST_LOG".into(), LOG_REQUESTS.into()));
         }
-        let cluster = DevCluster::start(opts)?;
-        let client = cluster.client().await?;
+        let mut cmd = AgentCommand::new(name);
+        if let Some(nats) = nats {
+            cmd = cmd.nats_url(nats.url());
+        }
+        let member = Member::prepare(opts, cmd).await?;
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(NS.into()),
@@ -46,41 +76,22 @@ impl Node {
             },
             ..Default::default()
         };
-        Api::<Namespace>::all(client.clone())
+        Api::<Namespace>::all(member.client.clone())
             .create(&PostParams::default(), &ns)
             .await
             .map_err(|e| anyhow::anyhow!("{name}: create namespace {NS}: {e}"))?;
-        Ok(Node {
-            name: name.into(),
-            cluster,
-            agent: None,
-            metrics_addr: free_addr(),
-            client,
-        })
+        Ok(member)
     }
 
-    /// Starts this cluster's agent against `nats`; returns the instant it was spawned.
-    pub fn start_agent(&mut self, nats: &NatsServer) -> anyhow::Result<Instant> {
-        let args = [
-            "--cluster-name".to_owned(),
-            self.name.clone(),
-            "--nats-url".into(),
-            nats.url(),
-            "--kubeconfig".into(),
-            self.cluster.kubeconfig().display().to_string(),
-            "--metrics-addr".into(),
-            self.metrics_addr.clone(),
-        ];
+    fn start_agent(&mut self) -> anyhow::Result<Instant> {
         let at = Instant::now();
-        self.agent = Some(Agent::start(&args)?);
+        self.agent.spawn()?;
         Ok(at)
     }
 
-    /// Waits until the agent's `/readyz` answers 200.
-    pub async fn wait_ready(&self) -> anyhow::Result<Instant> {
-        let url = format!("http://{}/readyz", self.metrics_addr);
+    async fn wait_ready(&self) -> anyhow::Result<Instant> {
         poll(&format!("{} /readyz", self.name), SETUP, || async {
-            match http_get(&url) {
+            match self.readyz() {
                 Ok((200, _)) => Ok(Instant::now()),
                 other => Err(format!("{other:?}")),
             }
@@ -89,22 +100,19 @@ impl Node {
         .map_err(|e| self.with_log(e))
     }
 
-    pub fn configmaps(&self) -> Api<ConfigMap> {
+    fn configmaps(&self) -> Api<ConfigMap> {
         Api::namespaced(self.client.clone(), NS)
     }
 
-    pub fn agent_pid(&self) -> Option<u32> {
-        self.agent.as_ref().and_then(Agent::pid)
+    fn agent_pid(&self) -> Option<u32> {
+        self.agent.pid()
     }
 
-    /// A watch on this cluster's ConfigMaps in [`NS`].
-    pub async fn recorder(&self) -> anyhow::Result<Recorder> {
+    async fn recorder(&self) -> anyhow::Result<Recorder> {
         Recorder::start(self.client.clone(), NS, SETUP).await
     }
 
-    /// Requests the devcluster logged so far (every request when started with
-    /// `log_requests`, else only writes and failures).
-    pub fn requests_logged(&self) -> usize {
+    fn requests_logged(&self) -> usize {
         self.cluster
             .log()
             .lines()
@@ -112,9 +120,7 @@ impl Node {
             .count()
     }
 
-    /// The logged requests by "METHOD path", object names starting with
-    /// `prefix` replaced by `<name>` (to see which requests a change costs).
-    pub fn requests_by_kind(&self, prefix: &str) -> BTreeMap<String, usize> {
+    fn requests_by_kind(&self, prefix: &str) -> BTreeMap<String, usize> {
         let mut out = BTreeMap::new();
         for line in self
             .cluster
@@ -144,9 +150,8 @@ impl Node {
         out
     }
 
-    /// `e` with the tail of the agent's log, for a failed setup.
-    pub fn with_log(&self, e: anyhow::Error) -> anyhow::Error {
-        let log = self.agent.as_ref().map(Agent::log).unwrap_or_default();
+    fn with_log(&self, e: anyhow::Error) -> anyhow::Error {
+        let log = self.agent.log();
         let tail: String = log
             .lines()
             .rev()
@@ -163,7 +168,7 @@ impl Node {
 /// A nats-server and `n` clusters `c1..cn` with agents; c1 holds the rule.
 pub struct Fleet {
     pub nats: NatsServer,
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Member>,
 }
 
 impl Fleet {
@@ -173,8 +178,9 @@ impl Fleet {
         let nats = NatsServer::start()?;
         let mut nodes = Vec::new();
         for i in 1..=n {
-            let mut node = Node::cluster(&format!("c{i}"), log_requests).await?;
-            node.start_agent(&nats)?;
+            let mut node =
+                Member::bench_cluster(&format!("c{i}"), log_requests, Some(&nats)).await?;
+            node.start_agent()?;
             nodes.push(node);
         }
         for node in &nodes {
@@ -186,11 +192,11 @@ impl Fleet {
         Ok(fleet)
     }
 
-    pub fn origin(&self) -> &Node {
+    pub fn origin(&self) -> &Member {
         &self.nodes[0]
     }
 
-    pub fn sinks(&self) -> &[Node] {
+    pub fn sinks(&self) -> &[Member] {
         &self.nodes[1..]
     }
 

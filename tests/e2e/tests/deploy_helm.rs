@@ -10,8 +10,8 @@ use std::time::Duration;
 use fleetbus_schemas::crd::{Cluster, ClusterState, ClusterType, ResourceSyncRule};
 use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
 use fleetbus_testsupport::{
-    free_addr, helm_bin, http_get, repo_root, wait_for, Agent, DevCluster, DevClusterOpts,
-    NatsServer,
+    free_socket_addr, helm_bin, http_get, repo_root, wait_for, Agent, AgentCommand, DevCluster,
+    DevClusterOpts, NatsServer,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -166,37 +166,31 @@ async fn helm_install_upgrade_uninstall() {
     kubectl_ok(&dc, &["get", "crd", "clusters.fleetbus.io"]);
 }
 
-/// A member cluster whose agent runs with a kubeconfig holding `token`.
-struct Member {
+/// An agent running with a kubeconfig of the test's choosing (e.g. one
+/// holding the token of the chart's ServiceAccount).
+struct ChartAgent {
     agent: Agent,
     metrics_addr: String,
 }
 
-fn start_agent(nats: &NatsServer, name: &str, kubeconfig: &Path, extra: &[&str]) -> Member {
-    let metrics_addr = free_addr();
-    let mut args: Vec<String> = [
-        "--cluster-name",
-        name,
-        "--nats-url",
-        &nats.url(),
-        "--namespace",
-        NAMESPACE,
-        "--metrics-addr",
-        &metrics_addr,
-        "--heartbeat-interval",
-        "500ms",
-        "--peer-timeout",
-        "2s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.push("--kubeconfig".into());
-    args.push(kubeconfig.display().to_string());
-    args.extend(extra.iter().map(|s| s.to_string()));
-    Member {
-        agent: Agent::start(&args).unwrap(),
-        metrics_addr,
+fn start_agent(
+    nats: &NatsServer,
+    name: &str,
+    kubeconfig: &Path,
+    publish_kubeconfig: bool,
+) -> ChartAgent {
+    let metrics_addr = free_socket_addr();
+    let cmd = AgentCommand::new(name)
+        .nats_url(nats.url())
+        .namespace(NAMESPACE)
+        .metrics_addr(metrics_addr)
+        .heartbeat_interval(Duration::from_millis(500))
+        .peer_timeout(Duration::from_secs(2))
+        .kubeconfig(kubeconfig)
+        .publish_kubeconfig(publish_kubeconfig);
+    ChartAgent {
+        agent: Agent::start(cmd.argv()).unwrap(),
+        metrics_addr: metrics_addr.to_string(),
     }
 }
 
@@ -303,7 +297,7 @@ async fn agent_runs_with_exactly_the_charts_rbac() {
     // Without the chart's RBAC the agent cannot even read its identity.
     let nobody = kubectl_ok(&a, &["create", "token", "nobody", "-n", NAMESPACE]);
     let kc_nobody = kubeconfig_with_token(&a, admin, nobody.trim(), home.path());
-    let mut denied = start_agent(&nats, "a", &kc_nobody, &[]);
+    let mut denied = start_agent(&nats, "a", &kc_nobody, false);
     wait_for("the unbound agent to be refused", CONVERGE, || async {
         let log = denied.agent.log();
         if log.contains("forbidden") || log.contains("403") {
@@ -320,8 +314,8 @@ async fn agent_runs_with_exactly_the_charts_rbac() {
 
     let kc = charts_token_kubeconfig(&a, admin, home.path());
     let forbidden_before = forbidden_lines(&a.log()).len();
-    let agent_a = start_agent(&nats, "a", &kc, &["--publish-kubeconfig"]);
-    let agent_b = start_agent(&nats, "b", b.kubeconfig(), &["--publish-kubeconfig"]);
+    let agent_a = start_agent(&nats, "a", &kc, true);
+    let agent_b = start_agent(&nats, "b", b.kubeconfig(), true);
 
     let client_a = a.client().await.unwrap();
     let client_b = b.client().await.unwrap();
@@ -400,10 +394,10 @@ async fn rule_ready(client: &kube::Client, name: &str) -> Result<(String, String
 struct RbacPair {
     a: DevCluster,
     b: DevCluster,
-    agent_a: Member,
+    agent_a: ChartAgent,
     client_a: kube::Client,
     home: tempfile::TempDir,
-    _agent_b: Member,
+    _agent_b: ChartAgent,
     _nats: NatsServer,
 }
 
@@ -426,8 +420,8 @@ async fn rbac_pair(prefix: &str, set: &[&str]) -> RbacPair {
     let home = tempfile::tempdir().unwrap();
     apply_charts_rbac(home.path(), &a, set);
     let kc = charts_token_kubeconfig(&a, admin, home.path());
-    let agent_a = start_agent(&nats, "a", &kc, &[]);
-    let agent_b = start_agent(&nats, "b", b.kubeconfig(), &[]);
+    let agent_a = start_agent(&nats, "a", &kc, false);
+    let agent_b = start_agent(&nats, "b", b.kubeconfig(), false);
     let client_a = a.client().await.unwrap();
     let client_b = b.client().await.unwrap();
     wait_for("a to see itself and peer b Ready", CONVERGE, || async {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, stream};
 use fleetbus_schemas::crd::{Cluster, ClusterState};
 use fleetbus_testsupport::{
-    free_addr, free_port, http_get, nats_server_bin, repo_root, wait_for, Agent, DevCluster,
-    DevClusterOpts,
+    free_port, http_get, nats_server_bin, repo_root, wait_for, Agent, AgentCommand, DevClusterOpts,
+    Member,
 };
 use kube::Api;
 use tokio::net::{TcpListener, TcpStream};
@@ -145,42 +145,19 @@ impl Drop for Link {
     }
 }
 
-struct Member {
-    name: String,
-    _cluster: DevCluster,
-    agent: Agent,
-    client: kube::Client,
+/// A devcluster `name` whose agent connects to `nats_url` and asks for
+/// `replicas` of every stream.
+async fn member(name: &str, nats_url: &str, replicas: usize) -> Member {
+    let cmd = AgentCommand::new(name)
+        .nats_url(nats_url)
+        .heartbeat_interval(Duration::from_millis(500))
+        .peer_timeout(Duration::from_secs(2))
+        .replicas(replicas);
+    Member::launch(DevClusterOpts::new(name), cmd)
+        .await
+        .unwrap()
 }
 
-async fn member(name: &str, nats_url: &str, replicas: u32) -> Member {
-    let cluster = DevCluster::start(DevClusterOpts::new(name)).unwrap();
-    let args = [
-        "--cluster-name".to_string(),
-        name.into(),
-        "--nats-url".into(),
-        nats_url.into(),
-        "--kubeconfig".into(),
-        cluster.kubeconfig().display().to_string(),
-        "--metrics-addr".into(),
-        free_addr(),
-        "--heartbeat-interval".into(),
-        "500ms".into(),
-        "--peer-timeout".into(),
-        "2s".into(),
-        "--replicas".into(),
-        replicas.to_string(),
-    ];
-    let agent = Agent::start(&args).unwrap();
-    let client = cluster.client().await.unwrap();
-    Member {
-        name: name.into(),
-        _cluster: cluster,
-        agent,
-        client,
-    }
-}
-
-/// Names of the clusters `m` sees in `state`.
 async fn seen(m: &Member, state: ClusterState) -> Result<Vec<String>, String> {
     let list = Api::<Cluster>::all(m.client.clone())
         .list(&Default::default())

@@ -11,41 +11,28 @@ use std::time::Duration;
 use async_nats::jetstream::{self, stream};
 use fleetbus_schemas::jetstream::{Discard, Layout, Storage, StreamSpec};
 use fleetbus_testsupport::{
-    free_addr, wait_for_blocking, Agent, DevCluster, DevClusterOpts, NatsServer,
+    free_socket_addr, wait_for_blocking, Agent, AgentCommand, DevCluster, DevClusterOpts, Member,
+    NatsServer,
 };
 
 const CONVERGE: Duration = Duration::from_secs(30);
 
-/// A devcluster and an agent on it (kept together so both live as long as the test).
-struct Member {
-    _cluster: DevCluster,
-    agent: Agent,
-    metrics_addr: String,
+/// The agent of cluster `name` on `nats`, with the agent's default timings.
+fn agent(nats: &NatsServer, name: &str) -> AgentCommand {
+    AgentCommand::new(name).nats_url(nats.url())
 }
 
-fn start_member(nats: &NatsServer, name: &str) -> Member {
-    let cluster = DevCluster::start(DevClusterOpts::new(name)).expect("start devcluster");
-    start_agent(nats, name, cluster)
+/// A devcluster `name` with its agent, not running yet.
+async fn prepare_member(nats: &NatsServer, name: &str) -> Member {
+    Member::prepare(DevClusterOpts::new(name), agent(nats, name))
+        .await
+        .expect("start devcluster")
 }
 
-fn start_agent(nats: &NatsServer, name: &str, cluster: DevCluster) -> Member {
-    let metrics_addr = free_addr();
-    let agent = Agent::start([
-        "--cluster-name",
-        name,
-        "--nats-url",
-        &nats.url(),
-        "--kubeconfig",
-        &cluster.kubeconfig().display().to_string(),
-        "--metrics-addr",
-        &metrics_addr,
-    ])
-    .expect("start agent");
-    Member {
-        _cluster: cluster,
-        agent,
-        metrics_addr,
-    }
+async fn start_member(nats: &NatsServer, name: &str) -> Member {
+    let mut m = prepare_member(nats, name).await;
+    m.agent.spawn().expect("start agent");
+    m
 }
 
 async fn wait_ready(m: &mut Member) {
@@ -115,10 +102,10 @@ async fn agents_create_the_layout_and_agree_on_it() {
     let nats = NatsServer::start().unwrap();
     // Two agents started at the same moment race to create the same streams
     // (both devclusters are up first, so the agents start back to back).
-    let ca = DevCluster::start(DevClusterOpts::new("a")).unwrap();
-    let cb = DevCluster::start(DevClusterOpts::new("b")).unwrap();
-    let mut a = start_agent(&nats, "a", ca);
-    let mut b = start_agent(&nats, "b", cb);
+    let mut a = prepare_member(&nats, "a").await;
+    let mut b = prepare_member(&nats, "b").await;
+    a.agent.spawn().unwrap();
+    b.agent.spawn().unwrap();
     wait_ready(&mut a).await;
     wait_ready(&mut b).await;
 
@@ -147,7 +134,7 @@ async fn agents_create_the_layout_and_agree_on_it() {
     }
 
     // A third agent, later, finds everything in place and accepts it.
-    let mut c = start_member(&nats, "c");
+    let mut c = start_member(&nats, "c").await;
     wait_ready(&mut c).await;
     for m in [&mut a, &mut b, &mut c] {
         assert!(m.agent.is_running(), "{}", m.agent.log());
@@ -165,7 +152,7 @@ async fn agents_create_the_layout_and_agree_on_it() {
 async fn a_deployment_from_before_a_stream_existed_gets_it_on_agent_start() {
     let nats = NatsServer::start().unwrap();
     let js = js(&nats).await;
-    let mut a = start_member(&nats, "a");
+    let mut a = start_member(&nats, "a").await;
     wait_ready(&mut a).await;
     // A deployment made by an agent that predates FLEETBUS_CONFLICTS: every other stream
     // is there, that one is not.
@@ -173,7 +160,7 @@ async fn a_deployment_from_before_a_stream_existed_gets_it_on_agent_start() {
     js.delete_stream(&conflicts.name).await.unwrap();
     assert!(js.get_stream(&conflicts.name).await.is_err());
     // The next agent start creates it, and accepts the rest as it is.
-    let mut b = start_member(&nats, "b");
+    let mut b = start_member(&nats, "b").await;
     wait_ready(&mut b).await;
     let found = fleetbus_testsupport::wait_for("FLEETBUS_CONFLICTS to exist", CONVERGE, || {
         let js = js.clone();
@@ -203,7 +190,7 @@ async fn a_stream_with_another_config_stops_start_up() {
     .await
     .unwrap();
 
-    let mut m = start_member(&nats, "a");
+    let mut m = start_member(&nats, "a").await;
     let status = wait_exit(&mut m.agent).await;
     let log = m.agent.log();
     assert_eq!(status.code(), Some(1), "{log}");
@@ -223,20 +210,10 @@ async fn replicas_beyond_a_single_server_are_refused() {
     let nats = NatsServer::start().unwrap();
     let cluster = DevCluster::start(DevClusterOpts::new("r3")).unwrap();
     // The flag is read from the environment like every other one.
-    let mut agent = Agent::start_with_env(
-        [
-            "--cluster-name".to_owned(),
-            "r3".to_owned(),
-            "--nats-url".to_owned(),
-            nats.url(),
-            "--kubeconfig".to_owned(),
-            cluster.kubeconfig().display().to_string(),
-            "--metrics-addr".to_owned(),
-            free_addr(),
-        ],
-        [("FLEETBUS_REPLICAS", "3")],
-    )
-    .unwrap();
+    let cmd = agent(&nats, "r3")
+        .kubeconfig(cluster.kubeconfig())
+        .metrics_addr(free_socket_addr());
+    let mut agent = Agent::start_with_env(cmd.argv(), [("FLEETBUS_REPLICAS", "3")]).unwrap();
     let status = wait_exit(&mut agent).await;
     let log = agent.log();
     assert_eq!(status.code(), Some(1), "{log}");

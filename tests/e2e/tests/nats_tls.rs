@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use fleetbus_testsupport::{http_get, wait_for, Agent, NatsServer};
+use fleetbus_testsupport::{http_get, wait_for, Agent, AgentCommand, NatsServer};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -145,9 +145,8 @@ async fn agent_without_client_certificate_is_refused_and_says_why() {
 /// Starts the agent with `args` (no cluster or server needed: it must stop
 /// before using them) and returns its exit code and log.
 async fn exits_with(args: &[&str]) -> (i32, String) {
-    let mut argv = vec!["--cluster-name", "a1"];
-    argv.extend_from_slice(args);
-    let mut agent = Agent::start(&argv).unwrap();
+    let cmd = AgentCommand::new("a1").extra(args.iter().copied());
+    let mut agent = Agent::start(cmd.argv()).unwrap();
     let code = wait_for("the agent to exit", Duration::from_secs(20), || {
         let status = agent.exit_status();
         async move { status.ok_or_else(|| "still running".to_owned()) }

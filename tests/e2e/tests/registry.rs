@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use fleetbus_schemas::crd::{Cluster, ClusterFeature, ClusterSpec, ClusterState, ClusterType};
 use fleetbus_testsupport::{
-    cargo_bin, free_addr, kubectl_bin, wait_for, wait_for_blocking, Agent, DevCluster,
-    DevClusterOpts, NatsServer,
+    cargo_bin, free_socket_addr, kubectl_bin, wait_for, wait_for_blocking, Agent, AgentCommand,
+    DevCluster, DevClusterOpts, NatsServer,
 };
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
@@ -634,18 +634,12 @@ async fn an_older_broad_reader_role_is_narrowed() {
         )
         .await
         .unwrap();
-    let mut agent = Agent::start([
-        "--cluster-name".to_owned(),
-        "old-role".to_owned(),
-        "--nats-url".to_owned(),
-        nats.url(),
-        "--kubeconfig".to_owned(),
-        cluster.kubeconfig().display().to_string(),
-        "--metrics-addr".to_owned(),
-        free_addr(),
-        "--publish-kubeconfig".to_owned(),
-    ])
-    .unwrap();
+    let cmd = AgentCommand::new("old-role")
+        .nats_url(nats.url())
+        .kubeconfig(cluster.kubeconfig())
+        .metrics_addr(free_socket_addr())
+        .publish_kubeconfig(true);
+    let mut agent = Agent::start(cmd.argv()).unwrap();
     wait_for("the reader role to be narrowed", CONVERGE, || async {
         let role = roles
             .get("fleetbus-reader")
@@ -788,18 +782,11 @@ async fn refuses_a_nats_server_older_than_2_10_8() {
     let server = tokio::spawn(fake_nats_server(listener, "2.10.7"));
     let cluster = DevCluster::start(DevClusterOpts::new("old")).unwrap();
     // The URL comes from the environment: every flag also reads FLEETBUS_*.
-    let mut agent = Agent::start_with_env(
-        [
-            "--cluster-name".to_owned(),
-            "old".to_owned(),
-            "--kubeconfig".to_owned(),
-            cluster.kubeconfig().display().to_string(),
-            "--metrics-addr".to_owned(),
-            free_addr(),
-        ],
-        [("FLEETBUS_NATS_URL", url.as_str())],
-    )
-    .unwrap();
+    let cmd = AgentCommand::new("old")
+        .kubeconfig(cluster.kubeconfig())
+        .metrics_addr(free_socket_addr());
+    let mut agent =
+        Agent::start_with_env(cmd.argv(), [("FLEETBUS_NATS_URL", url.as_str())]).unwrap();
     let status = tokio::task::block_in_place(|| {
         wait_for_blocking("the agent to exit", CONVERGE, || {
             agent

@@ -7,7 +7,7 @@
 mod common;
 
 use common::sync::*;
-use common::{wait_peer_state, Member};
+use common::{wait_peer_state, Member, MemberExt};
 use fleetbus_schemas::crd::ClusterState;
 use fleetbus_testsupport::NatsServer;
 use kube::ResourceExt;

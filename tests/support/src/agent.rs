@@ -55,20 +55,39 @@ impl Agent {
         K: AsRef<OsStr>,
         V: AsRef<OsStr>,
     {
-        let mut agent = Agent {
+        let env = env
+            .into_iter()
+            .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
+            .collect();
+        let mut agent = Self::prepared(bin, owned(args), env)?;
+        agent.spawn()?;
+        Ok(agent)
+    }
+
+    /// `cargo_bin("fleetbus-agent") <args>`, not running until [`Agent::spawn`]
+    /// (the bench starts a cluster first and times its agent's start).
+    pub fn prepare<I, S>(args: I) -> anyhow::Result<Agent>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Self::prepared(&cargo_bin("fleetbus-agent"), owned(args), Vec::new())
+    }
+
+    fn prepared(
+        bin: &Path,
+        args: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+    ) -> anyhow::Result<Agent> {
+        Ok(Agent {
             proc: None,
             bin: bin.to_path_buf(),
-            args: args.into_iter().map(|a| a.as_ref().to_owned()).collect(),
-            env: env
-                .into_iter()
-                .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
-                .collect(),
+            args,
+            env,
             dir: tempfile::Builder::new()
                 .prefix("fleetbus-agent-")
                 .tempdir()?,
-        };
-        agent.spawn()?;
-        Ok(agent)
+        })
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -127,7 +146,9 @@ impl Agent {
         self.spawn()
     }
 
-    fn spawn(&mut self) -> anyhow::Result<()> {
+    /// Spawns the agent: a prepared one for the first time, or again (its log
+    /// is appended to). [`Agent::restart`] kills a running one first.
+    pub fn spawn(&mut self) -> anyhow::Result<()> {
         let log = self.log_path();
         if log.exists() {
             use std::io::Write;
@@ -143,6 +164,10 @@ impl Agent {
         self.proc = Some(Proc::spawn(cmd, &log)?);
         Ok(())
     }
+}
+
+fn owned<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Vec<OsString> {
+    args.into_iter().map(|a| a.as_ref().to_owned()).collect()
 }
 
 impl Drop for Agent {

@@ -33,15 +33,18 @@ pub fn cargo_bin(name: &str) -> PathBuf {
 }
 
 /// The `nats-server` to run: `$FLEETBUS_NATS_SERVER`, else `nats-server` on
-/// `PATH`, else `<repo>/.tools/venv/bin/nats-server` (installed by `scripts/test`).
+/// `PATH`, else `<repo>/.tools/venv/bin/nats-server` (installed by `scripts/test`);
+/// the lookup `fleetbus mesh up` uses too.
+///
+/// # Panics
+/// If there is none, with a message saying how to install it.
 pub fn nats_server_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("FLEETBUS_NATS_SERVER").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    if let Some(p) = find_on_path("nats-server") {
-        return p;
-    }
-    repo_root().join(".tools/venv/bin/nats-server")
+    locate_nats_server().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`nats_server_bin`] as a `Result`.
+pub(crate) fn locate_nats_server() -> Result<PathBuf, fleetbus_launch::LocateError> {
+    fleetbus_launch::nats_server(&[repo_root().join(fleetbus_launch::NATS_VENV_PATH)])
 }
 
 /// The `helm` to run: `$FLEETBUS_HELM`, else `<repo>/.tools/bin/helm`

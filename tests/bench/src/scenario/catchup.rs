@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::load;
-use crate::mesh::{Fleet, Node};
+use crate::mesh::{BenchMember, Fleet, Member};
 use crate::progress_cli::{ProgressCli, Shown};
 use crate::scenario::{verdict, Ctx};
 use crate::table::Table;
@@ -23,11 +23,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let synced = c2.wait_count(m + 1, CATCH_UP).await?;
 
     eprintln!("fleetbus-bench: catchup: {m} objects synced to c2; c3 joins");
-    let mut c3 = Node::cluster("c3", false).await?;
+    let mut c3 = Member::bench_cluster("c3", false, Some(&fleet.nats)).await?;
     let watch = c3.recorder().await?;
     // What an operator runs to follow the join (issue 12: a progress indicator).
     let cli = ProgressCli::start(&fleet.nats.url(), "c3", CATCH_UP)?;
-    let started = c3.start_agent(&fleet.nats)?;
+    let started = c3.start_agent()?;
     let ready = c3.wait_ready().await?;
     let first = watch
         .wait_count(1, CATCH_UP)

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use crate::load;
-use crate::mesh::{Fleet, SETUP};
+use crate::mesh::{BenchMember, Fleet, SETUP};
 use crate::objects;
 use crate::scenario::{verdict, Ctx};
 use crate::stats::{ms, Samples};

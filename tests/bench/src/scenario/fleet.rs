@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::mesh::{Fleet, Node, SETUP};
+use crate::mesh::{BenchMember, Fleet, Member, SETUP};
 use crate::objects;
 use crate::procfs;
 use crate::recorder::Recorder;
@@ -118,7 +118,7 @@ async fn fleetbus(ctx: &Ctx, n: usize, k: usize) -> anyhow::Result<Outcome> {
 async fn full_mesh(ctx: &Ctx, n: usize, k: usize) -> anyhow::Result<Outcome> {
     let mut nodes = Vec::new();
     for i in 1..=n {
-        nodes.push(Node::cluster(&format!("m{i}"), true).await?);
+        nodes.push(Member::bench_cluster(&format!("m{i}"), true, None).await?);
     }
     let recorders = recorders(&nodes).await?;
     // The harness's own connections (recorders, writer) are open before the
@@ -157,7 +157,7 @@ async fn full_mesh(ctx: &Ctx, n: usize, k: usize) -> anyhow::Result<Outcome> {
 }
 
 /// A watch on every node but the first (the origin).
-async fn recorders(nodes: &[Node]) -> anyhow::Result<Vec<Recorder>> {
+async fn recorders(nodes: &[Member]) -> anyhow::Result<Vec<Recorder>> {
     let mut out = Vec::new();
     for s in nodes.iter().skip(1) {
         out.push(s.recorder().await?);
@@ -170,7 +170,7 @@ async fn recorders(nodes: &[Node]) -> anyhow::Result<Vec<Recorder>> {
 /// the API requests per change.
 async fn changes(
     ctx: &Ctx,
-    nodes: &[Node],
+    nodes: &[Member],
     recorders: &[Recorder],
     prefix: &str,
     k: usize,
@@ -184,7 +184,7 @@ async fn changes(
     for r in recorders {
         r.wait_seen(&warm, "1", SETUP).await?;
     }
-    let requests = || nodes.iter().map(Node::requests_logged).sum::<usize>();
+    let requests = || nodes.iter().map(Member::requests_logged).sum::<usize>();
     // Background requests (heartbeats, status, watch renewals) over an idle window first.
     let idle = ctx.pick(Duration::from_millis(500), Duration::from_secs(5));
     tokio::time::sleep(LOG_SETTLE).await;

@@ -14,7 +14,7 @@ use fleetbus_schemas::envelope::Envelope;
 use fleetbus_testsupport::NatsServer;
 
 use crate::load;
-use crate::mesh::{Node, SETUP};
+use crate::mesh::{BenchMember, Member, SETUP};
 use crate::objects;
 use crate::scenario::Ctx;
 use crate::stats::Samples;
@@ -24,8 +24,8 @@ use crate::table::Table;
 pub async fn run(ctx: &Ctx) -> anyhow::Result<(Vec<Table>, Option<Duration>)> {
     let n = ctx.pick(5, 500);
     let nats = NatsServer::start()?;
-    let a = Node::cluster("floor-a", false).await?;
-    let b = Node::cluster("floor-b", false).await?;
+    let a = Member::bench_cluster("floor-a", false, None).await?;
+    let b = Member::bench_cluster("floor-b", false, None).await?;
     let js = jetstream::new(async_nats::connect(nats.url()).await?);
     // Like FLEETBUS_OBJECTS: file storage, last value per subject.
     js.get_or_create_stream(jetstream::stream::Config {

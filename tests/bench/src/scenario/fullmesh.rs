@@ -9,7 +9,7 @@ use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, ResourceExt};
 
-use crate::mesh::Node;
+use crate::mesh::Member;
 use crate::objects::NS;
 
 /// Label on a baseline copy (naming its origin); origins are watched without it.
@@ -25,7 +25,7 @@ pub struct FullMesh {
 impl FullMesh {
     /// One writer client per cluster, each with its connection open (a list),
     /// so that the connections the watches add can be counted apart.
-    pub async fn writers(nodes: &[Node]) -> anyhow::Result<FullMesh> {
+    pub async fn writers(nodes: &[Member]) -> anyhow::Result<FullMesh> {
         let mut writers = Vec::new();
         for own in nodes {
             let api: Api<ConfigMap> = Api::namespaced(own.cluster.client().await?, NS);
@@ -40,7 +40,7 @@ impl FullMesh {
 
     /// For every ordered pair (cluster, peer): a watch on the peer's API server
     /// with its own client (its own connections), writing copies into the cluster.
-    pub async fn watch(&mut self, nodes: &[Node]) -> anyhow::Result<()> {
+    pub async fn watch(&mut self, nodes: &[Member]) -> anyhow::Result<()> {
         for (own_api, i) in self.writers.iter().zip(0..) {
             for (j, peer) in nodes.iter().enumerate() {
                 if i == j {

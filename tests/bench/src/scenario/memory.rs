@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::load;
-use crate::mesh::{Fleet, SETUP};
+use crate::mesh::{BenchMember, Fleet, SETUP};
 use crate::procfs;
 use crate::scenario::{verdict, Ctx};
 use crate::table::Table;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::mesh::{Fleet, SETUP};
+use crate::mesh::{BenchMember, Fleet, SETUP};
 use crate::objects;
 use crate::scenario::{verdict, Ctx};
 use crate::stats::{ms, Samples};

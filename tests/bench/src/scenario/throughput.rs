@@ -13,7 +13,7 @@ use kube::api::ListParams;
 use kube::ResourceExt;
 
 use crate::load;
-use crate::mesh::{Fleet, Node, SETUP};
+use crate::mesh::{BenchMember, Fleet, Member, SETUP};
 use crate::procfs;
 use crate::profile::Perf;
 use crate::recorder::MARK;
@@ -191,14 +191,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
 /// publishes them all as fast as it can, and c2 applies the copies.
 async fn burst(ctx: &Ctx, fleet: &Fleet) -> anyhow::Result<Table> {
     let m = ctx.pick(50, 10_000);
-    let mut c3 = Node::cluster("c3", false).await?;
+    let mut c3 = Member::bench_cluster("c3", false, Some(&fleet.nats)).await?;
     load::create_many(&c3.configmaps(), "b", 0..m, 32).await?;
     let sink = fleet.sinks()[0].recorder().await?;
     let before = sink.count();
     let nats = async_nats::connect(fleet.nats.url()).await?;
     let mut published = nats.subscribe("fleetbus.obj.c3.>").await?;
     nats.flush().await?;
-    let started = c3.start_agent(&fleet.nats)?;
+    let started = c3.start_agent()?;
     let sink_perf = if ctx.profile {
         fleet.sinks()[0].agent_pid().and_then(Perf::start)
     } else {

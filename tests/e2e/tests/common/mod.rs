@@ -1,13 +1,19 @@
 //! Shared helpers of the end-to-end tests: a fleet member (devcluster + agent), waits on Cluster objects and metrics.
-#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    unused_imports,
+    async_fn_in_trait,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use std::time::{Duration, Instant};
 
 use fleetbus_schemas::crd::{Cluster, ClusterFeature, ClusterSpec, ClusterState, ClusterType};
 use fleetbus_schemas::registry::{ClusterRecord, MemberState};
 use fleetbus_testsupport::{
-    cargo_bin, free_addr, http_get, kubectl_bin, wait_for, wait_for_blocking, Agent, DevCluster,
-    DevClusterOpts, NatsServer,
+    cargo_bin, free_addr, http_get, kubectl_bin, wait_for, wait_for_blocking, Agent, AgentCommand,
+    DevCluster, DevClusterOpts, NatsServer,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret};
@@ -17,28 +23,44 @@ use kube::{Api, ResourceExt};
 
 pub mod sync;
 
-pub const HEARTBEAT: &str = "500ms";
+pub const HEARTBEAT: Duration = Duration::from_millis(500);
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 pub const CONVERGE: Duration = Duration::from_secs(30);
 pub const NAMESPACE: &str = "fleetbus-system";
 pub const BUCKET: &str = "fleetbus-registry";
 
-/// One cluster of the fleet: a devcluster and its agent.
-pub struct Member {
-    pub name: String,
-    pub cluster: DevCluster,
-    pub agent: Agent,
-    pub metrics_addr: String,
-    pub client: kube::Client,
-}
+pub use fleetbus_testsupport::Member;
 
-impl Member {
-    pub async fn start(
+/// What the end-to-end tests add to a [`Member`]: their fast timings, the
+/// Cluster objects, Events and metrics, waits that panic with what was seen.
+pub trait MemberExt {
+    /// A devcluster `dc_name` with 2 Nodes and the agent `agent_name` on it,
+    /// with [`HEARTBEAT`], [`PEER_TIMEOUT`] and `extra` flags.
+    async fn start(nats: &NatsServer, dc_name: &str, agent_name: &str, extra: &[&str]) -> Member;
+    /// [`MemberExt::start`] with a devcluster started with `opts`.
+    async fn start_with(
         nats: &NatsServer,
-        dc_name: &str,
+        opts: DevClusterOpts,
         agent_name: &str,
         extra: &[&str],
-    ) -> Member {
+    ) -> Member;
+    fn clusters(&self) -> Api<Cluster>;
+    async fn list(&self) -> Result<Vec<Cluster>, String>;
+    /// The Events in this member's `default` namespace.
+    async fn events(&self) -> Result<Vec<Event>, String>;
+    fn metrics(&self) -> Result<String, String>;
+    fn metric(&self, series: &str) -> Result<f64, String>;
+    async fn wait_ready(&mut self);
+    /// Waits until the Cluster object `name` exists in this member's cluster.
+    async fn wait_cluster(&self, name: &str);
+    /// Waits until the metric `series` reaches `min`.
+    async fn wait_metric_at_least(&self, series: &str, min: f64);
+    /// The names of the Cluster objects in this member's cluster.
+    async fn cluster_names(&self) -> Vec<String>;
+}
+
+impl MemberExt for Member {
+    async fn start(nats: &NatsServer, dc_name: &str, agent_name: &str, extra: &[&str]) -> Member {
         let opts = DevClusterOpts {
             nodes: 2,
             ..DevClusterOpts::new(dc_name)
@@ -46,45 +68,25 @@ impl Member {
         Self::start_with(nats, opts, agent_name, extra).await
     }
 
-    pub async fn start_with(
+    async fn start_with(
         nats: &NatsServer,
         opts: DevClusterOpts,
         agent_name: &str,
         extra: &[&str],
     ) -> Member {
-        let cluster = DevCluster::start(opts).expect("start devcluster");
-        let metrics_addr = free_addr();
-        let mut args: Vec<String> = vec![
-            "--cluster-name".into(),
-            agent_name.into(),
-            "--nats-url".into(),
-            nats.url(),
-            "--kubeconfig".into(),
-            cluster.kubeconfig().display().to_string(),
-            "--metrics-addr".into(),
-            metrics_addr.clone(),
-            "--heartbeat-interval".into(),
-            HEARTBEAT.into(),
-            "--peer-timeout".into(),
-            format!("{}s", PEER_TIMEOUT.as_secs()),
-        ];
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let agent = Agent::start(&args).expect("start agent");
-        let client = cluster.client().await.expect("kube client");
-        Member {
-            name: agent_name.to_owned(),
-            cluster,
-            agent,
-            metrics_addr,
-            client,
-        }
+        let cmd = AgentCommand::new(agent_name)
+            .nats_url(nats.url())
+            .heartbeat_interval(HEARTBEAT)
+            .peer_timeout(PEER_TIMEOUT)
+            .extra(extra.iter().copied());
+        Member::launch(opts, cmd).await.expect("start member")
     }
 
-    pub fn clusters(&self) -> Api<Cluster> {
+    fn clusters(&self) -> Api<Cluster> {
         Api::all(self.client.clone())
     }
 
-    pub async fn list(&self) -> Result<Vec<Cluster>, String> {
+    async fn list(&self) -> Result<Vec<Cluster>, String> {
         self.clusters()
             .list(&ListParams::default())
             .await
@@ -92,8 +94,7 @@ impl Member {
             .map_err(|e| format!("{}: list clusters: {e}", self.name))
     }
 
-    /// The Events in this member's `default` namespace.
-    pub async fn events(&self) -> Result<Vec<Event>, String> {
+    async fn events(&self) -> Result<Vec<Event>, String> {
         Api::<Event>::namespaced(self.client.clone(), "default")
             .list(&ListParams::default())
             .await
@@ -101,7 +102,7 @@ impl Member {
             .map_err(|e| e.to_string())
     }
 
-    pub fn metrics(&self) -> Result<String, String> {
+    fn metrics(&self) -> Result<String, String> {
         let (code, body) = http_get(&format!("http://{}/metrics", self.metrics_addr))?;
         if code != 200 {
             return Err(format!("/metrics returned {code}"));
@@ -109,16 +110,15 @@ impl Member {
         Ok(body)
     }
 
-    pub fn metric(&self, series: &str) -> Result<f64, String> {
+    fn metric(&self, series: &str) -> Result<f64, String> {
         metric_value(&self.metrics()?, series).ok_or_else(|| format!("no series {series}"))
     }
 
-    pub async fn wait_ready(&mut self) {
+    async fn wait_ready(&mut self) {
         wait_readyz(self, 200, CONVERGE).await;
     }
 
-    /// Waits until the Cluster object `name` exists in this member's cluster.
-    pub async fn wait_cluster(&self, name: &str) {
+    async fn wait_cluster(&self, name: &str) {
         wait_for(
             &format!("{}: Cluster {name} materialised", self.name),
             CONVERGE,
@@ -133,8 +133,7 @@ impl Member {
         .await;
     }
 
-    /// Waits until the metric `series` reaches `min`.
-    pub async fn wait_metric_at_least(&self, series: &str, min: f64) {
+    async fn wait_metric_at_least(&self, series: &str, min: f64) {
         wait_for(
             &format!("{}: {series} >= {min}", self.name),
             CONVERGE,
@@ -148,8 +147,7 @@ impl Member {
         .await;
     }
 
-    /// The names of the Cluster objects in this member's cluster.
-    pub async fn cluster_names(&self) -> Vec<String> {
+    async fn cluster_names(&self) -> Vec<String> {
         self.list()
             .await
             .unwrap()
@@ -192,7 +190,7 @@ pub fn assert_logged(m: &Member, needle: &str) {
 
 /// `m`'s `/readyz`: status code and body.
 pub fn readyz(m: &Member) -> Result<(u16, String), String> {
-    http_get(&format!("http://{}/readyz", m.metrics_addr))
+    m.readyz()
 }
 
 /// Waits until `m`'s `/readyz` answers `code`; returns the body.

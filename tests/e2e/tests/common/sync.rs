@@ -25,7 +25,7 @@ use kube::api::{
 };
 use kube::{Api, ResourceExt};
 
-use super::{wait_mesh, Member};
+use super::{wait_mesh, Member, MemberExt};
 
 /// The kubectl every user action goes through.
 pub const KUBECTL: &str = "1.33";
