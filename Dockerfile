@@ -20,7 +20,8 @@ COPY chaos/Cargo.toml chaos/Cargo.toml
 COPY tests/devcluster/Cargo.toml tests/devcluster/Cargo.toml
 COPY tests/support/Cargo.toml tests/support/Cargo.toml
 COPY tests/e2e/Cargo.toml tests/e2e/Cargo.toml
-RUN for crate in schemas agent launch hub chaos tests/devcluster tests/support tests/e2e; do \
+COPY tests/bench/Cargo.toml tests/bench/Cargo.toml
+RUN for crate in schemas agent launch hub chaos tests/devcluster tests/support tests/e2e tests/bench; do \
         mkdir -p "$crate/src" && touch "$crate/src/lib.rs" && echo 'fn main() {}' > "$crate/src/main.rs"; \
     done \
     && cargo build --release --locked -p fleetbus-agent -p fleetbus-hub -p fleetbus-devcluster \
