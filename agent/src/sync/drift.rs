@@ -10,8 +10,9 @@ use fleetbus_schemas::well_known;
 use serde_json::Value;
 
 use super::compare;
-use super::engine::Target;
 use super::matching;
+use super::model::meta::annotation;
+use super::model::Target;
 use super::rules::CompiledRule;
 use crate::kube::FIELD_MANAGER;
 
@@ -27,8 +28,7 @@ pub struct Policy {
 impl Policy {
     /// The policy for the copy `live` at `target` under `rule`.
     pub fn of(rule: &CompiledRule, target: &Target, live: &Value) -> Policy {
-        let annotations = live.pointer("/metadata/annotations");
-        let note = |k: &str| annotations.and_then(|a| a.get(k)).and_then(Value::as_str);
+        let note = |k: &str| annotation(live, k);
         let mut mode = rule.spec.drift.mode;
         let ignore = note(well_known::ANNOTATION_DRIFT_IGNORE).map(str::trim);
         if ignore == Some("*") {
@@ -101,6 +101,7 @@ fn tokens(pointer: &str) -> Vec<String> {
 }
 
 /// Removes every value matched by `pattern` (`*` matches any key or index).
+#[cfg(test)]
 pub fn remove_path(v: &mut Value, pattern: &str) {
     compare::remove_matching(v, &tokens(pattern));
 }

@@ -17,9 +17,9 @@ use std::hash::{Hash, Hasher};
 
 use super::drift;
 use super::drift_coalesce::Gate;
-use super::engine::{Engine, Target};
+use super::engine::Engine;
 use super::fight::{Change, Verdict};
-use super::sink::{Candidate, Outcome};
+use super::model::{Candidate, Outcome, Target};
 use crate::kube::events::EventType;
 
 /// A drift that has been detected and not ended yet.

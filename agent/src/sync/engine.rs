@@ -27,63 +27,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::model::meta::{has_annotation, origin_cluster};
+use super::model::{Baseline, LocalKey, RuleReport, Target};
 use super::rules::{self, RuleSet};
 use super::watches::{self, BusEvent, Input, LocalEvent};
 use crate::context::Context;
 use crate::registry::FleetView;
-
-/// A local object's place: namespace (None if cluster-scoped) and name.
-pub type LocalKey = (Option<String>, String);
-
-/// The place of a copy: kind and local key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Target {
-    /// `apiVersion` of the copy.
-    pub api_version: String,
-    /// Kind of the copy.
-    pub kind: String,
-    /// Namespace, None if cluster-scoped.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
-
-impl Target {
-    /// The place of `obj`, if it names one.
-    pub fn of(obj: &Value) -> Option<Target> {
-        let s = |p: &str| {
-            obj.pointer(p)
-                .and_then(Value::as_str)
-                .filter(|v| !v.is_empty())
-        };
-        Some(Target {
-            api_version: s("/apiVersion")?.to_owned(),
-            kind: s("/kind")?.to_owned(),
-            namespace: s("/metadata/namespace").map(str::to_owned),
-            name: s("/metadata/name")?.to_owned(),
-        })
-    }
-
-    /// The kind as kube names it.
-    pub fn gvk(&self) -> GroupVersionKind {
-        let (group, version) = fleetbus_schemas::subject::split_api_version(&self.api_version);
-        GroupVersionKind::gvk(group, version, &self.kind)
-    }
-
-    /// The key in the kind's local map.
-    pub fn local_key(&self) -> LocalKey {
-        (self.namespace.clone(), self.name.clone())
-    }
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
-        }
-    }
-}
 
 /// What sync knows of one kind.
 pub struct KindState {
@@ -127,59 +76,16 @@ impl KindState {
         self.snapshots
             .iter()
             .any(|(k, e)| k.origin == local && !e.tombstone)
-            || self.objects.values().any(|o| {
-                o.pointer("/metadata/annotations")
-                    .and_then(|a| a.get(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER))
-                    .and_then(Value::as_str)
-                    .is_some_and(|origin| origin != local)
-            })
+            || self
+                .objects
+                .values()
+                .any(|o| origin_cluster(o).is_some_and(|origin| origin != local))
     }
 
     /// Whether everything sync needs of this kind has been read.
     pub fn ready(&self) -> bool {
         self.listed && (!self.source || self.caught_up)
     }
-}
-
-/// What the sink knows of a copy beyond the live object.
-#[derive(Debug, Clone)]
-pub struct Baseline {
-    /// The digest of the desired object (before carrying over live fields)
-    /// last written: only "did it change" is asked of it.
-    pub desired: super::digest::Digest,
-    /// What the API server made of it (the write's response, or a dry run's).
-    pub server: Value,
-    /// The live copy's resourceVersion (and whether status was compared)
-    /// when it was last found equal to `server`: while both are the same,
-    /// it still is, without comparing again. Cleared when rules recompile
-    /// (exclusions, drift modes).
-    pub verified: Option<(String, bool)>,
-}
-
-/// Everything one pass found about one rule, for its status.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct RuleReport {
-    /// Copies in sync.
-    pub synced: i64,
-    /// Objects in conflict, with a description each.
-    pub conflicts: BTreeMap<String, String>,
-    /// Objects failing, with the error each.
-    pub errors: BTreeMap<String, String>,
-    /// Source clusters in effect.
-    pub sources: BTreeSet<String>,
-    /// Whether this cluster is a sink of the rule.
-    pub selected: bool,
-    /// A copy was written in this pass.
-    pub wrote: bool,
-    /// Source objects whose `fleetbus.io/update-policy` value is unknown
-    /// (ignored); a set, so that an object several rules select counts once.
-    pub unknown_update_policy: BTreeSet<ObjectKey>,
-    /// On the origin: (ready, reported) copies of our objects, when any report.
-    pub readiness: Option<(i64, i64)>,
-    /// Copies kept instead of deleted (`sink_keep`), with why and how to finish.
-    pub kept: BTreeMap<String, String>,
-    /// Our objects the rule selects that are never published, with why.
-    pub withheld: BTreeMap<String, super::withheld::Withheld>,
 }
 
 /// The state of sync on this cluster.
@@ -202,7 +108,7 @@ pub struct Engine {
     pub(super) baselines: HashMap<Target, Baseline>,
     /// Copies whose last write, delete or orphan failed: when to try again
     /// (see `backoff`).
-    pub(super) retries: HashMap<Target, super::backoff::Backoff>,
+    pub(super) retries: HashMap<Target, super::model::backoff::Backoff>,
     /// Failures that are news, as (rule, message): announced as Events on
     /// their rule at the end of the sink pass (`sink_failures`).
     pub(super) failure_events: Vec<(String, String)>,
@@ -370,7 +276,7 @@ impl Engine {
                 // over it. Believe again what the bus holds and publish at
                 // once with a fresh id (`overwritten`).
                 self.ctx.metrics.sync_rejected("publish_duplicate");
-                tracing::info!(object = %super::source::describe_key(&key), "our subject holds a message we did not publish; publishing ours again");
+                tracing::info!(object = %super::model::meta::describe_key(&key), "our subject holds a message we did not publish; publishing ours again");
                 if let Some(k) = self.kinds.get_mut(&gvk) {
                     match before {
                         Some(env) => k.snapshots.insert(key.clone(), *env),
@@ -416,12 +322,10 @@ impl Engine {
                 if let Some(t) = Target::of(&obj) {
                     // A copy the last pass did not want may be one to collect.
                     if !self.held.contains_key(&t)
-                        && obj
-                            .pointer("/metadata/annotations")
-                            .and_then(|a| {
-                                a.get(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER)
-                            })
-                            .is_some()
+                        && has_annotation(
+                            &obj,
+                            fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER,
+                        )
                     {
                         self.collect_due = true;
                     }
@@ -495,7 +399,7 @@ impl Engine {
                     && !fleet.peers.contains_key(&key.origin)
                 {
                     self.ctx.metrics.sync_rejected("unknown_origin");
-                    tracing::warn!(origin = %key.origin, object = %super::source::describe_key(&key), "envelope from a cluster that is no member; not applied");
+                    tracing::warn!(origin = %key.origin, object = %super::model::meta::describe_key(&key), "envelope from a cluster that is no member; not applied");
                 }
                 if key.origin == self.ctx.cfg.cluster_name {
                     // Our subtree as the bus holds it (our publish read back,
@@ -566,7 +470,7 @@ impl Engine {
                         .is_some_and(|p| p.may_be_source())
             })
             .filter_map(|(_, env)| env.object.as_ref())
-            .filter(|o| super::source::is_original(o))
+            .filter(|o| super::model::meta::is_original(o))
             .collect();
         let mut set = rules::compile(&objects);
         set.remove(rules::RULE_REPLICATION);

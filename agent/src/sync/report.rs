@@ -12,13 +12,13 @@ use fleetbus_schemas::crd::StatusReturn;
 use fleetbus_schemas::envelope::check_size;
 use fleetbus_schemas::reported::ReportedStatus;
 use fleetbus_schemas::subject::{check_subject_len, StatusKey};
-use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
 use fleetbus_schemas::ObjectRef;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::bundle;
 use super::engine::Engine;
+use super::model::meta::origin_cluster;
 use super::readiness;
 
 /// Whether two reports say the same (when and from which version of the
@@ -57,10 +57,7 @@ impl Engine {
                 continue;
             };
             // A local object in the way (a conflict) is no copy of ours.
-            let origin = live
-                .pointer("/metadata/annotations")
-                .and_then(|a| a.get(ANNOTATION_ORIGIN_CLUSTER))
-                .and_then(Value::as_str);
+            let origin = origin_cluster(live);
             if origin != Some(key.origin.as_str()) {
                 continue;
             }

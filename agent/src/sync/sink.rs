@@ -19,65 +19,36 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
-use super::backoff::Input;
 use super::bundle::{self, BundlePass, BundleSource};
 use super::compare;
-use super::conflicts::{self, Conflict};
+use super::conflicts;
 use super::digest::Digest;
 use super::drift::{self, Policy};
 use super::drift_report::{self, Found};
-use super::engine::{namespace_gvk, Baseline, Engine, RuleReport, Target};
+use super::engine::{namespace_gvk, Engine};
 use super::fight::Verdict;
 use super::matching;
+use super::model::backoff::Input;
+use super::model::meta::{annotation, annotations_mut, describe_key, is_original};
+use super::model::{Baseline, Candidate, Conflict, Outcome, RuleReport, Target};
 use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
 use super::sink_cache::{CandidateCache, Computed};
 use super::sink_wave::Step;
-use super::source::{describe_key, is_original, qualifies};
+use super::source::qualifies;
 use super::template::TemplateContext;
-
-/// One source object that wants to be written at a target.
-#[derive(Debug, Clone)]
-pub struct Candidate {
-    /// The rule that maps it there.
-    pub rule: String,
-    /// Its key on the bus.
-    pub key: ObjectKey,
-    /// Its `metadata.creationTimestamp` on the origin (RFC 3339, sorts by time).
-    pub created: String,
-    /// The copy to write (shared with the candidate memo).
-    pub desired: Arc<Value>,
-    /// `desired`'s digest without the source hash (see `digest`).
-    pub digest: Digest,
-    /// Whether the copy carries `.status`.
-    pub with_status: bool,
-    /// The rule's update policy.
-    pub update: UpdatePolicy,
-    /// The rule creates missing namespaces.
-    pub create_namespace: bool,
-}
 
 /// Sets `body`'s source-hash annotation to `live`'s, when live has one.
 fn keep_source_hash(body: &mut Value, live: &Value) {
     let Some(hash) = annotation(live, well_known::ANNOTATION_SOURCE_HASH) else {
         return;
     };
-    if let Some(a) = body
-        .pointer_mut("/metadata/annotations")
-        .and_then(Value::as_object_mut)
-    {
+    if let Some(a) = annotations_mut(body) {
         a.insert(
             well_known::ANNOTATION_SOURCE_HASH.to_owned(),
             Value::String(hash.to_owned()),
         );
     }
-}
-
-/// The value of annotation `key` of `obj`.
-pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
-    obj.pointer("/metadata/annotations")
-        .and_then(|a| a.get(key))
-        .and_then(Value::as_str)
 }
 
 /// The update policy of `source`'s copies: create-only when the rule says so
@@ -800,19 +771,6 @@ impl Tally<'_> {
             }
         }
     }
-}
-
-/// What became of one target in a pass.
-#[derive(Debug)]
-pub enum Outcome {
-    /// Already equal.
-    InSync,
-    /// Written now.
-    Wrote,
-    /// Not written: someone else's object is there.
-    Conflict(Box<Conflict>),
-    /// Not written: an error.
-    Failed(String),
 }
 
 #[cfg(test)]

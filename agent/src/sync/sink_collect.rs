@@ -17,11 +17,11 @@ use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
 
 use super::apply;
-use super::backoff::{Backoff, Input};
-use super::engine::{Engine, KindState, RuleReport, Target};
-use super::sink::annotation;
+use super::engine::{Engine, KindState};
+use super::model::backoff::{Backoff, Input};
+use super::model::meta::{annotation, is_terminating};
+use super::model::{RuleReport, Target};
 use super::sink_keep::{self, Cascade, CheckError, Why};
-use super::sink_wave::is_terminating;
 use crate::kube::events::EventType;
 
 /// The reason of the Events about a copy kept instead of deleted.

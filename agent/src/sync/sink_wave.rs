@@ -20,13 +20,12 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
-use super::backoff::{Backoff, Input};
-use super::conflicts::Conflict;
 use super::drift::{self, Policy};
-use super::engine::{namespace_gvk, Baseline, Engine, Target};
+use super::engine::{namespace_gvk, Engine};
+use super::model::backoff::{Backoff, Input};
+use super::model::meta::{has_annotation, is_original, is_terminating};
+use super::model::{Baseline, Candidate, Conflict, Outcome, Target};
 use super::rules::CompiledRule;
-use super::sink::{Candidate, Outcome};
-use super::source::is_original;
 
 /// Writes in flight at once: enough to hide the API server's latency, few
 /// enough not to swamp it (or the agent's client pool).
@@ -76,13 +75,6 @@ pub(super) struct View<'a> {
     pub baseline: Option<&'a Baseline>,
     /// The winner's rule.
     pub rule: Option<&'a CompiledRule>,
-}
-
-/// Whether `obj` is being deleted (it has a deletionTimestamp): it is
-/// neither written nor collected again (see ARCHITECTURE.md, invariants).
-pub fn is_terminating(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
 }
 
 /// Why the live object at a target is not written, when it is being deleted
@@ -156,10 +148,7 @@ pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant)
             false,
         );
     }
-    if live
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(well_known::ANNOTATION_RESOURCE_SYNC_DISABLED))
-        .is_some()
+    if has_annotation(live, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED)
         || c.update == UpdatePolicy::CreateOnly
     {
         return Step::Done(Outcome::InSync, false);
@@ -337,6 +326,7 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::sync::digest::Digest;
+    use crate::sync::model::meta::annotations_mut;
     use crate::sync::rules::{self, RuleSet};
     use fleetbus_schemas::subject::ObjectKey;
     use serde_json::json;
@@ -571,10 +561,7 @@ mod tests {
         assert_eq!(decided(&view(&rs, Some(&l), None), &c), "serial");
         // An original object there: a conflict, decided without writing.
         let mut original = l.clone();
-        if let Some(m) = original
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
-        {
+        if let Some(m) = annotations_mut(&mut original) {
             m.clear();
         }
         assert!(decided(&view(&rs, Some(&original), None), &c).starts_with("done: Conflict"));

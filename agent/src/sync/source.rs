@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::engine::{Engine, KindState};
 use super::matching;
+use super::model::meta::{describe_key, has_annotation, is_original};
 use super::published::{self, HashMemo};
 use super::rules::CompiledRule;
 use super::watches::Input;
@@ -58,17 +59,8 @@ pub enum Publish {
     },
 }
 
-/// Whether `obj` is one of our originals (not a copy someone else made).
-pub fn is_original(obj: &Value) -> bool {
-    obj.pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_none_or(|a| !a.contains_key(well_known::ANNOTATION_ORIGIN_CLUSTER))
-}
-
 fn sync_disabled(obj: &Value) -> bool {
-    obj.pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_some_and(|a| a.contains_key(well_known::ANNOTATION_RESOURCE_SYNC_DISABLED))
+    has_annotation(obj, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED)
 }
 
 /// Whether `cluster` (labels and features) is a source of `rule`.
@@ -496,18 +488,11 @@ fn msg_id(env: &Envelope, after_tombstone: bool, overwritten: bool) -> String {
     }
 }
 
-/// `Kind ns/name from origin` for messages.
-pub fn describe_key(key: &ObjectKey) -> String {
-    match &key.namespace {
-        Some(ns) => format!("{} {}/{}", key.kind, ns, key.name),
-        None => format!("{} {}", key.kind, key.name),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::engine::{local_key, KindState, LocalKey};
+    use crate::sync::engine::{local_key, KindState};
+    use crate::sync::model::LocalKey;
     use crate::sync::rules;
     use fleetbus_schemas::registry::FeatureRecord;
     use serde_json::json;
