@@ -46,6 +46,7 @@ mod sink_cache;
 mod sink_collect;
 mod sink_failures;
 mod sink_keep;
+mod sink_serial;
 mod sink_wave;
 mod source;
 mod status;

@@ -1,4 +1,4 @@
-//! A copy some source wants at a target, and what became of it.
+//! A copy some source wants at a target.
 
 use std::sync::Arc;
 
@@ -6,7 +6,6 @@ use fleetbus_schemas::crd::UpdatePolicy;
 use fleetbus_schemas::subject::ObjectKey;
 use serde_json::Value;
 
-use super::conflict::Conflict;
 use crate::sync::digest::Digest;
 
 /// One source object that wants to be written at a target.
@@ -28,17 +27,4 @@ pub struct Candidate {
     pub update: UpdatePolicy,
     /// The rule creates missing namespaces.
     pub create_namespace: bool,
-}
-
-/// What became of one target in a pass.
-#[derive(Debug)]
-pub enum Outcome {
-    /// Already equal.
-    InSync,
-    /// Written now.
-    Wrote,
-    /// Not written: someone else's object is there.
-    Conflict(Box<Conflict>),
-    /// Not written: an error.
-    Failed(String),
 }

@@ -10,13 +10,13 @@
 pub mod backoff;
 mod baseline;
 mod candidate;
-mod conflict;
 pub mod meta;
+mod outcome;
 mod report;
 mod target;
 
 pub use baseline::Baseline;
-pub use candidate::{Candidate, Outcome};
-pub use conflict::Conflict;
+pub use candidate::Candidate;
+pub use outcome::{Conflict, Outcome};
 pub use report::RuleReport;
 pub use target::{LocalKey, Target};

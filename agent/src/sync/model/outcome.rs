@@ -1,4 +1,5 @@
-//! A conflict: a target a copy was not written to, and why.
+//! What became of a target in a pass, and a conflict: a target a copy
+//! was not written to, and why.
 
 use fleetbus_schemas::conflict::ConflictReason;
 use fleetbus_schemas::ObjectRef;
@@ -6,6 +7,19 @@ use serde_json::Value;
 
 use super::candidate::Candidate;
 use super::target::Target;
+
+/// What became of one target in a pass.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Already equal.
+    InSync,
+    /// Written now.
+    Wrote,
+    /// Not written: someone else's object is there.
+    Conflict(Box<Conflict>),
+    /// Not written: an error.
+    Failed(String),
+}
 
 /// One conflict found in a pass.
 #[derive(Debug, Clone)]
