@@ -101,8 +101,11 @@ pub struct Engine {
     pub(super) unresolved: HashMap<GroupVersionKind, String>,
     pub(super) rediscover: bool,
     pub(super) rediscover_at: Option<Instant>,
-    /// A publish failed on the bus: run a pass then to try again.
+    /// A drift announcement or a status report failed on the bus: run a
+    /// pass then to try again.
     pub(super) publish_retry_at: Option<Instant>,
+    /// When the source side wants the next pass (`source_pass` says).
+    pub(super) source_wake: Option<Instant>,
     /// No publishing before this (an acknowledgement failed).
     pub(super) publish_hold: Option<Instant>,
     pub(super) baselines: HashMap<Target, Baseline>,
@@ -207,6 +210,7 @@ impl Engine {
             rediscover: false,
             rediscover_at: None,
             publish_retry_at: None,
+            source_wake: None,
             publish_hold: None,
             baselines: HashMap::new(),
             retries: HashMap::new(),
@@ -614,6 +618,7 @@ impl Engine {
             .map(|r| r.at)
             .chain(self.rediscover_at)
             .chain(self.publish_retry_at)
+            .chain(self.source_wake)
             .chain(self.status_due)
             .chain(self.fights.wake_at())
             .chain(self.coalesce.wake_at())
@@ -625,6 +630,7 @@ impl Engine {
         // Timers are set again by whatever still needs them in this pass; a
         // due timer left standing would wake the loop at once, forever.
         self.publish_retry_at = None;
+        self.source_wake = None;
         if self.rules_dirty {
             if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
                 let objects: Vec<&Value> = kind.objects.values().collect();
@@ -661,7 +667,7 @@ impl Engine {
             return;
         }
         self.ctx.metrics.sync_passes.inc();
-        self.source_pass().await;
+        self.source_wake = self.source_pass().await;
         self.ensure_kinds().await;
         self.sink_pass().await;
         self.report_pass().await;

@@ -15,6 +15,7 @@ use fleetbus_schemas::subject::{check_subject_len, ObjectKey};
 use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::engine::{Engine, KindState};
 use super::matching;
@@ -201,8 +202,9 @@ pub fn plan_keys(
 
 impl Engine {
     /// Publishes what changed among our originals, for every source kind
-    /// that is fully read.
-    pub(super) async fn source_pass(&mut self) {
+    /// that is fully read. Returns when the source side wants the next pass
+    /// (a publishing hold ends, or a failed publish is tried again).
+    pub(super) async fn source_pass(&mut self) -> Option<Instant> {
         let gvks: Vec<GroupVersionKind> = self
             .kinds
             .iter()
@@ -210,10 +212,9 @@ impl Engine {
             .map(|(g, _)| g.clone())
             .collect();
         if let Some(hold) = self.publish_hold {
-            if hold > tokio::time::Instant::now() {
+            if hold > Instant::now() {
                 // Keep last pass's source errors; come back when the hold ends.
-                self.publish_retry_at = Some(hold);
-                return;
+                return Some(hold);
             }
             self.publish_hold = None;
         }
@@ -223,6 +224,7 @@ impl Engine {
             .retain(|r, _| rules_now.contains_key(r));
         let kinds = &self.kinds;
         self.source_hashes.retain(|g, _| kinds.contains_key(g));
+        let mut wake = None;
         for gvk in gvks {
             // Only what changed since the last plan, unless something that
             // concerns every object did (see `KindState::source_full`): a
@@ -291,8 +293,7 @@ impl Engine {
                             kind.source_dirty.insert(key.clone());
                         }
                         self.ctx.check_layout.notify_one();
-                        self.publish_retry_at =
-                            Some(tokio::time::Instant::now() + std::time::Duration::from_secs(2));
+                        wake = Some(Instant::now() + std::time::Duration::from_secs(2));
                     }
                     Err(PublishError::Object(error)) => {
                         tracing::warn!(object = %describe_key(&key), %error, "not published");
@@ -313,6 +314,7 @@ impl Engine {
             .flat_map(|m| m.keys())
             .collect();
         self.ctx.metrics.sync_withheld.set(withheld.len() as i64);
+        wake
     }
 
     /// A Kubernetes Event on an object that cannot be published (once per
