@@ -30,6 +30,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::model::meta::{has_annotation, origin_cluster};
 use super::model::{Baseline, LocalKey, RuleReport, Target};
 use super::rules::{self, RuleSet};
+use super::source::SourceState;
 use super::watches::{self, BusEvent, Input, LocalEvent};
 use crate::context::Context;
 use crate::registry::FleetView;
@@ -104,10 +105,8 @@ pub struct Engine {
     /// A drift announcement or a status report failed on the bus: run a
     /// pass then to try again.
     pub(super) publish_retry_at: Option<Instant>,
-    /// When the source side wants the next pass (`source_pass` says).
-    pub(super) source_wake: Option<Instant>,
-    /// No publishing before this (an acknowledgement failed).
-    pub(super) publish_hold: Option<Instant>,
+    /// What the source side keeps between passes (`source`).
+    pub(super) source: SourceState,
     pub(super) baselines: HashMap<Target, Baseline>,
     /// Copies whose last write, delete or orphan failed: when to try again
     /// (see `backoff`).
@@ -130,15 +129,6 @@ pub struct Engine {
     pub(super) fights: super::fight::Fights<Target>,
     /// Drift announcements held per copy (`drift_coalesce`).
     pub(super) coalesce: super::drift_coalesce::Coalescer<Target>,
-    /// Object versions that could not be published and got their Event.
-    pub(super) unpublishable: std::collections::HashSet<(ObjectKey, String)>,
-    /// Our live objects whose last value on the bus someone overwrote with
-    /// a message sync cannot read: to publish again.
-    pub(super) overwritten: BTreeSet<ObjectKey>,
-    /// Errors of the source side, by rule (oversized objects).
-    pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
-    /// Objects rules select that are never published, by rule (`withheld`).
-    pub(super) source_withheld: BTreeMap<String, BTreeMap<String, super::withheld::Withheld>>,
     /// Conflicts already reported (Event, bus), so each is reported once.
     pub(super) reported_conflicts: BTreeSet<String>,
     /// Per rule, what the last pass found.
@@ -154,8 +144,6 @@ pub struct Engine {
     pub(super) bundles: BTreeMap<ObjectKey, super::bundle::Unwrapped>,
     /// Bundle versions whose invalid manifests were counted already.
     pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
-    /// Content hashes of our originals' versions, per source kind (`source`).
-    pub(super) source_hashes: HashMap<GroupVersionKind, super::published::HashMemo>,
     /// When this agent last wrote each rule's status, and when a status held
     /// back (only counts changed) is due (`status`).
     pub(super) status_written: BTreeMap<String, Instant>,
@@ -210,13 +198,10 @@ impl Engine {
             rediscover: false,
             rediscover_at: None,
             publish_retry_at: None,
-            source_wake: None,
-            publish_hold: None,
+            source: SourceState::default(),
             baselines: HashMap::new(),
             retries: HashMap::new(),
             failure_events: Vec::new(),
-            unpublishable: std::collections::HashSet::new(),
-            overwritten: BTreeSet::new(),
             drifts: HashMap::new(),
             seen: HashMap::new(),
             forced: std::collections::HashSet::new(),
@@ -224,8 +209,6 @@ impl Engine {
             drift_kv: None,
             fights,
             coalesce,
-            source_errors: BTreeMap::new(),
-            source_withheld: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
@@ -233,7 +216,6 @@ impl Engine {
             status_book: super::returned::StatusBook::default(),
             bundles: BTreeMap::new(),
             bundles_counted: std::collections::HashSet::new(),
-            source_hashes: HashMap::new(),
             status_written: BTreeMap::new(),
             status_due: None,
             rules_generation: 0,
@@ -269,7 +251,7 @@ impl Engine {
                 // Not again at once: the next pass would fail the same way
                 // (a stream gone, NATS away) and loop. Have the layout
                 // checked, and publish again in a second.
-                self.publish_hold = Some(Instant::now() + Duration::from_secs(1));
+                self.source.hold = Some(Instant::now() + Duration::from_secs(1));
                 self.ctx.check_layout.notify_one();
             }
             Input::PublishDuplicate(gvk, key, before) => {
@@ -288,7 +270,7 @@ impl Engine {
                     };
                     k.source_dirty.insert(key.clone());
                 }
-                self.overwritten.insert(key);
+                self.source.overwritten.insert(key);
             }
         }
     }
@@ -443,7 +425,7 @@ impl Engine {
                     && kind.snapshots.remove(&key).is_some_and(|e| !e.tombstone)
                 {
                     kind.source_dirty.insert(key.clone());
-                    self.overwritten.insert(key);
+                    self.source.overwritten.insert(key);
                 }
             }
             BusEvent::CaughtUp => {
@@ -618,7 +600,7 @@ impl Engine {
             .map(|r| r.at)
             .chain(self.rediscover_at)
             .chain(self.publish_retry_at)
-            .chain(self.source_wake)
+            .chain(self.source.wake)
             .chain(self.status_due)
             .chain(self.fights.wake_at())
             .chain(self.coalesce.wake_at())
@@ -630,7 +612,7 @@ impl Engine {
         // Timers are set again by whatever still needs them in this pass; a
         // due timer left standing would wake the loop at once, forever.
         self.publish_retry_at = None;
-        self.source_wake = None;
+        self.source.wake = None;
         if self.rules_dirty {
             if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
                 let objects: Vec<&Value> = kind.objects.values().collect();
@@ -667,7 +649,7 @@ impl Engine {
             return;
         }
         self.ctx.metrics.sync_passes.inc();
-        self.source_wake = self.source_pass().await;
+        self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
         self.sink_pass().await;
         self.report_pass().await;
@@ -679,7 +661,7 @@ impl Engine {
         let rules = &self.rules;
         self.last_sync.retain(|name, _| rules.contains_key(name));
         let kinds = &self.kinds;
-        self.unpublishable.retain(|(key, _)| {
+        self.source.unpublishable.retain(|(key, _)| {
             kinds.values().any(|k| {
                 k.objects
                     .contains_key(&(key.namespace.clone(), key.name.clone()))

@@ -304,13 +304,13 @@ impl Engine {
             self.collect(&wanted, &mut reports).await;
         }
         self.announce_failures().await;
-        for (rule, errors) in &self.source_errors {
+        for (rule, errors) in &self.source.errors {
             if let Some(r) = reports.get_mut(rule) {
                 r.errors.extend(errors.clone());
             }
         }
         self.note_kept(&mut reports);
-        for (rule, withheld) in &self.source_withheld {
+        for (rule, withheld) in &self.source.withheld {
             if let Some(r) = reports.get_mut(rule) {
                 r.withheld.clone_from(withheld);
             }

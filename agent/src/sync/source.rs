@@ -6,7 +6,7 @@
 //! too). So a restart publishes exactly what changed while the agent was
 //! down, deletes included, and an unchanged object is never republished.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use async_nats::HeaderMap;
 use fleetbus_schemas::crd::SyncRule;
@@ -200,6 +200,26 @@ pub fn plan_keys(
     out
 }
 
+/// What the source side keeps between passes.
+#[derive(Default)]
+pub(super) struct SourceState {
+    /// No publishing before this (an acknowledgement failed).
+    pub hold: Option<Instant>,
+    /// When the source side wants the next pass (what `source_pass` returned).
+    pub wake: Option<Instant>,
+    /// Errors of the source side, by rule (oversized objects).
+    pub errors: BTreeMap<String, BTreeMap<String, String>>,
+    /// Objects rules select that are never published, by rule (`withheld`).
+    pub withheld: BTreeMap<String, BTreeMap<String, Withheld>>,
+    /// Content hashes of our originals' versions, per source kind.
+    pub hashes: HashMap<GroupVersionKind, HashMemo>,
+    /// Object versions that could not be published and got their Event.
+    pub unpublishable: HashSet<(ObjectKey, String)>,
+    /// Our live objects whose last value on the bus someone overwrote with
+    /// a message sync cannot read: to publish again.
+    pub overwritten: BTreeSet<ObjectKey>,
+}
+
 impl Engine {
     /// Publishes what changed among our originals, for every source kind
     /// that is fully read. Returns when the source side wants the next pass
@@ -211,19 +231,20 @@ impl Engine {
             .filter(|(_, k)| k.source && k.ready())
             .map(|(g, _)| g.clone())
             .collect();
-        if let Some(hold) = self.publish_hold {
+        if let Some(hold) = self.source.hold {
             if hold > Instant::now() {
                 // Keep last pass's source errors; come back when the hold ends.
                 return Some(hold);
             }
-            self.publish_hold = None;
+            self.source.hold = None;
         }
         let rules_now = &self.rules;
-        self.source_errors.retain(|r, _| rules_now.contains_key(r));
-        self.source_withheld
+        self.source.errors.retain(|r, _| rules_now.contains_key(r));
+        self.source
+            .withheld
             .retain(|r, _| rules_now.contains_key(r));
         let kinds = &self.kinds;
-        self.source_hashes.retain(|g, _| kinds.contains_key(g));
+        self.source.hashes.retain(|g, _| kinds.contains_key(g));
         let mut wake = None;
         for gvk in gvks {
             // Only what changed since the last plan, unless something that
@@ -242,12 +263,12 @@ impl Engine {
             // Errors and withheld objects are found again for what is
             // planned again.
             let again = if full { None } else { Some(&dirty) };
-            forget_planned(&mut self.source_errors, &rules, again);
-            forget_planned(&mut self.source_withheld, &rules, again);
+            forget_planned(&mut self.source.errors, &rules, again);
+            forget_planned(&mut self.source.withheld, &rules, again);
             let Some(kind) = self.kinds.get(&gvk) else {
                 continue;
             };
-            let memo = self.source_hashes.entry(gvk.clone()).or_default();
+            let memo = self.source.hashes.entry(gvk.clone()).or_default();
             let planned = if full {
                 plan(&self.fleet.local, &rules, kind, memo)
             } else {
@@ -270,14 +291,14 @@ impl Engine {
             for (key, publish) in planned {
                 if let Publish::Withheld { why, rules } = publish {
                     for rule in rules {
-                        let book = self.source_withheld.entry(rule).or_default();
+                        let book = self.source.withheld.entry(rule).or_default();
                         book.insert(describe_key(&key), why);
                     }
                     continue;
                 }
                 match self.publish(&gvk, &key, publish).await {
                     Ok(mut env) => {
-                        self.overwritten.remove(&key);
+                        self.source.overwritten.remove(&key);
                         // Only uid, resourceVersion and hash of our own
                         // envelopes are needed: the object is the local one.
                         env.object = None;
@@ -299,7 +320,8 @@ impl Engine {
                         tracing::warn!(object = %describe_key(&key), %error, "not published");
                         self.event_unpublishable(&gvk, &key, &error).await;
                         for rule in matching_rules.get(&key).into_iter().flatten() {
-                            self.source_errors
+                            self.source
+                                .errors
                                 .entry(rule.clone())
                                 .or_default()
                                 .insert(describe_key(&key), error.clone());
@@ -309,7 +331,8 @@ impl Engine {
             }
         }
         let withheld: std::collections::BTreeSet<&String> = self
-            .source_withheld
+            .source
+            .withheld
             .values()
             .flat_map(|m| m.keys())
             .collect();
@@ -332,7 +355,7 @@ impl Engine {
             key.clone(),
             s("/metadata/resourceVersion").unwrap_or_default(),
         );
-        if !self.unpublishable.insert(version) {
+        if !self.source.unpublishable.insert(version) {
             return;
         }
         let object = k8s_openapi::api::core::v1::ObjectReference {
@@ -400,7 +423,7 @@ impl Engine {
             .get(gvk)
             .and_then(|k| k.snapshots.get(key))
             .is_some_and(|e| e.tombstone);
-        let overwritten = self.overwritten.contains(key);
+        let overwritten = self.source.overwritten.contains(key);
         let id = msg_id(&env, after_tombstone, overwritten);
         headers.insert("Nats-Msg-Id", id.as_str());
         let ack = self
