@@ -102,9 +102,10 @@ pub struct Engine {
     pub(super) unresolved: HashMap<GroupVersionKind, String>,
     pub(super) rediscover: bool,
     pub(super) rediscover_at: Option<Instant>,
-    /// A drift announcement or a status report failed on the bus: run a
-    /// pass then to try again.
+    /// A drift announcement failed on the bus: run a pass then to try again.
     pub(super) publish_retry_at: Option<Instant>,
+    /// A status report failed on the bus: when `report_pass` tries again.
+    pub(super) report_wake: Option<Instant>,
     /// What the source side keeps between passes (`source`).
     pub(super) source: SourceState,
     pub(super) baselines: HashMap<Target, Baseline>,
@@ -198,6 +199,7 @@ impl Engine {
             rediscover: false,
             rediscover_at: None,
             publish_retry_at: None,
+            report_wake: None,
             source: SourceState::default(),
             baselines: HashMap::new(),
             retries: HashMap::new(),
@@ -601,6 +603,7 @@ impl Engine {
             .chain(self.rediscover_at)
             .chain(self.publish_retry_at)
             .chain(self.source.wake)
+            .chain(self.report_wake)
             .chain(self.status_due)
             .chain(self.fights.wake_at())
             .chain(self.coalesce.wake_at())
@@ -613,6 +616,7 @@ impl Engine {
         // due timer left standing would wake the loop at once, forever.
         self.publish_retry_at = None;
         self.source.wake = None;
+        self.report_wake = None;
         if self.rules_dirty {
             if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
                 let objects: Vec<&Value> = kind.objects.values().collect();
@@ -652,7 +656,7 @@ impl Engine {
         self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
         self.sink_pass().await;
-        self.report_pass().await;
+        self.report_wake = self.report_pass().await;
         self.return_pass().await;
         self.status_pass().await;
         let now = Instant::now();
