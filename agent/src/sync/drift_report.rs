@@ -120,7 +120,7 @@ impl Engine {
         if !self.report(target, &event).await {
             // Not on the bus: not recorded either, so the next pass (soon)
             // detects and announces it again.
-            self.publish_retry_at = Some(Instant::now() + Duration::from_secs(2));
+            self.drift_wake = Some(Instant::now() + Duration::from_secs(2));
             return;
         }
         self.ctx

@@ -102,8 +102,9 @@ pub struct Engine {
     pub(super) unresolved: HashMap<GroupVersionKind, String>,
     pub(super) rediscover: bool,
     pub(super) rediscover_at: Option<Instant>,
-    /// A drift announcement failed on the bus: run a pass then to try again.
-    pub(super) publish_retry_at: Option<Instant>,
+    /// A drift announcement failed on the bus: run a pass then to try again
+    /// (set by `drift_report` only).
+    pub(super) drift_wake: Option<Instant>,
     /// A status report failed on the bus: when `report_pass` tries again.
     pub(super) report_wake: Option<Instant>,
     /// What the source side keeps between passes (`source`).
@@ -198,7 +199,7 @@ impl Engine {
             unresolved: HashMap::new(),
             rediscover: false,
             rediscover_at: None,
-            publish_retry_at: None,
+            drift_wake: None,
             report_wake: None,
             source: SourceState::default(),
             baselines: HashMap::new(),
@@ -601,7 +602,7 @@ impl Engine {
             .values()
             .map(|r| r.at)
             .chain(self.rediscover_at)
-            .chain(self.publish_retry_at)
+            .chain(self.drift_wake)
             .chain(self.source.wake)
             .chain(self.report_wake)
             .chain(self.status_due)
@@ -614,7 +615,7 @@ impl Engine {
     pub async fn pass(&mut self) {
         // Timers are set again by whatever still needs them in this pass; a
         // due timer left standing would wake the loop at once, forever.
-        self.publish_retry_at = None;
+        self.drift_wake = None;
         self.source.wake = None;
         self.report_wake = None;
         if self.rules_dirty {
