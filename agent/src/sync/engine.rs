@@ -30,7 +30,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::model::meta::{has_annotation, origin_cluster};
 use super::model::{Baseline, LocalKey, RuleReport, Target};
 use super::rules::{self, RuleSet};
-use super::source::SourceState;
+use super::source_state::SourceState;
 use super::watches::{self, BusEvent, Input, LocalEvent};
 use crate::context::Context;
 use crate::registry::FleetView;

@@ -49,6 +49,7 @@ mod sink_keep;
 mod sink_serial;
 mod sink_wave;
 mod source;
+mod source_state;
 mod status;
 mod template;
 mod watches;
