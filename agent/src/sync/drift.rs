@@ -26,6 +26,13 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Whether `live` equals `server` in what this policy compares (the
+    /// exclusions left out; status only when it is synced).
+    pub fn same(&self, server: &Value, live: &Value, with_status: bool) -> bool {
+        comparable(server, with_status, &self.exclude)
+            == comparable(live, with_status, &self.exclude)
+    }
+
     /// The policy for the copy `live` at `target` under `rule`.
     pub fn of(rule: &CompiledRule, target: &Target, live: &Value) -> Policy {
         let note = |k: &str| annotation(live, k);

@@ -83,9 +83,9 @@ impl Engine {
                     Err(e) => self.failed(target, c, None, e),
                 }
             }
-            Why::Recreate { namespace } => self.recreate(target, c, namespace).await,
+            Why::Recreate { namespace } => self.create_missing(target, c, namespace, true).await,
             Why::Deleted { namespace, policy } => self.deleted(target, c, namespace, policy).await,
-            Why::Gone { namespace } => self.create_missing(target, c, namespace).await,
+            Why::Gone { namespace } => self.create_missing(target, c, namespace, false).await,
             Why::FirstLook { policy } => self.first_look(target, c, policy).await,
             Why::Drift { policy } => {
                 let (api, live) = match self.place(target) {
@@ -117,64 +117,64 @@ impl Engine {
         Ok((api, kind.objects.get(&target.local_key()).cloned()))
     }
 
-    /// Creates `namespace` first when one is given; the failure if that failed.
-    async fn namespace_first(
+    /// For a copy that is missing: creates `namespace` first when one is
+    /// given, and returns the API of the copy's kind; the failure otherwise.
+    async fn missing_copy_api(
         &mut self,
         target: &Target,
         c: &Candidate,
         namespace: Option<String>,
-    ) -> Result<(), Outcome> {
-        match namespace {
-            Some(ns) => apply::create_namespace(&self.ctx, &ns)
-                .await
-                .map_err(|e| self.failed(target, c, None, e)),
-            None => Ok(()),
+    ) -> Result<Api<DynamicObject>, Outcome> {
+        if let Some(ns) = namespace {
+            if let Err(e) = apply::create_namespace(&self.ctx, &ns).await {
+                return Err(self.failed(target, c, None, e));
+            }
         }
+        self.place(target).map(|(api, _)| api)
     }
 
-    /// [`Why::Gone`]: creates the copy.
+    /// Replaces the live copy with the desired one, keeping what `policy`
+    /// excludes.
+    async fn replace_live(
+        &self,
+        api: &Api<DynamicObject>,
+        c: &Candidate,
+        live: &Value,
+        policy: &Policy,
+    ) -> Result<Value, WriteError> {
+        apply::replace(
+            &self.ctx,
+            api,
+            &c.desired,
+            live,
+            c.with_status,
+            &policy.exclude,
+        )
+        .await
+    }
+
+    /// [`Why::Gone`] and [`Why::Recreate`]: creates the copy. A create-only
+    /// copy we wrote (`recreate`) is created again only once the server says
+    /// it is gone (our create's watch event may still be on its way), and
+    /// that is not drift: no Deleted drift, whatever the drift mode.
     async fn create_missing(
         &mut self,
         target: &Target,
         c: &Candidate,
         namespace: Option<String>,
+        recreate: bool,
     ) -> Outcome {
-        if let Err(outcome) = self.namespace_first(target, c, namespace).await {
-            return outcome;
-        }
-        let api = match self.place(target) {
-            Ok((api, _)) => api,
+        let api = match self.missing_copy_api(target, c, namespace).await {
+            Ok(api) => api,
             Err(outcome) => return outcome,
         };
-        match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
-            Ok(server) => self.wrote(target, c, server),
-            Err(e) => self.failed(target, c, None, e),
+        if recreate {
+            if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
+                return Outcome::InSync;
+            }
         }
-    }
-
-    /// [`Why::Recreate`]: a deleted create-only copy is created again, and
-    /// that is not drift: no Deleted drift, whatever the drift mode.
-    async fn recreate(
-        &mut self,
-        target: &Target,
-        c: &Candidate,
-        namespace: Option<String>,
-    ) -> Outcome {
-        if let Err(outcome) = self.namespace_first(target, c, namespace).await {
-            return outcome;
-        }
-        let api = match self.place(target) {
-            Ok((api, _)) => api,
-            Err(outcome) => return outcome,
-        };
-        if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
-            // Our create's watch event has not arrived yet.
-            return Outcome::InSync;
-        }
-        match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
-            Ok(server) => self.wrote(target, c, server),
-            Err(e) => self.failed(target, c, None, e),
-        }
+        let written = apply::create(&self.ctx, &api, &c.desired, c.with_status).await;
+        self.written(target, c, false, written).await
     }
 
     /// [`Why::Deleted`]: a copy we wrote is gone while its desired state did
@@ -187,11 +187,8 @@ impl Engine {
         namespace: Option<String>,
         policy: Policy,
     ) -> Outcome {
-        if let Err(outcome) = self.namespace_first(target, c, namespace).await {
-            return outcome;
-        }
-        let api = match self.place(target) {
-            Ok((api, _)) => api,
+        let api = match self.missing_copy_api(target, c, namespace).await {
+            Ok(api) => api,
             Err(outcome) => return outcome,
         };
         let Some(last) = self.baselines.get(target).map(|b| b.server.clone()) else {
@@ -253,9 +250,7 @@ impl Engine {
                 verified: None,
             },
         );
-        if drift::comparable(&server, c.with_status, &policy.exclude)
-            == drift::comparable(&live, c.with_status, &policy.exclude)
-        {
+        if policy.same(&server, &live, c.with_status) {
             self.verified(target, resource_version(&live).as_deref(), c.with_status);
             self.retries.remove(target);
             self.drift_resolved(target).await;
@@ -266,15 +261,7 @@ impl Engine {
         if same_source {
             return self.modified(target, c, &api, live, server, policy).await;
         }
-        let written = apply::replace(
-            &self.ctx,
-            &api,
-            &c.desired,
-            &live,
-            c.with_status,
-            &policy.exclude,
-        )
-        .await;
+        let written = self.replace_live(&api, c, &live, &policy).await;
         self.written(target, c, true, written).await
     }
 
@@ -312,9 +299,7 @@ impl Engine {
                 cached
             }
         };
-        if drift::comparable(&server, c.with_status, &policy.exclude)
-            == drift::comparable(&live, c.with_status, &policy.exclude)
-        {
+        if policy.same(&server, &live, c.with_status) {
             return Outcome::InSync;
         }
         let live_rv = resource_version(&live);
@@ -342,15 +327,7 @@ impl Engine {
         if mode == DriftMode::Report {
             return Outcome::InSync;
         }
-        let written = apply::replace(
-            &self.ctx,
-            api,
-            &c.desired,
-            &live,
-            c.with_status,
-            &policy.exclude,
-        )
-        .await;
+        let written = self.replace_live(api, c, &live, &policy).await;
         self.corrected(target, c, live_rv, written).await
     }
 

@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
-use super::drift::{self, Policy};
+use super::drift::Policy;
 use super::engine::{namespace_gvk, Engine};
 use super::model::backoff::{Backoff, Input};
 use super::model::meta::{has_annotation, is_original, is_terminating};
@@ -268,9 +268,7 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
         }
     }
     let policy = policy(v.rule, target, live);
-    if drift::comparable(&base.server, c.with_status, &policy.exclude)
-        == drift::comparable(live, c.with_status, &policy.exclude)
-    {
+    if policy.same(&base.server, live, c.with_status) {
         return Step::Verified(live_rv.map(str::to_owned), c.with_status);
     }
     Step::Serial(Why::Drift { policy })
