@@ -11,13 +11,16 @@
 //! 4. [`sink`]: each rule that applies there and takes from this origin
 //!    ([`matching`]) maps it to a desired copy ([`mutate`], [`template`]);
 //!    [`conflicts`] picks one winner per target.
-//! 5. [`apply`]: the copy is created or replaced unless it already equals the
-//!    desired state ([`compare`]); a copy whose write, delete or orphan
-//!    fails backs off on its own ([`model::backoff`], [`sink_failures`]);
-//!    [`status`] reports per rule.
+//! 5. [`sink_wave`] decides, without writing, whether the copy is equal,
+//!    a plain create or replace (run together), or takes the serial path
+//!    ([`sink_serial`], told why); [`apply`] creates or replaces it unless
+//!    it already equals the desired state ([`compare`]); a copy whose
+//!    write, delete or orphan fails backs off on its own
+//!    ([`model::backoff`], [`sink_failures`]); [`status`] reports per rule.
 //!
 //! [`engine`] owns the state and runs the passes; [`rules`] compiles the
-//! ResourceSyncRules, including the built-in one that replicates them.
+//! ResourceSyncRules, including the built-in one that replicates them;
+//! [`model`] holds the types every stage shares and reads object metadata.
 
 mod apply;
 mod bundle;

@@ -282,8 +282,7 @@ impl Engine {
             .is_some_and(|k| k.objects.contains_key(&(None, ns.to_owned())))
     }
 
-    /// What `apply_target` would do at `target`, when it is a common case
-    /// (see [`decide`]).
+    /// How the sink handles `target` this pass (see [`decide`]).
     pub(super) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
         let kind = self.kinds.get(&target.gvk());
         let view = View {
