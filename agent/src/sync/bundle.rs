@@ -22,13 +22,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-use super::engine::{Engine, RuleReport, Target};
+use super::engine::Engine;
 use super::matching;
+use super::model::meta::{annotations, annotations_mut, describe_key};
+use super::model::{Candidate, Outcome, RuleReport, Target};
 use super::mutate::{self, CopyInput, MutateError};
 use super::readiness;
 use super::rules::CompiledRule;
-use super::sink::{Candidate, Outcome};
-use super::source::describe_key;
 use super::template::TemplateContext;
 use super::watches::describe;
 
@@ -368,10 +368,7 @@ impl Engine {
         if name.is_empty() {
             return Err(ManifestError::MissingName);
         }
-        if let Some(a) = manifest
-            .pointer("/metadata/annotations")
-            .and_then(Value::as_object)
-        {
+        if let Some(a) = annotations(manifest) {
             let bundle = [well_known::ANNOTATION_BUNDLE];
             for stamp in mutate::STAMP_ANNOTATIONS.into_iter().chain(bundle) {
                 if a.contains_key(stamp) {
@@ -441,10 +438,7 @@ impl Engine {
         };
         let mut desired = mutate::desired_copy(&input).map_err(ManifestError::Mutate)?;
         // desired_copy made the annotations a map of strings.
-        if let Some(a) = desired
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
-        {
+        if let Some(a) = annotations_mut(&mut desired) {
             a.insert(
                 well_known::ANNOTATION_BUNDLE.to_owned(),
                 Value::String(bundle_ref.to_owned()),

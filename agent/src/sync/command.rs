@@ -11,7 +11,8 @@
 use fleetbus_schemas::command::{CorrectFailure, CorrectReply, CorrectRequest};
 use fleetbus_schemas::ObjectRef;
 
-use super::engine::{Engine, Target};
+use super::engine::Engine;
+use super::model::Target;
 use crate::bus::rate::RateRefused;
 
 fn object(t: &Target) -> ObjectRef {

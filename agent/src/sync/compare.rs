@@ -175,7 +175,8 @@ pub fn normalize_excluding(obj: &Value, keep_status: bool, exclusions: &[Vec<Str
 }
 
 /// The copy is in sync: `live` equals the `baseline` (what the API server returned for
-/// our last write) after [`normalize`].
+/// our last write) after [`normalize`] (what tests compare `diff` with).
+#[cfg(test)]
 pub fn in_sync(baseline: &Value, live: &Value, keep_status: bool) -> bool {
     normalize(baseline, keep_status) == normalize(live, keep_status)
 }

@@ -7,82 +7,12 @@
 //! (`creationTimestamp`), then the origin cluster's name, then the rule's.
 
 use async_nats::HeaderMap;
-use fleetbus_schemas::conflict::{conflict_event_id, ConflictEvent, ConflictReason};
-use fleetbus_schemas::ObjectRef;
+use fleetbus_schemas::conflict::{conflict_event_id, ConflictEvent};
 use k8s_openapi::api::core::v1::ObjectReference;
-use serde_json::Value;
 
-use super::engine::{Engine, Target};
-use super::sink::Candidate;
+use super::engine::Engine;
+use super::model::{Candidate, Conflict};
 use crate::kube::events::EventType;
-
-/// One conflict found in a pass.
-#[derive(Debug, Clone)]
-pub struct Conflict {
-    /// The rule whose copy was not written.
-    pub rule: String,
-    /// The origin whose object was not written.
-    pub origin: String,
-    /// Where.
-    pub target: Target,
-    /// The live object there, if any (for uid and resourceVersion).
-    pub live: Option<(String, String)>,
-    /// Why.
-    pub reason: ConflictReason,
-    /// Whose copy is there instead (OtherOrigin).
-    pub winner: Option<String>,
-    /// For the status, the Event and the bus.
-    pub message: String,
-}
-
-impl Conflict {
-    /// A local object not made by fleetbus holds the target.
-    pub fn local_object(target: &Target, c: &Candidate, live: &Value) -> Conflict {
-        let s = |p: &str| live.pointer(p).and_then(Value::as_str).map(str::to_owned);
-        Conflict {
-            rule: c.rule.clone(),
-            origin: c.key.origin.clone(),
-            target: target.clone(),
-            live: s("/metadata/uid").zip(s("/metadata/resourceVersion")),
-            reason: ConflictReason::LocalObject,
-            winner: None,
-            message: format!(
-                "{target} exists on this cluster and was not made by fleetbus: not overwritten with the copy from {}",
-                c.key.origin
-            ),
-        }
-    }
-
-    /// Another source's copy wins the target.
-    pub fn other_origin(target: &Target, loser: &Candidate, winner: &Candidate) -> Conflict {
-        Conflict {
-            rule: loser.rule.clone(),
-            origin: loser.key.origin.clone(),
-            target: target.clone(),
-            live: None,
-            reason: ConflictReason::OtherOrigin,
-            winner: Some(winner.key.origin.clone()),
-            message: format!(
-                "{target} is published by {} and {}: the copy from {} wins (older, or first by name)",
-                winner.key.origin, loser.key.origin, winner.key.origin
-            ),
-        }
-    }
-
-    fn object_ref(&self) -> ObjectRef {
-        let mut r = ObjectRef::new(
-            &self.target.api_version,
-            &self.target.kind,
-            self.target.namespace.as_deref(),
-            &self.target.name,
-        );
-        if let Some((uid, rv)) = &self.live {
-            r.uid = Some(uid.clone());
-            r.resource_version = Some(rv.clone());
-        }
-        r
-    }
-}
 
 /// Sorts candidates for one target, winner first.
 pub fn order(cands: &mut [Candidate]) {
@@ -166,6 +96,8 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::model::Target;
+    use fleetbus_schemas::conflict::ConflictReason;
     use fleetbus_schemas::crd::UpdatePolicy;
     use fleetbus_schemas::subject::ObjectKey;
     use serde_json::json;

@@ -93,6 +93,7 @@ fn feed(h: &mut Sha256, v: &Value, place: Place) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::model::meta::annotations_mut;
     use serde_json::json;
 
     fn copy(hash: &str, data: Value) -> Value {
@@ -110,10 +111,7 @@ mod tests {
             Digest::of_desired(&copy("h2", json!({"k": "v"})))
         );
         let mut no_hash = a.clone();
-        if let Some(m) = no_hash
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
-        {
+        if let Some(m) = annotations_mut(&mut no_hash) {
             m.remove(well_known::ANNOTATION_SOURCE_HASH);
         }
         assert_eq!(Digest::of_desired(&a), Digest::of_desired(&no_hash));
@@ -144,10 +142,7 @@ mod tests {
         );
         // An annotation changed.
         let mut changed = a.clone();
-        if let Some(m) = changed
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
-        {
+        if let Some(m) = annotations_mut(&mut changed) {
             m.insert("a".to_owned(), json!("2"));
         }
         assert_ne!(Digest::of_desired(&a), Digest::of_desired(&changed));
@@ -158,10 +153,7 @@ mod tests {
         // What `same_desired` did: compare after removing the annotation.
         let strip = |v: &Value| {
             let mut v = v.clone();
-            if let Some(m) = v
-                .pointer_mut("/metadata/annotations")
-                .and_then(Value::as_object_mut)
-            {
+            if let Some(m) = annotations_mut(&mut v) {
                 m.remove(well_known::ANNOTATION_SOURCE_HASH);
             }
             v

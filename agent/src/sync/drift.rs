@@ -1,5 +1,6 @@
 //! Drift: a change made on this cluster to a copy whose desired state did not
-//! change. Decided on the sink's one reconcile path (`sink::apply_target`):
+//! change. Decided on the sink's one reconcile path (`sink_wave::decide`,
+//! then `sink_serial` for [`Why::Drift`](super::sink_wave::Why)):
 //! the copy differs from its baseline while the desired copy is the one the
 //! baseline was made from. This file holds the pure parts: which policy holds
 //! for a copy, which paths are excluded, what changed and who changed it.
@@ -10,8 +11,9 @@ use fleetbus_schemas::well_known;
 use serde_json::Value;
 
 use super::compare;
-use super::engine::Target;
 use super::matching;
+use super::model::meta::annotation;
+use super::model::Target;
 use super::rules::CompiledRule;
 use crate::kube::FIELD_MANAGER;
 
@@ -25,10 +27,16 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Whether `live` equals `server` in what this policy compares (the
+    /// exclusions left out; status only when it is synced).
+    pub fn same(&self, server: &Value, live: &Value, with_status: bool) -> bool {
+        comparable(server, with_status, &self.exclude)
+            == comparable(live, with_status, &self.exclude)
+    }
+
     /// The policy for the copy `live` at `target` under `rule`.
     pub fn of(rule: &CompiledRule, target: &Target, live: &Value) -> Policy {
-        let annotations = live.pointer("/metadata/annotations");
-        let note = |k: &str| annotations.and_then(|a| a.get(k)).and_then(Value::as_str);
+        let note = |k: &str| annotation(live, k);
         let mut mode = rule.spec.drift.mode;
         let ignore = note(well_known::ANNOTATION_DRIFT_IGNORE).map(str::trim);
         if ignore == Some("*") {
@@ -101,6 +109,7 @@ fn tokens(pointer: &str) -> Vec<String> {
 }
 
 /// Removes every value matched by `pattern` (`*` matches any key or index).
+#[cfg(test)]
 pub fn remove_path(v: &mut Value, pattern: &str) {
     compare::remove_matching(v, &tokens(pattern));
 }

@@ -17,9 +17,9 @@ use std::hash::{Hash, Hasher};
 
 use super::drift;
 use super::drift_coalesce::Gate;
-use super::engine::{Engine, Target};
+use super::engine::Engine;
 use super::fight::{Change, Verdict};
-use super::sink::{Candidate, Outcome};
+use super::model::{Candidate, Outcome, Target};
 use crate::kube::events::EventType;
 
 /// A drift that has been detected and not ended yet.
@@ -120,7 +120,7 @@ impl Engine {
         if !self.report(target, &event).await {
             // Not on the bus: not recorded either, so the next pass (soon)
             // detects and announces it again.
-            self.publish_retry_at = Some(Instant::now() + Duration::from_secs(2));
+            self.drift_wake = Some(Instant::now() + Duration::from_secs(2));
             return;
         }
         self.ctx

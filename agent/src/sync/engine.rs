@@ -27,63 +27,13 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::model::meta::{has_annotation, origin_cluster};
+use super::model::{Baseline, LocalKey, RuleReport, Target};
 use super::rules::{self, RuleSet};
+use super::source_state::SourceState;
 use super::watches::{self, BusEvent, Input, LocalEvent};
 use crate::context::Context;
 use crate::registry::FleetView;
-
-/// A local object's place: namespace (None if cluster-scoped) and name.
-pub type LocalKey = (Option<String>, String);
-
-/// The place of a copy: kind and local key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Target {
-    /// `apiVersion` of the copy.
-    pub api_version: String,
-    /// Kind of the copy.
-    pub kind: String,
-    /// Namespace, None if cluster-scoped.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
-
-impl Target {
-    /// The place of `obj`, if it names one.
-    pub fn of(obj: &Value) -> Option<Target> {
-        let s = |p: &str| {
-            obj.pointer(p)
-                .and_then(Value::as_str)
-                .filter(|v| !v.is_empty())
-        };
-        Some(Target {
-            api_version: s("/apiVersion")?.to_owned(),
-            kind: s("/kind")?.to_owned(),
-            namespace: s("/metadata/namespace").map(str::to_owned),
-            name: s("/metadata/name")?.to_owned(),
-        })
-    }
-
-    /// The kind as kube names it.
-    pub fn gvk(&self) -> GroupVersionKind {
-        let (group, version) = fleetbus_schemas::subject::split_api_version(&self.api_version);
-        GroupVersionKind::gvk(group, version, &self.kind)
-    }
-
-    /// The key in the kind's local map.
-    pub fn local_key(&self) -> LocalKey {
-        (self.namespace.clone(), self.name.clone())
-    }
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
-        }
-    }
-}
 
 /// What sync knows of one kind.
 pub struct KindState {
@@ -127,59 +77,16 @@ impl KindState {
         self.snapshots
             .iter()
             .any(|(k, e)| k.origin == local && !e.tombstone)
-            || self.objects.values().any(|o| {
-                o.pointer("/metadata/annotations")
-                    .and_then(|a| a.get(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER))
-                    .and_then(Value::as_str)
-                    .is_some_and(|origin| origin != local)
-            })
+            || self
+                .objects
+                .values()
+                .any(|o| origin_cluster(o).is_some_and(|origin| origin != local))
     }
 
     /// Whether everything sync needs of this kind has been read.
     pub fn ready(&self) -> bool {
         self.listed && (!self.source || self.caught_up)
     }
-}
-
-/// What the sink knows of a copy beyond the live object.
-#[derive(Debug, Clone)]
-pub struct Baseline {
-    /// The digest of the desired object (before carrying over live fields)
-    /// last written: only "did it change" is asked of it.
-    pub desired: super::digest::Digest,
-    /// What the API server made of it (the write's response, or a dry run's).
-    pub server: Value,
-    /// The live copy's resourceVersion (and whether status was compared)
-    /// when it was last found equal to `server`: while both are the same,
-    /// it still is, without comparing again. Cleared when rules recompile
-    /// (exclusions, drift modes).
-    pub verified: Option<(String, bool)>,
-}
-
-/// Everything one pass found about one rule, for its status.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct RuleReport {
-    /// Copies in sync.
-    pub synced: i64,
-    /// Objects in conflict, with a description each.
-    pub conflicts: BTreeMap<String, String>,
-    /// Objects failing, with the error each.
-    pub errors: BTreeMap<String, String>,
-    /// Source clusters in effect.
-    pub sources: BTreeSet<String>,
-    /// Whether this cluster is a sink of the rule.
-    pub selected: bool,
-    /// A copy was written in this pass.
-    pub wrote: bool,
-    /// Source objects whose `fleetbus.io/update-policy` value is unknown
-    /// (ignored); a set, so that an object several rules select counts once.
-    pub unknown_update_policy: BTreeSet<ObjectKey>,
-    /// On the origin: (ready, reported) copies of our objects, when any report.
-    pub readiness: Option<(i64, i64)>,
-    /// Copies kept instead of deleted (`sink_keep`), with why and how to finish.
-    pub kept: BTreeMap<String, String>,
-    /// Our objects the rule selects that are never published, with why.
-    pub withheld: BTreeMap<String, super::withheld::Withheld>,
 }
 
 /// The state of sync on this cluster.
@@ -195,14 +102,17 @@ pub struct Engine {
     pub(super) unresolved: HashMap<GroupVersionKind, String>,
     pub(super) rediscover: bool,
     pub(super) rediscover_at: Option<Instant>,
-    /// A publish failed on the bus: run a pass then to try again.
-    pub(super) publish_retry_at: Option<Instant>,
-    /// No publishing before this (an acknowledgement failed).
-    pub(super) publish_hold: Option<Instant>,
+    /// A drift announcement failed on the bus: run a pass then to try again
+    /// (set by `drift_report` only).
+    pub(super) drift_wake: Option<Instant>,
+    /// A status report failed on the bus: when `report_pass` tries again.
+    pub(super) report_wake: Option<Instant>,
+    /// What the source side keeps between passes (`source`).
+    pub(super) source: SourceState,
     pub(super) baselines: HashMap<Target, Baseline>,
     /// Copies whose last write, delete or orphan failed: when to try again
     /// (see `backoff`).
-    pub(super) retries: HashMap<Target, super::backoff::Backoff>,
+    pub(super) retries: HashMap<Target, super::model::backoff::Backoff>,
     /// Failures that are news, as (rule, message): announced as Events on
     /// their rule at the end of the sink pass (`sink_failures`).
     pub(super) failure_events: Vec<(String, String)>,
@@ -221,15 +131,6 @@ pub struct Engine {
     pub(super) fights: super::fight::Fights<Target>,
     /// Drift announcements held per copy (`drift_coalesce`).
     pub(super) coalesce: super::drift_coalesce::Coalescer<Target>,
-    /// Object versions that could not be published and got their Event.
-    pub(super) unpublishable: std::collections::HashSet<(ObjectKey, String)>,
-    /// Our live objects whose last value on the bus someone overwrote with
-    /// a message sync cannot read: to publish again.
-    pub(super) overwritten: BTreeSet<ObjectKey>,
-    /// Errors of the source side, by rule (oversized objects).
-    pub(super) source_errors: BTreeMap<String, BTreeMap<String, String>>,
-    /// Objects rules select that are never published, by rule (`withheld`).
-    pub(super) source_withheld: BTreeMap<String, BTreeMap<String, super::withheld::Withheld>>,
     /// Conflicts already reported (Event, bus), so each is reported once.
     pub(super) reported_conflicts: BTreeSet<String>,
     /// Per rule, what the last pass found.
@@ -245,8 +146,6 @@ pub struct Engine {
     pub(super) bundles: BTreeMap<ObjectKey, super::bundle::Unwrapped>,
     /// Bundle versions whose invalid manifests were counted already.
     pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
-    /// Content hashes of our originals' versions, per source kind (`source`).
-    pub(super) source_hashes: HashMap<GroupVersionKind, super::published::HashMemo>,
     /// When this agent last wrote each rule's status, and when a status held
     /// back (only counts changed) is due (`status`).
     pub(super) status_written: BTreeMap<String, Instant>,
@@ -300,13 +199,12 @@ impl Engine {
             unresolved: HashMap::new(),
             rediscover: false,
             rediscover_at: None,
-            publish_retry_at: None,
-            publish_hold: None,
+            drift_wake: None,
+            report_wake: None,
+            source: SourceState::default(),
             baselines: HashMap::new(),
             retries: HashMap::new(),
             failure_events: Vec::new(),
-            unpublishable: std::collections::HashSet::new(),
-            overwritten: BTreeSet::new(),
             drifts: HashMap::new(),
             seen: HashMap::new(),
             forced: std::collections::HashSet::new(),
@@ -314,8 +212,6 @@ impl Engine {
             drift_kv: None,
             fights,
             coalesce,
-            source_errors: BTreeMap::new(),
-            source_withheld: BTreeMap::new(),
             reported_conflicts: BTreeSet::new(),
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
@@ -323,7 +219,6 @@ impl Engine {
             status_book: super::returned::StatusBook::default(),
             bundles: BTreeMap::new(),
             bundles_counted: std::collections::HashSet::new(),
-            source_hashes: HashMap::new(),
             status_written: BTreeMap::new(),
             status_due: None,
             rules_generation: 0,
@@ -359,7 +254,7 @@ impl Engine {
                 // Not again at once: the next pass would fail the same way
                 // (a stream gone, NATS away) and loop. Have the layout
                 // checked, and publish again in a second.
-                self.publish_hold = Some(Instant::now() + Duration::from_secs(1));
+                self.source.hold = Some(Instant::now() + Duration::from_secs(1));
                 self.ctx.check_layout.notify_one();
             }
             Input::PublishDuplicate(gvk, key, before) => {
@@ -370,7 +265,7 @@ impl Engine {
                 // over it. Believe again what the bus holds and publish at
                 // once with a fresh id (`overwritten`).
                 self.ctx.metrics.sync_rejected("publish_duplicate");
-                tracing::info!(object = %super::source::describe_key(&key), "our subject holds a message we did not publish; publishing ours again");
+                tracing::info!(object = %super::model::meta::describe_key(&key), "our subject holds a message we did not publish; publishing ours again");
                 if let Some(k) = self.kinds.get_mut(&gvk) {
                     match before {
                         Some(env) => k.snapshots.insert(key.clone(), *env),
@@ -378,7 +273,7 @@ impl Engine {
                     };
                     k.source_dirty.insert(key.clone());
                 }
-                self.overwritten.insert(key);
+                self.source.overwritten.insert(key);
             }
         }
     }
@@ -416,12 +311,10 @@ impl Engine {
                 if let Some(t) = Target::of(&obj) {
                     // A copy the last pass did not want may be one to collect.
                     if !self.held.contains_key(&t)
-                        && obj
-                            .pointer("/metadata/annotations")
-                            .and_then(|a| {
-                                a.get(fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER)
-                            })
-                            .is_some()
+                        && has_annotation(
+                            &obj,
+                            fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER,
+                        )
                     {
                         self.collect_due = true;
                     }
@@ -495,7 +388,7 @@ impl Engine {
                     && !fleet.peers.contains_key(&key.origin)
                 {
                     self.ctx.metrics.sync_rejected("unknown_origin");
-                    tracing::warn!(origin = %key.origin, object = %super::source::describe_key(&key), "envelope from a cluster that is no member; not applied");
+                    tracing::warn!(origin = %key.origin, object = %super::model::meta::describe_key(&key), "envelope from a cluster that is no member; not applied");
                 }
                 if key.origin == self.ctx.cfg.cluster_name {
                     // Our subtree as the bus holds it (our publish read back,
@@ -535,7 +428,7 @@ impl Engine {
                     && kind.snapshots.remove(&key).is_some_and(|e| !e.tombstone)
                 {
                     kind.source_dirty.insert(key.clone());
-                    self.overwritten.insert(key);
+                    self.source.overwritten.insert(key);
                 }
             }
             BusEvent::CaughtUp => {
@@ -566,7 +459,7 @@ impl Engine {
                         .is_some_and(|p| p.may_be_source())
             })
             .filter_map(|(_, env)| env.object.as_ref())
-            .filter(|o| super::source::is_original(o))
+            .filter(|o| super::model::meta::is_original(o))
             .collect();
         let mut set = rules::compile(&objects);
         set.remove(rules::RULE_REPLICATION);
@@ -709,7 +602,9 @@ impl Engine {
             .values()
             .map(|r| r.at)
             .chain(self.rediscover_at)
-            .chain(self.publish_retry_at)
+            .chain(self.drift_wake)
+            .chain(self.source.wake)
+            .chain(self.report_wake)
             .chain(self.status_due)
             .chain(self.fights.wake_at())
             .chain(self.coalesce.wake_at())
@@ -720,7 +615,9 @@ impl Engine {
     pub async fn pass(&mut self) {
         // Timers are set again by whatever still needs them in this pass; a
         // due timer left standing would wake the loop at once, forever.
-        self.publish_retry_at = None;
+        self.drift_wake = None;
+        self.source.wake = None;
+        self.report_wake = None;
         if self.rules_dirty {
             if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
                 let objects: Vec<&Value> = kind.objects.values().collect();
@@ -757,10 +654,10 @@ impl Engine {
             return;
         }
         self.ctx.metrics.sync_passes.inc();
-        self.source_pass().await;
+        self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
         self.sink_pass().await;
-        self.report_pass().await;
+        self.report_wake = self.report_pass().await;
         self.return_pass().await;
         self.status_pass().await;
         let now = Instant::now();
@@ -769,7 +666,7 @@ impl Engine {
         let rules = &self.rules;
         self.last_sync.retain(|name, _| rules.contains_key(name));
         let kinds = &self.kinds;
-        self.unpublishable.retain(|(key, _)| {
+        self.source.unpublishable.retain(|(key, _)| {
             kinds.values().any(|k| {
                 k.objects
                     .contains_key(&(key.namespace.clone(), key.name.clone()))

@@ -11,47 +11,52 @@
 //! 4. [`sink`]: each rule that applies there and takes from this origin
 //!    ([`matching`]) maps it to a desired copy ([`mutate`], [`template`]);
 //!    [`conflicts`] picks one winner per target.
-//! 5. [`apply`]: the copy is created or replaced unless it already equals the
-//!    desired state ([`compare`]); a copy whose write, delete or orphan
-//!    fails backs off on its own ([`backoff`], [`sink_failures`]);
-//!    [`status`] reports per rule.
+//! 5. [`sink_wave`] decides, without writing, whether the copy is equal,
+//!    a plain create or replace (run together), or takes the serial path
+//!    ([`sink_serial`], told why); [`apply`] creates or replaces it unless
+//!    it already equals the desired state ([`compare`]); a copy whose
+//!    write, delete or orphan fails backs off on its own
+//!    ([`model::backoff`], [`sink_failures`]); [`status`] reports per rule.
 //!
 //! [`engine`] owns the state and runs the passes; [`rules`] compiles the
-//! ResourceSyncRules, including the built-in one that replicates them.
+//! ResourceSyncRules, including the built-in one that replicates them;
+//! [`model`] holds the types every stage shares and reads object metadata.
 
-pub mod apply;
-pub mod backoff;
-pub mod bundle;
-pub mod command;
-pub mod compare;
-pub mod conflicts;
-pub mod digest;
-pub mod drift;
-pub mod drift_coalesce;
-pub mod drift_report;
-pub mod engine;
+mod apply;
+mod bundle;
+mod command;
+mod compare;
+mod conflicts;
+mod digest;
+mod drift;
+mod drift_coalesce;
+mod drift_report;
+mod engine;
 pub mod fight;
-pub mod follow;
-pub mod matching;
-pub mod mutate;
-pub mod per_cluster;
-pub mod progress;
-pub mod published;
-pub mod readiness;
-pub mod report;
-pub mod returned;
-pub mod rules;
-pub mod sink;
-pub mod sink_cache;
-pub mod sink_collect;
-pub mod sink_failures;
-pub mod sink_keep;
-pub mod sink_wave;
-pub mod source;
-pub mod status;
-pub mod template;
-pub mod watches;
-pub mod withheld;
+mod follow;
+mod matching;
+mod model;
+mod mutate;
+mod per_cluster;
+mod progress;
+mod published;
+mod readiness;
+mod report;
+mod returned;
+mod rules;
+mod sink;
+mod sink_cache;
+mod sink_collect;
+mod sink_failures;
+mod sink_keep;
+mod sink_serial;
+mod sink_wave;
+mod source;
+mod source_state;
+mod status;
+mod template;
+mod watches;
+mod withheld;
 
 pub use engine::run;
 

@@ -459,7 +459,7 @@ pub fn unmanage(live: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::engine::Target;
+    use crate::sync::model::Target;
     use fleetbus_schemas::crd::Override;
     use proptest::prelude::*;
     use serde_json::json;

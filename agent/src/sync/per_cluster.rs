@@ -13,7 +13,8 @@ use kube::api::{DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
-use super::engine::{Engine, LocalKey};
+use super::engine::Engine;
+use super::model::LocalKey;
 use crate::kube::FIELD_MANAGER;
 
 /// The ReportedState kind (watched by every agent, like rules).

@@ -121,6 +121,7 @@ impl HashMemo {
     }
 
     /// Whether nothing is remembered.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.hashes.is_empty()
     }

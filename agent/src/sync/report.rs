@@ -12,13 +12,13 @@ use fleetbus_schemas::crd::StatusReturn;
 use fleetbus_schemas::envelope::check_size;
 use fleetbus_schemas::reported::ReportedStatus;
 use fleetbus_schemas::subject::{check_subject_len, StatusKey};
-use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
 use fleetbus_schemas::ObjectRef;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::bundle;
 use super::engine::Engine;
+use super::model::meta::origin_cluster;
 use super::readiness;
 
 /// Whether two reports say the same (when and from which version of the
@@ -57,10 +57,7 @@ impl Engine {
                 continue;
             };
             // A local object in the way (a conflict) is no copy of ours.
-            let origin = live
-                .pointer("/metadata/annotations")
-                .and_then(|a| a.get(ANNOTATION_ORIGIN_CLUSTER))
-                .and_then(Value::as_str);
+            let origin = origin_cluster(live);
             if origin != Some(key.origin.as_str()) {
                 continue;
             }
@@ -151,11 +148,12 @@ impl Engine {
     }
 
     /// Publishes what changed since the last reports (see the module docs).
-    pub(super) async fn report_pass(&mut self) {
+    /// Returns when to try again, when a report was not published.
+    pub(super) async fn report_pass(&mut self) -> Option<Instant> {
         // Before our own last reports are read back, everything would look
         // new; before the rules are read, every report would look orphaned.
         if !self.status_book.caught_up || !self.rules_read() {
-            return;
+            return None;
         }
         let local = self.fleet.local.name.clone();
         let wanted = self.wanted_reports();
@@ -184,7 +182,7 @@ impl Engine {
                 });
             }
         }
-        self.publish_reports(publish).await;
+        self.publish_reports(publish).await
     }
 
     /// Publishes reports, all sent before any acknowledgement is awaited
@@ -192,8 +190,9 @@ impl Engine {
     /// round trip each would hold the pass for seconds), then the
     /// acknowledgements together; each acknowledged report is remembered as
     /// published so the next pass does not send it again before the consumer
-    /// reads it back.
-    async fn publish_reports(&mut self, reports: Vec<ReportedStatus>) {
+    /// reads it back. Returns when to try again, when one was not published.
+    async fn publish_reports(&mut self, reports: Vec<ReportedStatus>) -> Option<Instant> {
+        let mut retry = None;
         let mut sent = Vec::with_capacity(reports.len());
         for r in reports {
             let key = r.subject_key();
@@ -209,7 +208,7 @@ impl Engine {
             };
             match self.ctx.js.publish(subject.clone(), bytes.into()).await {
                 Ok(ack) => sent.push((key, subject, r, ack)),
-                Err(error) => self.report_not_published(&subject, &error.to_string()),
+                Err(error) => retry = Some(not_published(&subject, &error.to_string())),
             }
         }
         let (sent, acks): (Vec<_>, Vec<_>) = sent
@@ -223,15 +222,17 @@ impl Engine {
                     tracing::debug!(%subject, gone = r.status.is_null(), "status reported");
                     self.status_book.reports.insert(key, r);
                 }
-                Err(error) => self.report_not_published(&subject, &error.to_string()),
+                Err(error) => retry = Some(not_published(&subject, &error.to_string())),
             }
         }
+        retry
     }
+}
 
-    fn report_not_published(&mut self, subject: &str, error: &str) {
-        tracing::warn!(%subject, %error, "status report not published; retrying");
-        self.publish_retry_at = Some(Instant::now() + Duration::from_secs(2));
-    }
+/// Logs a status report the bus did not take; returns when to try again.
+fn not_published(subject: &str, error: &str) -> Instant {
+    tracing::warn!(%subject, %error, "status report not published; retrying");
+    Instant::now() + Duration::from_secs(2)
 }
 
 impl Engine {

@@ -46,7 +46,7 @@ pub struct StatusBook {
     /// `PerCluster`: the ReportedStates written last, by place, each with the
     /// `resourceVersion` the live object had when it was written: while the
     /// watched object still has it, our write's event has not come back yet.
-    pub(super) written: BTreeMap<super::engine::LocalKey, super::per_cluster::Written>,
+    pub(super) written: BTreeMap<super::model::LocalKey, super::per_cluster::Written>,
 }
 
 /// Whether fleetbus's status field manager owns fields of `obj`.
@@ -334,7 +334,7 @@ impl Engine {
             // The source is gone: nothing to write on.
             Err(kube::Error::Api(s)) if s.code == 404 => true,
             Err(e) => {
-                tracing::warn!(object = %super::source::describe_key(key), error = %e, "could not write the returned status");
+                tracing::warn!(object = %super::model::meta::describe_key(key), error = %e, "could not write the returned status");
                 false
             }
         }

@@ -13,6 +13,7 @@ use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::model::meta::has_annotation;
 use super::template;
 
 /// The name (`fleetbus.io/rule` annotation) of the built-in rule that
@@ -103,10 +104,7 @@ pub fn compile(objects: &[&Value]) -> RuleSet {
             continue;
         }
         let generation = obj.pointer("/metadata/generation").and_then(Value::as_i64);
-        let correction_paused = obj
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(well_known::ANNOTATION_CORRECTION_PAUSED))
-            .is_some();
+        let correction_paused = has_annotation(obj, well_known::ANNOTATION_CORRECTION_PAUSED);
         let mut rule = match serde_json::from_value::<ResourceSyncRule>((*obj).clone()) {
             Ok(rule) => compile_one(&name, rule.spec, generation),
             Err(e) => CompiledRule {

@@ -10,75 +10,28 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use fleetbus_schemas::crd::{DriftMode, SyncRule, UpdatePolicy};
-use fleetbus_schemas::drift::DriftType;
+use fleetbus_schemas::crd::{SyncRule, UpdatePolicy};
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::apply::{self, WriteError};
-use super::backoff::Input;
+use super::apply::WriteError;
 use super::bundle::{self, BundlePass, BundleSource};
-use super::compare;
-use super::conflicts::{self, Conflict};
+use super::conflicts;
 use super::digest::Digest;
-use super::drift::{self, Policy};
-use super::drift_report::{self, Found};
-use super::engine::{namespace_gvk, Baseline, Engine, RuleReport, Target};
-use super::fight::Verdict;
+use super::engine::{namespace_gvk, Engine};
 use super::matching;
+use super::model::backoff::Input;
+use super::model::meta::{annotation, describe_key, is_original};
+use super::model::{Baseline, Candidate, Conflict, Outcome, RuleReport, Target};
 use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
 use super::sink_cache::{CandidateCache, Computed};
 use super::sink_wave::Step;
-use super::source::{describe_key, is_original, qualifies};
+use super::source::qualifies;
 use super::template::TemplateContext;
-
-/// One source object that wants to be written at a target.
-#[derive(Debug, Clone)]
-pub struct Candidate {
-    /// The rule that maps it there.
-    pub rule: String,
-    /// Its key on the bus.
-    pub key: ObjectKey,
-    /// Its `metadata.creationTimestamp` on the origin (RFC 3339, sorts by time).
-    pub created: String,
-    /// The copy to write (shared with the candidate memo).
-    pub desired: Arc<Value>,
-    /// `desired`'s digest without the source hash (see `digest`).
-    pub digest: Digest,
-    /// Whether the copy carries `.status`.
-    pub with_status: bool,
-    /// The rule's update policy.
-    pub update: UpdatePolicy,
-    /// The rule creates missing namespaces.
-    pub create_namespace: bool,
-}
-
-/// Sets `body`'s source-hash annotation to `live`'s, when live has one.
-fn keep_source_hash(body: &mut Value, live: &Value) {
-    let Some(hash) = annotation(live, well_known::ANNOTATION_SOURCE_HASH) else {
-        return;
-    };
-    if let Some(a) = body
-        .pointer_mut("/metadata/annotations")
-        .and_then(Value::as_object_mut)
-    {
-        a.insert(
-            well_known::ANNOTATION_SOURCE_HASH.to_owned(),
-            Value::String(hash.to_owned()),
-        );
-    }
-}
-
-/// The value of annotation `key` of `obj`.
-pub(super) fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
-    obj.pointer("/metadata/annotations")
-        .and_then(|a| a.get(key))
-        .and_then(Value::as_str)
-}
 
 /// The update policy of `source`'s copies: create-only when the rule says so
 /// or the source carries `fleetbus.io/update-policy: create-only`, else the
@@ -351,13 +304,13 @@ impl Engine {
             self.collect(&wanted, &mut reports).await;
         }
         self.announce_failures().await;
-        for (rule, errors) in &self.source_errors {
+        for (rule, errors) in &self.source.errors {
             if let Some(r) = reports.get_mut(rule) {
                 r.errors.extend(errors.clone());
             }
         }
         self.note_kept(&mut reports);
-        for (rule, withheld) in &self.source_withheld {
+        for (rule, withheld) in &self.source.withheld {
             if let Some(r) = reports.get_mut(rule) {
                 r.withheld.clone_from(withheld);
             }
@@ -377,24 +330,11 @@ impl Engine {
         let mut writes = Vec::new();
         for (target, winner) in wave {
             let outcome = match self.classify(target, winner, now) {
-                Step::Done(outcome, equal) => {
-                    if equal {
-                        self.retries.remove(target);
-                        self.drift_resolved(target).await;
-                    }
-                    outcome
-                }
-                Step::Verified(rv, with_status) => {
-                    self.verified(target, rv.as_deref(), with_status);
-                    self.retries.remove(target);
-                    self.drift_resolved(target).await;
-                    Outcome::InSync
-                }
-                Step::Serial => self.apply_target(target, winner).await,
                 Step::Write(w) => {
                     writes.push((target, winner, w));
                     continue;
                 }
+                step => self.settle(target, winner, step).await,
             };
             if matches!(outcome, Outcome::InSync | Outcome::Wrote) {
                 self.in_flight.settled();
@@ -432,309 +372,8 @@ impl Engine {
         }
     }
 
-    /// Makes the copy at `target` equal to the winner's desired state.
-    async fn apply_target(&mut self, target: &Target, c: &Candidate) -> Outcome {
-        let gvk = target.gvk();
-        let Some(kind) = self.kinds.get(&gvk) else {
-            return Outcome::Failed(format!(
-                "kind {} is not watched",
-                super::watches::describe(&gvk)
-            ));
-        };
-        let ar = kind.ar.clone();
-        let namespaced = kind.namespaced;
-        let live = kind.objects.get(&target.local_key()).cloned();
-        let live_rv = live
-            .as_ref()
-            .and_then(|l| l.pointer("/metadata/resourceVersion"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let input = Input {
-            desired: Some(c.digest),
-            live_rv: live_rv.clone(),
-        };
-        if let Some(error) = self.waiting(target, &input, Instant::now()) {
-            return Outcome::Failed(error);
-        }
-        if namespaced && target.namespace.is_none() {
-            return Outcome::Failed(
-                "the kind is namespaced but the copy has no namespace".to_owned(),
-            );
-        }
-        if !namespaced && target.namespace.is_some() {
-            return Outcome::Failed(
-                "the kind is cluster-scoped but the copy has a namespace".to_owned(),
-            );
-        }
-        if let Some(ns) = &target.namespace {
-            let exists = self
-                .kinds
-                .get(&namespace_gvk())
-                .is_some_and(|k| k.objects.contains_key(&(None, ns.clone())));
-            if !exists {
-                if !c.create_namespace {
-                    return Outcome::Failed(format!(
-                        "namespace {ns} not found (set createNamespace: true to create it)"
-                    ));
-                }
-                if let Err(e) = apply::create_namespace(&self.ctx, ns).await {
-                    return self.failed(target, c, None, e);
-                }
-            }
-        }
-        let client = self.ctx.client.clone();
-        let api = apply::api(&client, &ar, target.namespace.as_deref());
-        let rule = self.rules.get(&c.rule).cloned();
-        let Some(live) = live else {
-            if c.update == UpdatePolicy::CreateOnly {
-                // A deleted create-only copy is created again, and that is not
-                // drift (PROTOCOL §8.1): no baseline, no Deleted drift, whatever
-                // the drift mode.
-                if self.baselines.contains_key(target) {
-                    if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
-                        // Our create's watch event has not arrived yet.
-                        return Outcome::InSync;
-                    }
-                }
-                return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
-                    Ok(server) => self.wrote(target, c, server),
-                    Err(e) => self.failed(target, c, None, e),
-                };
-            }
-            // A copy we wrote is gone while its desired state did not change:
-            // someone deleted it (drift of type Deleted).
-            let known = self
-                .baselines
-                .get(target)
-                .filter(|b| b.desired == c.digest)
-                .map(|b| b.server.clone());
-            if let (Some(last), Some(rule)) = (known, rule.as_ref()) {
-                if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
-                    // Our create's watch event has not arrived yet: no drift.
-                    return Outcome::InSync;
-                }
-                let policy = Policy::of(rule, target, &last);
-                let mode = self.effective_mode(target, policy.mode);
-                if mode == DriftMode::Ignore {
-                    return Outcome::InSync;
-                }
-                self.drift_detected(
-                    target,
-                    c,
-                    Found {
-                        live: &last,
-                        baseline: &last,
-                        type_: DriftType::Deleted,
-                        action: mode,
-                        exclude: &policy.exclude,
-                        with_status: c.with_status,
-                    },
-                )
-                .await;
-                if mode == DriftMode::Report {
-                    return Outcome::InSync;
-                }
-                let written = apply::create(&self.ctx, &api, &c.desired, c.with_status).await;
-                return self.corrected(target, c, None, written).await;
-            }
-            return match apply::create(&self.ctx, &api, &c.desired, c.with_status).await {
-                Ok(server) => self.wrote(target, c, server),
-                Err(e) => self.failed(target, c, None, e),
-            };
-        };
-        if let Some(why) = super::sink_wave::terminating(&live) {
-            return Outcome::Failed(why);
-        }
-        if is_original(&live) {
-            return Outcome::Conflict(Box::new(Conflict::local_object(target, c, &live)));
-        }
-        if annotation(&live, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED).is_some()
-            || c.update == UpdatePolicy::CreateOnly
-        {
-            // Pinned by an operator, or created once by policy: left alone.
-            return Outcome::InSync;
-        }
-        let policy = rule
-            .as_ref()
-            .map(|r| Policy::of(r, target, &live))
-            .unwrap_or(Policy {
-                mode: DriftMode::Correct,
-                exclude: Vec::new(),
-            });
-        // The baseline, and whether a difference from it is drift: it is when
-        // the desired copy is the one the baseline was made from (someone
-        // changed the copy), not when the source changed.
-        let baseline = match self.baselines.get(target) {
-            Some(b) if b.desired == c.digest => Some((b.server.clone(), true)),
-            Some(_) => None, // the desired state changed: write it
-            None => {
-                // No baseline (first look since start): ask the server what it
-                // would make of the desired state, without writing. The copy
-                // was built from this very source version if its source hash
-                // says so; then a difference was made here while we were away.
-                let mut body = Value::clone(&c.desired);
-                compare::carry_over(&mut body, &live);
-                drift::keep_excluded(&mut body, &live, &policy.exclude);
-                // Compare with the copy's own source hash: a source change
-                // that leaves the copy alone (the origin's status, when
-                // status is not synced) is no reason to write after a
-                // restart, as it was none while running (`Digest`).
-                keep_source_hash(&mut body, &live);
-                match apply::dry_run_replace(&api, &body).await {
-                    Ok(server) => {
-                        self.baselines.insert(
-                            target.clone(),
-                            Baseline {
-                                desired: c.digest,
-                                server: server.clone(),
-                                verified: None,
-                            },
-                        );
-                        let same_source = annotation(&live, well_known::ANNOTATION_SOURCE_HASH)
-                            == annotation(&c.desired, well_known::ANNOTATION_SOURCE_HASH);
-                        Some((server, same_source))
-                    }
-                    Err(e) => return self.failed(target, c, live_rv, e),
-                }
-            }
-        };
-        if let Some((server, is_drift)) = baseline {
-            if drift::comparable(&server, c.with_status, &policy.exclude)
-                == drift::comparable(&live, c.with_status, &policy.exclude)
-            {
-                self.verified(target, live_rv.as_deref(), c.with_status);
-                self.retries.remove(target);
-                self.drift_resolved(target).await;
-                return Outcome::InSync;
-            }
-            if is_drift {
-                // A copy another writer fights over is left alone while it
-                // waits (no read, no write); an operator's request ends that.
-                if self.forced.contains(target) {
-                    self.fights.forget(target);
-                } else if self
-                    .fights
-                    .holding(target, live_rv.as_deref(), Instant::now())
-                    .is_some()
-                {
-                    return Outcome::Failed(self.fight_message(target));
-                }
-                // What the server has now, not the watch cache (which may
-                // still show the version our last write replaced).
-                let live = match drift_report::fresh(&api, &target.name).await {
-                    Ok(Some(now)) => now,
-                    // Deleted meanwhile: its watch event decides.
-                    Ok(None) => return Outcome::InSync,
-                    Err(e) => {
-                        tracing::debug!(copy = %target, error = %e, "re-reading a drifted copy failed; using the cache");
-                        live
-                    }
-                };
-                if drift::comparable(&server, c.with_status, &policy.exclude)
-                    == drift::comparable(&live, c.with_status, &policy.exclude)
-                {
-                    return Outcome::InSync;
-                }
-                let live_rv = live
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let mode = self.effective_mode(target, policy.mode);
-                if mode == DriftMode::Ignore {
-                    return Outcome::InSync;
-                }
-                let found = Found {
-                    live: &live,
-                    baseline: &server,
-                    type_: DriftType::Modified,
-                    action: mode,
-                    exclude: &policy.exclude,
-                    with_status: c.with_status,
-                };
-                let verdict = if mode == DriftMode::Correct && !self.forced.contains(target) {
-                    self.fight_verdict(target, &found)
-                } else {
-                    Verdict::Correct
-                };
-                self.drift_detected(target, c, found).await;
-                if verdict != Verdict::Correct {
-                    return self.drift_fight(target, verdict, live_rv.as_deref()).await;
-                }
-                if mode == DriftMode::Report {
-                    return Outcome::InSync;
-                }
-                let written = apply::replace(
-                    &self.ctx,
-                    &api,
-                    &c.desired,
-                    &live,
-                    c.with_status,
-                    &policy.exclude,
-                )
-                .await;
-                return self.corrected(target, c, live_rv, written).await;
-            }
-        }
-        match apply::replace(
-            &self.ctx,
-            &api,
-            &c.desired,
-            &live,
-            c.with_status,
-            &policy.exclude,
-        )
-        .await
-        {
-            Ok(server) => {
-                // The desired state moved: an open drift ends with it.
-                self.drift_resolved(target).await;
-                self.wrote(target, c, server)
-            }
-            Err(e) => self.failed(target, c, live_rv, e),
-        }
-    }
-
-    /// Ends a correction: the drift closes (or stays, failed), an operator's
-    /// request gets its result, and the write counts like any other.
-    async fn corrected(
-        &mut self,
-        target: &Target,
-        c: &Candidate,
-        live_rv: Option<String>,
-        written: Result<Value, WriteError>,
-    ) -> Outcome {
-        match written {
-            Ok(server) => {
-                self.drift_corrected(target).await;
-                self.forced_done(target, Ok(()));
-                self.wrote(target, c, server)
-            }
-            Err(e) => {
-                let message = crate::report(&e);
-                self.drift_failed(target, &message).await;
-                self.forced_done(target, Err(message));
-                self.failed(target, c, live_rv, e)
-            }
-        }
-    }
-
-    /// The drift mode in effect: an operator's `fleetbus drift correct` makes
-    /// it `Correct` for this pass, whatever the rule or annotations say.
-    fn effective_mode(&self, target: &Target, mode: DriftMode) -> DriftMode {
-        if self.forced.contains(target) {
-            DriftMode::Correct
-        } else {
-            mode
-        }
-    }
-
-    /// Records the result of a correction an operator asked for.
-    fn forced_done(&mut self, target: &Target, result: Result<(), String>) {
-        if self.forced.remove(target) {
-            self.forced_results.push((target.clone(), result));
-        }
-    }
-
+    /// Records a write of the copy at `target`: its baseline is what the
+    /// server made of it, its failures end, its rule synced now.
     pub(super) fn wrote(&mut self, target: &Target, c: &Candidate, server: Value) -> Outcome {
         tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
         self.baselines.insert(
@@ -800,19 +439,6 @@ impl Tally<'_> {
             }
         }
     }
-}
-
-/// What became of one target in a pass.
-#[derive(Debug)]
-pub enum Outcome {
-    /// Already equal.
-    InSync,
-    /// Written now.
-    Wrote,
-    /// Not written: someone else's object is there.
-    Conflict(Box<Conflict>),
-    /// Not written: an error.
-    Failed(String),
 }
 
 #[cfg(test)]

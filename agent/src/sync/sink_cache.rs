@@ -14,8 +14,7 @@ use std::sync::Arc;
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 
-use super::engine::Target;
-use super::sink::Candidate;
+use super::model::{Candidate, Target};
 use crate::registry::FleetView;
 
 /// What `candidates` made of one source object under one rule.

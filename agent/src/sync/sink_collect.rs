@@ -17,11 +17,11 @@ use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
 
 use super::apply;
-use super::backoff::{Backoff, Input};
-use super::engine::{Engine, KindState, RuleReport, Target};
-use super::sink::annotation;
+use super::engine::{Engine, KindState};
+use super::model::backoff::{Backoff, Input};
+use super::model::meta::{annotation, is_terminating};
+use super::model::{RuleReport, Target};
 use super::sink_keep::{self, Cascade, CheckError, Why};
-use super::sink_wave::is_terminating;
 use crate::kube::events::EventType;
 
 /// The reason of the Events about a copy kept instead of deleted.
@@ -62,6 +62,67 @@ fn still_kept(kinds: &HashMap<GroupVersionKind, KindState>, t: &Target, uid: &st
     }
 }
 
+/// What becomes of a copy nothing wants any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Deleted.
+    Delete,
+    /// Left in place, no longer managed.
+    Orphan,
+    /// Kept for now, and looked at again next pass.
+    Keep,
+}
+
+/// What is known of the rule a copy names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RuleOf {
+    /// Valid and fully read: its orphan policy applies.
+    Ready(OrphanPolicy),
+    /// Invalid, or not fully read yet.
+    NotReady,
+    /// Not among the rules; gone only if `all_read` (every rule, here and
+    /// on the bus, has been read).
+    Missing {
+        /// Every rule has been read.
+        all_read: bool,
+    },
+}
+
+/// What becomes of the copy `obj` that nothing wants: kept for now while its
+/// rule is invalid or not fully read, or its origin's identity is in doubt
+/// (`origin_in_doubt`); deleted when the origin deleted the object
+/// (`deleted_at_origin`, asked last: it scans the bus state); else per the
+/// rule's orphan policy, or the copy's own annotation once the rule is gone.
+fn verdict(
+    obj: &Value,
+    rule: RuleOf,
+    origin_in_doubt: bool,
+    deleted_at_origin: impl FnOnce() -> bool,
+) -> Verdict {
+    let policy = match rule {
+        RuleOf::NotReady | RuleOf::Missing { all_read: false } => return Verdict::Keep,
+        RuleOf::Ready(policy) => Some(policy),
+        RuleOf::Missing { all_read: true } => None,
+    };
+    if origin_in_doubt {
+        return Verdict::Keep;
+    }
+    if deleted_at_origin() {
+        return Verdict::Delete;
+    }
+    let policy =
+        policy.unwrap_or_else(
+            || match annotation(obj, well_known::ANNOTATION_ORPHAN_POLICY) {
+                Some("Orphan") => OrphanPolicy::Orphan,
+                _ => OrphanPolicy::Delete,
+            },
+        );
+    match policy {
+        OrphanPolicy::Delete => Verdict::Delete,
+        OrphanPolicy::Orphan => Verdict::Orphan,
+    }
+}
+
 impl Engine {
     /// Deletes or orphans the copies nothing wants any more. Runs only when
     /// something could have become collectable (`Engine::collect_due`, or
@@ -96,8 +157,9 @@ impl Engine {
                     continue;
                 }
                 match self.collect_verdict(obj, origin) {
-                    Some(delete) => doomed.push((target, obj.clone(), delete)),
-                    None => again = true,
+                    Verdict::Delete => doomed.push((target, obj.clone(), true)),
+                    Verdict::Orphan => doomed.push((target, obj.clone(), false)),
+                    Verdict::Keep => again = true,
                 }
             }
         }
@@ -293,50 +355,29 @@ impl Engine {
         }
     }
 
-    /// For a copy nothing wants: `Some(true)` delete, `Some(false)` orphan,
-    /// `None` keep for now (its rule is invalid or not fully read, or its
-    /// origin's identity is in doubt).
-    fn collect_verdict(&self, obj: &Value, origin: &str) -> Option<bool> {
+    /// What becomes of the copy `obj` from `origin` that nothing wants
+    /// (see [`verdict`]).
+    fn collect_verdict(&self, obj: &Value, origin: &str) -> Verdict {
         let rule_name = annotation(obj, well_known::ANNOTATION_RULE).unwrap_or_default();
-        let rule = self.rules.get(rule_name);
-        match rule {
-            Some(rule) => {
-                if self.rule_problem(rule).is_some() || !self.rule_ready(rule) {
-                    return None;
-                }
-            }
-            // "The rule is gone" is known only once every rule, here and on
-            // the bus, has been read.
-            None => {
-                if !self
+        let rule = match self.rules.get(rule_name) {
+            Some(r) if self.rule_problem(r).is_some() || !self.rule_ready(r) => RuleOf::NotReady,
+            Some(r) => RuleOf::Ready(r.spec.orphan_policy),
+            None => RuleOf::Missing {
+                all_read: self
                     .kinds
                     .get(&super::rules::rule_gvk())
-                    .is_some_and(|k| k.ready())
-                {
-                    return None;
-                }
-            }
-        }
-        if self
+                    .is_some_and(|k| k.ready()),
+            },
+        };
+        let in_doubt = self
             .fleet
             .peers
             .get(origin)
-            .is_some_and(|p| p.name_conflict)
-        {
-            return None;
-        }
-        let uid = annotation(obj, well_known::ANNOTATION_ORIGIN_UID).unwrap_or_default();
-        if self.deleted_at_origin(origin, uid) {
-            return Some(true);
-        }
-        let policy = match rule {
-            Some(r) => r.spec.orphan_policy,
-            None => match annotation(obj, well_known::ANNOTATION_ORPHAN_POLICY) {
-                Some("Orphan") => OrphanPolicy::Orphan,
-                _ => OrphanPolicy::Delete,
-            },
-        };
-        Some(policy == OrphanPolicy::Delete)
+            .is_some_and(|p| p.name_conflict);
+        verdict(obj, rule, in_doubt, || {
+            let uid = annotation(obj, well_known::ANNOTATION_ORIGIN_UID).unwrap_or_default();
+            self.deleted_at_origin(origin, uid)
+        })
     }
 
     /// Whether the origin published a `Deleted` tombstone for this uid.
@@ -350,5 +391,85 @@ impl Engine {
                         == TombstoneReason::Deleted
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn copy(orphan_policy: Option<&str>) -> Value {
+        let mut a = serde_json::Map::new();
+        if let Some(p) = orphan_policy {
+            a.insert(well_known::ANNOTATION_ORPHAN_POLICY.to_owned(), json!(p));
+        }
+        json!({"metadata": {"annotations": a}})
+    }
+
+    #[test]
+    fn a_copy_is_kept_while_its_rule_or_origin_is_in_doubt() {
+        let obj = copy(None);
+        for rule in [RuleOf::NotReady, RuleOf::Missing { all_read: false }] {
+            assert_eq!(verdict(&obj, rule, false, || true), Verdict::Keep);
+        }
+        let ready = RuleOf::Ready(OrphanPolicy::Delete);
+        assert_eq!(verdict(&obj, ready, true, || true), Verdict::Keep);
+    }
+
+    #[test]
+    fn deleted_at_the_origin_is_deleted_here_whatever_the_policy() {
+        let obj = copy(Some("Orphan"));
+        let orphan = RuleOf::Ready(OrphanPolicy::Orphan);
+        assert_eq!(verdict(&obj, orphan, false, || true), Verdict::Delete);
+        let gone = RuleOf::Missing { all_read: true };
+        assert_eq!(verdict(&obj, gone, false, || true), Verdict::Delete);
+    }
+
+    #[test]
+    fn the_rules_policy_decides_and_the_copys_once_the_rule_is_gone() {
+        let orphan_note = copy(Some("Orphan"));
+        assert_eq!(
+            verdict(
+                &orphan_note,
+                RuleOf::Ready(OrphanPolicy::Delete),
+                false,
+                || false
+            ),
+            Verdict::Delete
+        );
+        assert_eq!(
+            verdict(
+                &copy(None),
+                RuleOf::Ready(OrphanPolicy::Orphan),
+                false,
+                || false
+            ),
+            Verdict::Orphan
+        );
+        let gone = RuleOf::Missing { all_read: true };
+        assert_eq!(
+            verdict(&orphan_note, gone, false, || false),
+            Verdict::Orphan
+        );
+        assert_eq!(verdict(&copy(None), gone, false, || false), Verdict::Delete);
+        assert_eq!(
+            verdict(&copy(Some("orphan")), gone, false, || false),
+            Verdict::Delete
+        );
+    }
+
+    #[test]
+    fn the_bus_is_not_scanned_for_a_copy_kept_anyway() {
+        let scanned = std::cell::Cell::new(false);
+        let ask = || {
+            scanned.set(true);
+            true
+        };
+        assert_eq!(
+            verdict(&copy(None), RuleOf::NotReady, false, ask),
+            Verdict::Keep
+        );
+        assert!(!scanned.get());
     }
 }

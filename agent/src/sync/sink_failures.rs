@@ -10,8 +10,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::time::Instant;
 
 use super::apply::WriteError;
-use super::backoff::{Backoff, Input};
-use super::engine::{Engine, Target};
+use super::engine::Engine;
+use super::model::backoff::{Backoff, Input};
+use super::model::Target;
 use crate::kube::events::EventType;
 
 /// The reason of the Event announcing a failing copy.

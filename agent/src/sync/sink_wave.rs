@@ -3,7 +3,7 @@
 //! state changed) are decided from the state without writing, and their
 //! writes run concurrently; everything else (drift, dry runs after a
 //! restart, create-only re-creations) takes the serial path
-//! of `apply_target`, as before.
+//! (`sink_serial`), told why by [`decide`].
 //!
 //! Ranks run as successive waves (`bundle::install_rank`): a Bundle's
 //! Namespace and CRD are written before what uses them. Namespaces a wave's
@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use fleetbus_schemas::crd::UpdatePolicy;
+use fleetbus_schemas::crd::{DriftMode, UpdatePolicy};
 use fleetbus_schemas::well_known;
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -20,13 +20,12 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
-use super::backoff::{Backoff, Input};
-use super::conflicts::Conflict;
-use super::drift::{self, Policy};
-use super::engine::{namespace_gvk, Baseline, Engine, Target};
+use super::drift::Policy;
+use super::engine::{namespace_gvk, Engine};
+use super::model::backoff::{Backoff, Input};
+use super::model::meta::{has_annotation, is_original, is_terminating};
+use super::model::{Baseline, Candidate, Conflict, Outcome, Target};
 use super::rules::CompiledRule;
-use super::sink::{Candidate, Outcome};
-use super::source::is_original;
 
 /// Writes in flight at once: enough to hide the API server's latency, few
 /// enough not to swamp it (or the agent's client pool).
@@ -43,8 +42,55 @@ pub(super) enum Step {
     Verified(Option<String>, bool),
     /// A plain write that may run alongside others.
     Write(Write),
-    /// Everything else: `apply_target`, one at a time.
-    Serial,
+    /// Everything else: one at a time, down the path [`Why`] names.
+    Serial(Why),
+}
+
+/// Why a target takes the serial path (it needs a read, a dry run or an
+/// Event before it knows what to write), with what that path needs.
+#[derive(Debug)]
+pub(super) enum Why {
+    /// A create-only copy we wrote is missing: created again, and that is
+    /// not drift (PROTOCOL §8.1), unless our create's watch event is still
+    /// on its way.
+    Recreate {
+        /// A namespace to create first (`createNamespace`).
+        namespace: Option<String>,
+    },
+    /// A copy we wrote is missing while its desired state did not change:
+    /// someone deleted it (drift of type Deleted), unless our create's
+    /// watch event is still on its way.
+    Deleted {
+        /// A namespace to create first (`createNamespace`).
+        namespace: Option<String>,
+        /// The drift policy, read from the copy as last written.
+        policy: Policy,
+    },
+    /// A copy we wrote is missing and its desired state changed: created.
+    Gone {
+        /// A namespace to create first (`createNamespace`).
+        namespace: Option<String>,
+    },
+    /// The copy is here but its namespace is not (as the watch last saw
+    /// it): the namespace is created, then `then` is done.
+    Namespace {
+        /// The namespace to create.
+        name: String,
+        /// What to do once it exists.
+        then: Box<Step>,
+    },
+    /// No baseline (the first look since start): a dry run makes one, and
+    /// the copy is compared with it.
+    FirstLook {
+        /// The drift policy of the live copy.
+        policy: Policy,
+    },
+    /// The live copy differs from the baseline of the same desired state:
+    /// someone changed it (drift of type Modified).
+    Drift {
+        /// The drift policy of the live copy.
+        policy: Policy,
+    },
 }
 
 /// A create or replace decided by [`Engine::classify`].
@@ -78,13 +124,6 @@ pub(super) struct View<'a> {
     pub rule: Option<&'a CompiledRule>,
 }
 
-/// Whether `obj` is being deleted (it has a deletionTimestamp): it is
-/// neither written nor collected again (see ARCHITECTURE.md, invariants).
-pub fn is_terminating(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-}
-
 /// Why the live object at a target is not written, when it is being deleted
 /// (a deletionTimestamp, finalizers pending): a write would revive nothing
 /// and count a doomed object as in sync. Its watch's DELETED event starts
@@ -104,8 +143,20 @@ pub(super) fn terminating(live: &Value) -> Option<String> {
     ))
 }
 
-/// What `apply_target` would do at `target` when it is a common case that
-/// needs no write or only a create or replace; `Serial` otherwise.
+/// The drift policy of the copy `live` at `target` under `rule`; a copy
+/// whose rule is unknown is corrected and excludes nothing.
+fn policy(rule: Option<&CompiledRule>, target: &Target, live: &Value) -> Policy {
+    rule.map_or_else(
+        || Policy {
+            mode: DriftMode::Correct,
+            exclude: Vec::new(),
+        },
+        |r| Policy::of(r, target, live),
+    )
+}
+
+/// How the sink handles `target` this pass: decided here when it needs no
+/// write or only a create or replace, else the serial path and [`Why`].
 /// Borrows only: no object is cloned, and an unchanged copy whose live
 /// version was verified before costs a few lookups.
 pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant) -> Step {
@@ -118,63 +169,97 @@ pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant)
             return Step::Done(Outcome::Failed(r.error.clone()), false);
         }
     }
+    let failed = |why: String| Step::Done(Outcome::Failed(why), false);
     let Some(namespaced) = v.namespaced else {
-        return Step::Serial;
+        return failed(format!(
+            "kind {} is not watched",
+            super::watches::describe(&target.gvk())
+        ));
     };
-    if namespaced != target.namespace.is_some() {
-        return Step::Serial;
+    match (namespaced, &target.namespace) {
+        (true, None) => {
+            return failed("the kind is namespaced but the copy has no namespace".to_owned())
+        }
+        (false, Some(_)) => {
+            return failed("the kind is cluster-scoped but the copy has a namespace".to_owned())
+        }
+        _ => {}
     }
     let namespace = match &target.namespace {
         Some(ns) if !v.namespace_exists => {
             if !c.create_namespace {
-                return Step::Serial;
+                return failed(format!(
+                    "namespace {ns} not found (set createNamespace: true to create it)"
+                ));
             }
             Some(ns.clone())
         }
         _ => None,
     };
     let Some(live) = v.live else {
-        // With a baseline, a missing copy may be drift (Deleted) or a
-        // create whose watch event is still on its way: serial.
-        if v.baseline.is_some() {
-            return Step::Serial;
-        }
+        return missing(v, target, c, namespace);
+    };
+    if let Some(why) = terminating(live) {
+        return Step::Done(Outcome::Failed(why), false);
+    }
+    let then = present(v, target, c, live);
+    match namespace {
+        Some(name) => Step::Serial(Why::Namespace {
+            name,
+            then: Box::new(then),
+        }),
+        None => then,
+    }
+}
+
+/// [`decide`] for a copy that is not here: a create, concurrent unless a
+/// baseline says we wrote it before (then the serial path finds out why it
+/// is gone).
+fn missing(v: &View<'_>, target: &Target, c: &Candidate, namespace: Option<String>) -> Step {
+    let Some(base) = v.baseline else {
         return Step::Write(Write {
             namespace,
             replace: None,
         });
     };
-    if let Some(why) = terminating(live) {
-        return Step::Done(Outcome::Failed(why), false);
+    if c.update == UpdatePolicy::CreateOnly {
+        return Step::Serial(Why::Recreate { namespace });
     }
-    if namespace.is_some() {
-        return Step::Serial;
+    match v.rule {
+        Some(rule) if base.desired == c.digest => Step::Serial(Why::Deleted {
+            namespace,
+            policy: Policy::of(rule, target, &base.server),
+        }),
+        _ => Step::Serial(Why::Gone { namespace }),
     }
+}
+
+/// [`decide`] for a live copy that is not being deleted, its namespace
+/// taken as existing.
+fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
     if is_original(live) {
         return Step::Done(
             Outcome::Conflict(Box::new(Conflict::local_object(target, c, live))),
             false,
         );
     }
-    if live
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(well_known::ANNOTATION_RESOURCE_SYNC_DISABLED))
-        .is_some()
+    if has_annotation(live, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED)
         || c.update == UpdatePolicy::CreateOnly
     {
+        // Pinned by an operator, or created once by policy: left alone.
         return Step::Done(Outcome::InSync, false);
     }
-    let (Some(rule), Some(base)) = (v.rule, v.baseline) else {
-        // No baseline (first look since start): a dry run, serial.
-        return Step::Serial;
+    let Some(base) = v.baseline else {
+        return Step::Serial(Why::FirstLook {
+            policy: policy(v.rule, target, live),
+        });
     };
     let live_rv = resource_version(live);
     if base.desired != c.digest {
         // The desired state changed: write it.
-        let policy = Policy::of(rule, target, live);
         return Step::Write(Write {
             namespace: None,
-            replace: Some(policy.exclude),
+            replace: Some(policy(v.rule, target, live).exclude),
         });
     }
     if let (Some(rv), Some((seen, with_status))) = (live_rv, &base.verified) {
@@ -182,14 +267,11 @@ pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant)
             return Step::Done(Outcome::InSync, true);
         }
     }
-    let policy = Policy::of(rule, target, live);
-    if drift::comparable(&base.server, c.with_status, &policy.exclude)
-        == drift::comparable(live, c.with_status, &policy.exclude)
-    {
+    let policy = policy(v.rule, target, live);
+    if policy.same(&base.server, live, c.with_status) {
         return Step::Verified(live_rv.map(str::to_owned), c.with_status);
     }
-    // Drift: serial.
-    Step::Serial
+    Step::Serial(Why::Drift { policy })
 }
 
 impl Engine {
@@ -200,8 +282,7 @@ impl Engine {
             .is_some_and(|k| k.objects.contains_key(&(None, ns.to_owned())))
     }
 
-    /// What `apply_target` would do at `target`, when it is a common case
-    /// (see [`decide`]).
+    /// How the sink handles `target` this pass (see [`decide`]).
     pub(super) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
         let kind = self.kinds.get(&target.gvk());
         let view = View {
@@ -281,36 +362,46 @@ impl Engine {
             let Some((i, target, c, w)) = ready.get(k) else {
                 continue;
             };
-            let (i, replaced) = (*i, w.replace.is_some());
-            let outcome = match result {
-                Ok(server) => {
-                    if replaced {
-                        // The desired state moved: an open drift ends with it.
-                        self.drift_resolved(target).await;
-                    }
-                    self.wrote(target, c, server)
-                }
-                Err(e) => {
-                    let live_rv = if replaced {
-                        self.kinds
-                            .get(&target.gvk())
-                            .and_then(|k| k.objects.get(&target.local_key()))
-                            .and_then(resource_version)
-                            .map(str::to_owned)
-                    } else {
-                        None
-                    };
-                    self.failed(target, c, live_rv, e)
-                }
-            };
-            outcomes.push((i, outcome));
+            let outcome = self.written(target, c, w.replace.is_some(), result).await;
+            outcomes.push((*i, outcome));
         }
         outcomes
     }
 
+    /// Folds the result of a create or replace at `target` into the state.
+    pub(super) async fn written(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        replaced: bool,
+        result: Result<Value, WriteError>,
+    ) -> Outcome {
+        match result {
+            Ok(server) => {
+                if replaced {
+                    // The desired state moved: an open drift ends with it.
+                    self.drift_resolved(target).await;
+                }
+                self.wrote(target, c, server)
+            }
+            Err(e) => {
+                let live_rv = if replaced {
+                    self.kinds
+                        .get(&target.gvk())
+                        .and_then(|k| k.objects.get(&target.local_key()))
+                        .and_then(resource_version)
+                        .map(str::to_owned)
+                } else {
+                    None
+                };
+                self.failed(target, c, live_rv, e)
+            }
+        }
+    }
+
     /// One create or replace (no state changes: they are folded in after
     /// the wave).
-    async fn write_one(
+    pub(super) async fn write_one(
         &self,
         target: &Target,
         c: &Candidate,
@@ -337,6 +428,7 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::sync::digest::Digest;
+    use crate::sync::model::meta::annotations_mut;
     use crate::sync::rules::{self, RuleSet};
     use fleetbus_schemas::subject::ObjectKey;
     use serde_json::json;
@@ -422,7 +514,20 @@ mod tests {
                 },
                 w.namespace
             ),
-            Step::Serial => "serial".to_owned(),
+            Step::Serial(why) => format!("serial: {}", why_of(why)),
+        }
+    }
+
+    fn why_of(why: &Why) -> String {
+        match why {
+            Why::Recreate { namespace } => format!("recreate (namespace {namespace:?})"),
+            Why::Deleted { namespace, policy } => {
+                format!("deleted (namespace {namespace:?}, {:?})", policy.mode)
+            }
+            Why::Gone { namespace } => format!("gone (namespace {namespace:?})"),
+            Why::Namespace { name, then } => format!("namespace {name}, then {}", kind_of(then)),
+            Why::FirstLook { policy } => format!("first look ({:?})", policy.mode),
+            Why::Drift { policy } => format!("drift ({:?})", policy.mode),
         }
     }
 
@@ -486,7 +591,10 @@ mod tests {
         // Someone edited the copy: a new resourceVersion and a new value. The
         // memo no longer applies; the comparison finds drift (serial path).
         let edited = live("edited", "8");
-        assert_eq!(decided(&view(&rs, Some(&edited), Some(&b)), &c), "serial");
+        assert_eq!(
+            decided(&view(&rs, Some(&edited), Some(&b)), &c),
+            "serial: drift (Correct)"
+        );
         // A new version equal to the baseline (a no-op update): compared,
         // found equal, and remembered at the new version.
         let touched = live("a", "9");
@@ -519,14 +627,16 @@ mod tests {
             "create (namespace None)"
         );
         let b = baseline("a", "7", Some("7"));
-        assert_eq!(decided(&view(&rs, None, Some(&b)), &c), "serial");
+        assert_eq!(
+            decided(&view(&rs, None, Some(&b)), &c),
+            "serial: deleted (namespace None, Correct)"
+        );
         // A missing namespace: created first when the rule says so.
         let mut no_ns = view(&rs, None, None);
         no_ns.namespace_exists = false;
         assert_eq!(
             decided(&no_ns, &c),
-            "serial",
-            "the serial path reports the missing namespace"
+            "done: Failed(\"namespace apps not found (set createNamespace: true to create it)\")"
         );
         let mut creates = c.clone();
         creates.create_namespace = true;
@@ -537,7 +647,7 @@ mod tests {
     }
 
     #[test]
-    fn waiting_unwatched_and_first_looks_take_the_old_paths() {
+    fn waiting_unwatched_and_first_looks_are_told_apart() {
         let rs = rules();
         let c = candidate("a", "h");
         let l = live("a", "7");
@@ -563,20 +673,106 @@ mod tests {
         let edited = live("a", "8");
         let mut changed = view(&rs, Some(&edited), None);
         changed.retry = Some(&retry);
-        assert_eq!(kind_of(&decide(&changed, &target(), &c, now)), "serial");
+        assert_eq!(
+            kind_of(&decide(&changed, &target(), &c, now)),
+            "serial: first look (Correct)"
+        );
         let mut unwatched = view(&rs, Some(&l), None);
         unwatched.namespaced = None;
-        assert_eq!(decided(&unwatched, &c), "serial");
+        assert_eq!(
+            decided(&unwatched, &c),
+            "done: Failed(\"kind v1 ConfigMap is not watched\")"
+        );
         // No baseline: a dry run first.
-        assert_eq!(decided(&view(&rs, Some(&l), None), &c), "serial");
+        assert_eq!(
+            decided(&view(&rs, Some(&l), None), &c),
+            "serial: first look (Correct)"
+        );
         // An original object there: a conflict, decided without writing.
         let mut original = l.clone();
-        if let Some(m) = original
-            .pointer_mut("/metadata/annotations")
-            .and_then(Value::as_object_mut)
-        {
+        if let Some(m) = annotations_mut(&mut original) {
             m.clear();
         }
         assert!(decided(&view(&rs, Some(&original), None), &c).starts_with("done: Conflict"));
+    }
+
+    #[test]
+    fn a_missing_copy_we_wrote_says_why_it_is_serial() {
+        let rs = rules();
+        let b = baseline("a", "7", Some("7"));
+        // Create-only: created again, never drift.
+        let mut once = candidate("a", "h");
+        once.update = UpdatePolicy::CreateOnly;
+        assert_eq!(
+            decided(&view(&rs, None, Some(&b)), &once),
+            "serial: recreate (namespace None)"
+        );
+        // The desired state moved since: a plain create.
+        assert_eq!(
+            decided(&view(&rs, None, Some(&b)), &candidate("b", "h")),
+            "serial: gone (namespace None)"
+        );
+        // Unchanged: someone deleted it; the policy is read from the copy as
+        // last written, and a namespace to create comes along.
+        let mut paused = baseline("a", "7", None);
+        paused.server["metadata"]["annotations"][well_known::ANNOTATION_CORRECTION_PAUSED] =
+            json!("true");
+        let mut no_ns = view(&rs, None, Some(&paused));
+        no_ns.namespace_exists = false;
+        let mut creates = candidate("a", "h");
+        creates.create_namespace = true;
+        assert_eq!(
+            decided(&no_ns, &creates),
+            "serial: deleted (namespace Some(\"apps\"), Report)"
+        );
+    }
+
+    #[test]
+    fn a_live_copy_in_a_namespace_to_create_carries_what_follows() {
+        let rs = rules();
+        let l = live("a", "7");
+        let mut c = candidate("a", "h");
+        c.create_namespace = true;
+        let b = baseline("a", "7", Some("7"));
+        let mut v = view(&rs, Some(&l), Some(&b));
+        v.namespace_exists = false;
+        assert_eq!(
+            decided(&v, &c),
+            "serial: namespace apps, then in sync (equal: true)"
+        );
+        let edited = live("edited", "8");
+        v.live = Some(&edited);
+        assert_eq!(
+            decided(&v, &c),
+            "serial: namespace apps, then serial: drift (Correct)"
+        );
+        v.baseline = None;
+        assert_eq!(
+            decided(&v, &c),
+            "serial: namespace apps, then serial: first look (Correct)"
+        );
+    }
+
+    #[test]
+    fn a_scope_the_kind_does_not_have_fails_without_a_write() {
+        let rs = rules();
+        let c = candidate("a", "h");
+        let mut cluster_scoped = view(&rs, None, None);
+        cluster_scoped.namespaced = Some(false);
+        assert_eq!(
+            decided(&cluster_scoped, &c),
+            "done: Failed(\"the kind is cluster-scoped but the copy has a namespace\")"
+        );
+        let mut no_namespace = target();
+        no_namespace.namespace = None;
+        assert_eq!(
+            kind_of(&decide(
+                &view(&rs, None, None),
+                &no_namespace,
+                &c,
+                Instant::now()
+            )),
+            "done: Failed(\"the kind is namespaced but the copy has no namespace\")"
+        );
     }
 }

@@ -15,9 +15,11 @@ use fleetbus_schemas::subject::{check_subject_len, ObjectKey};
 use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::engine::{Engine, KindState};
 use super::matching;
+use super::model::meta::{describe_key, has_annotation, is_original};
 use super::published::{self, HashMemo};
 use super::rules::CompiledRule;
 use super::watches::Input;
@@ -58,17 +60,8 @@ pub enum Publish {
     },
 }
 
-/// Whether `obj` is one of our originals (not a copy someone else made).
-pub fn is_original(obj: &Value) -> bool {
-    obj.pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_none_or(|a| !a.contains_key(well_known::ANNOTATION_ORIGIN_CLUSTER))
-}
-
 fn sync_disabled(obj: &Value) -> bool {
-    obj.pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_some_and(|a| a.contains_key(well_known::ANNOTATION_RESOURCE_SYNC_DISABLED))
+    has_annotation(obj, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED)
 }
 
 /// Whether `cluster` (labels and features) is a source of `rule`.
@@ -209,28 +202,30 @@ pub fn plan_keys(
 
 impl Engine {
     /// Publishes what changed among our originals, for every source kind
-    /// that is fully read.
-    pub(super) async fn source_pass(&mut self) {
+    /// that is fully read. Returns when the source side wants the next pass
+    /// (a publishing hold ends, or a failed publish is tried again).
+    pub(super) async fn source_pass(&mut self) -> Option<Instant> {
         let gvks: Vec<GroupVersionKind> = self
             .kinds
             .iter()
             .filter(|(_, k)| k.source && k.ready())
             .map(|(g, _)| g.clone())
             .collect();
-        if let Some(hold) = self.publish_hold {
-            if hold > tokio::time::Instant::now() {
+        if let Some(hold) = self.source.hold {
+            if hold > Instant::now() {
                 // Keep last pass's source errors; come back when the hold ends.
-                self.publish_retry_at = Some(hold);
-                return;
+                return Some(hold);
             }
-            self.publish_hold = None;
+            self.source.hold = None;
         }
         let rules_now = &self.rules;
-        self.source_errors.retain(|r, _| rules_now.contains_key(r));
-        self.source_withheld
+        self.source.errors.retain(|r, _| rules_now.contains_key(r));
+        self.source
+            .withheld
             .retain(|r, _| rules_now.contains_key(r));
         let kinds = &self.kinds;
-        self.source_hashes.retain(|g, _| kinds.contains_key(g));
+        self.source.hashes.retain(|g, _| kinds.contains_key(g));
+        let mut wake = None;
         for gvk in gvks {
             // Only what changed since the last plan, unless something that
             // concerns every object did (see `KindState::source_full`): a
@@ -248,12 +243,12 @@ impl Engine {
             // Errors and withheld objects are found again for what is
             // planned again.
             let again = if full { None } else { Some(&dirty) };
-            forget_planned(&mut self.source_errors, &rules, again);
-            forget_planned(&mut self.source_withheld, &rules, again);
+            forget_planned(&mut self.source.errors, &rules, again);
+            forget_planned(&mut self.source.withheld, &rules, again);
             let Some(kind) = self.kinds.get(&gvk) else {
                 continue;
             };
-            let memo = self.source_hashes.entry(gvk.clone()).or_default();
+            let memo = self.source.hashes.entry(gvk.clone()).or_default();
             let planned = if full {
                 plan(&self.fleet.local, &rules, kind, memo)
             } else {
@@ -276,14 +271,14 @@ impl Engine {
             for (key, publish) in planned {
                 if let Publish::Withheld { why, rules } = publish {
                     for rule in rules {
-                        let book = self.source_withheld.entry(rule).or_default();
+                        let book = self.source.withheld.entry(rule).or_default();
                         book.insert(describe_key(&key), why);
                     }
                     continue;
                 }
                 match self.publish(&gvk, &key, publish).await {
                     Ok(mut env) => {
-                        self.overwritten.remove(&key);
+                        self.source.overwritten.remove(&key);
                         // Only uid, resourceVersion and hash of our own
                         // envelopes are needed: the object is the local one.
                         env.object = None;
@@ -299,14 +294,14 @@ impl Engine {
                             kind.source_dirty.insert(key.clone());
                         }
                         self.ctx.check_layout.notify_one();
-                        self.publish_retry_at =
-                            Some(tokio::time::Instant::now() + std::time::Duration::from_secs(2));
+                        wake = Some(Instant::now() + std::time::Duration::from_secs(2));
                     }
                     Err(PublishError::Object(error)) => {
                         tracing::warn!(object = %describe_key(&key), %error, "not published");
                         self.event_unpublishable(&gvk, &key, &error).await;
                         for rule in matching_rules.get(&key).into_iter().flatten() {
-                            self.source_errors
+                            self.source
+                                .errors
                                 .entry(rule.clone())
                                 .or_default()
                                 .insert(describe_key(&key), error.clone());
@@ -316,11 +311,13 @@ impl Engine {
             }
         }
         let withheld: std::collections::BTreeSet<&String> = self
-            .source_withheld
+            .source
+            .withheld
             .values()
             .flat_map(|m| m.keys())
             .collect();
         self.ctx.metrics.sync_withheld.set(withheld.len() as i64);
+        wake
     }
 
     /// A Kubernetes Event on an object that cannot be published (once per
@@ -338,7 +335,7 @@ impl Engine {
             key.clone(),
             s("/metadata/resourceVersion").unwrap_or_default(),
         );
-        if !self.unpublishable.insert(version) {
+        if !self.source.unpublishable.insert(version) {
             return;
         }
         let object = k8s_openapi::api::core::v1::ObjectReference {
@@ -406,7 +403,7 @@ impl Engine {
             .get(gvk)
             .and_then(|k| k.snapshots.get(key))
             .is_some_and(|e| e.tombstone);
-        let overwritten = self.overwritten.contains(key);
+        let overwritten = self.source.overwritten.contains(key);
         let id = msg_id(&env, after_tombstone, overwritten);
         headers.insert("Nats-Msg-Id", id.as_str());
         let ack = self
@@ -496,18 +493,11 @@ fn msg_id(env: &Envelope, after_tombstone: bool, overwritten: bool) -> String {
     }
 }
 
-/// `Kind ns/name from origin` for messages.
-pub fn describe_key(key: &ObjectKey) -> String {
-    match &key.namespace {
-        Some(ns) => format!("{} {}/{}", key.kind, ns, key.name),
-        None => format!("{} {}", key.kind, key.name),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::engine::{local_key, KindState, LocalKey};
+    use crate::sync::engine::{local_key, KindState};
+    use crate::sync::model::LocalKey;
     use crate::sync::rules;
     use fleetbus_schemas::registry::FeatureRecord;
     use serde_json::json;

@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::engine::{Engine, RuleReport};
+use super::engine::Engine;
+use super::model::RuleReport;
 use super::rules::{rule_gvk, CompiledRule};
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;

@@ -7,7 +7,6 @@
 
 use std::borrow::Cow;
 
-use fleetbus_schemas::crd::ResourceSyncRuleSpec;
 use minijinja::value::Serde;
 use minijinja::value::ValueKind;
 use minijinja::{context, AutoEscape, Environment, ErrorKind, UndefinedBehavior};
@@ -132,6 +131,7 @@ pub fn check(src: &str) -> Result<(), TemplateError> {
 }
 
 /// One override value of a rule that does not compile, with the field it sits at.
+#[cfg(test)]
 #[derive(Debug, thiserror::Error)]
 #[error("{field}: invalid template")]
 pub struct SpecTemplateError {
@@ -144,7 +144,10 @@ pub struct SpecTemplateError {
 
 /// Compiles every override value of `spec` (what marks a rule `Invalid`, reason
 /// "bad template"); returns every failure, in spec order.
-pub fn check_spec(spec: &ResourceSyncRuleSpec) -> Result<(), Vec<SpecTemplateError>> {
+#[cfg(test)]
+pub fn check_spec(
+    spec: &fleetbus_schemas::crd::ResourceSyncRuleSpec,
+) -> Result<(), Vec<SpecTemplateError>> {
     let mut errors = Vec::new();
     for (i, rule) in spec.rules.iter().enumerate() {
         let Some(m) = &rule.mutations else { continue };
@@ -302,6 +305,7 @@ fn utf8_len(first: u8) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fleetbus_schemas::crd::ResourceSyncRuleSpec;
     use proptest::prelude::*;
     use serde_json::json;
     use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::digest::Digest;
+use crate::sync::digest::Digest;
 
 /// The wait after the first failure.
 pub const FIRST: Duration = Duration::from_secs(1);

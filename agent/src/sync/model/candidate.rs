@@ -1,0 +1,30 @@
+//! A copy some source wants at a target.
+
+use std::sync::Arc;
+
+use fleetbus_schemas::crd::UpdatePolicy;
+use fleetbus_schemas::subject::ObjectKey;
+use serde_json::Value;
+
+use crate::sync::digest::Digest;
+
+/// One source object that wants to be written at a target.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The rule that maps it there.
+    pub rule: String,
+    /// Its key on the bus.
+    pub key: ObjectKey,
+    /// Its `metadata.creationTimestamp` on the origin (RFC 3339, sorts by time).
+    pub created: String,
+    /// The copy to write (shared with the candidate memo).
+    pub desired: Arc<Value>,
+    /// `desired`'s digest without the source hash (see `digest`).
+    pub digest: Digest,
+    /// Whether the copy carries `.status`.
+    pub with_status: bool,
+    /// The rule's update policy.
+    pub update: UpdatePolicy,
+    /// The rule creates missing namespaces.
+    pub create_namespace: bool,
+}

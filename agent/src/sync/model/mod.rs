@@ -1,0 +1,22 @@
+//! The data every sync stage shares, and nothing else: where a copy lives
+//! ([`Target`]), what a source wants there ([`Candidate`]) and what became
+//! of it ([`Outcome`], [`Conflict`]), what the sink knows of a copy
+//! ([`Baseline`]) and of a failing one ([`backoff`]), what a pass found per
+//! rule ([`RuleReport`]), and how an object's metadata is read ([`meta`]).
+//!
+//! A leaf: nothing here knows the engine, the API server or the bus, so
+//! every decision over these types can be tested without either.
+
+pub mod backoff;
+mod baseline;
+mod candidate;
+pub mod meta;
+mod outcome;
+mod report;
+mod target;
+
+pub use baseline::Baseline;
+pub use candidate::Candidate;
+pub use outcome::{Conflict, Outcome};
+pub use report::RuleReport;
+pub use target::{LocalKey, Target};

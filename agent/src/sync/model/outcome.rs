@@ -1,0 +1,91 @@
+//! What became of a target in a pass, and a conflict: a target a copy
+//! was not written to, and why.
+
+use fleetbus_schemas::conflict::ConflictReason;
+use fleetbus_schemas::ObjectRef;
+use serde_json::Value;
+
+use super::candidate::Candidate;
+use super::target::Target;
+
+/// What became of one target in a pass.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Already equal.
+    InSync,
+    /// Written now.
+    Wrote,
+    /// Not written: someone else's object is there.
+    Conflict(Box<Conflict>),
+    /// Not written: an error.
+    Failed(String),
+}
+
+/// One conflict found in a pass.
+#[derive(Debug, Clone)]
+pub struct Conflict {
+    /// The rule whose copy was not written.
+    pub rule: String,
+    /// The origin whose object was not written.
+    pub origin: String,
+    /// Where.
+    pub target: Target,
+    /// The live object there, if any (for uid and resourceVersion).
+    pub live: Option<(String, String)>,
+    /// Why.
+    pub reason: ConflictReason,
+    /// Whose copy is there instead (OtherOrigin).
+    pub winner: Option<String>,
+    /// For the status, the Event and the bus.
+    pub message: String,
+}
+
+impl Conflict {
+    /// A local object not made by fleetbus holds the target.
+    pub fn local_object(target: &Target, c: &Candidate, live: &Value) -> Conflict {
+        let s = |p: &str| live.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        Conflict {
+            rule: c.rule.clone(),
+            origin: c.key.origin.clone(),
+            target: target.clone(),
+            live: s("/metadata/uid").zip(s("/metadata/resourceVersion")),
+            reason: ConflictReason::LocalObject,
+            winner: None,
+            message: format!(
+                "{target} exists on this cluster and was not made by fleetbus: not overwritten with the copy from {}",
+                c.key.origin
+            ),
+        }
+    }
+
+    /// Another source's copy wins the target.
+    pub fn other_origin(target: &Target, loser: &Candidate, winner: &Candidate) -> Conflict {
+        Conflict {
+            rule: loser.rule.clone(),
+            origin: loser.key.origin.clone(),
+            target: target.clone(),
+            live: None,
+            reason: ConflictReason::OtherOrigin,
+            winner: Some(winner.key.origin.clone()),
+            message: format!(
+                "{target} is published by {} and {}: the copy from {} wins (older, or first by name)",
+                winner.key.origin, loser.key.origin, winner.key.origin
+            ),
+        }
+    }
+
+    /// The object the conflict is about, as the bus and Events name it.
+    pub fn object_ref(&self) -> ObjectRef {
+        let mut r = ObjectRef::new(
+            &self.target.api_version,
+            &self.target.kind,
+            self.target.namespace.as_deref(),
+            &self.target.name,
+        );
+        if let Some((uid, rv)) = &self.live {
+            r.uid = Some(uid.clone());
+            r.resource_version = Some(rv.clone());
+        }
+        r
+    }
+}

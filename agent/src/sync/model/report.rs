@@ -1,0 +1,33 @@
+//! What one pass found about one rule, for its status.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fleetbus_schemas::subject::ObjectKey;
+
+use crate::sync::withheld::Withheld;
+
+/// Everything one pass found about one rule, for its status.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RuleReport {
+    /// Copies in sync.
+    pub synced: i64,
+    /// Objects in conflict, with a description each.
+    pub conflicts: BTreeMap<String, String>,
+    /// Objects failing, with the error each.
+    pub errors: BTreeMap<String, String>,
+    /// Source clusters in effect.
+    pub sources: BTreeSet<String>,
+    /// Whether this cluster is a sink of the rule.
+    pub selected: bool,
+    /// A copy was written in this pass.
+    pub wrote: bool,
+    /// Source objects whose `fleetbus.io/update-policy` value is unknown
+    /// (ignored); a set, so that an object several rules select counts once.
+    pub unknown_update_policy: BTreeSet<ObjectKey>,
+    /// On the origin: (ready, reported) copies of our objects, when any report.
+    pub readiness: Option<(i64, i64)>,
+    /// Copies kept instead of deleted (`sink_keep`), with why and how to finish.
+    pub kept: BTreeMap<String, String>,
+    /// Our objects the rule selects that are never published, with why.
+    pub withheld: BTreeMap<String, Withheld>,
+}
