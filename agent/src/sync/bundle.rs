@@ -22,15 +22,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::bundle_state::{Manifest, Unwrapped};
 use super::engine::Engine;
 use super::matching;
-use super::model::meta::{annotations, annotations_mut, describe_key};
+use super::model::meta::{annotations, annotations_mut, describe_gvk as describe, describe_key};
 use super::model::{Candidate, Outcome, RuleReport, Target};
 use super::mutate::{self, CopyInput, MutateError};
 use super::readiness;
 use super::rules::CompiledRule;
 use super::template::TemplateContext;
-use super::watches::describe;
 
 /// Why one manifest of a Bundle is not applied.
 #[derive(Debug, thiserror::Error)]
@@ -90,34 +90,6 @@ impl ManifestError {
                 | ManifestError::Waiting(_)
         )
     }
-}
-
-/// One manifest as a pass found it.
-#[derive(Debug, Clone, PartialEq)]
-struct Manifest {
-    /// What is reported (`ready` is filled in when read).
-    status: BundleManifestStatus,
-    /// Where its copy is, when it has one.
-    target: Option<Target>,
-}
-
-/// One Bundle unwrapped on this cluster in the last pass.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Unwrapped {
-    /// The rule that unwraps it.
-    pub rule: String,
-    /// An error of the Bundle as a whole.
-    error: Option<String>,
-    /// Its manifests, in order.
-    manifests: Vec<Manifest>,
-    /// A hash of the Bundle's `spec` (invalid manifests are counted once per
-    /// version: the envelope's hash covers `status`, which changes with reports).
-    hash: String,
-    /// Manifests (or the Bundle itself) found invalid, as opposed to waiting for a kind.
-    invalid: usize,
-    /// Some manifest's kind is not listed yet (just after a start, say): its
-    /// report would say "not applied" of what may well be applied, so none is made.
-    waiting: bool,
 }
 
 /// The Bundles of one sink pass, filled by `candidates` and by the outcomes.

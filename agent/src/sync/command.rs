@@ -19,11 +19,6 @@ fn object(t: &Target) -> ObjectRef {
     ObjectRef::new(&t.api_version, &t.kind, t.namespace.as_deref(), &t.name)
 }
 
-/// Reads a request; the error is the reply's `error`.
-pub fn parse(bytes: &[u8]) -> Result<CorrectRequest, String> {
-    CorrectRequest::decode(bytes).map_err(|e| format!("cannot read the request: {e}"))
-}
-
 impl Engine {
     /// Corrects the drifted copies `req` selects, now; returns the reply.
     pub async fn correct(&mut self, req: &CorrectRequest) -> CorrectReply {
@@ -72,21 +67,5 @@ impl Engine {
             retry_after_ms: Some(refused.retry_after_ms()),
             ..CorrectReply::refused(&self.fleet.local.name, refused.to_string())
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_parse_or_say_why_not() {
-        let req = parse(br#"{"schema":"fleetbus.io/correct-request/v1","rule":"r","name":null}"#)
-            .unwrap();
-        assert_eq!(req.rule.as_deref(), Some("r"));
-        assert_eq!(req.name, None);
-        assert!(parse(b"not json").is_err());
-        assert!(parse(br#"{"schema":"fleetbus.io/correct-request/v9"}"#).is_err());
-        assert!(parse(br#"{"schema":"fleetbus.io/correct-request/v1","kind":5}"#).is_err());
     }
 }

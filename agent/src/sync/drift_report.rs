@@ -17,19 +17,11 @@ use std::hash::{Hash, Hasher};
 
 use super::drift;
 use super::drift_coalesce::Gate;
+use super::drift_state::OpenDrift;
 use super::engine::Engine;
 use super::fight::{Change, Verdict};
 use super::model::{Candidate, Outcome, Target};
 use crate::kube::events::EventType;
-
-/// A drift that has been detected and not ended yet.
-#[derive(Debug, Clone)]
-pub struct OpenDrift {
-    /// The last event sent for it (Detected or CorrectionFailed).
-    pub event: DriftEvent,
-    /// When its watch event arrived (for the latency histograms).
-    pub seen: Instant,
-}
 
 /// What was found, for [`Engine::drift_detected`].
 pub struct Found<'a> {

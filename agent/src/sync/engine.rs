@@ -1,7 +1,7 @@
 //! The sync engine: one task that owns every piece of sync state and turns
 //! events into passes.
 //!
-//! Inputs (see [`watches::Input`]) are drained in batches; after each batch
+//! Inputs (see [`Input`]) are drained in batches; after each batch
 //! one pass runs: rules are recompiled if they changed, kinds are started or
 //! stopped, the source side publishes what changed among our originals
 //! ([`super::source`]; only the objects events touched, all of them after a
@@ -18,7 +18,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fleetbus_schemas::command::CorrectRequest;
 use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::progress::SyncProgress;
 use fleetbus_schemas::subject::ObjectKey;
 use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
@@ -28,10 +30,10 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::model::meta::{has_annotation, origin_cluster};
-use super::model::{Baseline, LocalKey, RuleReport, Target};
+use super::model::{Baseline, BusEvent, Input, LocalEvent, LocalKey, RuleReport, Target};
 use super::rules::{self, RuleSet};
 use super::source_state::SourceState;
-use super::watches::{self, BusEvent, Input, LocalEvent};
+use super::watches;
 use crate::context::Context;
 use crate::registry::FleetView;
 
@@ -117,7 +119,7 @@ pub struct Engine {
     /// their rule at the end of the sink pass (`sink_failures`).
     pub(super) failure_events: Vec<(String, String)>,
     /// Drifts detected and not ended, by copy.
-    pub(super) drifts: HashMap<Target, super::drift_report::OpenDrift>,
+    pub(super) drifts: HashMap<Target, super::drift_state::OpenDrift>,
     /// When the local watch last saw each copy change (drift latency).
     pub(super) seen: HashMap<Target, Instant>,
     /// Copies an operator asked to correct now (`fleetbus drift correct`),
@@ -141,9 +143,9 @@ pub struct Engine {
     /// (what `report_pass` reports on).
     pub(super) held: BTreeMap<Target, (ObjectKey, String)>,
     /// Status reports read from the bus, and what the origin did with them.
-    pub(super) status_book: super::returned::StatusBook,
+    pub(super) status_book: super::return_state::StatusBook,
     /// The Bundles unwrapped here by the last pass, per manifest (see `bundle`).
-    pub(super) bundles: BTreeMap<ObjectKey, super::bundle::Unwrapped>,
+    pub(super) bundles: BTreeMap<ObjectKey, super::bundle_state::Unwrapped>,
     /// Bundle versions whose invalid manifests were counted already.
     pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
     /// When this agent last wrote each rule's status, and when a status held
@@ -163,7 +165,7 @@ pub struct Engine {
     pub(super) in_flight: Arc<super::progress::InFlight>,
     /// Copies kept instead of deleted, while they are there
     /// (`sink_collect::report_kept`).
-    pub(super) kept: BTreeMap<Target, super::sink_collect::KeptCopy>,
+    pub(super) kept: BTreeMap<Target, super::sink_keep::KeptCopy>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -179,6 +181,29 @@ pub fn crd_gvk() -> GroupVersionKind {
 }
 
 impl Engine {
+    /// The counts after a pass, for `fleetbus clusters progress` (see `progress`).
+    fn measure(&self, now: chrono::DateTime<chrono::Utc>) -> SyncProgress {
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let reports = self.reports.values();
+        SyncProgress {
+            cluster: self.ctx.cfg.cluster_name.clone(),
+            started: self.fleet.synced,
+            kinds: count(self.kinds.len()),
+            kinds_ready: count(self.kinds.values().filter(|k| k.ready()).count()),
+            envelopes: count(self.kinds.values().map(|k| k.snapshots.len()).sum()),
+            copies_wanted: count(self.held.len()),
+            copies_in_sync: reports
+                .clone()
+                .map(|r| u64::try_from(r.synced).unwrap_or(0))
+                .sum(),
+            errors: count(reports.clone().map(|r| r.errors.len()).sum()),
+            conflicts: count(reports.map(|r| r.conflicts.len()).sum()),
+            updated_at: now,
+            error: None,
+            retry_after_ms: None,
+        }
+    }
+
     /// A new engine; nothing runs until [`Engine::pass`].
     pub fn new(
         ctx: Arc<Context>,
@@ -216,7 +241,7 @@ impl Engine {
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
             held: BTreeMap::new(),
-            status_book: super::returned::StatusBook::default(),
+            status_book: super::return_state::StatusBook::default(),
             bundles: BTreeMap::new(),
             bundles_counted: std::collections::HashSet::new(),
             status_written: BTreeMap::new(),
@@ -363,7 +388,7 @@ impl Engine {
                 kind.watch_error = None;
             }
             LocalEvent::Error(e) => {
-                tracing::warn!(kind = %watches::describe(&gvk), error = %e, "local watch failed; retrying");
+                tracing::warn!(kind = %super::model::meta::describe_gvk(&gvk), error = %e, "local watch failed; retrying");
                 kind.watch_error = Some(e);
             }
         }
@@ -472,7 +497,7 @@ impl Engine {
         need.insert(rules::rule_gvk(), true);
         need.insert(namespace_gvk(), false);
         need.insert(crd_gvk(), false);
-        need.insert(super::per_cluster::reported_state_gvk(), false);
+        need.insert(rules::reported_state_gvk(), false);
         for rule in self.rules.values() {
             if rule.builtin || rule.spec.group_version_kind.kind.is_empty() {
                 continue;
@@ -523,7 +548,7 @@ impl Engine {
                     self.start_kind(gvk, ar, namespaced, source);
                 }
                 Err(why) => {
-                    tracing::info!(kind = %watches::describe(&gvk), %why, "kind not available yet");
+                    tracing::info!(kind = %super::model::meta::describe_gvk(&gvk), %why, "kind not available yet");
                     self.unresolved.insert(gvk, why);
                 }
             }
@@ -712,7 +737,7 @@ pub async fn run(
     );
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
-    tokio::spawn(super::returned::status_consumer(
+    tokio::spawn(watches::status_consumer(
         reg.ctx.clone(),
         engine.tx.clone(),
         engine.cancel.clone(),
@@ -726,7 +751,7 @@ pub async fn run(
     );
     tokio::spawn(serving);
     engine.pass().await;
-    progress.record(&engine);
+    progress.record(engine.measure(chrono::Utc::now()));
     loop {
         let wake = engine.wake_at();
         tokio::select! {
@@ -738,7 +763,7 @@ pub async fn run(
             }
             Some(msg) = next_command(&mut commands) => {
                 let admitted = crate::bus::command_sub::admit(&mut correct_rate, &reg.ctx.metrics);
-                let reply = match admitted.map(|()| super::command::parse(&msg.payload)) {
+                let reply = match admitted.map(|()| parse_correct(&msg.payload)) {
                     Err(refused) => engine.refuse_for_rate(&refused),
                     Ok(Ok(req)) => engine.correct(&req).await,
                     Ok(Err(e)) => engine.refuse(&e),
@@ -776,7 +801,7 @@ pub async fn run(
             _ = sleep_until_opt(wake) => {}
         }
         engine.pass().await;
-        progress.record(&engine);
+        progress.record(engine.measure(chrono::Utc::now()));
     }
 }
 
@@ -793,6 +818,11 @@ async fn sleep_until_opt(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// Reads a request; the error is the reply's `error`.
+fn parse_correct(bytes: &[u8]) -> Result<CorrectRequest, String> {
+    CorrectRequest::decode(bytes).map_err(|e| format!("cannot read the request: {e}"))
 }
 
 #[cfg(test)]
@@ -936,5 +966,17 @@ mod tests {
         assert!(k.ready(), "a sink-only kind does not");
         k.listed = false;
         assert!(!k.ready());
+    }
+
+    #[test]
+    fn requests_parse_or_say_why_not() {
+        let req =
+            parse_correct(br#"{"schema":"fleetbus.io/correct-request/v1","rule":"r","name":null}"#)
+                .unwrap();
+        assert_eq!(req.rule.as_deref(), Some("r"));
+        assert_eq!(req.name, None);
+        assert!(parse_correct(b"not json").is_err());
+        assert!(parse_correct(br#"{"schema":"fleetbus.io/correct-request/v9"}"#).is_err());
+        assert!(parse_correct(br#"{"schema":"fleetbus.io/correct-request/v1","kind":5}"#).is_err());
     }
 }

@@ -18,22 +18,8 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::watches::Input;
+use super::model::{Feed, Input};
 use crate::context::Context;
-
-/// What a followed stream delivers to the engine.
-#[derive(Debug)]
-pub enum Feed<K, V> {
-    /// The consumer (re)starts: the last value of every subject follows.
-    Reset,
-    /// One decoded message, and the key its subject names.
-    Item(K, Box<V>),
-    /// A message that was skipped (unreadable, or not what its subject
-    /// says) is now the last value of this key's subject.
-    Unreadable(K),
-    /// Every last value has been delivered; live updates follow.
-    CaughtUp,
-}
 
 /// Decodes one message (prefix, subject, payload); the error is the
 /// `sync_rejected_total` reason when it is skipped.

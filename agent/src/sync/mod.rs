@@ -24,6 +24,7 @@
 
 mod apply;
 mod bundle;
+mod bundle_state;
 mod command;
 mod compare;
 mod conflicts;
@@ -31,6 +32,7 @@ mod digest;
 mod drift;
 mod drift_coalesce;
 mod drift_report;
+mod drift_state;
 mod engine;
 pub mod fight;
 mod follow;
@@ -42,6 +44,7 @@ mod progress;
 mod published;
 mod readiness;
 mod report;
+mod return_state;
 mod returned;
 mod rules;
 mod sink;

@@ -15,12 +15,9 @@ use serde_json::{json, Value};
 
 use super::engine::Engine;
 use super::model::LocalKey;
+use super::return_state::{resource_version, Written};
+use super::rules::reported_state_gvk;
 use crate::kube::FIELD_MANAGER;
-
-/// The ReportedState kind (watched by every agent, like rules).
-pub fn reported_state_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk(well_known::GROUP, well_known::VERSION, "ReportedState")
-}
 
 /// The ReportedState for one report about `source` (the live source object).
 pub fn desired_state(r: &ReportedStatus, source: &Value, default_ns: &str) -> (LocalKey, Value) {
@@ -83,29 +80,6 @@ fn decided(v: &Value) -> Value {
         "spec": v.get("spec"),
         "status": v.get("status"),
     })
-}
-
-/// A ReportedState this agent wrote, and the live object's `resourceVersion` at the
-/// time (None: it did not exist).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Written {
-    want: Value,
-    live_rv: Option<String>,
-}
-
-fn resource_version(v: Option<&Value>) -> Option<String> {
-    v.and_then(|v| v.pointer("/metadata/resourceVersion"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-}
-
-impl Written {
-    /// Whether `want` was written and the watch shows `live` as it was before that
-    /// write: our event is still to come, so writing again would only race it. Any
-    /// newer live object (ours, or someone else's edit) is compared for itself.
-    fn pending(&self, want: &Value, live: Option<&Value>) -> bool {
-        self.want == *want && self.live_rv.is_some() && self.live_rv == resource_version(live)
-    }
 }
 
 fn is_ours(v: &Value) -> bool {

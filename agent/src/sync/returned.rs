@@ -1,53 +1,23 @@
-//! Reported status on the bus (`<p>.status.>`): the one consumer that reads
-//! it, the book of the reports that concern this cluster (those it published,
-//! those about its own objects), and the origin's `return_pass`, which turns
+//! Reported status on the bus (`<p>.status.>`, read by
+//! `watches::status_consumer`): filling the book of the reports that concern
+//! this cluster (`return_state::StatusBook`: those it published, those about
+//! its own objects), and the origin's `return_pass`, which turns
 //! reports into the source object's status (`Singleton`), `ReportedState`
 //! objects (`PerCluster`, see [`super::per_cluster`]) and the rule's readiness
 //! summary.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 use fleetbus_schemas::crd::StatusReturn;
 use fleetbus_schemas::reported::ReportedStatus;
-use fleetbus_schemas::subject::{ObjectKey, StatusKey};
+use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known::FIELD_MANAGER_STATUS;
 use kube::api::{Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use super::engine::Engine;
-use super::follow::{Feed, Follow};
-use super::watches::Input;
-use crate::context::Context;
-
-/// What the status consumer saw.
-pub type StatusEvent = Feed<StatusKey, ReportedStatus>;
-
-/// The reports that concern this cluster, and what the origin did with them.
-#[derive(Debug, Default)]
-pub struct StatusBook {
-    /// Last report per subject: published by this cluster, or about its objects.
-    pub reports: BTreeMap<StatusKey, ReportedStatus>,
-    resnap: Option<BTreeMap<StatusKey, ReportedStatus>>,
-    /// Every last report has been read at least once.
-    pub caught_up: bool,
-    /// `Singleton`: the status fleetbus applied to each source object last
-    /// (`null`: applied before this process started, read from `managedFields`).
-    applied: BTreeMap<ObjectKey, Value>,
-    /// Kinds whose listed objects were searched for status fleetbus applied
-    /// before this process started.
-    adopted_kinds: HashSet<GroupVersionKind>,
-    /// Each source kind's resource and whether it has a `/status` subresource
-    /// (from discovery: the kind may no longer be watched when fleetbus's status
-    /// fields are to be cleared).
-    status_subresource: HashMap<GroupVersionKind, (kube::api::ApiResource, bool)>,
-    /// `PerCluster`: the ReportedStates written last, by place, each with the
-    /// `resourceVersion` the live object had when it was written: while the
-    /// watched object still has it, our write's event has not come back yet.
-    pub(super) written: BTreeMap<super::model::LocalKey, super::per_cluster::Written>,
-}
+use super::model::StatusEvent;
 
 /// Whether fleetbus's status field manager owns fields of `obj`.
 fn has_returned_status(obj: &Value) -> bool {
@@ -58,14 +28,6 @@ fn has_returned_status(obj: &Value) -> bool {
                 .iter()
                 .any(|e| e.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER_STATUS))
         })
-}
-
-impl StatusBook {
-    /// Forgets what discovery said about source kinds: a CRD event may have
-    /// added or removed a kind or its `/status` subresource.
-    pub(super) fn forget_discovery(&mut self) {
-        self.status_subresource.clear();
-    }
 }
 
 /// The source object a report is about (on its origin).
@@ -341,47 +303,9 @@ impl Engine {
     }
 }
 
-/// Reads `<p>.status.>` (last report per subject, then live ones) into the
-/// engine until `cancel` (see `follow`: restarts, recreated streams).
-pub async fn status_consumer(
-    ctx: std::sync::Arc<Context>,
-    tx: mpsc::Sender<Input>,
-    cancel: CancellationToken,
-) {
-    let f = Follow {
-        stream: ctx.layout.status_stream().name,
-        filter: fleetbus_schemas::subject::all_status(ctx.layout.prefix()),
-        what: "status",
-        decode,
-        key_of: |prefix, subject| StatusKey::parse_subject(prefix, subject).ok(),
-        input: Box::new(Input::Status),
-    };
-    super::follow::follow(ctx, f, tx, cancel).await;
-}
-
-/// Decodes one status message; the reason is the metric label when skipped.
-/// A report is a claim by the cluster its subject names, about the object
-/// its subject names: a body that says otherwise is not trusted.
-fn decode(
-    prefix: &fleetbus_schemas::subject::Prefix,
-    subject: &str,
-    payload: &[u8],
-) -> Result<(StatusKey, ReportedStatus), &'static str> {
-    let key = StatusKey::parse_subject(prefix, subject).map_err(|_| "status_bad_subject")?;
-    let report = ReportedStatus::decode(payload).map_err(|e| match e {
-        fleetbus_schemas::DecodeError::UnsupportedVersion { .. } => "status_unsupported_version",
-        _ => "status_malformed",
-    })?;
-    if report.subject_key() != key {
-        return Err("status_subject_mismatch");
-    }
-    Ok((key, report))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetbus_schemas::subject::Prefix;
     use fleetbus_schemas::ObjectRef;
 
     fn report(cluster: &str) -> ReportedStatus {
@@ -400,46 +324,12 @@ mod tests {
     }
 
     #[test]
-    fn decode_checks_the_subject() {
-        let p = Prefix::default();
-        let r = report("west");
-        let subject = r.subject_key().to_subject(&p);
-        let bytes = r.encode().unwrap();
-        let (key, back) = decode(&p, &subject, &bytes).unwrap();
-        assert_eq!((key, back.status), (r.subject_key(), r.status.clone()));
-        // Another cluster's claim under west's subject.
-        let other = report("north").encode().unwrap();
-        assert_eq!(
-            decode(&p, &subject, &other).unwrap_err(),
-            "status_subject_mismatch"
-        );
-        assert_eq!(
-            decode(&p, &subject, b"garbage").unwrap_err(),
-            "status_malformed"
-        );
-        assert_eq!(
-            decode(&p, "fleetbus.status.x", &bytes).unwrap_err(),
-            "status_bad_subject"
-        );
-    }
-
-    #[test]
     fn source_key_names_the_origin_object() {
         let k = source_key(&report("west"));
         assert_eq!(
             k,
             ObjectKey::from_api_version("east", "example.com/v1", "Widget", Some("a"), "w")
         );
-    }
-
-    #[test]
-    fn discovery_is_forgotten_on_crd_events() {
-        let gvk = GroupVersionKind::gvk("example.com", "v1", "Gadget");
-        let ar = kube::api::ApiResource::from_gvk(&gvk);
-        let mut book = StatusBook::default();
-        book.status_subresource.insert(gvk.clone(), (ar, false));
-        book.forget_discovery();
-        assert!(!book.status_subresource.contains_key(&gvk));
     }
 
     #[test]

@@ -21,6 +21,11 @@ use super::template;
 /// user rule can collide with it.
 pub const RULE_REPLICATION: &str = "(mesh-wide rules)";
 
+/// The ReportedState kind (watched by every agent, like rules).
+pub fn reported_state_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk(well_known::GROUP, well_known::VERSION, "ReportedState")
+}
+
 /// The kind of ResourceSyncRules.
 pub fn rule_gvk() -> GroupVersionKind {
     GroupVersionKind::gvk(well_known::GROUP, well_known::VERSION, "ResourceSyncRule")

@@ -73,7 +73,10 @@ impl Engine {
             // A failing watch is reported while it fails, also after an
             // earlier list succeeded (rights revoked): a re-list clears it.
             if let Some(e) = self.kinds.get(g).and_then(|k| k.watch_error.as_ref()) {
-                return Some(format!("cannot watch {}: {e}", super::watches::describe(g)));
+                return Some(format!(
+                    "cannot watch {}: {e}",
+                    super::model::meta::describe_gvk(g)
+                ));
             }
         }
         None

@@ -21,22 +21,11 @@ use super::engine::{Engine, KindState};
 use super::model::backoff::{Backoff, Input};
 use super::model::meta::{annotation, is_terminating};
 use super::model::{RuleReport, Target};
-use super::sink_keep::{self, Cascade, CheckError, Why};
+use super::sink_keep::{self, Cascade, CheckError, KeptCopy, Why};
 use crate::kube::events::EventType;
 
 /// The reason of the Events about a copy kept instead of deleted.
 pub const REASON_KEPT: &str = "CopyKept";
-
-/// A copy kept instead of deleted, reported while it is still there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeptCopy {
-    /// The rule that made it.
-    pub rule: String,
-    /// Its uid: the object kept, not a later one of the same name.
-    pub uid: String,
-    /// Why, and how to finish by hand.
-    pub message: String,
-}
 
 /// One copy to collect: where, made by which rule, the live object, and
 /// whether its policy says delete (else orphan).
@@ -219,7 +208,7 @@ impl Engine {
         let Some(kind) = self.kinds.get(&target.gvk()) else {
             return Some(format!(
                 "kind {} is not watched",
-                super::watches::describe(&target.gvk())
+                super::model::meta::describe_gvk(&target.gvk())
             ));
         };
         let ar = kind.ar.clone();

@@ -18,6 +18,17 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{verbs, Discovery, Scope};
 use serde_json::Value;
 
+/// A copy kept instead of deleted, reported while it is still there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptCopy {
+    /// The rule that made it.
+    pub rule: String,
+    /// Its uid: the object kept, not a later one of the same name.
+    pub uid: String,
+    /// Why, and how to finish by hand.
+    pub message: String,
+}
+
 /// A kind whose deletion takes other objects with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cascade {

@@ -110,7 +110,7 @@ impl Engine {
         let Some(kind) = self.kinds.get(&gvk) else {
             return Err(Outcome::Failed(format!(
                 "kind {} is not watched",
-                super::watches::describe(&gvk)
+                super::model::meta::describe_gvk(&gvk)
             )));
         };
         let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());

@@ -173,7 +173,7 @@ pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant)
     let Some(namespaced) = v.namespaced else {
         return failed(format!(
             "kind {} is not watched",
-            super::watches::describe(&target.gvk())
+            super::model::meta::describe_gvk(&target.gvk())
         ));
     };
     match (namespaced, &target.namespace) {

@@ -20,9 +20,9 @@ use tokio::time::Instant;
 use super::engine::{Engine, KindState};
 use super::matching;
 use super::model::meta::{describe_key, has_annotation, is_original};
+use super::model::Input;
 use super::published::{self, HashMemo};
 use super::rules::CompiledRule;
-use super::watches::Input;
 use super::withheld::{withheld, Withheld};
 use crate::registry::view::LocalView;
 

@@ -1,15 +1,17 @@
-//! The two event sources of sync, one task each per kind: the local API watch
+//! The event sources of sync: one task each per kind for the local API watch
 //! (every object of the kind, originals and copies alike: one watch serves
 //! publishing, copies and rules) and the bus consumer (the last envelope of
 //! every object of the kind from every origin, then live updates: one ordered
-//! consumer per kind, not one per peer or rule).
+//! consumer per kind, not one per peer or rule), and one status consumer
+//! (`<p>.status.>`, the reports [`super::returned`] reads).
 //!
-//! Both tasks turn their stream into [`Input`]s for the engine and present a
+//! The tasks turn their stream into [`Input`]s for the engine and present a
 //! re-list the same way: `Reset`, the full state, then `Listed`/`CaughtUp`, so
 //! the engine replaces what it had instead of keeping stale entries.
 
 use fleetbus_schemas::envelope::Envelope;
-use fleetbus_schemas::subject::ObjectKey;
+use fleetbus_schemas::reported::ReportedStatus;
+use fleetbus_schemas::subject::{ObjectKey, StatusKey};
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
@@ -20,45 +22,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::follow::{Feed, Follow};
+use super::follow::Follow;
+use super::model::meta::describe_gvk as describe;
+use super::model::{Input, LocalEvent};
 use crate::context::Context;
-
-/// An event for the engine.
-#[derive(Debug)]
-pub enum Input {
-    /// From the local watch of a kind.
-    Local(GroupVersionKind, LocalEvent),
-    /// From the bus consumer of a kind.
-    Bus(GroupVersionKind, BusEvent),
-    /// An acknowledged publish failed: the object must be published again.
-    /// The envelope the bus held before (what to believe again), if any.
-    PublishFailed(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
-    /// The server dropped a publish as a duplicate of an earlier message id:
-    /// the subject still holds what it held (someone else's message, if it
-    /// differed from ours). The envelope the bus held before, if any.
-    PublishDuplicate(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
-    /// From the status consumer (`<p>.status.>`).
-    Status(super::returned::StatusEvent),
-}
-
-/// What the local watch saw.
-#[derive(Debug)]
-pub enum LocalEvent {
-    /// A (re-)list starts: forget what the watch said before once `Listed` comes.
-    Reset,
-    /// An object exists in this version.
-    Upsert(Value),
-    /// An object is gone.
-    Remove(Value),
-    /// The (re-)list is complete.
-    Listed,
-    /// The API server refuses the watch (403, 401, 404); it retries on its
-    /// own with backoff, and the kind's rules report the refusal meanwhile.
-    Error(String),
-}
-
-/// What the bus consumer of a kind saw.
-pub type BusEvent = Feed<ObjectKey, Envelope>;
 
 /// Resolves a kind through API discovery: served, with its resource name and scope.
 pub async fn resolve(
@@ -77,15 +44,6 @@ pub async fn resolve(
 
 fn namespaced(caps: &ApiCapabilities) -> bool {
     matches!(caps.scope, Scope::Namespaced)
-}
-
-/// `group/version Kind` for messages (`v1 Secret` for the core group).
-pub fn describe(gvk: &GroupVersionKind) -> String {
-    if gvk.group.is_empty() {
-        format!("{} {}", gvk.version, gvk.kind)
-    } else {
-        format!("{}/{} {}", gvk.group, gvk.version, gvk.kind)
-    }
 }
 
 /// Watches every object of one kind on the local API until `cancel`.
@@ -205,4 +163,88 @@ fn decode(
     // own subtree, a sink's memo) reads the hash of the content received.
     env.check(&key).map_err(|m| m.reason())?;
     Ok((key, env))
+}
+
+/// Reads `<p>.status.>` (last report per subject, then live ones) into the
+/// engine until `cancel` (see `follow`: restarts, recreated streams).
+pub async fn status_consumer(
+    ctx: std::sync::Arc<Context>,
+    tx: mpsc::Sender<Input>,
+    cancel: CancellationToken,
+) {
+    let f = Follow {
+        stream: ctx.layout.status_stream().name,
+        filter: fleetbus_schemas::subject::all_status(ctx.layout.prefix()),
+        what: "status",
+        decode: decode_status,
+        key_of: |prefix, subject| StatusKey::parse_subject(prefix, subject).ok(),
+        input: Box::new(Input::Status),
+    };
+    super::follow::follow(ctx, f, tx, cancel).await;
+}
+
+/// Decodes one status message; the reason is the metric label when skipped.
+/// A report is a claim by the cluster its subject names, about the object
+/// its subject names: a body that says otherwise is not trusted.
+fn decode_status(
+    prefix: &fleetbus_schemas::subject::Prefix,
+    subject: &str,
+    payload: &[u8],
+) -> Result<(StatusKey, ReportedStatus), &'static str> {
+    let key = StatusKey::parse_subject(prefix, subject).map_err(|_| "status_bad_subject")?;
+    let report = ReportedStatus::decode(payload).map_err(|e| match e {
+        fleetbus_schemas::DecodeError::UnsupportedVersion { .. } => "status_unsupported_version",
+        _ => "status_malformed",
+    })?;
+    if report.subject_key() != key {
+        return Err("status_subject_mismatch");
+    }
+    Ok((key, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetbus_schemas::subject::Prefix;
+    use fleetbus_schemas::ObjectRef;
+    use serde_json::json;
+
+    fn report(cluster: &str) -> ReportedStatus {
+        ReportedStatus {
+            cluster: cluster.into(),
+            rule: "r".into(),
+            origin: "east".into(),
+            source: ObjectRef::new("example.com/v1", "Widget", Some("a"), "w"),
+            copy_name: "w".into(),
+            copy_namespace: Some("a".into()),
+            copy_resource_version: "1".into(),
+            observed_at: chrono::Utc::now(),
+            status: json!({"phase": "Up"}),
+            ready: Some(true),
+        }
+    }
+
+    #[test]
+    fn decode_checks_the_subject() {
+        let p = Prefix::default();
+        let r = report("west");
+        let subject = r.subject_key().to_subject(&p);
+        let bytes = r.encode().unwrap();
+        let (key, back) = decode_status(&p, &subject, &bytes).unwrap();
+        assert_eq!((key, back.status), (r.subject_key(), r.status.clone()));
+        // Another cluster's claim under west's subject.
+        let other = report("north").encode().unwrap();
+        assert_eq!(
+            decode_status(&p, &subject, &other).unwrap_err(),
+            "status_subject_mismatch"
+        );
+        assert_eq!(
+            decode_status(&p, &subject, b"garbage").unwrap_err(),
+            "status_malformed"
+        );
+        assert_eq!(
+            decode_status(&p, "fleetbus.status.x", &bytes).unwrap_err(),
+            "status_bad_subject"
+        );
+    }
 }
