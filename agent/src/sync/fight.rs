@@ -17,21 +17,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::config::FightPolicy;
+
 /// The backoff grows to at most this multiple of the first one.
 pub const MAX_BACKOFF_FACTOR: u32 = 16;
-
-/// When a fight is declared, and how long the agent then backs off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FightPolicy {
-    /// Drifts by one manager with the same values (each after a correction)
-    /// that make a fight; 0 turns detection off.
-    pub threshold: u32,
-    /// Within this long.
-    pub window: Duration,
-    /// The first backoff: the copy must be left alone this long before the
-    /// agent corrects it again.
-    pub backoff: Duration,
-}
 
 /// One drift of a copy, as the detector sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +202,9 @@ impl<K: Eq + Hash + Clone> Fights<K> {
         }
     }
 
-    /// Whether `key` is in a fight now.
+    /// Whether `key` is in a fight now (the tests ask; the engine acts on
+    /// `holding`).
+    #[cfg(test)]
     pub fn fighting(&self, key: &K) -> bool {
         matches!(self.copies.get(key), Some(State::Fighting { .. }))
     }

@@ -34,7 +34,7 @@ mod drift_coalesce;
 mod drift_report;
 mod drift_state;
 mod engine;
-pub mod fight;
+mod fight;
 mod follow;
 mod matching;
 mod model;
