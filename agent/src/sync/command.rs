@@ -23,7 +23,8 @@ impl Engine {
     /// Corrects the drifted copies `req` selects, now; returns the reply.
     pub async fn correct(&mut self, req: &CorrectRequest) -> CorrectReply {
         let chosen: Vec<Target> = self
-            .drifts
+            .drift
+            .open
             .iter()
             .filter(|(t, d)| req.matches(&d.event.rule, &object(t)))
             .map(|(t, _)| t.clone())

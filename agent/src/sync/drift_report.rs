@@ -69,7 +69,7 @@ impl Engine {
     /// Reports a drift (once per drifted version of the copy).
     pub(super) async fn drift_detected(&mut self, target: &Target, c: &Candidate, f: Found<'_>) {
         let object = object_ref(target, f.live);
-        if let Some(open) = self.drifts.get(target) {
+        if let Some(open) = self.drift.open.get(target) {
             if open.event.object.resource_version == object.resource_version
                 && open.event.type_ == f.type_
             {
@@ -112,24 +112,25 @@ impl Engine {
         if !self.report(target, &event).await {
             // Not on the bus: not recorded either, so the next pass (soon)
             // detects and announces it again.
-            self.drift_wake = Some(Instant::now() + Duration::from_secs(2));
+            self.drift.announce_failed(Instant::now());
             return;
         }
         self.ctx
             .metrics
             .drift_detection_seconds
             .observe(seen.elapsed().as_secs_f64());
-        self.drifts
+        self.drift
+            .open
             .insert(target.clone(), OpenDrift { event, seen });
-        self.ctx.metrics.drifted.set(self.drifts.len() as i64);
+        self.ctx.metrics.drifted.set(self.drift.open.len() as i64);
     }
 
     /// The correction was written: the drift ends.
     pub(super) async fn drift_corrected(&mut self, target: &Target) {
-        let Some(open) = self.drifts.remove(target) else {
+        let Some(open) = self.drift.open.remove(target) else {
             return;
         };
-        self.ctx.metrics.drifted.set(self.drifts.len() as i64);
+        self.ctx.metrics.drifted.set(self.drift.open.len() as i64);
         self.ctx
             .metrics
             .drift_correction_seconds
@@ -140,7 +141,7 @@ impl Engine {
 
     /// The correction failed: the drift stays, with the error.
     pub(super) async fn drift_failed(&mut self, target: &Target, error: &str) {
-        let Some(open) = self.drifts.get(target).cloned() else {
+        let Some(open) = self.drift.open.get(target).cloned() else {
             return;
         };
         let event = self.next_phase(
@@ -150,7 +151,7 @@ impl Engine {
             Some(error.to_owned()),
         );
         self.report(target, &event).await;
-        self.drifts.insert(
+        self.drift.open.insert(
             target.clone(),
             OpenDrift {
                 event,
@@ -163,11 +164,11 @@ impl Engine {
     /// or the desired state moved to it): the drift ends, and a fight over
     /// it with it.
     pub(super) async fn drift_resolved(&mut self, target: &Target) {
-        let Some(open) = self.drifts.remove(target) else {
+        let Some(open) = self.drift.open.remove(target) else {
             return;
         };
         self.fights.forget(target);
-        self.ctx.metrics.drifted.set(self.drifts.len() as i64);
+        self.ctx.metrics.drifted.set(self.drift.open.len() as i64);
         let event = self.next_phase(&open.event, DriftPhase::Resolved, open.event.action, None);
         self.report(target, &event).await;
     }
@@ -179,17 +180,18 @@ impl Engine {
     ) {
         self.fights.retain(Instant::now(), |t| wanted.contains(t));
         let gone: Vec<Target> = self
-            .drifts
+            .drift
+            .open
             .keys()
             .filter(|t| !wanted.contains(*t))
             .cloned()
             .collect();
         for t in gone {
-            if let Some(open) = self.drifts.remove(&t) {
+            if let Some(open) = self.drift.open.remove(&t) {
                 self.kv_delete(&open.event).await;
             }
         }
-        self.ctx.metrics.drifted.set(self.drifts.len() as i64);
+        self.ctx.metrics.drifted.set(self.drift.open.len() as i64);
     }
 
     /// Whether to correct a drift of `target` by `live`'s newest foreign
@@ -231,7 +233,7 @@ impl Engine {
         self.fights.seen_at(target, rv);
         let held = self.coalesce.take(target);
         self.flush_held(target, held).await;
-        if let Some(open) = self.drifts.get(target).cloned() {
+        if let Some(open) = self.drift.open.get(target).cloned() {
             let wait = resume_at.saturating_duration_since(Instant::now());
             let mut event =
                 self.next_phase(&open.event, DriftPhase::Fight, DriftMode::Report, None);
@@ -241,7 +243,7 @@ impl Engine {
                 .map(|d| chrono::Utc::now() + d);
             tracing::warn!(copy = %target, %manager, changes, wait = ?wait, "drift fight: not correcting this copy for now");
             self.emit(target, &event).await;
-            self.drifts.insert(
+            self.drift.open.insert(
                 target.clone(),
                 OpenDrift {
                     event,
@@ -255,7 +257,7 @@ impl Engine {
     /// A fought-over copy's error in its rule's status: stable while the
     /// fight lasts (no times), so the status is not rewritten every pass.
     pub(super) fn fight_message(&self, target: &Target) -> String {
-        let event = self.drifts.get(target).map(|d| &d.event);
+        let event = self.drift.open.get(target).map(|d| &d.event);
         let manager = event
             .and_then(|e| e.changed_by.as_ref())
             .map_or("another writer", |b| b.manager.as_str());
@@ -284,7 +286,7 @@ impl Engine {
             self.announce(e).await;
             self.k8s_event_of(target, e).await;
         }
-        match self.drifts.get(target).map(|d| d.event.clone()) {
+        match self.drift.open.get(target).map(|d| d.event.clone()) {
             Some(open) => self.kv_put(&open).await,
             None => self.kv_delete(last).await,
         }

@@ -105,7 +105,7 @@ pub struct Engine {
     pub(super) rediscover: bool,
     pub(super) rediscover_at: Option<Instant>,
     /// A drift announcement failed on the bus: run a pass then to try again
-    /// (set by `drift_report` only).
+    /// (what the sink pass returns, from its drift announcements).
     pub(super) drift_wake: Option<Instant>,
     /// A status report failed on the bus: when `report_pass` tries again.
     pub(super) report_wake: Option<Instant>,
@@ -118,8 +118,9 @@ pub struct Engine {
     /// Failures that are news, as (rule, message): announced as Events on
     /// their rule at the end of the sink pass (`sink_failures`).
     pub(super) failure_events: Vec<(String, String)>,
-    /// Drifts detected and not ended, by copy.
-    pub(super) drifts: HashMap<Target, super::drift_state::OpenDrift>,
+    /// The drift stage's state: the open drifts by copy, the failed
+    /// announcements of the pass in progress.
+    pub(super) drift: super::drift_state::DriftState,
     /// When the local watch last saw each copy change (drift latency).
     pub(super) seen: HashMap<Target, Instant>,
     /// Copies an operator asked to correct now (`fleetbus drift correct`),
@@ -230,7 +231,7 @@ impl Engine {
             baselines: HashMap::new(),
             retries: HashMap::new(),
             failure_events: Vec::new(),
-            drifts: HashMap::new(),
+            drift: super::drift_state::DriftState::default(),
             seen: HashMap::new(),
             forced: std::collections::HashSet::new(),
             forced_results: Vec::new(),
@@ -681,7 +682,7 @@ impl Engine {
         self.ctx.metrics.sync_passes.inc();
         self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
-        self.sink_pass().await;
+        self.drift_wake = self.sink_pass().await;
         self.report_wake = self.report_pass().await;
         self.return_pass().await;
         self.status_pass().await;

@@ -238,8 +238,9 @@ impl Engine {
     }
 
     /// Computes every desired copy, writes what differs, collects what
-    /// nothing wants, and records what each rule did.
-    pub(super) async fn sink_pass(&mut self) {
+    /// nothing wants, and records what each rule did. Returns when to run
+    /// again for the drift announcements that failed (see `drift_state`).
+    pub(super) async fn sink_pass(&mut self) -> Option<Instant> {
         let mut reports: BTreeMap<String, RuleReport> = BTreeMap::new();
         let mut by_target: BTreeMap<Target, Vec<Candidate>> = BTreeMap::new();
         let mut bundles = BundlePass::default();
@@ -323,6 +324,7 @@ impl Engine {
         self.reports = reports;
         self.finish_bundles(bundles);
         self.held = held;
+        self.drift.take_wake()
     }
 
     /// Makes the copies of one install rank equal to their winners: decided
