@@ -29,11 +29,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::inputs::watches;
 use super::model::meta::{has_annotation, origin_cluster};
 use super::model::{Baseline, BusEvent, Input, LocalEvent, LocalKey, RuleReport, Target};
 use super::rules::{self, RuleSet};
 use super::source_state::SourceState;
-use super::watches;
 use crate::context::Context;
 use crate::registry::FleetView;
 

@@ -35,7 +35,7 @@ mod drift_report;
 mod drift_state;
 mod engine;
 mod fight;
-mod follow;
+mod inputs;
 mod matching;
 mod model;
 mod mutate;
@@ -58,7 +58,6 @@ mod source;
 mod source_state;
 mod status;
 mod template;
-mod watches;
 mod withheld;
 
 pub use engine::run;

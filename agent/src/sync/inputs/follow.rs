@@ -18,8 +18,8 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::model::{Feed, Input};
 use crate::context::Context;
+use crate::sync::model::{Feed, Input};
 
 /// Decodes one message (prefix, subject, payload); the error is the
 /// `sync_rejected_total` reason when it is skipped.

@@ -3,7 +3,7 @@
 //! publishing, copies and rules) and the bus consumer (the last envelope of
 //! every object of the kind from every origin, then live updates: one ordered
 //! consumer per kind, not one per peer or rule), and one status consumer
-//! (`<p>.status.>`, the reports [`super::returned`] reads).
+//! (`<p>.status.>`, the reports [`crate::sync::returned`] reads).
 //!
 //! The tasks turn their stream into [`Input`]s for the engine and present a
 //! re-list the same way: `Reset`, the full state, then `Listed`/`CaughtUp`, so
@@ -23,9 +23,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::follow::Follow;
-use super::model::meta::describe_gvk as describe;
-use super::model::{Input, LocalEvent};
 use crate::context::Context;
+use crate::sync::model::meta::describe_gvk as describe;
+use crate::sync::model::{Input, LocalEvent};
 
 /// Resolves a kind through API discovery: served, with its resource name and scope.
 pub async fn resolve(
