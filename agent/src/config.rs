@@ -103,7 +103,7 @@ fn check_readable(flag: &'static str, path: &std::path::Path) -> Result<(), Conf
 
 /// Everything the agent needs to know from its flags, checked.
 /// When a drift is a fight, and how long the agent then backs off (see
-/// `sync::fight`, which applies it; here so that configuration depends on no
+/// `sync::drift::fight`, which applies it; here so that configuration depends on no
 /// later layer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FightPolicy {

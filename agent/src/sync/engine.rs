@@ -120,7 +120,7 @@ pub struct Engine {
     pub(super) failure_events: Vec<(String, String)>,
     /// The drift stage's state: the open drifts by copy, the failed
     /// announcements of the pass in progress.
-    pub(super) drift: super::drift_state::DriftState,
+    pub(super) drift: super::drift::state::DriftState,
     /// When the local watch last saw each copy change (drift latency).
     pub(super) seen: HashMap<Target, Instant>,
     /// Copies an operator asked to correct now (`fleetbus drift correct`),
@@ -130,10 +130,10 @@ pub struct Engine {
     pub(super) forced_results: Vec<(Target, Result<(), String>)>,
     /// The drift state KV bucket, once found.
     pub(super) drift_kv: Option<async_nats::jetstream::kv::Store>,
-    /// Copies another writer keeps changing back (`fight`).
-    pub(super) fights: super::fight::Fights<Target>,
-    /// Drift announcements held per copy (`drift_coalesce`).
-    pub(super) coalesce: super::drift_coalesce::Coalescer<Target>,
+    /// Copies another writer keeps changing back (`drift::fight`).
+    pub(super) fights: super::drift::fight::Fights<Target>,
+    /// Drift announcements held per copy (`drift::coalesce`).
+    pub(super) coalesce: super::drift::coalesce::Coalescer<Target>,
     /// Conflicts already reported (Event, bus), so each is reported once.
     pub(super) reported_conflicts: BTreeSet<String>,
     /// Per rule, what the last pass found.
@@ -212,8 +212,8 @@ impl Engine {
         cancel: CancellationToken,
         fleet: Arc<FleetView>,
     ) -> Self {
-        let fights = super::fight::Fights::new(ctx.cfg.drift_fight);
-        let coalesce = super::drift_coalesce::Coalescer::new(ctx.cfg.drift_coalesce_window);
+        let fights = super::drift::fight::Fights::new(ctx.cfg.drift_fight);
+        let coalesce = super::drift::coalesce::Coalescer::new(ctx.cfg.drift_coalesce_window);
         Engine {
             ctx,
             tx,
@@ -231,7 +231,7 @@ impl Engine {
             baselines: HashMap::new(),
             retries: HashMap::new(),
             failure_events: Vec::new(),
-            drift: super::drift_state::DriftState::default(),
+            drift: super::drift::state::DriftState::default(),
             seen: HashMap::new(),
             forced: std::collections::HashSet::new(),
             forced_results: Vec::new(),

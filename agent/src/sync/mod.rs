@@ -25,16 +25,11 @@
 mod apply;
 mod bundle;
 mod bundle_state;
-mod command;
 mod compare;
 mod conflicts;
 mod digest;
 mod drift;
-mod drift_coalesce;
-mod drift_report;
-mod drift_state;
 mod engine;
-mod fight;
 mod inputs;
 mod matching;
 mod model;

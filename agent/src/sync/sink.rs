@@ -239,7 +239,7 @@ impl Engine {
 
     /// Computes every desired copy, writes what differs, collects what
     /// nothing wants, and records what each rule did. Returns when to run
-    /// again for the drift announcements that failed (see `drift_state`).
+    /// again for the drift announcements that failed (see `drift::state`).
     pub(super) async fn sink_pass(&mut self) -> Option<Instant> {
         let mut reports: BTreeMap<String, RuleReport> = BTreeMap::new();
         let mut by_target: BTreeMap<Target, Vec<Candidate>> = BTreeMap::new();

@@ -13,10 +13,10 @@ use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
 use super::compare;
-use super::drift::{self, Policy};
-use super::drift_report::{self, Found};
+use super::drift::announce::{self, Found};
+use super::drift::fight::Verdict;
+use super::drift::policy::{keep_excluded, Policy};
 use super::engine::Engine;
-use super::fight::Verdict;
 use super::model::meta::{annotation, annotations_mut};
 use super::model::{Baseline, Candidate, Outcome, Target};
 use super::sink_wave::{Step, Why};
@@ -169,7 +169,7 @@ impl Engine {
             Err(outcome) => return outcome,
         };
         if recreate {
-            if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
+            if let Ok(Some(_)) = announce::fresh(&api, &target.name).await {
                 return Outcome::InSync;
             }
         }
@@ -195,7 +195,7 @@ impl Engine {
             // Decided from the baseline, which does not change within a pass.
             return Outcome::InSync;
         };
-        if let Ok(Some(_)) = drift_report::fresh(&api, &target.name).await {
+        if let Ok(Some(_)) = announce::fresh(&api, &target.name).await {
             // Our create's watch event has not arrived yet: no drift.
             return Outcome::InSync;
         }
@@ -232,7 +232,7 @@ impl Engine {
         };
         let mut body = Value::clone(&c.desired);
         compare::carry_over(&mut body, &live);
-        drift::keep_excluded(&mut body, &live, &policy.exclude);
+        keep_excluded(&mut body, &live, &policy.exclude);
         // Compare with the copy's own source hash: a source change that
         // leaves the copy alone (the origin's status, when status is not
         // synced) is no reason to write after a restart, as it was none
@@ -290,7 +290,7 @@ impl Engine {
         }
         // What the server has now, not the watch cache (which may still
         // show the version our last write replaced).
-        let live = match drift_report::fresh(api, &target.name).await {
+        let live = match announce::fresh(api, &target.name).await {
             Ok(Some(now)) => now,
             // Deleted meanwhile: its watch event decides.
             Ok(None) => return Outcome::InSync,

@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
-use super::drift::Policy;
+use super::drift::policy::Policy;
 use super::engine::{namespace_gvk, Engine};
 use super::model::backoff::{Backoff, Input};
 use super::model::meta::{has_annotation, is_original, is_terminating};

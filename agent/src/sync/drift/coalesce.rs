@@ -6,7 +6,7 @@
 //! (PROTOCOL §6), which opens the next window. A copy that drifts once costs
 //! what it did before; a storm costs a few events per window.
 //!
-//! Pure: instants are passed in; `drift_report` announces what this returns.
+//! Pure: instants are passed in; `announce` announces what this returns.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;

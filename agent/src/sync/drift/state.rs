@@ -1,7 +1,7 @@
 //! What the drift stage keeps: the drifts detected and not ended yet, and
 //! whether an announcement of this pass failed (so that the sink pass returns
 //! when to try again, and no stage sets the engine's timers). A leaf, so the
-//! engine owns it without importing the stage ([`super::drift_report`]
+//! engine owns it without importing the stage ([`super::announce`]
 //! announces and ends drifts).
 
 use std::collections::HashMap;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use fleetbus_schemas::drift::DriftEvent;
 use tokio::time::Instant;
 
-use super::model::Target;
+use crate::sync::model::Target;
 
 /// How soon a pass runs again after an announcement the bus did not
 /// acknowledge: the drift was not recorded, so that pass detects and

@@ -15,13 +15,13 @@ use tokio::time::Instant;
 
 use std::hash::{Hash, Hasher};
 
-use super::drift;
-use super::drift_coalesce::Gate;
-use super::drift_state::OpenDrift;
-use super::engine::Engine;
+use super::coalesce::Gate;
 use super::fight::{Change, Verdict};
-use super::model::{Candidate, Outcome, Target};
+use super::policy;
+use super::state::OpenDrift;
 use crate::kube::events::EventType;
+use crate::sync::engine::Engine;
+use crate::sync::model::{Candidate, Outcome, Target};
 
 /// What was found, for [`Engine::drift_detected`].
 pub struct Found<'a> {
@@ -67,7 +67,12 @@ fn object_ref(target: &Target, obj: &Value) -> ObjectRef {
 
 impl Engine {
     /// Reports a drift (once per drifted version of the copy).
-    pub(super) async fn drift_detected(&mut self, target: &Target, c: &Candidate, f: Found<'_>) {
+    pub(in crate::sync) async fn drift_detected(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        f: Found<'_>,
+    ) {
         let object = object_ref(target, f.live);
         if let Some(open) = self.drift.open.get(target) {
             if open.event.object.resource_version == object.resource_version
@@ -77,11 +82,11 @@ impl Engine {
             }
         }
         let mut changes: Vec<DriftChange> = match f.type_ {
-            DriftType::Modified => drift::changes(f.baseline, f.live, f.with_status, f.exclude),
+            DriftType::Modified => policy::changes(f.baseline, f.live, f.with_status, f.exclude),
             DriftType::Deleted => Vec::new(),
         };
         if target.api_version == "v1" && target.kind == "Secret" {
-            drift::redact_secret_values(&mut changes);
+            policy::redact_secret_values(&mut changes);
         }
         let event = DriftEvent {
             id: drift_event_id(
@@ -99,7 +104,7 @@ impl Engine {
             detected_at: chrono::Utc::now(),
             changes,
             changed_by: match f.type_ {
-                DriftType::Modified => drift::changed_by(f.live),
+                DriftType::Modified => policy::changed_by(f.live),
                 DriftType::Deleted => None,
             },
             action: f.action,
@@ -126,7 +131,7 @@ impl Engine {
     }
 
     /// The correction was written: the drift ends.
-    pub(super) async fn drift_corrected(&mut self, target: &Target) {
+    pub(in crate::sync) async fn drift_corrected(&mut self, target: &Target) {
         let Some(open) = self.drift.open.remove(target) else {
             return;
         };
@@ -140,7 +145,7 @@ impl Engine {
     }
 
     /// The correction failed: the drift stays, with the error.
-    pub(super) async fn drift_failed(&mut self, target: &Target, error: &str) {
+    pub(in crate::sync) async fn drift_failed(&mut self, target: &Target, error: &str) {
         let Some(open) = self.drift.open.get(target).cloned() else {
             return;
         };
@@ -163,7 +168,7 @@ impl Engine {
     /// The copy is equal again without our correction (someone put it back,
     /// or the desired state moved to it): the drift ends, and a fight over
     /// it with it.
-    pub(super) async fn drift_resolved(&mut self, target: &Target) {
+    pub(in crate::sync) async fn drift_resolved(&mut self, target: &Target) {
         let Some(open) = self.drift.open.remove(target) else {
             return;
         };
@@ -174,7 +179,7 @@ impl Engine {
     }
 
     /// Forgets drifts of copies nothing wants any more (collected or gone).
-    pub(super) async fn drift_forget_except(
+    pub(in crate::sync) async fn drift_forget_except(
         &mut self,
         wanted: &std::collections::BTreeSet<Target>,
     ) {
@@ -196,11 +201,11 @@ impl Engine {
 
     /// Whether to correct a drift of `target` by `live`'s newest foreign
     /// field manager, or whether that manager is fighting the agent over it.
-    pub(super) fn fight_verdict(&mut self, target: &Target, f: &Found<'_>) -> Verdict {
-        let Some(by) = drift::changed_by(f.live) else {
+    pub(in crate::sync) fn fight_verdict(&mut self, target: &Target, f: &Found<'_>) -> Verdict {
+        let Some(by) = policy::changed_by(f.live) else {
             return Verdict::Correct;
         };
-        let changes = drift::changes(f.baseline, f.live, f.with_status, f.exclude);
+        let changes = policy::changes(f.baseline, f.live, f.with_status, f.exclude);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         for c in &changes {
             c.path.hash(&mut h);
@@ -216,7 +221,7 @@ impl Engine {
     /// A fight starts: what was held for the copy is announced first (the
     /// drifts that led to it), then the open drift becomes a `Fight`, the
     /// copy is left alone, and the rule reports it as an error.
-    pub(super) async fn drift_fight(
+    pub(in crate::sync) async fn drift_fight(
         &mut self,
         target: &Target,
         verdict: Verdict,
@@ -256,7 +261,7 @@ impl Engine {
 
     /// A fought-over copy's error in its rule's status: stable while the
     /// fight lasts (no times), so the status is not rewritten every pass.
-    pub(super) fn fight_message(&self, target: &Target) -> String {
+    pub(in crate::sync) fn fight_message(&self, target: &Target) -> String {
         let event = self.drift.open.get(target).map(|d| &d.event);
         let manager = event
             .and_then(|e| e.changed_by.as_ref())
@@ -270,7 +275,7 @@ impl Engine {
     }
 
     /// Announces what coalescing held for copies whose window closed.
-    pub(super) async fn drift_flush(&mut self) {
+    pub(in crate::sync) async fn drift_flush(&mut self) {
         for (target, events) in self.coalesce.due(Instant::now()) {
             self.flush_held(&target, events).await;
         }
@@ -293,7 +298,7 @@ impl Engine {
     }
 
     /// Announces `event` now or holds it for its copy's window (see
-    /// `drift_coalesce`). False when an announcement was not acknowledged.
+    /// `coalesce`). False when an announcement was not acknowledged.
     async fn report(&mut self, target: &Target, event: &DriftEvent) -> bool {
         match self.coalesce.admit(target, event, Instant::now()) {
             Gate::Announce => self.emit(target, event).await,
@@ -500,7 +505,7 @@ impl Engine {
 /// the agent's own last write yet (a pass ran between the write and its
 /// watch event), and that stale copy is no one's change. Drift is rare, so
 /// the extra read costs little. `Err` when the server cannot say.
-pub(super) async fn fresh(
+pub(in crate::sync) async fn fresh(
     api: &kube::Api<kube::api::DynamicObject>,
     name: &str,
 ) -> Result<Option<Value>, String> {

@@ -11,9 +11,9 @@
 use fleetbus_schemas::command::{CorrectFailure, CorrectReply, CorrectRequest};
 use fleetbus_schemas::ObjectRef;
 
-use super::engine::Engine;
-use super::model::Target;
 use crate::bus::rate::RateRefused;
+use crate::sync::engine::Engine;
+use crate::sync::model::Target;
 
 fn object(t: &Target) -> ObjectRef {
     ObjectRef::new(&t.api_version, &t.kind, t.namespace.as_deref(), &t.name)
