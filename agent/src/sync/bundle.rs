@@ -28,7 +28,7 @@ use super::matching;
 use super::model::meta::{annotations, annotations_mut, describe_gvk as describe, describe_key};
 use super::model::{Candidate, Outcome, RuleReport, Target};
 use super::mutate::{self, CopyInput, MutateError};
-use super::readiness;
+use super::returns::readiness;
 use super::rules::CompiledRule;
 use super::template::TemplateContext;
 

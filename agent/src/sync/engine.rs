@@ -144,7 +144,7 @@ pub struct Engine {
     /// (what `report_pass` reports on).
     pub(super) held: BTreeMap<Target, (ObjectKey, String)>,
     /// Status reports read from the bus, and what the origin did with them.
-    pub(super) status_book: super::return_state::StatusBook,
+    pub(super) status_book: super::returns::state::StatusBook,
     /// The Bundles unwrapped here by the last pass, per manifest (see `bundle`).
     pub(super) bundles: BTreeMap<ObjectKey, super::bundle_state::Unwrapped>,
     /// Bundle versions whose invalid manifests were counted already.
@@ -242,7 +242,7 @@ impl Engine {
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
             held: BTreeMap::new(),
-            status_book: super::return_state::StatusBook::default(),
+            status_book: super::returns::state::StatusBook::default(),
             bundles: BTreeMap::new(),
             bundles_counted: std::collections::HashSet::new(),
             status_written: BTreeMap::new(),

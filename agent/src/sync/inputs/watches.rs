@@ -3,7 +3,7 @@
 //! publishing, copies and rules) and the bus consumer (the last envelope of
 //! every object of the kind from every origin, then live updates: one ordered
 //! consumer per kind, not one per peer or rule), and one status consumer
-//! (`<p>.status.>`, the reports [`crate::sync::returned`] reads).
+//! (`<p>.status.>`, the reports `returns::returned` reads).
 //!
 //! The tasks turn their stream into [`Input`]s for the engine and present a
 //! re-list the same way: `Reset`, the full state, then `Listed`/`CaughtUp`, so

@@ -16,10 +16,10 @@ use fleetbus_schemas::ObjectRef;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::bundle;
-use super::engine::Engine;
-use super::model::meta::origin_cluster;
 use super::readiness;
+use crate::sync::bundle;
+use crate::sync::engine::Engine;
+use crate::sync::model::meta::origin_cluster;
 
 /// Whether two reports say the same (when and from which version of the
 /// copy aside): only then is nothing published.
@@ -149,7 +149,7 @@ impl Engine {
 
     /// Publishes what changed since the last reports (see the module docs).
     /// Returns when to try again, when a report was not published.
-    pub(super) async fn report_pass(&mut self) -> Option<Instant> {
+    pub(in crate::sync) async fn report_pass(&mut self) -> Option<Instant> {
         // Before our own last reports are read back, everything would look
         // new; before the rules are read, every report would look orphaned.
         if !self.status_book.caught_up || !self.rules_read() {

@@ -16,8 +16,8 @@ use kube::api::{Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
-use super::engine::Engine;
-use super::model::StatusEvent;
+use crate::sync::engine::Engine;
+use crate::sync::model::StatusEvent;
 
 /// Whether fleetbus's status field manager owns fields of `obj`.
 fn has_returned_status(obj: &Value) -> bool {
@@ -43,7 +43,7 @@ pub fn source_key(r: &ReportedStatus) -> ObjectKey {
 
 impl Engine {
     /// Folds one event of the status consumer into the book.
-    pub(super) fn status_event(&mut self, ev: StatusEvent) {
+    pub(in crate::sync) fn status_event(&mut self, ev: StatusEvent) {
         let local = self.fleet.local.name.clone();
         let book = &mut self.status_book;
         match ev {
@@ -80,7 +80,7 @@ impl Engine {
     /// The reports about this cluster's objects that count: from a member
     /// (not left), with a status, for a rule that returns status, about a source object
     /// that still exists here (same uid). Keyed by source object.
-    pub(super) fn returned_reports(&self) -> BTreeMap<ObjectKey, Vec<ReportedStatus>> {
+    pub(in crate::sync) fn returned_reports(&self) -> BTreeMap<ObjectKey, Vec<ReportedStatus>> {
         let local = &self.fleet.local.name;
         let mut out: BTreeMap<ObjectKey, Vec<ReportedStatus>> = BTreeMap::new();
         for r in self.status_book.reports.values() {
@@ -106,15 +106,15 @@ impl Engine {
     }
 
     /// Whether the rules have been read (local list and peers' on the bus).
-    pub(super) fn rules_read(&self) -> bool {
+    pub(in crate::sync) fn rules_read(&self) -> bool {
         self.kinds
-            .get(&super::rules::rule_gvk())
+            .get(&crate::sync::rules::rule_gvk())
             .is_some_and(|k| k.ready())
     }
 
     /// The live source object a report is about, if it exists with the uid
     /// the report names.
-    pub(super) fn source_object(&self, r: &ReportedStatus) -> Option<&Value> {
+    pub(in crate::sync) fn source_object(&self, r: &ReportedStatus) -> Option<&Value> {
         let key = source_key(r);
         let gvk = GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
         let obj = self
@@ -131,7 +131,7 @@ impl Engine {
 
     /// The origin's part: status of source objects, ReportedStates, and
     /// readiness per rule (into the rule reports `status_pass` writes).
-    pub(super) async fn return_pass(&mut self) {
+    pub(in crate::sync) async fn return_pass(&mut self) {
         // Until the reports and the rules are read, every ReportedState and
         // returned status would look unwanted.
         if !self.status_book.caught_up || !self.rules_read() {
@@ -269,7 +269,7 @@ impl Engine {
         // Written through the discovered resource, not the watch: after its last
         // rule is deleted the kind is no longer watched, but fleetbus's fields
         // must still be cleared.
-        let api = super::apply::api(&self.ctx.client, &ar, key.namespace.as_deref());
+        let api = crate::sync::apply::api(&self.ctx.client, &ar, key.namespace.as_deref());
         let mut metadata = json!({"name": key.name});
         if let Some(ns) = &key.namespace {
             metadata["namespace"] = json!(ns);
@@ -296,7 +296,7 @@ impl Engine {
             // The source is gone: nothing to write on.
             Err(kube::Error::Api(s)) if s.code == 404 => true,
             Err(e) => {
-                tracing::warn!(object = %super::model::meta::describe_key(key), error = %e, "could not write the returned status");
+                tracing::warn!(object = %crate::sync::model::meta::describe_key(key), error = %e, "could not write the returned status");
                 false
             }
         }

@@ -13,11 +13,11 @@ use kube::api::{DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
-use super::engine::Engine;
-use super::model::LocalKey;
-use super::return_state::{resource_version, Written};
-use super::rules::reported_state_gvk;
+use super::state::{resource_version, Written};
 use crate::kube::FIELD_MANAGER;
+use crate::sync::engine::Engine;
+use crate::sync::model::LocalKey;
+use crate::sync::rules::reported_state_gvk;
 
 /// The ReportedState for one report about `source` (the live source object).
 pub fn desired_state(r: &ReportedStatus, source: &Value, default_ns: &str) -> (LocalKey, Value) {
@@ -90,7 +90,7 @@ fn is_ours(v: &Value) -> bool {
 
 impl Engine {
     /// Makes the ReportedStates equal to `reports` (those of PerCluster rules).
-    pub(super) async fn per_cluster_pass(&mut self, reports: &[ReportedStatus]) {
+    pub(in crate::sync) async fn per_cluster_pass(&mut self, reports: &[ReportedStatus]) {
         let gvk = reported_state_gvk();
         let Some(kind) = self.kinds.get(&gvk).filter(|k| k.listed) else {
             return;
@@ -132,9 +132,12 @@ impl Engine {
         let ar = kind.ar.clone();
         for obj in stale {
             let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str);
-            let api = super::apply::api(&self.ctx.client, &ar, ns);
-            if super::apply::delete(&self.ctx, &api, &obj).await.is_ok() {
-                if let Some(key) = super::engine::local_key(&obj) {
+            let api = crate::sync::apply::api(&self.ctx.client, &ar, ns);
+            if crate::sync::apply::delete(&self.ctx, &api, &obj)
+                .await
+                .is_ok()
+            {
+                if let Some(key) = crate::sync::engine::local_key(&obj) {
                     self.status_book.written.remove(&key);
                 }
             }
@@ -175,7 +178,7 @@ impl Engine {
         want: &Value,
         live: Option<&Value>,
     ) -> Result<(), kube::Error> {
-        let api = super::apply::api(&self.ctx.client, ar, key.0.as_deref());
+        let api = crate::sync::apply::api(&self.ctx.client, ar, key.0.as_deref());
         let params = PostParams {
             dry_run: false,
             field_manager: Some(FIELD_MANAGER.to_owned()),

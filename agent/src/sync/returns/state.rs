@@ -10,7 +10,7 @@ use fleetbus_schemas::subject::{ObjectKey, StatusKey};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-use super::model::LocalKey;
+use crate::sync::model::LocalKey;
 
 /// The reports that concern this cluster, and what the origin did with them.
 #[derive(Debug, Default)]
@@ -39,7 +39,7 @@ pub struct StatusBook {
 impl StatusBook {
     /// Forgets what discovery said about source kinds: a CRD event may have
     /// added or removed a kind or its `/status` subresource.
-    pub(super) fn forget_discovery(&mut self) {
+    pub(in crate::sync) fn forget_discovery(&mut self) {
         self.status_subresource.clear();
     }
 }
