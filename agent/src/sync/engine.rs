@@ -4,7 +4,7 @@
 //! Inputs (see [`Input`]) are drained in batches; after each batch
 //! one pass runs: rules are recompiled if they changed, kinds are started or
 //! stopped, the source side publishes what changed among our originals
-//! ([`super::source`]; only the objects events touched, all of them after a
+//! ([`super::source::publish`]; only the objects events touched, all of them after a
 //! re-list, a bus re-read, a rule or fleet change), the sink side computes every desired copy and makes
 //! the local copies equal to it ([`super::sink`]), and rule status is written
 //! where it changed ([`super::status`]). Passes compare whole states, not
@@ -33,7 +33,7 @@ use super::inputs::watches;
 use super::model::meta::{has_annotation, origin_cluster};
 use super::model::{Baseline, BusEvent, Input, LocalEvent, LocalKey, RuleReport, Target};
 use super::rules::{self, RuleSet};
-use super::source_state::SourceState;
+use super::source::state::SourceState;
 use crate::context::Context;
 use crate::registry::FleetView;
 
@@ -426,7 +426,7 @@ impl Engine {
                     // it differs and publishes ours again.
                     let local = kind.objects.get(&(key.namespace.clone(), key.name.clone()));
                     if let (Some(received), Some(local)) = (&env.object, local) {
-                        if !super::published::same_identity(received, local) {
+                        if !super::source::published::same_identity(received, local) {
                             env.content_hash.clear();
                         }
                     }

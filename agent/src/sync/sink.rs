@@ -30,7 +30,7 @@ use super::mutate::{self, CopyInput};
 use super::rules::CompiledRule;
 use super::sink_cache::{CandidateCache, Computed};
 use super::sink_wave::Step;
-use super::source::qualifies;
+use super::source::publish::qualifies;
 use super::template::TemplateContext;
 
 /// The update policy of `source`'s copies: create-only when the rule says so

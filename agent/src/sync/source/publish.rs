@@ -17,14 +17,14 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::engine::{Engine, KindState};
-use super::matching;
-use super::model::meta::{describe_key, has_annotation, is_original};
-use super::model::Input;
 use super::published::{self, HashMemo};
-use super::rules::CompiledRule;
-use super::withheld::{withheld, Withheld};
 use crate::registry::view::LocalView;
+use crate::sync::engine::{Engine, KindState};
+use crate::sync::matching;
+use crate::sync::model::meta::{describe_key, has_annotation, is_original};
+use crate::sync::model::Input;
+use crate::sync::rules::CompiledRule;
+use crate::sync::withheld::{withheld, Withheld};
 
 /// Why an object was not published.
 #[derive(Debug)]
@@ -204,7 +204,7 @@ impl Engine {
     /// Publishes what changed among our originals, for every source kind
     /// that is fully read. Returns when the source side wants the next pass
     /// (a publishing hold ends, or a failed publish is tried again).
-    pub(super) async fn source_pass(&mut self) -> Option<Instant> {
+    pub(in crate::sync) async fn source_pass(&mut self) -> Option<Instant> {
         let gvks: Vec<GroupVersionKind> = self
             .kinds
             .iter()
@@ -450,7 +450,7 @@ impl Engine {
     }
 
     /// The server's `max_payload` (1 MiB by default).
-    pub(super) fn max_payload(&self) -> usize {
+    pub(in crate::sync) fn max_payload(&self) -> usize {
         self.ctx.js.client().server_info().max_payload
     }
 }

@@ -8,11 +8,11 @@ use kube::core::GroupVersionKind;
 use tokio::time::Instant;
 
 use super::published::HashMemo;
-use super::withheld::Withheld;
+use crate::sync::withheld::Withheld;
 
 /// What the source side keeps between passes.
 #[derive(Default)]
-pub(super) struct SourceState {
+pub(in crate::sync) struct SourceState {
     /// No publishing before this (an acknowledgement failed).
     pub hold: Option<Instant>,
     /// When the source side wants the next pass (what `source_pass` returned).
