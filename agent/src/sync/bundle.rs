@@ -24,13 +24,13 @@ use serde_json::Value;
 
 use super::bundle_state::{Manifest, Unwrapped};
 use super::engine::Engine;
-use super::matching;
 use super::model::meta::{annotations, annotations_mut, describe_gvk as describe, describe_key};
 use super::model::{Candidate, Outcome, RuleReport, Target};
 use super::mutate::{self, CopyInput, MutateError};
 use super::returns::readiness;
-use super::rules::CompiledRule;
-use super::template::TemplateContext;
+use super::rules::compile::CompiledRule;
+use super::rules::matching;
+use super::rules::template::TemplateContext;
 
 /// Why one manifest of a Bundle is not applied.
 #[derive(Debug, thiserror::Error)]

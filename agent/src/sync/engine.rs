@@ -32,7 +32,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::inputs::watches;
 use super::model::meta::{has_annotation, origin_cluster};
 use super::model::{Baseline, BusEvent, Input, LocalEvent, LocalKey, RuleReport, Target};
-use super::rules::{self, RuleSet};
+use super::rules::compile::{self as rules, RuleSet};
 use super::source::state::SourceState;
 use crate::context::Context;
 use crate::registry::FleetView;

@@ -31,7 +31,6 @@ mod digest;
 mod drift;
 mod engine;
 mod inputs;
-mod matching;
 mod model;
 mod mutate;
 mod progress;
@@ -46,7 +45,6 @@ mod sink_serial;
 mod sink_wave;
 mod source;
 mod status;
-mod template;
 mod withheld;
 
 pub use engine::run;

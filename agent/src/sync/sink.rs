@@ -22,16 +22,16 @@ use super::bundle::{self, BundlePass, BundleSource};
 use super::conflicts;
 use super::digest::Digest;
 use super::engine::{namespace_gvk, Engine};
-use super::matching;
 use super::model::backoff::Input;
 use super::model::meta::{annotation, describe_key, is_original};
 use super::model::{Baseline, Candidate, Conflict, Outcome, RuleReport, Target};
 use super::mutate::{self, CopyInput};
-use super::rules::CompiledRule;
+use super::rules::compile::CompiledRule;
+use super::rules::matching;
+use super::rules::template::TemplateContext;
 use super::sink_cache::{CandidateCache, Computed};
 use super::sink_wave::Step;
 use super::source::publish::qualifies;
-use super::template::TemplateContext;
 
 /// The update policy of `source`'s copies: create-only when the rule says so
 /// or the source carries `fleetbus.io/update-policy: create-only`, else the

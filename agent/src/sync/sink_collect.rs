@@ -354,7 +354,7 @@ impl Engine {
             None => RuleOf::Missing {
                 all_read: self
                     .kinds
-                    .get(&super::rules::rule_gvk())
+                    .get(&super::rules::compile::rule_gvk())
                     .is_some_and(|k| k.ready()),
             },
         };

@@ -25,7 +25,7 @@ use super::engine::{namespace_gvk, Engine};
 use super::model::backoff::{Backoff, Input};
 use super::model::meta::{has_annotation, is_original, is_terminating};
 use super::model::{Baseline, Candidate, Conflict, Outcome, Target};
-use super::rules::CompiledRule;
+use super::rules::compile::CompiledRule;
 
 /// Writes in flight at once: enough to hide the API server's latency, few
 /// enough not to swamp it (or the agent's client pool).
@@ -429,7 +429,7 @@ mod tests {
     use super::*;
     use crate::sync::digest::Digest;
     use crate::sync::model::meta::annotations_mut;
-    use crate::sync::rules::{self, RuleSet};
+    use crate::sync::rules::compile::{self as rules, RuleSet};
     use fleetbus_schemas::subject::ObjectKey;
     use serde_json::json;
 

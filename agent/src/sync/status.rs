@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::engine::Engine;
 use super::model::RuleReport;
-use super::rules::{rule_gvk, CompiledRule};
+use super::rules::compile::{rule_gvk, CompiledRule};
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 
@@ -347,7 +347,7 @@ fn with_nulls(mut v: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::rules;
+    use crate::sync::rules::compile as rules;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use k8s_openapi::jiff::Timestamp;
     use std::collections::BTreeMap;

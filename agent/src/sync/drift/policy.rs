@@ -12,10 +12,10 @@ use serde_json::Value;
 
 use crate::kube::FIELD_MANAGER;
 use crate::sync::compare;
-use crate::sync::matching;
 use crate::sync::model::meta::annotation;
 use crate::sync::model::Target;
-use crate::sync::rules::CompiledRule;
+use crate::sync::rules::compile::CompiledRule;
+use crate::sync::rules::matching;
 
 /// What to do about drift on one copy.
 #[derive(Debug, Clone, PartialEq)]

@@ -17,7 +17,7 @@ use super::state::{resource_version, Written};
 use crate::kube::FIELD_MANAGER;
 use crate::sync::engine::Engine;
 use crate::sync::model::LocalKey;
-use crate::sync::rules::reported_state_gvk;
+use crate::sync::rules::compile::reported_state_gvk;
 
 /// The ReportedState for one report about `source` (the live source object).
 pub fn desired_state(r: &ReportedStatus, source: &Value, default_ns: &str) -> (LocalKey, Value) {

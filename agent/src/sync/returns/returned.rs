@@ -108,7 +108,7 @@ impl Engine {
     /// Whether the rules have been read (local list and peers' on the bus).
     pub(in crate::sync) fn rules_read(&self) -> bool {
         self.kinds
-            .get(&crate::sync::rules::rule_gvk())
+            .get(&crate::sync::rules::compile::rule_gvk())
             .is_some_and(|k| k.ready())
     }
 

@@ -20,10 +20,10 @@ use tokio::time::Instant;
 use super::published::{self, HashMemo};
 use crate::registry::view::LocalView;
 use crate::sync::engine::{Engine, KindState};
-use crate::sync::matching;
 use crate::sync::model::meta::{describe_key, has_annotation, is_original};
 use crate::sync::model::Input;
-use crate::sync::rules::CompiledRule;
+use crate::sync::rules::compile::CompiledRule;
+use crate::sync::rules::matching;
 use crate::sync::withheld::{withheld, Withheld};
 
 /// Why an object was not published.
@@ -498,7 +498,7 @@ mod tests {
     use super::*;
     use crate::sync::engine::{local_key, KindState};
     use crate::sync::model::LocalKey;
-    use crate::sync::rules;
+    use crate::sync::rules::compile as rules;
     use fleetbus_schemas::registry::FeatureRecord;
     use serde_json::json;
 

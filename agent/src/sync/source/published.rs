@@ -21,7 +21,7 @@ use fleetbus_schemas::subject::ObjectKey;
 use serde_json::Value;
 
 use crate::sync::mutate;
-use crate::sync::rules::CompiledRule;
+use crate::sync::rules::compile::CompiledRule;
 
 /// Whether the object published for `obj` carries its `.status`: some
 /// `matched` entry list (one per rule matching `obj`) syncs status, or some
@@ -130,7 +130,7 @@ impl HashMemo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::rules;
+    use crate::sync::rules::compile as rules;
     use serde_json::json;
 
     fn obj(rv: &str, status: Value) -> Value {
@@ -152,7 +152,7 @@ mod tests {
     }
 
     fn keeps(rule: &CompiledRule, o: &Value) -> bool {
-        let matched: Vec<_> = crate::sync::matching::matching_rules(&rule.spec, o)
+        let matched: Vec<_> = crate::sync::rules::matching::matching_rules(&rule.spec, o)
             .into_iter()
             .collect();
         keeps_status(&[rule], &matched)

@@ -13,8 +13,8 @@ use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-use super::model::meta::has_annotation;
 use super::template;
+use crate::sync::model::meta::has_annotation;
 
 /// The name (`fleetbus.io/rule` annotation) of the built-in rule that
 /// replicates ResourceSyncRules mesh-wide. Not a valid object name, so no
