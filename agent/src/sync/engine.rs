@@ -6,7 +6,7 @@
 //! stopped, the source side publishes what changed among our originals
 //! ([`super::source::publish`]; only the objects events touched, all of them after a
 //! re-list, a bus re-read, a rule or fleet change), the sink side computes every desired copy and makes
-//! the local copies equal to it ([`super::sink`]), and rule status is written
+//! the local copies equal to it ([`super::sink::pass`]), and rule status is written
 //! where it changed ([`super::status`]). Passes compare whole states, not
 //! events, so a missed or replayed event cannot leave a wrong copy behind.
 //!
@@ -146,7 +146,7 @@ pub struct Engine {
     /// Status reports read from the bus, and what the origin did with them.
     pub(super) status_book: super::returns::state::StatusBook,
     /// The Bundles unwrapped here by the last pass, per manifest (see `bundle`).
-    pub(super) bundles: BTreeMap<ObjectKey, super::bundle_state::Unwrapped>,
+    pub(super) bundles: BTreeMap<ObjectKey, super::sink::bundle_state::Unwrapped>,
     /// Bundle versions whose invalid manifests were counted already.
     pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
     /// When this agent last wrote each rule's status, and when a status held
@@ -156,7 +156,7 @@ pub struct Engine {
     /// Counts rule recompilations (what the candidate memo depends on).
     pub(super) rules_generation: u64,
     /// The sink's computed candidates of the last pass (see `sink_cache`).
-    pub(super) candidate_cache: super::sink_cache::CandidateCache,
+    pub(super) candidate_cache: super::sink::cache::CandidateCache,
     /// Something may have become collectable (see `Engine::collect`): a
     /// foreign copy the last pass did not want appeared, rules or the fleet
     /// changed, a kind (re)listed or caught up, or the last scan left
@@ -166,7 +166,7 @@ pub struct Engine {
     pub(super) in_flight: Arc<super::progress::InFlight>,
     /// Copies kept instead of deleted, while they are there
     /// (`sink_collect::report_kept`).
-    pub(super) kept: BTreeMap<Target, super::sink_keep::KeptCopy>,
+    pub(super) kept: BTreeMap<Target, super::sink::keep::KeptCopy>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -248,7 +248,7 @@ impl Engine {
             status_written: BTreeMap::new(),
             status_due: None,
             rules_generation: 0,
-            candidate_cache: super::sink_cache::CandidateCache::default(),
+            candidate_cache: super::sink::cache::CandidateCache::default(),
             collect_due: true,
             in_flight: Arc::default(),
             kept: BTreeMap::new(),

@@ -22,27 +22,15 @@
 //! ResourceSyncRules, including the built-in one that replicates them;
 //! [`model`] holds the types every stage shares and reads object metadata.
 
-mod apply;
-mod bundle;
-mod bundle_state;
-mod compare;
-mod conflicts;
 mod digest;
 mod drift;
 mod engine;
 mod inputs;
 mod model;
-mod mutate;
 mod progress;
 mod returns;
 mod rules;
 mod sink;
-mod sink_cache;
-mod sink_collect;
-mod sink_failures;
-mod sink_keep;
-mod sink_serial;
-mod sink_wave;
 mod source;
 mod status;
 mod withheld;

@@ -1,6 +1,6 @@
 //! Drift: a change made on this cluster to a copy whose desired state did not
 //! change. Decided on the sink's one reconcile path (`sink_wave::decide`,
-//! then `sink_serial` for [`Why::Drift`](crate::sync::sink_wave::Why)):
+//! then `sink_serial` for [`Why::Drift`](crate::sync::sink::wave::Why)):
 //! the copy differs from its baseline while the desired copy is the one the
 //! baseline was made from. This file holds the pure parts: which policy holds
 //! for a copy, which paths are excluded, what changed and who changed it.
@@ -11,11 +11,11 @@ use fleetbus_schemas::well_known;
 use serde_json::Value;
 
 use crate::kube::FIELD_MANAGER;
-use crate::sync::compare;
 use crate::sync::model::meta::annotation;
 use crate::sync::model::Target;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
+use crate::sync::sink::compare;
 
 /// What to do about drift on one copy.
 #[derive(Debug, Clone, PartialEq)]

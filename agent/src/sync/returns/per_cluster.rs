@@ -132,8 +132,8 @@ impl Engine {
         let ar = kind.ar.clone();
         for obj in stale {
             let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str);
-            let api = crate::sync::apply::api(&self.ctx.client, &ar, ns);
-            if crate::sync::apply::delete(&self.ctx, &api, &obj)
+            let api = crate::sync::sink::apply::api(&self.ctx.client, &ar, ns);
+            if crate::sync::sink::apply::delete(&self.ctx, &api, &obj)
                 .await
                 .is_ok()
             {
@@ -178,7 +178,7 @@ impl Engine {
         want: &Value,
         live: Option<&Value>,
     ) -> Result<(), kube::Error> {
-        let api = crate::sync::apply::api(&self.ctx.client, ar, key.0.as_deref());
+        let api = crate::sync::sink::apply::api(&self.ctx.client, ar, key.0.as_deref());
         let params = PostParams {
             dry_run: false,
             field_manager: Some(FIELD_MANAGER.to_owned()),

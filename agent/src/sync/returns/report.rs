@@ -17,9 +17,9 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::readiness;
-use crate::sync::bundle;
 use crate::sync::engine::Engine;
 use crate::sync::model::meta::origin_cluster;
+use crate::sync::sink::bundle;
 
 /// Whether two reports say the same (when and from which version of the
 /// copy aside): only then is nothing published.

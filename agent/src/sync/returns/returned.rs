@@ -269,7 +269,7 @@ impl Engine {
         // Written through the discovered resource, not the watch: after its last
         // rule is deleted the kind is no longer watched, but fleetbus's fields
         // must still be cleared.
-        let api = crate::sync::apply::api(&self.ctx.client, &ar, key.namespace.as_deref());
+        let api = crate::sync::sink::apply::api(&self.ctx.client, &ar, key.namespace.as_deref());
         let mut metadata = json!({"name": key.name});
         if let Some(ns) = &key.namespace {
             metadata["namespace"] = json!(ns);

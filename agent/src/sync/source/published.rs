@@ -20,8 +20,8 @@ use fleetbus_schemas::envelope::content_hash;
 use fleetbus_schemas::subject::ObjectKey;
 use serde_json::Value;
 
-use crate::sync::mutate;
 use crate::sync::rules::compile::CompiledRule;
+use crate::sync::sink::mutate;
 
 /// Whether the object published for `obj` carries its `.status`: some
 /// `matched` entry list (one per rule matching `obj`) syncs status, or some

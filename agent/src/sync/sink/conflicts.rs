@@ -10,9 +10,9 @@ use async_nats::HeaderMap;
 use fleetbus_schemas::conflict::{conflict_event_id, ConflictEvent};
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::engine::Engine;
-use super::model::{Candidate, Conflict};
 use crate::kube::events::EventType;
+use crate::sync::engine::Engine;
+use crate::sync::model::{Candidate, Conflict};
 
 /// Sorts candidates for one target, winner first.
 pub fn order(cands: &mut [Candidate]) {
@@ -29,7 +29,7 @@ pub fn order(cands: &mut [Candidate]) {
 impl Engine {
     /// Reports conflicts not reported before (each once per agent run; the
     /// bus deduplicates re-reports across restarts by event id).
-    pub(super) async fn report_conflicts(&mut self, found: Vec<Conflict>) {
+    pub(in crate::sync) async fn report_conflicts(&mut self, found: Vec<Conflict>) {
         let mut current = std::collections::BTreeSet::new();
         for c in found {
             let object = c.object_ref();

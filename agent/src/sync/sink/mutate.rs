@@ -13,8 +13,8 @@ use fleetbus_schemas::well_known::{
 };
 use serde_json::{Map, Value};
 
-use super::rules::matching::array_index;
-use super::rules::template::{self, TemplateContext, TemplateError};
+use crate::sync::rules::matching::array_index;
+use crate::sync::rules::template::{self, TemplateContext, TemplateError};
 
 /// Metadata the API server owns; a copy must not carry the source cluster's values.
 pub const SERVER_OWNED_METADATA: [&str; 10] = [

@@ -147,7 +147,7 @@ pub fn remove_matching(obj: &mut Value, pattern: &[String]) {
             }
         }
         Value::Array(a) => {
-            let index = super::rules::matching::array_index(first);
+            let index = crate::sync::rules::matching::array_index(first);
             if rest.is_empty() {
                 if wildcard {
                     a.clear();

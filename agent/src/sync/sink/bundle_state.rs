@@ -4,15 +4,15 @@
 
 use fleetbus_schemas::crd::BundleManifestStatus;
 
-use super::model::Target;
+use crate::sync::model::Target;
 
 /// One manifest as a pass found it.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Manifest {
+pub(in crate::sync) struct Manifest {
     /// What is reported (`ready` is filled in when read).
-    pub(super) status: BundleManifestStatus,
+    pub(in crate::sync) status: BundleManifestStatus,
     /// Where its copy is, when it has one.
-    pub(super) target: Option<Target>,
+    pub(in crate::sync) target: Option<Target>,
 }
 
 /// One Bundle unwrapped on this cluster in the last pass.
@@ -21,15 +21,15 @@ pub struct Unwrapped {
     /// The rule that unwraps it.
     pub rule: String,
     /// An error of the Bundle as a whole.
-    pub(super) error: Option<String>,
+    pub(in crate::sync) error: Option<String>,
     /// Its manifests, in order.
-    pub(super) manifests: Vec<Manifest>,
+    pub(in crate::sync) manifests: Vec<Manifest>,
     /// A hash of the Bundle's `spec` (invalid manifests are counted once per
     /// version: the envelope's hash covers `status`, which changes with reports).
-    pub(super) hash: String,
+    pub(in crate::sync) hash: String,
     /// Manifests (or the Bundle itself) found invalid, as opposed to waiting for a kind.
-    pub(super) invalid: usize,
+    pub(in crate::sync) invalid: usize,
     /// Some manifest's kind is not listed yet (just after a start, say): its
     /// report would say "not applied" of what may well be applied, so none is made.
-    pub(super) waiting: bool,
+    pub(in crate::sync) waiting: bool,
 }

@@ -19,19 +19,19 @@ use tokio::time::Instant;
 
 use super::apply::WriteError;
 use super::bundle::{self, BundlePass, BundleSource};
+use super::cache::{CandidateCache, Computed};
 use super::conflicts;
-use super::digest::Digest;
-use super::engine::{namespace_gvk, Engine};
-use super::model::backoff::Input;
-use super::model::meta::{annotation, describe_key, is_original};
-use super::model::{Baseline, Candidate, Conflict, Outcome, RuleReport, Target};
 use super::mutate::{self, CopyInput};
-use super::rules::compile::CompiledRule;
-use super::rules::matching;
-use super::rules::template::TemplateContext;
-use super::sink_cache::{CandidateCache, Computed};
-use super::sink_wave::Step;
-use super::source::publish::qualifies;
+use super::wave::Step;
+use crate::sync::digest::Digest;
+use crate::sync::engine::{namespace_gvk, Engine};
+use crate::sync::model::backoff::Input;
+use crate::sync::model::meta::{annotation, describe_key, is_original};
+use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, RuleReport, Target};
+use crate::sync::rules::compile::CompiledRule;
+use crate::sync::rules::matching;
+use crate::sync::rules::template::TemplateContext;
+use crate::sync::source::publish::qualifies;
 
 /// The update policy of `source`'s copies: create-only when the rule says so
 /// or the source carries `fleetbus.io/update-policy: create-only`, else the
@@ -47,7 +47,7 @@ fn update_policy(rule: UpdatePolicy, source: &Value) -> (UpdatePolicy, bool) {
 
 impl Engine {
     /// Whether everything a rule needs has been read (its kinds, namespaces).
-    pub(super) fn rule_ready(&self, rule: &CompiledRule) -> bool {
+    pub(in crate::sync) fn rule_ready(&self, rule: &CompiledRule) -> bool {
         let kind_ready = |g| self.kinds.get(g).is_some_and(|k| k.ready());
         kind_ready(&rule.source)
             && rule
@@ -59,7 +59,7 @@ impl Engine {
 
     /// Why a rule cannot work right now, if it cannot: its spec, or a kind
     /// discovery does not serve, or a kind the agent may not watch.
-    pub(super) fn rule_problem(&self, rule: &CompiledRule) -> Option<String> {
+    pub(in crate::sync) fn rule_problem(&self, rule: &CompiledRule) -> Option<String> {
         if let Some(p) = &rule.problem {
             return Some(p.clone());
         }
@@ -75,7 +75,7 @@ impl Engine {
             if let Some(e) = self.kinds.get(g).and_then(|k| k.watch_error.as_ref()) {
                 return Some(format!(
                     "cannot watch {}: {e}",
-                    super::model::meta::describe_gvk(g)
+                    crate::sync::model::meta::describe_gvk(g)
                 ));
             }
         }
@@ -103,7 +103,7 @@ impl Engine {
     }
 
     /// Whether this cluster is a sink of `rule` (its `clusterSelector`).
-    pub(super) fn selects_us(&self, rule: &CompiledRule) -> bool {
+    pub(in crate::sync) fn selects_us(&self, rule: &CompiledRule) -> bool {
         matching::selector_matches(
             rule.spec.cluster_selector.as_ref(),
             &self.fleet.local.labels,
@@ -240,7 +240,7 @@ impl Engine {
     /// Computes every desired copy, writes what differs, collects what
     /// nothing wants, and records what each rule did. Returns when to run
     /// again for the drift announcements that failed (see `drift::state`).
-    pub(super) async fn sink_pass(&mut self) -> Option<Instant> {
+    pub(in crate::sync) async fn sink_pass(&mut self) -> Option<Instant> {
         let mut reports: BTreeMap<String, RuleReport> = BTreeMap::new();
         let mut by_target: BTreeMap<Target, Vec<Candidate>> = BTreeMap::new();
         let mut bundles = BundlePass::default();
@@ -379,7 +379,12 @@ impl Engine {
 
     /// Records a write of the copy at `target`: its baseline is what the
     /// server made of it, its failures end, its rule synced now.
-    pub(super) fn wrote(&mut self, target: &Target, c: &Candidate, server: Value) -> Outcome {
+    pub(in crate::sync) fn wrote(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        server: Value,
+    ) -> Outcome {
         tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
         self.baselines.insert(
             target.clone(),
@@ -397,7 +402,7 @@ impl Engine {
 
     /// A write of the copy at `target` failed: it backs off (see
     /// `sink_failures`), and the pass reports the error.
-    pub(super) fn failed(
+    pub(in crate::sync) fn failed(
         &mut self,
         target: &Target,
         c: &Candidate,

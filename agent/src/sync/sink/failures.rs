@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::time::Instant;
 
 use super::apply::WriteError;
-use super::engine::Engine;
-use super::model::backoff::{Backoff, Input};
-use super::model::Target;
 use crate::kube::events::EventType;
+use crate::sync::engine::Engine;
+use crate::sync::model::backoff::{Backoff, Input};
+use crate::sync::model::Target;
 
 /// The reason of the Event announcing a failing copy.
 pub const REASON: &str = "SyncFailed";
@@ -21,7 +21,12 @@ pub const REASON: &str = "SyncFailed";
 impl Engine {
     /// The error to report while the copy at `target` waits for its next
     /// try (its backoff holds for `input` at `now`); None: try now.
-    pub(super) fn waiting(&self, target: &Target, input: &Input, now: Instant) -> Option<String> {
+    pub(in crate::sync) fn waiting(
+        &self,
+        target: &Target,
+        input: &Input,
+        now: Instant,
+    ) -> Option<String> {
         self.retries
             .get(target)
             .filter(|b| b.holds(input, now))
@@ -32,7 +37,7 @@ impl Engine {
     /// made by `rule` from `input`: the next try waits a backoff step, the
     /// failure is logged and counted, and queued as an Event if it is news.
     /// Returns the message for the rule status.
-    pub(super) fn copy_failed(
+    pub(in crate::sync) fn copy_failed(
         &mut self,
         target: &Target,
         rule: &str,
@@ -68,7 +73,7 @@ impl Engine {
     /// Publishes this pass's new failures as Events: one per rule, naming
     /// the first few copies (an API server away can fail every copy at
     /// once; that is one Event per rule, not one per copy).
-    pub(super) async fn announce_failures(&mut self) {
+    pub(in crate::sync) async fn announce_failures(&mut self) {
         for (rule, message) in by_rule(std::mem::take(&mut self.failure_events)) {
             let rule_ref = ObjectReference {
                 api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),

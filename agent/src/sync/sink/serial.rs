@@ -13,13 +13,13 @@ use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
 use super::compare;
-use super::drift::announce::{self, Found};
-use super::drift::fight::Verdict;
-use super::drift::policy::{keep_excluded, Policy};
-use super::engine::Engine;
-use super::model::meta::{annotation, annotations_mut};
-use super::model::{Baseline, Candidate, Outcome, Target};
-use super::sink_wave::{Step, Why};
+use super::wave::{Step, Why};
+use crate::sync::drift::announce::{self, Found};
+use crate::sync::drift::fight::Verdict;
+use crate::sync::drift::policy::{keep_excluded, Policy};
+use crate::sync::engine::Engine;
+use crate::sync::model::meta::{annotation, annotations_mut};
+use crate::sync::model::{Baseline, Candidate, Outcome, Target};
 
 /// Sets `body`'s source-hash annotation to `live`'s, when live has one.
 fn keep_source_hash(body: &mut Value, live: &Value) {
@@ -44,7 +44,7 @@ impl Engine {
     /// Carries out a decided step at `target`, writes included, on its own
     /// (the wave runs its plain writes together instead). Boxed: a
     /// namespace's step holds the step that follows it.
-    pub(super) fn settle<'a>(
+    pub(in crate::sync) fn settle<'a>(
         &'a mut self,
         target: &'a Target,
         c: &'a Candidate,
@@ -110,7 +110,7 @@ impl Engine {
         let Some(kind) = self.kinds.get(&gvk) else {
             return Err(Outcome::Failed(format!(
                 "kind {} is not watched",
-                super::model::meta::describe_gvk(&gvk)
+                crate::sync::model::meta::describe_gvk(&gvk)
             )));
         };
         let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());

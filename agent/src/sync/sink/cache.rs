@@ -14,8 +14,8 @@ use std::sync::Arc;
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 
-use super::model::{Candidate, Target};
 use crate::registry::FleetView;
+use crate::sync::model::{Candidate, Target};
 
 /// What `candidates` made of one source object under one rule.
 #[derive(Debug, Clone, Default)]
@@ -156,7 +156,7 @@ mod tests {
                     rule: "r".into(),
                     key: key(),
                     created: String::new(),
-                    digest: super::super::digest::Digest::of_desired(&desired),
+                    digest: crate::sync::digest::Digest::of_desired(&desired),
                     desired: Arc::new(desired),
                     with_status: false,
                     update: UpdatePolicy::Update,

@@ -17,12 +17,12 @@ use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
 
 use super::apply;
-use super::engine::{Engine, KindState};
-use super::model::backoff::{Backoff, Input};
-use super::model::meta::{annotation, is_terminating};
-use super::model::{RuleReport, Target};
-use super::sink_keep::{self, Cascade, CheckError, KeptCopy, Why};
+use super::keep::{self, Cascade, CheckError, KeptCopy, Why};
 use crate::kube::events::EventType;
+use crate::sync::engine::{Engine, KindState};
+use crate::sync::model::backoff::{Backoff, Input};
+use crate::sync::model::meta::{annotation, is_terminating};
+use crate::sync::model::{RuleReport, Target};
 
 /// The reason of the Events about a copy kept instead of deleted.
 pub const REASON_KEPT: &str = "CopyKept";
@@ -118,7 +118,7 @@ impl Engine {
     /// the wanted set shrank): else every pass would scan every object.
     /// A copy whose delete or orphan failed backs off like a failed write
     /// and is an error of its rule in `reports` until it is collected.
-    pub(super) async fn collect(
+    pub(in crate::sync) async fn collect(
         &mut self,
         wanted: &BTreeSet<Target>,
         reports: &mut BTreeMap<String, RuleReport>,
@@ -208,7 +208,7 @@ impl Engine {
         let Some(kind) = self.kinds.get(&target.gvk()) else {
             return Some(format!(
                 "kind {} is not watched",
-                super::model::meta::describe_gvk(&target.gvk())
+                crate::sync::model::meta::describe_gvk(&target.gvk())
             ));
         };
         let ar = kind.ar.clone();
@@ -235,13 +235,13 @@ impl Engine {
                 self.baselines.remove(target);
                 self.retries.remove(target);
                 if let Some(why) = kept {
-                    let copy = sink_keep::CopyRef {
+                    let copy = keep::CopyRef {
                         shown: &target.to_string(),
-                        resource: &sink_keep::resource_name(&ar),
+                        resource: &keep::resource_name(&ar),
                         namespace: target.namespace.as_deref(),
                         name: &target.name,
                     };
-                    let message = sink_keep::kept_message(&copy, &why);
+                    let message = keep::kept_message(&copy, &why);
                     self.report_kept(target, obj, message).await;
                 }
                 None
@@ -282,17 +282,17 @@ impl Engine {
             Some(Cascade::Namespace) => {
                 let resources = match served.take() {
                     Some(r) => r,
-                    None => sink_keep::namespaced_resources(client).await?,
+                    None => keep::namespaced_resources(client).await?,
                 };
                 let started = Instant::now();
-                let found = sink_keep::namespace_contents(client, &resources, &target.name).await;
+                let found = keep::namespace_contents(client, &resources, &target.name).await;
                 tracing::debug!(namespace = %target.name, resources = resources.len(), elapsed_ms = started.elapsed().as_millis(), "listed what deleting the namespace would delete");
                 *served = Some(resources);
                 found?
             }
-            Some(Cascade::Crd) => sink_keep::crd_instances(client, obj).await?,
+            Some(Cascade::Crd) => keep::crd_instances(client, obj).await?,
         };
-        Ok(sink_keep::unmanaged(&found))
+        Ok(keep::unmanaged(&found))
     }
 
     /// Reports a copy kept instead of deleted: a Warning Event on it and on
@@ -334,7 +334,7 @@ impl Engine {
 
     /// Copies kept (see `report_kept`) that are still there, each under its
     /// rule in `reports` (its status says so until the object is gone).
-    pub(super) fn note_kept(&mut self, reports: &mut BTreeMap<String, RuleReport>) {
+    pub(in crate::sync) fn note_kept(&mut self, reports: &mut BTreeMap<String, RuleReport>) {
         let kinds = &self.kinds;
         self.kept.retain(|t, k| still_kept(kinds, t, &k.uid));
         for (target, k) in &self.kept {
@@ -354,7 +354,7 @@ impl Engine {
             None => RuleOf::Missing {
                 all_read: self
                     .kinds
-                    .get(&super::rules::compile::rule_gvk())
+                    .get(&crate::sync::rules::compile::rule_gvk())
                     .is_some_and(|k| k.ready()),
             },
         };

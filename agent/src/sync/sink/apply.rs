@@ -124,7 +124,7 @@ pub async fn replace(
     let mut full = desired.clone();
     compare::carry_over(&mut full, live);
     // Paths drift may not touch keep their live values.
-    super::drift::policy::keep_excluded(&mut full, live, exclude);
+    crate::sync::drift::policy::keep_excluded(&mut full, live, exclude);
     let name = name_of(desired);
     let replaced = match api.replace(&name, &params(false), &body(&full)?).await {
         Ok(o) => {

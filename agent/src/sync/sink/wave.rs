@@ -20,12 +20,12 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
-use super::drift::policy::Policy;
-use super::engine::{namespace_gvk, Engine};
-use super::model::backoff::{Backoff, Input};
-use super::model::meta::{has_annotation, is_original, is_terminating};
-use super::model::{Baseline, Candidate, Conflict, Outcome, Target};
-use super::rules::compile::CompiledRule;
+use crate::sync::drift::policy::Policy;
+use crate::sync::engine::{namespace_gvk, Engine};
+use crate::sync::model::backoff::{Backoff, Input};
+use crate::sync::model::meta::{has_annotation, is_original, is_terminating};
+use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Target};
+use crate::sync::rules::compile::CompiledRule;
 
 /// Writes in flight at once: enough to hide the API server's latency, few
 /// enough not to swamp it (or the agent's client pool).
@@ -33,7 +33,7 @@ pub const WRITE_CONCURRENCY: usize = 24;
 
 /// How one target is handled, decided without writing.
 #[derive(Debug)]
-pub(super) enum Step {
+pub(in crate::sync) enum Step {
     /// Decided: the outcome, and whether the copy is known equal now (its
     /// retry state and an open drift end).
     Done(Outcome, bool),
@@ -49,7 +49,7 @@ pub(super) enum Step {
 /// Why a target takes the serial path (it needs a read, a dry run or an
 /// Event before it knows what to write), with what that path needs.
 #[derive(Debug)]
-pub(super) enum Why {
+pub(in crate::sync) enum Why {
     /// A create-only copy we wrote is missing: created again, and that is
     /// not drift (PROTOCOL §8.1), unless our create's watch event is still
     /// on its way.
@@ -95,7 +95,7 @@ pub(super) enum Why {
 
 /// A create or replace decided by [`Engine::classify`].
 #[derive(Debug)]
-pub(super) struct Write {
+pub(in crate::sync) struct Write {
     /// A namespace to create first (`createNamespace`).
     pub namespace: Option<String>,
     /// Replace the live copy keeping these paths (drift exclusions); None: create.
@@ -109,7 +109,7 @@ fn resource_version(obj: &Value) -> Option<&str> {
 
 /// What the sink knows of one target, borrowed from the engine.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct View<'a> {
+pub(in crate::sync) struct View<'a> {
     /// Its backoff after failures.
     pub retry: Option<&'a Backoff>,
     /// Whether its kind is namespaced; None: the kind is not watched.
@@ -128,7 +128,7 @@ pub(super) struct View<'a> {
 /// (a deletionTimestamp, finalizers pending): a write would revive nothing
 /// and count a doomed object as in sync. Its watch's DELETED event starts
 /// the pass that creates the copy anew.
-pub(super) fn terminating(live: &Value) -> Option<String> {
+pub(in crate::sync) fn terminating(live: &Value) -> Option<String> {
     if !is_terminating(live) {
         return None;
     }
@@ -159,7 +159,7 @@ fn policy(rule: Option<&CompiledRule>, target: &Target, live: &Value) -> Policy 
 /// write or only a create or replace, else the serial path and [`Why`].
 /// Borrows only: no object is cloned, and an unchanged copy whose live
 /// version was verified before costs a few lookups.
-pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant) -> Step {
+pub(in crate::sync) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant) -> Step {
     if let Some(r) = v.retry {
         let input = Input {
             desired: Some(c.digest),
@@ -173,7 +173,7 @@ pub(super) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant)
     let Some(namespaced) = v.namespaced else {
         return failed(format!(
             "kind {} is not watched",
-            super::model::meta::describe_gvk(&target.gvk())
+            crate::sync::model::meta::describe_gvk(&target.gvk())
         ));
     };
     match (namespaced, &target.namespace) {
@@ -283,7 +283,7 @@ impl Engine {
     }
 
     /// How the sink handles `target` this pass (see [`decide`]).
-    pub(super) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
+    pub(in crate::sync) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
         let kind = self.kinds.get(&target.gvk());
         let view = View {
             retry: self.retries.get(target),
@@ -301,7 +301,12 @@ impl Engine {
 
     /// Remembers that the copy at `target`, at live version `rv`, equals its
     /// baseline.
-    pub(super) fn verified(&mut self, target: &Target, rv: Option<&str>, with_status: bool) {
+    pub(in crate::sync) fn verified(
+        &mut self,
+        target: &Target,
+        rv: Option<&str>,
+        with_status: bool,
+    ) {
         if let (Some(b), Some(rv)) = (self.baselines.get_mut(target), rv) {
             b.verified = Some((rv.to_owned(), with_status));
         }
@@ -310,7 +315,7 @@ impl Engine {
     /// Runs the writes of one wave: namespaces first, then every write with
     /// at most [`WRITE_CONCURRENCY`] in flight; returns each write's
     /// outcome by its index in `writes`' order.
-    pub(super) async fn run_writes(
+    pub(in crate::sync) async fn run_writes(
         &mut self,
         writes: Vec<(&Target, &Candidate, Write)>,
     ) -> Vec<(usize, Outcome)> {
@@ -369,7 +374,7 @@ impl Engine {
     }
 
     /// Folds the result of a create or replace at `target` into the state.
-    pub(super) async fn written(
+    pub(in crate::sync) async fn written(
         &mut self,
         target: &Target,
         c: &Candidate,
@@ -401,7 +406,7 @@ impl Engine {
 
     /// One create or replace (no state changes: they are folded in after
     /// the wave).
-    pub(super) async fn write_one(
+    pub(in crate::sync) async fn write_one(
         &self,
         target: &Target,
         c: &Candidate,

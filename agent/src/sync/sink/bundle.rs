@@ -23,14 +23,16 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use super::bundle_state::{Manifest, Unwrapped};
-use super::engine::Engine;
-use super::model::meta::{annotations, annotations_mut, describe_gvk as describe, describe_key};
-use super::model::{Candidate, Outcome, RuleReport, Target};
 use super::mutate::{self, CopyInput, MutateError};
-use super::returns::readiness;
-use super::rules::compile::CompiledRule;
-use super::rules::matching;
-use super::rules::template::TemplateContext;
+use crate::sync::engine::Engine;
+use crate::sync::model::meta::{
+    annotations, annotations_mut, describe_gvk as describe, describe_key,
+};
+use crate::sync::model::{Candidate, Outcome, RuleReport, Target};
+use crate::sync::returns::readiness;
+use crate::sync::rules::compile::CompiledRule;
+use crate::sync::rules::matching;
+use crate::sync::rules::template::TemplateContext;
 
 /// Why one manifest of a Bundle is not applied.
 #[derive(Debug, thiserror::Error)]
@@ -210,7 +212,7 @@ impl Engine {
     /// The desired copies of one Bundle's manifests (none when its own
     /// `clusterSelector` excludes this cluster); each manifest's problem is
     /// an error of the rule and of the manifest's entry, and the others go on.
-    pub(super) fn unwrap(
+    pub(in crate::sync) fn unwrap(
         &self,
         src: &BundleSource<'_>,
         report: &mut RuleReport,
@@ -289,7 +291,7 @@ impl Engine {
                             rule: src.rule.name.clone(),
                             key: src.key.clone(),
                             created: created.to_owned(),
-                            digest: super::digest::Digest::of_desired(&desired),
+                            digest: crate::sync::digest::Digest::of_desired(&desired),
                             desired: std::sync::Arc::new(desired),
                             with_status: mutate::syncs_status(src.entries),
                             update: src.rule.spec.update_policy,
@@ -420,7 +422,7 @@ impl Engine {
     }
 
     /// The kinds of the manifests of every Bundle an unwrap rule brings here.
-    pub(super) fn bundle_kinds(&self) -> HashSet<GroupVersionKind> {
+    pub(in crate::sync) fn bundle_kinds(&self) -> HashSet<GroupVersionKind> {
         let mut out = HashSet::new();
         for rule in self.rules.values() {
             if !rule.spec.unwrap || rule.problem.is_some() || !self.selects_us(rule) {
@@ -445,7 +447,7 @@ impl Engine {
 
     /// Keeps what a sink pass found of the Bundles; invalid manifests are
     /// counted once per Bundle version.
-    pub(super) fn finish_bundles(&mut self, pass: BundlePass) {
+    pub(in crate::sync) fn finish_bundles(&mut self, pass: BundlePass) {
         for (key, b) in &pass.bundles {
             let version = (key.clone(), b.hash.clone());
             if b.invalid > 0 && !self.bundles_counted.contains(&version) {
