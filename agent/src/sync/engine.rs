@@ -6,13 +6,13 @@
 //! stopped, the source side publishes what changed among our originals
 //! ([`super::source::publish`]; only the objects events touched, all of them after a
 //! re-list, a bus re-read, a rule or fleet change), the sink side computes every desired copy and makes
-//! the local copies equal to it ([`super::sink::pass`]), and rule status is written
+//! the local copies equal to it ([`super::sink`]), and rule status is written
 //! where it changed ([`super::status`]). Passes compare whole states, not
 //! events, so a missed or replayed event cannot leave a wrong copy behind.
 //!
 //! One task owns the state, so there are no locks; the plain creates and
 //! replaces of a pass run concurrently while the engine waits for them
-//! (`sink_wave`), the rare paths (drift, dry runs) one at a time.
+//! (`sink::wave`), the rare paths (drift, dry runs) one at a time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -60,7 +60,7 @@ pub struct KindState {
     /// The bus consumer has delivered every last value at least once.
     pub caught_up: bool,
     /// Our objects whose local or bus state changed since the source side
-    /// last planned them (see `source`): the next source pass plans only
+    /// last planned them (see `source::publish`): the next source pass plans only
     /// these, unless `source_full`.
     pub source_dirty: BTreeSet<ObjectKey>,
     /// The next source pass plans every object: the kind is new, re-listed
@@ -109,14 +109,14 @@ pub struct Engine {
     pub(super) drift_wake: Option<Instant>,
     /// A status report failed on the bus: when `report_pass` tries again.
     pub(super) report_wake: Option<Instant>,
-    /// What the source side keeps between passes (`source`).
+    /// What the source side keeps between passes (`source::state`).
     pub(super) source: SourceState,
     pub(super) baselines: HashMap<Target, Baseline>,
     /// Copies whose last write, delete or orphan failed: when to try again
     /// (see `backoff`).
     pub(super) retries: HashMap<Target, super::model::backoff::Backoff>,
     /// Failures that are news, as (rule, message): announced as Events on
-    /// their rule at the end of the sink pass (`sink_failures`).
+    /// their rule at the end of the sink pass (`sink::failures`).
     pub(super) failure_events: Vec<(String, String)>,
     /// The drift stage's state: the open drifts by copy, the failed
     /// announcements of the pass in progress.
@@ -145,7 +145,7 @@ pub struct Engine {
     pub(super) held: BTreeMap<Target, (ObjectKey, String)>,
     /// Status reports read from the bus, and what the origin did with them.
     pub(super) status_book: super::returns::state::StatusBook,
-    /// The Bundles unwrapped here by the last pass, per manifest (see `bundle`).
+    /// The Bundles unwrapped here by the last pass, per manifest (see `sink::bundle`).
     pub(super) bundles: BTreeMap<ObjectKey, super::sink::bundle_state::Unwrapped>,
     /// Bundle versions whose invalid manifests were counted already.
     pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
@@ -155,7 +155,7 @@ pub struct Engine {
     pub(super) status_due: Option<Instant>,
     /// Counts rule recompilations (what the candidate memo depends on).
     pub(super) rules_generation: u64,
-    /// The sink's computed candidates of the last pass (see `sink_cache`).
+    /// The sink's computed candidates of the last pass (see `sink::cache`).
     pub(super) candidate_cache: super::sink::cache::CandidateCache,
     /// Something may have become collectable (see `Engine::collect`): a
     /// foreign copy the last pass did not want appeared, rules or the fleet
@@ -165,7 +165,7 @@ pub struct Engine {
     /// The sink pass's counts while it runs (read by `progress`).
     pub(super) in_flight: Arc<super::progress::InFlight>,
     /// Copies kept instead of deleted, while they are there
-    /// (`sink_collect::report_kept`).
+    /// (`sink::collect::report_kept`).
     pub(super) kept: BTreeMap<Target, super::sink::keep::KeptCopy>,
 }
 

@@ -26,7 +26,7 @@ use crate::kube::FIELD_MANAGER;
 pub const CONFLICT: &str = "Conflict";
 
 /// Condition type naming the copies kept instead of deleted, because deleting
-/// them would delete objects fleetbus does not manage (`sink_keep`).
+/// them would delete objects fleetbus does not manage (`sink::keep`).
 pub const KEPT: &str = "Kept";
 /// Condition type naming this cluster's objects the rule selects that are
 /// never published (`sync/withheld`).

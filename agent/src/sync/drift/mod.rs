@@ -4,7 +4,7 @@
 //! the bus, the KV bucket and as an Event ([`announce`], coalesced by
 //! [`coalesce`]), the open drifts between passes ([`state`]), and the
 //! operator's `fleetbus drift correct` ([`command`]). Found on the sink's
-//! serial path (`sink_serial`).
+//! serial path (`sink::serial`).
 
 pub(super) mod announce;
 pub(super) mod coalesce;

@@ -1,6 +1,6 @@
 //! Drift: a change made on this cluster to a copy whose desired state did not
-//! change. Decided on the sink's one reconcile path (`sink_wave::decide`,
-//! then `sink_serial` for [`Why::Drift`](crate::sync::sink::wave::Why)):
+//! change. Decided on the sink's one reconcile path (`sink::wave::decide`,
+//! then `sink::serial` for `Why::Drift`):
 //! the copy differs from its baseline while the desired copy is the one the
 //! baseline was made from. This file holds the pure parts: which policy holds
 //! for a copy, which paths are excluded, what changed and who changed it.

@@ -203,13 +203,14 @@ fn decode_status(
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::sync) mod tests {
     use super::*;
     use fleetbus_schemas::subject::Prefix;
     use fleetbus_schemas::ObjectRef;
     use serde_json::json;
 
-    fn report(cluster: &str) -> ReportedStatus {
+    /// A report by `cluster` about east's Widget `a/w` (also `returned`'s tests).
+    pub(in crate::sync) fn report(cluster: &str) -> ReportedStatus {
         ReportedStatus {
             cluster: cluster.into(),
             rule: "r".into(),

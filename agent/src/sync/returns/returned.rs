@@ -306,22 +306,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetbus_schemas::ObjectRef;
-
-    fn report(cluster: &str) -> ReportedStatus {
-        ReportedStatus {
-            cluster: cluster.into(),
-            rule: "r".into(),
-            origin: "east".into(),
-            source: ObjectRef::new("example.com/v1", "Widget", Some("a"), "w"),
-            copy_name: "w".into(),
-            copy_namespace: Some("a".into()),
-            copy_resource_version: "1".into(),
-            observed_at: chrono::Utc::now(),
-            status: json!({"phase": "Up"}),
-            ready: Some(true),
-        }
-    }
+    use crate::sync::inputs::watches::tests::report;
 
     #[test]
     fn source_key_names_the_origin_object() {

@@ -191,7 +191,7 @@ impl Engine {
 
     /// Deletes or orphans one copy; the error if that failed (the copy then
     /// backs off). A copy whose deletion would take objects fleetbus does
-    /// not manage with it (`sink_keep`) is orphaned instead, and that is
+    /// not manage with it (`keep`) is orphaned instead, and that is
     /// reported.
     async fn collect_one(
         &mut self,

@@ -1,6 +1,6 @@
 //! Ownership before deletion: whether deleting a copy would take objects
 //! fleetbus does not manage with it, which then keeps the copy (handed over,
-//! reported) instead of deleting it (see `sink_collect`).
+//! reported) instead of deleting it (see `collect`).
 //!
 //! Kubernetes cascades a delete without asking the victims in two cases: a
 //! Namespace takes everything in it, a CustomResourceDefinition every

@@ -184,7 +184,7 @@ impl Engine {
     }
 
     /// What `rule` makes of one source object: the copy and its place, or
-    /// why there is none (memoized by `sink_cache`).
+    /// why there is none (memoized by `cache`).
     fn compute_candidate(
         &self,
         rule: &CompiledRule,
@@ -285,7 +285,7 @@ impl Engine {
             }
             winners.push((target, winner));
         }
-        // One wave per install rank, in rank order (see `sink_wave`).
+        // One wave per install rank, in rank order (see `wave`).
         self.in_flight.begin(winners.len());
         let mut tally = Tally {
             reports: &mut reports,
@@ -401,7 +401,7 @@ impl Engine {
     }
 
     /// A write of the copy at `target` failed: it backs off (see
-    /// `sink_failures`), and the pass reports the error.
+    /// `failures`), and the pass reports the error.
     pub(in crate::sync) fn failed(
         &mut self,
         target: &Target,

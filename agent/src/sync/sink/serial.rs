@@ -1,4 +1,4 @@
-//! The sink's serial path: the targets `sink_wave::decide` could not settle
+//! The sink's serial path: the targets `wave::decide` could not settle
 //! without a read, a dry run or an Event, each handled one at a time down
 //! the path its [`Why`] names. Nothing here decides again what `decide`
 //! already did.

@@ -3,7 +3,7 @@
 //! state changed) are decided from the state without writing, and their
 //! writes run concurrently; everything else (drift, dry runs after a
 //! restart, create-only re-creations) takes the serial path
-//! (`sink_serial`), told why by [`decide`].
+//! (`serial`), told why by [`decide`].
 //!
 //! Ranks run as successive waves (`bundle::install_rank`): a Bundle's
 //! Namespace and CRD are written before what uses them. Namespaces a wave's
