@@ -102,6 +102,21 @@ fn check_readable(flag: &'static str, path: &std::path::Path) -> Result<(), Conf
 }
 
 /// Everything the agent needs to know from its flags, checked.
+/// When a drift is a fight, and how long the agent then backs off (see
+/// `sync::drift::fight`, which applies it; here so that configuration depends on no
+/// later layer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FightPolicy {
+    /// Drifts by one manager with the same values (each after a correction)
+    /// that make a fight; 0 turns detection off.
+    pub threshold: u32,
+    /// Within this long.
+    pub window: Duration,
+    /// The first backoff: the copy must be left alone this long before the
+    /// agent corrects it again.
+    pub backoff: Duration,
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// This cluster's name in the fleet.
@@ -135,7 +150,7 @@ pub struct Config {
     /// Whether to server-side apply the CRDs at start.
     pub install_crds: bool,
     /// When a drift is a fight, and the backoff then.
-    pub drift_fight: crate::sync::fight::FightPolicy,
+    pub drift_fight: FightPolicy,
     /// The drift coalescing window.
     pub drift_coalesce_window: Duration,
     /// The rate limit of each verb of requests to this agent.
@@ -177,7 +192,7 @@ impl TryFrom<Args> for Config {
             advertise_server: a.advertise_server,
             kubeconfig_lifetime: a.kubeconfig_lifetime,
             install_crds: a.install_crds,
-            drift_fight: crate::sync::fight::FightPolicy {
+            drift_fight: FightPolicy {
                 threshold: a.drift_fight_threshold,
                 window: a.drift_fight_window,
                 backoff: a.drift_fight_backoff,

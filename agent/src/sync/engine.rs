@@ -1,10 +1,10 @@
 //! The sync engine: one task that owns every piece of sync state and turns
 //! events into passes.
 //!
-//! Inputs (see [`watches::Input`]) are drained in batches; after each batch
+//! Inputs (see [`Input`]) are drained in batches; after each batch
 //! one pass runs: rules are recompiled if they changed, kinds are started or
 //! stopped, the source side publishes what changed among our originals
-//! ([`super::source`]; only the objects events touched, all of them after a
+//! ([`super::source::publish`]; only the objects events touched, all of them after a
 //! re-list, a bus re-read, a rule or fleet change), the sink side computes every desired copy and makes
 //! the local copies equal to it ([`super::sink`]), and rule status is written
 //! where it changed ([`super::status`]). Passes compare whole states, not
@@ -12,13 +12,15 @@
 //!
 //! One task owns the state, so there are no locks; the plain creates and
 //! replaces of a pass run concurrently while the engine waits for them
-//! (`sink_wave`), the rare paths (drift, dry runs) one at a time.
+//! (`sink::wave`), the rare paths (drift, dry runs) one at a time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fleetbus_schemas::command::CorrectRequest;
 use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::progress::SyncProgress;
 use fleetbus_schemas::subject::ObjectKey;
 use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
@@ -27,11 +29,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::inputs::watches;
 use super::model::meta::{has_annotation, origin_cluster};
-use super::model::{Baseline, LocalKey, RuleReport, Target};
-use super::rules::{self, RuleSet};
-use super::source_state::SourceState;
-use super::watches::{self, BusEvent, Input, LocalEvent};
+use super::model::{Baseline, BusEvent, Input, LocalEvent, LocalKey, RuleReport, Target};
+use super::rules::compile::{self as rules, RuleSet};
+use super::source::state::SourceState;
 use crate::context::Context;
 use crate::registry::FleetView;
 
@@ -58,7 +60,7 @@ pub struct KindState {
     /// The bus consumer has delivered every last value at least once.
     pub caught_up: bool,
     /// Our objects whose local or bus state changed since the source side
-    /// last planned them (see `source`): the next source pass plans only
+    /// last planned them (see `source::publish`): the next source pass plans only
     /// these, unless `source_full`.
     pub source_dirty: BTreeSet<ObjectKey>,
     /// The next source pass plans every object: the kind is new, re-listed
@@ -103,21 +105,22 @@ pub struct Engine {
     pub(super) rediscover: bool,
     pub(super) rediscover_at: Option<Instant>,
     /// A drift announcement failed on the bus: run a pass then to try again
-    /// (set by `drift_report` only).
+    /// (what the sink pass returns, from its drift announcements).
     pub(super) drift_wake: Option<Instant>,
     /// A status report failed on the bus: when `report_pass` tries again.
     pub(super) report_wake: Option<Instant>,
-    /// What the source side keeps between passes (`source`).
+    /// What the source side keeps between passes (`source::state`).
     pub(super) source: SourceState,
     pub(super) baselines: HashMap<Target, Baseline>,
     /// Copies whose last write, delete or orphan failed: when to try again
     /// (see `backoff`).
     pub(super) retries: HashMap<Target, super::model::backoff::Backoff>,
     /// Failures that are news, as (rule, message): announced as Events on
-    /// their rule at the end of the sink pass (`sink_failures`).
+    /// their rule at the end of the sink pass (`sink::failures`).
     pub(super) failure_events: Vec<(String, String)>,
-    /// Drifts detected and not ended, by copy.
-    pub(super) drifts: HashMap<Target, super::drift_report::OpenDrift>,
+    /// The drift stage's state: the open drifts by copy, the failed
+    /// announcements of the pass in progress.
+    pub(super) drift: super::drift::state::DriftState,
     /// When the local watch last saw each copy change (drift latency).
     pub(super) seen: HashMap<Target, Instant>,
     /// Copies an operator asked to correct now (`fleetbus drift correct`),
@@ -127,10 +130,10 @@ pub struct Engine {
     pub(super) forced_results: Vec<(Target, Result<(), String>)>,
     /// The drift state KV bucket, once found.
     pub(super) drift_kv: Option<async_nats::jetstream::kv::Store>,
-    /// Copies another writer keeps changing back (`fight`).
-    pub(super) fights: super::fight::Fights<Target>,
-    /// Drift announcements held per copy (`drift_coalesce`).
-    pub(super) coalesce: super::drift_coalesce::Coalescer<Target>,
+    /// Copies another writer keeps changing back (`drift::fight`).
+    pub(super) fights: super::drift::fight::Fights<Target>,
+    /// Drift announcements held per copy (`drift::coalesce`).
+    pub(super) coalesce: super::drift::coalesce::Coalescer<Target>,
     /// Conflicts already reported (Event, bus), so each is reported once.
     pub(super) reported_conflicts: BTreeSet<String>,
     /// Per rule, what the last pass found.
@@ -141,9 +144,9 @@ pub struct Engine {
     /// (what `report_pass` reports on).
     pub(super) held: BTreeMap<Target, (ObjectKey, String)>,
     /// Status reports read from the bus, and what the origin did with them.
-    pub(super) status_book: super::returned::StatusBook,
-    /// The Bundles unwrapped here by the last pass, per manifest (see `bundle`).
-    pub(super) bundles: BTreeMap<ObjectKey, super::bundle::Unwrapped>,
+    pub(super) status_book: super::returns::state::StatusBook,
+    /// The Bundles unwrapped here by the last pass, per manifest (see `sink::bundle`).
+    pub(super) bundles: BTreeMap<ObjectKey, super::sink::bundle_state::Unwrapped>,
     /// Bundle versions whose invalid manifests were counted already.
     pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
     /// When this agent last wrote each rule's status, and when a status held
@@ -152,8 +155,8 @@ pub struct Engine {
     pub(super) status_due: Option<Instant>,
     /// Counts rule recompilations (what the candidate memo depends on).
     pub(super) rules_generation: u64,
-    /// The sink's computed candidates of the last pass (see `sink_cache`).
-    pub(super) candidate_cache: super::sink_cache::CandidateCache,
+    /// The sink's computed candidates of the last pass (see `sink::cache`).
+    pub(super) candidate_cache: super::sink::cache::CandidateCache,
     /// Something may have become collectable (see `Engine::collect`): a
     /// foreign copy the last pass did not want appeared, rules or the fleet
     /// changed, a kind (re)listed or caught up, or the last scan left
@@ -162,8 +165,8 @@ pub struct Engine {
     /// The sink pass's counts while it runs (read by `progress`).
     pub(super) in_flight: Arc<super::progress::InFlight>,
     /// Copies kept instead of deleted, while they are there
-    /// (`sink_collect::report_kept`).
-    pub(super) kept: BTreeMap<Target, super::sink_collect::KeptCopy>,
+    /// (`sink::collect::report_kept`).
+    pub(super) kept: BTreeMap<Target, super::sink::keep::KeptCopy>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -179,6 +182,29 @@ pub fn crd_gvk() -> GroupVersionKind {
 }
 
 impl Engine {
+    /// The counts after a pass, for `fleetbus clusters progress` (see `progress`).
+    fn measure(&self, now: chrono::DateTime<chrono::Utc>) -> SyncProgress {
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let reports = self.reports.values();
+        SyncProgress {
+            cluster: self.ctx.cfg.cluster_name.clone(),
+            started: self.fleet.synced,
+            kinds: count(self.kinds.len()),
+            kinds_ready: count(self.kinds.values().filter(|k| k.ready()).count()),
+            envelopes: count(self.kinds.values().map(|k| k.snapshots.len()).sum()),
+            copies_wanted: count(self.held.len()),
+            copies_in_sync: reports
+                .clone()
+                .map(|r| u64::try_from(r.synced).unwrap_or(0))
+                .sum(),
+            errors: count(reports.clone().map(|r| r.errors.len()).sum()),
+            conflicts: count(reports.map(|r| r.conflicts.len()).sum()),
+            updated_at: now,
+            error: None,
+            retry_after_ms: None,
+        }
+    }
+
     /// A new engine; nothing runs until [`Engine::pass`].
     pub fn new(
         ctx: Arc<Context>,
@@ -186,8 +212,8 @@ impl Engine {
         cancel: CancellationToken,
         fleet: Arc<FleetView>,
     ) -> Self {
-        let fights = super::fight::Fights::new(ctx.cfg.drift_fight);
-        let coalesce = super::drift_coalesce::Coalescer::new(ctx.cfg.drift_coalesce_window);
+        let fights = super::drift::fight::Fights::new(ctx.cfg.drift_fight);
+        let coalesce = super::drift::coalesce::Coalescer::new(ctx.cfg.drift_coalesce_window);
         Engine {
             ctx,
             tx,
@@ -205,7 +231,7 @@ impl Engine {
             baselines: HashMap::new(),
             retries: HashMap::new(),
             failure_events: Vec::new(),
-            drifts: HashMap::new(),
+            drift: super::drift::state::DriftState::default(),
             seen: HashMap::new(),
             forced: std::collections::HashSet::new(),
             forced_results: Vec::new(),
@@ -216,13 +242,13 @@ impl Engine {
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
             held: BTreeMap::new(),
-            status_book: super::returned::StatusBook::default(),
+            status_book: super::returns::state::StatusBook::default(),
             bundles: BTreeMap::new(),
             bundles_counted: std::collections::HashSet::new(),
             status_written: BTreeMap::new(),
             status_due: None,
             rules_generation: 0,
-            candidate_cache: super::sink_cache::CandidateCache::default(),
+            candidate_cache: super::sink::cache::CandidateCache::default(),
             collect_due: true,
             in_flight: Arc::default(),
             kept: BTreeMap::new(),
@@ -363,7 +389,7 @@ impl Engine {
                 kind.watch_error = None;
             }
             LocalEvent::Error(e) => {
-                tracing::warn!(kind = %watches::describe(&gvk), error = %e, "local watch failed; retrying");
+                tracing::warn!(kind = %super::model::meta::describe_gvk(&gvk), error = %e, "local watch failed; retrying");
                 kind.watch_error = Some(e);
             }
         }
@@ -400,7 +426,7 @@ impl Engine {
                     // it differs and publishes ours again.
                     let local = kind.objects.get(&(key.namespace.clone(), key.name.clone()));
                     if let (Some(received), Some(local)) = (&env.object, local) {
-                        if !super::published::same_identity(received, local) {
+                        if !super::source::published::same_identity(received, local) {
                             env.content_hash.clear();
                         }
                     }
@@ -472,7 +498,7 @@ impl Engine {
         need.insert(rules::rule_gvk(), true);
         need.insert(namespace_gvk(), false);
         need.insert(crd_gvk(), false);
-        need.insert(super::per_cluster::reported_state_gvk(), false);
+        need.insert(rules::reported_state_gvk(), false);
         for rule in self.rules.values() {
             if rule.builtin || rule.spec.group_version_kind.kind.is_empty() {
                 continue;
@@ -523,7 +549,7 @@ impl Engine {
                     self.start_kind(gvk, ar, namespaced, source);
                 }
                 Err(why) => {
-                    tracing::info!(kind = %watches::describe(&gvk), %why, "kind not available yet");
+                    tracing::info!(kind = %super::model::meta::describe_gvk(&gvk), %why, "kind not available yet");
                     self.unresolved.insert(gvk, why);
                 }
             }
@@ -656,7 +682,7 @@ impl Engine {
         self.ctx.metrics.sync_passes.inc();
         self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
-        self.sink_pass().await;
+        self.drift_wake = self.sink_pass().await;
         self.report_wake = self.report_pass().await;
         self.return_pass().await;
         self.status_pass().await;
@@ -712,7 +738,7 @@ pub async fn run(
     );
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
-    tokio::spawn(super::returned::status_consumer(
+    tokio::spawn(watches::status_consumer(
         reg.ctx.clone(),
         engine.tx.clone(),
         engine.cancel.clone(),
@@ -726,7 +752,7 @@ pub async fn run(
     );
     tokio::spawn(serving);
     engine.pass().await;
-    progress.record(&engine);
+    progress.record(engine.measure(chrono::Utc::now()));
     loop {
         let wake = engine.wake_at();
         tokio::select! {
@@ -738,7 +764,7 @@ pub async fn run(
             }
             Some(msg) = next_command(&mut commands) => {
                 let admitted = crate::bus::command_sub::admit(&mut correct_rate, &reg.ctx.metrics);
-                let reply = match admitted.map(|()| super::command::parse(&msg.payload)) {
+                let reply = match admitted.map(|()| parse_correct(&msg.payload)) {
                     Err(refused) => engine.refuse_for_rate(&refused),
                     Ok(Ok(req)) => engine.correct(&req).await,
                     Ok(Err(e)) => engine.refuse(&e),
@@ -776,7 +802,7 @@ pub async fn run(
             _ = sleep_until_opt(wake) => {}
         }
         engine.pass().await;
-        progress.record(&engine);
+        progress.record(engine.measure(chrono::Utc::now()));
     }
 }
 
@@ -793,6 +819,11 @@ async fn sleep_until_opt(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// Reads a request; the error is the reply's `error`.
+fn parse_correct(bytes: &[u8]) -> Result<CorrectRequest, String> {
+    CorrectRequest::decode(bytes).map_err(|e| format!("cannot read the request: {e}"))
 }
 
 #[cfg(test)]
@@ -936,5 +967,17 @@ mod tests {
         assert!(k.ready(), "a sink-only kind does not");
         k.listed = false;
         assert!(!k.ready());
+    }
+
+    #[test]
+    fn requests_parse_or_say_why_not() {
+        let req =
+            parse_correct(br#"{"schema":"fleetbus.io/correct-request/v1","rule":"r","name":null}"#)
+                .unwrap();
+        assert_eq!(req.rule.as_deref(), Some("r"));
+        assert_eq!(req.name, None);
+        assert!(parse_correct(b"not json").is_err());
+        assert!(parse_correct(br#"{"schema":"fleetbus.io/correct-request/v9"}"#).is_err());
+        assert!(parse_correct(br#"{"schema":"fleetbus.io/correct-request/v1","kind":5}"#).is_err());
     }
 }

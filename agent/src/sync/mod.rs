@@ -3,59 +3,38 @@
 //! losses or a leader.
 //!
 //! The path of one object (see ARCHITECTURE.md for the picture):
-//! 1. [`watches`]: the local watch of its kind sees the original change.
+//! 1. [`inputs`]: the local watch of its kind sees the original change.
 //! 2. [`source`]: the object matches a rule this cluster is a source of, so
 //!    its envelope is published on `<p>.obj.<self>.<g>.<v>.<kind>.<ns>.<name>`.
-//! 3. [`watches`]: on every other cluster, the bus consumer of the kind
+//! 3. [`inputs`]: on every other cluster, the bus consumer of the kind
 //!    delivers it.
 //! 4. [`sink`]: each rule that applies there and takes from this origin
-//!    ([`matching`]) maps it to a desired copy ([`mutate`], [`template`]);
-//!    [`conflicts`] picks one winner per target.
-//! 5. [`sink_wave`] decides, without writing, whether the copy is equal,
-//!    a plain create or replace (run together), or takes the serial path
-//!    ([`sink_serial`], told why); [`apply`] creates or replaces it unless
-//!    it already equals the desired state ([`compare`]); a copy whose
+//!    ([`rules`]: matching, templates) maps it to a desired copy (`mutate`);
+//!    `conflicts` picks one winner per target.
+//! 5. `sink::wave` decides, without writing, whether the copy is equal, a
+//!    plain create or replace (run together), or takes the serial path
+//!    (`sink::serial`, told why); `sink::apply` creates or replaces it unless
+//!    it already equals the desired state (`sink::compare`); a copy whose
 //!    write, delete or orphan fails backs off on its own
-//!    ([`model::backoff`], [`sink_failures`]); [`status`] reports per rule.
+//!    ([`model::backoff`], `sink::failures`); a copy changed by someone else
+//!    is [`drift`]; [`status`] reports per rule, and [`returns`] carries the
+//!    copies' status back to the origin.
 //!
-//! [`engine`] owns the state and runs the passes; [`rules`] compiles the
-//! ResourceSyncRules, including the built-in one that replicates them;
-//! [`model`] holds the types every stage shares and reads object metadata.
+//! [`engine`] owns the state and runs the passes; [`model`] holds the types
+//! every stage shares and reads object metadata. Each stage folder's
+//! `mod.rs` is its table of contents.
 
-mod apply;
-mod bundle;
-mod command;
-mod compare;
-mod conflicts;
 mod digest;
 mod drift;
-mod drift_coalesce;
-mod drift_report;
 mod engine;
-pub mod fight;
-mod follow;
-mod matching;
+mod inputs;
 mod model;
-mod mutate;
-mod per_cluster;
 mod progress;
-mod published;
-mod readiness;
-mod report;
-mod returned;
+mod returns;
 mod rules;
 mod sink;
-mod sink_cache;
-mod sink_collect;
-mod sink_failures;
-mod sink_keep;
-mod sink_serial;
-mod sink_wave;
 mod source;
-mod source_state;
 mod status;
-mod template;
-mod watches;
 mod withheld;
 
 pub use engine::run;

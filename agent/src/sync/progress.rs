@@ -21,7 +21,6 @@ use futures::StreamExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::engine::Engine;
 use crate::bus::rate::TokenBucket;
 use crate::context::Context;
 
@@ -42,10 +41,10 @@ impl Progress {
         self.tx.subscribe()
     }
 
-    /// Counts what `engine`'s last pass left. Only a change of the counts replaces the
-    /// stored value, so `updatedAt` says when the progress last moved.
-    pub fn record(&self, engine: &Engine) {
-        let now = measure(engine, chrono::Utc::now());
+    /// Stores `now`, what the last pass left (see `Engine::measure`). Only a change
+    /// of the counts replaces the stored value, so `updatedAt` says when the
+    /// progress last moved.
+    pub fn record(&self, now: SyncProgress) {
         self.tx.send_if_modified(|last| {
             if last.same_counts(&now) {
                 false
@@ -109,29 +108,6 @@ impl InFlight {
             last.copies_in_sync = self.in_sync.load(Ordering::Relaxed);
         }
         last
-    }
-}
-
-/// The counts of `engine` after a pass.
-fn measure(engine: &Engine, now: chrono::DateTime<chrono::Utc>) -> SyncProgress {
-    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-    let reports = engine.reports.values();
-    SyncProgress {
-        cluster: engine.ctx.cfg.cluster_name.clone(),
-        started: engine.fleet.synced,
-        kinds: count(engine.kinds.len()),
-        kinds_ready: count(engine.kinds.values().filter(|k| k.ready()).count()),
-        envelopes: count(engine.kinds.values().map(|k| k.snapshots.len()).sum()),
-        copies_wanted: count(engine.held.len()),
-        copies_in_sync: reports
-            .clone()
-            .map(|r| u64::try_from(r.synced).unwrap_or(0))
-            .sum(),
-        errors: count(reports.clone().map(|r| r.errors.len()).sum()),
-        conflicts: count(reports.map(|r| r.conflicts.len()).sum()),
-        updated_at: now,
-        error: None,
-        retry_after_ms: None,
     }
 }
 

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::engine::Engine;
 use super::model::RuleReport;
-use super::rules::{rule_gvk, CompiledRule};
+use super::rules::compile::{rule_gvk, CompiledRule};
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 
@@ -26,7 +26,7 @@ use crate::kube::FIELD_MANAGER;
 pub const CONFLICT: &str = "Conflict";
 
 /// Condition type naming the copies kept instead of deleted, because deleting
-/// them would delete objects fleetbus does not manage (`sink_keep`).
+/// them would delete objects fleetbus does not manage (`sink::keep`).
 pub const KEPT: &str = "Kept";
 /// Condition type naming this cluster's objects the rule selects that are
 /// never published (`sync/withheld`).
@@ -347,7 +347,7 @@ fn with_nulls(mut v: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::rules;
+    use crate::sync::rules::compile as rules;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use k8s_openapi::jiff::Timestamp;
     use std::collections::BTreeMap;

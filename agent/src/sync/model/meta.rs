@@ -4,6 +4,7 @@
 
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known;
+use kube::core::GroupVersionKind;
 use serde_json::{Map, Value};
 
 /// The annotations of `obj`, when it has a map of them.
@@ -53,6 +54,15 @@ pub fn describe_key(key: &ObjectKey) -> String {
     match &key.namespace {
         Some(ns) => format!("{} {}/{}", key.kind, ns, key.name),
         None => format!("{} {}", key.kind, key.name),
+    }
+}
+
+/// `group/version Kind` for messages (`v1 Secret` for the core group).
+pub fn describe_gvk(gvk: &GroupVersionKind) -> String {
+    if gvk.group.is_empty() {
+        format!("{} {}", gvk.version, gvk.kind)
+    } else {
+        format!("{}/{} {}", gvk.group, gvk.version, gvk.kind)
     }
 }
 

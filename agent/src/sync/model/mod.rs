@@ -2,7 +2,8 @@
 //! ([`Target`]), what a source wants there ([`Candidate`]) and what became
 //! of it ([`Outcome`], [`Conflict`]), what the sink knows of a copy
 //! ([`Baseline`]) and of a failing one ([`backoff`]), what a pass found per
-//! rule ([`RuleReport`]), and how an object's metadata is read ([`meta`]).
+//! rule ([`RuleReport`]), what the engine is told ([`Input`]), and how an
+//! object's metadata is read ([`meta`]).
 //!
 //! A leaf: nothing here knows the engine, the API server or the bus, so
 //! every decision over these types can be tested without either.
@@ -10,6 +11,7 @@
 pub mod backoff;
 mod baseline;
 mod candidate;
+mod input;
 pub mod meta;
 mod outcome;
 mod report;
@@ -17,6 +19,7 @@ mod target;
 
 pub use baseline::Baseline;
 pub use candidate::Candidate;
+pub use input::{BusEvent, Feed, Input, LocalEvent, StatusEvent};
 pub use outcome::{Conflict, Outcome};
 pub use report::RuleReport;
 pub use target::{LocalKey, Target};

@@ -26,7 +26,7 @@ pub struct RuleReport {
     pub unknown_update_policy: BTreeSet<ObjectKey>,
     /// On the origin: (ready, reported) copies of our objects, when any report.
     pub readiness: Option<(i64, i64)>,
-    /// Copies kept instead of deleted (`sink_keep`), with why and how to finish.
+    /// Copies kept instead of deleted (`sink::keep`), with why and how to finish.
     pub kept: BTreeMap<String, String>,
     /// Our objects the rule selects that are never published, with why.
     pub withheld: BTreeMap<String, Withheld>,

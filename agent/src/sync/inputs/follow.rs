@@ -1,0 +1,154 @@
+//! Following a subject tree of a last-value stream: the last message of every
+//! subject, then live ones, into the engine. Shared by the objects consumer
+//! (one per kind) and the status consumer.
+//!
+//! An ordered consumer with `DeliverPolicy::LastPerSubject` replays the state
+//! and then follows it. It restarts with backoff (200 ms doubling to 10 s,
+//! cancellable, so a dead NATS is not hammered) when it fails, and when
+//! JetStream announces that the stream was created again: an ordered consumer
+//! of the deleted stream would resume at its old sequence on the new one and
+//! miss what was published there first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+use fleetbus_schemas::subject::Prefix;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Context;
+use crate::sync::model::{Feed, Input};
+
+/// Decodes one message (prefix, subject, payload); the error is the
+/// `sync_rejected_total` reason when it is skipped.
+pub type Decode<K, V> = fn(&Prefix, &str, &[u8]) -> Result<(K, V), &'static str>;
+
+/// One followed subject tree.
+pub struct Follow<K, V> {
+    /// Name of the stream.
+    pub stream: String,
+    /// Subject filter within it.
+    pub filter: String,
+    /// What is followed, for logs and errors (e.g. "objects", "status").
+    pub what: &'static str,
+    /// Message decoding and checks.
+    pub decode: Decode<K, V>,
+    /// The key a subject names, for messages that do not decode.
+    pub key_of: fn(&Prefix, &str) -> Option<K>,
+    /// Wraps a feed event as the engine's input.
+    pub input: Box<dyn Fn(Feed<K, V>) -> Input + Send + Sync>,
+}
+
+/// Follows `f` into `tx` until `cancel` or until the engine is gone.
+pub async fn follow<K, V>(
+    ctx: Arc<Context>,
+    f: Follow<K, V>,
+    tx: mpsc::Sender<Input>,
+    cancel: CancellationToken,
+) {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = consume_once(&ctx, &f, &tx) => r,
+        };
+        match result {
+            Ok(()) => return, // the engine is gone
+            Err(e) => {
+                tracing::warn!(what = f.what, error = %e, ?delay, "consumer failed; restarting");
+                // The stream may have been deleted: have it checked (and
+                // recreated) now rather than at the next periodic check.
+                ctx.check_layout.notify_one();
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// One consumer's life: `Ok` when the engine is gone, `Err` to restart.
+async fn consume_once<K, V>(
+    ctx: &Context,
+    f: &Follow<K, V>,
+    tx: &mpsc::Sender<Input>,
+) -> Result<(), String> {
+    let prefix = ctx.layout.prefix();
+    // A creation means consuming anew (event-driven, no polling). Without
+    // the subscription (permissions), the periodic layout check and consumer
+    // errors still recover.
+    let mut recreated = ctx
+        .js
+        .client()
+        .subscribe(format!("$JS.EVENT.ADVISORY.STREAM.CREATED.{}", f.stream))
+        .await
+        .ok();
+    let stream = ctx
+        .js
+        .get_stream(&f.stream)
+        .await
+        .map_err(|e| format!("{} stream: {e}", f.what))?;
+    let mut consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: f.filter.clone(),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ..OrderedConfig::default()
+        })
+        .await
+        .map_err(|e| format!("create consumer: {e}"))?;
+    let pending = consumer
+        .info()
+        .await
+        .map_err(|e| format!("consumer info: {e}"))?
+        .num_pending;
+    let send = |ev: Feed<K, V>| tx.send((f.input)(ev));
+    if send(Feed::Reset).await.is_err() {
+        return Ok(());
+    }
+    if pending == 0 && send(Feed::CaughtUp).await.is_err() {
+        return Ok(());
+    }
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|e| format!("consume: {e}"))?;
+    loop {
+        let next = tokio::select! {
+            m = messages.next() => m,
+            Some(_) = next_advisory(&mut recreated) => {
+                return Err(format!("the {} stream was recreated; consuming it anew", f.what));
+            }
+        };
+        let Some(msg) = next else { break };
+        let msg = msg.map_err(|e| format!("message: {e}"))?;
+        let caught_up = msg.info().map(|i| i.pending == 0).unwrap_or(false);
+        let ev = match (f.decode)(prefix, &msg.subject, &msg.payload) {
+            Ok((key, value)) => Some(Feed::Item(key, Box::new(value))),
+            Err(reason) => {
+                ctx.metrics.sync_rejected(reason);
+                tracing::warn!(what = f.what, subject = %msg.subject, reason, "skipped a message");
+                (f.key_of)(prefix, &msg.subject).map(Feed::Unreadable)
+            }
+        };
+        if let Some(ev) = ev {
+            if send(ev).await.is_err() {
+                return Ok(());
+            }
+        }
+        if caught_up && send(Feed::CaughtUp).await.is_err() {
+            return Ok(());
+        }
+    }
+    Err("message stream ended".to_owned())
+}
+
+async fn next_advisory(sub: &mut Option<async_nats::Subscriber>) -> Option<async_nats::Message> {
+    match sub {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,304 @@
+//! The sink's part of status return: after each pass, the status and
+//! readiness of every copy held here for a rule with `statusReturn` is
+//! published on `<p>.status.<self>.…` (naming the source object) when it
+//! differs from what was published last; a copy that went away gets `null`
+//! once. Driven by the copies' watch events, never by polling.
+
+use std::collections::BTreeMap;
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use fleetbus_schemas::crd::StatusReturn;
+use fleetbus_schemas::envelope::check_size;
+use fleetbus_schemas::reported::ReportedStatus;
+use fleetbus_schemas::subject::{check_subject_len, StatusKey};
+use fleetbus_schemas::ObjectRef;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::readiness;
+use crate::sync::engine::Engine;
+use crate::sync::model::meta::origin_cluster;
+use crate::sync::sink::bundle;
+
+/// Whether two reports say the same (when and from which version of the
+/// copy aside): only then is nothing published.
+fn same_report(a: &ReportedStatus, b: &ReportedStatus) -> bool {
+    a.status == b.status
+        && a.ready == b.ready
+        && a.rule == b.rule
+        && a.origin == b.origin
+        && a.source == b.source
+        && a.copy_name == b.copy_name
+        && a.copy_namespace == b.copy_namespace
+}
+
+impl Engine {
+    /// The report this cluster stands by for each subject: one per copy it
+    /// holds (written by sync from that source, live now) for a rule that
+    /// returns status.
+    fn wanted_reports(&self) -> BTreeMap<StatusKey, ReportedStatus> {
+        let local = &self.fleet.local.name;
+        let now = chrono::Utc::now();
+        let mut out = BTreeMap::new();
+        for (target, (key, rule_name)) in &self.held {
+            let Some(rule) = self.rules.get(rule_name) else {
+                continue;
+            };
+            // A Bundle's manifests are reported once per Bundle, below.
+            if rule.spec.unwrap || rule.spec.status_return == StatusReturn::None {
+                continue;
+            }
+            let Some(live) = self
+                .kinds
+                .get(&target.gvk())
+                .and_then(|k| k.objects.get(&target.local_key()))
+            else {
+                continue;
+            };
+            // A local object in the way (a conflict) is no copy of ours.
+            let origin = origin_cluster(live);
+            if origin != Some(key.origin.as_str()) {
+                continue;
+            }
+            let uid = self
+                .kinds
+                .get(&rule.source)
+                .and_then(|k| k.snapshots.get(key))
+                .map(|e| e.uid.clone());
+            let api_version = if key.group.is_empty() {
+                key.version.clone()
+            } else {
+                format!("{}/{}", key.group, key.version)
+            };
+            let status = live.get("status").cloned().unwrap_or_else(|| json!({}));
+            let report = ReportedStatus {
+                cluster: local.clone(),
+                rule: rule_name.clone(),
+                origin: key.origin.clone(),
+                source: ObjectRef {
+                    uid,
+                    ..ObjectRef::new(&api_version, &key.kind, key.namespace.as_deref(), &key.name)
+                },
+                copy_name: target.name.clone(),
+                copy_namespace: target.namespace.clone(),
+                copy_resource_version: live
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                observed_at: now,
+                status,
+                ready: Some(readiness::is_ready(live)),
+            };
+            out.insert(report.subject_key(), report);
+        }
+        // Every Bundle unwrapped here, whatever statusReturn says: per
+        // manifest applied/error/ready (see `bundle`).
+        for (key, rule_name, status, ready) in self.bundle_reports() {
+            let uid = self
+                .rules
+                .get(&rule_name)
+                .and_then(|rule| self.kinds.get(&rule.source))
+                .and_then(|k| k.snapshots.get(&key))
+                .map(|e| e.uid.clone());
+            let report = ReportedStatus {
+                cluster: local.clone(),
+                rule: rule_name,
+                origin: key.origin.clone(),
+                source: ObjectRef {
+                    uid,
+                    ..ObjectRef::new(
+                        fleetbus_schemas::well_known::API_VERSION,
+                        &key.kind,
+                        key.namespace.as_deref(),
+                        &key.name,
+                    )
+                },
+                copy_name: key.name.clone(),
+                copy_namespace: key.namespace.clone(),
+                // No copy of the Bundle: its report is made of its manifests'.
+                copy_resource_version: String::new(),
+                observed_at: now,
+                status,
+                ready: Some(ready),
+            };
+            let subject = report.subject_key();
+            // A manifest kind not listed yet (a restart): keep the last
+            // report rather than say "not applied" of what may be applied.
+            if self.bundle_waiting(&key) {
+                if let Some(last) = self.status_book.reports.get(&subject) {
+                    out.insert(subject, last.clone());
+                }
+                continue;
+            }
+            out.insert(subject, report);
+        }
+        out
+    }
+
+    /// Whether a report this cluster published may still be true though no
+    /// copy stands behind it now: its rule cannot say yet (kinds being read,
+    /// or a problem), so publishing `null` could be wrong.
+    fn undecided(&self, published: &ReportedStatus) -> bool {
+        self.rules.get(&published.rule).is_some_and(|r| {
+            (r.spec.status_return != StatusReturn::None || r.spec.unwrap)
+                && (self.rule_problem(r).is_some() || !self.rule_ready(r))
+        })
+    }
+
+    /// Publishes what changed since the last reports (see the module docs).
+    /// Returns when to try again, when a report was not published.
+    pub(in crate::sync) async fn report_pass(&mut self) -> Option<Instant> {
+        // Before our own last reports are read back, everything would look
+        // new; before the rules are read, every report would look orphaned.
+        if !self.status_book.caught_up || !self.rules_read() {
+            return None;
+        }
+        let local = self.fleet.local.name.clone();
+        let wanted = self.wanted_reports();
+        let mut publish: Vec<ReportedStatus> = wanted
+            .iter()
+            .filter(|(k, r)| {
+                !self
+                    .status_book
+                    .reports
+                    .get(*k)
+                    .is_some_and(|p| same_report(p, r))
+            })
+            .map(|(_, r)| r.clone())
+            .collect();
+        for (k, p) in &self.status_book.reports {
+            if p.cluster == local
+                && !p.status.is_null()
+                && !wanted.contains_key(k)
+                && !self.undecided(p)
+            {
+                publish.push(ReportedStatus {
+                    status: Value::Null,
+                    ready: None,
+                    observed_at: chrono::Utc::now(),
+                    ..p.clone()
+                });
+            }
+        }
+        self.publish_reports(publish).await
+    }
+
+    /// Publishes reports, all sent before any acknowledgement is awaited
+    /// (a joining cluster reports thousands of new copies in one pass; one
+    /// round trip each would hold the pass for seconds), then the
+    /// acknowledgements together; each acknowledged report is remembered as
+    /// published so the next pass does not send it again before the consumer
+    /// reads it back. Returns when to try again, when one was not published.
+    async fn publish_reports(&mut self, reports: Vec<ReportedStatus>) -> Option<Instant> {
+        let mut retry = None;
+        let mut sent = Vec::with_capacity(reports.len());
+        for r in reports {
+            let key = r.subject_key();
+            let subject = key.to_subject(self.ctx.layout.prefix());
+            if check_subject_len(&subject).is_err() {
+                self.ctx.metrics.sync_rejected("too_large");
+                continue;
+            }
+            let Some(bytes) = self.fitting_report(&r, &subject) else {
+                // Remembered as published: not tried again until it changes.
+                self.status_book.reports.insert(key, r);
+                continue;
+            };
+            match self.ctx.js.publish(subject.clone(), bytes.into()).await {
+                Ok(ack) => sent.push((key, subject, r, ack)),
+                Err(error) => retry = Some(not_published(&subject, &error.to_string())),
+            }
+        }
+        let (sent, acks): (Vec<_>, Vec<_>) = sent
+            .into_iter()
+            .map(|(key, subject, r, ack)| ((key, subject, r), ack.into_future()))
+            .unzip();
+        let acked = futures::future::join_all(acks).await;
+        for ((key, subject, r), result) in sent.into_iter().zip(acked) {
+            match result {
+                Ok(_) => {
+                    tracing::debug!(%subject, gone = r.status.is_null(), "status reported");
+                    self.status_book.reports.insert(key, r);
+                }
+                Err(error) => retry = Some(not_published(&subject, &error.to_string())),
+            }
+        }
+        retry
+    }
+}
+
+/// Logs a status report the bus did not take; returns when to try again.
+fn not_published(subject: &str, error: &str) -> Instant {
+    tracing::warn!(%subject, %error, "status report not published; retrying");
+    Instant::now() + Duration::from_secs(2)
+}
+
+impl Engine {
+    /// The encoded report, cut (a Bundle's, see [`bundle::truncated_report`])
+    /// when above the bus's message size; `None` (counted `too_large`) when
+    /// it does not fit even so, or does not encode: retrying would not help.
+    fn fitting_report(&self, r: &ReportedStatus, subject: &str) -> Option<Vec<u8>> {
+        let max = self.max_payload();
+        let encode = |r: &ReportedStatus| match r.encode() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!(%subject, error = %e, "could not encode a status report");
+                None
+            }
+        };
+        let bytes = encode(r)?;
+        let Err(too_large) = check_size(bytes.len(), max) else {
+            return Some(bytes);
+        };
+        let is_bundle = self.rules.get(&r.rule).is_some_and(|x| x.spec.unwrap);
+        let cut = is_bundle
+            .then(|| bundle::truncated_report(&r.status))
+            .flatten()
+            .and_then(|status| {
+                encode(&ReportedStatus {
+                    status,
+                    ..r.clone()
+                })
+            })
+            .filter(|b| check_size(b.len(), max).is_ok());
+        if cut.is_some() {
+            tracing::warn!(%subject, error = %too_large, "Bundle report too large; published without its ready manifests");
+        } else {
+            tracing::warn!(%subject, error = %too_large, "status report too large; not published");
+            self.ctx.metrics.sync_rejected("too_large");
+        }
+        cut
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_content_makes_a_report_new() {
+        let a = ReportedStatus {
+            cluster: "west".into(),
+            rule: "r".into(),
+            origin: "east".into(),
+            source: ObjectRef::new("v1", "ConfigMap", Some("a"), "c"),
+            copy_name: "c".into(),
+            copy_namespace: Some("a".into()),
+            copy_resource_version: "1".into(),
+            observed_at: chrono::Utc::now(),
+            status: json!({"x": 1}),
+            ready: Some(true),
+        };
+        let mut b = a.clone();
+        b.copy_resource_version = "2".into();
+        b.observed_at = chrono::Utc::now() + chrono::Duration::seconds(5);
+        assert!(same_report(&a, &b), "a new version with the same status");
+        b.status = json!({"x": 2});
+        assert!(!same_report(&a, &b));
+        let mut c = a.clone();
+        c.ready = Some(false);
+        assert!(!same_report(&a, &c));
+    }
+}

@@ -1,0 +1,321 @@
+//! Writes of copies: create, replace (full, so nothing someone added
+//! survives), delete, orphan, and the status subresource. Every write uses
+//! the agent's one field manager and is counted.
+
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
+use serde_json::Value;
+
+use super::compare;
+use super::mutate;
+use crate::context::Context;
+use crate::kube::path::segment;
+use crate::kube::FIELD_MANAGER;
+
+/// A write of a copy that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The API server refused or failed.
+    #[error("failed to {action}")]
+    Kube {
+        /// What was attempted.
+        action: &'static str,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The object does not convert into a request body (a bug, or a hostile
+    /// object that JSON cannot carry).
+    #[error("the copy is not a valid object")]
+    Body(#[source] serde_json::Error),
+    /// The copy's kind is no longer watched (it went away during the pass).
+    #[error("the kind of {0} is not watched")]
+    Gone(String),
+}
+
+impl WriteError {
+    /// Whether trying again can succeed by itself (connection, conflict,
+    /// throttling, 5xx) or only once something changes (validation,
+    /// forbidden). Logged with each failure; either way the copy backs off
+    /// (`backoff`), since what refuses a copy can change unseen.
+    ///
+    /// A create refused with AlreadyExists is transient here: the local
+    /// watch has not shown the object yet (it lags, or is re-listing after
+    /// its API server restarted), so the view is behind, not the request
+    /// wrong.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            WriteError::Kube {
+                source: kube::Error::Api(s),
+                ..
+            } if s.is_already_exists() => true,
+            WriteError::Kube { source, .. } => crate::kube::client::is_transient(source),
+            WriteError::Body(_) => false,
+            WriteError::Gone(_) => true,
+        }
+    }
+
+    fn kube(action: &'static str) -> impl FnOnce(kube::Error) -> WriteError {
+        move |source| WriteError::Kube { action, source }
+    }
+}
+
+/// The API of one kind, in a namespace or cluster-wide. The namespace is a
+/// path segment like a name (see [`segment`]).
+pub fn api(client: &kube::Client, ar: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), &segment(ns), ar),
+        None => Api::all_with(client.clone(), ar),
+    }
+}
+
+fn params(dry_run: bool) -> PostParams {
+    PostParams {
+        dry_run,
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+    }
+}
+
+fn body(v: &Value) -> Result<DynamicObject, WriteError> {
+    serde_json::from_value(v.clone()).map_err(WriteError::Body)
+}
+
+/// The name of `v` as the path segment of its URL (kube-rs does not escape it).
+fn name_of(v: &Value) -> String {
+    let name = v
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    segment(name).into_owned()
+}
+
+fn to_value(o: DynamicObject) -> Result<Value, WriteError> {
+    serde_json::to_value(o).map_err(WriteError::Body)
+}
+
+/// Creates the copy (and its status, if synced); returns the server's object.
+pub async fn create(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    desired: &Value,
+    with_status: bool,
+) -> Result<Value, WriteError> {
+    let created = api
+        .create(&params(false), &body(desired)?)
+        .await
+        .map_err(WriteError::kube("create the copy"))?;
+    ctx.metrics.sync_write("create");
+    let created = to_value(created)?;
+    if with_status {
+        return write_status(ctx, api, desired, &created).await;
+    }
+    Ok(created)
+}
+
+/// Replaces the live copy with the desired one. A change the API server
+/// refuses as immutable is made by deleting and recreating the copy.
+pub async fn replace(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    desired: &Value,
+    live: &Value,
+    with_status: bool,
+    exclude: &[String],
+) -> Result<Value, WriteError> {
+    let mut full = desired.clone();
+    compare::carry_over(&mut full, live);
+    // Paths drift may not touch keep their live values.
+    crate::sync::drift::policy::keep_excluded(&mut full, live, exclude);
+    let name = name_of(desired);
+    let replaced = match api.replace(&name, &params(false), &body(&full)?).await {
+        Ok(o) => {
+            ctx.metrics.sync_write("update");
+            to_value(o)?
+        }
+        Err(kube::Error::Api(s)) if is_immutable(&s) => {
+            let copy = desired.pointer("/metadata/name").and_then(Value::as_str);
+            tracing::info!(
+                copy = copy.unwrap_or_default(),
+                "immutable field changed: deleting and recreating the copy"
+            );
+            delete(ctx, api, live).await?;
+            let created = api
+                .create(&params(false), &body(desired)?)
+                .await
+                .map_err(WriteError::kube("recreate the copy"))?;
+            ctx.metrics.sync_write("recreate");
+            to_value(created)?
+        }
+        Err(e) => return Err(WriteError::kube("replace the copy")(e)),
+    };
+    if with_status {
+        return write_status(ctx, api, desired, &replaced).await;
+    }
+    Ok(replaced)
+}
+
+/// What the server would make of replacing `body` (dry run: nothing is written).
+pub async fn dry_run_replace(api: &Api<DynamicObject>, body_: &Value) -> Result<Value, WriteError> {
+    let name = name_of(body_);
+    let o = api
+        .replace(&name, &params(true), &body(body_)?)
+        .await
+        .map_err(WriteError::kube("dry-run the copy"))?;
+    to_value(o)
+}
+
+/// Writes `desired.status` through the status subresource on top of `current`.
+async fn write_status(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    desired: &Value,
+    current: &Value,
+) -> Result<Value, WriteError> {
+    let Some(status) = desired.get("status") else {
+        return Ok(current.clone());
+    };
+    let mut with = current.clone();
+    if let Some(map) = with.as_object_mut() {
+        map.insert("status".to_owned(), status.clone());
+    }
+    let o = api
+        .replace_status(&name_of(desired), &params(false), &body(&with)?)
+        .await
+        .map_err(WriteError::kube("write the copy's status"))?;
+    ctx.metrics.sync_write("status");
+    to_value(o)
+}
+
+/// Deletes the copy, only if it is still the object we looked at (uid).
+pub async fn delete(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    live: &Value,
+) -> Result<(), WriteError> {
+    let uid = live.pointer("/metadata/uid").and_then(Value::as_str);
+    let dp = DeleteParams {
+        preconditions: uid.map(|u| Preconditions {
+            uid: Some(u.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name_of(live), &dp).await {
+        Ok(_) => {
+            ctx.metrics.sync_write("delete");
+            Ok(())
+        }
+        // Already gone: what we wanted.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(WriteError::kube("delete the copy")(e)),
+    }
+}
+
+/// Keeps the copy but hands it over: without fleetbus's annotations and label.
+pub async fn orphan(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    live: &Value,
+) -> Result<(), WriteError> {
+    let released = mutate::unmanage(live);
+    match api
+        .replace(&name_of(live), &params(false), &body(&released)?)
+        .await
+    {
+        Ok(_) => {
+            ctx.metrics.sync_write("orphan");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(WriteError::kube("orphan the copy")(e)),
+    }
+}
+
+/// Creates a namespace a rule with `createNamespace: true` needs.
+pub async fn create_namespace(ctx: &Context, name: &str) -> Result<(), WriteError> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    let ns = k8s_openapi::api::core::v1::Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&params(false), &ns).await {
+        Ok(_) => {
+            ctx.metrics.sync_write("namespace");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(()),
+        Err(e) => Err(WriteError::kube("create the namespace")(e)),
+    }
+}
+
+/// Whether the API server refused an update because it changes an immutable
+/// field. Kubernetes has no machine-readable code for this: it is a 422
+/// whose causes say "field is immutable" (apimachinery's
+/// `ValidateImmutableField` and the ConfigMap/Secret `immutable` checks).
+pub fn is_immutable(s: &kube::core::Status) -> bool {
+    s.code == 422
+        && (s.message.contains("field is immutable")
+            || s.details.as_ref().is_some_and(|d| {
+                d.causes
+                    .iter()
+                    .any(|c| c.message.contains("field is immutable"))
+            }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::response::{StatusCause, StatusDetails};
+    use kube::core::Status;
+
+    #[test]
+    fn already_exists_on_create_is_retried() {
+        let mut s = Status::failure("secrets \"c\" already exists", "AlreadyExists");
+        s.code = 409;
+        let e = WriteError::Kube {
+            action: "create the copy",
+            source: kube::Error::Api(Box::new(s)),
+        };
+        assert!(e.is_transient());
+        let mut invalid = Status::failure("Secret \"c\" is invalid", "Invalid");
+        invalid.code = 422;
+        let e = WriteError::Kube {
+            action: "create the copy",
+            source: kube::Error::Api(Box::new(invalid)),
+        };
+        assert!(!e.is_transient());
+    }
+
+    #[test]
+    fn immutable_is_a_422_saying_so() {
+        let mut s = Status::failure("ConfigMap \"x\" is invalid: data: Forbidden: field is immutable when `immutable` is set", "Invalid");
+        s.code = 422;
+        assert!(is_immutable(&s));
+        let mut other = Status::failure(
+            "ConfigMap \"x\" is invalid: metadata.labels: Invalid value",
+            "Invalid",
+        );
+        other.code = 422;
+        assert!(!is_immutable(&other));
+        let mut via_cause = Status::failure("Service \"x\" is invalid", "Invalid");
+        via_cause.code = 422;
+        via_cause.details = Some(StatusDetails {
+            causes: vec![StatusCause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: \"10.0.0.2\": field is immutable".into(),
+                field: "spec.clusterIP".into(),
+            }],
+            name: "x".into(),
+            group: String::new(),
+            kind: "services".into(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+        });
+        assert!(is_immutable(&via_cause));
+        let mut conflict = Status::failure("field is immutable", "Conflict");
+        conflict.code = 409;
+        assert!(!is_immutable(&conflict));
+    }
+}

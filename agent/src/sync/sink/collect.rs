@@ -1,0 +1,464 @@
+//! The sink's garbage collection: copies nothing wants any more are deleted
+//! or orphaned per their orphan policy (a `Deleted` tombstone always
+//! deletes). A scan of every local object runs only when something could
+//! have become collectable (`Engine::collect_due`, or the wanted set shrank).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use fleetbus_schemas::crd::OrphanPolicy;
+use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
+use fleetbus_schemas::subject::ObjectKey;
+use fleetbus_schemas::well_known;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::ApiResource;
+use kube::core::GroupVersionKind;
+
+use super::apply;
+use super::keep::{self, Cascade, CheckError, KeptCopy, Why};
+use crate::kube::events::EventType;
+use crate::sync::engine::{Engine, KindState};
+use crate::sync::model::backoff::{Backoff, Input};
+use crate::sync::model::meta::{annotation, is_terminating};
+use crate::sync::model::{RuleReport, Target};
+
+/// The reason of the Events about a copy kept instead of deleted.
+pub const REASON_KEPT: &str = "CopyKept";
+
+/// One copy to collect: where, made by which rule, the live object, and
+/// whether its policy says delete (else orphan).
+struct Collect<'a> {
+    target: &'a Target,
+    rule: &'a str,
+    obj: &'a Value,
+    delete: bool,
+}
+
+/// Whether a kept copy at `t` is still to be reported: the same object is
+/// still here (nobody deleted it), or its kind is not listed now (unknown:
+/// kept until it is).
+fn still_kept(kinds: &HashMap<GroupVersionKind, KindState>, t: &Target, uid: &str) -> bool {
+    match kinds.get(&t.gvk()) {
+        Some(k) if k.listed => k
+            .objects
+            .get(&t.local_key())
+            .and_then(|o| o.pointer("/metadata/uid"))
+            .and_then(Value::as_str)
+            .is_some_and(|u| u == uid),
+        _ => true,
+    }
+}
+
+/// What becomes of a copy nothing wants any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Deleted.
+    Delete,
+    /// Left in place, no longer managed.
+    Orphan,
+    /// Kept for now, and looked at again next pass.
+    Keep,
+}
+
+/// What is known of the rule a copy names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RuleOf {
+    /// Valid and fully read: its orphan policy applies.
+    Ready(OrphanPolicy),
+    /// Invalid, or not fully read yet.
+    NotReady,
+    /// Not among the rules; gone only if `all_read` (every rule, here and
+    /// on the bus, has been read).
+    Missing {
+        /// Every rule has been read.
+        all_read: bool,
+    },
+}
+
+/// What becomes of the copy `obj` that nothing wants: kept for now while its
+/// rule is invalid or not fully read, or its origin's identity is in doubt
+/// (`origin_in_doubt`); deleted when the origin deleted the object
+/// (`deleted_at_origin`, asked last: it scans the bus state); else per the
+/// rule's orphan policy, or the copy's own annotation once the rule is gone.
+fn verdict(
+    obj: &Value,
+    rule: RuleOf,
+    origin_in_doubt: bool,
+    deleted_at_origin: impl FnOnce() -> bool,
+) -> Verdict {
+    let policy = match rule {
+        RuleOf::NotReady | RuleOf::Missing { all_read: false } => return Verdict::Keep,
+        RuleOf::Ready(policy) => Some(policy),
+        RuleOf::Missing { all_read: true } => None,
+    };
+    if origin_in_doubt {
+        return Verdict::Keep;
+    }
+    if deleted_at_origin() {
+        return Verdict::Delete;
+    }
+    let policy =
+        policy.unwrap_or_else(
+            || match annotation(obj, well_known::ANNOTATION_ORPHAN_POLICY) {
+                Some("Orphan") => OrphanPolicy::Orphan,
+                _ => OrphanPolicy::Delete,
+            },
+        );
+    match policy {
+        OrphanPolicy::Delete => Verdict::Delete,
+        OrphanPolicy::Orphan => Verdict::Orphan,
+    }
+}
+
+impl Engine {
+    /// Deletes or orphans the copies nothing wants any more. Runs only when
+    /// something could have become collectable (`Engine::collect_due`, or
+    /// the wanted set shrank): else every pass would scan every object.
+    /// A copy whose delete or orphan failed backs off like a failed write
+    /// and is an error of its rule in `reports` until it is collected.
+    pub(in crate::sync) async fn collect(
+        &mut self,
+        wanted: &BTreeSet<Target>,
+        reports: &mut BTreeMap<String, RuleReport>,
+    ) {
+        let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
+        // Copies kept for now (rule not ready, origin in doubt) or not
+        // collected (an error) are looked at again next pass.
+        let mut again = false;
+        for kind in self.kinds.values() {
+            if !kind.listed {
+                continue;
+            }
+            for obj in kind.objects.values() {
+                let Some(origin) = annotation(obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
+                    continue;
+                };
+                if origin == self.fleet.local.name {
+                    continue;
+                }
+                let Some(target) = Target::of(obj) else {
+                    continue;
+                };
+                // Being deleted already (by us, or by someone): nothing to do.
+                if wanted.contains(&target) || is_terminating(obj) {
+                    continue;
+                }
+                match self.collect_verdict(obj, origin) {
+                    Verdict::Delete => doomed.push((target, obj.clone(), true)),
+                    Verdict::Orphan => doomed.push((target, obj.clone(), false)),
+                    Verdict::Keep => again = true,
+                }
+            }
+        }
+        let now = Instant::now();
+        // Discovered once per scan, when a Namespace copy is to be deleted.
+        let mut served = None;
+        for (target, obj, delete) in doomed {
+            let rule = annotation(&obj, well_known::ANNOTATION_RULE)
+                .unwrap_or_default()
+                .to_owned();
+            let input = Input {
+                desired: None,
+                live_rv: obj
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            };
+            let error = match self.waiting(&target, &input, now) {
+                Some(error) => Some(error),
+                None => {
+                    let to_do = Collect {
+                        target: &target,
+                        rule: &rule,
+                        obj: &obj,
+                        delete,
+                    };
+                    self.collect_one(to_do, input, &mut served).await
+                }
+            };
+            if let Some(error) = error {
+                // Looked at again next pass (tried when its backoff is over).
+                again = true;
+                if let Some(r) = reports.get_mut(&rule) {
+                    r.errors.insert(target.to_string(), error);
+                }
+            }
+        }
+        self.collect_due = again;
+    }
+
+    /// Deletes or orphans one copy; the error if that failed (the copy then
+    /// backs off). A copy whose deletion would take objects fleetbus does
+    /// not manage with it (`keep`) is orphaned instead, and that is
+    /// reported.
+    async fn collect_one(
+        &mut self,
+        c: Collect<'_>,
+        input: Input,
+        served: &mut Option<Vec<ApiResource>>,
+    ) -> Option<String> {
+        let Collect {
+            target,
+            rule,
+            obj,
+            delete,
+        } = c;
+        let Some(kind) = self.kinds.get(&target.gvk()) else {
+            return Some(format!(
+                "kind {} is not watched",
+                crate::sync::model::meta::describe_gvk(&target.gvk())
+            ));
+        };
+        let ar = kind.ar.clone();
+        let api = apply::api(&self.ctx.client, &ar, target.namespace.as_deref());
+        let kept = match delete {
+            true => match self.would_take(target, obj, served).await {
+                Ok(found) if found.is_empty() => None,
+                Ok(found) => Some(Why::Unmanaged(found)),
+                Err(e) if e.is_transient() => {
+                    return Some(self.check_failed(target, input, crate::report(&e)));
+                }
+                Err(e) => Some(Why::Unchecked(crate::report(&e))),
+            },
+            false => None,
+        };
+        let result = if delete && kept.is_none() {
+            apply::delete(&self.ctx, &api, obj).await
+        } else {
+            apply::orphan(&self.ctx, &api, obj).await
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(copy = %target, delete = delete && kept.is_none(), "collected copy");
+                self.baselines.remove(target);
+                self.retries.remove(target);
+                if let Some(why) = kept {
+                    let copy = keep::CopyRef {
+                        shown: &target.to_string(),
+                        resource: &keep::resource_name(&ar),
+                        namespace: target.namespace.as_deref(),
+                        name: &target.name,
+                    };
+                    let message = keep::kept_message(&copy, &why);
+                    self.report_kept(target, obj, message).await;
+                }
+                None
+            }
+            Err(e) => Some(self.copy_failed(target, rule, input, "collect", &e)),
+        }
+    }
+
+    /// A transient failure to find out what deleting the copy at `target`
+    /// would take with it: not deleted yet, checked again after a backoff
+    /// step. Returns the message for the rule status.
+    fn check_failed(&mut self, target: &Target, input: Input, message: String) -> String {
+        tracing::warn!(copy = %target, error = %message, "could not check what deleting the copy would delete; not deleted yet");
+        let now = Instant::now();
+        let next = Backoff::failed(
+            self.retries.get(target),
+            input,
+            now,
+            rand::random::<f64>(),
+            message.clone(),
+        );
+        self.retries.insert(target.clone(), next);
+        message
+    }
+
+    /// What deleting the copy at `target` would take with it that fleetbus
+    /// does not manage (empty for a kind whose deletion does not cascade).
+    /// `served`: the namespaced resources, discovered on first need.
+    async fn would_take(
+        &self,
+        target: &Target,
+        obj: &Value,
+        served: &mut Option<Vec<ApiResource>>,
+    ) -> Result<Vec<String>, CheckError> {
+        let client = &self.ctx.client;
+        let found = match Cascade::of(&target.gvk()) {
+            None => return Ok(Vec::new()),
+            Some(Cascade::Namespace) => {
+                let resources = match served.take() {
+                    Some(r) => r,
+                    None => keep::namespaced_resources(client).await?,
+                };
+                let started = Instant::now();
+                let found = keep::namespace_contents(client, &resources, &target.name).await;
+                tracing::debug!(namespace = %target.name, resources = resources.len(), elapsed_ms = started.elapsed().as_millis(), "listed what deleting the namespace would delete");
+                *served = Some(resources);
+                found?
+            }
+            Some(Cascade::Crd) => keep::crd_instances(client, obj).await?,
+        };
+        Ok(keep::unmanaged(&found))
+    }
+
+    /// Reports a copy kept instead of deleted: a Warning Event on it and on
+    /// its rule, the log, and its rule's status while it stays unmanaged.
+    async fn report_kept(&mut self, target: &Target, obj: &Value, message: String) {
+        tracing::warn!(copy = %target, %message, "copy kept: deleting it would delete what fleetbus does not manage");
+        let s = |p: &str| obj.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let copy_ref = ObjectReference {
+            api_version: Some(target.api_version.clone()),
+            kind: Some(target.kind.clone()),
+            name: Some(target.name.clone()),
+            namespace: target.namespace.clone(),
+            uid: s("/metadata/uid"),
+            ..ObjectReference::default()
+        };
+        let recorder = &self.ctx.recorder;
+        recorder
+            .publish(&copy_ref, EventType::Warning, REASON_KEPT, &message)
+            .await;
+        let rule = annotation(obj, well_known::ANNOTATION_RULE)
+            .unwrap_or_default()
+            .to_owned();
+        if self.rules.get(&rule).is_some_and(|r| !r.builtin) {
+            let rule_ref = ObjectReference {
+                api_version: Some(well_known::API_VERSION.to_owned()),
+                kind: Some("ResourceSyncRule".to_owned()),
+                name: Some(rule.clone()),
+                ..ObjectReference::default()
+            };
+            recorder
+                .publish(&rule_ref, EventType::Warning, REASON_KEPT, &message)
+                .await;
+        }
+        self.ctx.metrics.sync_rejected("copy_kept");
+        let uid = s("/metadata/uid").unwrap_or_default();
+        self.kept
+            .insert(target.clone(), KeptCopy { rule, uid, message });
+    }
+
+    /// Copies kept (see `report_kept`) that are still there, each under its
+    /// rule in `reports` (its status says so until the object is gone).
+    pub(in crate::sync) fn note_kept(&mut self, reports: &mut BTreeMap<String, RuleReport>) {
+        let kinds = &self.kinds;
+        self.kept.retain(|t, k| still_kept(kinds, t, &k.uid));
+        for (target, k) in &self.kept {
+            if let Some(r) = reports.get_mut(&k.rule) {
+                r.kept.insert(target.to_string(), k.message.clone());
+            }
+        }
+    }
+
+    /// What becomes of the copy `obj` from `origin` that nothing wants
+    /// (see [`verdict`]).
+    fn collect_verdict(&self, obj: &Value, origin: &str) -> Verdict {
+        let rule_name = annotation(obj, well_known::ANNOTATION_RULE).unwrap_or_default();
+        let rule = match self.rules.get(rule_name) {
+            Some(r) if self.rule_problem(r).is_some() || !self.rule_ready(r) => RuleOf::NotReady,
+            Some(r) => RuleOf::Ready(r.spec.orphan_policy),
+            None => RuleOf::Missing {
+                all_read: self
+                    .kinds
+                    .get(&crate::sync::rules::compile::rule_gvk())
+                    .is_some_and(|k| k.ready()),
+            },
+        };
+        let in_doubt = self
+            .fleet
+            .peers
+            .get(origin)
+            .is_some_and(|p| p.name_conflict);
+        verdict(obj, rule, in_doubt, || {
+            let uid = annotation(obj, well_known::ANNOTATION_ORIGIN_UID).unwrap_or_default();
+            self.deleted_at_origin(origin, uid)
+        })
+    }
+
+    /// Whether the origin published a `Deleted` tombstone for this uid.
+    fn deleted_at_origin(&self, origin: &str, uid: &str) -> bool {
+        self.kinds.values().any(|k| {
+            k.snapshots.iter().any(|(key, e): (&ObjectKey, &Envelope)| {
+                key.origin == origin
+                    && e.uid == uid
+                    && e.tombstone
+                    && e.tombstone_reason.unwrap_or(TombstoneReason::Deleted)
+                        == TombstoneReason::Deleted
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn copy(orphan_policy: Option<&str>) -> Value {
+        let mut a = serde_json::Map::new();
+        if let Some(p) = orphan_policy {
+            a.insert(well_known::ANNOTATION_ORPHAN_POLICY.to_owned(), json!(p));
+        }
+        json!({"metadata": {"annotations": a}})
+    }
+
+    #[test]
+    fn a_copy_is_kept_while_its_rule_or_origin_is_in_doubt() {
+        let obj = copy(None);
+        for rule in [RuleOf::NotReady, RuleOf::Missing { all_read: false }] {
+            assert_eq!(verdict(&obj, rule, false, || true), Verdict::Keep);
+        }
+        let ready = RuleOf::Ready(OrphanPolicy::Delete);
+        assert_eq!(verdict(&obj, ready, true, || true), Verdict::Keep);
+    }
+
+    #[test]
+    fn deleted_at_the_origin_is_deleted_here_whatever_the_policy() {
+        let obj = copy(Some("Orphan"));
+        let orphan = RuleOf::Ready(OrphanPolicy::Orphan);
+        assert_eq!(verdict(&obj, orphan, false, || true), Verdict::Delete);
+        let gone = RuleOf::Missing { all_read: true };
+        assert_eq!(verdict(&obj, gone, false, || true), Verdict::Delete);
+    }
+
+    #[test]
+    fn the_rules_policy_decides_and_the_copys_once_the_rule_is_gone() {
+        let orphan_note = copy(Some("Orphan"));
+        assert_eq!(
+            verdict(
+                &orphan_note,
+                RuleOf::Ready(OrphanPolicy::Delete),
+                false,
+                || false
+            ),
+            Verdict::Delete
+        );
+        assert_eq!(
+            verdict(
+                &copy(None),
+                RuleOf::Ready(OrphanPolicy::Orphan),
+                false,
+                || false
+            ),
+            Verdict::Orphan
+        );
+        let gone = RuleOf::Missing { all_read: true };
+        assert_eq!(
+            verdict(&orphan_note, gone, false, || false),
+            Verdict::Orphan
+        );
+        assert_eq!(verdict(&copy(None), gone, false, || false), Verdict::Delete);
+        assert_eq!(
+            verdict(&copy(Some("orphan")), gone, false, || false),
+            Verdict::Delete
+        );
+    }
+
+    #[test]
+    fn the_bus_is_not_scanned_for_a_copy_kept_anyway() {
+        let scanned = std::cell::Cell::new(false);
+        let ask = || {
+            scanned.set(true);
+            true
+        };
+        assert_eq!(
+            verdict(&copy(None), RuleOf::NotReady, false, ask),
+            Verdict::Keep
+        );
+        assert!(!scanned.get());
+    }
+}

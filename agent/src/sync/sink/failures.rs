@@ -1,0 +1,138 @@
+//! A failed operation on a copy (write, delete, orphan): the copy backs off
+//! on its own (`backoff`), the failure is logged and counted once per
+//! backoff step (not once per pass), its rule's status counts it with the
+//! message, and when it is news an Event on the rule names the copy and the
+//! error (one Event per rule and pass, naming the first few copies).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::time::Instant;
+
+use super::apply::WriteError;
+use crate::kube::events::EventType;
+use crate::sync::engine::Engine;
+use crate::sync::model::backoff::{Backoff, Input};
+use crate::sync::model::Target;
+
+/// The reason of the Event announcing a failing copy.
+pub const REASON: &str = "SyncFailed";
+
+impl Engine {
+    /// The error to report while the copy at `target` waits for its next
+    /// try (its backoff holds for `input` at `now`); None: try now.
+    pub(in crate::sync) fn waiting(
+        &self,
+        target: &Target,
+        input: &Input,
+        now: Instant,
+    ) -> Option<String> {
+        self.retries
+            .get(target)
+            .filter(|b| b.holds(input, now))
+            .map(|b| b.error.clone())
+    }
+
+    /// Records a failed `op` (`write` or `collect`) on the copy at `target`,
+    /// made by `rule` from `input`: the next try waits a backoff step, the
+    /// failure is logged and counted, and queued as an Event if it is news.
+    /// Returns the message for the rule status.
+    pub(in crate::sync) fn copy_failed(
+        &mut self,
+        target: &Target,
+        rule: &str,
+        input: Input,
+        op: &'static str,
+        e: &WriteError,
+    ) -> String {
+        let message = crate::report(e);
+        let now = Instant::now();
+        let prev = self.retries.get(target);
+        let news = Backoff::is_news(prev, &message);
+        let next = Backoff::failed(prev, input, now, rand::random::<f64>(), message.clone());
+        tracing::warn!(
+            copy = %target,
+            rule,
+            op,
+            error = %message,
+            transient = e.is_transient(),
+            attempts = next.attempts,
+            retry_in = ?next.at.saturating_duration_since(now),
+            "copy not written; backing off"
+        );
+        self.ctx.metrics.sync_write_failed(op);
+        self.retries.insert(target.clone(), next);
+        // Built-in rules (named in parentheses) have no object to hold Events.
+        if news && !rule.is_empty() && !rule.starts_with('(') {
+            self.failure_events
+                .push((rule.to_owned(), format!("{target}: {message}")));
+        }
+        message
+    }
+
+    /// Publishes this pass's new failures as Events: one per rule, naming
+    /// the first few copies (an API server away can fail every copy at
+    /// once; that is one Event per rule, not one per copy).
+    pub(in crate::sync) async fn announce_failures(&mut self) {
+        for (rule, message) in by_rule(std::mem::take(&mut self.failure_events)) {
+            let rule_ref = ObjectReference {
+                api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
+                kind: Some("ResourceSyncRule".to_owned()),
+                name: Some(rule),
+                ..ObjectReference::default()
+            };
+            self.ctx
+                .recorder
+                .publish(&rule_ref, EventType::Warning, REASON, &message)
+                .await;
+        }
+    }
+}
+
+/// At most this many copies are named in one Event.
+const NAMED: usize = 5;
+
+/// (rule, message) pairs as one message per rule: the first [`NAMED`]
+/// joined by `; `, then how many more.
+fn by_rule(failures: Vec<(String, String)>) -> BTreeMap<String, String> {
+    let mut grouped: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (rule, message) in failures {
+        grouped.entry(rule).or_default().push(message);
+    }
+    grouped
+        .into_iter()
+        .map(|(rule, messages)| {
+            let mut text = messages
+                .iter()
+                .take(NAMED)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            if messages.len() > NAMED {
+                text.push_str(&format!("; and {} more", messages.len() - NAMED));
+            }
+            (rule, text)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_message_per_rule_naming_the_first_few_copies() {
+        let mut failures: Vec<(String, String)> = (0..7)
+            .map(|i| ("a".to_owned(), format!("ConfigMap x/c{i}: refused")))
+            .collect();
+        failures.push(("b".to_owned(), "Role q r: forbidden".to_owned()));
+        let got = by_rule(failures);
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            got["a"],
+            "ConfigMap x/c0: refused; ConfigMap x/c1: refused; ConfigMap x/c2: refused; \
+             ConfigMap x/c3: refused; ConfigMap x/c4: refused; and 2 more"
+        );
+        assert_eq!(got["b"], "Role q r: forbidden");
+    }
+}

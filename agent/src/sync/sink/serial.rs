@@ -1,0 +1,374 @@
+//! The sink's serial path: the targets `wave::decide` could not settle
+//! without a read, a dry run or an Event, each handled one at a time down
+//! the path its [`Why`] names. Nothing here decides again what `decide`
+//! already did.
+
+use fleetbus_schemas::crd::DriftMode;
+use fleetbus_schemas::drift::DriftType;
+use fleetbus_schemas::well_known;
+use futures::future::BoxFuture;
+use kube::api::{Api, DynamicObject};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::apply::{self, WriteError};
+use super::compare;
+use super::wave::{Step, Why};
+use crate::sync::drift::announce::{self, Found};
+use crate::sync::drift::fight::Verdict;
+use crate::sync::drift::policy::{keep_excluded, Policy};
+use crate::sync::engine::Engine;
+use crate::sync::model::meta::{annotation, annotations_mut};
+use crate::sync::model::{Baseline, Candidate, Outcome, Target};
+
+/// Sets `body`'s source-hash annotation to `live`'s, when live has one.
+fn keep_source_hash(body: &mut Value, live: &Value) {
+    let Some(hash) = annotation(live, well_known::ANNOTATION_SOURCE_HASH) else {
+        return;
+    };
+    if let Some(a) = annotations_mut(body) {
+        a.insert(
+            well_known::ANNOTATION_SOURCE_HASH.to_owned(),
+            Value::String(hash.to_owned()),
+        );
+    }
+}
+
+fn resource_version(obj: &Value) -> Option<String> {
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+impl Engine {
+    /// Carries out a decided step at `target`, writes included, on its own
+    /// (the wave runs its plain writes together instead). Boxed: a
+    /// namespace's step holds the step that follows it.
+    pub(in crate::sync) fn settle<'a>(
+        &'a mut self,
+        target: &'a Target,
+        c: &'a Candidate,
+        step: Step,
+    ) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            match step {
+                Step::Done(outcome, equal) => {
+                    if equal {
+                        self.retries.remove(target);
+                        self.drift_resolved(target).await;
+                    }
+                    outcome
+                }
+                Step::Verified(rv, with_status) => {
+                    self.verified(target, rv.as_deref(), with_status);
+                    self.retries.remove(target);
+                    self.drift_resolved(target).await;
+                    Outcome::InSync
+                }
+                Step::Write(w) => {
+                    let result = self.write_one(target, c, &w).await;
+                    self.written(target, c, w.replace.is_some(), result).await
+                }
+                Step::Serial(why) => self.serial(target, c, why).await,
+            }
+        })
+    }
+
+    /// The serial path of `target`, by why it was taken.
+    async fn serial(&mut self, target: &Target, c: &Candidate, why: Why) -> Outcome {
+        match why {
+            Why::Namespace { name, then } => {
+                match apply::create_namespace(&self.ctx, &name).await {
+                    Ok(()) => self.settle(target, c, *then).await,
+                    Err(e) => self.failed(target, c, None, e),
+                }
+            }
+            Why::Recreate { namespace } => self.create_missing(target, c, namespace, true).await,
+            Why::Deleted { namespace, policy } => self.deleted(target, c, namespace, policy).await,
+            Why::Gone { namespace } => self.create_missing(target, c, namespace, false).await,
+            Why::FirstLook { policy } => self.first_look(target, c, policy).await,
+            Why::Drift { policy } => {
+                let (api, live) = match self.place(target) {
+                    Ok(p) => p,
+                    Err(outcome) => return outcome,
+                };
+                let server = self.baselines.get(target).map(|b| b.server.clone());
+                match (live, server) {
+                    (Some(live), Some(server)) => {
+                        self.modified(target, c, &api, live, server, policy).await
+                    }
+                    // Decided from both, and neither changes within a pass.
+                    _ => Outcome::InSync,
+                }
+            }
+        }
+    }
+
+    /// The API of `target`'s kind, and its live copy as the watch last saw it.
+    fn place(&self, target: &Target) -> Result<(Api<DynamicObject>, Option<Value>), Outcome> {
+        let gvk = target.gvk();
+        let Some(kind) = self.kinds.get(&gvk) else {
+            return Err(Outcome::Failed(format!(
+                "kind {} is not watched",
+                crate::sync::model::meta::describe_gvk(&gvk)
+            )));
+        };
+        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        Ok((api, kind.objects.get(&target.local_key()).cloned()))
+    }
+
+    /// For a copy that is missing: creates `namespace` first when one is
+    /// given, and returns the API of the copy's kind; the failure otherwise.
+    async fn missing_copy_api(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        namespace: Option<String>,
+    ) -> Result<Api<DynamicObject>, Outcome> {
+        if let Some(ns) = namespace {
+            if let Err(e) = apply::create_namespace(&self.ctx, &ns).await {
+                return Err(self.failed(target, c, None, e));
+            }
+        }
+        self.place(target).map(|(api, _)| api)
+    }
+
+    /// Replaces the live copy with the desired one, keeping what `policy`
+    /// excludes.
+    async fn replace_live(
+        &self,
+        api: &Api<DynamicObject>,
+        c: &Candidate,
+        live: &Value,
+        policy: &Policy,
+    ) -> Result<Value, WriteError> {
+        apply::replace(
+            &self.ctx,
+            api,
+            &c.desired,
+            live,
+            c.with_status,
+            &policy.exclude,
+        )
+        .await
+    }
+
+    /// [`Why::Gone`] and [`Why::Recreate`]: creates the copy. A create-only
+    /// copy we wrote (`recreate`) is created again only once the server says
+    /// it is gone (our create's watch event may still be on its way), and
+    /// that is not drift: no Deleted drift, whatever the drift mode.
+    async fn create_missing(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        namespace: Option<String>,
+        recreate: bool,
+    ) -> Outcome {
+        let api = match self.missing_copy_api(target, c, namespace).await {
+            Ok(api) => api,
+            Err(outcome) => return outcome,
+        };
+        if recreate {
+            if let Ok(Some(_)) = announce::fresh(&api, &target.name).await {
+                return Outcome::InSync;
+            }
+        }
+        let written = apply::create(&self.ctx, &api, &c.desired, c.with_status).await;
+        self.written(target, c, false, written).await
+    }
+
+    /// [`Why::Deleted`]: a copy we wrote is gone while its desired state did
+    /// not change: someone deleted it (drift of type Deleted), reported and
+    /// created again per the drift mode.
+    async fn deleted(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        namespace: Option<String>,
+        policy: Policy,
+    ) -> Outcome {
+        let api = match self.missing_copy_api(target, c, namespace).await {
+            Ok(api) => api,
+            Err(outcome) => return outcome,
+        };
+        let Some(last) = self.baselines.get(target).map(|b| b.server.clone()) else {
+            // Decided from the baseline, which does not change within a pass.
+            return Outcome::InSync;
+        };
+        if let Ok(Some(_)) = announce::fresh(&api, &target.name).await {
+            // Our create's watch event has not arrived yet: no drift.
+            return Outcome::InSync;
+        }
+        let mode = self.effective_mode(target, policy.mode);
+        if mode == DriftMode::Ignore {
+            return Outcome::InSync;
+        }
+        let found = Found {
+            live: &last,
+            baseline: &last,
+            type_: DriftType::Deleted,
+            action: mode,
+            exclude: &policy.exclude,
+            with_status: c.with_status,
+        };
+        self.drift_detected(target, c, found).await;
+        if mode == DriftMode::Report {
+            return Outcome::InSync;
+        }
+        let written = apply::create(&self.ctx, &api, &c.desired, c.with_status).await;
+        self.corrected(target, c, None, written).await
+    }
+
+    /// [`Why::FirstLook`]: no baseline yet, so the server is asked what it
+    /// would make of the desired state, without writing. The copy was built
+    /// from this very source version if its source hash says so; then a
+    /// difference was made here while we were away (drift).
+    async fn first_look(&mut self, target: &Target, c: &Candidate, policy: Policy) -> Outcome {
+        let (api, live) = match self.place(target) {
+            Ok((api, Some(live))) => (api, live),
+            // Decided from the live copy, which does not change within a pass.
+            Ok((_, None)) => return Outcome::InSync,
+            Err(outcome) => return outcome,
+        };
+        let mut body = Value::clone(&c.desired);
+        compare::carry_over(&mut body, &live);
+        keep_excluded(&mut body, &live, &policy.exclude);
+        // Compare with the copy's own source hash: a source change that
+        // leaves the copy alone (the origin's status, when status is not
+        // synced) is no reason to write after a restart, as it was none
+        // while running (`Digest`).
+        keep_source_hash(&mut body, &live);
+        let server = match apply::dry_run_replace(&api, &body).await {
+            Ok(server) => server,
+            Err(e) => return self.failed(target, c, resource_version(&live), e),
+        };
+        self.baselines.insert(
+            target.clone(),
+            Baseline {
+                desired: c.digest,
+                server: server.clone(),
+                verified: None,
+            },
+        );
+        if policy.same(&server, &live, c.with_status) {
+            self.verified(target, resource_version(&live).as_deref(), c.with_status);
+            self.retries.remove(target);
+            self.drift_resolved(target).await;
+            return Outcome::InSync;
+        }
+        let same_source = annotation(&live, well_known::ANNOTATION_SOURCE_HASH)
+            == annotation(&c.desired, well_known::ANNOTATION_SOURCE_HASH);
+        if same_source {
+            return self.modified(target, c, &api, live, server, policy).await;
+        }
+        let written = self.replace_live(&api, c, &live, &policy).await;
+        self.written(target, c, true, written).await
+    }
+
+    /// Drift of type Modified: the copy differs from `server`, what the
+    /// server made of the same desired state. Reported, and corrected per
+    /// the drift mode unless another writer fights over the copy.
+    async fn modified(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        api: &Api<DynamicObject>,
+        cached: Value,
+        server: Value,
+        policy: Policy,
+    ) -> Outcome {
+        // A copy another writer fights over is left alone while it waits
+        // (no read, no write); an operator's request ends that.
+        if self.forced.contains(target) {
+            self.fights.forget(target);
+        } else if self
+            .fights
+            .holding(target, resource_version(&cached).as_deref(), Instant::now())
+            .is_some()
+        {
+            return Outcome::Failed(self.fight_message(target));
+        }
+        // What the server has now, not the watch cache (which may still
+        // show the version our last write replaced).
+        let live = match announce::fresh(api, &target.name).await {
+            Ok(Some(now)) => now,
+            // Deleted meanwhile: its watch event decides.
+            Ok(None) => return Outcome::InSync,
+            Err(e) => {
+                tracing::debug!(copy = %target, error = %e, "re-reading a drifted copy failed; using the cache");
+                cached
+            }
+        };
+        if policy.same(&server, &live, c.with_status) {
+            return Outcome::InSync;
+        }
+        let live_rv = resource_version(&live);
+        let mode = self.effective_mode(target, policy.mode);
+        if mode == DriftMode::Ignore {
+            return Outcome::InSync;
+        }
+        let found = Found {
+            live: &live,
+            baseline: &server,
+            type_: DriftType::Modified,
+            action: mode,
+            exclude: &policy.exclude,
+            with_status: c.with_status,
+        };
+        let verdict = if mode == DriftMode::Correct && !self.forced.contains(target) {
+            self.fight_verdict(target, &found)
+        } else {
+            Verdict::Correct
+        };
+        self.drift_detected(target, c, found).await;
+        if verdict != Verdict::Correct {
+            return self.drift_fight(target, verdict, live_rv.as_deref()).await;
+        }
+        if mode == DriftMode::Report {
+            return Outcome::InSync;
+        }
+        let written = self.replace_live(api, c, &live, &policy).await;
+        self.corrected(target, c, live_rv, written).await
+    }
+
+    /// Ends a correction: the drift closes (or stays, failed), an operator's
+    /// request gets its result, and the write counts like any other.
+    async fn corrected(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        live_rv: Option<String>,
+        written: Result<Value, WriteError>,
+    ) -> Outcome {
+        match written {
+            Ok(server) => {
+                self.drift_corrected(target).await;
+                self.forced_done(target, Ok(()));
+                self.wrote(target, c, server)
+            }
+            Err(e) => {
+                let message = crate::report(&e);
+                self.drift_failed(target, &message).await;
+                self.forced_done(target, Err(message));
+                self.failed(target, c, live_rv, e)
+            }
+        }
+    }
+
+    /// The drift mode in effect: an operator's `fleetbus drift correct` makes
+    /// it `Correct` for this pass, whatever the rule or annotations say.
+    fn effective_mode(&self, target: &Target, mode: DriftMode) -> DriftMode {
+        if self.forced.contains(target) {
+            DriftMode::Correct
+        } else {
+            mode
+        }
+    }
+
+    /// Records the result of a correction an operator asked for.
+    fn forced_done(&mut self, target: &Target, result: Result<(), String>) {
+        if self.forced.remove(target) {
+            self.forced_results.push((target.clone(), result));
+        }
+    }
+}

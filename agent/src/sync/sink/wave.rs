@@ -1,0 +1,783 @@
+//! The sink's writes of one install rank, run as a wave: the common cases
+//! (a copy that is equal, a missing copy to create, a copy whose desired
+//! state changed) are decided from the state without writing, and their
+//! writes run concurrently; everything else (drift, dry runs after a
+//! restart, create-only re-creations) takes the serial path
+//! (`serial`), told why by [`decide`].
+//!
+//! Ranks run as successive waves (`bundle::install_rank`): a Bundle's
+//! Namespace and CRD are written before what uses them. Namespaces a wave's
+//! copies need (`createNamespace`) are created before its writes start.
+//! Targets are distinct, so there is one write per target per pass.
+
+use std::collections::BTreeSet;
+
+use fleetbus_schemas::crd::{DriftMode, UpdatePolicy};
+use fleetbus_schemas::well_known;
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::apply::{self, WriteError};
+use crate::sync::drift::policy::Policy;
+use crate::sync::engine::{namespace_gvk, Engine};
+use crate::sync::model::backoff::{Backoff, Input};
+use crate::sync::model::meta::{has_annotation, is_original, is_terminating};
+use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Target};
+use crate::sync::rules::compile::CompiledRule;
+
+/// Writes in flight at once: enough to hide the API server's latency, few
+/// enough not to swamp it (or the agent's client pool).
+pub const WRITE_CONCURRENCY: usize = 24;
+
+/// How one target is handled, decided without writing.
+#[derive(Debug)]
+pub(in crate::sync) enum Step {
+    /// Decided: the outcome, and whether the copy is known equal now (its
+    /// retry state and an open drift end).
+    Done(Outcome, bool),
+    /// Equal after comparing with the baseline: also remember the live
+    /// resourceVersion (and status mode), so the next pass does not compare.
+    Verified(Option<String>, bool),
+    /// A plain write that may run alongside others.
+    Write(Write),
+    /// Everything else: one at a time, down the path [`Why`] names.
+    Serial(Why),
+}
+
+/// Why a target takes the serial path (it needs a read, a dry run or an
+/// Event before it knows what to write), with what that path needs.
+#[derive(Debug)]
+pub(in crate::sync) enum Why {
+    /// A create-only copy we wrote is missing: created again, and that is
+    /// not drift (PROTOCOL §8.1), unless our create's watch event is still
+    /// on its way.
+    Recreate {
+        /// A namespace to create first (`createNamespace`).
+        namespace: Option<String>,
+    },
+    /// A copy we wrote is missing while its desired state did not change:
+    /// someone deleted it (drift of type Deleted), unless our create's
+    /// watch event is still on its way.
+    Deleted {
+        /// A namespace to create first (`createNamespace`).
+        namespace: Option<String>,
+        /// The drift policy, read from the copy as last written.
+        policy: Policy,
+    },
+    /// A copy we wrote is missing and its desired state changed: created.
+    Gone {
+        /// A namespace to create first (`createNamespace`).
+        namespace: Option<String>,
+    },
+    /// The copy is here but its namespace is not (as the watch last saw
+    /// it): the namespace is created, then `then` is done.
+    Namespace {
+        /// The namespace to create.
+        name: String,
+        /// What to do once it exists.
+        then: Box<Step>,
+    },
+    /// No baseline (the first look since start): a dry run makes one, and
+    /// the copy is compared with it.
+    FirstLook {
+        /// The drift policy of the live copy.
+        policy: Policy,
+    },
+    /// The live copy differs from the baseline of the same desired state:
+    /// someone changed it (drift of type Modified).
+    Drift {
+        /// The drift policy of the live copy.
+        policy: Policy,
+    },
+}
+
+/// A create or replace decided by [`Engine::classify`].
+#[derive(Debug)]
+pub(in crate::sync) struct Write {
+    /// A namespace to create first (`createNamespace`).
+    pub namespace: Option<String>,
+    /// Replace the live copy keeping these paths (drift exclusions); None: create.
+    pub replace: Option<Vec<String>>,
+}
+
+fn resource_version(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+}
+
+/// What the sink knows of one target, borrowed from the engine.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::sync) struct View<'a> {
+    /// Its backoff after failures.
+    pub retry: Option<&'a Backoff>,
+    /// Whether its kind is namespaced; None: the kind is not watched.
+    pub namespaced: Option<bool>,
+    /// The live copy.
+    pub live: Option<&'a Value>,
+    /// Its namespace exists (or it has none).
+    pub namespace_exists: bool,
+    /// Its baseline.
+    pub baseline: Option<&'a Baseline>,
+    /// The winner's rule.
+    pub rule: Option<&'a CompiledRule>,
+}
+
+/// Why the live object at a target is not written, when it is being deleted
+/// (a deletionTimestamp, finalizers pending): a write would revive nothing
+/// and count a doomed object as in sync. Its watch's DELETED event starts
+/// the pass that creates the copy anew.
+pub(in crate::sync) fn terminating(live: &Value) -> Option<String> {
+    if !is_terminating(live) {
+        return None;
+    }
+    let finalizers: Vec<&str> = live
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    Some(format!(
+        "the object here is being deleted (finalizers: {}): it is not written, and the copy is created once it is gone",
+        finalizers.join(", ")
+    ))
+}
+
+/// The drift policy of the copy `live` at `target` under `rule`; a copy
+/// whose rule is unknown is corrected and excludes nothing.
+fn policy(rule: Option<&CompiledRule>, target: &Target, live: &Value) -> Policy {
+    rule.map_or_else(
+        || Policy {
+            mode: DriftMode::Correct,
+            exclude: Vec::new(),
+        },
+        |r| Policy::of(r, target, live),
+    )
+}
+
+/// How the sink handles `target` this pass: decided here when it needs no
+/// write or only a create or replace, else the serial path and [`Why`].
+/// Borrows only: no object is cloned, and an unchanged copy whose live
+/// version was verified before costs a few lookups.
+pub(in crate::sync) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now: Instant) -> Step {
+    if let Some(r) = v.retry {
+        let input = Input {
+            desired: Some(c.digest),
+            live_rv: v.live.and_then(resource_version).map(str::to_owned),
+        };
+        if r.holds(&input, now) {
+            return Step::Done(Outcome::Failed(r.error.clone()), false);
+        }
+    }
+    let failed = |why: String| Step::Done(Outcome::Failed(why), false);
+    let Some(namespaced) = v.namespaced else {
+        return failed(format!(
+            "kind {} is not watched",
+            crate::sync::model::meta::describe_gvk(&target.gvk())
+        ));
+    };
+    match (namespaced, &target.namespace) {
+        (true, None) => {
+            return failed("the kind is namespaced but the copy has no namespace".to_owned())
+        }
+        (false, Some(_)) => {
+            return failed("the kind is cluster-scoped but the copy has a namespace".to_owned())
+        }
+        _ => {}
+    }
+    let namespace = match &target.namespace {
+        Some(ns) if !v.namespace_exists => {
+            if !c.create_namespace {
+                return failed(format!(
+                    "namespace {ns} not found (set createNamespace: true to create it)"
+                ));
+            }
+            Some(ns.clone())
+        }
+        _ => None,
+    };
+    let Some(live) = v.live else {
+        return missing(v, target, c, namespace);
+    };
+    if let Some(why) = terminating(live) {
+        return Step::Done(Outcome::Failed(why), false);
+    }
+    let then = present(v, target, c, live);
+    match namespace {
+        Some(name) => Step::Serial(Why::Namespace {
+            name,
+            then: Box::new(then),
+        }),
+        None => then,
+    }
+}
+
+/// [`decide`] for a copy that is not here: a create, concurrent unless a
+/// baseline says we wrote it before (then the serial path finds out why it
+/// is gone).
+fn missing(v: &View<'_>, target: &Target, c: &Candidate, namespace: Option<String>) -> Step {
+    let Some(base) = v.baseline else {
+        return Step::Write(Write {
+            namespace,
+            replace: None,
+        });
+    };
+    if c.update == UpdatePolicy::CreateOnly {
+        return Step::Serial(Why::Recreate { namespace });
+    }
+    match v.rule {
+        Some(rule) if base.desired == c.digest => Step::Serial(Why::Deleted {
+            namespace,
+            policy: Policy::of(rule, target, &base.server),
+        }),
+        _ => Step::Serial(Why::Gone { namespace }),
+    }
+}
+
+/// [`decide`] for a live copy that is not being deleted, its namespace
+/// taken as existing.
+fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
+    if is_original(live) {
+        return Step::Done(
+            Outcome::Conflict(Box::new(Conflict::local_object(target, c, live))),
+            false,
+        );
+    }
+    if has_annotation(live, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED)
+        || c.update == UpdatePolicy::CreateOnly
+    {
+        // Pinned by an operator, or created once by policy: left alone.
+        return Step::Done(Outcome::InSync, false);
+    }
+    let Some(base) = v.baseline else {
+        return Step::Serial(Why::FirstLook {
+            policy: policy(v.rule, target, live),
+        });
+    };
+    let live_rv = resource_version(live);
+    if base.desired != c.digest {
+        // The desired state changed: write it.
+        return Step::Write(Write {
+            namespace: None,
+            replace: Some(policy(v.rule, target, live).exclude),
+        });
+    }
+    if let (Some(rv), Some((seen, with_status))) = (live_rv, &base.verified) {
+        if rv == seen && *with_status == c.with_status {
+            return Step::Done(Outcome::InSync, true);
+        }
+    }
+    let policy = policy(v.rule, target, live);
+    if policy.same(&base.server, live, c.with_status) {
+        return Step::Verified(live_rv.map(str::to_owned), c.with_status);
+    }
+    Step::Serial(Why::Drift { policy })
+}
+
+impl Engine {
+    /// Whether namespace `ns` exists here (as the watch last saw it).
+    fn namespace_exists(&self, ns: &str) -> bool {
+        self.kinds
+            .get(&namespace_gvk())
+            .is_some_and(|k| k.objects.contains_key(&(None, ns.to_owned())))
+    }
+
+    /// How the sink handles `target` this pass (see [`decide`]).
+    pub(in crate::sync) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
+        let kind = self.kinds.get(&target.gvk());
+        let view = View {
+            retry: self.retries.get(target),
+            namespaced: kind.map(|k| k.namespaced),
+            live: kind.and_then(|k| k.objects.get(&target.local_key())),
+            namespace_exists: target
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| self.namespace_exists(ns)),
+            baseline: self.baselines.get(target),
+            rule: self.rules.get(&c.rule),
+        };
+        decide(&view, target, c, now)
+    }
+
+    /// Remembers that the copy at `target`, at live version `rv`, equals its
+    /// baseline.
+    pub(in crate::sync) fn verified(
+        &mut self,
+        target: &Target,
+        rv: Option<&str>,
+        with_status: bool,
+    ) {
+        if let (Some(b), Some(rv)) = (self.baselines.get_mut(target), rv) {
+            b.verified = Some((rv.to_owned(), with_status));
+        }
+    }
+
+    /// Runs the writes of one wave: namespaces first, then every write with
+    /// at most [`WRITE_CONCURRENCY`] in flight; returns each write's
+    /// outcome by its index in `writes`' order.
+    pub(in crate::sync) async fn run_writes(
+        &mut self,
+        writes: Vec<(&Target, &Candidate, Write)>,
+    ) -> Vec<(usize, Outcome)> {
+        let mut outcomes = Vec::new();
+        let mut created: BTreeSet<String> = BTreeSet::new();
+        let mut ready = Vec::new();
+        for (i, (target, c, w)) in writes.into_iter().enumerate() {
+            if let Some(ns) = w.namespace.as_ref().filter(|ns| !created.contains(*ns)) {
+                // One try per copy while it fails, as the serial path did.
+                match apply::create_namespace(&self.ctx, ns).await {
+                    Ok(()) => {
+                        created.insert(ns.clone());
+                    }
+                    Err(e) => {
+                        outcomes.push((i, self.failed(target, c, None, e)));
+                        continue;
+                    }
+                }
+            }
+            ready.push((i, target, c, w));
+        }
+        // Results carry their place in `ready`.
+        let results: Vec<(usize, Result<Value, WriteError>)> = {
+            let this = &*self;
+            // Boxed and collected first: a lazy stream of borrowing async
+            // blocks trips the compiler's `Send` inference for the spawned
+            // sync task.
+            let jobs: Vec<BoxFuture<'_, (usize, Result<Value, WriteError>)>> = ready
+                .iter()
+                .enumerate()
+                .map(|(k, (_, target, c, w))| {
+                    let job: BoxFuture<'_, _> = Box::pin(async move {
+                        let result = this.write_one(target, c, w).await;
+                        if result.is_ok() {
+                            // Shown by `fleetbus clusters progress` while the wave runs.
+                            this.in_flight.settled();
+                        }
+                        (k, result)
+                    });
+                    job
+                })
+                .collect();
+            futures::stream::iter(jobs)
+                .buffer_unordered(WRITE_CONCURRENCY)
+                .collect()
+                .await
+        };
+        for (k, result) in results {
+            let Some((i, target, c, w)) = ready.get(k) else {
+                continue;
+            };
+            let outcome = self.written(target, c, w.replace.is_some(), result).await;
+            outcomes.push((*i, outcome));
+        }
+        outcomes
+    }
+
+    /// Folds the result of a create or replace at `target` into the state.
+    pub(in crate::sync) async fn written(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        replaced: bool,
+        result: Result<Value, WriteError>,
+    ) -> Outcome {
+        match result {
+            Ok(server) => {
+                if replaced {
+                    // The desired state moved: an open drift ends with it.
+                    self.drift_resolved(target).await;
+                }
+                self.wrote(target, c, server)
+            }
+            Err(e) => {
+                let live_rv = if replaced {
+                    self.kinds
+                        .get(&target.gvk())
+                        .and_then(|k| k.objects.get(&target.local_key()))
+                        .and_then(resource_version)
+                        .map(str::to_owned)
+                } else {
+                    None
+                };
+                self.failed(target, c, live_rv, e)
+            }
+        }
+    }
+
+    /// One create or replace (no state changes: they are folded in after
+    /// the wave).
+    pub(in crate::sync) async fn write_one(
+        &self,
+        target: &Target,
+        c: &Candidate,
+        w: &Write,
+    ) -> Result<Value, WriteError> {
+        let kind = self.kinds.get(&target.gvk());
+        let live = kind.and_then(|k| k.objects.get(&target.local_key()));
+        let Some(kind) = kind else {
+            // Classified as a write only while the kind is known, and the
+            // kinds do not change during a pass.
+            return Err(WriteError::Gone(target.to_string()));
+        };
+        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        match (&w.replace, live) {
+            (Some(exclude), Some(live)) => {
+                apply::replace(&self.ctx, &api, &c.desired, live, c.with_status, exclude).await
+            }
+            _ => apply::create(&self.ctx, &api, &c.desired, c.with_status).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::digest::Digest;
+    use crate::sync::model::meta::annotations_mut;
+    use crate::sync::rules::compile::{self as rules, RuleSet};
+    use fleetbus_schemas::subject::ObjectKey;
+    use serde_json::json;
+
+    fn rules() -> RuleSet {
+        let r = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+                       "metadata": {"name": "cm", "generation": 1},
+                       "spec": {"groupVersionKind": {"version": "v1", "kind": "ConfigMap"}}});
+        rules::compile(&[&r])
+    }
+
+    fn desired(value: &str, hash: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"namespace": "apps", "name": "c",
+                            "annotations": {well_known::ANNOTATION_ORIGIN_CLUSTER: "c1",
+                                            well_known::ANNOTATION_SOURCE_HASH: hash}},
+               "data": {"k": value}})
+    }
+
+    /// The live copy: the desired one as the server keeps it, at `rv`.
+    fn live(value: &str, rv: &str) -> Value {
+        let mut v = desired(value, "h");
+        if let Some(m) = v.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+            m.insert("resourceVersion".to_owned(), json!(rv));
+            m.insert("uid".to_owned(), json!("u1"));
+        }
+        v
+    }
+
+    fn candidate(value: &str, hash: &str) -> Candidate {
+        let d = desired(value, hash);
+        Candidate {
+            rule: "cm".to_owned(),
+            key: ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("apps"), "c"),
+            created: String::new(),
+            digest: Digest::of_desired(&d),
+            desired: std::sync::Arc::new(d),
+            with_status: false,
+            update: UpdatePolicy::Update,
+            create_namespace: false,
+        }
+    }
+
+    fn baseline(value: &str, server_rv: &str, verified: Option<&str>) -> Baseline {
+        Baseline {
+            desired: Digest::of_desired(&desired(value, "h")),
+            server: live(value, server_rv),
+            verified: verified.map(|rv| (rv.to_owned(), false)),
+        }
+    }
+
+    fn target() -> Target {
+        Target {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("apps".into()),
+            name: "c".into(),
+        }
+    }
+
+    fn view<'a>(rules: &'a RuleSet, live: Option<&'a Value>, b: Option<&'a Baseline>) -> View<'a> {
+        View {
+            retry: None,
+            namespaced: Some(true),
+            live,
+            namespace_exists: true,
+            baseline: b,
+            rule: rules.get("cm"),
+        }
+    }
+
+    fn kind_of(step: &Step) -> String {
+        match step {
+            Step::Done(Outcome::InSync, eq) => format!("in sync (equal: {eq})"),
+            Step::Done(o, _) => format!("done: {o:?}"),
+            Step::Verified(rv, _) => format!("verified at {rv:?}"),
+            Step::Write(w) => format!(
+                "{} (namespace {:?})",
+                if w.replace.is_some() {
+                    "replace"
+                } else {
+                    "create"
+                },
+                w.namespace
+            ),
+            Step::Serial(why) => format!("serial: {}", why_of(why)),
+        }
+    }
+
+    fn why_of(why: &Why) -> String {
+        match why {
+            Why::Recreate { namespace } => format!("recreate (namespace {namespace:?})"),
+            Why::Deleted { namespace, policy } => {
+                format!("deleted (namespace {namespace:?}, {:?})", policy.mode)
+            }
+            Why::Gone { namespace } => format!("gone (namespace {namespace:?})"),
+            Why::Namespace { name, then } => format!("namespace {name}, then {}", kind_of(then)),
+            Why::FirstLook { policy } => format!("first look ({:?})", policy.mode),
+            Why::Drift { policy } => format!("drift ({:?})", policy.mode),
+        }
+    }
+
+    fn decided(v: &View<'_>, c: &Candidate) -> String {
+        kind_of(&decide(v, &target(), c, Instant::now()))
+    }
+
+    #[test]
+    fn a_changed_desired_copy_is_written_even_when_the_live_version_was_verified() {
+        let rs = rules();
+        let l = live("a", "7");
+        let b = baseline("a", "7", Some("7"));
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h1")),
+            "in sync (equal: true)"
+        );
+        // Only the source hash moved: still nothing to write.
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h2")),
+            "in sync (equal: true)"
+        );
+        // The desired content moved, the live copy did not: replace.
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("b", "h2")),
+            "replace (namespace None)"
+        );
+    }
+
+    #[test]
+    fn a_copy_being_deleted_is_never_written_nor_in_sync() {
+        let rs = rules();
+        let mut doomed = live("a", "7");
+        doomed["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        doomed["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        let b = baseline("a", "7", Some("7"));
+        // Whatever the desired state (equal, changed) or the baseline (none
+        // after a collect or a restart): not written, not counted in sync.
+        for (base, c) in [
+            (Some(&b), candidate("a", "h")),
+            (Some(&b), candidate("b", "h2")),
+            (None, candidate("b", "h2")),
+        ] {
+            let got = decided(&view(&rs, Some(&doomed), base), &c);
+            assert!(
+                got.starts_with("done: Failed") && got.contains("example.com/hold"),
+                "{got}"
+            );
+        }
+        // Gone: created from the new source.
+        assert_eq!(
+            decided(&view(&rs, None, None), &candidate("b", "h2")),
+            "create (namespace None)"
+        );
+    }
+
+    #[test]
+    fn a_live_change_invalidates_the_verified_memo() {
+        let rs = rules();
+        let b = baseline("a", "7", Some("7"));
+        let c = candidate("a", "h");
+        // Someone edited the copy: a new resourceVersion and a new value. The
+        // memo no longer applies; the comparison finds drift (serial path).
+        let edited = live("edited", "8");
+        assert_eq!(
+            decided(&view(&rs, Some(&edited), Some(&b)), &c),
+            "serial: drift (Correct)"
+        );
+        // A new version equal to the baseline (a no-op update): compared,
+        // found equal, and remembered at the new version.
+        let touched = live("a", "9");
+        assert_eq!(
+            decided(&view(&rs, Some(&touched), Some(&b)), &c),
+            "verified at Some(\"9\")"
+        );
+        // Without a memo the same comparison is made.
+        let fresh = baseline("a", "7", None);
+        assert_eq!(
+            decided(&view(&rs, Some(&touched), Some(&fresh)), &c),
+            "verified at Some(\"9\")"
+        );
+        // A memo of another status mode does not count.
+        let mut with_status = c.clone();
+        with_status.with_status = true;
+        let same = live("a", "7");
+        assert_eq!(
+            decided(&view(&rs, Some(&same), Some(&b)), &with_status),
+            "verified at Some(\"7\")"
+        );
+    }
+
+    #[test]
+    fn missing_copies_are_created_concurrently_unless_a_baseline_makes_it_drift() {
+        let rs = rules();
+        let c = candidate("a", "h");
+        assert_eq!(
+            decided(&view(&rs, None, None), &c),
+            "create (namespace None)"
+        );
+        let b = baseline("a", "7", Some("7"));
+        assert_eq!(
+            decided(&view(&rs, None, Some(&b)), &c),
+            "serial: deleted (namespace None, Correct)"
+        );
+        // A missing namespace: created first when the rule says so.
+        let mut no_ns = view(&rs, None, None);
+        no_ns.namespace_exists = false;
+        assert_eq!(
+            decided(&no_ns, &c),
+            "done: Failed(\"namespace apps not found (set createNamespace: true to create it)\")"
+        );
+        let mut creates = c.clone();
+        creates.create_namespace = true;
+        assert_eq!(
+            decided(&no_ns, &creates),
+            "create (namespace Some(\"apps\"))"
+        );
+    }
+
+    #[test]
+    fn waiting_unwatched_and_first_looks_are_told_apart() {
+        let rs = rules();
+        let c = candidate("a", "h");
+        let l = live("a", "7");
+        let now = Instant::now();
+        let input = Input {
+            desired: Some(c.digest),
+            live_rv: Some("7".to_owned()),
+        };
+        let retry = Backoff {
+            attempts: 1,
+            at: now + std::time::Duration::from_secs(5),
+            error: "boom".to_owned(),
+            input,
+        };
+        let mut waiting = view(&rs, Some(&l), None);
+        waiting.retry = Some(&retry);
+        assert_eq!(
+            kind_of(&decide(&waiting, &target(), &c, now)),
+            "done: Failed(\"boom\")"
+        );
+        // What failed changed (someone edited the copy, or the source): tried
+        // again at once, down the usual path.
+        let edited = live("a", "8");
+        let mut changed = view(&rs, Some(&edited), None);
+        changed.retry = Some(&retry);
+        assert_eq!(
+            kind_of(&decide(&changed, &target(), &c, now)),
+            "serial: first look (Correct)"
+        );
+        let mut unwatched = view(&rs, Some(&l), None);
+        unwatched.namespaced = None;
+        assert_eq!(
+            decided(&unwatched, &c),
+            "done: Failed(\"kind v1 ConfigMap is not watched\")"
+        );
+        // No baseline: a dry run first.
+        assert_eq!(
+            decided(&view(&rs, Some(&l), None), &c),
+            "serial: first look (Correct)"
+        );
+        // An original object there: a conflict, decided without writing.
+        let mut original = l.clone();
+        if let Some(m) = annotations_mut(&mut original) {
+            m.clear();
+        }
+        assert!(decided(&view(&rs, Some(&original), None), &c).starts_with("done: Conflict"));
+    }
+
+    #[test]
+    fn a_missing_copy_we_wrote_says_why_it_is_serial() {
+        let rs = rules();
+        let b = baseline("a", "7", Some("7"));
+        // Create-only: created again, never drift.
+        let mut once = candidate("a", "h");
+        once.update = UpdatePolicy::CreateOnly;
+        assert_eq!(
+            decided(&view(&rs, None, Some(&b)), &once),
+            "serial: recreate (namespace None)"
+        );
+        // The desired state moved since: a plain create.
+        assert_eq!(
+            decided(&view(&rs, None, Some(&b)), &candidate("b", "h")),
+            "serial: gone (namespace None)"
+        );
+        // Unchanged: someone deleted it; the policy is read from the copy as
+        // last written, and a namespace to create comes along.
+        let mut paused = baseline("a", "7", None);
+        paused.server["metadata"]["annotations"][well_known::ANNOTATION_CORRECTION_PAUSED] =
+            json!("true");
+        let mut no_ns = view(&rs, None, Some(&paused));
+        no_ns.namespace_exists = false;
+        let mut creates = candidate("a", "h");
+        creates.create_namespace = true;
+        assert_eq!(
+            decided(&no_ns, &creates),
+            "serial: deleted (namespace Some(\"apps\"), Report)"
+        );
+    }
+
+    #[test]
+    fn a_live_copy_in_a_namespace_to_create_carries_what_follows() {
+        let rs = rules();
+        let l = live("a", "7");
+        let mut c = candidate("a", "h");
+        c.create_namespace = true;
+        let b = baseline("a", "7", Some("7"));
+        let mut v = view(&rs, Some(&l), Some(&b));
+        v.namespace_exists = false;
+        assert_eq!(
+            decided(&v, &c),
+            "serial: namespace apps, then in sync (equal: true)"
+        );
+        let edited = live("edited", "8");
+        v.live = Some(&edited);
+        assert_eq!(
+            decided(&v, &c),
+            "serial: namespace apps, then serial: drift (Correct)"
+        );
+        v.baseline = None;
+        assert_eq!(
+            decided(&v, &c),
+            "serial: namespace apps, then serial: first look (Correct)"
+        );
+    }
+
+    #[test]
+    fn a_scope_the_kind_does_not_have_fails_without_a_write() {
+        let rs = rules();
+        let c = candidate("a", "h");
+        let mut cluster_scoped = view(&rs, None, None);
+        cluster_scoped.namespaced = Some(false);
+        assert_eq!(
+            decided(&cluster_scoped, &c),
+            "done: Failed(\"the kind is cluster-scoped but the copy has a namespace\")"
+        );
+        let mut no_namespace = target();
+        no_namespace.namespace = None;
+        assert_eq!(
+            kind_of(&decide(
+                &view(&rs, None, None),
+                &no_namespace,
+                &c,
+                Instant::now()
+            )),
+            "done: Failed(\"the kind is namespaced but the copy has no namespace\")"
+        );
+    }
+}
