@@ -112,6 +112,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
             ok = false;
         }
     }
+    // The goals table of this run, from the verdicts the scenarios computed:
+    // BENCHMARKS.md's goals table is this one, copied as printed.
+    let goals = table::goals(&tables);
+    println!("{}", goals.markdown());
+    tables.push(goals);
     report::append(&opts.out, &header, &tables)?;
     eprintln!(
         "fleetbus-bench: appended {} table(s) to {}",

@@ -29,6 +29,19 @@ pub struct Table {
     /// Why the scenario did not run to its end (it stopped early, a sink did not
     /// catch up): the run then fails, whatever the samples say.
     pub incomplete: Option<String>,
+    /// The goals this table checked, with what was measured: the run's goals
+    /// table is made of these, so every verdict is the harness's own.
+    pub goals: Vec<Goal>,
+}
+
+/// One goal checked in a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Goal {
+    /// The goal as written in BENCHMARKS.md (e.g. "p99 ≤ 25 ms").
+    pub goal: String,
+    /// What the run measured.
+    pub measured: String,
+    pub met: bool,
 }
 
 impl Table {
@@ -40,12 +53,24 @@ impl Table {
             notes: Vec::new(),
             samples: 0,
             incomplete: None,
+            goals: Vec::new(),
         }
     }
 
     /// A table with [`LATENCY_HEADERS`].
     pub fn latency(title: &str) -> Self {
         Self::new(title, &LATENCY_HEADERS)
+    }
+
+    /// Records a goal's verdict from what was measured; returns "met" or
+    /// "MISSED" for the table's own notes.
+    pub fn goal(&mut self, goal: &str, measured: String, met: bool) -> &'static str {
+        self.goals.push(Goal {
+            goal: goal.to_owned(),
+            measured,
+            met,
+        });
+        crate::scenario::verdict(met)
     }
 
     /// Marks the table as not run to its end: a note says why, and the run fails.
@@ -106,9 +131,53 @@ pub fn ratio(d: Option<Duration>, base: Option<Duration>) -> String {
     }
 }
 
+/// The run's goals table: every goal a scenario checked, with what was
+/// measured and the verdict, in the order the scenarios ran.
+pub fn goals(tables: &[Table]) -> Table {
+    let mut t = Table::new(
+        "Goals of this run (verdicts computed by the harness)",
+        &["scenario", "goal", "measured", "verdict"],
+    );
+    for table in tables {
+        for g in &table.goals {
+            t.row([
+                table.title.clone(),
+                g.goal.clone(),
+                g.measured.clone(),
+                crate::scenario::verdict(g.met).to_owned(),
+            ]);
+        }
+    }
+    let missed = t.rows.iter().filter(|r| r[3] != "met").count();
+    t.samples = t.rows.len();
+    t.note(format!("{} goals checked, {missed} missed.", t.rows.len()));
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_goals_table_lists_every_checked_goal_with_its_verdict() {
+        let mut a = Table::new("2. Propagation", &["x"]);
+        assert_eq!(a.goal("p99 ≤ 25 ms", "30.00 ms".into(), false), "MISSED");
+        let mut b = Table::new("8. Wire size", &["x"]);
+        assert_eq!(b.goal("bytes ≤ 0.7× JSON", "0.37×".into(), true), "met");
+        let g = goals(&[a, Table::new("no goals", &["x"]), b]);
+        assert_eq!(
+            g.rows,
+            vec![
+                vec!["2. Propagation", "p99 ≤ 25 ms", "30.00 ms", "MISSED"],
+                vec!["8. Wire size", "bytes ≤ 0.7× JSON", "0.37×", "met"],
+            ]
+        );
+        assert!(
+            g.notes.iter().any(|n| n == "2 goals checked, 1 missed."),
+            "{:?}",
+            g.notes
+        );
+    }
 
     #[test]
     fn renders_latency_row_with_ratio_to_floor() {

@@ -8,7 +8,7 @@ use std::time::Instant;
 use fleetbus_schemas::envelope::{Envelope, ZSTD_MAGIC};
 use serde_json::{json, Value};
 
-use crate::scenario::{verdict, Ctx};
+use crate::scenario::Ctx;
 use crate::stats::{ms, Samples};
 use crate::table::Table;
 use crate::wire_objects;
@@ -85,9 +85,13 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         ]);
     }
     t.samples = if samples == usize::MAX { 0 } else { samples };
+    let v = t.goal(
+        "bytes sent ≤ 0.7× JSON",
+        format!("worst {worst_sent:.2}×"),
+        worst_sent <= 0.7,
+    );
     t.note(format!(
-        "goal ≤ 0.7× JSON on the bytes the agent sends: {} (worst {worst_sent:.2}). MessagePack alone: worst {worst_plain:.2} (it only saves the framing: Kubernetes objects are mostly strings, which it stores as they are); the zstd-3 frame (PROTOCOL §4.6) does the rest.",
-        verdict(worst_sent <= 0.7)
+        "goal ≤ 0.7× JSON on the bytes the agent sends: {v} (worst {worst_sent:.2}). MessagePack alone: worst {worst_plain:.2} (it only saves the framing: Kubernetes objects are mostly strings, which it stores as they are); the zstd-3 frame (PROTOCOL §4.6) does the rest."
     ));
     t.note("Sizes and times are the agent's own code (`Envelope::encode_msgpack`, `Envelope::encode`, `Envelope::decode`, libzstd through the `zstd` crate); encode includes the content hash.");
     Ok(vec![t])
