@@ -318,3 +318,38 @@ async fn create_rule(m: &Member) -> anyhow::Result<()> {
     .await
     .map_err(anyhow::Error::msg)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oracle::Source;
+
+    #[test]
+    fn convergence_waits_on_what_sinks_hold_not_on_their_history() {
+        let source = Source {
+            origin: "c1".into(),
+            namespace: NS.into(),
+            name: "c1-w0-0".into(),
+        };
+        let sink = "c2".to_owned();
+        assert!(held_not_right(&Violation::Missing {
+            sink: sink.clone(),
+            source: source.clone()
+        }));
+        assert!(held_not_right(&Violation::Extra {
+            sink: sink.clone(),
+            source: source.clone()
+        }));
+        // Already happened: waiting longer cannot undo it, the row reports it.
+        assert!(!held_not_right(&Violation::WentBack {
+            sink: sink.clone(),
+            source: source.clone(),
+            from: 3,
+            to: 2
+        }));
+        assert!(!held_not_right(&Violation::DeletedWhilePresent {
+            sink,
+            source
+        }));
+    }
+}

@@ -91,6 +91,7 @@ pub fn write(out: &Path, command: &str, short: bool, rows: &[Row]) -> std::io::R
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use std::time::Duration;
 
@@ -130,10 +131,10 @@ mod tests {
     #[test]
     fn a_new_run_replaces_the_previous_table_and_keeps_the_prose() {
         let dir = std::env::temp_dir().join(format!("chaos-report-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_default();
+        std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join("R.md");
-        std::fs::write(&path, "# Reliability\n\nProse.\n").unwrap_or_default();
-        write(&path, "fleetbus-chaos all", false, &[row(vec![], None)]).unwrap_or_default();
+        std::fs::write(&path, "# Reliability\n\nProse.\n").expect("write");
+        write(&path, "fleetbus-chaos all", false, &[row(vec![], None)]).expect("first run");
         write(
             &path,
             "fleetbus-chaos all --short",
@@ -141,7 +142,7 @@ mod tests {
             &[row(vec![], None)],
         )
         .unwrap_or_default();
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let text = std::fs::read_to_string(&path).expect("read");
         assert!(text.starts_with("# Reliability\n\nProse.\n"), "{text}");
         assert_eq!(text.matches("chaos:begin").count(), 1, "{text}");
         assert!(
