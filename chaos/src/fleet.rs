@@ -204,6 +204,7 @@ impl Fleet {
         }
         let model = self.rule_model();
         let start = Instant::now();
+        let mut progress = start;
         loop {
             let mut held = Vec::new();
             for n in &self.nodes {
@@ -220,6 +221,15 @@ impl Fleet {
                     after: Some(start.elapsed()),
                     violations,
                 });
+            }
+            // A long wait says how far it got (a slow catch-up vs a stuck one).
+            if progress.elapsed() >= Duration::from_secs(10) {
+                progress = Instant::now();
+                let left = violations.iter().filter(|v| held_not_right(v)).count();
+                eprintln!(
+                    "fleetbus-chaos: converging for {:.0} s: {left} copies not right yet",
+                    start.elapsed().as_secs_f64()
+                );
             }
             if start.elapsed() > deadline {
                 return Ok(Converged {
