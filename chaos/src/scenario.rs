@@ -271,6 +271,7 @@ async fn api_down(seed: u64, size: Size) -> anyhow::Result<Row> {
             .nodes
             .last()
             .ok_or_else(|| anyhow::anyhow!("no node"))?;
+        let until = Instant::now() + outage;
         node.api.set(Fault::Cut);
         node.member.cluster.pause()?;
         let unready = try_wait_for("/readyz 503", outage, || async {
@@ -283,7 +284,7 @@ async fn api_down(seed: u64, size: Size) -> anyhow::Result<Row> {
         if let Err(e) = unready {
             extra.push(format!("{}: {e}", node.name()));
         }
-        tokio::time::sleep(outage.saturating_sub(Duration::from_secs(1))).await;
+        tokio::time::sleep_until(until.into()).await;
         node.member.cluster.resume()?;
         node.api.set(Fault::Pass);
         Instant::now()
