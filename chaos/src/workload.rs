@@ -20,7 +20,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
-use crate::oracle::{Listed, Oracle, Seen, Source};
+use crate::oracle::{Copy, Listed, Oracle, Seen, Source};
 
 /// The data key carrying the sequence number of a version.
 pub const SEQ: &str = "seq";
@@ -218,6 +218,31 @@ fn copy_of(cm: &ConfigMap, namespace: &str) -> Option<(Source, String)> {
         },
         uid,
     ))
+}
+
+/// The copies `sink` holds in `namespace` now (for [`Oracle::check`]).
+pub async fn list_sink(
+    sink: &str,
+    client: &kube::Client,
+    namespace: &str,
+) -> kube::Result<Vec<Copy>> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let list = api.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|cm| {
+            let (source, origin_uid) = copy_of(&cm, namespace)?;
+            Some(Copy {
+                sink: sink.to_owned(),
+                origin: source.origin,
+                namespace: source.namespace,
+                name: source.name,
+                origin_uid,
+                data: cm.data.unwrap_or_default(),
+            })
+        })
+        .collect())
 }
 
 /// Watches the copies in `namespace` on `sink` and records every version and

@@ -1,0 +1,365 @@
+//! A fleet of real processes for one scenario: a nats-server with a file
+//! store and, per cluster, a devcluster and its agent (`tests/support`'s
+//! `Member`), the agent reaching NATS and its API server through a [`Proxy`]
+//! each so that a scenario can cut, stall or slow either link.
+//!
+//! One ResourceSyncRule, created on the first cluster, copies the ConfigMaps
+//! of [`NS`] from every cluster to every other; [`Fleet::rule_model`] is the
+//! runner's model of it for the oracle.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use fleetbus_testsupport::{
+    try_wait_for, Agent, AgentCommand, DevCluster, DevClusterOpts, Member, NatsServer,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
+use kube::Api;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::oracle::{Oracle, RuleModel, Violation};
+use crate::proxy::Proxy;
+use crate::workload::{list_origin, list_sink, lock, watch_sink, Done, Shared, Writer};
+
+/// The namespace the workload writes in and the rule matches.
+pub const NS: &str = "load";
+/// How long starting a process or creating the rule may take.
+pub const SETUP: Duration = Duration::from_secs(60);
+/// The devcluster's `/debug/writes` key of ConfigMaps.
+const CONFIGMAPS: &str = "core/configmaps";
+
+/// One cluster of the fleet and the two proxies in front of its agent.
+pub struct Node {
+    pub member: Member,
+    /// Between the agent and NATS.
+    pub nats: Proxy,
+    /// Between the agent and its API server (the agent's kubeconfig points here).
+    pub api: Proxy,
+}
+
+impl Node {
+    pub fn name(&self) -> &str {
+        &self.member.name
+    }
+
+    /// ConfigMap writes the devcluster served so far (`/debug/writes`).
+    pub async fn configmap_writes(&self) -> anyhow::Result<u64> {
+        let w = self.member.cluster.writes().await?;
+        Ok(w.get(CONFIGMAPS).and_then(|v| v.as_u64()).unwrap_or(0))
+    }
+
+    /// Waits until the agent's `/readyz` answers 200.
+    pub async fn wait_ready(&self) -> anyhow::Result<()> {
+        try_wait_for(&format!("{} /readyz", self.name()), SETUP, || async {
+            match self.member.readyz() {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", log_tail(&self.member.agent.log())))
+    }
+}
+
+/// The last lines of a log, for an error.
+fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// The running fleet, the oracle its watches and writers feed, and the
+/// watches themselves.
+pub struct Fleet {
+    pub nats: NatsServer,
+    pub nodes: Vec<Node>,
+    pub oracle: Shared,
+    watch_stop: CancellationToken,
+    watches: Vec<JoinHandle<()>>,
+}
+
+/// Writers running on every origin until [`Load::stop`].
+pub struct Load {
+    stop: CancellationToken,
+    writers: Vec<JoinHandle<Done>>,
+}
+
+impl Load {
+    /// Stops the writers and waits for their last write to end (again: nothing).
+    pub async fn stop(&mut self) -> Done {
+        self.stop.cancel();
+        let mut total = Done::default();
+        for w in self.writers.drain(..) {
+            // A writer that panicked left nothing the final list does not settle.
+            if let Ok(d) = w.await {
+                total.acknowledged += d.acknowledged;
+                total.failed += d.failed;
+            }
+        }
+        total
+    }
+}
+
+/// How a scenario's convergence ended.
+pub struct Converged {
+    /// Time from the start of the wait until every sink held what the oracle
+    /// expects (None: the deadline passed first).
+    pub after: Option<Duration>,
+    /// Every violation at the end (history ones included).
+    pub violations: Vec<Violation>,
+}
+
+impl Fleet {
+    /// Starts NATS and the clusters `names`, each agent through its proxies,
+    /// creates the rule and starts a watch on every sink.
+    pub async fn start(names: &[&str]) -> anyhow::Result<Fleet> {
+        let nats = NatsServer::start()?;
+        let mut nodes = Vec::new();
+        for name in names {
+            nodes.push(start_node(name, &nats).await?);
+        }
+        for node in &nodes {
+            node.wait_ready().await?;
+        }
+        create_rule(&nodes[0].member).await?;
+        let oracle: Shared = Arc::new(Mutex::new(Oracle::default()));
+        let watch_stop = CancellationToken::new();
+        let mut watches = Vec::new();
+        for node in &nodes {
+            watches.push(
+                watch_sink(
+                    node.name().to_owned(),
+                    node.member.client.clone(),
+                    NS.to_owned(),
+                    oracle.clone(),
+                    watch_stop.clone(),
+                )
+                .await,
+            );
+        }
+        Ok(Fleet {
+            nats,
+            nodes,
+            oracle,
+            watch_stop,
+            watches,
+        })
+    }
+
+    /// Every cluster copies to every other.
+    pub fn rule_model(&self) -> RuleModel {
+        let all: BTreeSet<String> = self.nodes.iter().map(|n| n.name().to_owned()).collect();
+        RuleModel {
+            namespaces: BTreeSet::from([NS.to_owned()]),
+            sources: all.clone(),
+            sinks: all,
+        }
+    }
+
+    /// Starts `per_origin` writers on every cluster, each owning `objects`
+    /// objects and pausing `pace` between steps; seeded from `seed`.
+    pub fn start_load(&self, seed: u64, per_origin: usize, objects: usize, pace: Duration) -> Load {
+        let stop = CancellationToken::new();
+        let mut writers = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            for index in 0..per_origin {
+                let w = Writer {
+                    origin: node.name().to_owned(),
+                    client: node.member.client.clone(),
+                    namespace: NS.to_owned(),
+                    index,
+                    objects,
+                    pace,
+                };
+                // Each origin's writers draw from their own streams.
+                let seed = seed.wrapping_add((i as u64).wrapping_mul(0x1000_0001));
+                writers.push(tokio::spawn(w.run(seed, self.oracle.clone(), stop.clone())));
+            }
+        }
+        Load { stop, writers }
+    }
+
+    /// ConfigMap writes all devclusters served so far.
+    pub async fn configmap_writes(&self) -> anyhow::Result<u64> {
+        let mut sum = 0;
+        for n in &self.nodes {
+            sum += n.configmap_writes().await?;
+        }
+        Ok(sum)
+    }
+
+    /// Settles the oracle from every origin's list, then polls every sink
+    /// until it holds what the oracle expects or `deadline` passes.
+    pub async fn converge(&self, deadline: Duration) -> anyhow::Result<Converged> {
+        for n in &self.nodes {
+            let listed = list_origin(&n.member.client, n.name(), NS)
+                .await
+                .with_context(|| format!("list origin {}", n.name()))?;
+            lock(&self.oracle).settle(n.name(), listed);
+        }
+        let model = self.rule_model();
+        let start = Instant::now();
+        let mut progress = start;
+        loop {
+            let mut held = Vec::new();
+            for n in &self.nodes {
+                // A sink that does not answer yet is not converged.
+                if let Ok(copies) = list_sink(n.name(), &n.member.client, NS).await {
+                    held.extend(copies);
+                }
+            }
+            let violations = lock(&self.oracle).check(&model, &held);
+            // What a sink did during the run (went back, deleted while
+            // present) never heals: convergence is about what it holds.
+            if !violations.iter().any(held_not_right) {
+                return Ok(Converged {
+                    after: Some(start.elapsed()),
+                    violations,
+                });
+            }
+            // A long wait says how far it got (a slow catch-up vs a stuck one).
+            if progress.elapsed() >= Duration::from_secs(10) {
+                progress = Instant::now();
+                let left = violations.iter().filter(|v| held_not_right(v)).count();
+                eprintln!(
+                    "fleetbus-chaos: converging for {:.0} s: {left} copies not right yet",
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            if start.elapsed() > deadline {
+                return Ok(Converged {
+                    after: None,
+                    violations,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Stops the watches (the processes stop when the fleet is dropped).
+    pub async fn stop_watches(&mut self) {
+        self.watch_stop.cancel();
+        for w in self.watches.drain(..) {
+            let _ = w.await;
+        }
+    }
+}
+
+/// A violation of what a sink holds now (not of its history).
+fn held_not_right(v: &Violation) -> bool {
+    matches!(
+        v,
+        Violation::Missing { .. } | Violation::Stale { .. } | Violation::Extra { .. }
+    )
+}
+
+/// Starts a devcluster named `name` with namespace [`NS`], and its agent
+/// reaching `nats` and the devcluster through a proxy each.
+async fn start_node(name: &str, nats: &NatsServer) -> anyhow::Result<Node> {
+    let nats_proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], nats.port()))).await?;
+    let cmd = AgentCommand::new(name).nats_url(format!("nats://{}", nats_proxy.addr()));
+    let mut member = Member::prepare(DevClusterOpts::new(name), cmd.clone()).await?;
+    let api = Proxy::start(SocketAddr::from(([127, 0, 0, 1], member.cluster.port()))).await?;
+    let kubeconfig = kubeconfig_via(&member.cluster, &api)?;
+    let metrics: SocketAddr = member.metrics_addr.parse()?;
+    member.agent = Agent::prepare(cmd.kubeconfig(kubeconfig).metrics_addr(metrics).argv())?;
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(NS.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(member.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .with_context(|| format!("{name}: create namespace {NS}"))?;
+    member.agent.spawn()?;
+    Ok(Node {
+        member,
+        nats: nats_proxy,
+        api,
+    })
+}
+
+/// A copy of the devcluster's kubeconfig whose server is the proxy (the
+/// certificate names 127.0.0.1 either way).
+fn kubeconfig_via(cluster: &DevCluster, proxy: &Proxy) -> anyhow::Result<PathBuf> {
+    let original = std::fs::read_to_string(cluster.kubeconfig())
+        .with_context(|| format!("read {}", cluster.kubeconfig().display()))?;
+    let url = cluster.url();
+    let scheme = url.split("://").next().unwrap_or("http");
+    let via = original.replace(url, &format!("{scheme}://{}", proxy.addr()));
+    anyhow::ensure!(via != original, "kubeconfig does not name {url}");
+    let path = cluster.kubeconfig().with_file_name("kubeconfig-via-proxy");
+    std::fs::write(&path, via)?;
+    Ok(path)
+}
+
+/// The ResourceSyncRule for ConfigMaps in [`NS`], on `m` (the built-in rule
+/// copies it to every cluster).
+async fn create_rule(m: &Member) -> anyhow::Result<()> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("fleetbus.io", "v1alpha1", "ResourceSyncRule"),
+        "resourcesyncrules",
+    );
+    let rule: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "fleetbus.io/v1alpha1",
+        "kind": "ResourceSyncRule",
+        "metadata": {"name": "chaos"},
+        "spec": {
+            "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "rules": [{"match": [{"namespaces": [NS]}]}],
+        },
+    }))?;
+    // The CRD is installed by the agent at start; retry until it is served.
+    try_wait_for("rule created", SETUP, || async {
+        Api::<DynamicObject>::all_with(m.client.clone(), &ar)
+            .create(&PostParams::default(), &rule)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(anyhow::Error::msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oracle::Source;
+
+    #[test]
+    fn convergence_waits_on_what_sinks_hold_not_on_their_history() {
+        let source = Source {
+            origin: "c1".into(),
+            namespace: NS.into(),
+            name: "c1-w0-0".into(),
+        };
+        let sink = "c2".to_owned();
+        assert!(held_not_right(&Violation::Missing {
+            sink: sink.clone(),
+            source: source.clone()
+        }));
+        assert!(held_not_right(&Violation::Extra {
+            sink: sink.clone(),
+            source: source.clone()
+        }));
+        // Already happened: waiting longer cannot undo it, the row reports it.
+        assert!(!held_not_right(&Violation::WentBack {
+            sink: sink.clone(),
+            source: source.clone(),
+            from: 3,
+            to: 2
+        }));
+        assert!(!held_not_right(&Violation::DeletedWhilePresent {
+            sink,
+            source
+        }));
+    }
+}

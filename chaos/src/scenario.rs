@@ -1,0 +1,368 @@
+//! The scenarios: each builds a [`Fleet`], runs the workload, injects its
+//! faults while the workload runs, stops it, waits for convergence and
+//! checks the oracle's invariants plus its own (writes, drift, readiness).
+
+use std::time::{Duration, Instant};
+
+use fleetbus_testsupport::try_wait_for;
+use futures::StreamExt;
+
+use crate::fleet::{Fleet, Load, SETUP};
+use crate::proxy::Fault;
+use crate::workload::lock;
+
+/// Every scenario, in the order `all` runs them, with what it shows.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("restart", "agent restart with nothing changed: zero writes, zero drift events"),
+    ("nats-kill", "nats-server kill -9 and restart under churn: nothing lost, converged after"),
+    ("partition", "one agent cut from NATS under churn: keeps its copies, converges after the heal"),
+    ("api-down", "an agent's API server unreachable (proxy cut + SIGSTOP): /readyz 503, converged after"),
+    ("catchup-kill", "sink agent kill -9 in the middle of a catch-up, restarted: converged, nothing lost or extra"),
+    ("flapping", "an agent's NATS link cut 2 s every 5 s under churn: converged after"),
+];
+
+/// The clusters of every fleet (every one an origin and a sink).
+const CLUSTERS: &[&str] = &["c1", "c2", "c3"];
+/// How long the sinks may take to converge once the workload stopped.
+const CONVERGE: Duration = Duration::from_secs(90);
+/// After convergence, how long the fleet must stay without ConfigMap writes
+/// (every cluster copies to every other: a ping-pong would write here).
+const QUIET: Duration = Duration::from_secs(3);
+
+/// One scenario's result: a row of the report.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub scenario: String,
+    pub seed: u64,
+    /// From the end of the last fault to convergence (None: not converged).
+    pub converged: Option<Duration>,
+    /// Source objects the oracle checked.
+    pub objects: usize,
+    /// Acknowledged writes (creates, updates, deletes) on the origins.
+    pub changes: u64,
+    /// The sinks' ConfigMap writes ÷ changes.
+    pub writes_per_change: f64,
+    /// Every invariant that did not hold, objects named.
+    pub violations: Vec<String>,
+}
+
+impl Row {
+    pub fn passed(&self) -> bool {
+        self.converged.is_some() && self.violations.is_empty()
+    }
+
+    /// A row for a scenario that could not run to its end.
+    pub fn error(scenario: &str, seed: u64, e: &anyhow::Error) -> Row {
+        Row {
+            scenario: scenario.to_owned(),
+            seed,
+            converged: None,
+            objects: 0,
+            changes: 0,
+            writes_per_change: 0.0,
+            violations: vec![format!("error: {e:#}")],
+        }
+    }
+}
+
+/// The sizes of a run: seconds each (`--short`, CI) or the full version.
+#[derive(Debug, Clone, Copy)]
+pub struct Size {
+    /// Churn before the fault and after it.
+    churn: Duration,
+    /// Writers per origin and objects per writer.
+    writers: usize,
+    objects: usize,
+    pace: Duration,
+    /// How long a cut, a pause or an outage lasts.
+    outage: Duration,
+    /// Cycles of the flapping link.
+    flaps: usize,
+    /// Objects written while a sink's agent is down (catch-up scenario).
+    backlog: usize,
+}
+
+impl Size {
+    pub fn new(short: bool) -> Size {
+        if short {
+            Size {
+                churn: Duration::from_secs(2),
+                writers: 2,
+                objects: 10,
+                pace: Duration::from_millis(20),
+                outage: Duration::from_secs(6),
+                flaps: 2,
+                backlog: 300,
+            }
+        } else {
+            Size {
+                churn: Duration::from_secs(20),
+                writers: 4,
+                objects: 50,
+                pace: Duration::from_millis(10),
+                outage: Duration::from_secs(60),
+                flaps: 24,
+                backlog: 10_000,
+            }
+        }
+    }
+}
+
+/// Runs scenario `name`; an error (a process that did not start) is a failed row.
+pub async fn run(name: &str, seed: u64, size: Size) -> Row {
+    let result = match name {
+        "restart" => restart(seed, size).await,
+        "nats-kill" => nats_kill(seed, size).await,
+        "partition" => partition(seed, size).await,
+        "api-down" => api_down(seed, size).await,
+        "catchup-kill" => catchup_kill(seed, size).await,
+        "flapping" => flapping(seed, size).await,
+        other => Err(anyhow::anyhow!("no scenario {other}")),
+    };
+    result.unwrap_or_else(|e| Row::error(name, seed, &e))
+}
+
+/// A fleet with its workload running, and the writes counted before it.
+struct Running {
+    fleet: Fleet,
+    load: Load,
+    writes_before: u64,
+}
+
+async fn start(seed: u64, size: Size) -> anyhow::Result<Running> {
+    let fleet = Fleet::start(CLUSTERS).await?;
+    let writes_before = fleet.configmap_writes().await?;
+    let load = fleet.start_load(seed, size.writers, size.objects, size.pace);
+    Ok(Running {
+        fleet,
+        load,
+        writes_before,
+    })
+}
+
+/// Stops the workload, waits for convergence, checks the quiet period and
+/// makes the row; `last_fault` is when the last fault ended.
+async fn finish(
+    name: &str,
+    seed: u64,
+    mut run: Running,
+    last_fault: Instant,
+    mut extra: Vec<String>,
+) -> anyhow::Result<Row> {
+    run.load.stop().await;
+    let conv = run.fleet.converge(CONVERGE).await?;
+    let converged = conv.after.map(|_| last_fault.elapsed());
+    let writes = run.fleet.configmap_writes().await? - run.writes_before;
+    if converged.is_some() {
+        tokio::time::sleep(QUIET).await;
+        let later = run.fleet.configmap_writes().await? - run.writes_before;
+        if later != writes {
+            extra.push(format!(
+                "{} ConfigMap writes in the {QUIET:?} after convergence (ping-pong?)",
+                later - writes
+            ));
+        }
+    }
+    run.fleet.stop_watches().await;
+    let (objects, changes) = {
+        let o = lock(&run.fleet.oracle);
+        (o.objects(), o.acknowledged_writes())
+    };
+    // The devclusters count the origins' own writes too: take them out.
+    let sink_writes = writes.saturating_sub(changes);
+    let mut violations: Vec<String> = conv.violations.iter().map(ToString::to_string).collect();
+    violations.extend(extra);
+    Ok(Row {
+        scenario: name.to_owned(),
+        seed,
+        converged,
+        objects,
+        changes,
+        writes_per_change: if changes == 0 {
+            0.0
+        } else {
+            sink_writes as f64 / changes as f64
+        },
+        violations,
+    })
+}
+
+/// Converged churn, then every agent restarted: no write, no drift event.
+async fn restart(seed: u64, size: Size) -> anyhow::Result<Row> {
+    let mut run = start(seed, size).await?;
+    tokio::time::sleep(size.churn).await;
+    run.load.stop().await;
+    let conv = run.fleet.converge(CONVERGE).await?;
+    anyhow::ensure!(conv.after.is_some(), "not converged before the restarts");
+    let nats = async_nats::connect(run.fleet.nats.url()).await?;
+    let mut drift = nats.subscribe("fleetbus.drift.>").await?;
+    nats.flush().await?;
+    let before = run.fleet.configmap_writes().await?;
+    for node in &mut run.fleet.nodes {
+        node.member.agent.stop();
+        node.member.agent.spawn()?;
+    }
+    for node in &run.fleet.nodes {
+        node.wait_ready().await?;
+    }
+    let last_fault = Instant::now();
+    tokio::time::sleep(size.churn + QUIET).await;
+    let mut extra = Vec::new();
+    let after = run.fleet.configmap_writes().await?;
+    if after != before {
+        extra.push(format!(
+            "{} ConfigMap writes after restarting every agent with nothing changed",
+            after - before
+        ));
+    }
+    let mut events = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), drift.next()).await {
+        events += 1;
+    }
+    if events > 0 {
+        extra.push(format!("{events} drift events with nothing edited"));
+    }
+    finish("restart", seed, run, last_fault, extra).await
+}
+
+/// nats-server SIGKILLed under churn, restarted on its file store.
+async fn nats_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
+    let mut run = start(seed, size).await?;
+    tokio::time::sleep(size.churn).await;
+    run.fleet.nats.kill();
+    tokio::time::sleep(size.outage.min(Duration::from_secs(10)) / 2).await;
+    run.fleet.nats.restart()?;
+    let last_fault = Instant::now();
+    tokio::time::sleep(size.churn).await;
+    finish("nats-kill", seed, run, last_fault, Vec::new()).await
+}
+
+/// The last cluster's agent cut from NATS while every origin churns.
+async fn partition(seed: u64, size: Size) -> anyhow::Result<Row> {
+    let run = start(seed, size).await?;
+    tokio::time::sleep(size.churn).await;
+    let cut = run.fleet.nodes.last().map(|n| &n.nats);
+    set(cut, Fault::Cut);
+    tokio::time::sleep(size.outage).await;
+    set(cut, Fault::Pass);
+    let last_fault = Instant::now();
+    tokio::time::sleep(size.churn).await;
+    finish("partition", seed, run, last_fault, Vec::new()).await
+}
+
+fn set(proxy: Option<&crate::proxy::Proxy>, fault: Fault) {
+    if let Some(p) = proxy {
+        p.set(fault);
+    }
+}
+
+/// The last cluster's API server cut from its agent and SIGSTOPped.
+async fn api_down(seed: u64, size: Size) -> anyhow::Result<Row> {
+    let mut run = start(seed, size).await?;
+    tokio::time::sleep(size.churn).await;
+    let mut extra = Vec::new();
+    let outage = size
+        .outage
+        .min(Duration::from_secs(30))
+        .max(Duration::from_secs(8));
+    let last_fault = {
+        let node = run
+            .fleet
+            .nodes
+            .last()
+            .ok_or_else(|| anyhow::anyhow!("no node"))?;
+        let until = Instant::now() + outage;
+        node.api.set(Fault::Cut);
+        node.member.cluster.pause()?;
+        let unready = try_wait_for("/readyz 503", outage, || async {
+            match node.member.readyz() {
+                Ok((503, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        if let Err(e) = unready {
+            extra.push(format!("{}: {e}", node.name()));
+        }
+        tokio::time::sleep_until(until.into()).await;
+        node.member.cluster.resume()?;
+        node.api.set(Fault::Pass);
+        Instant::now()
+    };
+    tokio::time::sleep(size.churn).await;
+    if let Some(node) = run.fleet.nodes.last_mut() {
+        if !node.member.agent.is_running() {
+            extra.push(format!(
+                "{}: the agent exited while its API server was down",
+                node.name()
+            ));
+        }
+    }
+    finish("api-down", seed, run, last_fault, extra).await
+}
+
+/// The last cluster's agent down while the others write a backlog, started,
+/// SIGKILLed in the middle of its catch-up and started again.
+async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
+    let mut fleet = Fleet::start(CLUSTERS).await?;
+    let writes_before = fleet.configmap_writes().await?;
+    let sink = fleet.nodes.len() - 1;
+    fleet.nodes[sink].member.agent.stop();
+    // The backlog: writers that only create (objects ≫ steps) until it is written.
+    let per_writer = size.backlog / (2 * size.writers.max(1));
+    let load = fleet.start_load(seed, size.writers, per_writer * 4, Duration::ZERO);
+    let target = size.backlog as u64;
+    try_wait_for("backlog written", SETUP * 10, || async {
+        let n = lock(&fleet.oracle).acknowledged_writes();
+        if n >= target {
+            Ok(())
+        } else {
+            Err(format!("{n} of {target}"))
+        }
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    let run = {
+        let node = &mut fleet.nodes[sink];
+        node.member.agent.spawn()?;
+        // Kill it once a tenth of the backlog reached it (or after 10 s).
+        let client = node.member.client.clone();
+        let name = node.name().to_owned();
+        let _ = try_wait_for("catch-up under way", Duration::from_secs(10), || async {
+            let n = crate::workload::list_sink(&name, &client, crate::fleet::NS)
+                .await
+                .map(|c| c.len())
+                .unwrap_or(0);
+            if n as u64 >= target / 10 {
+                Ok(())
+            } else {
+                Err(format!("{n}"))
+            }
+        })
+        .await;
+        node.member.agent.kill9();
+        node.member.agent.spawn()?;
+        Running {
+            fleet,
+            load,
+            writes_before,
+        }
+    };
+    let last_fault = Instant::now();
+    finish("catchup-kill", seed, run, last_fault, Vec::new()).await
+}
+
+/// The last cluster's NATS link cut 2 s in every 5 s while origins churn.
+async fn flapping(seed: u64, size: Size) -> anyhow::Result<Row> {
+    let run = start(seed, size).await?;
+    let link = run.fleet.nodes.last().map(|n| &n.nats);
+    for _ in 0..size.flaps {
+        set(link, Fault::Cut);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        set(link, Fault::Pass);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    let last_fault = Instant::now();
+    tokio::time::sleep(size.churn).await;
+    finish("flapping", seed, run, last_fault, Vec::new()).await
+}

@@ -1,0 +1,88 @@
+//! CI's run of every scenario's short version (seconds each) against real
+//! processes, one test per scenario so that nextest runs them side by side
+//! and a hung one is killed alone. Each asserts that its row passed: every
+//! invariant held and the fleet converged. The table goes to a temporary
+//! file, not to docs/RELIABILITY.md.
+#![allow(clippy::expect_used)]
+
+use std::process::Command;
+
+/// The scenarios tested here; `every_scenario_is_run_in_ci` keeps it whole.
+const TESTED: &[&str] = &[
+    "restart",
+    "nats-kill",
+    "partition",
+    "api-down",
+    "catchup-kill",
+    "flapping",
+];
+
+fn chaos(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fleetbus-chaos"))
+        .args(args)
+        .output()
+        .expect("run fleetbus-chaos")
+}
+
+fn short(scenario: &str) {
+    let out = tempfile::Builder::new()
+        .suffix(".md")
+        .tempfile()
+        .expect("temp file");
+    let path = out.path().to_str().expect("utf-8 temp path");
+    let run = chaos(&[scenario, "--short", "--seed", "1", "--out", path]);
+    let report = std::fs::read_to_string(out.path()).expect("read report");
+    assert!(
+        run.status.success(),
+        "fleetbus-chaos {scenario} --short --seed 1 failed ({}):\n{report}\nstderr:\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(report.contains("SHORT run"), "{report}");
+    assert!(
+        report.contains(&format!("| {scenario} | 1 | pass |")),
+        "{report}"
+    );
+    assert!(!report.contains("FAIL"), "{report}");
+}
+
+#[test]
+fn every_scenario_is_run_in_ci() {
+    let list = chaos(&["list"]);
+    assert!(list.status.success());
+    let listed: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert_eq!(listed, TESTED, "add the new scenario's short run below");
+}
+
+#[test]
+fn restart() {
+    short("restart");
+}
+
+#[test]
+fn nats_kill() {
+    short("nats-kill");
+}
+
+#[test]
+fn partition() {
+    short("partition");
+}
+
+#[test]
+fn api_down() {
+    short("api-down");
+}
+
+#[test]
+fn catchup_kill() {
+    short("catchup-kill");
+}
+
+#[test]
+fn flapping() {
+    short("flapping");
+}
