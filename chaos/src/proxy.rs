@@ -150,13 +150,17 @@ impl Proxy {
 
     /// Switches every connection (and every new one) to `fault` at once.
     pub fn set(&self, fault: Fault) {
+        // Under the connection list's lock, like the accept loop's check and
+        // push: a connection accepted while the cut is being set is either
+        // in the list (and closed here) or sees the cut (and is refused).
+        let mut conns = lock(&self.conns);
+        self.fault.send_replace(fault);
         if fault == Fault::Cut {
             // Closed now, not when their next chunk arrives.
-            for c in lock(&self.conns).drain(..) {
+            for c in conns.drain(..) {
                 c.abort();
             }
         }
-        self.fault.send_replace(fault);
     }
 
     /// The fault in force.
@@ -203,6 +207,8 @@ async fn accept_loop(
             }
         };
         counters.connections.fetch_add(1, Ordering::Relaxed);
+        // See `Proxy::set`: checked and registered under the list's lock.
+        let mut list = lock(&conns);
         if *fault.borrow() == Fault::Cut {
             drop(client);
             continue;
@@ -213,7 +219,6 @@ async fn accept_loop(
             fault.subscribe(),
             counters.clone(),
         ));
-        let mut list = lock(&conns);
         list.retain(|c| !c.is_finished());
         list.push(task.abort_handle());
     }
