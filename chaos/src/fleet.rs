@@ -17,8 +17,7 @@ use anyhow::Context;
 use fleetbus_testsupport::{
     try_wait_for, Agent, AgentCommand, DevCluster, DevClusterOpts, Member, NatsServer,
 };
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::Api;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -268,17 +267,7 @@ async fn start_node(name: &str, nats: &NatsServer) -> anyhow::Result<Node> {
     let kubeconfig = kubeconfig_via(&member.cluster, &api)?;
     let metrics: SocketAddr = member.metrics_addr.parse()?;
     member.agent = Agent::prepare(cmd.kubeconfig(kubeconfig).metrics_addr(metrics).argv())?;
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(NS.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<Namespace>::all(member.client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .with_context(|| format!("{name}: create namespace {NS}"))?;
+    member.create_namespace(NS).await?;
     member.agent.spawn()?;
     Ok(Node {
         member,

@@ -245,6 +245,26 @@ pub struct Override {
     pub value: Option<String>,
 }
 
+impl Override {
+    /// `replace` of `path` with the template `value`.
+    pub fn replace(path: &str, value: &str) -> Override {
+        Override {
+            type_: OverrideType::Replace,
+            path: path.into(),
+            value: Some(value.into()),
+        }
+    }
+
+    /// `remove` of `path`.
+    pub fn remove(path: &str) -> Override {
+        Override {
+            type_: OverrideType::Remove,
+            path: path.into(),
+            value: None,
+        }
+    }
+}
+
 /// Kind of override.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "lowercase")]

@@ -903,19 +903,11 @@ mod tests {
     }
 
     fn replace(path: &str, value: &str) -> Override {
-        Override {
-            type_: OverrideType::Replace,
-            path: path.into(),
-            value: Some(value.into()),
-        }
+        Override::replace(path, value)
     }
 
     fn remove(path: &str) -> Override {
-        Override {
-            type_: OverrideType::Remove,
-            path: path.into(),
-            value: None,
-        }
+        Override::remove(path)
     }
 
     #[test]

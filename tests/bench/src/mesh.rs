@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 pub use fleetbus_testsupport::Member;
 use fleetbus_testsupport::{AgentCommand, DevClusterOpts, NatsServer};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::Api;
 
 use crate::objects::{self, NS};
@@ -69,17 +69,7 @@ impl BenchMember for Member {
             cmd = cmd.nats_url(nats.url());
         }
         let member = Member::prepare(opts, cmd).await?;
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(NS.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        Api::<Namespace>::all(member.client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .map_err(|e| anyhow::anyhow!("{name}: create namespace {NS}: {e}"))?;
+        member.create_namespace(NS).await?;
         Ok(member)
     }
 

@@ -45,6 +45,19 @@ impl Member {
         })
     }
 
+    /// Creates namespace `ns` on the member's devcluster (what a workload
+    /// needs before its first object), naming the cluster on failure.
+    pub async fn create_namespace(&self, ns: &str) -> anyhow::Result<()> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let mut namespace = Namespace::default();
+        namespace.metadata.name = Some(ns.to_owned());
+        kube::Api::<Namespace>::all(self.client.clone())
+            .create(&kube::api::PostParams::default(), &namespace)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}: create namespace {ns}: {e}", self.name))?;
+        Ok(())
+    }
+
     /// The agent's `/readyz`: status code and body.
     pub fn readyz(&self) -> Result<(u16, String), String> {
         http_get(&format!("http://{}/readyz", self.metrics_addr))
