@@ -50,6 +50,8 @@ pub struct WatchParams {
     pub bookmark_every: Duration,
     /// `as=PartialObjectMetadata`: every event carries metadata only.
     pub metadata_only: bool,
+    /// End the watch with a 410 after a while (`/debug/faults`).
+    pub expire: Option<crate::faults::Expiry>,
 }
 
 /// Returns the object as served at `def`'s version (custom resources are stored in one
@@ -232,9 +234,22 @@ pub fn start(
             tokio::time::Instant::now() + params.bookmark_every,
             params.bookmark_every,
         );
+        // Past the deadline when there is no expiry: the branch is disabled.
+        let expire_at = params
+            .expire
+            .as_ref()
+            .and_then(|e| now.checked_add(e.after))
+            .unwrap_or(deadline);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
+                _ = tokio::time::sleep_until(expire_at), if params.expire.is_some() => {
+                    if let Some(e) = &params.expire {
+                        e.faults.expired(&e.client, last_rv);
+                    }
+                    let _ = tx.send(Ok(line("ERROR", crate::faults::compacted_in_watch().to_status()))).await;
+                    return;
+                }
                 _ = ticker.tick(), if params.bookmarks => {
                     if tx.send(Ok(enc.bookmark(last_rv, false))).await.is_err() {
                         return;
