@@ -216,11 +216,22 @@ impl Counts {
 
 /// The fault layer's state: the plan, the number of the next selected
 /// request, the compaction point and the counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Faults {
     // A std Mutex: every critical section is a few field updates, never
     // held across an await.
     inner: Mutex<Inner>,
+    /// Bumped when the plan changes: running watches look at it again.
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            inner: Mutex::default(),
+            changes: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -331,11 +342,20 @@ impl Faults {
         })
     }
 
-    /// Sets `plan`; decisions start again from request number 0.
+    /// Sets `plan`; decisions start again from request number 0, and
+    /// running watches take its expiry from now.
     pub fn set(&self, plan: Plan) {
-        let mut inner = self.lock();
-        inner.plan = plan;
-        inner.next = 0;
+        {
+            let mut inner = self.lock();
+            inner.plan = plan;
+            inner.next = 0;
+        }
+        self.changes.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Wakes when the plan changes.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Serves `/debug/faults`: GET the report, PUT/POST a plan, DELETE it.
@@ -376,15 +396,28 @@ impl Faults {
     }
 }
 
-/// Ends a watch with 410 once its lifetime is over (see [`Plan`]).
+/// What a watch asks the fault layer: when to end with a 410 (see
+/// [`Plan::expire_watches_after_ms`]), and whom to tell.
 #[derive(Debug, Clone)]
 pub struct Expiry {
-    /// The watch's lifetime.
-    pub after: Duration,
     /// Told the resourceVersion the watch ended at.
     pub faults: Arc<Faults>,
-    /// The watch's client, for the counters.
+    /// The watch's client.
     pub client: String,
+    /// The watch's path.
+    pub path: String,
+}
+
+impl Expiry {
+    /// The watch's lifetime under the current plan (None: unlimited).
+    pub fn lifetime(&self) -> Option<Duration> {
+        self.faults.watch_lifetime(&self.client, &self.path)
+    }
+
+    /// The watch ended at resourceVersion `rv`.
+    pub fn expired(&self, rv: u64) {
+        self.faults.expired(&self.client, rv);
+    }
 }
 
 /// The ERROR a compaction sends into a running watch: kube-apiserver's

@@ -234,21 +234,29 @@ pub fn start(
             tokio::time::Instant::now() + params.bookmark_every,
             params.bookmark_every,
         );
-        // Past the deadline when there is no expiry: the branch is disabled.
-        let expire_at = params
-            .expire
-            .as_ref()
-            .and_then(|e| now.checked_add(e.after))
-            .unwrap_or(deadline);
+        // `/debug/faults` may end this watch: from its start under the plan
+        // it started with, from the change under a later plan.
+        let mut plan_changes = params.expire.as_ref().map(|e| e.faults.changes());
+        let expire_at = |from: tokio::time::Instant| {
+            params
+                .expire
+                .as_ref()
+                .and_then(crate::faults::Expiry::lifetime)
+                .and_then(|l| from.checked_add(l))
+        };
+        let mut expire = expire_at(now);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
-                _ = tokio::time::sleep_until(expire_at), if params.expire.is_some() => {
+                _ = tokio::time::sleep_until(expire.unwrap_or(deadline)), if expire.is_some() => {
                     if let Some(e) = &params.expire {
-                        e.faults.expired(&e.client, last_rv);
+                        e.expired(last_rv);
                     }
                     let _ = tx.send(Ok(line("ERROR", crate::faults::compacted_in_watch().to_status()))).await;
                     return;
+                }
+                () = plan_changed(&mut plan_changes) => {
+                    expire = expire_at(tokio::time::Instant::now());
                 }
                 _ = ticker.tick(), if params.bookmarks => {
                     if tx.send(Ok(enc.bookmark(last_rv, false))).await.is_err() {
@@ -284,6 +292,18 @@ pub fn start(
         }
     });
     Body::from_stream(rx)
+}
+
+/// Resolves when the fault plan changes (never without `/debug/faults`).
+async fn plan_changed(rx: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    let changed = match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        // No fault layer, or its sender gone (never: the Expiry holds it).
+        std::future::pending::<()>().await;
+    }
 }
 
 #[cfg(test)]

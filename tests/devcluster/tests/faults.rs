@@ -260,3 +260,33 @@ async fn watches_end_with_410_and_cannot_resume_from_before() {
     assert_eq!(report["clients"][VICTIM]["watchesExpired"], 1, "{report}");
     assert_eq!(report["clients"][VICTIM]["expiredResumes"], 1, "{report}");
 }
+
+/// A watch that began before the plan ends too, its lifetime counted from
+/// the plan (the agent's watches run long before a test sets one).
+#[tokio::test]
+async fn a_running_watch_ends_once_a_plan_says_so() {
+    let dc = start("faults-410-later", true);
+    let victim = victim(&dc).await;
+    let cms = Api::<ConfigMap>::namespaced(victim, "default");
+    let mut events = cms
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    dc.set_faults(&json!({"userAgent": "victim", "expireWatchesAfterMs": 300}))
+        .await
+        .unwrap();
+    let last = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut last = None;
+        while let Some(ev) = events.next().await {
+            last = Some(ev.unwrap());
+        }
+        last
+    })
+    .await
+    .expect("the running watch did not end");
+    match last {
+        Some(WatchEvent::Error(e)) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
+        other => panic!("want a 410 ERROR event last, got {other:?}"),
+    }
+}

@@ -457,13 +457,11 @@ fn watch_collection(
             let e = crate::faults::compacted_before_watch(from.unwrap_or(0), compacted);
             return Ok(watch_response(watch::error_body(&e)));
         }
-        expire = faults
-            .watch_lifetime(&client, path)
-            .map(|after| crate::faults::Expiry {
-                after,
-                faults: faults.clone(),
-                client,
-            });
+        expire = Some(crate::faults::Expiry {
+            faults: faults.clone(),
+            client,
+            path: path.to_owned(),
+        });
     }
     let params = WatchParams {
         from,
