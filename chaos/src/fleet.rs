@@ -262,7 +262,10 @@ fn held_not_right(v: &Violation) -> bool {
 async fn start_node(name: &str, nats: &NatsServer) -> anyhow::Result<Node> {
     let nats_proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], nats.port()))).await?;
     let cmd = AgentCommand::new(name).nats_url(format!("nats://{}", nats_proxy.addr()));
-    let mut member = Member::prepare(DevClusterOpts::new(name), cmd.clone()).await?;
+    // `/debug/faults` on: a scenario may put the API server under pressure.
+    let mut opts = DevClusterOpts::new(name);
+    opts.extra_args.push("--debug-faults".into());
+    let mut member = Member::prepare(opts, cmd.clone()).await?;
     let api = Proxy::start(SocketAddr::from(([127, 0, 0, 1], member.cluster.port()))).await?;
     let kubeconfig = kubeconfig_via(&member.cluster, &api)?;
     let metrics: SocketAddr = member.metrics_addr.parse()?;

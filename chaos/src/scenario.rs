@@ -11,6 +11,8 @@ use crate::fleet::{Fleet, Load, SETUP};
 use crate::proxy::Fault;
 use crate::workload::lock;
 
+mod pressure;
+
 /// Every scenario, in the order `all` runs them, with what it shows.
 pub const SCENARIOS: &[(&str, &str)] = &[
     ("restart", "agent restart with nothing changed: zero writes, zero drift events"),
@@ -19,6 +21,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("api-down", "an agent's API server unreachable (proxy cut + SIGSTOP): /readyz 503, converged after"),
     ("catchup-kill", "sink agent kill -9 in the middle of a catch-up, restarted: converged, nothing lost or extra"),
     ("flapping", "an agent's NATS link cut 2 s every 5 s under churn: converged after"),
+    ("api-pressure", "an agent's API server answers 429 (Retry-After), 500, late and ends watches with 410 under churn: bounded requests, no rewrite on re-list, converged after"),
 ];
 
 /// The clusters of every fleet (every one an origin and a sink).
@@ -117,6 +120,7 @@ pub async fn run(name: &str, seed: u64, size: Size) -> Row {
         "api-down" => api_down(seed, size).await,
         "catchup-kill" => catchup_kill(seed, size).await,
         "flapping" => flapping(seed, size).await,
+        "api-pressure" => pressure::api_pressure(seed, size).await,
         other => Err(anyhow::anyhow!("no scenario {other}")),
     };
     result.unwrap_or_else(|e| Row::error(name, seed, &e))

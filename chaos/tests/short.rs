@@ -14,6 +14,7 @@ const TESTED: &[&str] = &[
     "partition",
     "catchup-kill",
     "flapping",
+    "api-pressure",
 ];
 
 /// Scenarios that find an agent bug not fixed yet, each with where it is
@@ -98,4 +99,9 @@ fn catchup_kill() {
 #[test]
 fn flapping() {
     short("flapping");
+}
+
+#[test]
+fn api_pressure() {
+    short("api-pressure");
 }
