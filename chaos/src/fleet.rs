@@ -53,6 +53,12 @@ impl Node {
         Ok(w.get(CONFIGMAPS).and_then(|v| v.as_u64()).unwrap_or(0))
     }
 
+    /// A violation if the agent is no longer running (`while`: under what).
+    pub fn agent_exited(&mut self, while_: &str) -> Option<String> {
+        (!self.member.agent.is_running())
+            .then(|| format!("{}: the agent exited {while_}", self.name()))
+    }
+
     /// Waits until the agent's `/readyz` answers 200.
     pub async fn wait_ready(&self) -> anyhow::Result<()> {
         try_wait_for(&format!("{} /readyz", self.name()), SETUP, || async {
@@ -148,6 +154,11 @@ impl Fleet {
             watch_stop,
             watches,
         })
+    }
+
+    /// The last cluster: the one a scenario's faults strike.
+    pub fn last(&self) -> anyhow::Result<&Node> {
+        self.nodes.last().context("a fleet without clusters")
     }
 
     /// Every cluster copies to every other.

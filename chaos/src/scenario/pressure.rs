@@ -114,11 +114,7 @@ pub(super) async fn api_pressure(seed: u64, size: Size) -> anyhow::Result<Row> {
     tokio::time::sleep(size.churn).await;
     let mut extra = Vec::new();
     let last_fault = {
-        let node = run
-            .fleet
-            .nodes
-            .last()
-            .ok_or_else(|| anyhow::anyhow!("no node"))?;
+        let node = run.fleet.last()?;
         // The same churn without faults, then with them, as long each.
         let a = agent_counts(node).await?;
         tokio::time::sleep(window).await;
@@ -139,20 +135,19 @@ pub(super) async fn api_pressure(seed: u64, size: Size) -> anyhow::Result<Row> {
         Instant::now()
     };
     tokio::time::sleep(size.churn).await;
-    if let Some(node) = run.fleet.nodes.last_mut() {
-        if !node.member.agent.is_running() {
-            extra.push(format!("{}: the agent exited under pressure", node.name()));
-        }
-    }
+    extra.extend(
+        run.fleet
+            .nodes
+            .last_mut()
+            .and_then(|n| n.agent_exited("under pressure")),
+    );
     // Converged, re-lists with nothing changed must write nothing (the quiet
     // period of `finish` catches a late one).
     run.load.stop().await;
     let conv = run.fleet.converge(CONVERGE).await?;
     let converged = conv.after.map(|_| last_fault.elapsed());
     if converged.is_some() {
-        if let Some(node) = run.fleet.nodes.last() {
-            extra.extend(relists_write_nothing(node, seed).await?);
-        }
+        extra.extend(relists_write_nothing(run.fleet.last()?, seed).await?);
     }
     let mut row = finish("api-pressure", seed, run, last_fault, extra).await?;
     // Convergence after the pressure, not after the re-list check.
