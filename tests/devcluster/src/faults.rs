@@ -316,10 +316,15 @@ impl Faults {
     }
 
     /// The compaction point when a watch of `client` on `path` from `from`
-    /// resumes before it (and is to be refused with 410); counted.
+    /// resumes before it (and is to be refused with 410); counted. Only while
+    /// the plan ends that client's watches: a cleared plan refuses no resume.
     pub fn compacted_since(&self, client: &str, path: &str, from: u64) -> Option<u64> {
         let mut inner = self.lock();
-        if !inner.plan.selects(client, path) || from >= inner.compacted {
+        let plan = &inner.plan;
+        if plan.expire_watches_after_ms.is_none()
+            || !plan.selects(client, path)
+            || from >= inner.compacted
+        {
             return None;
         }
         let compacted = inner.compacted;
@@ -632,6 +637,9 @@ mod tests {
         assert_eq!(f.compacted_since("agent", p, 39), Some(40));
         assert_eq!(f.compacted_since("agent", p, 40), None);
         assert_eq!(f.compacted_since("kubectl", p, 1), None);
+        // A cleared plan refuses no resume, though the point is remembered.
+        f.set(Plan::default());
+        assert_eq!(f.compacted_since("agent", p, 39), None);
         let r = f.report();
         assert_eq!(r["clients"]["agent"]["watchesExpired"], 1);
         assert_eq!(r["clients"]["agent"]["expiredResumes"], 1);
