@@ -324,6 +324,16 @@ impl Fleet {
         }
     }
 
+    /// Copies every agent's log into `dir` (`<cluster>.log`), for a failed
+    /// scenario: the processes' own directories go with the fleet.
+    pub fn keep_logs(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for n in &self.nodes {
+            std::fs::write(dir.join(format!("{}.log", n.name())), n.member.agent.log())?;
+        }
+        Ok(())
+    }
+
     /// Stops the watches (the processes stop when the fleet is dropped).
     pub async fn stop_watches(&mut self) {
         self.watch_stop.cancel();

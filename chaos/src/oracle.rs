@@ -268,12 +268,29 @@ impl Oracle {
     /// Changes of copies the watch of `sink` delivered (versions and
     /// deletes; a re-list after a broken watch replays what is there).
     pub fn copy_events(&self, sink: &str) -> u64 {
+        self.copy_events_by_source(sink).values().sum()
+    }
+
+    /// Per source: the changes of its copy the watch of `sink` delivered so
+    /// far (see [`Oracle::copy_events`]).
+    pub fn copy_events_by_source(&self, sink: &str) -> BTreeMap<Source, u64> {
+        self.copy_history(sink)
+            .into_iter()
+            .map(|(source, events)| (source, events.len() as u64))
+            .collect()
+    }
+
+    /// Per source: the changes of its copy the watch of `sink` delivered so
+    /// far, in order.
+    pub fn copy_history(&self, sink: &str) -> BTreeMap<Source, Vec<Seen>> {
         self.seen
             .iter()
             .filter(|((s, _), _)| s == sink)
-            .flat_map(|(_, events)| events)
-            .filter(|e| !matches!(e, Seen::OriginLeft))
-            .count() as u64
+            .map(|((_, source), events)| {
+                let changes = events.iter().filter(|e| !matches!(e, Seen::OriginLeft));
+                (source.clone(), changes.cloned().collect())
+            })
+            .collect()
     }
 
     /// The present sources with their uid and sequence number.

@@ -198,6 +198,13 @@ async fn finish_with(
     let sink_writes = writes.saturating_sub(changes);
     let mut violations: Vec<String> = conv.violations.iter().map(ToString::to_string).collect();
     violations.extend(extra);
+    if !(conv.after.is_some() && violations.is_empty()) {
+        let dir = std::env::temp_dir().join(format!("fleetbus-chaos-{name}-{seed}"));
+        match run.fleet.keep_logs(&dir) {
+            Ok(()) => eprintln!("fleetbus-chaos: {name}: agent logs in {}", dir.display()),
+            Err(e) => eprintln!("fleetbus-chaos: {name}: agent logs not kept: {e}"),
+        }
+    }
     let row = Row {
         scenario: name.to_owned(),
         seed,

@@ -19,8 +19,9 @@ use crate::proxy::Fault;
 use crate::workload::{lock, seq_of, ORIGIN_CLUSTER};
 
 /// Writes of copies a sink may make per source object it must catch up on
-/// after a pause: one is enough (the last version); the second covers a
-/// write under way when the agent was stopped and a create then update.
+/// after a pause: one is enough for the last version, two when the object
+/// was deleted and created again meanwhile (the old copy deleted, the new
+/// one created). Per object, a write under way at the pause may add one.
 const WRITES_PER_OBJECT: u64 = 2;
 
 /// The slow sink's pause: 2 min in the full run (twice the outage), 12 s
@@ -51,6 +52,7 @@ pub(super) async fn slow_sink(seed: u64, size: Size) -> anyhow::Result<Row> {
     tokio::time::sleep(size.churn).await;
     let sink_before = run.fleet.nodes[sink].configmap_writes().await?;
     let acked_before = lock(&run.fleet.oracle).acknowledged_writes();
+    let seen_before = lock(&run.fleet.oracle).copy_events_by_source(run.fleet.nodes[sink].name());
     run.fleet.nodes[sink].member.agent.pause()?;
     let paused = Instant::now();
     let oracle = run.fleet.oracle.clone();
@@ -80,11 +82,21 @@ pub(super) async fn slow_sink(seed: u64, size: Size) -> anyhow::Result<Row> {
         "fleetbus-chaos: slow-sink: {} wrote {wrote} copies for {made} changes on {objects} objects made while it was stopped",
         node.name()
     );
-    if wrote > objects * WRITES_PER_OBJECT {
+    // Per object, what its watch saw the agent write since the pause.
+    let seen = lock(&run.fleet.oracle).copy_history(node.name());
+    let mut replayed: Vec<String> = seen
+        .iter()
+        .map(|(s, h)| (s, &h[seen_before.get(s).copied().unwrap_or(0) as usize..]))
+        .filter(|(_, h)| h.len() as u64 > WRITES_PER_OBJECT + 1)
+        .map(|(s, h)| format!("{s} {h:?}"))
+        .collect();
+    if wrote > objects * WRITES_PER_OBJECT || !replayed.is_empty() {
+        replayed.truncate(5);
         row.violations.push(format!(
-            "{}: {wrote} copy writes to catch up on {made} changes of {objects} objects (bound {}): intermediate versions replayed",
+            "{}: {wrote} copy writes to catch up on {made} changes of {objects} objects (bound {}): intermediate versions written, e.g. {}",
             node.name(),
-            objects * WRITES_PER_OBJECT
+            objects * WRITES_PER_OBJECT,
+            replayed.join(", ")
         ));
     }
     Ok(row)
