@@ -17,8 +17,15 @@ pub enum Input {
     /// From the bus consumer of a kind.
     Bus(GroupVersionKind, BusEvent),
     /// An acknowledged publish failed: the object must be published again.
-    /// The envelope the bus held before (what to believe again), if any.
-    PublishFailed(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
+    /// The envelope the bus held before, if any, and the one published
+    /// (without its object), which the bus may hold all the same: only the
+    /// acknowledgement may have been lost (see `source::publish::believed_after_failure`).
+    PublishFailed(
+        GroupVersionKind,
+        ObjectKey,
+        Option<Box<Envelope>>,
+        Box<Envelope>,
+    ),
     /// The server dropped a publish as a duplicate of an earlier message id:
     /// the subject still holds what it held (someone else's message, if it
     /// differed from ours). The envelope the bus held before, if any.

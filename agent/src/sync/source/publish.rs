@@ -432,11 +432,16 @@ impl Engine {
             .cloned()
             .map(Box::new);
         let (gvk, key) = (gvk.clone(), key.clone());
+        // What was sent, without the object (only uid, version and hash count).
+        let mut env = env;
+        let object = env.object.take();
+        let sent = Box::new(env.clone());
+        env.object = object;
         tokio::spawn(async move {
             match ack.await {
                 Err(error) => {
                     tracing::warn!(object = %describe_key(&key), %error, "publish not acknowledged; will publish again");
-                    let _ = tx.send(Input::PublishFailed(gvk, key, before)).await;
+                    let _ = tx.send(Input::PublishFailed(gvk, key, before, sent)).await;
                 }
                 // Not stored: the subject keeps a message that is not this
                 // one (see `Input::PublishDuplicate`).
@@ -478,6 +483,25 @@ fn forget_planned<V>(
             }
         }
     }
+}
+
+/// What to believe the bus holds for our object after the publish of
+/// `sent` got no acknowledgement, `before` being what it held before. The
+/// message may be stored all the same (only its ack was lost): a snapshot is
+/// then believed with no content hash, so that the next plan publishes
+/// ours again whatever it is: the object again if it is here, a tombstone
+/// for `sent`'s uid if it is gone. Believing `before` there lost deletes:
+/// when `before` was a tombstone (the object deleted and created again), a
+/// delete that followed found no live envelope to withdraw, while the bus
+/// held `sent` (found by the chaos `redelivery` scenario). A failed tombstone
+/// believes `before` again: its live envelope, withdrawn again next pass.
+pub fn believed_after_failure(before: Option<Box<Envelope>>, sent: Envelope) -> Option<Envelope> {
+    if sent.tombstone {
+        return before.map(|b| *b);
+    }
+    let mut maybe = sent;
+    maybe.content_hash.clear();
+    Some(maybe)
 }
 
 /// The `Nats-Msg-Id` (§4.2): the protocol's id, or the republish id when a
@@ -574,6 +598,47 @@ mod tests {
             resource_version: rv.to_owned(),
             reason,
         }
+    }
+
+    /// A snapshot whose ack was lost may be on the bus: once the object is
+    /// deleted, it is withdrawn, even when the bus held a tombstone of an
+    /// earlier life of the object before (chaos `redelivery`, seed 1).
+    #[test]
+    fn a_snapshot_whose_ack_was_lost_is_withdrawn_once_the_object_is_gone() {
+        let old = secret("a", "u1", "5", "v1");
+        let new = secret("a", "u2", "7", "v1");
+        let (key, live_old) = published(SELF, &old);
+        let gone = Envelope::tombstone(
+            SELF,
+            None,
+            "u1",
+            "6",
+            chrono::Utc::now(),
+            TombstoneReason::Deleted,
+        );
+        assert!(!live_old.tombstone && gone.tombstone);
+        let (_, sent) = published(SELF, &new);
+        let believed = believed_after_failure(Some(Box::new(gone)), sent).unwrap();
+        let r = rule(json!({}));
+        // Deleted since: its tombstone goes out.
+        let planned = run(&r, &kind(&[], vec![(key.clone(), believed.clone())]));
+        assert_eq!(
+            planned,
+            vec![(key.clone(), tombstone("u2", "7", TombstoneReason::Deleted))]
+        );
+        // Still here: published again (the bus may not hold it).
+        let planned = run(&r, &kind(&[&new], vec![(key.clone(), believed)]));
+        assert_eq!(planned, vec![(key, Publish::Snapshot(new))]);
+    }
+
+    #[test]
+    fn a_tombstone_whose_ack_was_lost_is_published_again() {
+        let s = secret("a", "u1", "5", "v1");
+        let (key, live) = published(SELF, &s);
+        let sent = Envelope::tombstone(SELF, None, "u1", "5", chrono::Utc::now(), TombstoneReason::Deleted);
+        let believed = believed_after_failure(Some(Box::new(live)), sent).unwrap();
+        let planned = run(&rule(json!({})), &kind(&[], vec![(key.clone(), believed)]));
+        assert_eq!(planned, vec![(key, tombstone("u1", "5", TombstoneReason::Deleted))]);
     }
 
     #[test]
