@@ -100,13 +100,26 @@ impl Node {
     /// `fleetbus_sync_writes_total` (creates, updates, recreates, deletes,
     /// orphans; not status writes), from its `/metrics`.
     pub fn agent_copy_writes(&self) -> anyhow::Result<u64> {
+        self.agent_counter("fleetbus_sync_writes_total", Some(r#"op="status""#))
+    }
+
+    /// Envelopes the agent published since it started (snapshots and
+    /// tombstones: `fleetbus_sync_published_total`).
+    pub fn agent_published(&self) -> anyhow::Result<u64> {
+        self.agent_counter("fleetbus_sync_published_total", None)
+    }
+
+    /// The sum of the agent's counter `name` over its series, but those
+    /// whose labels contain `except`.
+    fn agent_counter(&self, name: &str, except: Option<&str>) -> anyhow::Result<u64> {
         let url = format!("http://{}/metrics", self.member.metrics_addr);
         let (code, body) = http_get(&url).map_err(anyhow::Error::msg)?;
         anyhow::ensure!(code == 200, "{}: GET /metrics: {code}", self.name());
+        let series = format!("{name}{{");
         Ok(body
             .lines()
-            .filter(|l| l.starts_with("fleetbus_sync_writes_total{"))
-            .filter(|l| !l.contains(r#"op="status""#))
+            .filter(|l| l.starts_with(&series))
+            .filter(|l| except.is_none_or(|e| !l.contains(e)))
             .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
             .sum::<f64>() as u64)
     }

@@ -161,6 +161,8 @@ pub struct Oracle {
     writes: u64,
     /// Origins that left the fleet for good ([`Oracle::left`]).
     left: BTreeSet<String>,
+    /// Acknowledged writes by origin.
+    writes_of: BTreeMap<String, u64>,
 }
 
 impl Oracle {
@@ -169,6 +171,7 @@ impl Oracle {
     /// (one writer per object), so the last one is the truth.
     pub fn wrote(&mut self, source: Source, uid: &str, seq: u64, data: BTreeMap<String, String>) {
         self.writes += 1;
+        *self.writes_of.entry(source.origin.clone()).or_default() += 1;
         self.acked.insert(
             source,
             Acked::Present {
@@ -182,6 +185,7 @@ impl Oracle {
     /// The origin acknowledged deleting `source`.
     pub fn deleted(&mut self, source: Source) {
         self.writes += 1;
+        *self.writes_of.entry(source.origin.clone()).or_default() += 1;
         if let Some(Acked::Present { uid, .. }) = self.acked.get(&source) {
             self.deleted_uids
                 .entry(source.clone())
@@ -263,6 +267,11 @@ impl Oracle {
     /// Writes the origins acknowledged.
     pub fn acknowledged_writes(&self) -> u64 {
         self.writes
+    }
+
+    /// Writes `origin` acknowledged.
+    pub fn acknowledged_writes_of(&self, origin: &str) -> u64 {
+        self.writes_of.get(origin).copied().unwrap_or(0)
     }
 
     /// Changes of copies the watch of `sink` delivered (versions and
@@ -388,8 +397,8 @@ impl Oracle {
                         let legit = origin_left
                             || self
                                 .deleted_uids
-                            .get(source)
-                            .is_some_and(|uids| uids.contains(origin_uid));
+                                .get(source)
+                                .is_some_and(|uids| uids.contains(origin_uid));
                         if !legit {
                             out.push(Violation::DeletedWhilePresent {
                                 sink: sink.clone(),
@@ -459,6 +468,10 @@ mod tests {
         let held = [copy("b", &x, "u1", 2), copy("c", &x, "u1", 2)];
         assert_eq!(o.check(&rule(), &held), vec![]);
         assert_eq!(o.acknowledged_writes(), 2);
+        assert_eq!(
+            (o.acknowledged_writes_of("a"), o.acknowledged_writes_of("b")),
+            (2, 0)
+        );
         assert_eq!((o.copy_events("b"), o.copy_events("c")), (2, 0));
     }
 

@@ -441,7 +441,10 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(&got, ping, "the ack was left out, what follows it went through");
+        assert_eq!(
+            &got, ping,
+            "the ack was left out, what follows it went through"
+        );
         assert_eq!(p.counters().acks_dropped.load(Ordering::Relaxed), 1);
         p.set(Fault::Pass);
         assert_eq!(roundtrip(&mut s, ack, SOON).await.unwrap(), ack);

@@ -386,9 +386,11 @@ async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
     finish("catchup-kill", seed, run, last_fault, Vec::new()).await
 }
 
-/// The last cluster's NATS link cut 2 s in every 5 s while origins churn.
+/// The last cluster's NATS link cut 2 s in every 5 s while origins churn;
+/// the work every agent did stays bounded (no retry storm).
 async fn flapping(seed: u64, size: Size) -> anyhow::Result<Row> {
     let run = start(seed, size).await?;
+    let work = agents::Work::now(&run.fleet)?;
     let link = run.fleet.nodes.last().map(|n| &n.nats);
     for _ in 0..size.flaps {
         set(link, Fault::Cut);
@@ -398,5 +400,10 @@ async fn flapping(seed: u64, size: Size) -> anyhow::Result<Row> {
     }
     let last_fault = Instant::now();
     tokio::time::sleep(size.churn).await;
-    finish("flapping", seed, run, last_fault, Vec::new()).await
+    let model = run.fleet.rule_model();
+    let (mut row, run) = finish_with("flapping", seed, run, last_fault, Vec::new(), &model).await?;
+    let cuts = size.flaps as u64;
+    row.violations
+        .extend(agents::bounded_work(&run.fleet, &work, cuts)?);
+    Ok(row)
 }

@@ -144,7 +144,6 @@ impl Reader {
             }
         }
     }
-
 }
 
 /// What follows the complete control line `line`, whose first `sent` bytes
@@ -154,36 +153,39 @@ fn after_line(line: Vec<u8>, sent: usize, drop_acks: bool, fed: &mut Fed) -> Sta
         buf: Vec::new(),
         sent: 0,
     };
-        let text = String::from_utf8_lossy(&line).into_owned();
-        let args: Vec<&str> = text.split_whitespace().collect();
-        let op = args.first().map(|o| o.to_ascii_uppercase()).unwrap_or_default();
-        let size = match op.as_str() {
-            "PUB" | "HPUB" | "MSG" | "HMSG" => args.last().and_then(|s| s.parse::<usize>().ok()),
-            _ => {
-                fed.forward.extend_from_slice(&line[sent..]);
-                return line_start;
-            }
-        };
-        let Some(size) = size else {
-            // A payload of unknown length: the stream cannot be followed.
+    let text = String::from_utf8_lossy(&line).into_owned();
+    let args: Vec<&str> = text.split_whitespace().collect();
+    let op = args
+        .first()
+        .map(|o| o.to_ascii_uppercase())
+        .unwrap_or_default();
+    let size = match op.as_str() {
+        "PUB" | "HPUB" | "MSG" | "HMSG" => args.last().and_then(|s| s.parse::<usize>().ok()),
+        _ => {
             fed.forward.extend_from_slice(&line[sent..]);
-            return State::Raw;
-        };
-        let left = size + 2;
-        let consumer_ack = matches!(op.as_str(), "PUB" | "HPUB")
-            && args.get(1).is_some_and(|s| s.starts_with(CONSUMER_ACK));
-        // MSG <subject> <sid> <size>: no reply subject, as a publish ack.
-        let maybe_pub_ack = op == "MSG" && args.len() == 4 && size <= MAX_HELD;
-        let whole = sent == 0 && drop_acks;
-        let to = if consumer_ack && whole {
-            fed.dropped += 1;
-            Payload::Drop
-        } else if maybe_pub_ack && whole {
-            Payload::Hold(line)
-        } else {
-            fed.forward.extend_from_slice(&line[sent..]);
-            Payload::Forward
-        };
+            return line_start;
+        }
+    };
+    let Some(size) = size else {
+        // A payload of unknown length: the stream cannot be followed.
+        fed.forward.extend_from_slice(&line[sent..]);
+        return State::Raw;
+    };
+    let left = size + 2;
+    let consumer_ack = matches!(op.as_str(), "PUB" | "HPUB")
+        && args.get(1).is_some_and(|s| s.starts_with(CONSUMER_ACK));
+    // MSG <subject> <sid> <size>: no reply subject, as a publish ack.
+    let maybe_pub_ack = op == "MSG" && args.len() == 4 && size <= MAX_HELD;
+    let whole = sent == 0 && drop_acks;
+    let to = if consumer_ack && whole {
+        fed.dropped += 1;
+        Payload::Drop
+    } else if maybe_pub_ack && whole {
+        Payload::Hold(line)
+    } else {
+        fed.forward.extend_from_slice(&line[sent..]);
+        Payload::Forward
+    };
     State::Payload { left, to }
 }
 
@@ -225,8 +227,7 @@ mod tests {
 
     const PUB_ACK_MSG: &[u8] = b"MSG _INBOX.abc.1 7 29\r\n{\"stream\":\"OBJECTS\",\"seq\":42}\r\n";
     const API_REPLY: &[u8] = b"MSG _INBOX.abc.2 7 20\r\n{\"type\":\"io.nats.x\"}\r\n";
-    const DELIVERY: &[u8] =
-        b"MSG fb.obj.c1.x 3 $JS.ACK.OBJECTS.c.1.5.5.1.0 5\r\nhello\r\n";
+    const DELIVERY: &[u8] = b"MSG fb.obj.c1.x 3 $JS.ACK.OBJECTS.c.1.5.5.1.0 5\r\nhello\r\n";
     const CONSUMER_ACK_PUB: &[u8] = b"PUB $JS.ACK.OBJECTS.c.1.5.5.1.0 4\r\n+ACK\r\n";
     const PUBLISH: &[u8] = b"HPUB fb.obj.c1.x _INBOX.abc.1 12 17\r\nNATS/1.0\r\n\r\nhello\r\n";
 
@@ -248,11 +249,20 @@ mod tests {
 
     #[test]
     fn passes_everything_when_not_dropping_whatever_the_chunks() {
-        let up = all(&[b"CONNECT {}\r\nPING\r\n", CONSUMER_ACK_PUB, PUBLISH, b"SUB a 1\r\n"]);
+        let up = all(&[
+            b"CONNECT {}\r\nPING\r\n",
+            CONSUMER_ACK_PUB,
+            PUBLISH,
+            b"SUB a 1\r\n",
+        ]);
         let down = all(&[b"INFO {}\r\n+OK\r\n", PUB_ACK_MSG, DELIVERY, API_REPLY]);
         for size in [1, 2, 7, 64, 4096] {
             assert_eq!(chunked(&up, size, false).forward, up, "chunks of {size}");
-            assert_eq!(chunked(&down, size, false).forward, down, "chunks of {size}");
+            assert_eq!(
+                chunked(&down, size, false).forward,
+                down,
+                "chunks of {size}"
+            );
         }
     }
 

@@ -5,6 +5,7 @@
 //! that crashes (`leave-vs-crash`).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use fleetbus_testsupport::try_wait_for;
@@ -19,10 +20,13 @@ use crate::proxy::Fault;
 use crate::workload::{lock, seq_of, ORIGIN_CLUSTER};
 
 /// Writes of copies a sink may make per source object it must catch up on
-/// after a pause: one is enough for the last version, two when the object
-/// was deleted and created again meanwhile (the old copy deleted, the new
-/// one created). Per object, a write under way at the pause may add one.
-const WRITES_PER_OBJECT: u64 = 2;
+/// after a pause, on average: one is enough for the last version, two when
+/// the object was deleted and created again meanwhile (the old copy deleted,
+/// the new one created); and a pass may run while the backlog still arrives
+/// and write a version the next messages replace (short runs measured 11 to
+/// 32 writes for 12 objects). Replaying every version would be about ten per
+/// object. Per object, a write under way at the pause may add one.
+const WRITES_PER_OBJECT: u64 = 3;
 
 /// The slow sink's pause: 2 min in the full run (twice the outage), 12 s
 /// short (twice the peer timeout: its peers see it Disconnected).
@@ -158,12 +162,7 @@ pub(super) async fn redelivery(seed: u64, size: Size) -> anyhow::Result<Row> {
         .fleet
         .nodes
         .iter()
-        .map(|n| {
-            n.nats
-                .counters()
-                .acks_dropped
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
+        .map(|n| n.nats.counters().acks_dropped.load(Ordering::Relaxed))
         .sum();
     let mut extra = Vec::new();
     eprintln!("fleetbus-chaos: redelivery: {dropped} acknowledgements dropped");
@@ -305,8 +304,8 @@ pub(super) async fn leave_vs_crash(seed: u64, size: Size) -> anyhow::Result<Row>
         sources: BTreeSet::from(["c1".to_owned(), "c4".to_owned()]),
         sinks: BTreeSet::from(["c1".to_owned()]),
     };
-    let (mut row, run) = finish_with("leave-vs-crash", seed, run, last_fault, Vec::new(), &model)
-        .await?;
+    let (mut row, run) =
+        finish_with("leave-vs-crash", seed, run, last_fault, Vec::new(), &model).await?;
     let c1 = &run.fleet.nodes[0];
     let (of_c2, of_c3) = (named_after(c1, "c2").await?, named_after(c1, "c3").await?);
     for cm in of_c2 {
@@ -345,4 +344,80 @@ fn orphaned(oracle: &Oracle, origin: &str, held: &[ConfigMap]) -> Vec<String> {
         }
     }
     out
+}
+
+/// What every agent did so far, for [`bounded_work`].
+pub(super) struct Work {
+    /// Per cluster: copy writes and copy changes seen ([`write_counts`]).
+    writes: Vec<(u64, u64)>,
+    /// Per cluster: envelopes its agent published, changes its writers made,
+    /// connections its agent opened to NATS (through its proxy).
+    published: Vec<(u64, u64, u64)>,
+}
+
+impl Work {
+    pub(super) fn now(fleet: &Fleet) -> anyhow::Result<Work> {
+        let oracle = lock(&fleet.oracle);
+        let published = fleet
+            .nodes
+            .iter()
+            .map(|n| {
+                let conns = n.nats.counters().connections.load(Ordering::Relaxed);
+                Ok((
+                    n.agent_published()?,
+                    oracle.acknowledged_writes_of(n.name()),
+                    conns,
+                ))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        drop(oracle);
+        Ok(Work {
+            writes: write_counts(fleet)?,
+            published,
+        })
+    }
+}
+
+/// Envelopes an agent may publish per change its origin made, on average:
+/// one, and one more for a publish that failed in a cut and went again.
+const PUBLISHES_PER_CHANGE: u64 = 2;
+/// Connections an agent may open to NATS per cut of its link: async-nats
+/// reconnects at once, then after a delay that doubles from a few ms, so a
+/// 2 s cut costs about 11 attempts (22 measured for 2 cuts); a retry storm
+/// without backoff would cost thousands.
+const CONNECTIONS_PER_CUT: u64 = 16;
+
+/// Bounded work since `before` (no retry storm): no copy written twice,
+/// publishes in proportion to the changes made, reconnects in proportion to
+/// the `cuts` of the links.
+pub(super) fn bounded_work(fleet: &Fleet, before: &Work, cuts: u64) -> anyhow::Result<Vec<String>> {
+    let mut out = duplicate_writes(fleet, &before.writes)?;
+    let after = Work::now(fleet)?;
+    for ((n, (p0, c0, k0)), (p1, c1, k1)) in fleet
+        .nodes
+        .iter()
+        .zip(&before.published)
+        .zip(after.published)
+    {
+        let (published, changes, conns) = (p1 - p0, c1 - c0, k1 - k0);
+        eprintln!(
+            "fleetbus-chaos: {}: {published} envelopes published for {changes} changes, {conns} NATS connections",
+            n.name()
+        );
+        if published > changes * PUBLISHES_PER_CHANGE {
+            out.push(format!(
+                "{}: {published} envelopes published for {changes} changes of its objects (bound {})",
+                n.name(),
+                changes * PUBLISHES_PER_CHANGE
+            ));
+        }
+        if conns > 1 + cuts * CONNECTIONS_PER_CUT {
+            out.push(format!(
+                "{}: {conns} connections to NATS for {cuts} cuts of its links (bound {})",
+                n.name(),
+                1 + cuts * CONNECTIONS_PER_CUT
+            ));
+        }
+    }
+    Ok(out)
 }

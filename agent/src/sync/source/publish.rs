@@ -635,10 +635,20 @@ mod tests {
     fn a_tombstone_whose_ack_was_lost_is_published_again() {
         let s = secret("a", "u1", "5", "v1");
         let (key, live) = published(SELF, &s);
-        let sent = Envelope::tombstone(SELF, None, "u1", "5", chrono::Utc::now(), TombstoneReason::Deleted);
+        let sent = Envelope::tombstone(
+            SELF,
+            None,
+            "u1",
+            "5",
+            chrono::Utc::now(),
+            TombstoneReason::Deleted,
+        );
         let believed = believed_after_failure(Some(Box::new(live)), sent).unwrap();
         let planned = run(&rule(json!({})), &kind(&[], vec![(key.clone(), believed)]));
-        assert_eq!(planned, vec![(key, tombstone("u1", "5", TombstoneReason::Deleted))]);
+        assert_eq!(
+            planned,
+            vec![(key, tombstone("u1", "5", TombstoneReason::Deleted))]
+        );
     }
 
     #[test]
