@@ -548,12 +548,18 @@ mod tests {
         );
     }
 
-    #[test]
-    fn copies_of_an_origin_that_left_may_go_but_not_before_it_left() {
+    /// An oracle that saw `a` write x (uid u1) and y (uid u2) at seq 1.
+    fn two_written() -> (Oracle, Source, Source) {
         let mut o = Oracle::default();
         let (x, y) = (src("a", "x"), src("a", "y"));
         o.wrote(x.clone(), "u1", 1, data(1));
         o.wrote(y.clone(), "u2", 1, data(1));
+        (o, x, y)
+    }
+
+    #[test]
+    fn copies_of_an_origin_that_left_may_go_but_not_before_it_left() {
+        let (mut o, x, y) = two_written();
         let gone = || Seen::Deleted {
             origin_uid: "u1".into(),
         };
@@ -605,10 +611,7 @@ mod tests {
 
     #[test]
     fn settling_on_the_origins_list_resolves_lost_acknowledgements() {
-        let mut o = Oracle::default();
-        let (x, y) = (src("a", "x"), src("a", "y"));
-        o.wrote(x.clone(), "u1", 1, data(1));
-        o.wrote(y.clone(), "u2", 1, data(1));
+        let (mut o, x, y) = two_written();
         // x's update to 2 and y's delete got no answer; the list shows that
         // x's update applied and y's delete did too; z was created unanswered.
         let z = src("a", "z");

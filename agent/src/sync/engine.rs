@@ -267,7 +267,7 @@ impl Engine {
                 // the bus holds now (a lost tombstone included).
                 if let Some(k) = self.kinds.get_mut(&gvk) {
                     k.source_full = true;
-                    match super::source::publish::believed_after_failure(before, *sent) {
+                    match super::model::believed_after_failure(before, *sent) {
                         Some(env) => {
                             k.snapshots.insert(key, env);
                         }

@@ -485,25 +485,6 @@ fn forget_planned<V>(
     }
 }
 
-/// What to believe the bus holds for our object after the publish of
-/// `sent` got no acknowledgement, `before` being what it held before. The
-/// message may be stored all the same (only its ack was lost): a snapshot is
-/// then believed with no content hash, so that the next plan publishes
-/// ours again whatever it is: the object again if it is here, a tombstone
-/// for `sent`'s uid if it is gone. Believing `before` there lost deletes:
-/// when `before` was a tombstone (the object deleted and created again), a
-/// delete that followed found no live envelope to withdraw, while the bus
-/// held `sent` (found by the chaos `redelivery` scenario). A failed tombstone
-/// believes `before` again: its live envelope, withdrawn again next pass.
-pub fn believed_after_failure(before: Option<Box<Envelope>>, sent: Envelope) -> Option<Envelope> {
-    if sent.tombstone {
-        return before.map(|b| *b);
-    }
-    let mut maybe = sent;
-    maybe.content_hash.clear();
-    Some(maybe)
-}
-
 /// The `Nats-Msg-Id` (§4.2): the protocol's id, or the republish id when a
 /// snapshot comes back after a tombstone of the same version, or when the
 /// subject holds a message we did not publish (`overwritten`), snapshot or
@@ -521,6 +502,7 @@ fn msg_id(env: &Envelope, after_tombstone: bool, overwritten: bool) -> String {
 mod tests {
     use super::*;
     use crate::sync::engine::{local_key, KindState};
+    use crate::sync::model::believed_after_failure;
     use crate::sync::model::LocalKey;
     use crate::sync::rules::compile as rules;
     use fleetbus_schemas::registry::FeatureRecord;
@@ -600,6 +582,12 @@ mod tests {
         }
     }
 
+    /// Our tombstone of `uid` at `rv` (deleted).
+    fn deleted(uid: &str, rv: &str) -> Envelope {
+        let now = chrono::Utc::now();
+        Envelope::tombstone(SELF, None, uid, rv, now, TombstoneReason::Deleted)
+    }
+
     /// A snapshot whose ack was lost may be on the bus: once the object is
     /// deleted, it is withdrawn, even when the bus held a tombstone of an
     /// earlier life of the object before (chaos `redelivery`, seed 1).
@@ -608,14 +596,7 @@ mod tests {
         let old = secret("a", "u1", "5", "v1");
         let new = secret("a", "u2", "7", "v1");
         let (key, live_old) = published(SELF, &old);
-        let gone = Envelope::tombstone(
-            SELF,
-            None,
-            "u1",
-            "6",
-            chrono::Utc::now(),
-            TombstoneReason::Deleted,
-        );
+        let gone = deleted("u1", "6");
         assert!(!live_old.tombstone && gone.tombstone);
         let (_, sent) = published(SELF, &new);
         let believed = believed_after_failure(Some(Box::new(gone)), sent).unwrap();
@@ -635,14 +616,7 @@ mod tests {
     fn a_tombstone_whose_ack_was_lost_is_published_again() {
         let s = secret("a", "u1", "5", "v1");
         let (key, live) = published(SELF, &s);
-        let sent = Envelope::tombstone(
-            SELF,
-            None,
-            "u1",
-            "5",
-            chrono::Utc::now(),
-            TombstoneReason::Deleted,
-        );
+        let sent = deleted("u1", "5");
         let believed = believed_after_failure(Some(Box::new(live)), sent).unwrap();
         let planned = run(&rule(json!({})), &kind(&[], vec![(key.clone(), believed)]));
         assert_eq!(
