@@ -405,5 +405,6 @@ async fn flapping(seed: u64, size: Size) -> anyhow::Result<Row> {
     let cuts = size.flaps as u64;
     row.violations
         .extend(agents::bounded_work(&run.fleet, &work, cuts)?);
+    agents::keep_logs_if_failed(&row, &run.fleet);
     Ok(row)
 }

@@ -103,6 +103,7 @@ pub(super) async fn slow_sink(seed: u64, size: Size) -> anyhow::Result<Row> {
             replayed.join(", ")
         ));
     }
+    keep_logs_if_failed(&row, &run.fleet);
     Ok(row)
 }
 
@@ -131,13 +132,46 @@ fn duplicate_writes(fleet: &Fleet, before: &[(u64, u64)]) -> anyhow::Result<Vec<
         );
         if writes > changes {
             out.push(format!(
-                "{}: {writes} copy writes for {changes} changes its watch saw: {} wrote nothing new",
+                "{}: {writes} copy writes for {changes} changes its watch saw: {} wrote nothing new (e.g. {})",
                 n.name(),
-                writes - changes
+                writes - changes,
+                written_unseen(n, &lock(&fleet.oracle)).join(", ")
             ));
         }
     }
     Ok(out)
+}
+
+/// The copies `node`'s agent logged writing (`wrote copy`, `collected
+/// copy`) more often than its sink's watch saw them change over the whole
+/// run, as `name: writes/changes` (the first five): where to look in its log.
+fn written_unseen(node: &Node, oracle: &Oracle) -> Vec<String> {
+    let seen: std::collections::BTreeMap<String, u64> = oracle
+        .copy_events_by_source(node.name())
+        .into_iter()
+        .map(|(s, n)| (s.name, n))
+        .collect();
+    let mut logged: std::collections::BTreeMap<String, u64> = Default::default();
+    let marker = format!("copy=ConfigMap {NS}/");
+    for line in node.member.agent.log().lines() {
+        if !(line.contains("wrote copy") || line.contains("collected copy")) {
+            continue;
+        }
+        let Some(at) = line.find(&marker) else {
+            continue;
+        };
+        let name: String = line[at + marker.len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        *logged.entry(name).or_default() += 1;
+    }
+    logged
+        .into_iter()
+        .filter(|(name, n)| *n > seen.get(name).copied().unwrap_or(0))
+        .take(5)
+        .map(|(name, n)| format!("{name}: {n}/{}", seen.get(&name).copied().unwrap_or(0)))
+        .collect()
 }
 
 /// Every agent's JetStream acknowledgements dropped for the outage (the
@@ -174,6 +208,7 @@ pub(super) async fn redelivery(seed: u64, size: Size) -> anyhow::Result<Row> {
     let (mut row, run) = finish_with("redelivery", seed, run, last_fault, extra, &model).await?;
     row.violations
         .extend(duplicate_writes(&run.fleet, &before)?);
+    keep_logs_if_failed(&row, &run.fleet);
     Ok(row)
 }
 
@@ -420,4 +455,17 @@ pub(super) fn bounded_work(fleet: &Fleet, before: &Work, cuts: u64) -> anyhow::R
         }
     }
     Ok(out)
+}
+
+/// Keeps the agents' logs of a row that failed on a check made after
+/// convergence (`finish_with` keeps them when convergence failed).
+pub(super) fn keep_logs_if_failed(row: &Row, fleet: &Fleet) {
+    if row.passed() || row.converged.is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("fleetbus-chaos-{}-{}", row.scenario, row.seed));
+    match fleet.keep_logs(&dir) {
+        Ok(()) => eprintln!("fleetbus-chaos: {}: agent logs in {}", row.scenario, dir.display()),
+        Err(e) => eprintln!("fleetbus-chaos: {}: agent logs not kept: {e}", row.scenario),
+    }
 }
