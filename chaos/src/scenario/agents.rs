@@ -130,7 +130,7 @@ fn duplicate_writes(fleet: &Fleet, before: &[(u64, u64)]) -> anyhow::Result<Vec<
             "fleetbus-chaos: {}: {writes} copy writes, {changes} copy changes seen",
             n.name()
         );
-        if writes > changes {
+        if writes > changes + noise(changes) {
             out.push(format!(
                 "{}: {writes} copy writes for {changes} changes its watch saw: {} wrote nothing new (e.g. {})",
                 n.name(),
@@ -140,6 +140,15 @@ fn duplicate_writes(fleet: &Fleet, before: &[(u64, u64)]) -> anyhow::Result<Vec<
         }
     }
     Ok(out)
+}
+
+/// How many copy writes beyond the changes a sink's watch saw are noise, not
+/// duplicates: full runs measured the two counts 1–2 apart either way with
+/// nothing written twice that we could find (a recreate is one write and two
+/// changes; a watch that restarts replays or skips); a copy written again per
+/// redelivered message would be hundreds apart.
+fn noise(changes: u64) -> u64 {
+    (changes / 1000).max(3)
 }
 
 /// The copies `node`'s agent logged writing (`wrote copy`, `collected
@@ -465,7 +474,11 @@ pub(super) fn keep_logs_if_failed(row: &Row, fleet: &Fleet) {
     }
     let dir = std::env::temp_dir().join(format!("fleetbus-chaos-{}-{}", row.scenario, row.seed));
     match fleet.keep_logs(&dir) {
-        Ok(()) => eprintln!("fleetbus-chaos: {}: agent logs in {}", row.scenario, dir.display()),
+        Ok(()) => eprintln!(
+            "fleetbus-chaos: {}: agent logs in {}",
+            row.scenario,
+            dir.display()
+        ),
         Err(e) => eprintln!("fleetbus-chaos: {}: agent logs not kept: {e}", row.scenario),
     }
 }
