@@ -14,6 +14,10 @@ const TESTED: &[&str] = &[
     "partition",
     "catchup-kill",
     "flapping",
+    "slow-sink",
+    "redelivery",
+    "rolling-restart",
+    "leave-vs-crash",
 ];
 
 /// Scenarios that find an agent bug not fixed yet, each with where it is
@@ -98,4 +102,24 @@ fn catchup_kill() {
 #[test]
 fn flapping() {
     short("flapping");
+}
+
+#[test]
+fn slow_sink() {
+    short("slow-sink");
+}
+
+#[test]
+fn redelivery() {
+    short("redelivery");
+}
+
+#[test]
+fn rolling_restart() {
+    short("rolling-restart");
+}
+
+#[test]
+fn leave_vs_crash() {
+    short("leave-vs-crash");
 }
