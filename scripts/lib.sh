@@ -118,6 +118,19 @@ ensure_docker_compose() {
     fi
 }
 
+# promtool (Debian's prometheus package; only its promtool is used, no server is
+# started): checks the chart's alert rules and dashboard queries as PromQL.
+ensure_promtool() {
+    command -v promtool >/dev/null && return
+    if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
+        say "installing promtool (apt-get install prometheus)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null ||
+            die "apt-get install prometheus failed"
+    else
+        die "promtool not found (apt-get install prometheus)"
+    fi
+}
+
 # kubectl on PATH (the tour uses it) and the versioned 1.33 binary (tests use it).
 ensure_kubectl() {
     command -v kubectl >/dev/null ||

@@ -134,6 +134,11 @@ async fn metrics_handler(
         "content-type",
         "application/openmetrics-text; version=1.0.0; charset=utf-8",
     )];
+    // Readiness as a metric, read at the scrape, so `fleetbus_ready == 0` alerts
+    // without a probe of its own and never shows a stale value.
+    s.metrics
+        .ready
+        .set(i64::from(s.readiness.missing().is_empty()));
     match s.metrics.render() {
         Ok(body) => (StatusCode::OK, ct, body),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, ct, String::new()),

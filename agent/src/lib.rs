@@ -26,7 +26,7 @@ pub mod sync;
 pub use cli::{usage_error, Args};
 pub use config::{Config, ConfigError, NatsAuth};
 pub use metadata::{detect, Detected};
-pub use metrics::Metrics;
+pub use metrics::{Metrics, RuleObjects};
 pub use registry::{is_disabled, sync_allowed};
 pub use run::{run, RunError};
 

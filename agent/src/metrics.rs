@@ -79,6 +79,25 @@ pub struct Metrics {
     pub drift_correction_seconds: Histogram,
     /// Copies currently drifted (reported, not corrected, or failing).
     pub drifted: Gauge,
+    /// Per rule, copies in sync and objects in conflict or in error, as of the
+    /// last status pass (`fleetbus_rule_objects{rule,state}`): what an alert
+    /// on "a rule in error" and the dashboard's per-rule panels read.
+    rule_objects: Family<Vec<(&'static str, String)>, Gauge>,
+    /// The rules that have series in `rule_objects`, so a deleted rule's
+    /// series are removed rather than left at their last value.
+    rule_names: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// 1 while `/readyz` would answer 200, else 0; set at every scrape
+    /// (`fleetbus_ready`), so an alert needs no probe of its own.
+    pub ready: Gauge,
+}
+
+/// One rule's counts for [`Metrics::set_rule_objects`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleObjects {
+    pub rule: String,
+    pub synced: i64,
+    pub conflicts: i64,
+    pub errors: i64,
 }
 
 impl Default for Metrics {
@@ -241,7 +260,22 @@ impl Metrics {
         );
         let drifted = Gauge::default();
         registry.register("drifted", "Copies currently drifted", drifted.clone());
-        Metrics {
+        let rule_objects = Family::default();
+        registry.register(
+            "rule_objects",
+            "Per rule: copies in sync (state=synced), objects in conflict or failing (state=conflicts|errors)",
+            rule_objects.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            "ready",
+            "1 while the agent is ready (/readyz answers 200), else 0",
+            ready.clone(),
+        );
+        let m = Metrics {
+            rule_objects,
+            rule_names: std::sync::Mutex::default(),
+            ready,
             commands_rejected,
             sync_unknown_update_policy,
             drifts,
@@ -270,6 +304,47 @@ impl Metrics {
             kube_writes,
             kubeconfig_mints,
             metadata_changes,
+        };
+        m.zero_known_series();
+        m
+    }
+
+    /// Creates at 0 the series whose label values are known in advance, so that
+    /// they are scraped from the start: `increase()` over a counter that first
+    /// appears at 1 misses that first increment, and a panel or alert over a
+    /// state nobody is in yet would read "no data" instead of 0. Label values
+    /// that come from data (rejection reasons, rules, kinds) appear when counted.
+    fn zero_known_series(&self) {
+        for state in [
+            "Ready",
+            "Disconnected",
+            "Disabled",
+            "Conflict",
+            "Left",
+            "ApiUnreachable",
+        ] {
+            self.peers.get_or_create(&vec![("state", state)]).set(0);
+        }
+        for op in [
+            "create",
+            "update",
+            "recreate",
+            "delete",
+            "orphan",
+            "status",
+            "namespace",
+        ] {
+            self.sync_writes.get_or_create(&vec![("op", op)]).inc_by(0);
+        }
+        for op in ["write", "collect"] {
+            self.sync_write_failures
+                .get_or_create(&vec![("op", op)])
+                .inc_by(0);
+        }
+        for kind in ["snapshot", "tombstone"] {
+            self.sync_published
+                .get_or_create(&vec![("type", kind)])
+                .inc_by(0);
         }
     }
 
@@ -311,6 +386,32 @@ impl Metrics {
         self.kube_writes.get_or_create(&vec![("kind", kind)]).inc();
     }
 
+    /// Replaces the per-rule series with `rules`: a rule no longer listed (deleted,
+    /// or not a rule of this cluster any more) loses its series.
+    pub fn set_rule_objects(&self, rules: &[RuleObjects]) {
+        let mut names = self.rule_names.lock().unwrap_or_else(|e| e.into_inner());
+        let now: std::collections::BTreeSet<String> =
+            rules.iter().map(|r| r.rule.clone()).collect();
+        for gone in names.difference(&now) {
+            for state in ["synced", "conflicts", "errors"] {
+                self.rule_objects
+                    .remove(&vec![("rule", gone.clone()), ("state", state.to_owned())]);
+            }
+        }
+        for r in rules {
+            for (state, n) in [
+                ("synced", r.synced),
+                ("conflicts", r.conflicts),
+                ("errors", r.errors),
+            ] {
+                self.rule_objects
+                    .get_or_create(&vec![("rule", r.rule.clone()), ("state", state.to_owned())])
+                    .set(n);
+            }
+        }
+        *names = now;
+    }
+
     /// Renders the OpenMetrics text exposition.
     pub fn render(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
@@ -322,6 +423,34 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deleted_rule_loses_its_series() {
+        let m = Metrics::new();
+        let rule = |name: &str, errors| RuleObjects {
+            rule: name.to_owned(),
+            synced: 3,
+            conflicts: 0,
+            errors,
+        };
+        m.set_rule_objects(&[rule("a", 1), rule("b", 0)]);
+        let text = m.render().unwrap();
+        assert!(
+            text.contains("fleetbus_rule_objects{rule=\"a\",state=\"errors\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fleetbus_rule_objects{rule=\"b\",state=\"synced\"} 3"),
+            "{text}"
+        );
+        m.set_rule_objects(&[rule("b", 2)]);
+        let text = m.render().unwrap();
+        assert!(!text.contains("rule=\"a\""), "{text}");
+        assert!(
+            text.contains("fleetbus_rule_objects{rule=\"b\",state=\"errors\"} 2"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn renders_prefixed_names() {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fleetbus_testsupport::{
-    try_wait_for, Agent, AgentCommand, DevCluster, DevClusterOpts, Member, NatsServer,
+    http_get, try_wait_for, Agent, AgentCommand, DevCluster, DevClusterOpts, Member, NatsServer,
 };
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::Api;
@@ -40,6 +40,8 @@ pub struct Node {
     pub nats: Proxy,
     /// Between the agent and its API server (the agent's kubeconfig points here).
     pub api: Proxy,
+    /// The agent's command line as the fleet started it.
+    pub cmd: AgentCommand,
 }
 
 impl Node {
@@ -57,6 +59,75 @@ impl Node {
     pub fn agent_exited(&mut self, while_: &str) -> Option<String> {
         (!self.member.agent.is_running())
             .then(|| format!("{}: the agent exited {while_}", self.name()))
+    }
+
+    /// Stops the agent (SIGTERM) if it runs and starts it again with `extra`
+    /// flags after the fleet's own (e.g. `--leave-on-shutdown`).
+    pub fn respawn_with(&mut self, extra: &[&str]) -> anyhow::Result<()> {
+        if self.member.agent.is_running() {
+            self.member.agent.stop();
+        }
+        self.member.agent = Agent::prepare(self.cmd.clone().extra(extra.iter().copied()).argv())?;
+        self.member.agent.spawn()
+    }
+
+    /// The state (`Ready`, `Disconnected`, `Left`, …) this cluster's agent
+    /// shows for `peer` in its Cluster object, if it shows one.
+    pub async fn peer_state(&self, peer: &str) -> anyhow::Result<Option<String>> {
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("fleetbus.io", "v1alpha1", "Cluster"),
+            "clusters",
+        );
+        let cluster = Api::<DynamicObject>::all_with(self.member.client.clone(), &ar)
+            .get_opt(peer)
+            .await?;
+        Ok(cluster.and_then(|c| {
+            c.data
+                .pointer("/status/state")
+                .and_then(|s| s.as_str())
+                .map(str::to_owned)
+        }))
+    }
+
+    /// Waits until this cluster's agent shows `peer` in state `want`.
+    pub async fn wait_peer_state(&self, peer: &str, want: &str) -> anyhow::Result<()> {
+        let what = format!("{} to show {peer} {want}", self.name());
+        try_wait_for(&what, SETUP, || async {
+            match self.peer_state(peer).await {
+                Ok(Some(s)) if s == want => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+        .map_err(anyhow::Error::msg)
+    }
+
+    /// Writes of copies the agent made since it started: its
+    /// `fleetbus_sync_writes_total` (creates, updates, recreates, deletes,
+    /// orphans; not status writes), from its `/metrics`.
+    pub fn agent_copy_writes(&self) -> anyhow::Result<u64> {
+        self.agent_counter("fleetbus_sync_writes_total", Some(r#"op="status""#))
+    }
+
+    /// Envelopes the agent published since it started (snapshots and
+    /// tombstones: `fleetbus_sync_published_total`).
+    pub fn agent_published(&self) -> anyhow::Result<u64> {
+        self.agent_counter("fleetbus_sync_published_total", None)
+    }
+
+    /// The sum of the agent's counter `name` over its series, but those
+    /// whose labels contain `except`.
+    fn agent_counter(&self, name: &str, except: Option<&str>) -> anyhow::Result<u64> {
+        let url = format!("http://{}/metrics", self.member.metrics_addr);
+        let (code, body) = http_get(&url).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(code == 200, "{}: GET /metrics: {code}", self.name());
+        let series = format!("{name}{{");
+        Ok(body
+            .lines()
+            .filter(|l| l.starts_with(&series))
+            .filter(|l| except.is_none_or(|e| !l.contains(e)))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum::<f64>() as u64)
     }
 
     /// Waits until the agent's `/readyz` answers 200.
@@ -174,9 +245,26 @@ impl Fleet {
     /// Starts `per_origin` writers on every cluster, each owning `objects`
     /// objects and pausing `pace` between steps; seeded from `seed`.
     pub fn start_load(&self, seed: u64, per_origin: usize, objects: usize, pace: Duration) -> Load {
+        let all: Vec<&str> = self.nodes.iter().map(Node::name).collect();
+        self.start_load_on(&all, seed, per_origin, objects, pace)
+    }
+
+    /// [`Fleet::start_load`] on the clusters named in `origins` only (each
+    /// writer seeded as `start_load` would seed it).
+    pub fn start_load_on(
+        &self,
+        origins: &[&str],
+        seed: u64,
+        per_origin: usize,
+        objects: usize,
+        pace: Duration,
+    ) -> Load {
         let stop = CancellationToken::new();
         let mut writers = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
+            if !origins.contains(&node.name()) {
+                continue;
+            }
             for index in 0..per_origin {
                 let w = Writer {
                     origin: node.name().to_owned(),
@@ -206,24 +294,33 @@ impl Fleet {
     /// Settles the oracle from every origin's list, then polls every sink
     /// until it holds what the oracle expects or `deadline` passes.
     pub async fn converge(&self, deadline: Duration) -> anyhow::Result<Converged> {
+        self.converge_to(&self.rule_model(), deadline).await
+    }
+
+    /// [`Fleet::converge`] to what `model` wants: only its sinks are polled
+    /// (a cluster whose agent left or died is no sink any more).
+    pub async fn converge_to(
+        &self,
+        model: &RuleModel,
+        deadline: Duration,
+    ) -> anyhow::Result<Converged> {
         for n in &self.nodes {
             let listed = list_origin(&n.member.client, n.name(), NS)
                 .await
                 .with_context(|| format!("list origin {}", n.name()))?;
             lock(&self.oracle).settle(n.name(), listed);
         }
-        let model = self.rule_model();
         let start = Instant::now();
         let mut progress = start;
         loop {
             let mut held = Vec::new();
-            for n in &self.nodes {
+            for n in self.nodes.iter().filter(|n| model.sinks.contains(n.name())) {
                 // A sink that does not answer yet is not converged.
                 if let Ok(copies) = list_sink(n.name(), &n.member.client, NS).await {
                     held.extend(copies);
                 }
             }
-            let violations = lock(&self.oracle).check(&model, &held);
+            let violations = lock(&self.oracle).check(model, &held);
             // What a sink did during the run (went back, deleted while
             // present) never heals: convergence is about what it holds.
             if !violations.iter().any(held_not_right) {
@@ -249,6 +346,16 @@ impl Fleet {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// Copies every agent's log into `dir` (`<cluster>.log`), for a failed
+    /// scenario: the processes' own directories go with the fleet.
+    pub fn keep_logs(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for n in &self.nodes {
+            std::fs::write(dir.join(format!("{}.log", n.name())), n.member.agent.log())?;
+        }
+        Ok(())
     }
 
     /// Stops the watches (the processes stop when the fleet is dropped).
@@ -280,13 +387,15 @@ async fn start_node(name: &str, nats: &NatsServer) -> anyhow::Result<Node> {
     let api = Proxy::start(SocketAddr::from(([127, 0, 0, 1], member.cluster.port()))).await?;
     let kubeconfig = kubeconfig_via(&member.cluster, &api)?;
     let metrics: SocketAddr = member.metrics_addr.parse()?;
-    member.agent = Agent::prepare(cmd.kubeconfig(kubeconfig).metrics_addr(metrics).argv())?;
+    let cmd = cmd.kubeconfig(kubeconfig).metrics_addr(metrics);
+    member.agent = Agent::prepare(cmd.argv())?;
     member.create_namespace(NS).await?;
     member.agent.spawn()?;
     Ok(Node {
         member,
         nats: nats_proxy,
         api,
+        cmd,
     })
 }
 

@@ -81,6 +81,9 @@ pub enum Seen {
     Version { seq: u64 },
     /// The copy made from this origin uid was deleted.
     Deleted { origin_uid: String },
+    /// Not a sink's doing: the source's origin left the fleet for good
+    /// ([`Oracle::left`]); deleting the copy is its orphan policy from here on.
+    OriginLeft,
 }
 
 /// An invariant that did not hold, naming the object.
@@ -156,6 +159,10 @@ pub struct Oracle {
     seen: BTreeMap<(String, Source), Vec<Seen>>,
     /// Acknowledged writes (creates and updates) and deletes.
     writes: u64,
+    /// Origins that left the fleet for good ([`Oracle::left`]).
+    left: BTreeSet<String>,
+    /// Acknowledged writes by origin.
+    writes_of: BTreeMap<String, u64>,
 }
 
 impl Oracle {
@@ -164,6 +171,7 @@ impl Oracle {
     /// (one writer per object), so the last one is the truth.
     pub fn wrote(&mut self, source: Source, uid: &str, seq: u64, data: BTreeMap<String, String>) {
         self.writes += 1;
+        *self.writes_of.entry(source.origin.clone()).or_default() += 1;
         self.acked.insert(
             source,
             Acked::Present {
@@ -177,6 +185,7 @@ impl Oracle {
     /// The origin acknowledged deleting `source`.
     pub fn deleted(&mut self, source: Source) {
         self.writes += 1;
+        *self.writes_of.entry(source.origin.clone()).or_default() += 1;
         if let Some(Acked::Present { uid, .. }) = self.acked.get(&source) {
             self.deleted_uids
                 .entry(source.clone())
@@ -234,15 +243,63 @@ impl Oracle {
 
     /// A sink's watch delivered `event` for its copy of `source`.
     pub fn saw(&mut self, sink: &str, source: Source, event: Seen) {
-        self.seen
-            .entry((sink.to_owned(), source))
-            .or_default()
-            .push(event);
+        let left = self.left.contains(&source.origin);
+        let events = self.seen.entry((sink.to_owned(), source)).or_default();
+        // A copy first seen after its origin left (made just before).
+        if left && events.is_empty() {
+            events.push(Seen::OriginLeft);
+        }
+        events.push(event);
+    }
+
+    /// `origin` is about to leave the fleet for good (`--leave-on-shutdown`):
+    /// from now on a sink deleting its copies follows the rule's orphan
+    /// policy and is no violation; before now, it was.
+    pub fn left(&mut self, origin: &str) {
+        self.left.insert(origin.to_owned());
+        for ((_, source), events) in &mut self.seen {
+            if source.origin == origin {
+                events.push(Seen::OriginLeft);
+            }
+        }
     }
 
     /// Writes the origins acknowledged.
     pub fn acknowledged_writes(&self) -> u64 {
         self.writes
+    }
+
+    /// Writes `origin` acknowledged.
+    pub fn acknowledged_writes_of(&self, origin: &str) -> u64 {
+        self.writes_of.get(origin).copied().unwrap_or(0)
+    }
+
+    /// Changes of copies the watch of `sink` delivered (versions and
+    /// deletes; a re-list after a broken watch replays what is there).
+    pub fn copy_events(&self, sink: &str) -> u64 {
+        self.copy_events_by_source(sink).values().sum()
+    }
+
+    /// Per source: the changes of its copy the watch of `sink` delivered so
+    /// far (see [`Oracle::copy_events`]).
+    pub fn copy_events_by_source(&self, sink: &str) -> BTreeMap<Source, u64> {
+        self.copy_history(sink)
+            .into_iter()
+            .map(|(source, events)| (source, events.len() as u64))
+            .collect()
+    }
+
+    /// Per source: the changes of its copy the watch of `sink` delivered so
+    /// far, in order.
+    pub fn copy_history(&self, sink: &str) -> BTreeMap<Source, Vec<Seen>> {
+        self.seen
+            .iter()
+            .filter(|((s, _), _)| s == sink)
+            .map(|((_, source), events)| {
+                let changes = events.iter().filter(|e| !matches!(e, Seen::OriginLeft));
+                (source.clone(), changes.cloned().collect())
+            })
+            .collect()
     }
 
     /// The present sources with their uid and sequence number.
@@ -321,8 +378,10 @@ impl Oracle {
         let mut out = Vec::new();
         for ((sink, source), events) in &self.seen {
             let mut last: Option<u64> = None;
+            let mut origin_left = false;
             for e in events {
                 match e {
+                    Seen::OriginLeft => origin_left = true,
                     Seen::Version { seq } => {
                         if let Some(prev) = last.filter(|p| seq < p) {
                             out.push(Violation::WentBack {
@@ -335,10 +394,11 @@ impl Oracle {
                         last = Some(last.map_or(*seq, |p| p.max(*seq)));
                     }
                     Seen::Deleted { origin_uid } => {
-                        let legit = self
-                            .deleted_uids
-                            .get(source)
-                            .is_some_and(|uids| uids.contains(origin_uid));
+                        let legit = origin_left
+                            || self
+                                .deleted_uids
+                                .get(source)
+                                .is_some_and(|uids| uids.contains(origin_uid));
                         if !legit {
                             out.push(Violation::DeletedWhilePresent {
                                 sink: sink.clone(),
@@ -408,6 +468,11 @@ mod tests {
         let held = [copy("b", &x, "u1", 2), copy("c", &x, "u1", 2)];
         assert_eq!(o.check(&rule(), &held), vec![]);
         assert_eq!(o.acknowledged_writes(), 2);
+        assert_eq!(
+            (o.acknowledged_writes_of("a"), o.acknowledged_writes_of("b")),
+            (2, 0)
+        );
+        assert_eq!((o.copy_events("b"), o.copy_events("c")), (2, 0));
     }
 
     #[test]
@@ -483,6 +548,45 @@ mod tests {
         );
     }
 
+    /// An oracle that saw `a` write x (uid u1) and y (uid u2) at seq 1.
+    fn two_written() -> (Oracle, Source, Source) {
+        let mut o = Oracle::default();
+        let (x, y) = (src("a", "x"), src("a", "y"));
+        o.wrote(x.clone(), "u1", 1, data(1));
+        o.wrote(y.clone(), "u2", 1, data(1));
+        (o, x, y)
+    }
+
+    #[test]
+    fn copies_of_an_origin_that_left_may_go_but_not_before_it_left() {
+        let (mut o, x, y) = two_written();
+        let gone = || Seen::Deleted {
+            origin_uid: "u1".into(),
+        };
+        o.saw("b", x.clone(), Seen::Version { seq: 1 });
+        // Deleted while its origin was still a member: a violation.
+        o.saw("c", x.clone(), Seen::Version { seq: 1 });
+        o.saw("c", x.clone(), gone());
+        o.left("a");
+        o.saw("b", x.clone(), gone());
+        // First seen after the leave (a copy made just before it), then gone.
+        o.saw("c", y.clone(), Seen::Version { seq: 1 });
+        o.saw(
+            "c",
+            y,
+            Seen::Deleted {
+                origin_uid: "u2".into(),
+            },
+        );
+        assert_eq!(
+            o.check_history(),
+            vec![Violation::DeletedWhilePresent {
+                sink: "c".into(),
+                source: x
+            }]
+        );
+    }
+
     #[test]
     fn a_delete_and_recreate_is_not_a_violation() {
         let mut o = Oracle::default();
@@ -507,10 +611,7 @@ mod tests {
 
     #[test]
     fn settling_on_the_origins_list_resolves_lost_acknowledgements() {
-        let mut o = Oracle::default();
-        let (x, y) = (src("a", "x"), src("a", "y"));
-        o.wrote(x.clone(), "u1", 1, data(1));
-        o.wrote(y.clone(), "u2", 1, data(1));
+        let (mut o, x, y) = two_written();
         // x's update to 2 and y's delete got no answer; the list shows that
         // x's update applied and y's delete did too; z was created unanswered.
         let z = src("a", "z");

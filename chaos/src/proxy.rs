@@ -13,7 +13,10 @@
 //! - [`Fault::Delay`]: every chunk waits before it is forwarded (latency);
 //! - [`Fault::Throttle`]: at most so many bytes a second each way;
 //! - [`Fault::Drop`]: chunks are read and thrown away (loss that TCP did not
-//!   repair: the protocol above sees a corrupt stream and reconnects).
+//!   repair: the protocol above sees a corrupt stream and reconnects);
+//! - [`Fault::DropAcks`]: on a NATS link, JetStream's acknowledgements alone
+//!   are left out (consumer acks and publish acks, see [`acks`]), so that
+//!   consumers get messages again and publishers publish again.
 //!
 //! Bytes are never reordered: one task per direction forwards chunk after
 //! chunk. A stalled direction stops reading, so TCP's own back-pressure holds
@@ -29,6 +32,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
+
+mod acks;
 
 /// What the proxy does to the traffic through it now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,6 +53,9 @@ pub enum Fault {
     Throttle(u64),
     /// Read and discard everything, both ways.
     Drop,
+    /// Forward everything but JetStream acknowledgements (NATS links only;
+    /// other protocols pass untouched).
+    DropAcks,
 }
 
 /// Which way a chunk goes.
@@ -86,6 +94,8 @@ fn verdict(fault: Fault, way: Way, len: usize) -> Verdict {
         Fault::Throttle(0) => Verdict::Hold,
         Fault::Throttle(rate) => Verdict::After(Duration::from_secs_f64(len as f64 / rate as f64)),
         Fault::Drop => Verdict::Discard,
+        // The protocol reader of each direction leaves the acks out.
+        Fault::DropAcks => Verdict::Forward,
     }
 }
 
@@ -100,6 +110,8 @@ pub struct Counters {
     pub down: AtomicU64,
     /// Bytes read and thrown away ([`Fault::Drop`]).
     pub dropped: AtomicU64,
+    /// JetStream acknowledgements left out ([`Fault::DropAcks`]).
+    pub acks_dropped: AtomicU64,
 }
 
 /// A running proxy: listens on a loopback port, forwards to `upstream`.
@@ -257,6 +269,9 @@ async fn pump(
     counters: Arc<Counters>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    // Follows the protocol at all times, so that it knows where frames
+    // start when DropAcks is set in the middle of the stream.
+    let mut reader = acks::Reader::default();
     loop {
         // Held: do not read (back-pressure) until the fault changes.
         if verdict(*fault.borrow(), way, 0) == Verdict::Hold {
@@ -295,14 +310,18 @@ async fn pump(
             Verdict::After(d) => tokio::time::sleep(d).await,
             Verdict::Forward | Verdict::Hold => {}
         }
-        if to.write_all(&buf[..n]).await.is_err() {
+        let fed = reader.feed(&buf[..n], *fault.borrow() == Fault::DropAcks);
+        counters
+            .acks_dropped
+            .fetch_add(fed.dropped, Ordering::Relaxed);
+        if to.write_all(&fed.forward).await.is_err() {
             return;
         }
         let counter = match way {
             Way::Up => &counters.up,
             Way::Down => &counters.down,
         };
-        counter.fetch_add(n as u64, Ordering::Relaxed);
+        counter.fetch_add(fed.forward.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -406,6 +425,29 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(&got, b"ping");
+    }
+
+    #[tokio::test]
+    async fn drop_acks_leaves_out_only_the_acks_of_a_nats_stream() {
+        let p = Proxy::start(echo().await).await.unwrap();
+        let mut s = TcpStream::connect(p.addr()).await.unwrap();
+        let ack = b"PUB $JS.ACK.S.c.1.9.9.1.0 4\r\n+ACK\r\n";
+        let ping = b"PING\r\n";
+        assert_eq!(roundtrip(&mut s, ping, SOON).await.unwrap(), ping);
+        p.set(Fault::DropAcks);
+        s.write_all(&[&ack[..], ping].concat()).await.unwrap();
+        let mut got = [0u8; 6];
+        timeout(SOON, s.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            &got, ping,
+            "the ack was left out, what follows it went through"
+        );
+        assert_eq!(p.counters().acks_dropped.load(Ordering::Relaxed), 1);
+        p.set(Fault::Pass);
+        assert_eq!(roundtrip(&mut s, ack, SOON).await.unwrap(), ack);
     }
 
     #[tokio::test]

@@ -8,9 +8,11 @@ use fleetbus_testsupport::try_wait_for;
 use futures::StreamExt;
 
 use crate::fleet::{Fleet, Load, SETUP};
+use crate::oracle::RuleModel;
 use crate::proxy::Fault;
 use crate::workload::lock;
 
+mod agents;
 mod pressure;
 
 /// Every scenario, in the order `all` runs them, with what it shows.
@@ -21,6 +23,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("api-down", "an agent's API server unreachable (proxy cut + SIGSTOP): /readyz 503, converged after"),
     ("catchup-kill", "sink agent kill -9 in the middle of a catch-up, restarted: converged, nothing lost or extra"),
     ("flapping", "an agent's NATS link cut 2 s every 5 s under churn: converged after"),
+    ("slow-sink", "an agent SIGSTOPped while the others churn: after SIGCONT it writes each copy about once, not every version"),
+    ("redelivery", "JetStream acks dropped on every agent's link under churn: no copy written twice"),
+    ("rolling-restart", "every agent restarted in turn under churn: nothing lost, no delete because a peer was Disconnected"),
+    ("leave-vs-crash", "peers leave for good (orphanPolicy Delete, then Orphan) and one crashes: copies follow the policy, or stay"),
     ("api-pressure", "an agent's API server answers 429 (Retry-After), 500, late and ends watches with 410 under churn: bounded requests, no rewrite on re-list, converged after"),
 ];
 
@@ -120,6 +126,10 @@ pub async fn run(name: &str, seed: u64, size: Size) -> Row {
         "api-down" => api_down(seed, size).await,
         "catchup-kill" => catchup_kill(seed, size).await,
         "flapping" => flapping(seed, size).await,
+        "slow-sink" => agents::slow_sink(seed, size).await,
+        "redelivery" => agents::redelivery(seed, size).await,
+        "rolling-restart" => agents::rolling_restart(seed, size).await,
+        "leave-vs-crash" => agents::leave_vs_crash(seed, size).await,
         "api-pressure" => pressure::api_pressure(seed, size).await,
         other => Err(anyhow::anyhow!("no scenario {other}")),
     };
@@ -149,12 +159,27 @@ async fn start(seed: u64, size: Size) -> anyhow::Result<Running> {
 async fn finish(
     name: &str,
     seed: u64,
+    run: Running,
+    last_fault: Instant,
+    extra: Vec<String>,
+) -> anyhow::Result<Row> {
+    let model = run.fleet.rule_model();
+    let (row, _) = finish_with(name, seed, run, last_fault, extra, &model).await?;
+    Ok(row)
+}
+
+/// [`finish`] against `model` (its sinks only), handing the fleet back for
+/// the scenario's own checks after convergence (watches stopped).
+async fn finish_with(
+    name: &str,
+    seed: u64,
     mut run: Running,
     last_fault: Instant,
     mut extra: Vec<String>,
-) -> anyhow::Result<Row> {
+    model: &RuleModel,
+) -> anyhow::Result<(Row, Running)> {
     run.load.stop().await;
-    let conv = run.fleet.converge(CONVERGE).await?;
+    let conv = run.fleet.converge_to(model, CONVERGE).await?;
     let converged = conv.after.map(|_| last_fault.elapsed());
     let writes = run.fleet.configmap_writes().await? - run.writes_before;
     if converged.is_some() {
@@ -176,7 +201,14 @@ async fn finish(
     let sink_writes = writes.saturating_sub(changes);
     let mut violations: Vec<String> = conv.violations.iter().map(ToString::to_string).collect();
     violations.extend(extra);
-    Ok(Row {
+    if !(conv.after.is_some() && violations.is_empty()) {
+        let dir = std::env::temp_dir().join(format!("fleetbus-chaos-{name}-{seed}"));
+        match run.fleet.keep_logs(&dir) {
+            Ok(()) => eprintln!("fleetbus-chaos: {name}: agent logs in {}", dir.display()),
+            Err(e) => eprintln!("fleetbus-chaos: {name}: agent logs not kept: {e}"),
+        }
+    }
+    let row = Row {
         scenario: name.to_owned(),
         seed,
         converged,
@@ -188,7 +220,8 @@ async fn finish(
             sink_writes as f64 / changes as f64
         },
         violations,
-    })
+    };
+    Ok((row, run))
 }
 
 /// Converged churn, then every agent restarted: no write, no drift event.
@@ -356,9 +389,11 @@ async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
     finish("catchup-kill", seed, run, last_fault, Vec::new()).await
 }
 
-/// The last cluster's NATS link cut 2 s in every 5 s while origins churn.
+/// The last cluster's NATS link cut 2 s in every 5 s while origins churn;
+/// the work every agent did stays bounded (no retry storm).
 async fn flapping(seed: u64, size: Size) -> anyhow::Result<Row> {
     let run = start(seed, size).await?;
+    let work = agents::Work::now(&run.fleet)?;
     let link = run.fleet.nodes.last().map(|n| &n.nats);
     for _ in 0..size.flaps {
         set(link, Fault::Cut);
@@ -368,5 +403,11 @@ async fn flapping(seed: u64, size: Size) -> anyhow::Result<Row> {
     }
     let last_fault = Instant::now();
     tokio::time::sleep(size.churn).await;
-    finish("flapping", seed, run, last_fault, Vec::new()).await
+    let model = run.fleet.rule_model();
+    let (mut row, run) = finish_with("flapping", seed, run, last_fault, Vec::new(), &model).await?;
+    let cuts = size.flaps as u64;
+    row.violations
+        .extend(agents::bounded_work(&run.fleet, &work, cuts)?);
+    agents::keep_logs_if_failed(&row, &run.fleet);
+    Ok(row)
 }

@@ -25,7 +25,7 @@ use crate::oracle::{Copy, Listed, Oracle, Seen, Source};
 /// The data key carrying the sequence number of a version.
 pub const SEQ: &str = "seq";
 /// The copy's annotations the watches read (`fleetbus.io/…`, PROTOCOL §4.3).
-const ORIGIN_CLUSTER: &str = "fleetbus.io/origin-cluster";
+pub const ORIGIN_CLUSTER: &str = "fleetbus.io/origin-cluster";
 const ORIGIN_UID: &str = "fleetbus.io/origin-uid";
 
 /// The shared oracle (writers and watches record into it).

@@ -14,6 +14,10 @@ const TESTED: &[&str] = &[
     "partition",
     "catchup-kill",
     "flapping",
+    "slow-sink",
+    "redelivery",
+    "rolling-restart",
+    "leave-vs-crash",
     "api-pressure",
 ];
 
@@ -99,6 +103,26 @@ fn catchup_kill() {
 #[test]
 fn flapping() {
     short("flapping");
+}
+
+#[test]
+fn slow_sink() {
+    short("slow-sink");
+}
+
+#[test]
+fn redelivery() {
+    short("redelivery");
+}
+
+#[test]
+fn rolling_restart() {
+    short("rolling-restart");
+}
+
+#[test]
+fn leave_vs_crash() {
+    short("leave-vs-crash");
 }
 
 #[test]

@@ -34,6 +34,17 @@ pub enum Command {
     /// re-evaluates placement within seconds.
     #[command(subcommand)]
     Clusters(ClustersCommand),
+    /// Print a shell completion script: `source <(fleetbus completion bash)`, or save
+    /// it where your shell loads completions (zsh: a file `_fleetbus` on `$fpath`;
+    /// fish: `~/.config/fish/completions/fleetbus.fish`).
+    Completion(CompletionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Subcommand)]

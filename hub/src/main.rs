@@ -34,6 +34,15 @@ fn main() -> ExitCode {
                 .block_on(clusters::run(cmd))
                 .unwrap_or_else(|e| fail(&e.into()));
         }
+        Command::Completion(args) => {
+            clap_complete::generate(
+                args.shell,
+                &mut Cli::command(),
+                "fleetbus",
+                &mut std::io::stdout(),
+            );
+            return ExitCode::SUCCESS;
+        }
     };
     let result: anyhow::Result<ExitCode> = match cmd {
         MeshCommand::Up(args) => {

@@ -261,16 +261,15 @@ impl Engine {
             Input::Local(gvk, ev) => self.local_event(gvk, ev),
             Input::Bus(gvk, ev) => self.bus_event(gvk, ev),
             Input::Status(ev) => self.status_event(ev),
-            Input::PublishFailed(gvk, key, before) => {
+            Input::PublishFailed(gvk, key, before, sent) => {
                 self.ctx.metrics.sync_rejected("publish_failed");
-                // Believe again what the bus held before, so the next pass
-                // finds the same difference (a lost tombstone included) and
-                // publishes it again.
+                // Believe what makes the next pass publish again whatever
+                // the bus holds now (a lost tombstone included).
                 if let Some(k) = self.kinds.get_mut(&gvk) {
                     k.source_full = true;
-                    match before {
+                    match super::model::believed_after_failure(before, *sent) {
                         Some(env) => {
-                            k.snapshots.insert(key, *env);
+                            k.snapshots.insert(key, env);
                         }
                         None => {
                             k.snapshots.remove(&key);

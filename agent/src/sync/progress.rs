@@ -104,8 +104,15 @@ impl InFlight {
             .unwrap_or_else(|e| e.into_inner())
             .is_some_and(|t| t.elapsed() >= after);
         if long && self.active.load(Ordering::Relaxed) {
-            last.copies_wanted = self.wanted.load(Ordering::Relaxed);
-            last.copies_in_sync = self.in_sync.load(Ordering::Relaxed);
+            let wanted = self.wanted.load(Ordering::Relaxed);
+            // A pass counts from zero the copies it finds in sync, including those the
+            // last pass already counted: shown alone, a second pass of a catch-up made
+            // the count go back (92% then 75%). The copies the last pass left in sync
+            // are still in sync unless this pass finds otherwise, which its end
+            // records; until then the larger count is the true one.
+            let in_sync = self.in_sync.load(Ordering::Relaxed);
+            last.copies_in_sync = in_sync.max(last.copies_in_sync).min(wanted);
+            last.copies_wanted = wanted;
         }
         last
     }
@@ -182,7 +189,11 @@ mod tests {
             "a short pass is not shown"
         );
         let shown = f.show_after(last.clone(), now);
-        assert_eq!((shown.copies_wanted, shown.copies_in_sync), (10_000, 2));
+        assert_eq!(
+            (shown.copies_wanted, shown.copies_in_sync),
+            (10_000, 10),
+            "the pass's target, and the 10 copies the last pass left in sync (more than the 2 it has walked)"
+        );
         assert_eq!(shown.cluster, "c3", "the rest is the last pass's");
         f.end();
         assert_eq!(
@@ -193,8 +204,33 @@ mod tests {
         f.begin(5);
         assert_eq!(
             f.show_after(last, now).copies_in_sync,
-            0,
-            "a new pass starts from zero"
+            5,
+            "never more than the pass wants"
         );
+    }
+
+    #[test]
+    fn a_second_pass_of_a_catch_up_never_shows_fewer_copies_than_the_last_one_left() {
+        let mut last = SyncProgress::starting("c3", chrono::Utc::now());
+        let now = std::time::Duration::ZERO;
+        let f = InFlight::default();
+        // First pass: 10,002 wanted, 9,293 in sync when it ended.
+        f.begin(10_002);
+        for _ in 0..9_293 {
+            f.settled();
+        }
+        f.end();
+        last.copies_wanted = 10_002;
+        last.copies_in_sync = 9_293;
+        // The second pass has walked 7,578 copies so far.
+        f.begin(10_002);
+        for _ in 0..7_578 {
+            f.settled();
+        }
+        assert_eq!(f.show_after(last.clone(), now).copies_in_sync, 9_293);
+        for _ in 7_578..10_002 {
+            f.settled();
+        }
+        assert_eq!(f.show_after(last, now).copies_in_sync, 10_002);
     }
 }

@@ -21,6 +21,7 @@ use super::model::RuleReport;
 use super::rules::compile::{rule_gvk, CompiledRule};
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
+use crate::metrics::RuleObjects;
 
 /// Condition type naming the objects in conflict.
 pub const CONFLICT: &str = "Conflict";
@@ -253,6 +254,7 @@ impl Engine {
         let now = Instant::now();
         let mut writes = Vec::new();
         let (mut synced, mut conflicts, mut errors) = (0, 0, 0);
+        let mut per_rule = Vec::new();
         for rule in self.rules.values().filter(|r| !r.builtin) {
             let Some(obj) = kind.objects.get(&(None, rule.name.clone())) else {
                 continue;
@@ -266,6 +268,12 @@ impl Engine {
             synced += report.synced;
             conflicts += report.conflicts.len() as i64;
             errors += report.errors.len() as i64;
+            per_rule.push(RuleObjects {
+                rule: rule.name.clone(),
+                synced: report.synced,
+                conflicts: report.conflicts.len() as i64,
+                errors: report.errors.len() as i64,
+            });
             let problem = self.rule_problem(rule);
             let status = desired(
                 rule,
@@ -290,6 +298,7 @@ impl Engine {
         self.ctx.metrics.sync_objects.set(synced);
         self.ctx.metrics.sync_conflicts.set(conflicts);
         self.ctx.metrics.sync_errors.set(errors);
+        self.ctx.metrics.set_rule_objects(&per_rule);
         let api: Api<ResourceSyncRule> = Api::all(self.ctx.client.clone());
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),

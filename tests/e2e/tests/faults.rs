@@ -327,9 +327,12 @@ async fn a_paused_nats_makes_agents_not_ready_and_they_recover() {
     nats.pause().unwrap();
     let body = wait_readyz(&a, 503, CONVERGE).await;
     assert!(body.contains("registry-publish"), "{body}");
+    // The metric the chart's FleetbusAgentNotReady alert reads says the same.
+    assert_eq!(a.metric("fleetbus_ready"), Ok(0.0));
     nats.resume().unwrap();
     wait_mesh(&[&a, &b], &["a", "b"]).await;
     wait_readyz(&a, 200, CONVERGE).await;
+    assert_eq!(a.metric("fleetbus_ready"), Ok(1.0));
     wait_readyz(&b, 200, CONVERGE).await;
     assert_nothing_deleted(&[&a, &b], 2).await;
 }

@@ -483,6 +483,9 @@ spec:
             .unwrap()
             >= 1.0
     );
+    // The per-rule series the chart's FleetbusRuleInError alert reads.
+    let rule_errors = "fleetbus_rule_objects{rule=\"widgets\",state=\"errors\"}";
+    c2.wait_metric_at_least(rule_errors, 1.0).await;
 
     // The cause removed: the copy converges and the rule is Ready.
     install_widgets(c2, None).await;
@@ -497,4 +500,11 @@ spec:
     )
     .await;
     wait_rule(c2, "widgets", "Ready", ready_is("True", "Synced")).await;
+    wait_for("c2: the rule's error series back at 0", SYNC, || async {
+        match c2.metric(rule_errors) {
+            Ok(n) if n == 0.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
 }

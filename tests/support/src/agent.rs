@@ -122,6 +122,23 @@ impl Agent {
         }
     }
 
+    /// SIGSTOP: the agent keeps its sockets open but does nothing (a hung
+    /// or starved process, not a dead one). Undo with [`Agent::resume`].
+    pub fn pause(&self) -> anyhow::Result<()> {
+        self.running()?.signal("STOP")
+    }
+
+    /// SIGCONT after [`Agent::pause`].
+    pub fn resume(&self) -> anyhow::Result<()> {
+        self.running()?.signal("CONT")
+    }
+
+    fn running(&self) -> anyhow::Result<&Proc> {
+        self.proc
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("agent not running"))
+    }
+
     /// SIGTERM, then wait (SIGKILL after 15s). Returns the exit status.
     ///
     /// # Panics
@@ -224,6 +241,41 @@ mod tests {
         let status = a.stop();
         assert_eq!(status.code(), Some(7), "the TERM trap ran");
         assert!(!a.is_running());
+    }
+
+    /// The process state letter in /proc/<pid>/stat ('T' when stopped).
+    fn state(pid: u32) -> String {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // After the command name, which is in parentheses.
+        stat.rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[test]
+    fn pause_stops_and_resume_continues_the_process() {
+        let a = sh("exec sleep 60").unwrap();
+        let pid = a.pid().unwrap();
+        a.pause().unwrap();
+        crate::wait_for_blocking("stopped", Duration::from_secs(10), || {
+            let s = state(pid);
+            if s == "T" {
+                Ok(())
+            } else {
+                Err(s)
+            }
+        });
+        a.resume().unwrap();
+        crate::wait_for_blocking("continued", Duration::from_secs(10), || {
+            let s = state(pid);
+            if s == "S" || s == "R" {
+                Ok(())
+            } else {
+                Err(s)
+            }
+        });
     }
 
     #[test]

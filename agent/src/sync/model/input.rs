@@ -17,14 +17,40 @@ pub enum Input {
     /// From the bus consumer of a kind.
     Bus(GroupVersionKind, BusEvent),
     /// An acknowledged publish failed: the object must be published again.
-    /// The envelope the bus held before (what to believe again), if any.
-    PublishFailed(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
+    /// The envelope the bus held before, if any, and the one published
+    /// (without its object), which the bus may hold all the same: only the
+    /// acknowledgement may have been lost (see [`believed_after_failure`]).
+    PublishFailed(
+        GroupVersionKind,
+        ObjectKey,
+        Option<Box<Envelope>>,
+        Box<Envelope>,
+    ),
     /// The server dropped a publish as a duplicate of an earlier message id:
     /// the subject still holds what it held (someone else's message, if it
     /// differed from ours). The envelope the bus held before, if any.
     PublishDuplicate(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
     /// From the status consumer (`<p>.status.>`).
     Status(StatusEvent),
+}
+
+/// What to believe the bus holds for our object after the publish of
+/// `sent` got no acknowledgement, `before` being what it held before. The
+/// message may be stored all the same (only its ack was lost): a snapshot is
+/// then believed with no content hash, so that the next plan publishes
+/// ours again whatever it is: the object again if it is here, a tombstone
+/// for `sent`'s uid if it is gone. Believing `before` there lost deletes:
+/// when `before` was a tombstone (the object deleted and created again), a
+/// delete that followed found no live envelope to withdraw, while the bus
+/// held `sent` (found by the chaos `redelivery` scenario). A failed tombstone
+/// believes `before` again: its live envelope, withdrawn again next pass.
+pub fn believed_after_failure(before: Option<Box<Envelope>>, sent: Envelope) -> Option<Envelope> {
+    if sent.tombstone {
+        return before.map(|b| *b);
+    }
+    let mut maybe = sent;
+    maybe.content_hash.clear();
+    Some(maybe)
 }
 
 /// What the local watch saw.

@@ -19,7 +19,7 @@ mod target;
 
 pub use baseline::Baseline;
 pub use candidate::Candidate;
-pub use input::{BusEvent, Feed, Input, LocalEvent, StatusEvent};
+pub use input::{believed_after_failure, BusEvent, Feed, Input, LocalEvent, StatusEvent};
 pub use outcome::{Conflict, Outcome};
 pub use report::RuleReport;
 pub use target::{LocalKey, Target};
