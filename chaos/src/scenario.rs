@@ -271,8 +271,22 @@ async fn nats_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
     run.fleet.nats.restart()?;
     let last_fault = Instant::now();
     tokio::time::sleep(size.churn).await;
-    finish("nats-kill", seed, run, last_fault, Vec::new()).await
+    let row = finish("nats-kill", seed, run, last_fault, Vec::new()).await?;
+    // The goal, counted from the end of the churn that follows the
+    // restart (nothing converges while the origins still write).
+    Ok(goal(
+        row,
+        size.churn + NATS_GOAL,
+        &format!(
+            "the server accepted connections again, with {:?} of churn after",
+            size.churn
+        ),
+    ))
 }
+
+/// The goal for `nats-kill`: converged this soon after the churn
+/// that follows the server's restart.
+const NATS_GOAL: Duration = Duration::from_secs(5);
 
 /// The last cluster's agent cut from NATS while every origin churns.
 async fn partition(seed: u64, size: Size) -> anyhow::Result<Row> {
@@ -406,7 +420,7 @@ async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
         load,
         writes_before,
     };
-    let mut row = finish_with(
+    let row = finish_with(
         "catchup-kill",
         seed,
         run,
@@ -415,13 +429,19 @@ async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
         Some(untouchable),
     )
     .await?;
-    if let Some(after) = row.converged.filter(|t| *t > CATCHUP_GOAL) {
+    Ok(goal(row, CATCHUP_GOAL, "the restart"))
+}
+
+/// `row` with a violation if it converged later than `within` after its
+/// last fault (`what`), the goal.
+fn goal(mut row: Row, within: Duration, what: &str) -> Row {
+    if let Some(after) = row.converged.filter(|t| *t > within) {
         row.violations.push(format!(
-            "converged {:.1} s after the restart (goal: within {CATCHUP_GOAL:?})",
+            "converged {:.1} s after {what} (goal: within {within:?})",
             after.as_secs_f64()
         ));
     }
-    Ok(row)
+    row
 }
 
 /// The goal for `catchup-kill`: converged this soon after the restart.
