@@ -41,6 +41,10 @@ impl HealthError {
 pub struct Readiness {
     /// The NATS connection is up.
     pub nats: AtomicBool,
+    /// Counts NATS (re)connections: the bus consumers check on every one
+    /// whether the server still has their consumer (a restarted server has
+    /// lost it), instead of waiting for the client library to find out.
+    pub nats_connections: tokio::sync::watch::Sender<u64>,
     /// The local API server answered the last probe (`registry::api_health`).
     pub kube: AtomicBool,
     /// The last put of our record into the registry bucket succeeded.

@@ -65,6 +65,17 @@ pub struct Copy {
     pub data: BTreeMap<String, String>,
 }
 
+impl Copy {
+    /// The source object this is a copy of.
+    pub fn source(&self) -> Source {
+        Source {
+            origin: self.origin.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
 /// An origin's object as its final list shows it (see [`Oracle::settle`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
@@ -104,6 +115,9 @@ pub enum Violation {
     /// A copy was deleted while its source (that uid) was never deleted: a
     /// delete because a peer was unreachable, or a resurrection race.
     DeletedWhilePresent { sink: String, source: Source },
+    /// A copy that was already right was written (or deleted) after a fault
+    /// (catchup-kill: the restarted sink must leave them alone).
+    RewrittenWhileRight { sink: String, source: Source },
     /// An older version was written over a newer one.
     WentBack {
         sink: String,
@@ -129,6 +143,9 @@ impl fmt::Display for Violation {
             ),
             Violation::Extra { sink, source } => {
                 write!(f, "{sink}: copy of {source}, which it must not hold")
+            }
+            Violation::RewrittenWhileRight { sink, source } => {
+                write!(f, "{sink}: copy of {source} written although it was right")
             }
             Violation::DeletedWhilePresent { sink, source } => {
                 write!(
@@ -325,35 +342,40 @@ impl Oracle {
         out
     }
 
+    /// Whether `copy` is what its sink must hold: the last acknowledged
+    /// version of a present source selected for it.
+    pub fn right(&self, rule: &RuleModel, copy: &Copy) -> bool {
+        self.judge(rule, copy).is_none()
+    }
+
+    /// What is wrong with one held copy, if anything.
+    fn judge(&self, rule: &RuleModel, c: &Copy) -> Option<Violation> {
+        let source = c.source();
+        match self.acked.get(&source) {
+            Some(Acked::Present { uid, seq, data }) if selected(rule, &c.sink, &source) => {
+                // A copy of an earlier life of the object (its uid) is
+                // stale even when the data happens to be the same.
+                (&c.data != data || &c.origin_uid != uid).then(|| Violation::Stale {
+                    sink: c.sink.clone(),
+                    source,
+                    want_seq: *seq,
+                    got: c.data.clone(),
+                })
+            }
+            _ => Some(Violation::Extra {
+                sink: c.sink.clone(),
+                source,
+            }),
+        }
+    }
+
     /// Present copies against the last acknowledged state.
     fn check_held(&self, rule: &RuleModel, held: &[Copy]) -> Vec<Violation> {
         let mut out = Vec::new();
         let mut found: BTreeSet<(String, Source)> = BTreeSet::new();
         for c in held {
-            let source = Source {
-                origin: c.origin.clone(),
-                namespace: c.namespace.clone(),
-                name: c.name.clone(),
-            };
-            found.insert((c.sink.clone(), source.clone()));
-            match self.acked.get(&source) {
-                Some(Acked::Present { uid, seq, data }) if selected(rule, &c.sink, &source) => {
-                    // A copy of an earlier life of the object (its uid) is
-                    // stale even when the data happens to be the same.
-                    if &c.data != data || &c.origin_uid != uid {
-                        out.push(Violation::Stale {
-                            sink: c.sink.clone(),
-                            source,
-                            want_seq: *seq,
-                            got: c.data.clone(),
-                        });
-                    }
-                }
-                _ => out.push(Violation::Extra {
-                    sink: c.sink.clone(),
-                    source,
-                }),
-            }
+            found.insert((c.sink.clone(), c.source()));
+            out.extend(self.judge(rule, c));
         }
         for (source, acked) in &self.acked {
             if !matches!(acked, Acked::Present { .. }) {
@@ -513,6 +535,23 @@ mod tests {
             source: z
         }));
         assert_eq!(v.len(), 5, "{v:#?}");
+    }
+
+    #[test]
+    fn a_copy_is_right_only_as_the_origin_last_acknowledged_it() {
+        let mut o = Oracle::default();
+        let (x, y) = (src("a", "x"), src("a", "y"));
+        o.wrote(x.clone(), "u1", 2, data(2));
+        o.wrote(y.clone(), "u2", 1, data(1));
+        o.deleted(y.clone());
+        assert!(o.right(&rule(), &copy("b", &x, "u1", 2)));
+        assert!(!o.right(&rule(), &copy("b", &x, "u1", 1)), "stale");
+        assert!(
+            !o.right(&rule(), &copy("b", &x, "u0", 2)),
+            "an earlier life"
+        );
+        assert!(!o.right(&rule(), &copy("a", &x, "u1", 2)), "on its origin");
+        assert!(!o.right(&rule(), &copy("b", &y, "u2", 1)), "source deleted");
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //! - [`Fault::HalfOpen`]: the client's bytes still arrive, the answers never
 //!   come back;
 //! - [`Fault::Delay`]: every chunk waits before it is forwarded (latency);
+//! - [`Fault::Latency`]: only the client's chunks wait (a request, which is
+//!   one chunk, is answered that much later; answers and watch streams flow
+//!   at full speed): a slow or distant API server;
 //! - [`Fault::Throttle`]: at most so many bytes a second each way;
 //! - [`Fault::Drop`]: chunks are read and thrown away (loss that TCP did not
 //!   repair: the protocol above sees a corrupt stream and reconnects);
@@ -49,6 +52,8 @@ pub enum Fault {
     HalfOpen,
     /// Forward every chunk after this long.
     Delay(Duration),
+    /// Forward client → upstream chunks after this long, the rest at once.
+    Latency(Duration),
     /// Forward at most this many bytes a second in each direction.
     Throttle(u64),
     /// Read and discard everything, both ways.
@@ -91,6 +96,8 @@ fn verdict(fault: Fault, way: Way, len: usize) -> Verdict {
         Fault::HalfOpen if way == Way::Down => Verdict::Hold,
         Fault::HalfOpen => Verdict::Forward,
         Fault::Delay(d) => Verdict::After(d),
+        Fault::Latency(d) if way == Way::Up => Verdict::After(d),
+        Fault::Latency(_) => Verdict::Forward,
         Fault::Throttle(0) => Verdict::Hold,
         Fault::Throttle(rate) => Verdict::After(Duration::from_secs_f64(len as f64 / rate as f64)),
         Fault::Drop => Verdict::Discard,
@@ -367,6 +374,9 @@ mod tests {
         assert_eq!(verdict(Fault::HalfOpen, Way::Up, 10), Verdict::Forward);
         assert_eq!(verdict(Fault::HalfOpen, Way::Down, 10), Verdict::Hold);
         assert_eq!(verdict(Fault::Drop, Way::Down, 10), Verdict::Discard);
+        let d = Duration::from_millis(50);
+        assert_eq!(verdict(Fault::Latency(d), Way::Up, 10), Verdict::After(d));
+        assert_eq!(verdict(Fault::Latency(d), Way::Down, 10), Verdict::Forward);
         assert_eq!(
             verdict(Fault::Throttle(1000), Way::Up, 500),
             Verdict::After(Duration::from_millis(500))

@@ -2,13 +2,14 @@
 //! faults while the workload runs, stops it, waits for convergence and
 //! checks the oracle's invariants plus its own (writes, drift, readiness).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use fleetbus_testsupport::try_wait_for;
 use futures::StreamExt;
 
 use crate::fleet::{Fleet, Load, SETUP};
-use crate::oracle::RuleModel;
+use crate::oracle::{RuleModel, Source, Violation};
 use crate::proxy::Fault;
 use crate::workload::lock;
 
@@ -89,6 +90,10 @@ pub struct Size {
     flaps: usize,
     /// Objects written while a sink's agent is down (catch-up scenario).
     backlog: usize,
+    /// How late the sink's API server answers each request during that
+    /// catch-up: the short backlog is small, and a delay per request makes
+    /// a catch-up that sends its requests one at a time show in seconds.
+    catchup_latency: Duration,
 }
 
 impl Size {
@@ -101,7 +106,8 @@ impl Size {
                 pace: Duration::from_millis(20),
                 outage: Duration::from_secs(6),
                 flaps: 2,
-                backlog: 300,
+                backlog: 600,
+                catchup_latency: Duration::from_millis(100),
             }
         } else {
             Size {
@@ -112,6 +118,7 @@ impl Size {
                 outage: Duration::from_secs(60),
                 flaps: 24,
                 backlog: 10_000,
+                catchup_latency: Duration::ZERO,
             }
         }
     }
@@ -164,11 +171,20 @@ async fn finish(
     extra: Vec<String>,
 ) -> anyhow::Result<Row> {
     let model = run.fleet.rule_model();
-    let (row, _) = finish_with(name, seed, run, last_fault, extra, &model).await?;
+    let (row, _) = finish_with(name, seed, run, last_fault, extra, &model, None).await?;
     Ok(row)
 }
 
-/// [`finish`] against `model` (its sinks only), handing the fleet back for
+/// The copies one sink held when a fault struck, with their
+/// resourceVersions: those that were right then must not be written after
+/// it (checked once the oracle is settled).
+struct Untouchable {
+    node: usize,
+    copies: Vec<(crate::oracle::Copy, String)>,
+}
+
+/// [`finish`] against `model` (its sinks only), also checking that no copy in
+/// `untouchable` that was right was written since; hands the fleet back for
 /// the scenario's own checks after convergence (watches stopped).
 async fn finish_with(
     name: &str,
@@ -177,6 +193,7 @@ async fn finish_with(
     last_fault: Instant,
     mut extra: Vec<String>,
     model: &RuleModel,
+    untouchable: Option<Untouchable>,
 ) -> anyhow::Result<(Row, Running)> {
     run.load.stop().await;
     let conv = run.fleet.converge_to(model, CONVERGE).await?;
@@ -191,6 +208,14 @@ async fn finish_with(
                 later - writes
             ));
         }
+    }
+    if let Some(u) = untouchable {
+        extra.extend(
+            rewritten(&run.fleet, u)
+                .await?
+                .iter()
+                .map(ToString::to_string),
+        );
     }
     run.fleet.stop_watches().await;
     let (objects, changes) = {
@@ -271,8 +296,22 @@ async fn nats_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
     run.fleet.nats.restart()?;
     let last_fault = Instant::now();
     tokio::time::sleep(size.churn).await;
-    finish("nats-kill", seed, run, last_fault, Vec::new()).await
+    let row = finish("nats-kill", seed, run, last_fault, Vec::new()).await?;
+    // The goal, counted from the end of the churn that follows the
+    // restart (nothing converges while the origins still write).
+    Ok(goal(
+        row,
+        size.churn + NATS_GOAL,
+        &format!(
+            "the server accepted connections again, with {:?} of churn after",
+            size.churn
+        ),
+    ))
 }
+
+/// The goal for `nats-kill`: converged this soon after the churn
+/// that follows the server's restart.
+const NATS_GOAL: Duration = Duration::from_secs(5);
 
 /// The last cluster's agent cut from NATS while every origin churns.
 async fn partition(seed: u64, size: Size) -> anyhow::Result<Row> {
@@ -338,8 +377,13 @@ async fn api_down(seed: u64, size: Size) -> anyhow::Result<Row> {
     finish("api-down", seed, run, last_fault, extra).await
 }
 
-/// The last cluster's agent down while the others write a backlog, started,
-/// SIGKILLed in the middle of its catch-up and started again.
+/// The last cluster's agent down while every cluster writes a backlog;
+/// once it is written the agent is started, SIGKILLed in the middle of its
+/// catch-up (once it holds a third of the copies due, or after 20 s) and started
+/// again. In the short version its API server answers every request
+/// `catchup_latency` late meanwhile (a loaded or distant one). The issue's
+/// goal is checked: converged within [`CATCHUP_GOAL`] of the restart, and
+/// no write of a copy that was already right at the kill.
 async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
     let mut fleet = Fleet::start(CLUSTERS).await?;
     let writes_before = fleet.configmap_writes().await?;
@@ -347,7 +391,7 @@ async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
     fleet.nodes[sink].member.agent.stop();
     // The backlog: writers that only create (objects ≫ steps) until it is written.
     let per_writer = size.backlog / (2 * size.writers.max(1));
-    let load = fleet.start_load(seed, size.writers, per_writer * 4, Duration::ZERO);
+    let mut load = fleet.start_load(seed, size.writers, per_writer * 4, Duration::ZERO);
     let target = size.backlog as u64;
     try_wait_for("backlog written", SETUP * 10, || async {
         let n = lock(&fleet.oracle).acknowledged_writes();
@@ -359,34 +403,101 @@ async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
     })
     .await
     .map_err(anyhow::Error::msg)?;
-    let run = {
+    // The catch-up is the sink's alone: nothing changes while it runs, so
+    // every copy right at the kill must stay untouched.
+    load.stop().await;
+    let (untouchable, restarted) = {
         let node = &mut fleet.nodes[sink];
+        if !size.catchup_latency.is_zero() {
+            node.api.set(Fault::Latency(size.catchup_latency));
+        }
         node.member.agent.spawn()?;
-        // Kill it once a tenth of the backlog reached it (or after 10 s).
         let client = node.member.client.clone();
         let name = node.name().to_owned();
-        let _ = try_wait_for("catch-up under way", Duration::from_secs(10), || async {
+        let due = lock(&fleet.oracle)
+            .present()
+            .keys()
+            .filter(|s| s.origin != name)
+            .count();
+        let _ = try_wait_for("catch-up under way", Duration::from_secs(20), || async {
             let n = crate::workload::list_sink(&name, &client, crate::fleet::NS)
                 .await
                 .map(|c| c.len())
                 .unwrap_or(0);
-            if n as u64 >= target / 10 {
+            if n >= due / 3 {
                 Ok(())
             } else {
-                Err(format!("{n}"))
+                Err(format!("{n} of {due}"))
             }
         })
         .await;
         node.member.agent.kill9();
+        let copies = crate::workload::list_sink_versions(&name, &client, crate::fleet::NS).await?;
+        eprintln!(
+            "fleetbus-chaos: {name}'s agent SIGKILLed holding {} of its {due} copies",
+            copies.len()
+        );
         node.member.agent.spawn()?;
-        Running {
-            fleet,
-            load,
-            writes_before,
-        }
+        (Untouchable { node: sink, copies }, Instant::now())
     };
-    let last_fault = Instant::now();
-    finish("catchup-kill", seed, run, last_fault, Vec::new()).await
+    let run = Running {
+        fleet,
+        load,
+        writes_before,
+    };
+    let model = run.fleet.rule_model();
+    let (row, _) = finish_with(
+        "catchup-kill",
+        seed,
+        run,
+        restarted,
+        Vec::new(),
+        &model,
+        Some(untouchable),
+    )
+    .await?;
+    Ok(goal(row, CATCHUP_GOAL, "the restart"))
+}
+
+/// `row` with a violation if it converged later than `within` after its
+/// last fault (`what`), the goal.
+fn goal(mut row: Row, within: Duration, what: &str) -> Row {
+    if let Some(after) = row.converged.filter(|t| *t > within) {
+        row.violations.push(format!(
+            "converged {:.1} s after {what} (goal: within {within:?})",
+            after.as_secs_f64()
+        ));
+    }
+    row
+}
+
+/// The goal for `catchup-kill`: converged this soon after the restart.
+const CATCHUP_GOAL: Duration = Duration::from_secs(10);
+
+/// The copies in `u` that were right (by the settled oracle) and whose
+/// resourceVersion changed since, or that are gone.
+async fn rewritten(fleet: &Fleet, u: Untouchable) -> anyhow::Result<Vec<Violation>> {
+    let node = fleet
+        .nodes
+        .get(u.node)
+        .ok_or_else(|| anyhow::anyhow!("no node {}", u.node))?;
+    let now: BTreeMap<Source, String> =
+        crate::workload::list_sink_versions(node.name(), &node.member.client, crate::fleet::NS)
+            .await?
+            .into_iter()
+            .map(|(copy, version)| (copy.source(), version))
+            .collect();
+    let model = fleet.rule_model();
+    let oracle = lock(&fleet.oracle);
+    Ok(u.copies
+        .iter()
+        .filter(|(copy, _)| oracle.right(&model, copy))
+        .filter(|(copy, version)| now.get(&copy.source()) != Some(version))
+        .map(|(copy, _)| Violation::RewrittenWhileRight {
+            sink: copy.sink.clone(),
+            source: copy.source(),
+        })
+        .collect())
 }
 
 /// The last cluster's NATS link cut 2 s in every 5 s while origins churn;
@@ -404,7 +515,8 @@ async fn flapping(seed: u64, size: Size) -> anyhow::Result<Row> {
     let last_fault = Instant::now();
     tokio::time::sleep(size.churn).await;
     let model = run.fleet.rule_model();
-    let (mut row, run) = finish_with("flapping", seed, run, last_fault, Vec::new(), &model).await?;
+    let (mut row, run) =
+        finish_with("flapping", seed, run, last_fault, Vec::new(), &model, None).await?;
     let cuts = size.flaps as u64;
     row.violations
         .extend(agents::bounded_work(&run.fleet, &work, cuts)?);

@@ -226,6 +226,17 @@ pub async fn list_sink(
     client: &kube::Client,
     namespace: &str,
 ) -> kube::Result<Vec<Copy>> {
+    let listed = list_sink_versions(sink, client, namespace).await?;
+    Ok(listed.into_iter().map(|(copy, _)| copy).collect())
+}
+
+/// [`list_sink`] with each copy's resourceVersion (which every write of it
+/// changes).
+pub async fn list_sink_versions(
+    sink: &str,
+    client: &kube::Client,
+    namespace: &str,
+) -> kube::Result<Vec<(Copy, String)>> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let list = api.list(&ListParams::default()).await?;
     Ok(list
@@ -233,14 +244,16 @@ pub async fn list_sink(
         .into_iter()
         .filter_map(|cm| {
             let (source, origin_uid) = copy_of(&cm, namespace)?;
-            Some(Copy {
+            let version = cm.resource_version().unwrap_or_default();
+            let copy = Copy {
                 sink: sink.to_owned(),
                 origin: source.origin,
                 namespace: source.namespace,
                 name: source.name,
                 origin_uid,
                 data: cm.data.unwrap_or_default(),
-            })
+            };
+            Some((copy, version))
         })
         .collect())
 }

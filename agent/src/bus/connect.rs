@@ -115,6 +115,7 @@ pub async fn connect(
                     async_nats::Event::Connected => {
                         tracing::info!("NATS connected");
                         r.nats.store(true, Ordering::Relaxed);
+                        r.nats_connections.send_modify(|n| *n = n.wrapping_add(1));
                     }
                     async_nats::Event::Disconnected | async_nats::Event::Closed => {
                         tracing::warn!(%event, "NATS connection lost");

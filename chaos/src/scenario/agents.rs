@@ -79,7 +79,8 @@ pub(super) async fn slow_sink(seed: u64, size: Size) -> anyhow::Result<Row> {
     run.fleet.nodes[sink].member.agent.resume()?;
     let last_fault = Instant::now();
     let model = run.fleet.rule_model();
-    let (mut row, run) = finish_with("slow-sink", seed, run, last_fault, extra, &model).await?;
+    let (mut row, run) =
+        finish_with("slow-sink", seed, run, last_fault, extra, &model, None).await?;
     let node = &run.fleet.nodes[sink];
     let wrote = node.configmap_writes().await? - sink_before;
     eprintln!(
@@ -214,7 +215,8 @@ pub(super) async fn redelivery(seed: u64, size: Size) -> anyhow::Result<Row> {
     }
     tokio::time::sleep(size.churn).await;
     let model = run.fleet.rule_model();
-    let (mut row, run) = finish_with("redelivery", seed, run, last_fault, extra, &model).await?;
+    let (mut row, run) =
+        finish_with("redelivery", seed, run, last_fault, extra, &model, None).await?;
     row.violations
         .extend(duplicate_writes(&run.fleet, &before)?);
     keep_logs_if_failed(&row, &run.fleet);
@@ -348,8 +350,16 @@ pub(super) async fn leave_vs_crash(seed: u64, size: Size) -> anyhow::Result<Row>
         sources: BTreeSet::from(["c1".to_owned(), "c4".to_owned()]),
         sinks: BTreeSet::from(["c1".to_owned()]),
     };
-    let (mut row, run) =
-        finish_with("leave-vs-crash", seed, run, last_fault, Vec::new(), &model).await?;
+    let (mut row, run) = finish_with(
+        "leave-vs-crash",
+        seed,
+        run,
+        last_fault,
+        Vec::new(),
+        &model,
+        None,
+    )
+    .await?;
     let c1 = &run.fleet.nodes[0];
     let (of_c2, of_c3) = (named_after(c1, "c2").await?, named_after(c1, "c3").await?);
     for cm in of_c2 {

@@ -412,16 +412,25 @@ impl Store {
         let mut g = self.lock();
         let now = meta::now_rfc3339();
         if dry_run {
-            let mut scratch = g.inner.clone();
+            // In place, then undone: a copy of the whole store per dry run
+            // made each one cost the store's size, under the lock (a restarted
+            // agent dry-runs every copy it holds; kube-apiserver's dry run
+            // touches only the object).
+            let (rv, writes) = (g.inner.rv, g.inner.writes.clone());
             let mut tx = Tx {
-                inner: &mut scratch,
+                inner: &mut g.inner,
                 ops: Vec::new(),
                 events: Vec::new(),
-                undo: None,
+                undo: Some(Vec::new()),
                 now,
                 dry_run: true,
             };
-            return f(&mut tx);
+            let result = f(&mut tx);
+            let undo = tx.undo.take().unwrap_or_default();
+            group_commit::revert(&mut g.inner, undo);
+            g.inner.rv = rv;
+            g.inner.writes = writes;
+            return result;
         }
         let mut tx = Tx {
             inner: &mut g.inner,
@@ -680,6 +689,26 @@ mod tests {
         .unwrap();
         assert_eq!(s.current_rv(), 0);
         assert!(s.read(|i| i.objects.is_empty()));
+        // Nor does one that fails after writing, or one over stored state.
+        s.write(false, |tx| {
+            tx.put(&k, json!({"data": {"v": "1"}}));
+            Ok(())
+        })
+        .unwrap();
+        let before = s.read(|i| (i.objects.clone(), i.writes.clone(), i.tokens.clone()));
+        let failed: Result<(), ApiError> = s.write(true, |tx| {
+            tx.put(&k, json!({"data": {"v": "2"}}));
+            tx.put(&ObjKey::new("", "configmaps", "default", "b"), json!({}));
+            tx.remove(&k);
+            tx.add_token("t");
+            Err(ApiError::bad_request("refused late"))
+        });
+        assert!(failed.is_err());
+        assert_eq!(s.current_rv(), 1);
+        assert_eq!(
+            s.read(|i| (i.objects.clone(), i.writes.clone(), i.tokens.clone())),
+            before
+        );
     }
 
     #[test]

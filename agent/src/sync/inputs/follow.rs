@@ -4,10 +4,14 @@
 //!
 //! An ordered consumer with `DeliverPolicy::LastPerSubject` replays the state
 //! and then follows it. It restarts with backoff (200 ms doubling to 10 s,
-//! cancellable, so a dead NATS is not hammered) when it fails, and when
-//! JetStream announces that the stream was created again: an ordered consumer
-//! of the deleted stream would resume at its old sequence on the new one and
-//! miss what was published there first.
+//! cancellable, so a dead NATS is not hammered; from 200 ms again after a
+//! run that lasted) when it fails, and when JetStream announces that the
+//! stream was created again: an ordered consumer of the deleted stream would
+//! resume at its old sequence on the new one and miss what was published
+//! there first. On every NATS reconnection it asks the server for its
+//! consumer and restarts at once if it is gone (a restarted nats-server keeps
+//! no ephemeral consumer): the client library finds out only after retrying
+//! for 15 s, and the copies would stay behind that long.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,8 +52,9 @@ pub async fn follow<K, V>(
     tx: mpsc::Sender<Input>,
     cancel: CancellationToken,
 ) {
-    let mut delay = Duration::from_millis(200);
+    let mut delay = FIRST_DELAY;
     loop {
+        let started = tokio::time::Instant::now();
         let result = tokio::select! {
             _ = cancel.cancelled() => return,
             r = consume_once(&ctx, &f, &tx) => r,
@@ -57,6 +62,10 @@ pub async fn follow<K, V>(
         match result {
             Ok(()) => return, // the engine is gone
             Err(e) => {
+                if started.elapsed() >= MAX_DELAY {
+                    // It ran a while: a new failure, not the same one again.
+                    delay = FIRST_DELAY;
+                }
                 tracing::warn!(what = f.what, error = %e, ?delay, "consumer failed; restarting");
                 // The stream may have been deleted: have it checked (and
                 // recreated) now rather than at the next periodic check.
@@ -65,11 +74,16 @@ pub async fn follow<K, V>(
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(delay) => {}
                 }
-                delay = (delay * 2).min(Duration::from_secs(10));
+                delay = (delay * 2).min(MAX_DELAY);
             }
         }
     }
 }
+
+/// The first wait before a failed consumer is started again.
+const FIRST_DELAY: Duration = Duration::from_millis(200);
+/// The longest wait (doubling from [`FIRST_DELAY`]).
+const MAX_DELAY: Duration = Duration::from_secs(10);
 
 /// One consumer's life: `Ok` when the engine is gone, `Err` to restart.
 async fn consume_once<K, V>(
@@ -100,11 +114,13 @@ async fn consume_once<K, V>(
         })
         .await
         .map_err(|e| format!("create consumer: {e}"))?;
-    let pending = consumer
+    let info = consumer
         .info()
         .await
-        .map_err(|e| format!("consumer info: {e}"))?
-        .num_pending;
+        .map_err(|e| format!("consumer info: {e}"))?;
+    let (pending, name) = (info.num_pending, info.name.clone());
+    let mut connections = ctx.readiness.nats_connections.subscribe();
+    connections.mark_unchanged();
     let send = |ev: Feed<K, V>| tx.send((f.input)(ev));
     if send(Feed::Reset).await.is_err() {
         return Ok(());
@@ -121,6 +137,15 @@ async fn consume_once<K, V>(
             m = messages.next() => m,
             Some(_) = next_advisory(&mut recreated) => {
                 return Err(format!("the {} stream was recreated; consuming it anew", f.what));
+            }
+            Ok(()) = connections.changed() => {
+                // Reconnected: a server that restarted has no ephemeral
+                // consumer any more. One request says whether ours is there
+                // (the library would retry for 15 s before it gave up).
+                if let Err(e) = stream.consumer_info(&name).await {
+                    return Err(format!("NATS reconnected and the consumer is gone ({e}); consuming anew"));
+                }
+                continue;
             }
         };
         let Some(msg) = next else { break };

@@ -3,7 +3,8 @@
 //! [`bundle`], mapped by [`mutate`]), one winner per target ([`conflicts`]),
 //! what to do with each decided without writing ([`wave`], pure: equal, a
 //! plain create or replace run together, or the serial path, told why), the
-//! serial path ([`serial`]), writes ([`apply`], skipped when [`compare`]
+//! serial path ([`serial`]), first looks at copies without a baseline (dry
+//! runs run together, [`look`]), writes ([`apply`], skipped when [`compare`]
 //! finds the copy equal), copies nothing wants collected ([`collect`]) unless
 //! deleting them would take unmanaged objects along ([`keep`]), and failures
 //! announced ([`failures`]). What it keeps between passes that the engine
@@ -18,6 +19,7 @@ pub(super) mod compare;
 mod conflicts;
 mod failures;
 pub(super) mod keep;
+mod look;
 pub(super) mod mutate;
 mod pass;
 mod serial;

@@ -21,8 +21,9 @@ use super::apply::WriteError;
 use super::bundle::{self, BundlePass, BundleSource};
 use super::cache::{CandidateCache, Computed};
 use super::conflicts;
+use super::look::Looked;
 use super::mutate::{self, CopyInput};
-use super::wave::Step;
+use super::wave::{Step, Why, Write};
 use crate::sync::digest::Digest;
 use crate::sync::engine::{namespace_gvk, Engine};
 use crate::sync::model::backoff::Input;
@@ -328,23 +329,39 @@ impl Engine {
     }
 
     /// Makes the copies of one install rank equal to their winners: decided
-    /// cases are tallied, serial ones applied one by one, then the plain
-    /// writes run concurrently.
+    /// cases are tallied, serial ones applied one by one, the first looks'
+    /// dry runs run together (`look`), then the plain writes run
+    /// concurrently, with the replaces first looks asked for.
     async fn apply_wave(&mut self, wave: &[(Target, Candidate)], tally: &mut Tally<'_>) {
         let now = Instant::now();
         let mut writes = Vec::new();
+        let mut looks = Vec::new();
         for (target, winner) in wave {
             let outcome = match self.classify(target, winner, now) {
                 Step::Write(w) => {
                     writes.push((target, winner, w));
                     continue;
                 }
+                Step::Serial(Why::FirstLook { policy }) => {
+                    looks.push((target, winner, policy));
+                    continue;
+                }
                 step => self.settle(target, winner, step).await,
             };
-            if matches!(outcome, Outcome::InSync | Outcome::Wrote) {
-                self.in_flight.settled();
+            self.settled(target, winner, outcome, tally);
+        }
+        for (target, winner, looked) in self.first_looks(looks).await {
+            match looked {
+                Looked::Done(outcome) => self.settled(target, winner, outcome, tally),
+                Looked::Replace(exclude) => writes.push((
+                    target,
+                    winner,
+                    Write {
+                        namespace: None,
+                        replace: Some(exclude),
+                    },
+                )),
             }
-            tally.add(target, winner, outcome);
         }
         let places: Vec<(&Target, &Candidate)> = writes.iter().map(|(t, c, _)| (*t, *c)).collect();
         for (i, outcome) in self.run_writes(writes).await {
@@ -352,6 +369,20 @@ impl Engine {
                 tally.add(target, winner, outcome);
             }
         }
+    }
+
+    /// Tallies the outcome of a target settled outside the concurrent writes.
+    fn settled(
+        &self,
+        target: &Target,
+        winner: &Candidate,
+        outcome: Outcome,
+        tally: &mut Tally<'_>,
+    ) {
+        if matches!(outcome, Outcome::InSync | Outcome::Wrote) {
+            self.in_flight.settled();
+        }
+        tally.add(target, winner, outcome);
     }
 
     /// Sets the gauge of ignored `fleetbus.io/update-policy` values; warns when

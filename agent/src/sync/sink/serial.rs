@@ -5,34 +5,18 @@
 
 use fleetbus_schemas::crd::DriftMode;
 use fleetbus_schemas::drift::DriftType;
-use fleetbus_schemas::well_known;
 use futures::future::BoxFuture;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
-use super::compare;
 use super::wave::{Step, Why};
 use crate::sync::drift::announce::{self, Found};
 use crate::sync::drift::fight::Verdict;
-use crate::sync::drift::policy::{keep_excluded, Policy};
+use crate::sync::drift::policy::Policy;
 use crate::sync::engine::Engine;
-use crate::sync::model::meta::{annotation, annotations_mut};
-use crate::sync::model::{Baseline, Candidate, Outcome, Target};
-
-/// Sets `body`'s source-hash annotation to `live`'s, when live has one.
-fn keep_source_hash(body: &mut Value, live: &Value) {
-    let Some(hash) = annotation(live, well_known::ANNOTATION_SOURCE_HASH) else {
-        return;
-    };
-    if let Some(a) = annotations_mut(body) {
-        a.insert(
-            well_known::ANNOTATION_SOURCE_HASH.to_owned(),
-            Value::String(hash.to_owned()),
-        );
-    }
-}
+use crate::sync::model::{Candidate, Outcome, Target};
 
 fn resource_version(obj: &Value) -> Option<String> {
     obj.pointer("/metadata/resourceVersion")
@@ -219,56 +203,10 @@ impl Engine {
         self.corrected(target, c, None, written).await
     }
 
-    /// [`Why::FirstLook`]: no baseline yet, so the server is asked what it
-    /// would make of the desired state, without writing. The copy was built
-    /// from this very source version if its source hash says so; then a
-    /// difference was made here while we were away (drift).
-    async fn first_look(&mut self, target: &Target, c: &Candidate, policy: Policy) -> Outcome {
-        let (api, live) = match self.place(target) {
-            Ok((api, Some(live))) => (api, live),
-            // Decided from the live copy, which does not change within a pass.
-            Ok((_, None)) => return Outcome::InSync,
-            Err(outcome) => return outcome,
-        };
-        let mut body = Value::clone(&c.desired);
-        compare::carry_over(&mut body, &live);
-        keep_excluded(&mut body, &live, &policy.exclude);
-        // Compare with the copy's own source hash: a source change that
-        // leaves the copy alone (the origin's status, when status is not
-        // synced) is no reason to write after a restart, as it was none
-        // while running (`Digest`).
-        keep_source_hash(&mut body, &live);
-        let server = match apply::dry_run_replace(&api, &body).await {
-            Ok(server) => server,
-            Err(e) => return self.failed(target, c, resource_version(&live), e),
-        };
-        self.baselines.insert(
-            target.clone(),
-            Baseline {
-                desired: c.digest,
-                server: server.clone(),
-                verified: None,
-            },
-        );
-        if policy.same(&server, &live, c.with_status) {
-            self.verified(target, resource_version(&live).as_deref(), c.with_status);
-            self.retries.remove(target);
-            self.drift_resolved(target).await;
-            return Outcome::InSync;
-        }
-        let same_source = annotation(&live, well_known::ANNOTATION_SOURCE_HASH)
-            == annotation(&c.desired, well_known::ANNOTATION_SOURCE_HASH);
-        if same_source {
-            return self.modified(target, c, &api, live, server, policy).await;
-        }
-        let written = self.replace_live(&api, c, &live, &policy).await;
-        self.written(target, c, true, written).await
-    }
-
     /// Drift of type Modified: the copy differs from `server`, what the
     /// server made of the same desired state. Reported, and corrected per
     /// the drift mode unless another writer fights over the copy.
-    async fn modified(
+    pub(super) async fn modified(
         &mut self,
         target: &Target,
         c: &Candidate,

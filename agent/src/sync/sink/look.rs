@@ -1,0 +1,218 @@
+//! First looks: a live copy this agent has no baseline for (the first pass
+//! after a start) is compared with what the API server makes of its desired
+//! state in a dry run, so that server defaults are not taken for a
+//! difference and a copy nobody changed is not written.
+//!
+//! After a restart every copy on the cluster takes this path. The dry runs
+//! write nothing, so a wave runs them together ([`WRITE_CONCURRENCY`] at
+//! once), like its creates and replaces: one at a time on the serial path
+//! they held back every create of the wave for as long as they took (a sink
+//! SIGKILLed in its catch-up spent 80 s on 500 of them before creating the
+//! 5,800 copies it lacked; RELIABILITY.md, `catchup-kill`). What each dry run
+//! found is then folded in one at a time: equal, drift (the serial path), or
+//! a plain replace the wave runs with its other writes.
+
+use fleetbus_schemas::well_known;
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use serde_json::Value;
+
+use super::apply::{self, WriteError};
+use super::compare;
+use super::wave::WRITE_CONCURRENCY;
+use crate::sync::drift::policy::{keep_excluded, Policy};
+use crate::sync::engine::Engine;
+use crate::sync::model::meta::{annotation, annotations_mut};
+use crate::sync::model::{Baseline, Candidate, Outcome, Target};
+
+/// What a first look decided.
+#[derive(Debug)]
+pub(in crate::sync) enum Looked {
+    /// Settled: equal, drift handled, or failed.
+    Done(Outcome),
+    /// The copy was made from another source version and differs from what
+    /// the server makes of the new one: a plain replace keeping these paths
+    /// (drift exclusions), as for any desired state that moved.
+    Replace(Vec<String>),
+}
+
+/// A first look about to be taken: the copy, the API of its kind, the live
+/// copy as the watch last saw it, and the body of the dry run.
+struct Request<'a> {
+    target: &'a Target,
+    c: &'a Candidate,
+    policy: Policy,
+    api: Api<DynamicObject>,
+    live: Value,
+    body: Value,
+}
+
+/// Sets `body`'s source-hash annotation to `live`'s, when live has one.
+fn keep_source_hash(body: &mut Value, live: &Value) {
+    let Some(hash) = annotation(live, well_known::ANNOTATION_SOURCE_HASH) else {
+        return;
+    };
+    if let Some(a) = annotations_mut(body) {
+        a.insert(
+            well_known::ANNOTATION_SOURCE_HASH.to_owned(),
+            Value::String(hash.to_owned()),
+        );
+    }
+}
+
+fn resource_version(obj: &Value) -> Option<String> {
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// The body of the dry run: the desired copy with what the live one keeps
+/// (resourceVersion, finalizers, excluded paths) and the live copy's own
+/// source hash, so that a source change that leaves the copy alone (the
+/// origin's status, when status is not synced) is no reason to write after
+/// a restart, as it was none while running (`Digest`).
+fn dry_run_body(c: &Candidate, live: &Value, policy: &Policy) -> Value {
+    let mut body = Value::clone(&c.desired);
+    compare::carry_over(&mut body, live);
+    keep_excluded(&mut body, live, &policy.exclude);
+    keep_source_hash(&mut body, live);
+    body
+}
+
+impl Engine {
+    /// The API of `target`'s kind and its live copy as the watch last saw
+    /// it; the outcome instead when the kind is not watched or the copy is
+    /// not there (decided from the live copy, which does not change within
+    /// a pass).
+    fn look_at(&self, target: &Target) -> Result<(Api<DynamicObject>, Value), Outcome> {
+        let gvk = target.gvk();
+        let Some(kind) = self.kinds.get(&gvk) else {
+            return Err(Outcome::Failed(format!(
+                "kind {} is not watched",
+                crate::sync::model::meta::describe_gvk(&gvk)
+            )));
+        };
+        let Some(live) = kind.objects.get(&target.local_key()) else {
+            return Err(Outcome::InSync);
+        };
+        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        Ok((api, live.clone()))
+    }
+
+    /// One first look, taken on its own (the serial path: a copy whose
+    /// namespace is created first).
+    pub(in crate::sync) async fn first_look(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        policy: Policy,
+    ) -> Outcome {
+        let (api, live) = match self.look_at(target) {
+            Ok(place) => place,
+            Err(outcome) => return outcome,
+        };
+        let result = apply::dry_run_replace(&api, &dry_run_body(c, &live, &policy)).await;
+        match self.looked(target, c, &policy, &api, &live, result).await {
+            Looked::Done(outcome) => outcome,
+            Looked::Replace(exclude) => {
+                let written =
+                    apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status, &exclude)
+                        .await;
+                self.written(target, c, true, written).await
+            }
+        }
+    }
+
+    /// First looks at many copies: their dry runs run together, then what
+    /// each found is folded in (in the order they finished).
+    pub(in crate::sync) async fn first_looks<'a>(
+        &mut self,
+        looks: Vec<(&'a Target, &'a Candidate, Policy)>,
+    ) -> Vec<(&'a Target, &'a Candidate, Looked)> {
+        let mut out = Vec::with_capacity(looks.len());
+        let mut requests = Vec::with_capacity(looks.len());
+        for (target, c, policy) in looks {
+            match self.look_at(target) {
+                Ok((api, live)) => {
+                    let body = dry_run_body(c, &live, &policy);
+                    requests.push(Request {
+                        target,
+                        c,
+                        policy,
+                        api,
+                        live,
+                        body,
+                    });
+                }
+                Err(outcome) => out.push((target, c, Looked::Done(outcome))),
+            }
+        }
+        // Boxed and collected first, as in `wave::run_writes` (the `Send`
+        // inference of the spawned sync task).
+        let jobs: Vec<BoxFuture<'_, (usize, Result<Value, WriteError>)>> = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let job: BoxFuture<'_, _> =
+                    Box::pin(async move { (i, apply::dry_run_replace(&r.api, &r.body).await) });
+                job
+            })
+            .collect();
+        let results: Vec<(usize, Result<Value, WriteError>)> = futures::stream::iter(jobs)
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        for (i, result) in results {
+            let Some(r) = requests.get(i) else { continue };
+            let looked = self
+                .looked(r.target, r.c, &r.policy, &r.api, &r.live, result)
+                .await;
+            out.push((r.target, r.c, looked));
+        }
+        out
+    }
+
+    /// Folds in what the dry run of a first look at `target` returned: the
+    /// baseline it makes, and whether the live copy is equal to it, drifted
+    /// (it was built from this very source version, as its source hash says,
+    /// so the difference was made here while we were away) or to be
+    /// replaced (its source changed).
+    async fn looked(
+        &mut self,
+        target: &Target,
+        c: &Candidate,
+        policy: &Policy,
+        api: &Api<DynamicObject>,
+        live: &Value,
+        result: Result<Value, WriteError>,
+    ) -> Looked {
+        let server = match result {
+            Ok(server) => server,
+            Err(e) => return Looked::Done(self.failed(target, c, resource_version(live), e)),
+        };
+        self.baselines.insert(
+            target.clone(),
+            Baseline {
+                desired: c.digest,
+                server: server.clone(),
+                verified: None,
+            },
+        );
+        if policy.same(&server, live, c.with_status) {
+            self.verified(target, resource_version(live).as_deref(), c.with_status);
+            self.retries.remove(target);
+            self.drift_resolved(target).await;
+            return Looked::Done(Outcome::InSync);
+        }
+        let same_source = annotation(live, well_known::ANNOTATION_SOURCE_HASH)
+            == annotation(&c.desired, well_known::ANNOTATION_SOURCE_HASH);
+        if same_source {
+            let outcome = self
+                .modified(target, c, api, live.clone(), server, policy.clone())
+                .await;
+            return Looked::Done(outcome);
+        }
+        Looked::Replace(policy.exclude.clone())
+    }
+}
