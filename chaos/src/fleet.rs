@@ -55,6 +55,12 @@ impl Node {
         Ok(w.get(CONFIGMAPS).and_then(|v| v.as_u64()).unwrap_or(0))
     }
 
+    /// A violation if the agent is no longer running (`while`: under what).
+    pub fn agent_exited(&mut self, while_: &str) -> Option<String> {
+        (!self.member.agent.is_running())
+            .then(|| format!("{}: the agent exited {while_}", self.name()))
+    }
+
     /// Stops the agent (SIGTERM) if it runs and starts it again with `extra`
     /// flags after the fleet's own (e.g. `--leave-on-shutdown`).
     pub fn respawn_with(&mut self, extra: &[&str]) -> anyhow::Result<()> {
@@ -221,6 +227,11 @@ impl Fleet {
         })
     }
 
+    /// The last cluster: the one a scenario's faults strike.
+    pub fn last(&self) -> anyhow::Result<&Node> {
+        self.nodes.last().context("a fleet without clusters")
+    }
+
     /// Every cluster copies to every other.
     pub fn rule_model(&self) -> RuleModel {
         let all: BTreeSet<String> = self.nodes.iter().map(|n| n.name().to_owned()).collect();
@@ -369,7 +380,10 @@ fn held_not_right(v: &Violation) -> bool {
 async fn start_node(name: &str, nats: &NatsServer) -> anyhow::Result<Node> {
     let nats_proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], nats.port()))).await?;
     let cmd = AgentCommand::new(name).nats_url(format!("nats://{}", nats_proxy.addr()));
-    let mut member = Member::prepare(DevClusterOpts::new(name), cmd.clone()).await?;
+    // `/debug/faults` on: a scenario may put the API server under pressure.
+    let mut opts = DevClusterOpts::new(name);
+    opts.extra_args.push("--debug-faults".into());
+    let mut member = Member::prepare(opts, cmd.clone()).await?;
     let api = Proxy::start(SocketAddr::from(([127, 0, 0, 1], member.cluster.port()))).await?;
     let kubeconfig = kubeconfig_via(&member.cluster, &api)?;
     let metrics: SocketAddr = member.metrics_addr.parse()?;

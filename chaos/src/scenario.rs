@@ -14,6 +14,7 @@ use crate::proxy::Fault;
 use crate::workload::lock;
 
 mod agents;
+mod pressure;
 
 /// Every scenario, in the order `all` runs them, with what it shows.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -27,6 +28,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("redelivery", "JetStream acks dropped on every agent's link under churn: no copy written twice"),
     ("rolling-restart", "every agent restarted in turn under churn: nothing lost, no delete because a peer was Disconnected"),
     ("leave-vs-crash", "peers leave for good (orphanPolicy Delete, then Orphan) and one crashes: copies follow the policy, or stay"),
+    ("api-pressure", "an agent's API server answers 429 (Retry-After), 500, late and ends watches with 410 under churn: bounded requests, no rewrite on re-list, converged after"),
 ];
 
 /// The clusters of every fleet (every one an origin and a sink).
@@ -135,6 +137,7 @@ pub async fn run(name: &str, seed: u64, size: Size) -> Row {
         "redelivery" => agents::redelivery(seed, size).await,
         "rolling-restart" => agents::rolling_restart(seed, size).await,
         "leave-vs-crash" => agents::leave_vs_crash(seed, size).await,
+        "api-pressure" => pressure::api_pressure(seed, size).await,
         other => Err(anyhow::anyhow!("no scenario {other}")),
     };
     result.unwrap_or_else(|e| Row::error(name, seed, &e))

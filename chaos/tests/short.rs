@@ -18,6 +18,7 @@ const TESTED: &[&str] = &[
     "redelivery",
     "rolling-restart",
     "leave-vs-crash",
+    "api-pressure",
 ];
 
 /// Scenarios that find an agent bug not fixed yet, each with where it is
@@ -122,4 +123,9 @@ fn rolling_restart() {
 #[test]
 fn leave_vs_crash() {
     short("leave-vs-crash");
+}
+
+#[test]
+fn api_pressure() {
+    short("api-pressure");
 }

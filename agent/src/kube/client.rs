@@ -66,8 +66,36 @@ pub async fn build(
             .await
             .map_err(KubeClientError::Infer)?,
     };
+    let config = identified(config);
     let client = kube::Client::try_from(config.clone()).map_err(KubeClientError::Build)?;
     Ok((client, config))
+}
+
+/// What the agent sends as `User-Agent` (kube-rs sends none): the API
+/// server's logs, audit and request metrics name the agent by it, as they
+/// name a client-go program (`<binary>/<version> (<os>/<arch>)`), and tests
+/// tell its requests from their own.
+pub fn user_agent() -> String {
+    format!(
+        "fleetbus-agent/{} ({}/{})",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+/// `config` sending [`user_agent`], unless it names an agent of its own.
+fn identified(mut config: kube::Config) -> kube::Config {
+    let named = config
+        .headers
+        .iter()
+        .any(|(name, _)| name == http::header::USER_AGENT);
+    if !named {
+        if let Ok(v) = http::HeaderValue::from_str(&user_agent()) {
+            config.headers.push((http::header::USER_AGENT, v));
+        }
+    }
+    config
 }
 
 /// Whether an error from the Kubernetes API is worth retrying: connection
@@ -95,6 +123,20 @@ mod tests {
         let mut s = Status::failure("x", reason);
         s.code = code;
         kube::Error::Api(Box::new(s))
+    }
+
+    #[test]
+    fn the_agent_names_itself_once() {
+        let config = identified(kube::Config::new("http://127.0.0.1:1".parse().unwrap()));
+        let agents: Vec<_> = config
+            .headers
+            .iter()
+            .filter(|(n, _)| n == http::header::USER_AGENT)
+            .map(|(_, v)| v.to_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(agents, vec![user_agent()]);
+        assert!(agents[0].starts_with("fleetbus-agent/"), "{agents:?}");
+        assert_eq!(identified(config).headers.len(), 1, "not added twice");
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub struct Cli {
         default_value_t = 60
     )]
     pub bookmark_interval: u64,
+    /// Serve `/debug/faults`, through which a test makes this server answer
+    /// some requests 429 or 500, late, and end watches with 410 (off: the
+    /// path is unknown, 404).
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_DEBUG_FAULTS")]
+    pub debug_faults: bool,
 }
 
 #[cfg(test)]
@@ -66,5 +71,11 @@ mod tests {
         assert_eq!(c.name, "c1");
         assert_eq!(c.nodes, 3);
         assert!(c.tls);
+        assert!(!c.debug_faults, "faults are off unless asked for");
+        assert!(
+            Cli::try_parse_from(["x", "--debug-faults"])
+                .unwrap()
+                .debug_faults
+        );
     }
 }

@@ -17,6 +17,7 @@ pub mod decoders;
 mod delete;
 mod delete_body;
 mod discovery;
+pub mod faults;
 mod gc;
 mod jsonpath;
 mod kubeconfig;

@@ -101,6 +101,9 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), Ser
         )?,
         bookmark_every: Duration::from_secs(cli.bookmark_interval.max(1)),
         server_addr,
+        faults: cli
+            .debug_faults
+            .then(|| Arc::new(crate::faults::Faults::default())),
     });
     let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config));
     let mut conns = JoinSet::new();

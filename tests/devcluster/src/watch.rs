@@ -50,6 +50,8 @@ pub struct WatchParams {
     pub bookmark_every: Duration,
     /// `as=PartialObjectMetadata`: every event carries metadata only.
     pub metadata_only: bool,
+    /// End the watch with a 410 after a while (`/debug/faults`).
+    pub expire: Option<crate::faults::Expiry>,
 }
 
 /// Returns the object as served at `def`'s version (custom resources are stored in one
@@ -232,9 +234,30 @@ pub fn start(
             tokio::time::Instant::now() + params.bookmark_every,
             params.bookmark_every,
         );
+        // `/debug/faults` may end this watch: from its start under the plan
+        // it started with, from the change under a later plan.
+        let mut plan_changes = params.expire.as_ref().map(|e| e.faults.changes());
+        let expire_at = |from: tokio::time::Instant| {
+            params
+                .expire
+                .as_ref()
+                .and_then(crate::faults::Expiry::lifetime)
+                .and_then(|l| from.checked_add(l))
+        };
+        let mut expire = expire_at(now);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
+                _ = tokio::time::sleep_until(expire.unwrap_or(deadline)), if expire.is_some() => {
+                    if let Some(e) = &params.expire {
+                        e.expired(last_rv);
+                    }
+                    let _ = tx.send(Ok(line("ERROR", crate::faults::compacted_in_watch().to_status()))).await;
+                    return;
+                }
+                () = plan_changed(&mut plan_changes) => {
+                    expire = expire_at(tokio::time::Instant::now());
+                }
                 _ = ticker.tick(), if params.bookmarks => {
                     if tx.send(Ok(enc.bookmark(last_rv, false))).await.is_err() {
                         return;
@@ -269,6 +292,18 @@ pub fn start(
         }
     });
     Body::from_stream(rx)
+}
+
+/// Resolves when the fault plan changes (never without `/debug/faults`).
+async fn plan_changed(rx: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    let changed = match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        // No fault layer, or its sender gone (never: the Expiry holds it).
+        std::future::pending::<()>().await;
+    }
 }
 
 #[cfg(test)]

@@ -208,13 +208,37 @@ impl DevCluster {
 
     /// `GET /debug/writes`: `{"<group>/<resource>": count, ...}`.
     pub async fn writes(&self) -> anyhow::Result<serde_json::Value> {
-        let client = self.client().await?;
-        let req = http::Request::get("/debug/writes").body(Vec::new())?;
-        let text = client
-            .request_text(req)
+        self.debug(http::Request::get("/debug/writes").body(Vec::new())?)
             .await
-            .context("GET /debug/writes")?;
-        serde_json::from_str(&text).with_context(|| format!("parse /debug/writes: {text}"))
+    }
+
+    /// `PUT /debug/faults` on a devcluster started with `--debug-faults`:
+    /// sets the fault plan (e.g. `{"userAgent": "fleetbus-agent",
+    /// "tooManyRequests": 0.2}`, see the devcluster's README) and returns
+    /// the report.
+    pub async fn set_faults(&self, plan: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+        let body = serde_json::to_vec(plan)?;
+        self.debug(
+            http::Request::put("/debug/faults")
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(body)?,
+        )
+        .await
+    }
+
+    /// `GET /debug/faults`: the plan and what was injected, in total and
+    /// per client (`User-Agent`).
+    pub async fn faults(&self) -> anyhow::Result<serde_json::Value> {
+        self.debug(http::Request::get("/debug/faults").body(Vec::new())?)
+            .await
+    }
+
+    /// One request to a `/debug/` endpoint, its JSON answer.
+    async fn debug(&self, req: http::Request<Vec<u8>>) -> anyhow::Result<serde_json::Value> {
+        let what = format!("{} {}", req.method(), req.uri());
+        let client = self.client().await?;
+        let text = client.request_text(req).await.context(what.clone())?;
+        serde_json::from_str(&text).with_context(|| format!("parse {what}: {text}"))
     }
 
     fn spawn(&mut self, listen: &str) -> anyhow::Result<()> {

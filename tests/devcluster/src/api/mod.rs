@@ -32,6 +32,8 @@ pub struct AppState {
     pub bookmark_every: Duration,
     /// host:port clients use, for /api serverAddressByClientCIDRs.
     pub server_addr: String,
+    /// `/debug/faults` and what it injects (only with `--debug-faults`).
+    pub faults: Option<Arc<crate::faults::Faults>>,
 }
 
 /// A JSON response.
@@ -128,12 +130,28 @@ async fn dispatch(state: Arc<AppState>, mut req: Request<Body>) -> Response<Body
     let route = route::parse(req.uri().path());
     let public = matches!(
         route,
-        Route::Health | Route::Version | Route::Writes | Route::DebugStore | Route::BadRequest
+        Route::Health
+            | Route::Version
+            | Route::Writes
+            | Route::DebugStore
+            | Route::DebugFaults
+            | Route::BadRequest
     );
     let query = Query::parse(req.uri().query());
     if !public {
         if let Err(e) = admit(&state, &route, &query, &mut req) {
             return error_response(&e);
+        }
+        // After authentication, before the handler: where kube-apiserver's
+        // API Priority and Fairness filter sits.
+        if let Some(faults) = &state.faults {
+            let d = faults.admit(&crate::faults::client_of(req.headers()), req.uri().path());
+            if !d.delay.is_zero() {
+                tokio::time::sleep(d.delay).await;
+            }
+            if let Some(r) = d.refuse {
+                return crate::faults::refusal(r);
+            }
         }
     }
     let is_get = req.method() == Method::GET || req.method() == Method::HEAD;
@@ -144,6 +162,15 @@ async fn dispatch(state: Arc<AppState>, mut req: Request<Body>) -> Response<Body
         Route::BadRequest => text(StatusCode::BAD_REQUEST, "400 Bad Request"),
         Route::Writes if is_get => json_response(200, &state.store.writes()),
         Route::DebugStore if is_get => json_response(200, &state.store.debug_store()),
+        Route::DebugFaults => match &state.faults {
+            // Off: the path is as unknown as on kube-apiserver.
+            None => error_response(&ApiError::path_not_found()),
+            Some(faults) => {
+                let method = req.method().clone();
+                let (parts, body) = req.into_parts();
+                faults.endpoint(&method, body, &parts.headers).await
+            }
+        },
         Route::Version if is_get => json_response(200, &discovery::version()),
         Route::OpenApiV2 if is_get => {
             let mut resp = Response::new(Body::from(crate::openapi::v2_protobuf()));

@@ -130,10 +130,12 @@ async fn handle_inner(
                 None => format!("metadata.name={name}"),
             };
             q.0.insert("fieldSelector".into(), sel);
-            watch_collection(state, def, ns, &q, &headers)
+            watch_collection(state, def, ns, &q, &headers, parts.uri.path())
         }
         (&Method::GET, Some(name)) => get(state, &def, ns, name, &headers),
-        (&Method::GET, None) if q.flag("watch") => watch_collection(state, def, ns, &q, &headers),
+        (&Method::GET, None) if q.flag("watch") => {
+            watch_collection(state, def, ns, &q, &headers, parts.uri.path())
+        }
         (&Method::GET, None) => list(state, &def, ns, &q, &headers),
         (&Method::POST, None) => {
             let bytes = request::read_body(body, &headers).await?;
@@ -405,6 +407,7 @@ fn watch_collection(
     ns: Option<&str>,
     q: &Query,
     headers: &HeaderMap,
+    path: &str,
 ) -> Result<Response<Body>, ApiError> {
     let filter = filter_from(&def, ns, q)?;
     let send_initial = q.flag("sendInitialEvents");
@@ -445,6 +448,21 @@ fn watch_collection(
                 .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds \"{t}\"")))?,
         ),
     };
+    let mut expire = None;
+    if let Some(faults) = &state.faults {
+        let client = crate::faults::client_of(headers);
+        // After a compaction, a watch cannot resume from before it: the
+        // client must list again.
+        if let Some(compacted) = from.and_then(|f| faults.compacted_since(&client, path, f)) {
+            let e = crate::faults::compacted_before_watch(from.unwrap_or(0), compacted);
+            return Ok(watch_response(watch::error_body(&e)));
+        }
+        expire = Some(crate::faults::Expiry {
+            faults: faults.clone(),
+            client,
+            path: path.to_owned(),
+        });
+    }
     let params = WatchParams {
         from,
         bookmarks: q.flag("allowWatchBookmarks"),
@@ -452,6 +470,7 @@ fn watch_collection(
         timeout,
         bookmark_every: state.bookmark_every,
         metadata_only: request::wants_metadata(headers),
+        expire,
     };
     let cols = if request::wants_table(headers) {
         Some(table::columns(
@@ -462,6 +481,11 @@ fn watch_collection(
         None
     };
     let body = watch::start(&state.store, def, filter, params, cols);
+    Ok(watch_response(body))
+}
+
+/// A watch's 200 response around its stream of events.
+fn watch_response(body: Body) -> Response<Body> {
     let mut resp = Response::new(body);
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -471,7 +495,7 @@ fn watch_collection(
         http::header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache, private"),
     );
-    Ok(resp)
+    resp
 }
 
 /// DeleteOptions from the body (JSON, protobuf or empty) and the query string.

@@ -28,6 +28,8 @@ pub enum Route {
     Writes,
     /// `/debug/store`: stored records skipped at startup.
     DebugStore,
+    /// `/debug/faults` (with `--debug-faults`).
+    DebugFaults,
     /// /openapi/v2 (and /swagger-2.0.0.pb-v1)
     OpenApiV2,
     /// /openapi/v3
@@ -128,6 +130,7 @@ pub fn parse(path: &str) -> Route {
         ["healthz" | "livez" | "readyz", ..] => Route::Health,
         ["debug", "writes"] => Route::Writes,
         ["debug", "store"] => Route::DebugStore,
+        ["debug", "faults"] => Route::DebugFaults,
         ["openapi", "v2"] | ["swagger-2.0.0.pb-v1"] => Route::OpenApiV2,
         ["openapi", "v3"] => Route::OpenApiV3Root,
         ["openapi", "v3", "api", v] => Route::OpenApiV3Gv(String::new(), (*v).into()),

@@ -1,0 +1,186 @@
+//! The agent against an API server under pressure (issue 24), end to end:
+//! the sink's devcluster, through its `/debug/faults` endpoint, answers the
+//! agent's requests 429 with `Retry-After` (as API Priority and Fairness
+//! does), 500, or ends its watches with 410 Expired (as an etcd compaction
+//! does). The agent waits what `Retry-After` says, backs off on 500s, and
+//! re-lists after a 410 without writing any copy again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::sync::*;
+use common::*;
+use fleetbus_testsupport::{wait_for, DevClusterOpts, NatsServer};
+use serde_json::{json, Value};
+
+/// What the fault plans select: the agent's requests (its `User-Agent`).
+const AGENT: &str = "fleetbus-agent/";
+/// The path of the copies (and only theirs: the agent watches cluster-wide).
+const COPIES: &str = "/api/v1/namespaces/shared/secrets";
+
+/// c1 (origin) and c2 (sink, whose devcluster serves `/debug/faults`), the
+/// rule copying namespace `shared`'s Secrets everywhere.
+async fn pressure_fleet(nats: &NatsServer) -> (Member, Member) {
+    let c1 = Member::start(nats, "c1", "c1", &[]).await;
+    let opts = DevClusterOpts {
+        nodes: 2,
+        extra_args: vec!["--debug-faults".into()],
+        ..DevClusterOpts::new("c2")
+    };
+    let c2 = Member::start_with(nats, opts, "c2", &[]).await;
+    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
+    for m in [&c1, &c2] {
+        create_ns(m, "shared").await;
+    }
+    apply_yaml(&c1, SHARED_SECRETS_RULE);
+    (c1, c2)
+}
+
+/// The agent's counters in c2's fault report.
+async fn agent_counts(c2: &Member) -> Value {
+    let report = c2.cluster.faults().await.unwrap();
+    let clients = report["clients"].as_object().cloned().unwrap_or_default();
+    clients
+        .into_iter()
+        .find(|(ua, _)| ua.starts_with(AGENT))
+        .map(|(_, c)| c)
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until the agent's counter `field` reaches `n`; returns when.
+async fn wait_count(c2: &Member, field: &str, n: u64) -> Instant {
+    wait_for(&format!("agent's {field} ≥ {n}"), SYNC, || async {
+        let c = agent_counts(c2).await;
+        match c[field].as_u64() {
+            Some(v) if v >= n => Ok(()),
+            _ => Err(c.to_string()),
+        }
+    })
+    .await;
+    Instant::now()
+}
+
+async fn clear_faults(c2: &Member) {
+    c2.cluster.set_faults(&json!({})).await.unwrap();
+}
+
+/// Every write of the copies on c2 refused by `plan`, c1 creates Secret
+/// `name`: how long the agent's first `n` refused tries of its copy took
+/// (counted by c2 in `field`); then the plan is lifted and the copy must be
+/// written, by an agent still running.
+async fn refused_tries(plan: Value, name: &str, field: &str, n: u64) -> Duration {
+    let nats = NatsServer::start().unwrap();
+    let (c1, mut c2) = pressure_fleet(&nats).await;
+    c2.cluster.set_faults(&plan).await.unwrap();
+    create_secret(&c1, "shared", name, &[("k", "1")]).await;
+    let first = wait_count(&c2, field, 1).await;
+    let waited = wait_count(&c2, field, n).await - first;
+    eprintln!("{n} tries in {waited:?}: {}", agent_counts(&c2).await);
+    clear_faults(&c2).await;
+    wait_copy(
+        &c2,
+        &secrets(),
+        Some("shared"),
+        name,
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    assert!(
+        c2.agent.is_running(),
+        "the agent exited:\n{}",
+        c2.agent.log()
+    );
+    waited
+}
+
+/// Every 429 on the copy's write carries `Retry-After: 3`: the agent's next
+/// try comes no sooner, so three tries take at least two waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured_on_429() {
+    let plan = json!({
+        "userAgent": AGENT, "path": COPIES,
+        "tooManyRequests": 1.0, "retryAfterSeconds": 3,
+    });
+    let waited = refused_tries(plan, "throttled", "tooManyRequests", 3).await;
+    // Two waits, less what polling every 100 ms can misplace. Without the
+    // client's server-aware retry the per-copy backoff (1 s, 2 s) takes 3 s.
+    assert!(
+        waited >= Duration::from_millis(5_500),
+        "three tries within {waited:?}: Retry-After (3 s) not honoured"
+    );
+}
+
+/// A copy whose writes get 500 is tried again after growing waits (1 s,
+/// 2 s, 4 s less jitter: not on every pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_errors_are_retried_with_backoff() {
+    let plan = json!({"userAgent": AGENT, "path": COPIES, "internalError": 1.0});
+    let waited = refused_tries(plan, "failing", "internalErrors", 4).await;
+    // 1 + 2 + 4 s, each less at most a fifth of jitter: 5.6 s; polling slack.
+    assert!(
+        waited >= Duration::from_millis(5_000),
+        "four tries within {waited:?}: no backoff"
+    );
+}
+
+/// Every watch of the agent on c2 is ended by a 410 Expired ERROR event
+/// every second (and cannot resume from before it): the agent re-lists and
+/// writes nothing, since nothing changed (c2's `/debug/writes`, every
+/// resource), and keeps syncing: a Secret created meanwhile is copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relists_after_410_rewrite_nothing() {
+    let nats = NatsServer::start().unwrap();
+    let (c1, c2) = pressure_fleet(&nats).await;
+    for i in 0..10 {
+        create_secret(&c1, "shared", &format!("s{i}"), &[("k", "1")]).await;
+    }
+    for i in 0..10 {
+        wait_copy(
+            &c2,
+            &secrets(),
+            Some("shared"),
+            &format!("s{i}"),
+            "c1",
+            "shared-secrets",
+            |_| Ok(()),
+        )
+        .await;
+    }
+    // The rule's status written for the ten copies: nothing more is due.
+    wait_rule(&c2, "shared-secrets", "to count 10 copies", |r| {
+        match r.status.as_ref().map(|s| s.objects_synced) {
+            Some(10) => Ok(()),
+            other => Err(format!("objectsSynced {other:?}")),
+        }
+    })
+    .await;
+    let before = c2.cluster.writes().await.unwrap();
+    c2.cluster
+        .set_faults(&json!({"userAgent": AGENT, "expireWatchesAfterMs": 1000}))
+        .await
+        .unwrap();
+    // Every watch of the agent (Secrets, rules, CRDs, Namespaces, Clusters,
+    // Nodes, …) ended several times, and re-listed after each.
+    wait_count(&c2, "watchesExpired", 30).await;
+    let relisted = c2.cluster.writes().await.unwrap();
+    assert_eq!(
+        relisted, before,
+        "30 watch expiries and re-lists with nothing changed wrote something"
+    );
+    create_secret(&c1, "shared", "late", &[("k", "1")]).await;
+    wait_copy(
+        &c2,
+        &secrets(),
+        Some("shared"),
+        "late",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    clear_faults(&c2).await;
+}
