@@ -501,9 +501,11 @@ spec:
     .await;
     wait_rule(c2, "widgets", "Ready", ready_is("True", "Synced")).await;
     wait_for("c2: the rule's error series back at 0", SYNC, || async {
-        match c2.metric(rule_errors) {
-            Ok(n) if n == 0.0 => Ok(()),
-            other => Err(format!("{other:?}")),
+        let n = c2.metric(rule_errors)?;
+        if n == 0.0 {
+            Ok(())
+        } else {
+            Err(format!("{n} objects in error"))
         }
     })
     .await;
