@@ -23,6 +23,9 @@ pub struct Context {
     pub cluster_id: String,
     /// Local Kubernetes client.
     pub client: kube::Client,
+    /// What `client` was built from: a task whose connection failed builds a
+    /// client of its own from it (`kube::client::connect`).
+    pub kube_config: kube::Config,
     /// JetStream, kept after start-up: sync publishes and consumes on it, and
     /// the layout is recreated through it when an operator deletes a stream.
     pub js: async_nats::jetstream::Context,
@@ -46,17 +49,19 @@ impl Context {
     pub fn new(
         cfg: Config,
         cluster_id: String,
-        client: kube::Client,
+        kube: (kube::Client, kube::Config),
         bus: (async_nats::jetstream::Context, Layout),
         metrics: Arc<Metrics>,
         readiness: Arc<Readiness>,
     ) -> Self {
         let (js, layout) = bus;
+        let (client, kube_config) = kube;
         let recorder = Recorder::new(client.clone(), &cfg.cluster_name);
         Context {
             cfg,
             cluster_id,
             client,
+            kube_config,
             js,
             layout,
             metrics,

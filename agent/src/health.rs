@@ -1,7 +1,7 @@
 //! The HTTP server for `/metrics`, `/healthz` and `/readyz`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -54,6 +54,30 @@ pub struct Readiness {
     /// A reconcile pass that started after `registry_synced` succeeded: the
     /// Cluster objects show every cluster the registry held at start.
     pub caught_up: AtomicBool,
+    /// Local watches whose connection failed and that have not listed again
+    /// since: what sync holds of their kind may be stale (see [`WatchDown`]).
+    watches_down: AtomicUsize,
+}
+
+/// Held by a local watch while it is down (its connection failed, no list
+/// since): `/readyz` says "local-watch" until every such guard is dropped.
+/// A guard, not a flag, so a watch task that ends (cancelled, panicked) while
+/// down cannot leave the agent unready for good.
+#[derive(Debug)]
+pub struct WatchDown(Arc<Readiness>);
+
+impl WatchDown {
+    /// Counts one more local watch down until the guard is dropped.
+    pub fn new(readiness: Arc<Readiness>) -> Self {
+        readiness.watches_down.fetch_add(1, Ordering::Relaxed);
+        WatchDown(readiness)
+    }
+}
+
+impl Drop for WatchDown {
+    fn drop(&mut self) {
+        self.0.watches_down.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Readiness {
@@ -74,6 +98,9 @@ impl Readiness {
         }
         if !self.caught_up.load(Ordering::Relaxed) {
             out.push("initial-reconcile");
+        }
+        if self.watches_down.load(Ordering::Relaxed) > 0 {
+            out.push("local-watch");
         }
         out
     }
@@ -172,6 +199,31 @@ mod tests {
         r.registry_synced.store(true, Ordering::Relaxed);
         assert_eq!(r.missing(), vec!["initial-reconcile"]);
         r.caught_up.store(true, Ordering::Relaxed);
+        assert!(r.missing().is_empty());
+    }
+
+    #[test]
+    fn a_local_watch_down_is_unready_until_its_guard_is_dropped() {
+        let r = Arc::new(Readiness::default());
+        for part in [
+            &r.nats,
+            &r.kube,
+            &r.publishing,
+            &r.registry_synced,
+            &r.caught_up,
+        ] {
+            part.store(true, Ordering::Relaxed);
+        }
+        let first = WatchDown::new(r.clone());
+        let second = WatchDown::new(r.clone());
+        assert_eq!(r.missing(), vec!["local-watch"]);
+        drop(first);
+        assert_eq!(
+            r.missing(),
+            vec!["local-watch"],
+            "another watch is still down"
+        );
+        drop(second);
         assert!(r.missing().is_empty());
     }
 }

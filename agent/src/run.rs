@@ -182,7 +182,7 @@ async fn start(
     let ctx = Arc::new(Context::new(
         cfg.clone(),
         cluster_id,
-        client,
+        (client, kube_config),
         (js, layout),
         metrics,
         readiness,

@@ -67,7 +67,7 @@ pub async fn build(
             .map_err(KubeClientError::Infer)?,
     };
     let config = identified(config);
-    let client = kube::Client::try_from(config.clone()).map_err(KubeClientError::Build)?;
+    let client = connect(&config)?;
     Ok((client, config))
 }
 
@@ -96,6 +96,24 @@ fn identified(mut config: kube::Config) -> kube::Config {
         }
     }
     config
+}
+
+
+/// A new client for `config`, with a connection pool of its own: what a
+/// watch whose connection failed starts again on, so that it cannot pick up
+/// a pooled connection of the same fate (see [`is_connection_error`]).
+pub fn connect(config: &kube::Config) -> Result<kube::Client, KubeClientError> {
+    kube::Client::try_from(config.clone()).map_err(KubeClientError::Build)
+}
+
+/// Whether a request failed below HTTP: no answer was read (connect, TLS,
+/// a connection reset or closed mid-request or mid-stream). Not an API
+/// error (an answer), nor a decoding error.
+pub fn is_connection_error(e: &kube::Error) -> bool {
+    matches!(
+        e,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_)
+    )
 }
 
 /// Whether an error from the Kubernetes API is worth retrying: connection
@@ -145,5 +163,14 @@ mod tests {
         assert!(is_transient(&api_error(409, "Conflict")));
         assert!(is_transient(&api_error(503, "ServiceUnavailable")));
         assert!(!is_transient(&api_error(422, "Invalid")));
+    }
+
+    #[test]
+    fn connection_errors_are_those_without_an_answer() {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(is_connection_error(&kube::Error::ReadEvents(reset)));
+        assert!(is_connection_error(&kube::Error::Service("reset".into())));
+        assert!(!is_connection_error(&api_error(503, "ServiceUnavailable")));
+        assert!(!is_connection_error(&api_error(410, "Expired")));
     }
 }

@@ -330,8 +330,11 @@ impl Engine {
             LocalEvent::Reset => kind.relist = Some(BTreeMap::new()),
             LocalEvent::Upsert(obj) => {
                 // The watch works again (kube-runtime resumes after most
-                // errors without a re-list).
-                kind.watch_error = None;
+                // errors without a re-list); during a re-list the view is
+                // whole again only once it is `Listed`.
+                if kind.relist.is_none() {
+                    kind.watch_error = None;
+                }
                 let Some(key) = local_key(&obj) else { return };
                 if let Some(t) = Target::of(&obj) {
                     // A copy the last pass did not want may be one to collect.
@@ -360,7 +363,9 @@ impl Engine {
                 }
             }
             LocalEvent::Remove(obj) => {
-                kind.watch_error = None;
+                if kind.relist.is_none() {
+                    kind.watch_error = None;
+                }
                 if let Some(t) = Target::of(&obj) {
                     self.seen.insert(t, Instant::now());
                 }
@@ -386,6 +391,16 @@ impl Engine {
                 kind.source_full = true;
                 kind.listed = true;
                 kind.watch_error = None;
+                // The API answers again (a watch lists after it started
+                // again): copies of this kind that failed meanwhile, maybe
+                // for want of that API, are tried now, not after their
+                // backoff (up to 5 min after a long outage).
+                let now = Instant::now();
+                for (t, r) in self.retries.iter_mut() {
+                    if t.gvk() == gvk {
+                        r.at = r.at.min(now);
+                    }
+                }
             }
             LocalEvent::Error(e) => {
                 tracing::warn!(kind = %super::model::meta::describe_gvk(&gvk), error = %e, "local watch failed; retrying");
@@ -574,7 +589,7 @@ impl Engine {
     ) {
         let stop = self.cancel.child_token();
         tokio::spawn(watches::local_watch(
-            self.ctx.client.clone(),
+            self.ctx.clone(),
             gvk.clone(),
             ar.clone(),
             self.tx.clone(),

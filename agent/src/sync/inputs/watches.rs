@@ -19,11 +19,14 @@ use kube::discovery::{ApiCapabilities, Scope};
 use kube::runtime::watcher;
 use kube::Api;
 use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::follow::Follow;
 use crate::context::Context;
+use crate::health::WatchDown;
 use crate::sync::model::meta::describe_gvk as describe;
 use crate::sync::model::{Input, LocalEvent};
 
@@ -46,55 +49,155 @@ fn namespaced(caps: &ApiCapabilities) -> bool {
     matches!(caps.scope, Scope::Namespaced)
 }
 
+/// The wait before a local watch whose connection failed starts again, after
+/// the first failure in a row; it doubles with each further one.
+const RESTART_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between two starts: how stale the kind may stay after
+/// its API server is back (the kind is held meanwhile), against one failed
+/// connection per kind that often while it is away.
+const RESTART_MAX: Duration = Duration::from_secs(10);
+
+/// The wait before the next start after `failures` connection failures in a
+/// row (at least one).
+fn restart_delay(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    RESTART_FIRST
+        .saturating_mul(1 << doublings)
+        .min(RESTART_MAX)
+}
+
+/// How one run of a watch ended.
+enum Ended {
+    /// Cancelled, or the engine is gone.
+    Stopped,
+    /// Its connection failed (the error, reported).
+    Connection(String),
+}
+
+/// A local watch's connection failures since it last listed.
+#[derive(Default)]
+struct Failures {
+    /// In a row (0: none since the last list).
+    count: u32,
+    /// Held while down: `/readyz` says "local-watch" meanwhile.
+    down: Option<WatchDown>,
+}
+
 /// Watches every object of one kind on the local API until `cancel`.
+///
+/// A watch whose connection fails (reset, closed, no answer) is not left to
+/// kube-runtime's watcher, which would re-watch on the same client and its
+/// pooled connections: it tells the engine (the kind's view may be stale
+/// from now on: `Error`, which holds its copies), waits, and starts again
+/// with a new client, so a new connection, and a new list (`Reset` …
+/// `Listed` replaces the view). Other errors (410 Gone, a refusal) stay with
+/// the watcher, which re-lists or backs off on its own.
 #[tracing::instrument(name = "watch", skip_all, fields(kind = %describe(&gvk)))]
 pub async fn local_watch(
-    client: kube::Client,
+    ctx: Arc<Context>,
     gvk: GroupVersionKind,
     ar: ApiResource,
     tx: mpsc::Sender<Input>,
     cancel: CancellationToken,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let mut client = ctx.client.clone();
+    let mut failures = Failures::default();
+    loop {
+        let error = match watch_once(client, &gvk, &ar, &tx, &cancel, &mut failures).await {
+            Ended::Stopped => return,
+            Ended::Connection(e) => e,
+        };
+        failures.count = failures.count.saturating_add(1);
+        failures
+            .down
+            .get_or_insert_with(|| WatchDown::new(ctx.readiness.clone()));
+        let wait = restart_delay(failures.count);
+        tracing::warn!(%error, failures = failures.count, ?wait, "local watch lost its connection; starting it again on a new connection");
+        let stale = format!("its connection failed ({error}); starting again");
+        if tx
+            .send(Input::Local(gvk.clone(), LocalEvent::Error(stale)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        client = match crate::kube::client::connect(&ctx.kube_config) {
+            Ok(c) => c,
+            // Cannot happen with a configuration that built a client once;
+            // the shared client is the next best thing.
+            Err(e) => {
+                tracing::warn!(error = %crate::report(&e), "cannot build a new client; using the shared one");
+                ctx.client.clone()
+            }
+        };
+    }
+}
+
+/// One watcher on `client` until it is stopped or its connection fails.
+async fn watch_once(
+    client: kube::Client,
+    gvk: &GroupVersionKind,
+    ar: &ApiResource,
+    tx: &mpsc::Sender<Input>,
+    cancel: &CancellationToken,
+    failures: &mut Failures,
+) -> Ended {
+    let api: Api<DynamicObject> = Api::all_with(client, ar);
     let stream =
         kube::runtime::WatchStreamExt::default_backoff(watcher(api, watcher::Config::default()));
     futures::pin_mut!(stream);
-    let send = |ev: LocalEvent| {
-        let tx = tx.clone();
-        let gvk = gvk.clone();
-        async move { tx.send(Input::Local(gvk, ev)).await.is_ok() }
-    };
     loop {
         let ev = tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => return Ended::Stopped,
             ev = stream.next() => ev,
         };
         let out = match ev {
-            None => return,
+            None => return Ended::Stopped,
             Some(Ok(watcher::Event::Init)) => LocalEvent::Reset,
             Some(Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o))) => {
                 match serde_json::to_value(&o) {
-                    Ok(v) => LocalEvent::Upsert(with_gvk(v, &gvk)),
+                    Ok(v) => LocalEvent::Upsert(with_gvk(v, gvk)),
                     Err(_) => continue,
                 }
             }
             Some(Ok(watcher::Event::Delete(o))) => match serde_json::to_value(&o) {
-                Ok(v) => LocalEvent::Remove(with_gvk(v, &gvk)),
+                Ok(v) => LocalEvent::Remove(with_gvk(v, gvk)),
                 Err(_) => continue,
             },
-            Some(Ok(watcher::Event::InitDone)) => LocalEvent::Listed,
+            Some(Ok(watcher::Event::InitDone)) => {
+                // Listed: the view is whole again.
+                *failures = Failures::default();
+                LocalEvent::Listed
+            }
             Some(Err(e)) if refused(&e) => LocalEvent::Error(e.to_string()),
+            Some(Err(e)) if lost_connection(&e) => {
+                return Ended::Connection(crate::report(&e));
+            }
             Some(Err(e)) => {
-                // Connection trouble, an expired resourceVersion: the watcher
+                // An expired resourceVersion and the like: the watcher
                 // retries (re-lists if needed) on its own; nothing to report
                 // on rules (a resumed watch may send nothing to clear it).
                 tracing::debug!(error = %e, "local watch interrupted; resuming");
                 continue;
             }
         };
-        if !send(out).await {
-            return;
+        if tx.send(Input::Local(gvk.clone(), out)).await.is_err() {
+            return Ended::Stopped;
         }
+    }
+}
+
+/// Whether the watch (or its list) failed for want of a working connection.
+fn lost_connection(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => crate::kube::client::is_connection_error(e),
+        _ => false,
     }
 }
 
@@ -223,6 +326,28 @@ pub(in crate::sync) mod tests {
             status: json!({"phase": "Up"}),
             ready: Some(true),
         }
+    }
+
+    #[test]
+    fn a_failing_watch_restarts_sooner_first_and_never_waits_past_the_cap() {
+        assert_eq!(restart_delay(1), RESTART_FIRST);
+        assert_eq!(restart_delay(2), RESTART_FIRST * 2);
+        assert_eq!(restart_delay(6), RESTART_MAX);
+        assert_eq!(restart_delay(u32::MAX), RESTART_MAX);
+    }
+
+    #[test]
+    fn only_connection_failures_restart_on_a_new_connection() {
+        let reset = || kube::Error::ReadEvents(std::io::ErrorKind::ConnectionReset.into());
+        assert!(lost_connection(&watcher::Error::WatchFailed(reset())));
+        assert!(lost_connection(&watcher::Error::WatchStartFailed(reset())));
+        assert!(lost_connection(&watcher::Error::InitialListFailed(reset())));
+        let mut gone = kube::core::Status::failure("too old", "Expired");
+        gone.code = 410;
+        // The watcher re-lists on its own.
+        assert!(!lost_connection(&watcher::Error::WatchError(Box::new(
+            gone
+        ))));
     }
 
     #[test]
