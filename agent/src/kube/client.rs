@@ -98,7 +98,6 @@ fn identified(mut config: kube::Config) -> kube::Config {
     config
 }
 
-
 /// A new client for `config`, with a connection pool of its own: what a
 /// watch whose connection failed starts again on, so that it cannot pick up
 /// a pooled connection of the same fate (see [`is_connection_error`]).
