@@ -5,10 +5,14 @@
 //! one pass runs: rules are recompiled if they changed, kinds are started or
 //! stopped, the source side publishes what changed among our originals
 //! ([`super::source::publish`]; only the objects events touched, all of them after a
-//! re-list, a bus re-read, a rule or fleet change), the sink side computes every desired copy and makes
-//! the local copies equal to it ([`super::sink`]), and rule status is written
-//! where it changed ([`super::status`]). Passes compare whole states, not
-//! events, so a missed or replayed event cannot leave a wrong copy behind.
+//! re-list, a bus re-read, a rule or fleet change), the sink side computes the
+//! desired copies that changed and makes the local copies equal to them
+//! ([`super::sink`]; only the pairs and targets events touched, all of them
+//! after a re-list, a bus re-read, a rule, fleet or Namespace change, and
+//! every 5 minutes), and rule status is written where it changed
+//! ([`super::status`]). Passes compare states, not events, so a missed or
+//! replayed event cannot leave a wrong copy behind for longer than the next
+//! full pass.
 //!
 //! One task owns the state, so there are no locks; the plain creates and
 //! replaces of a pass run concurrently while the engine waits for them
@@ -155,8 +159,9 @@ pub struct Engine {
     pub(super) status_due: Option<Instant>,
     /// Counts rule recompilations (what the candidate memo depends on).
     pub(super) rules_generation: u64,
-    /// The sink's computed candidates of the last pass (see `sink::cache`).
-    pub(super) candidate_cache: super::sink::cache::CandidateCache,
+    /// The sink's plan and what changed since the last pass (see
+    /// `sink::plan`).
+    pub(super) sink: super::sink::plan::SinkState,
     /// Something may have become collectable (see `Engine::collect`): a
     /// foreign copy the last pass did not want appeared, rules or the fleet
     /// changed, a kind (re)listed or caught up, or the last scan left
@@ -248,7 +253,7 @@ impl Engine {
             status_written: BTreeMap::new(),
             status_due: None,
             rules_generation: 0,
-            candidate_cache: super::sink::cache::CandidateCache::default(),
+            sink: super::sink::plan::SinkState::default(),
             collect_due: true,
             in_flight: Arc::default(),
             kept: BTreeMap::new(),
@@ -324,6 +329,11 @@ impl Engine {
                 r.at = r.at.min(now);
             }
         }
+        if gvk == namespace_gvk() {
+            // Whether a copy's namespace exists is part of every decision
+            // in it: decided again, all (namespaces change rarely).
+            self.sink.dirty.full = true;
+        }
         let Some(kind) = self.kinds.get_mut(&gvk) else {
             return;
         };
@@ -335,6 +345,7 @@ impl Engine {
                 kind.watch_error = None;
                 let Some(key) = local_key(&obj) else { return };
                 if let Some(t) = Target::of(&obj) {
+                    self.sink.dirty.targets.insert(t.clone());
                     // A copy the last pass did not want may be one to collect.
                     if !self.held.contains_key(&t)
                         && has_annotation(
@@ -363,6 +374,7 @@ impl Engine {
             LocalEvent::Remove(obj) => {
                 kind.watch_error = None;
                 if let Some(t) = Target::of(&obj) {
+                    self.sink.dirty.targets.insert(t.clone());
                     self.seen.insert(t, Instant::now());
                 }
                 if kind.source {
@@ -380,6 +392,8 @@ impl Engine {
             LocalEvent::Listed => {
                 // Rules become ready; a re-list may have dropped copies.
                 self.collect_due = true;
+                // Objects may have gone or changed between the two lists.
+                self.sink.dirty.full = true;
                 if let Some(relist) = kind.relist.take() {
                     kind.objects = relist;
                 }
@@ -405,6 +419,7 @@ impl Engine {
         match ev {
             BusEvent::Reset => kind.resnap = Some(BTreeMap::new()),
             BusEvent::Item(key, mut env) => {
+                self.sink.dirty.keys.insert(key.clone());
                 // Kept (a cluster may join later) but never applied: only
                 // members are sources. Counted, so a stranger's messages
                 // are not dropped silently.
@@ -445,6 +460,7 @@ impl Engine {
                 }
             }
             BusEvent::Unreadable(key) => {
+                self.sink.dirty.keys.insert(key.clone());
                 // Someone overwrote the last value of one of our live
                 // objects' subjects: a sink (re)starting would find no
                 // snapshot and collect its copy. Forget it so the next pass
@@ -460,6 +476,8 @@ impl Engine {
             BusEvent::CaughtUp => {
                 // Rules become ready.
                 self.collect_due = true;
+                // Envelopes may have gone or changed during the re-read.
+                self.sink.dirty.full = true;
                 if let Some(resnap) = kind.resnap.take() {
                     kind.snapshots = resnap;
                 }
@@ -634,6 +652,7 @@ impl Engine {
             .chain(self.status_due)
             .chain(self.fights.wake_at())
             .chain(self.coalesce.wake_at())
+            .chain(self.sink.wake_at())
             .min()
     }
 

@@ -3,7 +3,7 @@
 //! deletes). A scan of every local object runs only when something could
 //! have become collectable (`Engine::collect_due`, or the wanted set shrank).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use fleetbus_schemas::crd::OrphanPolicy;
 use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
@@ -120,7 +120,7 @@ impl Engine {
     /// and is an error of its rule in `reports` until it is collected.
     pub(in crate::sync) async fn collect(
         &mut self,
-        wanted: &BTreeSet<Target>,
+        wanted: &(dyn Fn(&Target) -> bool + Sync),
         reports: &mut BTreeMap<String, RuleReport>,
     ) {
         let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
@@ -142,7 +142,7 @@ impl Engine {
                     continue;
                 };
                 // Being deleted already (by us, or by someone): nothing to do.
-                if wanted.contains(&target) || is_terminating(obj) {
+                if wanted(&target) || is_terminating(obj) {
                     continue;
                 }
                 match self.collect_verdict(obj, origin) {
