@@ -25,8 +25,20 @@ fn times(a: Option<Duration>, b: Option<Duration>) -> String {
     }
 }
 
+/// Caps the steps (e.g. `10000` to leave out 50,000 where a run would take
+/// too long); unset: every step.
+pub const MAX_ENV: &str = "FLEETBUS_BENCH_MAX_OBJECTS";
+
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
-    let steps: Vec<usize> = ctx.pick(vec![5, 20], vec![50, 1_000, 10_000, 50_000]);
+    let max = std::env::var(MAX_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(usize::MAX);
+    let steps: Vec<usize> = ctx
+        .pick(vec![5, 20], vec![50, 1_000, 10_000, 50_000])
+        .into_iter()
+        .filter(|n| *n <= max)
+        .collect();
     let per_step = ctx.pick(3, 100);
     let fleet = Fleet::start(2, false).await?;
     let sink = fleet.sinks()[0].recorder().await?;
@@ -95,6 +107,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             }
             (_, None) => {}
         }
+    }
+    if max != usize::MAX {
+        t.note(format!("Steps capped at {max} objects by {MAX_ENV}."));
     }
     t.note(format!(
         "Per step, {per_step} objects are created one after another (the next only after the previous copy was seen), \
