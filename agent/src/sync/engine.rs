@@ -157,15 +157,15 @@ pub struct Engine {
     /// back (only counts changed) is due (`status`).
     pub(super) status_written: BTreeMap<String, Instant>,
     pub(super) status_due: Option<Instant>,
-    /// Counts rule recompilations (what the candidate memo depends on).
+    /// Counts rule recompilations (what the sink's plan depends on).
     pub(super) rules_generation: u64,
     /// The sink's plan and what changed since the last pass (see
     /// `sink::plan`).
     pub(super) sink: super::sink::plan::SinkState,
-    /// Something may have become collectable (see `Engine::collect`): a
-    /// foreign copy the last pass did not want appeared, rules or the fleet
-    /// changed, a kind (re)listed or caught up, or the last scan left
-    /// something undecided or failed.
+    /// Any copy may have become collectable (see `Engine::collect`): rules
+    /// or the fleet changed, a kind (re)listed or caught up; the next pass
+    /// scans every object. What concerns one copy (no longer wanted, a
+    /// foreign copy appeared, kept or failing) is in `sink.collect`.
     pub(super) collect_due: bool,
     /// The sink pass's counts while it runs (read by `progress`).
     pub(super) in_flight: Arc<super::progress::InFlight>,
@@ -353,7 +353,7 @@ impl Engine {
                             fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER,
                         )
                     {
-                        self.collect_due = true;
+                        self.sink.collect.insert(t.clone());
                     }
                     self.seen.insert(t, Instant::now());
                 }

@@ -355,7 +355,6 @@ impl Engine {
             wrote: BTreeSet::new(),
         };
         let mut gone: Vec<Conflict> = Vec::new();
-        let mut shrank = false;
         // Copies of the pass that are in sync already and not decided again.
         let mut in_sync = self.sink.plan.synced();
         let mut ordered: Vec<(Target, Vec<Candidate>)> = Vec::with_capacity(affected.len());
@@ -372,7 +371,9 @@ impl Engine {
             if cands.is_empty() {
                 // Nothing wants a copy there (any more).
                 if let Some(old) = self.sink.plan.settle(&target, None) {
-                    shrank = true;
+                    // Held in the last pass and not wanted now: it may be
+                    // collectable.
+                    self.sink.collect.insert(target.clone());
                     gone.extend(old.conflicts);
                 }
                 self.held.remove(&target);
@@ -416,7 +417,7 @@ impl Engine {
         self.in_flight.end();
         let wrote = std::mem::take(&mut tally.wrote);
         let found = self.settle_all(tally.settled, &mut gone);
-        self.finish_sink_pass(rules.reports, wrote, full, shrank, (found, gone))
+        self.finish_sink_pass(rules.reports, wrote, full, (found, gone))
             .await;
         self.finish_bundles(bundles);
         self.drift.take_wake()
@@ -447,10 +448,10 @@ impl Engine {
         mut reports: BTreeMap<String, RuleReport>,
         wrote: BTreeSet<String>,
         full: bool,
-        shrank: bool,
         (found, gone): (Vec<Conflict>, Vec<Conflict>),
     ) {
-        let sink = std::mem::take(&mut self.sink);
+        let mut sink = std::mem::take(&mut self.sink);
+        let scope = std::mem::take(&mut sink.collect);
         let wants = |t: &Target| sink.wants(t);
         if full {
             self.seen.retain(|t, _| wants(t));
@@ -461,10 +462,17 @@ impl Engine {
             sink.fill(name, report);
             report.wrote = wrote.contains(name);
         }
-        // A copy held in the last pass and not wanted now may be collectable.
-        if shrank || self.collect_due {
-            self.collect(&wants, &mut reports).await;
-        }
+        // Every copy when something that concerns them all changed, else
+        // only the copies named (see `collect`).
+        let again = if self.collect_due {
+            self.collect_due = false;
+            self.collect(&wants, None, &mut reports).await
+        } else if !scope.is_empty() {
+            self.collect(&wants, Some(&scope), &mut reports).await
+        } else {
+            BTreeSet::new()
+        };
+        sink.collect = again;
         self.sink = sink;
         self.announce_failures().await;
         for (rule, errors) in &self.source.errors {

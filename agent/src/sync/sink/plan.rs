@@ -71,6 +71,10 @@ pub struct SinkState {
     pub full_at: Option<Instant>,
     /// The targets Bundles wanted in the last pass (decided every pass).
     pub unwrapped: BTreeSet<Target>,
+    /// Local objects the next pass looks at for collection (`collect`):
+    /// copies no longer wanted, foreign copies that appeared, copies kept
+    /// or failing to be collected.
+    pub collect: BTreeSet<Target>,
 }
 
 impl SinkState {
