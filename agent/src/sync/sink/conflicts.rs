@@ -44,9 +44,15 @@ impl Engine {
     /// deduplicates re-reports across restarts by event id); those of the
     /// decisions they replace (`gone`) and not found again are forgotten,
     /// so a conflict that goes away and comes back is reported again.
-    pub(in crate::sync) async fn report_conflicts(&mut self, found: Vec<Conflict>, gone: &[Conflict]) {
-        let found: Vec<(String, Conflict)> =
-            found.into_iter().map(|c| (self.conflict_id(&c), c)).collect();
+    pub(in crate::sync) async fn report_conflicts(
+        &mut self,
+        found: Vec<Conflict>,
+        gone: &[Conflict],
+    ) {
+        let found: Vec<(String, Conflict)> = found
+            .into_iter()
+            .map(|c| (self.conflict_id(&c), c))
+            .collect();
         let still: std::collections::HashSet<&str> =
             found.iter().map(|(id, _)| id.as_str()).collect();
         for c in gone {

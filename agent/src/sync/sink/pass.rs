@@ -20,10 +20,11 @@ use tokio::time::Instant;
 
 use super::apply::WriteError;
 use super::bundle::{self, BundlePass, BundleSource};
-use super::plan::{Computed, Gate, Plan, Settled, FULL_EVERY};
 use super::conflicts;
 use super::mutate::{self, CopyInput};
+use super::plan::{Computed, Gate, Plan, Settled, FULL_EVERY};
 use super::wave::Step;
+use crate::registry::PeerView;
 use crate::sync::digest::Digest;
 use crate::sync::engine::{namespace_gvk, Engine};
 use crate::sync::model::backoff::Input;
@@ -32,7 +33,6 @@ use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, RuleReport, Tar
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::rules::template::TemplateContext;
-use crate::registry::PeerView;
 use crate::sync::source::publish::qualifies;
 
 /// The update policy of `source`'s copies: create-only when the rule says so
@@ -307,7 +307,14 @@ impl Engine {
                 };
                 let sources = self.sources(rule);
                 for (key, env) in &kind.snapshots {
-                    self.plan_pair(&mut state.plan, rule, &sources, key, Some(env), &mut changed);
+                    self.plan_pair(
+                        &mut state.plan,
+                        rule,
+                        &sources,
+                        key,
+                        Some(env),
+                        &mut changed,
+                    );
                     seen.insert((rule.name.clone(), key.clone()));
                 }
             }

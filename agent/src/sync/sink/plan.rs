@@ -99,7 +99,9 @@ impl SinkState {
         for (target, c) in &l.conflicts {
             report.conflicts.insert(target.to_string(), c.clone());
         }
-        report.unknown_update_policy.extend(l.unknown.iter().cloned());
+        report
+            .unknown_update_policy
+            .extend(l.unknown.iter().cloned());
     }
 
     /// When the next full plan is due.
@@ -243,13 +245,10 @@ impl Plan {
                 .insert(pair.clone());
         }
         let (rule, key) = pair;
-        match &entry.computed.result {
-            Some(Err(message)) => {
-                self.ledger(rule)
-                    .pair_errors
-                    .insert(key.clone(), message.clone());
-            }
-            Some(Ok(_)) | None => {}
+        if let Some(Err(message)) = &entry.computed.result {
+            self.ledger(rule)
+                .pair_errors
+                .insert(key.clone(), message.clone());
         }
         if entry.computed.unknown_policy {
             self.ledger(rule).unknown.insert(key.clone());

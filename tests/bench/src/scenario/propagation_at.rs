@@ -5,13 +5,13 @@
 //! before the c1 create to the copy seen by a watch on c2) and with the p50
 //! of the smallest step, measured in the same fleet.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::load;
 use crate::mesh::{BenchMember, Fleet, SETUP};
-use crate::objects;
+use crate::scenario::propagation::one_at_a_time;
 use crate::scenario::Ctx;
-use crate::stats::{ms, Samples};
+use crate::stats::ms;
 use crate::table::Table;
 
 /// How long syncing one step's bulk objects may take.
@@ -62,14 +62,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             break;
         }
         eprintln!("fleetbus-bench: propagation_at: {synced} objects synced");
-        let mut lat = Samples::new();
-        for i in 0..per_step {
-            let name = format!("p{n}-{i}");
-            let start = Instant::now();
-            objects::create(&origin, &name, "1").await?;
-            let seen = sink.wait_seen(&name, "1", SETUP).await?;
-            lat.push(seen.saturating_duration_since(start));
-        }
+        let lat = one_at_a_time(&origin, &sink, &format!("p{n}"), per_step).await?;
         synced += per_step;
         let measure = format!("{n} objects synced: before the c1 create → copy seen on c2");
         t.latency_row(&measure, &lat, ctx.floor, "p50 ≤ 3× floor, p99 ≤ 25 ms");

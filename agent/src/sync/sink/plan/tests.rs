@@ -50,7 +50,7 @@ fn compute(rule: &str, key: &ObjectKey, env: &Envelope, calls: &mut usize) -> Co
         }
         "r1" => key.name.clone(),
         _ if v == 4 => return Computed::default(),
-        _ if v % 2 == 0 => format!("x-{}", key.name),
+        _ if v.is_multiple_of(2) => format!("x-{}", key.name),
         _ => key.name[..1].to_owned(),
     };
     let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -232,15 +232,24 @@ fn an_envelope_version_is_computed_once() {
     let world = BTreeMap::from([(key("c2", "a1"), env("c2", "a1", 0))]);
     let mut plan = Plan::default();
     let mut changed = BTreeSet::new();
-    assert_eq!(plan_key(&mut plan, &world, &key("c2", "a1"), &mut changed), 2);
+    assert_eq!(
+        plan_key(&mut plan, &world, &key("c2", "a1"), &mut changed),
+        2
+    );
     assert_eq!(changed, BTreeSet::from([target("a1"), target("x-a1")]));
     // The same version again: a lookup, nothing changed.
     let mut changed = BTreeSet::new();
-    assert_eq!(plan_key(&mut plan, &world, &key("c2", "a1"), &mut changed), 0);
+    assert_eq!(
+        plan_key(&mut plan, &world, &key("c2", "a1"), &mut changed),
+        0
+    );
     assert!(changed.is_empty());
     // A new version: computed again; r2's copy moves from x-a1 to a.
     let world = BTreeMap::from([(key("c2", "a1"), env("c2", "a1", 1))]);
-    assert_eq!(plan_key(&mut plan, &world, &key("c2", "a1"), &mut changed), 2);
+    assert_eq!(
+        plan_key(&mut plan, &world, &key("c2", "a1"), &mut changed),
+        2
+    );
     assert_eq!(
         changed,
         BTreeSet::from([target("a"), target("a1"), target("x-a1")])
@@ -248,7 +257,10 @@ fn an_envelope_version_is_computed_once() {
     assert!(!plan.wants(&target("x-a1")));
     // After `clear` (rules or fleet changed), everything is computed again.
     plan.clear();
-    assert_eq!(plan_key(&mut plan, &world, &key("c2", "a1"), &mut changed), 2);
+    assert_eq!(
+        plan_key(&mut plan, &world, &key("c2", "a1"), &mut changed),
+        2
+    );
 }
 
 #[test]
@@ -268,7 +280,12 @@ fn a_pair_error_and_an_unknown_policy_are_in_the_ledger_while_they_last() {
     assert!(l.pair_errors.is_empty(), "{l:?}");
     assert!(l.unknown.contains(&k));
     assert!(plan.ledger_of("r2").unwrap().unknown.contains(&k));
-    plan_key(&mut plan, &BTreeMap::<ObjectKey, Envelope>::new(), &k, &mut changed);
+    plan_key(
+        &mut plan,
+        &BTreeMap::<ObjectKey, Envelope>::new(),
+        &k,
+        &mut changed,
+    );
     assert!(plan.ledgers.is_empty());
     assert!(plan.wanted().next().is_none());
 }
