@@ -103,6 +103,9 @@ pub struct Engine {
     pub(super) fleet: Arc<FleetView>,
     pub(super) rules: RuleSet,
     pub(super) rules_dirty: bool,
+    /// The fleet view changed since the rules were last compiled (what
+    /// depends on rules is done again even if they compile the same).
+    pub(super) fleet_moved: bool,
     pub(super) kinds: HashMap<GroupVersionKind, KindState>,
     /// Kinds discovery does not serve (yet), with why.
     pub(super) unresolved: HashMap<GroupVersionKind, String>,
@@ -226,6 +229,7 @@ impl Engine {
             fleet,
             rules: rules::compile(&[]),
             rules_dirty: true,
+            fleet_moved: false,
             kinds: HashMap::new(),
             unresolved: HashMap::new(),
             rediscover: false,
@@ -656,6 +660,25 @@ impl Engine {
             .min()
     }
 
+    /// Takes newly compiled rules that differ from the last (or were
+    /// compiled under a changed fleet): what depends on them is done again.
+    fn rules_changed(&mut self, rules: RuleSet) {
+        self.rules = rules;
+        self.rules_generation = self.rules_generation.wrapping_add(1);
+        // Which objects are published depends on the rules (and, through
+        // them, on the fleet): plan every object again.
+        for k in self.kinds.values_mut() {
+            k.source_full = true;
+        }
+        // Rules gone, invalid or ready again change what is collected.
+        self.collect_due = true;
+        // Exclusions and drift modes may have changed: what was found equal
+        // is compared again.
+        for b in self.baselines.values_mut() {
+            b.verified = None;
+        }
+    }
+
     /// One pass over everything (see the module docs).
     pub async fn pass(&mut self) {
         // Timers are set again by whatever still needs them in this pass; a
@@ -674,20 +697,15 @@ impl Engine {
                 for (name, rule) in self.bus_rules(kind) {
                     rules.entry(name).or_insert(rule);
                 }
-                self.rules = rules;
                 self.rules_dirty = false;
-                self.rules_generation = self.rules_generation.wrapping_add(1);
-                // Which objects are published depends on the rules (and,
-                // through them, on the fleet): plan every object again.
-                for k in self.kinds.values_mut() {
-                    k.source_full = true;
-                }
-                // Rules gone, invalid or ready again change what is collected.
-                self.collect_due = true;
-                // Exclusions and drift modes may have changed: what was
-                // found equal is compared again.
-                for b in self.baselines.values_mut() {
-                    b.verified = None;
+                // A rule object's status written (by us: its counts change
+                // with every copy) or replicated again compiles to the same
+                // rules: nothing below concerns it, and a full plan of every
+                // object per status write would make every change cost a
+                // pass over every object (issue 20).
+                let fleet_moved = std::mem::take(&mut self.fleet_moved);
+                if rules != self.rules || fleet_moved {
+                    self.rules_changed(rules);
                 }
             }
         }
@@ -817,6 +835,7 @@ pub async fn run(
                 engine.fleet = fleet.borrow_and_update().clone();
                 // Which peers' rules count depends on the fleet.
                 engine.rules_dirty = true;
+                engine.fleet_moved = true;
             }
             _ = sleep_until_opt(wake) => {}
         }

@@ -62,7 +62,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             break;
         }
         eprintln!("fleetbus-bench: propagation_at: {synced} objects synced");
-        let lat = one_at_a_time(&origin, &sink, &format!("p{n}"), per_step).await?;
+        let lat = match one_at_a_time(&origin, &sink, &format!("p{n}"), per_step).await {
+            Ok(lat) => lat,
+            Err(e) => {
+                // Keep the steps measured so far; say where it stopped.
+                t.incomplete(format!("stopped at {n} objects: {e:#}"));
+                break;
+            }
+        };
         synced += per_step;
         let measure = format!("{n} objects synced: before the c1 create → copy seen on c2");
         t.latency_row(&measure, &lat, ctx.floor, "p50 ≤ 3× floor, p99 ≤ 25 ms");
