@@ -2,9 +2,9 @@
 //! pair makes, an index from each target to the pairs that want it, and what
 //! the last decision at each target found (for rule status). A pass updates
 //! it from what changed — like the source's `plan_keys` — instead of
-//! computing every pair and deciding every target again, so a change costs
-//! the same with 50 copies as with 50,000 (ARCHITECTURE.md, "The sink's
-//! plan"). Pure: no engine, no IO.
+//! computing every pair and deciding every target again, so planning a
+//! change does not walk every copy (ARCHITECTURE.md, "The sink's plan").
+//! Pure: no engine, no IO.
 //!
 //! A pair's entry holds the envelope version it was computed from (uid,
 //! content hash, resourceVersion): setting a pair again from the same
