@@ -5,10 +5,14 @@
 //! one pass runs: rules are recompiled if they changed, kinds are started or
 //! stopped, the source side publishes what changed among our originals
 //! ([`super::source::publish`]; only the objects events touched, all of them after a
-//! re-list, a bus re-read, a rule or fleet change), the sink side computes every desired copy and makes
-//! the local copies equal to it ([`super::sink`]), and rule status is written
-//! where it changed ([`super::status`]). Passes compare whole states, not
-//! events, so a missed or replayed event cannot leave a wrong copy behind.
+//! re-list, a bus re-read, a rule or fleet change), the sink side computes the
+//! desired copies that changed and makes the local copies equal to them
+//! ([`super::sink`]; only the pairs and targets events touched, all of them
+//! after a re-list, a bus re-read, a rule, fleet or Namespace change, and
+//! every 5 minutes), and rule status is written where it changed
+//! ([`super::status`]). Passes compare states, not events, so a missed or
+//! replayed event cannot leave a wrong copy behind for longer than the next
+//! full pass.
 //!
 //! One task owns the state, so there are no locks; the plain creates and
 //! replaces of a pass run concurrently while the engine waits for them
@@ -99,6 +103,9 @@ pub struct Engine {
     pub(super) fleet: Arc<FleetView>,
     pub(super) rules: RuleSet,
     pub(super) rules_dirty: bool,
+    /// The fleet view changed since the rules were last compiled (what
+    /// depends on rules is done again even if they compile the same).
+    pub(super) fleet_moved: bool,
     pub(super) kinds: HashMap<GroupVersionKind, KindState>,
     /// Kinds discovery does not serve (yet), with why.
     pub(super) unresolved: HashMap<GroupVersionKind, String>,
@@ -153,14 +160,15 @@ pub struct Engine {
     /// back (only counts changed) is due (`status`).
     pub(super) status_written: BTreeMap<String, Instant>,
     pub(super) status_due: Option<Instant>,
-    /// Counts rule recompilations (what the candidate memo depends on).
+    /// Counts rule recompilations (what the sink's plan depends on).
     pub(super) rules_generation: u64,
-    /// The sink's computed candidates of the last pass (see `sink::cache`).
-    pub(super) candidate_cache: super::sink::cache::CandidateCache,
-    /// Something may have become collectable (see `Engine::collect`): a
-    /// foreign copy the last pass did not want appeared, rules or the fleet
-    /// changed, a kind (re)listed or caught up, or the last scan left
-    /// something undecided or failed.
+    /// The sink's plan and what changed since the last pass (see
+    /// `sink::plan`).
+    pub(super) sink: super::sink::plan::SinkState,
+    /// Any copy may have become collectable (see `Engine::collect`): rules
+    /// or the fleet changed, a kind (re)listed or caught up; the next pass
+    /// scans every object. What concerns one copy (no longer wanted, a
+    /// foreign copy appeared, kept or failing) is in `sink.collect`.
     pub(super) collect_due: bool,
     /// The sink pass's counts while it runs (read by `progress`).
     pub(super) in_flight: Arc<super::progress::InFlight>,
@@ -221,6 +229,7 @@ impl Engine {
             fleet,
             rules: rules::compile(&[]),
             rules_dirty: true,
+            fleet_moved: false,
             kinds: HashMap::new(),
             unresolved: HashMap::new(),
             rediscover: false,
@@ -248,7 +257,7 @@ impl Engine {
             status_written: BTreeMap::new(),
             status_due: None,
             rules_generation: 0,
-            candidate_cache: super::sink::cache::CandidateCache::default(),
+            sink: super::sink::plan::SinkState::default(),
             collect_due: true,
             in_flight: Arc::default(),
             kept: BTreeMap::new(),
@@ -323,6 +332,11 @@ impl Engine {
                 r.at = r.at.min(now);
             }
         }
+        if gvk == namespace_gvk() {
+            // Whether a copy's namespace exists is part of every decision
+            // in it: decided again, all (namespaces change rarely).
+            self.sink.dirty.full = true;
+        }
         let Some(kind) = self.kinds.get_mut(&gvk) else {
             return;
         };
@@ -337,6 +351,7 @@ impl Engine {
                 }
                 let Some(key) = local_key(&obj) else { return };
                 if let Some(t) = Target::of(&obj) {
+                    self.sink.dirty.targets.insert(t.clone());
                     // A copy the last pass did not want may be one to collect.
                     if !self.held.contains_key(&t)
                         && has_annotation(
@@ -344,7 +359,7 @@ impl Engine {
                             fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER,
                         )
                     {
-                        self.collect_due = true;
+                        self.sink.collect.insert(t.clone());
                     }
                     self.seen.insert(t, Instant::now());
                 }
@@ -367,6 +382,7 @@ impl Engine {
                     kind.watch_error = None;
                 }
                 if let Some(t) = Target::of(&obj) {
+                    self.sink.dirty.targets.insert(t.clone());
                     self.seen.insert(t, Instant::now());
                 }
                 if kind.source {
@@ -384,6 +400,8 @@ impl Engine {
             LocalEvent::Listed => {
                 // Rules become ready; a re-list may have dropped copies.
                 self.collect_due = true;
+                // Objects may have gone or changed between the two lists.
+                self.sink.dirty.full = true;
                 if let Some(relist) = kind.relist.take() {
                     kind.objects = relist;
                 }
@@ -419,6 +437,7 @@ impl Engine {
         match ev {
             BusEvent::Reset => kind.resnap = Some(BTreeMap::new()),
             BusEvent::Item(key, mut env) => {
+                self.sink.dirty.keys.insert(key.clone());
                 // Kept (a cluster may join later) but never applied: only
                 // members are sources. Counted, so a stranger's messages
                 // are not dropped silently.
@@ -459,6 +478,7 @@ impl Engine {
                 }
             }
             BusEvent::Unreadable(key) => {
+                self.sink.dirty.keys.insert(key.clone());
                 // Someone overwrote the last value of one of our live
                 // objects' subjects: a sink (re)starting would find no
                 // snapshot and collect its copy. Forget it so the next pass
@@ -474,6 +494,8 @@ impl Engine {
             BusEvent::CaughtUp => {
                 // Rules become ready.
                 self.collect_due = true;
+                // Envelopes may have gone or changed during the re-read.
+                self.sink.dirty.full = true;
                 if let Some(resnap) = kind.resnap.take() {
                     kind.snapshots = resnap;
                 }
@@ -648,7 +670,27 @@ impl Engine {
             .chain(self.status_due)
             .chain(self.fights.wake_at())
             .chain(self.coalesce.wake_at())
+            .chain(self.sink.wake_at())
             .min()
+    }
+
+    /// Takes newly compiled rules that differ from the last (or were
+    /// compiled under a changed fleet): what depends on them is done again.
+    fn rules_changed(&mut self, rules: RuleSet) {
+        self.rules = rules;
+        self.rules_generation = self.rules_generation.wrapping_add(1);
+        // Which objects are published depends on the rules (and, through
+        // them, on the fleet): plan every object again.
+        for k in self.kinds.values_mut() {
+            k.source_full = true;
+        }
+        // Rules gone, invalid or ready again change what is collected.
+        self.collect_due = true;
+        // Exclusions and drift modes may have changed: what was found equal
+        // is compared again.
+        for b in self.baselines.values_mut() {
+            b.verified = None;
+        }
     }
 
     /// One pass over everything (see the module docs).
@@ -669,20 +711,15 @@ impl Engine {
                 for (name, rule) in self.bus_rules(kind) {
                     rules.entry(name).or_insert(rule);
                 }
-                self.rules = rules;
                 self.rules_dirty = false;
-                self.rules_generation = self.rules_generation.wrapping_add(1);
-                // Which objects are published depends on the rules (and,
-                // through them, on the fleet): plan every object again.
-                for k in self.kinds.values_mut() {
-                    k.source_full = true;
-                }
-                // Rules gone, invalid or ready again change what is collected.
-                self.collect_due = true;
-                // Exclusions and drift modes may have changed: what was
-                // found equal is compared again.
-                for b in self.baselines.values_mut() {
-                    b.verified = None;
+                // A rule object's status written (by us: its counts change
+                // with every copy) or replicated again compiles to the same
+                // rules: nothing below concerns it, and a full plan of every
+                // object per status write would make every change cost a
+                // pass over every object (issue 20).
+                let fleet_moved = std::mem::take(&mut self.fleet_moved);
+                if rules != self.rules || fleet_moved {
+                    self.rules_changed(rules);
                 }
             }
         }
@@ -812,6 +849,7 @@ pub async fn run(
                 engine.fleet = fleet.borrow_and_update().clone();
                 // Which peers' rules count depends on the fleet.
                 engine.rules_dirty = true;
+                engine.fleet_moved = true;
             }
             _ = sleep_until_opt(wake) => {}
         }

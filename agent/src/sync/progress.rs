@@ -82,6 +82,13 @@ impl InFlight {
         self.active.store(true, Ordering::Relaxed);
     }
 
+    /// `n` copies of the pass are in sync without being looked at (decided
+    /// in an earlier pass, and nothing of theirs changed since).
+    pub fn also_in_sync(&self, n: usize) {
+        self.in_sync
+            .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
     /// One more copy of the pass is in sync (found equal or written).
     pub fn settled(&self) {
         self.in_sync.fetch_add(1, Ordering::Relaxed);

@@ -85,6 +85,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
         eprintln!("fleetbus-bench: running {name}");
         let result = match *name {
             "propagation" => scenario::propagation::run(&ctx).await,
+            "propagation_at" => scenario::propagation_at::run(&ctx).await,
             "drift" => scenario::drift::run(&ctx).await,
             "throughput" => scenario::throughput::run(&ctx).await,
             "catchup" => scenario::catchup::run(&ctx).await,

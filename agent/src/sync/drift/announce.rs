@@ -181,14 +181,14 @@ impl Engine {
     /// Forgets drifts of copies nothing wants any more (collected or gone).
     pub(in crate::sync) async fn drift_forget_except(
         &mut self,
-        wanted: &std::collections::BTreeSet<Target>,
+        wanted: &(dyn Fn(&Target) -> bool + Sync),
     ) {
-        self.fights.retain(Instant::now(), |t| wanted.contains(t));
+        self.fights.retain(Instant::now(), wanted);
         let gone: Vec<Target> = self
             .drift
             .open
             .keys()
-            .filter(|t| !wanted.contains(*t))
+            .filter(|t| !wanted(t))
             .cloned()
             .collect();
         for t in gone {

@@ -41,7 +41,14 @@ impl Engine {
         let local = &self.fleet.local.name;
         let now = chrono::Utc::now();
         let mut out = BTreeMap::new();
-        for (target, (key, rule_name)) in &self.held {
+        // Without a rule that returns status, no copy is looked at: a pass
+        // must not cost a walk over every copy (issue 20).
+        let returning = self
+            .rules
+            .values()
+            .any(|r| !r.spec.unwrap && r.spec.status_return != StatusReturn::None);
+        let held = self.held.iter().filter(|_| returning);
+        for (target, (key, rule_name)) in held {
             let Some(rule) = self.rules.get(rule_name) else {
                 continue;
             };

@@ -113,42 +113,56 @@ fn verdict(
 }
 
 impl Engine {
-    /// Deletes or orphans the copies nothing wants any more. Runs only when
-    /// something could have become collectable (`Engine::collect_due`, or
-    /// the wanted set shrank): else every pass would scan every object.
-    /// A copy whose delete or orphan failed backs off like a failed write
-    /// and is an error of its rule in `reports` until it is collected.
+    /// Deletes or orphans the copies nothing wants any more, among every
+    /// local object (`scope` None: something that concerns every copy
+    /// changed, see `Engine::collect_due`) or only the objects at `scope`'s
+    /// targets (those no longer wanted, foreign copies that appeared, those
+    /// kept or failing before): a pass that collects one copy must not scan
+    /// every object. A copy whose delete or orphan failed backs off like a
+    /// failed write and is an error of its rule in `reports` until it is
+    /// collected. Returns the copies to look at again next pass (kept for
+    /// now: rule not ready, origin in doubt; or not collected: an error).
     pub(in crate::sync) async fn collect(
         &mut self,
-        wanted: &BTreeSet<Target>,
+        wanted: &(dyn Fn(&Target) -> bool + Sync),
+        scope: Option<&BTreeSet<Target>>,
         reports: &mut BTreeMap<String, RuleReport>,
-    ) {
+    ) -> BTreeSet<Target> {
         let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
-        // Copies kept for now (rule not ready, origin in doubt) or not
-        // collected (an error) are looked at again next pass.
-        let mut again = false;
-        for kind in self.kinds.values() {
-            if !kind.listed {
+        let mut again = BTreeSet::new();
+        let listed = |g: &GroupVersionKind| self.kinds.get(g).filter(|k| k.listed);
+        let objects: Box<dyn Iterator<Item = &Value> + '_> = match scope {
+            None => Box::new(
+                self.kinds
+                    .values()
+                    .filter(|k| k.listed)
+                    .flat_map(|k| k.objects.values()),
+            ),
+            Some(targets) => Box::new(
+                targets
+                    .iter()
+                    .filter_map(move |t| listed(&t.gvk())?.objects.get(&t.local_key())),
+            ),
+        };
+        for obj in objects {
+            let Some(origin) = annotation(obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
+                continue;
+            };
+            if origin == self.fleet.local.name {
                 continue;
             }
-            for obj in kind.objects.values() {
-                let Some(origin) = annotation(obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
-                    continue;
-                };
-                if origin == self.fleet.local.name {
-                    continue;
-                }
-                let Some(target) = Target::of(obj) else {
-                    continue;
-                };
-                // Being deleted already (by us, or by someone): nothing to do.
-                if wanted.contains(&target) || is_terminating(obj) {
-                    continue;
-                }
-                match self.collect_verdict(obj, origin) {
-                    Verdict::Delete => doomed.push((target, obj.clone(), true)),
-                    Verdict::Orphan => doomed.push((target, obj.clone(), false)),
-                    Verdict::Keep => again = true,
+            let Some(target) = Target::of(obj) else {
+                continue;
+            };
+            // Being deleted already (by us, or by someone): nothing to do.
+            if wanted(&target) || is_terminating(obj) {
+                continue;
+            }
+            match self.collect_verdict(obj, origin) {
+                Verdict::Delete => doomed.push((target, obj.clone(), true)),
+                Verdict::Orphan => doomed.push((target, obj.clone(), false)),
+                Verdict::Keep => {
+                    again.insert(target);
                 }
             }
         }
@@ -180,13 +194,13 @@ impl Engine {
             };
             if let Some(error) = error {
                 // Looked at again next pass (tried when its backoff is over).
-                again = true;
+                again.insert(target.clone());
                 if let Some(r) = reports.get_mut(&rule) {
                     r.errors.insert(target.to_string(), error);
                 }
             }
         }
-        self.collect_due = again;
+        again
     }
 
     /// Deletes or orphans one copy; the error if that failed (the copy then

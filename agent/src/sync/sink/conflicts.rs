@@ -27,22 +27,43 @@ pub fn order(cands: &mut [Candidate]) {
 }
 
 impl Engine {
-    /// Reports conflicts not reported before (each once per agent run; the
-    /// bus deduplicates re-reports across restarts by event id).
-    pub(in crate::sync) async fn report_conflicts(&mut self, found: Vec<Conflict>) {
-        let mut current = std::collections::BTreeSet::new();
-        for c in found {
+    /// The id of a conflict event (the same for the same conflict).
+    fn conflict_id(&self, c: &Conflict) -> String {
+        conflict_event_id(
+            &self.fleet.local.name,
+            &c.rule,
+            &c.origin,
+            &c.object_ref(),
+            c.reason,
+            c.winner.as_deref(),
+        )
+    }
+
+    /// Reports the conflicts `found` at the targets a pass decided that
+    /// were not reported before (each once while it lasts; the bus
+    /// deduplicates re-reports across restarts by event id); those of the
+    /// decisions they replace (`gone`) and not found again are forgotten,
+    /// so a conflict that goes away and comes back is reported again.
+    pub(in crate::sync) async fn report_conflicts(
+        &mut self,
+        found: Vec<Conflict>,
+        gone: &[Conflict],
+    ) {
+        let found: Vec<(String, Conflict)> = found
+            .into_iter()
+            .map(|c| (self.conflict_id(&c), c))
+            .collect();
+        let still: std::collections::HashSet<&str> =
+            found.iter().map(|(id, _)| id.as_str()).collect();
+        for c in gone {
+            let id = self.conflict_id(c);
+            if !still.contains(id.as_str()) {
+                self.reported_conflicts.remove(&id);
+            }
+        }
+        for (id, c) in found {
             let object = c.object_ref();
-            let id = conflict_event_id(
-                &self.fleet.local.name,
-                &c.rule,
-                &c.origin,
-                &object,
-                c.reason,
-                c.winner.as_deref(),
-            );
-            current.insert(id.clone());
-            if self.reported_conflicts.contains(&id) {
+            if !self.reported_conflicts.insert(id.clone()) {
                 continue;
             }
             tracing::warn!(rule = %c.rule, origin = %c.origin, object = %c.target, reason = c.reason.as_str(), "sync conflict");
@@ -88,8 +109,6 @@ impl Engine {
                 Err(e) => tracing::warn!(error = %e, "could not encode a conflict event"),
             }
         }
-        // A conflict that went away and comes back is reported again.
-        self.reported_conflicts = current;
     }
 }
 

@@ -1,5 +1,6 @@
 //! The sink side: every desired copy computed from the rules and the bus
-//! ([`pass`]; memoized per source in [`cache`], Bundles unwrapped by
+//! ([`pass`]; kept between passes and updated from what changed in
+//! [`plan`], Bundles unwrapped by
 //! [`bundle`], mapped by [`mutate`]), one winner per target ([`conflicts`]),
 //! what to do with each decided without writing ([`wave`], pure: equal, a
 //! plain create or replace run together, or the serial path, told why), the
@@ -8,12 +9,11 @@
 //! finds the copy equal), copies nothing wants collected ([`collect`]) unless
 //! deleting them would take unmanaged objects along ([`keep`]), and failures
 //! announced ([`failures`]). What it keeps between passes that the engine
-//! owns is in leaves ([`bundle_state`], [`keep`]'s `KeptCopy`, [`cache`]).
+//! owns is in leaves ([`bundle_state`], [`keep`]'s `KeptCopy`, [`plan`]'s `SinkState`).
 
 pub(super) mod apply;
 pub(super) mod bundle;
 pub(super) mod bundle_state;
-pub(super) mod cache;
 mod collect;
 pub(super) mod compare;
 mod conflicts;
@@ -22,5 +22,6 @@ pub(super) mod keep;
 mod look;
 pub(super) mod mutate;
 mod pass;
+pub(super) mod plan;
 mod serial;
 mod wave;

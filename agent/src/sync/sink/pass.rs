@@ -14,20 +14,22 @@ use fleetbus_schemas::crd::{SyncRule, UpdatePolicy};
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known;
+use kube::core::GroupVersionKind;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::WriteError;
 use super::bundle::{self, BundlePass, BundleSource};
-use super::cache::{CandidateCache, Computed};
 use super::conflicts;
 use super::look::Looked;
 use super::mutate::{self, CopyInput};
+use super::plan::{Computed, Gate, Plan, Settled, FULL_EVERY};
 use super::wave::{Step, Why, Write};
+use crate::registry::PeerView;
 use crate::sync::digest::Digest;
 use crate::sync::engine::{namespace_gvk, Engine};
 use crate::sync::model::backoff::Input;
-use crate::sync::model::meta::{annotation, describe_key, is_original};
+use crate::sync::model::meta::{annotation, is_original};
 use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, RuleReport, Target};
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
@@ -112,80 +114,74 @@ impl Engine {
         .unwrap_or(false)
     }
 
-    /// Every copy a rule wants here, and the errors of those it cannot make.
-    fn candidates(
+    /// The peers `rule` takes from, by name.
+    fn sources(&self, rule: &CompiledRule) -> BTreeMap<&str, &PeerView> {
+        self.fleet
+            .peers
+            .values()
+            .filter(|p| p.may_be_source() && qualifies(rule, &p.labels, &p.features))
+            .map(|p| (p.name.as_str(), p))
+            .collect()
+    }
+
+    /// Every copy an unwrap rule wants here (the manifests of its Bundles),
+    /// and the errors of those it cannot make.
+    fn unwrapped(
         &self,
         rule: &CompiledRule,
         report: &mut RuleReport,
         bundles: &mut BundlePass,
-        cache: &mut CandidateCache,
     ) -> Vec<(Target, Candidate)> {
         let mut out = Vec::new();
         let Some(kind) = self.kinds.get(&rule.source) else {
             return out;
         };
-        let sources: BTreeMap<&str, &crate::registry::PeerView> = self
-            .fleet
-            .peers
-            .values()
-            .filter(|p| p.may_be_source() && qualifies(rule, &p.labels, &p.features))
-            .map(|p| (p.name.as_str(), p))
-            .collect();
-        report.sources = sources.keys().map(|s| (*s).to_owned()).collect();
+        let sources = self.sources(rule);
         for (key, env) in &kind.snapshots {
-            let Some(peer) = sources.get(key.origin.as_str()) else {
+            let Some((env, obj, peer)) = taken(&sources, key, Some(env)) else {
                 continue;
             };
-            let Some(obj) = env.object.as_ref().filter(|_| !env.tombstone) else {
+            let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
                 continue;
             };
-            // A copy on the bus would be a loop; an origin never publishes
-            // one, so this only guards against a misbehaving publisher.
-            if !is_original(obj)
-                || annotation(obj, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED).is_some()
-            {
-                continue;
-            }
-            if rule.spec.unwrap {
-                let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
-                    continue;
-                };
-                // The manifests are wanted here, never the Bundle itself.
-                let src = BundleSource {
-                    rule,
-                    key,
-                    env,
-                    bundle: obj,
-                    entries: &entries,
-                    origin_record: &peer.record,
-                };
-                out.extend(self.unwrap(&src, report, bundles));
-                continue;
-            }
-            let computed = cache.get_or_compute(&rule.name, key, env, || {
-                match matching::matching_rules(&rule.spec, obj) {
-                    Some(entries) => {
-                        self.compute_candidate(rule, key, env, obj, &peer.record, &entries)
-                    }
-                    None => Computed::default(),
-                }
-            });
-            if computed.unknown_policy {
-                report.unknown_update_policy.insert(key.clone());
-            }
-            match computed.result {
-                Some(Ok(pair)) => out.push(pair),
-                Some(Err(message)) => {
-                    report.errors.insert(describe_key(key), message);
-                }
-                None => {}
-            }
+            // The manifests are wanted here, never the Bundle itself.
+            let src = BundleSource {
+                rule,
+                key,
+                env,
+                bundle: obj,
+                entries: &entries,
+                origin_record: &peer.record,
+            };
+            out.extend(self.unwrap(&src, report, bundles));
         }
         out
     }
 
+    /// Sets what `rule` makes of the envelope `env` at `key` in `plan`
+    /// (computed only if that envelope version was not computed before).
+    fn plan_pair(
+        &self,
+        plan: &mut Plan,
+        rule: &CompiledRule,
+        sources: &BTreeMap<&str, &PeerView>,
+        key: &ObjectKey,
+        env: Option<&Envelope>,
+        changed: &mut BTreeSet<Target>,
+    ) {
+        let pair = (rule.name.clone(), key.clone());
+        let Some((env, obj, peer)) = taken(sources, key, env) else {
+            plan.set(&pair, None, Computed::default, changed);
+            return;
+        };
+        let compute = || match matching::matching_rules(&rule.spec, obj) {
+            Some(entries) => self.compute_candidate(rule, key, env, obj, &peer.record, &entries),
+            None => Computed::default(),
+        };
+        plan.set(&pair, Some(env), compute, changed);
+    }
     /// What `rule` makes of one source object: the copy and its place, or
-    /// why there is none (memoized by `cache`).
+    /// why there is none (memoized by `plan`).
     fn compute_candidate(
         &self,
         rule: &CompiledRule,
@@ -238,76 +234,254 @@ impl Engine {
         }
     }
 
-    /// Computes every desired copy, writes what differs, collects what
-    /// nothing wants, and records what each rule did. Returns when to run
-    /// again for the drift announcements that failed (see `drift::state`).
-    pub(in crate::sync) async fn sink_pass(&mut self) -> Option<Instant> {
-        let mut reports: BTreeMap<String, RuleReport> = BTreeMap::new();
-        let mut by_target: BTreeMap<Target, Vec<Candidate>> = BTreeMap::new();
-        let mut bundles = BundlePass::default();
-        let rules: Vec<CompiledRule> = self.rules.values().cloned().collect();
-        // Taken out for the pass, so `candidates` can borrow the engine.
-        let mut cache = std::mem::take(&mut self.candidate_cache);
-        cache.begin(&self.fleet, self.rules_generation);
-        for rule in &rules {
-            let mut report = RuleReport::default();
-            if self.rule_problem(rule).is_none() && self.rule_ready(rule) && self.selects_us(rule) {
-                report.selected = true;
-                for (target, c) in self.candidates(rule, &mut report, &mut bundles, &mut cache) {
-                    by_target.entry(target).or_default().push(c);
+    /// Each rule's report as far as the rules say (selected, sources, the
+    /// errors of the Bundles it unwraps), the rules that make copies here
+    /// now, and the copies the Bundles of unwrap rules want (computed in full
+    /// every pass: Bundles are few, and one wants many targets).
+    fn rule_reports(&self, bundles: &mut BundlePass) -> RulesNow {
+        let mut now = RulesNow::default();
+        for rule in self.rules.values() {
+            let mut report = RuleReport {
+                selected: self.selects_us(rule),
+                ..RuleReport::default()
+            };
+            if report.selected && self.rule_problem(rule).is_none() && self.rule_ready(rule) {
+                if self.kinds.contains_key(&rule.source) {
+                    report.sources = self.sources(rule).keys().map(|s| (*s).to_owned()).collect();
                 }
-            } else {
-                report.selected = self.selects_us(rule);
+                if rule.spec.unwrap {
+                    for (target, c) in self.unwrapped(rule, &mut report, bundles) {
+                        now.unwrapped.entry(target).or_default().push(c);
+                    }
+                }
+                now.active.push(rule.clone());
             }
-            reports.insert(rule.name.clone(), report);
+            now.reports.insert(rule.name.clone(), report);
         }
-        tracing::trace!(memoized = cache.hits, "candidates computed");
-        cache.finish();
-        self.candidate_cache = cache;
-        let mut found: Vec<Conflict> = Vec::new();
-        let wanted: BTreeSet<Target> = by_target.keys().cloned().collect();
-        let mut held = BTreeMap::new();
+        now
+    }
+
+    /// What a full plan depends on besides the pairs: which rules make
+    /// copies, and the kinds as the decisions see them (a change of either
+    /// can change every target's decision).
+    fn gate(&self, active: &[CompiledRule]) -> Gate {
+        let mut kinds: Vec<(String, bool, bool, bool)> = self
+            .kinds
+            .iter()
+            .map(|(g, k)| {
+                let name = crate::sync::model::meta::describe_gvk(g);
+                (name, k.listed, k.ready(), k.namespaced)
+            })
+            .collect();
+        kinds.sort();
+        let rules = active.iter().map(|r| r.name.clone()).collect();
+        Gate { rules, kinds }
+    }
+
+    /// Brings the plan up to date: only the pairs of the envelopes that
+    /// changed, unless something that can change every pair or decision did
+    /// (then every pair, reusing what was computed from the same envelope).
+    /// Returns the targets to decide this pass, and whether it is a full one.
+    fn replan(&mut self, rules: &RulesNow, now: Instant) -> (BTreeSet<Target>, bool) {
+        let mut state = std::mem::take(&mut self.sink);
+        let gate = self.gate(&rules.active);
+        let same_inputs = state.rules_generation == self.rules_generation
+            && state
+                .fleet
+                .as_ref()
+                .is_some_and(|f| Arc::ptr_eq(f, &self.fleet) || **f == *self.fleet);
+        let dirty = std::mem::take(&mut state.dirty);
+        let full = dirty.full
+            || !same_inputs
+            || state.gate != gate
+            || state.full_at.is_none_or(|at| now >= at + FULL_EVERY);
+        if !same_inputs {
+            state.plan.clear();
+        }
+        let planned = rules.active.iter().filter(|r| !r.spec.unwrap);
+        let mut changed = BTreeSet::new();
+        if full {
+            let mut seen = BTreeSet::new();
+            for rule in planned {
+                let Some(kind) = self.kinds.get(&rule.source) else {
+                    continue;
+                };
+                let sources = self.sources(rule);
+                for (key, env) in &kind.snapshots {
+                    self.plan_pair(
+                        &mut state.plan,
+                        rule,
+                        &sources,
+                        key,
+                        Some(env),
+                        &mut changed,
+                    );
+                    seen.insert((rule.name.clone(), key.clone()));
+                }
+            }
+            state.plan.retain(&seen, &mut changed);
+            state.full_at = Some(now);
+            changed = state.plan.every_target();
+        } else {
+            for rule in planned {
+                let kind = self.kinds.get(&rule.source);
+                let sources = self.sources(rule);
+                for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
+                    let env = kind.and_then(|k| k.snapshots.get(key));
+                    self.plan_pair(&mut state.plan, rule, &sources, key, env, &mut changed);
+                }
+            }
+            changed.extend(dirty.targets);
+        }
+        // Decided every pass: copies failing (their backoff may be over),
+        // drifting, forced by an operator, and those of Bundles (this pass's
+        // and the last's).
+        changed.extend(self.retries.keys().cloned());
+        changed.extend(self.drift.open.keys().cloned());
+        changed.extend(self.forced.iter().cloned());
+        changed.extend(state.unwrapped.iter().cloned());
+        state.unwrapped = rules.unwrapped.keys().cloned().collect();
+        changed.extend(state.unwrapped.iter().cloned());
+        state.gate = gate;
+        state.fleet = Some(self.fleet.clone());
+        state.rules_generation = self.rules_generation;
+        self.sink = state;
+        (changed, full)
+    }
+
+    /// Computes the desired copies that changed, writes what differs,
+    /// collects what nothing wants, and records what each rule did (see
+    /// `plan`). Returns when to run again for the drift announcements that
+    /// failed (see `drift::state`).
+    pub(in crate::sync) async fn sink_pass(&mut self) -> Option<Instant> {
+        let mut bundles = BundlePass::default();
+        let mut rules = self.rule_reports(&mut bundles);
+        let (affected, full) = self.replan(&rules, Instant::now());
+        let mut tally = Tally {
+            settled: BTreeMap::new(),
+            bundles: &mut bundles,
+            wrote: BTreeSet::new(),
+        };
+        let mut gone: Vec<Conflict> = Vec::new();
+        // Copies of the pass that are in sync already and not decided again.
+        let mut in_sync = self.sink.plan.synced();
+        let mut ordered: Vec<(Target, Vec<Candidate>)> = Vec::with_capacity(affected.len());
+        for target in affected {
+            if self.sink.plan.is_synced(&target) {
+                in_sync = in_sync.saturating_sub(1);
+            }
+            let mut cands = self.sink.plan.candidates(&target);
+            if let Some(more) = rules.unwrapped.remove(&target) {
+                cands.extend(more);
+                // The order a full scan finds them in: by rule, then source.
+                cands.sort_by(|a, b| (&a.rule, &a.key).cmp(&(&b.rule, &b.key)));
+            }
+            if cands.is_empty() {
+                // Nothing wants a copy there (any more).
+                if let Some(old) = self.sink.plan.settle(&target, None) {
+                    // Held in the last pass and not wanted now: it may be
+                    // collectable.
+                    self.sink.collect.insert(target.clone());
+                    gone.extend(old.conflicts);
+                }
+                self.held.remove(&target);
+                // Watch times matter only for copies (drift latency).
+                self.seen.remove(&target);
+                continue;
+            }
+            ordered.push((target, cands));
+        }
         // What others need first (a Bundle's Namespace, CRD, ServiceAccount
         // and RBAC before what uses them); by target within a rank.
-        let mut ordered: Vec<(Target, Vec<Candidate>)> = by_target.into_iter().collect();
         ordered.sort_by_key(|(t, _)| bundle::install_rank(t));
         let mut winners: Vec<(Target, Candidate)> = Vec::with_capacity(ordered.len());
         for (target, mut cands) in ordered {
             conflicts::order(&mut cands);
             let winner = cands.remove(0);
-            held.insert(target.clone(), (winner.key.clone(), winner.rule.clone()));
+            self.held
+                .insert(target.clone(), (winner.key.clone(), winner.rule.clone()));
+            let mut settled = Settled {
+                rule: winner.rule.clone(),
+                ..Settled::default()
+            };
             for loser in &cands {
                 let c = Conflict::other_origin(&target, loser, &winner);
-                if let Some(r) = reports.get_mut(&loser.rule) {
-                    r.conflicts.insert(target.to_string(), c.message.clone());
-                }
-                bundles.record(&loser.key, &target, Err(c.message.clone()));
-                found.push(c);
+                tally
+                    .bundles
+                    .record(&loser.key, &target, Err(c.message.clone()));
+                settled.conflicts.push(c);
             }
+            tally.settled.insert(target.clone(), settled);
             winners.push((target, winner));
         }
         // One wave per install rank, in rank order (see `wave`).
-        self.in_flight.begin(winners.len());
-        let mut tally = Tally {
-            reports: &mut reports,
-            bundles: &mut bundles,
-            found: &mut found,
-        };
+        self.in_flight.begin(self.held.len());
+        self.in_flight.also_in_sync(in_sync);
         for wave in
             winners.chunk_by(|(a, _), (b, _)| bundle::install_rank(a) == bundle::install_rank(b))
         {
             self.apply_wave(wave, &mut tally).await;
         }
         self.in_flight.end();
-        // Watch times matter only for copies (drift latency).
-        self.seen.retain(|t, _| wanted.contains(t));
-        self.drift_forget_except(&wanted).await;
-        self.drift_flush().await;
-        // A copy held in the last pass and not wanted now may be collectable.
-        let shrank = self.held.keys().any(|t| !wanted.contains(t));
-        if shrank || self.collect_due {
-            self.collect(&wanted, &mut reports).await;
+        let wrote = std::mem::take(&mut tally.wrote);
+        let found = self.settle_all(tally.settled, &mut gone);
+        self.finish_sink_pass(rules.reports, wrote, full, (found, gone))
+            .await;
+        self.finish_bundles(bundles);
+        self.drift.take_wake()
+    }
+
+    /// Records the decisions of a pass in the plan; returns the conflicts
+    /// found, and adds those of the decisions replaced to `gone`.
+    fn settle_all(
+        &mut self,
+        settled: BTreeMap<Target, Settled>,
+        gone: &mut Vec<Conflict>,
+    ) -> Vec<Conflict> {
+        let mut found = Vec::new();
+        for (target, s) in settled {
+            found.extend(s.conflicts.iter().cloned());
+            if let Some(old) = self.sink.plan.settle(&target, Some(s)) {
+                gone.extend(old.conflicts);
+            }
         }
+        found
+    }
+
+    /// After the writes of a sink pass: drifts and watch times of copies
+    /// nothing wants are forgotten, what may have become collectable is
+    /// collected, and the rules' reports are completed from the plan.
+    async fn finish_sink_pass(
+        &mut self,
+        mut reports: BTreeMap<String, RuleReport>,
+        wrote: BTreeSet<String>,
+        full: bool,
+        (found, gone): (Vec<Conflict>, Vec<Conflict>),
+    ) {
+        let mut sink = std::mem::take(&mut self.sink);
+        let scope = std::mem::take(&mut sink.collect);
+        let wants = |t: &Target| sink.wants(t);
+        if full {
+            self.seen.retain(|t, _| wants(t));
+        }
+        self.drift_forget_except(&wants).await;
+        self.drift_flush().await;
+        for (name, report) in &mut reports {
+            sink.fill(name, report);
+            report.wrote = wrote.contains(name);
+        }
+        // Every copy when something that concerns them all changed, else
+        // only the copies named (see `collect`).
+        let again = if self.collect_due {
+            self.collect_due = false;
+            self.collect(&wants, None, &mut reports).await
+        } else if !scope.is_empty() {
+            self.collect(&wants, Some(&scope), &mut reports).await
+        } else {
+            BTreeSet::new()
+        };
+        sink.collect = again;
+        self.sink = sink;
         self.announce_failures().await;
         for (rule, errors) in &self.source.errors {
             if let Some(r) = reports.get_mut(rule) {
@@ -320,12 +494,9 @@ impl Engine {
                 r.withheld.clone_from(withheld);
             }
         }
-        self.report_conflicts(found).await;
+        self.report_conflicts(found, &gone).await;
         self.note_unknown_update_policies(&reports);
         self.reports = reports;
-        self.finish_bundles(bundles);
-        self.held = held;
-        self.drift.take_wake()
     }
 
     /// Makes the copies of one install rank equal to their winners: decided
@@ -448,38 +619,67 @@ impl Engine {
     }
 }
 
-/// Where a sink pass records what became of each target.
+/// The rules as a sink pass finds them (see `Engine::rule_reports`).
+#[derive(Default)]
+struct RulesNow {
+    /// Each rule's report, as far as the rules say.
+    reports: BTreeMap<String, RuleReport>,
+    /// The rules that make copies here now.
+    active: Vec<CompiledRule>,
+    /// The copies the Bundles of unwrap rules want, by target.
+    unwrapped: BTreeMap<Target, Vec<Candidate>>,
+}
+
+/// Where a sink pass records what became of each target it decided.
 struct Tally<'a> {
-    reports: &'a mut BTreeMap<String, RuleReport>,
+    settled: BTreeMap<Target, Settled>,
     bundles: &'a mut BundlePass,
-    found: &'a mut Vec<Conflict>,
+    /// The rules that wrote a copy.
+    wrote: BTreeSet<String>,
 }
 
 impl Tally<'_> {
-    /// Records the winner's outcome at `target` in its rule's report and its Bundle.
+    /// Records the winner's outcome at `target` and in its Bundle.
     fn add(&mut self, target: &Target, winner: &Candidate, outcome: Outcome) {
         self.bundles
             .record(&winner.key, target, bundle::outcome_result(&outcome));
-        let Some(report) = self.reports.get_mut(&winner.rule) else {
+        let Some(s) = self.settled.get_mut(target) else {
             return;
         };
         match outcome {
-            Outcome::InSync => report.synced += 1,
+            Outcome::InSync => s.synced = true,
             Outcome::Wrote => {
-                report.synced += 1;
-                report.wrote = true;
+                s.synced = true;
+                self.wrote.insert(winner.rule.clone());
             }
-            Outcome::Conflict(c) => {
-                report
-                    .conflicts
-                    .insert(target.to_string(), c.message.clone());
-                self.found.push(*c);
-            }
-            Outcome::Failed(e) => {
-                report.errors.insert(target.to_string(), e);
-            }
+            Outcome::Conflict(c) => s.conflicts.push(*c),
+            Outcome::Failed(e) => s.error = Some(e),
         }
     }
+}
+
+/// The envelope at `key`, its object and its origin, if a rule may take it:
+/// live, from one of the rule's `sources`, an original (a copy on the bus
+/// would be a loop; an origin never publishes one, so this only guards
+/// against a misbehaving publisher) not disabled for sync.
+fn taken<'a>(
+    sources: &BTreeMap<&str, &'a PeerView>,
+    key: &ObjectKey,
+    env: Option<&'a Envelope>,
+) -> Option<(&'a Envelope, &'a Value, &'a PeerView)> {
+    let peer = *sources.get(key.origin.as_str())?;
+    let env = env?;
+    let obj = env.object.as_ref().filter(|_| !env.tombstone)?;
+    if !is_original(obj) || annotation(obj, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED).is_some()
+    {
+        return None;
+    }
+    Some((env, obj, peer))
+}
+
+/// Whether `key` names an object of kind `gvk`.
+fn of_kind(key: &ObjectKey, gvk: &GroupVersionKind) -> bool {
+    key.kind == gvk.kind && key.group == gvk.group && key.version == gvk.version
 }
 
 #[cfg(test)]

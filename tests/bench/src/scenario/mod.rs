@@ -1,4 +1,4 @@
-//! The eight scenarios of issue 12. Each starts what it needs, measures, and
+//! The eight scenarios of issue 12, and issue 20's propagation at scale. Each starts what it needs, measures, and
 //! returns its tables; a failure is reported as an error, never hidden.
 
 use std::time::Duration;
@@ -10,6 +10,7 @@ pub mod floor;
 pub mod fullmesh;
 pub mod memory;
 pub mod propagation;
+pub mod propagation_at;
 pub mod throughput;
 pub mod wire;
 
@@ -36,9 +37,10 @@ impl Ctx {
 }
 
 /// The scenarios in the order `all` runs them.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     "floor",
     "propagation",
+    "propagation_at",
     "drift",
     "throughput",
     "catchup",

@@ -4,8 +4,12 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+
 use crate::mesh::{BenchMember, Fleet, SETUP};
 use crate::objects;
+use crate::recorder::Recorder;
 use crate::scenario::Ctx;
 use crate::stats::{ms, Samples};
 use crate::table::Table;
@@ -15,14 +19,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let fleet = Fleet::start(2, false).await?;
     let sink = fleet.sinks()[0].recorder().await?;
     let origin = fleet.origin().configmaps();
-    let mut lat = Samples::new();
-    for i in 0..n {
-        let name = format!("p-{i}");
-        let start = Instant::now();
-        objects::create(&origin, &name, "1").await?;
-        let seen = sink.wait_seen(&name, "1", SETUP).await?;
-        lat.push(seen.saturating_duration_since(start));
-    }
+    let lat = one_at_a_time(&origin, &sink, "p", n).await?;
     let mut t = Table::latency("2. Propagation of one 1 KiB ConfigMap at a time (c1 → c2)");
     t.latency_row(
         "before the c1 create → copy seen by a watch on c2",
@@ -64,4 +61,24 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     ));
     t.note("Objects are created one after another; the next is written only after the previous copy was seen.");
     Ok(vec![t])
+}
+
+/// Creates `<prefix>-<i>` (mark "1") on c1 for `i` in `0..n`, each once the
+/// previous copy was seen by `sink`; the latency of each from just before
+/// its create to its copy seen.
+pub async fn one_at_a_time(
+    origin: &Api<ConfigMap>,
+    sink: &Recorder,
+    prefix: &str,
+    n: usize,
+) -> anyhow::Result<Samples> {
+    let mut lat = Samples::new();
+    for i in 0..n {
+        let name = format!("{prefix}-{i}");
+        let start = Instant::now();
+        objects::create(origin, &name, "1").await?;
+        let seen = sink.wait_seen(&name, "1", SETUP).await?;
+        lat.push(seen.saturating_duration_since(start));
+    }
+    Ok(lat)
 }

@@ -1,0 +1,119 @@
+//! Scenario 2b (issue 20): propagation of one 1 KiB ConfigMap at a time when
+//! the rule already syncs 50 / 1,000 / 10,000 / 50,000 objects. A change
+//! must cost the same whatever the number of copies the sink holds: each
+//! step's p50 is compared with the floor (same span as scenario 2: from just
+//! before the c1 create to the copy seen by a watch on c2) and with the p50
+//! of the smallest step, measured in the same fleet.
+
+use std::time::Duration;
+
+use crate::load;
+use crate::mesh::{BenchMember, Fleet, SETUP};
+use crate::scenario::propagation::one_at_a_time;
+use crate::scenario::Ctx;
+use crate::stats::ms;
+use crate::table::Table;
+
+/// How long syncing one step's bulk objects may take.
+const STEP: Duration = Duration::from_secs(900);
+
+/// The ratio of two durations as "1.23×", or "-".
+fn times(a: Option<Duration>, b: Option<Duration>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if !b.is_zero() => format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64()),
+        _ => "-".to_owned(),
+    }
+}
+
+/// Caps the steps (e.g. `10000` to leave out 50,000 where a run would take
+/// too long); unset: every step.
+pub const MAX_ENV: &str = "FLEETBUS_BENCH_MAX_OBJECTS";
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
+    let max = std::env::var(MAX_ENV)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(usize::MAX);
+    let steps: Vec<usize> = ctx
+        .pick(vec![5, 20], vec![50, 1_000, 10_000, 50_000])
+        .into_iter()
+        .filter(|n| *n <= max)
+        .collect();
+    let per_step = ctx.pick(3, 100);
+    let fleet = Fleet::start(2, false).await?;
+    let sink = fleet.sinks()[0].recorder().await?;
+    let origin = fleet.origin().configmaps();
+    let mut t = Table::latency(
+        "2b. Propagation of one 1 KiB ConfigMap with N objects already synced (c1 → c2)",
+    );
+    // The warm-up object is synced already.
+    let mut synced = 1;
+    let mut bulk = 0;
+    let mut first_p50: Option<(usize, Duration)> = None;
+    for &n in &steps {
+        // Objects already synced = bulk objects + warm-up + earlier samples:
+        // top the bulk up so the step starts with n.
+        let top = n.saturating_sub(synced);
+        load::create_many(&origin, "bulk", bulk..bulk + top, 32).await?;
+        bulk += top;
+        synced += top;
+        if let Err(e) = sink.wait_count(synced, STEP.max(SETUP)).await {
+            t.incomplete(format!("stopped at {n} objects: {e:#}"));
+            break;
+        }
+        eprintln!("fleetbus-bench: propagation_at: {synced} objects synced");
+        let lat = match one_at_a_time(&origin, &sink, &format!("p{n}"), per_step).await {
+            Ok(lat) => lat,
+            Err(e) => {
+                // Keep the steps measured so far; say where it stopped.
+                t.incomplete(format!("stopped at {n} objects: {e:#}"));
+                break;
+            }
+        };
+        synced += per_step;
+        let measure = format!("{n} objects synced: before the c1 create → copy seen on c2");
+        t.latency_row(&measure, &lat, ctx.floor, "p50 ≤ 3× floor, p99 ≤ 25 ms");
+        t.samples += lat.len();
+        let p50_ok = matches!((lat.p50(), ctx.floor), (Some(p), Some(f)) if p <= f * 3);
+        t.goal(
+            &format!("propagation p50 at {n} objects ≤ 3× floor"),
+            format!(
+                "{} ms = {} the floor's {} ms",
+                ms(lat.p50()),
+                times(lat.p50(), ctx.floor),
+                ms(ctx.floor)
+            ),
+            p50_ok,
+        );
+        let p99 = lat.percentile(99.0);
+        t.goal(
+            &format!("propagation p99 at {n} objects ≤ 25 ms"),
+            format!("{} ms", ms(p99)),
+            p99.is_some_and(|p| p <= Duration::from_millis(25)),
+        );
+        match (first_p50, lat.p50()) {
+            (None, Some(p)) => first_p50 = Some((n, p)),
+            (Some((n0, p0)), Some(p)) => {
+                t.goal(
+                    &format!("propagation p50 at {n} objects ≤ 1.5× p50 at {n0}"),
+                    format!(
+                        "{} ms = {} the {} ms at {n0}",
+                        ms(Some(p)),
+                        times(Some(p), Some(p0)),
+                        ms(Some(p0))
+                    ),
+                    p <= p0.mul_f64(1.5),
+                );
+            }
+            (_, None) => {}
+        }
+    }
+    if max != usize::MAX {
+        t.note(format!("Steps capped at {max} objects by {MAX_ENV}."));
+    }
+    t.note(format!(
+        "Per step, {per_step} objects are created one after another (the next only after the previous copy was seen), \
+         after the rule's bulk objects are synced; the floor is scenario 1's, timed over the same span."
+    ));
+    Ok(vec![t])
+}
