@@ -91,6 +91,16 @@ pub struct Metrics {
     pub ready: Gauge,
 }
 
+/// Every value of `fleetbus_peers{state}`: the Cluster states a peer can be in.
+pub const PEER_STATES: [&str; 6] = [
+    "Ready",
+    "Disconnected",
+    "Disabled",
+    "Conflict",
+    "Left",
+    "ApiUnreachable",
+];
+
 /// One rule's counts for [`Metrics::set_rule_objects`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleObjects {
@@ -315,14 +325,7 @@ impl Metrics {
     /// state nobody is in yet would read "no data" instead of 0. Label values
     /// that come from data (rejection reasons, rules, kinds) appear when counted.
     fn zero_known_series(&self) {
-        for state in [
-            "Ready",
-            "Disconnected",
-            "Disabled",
-            "Conflict",
-            "Left",
-            "ApiUnreachable",
-        ] {
+        for state in PEER_STATES {
             self.peers.get_or_create(&vec![("state", state)]).set(0);
         }
         for op in [

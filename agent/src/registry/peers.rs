@@ -152,14 +152,7 @@ pub async fn reconcile(
 /// `fleetbus_peers{state}`: how many peers were written in each state (every
 /// state named, so a state no peer is in any more drops to 0).
 fn set_state_gauges(reg: &Registry, by_state: &BTreeMap<&'static str, i64>) {
-    for state in [
-        "Ready",
-        "Disconnected",
-        "Disabled",
-        "Conflict",
-        "Left",
-        "ApiUnreachable",
-    ] {
+    for state in crate::metrics::PEER_STATES {
         reg.ctx
             .metrics
             .peers
