@@ -249,6 +249,51 @@ async fn finish_with(
     Ok((row, run))
 }
 
+/// API requests of every agent so far, in node order.
+async fn api_requests(fleet: &Fleet) -> anyhow::Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for n in &fleet.nodes {
+        out.push(pressure::agent_requests(n).await?);
+    }
+    Ok(out)
+}
+
+/// Requests an agent may send its API server per copy it wrote (a write, at
+/// most a dry run or a read before it, a status write) and per second of the
+/// run for what it does anyway (the API probe every second, watch
+/// bookmarks, rule status). A cut of the NATS link must add no API work: a
+/// retry storm against the API server would exceed this many times over.
+const REQUESTS_PER_WRITE: u64 = 4;
+const REQUESTS_PER_SECOND: u64 = 3;
+
+/// Every agent's API requests since `before`, against its copy writes over
+/// the same span: bounded, whatever the flapping link did.
+async fn bounded_requests(
+    fleet: &Fleet,
+    work: &agents::Work,
+    before: &[u64],
+    span: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let after = api_requests(fleet).await?;
+    let writes = work.copy_writes_since(fleet)?;
+    let mut out = Vec::new();
+    for (((n, r0), r1), w) in fleet.nodes.iter().zip(before).zip(after).zip(writes) {
+        let requests = r1.saturating_sub(*r0);
+        let bound = w * REQUESTS_PER_WRITE + span.as_secs().max(1) * REQUESTS_PER_SECOND;
+        eprintln!(
+            "fleetbus-chaos: {}: {requests} API requests for {w} copy writes in {span:.0?} (bound {bound})",
+            n.name()
+        );
+        if requests > bound {
+            out.push(format!(
+                "{}: {requests} API requests for {w} copy writes in {span:.0?} (bound {bound}): a retry storm?",
+                n.name()
+            ));
+        }
+    }
+    Ok(out)
+}
+
 /// Converged churn, then every agent restarted: no write, no drift event.
 async fn restart(seed: u64, size: Size) -> anyhow::Result<Row> {
     let mut run = start(seed, size).await?;
@@ -505,6 +550,8 @@ async fn rewritten(fleet: &Fleet, u: Untouchable) -> anyhow::Result<Vec<Violatio
 async fn flapping(seed: u64, size: Size) -> anyhow::Result<Row> {
     let run = start(seed, size).await?;
     let work = agents::Work::now(&run.fleet)?;
+    let requests = api_requests(&run.fleet).await?;
+    let began = Instant::now();
     let link = run.fleet.nodes.last().map(|n| &n.nats);
     for _ in 0..size.flaps {
         set(link, Fault::Cut);
@@ -520,6 +567,8 @@ async fn flapping(seed: u64, size: Size) -> anyhow::Result<Row> {
     let cuts = size.flaps as u64;
     row.violations
         .extend(agents::bounded_work(&run.fleet, &work, cuts)?);
+    row.violations
+        .extend(bounded_requests(&run.fleet, &work, &requests, began.elapsed()).await?);
     agents::keep_logs_if_failed(&row, &run.fleet);
     Ok(row)
 }

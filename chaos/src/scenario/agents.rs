@@ -410,6 +410,15 @@ pub(super) struct Work {
 }
 
 impl Work {
+    /// Every agent's copy writes since this was taken, in node order.
+    pub(super) fn copy_writes_since(&self, fleet: &Fleet) -> anyhow::Result<Vec<u64>> {
+        Ok(write_counts(fleet)?
+            .iter()
+            .zip(&self.writes)
+            .map(|((w1, _), (w0, _))| w1.saturating_sub(*w0))
+            .collect())
+    }
+
     pub(super) fn now(fleet: &Fleet) -> anyhow::Result<Work> {
         let oracle = lock(&fleet.oracle);
         let published = fleet

@@ -64,6 +64,12 @@ async fn agent_counts(node: &Node) -> anyhow::Result<Counts> {
     Ok(Counts::of(&node.member.cluster.faults().await?))
 }
 
+/// API requests `node`'s agent has sent its API server so far (the
+/// devcluster counts every client's requests, plan or not).
+pub(super) async fn agent_requests(node: &Node) -> anyhow::Result<u64> {
+    Ok(agent_counts(node).await?.requests)
+}
+
 /// The pressure: a fifth of the agent's requests 429 (`Retry-After: 1`), a
 /// tenth 500, almost a third held 200 ms, every watch ended after `expire`.
 fn pressure_plan(seed: u64, expire: Duration) -> Value {
