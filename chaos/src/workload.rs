@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, ResourceExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -271,7 +271,13 @@ pub async fn watch_sink(
     let (listed_tx, listed_rx) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
         let mut listed_tx = Some(listed_tx);
-        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        // With backoff: without it a watch whose API server is gone (killed at
+        // the fleet's end) retries in a loop that never yields, and the
+        // runtime's shutdown waits for it for ever (a hung test, seen in
+        // `api_outage` about one run in five).
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
         loop {
             let ev = tokio::select! {
                 () = stop.cancelled() => return,

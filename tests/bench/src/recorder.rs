@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, ResourceExt};
 use tokio::sync::Notify;
 
@@ -52,7 +52,11 @@ impl Recorder {
         let changed = Arc::new(Notify::new());
         let (st, ch) = (state.clone(), changed.clone());
         let task = tokio::spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            // With backoff: a watch of a killed API server must not spin
+            // without yielding (it would hang the runtime's shutdown).
+            let mut stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
             while let Some(ev) = stream.next().await {
                 let now = Instant::now();
                 let obj = match ev {
