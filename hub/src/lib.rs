@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clusters;
 pub mod command;
 pub mod drift;
+pub mod fleet;
 mod kv;
 pub mod mesh;
 

@@ -30,6 +30,7 @@ pub mod pointer;
 pub mod progress;
 pub mod registry;
 pub mod reported;
+pub mod rule_status;
 pub mod subject;
 pub mod time;
 pub mod well_known;

@@ -1,9 +1,10 @@
-//! Peer liveness and state, decided from local receive times (pure, no IO).
+//! Peer liveness, decided from local receive times (pure, no IO). The state
+//! words themselves are [`fleetbus_schemas::registry::peer_state`], shared with
+//! the `fleetbus` CLI and dashboard.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use fleetbus_schemas::crd::ClusterState;
 use tokio::time::Instant;
 
 /// When a peer's heartbeats were last seen to advance, by our own clock.
@@ -59,41 +60,6 @@ impl Liveness {
     }
 }
 
-/// Everything the state of a peer depends on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerFacts {
-    /// The peer's latest record says it left.
-    pub left: bool,
-    /// A heartbeat arrived within the peer timeout.
-    pub alive: bool,
-    /// The local Cluster object carries `fleetbus.io/cluster-disabled`.
-    pub disabled: bool,
-    /// Another clusterID claims the same name.
-    pub name_conflict: bool,
-    /// The peer's record says its own API server does not answer.
-    pub api_unreachable: bool,
-}
-
-/// The state a peer's Cluster object should show. Administrative and identity
-/// facts outrank liveness: a disabled peer stays Disabled whether or not it is
-/// alive, and a conflicting name stays a Conflict until resolved.
-pub fn peer_state(f: PeerFacts) -> ClusterState {
-    if f.disabled {
-        ClusterState::Disabled
-    } else if f.name_conflict {
-        ClusterState::Conflict
-    } else if f.left {
-        ClusterState::Left
-    } else if !f.alive {
-        ClusterState::Disconnected
-    } else if f.api_unreachable {
-        // Only a live record can vouch for this; a silent peer is Disconnected.
-        ClusterState::ApiUnreachable
-    } else {
-        ClusterState::Ready
-    }
-}
-
 /// ClustersSynced: both sides list the same members (order and duplicates ignored).
 pub fn members_match(ours: &[String], theirs: &[String]) -> bool {
     let a: BTreeSet<&str> = ours.iter().map(String::as_str).collect();
@@ -131,62 +97,6 @@ mod tests {
         assert!(l.observe("t1", Instant::now()));
         assert!(l.alive(Instant::now(), T));
         assert!(l.advanced());
-    }
-
-    #[test]
-    fn peer_state_precedence() {
-        let base = PeerFacts {
-            left: false,
-            alive: true,
-            disabled: false,
-            name_conflict: false,
-            api_unreachable: false,
-        };
-        assert_eq!(peer_state(base), ClusterState::Ready);
-        assert_eq!(
-            peer_state(PeerFacts {
-                api_unreachable: true,
-                ..base
-            }),
-            ClusterState::ApiUnreachable
-        );
-        assert_eq!(
-            peer_state(PeerFacts {
-                alive: false,
-                ..base
-            }),
-            ClusterState::Disconnected
-        );
-        assert_eq!(
-            peer_state(PeerFacts { left: true, ..base }),
-            ClusterState::Left
-        );
-        assert_eq!(
-            peer_state(PeerFacts {
-                left: true,
-                alive: false,
-                ..base
-            }),
-            ClusterState::Left,
-            "a peer that left is not merely disconnected"
-        );
-        assert_eq!(
-            peer_state(PeerFacts {
-                name_conflict: true,
-                left: true,
-                ..base
-            }),
-            ClusterState::Conflict
-        );
-        assert_eq!(
-            peer_state(PeerFacts {
-                disabled: true,
-                name_conflict: true,
-                alive: false,
-                ..base
-            }),
-            ClusterState::Disabled
-        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::error::RegistryError;
-use super::liveness::{members_match, peer_state, PeerFacts};
+use super::liveness::members_match;
 use super::peer_failures::{is_refusal, Content, PeerFailures, Verdict};
 use super::peer_secret::{ensure_secret, SecretCache};
 use super::peer_spec::{spec_patch, DesiredSpec};
@@ -23,6 +23,7 @@ use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
 use super::view::is_disabled;
 use crate::kube::conditions::{merge, replace_one, Desired};
 use crate::kube::events::EventType;
+use fleetbus_schemas::registry::{peer_state, PeerFacts};
 
 /// One peer name as the registry shows it, decided under the membership lock.
 #[derive(Debug, Clone)]

@@ -2,25 +2,23 @@
 
 use std::io::Write;
 
-use fleetbus_schemas::registry::{registry_bucket, ClusterRecord, MemberState, RegistryKey};
-
 use super::ClustersError;
 use crate::cli::{ClustersLsArgs, OutputFormat};
 
-/// Lists the cluster records, sorted by name: name, state (`Left`, `Active` or
-/// `Active (silent)` when heartbeats stopped), labels.
+/// Lists the clusters, sorted by name: name, state (the words of the Cluster
+/// objects: Ready, ApiUnreachable, Disconnected, Left, Conflict), labels.
 pub async fn ls(args: &ClustersLsArgs, out: &mut impl Write) -> Result<(), ClustersError> {
     let (_client, js) = crate::command::connect(&args.bus).await?;
-    let records = records(&js, &args.bus.subject_prefix).await?;
-    let now = chrono::Utc::now();
+    let views = crate::fleet::clusters(&js, &args.bus.subject_prefix, chrono::Utc::now()).await?;
     match args.out.output {
         OutputFormat::Json => {
-            let all: Vec<_> = records
+            let all: Vec<_> = views
                 .iter()
-                .map(|r| {
+                .map(|v| {
+                    let r = &v.record;
                     serde_json::json!({
-                        "name": r.name, "clusterId": r.cluster_id, "state": r.state,
-                        "alive": r.is_alive(now), "labels": r.labels,
+                        "name": r.name, "clusterId": r.cluster_id, "state": v.state,
+                        "labels": r.labels,
                     })
                 })
                 .collect();
@@ -29,11 +27,9 @@ pub async fn ls(args: &ClustersLsArgs, out: &mut impl Write) -> Result<(), Clust
         }
         OutputFormat::Table => {
             writeln!(out, "{:<24} {:<16} LABELS", "NAME", "STATE")?;
-            for r in &records {
-                let mut state = format!("{:?}", r.state);
-                if r.state == MemberState::Active && !r.is_alive(now) {
-                    state.push_str(" (silent)");
-                }
+            for v in &views {
+                let r = &v.record;
+                let state = format!("{:?}", v.state);
                 let labels: Vec<String> =
                     r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 writeln!(out, "{:<24} {:<16} {}", r.name, state, labels.join(","))?;
@@ -41,32 +37,4 @@ pub async fn ls(args: &ClustersLsArgs, out: &mut impl Write) -> Result<(), Clust
         }
     }
     Ok(())
-}
-
-/// Every cluster record of the registry bucket this fleetbus can read, sorted by name
-/// (unreadable ones are skipped, as agents skip them).
-pub(super) async fn records(
-    js: &async_nats::jetstream::Context,
-    prefix: &fleetbus_schemas::subject::Prefix,
-) -> Result<Vec<ClusterRecord>, ClustersError> {
-    let bucket = registry_bucket(prefix);
-    let (kv, keys) = crate::kv::keys(js, prefix, &bucket).await?;
-    let mut records = Vec::new();
-    for key in keys {
-        if !matches!(RegistryKey::parse(&key), Ok(RegistryKey::Cluster { .. })) {
-            continue;
-        }
-        let Some(bytes) = kv
-            .get(&key)
-            .await
-            .map_err(|e| crate::kv::unreadable_bucket(&bucket, e))?
-        else {
-            continue;
-        };
-        if let Ok(r) = ClusterRecord::decode(&bytes) {
-            records.push(r);
-        }
-    }
-    records.sort_by(|a, b| (&a.name, &a.cluster_id).cmp(&(&b.name, &b.cluster_id)));
-    Ok(records)
 }

@@ -87,7 +87,7 @@ pub async fn progress(
     let (client, js) = crate::command::connect(&args.bus).await?;
     let prefix = &args.bus.subject_prefix;
     let clusters = if args.clusters.is_empty() {
-        let mut names: Vec<String> = super::ls::records(&js, prefix)
+        let mut names: Vec<String> = crate::fleet::cluster_records(&js, prefix)
             .await?
             .into_iter()
             .filter(|r| r.state == MemberState::Active)

@@ -6,6 +6,7 @@
 
 mod key;
 mod record;
+mod state;
 mod validate;
 
 pub use key::{
@@ -17,6 +18,7 @@ pub use record::{
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS, KUBECONFIG_RECORD_SCHEMA,
     MISSED_HEARTBEATS_BEFORE_DISCONNECTED,
 };
+pub use state::{peer_state, PeerFacts};
 pub use validate::{
     validate_labels, InvalidRecord, MAX_FEATURES, MAX_LABELS, MAX_MEMBERS, MAX_TEXT_LEN,
 };
