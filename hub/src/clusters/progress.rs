@@ -174,7 +174,7 @@ pub(crate) async fn ask(client: &async_nats::Client, prefix: &Prefix, cluster: &
 }
 
 /// An error with its causes, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

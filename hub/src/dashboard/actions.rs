@@ -14,7 +14,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use fleetbus_schemas::command::CorrectRequest;
-use fleetbus_schemas::k8s_names::is_dns1123_label;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -37,19 +36,13 @@ fn allowed(s: &AppState) -> Result<(), ApiError> {
 }
 
 fn body<T>(b: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
-    b.map(|Json(t)| t).map_err(|e| {
-        ApiError::new(e.status(), format!("bad request body: {}", e.body_text()))
-    })
+    b.map(|Json(t)| t)
+        .map_err(|e| ApiError::new(e.status(), format!("bad request body: {}", e.body_text())))
 }
 
 fn cluster(c: &str) -> Result<String, ApiError> {
-    if is_dns1123_label(c) {
-        Ok(c.to_owned())
-    } else {
-        Err(ApiError::bad_request(format!(
-            "cluster {c:?} is not a cluster name (a DNS-1123 label)"
-        )))
-    }
+    super::api::cluster_param(Some(c.to_owned()))?
+        .ok_or_else(|| ApiError::bad_request("cluster is required"))
 }
 
 /// What "correct now" sends: the filters of `fleetbus drift correct`.
@@ -77,8 +70,8 @@ pub(crate) async fn correct(
         namespace: b.namespace,
         name: b.name,
     };
-    let reply = crate::drift::correct::send(&s.client, &s.prefix, &cluster, &request, TIMEOUT)
-        .await?;
+    let reply =
+        crate::drift::correct::send(&s.client, &s.prefix, &cluster, &request, TIMEOUT).await?;
     let value = reply
         .encode()
         .ok()
@@ -107,12 +100,14 @@ pub(crate) async fn label(
     let b = body(b)?;
     let cluster = cluster(&b.cluster)?;
     if b.labels.is_empty() {
-        return Err(ApiError::bad_request("labels: give at least one KEY=VALUE or KEY-"));
+        return Err(ApiError::bad_request(
+            "labels: give at least one KEY=VALUE or KEY-",
+        ));
     }
     let mut request = crate::clusters::parse_label_args(&b.labels)?;
     request.overwrite = b.overwrite;
-    let reply = crate::clusters::label::send(&s.client, &s.prefix, &cluster, &request, TIMEOUT)
-        .await?;
+    let reply =
+        crate::clusters::label::send(&s.client, &s.prefix, &cluster, &request, TIMEOUT).await?;
     Ok(Json(json!({
         "cluster": reply.cluster, "labels": reply.labels.unwrap_or_default(),
     })))

@@ -34,7 +34,7 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
 }
 
 /// A `cluster` parameter must be a cluster name (it goes into subjects).
-fn cluster_param(c: Option<String>) -> Result<Option<String>, ApiError> {
+pub(crate) fn cluster_param(c: Option<String>) -> Result<Option<String>, ApiError> {
     match c {
         Some(c) if !is_dns1123_label(&c) => Err(ApiError::bad_request(format!(
             "cluster {c:?} is not a cluster name (a DNS-1123 label)"
@@ -200,7 +200,9 @@ pub(crate) async fn history(
     let cluster = cluster_param(q.cluster)?;
     let object: ObjectArg = q
         .object
-        .ok_or_else(|| ApiError::bad_request("object=KIND/NAMESPACE/NAME (or KIND/NAME) is required"))?
+        .ok_or_else(|| {
+            ApiError::bad_request("object=KIND/NAMESPACE/NAME (or KIND/NAME) is required")
+        })?
         .parse()?;
     let events =
         crate::drift::history::read_history(&s.js, &s.prefix, &object, cluster.as_deref()).await?;
@@ -270,12 +272,18 @@ pub(crate) async fn events(
                 Ok(Some(read)) => {
                     let Some(event) = read.event else { continue };
                     let data = json!({ "event": event_json(&event), "published": read.published });
-                    Some((Ok(Event::default().event("drift").data(data.to_string())), Some((reader, None))))
+                    Some((
+                        Ok(Event::default().event("drift").data(data.to_string())),
+                        Some((reader, None)),
+                    ))
                 }
                 Ok(None) => None,
                 Err(e) => {
                     let data = json!({ "error": e.to_string() });
-                    Some((Ok(Event::default().event("failed").data(data.to_string())), None))
+                    Some((
+                        Ok(Event::default().event("failed").data(data.to_string())),
+                        None,
+                    ))
                 }
             };
         }
@@ -305,7 +313,10 @@ mod tests {
 
     #[test]
     fn cluster_params_cannot_be_subject_wildcards() {
-        assert_eq!(cluster_param(Some("c2".into())).unwrap().as_deref(), Some("c2"));
+        assert_eq!(
+            cluster_param(Some("c2".into())).unwrap().as_deref(),
+            Some("c2")
+        );
         assert_eq!(cluster_param(None).unwrap(), None);
         for bad in ["*", ">", "b.c", "", "C2"] {
             assert!(cluster_param(Some(bad.into())).is_err(), "{bad:?}");

@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use crate::clusters::progress::chain;
 use crate::clusters::ClustersError;
 use crate::command::CommandError;
 use crate::drift::DriftError;
@@ -74,18 +75,6 @@ impl IntoResponse for ApiError {
         )
             .into_response()
     }
-}
-
-/// An error with its causes, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 impl From<ReadError> for ApiError {

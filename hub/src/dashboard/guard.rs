@@ -33,8 +33,7 @@ pub(crate) fn check_listen(
 /// A token must go into a header and a cookie value unchanged.
 fn token_is_safe(t: &str) -> bool {
     (1..=512).contains(&t.len())
-        && t
-            .bytes()
+        && t.bytes()
             .all(|b| b.is_ascii_graphic() && !matches!(b, b';' | b',' | b'"' | b'\\'))
 }
 
@@ -118,7 +117,11 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// Applies the policy to every request (pages, API, assets).
-pub(crate) async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+pub(crate) async fn guard(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let Some(token) = state.token.as_deref() else {
         if !loopback_host(req.headers()) {
             return ApiError::new(
@@ -176,18 +179,33 @@ mod tests {
         assert_eq!(check_listen(lo, None).unwrap(), None);
         assert_eq!(check_listen(lo6, None).unwrap(), None);
         let err = check_listen(any, None).unwrap_err().to_string();
-        assert!(err.contains("--token") && err.contains("0.0.0.0:8080"), "{err}");
-        assert_eq!(check_listen(any, Some("s3cret")).unwrap().as_deref(), Some("s3cret"));
+        assert!(
+            err.contains("--token") && err.contains("0.0.0.0:8080"),
+            "{err}"
+        );
+        assert_eq!(
+            check_listen(any, Some("s3cret")).unwrap().as_deref(),
+            Some("s3cret")
+        );
         for bad in ["", "a b", "a;b", "ä", &"x".repeat(513)] {
-            assert!(matches!(check_listen(any, Some(bad)), Err(DashboardError::BadToken)), "{bad:?}");
+            assert!(
+                matches!(check_listen(any, Some(bad)), Err(DashboardError::BadToken)),
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn the_token_comes_as_bearer_or_cookie_and_nothing_else() {
         let t = "s3cret";
-        assert!(authorized(&headers(&[("authorization", "Bearer s3cret")]), t));
-        assert!(authorized(&headers(&[("cookie", "a=b; fleetbus_token=s3cret")]), t));
+        assert!(authorized(
+            &headers(&[("authorization", "Bearer s3cret")]),
+            t
+        ));
+        assert!(authorized(
+            &headers(&[("cookie", "a=b; fleetbus_token=s3cret")]),
+            t
+        ));
         for wrong in [
             &[("authorization", "Bearer s3cre")][..],
             &[("authorization", "Basic s3cret")],
@@ -203,10 +221,21 @@ mod tests {
 
     #[test]
     fn without_a_token_only_loopback_hosts_are_served() {
-        for ok in ["127.0.0.1:8080", "localhost:8080", "LOCALHOST", "[::1]:8080", "127.0.0.2"] {
+        for ok in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "LOCALHOST",
+            "[::1]:8080",
+            "127.0.0.2",
+        ] {
             assert!(loopback_host(&headers(&[("host", ok)])), "{ok}");
         }
-        for bad in ["evil.example:8080", "10.0.0.1:8080", "localhost.evil.example", "[::2]:80"] {
+        for bad in [
+            "evil.example:8080",
+            "10.0.0.1:8080",
+            "localhost.evil.example",
+            "[::2]:80",
+        ] {
             assert!(!loopback_host(&headers(&[("host", bad)])), "{bad}");
         }
     }

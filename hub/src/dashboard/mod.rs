@@ -113,8 +113,16 @@ pub async fn run(args: DashboardArgs) -> Result<ExitCode, DashboardError> {
     // The line scripts and tests wait for (with the port, when --listen asked for 0).
     println!(
         "fleetbus dashboard on http://{addr}/ ({}, {})",
-        if state.token.is_some() { "token required" } else { "loopback only" },
-        if state.allow_actions { "actions allowed" } else { "read-only" }
+        if state.token.is_some() {
+            "token required"
+        } else {
+            "loopback only"
+        },
+        if state.allow_actions {
+            "actions allowed"
+        } else {
+            "read-only"
+        }
     );
     let app = router(state);
     // Ctrl-C ends the process at once: open event streams never end by themselves, so
@@ -130,7 +138,10 @@ fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/", get(|| asset(INDEX, "text/html; charset=utf-8")))
         .route("/app.css", get(|| asset(CSS, "text/css; charset=utf-8")))
-        .route("/app.js", get(|| asset(JS, "text/javascript; charset=utf-8")))
+        .route(
+            "/app.js",
+            get(|| asset(JS, "text/javascript; charset=utf-8")),
+        )
         .route("/api/config", get(api::config))
         .route("/api/clusters", get(api::clusters))
         .route("/api/rules", get(api::rules))
@@ -141,10 +152,16 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/actions/correct", post(actions::correct))
         .route("/api/actions/label", post(actions::label))
         .fallback(|uri: axum::http::Uri| async move {
-            error::ApiError::new(StatusCode::NOT_FOUND, format!("no such page or endpoint: {}", uri.path()))
+            error::ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no such page or endpoint: {}", uri.path()),
+            )
         })
         .layer(axum::middleware::map_response(headers))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), guard::guard))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::guard,
+        ))
         .with_state(state)
 }
 
@@ -157,13 +174,19 @@ async fn asset(body: &'static str, content_type: &'static str) -> impl IntoRespo
 async fn headers(mut res: axum::response::Response) -> axum::response::Response {
     let h = res.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
             "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
         ),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     res
 }

@@ -159,7 +159,10 @@ mod tests {
         let other = record("cfg", "c1", "u1", "2026-11-27T01:00:00Z");
         let cells = pick(vec![new.clone(), old.clone(), other.clone()], None, None);
         assert_eq!(cells.len(), 2);
-        assert_eq!(cells[&("web".to_owned(), "c2".to_owned())].cluster_id, "new");
+        assert_eq!(
+            cells[&("web".to_owned(), "c2".to_owned())].cluster_id,
+            "new"
+        );
         let cells = pick(vec![old, new, other], Some("cfg"), None);
         let keys: Vec<&(String, String)> = cells.keys().collect();
         assert_eq!(keys, [&("cfg".to_owned(), "c1".to_owned())]);

@@ -68,10 +68,19 @@ impl Dashboard {
         Dashboard { proc, url }
     }
 
-    fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> (u16, Value) {
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> (u16, Value) {
         let r = http_request(method, &format!("{}{path}", self.url), headers, body)
             .unwrap_or_else(|e| panic!("{method} {path}: {e}\n{}", self.proc.log()));
-        (r.status, serde_json::from_str(&r.body).unwrap_or(Value::String(r.body)))
+        (
+            r.status,
+            serde_json::from_str(&r.body).unwrap_or(Value::String(r.body)),
+        )
     }
 
     fn get(&self, path: &str) -> (u16, Value) {
@@ -98,29 +107,74 @@ async fn the_read_only_server_refuses_actions_and_garbage() {
     let json = [("Content-Type", "application/json")];
     let body = Some(r#"{"cluster":"c2"}"#);
     for action in ["/api/actions/correct", "/api/actions/label"] {
-        assert_error(action, d.request("POST", action, &json, body), 403, "--allow-actions");
+        assert_error(
+            action,
+            d.request("POST", action, &json, body),
+            403,
+            "--allow-actions",
+        );
         assert_eq!(d.get(action).0, 405, "GET {action}");
     }
     for read in ["/api/clusters", "/api/rules", "/api/drift", "/"] {
-        assert_eq!(d.request("POST", read, &json, Some("{}")).0, 405, "POST {read}");
+        assert_eq!(
+            d.request("POST", read, &json, Some("{}")).0,
+            405,
+            "POST {read}"
+        );
     }
     assert_error("unknown path", d.get("/api/nope"), 404, "/api/nope");
-    assert_error("unknown param", d.get("/api/clusters?bogus=1"), 400, "bogus");
-    assert_error("bad state", d.get("/api/clusters?state=Sideways"), 400, "Sideways");
+    assert_error(
+        "unknown param",
+        d.get("/api/clusters?bogus=1"),
+        400,
+        "bogus",
+    );
+    assert_error(
+        "bad state",
+        d.get("/api/clusters?state=Sideways"),
+        400,
+        "Sideways",
+    );
     assert_error("empty label", d.get("/api/clusters?label="), 400, "KEY");
     assert_error("no cluster", d.get("/api/progress"), 400, "cluster");
-    assert_error("wildcard", d.get("/api/progress?cluster=b.%3E"), 400, "not a cluster name");
-    assert_error("events wildcard", d.get("/api/events?cluster=*"), 400, "not a cluster name");
-    assert_error("bad object", d.get("/api/drift/history?object=web"), 400, "KIND/NAMESPACE/NAME");
+    assert_error(
+        "wildcard",
+        d.get("/api/progress?cluster=b.%3E"),
+        400,
+        "not a cluster name",
+    );
+    assert_error(
+        "events wildcard",
+        d.get("/api/events?cluster=*"),
+        400,
+        "not a cluster name",
+    );
+    assert_error(
+        "bad object",
+        d.get("/api/drift/history?object=web"),
+        400,
+        "KIND/NAMESPACE/NAME",
+    );
     // No agent has created the drift bucket: unavailable, naming the prefix, not a 500.
     assert_error("no drift bucket", d.get("/api/drift"), 503, "fleetbus");
     // A bus without a registry is not an empty fleet (a wrong prefix must not look
     // like one).
-    assert_error("no registry", d.get("/api/clusters"), 503, "fleetbus-registry");
+    assert_error(
+        "no registry",
+        d.get("/api/clusters"),
+        503,
+        "fleetbus-registry",
+    );
     // The rules grid says why it is empty instead of failing.
     let (code, rules) = d.get("/api/rules");
     assert_eq!(code, 200, "{rules}");
-    assert!(rules["note"].as_str().unwrap_or_default().contains(RULE_STATUS_BUCKET), "{rules}");
+    assert!(
+        rules["note"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(RULE_STATUS_BUCKET),
+        "{rules}"
+    );
     // Without a token, a page elsewhere that rebinds its name to 127.0.0.1 is refused.
     assert_error(
         "rebinding",
@@ -138,32 +192,60 @@ async fn actions_reach_the_agent_with_the_cli_code_paths() {
     // The same errors as `fleetbus drift correct --cluster nobody`.
     assert_error(
         "no agent",
-        d.request("POST", "/api/actions/correct", &json, Some(r#"{"cluster":"nobody"}"#)),
+        d.request(
+            "POST",
+            "/api/actions/correct",
+            &json,
+            Some(r#"{"cluster":"nobody"}"#),
+        ),
         404,
         "no agent answers for cluster nobody",
     );
     assert_error(
         "bad cluster",
-        d.request("POST", "/api/actions/label", &json, Some(r#"{"cluster":"a.*","labels":["x=y"]}"#)),
+        d.request(
+            "POST",
+            "/api/actions/label",
+            &json,
+            Some(r#"{"cluster":"a.*","labels":["x=y"]}"#),
+        ),
         400,
         "not a cluster name",
     );
     assert_error(
         "bad label",
-        d.request("POST", "/api/actions/label", &json, Some(r#"{"cluster":"c1","labels":["=v"]}"#)),
+        d.request(
+            "POST",
+            "/api/actions/label",
+            &json,
+            Some(r#"{"cluster":"c1","labels":["=v"]}"#),
+        ),
         400,
         "=v",
     );
     assert_error(
         "unknown member",
-        d.request("POST", "/api/actions/correct", &json, Some(r#"{"cluster":"c1","all":true}"#)),
+        d.request(
+            "POST",
+            "/api/actions/correct",
+            &json,
+            Some(r#"{"cluster":"c1","all":true}"#),
+        ),
         422,
         "all",
     );
     // A form post from another site cannot be JSON without a preflight.
     let form = [("Content-Type", "application/x-www-form-urlencoded")];
-    assert_eq!(d.request("POST", "/api/actions/correct", &form, Some("cluster=c1")).0, 415);
-    assert_eq!(d.request("POST", "/api/actions/correct", &json, Some("{")).0, 400);
+    assert_eq!(
+        d.request("POST", "/api/actions/correct", &form, Some("cluster=c1"))
+            .0,
+        415
+    );
+    assert_eq!(
+        d.request("POST", "/api/actions/correct", &json, Some("{"))
+            .0,
+        400
+    );
 }
 
 #[tokio::test]
@@ -171,22 +253,36 @@ async fn other_addresses_need_a_token_and_the_token_is_checked() {
     let nats = NatsServer::start().unwrap();
     let (code, _, stderr) = fleetbus_cli(&nats, &["dashboard", "--listen", "0.0.0.0:0"]).await;
     assert_eq!(code, Some(1), "{stderr}");
-    assert!(stderr.contains("without a token") && stderr.contains("--token"), "{stderr}");
-    let (code, _, stderr) =
-        fleetbus_cli(&nats, &["dashboard", "--listen", "0.0.0.0:0", "--token", "a b"]).await;
+    assert!(
+        stderr.contains("without a token") && stderr.contains("--token"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = fleetbus_cli(
+        &nats,
+        &["dashboard", "--listen", "0.0.0.0:0", "--token", "a b"],
+    )
+    .await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("--token must be"), "{stderr}");
 
     let d = Dashboard::start(&nats, &["--token", "s3cret-t0ken"]).await;
     assert_error("no token", d.get("/api/config"), 401, "?token=");
     assert_error("no token page", d.get("/"), 401, "?token=");
-    let wrong = d.request("GET", "/api/config", &[("Authorization", "Bearer s3cret-t0kem")], None);
+    let wrong = d.request(
+        "GET",
+        "/api/config",
+        &[("Authorization", "Bearer s3cret-t0kem")],
+        None,
+    );
     assert_eq!(wrong.0, 401);
     assert_error("wrong login", d.get("/?token=nope"), 401, "wrong token");
     let login = http_request("GET", &format!("{}/?token=s3cret-t0ken", d.url), &[], None).unwrap();
     assert_eq!(login.status, 303, "{login:?}");
     let cookie = login.header("set-cookie").expect("login sets a cookie");
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
     let cookie = cookie.split(';').next().unwrap();
     let (code, _) = d.request("GET", "/api/config", &[("Cookie", cookie)], None);
     assert_eq!(code, 200);
@@ -196,7 +292,10 @@ async fn other_addresses_need_a_token_and_the_token_is_checked() {
     let (code, _) = d.request(
         "GET",
         "/api/config",
-        &[("Authorization", "Bearer s3cret-t0ken"), ("Host", "fleet.example")],
+        &[
+            ("Authorization", "Bearer s3cret-t0ken"),
+            ("Host", "fleet.example"),
+        ],
         None,
     );
     assert_eq!(code, 200);
@@ -290,7 +389,9 @@ impl Browser {
     async fn until(&self, what: &str, script: &str) -> Value {
         wait_for(what, SHOW, || async {
             match self.client.execute(script, vec![]).await {
-                Ok(v) if !(v.is_null() || v == json!(false) || v == json!(0) || v == json!("")) => Ok(v),
+                Ok(v) if !(v.is_null() || v == json!(false) || v == json!(0) || v == json!("")) => {
+                    Ok(v)
+                }
                 Ok(v) => Err(format!("{v}")),
                 Err(e) => Err(e.to_string()),
             }
@@ -394,9 +495,28 @@ async fn the_browser_shows_the_fleet_rules_and_live_drift() {
     }
     apply_yaml(&m[0], rule_yaml());
     wait_rule_copy(&m[1], "team-config", "c1").await;
-    kubectl(&m[0], &["create", "configmap", "settings", "-n", "team-a", "--from-literal=color=blue"]);
+    kubectl(
+        &m[0],
+        &[
+            "create",
+            "configmap",
+            "settings",
+            "-n",
+            "team-a",
+            "--from-literal=color=blue",
+        ],
+    );
     let cms = resource("", "v1", "ConfigMap", "configmaps");
-    wait_copy(&m[1], &cms, Some("team-a"), "settings", "c1", "team-config", |_| Ok(())).await;
+    wait_copy(
+        &m[1],
+        &cms,
+        Some("team-a"),
+        "settings",
+        "c1",
+        "team-config",
+        |_| Ok(()),
+    )
+    .await;
     let problem = json!([{
         "kind": "Error", "message": "admission webhook denied the request",
         "object": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "team-a", "name": "limits"},
@@ -415,50 +535,96 @@ async fn the_browser_shows_the_fleet_rules_and_live_drift() {
 
     // Fleet: a card per cluster, Ready, in both themes.
     b.client.goto(&format!("{}/#fleet", d.url)).await.unwrap();
-    b.until("both clusters as Ready cards", &count(".card[data-state=Ready]"))
-        .await;
+    b.until(
+        "both clusters as Ready cards",
+        &count(".card[data-state=Ready]"),
+    )
+    .await;
     assert_eq!(b.js(&count(".card")).await, json!(2));
     b.js("localStorage.removeItem('fleetbus-theme')").await;
-    b.js("document.documentElement.dataset.theme = 'light'").await;
+    b.js("document.documentElement.dataset.theme = 'light'")
+        .await;
     b.shot("fleet-light").await;
     b.click("#theme").await;
-    assert_eq!(b.js("return document.documentElement.dataset.theme").await, json!("dark"));
+    assert_eq!(
+        b.js("return document.documentElement.dataset.theme").await,
+        json!("dark")
+    );
     b.shot("fleet-dark").await;
     b.click(".card[data-cluster=c2]").await;
-    b.until("c2's sync progress", "return /copies/.test(document.getElementById('progress').textContent)")
-        .await;
+    b.until(
+        "c2's sync progress",
+        "return /copies/.test(document.getElementById('progress').textContent)",
+    )
+    .await;
     b.shot("fleet-detail").await;
 
     // Rules: the grid shows each cell's state; a cell opens its errors.
     b.client.goto(&format!("{}/#rules", d.url)).await.unwrap();
-    b.until("team-config's cells", &count(".cell[data-rule=team-config]")).await;
+    b.until(
+        "team-config's cells",
+        &count(".cell[data-rule=team-config]"),
+    )
+    .await;
     let states = b
         .js("return [...document.querySelectorAll('.cell[data-rule]')].map(c => c.dataset.rule + '/' + c.dataset.cluster + '=' + c.dataset.state).sort()")
         .await;
     assert_eq!(
         states,
-        json!(["team-config/c1=Synced", "team-config/c2=Error", "web/c1=NotSelected", "web/c2=Waiting"])
+        json!([
+            "team-config/c1=Synced",
+            "team-config/c2=Error",
+            "web/c1=NotSelected",
+            "web/c2=Waiting"
+        ])
     );
-    b.click(".cell[data-rule=team-config][data-cluster=c2]").await;
+    b.click(".cell[data-rule=team-config][data-cluster=c2]")
+        .await;
     b.until("the cell's problem", "return document.getElementById('detail-body').textContent.includes('admission webhook denied')")
         .await;
     b.shot("rules").await;
 
     // Drift: a kubectl edit of the copy on c2 appears in the live feed within seconds.
     b.client.goto(&format!("{}/#drift", d.url)).await.unwrap();
-    b.until("the live feed to subscribe", "return document.body.dataset.feed === 'live'").await;
+    b.until(
+        "the live feed to subscribe",
+        "return document.body.dataset.feed === 'live'",
+    )
+    .await;
     let edited = std::time::Instant::now();
-    kubectl(&m[1], &["patch", "configmap", "settings", "-n", "team-a", "--type=merge", "-p", r#"{"data":{"color":"red"}}"#]);
+    kubectl(
+        &m[1],
+        &[
+            "patch",
+            "configmap",
+            "settings",
+            "-n",
+            "team-a",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"color":"red"}}"#,
+        ],
+    );
     let feed_item = "li.event[data-cluster=c2][data-object='ConfigMap/team-a/settings']";
-    b.until("the edit in the live feed", &count(feed_item)).await;
+    b.until("the edit in the live feed", &count(feed_item))
+        .await;
     println!("drift of a kubectl edit shown after {:?}", edited.elapsed());
     let text = b
-        .js(&format!("return document.querySelector({}).textContent", json!(feed_item)))
+        .js(&format!(
+            "return document.querySelector({}).textContent",
+            json!(feed_item)
+        ))
         .await;
-    assert!(text.as_str().unwrap_or_default().contains("/data/color"), "{text}");
+    assert!(
+        text.as_str().unwrap_or_default().contains("/data/color"),
+        "{text}"
+    );
     b.click(feed_item).await;
-    b.until("the object's history with the changed path", "return document.getElementById('history').textContent.includes('/data/color')")
-        .await;
+    b.until(
+        "the object's history with the changed path",
+        "return document.getElementById('history').textContent.includes('/data/color')",
+    )
+    .await;
     b.shot("drift").await;
     b.close().await;
 }
@@ -500,20 +666,49 @@ async fn a_thousand_clusters_stay_usable() {
     }
     let d = Dashboard::start(&nats, &[]).await;
     b.client.goto(&format!("{}/#fleet", d.url)).await.unwrap();
-    b.until("1,000 clusters read", "return document.body.dataset.clusters === '1000'").await;
+    b.until(
+        "1,000 clusters read",
+        "return document.body.dataset.clusters === '1000'",
+    )
+    .await;
     b.until("cards drawn", &count(".card")).await;
     let drawn = b.js(&count(".card")).await.as_u64().unwrap();
-    assert!((1..200).contains(&drawn), "{drawn} cards in the DOM for 1,000 clusters");
+    assert!(
+        (1..200).contains(&drawn),
+        "{drawn} cards in the DOM for 1,000 clusters"
+    );
     b.shot("fleet-1000").await;
     b.js("const g = document.getElementById('grid'); g.scrollTop = g.scrollHeight; g.dispatchEvent(new Event('scroll'))").await;
-    b.until("the last cluster after scrolling", &count(".card[data-cluster=c0999]")).await;
-    b.client.find(Locator::Css("#f-label")).await.unwrap().send_keys("env=dev").await.unwrap();
-    b.until("500 dev clusters", "return document.getElementById('f-count').textContent.startsWith('500 of 1000')").await;
+    b.until(
+        "the last cluster after scrolling",
+        &count(".card[data-cluster=c0999]"),
+    )
+    .await;
+    b.client
+        .find(Locator::Css("#f-label"))
+        .await
+        .unwrap()
+        .send_keys("env=dev")
+        .await
+        .unwrap();
+    b.until(
+        "500 dev clusters",
+        "return document.getElementById('f-count').textContent.startsWith('500 of 1000')",
+    )
+    .await;
     b.click("#f-states .chip[data-state=Disconnected]").await;
     // i % 10 == 0 is even, so no dev cluster is Disconnected.
-    b.until("no dev cluster is Disconnected", "return document.getElementById('f-count').textContent.startsWith('0 of 1000')").await;
+    b.until(
+        "no dev cluster is Disconnected",
+        "return document.getElementById('f-count').textContent.startsWith('0 of 1000')",
+    )
+    .await;
     b.js("document.getElementById('f-label').value = ''; document.getElementById('f-label').dispatchEvent(new Event('input'))").await;
-    b.until("100 Disconnected clusters", "return document.getElementById('f-count').textContent.startsWith('100 of 1000')").await;
+    b.until(
+        "100 Disconnected clusters",
+        "return document.getElementById('f-count').textContent.startsWith('100 of 1000')",
+    )
+    .await;
     assert_eq!(b.js(&count(".card[data-state=Ready]")).await, json!(0));
     b.shot("fleet-1000-disconnected").await;
     b.close().await;

@@ -69,6 +69,8 @@ function route() {
   for (const p of ["fleet", "rules", "drift"]) $(`page-${p}`).hidden = p !== ui.page;
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.page === ui.page);
   document.body.dataset.page = ui.page;
+  // A drawer belongs to the page that opened it.
+  $("detail").hidden = true;
   if (ui.page === "fleet") renderGrid();
   if (ui.page === "rules") refreshRules();
   if (ui.page === "drift") refreshDrifted();
@@ -119,7 +121,7 @@ function cardHTML(c) {
   const labels = Object.entries(c.labels || {}).map(([k, v]) => `<span class="lbl">${esc(k)}=${esc(v)}</span>`).join("");
   const where = [c.region, c.distribution].filter(Boolean).join(" · ") || "no region";
   return `<div class="head"><span class="name" title="${esc(c.name)}">${esc(c.name)}</span>${st(c.state)}</div>` +
-    `<div class="meta">♥ ${age(c.heartbeatAgeSeconds)} · agent ${esc(c.agentVersion)} · k8s ${esc(c.kubernetesVersion || "?")}</div>` +
+    `<div class="meta">♥ ${age(c.heartbeatAgeSeconds)} · agent ${esc(c.agentVersion)}${c.kubernetesVersion ? ` · k8s ${esc(c.kubernetesVersion)}` : ""}</div>` +
     `<div class="meta">${esc(where)}</div><div class="labels">${labels}</div>`;
 }
 
