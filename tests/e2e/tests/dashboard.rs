@@ -627,6 +627,54 @@ async fn the_browser_shows_the_fleet_rules_and_live_drift() {
     .await;
     b.shot("drift").await;
     b.close().await;
+
+    // A record that does not decode, and one that claims another cluster than its
+    // key's (a forgery): neither is shown, both are counted.
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let kv = js.get_key_value(RULE_STATUS_BUCKET).await.unwrap();
+    kv.put("status.c9.id-c9.web", "not json".into())
+        .await
+        .unwrap();
+    let forged = status_record("web", "c1", "id-c1", "Synced", json!([]));
+    kv.put("status.c9.id-c1.web", forged.to_string().into())
+        .await
+        .unwrap();
+    let (code, grid) = d.get("/api/rules");
+    assert_eq!((code, grid["skipped"].clone()), (200, json!(2)), "{grid}");
+    assert_eq!(grid["cells"].as_array().map(Vec::len), Some(4), "{grid}");
+
+    // With --allow-actions, the actions reach the agents as the CLI's requests do.
+    let a = Dashboard::start(&nats, &["--allow-actions"]).await;
+    let json_body = [("Content-Type", "application/json")];
+    let (code, reply) = a.request(
+        "POST",
+        "/api/actions/label",
+        &json_body,
+        Some(r#"{"cluster":"c2","labels":["env=prod"]}"#),
+    );
+    assert_eq!(
+        (code, reply["labels"]["env"].clone()),
+        (200, json!("prod")),
+        "{reply}"
+    );
+    wait_for("c2 relabelled in the registry", SHOW, || async {
+        match a.get("/api/clusters?label=env%3Dprod") {
+            (200, v) if v["clusters"][0]["name"] == "c2" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (code, reply) = a.request(
+        "POST",
+        "/api/actions/correct",
+        &json_body,
+        Some(r#"{"cluster":"c2","namespace":"team-a","name":"settings"}"#),
+    );
+    assert_eq!(
+        (code, reply["cluster"].clone()),
+        (200, json!("c2")),
+        "{reply}"
+    );
 }
 
 /// 1,000 clusters (records put into the registry by a plain client, no agents): the
