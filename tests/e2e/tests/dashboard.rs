@@ -370,6 +370,7 @@ impl Browser {
             .unwrap_or_else(|e| panic!("start a Chromium session: {e}\n{}", driver.log()));
         let shots = repo_root().join("target/dashboard-screenshots");
         std::fs::create_dir_all(&shots).unwrap();
+        let shots = shots.canonicalize().unwrap_or(shots);
         Some(Browser {
             client,
             _driver: driver,
