@@ -57,6 +57,9 @@ pub struct Metrics {
     /// Failed operations on copies, by `op` (`write`: create or replace;
     /// `collect`: delete or orphan); each is retried after a backoff.
     pub sync_write_failures: Family<Labels, Counter>,
+    /// Rule status records (`<prefix>-rulestatus`) not written to the bus, by
+    /// `op` (`put`, `delete`); each is tried again.
+    pub rule_status_publish_failures: Family<Labels, Counter>,
     /// Sync passes run (a failing copy is tried again far less often).
     pub sync_passes: Counter,
     /// Copies currently in sync, over every rule.
@@ -224,6 +227,12 @@ impl Metrics {
             "Failed operations on copies (retried after a per-copy backoff), by operation",
             sync_write_failures.clone(),
         );
+        let rule_status_publish_failures = Family::<Labels, Counter>::default();
+        registry.register(
+            "rule_status_publish_failures",
+            "Rule status records not written to the bus (tried again), by operation",
+            rule_status_publish_failures.clone(),
+        );
         let sync_passes = Counter::default();
         registry.register("sync_passes", "Sync passes run", sync_passes.clone());
         let sync_objects = Gauge::default();
@@ -296,6 +305,7 @@ impl Metrics {
             sync_rejected,
             sync_writes,
             sync_write_failures,
+            rule_status_publish_failures,
             sync_passes,
             sync_objects,
             sync_conflicts,
@@ -380,6 +390,13 @@ impl Metrics {
     /// Counts one failed operation on a copy.
     pub fn sync_write_failed(&self, op: &'static str) {
         self.sync_write_failures
+            .get_or_create(&vec![("op", op)])
+            .inc();
+    }
+
+    /// Counts one rule status record not written to the bus.
+    pub fn rule_status_publish_failure(&self, op: &'static str) {
+        self.rule_status_publish_failures
             .get_or_create(&vec![("op", op)])
             .inc();
     }

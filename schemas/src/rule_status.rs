@@ -17,7 +17,6 @@ use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
 use crate::k8s_names::{is_dns1123_label, is_dns1123_subdomain};
 use crate::subject::{decode_token, encode_token, Prefix, TokenError};
 use crate::time::rfc3339_ms_opt;
-use crate::ObjectRef;
 
 /// `schema` of a [`RuleStatusRecord`].
 pub const RULE_STATUS_SCHEMA: &str = "fleetbus.io/rulestatus/v1";
@@ -113,6 +112,34 @@ pub enum RuleCellState {
     Invalid,
 }
 
+impl RuleCellState {
+    /// The word, as every view prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleCellState::Synced => "Synced",
+            RuleCellState::Waiting => "Waiting",
+            RuleCellState::Error => "Error",
+            RuleCellState::Conflict => "Conflict",
+            RuleCellState::NotSelected => "NotSelected",
+            RuleCellState::Invalid => "Invalid",
+        }
+    }
+
+    /// Whether an operator must act (`Waiting` passes by itself, `NotSelected` is no failure).
+    pub fn needs_attention(self) -> bool {
+        matches!(
+            self,
+            RuleCellState::Error | RuleCellState::Conflict | RuleCellState::Invalid
+        )
+    }
+}
+
+impl std::fmt::Display for RuleCellState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why an object of the rule is not as it should be on this cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ProblemKind {
@@ -132,8 +159,12 @@ pub enum ProblemKind {
 pub struct RuleProblem {
     /// What kind of problem.
     pub kind: ProblemKind,
-    /// The object concerned.
-    pub object: ObjectRef,
+    /// The object concerned, as the agent names it in the rule's conditions:
+    /// `Kind namespace/name` or `Kind name` (at most [`MAX_MESSAGE_LEN`] bytes).
+    /// A name, not an `ObjectRef`: the agent's report knows the copies of
+    /// unwrap rules and the Bundles it failed to read by this name only, and
+    /// an `apiVersion` made up for them would be a lie.
+    pub object: String,
     /// What happened, for people (at most [`MAX_MESSAGE_LEN`] bytes).
     pub message: String,
 }
@@ -262,7 +293,12 @@ impl RuleStatusRecord {
             return Err(InvalidRuleStatus::TooLarge("more than 20 problems"));
         }
         let long = |m: &str| m.len() > MAX_MESSAGE_LEN;
-        if long(&self.message) || self.problems.iter().any(|p| long(&p.message)) {
+        if long(&self.message)
+            || self
+                .problems
+                .iter()
+                .any(|p| long(&p.message) || long(&p.object))
+        {
             return Err(InvalidRuleStatus::TooLarge("a message longer than 1 KiB"));
         }
         let own = self.key();
@@ -311,7 +347,7 @@ mod tests {
             reported_copies: None,
             problems: vec![RuleProblem {
                 kind: ProblemKind::Conflict,
-                object: ObjectRef::new("v1", "ConfigMap", Some("shared"), "app"),
+                object: "ConfigMap shared/app".into(),
                 message: "held by a local object".into(),
             }],
             problems_total: 1,

@@ -121,6 +121,22 @@ fn jetstream_names_and_limits_match_the_layout() {
     assert_doc_contains(&format!("`{}`", acme.registry_bucket().bucket));
     assert_doc_contains(&format!("KV `{}`", default.drift_bucket().bucket));
     assert_doc_contains(&format!("`{}`", acme.drift_bucket().bucket));
+    assert_doc_contains(&format!("KV `{}`", default.rule_status_bucket().bucket));
+    // §5.3: the example key is what the code writes, and the example record decodes.
+    let key = fleetbus_schemas::rule_status::RuleStatusKey {
+        cluster: "east".into(),
+        cluster_id: "6f1c2d3e-8a9b-4c5d-9e0f-112233445566".into(),
+        rule: "cfg.shared".into(),
+    };
+    assert_doc_contains(&format!("e.g. `{}`", key.to_key()));
+    let doc = protocol_doc();
+    let example = doc
+        .lines()
+        .find(|l| l.starts_with(r#"{"schema":"fleetbus.io/rulestatus/v1""#))
+        .expect("a rule status example in §5.3");
+    let record =
+        fleetbus_schemas::rule_status::RuleStatusRecord::decode(example.as_bytes()).unwrap();
+    assert_eq!(record.problems.len() as u64, record.problems_total);
     // §6: the drift KV key is the drift subject without `<p>.drift.`.
     let key = fleetbus_schemas::subject::DriftKey::parse_subject(
         &Prefix::default(),

@@ -1,4 +1,4 @@
-//! The bus layout (registry and drift buckets, streams), ensured at start-up and recreated if deleted under a running agent.
+//! The bus layout (registry, drift and rule status buckets, streams), ensured at start-up and recreated if deleted under a running agent.
 //!
 //! Both steps are idempotent and compare what exists with the schemas
 //! layout (`connect::ensure_bucket`, `streams::ensure_streams`), so every agent
@@ -39,6 +39,8 @@ pub struct Ensured {
     pub created_bucket: bool,
     /// The drift bucket was missing and has been created.
     pub created_drift_bucket: bool,
+    /// The rule status bucket was missing and has been created.
+    pub created_rule_status_bucket: bool,
     /// How many streams were missing and have been created.
     pub created_streams: usize,
     /// When the bucket's stream was created, as NATS reports it: tells one
@@ -50,12 +52,16 @@ pub struct Ensured {
 impl Ensured {
     /// Whether anything was missing.
     pub fn created_any(&self) -> bool {
-        self.created_bucket || self.created_drift_bucket || self.created_streams > 0
+        self.created_bucket
+            || self.created_drift_bucket
+            || self.created_rule_status_bucket
+            || self.created_streams > 0
     }
 }
 
 /// Creates what is missing of the registry bucket (first: its creation is
-/// where a server without JetStream is told apart), the drift bucket and the streams.
+/// where a server without JetStream is told apart), the drift and rule status
+/// buckets and the streams.
 pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured, LayoutError> {
     let (kv, created_bucket) = connect::ensure_bucket(
         js,
@@ -66,6 +72,12 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
     // The sync engine opens the drift bucket by name when it first reports.
     let (_drift_kv, created_drift_bucket) =
         connect::ensure_bucket(js, connect::registry_bucket_config(&layout.drift_bucket())).await?;
+    // Likewise the rule status bucket (`sync/status_bus` opens it by name).
+    let (_status_kv, created_rule_status_bucket) = connect::ensure_bucket(
+        js,
+        connect::registry_bucket_config(&layout.rule_status_bucket()),
+    )
+    .await?;
     let created_streams = streams::ensure_streams(js, layout).await?;
     // The handle holds the stream info read when it was opened or created.
     let bucket_incarnation = kv
@@ -77,6 +89,7 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
         kv,
         created_bucket,
         created_drift_bucket,
+        created_rule_status_bucket,
         created_streams,
         bucket_incarnation,
     })

@@ -160,6 +160,8 @@ pub struct Engine {
     /// back (only counts changed) is due (`status`).
     pub(super) status_written: BTreeMap<String, Instant>,
     pub(super) status_due: Option<Instant>,
+    /// The rule status records left for the bus (`status_bus`).
+    pub(super) status_bus: super::status_bus::StatusBus,
     /// Counts rule recompilations (what the sink's plan depends on).
     pub(super) rules_generation: u64,
     /// The sink's plan and what changed since the last pass (see
@@ -256,6 +258,7 @@ impl Engine {
             bundles_counted: std::collections::HashSet::new(),
             status_written: BTreeMap::new(),
             status_due: None,
+            status_bus: Default::default(),
             rules_generation: 0,
             sink: super::sink::plan::SinkState::default(),
             collect_due: true,

@@ -35,6 +35,7 @@ mod rules;
 mod sink;
 mod source;
 mod status;
+mod status_bus;
 mod withheld;
 
 pub use engine::run;

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::engine::Engine;
 use super::model::RuleReport;
 use super::rules::compile::{rule_gvk, CompiledRule};
+use super::source::publish::qualifies;
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 use crate::metrics::RuleObjects;
@@ -111,11 +112,20 @@ pub fn desired(
             reason: "Invalid",
             message: p.to_owned(),
         },
+        // Not a sink is no failure: Ready is True (so `kubectl wait
+        // --for=condition=Ready` on every cluster returns), the reason says
+        // there is nothing to do here.
+        (None, false, _) if report.source => Desired {
+            type_: condition::READY,
+            status: true,
+            reason: "SourceOnly",
+            message: "this cluster is a source of this rule, not a sink (its labels do not match spec.clusterSelector): its objects are published, no copies are written here".to_owned(),
+        },
         (None, false, _) => Desired {
             type_: condition::READY,
-            status: false,
+            status: true,
             reason: "NotSelected",
-            message: "this cluster's labels do not match spec.clusterSelector: it is not a sink of this rule".to_owned(),
+            message: "this cluster is not selected by this rule: its labels match neither spec.clusterSelector (sinks) nor spec.sourceClusterSelector (sources), so nothing is done here".to_owned(),
         },
         (None, true, false) => Desired {
             type_: condition::READY,
@@ -255,6 +265,7 @@ impl Engine {
         let mut writes = Vec::new();
         let (mut synced, mut conflicts, mut errors) = (0, 0, 0);
         let mut per_rule = Vec::new();
+        let mut unpublished = Vec::new();
         for rule in self.rules.values().filter(|r| !r.builtin) {
             let Some(obj) = kind.objects.get(&(None, rule.name.clone())) else {
                 continue;
@@ -264,7 +275,9 @@ impl Engine {
                 .cloned()
                 .and_then(|s| serde_json::from_value(s).ok())
                 .unwrap_or_default();
-            let report = self.reports.get(&rule.name).cloned().unwrap_or_default();
+            let mut report = self.reports.get(&rule.name).cloned().unwrap_or_default();
+            let local = &self.fleet.local;
+            report.source = rule.is_valid() && qualifies(rule, &local.labels, &local.features);
             synced += report.synced;
             conflicts += report.conflicts.len() as i64;
             errors += report.errors.len() as i64;
@@ -285,8 +298,12 @@ impl Engine {
             );
             let last = self.status_written.get(&rule.name).copied();
             match when_to_write(&existing, &status, last, now) {
+                // The API server has it; the bus may not, since this start.
+                Write::Never if self.status_bus.unpublished(&rule.name) => {
+                    unpublished.push((rule.name.clone(), status, report));
+                }
                 Write::Never => {}
-                Write::Now => writes.push((rule.name.clone(), status)),
+                Write::Now => writes.push((rule.name.clone(), status, report)),
                 Write::At(due) => {
                     self.status_due = Some(self.status_due.map_or(due, |d| d.min(due)));
                 }
@@ -295,6 +312,11 @@ impl Engine {
         let rules = &self.rules;
         self.status_written
             .retain(|name, _| rules.contains_key(name));
+        self.status_bus
+            .retain(&self.ctx, |name| rules.contains_key(name));
+        for (name, status, report) in unpublished {
+            self.status_bus.put(&self.ctx, &name, &status, &report);
+        }
         self.ctx.metrics.sync_objects.set(synced);
         self.ctx.metrics.sync_conflicts.set(conflicts);
         self.ctx.metrics.sync_errors.set(errors);
@@ -304,7 +326,7 @@ impl Engine {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
-        for (name, status) in writes {
+        for (name, status, report) in writes {
             match serde_json::to_value(&status) {
                 Ok(v) => {
                     let patch = json!({ "status": with_nulls(v) });
@@ -317,6 +339,7 @@ impl Engine {
                     {
                         Ok(_) => {
                             self.ctx.metrics.kube_write("resourcesyncrule_status");
+                            self.status_bus.put(&self.ctx, &name, &status, &report);
                             self.status_written.insert(name, now);
                         }
                         // Deleted since the pass read it: nothing to report on.
@@ -440,13 +463,25 @@ mod tests {
     }
 
     #[test]
-    fn not_selected_when_the_cluster_selector_excludes_us() {
+    fn not_selected_is_ready_and_says_why_not_a_failure() {
         let mut r = report();
         r.selected = false;
         let s = status(&r, None, true);
         let (st, reason, msg) = ready(&s);
-        assert_eq!((st, reason), ("False", "NotSelected"));
-        assert!(msg.contains("clusterSelector"), "{msg}");
+        // `kubectl get resourcesyncrules` must not say READY False on a
+        // cluster the rule has nothing to do on (the hub of the README tour).
+        assert_eq!((st, reason), ("True", "NotSelected"));
+        assert!(
+            msg.contains("clusterSelector") && msg.contains("nothing is done here"),
+            "{msg}"
+        );
+        // Whether or not the kinds are read yet.
+        assert_eq!(ready(&status(&r, None, false)).0, "True");
+        r.source = true;
+        let s = status(&r, None, true);
+        let (st, reason, msg) = ready(&s);
+        assert_eq!((st, reason), ("True", "SourceOnly"));
+        assert!(msg.contains("published"), "{msg}");
     }
 
     #[test]
@@ -657,5 +692,100 @@ mod tests {
             assert_eq!(map.get(key), Some(&Value::Null), "{key}");
         }
         assert_eq!(map.get("objectsSynced"), Some(&json!(0)));
+    }
+
+    /// The record on the bus (`status_bus`) from the status written here.
+    mod bus {
+        use super::*;
+        use crate::sync::status_bus::{cell_state, record};
+        use chrono::{DateTime, Utc};
+        use fleetbus_schemas::rule_status::{
+            ProblemKind, RuleCellState, RuleStatusKey, RuleStatusRecord, MAX_PROBLEMS,
+        };
+
+        fn sink() -> RuleReport {
+            report()
+        }
+
+        fn state(report: &RuleReport, problem: Option<&str>, ready: bool) -> RuleCellState {
+            cell_state(&desired(
+                &rule(),
+                report,
+                problem,
+                ready,
+                &ResourceSyncRuleStatus::default(),
+                None,
+            ))
+        }
+
+        #[test]
+        fn the_state_word_follows_the_status_written() {
+            assert_eq!(state(&sink(), None, true), RuleCellState::Synced);
+            assert_eq!(state(&sink(), None, false), RuleCellState::Waiting);
+            assert_eq!(state(&sink(), Some("bad"), true), RuleCellState::Invalid);
+            let mut r = sink();
+            r.conflicts.insert("Secret a/b".into(), "held".into());
+            assert_eq!(state(&r, None, true), RuleCellState::Conflict);
+            // An error outranks a conflict.
+            r.errors.insert("Secret a/c".into(), "boom".into());
+            assert_eq!(state(&r, None, true), RuleCellState::Error);
+            // Neither source nor sink: NotSelected; a source only: Synced.
+            let mut r = sink();
+            r.selected = false;
+            assert_eq!(state(&r, None, true), RuleCellState::NotSelected);
+            r.source = true;
+            assert_eq!(state(&r, None, true), RuleCellState::Synced);
+            assert_eq!(
+                cell_state(&ResourceSyncRuleStatus::default()),
+                RuleCellState::Waiting
+            );
+        }
+
+        #[test]
+        fn the_record_carries_counts_and_problems_errors_first_bounded() {
+            let mut r = sink();
+            for i in 0..30 {
+                r.withheld.insert(
+                    format!("Secret kube-system/t{i:02}"),
+                    crate::sync::withheld::Withheld::ServiceAccountToken,
+                );
+            }
+            r.kept.insert("Secret a/k".into(), "kept".into());
+            r.conflicts.insert("Secret a/c".into(), "held".into());
+            r.errors.insert("Secret a/e".into(), "x".repeat(5000));
+            let status = desired(
+                &rule(),
+                &r,
+                None,
+                true,
+                &ResourceSyncRuleStatus::default(),
+                None,
+            );
+            let key = RuleStatusKey {
+                cluster: "east".into(),
+                cluster_id: "6f1c".into(),
+                rule: "r".into(),
+            };
+            let now: DateTime<Utc> = "2026-11-27T01:00:00Z".parse().unwrap();
+            let rec = record(key.clone(), &status, &r, now);
+            assert_eq!(rec.state, RuleCellState::Error);
+            assert_eq!(rec.reason, "SyncErrors");
+            assert_eq!((rec.errors, rec.conflicts, rec.skipped), (1, 1, 30));
+            assert_eq!(rec.objects_synced, 2);
+            assert_eq!(rec.observed_generation, Some(3));
+            assert!(rec.sink && !rec.source);
+            assert_eq!(rec.problems.len(), MAX_PROBLEMS);
+            assert_eq!(rec.problems_total, 33);
+            let kinds: Vec<_> = rec.problems.iter().take(3).map(|p| p.kind).collect();
+            assert_eq!(
+                kinds,
+                [ProblemKind::Error, ProblemKind::Conflict, ProblemKind::Kept]
+            );
+            assert_eq!(rec.problems[1].object, "Secret a/c");
+            // What the agent writes passes what every reader checks.
+            assert_eq!(rec.validate(&key), Ok(()));
+            let bytes = rec.encode().unwrap();
+            assert_eq!(RuleStatusRecord::decode(&bytes).unwrap(), rec);
+        }
     }
 }

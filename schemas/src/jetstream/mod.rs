@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::drift::drift_bucket;
 use crate::registry::registry_bucket;
+use crate::rule_status::rule_status_bucket;
 use crate::subject::{all_conflicts, all_drift, all_objects, all_status, Prefix};
 
 /// Replicas for a single NATS server (development, one-node sites).
@@ -291,6 +292,20 @@ impl Layout {
         }
     }
 
+    /// The rule status bucket: one record per rule per cluster, deleted with the rule.
+    /// History 1 and no TTL, like the registry: a status holds until its agent writes the
+    /// next one (a silent agent's records go stale with its heartbeat, not away).
+    pub fn rule_status_bucket(&self) -> KvSpec {
+        KvSpec {
+            bucket: rule_status_bucket(&self.prefix),
+            description: "fleetbus rule status per cluster".to_owned(),
+            history: 1,
+            max_age: None,
+            replicas: self.replicas,
+            storage: Storage::File,
+        }
+    }
+
     /// Catch-up consumer on OBJECTS for the given filters (e.g. one per rule).
     pub fn catch_up_consumer(&self, filter_subjects: Vec<String>) -> OrderedConsumerSpec {
         OrderedConsumerSpec {
@@ -373,6 +388,12 @@ mod tests {
         assert_eq!(drift_kv.bucket, "fleetbus-drift");
         assert_eq!((drift_kv.history, drift_kv.max_age), (1, None));
         assert_eq!(drift_kv.storage, Storage::File);
+        let rs = l.rule_status_bucket();
+        assert_eq!(rs.bucket, "fleetbus-rulestatus");
+        assert_eq!(
+            (rs.history, rs.max_age, rs.storage),
+            (1, None, Storage::File)
+        );
         let c = l.catch_up_consumer(vec!["fleetbus.obj.*.core.v1.ConfigMap.*.*".into()]);
         assert_eq!(c.stream, "FLEETBUS_OBJECTS");
         assert_eq!(c.deliver_policy, DeliverPolicy::LastPerSubject);
@@ -385,6 +406,7 @@ mod tests {
         assert!(l.streams().iter().all(|s| s.replicas == 3));
         assert_eq!(l.registry_bucket().replicas, 3);
         assert_eq!(l.drift_bucket().replicas, 3);
+        assert_eq!(l.rule_status_bucket().replicas, 3);
         assert_eq!(
             Layout::new(Prefix::new("acme.fleetbus").unwrap(), 1)
                 .drift_bucket()

@@ -182,13 +182,7 @@ async fn bundle_unwrapped_on_edges_only() {
     let m = hub_and_edges(&nats, &["e1", "e2"]).await;
     let (hub, e1, e2) = (&m[0], &m[1], &m[2]);
     apply_yaml(hub, &unwrap_rule("Delete"));
-    wait_rule(
-        hub,
-        "bundles",
-        "NotSelected",
-        ready_is("False", "NotSelected"),
-    )
-    .await;
+    wait_rule(hub, "bundles", "SourceOnly", ready_is("True", "SourceOnly")).await;
     let uid = apply_bundle(hub, &[SERVICE_ACCOUNT, CLUSTER_ROLE, DEPLOYMENT]).await;
     for edge in [e1, e2] {
         wait_stack(edge, &uid).await;

@@ -466,7 +466,8 @@ fn accounts_server(dir: &Path) -> (Agent, u16, u16) {
 
 /// Agents c1 and c2 run as their own NATS users and form a fleet (so the
 /// permission set is enough for an agent); c1's user is refused when it
-/// publishes as c2, on an object subject, on c2's registry key and on its drift key.
+/// publishes as c2, on an object subject, on c2's registry key, its drift key
+/// and its rule status key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accounts_confine_each_cluster_to_its_own_subtree() {
     let dir = tempfile::tempdir().unwrap();
@@ -530,13 +531,23 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
             .is_err(),
         "c1 wrote c2's drift key"
     );
+    // The rule status bucket the agents created: c1 reports its own rules only.
+    let rules = js.get_key_value("fleetbus-rulestatus").await.unwrap();
+    rules.put("status.c1.id1.mine", "{}".into()).await.unwrap();
+    assert!(
+        rules
+            .put("status.c2.id2.forged", "{}".into())
+            .await
+            .is_err(),
+        "c1 wrote c2's rule status key"
+    );
     wait_for("the server to report the violations", CONVERGE, || async {
         let seen = errors.lock().unwrap().clone();
         let violations = seen
             .iter()
             .filter(|e| e.contains("Permissions Violation for Publish"))
             .count();
-        if violations >= 3 {
+        if violations >= 4 {
             Ok(())
         } else {
             Err(format!("{seen:?}"))
@@ -558,6 +569,9 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
         .is_err());
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
     assert!(registry.get("cluster.c2.forged").await.unwrap().is_none());
+    let rules = admin.get_key_value("fleetbus-rulestatus").await.unwrap();
+    assert!(rules.get("status.c1.id1.mine").await.unwrap().is_some());
+    assert!(rules.get("status.c2.id2.forged").await.unwrap().is_none());
     let drift = admin.get_key_value("fleetbus-drift").await.unwrap();
     assert!(drift
         .get("c1.core.ConfigMap.default.mine")

@@ -275,7 +275,7 @@ async fn downsync_follows_cluster_labels() {
         e3,
         "place-apps",
         "NotSelected",
-        ready_is("False", "NotSelected"),
+        ready_is("True", "NotSelected"),
     )
     .await;
     assert_absent(e3, &cm, Some("apps"), "web").await;

@@ -11,6 +11,7 @@ mod common;
 
 use common::sync::*;
 use common::*;
+use fleetbus_schemas::rule_status::{RuleCellState, RuleStatusKey, RuleStatusRecord};
 use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_UID;
 use fleetbus_testsupport::{repo_root, wait_for, NatsServer};
 use kube::ResourceExt;
@@ -99,8 +100,8 @@ async fn sync_everywhere() {
 }
 
 /// `clusterSelector: env=prod` with c2 labelled `env=dev` on its Local
-/// Cluster object: c3 gets the copy, c2 none (status NotSelected), yet c2 is
-/// still a source; relabelling c3 out of the selection deletes its copy.
+/// Cluster object: c3 gets the copy, c2 none (Ready True, reason SourceOnly:
+/// not a sink is no failure), yet c2 is still a source; relabelling c3 out of the selection deletes its copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_selector_excludes() {
     let nats = NatsServer::start().unwrap();
@@ -130,8 +131,8 @@ async fn cluster_selector_excludes() {
     wait_rule(
         c2,
         "prod-secrets",
-        "NotSelected",
-        ready_is("False", "NotSelected"),
+        "SourceOnly",
+        ready_is("True", "SourceOnly"),
     )
     .await;
 
@@ -163,6 +164,18 @@ async fn cluster_selector_excludes() {
     }
     assert_absent(c2, &secrets(), Some("shared"), "cfg").await;
     wait_rule(c3, "prod-secrets", "Ready", ready_is("True", "Synced")).await;
+    // The same, per cluster, on the bus: one credential shows the fleet.
+    let r = wait_bus_cell(
+        &nats,
+        "prod-secrets",
+        "c2",
+        RuleCellState::Synced,
+        "SourceOnly",
+    )
+    .await;
+    assert!(r.source && !r.sink, "{r:?}");
+    let r = wait_bus_cell(&nats, "prod-secrets", "c3", RuleCellState::Synced, "Synced").await;
+    assert!(r.source && r.sink, "{r:?}");
 
     // c3 leaves the selection: its copies go (orphanPolicy Delete), originals stay.
     kubectl(
@@ -178,8 +191,8 @@ async fn cluster_selector_excludes() {
     wait_rule(
         c3,
         "prod-secrets",
-        "NotSelected",
-        ready_is("False", "NotSelected"),
+        "SourceOnly",
+        ready_is("True", "SourceOnly"),
     )
     .await;
     wait_absent(c3, &secrets(), Some("shared"), "cfg").await;
@@ -192,6 +205,63 @@ async fn cluster_selector_excludes() {
 
 /// Waits until every member's Cluster object `cluster` carries `env=<env>`
 /// (the label of its Local object reached the record and the peers).
+/// The rule status records on the bus (PROTOCOL §5.3) for `rule`, by cluster.
+async fn bus_rule_status(
+    nats: &NatsServer,
+    rule: &str,
+) -> Result<std::collections::BTreeMap<String, RuleStatusRecord>, String> {
+    use futures::TryStreamExt;
+    let client = async_nats::connect(nats.url())
+        .await
+        .map_err(|e| e.to_string())?;
+    let kv = async_nats::jetstream::new(client)
+        .get_key_value("fleetbus-rulestatus")
+        .await
+        .map_err(|e| e.to_string())?;
+    let keys: Vec<String> = kv
+        .keys()
+        .await
+        .map_err(|e| e.to_string())?
+        .try_collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut found = std::collections::BTreeMap::new();
+    for key in keys {
+        let k = RuleStatusKey::parse(&key).map_err(|e| e.to_string())?;
+        if k.rule != rule {
+            continue;
+        }
+        if let Some(bytes) = kv.get(&key).await.map_err(|e| e.to_string())? {
+            let r = RuleStatusRecord::decode(&bytes).map_err(|e| e.to_string())?;
+            r.validate(&k).map_err(|e| e.to_string())?;
+            found.insert(k.cluster, r);
+        }
+    }
+    Ok(found)
+}
+
+/// Waits until the bus says `rule` on `cluster` is `state` with `reason`.
+async fn wait_bus_cell(
+    nats: &NatsServer,
+    rule: &str,
+    cluster: &str,
+    state: RuleCellState,
+    reason: &str,
+) -> RuleStatusRecord {
+    wait_for(
+        &format!("{rule} {state} ({reason}) on {cluster} on the bus"),
+        CONVERGE,
+        || async {
+            let all = bus_rule_status(nats, rule).await?;
+            match all.get(cluster) {
+                Some(r) if r.state == state && r.reason == reason => Ok(r.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
 async fn wait_label(members: &[Member], cluster: &str, env: &str) {
     for m in members {
         let what = format!("{}: {cluster} labelled env={env}", m.name);
@@ -683,8 +753,21 @@ async fn rule_delete_gc(policy: &str) {
         Some(policy)
     );
 
+    for c in ["c1", "c2"] {
+        wait_bus_cell(&nats, name, c, RuleCellState::Synced, "Synced").await;
+    }
     kubectl(c1, &["delete", "resourcesyncrules.fleetbus.io", name]);
     wait_absent(c2, &rules(), None, name).await;
+    // Its status records go with it.
+    wait_for("the rule's status records deleted", CONVERGE, || async {
+        let left = bus_rule_status(&nats, name).await?;
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?}"))
+        }
+    })
+    .await;
     for (sink, copy, d) in [(c2, &copy1, &d1), (c1, &copy2, &d2)] {
         let cname = copy.name_any();
         if policy == "Delete" {

@@ -19,6 +19,9 @@ pub struct RuleReport {
     pub sources: BTreeSet<String>,
     /// Whether this cluster is a sink of the rule.
     pub selected: bool,
+    /// Whether this cluster is a source of the rule (set by `status`, which
+    /// alone needs it: the Ready condition of a cluster that is not a sink).
+    pub source: bool,
     /// A copy was written in this pass.
     pub wrote: bool,
     /// Source objects whose `fleetbus.io/update-policy` value is unknown

@@ -1,0 +1,280 @@
+//! Each rule's status on this cluster, published on the bus for the
+//! operator's views (`fleetbus status`, `rules ls|describe`, the dashboard):
+//! one [`RuleStatusRecord`] per rule at `status.<self>.<clusterID>.<rule>` in
+//! the `<prefix>-rulestatus` bucket (docs/PROTOCOL.md §5.3).
+//!
+//! A record is put whenever `status` writes the rule's status to the API
+//! server (so it inherits that file's coalescing: at most one write per rule
+//! per second while only counts change), once more per rule after the agent
+//! starts (the API status may be unchanged, but the bucket may be new or
+//! emptied), and its key is deleted when the rule is gone.
+//!
+//! The engine holds a [`StatusBus`]; `status` calls it. Publishing never holds up sync: the engine only leaves the newest record
+//! of each key in a map a worker task drains; a failure is logged, counted
+//! (`rule_status_publish_failures`) and retried after a pause unless a newer
+//! record for the key arrived meanwhile.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use chrono::{DateTime, Utc};
+use fleetbus_schemas::crd::ResourceSyncRuleStatus;
+use fleetbus_schemas::rule_status::{
+    cut_message, ProblemKind, RuleCellState, RuleProblem, RuleStatusKey, RuleStatusRecord,
+    MAX_PROBLEMS,
+};
+use fleetbus_schemas::well_known::condition;
+use tokio::sync::Notify;
+
+use super::model::RuleReport;
+use crate::context::Context;
+use crate::metrics::Metrics;
+
+/// The Conflict condition's type (`status::CONFLICT`, not imported: this file
+/// is a leaf the engine holds, and `status` imports the engine; a test there
+/// checks the two agree).
+const CONFLICT: &str = "Conflict";
+
+/// Pause after a failed put or delete before trying the batch's failures again.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Per key, the bytes to put, or `None` to delete it.
+type Pending = BTreeMap<String, Option<Vec<u8>>>;
+
+/// What the engine keeps of publishing rule status.
+#[derive(Default)]
+pub struct StatusBus {
+    queue: Arc<Queue>,
+    /// Rules this process has published a record for (their keys exist, as
+    /// far as this agent knows).
+    published: BTreeSet<String>,
+    worker: Option<tokio::task::AbortHandle>,
+}
+
+impl Drop for StatusBus {
+    fn drop(&mut self) {
+        if let Some(w) = &self.worker {
+            w.abort();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: Mutex<Pending>,
+    wake: Notify,
+}
+
+impl Queue {
+    /// Leaves `op` for `key` unless a newer one is there already (`newer`
+    /// false: a retry must not overwrite what arrived since).
+    fn offer(&self, key: String, op: Option<Vec<u8>>, newer: bool) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if newer {
+            pending.insert(key, op);
+        } else {
+            pending.entry(key).or_insert(op);
+        }
+        drop(pending);
+        // A permit is stored when the worker is busy: no wake-up is lost.
+        self.wake.notify_one();
+    }
+
+    fn take(&self) -> Pending {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The worker: drains the queue into the bucket, opening it by name (the
+/// layout task creates it) and again after any failure (it may have been
+/// deleted and recreated).
+async fn drain(queue: Arc<Queue>, js: jetstream::Context, bucket: String, metrics: Arc<Metrics>) {
+    let mut store: Option<kv::Store> = None;
+    loop {
+        queue.wake.notified().await;
+        let mut failed = false;
+        for (key, op) in queue.take() {
+            let result = match &store {
+                Some(s) => Ok(s.clone()),
+                None => js.get_key_value(&bucket).await.map_err(|e| e.to_string()),
+            };
+            let result = match result {
+                Ok(s) => {
+                    store = Some(s.clone());
+                    match &op {
+                        Some(bytes) => s
+                            .put(&key, bytes.clone().into())
+                            .await
+                            .map(drop)
+                            .map_err(|e| e.to_string()),
+                        None => s.delete(&key).await.map_err(|e| e.to_string()),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(error) = result {
+                let op_name = if op.is_some() { "put" } else { "delete" };
+                tracing::warn!(%bucket, %key, op = op_name, %error, "could not publish rule status");
+                metrics.rule_status_publish_failure(op_name);
+                store = None;
+                failed = true;
+                queue.offer(key, op, false);
+            }
+        }
+        if failed {
+            tokio::time::sleep(RETRY_AFTER).await;
+        }
+    }
+}
+
+/// The one word for a rule's status as this agent wrote it: a pure function
+/// of the status, so the bus says what `kubectl get resourcesyncrules` says.
+pub fn cell_state(status: &ResourceSyncRuleStatus) -> RuleCellState {
+    let find = |t: &str| status.conditions.iter().find(|c| c.type_ == t);
+    let conflict = find(CONFLICT).is_some_and(|c| c.status == "True");
+    match find(condition::READY).map(|c| (c.status.as_str(), c.reason.as_str())) {
+        Some((_, "Invalid")) => RuleCellState::Invalid,
+        Some((_, "NotSelected")) => RuleCellState::NotSelected,
+        Some((_, "SyncErrors")) => RuleCellState::Error,
+        Some(("True", _)) if conflict => RuleCellState::Conflict,
+        Some(("True", _)) => RuleCellState::Synced,
+        // No Ready condition yet, or not ready for another reason (Waiting).
+        _ => RuleCellState::Waiting,
+    }
+}
+
+/// The objects with a problem, errors and conflicts first, at most
+/// [`MAX_PROBLEMS`]; and how many there are in all.
+fn problems(report: &RuleReport) -> (Vec<RuleProblem>, u64) {
+    let withheld: Vec<(String, String)> = report
+        .withheld
+        .iter()
+        .map(|(k, w)| (k.clone(), w.why().to_owned()))
+        .collect();
+    let groups = [
+        (ProblemKind::Error, report.errors.iter().collect::<Vec<_>>()),
+        (ProblemKind::Conflict, report.conflicts.iter().collect()),
+        (ProblemKind::Kept, report.kept.iter().collect()),
+        (
+            ProblemKind::Skipped,
+            withheld.iter().map(|(k, v)| (k, v)).collect(),
+        ),
+    ];
+    let total = groups.iter().map(|(_, g)| g.len() as u64).sum();
+    let list = groups
+        .iter()
+        .flat_map(|(kind, g)| g.iter().map(move |(o, m)| (*kind, *o, *m)))
+        .take(MAX_PROBLEMS)
+        .map(|(kind, object, message)| RuleProblem {
+            kind,
+            object: cut_message(object),
+            message: cut_message(message),
+        })
+        .collect();
+    (list, total)
+}
+
+fn chrono_time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().try_into().ok()?)
+}
+
+/// The record for `rule` as `cluster` (`id`) wrote its `status` at `now`.
+pub fn record(
+    key: RuleStatusKey,
+    status: &ResourceSyncRuleStatus,
+    report: &RuleReport,
+    now: DateTime<Utc>,
+) -> RuleStatusRecord {
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::READY);
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let copies = |n: Option<i64>| n.map(count);
+    let (problems, problems_total) = problems(report);
+    RuleStatusRecord {
+        cluster: key.cluster,
+        cluster_id: key.cluster_id,
+        rule: key.rule,
+        observed_generation: status.observed_generation,
+        state: cell_state(status),
+        reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
+        message: cut_message(ready.map_or("", |c| c.message.as_str())),
+        sink: report.selected,
+        source: report.source,
+        objects_synced: count(status.objects_synced),
+        conflicts: count(status.conflicts),
+        errors: count(status.errors),
+        skipped: count(status.skipped),
+        ready_copies: copies(status.ready_copies),
+        reported_copies: copies(status.reported_copies),
+        problems,
+        problems_total,
+        last_sync_time: status.last_sync_time.as_ref().and_then(chrono_time),
+        updated_at: now,
+    }
+}
+
+impl StatusBus {
+    fn key(ctx: &Context, rule: &str) -> RuleStatusKey {
+        RuleStatusKey {
+            cluster: ctx.cfg.cluster_name.clone(),
+            cluster_id: ctx.cluster_id.clone(),
+            rule: rule.to_owned(),
+        }
+    }
+
+    fn offer(&mut self, ctx: &Context, key: String, op: Option<Vec<u8>>) {
+        if self.worker.is_none() {
+            let task = tokio::spawn(drain(
+                self.queue.clone(),
+                ctx.js.clone(),
+                ctx.layout.rule_status_bucket().bucket,
+                ctx.metrics.clone(),
+            ));
+            self.worker = Some(task.abort_handle());
+        }
+        self.queue.offer(key, op, true);
+    }
+
+    /// Whether this process has not published `rule`'s record yet.
+    pub fn unpublished(&self, rule: &str) -> bool {
+        !self.published.contains(rule)
+    }
+
+    /// Leaves `rule`'s record, as of the `status` just written, for the worker.
+    pub fn put(
+        &mut self,
+        ctx: &Context,
+        rule: &str,
+        status: &ResourceSyncRuleStatus,
+        report: &RuleReport,
+    ) {
+        let key = Self::key(ctx, rule);
+        let text = key.to_key();
+        match record(key, status, report, Utc::now()).encode() {
+            Ok(bytes) => {
+                self.published.insert(rule.to_owned());
+                self.offer(ctx, text, Some(bytes));
+            }
+            Err(e) => tracing::warn!(%rule, error = %e, "could not encode rule status"),
+        }
+    }
+
+    /// Deletes the records of the rules that are gone (`exists` is false).
+    pub fn retain(&mut self, ctx: &Context, exists: impl Fn(&str) -> bool) {
+        let gone: Vec<String> = self
+            .published
+            .iter()
+            .filter(|name| !exists(name))
+            .cloned()
+            .collect();
+        for rule in gone {
+            self.published.remove(&rule);
+            let key = Self::key(ctx, &rule).to_key();
+            self.offer(ctx, key, None);
+        }
+    }
+}
