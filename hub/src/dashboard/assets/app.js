@@ -269,7 +269,7 @@ function showCell(rule, cluster) {
   const problems = c.problems || [];
   html += `<h4>Errors and conflicts (${c.problemsTotal || problems.length})</h4>`;
   html += problems.length
-    ? problems.map((p) => `<div class="problem k-${esc(p.kind)}">${st(p.kind)} <span class="mono">${esc(p.object.kind)} ${esc(objName(p.object))}</span><div>${esc(p.message)}</div></div>`).join("")
+    ? problems.map((p) => `<div class="problem k-${esc(p.kind)}">${st(p.kind)} <span class="mono">${esc(p.object)}</span><div>${esc(p.message)}</div></div>`).join("")
     : `<p class="muted">none</p>`;
   if (c.problemsTotal > problems.length) html += `<p class="muted">and ${c.problemsTotal - problems.length} more</p>`;
   openDetail(html);
