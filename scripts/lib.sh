@@ -120,6 +120,20 @@ ensure_docker_compose() {
 
 # promtool (Debian's prometheus package; only its promtool is used, no server is
 # started): checks the chart's alert rules and dashboard queries as PromQL.
+# Debian's Chromium and ChromeDriver, for the dashboard's browser test
+# (tests/e2e/tests/dashboard.rs); the test fails instead of skipping once
+# FLEETBUS_REQUIRE_BROWSER is set, as scripts/test does.
+ensure_chromium() {
+    [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]] && return
+    if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
+        say "installing chromium and chromium-driver (apt-get)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null ||
+            die "apt-get install chromium chromium-driver failed"
+    else
+        die "chromium or chromedriver not found (apt-get install chromium chromium-driver)"
+    fi
+}
+
 ensure_promtool() {
     command -v promtool >/dev/null && return
     if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then

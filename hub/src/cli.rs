@@ -34,10 +34,38 @@ pub enum Command {
     /// re-evaluates placement within seconds.
     #[command(subcommand)]
     Clusters(ClustersCommand),
+    /// Serve the live fleet dashboard (fleet, rules, drift) over HTTP, read from the bus.
+    ///
+    /// Binds 127.0.0.1:8080 by default; any other address needs --token. Read-only
+    /// unless --allow-actions. The JSON endpoints behind the pages are described in
+    /// the crate docs of `fleetbus_hub::dashboard`.
+    Dashboard(DashboardArgs),
     /// Print a shell completion script: `source <(fleetbus completion bash)`, or save
     /// it where your shell loads completions (zsh: a file `_fleetbus` on `$fpath`;
     /// fish: `~/.config/fish/completions/fleetbus.fish`).
     Completion(CompletionArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DashboardArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    /// Address to serve on. A non-loopback address needs --token.
+    #[arg(
+        long,
+        env = "FLEETBUS_DASHBOARD_LISTEN",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub listen: std::net::SocketAddr,
+    /// Require this bearer token (header `Authorization: Bearer T`, or a cookie set by
+    /// opening `/?token=T` once). Prefer the environment variable: arguments are visible
+    /// in `ps`.
+    #[arg(long, env = "FLEETBUS_DASHBOARD_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Offer actions: "correct now" (as `fleetbus drift correct`) and relabelling (as
+    /// `fleetbus clusters label`). Without it every action is refused (403).
+    #[arg(long, env = "FLEETBUS_DASHBOARD_ALLOW_ACTIONS")]
+    pub allow_actions: bool,
 }
 
 #[derive(Debug, Args)]
@@ -381,6 +409,17 @@ mod tests {
     }
 
     #[test]
+    fn dashboard_defaults_to_loopback_read_only() {
+        let cli = parse(&["dashboard"]).unwrap();
+        let Command::Dashboard(d) = cli.command else {
+            panic!("not dashboard")
+        };
+        assert_eq!(d.listen, "127.0.0.1:8080".parse().unwrap());
+        assert!(!d.allow_actions);
+        assert_eq!(d.token, None);
+    }
+
+    #[test]
     fn bad_args_are_usage_errors() {
         for bad in [
             &["mesh", "up", "--clusters", "0"][..],
@@ -403,6 +442,9 @@ mod tests {
             &["clusters", "label", "*", "env=prod"],
             &["clusters", "progress", "a", "b.c"],
             &["mesh", "up", "--clusters", "27"],
+            &["dashboard", "--listen", "localhost"],
+            &["dashboard", "--listen", "8080"],
+            &["dashboard", "--bogus"],
         ] {
             let err = parse(bad).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");

@@ -4,11 +4,13 @@
 //! `fleetbus-devcluster` and `fleetbus-agent` processes and records them in
 //! [`MeshState`] (`<dir>/mesh.json`); [`drift`] for the fleet's drift
 //! (`drift ls|watch|history|correct`), read from and sent over NATS; [`clusters`] for
-//! the fleet's clusters (`clusters label|ls`).
+//! the fleet's clusters (`clusters label|ls`); [`dashboard`] for the live web
+//! dashboard (`fleetbus dashboard`), read from the bus too.
 
 pub mod cli;
 pub mod clusters;
 pub mod command;
+pub mod dashboard;
 pub mod drift;
 pub mod fleet;
 mod kv;

@@ -33,15 +33,14 @@ pub async fn label(args: &ClustersLabelArgs, out: &mut impl Write) -> Result<(),
     let mut request = parse_label_args(&args.labels)?;
     request.overwrite = args.overwrite;
     let (client, _js) = crate::command::connect(&args.bus).await?;
-    let cluster = args.cluster.clone();
-    let subject = CommandKey::label(&cluster).to_subject(&args.bus.subject_prefix);
-    let payload = request.encode().map_err(ClustersError::Encode)?;
-    let reply = crate::command::request(&client, subject, payload, &cluster, args.timeout).await?;
-    let reply = LabelReply::decode(&reply.payload).map_err(|source| ClustersError::BadReply {
-        cluster: cluster.clone(),
-        source,
-    })?;
-    check_reply(&cluster, &reply)?;
+    let reply = send(
+        &client,
+        &args.bus.subject_prefix,
+        &args.cluster,
+        &request,
+        args.timeout,
+    )
+    .await?;
     let labels = reply.labels.unwrap_or_default();
     match args.out.output {
         OutputFormat::Json => {
@@ -60,6 +59,26 @@ pub async fn label(args: &ClustersLabelArgs, out: &mut impl Write) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// Sends `request` to `cluster`'s agent and returns its checked reply: the one code path
+/// of `clusters label` and the dashboard's relabelling.
+pub(crate) async fn send(
+    client: &async_nats::Client,
+    prefix: &fleetbus_schemas::subject::Prefix,
+    cluster: &str,
+    request: &LabelRequest,
+    timeout: std::time::Duration,
+) -> Result<LabelReply, ClustersError> {
+    let subject = CommandKey::label(cluster).to_subject(prefix);
+    let payload = request.encode().map_err(ClustersError::Encode)?;
+    let reply = crate::command::request(client, subject, payload, cluster, timeout).await?;
+    let reply = LabelReply::decode(&reply.payload).map_err(|source| ClustersError::BadReply {
+        cluster: cluster.to_owned(),
+        source,
+    })?;
+    check_reply(cluster, &reply)?;
+    Ok(reply)
 }
 
 /// A reply from another cluster than the one asked is an error (a name claimed by two

@@ -3,9 +3,9 @@
 //! bucket; `progress` asks agents how far their sync is (PROTOCOL §6.5).
 
 mod error;
-mod label;
+pub(crate) mod label;
 mod ls;
-mod progress;
+pub(crate) mod progress;
 
 use std::process::ExitCode;
 

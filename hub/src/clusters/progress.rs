@@ -23,7 +23,7 @@ const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What one agent said, or why it said nothing usable.
 #[derive(Debug, Clone, PartialEq)]
-enum Seen {
+pub(crate) enum Seen {
     Progress(SyncProgress),
     /// Nobody answers on the cluster's progress subject.
     NoAgent,
@@ -39,7 +39,7 @@ impl Seen {
     }
 
     /// The state column and the details after it.
-    fn describe(&self) -> (String, String) {
+    pub(crate) fn describe(&self) -> (String, String) {
         match self {
             Seen::Progress(p) => {
                 let state = if !p.started {
@@ -158,7 +158,7 @@ pub async fn progress(
 }
 
 /// Asks `cluster`'s agent once.
-async fn ask(client: &async_nats::Client, prefix: &Prefix, cluster: &str) -> Seen {
+pub(crate) async fn ask(client: &async_nats::Client, prefix: &Prefix, cluster: &str) -> Seen {
     let subject = CommandKey::progress(cluster).to_subject(prefix);
     match crate::command::request(client, subject, Vec::new(), cluster, ASK_TIMEOUT).await {
         Ok(msg) => match SyncProgress::decode(&msg.payload) {
@@ -174,7 +174,7 @@ async fn ask(client: &async_nats::Client, prefix: &Prefix, cluster: &str) -> See
 }
 
 /// An error with its causes, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -185,7 +185,7 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-fn to_json(cluster: &str, s: &Seen) -> serde_json::Value {
+pub(crate) fn to_json(cluster: &str, s: &Seen) -> serde_json::Value {
     match s {
         Seen::Progress(p) => serde_json::json!({
             "cluster": cluster, "inSync": p.in_sync(), "progress": p,

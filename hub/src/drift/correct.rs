@@ -12,23 +12,20 @@ use crate::cli::{DriftCorrectArgs, OutputFormat};
 /// corrected. No responder, no reply in time, and a refused request are errors.
 pub async fn correct(args: &DriftCorrectArgs, out: &mut impl Write) -> Result<bool, DriftError> {
     let (client, _js) = connect(&args.bus).await?;
-    let cluster = args.cluster.clone();
     let request = CorrectRequest {
         rule: args.rule.clone(),
         kind: args.kind.clone(),
         namespace: args.namespace.clone(),
         name: args.name.clone(),
     };
-    let subject = CommandKey::correct(&cluster).to_subject(&args.bus.subject_prefix);
-    let payload = request.encode().map_err(DriftError::Encode)?;
-    let reply = crate::command::request(&client, subject, payload, &cluster, args.timeout).await?;
-    let reply = CorrectReply::decode(&reply.payload).map_err(|source| DriftError::BadReply {
-        cluster: cluster.clone(),
-        source,
-    })?;
-    if let Some(reason) = reply.error {
-        return Err(DriftError::Refused { cluster, reason });
-    }
+    let reply = send(
+        &client,
+        &args.bus.subject_prefix,
+        &args.cluster,
+        &request,
+        args.timeout,
+    )
+    .await?;
     match args.out.output {
         OutputFormat::Json => {
             let value: serde_json::Value = reply
@@ -56,4 +53,30 @@ pub async fn correct(args: &DriftCorrectArgs, out: &mut impl Write) -> Result<bo
         }
     }
     Ok(reply.failed.is_empty())
+}
+
+/// Sends `request` to `cluster`'s agent and returns its reply. No responder, no reply
+/// in time, an unreadable reply and a refused request are errors. The one code path of
+/// `drift correct` and the dashboard's "correct now".
+pub(crate) async fn send(
+    client: &async_nats::Client,
+    prefix: &fleetbus_schemas::subject::Prefix,
+    cluster: &str,
+    request: &CorrectRequest,
+    timeout: std::time::Duration,
+) -> Result<CorrectReply, DriftError> {
+    let subject = CommandKey::correct(cluster).to_subject(prefix);
+    let payload = request.encode().map_err(DriftError::Encode)?;
+    let reply = crate::command::request(client, subject, payload, cluster, timeout).await?;
+    let reply = CorrectReply::decode(&reply.payload).map_err(|source| DriftError::BadReply {
+        cluster: cluster.to_owned(),
+        source,
+    })?;
+    if let Some(reason) = reply.error {
+        return Err(DriftError::Refused {
+            cluster: cluster.to_owned(),
+            reason,
+        });
+    }
+    Ok(reply)
 }

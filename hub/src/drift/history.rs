@@ -2,6 +2,9 @@
 
 use std::io::Write;
 
+use chrono::{DateTime, Utc};
+use fleetbus_schemas::drift::DriftEvent;
+
 use fleetbus_schemas::subject::{encode_namespace, encode_token, DRIFT};
 
 use super::events::EventReader;
@@ -68,19 +71,13 @@ impl ObjectArg {
 pub async fn history(args: &DriftHistoryArgs, out: &mut impl Write) -> Result<(), DriftError> {
     let object: ObjectArg = args.object.parse()?;
     let (_client, js) = connect(&args.bus).await?;
-    let filter = object.filter(&args.bus.subject_prefix, args.cluster.as_deref());
-    let mut reader = EventReader::open(&js, &args.bus.subject_prefix, filter, true).await?;
-    let mut events = Vec::new();
-    if reader.initial_pending > 0 {
-        while let Some(read) = reader.next().await? {
-            if let Some(event) = read.event {
-                events.push((event, read.published));
-            }
-            if read.pending == 0 {
-                break;
-            }
-        }
-    }
+    let events = read_history(
+        &js,
+        &args.bus.subject_prefix,
+        &object,
+        args.cluster.as_deref(),
+    )
+    .await?;
     match args.out.output {
         OutputFormat::Json => {
             let all: Vec<serde_json::Value> = events.iter().map(|(e, _)| event_json(e)).collect();
@@ -94,6 +91,31 @@ pub async fn history(args: &DriftHistoryArgs, out: &mut impl Write) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Every stored event of `object` (on `cluster`, or on any), oldest first, with when the
+/// server stored it; returns once it has read what was stored when it started. Shared
+/// with the dashboard's `/api/drift/history`.
+pub(crate) async fn read_history(
+    js: &async_nats::jetstream::Context,
+    prefix: &fleetbus_schemas::subject::Prefix,
+    object: &ObjectArg,
+    cluster: Option<&str>,
+) -> Result<Vec<(DriftEvent, Option<DateTime<Utc>>)>, DriftError> {
+    let filter = object.filter(prefix, cluster);
+    let mut reader = EventReader::open(js, prefix, filter, true).await?;
+    let mut events = Vec::new();
+    if reader.initial_pending > 0 {
+        while let Some(read) = reader.next().await? {
+            if let Some(event) = read.event {
+                events.push((event, read.published));
+            }
+            if read.pending == 0 {
+                break;
+            }
+        }
+    }
+    Ok(events)
 }
 
 #[cfg(test)]

@@ -4,12 +4,12 @@
 //! ([`render`]). Nothing here writes to the bus except `correct`, which sends one
 //! request (PROTOCOL §6.3) and prints the agent's reply.
 
-mod correct;
+pub(crate) mod correct;
 mod error;
-mod events;
-mod history;
-mod ls;
-mod render;
+pub(crate) mod events;
+pub(crate) mod history;
+pub(crate) mod ls;
+pub(crate) mod render;
 mod watch;
 
 use async_nats::jetstream;

@@ -35,6 +35,10 @@ pub fn tour(state: &MeshState, dir: &Path, detached: bool) -> String {
     let _ = writeln!(t, "  {fleetbus} mesh status --dir {dir}");
     let _ = writeln!(
         t,
+        "  {fleetbus} dashboard --nats-url {nats}   # the live fleet dashboard on http://127.0.0.1:8080/"
+    );
+    let _ = writeln!(
+        t,
         "Logs: {dir}/nats.log, {dir}/<cluster>/devcluster.log, {dir}/<cluster>/agent.log"
     );
     if detached {
@@ -99,6 +103,10 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("mesh status --dir .fleetbus-mesh"), "{t}");
+        assert!(
+            t.contains("dashboard --nats-url nats://127.0.0.1:4333"),
+            "{t}"
+        );
         assert!(t.contains("Ctrl-C"), "{t}");
     }
 

@@ -1,4 +1,5 @@
-//! A minimal plain-HTTP GET, for probing `/readyz` and `/metrics` of processes under test.
+//! A minimal plain-HTTP client, for probing `/readyz` and `/metrics` of processes under
+//! test and for sending the dashboard what a browser would not.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -8,6 +9,39 @@ use std::time::Duration;
 /// status code and body, or a description of what went wrong (suitable for
 /// [`crate::wait_for_blocking`]'s "last seen").
 pub fn http_get(url: &str) -> Result<(u16, String), String> {
+    http_request("GET", url, &[], None).map(|r| (r.status, r.body))
+}
+
+/// What [`http_request`] got back.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    /// The status code.
+    pub status: u16,
+    /// Header lines as sent, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The body, lossily decoded.
+    pub body: String,
+}
+
+impl HttpResponse {
+    /// The first header `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// `METHOD http://host:port/path` with extra `headers` (a `Host` among them replaces
+/// the default) and an optional body (plain HTTP/1.0, no redirects), for tests that
+/// attack an HTTP server with what a browser would not send.
+pub fn http_request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Result<HttpResponse, String> {
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| format!("not an http:// URL: {url}"))?;
@@ -25,22 +59,40 @@ pub fn http_get(url: &str) -> Result<(u16, String), String> {
         TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: {hostport}\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(|e| format!("send to {addr}: {e}"))?;
+    let mut head = format!("{method} {path} HTTP/1.0\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        head.push_str(&format!("Host: {hostport}\r\n"));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        head.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    head.push_str("Connection: close\r\n\r\n");
+    head.push_str(body.unwrap_or_default());
+    s.write_all(head.as_bytes())
+        .map_err(|e| format!("send to {addr}: {e}"))?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)
         .map_err(|e| format!("read from {addr}: {e}"))?;
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("bad HTTP response from {addr}: {head:?}"))?;
-    Ok((status, body.to_string()))
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Ok(HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    })
 }
 
 #[cfg(test)]

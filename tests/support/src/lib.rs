@@ -21,7 +21,7 @@ pub use agent::Agent;
 pub use bins::{cargo_bin, helm_bin, kubectl_bin, nats_server_bin, repo_root};
 pub use devcluster::{DevCluster, DevClusterOpts};
 pub use fleetbus_launch::AgentCommand;
-pub use http::http_get;
+pub use http::{http_get, http_request, HttpResponse};
 pub use member::Member;
 pub use nats::NatsServer;
 pub use process::{free_addr, free_port, free_socket_addr};

@@ -1,0 +1,170 @@
+//! The rules × clusters grid from the rule status bucket (`<prefix>-rulestatus`,
+//! PROTOCOL §5.3): one cell per (rule, cluster), the record as its agent wrote it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fleetbus_schemas::registry::{ClusterRecord, MemberState};
+use fleetbus_schemas::rule_status::{rule_status_bucket, RuleStatusKey, RuleStatusRecord};
+use fleetbus_schemas::subject::Prefix;
+use serde::Serialize;
+
+use crate::kv::ReadError;
+
+/// What `/api/rules` returns.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Grid {
+    /// Rule names, sorted: the rows.
+    pub(crate) rules: Vec<String>,
+    /// Cluster names, sorted: the columns (every active cluster of the registry, and
+    /// every cluster that reports a status).
+    pub(crate) clusters: Vec<String>,
+    /// One record per reported (rule, cluster), as its agent wrote it.
+    pub(crate) cells: Vec<serde_json::Value>,
+    /// Records that did not decode or validate (not shown, counted).
+    pub(crate) skipped: u64,
+    /// Set when there is nothing to show and why (no bucket yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) note: Option<String>,
+}
+
+/// Reads the grid (columns: the active clusters of `registry` and every cluster that
+/// reports); only `rule`'s row and `cluster`'s column when given.
+pub(crate) async fn grid(
+    js: &async_nats::jetstream::Context,
+    prefix: &Prefix,
+    registry: Vec<ClusterRecord>,
+    rule: Option<&str>,
+    cluster: Option<&str>,
+) -> Result<Grid, ReadError> {
+    let mut clusters: BTreeSet<String> = registry
+        .into_iter()
+        .filter(|r| r.state == MemberState::Active)
+        .map(|r| r.name)
+        .collect();
+    let bucket = rule_status_bucket(prefix);
+    let (kv, keys) = match crate::kv::keys(js, prefix, &bucket).await {
+        Ok(found) => found,
+        // Agents older than the rule status protocol do not create it: an empty grid
+        // that says so, not an error page.
+        Err(ReadError::Missing { .. }) => {
+            return Ok(Grid {
+                clusters: clusters.into_iter().collect(),
+                note: Some(format!(
+                    "no bucket {bucket} yet: agents report rule status there once they run a \
+                     fleetbus version that writes it"
+                )),
+                ..Grid::default()
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    let mut skipped = 0;
+    let mut records = Vec::new();
+    for key in keys {
+        let Some(bytes) = kv
+            .get(&key)
+            .await
+            .map_err(|e| crate::kv::unreadable_bucket(&bucket, e))?
+        else {
+            continue;
+        };
+        match decode(&key, &bytes) {
+            Some(r) => records.push(r),
+            None => skipped += 1,
+        }
+    }
+    let cells = pick(records, rule, cluster);
+    clusters.extend(cells.keys().map(|(_, c)| c.clone()));
+    if let Some(c) = cluster {
+        clusters.retain(|name| name == c);
+    }
+    let rules: BTreeSet<String> = cells.keys().map(|(r, _)| r.clone()).collect();
+    Ok(Grid {
+        rules: rules.into_iter().collect(),
+        clusters: clusters.into_iter().collect(),
+        cells: cells.values().filter_map(to_json).collect(),
+        skipped,
+        note: None,
+    })
+}
+
+/// A record that decodes and is the one its key should hold (a record claiming
+/// another cluster than its key's is a forgery or a bug: not shown).
+fn decode(key: &str, bytes: &[u8]) -> Option<RuleStatusRecord> {
+    let key = RuleStatusKey::parse(key).ok()?;
+    let record = RuleStatusRecord::decode(bytes).ok()?;
+    record.validate(&key).ok()?;
+    Some(record)
+}
+
+/// One record per (rule, cluster): when a name has two cluster IDs (a cluster
+/// re-created, or a conflict), the latest written wins.
+fn pick(
+    records: Vec<RuleStatusRecord>,
+    rule: Option<&str>,
+    cluster: Option<&str>,
+) -> BTreeMap<(String, String), RuleStatusRecord> {
+    let mut cells: BTreeMap<(String, String), RuleStatusRecord> = BTreeMap::new();
+    for r in records {
+        if rule.is_some_and(|x| x != r.rule) || cluster.is_some_and(|x| x != r.cluster) {
+            continue;
+        }
+        let slot = (r.rule.clone(), r.cluster.clone());
+        match cells.get(&slot) {
+            Some(old) if old.updated_at >= r.updated_at => {}
+            _ => {
+                cells.insert(slot, r);
+            }
+        }
+    }
+    cells
+}
+
+fn to_json(r: &RuleStatusRecord) -> Option<serde_json::Value> {
+    serde_json::from_slice(&r.encode().ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetbus_schemas::rule_status::RuleCellState;
+
+    fn record(rule: &str, cluster: &str, id: &str, at: &str) -> RuleStatusRecord {
+        let json = serde_json::json!({
+            "schema": "fleetbus.io/rulestatus/v1", "cluster": cluster, "clusterID": id,
+            "rule": rule, "state": "Synced", "sink": true, "source": false,
+            "updatedAt": at,
+        });
+        RuleStatusRecord::decode(json.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_record_must_match_its_key() {
+        let r = record("web", "c2", "u2", "2026-11-27T01:00:00Z");
+        let bytes = r.encode().unwrap();
+        assert!(decode(&r.key().to_key(), &bytes).is_some());
+        // c3 writing a record that says c2: not shown.
+        assert!(decode("status.c3.u3.web", &bytes).is_none());
+        assert!(decode("status.c2.u2", &bytes).is_none());
+        assert!(decode(&r.key().to_key(), b"{\"schema\":\"x\"}").is_none());
+        assert!(decode(&r.key().to_key(), b"\xff").is_none());
+    }
+
+    #[test]
+    fn the_latest_record_of_a_name_wins_and_filters_apply() {
+        let mut old = record("web", "c2", "old", "2026-11-27T01:00:00Z");
+        old.state = RuleCellState::Error;
+        let new = record("web", "c2", "new", "2026-11-27T01:00:05Z");
+        let other = record("cfg", "c1", "u1", "2026-11-27T01:00:00Z");
+        let cells = pick(vec![new.clone(), old.clone(), other.clone()], None, None);
+        assert_eq!(cells.len(), 2);
+        assert_eq!(
+            cells[&("web".to_owned(), "c2".to_owned())].cluster_id,
+            "new"
+        );
+        let cells = pick(vec![old, new, other], Some("cfg"), None);
+        let keys: Vec<&(String, String)> = cells.keys().collect();
+        assert_eq!(keys, [&("cfg".to_owned(), "c1".to_owned())]);
+    }
+}
