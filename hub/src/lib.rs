@@ -13,6 +13,9 @@ pub mod drift;
 pub mod fleet;
 mod kv;
 pub mod mesh;
+pub mod output;
+pub mod rules;
+pub mod status;
 
 mod names;
 mod probe;

@@ -68,6 +68,38 @@ impl EventReader {
         })
     }
 
+    /// An ordered consumer on every drift subject from stream sequence `start`.
+    async fn open_from(
+        js: &jetstream::Context,
+        prefix: &Prefix,
+        start: u64,
+    ) -> Result<Self, DriftError> {
+        let stream_name = Layout::new(prefix.clone(), 1).drift_stream().name;
+        let err =
+            |source: Box<dyn std::error::Error + Send + Sync>| crate::kv::ReadError::Unreadable {
+                what: "stream",
+                name: stream_name.clone(),
+                source,
+            };
+        let stream = crate::kv::stream(js, prefix, &stream_name).await?;
+        let consumer = stream
+            .create_consumer(OrderedConfig {
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: start.max(1),
+                },
+                ..OrderedConfig::default()
+            })
+            .await
+            .map_err(|e| err(Box::new(e)))?;
+        let initial_pending = consumer.cached_info().num_pending;
+        let messages = consumer.messages().await.map_err(|e| err(Box::new(e)))?;
+        Ok(Self {
+            stream: stream_name,
+            messages,
+            initial_pending,
+        })
+    }
+
     /// The next event; `None` if the consumer ended (the connection closed).
     pub(crate) async fn next(&mut self) -> Result<Option<Read>, DriftError> {
         let Some(msg) = self.messages.next().await else {
@@ -100,4 +132,44 @@ impl EventReader {
             pending,
         }))
     }
+}
+
+/// The last `n` stored drift events, oldest first (undecodable ones skipped), with
+/// when each was stored. Reads from `last sequence - n + 1`, never the whole history.
+pub(crate) async fn last(
+    js: &jetstream::Context,
+    prefix: &Prefix,
+    n: usize,
+) -> Result<Vec<(DriftEvent, Option<DateTime<Utc>>)>, DriftError> {
+    let stream_name = Layout::new(prefix.clone(), 1).drift_stream().name;
+    let mut stream = crate::kv::stream(js, prefix, &stream_name).await?;
+    let info = stream
+        .info()
+        .await
+        .map_err(|e| crate::kv::ReadError::Unreadable {
+            what: "stream",
+            name: stream_name.clone(),
+            source: Box::new(e),
+        })?;
+    let last_seq = info.state.last_sequence;
+    if n == 0 || info.state.messages == 0 {
+        return Ok(Vec::new());
+    }
+    let start = last_seq.saturating_sub(n as u64 - 1);
+    let mut reader = EventReader::open_from(js, prefix, start).await?;
+    let mut found = Vec::new();
+    let mut left = reader.initial_pending;
+    while left > 0 {
+        let Some(read) = reader.next().await? else {
+            break;
+        };
+        if let Some(event) = read.event {
+            found.push((event, read.published));
+        }
+        left = read.pending;
+        if found.len() >= n {
+            break;
+        }
+    }
+    Ok(found)
 }

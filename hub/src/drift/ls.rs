@@ -16,12 +16,18 @@ use crate::cli::{DriftLsArgs, OutputFormat};
 pub async fn ls(args: &DriftLsArgs, out: &mut impl Write) -> Result<(), DriftError> {
     let (_client, js) = connect(&args.bus).await?;
     let layout = fleetbus_schemas::jetstream::Layout::new(args.bus.subject_prefix.clone(), 1);
-    let events = read_current(&js, &layout.drift_bucket().bucket, args).await?;
+    let events = read_current(
+        &js,
+        &args.bus.subject_prefix,
+        &layout.drift_bucket().bucket,
+        args.cluster.as_deref(),
+        args.rule.as_deref(),
+    )
+    .await?;
     match args.out.output {
-        OutputFormat::Json => {
+        format @ (OutputFormat::Json | OutputFormat::Yaml) => {
             let all: Vec<serde_json::Value> = events.iter().map(|(_, e)| event_json(e)).collect();
-            serde_json::to_writer_pretty(&mut *out, &all).map_err(std::io::Error::from)?;
-            writeln!(out)?;
+            crate::output::data(out, format, &all)?;
         }
         OutputFormat::Table => {
             let now = chrono::Utc::now();
@@ -34,12 +40,14 @@ pub async fn ls(args: &DriftLsArgs, out: &mut impl Write) -> Result<(), DriftErr
 
 /// Every current drift event matching the filters, sorted by key. A missing bucket is
 /// an error: agents create it at start, so without it this is not the fleet asked for.
-async fn read_current(
+pub(crate) async fn read_current(
     js: &jetstream::Context,
+    prefix: &fleetbus_schemas::subject::Prefix,
     bucket: &str,
-    args: &DriftLsArgs,
+    cluster: Option<&str>,
+    rule: Option<&str>,
 ) -> Result<Vec<(DriftKey, DriftEvent)>, DriftError> {
-    let (kv, keys) = crate::kv::keys(js, &args.bus.subject_prefix, bucket).await?;
+    let (kv, keys) = crate::kv::keys(js, prefix, bucket).await?;
     let err = |e: async_nats::jetstream::kv::EntryError| crate::kv::unreadable_bucket(bucket, e);
     let mut found = Vec::new();
     for key in keys {
@@ -47,7 +55,7 @@ async fn read_current(
             tracing::warn!(key, "skipping a drift key that does not parse");
             continue;
         };
-        if args.cluster.as_ref().is_some_and(|c| *c != dk.cluster) {
+        if cluster.is_some_and(|c| c != dk.cluster) {
             continue;
         }
         // Deleted between the key listing and now: the drift just ended.
@@ -61,7 +69,7 @@ async fn read_current(
                 continue;
             }
         };
-        if args.rule.as_ref().is_some_and(|r| *r != event.rule) {
+        if rule.is_some_and(|r| r != event.rule) {
             continue;
         }
         found.push((dk, event));
