@@ -17,6 +17,10 @@ pub mod output;
 pub mod rules;
 pub mod status;
 
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod snapshots;
+
 mod names;
 mod probe;
 mod proc;

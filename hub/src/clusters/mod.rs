@@ -6,7 +6,7 @@ mod error;
 mod label;
 mod ls;
 mod progress;
-mod render;
+pub(crate) mod render;
 
 use std::process::ExitCode;
 
