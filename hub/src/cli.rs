@@ -457,6 +457,31 @@ mod tests {
     }
 
     #[test]
+    fn views_parse_with_bus_flags_and_yaml() {
+        let cli = parse(&["status", "--creds", "/x.creds", "-o", "yaml"]).unwrap();
+        let Command::Status(s) = cli.command else {
+            panic!("not status")
+        };
+        assert_eq!(s.bus.creds, Some(PathBuf::from("/x.creds")));
+        assert_eq!((s.out.output, s.events), (OutputFormat::Yaml, 5));
+        let cli = parse(&[
+            "rules",
+            "describe",
+            "cfg.shared",
+            "--subject-prefix",
+            "acme",
+        ])
+        .unwrap();
+        let Command::Rules(RulesCommand::Describe(d)) = cli.command else {
+            panic!("not describe")
+        };
+        assert_eq!(d.rule, "cfg.shared");
+        assert_eq!(d.bus.subject_prefix.to_string(), "acme");
+        assert!(parse(&["clusters", "describe", "c2", "-o", "json"]).is_ok());
+        assert!(parse(&["rules", "ls"]).is_ok());
+    }
+
+    #[test]
     fn bad_args_are_usage_errors() {
         for bad in [
             &["mesh", "up", "--clusters", "0"][..],
@@ -479,6 +504,11 @@ mod tests {
             &["clusters", "label", "*", "env=prod"],
             &["clusters", "progress", "a", "b.c"],
             &["mesh", "up", "--clusters", "27"],
+            &["rules", "describe"],
+            &["rules", "ls", "-o", "xml"],
+            &["clusters", "describe", "B"],
+            &["clusters", "describe"],
+            &["status", "--events", "many"],
         ] {
             let err = parse(bad).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
