@@ -39,40 +39,20 @@ impl EventReader {
         filter: String,
         all: bool,
     ) -> Result<Self, DriftError> {
-        let stream_name = Layout::new(prefix.clone(), 1).drift_stream().name;
-        let err =
-            |source: Box<dyn std::error::Error + Send + Sync>| crate::kv::ReadError::Unreadable {
-                what: "stream",
-                name: stream_name.clone(),
-                source,
-            };
-        let stream = crate::kv::stream(js, prefix, &stream_name).await?;
-        let consumer = stream
-            .create_consumer(OrderedConfig {
-                filter_subject: filter,
-                deliver_policy: if all {
-                    DeliverPolicy::All
-                } else {
-                    DeliverPolicy::New
-                },
-                ..OrderedConfig::default()
-            })
-            .await
-            .map_err(|e| err(Box::new(e)))?;
-        let initial_pending = consumer.cached_info().num_pending;
-        let messages = consumer.messages().await.map_err(|e| err(Box::new(e)))?;
-        Ok(Self {
-            stream: stream_name,
-            messages,
-            initial_pending,
-        })
+        let deliver_policy = if all {
+            DeliverPolicy::All
+        } else {
+            DeliverPolicy::New
+        };
+        Self::open_with(js, prefix, filter, deliver_policy).await
     }
 
-    /// An ordered consumer on every drift subject from stream sequence `start`.
-    async fn open_from(
+    /// An ordered consumer on `filter` (empty: every drift subject) delivering by `deliver_policy`.
+    async fn open_with(
         js: &jetstream::Context,
         prefix: &Prefix,
-        start: u64,
+        filter: String,
+        deliver_policy: DeliverPolicy,
     ) -> Result<Self, DriftError> {
         let stream_name = Layout::new(prefix.clone(), 1).drift_stream().name;
         let err =
@@ -84,9 +64,8 @@ impl EventReader {
         let stream = crate::kv::stream(js, prefix, &stream_name).await?;
         let consumer = stream
             .create_consumer(OrderedConfig {
-                deliver_policy: DeliverPolicy::ByStartSequence {
-                    start_sequence: start.max(1),
-                },
+                filter_subject: filter,
+                deliver_policy,
                 ..OrderedConfig::default()
             })
             .await
@@ -156,7 +135,10 @@ pub(crate) async fn last(
         return Ok(Vec::new());
     }
     let start = last_seq.saturating_sub(n as u64 - 1);
-    let mut reader = EventReader::open_from(js, prefix, start).await?;
+    let from = DeliverPolicy::ByStartSequence {
+        start_sequence: start.max(1),
+    };
+    let mut reader = EventReader::open_with(js, prefix, String::new(), from).await?;
     let mut found = Vec::new();
     let mut left = reader.initial_pending;
     while left > 0 {

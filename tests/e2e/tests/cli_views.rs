@@ -13,17 +13,6 @@ use common::*;
 use fleetbus_testsupport::{repo_root, wait_for, NatsServer};
 use serde_json::Value;
 
-const CONFLICTED: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: shared-secrets
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  rules:
-    - match:
-        - namespaces: [shared]
-"#;
-
 const NOWHERE: &str = r#"apiVersion: fleetbus.io/v1alpha1
 kind: ResourceSyncRule
 metadata:
@@ -78,7 +67,7 @@ async fn every_view_reads_the_bus() {
     // The same name on both before the rule: each holds the other's as a conflict.
     create_secret(c1, "shared", "db", &[("owner", "c1")]).await;
     create_secret(c2, "shared", "db", &[("owner", "c2")]).await;
-    apply_yaml(c1, CONFLICTED);
+    apply_yaml(c1, SHARED_SECRETS_RULE);
     apply_yaml(c1, NOWHERE);
 
     let ls = wait_for(
@@ -138,6 +127,45 @@ async fn every_view_reads_the_bus() {
     let missing = fleetbus(&nats, &["rules", "describe", "no-such-rule"]).await;
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no-such-rule"));
+
+    // A drift on c2, corrected by its agent: the last drift events show it.
+    create_secret(c1, "shared", "other", &[("k", "v")]).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "other",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    kubectl(
+        c2,
+        &[
+            "-n",
+            "shared",
+            "patch",
+            "secret",
+            "other",
+            "-p",
+            r#"{"data":{"k":"eA=="}}"#,
+        ],
+    );
+    wait_for("the drift among the last events", CONVERGE, || async {
+        let (_, s) = json(&nats, &["status", "--events", "3"]).await?;
+        let last = s["lastDriftEvents"].as_array().cloned().unwrap_or_default();
+        if last.len() <= 3
+            && last
+                .iter()
+                .any(|e| e["object"]["name"] == "other" && e["cluster"] == "c2")
+        {
+            Ok(())
+        } else {
+            Err(format!("{s}"))
+        }
+    })
+    .await;
 
     // status: the conflicts need attention (exit 1), both clusters Ready.
     let (code, s) = json(&nats, &["status"]).await.unwrap();
