@@ -14,16 +14,7 @@ pub fn data(
     format: OutputFormat,
     value: &impl Serialize,
 ) -> std::io::Result<()> {
-    match format {
-        OutputFormat::Yaml => {
-            let text = serde_yaml::to_string(value).map_err(std::io::Error::other)?;
-            write!(out, "{text}")
-        }
-        OutputFormat::Json | OutputFormat::Table => {
-            serde_json::to_writer_pretty(&mut *out, value).map_err(std::io::Error::from)?;
-            writeln!(out)
-        }
-    }
+    write(out, format, value, false)
 }
 
 /// One item of a stream of values (`drift watch`, `clusters progress --watch`): a
@@ -33,13 +24,28 @@ pub fn item(
     format: OutputFormat,
     value: &impl Serialize,
 ) -> std::io::Result<()> {
+    write(out, format, value, true)
+}
+
+fn write(
+    out: &mut impl Write,
+    format: OutputFormat,
+    value: &impl Serialize,
+    streamed: bool,
+) -> std::io::Result<()> {
     match format {
         OutputFormat::Yaml => {
             let text = serde_yaml::to_string(value).map_err(std::io::Error::other)?;
-            write!(out, "---\n{text}")
+            let start = if streamed { "---\n" } else { "" };
+            write!(out, "{start}{text}")
         }
         OutputFormat::Json | OutputFormat::Table => {
-            serde_json::to_writer(&mut *out, value).map_err(std::io::Error::from)?;
+            if streamed {
+                serde_json::to_writer(&mut *out, value)
+            } else {
+                serde_json::to_writer_pretty(&mut *out, value)
+            }
+            .map_err(std::io::Error::from)?;
             writeln!(out)
         }
     }
