@@ -40,6 +40,18 @@ pub enum Command {
     /// unless --allow-actions. The JSON endpoints behind the pages are described in
     /// the crate docs of `fleetbus_hub::dashboard`.
     Dashboard(DashboardArgs),
+    /// One screen for the fleet: what needs attention, clusters by state, rules by
+    /// sinks synced / waiting / in error / in conflict, copies drifted now, the last
+    /// drift events.
+    ///
+    /// Reads the bus only (registry, rule status and drift buckets, drift stream).
+    /// Exit 0 when all is well, 1 when something needs attention (a cluster
+    /// Disconnected, ApiUnreachable or in Conflict; a rule in Error, Conflict or
+    /// Invalid on some cluster; a drifted copy), 2 when the bus cannot be read.
+    Status(StatusArgs),
+    /// The fleet's ResourceSyncRules as each cluster's agent reports them.
+    #[command(subcommand)]
+    Rules(RulesCommand),
     /// Print a shell completion script: `source <(fleetbus completion bash)`, or save
     /// it where your shell loads completions (zsh: a file `_fleetbus` on `$fpath`;
     /// fish: `~/.config/fish/completions/fleetbus.fish`).
@@ -75,6 +87,44 @@ pub struct CompletionArgs {
     pub shell: clap_complete::Shell,
 }
 
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// How many of the last drift events to show.
+    #[arg(long, env = "FLEETBUS_STATUS_EVENTS", default_value_t = 5)]
+    pub events: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RulesCommand {
+    /// Every rule: sources, sinks synced/selected, ready copies, errors, conflicts, state.
+    Ls(RulesLsArgs),
+    /// One rule on every cluster: selected or not and why, role, copies, ready n/m,
+    /// errors and conflicts with the object each concerns. Exit 1 if no cluster reports it.
+    Describe(RulesDescribeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RulesLsArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RulesDescribeArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// The ResourceSyncRule's name.
+    pub rule: String,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ClustersCommand {
     /// Change a cluster's labels (kubectl label syntax: KEY=VALUE sets, KEY- removes).
@@ -83,8 +133,12 @@ pub enum ClustersCommand {
     /// --timeout, or when the agent refuses: invalid key or value, or a changed value
     /// without --overwrite. Prints the cluster's labels after the change.
     Label(ClustersLabelArgs),
-    /// Every cluster in the registry: name, state, labels.
+    /// Every cluster in the registry: name, state, heartbeat age, version,
+    /// distribution, region, labels, features.
     Ls(ClustersLsArgs),
+    /// One cluster: its record, state, every rule's state there, its drifted copies.
+    /// Exit 1 if the registry has no such cluster.
+    Describe(ClustersDescribeArgs),
     /// Sync progress of clusters (all active ones by default), asked of their agents.
     ///
     /// One line per cluster: `c3  catching up  7,412/10,000 copies (74%)  reading bus:
@@ -140,6 +194,17 @@ pub struct ClustersLsArgs {
     pub out: OutputArgs,
 }
 
+#[derive(Debug, Args)]
+pub struct ClustersDescribeArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// The cluster.
+    #[arg(value_parser = parse_cluster_name)]
+    pub cluster: String,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum DriftCommand {
     /// Current drift across the fleet (from the drift KV bucket).
@@ -162,6 +227,15 @@ pub struct BusArgs {
         default_value = "nats://127.0.0.1:4222"
     )]
     pub nats_url: String,
+
+    /// NATS credentials file (`.creds`: user JWT and NKey seed), as the agent's `--nats-creds`.
+    #[arg(
+        long,
+        alias = "nats-creds",
+        env = "FLEETBUS_NATS_CREDS",
+        value_name = "FILE"
+    )]
+    pub creds: Option<PathBuf>,
 
     /// Subject prefix of the fleet (streams and buckets derive from it).
     #[arg(long, env = "FLEETBUS_SUBJECT_PREFIX", default_value = "fleetbus", value_parser = parse_prefix)]
@@ -191,6 +265,8 @@ pub enum OutputFormat {
     Table,
     /// JSON (the protocol's messages), for scripts.
     Json,
+    /// YAML: the same values as JSON.
+    Yaml,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -420,6 +496,31 @@ mod tests {
     }
 
     #[test]
+    fn views_parse_with_bus_flags_and_yaml() {
+        let cli = parse(&["status", "--creds", "/x.creds", "-o", "yaml"]).unwrap();
+        let Command::Status(s) = cli.command else {
+            panic!("not status")
+        };
+        assert_eq!(s.bus.creds, Some(PathBuf::from("/x.creds")));
+        assert_eq!((s.out.output, s.events), (OutputFormat::Yaml, 5));
+        let cli = parse(&[
+            "rules",
+            "describe",
+            "cfg.shared",
+            "--subject-prefix",
+            "acme",
+        ])
+        .unwrap();
+        let Command::Rules(RulesCommand::Describe(d)) = cli.command else {
+            panic!("not describe")
+        };
+        assert_eq!(d.rule, "cfg.shared");
+        assert_eq!(d.bus.subject_prefix.to_string(), "acme");
+        assert!(parse(&["clusters", "describe", "c2", "-o", "json"]).is_ok());
+        assert!(parse(&["rules", "ls"]).is_ok());
+    }
+
+    #[test]
     fn bad_args_are_usage_errors() {
         for bad in [
             &["mesh", "up", "--clusters", "0"][..],
@@ -429,7 +530,7 @@ mod tests {
             &["mesh"],
             &["drift", "correct"],
             &["drift", "correct", "--cluster", "c2", "--timeout", "soon"],
-            &["drift", "ls", "-o", "yaml"],
+            &["drift", "ls", "-o", "xml"],
             &["drift", "ls", "--subject-prefix", "Bad.Prefix"],
             &["drift", "history"],
             // Cluster names that cannot exist (and would be subject wildcards).
@@ -445,6 +546,11 @@ mod tests {
             &["dashboard", "--listen", "localhost"],
             &["dashboard", "--listen", "8080"],
             &["dashboard", "--bogus"],
+            &["rules", "describe"],
+            &["rules", "ls", "-o", "xml"],
+            &["clusters", "describe", "B"],
+            &["clusters", "describe"],
+            &["status", "--events", "many"],
         ] {
             let err = parse(bad).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");

@@ -21,6 +21,15 @@ pub enum CommandError {
         #[source]
         source: async_nats::ConnectError,
     },
+    /// The credentials file could not be read.
+    #[error("cannot read the NATS credentials file {path} (--creds)")]
+    Creds {
+        /// The file given.
+        path: String,
+        /// What the client reported.
+        #[source]
+        source: std::io::Error,
+    },
     /// Nobody subscribes to the cluster's command subject.
     #[error("no agent answers for cluster {cluster} (is it running and connected?)")]
     NoResponder {
@@ -51,7 +60,16 @@ pub enum CommandError {
 pub(crate) async fn connect(
     bus: &BusArgs,
 ) -> Result<(async_nats::Client, jetstream::Context), CommandError> {
-    let client = async_nats::ConnectOptions::new()
+    let options = match &bus.creds {
+        Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
+            .await
+            .map_err(|source| CommandError::Creds {
+                path: path.display().to_string(),
+                source,
+            })?,
+        None => async_nats::ConnectOptions::new(),
+    };
+    let client = options
         .connection_timeout(Duration::from_secs(5))
         .connect(bus.nats_url.as_str())
         .await

@@ -15,6 +15,13 @@ pub mod drift;
 pub mod fleet;
 mod kv;
 pub mod mesh;
+pub mod output;
+pub mod rules;
+pub mod status;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod snapshots;
 
 mod names;
 mod probe;

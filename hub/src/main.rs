@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 use fleetbus_hub::cli::{Cli, Command, MeshCommand};
 use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
-use fleetbus_hub::{clusters, dashboard, drift};
+use fleetbus_hub::{clusters, dashboard, drift, rules, status};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -37,6 +37,12 @@ fn main() -> ExitCode {
         Command::Dashboard(args) => {
             return runtime
                 .block_on(dashboard::run(args))
+                .unwrap_or_else(|e| fail(&e.into()));
+        }
+        Command::Status(args) => return runtime.block_on(status::run(args)),
+        Command::Rules(cmd) => {
+            return runtime
+                .block_on(rules::run(cmd))
                 .unwrap_or_else(|e| fail(&e.into()));
         }
         Command::Completion(args) => {

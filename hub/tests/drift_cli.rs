@@ -264,6 +264,9 @@ async fn reading_a_prefix_without_its_stream_or_bucket_fails_naming_it() {
         ),
         (&["clusters", "ls"], "no bucket wrong-registry"),
         (&["clusters", "progress"], "no bucket wrong-registry"),
+        (&["clusters", "describe", "c1"], "no bucket wrong-registry"),
+        (&["rules", "ls"], "no bucket wrong-registry"),
+        (&["rules", "describe", "r"], "no bucket wrong-registry"),
     ] {
         let args = [args, &["--subject-prefix", "wrong"]].concat();
         let out = run(&nats, &args).await;
@@ -279,6 +282,39 @@ async fn reading_a_prefix_without_its_stream_or_bucket_fails_naming_it() {
         );
         assert!(stdout(&out).is_empty(), "{args:?}: {}", text(&out));
     }
+}
+
+/// With a registry but no rule status bucket (agents that predate it, or none yet),
+/// the views say so and how to fix it; `status` exits 2 (cannot read the bus).
+#[tokio::test]
+async fn views_without_rule_status_name_the_cause() {
+    let nats = NatsServer::start().unwrap();
+    let (_client, js, _) = bus(&nats).await;
+    js.create_key_value(kv::Config {
+        bucket: "fleetbus-registry".into(),
+        ..kv::Config::default()
+    })
+    .await
+    .unwrap();
+    for (args, code) in [
+        (&["rules", "ls"][..], 1),
+        (&["status"], 2),
+        (&["status", "-o", "json"], 2),
+    ] {
+        let out = run(&nats, args).await;
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(
+                "no agent has written rule status on this NATS (no bucket fleetbus-rulestatus"
+            ) && stderr.contains("is a fleetbus agent"),
+            "{args:?}: {}",
+            text(&out)
+        );
+        assert!(stdout(&out).is_empty(), "{args:?}: {}", text(&out));
+    }
+    let out = run(&nats, &["status", "--nats-url", "nats://127.0.0.1:1"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
 
 /// A cluster name that cannot exist (`*`, empty, a subject wildcard) is a usage error:

@@ -44,6 +44,12 @@ pub enum ClustersError {
     /// The registry bucket is missing or could not be read.
     #[error(transparent)]
     Registry(#[from] crate::kv::ReadError),
+    /// The rule status or drift could not be read (`describe`).
+    #[error(transparent)]
+    Rules(#[from] crate::rules::RulesError),
+    /// The drift bucket could not be read (`describe`).
+    #[error(transparent)]
+    Drift(#[from] crate::drift::DriftError),
     /// Writing to stdout failed (e.g. a closed pipe).
     #[error("cannot write the output")]
     Output(#[from] std::io::Error),

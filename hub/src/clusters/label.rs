@@ -43,10 +43,9 @@ pub async fn label(args: &ClustersLabelArgs, out: &mut impl Write) -> Result<(),
     .await?;
     let labels = reply.labels.unwrap_or_default();
     match args.out.output {
-        OutputFormat::Json => {
+        format @ (OutputFormat::Json | OutputFormat::Yaml) => {
             let value = serde_json::json!({"cluster": reply.cluster, "labels": labels});
-            serde_json::to_writer_pretty(&mut *out, &value).map_err(std::io::Error::from)?;
-            writeln!(out)?;
+            crate::output::data(out, format, &value)?;
         }
         OutputFormat::Table => {
             let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();

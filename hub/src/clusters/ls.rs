@@ -1,40 +1,75 @@
-//! `fleetbus clusters ls`: every cluster in the registry bucket with its state and labels.
+//! `fleetbus clusters ls`: every cluster in the registry bucket, and `clusters
+//! describe`: one cluster with its rules and drifted copies.
 
 use std::io::Write;
+use std::process::ExitCode;
 
+use serde_json::json;
+
+use super::render;
 use super::ClustersError;
-use crate::cli::{ClustersLsArgs, OutputFormat};
+use crate::cli::{ClustersDescribeArgs, ClustersLsArgs, OutputFormat};
 
 /// Lists the clusters, sorted by name: name, state (the words of the Cluster
-/// objects: Ready, ApiUnreachable, Disconnected, Left, Conflict), labels.
+/// objects: Ready, ApiUnreachable, Disconnected, Left, Conflict), heartbeat age,
+/// Kubernetes version, distribution, region, labels, features.
 pub async fn ls(args: &ClustersLsArgs, out: &mut impl Write) -> Result<(), ClustersError> {
     let (_client, js) = crate::command::connect(&args.bus).await?;
     let views = crate::fleet::clusters(&js, &args.bus.subject_prefix, chrono::Utc::now()).await?;
     match args.out.output {
-        OutputFormat::Json => {
-            let all: Vec<_> = views
-                .iter()
-                .map(|v| {
-                    let r = &v.record;
-                    serde_json::json!({
-                        "name": r.name, "clusterId": r.cluster_id, "state": v.state,
-                        "labels": r.labels,
-                    })
-                })
-                .collect();
-            serde_json::to_writer_pretty(&mut *out, &all).map_err(std::io::Error::from)?;
-            writeln!(out)?;
-        }
-        OutputFormat::Table => {
-            writeln!(out, "{:<24} {:<16} LABELS", "NAME", "STATE")?;
-            for v in &views {
-                let r = &v.record;
-                let state = format!("{:?}", v.state);
-                let labels: Vec<String> =
-                    r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                writeln!(out, "{:<24} {:<16} {}", r.name, state, labels.join(","))?;
-            }
+        OutputFormat::Table => render::ls(out, &views)?,
+        format => {
+            let all: Vec<_> = views.iter().map(render::cluster_json).collect();
+            crate::output::data(out, format, &all)?;
         }
     }
     Ok(())
+}
+
+/// One cluster (every record claiming the name): exit 1 if there is none.
+pub async fn describe(
+    args: &ClustersDescribeArgs,
+    out: &mut impl Write,
+) -> Result<ExitCode, ClustersError> {
+    let (_client, js) = crate::command::connect(&args.bus).await?;
+    let prefix = &args.bus.subject_prefix;
+    let now = chrono::Utc::now();
+    let (clusters, rows, skipped) = crate::rules::gather(&js, prefix).await?;
+    let views: Vec<_> = clusters
+        .iter()
+        .filter(|v| v.record.name == args.cluster)
+        .collect();
+    if views.is_empty() {
+        eprintln!(
+            "fleetbus: no cluster {:?} in the registry (`fleetbus clusters ls` lists them)",
+            args.cluster
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    let cells: Vec<_> = rows
+        .iter()
+        .flat_map(|r| r.cells.iter())
+        .filter(|c| c.record.cluster == args.cluster)
+        .collect();
+    let drifted: Vec<_> = crate::drift::current(&js, prefix, Some(&args.cluster), None)
+        .await?
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    match args.out.output {
+        OutputFormat::Table => {
+            render::describe(out, &views, &cells, &drifted, now)?;
+            crate::rules::render::skipped_line(out, skipped)?;
+        }
+        format => {
+            let value = json!({
+                "clusters": views.iter().map(|v| render::cluster_json(v)).collect::<Vec<_>>(),
+                "rules": cells,
+                "drifted": drifted.iter().map(crate::drift::render::event_json).collect::<Vec<_>>(),
+                "unreadableRecords": skipped,
+            });
+            crate::output::data(out, format, &value)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

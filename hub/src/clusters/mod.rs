@@ -6,6 +6,7 @@ mod error;
 pub(crate) mod label;
 mod ls;
 pub(crate) mod progress;
+pub(crate) mod render;
 
 use std::process::ExitCode;
 
@@ -13,7 +14,7 @@ use crate::cli::ClustersCommand;
 
 pub use error::ClustersError;
 pub use label::{label, parse_label_args};
-pub use ls::ls;
+pub use ls::{describe, ls};
 pub use progress::progress;
 
 /// Runs one clusters command.
@@ -24,6 +25,7 @@ pub async fn run(cmd: ClustersCommand) -> Result<ExitCode, ClustersError> {
     match cmd {
         ClustersCommand::Label(args) => label(&args, &mut out).await?,
         ClustersCommand::Ls(args) => ls(&args, &mut out).await?,
+        ClustersCommand::Describe(args) => return describe(&args, &mut out).await,
         ClustersCommand::Progress(args) => return progress(&args, tty, &mut out).await,
     }
     Ok(ExitCode::SUCCESS)

@@ -114,9 +114,9 @@ pub async fn progress(
         }
         let done = seen.iter().all(|(_, s)| s.in_sync());
         match args.out.output {
-            OutputFormat::Json => {
+            format @ (OutputFormat::Json | OutputFormat::Yaml) => {
                 let all: Vec<_> = seen.iter().map(|(c, s)| to_json(c, s)).collect();
-                writeln!(out, "{}", serde_json::Value::Array(all))?;
+                crate::output::item(out, format, &all)?;
             }
             OutputFormat::Table => {
                 // On a terminal, draw over the previous round.

@@ -27,14 +27,13 @@ pub async fn correct(args: &DriftCorrectArgs, out: &mut impl Write) -> Result<bo
     )
     .await?;
     match args.out.output {
-        OutputFormat::Json => {
+        format @ (OutputFormat::Json | OutputFormat::Yaml) => {
             let value: serde_json::Value = reply
                 .encode()
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok())
                 .unwrap_or_default();
-            serde_json::to_writer_pretty(&mut *out, &value).map_err(std::io::Error::from)?;
-            writeln!(out)?;
+            crate::output::data(out, format, &value)?;
         }
         OutputFormat::Table => {
             for object in &reply.corrected {

@@ -39,6 +39,21 @@ impl EventReader {
         filter: String,
         all: bool,
     ) -> Result<Self, DriftError> {
+        let deliver_policy = if all {
+            DeliverPolicy::All
+        } else {
+            DeliverPolicy::New
+        };
+        Self::open_with(js, prefix, filter, deliver_policy).await
+    }
+
+    /// An ordered consumer on `filter` (empty: every drift subject) delivering by `deliver_policy`.
+    async fn open_with(
+        js: &jetstream::Context,
+        prefix: &Prefix,
+        filter: String,
+        deliver_policy: DeliverPolicy,
+    ) -> Result<Self, DriftError> {
         let stream_name = Layout::new(prefix.clone(), 1).drift_stream().name;
         let err =
             |source: Box<dyn std::error::Error + Send + Sync>| crate::kv::ReadError::Unreadable {
@@ -50,11 +65,7 @@ impl EventReader {
         let consumer = stream
             .create_consumer(OrderedConfig {
                 filter_subject: filter,
-                deliver_policy: if all {
-                    DeliverPolicy::All
-                } else {
-                    DeliverPolicy::New
-                },
+                deliver_policy,
                 ..OrderedConfig::default()
             })
             .await
@@ -100,4 +111,47 @@ impl EventReader {
             pending,
         }))
     }
+}
+
+/// The last `n` stored drift events, oldest first (undecodable ones skipped), with
+/// when each was stored. Reads from `last sequence - n + 1`, never the whole history.
+pub(crate) async fn last(
+    js: &jetstream::Context,
+    prefix: &Prefix,
+    n: usize,
+) -> Result<Vec<(DriftEvent, Option<DateTime<Utc>>)>, DriftError> {
+    let stream_name = Layout::new(prefix.clone(), 1).drift_stream().name;
+    let mut stream = crate::kv::stream(js, prefix, &stream_name).await?;
+    let info = stream
+        .info()
+        .await
+        .map_err(|e| crate::kv::ReadError::Unreadable {
+            what: "stream",
+            name: stream_name.clone(),
+            source: Box::new(e),
+        })?;
+    let last_seq = info.state.last_sequence;
+    if n == 0 || info.state.messages == 0 {
+        return Ok(Vec::new());
+    }
+    let start = last_seq.saturating_sub(n as u64 - 1);
+    let from = DeliverPolicy::ByStartSequence {
+        start_sequence: start.max(1),
+    };
+    let mut reader = EventReader::open_with(js, prefix, String::new(), from).await?;
+    let mut found = Vec::new();
+    let mut left = reader.initial_pending;
+    while left > 0 {
+        let Some(read) = reader.next().await? else {
+            break;
+        };
+        if let Some(event) = read.event {
+            found.push((event, read.published));
+        }
+        left = read.pending;
+        if found.len() >= n {
+            break;
+        }
+    }
+    Ok(found)
 }

@@ -79,10 +79,9 @@ pub async fn history(args: &DriftHistoryArgs, out: &mut impl Write) -> Result<()
     )
     .await?;
     match args.out.output {
-        OutputFormat::Json => {
+        format @ (OutputFormat::Json | OutputFormat::Yaml) => {
             let all: Vec<serde_json::Value> = events.iter().map(|(e, _)| event_json(e)).collect();
-            serde_json::to_writer_pretty(&mut *out, &all).map_err(std::io::Error::from)?;
-            writeln!(out)?;
+            crate::output::data(out, format, &all)?;
         }
         OutputFormat::Table => {
             for (e, published) in &events {

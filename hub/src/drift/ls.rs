@@ -25,10 +25,9 @@ pub async fn ls(args: &DriftLsArgs, out: &mut impl Write) -> Result<(), DriftErr
     )
     .await?;
     match args.out.output {
-        OutputFormat::Json => {
+        format @ (OutputFormat::Json | OutputFormat::Yaml) => {
             let all: Vec<serde_json::Value> = events.iter().map(|(_, e)| event_json(e)).collect();
-            serde_json::to_writer_pretty(&mut *out, &all).map_err(std::io::Error::from)?;
-            writeln!(out)?;
+            crate::output::data(out, format, &all)?;
         }
         OutputFormat::Table => {
             let now = chrono::Utc::now();

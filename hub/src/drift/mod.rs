@@ -41,6 +41,38 @@ pub async fn run(cmd: DriftCommand) -> Result<ExitCode, DriftError> {
     }
 }
 
+/// Every copy drifted now (the drift bucket), optionally of one cluster or rule.
+pub async fn current(
+    js: &jetstream::Context,
+    prefix: &fleetbus_schemas::subject::Prefix,
+    cluster: Option<&str>,
+    rule: Option<&str>,
+) -> Result<
+    Vec<(
+        fleetbus_schemas::subject::DriftKey,
+        fleetbus_schemas::drift::DriftEvent,
+    )>,
+    DriftError,
+> {
+    let bucket = fleetbus_schemas::drift::drift_bucket(prefix);
+    ls::read_current(js, prefix, &bucket, cluster, rule).await
+}
+
+/// The last `n` drift events of the fleet (oldest first), with when each was stored.
+pub async fn last_events(
+    js: &jetstream::Context,
+    prefix: &fleetbus_schemas::subject::Prefix,
+    n: usize,
+) -> Result<
+    Vec<(
+        fleetbus_schemas::drift::DriftEvent,
+        Option<chrono::DateTime<chrono::Utc>>,
+    )>,
+    DriftError,
+> {
+    events::last(js, prefix, n).await
+}
+
 /// Connects once (see [`crate::command::connect`]).
 async fn connect(bus: &BusArgs) -> Result<(async_nats::Client, jetstream::Context), DriftError> {
     Ok(crate::command::connect(bus).await?)

@@ -33,8 +33,10 @@ pub async fn watch(args: &DriftWatchArgs, out: &mut impl Write) -> Result<(), Dr
             continue;
         };
         match args.out.output {
-            // One compact JSON object per line (NDJSON), for `jq` and scripts.
-            OutputFormat::Json => writeln!(out, "{}", event_json(&event))?,
+            // One compact JSON object per line (NDJSON), or one YAML document each.
+            format @ (OutputFormat::Json | OutputFormat::Yaml) => {
+                crate::output::item(out, format, &event_json(&event))?
+            }
             OutputFormat::Table => writeln!(out, "{}", event_line(&event, read.published))?,
         }
         // A pipe would otherwise buffer lines that a reader waits for.
