@@ -1,15 +1,20 @@
 //! What the bus says about the fleet's clusters, read once: the records of the
-//! registry bucket and each cluster's state in the one vocabulary every view
-//! uses ([`fleetbus_schemas::registry::peer_state`]). Shared by `clusters ls`,
-//! `clusters progress` and every later view (`status`, the dashboard), so they
-//! cannot disagree.
+//! registry bucket, the beats of the beats bucket, and each cluster's state in
+//! the one vocabulary every view uses ([`fleetbus_schemas::registry::peer_state`]).
+//! Shared by `clusters ls`, `clusters progress` and every later view (`status`,
+//! the dashboard), so they cannot disagree.
+//!
+//! Liveness needs no clock for an agent that beats: the server deletes a beat
+//! its TTL after it was put, so a beat key present means alive. Only the
+//! record of an older agent (without `beats`) is judged by comparing its
+//! `heartbeatAt` with the reader's clock, as before.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use fleetbus_schemas::crd::ClusterState;
 use fleetbus_schemas::registry::{
-    peer_state, registry_bucket, ClusterRecord, MemberState, PeerFacts, RegistryKey,
+    beats_bucket, peer_state, registry_bucket, ClusterRecord, MemberState, PeerFacts, RegistryKey,
 };
 use fleetbus_schemas::subject::Prefix;
 
@@ -23,8 +28,30 @@ pub struct ClusterView {
     /// Its state. Never `Disabled`: that is one agent's local decision about a
     /// peer, not a fact on the bus.
     pub state: ClusterState,
-    /// Time since the last heartbeat, by the reader's clock (None if in the future).
+    /// Time since the last heartbeat, by the reader's clock (None if in the
+    /// future, and for an agent that beats: its beats carry no time, and its
+    /// record's `heartbeatAt` is when the record last changed).
     pub heartbeat_age: Option<std::time::Duration>,
+}
+
+/// The clusters (name, clusterID) whose beat is in the beats bucket now. A
+/// fleet without the bucket (agents before beats) has none.
+pub async fn beating(
+    js: &async_nats::jetstream::Context,
+    prefix: &Prefix,
+) -> Result<BTreeSet<(String, String)>, ReadError> {
+    let keys = match crate::kv::keys(js, prefix, &beats_bucket(prefix)).await {
+        Ok((_, keys)) => keys,
+        Err(ReadError::Missing { .. }) => return Ok(BTreeSet::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(keys
+        .iter()
+        .filter_map(|k| match RegistryKey::parse(k) {
+            Ok(RegistryKey::Beat { name, cluster_id }) => Some((name, cluster_id)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Every cluster record of the registry bucket, sorted by name then ID
@@ -61,15 +88,31 @@ pub async fn clusters(
     prefix: &Prefix,
     now: DateTime<Utc>,
 ) -> Result<Vec<ClusterView>, ReadError> {
-    Ok(views(cluster_records(js, prefix).await?, now))
+    let records = cluster_records(js, prefix).await?;
+    let beats = beating(js, prefix).await?;
+    Ok(views(records, &beats, now))
 }
 
-/// The pure half of [`clusters`]: states from records. Two live records
-/// claiming one name are both `Conflict`.
-pub fn views(records: Vec<ClusterRecord>, now: DateTime<Utc>) -> Vec<ClusterView> {
+/// Whether the cluster of `r` is alive: its beat is in the bucket, or, for an
+/// agent that does not beat, its record's `heartbeatAt` is recent at `now`.
+fn alive(r: &ClusterRecord, beating: &BTreeSet<(String, String)>, now: DateTime<Utc>) -> bool {
+    if r.beats {
+        r.state == MemberState::Active && beating.contains(&(r.name.clone(), r.cluster_id.clone()))
+    } else {
+        r.is_alive(now)
+    }
+}
+
+/// The pure half of [`clusters`]: states from records and the beats present
+/// (`beating`). Two live records claiming one name are both `Conflict`.
+pub fn views(
+    records: Vec<ClusterRecord>,
+    beating: &BTreeSet<(String, String)>,
+    now: DateTime<Utc>,
+) -> Vec<ClusterView> {
     let mut claims: BTreeMap<&str, usize> = BTreeMap::new();
     for r in &records {
-        if r.state == MemberState::Active && r.is_alive(now) {
+        if r.state == MemberState::Active && alive(r, beating, now) {
             *claims.entry(r.name.as_str()).or_default() += 1;
         }
     }
@@ -83,14 +126,16 @@ pub fn views(records: Vec<ClusterRecord>, now: DateTime<Utc>) -> Vec<ClusterView
         .map(|record| {
             let facts = PeerFacts {
                 left: record.state == MemberState::Left,
-                alive: record.is_alive(now),
+                alive: alive(&record, beating, now),
                 disabled: false,
                 name_conflict: conflicted.contains(&record.name),
                 api_unreachable: !record.api.is_reachable(),
             };
             ClusterView {
                 state: peer_state(facts),
-                heartbeat_age: now.signed_duration_since(record.heartbeat_at).to_std().ok(),
+                heartbeat_age: (!record.beats)
+                    .then(|| now.signed_duration_since(record.heartbeat_at).to_std().ok())
+                    .flatten(),
                 record,
             }
         })
@@ -131,7 +176,7 @@ mod tests {
             record("f", "7", 1, now),
             record("f", "8", 300, now),
         ];
-        let states: Vec<(String, ClusterState)> = views(records, now)
+        let states: Vec<(String, ClusterState)> = views(records, &BTreeSet::new(), now)
             .into_iter()
             .map(|v| (v.record.name, v.state))
             .collect();
@@ -149,5 +194,54 @@ mod tests {
         let want: Vec<(String, ClusterState)> =
             want.iter().map(|(n, s)| ((*n).to_owned(), *s)).collect();
         assert_eq!(states, want);
+    }
+
+    #[test]
+    fn an_agent_that_beats_is_alive_while_its_beat_is_in_the_bucket() {
+        let now: DateTime<Utc> = "2026-11-27T01:00:00Z".parse().unwrap();
+        // Records of agents that beat are put on change only: old heartbeatAt.
+        let beating_record = |name: &str, id: &str| ClusterRecord {
+            beats: true,
+            ..record(name, id, 3600, now)
+        };
+        let mut left = beating_record("d", "4");
+        left.state = MemberState::Left;
+        let records = vec![
+            beating_record("a", "1"),
+            beating_record("b", "2"),
+            // An older agent (no beats) mixed in, during an upgrade.
+            record("c", "3", 1, now),
+            left,
+            beating_record("e", "5"),
+            beating_record("e", "6"),
+        ];
+        let beats: BTreeSet<(String, String)> = [("a", "1"), ("d", "4"), ("e", "5"), ("e", "6")]
+            .iter()
+            .map(|(n, i)| ((*n).to_owned(), (*i).to_owned()))
+            .collect();
+        let views = views(records, &beats, now);
+        let states: Vec<(&str, ClusterState)> = views
+            .iter()
+            .map(|v| (v.record.name.as_str(), v.state))
+            .collect();
+        use ClusterState::*;
+        assert_eq!(
+            states,
+            [
+                ("a", Ready),
+                ("b", Disconnected),
+                ("c", Ready),
+                ("d", Left),
+                ("e", Conflict),
+                ("e", Conflict)
+            ],
+            "a present beat is alive whatever the record's age; an expired one is not; \
+             a beat does not make a Left cluster alive"
+        );
+        assert_eq!(views[0].heartbeat_age, None, "a beat carries no time");
+        assert_eq!(
+            views[2].heartbeat_age,
+            Some(std::time::Duration::from_secs(1))
+        );
     }
 }

@@ -35,8 +35,12 @@ impl LayoutError {
 pub struct Ensured {
     /// The registry bucket.
     pub kv: kv::Store,
+    /// The beats bucket.
+    pub beats: kv::Store,
     /// The registry bucket was missing and has been created.
     pub created_bucket: bool,
+    /// The beats bucket was missing and has been created.
+    pub created_beats_bucket: bool,
     /// The drift bucket was missing and has been created.
     pub created_drift_bucket: bool,
     /// How many streams were missing and have been created.
@@ -50,7 +54,10 @@ pub struct Ensured {
 impl Ensured {
     /// Whether anything was missing.
     pub fn created_any(&self) -> bool {
-        self.created_bucket || self.created_drift_bucket || self.created_streams > 0
+        self.created_bucket
+            || self.created_beats_bucket
+            || self.created_drift_bucket
+            || self.created_streams > 0
     }
 }
 
@@ -62,6 +69,10 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
         connect::registry_bucket_config(&layout.registry_bucket()),
     )
     .await?;
+    // Beats: the same checks, plus per-message TTLs. Recreated like the rest;
+    // a recreated one refills with the next beat of every agent.
+    let (beats, created_beats_bucket) =
+        connect::ensure_bucket(js, connect::registry_bucket_config(&layout.beats_bucket())).await?;
     // Same config shape and same checks as the registry bucket (history 1, no TTL).
     // The sync engine opens the drift bucket by name when it first reports.
     let (_drift_kv, created_drift_bucket) =
@@ -75,7 +86,9 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
         .unwrap_or_default();
     Ok(Ensured {
         kv,
+        beats,
         created_bucket,
+        created_beats_bucket,
         created_drift_bucket,
         created_streams,
         bucket_incarnation,

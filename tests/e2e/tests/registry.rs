@@ -776,10 +776,10 @@ async fn fake_nats_server(listener: tokio::net::TcpListener, version: &'static s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn refuses_a_nats_server_older_than_2_10_8() {
+async fn refuses_a_nats_server_older_than_2_11() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("nats://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(fake_nats_server(listener, "2.10.7"));
+    let server = tokio::spawn(fake_nats_server(listener, "2.10.29"));
     let cluster = DevCluster::start(DevClusterOpts::new("old")).unwrap();
     // The URL comes from the environment: every flag also reads FLEETBUS_*.
     let cmd = AgentCommand::new("old")
@@ -802,7 +802,7 @@ async fn refuses_a_nats_server_older_than_2_10_8() {
     let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "{log}");
     assert!(
-        errors[0].contains("2.10.7") && errors[0].contains("2.10.8"),
+        errors[0].contains("2.10.29") && errors[0].contains("2.11.0"),
         "{log}"
     );
 }

@@ -179,6 +179,7 @@ pub fn peer_record(
         seq: 1,
         members: vec![name.into()],
         api: Default::default(),
+        beats: false,
     }
 }
 
