@@ -615,39 +615,28 @@ pub(crate) mod tests {
             decode_beat(&beat_key("b", "id-b"), &good),
             Ok(beat("b", "id-b", 3))
         );
-        assert_eq!(decode_beat("beat.b", &good), Err(Rejection::BadKey));
+        let a_record = record("b", "id-b", 1).encode().unwrap();
+        let beat_b = beat_key("b", "id-b");
+        // (key, value, why): every one skipped with its reason.
+        let bad: [(&str, &[u8], Rejection); 6] = [
+            ("beat.b", &good, Rejection::BadKey),
+            (&cluster_key("b", "id-b"), &good, Rejection::BadKey),
+            (&beat_key("B_1", "x"), &good, Rejection::InvalidName),
+            (&beat_b, b"not json", Rejection::Undecodable),
+            (
+                &beat_b,
+                br#"{"schema":"fleetbus.io/beat/v1"}"#,
+                Rejection::Undecodable,
+            ),
+            (&beat_b, &a_record, Rejection::WrongSchema),
+        ];
+        for (key, value, want) in bad {
+            assert_eq!(decode_beat(key, value), Err(want), "{key}");
+        }
         assert_eq!(
-            decode_beat(&cluster_key("b", "id-b"), &good),
-            Err(Rejection::BadKey),
-            "a record key in the beats bucket"
-        );
-        assert_eq!(
-            decode(&beat_key("b", "id-b"), &good),
+            decode(&beat_b, &good),
             Err(Rejection::BadKey),
             "a beat key in the registry bucket"
-        );
-        assert_eq!(
-            decode_beat(&beat_key("B_1", "x"), &good),
-            Err(Rejection::InvalidName)
-        );
-        assert_eq!(
-            decode_beat(&beat_key("b", "id-b"), b"not json"),
-            Err(Rejection::Undecodable)
-        );
-        assert_eq!(
-            decode_beat(
-                &beat_key("b", "id-b"),
-                br#"{"schema":"fleetbus.io/beat/v1"}"#
-            ),
-            Err(Rejection::Undecodable)
-        );
-        assert_eq!(
-            decode_beat(
-                &beat_key("b", "id-b"),
-                &record("b", "id-b", 1).encode().unwrap()
-            ),
-            Err(Rejection::WrongSchema),
-            "a record put as a beat"
         );
         assert_eq!(beat_owner("beat.b.id-b"), Some(("b".into(), "id-b".into())));
         assert_eq!(beat_owner("cluster.b.id-b"), None);

@@ -802,10 +802,7 @@ async fn forged_and_malformed_beats_are_counted_and_ignored_and_do_not_revive_a_
         .put("beat.wrong.id-2", record.encode().unwrap().into())
         .await
         .unwrap();
-    beats
-        .put("cluster.b.x", forged(1).into())
-        .await
-        .unwrap();
+    beats.put("cluster.b.x", forged(1).into()).await.unwrap();
     wait_for("bad beats counted", CONVERGE, || async {
         let text = a.metrics()?;
         let (u, w, k) = (
@@ -828,7 +825,10 @@ async fn forged_and_malformed_beats_are_counted_and_ignored_and_do_not_revive_a_
         .await;
     let b_obj = a.clusters().get("b").await.unwrap();
     assert_eq!(state(&b_obj), Some(ClusterState::Left), "{b_obj:?}");
-    assert_eq!(a.cluster_names().await, vec!["a".to_owned(), "b".to_owned()]);
+    assert_eq!(
+        a.cluster_names().await,
+        vec!["a".to_owned(), "b".to_owned()]
+    );
     assert!(a.agent.is_running(), "agent died:\n{}", a.agent.log());
 }
 

@@ -88,8 +88,11 @@ impl Sim {
         let kv = self.js.get_key_value("fleetbus-registry").await?;
         for name in &names {
             let r = self.record(name, members.clone());
-            kv.put(RegistryKey::cluster(name, &Self::id(name)).to_key(), r.encode()?.into())
-                .await?;
+            kv.put(
+                RegistryKey::cluster(name, &Self::id(name)).to_key(),
+                r.encode()?.into(),
+            )
+            .await?;
         }
         Ok(())
     }
@@ -151,7 +154,11 @@ impl Sim {
                 let count = peers.len().max(1);
                 let i = next % count;
                 next = next.wrapping_add(1);
-                (peers.get(i).filter(|p| p.1).map(|p| p.0.clone()), count, interval)
+                (
+                    peers.get(i).filter(|p| p.1).map(|p| p.0.clone()),
+                    count,
+                    interval,
+                )
             };
             if let Some(name) = target {
                 if let Err(e) = self.beat(&name, interval).await {
@@ -235,11 +242,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let beats = tokio::spawn(sim.clone().run());
     let api: Api<Cluster> = Api::all(node.client.clone());
     let mut t = Table::new("10. Registry: one agent among N simulated peers", &HEADERS);
-    let mut killed = 0usize;
-    for n in sizes {
+    // One peer is killed per step: `killed` of the N are silent already.
+    for (killed, n) in sizes.into_iter().enumerate() {
         eprintln!("fleetbus-bench: registry: N={n}");
         let step = measure(&sim, &api, &node, pid, http, n, killed, idle).await;
-        killed += 1;
         match step {
             Ok(row) => row.report(&mut t, n),
             Err(e) => {
@@ -292,7 +298,11 @@ impl Row {
         );
         t.goal(
             &format!("registry N={n}: killed peer Disconnected within the documented time"),
-            format!("{:.1} s (documented {:.1} s)", self.detection.as_secs_f64(), self.documented.as_secs_f64()),
+            format!(
+                "{:.1} s (documented {:.1} s)",
+                self.detection.as_secs_f64(),
+                self.documented.as_secs_f64()
+            ),
             self.detection <= self.documented,
         );
         if n >= 1000 {
@@ -324,12 +334,16 @@ async fn measure(
     sim.grow_to(n).await?;
     let live = n - killed;
     // The Local object is Ready too.
-    poll(&format!("{live} peers Ready on c1"), SETUP.max(Duration::from_secs(300)), || async {
-        match count_in(api, ClusterState::Ready).await? {
-            r if r > live => Ok(()),
-            r => Err(format!("{r} Ready")),
-        }
-    })
+    poll(
+        &format!("{live} peers Ready on c1"),
+        SETUP.max(Duration::from_secs(300)),
+        || async {
+            match count_in(api, ClusterState::Ready).await? {
+                r if r > live => Ok(()),
+                r => Err(format!("{r} Ready")),
+            }
+        },
+    )
     .await
     .map_err(|e| node.with_log(e))?;
     let interval = beat_interval(BASE, n + 1);
@@ -352,13 +366,17 @@ async fn measure(
         .ok_or_else(|| anyhow::anyhow!("no live peer to kill"))?;
     let stopped = Instant::now();
     let documented = beat_ttl(interval) + Duration::from_secs(1);
-    poll(&format!("{victim} Disconnected on c1"), documented * 3, || async {
-        let c = api.get(&victim).await.map_err(|e| e.to_string())?;
-        match c.status.and_then(|s| s.state) {
-            Some(ClusterState::Disconnected) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
+    poll(
+        &format!("{victim} Disconnected on c1"),
+        documented * 3,
+        || async {
+            let c = api.get(&victim).await.map_err(|e| e.to_string())?;
+            match c.status.and_then(|s| s.state) {
+                Some(ClusterState::Disconnected) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
     .await?;
     Ok(Row {
         interval,
