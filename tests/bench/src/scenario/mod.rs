@@ -1,4 +1,4 @@
-//! The eight scenarios of issue 12, and issue 20's propagation at scale. Each starts what it needs, measures, and
+//! The eight scenarios of issue 12, and issue 20's propagation at scale and registry at 1,000 clusters. Each starts what it needs, measures, and
 //! returns its tables; a failure is reported as an error, never hidden.
 
 use std::time::Duration;
