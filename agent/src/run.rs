@@ -187,7 +187,7 @@ async fn start(
         metrics,
         readiness,
     ));
-    let reg = Arc::new(Registry::new(ctx, ensured.kv));
+    let reg = Arc::new(Registry::new(ctx, ensured.kv, ensured.beats));
     reg.note_bucket_incarnation(&ensured.bucket_incarnation);
     // The first record carries the metadata; the Node watch keeps it current.
     match crate::metadata::gather(&reg.ctx.client).await {
@@ -212,6 +212,13 @@ async fn start(
         RegistryError::is_transient,
     )
     .await?;
+    // Likewise our first beat, before the beats watch starts.
+    retry(
+        "put the first beat",
+        || publisher::put_beat(&reg, publisher::current_interval(&reg)),
+        RegistryError::is_transient,
+    )
+    .await?;
     Ok((reg, server))
 }
 
@@ -231,6 +238,10 @@ async fn run_tasks(
         names.insert(handle.id(), name);
     };
     spawn("watcher", task(watcher::run(reg.clone(), cancel.clone())));
+    spawn(
+        "beats_watcher",
+        task(watcher::run_beats(reg.clone(), cancel.clone())),
+    );
     spawn(
         "reconciler",
         task(registry::run_reconciler(reg.clone(), cancel.clone())),

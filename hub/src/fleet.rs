@@ -1,15 +1,20 @@
 //! What the bus says about the fleet's clusters, read once: the records of the
-//! registry bucket and each cluster's state in the one vocabulary every view
-//! uses ([`fleetbus_schemas::registry::peer_state`]). Shared by `clusters ls`,
-//! `clusters progress` and every later view (`status`, the dashboard), so they
-//! cannot disagree.
+//! registry bucket, the beats of the beats bucket, and each cluster's state in
+//! the one vocabulary every view uses ([`fleetbus_schemas::registry::peer_state`]).
+//! Shared by `clusters ls`, `clusters progress` and every later view (`status`,
+//! the dashboard), so they cannot disagree.
+//!
+//! Liveness needs no clock for an agent that beats: the server deletes a beat
+//! its TTL after it was put, so a beat key present means alive. Only the
+//! record of an older agent (without `beats`) is judged by comparing its
+//! `heartbeatAt` with the reader's clock, as before.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use fleetbus_schemas::crd::ClusterState;
 use fleetbus_schemas::registry::{
-    peer_state, registry_bucket, ClusterRecord, MemberState, PeerFacts, RegistryKey,
+    beats_bucket, peer_state, registry_bucket, ClusterRecord, MemberState, PeerFacts, RegistryKey,
 };
 use fleetbus_schemas::subject::Prefix;
 
@@ -23,8 +28,52 @@ pub struct ClusterView {
     /// Its state. Never `Disabled`: that is one agent's local decision about a
     /// peer, not a fact on the bus.
     pub state: ClusterState,
-    /// Time since the last heartbeat, by the reader's clock (None if in the future).
+    /// Time since the last heartbeat by the reader's clock: since the server
+    /// stored the beat, for an agent that beats (its record's `heartbeatAt` is
+    /// when the record last changed), else since the record's `heartbeatAt`.
+    /// None when there is no beat or the time is in the future.
     pub heartbeat_age: Option<std::time::Duration>,
+}
+
+/// When each cluster's beat now in the beats bucket was stored, by the
+/// server's clock, keyed by (name, clusterID). A fleet without the bucket
+/// (agents before beats) has none.
+pub type Beats = BTreeMap<(String, String), DateTime<Utc>>;
+
+/// The beats in the beats bucket now (see [`Beats`]).
+pub async fn beating(
+    js: &async_nats::jetstream::Context,
+    prefix: &Prefix,
+) -> Result<Beats, ReadError> {
+    let bucket = beats_bucket(prefix);
+    let (kv, keys) = match crate::kv::keys(js, prefix, &bucket).await {
+        Ok(found) => found,
+        Err(ReadError::Missing { .. }) => return Ok(Beats::new()),
+        Err(e) => return Err(e),
+    };
+    let mut beats = Beats::new();
+    for key in keys {
+        let Ok(RegistryKey::Beat { name, cluster_id }) = RegistryKey::parse(&key) else {
+            continue;
+        };
+        // The key may expire between the listing and this read: then it is gone.
+        let Some(entry) = kv
+            .entry(&key)
+            .await
+            .map_err(|e| crate::kv::unreadable_bucket(&bucket, e))?
+        else {
+            continue;
+        };
+        if entry.operation != async_nats::jetstream::kv::Operation::Put {
+            continue;
+        }
+        let stored = DateTime::<Utc>::from_timestamp(
+            entry.created.unix_timestamp(),
+            entry.created.nanosecond(),
+        );
+        beats.insert((name, cluster_id), stored.unwrap_or_default());
+    }
+    Ok(beats)
 }
 
 /// Every cluster record of the registry bucket, sorted by name then ID
@@ -61,15 +110,45 @@ pub async fn clusters(
     prefix: &Prefix,
     now: DateTime<Utc>,
 ) -> Result<Vec<ClusterView>, ReadError> {
-    Ok(views(cluster_records(js, prefix).await?, now))
+    let records = cluster_records(js, prefix).await?;
+    let beats = beating(js, prefix).await?;
+    Ok(views(records, &beats, now))
 }
 
-/// The pure half of [`clusters`]: states from records. Two live records
-/// claiming one name are both `Conflict`.
-pub fn views(records: Vec<ClusterRecord>, now: DateTime<Utc>) -> Vec<ClusterView> {
+/// Whether the cluster of `r` is alive: its beat is in the bucket, or, for an
+/// agent that does not beat, its record's `heartbeatAt` is recent at `now`.
+fn alive(r: &ClusterRecord, beating: &Beats, now: DateTime<Utc>) -> bool {
+    if r.beats {
+        r.state == MemberState::Active
+            && beating.contains_key(&(r.name.clone(), r.cluster_id.clone()))
+    } else {
+        r.is_alive(now)
+    }
+}
+
+/// How long ago the cluster's last heartbeat was: its beat's store time for an
+/// agent that beats, its record's `heartbeatAt` otherwise. For display only:
+/// it compares another clock (the server's, or the agent's) with ours, which
+/// is why the state never depends on it.
+fn heartbeat_age(
+    r: &ClusterRecord,
+    beating: &Beats,
+    now: DateTime<Utc>,
+) -> Option<std::time::Duration> {
+    let last = if r.beats {
+        *beating.get(&(r.name.clone(), r.cluster_id.clone()))?
+    } else {
+        r.heartbeat_at
+    };
+    now.signed_duration_since(last).to_std().ok()
+}
+
+/// The pure half of [`clusters`]: states from records and the beats present
+/// (`beating`). Two live records claiming one name are both `Conflict`.
+pub fn views(records: Vec<ClusterRecord>, beating: &Beats, now: DateTime<Utc>) -> Vec<ClusterView> {
     let mut claims: BTreeMap<&str, usize> = BTreeMap::new();
     for r in &records {
-        if r.state == MemberState::Active && r.is_alive(now) {
+        if r.state == MemberState::Active && alive(r, beating, now) {
             *claims.entry(r.name.as_str()).or_default() += 1;
         }
     }
@@ -83,14 +162,14 @@ pub fn views(records: Vec<ClusterRecord>, now: DateTime<Utc>) -> Vec<ClusterView
         .map(|record| {
             let facts = PeerFacts {
                 left: record.state == MemberState::Left,
-                alive: record.is_alive(now),
+                alive: alive(&record, beating, now),
                 disabled: false,
                 name_conflict: conflicted.contains(&record.name),
                 api_unreachable: !record.api.is_reachable(),
             };
             ClusterView {
                 state: peer_state(facts),
-                heartbeat_age: now.signed_duration_since(record.heartbeat_at).to_std().ok(),
+                heartbeat_age: heartbeat_age(&record, beating, now),
                 record,
             }
         })
@@ -131,7 +210,7 @@ mod tests {
             record("f", "7", 1, now),
             record("f", "8", 300, now),
         ];
-        let states: Vec<(String, ClusterState)> = views(records, now)
+        let states: Vec<(String, ClusterState)> = views(records, &Beats::new(), now)
             .into_iter()
             .map(|v| (v.record.name, v.state))
             .collect();
@@ -149,5 +228,60 @@ mod tests {
         let want: Vec<(String, ClusterState)> =
             want.iter().map(|(n, s)| ((*n).to_owned(), *s)).collect();
         assert_eq!(states, want);
+    }
+
+    #[test]
+    fn an_agent_that_beats_is_alive_while_its_beat_is_in_the_bucket() {
+        let now: DateTime<Utc> = "2026-11-27T01:00:00Z".parse().unwrap();
+        // Records of agents that beat are put on change only: old heartbeatAt.
+        let beating_record = |name: &str, id: &str| ClusterRecord {
+            beats: true,
+            ..record(name, id, 3600, now)
+        };
+        let mut left = beating_record("d", "4");
+        left.state = MemberState::Left;
+        let records = vec![
+            beating_record("a", "1"),
+            beating_record("b", "2"),
+            // An older agent (no beats) mixed in, during an upgrade.
+            record("c", "3", 1, now),
+            left,
+            beating_record("e", "5"),
+            beating_record("e", "6"),
+        ];
+        let stored = now - chrono::Duration::seconds(2);
+        let beats: Beats = [("a", "1"), ("d", "4"), ("e", "5"), ("e", "6")]
+            .iter()
+            .map(|(n, i)| (((*n).to_owned(), (*i).to_owned()), stored))
+            .collect();
+        let views = views(records, &beats, now);
+        let states: Vec<(&str, ClusterState)> = views
+            .iter()
+            .map(|v| (v.record.name.as_str(), v.state))
+            .collect();
+        use ClusterState::*;
+        assert_eq!(
+            states,
+            [
+                ("a", Ready),
+                ("b", Disconnected),
+                ("c", Ready),
+                ("d", Left),
+                ("e", Conflict),
+                ("e", Conflict)
+            ],
+            "a present beat is alive whatever the record's age; an expired one is not; \
+             a beat does not make a Left cluster alive"
+        );
+        assert_eq!(
+            views[0].heartbeat_age,
+            Some(std::time::Duration::from_secs(2)),
+            "since the server stored the beat, not since the record changed"
+        );
+        assert_eq!(views[1].heartbeat_age, None, "no beat, no age");
+        assert_eq!(
+            views[2].heartbeat_age,
+            Some(std::time::Duration::from_secs(1))
+        );
     }
 }

@@ -36,6 +36,8 @@ fn clusters() -> Vec<ClusterView> {
             cluster("east", "2", 4, serde_json::json!({"env": "prod"})),
             cluster("west", "3", 95, serde_json::json!({"env": "prod"})),
         ],
+        // Records of older agents (no beats): judged by their heartbeatAt.
+        &crate::fleet::Beats::new(),
         now(),
     )
 }

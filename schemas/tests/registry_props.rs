@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 use fleetbus_schemas::crd::{ClusterMetadata, KubernetesApiEndpoint, Locality};
 use fleetbus_schemas::registry::{
-    ApiHealth, ClusterRecord, FeatureRecord, InvalidRecord, KubeconfigRecord, MemberState,
-    RegistryKey,
+    ApiHealth, BeatRecord, ClusterRecord, FeatureRecord, InvalidRecord, KubeconfigRecord,
+    MemberState, RegistryKey,
 };
 use fleetbus_schemas::subject::is_valid_kv_token;
 use fleetbus_schemas::time::parse_rfc3339;
@@ -62,6 +62,7 @@ prop_compose! {
             features: features.into_iter().map(|(feature_name, labels)| FeatureRecord { feature_name, labels }).collect(),
             agent_version, started_at, heartbeat_at, heartbeat_interval_seconds, seq, members,
             api: if api_down { ApiHealth::unreachable(api_message) } else { ApiHealth::reachable() },
+            beats: false,
         }
     }
 }
@@ -132,11 +133,32 @@ fn example() -> ClusterRecord {
         seq: 181,
         members: vec!["east".into(), "west".into()],
         api: ApiHealth::reachable(),
+        beats: true,
     }
 }
 
 /// The example in docs/PROTOCOL.md; keep them identical.
-const EXAMPLE_JSON: &str = r#"{"schema":"fleetbus.io/cluster/v1","name":"east","clusterID":"6f1c2d3e-8a9b-4c5d-9e0f-112233445566","state":"Active","labels":{"region":"eu-west-1"},"kubernetesApiEndpoints":[{"serverAddress":"https://10.0.0.1:6443"}],"metadata":{"provider":"kind","distribution":"KIND","kubernetesVersion":"v1.33.1","kubeletVersions":["v1.33.1"],"kubeProxyVersions":["v1.33.1"],"locality":{"region":"eu-west-1","regions":["eu-west-1"],"zones":["eu-west-1a"]}},"features":[{"featureName":"istio","labels":{"version":"1.22"}}],"agentVersion":"0.1.0","startedAt":"2026-11-22T04:00:00.000Z","heartbeatAt":"2026-11-22T04:30:00.250Z","heartbeatIntervalSeconds":10,"seq":181,"members":["east","west"]}"#;
+const EXAMPLE_JSON: &str = r#"{"schema":"fleetbus.io/cluster/v1","name":"east","clusterID":"6f1c2d3e-8a9b-4c5d-9e0f-112233445566","state":"Active","labels":{"region":"eu-west-1"},"kubernetesApiEndpoints":[{"serverAddress":"https://10.0.0.1:6443"}],"metadata":{"provider":"kind","distribution":"KIND","kubernetesVersion":"v1.33.1","kubeletVersions":["v1.33.1"],"kubeProxyVersions":["v1.33.1"],"locality":{"region":"eu-west-1","regions":["eu-west-1"],"zones":["eu-west-1a"]}},"features":[{"featureName":"istio","labels":{"version":"1.22"}}],"agentVersion":"0.1.0","startedAt":"2026-11-22T04:00:00.000Z","heartbeatAt":"2026-11-22T04:30:00.250Z","heartbeatIntervalSeconds":10,"seq":181,"members":["east","west"],"beats":true}"#;
+
+/// The beat example in docs/PROTOCOL.md §5.4; keep them identical.
+const BEAT_JSON: &str = r#"{"schema":"fleetbus.io/beat/v1","seq":182,"startedAt":"2026-11-22T04:00:00.000Z","intervalMs":2000}"#;
+
+#[test]
+fn example_beat_matches_protocol_doc() {
+    let beat = BeatRecord {
+        seq: 182,
+        started_at: parse_rfc3339("2026-11-22T04:00:00.000Z").unwrap(),
+        interval_ms: 2000,
+    };
+    assert_eq!(
+        String::from_utf8(beat.encode().unwrap()).unwrap(),
+        BEAT_JSON
+    );
+    common::assert_doc_contains(BEAT_JSON);
+    // An agent before beats wrote no `beats`: it reads as false.
+    let old = EXAMPLE_JSON.replace(r#","beats":true"#, "");
+    assert!(!ClusterRecord::decode(old.as_bytes()).unwrap().beats);
+}
 
 #[test]
 fn example_record_matches_protocol_doc() {

@@ -195,8 +195,9 @@ async fn with_auth(
     Ok(opts)
 }
 
-/// Refuses servers older than `fleetbus_schemas::jetstream::MIN_NATS_SERVER_VERSION` (2.10.8: older ones
-/// break KV bucket creation in async-nats and ignore multi-filter consumers).
+/// Refuses servers older than `fleetbus_schemas::jetstream::MIN_NATS_SERVER_VERSION` (2.11.0: older ones
+/// have no per-message TTLs for the beats bucket, break KV bucket creation in
+/// async-nats (before 2.10.8) and ignore multi-filter consumers).
 pub fn check_server_version(version: &str) -> Result<(), NatsError> {
     check(version).map(|_| ()).map_err(NatsError::ServerVersion)
 }
@@ -214,6 +215,7 @@ pub fn registry_bucket_config(spec: &KvSpec) -> kv::Config {
             Storage::File => jetstream::stream::StorageType::File,
             Storage::Memory => jetstream::stream::StorageType::Memory,
         },
+        limit_markers: spec.limit_markers,
         ..kv::Config::default()
     }
 }
@@ -251,6 +253,10 @@ pub async fn ensure_bucket(
                     "storage {:?} (expected {:?})",
                     status.info.config.storage, config.storage
                 ));
+            }
+            // The beats bucket is useless without TTLs: a dead agent's beat would stay.
+            if config.limit_markers.is_some() && !status.info.config.allow_message_ttl {
+                diff.push("no per-message TTLs (expected allow_msg_ttl)".to_owned());
             }
             if !diff.is_empty() {
                 return Err(NatsError::BucketMismatch {
@@ -304,17 +310,10 @@ mod tests {
 
     #[test]
     fn version_check() {
-        for ok in [
-            "2.10.8",
-            "2.10.25",
-            "v2.11.0",
-            "2.15.1",
-            "3.0.0",
-            "2.12.0-RC.1",
-        ] {
+        for ok in ["v2.11.0", "2.11.9", "2.15.1", "3.0.0", "2.12.0-RC.1"] {
             assert!(check_server_version(ok).is_ok(), "{ok}");
         }
-        for old in ["2.9.10", "2.10.7", "1.4.1"] {
+        for old in ["2.9.10", "2.10.7", "2.10.29", "1.4.1"] {
             assert!(
                 matches!(
                     check_server_version(old),

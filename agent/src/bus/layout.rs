@@ -35,8 +35,12 @@ impl LayoutError {
 pub struct Ensured {
     /// The registry bucket.
     pub kv: kv::Store,
+    /// The beats bucket.
+    pub beats: kv::Store,
     /// The registry bucket was missing and has been created.
     pub created_bucket: bool,
+    /// The beats bucket was missing and has been created.
+    pub created_beats_bucket: bool,
     /// The drift bucket was missing and has been created.
     pub created_drift_bucket: bool,
     /// The rule status bucket was missing and has been created.
@@ -53,6 +57,7 @@ impl Ensured {
     /// Whether anything was missing.
     pub fn created_any(&self) -> bool {
         self.created_bucket
+            || self.created_beats_bucket
             || self.created_drift_bucket
             || self.created_rule_status_bucket
             || self.created_streams > 0
@@ -68,6 +73,10 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
         connect::registry_bucket_config(&layout.registry_bucket()),
     )
     .await?;
+    // Beats: the same checks, plus per-message TTLs. Recreated like the rest;
+    // a recreated one refills with the next beat of every agent.
+    let (beats, created_beats_bucket) =
+        connect::ensure_bucket(js, connect::registry_bucket_config(&layout.beats_bucket())).await?;
     // Same config shape and same checks as the registry bucket (history 1, no TTL).
     // The sync engine opens the drift bucket by name when it first reports.
     let (_drift_kv, created_drift_bucket) =
@@ -87,7 +96,9 @@ pub async fn ensure(js: &jetstream::Context, layout: &Layout) -> Result<Ensured,
         .unwrap_or_default();
     Ok(Ensured {
         kv,
+        beats,
         created_bucket,
+        created_beats_bucket,
         created_drift_bucket,
         created_rule_status_bucket,
         created_streams,

@@ -25,6 +25,15 @@ pub enum RegistryError {
         #[source]
         source: kv::PutError,
     },
+    /// Putting our beat into the beats bucket failed.
+    #[error("failed to put {key} into the beats bucket")]
+    Beat {
+        /// The key.
+        key: String,
+        /// Cause (a publish or its acknowledgement).
+        #[source]
+        source: async_nats::jetstream::context::PublishError,
+    },
     /// The registry watch could not be started or broke.
     #[error("registry watch failed")]
     Watch(#[source] async_nats::Error),
@@ -42,7 +51,9 @@ impl RegistryError {
     pub fn is_transient(&self) -> bool {
         match self {
             RegistryError::Kube { source, .. } => crate::kube::client::is_transient(source),
-            RegistryError::Put { .. } | RegistryError::Watch(_) => true,
+            RegistryError::Put { .. } | RegistryError::Beat { .. } | RegistryError::Watch(_) => {
+                true
+            }
             RegistryError::Encode(_) | RegistryError::Serialise(_) => false,
         }
     }

@@ -1,19 +1,24 @@
 //! The fleet as read from the registry bucket: validated records, liveness, conflicts.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::liveness::Liveness;
 use fleetbus_schemas::DecodeError;
 
-use super::record::{heartbeat_stamp, ClusterRecord, KubeconfigRecord, MemberState, RegistryKey};
+use super::record::{
+    run_stamp, same_content, BeatRecord, ClusterRecord, KubeconfigRecord, MemberState, RegistryKey,
+};
 
 /// Why a registry entry was skipped (the `reason` label of
 /// `fleetbus_registry_rejected_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rejection {
-    /// The key is not `cluster.<name>.<id>` or `kubeconfig.<name>.<id>`.
+    /// The key is not `cluster.<name>.<id>` or `kubeconfig.<name>.<id>` (in
+    /// the beats bucket: not `beat.<name>.<id>`).
     BadKey,
     /// The value is not the JSON of a record.
     Undecodable,
@@ -69,6 +74,8 @@ pub fn decode(key: &str, value: &[u8]) -> Result<Decoded, Rejection> {
             let (name, id) = (r.name.clone(), r.cluster_id.clone());
             (Decoded::Kubeconfig(r), name, id)
         }
+        // Beats live in their own bucket.
+        RegistryKey::Beat { .. } => return Err(Rejection::BadKey),
     };
     // The key is the claim every reader trusts; a body that says otherwise is forged or broken.
     if name != parsed.name() || id != parsed.cluster_id() {
@@ -82,6 +89,45 @@ pub fn decode(key: &str, value: &[u8]) -> Result<Decoded, Rejection> {
     };
     valid.map_err(|_| Rejection::InvalidRecord)?;
     Ok(decoded)
+}
+
+/// A beat that passed validation: whose it is (from the key) and what it says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Beat {
+    /// Cluster name, from the key.
+    pub name: String,
+    /// clusterID, from the key.
+    pub cluster_id: String,
+    /// The value.
+    pub beat: BeatRecord,
+}
+
+/// Validates one entry of the beats bucket. Pure, like [`decode`]: a forged
+/// or broken beat is skipped and counted, never trusted.
+pub fn decode_beat(key: &str, value: &[u8]) -> Result<Beat, Rejection> {
+    let RegistryKey::Beat { name, cluster_id } =
+        RegistryKey::parse(key).map_err(|_| Rejection::BadKey)?
+    else {
+        return Err(Rejection::BadKey);
+    };
+    if crate::cli::validate_dns_label(&name).is_err() {
+        return Err(Rejection::InvalidName);
+    }
+    let beat = BeatRecord::decode(value).map_err(rejection)?;
+    Ok(Beat {
+        name,
+        cluster_id,
+        beat,
+    })
+}
+
+/// The key of a beat entry whose value is gone (expired or deleted), if it
+/// is a well-formed beat key.
+pub fn beat_owner(key: &str) -> Option<(String, String)> {
+    match RegistryKey::parse(key) {
+        Ok(RegistryKey::Beat { name, cluster_id }) => Some((name, cluster_id)),
+        _ => None,
+    }
 }
 
 fn rejection(e: DecodeError) -> Rejection {
@@ -100,6 +146,18 @@ pub struct Peer {
     pub liveness: Liveness,
     /// Its latest reader kubeconfig, if it publishes one.
     pub kubeconfig: Option<KubeconfigRecord>,
+    /// When its last new beat arrived, by our wall clock (its Cluster
+    /// object's `lastHeartbeatTime`; a peer that beats puts no time of its own).
+    pub beat_received_at: Option<DateTime<Utc>>,
+}
+
+impl Peer {
+    /// Whether the peer counts as alive at `now`. A peer whose liveness is
+    /// in the beats bucket must have shown a heartbeat newer than its first
+    /// record: the record alone may be a dead peer's, replayed at start-up.
+    pub fn alive(&self, now: Instant, peer_timeout: Duration) -> bool {
+        self.liveness.alive(now, peer_timeout) && (!self.record.beats || self.liveness.advanced())
+    }
 }
 
 /// What applying a record changed.
@@ -122,16 +180,19 @@ pub struct Membership {
     peers: BTreeMap<(String, String), Peer>,
     /// Kubeconfigs that arrived before their cluster's record.
     orphan_kubeconfigs: BTreeMap<(String, String), KubeconfigRecord>,
+    /// `--peer-timeout`: how long a heartbeat keeps a peer alive (at least).
+    peer_timeout: Duration,
 }
 
 impl Membership {
     /// An empty view for the local cluster `name`/`id`.
-    pub fn new(local_name: &str, local_id: &str) -> Self {
+    pub fn new(local_name: &str, local_id: &str, peer_timeout: Duration) -> Self {
         Membership {
             local_name: local_name.to_owned(),
             local_id: local_id.to_owned(),
             peers: BTreeMap::new(),
             orphan_kubeconfigs: BTreeMap::new(),
+            peer_timeout,
         }
     }
 
@@ -139,36 +200,45 @@ impl Membership {
         name == self.local_name && id == self.local_id
     }
 
-    /// Applies a valid entry received at `now`.
-    pub fn apply(&mut self, decoded: Decoded, now: Instant) -> Applied {
+    /// Applies a valid entry received at `now`; `live`: it came after the
+    /// watch's replay of the bucket (put as we watched, so news).
+    pub fn apply(&mut self, decoded: Decoded, now: Instant, live: bool) -> Applied {
         match decoded {
-            Decoded::Cluster(r) => self.apply_cluster(*r, now),
+            Decoded::Cluster(r) => self.apply_cluster(*r, now, live),
             Decoded::Kubeconfig(k) => self.apply_kubeconfig(k),
         }
     }
 
-    fn apply_cluster(&mut self, r: ClusterRecord, now: Instant) -> Applied {
+    /// A record put counts as a heartbeat (the only kind an agent without
+    /// beats sends). What the Cluster objects show changes only when the
+    /// record's content does or the peer comes alive: a steady peer's
+    /// heartbeat moves its deadline and wakes nobody.
+    fn apply_cluster(&mut self, r: ClusterRecord, now: Instant, live: bool) -> Applied {
         if self.is_self(&r.name, &r.cluster_id) {
             return Applied::default();
         }
         let before = self.members();
         let key = (r.name.clone(), r.cluster_id.clone());
         let mut applied = Applied::default();
+        let timeout = self.peer_timeout;
         match self.peers.get_mut(&key) {
             Some(p) => {
-                applied.heartbeat = p.liveness.observe(&heartbeat_stamp(&r), now);
-                applied.changed = applied.heartbeat || p.record != r;
+                let was_alive = p.alive(now, timeout);
+                applied.heartbeat = p.liveness.observe(run_stamp(&r.started_at), r.seq, now);
+                applied.changed = !same_content(&p.record, &r);
                 p.record = r;
+                applied.changed |= p.alive(now, timeout) != was_alive;
             }
             None => {
                 let kubeconfig = self.orphan_kubeconfigs.remove(&key);
-                let liveness = Liveness::first_seen(&heartbeat_stamp(&r), now);
+                let liveness = Liveness::first_seen(run_stamp(&r.started_at), r.seq, now, live);
                 self.peers.insert(
                     key,
                     Peer {
                         record: r,
                         liveness,
                         kubeconfig,
+                        beat_received_at: None,
                     },
                 );
                 applied.changed = true;
@@ -177,6 +247,68 @@ impl Membership {
         }
         applied.members_changed = before != self.members();
         applied
+    }
+
+    /// Applies a valid beat received at `now` (`wall`: our clock). A beat of
+    /// a cluster without a record, or whose record says it left, changes
+    /// nothing: a beat cannot make a Left peer alive again (its agent must
+    /// put an Active record first), nor conjure a peer.
+    pub fn apply_beat(&mut self, b: &Beat, now: Instant, wall: DateTime<Utc>) -> Applied {
+        let timeout = self.peer_timeout;
+        let key = (b.name.clone(), b.cluster_id.clone());
+        let Some(p) = self.peers.get_mut(&key) else {
+            return Applied::default();
+        };
+        if p.record.state == MemberState::Left {
+            return Applied::default();
+        }
+        let was_alive = p.alive(now, timeout);
+        let heartbeat = p
+            .liveness
+            .observe(run_stamp(&b.beat.started_at), b.beat.seq, now);
+        // A changed interval moves the deadline the reconciler sleeps until.
+        let interval_changed = p.liveness.set_interval(b.beat.interval());
+        if heartbeat {
+            p.beat_received_at = Some(wall);
+        }
+        Applied {
+            members_changed: false,
+            changed: interval_changed || p.alive(now, timeout) != was_alive,
+            heartbeat,
+        }
+    }
+
+    /// The server expired (or someone deleted) the beat of `name`/`id`.
+    pub fn expire_beat(&mut self, name: &str, id: &str, now: Instant) -> Applied {
+        let timeout = self.peer_timeout;
+        let Some(p) = self.peers.get_mut(&(name.to_owned(), id.to_owned())) else {
+            return Applied::default();
+        };
+        let was_alive = p.alive(now, timeout);
+        p.liveness.expire();
+        Applied {
+            changed: was_alive,
+            ..Applied::default()
+        }
+    }
+
+    /// Whether some active peer puts no beats (an agent of an older
+    /// version): it knows liveness only from record puts, so ours must
+    /// keep coming every interval while it is in the fleet.
+    pub fn has_peer_without_beats(&self) -> bool {
+        self.peers
+            .values()
+            .any(|p| p.record.state == MemberState::Active && !p.record.beats)
+    }
+
+    /// How many clusters the fleet counts, this one included (sizes the
+    /// beat interval).
+    pub fn fleet_size(&self) -> usize {
+        1 + self
+            .peers
+            .values()
+            .filter(|p| p.record.state == MemberState::Active)
+            .count()
     }
 
     fn apply_kubeconfig(&mut self, k: KubeconfigRecord) -> Applied {
@@ -211,6 +343,7 @@ impl Membership {
                 self.orphan_kubeconfigs.remove(&id);
                 self.peers.remove(&id).is_some()
             }
+            RegistryKey::Beat { .. } => false,
             RegistryKey::Kubeconfig { .. } => {
                 let orphan = self.orphan_kubeconfigs.remove(&id).is_some();
                 let held = self
@@ -279,8 +412,10 @@ impl Membership {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::registry::record::{cluster_key, kubeconfig_key};
-    use chrono::{TimeZone, Utc};
+    use crate::registry::record::{beat_key, cluster_key, kubeconfig_key};
+    use chrono::TimeZone;
+
+    const T: Duration = Duration::from_secs(6);
 
     /// A record whose heartbeat number is `seq`.
     pub(crate) fn record(name: &str, id: &str, seq: u64) -> ClusterRecord {
@@ -301,6 +436,7 @@ pub(crate) mod tests {
             seq,
             members: vec![],
             api: Default::default(),
+            beats: false,
         }
     }
 
@@ -357,37 +493,44 @@ pub(crate) mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn members_and_heartbeats() {
-        let mut m = Membership::new("a", "id-a");
+        let mut m = Membership::new("a", "id-a", T);
         let now = Instant::now();
-        let a = m.apply(cluster(record("a", "id-a", 1)), now);
+        let a = m.apply(cluster(record("a", "id-a", 1)), now, true);
         assert_eq!(a, Applied::default(), "own record is ignored");
-        let a = m.apply(cluster(record("b", "id-b", 1)), now);
+        let a = m.apply(cluster(record("b", "id-b", 1)), now, true);
         assert!(a.members_changed && a.changed);
         assert_eq!(m.members(), vec!["a", "b"]);
-        let a = m.apply(cluster(record("b", "id-b", 1)), now);
+        let a = m.apply(cluster(record("b", "id-b", 1)), now, true);
         assert!(!a.changed && !a.heartbeat, "redelivery changes nothing");
-        let a = m.apply(cluster(record("b", "id-b", 2)), now);
-        assert!(a.changed && a.heartbeat && !a.members_changed);
+        let a = m.apply(cluster(record("b", "id-b", 2)), now, true);
+        assert!(
+            a.heartbeat && !a.changed && !a.members_changed,
+            "a steady peer's heartbeat moves its deadline and wakes nobody"
+        );
+        let mut relabelled = record("b", "id-b", 3);
+        relabelled.labels.insert("tier".into(), "gold".into());
+        let a = m.apply(cluster(relabelled), now, true);
+        assert!(a.heartbeat && a.changed, "new content is news");
         let mut left = record("b", "id-b", 3);
         left.state = MemberState::Left;
-        let a = m.apply(cluster(left), now);
+        let a = m.apply(cluster(left), now, true);
         assert!(a.members_changed);
         assert_eq!(m.members(), vec!["a"]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn conflicts() {
-        let mut m = Membership::new("a", "id-a");
+        let mut m = Membership::new("a", "id-a", T);
         let now = Instant::now();
-        m.apply(cluster(record("a", "id-a2", 1)), now);
-        m.apply(cluster(record("x", "id-x1", 1)), now);
-        m.apply(cluster(record("x", "id-x2", 1)), now);
-        m.apply(cluster(record("y", "id-y", 1)), now);
+        m.apply(cluster(record("a", "id-a2", 1)), now, true);
+        m.apply(cluster(record("x", "id-x1", 1)), now, true);
+        m.apply(cluster(record("x", "id-x2", 1)), now, true);
+        m.apply(cluster(record("y", "id-y", 1)), now, true);
         assert_eq!(m.rivals().len(), 1);
         assert_eq!(m.conflicting_names(), BTreeSet::from(["x".to_owned()]));
         let mut gone = record("x", "id-x2", 2);
         gone.state = MemberState::Left;
-        m.apply(cluster(gone), now);
+        m.apply(cluster(gone), now, true);
         assert!(
             m.conflicting_names().is_empty(),
             "a cluster that left no longer conflicts"
@@ -413,11 +556,11 @@ pub(crate) mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_removed_key_leaves_memory() {
-        let mut m = Membership::new("a", "id-a");
+        let mut m = Membership::new("a", "id-a", T);
         let now = Instant::now();
-        m.apply(cluster(record("b", "id-b", 1)), now);
-        m.apply(cluster(record("x", "id-x1", 1)), now);
-        m.apply(cluster(record("x", "id-x2", 1)), now);
+        m.apply(cluster(record("b", "id-b", 1)), now, true);
+        m.apply(cluster(record("x", "id-x1", 1)), now, true);
+        m.apply(cluster(record("x", "id-x2", 1)), now, true);
         assert_eq!(m.conflicting_names().len(), 1);
         let a = m.remove(&RegistryKey::cluster("x", "id-x2"));
         assert!(a.changed && !a.members_changed, "x is still a member");
@@ -434,15 +577,132 @@ pub(crate) mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn kubeconfig_before_record_is_kept() {
-        let mut m = Membership::new("a", "id-a");
+        let mut m = Membership::new("a", "id-a", T);
         let k = KubeconfigRecord {
             name: "b".into(),
             cluster_id: "id-b".into(),
             kubeconfig: "apiVersion: v1".into(),
             expires_at: None,
         };
-        m.apply(Decoded::Kubeconfig(k.clone()), Instant::now());
-        m.apply(cluster(record("b", "id-b", 1)), Instant::now());
+        m.apply(Decoded::Kubeconfig(k.clone()), Instant::now(), true);
+        m.apply(cluster(record("b", "id-b", 1)), Instant::now(), true);
         assert_eq!(m.peers().next().unwrap().kubeconfig.as_ref(), Some(&k));
+    }
+
+    fn beat(name: &str, id: &str, seq: u64) -> Beat {
+        Beat {
+            name: name.into(),
+            cluster_id: id.into(),
+            beat: BeatRecord {
+                seq,
+                started_at: Utc.timestamp_opt(1_000, 0).unwrap(),
+                interval_ms: 2_000,
+            },
+        }
+    }
+
+    fn beating(name: &str, id: &str, seq: u64) -> ClusterRecord {
+        ClusterRecord {
+            beats: true,
+            ..record(name, id, seq)
+        }
+    }
+
+    #[test]
+    fn decode_beat_rejects_garbage() {
+        let good = beat("b", "id-b", 3).beat.encode().unwrap();
+        assert_eq!(
+            decode_beat(&beat_key("b", "id-b"), &good),
+            Ok(beat("b", "id-b", 3))
+        );
+        let a_record = record("b", "id-b", 1).encode().unwrap();
+        let beat_b = beat_key("b", "id-b");
+        // (key, value, why): every one skipped with its reason.
+        let bad: [(&str, &[u8], Rejection); 6] = [
+            ("beat.b", &good, Rejection::BadKey),
+            (&cluster_key("b", "id-b"), &good, Rejection::BadKey),
+            (&beat_key("B_1", "x"), &good, Rejection::InvalidName),
+            (&beat_b, b"not json", Rejection::Undecodable),
+            (
+                &beat_b,
+                br#"{"schema":"fleetbus.io/beat/v1"}"#,
+                Rejection::Undecodable,
+            ),
+            (&beat_b, &a_record, Rejection::WrongSchema),
+        ];
+        for (key, value, want) in bad {
+            assert_eq!(decode_beat(key, value), Err(want), "{key}");
+        }
+        assert_eq!(
+            decode(&beat_b, &good),
+            Err(Rejection::BadKey),
+            "a beat key in the registry bucket"
+        );
+        assert_eq!(beat_owner("beat.b.id-b"), Some(("b".into(), "id-b".into())));
+        assert_eq!(beat_owner("cluster.b.id-b"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn beats_keep_a_beating_peer_alive_and_its_replayed_record_does_not() {
+        let mut m = Membership::new("a", "id-a", T);
+        let now = Instant::now();
+        let wall = Utc::now();
+        // Replayed at start-up: a record alone may be a dead peer's.
+        m.apply(cluster(beating("b", "id-b", 5)), now, false);
+        let p = |m: &Membership| m.peers().next().unwrap().clone();
+        assert!(!p(&m).alive(now, T));
+        assert!(!m.has_peer_without_beats());
+        assert_eq!(m.fleet_size(), 2);
+        // An older beat of the run (put before the record) is no news.
+        let a = m.apply_beat(&beat("b", "id-b", 4), now, wall);
+        assert!(!a.heartbeat && !p(&m).alive(now, T));
+        let a = m.apply_beat(&beat("b", "id-b", 6), now, wall);
+        assert!(a.heartbeat && a.changed, "it came alive");
+        assert_eq!(p(&m).beat_received_at, Some(wall));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let a = m.apply_beat(&beat("b", "id-b", 7), Instant::now(), wall);
+        assert!(a.heartbeat && !a.changed, "steady: nothing to write");
+        // The beat's TTL ran out on the server: dead at once.
+        let a = m.expire_beat("b", "id-b", Instant::now());
+        assert!(a.changed && !p(&m).alive(Instant::now(), T));
+        assert_eq!(
+            m.expire_beat("b", "id-b", Instant::now()),
+            Applied::default()
+        );
+        // Beats of strangers change nothing.
+        assert_eq!(
+            m.apply_beat(&beat("zz", "id-z", 9), Instant::now(), wall),
+            Applied::default()
+        );
+        assert_eq!(m.expire_beat("zz", "id-z", now), Applied::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_beat_cannot_make_a_left_peer_alive_again() {
+        let mut m = Membership::new("a", "id-a", T);
+        m.apply(cluster(beating("b", "id-b", 1)), Instant::now(), true);
+        let mut left = beating("b", "id-b", 2);
+        left.state = MemberState::Left;
+        m.apply(cluster(left), Instant::now(), true);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let a = m.apply_beat(&beat("b", "id-b", 3), Instant::now(), Utc::now());
+        assert_eq!(a, Applied::default());
+        let p = m.peers().next().unwrap();
+        assert!(!p.alive(Instant::now(), T));
+        assert_eq!(p.record.state, MemberState::Left);
+        assert_eq!(m.members(), vec!["a"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_older_agent_is_alive_by_record_puts_and_asks_for_ours() {
+        let mut m = Membership::new("a", "id-a", T);
+        m.apply(cluster(record("b", "id-b", 1)), Instant::now(), false);
+        assert!(m.has_peer_without_beats());
+        let p = m.peers().next().unwrap();
+        assert!(p.alive(Instant::now(), T), "legacy: alive from its record");
+        tokio::time::advance(Duration::from_secs(7)).await;
+        assert!(!m.peers().next().unwrap().alive(Instant::now(), T));
+        let a = m.apply(cluster(record("b", "id-b", 2)), Instant::now(), true);
+        assert!(a.heartbeat && a.changed, "its record put is its beat");
     }
 }

@@ -190,7 +190,10 @@ pub fn is_refusal(e: &RegistryError) -> bool {
             ..
         } => matches!(s.code, 400 | 403 | 413 | 422),
         RegistryError::Encode(_) | RegistryError::Serialise(_) => true,
-        RegistryError::Kube { .. } | RegistryError::Put { .. } | RegistryError::Watch(_) => false,
+        RegistryError::Kube { .. }
+        | RegistryError::Put { .. }
+        | RegistryError::Beat { .. }
+        | RegistryError::Watch(_) => false,
     }
 }
 

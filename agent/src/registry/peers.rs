@@ -19,7 +19,9 @@ use super::peer_secret::{ensure_secret, SecretCache};
 use super::peer_spec::{spec_patch, DesiredSpec};
 use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
 use super::shared::Registry;
-use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
+use super::status::{
+    heartbeat_time, keep_coarse_heartbeat, keep_heartbeat_while_steady, StatusWriter,
+};
 use super::view::is_disabled;
 use crate::kube::conditions::{merge, replace_one, Desired};
 use crate::kube::events::EventType;
@@ -36,7 +38,13 @@ struct Plan {
     kubeconfig: Option<KubeconfigRecord>,
     /// clusterIDs of the active records claiming this name, when more than one.
     conflict_ids: Vec<String>,
-    members_ours: Vec<String>,
+    /// Shared by every plan of a pass (a fleet of N makes N lists of N).
+    members_ours: Arc<[String]>,
+    /// When its last beat arrived, by our clock (peers that beat).
+    beat_received_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// How long it stays alive after a heartbeat (its beats may stretch
+    /// `--peer-timeout`), for the status message.
+    timeout: Duration,
 }
 
 /// What a pass over the peers found.
@@ -68,6 +76,14 @@ pub async fn reconcile(
     clusters: &[Arc<Cluster>],
     now: Instant,
 ) -> Outcome {
+    // Until the beats bucket has been read, a peer that beats may look dead
+    // only because its beat has not arrived yet: judge nobody.
+    if !reg.beats_synced.load(std::sync::atomic::Ordering::Relaxed) {
+        return Outcome {
+            wake_at: None,
+            pending: 1,
+        };
+    }
     let plans = plan(reg, clusters, now);
     let mut out = Outcome::default();
     let mut by_state: BTreeMap<&'static str, i64> = BTreeMap::new();
@@ -277,7 +293,7 @@ fn state_label(s: ClusterState) -> &'static str {
 /// Groups the membership by peer name and picks the record each object shows.
 fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
     let m = reg.membership();
-    let members_ours = m.members();
+    let members_ours: Arc<[String]> = m.members().into();
     let mut by_name: BTreeMap<&str, Vec<&super::membership::Peer>> = BTreeMap::new();
     for p in m.peers() {
         // A record with our own name is a rival; the Local object reports it.
@@ -315,12 +331,14 @@ fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
         plans.push(Plan {
             name: name.to_owned(),
             record: chosen.record.clone(),
-            alive: chosen.liveness.alive(now, reg.ctx.cfg.peer_timeout),
+            alive: chosen.alive(now, reg.ctx.cfg.peer_timeout),
             advanced: chosen.liveness.advanced(),
             deadline: chosen.liveness.deadline(reg.ctx.cfg.peer_timeout),
             kubeconfig: chosen.kubeconfig.clone(),
             conflict_ids,
             members_ours: members_ours.clone(),
+            beat_received_at: chosen.beat_received_at,
+            timeout: chosen.liveness.timeout(reg.ctx.cfg.peer_timeout),
         });
     }
     plans
@@ -360,7 +378,7 @@ async fn reconcile_one(
         .filter(|rv| *rv != obj.resource_version());
     let prev = writer.current(&obj).unwrap_or_default();
     let status = desired_status(
-        reg.ctx.cfg.peer_timeout,
+        p.timeout,
         p,
         &prev,
         is_disabled(&obj),
@@ -535,11 +553,18 @@ fn desired_status(
     disabled: bool,
     generation: Option<i64>,
 ) -> ClusterStatus {
-    let heartbeat = heartbeat_time(&p.record.heartbeat_at);
+    // A peer that beats puts no time of its own: its last beat's arrival by
+    // our clock stands in (before any, the time of its record).
+    let heartbeat = match (p.record.beats, &p.beat_received_at) {
+        (true, Some(at)) => heartbeat_time(at),
+        _ => heartbeat_time(&p.record.heartbeat_at),
+    };
     // After our own restart the registry replays each peer's last record. If
     // we had already marked it Disconnected at that very heartbeat, it is
-    // still dead until a newer heartbeat arrives.
-    let replayed_dead = !p.advanced
+    // still dead until a newer heartbeat arrives. (A peer that beats is not
+    // alive on a replayed record at all: see `Peer::alive`.)
+    let replayed_dead = !p.record.beats
+        && !p.advanced
         && prev.state == Some(ClusterState::Disconnected)
         && heartbeat.is_some()
         && prev.last_heartbeat_time == heartbeat;
@@ -573,11 +598,7 @@ fn desired_status(
             message: if synced {
                 "this cluster and the peer see the same members".to_owned()
             } else {
-                format!(
-                    "members seen here: {}; by the peer: {}",
-                    p.members_ours.join(","),
-                    p.record.members.join(",")
-                )
+                members_differ(&p.members_ours, &p.record.members)
             },
         },
     ];
@@ -604,8 +625,38 @@ fn desired_status(
             .map(|f| f.feature_name.clone())
             .collect(),
     };
-    keep_coarse_heartbeat(prev, &mut status);
+    // A steady peer that beats keeps the time of the write that last changed
+    // something: at 1,000 peers, refreshing every object now and then would
+    // be a stream of writes (and watch events, and passes) for nothing.
+    // Its Ready condition says it beats; the time moves with any change.
+    if p.record.beats {
+        keep_heartbeat_while_steady(prev, &mut status);
+    } else {
+        keep_coarse_heartbeat(prev, &mut status);
+    }
     status
+}
+
+/// The ClustersSynced message when the lists differ: what each side lacks
+/// (not both lists: at 1,000 clusters that would be two lists of 1,000).
+fn members_differ(ours: &[String], theirs: &[String]) -> String {
+    use std::collections::BTreeSet;
+    const SHOWN: usize = 10;
+    let a: BTreeSet<&str> = ours.iter().map(String::as_str).collect();
+    let b: BTreeSet<&str> = theirs.iter().map(String::as_str).collect();
+    let list = |v: Vec<&str>| {
+        let more = v.len().saturating_sub(SHOWN);
+        let mut s = v.into_iter().take(SHOWN).collect::<Vec<_>>().join(",");
+        if more > 0 {
+            s.push_str(&format!(" and {more} more"));
+        }
+        s
+    };
+    format!(
+        "members seen here but not by the peer: {}; by the peer but not here: {}",
+        list(a.difference(&b).copied().collect()),
+        list(b.difference(&a).copied().collect())
+    )
 }
 
 /// The status message of a peer in `state` (none when Ready).
@@ -704,7 +755,9 @@ mod tests {
             deadline: Instant::now(),
             kubeconfig: None,
             conflict_ids: vec![],
-            members_ours: vec!["b".into(), "a".into()],
+            members_ours: vec!["b".into(), "a".into()].into(),
+            beat_received_at: None,
+            timeout: TIMEOUT,
         }
     }
 
@@ -733,11 +786,49 @@ mod tests {
     #[test]
     fn different_members_are_not_synced() {
         let mut p = plan(true, true);
-        p.members_ours.push("c".into());
+        p.members_ours = vec!["b".into(), "a".into(), "c".into()].into();
         let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
         assert_eq!(
             status_of(&s.conditions, condition::CLUSTERS_SYNCED),
             Some("False")
+        );
+        let synced = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == condition::CLUSTERS_SYNCED)
+            .unwrap();
+        assert_eq!(
+            synced.message,
+            "members seen here but not by the peer: c; by the peer but not here: "
+        );
+        let many: Vec<String> = (0..1000).map(|i| format!("c{i}")).collect();
+        let msg = members_differ(&many, &[]);
+        assert!(
+            msg.ends_with("and 990 more; by the peer but not here: "),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_steady_peer_that_beats_is_not_written_again() {
+        let mut p = plan(true, true);
+        p.record.beats = true;
+        let t0 = chrono::Utc::now() - chrono::Duration::hours(1);
+        p.beat_received_at = Some(t0);
+        let first = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
+        assert_eq!(first.state, Some(ClusterState::Ready));
+        assert_eq!(first.last_heartbeat_time, heartbeat_time(&t0));
+        // An hour of beats later, nothing else changed: the same status.
+        p.beat_received_at = Some(chrono::Utc::now());
+        let again = desired_status(TIMEOUT, &p, &first, false, None);
+        assert_eq!(again, first, "no write per beat, nor per refresh period");
+        // It goes silent: the write names its last beat.
+        p.alive = false;
+        let dead = desired_status(TIMEOUT, &p, &first, false, None);
+        assert_eq!(dead.state, Some(ClusterState::Disconnected));
+        assert_eq!(
+            dead.last_heartbeat_time,
+            heartbeat_time(&p.beat_received_at.unwrap())
         );
     }
 

@@ -1,21 +1,29 @@
-//! The heartbeat: this cluster's record, re-put every interval and on change; a leave record at shutdown if asked.
+//! The heartbeat: a tiny beat every interval (the beats bucket, with a TTL),
+//! this cluster's record at start-up and whenever it changes; a leave record
+//! at shutdown if asked.
+//!
+//! While an agent of an older version (a record without `beats`) is in the
+//! fleet, the record is also re-put every interval: that agent reads only
+//! record puts as heartbeats (a fleet is upgraded one cluster at a time).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::MissedTickBehavior;
+use async_nats::HeaderMap;
+use fleetbus_schemas::registry::{beat_interval, beat_ttl};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::errors::is_stream_missing;
 
 use super::error::RegistryError;
-use super::record::{cluster_key, ClusterRecord, MemberState};
+use super::record::{beat_key, cluster_key, BeatRecord, ClusterRecord, MemberState};
 use super::shared::Registry;
 
-/// Every this many heartbeat intervals the whole bus layout is checked (and
-/// repaired): 30 s at the default 2 s interval.
-const LAYOUT_CHECK_BEATS: u32 = 15;
+/// How often the whole bus layout is checked (and repaired): a stream
+/// deleted while the buckets live breaks no beat.
+const LAYOUT_CHECK: Duration = Duration::from_secs(30);
 
 /// Version of this agent, published in the record.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -40,6 +48,7 @@ pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
         seq: reg.next_seq(),
         members: reg.membership().members(),
         api: reg.api_health(),
+        beats: true,
     }
 }
 
@@ -65,8 +74,8 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
         .await
         .map_err(|source| RegistryError::Put { key, source })?;
     reg.note_heartbeat(record.heartbeat_at);
+    reg.note_published(&record);
     reg.ctx.readiness.publishing.store(true, Ordering::Relaxed);
-    reg.ctx.metrics.heartbeats_published.inc();
     tracing::trace!(
         ?state,
         members = record.members.len(),
@@ -75,23 +84,69 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
     Ok(())
 }
 
-/// Heartbeats until `cancel`, then publishes the leave record (with
-/// `--leave-on-shutdown`). A failed
-/// heartbeat is logged and the next tick tries again: peers tolerate missing
-/// a few (the peer timeout spans several intervals).
+/// The beat interval for the fleet as this agent sees it now.
+pub fn current_interval(reg: &Registry) -> Duration {
+    beat_interval(
+        reg.ctx.cfg.heartbeat_interval,
+        reg.membership().fleet_size(),
+    )
+}
+
+/// A ticker of `period` whose first tick is one period away.
+fn ticker(period: Duration) -> Interval {
+    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tick
+}
+
+/// Puts this agent's beat: the next `seq`, the run, the interval, with a TTL
+/// of the missed beats a reader waits for. A KV put with a `Nats-TTL` header
+/// (the KV client puts no TTL but on create).
+pub async fn put_beat(reg: &Registry, interval: Duration) -> Result<(), RegistryError> {
+    let beat = BeatRecord {
+        seq: reg.next_seq(),
+        started_at: reg.ctx.started_at,
+        interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+    };
+    let key = beat_key(&reg.ctx.cfg.cluster_name, &reg.ctx.cluster_id);
+    let body = beat.encode().map_err(RegistryError::Encode)?;
+    let subject = format!(
+        "{}{key}",
+        reg.beats.put_prefix.as_deref().unwrap_or(&reg.beats.prefix)
+    );
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "Nats-TTL",
+        beat_ttl(interval).as_secs().to_string().as_str(),
+    );
+    let put = async {
+        reg.ctx
+            .js
+            .publish_with_headers(subject, headers, body.into())
+            .await?
+            .await
+    };
+    put.await
+        .map_err(|source| RegistryError::Beat { key, source })?;
+    reg.note_heartbeat(chrono::Utc::now());
+    reg.ctx.readiness.publishing.store(true, Ordering::Relaxed);
+    reg.ctx.metrics.heartbeats_published.inc();
+    Ok(())
+}
+
+/// Beats until `cancel`, putting the record whenever it changed, then
+/// publishes the leave record (with `--leave-on-shutdown`). A failed beat is
+/// logged and the next tick tries again: peers tolerate missing a few (the
+/// peer timeout spans several intervals).
 #[tracing::instrument(name = "publisher", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
-    let mut tick = tokio::time::interval(reg.ctx.cfg.heartbeat_interval);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let every = reg.ctx.cfg.heartbeat_interval * LAYOUT_CHECK_BEATS;
-    let mut layout_check = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    layout_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut interval = current_interval(&reg);
+    let mut tick = ticker(interval);
+    let mut layout_check = ticker(LAYOUT_CHECK);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tick.tick() => {}
-            // A stream deleted while the bucket lives breaks no heartbeat;
-            // look for it now and then (a few stream-info requests).
             _ = layout_check.tick() => {
                 repair_layout(&reg).await;
                 continue;
@@ -101,36 +156,59 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                 repair_layout(&reg).await;
                 continue;
             }
-            _ = reg.publish_now.notified() => {
-                // Whatever changed goes out now; the next regular beat is a full interval away.
-                tick.reset();
-            }
+            // Whatever changed goes out now, with a beat after it: the
+            // newest stamp of a run is then always a beat's, so a reader
+            // that replays both buckets sees the beat as news.
+            _ = reg.publish_now.notified() => {}
         }
-        beat(&reg).await;
+        // The fleet grew or shrank past a step of the interval: the beat
+        // going out now announces the new one, before a reader's deadline
+        // for the old one can pass.
+        let next = current_interval(&reg);
+        if next != interval {
+            tracing::info!(from = ?interval, to = ?next, fleet = reg.membership().fleet_size(), "beat interval changed with the fleet's size");
+            interval = next;
+            tick = ticker(interval);
+        }
+        beat(&reg, interval).await;
     }
     if reg.ctx.cfg.leave_on_shutdown {
         leave(&reg).await
     } else {
-        // A stop is a pause: peers see the heartbeat stop (Disconnected) and
+        // A stop is a pause: peers see the beats stop (Disconnected) and
         // keep every copy; the next start is Active again.
         tracing::info!("stopping without leaving the fleet (--leave-on-shutdown not set)");
         Ok(())
     }
 }
 
+/// Puts the record if it changed (or every time, while an older agent in
+/// the fleet needs record puts as heartbeats), then the beat.
+async fn beat_once(reg: &Registry, interval: Duration) -> Result<(), RegistryError> {
+    let record = build_record(reg, MemberState::Active);
+    if reg.membership().has_peer_without_beats() || reg.differs_from_published(&record) {
+        publish(reg, MemberState::Active).await?;
+    }
+    put_beat(reg, interval).await
+}
+
 /// One heartbeat. A failed put makes the agent not ready until a put
-/// succeeds again; one that failed because the bucket's stream is gone
+/// succeeds again; one that failed because a bucket's stream is gone
 /// (deleted under us: `nats kv rm`) recreates the bus layout and puts again
 /// at once.
-async fn beat(reg: &Registry) {
-    let Err(error) = publish(reg, MemberState::Active).await else {
+async fn beat(reg: &Registry, interval: Duration) {
+    let Err(error) = beat_once(reg, interval).await else {
         return;
     };
     reg.ctx.readiness.publishing.store(false, Ordering::Relaxed);
-    let missing = matches!(&error, RegistryError::Put { source, .. } if is_stream_missing(source));
+    let missing = match &error {
+        RegistryError::Put { source, .. } => is_stream_missing(source),
+        RegistryError::Beat { source, .. } => is_stream_missing(source),
+        _ => false,
+    };
     tracing::warn!(error = %crate::report(&error), stream_missing = missing, "heartbeat failed");
     if missing && repair_layout(reg).await {
-        if let Err(e) = publish(reg, MemberState::Active).await {
+        if let Err(e) = beat_once(reg, interval).await {
             tracing::warn!(error = %crate::report(&e), "heartbeat after recreating the bus layout failed");
         }
     }
@@ -155,8 +233,13 @@ pub(crate) async fn repair_layout(reg: &Registry) -> bool {
             // put failed first, or an operator) is a new stream: the old
             // watch's consumer went with the old one, and its sequence
             // numbers start again, so watch it anew.
+            if ensured.created_beats_bucket {
+                reg.rewatch_beats.notify_one();
+            }
             let recreated = reg.note_bucket_incarnation(&ensured.bucket_incarnation);
             if ensured.created_bucket || recreated {
+                // Empty now: our record must go in again with the next beat.
+                reg.forget_published();
                 if !ensured.created_bucket {
                     tracing::info!(
                         "the registry bucket was recreated elsewhere; watching it again"

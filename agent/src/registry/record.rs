@@ -6,7 +6,7 @@ use fleetbus_schemas::crd::ClusterFeature;
 use kube::ResourceExt;
 
 pub use fleetbus_schemas::registry::{
-    ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, RegistryKey,
+    BeatRecord, ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, RegistryKey,
 };
 
 /// The registry key of a cluster record.
@@ -14,15 +14,29 @@ pub fn cluster_key(name: &str, cluster_id: &str) -> String {
     RegistryKey::cluster(name, cluster_id).to_key()
 }
 
+/// The beats bucket key of a cluster's beat.
+pub fn beat_key(name: &str, cluster_id: &str) -> String {
+    RegistryKey::beat(name, cluster_id).to_key()
+}
+
 /// The registry key of a kubeconfig record.
 pub fn kubeconfig_key(name: &str, cluster_id: &str) -> String {
     RegistryKey::kubeconfig(name, cluster_id).to_key()
 }
 
-/// What distinguishes one heartbeat from the next: the sender's run and
-/// sequence number. Compared only for equality, never against our clock.
-pub fn heartbeat_stamp(r: &ClusterRecord) -> String {
-    format!("{}#{}", r.started_at.timestamp_millis(), r.seq)
+/// The run a record or beat belongs to: its sender's `startedAt` in
+/// milliseconds. Compared only for equality, never against our clock.
+pub fn run_stamp(started_at: &chrono::DateTime<chrono::Utc>) -> i64 {
+    started_at.timestamp_millis()
+}
+
+/// Whether two records of one cluster say the same apart from which put
+/// they are (`heartbeatAt`, `seq`).
+pub fn same_content(a: &ClusterRecord, b: &ClusterRecord) -> bool {
+    let mut b = b.clone();
+    b.heartbeat_at = a.heartbeat_at;
+    b.seq = a.seq;
+    *a == b
 }
 
 /// The published form of the local ClusterFeatures: name (falling back to the

@@ -1,7 +1,7 @@
 //! The state the registry tasks share: membership, what we publish about ourselves, and the notifies between the tasks.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_nats::jetstream::kv;
@@ -33,6 +33,17 @@ pub struct Registry {
     pub ctx: Arc<Context>,
     /// The registry bucket.
     pub kv: kv::Store,
+    /// The beats bucket.
+    pub beats: kv::Store,
+    /// The beats watch has delivered the bucket's current beats: until then
+    /// a peer that beats may look dead only because its beat is still on
+    /// its way, so its Cluster object is not judged.
+    pub beats_synced: AtomicBool,
+    /// Wakes the beats watcher: the records watch has caught up (beats of
+    /// clusters whose record is not known yet would be dropped).
+    pub records_caught_up: Notify,
+    /// Wakes the beats watcher to watch again (the beats bucket was recreated).
+    pub rewatch_beats: Notify,
     /// The fleet as read from the bucket.
     membership: Mutex<Membership>,
     /// What we publish about ourselves.
@@ -60,19 +71,29 @@ pub struct Registry {
     /// Which incarnation of the registry bucket the watcher watches (its
     /// stream's creation time; see `bus::layout::Ensured`).
     bucket_incarnation: Mutex<String>,
-    /// Heartbeat sequence number within this run.
+    /// Heartbeat sequence number within this run (record puts and beats).
     seq: AtomicU64,
+    /// The record we last put (to put it again only when it changed).
+    published: Mutex<Option<record::ClusterRecord>>,
 }
 
 impl Registry {
-    /// A registry over the bucket `kv`.
-    pub fn new(ctx: Arc<Context>, kv: kv::Store) -> Self {
+    /// A registry over the registry bucket `kv` and the beats bucket `beats`.
+    pub fn new(ctx: Arc<Context>, kv: kv::Store, beats: kv::Store) -> Self {
         let (fleet, _) = watch::channel(Arc::new(FleetView::new(&ctx.cfg.cluster_name)));
         Registry {
-            membership: Mutex::new(Membership::new(&ctx.cfg.cluster_name, &ctx.cluster_id)),
+            membership: Mutex::new(Membership::new(
+                &ctx.cfg.cluster_name,
+                &ctx.cluster_id,
+                ctx.cfg.peer_timeout,
+            )),
             local: Mutex::new(LocalInfo::default()),
             ctx,
             kv,
+            beats,
+            beats_synced: AtomicBool::new(false),
+            records_caught_up: Notify::new(),
+            rewatch_beats: Notify::new(),
             fleet,
             membership_changed: Notify::new(),
             publish_now: Notify::new(),
@@ -84,6 +105,7 @@ impl Registry {
             republish_kubeconfig: Notify::new(),
             bucket_incarnation: Mutex::new(String::new()),
             seq: AtomicU64::new(0),
+            published: Mutex::new(None),
         }
     }
 
@@ -156,6 +178,25 @@ impl Registry {
         let changed = !guard.is_empty() && *guard != incarnation;
         incarnation.clone_into(&mut guard);
         changed
+    }
+
+    /// Remembers `r` as the record in the bucket.
+    pub fn note_published(&self, r: &record::ClusterRecord) {
+        *self.published.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.clone());
+    }
+
+    /// Whether `r` says something the record in the bucket does not (any
+    /// field but which put it is: `heartbeatAt`, `seq`).
+    pub fn differs_from_published(&self, r: &record::ClusterRecord) -> bool {
+        let guard = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .as_ref()
+            .is_none_or(|old| !record::same_content(old, r))
+    }
+
+    /// Forgets the record in the bucket (the bucket was recreated empty).
+    pub fn forget_published(&self) {
+        *self.published.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// The local API server's health as last probed.

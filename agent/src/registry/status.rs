@@ -158,6 +158,20 @@ pub fn keep_coarse_heartbeat(prev: &ClusterStatus, next: &mut ClusterStatus) -> 
     None
 }
 
+/// Keeps the previous `lastHeartbeatTime` whenever nothing else changed (no
+/// refresh at all): for peers that beat, whose liveness the Ready condition
+/// shows. Any other change writes the new time with it.
+pub fn keep_heartbeat_while_steady(prev: &ClusterStatus, next: &mut ClusterStatus) {
+    if prev.last_heartbeat_time.is_none() || next.last_heartbeat_time.is_none() {
+        return;
+    }
+    let mut candidate = next.clone();
+    candidate.last_heartbeat_time = prev.last_heartbeat_time.clone();
+    if candidate == *prev {
+        *next = candidate;
+    }
+}
+
 /// A heartbeat time as a whole-second Time (what the API stores).
 pub fn heartbeat_time(t: &chrono::DateTime<chrono::Utc>) -> Option<Time> {
     k8s_openapi::jiff::Timestamp::from_second(t.timestamp())

@@ -10,55 +10,139 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::error::RegistryError;
-use super::membership::decode;
+use super::membership::{beat_owner, decode, decode_beat, Applied};
 use super::record::RegistryKey;
 use super::shared::Registry;
 
-/// Runs the watch until `cancel`, restarting it after errors. A restarted
-/// watch replays the last value of every key; the membership treats replayed
-/// heartbeats as old news, so nothing flaps.
+/// Which bucket a watch follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bucket {
+    /// The registry bucket: records and kubeconfigs.
+    Records,
+    /// The beats bucket.
+    Beats,
+}
+
+/// Runs the watch of the registry bucket until `cancel`, restarting it after
+/// errors. A restarted watch replays the last value of every key; the
+/// membership treats replayed heartbeats as old news, so nothing flaps.
 #[tracing::instrument(name = "registry_watcher", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
+    watch_loop(&reg, &cancel, Bucket::Records).await
+}
+
+/// Runs the watch of the beats bucket until `cancel`, once the records watch
+/// has caught up (a beat of a cluster whose record is not known is dropped).
+#[tracing::instrument(name = "beats_watcher", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
+pub async fn run_beats(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
+    if !reg.ctx.readiness.registry_synced.load(Ordering::Relaxed) {
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            _ = reg.records_caught_up.notified() => {}
+        }
+    }
+    watch_loop(&reg, &cancel, Bucket::Beats).await
+}
+
+async fn watch_loop(
+    reg: &Registry,
+    cancel: &CancellationToken,
+    bucket: Bucket,
+) -> Result<(), RegistryError> {
     const FIRST_DELAY: Duration = Duration::from_millis(100);
+    let rewatch = match bucket {
+        Bucket::Records => &reg.rewatch,
+        Bucket::Beats => &reg.rewatch_beats,
+    };
     let mut delay = FIRST_DELAY;
     loop {
         let mut delivered = false;
         let result = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
             // The bucket was recreated: the old watch's consumer is gone with it.
-            _ = reg.rewatch.notified() => {
-                tracing::info!("registry bucket recreated; watching it again");
+            _ = rewatch.notified() => {
+                tracing::info!(?bucket, "bucket recreated; watching it again");
                 continue;
             }
-            r = watch_once(&reg, &mut delivered) => r,
+            r = watch_once(reg, bucket, &mut delivered) => r,
         };
         if delivered {
             delay = FIRST_DELAY;
         }
         if let Err(error) = result {
-            tracing::warn!(error = %crate::report(&error), ?delay, "registry watch ended; restarting");
+            tracing::warn!(error = %crate::report(&error), ?bucket, ?delay, "registry watch ended; restarting");
         }
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            _ = reg.rewatch.notified() => {}
+            _ = rewatch.notified() => {}
             _ = tokio::time::sleep(delay) => {}
         }
         delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
 
-async fn watch_once(reg: &Registry, delivered: &mut bool) -> Result<(), RegistryError> {
-    let mut watch = reg
-        .kv
+async fn watch_once(
+    reg: &Registry,
+    bucket: Bucket,
+    delivered: &mut bool,
+) -> Result<(), RegistryError> {
+    let store = match bucket {
+        Bucket::Records => &reg.kv,
+        Bucket::Beats => &reg.beats,
+    };
+    let mut watch = store
         .watch_with_history(">")
         .await
         .map_err(|e| RegistryError::Watch(Box::new(e)))?;
     while let Some(entry) = watch.next().await {
         let entry = entry.map_err(|e| RegistryError::Watch(Box::new(e)))?;
         *delivered = true;
-        handle(reg, &entry);
+        match bucket {
+            Bucket::Records => handle(reg, &entry),
+            Bucket::Beats => handle_beat(reg, &entry),
+        }
     }
     Err(RegistryError::Watch("watch stream ended".into()))
+}
+
+/// Folds one beat (or its expiry) into the membership; wakes the reconciler
+/// only when a peer's state changes (came alive, expired, new interval).
+pub(crate) fn handle_beat(reg: &Registry, entry: &Entry) {
+    let applied = if entry.operation == Operation::Put {
+        match decode_beat(&entry.key, &entry.value) {
+            Err(rejection) => {
+                reg.ctx.metrics.rejected(rejection.reason());
+                tracing::warn!(key = %entry.key, reason = rejection.reason(), revision = entry.revision, "skipped invalid beat");
+                Applied::default()
+            }
+            Ok(beat) => {
+                let applied =
+                    reg.membership()
+                        .apply_beat(&beat, Instant::now(), chrono::Utc::now());
+                if applied.heartbeat {
+                    reg.ctx.metrics.heartbeats_received.inc();
+                }
+                applied
+            }
+        }
+    } else {
+        // The server's delete marker of an expired beat (KV reads it as a
+        // purge), or an operator's delete: either way the peer is silent.
+        match beat_owner(&entry.key) {
+            Some((name, id)) => {
+                tracing::debug!(peer = %name, op = ?entry.operation, "beat expired");
+                reg.membership().expire_beat(&name, &id, Instant::now())
+            }
+            None => Applied::default(),
+        }
+    };
+    if applied.changed {
+        reg.membership_changed.notify_one();
+    }
+    if entry.seen_current && !reg.beats_synced.swap(true, Ordering::Relaxed) {
+        tracing::info!("beats caught up");
+        reg.membership_changed.notify_one();
+    }
 }
 
 /// Folds one entry into the membership and wakes whoever must react.
@@ -70,7 +154,8 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
                 tracing::warn!(key = %entry.key, reason = rejection.reason(), revision = entry.revision, "skipped invalid registry entry");
             }
             Ok(decoded) => {
-                let applied = reg.membership().apply(decoded, Instant::now());
+                let live = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
+                let applied = reg.membership().apply(decoded, Instant::now(), live);
                 if applied.heartbeat {
                     reg.ctx.metrics.heartbeats_received.inc();
                 }
@@ -109,5 +194,6 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
     {
         tracing::info!("registry caught up");
         reg.membership_changed.notify_one();
+        reg.records_caught_up.notify_one();
     }
 }

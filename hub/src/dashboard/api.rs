@@ -61,7 +61,8 @@ pub(crate) async fn clusters(
     let q = query(q)?;
     let label = q.label.as_deref().map(parse_label).transpose()?;
     let now = Utc::now();
-    let views = crate::fleet::views(s.cluster_records().await?, now);
+    let registry = s.registry().await?;
+    let views = crate::fleet::views(registry.records, &registry.beats, now);
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for v in &views {
         *counts.entry(state_word(v.state)).or_default() += 1;

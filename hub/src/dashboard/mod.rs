@@ -66,24 +66,39 @@ pub(crate) struct AppState {
     /// The registry's records and when they were read: every page polls them, so
     /// one read a second serves every browser (at 1,000 clusters a read is 1,000
     /// gets).
-    records: tokio::sync::Mutex<Option<(Instant, Vec<ClusterRecord>)>>,
+    records: tokio::sync::Mutex<Option<(Instant, Registry)>>,
+}
+
+/// The registry's records and the beats present, read together.
+#[derive(Clone)]
+pub(crate) struct Registry {
+    pub(crate) records: Vec<ClusterRecord>,
+    pub(crate) beats: crate::fleet::Beats,
 }
 
 /// How long a read of the registry is reused.
 const RECORDS_TTL: Duration = Duration::from_secs(1);
 
 impl AppState {
-    /// The registry's cluster records, at most [`RECORDS_TTL`] old.
-    async fn cluster_records(&self) -> Result<Vec<ClusterRecord>, crate::kv::ReadError> {
+    /// The registry's cluster records and beats, at most [`RECORDS_TTL`] old.
+    async fn registry(&self) -> Result<Registry, crate::kv::ReadError> {
         let mut cached = self.records.lock().await;
-        if let Some((at, records)) = cached.as_ref() {
+        if let Some((at, registry)) = cached.as_ref() {
             if at.elapsed() < RECORDS_TTL {
-                return Ok(records.clone());
+                return Ok(registry.clone());
             }
         }
-        let records = crate::fleet::cluster_records(&self.js, &self.prefix).await?;
-        *cached = Some((Instant::now(), records.clone()));
-        Ok(records)
+        let registry = Registry {
+            records: crate::fleet::cluster_records(&self.js, &self.prefix).await?,
+            beats: crate::fleet::beating(&self.js, &self.prefix).await?,
+        };
+        *cached = Some((Instant::now(), registry.clone()));
+        Ok(registry)
+    }
+
+    /// The registry's cluster records, at most [`RECORDS_TTL`] old.
+    async fn cluster_records(&self) -> Result<Vec<ClusterRecord>, crate::kv::ReadError> {
+        Ok(self.registry().await?.records)
     }
 }
 

@@ -11,7 +11,7 @@ pub use server_version::{
 use std::time::Duration;
 
 use crate::drift::drift_bucket;
-use crate::registry::registry_bucket;
+use crate::registry::{beats_bucket, registry_bucket, BEAT_MARKER_TTL};
 use crate::rule_status::rule_status_bucket;
 use crate::subject::{all_conflicts, all_drift, all_objects, all_status, Prefix};
 
@@ -107,6 +107,9 @@ pub struct KvSpec {
     pub replicas: usize,
     /// Storage backend.
     pub storage: Storage,
+    /// Per-message TTLs allowed, and how long the delete marker of an expired
+    /// key is kept (`None`: no TTLs, no markers). Needs nats-server 2.11.
+    pub limit_markers: Option<Duration>,
 }
 
 /// Which messages a new consumer starts with.
@@ -275,6 +278,24 @@ impl Layout {
             max_age: None,
             replicas: self.replicas,
             storage: Storage::File,
+            limit_markers: None,
+        }
+    }
+
+    /// The beats bucket (`registry::beat`): history 1, each beat put with its
+    /// own TTL and a delete marker when it expires, so the server itself
+    /// forgets a silent agent and tells every watcher at once. In memory: a
+    /// beat is worthless a few intervals later, and at 1,000 clusters the
+    /// fleet puts about a hundred a second, which need not touch a disk.
+    pub fn beats_bucket(&self) -> KvSpec {
+        KvSpec {
+            bucket: beats_bucket(&self.prefix),
+            description: "fleetbus liveness beats".to_owned(),
+            history: 1,
+            max_age: None,
+            replicas: self.replicas,
+            storage: Storage::Memory,
+            limit_markers: Some(BEAT_MARKER_TTL),
         }
     }
 
@@ -289,6 +310,7 @@ impl Layout {
             max_age: None,
             replicas: self.replicas,
             storage: Storage::File,
+            limit_markers: None,
         }
     }
 
@@ -303,6 +325,7 @@ impl Layout {
             max_age: None,
             replicas: self.replicas,
             storage: Storage::File,
+            limit_markers: None,
         }
     }
 
@@ -384,6 +407,11 @@ mod tests {
         let kv = l.registry_bucket();
         assert_eq!(kv.bucket, "fleetbus-registry");
         assert_eq!((kv.history, kv.max_age), (1, None));
+        assert_eq!(kv.limit_markers, None);
+        let beats = l.beats_bucket();
+        assert_eq!(beats.bucket, "fleetbus-beats");
+        assert_eq!((beats.history, beats.max_age), (1, None));
+        assert_eq!(beats.limit_markers, Some(BEAT_MARKER_TTL));
         let drift_kv = l.drift_bucket();
         assert_eq!(drift_kv.bucket, "fleetbus-drift");
         assert_eq!((drift_kv.history, drift_kv.max_age), (1, None));

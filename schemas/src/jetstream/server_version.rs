@@ -4,12 +4,14 @@ use std::fmt;
 
 use thiserror::Error;
 
-/// Oldest nats-server the agent accepts: 2.10.8 added fields to the account info reply
-/// that async-nats needs to create KV buckets, and 2.10 brought multi-filter consumers.
+/// Oldest nats-server the agent accepts: 2.11 brought per-message TTLs and
+/// subject delete markers, which the beats bucket needs (before that, 2.10.8
+/// added fields to the account info reply that async-nats needs to create KV
+/// buckets, and 2.10 multi-filter consumers).
 pub const MIN_NATS_SERVER_VERSION: ServerVersion = ServerVersion {
     major: 2,
-    minor: 10,
-    patch: 8,
+    minor: 11,
+    patch: 0,
 };
 
 /// A `major.minor.patch` server version (pre-release and build suffixes ignored).
@@ -69,7 +71,7 @@ impl ServerVersion {
 }
 
 /// Parses the version from the server's INFO and checks it against [`MIN_NATS_SERVER_VERSION`].
-/// Pre-releases count as their release (`2.10.8-beta` passes).
+/// Pre-releases count as their release (`2.11.0-beta` passes).
 pub fn check_server_version(reported: &str) -> Result<ServerVersion, ServerVersionError> {
     let v = ServerVersion::parse(reported)?;
     if v < MIN_NATS_SERVER_VERSION {
@@ -116,14 +118,15 @@ mod tests {
     #[test]
     fn compares_numerically() {
         assert_eq!(check_server_version("2.15.1").unwrap(), v(2, 15, 1));
-        assert!(check_server_version("2.10.8").is_ok());
-        assert!(check_server_version("v2.10.8-beta").is_ok());
+        assert!(check_server_version("2.11.0").is_ok());
+        assert!(check_server_version("v2.11.0-beta").is_ok());
         assert!(check_server_version("3.0.0").is_ok());
-        assert!(check_server_version("2.10.10").is_ok());
+        assert!(check_server_version("2.11.10").is_ok());
+        assert!(check_server_version("2.10.8").is_err());
         assert_eq!(
-            check_server_version("2.10.7"),
+            check_server_version("2.10.29"),
             Err(ServerVersionError::TooOld {
-                found: v(2, 10, 7),
+                found: v(2, 10, 29),
                 required: MIN_NATS_SERVER_VERSION
             })
         );

@@ -36,13 +36,23 @@ pub enum RegistryKey {
         /// kube-system UID.
         cluster_id: String,
     },
+    /// `beat.<name>.<clusterID>`: a [`super::BeatRecord`], in the beats
+    /// bucket (never in the registry bucket).
+    Beat {
+        /// Cluster name.
+        name: String,
+        /// kube-system UID.
+        cluster_id: String,
+    },
 }
 
 /// A registry key that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RegistryKeyError {
-    /// Not `cluster.<name>.<id>` or `kubeconfig.<name>.<id>`.
-    #[error("registry key {0:?} is not cluster.<name>.<id> or kubeconfig.<name>.<id>")]
+    /// Not `cluster.<name>.<id>`, `kubeconfig.<name>.<id>` or `beat.<name>.<id>`.
+    #[error(
+        "registry key {0:?} is not cluster.<name>.<id>, kubeconfig.<name>.<id> or beat.<name>.<id>"
+    )]
     Shape(String),
     /// A token does not decode.
     #[error("invalid token in registry key")]
@@ -66,11 +76,20 @@ impl RegistryKey {
         }
     }
 
+    /// The key of a beat (beats bucket).
+    pub fn beat(name: &str, cluster_id: &str) -> Self {
+        Self::Beat {
+            name: name.to_owned(),
+            cluster_id: cluster_id.to_owned(),
+        }
+    }
+
     /// The KV key, tokens escaped as in subjects (valid KV key and subject).
     pub fn to_key(&self) -> String {
         let (kind, name, id) = match self {
             Self::Cluster { name, cluster_id } => ("cluster", name, cluster_id),
             Self::Kubeconfig { name, cluster_id } => ("kubeconfig", name, cluster_id),
+            Self::Beat { name, cluster_id } => ("beat", name, cluster_id),
         };
         format!("{kind}.{}.{}", encode_token(name), encode_token(id))
     }
@@ -89,6 +108,7 @@ impl RegistryKey {
         match kind {
             "cluster" => Ok(Self::Cluster { name, cluster_id }),
             "kubeconfig" => Ok(Self::Kubeconfig { name, cluster_id }),
+            "beat" => Ok(Self::Beat { name, cluster_id }),
             _ => Err(shape()),
         }
     }
@@ -96,14 +116,18 @@ impl RegistryKey {
     /// Cluster name in the key.
     pub fn name(&self) -> &str {
         match self {
-            Self::Cluster { name, .. } | Self::Kubeconfig { name, .. } => name,
+            Self::Cluster { name, .. }
+            | Self::Kubeconfig { name, .. }
+            | Self::Beat { name, .. } => name,
         }
     }
 
     /// Cluster ID in the key.
     pub fn cluster_id(&self) -> &str {
         match self {
-            Self::Cluster { cluster_id, .. } | Self::Kubeconfig { cluster_id, .. } => cluster_id,
+            Self::Cluster { cluster_id, .. }
+            | Self::Kubeconfig { cluster_id, .. }
+            | Self::Beat { cluster_id, .. } => cluster_id,
         }
     }
 }
@@ -129,6 +153,9 @@ mod tests {
         assert_eq!(k.to_key(), "kubeconfig.=cHJvZC5ldQ.x");
         assert_eq!(RegistryKey::parse(&k.to_key()).unwrap(), k);
         assert_eq!(registry_bucket(&Prefix::default()), "fleetbus-registry");
+        let k = RegistryKey::beat("east", "id-1");
+        assert_eq!(k.to_key(), "beat.east.id-1");
+        assert_eq!(RegistryKey::parse(&k.to_key()).unwrap(), k);
         assert_eq!(cluster_keys_for_name("east"), "cluster.east.*");
         assert!(matches!(
             RegistryKey::parse("cluster.a"),

@@ -1,14 +1,20 @@
 //! The cluster registry: a KV bucket where each agent announces its cluster and heartbeats.
 //!
 //! Each agent writes only its own keys, `cluster.<self>.<selfID>` and
-//! `kubeconfig.<self>.<selfID>`. Leaving = a final put with state `Left`;
-//! a crash = heartbeats stop (readers compare `heartbeatAt` with the interval).
+//! `kubeconfig.<self>.<selfID>`, and its beat `beat.<self>.<selfID>` in the
+//! beats bucket. Leaving = a final put with state `Left`; a crash = beats stop
+//! and the server expires the beat key (its TTL).
 
+mod beat;
 mod key;
 mod record;
 mod state;
 mod validate;
 
+pub use beat::{
+    beat_interval, beat_ttl, beats_bucket, BeatRecord, ALL_BEAT_KEYS, BEATS_BUCKET_SUFFIX,
+    BEAT_MARKER_TTL, BEAT_RECORD_SCHEMA, TARGET_BEATS_PER_SECOND,
+};
 pub use key::{
     cluster_keys_for_name, registry_bucket, RegistryKey, RegistryKeyError, ALL_CLUSTER_KEYS,
     ALL_KUBECONFIG_KEYS, REGISTRY_BUCKET_SUFFIX,

@@ -39,7 +39,9 @@ pub struct FeatureRecord {
     pub labels: BTreeMap<String, String>,
 }
 
-/// The record an agent keeps at `cluster.<name>.<clusterID>` and re-puts every heartbeat interval.
+/// The record an agent keeps at `cluster.<name>.<clusterID>`: put at start-up and
+/// whenever it changes (an agent without [`ClusterRecord::beats`] re-puts it every
+/// heartbeat interval instead).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterRecord {
@@ -81,6 +83,11 @@ pub struct ClusterRecord {
     /// does, so a record without it (an older agent) reads as healthy.
     #[serde(default, skip_serializing_if = "ApiHealth::is_reachable")]
     pub api: ApiHealth,
+    /// This agent's liveness travels in the beats bucket (see [`super::beat`])
+    /// and this record is put only when it changes. Absent (false) from
+    /// agents before beats: every put of their record is a heartbeat.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub beats: bool,
 }
 
 /// The health of a cluster's API server as its own agent sees it (watches and

@@ -226,6 +226,7 @@ mod tests {
             seq: 1,
             members: vec!["east".into()],
             api: ApiHealth::default(),
+            beats: false,
         }
     }
 

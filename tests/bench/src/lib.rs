@@ -68,7 +68,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
     let mut tables = Vec::new();
     let mut ok = true;
     // Every latency is reported against the floor of the same run.
-    let needs_floor = selected.iter().any(|s| *s != "wire");
+    let needs_floor = selected.iter().any(|s| !matches!(*s, "wire" | "registry"));
     if needs_floor {
         match scenario::floor::run(&ctx).await {
             Ok((t, p50)) => {
@@ -92,6 +92,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
             "memory" => scenario::memory::run(&ctx).await,
             "fleet" => scenario::fleet::run(&ctx).await,
             "wire" => scenario::wire::run(&ctx).await,
+            "registry" => scenario::registry::run(&ctx).await,
             other => Err(anyhow::anyhow!("scenario {other} has no runner")),
         };
         let first_new = tables.len();

@@ -8,7 +8,7 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "fleetbus-bench")]
 struct Cli {
-    /// floor, propagation, propagation_at, drift, throughput, catchup, memory, fleet, wire, or all.
+    /// floor, propagation, propagation_at, drift, throughput, catchup, memory, fleet, wire, registry, or all.
     scenario: String,
     /// Tiny sizes (seconds): checks that every scenario produces samples, for CI.
     #[arg(long)]

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use fleetbus_schemas::crd::{Cluster, ClusterFeature, ClusterSpec, ClusterState, ClusterType};
+use fleetbus_schemas::registry::{beat_interval, beat_ttl, BeatRecord};
 use fleetbus_testsupport::{
     cargo_bin, free_socket_addr, kubectl_bin, wait_for, wait_for_blocking, Agent, AgentCommand,
     DevCluster, DevClusterOpts, NatsServer,
@@ -197,11 +198,36 @@ async fn killed_agent_turns_disconnected_then_recovers_without_duplicates() {
 
     c.agent.kill9();
     let killed = Instant::now();
-    // Timeout plus one heartbeat, plus slack for polling and a busy machine.
-    let bound = PEER_TIMEOUT + Duration::from_millis(500) + Duration::from_millis(1500);
+    // The documented detection time (PROTOCOL §5.4): the beat's TTL or our
+    // peer timeout, whichever is longer, plus the server's expiry tick (about
+    // a second), plus slack for polling and a busy machine.
+    let interval = beat_interval(HEARTBEAT, 3);
+    let detection = PEER_TIMEOUT.max(beat_ttl(interval)) + Duration::from_secs(1);
+    let bound = detection + Duration::from_millis(1500);
     wait_peer_state(&a, "c", ClusterState::Disconnected, bound).await;
     wait_peer_state(&b, "c", ClusterState::Disconnected, bound).await;
     assert!(killed.elapsed() <= bound, "took {:?}", killed.elapsed());
+    // The server forgot c's beat: a one-shot reader sees it Disconnected
+    // with no clock of its own, and the others still Ready.
+    wait_for("clusters ls to show c Disconnected", bound, || async {
+        let (code, out, err) = fleetbus_cli(&nats, &["clusters", "ls", "-o", "json"]).await;
+        if code != Some(0) {
+            return Err(format!("exit {code:?}: {err}"));
+        }
+        let all: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+        let state = |name: &str| {
+            all.as_array()
+                .and_then(|a| a.iter().find(|c| c["name"] == name))
+                .map(|c| c["state"].as_str().unwrap_or_default().to_owned())
+        };
+        match (state("a"), state("b"), state("c")) {
+            (Some(a), Some(b), Some(c)) if a == "Ready" && b == "Ready" && c == "Disconnected" => {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     // An Event records the transition.
     wait_for("a PeerDisconnected event about c", CONVERGE, || async {
         let events = a.events().await?;
@@ -727,6 +753,86 @@ async fn malformed_registry_records_are_skipped_and_counted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_and_malformed_beats_are_counted_and_ignored_and_do_not_revive_a_left_peer() {
+    let nats = NatsServer::start().unwrap();
+    let mut a = Member::start(&nats, "a", "a", &[]).await;
+    let mut b = Member::start(&nats, "b", "b", &["--leave-on-shutdown"]).await;
+    wait_mesh(&[&a, &b], &["a", "b"]).await;
+    let b_id = a.clusters().get("b").await.unwrap().spec.cluster_id;
+    assert!(b.agent.stop().success(), "{}", b.agent.log());
+    wait_peer_state(&a, "b", ClusterState::Left, CONVERGE).await;
+
+    let beats = beats_kv(&nats).await;
+    let before = |text: &str, reason: &str| {
+        metric_value(
+            text,
+            &format!("fleetbus_registry_rejected_total{{reason=\"{reason}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    let text = a.metrics().unwrap();
+    let (u0, w0, k0) = (
+        before(&text, "undecodable"),
+        before(&text, "wrong_schema"),
+        before(&text, "bad_key"),
+    );
+    let forged = |seq: u64| {
+        BeatRecord {
+            seq,
+            started_at: chrono::Utc::now(),
+            interval_ms: 500,
+        }
+        .encode()
+        .unwrap()
+    };
+    // A well-formed beat for the peer that left, from a new "run", again
+    // and again; then garbage, so the counters below prove these were read.
+    for seq in 1..=5 {
+        beats
+            .put(format!("beat.b.{b_id}"), forged(seq).into())
+            .await
+            .unwrap();
+    }
+    beats
+        .put("beat.junk.id-1", b"\xff\x00not json"[..].to_vec().into())
+        .await
+        .unwrap();
+    let record = peer_record("wrong", "id-2", Default::default());
+    beats
+        .put("beat.wrong.id-2", record.encode().unwrap().into())
+        .await
+        .unwrap();
+    beats.put("cluster.b.x", forged(1).into()).await.unwrap();
+    wait_for("bad beats counted", CONVERGE, || async {
+        let text = a.metrics()?;
+        let (u, w, k) = (
+            before(&text, "undecodable"),
+            before(&text, "wrong_schema"),
+            before(&text, "bad_key"),
+        );
+        if u > u0 && w > w0 && k > k0 {
+            Ok(())
+        } else {
+            Err(format!("{u} {w} {k}"))
+        }
+    })
+    .await;
+    // The agent read past the beats for b: b is still Left, nothing new appeared.
+    // Longer than the peer timeout (a beats every 500 ms): no pass in
+    // between made b alive.
+    let published = a.metric("fleetbus_heartbeats_published_total").unwrap();
+    a.wait_metric_at_least("fleetbus_heartbeats_published_total", published + 6.0)
+        .await;
+    let b_obj = a.clusters().get("b").await.unwrap();
+    assert_eq!(state(&b_obj), Some(ClusterState::Left), "{b_obj:?}");
+    assert_eq!(
+        a.cluster_names().await,
+        vec!["a".to_owned(), "b".to_owned()]
+    );
+    assert!(a.agent.is_running(), "agent died:\n{}", a.agent.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mesh_survives_a_nats_restart() {
     let mut nats = NatsServer::start().unwrap();
     let a = Member::start(&nats, "a", "a", &[]).await;
@@ -776,10 +882,10 @@ async fn fake_nats_server(listener: tokio::net::TcpListener, version: &'static s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn refuses_a_nats_server_older_than_2_10_8() {
+async fn refuses_a_nats_server_older_than_2_11() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("nats://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(fake_nats_server(listener, "2.10.7"));
+    let server = tokio::spawn(fake_nats_server(listener, "2.10.29"));
     let cluster = DevCluster::start(DevClusterOpts::new("old")).unwrap();
     // The URL comes from the environment: every flag also reads FLEETBUS_*.
     let cmd = AgentCommand::new("old")
@@ -802,7 +908,7 @@ async fn refuses_a_nats_server_older_than_2_10_8() {
     let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "{log}");
     assert!(
-        errors[0].contains("2.10.7") && errors[0].contains("2.10.8"),
+        errors[0].contains("2.10.29") && errors[0].contains("2.11.0"),
         "{log}"
     );
 }

@@ -1,4 +1,4 @@
-//! The eight scenarios of issue 12, and issue 20's propagation at scale. Each starts what it needs, measures, and
+//! The eight scenarios of issue 12, and issue 20's propagation at scale and registry at 1,000 clusters. Each starts what it needs, measures, and
 //! returns its tables; a failure is reported as an error, never hidden.
 
 use std::time::Duration;
@@ -11,6 +11,7 @@ pub mod fullmesh;
 pub mod memory;
 pub mod propagation;
 pub mod propagation_at;
+pub mod registry;
 pub mod throughput;
 pub mod wire;
 
@@ -37,7 +38,7 @@ impl Ctx {
 }
 
 /// The scenarios in the order `all` runs them.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     "floor",
     "propagation",
     "propagation_at",
@@ -47,6 +48,7 @@ pub const ALL: [&str; 9] = [
     "memory",
     "fleet",
     "wire",
+    "registry",
 ];
 
 /// "met" / "MISSED" for a goal check.

@@ -179,6 +179,7 @@ pub fn peer_record(
         seq: 1,
         members: vec![name.into()],
         api: Default::default(),
+        beats: false,
     }
 }
 
@@ -323,6 +324,15 @@ pub async fn registry_kv(nats: &NatsServer) -> async_nats::jetstream::kv::Store 
         .get_key_value(BUCKET)
         .await
         .expect("registry bucket exists")
+}
+
+/// The beats bucket, opened with a plain NATS client (as an intruder would).
+pub async fn beats_kv(nats: &NatsServer) -> async_nats::jetstream::kv::Store {
+    let client = async_nats::connect(nats.url()).await.expect("connect nats");
+    async_nats::jetstream::new(client)
+        .get_key_value("fleetbus-beats")
+        .await
+        .expect("beats bucket exists")
 }
 
 pub async fn registry_keys(kv: &async_nats::jetstream::kv::Store) -> Vec<String> {

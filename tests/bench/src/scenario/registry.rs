@@ -1,0 +1,392 @@
+//! Scenario 10 (issue 20): the registry at 1,000 clusters. ONE real agent
+//! (c1, with its devcluster) and N simulated peers that put on the bus what an
+//! agent puts: a record each (with the members list a real record carries,
+//! put again at every growth step as a join makes real agents do), then beats
+//! at the interval the fleet's size calls for, with their TTL. Per N: the
+//! agent's CPU and RSS (from /proc) and the bytes and messages it received
+//! (nats-server's `/connz`) over an idle window, and the fleet's total idle
+//! beat traffic, published and as delivered to N agents (computed from the
+//! protocol). Then one simulated peer stops beating and the harness times
+//! until the agent's Cluster object for it, read through the devcluster's
+//! API, says Disconnected, against the documented detection time.
+//!
+//! Not simulated yet: the peers' object traffic for a rule.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use async_nats::HeaderMap;
+use fleetbus_schemas::crd::{Cluster, ClusterState};
+use fleetbus_schemas::registry::{
+    beat_interval, beat_ttl, BeatRecord, ClusterRecord, MemberState, RegistryKey,
+    TARGET_BEATS_PER_SECOND,
+};
+use fleetbus_testsupport::{free_port, Member, NatsServer};
+use kube::Api;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::mesh::{BenchMember, SETUP};
+use crate::poll::poll;
+use crate::procfs;
+use crate::scenario::Ctx;
+use crate::table::Table;
+
+/// The agents' default `--heartbeat-interval` (the base of the beat interval).
+const BASE: Duration = Duration::from_secs(2);
+/// Caps the largest N (for CI's smoke run or a small machine).
+const MAX_ENV: &str = "FLEETBUS_BENCH_REGISTRY_MAX";
+
+const HEADERS: [&str; 10] = [
+    "N peers",
+    "beat interval s",
+    "agent CPU % of a core",
+    "agent RSS MiB",
+    "agent received KiB/s",
+    "agent received msgs/s",
+    "fleet published KiB/s",
+    "fleet delivered KiB/s",
+    "detection s",
+    "documented detection s",
+];
+
+/// The simulated peers: names, whether each still beats, the run they belong to.
+struct Sim {
+    js: jetstream::Context,
+    peers: Mutex<Vec<(String, bool)>>,
+    interval: Mutex<Duration>,
+    started_at: chrono::DateTime<chrono::Utc>,
+    seq: std::sync::atomic::AtomicU64,
+    /// Bytes of the last beat on the wire (subject, header, payload).
+    beat_bytes: std::sync::atomic::AtomicUsize,
+}
+
+impl Sim {
+    fn id(name: &str) -> String {
+        format!("{name}-id")
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+    }
+
+    /// Adds peers up to `n` and puts every record again (a join changes
+    /// every agent's members list, so every agent puts its record).
+    async fn grow_to(&self, n: usize) -> anyhow::Result<()> {
+        let names: Vec<String> = {
+            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            while peers.len() < n {
+                let name = format!("sim-{:04}", peers.len());
+                peers.push((name, true));
+            }
+            peers.iter().map(|(n, _)| n.clone()).collect()
+        };
+        *self.interval.lock().unwrap_or_else(|p| p.into_inner()) = beat_interval(BASE, n + 1);
+        let mut members = names.clone();
+        members.push("c1".into());
+        members.sort();
+        let kv = self.js.get_key_value("fleetbus-registry").await?;
+        for name in &names {
+            let r = self.record(name, members.clone());
+            kv.put(
+                RegistryKey::cluster(name, &Self::id(name)).to_key(),
+                r.encode()?.into(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    fn record(&self, name: &str, members: Vec<String>) -> ClusterRecord {
+        let now = chrono::Utc::now();
+        ClusterRecord {
+            name: name.to_owned(),
+            cluster_id: Self::id(name),
+            state: MemberState::Active,
+            labels: [("bench".to_owned(), "registry".to_owned())].into(),
+            kubernetes_api_endpoints: vec![],
+            metadata: Default::default(),
+            features: vec![],
+            agent_version: "bench".into(),
+            started_at: self.started_at,
+            heartbeat_at: now,
+            heartbeat_interval_seconds: 2,
+            seq: self.next_seq(),
+            members,
+            api: Default::default(),
+            beats: true,
+        }
+    }
+
+    /// Puts one beat of `name`, as an agent does (a KV put with `Nats-TTL`).
+    async fn beat(&self, name: &str, interval: Duration) -> anyhow::Result<()> {
+        let body = BeatRecord {
+            seq: self.next_seq(),
+            started_at: self.started_at,
+            interval_ms: u64::try_from(interval.as_millis())?,
+        }
+        .encode()?;
+        let subject = format!(
+            "$KV.fleetbus-beats.{}",
+            RegistryKey::beat(name, &Self::id(name)).to_key()
+        );
+        let ttl = beat_ttl(interval).as_secs().to_string();
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-TTL", ttl.as_str());
+        // NATS/1.0\r\n + "Nats-TTL: <ttl>\r\n" + \r\n, subject, payload.
+        let wire = 10 + 12 + ttl.len() + 2 + subject.len() + body.len();
+        self.beat_bytes
+            .store(wire, std::sync::atomic::Ordering::Relaxed);
+        self.js
+            .publish_with_headers(subject, headers, body.into())
+            .await?
+            .await?;
+        Ok(())
+    }
+
+    /// Beats every live peer once per interval, spread evenly over it.
+    async fn run(self: Arc<Self>) {
+        let mut next = 0usize;
+        loop {
+            let (target, count, interval) = {
+                let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+                let interval = *self.interval.lock().unwrap_or_else(|p| p.into_inner());
+                let count = peers.len().max(1);
+                let i = next % count;
+                next = next.wrapping_add(1);
+                (
+                    peers.get(i).filter(|p| p.1).map(|p| p.0.clone()),
+                    count,
+                    interval,
+                )
+            };
+            if let Some(name) = target {
+                if let Err(e) = self.beat(&name, interval).await {
+                    eprintln!("fleetbus-bench: registry: beat of {name} failed: {e:#}");
+                }
+            }
+            tokio::time::sleep(interval / u32::try_from(count).unwrap_or(u32::MAX)).await;
+        }
+    }
+
+    /// Stops the beats of the first live peer; returns its name.
+    fn kill_one(&self) -> Option<String> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let p = peers.iter_mut().find(|p| p.1)?;
+        p.1 = false;
+        Some(p.0.clone())
+    }
+}
+
+/// `out_bytes` and `out_msgs` (what the server sent it) of the connection named `name`.
+async fn connz(http: u16, name: &str) -> anyhow::Result<(f64, f64)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", http)).await?;
+    s.write_all(b"GET /connz?limit=100000 HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .ok_or_else(|| anyhow::anyhow!("no HTTP body"))?;
+    let v: serde_json::Value = serde_json::from_str(body)?;
+    let c = v["connections"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .ok_or_else(|| anyhow::anyhow!("no connection {name} in /connz"))?;
+    let num = |k: &str| c[k].as_f64().unwrap_or(0.0);
+    Ok((num("out_bytes"), num("out_msgs")))
+}
+
+/// How many peers the agent's Cluster objects show in `state`.
+async fn count_in(api: &Api<Cluster>, state: ClusterState) -> Result<usize, String> {
+    let list = api
+        .list(&Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|c| c.status.as_ref().and_then(|s| s.state) == Some(state))
+        .count())
+}
+
+pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
+    let max: usize = std::env::var(MAX_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(usize::MAX);
+    let sizes: Vec<usize> = ctx
+        .pick(vec![10], vec![10, 100, 1000])
+        .into_iter()
+        .filter(|n| *n <= max)
+        .collect();
+    let idle = ctx.pick(Duration::from_secs(3), Duration::from_secs(30));
+    let http = free_port();
+    let nats = NatsServer::start_with_config(&format!("http: \"127.0.0.1:{http}\"\n"))?;
+    let mut node = Member::bench_cluster("c1", false, Some(&nats)).await?;
+    node.start_agent()?;
+    node.wait_ready().await?;
+    let pid = node
+        .agent_pid()
+        .ok_or_else(|| anyhow::anyhow!("agent not running"))?;
+    let client = async_nats::connect(nats.url()).await?;
+    let sim = Arc::new(Sim {
+        js: jetstream::new(client),
+        peers: Mutex::new(Vec::new()),
+        interval: Mutex::new(BASE),
+        started_at: chrono::Utc::now(),
+        seq: Default::default(),
+        beat_bytes: Default::default(),
+    });
+    let beats = tokio::spawn(sim.clone().run());
+    let api: Api<Cluster> = Api::all(node.client.clone());
+    let mut t = Table::new("10. Registry: one agent among N simulated peers", &HEADERS);
+    // One peer is killed per step: `killed` of the N are silent already.
+    for (killed, n) in sizes.into_iter().enumerate() {
+        eprintln!("fleetbus-bench: registry: N={n}");
+        let step = measure(&sim, &api, &node, pid, http, n, killed, idle).await;
+        match step {
+            Ok(row) => row.report(&mut t, n),
+            Err(e) => {
+                t.incomplete(format!("N={n}: {e:#}"));
+                break;
+            }
+        }
+    }
+    beats.abort();
+    t.samples = t.rows.len();
+    t.note("Idle window: 30 s (3 s in a smoke run) once every live peer is Ready on c1. CPU from /proc/<pid>/stat, received from nats-server's /connz (out_bytes and out_msgs of the agent's connection).");
+    t.note("Fleet traffic is computed for N+1 real agents from the protocol (PROTOCOL §5.4): published = (N+1) / interval beats a second, delivered = published × (N+1) (every agent watches every beat), at the beat's size on the wire measured by the simulator.");
+    t.note(format!("{MAX_ENV} caps N. Detection: from the moment the simulated peer stops beating to its Cluster object on c1 reading Disconnected, polled every 100 ms through c1's API; documented = the beat TTL (3 intervals) + 1 s expiry tick."));
+    Ok(vec![t])
+}
+
+/// What one N measured.
+struct Row {
+    interval: Duration,
+    cpu_pct: f64,
+    rss_mib: f64,
+    recv_kib_s: f64,
+    recv_msgs_s: f64,
+    published_kib_s: f64,
+    delivered_kib_s: f64,
+    detection: Duration,
+    documented: Duration,
+}
+
+impl Row {
+    fn report(&self, t: &mut Table, n: usize) {
+        t.row([
+            n.to_string(),
+            format!("{}", self.interval.as_secs_f64()),
+            format!("{:.2}", self.cpu_pct),
+            format!("{:.1}", self.rss_mib),
+            format!("{:.1}", self.recv_kib_s),
+            format!("{:.1}", self.recv_msgs_s),
+            format!("{:.1}", self.published_kib_s),
+            format!("{:.1}", self.delivered_kib_s),
+            format!("{:.1}", self.detection.as_secs_f64()),
+            format!("{:.1}", self.documented.as_secs_f64()),
+        ]);
+        // Linear in N: each agent receives at most the target rate, whatever N.
+        let cap = TARGET_BEATS_PER_SECOND as f64 * 1.1;
+        t.goal(
+            &format!("registry N={n}: agent receives ≤ {TARGET_BEATS_PER_SECOND} msgs/s at idle (fleet traffic linear in N)"),
+            format!("{:.1} msgs/s", self.recv_msgs_s),
+            self.recv_msgs_s <= cap,
+        );
+        t.goal(
+            &format!("registry N={n}: killed peer Disconnected within the documented time"),
+            format!(
+                "{:.1} s (documented {:.1} s)",
+                self.detection.as_secs_f64(),
+                self.documented.as_secs_f64()
+            ),
+            self.detection <= self.documented,
+        );
+        if n >= 1000 {
+            t.goal(
+                "registry N=1000: agent idles < 5% of a core",
+                format!("{:.2}%", self.cpu_pct),
+                self.cpu_pct < 5.0,
+            );
+            t.goal(
+                "registry N=1000: agent RSS < 64 MiB",
+                format!("{:.1} MiB", self.rss_mib),
+                self.rss_mib < 64.0,
+            );
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    sim: &Sim,
+    api: &Api<Cluster>,
+    node: &Member,
+    pid: u32,
+    http: u16,
+    n: usize,
+    killed: usize,
+    idle: Duration,
+) -> anyhow::Result<Row> {
+    sim.grow_to(n).await?;
+    let live = n - killed;
+    // The Local object is Ready too.
+    poll(
+        &format!("{live} peers Ready on c1"),
+        SETUP.max(Duration::from_secs(300)),
+        || async {
+            match count_in(api, ClusterState::Ready).await? {
+                r if r > live => Ok(()),
+                r => Err(format!("{r} Ready")),
+            }
+        },
+    )
+    .await
+    .map_err(|e| node.with_log(e))?;
+    let interval = beat_interval(BASE, n + 1);
+    // Let the interval change and the joins settle before measuring idle.
+    tokio::time::sleep(interval * 2).await;
+    let name = format!("fleetbus-agent/{}", node.name);
+    let (b0, m0) = connz(http, &name).await?;
+    let c0 = procfs::cpu_ticks(pid).unwrap_or(0);
+    let start = Instant::now();
+    tokio::time::sleep(idle).await;
+    let window = start.elapsed().as_secs_f64();
+    let c1 = procfs::cpu_ticks(pid).unwrap_or(0);
+    let (b1, m1) = connz(http, &name).await?;
+    let rss = procfs::rss_kib(pid).unwrap_or(0) as f64 / 1024.0;
+    let beat_bytes = sim.beat_bytes.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    let agents = (n + 1) as f64;
+    let published = agents / interval.as_secs_f64() * beat_bytes;
+    let victim = sim
+        .kill_one()
+        .ok_or_else(|| anyhow::anyhow!("no live peer to kill"))?;
+    let stopped = Instant::now();
+    let documented = beat_ttl(interval) + Duration::from_secs(1);
+    poll(
+        &format!("{victim} Disconnected on c1"),
+        documented * 3,
+        || async {
+            let c = api.get(&victim).await.map_err(|e| e.to_string())?;
+            match c.status.and_then(|s| s.state) {
+                Some(ClusterState::Disconnected) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    Ok(Row {
+        interval,
+        cpu_pct: (c1.saturating_sub(c0)) as f64 / procfs::TICKS_PER_SEC / window * 100.0,
+        rss_mib: rss,
+        recv_kib_s: (b1 - b0) / 1024.0 / window,
+        recv_msgs_s: (m1 - m0) / window,
+        published_kib_s: published / 1024.0,
+        delivered_kib_s: published * agents / 1024.0,
+        detection: stopped.elapsed(),
+        documented,
+    })
+}
