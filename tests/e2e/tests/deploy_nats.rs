@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use fleetbus_schemas::crd::{Cluster, ClusterState};
 use fleetbus_testsupport::{
-    add_source, deploy_conf, free_port, http_get, leaf_urls, nats_server_bin, start_site,
-    wait_for, wait_stream, Agent, AgentCommand, DevClusterOpts, HubCluster, Member,
+    add_source, deploy_conf, free_port, http_get, leaf_urls, nats_server_bin, start_site, wait_for,
+    wait_stream, Agent, AgentCommand, DevClusterOpts, HubCluster, Member,
 };
 use kube::Api;
 use tokio::net::{TcpListener, TcpStream};
