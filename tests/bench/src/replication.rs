@@ -35,29 +35,20 @@ pub fn table(order: &[Topology], runs: &[(Topology, Summary)]) -> Table {
                 .find(|(rt, s)| *rt == t && s.measure == measure)
                 .map(|(_, s)| s)
         };
-        let mut numbers: Vec<(String, Box<dyn Fn(&Summary) -> Option<f64>>)> = vec![
-            ("p50 ms".into(), Box::new(|s: &Summary| s.p50.map(millis))),
-            ("p99 ms".into(), Box::new(|s: &Summary| s.p99.map(millis))),
-        ];
-        let mut rate_names: Vec<String> = Vec::new();
+        let mut numbers = vec![Number::P50, Number::P99];
         for (_, s) in runs.iter().filter(|(_, s)| s.measure == measure) {
             for (name, _) in &s.rates {
-                if !rate_names.contains(name) {
-                    rate_names.push(name.clone());
+                let rate = Number::Rate(name.clone());
+                if !numbers.contains(&rate) {
+                    numbers.push(rate);
                 }
             }
         }
-        for name in rate_names {
-            let key = name.clone();
-            numbers.push((
-                name,
-                Box::new(move |s: &Summary| {
-                    s.rates.iter().find(|(n, _)| *n == key).map(|(_, v)| *v)
-                }),
-            ));
-        }
-        for (number, get) in &numbers {
-            let values: Vec<Option<f64>> = order.iter().map(|t| on(*t).and_then(get)).collect();
+        for number in &numbers {
+            let values: Vec<Option<f64>> = order
+                .iter()
+                .map(|t| on(*t).and_then(|s| number.of(s)))
+                .collect();
             if values.iter().all(Option::is_none) {
                 continue;
             }
@@ -65,9 +56,9 @@ pub fn table(order: &[Topology], runs: &[(Topology, Summary)]) -> Table {
                 .iter()
                 .position(|t| *t == Topology::Single)
                 .and_then(|i| values[i]);
-            let mut row = vec![measure.to_owned(), number.clone()];
+            let mut row = vec![measure.to_owned(), number.label()];
             for (t, v) in order.iter().zip(&values) {
-                row.push(match (number.ends_with(" ms"), v) {
+                row.push(match (number.is_latency(), v) {
                     (true, Some(v)) => format!("{v:.2}"),
                     (false, Some(v)) => format!("{v:.0}"),
                     (_, None) => "-".into(),
@@ -86,6 +77,37 @@ pub fn table(order: &[Topology], runs: &[(Topology, Summary)]) -> Table {
     table.note("Each topology runs the same scenario with fresh processes: single = one nats-server, agents --replicas 1; cluster3 = the 3 nodes of deploy/nats/hub.conf, agents --replicas 3 spread over the nodes (c1 on hub-1, c2 on hub-2: a route between them); leaf = that hub plus a site leaf node from deploy/nats/leaf.conf (domain site-a), odd clusters (c1, c3, …) at the site with --replicas 1, even ones on the hub with --replicas 3, joined by the stream sources of TOPOLOGY.md, so c1 → c2 crosses the leaf link.");
     table.note("Ratios: latency > 1x is slower than one server; rate < 1x is slower. A missing topology column means it was not in --nats; '-' that the scenario failed or has no such number there.");
     table
+}
+
+/// One number of a [`Summary`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Number {
+    P50,
+    P99,
+    /// The rate of that name.
+    Rate(String),
+}
+
+impl Number {
+    fn of(&self, s: &Summary) -> Option<f64> {
+        match self {
+            Number::P50 => s.p50.map(millis),
+            Number::P99 => s.p99.map(millis),
+            Number::Rate(name) => s.rates.iter().find(|(n, _)| n == name).map(|(_, v)| *v),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Number::P50 => "p50 ms".into(),
+            Number::P99 => "p99 ms".into(),
+            Number::Rate(name) => name.clone(),
+        }
+    }
+
+    fn is_latency(&self) -> bool {
+        !matches!(self, Number::Rate(_))
+    }
 }
 
 fn millis(d: Duration) -> f64 {
