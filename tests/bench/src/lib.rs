@@ -8,8 +8,12 @@
 //! subscriber sees the result. Every run measures the floor first
 //! ([`scenario::floor`]) and reports other latencies as a ratio to it; each
 //! scenario's table is printed and appended to `BENCHMARKS.md` ([`report`]).
+//! The fleet scenarios ([`scenario::ON_TOPOLOGIES`]) also run on the NATS
+//! topologies of `deploy/nats/` (`--nats single,cluster3,leaf`, see [`bus`]);
+//! [`replication`] then reports them side by side.
 //! Start reading at [`run`], then [`scenario`].
 
+pub mod bus;
 pub mod load;
 pub mod mesh;
 pub mod objects;
@@ -18,6 +22,7 @@ pub mod procfs;
 pub mod profile;
 pub mod progress_cli;
 pub mod recorder;
+pub mod replication;
 pub mod report;
 pub mod scenario;
 pub mod stats;
@@ -26,8 +31,9 @@ pub mod wire_objects;
 
 use std::path::PathBuf;
 
-use scenario::{Ctx, ALL};
-use table::Table;
+use bus::Topology;
+use scenario::{Ctx, ALL, ON_TOPOLOGIES};
+use table::{Summary, Table};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -42,6 +48,8 @@ pub struct Options {
     pub out: PathBuf,
     /// The command line, for the report.
     pub command: String,
+    /// The NATS topologies the fleet scenarios run on, in this order.
+    pub nats: Vec<Topology>,
 }
 
 /// Runs the scenarios; returns false if one failed (or, in a smoke run, produced no samples).
@@ -64,6 +72,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
         smoke: opts.smoke,
         profile: opts.profile,
         floor: None,
+        topology: Topology::Single,
     };
     let mut tables = Vec::new();
     let mut ok = true;
@@ -81,28 +90,33 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
             println!("{}", t.markdown());
         }
     }
+    let mut summaries: Vec<(Topology, Summary)> = Vec::new();
     for name in selected.iter().filter(|s| **s != "floor") {
-        eprintln!("fleetbus-bench: running {name}");
-        let result = match *name {
-            "propagation" => scenario::propagation::run(&ctx).await,
-            "propagation_at" => scenario::propagation_at::run(&ctx).await,
-            "drift" => scenario::drift::run(&ctx).await,
-            "throughput" => scenario::throughput::run(&ctx).await,
-            "catchup" => scenario::catchup::run(&ctx).await,
-            "memory" => scenario::memory::run(&ctx).await,
-            "fleet" => scenario::fleet::run(&ctx).await,
-            "wire" => scenario::wire::run(&ctx).await,
-            "registry" => scenario::registry::run(&ctx).await,
-            other => Err(anyhow::anyhow!("scenario {other} has no runner")),
+        let topologies = if ON_TOPOLOGIES.contains(name) {
+            opts.nats.clone()
+        } else {
+            vec![Topology::Single]
         };
-        let first_new = tables.len();
-        match result {
-            Ok(t) => tables.extend(t),
-            Err(e) => tables.push(failed(name, &e)),
+        for topology in topologies {
+            let ctx = Ctx { topology, ..ctx };
+            let first_new = tables.len();
+            tables.extend(run_one(name, &ctx).await);
+            for t in &mut tables[first_new..] {
+                if topology != Topology::Single {
+                    t.title = format!("{} — NATS {topology}", t.title);
+                }
+                if let Some(s) = &t.summary {
+                    summaries.push((topology, s.clone()));
+                }
+                println!("{}", t.markdown());
+            }
         }
-        for t in &tables[first_new..] {
-            println!("{}", t.markdown());
-        }
+    }
+    // The cost of replication, when the run had more than the single server.
+    if opts.nats != [Topology::Single] && selected.iter().any(|s| ON_TOPOLOGIES.contains(s)) {
+        let t = replication::table(&opts.nats, &summaries);
+        println!("{}", t.markdown());
+        tables.push(t);
     }
     for t in &tables {
         if t.samples == 0 {
@@ -126,6 +140,27 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
         opts.out.display()
     );
     Ok(ok)
+}
+
+/// Runs scenario `name` on `ctx`'s topology; a failure becomes a table saying so.
+async fn run_one(name: &str, ctx: &Ctx) -> Vec<Table> {
+    eprintln!("fleetbus-bench: running {name} on NATS {}", ctx.topology);
+    let result = match name {
+        "propagation" => scenario::propagation::run(ctx).await,
+        "propagation_at" => scenario::propagation_at::run(ctx).await,
+        "drift" => scenario::drift::run(ctx).await,
+        "throughput" => scenario::throughput::run(ctx).await,
+        "catchup" => scenario::catchup::run(ctx).await,
+        "memory" => scenario::memory::run(ctx).await,
+        "fleet" => scenario::fleet::run(ctx).await,
+        "wire" => scenario::wire::run(ctx).await,
+        "registry" => scenario::registry::run(ctx).await,
+        other => Err(anyhow::anyhow!("scenario {other} has no runner")),
+    };
+    match result {
+        Ok(t) => t,
+        Err(e) => vec![failed(name, &e)],
+    }
 }
 
 /// The agent and devcluster binaries must sit next to this one (same profile):

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use fleetbus_bench::bus::Topology;
 
 /// Benchmarks of fleetbus against a local fleet of real processes (issue 12).
 #[derive(Debug, Parser)]
@@ -17,9 +18,23 @@ struct Cli {
     /// report the functions with the most CPU time.
     #[arg(long)]
     profile: bool,
+    /// The NATS topologies the fleet scenarios (propagation, throughput, fleet)
+    /// run on, side by side in a "Replication cost" table: single (one
+    /// nats-server), cluster3 (deploy/nats/hub.conf ×3, agents --replicas 3),
+    /// leaf (that hub plus a site leaf node); comma-separated, or all.
+    #[arg(long, default_value = "single", value_parser = parse_nats)]
+    nats: Topologies,
     /// Markdown file the tables are appended to [default: <repo>/BENCHMARKS.md].
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+/// The value of `--nats`.
+#[derive(Debug, Clone)]
+struct Topologies(Vec<Topology>);
+
+fn parse_nats(s: &str) -> Result<Topologies, String> {
+    Topology::parse_list(s).map(Topologies)
 }
 
 #[tokio::main]
@@ -36,6 +51,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         scenario: cli.scenario,
         smoke: cli.smoke,
         profile: cli.profile,
+        nats: cli.nats.0,
     };
     let ok = fleetbus_bench::run(&opts).await?;
     Ok(if ok {

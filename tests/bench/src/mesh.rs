@@ -1,16 +1,18 @@
-//! A local fleet of real processes: one nats-server, and per cluster a
-//! devcluster and a `fleetbus-agent` (started with `fleetbus-testsupport`),
-//! with a ResourceSyncRule for the ConfigMaps of [`NS`] created on the first.
+//! A local fleet of real processes: a NATS ([`Bus`]: one nats-server, or a
+//! topology of `deploy/nats/`), and per cluster a devcluster and a
+//! `fleetbus-agent` (started with `fleetbus-testsupport`), with a
+//! ResourceSyncRule for the ConfigMaps of [`NS`] created on the first.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 pub use fleetbus_testsupport::Member;
-use fleetbus_testsupport::{AgentCommand, DevClusterOpts, NatsServer};
+use fleetbus_testsupport::{AgentCommand, DevClusterOpts};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::Api;
 
+use crate::bus::{Bus, Topology};
 use crate::objects::{self, NS};
 use crate::poll::poll;
 use crate::recorder::Recorder;
@@ -29,12 +31,13 @@ pub const LOG_REQUESTS: &str = "info,fleetbus_devcluster=debug";
 #[allow(async_fn_in_trait)]
 pub trait BenchMember: Sized {
     /// Starts a devcluster named `name` and creates namespace [`NS`] in it;
-    /// its agent (against `nats`, if given) is prepared but not running:
+    /// its agent (against `nats`, if given, where [`Bus::placement`] puts it)
+    /// is prepared but not running:
     /// [`BenchMember::start_agent`] starts it.
     async fn bench_cluster(
         name: &str,
         log_requests: bool,
-        nats: Option<&NatsServer>,
+        nats: Option<&Bus>,
     ) -> anyhow::Result<Self>;
     /// Starts this cluster's agent; returns the instant it was spawned.
     fn start_agent(&mut self) -> anyhow::Result<Instant>;
@@ -58,7 +61,7 @@ impl BenchMember for Member {
     async fn bench_cluster(
         name: &str,
         log_requests: bool,
-        nats: Option<&NatsServer>,
+        nats: Option<&Bus>,
     ) -> anyhow::Result<Member> {
         let mut opts = DevClusterOpts::new(name);
         if log_requests {
@@ -66,7 +69,8 @@ impl BenchMember for Member {
         }
         let mut cmd = AgentCommand::new(name);
         if let Some(nats) = nats {
-            cmd = cmd.nats_url(nats.url());
+            let (url, replicas) = nats.placement(name);
+            cmd = cmd.nats_url(url).replicas(replicas);
         }
         let member = Member::prepare(opts, cmd).await?;
         member.create_namespace(NS).await?;
@@ -155,9 +159,9 @@ impl BenchMember for Member {
     }
 }
 
-/// A nats-server and `n` clusters `c1..cn` with agents; c1 holds the rule.
+/// A NATS and `n` clusters `c1..cn` with agents; c1 holds the rule.
 pub struct Fleet {
-    pub nats: NatsServer,
+    pub bus: Bus,
     pub nodes: Vec<Member>,
 }
 
@@ -165,18 +169,31 @@ impl Fleet {
     /// Starts the fleet, creates the rule on c1 and waits until a warm-up
     /// object created on c1 reached every other cluster.
     pub async fn start(n: usize, log_requests: bool) -> anyhow::Result<Fleet> {
-        let nats = NatsServer::start()?;
+        Self::start_on(Topology::Single, n, log_requests).await
+    }
+
+    /// [`Fleet::start`] on `topology`. A leaf topology is joined (its stream
+    /// sources added) once every agent is ready, for `c1..cn` and for a `c3`
+    /// that a scenario may add later.
+    pub async fn start_on(
+        topology: Topology,
+        n: usize,
+        log_requests: bool,
+    ) -> anyhow::Result<Fleet> {
+        let bus = Bus::start(topology).await?;
         let mut nodes = Vec::new();
         for i in 1..=n {
             let mut node =
-                Member::bench_cluster(&format!("c{i}"), log_requests, Some(&nats)).await?;
+                Member::bench_cluster(&format!("c{i}"), log_requests, Some(&bus)).await?;
             node.start_agent()?;
             nodes.push(node);
         }
         for node in &nodes {
             node.wait_ready().await?;
         }
-        let fleet = Fleet { nats, nodes };
+        let names: Vec<String> = (1..=n.max(3)).map(|i| format!("c{i}")).collect();
+        bus.join(&names).await?;
+        let fleet = Fleet { bus, nodes };
         fleet.create_rule().await?;
         fleet.warm_up("warm-up").await?;
         Ok(fleet)

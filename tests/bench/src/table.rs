@@ -32,6 +32,20 @@ pub struct Table {
     /// The goals this table checked, with what was measured: the run's goals
     /// table is made of these, so every verdict is the harness's own.
     pub goals: Vec<Goal>,
+    /// The headline numbers of a fleet scenario, for the "Replication cost"
+    /// table that puts the NATS topologies side by side.
+    pub summary: Option<Summary>,
+}
+
+/// A scenario's headline numbers on one NATS topology.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// What was timed, the same on every topology (e.g. "c1 create → copy on c2").
+    pub measure: String,
+    pub p50: Option<Duration>,
+    pub p99: Option<Duration>,
+    /// Rates measured alongside: (what, per second).
+    pub rates: Vec<(String, f64)>,
 }
 
 /// One goal checked in a run.
@@ -54,6 +68,7 @@ impl Table {
             samples: 0,
             incomplete: None,
             goals: Vec::new(),
+            summary: None,
         }
     }
 
@@ -81,6 +96,16 @@ impl Table {
 
     pub fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
         self.rows.push(cells.into_iter().map(Into::into).collect());
+    }
+
+    /// Sets [`Table::summary`] to the percentiles of `s` and `rates`.
+    pub fn summarize(&mut self, measure: &str, s: &Samples, rates: Vec<(String, f64)>) {
+        self.summary = Some(Summary {
+            measure: measure.to_owned(),
+            p50: s.p50(),
+            p99: s.percentile(99.0),
+            rates,
+        });
     }
 
     /// A row of [`LATENCY_HEADERS`]: percentiles of `s` and their ratio to `floor`'s p50.

@@ -4,16 +4,16 @@
 //! per-cluster accounts example confining each agent to its own subtree.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream;
 use fleetbus_schemas::crd::{Cluster, ClusterState};
 use fleetbus_testsupport::{
-    free_port, http_get, nats_server_bin, repo_root, wait_for, Agent, AgentCommand, DevClusterOpts,
-    Member,
+    add_source, deploy_conf, free_port, http_get, leaf_urls, nats_server_bin, start_site, wait_for,
+    wait_stream, Agent, AgentCommand, DevClusterOpts, HubCluster, Member,
 };
 use kube::Api;
 use tokio::net::{TcpListener, TcpStream};
@@ -22,68 +22,6 @@ use tokio::task::AbortHandle;
 const CONVERGE: Duration = Duration::from_secs(60);
 /// After a cut: nats-server retries a stream source with a backoff of up to 2 min.
 const RECONVERGE: Duration = Duration::from_secs(200);
-
-fn conf(name: &str) -> PathBuf {
-    repo_root().join("deploy/nats").join(name)
-}
-
-/// A nats-server started from a `deploy/nats` config with `env`; killed on drop.
-struct Node {
-    proc: Agent,
-    client_port: u16,
-    http_port: u16,
-    _store: tempfile::TempDir,
-}
-
-impl Node {
-    fn start(config: &Path, client_port: u16, env: &[(&str, String)]) -> Node {
-        let store = tempfile::tempdir().unwrap();
-        let http_port = free_port();
-        let mut vars: Vec<(String, String)> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        vars.push(("NATS_CLIENT_PORT".into(), client_port.to_string()));
-        vars.push(("NATS_HTTP_PORT".into(), http_port.to_string()));
-        vars.push(("NATS_STORE_DIR".into(), store.path().display().to_string()));
-        let proc =
-            Agent::start_bin(&nats_server_bin(), ["-c", config.to_str().unwrap()], vars).unwrap();
-        Node {
-            proc,
-            client_port,
-            http_port,
-            _store: store,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.client_port)
-    }
-
-    fn monitor(&self, path: &str) -> Result<String, String> {
-        match http_get(&format!("http://127.0.0.1:{}{path}", self.http_port))? {
-            (200, body) => Ok(body),
-            (code, body) => Err(format!("{path}: {code} {body}")),
-        }
-    }
-
-    async fn wait_healthy(&self) {
-        wait_for("nats-server healthy with JetStream", CONVERGE, || async {
-            self.monitor("/healthz?js-enabled-only=true")
-                .map(|_| ())
-                .map_err(|e| format!("{e}\n{}", self.proc.log()))
-        })
-        .await;
-    }
-
-    fn leafnodes(&self) -> Result<u64, String> {
-        let body = self.monitor("/leafz")?;
-        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        v["leafnodes"]
-            .as_u64()
-            .ok_or_else(|| format!("no leafnodes in {body}"))
-    }
-}
 
 /// A TCP proxy standing for the site's WAN link: `cut` drops every
 /// connection and refuses new ones until `restore`.
@@ -209,76 +147,28 @@ async fn wait_sees(m: &Member, state: ClusterState, want: &[&str], timeout: Dura
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
     // The hub: three nodes from hub.conf, routes on loopback.
-    let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let leaf_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let routes = format!(
-        "[{}]",
-        cluster_ports
-            .iter()
-            .map(|p| format!("nats://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let hub: Vec<Node> = (0..3)
-        .map(|i| {
-            Node::start(
-                &conf("hub.conf"),
-                free_port(),
-                &[
-                    ("NATS_SERVER_NAME", format!("hub-{}", i + 1)),
-                    ("NATS_CLUSTER_PORT", cluster_ports[i].to_string()),
-                    ("NATS_LEAF_PORT", leaf_ports[i].to_string()),
-                    ("NATS_CLUSTER_ROUTES", routes.clone()),
-                ],
-            )
-        })
-        .collect();
-    for n in &hub {
-        n.wait_healthy().await;
-    }
+    let hub = HubCluster::start().await.unwrap();
     // The site: a leaf node dialing hub-1 through a link the test can cut.
-    let link = Link::start(leaf_ports[0]).await;
-    let leaf = Node::start(
-        &conf("leaf.conf"),
-        free_port(),
-        &[
-            ("NATS_SERVER_NAME", "site-a-nats".into()),
-            ("NATS_SITE_DOMAIN", "site-a".into()),
-            (
-                "NATS_HUB_LEAF_URLS",
-                format!("[nats-leaf://127.0.0.1:{}]", link.port),
-            ),
-        ],
-    );
-    leaf.wait_healthy().await;
-    wait_for("the leaf to connect to the hub", CONVERGE, || async {
-        match leaf.leafnodes()? {
-            0 => Err("no leaf connection".into()),
-            _ => Ok(()),
-        }
-    })
-    .await;
+    let link = Link::start(hub.leaf_ports[0]).await;
+    let leaf = start_site("site-a", &leaf_urls(&[link.port]))
+        .await
+        .unwrap();
+    leaf.wait_leaf_connected().await.unwrap();
 
     // Two clusters at the site (through the leaf), one at the hub. Each side
     // has its own registry bucket and streams (its own JetStream domain).
     let a = member("a", &leaf.url(), 1).await;
     let b = member("b", &leaf.url(), 1).await;
-    let c = member("c", &hub[1].url(), 3).await;
+    let c = member("c", &hub.nodes[1].url(), 3).await;
     let all = ["a", "b", "c"];
-    let hub_js = jetstream::new(async_nats::connect(hub[0].url()).await.unwrap());
+    let hub_js = jetstream::new(async_nats::connect(hub.nodes[0].url()).await.unwrap());
     let site_js = jetstream::new(async_nats::connect(leaf.url()).await.unwrap());
     for (js, stream) in [
         (&hub_js, "KV_fleetbus-registry"),
         (&site_js, "KV_fleetbus-registry"),
         (&hub_js, "FLEETBUS_OBJECTS"),
     ] {
-        wait_for(&format!("stream {stream}"), CONVERGE, || async {
-            js.get_stream(stream)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })
-        .await;
+        wait_stream(js, stream).await.unwrap();
     }
     // The operator's part (TOPOLOGY.md): the hub sources the site's subtrees
     // (registry keys of a and b, a's objects) and the site sources the hub's
@@ -289,21 +179,24 @@ async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
         "site-a",
         &["$KV.fleetbus-registry.*.a.*", "$KV.fleetbus-registry.*.b.*"],
     )
-    .await;
+    .await
+    .unwrap();
     add_source(
         &site_js,
         "KV_fleetbus-registry",
         "hub",
         &["$KV.fleetbus-registry.*.c.*"],
     )
-    .await;
+    .await
+    .unwrap();
     add_source(
         &hub_js,
         "FLEETBUS_OBJECTS",
         "site-a",
         &["fleetbus.obj.a.>", "fleetbus.obj.b.>"],
     )
-    .await;
+    .await
+    .unwrap();
     for m in [&a, &b, &c] {
         wait_sees(m, ClusterState::Ready, &all, CONVERGE).await;
     }
@@ -371,70 +264,6 @@ async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
     assert!(membership < RECONVERGE);
 }
 
-/// The destination that maps `filter` onto itself: each `*` becomes
-/// `{{wildcard(n)}}` (nats-server refuses a bare `*` in a destination).
-fn identity_destination(filter: &str) -> String {
-    let mut n = 0;
-    filter
-        .split('.')
-        .map(|t| {
-            if t == "*" {
-                n += 1;
-                format!("{{{{wildcard({n})}}}}")
-            } else {
-                t.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
-/// Adds a source to `name`: the stream of the same name in JetStream domain
-/// `domain`, filtered to `filters`.
-async fn add_source(js: &jetstream::Context, name: &str, domain: &str, filters: &[&str]) {
-    // A loaded R3 hub may time out a stream update; the update is idempotent.
-    wait_for(&format!("source {domain}/{name} added"), CONVERGE, || {
-        try_add_source(js, name, domain, filters)
-    })
-    .await;
-}
-
-async fn try_add_source(
-    js: &jetstream::Context,
-    name: &str,
-    domain: &str,
-    filters: &[&str],
-) -> Result<(), String> {
-    let mut cfg = js
-        .get_stream(name)
-        .await
-        .map_err(|e| e.to_string())?
-        .info()
-        .await
-        .map_err(|e| e.to_string())?
-        .config
-        .clone();
-    cfg.sources = Some(vec![stream::Source {
-        name: name.into(),
-        subject_transforms: filters
-            .iter()
-            .map(|f| stream::SubjectTransform {
-                source: (*f).into(),
-                destination: identity_destination(f),
-            })
-            .collect(),
-        external: Some(stream::External {
-            api_prefix: format!("$JS.{domain}.API"),
-            delivery_prefix: None,
-        }),
-        ..Default::default()
-    }]);
-    js.update_stream(cfg)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-
 const PASSWORDS: [(&str, &str); 4] = [
     ("FLEETBUS_C1_PASSWORD", "pw-c1"),
     ("FLEETBUS_C2_PASSWORD", "pw-c2"),
@@ -444,7 +273,7 @@ const PASSWORDS: [(&str, &str); 4] = [
 
 /// A nats-server with JetStream whose users come from deploy/nats/accounts.conf.
 fn accounts_server(dir: &Path) -> (Agent, u16, u16) {
-    std::fs::copy(conf("accounts.conf"), dir.join("accounts.conf")).unwrap();
+    std::fs::copy(deploy_conf("accounts.conf"), dir.join("accounts.conf")).unwrap();
     let (port, http_port) = (free_port(), free_port());
     let server_conf = dir.join("server.conf");
     std::fs::write(

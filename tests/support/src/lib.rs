@@ -15,6 +15,7 @@ mod http;
 mod member;
 mod nats;
 mod process;
+mod topology;
 mod wait;
 
 pub use agent::Agent;
@@ -25,4 +26,8 @@ pub use http::{http_get, http_request, HttpResponse};
 pub use member::Member;
 pub use nats::NatsServer;
 pub use process::{free_addr, free_port, free_socket_addr};
+pub use topology::{
+    add_source, deploy_conf, identity_destination, leaf_urls, start_site, wait_stream, HubCluster,
+    NatsNode,
+};
 pub use wait::{try_wait_for, wait_for, wait_for_blocking};

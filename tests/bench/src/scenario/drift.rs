@@ -21,7 +21,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     load::create_many(&fleet.origin().configmaps(), "d", 0..n, 16).await?;
     sink.wait_count(n + 1, SETUP).await?;
 
-    let nats = async_nats::connect(fleet.nats.url()).await?;
+    let nats = async_nats::connect(fleet.bus.url()).await?;
     let mut drift = nats.subscribe("fleetbus.drift.c2.>").await?;
     nats.flush().await?;
 

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::bus::Topology;
 use crate::mesh::{BenchMember, Fleet, Member, SETUP};
 use crate::objects;
 use crate::procfs;
@@ -44,9 +45,23 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     for &n in &sizes {
         eprintln!("fleetbus-bench: fleet: N={n}");
         let fb = fleetbus(ctx, n, k).await?;
-        let fm = full_mesh(ctx, n, k).await?;
-        samples = samples.min(fb.lat.len()).min(fm.lat.len());
-        for (mode, r) in [("fleetbus", &fb), ("full mesh", &fm)] {
+        // The baseline uses no NATS: measured once, on the single-server run.
+        let fm = match ctx.topology {
+            Topology::Single => Some(full_mesh(ctx, n, k).await?),
+            _ => None,
+        };
+        samples = samples
+            .min(fb.lat.len())
+            .min(fm.as_ref().map_or(usize::MAX, |m| m.lat.len()));
+        if Some(&n) == sizes.last() {
+            t.summarize(
+                &format!("7. fleet: c1 create → copy on all of N={n}"),
+                &fb.lat,
+                Vec::new(),
+            );
+        }
+        let modes = std::iter::once(("fleetbus", &fb)).chain(fm.as_ref().map(|m| ("full mesh", m)));
+        for (mode, r) in modes {
             t.row([
                 mode.to_owned(),
                 n.to_string(),
@@ -54,7 +69,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
                 ms(r.lat.p50()),
                 ms(r.lat.percentile(99.0)),
                 ratio(r.lat.p50(), ctx.floor),
-                ratio(r.lat.p50(), fm.lat.p50()),
+                ratio(r.lat.p50(), fm.as_ref().and_then(|m| m.lat.p50())),
                 format!("{:.1}", r.api_conns),
                 format!("{:.1}", r.cross_conns),
                 format!("{:.1}", r.nats_conns),
@@ -82,7 +97,7 @@ struct Outcome {
 }
 
 async fn fleetbus(ctx: &Ctx, n: usize, k: usize) -> anyhow::Result<Outcome> {
-    let fleet = Fleet::start(n, true).await?;
+    let fleet = Fleet::start_on(ctx.topology, n, true).await?;
     let recorders = recorders(&fleet.nodes).await?;
     let (lat, requests_per_change, breakdown) =
         changes(ctx, &fleet.nodes, &recorders, "fb", k).await?;
@@ -94,7 +109,7 @@ async fn fleetbus(ctx: &Ctx, n: usize, k: usize) -> anyhow::Result<Outcome> {
             .map(procfs::connections_by_remote_port)
             .unwrap_or_default();
         for (port, c) in conns {
-            if port == fleet.nats.port() {
+            if fleet.bus.ports().contains(&port) {
                 nats += c;
             } else if port == node.cluster.port() {
                 api += c;

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::bus::Topology;
+
 pub mod catchup;
 pub mod drift;
 pub mod fleet;
@@ -24,6 +26,9 @@ pub struct Ctx {
     pub profile: bool,
     /// p50 of the floor (devcluster write + JetStream publish-ack + devcluster write).
     pub floor: Option<Duration>,
+    /// The NATS the fleet scenarios ([`ON_TOPOLOGIES`]) run on; the others
+    /// always run on one nats-server.
+    pub topology: Topology,
 }
 
 impl Ctx {
@@ -50,6 +55,10 @@ pub const ALL: [&str; 10] = [
     "wire",
     "registry",
 ];
+
+/// The fleet scenarios that run on every topology of `--nats` (issue 20's
+/// cost of replication); the rest run on one nats-server only.
+pub const ON_TOPOLOGIES: [&str; 3] = ["propagation", "throughput", "fleet"];
 
 /// "met" / "MISSED" for a goal check.
 pub fn verdict(met: bool) -> &'static str {

@@ -16,7 +16,7 @@ use crate::table::Table;
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let n = ctx.pick(5, 500);
-    let fleet = Fleet::start(2, false).await?;
+    let fleet = Fleet::start_on(ctx.topology, 2, false).await?;
     let sink = fleet.sinks()[0].recorder().await?;
     let origin = fleet.origin().configmaps();
     let lat = one_at_a_time(&origin, &sink, "p", n).await?;
@@ -28,6 +28,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         "p50 ≤ 3× floor, p99 ≤ 25 ms",
     );
     t.samples = lat.len();
+    t.summarize("2. propagation: c1 create → copy on c2", &lat, Vec::new());
     let p50_ok = match (lat.p50(), ctx.floor) {
         (Some(p), Some(f)) => p <= f * 3,
         _ => false,

@@ -223,14 +223,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         .collect();
     let idle = ctx.pick(Duration::from_secs(3), Duration::from_secs(30));
     let http = free_port();
+    // One server with its monitoring port (for /connz): the registry is
+    // measured on the single server only.
     let nats = NatsServer::start_with_config(&format!("http: \"127.0.0.1:{http}\"\n"))?;
-    let mut node = Member::bench_cluster("c1", false, Some(&nats)).await?;
+    let url = nats.url();
+    let bus = crate::bus::Bus::Single(nats);
+    let mut node = Member::bench_cluster("c1", false, Some(&bus)).await?;
     node.start_agent()?;
     node.wait_ready().await?;
     let pid = node
         .agent_pid()
         .ok_or_else(|| anyhow::anyhow!("agent not running"))?;
-    let client = async_nats::connect(nats.url()).await?;
+    let client = async_nats::connect(url.as_str()).await?;
     let sim = Arc::new(Sim {
         js: jetstream::new(client),
         peers: Mutex::new(Vec::new()),

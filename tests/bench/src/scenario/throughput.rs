@@ -30,15 +30,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let k = ctx.pick(50, 1000);
     let secs = ctx.pick(2u64, 30);
     let writers = ctx.pick(8, 64);
-    let fleet = Fleet::start(2, false).await?;
+    let fleet = Fleet::start_on(ctx.topology, 2, false).await?;
     let (c1, c2) = (fleet.origin(), &fleet.sinks()[0]);
     let sink = c2.recorder().await?;
     let origin = c1.configmaps();
     load::create_many(&origin, "t", 0..k, 32).await?;
     sink.wait_count(k + 1, SETUP).await?;
 
-    // Count what c1's agent publishes (core NATS sees JetStream publishes too).
-    let nats = async_nats::connect(fleet.nats.url()).await?;
+    // Count what c1's agent publishes (core NATS sees JetStream publishes
+    // too), on the server c1's agent talks to.
+    let nats = async_nats::connect(fleet.bus.url_of("c1")).await?;
     let mut published = nats.subscribe("fleetbus.obj.c1.>").await?;
     nats.flush().await?;
     let publishes = Arc::new(AtomicU64::new(0));
@@ -49,17 +50,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         }
     });
 
-    let pids = [
-        ("agent c1", c1.agent_pid()),
-        ("agent c2", c2.agent_pid()),
-        ("devcluster c1", c1.cluster.pid()),
-        ("devcluster c2", c2.cluster.pid()),
-        ("nats-server", fleet.nats.pid()),
+    let mut pids = vec![
+        ("agent c1".to_owned(), vec![c1.agent_pid()]),
+        ("agent c2".to_owned(), vec![c2.agent_pid()]),
+        ("devcluster c1".to_owned(), vec![c1.cluster.pid()]),
+        ("devcluster c2".to_owned(), vec![c2.cluster.pid()]),
     ];
-    let cpu0: Vec<Option<u64>> = pids
-        .iter()
-        .map(|(_, p)| p.and_then(procfs::cpu_ticks))
-        .collect();
+    let servers = fleet.bus.pids();
+    pids.push((
+        format!("nats-server ×{} (sum)", servers.len()),
+        servers.into_iter().map(Some).collect(),
+    ));
+    let cpu0 = cpu_ticks(&pids);
     let perf: Vec<(&str, Option<Perf>)> = if ctx.profile {
         vec![
             ("agent c1 (origin)", c1.agent_pid().and_then(Perf::start)),
@@ -73,10 +75,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let writes = load::update_for(&origin, names, writers, Duration::from_secs(secs)).await?;
     let wrote_for = start.elapsed();
     let published_in_window = publishes.load(Ordering::Relaxed);
-    let cpu1: Vec<Option<u64>> = pids
-        .iter()
-        .map(|(_, p)| p.and_then(procfs::cpu_ticks))
-        .collect();
+    let cpu1 = cpu_ticks(&pids);
     let profiles: Vec<(&str, Vec<String>)> = perf
         .into_iter()
         .filter_map(|(who, p)| p.map(|p| (who, p.stop(12))))
@@ -138,6 +137,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         "bounded",
     );
     t.samples = lag.len();
+    t.summarize(
+        "4. throughput: sink lag under sustained updates on c1",
+        &lag,
+        vec![
+            ("updates/s acknowledged by c1".into(), write_rate),
+            ("msg/s published by c1's agent".into(), publish_rate),
+        ],
+    );
     t.note(format!(
         "{} updates of {k} ConfigMaps acknowledged by c1 in {:.1} s = **{write_rate:.0} updates/s** ({writers} writers)",
         writes.len(),
@@ -190,16 +197,29 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     Ok(vec![t, burst])
 }
 
+/// Per named group of processes, the CPU ticks they used so far (summed; None
+/// if one of them cannot be read).
+fn cpu_ticks(groups: &[(String, Vec<Option<u32>>)]) -> Vec<Option<u64>> {
+    groups
+        .iter()
+        .map(|(_, pids)| {
+            pids.iter()
+                .map(|p| p.and_then(procfs::cpu_ticks))
+                .sum::<Option<u64>>()
+        })
+        .collect()
+}
+
 /// The agent's own publish rate, without an API server's write rate in front
 /// of it: cluster c3 holds M objects before its agent starts; its agent
 /// publishes them all as fast as it can, and c2 applies the copies.
 async fn burst(ctx: &Ctx, fleet: &Fleet) -> anyhow::Result<Table> {
     let m = ctx.pick(50, 10_000);
-    let mut c3 = Member::bench_cluster("c3", false, Some(&fleet.nats)).await?;
+    let mut c3 = Member::bench_cluster("c3", false, Some(&fleet.bus)).await?;
     load::create_many(&c3.configmaps(), "b", 0..m, 32).await?;
     let sink = fleet.sinks()[0].recorder().await?;
     let before = sink.count();
-    let nats = async_nats::connect(fleet.nats.url()).await?;
+    let nats = async_nats::connect(fleet.bus.url_of("c3")).await?;
     let mut published = nats.subscribe("fleetbus.obj.c3.>").await?;
     nats.flush().await?;
     let started = c3.start_agent()?;
@@ -265,6 +285,17 @@ async fn burst(ctx: &Ctx, fleet: &Fleet) -> anyhow::Result<Table> {
         verdict.to_owned(),
     ]);
     t.samples = n;
+    t.summarize(
+        "4b. burst: an agent publishes M objects, c2 applies them",
+        &crate::stats::Samples::new(),
+        vec![
+            ("msg/s published".into(), publish_rate),
+            (
+                "copies applied/s on c2".into(),
+                m as f64 / apply_secs.max(1e-9),
+            ),
+        ],
+    );
     t.note("Publishes are counted by a plain NATS subscriber on fleetbus.obj.c3.>; copies by a watch on c2.");
     if let Some(top) = sink_profile {
         t.note(format!(

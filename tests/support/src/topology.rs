@@ -1,0 +1,308 @@
+//! The NATS topologies of `deploy/nats/` (TOPOLOGY.md), run for real on
+//! loopback from those very files: a 3-node JetStream hub (`hub.conf`,
+//! domain `hub`), site leaf nodes (`leaf.conf`, a domain per site), and the
+//! stream sources an operator adds to join the domains. Every server gets
+//! random ports and its own store directory through the environment the
+//! files read, and is killed on drop. The deploy e2e test and the bench's
+//! replication scenarios both start their topologies with this.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use async_nats::jetstream::{self, stream};
+
+use crate::agent::Agent;
+use crate::bins::{nats_server_bin, repo_root};
+use crate::http::http_get;
+use crate::process::free_port;
+use crate::wait::try_wait_for;
+
+/// How long a node may take to report healthy, or a stream update to be accepted.
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// `deploy/nats/<name>`.
+pub fn deploy_conf(name: &str) -> PathBuf {
+    repo_root().join("deploy/nats").join(name)
+}
+
+/// A nats-server started from a `deploy/nats` config file with its variables
+/// in the environment; killed on drop (its store directory removed after).
+#[derive(Debug)]
+pub struct NatsNode {
+    proc: Agent,
+    client_port: u16,
+    http_port: u16,
+    _store: tempfile::TempDir,
+}
+
+impl NatsNode {
+    /// Starts `nats-server -c config` with `env`, plus the client port, a free
+    /// monitoring port and a fresh store directory (`NATS_CLIENT_PORT`,
+    /// `NATS_HTTP_PORT`, `NATS_STORE_DIR`).
+    pub fn start(config: &Path, client_port: u16, env: &[(&str, String)]) -> anyhow::Result<Self> {
+        let store = tempfile::Builder::new()
+            .prefix("fleetbus-nats-node-")
+            .tempdir()?;
+        let http_port = free_port();
+        let mut vars: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        vars.push(("NATS_CLIENT_PORT".into(), client_port.to_string()));
+        vars.push(("NATS_HTTP_PORT".into(), http_port.to_string()));
+        vars.push(("NATS_STORE_DIR".into(), store.path().display().to_string()));
+        let config = config
+            .to_str()
+            .with_context(|| format!("config path {} is not UTF-8", config.display()))?;
+        let proc = Agent::start_bin(&nats_server_bin(), ["-c", config], vars)?;
+        Ok(NatsNode {
+            proc,
+            client_port,
+            http_port,
+            _store: store,
+        })
+    }
+
+    /// `nats://127.0.0.1:<client port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.client_port
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
+
+    /// The server's log (stdout and stderr).
+    pub fn log(&self) -> String {
+        self.proc.log()
+    }
+
+    /// GET `path` on the monitoring port: the body of a 200, else an error.
+    pub fn monitor(&self, path: &str) -> Result<String, String> {
+        match http_get(&format!("http://127.0.0.1:{}{path}", self.http_port))? {
+            (200, body) => Ok(body),
+            (code, body) => Err(format!("{path}: {code} {body}")),
+        }
+    }
+
+    /// Waits until `/healthz` says the server and its JetStream are up.
+    pub async fn wait_healthy(&self) -> anyhow::Result<()> {
+        try_wait_for("nats-server healthy with JetStream", SETTLE, || async {
+            self.monitor("/healthz?js-enabled-only=true")
+                .map(|_| ())
+                .map_err(|e| format!("{e}\n{}", self.proc.log()))
+        })
+        .await
+        .map_err(anyhow::Error::msg)
+    }
+
+    /// The number of leaf node connections (`/leafz`).
+    pub fn leafnodes(&self) -> Result<u64, String> {
+        let body = self.monitor("/leafz")?;
+        let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        v["leafnodes"]
+            .as_u64()
+            .ok_or_else(|| format!("no leafnodes in {body}"))
+    }
+
+    /// Waits until this (leaf) node has a connection to the hub.
+    pub async fn wait_leaf_connected(&self) -> anyhow::Result<()> {
+        try_wait_for("the leaf to connect to the hub", SETTLE, || async {
+            match self.leafnodes()? {
+                0 => Err("no leaf connection".into()),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map_err(anyhow::Error::msg)
+    }
+}
+
+/// The hub of TOPOLOGY.md: three nodes from `hub.conf` with routes on
+/// loopback (JetStream domain `hub`, clients run with `--replicas 3`).
+#[derive(Debug)]
+pub struct HubCluster {
+    pub nodes: Vec<NatsNode>,
+    /// Each node's leaf node port (sites dial in there).
+    pub leaf_ports: Vec<u16>,
+}
+
+impl HubCluster {
+    /// Starts the three nodes and waits until each is healthy.
+    pub async fn start() -> anyhow::Result<HubCluster> {
+        let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let leaf_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let routes = format!(
+            "[{}]",
+            cluster_ports
+                .iter()
+                .map(|p| format!("nats://127.0.0.1:{p}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let mut nodes = Vec::new();
+        for (i, (cluster_port, leaf_port)) in cluster_ports.iter().zip(&leaf_ports).enumerate() {
+            nodes.push(NatsNode::start(
+                &deploy_conf("hub.conf"),
+                free_port(),
+                &[
+                    ("NATS_SERVER_NAME", format!("hub-{}", i + 1)),
+                    ("NATS_CLUSTER_PORT", cluster_port.to_string()),
+                    ("NATS_LEAF_PORT", leaf_port.to_string()),
+                    ("NATS_CLUSTER_ROUTES", routes.clone()),
+                ],
+            )?);
+        }
+        for n in &nodes {
+            n.wait_healthy().await?;
+        }
+        Ok(HubCluster { nodes, leaf_ports })
+    }
+
+    /// `[nats-leaf://127.0.0.1:<leaf port>, ...]` of every node, for a site's
+    /// `NATS_HUB_LEAF_URLS`.
+    pub fn leaf_urls(&self) -> String {
+        leaf_urls(&self.leaf_ports)
+    }
+}
+
+/// `[nats-leaf://127.0.0.1:<port>, ...]`.
+pub fn leaf_urls(ports: &[u16]) -> String {
+    format!(
+        "[{}]",
+        ports
+            .iter()
+            .map(|p| format!("nats-leaf://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// A site's leaf node from `leaf.conf`: JetStream domain `domain`, dialing
+/// `hub_leaf_urls` (see [`HubCluster::leaf_urls`]). Clients of a single-node
+/// site run with `--replicas 1`. Returns once the node is healthy; whether its
+/// link is up is [`NatsNode::wait_leaf_connected`]'s to say.
+pub async fn start_site(domain: &str, hub_leaf_urls: &str) -> anyhow::Result<NatsNode> {
+    let node = NatsNode::start(
+        &deploy_conf("leaf.conf"),
+        free_port(),
+        &[
+            ("NATS_SERVER_NAME", format!("{domain}-nats")),
+            ("NATS_SITE_DOMAIN", domain.to_owned()),
+            ("NATS_HUB_LEAF_URLS", hub_leaf_urls.to_owned()),
+        ],
+    )?;
+    node.wait_healthy().await?;
+    Ok(node)
+}
+
+/// The destination that maps `filter` onto itself: each `*` becomes
+/// `{{wildcard(n)}}` (nats-server refuses a bare `*` in a destination).
+pub fn identity_destination(filter: &str) -> String {
+    let mut n = 0;
+    filter
+        .split('.')
+        .map(|t| {
+            if t == "*" {
+                n += 1;
+                format!("{{{{wildcard({n})}}}}")
+            } else {
+                t.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Makes stream `name` in `js`'s domain source the stream of the same name in
+/// JetStream domain `domain`, filtered to `filters` (TOPOLOGY.md: through
+/// `external.api_prefix`, never the `domain` field). Replaces the stream's
+/// sources. Retried until [`SETTLE`]: a loaded R3 hub may time out a stream
+/// update, and the update is idempotent.
+pub async fn add_source(
+    js: &jetstream::Context,
+    name: &str,
+    domain: &str,
+    filters: &[&str],
+) -> anyhow::Result<()> {
+    try_wait_for(&format!("source {domain}/{name} added"), SETTLE, || {
+        try_add_source(js, name, domain, filters)
+    })
+    .await
+    .map_err(anyhow::Error::msg)
+}
+
+async fn try_add_source(
+    js: &jetstream::Context,
+    name: &str,
+    domain: &str,
+    filters: &[&str],
+) -> Result<(), String> {
+    let mut cfg = js
+        .get_stream(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .info()
+        .await
+        .map_err(|e| e.to_string())?
+        .config
+        .clone();
+    cfg.sources = Some(vec![stream::Source {
+        name: name.into(),
+        subject_transforms: filters
+            .iter()
+            .map(|f| stream::SubjectTransform {
+                source: (*f).into(),
+                destination: identity_destination(f),
+            })
+            .collect(),
+        external: Some(stream::External {
+            api_prefix: format!("$JS.{domain}.API"),
+            delivery_prefix: None,
+        }),
+        ..Default::default()
+    }]);
+    js.update_stream(cfg)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Waits until stream `name` exists in `js`'s domain (the agents create them).
+pub async fn wait_stream(js: &jetstream::Context, name: &str) -> anyhow::Result<()> {
+    try_wait_for(&format!("stream {name}"), SETTLE, || async {
+        js.get_stream(name)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(anyhow::Error::msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_destination_names_each_wildcard() {
+        assert_eq!(
+            identity_destination("$KV.fleetbus-registry.*.a.*"),
+            "$KV.fleetbus-registry.{{wildcard(1)}}.a.{{wildcard(2)}}"
+        );
+        assert_eq!(identity_destination("fleetbus.obj.a.>"), "fleetbus.obj.a.>");
+    }
+
+    #[test]
+    fn leaf_urls_list_every_port() {
+        assert_eq!(
+            leaf_urls(&[1, 2]),
+            "[nats-leaf://127.0.0.1:1, nats-leaf://127.0.0.1:2]"
+        );
+    }
+}
