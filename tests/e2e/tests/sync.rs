@@ -876,10 +876,11 @@ async fn a_change_is_planned_alone() {
         create_ns(x, "shared").await;
     }
     apply_yaml(c1, &secret_rule("alone", ""));
+    let ar = secrets();
     let copy = |name: &'static str, v: &'static str| {
         wait_copy(
             c2,
-            &secrets(),
+            &ar,
             Some("shared"),
             name,
             "c1",
