@@ -62,6 +62,10 @@ pub struct Metrics {
     pub rule_status_publish_failures: Family<Labels, Counter>,
     /// Sync passes run (a failing copy is tried again far less often).
     pub sync_passes: Counter,
+    /// Sink passes that planned every pair and decided every copy (see
+    /// `sync::sink::plan`): rules, the fleet or a kind's state changed, a
+    /// re-read of the bus or a re-list, or the periodic safety net.
+    pub sync_full_plans: Counter,
     /// Copies currently in sync, over every rule.
     pub sync_objects: Gauge,
     /// Objects currently in conflict, over every rule.
@@ -235,6 +239,12 @@ impl Metrics {
         );
         let sync_passes = Counter::default();
         registry.register("sync_passes", "Sync passes run", sync_passes.clone());
+        let sync_full_plans = Counter::default();
+        registry.register(
+            "sync_full_plans",
+            "Sink passes that planned every copy (not only what changed)",
+            sync_full_plans.clone(),
+        );
         let sync_objects = Gauge::default();
         registry.register(
             "sync_objects",
@@ -307,6 +317,7 @@ impl Metrics {
             sync_write_failures,
             rule_status_publish_failures,
             sync_passes,
+            sync_full_plans,
             sync_objects,
             sync_conflicts,
             sync_errors,

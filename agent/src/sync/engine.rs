@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleetbus_schemas::command::CorrectRequest;
+#[cfg(test)]
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::progress::SyncProgress;
 use fleetbus_schemas::subject::ObjectKey;
@@ -35,7 +36,9 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::inputs::watches;
 use super::model::meta::{has_annotation, origin_cluster};
-use super::model::{Baseline, BusEvent, Input, LocalEvent, LocalKey, RuleReport, Target};
+use super::model::{
+    Baseline, BusEvent, Input, LocalEvent, LocalKey, RuleReport, Snapshots, Target,
+};
 use super::rules::compile::{self as rules, RuleSet};
 use super::source::state::SourceState;
 use crate::context::Context;
@@ -58,9 +61,9 @@ pub struct KindState {
     /// Whether this kind is a rule's source (and so consumed from the bus).
     pub source: bool,
     /// The last envelope of every object of this kind on the bus, every origin.
-    pub snapshots: BTreeMap<ObjectKey, Envelope>,
+    pub snapshots: Snapshots,
     /// The envelopes of a consumer restart in progress.
-    resnap: Option<BTreeMap<ObjectKey, Envelope>>,
+    resnap: Option<Snapshots>,
     /// The bus consumer has delivered every last value at least once.
     pub caught_up: bool,
     /// Our objects whose local or bus state changed since the source side
@@ -345,7 +348,8 @@ impl Engine {
         };
         match ev {
             LocalEvent::Reset => kind.relist = Some(BTreeMap::new()),
-            LocalEvent::Upsert(obj) => {
+            LocalEvent::Upsert(mut obj) => {
+                super::model::meta::compact_managed_fields(&mut obj);
                 // The watch works again (kube-runtime resumes after most
                 // errors without a re-list); during a re-list the view is
                 // whole again only once it is `Listed`.
@@ -438,7 +442,7 @@ impl Engine {
             return;
         };
         match ev {
-            BusEvent::Reset => kind.resnap = Some(BTreeMap::new()),
+            BusEvent::Reset => kind.resnap = Some(Snapshots::default()),
             BusEvent::Item(key, mut env) => {
                 self.sink.dirty.keys.insert(key.clone());
                 // Kept (a cluster may join later) but never applied: only
@@ -495,14 +499,20 @@ impl Engine {
                 }
             }
             BusEvent::CaughtUp => {
-                // Rules become ready.
-                self.collect_due = true;
-                // Envelopes may have gone or changed during the re-read.
-                self.sink.dirty.full = true;
+                // Only the end of a read or re-read concerns every object
+                // (the consumer says it once per read, see `follow`; one
+                // said again changes nothing).
+                let reread = kind.resnap.is_some() || !kind.caught_up;
                 if let Some(resnap) = kind.resnap.take() {
                     kind.snapshots = resnap;
                 }
-                kind.source_full = true;
+                if reread {
+                    // Rules become ready.
+                    self.collect_due = true;
+                    // Envelopes may have gone or changed during the re-read.
+                    self.sink.dirty.full = true;
+                    kind.source_full = true;
+                }
                 kind.caught_up = true;
             }
         }
@@ -630,7 +640,7 @@ impl Engine {
                 listed: false,
                 watch_error: None,
                 source: false,
-                snapshots: BTreeMap::new(),
+                snapshots: Snapshots::default(),
                 resnap: None,
                 caught_up: false,
                 source_dirty: BTreeSet::new(),
@@ -898,7 +908,7 @@ impl KindState {
             listed: true,
             watch_error: None,
             source: true,
-            snapshots,
+            snapshots: snapshots.into_iter().collect(),
             resnap: None,
             caught_up: true,
             source_dirty: BTreeSet::new(),

@@ -943,3 +943,49 @@ data: {{v: {}}}
         .unwrap();
     assert!(real.is_some(), "the wanted copy stays");
 }
+
+/// A change is planned alone (issue 20): once the copies are in sync, new
+/// and changed objects cost the sink and the origin a plan of what changed,
+/// never a full plan (every pair planned, every copy decided and looked at
+/// for collection). Each live envelope once arrived as the end of a re-read
+/// of the bus and made every pass a full one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_is_planned_alone() {
+    const FULL: &str = "fleetbus_sync_full_plans_total";
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    apply_yaml(c1, &secret_rule("alone", ""));
+    let ar = secrets();
+    let copy = |name: &'static str, v: &'static str| {
+        wait_copy(
+            c2,
+            &ar,
+            Some("shared"),
+            name,
+            "c1",
+            "alone",
+            data_is(secret_data(&[("k", v)])),
+        )
+    };
+    create_secret(c1, "shared", "first", &[("k", "0")]).await;
+    copy("first", "0").await;
+    let before = [c1.metric(FULL).unwrap(), c2.metric(FULL).unwrap()];
+    for name in ["a", "b", "c", "d", "e"] {
+        create_secret(c1, "shared", name, &[("k", "1")]).await;
+        copy(name, "1").await;
+    }
+    let after = [c1.metric(FULL).unwrap(), c2.metric(FULL).unwrap()];
+    // One full plan may fall in the window: the periodic safety net
+    // (`plan::FULL_EVERY`) on a slow machine. Five changes made five or more.
+    for (i, who) in ["c1", "c2"].into_iter().enumerate() {
+        assert!(
+            after[i] - before[i] <= 1.0,
+            "{who}: {} full plans for five new objects",
+            after[i] - before[i]
+        );
+    }
+}

@@ -125,7 +125,8 @@ async fn consume_once<K, V>(
     if send(Feed::Reset).await.is_err() {
         return Ok(());
     }
-    if pending == 0 && send(Feed::CaughtUp).await.is_err() {
+    let mut catch_up = CatchUp::default();
+    if catch_up.tell(pending == 0) && send(Feed::CaughtUp).await.is_err() {
         return Ok(());
     }
     let mut messages = consumer
@@ -150,7 +151,8 @@ async fn consume_once<K, V>(
         };
         let Some(msg) = next else { break };
         let msg = msg.map_err(|e| format!("message: {e}"))?;
-        let caught_up = msg.info().map(|i| i.pending == 0).unwrap_or(false);
+        let at_end = msg.info().map(|i| i.pending == 0).unwrap_or(false);
+        let caught_up = catch_up.tell(at_end);
         let ev = match (f.decode)(prefix, &msg.subject, &msg.payload) {
             Ok((key, value)) => Some(Feed::Item(key, Box::new(value))),
             Err(reason) => {
@@ -171,9 +173,50 @@ async fn consume_once<K, V>(
     Err("message stream ended".to_owned())
 }
 
+/// When a consumer says `CaughtUp`: once, the first time it has delivered
+/// every last value (nothing pending), never again while it lives. Live
+/// messages arrive with nothing pending too; a `CaughtUp` with each of them
+/// made the engine treat every change as the end of a re-read (every object
+/// planned, decided and looked at for collection again): the cost of one
+/// change grew with the number of objects (issue 20).
+#[derive(Debug, Default)]
+struct CatchUp {
+    told: bool,
+}
+
+impl CatchUp {
+    /// Whether to send `CaughtUp` now; `at_end`: nothing is pending.
+    fn tell(&mut self, at_end: bool) -> bool {
+        let now = at_end && !self.told;
+        self.told |= at_end;
+        now
+    }
+}
+
 async fn next_advisory(sub: &mut Option<async_nats::Subscriber>) -> Option<async_nats::Message> {
     match sub {
         Some(s) => s.next().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CatchUp;
+
+    #[test]
+    fn caught_up_is_said_once_when_the_replay_ends_not_with_every_live_message() {
+        // A replay of three: pending 2, 1, 0; then live messages, each with
+        // nothing pending.
+        let mut c = CatchUp::default();
+        let said: Vec<bool> = [false, false, true, true, true, true]
+            .into_iter()
+            .map(|at_end| c.tell(at_end))
+            .collect();
+        assert_eq!(said, [false, false, true, false, false, false]);
+        // A stream empty when the consumer starts: said at once, then never.
+        let mut empty = CatchUp::default();
+        assert!(empty.tell(true));
+        assert!(!empty.tell(true));
     }
 }

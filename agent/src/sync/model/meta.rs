@@ -7,6 +7,27 @@ use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
 use serde_json::{Map, Value};
 
+/// Keeps of `metadata.managedFields` only what sync reads of a stored object
+/// (a local object as the watch saw it, a baseline): each entry's manager,
+/// operation, time and subresource (who changed a copy, whether status was
+/// returned). `fieldsV1`, the set of every field each manager owns, is a
+/// good part of a parsed object's size and is never read from these (issue
+/// 20, compact state). A stored object is never sent back with its
+/// managedFields (see `mutate::unmanage`).
+pub fn compact_managed_fields(obj: &mut Value) {
+    let Some(entries) = obj
+        .pointer_mut("/metadata/managedFields")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for e in entries {
+        if let Some(m) = e.as_object_mut() {
+            m.retain(|k, _| matches!(k.as_str(), "manager" | "operation" | "time" | "subresource"));
+        }
+    }
+}
+
 /// The annotations of `obj`, when it has a map of them.
 pub fn annotations(obj: &Value) -> Option<&Map<String, Value>> {
     obj.pointer("/metadata/annotations")
@@ -70,6 +91,31 @@ pub fn describe_gvk(gvk: &GroupVersionKind) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn compacting_keeps_who_changed_what_when_and_drops_the_field_sets() {
+        let entry = |manager: &str| {
+            json!({"manager": manager, "operation": "Update", "apiVersion": "v1",
+                   "time": "2026-11-27T01:00:00Z", "fieldsType": "FieldsV1",
+                   "subresource": "status", "fieldsV1": {"f:data": {"f:v": {}}}})
+        };
+        let mut obj = json!({"metadata": {"name": "c", "managedFields": [entry("a"), entry("b")]},
+                             "data": {"v": "1"}});
+        let before = obj.clone();
+        compact_managed_fields(&mut obj);
+        let kept = json!({"manager": "a", "operation": "Update",
+                          "time": "2026-11-27T01:00:00Z", "subresource": "status"});
+        assert_eq!(obj["metadata"]["managedFields"][0], kept);
+        assert_eq!(obj["metadata"]["managedFields"][1]["manager"], "b");
+        // Nothing else changes, and a second pass changes nothing.
+        assert_eq!(obj["data"], before["data"]);
+        let once = obj.clone();
+        compact_managed_fields(&mut obj);
+        assert_eq!(obj, once);
+        let mut bare = json!({"metadata": {"name": "c"}});
+        compact_managed_fields(&mut bare);
+        assert_eq!(bare, json!({"metadata": {"name": "c"}}));
+    }
 
     #[test]
     fn presence_counts_any_value_and_annotation_only_strings() {

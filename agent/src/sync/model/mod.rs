@@ -15,6 +15,7 @@ mod input;
 pub mod meta;
 mod outcome;
 mod report;
+mod snapshots;
 mod target;
 
 pub use baseline::Baseline;
@@ -22,4 +23,5 @@ pub use candidate::Candidate;
 pub use input::{believed_after_failure, BusEvent, Feed, Input, LocalEvent, StatusEvent};
 pub use outcome::{Conflict, Outcome};
 pub use report::RuleReport;
+pub use snapshots::Snapshots;
 pub use target::{LocalKey, Target};

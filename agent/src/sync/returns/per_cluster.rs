@@ -207,6 +207,15 @@ impl Engine {
         self.ctx.metrics.kube_write("reportedstate");
         let mut with_status = serde_json::to_value(&written).map_err(kube::Error::SerdeError)?;
         with_status["status"] = want.get("status").cloned().unwrap_or(Value::Null);
+        // `written` may be the stored live object, whose managedFields are a
+        // summary (see `meta::compact_managed_fields`): omitted, the server
+        // keeps its own.
+        if let Some(meta) = with_status
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+        {
+            meta.remove("managedFields");
+        }
         api.replace_status(&name, &params, &body(&with_status)?)
             .await?;
         Ok(())

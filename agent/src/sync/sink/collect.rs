@@ -6,8 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use fleetbus_schemas::crd::OrphanPolicy;
-use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
-use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -385,15 +383,9 @@ impl Engine {
 
     /// Whether the origin published a `Deleted` tombstone for this uid.
     fn deleted_at_origin(&self, origin: &str, uid: &str) -> bool {
-        self.kinds.values().any(|k| {
-            k.snapshots.iter().any(|(key, e): (&ObjectKey, &Envelope)| {
-                key.origin == origin
-                    && e.uid == uid
-                    && e.tombstone
-                    && e.tombstone_reason.unwrap_or(TombstoneReason::Deleted)
-                        == TombstoneReason::Deleted
-            })
-        })
+        self.kinds
+            .values()
+            .any(|k| k.snapshots.deleted(origin, uid))
     }
 }
 

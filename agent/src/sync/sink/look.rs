@@ -188,7 +188,10 @@ impl Engine {
         result: Result<Value, WriteError>,
     ) -> Looked {
         let server = match result {
-            Ok(server) => server,
+            Ok(mut server) => {
+                crate::sync::model::meta::compact_managed_fields(&mut server);
+                server
+            }
             Err(e) => return Looked::Done(self.failed(target, c, resource_version(live), e)),
         };
         self.baselines.insert(

@@ -443,6 +443,10 @@ fn check_writable(obj: &Value) -> Result<(), MutateError> {
 pub fn unmanage(live: &Value) -> Value {
     let mut obj = live.clone();
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        // Stored objects keep a summary of managedFields only (see
+        // `meta::compact_managed_fields`); sent back, it would replace the
+        // server's. Omitted, the server keeps its own.
+        meta.remove("managedFields");
         if let Some(Value::Object(a)) = meta.get_mut("annotations") {
             for k in STAMP_ANNOTATIONS {
                 a.remove(k);
@@ -919,7 +923,10 @@ mod tests {
         live["metadata"]["resourceVersion"] = json!("7");
         // A copy unwrapped from a Bundle loses the bundle mark too.
         live["metadata"]["annotations"][ANNOTATION_BUNDLE] = json!("apps/b");
+        // The stored summary of managedFields is not sent back.
+        live["metadata"]["managedFields"] = json!([{"manager": "fleetbus"}]);
         let u = unmanage(&live);
+        assert!(u["metadata"].get("managedFields").is_none());
         assert_eq!(u["metadata"]["labels"], json!({"app": "web", "tier": "fe"}));
         assert_eq!(
             u["metadata"]["annotations"],

@@ -321,6 +321,7 @@ impl Engine {
             }
             state.plan.retain(&seen, &mut changed);
             state.full_at = Some(now);
+            self.ctx.metrics.sync_full_plans.inc();
             changed = state.plan.every_target();
         } else {
             for rule in planned {
@@ -585,9 +586,10 @@ impl Engine {
         &mut self,
         target: &Target,
         c: &Candidate,
-        server: Value,
+        mut server: Value,
     ) -> Outcome {
         tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
+        crate::sync::model::meta::compact_managed_fields(&mut server);
         self.baselines.insert(
             target.clone(),
             Baseline {

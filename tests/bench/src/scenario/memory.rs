@@ -17,10 +17,20 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let fleet = Fleet::start(2, false).await?;
     let (c1, c2) = (fleet.origin(), &fleet.sinks()[0]);
     let sink = c2.recorder().await?;
-    let mib = |pid: Option<u32>| {
-        pid.and_then(procfs::rss_kib)
-            .map(|k| format!("{:.1}", k as f64 / 1024.0))
+    let rss = |pid: Option<u32>| pid.and_then(procfs::rss_kib);
+    let mib = |kib: Option<u64>| {
+        kib.map(|k| format!("{:.1}", k as f64 / 1024.0))
             .unwrap_or_else(|| "-".into())
+    };
+    // What a copy costs: the growth of RSS since the first row (one
+    // object), divided by the objects added since.
+    let (c1_base, c2_base) = (rss(c1.agent_pid()), rss(c2.agent_pid()));
+    let per_copy = |kib: Option<u64>, base: Option<u64>, n: usize| match (kib, base) {
+        (Some(k), Some(b)) if n > 1 => {
+            let bytes = k.saturating_sub(b) as f64 * 1024.0 / (n - 1) as f64;
+            format!("{bytes:.0}")
+        }
+        _ => "-".into(),
     };
     let mut t = Table::new(
         "6. Memory: agent RSS by synced objects",
@@ -28,18 +38,23 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             "synced objects",
             "origin agent c1 MiB",
             "sink agent c2 MiB",
+            "origin bytes/copy",
+            "sink bytes/copy",
             "devcluster c1 MiB",
             "nats-server MiB",
         ],
     );
     let row = |t: &mut Table, n: usize| {
+        let (o, s) = (rss(c1.agent_pid()), rss(c2.agent_pid()));
         t.row([
             n.to_string(),
-            mib(c1.agent_pid()),
-            mib(c2.agent_pid()),
-            mib(c1.cluster.pid()),
+            mib(o),
+            mib(s),
+            per_copy(o, c1_base, n),
+            per_copy(s, c2_base, n),
+            mib(rss(c1.cluster.pid())),
             // Always one nats-server here (memory is not a topology scenario).
-            mib(fleet.bus.pids().first().copied()),
+            mib(rss(fleet.bus.pids().first().copied())),
         ]);
     };
     row(&mut t, 1);
@@ -65,6 +80,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     // The first row is taken before anything was synced: not a sample.
     t.samples = t.rows.len().saturating_sub(1);
     t.note("RSS is read right after the last copy of a step was seen on c2 (1 = only the warm-up object).");
+    t.note("bytes/copy: the agent's RSS growth since the first row divided by the objects added since (allocator slack included).");
     if let Some(k) = at_10k {
         let v = t.goal(
             "agent RSS at 10,000 objects ≤ 64 MiB",
