@@ -84,6 +84,12 @@ pub struct Metrics {
     pub drift_detection_seconds: Histogram,
     /// Seconds from the watch event of a drifted copy to its correction written.
     pub drift_correction_seconds: Histogram,
+    /// Per rule, seconds from the origin publishing a version of an object to
+    /// its copy written here (`fleetbus_sync_lag_seconds{rule}`), observed once
+    /// per new version written (a drift correction or a re-list rewrite of the
+    /// same version is not a lag). The two times come from two clusters' clocks:
+    /// skew between them adds to it.
+    pub sync_lag_seconds: Family<Vec<(String, String)>, Histogram, fn() -> Histogram>,
     /// Copies currently drifted (reported, not corrected, or failing).
     pub drifted: Gauge,
     /// Per rule, copies in sync and objects in conflict or in error, as of the
@@ -287,6 +293,13 @@ impl Metrics {
             "Seconds from the watch event of a drifted copy to its correction written",
             drift_correction_seconds.clone(),
         );
+        let sync_lag_seconds: Family<Vec<(String, String)>, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16)));
+        registry.register(
+            "sync_lag_seconds",
+            "Per rule: seconds from the origin publishing a version of an object to its copy written here (clocks of two clusters)",
+            sync_lag_seconds.clone(),
+        );
         let drifted = Gauge::default();
         registry.register("drifted", "Copies currently drifted", drifted.clone());
         let rule_objects = Family::default();
@@ -310,6 +323,7 @@ impl Metrics {
             drifts,
             drift_detection_seconds,
             drift_correction_seconds,
+            sync_lag_seconds,
             drifted,
             sync_published,
             sync_rejected,
@@ -391,6 +405,13 @@ impl Metrics {
         self.sync_rejected
             .get_or_create(&vec![("reason", reason)])
             .inc();
+    }
+
+    /// Observes the lag of one new version of a copy written for `rule`.
+    pub fn sync_lag(&self, rule: &str, lag: std::time::Duration) {
+        self.sync_lag_seconds
+            .get_or_create(&vec![("rule".to_owned(), rule.to_owned())])
+            .observe(lag.as_secs_f64());
     }
 
     /// Counts one write of a copy.

@@ -71,6 +71,10 @@ async fn watch_loop(
         }
         if let Err(error) = result {
             tracing::warn!(error = %crate::report(&error), ?bucket, ?delay, "registry watch ended; restarting");
+            // A deleted bucket ends its watch. Records are put only on change
+            // now, so no failed put would tell the publisher: have it check the
+            // layout at once (it recreates the bucket and puts our record).
+            reg.ctx.check_layout.notify_one();
         }
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),

@@ -176,6 +176,12 @@ impl Bus {
                 .map(|c| format!("$KV.fleetbus-registry.*.{c}.*"))
                 .collect()
         };
+        let beats = |clusters: &[&String]| -> Vec<String> {
+            clusters
+                .iter()
+                .map(|c| format!("$KV.fleetbus-beats.beat.{c}.*"))
+                .collect()
+        };
         let subtrees = |token: &str| -> Vec<String> {
             at_site
                 .iter()
@@ -189,6 +195,7 @@ impl Bus {
                 SITE_DOMAIN,
                 registry(&at_site),
             ),
+            (&hub_js, "KV_fleetbus-beats", SITE_DOMAIN, beats(&at_site)),
             (&hub_js, "FLEETBUS_OBJECTS", SITE_DOMAIN, subtrees("obj")),
             (&hub_js, "FLEETBUS_STATUS", SITE_DOMAIN, subtrees("status")),
             (&hub_js, "FLEETBUS_DRIFT", SITE_DOMAIN, subtrees("drift")),
@@ -204,6 +211,7 @@ impl Bus {
                 HUB_DOMAIN,
                 registry(&at_hub),
             ),
+            (&site_js, "KV_fleetbus-beats", HUB_DOMAIN, beats(&at_hub)),
         ];
         for (js, stream, from, filters) in joins {
             if filters.is_empty() {

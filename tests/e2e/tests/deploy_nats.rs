@@ -166,6 +166,8 @@ async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
     for (js, stream) in [
         (&hub_js, "KV_fleetbus-registry"),
         (&site_js, "KV_fleetbus-registry"),
+        (&hub_js, "KV_fleetbus-beats"),
+        (&site_js, "KV_fleetbus-beats"),
         (&hub_js, "FLEETBUS_OBJECTS"),
     ] {
         wait_stream(js, stream).await.unwrap();
@@ -186,6 +188,23 @@ async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
         "KV_fleetbus-registry",
         "hub",
         &["$KV.fleetbus-registry.*.c.*"],
+    )
+    .await
+    .unwrap();
+    // Liveness travels in the beats bucket (PROTOCOL §5.4): joined the same way.
+    add_source(
+        &hub_js,
+        "KV_fleetbus-beats",
+        "site-a",
+        &["$KV.fleetbus-beats.beat.a.*", "$KV.fleetbus-beats.beat.b.*"],
+    )
+    .await
+    .unwrap();
+    add_source(
+        &site_js,
+        "KV_fleetbus-beats",
+        "hub",
+        &["$KV.fleetbus-beats.beat.c.*"],
     )
     .await
     .unwrap();

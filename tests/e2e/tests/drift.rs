@@ -271,6 +271,15 @@ async fn deployment_writes(m: &Member) -> u64 {
 async fn set_image_is_detected_and_corrected() {
     let mut s = Setup::start("{}", &["web"]).await;
     let before = drifts_total(s.c2(), "Detected");
+    // The copy's first version was one sync lag observed (the Grafana panel's
+    // series); the correction below writes the same version again: no lag.
+    let lags = "fleetbus_sync_lag_seconds_count{rule=\"web\"}";
+    assert_eq!(
+        s.c2().metric(lags).ok(),
+        Some(1.0),
+        "{}",
+        s.c2().metrics().unwrap()
+    );
     s.set_image("web", CHANGED);
 
     let (subject, ev) = s.next("Detected").await;
@@ -288,6 +297,11 @@ async fn set_image_is_detected_and_corrected() {
     let after = drifts_total(s.c2(), "Detected");
     assert_eq!(after, before + 1.0, "{}", s.c2().metrics().unwrap());
     assert!(drifts_total(s.c2(), "Corrected") >= 1.0);
+    assert_eq!(
+        s.c2().metric(lags).ok(),
+        Some(1.0),
+        "a correction is no lag"
+    );
 }
 
 /// 2. An excluded path (`/spec/replicas`) may differ: `kubectl scale` is no

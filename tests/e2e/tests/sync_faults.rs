@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use common::sync::*;
 use common::*;
 use fleetbus_schemas::crd::ClusterState;
-use fleetbus_schemas::registry::ClusterRecord;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use kube::ResourceExt;
 
@@ -193,24 +192,6 @@ async fn agent_down_origin_delete() {
 /// `--heartbeat-interval` of the members ([`HEARTBEAT`]).
 const HEARTBEAT_MS: i64 = 500;
 
-/// The record of cluster `name` in the registry bucket.
-async fn record(
-    kv: &async_nats::jetstream::kv::Store,
-    name: &str,
-) -> Result<ClusterRecord, String> {
-    let keys = registry_keys(kv).await;
-    let key = keys
-        .iter()
-        .find(|k| k.starts_with(&format!("cluster.{name}.")))
-        .ok_or_else(|| format!("no record of {name} in {keys:?}"))?;
-    let entry = kv
-        .get(key)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or("no value")?;
-    ClusterRecord::decode(&entry).map_err(|e| e.to_string())
-}
-
 /// The write counters of the synced kinds (and of the rules, whose status
 /// is written only on change).
 fn synced_writes(w: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
@@ -312,15 +293,29 @@ async fn zero_writes_after_convergence() {
         "c1 counted fewer Secret writes than it had: {before:?}"
     );
 
-    // Several heartbeat intervals of both agents, observed as published
-    // records (each beat is a full pass of their loops), not slept.
-    let kv = registry_kv(&nats).await;
+    // Several heartbeat intervals of both agents, observed as beats the
+    // server stored (each beat is a full pass of their loops), not slept.
+    let beats = beats_kv(&nats).await;
     let since = chrono::Utc::now();
     wait_for("6 more heartbeat intervals of c1 and c2", SYNC, || async {
+        let keys = registry_keys(&beats).await;
         let mut ages = Vec::new();
         for name in ["c1", "c2"] {
-            let beat = record(&kv, name).await?.heartbeat_at;
-            ages.push((beat - since).num_milliseconds());
+            let key = keys
+                .iter()
+                .find(|k| k.starts_with(&format!("beat.{name}.")))
+                .ok_or(format!("no beat of {name} in {keys:?}"))?;
+            let entry = beats
+                .entry(key)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or(format!("{key} expired"))?;
+            let stored = chrono::DateTime::<chrono::Utc>::from_timestamp(
+                entry.created.unix_timestamp(),
+                entry.created.nanosecond(),
+            )
+            .ok_or("a beat stored at no time")?;
+            ages.push((stored - since).num_milliseconds());
         }
         if ages.iter().all(|ms| *ms >= 6 * HEARTBEAT_MS) {
             Ok(())

@@ -27,4 +27,7 @@ pub struct Candidate {
     pub update: UpdatePolicy,
     /// The rule creates missing namespaces.
     pub create_namespace: bool,
+    /// When the origin published the version this copy is made from (its
+    /// envelope's `time`, the origin's clock): the start of the sync lag.
+    pub published: chrono::DateTime<chrono::Utc>,
 }

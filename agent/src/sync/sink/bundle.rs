@@ -296,6 +296,7 @@ impl Engine {
                             with_status: mutate::syncs_status(src.entries),
                             update: src.rule.spec.update_policy,
                             create_namespace: src.rule.spec.create_namespace,
+                            published: src.env.time,
                         },
                     ));
                 }

@@ -223,6 +223,7 @@ impl Engine {
                     with_status: mutate::syncs_status(entries),
                     update,
                     create_namespace: rule.spec.create_namespace,
+                    published: env.time,
                 },
             )),
             Ok((None, _)) => Err("the mutated copy has no apiVersion, kind or name".to_owned()),
@@ -589,6 +590,18 @@ impl Engine {
         mut server: Value,
     ) -> Outcome {
         tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
+        // A new version reached this cluster (not a correction or a rewrite of
+        // the version it had): that is the lag an operator watches.
+        if self
+            .baselines
+            .get(target)
+            .is_none_or(|b| b.desired != c.digest)
+        {
+            let lag = (chrono::Utc::now() - c.published)
+                .to_std()
+                .unwrap_or_default();
+            self.ctx.metrics.sync_lag(&c.rule, lag);
+        }
         crate::sync::model::meta::compact_managed_fields(&mut server);
         self.baselines.insert(
             target.clone(),

@@ -474,6 +474,7 @@ mod tests {
             with_status: false,
             update: UpdatePolicy::Update,
             create_namespace: false,
+            published: chrono::DateTime::default(),
         }
     }
 

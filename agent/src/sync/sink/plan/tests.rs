@@ -71,6 +71,7 @@ fn compute(rule: &str, key: &ObjectKey, env: &Envelope, calls: &mut usize) -> Co
                 with_status: false,
                 update: UpdatePolicy::Update,
                 create_namespace: false,
+                published: chrono::DateTime::default(),
             },
         ))),
         unknown_policy: v == 2,
