@@ -7,6 +7,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+/// A histogram per rule (`rule` label), each made with the same buckets.
+pub type PerRuleHistogram = Family<Vec<(String, String)>, Histogram, fn() -> Histogram>;
+
 /// A label set of one `(name, value)` pair, e.g. `reason="undecodable"`.
 type Labels = Vec<(&'static str, &'static str)>;
 
@@ -89,7 +92,7 @@ pub struct Metrics {
     /// per new version written (a drift correction or a re-list rewrite of the
     /// same version is not a lag). The two times come from two clusters' clocks:
     /// skew between them adds to it.
-    pub sync_lag_seconds: Family<Vec<(String, String)>, Histogram, fn() -> Histogram>,
+    pub sync_lag_seconds: PerRuleHistogram,
     /// Copies currently drifted (reported, not corrected, or failing).
     pub drifted: Gauge,
     /// Per rule, copies in sync and objects in conflict or in error, as of the
@@ -293,7 +296,7 @@ impl Metrics {
             "Seconds from the watch event of a drifted copy to its correction written",
             drift_correction_seconds.clone(),
         );
-        let sync_lag_seconds: Family<Vec<(String, String)>, Histogram, fn() -> Histogram> =
+        let sync_lag_seconds: PerRuleHistogram =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16)));
         registry.register(
             "sync_lag_seconds",
