@@ -32,6 +32,7 @@ fn exported() -> BTreeMap<String, String> {
     m.drifts
         .get_or_create(&vec![("phase".to_owned(), "Detected".to_owned())])
         .inc();
+    m.sync_lag("r", std::time::Duration::from_millis(5));
     m.set_rule_objects(&[fleetbus_agent::RuleObjects {
         rule: "r".to_owned(),
         synced: 1,
