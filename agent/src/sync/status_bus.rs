@@ -38,6 +38,9 @@ use crate::metrics::Metrics;
 const CONFLICT: &str = "Conflict";
 
 /// Pause after a failed put or delete before trying the batch's failures again.
+/// A fixed delay is right here: the worker waits for no condition it could
+/// observe (NATS recovering), only paces its retries; a newer value for a key
+/// replaces the failed one meanwhile, so nothing queues up behind the pause.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// Per key, the bytes to put, or `None` to delete it.

@@ -165,6 +165,8 @@ impl Sim {
                     eprintln!("fleetbus-bench: registry: beat of {name} failed: {e:#}");
                 }
             }
+            // Pacing, not waiting: N peers' beats spread evenly over one interval,
+            // as N real agents would send them.
             tokio::time::sleep(interval / u32::try_from(count).unwrap_or(u32::MAX)).await;
         }
     }
@@ -351,12 +353,15 @@ async fn measure(
     .await
     .map_err(|e| node.with_log(e))?;
     let interval = beat_interval(BASE, n + 1);
-    // Let the interval change and the joins settle before measuring idle.
+    // Let the interval change and the joins settle before measuring idle:
+    // every peer is already Ready (polled above); what settles is the traffic
+    // of the joins (record puts), which has no end to observe, so two intervals.
     tokio::time::sleep(interval * 2).await;
     let name = format!("fleetbus-agent/{}", node.name);
     let (b0, m0) = connz(http, &name).await?;
     let c0 = procfs::cpu_ticks(pid).unwrap_or(0);
     let start = Instant::now();
+    // The measurement window itself: idle CPU and bytes are counted over it.
     tokio::time::sleep(idle).await;
     let window = start.elapsed().as_secs_f64();
     let c1 = procfs::cpu_ticks(pid).unwrap_or(0);
