@@ -227,7 +227,7 @@ async fn finish_with(
     let mut violations: Vec<String> = conv.violations.iter().map(ToString::to_string).collect();
     violations.extend(extra);
     if !(conv.after.is_some() && violations.is_empty()) {
-        let dir = std::env::temp_dir().join(format!("fleetbus-chaos-{name}-{seed}"));
+        let dir = failed_logs_dir(name, seed);
         match run.fleet.keep_logs(&dir) {
             Ok(()) => eprintln!("fleetbus-chaos: {name}: agent logs in {}", dir.display()),
             Err(e) => eprintln!("fleetbus-chaos: {name}: agent logs not kept: {e}"),
@@ -247,6 +247,20 @@ async fn finish_with(
         violations,
     };
     Ok((row, run))
+}
+
+/// Where a failed run's agent logs are kept: a directory of its own per run
+/// (scenario, seed, time and process), so a later run of the same seed — the
+/// next `./scripts/test`, or a rerun to reproduce — never overwrites the logs
+/// of the failure being explained.
+pub(crate) fn failed_logs_dir(scenario: &str, seed: u64) -> std::path::PathBuf {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    std::env::temp_dir().join(format!(
+        "fleetbus-chaos-{scenario}-{seed}-{at}-{}",
+        std::process::id()
+    ))
 }
 
 /// API requests of every agent so far, in node order.

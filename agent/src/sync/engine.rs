@@ -708,6 +708,7 @@ impl Engine {
 
     /// One pass over everything (see the module docs).
     pub async fn pass(&mut self) {
+        let started = Instant::now();
         // Timers are set again by whatever still needs them in this pass; a
         // due timer left standing would wake the loop at once, forever.
         self.drift_wake = None;
@@ -750,8 +751,12 @@ impl Engine {
         self.report_wake = self.report_pass().await;
         self.return_pass().await;
         self.status_pass().await;
-        let now = Instant::now();
-        self.retries.retain(|_, r| r.at > now);
+        // A retry due when the pass began was decided in it (tried, or backed
+        // off again with a later time). One that fell due while the pass ran
+        // was not: it stays, and its due time wakes the next pass at once.
+        // Dropping it too lost the retry until some other input touched the
+        // copy (a pass straddling the due time, under load).
+        self.retries.retain(|_, r| r.at > started);
         // Bookkeeping of objects and rules that are gone.
         let rules = &self.rules;
         self.last_sync.retain(|name, _| rules.contains_key(name));

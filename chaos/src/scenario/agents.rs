@@ -491,7 +491,7 @@ pub(super) fn keep_logs_if_failed(row: &Row, fleet: &Fleet) {
     if row.passed() || row.converged.is_none() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("fleetbus-chaos-{}-{}", row.scenario, row.seed));
+    let dir = super::failed_logs_dir(&row.scenario, row.seed);
     match fleet.keep_logs(&dir) {
         Ok(()) => eprintln!(
             "fleetbus-chaos: {}: agent logs in {}",
