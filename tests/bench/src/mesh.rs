@@ -55,6 +55,9 @@ pub trait BenchMember: Sized {
     fn requests_by_kind(&self, prefix: &str) -> BTreeMap<String, usize>;
     /// `e` with the tail of the agent's log, for a failed setup.
     fn with_log(&self, e: anyhow::Error) -> anyhow::Error;
+    /// The sum of every series of the agent's metric `name` (all labels),
+    /// read from its `/metrics`; None if it cannot be read.
+    fn agent_metric(&self, name: &str) -> Option<f64>;
 }
 
 impl BenchMember for Member {
@@ -100,6 +103,13 @@ impl BenchMember for Member {
 
     fn agent_pid(&self) -> Option<u32> {
         self.agent.pid()
+    }
+
+    fn agent_metric(&self, name: &str) -> Option<f64> {
+        let (status, body) =
+            fleetbus_testsupport::http_get(&format!("http://{}/metrics", self.metrics_addr))
+                .ok()?;
+        (status == 200).then(|| metric_sum(&body, name))
     }
 
     async fn recorder(&self) -> anyhow::Result<Recorder> {
@@ -254,4 +264,36 @@ pub fn rule_resource() -> ApiResource {
         &GroupVersionKind::gvk("fleetbus.io", "v1alpha1", "ResourceSyncRule"),
         "resourcesyncrules",
     )
+}
+
+/// The sum of the samples of metric `name` in a Prometheus text exposition
+/// (`name 3` and `name{label="x"} 4` alike; comments and other metrics,
+/// `name_bucket` included, are left out).
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let value = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once('}')?.1,
+                None => rest,
+            };
+            // A longer name sharing the prefix has no space or brace here.
+            value.starts_with(' ').then_some(())?;
+            value.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod metric_tests {
+    use super::metric_sum;
+
+    #[test]
+    fn sums_every_series_of_one_metric_only() {
+        let text = "# HELP x_total x\n# TYPE x_total counter\nx_total 2\nx_total{rule=\"a b\"} 3.5\nx_total_bucket{le=\"1\"} 9\nx_totals 100\ny_total 7\n";
+        assert_eq!(metric_sum(text, "x_total"), 5.5);
+        assert_eq!(metric_sum(text, "y_total"), 7.0);
+        assert_eq!(metric_sum(text, "z_total"), 0.0);
+    }
 }

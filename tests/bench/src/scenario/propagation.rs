@@ -73,13 +73,42 @@ pub async fn one_at_a_time(
     prefix: &str,
     n: usize,
 ) -> anyhow::Result<Samples> {
-    let mut lat = Samples::new();
+    Ok(one_at_a_time_split(origin, sink, prefix, n).await?.whole)
+}
+
+/// One object at a time, each sample split where the origin's API server
+/// acknowledged the create: what the origin's devcluster took, and what came
+/// after it (the agents, NATS and the sink's devcluster).
+pub struct Split {
+    /// Before the create → copy seen on the sink.
+    pub whole: Samples,
+    /// Before the create → the origin acknowledged it.
+    pub origin_ack: Samples,
+    /// The origin's acknowledgement → copy seen on the sink.
+    pub after_ack: Samples,
+}
+
+/// [`one_at_a_time`], with each sample split at the origin's acknowledgement.
+pub async fn one_at_a_time_split(
+    origin: &Api<ConfigMap>,
+    sink: &Recorder,
+    prefix: &str,
+    n: usize,
+) -> anyhow::Result<Split> {
+    let mut out = Split {
+        whole: Samples::new(),
+        origin_ack: Samples::new(),
+        after_ack: Samples::new(),
+    };
     for i in 0..n {
         let name = format!("{prefix}-{i}");
         let start = Instant::now();
         objects::create(origin, &name, "1").await?;
+        let acked = Instant::now();
         let seen = sink.wait_seen(&name, "1", SETUP).await?;
-        lat.push(seen.saturating_duration_since(start));
+        out.whole.push(seen.saturating_duration_since(start));
+        out.origin_ack.push(acked.saturating_duration_since(start));
+        out.after_ack.push(seen.saturating_duration_since(acked));
     }
-    Ok(lat)
+    Ok(out)
 }
