@@ -18,6 +18,7 @@ pub mod mesh;
 pub mod output;
 pub mod rules;
 pub mod status;
+pub mod trust;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
