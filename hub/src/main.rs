@@ -142,10 +142,20 @@ fn join(args: &JoinArgs) -> ExitCode {
     match trust::join(dir, &args.name, args.rotate) {
         Ok(joined) => {
             let what = if joined.issued { "issued" } else { "kept" };
-            eprintln!("fleetbus: {what} credentials for {} ({})", args.name, joined.path.display());
+            eprintln!(
+                "fleetbus: {what} credentials for {} ({})",
+                args.name,
+                joined.path.display()
+            );
             print!(
                 "{}",
-                trust::render(&joined, args.output, &args.namespace, args.nats_url.as_deref(), ca.as_deref())
+                trust::render(
+                    &joined,
+                    args.output,
+                    &args.namespace,
+                    args.nats_url.as_deref(),
+                    ca.as_deref()
+                )
             );
             ExitCode::SUCCESS
         }

@@ -50,7 +50,12 @@ pub const INIT_FILES: &[&str] = &[
 /// Writes `contents` to `path` through a temporary file and a rename, with
 /// mode 0600 when `secret`. Refuses to replace an existing file unless
 /// `replace`.
-pub fn write_file(path: &Path, contents: &[u8], secret: bool, replace: bool) -> Result<(), TrustError> {
+pub fn write_file(
+    path: &Path,
+    contents: &[u8],
+    secret: bool,
+    replace: bool,
+) -> Result<(), TrustError> {
     let io = |e: std::io::Error| TrustError::Io {
         path: path.to_owned(),
         source: e,

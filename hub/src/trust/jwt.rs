@@ -59,15 +59,13 @@ fn claims(issuer: &str, subject: &str, name: &str, iat: DateTime<Utc>, nats: Val
 
 /// Signs `claims` with `issuer`: `header.claims.signature`.
 fn sign(issuer: &nkeys::KeyPair, claims: &Value) -> Result<String, JwtError> {
-    let input = format!(
-        "{}.{}",
-        B64.encode(HEADER),
-        B64.encode(claims.to_string())
-    );
-    let sig = issuer.sign(input.as_bytes()).map_err(|source| JwtError::Sign {
-        key: issuer.public_key(),
-        source,
-    })?;
+    let input = format!("{}.{}", B64.encode(HEADER), B64.encode(claims.to_string()));
+    let sig = issuer
+        .sign(input.as_bytes())
+        .map_err(|source| JwtError::Sign {
+            key: issuer.public_key(),
+            source,
+        })?;
     Ok(format!("{input}.{}", B64.encode(sig)))
 }
 
@@ -148,14 +146,19 @@ pub fn verify(jwt: &str) -> Result<Value, JwtError> {
     else {
         return Err(malformed("want three dot-separated parts"));
     };
-    let body_bytes = B64.decode(body).map_err(|_| malformed("claims are not base64url"))?;
-    let sig = B64.decode(sig).map_err(|_| malformed("signature is not base64url"))?;
+    let body_bytes = B64
+        .decode(body)
+        .map_err(|_| malformed("claims are not base64url"))?;
+    let sig = B64
+        .decode(sig)
+        .map_err(|_| malformed("signature is not base64url"))?;
     let claims: Value =
         serde_json::from_slice(&body_bytes).map_err(|_| malformed("claims are not JSON"))?;
     let iss = claims["iss"]
         .as_str()
         .ok_or_else(|| malformed("no issuer"))?;
-    let key = nkeys::KeyPair::from_public_key(iss).map_err(|_| malformed("issuer is not an nkey"))?;
+    let key =
+        nkeys::KeyPair::from_public_key(iss).map_err(|_| malformed("issuer is not an nkey"))?;
     key.verify(format!("{header}.{body}").as_bytes(), &sig)
         .map_err(|_| JwtError::BadSignature(iss.to_owned()))?;
     Ok(claims)
@@ -235,7 +238,12 @@ mod tests {
         let parts: Vec<&str> = jwt.split('.').collect();
         let mut claims: Value = serde_json::from_slice(&B64.decode(parts[1]).unwrap()).unwrap();
         claims["name"] = json!("c2");
-        let forged = format!("{}.{}.{}", parts[0], B64.encode(claims.to_string()), parts[2]);
+        let forged = format!(
+            "{}.{}.{}",
+            parts[0],
+            B64.encode(claims.to_string()),
+            parts[2]
+        );
         let err = parse_creds(&creds.replace(jwt, &forged)).unwrap_err();
         assert!(matches!(err, JwtError::BadSignature(_)), "{err}");
         // Another user's seed.

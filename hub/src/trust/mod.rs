@@ -127,7 +127,12 @@ fn damaged(path: &Path, why: impl Into<String>) -> TrustError {
 }
 
 /// `fleetbus fleet init --dir D`.
-pub fn init(dir: &Path, name: &str, prefix: &Prefix, force: bool) -> Result<InitOutcome, TrustError> {
+pub fn init(
+    dir: &Path,
+    name: &str,
+    prefix: &Prefix,
+    force: bool,
+) -> Result<InitOutcome, TrustError> {
     if dir.join(FLEET_JSON).exists() {
         let info = load_info(dir)?;
         let missing: Vec<&str> = INIT_FILES
@@ -206,12 +211,16 @@ fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo,
         SERVER_CONF,
         &server_conf(&info, &operator_jwt, &system_jwt, &account_jwt),
     )?;
-    secret(ADMIN_CREDS, &mint_user(&info, &signing, "admin", None, now)?)?;
+    secret(
+        ADMIN_CREDS,
+        &mint_user(&info, &signing, "admin", None, now)?,
+    )?;
     let root = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)
         .map_err(|e| TrustError::RootKey(e.to_string()))?;
     secret(ROOT_KEY, &root.serialize_pem())?;
     public(ROOT_PUB, &root.public_key_pem())?;
-    let json = serde_json::to_string_pretty(&info).map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
+    let json = serde_json::to_string_pretty(&info)
+        .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
     public(FLEET_JSON, &(json + "\n"))?;
     Ok(info)
 }
@@ -219,7 +228,12 @@ fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo,
 /// The nats-server include for operator mode: the operator's JWT, the system
 /// account, and both accounts preloaded into the memory resolver (no account
 /// server to run; a new account JWT needs a config reload).
-fn server_conf(info: &FleetInfo, operator_jwt: &str, system_jwt: &str, account_jwt: &str) -> String {
+fn server_conf(
+    info: &FleetInfo,
+    operator_jwt: &str,
+    system_jwt: &str,
+    account_jwt: &str,
+) -> String {
     format!(
         "# fleetbus fleet {name:?}: nats-server operator mode. `include` this file from the\n\
          # server's configuration; users are the creds `fleetbus join` mints.\n\
@@ -242,8 +256,17 @@ fn mint_user(
     now: DateTime<Utc>,
 ) -> Result<String, TrustError> {
     let user = nkeys::KeyPair::new_user();
-    let user_jwt = jwt::user_jwt(signing, &info.account, &user.public_key(), name, permissions, now)?;
-    let seed = user.seed().map_err(|e| TrustError::RootKey(e.to_string()))?;
+    let user_jwt = jwt::user_jwt(
+        signing,
+        &info.account,
+        &user.public_key(),
+        name,
+        permissions,
+        now,
+    )?;
+    let seed = user
+        .seed()
+        .map_err(|e| TrustError::RootKey(e.to_string()))?;
     Ok(jwt::creds_file(&user_jwt, &seed))
 }
 
@@ -279,7 +302,10 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
     let signing = nkeys::KeyPair::from_seed(read(&signing_path)?.trim())
         .map_err(|_| damaged(&signing_path, "not an account nkey seed"))?;
     if signing.public_key() != info.signing_key {
-        return Err(damaged(&signing_path, "not the signing key fleet.json names"));
+        return Err(damaged(
+            &signing_path,
+            "not the signing key fleet.json names",
+        ));
     }
     let prefix = Prefix::new(info.subject_prefix.clone())
         .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
@@ -288,13 +314,25 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
     if path.exists() && !rotate {
         let creds = read(&path)?;
         check_stored(&info, name, &path, &creds)?;
-        return Ok(Joined { info, name: name.to_owned(), creds, path, issued: false });
+        return Ok(Joined {
+            info,
+            name: name.to_owned(),
+            creds,
+            path,
+            issued: false,
+        });
     }
     let permissions = agent_permissions(name, &prefix)?;
     let creds = mint_user(&info, &signing, name, Some(&permissions), Utc::now())?;
     create_dir(&cluster_dir)?;
     write_file(&path, creds.as_bytes(), true, rotate)?;
-    Ok(Joined { info, name: name.to_owned(), creds, path, issued: true })
+    Ok(Joined {
+        info,
+        name: name.to_owned(),
+        creds,
+        path,
+        issued: true,
+    })
 }
 
 /// Stored creds must be this fleet's, for this cluster, and unaltered.

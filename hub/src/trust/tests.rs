@@ -22,7 +22,14 @@ fn init_writes_every_file_secrets_0600() {
     for f in INIT_FILES {
         assert!(dir.join(f).exists(), "{f}");
     }
-    for f in [OPERATOR_SEED, SYSTEM_SEED, ACCOUNT_SEED, SIGNING_SEED, ADMIN_CREDS, ROOT_KEY] {
+    for f in [
+        OPERATOR_SEED,
+        SYSTEM_SEED,
+        ACCOUNT_SEED,
+        SIGNING_SEED,
+        ADMIN_CREDS,
+        ROOT_KEY,
+    ] {
         assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
     }
     assert_eq!(mode(&dir), 0o700);
@@ -41,7 +48,9 @@ fn init_writes_every_file_secrets_0600() {
     assert_eq!(claims["nats"]["signing_keys"][0], info.signing_key);
     let (admin, _) = jwt::parse_creds(&read(&dir.join(ADMIN_CREDS)).unwrap()).unwrap();
     assert_eq!(admin["iss"], info.signing_key);
-    assert!(read(&dir.join(ROOT_PUB)).unwrap().starts_with("-----BEGIN PUBLIC KEY-----"));
+    assert!(read(&dir.join(ROOT_PUB))
+        .unwrap()
+        .starts_with("-----BEGIN PUBLIC KEY-----"));
 }
 
 #[test]
@@ -97,8 +106,14 @@ fn join_is_idempotent_rotate_issues_new_and_permissions_are_the_agents() {
 
     let (claims, _) = jwt::parse_creds(&rotated.creds).unwrap();
     let want = agent_permissions("c1", &Prefix::default()).unwrap();
-    assert_eq!(claims["nats"]["pub"]["allow"], serde_json::json!(want.publish_allow));
-    assert_eq!(claims["nats"]["sub"]["allow"], serde_json::json!(want.subscribe_allow));
+    assert_eq!(
+        claims["nats"]["pub"]["allow"],
+        serde_json::json!(want.publish_allow)
+    );
+    assert_eq!(
+        claims["nats"]["sub"]["allow"],
+        serde_json::json!(want.subscribe_allow)
+    );
     assert_eq!(claims["name"], "c1");
 }
 
@@ -109,7 +124,10 @@ fn join_refuses_bad_names_missing_fleets_and_tampered_creds() {
         let err = join(&dir, bad, false).unwrap_err();
         assert!(matches!(err, TrustError::Name(_)), "{bad:?}: {err}");
     }
-    assert!(!dir.join(CLUSTERS).exists(), "nothing written for bad names");
+    assert!(
+        !dir.join(CLUSTERS).exists(),
+        "nothing written for bad names"
+    );
     let err = join(&tmp.path().join("absent"), "c1", false).unwrap_err();
     assert!(matches!(err, TrustError::NoFleet(_)), "{err}");
     assert!(err.to_string().contains("fleetbus fleet init"), "{err}");
@@ -121,7 +139,10 @@ fn join_refuses_bad_names_missing_fleets_and_tampered_creds() {
     create_dir(path.parent().unwrap()).unwrap();
     std::fs::write(&path, &foreign.creds).unwrap();
     let err = join(&dir, "c1", false).unwrap_err();
-    assert!(err.to_string().contains("not issued by this fleet"), "{err}");
+    assert!(
+        err.to_string().contains("not issued by this fleet"),
+        "{err}"
+    );
     assert!(err.to_string().contains("--rotate"), "{err}");
     // c2's creds copied over c1's: the wrong cluster.
     let c2 = join(&dir, "c2", false).unwrap();
@@ -157,10 +178,19 @@ fn values_and_manifest_name_the_charts_secrets() {
     .unwrap();
     assert_eq!(values["clusterName"].as_str(), Some("c4"));
     assert_eq!(values["subjectPrefix"].as_str(), Some("fleetbus"));
-    assert_eq!(values["nats"]["credsSecret"].as_str(), Some(output::CREDS_SECRET));
-    assert_eq!(values["nats"]["url"].as_str(), Some("tls://nats.example:4222"));
+    assert_eq!(
+        values["nats"]["credsSecret"].as_str(),
+        Some(output::CREDS_SECRET)
+    );
+    assert_eq!(
+        values["nats"]["url"].as_str(),
+        Some("tls://nats.example:4222")
+    );
     assert_eq!(values["nats"]["tls"]["enabled"].as_bool(), Some(true));
-    assert_eq!(values["nats"]["tls"]["caSecret"].as_str(), Some(output::CA_SECRET));
+    assert_eq!(
+        values["nats"]["tls"]["caSecret"].as_str(),
+        Some(output::CA_SECRET)
+    );
 
     let manifest = render(&joined, JoinOutput::Manifest, "ns1", None, Some("CA PEM"));
     let docs: Vec<serde_yaml::Value> = manifest
@@ -169,9 +199,15 @@ fn values_and_manifest_name_the_charts_secrets() {
         .map(|d| serde_yaml::from_str(d).unwrap())
         .collect();
     assert_eq!(docs.len(), 2, "{manifest}");
-    assert_eq!(docs[0]["metadata"]["name"].as_str(), Some(output::CREDS_SECRET));
+    assert_eq!(
+        docs[0]["metadata"]["name"].as_str(),
+        Some(output::CREDS_SECRET)
+    );
     assert_eq!(docs[0]["metadata"]["namespace"].as_str(), Some("ns1"));
-    assert_eq!(docs[0]["stringData"]["nats.creds"].as_str(), Some(joined.creds.as_str()));
+    assert_eq!(
+        docs[0]["stringData"]["nats.creds"].as_str(),
+        Some(joined.creds.as_str())
+    );
     assert_eq!(docs[1]["stringData"]["ca.crt"].as_str(), Some("CA PEM"));
     // Without a CA: no TLS in the values, one Secret.
     let values = render(&joined, JoinOutput::Values, "ns1", None, None);
