@@ -307,6 +307,26 @@ pub struct BusArgs {
     )]
     pub creds: Option<PathBuf>,
 
+    /// PEM CA to verify the NATS server with; TLS is then required (as the agent's
+    /// `--nats-tls-ca`).
+    #[arg(
+        long,
+        alias = "nats-tls-ca",
+        env = "FLEETBUS_NATS_CA",
+        value_name = "FILE"
+    )]
+    pub ca: Option<PathBuf>,
+
+    /// Local mesh directory: without --creds and --ca, a secure mesh's admin creds
+    /// and CA are taken from its mesh.json when --nats-url is that mesh's server.
+    #[arg(
+        long = "dir",
+        env = "FLEETBUS_MESH_DIR",
+        default_value = ".fleetbus-mesh",
+        value_name = "DIR"
+    )]
+    pub mesh_dir: PathBuf,
+
     /// Subject prefix of the fleet (streams and buckets derive from it).
     #[arg(long, env = "FLEETBUS_SUBJECT_PREFIX", default_value = "fleetbus", value_parser = parse_prefix)]
     pub subject_prefix: Prefix,
@@ -459,6 +479,12 @@ pub struct UpArgs {
     /// Seconds to wait for each component to become ready.
     #[arg(long, env = "FLEETBUS_MESH_READY_TIMEOUT", default_value_t = 90)]
     pub ready_timeout: u64,
+
+    /// Run the open mesh of old: plain-text NATS, no credentials (anyone who can
+    /// reach the port reads and writes everything). The default is secure: TLS,
+    /// operator mode, one credential per cluster (SECURITY.md).
+    #[arg(long, env = "FLEETBUS_MESH_INSECURE")]
+    pub insecure: bool,
 }
 
 #[cfg(test)]

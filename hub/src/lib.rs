@@ -33,5 +33,6 @@ pub use fleetbus_launch::{Binaries, LocateError};
 pub use names::{cluster_names, NameError};
 pub use proc::is_alive as process_is_alive;
 pub use state::{
-    AgentRecord, ClusterRecord, DevclusterRecord, MeshState, NatsRecord, ProcRecord, StateError,
+    AgentRecord, ClusterRecord, DevclusterRecord, MeshSecurity, MeshState, NatsRecord, ProcRecord,
+    StateError,
 };
