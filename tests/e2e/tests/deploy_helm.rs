@@ -110,6 +110,8 @@ async fn helm_install_upgrade_uninstall() {
         env_value(&d, "FLEETBUS_CLUSTER_NAME").as_deref(),
         Some("east")
     );
+    // Plain text to another host is refused unless the values say otherwise.
+    assert_eq!(env_value(&d, "FLEETBUS_NATS_ALLOW_INSECURE"), None);
     // helm installed the chart's CRDs (crds/) before the templates.
     kubectl_ok(&dc, &["get", "crd", "clusters.fleetbus.io"]);
     assert!(
@@ -131,6 +133,8 @@ async fn helm_install_upgrade_uninstall() {
             "clusterName=west",
             "--set",
             "nats.replicas=3",
+            "--set",
+            "nats.allowInsecure=true",
         ],
     );
     let d = deployments.get("fb-fleetbus-agent").await.unwrap();
@@ -139,6 +143,10 @@ async fn helm_install_upgrade_uninstall() {
         Some("west")
     );
     assert_eq!(env_value(&d, "FLEETBUS_REPLICAS").as_deref(), Some("3"));
+    assert_eq!(
+        env_value(&d, "FLEETBUS_NATS_ALLOW_INSECURE").as_deref(),
+        Some("true")
+    );
     let history = helm_ok(home.path(), &dc, &["history", "fb", "-n", NAMESPACE]);
     assert!(history.lines().count() >= 3, "{history}");
 
