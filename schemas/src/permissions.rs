@@ -11,9 +11,12 @@
 //!   `kubeconfig.<self>.*`, drift state `<self>.>`, rule status
 //!   `status.<self>.>`, beats `beat.<self>.*`;
 //! - the JetStream API calls an agent makes, and no others. Streams and
-//!   buckets: account info, stream info/create/names/list, message gets. No
-//!   stream update, delete or purge and no message delete: those belong to
-//!   the admin. Consumers: the agent only runs ordered consumers (ephemeral,
+//!   buckets: account info, stream info/names/list, message gets, and the
+//!   creation of the fleet's own streams and buckets by name (the layout of
+//!   PROTOCOL §3), not of any other stream: a stream a member made up could
+//!   capture, say, the command subjects of another cluster and answer its
+//!   requests with stream acks. No stream update, delete or purge and no
+//!   message delete: those belong to the admin. Consumers: the agent only runs ordered consumers (ephemeral,
 //!   server-named, `$JS.API.CONSUMER.CREATE.<stream>`; when the library
 //!   recreates one after a gap it names the new one and puts the filter in
 //!   the subject, `CONSUMER.CREATE.<stream>.<name>[.<filter>]`), reads their
@@ -38,6 +41,7 @@
 use thiserror::Error;
 
 use crate::drift::drift_bucket;
+use crate::jetstream::Layout;
 use crate::k8s_names::is_dns1123_label;
 use crate::registry::{beats_bucket, registry_bucket};
 use crate::rule_status::rule_status_bucket;
@@ -71,12 +75,11 @@ pub fn check_cluster_name(name: &str) -> Result<(), InvalidClusterName> {
     }
 }
 
-/// The JetStream API subjects every agent needs (independent of its name).
-/// Kept in the order accounts.conf lists them.
+/// The JetStream API subjects every agent needs (independent of its name
+/// and of the prefix), besides creating the fleet's streams.
 const JS_API: &[&str] = &[
     "$JS.API.INFO",
     "$JS.API.STREAM.INFO.*",
-    "$JS.API.STREAM.CREATE.*",
     "$JS.API.STREAM.NAMES",
     "$JS.API.STREAM.LIST",
     "$JS.API.STREAM.MSG.GET.*",
@@ -108,6 +111,22 @@ pub fn agent_permissions(
         format!("$KV.{}.beat.{c}.*", beats_bucket(prefix)),
     ]);
     publish_allow.extend(JS_API.iter().map(|s| (*s).to_owned()));
+    let streams = Layout::new(prefix.clone(), 1)
+        .streams()
+        .into_iter()
+        .map(|s| s.name);
+    let buckets = [
+        registry_bucket(prefix),
+        beats_bucket(prefix),
+        drift_bucket(prefix),
+        rule_status_bucket(prefix),
+    ]
+    .map(|b| format!("KV_{b}"));
+    publish_allow.extend(
+        streams
+            .chain(buckets)
+            .map(|name| format!("$JS.API.STREAM.CREATE.{name}")),
+    );
     Ok(Permissions {
         publish_allow,
         subscribe_allow: vec![">".to_owned()],
@@ -166,6 +185,20 @@ mod tests {
                 assert!(!s.contains(&format!(".{verb}")), "{s}");
             }
             assert!(!s.starts_with("$JS.API.CONSUMER.>"), "{s}");
+            assert!(!s.starts_with("$JS.API.STREAM.CREATE.*"), "{s}");
+        }
+        for stream in [
+            "FLEETBUS_OBJECTS",
+            "FLEETBUS_DRIFT",
+            "FLEETBUS_STATUS",
+            "FLEETBUS_CONFLICTS",
+            "KV_fleetbus-registry",
+            "KV_fleetbus-beats",
+            "KV_fleetbus-drift",
+            "KV_fleetbus-rulestatus",
+        ] {
+            let create = format!("$JS.API.STREAM.CREATE.{stream}");
+            assert!(p.publish_allow.contains(&create), "{create}");
         }
         assert!(p.publish_allow.contains(&"fleetbus.obj.c1.>".to_owned()));
     }

@@ -187,6 +187,20 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
             .map(|_| ())
             .map_err(|e| e.to_string()),
     );
+    // A stream of its own making that would capture c2's command requests
+    // (and answer them with stream acks).
+    let capture = jetstream::stream::Config {
+        name: "CAPTURE".into(),
+        subjects: vec!["fleetbus.cmd.c2.*".into()],
+        ..Default::default()
+    };
+    refused(
+        "create a stream capturing c2's commands",
+        js.create_stream(capture)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+    );
     // Not vacuous: its own subtree is accepted.
     let own = "fleetbus.obj.c1.core.v1.ConfigMap.default.mine";
     js.publish(own, "ok".into()).await.unwrap().await.unwrap();
@@ -211,6 +225,7 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
             .unwrap_or_else(|e| panic!("consumer {name}: {e}"));
     }
     assert!(admin.get_stream("FLEETBUS_OBJECTS").await.is_ok());
+    assert!(admin.get_stream("CAPTURE").await.is_err());
     // The fleet still syncs: a change on c2 reaches c1.
     kubectl(
         &c2,
