@@ -15,10 +15,12 @@ use crate::state::MeshState;
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
     /// The NATS server could not be reached or refused the connection.
-    #[error("cannot connect to NATS at {url}")]
+    #[error("cannot connect to NATS at {url}{hint}")]
     Connect {
         /// The URL given (`--nats-url`), without its password.
         url: String,
+        /// What the operator may have missed (empty when nothing applies).
+        hint: String,
         /// What the client reported.
         #[source]
         source: async_nats::ConnectError,
@@ -72,6 +74,15 @@ pub(crate) async fn connect(
     bus: &BusArgs,
 ) -> Result<(async_nats::Client, jetstream::Context), CommandError> {
     let (creds, ca) = auth(bus);
+    // A secure server refuses a client with neither: say where they come from.
+    let hint = if creds.is_none() && ca.is_none() {
+        format!(
+            " (no --creds or --ca given, and {} holds no secure mesh on this server)",
+            bus.mesh_dir.display()
+        )
+    } else {
+        String::new()
+    };
     let mut options = match &creds {
         Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
             .await
@@ -96,6 +107,7 @@ pub(crate) async fn connect(
         .await
         .map_err(|source| CommandError::Connect {
             url: redact(&bus.nats_url),
+            hint,
             source,
         })?;
     let js = jetstream::new(client.clone());

@@ -462,6 +462,14 @@ async fn secure_mesh_runs_the_tour_and_takes_a_joined_cluster() {
     assert!(ls.status.success(), "{}", text(&ls));
     let status = tour_command(tmp.path(), &url, &["status"]);
     assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    // Run from elsewhere, the command cannot find them, and says where it looked.
+    let elsewhere = tour_command(&dir.join("a"), &url, &["clusters", "ls"]);
+    assert_eq!(elsewhere.status.code(), Some(1), "{}", text(&elsewhere));
+    let err = String::from_utf8_lossy(&elsewhere.stderr);
+    assert!(
+        err.contains("no --creds or --ca given, and .fleetbus-mesh holds no secure mesh"),
+        "{err}"
+    );
 
     // A client with no credentials, or not trusting the CA, is refused.
     let err = async_nats::connect(url.as_str()).await.unwrap_err();
