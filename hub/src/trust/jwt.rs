@@ -5,9 +5,10 @@
 //! The format is that of the NATS JWT v2 library (what `nsc` writes): a
 //! header `{"typ":"JWT","alg":"ed25519-nkey"}`, the claims, and the ed25519
 //! signature of `header.claims` by the issuer's nkey, each part base64url
-//! without padding. No maintained Rust crate encodes NATS claims (the
-//! `nats-jwt` crates on crates.io are unmaintained one-offs), and the
-//! encoding is a few lines; the e2e tests prove nats-server accepts it.
+//! without padding. Of the crates that encode NATS claims, `nats-jwt` 0.3
+//! cannot issue operator JWTs and `nats-io-jwt`/`nats-jwt-rs` are early 0.x
+//! work in progress; the encoding is a few lines over `nkeys`, and the e2e
+//! tests prove nats-server accepts it.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;

@@ -84,9 +84,9 @@ pub enum TrustError {
     /// Encoding a JWT failed.
     #[error(transparent)]
     Jwt(#[from] JwtError),
-    /// Generating the root key failed.
-    #[error("cannot generate the fleet root key: {0}")]
-    RootKey(String),
+    /// Generating or encoding a key failed.
+    #[error("cannot generate a key: {0}")]
+    Key(String),
 }
 
 /// `fleet.json`: the fleet's public facts, what `join` needs besides the
@@ -198,7 +198,7 @@ fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo,
     let seed = |k: &nkeys::KeyPair| {
         k.seed()
             .map(|s| s + "\n")
-            .map_err(|e| TrustError::RootKey(e.to_string()))
+            .map_err(|e| TrustError::Key(e.to_string()))
     };
     let secret = |f: &str, text: &str| write_file(&dir.join(f), text.as_bytes(), true, false);
     let public = |f: &str, text: &str| write_file(&dir.join(f), text.as_bytes(), false, false);
@@ -216,7 +216,7 @@ fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo,
         &mint_user(&info, &signing, "admin", None, now)?,
     )?;
     let root = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)
-        .map_err(|e| TrustError::RootKey(e.to_string()))?;
+        .map_err(|e| TrustError::Key(e.to_string()))?;
     secret(ROOT_KEY, &root.serialize_pem())?;
     public(ROOT_PUB, &root.public_key_pem())?;
     let json = serde_json::to_string_pretty(&info)
@@ -264,9 +264,7 @@ fn mint_user(
         permissions,
         now,
     )?;
-    let seed = user
-        .seed()
-        .map_err(|e| TrustError::RootKey(e.to_string()))?;
+    let seed = user.seed().map_err(|e| TrustError::Key(e.to_string()))?;
     Ok(jwt::creds_file(&user_jwt, &seed))
 }
 
