@@ -39,6 +39,12 @@ pub struct Args {
     #[arg(long, env = "FLEETBUS_NATS_TLS_CA", value_name = "FILE")]
     pub nats_tls_ca: Option<PathBuf>,
 
+    /// Accept plain-text NATS (a `nats://` URL without --nats-tls-ca) to a
+    /// non-loopback address. Without it the agent refuses to start: anyone on
+    /// the path would read every object and credential the fleet carries.
+    #[arg(long, env = "FLEETBUS_NATS_ALLOW_INSECURE")]
+    pub allow_insecure: bool,
+
     /// PEM client certificate for mutual TLS (needs --nats-tls-key).
     #[arg(long, env = "FLEETBUS_NATS_TLS_CERT", value_name = "FILE")]
     pub nats_tls_cert: Option<PathBuf>,

@@ -37,6 +37,13 @@ pub enum ConfigError {
         /// The flag that is missing.
         missing: &'static str,
     },
+    /// Plain-text NATS to a non-loopback address without `--allow-insecure`.
+    #[error(
+        "--nats-url {0} is plain-text NATS to a non-loopback address: anyone on the path \
+         reads and forges the fleet's traffic. Use a tls:// URL or --nats-tls-ca, or pass \
+         --allow-insecure (FLEETBUS_NATS_ALLOW_INSECURE=true) to accept that"
+    )]
+    PlainTextRemote(String),
     /// A file named by a flag cannot be read.
     #[error("{flag} {}: cannot read the file", path.display())]
     Unreadable {
@@ -88,6 +95,31 @@ impl NatsAuth {
             client_cert,
         })
     }
+}
+
+/// The first of the comma-separated `urls` that would carry plain text to a
+/// host other than this one, without its userinfo (it may hold a password).
+/// TLS is certain only with a `tls://` URL (or a CA, checked by the caller):
+/// a `nats://` client upgrades only if the server asks. Loopback is exempt:
+/// the traffic never leaves the host (the local mesh, a sidecar).
+fn plain_text_remote(urls: &str) -> Option<String> {
+    urls.split(',').map(str::trim).find_map(|u| {
+        let (scheme, rest) = u.split_once("://").unwrap_or(("nats", u));
+        if scheme.eq_ignore_ascii_case("tls") {
+            return None;
+        }
+        let hostport = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+        let hostport = hostport.split('/').next().unwrap_or_default();
+        let host = match hostport.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => hostport.split(':').next().unwrap_or_default(),
+        };
+        let loopback = host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        (!loopback).then(|| format!("{scheme}://{hostport}"))
+    })
 }
 
 /// A regular file that can be opened and read.
@@ -176,6 +208,11 @@ impl TryFrom<Args> for Config {
             }
         }
         let nats_auth = NatsAuth::from_args(&a)?;
+        if !a.allow_insecure && nats_auth.tls_ca.is_none() {
+            if let Some(url) = plain_text_remote(&a.nats_url) {
+                return Err(ConfigError::PlainTextRemote(url));
+            }
+        }
         Ok(Config {
             cluster_name: a.cluster_name,
             nats_url: a.nats_url,
@@ -221,6 +258,46 @@ mod tests {
     fn defaults_are_valid() {
         let c = cfg(&[]).unwrap();
         assert_eq!(c.cluster_name, "a");
+    }
+
+    #[test]
+    fn plain_text_to_another_host_needs_allow_insecure() {
+        for url in [
+            "nats://nats.fleetbus-system.svc:4222",
+            "nats://c1:secret@10.0.0.7:4222",
+            "10.0.0.7:4222",
+            "nats://127.0.0.1:4222,nats://nats-2:4222",
+            "nats://[2001:db8::1]:4222",
+        ] {
+            let err = cfg(&["--nats-url", url]).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::PlainTextRemote(_)),
+                "{url}: {err}"
+            );
+            let msg = err.to_string();
+            assert!(
+                msg.contains("--allow-insecure") && !msg.contains("secret"),
+                "{msg}"
+            );
+            assert!(
+                cfg(&["--nats-url", url, "--allow-insecure"]).is_ok(),
+                "{url}"
+            );
+        }
+        for url in [
+            "nats://127.0.0.1:4222",
+            "nats://localhost:4222",
+            "nats://[::1]:4222",
+            "127.0.0.2:4222",
+            "tls://nats.example:4222",
+            "TLS://nats.example:4222,tls://nats-2:4222",
+        ] {
+            assert!(cfg(&["--nats-url", url]).is_ok(), "{url}");
+        }
+        // A CA means TLS is required whatever the scheme.
+        let ca = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let ca = ca.to_str().unwrap();
+        assert!(cfg(&["--nats-url", "nats://nats:4222", "--nats-tls-ca", ca]).is_ok());
     }
 
     #[test]

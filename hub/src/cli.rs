@@ -52,10 +52,80 @@ pub enum Command {
     /// The fleet's ResourceSyncRules as each cluster's agent reports them.
     #[command(subcommand)]
     Rules(RulesCommand),
+    /// A fleet's root of trust: its NATS operator, accounts and root key.
+    #[command(subcommand)]
+    Fleet(FleetCommand),
+    /// Mint one cluster's NATS credentials (a user of the fleet account that may
+    /// publish only in the cluster's own subtree), as a creds file, helm values or
+    /// the Secrets those values name.
+    ///
+    /// Kept under DIR/clusters/NAME/: joining again prints the same credentials;
+    /// --rotate issues new ones. Exit 2 for an invalid name, 1 when DIR holds no
+    /// fleet or the stored credentials do not verify.
+    Join(JoinArgs),
     /// Print a shell completion script: `source <(fleetbus completion bash)`, or save
     /// it where your shell loads completions (zsh: a file `_fleetbus` on `$fpath`;
     /// fish: `~/.config/fish/completions/fleetbus.fish`).
     Completion(CompletionArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Create a fleet in DIR: NATS operator, system and fleet accounts (JetStream on,
+    /// one signing key), the admin's credentials (DIR/admin.creds), a nats-server
+    /// include for operator mode (DIR/nats-operator.conf) and the fleet root key
+    /// (DIR/root.key, DIR/root.pub). Secrets are written 0600.
+    ///
+    /// On a DIR that already holds a fleet it changes nothing (exit 0); a non-empty
+    /// DIR without a fleet needs --force, and existing keys are never overwritten.
+    Init(FleetInitArgs),
+}
+
+/// The directory of a fleet's keys.
+#[derive(Debug, Clone, Args)]
+pub struct FleetDirArgs {
+    /// The fleet directory (keep it offline: it holds the fleet's secret keys).
+    #[arg(long, env = "FLEETBUS_FLEET_DIR", value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct FleetInitArgs {
+    #[command(flatten)]
+    pub dir: FleetDirArgs,
+    /// The fleet's name (in the operator and account JWTs).
+    #[arg(long, default_value = "fleetbus")]
+    pub name: String,
+    /// Subject prefix of the fleet: the permissions `join` mints are written for it.
+    #[arg(long, env = "FLEETBUS_SUBJECT_PREFIX", default_value = "fleetbus", value_parser = parse_prefix)]
+    pub subject_prefix: Prefix,
+    /// Create the fleet in a non-empty directory (existing keys are still never overwritten).
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// The cluster's name (a DNS label).
+    #[arg(value_parser = parse_cluster_name)]
+    pub name: String,
+    #[command(flatten)]
+    pub dir: FleetDirArgs,
+    /// What to print.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = crate::trust::JoinOutput::Creds)]
+    pub output: crate::trust::JoinOutput,
+    /// Issue new credentials (the old ones stay valid until revoked: see SECURITY.md).
+    #[arg(long)]
+    pub rotate: bool,
+    /// With -o values: the NATS URL the cluster's agent connects to.
+    #[arg(long, value_name = "URL")]
+    pub nats_url: Option<String>,
+    /// The PEM CA of the fleet's NATS (TLS on in values and manifest); default DIR/ca.pem if present.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// With -o manifest: the namespace of the Secrets (the helm release's).
+    #[arg(long, default_value = "fleetbus-system")]
+    pub namespace: String,
 }
 
 #[derive(Debug, Args)]
@@ -237,6 +307,26 @@ pub struct BusArgs {
     )]
     pub creds: Option<PathBuf>,
 
+    /// PEM CA to verify the NATS server with; TLS is then required (as the agent's
+    /// `--nats-tls-ca`).
+    #[arg(
+        long,
+        alias = "nats-tls-ca",
+        env = "FLEETBUS_NATS_CA",
+        value_name = "FILE"
+    )]
+    pub ca: Option<PathBuf>,
+
+    /// Local mesh directory: without --creds and --ca, a secure mesh's admin creds
+    /// and CA are taken from its mesh.json when --nats-url is that mesh's server.
+    #[arg(
+        long = "dir",
+        env = "FLEETBUS_MESH_DIR",
+        default_value = ".fleetbus-mesh",
+        value_name = "DIR"
+    )]
+    pub mesh_dir: PathBuf,
+
     /// Subject prefix of the fleet (streams and buckets derive from it).
     #[arg(long, env = "FLEETBUS_SUBJECT_PREFIX", default_value = "fleetbus", value_parser = parse_prefix)]
     pub subject_prefix: Prefix,
@@ -389,6 +479,12 @@ pub struct UpArgs {
     /// Seconds to wait for each component to become ready.
     #[arg(long, env = "FLEETBUS_MESH_READY_TIMEOUT", default_value_t = 90)]
     pub ready_timeout: u64,
+
+    /// Run the open mesh of old: plain-text NATS, no credentials (anyone who can
+    /// reach the port reads and writes everything). The default is secure: TLS,
+    /// operator mode, one credential per cluster (SECURITY.md).
+    #[arg(long, env = "FLEETBUS_MESH_INSECURE")]
+    pub insecure: bool,
 }
 
 #[cfg(test)]

@@ -2,21 +2,25 @@
 //! request to one cluster's agent (`<p>.cmd.<cluster>.<verb>`, PROTOCOL §6.3, §6.4) with
 //! the failures an operator must tell apart.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::RequestErrorKind;
 
 use crate::cli::BusArgs;
+use crate::state::MeshState;
 
 /// Why a bus connection or a request to an agent failed. Messages name the cluster.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
     /// The NATS server could not be reached or refused the connection.
-    #[error("cannot connect to NATS at {url}")]
+    #[error("cannot connect to NATS at {url}{hint}")]
     Connect {
         /// The URL given (`--nats-url`), without its password.
         url: String,
+        /// What the operator may have missed (empty when nothing applies).
+        hint: String,
         /// What the client reported.
         #[source]
         source: async_nats::ConnectError,
@@ -24,6 +28,15 @@ pub enum CommandError {
     /// The credentials file could not be read.
     #[error("cannot read the NATS credentials file {path} (--creds)")]
     Creds {
+        /// The file given.
+        path: String,
+        /// What the client reported.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The CA file could not be read or holds no certificate.
+    #[error("cannot use the NATS CA file {path} (--ca)")]
+    Ca {
         /// The file given.
         path: String,
         /// What the client reported.
@@ -60,7 +73,17 @@ pub enum CommandError {
 pub(crate) async fn connect(
     bus: &BusArgs,
 ) -> Result<(async_nats::Client, jetstream::Context), CommandError> {
-    let options = match &bus.creds {
+    let (creds, ca) = auth(bus);
+    // A secure server refuses a client with neither: say where they come from.
+    let hint = if creds.is_none() && ca.is_none() {
+        format!(
+            " (no --creds or --ca given, and {} holds no secure mesh on this server)",
+            bus.mesh_dir.display()
+        )
+    } else {
+        String::new()
+    };
+    let mut options = match &creds {
         Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
             .await
             .map_err(|source| CommandError::Creds {
@@ -69,16 +92,59 @@ pub(crate) async fn connect(
             })?,
         None => async_nats::ConnectOptions::new(),
     };
+    if let Some(ca) = ca {
+        // async-nats reads the file only when it connects: check it here so a
+        // missing CA is named as such, not as a TLS failure.
+        std::fs::metadata(&ca).map_err(|source| CommandError::Ca {
+            path: ca.display().to_string(),
+            source,
+        })?;
+        options = options.add_root_certificates(ca).require_tls(true);
+    }
     let client = options
         .connection_timeout(Duration::from_secs(5))
         .connect(bus.nats_url.as_str())
         .await
         .map_err(|source| CommandError::Connect {
             url: redact(&bus.nats_url),
+            hint,
             source,
         })?;
     let js = jetstream::new(client.clone());
     Ok((client, js))
+}
+
+/// The creds and CA to connect with: `--creds`/`--ca` (or their environment
+/// variables) when either is given; else, when `--nats-url` is the server of
+/// the secure mesh recorded in `--dir`'s mesh.json, that mesh's admin creds
+/// and CA, so the tour's commands work on the secure mesh as they did on the
+/// open one.
+fn auth(bus: &BusArgs) -> (Option<PathBuf>, Option<PathBuf>) {
+    if bus.creds.is_some() || bus.ca.is_some() {
+        return (bus.creds.clone(), bus.ca.clone());
+    }
+    let Ok(state) = MeshState::read(&bus.mesh_dir) else {
+        return (None, None);
+    };
+    match (&state.security, &state.nats) {
+        (Some(s), Some(n)) if same_server(&bus.nats_url, n.port) => {
+            (Some(s.admin_creds.clone()), Some(s.ca.clone()))
+        }
+        _ => (None, None),
+    }
+}
+
+/// Whether `url` (`[scheme://][user[:pw]@]host:port[,...]`) names a local
+/// server on `port`, as the mesh's nats-server listens.
+fn same_server(url: &str, port: u16) -> bool {
+    url.split(',').any(|u| {
+        let rest = u.trim().split_once("://").map_or(u.trim(), |(_, r)| r);
+        let hostport = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+        let hostport = hostport.split('/').next().unwrap_or_default();
+        ["127.0.0.1", "localhost"]
+            .iter()
+            .any(|host| hostport == format!("{host}:{port}"))
+    })
 }
 
 /// Sends `payload` to `subject`, the command subject of `cluster`, and waits up to
@@ -131,8 +197,76 @@ fn redact(url: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
-    use super::redact;
+    use super::*;
+    use crate::state::{MeshSecurity, NatsRecord, ProcRecord};
+    use clap::Parser;
+
+    fn bus(args: &[&str]) -> BusArgs {
+        let cli = crate::cli::Cli::try_parse_from(
+            ["fleetbus", "status"].iter().chain(args.iter()).copied(),
+        )
+        .unwrap();
+        match cli.command {
+            crate::cli::Command::Status(s) => s.bus,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_secure_mesh_lends_its_admin_creds_to_commands_on_its_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        // No mesh.json: nothing.
+        assert_eq!(auth(&bus(&["--dir", d])), (None, None));
+        let process = ProcRecord {
+            pid: 1,
+            start_ticks: 1,
+            log: "/m/nats.log".into(),
+        };
+        let mut state = MeshState {
+            nats: Some(NatsRecord {
+                process,
+                port: 4333,
+                url: "tls://127.0.0.1:4333".into(),
+                store_dir: "/m/nats".into(),
+            }),
+            ..MeshState::default()
+        };
+        state.write(dir.path()).unwrap();
+        // An open mesh: nothing.
+        let url = ["--nats-url", "tls://127.0.0.1:4333", "--dir", d];
+        assert_eq!(auth(&bus(&url)), (None, None));
+        let security = MeshSecurity {
+            ca: "/m/ca.pem".into(),
+            admin_creds: "/m/admin.creds".into(),
+        };
+        state.security = Some(security.clone());
+        state.write(dir.path()).unwrap();
+        let mesh = (
+            Some(security.admin_creds.clone()),
+            Some(security.ca.clone()),
+        );
+        assert_eq!(auth(&bus(&url)), mesh);
+        assert_eq!(
+            auth(&bus(&["--nats-url", "nats://localhost:4333", "--dir", d])),
+            mesh
+        );
+        // Another server: not the mesh's creds.
+        assert_eq!(
+            auth(&bus(&["--nats-url", "nats://127.0.0.1:4222", "--dir", d])),
+            (None, None)
+        );
+        assert_eq!(
+            auth(&bus(&["--nats-url", "nats://10.0.0.1:4333", "--dir", d])),
+            (None, None)
+        );
+        // Explicit flags win, whole.
+        let mut args = url.to_vec();
+        args.extend(["--creds", "/x.creds"]);
+        assert_eq!(auth(&bus(&args)), (Some("/x.creds".into()), None));
+    }
 
     #[test]
     fn urls_in_messages_carry_no_secret() {

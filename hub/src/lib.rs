@@ -18,6 +18,7 @@ pub mod mesh;
 pub mod output;
 pub mod rules;
 pub mod status;
+pub mod trust;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
@@ -32,5 +33,6 @@ pub use fleetbus_launch::{Binaries, LocateError};
 pub use names::{cluster_names, NameError};
 pub use proc::is_alive as process_is_alive;
 pub use state::{
-    AgentRecord, ClusterRecord, DevclusterRecord, MeshState, NatsRecord, ProcRecord, StateError,
+    AgentRecord, ClusterRecord, DevclusterRecord, MeshSecurity, MeshState, NatsRecord, ProcRecord,
+    StateError,
 };

@@ -3,8 +3,9 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
-use fleetbus_hub::cli::{Cli, Command, MeshCommand};
+use fleetbus_hub::cli::{Cli, Command, FleetCommand, FleetInitArgs, JoinArgs, MeshCommand};
 use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
+use fleetbus_hub::trust::{self, InitOutcome};
 use fleetbus_hub::{clusters, dashboard, drift, rules, status};
 
 fn main() -> ExitCode {
@@ -45,6 +46,8 @@ fn main() -> ExitCode {
                 .block_on(rules::run(cmd))
                 .unwrap_or_else(|e| fail(&e.into()));
         }
+        Command::Fleet(FleetCommand::Init(args)) => return fleet_init(&args),
+        Command::Join(args) => return join(&args),
         Command::Completion(args) => {
             clap_complete::generate(
                 args.shell,
@@ -91,6 +94,73 @@ fn main() -> ExitCode {
         }
         fail(&e)
     })
+}
+
+fn fleet_init(args: &FleetInitArgs) -> ExitCode {
+    let dir = &args.dir.dir;
+    match trust::init(dir, &args.name, &args.subject_prefix, args.force) {
+        Ok(InitOutcome::Created(info)) => {
+            println!(
+                "created fleet {:?} in {}\n  operator {}\n  account  {}\n  admin credentials {}\n  \
+                 nats-server include {}\n  fleet root public key {}",
+                info.name,
+                dir.display(),
+                info.operator,
+                info.account,
+                dir.join(trust::files::ADMIN_CREDS).display(),
+                dir.join(trust::files::SERVER_CONF).display(),
+                dir.join(trust::files::ROOT_PUB).display(),
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(InitOutcome::AlreadyInitialised(info)) => {
+            println!(
+                "{} already holds fleet {:?} (operator {}): nothing changed",
+                dir.display(),
+                info.name,
+                info.operator
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e.into()),
+    }
+}
+
+fn join(args: &JoinArgs) -> ExitCode {
+    let dir = &args.dir.dir;
+    let ca_path = args.ca.clone().or_else(|| {
+        let p = dir.join("ca.pem");
+        p.exists().then_some(p)
+    });
+    let ca = match ca_path.as_ref().map(std::fs::read_to_string).transpose() {
+        Ok(ca) => ca,
+        Err(e) => {
+            let path = ca_path.unwrap_or_default();
+            return fail(&anyhow::Error::new(e).context(format!("--ca {}", path.display())));
+        }
+    };
+    match trust::join(dir, &args.name, args.rotate) {
+        Ok(joined) => {
+            let what = if joined.issued { "issued" } else { "kept" };
+            eprintln!(
+                "fleetbus: {what} credentials for {} ({})",
+                args.name,
+                joined.path.display()
+            );
+            print!(
+                "{}",
+                trust::render(
+                    &joined,
+                    args.output,
+                    &args.namespace,
+                    args.nats_url.as_deref(),
+                    ca.as_deref()
+                )
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e.into()),
+    }
 }
 
 /// Exits like clap does for bad arguments (exit code 2, usage of `fleetbus mesh <sub>`).

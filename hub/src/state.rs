@@ -89,6 +89,20 @@ pub struct MeshState {
     pub supervisor: Option<ProcRecord>,
     pub nats: Option<NatsRecord>,
     pub clusters: Vec<ClusterRecord>,
+    /// What a client needs to connect to a secure mesh (absent: `--insecure`,
+    /// or a mesh.json written before meshes were secure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<MeshSecurity>,
+}
+
+/// The credentials of a secure mesh, for every `fleetbus` command run
+/// without `--creds`/`--ca` (see [`crate::command`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeshSecurity {
+    /// The CA the mesh's nats-server certificate chains to.
+    pub ca: PathBuf,
+    /// The fleet admin's creds.
+    pub admin_creds: PathBuf,
 }
 
 impl Default for MeshState {
@@ -98,6 +112,7 @@ impl Default for MeshState {
             supervisor: None,
             nats: None,
             clusters: Vec::new(),
+            security: None,
         }
     }
 }
@@ -215,6 +230,10 @@ mod tests {
                     agent: None,
                 },
             ],
+            security: Some(MeshSecurity {
+                ca: "/m/ca.pem".into(),
+                admin_creds: "/m/admin.creds".into(),
+            }),
         }
     }
 

@@ -179,7 +179,13 @@ fn foreground_mesh_stops_in_order_on_sigint() {
     let dir = tmp.path().join("mesh");
     let _guard = DownOnDrop(dir.clone());
     let out_path = tmp.path().join("up.out");
-    let mut up = spawn_foreground(&dir, &out_path, &["mesh", "up", "--clusters", "1"], &[]);
+    // The open mesh of old (`--insecure`) stays available.
+    let mut up = spawn_foreground(
+        &dir,
+        &out_path,
+        &["mesh", "up", "--clusters", "1", "--insecure"],
+        &[],
+    );
     let output = || std::fs::read_to_string(&out_path).unwrap_or_default();
     wait_for_blocking(
         "the foreground mesh to be up",
@@ -207,6 +213,9 @@ fn foreground_mesh_stops_in_order_on_sigint() {
     assert_eq!(supervisor.pid, up.id());
     let procs = all_processes(&state);
     assert_eq!(procs.len(), 3, "{procs:?}");
+    assert!(state.security.is_none());
+    assert!(state.nats.as_ref().unwrap().url.starts_with("nats://"));
+    assert!(output().contains("Insecure (--insecure)"), "{}", output());
 
     let killed = Command::new("kill")
         .args(["-INT", &up.id().to_string()])
@@ -404,4 +413,114 @@ fn ctrl_c_during_startup_stops_what_had_started() {
         );
     }
     assert!(!MeshState::path(&dir).exists(), "state file removed");
+}
+
+/// `fleetbus <args>` run from `cwd` as the README's tour runs it: no `--dir`,
+/// the mesh in `./.fleetbus-mesh`, the URL from the environment.
+fn tour_command(cwd: &Path, url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fleetbus"))
+        .args(args)
+        .current_dir(cwd)
+        .env("FLEETBUS_NATS_URL", url)
+        .env_remove("FLEETBUS_MESH_DIR")
+        .env_remove("FLEETBUS_NATS_CREDS")
+        .env_remove("FLEETBUS_NATS_CA")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The default mesh is secure: TLS and operator mode, the files an operator
+/// needs where the issue puts them, the tour's commands unchanged, a client
+/// without credentials refused, and `fleetbus join` output brings a new
+/// cluster's agent in with nothing else copied by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_mesh_runs_the_tour_and_takes_a_joined_cluster() {
+    use fleetbus_testsupport::{AgentCommand, DevClusterOpts, Member};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(".fleetbus-mesh");
+    let _guard = DownOnDrop(dir.clone());
+    let up = fleetbus(&dir, &["mesh", "up", "--clusters", "2", "--detach"])
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}{}", text(&up), logs(&dir));
+    let state = MeshState::read(&dir).unwrap();
+    let url = state.nats.as_ref().unwrap().url.clone();
+    assert!(url.starts_with("tls://"), "{url}");
+    for f in ["ca.pem", "admin.creds", "a/nats.creds", "b/nats.creds"] {
+        assert!(dir.join(f).is_file(), "{f}");
+    }
+    let stdout = String::from_utf8_lossy(&up.stdout);
+    assert!(
+        stdout.contains("--creds") && stdout.contains("ca.pem"),
+        "{stdout}"
+    );
+
+    // The tour's commands, as the README writes them.
+    let ls = tour_command(tmp.path(), &url, &["clusters", "ls"]);
+    assert!(ls.status.success(), "{}", text(&ls));
+    let status = tour_command(tmp.path(), &url, &["status"]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status));
+    // Run from elsewhere, the command cannot find them, and says where it looked.
+    let elsewhere = tour_command(&dir.join("a"), &url, &["clusters", "ls"]);
+    assert_eq!(elsewhere.status.code(), Some(1), "{}", text(&elsewhere));
+    let err = String::from_utf8_lossy(&elsewhere.stderr);
+    assert!(
+        err.contains("no --creds or --ca given, and .fleetbus-mesh holds no secure mesh"),
+        "{err}"
+    );
+
+    // A client with no credentials, or not trusting the CA, is refused.
+    let err = async_nats::connect(url.as_str()).await.unwrap_err();
+    assert!(err.to_string().contains("certificate"), "{err}");
+    let plain = url.replace("tls://", "nats://");
+    let err = async_nats::ConnectOptions::new()
+        .add_root_certificates(dir.join("ca.pem"))
+        .connect(plain.as_str())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("authorization"), "{err}");
+
+    // A new cluster joins with `join`'s output and the CA, nothing else.
+    let join = fleetbus(&dir, &["join", "c4", "-o", "creds"])
+        .output()
+        .unwrap();
+    assert!(join.status.success(), "{}", text(&join));
+    let creds = tmp.path().join("c4.creds");
+    std::fs::write(&creds, &join.stdout).unwrap();
+    let cmd = AgentCommand::new("c4").nats_url(&url).extra([
+        "--nats-creds".to_owned(),
+        creds.display().to_string(),
+        "--nats-tls-ca".to_owned(),
+        dir.join("ca.pem").display().to_string(),
+    ]);
+    let c4 = Member::launch(DevClusterOpts::new("c4"), cmd)
+        .await
+        .unwrap();
+    let kubeconfig = state.clusters[0].kubeconfig.clone();
+    wait_for_blocking("a to see c4 as a peer", Duration::from_secs(60), || {
+        let out = Command::new("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "get",
+                "clusters.fleetbus.io",
+                "c4",
+                "-o",
+                "jsonpath={.status.state}",
+            ])
+            .output()
+            .unwrap();
+        match String::from_utf8_lossy(&out.stdout).as_ref() {
+            "Ready" => Ok(()),
+            _ => Err(format!("{}\nc4 agent: {}", text(&out), c4.agent.log())),
+        }
+    });
+    let ls = tour_command(tmp.path(), &url, &["clusters", "ls"]);
+    assert!(
+        String::from_utf8_lossy(&ls.stdout).contains("c4"),
+        "{}",
+        text(&ls)
+    );
 }

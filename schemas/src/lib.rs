@@ -14,6 +14,7 @@
 //! - [`jetstream`]: stream, bucket and consumer layout as plain data, and the
 //!   minimum server version.
 //! - [`well_known`]: annotation, label, condition and Secret-type names.
+//! - [`permissions`]: the NATS publish/subscribe allow lists of one cluster's agent.
 //!
 //! docs/PROTOCOL.md specifies the same protocol for readers who do not use Rust.
 
@@ -26,6 +27,7 @@ pub mod envelope;
 pub mod jetstream;
 pub mod k8s_names;
 mod object_ref;
+pub mod permissions;
 pub mod pointer;
 pub mod progress;
 pub mod registry;

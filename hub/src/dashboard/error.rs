@@ -94,8 +94,10 @@ impl From<CommandError> for ApiError {
             CommandError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             CommandError::NoResponder { .. } => StatusCode::NOT_FOUND,
             CommandError::Connect { .. } | CommandError::Request { .. } => StatusCode::BAD_GATEWAY,
-            // The server was started with a creds file it cannot read: its own fault.
-            CommandError::Creds { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            // The server was started with a creds or CA file it cannot read: its own fault.
+            CommandError::Creds { .. } | CommandError::Ca { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         };
         Self::new(status, chain(&e))
     }

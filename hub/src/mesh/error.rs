@@ -62,6 +62,12 @@ pub enum MeshError {
         /// The end of its log.
         tail: String,
     },
+    /// The mesh's fleet (keys, creds) could not be set up.
+    #[error("cannot set up the mesh's credentials")]
+    Trust(#[from] crate::trust::TrustError),
+    /// The mesh's TLS certificates could not be generated.
+    #[error("cannot generate the mesh's TLS certificates: {0}")]
+    Tls(String),
     /// SIGINT or SIGTERM arrived while the mesh was starting.
     #[error("interrupted while starting the mesh; stopped what had started")]
     Interrupted,

@@ -2,6 +2,7 @@
 
 mod down;
 mod error;
+pub mod secure;
 mod status;
 mod tour;
 mod up;

@@ -31,12 +31,41 @@ pub fn tour(state: &MeshState, dir: &Path, detached: bool) -> String {
         "  kubectl --kubeconfig {first} get clusters.fleetbus.io   # every cluster in the fleet"
     );
     let _ = writeln!(t, "  kubectl --kubeconfig {first} get ns");
-    let _ = writeln!(t, "  nats sub 'fleetbus.>' -s {nats}   # watch the bus (needs the `nats` CLI, not installed here)");
+    let nats_auth = state
+        .security
+        .as_ref()
+        .map(|s| {
+            format!(
+                " --creds {} --tlsca {}",
+                s.admin_creds.display(),
+                s.ca.display()
+            )
+        })
+        .unwrap_or_default();
+    let _ = writeln!(t, "  nats sub 'fleetbus.>' -s {nats}{nats_auth}   # watch the bus (needs the `nats` CLI, not installed here)");
     let _ = writeln!(t, "  {fleetbus} mesh status --dir {dir}");
     let _ = writeln!(
         t,
         "  {fleetbus} dashboard --nats-url {nats}   # the live fleet dashboard on http://127.0.0.1:8080/"
     );
+    match &state.security {
+        Some(s) => {
+            let _ = writeln!(
+                t,
+                "Secure: NATS over TLS (CA {}), one credential per cluster ({dir}/<cluster>/nats.creds), \
+                 the admin's {}; `fleetbus` commands here use them. \
+                 `{fleetbus} join NAME --dir {dir}` mints a new cluster's.",
+                s.ca.display(),
+                s.admin_creds.display()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                t,
+                "Insecure (--insecure): anyone who reaches {nats} reads and writes the whole bus."
+            );
+        }
+    }
     let _ = writeln!(
         t,
         "Logs: {dir}/nats.log, {dir}/<cluster>/devcluster.log, {dir}/<cluster>/agent.log"
@@ -108,6 +137,23 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("Ctrl-C"), "{t}");
+    }
+
+    #[test]
+    fn secure_tour_names_the_credentials() {
+        let mut s = state();
+        s.security = Some(crate::state::MeshSecurity {
+            ca: "/m/ca.pem".into(),
+            admin_creds: "/m/admin.creds".into(),
+        });
+        let t = tour(&s, Path::new("/m"), false);
+        assert!(
+            t.contains("-s nats://127.0.0.1:4333 --creds /m/admin.creds --tlsca /m/ca.pem"),
+            "{t}"
+        );
+        assert!(t.contains("join NAME --dir /m"), "{t}");
+        assert!(!t.contains("Insecure"), "{t}");
+        assert!(tour(&state(), Path::new("/m"), false).contains("Insecure"));
     }
 
     #[test]

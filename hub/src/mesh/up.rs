@@ -39,6 +39,8 @@ pub struct UpPlan {
     pub nats_port: u16,
     pub nodes: u32,
     pub ready_timeout: Duration,
+    /// `--insecure`: plain-text NATS without auth.
+    pub insecure: bool,
 }
 
 impl UpPlan {
@@ -50,6 +52,7 @@ impl UpPlan {
             nats_port: args.nats_port,
             nodes: args.nodes,
             ready_timeout: Duration::from_secs(args.ready_timeout),
+            insecure: args.insecure,
         })
     }
 }
@@ -175,7 +178,14 @@ fn progress(what: &str, detail: &str) {
 
 impl Mesh {
     async fn start(&mut self, plan: &UpPlan, bins: &Binaries) -> Result<(), MeshError> {
-        let nats_url = self.start_nats(plan, bins).await?;
+        let conf = if plan.insecure {
+            None
+        } else {
+            let (conf, security) = super::secure::prepare(&self.dir)?;
+            self.state.security = Some(security);
+            Some(conf)
+        };
+        let nats_url = self.start_nats(plan, bins, conf.as_deref()).await?;
         self.start_devclusters(plan, bins).await?;
         self.start_agents(plan, bins, &nats_url).await
     }
@@ -203,7 +213,12 @@ impl Mesh {
         Ok(record)
     }
 
-    async fn start_nats(&mut self, plan: &UpPlan, bins: &Binaries) -> Result<String, MeshError> {
+    async fn start_nats(
+        &mut self,
+        plan: &UpPlan,
+        bins: &Binaries,
+        conf: Option<&Path>,
+    ) -> Result<String, MeshError> {
         let store_dir = self.dir.join("nats");
         let log = self.dir.join("nats.log");
         let mut attempt = 0;
@@ -227,6 +242,10 @@ impl Mesh {
             .iter()
             .map(|s| s.to_string())
             .chain([store_dir.display().to_string()])
+            .chain(
+                conf.iter()
+                    .flat_map(|c| ["-c".to_owned(), c.display().to_string()]),
+            )
             .collect();
             let process = self.spawn(
                 Kind::Nats,
@@ -236,7 +255,9 @@ impl Mesh {
                 &log,
                 None,
             )?;
-            let url = format!("nats://127.0.0.1:{port}");
+            // `tls://`: a client that cannot verify the server does not connect.
+            let scheme = if conf.is_some() { "tls" } else { "nats" };
+            let url = format!("{scheme}://127.0.0.1:{port}");
             self.state.nats = Some(NatsRecord {
                 process: process.clone(),
                 port,
@@ -358,11 +379,22 @@ impl Mesh {
             };
             let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
             let metrics_addr = metrics.to_string();
+            let mut auth: Vec<String> = Vec::new();
+            if let Some(security) = &self.state.security {
+                let creds = super::secure::cluster_creds(&self.dir, &name)?;
+                auth.extend([
+                    "--nats-creds".to_owned(),
+                    creds.display().to_string(),
+                    "--nats-tls-ca".to_owned(),
+                    security.ca.display().to_string(),
+                ]);
+            }
             let args = AgentCommand::new(&name)
                 .nats_url(nats_url)
                 .kubeconfig(kubeconfig)
                 .metrics_addr(metrics)
                 .publish_kubeconfig(true)
+                .extra(auth)
                 .argv();
             let log = self.dir.join(&name).join("agent.log");
             let process = self.spawn(

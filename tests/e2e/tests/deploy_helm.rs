@@ -110,6 +110,8 @@ async fn helm_install_upgrade_uninstall() {
         env_value(&d, "FLEETBUS_CLUSTER_NAME").as_deref(),
         Some("east")
     );
+    // Plain text to another host is refused unless the values say otherwise.
+    assert_eq!(env_value(&d, "FLEETBUS_NATS_ALLOW_INSECURE"), None);
     // helm installed the chart's CRDs (crds/) before the templates.
     kubectl_ok(&dc, &["get", "crd", "clusters.fleetbus.io"]);
     assert!(
@@ -131,6 +133,8 @@ async fn helm_install_upgrade_uninstall() {
             "clusterName=west",
             "--set",
             "nats.replicas=3",
+            "--set",
+            "nats.allowInsecure=true",
         ],
     );
     let d = deployments.get("fb-fleetbus-agent").await.unwrap();
@@ -139,6 +143,10 @@ async fn helm_install_upgrade_uninstall() {
         Some("west")
     );
     assert_eq!(env_value(&d, "FLEETBUS_REPLICAS").as_deref(), Some("3"));
+    assert_eq!(
+        env_value(&d, "FLEETBUS_NATS_ALLOW_INSECURE").as_deref(),
+        Some("true")
+    );
     let history = helm_ok(home.path(), &dc, &["history", "fb", "-n", NAMESPACE]);
     assert!(history.lines().count() >= 3, "{history}");
 
@@ -735,4 +743,95 @@ fn image_user_is_the_charts_run_as_user() {
     );
     assert_eq!(value("runAsNonRoot"), vec!["true", "true"]);
     assert_eq!(value("readOnlyRootFilesystem"), vec!["true"]);
+}
+
+/// `fleetbus <args>`; panics unless it succeeds. Returns stdout.
+fn fleetbus_ok(args: &[&str]) -> String {
+    let out = Command::new(fleetbus_testsupport::cargo_bin("fleetbus"))
+        .args(args)
+        .env_remove("FLEETBUS_FLEET_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fleetbus {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `fleetbus join -o manifest` applied with kubectl and `-o values` given to
+/// helm install as is: the Deployment mounts the cluster's creds and the
+/// fleet's CA from the Secrets and points the agent at them over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_output_installs_as_is() {
+    let dc = DevCluster::start(DevClusterOpts::new("joined")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let fleet = tmp.path().join("fleet");
+    let f = fleet.to_str().unwrap();
+    fleetbus_ok(&["fleet", "init", "--dir", f]);
+    std::fs::write(fleet.join("ca.pem"), "-----BEGIN CERTIFICATE-----\n").unwrap();
+    let url = "tls://nats.example:4222";
+    let manifest = fleetbus_ok(&["join", "east", "--dir", f, "-o", "manifest"]);
+    let values = fleetbus_ok(&[
+        "join",
+        "east",
+        "--dir",
+        f,
+        "-o",
+        "values",
+        "--nats-url",
+        url,
+    ]);
+    let creds = fleetbus_ok(&["join", "east", "--dir", f]);
+    let (manifest_path, values_path) = (tmp.path().join("m.yaml"), tmp.path().join("v.yaml"));
+    std::fs::write(&manifest_path, manifest).unwrap();
+    std::fs::write(&values_path, values).unwrap();
+
+    kubectl_ok(&dc, &["create", "namespace", NAMESPACE]);
+    kubectl_ok(&dc, &["apply", "-f", manifest_path.to_str().unwrap()]);
+    let home = tempfile::tempdir().unwrap();
+    let chart = chart();
+    helm_ok(
+        home.path(),
+        &dc,
+        &[
+            "install",
+            "fb",
+            chart.to_str().unwrap(),
+            "-n",
+            NAMESPACE,
+            "-f",
+            values_path.to_str().unwrap(),
+        ],
+    );
+    let client = dc.client().await.unwrap();
+    let d = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+        .get("fb-fleetbus-agent")
+        .await
+        .unwrap();
+    for (name, want) in [
+        ("FLEETBUS_CLUSTER_NAME", "east"),
+        ("FLEETBUS_NATS_URL", url),
+        ("FLEETBUS_NATS_CREDS", "/etc/fleetbus/nats/creds/nats.creds"),
+        ("FLEETBUS_NATS_TLS_CA", "/etc/fleetbus/nats/ca/ca.crt"),
+    ] {
+        assert_eq!(env_value(&d, name).as_deref(), Some(want), "{name}");
+    }
+    assert_eq!(env_value(&d, "FLEETBUS_NATS_ALLOW_INSECURE"), None);
+    let volumes = d.spec.unwrap().template.spec.unwrap().volumes.unwrap();
+    let secret_of = |v: &str| {
+        volumes
+            .iter()
+            .find(|x| x.name == v)
+            .and_then(|x| x.secret.as_ref())
+            .and_then(|s| s.secret_name.clone())
+    };
+    let secrets: Api<Secret> = Api::namespaced(client, NAMESPACE);
+    let creds_secret = secret_of("nats-creds").expect("creds volume");
+    let stored = secrets.get(&creds_secret).await.unwrap().data.unwrap();
+    assert_eq!(stored["nats.creds"].0, creds.as_bytes());
+    let ca_secret = secret_of("nats-ca").expect("CA volume");
+    let stored = secrets.get(&ca_secret).await.unwrap().data.unwrap();
+    assert_eq!(stored["ca.crt"].0, b"-----BEGIN CERTIFICATE-----\n");
 }

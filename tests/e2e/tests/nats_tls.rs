@@ -179,6 +179,22 @@ async fn missing_auth_files_and_half_client_certificates_exit_2() {
     );
 }
 
+#[tokio::test]
+async fn plain_text_nats_to_another_host_exits_2_unless_allowed() {
+    // 192.0.2.1 (TEST-NET-1) is never reached: the check comes first.
+    let (code, log) = exits_with(&["--nats-url", "nats://u:pw@192.0.2.1:4222"]).await;
+    assert_eq!(code, 2, "{log}");
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(
+        log.starts_with("error: --nats-url nats://192.0.2.1:4222 is plain-text"),
+        "{log}"
+    );
+    assert!(
+        log.contains("--allow-insecure") && !log.contains("pw"),
+        "{log}"
+    );
+}
+
 // --- `--nats-creds` against a nats-server in operator (JWT) mode ---
 
 /// A NATS JWT (header, claims, ed25519 signature by `issuer`) as nsc writes them.

@@ -1,0 +1,97 @@
+//! The secure default of `mesh up`: the mesh directory is also a fleet
+//! directory (`fleetbus fleet init`, kept across restarts so the JetStream
+//! store stays the same account's), nats-server runs in operator mode over
+//! TLS with a CA generated here, and every agent gets its own creds from
+//! `fleetbus join`. Writes what an operator needs: `<dir>/ca.pem`,
+//! `<dir>/admin.creds`, `<dir>/<cluster>/nats.creds`.
+
+use std::path::{Path, PathBuf};
+
+use fleetbus_schemas::subject::Prefix;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+use super::MeshError;
+use crate::state::MeshSecurity;
+use crate::trust::{self, files};
+
+/// The CA of the mesh's NATS (PEM): what clients verify the server with.
+pub const CA_FILE: &str = "ca.pem";
+/// The server's certificate and key, under `<dir>/nats-tls/`.
+const TLS_DIR: &str = "nats-tls";
+const SERVER_CERT: &str = "server.pem";
+const SERVER_KEY: &str = "server.key";
+/// The nats-server configuration of a secure mesh.
+pub const NATS_CONF: &str = "nats.conf";
+
+/// Prepares the fleet, the certificates and the nats-server configuration
+/// in `dir`; returns the configuration's path and what clients need.
+pub fn prepare(dir: &Path) -> Result<(PathBuf, MeshSecurity), MeshError> {
+    // `force`: the mesh directory holds more than the fleet; existing keys
+    // are never overwritten, an existing fleet is reused.
+    trust::init(dir, "fleetbus-mesh", &Prefix::default(), true)?;
+    let tls = dir.join(TLS_DIR);
+    let (cert, key) = (tls.join(SERVER_CERT), tls.join(SERVER_KEY));
+    let ca = dir.join(CA_FILE);
+    if !(ca.exists() && cert.exists() && key.exists()) {
+        files::create_dir(&tls)?;
+        let (ca_pem, cert_pem, key_pem) = generate_tls().map_err(MeshError::Tls)?;
+        files::write_file(&ca, ca_pem.as_bytes(), false, true)?;
+        files::write_file(&cert, cert_pem.as_bytes(), false, true)?;
+        files::write_file(&key, key_pem.as_bytes(), true, true)?;
+    }
+    let q = |p: &Path| serde_json::to_string(&p.display().to_string()).unwrap_or_default();
+    // The include is resolved against this file's directory (the mesh dir).
+    let conf = format!(
+        "include \"{}\"\ntls {{\n  cert_file: {}\n  key_file: {}\n  timeout: 5\n}}\n",
+        files::SERVER_CONF,
+        q(&cert),
+        q(&key),
+    );
+    let conf_path = dir.join(NATS_CONF);
+    files::write_file(&conf_path, conf.as_bytes(), false, true)?;
+    Ok((
+        conf_path,
+        MeshSecurity {
+            ca,
+            admin_creds: dir.join(files::ADMIN_CREDS),
+        },
+    ))
+}
+
+/// `<dir>/<cluster>/nats.creds`: the cluster's creds from `join` (the same
+/// on every `mesh up` in this directory).
+pub fn cluster_creds(dir: &Path, name: &str) -> Result<PathBuf, MeshError> {
+    let joined = trust::join(dir, name, false)?;
+    let cdir = dir.join(name);
+    files::create_dir(&cdir)?;
+    let path = cdir.join(files::CLUSTER_CREDS);
+    files::write_file(&path, joined.creds.as_bytes(), true, true)?;
+    Ok(path)
+}
+
+/// A CA and a server certificate for 127.0.0.1 and localhost signed by it:
+/// (CA PEM, server certificate PEM, server key PEM). The CA's key is not
+/// kept: nothing else is ever signed with it.
+fn generate_tls() -> Result<(String, String, String), String> {
+    let e = |e: rcgen::Error| e.to_string();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+    ca.distinguished_name
+        .push(DnType::CommonName, "fleetbus mesh CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().map_err(e)?;
+    let ca_cert = ca.self_signed(&ca_key).map_err(e)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let mut server =
+        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).map_err(e)?;
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "fleetbus mesh nats-server");
+    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().map_err(e)?;
+    let cert = server.signed_by(&key, &issuer).map_err(e)?;
+    Ok((ca_cert.pem(), cert.pem(), key.serialize_pem()))
+}

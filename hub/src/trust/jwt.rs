@@ -1,0 +1,260 @@
+//! NATS JWTs (the decentralised auth model of nats-server: operator, account
+//! and user claims signed with `nkeys`) and `.creds` files, encoded and
+//! checked here. Pure: no IO.
+//!
+//! The format is that of the NATS JWT v2 library (what `nsc` writes): a
+//! header `{"typ":"JWT","alg":"ed25519-nkey"}`, the claims, and the ed25519
+//! signature of `header.claims` by the issuer's nkey, each part base64url
+//! without padding. Of the crates that encode NATS claims, `nats-jwt` 0.3
+//! cannot issue operator JWTs and `nats-io-jwt`/`nats-jwt-rs` are early 0.x
+//! work in progress; the encoding is a few lines over `nkeys`, and the e2e
+//! tests prove nats-server accepts it.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use fleetbus_schemas::permissions::Permissions;
+
+const HEADER: &str = r#"{"typ":"JWT","alg":"ed25519-nkey"}"#;
+
+/// A JWT or creds file that cannot be used.
+#[derive(Debug, Error)]
+pub enum JwtError {
+    /// Signing with an nkey failed (a public-only key).
+    #[error("cannot sign with {key}: {source}")]
+    Sign {
+        /// The signer's public key.
+        key: String,
+        /// The nkeys error.
+        source: nkeys::error::Error,
+    },
+    /// Not three base64url parts with JSON claims.
+    #[error("not a NATS JWT: {0}")]
+    Malformed(String),
+    /// The signature does not verify with the claimed issuer's key.
+    #[error("the JWT's signature does not verify with its issuer {0}")]
+    BadSignature(String),
+    /// Not a `.creds` file: the JWT or the seed block is missing.
+    #[error("not a NATS credentials file: {0}")]
+    Creds(String),
+}
+
+/// Claims common to every NATS JWT, and the `nats` part specific to its type.
+fn claims(issuer: &str, subject: &str, name: &str, iat: DateTime<Utc>, nats: Value) -> Value {
+    let mut claims = json!({
+        "iat": iat.timestamp(),
+        "iss": issuer,
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    // The JWT ID names this issuance: a hash of the claims without it.
+    let jti = hex::encode_upper(Sha256::digest(claims.to_string().as_bytes()));
+    claims["jti"] = Value::String(jti);
+    claims
+}
+
+/// Signs `claims` with `issuer`: `header.claims.signature`.
+fn sign(issuer: &nkeys::KeyPair, claims: &Value) -> Result<String, JwtError> {
+    let input = format!("{}.{}", B64.encode(HEADER), B64.encode(claims.to_string()));
+    let sig = issuer
+        .sign(input.as_bytes())
+        .map_err(|source| JwtError::Sign {
+            key: issuer.public_key(),
+            source,
+        })?;
+    Ok(format!("{input}.{}", B64.encode(sig)))
+}
+
+/// The operator's self-signed JWT, naming the system account.
+pub fn operator_jwt(
+    operator: &nkeys::KeyPair,
+    name: &str,
+    system_account: &str,
+    iat: DateTime<Utc>,
+) -> Result<String, JwtError> {
+    let pk = operator.public_key();
+    let nats = json!({"type": "operator", "version": 2, "system_account": system_account});
+    sign(operator, &claims(&pk, &pk, name, iat, nats))
+}
+
+/// An account JWT signed by the operator. `jetstream` gives it unlimited
+/// JetStream (storage, streams, consumers: the fleet's bus); the system
+/// account must not have it. `signing_keys` may issue its users.
+pub fn account_jwt(
+    operator: &nkeys::KeyPair,
+    account: &str,
+    name: &str,
+    jetstream: bool,
+    signing_keys: &[String],
+    iat: DateTime<Utc>,
+) -> Result<String, JwtError> {
+    let mut limits = json!({
+        "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+        "wildcards": true, "conn": -1, "leaf": -1,
+    });
+    if jetstream {
+        for k in ["mem_storage", "disk_storage", "streams", "consumer"] {
+            limits[k] = json!(-1);
+        }
+    }
+    let nats = json!({
+        "type": "account", "version": 2, "limits": limits,
+        "signing_keys": signing_keys,
+        "default_permissions": {"pub": {}, "sub": {}},
+    });
+    sign(
+        operator,
+        &claims(&operator.public_key(), account, name, iat, nats),
+    )
+}
+
+/// A user JWT issued by one of `account`'s signing keys. `None` permissions:
+/// everything the account allows (the fleet's admin).
+pub fn user_jwt(
+    signer: &nkeys::KeyPair,
+    account: &str,
+    user: &str,
+    name: &str,
+    permissions: Option<&Permissions>,
+    iat: DateTime<Utc>,
+) -> Result<String, JwtError> {
+    let (publish, subscribe) = match permissions {
+        Some(p) => (
+            json!({"allow": p.publish_allow}),
+            json!({"allow": p.subscribe_allow}),
+        ),
+        None => (json!({}), json!({})),
+    };
+    let nats = json!({
+        "type": "user", "version": 2, "issuer_account": account,
+        "pub": publish, "sub": subscribe,
+        "subs": -1, "data": -1, "payload": -1,
+    });
+    sign(signer, &claims(&signer.public_key(), user, name, iat, nats))
+}
+
+/// A JWT's claims after its signature was checked against its `iss`.
+pub fn verify(jwt: &str) -> Result<Value, JwtError> {
+    let malformed = |why: &str| JwtError::Malformed(why.to_owned());
+    let mut parts = jwt.trim().split('.');
+    let (Some(header), Some(body), Some(sig), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(malformed("want three dot-separated parts"));
+    };
+    let body_bytes = B64
+        .decode(body)
+        .map_err(|_| malformed("claims are not base64url"))?;
+    let sig = B64
+        .decode(sig)
+        .map_err(|_| malformed("signature is not base64url"))?;
+    let claims: Value =
+        serde_json::from_slice(&body_bytes).map_err(|_| malformed("claims are not JSON"))?;
+    let iss = claims["iss"]
+        .as_str()
+        .ok_or_else(|| malformed("no issuer"))?;
+    let key =
+        nkeys::KeyPair::from_public_key(iss).map_err(|_| malformed("issuer is not an nkey"))?;
+    key.verify(format!("{header}.{body}").as_bytes(), &sig)
+        .map_err(|_| JwtError::BadSignature(iss.to_owned()))?;
+    Ok(claims)
+}
+
+/// A `.creds` file: the user JWT and its nkey seed, as nsc writes them.
+pub fn creds_file(user_jwt: &str, seed: &str) -> String {
+    format!(
+        "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+         ************************* IMPORTANT *************************\n\
+         NKEY Seed printed below can be used to sign and prove identity.\n\
+         NKEYs are sensitive and should be treated as secrets.\n\n\
+         -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+         *************************************************************\n"
+    )
+}
+
+/// A creds file checked whole: its JWT's claims (signature verified) and
+/// its seed's key pair, which must be the JWT's subject.
+pub fn parse_creds(text: &str) -> Result<(Value, nkeys::KeyPair), JwtError> {
+    let block = |begin: &str| -> Result<&str, JwtError> {
+        let start = text
+            .find(begin)
+            .ok_or_else(|| JwtError::Creds(format!("no {begin:?} block")))?;
+        let rest = &text[start + begin.len()..];
+        rest.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .ok_or_else(|| JwtError::Creds(format!("empty {begin:?} block")))
+    };
+    let claims = verify(block("-----BEGIN NATS USER JWT-----")?)?;
+    let seed = block("-----BEGIN USER NKEY SEED-----")?;
+    let key = nkeys::KeyPair::from_seed(seed)
+        .map_err(|_| JwtError::Creds("the seed is not a user nkey seed".into()))?;
+    if claims["sub"].as_str() != Some(key.public_key().as_str()) {
+        return Err(JwtError::Creds(
+            "the seed does not belong to the JWT's user".into(),
+        ));
+    }
+    Ok((claims, key))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn user_creds() -> (nkeys::KeyPair, String) {
+        let signer = nkeys::KeyPair::new_account();
+        let user = nkeys::KeyPair::new_user();
+        let jwt = user_jwt(
+            &signer,
+            "AACCOUNT",
+            &user.public_key(),
+            "c1",
+            None,
+            Utc::now(),
+        )
+        .unwrap();
+        (signer, creds_file(&jwt, &user.seed().unwrap()))
+    }
+
+    #[test]
+    fn creds_round_trip_and_name_their_issuer() {
+        let (signer, creds) = user_creds();
+        let (claims, _) = parse_creds(&creds).unwrap();
+        assert_eq!(claims["iss"], signer.public_key());
+        assert_eq!(claims["name"], "c1");
+        assert_eq!(claims["nats"]["issuer_account"], "AACCOUNT");
+    }
+
+    #[test]
+    fn tampered_creds_are_refused() {
+        let (_, creds) = user_creds();
+        // A changed claim (the name) breaks the signature.
+        let jwt = creds.lines().nth(1).unwrap();
+        let parts: Vec<&str> = jwt.split('.').collect();
+        let mut claims: Value = serde_json::from_slice(&B64.decode(parts[1]).unwrap()).unwrap();
+        claims["name"] = json!("c2");
+        let forged = format!(
+            "{}.{}.{}",
+            parts[0],
+            B64.encode(claims.to_string()),
+            parts[2]
+        );
+        let err = parse_creds(&creds.replace(jwt, &forged)).unwrap_err();
+        assert!(matches!(err, JwtError::BadSignature(_)), "{err}");
+        // Another user's seed.
+        let other = nkeys::KeyPair::new_user().seed().unwrap();
+        let seed = creds.lines().find(|l| l.starts_with("SU")).unwrap();
+        let err = parse_creds(&creds.replace(seed, &other)).unwrap_err();
+        assert!(err.to_string().contains("does not belong"), "{err}");
+        // Garbage.
+        for bad in ["", "hello", "-----BEGIN NATS USER JWT-----\na.b\n"] {
+            assert!(parse_creds(bad).is_err(), "{bad:?}");
+        }
+    }
+}

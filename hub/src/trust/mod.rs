@@ -1,0 +1,357 @@
+//! A fleet's root of trust on disk: `fleetbus fleet init` and `fleetbus join`.
+//!
+//! `fleet init --dir D` creates, with the official `nkeys` crate, a NATS
+//! operator, a system account and the fleet account (JetStream enabled, one
+//! signing key that issues every user), the admin's credentials, a
+//! nats-server include for operator mode, and the fleet root key (ed25519;
+//! it signs cluster certificates in a later slice of issue 21: only its
+//! public key is used by anything yet). `join NAME --dir D` mints NAME's NATS
+//! user with exactly [`fleetbus_schemas::permissions::agent_permissions`],
+//! kept under `D/clusters/NAME/` so that joining again gives the same
+//! credentials. [`files`] lists the layout.
+//!
+//! Secrets are written 0600 through a rename; nothing existing is replaced
+//! except a cluster's credentials under `join --rotate`.
+
+pub mod files;
+pub mod jwt;
+mod output;
+
+pub use output::{render, JoinOutput};
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use fleetbus_schemas::permissions::{agent_permissions, check_cluster_name, InvalidClusterName};
+use fleetbus_schemas::subject::Prefix;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use files::*;
+use jwt::JwtError;
+
+/// Why `fleet init` or `join` failed. Every variant names the file or the
+/// input at fault.
+#[derive(Debug, Error)]
+pub enum TrustError {
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// `fleet init` into a non-empty directory that is not a fleet, without `--force`.
+    #[error("{} is not empty and holds no fleet: choose an empty directory or pass --force", .0.display())]
+    NotEmpty(PathBuf),
+    /// Some of a fleet's files exist, `fleet.json` does not: an interrupted
+    /// init or a damaged fleet. Never overwritten, not even with `--force`.
+    #[error("{} holds part of a fleet ({}) but no fleet.json: refusing to overwrite keys; move them away first", dir.display(), files.join(", "))]
+    PartialFleet {
+        /// The directory.
+        dir: PathBuf,
+        /// The files found.
+        files: Vec<String>,
+    },
+    /// A file that must not be replaced exists.
+    #[error("{} exists: refusing to overwrite it", .0.display())]
+    WouldOverwrite(PathBuf),
+    /// `join --dir D` where D holds no fleet.
+    #[error("{} is not a fleet directory (no fleet.json): create one with `fleetbus fleet init --dir {}`", .0.display(), .0.display())]
+    NoFleet(PathBuf),
+    /// A fleet file that does not parse or does not match fleet.json.
+    #[error("{}: {why}", path.display())]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// Stored cluster credentials that do not verify against this fleet.
+    #[error("{}: {why}; `fleetbus join {name} --rotate` issues new credentials", path.display())]
+    BadCreds {
+        /// The creds file.
+        path: PathBuf,
+        /// The cluster.
+        name: String,
+        /// What failed.
+        why: String,
+    },
+    /// An invalid cluster name.
+    #[error(transparent)]
+    Name(#[from] InvalidClusterName),
+    /// Encoding a JWT failed.
+    #[error(transparent)]
+    Jwt(#[from] JwtError),
+    /// Generating or encoding a key failed.
+    #[error("cannot generate a key: {0}")]
+    Key(String),
+}
+
+/// `fleet.json`: the fleet's public facts, what `join` needs besides the
+/// signing key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetInfo {
+    /// The fleet's name (operator and account names in the JWTs).
+    pub name: String,
+    /// The operator's public nkey.
+    pub operator: String,
+    /// The system account's public nkey.
+    pub system_account: String,
+    /// The fleet account's public nkey: every agent and the admin are its users.
+    pub account: String,
+    /// The account signing key's public nkey (the issuer of every user).
+    pub signing_key: String,
+    /// The subject prefix the permissions are written for.
+    pub subject_prefix: String,
+    /// When `fleet init` ran.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What `fleet init` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InitOutcome {
+    /// A new fleet was written.
+    Created(FleetInfo),
+    /// The directory already held a complete fleet: nothing was changed.
+    AlreadyInitialised(FleetInfo),
+}
+
+fn damaged(path: &Path, why: impl Into<String>) -> TrustError {
+    TrustError::Damaged {
+        path: path.to_owned(),
+        why: why.into(),
+    }
+}
+
+/// `fleetbus fleet init --dir D`.
+pub fn init(
+    dir: &Path,
+    name: &str,
+    prefix: &Prefix,
+    force: bool,
+) -> Result<InitOutcome, TrustError> {
+    if dir.join(FLEET_JSON).exists() {
+        let info = load_info(dir)?;
+        let missing: Vec<&str> = INIT_FILES
+            .iter()
+            .copied()
+            .filter(|f| !dir.join(f).exists())
+            .collect();
+        if !missing.is_empty() {
+            return Err(damaged(
+                &dir.join(FLEET_JSON),
+                format!("the fleet is missing {}", missing.join(", ")),
+            ));
+        }
+        return Ok(InitOutcome::AlreadyInitialised(info));
+    }
+    let present: Vec<String> = INIT_FILES
+        .iter()
+        .filter(|f| dir.join(f).exists())
+        .map(|f| (*f).to_owned())
+        .collect();
+    if !present.is_empty() {
+        return Err(TrustError::PartialFleet {
+            dir: dir.to_owned(),
+            files: present,
+        });
+    }
+    let non_empty = std::fs::read_dir(dir)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
+    if non_empty && !force {
+        return Err(TrustError::NotEmpty(dir.to_owned()));
+    }
+    create_dir(dir)?;
+    write_new_fleet(dir, name, prefix).map(InitOutcome::Created)
+}
+
+/// Generates every key and writes every file of a new fleet, `fleet.json` last.
+fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo, TrustError> {
+    let now = Utc::now();
+    let operator = nkeys::KeyPair::new_operator();
+    let system = nkeys::KeyPair::new_account();
+    let account = nkeys::KeyPair::new_account();
+    let signing = nkeys::KeyPair::new_account();
+    let info = FleetInfo {
+        name: name.to_owned(),
+        operator: operator.public_key(),
+        system_account: system.public_key(),
+        account: account.public_key(),
+        signing_key: signing.public_key(),
+        subject_prefix: prefix.as_str().to_owned(),
+        created_at: now,
+    };
+    let operator_jwt = jwt::operator_jwt(&operator, name, &info.system_account, now)?;
+    let system_jwt = jwt::account_jwt(&operator, &info.system_account, "SYS", false, &[], now)?;
+    let account_jwt = jwt::account_jwt(
+        &operator,
+        &info.account,
+        name,
+        true,
+        std::slice::from_ref(&info.signing_key),
+        now,
+    )?;
+    let seed = |k: &nkeys::KeyPair| {
+        k.seed()
+            .map(|s| s + "\n")
+            .map_err(|e| TrustError::Key(e.to_string()))
+    };
+    let secret = |f: &str, text: &str| write_file(&dir.join(f), text.as_bytes(), true, false);
+    let public = |f: &str, text: &str| write_file(&dir.join(f), text.as_bytes(), false, false);
+    secret(OPERATOR_SEED, &seed(&operator)?)?;
+    secret(SYSTEM_SEED, &seed(&system)?)?;
+    secret(ACCOUNT_SEED, &seed(&account)?)?;
+    secret(SIGNING_SEED, &seed(&signing)?)?;
+    public(OPERATOR_JWT, &format!("{operator_jwt}\n"))?;
+    public(
+        SERVER_CONF,
+        &server_conf(&info, &operator_jwt, &system_jwt, &account_jwt),
+    )?;
+    secret(
+        ADMIN_CREDS,
+        &mint_user(&info, &signing, "admin", None, now)?,
+    )?;
+    let root = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)
+        .map_err(|e| TrustError::Key(e.to_string()))?;
+    secret(ROOT_KEY, &root.serialize_pem())?;
+    public(ROOT_PUB, &root.public_key_pem())?;
+    let json = serde_json::to_string_pretty(&info)
+        .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
+    public(FLEET_JSON, &(json + "\n"))?;
+    Ok(info)
+}
+
+/// The nats-server include for operator mode: the operator's JWT, the system
+/// account, and both accounts preloaded into the memory resolver (no account
+/// server to run; a new account JWT needs a config reload).
+fn server_conf(
+    info: &FleetInfo,
+    operator_jwt: &str,
+    system_jwt: &str,
+    account_jwt: &str,
+) -> String {
+    format!(
+        "# fleetbus fleet {name:?}: nats-server operator mode. `include` this file from the\n\
+         # server's configuration; users are the creds `fleetbus join` mints.\n\
+         operator: {operator_jwt}\n\
+         system_account: {sys}\n\
+         resolver: MEMORY\n\
+         resolver_preload: {{\n  {acc}: {account_jwt}\n  {sys}: {system_jwt}\n}}\n",
+        name = info.name,
+        sys = info.system_account,
+        acc = info.account,
+    )
+}
+
+/// A user of the fleet account issued by its signing key, as a creds file.
+fn mint_user(
+    info: &FleetInfo,
+    signing: &nkeys::KeyPair,
+    name: &str,
+    permissions: Option<&fleetbus_schemas::permissions::Permissions>,
+    now: DateTime<Utc>,
+) -> Result<String, TrustError> {
+    let user = nkeys::KeyPair::new_user();
+    let user_jwt = jwt::user_jwt(
+        signing,
+        &info.account,
+        &user.public_key(),
+        name,
+        permissions,
+        now,
+    )?;
+    let seed = user.seed().map_err(|e| TrustError::Key(e.to_string()))?;
+    Ok(jwt::creds_file(&user_jwt, &seed))
+}
+
+fn load_info(dir: &Path) -> Result<FleetInfo, TrustError> {
+    let path = dir.join(FLEET_JSON);
+    if !path.exists() {
+        return Err(TrustError::NoFleet(dir.to_owned()));
+    }
+    serde_json::from_str(&read(&path)?).map_err(|e| damaged(&path, e.to_string()))
+}
+
+/// One cluster's credentials, as `join` returns them.
+#[derive(Debug, Clone)]
+pub struct Joined {
+    /// The fleet.
+    pub info: FleetInfo,
+    /// The cluster.
+    pub name: String,
+    /// The creds file's text.
+    pub creds: String,
+    /// Where they are kept.
+    pub path: PathBuf,
+    /// Whether they were issued now (first join or `--rotate`).
+    pub issued: bool,
+}
+
+/// `fleetbus join NAME --dir D [--rotate]`: NAME's credentials, issued once
+/// and kept under `D/clusters/NAME/nats.creds`; `rotate` issues new ones.
+pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> {
+    check_cluster_name(name)?;
+    let info = load_info(dir)?;
+    let signing_path = dir.join(SIGNING_SEED);
+    let signing = nkeys::KeyPair::from_seed(read(&signing_path)?.trim())
+        .map_err(|_| damaged(&signing_path, "not an account nkey seed"))?;
+    if signing.public_key() != info.signing_key {
+        return Err(damaged(
+            &signing_path,
+            "not the signing key fleet.json names",
+        ));
+    }
+    let prefix = Prefix::new(info.subject_prefix.clone())
+        .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
+    let cluster_dir = dir.join(CLUSTERS).join(name);
+    let path = cluster_dir.join(CLUSTER_CREDS);
+    if path.exists() && !rotate {
+        let creds = read(&path)?;
+        check_stored(&info, name, &path, &creds)?;
+        return Ok(Joined {
+            info,
+            name: name.to_owned(),
+            creds,
+            path,
+            issued: false,
+        });
+    }
+    let permissions = agent_permissions(name, &prefix)?;
+    let creds = mint_user(&info, &signing, name, Some(&permissions), Utc::now())?;
+    create_dir(&cluster_dir)?;
+    write_file(&path, creds.as_bytes(), true, rotate)?;
+    Ok(Joined {
+        info,
+        name: name.to_owned(),
+        creds,
+        path,
+        issued: true,
+    })
+}
+
+/// Stored creds must be this fleet's, for this cluster, and unaltered.
+fn check_stored(info: &FleetInfo, name: &str, path: &Path, creds: &str) -> Result<(), TrustError> {
+    let bad = |why: String| TrustError::BadCreds {
+        path: path.to_owned(),
+        name: name.to_owned(),
+        why,
+    };
+    let (claims, _) = jwt::parse_creds(creds).map_err(|e| bad(e.to_string()))?;
+    if claims["iss"].as_str() != Some(info.signing_key.as_str())
+        || claims["nats"]["issuer_account"].as_str() != Some(info.account.as_str())
+    {
+        return Err(bad("not issued by this fleet's account signing key".into()));
+    }
+    if claims["name"].as_str() != Some(name) {
+        return Err(bad(format!("issued for {}, not {name}", claims["name"])));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;

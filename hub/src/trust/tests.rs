@@ -1,0 +1,217 @@
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+
+fn new_fleet() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    match init(&dir, "test", &Prefix::default(), false).unwrap() {
+        InitOutcome::Created(_) => {}
+        other => panic!("{other:?}"),
+    }
+    (tmp, dir)
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn init_writes_every_file_secrets_0600() {
+    let (_tmp, dir) = new_fleet();
+    for f in INIT_FILES {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    for f in [
+        OPERATOR_SEED,
+        SYSTEM_SEED,
+        ACCOUNT_SEED,
+        SIGNING_SEED,
+        ADMIN_CREDS,
+        ROOT_KEY,
+    ] {
+        assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
+    }
+    assert_eq!(mode(&dir), 0o700);
+    let conf = read(&dir.join(SERVER_CONF)).unwrap();
+    let info = load_info(&dir).unwrap();
+    assert!(conf.contains(&format!("system_account: {}", info.system_account)));
+    assert!(conf.contains("resolver: MEMORY"));
+    // The account JWT gives the fleet account JetStream and names the signing key.
+    let account_jwt = conf
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{}: ", info.account)))
+        .unwrap();
+    let claims = jwt::verify(account_jwt).unwrap();
+    assert_eq!(claims["iss"], info.operator);
+    assert_eq!(claims["nats"]["limits"]["disk_storage"], -1);
+    assert_eq!(claims["nats"]["signing_keys"][0], info.signing_key);
+    let (admin, _) = jwt::parse_creds(&read(&dir.join(ADMIN_CREDS)).unwrap()).unwrap();
+    assert_eq!(admin["iss"], info.signing_key);
+    assert!(read(&dir.join(ROOT_PUB))
+        .unwrap()
+        .starts_with("-----BEGIN PUBLIC KEY-----"));
+}
+
+#[test]
+fn init_again_changes_nothing_and_never_overwrites_a_root() {
+    let (_tmp, dir) = new_fleet();
+    let before = read(&dir.join(ROOT_KEY)).unwrap();
+    let info = load_info(&dir).unwrap();
+    for force in [false, true] {
+        match init(&dir, "other", &Prefix::default(), force).unwrap() {
+            InitOutcome::AlreadyInitialised(i) => assert_eq!(i, info),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(read(&dir.join(ROOT_KEY)).unwrap(), before);
+    // A fleet that lost fleet.json is partial: refused even with --force.
+    std::fs::remove_file(dir.join(FLEET_JSON)).unwrap();
+    let err = init(&dir, "test", &Prefix::default(), true).unwrap_err();
+    assert!(matches!(err, TrustError::PartialFleet { .. }), "{err}");
+    assert!(err.to_string().contains("root.key"), "{err}");
+    assert_eq!(read(&dir.join(ROOT_KEY)).unwrap(), before);
+}
+
+#[test]
+fn init_refuses_a_non_empty_directory_without_force() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("notes.txt"), "mine").unwrap();
+    let err = init(tmp.path(), "test", &Prefix::default(), false).unwrap_err();
+    assert!(matches!(err, TrustError::NotEmpty(_)), "{err}");
+    assert!(err.to_string().contains("--force"), "{err}");
+    assert!(!tmp.path().join(FLEET_JSON).exists());
+    assert!(matches!(
+        init(tmp.path(), "test", &Prefix::default(), true).unwrap(),
+        InitOutcome::Created(_)
+    ));
+    assert_eq!(read(&tmp.path().join("notes.txt")).unwrap(), "mine");
+}
+
+#[test]
+fn join_is_idempotent_rotate_issues_new_and_permissions_are_the_agents() {
+    let (_tmp, dir) = new_fleet();
+    let first = join(&dir, "c1", false).unwrap();
+    assert!(first.issued);
+    assert_eq!(mode(&first.path), 0o600);
+    assert_eq!(first.path, dir.join("clusters/c1/nats.creds"));
+    let again = join(&dir, "c1", false).unwrap();
+    assert!(!again.issued);
+    assert_eq!(again.creds, first.creds);
+    let rotated = join(&dir, "c1", true).unwrap();
+    assert!(rotated.issued);
+    assert_ne!(rotated.creds, first.creds);
+    assert_eq!(read(&rotated.path).unwrap(), rotated.creds);
+    assert_eq!(mode(&rotated.path), 0o600);
+
+    let (claims, _) = jwt::parse_creds(&rotated.creds).unwrap();
+    let want = agent_permissions("c1", &Prefix::default()).unwrap();
+    assert_eq!(
+        claims["nats"]["pub"]["allow"],
+        serde_json::json!(want.publish_allow)
+    );
+    assert_eq!(
+        claims["nats"]["sub"]["allow"],
+        serde_json::json!(want.subscribe_allow)
+    );
+    assert_eq!(claims["name"], "c1");
+}
+
+#[test]
+fn join_refuses_bad_names_missing_fleets_and_tampered_creds() {
+    let (tmp, dir) = new_fleet();
+    for bad in ["*", ">", "c1.>", "a.b", "", "C1", "-x"] {
+        let err = join(&dir, bad, false).unwrap_err();
+        assert!(matches!(err, TrustError::Name(_)), "{bad:?}: {err}");
+    }
+    assert!(
+        !dir.join(CLUSTERS).exists(),
+        "nothing written for bad names"
+    );
+    let err = join(&tmp.path().join("absent"), "c1", false).unwrap_err();
+    assert!(matches!(err, TrustError::NoFleet(_)), "{err}");
+    assert!(err.to_string().contains("fleetbus fleet init"), "{err}");
+
+    // Creds of another fleet put in place of c1's: not this fleet's.
+    let (_tmp2, other) = new_fleet();
+    let foreign = join(&other, "c1", false).unwrap();
+    let path = dir.join("clusters/c1/nats.creds");
+    create_dir(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, &foreign.creds).unwrap();
+    let err = join(&dir, "c1", false).unwrap_err();
+    assert!(
+        err.to_string().contains("not issued by this fleet"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--rotate"), "{err}");
+    // c2's creds copied over c1's: the wrong cluster.
+    let c2 = join(&dir, "c2", false).unwrap();
+    std::fs::write(&path, &c2.creds).unwrap();
+    let err = join(&dir, "c1", false).unwrap_err();
+    assert!(err.to_string().contains("not c1"), "{err}");
+    // Garbage.
+    std::fs::write(&path, "garbage").unwrap();
+    let err = join(&dir, "c1", false).unwrap_err();
+    assert!(matches!(err, TrustError::BadCreds { .. }), "{err}");
+    // --rotate recovers.
+    assert!(join(&dir, "c1", true).unwrap().issued);
+    assert!(!join(&dir, "c1", false).unwrap().issued);
+
+    // A signing key that is not fleet.json's.
+    let other_seed = nkeys::KeyPair::new_account().seed().unwrap();
+    std::fs::write(dir.join(SIGNING_SEED), other_seed).unwrap();
+    let err = join(&dir, "c3", false).unwrap_err();
+    assert!(err.to_string().contains("not the signing key"), "{err}");
+}
+
+#[test]
+fn values_and_manifest_name_the_charts_secrets() {
+    let (_tmp, dir) = new_fleet();
+    let joined = join(&dir, "c4", false).unwrap();
+    let values: serde_yaml::Value = serde_yaml::from_str(&render(
+        &joined,
+        JoinOutput::Values,
+        "fleetbus-system",
+        Some("tls://nats.example:4222"),
+        Some("CA PEM"),
+    ))
+    .unwrap();
+    assert_eq!(values["clusterName"].as_str(), Some("c4"));
+    assert_eq!(values["subjectPrefix"].as_str(), Some("fleetbus"));
+    assert_eq!(
+        values["nats"]["credsSecret"].as_str(),
+        Some(output::CREDS_SECRET)
+    );
+    assert_eq!(
+        values["nats"]["url"].as_str(),
+        Some("tls://nats.example:4222")
+    );
+    assert_eq!(values["nats"]["tls"]["enabled"].as_bool(), Some(true));
+    assert_eq!(
+        values["nats"]["tls"]["caSecret"].as_str(),
+        Some(output::CA_SECRET)
+    );
+
+    let manifest = render(&joined, JoinOutput::Manifest, "ns1", None, Some("CA PEM"));
+    let docs: Vec<serde_yaml::Value> = manifest
+        .split("\n---\n")
+        .skip(1)
+        .map(|d| serde_yaml::from_str(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2, "{manifest}");
+    assert_eq!(
+        docs[0]["metadata"]["name"].as_str(),
+        Some(output::CREDS_SECRET)
+    );
+    assert_eq!(docs[0]["metadata"]["namespace"].as_str(), Some("ns1"));
+    assert_eq!(
+        docs[0]["stringData"]["nats.creds"].as_str(),
+        Some(joined.creds.as_str())
+    );
+    assert_eq!(docs[1]["stringData"]["ca.crt"].as_str(), Some("CA PEM"));
+    // Without a CA: no TLS in the values, one Secret.
+    let values = render(&joined, JoinOutput::Values, "ns1", None, None);
+    assert!(!values.contains("tls"), "{values}");
+    let manifest = render(&joined, JoinOutput::Manifest, "ns1", None, None);
+    assert_eq!(manifest.matches("kind: Secret").count(), 1, "{manifest}");
+}

@@ -1,0 +1,236 @@
+//! The NATS permissions of one member cluster's agent: what the server lets
+//! it publish and subscribe to. One pure function, [`agent_permissions`], is
+//! the single source of this set: `fleetbus join` writes it into the cluster's
+//! user JWT, and `deploy/nats/accounts.conf` lists the same set for static
+//! users (a unit test keeps the two equal).
+//!
+//! The invariant is ARCHITECTURE.md's "each cluster writes only its own
+//! subtree", enforced by the server rather than trusted to the agent:
+//! - its own subtrees `<p>.{obj,drift,status,conflict}.<self>.>`;
+//! - its own keys of the shared buckets: registry `cluster.<self>.*` and
+//!   `kubeconfig.<self>.*`, drift state `<self>.>`, rule status
+//!   `status.<self>.>`, beats `beat.<self>.*`;
+//! - the JetStream API calls an agent makes, and no others. Streams and
+//!   buckets: account info, stream info/names/list, message gets, and the
+//!   creation of the fleet's own streams and buckets by name (the layout of
+//!   PROTOCOL §3), not of any other stream: a stream a member made up could
+//!   capture, say, the command subjects of another cluster and answer its
+//!   requests with stream acks. No stream update, delete or purge and no
+//!   message delete: those belong to the admin. Consumers: the agent only runs ordered consumers (ephemeral,
+//!   server-named, `$JS.API.CONSUMER.CREATE.<stream>`; when the library
+//!   recreates one after a gap it names the new one and puts the filter in
+//!   the subject, `CONSUMER.CREATE.<stream>.<name>[.<filter>]`), reads their
+//!   info and pulls (`CONSUMER.MSG.NEXT.<stream>.<name>`). It never deletes
+//!   one: the library's delete of the consumer it replaces is best effort and
+//!   the server drops the orphan after its inactivity threshold. So
+//!   `CONSUMER.DELETE`, `NAMES`, `LIST`, `PAUSE`, `RESET`, `UNPIN` and leader
+//!   step-down are not granted: a member can neither delete nor list another
+//!   member's consumers.
+//!
+//! What the subject space cannot scope (docs/PROTOCOL.md, "Permissions"):
+//! consumer names are not per-cluster (server-generated, no prefix
+//! wildcards in NATS subjects), so a member may create consumers on any
+//! stream (bounded by the account's `consumer` limit), read any consumer's
+//! info, and send a create request naming a consumer it learned of (by
+//! subscribing widely), which the server applies as an update of the
+//! consumer's updatable settings. Reads are not restricted: every agent
+//! watches the whole registry and every origin's objects; keeping Secrets
+//! from members that do not receive them is the job of sealing (a later
+//! slice of issue 21), not of subject permissions.
+
+use thiserror::Error;
+
+use crate::drift::drift_bucket;
+use crate::jetstream::Layout;
+use crate::k8s_names::is_dns1123_label;
+use crate::registry::{beats_bucket, registry_bucket};
+use crate::rule_status::rule_status_bucket;
+use crate::subject::{owned_subtrees, Prefix};
+
+/// The allow lists of one NATS user (deny lists are not used: a subject not
+/// allowed is refused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permissions {
+    /// Subjects the user may publish to (NATS wildcards).
+    pub publish_allow: Vec<String>,
+    /// Subjects the user may subscribe to.
+    pub subscribe_allow: Vec<String>,
+}
+
+/// A cluster name that cannot name a NATS user's subtree.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "invalid cluster name {0:?}: want a DNS label (lowercase letters, digits and '-', \
+     starting and ending with a letter or digit, at most 63 characters)"
+)]
+pub struct InvalidClusterName(pub String);
+
+/// Checks that `name` is a DNS-1123 label. This excludes `*`, `>` and `.`, so
+/// a name cannot widen a permission subject to other clusters' subtrees.
+pub fn check_cluster_name(name: &str) -> Result<(), InvalidClusterName> {
+    if is_dns1123_label(name) {
+        Ok(())
+    } else {
+        Err(InvalidClusterName(name.to_owned()))
+    }
+}
+
+/// The JetStream API subjects every agent needs (independent of its name
+/// and of the prefix), besides creating the fleet's streams.
+const JS_API: &[&str] = &[
+    "$JS.API.INFO",
+    "$JS.API.STREAM.INFO.*",
+    "$JS.API.STREAM.NAMES",
+    "$JS.API.STREAM.LIST",
+    "$JS.API.STREAM.MSG.GET.*",
+    "$JS.API.DIRECT.GET.>",
+    "$JS.API.CONSUMER.CREATE.>",
+    "$JS.API.CONSUMER.INFO.*.*",
+    "$JS.API.CONSUMER.MSG.NEXT.*.*",
+    // Acks and flow-control replies of push consumers (KV watches).
+    "$JS.ACK.>",
+    "$JS.FC.>",
+    // Replies: to its own requests' inboxes and to command requesters.
+    "_INBOX.>",
+];
+
+/// The permissions of `cluster`'s agent under subject prefix `prefix`.
+pub fn agent_permissions(
+    cluster: &str,
+    prefix: &Prefix,
+) -> Result<Permissions, InvalidClusterName> {
+    check_cluster_name(cluster)?;
+    let c = cluster;
+    let mut publish_allow: Vec<String> = owned_subtrees(prefix, c).into();
+    let registry = registry_bucket(prefix);
+    publish_allow.extend([
+        format!("$KV.{registry}.cluster.{c}.*"),
+        format!("$KV.{registry}.kubeconfig.{c}.*"),
+        format!("$KV.{}.{c}.>", drift_bucket(prefix)),
+        format!("$KV.{}.status.{c}.>", rule_status_bucket(prefix)),
+        format!("$KV.{}.beat.{c}.*", beats_bucket(prefix)),
+    ]);
+    publish_allow.extend(JS_API.iter().map(|s| (*s).to_owned()));
+    let streams = Layout::new(prefix.clone(), 1)
+        .streams()
+        .into_iter()
+        .map(|s| s.name);
+    let buckets = [
+        registry_bucket(prefix),
+        beats_bucket(prefix),
+        drift_bucket(prefix),
+        rule_status_bucket(prefix),
+    ]
+    .map(|b| format!("KV_{b}"));
+    publish_allow.extend(
+        streams
+            .chain(buckets)
+            .map(|name| format!("$JS.API.STREAM.CREATE.{name}")),
+    );
+    Ok(Permissions {
+        publish_allow,
+        subscribe_allow: vec![">".to_owned()],
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The quoted strings of `user: <name>`'s publish allow list in accounts.conf.
+    fn accounts_conf_publish(conf: &str, user: &str) -> BTreeSet<String> {
+        let start = conf
+            .find(&format!("user: {user},"))
+            .unwrap_or_else(|| panic!("no user {user} in accounts.conf"));
+        let rest = &conf[start..];
+        let list = &rest[rest.find("allow: [").expect("publish allow")..];
+        let list = &list[..list.find(']').expect("end of list")];
+        list.lines()
+            .map(|l| l.split('#').next().unwrap_or(""))
+            .flat_map(|l| l.split('"').skip(1).step_by(2).map(str::to_owned))
+            .collect()
+    }
+
+    #[test]
+    fn accounts_conf_lists_the_same_set_for_every_cluster() {
+        let conf = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/nats/accounts.conf"
+        ))
+        .unwrap();
+        for c in ["c1", "c2", "c3"] {
+            let want: BTreeSet<String> = agent_permissions(c, &Prefix::default())
+                .unwrap()
+                .publish_allow
+                .into_iter()
+                .collect();
+            assert_eq!(accounts_conf_publish(&conf, c), want, "user {c}");
+        }
+        // Reads stay unrestricted in both.
+        assert_eq!(conf.matches("subscribe: { allow: \">\" }").count(), 3);
+    }
+
+    #[test]
+    fn only_its_own_subtree_and_no_destructive_api() {
+        let p = agent_permissions("c1", &Prefix::default()).unwrap();
+        for s in &p.publish_allow {
+            let own = s.contains(".c1.") || s.starts_with("$JS.") || s == "_INBOX.>";
+            assert!(own, "{s} is not c1's own");
+            for verb in [
+                "DELETE", "PURGE", "UPDATE", "NAMES.*", "LIST.*", "PAUSE", "RESET",
+            ] {
+                assert!(!s.contains(&format!(".{verb}")), "{s}");
+            }
+            assert!(!s.starts_with("$JS.API.CONSUMER.>"), "{s}");
+            assert!(!s.starts_with("$JS.API.STREAM.CREATE.*"), "{s}");
+        }
+        for stream in [
+            "FLEETBUS_OBJECTS",
+            "FLEETBUS_DRIFT",
+            "FLEETBUS_STATUS",
+            "FLEETBUS_CONFLICTS",
+            "KV_fleetbus-registry",
+            "KV_fleetbus-beats",
+            "KV_fleetbus-drift",
+            "KV_fleetbus-rulestatus",
+        ] {
+            let create = format!("$JS.API.STREAM.CREATE.{stream}");
+            assert!(p.publish_allow.contains(&create), "{create}");
+        }
+        assert!(p.publish_allow.contains(&"fleetbus.obj.c1.>".to_owned()));
+    }
+
+    #[test]
+    fn a_prefix_renames_subjects_and_buckets() {
+        let prefix = Prefix::new("acme.fb").unwrap();
+        let p = agent_permissions("c1", &prefix).unwrap();
+        assert!(p.publish_allow.contains(&"acme.fb.obj.c1.>".to_owned()));
+        assert!(p
+            .publish_allow
+            .contains(&"$KV.acme_fb-registry.cluster.c1.*".to_owned()));
+        assert!(!p.publish_allow.iter().any(|s| s.contains("fleetbus")));
+    }
+
+    #[test]
+    fn names_that_would_widen_a_subject_are_refused() {
+        for bad in [
+            "",
+            "*",
+            ">",
+            "c1.>",
+            "c1.*",
+            "C1",
+            "-c1",
+            "c1 ",
+            "a.b",
+            &"a".repeat(64),
+        ] {
+            let err = agent_permissions(bad, &Prefix::default()).unwrap_err();
+            assert_eq!(err, InvalidClusterName(bad.to_owned()));
+            assert!(err.to_string().contains("DNS label"), "{err}");
+        }
+    }
+}
