@@ -64,7 +64,7 @@ impl Engine {
                 continue;
             };
             // A local object in the way (a conflict) is no copy of ours.
-            let origin = origin_cluster(live);
+            let origin = origin_cluster(&live);
             if origin != Some(key.origin.as_str()) {
                 continue;
             }
@@ -96,7 +96,7 @@ impl Engine {
                     .to_owned(),
                 observed_at: now,
                 status,
-                ready: Some(readiness::is_ready(live)),
+                ready: Some(readiness::is_ready(&live)),
             };
             out.insert(report.subject_key(), report);
         }

@@ -292,7 +292,7 @@ impl Engine {
                             key: src.key.clone(),
                             created: created.to_owned(),
                             digest: crate::sync::digest::Digest::of_desired(&desired),
-                            desired: std::sync::Arc::new(desired),
+                            desired: crate::sync::model::Packed::new(&desired),
                             with_status: mutate::syncs_status(src.entries),
                             update: src.rule.spec.update_policy,
                             create_namespace: src.rule.spec.create_namespace,
@@ -493,7 +493,7 @@ impl Engine {
                             .and_then(|k| k.objects.get(&t.local_key()))
                     });
                     // Applied but not seen yet: its watch event comes next.
-                    s.ready = Some(live.is_some_and(readiness::is_ready));
+                    s.ready = Some(live.as_ref().is_some_and(readiness::is_ready));
                 }
                 s
             })

@@ -30,7 +30,7 @@ use crate::sync::digest::Digest;
 use crate::sync::engine::{namespace_gvk, Engine};
 use crate::sync::model::backoff::Input;
 use crate::sync::model::meta::{annotation, is_original};
-use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, RuleReport, Target};
+use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, RuleReport, Target};
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::rules::template::TemplateContext;
@@ -219,7 +219,7 @@ impl Engine {
                         .unwrap_or_default()
                         .to_owned(),
                     digest: Digest::of_desired(&desired),
-                    desired: Arc::new(desired),
+                    desired: Packed::new(&desired),
                     with_status: mutate::syncs_status(entries),
                     update,
                     create_namespace: rule.spec.create_namespace,
@@ -607,7 +607,7 @@ impl Engine {
             target.clone(),
             Baseline {
                 desired: c.digest,
-                server,
+                server: Packed::new(&server),
                 verified: None,
             },
         );

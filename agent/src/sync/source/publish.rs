@@ -154,6 +154,7 @@ pub fn plan(
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for obj in kind.objects.values() {
+        let obj = &obj;
         if !is_original(obj) {
             continue;
         }
@@ -192,10 +193,10 @@ pub fn plan_keys(
             // it: compare what the key was made from.
             .filter(|o| ObjectKey::from_object(&local.name, o).as_ref() == Some(key));
         let current = kind.snapshots.get(key).filter(|e| !e.tombstone);
-        if obj.is_none_or(|o| !is_original(o)) {
+        if obj.as_ref().is_none_or(|o| !is_original(o)) {
             memo.forget(key);
         }
-        plan_object(&rules, key, obj, current, memo, &mut out);
+        plan_object(&rules, key, obj.as_ref(), current, memo, &mut out);
     }
     out
 }
@@ -503,7 +504,6 @@ mod tests {
     use super::*;
     use crate::sync::engine::{local_key, KindState};
     use crate::sync::model::believed_after_failure;
-    use crate::sync::model::LocalKey;
     use crate::sync::rules::compile as rules;
     use fleetbus_schemas::registry::FeatureRecord;
     use serde_json::json;
@@ -563,7 +563,7 @@ mod tests {
     }
 
     fn kind(objects: &[&Value], snapshots: Vec<(ObjectKey, Envelope)>) -> KindState {
-        let objects: BTreeMap<LocalKey, Value> = objects
+        let objects: crate::sync::model::LocalObjects = objects
             .iter()
             .map(|o| (local_key(o).unwrap(), (*o).clone()))
             .collect();
