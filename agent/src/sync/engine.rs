@@ -85,7 +85,7 @@ impl KindState {
     /// Whether copies made by sync, or live envelopes we published, remain.
     pub fn has_leftovers(&self, local: &str) -> bool {
         self.snapshots
-            .iter()
+            .iter_meta()
             .any(|(k, e)| k.origin == local && !e.tombstone)
             || self
                 .objects
@@ -205,7 +205,7 @@ impl Engine {
             started: self.fleet.synced,
             kinds: count(self.kinds.len()),
             kinds_ready: count(self.kinds.values().filter(|k| k.ready()).count()),
-            envelopes: count(self.kinds.values().map(|k| k.snapshots.len()).sum()),
+            envelopes: count(self.kinds.values().map(|k| k.snapshots.count()).sum()),
             copies_wanted: count(self.held.len()),
             copies_in_sync: reports
                 .clone()
@@ -310,7 +310,9 @@ impl Engine {
                 if let Some(k) = self.kinds.get_mut(&gvk) {
                     match before {
                         Some(env) => k.snapshots.insert(key.clone(), *env),
-                        None => k.snapshots.remove(&key),
+                        None => {
+                            k.snapshots.remove(&key);
+                        }
                     };
                     k.source_dirty.insert(key.clone());
                 }
@@ -522,9 +524,9 @@ impl Engine {
     /// The rules peers publish (live, original, from a peer that may be a
     /// source), compiled.
     fn bus_rules(&self, kind: &KindState) -> RuleSet {
-        let objects: Vec<&Value> = kind
+        let objects: Vec<Value> = kind
             .snapshots
-            .iter()
+            .iter_meta()
             .filter(|(key, env)| {
                 key.origin != self.fleet.local.name
                     && !env.tombstone
@@ -534,10 +536,10 @@ impl Engine {
                         .get(&key.origin)
                         .is_some_and(|p| p.may_be_source())
             })
-            .filter_map(|(_, env)| env.object.as_ref())
-            .filter(|o| super::model::meta::is_original(o))
+            .filter_map(|(key, _)| kind.snapshots.get(key)?.object)
+            .filter(super::model::meta::is_original)
             .collect();
-        let mut set = rules::compile(&objects);
+        let mut set = rules::compile(&objects.iter().collect::<Vec<_>>());
         set.remove(rules::RULE_REPLICATION);
         set
     }

@@ -71,7 +71,7 @@ impl Engine {
             let uid = self
                 .kinds
                 .get(&rule.source)
-                .and_then(|k| k.snapshots.get(key))
+                .and_then(|k| k.snapshots.meta(key))
                 .map(|e| e.uid.clone());
             let api_version = if key.group.is_empty() {
                 key.version.clone()
@@ -107,7 +107,7 @@ impl Engine {
                 .rules
                 .get(&rule_name)
                 .and_then(|rule| self.kinds.get(&rule.source))
-                .and_then(|k| k.snapshots.get(&key))
+                .and_then(|k| k.snapshots.meta(&key))
                 .map(|e| e.uid.clone());
             let report = ReportedStatus {
                 cluster: local.clone(),

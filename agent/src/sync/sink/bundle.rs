@@ -432,13 +432,13 @@ impl Engine {
             let Some(kind) = self.kinds.get(&rule.source) else {
                 continue;
             };
-            for (key, env) in &kind.snapshots {
+            for (key, env) in kind.snapshots.iter_meta() {
                 if env.tombstone || key.origin == self.fleet.local.name {
                     continue;
                 }
-                if let Some(obj) = &env.object {
+                if let Some(obj) = kind.snapshots.get(key).and_then(|e| e.object) {
                     // Refused in `prepare`: nothing to watch for them.
-                    let kinds = manifest_kinds(obj).into_iter();
+                    let kinds = manifest_kinds(&obj).into_iter();
                     out.extend(kinds.filter(|g| !is_fleetbus_group(&g.group)));
                 }
             }

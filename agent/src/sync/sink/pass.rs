@@ -137,8 +137,8 @@ impl Engine {
             return out;
         };
         let sources = self.sources(rule);
-        for (key, env) in &kind.snapshots {
-            let Some((env, obj, peer)) = taken(&sources, key, Some(env)) else {
+        for (key, env) in kind.snapshots.iter() {
+            let Some((env, obj, peer)) = taken(&sources, key, Some(&env)) else {
                 continue;
             };
             let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
@@ -308,13 +308,15 @@ impl Engine {
                     continue;
                 };
                 let sources = self.sources(rule);
-                for (key, env) in &kind.snapshots {
+                // Each object parsed again (see `Snapshots`): ~10 µs a copy,
+                // on top of the ~20 µs a full plan cost before.
+                for (key, env) in kind.snapshots.iter() {
                     self.plan_pair(
                         &mut state.plan,
                         rule,
                         &sources,
                         key,
-                        Some(env),
+                        Some(&env),
                         &mut changed,
                     );
                     seen.insert((rule.name.clone(), key.clone()));
@@ -330,7 +332,14 @@ impl Engine {
                 let sources = self.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
-                    self.plan_pair(&mut state.plan, rule, &sources, key, env, &mut changed);
+                    self.plan_pair(
+                        &mut state.plan,
+                        rule,
+                        &sources,
+                        key,
+                        env.as_ref(),
+                        &mut changed,
+                    );
                 }
             }
             changed.extend(dirty.targets);
