@@ -92,4 +92,26 @@ mod tests {
         }
         assert!(unpack_value(&[0xff; 64]).is_err());
     }
+
+    /// Nested `depth` objects deep.
+    fn nested(depth: usize) -> Value {
+        (1..depth).fold(json!({"leaf": 1}), |v, _| json!({ "a": v }))
+    }
+
+    #[test]
+    fn the_deepest_object_an_envelope_or_a_watch_brings_round_trips() {
+        // serde_json parses at most 128 levels (a watch); an envelope's
+        // object is at most MAX_MSGPACK_DEPTH - 1 deep.
+        for depth in [128, crate::codec::MAX_MSGPACK_DEPTH - 1] {
+            let v = nested(depth);
+            assert_eq!(
+                unpack_value(&pack_value(&v).unwrap()).unwrap(),
+                v,
+                "{depth}"
+            );
+        }
+        // Deeper is refused on the way back, without a panic.
+        let deep = pack_value(&nested(200)).unwrap();
+        assert!(unpack_value(&deep).is_err());
+    }
 }
