@@ -37,7 +37,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::inputs::watches;
 use super::model::meta::{has_annotation, origin_cluster};
 use super::model::{
-    Baseline, BusEvent, Input, LocalEvent, LocalKey, RuleReport, Snapshots, Target,
+    Baseline, BusEvent, Input, LocalEvent, LocalKey, LocalObjects, RuleReport, Snapshots, Target,
 };
 use super::rules::compile::{self as rules, RuleSet};
 use super::source::state::SourceState;
@@ -50,10 +50,11 @@ pub struct KindState {
     pub ar: ApiResource,
     /// Namespaced or cluster-scoped.
     pub namespaced: bool,
-    /// Every local object of the kind, as the watch last listed or saw it.
-    pub objects: BTreeMap<LocalKey, Value>,
+    /// Every local object of the kind, as the watch last listed or saw it
+    /// (packed: parsed again where read).
+    pub objects: LocalObjects,
     /// The objects of a re-list in progress (replace `objects` when done).
-    relist: Option<BTreeMap<LocalKey, Value>>,
+    relist: Option<LocalObjects>,
     /// The local list has completed at least once.
     pub listed: bool,
     /// Why the local watch last failed, until it lists again.
@@ -84,12 +85,12 @@ impl KindState {
     /// Whether copies made by sync, or live envelopes we published, remain.
     pub fn has_leftovers(&self, local: &str) -> bool {
         self.snapshots
-            .iter()
+            .iter_meta()
             .any(|(k, e)| k.origin == local && !e.tombstone)
             || self
                 .objects
                 .values()
-                .any(|o| origin_cluster(o).is_some_and(|origin| origin != local))
+                .any(|o| origin_cluster(&o).is_some_and(|origin| origin != local))
     }
 
     /// Whether everything sync needs of this kind has been read.
@@ -204,7 +205,7 @@ impl Engine {
             started: self.fleet.synced,
             kinds: count(self.kinds.len()),
             kinds_ready: count(self.kinds.values().filter(|k| k.ready()).count()),
-            envelopes: count(self.kinds.values().map(|k| k.snapshots.len()).sum()),
+            envelopes: count(self.kinds.values().map(|k| k.snapshots.count()).sum()),
             copies_wanted: count(self.held.len()),
             copies_in_sync: reports
                 .clone()
@@ -309,7 +310,9 @@ impl Engine {
                 if let Some(k) = self.kinds.get_mut(&gvk) {
                     match before {
                         Some(env) => k.snapshots.insert(key.clone(), *env),
-                        None => k.snapshots.remove(&key),
+                        None => {
+                            k.snapshots.remove(&key);
+                        }
                     };
                     k.source_dirty.insert(key.clone());
                 }
@@ -347,7 +350,7 @@ impl Engine {
             return;
         };
         match ev {
-            LocalEvent::Reset => kind.relist = Some(BTreeMap::new()),
+            LocalEvent::Reset => kind.relist = Some(LocalObjects::default()),
             LocalEvent::Upsert(mut obj) => {
                 super::model::meta::compact_managed_fields(&mut obj);
                 // The watch works again (kube-runtime resumes after most
@@ -377,10 +380,10 @@ impl Engine {
                 }
                 match &mut kind.relist {
                     Some(relist) => {
-                        relist.insert(key, obj);
+                        relist.insert(key, &obj);
                     }
                     None => {
-                        kind.objects.insert(key, obj);
+                        kind.objects.insert(key, &obj);
                     }
                 }
             }
@@ -466,7 +469,7 @@ impl Engine {
                     // it differs and publishes ours again.
                     let local = kind.objects.get(&(key.namespace.clone(), key.name.clone()));
                     if let (Some(received), Some(local)) = (&env.object, local) {
-                        if !super::source::published::same_identity(received, local) {
+                        if !super::source::published::same_identity(received, &local) {
                             env.content_hash.clear();
                         }
                     }
@@ -521,9 +524,9 @@ impl Engine {
     /// The rules peers publish (live, original, from a peer that may be a
     /// source), compiled.
     fn bus_rules(&self, kind: &KindState) -> RuleSet {
-        let objects: Vec<&Value> = kind
+        let objects: Vec<Value> = kind
             .snapshots
-            .iter()
+            .iter_meta()
             .filter(|(key, env)| {
                 key.origin != self.fleet.local.name
                     && !env.tombstone
@@ -533,10 +536,10 @@ impl Engine {
                         .get(&key.origin)
                         .is_some_and(|p| p.may_be_source())
             })
-            .filter_map(|(_, env)| env.object.as_ref())
-            .filter(|o| super::model::meta::is_original(o))
+            .filter_map(|(key, _)| kind.snapshots.get(key)?.object)
+            .filter(super::model::meta::is_original)
             .collect();
-        let mut set = rules::compile(&objects);
+        let mut set = rules::compile(&objects.iter().collect::<Vec<_>>());
         set.remove(rules::RULE_REPLICATION);
         set
     }
@@ -635,7 +638,7 @@ impl Engine {
             KindState {
                 ar,
                 namespaced,
-                objects: BTreeMap::new(),
+                objects: LocalObjects::default(),
                 relist: None,
                 listed: false,
                 watch_error: None,
@@ -716,7 +719,8 @@ impl Engine {
         self.report_wake = None;
         if self.rules_dirty {
             if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
-                let objects: Vec<&Value> = kind.objects.values().collect();
+                let objects: Vec<Value> = kind.objects.values().collect();
+                let objects: Vec<&Value> = objects.iter().collect();
                 let mut rules = rules::compile(&objects);
                 // Rules are mesh-wide: a rule a peer publishes counts here even
                 // while its local copy is missing (deleted by someone, not yet
@@ -900,10 +904,7 @@ fn parse_correct(bytes: &[u8]) -> Result<CorrectRequest, String> {
 impl KindState {
     /// A listed, caught-up source kind holding `objects` and `snapshots`,
     /// with no tasks behind it: for unit tests of the pure passes.
-    pub fn for_test(
-        objects: BTreeMap<LocalKey, Value>,
-        snapshots: BTreeMap<ObjectKey, Envelope>,
-    ) -> KindState {
+    pub fn for_test(objects: LocalObjects, snapshots: BTreeMap<ObjectKey, Envelope>) -> KindState {
         let stop = CancellationToken::new();
         KindState {
             ar: ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),

@@ -17,6 +17,7 @@
 mod compress;
 mod hash;
 mod limits;
+mod packed;
 mod verify;
 
 pub use crate::codec::MAX_MSGPACK_DEPTH;
@@ -26,6 +27,7 @@ pub use limits::{
     check_size, msg_id, republish_msg_id, tombstone_msg_id, TooLarge, DEFAULT_MAX_PAYLOAD,
     HEADER_ALLOWANCE,
 };
+pub use packed::{pack_value, unpack_value};
 pub use verify::Mismatch;
 
 use chrono::{DateTime, Utc};

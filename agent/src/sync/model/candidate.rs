@@ -1,11 +1,9 @@
 //! A copy some source wants at a target.
 
-use std::sync::Arc;
-
 use fleetbus_schemas::crd::UpdatePolicy;
 use fleetbus_schemas::subject::ObjectKey;
-use serde_json::Value;
 
+use super::Packed;
 use crate::sync::digest::Digest;
 
 /// One source object that wants to be written at a target.
@@ -17,8 +15,9 @@ pub struct Candidate {
     pub key: ObjectKey,
     /// Its `metadata.creationTimestamp` on the origin (RFC 3339, sorts by time).
     pub created: String,
-    /// The copy to write (shared with the candidate memo).
-    pub desired: Arc<Value>,
+    /// The copy to write (shared with the candidate memo), packed: parsed
+    /// again only to be written or compared in a first look.
+    pub desired: Packed,
     /// `desired`'s digest without the source hash (see `digest`).
     pub digest: Digest,
     /// Whether the copy carries `.status`.

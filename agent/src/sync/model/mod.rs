@@ -2,8 +2,9 @@
 //! ([`Target`]), what a source wants there ([`Candidate`]) and what became
 //! of it ([`Outcome`], [`Conflict`]), what the sink knows of a copy
 //! ([`Baseline`]) and of a failing one ([`backoff`]), what a pass found per
-//! rule ([`RuleReport`]), what the engine is told ([`Input`]), and how an
-//! object's metadata is read ([`meta`]).
+//! rule ([`RuleReport`]), how a remembered object is kept ([`Packed`]),
+//! what the engine is told ([`Input`]), and how an object's metadata is
+//! read ([`meta`]).
 //!
 //! A leaf: nothing here knows the engine, the API server or the bus, so
 //! every decision over these types can be tested without either.
@@ -13,7 +14,9 @@ mod baseline;
 mod candidate;
 mod input;
 pub mod meta;
+mod objects;
 mod outcome;
+mod packed;
 mod report;
 mod snapshots;
 mod target;
@@ -21,7 +24,9 @@ mod target;
 pub use baseline::Baseline;
 pub use candidate::Candidate;
 pub use input::{believed_after_failure, BusEvent, Feed, Input, LocalEvent, StatusEvent};
+pub use objects::LocalObjects;
 pub use outcome::{Conflict, Outcome};
+pub use packed::{Packed, Unpack};
 pub use report::RuleReport;
 pub use snapshots::Snapshots;
 pub use target::{LocalKey, Target};

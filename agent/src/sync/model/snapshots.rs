@@ -5,19 +5,61 @@
 //! published a `Deleted` tombstone for the copy's source uid (then the copy
 //! goes whatever its orphan policy). Answered by a walk over every envelope,
 //! that made each delete cost a look at every object (issue 20); the index
-//! answers it with a lookup. Reads go through `Deref` to the map; every
-//! write goes through `insert`/`remove`, which keep the index.
+//! answers it with a lookup. Every write goes through `insert`/`remove`,
+//! which keep the index.
+//!
+//! The object an envelope carries is kept [`Packed`] (issue 20, "Compact
+//! state": on a sink it was one of the four parsed trees held per copy).
+//! [`Snapshots::meta`] and [`Snapshots::iter_meta`] give the envelope
+//! without it (uid, versions, hash, tombstone: what most readers ask);
+//! [`Snapshots::get`] and [`Snapshots::iter`] parse it again, for the plan
+//! of a changed envelope (or a full plan) and the few readers of rules and
+//! Bundles.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Deref;
 
 use fleetbus_schemas::envelope::{Envelope, TombstoneReason};
 use fleetbus_schemas::subject::ObjectKey;
+use serde_json::Value;
+
+use super::Packed;
+
+/// One envelope: everything but the object, and the object packed.
+#[derive(Debug)]
+struct Stored {
+    meta: Envelope,
+    object: Option<Packed>,
+}
+
+impl Stored {
+    fn new(mut env: Envelope) -> Self {
+        let object = env.object.take().map(|o| Packed::new(&o));
+        Stored { meta: env, object }
+    }
+
+    /// The whole envelope; an object that does not unpack (a bug: it was
+    /// packed here from a parsed one) is logged and left out.
+    fn whole(&self, key: &ObjectKey) -> Envelope {
+        let mut env = self.meta.clone();
+        env.object = self.object.as_ref().and_then(|p| unpacked(key, p));
+        env
+    }
+}
+
+fn unpacked(key: &ObjectKey, p: &Packed) -> Option<Value> {
+    match p.value() {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::error!(object = %super::meta::describe_key(key), error = %e, "kept envelope unreadable");
+            None
+        }
+    }
+}
 
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct Snapshots {
-    by_key: BTreeMap<ObjectKey, Envelope>,
+    by_key: BTreeMap<ObjectKey, Stored>,
     /// origin → uid → how many `Deleted` tombstones carry that uid (a uid
     /// names one object, but a forged or replayed message may repeat it
     /// under another subject).
@@ -31,8 +73,8 @@ fn is_deleted(env: &Envelope) -> bool {
 }
 
 impl Snapshots {
-    /// Sets the envelope at `key`; returns the one it replaces.
-    pub fn insert(&mut self, key: ObjectKey, env: Envelope) -> Option<Envelope> {
+    /// Sets the envelope at `key`.
+    pub fn insert(&mut self, key: ObjectKey, env: Envelope) {
         if is_deleted(&env) {
             *self
                 .deleted
@@ -42,18 +84,16 @@ impl Snapshots {
                 .or_default() += 1;
         }
         let origin = key.origin.clone();
-        let old = self.by_key.insert(key, env);
-        if let Some(o) = &old {
-            self.unindex(&origin, o);
+        if let Some(o) = self.by_key.insert(key, Stored::new(env)) {
+            self.unindex(&origin, &o.meta);
         }
-        old
     }
 
-    /// Forgets the envelope at `key`; returns it.
+    /// Forgets the envelope at `key`; returns it without its object.
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Envelope> {
         let old = self.by_key.remove(key)?;
-        self.unindex(&key.origin, &old);
-        Some(old)
+        self.unindex(&key.origin, &old.meta);
+        Some(old.meta)
     }
 
     fn unindex(&mut self, origin: &str, env: &Envelope) {
@@ -80,22 +120,30 @@ impl Snapshots {
             .get(origin)
             .is_some_and(|uids| uids.contains_key(uid))
     }
-}
 
-impl Deref for Snapshots {
-    type Target = BTreeMap<ObjectKey, Envelope>;
-
-    fn deref(&self) -> &Self::Target {
-        &self.by_key
+    /// The envelope at `key` without its object (`object` is `None`).
+    pub fn meta(&self, key: &ObjectKey) -> Option<&Envelope> {
+        self.by_key.get(key).map(|s| &s.meta)
     }
-}
 
-impl<'a> IntoIterator for &'a Snapshots {
-    type Item = (&'a ObjectKey, &'a Envelope);
-    type IntoIter = std::collections::btree_map::Iter<'a, ObjectKey, Envelope>;
+    /// The envelope at `key`, its object parsed again.
+    pub fn get(&self, key: &ObjectKey) -> Option<Envelope> {
+        self.by_key.get(key).map(|s| s.whole(key))
+    }
 
-    fn into_iter(self) -> Self::IntoIter {
-        self.by_key.iter()
+    /// Every envelope without its object, by key.
+    pub fn iter_meta(&self) -> impl Iterator<Item = (&ObjectKey, &Envelope)> + '_ {
+        self.by_key.iter().map(|(k, s)| (k, &s.meta))
+    }
+
+    /// Every envelope by key, each object parsed as the walk reaches it.
+    pub fn iter(&self) -> impl Iterator<Item = (&ObjectKey, Envelope)> + '_ {
+        self.by_key.iter().map(|(k, s)| (k, s.whole(k)))
+    }
+
+    /// How many envelopes there are.
+    pub fn count(&self) -> usize {
+        self.by_key.len()
     }
 }
 
@@ -142,7 +190,7 @@ mod tests {
     /// What the index answers must be what a walk over every envelope
     /// answers (the walk it replaces), after any sequence of writes.
     fn walk(s: &Snapshots, origin: &str, uid: &str) -> bool {
-        s.iter()
+        s.iter_meta()
             .any(|(k, e)| k.origin == origin && e.uid == uid && is_deleted(e))
     }
 
@@ -195,5 +243,23 @@ mod tests {
         assert!(!s.deleted("c2", "u1"));
         s.insert(key("c1", "a"), env("u2", None));
         assert!(!s.deleted("c1", "u1"));
+    }
+
+    #[test]
+    fn the_object_is_kept_packed_and_given_back_whole() {
+        let mut s = Snapshots::default();
+        let mut e = env("u1", None);
+        e.object =
+            Some(serde_json::json!({"metadata": {"name": "a"}, "data": {"pad": "x".repeat(900)}}));
+        s.insert(key("c1", "a"), e.clone());
+        assert_eq!(s.get(&key("c1", "a")), Some(e.clone()));
+        assert_eq!(
+            s.iter().map(|(_, e)| e).collect::<Vec<_>>(),
+            vec![e.clone()]
+        );
+        let meta = s.meta(&key("c1", "a")).unwrap();
+        assert_eq!((meta.object.as_ref(), meta.uid.as_str()), (None, "u1"));
+        assert_eq!(s.remove(&key("c1", "a")).map(|e| e.object), Some(None));
+        assert!(s.count() == 0 && s.get(&key("c1", "a")).is_none());
     }
 }

@@ -98,7 +98,7 @@ impl Engine {
         let mut desired: BTreeMap<LocalKey, Value> = BTreeMap::new();
         for r in reports {
             if let Some(source) = self.source_object(r) {
-                let (key, obj) = desired_state(r, source, &self.ctx.cfg.namespace);
+                let (key, obj) = desired_state(r, &source, &self.ctx.cfg.namespace);
                 desired.insert(key, obj);
             }
         }
@@ -115,7 +115,7 @@ impl Engine {
         let mut writes: Vec<(LocalKey, Value, Option<Value>)> = Vec::new();
         for (key, want) in desired {
             let live = kind.objects.get(&key);
-            if live.is_some_and(|l| decided(l) == decided(&want)) {
+            if live.as_ref().is_some_and(|l| decided(l) == decided(&want)) {
                 continue;
             }
             // Written already; its watch event has not come back yet.
@@ -123,11 +123,11 @@ impl Engine {
                 .status_book
                 .written
                 .get(&key)
-                .is_some_and(|w| w.pending(&want, live))
+                .is_some_and(|w| w.pending(&want, live.as_ref()))
             {
                 continue;
             }
-            writes.push((key, want, live.cloned()));
+            writes.push((key, want, live));
         }
         let ar = kind.ar.clone();
         for obj in stale {

@@ -64,14 +64,14 @@ impl Engine {
                 continue;
             };
             // A local object in the way (a conflict) is no copy of ours.
-            let origin = origin_cluster(live);
+            let origin = origin_cluster(&live);
             if origin != Some(key.origin.as_str()) {
                 continue;
             }
             let uid = self
                 .kinds
                 .get(&rule.source)
-                .and_then(|k| k.snapshots.get(key))
+                .and_then(|k| k.snapshots.meta(key))
                 .map(|e| e.uid.clone());
             let api_version = if key.group.is_empty() {
                 key.version.clone()
@@ -96,7 +96,7 @@ impl Engine {
                     .to_owned(),
                 observed_at: now,
                 status,
-                ready: Some(readiness::is_ready(live)),
+                ready: Some(readiness::is_ready(&live)),
             };
             out.insert(report.subject_key(), report);
         }
@@ -107,7 +107,7 @@ impl Engine {
                 .rules
                 .get(&rule_name)
                 .and_then(|rule| self.kinds.get(&rule.source))
-                .and_then(|k| k.snapshots.get(&key))
+                .and_then(|k| k.snapshots.meta(&key))
                 .map(|e| e.uid.clone());
             let report = ReportedStatus {
                 cluster: local.clone(),

@@ -114,7 +114,7 @@ impl Engine {
 
     /// The live source object a report is about, if it exists with the uid
     /// the report names.
-    pub(in crate::sync) fn source_object(&self, r: &ReportedStatus) -> Option<&Value> {
+    pub(in crate::sync) fn source_object(&self, r: &ReportedStatus) -> Option<Value> {
         let key = source_key(r);
         let gvk = GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
         let obj = self
@@ -213,8 +213,8 @@ impl Engine {
             }
             found.push((gvk.clone(), None));
             let api_version = fleetbus_schemas::subject::api_version(&gvk.group, &gvk.version);
-            for ((ns, name), obj) in &kind.objects {
-                if has_returned_status(obj) {
+            for ((ns, name), obj) in kind.objects.iter() {
+                if has_returned_status(&obj) {
                     let key = ObjectKey::from_api_version(
                         local,
                         &api_version,

@@ -10,6 +10,7 @@ use super::mutate;
 use crate::context::Context;
 use crate::kube::path::segment;
 use crate::kube::FIELD_MANAGER;
+use crate::sync::model::{Packed, Unpack};
 
 /// A write of a copy that failed.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +31,9 @@ pub enum WriteError {
     /// The copy's kind is no longer watched (it went away during the pass).
     #[error("the kind of {0} is not watched")]
     Gone(String),
+    /// The kept desired copy does not unpack (a bug: it was packed here).
+    #[error(transparent)]
+    Unpack(#[from] Unpack),
 }
 
 impl WriteError {
@@ -49,7 +53,7 @@ impl WriteError {
                 ..
             } if s.is_already_exists() => true,
             WriteError::Kube { source, .. } => crate::kube::client::is_transient(source),
-            WriteError::Body(_) => false,
+            WriteError::Body(_) | WriteError::Unpack(_) => false,
             WriteError::Gone(_) => true,
         }
     }
@@ -96,9 +100,10 @@ fn to_value(o: DynamicObject) -> Result<Value, WriteError> {
 pub async fn create(
     ctx: &Context,
     api: &Api<DynamicObject>,
-    desired: &Value,
+    desired: &Packed,
     with_status: bool,
 ) -> Result<Value, WriteError> {
+    let desired = &desired.value()?;
     let created = api
         .create(&params(false), &body(desired)?)
         .await
@@ -116,11 +121,12 @@ pub async fn create(
 pub async fn replace(
     ctx: &Context,
     api: &Api<DynamicObject>,
-    desired: &Value,
+    desired: &Packed,
     live: &Value,
     with_status: bool,
     exclude: &[String],
 ) -> Result<Value, WriteError> {
+    let desired = &desired.value()?;
     let mut full = desired.clone();
     compare::carry_over(&mut full, live);
     // Paths drift may not touch keep their live values.

@@ -292,7 +292,7 @@ impl Engine {
                             key: src.key.clone(),
                             created: created.to_owned(),
                             digest: crate::sync::digest::Digest::of_desired(&desired),
-                            desired: std::sync::Arc::new(desired),
+                            desired: crate::sync::model::Packed::new(&desired),
                             with_status: mutate::syncs_status(src.entries),
                             update: src.rule.spec.update_policy,
                             create_namespace: src.rule.spec.create_namespace,
@@ -432,13 +432,13 @@ impl Engine {
             let Some(kind) = self.kinds.get(&rule.source) else {
                 continue;
             };
-            for (key, env) in &kind.snapshots {
+            for (key, env) in kind.snapshots.iter_meta() {
                 if env.tombstone || key.origin == self.fleet.local.name {
                     continue;
                 }
-                if let Some(obj) = &env.object {
+                if let Some(obj) = kind.snapshots.get(key).and_then(|e| e.object) {
                     // Refused in `prepare`: nothing to watch for them.
-                    let kinds = manifest_kinds(obj).into_iter();
+                    let kinds = manifest_kinds(&obj).into_iter();
                     out.extend(kinds.filter(|g| !is_fleetbus_group(&g.group)));
                 }
             }
@@ -493,7 +493,7 @@ impl Engine {
                             .and_then(|k| k.objects.get(&t.local_key()))
                     });
                     // Applied but not seen yet: its watch event comes next.
-                    s.ready = Some(live.is_some_and(readiness::is_ready));
+                    s.ready = Some(live.as_ref().is_some_and(readiness::is_ready));
                 }
                 s
             })

@@ -42,9 +42,7 @@ fn still_kept(kinds: &HashMap<GroupVersionKind, KindState>, t: &Target, uid: &st
         Some(k) if k.listed => k
             .objects
             .get(&t.local_key())
-            .and_then(|o| o.pointer("/metadata/uid"))
-            .and_then(Value::as_str)
-            .is_some_and(|u| u == uid),
+            .is_some_and(|o| o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid)),
         _ => true,
     }
 }
@@ -129,7 +127,9 @@ impl Engine {
         let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
         let mut again = BTreeSet::new();
         let listed = |g: &GroupVersionKind| self.kinds.get(g).filter(|k| k.listed);
-        let objects: Box<dyn Iterator<Item = &Value> + '_> = match scope {
+        // Parsed one at a time (see `LocalObjects`): a full scan (`scope`
+        // None) is the rare one.
+        let objects: Box<dyn Iterator<Item = Value> + '_> = match scope {
             None => Box::new(
                 self.kinds
                     .values()
@@ -143,6 +143,7 @@ impl Engine {
             ),
         };
         for obj in objects {
+            let obj = &obj;
             let Some(origin) = annotation(obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
                 continue;
             };

@@ -126,7 +126,7 @@ mod tests {
             rule: rule.to_owned(),
             key: ObjectKey::from_api_version(origin, "v1", "Secret", Some("apps"), "s"),
             created: created.to_owned(),
-            desired: std::sync::Arc::new(json!({})),
+            desired: json!({}).into(),
             digest: crate::sync::digest::Digest::of_desired(&json!({})),
             with_status: false,
             update: UpdatePolicy::Update,

@@ -24,7 +24,7 @@ use super::wave::WRITE_CONCURRENCY;
 use crate::sync::drift::policy::{keep_excluded, Policy};
 use crate::sync::engine::Engine;
 use crate::sync::model::meta::{annotation, annotations_mut};
-use crate::sync::model::{Baseline, Candidate, Outcome, Target};
+use crate::sync::model::{Baseline, Candidate, Outcome, Packed, Target};
 
 /// What a first look decided.
 #[derive(Debug)]
@@ -72,12 +72,12 @@ fn resource_version(obj: &Value) -> Option<String> {
 /// source hash, so that a source change that leaves the copy alone (the
 /// origin's status, when status is not synced) is no reason to write after
 /// a restart, as it was none while running (`Digest`).
-fn dry_run_body(c: &Candidate, live: &Value, policy: &Policy) -> Value {
-    let mut body = Value::clone(&c.desired);
+fn dry_run_body(c: &Candidate, live: &Value, policy: &Policy) -> Result<Value, WriteError> {
+    let mut body = c.desired.value()?;
     compare::carry_over(&mut body, live);
     keep_excluded(&mut body, live, &policy.exclude);
     keep_source_hash(&mut body, live);
-    body
+    Ok(body)
 }
 
 impl Engine {
@@ -112,7 +112,10 @@ impl Engine {
             Ok(place) => place,
             Err(outcome) => return outcome,
         };
-        let result = apply::dry_run_replace(&api, &dry_run_body(c, &live, &policy)).await;
+        let result = match dry_run_body(c, &live, &policy) {
+            Ok(body) => apply::dry_run_replace(&api, &body).await,
+            Err(e) => Err(e),
+        };
         match self.looked(target, c, &policy, &api, &live, result).await {
             Looked::Done(outcome) => outcome,
             Looked::Replace(exclude) => {
@@ -135,7 +138,14 @@ impl Engine {
         for (target, c, policy) in looks {
             match self.look_at(target) {
                 Ok((api, live)) => {
-                    let body = dry_run_body(c, &live, &policy);
+                    let body = match dry_run_body(c, &live, &policy) {
+                        Ok(body) => body,
+                        Err(e) => {
+                            let outcome = self.failed(target, c, resource_version(&live), e);
+                            out.push((target, c, Looked::Done(outcome)));
+                            continue;
+                        }
+                    };
                     requests.push(Request {
                         target,
                         c,
@@ -198,7 +208,7 @@ impl Engine {
             target.clone(),
             Baseline {
                 desired: c.digest,
-                server: server.clone(),
+                server: Packed::new(&server),
                 verified: None,
             },
         );
@@ -208,8 +218,15 @@ impl Engine {
             self.drift_resolved(target).await;
             return Looked::Done(Outcome::InSync);
         }
+        let desired = match c.desired.value() {
+            Ok(d) => d,
+            Err(e) => {
+                let rv = resource_version(live);
+                return Looked::Done(self.failed(target, c, rv, e.into()));
+            }
+        };
         let same_source = annotation(live, well_known::ANNOTATION_SOURCE_HASH)
-            == annotation(&c.desired, well_known::ANNOTATION_SOURCE_HASH);
+            == annotation(&desired, well_known::ANNOTATION_SOURCE_HASH);
         if same_source {
             let outcome = self
                 .modified(target, c, api, live.clone(), server, policy.clone())

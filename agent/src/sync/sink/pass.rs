@@ -30,7 +30,7 @@ use crate::sync::digest::Digest;
 use crate::sync::engine::{namespace_gvk, Engine};
 use crate::sync::model::backoff::Input;
 use crate::sync::model::meta::{annotation, is_original};
-use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, RuleReport, Target};
+use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, RuleReport, Target};
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::rules::template::TemplateContext;
@@ -137,8 +137,8 @@ impl Engine {
             return out;
         };
         let sources = self.sources(rule);
-        for (key, env) in &kind.snapshots {
-            let Some((env, obj, peer)) = taken(&sources, key, Some(env)) else {
+        for (key, env) in kind.snapshots.iter() {
+            let Some((env, obj, peer)) = taken(&sources, key, Some(&env)) else {
                 continue;
             };
             let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
@@ -219,7 +219,7 @@ impl Engine {
                         .unwrap_or_default()
                         .to_owned(),
                     digest: Digest::of_desired(&desired),
-                    desired: Arc::new(desired),
+                    desired: Packed::new(&desired),
                     with_status: mutate::syncs_status(entries),
                     update,
                     create_namespace: rule.spec.create_namespace,
@@ -308,13 +308,15 @@ impl Engine {
                     continue;
                 };
                 let sources = self.sources(rule);
-                for (key, env) in &kind.snapshots {
+                // Each object parsed again (see `Snapshots`): ~10 µs a copy,
+                // on top of the ~20 µs a full plan cost before.
+                for (key, env) in kind.snapshots.iter() {
                     self.plan_pair(
                         &mut state.plan,
                         rule,
                         &sources,
                         key,
-                        Some(env),
+                        Some(&env),
                         &mut changed,
                     );
                     seen.insert((rule.name.clone(), key.clone()));
@@ -330,7 +332,14 @@ impl Engine {
                 let sources = self.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
-                    self.plan_pair(&mut state.plan, rule, &sources, key, env, &mut changed);
+                    self.plan_pair(
+                        &mut state.plan,
+                        rule,
+                        &sources,
+                        key,
+                        env.as_ref(),
+                        &mut changed,
+                    );
                 }
             }
             changed.extend(dirty.targets);
@@ -607,7 +616,7 @@ impl Engine {
             target.clone(),
             Baseline {
                 desired: c.digest,
-                server,
+                server: Packed::new(&server),
                 verified: None,
             },
         );

@@ -76,10 +76,14 @@ impl Engine {
                     Ok(p) => p,
                     Err(outcome) => return outcome,
                 };
-                let server = self.baselines.get(target).map(|b| b.server.clone());
+                let server = self.baselines.get(target).map(|b| b.server.value());
                 match (live, server) {
-                    (Some(live), Some(server)) => {
+                    (Some(live), Some(Ok(server))) => {
                         self.modified(target, c, &api, live, server, policy).await
+                    }
+                    (live, Some(Err(e))) => {
+                        let rv = live.as_ref().and_then(resource_version);
+                        self.failed(target, c, rv, e.into())
                     }
                     // Decided from both, and neither changes within a pass.
                     _ => Outcome::InSync,
@@ -98,7 +102,7 @@ impl Engine {
             )));
         };
         let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
-        Ok((api, kind.objects.get(&target.local_key()).cloned()))
+        Ok((api, kind.objects.get(&target.local_key())))
     }
 
     /// For a copy that is missing: creates `namespace` first when one is
@@ -175,9 +179,11 @@ impl Engine {
             Ok(api) => api,
             Err(outcome) => return outcome,
         };
-        let Some(last) = self.baselines.get(target).map(|b| b.server.clone()) else {
+        let last = match self.baselines.get(target).map(|b| b.server.value()) {
+            Some(Ok(last)) => last,
+            Some(Err(e)) => return self.failed(target, c, None, e.into()),
             // Decided from the baseline, which does not change within a pass.
-            return Outcome::InSync;
+            None => return Outcome::InSync,
         };
         if let Ok(Some(_)) = announce::fresh(&api, &target.name).await {
             // Our create's watch event has not arrived yet: no drift.

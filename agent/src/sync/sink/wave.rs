@@ -226,10 +226,13 @@ fn missing(v: &View<'_>, target: &Target, c: &Candidate, namespace: Option<Strin
         return Step::Serial(Why::Recreate { namespace });
     }
     match v.rule {
-        Some(rule) if base.desired == c.digest => Step::Serial(Why::Deleted {
-            namespace,
-            policy: Policy::of(rule, target, &base.server),
-        }),
+        Some(rule) if base.desired == c.digest => match base.server.value() {
+            Ok(server) => Step::Serial(Why::Deleted {
+                namespace,
+                policy: Policy::of(rule, target, &server),
+            }),
+            Err(e) => Step::Done(Outcome::Failed(e.to_string()), false),
+        },
         _ => Step::Serial(Why::Gone { namespace }),
     }
 }
@@ -268,7 +271,11 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
         }
     }
     let policy = policy(v.rule, target, live);
-    if policy.same(&base.server, live, c.with_status) {
+    let server = match base.server.value() {
+        Ok(server) => server,
+        Err(e) => return Step::Done(Outcome::Failed(e.to_string()), false),
+    };
+    if policy.same(&server, live, c.with_status) {
         return Step::Verified(live_rv.map(str::to_owned), c.with_status);
     }
     Step::Serial(Why::Drift { policy })
@@ -285,10 +292,11 @@ impl Engine {
     /// How the sink handles `target` this pass (see [`decide`]).
     pub(in crate::sync) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
         let kind = self.kinds.get(&target.gvk());
+        let live = kind.and_then(|k| k.objects.get(&target.local_key()));
         let view = View {
             retry: self.retries.get(target),
             namespaced: kind.map(|k| k.namespaced),
-            live: kind.and_then(|k| k.objects.get(&target.local_key())),
+            live: live.as_ref(),
             namespace_exists: target
                 .namespace
                 .as_deref()
@@ -394,8 +402,7 @@ impl Engine {
                     self.kinds
                         .get(&target.gvk())
                         .and_then(|k| k.objects.get(&target.local_key()))
-                        .and_then(resource_version)
-                        .map(str::to_owned)
+                        .and_then(|live| resource_version(&live).map(str::to_owned))
                 } else {
                     None
                 };
@@ -422,7 +429,7 @@ impl Engine {
         let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
         match (&w.replace, live) {
             (Some(exclude), Some(live)) => {
-                apply::replace(&self.ctx, &api, &c.desired, live, c.with_status, exclude).await
+                apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status, exclude).await
             }
             _ => apply::create(&self.ctx, &api, &c.desired, c.with_status).await,
         }
@@ -470,7 +477,7 @@ mod tests {
             key: ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("apps"), "c"),
             created: String::new(),
             digest: Digest::of_desired(&d),
-            desired: std::sync::Arc::new(d),
+            desired: d.into(),
             with_status: false,
             update: UpdatePolicy::Update,
             create_namespace: false,
@@ -481,7 +488,7 @@ mod tests {
     fn baseline(value: &str, server_rv: &str, verified: Option<&str>) -> Baseline {
         Baseline {
             desired: Digest::of_desired(&desired(value, "h")),
-            server: live(value, server_rv),
+            server: live(value, server_rv).into(),
             verified: verified.map(|rv| (rv.to_owned(), false)),
         }
     }
@@ -721,8 +728,9 @@ mod tests {
         // Unchanged: someone deleted it; the policy is read from the copy as
         // last written, and a namespace to create comes along.
         let mut paused = baseline("a", "7", None);
-        paused.server["metadata"]["annotations"][well_known::ANNOTATION_CORRECTION_PAUSED] =
-            json!("true");
+        let mut server = paused.server.value().unwrap();
+        server["metadata"]["annotations"][well_known::ANNOTATION_CORRECTION_PAUSED] = json!("true");
+        paused.server = server.into();
         let mut no_ns = view(&rs, None, Some(&paused));
         no_ns.namespace_exists = false;
         let mut creates = candidate("a", "h");

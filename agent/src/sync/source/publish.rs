@@ -154,18 +154,19 @@ pub fn plan(
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for obj in kind.objects.values() {
+        let obj = &obj;
         if !is_original(obj) {
             continue;
         }
         let Some(key) = ObjectKey::from_object(&local.name, obj) else {
             continue;
         };
-        let current = kind.snapshots.get(&key).filter(|e| !e.tombstone);
+        let current = kind.snapshots.meta(&key).filter(|e| !e.tombstone);
         plan_object(&rules, &key, Some(obj), current, memo, &mut out);
         seen.insert(key);
     }
     memo.retain(|k| seen.contains(k));
-    for (key, e) in &kind.snapshots {
+    for (key, e) in kind.snapshots.iter_meta() {
         if key.origin == local.name && !e.tombstone && !seen.contains(key) {
             plan_object(&rules, key, None, Some(e), memo, &mut out);
         }
@@ -191,11 +192,11 @@ pub fn plan_keys(
             // The key of a local object of another kind's name cannot match
             // it: compare what the key was made from.
             .filter(|o| ObjectKey::from_object(&local.name, o).as_ref() == Some(key));
-        let current = kind.snapshots.get(key).filter(|e| !e.tombstone);
-        if obj.is_none_or(|o| !is_original(o)) {
+        let current = kind.snapshots.meta(key).filter(|e| !e.tombstone);
+        if obj.as_ref().is_none_or(|o| !is_original(o)) {
             memo.forget(key);
         }
-        plan_object(&rules, key, obj, current, memo, &mut out);
+        plan_object(&rules, key, obj.as_ref(), current, memo, &mut out);
     }
     out
 }
@@ -401,7 +402,7 @@ impl Engine {
         let after_tombstone = self
             .kinds
             .get(gvk)
-            .and_then(|k| k.snapshots.get(key))
+            .and_then(|k| k.snapshots.meta(key))
             .is_some_and(|e| e.tombstone);
         let overwritten = self.source.overwritten.contains(key);
         let id = msg_id(&env, after_tombstone, overwritten);
@@ -428,7 +429,8 @@ impl Engine {
         let before = self
             .kinds
             .get(gvk)
-            .and_then(|k| k.snapshots.get(key))
+            // Our own envelopes are kept without their object anyway.
+            .and_then(|k| k.snapshots.meta(key))
             .cloned()
             .map(Box::new);
         let (gvk, key) = (gvk.clone(), key.clone());
@@ -503,7 +505,6 @@ mod tests {
     use super::*;
     use crate::sync::engine::{local_key, KindState};
     use crate::sync::model::believed_after_failure;
-    use crate::sync::model::LocalKey;
     use crate::sync::rules::compile as rules;
     use fleetbus_schemas::registry::FeatureRecord;
     use serde_json::json;
@@ -563,7 +564,7 @@ mod tests {
     }
 
     fn kind(objects: &[&Value], snapshots: Vec<(ObjectKey, Envelope)>) -> KindState {
-        let objects: BTreeMap<LocalKey, Value> = objects
+        let objects: crate::sync::model::LocalObjects = objects
             .iter()
             .map(|o| (local_key(o).unwrap(), (*o).clone()))
             .collect();

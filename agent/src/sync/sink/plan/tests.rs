@@ -67,7 +67,7 @@ fn compute(rule: &str, key: &ObjectKey, env: &Envelope, calls: &mut usize) -> Co
                     .unwrap()
                     .to_owned(),
                 digest: crate::sync::digest::Digest::of_desired(&desired),
-                desired: Arc::new(desired),
+                desired: crate::sync::model::Packed::new(&desired),
                 with_status: false,
                 update: UpdatePolicy::Update,
                 create_namespace: false,
@@ -110,7 +110,7 @@ fn decide(plan: &mut Plan, t: &Target) {
     }
     conflicts::order(&mut cands);
     let winner = cands.remove(0);
-    let failing = winner.desired["data"]["v"] == json!(1);
+    let failing = winner.desired.value().unwrap()["data"]["v"] == json!(1);
     let s = Settled {
         rule: winner.rule.clone(),
         synced: !failing,
