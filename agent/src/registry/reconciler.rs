@@ -7,7 +7,7 @@ use std::time::Duration;
 use fleetbus_schemas::crd::{Cluster, ClusterFeature};
 use futures::StreamExt;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
-use kube::{Api, ResourceExt};
+use kube::Api;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -19,7 +19,7 @@ use super::record::feature_records;
 use super::record::MemberState;
 use super::shared::Registry;
 use super::status::StatusWriter;
-use super::view::{is_disabled, template_record, FleetView, LocalView};
+use super::view::{is_disabled, named, sort_by_name, template_record, FleetView, LocalView};
 use super::{local, peers};
 
 /// Longest time between two passes even when nothing seems to happen (a
@@ -127,7 +127,8 @@ async fn pass(
     // Read before the membership is: if the registry had caught up by
     // now, a successful pass has materialised everything it held.
     let registry_synced = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
-    let snapshot = clusters.state();
+    let mut snapshot = clusters.state();
+    sort_by_name(&mut snapshot);
     let now = Instant::now();
     let local = local::reconcile(reg, writer, &snapshot, now).await;
     let peers = peers::reconcile(reg, writer, secrets, failures, &snapshot, now).await;
@@ -178,11 +179,7 @@ fn fleet_view(reg: &Registry, clusters: &[Arc<Cluster>], synced: bool) -> FleetV
         features: info.features,
         record: template_record(&own),
     };
-    let disabled = |name: &str| {
-        clusters
-            .iter()
-            .any(|c| c.name_any() == name && is_disabled(c))
-    };
+    let disabled = |name: &str| named(clusters, name).is_some_and(|c| is_disabled(c));
     let m = reg.membership();
     FleetView::compute(local, m.peers().map(|p| &p.record), disabled, synced)
 }
