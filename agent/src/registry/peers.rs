@@ -748,6 +748,14 @@ mod tests {
 
     const TIMEOUT: Duration = Duration::from_secs(2);
 
+    /// The condition `type_` of `s` (the test fails when it is missing).
+    fn cond<'a>(
+        s: &'a ClusterStatus,
+        type_: &str,
+    ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
     fn plan(alive: bool, advanced: bool) -> Plan {
         let mut r = record("b", "id-b", 7);
         r.members = vec!["a".into(), "b".into()];
@@ -796,11 +804,7 @@ mod tests {
             status_of(&s.conditions, condition::CLUSTERS_SYNCED),
             Some("False")
         );
-        let synced = s
-            .conditions
-            .iter()
-            .find(|c| c.type_ == condition::CLUSTERS_SYNCED)
-            .unwrap();
+        let synced = cond(&s, condition::CLUSTERS_SYNCED);
         assert_eq!(
             synced.message,
             "members seen here but not by the peer: c; by the peer but not here: "
@@ -833,11 +837,7 @@ mod tests {
             (0..=MEMBER_NAMES_MAX + 1).map(|i| format!("c{i}")),
         ));
         let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
-        let synced = s
-            .conditions
-            .iter()
-            .find(|c| c.type_ == condition::CLUSTERS_SYNCED)
-            .unwrap();
+        let synced = cond(&s, condition::CLUSTERS_SYNCED);
         assert_eq!(synced.status, "False");
         assert!(
             synced
@@ -933,11 +933,7 @@ mod tests {
         p.record.api = fleetbus_schemas::registry::ApiHealth::unreachable("timed out");
         let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
         assert_eq!(s.state, Some(ClusterState::ApiUnreachable));
-        let ready = s
-            .conditions
-            .iter()
-            .find(|c| c.type_ == condition::READY)
-            .unwrap();
+        let ready = cond(&s, condition::READY);
         assert_eq!(ready.status, "False");
         assert_eq!(ready.reason, "ApiUnreachable");
         // Silence outranks it: a dead peer cannot vouch for its API.
