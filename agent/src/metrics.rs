@@ -39,6 +39,10 @@ pub struct Metrics {
     /// Writes for a peer that the local API server refused for good (4xx), by
     /// what was written (`fleetbus_peer_rejected_total{write}`).
     pub peer_rejected: Family<Labels, Counter>,
+    /// Registry reconcile passes, by what woke the pass
+    /// (`fleetbus_registry_passes_total{wake}`): at 1,000 peers a pass costs
+    /// milliseconds, so their rate is the registry's idle cost.
+    pub registry_passes: Family<Labels, Counter>,
     /// Peers whose object the local API server currently refuses.
     pub peers_failing: Gauge,
     /// 1 while this agent's own record fails the validation every reader
@@ -191,6 +195,12 @@ impl Metrics {
             "peer_rejected",
             "Writes for a peer the local API server refused for good (not retried until the peer's record changes)",
             peer_rejected.clone(),
+        );
+        let registry_passes = Family::<Labels, Counter>::default();
+        registry.register(
+            "registry_passes",
+            "Registry reconcile passes, by what woke the pass",
+            registry_passes.clone(),
         );
         let peers_failing = Gauge::default();
         registry.register(
@@ -347,6 +357,7 @@ impl Metrics {
             registry_rejected,
             name_conflicts,
             heartbeats_published,
+            registry_passes,
             heartbeats_received,
             peers,
             kube_writes,

@@ -8,7 +8,7 @@ use chrono::{DateTime, Duration, Utc};
 use fleetbus_schemas::crd::{ClusterMetadata, KubernetesApiEndpoint, Locality};
 use fleetbus_schemas::registry::{
     ApiHealth, BeatRecord, ClusterRecord, FeatureRecord, InvalidRecord, KubeconfigRecord,
-    MemberState, RegistryKey,
+    MemberSet, MemberState, MembersDigest, RegistryKey,
 };
 use fleetbus_schemas::subject::is_valid_kv_token;
 use fleetbus_schemas::time::parse_rfc3339;
@@ -51,6 +51,7 @@ prop_compose! {
                         agent_version in text(), started_at in ms_time(), heartbeat_at in ms_time(),
                         heartbeat_interval_seconds in any::<u32>(), seq in any::<u64>(),
                         members in proptest::collection::vec(text(), 0..4),
+                        digest in proptest::option::of((any::<u32>(), text())),
                         api_down in any::<bool>(), api_message in text()) -> ClusterRecord {
         ClusterRecord {
             name, cluster_id,
@@ -61,6 +62,7 @@ prop_compose! {
             metadata,
             features: features.into_iter().map(|(feature_name, labels)| FeatureRecord { feature_name, labels }).collect(),
             agent_version, started_at, heartbeat_at, heartbeat_interval_seconds, seq, members,
+            members_digest: digest.map(|(count, sha256)| MembersDigest { count, sha256 }),
             api: if api_down { ApiHealth::unreachable(api_message) } else { ApiHealth::reachable() },
             beats: false,
         }
@@ -132,13 +134,17 @@ fn example() -> ClusterRecord {
         heartbeat_interval_seconds: 10,
         seq: 181,
         members: vec!["east".into(), "west".into()],
+        members_digest: Some(MembersDigest {
+            count: 2,
+            sha256: "e50f788b9e3ea6a4eb03741c16853fad7ec6d4cb11e4fc10fb8301d6d286890c".into(),
+        }),
         api: ApiHealth::reachable(),
         beats: true,
     }
 }
 
 /// The example in docs/PROTOCOL.md; keep them identical.
-const EXAMPLE_JSON: &str = r#"{"schema":"fleetbus.io/cluster/v1","name":"east","clusterID":"6f1c2d3e-8a9b-4c5d-9e0f-112233445566","state":"Active","labels":{"region":"eu-west-1"},"kubernetesApiEndpoints":[{"serverAddress":"https://10.0.0.1:6443"}],"metadata":{"provider":"kind","distribution":"KIND","kubernetesVersion":"v1.33.1","kubeletVersions":["v1.33.1"],"kubeProxyVersions":["v1.33.1"],"locality":{"region":"eu-west-1","regions":["eu-west-1"],"zones":["eu-west-1a"]}},"features":[{"featureName":"istio","labels":{"version":"1.22"}}],"agentVersion":"0.1.0","startedAt":"2026-11-22T04:00:00.000Z","heartbeatAt":"2026-11-22T04:30:00.250Z","heartbeatIntervalSeconds":10,"seq":181,"members":["east","west"],"beats":true}"#;
+const EXAMPLE_JSON: &str = r#"{"schema":"fleetbus.io/cluster/v1","name":"east","clusterID":"6f1c2d3e-8a9b-4c5d-9e0f-112233445566","state":"Active","labels":{"region":"eu-west-1"},"kubernetesApiEndpoints":[{"serverAddress":"https://10.0.0.1:6443"}],"metadata":{"provider":"kind","distribution":"KIND","kubernetesVersion":"v1.33.1","kubeletVersions":["v1.33.1"],"kubeProxyVersions":["v1.33.1"],"locality":{"region":"eu-west-1","regions":["eu-west-1"],"zones":["eu-west-1a"]}},"features":[{"featureName":"istio","labels":{"version":"1.22"}}],"agentVersion":"0.1.0","startedAt":"2026-11-22T04:00:00.000Z","heartbeatAt":"2026-11-22T04:30:00.250Z","heartbeatIntervalSeconds":10,"seq":181,"members":["east","west"],"membersDigest":{"count":2,"sha256":"e50f788b9e3ea6a4eb03741c16853fad7ec6d4cb11e4fc10fb8301d6d286890c"},"beats":true}"#;
 
 /// The beat example in docs/PROTOCOL.md §5.4; keep them identical.
 const BEAT_JSON: &str = r#"{"schema":"fleetbus.io/beat/v1","seq":182,"startedAt":"2026-11-22T04:00:00.000Z","intervalMs":2000}"#;
@@ -167,6 +173,23 @@ fn example_record_matches_protocol_doc() {
         EXAMPLE_JSON
     );
     common::assert_doc_contains(&common::pretty(EXAMPLE_JSON));
+    // The digest is the members' (PROTOCOL §5.1).
+    let r = example();
+    assert!(MemberSet::new(["west", "east"]).agrees_with(&r));
+    assert_eq!(
+        Some(MemberSet::new(["east", "west"]).digest()),
+        r.members_digest.as_ref()
+    );
+    // An agent before digests wrote only the names (PROTOCOL §7): read, and
+    // compared by its names.
+    let start = EXAMPLE_JSON.find(r#","membersDigest""#).unwrap();
+    let end = EXAMPLE_JSON.find(r#","beats""#).unwrap();
+    let older = format!("{}{}", &EXAMPLE_JSON[..start], &EXAMPLE_JSON[end..]);
+    let r = ClusterRecord::decode(older.as_bytes()).unwrap();
+    assert_eq!(r.members_digest, None);
+    assert_eq!(r.member_count(), 2);
+    assert!(MemberSet::new(["west", "east"]).agrees_with(&r));
+    assert!(!MemberSet::new(["east"]).agrees_with(&r));
 }
 
 #[test]

@@ -2,7 +2,6 @@
 //! words themselves are [`fleetbus_schemas::registry::peer_state`], shared with
 //! the `fleetbus` CLI and dashboard.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use fleetbus_schemas::registry::beat_ttl;
@@ -100,13 +99,6 @@ impl Liveness {
     }
 }
 
-/// ClustersSynced: both sides list the same members (order and duplicates ignored).
-pub fn members_match(ours: &[String], theirs: &[String]) -> bool {
-    let a: BTreeSet<&str> = ours.iter().map(String::as_str).collect();
-    let b: BTreeSet<&str> = theirs.iter().map(String::as_str).collect();
-    a == b
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,14 +156,5 @@ mod tests {
         assert!(!l.alive(Instant::now(), T));
         assert!(l.observe(1, 2, Instant::now()));
         assert!(l.alive(Instant::now(), T));
-    }
-
-    #[test]
-    fn members_compare_as_sets() {
-        let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
-        assert!(members_match(&s(&["a", "b", "c"]), &s(&["c", "a", "b"])));
-        assert!(members_match(&s(&["a", "b"]), &s(&["b", "a", "a"])));
-        assert!(!members_match(&s(&["a", "b", "c"]), &s(&["a", "b"])));
-        assert!(!members_match(&s(&["a"]), &s(&[])));
     }
 }

@@ -14,11 +14,11 @@ use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::error::RegistryError;
-use super::liveness::members_match;
 use super::publisher::AGENT_VERSION;
-use super::record::MemberState;
+use super::record::{MemberSet, MemberState};
 use super::shared::{LocalInfo, Registry};
 use super::status::{heartbeat_time, keep_coarse_heartbeat, StatusWriter};
+use super::view::named;
 use crate::kube::conditions::{merge, replace_one, status_of, Desired};
 use crate::kube::events::EventType;
 
@@ -34,7 +34,7 @@ pub struct LocalFacts {
 /// Collects [`LocalFacts`] from the membership.
 pub fn facts(reg: &Registry, now: Instant) -> LocalFacts {
     let m = reg.membership();
-    let ours = m.members();
+    let ours = MemberSet::new(m.members());
     let rivals = m.rivals().iter().map(|r| r.cluster_id.clone()).collect();
     let unsynced_peers = m
         .peers()
@@ -42,7 +42,7 @@ pub fn facts(reg: &Registry, now: Instant) -> LocalFacts {
             p.record.state == MemberState::Active
                 && p.record.name != reg.ctx.cfg.cluster_name
                 && p.liveness.alive(now, reg.ctx.cfg.peer_timeout)
-                && !members_match(&ours, &p.record.members)
+                && !ours.agrees_with(&p.record)
         })
         .map(|p| p.record.name.clone())
         .collect();
@@ -117,7 +117,7 @@ async fn ensure_object<'a>(
     now: Instant,
 ) -> Result<Cow<'a, Cluster>, RegistryError> {
     let name = &reg.ctx.cfg.cluster_name;
-    let cached = clusters.iter().find(|c| &c.name_any() == name);
+    let cached = named(clusters, name);
     // An object we created a moment ago may not be in the lagging watch cache
     // yet. (Asked even when the cache shows it: that drops the memory.)
     let remembered = writer.created_not_cached(name, cached.is_some(), now);

@@ -435,6 +435,7 @@ pub(crate) mod tests {
             heartbeat_interval_seconds: 1,
             seq,
             members: vec![],
+            members_digest: None,
             api: Default::default(),
             beats: false,
         }

@@ -13,19 +13,18 @@ use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
 use super::error::RegistryError;
-use super::liveness::members_match;
 use super::peer_failures::{is_refusal, Content, PeerFailures, Verdict};
 use super::peer_secret::{ensure_secret, SecretCache};
 use super::peer_spec::{spec_patch, DesiredSpec};
-use super::record::{ClusterRecord, KubeconfigRecord, MemberState};
+use super::record::{ClusterRecord, KubeconfigRecord, MemberSet, MemberState};
 use super::shared::Registry;
 use super::status::{
     heartbeat_time, keep_coarse_heartbeat, keep_heartbeat_while_steady, StatusWriter,
 };
-use super::view::is_disabled;
+use super::view::{is_disabled, named};
 use crate::kube::conditions::{merge, replace_one, Desired};
 use crate::kube::events::EventType;
-use fleetbus_schemas::registry::{peer_state, PeerFacts};
+use fleetbus_schemas::registry::{peer_state, PeerFacts, MEMBER_NAMES_MAX};
 
 /// One peer name as the registry shows it, decided under the membership lock.
 #[derive(Debug, Clone)]
@@ -39,7 +38,7 @@ struct Plan {
     /// clusterIDs of the active records claiming this name, when more than one.
     conflict_ids: Vec<String>,
     /// Shared by every plan of a pass (a fleet of N makes N lists of N).
-    members_ours: Arc<[String]>,
+    members_ours: Arc<MemberSet>,
     /// When its last beat arrived, by our clock (peers that beat).
     beat_received_at: Option<chrono::DateTime<chrono::Utc>>,
     /// How long it stays alive after a heartbeat (its beats may stretch
@@ -103,7 +102,7 @@ pub async fn reconcile(
                 continue;
             }
         }
-        let existing = clusters.iter().find(|c| c.name_any() == p.name);
+        let existing = named(clusters, &p.name);
         let auth_info = kubeconfig_secret(reg, secrets, failures, clusters, p, now, &mut out).await;
         // The spec/labels patch has its own verdict: when it is refused the
         // status is still kept true.
@@ -255,11 +254,8 @@ async fn report_rejection(
     tracing::error!(peer = %peer, error = %detail, "the API server refused this peer's object; not retrying until its record changes");
     // The watch cache may not show the Local object yet (it lags our own
     // create); a reference by name (without uid) is then just as good.
-    let local = clusters
-        .iter()
-        .find(|c| {
-            c.name_any() == reg.ctx.cfg.cluster_name && c.spec.cluster_id == reg.ctx.cluster_id
-        })
+    let local = named(clusters, &reg.ctx.cfg.cluster_name)
+        .filter(|c| c.spec.cluster_id == reg.ctx.cluster_id)
         .map(|c| c.object_ref(&()))
         .unwrap_or_else(|| {
             Cluster::new(&reg.ctx.cfg.cluster_name, ClusterSpec::default()).object_ref(&())
@@ -293,7 +289,7 @@ fn state_label(s: ClusterState) -> &'static str {
 /// Groups the membership by peer name and picks the record each object shows.
 fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
     let m = reg.membership();
-    let members_ours: Arc<[String]> = m.members().into();
+    let members_ours = Arc::new(MemberSet::new(m.members()));
     let mut by_name: BTreeMap<&str, Vec<&super::membership::Peer>> = BTreeMap::new();
     for p in m.peers() {
         // A record with our own name is a rival; the Local object reports it.
@@ -301,12 +297,10 @@ fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
             by_name.entry(&p.record.name).or_default().push(p);
         }
     }
+    // In name order (`by_name` is a BTreeMap): `orphans` searches them.
     let mut plans = Vec::new();
     for (name, group) in by_name {
-        let existing_id = clusters
-            .iter()
-            .find(|c| c.name_any() == name)
-            .map(|c| c.spec.cluster_id.clone());
+        let existing_id = named(clusters, name).map(|c| c.spec.cluster_id.clone());
         let active: Vec<_> = group
             .iter()
             .filter(|p| p.record.state == MemberState::Active)
@@ -577,7 +571,7 @@ fn desired_status(
     };
     let state = peer_state(facts);
     let message = state_message(state, p, peer_timeout);
-    let synced = members_match(&p.members_ours, &p.record.members);
+    let synced = p.members_ours.agrees_with(&p.record);
     let mut desired = vec![
         Desired {
             type_: condition::READY,
@@ -598,7 +592,7 @@ fn desired_status(
             message: if synced {
                 "this cluster and the peer see the same members".to_owned()
             } else {
-                members_differ(&p.members_ours, &p.record.members)
+                members_differ(&p.members_ours, &p.record)
             },
         },
     ];
@@ -637,13 +631,21 @@ fn desired_status(
     status
 }
 
-/// The ClustersSynced message when the lists differ: what each side lacks
-/// (not both lists: at 1,000 clusters that would be two lists of 1,000).
-fn members_differ(ours: &[String], theirs: &[String]) -> String {
+/// The ClustersSynced message when the sets differ: what each side lacks
+/// (not both lists: at 1,000 clusters that would be two lists of 1,000), or,
+/// when the peer's record carries only the digest (a large fleet), the counts.
+fn members_differ(ours: &MemberSet, theirs: &ClusterRecord) -> String {
     use std::collections::BTreeSet;
     const SHOWN: usize = 10;
-    let a: BTreeSet<&str> = ours.iter().map(String::as_str).collect();
-    let b: BTreeSet<&str> = theirs.iter().map(String::as_str).collect();
+    if !theirs.names_members() {
+        return format!(
+            "this cluster counts {} members, the peer {} (in a fleet of more than {MEMBER_NAMES_MAX} the records name no members)",
+            ours.names().len(),
+            theirs.member_count()
+        );
+    }
+    let a: BTreeSet<&str> = ours.names().iter().map(String::as_str).collect();
+    let b: BTreeSet<&str> = theirs.members.iter().map(String::as_str).collect();
     let list = |v: Vec<&str>| {
         let more = v.len().saturating_sub(SHOWN);
         let mut s = v.into_iter().take(SHOWN).collect::<Vec<_>>().join(",");
@@ -708,7 +710,9 @@ async fn orphans(
         let is_peer = prev.type_ == Some(ClusterType::Peer);
         if !is_peer
             || prev.state != Some(ClusterState::Ready)
-            || plans.iter().any(|p| p.name == name)
+            || plans
+                .binary_search_by(|p| p.name.as_str().cmp(&name))
+                .is_ok()
         {
             continue;
         }
@@ -744,6 +748,14 @@ mod tests {
 
     const TIMEOUT: Duration = Duration::from_secs(2);
 
+    /// The condition `type_` of `s` (the test fails when it is missing).
+    fn cond<'a>(
+        s: &'a ClusterStatus,
+        type_: &str,
+    ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
     fn plan(alive: bool, advanced: bool) -> Plan {
         let mut r = record("b", "id-b", 7);
         r.members = vec!["a".into(), "b".into()];
@@ -755,7 +767,7 @@ mod tests {
             deadline: Instant::now(),
             kubeconfig: None,
             conflict_ids: vec![],
-            members_ours: vec!["b".into(), "a".into()].into(),
+            members_ours: Arc::new(MemberSet::new(["b", "a"])),
             beat_received_at: None,
             timeout: TIMEOUT,
         }
@@ -786,26 +798,53 @@ mod tests {
     #[test]
     fn different_members_are_not_synced() {
         let mut p = plan(true, true);
-        p.members_ours = vec!["b".into(), "a".into(), "c".into()].into();
+        p.members_ours = Arc::new(MemberSet::new(["b", "a", "c"]));
         let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
         assert_eq!(
             status_of(&s.conditions, condition::CLUSTERS_SYNCED),
             Some("False")
         );
-        let synced = s
-            .conditions
-            .iter()
-            .find(|c| c.type_ == condition::CLUSTERS_SYNCED)
-            .unwrap();
+        let synced = cond(&s, condition::CLUSTERS_SYNCED);
         assert_eq!(
             synced.message,
             "members seen here but not by the peer: c; by the peer but not here: "
         );
-        let many: Vec<String> = (0..1000).map(|i| format!("c{i}")).collect();
-        let msg = members_differ(&many, &[]);
+        let many = MemberSet::new((0..1000).map(|i| format!("c{i}")));
+        let mut none = p.record.clone();
+        none.members.clear();
+        let msg = members_differ(&many, &none);
         assert!(
             msg.ends_with("and 990 more; by the peer but not here: "),
             "{msg}"
+        );
+    }
+
+    /// A large fleet's records carry the digest only: compared by it, and
+    /// the message gives the counts (there are no names to show).
+    #[test]
+    fn a_peer_announcing_a_digest_is_compared_by_it() {
+        let ours = MemberSet::new((0..=MEMBER_NAMES_MAX).map(|i| format!("c{i}")));
+        let mut p = plan(true, true);
+        p.record.set_members(&ours);
+        assert!(p.record.members.is_empty());
+        p.members_ours = Arc::new(ours);
+        let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
+        assert_eq!(
+            status_of(&s.conditions, condition::CLUSTERS_SYNCED),
+            Some("True")
+        );
+        p.members_ours = Arc::new(MemberSet::new(
+            (0..=MEMBER_NAMES_MAX + 1).map(|i| format!("c{i}")),
+        ));
+        let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
+        let synced = cond(&s, condition::CLUSTERS_SYNCED);
+        assert_eq!(synced.status, "False");
+        assert!(
+            synced
+                .message
+                .starts_with("this cluster counts 102 members, the peer 101"),
+            "{}",
+            synced.message
         );
     }
 
@@ -894,11 +933,7 @@ mod tests {
         p.record.api = fleetbus_schemas::registry::ApiHealth::unreachable("timed out");
         let s = desired_status(TIMEOUT, &p, &ClusterStatus::default(), false, None);
         assert_eq!(s.state, Some(ClusterState::ApiUnreachable));
-        let ready = s
-            .conditions
-            .iter()
-            .find(|c| c.type_ == condition::READY)
-            .unwrap();
+        let ready = cond(&s, condition::READY);
         assert_eq!(ready.status, "False");
         assert_eq!(ready.reason, "ApiUnreachable");
         // Silence outranks it: a dead peer cannot vouch for its API.

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::bus::errors::is_stream_missing;
 
 use super::error::RegistryError;
-use super::record::{beat_key, cluster_key, BeatRecord, ClusterRecord, MemberState};
+use super::record::{beat_key, cluster_key, BeatRecord, ClusterRecord, MemberSet, MemberState};
 use super::shared::Registry;
 
 /// Every how many (base) heartbeat intervals the whole bus layout is checked
@@ -32,7 +32,7 @@ pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Builds this cluster's record as of now.
 pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
     let info = reg.local_info();
-    ClusterRecord {
+    let mut record = ClusterRecord {
         name: reg.ctx.cfg.cluster_name.clone(),
         cluster_id: reg.ctx.cluster_id.clone(),
         state,
@@ -47,10 +47,15 @@ pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
         heartbeat_interval_seconds: u32::try_from(reg.ctx.cfg.heartbeat_interval.as_secs().max(1))
             .unwrap_or(u32::MAX),
         seq: reg.next_seq(),
-        members: reg.membership().members(),
+        members: Vec::new(),
+        members_digest: None,
         api: reg.api_health(),
         beats: true,
-    }
+    };
+    // The digest always, the names in a small fleet (PROTOCOL §5.1): a join
+    // makes every agent put its record, N records delivered to N agents.
+    record.set_members(&MemberSet::new(reg.membership().members()));
+    record
 }
 
 /// Puts this cluster's record once.
@@ -79,7 +84,7 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
     reg.ctx.readiness.publishing.store(true, Ordering::Relaxed);
     tracing::trace!(
         ?state,
-        members = record.members.len(),
+        members = record.member_count(),
         "published cluster record"
     );
     Ok(())

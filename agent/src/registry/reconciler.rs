@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleetbus_schemas::crd::{Cluster, ClusterFeature};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
-use kube::{Api, ResourceExt};
+use kube::Api;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -19,12 +19,15 @@ use super::record::feature_records;
 use super::record::MemberState;
 use super::shared::Registry;
 use super::status::StatusWriter;
-use super::view::{is_disabled, template_record, FleetView, LocalView};
+use super::view::{is_disabled, named, sort_by_name, template_record, FleetView, LocalView};
 use super::{local, peers};
 
 /// Longest time between two passes even when nothing seems to happen (a
 /// missed watch event must not leave a status wrong for long).
 const RESYNC: Duration = Duration::from_secs(30);
+/// Most Cluster watch events folded in before a pass (a bound, so a flood
+/// of events cannot hold the pass back for ever).
+const MAX_BATCH: usize = 4096;
 /// Slack after a liveness deadline, so the pass sees the peer as expired.
 const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
@@ -62,21 +65,28 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
     let mut known_self = false;
     let mut dirty = true;
     let mut wake_at = Instant::now() + RESYNC;
+    let mut woken_by = "start";
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
             ev = cluster_events.next() => {
-                match ev {
-                    Some(Ok(watcher::Event::InitDone)) => clusters_listed = true,
-                    Some(Ok(_)) => {}
-                    Some(Err(error)) => {
-                        // The probe decides whether the API is down; ask it now.
-                        reg.probe_now.notify_one();
-                        tracing::warn!(%error, "Cluster watch error");
+                if !on_cluster_event(&reg, ev, &mut clusters_listed) {
+                    return Ok(());
+                }
+                // Take the events already waiting too: one pass per batch,
+                // not per event. A pass over 1,000 peers costs milliseconds,
+                // and the objects of 1,000 joining peers are 2,000 events
+                // (create, status), each of which woke a pass of its own.
+                for _ in 0..MAX_BATCH {
+                    let Some(ev) = cluster_events.next().now_or_never() else {
+                        break;
+                    };
+                    if !on_cluster_event(&reg, ev, &mut clusters_listed) {
+                        return Ok(());
                     }
-                    None => return Ok(()),
                 }
                 dirty = true;
+                woken_by = "cluster_watch";
             }
             ev = feature_events.next() => {
                 match ev {
@@ -87,20 +97,35 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                         let list = feature_records(&features.state());
                         reg.update_local_info(|i| i.features = list);
                         dirty = true;
+                        woken_by = "feature_watch";
                     }
                     Some(Err(error)) => tracing::warn!(%error, "ClusterFeature watch error"),
                     None => return Ok(()),
                 }
             }
-            _ = reg.membership_changed.notified() => dirty = true,
+            _ = reg.membership_changed.notified() => {
+                dirty = true;
+                woken_by = "membership";
+            }
             // Metadata (from the Node watch) or labels/features changed.
-            _ = reg.local_changed.notified() => dirty = true,
-            _ = tokio::time::sleep_until(wake_at) => dirty = true,
+            _ = reg.local_changed.notified() => {
+                dirty = true;
+                woken_by = "local";
+            }
+            _ = tokio::time::sleep_until(wake_at) => {
+                dirty = true;
+                woken_by = "timer";
+            }
         }
         if !dirty || !clusters_listed {
             continue;
         }
         dirty = false;
+        reg.ctx
+            .metrics
+            .registry_passes
+            .get_or_create(&vec![("wake", woken_by)])
+            .inc();
         wake_at = pass(
             &reg,
             &writer,
@@ -112,6 +137,26 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
         )
         .await;
     }
+}
+
+/// Folds one Cluster watch event in (the reflector already stored it);
+/// false when the watch ended.
+fn on_cluster_event(
+    reg: &Registry,
+    ev: Option<Result<watcher::Event<Cluster>, watcher::Error>>,
+    clusters_listed: &mut bool,
+) -> bool {
+    match ev {
+        Some(Ok(watcher::Event::InitDone)) => *clusters_listed = true,
+        Some(Ok(_)) => {}
+        Some(Err(error)) => {
+            // The probe decides whether the API is down; ask it now.
+            reg.probe_now.notify_one();
+            tracing::warn!(%error, "Cluster watch error");
+        }
+        None => return false,
+    }
+    true
 }
 
 /// One pass over the Local and Peer Cluster objects; returns when the next is due.
@@ -127,7 +172,8 @@ async fn pass(
     // Read before the membership is: if the registry had caught up by
     // now, a successful pass has materialised everything it held.
     let registry_synced = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
-    let snapshot = clusters.state();
+    let mut snapshot = clusters.state();
+    sort_by_name(&mut snapshot);
     let now = Instant::now();
     let local = local::reconcile(reg, writer, &snapshot, now).await;
     let peers = peers::reconcile(reg, writer, secrets, failures, &snapshot, now).await;
@@ -178,11 +224,7 @@ fn fleet_view(reg: &Registry, clusters: &[Arc<Cluster>], synced: bool) -> FleetV
         features: info.features,
         record: template_record(&own),
     };
-    let disabled = |name: &str| {
-        clusters
-            .iter()
-            .any(|c| c.name_any() == name && is_disabled(c))
-    };
+    let disabled = |name: &str| named(clusters, name).is_some_and(|c| is_disabled(c));
     let m = reg.membership();
     FleetView::compute(local, m.peers().map(|p| &p.record), disabled, synced)
 }

@@ -6,7 +6,7 @@ use fleetbus_schemas::crd::ClusterFeature;
 use kube::ResourceExt;
 
 pub use fleetbus_schemas::registry::{
-    BeatRecord, ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, RegistryKey,
+    BeatRecord, ClusterRecord, FeatureRecord, KubeconfigRecord, MemberSet, MemberState, RegistryKey,
 };
 
 /// The registry key of a cluster record.

@@ -126,7 +126,7 @@ fn cluster_json(v: &ClusterView) -> Value {
         "labels": r.labels,
         "apiReachable": r.api.is_reachable(),
         "apiMessage": r.api.message,
-        "members": r.members.len(),
+        "members": r.member_count(),
     })
 }
 

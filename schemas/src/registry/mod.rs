@@ -7,6 +7,7 @@
 
 mod beat;
 mod key;
+pub mod members;
 mod record;
 mod state;
 mod validate;
@@ -19,6 +20,7 @@ pub use key::{
     cluster_keys_for_name, registry_bucket, RegistryKey, RegistryKeyError, ALL_CLUSTER_KEYS,
     ALL_KUBECONFIG_KEYS, REGISTRY_BUCKET_SUFFIX,
 };
+pub use members::{MemberSet, MembersDigest, MEMBER_NAMES_MAX};
 pub use record::{
     ApiHealth, ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, CLUSTER_RECORD_SCHEMA,
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS, KUBECONFIG_RECORD_SCHEMA,

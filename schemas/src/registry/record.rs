@@ -10,6 +10,8 @@ use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
 use crate::crd::{ClusterMetadata, KubernetesApiEndpoint};
 use crate::time::{rfc3339_ms, rfc3339_ms_opt};
 
+use super::members::MembersDigest;
+
 /// `schema` of a [`ClusterRecord`].
 pub const CLUSTER_RECORD_SCHEMA: &str = "fleetbus.io/cluster/v1";
 /// `schema` of a [`KubeconfigRecord`].
@@ -76,9 +78,15 @@ pub struct ClusterRecord {
     pub heartbeat_interval_seconds: u32,
     /// Increases by one with every put within one agent run (restarts at 1 with a new `startedAt`).
     pub seq: u64,
-    /// Names of the clusters this agent currently sees as members (for ClustersSynced).
+    /// Names of the clusters this agent currently sees as members (for
+    /// ClustersSynced): all of them in a record without `membersDigest` (an
+    /// agent before digests); with it, only while they are at most
+    /// [`super::MEMBER_NAMES_MAX`], else empty (see [`super::members`]).
     #[serde(default)]
     pub members: Vec<String>,
+    /// Count and digest of the member set (absent from agents before digests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members_digest: Option<MembersDigest>,
     /// Whether the cluster's own API server answers its agent. Omitted while it
     /// does, so a record without it (an older agent) reads as healthy.
     #[serde(default, skip_serializing_if = "ApiHealth::is_reachable")]

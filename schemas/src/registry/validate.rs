@@ -67,6 +67,9 @@ pub enum InvalidRecord {
     /// A member name is not a DNS-1123 label.
     #[error("member {0:?} is not a DNS-1123 label")]
     Member(String),
+    /// `membersDigest.sha256` is not 64 lowercase hex digits.
+    #[error("membersDigest.sha256 is not 64 lowercase hex digits")]
+    MembersDigest,
 }
 
 impl InvalidRecord {
@@ -189,6 +192,12 @@ impl ClusterRecord {
         if let Some(bad) = self.members.iter().find(|m| !is_dns1123_label(m)) {
             return Err(InvalidRecord::Member(bad.clone()));
         }
+        if let Some(d) = &self.members_digest {
+            count("membersDigest.count", d.count as usize, MAX_MEMBERS)?;
+            if !d.is_well_formed() {
+                return Err(InvalidRecord::MembersDigest);
+            }
+        }
         text("api.message", &self.api.message, MAX_TEXT_LEN * 4, true)?;
         Ok(())
     }
@@ -225,6 +234,7 @@ mod tests {
             heartbeat_interval_seconds: 1,
             seq: 1,
             members: vec!["east".into()],
+            members_digest: None,
             api: ApiHealth::default(),
             beats: false,
         }
@@ -252,6 +262,30 @@ mod tests {
         assert!(matches!(
             r.validate(),
             Err(InvalidRecord::LabelValue { .. })
+        ));
+    }
+
+    #[test]
+    fn a_forged_members_digest_is_invalid() {
+        let mut r = good();
+        r.set_members(&crate::registry::MemberSet::new(["east", "west"]));
+        assert_eq!(r.validate(), Ok(()));
+        for bad in ["", "zz", &"A".repeat(64), &"0".repeat(63), &"0".repeat(65)] {
+            let mut r = r.clone();
+            if let Some(d) = r.members_digest.as_mut() {
+                d.sha256 = bad.to_owned();
+            }
+            assert_eq!(r.validate(), Err(InvalidRecord::MembersDigest), "{bad:?}");
+        }
+        if let Some(d) = r.members_digest.as_mut() {
+            d.count = u32::MAX;
+        }
+        assert!(matches!(
+            r.validate(),
+            Err(InvalidRecord::TooMany {
+                field: "membersDigest.count",
+                ..
+            })
         ));
     }
 

@@ -220,27 +220,7 @@ impl Fleet {
     /// The ResourceSyncRule for ConfigMaps in [`NS`], created on c1 (the
     /// built-in rule replicates it to every cluster).
     async fn create_rule(&self) -> anyhow::Result<()> {
-        let ar = rule_resource();
-        let rule: DynamicObject = serde_json::from_value(serde_json::json!({
-            "apiVersion": "fleetbus.io/v1alpha1",
-            "kind": "ResourceSyncRule",
-            "metadata": {"name": RULE},
-            "spec": {
-                "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-                "rules": [{"match": [{"namespaces": [NS]}]}],
-            },
-        }))?;
-        let origin = self.origin();
-        // The CRD is installed by the agent at start; retry until it is served.
-        poll("rule created on c1", SETUP, || async {
-            Api::<DynamicObject>::all_with(origin.client.clone(), &ar)
-                .create(&PostParams::default(), &rule)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })
-        .await?;
-        Ok(())
+        create_rule(self.origin()).await
     }
 
     /// Creates `name` on c1 and waits until every other cluster has its copy.
@@ -257,6 +237,31 @@ impl Fleet {
         }
         Ok(())
     }
+}
+
+/// Creates [`RULE`] (the ConfigMaps of [`NS`], every cluster a source and a
+/// sink) on `on`, once its agent has installed the CRD.
+pub async fn create_rule(on: &Member) -> anyhow::Result<()> {
+    let ar = rule_resource();
+    let rule: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "fleetbus.io/v1alpha1",
+        "kind": "ResourceSyncRule",
+        "metadata": {"name": RULE},
+        "spec": {
+            "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "rules": [{"match": [{"namespaces": [NS]}]}],
+        },
+    }))?;
+    // The CRD is installed by the agent at start; retry until it is served.
+    poll(&format!("rule created on {}", on.name), SETUP, || async {
+        Api::<DynamicObject>::all_with(on.client.clone(), &ar)
+            .create(&PostParams::default(), &rule)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    Ok(())
 }
 
 pub fn rule_resource() -> ApiResource {

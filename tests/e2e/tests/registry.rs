@@ -939,3 +939,63 @@ fn bad_flags_exit_with_usage_code() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// Issue 20: a reconcile pass walks every peer, so one pass per Cluster
+/// watch event made a fleet's joins cost N passes of N peers. 150 peers
+/// joining at once are 300 and more watch events (each object's create and
+/// status write); the agent must fold the events waiting before a pass into
+/// it. Without that, each event woke a pass of its own (577 here, checked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_joining_at_once_wake_few_reconcile_passes() {
+    const PEERS: usize = 150;
+    const WATCH_PASSES: &str = "fleetbus_registry_passes_total{wake=\"cluster_watch\"}";
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    wait_mesh(&[&a], &["a"]).await;
+    let before = a.metric(WATCH_PASSES).unwrap_or(0.0);
+    let kv = registry_kv(&nats).await;
+    for i in 0..PEERS {
+        let r = peer_record(&format!("p{i:03}"), &format!("id-{i}"), Default::default());
+        kv.put(
+            format!("cluster.{}.{}", r.name, r.cluster_id),
+            r.encode().unwrap().into(),
+        )
+        .await
+        .unwrap();
+    }
+    wait_for(
+        &format!("{PEERS} peer objects with a status"),
+        CONVERGE,
+        || async {
+            let items = a.list().await?;
+            let with_status = items.iter().filter(|c| state(c).is_some()).count();
+            if with_status > PEERS {
+                Ok(())
+            } else {
+                Err(format!("{with_status} objects with a status"))
+            }
+        },
+    )
+    .await;
+    // The watch events of those objects reach the agent after the writes:
+    // wait until its passes settle (no new one for 2 s), then count.
+    let last = std::sync::Mutex::new((f64::NAN, Instant::now()));
+    wait_for("the agent's passes to settle", CONVERGE, || async {
+        let now = a.metric(WATCH_PASSES)?;
+        let mut last = last.lock().unwrap();
+        if now != last.0 {
+            *last = (now, Instant::now());
+        }
+        if last.1.elapsed() >= Duration::from_secs(2) {
+            Ok(())
+        } else {
+            Err(format!("{now} passes, still moving"))
+        }
+    })
+    .await;
+    let passes = a.metric(WATCH_PASSES).unwrap() - before;
+    assert!(
+        passes < (PEERS / 2) as f64,
+        "{passes} passes woken by the Cluster watch for {PEERS} joining peers"
+    );
+}

@@ -10,7 +10,11 @@
 //! until the agent's Cluster object for it, read through the devcluster's
 //! API, says Disconnected, against the documented detection time.
 //!
-//! Not simulated yet: the peers' object traffic for a rule.
+//! Object traffic for one rule: c1 holds the bench rule (the ConfigMaps of
+//! namespace `bench`, every cluster a source and a sink) and each simulated
+//! peer publishes [`OBJECTS_PER_PEER`] ConfigMaps as envelopes under its own
+//! subtree (`fleetbus.obj.<peer>.…`), so c1's agent syncs N × k copies; the
+//! idle window starts once all of them are on c1.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,15 +22,18 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use async_nats::HeaderMap;
 use fleetbus_schemas::crd::{Cluster, ClusterState};
+use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::registry::{
-    beat_interval, beat_ttl, BeatRecord, ClusterRecord, MemberState, RegistryKey,
+    beat_interval, beat_ttl, BeatRecord, ClusterRecord, MemberSet, MemberState, RegistryKey,
     TARGET_BEATS_PER_SECOND,
 };
-use fleetbus_testsupport::{free_port, Member, NatsServer};
+use fleetbus_schemas::subject::{ObjectKey, Prefix};
+use fleetbus_testsupport::{free_port, http_get, Member, NatsServer};
 use kube::Api;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::mesh::{BenchMember, SETUP};
+use crate::mesh::{create_rule, BenchMember, SETUP};
+use crate::objects;
 use crate::poll::poll;
 use crate::procfs;
 use crate::scenario::Ctx;
@@ -34,11 +41,16 @@ use crate::table::Table;
 
 /// The agents' default `--heartbeat-interval` (the base of the beat interval).
 const BASE: Duration = Duration::from_secs(2);
+/// ConfigMaps each simulated peer publishes for the rule.
+const OBJECTS_PER_PEER: usize = 2;
+/// Beats of the simulator awaiting their publish-ack at once.
+const BEATS_IN_FLIGHT: usize = 64;
 /// Caps the largest N (for CI's smoke run or a small machine).
 const MAX_ENV: &str = "FLEETBUS_BENCH_REGISTRY_MAX";
 
-const HEADERS: [&str; 10] = [
+const HEADERS: [&str; 12] = [
     "N peers",
+    "copies on c1",
     "beat interval s",
     "agent CPU % of a core",
     "agent RSS MiB",
@@ -48,6 +60,7 @@ const HEADERS: [&str; 10] = [
     "fleet delivered KiB/s",
     "detection s",
     "documented detection s",
+    "agent registry passes/s by wake",
 ];
 
 /// The simulated peers: names, whether each still beats, the run they belong to.
@@ -82,12 +95,10 @@ impl Sim {
             peers.iter().map(|(n, _)| n.clone()).collect()
         };
         *self.interval.lock().unwrap_or_else(|p| p.into_inner()) = beat_interval(BASE, n + 1);
-        let mut members = names.clone();
-        members.push("c1".into());
-        members.sort();
+        let members = MemberSet::new(names.iter().map(String::as_str).chain(["c1"]));
         let kv = self.js.get_key_value("fleetbus-registry").await?;
         for name in &names {
-            let r = self.record(name, members.clone());
+            let r = self.record(name, &members);
             kv.put(
                 RegistryKey::cluster(name, &Self::id(name)).to_key(),
                 r.encode()?.into(),
@@ -97,9 +108,9 @@ impl Sim {
         Ok(())
     }
 
-    fn record(&self, name: &str, members: Vec<String>) -> ClusterRecord {
+    fn record(&self, name: &str, members: &MemberSet) -> ClusterRecord {
         let now = chrono::Utc::now();
-        ClusterRecord {
+        let mut r = ClusterRecord {
             name: name.to_owned(),
             cluster_id: Self::id(name),
             state: MemberState::Active,
@@ -112,10 +123,14 @@ impl Sim {
             heartbeat_at: now,
             heartbeat_interval_seconds: 2,
             seq: self.next_seq(),
-            members,
+            members: Vec::new(),
+            members_digest: None,
             api: Default::default(),
             beats: true,
-        }
+        };
+        // As an agent announces them (PROTOCOL §5.1).
+        r.set_members(members);
+        r
     }
 
     /// Puts one beat of `name`, as an agent does (a KV put with `Nats-TTL`).
@@ -144,9 +159,14 @@ impl Sim {
         Ok(())
     }
 
-    /// Beats every live peer once per interval, spread evenly over it.
+    /// Beats every live peer once per interval, spread evenly over it. Each
+    /// beat is its own task (at most [`BEATS_IN_FLIGHT`] at once), so a slow
+    /// publish-ack does not hold back the next peer's beat: N agents beat
+    /// independently. The schedule is absolute, so pacing does not drift.
     async fn run(self: Arc<Self>) {
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(BEATS_IN_FLIGHT));
         let mut next = 0usize;
+        let mut at = tokio::time::Instant::now();
         loop {
             let (target, count, interval) = {
                 let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
@@ -161,14 +181,52 @@ impl Sim {
                 )
             };
             if let Some(name) = target {
-                if let Err(e) = self.beat(&name, interval).await {
-                    eprintln!("fleetbus-bench: registry: beat of {name} failed: {e:#}");
-                }
+                let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                    return;
+                };
+                let sim = self.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = sim.beat(&name, interval).await {
+                        eprintln!("fleetbus-bench: registry: beat of {name} failed: {e:#}");
+                    }
+                    drop(permit);
+                });
             }
             // Pacing, not waiting: N peers' beats spread evenly over one interval,
             // as N real agents would send them.
-            tokio::time::sleep(interval / u32::try_from(count).unwrap_or(u32::MAX)).await;
+            // Behind by more than an interval (a stalled machine): skip, as a
+            // late agent would, rather than burst to catch up.
+            at += interval / u32::try_from(count).unwrap_or(u32::MAX);
+            if let Some(floor) = tokio::time::Instant::now().checked_sub(interval) {
+                at = at.max(floor);
+            }
+            tokio::time::sleep_until(at).await;
         }
+    }
+
+    /// Publishes the objects of peers `from..to` for the rule, as their
+    /// agents would: a snapshot envelope per ConfigMap on the peer's subtree.
+    async fn publish_objects(&self, from: usize, to: usize) -> anyhow::Result<()> {
+        let prefix = Prefix::default();
+        for i in from..to {
+            let peer = format!("sim-{i:04}");
+            for k in 0..OBJECTS_PER_PEER {
+                let name = format!("{peer}-{k}");
+                let mut object = serde_json::to_value(objects::configmap(&name, "1"))?;
+                object["metadata"]["uid"] = format!("{name}-uid").into();
+                object["metadata"]["resourceVersion"] = "1".into();
+                let subject = ObjectKey::from_object(&peer, &object)
+                    .ok_or_else(|| anyhow::anyhow!("no key for {name}"))?
+                    .to_subject(&prefix);
+                let env =
+                    Envelope::snapshot(&peer, Some(&Self::id(&peer)), object, chrono::Utc::now())?;
+                self.js
+                    .publish(subject, env.encode()?.into())
+                    .await?
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Stops the beats of the first live peer; returns its name.
@@ -198,6 +256,22 @@ async fn connz(http: u16, name: &str) -> anyhow::Result<(f64, f64)> {
         .ok_or_else(|| anyhow::anyhow!("no connection {name} in /connz"))?;
     let num = |k: &str| c[k].as_f64().unwrap_or(0.0);
     Ok((num("out_bytes"), num("out_msgs")))
+}
+
+/// The agent's `fleetbus_registry_passes_total` by `wake` (empty if the
+/// metrics cannot be read: the column then says nothing, the run goes on).
+fn passes(node: &Member) -> std::collections::BTreeMap<String, f64> {
+    const SERIES: &str = "fleetbus_registry_passes_total{wake=\"";
+    let Ok((200, body)) = http_get(&format!("http://{}/metrics", node.metrics_addr)) else {
+        return Default::default();
+    };
+    body.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(SERIES)?;
+            let (wake, value) = rest.split_once("\"} ")?;
+            Some((wake.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 /// How many peers the agent's Cluster objects show in `state`.
@@ -233,6 +307,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let mut node = Member::bench_cluster("c1", false, Some(&bus)).await?;
     node.start_agent()?;
     node.wait_ready().await?;
+    create_rule(&node).await?;
     let pid = node
         .agent_pid()
         .ok_or_else(|| anyhow::anyhow!("agent not running"))?;
@@ -262,7 +337,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     }
     beats.abort();
     t.samples = t.rows.len();
-    t.note("Idle window: 30 s (3 s in a smoke run) once every live peer is Ready on c1. CPU from /proc/<pid>/stat, received from nats-server's /connz (out_bytes and out_msgs of the agent's connection).");
+    t.note(format!("Objects: each simulated peer publishes {OBJECTS_PER_PEER} ConfigMaps (1 KiB) for the bench rule on its own subtree; c1's agent writes them as copies (N × {OBJECTS_PER_PEER})."));
+    t.note("Idle window: 30 s (3 s in a smoke run) once every live peer is Ready on c1 and every copy is there. CPU from /proc/<pid>/stat, received from nats-server's /connz (out_bytes and out_msgs of the agent's connection).");
     t.note("Fleet traffic is computed for N+1 real agents from the protocol (PROTOCOL §5.4): published = (N+1) / interval beats a second, delivered = published × (N+1) (every agent watches every beat), at the beat's size on the wire measured by the simulator.");
     t.note(format!("{MAX_ENV} caps N. Detection: from the moment the simulated peer stops beating to its Cluster object on c1 reading Disconnected, polled every 100 ms through c1's API; documented = the beat TTL (3 intervals) + 1 s expiry tick."));
     Ok(vec![t])
@@ -279,12 +355,15 @@ struct Row {
     delivered_kib_s: f64,
     detection: Duration,
     documented: Duration,
+    /// Reconcile passes a second over the window, by what woke them.
+    passes: String,
 }
 
 impl Row {
     fn report(&self, t: &mut Table, n: usize) {
         t.row([
             n.to_string(),
+            (n * OBJECTS_PER_PEER).to_string(),
             format!("{}", self.interval.as_secs_f64()),
             format!("{:.2}", self.cpu_pct),
             format!("{:.1}", self.rss_mib),
@@ -294,6 +373,7 @@ impl Row {
             format!("{:.1}", self.delivered_kib_s),
             format!("{:.1}", self.detection.as_secs_f64()),
             format!("{:.1}", self.documented.as_secs_f64()),
+            self.passes.clone(),
         ]);
         // Linear in N: each agent receives at most the target rate, whatever N.
         let cap = TARGET_BEATS_PER_SECOND as f64 * 1.1;
@@ -337,7 +417,9 @@ async fn measure(
     killed: usize,
     idle: Duration,
 ) -> anyhow::Result<Row> {
+    let before = sim.peers.lock().unwrap_or_else(|p| p.into_inner()).len();
     sim.grow_to(n).await?;
+    sim.publish_objects(before, n).await?;
     let live = n - killed;
     // The Local object is Ready too.
     poll(
@@ -352,6 +434,25 @@ async fn measure(
     )
     .await
     .map_err(|e| node.with_log(e))?;
+    // Every peer's objects copied to c1 (a Disconnected peer stays a source).
+    let copies = n * OBJECTS_PER_PEER;
+    let cms = node.configmaps();
+    poll(
+        &format!("{copies} copies on c1"),
+        SETUP.max(Duration::from_secs(300)),
+        || async {
+            let list = cms
+                .list_metadata(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            match list.items.len() {
+                c if c >= copies => Ok(()),
+                c => Err(format!("{c} copies")),
+            }
+        },
+    )
+    .await
+    .map_err(|e| node.with_log(e))?;
     let interval = beat_interval(BASE, n + 1);
     // Let the interval change and the joins settle before measuring idle:
     // every peer is already Ready (polled above); what settles is the traffic
@@ -359,12 +460,14 @@ async fn measure(
     tokio::time::sleep(interval * 2).await;
     let name = format!("fleetbus-agent/{}", node.name);
     let (b0, m0) = connz(http, &name).await?;
+    let p0 = passes(node);
     let c0 = procfs::cpu_ticks(pid).unwrap_or(0);
     let start = Instant::now();
     // The measurement window itself: idle CPU and bytes are counted over it.
     tokio::time::sleep(idle).await;
     let window = start.elapsed().as_secs_f64();
     let c1 = procfs::cpu_ticks(pid).unwrap_or(0);
+    let p1 = passes(node);
     let (b1, m1) = connz(http, &name).await?;
     let rss = procfs::rss_kib(pid).unwrap_or(0) as f64 / 1024.0;
     let beat_bytes = sim.beat_bytes.load(std::sync::atomic::Ordering::Relaxed) as f64;
@@ -397,5 +500,13 @@ async fn measure(
         delivered_kib_s: published * agents / 1024.0,
         detection: stopped.elapsed(),
         documented,
+        passes: p1
+            .iter()
+            .map(|(wake, v)| {
+                let rate = (v - p0.get(wake).copied().unwrap_or(0.0)) / window;
+                format!("{wake} {rate:.2}")
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
     })
 }

@@ -178,6 +178,7 @@ pub fn peer_record(
         heartbeat_interval_seconds: 1,
         seq: 1,
         members: vec![name.into()],
+        members_digest: None,
         api: Default::default(),
         beats: false,
     }
