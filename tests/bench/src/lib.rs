@@ -155,6 +155,7 @@ async fn run_one(name: &str, ctx: &Ctx) -> Vec<Table> {
         "fleet" => scenario::fleet::run(ctx).await,
         "wire" => scenario::wire::run(ctx).await,
         "registry" => scenario::registry::run(ctx).await,
+        "idle" => scenario::idle::run(ctx).await,
         other => Err(anyhow::anyhow!("scenario {other} has no runner")),
     };
     match result {

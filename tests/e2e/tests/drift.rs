@@ -274,12 +274,15 @@ async fn set_image_is_detected_and_corrected() {
     // The copy's first version was one sync lag observed (the Grafana panel's
     // series); the correction below writes the same version again: no lag.
     let lags = "fleetbus_sync_lag_seconds_count{rule=\"web\"}";
-    assert_eq!(
-        s.c2().metric(lags).ok(),
-        Some(1.0),
-        "{}",
-        s.c2().metrics().unwrap()
-    );
+    // The agent counts the lag once its write is answered, which may be just
+    // after the setup's watch saw the copy.
+    wait_for("c2 counted the copy's sync lag once", SYNC, || async {
+        match s.c2().metric(lags).ok() {
+            Some(1.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     s.set_image("web", CHANGED);
 
     let (subject, ev) = s.next("Detected").await;

@@ -10,6 +10,7 @@ pub mod drift;
 pub mod fleet;
 pub mod floor;
 pub mod fullmesh;
+pub mod idle;
 pub mod memory;
 pub mod propagation;
 pub mod propagation_at;
@@ -43,7 +44,7 @@ impl Ctx {
 }
 
 /// The scenarios in the order `all` runs them.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     "floor",
     "propagation",
     "propagation_at",
@@ -54,6 +55,7 @@ pub const ALL: [&str; 10] = [
     "fleet",
     "wire",
     "registry",
+    "idle",
 ];
 
 /// The fleet scenarios that run on every topology of `--nats` (issue 20's
