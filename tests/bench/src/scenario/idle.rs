@@ -123,15 +123,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             format!("{nats_pct:.2}"),
         ]);
         t.samples += n;
-        if let Some((n0, m0)) = first_per_agent.filter(|(n0, _)| *n0 != n) {
-            // Linear in N for the fleet = constant per agent; 2× leaves room
-            // for the noise of a 30 s window on a shared machine.
-            t.goal(
-                &format!("registry idle, {n} real agents: fleet CPU at most linear in N (per agent ≤ 2× that at {n0})"),
-                format!("{mean:.2}% per agent vs {m0:.2}% at N={n0}"),
-                mean <= (m0 * 2.0).max(0.05),
-            );
-        }
+        // The issue's goal for one agent among 1,000 (scenario 10), here
+        // with real peers: each agent's idle cost is bounded whatever N,
+        // because what it receives is (at most 100 beats a second, §5.4).
+        t.goal(
+            &format!("registry idle, {n} real agents: every agent idles < 5% of a core"),
+            format!("max {maxp:.2}%, mean {mean:.2}%"),
+            maxp < 5.0,
+        );
         drop(fleet);
     }
     if max != usize::MAX {
@@ -145,6 +144,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     t.note(
         "Before issue 20 (every beat a full record to every agent): 0.18% of a core per agent at N=10, 0.89% at N=30 \
          (measured from outside the project, issue 20).",
+    );
+    t.note(
+        "Up to 200 clusters the beat interval stays at the base 2 s (detection in 6–7 s), so each agent receives N/2 \
+         beats a second and the fleet's idle CPU grows with N²; past 200 the interval grows with N (PROTOCOL §5.4), \
+         each agent receives at most 100 beats a second and the fleet's cost grows linearly (scenario 10 shows one \
+         agent among 1,000).",
     );
     Ok(vec![t])
 }
