@@ -35,3 +35,26 @@ impl Baseline {
         Packed::new(&server)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_write_response_is_kept_packed_without_fields_v1() {
+        let entry = json!({"manager": "fleetbus", "operation": "Update",
+                           "time": "2026-11-27T05:00:00Z", "fieldsType": "FieldsV1",
+                           "fieldsV1": {"f:data": {"f:k": {}}}});
+        let server = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "c", "resourceVersion": "9",
+                                         "managedFields": [entry]},
+                            "data": {"k": "v"}});
+        let packed = Baseline::pack_server(server.clone());
+        let mut kept = server;
+        kept["metadata"]["managedFields"][0] = json!({"manager": "fleetbus",
+            "operation": "Update", "time": "2026-11-27T05:00:00Z"});
+        assert_eq!(packed.value().unwrap(), kept);
+        assert!(packed.packed_len() > 0, "{packed:?}");
+    }
+}

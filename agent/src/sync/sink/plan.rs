@@ -192,7 +192,9 @@ impl Ledger {
 /// The plan (see the module docs).
 #[derive(Debug, Default)]
 pub struct Plan {
-    pairs: HashMap<Pair, Entry>,
+    /// Boxed: an `Entry` is ~430 bytes, and a table keeps up to half of its
+    /// slots empty (twice that while it grows), each the size of a slot.
+    pairs: HashMap<Pair, Box<Entry>>,
     /// The pairs that want each target, sorted (by rule, then source). A
     /// sorted `Vec`, not a `BTreeSet`: almost every target has one pair, and a
     /// one-element `BTreeSet<Pair>` costs a whole B-tree leaf (11 slots of
@@ -261,7 +263,7 @@ impl Plan {
         if entry.computed.unknown_policy {
             self.ledger(rule).unknown.insert(key.clone());
         }
-        self.pairs.insert(pair.clone(), entry);
+        self.pairs.insert(pair.clone(), Box::new(entry));
     }
 
     /// Forgets `pair`.
