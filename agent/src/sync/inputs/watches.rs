@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::follow::Follow;
 use crate::context::Context;
 use crate::health::WatchDown;
-use crate::sync::model::meta::describe_gvk as describe;
+use crate::sync::model::meta::{compact_managed_fields, describe_gvk as describe};
 use crate::sync::model::{Input, LocalEvent};
 
 /// Resolves a kind through API discovery: served, with its resource name and scope.
@@ -160,7 +160,14 @@ async fn watch_once(
             Some(Ok(watcher::Event::Init)) => LocalEvent::Reset,
             Some(Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o))) => {
                 match serde_json::to_value(&o) {
-                    Ok(v) => LocalEvent::Upsert(with_gvk(v, gvk)),
+                    Ok(mut v) => {
+                        // Compacted before it is queued, not after: a list
+                        // fills the engine's queue (thousands of objects)
+                        // faster than a pass drains it, and fieldsV1 is a good
+                        // part of each (heaptrack, issue 20).
+                        compact_managed_fields(&mut v);
+                        LocalEvent::Upsert(with_gvk(v, gvk))
+                    }
                     Err(_) => continue,
                 }
             }

@@ -122,7 +122,8 @@ impl Engine {
                 let written =
                     apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status, &exclude)
                         .await;
-                self.written(target, c, true, written).await
+                self.written(target, c, true, written.map(Baseline::pack_server))
+                    .await
             }
         }
     }

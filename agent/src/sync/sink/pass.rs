@@ -596,7 +596,7 @@ impl Engine {
         &mut self,
         target: &Target,
         c: &Candidate,
-        mut server: Value,
+        server: Packed,
     ) -> Outcome {
         tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
         // A new version reached this cluster (not a correction or a rewrite of
@@ -611,12 +611,11 @@ impl Engine {
                 .unwrap_or_default();
             self.ctx.metrics.sync_lag(&c.rule, lag);
         }
-        crate::sync::model::meta::compact_managed_fields(&mut server);
         self.baselines.insert(
             target.clone(),
             Baseline {
                 desired: c.digest,
-                server: Packed::new(&server),
+                server,
                 verified: None,
             },
         );

@@ -16,7 +16,7 @@ use crate::sync::drift::announce::{self, Found};
 use crate::sync::drift::fight::Verdict;
 use crate::sync::drift::policy::Policy;
 use crate::sync::engine::Engine;
-use crate::sync::model::{Candidate, Outcome, Target};
+use crate::sync::model::{Baseline, Candidate, Outcome, Target};
 
 fn resource_version(obj: &Value) -> Option<String> {
     obj.pointer("/metadata/resourceVersion")
@@ -162,7 +162,8 @@ impl Engine {
             }
         }
         let written = apply::create(&self.ctx, &api, &c.desired, c.with_status).await;
-        self.written(target, c, false, written).await
+        self.written(target, c, false, written.map(Baseline::pack_server))
+            .await
     }
 
     /// [`Why::Deleted`]: a copy we wrote is gone while its desired state did
@@ -288,7 +289,7 @@ impl Engine {
             Ok(server) => {
                 self.drift_corrected(target).await;
                 self.forced_done(target, Ok(()));
-                self.wrote(target, c, server)
+                self.wrote(target, c, Baseline::pack_server(server))
             }
             Err(e) => {
                 let message = crate::report(&e);

@@ -24,7 +24,7 @@ use crate::sync::drift::policy::Policy;
 use crate::sync::engine::{namespace_gvk, Engine};
 use crate::sync::model::backoff::{Backoff, Input};
 use crate::sync::model::meta::{has_annotation, is_original, is_terminating};
-use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Target};
+use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, Target};
 use crate::sync::rules::compile::CompiledRule;
 
 /// Writes in flight at once: enough to hide the API server's latency, few
@@ -346,12 +346,12 @@ impl Engine {
             ready.push((i, target, c, w));
         }
         // Results carry their place in `ready`.
-        let results: Vec<(usize, Result<Value, WriteError>)> = {
+        let results: Vec<(usize, Result<Packed, WriteError>)> = {
             let this = &*self;
             // Boxed and collected first: a lazy stream of borrowing async
             // blocks trips the compiler's `Send` inference for the spawned
             // sync task.
-            let jobs: Vec<BoxFuture<'_, (usize, Result<Value, WriteError>)>> = ready
+            let jobs: Vec<BoxFuture<'_, (usize, Result<Packed, WriteError>)>> = ready
                 .iter()
                 .enumerate()
                 .map(|(k, (_, target, c, w))| {
@@ -387,7 +387,7 @@ impl Engine {
         target: &Target,
         c: &Candidate,
         replaced: bool,
-        result: Result<Value, WriteError>,
+        result: Result<Packed, WriteError>,
     ) -> Outcome {
         match result {
             Ok(server) => {
@@ -418,7 +418,7 @@ impl Engine {
         target: &Target,
         c: &Candidate,
         w: &Write,
-    ) -> Result<Value, WriteError> {
+    ) -> Result<Packed, WriteError> {
         let kind = self.kinds.get(&target.gvk());
         let live = kind.and_then(|k| k.objects.get(&target.local_key()));
         let Some(kind) = kind else {
@@ -427,12 +427,13 @@ impl Engine {
             return Err(WriteError::Gone(target.to_string()));
         };
         let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
-        match (&w.replace, live) {
+        let server = match (&w.replace, live) {
             (Some(exclude), Some(live)) => {
                 apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status, exclude).await
             }
             _ => apply::create(&self.ctx, &api, &c.desired, c.with_status).await,
-        }
+        };
+        server.map(Baseline::pack_server)
     }
 }
 
