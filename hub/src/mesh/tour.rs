@@ -46,7 +46,7 @@ pub fn tour(state: &MeshState, dir: &Path, detached: bool) -> String {
     let _ = writeln!(t, "  {fleetbus} mesh status --dir {dir}");
     let _ = writeln!(
         t,
-        "  {fleetbus} dashboard --nats-url {nats}   # the live fleet dashboard on http://127.0.0.1:8080/"
+        "  {fleetbus} dashboard --nats-url {nats} --dir {dir}   # the live fleet dashboard on http://127.0.0.1:8080/"
     );
     match &state.security {
         Some(s) => {
@@ -133,7 +133,7 @@ mod tests {
         );
         assert!(t.contains("mesh status --dir .fleetbus-mesh"), "{t}");
         assert!(
-            t.contains("dashboard --nats-url nats://127.0.0.1:4333"),
+            t.contains("dashboard --nats-url nats://127.0.0.1:4333 --dir .fleetbus-mesh"),
             "{t}"
         );
         assert!(t.contains("Ctrl-C"), "{t}");
