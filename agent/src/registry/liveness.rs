@@ -28,6 +28,13 @@ pub struct Liveness {
     expired: bool,
     /// The beat interval the peer announced (None: it does not beat).
     interval: Option<Duration>,
+    /// Until the peer announces its interval (with its first beat): the
+    /// interval the fleet's size calls for, which the peer will beat at.
+    /// Judged by `--peer-timeout` alone instead, every peer that joins a
+    /// fleet of more than 200 clusters turned Disconnected before its first
+    /// beat could arrive (and Ready again at it: a status write and an
+    /// Event each, for every joining peer).
+    expected: Option<Duration>,
 }
 
 impl Liveness {
@@ -41,6 +48,7 @@ impl Liveness {
             advanced: live,
             expired: false,
             interval: None,
+            expected: None,
         }
     }
 
@@ -64,6 +72,17 @@ impl Liveness {
         changed
     }
 
+    /// Sets the interval the fleet's size calls for, used until the peer
+    /// announces its own (see the field).
+    pub fn expect_interval(&mut self, interval: Duration) {
+        self.expected = Some(interval);
+    }
+
+    /// Whether the peer has announced its beat interval.
+    pub fn announced(&self) -> bool {
+        self.interval.is_some()
+    }
+
     /// The server expired the peer's beat; returns whether that is news.
     pub fn expire(&mut self) -> bool {
         !std::mem::replace(&mut self.expired, true)
@@ -73,7 +92,7 @@ impl Liveness {
     /// or the TTL of its beats when that is longer (its interval grew with
     /// the fleet, see `fleetbus_schemas::registry::beat_interval`).
     pub fn timeout(&self, peer_timeout: Duration) -> Duration {
-        match self.interval {
+        match self.interval.or(self.expected) {
             Some(i) => peer_timeout.max(beat_ttl(i)),
             None => peer_timeout,
         }

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::liveness::Liveness;
+use fleetbus_schemas::registry::beat_interval;
 use fleetbus_schemas::DecodeError;
 
 use super::record::{
@@ -243,10 +244,26 @@ impl Membership {
                 );
                 applied.changed = true;
                 applied.heartbeat = true;
+                self.expect_intervals();
             }
         }
         applied.members_changed = before != self.members();
         applied
+    }
+
+    /// Gives every peer that beats but has not announced its interval yet
+    /// the interval the fleet's size calls for (`beat_interval` of its own
+    /// base): the fleet grew, and so will their intervals. Peers that joined
+    /// together get their first beat judged by the size they joined into.
+    fn expect_intervals(&mut self) {
+        let size = self.peers.len() + 1;
+        for p in self.peers.values_mut() {
+            if p.record.beats && !p.liveness.announced() {
+                let base =
+                    Duration::from_secs(u64::from(p.record.heartbeat_interval_seconds.max(1)));
+                p.liveness.expect_interval(beat_interval(base, size));
+            }
+        }
     }
 
     /// Applies a valid beat received at `now` (`wall`: our clock). A beat of
@@ -676,6 +693,41 @@ pub(crate) mod tests {
             Applied::default()
         );
         assert_eq!(m.expire_beat("zz", "id-z", now), Applied::default());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn peers_joining_a_large_fleet_are_not_judged_before_their_first_beat_can_come() {
+        use fleetbus_schemas::registry::beat_ttl;
+        let mut m = Membership::new("a", "id-a", T);
+        // 999 clusters join at once (live records, no beat yet): a fleet of
+        // 1,000 beats every 10 s, so `--peer-timeout` (T) alone called them
+        // all Disconnected before their first beat could come.
+        for i in 0..999 {
+            let r = beating(&format!("p{i}"), &format!("id-{i}"), 1);
+            m.apply(cluster(r), Instant::now(), true);
+        }
+        let base = Duration::from_secs(u64::from(beating("x", "y", 1).heartbeat_interval_seconds));
+        let ttl = beat_ttl(beat_interval(base, 1_000));
+        assert!(ttl > T + Duration::from_secs(1), "{ttl:?}");
+        tokio::time::advance(T + Duration::from_secs(1)).await;
+        let now = Instant::now();
+        assert!(m.peers().all(|p| p.alive(now, T)), "judged too early");
+        // No beat within the fleet's TTL: Disconnected.
+        tokio::time::advance(ttl).await;
+        let now = Instant::now();
+        assert!(m.peers().all(|p| !p.alive(now, T)));
+        // Once a peer announces its interval, that is what counts.
+        let mut b = beat("p1", "id-1", 2);
+        b.beat.interval_ms = 1_000;
+        m.apply_beat(&b, Instant::now(), Utc::now());
+        tokio::time::advance(T + Duration::from_secs(1)).await;
+        let p1 = m.peers().find(|p| p.record.name == "p1").unwrap();
+        assert!(!p1.alive(Instant::now(), T), "its own 1 s interval: T");
+        // A small fleet is judged by `--peer-timeout`, as before.
+        let mut small = Membership::new("a", "id-a", T);
+        small.apply(cluster(beating("b", "id-b", 1)), Instant::now(), true);
+        tokio::time::advance(T + Duration::from_secs(1)).await;
+        assert!(!small.peers().next().unwrap().alive(Instant::now(), T));
     }
 
     #[tokio::test(start_paused = true)]
