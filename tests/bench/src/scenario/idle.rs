@@ -43,10 +43,7 @@ fn pct(a: Option<u64>, b: Option<u64>, secs: f64) -> Option<f64> {
 }
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
-    let max = std::env::var(MAX_ENV)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(usize::MAX);
+    let max = super::env_cap(MAX_ENV);
     let sizes: Vec<usize> = ctx
         .pick(vec![3], vec![10, 30, 100])
         .into_iter()

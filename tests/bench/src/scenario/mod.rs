@@ -62,6 +62,15 @@ pub const ALL: [&str; 11] = [
 /// cost of replication); the rest run on one nats-server only.
 pub const ON_TOPOLOGIES: [&str; 3] = ["propagation", "throughput", "fleet"];
 
+/// The cap an environment variable `name` puts on a scenario's sizes
+/// (e.g. `FLEETBUS_BENCH_MAX_OBJECTS=10000`); unset or unreadable: none.
+pub fn env_cap(name: &str) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(usize::MAX)
+}
+
 /// "met" / "MISSED" for a goal check.
 pub fn verdict(met: bool) -> &'static str {
     if met {

@@ -62,10 +62,7 @@ fn plan_counts_since(fleet: &Fleet, before: &[(String, Option<f64>, Option<f64>)
 }
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
-    let max = std::env::var(MAX_ENV)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(usize::MAX);
+    let max = super::env_cap(MAX_ENV);
     let steps: Vec<usize> = ctx
         .pick(vec![5, 20], vec![50, 1_000, 10_000, 50_000])
         .into_iter()

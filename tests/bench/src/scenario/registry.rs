@@ -288,10 +288,7 @@ async fn count_in(api: &Api<Cluster>, state: ClusterState) -> Result<usize, Stri
 }
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
-    let max: usize = std::env::var(MAX_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(usize::MAX);
+    let max = super::env_cap(MAX_ENV);
     let sizes: Vec<usize> = ctx
         .pick(vec![10], vec![10, 100, 1000])
         .into_iter()
