@@ -24,6 +24,7 @@ pub mod conflict;
 pub mod crd;
 pub mod drift;
 pub mod envelope;
+pub mod health;
 pub mod jetstream;
 pub mod k8s_names;
 mod object_ref;

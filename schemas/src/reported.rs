@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
+use crate::health::Health;
 use crate::object_ref::ObjectRef;
 use crate::subject::{split_api_version, StatusKey};
 use crate::time::rfc3339_ms;
@@ -44,6 +45,11 @@ pub struct ReportedStatus {
     /// Absent when the copy no longer exists, and in messages of older agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
+    /// The copy's health (kstatus, or the rule's `spec.health`); `ready` is
+    /// `health.status == Current`. Absent when the copy no longer exists, for
+    /// Bundles (their manifests report `ready`), and in messages of older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
 }
 
 impl ReportedStatus {
@@ -93,6 +99,10 @@ mod tests {
             observed_at: parse_rfc3339("2026-11-22T04:40:00.000Z").unwrap(),
             status: json!({"readyReplicas": 3}),
             ready: Some(true),
+            health: Some(Health::new(
+                crate::health::HealthStatus::Current,
+                "Deployment is available. Replicas: 3",
+            )),
         }
     }
 

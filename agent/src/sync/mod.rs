@@ -27,6 +27,7 @@
 mod digest;
 mod drift;
 mod engine;
+mod health;
 mod inputs;
 mod model;
 mod progress;

@@ -28,7 +28,7 @@ pub use reported_state::{
 };
 pub use resource_sync_rule::{
     AddRemove, AnnotationSelector, ClusterFeatureMatch, ContentMatch, DriftExclusion, DriftMode,
-    DriftPolicy, DriftTarget, GroupVersionKind, MatchEntry, Mutations, ObjectKeyMatch,
+    DriftPolicy, DriftTarget, GroupVersionKind, HealthCheck, MatchEntry, Mutations, ObjectKeyMatch,
     OrphanPolicy, Override, OverrideType, ResourceSyncRule, ResourceSyncRuleSpec,
     ResourceSyncRuleStatus, StatusReturn, SyncRule, UpdatePolicy,
 };

@@ -54,10 +54,12 @@ pub struct ReportedStateStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::schema::any_json_value")]
     pub status: Option<serde_json::Value>,
-    /// Whether the copy is ready (rollout complete, Job complete, `Ready` condition
-    /// true; otherwise: it exists).
+    /// Whether the copy is ready: its health is `Current`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
+    /// The copy's health (kstatus, or the rule's `spec.health`; PROTOCOL §6.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::health::Health>,
     /// When the sink read the status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<Time>,

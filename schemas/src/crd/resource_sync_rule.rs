@@ -93,6 +93,24 @@ pub struct ResourceSyncRuleSpec {
     /// instead of the Bundle itself. Only for the kind `fleetbus.io/v1alpha1 Bundle`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub unwrap: bool,
+    /// How a copy's health is judged on each sink. Absent: kstatus's rules for the
+    /// built-in kinds, a `Ready` (else `Available`) condition for others (PROTOCOL §6.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
+}
+
+/// A rule's own health check: CEL expressions over `object`, the live copy
+/// (the language of `x-kubernetes-validations`). An expression that does not
+/// compile makes the rule Invalid.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// True: the copy is Current (healthy); false: InProgress.
+    pub current: String,
+    /// Evaluated first. True: the copy is Failed. Absent: a copy is never Failed
+    /// (but Terminating while it is being deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -110,6 +110,14 @@ pub enum RuleErrorKind {
          label or annotation (the stamp)"
     )]
     ForgesStamp(String),
+    /// A string longer than its bound (a health expression's cost is bounded by its length).
+    #[error("{len} bytes, at most {max} allowed")]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The bound.
+        max: usize,
+    },
 }
 
 impl RuleError {
@@ -160,6 +168,12 @@ impl ResourceSyncRuleSpec {
             v.unwrap(self);
         }
         v.status_direction(self);
+        if let Some(h) = &self.health {
+            v.health_expression("spec.health.current", &h.current);
+            if let Some(failed) = &h.failed {
+                v.health_expression("spec.health.failed", failed);
+            }
+        }
         if v.errors.is_empty() {
             Ok(())
         } else {
@@ -174,6 +188,22 @@ struct Validator {
 }
 
 impl Validator {
+    /// A health expression is compiled by the agent (the CEL crate is not a
+    /// dependency of schemas); here only what bounds its cost: present and short.
+    fn health_expression(&mut self, field: &str, expr: &str) {
+        if expr.trim().is_empty() {
+            self.push(field, RuleErrorKind::Empty);
+        } else if expr.len() > crate::health::MAX_HEALTH_EXPRESSION {
+            self.push(
+                field,
+                RuleErrorKind::TooLong {
+                    len: expr.len(),
+                    max: crate::health::MAX_HEALTH_EXPRESSION,
+                },
+            );
+        }
+    }
+
     /// `unwrap` takes a Bundle's manifests apart, so the rule must be on Bundles and
     /// must not rewrite every manifest's kind.
     fn unwrap(&mut self, spec: &ResourceSyncRuleSpec) {
@@ -565,6 +595,33 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn health_expressions_present_and_bounded() {
+        let with = |current: &str, failed: Option<String>| ResourceSyncRuleSpec {
+            health: Some(crate::crd::HealthCheck {
+                current: current.into(),
+                failed,
+            }),
+            ..valid_spec()
+        };
+        assert_eq!(with("object.status.ready", None).validate(), Ok(()));
+        assert_eq!(
+            kinds(&with(" ", None)),
+            vec![("spec.health.current".to_owned(), RuleErrorKind::Empty)]
+        );
+        let long = "a".repeat(crate::health::MAX_HEALTH_EXPRESSION + 1);
+        assert_eq!(
+            kinds(&with("true", Some(long))),
+            vec![(
+                "spec.health.failed".to_owned(),
+                RuleErrorKind::TooLong {
+                    len: crate::health::MAX_HEALTH_EXPRESSION + 1,
+                    max: crate::health::MAX_HEALTH_EXPRESSION
+                }
+            )]
+        );
     }
 
     #[test]

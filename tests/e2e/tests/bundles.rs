@@ -455,7 +455,9 @@ async fn roll_out(edge: &Member) {
         .expect("the Deployment copy");
     let generation = d.metadata.generation.unwrap_or(1);
     let status = serde_json::json!({"status": {"observedGeneration": generation, "replicas": 2,
-        "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2}})
+        "updatedReplicas": 2, "readyReplicas": 2, "availableReplicas": 2,
+        "conditions": [{"type": "Available", "status": "True"},
+                       {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}})
     .to_string();
     kubectl(
         edge,

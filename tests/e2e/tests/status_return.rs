@@ -118,10 +118,15 @@ fn patch_status(m: &Member, resource: &str, name: &str, subresource: bool, statu
 }
 
 /// What a Deployment controller writes once one replica of generation
-/// `generation` is available.
+/// `generation` is available (kstatus wants the `Available` condition; the
+/// `Progressing` one is what a real API server's default progress deadline
+/// makes it wait for too).
 fn rolled_out(generation: i64) -> Value {
     json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
-           "readyReplicas": 1, "availableReplicas": 1})
+           "readyReplicas": 1, "availableReplicas": 1,
+           "conditions": [{"type": "Available", "status": "True"},
+                          {"type": "Progressing", "status": "True",
+                           "reason": "NewReplicaSetAvailable"}]})
 }
 
 fn generation(o: &kube::api::DynamicObject) -> i64 {
@@ -450,6 +455,12 @@ async fn per_cluster_reported_states_and_readiness() {
     let c2_name = states["c2"]["name"].as_str().unwrap_or_default();
     assert!(c2_name.starts_with("deployment.web.c2."), "{c2_name}");
     assert_eq!(states["c3"]["status"]["ready"], false);
+    // Not rolled out: kstatus says why, and the ReportedState carries it.
+    assert_eq!(
+        states["c3"]["status"]["health"]["status"], "InProgress",
+        "{}",
+        states["c3"]
+    );
     wait_readiness(c1, "web", "ready 0/2").await;
     // The Gadget has no status subresource and no status: ready by existing.
     wait_states(c1, "g", "for c2 and c3, ready", |s| {
@@ -506,6 +517,10 @@ async fn per_cluster_reported_states_and_readiness() {
     })
     .await;
     assert_eq!(states["c2"]["status"]["ready"], true);
+    assert_eq!(
+        states["c2"]["status"]["health"],
+        json!({"status": "Current", "message": "Deployment is available. Replicas: 1"})
+    );
     let table = kubectl(c1, &["get", "resourcesyncrules", "web"]);
     assert!(
         table.contains("READY COPIES") && table.contains("ready 2/2"),
@@ -586,6 +601,62 @@ async fn per_cluster_reported_states_and_readiness() {
     kubectl_delete(c1, "deployment", Some("apps"), "web");
     wait_states(c1, "web", "to be gone", BTreeMap::is_empty).await;
     collector.abort();
+}
+
+/// A rule's own health check (CEL over the live copy, `spec.health`) decides
+/// `ready r/n` on the origin, although the rule returns no status: `failed`
+/// wins over `current`, and the source's status is not written. A rule whose
+/// expression does not compile is `Invalid` on every cluster, with the parser's
+/// message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_cel_health_decides_readiness_and_a_bad_one_is_invalid() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "apps").await;
+        install_gadgets(x).await;
+    }
+    kubectl(c2, &["label", "clusters.fleetbus.io", "c2", "env=edge"]);
+    let health = "  clusterSelector: {matchLabels: {env: edge}}\n  health:\n    current: \"has(object.status) && object.status.phase == 'Up'\"\n    failed: \"has(object.status) && object.status.phase == 'Broken'\"\n";
+    apply_yaml(
+        c1,
+        &rule_yaml("gadgets", "example.com", "Gadget", "None", health),
+    );
+    let bad = "  health: {current: \"object.status.phase ==\"}\n";
+    apply_yaml(
+        c1,
+        &rule_yaml("bad-health", "example.com", "Gadget", "None", bad),
+    );
+    apply_yaml(c1, &gadget(1));
+
+    wait_copy(c2, &gadgets(), Some("apps"), "g", "c1", "gadgets", |_| {
+        Ok(())
+    })
+    .await;
+    wait_readiness(c1, "gadgets", "ready 0/1").await;
+    patch_status(c2, "gadget", "g", false, json!({"phase": "Up"}));
+    wait_readiness(c1, "gadgets", "ready 1/1").await;
+    patch_status(c2, "gadget", "g", false, json!({"phase": "Broken"}));
+    wait_readiness(c1, "gadgets", "ready 0/1").await;
+    // statusReturn None: nothing of the copy's status reaches the source.
+    let source = get_dynamic(c1, &gadgets(), Some("apps"), "g")
+        .await
+        .unwrap()
+        .expect("the source Gadget");
+    assert_eq!(status_of(&source), Value::Null, "{source:?}");
+
+    for x in [c1, c2] {
+        let r = wait_rule(x, "bad-health", "Invalid", ready_is("False", "Invalid")).await;
+        let msg = rule_condition(&r, "Ready")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            msg.contains("spec.health.current: does not compile"),
+            "{}: {msg}",
+            x.name
+        );
+    }
 }
 
 /// Sinks read their own last reports back at start: a restarted sink

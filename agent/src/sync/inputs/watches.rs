@@ -332,6 +332,7 @@ pub(in crate::sync) mod tests {
             observed_at: chrono::Utc::now(),
             status: json!({"phase": "Up"}),
             ready: Some(true),
+            health: None,
         }
     }
 

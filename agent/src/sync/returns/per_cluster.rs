@@ -56,6 +56,7 @@ pub fn desired_state(r: &ReportedStatus, source: &Value, default_ns: &str) -> (L
         "status": {
             "status": r.status,
             "ready": r.ready,
+            "health": r.health,
             "observedAt": observed_at,
             "copyNamespace": r.copy_namespace,
             "copyName": r.copy_name,
@@ -239,6 +240,7 @@ mod tests {
             observed_at: chrono::Utc::now(),
             status: json!({"phase": "Up"}),
             ready: Some(false),
+            health: None,
         }
     }
 

@@ -16,8 +16,8 @@ use fleetbus_schemas::ObjectRef;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::readiness;
 use crate::sync::engine::Engine;
+use crate::sync::health;
 use crate::sync::model::meta::origin_cluster;
 use crate::sync::sink::bundle;
 
@@ -26,6 +26,7 @@ use crate::sync::sink::bundle;
 fn same_report(a: &ReportedStatus, b: &ReportedStatus) -> bool {
     a.status == b.status
         && a.ready == b.ready
+        && a.health == b.health
         && a.rule == b.rule
         && a.origin == b.origin
         && a.source == b.source
@@ -43,17 +44,14 @@ impl Engine {
         let mut out = BTreeMap::new();
         // Without a rule that returns status, no copy is looked at: a pass
         // must not cost a walk over every copy (issue 20).
-        let returning = self
-            .rules
-            .values()
-            .any(|r| !r.spec.unwrap && r.spec.status_return != StatusReturn::None);
+        let returning = self.rules.values().any(|r| !r.spec.unwrap && r.reports());
         let held = self.held.iter().filter(|_| returning);
         for (target, (key, rule_name)) in held {
             let Some(rule) = self.rules.get(rule_name) else {
                 continue;
             };
             // A Bundle's manifests are reported once per Bundle, below.
-            if rule.spec.unwrap || rule.spec.status_return == StatusReturn::None {
+            if rule.spec.unwrap || !rule.reports() {
                 continue;
             }
             let Some(live) = self
@@ -78,7 +76,12 @@ impl Engine {
             } else {
                 format!("{}/{}", key.group, key.version)
             };
-            let status = live.get("status").cloned().unwrap_or_else(|| json!({}));
+            // A rule that reports for health alone returns no status body.
+            let status = match rule.spec.status_return {
+                StatusReturn::None => json!({}),
+                _ => live.get("status").cloned().unwrap_or_else(|| json!({})),
+            };
+            let health = health::judge(rule.health.as_ref(), &live, now);
             let report = ReportedStatus {
                 cluster: local.clone(),
                 rule: rule_name.clone(),
@@ -96,7 +99,8 @@ impl Engine {
                     .to_owned(),
                 observed_at: now,
                 status,
-                ready: Some(readiness::is_ready(&live)),
+                ready: Some(health.is_current()),
+                health: Some(health),
             };
             out.insert(report.subject_key(), report);
         }
@@ -129,6 +133,8 @@ impl Engine {
                 observed_at: now,
                 status,
                 ready: Some(ready),
+                // Per manifest in the BundleReport (`ready`: kstatus Current).
+                health: None,
             };
             let subject = report.subject_key();
             // A manifest kind not listed yet (a restart): keep the last
@@ -148,10 +154,9 @@ impl Engine {
     /// copy stands behind it now: its rule cannot say yet (kinds being read,
     /// or a problem), so publishing `null` could be wrong.
     fn undecided(&self, published: &ReportedStatus) -> bool {
-        self.rules.get(&published.rule).is_some_and(|r| {
-            (r.spec.status_return != StatusReturn::None || r.spec.unwrap)
-                && (self.rule_problem(r).is_some() || !self.rule_ready(r))
-        })
+        self.rules
+            .get(&published.rule)
+            .is_some_and(|r| r.reports() && (self.rule_problem(r).is_some() || !self.rule_ready(r)))
     }
 
     /// Publishes what changed since the last reports (see the module docs).
@@ -184,6 +189,7 @@ impl Engine {
                 publish.push(ReportedStatus {
                     status: Value::Null,
                     ready: None,
+                    health: None,
                     observed_at: chrono::Utc::now(),
                     ..p.clone()
                 });
@@ -283,6 +289,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fleetbus_schemas::health::{Health, HealthStatus};
 
     #[test]
     fn only_content_makes_a_report_new() {
@@ -297,6 +304,7 @@ mod tests {
             observed_at: chrono::Utc::now(),
             status: json!({"x": 1}),
             ready: Some(true),
+            health: Some(Health::new(HealthStatus::Current, "ok")),
         };
         let mut b = a.clone();
         b.copy_resource_version = "2".into();
@@ -307,5 +315,8 @@ mod tests {
         let mut c = a.clone();
         c.ready = Some(false);
         assert!(!same_report(&a, &c));
+        let mut d = a.clone();
+        d.health = Some(Health::new(HealthStatus::Current, "Replicas: 3"));
+        assert!(!same_report(&a, &d), "a new health message is news");
     }
 }

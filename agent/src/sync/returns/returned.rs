@@ -94,9 +94,7 @@ impl Engine {
             if &r.origin != local || r.status.is_null() || !member {
                 continue;
             }
-            let returns = self.rules.get(&r.rule).is_some_and(|rule| {
-                rule.spec.status_return != StatusReturn::None || rule.spec.unwrap
-            });
+            let returns = self.rules.get(&r.rule).is_some_and(|rule| rule.reports());
             if !returns || self.source_object(r).is_none() {
                 continue;
             }

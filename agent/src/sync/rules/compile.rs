@@ -7,13 +7,14 @@
 
 use std::collections::BTreeMap;
 
-use fleetbus_schemas::crd::RuleError;
 use fleetbus_schemas::crd::{GroupVersionKind as RuleGvk, ResourceSyncRule, ResourceSyncRuleSpec};
+use fleetbus_schemas::crd::{RuleError, StatusReturn};
 use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
 use super::template;
+use crate::sync::health::CompiledHealth;
 use crate::sync::model::meta::has_annotation;
 
 /// The name (`fleetbus.io/rule` annotation) of the built-in rule that
@@ -56,12 +57,20 @@ pub struct CompiledRule {
     /// `fleetbus.io/correction-paused` on the rule: drift of its copies is
     /// reported, not corrected (the manual override during an incident).
     pub correction_paused: bool,
+    /// `spec.health`, compiled; `None`: kstatus judges the copies.
+    pub health: Option<CompiledHealth>,
 }
 
 impl CompiledRule {
     /// Whether the rule may sync anything (valid and its kinds served).
     pub fn is_valid(&self) -> bool {
         self.problem.is_none()
+    }
+
+    /// Whether sinks report their copies' status and health to the origin:
+    /// the rule returns status, unwraps Bundles, or judges health its own way.
+    pub fn reports(&self) -> bool {
+        self.spec.status_return != StatusReturn::None || self.spec.unwrap || self.health.is_some()
     }
 }
 
@@ -89,6 +98,7 @@ pub fn builtin() -> CompiledRule {
         problem: None,
         builtin: true,
         correction_paused: false,
+        health: None,
     }
 }
 
@@ -121,6 +131,7 @@ pub fn compile(objects: &[&Value]) -> RuleSet {
                 problem: Some(format!("spec does not parse: {e}")),
                 builtin: false,
                 correction_paused: false,
+                health: None,
             },
         };
         rule.correction_paused = correction_paused;
@@ -155,6 +166,17 @@ fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) 
             }
         }
     }
+    // Compiled only once the spec validated: validation bounds the length.
+    let health = match &spec.health {
+        Some(check) if problems.is_empty() => match CompiledHealth::compile(check) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                problems.push(e);
+                None
+            }
+        },
+        _ => None,
+    };
     CompiledRule {
         name: name.to_owned(),
         spec,
@@ -164,6 +186,7 @@ fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) 
         problem: (!problems.is_empty()).then(|| problems.join("; ")),
         builtin: false,
         correction_paused: false,
+        health,
     }
 }
 
@@ -209,6 +232,31 @@ mod tests {
             .unwrap_or("")
             .contains("parse"));
         assert!(set[RULE_REPLICATION].builtin);
+    }
+
+    #[test]
+    fn a_health_expression_that_does_not_compile_makes_the_rule_invalid() {
+        let with = |name: &str, current: &str| {
+            rule(
+                name,
+                json!({"groupVersionKind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                       "health": {"current": current}}),
+            )
+        };
+        let good = with(
+            "good",
+            "object.status.readyReplicas == object.spec.replicas",
+        );
+        let bad = with("bad", "object.status.readyReplicas ==");
+        let set = compile(&[&good, &bad]);
+        assert!(set["good"].is_valid());
+        assert!(set["good"].health.is_some());
+        let problem = set["bad"].problem.as_deref().unwrap_or("");
+        assert!(
+            problem.starts_with("spec.health.current: does not compile: "),
+            "{problem}"
+        );
+        assert!(set["bad"].health.is_none());
     }
 
     #[test]

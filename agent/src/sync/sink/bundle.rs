@@ -25,11 +25,11 @@ use serde_json::Value;
 use super::bundle_state::{Manifest, Unwrapped};
 use super::mutate::{self, CopyInput, MutateError};
 use crate::sync::engine::Engine;
+use crate::sync::health;
 use crate::sync::model::meta::{
     annotations, annotations_mut, describe_gvk as describe, describe_key,
 };
 use crate::sync::model::{Candidate, Outcome, RuleReport, Target};
-use crate::sync::returns::readiness;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::rules::template::TemplateContext;
@@ -493,7 +493,9 @@ impl Engine {
                             .and_then(|k| k.objects.get(&t.local_key()))
                     });
                     // Applied but not seen yet: its watch event comes next.
-                    s.ready = Some(live.as_ref().is_some_and(readiness::is_ready));
+                    s.ready = Some(live.as_ref().is_some_and(|live| {
+                        health::judge(None, live, chrono::Utc::now()).is_current()
+                    }));
                 }
                 s
             })
