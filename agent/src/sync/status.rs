@@ -33,6 +33,9 @@ pub const KEPT: &str = "Kept";
 /// Condition type naming this cluster's objects the rule selects that are
 /// never published (`sync/withheld`).
 pub const SKIPPED: &str = "Skipped";
+/// Condition type, on the origin of a reporting rule: whether every reported
+/// copy of this cluster's objects is healthy (`Current`), naming those not.
+pub const HEALTHY: &str = "Healthy";
 
 /// At most this many objects are named in a condition message.
 const NAMED: usize = 5;
@@ -180,18 +183,16 @@ pub fn desired(
             message: named(&report.kept),
         }
     };
+    let mut conditions = vec![
+        ready_condition,
+        conflict_condition,
+        kept_condition,
+        skipped_condition(report),
+    ];
+    conditions.extend(healthy_condition(report));
     ResourceSyncRuleStatus {
         observed_generation: rule.generation,
-        conditions: merge(
-            &existing.conditions,
-            &[
-                ready_condition,
-                conflict_condition,
-                kept_condition,
-                skipped_condition(report),
-            ],
-            rule.generation,
-        ),
+        conditions: merge(&existing.conditions, &conditions, rule.generation),
         source_clusters: report.sources.iter().cloned().collect(),
         objects_synced: report.synced,
         conflicts: report.conflicts.len() as i64,
@@ -204,6 +205,31 @@ pub fn desired(
         ready_copies: report.readiness.map(|(ready, _)| ready),
         reported_copies: report.readiness.map(|(_, reported)| reported),
     }
+}
+
+/// The `Healthy` condition, on the origin while copies are reported: which
+/// copies are not `Current`, and what their health says.
+fn healthy_condition(report: &RuleReport) -> Option<Desired> {
+    let (ready, reported) = report.readiness?;
+    Some(if report.unhealthy.is_empty() {
+        Desired {
+            type_: HEALTHY,
+            status: true,
+            reason: "AllCurrent",
+            message: format!("{ready}/{reported} reported copies are Current"),
+        }
+    } else {
+        Desired {
+            type_: HEALTHY,
+            status: false,
+            reason: "NotCurrent",
+            message: format!(
+                "{} of {reported} reported copies are not Current: {}",
+                report.unhealthy.len(),
+                named(&report.unhealthy)
+            ),
+        }
+    })
 }
 
 /// The `Skipped` condition: how many of our objects the rule selects are
@@ -513,6 +539,38 @@ mod tests {
             "{msg}"
         );
         assert_eq!(s.errors, 7);
+    }
+
+    #[test]
+    fn copies_not_current_are_named_on_the_origin() {
+        let s = status(&report(), None, true);
+        assert!(
+            s.conditions.iter().all(|c| c.type_ != HEALTHY),
+            "no reports, no Healthy condition"
+        );
+        let mut r = report();
+        r.readiness = Some((1, 2));
+        r.unhealthy.insert(
+            "c3: Deployment apps/web".into(),
+            "InProgress (Available: 0/1)".into(),
+        );
+        let s = status(&r, None, true);
+        let c = cond(&s, HEALTHY);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "NotCurrent")
+        );
+        assert_eq!(
+            c.message,
+            "1 of 2 reported copies are not Current: c3: Deployment apps/web: InProgress (Available: 0/1)"
+        );
+        r.readiness = Some((2, 2));
+        r.unhealthy.clear();
+        let c = cond(&status(&r, None, true), HEALTHY).clone();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "AllCurrent")
+        );
     }
 
     #[test]

@@ -639,6 +639,23 @@ async fn a_rules_cel_health_decides_readiness_and_a_bad_one_is_invalid() {
     wait_readiness(c1, "gadgets", "ready 1/1").await;
     patch_status(c2, "gadget", "g", false, json!({"phase": "Broken"}));
     wait_readiness(c1, "gadgets", "ready 0/1").await;
+    // The origin's rule names the copy that is not Current, and why.
+    wait_rule(
+        c1,
+        "gadgets",
+        "Healthy=False naming c2's copy",
+        |r| match rule_condition(r, "Healthy") {
+            Some(c)
+                if c.status == "False"
+                    && c.message
+                        .contains("c2: Gadget apps/g: Failed (spec.health.failed is true)") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("Healthy is {other:?}")),
+        },
+    )
+    .await;
     // statusReturn None: nothing of the copy's status reaches the source.
     let source = get_dynamic(c1, &gadgets(), Some("apps"), "g")
         .await

@@ -29,6 +29,9 @@ pub struct RuleReport {
     pub unknown_update_policy: BTreeSet<ObjectKey>,
     /// On the origin: (ready, reported) copies of our objects, when any report.
     pub readiness: Option<(i64, i64)>,
+    /// On the origin: the reported copies that are not Current, as
+    /// `cluster: Kind ns/name` → their health (status and message).
+    pub unhealthy: BTreeMap<String, String>,
     /// Copies kept instead of deleted (`sink::keep`), with why and how to finish.
     pub kept: BTreeMap<String, String>,
     /// Our objects the rule selects that are never published, with why.

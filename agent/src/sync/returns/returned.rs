@@ -138,15 +138,22 @@ impl Engine {
         let returned = self.returned_reports();
         // Readiness summary per rule.
         let mut readiness: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        let mut unhealthy: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
         for r in returned.values().flatten() {
             let e = readiness.entry(r.rule.clone()).or_default();
             e.1 += 1;
             if r.ready == Some(true) {
                 e.0 += 1;
+            } else {
+                unhealthy
+                    .entry(r.rule.clone())
+                    .or_default()
+                    .insert(copy_name(r), health_text(r));
             }
         }
         for (rule, report) in self.reports.iter_mut() {
             report.readiness = readiness.get(rule).copied();
+            report.unhealthy = unhealthy.remove(rule).unwrap_or_default();
         }
         let mode = |rs: &[ReportedStatus]| {
             rs.first()
@@ -298,6 +305,24 @@ impl Engine {
                 false
             }
         }
+    }
+}
+
+/// `cluster: Kind ns/name` of a reported copy, as the rule status names it.
+fn copy_name(r: &ReportedStatus) -> String {
+    match &r.copy_namespace {
+        Some(ns) => format!("{}: {} {ns}/{}", r.cluster, r.source.kind, r.copy_name),
+        None => format!("{}: {} {}", r.cluster, r.source.kind, r.copy_name),
+    }
+}
+
+/// A copy's health for people: `InProgress (Ready: 1/3)`, or "not ready"
+/// from an agent that reports no health.
+fn health_text(r: &ReportedStatus) -> String {
+    match &r.health {
+        Some(h) if h.message.is_empty() => h.status.to_string(),
+        Some(h) => format!("{} ({})", h.status, h.message),
+        None => "not ready".to_owned(),
     }
 }
 
