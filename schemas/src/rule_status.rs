@@ -110,6 +110,9 @@ pub enum RuleCellState {
     NotSelected,
     /// The rule does not validate (or compile) on this cluster; `message` says why.
     Invalid,
+    /// The rule is suspended (`spec.suspend`): it writes and deletes nothing here.
+    /// Chosen by an operator, so no failure.
+    Suspended,
 }
 
 impl RuleCellState {
@@ -122,6 +125,7 @@ impl RuleCellState {
             RuleCellState::Conflict => "Conflict",
             RuleCellState::NotSelected => "NotSelected",
             RuleCellState::Invalid => "Invalid",
+            RuleCellState::Suspended => "Suspended",
         }
     }
 

@@ -37,6 +37,9 @@ pub const SKIPPED: &str = "Skipped";
 /// copy of this cluster's objects is healthy (`Current`), naming those not.
 pub const HEALTHY: &str = "Healthy";
 
+/// The Ready condition's reason while the rule is suspended (`spec.suspend`).
+pub const SUSPENDED: &str = "Suspended";
+
 /// At most this many objects are named in a condition message.
 const NAMED: usize = 5;
 
@@ -114,6 +117,15 @@ pub fn desired(
             status: false,
             reason: "Invalid",
             message: p.to_owned(),
+        },
+        (None, _, _) if rule.spec.suspend => Desired {
+            type_: condition::READY,
+            status: false,
+            reason: SUSPENDED,
+            message: format!(
+                "suspended (spec.suspend): nothing is created, updated or deleted here; drift is reported, not corrected; {} copy(ies) would be created or updated",
+                report.held
+            ),
         },
         // Not a sink is no failure: Ready is True (so `kubectl wait
         // --for=condition=Ready` on every cluster returns), the reason says
@@ -797,6 +809,42 @@ mod tests {
                 cell_state(&ResourceSyncRuleStatus::default()),
                 RuleCellState::Waiting
             );
+            // Suspended outranks everything but Invalid, and says what waits.
+            let mut suspended = rule();
+            suspended.spec.suspend = true;
+            let mut r = sink();
+            r.held = 4;
+            r.errors.insert("Secret a/c".into(), "boom".into());
+            let status = desired(
+                &suspended,
+                &r,
+                None,
+                true,
+                &ResourceSyncRuleStatus::default(),
+                None,
+            );
+            assert_eq!(cell_state(&status), RuleCellState::Suspended);
+            let ready = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .unwrap();
+            assert!(
+                ready
+                    .message
+                    .contains("4 copy(ies) would be created or updated"),
+                "{}",
+                ready.message
+            );
+            let invalid = desired(
+                &suspended,
+                &r,
+                Some("bad"),
+                true,
+                &ResourceSyncRuleStatus::default(),
+                None,
+            );
+            assert_eq!(cell_state(&invalid), RuleCellState::Invalid);
         }
 
         #[test]

@@ -139,6 +139,7 @@ pub fn cell_state(status: &ResourceSyncRuleStatus) -> RuleCellState {
     let conflict = find(CONFLICT).is_some_and(|c| c.status == "True");
     match find(condition::READY).map(|c| (c.status.as_str(), c.reason.as_str())) {
         Some((_, "Invalid")) => RuleCellState::Invalid,
+        Some((_, crate::sync::status::SUSPENDED)) => RuleCellState::Suspended,
         Some((_, "NotSelected")) => RuleCellState::NotSelected,
         Some((_, "SyncErrors")) => RuleCellState::Error,
         Some(("True", _)) if conflict => RuleCellState::Conflict,

@@ -15,10 +15,12 @@ fn rank(s: RuleCellState) -> u8 {
     match s {
         RuleCellState::NotSelected => 0,
         RuleCellState::Synced => 1,
-        RuleCellState::Waiting => 2,
-        RuleCellState::Conflict => 3,
-        RuleCellState::Error => 4,
-        RuleCellState::Invalid => 5,
+        // An operator's choice, no failure; but not converging either.
+        RuleCellState::Suspended => 2,
+        RuleCellState::Waiting => 3,
+        RuleCellState::Conflict => 4,
+        RuleCellState::Error => 5,
+        RuleCellState::Invalid => 6,
     }
 }
 

@@ -97,6 +97,11 @@ pub struct ResourceSyncRuleSpec {
     /// built-in kinds, a `Ready` (else `Available`) condition for others (PROTOCOL §6.1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthCheck>,
+    /// Pause the rule: on every sink nothing is created, updated or deleted
+    /// (source deletes included); drift is reported, not corrected; the status
+    /// says `Suspended`. Sources keep publishing; unsuspending converges.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub suspend: bool,
 }
 
 /// A rule's own health check: CEL expressions over `object`, the live copy

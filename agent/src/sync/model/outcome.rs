@@ -19,6 +19,8 @@ pub enum Outcome {
     Conflict(Box<Conflict>),
     /// Not written: an error.
     Failed(String),
+    /// Not written, on purpose: its rule holds it (`spec.suspend`), with why.
+    Held(String),
 }
 
 /// One conflict found in a pass.

@@ -11,6 +11,8 @@ use crate::sync::withheld::Withheld;
 pub struct RuleReport {
     /// Copies in sync.
     pub synced: i64,
+    /// Copies the rule holds (suspended) that would be created or updated.
+    pub held: i64,
     /// Objects in conflict, with a description each.
     pub conflicts: BTreeMap<String, String>,
     /// Objects failing, with the error each.

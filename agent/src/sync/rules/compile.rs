@@ -134,7 +134,8 @@ pub fn compile(objects: &[&Value]) -> RuleSet {
                 health: None,
             },
         };
-        rule.correction_paused = correction_paused;
+        // A suspended rule corrects no drift either: drift is reported.
+        rule.correction_paused = correction_paused || rule.spec.suspend;
         set.insert(name, rule);
     }
     set

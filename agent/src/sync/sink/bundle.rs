@@ -122,6 +122,7 @@ pub fn outcome_result(outcome: &Outcome) -> Result<(), String> {
         Outcome::InSync | Outcome::Wrote => Ok(()),
         Outcome::Conflict(c) => Err(c.message.clone()),
         Outcome::Failed(e) => Err(e.clone()),
+        Outcome::Held(why) => Err(why.clone()),
     }
 }
 

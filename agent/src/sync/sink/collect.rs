@@ -63,7 +63,7 @@ enum Verdict {
 enum RuleOf {
     /// Valid and fully read: its orphan policy applies.
     Ready(OrphanPolicy),
-    /// Invalid, or not fully read yet.
+    /// Invalid, suspended, or not fully read yet.
     NotReady,
     /// Not among the rules; gone only if `all_read` (every rule, here and
     /// on the bus, has been read).
@@ -362,6 +362,8 @@ impl Engine {
     fn collect_verdict(&self, obj: &Value, origin: &str) -> Verdict {
         let rule_name = annotation(obj, well_known::ANNOTATION_RULE).unwrap_or_default();
         let rule = match self.rules.get(rule_name) {
+            // Suspended: nothing is deleted or orphaned, source deletes included.
+            Some(r) if r.spec.suspend => RuleOf::NotReady,
             Some(r) if self.rule_problem(r).is_some() || !self.rule_ready(r) => RuleOf::NotReady,
             Some(r) => RuleOf::Ready(r.spec.orphan_policy),
             None => RuleOf::Missing {

@@ -677,6 +677,7 @@ impl Tally<'_> {
             }
             Outcome::Conflict(c) => s.conflicts.push(*c),
             Outcome::Failed(e) => s.error = Some(e),
+            Outcome::Held(_) => s.held = true,
         }
     }
 }

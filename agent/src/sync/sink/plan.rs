@@ -90,6 +90,7 @@ impl SinkState {
             return;
         };
         report.synced = l.synced;
+        report.held = l.held;
         for (key, e) in &l.pair_errors {
             report.errors.insert(describe_key(key), e.clone());
         }
@@ -166,6 +167,8 @@ pub struct Settled {
     /// The conflicts found there: the losers', then the winner's own (a
     /// local object in the way), as the rules' status shows them.
     pub conflicts: Vec<Conflict>,
+    /// Not written because the rule holds it (suspended): the copy would change.
+    pub held: bool,
 }
 
 /// What the plan holds for one rule's status.
@@ -181,6 +184,8 @@ pub struct Ledger {
     pub errors: BTreeMap<Target, String>,
     /// Copies in conflict, with a description each.
     pub conflicts: BTreeMap<Target, String>,
+    /// Copies the rule holds (suspended) that would be created or updated.
+    pub held: i64,
 }
 
 impl Ledger {
@@ -362,6 +367,9 @@ impl Plan {
         let l = self.ledgers.entry(s.rule.clone()).or_default();
         if s.synced {
             l.synced += if add { 1 } else { -1 };
+        }
+        if s.held {
+            l.held += if add { 1 } else { -1 };
         }
         if let Some(e) = &s.error {
             if add {

@@ -248,7 +248,23 @@ impl Engine {
             return Outcome::InSync;
         }
         let live_rv = resource_version(&live);
-        let mode = self.effective_mode(target, policy.mode);
+        // A suspended rule writes nothing, an operator's correction included
+        // (it would write the version the suspension holds back).
+        let suspended = self.rules.get(&c.rule).is_some_and(|r| r.spec.suspend);
+        if suspended {
+            self.forced_done(
+                target,
+                Err(
+                    "the rule is suspended (spec.suspend): nothing is written until it resumes"
+                        .to_owned(),
+                ),
+            );
+        }
+        let mode = if suspended {
+            policy.mode
+        } else {
+            self.effective_mode(target, policy.mode)
+        };
         if mode == DriftMode::Ignore {
             return Outcome::InSync;
         }

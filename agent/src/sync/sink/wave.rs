@@ -31,6 +31,13 @@ use crate::sync::rules::compile::CompiledRule;
 /// enough not to swamp it (or the agent's client pool).
 pub const WRITE_CONCURRENCY: usize = 24;
 
+/// Why a suspended rule's copy is not written (`spec.suspend`): drift of a
+/// copy it wrote is still reported (its rule pauses correction).
+const HELD_CREATE: &str = "the rule is suspended: the copy is not created";
+const HELD_UPDATE: &str = "the rule is suspended: the new version is not written";
+const HELD_LOOK: &str =
+    "the rule is suspended: the copy is not compared with its source until it resumes";
+
 /// How one target is handled, decided without writing.
 #[derive(Debug)]
 pub(in crate::sync) enum Step {
@@ -196,7 +203,11 @@ pub(in crate::sync) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now:
         }
         _ => None,
     };
+    let suspended = v.rule.is_some_and(|r| r.spec.suspend);
     let Some(live) = v.live else {
+        if suspended {
+            return Step::Done(Outcome::Held(HELD_CREATE.to_owned()), false);
+        }
         return missing(v, target, c, namespace);
     };
     if let Some(why) = terminating(live) {
@@ -252,12 +263,26 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
         // Pinned by an operator, or created once by policy: left alone.
         return Step::Done(Outcome::InSync, false);
     }
+    let suspended = v.rule.is_some_and(|r| r.spec.suspend);
     let Some(base) = v.baseline else {
+        if suspended {
+            // A first look compares with a dry run of the desired state, and
+            // may write it: a suspended rule only looks at what it wrote.
+            return Step::Done(Outcome::Held(HELD_LOOK.to_owned()), false);
+        }
         return Step::Serial(Why::FirstLook {
             policy: policy(v.rule, target, live),
         });
     };
     let live_rv = resource_version(live);
+    if base.desired != c.digest && suspended {
+        // The new version waits; what we wrote is still watched for drift.
+        return match drifted(v, target, c, base, live) {
+            Ok(Some(policy)) => Step::Serial(Why::Drift { policy }),
+            Ok(None) => Step::Done(Outcome::Held(HELD_UPDATE.to_owned()), false),
+            Err(e) => Step::Done(Outcome::Failed(e), false),
+        };
+    }
     if base.desired != c.digest {
         // The desired state changed: write it.
         return Step::Write(Write {
@@ -270,15 +295,31 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
             return Step::Done(Outcome::InSync, true);
         }
     }
-    let policy = policy(v.rule, target, live);
-    let server = match base.server.value() {
-        Ok(server) => server,
-        Err(e) => return Step::Done(Outcome::Failed(e.to_string()), false),
-    };
-    if policy.same(&server, live, c.with_status) {
-        return Step::Verified(live_rv.map(str::to_owned), c.with_status);
+    match drifted(v, target, c, base, live) {
+        Ok(None) => Step::Verified(live_rv.map(str::to_owned), c.with_status),
+        Ok(Some(policy)) => Step::Serial(Why::Drift { policy }),
+        Err(e) => Step::Done(Outcome::Failed(e), false),
     }
-    Step::Serial(Why::Drift { policy })
+}
+
+/// Whether the live copy differs from what we last wrote (`base`): the drift
+/// policy to handle it with, or None when it is the same (the verified memo
+/// is not consulted: the callers do).
+fn drifted(
+    v: &View<'_>,
+    target: &Target,
+    c: &Candidate,
+    base: &Baseline,
+    live: &Value,
+) -> Result<Option<Policy>, String> {
+    if let (Some(rv), Some((seen, with_status))) = (resource_version(live), &base.verified) {
+        if rv == seen && *with_status == c.with_status {
+            return Ok(None);
+        }
+    }
+    let policy = policy(v.rule, target, live);
+    let server = base.server.value().map_err(|e| e.to_string())?;
+    Ok((!policy.same(&server, live, c.with_status)).then_some(policy))
 }
 
 impl Engine {
@@ -568,6 +609,57 @@ mod tests {
             decided(&view(&rs, Some(&l), Some(&b)), &candidate("b", "h2")),
             "replace (namespace None)"
         );
+    }
+
+    #[test]
+    fn a_suspended_rule_writes_nothing_and_reports_drift() {
+        let r = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+                       "metadata": {"name": "cm", "generation": 1},
+                       "spec": {"groupVersionKind": {"version": "v1", "kind": "ConfigMap"},
+                                "suspend": true}});
+        let rs = rules::compile(&[&r]);
+        let l = live("a", "7");
+        let b = baseline("a", "7", Some("7"));
+        let held = |got: String, why: &str| {
+            assert!(got.starts_with("done: Held") && got.contains(why), "{got}");
+        };
+        // Missing, with or without a baseline: not created.
+        held(
+            decided(&view(&rs, None, None), &candidate("a", "h")),
+            "not created",
+        );
+        held(
+            decided(&view(&rs, None, Some(&b)), &candidate("a", "h")),
+            "not created",
+        );
+        // A new version at the source: not written.
+        held(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("b", "h2")),
+            "new version",
+        );
+        // No baseline (a restart): no first look (it could write).
+        held(
+            decided(&view(&rs, Some(&l), None), &candidate("a", "h")),
+            "compared",
+        );
+        // Unchanged: in sync, as before.
+        assert_eq!(
+            decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h")),
+            "in sync (equal: true)"
+        );
+        // Edited by someone: drift, reported and not corrected.
+        assert_eq!(
+            decided(
+                &view(&rs, Some(&live("edited", "8")), Some(&b)),
+                &candidate("a", "h")
+            ),
+            "serial: drift (Report)"
+        );
+        // A local object in the way is still a conflict, not hidden by the hold.
+        let mut original = live("x", "3");
+        original["metadata"]["annotations"] = json!({});
+        let got = decided(&view(&rs, Some(&original), Some(&b)), &candidate("a", "h"));
+        assert!(got.starts_with("done: Conflict"), "{got}");
     }
 
     #[test]

@@ -3,8 +3,8 @@
 "use strict";
 
 const CLUSTER_STATES = ["Ready", "ApiUnreachable", "Disconnected", "Conflict", "Left"];
-const CELL_STATES = ["Synced", "Waiting", "Error", "Conflict", "Invalid", "NotSelected"];
-const CELL_TEXT = { Synced: "OK", Waiting: "WAIT", Error: "ERR", Conflict: "CONF", Invalid: "INV", NotSelected: "—" };
+const CELL_STATES = ["Synced", "Waiting", "Error", "Conflict", "Invalid", "Suspended", "NotSelected"];
+const CELL_TEXT = { Synced: "OK", Waiting: "WAIT", Error: "ERR", Conflict: "CONF", Invalid: "INV", Suspended: "SUSP", NotSelected: "—" };
 const CARD_W = 236, CARD_H = 104, GAP = 8;
 const FEED_MAX = 200;
 

@@ -119,6 +119,7 @@ fn decide(plan: &mut Plan, t: &Target) {
             .iter()
             .map(|l| Conflict::other_origin(t, l, &winner))
             .collect(),
+        held: false,
     };
     plan.settle(t, Some(s));
 }
