@@ -154,6 +154,10 @@ pub struct Engine {
     /// The copies the last sink pass wanted here: source key and rule of each
     /// (what `report_pass` reports on).
     pub(super) held: BTreeMap<Target, (ObjectKey, String)>,
+    /// The rules whose copies are held here this pass (suspended, or waiting
+    /// for their `dependsOn`), with why: nothing of theirs is created or
+    /// updated, drift is reported, not corrected (see `sink::depends`).
+    pub(super) holds: BTreeMap<String, String>,
     /// Status reports read from the bus, and what the origin did with them.
     pub(super) status_book: super::returns::state::StatusBook,
     /// The Bundles unwrapped here by the last pass, per manifest (see `sink::bundle`).
@@ -257,6 +261,7 @@ impl Engine {
             reports: BTreeMap::new(),
             last_sync: BTreeMap::new(),
             held: BTreeMap::new(),
+            holds: BTreeMap::new(),
             status_book: super::returns::state::StatusBook::default(),
             bundles: BTreeMap::new(),
             bundles_counted: std::collections::HashSet::new(),

@@ -40,6 +40,9 @@ pub const HEALTHY: &str = "Healthy";
 /// The Ready condition's reason while the rule is suspended (`spec.suspend`).
 pub const SUSPENDED: &str = "Suspended";
 
+/// The Ready condition's reason while the rule waits for its `dependsOn`.
+pub const DEPENDS_ON: &str = "DependsOn";
+
 /// At most this many objects are named in a condition message.
 const NAMED: usize = 5;
 
@@ -117,6 +120,16 @@ pub fn desired(
             status: false,
             reason: "Invalid",
             message: p.to_owned(),
+        },
+        (None, true, true) if !rule.spec.suspend && report.hold.is_some() => Desired {
+            type_: condition::READY,
+            status: false,
+            reason: DEPENDS_ON,
+            message: format!(
+                "{}; {} copy(ies) would be created or updated",
+                report.hold.as_deref().unwrap_or_default(),
+                report.held
+            ),
         },
         (None, _, _) if rule.spec.suspend => Desired {
             type_: condition::READY,

@@ -102,6 +102,12 @@ pub struct ResourceSyncRuleSpec {
     /// says `Suspended`. Sources keep publishing; unsuspending converges.
     #[serde(default, skip_serializing_if = "is_false")]
     pub suspend: bool,
+    /// Rules (by name) whose copies must be in sync and healthy (`Current`) on a
+    /// sink before this rule creates or updates its copies there: CRDs before
+    /// their objects, a namespace's quota before its workloads. A cycle makes
+    /// every rule on it Invalid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
 }
 
 /// A rule's own health check: CEL expressions over `object`, the live copy

@@ -110,6 +110,12 @@ pub enum RuleErrorKind {
          label or annotation (the stamp)"
     )]
     ForgesStamp(String),
+    /// A `dependsOn` entry that is no rule name.
+    #[error("invalid rule name {0:?}: must be a DNS-1123 subdomain")]
+    InvalidRuleName(String),
+    /// A `dependsOn` entry listed twice.
+    #[error("{0:?} is listed twice")]
+    Duplicate(String),
     /// A string longer than its bound (a health expression's cost is bounded by its length).
     #[error("{len} bytes, at most {max} allowed")]
     TooLong {
@@ -168,6 +174,15 @@ impl ResourceSyncRuleSpec {
             v.unwrap(self);
         }
         v.status_direction(self);
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, dep) in self.depends_on.iter().enumerate() {
+            let field = format!("spec.dependsOn[{i}]");
+            if !is_dns1123_subdomain(dep) {
+                v.push(&field, RuleErrorKind::InvalidRuleName(dep.clone()));
+            } else if !seen.insert(dep.as_str()) {
+                v.push(&field, RuleErrorKind::Duplicate(dep.clone()));
+            }
+        }
         if let Some(h) = &self.health {
             v.health_expression("spec.health.current", &h.current);
             if let Some(failed) = &h.failed {
@@ -595,6 +610,28 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn depends_on_names_rules_once() {
+        let with = |deps: &[&str]| ResourceSyncRuleSpec {
+            depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            ..valid_spec()
+        };
+        assert_eq!(with(&["crds", "base.quota"]).validate(), Ok(()));
+        assert_eq!(
+            kinds(&with(&["crds", "Not A Rule", "crds"])),
+            vec![
+                (
+                    "spec.dependsOn[1]".to_owned(),
+                    RuleErrorKind::InvalidRuleName("Not A Rule".into())
+                ),
+                (
+                    "spec.dependsOn[2]".to_owned(),
+                    RuleErrorKind::Duplicate("crds".into())
+                ),
+            ]
+        );
     }
 
     #[test]

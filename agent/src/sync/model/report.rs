@@ -13,6 +13,9 @@ pub struct RuleReport {
     pub synced: i64,
     /// Copies the rule holds (suspended) that would be created or updated.
     pub held: i64,
+    /// Why the rule holds its copies here (waiting for its `dependsOn`, or
+    /// suspended), when it does.
+    pub hold: Option<String>,
     /// Objects in conflict, with a description each.
     pub conflicts: BTreeMap<String, String>,
     /// Objects failing, with the error each.

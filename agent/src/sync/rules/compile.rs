@@ -138,7 +138,31 @@ pub fn compile(objects: &[&Value]) -> RuleSet {
         rule.correction_paused = correction_paused || rule.spec.suspend;
         set.insert(name, rule);
     }
+    mark_cycles(&mut set);
     set
+}
+
+/// Makes every rule on a `dependsOn` cycle Invalid, naming the cycle: no rule
+/// on it could ever be applied. Every cluster compiles the same replicated
+/// rules, so every cluster says the same.
+fn mark_cycles(set: &mut RuleSet) {
+    let edges: BTreeMap<String, Vec<String>> = set
+        .values()
+        .filter(|r| !r.builtin)
+        .map(|r| (r.name.clone(), r.spec.depends_on.clone()))
+        .collect();
+    for cycle in crate::sync::sink::depends::cycles(&edges) {
+        let text = format!("dependsOn cycle: {}", cycle.join(" → "));
+        for name in cycle.iter().skip(1) {
+            if let Some(rule) = set.get_mut(name) {
+                rule.problem = Some(match rule.problem.take() {
+                    Some(p) if !p.contains(&text) => format!("{p}; {text}"),
+                    Some(p) => p,
+                    None => text.clone(),
+                });
+            }
+        }
+    }
 }
 
 fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) -> CompiledRule {
@@ -233,6 +257,35 @@ mod tests {
             .unwrap_or("")
             .contains("parse"));
         assert!(set[RULE_REPLICATION].builtin);
+    }
+
+    #[test]
+    fn every_rule_on_a_depends_on_cycle_is_invalid_and_names_it() {
+        let with = |name: &str, deps: Value| {
+            rule(
+                name,
+                json!({"groupVersionKind": {"version": "v1", "kind": "ConfigMap"}, "dependsOn": deps}),
+            )
+        };
+        let (a, b, c, d) = (
+            with("a", json!(["b"])),
+            with("b", json!(["a"])),
+            with("c", json!(["a", "missing"])),
+            with("d", json!(["d"])),
+        );
+        let set = compile(&[&a, &b, &c, &d]);
+        for name in ["a", "b"] {
+            assert_eq!(
+                set[name].problem.as_deref(),
+                Some("dependsOn cycle: a → b → a"),
+                "{name}"
+            );
+        }
+        assert!(
+            set["c"].is_valid(),
+            "depending on a cycle or a missing rule is no cycle"
+        );
+        assert_eq!(set["d"].problem.as_deref(), Some("dependsOn cycle: d → d"));
     }
 
     #[test]

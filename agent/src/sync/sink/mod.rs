@@ -6,7 +6,8 @@
 //! plain create or replace run together, or the serial path, told why), the
 //! serial path ([`serial`]), first looks at copies without a baseline (dry
 //! runs run together, [`look`]), writes ([`apply`], skipped when [`compare`]
-//! finds the copy equal), copies nothing wants collected ([`collect`]) unless
+//! finds the copy equal), copies held for their rule's `dependsOn` ([`depends`]),
+//! copies nothing wants collected ([`collect`]) unless
 //! deleting them would take unmanaged objects along ([`keep`]), and failures
 //! announced ([`failures`]). What it keeps between passes that the engine
 //! owns is in leaves ([`bundle_state`], [`keep`]'s `KeptCopy`, [`plan`]'s `SinkState`).
@@ -17,7 +18,9 @@ pub(super) mod bundle_state;
 mod collect;
 pub(super) mod compare;
 mod conflicts;
+pub(super) mod depends;
 mod failures;
+pub(super) mod hold;
 pub(super) mod keep;
 mod look;
 pub(super) mod mutate;

@@ -276,7 +276,8 @@ impl Engine {
             .collect();
         kinds.sort();
         let rules = active.iter().map(|r| r.name.clone()).collect();
-        Gate { rules, kinds }
+        let held = self.holds.keys().cloned().collect();
+        Gate { rules, kinds, held }
     }
 
     /// Brings the plan up to date: only the pairs of the envelopes that
@@ -367,6 +368,13 @@ impl Engine {
     pub(in crate::sync) async fn sink_pass(&mut self) -> Option<Instant> {
         let mut bundles = BundlePass::default();
         let mut rules = self.rule_reports(&mut bundles);
+        // Before replanning: a hold that starts or ends changes the gate.
+        self.holds = self.rule_holds(&rules.active);
+        for (name, why) in &self.holds {
+            if let Some(r) = rules.reports.get_mut(name) {
+                r.hold = Some(why.clone());
+            }
+        }
         let (affected, full) = self.replan(&rules, Instant::now());
         let mut tally = Tally {
             settled: BTreeMap::new(),

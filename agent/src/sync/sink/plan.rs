@@ -52,6 +52,9 @@ pub struct Gate {
     pub rules: Vec<String>,
     /// Every kind by name: listed, ready, namespaced.
     pub kinds: Vec<(String, bool, bool, bool)>,
+    /// The rules holding their copies (see `hold`): when a hold ends, every
+    /// copy it kept back is decided again.
+    pub held: Vec<String>,
 }
 
 /// What the sink keeps between passes for planning.

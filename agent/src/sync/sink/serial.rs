@@ -248,22 +248,20 @@ impl Engine {
             return Outcome::InSync;
         }
         let live_rv = resource_version(&live);
-        // A suspended rule writes nothing, an operator's correction included
-        // (it would write the version the suspension holds back).
-        let suspended = self.rules.get(&c.rule).is_some_and(|r| r.spec.suspend);
-        if suspended {
+        // A held rule (suspended, or waiting for its dependsOn) writes
+        // nothing, an operator's correction included (it would write the
+        // version the hold keeps back): drift of what it wrote is reported.
+        let hold = self.holds.get(&c.rule).cloned();
+        if let Some(why) = &hold {
             self.forced_done(
                 target,
-                Err(
-                    "the rule is suspended (spec.suspend): nothing is written until it resumes"
-                        .to_owned(),
-                ),
+                Err(format!("{why}: nothing is written until the hold ends")),
             );
         }
-        let mode = if suspended {
-            policy.mode
-        } else {
-            self.effective_mode(target, policy.mode)
+        let mode = match (&hold, policy.mode) {
+            (Some(_), DriftMode::Ignore) => DriftMode::Ignore,
+            (Some(_), _) => DriftMode::Report,
+            (None, mode) => self.effective_mode(target, mode),
         };
         if mode == DriftMode::Ignore {
             return Outcome::InSync;

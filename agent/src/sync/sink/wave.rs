@@ -31,12 +31,11 @@ use crate::sync::rules::compile::CompiledRule;
 /// enough not to swamp it (or the agent's client pool).
 pub const WRITE_CONCURRENCY: usize = 24;
 
-/// Why a suspended rule's copy is not written (`spec.suspend`): drift of a
-/// copy it wrote is still reported (its rule pauses correction).
-const HELD_CREATE: &str = "the rule is suspended: the copy is not created";
-const HELD_UPDATE: &str = "the rule is suspended: the new version is not written";
-const HELD_LOOK: &str =
-    "the rule is suspended: the copy is not compared with its source until it resumes";
+/// What a held copy is not (its rule is suspended or waits for its
+/// `dependsOn`); drift of a copy it wrote is still reported.
+const HELD_CREATE: &str = "the copy is not created";
+const HELD_UPDATE: &str = "the new version is not written";
+const HELD_LOOK: &str = "the copy is not compared with its source until the hold ends";
 
 /// How one target is handled, decided without writing.
 #[derive(Debug)]
@@ -129,6 +128,9 @@ pub(in crate::sync) struct View<'a> {
     pub baseline: Option<&'a Baseline>,
     /// The winner's rule.
     pub rule: Option<&'a CompiledRule>,
+    /// Why the winner's rule holds its copies here (suspended, waiting for
+    /// its `dependsOn`), if it does: nothing is created or updated.
+    pub hold: Option<&'a str>,
 }
 
 /// Why the live object at a target is not written, when it is being deleted
@@ -203,10 +205,9 @@ pub(in crate::sync) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now:
         }
         _ => None,
     };
-    let suspended = v.rule.is_some_and(|r| r.spec.suspend);
     let Some(live) = v.live else {
-        if suspended {
-            return Step::Done(Outcome::Held(HELD_CREATE.to_owned()), false);
+        if let Some(why) = v.hold {
+            return Step::Done(Outcome::Held(format!("{why}: {HELD_CREATE}")), false);
         }
         return missing(v, target, c, namespace);
     };
@@ -263,23 +264,22 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
         // Pinned by an operator, or created once by policy: left alone.
         return Step::Done(Outcome::InSync, false);
     }
-    let suspended = v.rule.is_some_and(|r| r.spec.suspend);
     let Some(base) = v.baseline else {
-        if suspended {
+        if let Some(why) = v.hold {
             // A first look compares with a dry run of the desired state, and
-            // may write it: a suspended rule only looks at what it wrote.
-            return Step::Done(Outcome::Held(HELD_LOOK.to_owned()), false);
+            // may write it: a held rule only looks at what it wrote.
+            return Step::Done(Outcome::Held(format!("{why}: {HELD_LOOK}")), false);
         }
         return Step::Serial(Why::FirstLook {
             policy: policy(v.rule, target, live),
         });
     };
     let live_rv = resource_version(live);
-    if base.desired != c.digest && suspended {
+    if let (Some(why), true) = (v.hold, base.desired != c.digest) {
         // The new version waits; what we wrote is still watched for drift.
         return match drifted(v, target, c, base, live) {
             Ok(Some(policy)) => Step::Serial(Why::Drift { policy }),
-            Ok(None) => Step::Done(Outcome::Held(HELD_UPDATE.to_owned()), false),
+            Ok(None) => Step::Done(Outcome::Held(format!("{why}: {HELD_UPDATE}")), false),
             Err(e) => Step::Done(Outcome::Failed(e), false),
         };
     }
@@ -344,6 +344,7 @@ impl Engine {
                 .is_none_or(|ns| self.namespace_exists(ns)),
             baseline: self.baselines.get(target),
             rule: self.rules.get(&c.rule),
+            hold: self.holds.get(&c.rule).map(String::as_str),
         };
         decide(&view, target, c, now)
     }
@@ -552,6 +553,10 @@ mod tests {
             namespace_exists: true,
             baseline: b,
             rule: rules.get("cm"),
+            hold: rules
+                .get("cm")
+                .filter(|r| r.spec.suspend)
+                .map(|_| "the rule is suspended"),
         }
     }
 

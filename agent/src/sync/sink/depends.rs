@@ -1,0 +1,170 @@
+//! `spec.dependsOn` (pure): on each sink, a rule's copies wait until the
+//! rules it depends on are synced and healthy there (CRDs before their
+//! objects, a namespace's quota before its workloads). Also the cycles,
+//! which make every rule on them Invalid, the same on every cluster (rules
+//! are replicated, and each agent finds the same cycles).
+//!
+//! Only creates and updates wait: deletes are not ordered (`sink/keep`
+//! already stops a CRD's deletion from taking unmanaged instances with it).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use fleetbus_schemas::health::Health;
+
+/// What this sink knows of a rule another depends on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Dependency {
+    /// The rule exists, is valid, selects this cluster and its kinds are read.
+    pub active: bool,
+    /// It is held itself (suspended, or waiting on its own dependencies).
+    pub held: bool,
+    /// Copies failing or in conflict here.
+    pub troubled: usize,
+    /// The health of every copy it holds here (None: not live yet).
+    pub copies: Vec<Option<Health>>,
+}
+
+/// Why a rule's copies wait for `deps` (its `dependsOn`, each looked up:
+/// None when no such rule exists); None when every one is ready here.
+pub fn waiting(deps: &[(&str, Option<&Dependency>)]) -> Option<String> {
+    let mut why = Vec::new();
+    for (name, dep) in deps {
+        let Some(d) = dep else {
+            why.push(format!("rule {name} does not exist"));
+            continue;
+        };
+        if !d.active {
+            why.push(format!(
+                "rule {name} is not active here (invalid, not selecting this cluster, or its kinds not read yet)"
+            ));
+        } else if d.held {
+            why.push(format!("rule {name} is itself held"));
+        } else if d.troubled > 0 {
+            why.push(format!(
+                "rule {name} has {} copy(ies) failing or in conflict",
+                d.troubled
+            ));
+        } else {
+            let current = d
+                .copies
+                .iter()
+                .filter(|h| h.as_ref().is_some_and(Health::is_current))
+                .count();
+            if current < d.copies.len() {
+                why.push(format!(
+                    "rule {name}: {current}/{} copies Current",
+                    d.copies.len()
+                ));
+            }
+        }
+    }
+    (!why.is_empty()).then(|| format!("dependsOn: {}", why.join("; ")))
+}
+
+/// Every dependency cycle among `edges` (rule → the rules it depends on), each
+/// as the path `a → b → a` starting from its smallest name; each cycle once.
+pub fn cycles(edges: &BTreeMap<String, Vec<String>>) -> Vec<Vec<String>> {
+    let mut found: BTreeSet<Vec<String>> = BTreeSet::new();
+    for start in edges.keys() {
+        // Depth-first from every rule, looking for a way back to `start`
+        // through rules greater than it (so each cycle is found from its
+        // smallest member only).
+        let mut stack: Vec<(String, Vec<String>)> = vec![(start.clone(), vec![start.clone()])];
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        while let Some((at, path)) = stack.pop() {
+            for next in edges.get(&at).into_iter().flatten() {
+                if next == start {
+                    let mut cycle = path.clone();
+                    cycle.push(start.clone());
+                    found.insert(cycle);
+                } else if next > start && edges.contains_key(next) && seen.insert(next.clone()) {
+                    let mut p = path.clone();
+                    p.push(next.clone());
+                    stack.push((next.clone(), p));
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetbus_schemas::health::HealthStatus;
+
+    fn edges(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        list.iter()
+            .map(|(a, bs)| (a.to_string(), bs.iter().map(|b| b.to_string()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn cycles_found_once_from_their_smallest_rule() {
+        assert!(cycles(&edges(&[("a", &["b"]), ("b", &["c"]), ("c", &[])])).is_empty());
+        assert_eq!(
+            cycles(&edges(&[("b", &["a"]), ("a", &["b"]), ("c", &["a"])])),
+            vec![vec!["a".to_string(), "b".into(), "a".into()]]
+        );
+        assert_eq!(
+            cycles(&edges(&[("x", &["x"])])),
+            vec![vec!["x".to_string(), "x".into()]]
+        );
+        let three = cycles(&edges(&[
+            ("c", &["a"]),
+            ("a", &["b"]),
+            ("b", &["c"]),
+            ("d", &["d", "a"]),
+        ]));
+        assert_eq!(three.len(), 2, "{three:?}");
+        assert!(three.contains(&vec!["a".to_string(), "b".into(), "c".into(), "a".into()]));
+        // A dependency on a rule that does not exist is no cycle.
+        assert!(cycles(&edges(&[("a", &["nope"])])).is_empty());
+    }
+
+    #[test]
+    fn waits_until_every_dependency_is_active_clean_and_current() {
+        let current = Some(Health::new(HealthStatus::Current, ""));
+        let ready = Dependency {
+            active: true,
+            copies: vec![current.clone(), current.clone()],
+            ..Dependency::default()
+        };
+        assert_eq!(waiting(&[("crds", Some(&ready))]), None);
+        assert_eq!(waiting(&[]), None);
+        let mut rolling = ready.clone();
+        rolling.copies[1] = Some(Health::new(HealthStatus::InProgress, "Ready: 0/1"));
+        assert_eq!(
+            waiting(&[("crds", Some(&ready)), ("db", Some(&rolling))]).as_deref(),
+            Some("dependsOn: rule db: 1/2 copies Current")
+        );
+        let mut unseen = ready.clone();
+        unseen.copies.push(None);
+        assert!(
+            waiting(&[("db", Some(&unseen))]).is_some(),
+            "a copy not live yet"
+        );
+        let troubled = Dependency {
+            troubled: 1,
+            ..ready.clone()
+        };
+        assert!(waiting(&[("db", Some(&troubled))])
+            .unwrap()
+            .contains("failing"));
+        let held = Dependency {
+            held: true,
+            ..ready.clone()
+        };
+        assert!(waiting(&[("db", Some(&held))])
+            .unwrap()
+            .contains("itself held"));
+        let inactive = Dependency::default();
+        assert!(waiting(&[("db", Some(&inactive))])
+            .unwrap()
+            .contains("not active"));
+        assert_eq!(
+            waiting(&[("nope", None)]).as_deref(),
+            Some("dependsOn: rule nope does not exist")
+        );
+    }
+}
