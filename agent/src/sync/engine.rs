@@ -569,6 +569,10 @@ impl Engine {
             for t in &rule.targets {
                 need.entry(t.clone()).or_default();
             }
+            if !rule.spec.values_from.is_empty() {
+                need.entry(super::sink::values::config_map_gvk())
+                    .or_default();
+            }
         }
         // The kinds of the manifests unwrap rules bring here (a Bundle gone,
         // they stay while copies remain, like any kind: `has_leftovers`).

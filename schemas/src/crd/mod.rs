@@ -27,10 +27,10 @@ pub use reported_state::{
     reported_state_name, ReportedState, ReportedStateSpec, ReportedStateStatus,
 };
 pub use resource_sync_rule::{
-    AddRemove, AnnotationSelector, ClusterFeatureMatch, ContentMatch, DriftExclusion, DriftMode,
-    DriftPolicy, DriftTarget, GroupVersionKind, HealthCheck, MatchEntry, Mutations, ObjectKeyMatch,
-    OrphanPolicy, Override, OverrideType, ResourceSyncRule, ResourceSyncRuleSpec,
-    ResourceSyncRuleStatus, StatusReturn, SyncRule, UpdatePolicy,
+    AddRemove, AnnotationSelector, ClusterFeatureMatch, ConfigMapRef, ContentMatch, DriftExclusion,
+    DriftMode, DriftPolicy, DriftTarget, GroupVersionKind, HealthCheck, MatchEntry, Mutations,
+    ObjectKeyMatch, OrphanPolicy, Override, OverrideType, ResourceSyncRule, ResourceSyncRuleSpec,
+    ResourceSyncRuleStatus, StatusReturn, SyncRule, UpdatePolicy, ValuesFrom,
 };
 pub use rule_validation::{RuleError, RuleErrorKind};
 

@@ -108,6 +108,33 @@ pub struct ResourceSyncRuleSpec {
     /// every rule on it Invalid.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
+    /// ConfigMaps on each sink whose `data` templates read as `.Values`: values
+    /// each cluster owns (an endpoint, a region's image registry). Merged in
+    /// order, later entries winning.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values_from: Vec<ValuesFrom>,
+}
+
+/// One source of per-cluster values: a ConfigMap on the sink.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValuesFrom {
+    /// The ConfigMap.
+    pub config_map_ref: ConfigMapRef,
+    /// A missing ConfigMap contributes nothing instead of failing the rule's copies.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub optional: bool,
+}
+
+/// A ConfigMap by name, on the cluster that reads it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapRef {
+    /// Its name.
+    pub name: String,
+    /// Its namespace; absent: the agent's own namespace (`--namespace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// A rule's own health check: CEL expressions over `object`, the live copy
@@ -269,7 +296,7 @@ pub struct Override {
     pub path: String,
     /// For `replace`: a template rendered to the new value. `{{ .Object... }}` refers to the
     /// source object, `{{ .Cluster... }}` to the origin Cluster, `{{ .LocalCluster... }}` to the
-    /// sink Cluster. The rendered text is parsed as JSON if it parses, else used as a string.
+    /// sink Cluster, `{{ .Values... }}` to the sink's `valuesFrom` data. The rendered text is parsed as JSON if it parses, else used as a string.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
 }

@@ -110,9 +110,9 @@ pub enum RuleErrorKind {
          label or annotation (the stamp)"
     )]
     ForgesStamp(String),
-    /// A `dependsOn` entry that is no rule name.
-    #[error("invalid rule name {0:?}: must be a DNS-1123 subdomain")]
-    InvalidRuleName(String),
+    /// A name (a `dependsOn` rule, a `valuesFrom` ConfigMap) that is no object name.
+    #[error("invalid name {0:?}: must be a DNS-1123 subdomain")]
+    InvalidName(String),
     /// A `dependsOn` entry listed twice.
     #[error("{0:?} is listed twice")]
     Duplicate(String),
@@ -178,9 +178,24 @@ impl ResourceSyncRuleSpec {
         for (i, dep) in self.depends_on.iter().enumerate() {
             let field = format!("spec.dependsOn[{i}]");
             if !is_dns1123_subdomain(dep) {
-                v.push(&field, RuleErrorKind::InvalidRuleName(dep.clone()));
+                v.push(&field, RuleErrorKind::InvalidName(dep.clone()));
             } else if !seen.insert(dep.as_str()) {
                 v.push(&field, RuleErrorKind::Duplicate(dep.clone()));
+            }
+        }
+        for (i, vf) in self.values_from.iter().enumerate() {
+            let r = &vf.config_map_ref;
+            if !is_dns1123_subdomain(&r.name) {
+                v.push(
+                    format!("spec.valuesFrom[{i}].configMapRef.name"),
+                    RuleErrorKind::InvalidName(r.name.clone()),
+                );
+            }
+            if let Some(ns) = r.namespace.as_deref().filter(|ns| !is_dns1123_label(ns)) {
+                v.push(
+                    format!("spec.valuesFrom[{i}].configMapRef.namespace"),
+                    RuleErrorKind::InvalidNamespace(ns.to_owned()),
+                );
             }
         }
         if let Some(h) = &self.health {
@@ -613,6 +628,35 @@ mod tests {
     }
 
     #[test]
+    fn values_from_names_config_maps() {
+        let with = |name: &str, ns: Option<&str>| ResourceSyncRuleSpec {
+            values_from: vec![crate::crd::ValuesFrom {
+                config_map_ref: crate::crd::ConfigMapRef {
+                    name: name.into(),
+                    namespace: ns.map(Into::into),
+                },
+                optional: false,
+            }],
+            ..valid_spec()
+        };
+        assert_eq!(with("region", None).validate(), Ok(()));
+        assert_eq!(with("region", Some("fleetbus-system")).validate(), Ok(()));
+        assert_eq!(
+            kinds(&with("Bad Name", Some("Bad NS"))),
+            vec![
+                (
+                    "spec.valuesFrom[0].configMapRef.name".to_owned(),
+                    RuleErrorKind::InvalidName("Bad Name".into())
+                ),
+                (
+                    "spec.valuesFrom[0].configMapRef.namespace".to_owned(),
+                    RuleErrorKind::InvalidNamespace("Bad NS".into())
+                ),
+            ]
+        );
+    }
+
+    #[test]
     fn depends_on_names_rules_once() {
         let with = |deps: &[&str]| ResourceSyncRuleSpec {
             depends_on: deps.iter().map(|d| d.to_string()).collect(),
@@ -624,7 +668,7 @@ mod tests {
             vec![
                 (
                     "spec.dependsOn[1]".to_owned(),
-                    RuleErrorKind::InvalidRuleName("Not A Rule".into())
+                    RuleErrorKind::InvalidName("Not A Rule".into())
                 ),
                 (
                     "spec.dependsOn[2]".to_owned(),

@@ -1,7 +1,8 @@
-//! Override value templates: minijinja, strict, bounded, over the object and both clusters.
+//! Override value templates: minijinja, strict, bounded, over the object, both clusters
+//! and the sink's own values (`valuesFrom`).
 //!
 //! The CRD documents Go-template style roots (`{{ .Object.metadata.name }}`); minijinja
-//! has no leading-dot syntax, so [`go_style_roots`] drops the dot before the three
+//! has no leading-dot syntax, so [`go_style_roots`] drops the dot before the four
 //! roots inside tags and minijinja parses the rest. Nothing else of Go templates is
 //! emulated.
 
@@ -34,6 +35,9 @@ pub struct TemplateContext {
     pub cluster: Value,
     /// The sink cluster's record (`LocalCluster` / `.LocalCluster`).
     pub local_cluster: Value,
+    /// The merged `data` of the rule's `valuesFrom` ConfigMaps on the sink
+    /// (`Values` / `.Values`; an empty object without any).
+    pub values: Value,
 }
 
 /// A template that does not compile or render.
@@ -182,6 +186,7 @@ pub fn render(src: &str, ctx: &TemplateContext) -> Result<Value, TemplateError> 
                 Object => minijinja::Value::from(Serde(&ctx.object)),
                 Cluster => minijinja::Value::from(Serde(&cluster_view(&ctx.cluster))),
                 LocalCluster => minijinja::Value::from(Serde(&cluster_view(&ctx.local_cluster))),
+                Values => minijinja::Value::from(Serde(&ctx.values)),
             })
             .map_err(TemplateError::from_render)?;
         Cow::Owned(out)
@@ -224,13 +229,13 @@ pub fn cluster_view(record: &Value) -> Value {
     view
 }
 
-const ROOTS: [&str; 3] = ["Object", "Cluster", "LocalCluster"];
+const ROOTS: [&str; 4] = ["Object", "Cluster", "LocalCluster", "Values"];
 
-/// Rewrites `.Object`, `.Cluster` and `.LocalCluster` to the bare root inside `{{ }}`
+/// Rewrites `.Object`, `.Cluster`, `.LocalCluster` and `.Values` to the bare root inside `{{ }}`
 /// and `{% %}` tags, where the dot starts an expression (not after an identifier, `)`,
 /// `]` or another dot, so `a.Cluster` stays an attribute) and is outside string literals.
 pub fn go_style_roots(src: &str) -> Cow<'_, str> {
-    if !src.contains(".Object") && !src.contains(".Cluster") && !src.contains(".LocalCluster") {
+    if !ROOTS.iter().any(|root| src.contains(&format!(".{root}"))) {
         return Cow::Borrowed(src);
     }
     let b = src.as_bytes();
@@ -317,7 +322,22 @@ mod tests {
                 "spec": {"replicas": 3}}),
             cluster: json!({"name": "east", "labels": {"region": "us-east-1"}}),
             local_cluster: json!({"name": "west", "labels": {"region": "us-west-2"}}),
+            values: json!({"registry": "registry.eu.example.com"}),
         }
+    }
+
+    #[test]
+    fn values_are_a_root_too() {
+        assert_eq!(
+            render("{{ .Values.registry }}/app:1", &ctx()).unwrap(),
+            json!("registry.eu.example.com/app:1")
+        );
+        assert_eq!(
+            render("{{ Values.registry }}", &ctx()).unwrap(),
+            json!("registry.eu.example.com")
+        );
+        // Strict: a key the sink's ConfigMaps do not have is an error, not "".
+        assert!(render("{{ .Values.missing }}", &ctx()).is_err());
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub enum ManifestError {
     /// Another manifest of the Bundle makes the same object.
     #[error("the same object as manifests[{0}]")]
     Duplicate(usize),
+    /// The rule's `valuesFrom` cannot be read here.
+    #[error("{0}")]
+    Values(String),
     /// Discovery does not serve the kind here.
     #[error("kind {kind} is not served here: {why}")]
     NotServed {
@@ -400,6 +403,7 @@ impl Engine {
             object: manifest.clone(),
             cluster: src.origin_record.clone(),
             local_cluster: self.fleet.local.record.clone(),
+            values: self.rule_values(src.rule).map_err(ManifestError::Values)?,
         };
         let hash = content_hash(manifest);
         let input = CopyInput {

@@ -27,4 +27,5 @@ pub(super) mod mutate;
 mod pass;
 pub(super) mod plan;
 mod serial;
+pub(super) mod values;
 mod wave;

@@ -502,6 +502,7 @@ mod tests {
             object: object.clone(),
             cluster: json!({"name": "east", "labels": {"region": "us-east-1"}}),
             local_cluster: json!({"name": "west", "labels": {"region": "us-west-2"}}),
+            values: json!({}),
         }
     }
 

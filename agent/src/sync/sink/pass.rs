@@ -191,10 +191,20 @@ impl Engine {
         origin_record: &Value,
         entries: &[&SyncRule],
     ) -> Computed {
+        let values = match self.rule_values(rule) {
+            Ok(v) => v,
+            Err(e) => {
+                return Computed {
+                    result: Some(Err(e)),
+                    unknown_policy: false,
+                }
+            }
+        };
         let templates = TemplateContext {
             object: obj.clone(),
             cluster: origin_record.clone(),
             local_cluster: self.fleet.local.record.clone(),
+            values,
         };
         let input = CopyInput {
             rule_name: &rule.name,
@@ -287,7 +297,9 @@ impl Engine {
     fn replan(&mut self, rules: &RulesNow, now: Instant) -> (BTreeSet<Target>, bool) {
         let mut state = std::mem::take(&mut self.sink);
         let gate = self.gate(&rules.active);
+        let values = self.values_digest();
         let same_inputs = state.rules_generation == self.rules_generation
+            && state.values == values
             && state
                 .fleet
                 .as_ref()
@@ -357,6 +369,7 @@ impl Engine {
         state.gate = gate;
         state.fleet = Some(self.fleet.clone());
         state.rules_generation = self.rules_generation;
+        state.values = values;
         self.sink = state;
         (changed, full)
     }
