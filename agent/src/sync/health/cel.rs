@@ -164,6 +164,35 @@ mod tests {
         assert!(!e.is_empty());
         assert_eq!(compile("object.status.phase ==").unwrap_err(), e);
         assert!(compile("(((((((((((((((((((((((((((((((true").is_err());
+        // As deep as a rule may make it (1 KiB): refused by the parser's depth
+        // bound or compiled, never a stack overflow of the agent (every agent
+        // compiles every replicated rule).
+        let mut evaluated = 0;
+        for deep in [
+            format!("{}true{}", "(".repeat(500), ")".repeat(500)),
+            format!("{}1{}", "[".repeat(500), "]".repeat(500)),
+            format!("{}true", "!".repeat(1000)),
+            format!("{}1", "-".repeat(1000)),
+            "a.".repeat(500) + "b",
+        ] {
+            // What compiles is evaluated on the engine's task: a tokio worker's
+            // 2 MiB stack must be enough for it.
+            if let Ok(e) = compile(&deep) {
+                evaluated += 1;
+                let ran = std::thread::Builder::new()
+                    .stack_size(2 << 20)
+                    .spawn(move || {
+                        let _ = eval(&e, &serde_json::json!({}));
+                    })
+                    .unwrap()
+                    .join();
+                assert!(ran.is_ok(), "evaluating {deep:.40}… failed");
+            }
+        }
+        assert!(
+            evaluated > 0,
+            "no deep expression compiled: the evaluation bound is untested"
+        );
         assert_eq!(compile("true").unwrap(), compile("true").unwrap());
         assert_ne!(compile("true").unwrap(), compile("false").unwrap());
     }
