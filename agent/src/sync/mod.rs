@@ -29,6 +29,7 @@ mod drift;
 mod engine;
 mod inputs;
 mod model;
+mod policy;
 mod progress;
 mod returns;
 mod rules;
