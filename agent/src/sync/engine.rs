@@ -36,6 +36,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::inputs::watches;
 use super::model::meta::{has_annotation, origin_cluster};
+use super::policy_watch::policy_gvk;
 use super::model::{
     Baseline, BusEvent, Input, LocalEvent, LocalKey, LocalObjects, RuleReport, Snapshots, Target,
 };
@@ -181,6 +182,10 @@ pub struct Engine {
     /// Copies kept instead of deleted, while they are there
     /// (`sink::collect::report_kept`).
     pub(super) kept: BTreeMap<Target, super::sink::keep::KeptCopy>,
+    /// This cluster's SyncPolicy in force (`policy`, `policy_watch`).
+    pub(super) policy: super::policy::Policy,
+    /// The SyncPolicy objects changed since the last pass read them.
+    pub(super) policy_dirty: bool,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -268,6 +273,8 @@ impl Engine {
             collect_due: true,
             in_flight: Arc::default(),
             kept: BTreeMap::new(),
+            policy: super::policy::Policy::default(),
+            policy_dirty: true,
         }
     }
 
@@ -327,6 +334,9 @@ impl Engine {
         }
         if gvk == crd_gvk() && !self.unresolved.is_empty() {
             self.rediscover = true;
+        }
+        if gvk == policy_gvk() {
+            self.policy_dirty = true;
         }
         if gvk == crd_gvk() {
             // A CRD added, changed (its status subresource too) or deleted.
@@ -536,8 +546,22 @@ impl Engine {
                         .get(&key.origin)
                         .is_some_and(|p| p.may_be_source())
             })
-            .filter_map(|(key, _)| kind.snapshots.get(key)?.object)
-            .filter(super::model::meta::is_original)
+            .filter_map(|(key, _)| Some((key, kind.snapshots.get(key)?.object?)))
+            .filter(|(_, obj)| super::model::meta::is_original(obj))
+            // The author is the origin the rule was read from, as the
+            // sink stamps it on the rule's copy (see `sync::policy`).
+            .map(|(key, mut obj)| {
+                if let Some(m) = obj.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+                    let a = m.entry("annotations").or_insert_with(|| serde_json::json!({}));
+                    if let Some(a) = a.as_object_mut() {
+                        a.insert(
+                            fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER.to_owned(),
+                            Value::String(key.origin.clone()),
+                        );
+                    }
+                }
+                obj
+            })
             .collect();
         let mut set = rules::compile(&objects.iter().collect::<Vec<_>>());
         set.remove(rules::RULE_REPLICATION);
@@ -550,6 +574,7 @@ impl Engine {
         need.insert(rules::rule_gvk(), true);
         need.insert(namespace_gvk(), false);
         need.insert(crd_gvk(), false);
+        need.insert(policy_gvk(), false);
         need.insert(rules::reported_state_gvk(), false);
         for rule in self.rules.values() {
             if rule.builtin || rule.spec.group_version_kind.kind.is_empty() {
@@ -692,7 +717,7 @@ impl Engine {
 
     /// Takes newly compiled rules that differ from the last (or were
     /// compiled under a changed fleet): what depends on them is done again.
-    fn rules_changed(&mut self, rules: RuleSet) {
+    pub(super) fn rules_changed(&mut self, rules: RuleSet) {
         self.rules = rules;
         self.rules_generation = self.rules_generation.wrapping_add(1);
         // Which objects are published depends on the rules (and, through
@@ -741,10 +766,13 @@ impl Engine {
                 }
             }
         }
-        if !self.fleet.synced {
+        self.policy_pass().await;
+        if !self.fleet.synced || !self.policy_known() {
             // Who may be a source (ourselves included) is unknown until the
             // registry has been read: publishing or collecting now could
-            // act on an empty fleet.
+            // act on an empty fleet. What the policy allows is unknown until
+            // it has been read: publishing or writing now could act on the
+            // default a cluster replaced.
             self.ensure_kinds().await;
             return;
         }

@@ -30,6 +30,7 @@ mod engine;
 mod inputs;
 mod model;
 mod policy;
+mod policy_watch;
 mod progress;
 mod returns;
 mod rules;

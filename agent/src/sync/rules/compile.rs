@@ -56,9 +56,18 @@ pub struct CompiledRule {
     /// `fleetbus.io/correction-paused` on the rule: drift of its copies is
     /// reported, not corrected (the manual override during an incident).
     pub correction_paused: bool,
+    /// The cluster the rule was created on, when not this one: the
+    /// `fleetbus.io/origin-cluster` of its copy here, or the origin of its
+    /// envelope for a rule read from the bus (see `sync::policy`).
+    pub author: Option<String>,
 }
 
 impl CompiledRule {
+    /// The cluster the rule was created on (`local` for this cluster's own).
+    pub fn author<'a>(&'a self, local: &'a str) -> &'a str {
+        self.author.as_deref().unwrap_or(local)
+    }
+
     /// Whether the rule may sync anything (valid and its kinds served).
     pub fn is_valid(&self) -> bool {
         self.problem.is_none()
@@ -89,6 +98,7 @@ pub fn builtin() -> CompiledRule {
         problem: None,
         builtin: true,
         correction_paused: false,
+        author: None,
     }
 }
 
@@ -121,9 +131,11 @@ pub fn compile(objects: &[&Value]) -> RuleSet {
                 problem: Some(format!("spec does not parse: {e}")),
                 builtin: false,
                 correction_paused: false,
+                author: None,
             },
         };
         rule.correction_paused = correction_paused;
+        rule.author = crate::sync::model::meta::origin_cluster(obj).map(str::to_owned);
         set.insert(name, rule);
     }
     set
@@ -164,6 +176,7 @@ fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) 
         problem: (!problems.is_empty()).then(|| problems.join("; ")),
         builtin: false,
         correction_paused: false,
+        author: None,
     }
 }
 
