@@ -36,7 +36,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::inputs::watches;
 use super::model::meta::{has_annotation, origin_cluster};
-use super::policy_watch::policy_gvk;
+use super::policy::policy_gvk;
 use super::model::{
     Baseline, BusEvent, Input, LocalEvent, LocalKey, LocalObjects, RuleReport, Snapshots, Target,
 };
@@ -186,6 +186,9 @@ pub struct Engine {
     pub(super) policy: super::policy::Policy,
     /// The SyncPolicy objects changed since the last pass read them.
     pub(super) policy_dirty: bool,
+    /// The (direction, rule, object) refusals of the last pass, so each is
+    /// counted once when it begins (`policy_watch::count_refusals`).
+    pub(super) refusals: BTreeSet<(super::policy::Direction, String, String)>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -275,6 +278,7 @@ impl Engine {
             kept: BTreeMap::new(),
             policy: super::policy::Policy::default(),
             policy_dirty: true,
+            refusals: BTreeSet::new(),
         }
     }
 
@@ -780,6 +784,7 @@ impl Engine {
         self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
         self.drift_wake = self.sink_pass().await;
+        self.count_refusals();
         self.report_wake = self.report_pass().await;
         self.return_pass().await;
         self.status_pass().await;

@@ -26,7 +26,17 @@
 use fleetbus_schemas::crd::{
     PolicyAction, PolicyDirection, PolicyEntry, PolicyKind, SyncPolicySpec, SYNC_POLICY_NAME,
 };
+use fleetbus_schemas::well_known;
 use serde_json::Value;
+
+/// The SyncPolicy kind (watched by every agent, like rules).
+pub fn policy_gvk() -> kube::core::GroupVersionKind {
+    kube::core::GroupVersionKind::gvk(
+        well_known::GROUP,
+        well_known::VERSION,
+        "SyncPolicy",
+    )
+}
 
 /// At most this many entries per direction, and items per list of an entry:
 /// a policy is read on every decision, and one this large is a mistake.

@@ -7,26 +7,16 @@
 
 use fleetbus_schemas::crd::{SyncPolicy, SyncPolicyStatus, SYNC_POLICY_NAME};
 use kube::api::{Patch, PatchParams};
-use kube::core::GroupVersionKind;
 use kube::Api;
 use serde_json::{json, Value};
 
 use super::engine::Engine;
-use super::policy::{Origin, Policy, PolicyError};
+use super::policy::{policy_gvk, Direction, Origin, Policy, PolicyError};
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 
 /// Condition type on a SyncPolicy: whether the agent applies it.
 pub const VALID: &str = "Valid";
-
-/// The SyncPolicy kind (watched by every agent, like rules).
-pub fn policy_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk(
-        fleetbus_schemas::well_known::GROUP,
-        fleetbus_schemas::well_known::VERSION,
-        "SyncPolicy",
-    )
-}
 
 /// The `Valid` condition a SyncPolicy object should carry.
 pub fn valid_condition(obj: &Value) -> Desired {
@@ -144,6 +134,29 @@ impl Engine {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => tracing::warn!(policy = %name, error = %e, "could not write policy status"),
         }
+    }
+
+    /// Counts the refusals that began in this pass
+    /// (`fleetbus_policy_refused_total{direction}`), from the rules' reports.
+    pub(super) fn count_refusals(&mut self) {
+        let now: std::collections::BTreeSet<(Direction, String, String)> = self
+            .reports
+            .iter()
+            .flat_map(|(rule, r)| {
+                r.refused
+                    .iter()
+                    .map(move |(obj, why)| (why.direction, rule.clone(), obj.clone()))
+            })
+            .collect();
+        for (direction, rule, object) in now.difference(&self.refusals) {
+            tracing::info!(direction = direction.as_str(), %rule, %object, "refused by this cluster's sync policy");
+            self.ctx
+                .metrics
+                .policy_refused
+                .get_or_create(&vec![("direction", direction.as_str())])
+                .inc();
+        }
+        self.refusals = now;
     }
 
     /// A Warning Event on the SyncPolicy `default`.

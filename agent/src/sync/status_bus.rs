@@ -156,6 +156,11 @@ fn problems(report: &RuleReport) -> (Vec<RuleProblem>, u64) {
         .iter()
         .map(|(k, w)| (k.clone(), w.why().to_owned()))
         .collect();
+    let refused: Vec<(String, String)> = report
+        .refused
+        .iter()
+        .map(|(k, r)| (k.clone(), r.to_string()))
+        .collect();
     let groups = [
         (ProblemKind::Error, report.errors.iter().collect::<Vec<_>>()),
         (ProblemKind::Conflict, report.conflicts.iter().collect()),
@@ -163,6 +168,10 @@ fn problems(report: &RuleReport) -> (Vec<RuleProblem>, u64) {
         (
             ProblemKind::Skipped,
             withheld.iter().map(|(k, v)| (k, v)).collect(),
+        ),
+        (
+            ProblemKind::Refused,
+            refused.iter().map(|(k, v)| (k, v)).collect(),
         ),
     ];
     let total = groups.iter().map(|(_, g)| g.len() as u64).sum();
@@ -211,6 +220,7 @@ pub fn record(
         conflicts: count(status.conflicts),
         errors: count(status.errors),
         skipped: count(status.skipped),
+        refused: report.refused.len() as u64,
         ready_copies: copies(status.ready_copies),
         reported_copies: copies(status.reported_copies),
         problems,
