@@ -140,6 +140,11 @@ async fn hub_and_edges(nats: &NatsServer, edges: &[&str]) -> Vec<Member> {
             .await;
         }
     }
+    // The stacks carry ClusterRoles and CRDs, which the built-in import
+    // policy keeps out: these edges let them in.
+    for x in &m[1..] {
+        apply_policy(x, ALLOW_ALL_IMPORTS, "True").await;
+    }
     create_ns(&m[0], "apps").await;
     m
 }
