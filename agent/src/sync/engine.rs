@@ -569,6 +569,9 @@ impl Engine {
             .collect();
         let mut set = rules::compile(&objects.iter().collect::<Vec<_>>());
         set.remove(rules::RULE_REPLICATION);
+        for r in set.values_mut() {
+            r.author_verified = true;
+        }
         set
     }
 
@@ -751,6 +754,7 @@ impl Engine {
                 let objects: Vec<Value> = kind.objects.values().collect();
                 let objects: Vec<&Value> = objects.iter().collect();
                 let mut rules = rules::compile(&objects);
+                verify_authors(&mut rules, kind);
                 // Rules are mesh-wide: a rule a peer publishes counts here even
                 // while its local copy is missing (deleted by someone, not yet
                 // written), so its copies are neither collected nor its
@@ -771,12 +775,18 @@ impl Engine {
             }
         }
         self.policy_pass().await;
-        if !self.fleet.synced || !self.policy_known() {
+        let rules_read = self
+            .kinds
+            .get(&rules::rule_gvk())
+            .is_some_and(|k| k.ready());
+        if !self.fleet.synced || !self.policy_known() || !rules_read {
             // Who may be a source (ourselves included) is unknown until the
             // registry has been read: publishing or collecting now could
             // act on an empty fleet. What the policy allows is unknown until
-            // it has been read: publishing or writing now could act on the
-            // default a cluster replaced.
+            // it has been read, and who authored each rule until the rules
+            // on the bus have been (`verify_authors`): publishing, writing
+            // or collecting now could act on a default the cluster replaced,
+            // or take a copied rule for a local one.
             self.ensure_kinds().await;
             return;
         }
@@ -804,6 +814,20 @@ impl Engine {
                     .contains_key(&(key.namespace.clone(), key.name.clone()))
             })
         });
+    }
+}
+
+/// Marks each rule whose claimed author (`fleetbus.io/origin-cluster` on its
+/// object here) has a live envelope of it on the bus: a claim without one
+/// is an annotation someone wrote on a local rule, or a copy whose
+/// envelope is not read yet (see `sink::pass::import_refused`).
+fn verify_authors(rules: &mut RuleSet, kind: &KindState) {
+    let gvk = rules::rule_gvk();
+    let api_version = format!("{}/{}", gvk.group, gvk.version);
+    for r in rules.values_mut() {
+        let Some(author) = &r.author else { continue };
+        let key = ObjectKey::from_api_version(author, &api_version, &gvk.kind, None, &r.name);
+        r.author_verified = kind.snapshots.meta(&key).is_some_and(|e| !e.tombstone);
     }
 }
 
@@ -962,6 +986,47 @@ impl KindState {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_rule_author_is_verified_only_by_its_live_envelope_from_that_author() {
+        let rule = |name: &str, origin: Option<&str>| {
+            let mut obj = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+                "metadata": {"name": name, "uid": "u", "resourceVersion": "1"},
+                "spec": {"groupVersionKind": {"version": "v1", "kind": "Secret"}}});
+            if let Some(o) = origin {
+                obj["metadata"]["annotations"] = json!({"fleetbus.io/origin-cluster": o});
+            }
+            obj
+        };
+        let copy = rule("copied", Some("hub"));
+        let forged = rule("forged", Some("hub"));
+        let withdrawn = rule("withdrawn", Some("hub"));
+        let own = rule("own", None);
+        let env = |name: &str, tombstone: bool| {
+            let original = rule(name, None);
+            let key = ObjectKey::from_object("hub", &original).unwrap();
+            let now = chrono::Utc::now();
+            let e = if tombstone {
+                Envelope::tombstone("hub", None, "u", "1", now, fleetbus_schemas::envelope::TombstoneReason::Deleted)
+            } else {
+                Envelope::snapshot("hub", None, original, now).unwrap()
+            };
+            (key, e)
+        };
+        let kind = KindState::for_test(
+            LocalObjects::default(),
+            [env("copied", false), env("withdrawn", true)].into_iter().collect(),
+        );
+        let mut set = rules::compile(&[&copy, &forged, &withdrawn, &own]);
+        verify_authors(&mut set, &kind);
+        assert_eq!(set["copied"].author.as_deref(), Some("hub"));
+        assert!(set["copied"].author_verified);
+        assert_eq!(set["forged"].author.as_deref(), Some("hub"));
+        assert!(!set["forged"].author_verified);
+        assert!(!set["withdrawn"].author_verified);
+        assert_eq!(set["own"].author, None);
+        assert_eq!(set["own"].author("c2"), "c2");
+    }
 
     #[test]
     fn target_of_a_namespaced_object() {

@@ -336,6 +336,28 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// [`Policy::import`] for a rule whose author is `author` by a claim
+    /// (its object's `fleetbus.io/origin-cluster`), `verified` when the bus
+    /// holds that author's envelope of the rule. A claim the bus does not
+    /// back may be a local rule someone annotated as another cluster's, to
+    /// pass an entry that names that cluster: it must pass as this
+    /// cluster's own too.
+    pub fn import_claimed(
+        &self,
+        local: &str,
+        author: &str,
+        verified: bool,
+        what: &Subject<'_>,
+    ) -> Result<(), Refusal> {
+        self.import(author, what)?;
+        if author != local && !verified {
+            self.import(local, what)?;
+        }
+        Ok(())
+    }
+}
+
 fn matches(e: &PolicyEntry, author: &str, what: &Subject<'_>) -> bool {
     let kind_ok = e.kinds.is_empty()
         || e
@@ -484,6 +506,27 @@ mod tests {
         let r = p.import("c1", &CLUSTER_ROLE).unwrap_err();
         assert_eq!(r.by, "SyncPolicy default (import.otherwise)");
         assert!(p.import("c1", &CM_KS).is_err());
+    }
+
+    #[test]
+    fn an_author_the_bus_does_not_back_must_pass_as_this_cluster_too() {
+        let p = Policy::parse(&policy(json!({"import": {"rules": [
+            {"action": "Allow", "kinds": [{"group": "rbac.authorization.k8s.io", "kind": "ClusterRole"}], "authors": ["hub"]},
+            {"action": "Deny", "kinds": [{"group": "rbac.authorization.k8s.io", "kind": "ClusterRole"}]}
+        ]}})))
+        .unwrap();
+        // The hub's rule, its envelope on the bus: in.
+        assert_eq!(p.import_claimed("c2", "hub", true, &CLUSTER_ROLE), Ok(()));
+        // A local rule annotated as the hub's: judged as c2's own too.
+        let r = p
+            .import_claimed("c2", "hub", false, &CLUSTER_ROLE)
+            .unwrap_err();
+        assert_eq!(r.by, "SyncPolicy default (import.rules[1])");
+        // What c2's own rules may import, an unbacked claim may too.
+        assert_eq!(p.import_claimed("c2", "hub", false, &ROLE), Ok(()));
+        assert_eq!(p.import_claimed("c2", "c2", false, &ROLE), Ok(()));
+        // A claim never widens: refused for the claimed author is refused.
+        assert!(p.import_claimed("c2", "c1", true, &CLUSTER_ROLE).is_err());
     }
 
     #[test]

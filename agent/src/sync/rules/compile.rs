@@ -60,6 +60,10 @@ pub struct CompiledRule {
     /// `fleetbus.io/origin-cluster` of its copy here, or the origin of its
     /// envelope for a rule read from the bus (see `sync::policy`).
     pub author: Option<String>,
+    /// The bus holds `author`'s live envelope of this rule: the claim is
+    /// what the sink stamped, not an annotation someone wrote on a local
+    /// rule (set by the engine; a rule read from the bus is its own proof).
+    pub author_verified: bool,
 }
 
 impl CompiledRule {
@@ -99,6 +103,7 @@ pub fn builtin() -> CompiledRule {
         builtin: true,
         correction_paused: false,
         author: None,
+        author_verified: false,
     }
 }
 
@@ -132,6 +137,7 @@ pub fn compile(objects: &[&Value]) -> RuleSet {
                 builtin: false,
                 correction_paused: false,
                 author: None,
+                author_verified: false,
             },
         };
         rule.correction_paused = correction_paused;
@@ -177,6 +183,7 @@ fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) 
         builtin: false,
         correction_paused: false,
         author: None,
+        author_verified: false,
     }
 }
 

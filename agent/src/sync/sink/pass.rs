@@ -273,8 +273,10 @@ impl Engine {
             kind: &target.kind,
             namespace: target.namespace.as_deref(),
         };
+        let local = &self.fleet.local.name;
+        let author = rule.author(local);
         self.policy
-            .import(rule.author(&self.fleet.local.name), &what)
+            .import_claimed(local, author, rule.author_verified, &what)
             .err()
     }
 
