@@ -14,7 +14,7 @@ pub const SYNC_POLICY_NAME: &str = "default";
 ///
 /// `export` is asked for each of this cluster's objects a rule created on
 /// another cluster selects; `import` for each copy any rule would write here.
-/// A direction left out keeps the built-in default (PROTOCOL §8.6). Unknown
+/// A direction left out keeps the built-in default (PROTOCOL §8, "SyncPolicy"). Unknown
 /// fields are kept by the API server so the agent can refuse the object
 /// (status `Valid=False`) rather than silently read a typo as absent.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
