@@ -36,10 +36,10 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::inputs::watches;
 use super::model::meta::{has_annotation, origin_cluster};
-use super::policy::policy_gvk;
 use super::model::{
     Baseline, BusEvent, Input, LocalEvent, LocalKey, LocalObjects, RuleReport, Snapshots, Target,
 };
+use super::policy::policy_gvk;
 use super::rules::compile::{self as rules, RuleSet};
 use super::source::state::SourceState;
 use crate::context::Context;
@@ -556,7 +556,9 @@ impl Engine {
             // sink stamps it on the rule's copy (see `sync::policy`).
             .map(|(key, mut obj)| {
                 if let Some(m) = obj.pointer_mut("/metadata").and_then(Value::as_object_mut) {
-                    let a = m.entry("annotations").or_insert_with(|| serde_json::json!({}));
+                    let a = m
+                        .entry("annotations")
+                        .or_insert_with(|| serde_json::json!({}));
                     if let Some(a) = a.as_object_mut() {
                         a.insert(
                             fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER.to_owned(),
@@ -1007,7 +1009,14 @@ mod tests {
             let key = ObjectKey::from_object("hub", &original).unwrap();
             let now = chrono::Utc::now();
             let e = if tombstone {
-                Envelope::tombstone("hub", None, "u", "1", now, fleetbus_schemas::envelope::TombstoneReason::Deleted)
+                Envelope::tombstone(
+                    "hub",
+                    None,
+                    "u",
+                    "1",
+                    now,
+                    fleetbus_schemas::envelope::TombstoneReason::Deleted,
+                )
             } else {
                 Envelope::snapshot("hub", None, original, now).unwrap()
             };
@@ -1015,7 +1024,9 @@ mod tests {
         };
         let kind = KindState::for_test(
             LocalObjects::default(),
-            [env("copied", false), env("withdrawn", true)].into_iter().collect(),
+            [env("copied", false), env("withdrawn", true)]
+                .into_iter()
+                .collect(),
         );
         let mut set = rules::compile(&[&copy, &forged, &withdrawn, &own]);
         verify_authors(&mut set, &kind);

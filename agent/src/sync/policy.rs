@@ -31,11 +31,7 @@ use serde_json::Value;
 
 /// The SyncPolicy kind (watched by every agent, like rules).
 pub fn policy_gvk() -> kube::core::GroupVersionKind {
-    kube::core::GroupVersionKind::gvk(
-        well_known::GROUP,
-        well_known::VERSION,
-        "SyncPolicy",
-    )
+    kube::core::GroupVersionKind::gvk(well_known::GROUP, well_known::VERSION, "SyncPolicy")
 }
 
 /// At most this many entries per direction, and items per list of an entry:
@@ -290,8 +286,9 @@ impl Policy {
         }
         let spec: SyncPolicySpec = match obj.get("spec") {
             None | Some(Value::Null) => SyncPolicySpec::default(),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| PolicyError::Parse(e.to_string()))?,
+            Some(v) => {
+                serde_json::from_value(v.clone()).map_err(|e| PolicyError::Parse(e.to_string()))?
+            }
         };
         if let Some(d) = &spec.export {
             check_direction("spec.export", d)?;
@@ -360,8 +357,7 @@ impl Policy {
 
 fn matches(e: &PolicyEntry, author: &str, what: &Subject<'_>) -> bool {
     let kind_ok = e.kinds.is_empty()
-        || e
-            .kinds
+        || e.kinds
             .iter()
             .any(|k| k.group == what.group && (k.kind == "*" || k.kind == what.kind));
     let ns_ok = e.namespaces.is_empty()
@@ -563,7 +559,9 @@ mod tests {
                 "unknown field `imports`",
             ),
             (
-                policy(json!({"export": {"otherwise": "Allow", "rules": [{"action": "Allow", "kind": "Secret"}]}})),
+                policy(
+                    json!({"export": {"otherwise": "Allow", "rules": [{"action": "Allow", "kind": "Secret"}]}}),
+                ),
                 "unknown field `kind`",
             ),
             // Wrong types and values.
@@ -576,7 +574,9 @@ mod tests {
                 "unknown variant `Yes`",
             ),
             (
-                policy(json!({"export": {"rules": [{"action": "Allow", "kinds": [{"kind": ""}]}]}})),
+                policy(
+                    json!({"export": {"rules": [{"action": "Allow", "kinds": [{"kind": ""}]}]}}),
+                ),
                 "spec.export.rules[0].kinds[0]",
             ),
             (

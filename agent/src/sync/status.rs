@@ -631,14 +631,20 @@ mod tests {
         }
         let s = status(&r, None, true);
         let c = cond(&s, POLICY_REFUSED);
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "ExportRefused"));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "ExportRefused")
+        );
         assert_eq!(
             c.message,
             "2 object(s) refused by this cluster's SyncPolicy (export Secret in team: 2): Secret team/a: refused by SyncPolicy default (export.rules[0]); Secret team/b: refused by SyncPolicy default (export.rules[0])"
         );
         r.refused.insert(
             "ClusterRole view".into(),
-            refusal(Direction::Import, "ClusterRole.rbac.authorization.k8s.io (cluster-scoped)"),
+            refusal(
+                Direction::Import,
+                "ClusterRole.rbac.authorization.k8s.io (cluster-scoped)",
+            ),
         );
         let c = cond(&status(&r, None, true), POLICY_REFUSED).clone();
         assert_eq!(c.reason, "ExportAndImportRefused");

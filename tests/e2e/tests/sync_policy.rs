@@ -16,22 +16,6 @@ use common::*;
 use fleetbus_schemas::crd::ResourceSyncRule;
 use fleetbus_testsupport::{wait_for, NatsServer};
 
-/// A rule for the Secrets of `namespaces`, created where it is applied.
-fn secret_rule(name: &str, namespaces: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: {name}
-spec:
-  groupVersionKind: {{group: "", version: v1, kind: Secret}}
-  rules:
-    - match:
-        - namespaces: [{namespaces}]
-"#
-    )
-}
-
 /// `fleetbus_policy_refused_total{direction}` of `m` (0 when absent).
 fn refused_total(m: &Member, direction: &str) -> f64 {
     let series = format!("fleetbus_policy_refused_total{{direction=\"{direction}\"}}");
@@ -46,9 +30,7 @@ fn refused_is(
     needle: &'static str,
 ) -> impl Fn(&ResourceSyncRule) -> Result<(), String> {
     move |r| match rule_condition(r, "PolicyRefused") {
-        Some(c) if c.status == status && c.reason == reason && c.message.contains(needle) => {
-            Ok(())
-        }
+        Some(c) if c.status == status && c.reason == reason && c.message.contains(needle) => Ok(()),
         other => Err(format!("PolicyRefused is {other:?}")),
     }
 }
@@ -77,7 +59,7 @@ spec:
 "#;
     apply_policy(c2, refuse, "True").await;
     create_secret(c2, "team", "db", &[("password", "s3cret")]).await;
-    apply_yaml(c1, &secret_rule("team-secrets", "team"));
+    apply_yaml(c1, &secrets_rule("team-secrets", "team"));
     wait_rule_copy(c2, "team-secrets", "c1").await;
 
     // c2 planned the Secret for c1's rule and refused it: says so, per
@@ -164,7 +146,7 @@ async fn the_default_keeps_kube_system_secrets_home_and_garbage_keeps_the_defaul
     }
     create_secret(c2, "kube-system", "cloud-key", &[("key", "k")]).await;
     create_secret(c2, "team", "ok", &[("v", "1")]).await;
-    apply_yaml(c1, &secret_rule("ks-secrets", "kube-system, team"));
+    apply_yaml(c1, &secrets_rule("ks-secrets", "kube-system, team"));
     wait_copy(
         c1,
         &secrets(),

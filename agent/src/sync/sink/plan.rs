@@ -274,7 +274,9 @@ impl Plan {
             self.ledger(rule).unknown.insert(key.clone());
         }
         if let Some(why) = &entry.computed.refused {
-            self.ledger(rule).refused.insert(key.clone(), (**why).clone());
+            self.ledger(rule)
+                .refused
+                .insert(key.clone(), (**why).clone());
         }
         self.pairs.insert(pair.clone(), Box::new(entry));
     }

@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::published::{self, HashMemo};
+use super::state::SourceState;
 use crate::registry::view::LocalView;
 use crate::sync::engine::{Engine, KindState};
 use crate::sync::model::meta::{describe_key, has_annotation, is_original};
@@ -334,20 +335,9 @@ impl Engine {
                 })
                 .collect();
             for (key, publish) in planned {
-                if let Publish::Refused { refusals } = publish {
-                    for (rule, why) in refusals {
-                        let book = self.source.refused.entry(rule).or_default();
-                        book.insert(describe_key(&key), why);
-                    }
+                let Some(publish) = book(&mut self.source, &key, publish) else {
                     continue;
-                }
-                if let Publish::Withheld { why, rules } = publish {
-                    for rule in rules {
-                        let book = self.source.withheld.entry(rule).or_default();
-                        book.insert(describe_key(&key), why);
-                    }
-                    continue;
-                }
+                };
                 match self.publish(&gvk, &key, publish).await {
                     Ok(mut env) => {
                         self.source.overwritten.remove(&key);
@@ -563,6 +553,28 @@ fn forget_planned<V>(
     }
 }
 
+/// Books what is not to be published (withheld, refused by the policy) in
+/// `source` for the rules' status; gives back what is.
+fn book(source: &mut SourceState, key: &ObjectKey, publish: Publish) -> Option<Publish> {
+    match publish {
+        Publish::Refused { refusals } => {
+            for (rule, why) in refusals {
+                let book = source.refused.entry(rule).or_default();
+                book.insert(describe_key(key), why);
+            }
+            None
+        }
+        Publish::Withheld { why, rules } => {
+            for rule in rules {
+                let book = source.withheld.entry(rule).or_default();
+                book.insert(describe_key(key), why);
+            }
+            None
+        }
+        other => Some(other),
+    }
+}
+
 /// The `Nats-Msg-Id` (§4.2): the protocol's id, or the republish id when a
 /// snapshot comes back after a tombstone of the same version, or when the
 /// subject holds a message we did not publish (`overwritten`), snapshot or
@@ -648,7 +660,13 @@ mod tests {
     }
 
     fn run(rule: &CompiledRule, kind: &KindState) -> Vec<(ObjectKey, Publish)> {
-        plan(&local(), &Policy::default(), &[rule], kind, &mut HashMemo::default())
+        plan(
+            &local(),
+            &Policy::default(),
+            &[rule],
+            kind,
+            &mut HashMemo::default(),
+        )
     }
 
     fn tombstone(uid: &str, rv: &str, reason: TombstoneReason) -> Publish {
@@ -960,7 +978,10 @@ mod tests {
         );
         // Never published: nothing to withdraw, the refusal only.
         let out = plan_with(&[&foreign], &kind(&[&s], vec![]));
-        assert!(matches!(&out[..], [(_, Publish::Refused { .. })]), "{out:?}");
+        assert!(
+            matches!(&out[..], [(_, Publish::Refused { .. })]),
+            "{out:?}"
+        );
         // This cluster's own rule is not asked; another rule that may have
         // it publishes it (whoever selects it then may copy it).
         let own = rule(json!({}));
@@ -971,7 +992,13 @@ mod tests {
         // Allowed again by a policy: published again.
         let allow = Policy::from_object(&json!({"metadata": {"name": "default"},
             "spec": {"export": {"otherwise": "Allow"}}}));
-        let out = plan(&local(), &allow, &[&foreign], &kind(&[&s], vec![]), &mut HashMemo::default());
+        let out = plan(
+            &local(),
+            &allow,
+            &[&foreign],
+            &kind(&[&s], vec![]),
+            &mut HashMemo::default(),
+        );
         assert!(matches!(&out[..], [(_, Publish::Snapshot(_))]), "{out:?}");
     }
 
@@ -1056,7 +1083,13 @@ mod tests {
             ],
         );
         let r = rule(json!({}));
-        let full = plan(&local(), &Policy::default(), &[&r], &k, &mut HashMemo::default());
+        let full = plan(
+            &local(),
+            &Policy::default(),
+            &[&r],
+            &k,
+            &mut HashMemo::default(),
+        );
         assert_eq!(full.len(), 9, "{full:?}");
         let keys: Vec<ObjectKey> = [
             &unchanged, &changed, &new, &deleted, &unmatched, &disabled, &replaced, &token, &leaked,
@@ -1066,14 +1099,28 @@ mod tests {
         .collect();
         for key in &keys {
             let one: std::collections::BTreeSet<ObjectKey> = [key.clone()].into();
-            let partial = plan_keys(&local(), &Policy::default(), &[&r], &k, &mut HashMemo::default(), &one);
+            let partial = plan_keys(
+                &local(),
+                &Policy::default(),
+                &[&r],
+                &k,
+                &mut HashMemo::default(),
+                &one,
+            );
             let expected: Vec<_> = full.iter().filter(|(k, _)| k == key).cloned().collect();
             assert_eq!(partial, expected, "{}", describe_key(key));
         }
         // All at once, too; and a peer's key is never ours to plan.
         let mut all: std::collections::BTreeSet<ObjectKey> = keys.into_iter().collect();
         all.insert(key_of("c2", &new));
-        let mut partial = plan_keys(&local(), &Policy::default(), &[&r], &k, &mut HashMemo::default(), &all);
+        let mut partial = plan_keys(
+            &local(),
+            &Policy::default(),
+            &[&r],
+            &k,
+            &mut HashMemo::default(),
+            &all,
+        );
         let mut full = full;
         partial.sort_by(|a, b| a.0.cmp(&b.0));
         full.sort_by(|a, b| a.0.cmp(&b.0));
@@ -1116,7 +1163,16 @@ mod tests {
         let k = kind(&[&s], vec![published_without_status(SELF, &s)]);
         let mut memo = HashMemo::default();
         // The memo holds the version hashed without status...
-        assert_eq!(plan(&local(), &Policy::default(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        assert_eq!(
+            plan(
+                &local(),
+                &Policy::default(),
+                &[&rule(json!({}))],
+                &k,
+                &mut memo
+            ),
+            vec![]
+        );
         // ...which does not stand for the version with status.
         let syncs = rule(json!({"rules": [{"mutations": {"syncStatus": true}}]}));
         assert_eq!(
@@ -1130,14 +1186,38 @@ mod tests {
         let s = secret("a", "u1", "5", "v1");
         let k = kind(&[&s], vec![published(SELF, &s)]);
         let mut memo = HashMemo::default();
-        assert_eq!(plan(&local(), &Policy::default(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        assert_eq!(
+            plan(
+                &local(),
+                &Policy::default(),
+                &[&rule(json!({}))],
+                &k,
+                &mut memo
+            ),
+            vec![]
+        );
         // The same uid and resourceVersion with other content (which the API
         // server never gives) shows the memo answered, not a new hash.
         let odd = secret("a", "u1", "5", "other");
         let k = kind(&[&odd], vec![published(SELF, &s)]);
-        assert_eq!(plan(&local(), &Policy::default(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        assert_eq!(
+            plan(
+                &local(),
+                &Policy::default(),
+                &[&rule(json!({}))],
+                &k,
+                &mut memo
+            ),
+            vec![]
+        );
         // A deleted object is forgotten.
-        plan(&local(), &Policy::default(), &[&rule(json!({}))], &kind(&[], vec![]), &mut memo);
+        plan(
+            &local(),
+            &Policy::default(),
+            &[&rule(json!({}))],
+            &kind(&[], vec![]),
+            &mut memo,
+        );
         assert!(memo.is_empty());
     }
 

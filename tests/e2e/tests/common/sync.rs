@@ -47,6 +47,17 @@ spec:
         - namespaces: [shared]
 "#;
 
+/// A rule `name` for every Secret of `namespaces` (a YAML flow list's
+/// items, e.g. `kube-system, team`), from every cluster to every cluster.
+pub fn secrets_rule(name: &str, namespaces: &str) -> String {
+    SHARED_SECRETS_RULE
+        .replace("name: shared-secrets", &format!("name: {name}"))
+        .replace(
+            "namespaces: [shared]",
+            &format!("namespaces: [{namespaces}]"),
+        )
+}
+
 /// `fleetbus_sync_rejected_total{reason="<reason>"}` of `m` (0 when absent).
 pub fn sync_rejected(m: &Member, reason: &str) -> f64 {
     let series = format!("fleetbus_sync_rejected_total{{reason=\"{reason}\"}}");

@@ -324,7 +324,12 @@ fn a_refused_pair_wants_no_target_and_its_rule_says_why_until_it_changes() {
     plan.set(&pair, Some(&env("c2", "a", 1)), refused, &mut changed);
     let mut calls = 0;
     let e = env("c2", "a", 2);
-    plan.set(&pair, Some(&e), || compute("r1", &k, &e, &mut calls), &mut changed);
+    plan.set(
+        &pair,
+        Some(&e),
+        || compute("r1", &k, &e, &mut calls),
+        &mut changed,
+    );
     assert!(plan.wants(&target("a")));
     assert!(plan.ledger_of("r1").is_none_or(|l| l.refused.is_empty()));
 }
