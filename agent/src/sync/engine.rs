@@ -796,7 +796,7 @@ impl Engine {
         self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
         self.drift_wake = self.sink_pass().await;
-        self.count_refusals();
+        self.count_refusals().await;
         self.report_wake = self.report_pass().await;
         self.return_pass().await;
         self.status_pass().await;

@@ -15,6 +15,9 @@ use super::policy::{policy_gvk, Direction, Origin, Policy, PolicyError};
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 
+/// At most this many objects are named in one Event.
+const NAMED: usize = 5;
+
 /// Condition type on a SyncPolicy: whether the agent applies it.
 pub const VALID: &str = "Valid";
 
@@ -137,8 +140,10 @@ impl Engine {
     }
 
     /// Counts the refusals that began in this pass
-    /// (`fleetbus_policy_refused_total{direction}`), from the rules' reports.
-    pub(super) fn count_refusals(&mut self) {
+    /// (`fleetbus_policy_refused_total{direction}`), from the rules' reports,
+    /// and records an Event on each rule that has new ones (the first few
+    /// named), so `kubectl describe resourcesyncrule` shows when it began.
+    pub(super) async fn count_refusals(&mut self) {
         let now: std::collections::BTreeSet<(Direction, String, String)> = self
             .reports
             .iter()
@@ -148,13 +153,49 @@ impl Engine {
                     .map(move |(obj, why)| (why.direction, rule.clone(), obj.clone()))
             })
             .collect();
+        let mut news: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
         for (direction, rule, object) in now.difference(&self.refusals) {
-            tracing::info!(direction = direction.as_str(), %rule, %object, "refused by this cluster's sync policy");
             self.ctx
                 .metrics
                 .policy_refused
                 .get_or_create(&vec![("direction", direction.as_str())])
                 .inc();
+            let why = self.reports.get(rule).and_then(|r| r.refused.get(object));
+            if let Some(why) = why {
+                news.entry(rule)
+                    .or_default()
+                    .push(format!("{object}: {why}"));
+            }
+        }
+        for (rule, lines) in news {
+            let mut text = lines
+                .iter()
+                .take(NAMED)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            if lines.len() > NAMED {
+                text.push_str(&format!("; and {} more", lines.len() - NAMED));
+            }
+            tracing::info!(%rule, refused = lines.len(), "refused by this cluster's sync policy");
+            if self.rules.get(rule).is_some_and(|r| r.builtin) {
+                continue;
+            }
+            let rule_ref = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
+                kind: Some("ResourceSyncRule".to_owned()),
+                name: Some(rule.to_owned()),
+                ..Default::default()
+            };
+            self.ctx
+                .recorder
+                .publish(
+                    &rule_ref,
+                    crate::kube::events::EventType::Normal,
+                    "PolicyRefused",
+                    &text,
+                )
+                .await;
         }
         self.refusals = now;
     }

@@ -82,6 +82,25 @@ spec:
     assert_eq!(rule_condition(&r, "Ready").unwrap().status, "True");
     assert_absent(c1, &secrets(), Some("team"), "db").await;
     assert!(refused_total(c2, "export") >= 1.0);
+    // And an Event on the rule there, for `kubectl describe`.
+    wait_for(
+        "c2: a PolicyRefused Event on team-secrets",
+        SYNC,
+        || async {
+            let events = events_with_reason(c2, "PolicyRefused").await?;
+            events
+                .iter()
+                .find(|e| {
+                    e.involved_object.name.as_deref() == Some("team-secrets")
+                        && e.message.as_deref().is_some_and(|m| {
+                            m.contains("Secret team/db: export of Secret in team refused")
+                        })
+                })
+                .map(|_| ())
+                .ok_or_else(|| format!("{events:?}"))
+        },
+    )
+    .await;
     // The same from the bus, for whoever reads every cluster's view.
     let (code, out, err) = fleetbus_cli(&nats, &["rules", "describe", "team-secrets"]).await;
     assert_eq!(code, Some(0), "{out}{err}");
