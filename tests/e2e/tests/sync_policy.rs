@@ -327,4 +327,15 @@ rules:
         refused_is("False", "NothingRefused", ""),
     )
     .await;
+    // The policy deleted: the built-in default again, and the copy is no
+    // longer wanted (its rule's orphanPolicy, Delete, applies).
+    kubectl_delete(c2, "syncpolicies.fleetbus.io", None, "default");
+    wait_absent(c2, &roles, None, "policy-probe").await;
+    wait_rule(
+        c2,
+        "roles",
+        "to say it is refused again",
+        refused_is("True", "ImportRefused", "ClusterRole policy-probe"),
+    )
+    .await;
 }
