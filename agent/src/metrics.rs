@@ -59,6 +59,10 @@ pub struct Metrics {
     /// Bus messages or objects sync skipped, by `reason` (`malformed`,
     /// `unsupported_version`, `subject_mismatch`, `too_large`, `publish_failed`).
     pub sync_rejected: Family<Labels, Counter>,
+    /// Objects this cluster's SyncPolicy refused, by `direction` (`export`:
+    /// not published for a rule; `import`: a copy not written): each (rule,
+    /// object) counted when it becomes refused.
+    pub policy_refused: Family<Labels, Counter>,
     /// Writes of copies, by `op` (`create`, `update`, `recreate`, `delete`, `orphan`, `status`).
     pub sync_writes: Family<Labels, Counter>,
     /// Failed operations on copies, by `op` (`write`: create or replace;
@@ -238,6 +242,12 @@ impl Metrics {
             "Bus messages and objects sync skipped, by reason",
             sync_rejected.clone(),
         );
+        let policy_refused = Family::<Labels, Counter>::default();
+        registry.register(
+            "policy_refused",
+            "Objects this cluster's SyncPolicy refused for a rule, by direction",
+            policy_refused.clone(),
+        );
         let sync_writes = Family::<Labels, Counter>::default();
         registry.register(
             "sync_writes",
@@ -340,6 +350,7 @@ impl Metrics {
             drifted,
             sync_published,
             sync_rejected,
+            policy_refused,
             sync_writes,
             sync_write_failures,
             rule_status_publish_failures,

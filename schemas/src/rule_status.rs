@@ -155,6 +155,9 @@ pub enum ProblemKind {
     Kept,
     /// A local object the rule selects that is never published.
     Skipped,
+    /// This cluster's SyncPolicy refuses it: an object of this cluster not
+    /// published for the rule, or a copy not written here.
+    Refused,
 }
 
 /// One object with a problem.
@@ -211,6 +214,10 @@ pub struct RuleStatusRecord {
     /// Local objects the rule selects that are never published.
     #[serde(default)]
     pub skipped: u64,
+    /// Objects this cluster's SyncPolicy refuses for the rule (not
+    /// published from here, or not written here).
+    #[serde(default)]
+    pub refused: u64,
     /// On an origin with `statusReturn`: copies of its objects reported ready / reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_copies: Option<u64>,
@@ -347,6 +354,7 @@ mod tests {
             conflicts: 1,
             errors: 0,
             skipped: 0,
+            refused: 0,
             ready_copies: None,
             reported_copies: None,
             problems: vec![RuleProblem {

@@ -95,6 +95,11 @@ fn crds_have_expected_names_scope_and_status() {
                 "Namespaced".into(),
                 vec![]
             ),
+            (
+                "syncpolicies.fleetbus.io".into(),
+                "Cluster".into(),
+                vec!["sp".into()]
+            ),
         ]
     );
     for crd in &crds {

@@ -39,6 +39,7 @@ use super::model::meta::{has_annotation, origin_cluster};
 use super::model::{
     Baseline, BusEvent, Input, LocalEvent, LocalKey, LocalObjects, RuleReport, Snapshots, Target,
 };
+use super::policy::policy_gvk;
 use super::rules::compile::{self as rules, RuleSet};
 use super::source::state::SourceState;
 use crate::context::Context;
@@ -185,6 +186,13 @@ pub struct Engine {
     /// Copies kept instead of deleted, while they are there
     /// (`sink::collect::report_kept`).
     pub(super) kept: BTreeMap<Target, super::sink::keep::KeptCopy>,
+    /// This cluster's SyncPolicy in force (`policy`, `policy_watch`).
+    pub(super) policy: super::policy::Policy,
+    /// The SyncPolicy objects changed since the last pass read them.
+    pub(super) policy_dirty: bool,
+    /// The (direction, rule, object) refusals of the last pass, so each is
+    /// counted once when it begins (`policy_watch::count_refusals`).
+    pub(super) refusals: BTreeSet<(super::policy::Direction, String, String)>,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -192,6 +200,11 @@ pub struct Engine {
 /// not served yet starts working when its CRD is established).
 pub fn namespace_gvk() -> GroupVersionKind {
     GroupVersionKind::gvk("", "v1", "Namespace")
+}
+
+/// The ConfigMap kind (watched while a rule has `valuesFrom`: `sink::values`).
+pub fn config_map_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("", "v1", "ConfigMap")
 }
 
 /// The CustomResourceDefinition kind.
@@ -273,6 +286,9 @@ impl Engine {
             collect_due: true,
             in_flight: Arc::default(),
             kept: BTreeMap::new(),
+            policy: super::policy::Policy::default(),
+            policy_dirty: true,
+            refusals: BTreeSet::new(),
         }
     }
 
@@ -332,6 +348,9 @@ impl Engine {
         }
         if gvk == crd_gvk() && !self.unresolved.is_empty() {
             self.rediscover = true;
+        }
+        if gvk == policy_gvk() {
+            self.policy_dirty = true;
         }
         if gvk == crd_gvk() {
             // A CRD added, changed (its status subresource too) or deleted.
@@ -541,11 +560,30 @@ impl Engine {
                         .get(&key.origin)
                         .is_some_and(|p| p.may_be_source())
             })
-            .filter_map(|(key, _)| kind.snapshots.get(key)?.object)
-            .filter(super::model::meta::is_original)
+            .filter_map(|(key, _)| Some((key, kind.snapshots.get(key)?.object?)))
+            .filter(|(_, obj)| super::model::meta::is_original(obj))
+            // The author is the origin the rule was read from, as the
+            // sink stamps it on the rule's copy (see `sync::policy`).
+            .map(|(key, mut obj)| {
+                if let Some(m) = obj.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+                    let a = m
+                        .entry("annotations")
+                        .or_insert_with(|| serde_json::json!({}));
+                    if let Some(a) = a.as_object_mut() {
+                        a.insert(
+                            fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER.to_owned(),
+                            Value::String(key.origin.clone()),
+                        );
+                    }
+                }
+                obj
+            })
             .collect();
         let mut set = rules::compile(&objects.iter().collect::<Vec<_>>());
         set.remove(rules::RULE_REPLICATION);
+        for r in set.values_mut() {
+            r.author_verified = true;
+        }
         set
     }
 
@@ -555,6 +593,7 @@ impl Engine {
         need.insert(rules::rule_gvk(), true);
         need.insert(namespace_gvk(), false);
         need.insert(crd_gvk(), false);
+        need.insert(policy_gvk(), false);
         need.insert(rules::reported_state_gvk(), false);
         for rule in self.rules.values() {
             if rule.builtin || rule.spec.group_version_kind.kind.is_empty() {
@@ -570,8 +609,7 @@ impl Engine {
                 need.entry(t.clone()).or_default();
             }
             if !rule.spec.values_from.is_empty() {
-                need.entry(super::sink::values::config_map_gvk())
-                    .or_default();
+                need.entry(config_map_gvk()).or_default();
             }
         }
         // The kinds of the manifests unwrap rules bring here (a Bundle gone,
@@ -701,7 +739,7 @@ impl Engine {
 
     /// Takes newly compiled rules that differ from the last (or were
     /// compiled under a changed fleet): what depends on them is done again.
-    fn rules_changed(&mut self, rules: RuleSet) {
+    pub(super) fn rules_changed(&mut self, rules: RuleSet) {
         self.rules = rules;
         self.rules_generation = self.rules_generation.wrapping_add(1);
         // Which objects are published depends on the rules (and, through
@@ -731,6 +769,7 @@ impl Engine {
                 let objects: Vec<Value> = kind.objects.values().collect();
                 let objects: Vec<&Value> = objects.iter().collect();
                 let mut rules = rules::compile(&objects);
+                verify_authors(&mut rules, kind);
                 // Rules are mesh-wide: a rule a peer publishes counts here even
                 // while its local copy is missing (deleted by someone, not yet
                 // written), so its copies are neither collected nor its
@@ -750,10 +789,19 @@ impl Engine {
                 }
             }
         }
-        if !self.fleet.synced {
+        self.policy_pass().await;
+        let rules_read = self
+            .kinds
+            .get(&rules::rule_gvk())
+            .is_some_and(|k| k.ready());
+        if !self.fleet.synced || !self.policy_known() || !rules_read {
             // Who may be a source (ourselves included) is unknown until the
             // registry has been read: publishing or collecting now could
-            // act on an empty fleet.
+            // act on an empty fleet. What the policy allows is unknown until
+            // it has been read, and who authored each rule until the rules
+            // on the bus have been (`verify_authors`): publishing, writing
+            // or collecting now could act on a default the cluster replaced,
+            // or take a copied rule for a local one.
             self.ensure_kinds().await;
             return;
         }
@@ -761,6 +809,7 @@ impl Engine {
         self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
         self.drift_wake = self.sink_pass().await;
+        self.count_refusals().await;
         self.report_wake = self.report_pass().await;
         self.return_pass().await;
         self.status_pass().await;
@@ -780,6 +829,20 @@ impl Engine {
                     .contains_key(&(key.namespace.clone(), key.name.clone()))
             })
         });
+    }
+}
+
+/// Marks each rule whose claimed author (`fleetbus.io/origin-cluster` on its
+/// object here) has a live envelope of it on the bus: a claim without one
+/// is an annotation someone wrote on a local rule, or a copy whose
+/// envelope is not read yet (see `sink::pass::import_refused`).
+fn verify_authors(rules: &mut RuleSet, kind: &KindState) {
+    let gvk = rules::rule_gvk();
+    let api_version = format!("{}/{}", gvk.group, gvk.version);
+    for r in rules.values_mut() {
+        let Some(author) = &r.author else { continue };
+        let key = ObjectKey::from_api_version(author, &api_version, &gvk.kind, None, &r.name);
+        r.author_verified = kind.snapshots.meta(&key).is_some_and(|e| !e.tombstone);
     }
 }
 
@@ -938,6 +1001,56 @@ impl KindState {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_rule_author_is_verified_only_by_its_live_envelope_from_that_author() {
+        let rule = |name: &str, origin: Option<&str>| {
+            let mut obj = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+                "metadata": {"name": name, "uid": "u", "resourceVersion": "1"},
+                "spec": {"groupVersionKind": {"version": "v1", "kind": "Secret"}}});
+            if let Some(o) = origin {
+                obj["metadata"]["annotations"] = json!({"fleetbus.io/origin-cluster": o});
+            }
+            obj
+        };
+        let copy = rule("copied", Some("hub"));
+        let forged = rule("forged", Some("hub"));
+        let withdrawn = rule("withdrawn", Some("hub"));
+        let own = rule("own", None);
+        let env = |name: &str, tombstone: bool| {
+            let original = rule(name, None);
+            let key = ObjectKey::from_object("hub", &original).unwrap();
+            let now = chrono::Utc::now();
+            let e = if tombstone {
+                Envelope::tombstone(
+                    "hub",
+                    None,
+                    "u",
+                    "1",
+                    now,
+                    fleetbus_schemas::envelope::TombstoneReason::Deleted,
+                )
+            } else {
+                Envelope::snapshot("hub", None, original, now).unwrap()
+            };
+            (key, e)
+        };
+        let kind = KindState::for_test(
+            LocalObjects::default(),
+            [env("copied", false), env("withdrawn", true)]
+                .into_iter()
+                .collect(),
+        );
+        let mut set = rules::compile(&[&copy, &forged, &withdrawn, &own]);
+        verify_authors(&mut set, &kind);
+        assert_eq!(set["copied"].author.as_deref(), Some("hub"));
+        assert!(set["copied"].author_verified);
+        assert_eq!(set["forged"].author.as_deref(), Some("hub"));
+        assert!(!set["forged"].author_verified);
+        assert!(!set["withdrawn"].author_verified);
+        assert_eq!(set["own"].author, None);
+        assert_eq!(set["own"].author("c2"), "c2");
+    }
 
     #[test]
     fn target_of_a_namespaced_object() {

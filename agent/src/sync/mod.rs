@@ -30,6 +30,8 @@ mod engine;
 mod health;
 mod inputs;
 mod model;
+mod policy;
+mod policy_watch;
 mod progress;
 mod returns;
 mod rules;

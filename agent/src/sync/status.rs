@@ -43,6 +43,10 @@ pub const SUSPENDED: &str = "Suspended";
 /// The Ready condition's reason while the rule waits for its `dependsOn`.
 pub const DEPENDS_ON: &str = "DependsOn";
 
+/// Condition type naming the objects this cluster's SyncPolicy refuses for
+/// the rule: ours not published, copies not written (`sync::policy`).
+pub const POLICY_REFUSED: &str = "PolicyRefused";
+
 /// At most this many objects are named in a condition message.
 const NAMED: usize = 5;
 
@@ -104,17 +108,15 @@ fn significant(s: &ResourceSyncRuleStatus) -> (Option<i64>, Vec<ConditionState<'
     (s.observed_generation, conditions)
 }
 
-/// The status a rule should show; `problem` is why it cannot work, `ready`
-/// whether everything it needs has been read.
-pub fn desired(
+/// The Ready condition: why the rule cannot work, is held, has nothing to
+/// do here, waits, fails, or is in sync.
+fn ready_condition(
     rule: &CompiledRule,
     report: &RuleReport,
     problem: Option<&str>,
     ready: bool,
-    existing: &ResourceSyncRuleStatus,
-    last_sync: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
-) -> ResourceSyncRuleStatus {
-    let ready_condition = match (problem, report.selected, ready) {
+) -> Desired {
+    match (problem, report.selected, ready) {
         (Some(p), _, _) => Desired {
             type_: condition::READY,
             status: false,
@@ -177,7 +179,20 @@ pub fn desired(
                 report.sources.len()
             ),
         },
-    };
+    }
+}
+
+/// The status a rule should show; `problem` is why it cannot work, `ready`
+/// whether everything it needs has been read.
+pub fn desired(
+    rule: &CompiledRule,
+    report: &RuleReport,
+    problem: Option<&str>,
+    ready: bool,
+    existing: &ResourceSyncRuleStatus,
+    last_sync: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+) -> ResourceSyncRuleStatus {
+    let ready_condition = ready_condition(rule, report, problem, ready);
     let conflict_condition = if report.conflicts.is_empty() {
         Desired {
             type_: CONFLICT,
@@ -213,6 +228,7 @@ pub fn desired(
         conflict_condition,
         kept_condition,
         skipped_condition(report),
+        refused_condition(report),
     ];
     conditions.extend(healthy_condition(report));
     ResourceSyncRuleStatus {
@@ -285,6 +301,56 @@ fn skipped_condition(report: &RuleReport) -> Desired {
         message: format!(
             "{} object(s) never published ({}): {}",
             report.withheld.len(),
+            counts.join(", "),
+            named(&why)
+        ),
+    }
+}
+
+/// The `PolicyRefused` condition: how many objects this cluster's SyncPolicy
+/// refuses for the rule, per direction and kind/namespace, and which (the
+/// first few), with the entry that decided.
+fn refused_condition(report: &RuleReport) -> Desired {
+    if report.refused.is_empty() {
+        return Desired {
+            type_: POLICY_REFUSED,
+            status: false,
+            reason: "NothingRefused",
+            message: String::new(),
+        };
+    }
+    let mut by_what: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+    for r in report.refused.values() {
+        *by_what.entry((r.direction.as_str(), &r.what)).or_default() += 1;
+    }
+    let counts: Vec<String> = by_what
+        .iter()
+        .map(|((d, w), n)| format!("{d} {w}: {n}"))
+        .collect();
+    let exports = report
+        .refused
+        .values()
+        .any(|r| r.direction == crate::sync::policy::Direction::Export);
+    let imports = report
+        .refused
+        .values()
+        .any(|r| r.direction == crate::sync::policy::Direction::Import);
+    let why = report
+        .refused
+        .iter()
+        .map(|(k, r)| (k.clone(), format!("refused by {}", r.by)))
+        .collect();
+    Desired {
+        type_: POLICY_REFUSED,
+        status: true,
+        reason: match (exports, imports) {
+            (true, true) => "ExportAndImportRefused",
+            (true, false) => "ExportRefused",
+            _ => "ImportRefused",
+        },
+        message: format!(
+            "{} object(s) refused by this cluster's SyncPolicy ({}): {}",
+            report.refused.len(),
             counts.join(", "),
             named(&why)
         ),
@@ -638,6 +704,47 @@ mod tests {
         assert_eq!(s.skipped, 3);
         // Skipping is no error: the rule stays Ready.
         assert_eq!(ready(&s).1, "Synced");
+    }
+
+    #[test]
+    fn refusals_are_counted_per_direction_and_kind_and_named_with_the_entry() {
+        use crate::sync::policy::{Direction, Refusal};
+        let s = status(&report(), None, true);
+        assert_eq!(cond(&s, POLICY_REFUSED).reason, "NothingRefused");
+        let refusal = |direction, what: &str| Refusal {
+            direction,
+            what: what.into(),
+            by: "SyncPolicy default (export.rules[0])".into(),
+        };
+        let mut r = report();
+        for n in ["a", "b"] {
+            r.refused.insert(
+                format!("Secret team/{n}"),
+                refusal(Direction::Export, "Secret in team"),
+            );
+        }
+        let s = status(&r, None, true);
+        let c = cond(&s, POLICY_REFUSED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "ExportRefused")
+        );
+        assert_eq!(
+            c.message,
+            "2 object(s) refused by this cluster's SyncPolicy (export Secret in team: 2): Secret team/a: refused by SyncPolicy default (export.rules[0]); Secret team/b: refused by SyncPolicy default (export.rules[0])"
+        );
+        r.refused.insert(
+            "ClusterRole view".into(),
+            refusal(
+                Direction::Import,
+                "ClusterRole.rbac.authorization.k8s.io (cluster-scoped)",
+            ),
+        );
+        let c = cond(&status(&r, None, true), POLICY_REFUSED).clone();
+        assert_eq!(c.reason, "ExportAndImportRefused");
+        assert!(c.message.starts_with("3 object(s) refused by this cluster's SyncPolicy (export Secret in team: 2, import ClusterRole.rbac.authorization.k8s.io (cluster-scoped): 1)"), "{}", c.message);
+        // A refusal is the policy working, no error: the rule stays Ready.
+        assert_eq!(ready(&status(&r, None, true)).1, "Synced");
     }
 
     #[test]

@@ -139,7 +139,7 @@ pub fn cell_state(status: &ResourceSyncRuleStatus) -> RuleCellState {
     let conflict = find(CONFLICT).is_some_and(|c| c.status == "True");
     match find(condition::READY).map(|c| (c.status.as_str(), c.reason.as_str())) {
         Some((_, "Invalid")) => RuleCellState::Invalid,
-        Some((_, crate::sync::status::SUSPENDED)) => RuleCellState::Suspended,
+        Some((_, "Suspended")) => RuleCellState::Suspended,
         Some((_, "NotSelected")) => RuleCellState::NotSelected,
         Some((_, "SyncErrors")) => RuleCellState::Error,
         Some(("True", _)) if conflict => RuleCellState::Conflict,
@@ -157,6 +157,11 @@ fn problems(report: &RuleReport) -> (Vec<RuleProblem>, u64) {
         .iter()
         .map(|(k, w)| (k.clone(), w.why().to_owned()))
         .collect();
+    let refused: Vec<(String, String)> = report
+        .refused
+        .iter()
+        .map(|(k, r)| (k.clone(), r.to_string()))
+        .collect();
     let groups = [
         (ProblemKind::Error, report.errors.iter().collect::<Vec<_>>()),
         (ProblemKind::Conflict, report.conflicts.iter().collect()),
@@ -164,6 +169,10 @@ fn problems(report: &RuleReport) -> (Vec<RuleProblem>, u64) {
         (
             ProblemKind::Skipped,
             withheld.iter().map(|(k, v)| (k, v)).collect(),
+        ),
+        (
+            ProblemKind::Refused,
+            refused.iter().map(|(k, v)| (k, v)).collect(),
         ),
     ];
     let total = groups.iter().map(|(_, g)| g.len() as u64).sum();
@@ -212,6 +221,7 @@ pub fn record(
         conflicts: count(status.conflicts),
         errors: count(status.errors),
         skipped: count(status.skipped),
+        refused: report.refused.len() as u64,
         ready_copies: copies(status.ready_copies),
         reported_copies: copies(status.reported_copies),
         problems,

@@ -14,6 +14,8 @@ mod reported_state;
 mod resource_sync_rule;
 mod rule_validation;
 mod schema;
+#[allow(clippy::duplicated_attributes)]
+mod sync_policy;
 
 pub use bundle::{
     Bundle, BundleClusterStatus, BundleManifestStatus, BundleReport, BundleSpec, BundleStatus,
@@ -33,6 +35,10 @@ pub use resource_sync_rule::{
     ResourceSyncRuleStatus, StatusReturn, SyncRule, UpdatePolicy, ValuesFrom,
 };
 pub use rule_validation::{RuleError, RuleErrorKind};
+pub use sync_policy::{
+    PolicyAction, PolicyDirection, PolicyEntry, PolicyKind, SyncPolicy, SyncPolicySpec,
+    SyncPolicyStatus, SYNC_POLICY_NAME,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube_core::CustomResourceExt;
@@ -45,5 +51,6 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         ResourceSyncRule::crd(),
         Bundle::crd(),
         ReportedState::crd(),
+        SyncPolicy::crd(),
     ]
 }

@@ -140,6 +140,11 @@ async fn hub_and_edges(nats: &NatsServer, edges: &[&str]) -> Vec<Member> {
             .await;
         }
     }
+    // The stacks carry ClusterRoles and CRDs, which the built-in import
+    // policy keeps out: these edges let them in.
+    for x in &m[1..] {
+        apply_policy(x, ALLOW_ALL_IMPORTS, "True").await;
+    }
     create_ns(&m[0], "apps").await;
     m
 }
@@ -689,4 +694,45 @@ spec:
         sa < cm,
         "the ServiceAccount ({sa}) before the ConfigMap ({cm})"
     );
+}
+
+/// A Bundle cannot carry past an edge's import policy what a rule could
+/// not: with its SyncPolicy deleted (the built-in default again), an edge
+/// writes the Bundle's ServiceAccount and Deployment but not its
+/// ClusterRole, and says so on the rule's status; the other edge, whose
+/// policy lets it in, has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_brings_no_manifest_the_edge_refuses() {
+    let nats = NatsServer::start().unwrap();
+    let m = hub_and_edges(&nats, &["e1", "e2"]).await;
+    let (hub, e1, e2) = (&m[0], &m[1], &m[2]);
+    kubectl_delete(e2, "syncpolicies.fleetbus.io", None, "default");
+    apply_yaml(hub, &unwrap_rule("Delete"));
+    let uid = apply_bundle(hub, &[SERVICE_ACCOUNT, CLUSTER_ROLE, DEPLOYMENT]).await;
+    wait_stack(e1, &uid).await;
+    wait_unwrapped(e2, &service_accounts(), Some("apps"), "app", &uid).await;
+    wait_unwrapped(e2, &deployments(), Some("apps"), "web", &uid).await;
+    let r = wait_rule(
+        e2,
+        "bundles",
+        "to say the ClusterRole was refused",
+        |r| match rule_condition(r, "PolicyRefused") {
+            Some(c)
+                if c.reason == "ImportRefused" && c.message.contains("ClusterRole app-reader") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("PolicyRefused is {other:?}")),
+        },
+    )
+    .await;
+    assert!(
+        rule_condition(&r, "PolicyRefused")
+            .unwrap()
+            .message
+            .contains("refused by the built-in default policy (import.rules[0])"),
+        "{}",
+        rule_summary(&r)
+    );
+    assert_absent(e2, &cluster_roles(), None, "app-reader").await;
 }

@@ -241,6 +241,9 @@ async fn hard_names_are_synced_updated_and_deleted() {
     let (c1, c2) = (&m[0], &m[1]);
     for x in [c1, c2] {
         create_ns(x, NS).await;
+        // ClusterRoles are synced on purpose (the built-in import policy
+        // keeps them out).
+        apply_policy(x, ALLOW_ALL_IMPORTS, "True").await;
     }
     // What kube-apiserver refuses, the devcluster refuses: `%` is in no
     // kind's names (`IsValidPathSegmentName`), a space only in RBAC ones.

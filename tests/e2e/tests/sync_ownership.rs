@@ -201,6 +201,8 @@ async fn crd_with_unmanaged_instances_is_kept() {
     let nats = NatsServer::start().unwrap();
     let m = fleet(&nats, &["a", "b"]).await;
     let (a, b) = (&m[0], &m[1]);
+    // CRDs are synced on purpose (the built-in import policy keeps them out).
+    apply_policy(b, ALLOW_ALL_IMPORTS, "True").await;
     let (code, out, err) = fleetbus_cli(&nats, &["clusters", "label", "a", "role=src"]).await;
     assert_eq!(code, Some(0), "fleetbus clusters label: {out}{err}");
     wait_for("b: Cluster a labelled role=src", SYNC, || async {

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use fleetbus_schemas::subject::ObjectKey;
 
+use crate::sync::policy::Refusal;
 use crate::sync::withheld::Withheld;
 
 /// Everything one pass found about one rule, for its status.
@@ -41,4 +42,7 @@ pub struct RuleReport {
     pub kept: BTreeMap<String, String>,
     /// Our objects the rule selects that are never published, with why.
     pub withheld: BTreeMap<String, Withheld>,
+    /// Objects this cluster's SyncPolicy refuses for the rule (ours not
+    /// published, copies not written here), with why (`sync::policy`).
+    pub refused: BTreeMap<String, Refusal>,
 }

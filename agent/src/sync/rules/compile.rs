@@ -59,9 +59,22 @@ pub struct CompiledRule {
     pub correction_paused: bool,
     /// `spec.health`, compiled; `None`: kstatus judges the copies.
     pub health: Option<CompiledHealth>,
+    /// The cluster the rule was created on, when not this one: the
+    /// `fleetbus.io/origin-cluster` of its copy here, or the origin of its
+    /// envelope for a rule read from the bus (see `sync::policy`).
+    pub author: Option<String>,
+    /// The bus holds `author`'s live envelope of this rule: the claim is
+    /// what the sink stamped, not an annotation someone wrote on a local
+    /// rule (set by the engine; a rule read from the bus is its own proof).
+    pub author_verified: bool,
 }
 
 impl CompiledRule {
+    /// The cluster the rule was created on (`local` for this cluster's own).
+    pub fn author<'a>(&'a self, local: &'a str) -> &'a str {
+        self.author.as_deref().unwrap_or(local)
+    }
+
     /// Whether the rule may sync anything (valid and its kinds served).
     pub fn is_valid(&self) -> bool {
         self.problem.is_none()
@@ -99,6 +112,8 @@ pub fn builtin() -> CompiledRule {
         builtin: true,
         correction_paused: false,
         health: None,
+        author: None,
+        author_verified: false,
     }
 }
 
@@ -132,10 +147,13 @@ pub fn compile(objects: &[&Value]) -> RuleSet {
                 builtin: false,
                 correction_paused: false,
                 health: None,
+                author: None,
+                author_verified: false,
             },
         };
         // A suspended rule corrects no drift either: drift is reported.
         rule.correction_paused = correction_paused || rule.spec.suspend;
+        rule.author = crate::sync::model::meta::origin_cluster(obj).map(str::to_owned);
         set.insert(name, rule);
     }
     mark_cycles(&mut set);
@@ -212,6 +230,8 @@ fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) 
         builtin: false,
         correction_paused: false,
         health,
+        author: None,
+        author_verified: false,
     }
 }
 

@@ -153,7 +153,15 @@ impl Engine {
                 entries: &entries,
                 origin_record: &peer.record,
             };
-            out.extend(self.unwrap(&src, report, bundles));
+            for (target, c) in self.unwrap(&src, report, bundles) {
+                match self.import_refused(rule, &target) {
+                    Some(why) => {
+                        bundles.record(key, &target, Err(why.to_string()));
+                        report.refused.insert(target.to_string(), why);
+                    }
+                    None => out.push((target, c)),
+                }
+            }
         }
         out
     }
@@ -196,7 +204,7 @@ impl Engine {
             Err(e) => {
                 return Computed {
                     result: Some(Err(e)),
-                    unknown_policy: false,
+                    ..Computed::default()
                 }
             }
         };
@@ -217,7 +225,19 @@ impl Engine {
             templates: &templates,
         };
         let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
-        let result = match mutate::desired_copy(&input).map(|d| (Target::of(&d), d)) {
+        let copy = mutate::desired_copy(&input).map(|d| (Target::of(&d), d));
+        // What the copy is (its kind and namespace after mutations), not
+        // what the source was, is what this cluster's policy judges.
+        if let Ok((Some(target), _)) = &copy {
+            if let Some(why) = self.import_refused(rule, target) {
+                return Computed {
+                    result: None,
+                    unknown_policy,
+                    refused: Some(Box::new(why)),
+                };
+            }
+        }
+        let result = match copy {
             Ok((Some(target), desired)) => Ok((
                 target,
                 Candidate {
@@ -242,7 +262,32 @@ impl Engine {
         Computed {
             result: Some(result),
             unknown_policy,
+            refused: None,
         }
+    }
+
+    /// Why this cluster's SyncPolicy refuses a copy of `rule` at `target`,
+    /// if it does. The built-in rule that replicates rules is not asked:
+    /// rules always travel, the policy judges what they bring.
+    pub(in crate::sync) fn import_refused(
+        &self,
+        rule: &CompiledRule,
+        target: &Target,
+    ) -> Option<crate::sync::policy::Refusal> {
+        if rule.builtin {
+            return None;
+        }
+        let (group, _) = fleetbus_schemas::subject::split_api_version(&target.api_version);
+        let what = crate::sync::policy::Subject {
+            group,
+            kind: &target.kind,
+            namespace: target.namespace.as_deref(),
+        };
+        let local = &self.fleet.local.name;
+        let author = rule.author(local);
+        self.policy
+            .import_claimed(local, author, rule.author_verified, &what)
+            .err()
     }
 
     /// Each rule's report as far as the rules say (selected, sources, the
@@ -524,6 +569,12 @@ impl Engine {
         for (rule, withheld) in &self.source.withheld {
             if let Some(r) = reports.get_mut(rule) {
                 r.withheld.clone_from(withheld);
+            }
+        }
+        for (rule, refused) in &self.source.refused {
+            if let Some(r) = reports.get_mut(rule) {
+                r.refused
+                    .extend(refused.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
         }
         self.report_conflicts(found, &gone).await;

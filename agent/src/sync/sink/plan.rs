@@ -24,6 +24,7 @@ use fleetbus_schemas::subject::ObjectKey;
 use crate::registry::FleetView;
 use crate::sync::model::meta::describe_key;
 use crate::sync::model::{Candidate, Conflict, RuleReport, Target};
+use crate::sync::policy::Refusal;
 
 /// How often a sink pass plans every pair and decides every target though
 /// no input said it must: the safety net against an input whose change was
@@ -108,6 +109,9 @@ impl SinkState {
         report
             .unknown_update_policy
             .extend(l.unknown.iter().cloned());
+        for (key, why) in &l.refused {
+            report.refused.insert(describe_key(key), why.clone());
+        }
     }
 
     /// When the next full plan is due.
@@ -127,6 +131,9 @@ pub struct Computed {
     pub result: Option<Result<(Target, Candidate), String>>,
     /// The object carries an update-policy value fleetbus does not know.
     pub unknown_policy: bool,
+    /// This cluster's SyncPolicy refuses the copy (`result` is None then):
+    /// boxed, as almost every pair has none (issue 20: the plan's size).
+    pub refused: Option<Box<Refusal>>,
 }
 
 /// The envelope version an entry was computed from.
@@ -185,6 +192,8 @@ pub struct Ledger {
     pub pair_errors: BTreeMap<ObjectKey, String>,
     /// Source objects with an unknown update-policy value.
     pub unknown: BTreeSet<ObjectKey>,
+    /// Source objects whose copy this cluster's SyncPolicy refuses, with why.
+    pub refused: BTreeMap<ObjectKey, Refusal>,
     /// Copies failing, with the error each.
     pub errors: BTreeMap<Target, String>,
     /// Copies in conflict, with a description each.
@@ -223,6 +232,7 @@ impl Plan {
         for l in self.ledgers.values_mut() {
             l.pair_errors.clear();
             l.unknown.clear();
+            l.refused.clear();
         }
     }
 
@@ -273,6 +283,11 @@ impl Plan {
         if entry.computed.unknown_policy {
             self.ledger(rule).unknown.insert(key.clone());
         }
+        if let Some(why) = &entry.computed.refused {
+            self.ledger(rule)
+                .refused
+                .insert(key.clone(), (**why).clone());
+        }
         self.pairs.insert(pair.clone(), Box::new(entry));
     }
 
@@ -296,6 +311,7 @@ impl Plan {
         if let Some(l) = self.ledgers.get_mut(rule) {
             l.pair_errors.remove(key);
             l.unknown.remove(key);
+            l.refused.remove(key);
             if l.is_empty() {
                 self.ledgers.remove(rule);
             }

@@ -9,16 +9,10 @@
 
 use std::hash::{Hash, Hasher};
 
-use kube::core::GroupVersionKind;
 use serde_json::{Map, Value};
 
-use crate::sync::engine::Engine;
+use crate::sync::engine::{config_map_gvk, Engine};
 use crate::sync::rules::compile::CompiledRule;
-
-/// The ConfigMap kind.
-pub fn config_map_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("", "v1", "ConfigMap")
-}
 
 impl Engine {
     /// The `(namespace, name)` of a `valuesFrom` entry, its namespace

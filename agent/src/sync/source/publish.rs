@@ -18,10 +18,12 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::published::{self, HashMemo};
+use super::state::SourceState;
 use crate::registry::view::LocalView;
 use crate::sync::engine::{Engine, KindState};
 use crate::sync::model::meta::{describe_key, has_annotation, is_original};
 use crate::sync::model::Input;
+use crate::sync::policy::{Policy, Refusal, Subject};
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::withheld::{withheld, Withheld};
@@ -49,6 +51,12 @@ pub enum Publish {
         resource_version: String,
         /// Deleted, or only no longer published.
         reason: TombstoneReason,
+    },
+    /// Nothing: only rules this cluster's policy refuses to publish for
+    /// select the object (`sync::policy`); each reports why in its status.
+    Refused {
+        /// Each rule that selects it, and why it may not.
+        refusals: Vec<(String, Refusal)>,
     },
     /// Nothing: rules select the object but it is never published
     /// ([`withheld`]); they report it in their status.
@@ -84,9 +92,30 @@ fn effective<'a>(local: &LocalView, rules: &[&'a CompiledRule]) -> Vec<&'a Compi
         .collect()
 }
 
+/// The group, kind and namespace of `obj`, as a policy sees it.
+pub fn subject_of(obj: &Value) -> Subject<'_> {
+    let s = |p: &str| obj.pointer(p).and_then(Value::as_str);
+    let api_version = s("/apiVersion").unwrap_or("");
+    Subject {
+        group: api_version.rsplit_once('/').map_or("", |(g, _)| g),
+        kind: s("/kind").unwrap_or(""),
+        namespace: s("/metadata/namespace").filter(|n| !n.is_empty()),
+    }
+}
+
+/// What this cluster's policy lets it publish: the policy, and this
+/// cluster's name (its own rules are not asked).
+pub struct Exports<'a> {
+    /// The policy in force.
+    pub policy: &'a Policy,
+    /// This cluster.
+    pub local: &'a str,
+}
+
 /// What to publish for our object at `key` (into `out`): `obj` is the local
 /// object there (None: there is none), `current` our live envelope on the bus.
 fn plan_object(
+    exports: &Exports<'_>,
     rules: &[&CompiledRule],
     key: &ObjectKey,
     obj: Option<&Value>,
@@ -130,6 +159,28 @@ fn plan_object(
         out.push((key.clone(), Publish::Withheld { why, rules }));
         return;
     }
+    // Only the rules the policy lets this cluster publish for: an object
+    // none of them selects is not published (withdrawn if it was).
+    let what = subject_of(obj);
+    let mut refusals = Vec::new();
+    let matched: Vec<(&CompiledRule, Vec<&SyncRule>)> = matched
+        .into_iter()
+        .filter(|(r, _)| {
+            let author = r.author(exports.local);
+            match exports.policy.export(exports.local, author, &what) {
+                Ok(()) => true,
+                Err(why) => {
+                    refusals.push((r.name.clone(), why));
+                    false
+                }
+            }
+        })
+        .collect();
+    if matched.is_empty() {
+        withdraw(TombstoneReason::Unpublished);
+        out.push((key.clone(), Publish::Refused { refusals }));
+        return;
+    }
     let entries: Vec<Vec<&SyncRule>> = matched.into_iter().map(|(_, e)| e).collect();
     let with_status = published::keeps_status(rules, &entries);
     let (hash, built) = memo.hash(key, obj, with_status);
@@ -146,11 +197,16 @@ fn plan_object(
 /// for `memo`, which spares hashing a version hashed before.
 pub fn plan(
     local: &LocalView,
+    policy: &Policy,
     rules: &[&CompiledRule],
     kind: &KindState,
     memo: &mut HashMemo,
 ) -> Vec<(ObjectKey, Publish)> {
     let rules = effective(local, rules);
+    let exports = Exports {
+        policy,
+        local: &local.name,
+    };
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for obj in kind.objects.values() {
@@ -162,13 +218,13 @@ pub fn plan(
             continue;
         };
         let current = kind.snapshots.meta(&key).filter(|e| !e.tombstone);
-        plan_object(&rules, &key, Some(obj), current, memo, &mut out);
+        plan_object(&exports, &rules, &key, Some(obj), current, memo, &mut out);
         seen.insert(key);
     }
     memo.retain(|k| seen.contains(k));
     for (key, e) in kind.snapshots.iter_meta() {
         if key.origin == local.name && !e.tombstone && !seen.contains(key) {
-            plan_object(&rules, key, None, Some(e), memo, &mut out);
+            plan_object(&exports, &rules, key, None, Some(e), memo, &mut out);
         }
     }
     out
@@ -178,12 +234,17 @@ pub fn plan(
 /// plan): gives what `plan` gives for them.
 pub fn plan_keys(
     local: &LocalView,
+    policy: &Policy,
     rules: &[&CompiledRule],
     kind: &KindState,
     memo: &mut HashMemo,
     keys: &std::collections::BTreeSet<ObjectKey>,
 ) -> Vec<(ObjectKey, Publish)> {
     let rules = effective(local, rules);
+    let exports = Exports {
+        policy,
+        local: &local.name,
+    };
     let mut out = Vec::new();
     for key in keys.iter().filter(|k| k.origin == local.name) {
         let obj = kind
@@ -196,7 +257,7 @@ pub fn plan_keys(
         if obj.as_ref().is_none_or(|o| !is_original(o)) {
             memo.forget(key);
         }
-        plan_object(&rules, key, obj.as_ref(), current, memo, &mut out);
+        plan_object(&exports, &rules, key, obj.as_ref(), current, memo, &mut out);
     }
     out
 }
@@ -224,6 +285,7 @@ impl Engine {
         self.source
             .withheld
             .retain(|r, _| rules_now.contains_key(r));
+        self.source.refused.retain(|r, _| rules_now.contains_key(r));
         let kinds = &self.kinds;
         self.source.hashes.retain(|g, _| kinds.contains_key(g));
         let mut wake = None;
@@ -246,14 +308,15 @@ impl Engine {
             let again = if full { None } else { Some(&dirty) };
             forget_planned(&mut self.source.errors, &rules, again);
             forget_planned(&mut self.source.withheld, &rules, again);
+            forget_planned(&mut self.source.refused, &rules, again);
             let Some(kind) = self.kinds.get(&gvk) else {
                 continue;
             };
             let memo = self.source.hashes.entry(gvk.clone()).or_default();
             let planned = if full {
-                plan(&self.fleet.local, &rules, kind, memo)
+                plan(&self.fleet.local, &self.policy, &rules, kind, memo)
             } else {
-                plan_keys(&self.fleet.local, &rules, kind, memo, &dirty)
+                plan_keys(&self.fleet.local, &self.policy, &rules, kind, memo, &dirty)
             };
             let matching_rules: BTreeMap<ObjectKey, Vec<String>> = planned
                 .iter()
@@ -266,17 +329,15 @@ impl Engine {
                             .map(|r| r.name.clone())
                             .collect(),
                     )),
-                    Publish::Tombstone { .. } | Publish::Withheld { .. } => None,
+                    Publish::Tombstone { .. }
+                    | Publish::Withheld { .. }
+                    | Publish::Refused { .. } => None,
                 })
                 .collect();
             for (key, publish) in planned {
-                if let Publish::Withheld { why, rules } = publish {
-                    for rule in rules {
-                        let book = self.source.withheld.entry(rule).or_default();
-                        book.insert(describe_key(&key), why);
-                    }
+                let Some(publish) = book(&mut self.source, &key, publish) else {
                     continue;
-                }
+                };
                 match self.publish(&gvk, &key, publish).await {
                     Ok(mut env) => {
                         self.source.overwritten.remove(&key);
@@ -381,6 +442,11 @@ impl Engine {
             // `source_pass` does not hand these over; refused all the same.
             Publish::Withheld { why, .. } => {
                 return Err(PublishError::Object(why.why().to_owned()))
+            }
+            Publish::Refused { .. } => {
+                return Err(PublishError::Object(
+                    "this cluster's policy refuses it".to_owned(),
+                ))
             }
         };
         let subject = key.to_subject(self.ctx.layout.prefix());
@@ -487,6 +553,28 @@ fn forget_planned<V>(
     }
 }
 
+/// Books what is not to be published (withheld, refused by the policy) in
+/// `source` for the rules' status; gives back what is.
+fn book(source: &mut SourceState, key: &ObjectKey, publish: Publish) -> Option<Publish> {
+    match publish {
+        Publish::Refused { refusals } => {
+            for (rule, why) in refusals {
+                let book = source.refused.entry(rule).or_default();
+                book.insert(describe_key(key), why);
+            }
+            None
+        }
+        Publish::Withheld { why, rules } => {
+            for rule in rules {
+                let book = source.withheld.entry(rule).or_default();
+                book.insert(describe_key(key), why);
+            }
+            None
+        }
+        other => Some(other),
+    }
+}
+
 /// The `Nats-Msg-Id` (§4.2): the protocol's id, or the republish id when a
 /// snapshot comes back after a tombstone of the same version, or when the
 /// subject holds a message we did not publish (`overwritten`), snapshot or
@@ -572,7 +660,13 @@ mod tests {
     }
 
     fn run(rule: &CompiledRule, kind: &KindState) -> Vec<(ObjectKey, Publish)> {
-        plan(&local(), &[rule], kind, &mut HashMemo::default())
+        plan(
+            &local(),
+            &Policy::default(),
+            &[rule],
+            kind,
+            &mut HashMemo::default(),
+        )
     }
 
     fn tombstone(uid: &str, rv: &str, reason: TombstoneReason) -> Publish {
@@ -854,6 +948,61 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_from_elsewhere_gets_only_what_the_export_policy_allows() {
+        let mut s = secret("a", "u1", "5", "v1");
+        s["metadata"]["namespace"] = json!("kube-system");
+        let mut foreign = rule(json!({}));
+        foreign.author = Some("c9".to_owned());
+        let on_bus = kind(&[&s], vec![published(SELF, &s)]);
+        let policy = Policy::default();
+        let plan_with = |rules: &[&CompiledRule], k: &KindState| {
+            plan(&local(), &policy, rules, k, &mut HashMemo::default())
+        };
+        // Published before the policy (or by an older agent): withdrawn as
+        // unpublished (the sinks' orphanPolicy decides), and the rule is told why.
+        let out = plan_with(&[&foreign], &on_bus);
+        assert_eq!(
+            out[0],
+            (
+                key_of(SELF, &s),
+                tombstone("u1", "5", TombstoneReason::Unpublished)
+            )
+        );
+        let Publish::Refused { refusals } = &out[1].1 else {
+            panic!("{out:?}")
+        };
+        assert_eq!(refusals[0].0, "r");
+        assert_eq!(
+            refusals[0].1.to_string(),
+            "export of Secret in kube-system refused by the built-in default policy (export.rules[0])"
+        );
+        // Never published: nothing to withdraw, the refusal only.
+        let out = plan_with(&[&foreign], &kind(&[&s], vec![]));
+        assert!(
+            matches!(&out[..], [(_, Publish::Refused { .. })]),
+            "{out:?}"
+        );
+        // This cluster's own rule is not asked; another rule that may have
+        // it publishes it (whoever selects it then may copy it).
+        let own = rule(json!({}));
+        let out = plan_with(&[&own], &kind(&[&s], vec![]));
+        assert!(matches!(&out[..], [(_, Publish::Snapshot(_))]), "{out:?}");
+        let out = plan_with(&[&foreign, &own], &kind(&[&s], vec![]));
+        assert!(matches!(&out[..], [(_, Publish::Snapshot(_))]), "{out:?}");
+        // Allowed again by a policy: published again.
+        let allow = Policy::from_object(&json!({"metadata": {"name": "default"},
+            "spec": {"export": {"otherwise": "Allow"}}}));
+        let out = plan(
+            &local(),
+            &allow,
+            &[&foreign],
+            &kind(&[&s], vec![]),
+            &mut HashMemo::default(),
+        );
+        assert!(matches!(&out[..], [(_, Publish::Snapshot(_))]), "{out:?}");
+    }
+
+    #[test]
     fn an_invalid_rule_publishes_nothing_and_no_rule_withdraws() {
         let s = secret("a", "u1", "5", "v1");
         let mut bad = rule(json!({}));
@@ -863,6 +1012,7 @@ mod tests {
         assert_eq!(
             plan(
                 &local(),
+                &Policy::default(),
                 &[],
                 &kind(&[&s], vec![published(SELF, &s)]),
                 &mut HashMemo::default()
@@ -933,7 +1083,13 @@ mod tests {
             ],
         );
         let r = rule(json!({}));
-        let full = plan(&local(), &[&r], &k, &mut HashMemo::default());
+        let full = plan(
+            &local(),
+            &Policy::default(),
+            &[&r],
+            &k,
+            &mut HashMemo::default(),
+        );
         assert_eq!(full.len(), 9, "{full:?}");
         let keys: Vec<ObjectKey> = [
             &unchanged, &changed, &new, &deleted, &unmatched, &disabled, &replaced, &token, &leaked,
@@ -943,14 +1099,28 @@ mod tests {
         .collect();
         for key in &keys {
             let one: std::collections::BTreeSet<ObjectKey> = [key.clone()].into();
-            let partial = plan_keys(&local(), &[&r], &k, &mut HashMemo::default(), &one);
+            let partial = plan_keys(
+                &local(),
+                &Policy::default(),
+                &[&r],
+                &k,
+                &mut HashMemo::default(),
+                &one,
+            );
             let expected: Vec<_> = full.iter().filter(|(k, _)| k == key).cloned().collect();
             assert_eq!(partial, expected, "{}", describe_key(key));
         }
         // All at once, too; and a peer's key is never ours to plan.
         let mut all: std::collections::BTreeSet<ObjectKey> = keys.into_iter().collect();
         all.insert(key_of("c2", &new));
-        let mut partial = plan_keys(&local(), &[&r], &k, &mut HashMemo::default(), &all);
+        let mut partial = plan_keys(
+            &local(),
+            &Policy::default(),
+            &[&r],
+            &k,
+            &mut HashMemo::default(),
+            &all,
+        );
         let mut full = full;
         partial.sort_by(|a, b| a.0.cmp(&b.0));
         full.sort_by(|a, b| a.0.cmp(&b.0));
@@ -993,11 +1163,20 @@ mod tests {
         let k = kind(&[&s], vec![published_without_status(SELF, &s)]);
         let mut memo = HashMemo::default();
         // The memo holds the version hashed without status...
-        assert_eq!(plan(&local(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        assert_eq!(
+            plan(
+                &local(),
+                &Policy::default(),
+                &[&rule(json!({}))],
+                &k,
+                &mut memo
+            ),
+            vec![]
+        );
         // ...which does not stand for the version with status.
         let syncs = rule(json!({"rules": [{"mutations": {"syncStatus": true}}]}));
         assert_eq!(
-            plan(&local(), &[&syncs], &k, &mut memo),
+            plan(&local(), &Policy::default(), &[&syncs], &k, &mut memo),
             vec![(key_of(SELF, &s), Publish::Snapshot(s.clone()))]
         );
     }
@@ -1007,14 +1186,38 @@ mod tests {
         let s = secret("a", "u1", "5", "v1");
         let k = kind(&[&s], vec![published(SELF, &s)]);
         let mut memo = HashMemo::default();
-        assert_eq!(plan(&local(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        assert_eq!(
+            plan(
+                &local(),
+                &Policy::default(),
+                &[&rule(json!({}))],
+                &k,
+                &mut memo
+            ),
+            vec![]
+        );
         // The same uid and resourceVersion with other content (which the API
         // server never gives) shows the memo answered, not a new hash.
         let odd = secret("a", "u1", "5", "other");
         let k = kind(&[&odd], vec![published(SELF, &s)]);
-        assert_eq!(plan(&local(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        assert_eq!(
+            plan(
+                &local(),
+                &Policy::default(),
+                &[&rule(json!({}))],
+                &k,
+                &mut memo
+            ),
+            vec![]
+        );
         // A deleted object is forgotten.
-        plan(&local(), &[&rule(json!({}))], &kind(&[], vec![]), &mut memo);
+        plan(
+            &local(),
+            &Policy::default(),
+            &[&rule(json!({}))],
+            &kind(&[], vec![]),
+            &mut memo,
+        );
         assert!(memo.is_empty());
     }
 

@@ -8,6 +8,7 @@ use kube::core::GroupVersionKind;
 use tokio::time::Instant;
 
 use super::published::HashMemo;
+use crate::sync::policy::Refusal;
 use crate::sync::withheld::Withheld;
 
 /// What the source side keeps between passes.
@@ -21,6 +22,9 @@ pub(in crate::sync) struct SourceState {
     pub errors: BTreeMap<String, BTreeMap<String, String>>,
     /// Objects rules select that are never published, by rule (`withheld`).
     pub withheld: BTreeMap<String, BTreeMap<String, Withheld>>,
+    /// Objects only rules this cluster's policy refuses select, by rule
+    /// (`sync::policy`): not published.
+    pub refused: BTreeMap<String, BTreeMap<String, Refusal>>,
     /// Content hashes of our originals' versions, per source kind.
     pub hashes: HashMap<GroupVersionKind, HashMemo>,
     /// Object versions that could not be published and got their Event.

@@ -47,6 +47,17 @@ spec:
         - namespaces: [shared]
 "#;
 
+/// A rule `name` for every Secret of `namespaces` (a YAML flow list's
+/// items, e.g. `kube-system, team`), from every cluster to every cluster.
+pub fn secrets_rule(name: &str, namespaces: &str) -> String {
+    SHARED_SECRETS_RULE
+        .replace("name: shared-secrets", &format!("name: {name}"))
+        .replace(
+            "namespaces: [shared]",
+            &format!("namespaces: [{namespaces}]"),
+        )
+}
+
 /// `fleetbus_sync_rejected_total{reason="<reason>"}` of `m` (0 when absent).
 pub fn sync_rejected(m: &Member, reason: &str) -> f64 {
     let series = format!("fleetbus_sync_rejected_total{{reason=\"{reason}\"}}");
@@ -554,4 +565,46 @@ pub async fn wait_served(m: &Member, resource: &str) {
         }
     })
     .await;
+}
+
+/// A SyncPolicy that lets every copy in, whoever authored its rule (the
+/// built-in default keeps cluster-wide RBAC, webhooks and CRDs out): for the
+/// tests that sync those kinds on purpose. Export stays the built-in default.
+pub const ALLOW_ALL_IMPORTS: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: SyncPolicy
+metadata:
+  name: default
+spec:
+  import: {otherwise: Allow}
+"#;
+
+/// `kubectl apply` of a SyncPolicy on `m`, then waits until the agent has
+/// read this generation (`Valid` observed at it) with `valid` status.
+pub async fn apply_policy(m: &Member, yaml: &str, valid: &str) -> serde_json::Value {
+    apply_yaml(m, yaml);
+    wait_policy(m, valid).await
+}
+
+/// Waits until `m`'s agent has judged its SyncPolicy `default` at its
+/// current generation: `Valid` with status `valid`. Returns the object.
+pub async fn wait_policy(m: &Member, valid: &str) -> serde_json::Value {
+    let ar = resource("fleetbus.io", "v1alpha1", "SyncPolicy", "syncpolicies");
+    let what = format!("{}: SyncPolicy default Valid={valid}", m.name);
+    wait_for(&what, SYNC, || async {
+        let o = get_dynamic(m, &ar, None, "default")
+            .await?
+            .ok_or("no SyncPolicy default")?;
+        let generation = o.metadata.generation;
+        let c = o.data["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Valid"))
+            .cloned()
+            .ok_or_else(|| format!("no Valid condition: {}", o.data["status"]))?;
+        if c["status"] == valid && c["observedGeneration"].as_i64() == generation {
+            Ok(c)
+        } else {
+            Err(format!("{c} at generation {generation:?}"))
+        }
+    })
+    .await
 }

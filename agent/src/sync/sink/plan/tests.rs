@@ -46,6 +46,7 @@ fn compute(rule: &str, key: &ObjectKey, env: &Envelope, calls: &mut usize) -> Co
             return Computed {
                 result: Some(Err(format!("cannot map version {v}"))),
                 unknown_policy: false,
+                refused: None,
             }
         }
         "r1" => key.name.clone(),
@@ -75,6 +76,7 @@ fn compute(rule: &str, key: &ObjectKey, env: &Envelope, calls: &mut usize) -> Co
             },
         ))),
         unknown_policy: v == 2,
+        refused: None,
     }
 }
 
@@ -290,4 +292,45 @@ fn a_pair_error_and_an_unknown_policy_are_in_the_ledger_while_they_last() {
     );
     assert!(plan.ledgers.is_empty());
     assert!(plan.wanted().next().is_none());
+}
+
+#[test]
+fn a_refused_pair_wants_no_target_and_its_rule_says_why_until_it_changes() {
+    let mut plan = Plan::default();
+    let mut changed = BTreeSet::new();
+    let k = key("c2", "a");
+    let pair = ("r1".to_owned(), k.clone());
+    let why = crate::sync::policy::Refusal {
+        direction: crate::sync::policy::Direction::Import,
+        what: "ConfigMap in apps".into(),
+        by: "SyncPolicy default (import.otherwise)".into(),
+    };
+    let refused = || Computed {
+        result: None,
+        unknown_policy: false,
+        refused: Some(Box::new(why.clone())),
+    };
+    plan.set(&pair, Some(&env("c2", "a", 1)), refused, &mut changed);
+    assert!(!plan.wants(&target("a")));
+    let mut report = RuleReport::default();
+    SinkState {
+        plan,
+        ..SinkState::default()
+    }
+    .fill("r1", &mut report);
+    assert_eq!(report.refused.len(), 1, "{report:?}");
+    assert_eq!(report.refused["ConfigMap apps/a"], why);
+    // Allowed again (a new computation): wanted, the refusal forgotten.
+    let mut plan = Plan::default();
+    plan.set(&pair, Some(&env("c2", "a", 1)), refused, &mut changed);
+    let mut calls = 0;
+    let e = env("c2", "a", 2);
+    plan.set(
+        &pair,
+        Some(&e),
+        || compute("r1", &k, &e, &mut calls),
+        &mut changed,
+    );
+    assert!(plan.wants(&target("a")));
+    assert!(plan.ledger_of("r1").is_none_or(|l| l.refused.is_empty()));
 }

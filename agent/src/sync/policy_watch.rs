@@ -1,0 +1,225 @@
+//! The engine's side of this cluster's SyncPolicy (`sync::policy` decides,
+//! purely): the policy objects arrive through the ordinary local watch of
+//! their kind, like rules; a pass reads the one named `default`, writes its
+//! status (`Valid`), and, when the policy in force changed, plans every
+//! object and copy again, so a change takes effect without a restart and in
+//! both directions (what was held is published or written).
+
+use fleetbus_schemas::crd::{SyncPolicy, SyncPolicyStatus, SYNC_POLICY_NAME};
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use serde_json::{json, Value};
+
+use super::engine::Engine;
+use super::policy::{policy_gvk, Direction, Origin, Policy, PolicyError};
+use crate::kube::conditions::{merge, Desired};
+use crate::kube::FIELD_MANAGER;
+
+/// At most this many objects are named in one Event.
+const NAMED: usize = 5;
+
+/// Condition type on a SyncPolicy: whether the agent applies it.
+pub const VALID: &str = "Valid";
+
+/// The `Valid` condition a SyncPolicy object should carry.
+pub fn valid_condition(obj: &Value) -> Desired {
+    match Policy::parse(obj) {
+        Ok(_) => Desired {
+            type_: VALID,
+            status: true,
+            reason: "Applied",
+            message: "this cluster's agent applies this policy (a direction left out is the built-in default)".to_owned(),
+        },
+        Err(PolicyError::Ignored) => Desired {
+            type_: VALID,
+            status: false,
+            reason: "Ignored",
+            message: PolicyError::Ignored.to_string(),
+        },
+        Err(e) => Desired {
+            type_: VALID,
+            status: false,
+            reason: "Invalid",
+            message: format!("{e}; the built-in default policy applies instead"),
+        },
+    }
+}
+
+impl Engine {
+    /// Whether the policy in force is known: its kind listed, or not served
+    /// (CRDs not installed by this agent: the built-in default applies,
+    /// which is safe). Nothing is published or written before, so that no
+    /// object leaves or enters under a default the cluster replaced.
+    pub(super) fn policy_known(&self) -> bool {
+        let gvk = policy_gvk();
+        self.kinds.get(&gvk).is_some_and(|k| k.listed) || self.unresolved.contains_key(&gvk)
+    }
+
+    /// Reads the policy again if its objects changed: writes their status,
+    /// and if the policy in force changed, makes everything planned again.
+    pub(super) async fn policy_pass(&mut self) {
+        if !std::mem::take(&mut self.policy_dirty) {
+            return;
+        }
+        let Some(kind) = self.kinds.get(&policy_gvk()) else {
+            return;
+        };
+        let objects: Vec<Value> = kind.objects.values().collect();
+        let policy = objects
+            .iter()
+            .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(SYNC_POLICY_NAME))
+            .map_or_else(Policy::default, Policy::from_object);
+        if policy != self.policy {
+            match &policy.origin {
+                Origin::Invalid(why) => {
+                    tracing::warn!(%why, "SyncPolicy default is invalid; the built-in default applies")
+                }
+                origin => tracing::info!(?origin, "sync policy changed"),
+            }
+            if let Origin::Invalid(why) = &policy.origin {
+                self.event_on_policy(
+                    "InvalidPolicy",
+                    &format!("{why}; the built-in default policy applies instead"),
+                )
+                .await;
+            }
+            self.policy = policy;
+            // What is published and written depends on the policy like on
+            // the rules: plan every object and copy again.
+            self.rules_changed(self.rules.clone());
+            self.sink.dirty.full = true;
+        }
+        for obj in &objects {
+            self.write_policy_status(obj).await;
+        }
+    }
+
+    /// Writes a SyncPolicy's `Valid` condition if it differs.
+    async fn write_policy_status(&self, obj: &Value) {
+        let Some(name) = obj.pointer("/metadata/name").and_then(Value::as_str) else {
+            return;
+        };
+        let generation = obj.pointer("/metadata/generation").and_then(Value::as_i64);
+        // A status that does not parse is replaced, not kept.
+        let existing: SyncPolicyStatus = obj
+            .get("status")
+            .cloned()
+            .and_then(|s| serde_json::from_value(s).ok())
+            .unwrap_or_default();
+        let status = SyncPolicyStatus {
+            conditions: merge(&existing.conditions, &[valid_condition(obj)], generation),
+            observed_generation: generation,
+        };
+        let same = |a: &SyncPolicyStatus, b: &SyncPolicyStatus| {
+            a.observed_generation == b.observed_generation
+                && a.conditions.len() == b.conditions.len()
+                && a.conditions.iter().zip(&b.conditions).all(|(x, y)| {
+                    (&x.type_, &x.status, &x.reason, &x.message)
+                        == (&y.type_, &y.status, &y.reason, &y.message)
+                })
+        };
+        if same(&existing, &status) {
+            return;
+        }
+        let api: Api<SyncPolicy> = Api::all(self.ctx.client.clone());
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let patch = json!({ "status": status });
+        let segment = crate::kube::path::segment(name);
+        match api
+            .patch_status(&segment, &params, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => self.ctx.metrics.kube_write("syncpolicy_status"),
+            // Deleted since the pass read it.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => tracing::warn!(policy = %name, error = %e, "could not write policy status"),
+        }
+    }
+
+    /// Counts the refusals that began in this pass
+    /// (`fleetbus_policy_refused_total{direction}`), from the rules' reports,
+    /// and records an Event on each rule that has new ones (the first few
+    /// named), so `kubectl describe resourcesyncrule` shows when it began.
+    pub(super) async fn count_refusals(&mut self) {
+        let now: std::collections::BTreeSet<(Direction, String, String)> = self
+            .reports
+            .iter()
+            .flat_map(|(rule, r)| {
+                r.refused
+                    .iter()
+                    .map(move |(obj, why)| (why.direction, rule.clone(), obj.clone()))
+            })
+            .collect();
+        let mut news: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+        for (direction, rule, object) in now.difference(&self.refusals) {
+            self.ctx
+                .metrics
+                .policy_refused
+                .get_or_create(&vec![("direction", direction.as_str())])
+                .inc();
+            let why = self.reports.get(rule).and_then(|r| r.refused.get(object));
+            if let Some(why) = why {
+                news.entry(rule)
+                    .or_default()
+                    .push(format!("{object}: {why}"));
+            }
+        }
+        for (rule, lines) in news {
+            let mut text = lines
+                .iter()
+                .take(NAMED)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            if lines.len() > NAMED {
+                text.push_str(&format!("; and {} more", lines.len() - NAMED));
+            }
+            tracing::info!(%rule, refused = lines.len(), "refused by this cluster's sync policy");
+            if self.rules.get(rule).is_some_and(|r| r.builtin) {
+                continue;
+            }
+            let rule_ref = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
+                kind: Some("ResourceSyncRule".to_owned()),
+                name: Some(rule.to_owned()),
+                ..Default::default()
+            };
+            self.ctx
+                .recorder
+                .publish(
+                    &rule_ref,
+                    crate::kube::events::EventType::Normal,
+                    "PolicyRefused",
+                    &text,
+                )
+                .await;
+        }
+        self.refusals = now;
+    }
+
+    /// A Warning Event on the SyncPolicy `default`.
+    async fn event_on_policy(&self, reason: &str, message: &str) {
+        let object = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(format!(
+                "{}/{}",
+                fleetbus_schemas::well_known::GROUP,
+                fleetbus_schemas::well_known::VERSION
+            )),
+            kind: Some("SyncPolicy".to_owned()),
+            name: Some(SYNC_POLICY_NAME.to_owned()),
+            ..Default::default()
+        };
+        self.ctx
+            .recorder
+            .publish(
+                &object,
+                crate::kube::events::EventType::Warning,
+                reason,
+                message,
+            )
+            .await;
+    }
+}

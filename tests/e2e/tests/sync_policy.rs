@@ -1,0 +1,341 @@
+//! A cluster decides what leaves it and what enters it (issue 21): the
+//! SyncPolicy `default` of each cluster, local and not replicated. Real
+//! nats-server, devclusters and agents; users act through kubectl and the
+//! `fleetbus` CLI.
+//!
+//! Absence is asserted only after the positive observation that comes after
+//! the decision: the refusing cluster's rule status naming the object (the
+//! agent planned it and refused it), or a copy of another object of the same
+//! rule that arrived.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::sync::*;
+use common::*;
+use fleetbus_schemas::crd::ResourceSyncRule;
+use fleetbus_testsupport::{wait_for, NatsServer};
+
+/// `fleetbus_policy_refused_total{direction}` of `m` (0 when absent).
+fn refused_total(m: &Member, direction: &str) -> f64 {
+    let series = format!("fleetbus_policy_refused_total{{direction=\"{direction}\"}}");
+    metric_value(&m.metrics().unwrap_or_default(), &series).unwrap_or(0.0)
+}
+
+/// A predicate: condition `PolicyRefused` is `status` with `reason`, and
+/// its message contains `needle`.
+fn refused_is(
+    status: &'static str,
+    reason: &'static str,
+    needle: &'static str,
+) -> impl Fn(&ResourceSyncRule) -> Result<(), String> {
+    move |r| match rule_condition(r, "PolicyRefused") {
+        Some(c) if c.status == status && c.reason == reason && c.message.contains(needle) => Ok(()),
+        other => Err(format!("PolicyRefused is {other:?}")),
+    }
+}
+
+/// The issue's test: a rule created on c1 selecting the Secrets of `team`
+/// gets nothing from c2, whose policy refuses exporting Secrets for rules
+/// authored elsewhere; c2's rule status says why (kubectl there, and
+/// `fleetbus rules describe` from the bus); allowed for c1's rules, the
+/// Secret arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_from_elsewhere_gets_no_secret_the_source_refuses_and_says_why() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in [c1, c2] {
+        create_ns(x, "team").await;
+    }
+    let refuse = r#"apiVersion: fleetbus.io/v1alpha1
+kind: SyncPolicy
+metadata:
+  name: default
+spec:
+  export:
+    rules:
+      - {action: Deny, kinds: [{kind: Secret}]}
+"#;
+    apply_policy(c2, refuse, "True").await;
+    create_secret(c2, "team", "db", &[("password", "s3cret")]).await;
+    apply_yaml(c1, &secrets_rule("team-secrets", "team"));
+    wait_rule_copy(c2, "team-secrets", "c1").await;
+
+    // c2 planned the Secret for c1's rule and refused it: says so, per
+    // kind and namespace, with a count and the entry that decided.
+    let r = wait_rule(
+        c2,
+        "team-secrets",
+        "to say its policy refused the Secret",
+        refused_is("True", "ExportRefused", "Secret in team: 1"),
+    )
+    .await;
+    let c = rule_condition(&r, "PolicyRefused").unwrap();
+    assert!(
+        c.message
+            .contains("Secret team/db: refused by SyncPolicy default (export.rules[0])"),
+        "{}",
+        c.message
+    );
+    // Refusing is the policy working, not a failure.
+    assert_eq!(rule_condition(&r, "Ready").unwrap().status, "True");
+    assert_absent(c1, &secrets(), Some("team"), "db").await;
+    assert!(refused_total(c2, "export") >= 1.0);
+    // And an Event on the rule there, for `kubectl describe`.
+    wait_for(
+        "c2: a PolicyRefused Event on team-secrets",
+        SYNC,
+        || async {
+            let events = events_with_reason(c2, "PolicyRefused").await?;
+            events
+                .iter()
+                .find(|e| {
+                    e.involved_object.name.as_deref() == Some("team-secrets")
+                        && e.message.as_deref().is_some_and(|m| {
+                            m.contains("Secret team/db: export of Secret in team refused")
+                        })
+                })
+                .map(|_| ())
+                .ok_or_else(|| format!("{events:?}"))
+        },
+    )
+    .await;
+    // The same from the bus, for whoever reads every cluster's view.
+    let (code, out, err) = fleetbus_cli(&nats, &["rules", "describe", "team-secrets"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("c2  Refused  Secret team/db: export of Secret in team refused by SyncPolicy default (export.rules[0])"),
+        "{out}"
+    );
+    let (code, out, err) =
+        fleetbus_cli(&nats, &["rules", "describe", "team-secrets", "-o", "json"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("\"refused\": 1"), "{out}");
+
+    // Allowed for rules authored on c1 (and only Secrets of team): the
+    // Secret arrives, without a restart, and the condition clears.
+    let allow = r#"apiVersion: fleetbus.io/v1alpha1
+kind: SyncPolicy
+metadata:
+  name: default
+spec:
+  export:
+    rules:
+      - {action: Allow, kinds: [{kind: Secret}], namespaces: [team], authors: [c1]}
+      - {action: Deny, kinds: [{kind: Secret}]}
+"#;
+    apply_policy(c2, allow, "True").await;
+    wait_copy(
+        c1,
+        &secrets(),
+        Some("team"),
+        "db",
+        "c2",
+        "team-secrets",
+        data_is(secret_data(&[("password", "s3cret")])),
+    )
+    .await;
+    wait_rule(
+        c2,
+        "team-secrets",
+        "to refuse nothing any more",
+        refused_is("False", "NothingRefused", ""),
+    )
+    .await;
+
+    // Refused again: the published Secret is withdrawn (`Unpublished`), and
+    // the copy follows the rule's orphanPolicy (Delete).
+    apply_policy(c2, refuse, "True").await;
+    wait_absent(c1, &secrets(), Some("team"), "db").await;
+}
+
+/// With no policy object, the built-in default: a Secret in c2's
+/// kube-system selected by a rule from c1 is not published (another Secret
+/// the same rule selects is); garbage policies (unknown fields, wrong
+/// types, a huge list) are reported on the object, never panic the agent,
+/// and leave the default in force, not "allow all".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_keeps_kube_system_secrets_home_and_garbage_keeps_the_default() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in [c1, c2] {
+        create_ns(x, "team").await;
+    }
+    create_secret(c2, "kube-system", "cloud-key", &[("key", "k")]).await;
+    create_secret(c2, "team", "ok", &[("v", "1")]).await;
+    apply_yaml(c1, &secrets_rule("ks-secrets", "kube-system, team"));
+    wait_copy(
+        c1,
+        &secrets(),
+        Some("team"),
+        "ok",
+        "c2",
+        "ks-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    let needle = "export Secret in kube-system: 1";
+    wait_rule(
+        c2,
+        "ks-secrets",
+        "to say the default policy refused kube-system",
+        refused_is("True", "ExportRefused", needle),
+    )
+    .await;
+    assert_absent(c1, &secrets(), Some("kube-system"), "cloud-key").await;
+
+    // Garbage the API server accepts (unknown fields are kept for the
+    // agent to refuse; the lists have no bound in the schema): Valid=False
+    // with why, and the default stays.
+    let many: Vec<String> = (0..300)
+        .map(|i| format!("      - {{action: Allow, namespaces: [ns{i}]}}"))
+        .collect();
+    let garbage = [
+        (
+            "spec:\n  exprot: {otherwise: Allow}\n".to_owned(),
+            "unknown field `exprot`",
+        ),
+        (
+            "spec:\n  export:\n    otherwise: Allow\n    rules:\n      - {action: Allow, kind: Secret}\n".to_owned(),
+            "unknown field `kind`",
+        ),
+        (
+            format!("spec:\n  export:\n    otherwise: Allow\n    rules:\n{}\n", many.join("\n")),
+            "spec.export.rules: 300 entries, at most 256",
+        ),
+    ];
+    for (spec, why) in &garbage {
+        let yaml = format!(
+            "apiVersion: fleetbus.io/v1alpha1\nkind: SyncPolicy\nmetadata:\n  name: default\n{spec}"
+        );
+        let c = apply_policy(c2, &yaml, "False").await;
+        assert_eq!(c["reason"], "Invalid", "{c}");
+        let msg = c["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(why), "{msg} lacks {why}");
+        assert!(
+            msg.ends_with("the built-in default policy applies instead"),
+            "{msg}"
+        );
+        // A later object the rule selects is planned under the default:
+        // team arrives, kube-system is still refused.
+        let name = format!("after-{}", spec.len());
+        create_secret(c2, "team", &name, &[("v", "2")]).await;
+        create_secret(c2, "kube-system", &name, &[("v", "2")]).await;
+        wait_copy(
+            c1,
+            &secrets(),
+            Some("team"),
+            &name,
+            "c2",
+            "ks-secrets",
+            |_| Ok(()),
+        )
+        .await;
+        wait_rule(
+            c2,
+            "ks-secrets",
+            "to refuse kube-system still",
+            refused_is("True", "ExportRefused", "Secret in kube-system: "),
+        )
+        .await;
+        assert_absent(c1, &secrets(), Some("kube-system"), &name).await;
+    }
+    // Wrong types: refused by the API server's schema (kube-apiserver
+    // does the same), the object unchanged.
+    let out = c2.cluster.kubectl(
+        KUBECTL,
+        &[
+            "patch",
+            "syncpolicies.fleetbus.io",
+            "default",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"export":{"rules":"all"}}}"#,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a list as a string was accepted");
+    assert!(err.contains("rules"), "{err}");
+    // The agent is alive and the Events say the policy was refused.
+    wait_for("c2: an InvalidPolicy Event", SYNC, || async {
+        let e = events_with_reason(c2, "InvalidPolicy").await?;
+        if e.is_empty() {
+            Err("none".to_owned())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    wait_readyz(c2, 200, SYNC).await;
+}
+
+/// Import: c2 refuses a ClusterRole copy by default (its rule status says
+/// so, no ClusterRole appears); a policy allowing it lets it in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_roles_stay_out_by_default_until_the_policy_lets_them_in() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    let rule = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: roles
+spec:
+  groupVersionKind: {group: rbac.authorization.k8s.io, version: v1, kind: ClusterRole}
+  rules:
+    - match:
+        - labels: [{matchLabels: {probe: policy}}]
+"#;
+    let role = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: policy-probe
+  labels: {probe: policy}
+rules:
+  - {apiGroups: [""], resources: [secrets], verbs: ["*"]}
+"#;
+    apply_yaml(c1, role);
+    apply_yaml(c1, rule);
+    wait_rule_copy(c2, "roles", "c1").await;
+    wait_rule(
+        c2,
+        "roles",
+        "to say the default policy refused the ClusterRole",
+        refused_is(
+            "True",
+            "ImportRefused",
+            "import ClusterRole.rbac.authorization.k8s.io (cluster-scoped): 1",
+        ),
+    )
+    .await;
+    let roles = resource(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+    );
+    assert_absent(c2, &roles, None, "policy-probe").await;
+    assert!(refused_total(c2, "import") >= 1.0);
+    apply_policy(c2, ALLOW_ALL_IMPORTS, "True").await;
+    wait_copy(c2, &roles, None, "policy-probe", "c1", "roles", |_| Ok(())).await;
+    wait_rule(
+        c2,
+        "roles",
+        "to refuse nothing any more",
+        refused_is("False", "NothingRefused", ""),
+    )
+    .await;
+    // The policy deleted: the built-in default again, and the copy is no
+    // longer wanted (its rule's orphanPolicy, Delete, applies).
+    kubectl_delete(c2, "syncpolicies.fleetbus.io", None, "default");
+    wait_absent(c2, &roles, None, "policy-probe").await;
+    wait_rule(
+        c2,
+        "roles",
+        "to say it is refused again",
+        refused_is("True", "ImportRefused", "ClusterRole policy-probe"),
+    )
+    .await;
+}
