@@ -63,6 +63,16 @@ pub enum Command {
     /// --rotate issues new ones. Exit 2 for an invalid name, 1 when DIR holds no
     /// fleet or the stored credentials do not verify.
     Join(JoinArgs),
+    /// Revoke a cluster: every NATS user key NAME was ever issued goes on the fleet
+    /// account's revocation list (the account JWT in DIR/nats-operator.conf,
+    /// re-signed by the operator), and its stored credentials are removed.
+    ///
+    /// nats-server applies it on a config reload (`nats-server --signal reload`):
+    /// it then refuses NAME's credentials and closes its connections. When DIR is
+    /// a running secure `fleetbus mesh`, its nats-server is reloaded here. Leaving
+    /// twice changes nothing (exit 0); exit 1 when NAME never joined or DIR holds
+    /// no fleet, 2 for an invalid name.
+    Leave(LeaveArgs),
     /// Print a shell completion script: `source <(fleetbus completion bash)`, or save
     /// it where your shell loads completions (zsh: a file `_fleetbus` on `$fpath`;
     /// fish: `~/.config/fish/completions/fleetbus.fish`).
@@ -114,7 +124,8 @@ pub struct JoinArgs {
     /// What to print.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = crate::trust::JoinOutput::Creds)]
     pub output: crate::trust::JoinOutput,
-    /// Issue new credentials (the old ones stay valid until revoked: see SECURITY.md).
+    /// Issue new credentials and revoke the cluster's earlier ones (nats-server
+    /// applies it on a config reload; a running secure mesh in DIR is reloaded).
     #[arg(long)]
     pub rotate: bool,
     /// With -o values: the NATS URL the cluster's agent connects to.
@@ -126,6 +137,15 @@ pub struct JoinArgs {
     /// With -o manifest: the namespace of the Secrets (the helm release's).
     #[arg(long, default_value = "fleetbus-system")]
     pub namespace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaveArgs {
+    /// The cluster's name.
+    #[arg(value_parser = parse_cluster_name)]
+    pub name: String,
+    #[command(flatten)]
+    pub dir: FleetDirArgs,
 }
 
 #[derive(Debug, Args)]

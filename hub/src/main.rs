@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
-use fleetbus_hub::cli::{Cli, Command, FleetCommand, FleetInitArgs, JoinArgs, MeshCommand};
+use fleetbus_hub::cli::{
+    Cli, Command, FleetCommand, FleetInitArgs, JoinArgs, LeaveArgs, MeshCommand,
+};
 use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
 use fleetbus_hub::trust::{self, InitOutcome};
 use fleetbus_hub::{clusters, dashboard, drift, rules, status};
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         }
         Command::Fleet(FleetCommand::Init(args)) => return fleet_init(&args),
         Command::Join(args) => return join(&args),
+        Command::Leave(args) => return leave(&args),
         Command::Completion(args) => {
             clap_complete::generate(
                 args.shell,
@@ -147,6 +150,15 @@ fn join(args: &JoinArgs) -> ExitCode {
                 args.name,
                 joined.path.display()
             );
+            let mut reloaded = true;
+            if !joined.revoked.is_empty() {
+                eprintln!(
+                    "fleetbus: revoked {}'s earlier credentials ({})",
+                    args.name,
+                    joined.revoked.join(", ")
+                );
+                reloaded = reload_or_tell(dir);
+            }
             print!(
                 "{}",
                 trust::render(
@@ -157,9 +169,70 @@ fn join(args: &JoinArgs) -> ExitCode {
                     ca.as_deref()
                 )
             );
-            ExitCode::SUCCESS
+            // The new creds are printed either way: they are issued.
+            if reloaded {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
         }
         Err(e) => fail(&e.into()),
+    }
+}
+
+fn leave(args: &LeaveArgs) -> ExitCode {
+    let dir = &args.dir.dir;
+    match trust::leave(dir, &args.name) {
+        Ok(left) if left.newly_revoked.is_empty() => {
+            println!(
+                "{} had left already: its {} key(s) are revoked in {}",
+                left.name,
+                left.keys.len(),
+                left.server_conf.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(left) => {
+            println!(
+                "{} left: revoked {} in {}",
+                left.name,
+                left.newly_revoked.join(", "),
+                left.server_conf.display()
+            );
+            if reload_or_tell(dir) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => fail(&e.into()),
+    }
+}
+
+/// A revocation takes effect when nats-server reloads the fleet's include:
+/// done here for a running secure mesh in `dir`, said otherwise. False when
+/// the mesh's reload failed (the revocation is written but not in force).
+fn reload_or_tell(dir: &std::path::Path) -> bool {
+    match mesh::secure::reload_nats(dir) {
+        Some(Ok(pid)) => {
+            eprintln!("fleetbus: reloaded the mesh's nats-server (pid {pid})");
+            true
+        }
+        Some(Err(why)) => {
+            eprintln!(
+                "fleetbus: error: the mesh's nats-server did not reload, the revocation is \
+                 not in force yet: {why}"
+            );
+            false
+        }
+        None => {
+            eprintln!(
+                "fleetbus: copy {} to every nats-server of the fleet and reload each \
+                 (`nats-server --signal reload`): the revocation takes effect then",
+                dir.join(trust::files::SERVER_CONF).display()
+            );
+            true
+        }
     }
 }
 

@@ -10,6 +10,8 @@
 //! work in progress; the encoding is a few lines over `nkeys`, and the e2e
 //! tests prove nats-server accepts it.
 
+use std::collections::BTreeMap;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -85,12 +87,16 @@ pub fn operator_jwt(
 /// An account JWT signed by the operator. `jetstream` gives it unlimited
 /// JetStream (storage, streams, consumers: the fleet's bus); the system
 /// account must not have it. `signing_keys` may issue its users.
+/// `revocations` maps a user's public key to a unix time: nats-server refuses
+/// that user's JWTs issued at or before it, and closes its connections when
+/// the account JWT carrying the entry is loaded.
 pub fn account_jwt(
     operator: &nkeys::KeyPair,
     account: &str,
     name: &str,
     jetstream: bool,
     signing_keys: &[String],
+    revocations: &BTreeMap<String, i64>,
     iat: DateTime<Utc>,
 ) -> Result<String, JwtError> {
     let mut limits = json!({
@@ -102,11 +108,14 @@ pub fn account_jwt(
             limits[k] = json!(-1);
         }
     }
-    let nats = json!({
+    let mut nats = json!({
         "type": "account", "version": 2, "limits": limits,
         "signing_keys": signing_keys,
         "default_permissions": {"pub": {}, "sub": {}},
     });
+    if !revocations.is_empty() {
+        nats["revocations"] = json!(revocations);
+    }
     sign(
         operator,
         &claims(&operator.public_key(), account, name, iat, nats),

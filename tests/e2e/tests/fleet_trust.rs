@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use common::sync::*;
 use common::*;
-use fleetbus_testsupport::{cargo_bin, NatsServer};
+use fleetbus_testsupport::{cargo_bin, wait_for, NatsServer};
 use futures::StreamExt;
 
 /// Runs `fleetbus <args>` (no bus needed); returns (exit code, stdout, stderr).
@@ -324,4 +324,151 @@ fn init_and_join_answer_garbage_with_clear_errors() {
     assert_ne!(rotated, first);
     let (_, again, _) = cli(&["join", "c1", "--dir", d]);
     assert_eq!(again, rotated, "join is idempotent");
+
+    // leave: bad names are usage errors, strangers and missing fleets errors.
+    for bad in ["*", ">", "c1.>", "", "UPPER", "../c1"] {
+        let (code, _, err) = cli(&["leave", bad, "--dir", d]);
+        assert_eq!(code, 2, "{bad:?}: {err}");
+    }
+    let (code, _, err) = cli(&["leave", "c9", "--dir", d]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("c9 never joined"), "{err}");
+    let (code, _, err) = cli(&["leave", "c1", "--dir", absent.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("fleetbus fleet init"), "{err}");
+    let (code, out, err) = cli(&["leave", "c1", "--dir", d]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("c1 left"), "{out}");
+    let (code, out, err) = cli(&["leave", "c1", "--dir", d]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("had left already"), "{out}");
+}
+
+/// A plain client holding `creds`, and the events of its connection.
+async fn watched_client(
+    nats: &NatsServer,
+    creds: &Path,
+) -> (
+    async_nats::Client,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let client = async_nats::ConnectOptions::with_credentials_file(creds)
+        .await
+        .unwrap()
+        .event_callback(move |e| {
+            let seen = seen.clone();
+            async move { seen.lock().unwrap().push(e.to_string()) }
+        })
+        .connect(nats.url())
+        .await
+        .unwrap();
+    (client, events)
+}
+
+/// Waits until the server has closed `client`'s connection and refuses its
+/// reconnects (it stays disconnected).
+async fn wait_closed(
+    what: &str,
+    client: &async_nats::Client,
+    events: &std::sync::Mutex<Vec<String>>,
+) {
+    wait_for(what, CONVERGE, || async {
+        let seen = events.lock().unwrap().clone();
+        let state = client.connection_state();
+        if seen.iter().any(|e| e == "disconnected")
+            && state != async_nats::connection::State::Connected
+        {
+            Ok(())
+        } else {
+            Err(format!("state {state:?}, events {seen:?}"))
+        }
+    })
+    .await;
+}
+
+async fn refused(nats: &NatsServer, creds: &Path) -> Result<(), String> {
+    match async_nats::ConnectOptions::with_credentials_file(creds)
+        .await
+        .unwrap()
+        .connect(nats.url())
+        .await
+    {
+        Err(e) if e.to_string().contains("authorization") => Ok(()),
+        Err(e) => Err(format!("refused, but not for authorization: {e}")),
+        Ok(_) => Err("connected".into()),
+    }
+}
+
+/// `join --rotate` and `leave` against a running server: after a config
+/// reload (what `fleetbus mesh` does, and the operator elsewhere) the
+/// server closes the revoked user's live connection and refuses it again;
+/// the creds from before the rotation die at the rotation; c1 never notices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leave_and_rotate_revoke_on_a_running_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
+    let d = dir.to_str().unwrap();
+    let mut nats = operator_server(&dir);
+    let reload = |nats: &NatsServer| {
+        let include = std::fs::read_to_string(dir.join("nats-operator.conf")).unwrap();
+        nats.reload(&include).unwrap();
+    };
+    let old = tmp.path().join("c2-old.creds");
+    std::fs::copy(creds(&dir, "c2"), &old).unwrap();
+    let (c1, c1_events) = watched_client(&nats, Path::new(&creds(&dir, "c1"))).await;
+    let (c2_old, old_events) = watched_client(&nats, &old).await;
+
+    let (code, _, err) = cli(&["join", "c2", "--dir", d, "--rotate"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("revoked c2's earlier credentials"), "{err}");
+    // The rotation is in the include; the server learns it on reload.
+    reload(&nats);
+    wait_closed(
+        "the pre-rotation creds' connection closed",
+        &c2_old,
+        &old_events,
+    )
+    .await;
+    refused(&nats, &old).await.unwrap();
+    let new = PathBuf::from(creds(&dir, "c2"));
+    let (c2_new, new_events) = watched_client(&nats, &new).await;
+    c2_new.flush().await.unwrap();
+    // The creds as c2 still holds them after `leave` removed the fleet's copy.
+    let kept = tmp.path().join("c2-new.creds");
+    std::fs::copy(&new, &kept).unwrap();
+
+    let (code, out, err) = cli(&["leave", "c2", "--dir", d]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("c2 left"), "{out}");
+    assert!(err.contains("nats-server --signal reload"), "{err}");
+    assert!(!new.exists(), "c2's stored creds are removed");
+    reload(&nats);
+    wait_closed("c2's connection closed", &c2_new, &new_events).await;
+    refused(&nats, &kept).await.unwrap();
+    refused(&nats, &old).await.unwrap();
+    // c1 kept its connection throughout and still works.
+    c1.flush().await.unwrap();
+    assert_eq!(
+        c1.connection_state(),
+        async_nats::connection::State::Connected
+    );
+    assert!(
+        !c1_events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e == "disconnected"),
+        "{:?}",
+        c1_events.lock().unwrap()
+    );
+    // A restart keeps the revocations (they are in the include).
+    nats.restart().unwrap();
+    refused(&nats, &kept).await.unwrap();
+    connect(&nats, creds(&dir, "c1"))
+        .await
+        .query_account()
+        .await
+        .unwrap();
 }
