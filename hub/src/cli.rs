@@ -69,9 +69,12 @@ pub enum Command {
     ///
     /// nats-server applies it on a config reload (`nats-server --signal reload`):
     /// it then refuses NAME's credentials and closes its connections. When DIR is
-    /// a running secure `fleetbus mesh`, its nats-server is reloaded here. Leaving
-    /// twice changes nothing (exit 0); exit 1 when NAME never joined or DIR holds
-    /// no fleet, 2 for an invalid name.
+    /// a running secure `fleetbus mesh`, its nats-server is reloaded here. Then
+    /// NAME's registry records are marked Left (with --nats-url, or on the mesh),
+    /// so every peer shows it Left and its copies follow their rules'
+    /// orphanPolicy. Leaving twice changes nothing (exit 0); exit 1 when NAME
+    /// never joined, DIR holds no fleet or the bus cannot be written, 2 for an
+    /// invalid name.
     Leave(LeaveArgs),
     /// Print a shell completion script: `source <(fleetbus completion bash)`, or save
     /// it where your shell loads completions (zsh: a file `_fleetbus` on `$fpath`;
@@ -146,6 +149,11 @@ pub struct LeaveArgs {
     pub name: String,
     #[command(flatten)]
     pub dir: FleetDirArgs,
+    /// The fleet's NATS, where NAME's records are marked Left with DIR/admin.creds
+    /// (and DIR/ca.pem when present). Default: the server of the mesh in DIR, if
+    /// one runs; without either, only the revocation is done.
+    #[arg(long, env = "FLEETBUS_NATS_URL", value_name = "URL")]
+    pub nats_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -237,6 +245,28 @@ pub enum ClustersCommand {
     /// again every second (redrawing on a terminal, a new line per cluster otherwise)
     /// until all are in sync; --timeout then ends it with exit 1 and what is missing.
     Progress(ClustersProgressArgs),
+    /// Remove a cluster that will never come back: its registry records,
+    /// kubeconfigs, beats, rule status and drift keys are purged and a
+    /// `forgotten.NAME` key tells every agent to delete its Cluster object NAME.
+    ///
+    /// Refuses a cluster whose agent is alive (Ready, ApiUnreachable, Conflict)
+    /// unless --force: revoke it first with `fleetbus leave`. Forgetting again is
+    /// harmless; a name the registry never held: exit 1. Needs the admin's
+    /// credentials.
+    Forget(ClustersForgetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClustersForgetArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    /// The cluster.
+    #[arg(value_parser = parse_cluster_name)]
+    pub cluster: String,
+    /// Forget it even though its agent is alive (it will announce itself again
+    /// unless its credentials are revoked).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

@@ -50,7 +50,7 @@ fn main() -> ExitCode {
         }
         Command::Fleet(FleetCommand::Init(args)) => return fleet_init(&args),
         Command::Join(args) => return join(&args),
-        Command::Leave(args) => return leave(&args),
+        Command::Leave(args) => return leave(&args, &runtime),
         Command::Completion(args) => {
             clap_complete::generate(
                 args.shell,
@@ -180,32 +180,71 @@ fn join(args: &JoinArgs) -> ExitCode {
     }
 }
 
-fn leave(args: &LeaveArgs) -> ExitCode {
+fn leave(args: &LeaveArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
     let dir = &args.dir.dir;
-    match trust::leave(dir, &args.name) {
-        Ok(left) if left.newly_revoked.is_empty() => {
-            println!(
-                "{} had left already: its {} key(s) are revoked in {}",
-                left.name,
-                left.keys.len(),
-                left.server_conf.display()
-            );
-            ExitCode::SUCCESS
+    let left = match trust::leave(dir, &args.name) {
+        Ok(left) => left,
+        Err(e) => return fail(&e.into()),
+    };
+    let mut ok = true;
+    if left.newly_revoked.is_empty() {
+        println!(
+            "{} had left already: its {} key(s) are revoked in {}",
+            left.name,
+            left.keys.len(),
+            left.server_conf.display()
+        );
+    } else {
+        println!(
+            "{} left: revoked {} in {}",
+            left.name,
+            left.newly_revoked.join(", "),
+            left.server_conf.display()
+        );
+        ok = reload_or_tell(dir);
+    }
+    // The registry half, after the revocation: a live agent could otherwise
+    // put its record back as Active.
+    let Some(url) = args
+        .nats_url
+        .clone()
+        .or_else(|| mesh::secure::running_url(dir))
+    else {
+        eprintln!(
+            "fleetbus: no --nats-url and no mesh running in {}: {}'s registry records were not \
+             marked Left; run `fleetbus leave` again with --nats-url",
+            dir.display(),
+            left.name
+        );
+        return ExitCode::FAILURE;
+    };
+    let prefix = match fleetbus_schemas::subject::Prefix::new(left.info.subject_prefix.clone()) {
+        Ok(p) => p,
+        Err(e) => return fail(&anyhow::Error::new(e).context("fleet.json's subject prefix")),
+    };
+    let ca = dir.join(mesh::secure::CA_FILE);
+    let bus = fleetbus_hub::cli::BusArgs {
+        nats_url: url,
+        creds: Some(dir.join(trust::files::ADMIN_CREDS)),
+        ca: ca.exists().then_some(ca),
+        mesh_dir: dir.clone(),
+        subject_prefix: prefix,
+    };
+    match runtime.block_on(clusters::mark_left(&bus, &left.name)) {
+        Ok(0) => println!("no Active record of {} in the registry", left.name),
+        Ok(n) => println!(
+            "marked {} Left in the registry ({n} record(s)): its copies follow their rules' orphanPolicy",
+            left.name
+        ),
+        Err(e) => {
+            eprintln!("fleetbus: error: marking {} Left in the registry: {e:#}", left.name);
+            ok = false;
         }
-        Ok(left) => {
-            println!(
-                "{} left: revoked {} in {}",
-                left.name,
-                left.newly_revoked.join(", "),
-                left.server_conf.display()
-            );
-            if reload_or_tell(dir) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => fail(&e.into()),
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -76,6 +76,12 @@ pub fn cluster_creds(dir: &Path, name: &str) -> Result<PathBuf, MeshError> {
     Ok(path)
 }
 
+/// The URL of the running nats-server of the mesh in `dir`, if any.
+pub fn running_url(dir: &Path) -> Option<String> {
+    let nats = MeshState::read(dir).ok()?.nats?;
+    proc::is_alive(&nats.process).then_some(nats.url)
+}
+
 /// How long `reload_nats` waits for nats-server to log the reload's outcome.
 const RELOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 

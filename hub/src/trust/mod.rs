@@ -387,6 +387,8 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
 /// What `leave` did.
 #[derive(Debug, Clone)]
 pub struct Left {
+    /// The fleet.
+    pub info: FleetInfo,
     /// The cluster.
     pub name: String,
     /// Every user key the cluster was ever issued (all revoked now).
@@ -423,6 +425,7 @@ pub fn leave(dir: &Path, name: &str) -> Result<Left, TrustError> {
         _ => {}
     }
     Ok(Left {
+        info,
         name: name.to_owned(),
         keys,
         newly_revoked,

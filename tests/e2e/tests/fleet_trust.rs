@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use common::sync::*;
 use common::*;
+use fleetbus_schemas::crd::ClusterState;
 use fleetbus_testsupport::{cargo_bin, wait_for, NatsServer};
 use futures::StreamExt;
 
@@ -24,6 +25,9 @@ fn cli(args: &[&str]) -> (i32, String, String) {
         .args(args)
         .env_remove("FLEETBUS_FLEET_DIR")
         .env_remove("FLEETBUS_SUBJECT_PREFIX")
+        .env_remove("FLEETBUS_NATS_URL")
+        .env_remove("FLEETBUS_NATS_CREDS")
+        .env_remove("FLEETBUS_NATS_CA")
         .output()
         .expect("run fleetbus");
     (
@@ -336,12 +340,28 @@ fn init_and_join_answer_garbage_with_clear_errors() {
     let (code, _, err) = cli(&["leave", "c1", "--dir", absent.to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("fleetbus fleet init"), "{err}");
+    // Without a bus the revocation is done, the registry half is not: exit 1, saying so.
     let (code, out, err) = cli(&["leave", "c1", "--dir", d]);
-    assert_eq!(code, 0, "{err}");
+    assert_eq!(code, 1, "{err}");
     assert!(out.contains("c1 left"), "{out}");
+    assert!(
+        err.contains("not marked Left") && err.contains("--nats-url"),
+        "{err}"
+    );
     let (code, out, err) = cli(&["leave", "c1", "--dir", d]);
-    assert_eq!(code, 0, "{err}");
+    assert_eq!(code, 1, "{err}");
     assert!(out.contains("had left already"), "{out}");
+    // A bus that does not answer: a clear error, the revocation stays.
+    let (code, _, err) = cli(&[
+        "leave",
+        "c1",
+        "--dir",
+        d,
+        "--nats-url",
+        "nats://127.0.0.1:1",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("marking c1 Left"), "{err}");
 }
 
 /// A plain client holding `creds`, and the events of its connection.
@@ -439,9 +459,10 @@ async fn leave_and_rotate_revoke_on_a_running_server() {
     let kept = tmp.path().join("c2-new.creds");
     std::fs::copy(&new, &kept).unwrap();
 
-    let (code, out, err) = cli(&["leave", "c2", "--dir", d]);
+    let (code, out, err) = cli(&["leave", "c2", "--dir", d, "--nats-url", &nats.url()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("c2 left"), "{out}");
+    assert!(out.contains("no Active record of c2"), "{out}");
     assert!(err.contains("nats-server --signal reload"), "{err}");
     assert!(!new.exists(), "c2's stored creds are removed");
     reload(&nats);
@@ -471,4 +492,199 @@ async fn leave_and_rotate_revoke_on_a_running_server() {
         .query_account()
         .await
         .unwrap();
+}
+
+/// A Secret rule on namespace `ns` with `orphan_policy`.
+fn secret_rule(name: &str, ns: &str, orphan_policy: &str) -> String {
+    format!(
+        "apiVersion: fleetbus.io/v1alpha1\nkind: ResourceSyncRule\nmetadata:\n  name: {name}\n\
+         spec:\n  groupVersionKind: {{group: \"\", version: v1, kind: Secret}}\n  \
+         orphanPolicy: {orphan_policy}\n  rules:\n    - match:\n        - namespaces: [{ns}]\n"
+    )
+}
+
+/// `fleetbus <args> --nats-url <nats> --creds <admin>`: an operator's command.
+fn admin_cli(nats: &NatsServer, dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let url = nats.url();
+    let admin = dir.join("admin.creds");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--nats-url", &url, "--creds", admin.to_str().unwrap()]);
+    cli(&all)
+}
+
+/// `fleetbus leave c2` on a running fleet whose c2 rotated its creds once:
+/// the server closes c2's connection and refuses its creds, old and new;
+/// c1 shows c2 Left and collects c2's copies per orphanPolicy (Delete:
+/// gone; Orphan: kept), and `fleetbus clusters ls` says Left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
+    let d = dir.to_str().unwrap();
+    let nats = operator_server(&dir);
+    let reload = || {
+        let include = std::fs::read_to_string(dir.join("nats-operator.conf")).unwrap();
+        nats.reload(&include).unwrap();
+    };
+    let old = tmp.path().join("c2-old.creds");
+    std::fs::copy(creds(&dir, "c2"), &old).unwrap();
+    let (code, _, err) = cli(&["join", "c2", "--dir", d, "--rotate"]);
+    assert_eq!(code, 0, "{err}");
+    reload();
+    let c2_creds = tmp.path().join("c2.creds");
+    std::fs::copy(creds(&dir, "c2"), &c2_creds).unwrap();
+    let c1 = Member::start(&nats, "c1", "c1", &["--nats-creds", &creds(&dir, "c1")]).await;
+    let c2 = Member::start(
+        &nats,
+        "c2",
+        "c2",
+        &["--nats-creds", c2_creds.to_str().unwrap()],
+    )
+    .await;
+    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
+    for m in [&c1, &c2] {
+        create_ns(m, "shared").await;
+        create_ns(m, "kept").await;
+    }
+    apply_yaml(&c2, &secret_rule("shared-delete", "shared", "Delete"));
+    apply_yaml(&c2, &secret_rule("kept-orphan", "kept", "Orphan"));
+    create_secret(&c2, "shared", "db", &[("password", "s3cret")]).await;
+    create_secret(&c2, "kept", "keep", &[("k", "v")]).await;
+    for (ns, name, rule) in [
+        ("shared", "db", "shared-delete"),
+        ("kept", "keep", "kept-orphan"),
+    ] {
+        wait_copy(&c1, &secrets(), Some(ns), name, "c2", rule, |_| Ok(())).await;
+    }
+
+    // Revoke first (the include), reload, then mark c2 Left on the bus:
+    // the order of a deployment that is not a `fleetbus mesh`.
+    let (code, out, err) = cli(&["leave", "c2", "--dir", d]);
+    assert_eq!(code, 1, "revoked, registry not marked: {err}");
+    assert!(out.contains("c2 left"), "{out}");
+    reload();
+    wait_for_blocking_log(&c2, "NATS connection lost").await;
+    refused(&nats, &c2_creds).await.unwrap();
+    refused(&nats, &old).await.unwrap();
+    let (code, out, err) = cli(&["leave", "c2", "--dir", d, "--nats-url", &nats.url()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("had left already") && out.contains("marked c2 Left"),
+        "{out}"
+    );
+
+    wait_peer_state(&c1, "c2", ClusterState::Left, CONVERGE).await;
+    wait_absent(&c1, &secrets(), Some("shared"), "db").await;
+    assert!(
+        dynamic(&c1, &secrets(), Some("kept"))
+            .get_opt("keep")
+            .await
+            .unwrap()
+            .is_some(),
+        "orphanPolicy Orphan keeps c2's copy"
+    );
+    let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "ls"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("c2 "))
+        .unwrap_or_default();
+    assert!(line.contains("Left"), "{out}");
+}
+
+/// Waits until `m`'s agent log says `what`.
+async fn wait_for_blocking_log(m: &Member, what: &str) {
+    wait_for(
+        &format!("{}'s agent to log {what:?}", m.name),
+        CONVERGE,
+        || async {
+            let log = m.agent.log();
+            if log.contains(what) {
+                Ok(())
+            } else {
+                Err(log.lines().rev().take(5).collect::<Vec<_>>().join("\n"))
+            }
+        },
+    )
+    .await;
+}
+
+/// `fleetbus clusters forget`: a killed peer disappears from every
+/// cluster's Cluster objects and from the bus; a Ready peer is refused
+/// without --force; garbage and unknown names are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forget_removes_a_dead_peer_everywhere_and_refuses_a_live_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fleet_dir(tmp.path(), &["c1", "c2", "c3"]);
+    let nats = operator_server(&dir);
+    let mut members = Vec::new();
+    for n in ["c1", "c2", "c3"] {
+        members.push(Member::start(&nats, n, n, &["--nats-creds", &creds(&dir, n)]).await);
+    }
+    let refs: Vec<&Member> = members.iter().collect();
+    wait_mesh(&refs, &["c1", "c2", "c3"]).await;
+    members[2].agent.kill9();
+    for m in &members[..2] {
+        wait_peer_state(m, "c3", ClusterState::Disconnected, CONVERGE).await;
+    }
+
+    let (code, _, err) = admin_cli(&nats, &dir, &["clusters", "forget", "c2"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("c2 is Ready") && err.contains("--force"),
+        "{err}"
+    );
+    for bad in ["*", ">", "c1.>", "", "UPPER", "../c1"] {
+        let (code, _, err) = admin_cli(&nats, &dir, &["clusters", "forget", bad]);
+        assert_eq!(code, 2, "{bad:?}: {err}");
+    }
+    let (code, _, err) = admin_cli(&nats, &dir, &["clusters", "forget", "c9"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no cluster \"c9\""), "{err}");
+    // A member may not forget another: the server refuses its writes.
+    let c1_bus = ["clusters", "forget", "c3", "--nats-url", &nats.url()];
+    let c1_creds = creds(&dir, "c1");
+    let mut args: Vec<&str> = c1_bus.to_vec();
+    args.extend(["--creds", &c1_creds]);
+    let (code, _, err) = cli(&args);
+    assert_eq!(code, 1, "a member forgot c3: {err}");
+
+    let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "forget", "c3"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("forgot c3"), "{out}");
+    for m in &members[..2] {
+        wait_for(
+            &format!("{} to delete Cluster c3", m.name),
+            CONVERGE,
+            || async {
+                match m
+                    .clusters()
+                    .get_opt("c3")
+                    .await
+                    .map_err(|e| e.to_string())?
+                {
+                    None => Ok(()),
+                    Some(c) => Err(format!("{:?}", c.status)),
+                }
+            },
+        )
+        .await;
+        // The live peer is untouched.
+        assert!(m
+            .clusters()
+            .get_opt(if m.name == "c1" { "c2" } else { "c1" })
+            .await
+            .unwrap()
+            .is_some());
+    }
+    let (code, out, _) = admin_cli(&nats, &dir, &["clusters", "ls"]);
+    assert_eq!(code, 0);
+    assert!(!out.lines().any(|l| l.starts_with("c3 ")), "{out}");
+    // Again: harmless.
+    let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "forget", "c3"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("forgot c3"), "{out}");
+    // --force forgets a live one (its agent will announce it again).
+    let (code, _, err) = admin_cli(&nats, &dir, &["clusters", "forget", "c2", "--force"]);
+    assert_eq!(code, 0, "{err}");
 }
