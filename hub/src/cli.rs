@@ -115,6 +115,42 @@ pub struct FleetInitArgs {
     /// Create the fleet in a non-empty directory (existing keys are still never overwritten).
     #[arg(long)]
     pub force: bool,
+    /// The fleet account's JetStream file storage, bytes (suffixes K, M, G, T; -1:
+    /// unlimited). Like every limit below it bounds all members together.
+    #[arg(long, value_name = "BYTES", default_value = "8G", value_parser = parse_limit, allow_hyphen_values = true)]
+    pub js_max_disk: i64,
+    /// The fleet account's JetStream memory storage, bytes (suffixes K, M, G, T; -1: unlimited).
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_limit, allow_hyphen_values = true)]
+    pub js_max_mem: i64,
+    /// The fleet account's streams (KV buckets included; -1: unlimited).
+    #[arg(long, value_name = "N", default_value = "64", value_parser = parse_limit, allow_hyphen_values = true)]
+    pub js_max_streams: i64,
+    /// The fleet account's consumers (-1: unlimited).
+    #[arg(long, value_name = "N", default_value = "10000", value_parser = parse_limit, allow_hyphen_values = true)]
+    pub js_max_consumers: i64,
+}
+
+/// A JetStream limit: `-1` (unlimited), or a positive count with an optional
+/// binary suffix (`K`, `M`, `G`, `T`).
+fn parse_limit(s: &str) -> Result<i64, String> {
+    if s == "-1" {
+        return Ok(-1);
+    }
+    let (digits, shift) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 30),
+        Some((i, 'T' | 't')) => (&s[..i], 40),
+        _ => (s, 0),
+    };
+    let n: i64 = digits.parse().map_err(|_| {
+        format!("{s:?} is not -1 or a positive number with an optional K, M, G or T")
+    })?;
+    if n <= 0 {
+        return Err(format!("{s:?}: a limit is positive, or -1 for none"));
+    }
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 #[derive(Debug, Args)]
@@ -541,6 +577,49 @@ pub struct UpArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn fleet_init_limits_default_to_the_documented_ones_and_refuse_garbage() {
+        let Command::Fleet(FleetCommand::Init(a)) =
+            parse(&["fleet", "init", "--dir", "f"]).unwrap().command
+        else {
+            panic!("not fleet init");
+        };
+        let got = crate::trust::JsLimits {
+            disk_storage: a.js_max_disk,
+            mem_storage: a.js_max_mem,
+            streams: a.js_max_streams,
+            consumers: a.js_max_consumers,
+        };
+        assert_eq!(got, crate::trust::DEFAULT_JS_LIMITS);
+        let Command::Fleet(FleetCommand::Init(a)) = parse(&[
+            "fleet",
+            "init",
+            "--dir",
+            "f",
+            "--js-max-disk",
+            "-1",
+            "--js-max-mem",
+            "512M",
+            "--js-max-consumers",
+            "40",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not fleet init");
+        };
+        assert_eq!(
+            (a.js_max_disk, a.js_max_mem, a.js_max_consumers),
+            (-1, 512 << 20, 40)
+        );
+        for bad in ["0", "-2", "x", "1.5G", "G", "99999999999T", ""] {
+            assert!(
+                parse(&["fleet", "init", "--dir", "f", "--js-max-disk", bad]).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn cli_is_well_formed() {

@@ -101,7 +101,13 @@ fn main() -> ExitCode {
 
 fn fleet_init(args: &FleetInitArgs) -> ExitCode {
     let dir = &args.dir.dir;
-    match trust::init(dir, &args.name, &args.subject_prefix, args.force) {
+    let limits = trust::JsLimits {
+        disk_storage: args.js_max_disk,
+        mem_storage: args.js_max_mem,
+        streams: args.js_max_streams,
+        consumers: args.js_max_consumers,
+    };
+    match trust::init(dir, &args.name, &args.subject_prefix, &limits, args.force) {
         Ok(InitOutcome::Created(info)) => {
             println!(
                 "created fleet {:?} in {}\n  operator {}\n  account  {}\n  admin credentials {}\n  \

@@ -32,7 +32,13 @@ pub const NATS_CONF: &str = "nats.conf";
 pub fn prepare(dir: &Path) -> Result<(PathBuf, MeshSecurity), MeshError> {
     // `force`: the mesh directory holds more than the fleet; existing keys
     // are never overwritten, an existing fleet is reused.
-    trust::init(dir, "fleetbus-mesh", &Prefix::default(), true)?;
+    trust::init(
+        dir,
+        "fleetbus-mesh",
+        &Prefix::default(),
+        &trust::DEFAULT_JS_LIMITS,
+        true,
+    )?;
     let tls = dir.join(TLS_DIR);
     let (cert, key) = (tls.join(SERVER_CERT), tls.join(SERVER_KEY));
     let ca = dir.join(CA_FILE);

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use files::*;
+pub use jwt::JsLimits;
 use jwt::JwtError;
 
 /// Why `fleet init` or `join` failed. Every variant names the file or the
@@ -98,6 +99,18 @@ pub enum TrustError {
     Key(String),
 }
 
+/// The fleet account's JetStream limits `fleet init` sets unless told
+/// otherwise: room for the fleet's eight streams and buckets and those of
+/// later versions (64 streams), about ten consumers per agent for a
+/// thousand clusters (10,000), 8 GiB of file storage and 1 GiB of memory
+/// (the beats bucket). `fleet init --js-max-*` changes them; `-1` lifts one.
+pub const DEFAULT_JS_LIMITS: JsLimits = JsLimits {
+    disk_storage: 8 << 30,
+    mem_storage: 1 << 30,
+    streams: 64,
+    consumers: 10_000,
+};
+
 /// `fleet.json`: the fleet's public facts, what `join` needs besides the
 /// signing key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +130,10 @@ pub struct FleetInfo {
     pub subject_prefix: String,
     /// When `fleet init` ran.
     pub created_at: DateTime<Utc>,
+    /// The fleet account's JetStream limits, set at `fleet init` (absent from
+    /// fleets made before limits: unlimited, as they were made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jetstream_limits: Option<JsLimits>,
 }
 
 /// What `fleet init` did.
@@ -140,6 +157,7 @@ pub fn init(
     dir: &Path,
     name: &str,
     prefix: &Prefix,
+    limits: &JsLimits,
     force: bool,
 ) -> Result<InitOutcome, TrustError> {
     if dir.join(FLEET_JSON).exists() {
@@ -175,11 +193,16 @@ pub fn init(
         return Err(TrustError::NotEmpty(dir.to_owned()));
     }
     create_dir(dir)?;
-    write_new_fleet(dir, name, prefix).map(InitOutcome::Created)
+    write_new_fleet(dir, name, prefix, limits).map(InitOutcome::Created)
 }
 
 /// Generates every key and writes every file of a new fleet, `fleet.json` last.
-fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo, TrustError> {
+fn write_new_fleet(
+    dir: &Path,
+    name: &str,
+    prefix: &Prefix,
+    limits: &JsLimits,
+) -> Result<FleetInfo, TrustError> {
     let now = Utc::now();
     let operator = nkeys::KeyPair::new_operator();
     let system = nkeys::KeyPair::new_account();
@@ -193,6 +216,7 @@ fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo,
         signing_key: signing.public_key(),
         subject_prefix: prefix.as_str().to_owned(),
         created_at: now,
+        jetstream_limits: Some(*limits),
     };
     let operator_jwt = jwt::operator_jwt(&operator, name, &info.system_account, now)?;
     let seed = |k: &nkeys::KeyPair| {
@@ -238,7 +262,7 @@ fn write_server_conf(
         operator,
         &info.system_account,
         "SYS",
-        false,
+        None,
         &[],
         &BTreeMap::new(),
         now,
@@ -247,7 +271,7 @@ fn write_server_conf(
         operator,
         &info.account,
         &info.name,
-        true,
+        Some(&info.jetstream_limits.unwrap_or(JsLimits::UNLIMITED)),
         std::slice::from_ref(&info.signing_key),
         revocations,
         now,

@@ -5,7 +5,7 @@ use super::*;
 fn new_fleet() -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("fleet");
-    match init(&dir, "test", &Prefix::default(), false).unwrap() {
+    match init(&dir, "test", &Prefix::default(), &DEFAULT_JS_LIMITS, false).unwrap() {
         InitOutcome::Created(_) => {}
         other => panic!("{other:?}"),
     }
@@ -44,7 +44,9 @@ fn init_writes_every_file_secrets_0600() {
         .unwrap();
     let claims = jwt::verify(account_jwt).unwrap();
     assert_eq!(claims["iss"], info.operator);
-    assert_eq!(claims["nats"]["limits"]["disk_storage"], -1);
+    assert_eq!(claims["nats"]["limits"]["disk_storage"], 8_i64 << 30);
+    assert_eq!(claims["nats"]["limits"]["consumer"], 10_000);
+    assert_eq!(claims["nats"]["limits"]["streams"], 64);
     assert_eq!(claims["nats"]["signing_keys"][0], info.signing_key);
     let (admin, _) = jwt::parse_creds(&read(&dir.join(ADMIN_CREDS)).unwrap()).unwrap();
     assert_eq!(admin["iss"], info.signing_key);
@@ -59,7 +61,7 @@ fn init_again_changes_nothing_and_never_overwrites_a_root() {
     let before = read(&dir.join(ROOT_KEY)).unwrap();
     let info = load_info(&dir).unwrap();
     for force in [false, true] {
-        match init(&dir, "other", &Prefix::default(), force).unwrap() {
+        match init(&dir, "other", &Prefix::default(), &DEFAULT_JS_LIMITS, force).unwrap() {
             InitOutcome::AlreadyInitialised(i) => assert_eq!(i, info),
             other => panic!("{other:?}"),
         }
@@ -67,7 +69,7 @@ fn init_again_changes_nothing_and_never_overwrites_a_root() {
     assert_eq!(read(&dir.join(ROOT_KEY)).unwrap(), before);
     // A fleet that lost fleet.json is partial: refused even with --force.
     std::fs::remove_file(dir.join(FLEET_JSON)).unwrap();
-    let err = init(&dir, "test", &Prefix::default(), true).unwrap_err();
+    let err = init(&dir, "test", &Prefix::default(), &DEFAULT_JS_LIMITS, true).unwrap_err();
     assert!(matches!(err, TrustError::PartialFleet { .. }), "{err}");
     assert!(err.to_string().contains("root.key"), "{err}");
     assert_eq!(read(&dir.join(ROOT_KEY)).unwrap(), before);
@@ -77,12 +79,26 @@ fn init_again_changes_nothing_and_never_overwrites_a_root() {
 fn init_refuses_a_non_empty_directory_without_force() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("notes.txt"), "mine").unwrap();
-    let err = init(tmp.path(), "test", &Prefix::default(), false).unwrap_err();
+    let err = init(
+        tmp.path(),
+        "test",
+        &Prefix::default(),
+        &DEFAULT_JS_LIMITS,
+        false,
+    )
+    .unwrap_err();
     assert!(matches!(err, TrustError::NotEmpty(_)), "{err}");
     assert!(err.to_string().contains("--force"), "{err}");
     assert!(!tmp.path().join(FLEET_JSON).exists());
     assert!(matches!(
-        init(tmp.path(), "test", &Prefix::default(), true).unwrap(),
+        init(
+            tmp.path(),
+            "test",
+            &Prefix::default(),
+            &DEFAULT_JS_LIMITS,
+            true
+        )
+        .unwrap(),
         InitOutcome::Created(_)
     ));
     assert_eq!(read(&tmp.path().join("notes.txt")).unwrap(), "mine");
@@ -227,6 +243,10 @@ fn revocations_in_conf(dir: &Path) -> serde_json::Value {
     let claims = jwt::verify(account_jwt).unwrap();
     assert_eq!(claims["iss"], info.operator, "re-signed by the operator");
     assert_eq!(claims["nats"]["signing_keys"][0], info.signing_key);
+    assert_eq!(
+        claims["nats"]["limits"]["consumer"], DEFAULT_JS_LIMITS.consumers,
+        "the limits survive a re-signing"
+    );
     claims["nats"]["revocations"].clone()
 }
 

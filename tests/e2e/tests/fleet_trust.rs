@@ -688,3 +688,95 @@ async fn forget_removes_a_dead_peer_everywhere_and_refuses_a_live_one() {
     let (code, _, err) = admin_cli(&nats, &dir, &["clusters", "forget", "c2", "--force"]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// The fleet account's consumer limit from `fleet init --js-max-consumers`:
+/// a member (c1's creds) creating consumers past it is refused by the
+/// server, and the agents, whose consumers exist already, keep syncing.
+/// nats-server counts the limit per stream, not per account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_creating_consumers_past_the_limit_is_refused_and_sync_goes_on() {
+    const LIMIT: usize = 40;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    let d = dir.to_str().unwrap();
+    let (code, out, err) = cli(&[
+        "fleet",
+        "init",
+        "--dir",
+        d,
+        "--js-max-consumers",
+        &LIMIT.to_string(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    for n in ["c1", "c2"] {
+        let (code, _, err) = cli(&["join", n, "--dir", d]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let nats = operator_server(&dir);
+    let c1 = Member::start(&nats, "c1", "c1", &["--nats-creds", &creds(&dir, "c1")]).await;
+    let c2 = Member::start(&nats, "c2", "c2", &["--nats-creds", &creds(&dir, "c2")]).await;
+    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
+    for m in [&c1, &c2] {
+        create_ns(m, "shared").await;
+    }
+    apply_yaml(&c2, SHARED_SECRETS_RULE);
+    create_secret(&c2, "shared", "db", &[("password", "s3cret")]).await;
+    wait_copy(
+        &c1,
+        &secrets(),
+        Some("shared"),
+        "db",
+        "c2",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let before = admin.query_account().await.unwrap().consumers;
+    assert!(before < LIMIT, "the agents need {before} consumers");
+
+    let js = connect(&nats, creds(&dir, "c1")).await;
+    let stream = js.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+    let mut made = 0;
+    let refusal = loop {
+        let config = jetstream::consumer::pull::Config {
+            inactive_threshold: Duration::from_secs(120),
+            ..Default::default()
+        };
+        match stream.create_consumer(config).await {
+            Ok(_) => made += 1,
+            Err(e) => break e.to_string(),
+        }
+        assert!(
+            made <= LIMIT,
+            "made {made} consumers past the limit of {LIMIT}"
+        );
+    };
+    assert!(refusal.contains("maximum consumers"), "{refusal}");
+    // nats-server applies the account's consumer limit to each stream (as
+    // measured: the account as a whole then holds more).
+    let mut objects = admin.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+    let on_stream = objects.info().await.unwrap().state.consumer_count;
+    assert_eq!(on_stream, LIMIT, "made {made}");
+    let account = admin.query_account().await.unwrap();
+    assert_eq!(account.limits.max_consumers, Some(LIMIT as i64));
+    assert!(account.consumers > LIMIT, "{account:?}");
+
+    // The agents' consumers exist: a change on c2 still reaches c1.
+    kubectl(
+        &c2,
+        &["label", "secret", "db", "-n", "shared", "after=limit"],
+    );
+    wait_obj(
+        &c1,
+        &secrets(),
+        Some("shared"),
+        "db",
+        "labelled after the limit",
+        |o| match o.metadata.labels.as_ref().and_then(|l| l.get("after")) {
+            Some(v) if v == "limit" => Ok(()),
+            other => Err(format!("label {other:?}")),
+        },
+    )
+    .await;
+}
