@@ -338,6 +338,8 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let sink = errors.clone();
     let client = async_nats::ConnectOptions::with_user_and_password("c1".into(), "pw-c1".into())
+        // The only inbox c1's user may subscribe to (PROTOCOL §2.6).
+        .custom_inbox_prefix("_INBOX_c1")
         .event_callback(move |event| {
             let sink = sink.clone();
             async move { sink.lock().unwrap().push(event.to_string()) }

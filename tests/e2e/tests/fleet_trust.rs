@@ -68,12 +68,28 @@ fn operator_server(dir: &Path) -> NatsServer {
 }
 
 async fn connect(nats: &NatsServer, creds: impl AsRef<Path>) -> jetstream::Context {
-    let client = async_nats::ConnectOptions::with_credentials_file(creds.as_ref())
-        .await
-        .unwrap()
-        .connect(nats.url())
+    let mut options = async_nats::ConnectOptions::with_credentials_file(creds.as_ref())
         .await
         .unwrap();
+    // A cluster's user may subscribe only to its agent's inbox (PROTOCOL
+    // §2.6): `<fleet>/clusters/<name>/nats.creds` replies there.
+    let path = creds.as_ref();
+    if path
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        == Some("clusters".as_ref())
+    {
+        let name = path
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        options = options.custom_inbox_prefix(format!("_INBOX_{name}"));
+    }
+    let client = options.connect(nats.url()).await.unwrap();
     let mut js = jetstream::new(client);
     js.set_timeout(Duration::from_secs(2));
     js
@@ -230,6 +246,43 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
     }
     assert!(admin.get_stream("FLEETBUS_OBJECTS").await.is_ok());
     assert!(admin.get_stream("CAPTURE").await.is_err());
+    // Reads: c1's user may subscribe to its inbox and its commands only,
+    // not to c2's commands, anyone else's inbox (replies to the admin's
+    // requests, other agents' consumer deliveries) or everything.
+    let (_reader, events) = watched_client(&nats, Path::new(&c1_creds)).await;
+    for subject in [
+        "fleetbus.cmd.c2.*",
+        "_INBOX.>",
+        "_INBOX_c2.>",
+        ">",
+        "fleetbus.obj.>",
+    ] {
+        let _ = _reader.subscribe(subject).await;
+    }
+    _reader.subscribe("fleetbus.cmd.c1.*").await.unwrap();
+    _reader.flush().await.unwrap();
+    wait_for("c1's subscriptions refused", CONVERGE, || async {
+        let seen = events.lock().unwrap().clone();
+        let refused: Vec<&String> = seen
+            .iter()
+            .filter(|e| e.contains("Permissions Violation for Subscription"))
+            .collect();
+        if refused.len() == 5 && !seen.iter().any(|e| e.contains("fleetbus.cmd.c1.")) {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    })
+    .await;
+    // The agents' commands work with those permissions: relabel, progress
+    // and correct, asked with the admin's creds.
+    let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "label", "c1", "tier=gold"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "progress", "c1", "c2"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = admin_cli(&nats, &dir, &["drift", "correct", "--cluster", "c1"]);
+    assert_eq!(code, 0, "{out}{err}");
+
     // The fleet still syncs: a change on c2 reaches c1.
     kubectl(
         &c2,
