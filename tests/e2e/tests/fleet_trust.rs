@@ -95,16 +95,12 @@ async fn connect(nats: &NatsServer, creds: impl AsRef<Path>) -> jetstream::Conte
     js
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
-    let nats = operator_server(&dir);
-    let (c1_creds, c2_creds) = (creds(&dir, "c1"), creds(&dir, "c2"));
-    let c1 = Member::start(&nats, "c1", "c1", &["--nats-creds", &c1_creds]).await;
-    let c2 = Member::start(&nats, "c2", "c2", &["--nats-creds", &c2_creds]).await;
+/// c1 and c2 with the creds `join` minted, and c2's Secret `shared/db`
+/// synced to c1 under SHARED_SECRETS_RULE: the agents work with their creds.
+async fn syncing_pair(nats: &NatsServer, dir: &Path) -> (Member, Member) {
+    let c1 = Member::start(nats, "c1", "c1", &["--nats-creds", &creds(dir, "c1")]).await;
+    let c2 = Member::start(nats, "c2", "c2", &["--nats-creds", &creds(dir, "c2")]).await;
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
-    // With their creds the agents sync: c2's Secret reaches c1.
     for m in [&c1, &c2] {
         create_ns(m, "shared").await;
     }
@@ -118,9 +114,19 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
         "db",
         "c2",
         "shared-secrets",
-        data_is(data.clone()),
+        data_is(data),
     )
     .await;
+    (c1, c2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
+    let nats = operator_server(&dir);
+    let c1_creds = creds(&dir, "c1");
+    let (c1, c2) = syncing_pair(&nats, &dir).await;
 
     // What the admin sees of c2 before the attack.
     let admin = connect(&nats, dir.join("admin.creds")).await;
@@ -284,22 +290,7 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
     assert_eq!(code, 0, "{out}{err}");
 
     // The fleet still syncs: a change on c2 reaches c1.
-    kubectl(
-        &c2,
-        &["label", "secret", "db", "-n", "shared", "after=attack"],
-    );
-    wait_obj(
-        &c1,
-        &secrets(),
-        Some("shared"),
-        "db",
-        "labelled after the attack",
-        |o| match o.metadata.labels.as_ref().and_then(|l| l.get("after")) {
-            Some(v) if v == "attack" => Ok(()),
-            other => Err(format!("label {other:?}")),
-        },
-    )
-    .await;
+    still_syncs(&c2, &c1, "attack").await;
 }
 
 #[tokio::test]
@@ -766,24 +757,7 @@ async fn a_member_creating_consumers_past_the_limit_is_refused_and_sync_goes_on(
         assert_eq!(code, 0, "{err}");
     }
     let nats = operator_server(&dir);
-    let c1 = Member::start(&nats, "c1", "c1", &["--nats-creds", &creds(&dir, "c1")]).await;
-    let c2 = Member::start(&nats, "c2", "c2", &["--nats-creds", &creds(&dir, "c2")]).await;
-    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
-    for m in [&c1, &c2] {
-        create_ns(m, "shared").await;
-    }
-    apply_yaml(&c2, SHARED_SECRETS_RULE);
-    create_secret(&c2, "shared", "db", &[("password", "s3cret")]).await;
-    wait_copy(
-        &c1,
-        &secrets(),
-        Some("shared"),
-        "db",
-        "c2",
-        "shared-secrets",
-        |_| Ok(()),
-    )
-    .await;
+    let (c1, c2) = syncing_pair(&nats, &dir).await;
     let admin = connect(&nats, dir.join("admin.creds")).await;
     let before = admin.query_account().await.unwrap().consumers;
     assert!(before < LIMIT, "the agents need {before} consumers");
@@ -816,18 +790,31 @@ async fn a_member_creating_consumers_past_the_limit_is_refused_and_sync_goes_on(
     assert!(account.consumers > LIMIT, "{account:?}");
 
     // The agents' consumers exist: a change on c2 still reaches c1.
+    still_syncs(&c2, &c1, "limit").await;
+}
+
+/// The fleet still syncs: labelling c2's Secret `shared/db` with
+/// `after=<word>` reaches c1's copy.
+async fn still_syncs(c2: &Member, c1: &Member, word: &str) {
     kubectl(
-        &c2,
-        &["label", "secret", "db", "-n", "shared", "after=limit"],
+        c2,
+        &[
+            "label",
+            "secret",
+            "db",
+            "-n",
+            "shared",
+            &format!("after={word}"),
+        ],
     );
     wait_obj(
-        &c1,
+        c1,
         &secrets(),
         Some("shared"),
         "db",
-        "labelled after the limit",
+        &format!("labelled after the {word}"),
         |o| match o.metadata.labels.as_ref().and_then(|l| l.get("after")) {
-            Some(v) if v == "limit" => Ok(()),
+            Some(v) if v == word => Ok(()),
             other => Err(format!("label {other:?}")),
         },
     )
