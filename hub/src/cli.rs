@@ -63,6 +63,19 @@ pub enum Command {
     /// --rotate issues new ones. Exit 2 for an invalid name, 1 when DIR holds no
     /// fleet or the stored credentials do not verify.
     Join(JoinArgs),
+    /// Revoke a cluster: every NATS user key NAME was ever issued goes on the fleet
+    /// account's revocation list (the account JWT in DIR/nats-operator.conf,
+    /// re-signed by the operator), and its stored credentials are removed.
+    ///
+    /// nats-server applies it on a config reload (`nats-server --signal reload`):
+    /// it then refuses NAME's credentials and closes its connections. When DIR is
+    /// a running secure `fleetbus mesh`, its nats-server is reloaded here. Then
+    /// NAME's registry records are marked Left (with --nats-url, or on the mesh),
+    /// so every peer shows it Left and its copies follow their rules'
+    /// orphanPolicy. Leaving twice changes nothing (exit 0); exit 1 when NAME
+    /// never joined, DIR holds no fleet or the bus cannot be written, 2 for an
+    /// invalid name.
+    Leave(LeaveArgs),
     /// Print a shell completion script: `source <(fleetbus completion bash)`, or save
     /// it where your shell loads completions (zsh: a file `_fleetbus` on `$fpath`;
     /// fish: `~/.config/fish/completions/fleetbus.fish`).
@@ -102,6 +115,42 @@ pub struct FleetInitArgs {
     /// Create the fleet in a non-empty directory (existing keys are still never overwritten).
     #[arg(long)]
     pub force: bool,
+    /// The fleet account's JetStream file storage, bytes (suffixes K, M, G, T; -1:
+    /// unlimited). Like every limit below it bounds all members together.
+    #[arg(long, value_name = "BYTES", default_value = "8G", value_parser = parse_limit, allow_hyphen_values = true)]
+    pub js_max_disk: i64,
+    /// The fleet account's JetStream memory storage, bytes (suffixes K, M, G, T; -1: unlimited).
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_limit, allow_hyphen_values = true)]
+    pub js_max_mem: i64,
+    /// The fleet account's streams (KV buckets included; -1: unlimited).
+    #[arg(long, value_name = "N", default_value = "64", value_parser = parse_limit, allow_hyphen_values = true)]
+    pub js_max_streams: i64,
+    /// The fleet account's consumers (-1: unlimited).
+    #[arg(long, value_name = "N", default_value = "10000", value_parser = parse_limit, allow_hyphen_values = true)]
+    pub js_max_consumers: i64,
+}
+
+/// A JetStream limit: `-1` (unlimited), or a positive count with an optional
+/// binary suffix (`K`, `M`, `G`, `T`).
+fn parse_limit(s: &str) -> Result<i64, String> {
+    if s == "-1" {
+        return Ok(-1);
+    }
+    let (digits, shift) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 30),
+        Some((i, 'T' | 't')) => (&s[..i], 40),
+        _ => (s, 0),
+    };
+    let n: i64 = digits.parse().map_err(|_| {
+        format!("{s:?} is not -1 or a positive number with an optional K, M, G or T")
+    })?;
+    if n <= 0 {
+        return Err(format!("{s:?}: a limit is positive, or -1 for none"));
+    }
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 #[derive(Debug, Args)]
@@ -114,7 +163,8 @@ pub struct JoinArgs {
     /// What to print.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = crate::trust::JoinOutput::Creds)]
     pub output: crate::trust::JoinOutput,
-    /// Issue new credentials (the old ones stay valid until revoked: see SECURITY.md).
+    /// Issue new credentials and revoke the cluster's earlier ones (nats-server
+    /// applies it on a config reload; a running secure mesh in DIR is reloaded).
     #[arg(long)]
     pub rotate: bool,
     /// With -o values: the NATS URL the cluster's agent connects to.
@@ -126,6 +176,20 @@ pub struct JoinArgs {
     /// With -o manifest: the namespace of the Secrets (the helm release's).
     #[arg(long, default_value = "fleetbus-system")]
     pub namespace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaveArgs {
+    /// The cluster's name.
+    #[arg(value_parser = parse_cluster_name)]
+    pub name: String,
+    #[command(flatten)]
+    pub dir: FleetDirArgs,
+    /// The fleet's NATS, where NAME's records are marked Left with DIR/admin.creds
+    /// (and DIR/ca.pem when present). Default: the server of the mesh in DIR, if
+    /// one runs; without either, only the revocation is done.
+    #[arg(long, env = "FLEETBUS_NATS_URL", value_name = "URL")]
+    pub nats_url: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -217,6 +281,28 @@ pub enum ClustersCommand {
     /// again every second (redrawing on a terminal, a new line per cluster otherwise)
     /// until all are in sync; --timeout then ends it with exit 1 and what is missing.
     Progress(ClustersProgressArgs),
+    /// Remove a cluster that will never come back: its registry records,
+    /// kubeconfigs, beats, rule status and drift keys are purged and a
+    /// `forgotten.NAME` key tells every agent to delete its Cluster object NAME.
+    ///
+    /// Refuses a cluster whose agent is alive (Ready, ApiUnreachable, Conflict)
+    /// unless --force: revoke it first with `fleetbus leave`. Forgetting again is
+    /// harmless; a name the registry never held: exit 1. Needs the admin's
+    /// credentials.
+    Forget(ClustersForgetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClustersForgetArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    /// The cluster.
+    #[arg(value_parser = parse_cluster_name)]
+    pub cluster: String,
+    /// Forget it even though its agent is alive (it will announce itself again
+    /// unless its credentials are revoked).
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -491,6 +577,49 @@ pub struct UpArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn fleet_init_limits_default_to_the_documented_ones_and_refuse_garbage() {
+        let Command::Fleet(FleetCommand::Init(a)) =
+            parse(&["fleet", "init", "--dir", "f"]).unwrap().command
+        else {
+            panic!("not fleet init");
+        };
+        let got = crate::trust::JsLimits {
+            disk_storage: a.js_max_disk,
+            mem_storage: a.js_max_mem,
+            streams: a.js_max_streams,
+            consumers: a.js_max_consumers,
+        };
+        assert_eq!(got, crate::trust::DEFAULT_JS_LIMITS);
+        let Command::Fleet(FleetCommand::Init(a)) = parse(&[
+            "fleet",
+            "init",
+            "--dir",
+            "f",
+            "--js-max-disk",
+            "-1",
+            "--js-max-mem",
+            "512M",
+            "--js-max-consumers",
+            "40",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not fleet init");
+        };
+        assert_eq!(
+            (a.js_max_disk, a.js_max_mem, a.js_max_consumers),
+            (-1, 512 << 20, 40)
+        );
+        for bad in ["0", "-2", "x", "1.5G", "G", "99999999999T", ""] {
+            assert!(
+                parse(&["fleet", "init", "--dir", "f", "--js-max-disk", bad]).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn cli_is_well_formed() {

@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
-use fleetbus_hub::cli::{Cli, Command, FleetCommand, FleetInitArgs, JoinArgs, MeshCommand};
+use fleetbus_hub::cli::{
+    Cli, Command, FleetCommand, FleetInitArgs, JoinArgs, LeaveArgs, MeshCommand,
+};
 use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
 use fleetbus_hub::trust::{self, InitOutcome};
 use fleetbus_hub::{clusters, dashboard, drift, rules, status};
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         }
         Command::Fleet(FleetCommand::Init(args)) => return fleet_init(&args),
         Command::Join(args) => return join(&args),
+        Command::Leave(args) => return leave(&args, &runtime),
         Command::Completion(args) => {
             clap_complete::generate(
                 args.shell,
@@ -98,7 +101,13 @@ fn main() -> ExitCode {
 
 fn fleet_init(args: &FleetInitArgs) -> ExitCode {
     let dir = &args.dir.dir;
-    match trust::init(dir, &args.name, &args.subject_prefix, args.force) {
+    let limits = trust::JsLimits {
+        disk_storage: args.js_max_disk,
+        mem_storage: args.js_max_mem,
+        streams: args.js_max_streams,
+        consumers: args.js_max_consumers,
+    };
+    match trust::init(dir, &args.name, &args.subject_prefix, &limits, args.force) {
         Ok(InitOutcome::Created(info)) => {
             println!(
                 "created fleet {:?} in {}\n  operator {}\n  account  {}\n  admin credentials {}\n  \
@@ -147,6 +156,15 @@ fn join(args: &JoinArgs) -> ExitCode {
                 args.name,
                 joined.path.display()
             );
+            let mut reloaded = true;
+            if !joined.revoked.is_empty() {
+                eprintln!(
+                    "fleetbus: revoked {}'s earlier credentials ({})",
+                    args.name,
+                    joined.revoked.join(", ")
+                );
+                reloaded = reload_or_tell(dir);
+            }
             print!(
                 "{}",
                 trust::render(
@@ -157,9 +175,109 @@ fn join(args: &JoinArgs) -> ExitCode {
                     ca.as_deref()
                 )
             );
-            ExitCode::SUCCESS
+            // The new creds are printed either way: they are issued.
+            if reloaded {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
         }
         Err(e) => fail(&e.into()),
+    }
+}
+
+fn leave(args: &LeaveArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
+    let dir = &args.dir.dir;
+    let left = match trust::leave(dir, &args.name) {
+        Ok(left) => left,
+        Err(e) => return fail(&e.into()),
+    };
+    let mut ok = true;
+    if left.newly_revoked.is_empty() {
+        println!(
+            "{} had left already: its {} key(s) are revoked in {}",
+            left.name,
+            left.keys.len(),
+            left.server_conf.display()
+        );
+    } else {
+        println!(
+            "{} left: revoked {} in {}",
+            left.name,
+            left.newly_revoked.join(", "),
+            left.server_conf.display()
+        );
+        ok = reload_or_tell(dir);
+    }
+    // The registry half, after the revocation: a live agent could otherwise
+    // put its record back as Active.
+    let Some(url) = args
+        .nats_url
+        .clone()
+        .or_else(|| mesh::secure::running_url(dir))
+    else {
+        eprintln!(
+            "fleetbus: no --nats-url and no mesh running in {}: {}'s registry records were not \
+             marked Left; run `fleetbus leave` again with --nats-url",
+            dir.display(),
+            left.name
+        );
+        return ExitCode::FAILURE;
+    };
+    let prefix = match fleetbus_schemas::subject::Prefix::new(left.info.subject_prefix.clone()) {
+        Ok(p) => p,
+        Err(e) => return fail(&anyhow::Error::new(e).context("fleet.json's subject prefix")),
+    };
+    let ca = dir.join(mesh::secure::CA_FILE);
+    let bus = fleetbus_hub::cli::BusArgs {
+        nats_url: url,
+        creds: Some(dir.join(trust::files::ADMIN_CREDS)),
+        ca: ca.exists().then_some(ca),
+        mesh_dir: dir.clone(),
+        subject_prefix: prefix,
+    };
+    match runtime.block_on(clusters::mark_left(&bus, &left.name)) {
+        Ok(0) => println!("no Active record of {} in the registry", left.name),
+        Ok(n) => println!(
+            "marked {} Left in the registry ({n} record(s)): its copies follow their rules' orphanPolicy",
+            left.name
+        ),
+        Err(e) => {
+            eprintln!("fleetbus: error: marking {} Left in the registry: {e:#}", left.name);
+            ok = false;
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// A revocation takes effect when nats-server reloads the fleet's include:
+/// done here for a running secure mesh in `dir`, said otherwise. False when
+/// the mesh's reload failed (the revocation is written but not in force).
+fn reload_or_tell(dir: &std::path::Path) -> bool {
+    match mesh::secure::reload_nats(dir) {
+        Some(Ok(pid)) => {
+            eprintln!("fleetbus: reloaded the mesh's nats-server (pid {pid})");
+            true
+        }
+        Some(Err(why)) => {
+            eprintln!(
+                "fleetbus: error: the mesh's nats-server did not reload, the revocation is \
+                 not in force yet: {why}"
+            );
+            false
+        }
+        None => {
+            eprintln!(
+                "fleetbus: copy {} to every nats-server of the fleet and reload each \
+                 (`nats-server --signal reload`): the revocation takes effect then",
+                dir.join(trust::files::SERVER_CONF).display()
+            );
+            true
+        }
     }
 }
 

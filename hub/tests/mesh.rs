@@ -523,4 +523,39 @@ async fn secure_mesh_runs_the_tour_and_takes_a_joined_cluster() {
         "{}",
         text(&ls)
     );
+
+    // `leave` takes effect on the running mesh: its nats-server reloads,
+    // closes c4's connection and refuses c4's creds from then on.
+    let connect_c4 = || async {
+        async_nats::ConnectOptions::with_credentials_file(&creds)
+            .await
+            .unwrap()
+            .add_root_certificates(dir.join("ca.pem"))
+            .connect(url.as_str())
+            .await
+    };
+    connect_c4().await.expect("c4's creds work before leave");
+    let leave = fleetbus(&dir, &["leave", "c4"]).output().unwrap();
+    assert!(leave.status.success(), "{}", text(&leave));
+    assert!(
+        text(&leave).contains("reloaded the mesh's nats-server"),
+        "{}",
+        text(&leave)
+    );
+    fleetbus_testsupport::wait_for("c4's creds refused", Duration::from_secs(30), || async {
+        match connect_c4().await {
+            Err(e) if e.to_string().contains("authorization") => Ok(()),
+            other => Err(format!("{:?}", other.map(|_| "connected"))),
+        }
+    })
+    .await;
+    // The agent's live connection was closed, and it stays out.
+    wait_for_blocking("c4's agent disconnected", Duration::from_secs(30), || {
+        let log = c4.agent.log();
+        if log.contains("NATS connection lost") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    });
 }

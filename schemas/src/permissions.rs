@@ -33,10 +33,12 @@
 //! stream (bounded by the account's `consumer` limit), read any consumer's
 //! info, and send a create request naming a consumer it learned of (by
 //! subscribing widely), which the server applies as an update of the
-//! consumer's updatable settings. Reads are not restricted: every agent
-//! watches the whole registry and every origin's objects; keeping Secrets
-//! from members that do not receive them is the job of sealing (a later
-//! slice of issue 21), not of subject permissions.
+//! consumer's updatable settings. Reads: an agent subscribes only to its
+//! own inbox (`_INBOX_<self>.>`, see [`agent_inbox_prefix`]), the commands
+//! addressed to it and stream-creation advisories; what it reads of the
+//! streams (the whole registry, every origin's objects) comes through its
+//! consumers, so keeping Secrets from members that do not receive them is
+//! the job of sealing, not of subject permissions.
 
 use thiserror::Error;
 
@@ -45,7 +47,7 @@ use crate::jetstream::Layout;
 use crate::k8s_names::is_dns1123_label;
 use crate::registry::{beats_bucket, registry_bucket};
 use crate::rule_status::rule_status_bucket;
-use crate::subject::{owned_subtrees, Prefix};
+use crate::subject::{commands_for, owned_subtrees, Prefix};
 
 /// The allow lists of one NATS user (deny lists are not used: a subject not
 /// allowed is refused).
@@ -129,8 +131,29 @@ pub fn agent_permissions(
     );
     Ok(Permissions {
         publish_allow,
-        subscribe_allow: vec![">".to_owned()],
+        subscribe_allow: agent_subscriptions(c, prefix),
     })
+}
+
+/// The inbox prefix of `cluster`'s agent (`_INBOX_<cluster>`, in place of
+/// the client library's `_INBOX`): replies to its requests and the
+/// deliveries of its push consumers (KV watches) arrive under it, and only
+/// its agent may subscribe there.
+pub fn agent_inbox_prefix(cluster: &str) -> String {
+    format!("_INBOX_{cluster}")
+}
+
+/// What `cluster`'s agent subscribes to, and so all it may: its own inbox
+/// (every JetStream read is a consumer delivering there, or a request
+/// answered there), the commands addressed to it, and the advisories of
+/// stream creation (it re-reads a stream the admin recreated). Not another
+/// cluster's commands, nor the replies they get, nor anyone's inbox.
+fn agent_subscriptions(cluster: &str, prefix: &Prefix) -> Vec<String> {
+    vec![
+        format!("{}.>", agent_inbox_prefix(cluster)),
+        commands_for(prefix, cluster),
+        "$JS.EVENT.ADVISORY.STREAM.CREATED.*".to_owned(),
+    ]
 }
 
 #[cfg(test)]
@@ -142,11 +165,18 @@ mod tests {
 
     /// The quoted strings of `user: <name>`'s publish allow list in accounts.conf.
     fn accounts_conf_publish(conf: &str, user: &str) -> BTreeSet<String> {
+        accounts_conf_list(conf, user, "publish")
+    }
+
+    /// The quoted strings of `user: <name>`'s `what` (publish, subscribe)
+    /// allow list in accounts.conf.
+    fn accounts_conf_list(conf: &str, user: &str, what: &str) -> BTreeSet<String> {
         let start = conf
             .find(&format!("user: {user},"))
             .unwrap_or_else(|| panic!("no user {user} in accounts.conf"));
         let rest = &conf[start..];
-        let list = &rest[rest.find("allow: [").expect("publish allow")..];
+        let rest = &rest[rest.find(&format!("{what}: {{")).expect("the list")..];
+        let list = &rest[rest.find("allow: [").expect("allow")..];
         let list = &list[..list.find(']').expect("end of list")];
         list.lines()
             .map(|l| l.split('#').next().unwrap_or(""))
@@ -168,9 +198,30 @@ mod tests {
                 .into_iter()
                 .collect();
             assert_eq!(accounts_conf_publish(&conf, c), want, "user {c}");
+            let want: BTreeSet<String> = agent_permissions(c, &Prefix::default())
+                .unwrap()
+                .subscribe_allow
+                .into_iter()
+                .collect();
+            assert_eq!(accounts_conf_list(&conf, c, "subscribe"), want, "user {c}");
         }
-        // Reads stay unrestricted in both.
-        assert_eq!(conf.matches("subscribe: { allow: \">\" }").count(), 3);
+    }
+
+    #[test]
+    fn reads_are_its_inbox_its_commands_and_advisories() {
+        let p = agent_permissions("c1", &Prefix::default()).unwrap();
+        assert_eq!(
+            p.subscribe_allow,
+            [
+                "_INBOX_c1.>",
+                "fleetbus.cmd.c1.*",
+                "$JS.EVENT.ADVISORY.STREAM.CREATED.*"
+            ]
+        );
+        assert!(!p
+            .subscribe_allow
+            .iter()
+            .any(|s| s == ">" || s == "_INBOX.>"));
     }
 
     #[test]

@@ -107,6 +107,12 @@ pub async fn connect(
     .await?;
     let client = opts
         .name(format!("fleetbus-agent/{cluster_name}"))
+        // Its own inbox prefix: the only subjects a member's NATS user may
+        // subscribe to besides its commands (PROTOCOL §2.6), so no member
+        // reads another's replies or consumer deliveries.
+        .custom_inbox_prefix(fleetbus_schemas::permissions::agent_inbox_prefix(
+            cluster_name,
+        ))
         .connection_timeout(Duration::from_secs(5))
         .event_callback(move |event| {
             let r = r.clone();

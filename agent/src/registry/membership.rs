@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::liveness::Liveness;
-use fleetbus_schemas::registry::beat_interval;
+use fleetbus_schemas::registry::{beat_interval, parse_forgotten_key, ForgottenRecord};
 use fleetbus_schemas::DecodeError;
 
 use super::record::{
@@ -55,11 +55,24 @@ pub enum Decoded {
     Cluster(Box<ClusterRecord>),
     /// A kubeconfig record.
     Kubeconfig(KubeconfigRecord),
+    /// `forgotten.<name>`: the operator forgot the cluster (PROTOCOL §5.5).
+    Forgotten(String),
 }
 
 /// Validates one registry entry. Pure: garbage anywhere in the bucket must be
 /// skipped, never trusted, never fatal.
 pub fn decode(key: &str, value: &[u8]) -> Result<Decoded, Rejection> {
+    if let Some(name) = parse_forgotten_key(key) {
+        let name = name.map_err(|_| Rejection::BadKey)?;
+        if crate::cli::validate_dns_label(&name).is_err() {
+            return Err(Rejection::InvalidName);
+        }
+        let r = ForgottenRecord::decode(value).map_err(rejection)?;
+        if r.name != name {
+            return Err(Rejection::NameMismatch);
+        }
+        return Ok(Decoded::Forgotten(name));
+    }
     let parsed = RegistryKey::parse(key).map_err(|_| Rejection::BadKey)?;
     if crate::cli::validate_dns_label(parsed.name()).is_err() {
         return Err(Rejection::InvalidName);
@@ -87,6 +100,7 @@ pub fn decode(key: &str, value: &[u8]) -> Result<Decoded, Rejection> {
     let valid = match &decoded {
         Decoded::Cluster(r) => r.validate(),
         Decoded::Kubeconfig(k) => k.validate(),
+        Decoded::Forgotten(_) => Ok(()),
     };
     valid.map_err(|_| Rejection::InvalidRecord)?;
     Ok(decoded)
@@ -183,6 +197,9 @@ pub struct Membership {
     orphan_kubeconfigs: BTreeMap<(String, String), KubeconfigRecord>,
     /// `--peer-timeout`: how long a heartbeat keeps a peer alive (at least).
     peer_timeout: Duration,
+    /// Names the operator forgot (`forgotten.<name>` keys): a Peer object of
+    /// such a name with no record is deleted, not kept Disconnected.
+    forgotten: BTreeSet<String>,
 }
 
 impl Membership {
@@ -194,6 +211,21 @@ impl Membership {
             peers: BTreeMap::new(),
             orphan_kubeconfigs: BTreeMap::new(),
             peer_timeout,
+            forgotten: BTreeSet::new(),
+        }
+    }
+
+    /// Whether the operator forgot the cluster `name` (and has not taken
+    /// that back by deleting the `forgotten.<name>` key).
+    pub fn is_forgotten(&self, name: &str) -> bool {
+        self.forgotten.contains(name)
+    }
+
+    /// The `forgotten.<name>` key was deleted or purged.
+    pub fn unforget(&mut self, name: &str) -> Applied {
+        Applied {
+            changed: self.forgotten.remove(name),
+            ..Applied::default()
         }
     }
 
@@ -207,6 +239,10 @@ impl Membership {
         match decoded {
             Decoded::Cluster(r) => self.apply_cluster(*r, now, live),
             Decoded::Kubeconfig(k) => self.apply_kubeconfig(k),
+            Decoded::Forgotten(name) => Applied {
+                changed: self.forgotten.insert(name),
+                ..Applied::default()
+            },
         }
     }
 
@@ -460,6 +496,42 @@ pub(crate) mod tests {
 
     fn cluster(r: ClusterRecord) -> Decoded {
         Decoded::Cluster(Box::new(r))
+    }
+
+    #[test]
+    fn forgotten_keys_are_checked_and_tracked() {
+        use fleetbus_schemas::registry::{forgotten_key, ForgottenRecord};
+        let rec = |name: &str| {
+            ForgottenRecord {
+                name: name.into(),
+                forgotten_at: Utc::now(),
+            }
+            .encode()
+            .unwrap()
+        };
+        let key = forgotten_key("c3");
+        assert_eq!(
+            decode(&key, &rec("c3")),
+            Ok(Decoded::Forgotten("c3".into()))
+        );
+        assert_eq!(decode(&key, &rec("c2")), Err(Rejection::NameMismatch));
+        assert_eq!(decode(&key, b"garbage"), Err(Rejection::Undecodable));
+        assert_eq!(decode("forgotten.a.b", &rec("a")), Err(Rejection::BadKey));
+        assert_eq!(
+            decode(&forgotten_key("UP"), &rec("UP")),
+            Err(Rejection::InvalidName)
+        );
+        let mut m = Membership::new("a", "id-a", Duration::from_secs(2));
+        assert!(!m.is_forgotten("c3"));
+        let applied = m.apply(Decoded::Forgotten("c3".into()), Instant::now(), true);
+        assert!(applied.changed && !applied.members_changed);
+        assert!(m.is_forgotten("c3"));
+        assert!(
+            !m.apply(Decoded::Forgotten("c3".into()), Instant::now(), true)
+                .changed
+        );
+        assert!(m.unforget("c3").changed);
+        assert!(!m.is_forgotten("c3"));
     }
 
     #[test]

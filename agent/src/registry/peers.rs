@@ -1,4 +1,4 @@
-//! Peer Cluster objects: one per other cluster in the registry, status kept current, nothing ever deleted.
+//! Peer Cluster objects: one per other cluster in the registry, status kept current; deleted only for a cluster the operator forgot (`forgotten.<name>`, PROTOCOL §5.5).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use fleetbus_schemas::crd::{
     AuthInfo, Cluster, ClusterSpec, ClusterState, ClusterStatus, ClusterType, NamespacedName,
 };
 use fleetbus_schemas::well_known::{self, condition};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use tokio::time::Instant;
 
@@ -689,7 +689,8 @@ fn state_message(state: ClusterState, p: &Plan, peer_timeout: Duration) -> Optio
 }
 
 /// Peer objects without any record (e.g. the bucket was wiped): once the
-/// registry caught up, a Ready one becomes Disconnected. Never deleted.
+/// registry caught up, a Ready one becomes Disconnected; one the operator
+/// forgot is deleted.
 async fn orphans(
     reg: &Registry,
     writer: &StatusWriter,
@@ -709,11 +710,17 @@ async fn orphans(
         let prev = writer.current(c).unwrap_or_default();
         let is_peer = prev.type_ == Some(ClusterType::Peer);
         if !is_peer
-            || prev.state != Some(ClusterState::Ready)
             || plans
                 .binary_search_by(|p| p.name.as_str().cmp(&name))
                 .is_ok()
         {
+            continue;
+        }
+        if reg.membership().is_forgotten(&name) {
+            delete_forgotten(reg, c).await?;
+            continue;
+        }
+        if prev.state != Some(ClusterState::Ready) {
             continue;
         }
         let mut status = prev.clone();
@@ -738,6 +745,36 @@ async fn orphans(
         writer.write(reg, c, None, status).await?;
     }
     Ok(())
+}
+
+/// Deletes the Peer object of a cluster the operator forgot (`fleetbus
+/// clusters forget`: a `forgotten.<name>` key and no record of the name).
+/// Preconditioned on the object's uid: a Cluster object made anew under the
+/// name meanwhile is not ours to delete.
+async fn delete_forgotten(reg: &Registry, c: &Cluster) -> Result<(), RegistryError> {
+    let name = c.name_any();
+    let api = Api::<Cluster>::all(reg.ctx.client.clone());
+    let params = DeleteParams {
+        preconditions: c.uid().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {
+            reg.ctx.metrics.kube_write("cluster");
+            tracing::info!(peer = %name, "deleted the Peer Cluster object of a forgotten cluster");
+            Ok(())
+        }
+        // Gone already, or replaced (the uid precondition failed).
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(source) => Err(RegistryError::Kube {
+            action: "delete Cluster",
+            object: name,
+            source,
+        }),
+    }
 }
 
 #[cfg(test)]

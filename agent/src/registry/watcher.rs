@@ -13,6 +13,7 @@ use super::error::RegistryError;
 use super::membership::{beat_owner, decode, decode_beat, Applied};
 use super::record::RegistryKey;
 use super::shared::Registry;
+use fleetbus_schemas::registry::parse_forgotten_key;
 
 /// Which bucket a watch follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,7 +180,11 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
         // rival; its Cluster object stays and turns Disconnected ("no record
         // of this cluster in the registry"), to be deleted by the operator.
         tracing::info!(key = %entry.key, op = ?entry.operation, "registry entry removed");
-        if let Ok(key) = RegistryKey::parse(&entry.key) {
+        if let Some(Ok(name)) = parse_forgotten_key(&entry.key) {
+            if reg.membership().unforget(&name).changed {
+                reg.membership_changed.notify_one();
+            }
+        } else if let Ok(key) = RegistryKey::parse(&entry.key) {
             let applied = reg.membership().remove(&key);
             if applied.changed {
                 reg.membership_changed.notify_one();

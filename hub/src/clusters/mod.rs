@@ -1,8 +1,9 @@
-//! `fleetbus clusters label|ls|progress`: the fleet's clusters. `label` asks one cluster's
+//! `fleetbus clusters label|ls|progress|forget`: the fleet's clusters. `label` asks one cluster's
 //! agent to relabel its Local Cluster object (PROTOCOL §6.4); `ls` reads the registry
 //! bucket; `progress` asks agents how far their sync is (PROTOCOL §6.5).
 
 mod error;
+mod forget;
 pub(crate) mod label;
 mod ls;
 pub(crate) mod progress;
@@ -13,6 +14,7 @@ use std::process::ExitCode;
 use crate::cli::ClustersCommand;
 
 pub use error::ClustersError;
+pub use forget::{forget, mark_left};
 pub use label::{label, parse_label_args};
 pub use ls::{describe, ls};
 pub use progress::progress;
@@ -27,6 +29,7 @@ pub async fn run(cmd: ClustersCommand) -> Result<ExitCode, ClustersError> {
         ClustersCommand::Ls(args) => ls(&args, &mut out).await?,
         ClustersCommand::Describe(args) => return describe(&args, &mut out).await,
         ClustersCommand::Progress(args) => return progress(&args, tty, &mut out).await,
+        ClustersCommand::Forget(args) => return forget(&args, &mut out).await,
     }
     Ok(ExitCode::SUCCESS)
 }

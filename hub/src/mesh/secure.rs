@@ -14,7 +14,8 @@ use rcgen::{
 };
 
 use super::MeshError;
-use crate::state::MeshSecurity;
+use crate::proc;
+use crate::state::{MeshSecurity, MeshState};
 use crate::trust::{self, files};
 
 /// The CA of the mesh's NATS (PEM): what clients verify the server with.
@@ -31,7 +32,13 @@ pub const NATS_CONF: &str = "nats.conf";
 pub fn prepare(dir: &Path) -> Result<(PathBuf, MeshSecurity), MeshError> {
     // `force`: the mesh directory holds more than the fleet; existing keys
     // are never overwritten, an existing fleet is reused.
-    trust::init(dir, "fleetbus-mesh", &Prefix::default(), true)?;
+    trust::init(
+        dir,
+        "fleetbus-mesh",
+        &Prefix::default(),
+        &trust::DEFAULT_JS_LIMITS,
+        true,
+    )?;
     let tls = dir.join(TLS_DIR);
     let (cert, key) = (tls.join(SERVER_CERT), tls.join(SERVER_KEY));
     let ca = dir.join(CA_FILE);
@@ -44,8 +51,11 @@ pub fn prepare(dir: &Path) -> Result<(PathBuf, MeshSecurity), MeshError> {
     }
     let q = |p: &Path| serde_json::to_string(&p.display().to_string()).unwrap_or_default();
     // The include is resolved against this file's directory (the mesh dir).
+    // The server name is here as well as in `-n`: nats-server's config
+    // reload (how `leave` revokes) does not keep a `-n` flag and refuses a
+    // reload that would change the name.
     let conf = format!(
-        "include \"{}\"\ntls {{\n  cert_file: {}\n  key_file: {}\n  timeout: 5\n}}\n",
+        "server_name: fleetbus-mesh\ninclude \"{}\"\ntls {{\n  cert_file: {}\n  key_file: {}\n  timeout: 5\n}}\n",
         files::SERVER_CONF,
         q(&cert),
         q(&key),
@@ -70,6 +80,53 @@ pub fn cluster_creds(dir: &Path, name: &str) -> Result<PathBuf, MeshError> {
     let path = cdir.join(files::CLUSTER_CREDS);
     files::write_file(&path, joined.creds.as_bytes(), true, true)?;
     Ok(path)
+}
+
+/// The URL of the running nats-server of the mesh in `dir`, if any.
+pub fn running_url(dir: &Path) -> Option<String> {
+    let nats = MeshState::read(dir).ok()?.nats?;
+    proc::is_alive(&nats.process).then_some(nats.url)
+}
+
+/// How long `reload_nats` waits for nats-server to log the reload's outcome.
+const RELOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Has the running nats-server of the secure mesh in `dir`, if there is
+/// one, reload its configuration (SIGHUP: nats-server's `--signal reload`),
+/// which includes the fleet's [`files::SERVER_CONF`]: how `leave` and
+/// `join --rotate` revoke a user on a running mesh. `None`: no running
+/// secure mesh there; else its pid, or the server's own words on why the
+/// reload failed (read from its log: a signal has no answer).
+pub fn reload_nats(dir: &Path) -> Option<Result<u32, String>> {
+    let state = MeshState::read(dir).ok()?;
+    state.security.as_ref()?;
+    let nats = state.nats?;
+    if !proc::is_alive(&nats.process) {
+        return None;
+    }
+    let log = &nats.process.log;
+    let before = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+    proc::signal(&nats.process, "HUP");
+    let deadline = std::time::Instant::now() + RELOAD_WAIT;
+    loop {
+        let text = std::fs::read(log).unwrap_or_default();
+        let new = String::from_utf8_lossy(text.get(before as usize..).unwrap_or_default());
+        if let Some(line) = new.lines().find(|l| l.contains("Failed to reload")) {
+            return Some(Err(line.to_owned()));
+        }
+        if new.contains("Reloaded server configuration") {
+            return Some(Ok(nats.process.pid));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Some(Err(format!(
+                "nats-server (pid {}) logged no reload within {}s: see {}",
+                nats.process.pid,
+                RELOAD_WAIT.as_secs(),
+                log.display()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// A CA and a server certificate for 127.0.0.1 and localhost signed by it:

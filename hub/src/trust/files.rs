@@ -33,6 +33,14 @@ pub const CLUSTERS: &str = "clusters";
 /// A cluster's credentials, `clusters/<name>/nats.creds` (secret).
 pub const CLUSTER_CREDS: &str = "nats.creds";
 
+/// The users revoked in the fleet account, `{user public key: unix time}`
+/// (public; written by `leave` and `join --rotate`, folded into the account
+/// JWT of [`SERVER_CONF`]).
+pub const REVOCATIONS: &str = "revocations.json";
+/// Every user public key ever issued to a cluster, one a line,
+/// `clusters/<name>/issued-keys`: what `leave` revokes.
+pub const ISSUED_KEYS: &str = "issued-keys";
+
 /// Every file `fleet init` writes.
 pub const INIT_FILES: &[&str] = &[
     FLEET_JSON,

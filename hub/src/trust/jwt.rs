@@ -10,6 +10,8 @@
 //! work in progress; the encoding is a few lines over `nkeys`, and the e2e
 //! tests prove nats-server accepts it.
 
+use std::collections::BTreeMap;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -82,31 +84,67 @@ pub fn operator_jwt(
     sign(operator, &claims(&pk, &pk, name, iat, nats))
 }
 
-/// An account JWT signed by the operator. `jetstream` gives it unlimited
-/// JetStream (storage, streams, consumers: the fleet's bus); the system
-/// account must not have it. `signing_keys` may issue its users.
+/// The fleet account's JetStream limits (`-1`: unlimited), as nats-server
+/// reads them from the account JWT's `limits`. They bound the whole account:
+/// NATS has no per-user JetStream limits, so they cap what all members
+/// together may hold, and one member reaching them refuses the others' new
+/// streams or consumers too (existing ones keep working).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JsLimits {
+    /// File storage, bytes.
+    pub disk_storage: i64,
+    /// Memory storage, bytes.
+    pub mem_storage: i64,
+    /// Streams.
+    pub streams: i64,
+    /// Consumers.
+    pub consumers: i64,
+}
+
+impl JsLimits {
+    /// No limit at all (fleets from before limits).
+    pub const UNLIMITED: JsLimits = JsLimits {
+        disk_storage: -1,
+        mem_storage: -1,
+        streams: -1,
+        consumers: -1,
+    };
+}
+
+/// An account JWT signed by the operator. `jetstream` enables JetStream for
+/// it with those limits (the fleet's bus); the system account must not have
+/// it. `signing_keys` may issue its users.
+/// `revocations` maps a user's public key to a unix time: nats-server refuses
+/// that user's JWTs issued at or before it, and closes its connections when
+/// the account JWT carrying the entry is loaded.
 pub fn account_jwt(
     operator: &nkeys::KeyPair,
     account: &str,
     name: &str,
-    jetstream: bool,
+    jetstream: Option<&JsLimits>,
     signing_keys: &[String],
+    revocations: &BTreeMap<String, i64>,
     iat: DateTime<Utc>,
 ) -> Result<String, JwtError> {
     let mut limits = json!({
         "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
         "wildcards": true, "conn": -1, "leaf": -1,
     });
-    if jetstream {
-        for k in ["mem_storage", "disk_storage", "streams", "consumer"] {
-            limits[k] = json!(-1);
-        }
+    if let Some(js) = jetstream {
+        limits["disk_storage"] = json!(js.disk_storage);
+        limits["mem_storage"] = json!(js.mem_storage);
+        limits["streams"] = json!(js.streams);
+        limits["consumer"] = json!(js.consumers);
     }
-    let nats = json!({
+    let mut nats = json!({
         "type": "account", "version": 2, "limits": limits,
         "signing_keys": signing_keys,
         "default_permissions": {"pub": {}, "sub": {}},
     });
+    if !revocations.is_empty() {
+        nats["revocations"] = json!(revocations);
+    }
     sign(
         operator,
         &claims(&operator.public_key(), account, name, iat, nats),

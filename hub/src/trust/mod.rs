@@ -19,6 +19,7 @@ mod output;
 
 pub use output::{render, JoinOutput};
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use files::*;
+pub use jwt::JsLimits;
 use jwt::JwtError;
 
 /// Why `fleet init` or `join` failed. Every variant names the file or the
@@ -78,6 +80,14 @@ pub enum TrustError {
         /// What failed.
         why: String,
     },
+    /// `leave NAME` for a name this fleet never issued credentials to.
+    #[error("{name} never joined the fleet in {} (no credentials were issued to it)", dir.display())]
+    NotJoined {
+        /// The fleet directory.
+        dir: PathBuf,
+        /// The cluster.
+        name: String,
+    },
     /// An invalid cluster name.
     #[error(transparent)]
     Name(#[from] InvalidClusterName),
@@ -88,6 +98,18 @@ pub enum TrustError {
     #[error("cannot generate a key: {0}")]
     Key(String),
 }
+
+/// The fleet account's JetStream limits `fleet init` sets unless told
+/// otherwise: room for the fleet's eight streams and buckets and those of
+/// later versions (64 streams), about ten consumers per agent for a
+/// thousand clusters (10,000), 8 GiB of file storage and 1 GiB of memory
+/// (the beats bucket). `fleet init --js-max-*` changes them; `-1` lifts one.
+pub const DEFAULT_JS_LIMITS: JsLimits = JsLimits {
+    disk_storage: 8 << 30,
+    mem_storage: 1 << 30,
+    streams: 64,
+    consumers: 10_000,
+};
 
 /// `fleet.json`: the fleet's public facts, what `join` needs besides the
 /// signing key.
@@ -108,6 +130,10 @@ pub struct FleetInfo {
     pub subject_prefix: String,
     /// When `fleet init` ran.
     pub created_at: DateTime<Utc>,
+    /// The fleet account's JetStream limits, set at `fleet init` (absent from
+    /// fleets made before limits: unlimited, as they were made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jetstream_limits: Option<JsLimits>,
 }
 
 /// What `fleet init` did.
@@ -131,6 +157,7 @@ pub fn init(
     dir: &Path,
     name: &str,
     prefix: &Prefix,
+    limits: &JsLimits,
     force: bool,
 ) -> Result<InitOutcome, TrustError> {
     if dir.join(FLEET_JSON).exists() {
@@ -166,11 +193,16 @@ pub fn init(
         return Err(TrustError::NotEmpty(dir.to_owned()));
     }
     create_dir(dir)?;
-    write_new_fleet(dir, name, prefix).map(InitOutcome::Created)
+    write_new_fleet(dir, name, prefix, limits).map(InitOutcome::Created)
 }
 
 /// Generates every key and writes every file of a new fleet, `fleet.json` last.
-fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo, TrustError> {
+fn write_new_fleet(
+    dir: &Path,
+    name: &str,
+    prefix: &Prefix,
+    limits: &JsLimits,
+) -> Result<FleetInfo, TrustError> {
     let now = Utc::now();
     let operator = nkeys::KeyPair::new_operator();
     let system = nkeys::KeyPair::new_account();
@@ -184,17 +216,9 @@ fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo,
         signing_key: signing.public_key(),
         subject_prefix: prefix.as_str().to_owned(),
         created_at: now,
+        jetstream_limits: Some(*limits),
     };
     let operator_jwt = jwt::operator_jwt(&operator, name, &info.system_account, now)?;
-    let system_jwt = jwt::account_jwt(&operator, &info.system_account, "SYS", false, &[], now)?;
-    let account_jwt = jwt::account_jwt(
-        &operator,
-        &info.account,
-        name,
-        true,
-        std::slice::from_ref(&info.signing_key),
-        now,
-    )?;
     let seed = |k: &nkeys::KeyPair| {
         k.seed()
             .map(|s| s + "\n")
@@ -207,13 +231,10 @@ fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo,
     secret(ACCOUNT_SEED, &seed(&account)?)?;
     secret(SIGNING_SEED, &seed(&signing)?)?;
     public(OPERATOR_JWT, &format!("{operator_jwt}\n"))?;
-    public(
-        SERVER_CONF,
-        &server_conf(&info, &operator_jwt, &system_jwt, &account_jwt),
-    )?;
+    write_server_conf(dir, &info, &operator, &BTreeMap::new(), now, false)?;
     secret(
         ADMIN_CREDS,
-        &mint_user(&info, &signing, "admin", None, now)?,
+        &mint_user(&info, &signing, "admin", None, now)?.0,
     )?;
     let root = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)
         .map_err(|e| TrustError::Key(e.to_string()))?;
@@ -225,9 +246,45 @@ fn write_new_fleet(dir: &Path, name: &str, prefix: &Prefix) -> Result<FleetInfo,
     Ok(info)
 }
 
+/// Writes [`SERVER_CONF`]: the operator's JWT (from [`OPERATOR_JWT`]) and
+/// both accounts' JWTs signed now, the fleet account's carrying
+/// `revocations`. `replace`: over an existing include (revocation).
+fn write_server_conf(
+    dir: &Path,
+    info: &FleetInfo,
+    operator: &nkeys::KeyPair,
+    revocations: &BTreeMap<String, i64>,
+    now: DateTime<Utc>,
+    replace: bool,
+) -> Result<(), TrustError> {
+    let operator_jwt = read(&dir.join(OPERATOR_JWT))?;
+    let system_jwt = jwt::account_jwt(
+        operator,
+        &info.system_account,
+        "SYS",
+        None,
+        &[],
+        &BTreeMap::new(),
+        now,
+    )?;
+    let account_jwt = jwt::account_jwt(
+        operator,
+        &info.account,
+        &info.name,
+        Some(&info.jetstream_limits.unwrap_or(JsLimits::UNLIMITED)),
+        std::slice::from_ref(&info.signing_key),
+        revocations,
+        now,
+    )?;
+    let conf = server_conf(info, operator_jwt.trim(), &system_jwt, &account_jwt);
+    write_file(&dir.join(SERVER_CONF), conf.as_bytes(), false, replace)
+}
+
 /// The nats-server include for operator mode: the operator's JWT, the system
 /// account, and both accounts preloaded into the memory resolver (no account
-/// server to run; a new account JWT needs a config reload).
+/// server to run). nats-server documents the memory resolver's preloads as
+/// reloadable: a new account JWT (a revocation) takes effect on a config
+/// reload (`nats-server --signal reload`, SIGHUP), no restart.
 fn server_conf(
     info: &FleetInfo,
     operator_jwt: &str,
@@ -247,14 +304,15 @@ fn server_conf(
     )
 }
 
-/// A user of the fleet account issued by its signing key, as a creds file.
+/// A user of the fleet account issued by its signing key: (creds file, the
+/// user's public key).
 fn mint_user(
     info: &FleetInfo,
     signing: &nkeys::KeyPair,
     name: &str,
     permissions: Option<&fleetbus_schemas::permissions::Permissions>,
     now: DateTime<Utc>,
-) -> Result<String, TrustError> {
+) -> Result<(String, String), TrustError> {
     let user = nkeys::KeyPair::new_user();
     let user_jwt = jwt::user_jwt(
         signing,
@@ -265,7 +323,7 @@ fn mint_user(
         now,
     )?;
     let seed = user.seed().map_err(|e| TrustError::Key(e.to_string()))?;
-    Ok(jwt::creds_file(&user_jwt, &seed))
+    Ok((jwt::creds_file(&user_jwt, &seed), user.public_key()))
 }
 
 fn load_info(dir: &Path) -> Result<FleetInfo, TrustError> {
@@ -289,6 +347,9 @@ pub struct Joined {
     pub path: PathBuf,
     /// Whether they were issued now (first join or `--rotate`).
     pub issued: bool,
+    /// The cluster's earlier user keys revoked now (`--rotate`); when not
+    /// empty, [`SERVER_CONF`] was rewritten and nats-server must reload it.
+    pub revoked: Vec<String>,
 }
 
 /// `fleetbus join NAME --dir D [--rotate]`: NAME's credentials, issued once
@@ -318,19 +379,174 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
             creds,
             path,
             issued: false,
+            revoked: Vec::new(),
         });
     }
     let permissions = agent_permissions(name, &prefix)?;
-    let creds = mint_user(&info, &signing, name, Some(&permissions), Utc::now())?;
+    let now = Utc::now();
+    // Every earlier key of this cluster: a rotation is for creds that may
+    // have leaked, so they must stop working, not merely be replaced.
+    let earlier = if rotate {
+        issued_keys(dir, name)?
+    } else {
+        Vec::new()
+    };
+    let (creds, key) = mint_user(&info, &signing, name, Some(&permissions), now)?;
     create_dir(&cluster_dir)?;
+    // Recorded before the creds are written: a key that exists anywhere is
+    // one `leave` will find.
+    record_issued(dir, name, &key)?;
     write_file(&path, creds.as_bytes(), true, rotate)?;
+    let revoked = revoke(dir, &info, &earlier, now)?;
     Ok(Joined {
         info,
         name: name.to_owned(),
         creds,
         path,
         issued: true,
+        revoked,
     })
+}
+
+/// What `leave` did.
+#[derive(Debug, Clone)]
+pub struct Left {
+    /// The fleet.
+    pub info: FleetInfo,
+    /// The cluster.
+    pub name: String,
+    /// Every user key the cluster was ever issued (all revoked now).
+    pub keys: Vec<String>,
+    /// Those revoked by this call (empty: it had left already).
+    pub newly_revoked: Vec<String>,
+    /// The nats-server include that carries the revocations.
+    pub server_conf: PathBuf,
+}
+
+/// `fleetbus leave NAME --dir D`: revokes every NATS user key NAME was ever
+/// issued (in the fleet account JWT, re-signed by the operator, written into
+/// [`SERVER_CONF`]) and removes its stored creds, so that a later `join`
+/// issues new ones. Idempotent. nats-server applies it on a config reload.
+pub fn leave(dir: &Path, name: &str) -> Result<Left, TrustError> {
+    check_cluster_name(name)?;
+    let info = load_info(dir)?;
+    let keys = issued_keys(dir, name)?;
+    if keys.is_empty() {
+        return Err(TrustError::NotJoined {
+            dir: dir.to_owned(),
+            name: name.to_owned(),
+        });
+    }
+    let newly_revoked = revoke(dir, &info, &keys, Utc::now())?;
+    let creds = dir.join(CLUSTERS).join(name).join(CLUSTER_CREDS);
+    match std::fs::remove_file(&creds) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(TrustError::Io {
+                path: creds,
+                source: e,
+            })
+        }
+        _ => {}
+    }
+    Ok(Left {
+        info,
+        name: name.to_owned(),
+        keys,
+        newly_revoked,
+        server_conf: dir.join(SERVER_CONF),
+    })
+}
+
+/// Adds `keys` not yet revoked to [`REVOCATIONS`] at `now` and rewrites
+/// [`SERVER_CONF`] with them; returns the keys added (none: nothing written).
+fn revoke(
+    dir: &Path,
+    info: &FleetInfo,
+    keys: &[String],
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, TrustError> {
+    let path = dir.join(REVOCATIONS);
+    let mut revocations: BTreeMap<String, i64> = if path.exists() {
+        serde_json::from_str(&read(&path)?).map_err(|e| damaged(&path, e.to_string()))?
+    } else {
+        BTreeMap::new()
+    };
+    let added: Vec<String> = keys
+        .iter()
+        .filter(|k| !revocations.contains_key(*k))
+        .cloned()
+        .collect();
+    if added.is_empty() {
+        return Ok(added);
+    }
+    let operator_path = dir.join(OPERATOR_SEED);
+    let operator = nkeys::KeyPair::from_seed(read(&operator_path)?.trim())
+        .map_err(|_| damaged(&operator_path, "not an operator nkey seed"))?;
+    if operator.public_key() != info.operator {
+        return Err(damaged(&operator_path, "not the operator fleet.json names"));
+    }
+    // A JWT issued in the same second as the revocation is revoked too
+    // (nats-server compares `iat <= time`): only keys being revoked are
+    // listed, so a cluster's new key is never one of them.
+    for k in &added {
+        revocations.insert(k.clone(), now.timestamp());
+    }
+    let json =
+        serde_json::to_string_pretty(&revocations).map_err(|e| damaged(&path, e.to_string()))?;
+    write_file(&path, (json + "\n").as_bytes(), false, true)?;
+    write_server_conf(dir, info, &operator, &revocations, now, true)?;
+    Ok(added)
+}
+
+/// Every user key issued to `name`: [`ISSUED_KEYS`], and the key of its
+/// stored creds (fleets from before the list was kept).
+fn issued_keys(dir: &Path, name: &str) -> Result<Vec<String>, TrustError> {
+    let cluster_dir = dir.join(CLUSTERS).join(name);
+    let list = cluster_dir.join(ISSUED_KEYS);
+    let mut keys: Vec<String> = if list.exists() {
+        read(&list)?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let creds = cluster_dir.join(CLUSTER_CREDS);
+    if creds.exists() {
+        // Unparsable creds name no key (and cannot connect either).
+        // Another cluster's creds copied there are not this one's to revoke.
+        if let Ok((claims, _)) = jwt::parse_creds(&read(&creds)?) {
+            if let (Some(sub), Some(n)) = (claims["sub"].as_str(), claims["name"].as_str()) {
+                if n == name {
+                    keys.push(sub.to_owned());
+                }
+            }
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    if let Some(bad) = keys
+        .iter()
+        .find(|k| nkeys::KeyPair::from_public_key(k).is_err())
+    {
+        return Err(damaged(&list, format!("{bad:?} is not a user public key")));
+    }
+    Ok(keys)
+}
+
+/// Appends `key` to `name`'s [`ISSUED_KEYS`] (rewritten whole, atomically).
+fn record_issued(dir: &Path, name: &str, key: &str) -> Result<(), TrustError> {
+    let path = dir.join(CLUSTERS).join(name).join(ISSUED_KEYS);
+    let mut text = if path.exists() {
+        read(&path)?
+    } else {
+        String::new()
+    };
+    text.push_str(key);
+    text.push('\n');
+    write_file(&path, text.as_bytes(), false, true)
 }
 
 /// Stored creds must be this fleet's, for this cluster, and unaltered.

@@ -5,7 +5,7 @@ use super::*;
 fn new_fleet() -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("fleet");
-    match init(&dir, "test", &Prefix::default(), false).unwrap() {
+    match init(&dir, "test", &Prefix::default(), &DEFAULT_JS_LIMITS, false).unwrap() {
         InitOutcome::Created(_) => {}
         other => panic!("{other:?}"),
     }
@@ -44,7 +44,9 @@ fn init_writes_every_file_secrets_0600() {
         .unwrap();
     let claims = jwt::verify(account_jwt).unwrap();
     assert_eq!(claims["iss"], info.operator);
-    assert_eq!(claims["nats"]["limits"]["disk_storage"], -1);
+    assert_eq!(claims["nats"]["limits"]["disk_storage"], 8_i64 << 30);
+    assert_eq!(claims["nats"]["limits"]["consumer"], 10_000);
+    assert_eq!(claims["nats"]["limits"]["streams"], 64);
     assert_eq!(claims["nats"]["signing_keys"][0], info.signing_key);
     let (admin, _) = jwt::parse_creds(&read(&dir.join(ADMIN_CREDS)).unwrap()).unwrap();
     assert_eq!(admin["iss"], info.signing_key);
@@ -59,7 +61,7 @@ fn init_again_changes_nothing_and_never_overwrites_a_root() {
     let before = read(&dir.join(ROOT_KEY)).unwrap();
     let info = load_info(&dir).unwrap();
     for force in [false, true] {
-        match init(&dir, "other", &Prefix::default(), force).unwrap() {
+        match init(&dir, "other", &Prefix::default(), &DEFAULT_JS_LIMITS, force).unwrap() {
             InitOutcome::AlreadyInitialised(i) => assert_eq!(i, info),
             other => panic!("{other:?}"),
         }
@@ -67,7 +69,7 @@ fn init_again_changes_nothing_and_never_overwrites_a_root() {
     assert_eq!(read(&dir.join(ROOT_KEY)).unwrap(), before);
     // A fleet that lost fleet.json is partial: refused even with --force.
     std::fs::remove_file(dir.join(FLEET_JSON)).unwrap();
-    let err = init(&dir, "test", &Prefix::default(), true).unwrap_err();
+    let err = init(&dir, "test", &Prefix::default(), &DEFAULT_JS_LIMITS, true).unwrap_err();
     assert!(matches!(err, TrustError::PartialFleet { .. }), "{err}");
     assert!(err.to_string().contains("root.key"), "{err}");
     assert_eq!(read(&dir.join(ROOT_KEY)).unwrap(), before);
@@ -77,12 +79,26 @@ fn init_again_changes_nothing_and_never_overwrites_a_root() {
 fn init_refuses_a_non_empty_directory_without_force() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("notes.txt"), "mine").unwrap();
-    let err = init(tmp.path(), "test", &Prefix::default(), false).unwrap_err();
+    let err = init(
+        tmp.path(),
+        "test",
+        &Prefix::default(),
+        &DEFAULT_JS_LIMITS,
+        false,
+    )
+    .unwrap_err();
     assert!(matches!(err, TrustError::NotEmpty(_)), "{err}");
     assert!(err.to_string().contains("--force"), "{err}");
     assert!(!tmp.path().join(FLEET_JSON).exists());
     assert!(matches!(
-        init(tmp.path(), "test", &Prefix::default(), true).unwrap(),
+        init(
+            tmp.path(),
+            "test",
+            &Prefix::default(),
+            &DEFAULT_JS_LIMITS,
+            true
+        )
+        .unwrap(),
         InitOutcome::Created(_)
     ));
     assert_eq!(read(&tmp.path().join("notes.txt")).unwrap(), "mine");
@@ -214,4 +230,104 @@ fn values_and_manifest_name_the_charts_secrets() {
     assert!(!values.contains("tls"), "{values}");
     let manifest = render(&joined, JoinOutput::Manifest, "ns1", None, None);
     assert_eq!(manifest.matches("kind: Secret").count(), 1, "{manifest}");
+}
+
+/// The fleet account's revocations as the include's account JWT carries them.
+fn revocations_in_conf(dir: &Path) -> serde_json::Value {
+    let info = load_info(dir).unwrap();
+    let conf = read(&dir.join(SERVER_CONF)).unwrap();
+    let account_jwt = conf
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{}: ", info.account)))
+        .unwrap();
+    let claims = jwt::verify(account_jwt).unwrap();
+    assert_eq!(claims["iss"], info.operator, "re-signed by the operator");
+    assert_eq!(claims["nats"]["signing_keys"][0], info.signing_key);
+    assert_eq!(
+        claims["nats"]["limits"]["consumer"], DEFAULT_JS_LIMITS.consumers,
+        "the limits survive a re-signing"
+    );
+    claims["nats"]["revocations"].clone()
+}
+
+fn user_key(creds: &str) -> String {
+    let (claims, _) = jwt::parse_creds(creds).unwrap();
+    claims["sub"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn rotate_revokes_the_earlier_key_and_leave_revokes_every_key_ever_issued() {
+    let (_tmp, dir) = new_fleet();
+    let c2 = join(&dir, "c2", false).unwrap();
+    assert!(c2.revoked.is_empty());
+    assert!(revocations_in_conf(&dir).is_null(), "nothing revoked yet");
+    let first = join(&dir, "c1", false).unwrap();
+    let rotated = join(&dir, "c1", true).unwrap();
+    let (k1, k2) = (user_key(&first.creds), user_key(&rotated.creds));
+    assert_eq!(rotated.revoked, vec![k1.clone()]);
+    let revs = revocations_in_conf(&dir);
+    assert!(revs[&k1].as_i64().unwrap() >= user_iat(&first.creds));
+    assert!(revs.get(&k2).is_none(), "the new key works");
+
+    let left = leave(&dir, "c1").unwrap();
+    let mut want = vec![k1.clone(), k2.clone()];
+    want.sort();
+    assert_eq!(left.keys, want);
+    assert_eq!(left.newly_revoked, vec![k2.clone()]);
+    let revs = revocations_in_conf(&dir);
+    assert!(revs[&k2].as_i64().unwrap() >= user_iat(&rotated.creds));
+    assert!(revs.get(user_key(&c2.creds)).is_none(), "c2 untouched");
+    assert!(!rotated.path.exists(), "the revoked creds are removed");
+    // Leaving again: nothing new, include unchanged.
+    let conf = read(&dir.join(SERVER_CONF)).unwrap();
+    let again = leave(&dir, "c1").unwrap();
+    assert!(again.newly_revoked.is_empty());
+    assert_eq!(read(&dir.join(SERVER_CONF)).unwrap(), conf);
+    // Joining again issues a new key, not revoked.
+    let back = join(&dir, "c1", false).unwrap();
+    assert!(back.issued);
+    assert!(revocations_in_conf(&dir)
+        .get(user_key(&back.creds))
+        .is_none());
+}
+
+fn user_iat(creds: &str) -> i64 {
+    let (claims, _) = jwt::parse_creds(creds).unwrap();
+    claims["iat"].as_i64().unwrap()
+}
+
+#[test]
+fn leave_refuses_bad_names_strangers_and_never_revokes_another_clusters_key() {
+    let (tmp, dir) = new_fleet();
+    for bad in ["*", ">", "c1.>", "", "C1", "-x", "../c1"] {
+        let err = leave(&dir, bad).unwrap_err();
+        assert!(matches!(err, TrustError::Name(_)), "{bad:?}: {err}");
+    }
+    let err = leave(&dir, "c9").unwrap_err();
+    assert!(matches!(err, TrustError::NotJoined { .. }), "{err}");
+    assert!(err.to_string().contains("never joined"), "{err}");
+    let err = leave(&tmp.path().join("absent"), "c1").unwrap_err();
+    assert!(matches!(err, TrustError::NoFleet(_)), "{err}");
+    assert!(!dir.join(REVOCATIONS).exists());
+
+    // c2's creds copied over c1's: leave c1 revokes c1's key only.
+    let c1 = join(&dir, "c1", false).unwrap();
+    let c2 = join(&dir, "c2", false).unwrap();
+    std::fs::write(&c1.path, &c2.creds).unwrap();
+    let left = leave(&dir, "c1").unwrap();
+    assert_eq!(left.keys, vec![user_key(&c1.creds)]);
+    assert!(revocations_in_conf(&dir).get(user_key(&c2.creds)).is_none());
+
+    // A damaged issued-keys list is an error naming the file, not a panic.
+    std::fs::write(dir.join("clusters/c2").join(ISSUED_KEYS), "garbage\n").unwrap();
+    let err = leave(&dir, "c2").unwrap_err();
+    assert!(err.to_string().contains(ISSUED_KEYS), "{err}");
+    // An operator key that is not fleet.json's: refused, nothing written.
+    std::fs::write(dir.join("clusters/c2").join(ISSUED_KEYS), "").unwrap();
+    let conf = read(&dir.join(SERVER_CONF)).unwrap();
+    let other = nkeys::KeyPair::new_operator().seed().unwrap();
+    std::fs::write(dir.join(OPERATOR_SEED), other).unwrap();
+    let err = leave(&dir, "c2").unwrap_err();
+    assert!(err.to_string().contains("not the operator"), "{err}");
+    assert_eq!(read(&dir.join(SERVER_CONF)).unwrap(), conf);
 }

@@ -6,6 +6,7 @@
 //! and the server expires the beat key (its TTL).
 
 mod beat;
+mod forgotten;
 mod key;
 pub mod members;
 mod record;
@@ -15,6 +16,10 @@ mod validate;
 pub use beat::{
     beat_interval, beat_ttl, beats_bucket, BeatRecord, ALL_BEAT_KEYS, BEATS_BUCKET_SUFFIX,
     BEAT_MARKER_TTL, BEAT_RECORD_SCHEMA, TARGET_BEATS_PER_SECOND,
+};
+pub use forgotten::{
+    forgotten_key, parse_forgotten_key, ForgottenRecord, FORGOTTEN_KEY_KIND,
+    FORGOTTEN_RECORD_SCHEMA,
 };
 pub use key::{
     cluster_keys_for_name, registry_bucket, RegistryKey, RegistryKeyError, ALL_CLUSTER_KEYS,

@@ -154,6 +154,24 @@ async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
         .await
         .unwrap();
     leaf.wait_leaf_connected().await.unwrap();
+    // Server links are mutual TLS (hub.conf, leaf.conf): routes and the
+    // leaf port require and verify client certificates, and the site's link
+    // is up, so it presented one.
+    let varz: serde_json::Value =
+        serde_json::from_str(&hub.nodes[0].monitor("/varz").unwrap()).unwrap();
+    for link in ["cluster", "leaf"] {
+        assert_eq!(varz[link]["tls_required"], true, "{link}: {}", varz[link]);
+        assert_eq!(varz[link]["tls_verify"], true, "{link}: {}", varz[link]);
+    }
+    // A plain-text leaf node is not let in.
+    let plain = tokio::net::TcpStream::connect(("127.0.0.1", hub.leaf_ports[1]))
+        .await
+        .unwrap();
+    let mut first = [0u8; 512];
+    plain.readable().await.unwrap();
+    let n = plain.try_read(&mut first).unwrap_or(0);
+    let info = String::from_utf8_lossy(&first[..n]);
+    assert!(info.contains("\"tls_required\":true"), "{info}");
 
     // Two clusters at the site (through the leaf), one at the hub. Each side
     // has its own registry bucket and streams (its own JetStream domain).
@@ -338,6 +356,8 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let sink = errors.clone();
     let client = async_nats::ConnectOptions::with_user_and_password("c1".into(), "pw-c1".into())
+        // The only inbox c1's user may subscribe to (PROTOCOL §2.6).
+        .custom_inbox_prefix("_INBOX_c1")
         .event_callback(move |event| {
             let sink = sink.clone();
             async move { sink.lock().unwrap().push(event.to_string()) }

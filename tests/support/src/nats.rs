@@ -120,6 +120,22 @@ impl NatsServer {
             .signal("CONT")
     }
 
+    /// Replaces the configuration file (`-c`) with `config` and has the
+    /// server reload it (SIGHUP: `nats-server --signal reload`), as an
+    /// operator does after `fleetbus leave`. Only for servers started
+    /// with a configuration.
+    pub fn reload(&self, config: &str) -> anyhow::Result<()> {
+        let path = self
+            .config
+            .as_ref()
+            .context("nats-server was started without a configuration")?;
+        std::fs::write(path, config).with_context(|| format!("write {}", path.display()))?;
+        self.proc
+            .as_ref()
+            .context("nats-server not running")?
+            .signal("HUP")
+    }
+
     /// SIGKILL and reap; the store dir is kept for [`NatsServer::restart`].
     pub fn kill(&mut self) {
         if let Some(mut p) = self.proc.take() {

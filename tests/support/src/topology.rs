@@ -21,6 +21,53 @@ use crate::wait::try_wait_for;
 /// How long a node may take to report healthy, or a stream update to be accepted.
 const SETTLE: Duration = Duration::from_secs(60);
 
+const LINK_CA: &str = "ca.pem";
+const LINK_CERT: &str = "node.pem";
+const LINK_KEY: &str = "node.key";
+
+/// The server-link TLS material every node of this process uses (routes and
+/// leaf node links are mutual TLS in `hub.conf`/`leaf.conf`): a CA and one
+/// certificate for 127.0.0.1/localhost, for server and client auth, made on
+/// first use in a directory kept until the process exits.
+pub fn link_tls() -> anyhow::Result<&'static Path> {
+    static DIR: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| make_link_tls().map_err(|e| format!("{e:#}")))
+        .as_deref()
+        .map_err(|e| anyhow::anyhow!("server-link TLS: {e}"))
+}
+
+fn make_link_tls() -> anyhow::Result<PathBuf> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("fleetbus-link-tls-")
+        .tempdir()?
+        .keep();
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name
+        .push(DnType::CommonName, "fleetbus test link CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let mut node = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    node.distinguished_name
+        .push(DnType::CommonName, "fleetbus test nats node");
+    node.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let key = KeyPair::generate()?;
+    let cert = node.signed_by(&key, &issuer)?;
+    std::fs::write(dir.join(LINK_CA), ca_cert.pem())?;
+    std::fs::write(dir.join(LINK_CERT), cert.pem())?;
+    std::fs::write(dir.join(LINK_KEY), key.serialize_pem())?;
+    Ok(dir)
+}
+
 /// `deploy/nats/<name>`.
 pub fn deploy_conf(name: &str) -> PathBuf {
     repo_root().join("deploy/nats").join(name)
@@ -52,6 +99,15 @@ impl NatsNode {
         vars.push(("NATS_CLIENT_PORT".into(), client_port.to_string()));
         vars.push(("NATS_HTTP_PORT".into(), http_port.to_string()));
         vars.push(("NATS_STORE_DIR".into(), store.path().display().to_string()));
+        let tls = link_tls()?;
+        for (k, f) in [
+            ("NATS_TLS_CA", LINK_CA),
+            ("NATS_TLS_CERT", LINK_CERT),
+            ("NATS_TLS_KEY", LINK_KEY),
+        ] {
+            // Quoted: nats-server parses a variable's value as configuration.
+            vars.push((k.into(), format!("{:?}", tls.join(f).display().to_string())));
+        }
         let config = config
             .to_str()
             .with_context(|| format!("config path {} is not UTF-8", config.display()))?;
