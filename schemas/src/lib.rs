@@ -15,6 +15,7 @@
 //!   minimum server version.
 //! - [`well_known`]: annotation, label, condition and Secret-type names.
 //! - [`permissions`]: the NATS publish/subscribe allow lists of one cluster's agent.
+//! - [`seal`]: payloads sealed to the clusters that may read them (HPKE).
 //!
 //! docs/PROTOCOL.md specifies the same protocol for readers who do not use Rust.
 
@@ -33,6 +34,7 @@ pub mod progress;
 pub mod registry;
 pub mod reported;
 pub mod rule_status;
+pub mod seal;
 pub mod subject;
 pub mod time;
 pub mod well_known;
