@@ -93,6 +93,11 @@ pub struct ResourceSyncRuleSpec {
     /// instead of the Bundle itself. Only for the kind `fleetbus.io/v1alpha1 Bundle`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub unwrap: bool,
+    /// Seal the objects this rule selects to the clusters it places them on, as Secrets
+    /// always are (PROTOCOL §4.8): only those clusters and the origin can read them on the
+    /// bus. Takes effect on origins that hold a sealing key.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub seal: bool,
 }
 
 fn is_false(b: &bool) -> bool {
