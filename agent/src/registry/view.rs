@@ -51,6 +51,9 @@ pub struct PeerView {
     pub name_conflict: bool,
     /// The record as JSON, for `{{ .Cluster… }}` templates.
     pub record: serde_json::Value,
+    /// The peer's sealing key, from its certificate (PROTOCOL §4.8): what is
+    /// sealed to it. None: it has none (insecure mode), and gets nothing sealed.
+    pub sealing_key: Option<fleetbus_schemas::seal::SealingPublicKey>,
 }
 
 impl PeerView {
@@ -146,6 +149,7 @@ impl FleetView {
             disabled,
             name_conflict,
             record: template_record(record),
+            sealing_key: None,
         }
     }
 }

@@ -166,7 +166,7 @@ impl EncryptionHeader {
 
     /// The header with its names only: what an opened envelope keeps (the origin
     /// compares recipients; nothing needs the key material once opened).
-    fn names_only(&self) -> Self {
+    pub fn names_only(&self) -> Self {
         Self {
             nonce: String::new(),
             recipients: self

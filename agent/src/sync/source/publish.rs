@@ -6,7 +6,7 @@
 //! too). So a restart publishes exactly what changed while the agent was
 //! down, deletes included, and an unchanged object is never republished.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_nats::HeaderMap;
 use fleetbus_schemas::crd::SyncRule;
@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::published::{self, HashMemo};
+use super::sealing::{self, SealView};
 use crate::registry::view::LocalView;
 use crate::sync::engine::{Engine, KindState};
 use crate::sync::model::meta::{describe_key, has_annotation, is_original};
@@ -41,6 +42,8 @@ pub enum PublishError {
 pub enum Publish {
     /// The object's current state.
     Snapshot(Value),
+    /// The object's current state, sealed to these clusters (PROTOCOL §4.8).
+    Sealed(Value, BTreeSet<String>),
     /// The object is gone or no longer published.
     Tombstone {
         /// The object's uid on this cluster.
@@ -88,6 +91,7 @@ fn effective<'a>(local: &LocalView, rules: &[&'a CompiledRule]) -> Vec<&'a Compi
 /// object there (None: there is none), `current` our live envelope on the bus.
 fn plan_object(
     rules: &[&CompiledRule],
+    seal: Option<&SealView<'_>>,
     key: &ObjectKey,
     obj: Option<&Value>,
     current: Option<&Envelope>,
@@ -130,14 +134,26 @@ fn plan_object(
         out.push((key.clone(), Publish::Withheld { why, rules }));
         return;
     }
+    let placing: Vec<&CompiledRule> = matched.iter().map(|(r, _)| *r).collect();
+    let seal_to = seal
+        .filter(|_| sealing::must_seal(obj, &placing))
+        .map(|view| sealing::recipients(view, &placing));
     let entries: Vec<Vec<&SyncRule>> = matched.into_iter().map(|(_, e)| e).collect();
     let with_status = published::keeps_status(rules, &entries);
     let (hash, built) = memo.hash(key, obj, with_status);
     let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
-    let same = current.is_some_and(|e| Some(e.uid.as_str()) == uid && e.content_hash == hash);
+    // A sealed envelope was opened on receipt: its hash is its object's. The
+    // recipients are compared too: a new set is a new sealing.
+    let same = current.is_some_and(|e| {
+        Some(e.uid.as_str()) == uid && e.content_hash == hash && sealing::sealed_to(e) == seal_to
+    });
     if !same {
         let obj = built.unwrap_or_else(|| published::published_object(obj, with_status));
-        out.push((key.clone(), Publish::Snapshot(obj)));
+        let publish = match seal_to {
+            Some(to) => Publish::Sealed(obj, to),
+            None => Publish::Snapshot(obj),
+        };
+        out.push((key.clone(), publish));
     }
 }
 
@@ -146,6 +162,7 @@ fn plan_object(
 /// for `memo`, which spares hashing a version hashed before.
 pub fn plan(
     local: &LocalView,
+    seal: Option<&SealView<'_>>,
     rules: &[&CompiledRule],
     kind: &KindState,
     memo: &mut HashMemo,
@@ -162,13 +179,13 @@ pub fn plan(
             continue;
         };
         let current = kind.snapshots.meta(&key).filter(|e| !e.tombstone);
-        plan_object(&rules, &key, Some(obj), current, memo, &mut out);
+        plan_object(&rules, seal, &key, Some(obj), current, memo, &mut out);
         seen.insert(key);
     }
     memo.retain(|k| seen.contains(k));
     for (key, e) in kind.snapshots.iter_meta() {
         if key.origin == local.name && !e.tombstone && !seen.contains(key) {
-            plan_object(&rules, key, None, Some(e), memo, &mut out);
+            plan_object(&rules, seal, key, None, Some(e), memo, &mut out);
         }
     }
     out
@@ -178,6 +195,7 @@ pub fn plan(
 /// plan): gives what `plan` gives for them.
 pub fn plan_keys(
     local: &LocalView,
+    seal: Option<&SealView<'_>>,
     rules: &[&CompiledRule],
     kind: &KindState,
     memo: &mut HashMemo,
@@ -196,7 +214,7 @@ pub fn plan_keys(
         if obj.as_ref().is_none_or(|o| !is_original(o)) {
             memo.forget(key);
         }
-        plan_object(&rules, key, obj.as_ref(), current, memo, &mut out);
+        plan_object(&rules, seal, key, obj.as_ref(), current, memo, &mut out);
     }
     out
 }
@@ -250,15 +268,19 @@ impl Engine {
                 continue;
             };
             let memo = self.source.hashes.entry(gvk.clone()).or_default();
+            let seal = self.ctx.sealing.as_ref().map(|_| SealView {
+                local: &self.fleet.local.name,
+                peers: &self.fleet.peers,
+            });
             let planned = if full {
-                plan(&self.fleet.local, &rules, kind, memo)
+                plan(&self.fleet.local, seal.as_ref(), &rules, kind, memo)
             } else {
-                plan_keys(&self.fleet.local, &rules, kind, memo, &dirty)
+                plan_keys(&self.fleet.local, seal.as_ref(), &rules, kind, memo, &dirty)
             };
             let matching_rules: BTreeMap<ObjectKey, Vec<String>> = planned
                 .iter()
                 .filter_map(|(k, p)| match p {
-                    Publish::Snapshot(obj) => Some((
+                    Publish::Snapshot(obj) | Publish::Sealed(obj, _) => Some((
                         k.clone(),
                         rules
                             .iter()
@@ -370,9 +392,15 @@ impl Engine {
         let now = chrono::Utc::now();
         let origin = &self.fleet.local.name;
         let id = Some(self.ctx.cluster_id.as_str());
+        let mut sealed_to = None;
         let env = match what {
             Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
                 .map_err(|e| PublishError::Object(e.to_string()))?,
+            Publish::Sealed(obj, to) => {
+                sealed_to = Some(to);
+                Envelope::snapshot(origin, id, obj, now)
+                    .map_err(|e| PublishError::Object(e.to_string()))?
+            }
             Publish::Tombstone {
                 uid,
                 resource_version,
@@ -390,7 +418,13 @@ impl Engine {
                 "the object's subject is longer than NATS allows".to_owned(),
             ));
         }
-        let bytes = env
+        let wire = match &sealed_to {
+            Some(to) => Some(self.seal(&env, to)?),
+            None => None,
+        };
+        let bytes = wire
+            .as_ref()
+            .unwrap_or(&env)
             .encode()
             .map_err(|e| PublishError::Object(e.to_string()))?;
         let max = self.max_payload();
@@ -404,7 +438,17 @@ impl Engine {
             .get(gvk)
             .and_then(|k| k.snapshots.meta(key))
             .is_some_and(|e| e.tombstone);
-        let overwritten = self.source.overwritten.contains(key);
+        // Sealed again to another set, the same version: its plain id was
+        // used by the first sealing within the duplicate window.
+        let resealed = wire.is_some()
+            && self
+                .kinds
+                .get(gvk)
+                .and_then(|k| k.snapshots.meta(key))
+                .is_some_and(|e| {
+                    !e.tombstone && e.uid == env.uid && e.resource_version == env.resource_version
+                });
+        let overwritten = resealed || self.source.overwritten.contains(key);
         let id = msg_id(&env, after_tombstone, overwritten);
         headers.insert("Nats-Msg-Id", id.as_str());
         let ack = self
@@ -434,8 +478,13 @@ impl Engine {
             .cloned()
             .map(Box::new);
         let (gvk, key) = (gvk.clone(), key.clone());
-        // What was sent, without the object (only uid, version and hash count).
+        // What was sent, without the object (only uid, version and hash count;
+        // for a sealed one, the recipients too, as reading it back gives them).
         let mut env = env;
+        env.encryption = wire
+            .as_ref()
+            .and_then(|w| w.encryption.as_ref())
+            .map(|h| h.names_only());
         let object = env.object.take();
         let sent = Box::new(env.clone());
         env.object = object;
@@ -454,6 +503,19 @@ impl Engine {
             }
         });
         Ok(env)
+    }
+
+    /// `env` sealed to the clusters `to` (those of them with a key now).
+    fn seal(&self, env: &Envelope, to: &BTreeSet<String>) -> Result<Envelope, PublishError> {
+        let Some(own) = &self.ctx.sealing else {
+            // `plan` asks for sealing only when we hold a key.
+            return Err(PublishError::Object(
+                "this cluster has no sealing key".to_owned(),
+            ));
+        };
+        let keys = sealing::keys(to, &self.fleet.local.name, &own.public, &self.fleet.peers);
+        env.seal(&keys, &mut rand::rng())
+            .map_err(|e| PublishError::Object(e.to_string()))
     }
 
     /// The server's `max_payload` (1 MiB by default).
@@ -572,7 +634,7 @@ mod tests {
     }
 
     fn run(rule: &CompiledRule, kind: &KindState) -> Vec<(ObjectKey, Publish)> {
-        plan(&local(), &[rule], kind, &mut HashMemo::default())
+        plan(&local(), None, &[rule], kind, &mut HashMemo::default())
     }
 
     fn tombstone(uid: &str, rv: &str, reason: TombstoneReason) -> Publish {
@@ -863,6 +925,7 @@ mod tests {
         assert_eq!(
             plan(
                 &local(),
+                None,
                 &[],
                 &kind(&[&s], vec![published(SELF, &s)]),
                 &mut HashMemo::default()
@@ -933,7 +996,7 @@ mod tests {
             ],
         );
         let r = rule(json!({}));
-        let full = plan(&local(), &[&r], &k, &mut HashMemo::default());
+        let full = plan(&local(), None, &[&r], &k, &mut HashMemo::default());
         assert_eq!(full.len(), 9, "{full:?}");
         let keys: Vec<ObjectKey> = [
             &unchanged, &changed, &new, &deleted, &unmatched, &disabled, &replaced, &token, &leaked,
@@ -943,14 +1006,14 @@ mod tests {
         .collect();
         for key in &keys {
             let one: std::collections::BTreeSet<ObjectKey> = [key.clone()].into();
-            let partial = plan_keys(&local(), &[&r], &k, &mut HashMemo::default(), &one);
+            let partial = plan_keys(&local(), None, &[&r], &k, &mut HashMemo::default(), &one);
             let expected: Vec<_> = full.iter().filter(|(k, _)| k == key).cloned().collect();
             assert_eq!(partial, expected, "{}", describe_key(key));
         }
         // All at once, too; and a peer's key is never ours to plan.
         let mut all: std::collections::BTreeSet<ObjectKey> = keys.into_iter().collect();
         all.insert(key_of("c2", &new));
-        let mut partial = plan_keys(&local(), &[&r], &k, &mut HashMemo::default(), &all);
+        let mut partial = plan_keys(&local(), None, &[&r], &k, &mut HashMemo::default(), &all);
         let mut full = full;
         partial.sort_by(|a, b| a.0.cmp(&b.0));
         full.sort_by(|a, b| a.0.cmp(&b.0));
@@ -993,11 +1056,14 @@ mod tests {
         let k = kind(&[&s], vec![published_without_status(SELF, &s)]);
         let mut memo = HashMemo::default();
         // The memo holds the version hashed without status...
-        assert_eq!(plan(&local(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        assert_eq!(
+            plan(&local(), None, &[&rule(json!({}))], &k, &mut memo),
+            vec![]
+        );
         // ...which does not stand for the version with status.
         let syncs = rule(json!({"rules": [{"mutations": {"syncStatus": true}}]}));
         assert_eq!(
-            plan(&local(), &[&syncs], &k, &mut memo),
+            plan(&local(), None, &[&syncs], &k, &mut memo),
             vec![(key_of(SELF, &s), Publish::Snapshot(s.clone()))]
         );
     }
@@ -1007,14 +1073,26 @@ mod tests {
         let s = secret("a", "u1", "5", "v1");
         let k = kind(&[&s], vec![published(SELF, &s)]);
         let mut memo = HashMemo::default();
-        assert_eq!(plan(&local(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        assert_eq!(
+            plan(&local(), None, &[&rule(json!({}))], &k, &mut memo),
+            vec![]
+        );
         // The same uid and resourceVersion with other content (which the API
         // server never gives) shows the memo answered, not a new hash.
         let odd = secret("a", "u1", "5", "other");
         let k = kind(&[&odd], vec![published(SELF, &s)]);
-        assert_eq!(plan(&local(), &[&rule(json!({}))], &k, &mut memo), vec![]);
+        assert_eq!(
+            plan(&local(), None, &[&rule(json!({}))], &k, &mut memo),
+            vec![]
+        );
         // A deleted object is forgotten.
-        plan(&local(), &[&rule(json!({}))], &kind(&[], vec![]), &mut memo);
+        plan(
+            &local(),
+            None,
+            &[&rule(json!({}))],
+            &kind(&[], vec![]),
+            &mut memo,
+        );
         assert!(memo.is_empty());
     }
 
@@ -1086,5 +1164,107 @@ mod tests {
         assert_eq!(describe_key(&key_of(SELF, &s)), "Secret apps/a");
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}});
         assert_eq!(describe_key(&key_of(SELF, &ns)), "Namespace apps");
+    }
+
+    /// The members for sealing: c2 (env=prod) and c3 (env=dev), both with keys.
+    fn sealing_peers(c3_env: &str) -> BTreeMap<String, crate::registry::view::PeerView> {
+        let peer = |name: &str, env: &str| crate::registry::view::PeerView {
+            name: name.into(),
+            labels: [("env".to_owned(), env.to_owned())].into(),
+            features: vec![],
+            left: false,
+            disabled: false,
+            name_conflict: false,
+            record: Value::Null,
+            sealing_key: Some(
+                fleetbus_schemas::seal::SealingSecretKey::generate(&mut rand::rng()).public_key(),
+            ),
+        };
+        [("c2", "prod"), ("c3", c3_env)]
+            .into_iter()
+            .map(|(n, e)| (n.to_owned(), peer(n, e)))
+            .collect()
+    }
+
+    /// What we published for `obj` sealed to `to`, as reading it back gives it.
+    fn sealed_on_bus(obj: &Value, to: &[&str]) -> (ObjectKey, Envelope) {
+        let (key, env) = published(SELF, obj);
+        let header = fleetbus_schemas::envelope::EncryptionHeader {
+            algorithm: fleetbus_schemas::seal::SEAL_ALGORITHM.to_owned(),
+            recipients: to
+                .iter()
+                .map(|c| fleetbus_schemas::envelope::RecipientKey {
+                    cluster: (*c).to_owned(),
+                    enc: String::new(),
+                    key: String::new(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let env = Envelope {
+            object: None,
+            encryption: Some(header),
+            ..env
+        };
+        (key, env)
+    }
+
+    #[test]
+    fn a_secret_is_sealed_to_the_members_its_rules_place_it_on_and_again_when_they_change() {
+        let s = secret("a", "u1", "5", "v1");
+        let prod = rule(json!({"clusterSelector": {"matchLabels": {"env": "prod"}}}));
+        let peers = sealing_peers("dev");
+        let view = SealView {
+            local: SELF,
+            peers: &peers,
+        };
+        let set = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| (*n).to_owned())
+                .collect::<BTreeSet<_>>()
+        };
+        let plan_with = |k: &KindState, v: Option<&SealView<'_>>| {
+            plan(&local(), v, &[&prod], k, &mut HashMemo::default())
+        };
+        // Nothing on the bus: sealed to c2 (placed, has a key) and ourselves.
+        let first = plan_with(&kind(&[&s], vec![]), Some(&view));
+        assert_eq!(
+            first,
+            vec![(
+                key_of(SELF, &s),
+                Publish::Sealed(s.clone(), set(&["c1", "c2"]))
+            )]
+        );
+        // Without a sealing key of our own: in clear, as before.
+        let clear = plan_with(&kind(&[&s], vec![]), None);
+        assert_eq!(
+            clear,
+            vec![(key_of(SELF, &s), Publish::Snapshot(s.clone()))]
+        );
+        // Sealed to that set already: nothing to do.
+        let on_bus = sealed_on_bus(&s, &["c1", "c2"]);
+        assert_eq!(
+            plan_with(&kind(&[&s], vec![on_bus.clone()]), Some(&view)),
+            vec![]
+        );
+        // A clear envelope of the same version is sealed now.
+        assert_eq!(
+            plan_with(&kind(&[&s], vec![published(SELF, &s)]), Some(&view)).len(),
+            1
+        );
+        // c3 relabelled into the selector: sealed again, to it as well.
+        let peers = sealing_peers("prod");
+        let view = SealView {
+            local: SELF,
+            peers: &peers,
+        };
+        assert_eq!(
+            plan_with(&kind(&[&s], vec![on_bus]), Some(&view)),
+            vec![(
+                key_of(SELF, &s),
+                Publish::Sealed(s.clone(), set(&["c1", "c2", "c3"]))
+            )]
+        );
     }
 }
