@@ -84,6 +84,13 @@ impl SealingPublicKey {
         out.copy_from_slice(&self.0.to_bytes());
         out
     }
+
+    /// A short name of the key: the first 8 bytes of its SHA-256, hex. Tells an
+    /// origin that a recipient's key changed (a rotation) without opening anything.
+    pub fn key_id(&self) -> String {
+        use sha2::Digest as _;
+        hex::encode(&sha2::Sha256::digest(self.to_bytes())[..8])
+    }
 }
 
 impl SealingSecretKey {
@@ -159,6 +166,8 @@ impl SealContext<'_> {
 pub struct SealedKey {
     /// The recipient cluster's name.
     pub cluster: String,
+    /// [`SealingPublicKey::key_id`] of the key it was sealed to.
+    pub key_id: String,
     /// The HPKE encapsulated key (32 bytes).
     pub enc: Vec<u8>,
     /// The data key sealed with HPKE (32 bytes and a 16-byte tag).
@@ -269,6 +278,7 @@ pub fn seal(
         })?;
         keys.push(SealedKey {
             cluster: cluster.to_owned(),
+            key_id: pk.key_id(),
             enc: enc.to_bytes().to_vec(),
             key,
         });
@@ -506,6 +516,7 @@ mod tests {
                 nonce,
                 recipients: vec![SealedKey {
                     cluster: "c1".into(),
+                    key_id: String::new(),
                     enc,
                     key,
                 }],

@@ -31,6 +31,10 @@ const PURPOSE: &str = "object";
 pub struct RecipientKey {
     /// The recipient cluster.
     pub cluster: String,
+    /// Which of its keys: the first 8 bytes of the SHA-256 of its public sealing key,
+    /// hex (an origin seals again when a recipient's key changes).
+    #[serde(default)]
+    pub key_id: String,
     /// The HPKE encapsulated key, base64 (standard, padded); empty once opened.
     #[serde(default)]
     pub enc: String,
@@ -130,6 +134,7 @@ impl EncryptionHeader {
         for r in &self.recipients {
             recipients.push(SealedKey {
                 cluster: r.cluster.clone(),
+                key_id: r.key_id.clone(),
                 enc: b64(&r.enc)?,
                 key: b64(&r.key)?,
             });
@@ -156,6 +161,7 @@ impl EncryptionHeader {
                 .iter()
                 .map(|r| RecipientKey {
                     cluster: r.cluster.clone(),
+                    key_id: r.key_id.clone(),
                     enc: STANDARD.encode(&r.enc),
                     key: STANDARD.encode(&r.key),
                 })
@@ -174,6 +180,7 @@ impl EncryptionHeader {
                 .iter()
                 .map(|r| RecipientKey {
                     cluster: r.cluster.clone(),
+                    key_id: r.key_id.clone(),
                     enc: String::new(),
                     key: String::new(),
                 })

@@ -406,7 +406,10 @@ mod tests {
         ];
         redact_sealed_values(&mut ch);
         let text = serde_json::to_string(&ch).unwrap();
-        assert!(!text.contains("hunter2") && !text.contains("\"pw\""), "{text}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("\"pw\""),
+            "{text}"
+        );
         assert_eq!(ch[1].live, Value::Null, "absence is not a secret");
         assert_eq!(ch[2].live, json!("y"), "metadata stays readable");
     }

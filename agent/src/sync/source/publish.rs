@@ -6,7 +6,7 @@
 //! too). So a restart publishes exactly what changed while the agent was
 //! down, deletes included, and an unchanged object is never republished.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use async_nats::HeaderMap;
 use fleetbus_schemas::crd::SyncRule;
@@ -43,7 +43,7 @@ pub enum Publish {
     /// The object's current state.
     Snapshot(Value),
     /// The object's current state, sealed to these clusters (PROTOCOL §4.8).
-    Sealed(Value, BTreeSet<String>),
+    Sealed(Value, sealing::Recipients),
     /// The object is gone or no longer published.
     Tombstone {
         /// The object's uid on this cluster.
@@ -268,8 +268,9 @@ impl Engine {
                 continue;
             };
             let memo = self.source.hashes.entry(gvk.clone()).or_default();
-            let seal = self.ctx.sealing.as_ref().map(|_| SealView {
+            let seal = self.ctx.sealing.as_ref().map(|keys| SealView {
                 local: &self.fleet.local.name,
+                own: &keys.public,
                 peers: &self.fleet.peers,
             });
             let planned = if full {
@@ -506,7 +507,7 @@ impl Engine {
     }
 
     /// `env` sealed to the clusters `to` (those of them with a key now).
-    fn seal(&self, env: &Envelope, to: &BTreeSet<String>) -> Result<Envelope, PublishError> {
+    fn seal(&self, env: &Envelope, to: &sealing::Recipients) -> Result<Envelope, PublishError> {
         let Some(own) = &self.ctx.sealing else {
             // `plan` asks for sealing only when we hold a key.
             return Err(PublishError::Object(
@@ -1186,15 +1187,17 @@ mod tests {
             .collect()
     }
 
-    /// What we published for `obj` sealed to `to`, as reading it back gives it.
-    fn sealed_on_bus(obj: &Value, to: &[&str]) -> (ObjectKey, Envelope) {
+    /// What we published for `obj` sealed to `to` (name, key id), as reading
+    /// it back gives it.
+    fn sealed_on_bus(obj: &Value, to: &sealing::Recipients) -> (ObjectKey, Envelope) {
         let (key, env) = published(SELF, obj);
         let header = fleetbus_schemas::envelope::EncryptionHeader {
             algorithm: fleetbus_schemas::seal::SEAL_ALGORITHM.to_owned(),
             recipients: to
                 .iter()
-                .map(|c| fleetbus_schemas::envelope::RecipientKey {
-                    cluster: (*c).to_owned(),
+                .map(|(c, id)| fleetbus_schemas::envelope::RecipientKey {
+                    cluster: c.clone(),
+                    key_id: id.clone(),
                     enc: String::new(),
                     key: String::new(),
                 })
@@ -1211,31 +1214,39 @@ mod tests {
 
     #[test]
     fn a_secret_is_sealed_to_the_members_its_rules_place_it_on_and_again_when_they_change() {
+        use fleetbus_schemas::seal::SealingPublicKey;
+        type Peers = BTreeMap<String, crate::registry::view::PeerView>;
         let s = secret("a", "u1", "5", "v1");
         let prod = rule(json!({"clusterSelector": {"matchLabels": {"env": "prod"}}}));
-        let peers = sealing_peers("dev");
-        let view = SealView {
-            local: SELF,
-            peers: &peers,
-        };
-        let set = |names: &[&str]| {
+        let own = fleetbus_schemas::seal::SealingSecretKey::generate(&mut rand::rng()).public_key();
+        fn view<'a>(own: &'a SealingPublicKey, peers: &'a Peers) -> SealView<'a> {
+            SealView {
+                local: SELF,
+                own,
+                peers,
+            }
+        }
+        let set = |names: &[&str], peers: &Peers| -> sealing::Recipients {
             names
                 .iter()
-                .map(|n| (*n).to_owned())
-                .collect::<BTreeSet<_>>()
+                .map(|n| {
+                    let key = peers
+                        .get(*n)
+                        .and_then(|p| p.sealing_key.as_ref())
+                        .unwrap_or(&own);
+                    ((*n).to_owned(), key.key_id())
+                })
+                .collect()
         };
         let plan_with = |k: &KindState, v: Option<&SealView<'_>>| {
             plan(&local(), v, &[&prod], k, &mut HashMemo::default())
         };
+        let sealed =
+            |to: sealing::Recipients| vec![(key_of(SELF, &s), Publish::Sealed(s.clone(), to))];
+        let peers = sealing_peers("dev");
         // Nothing on the bus: sealed to c2 (placed, has a key) and ourselves.
-        let first = plan_with(&kind(&[&s], vec![]), Some(&view));
-        assert_eq!(
-            first,
-            vec![(
-                key_of(SELF, &s),
-                Publish::Sealed(s.clone(), set(&["c1", "c2"]))
-            )]
-        );
+        let first = plan_with(&kind(&[&s], vec![]), Some(&view(&own, &peers)));
+        assert_eq!(first, sealed(set(&["c1", "c2"], &peers)));
         // Without a sealing key of our own: in clear, as before.
         let clear = plan_with(&kind(&[&s], vec![]), None);
         assert_eq!(
@@ -1243,28 +1254,27 @@ mod tests {
             vec![(key_of(SELF, &s), Publish::Snapshot(s.clone()))]
         );
         // Sealed to that set already: nothing to do.
-        let on_bus = sealed_on_bus(&s, &["c1", "c2"]);
-        assert_eq!(
-            plan_with(&kind(&[&s], vec![on_bus.clone()]), Some(&view)),
-            vec![]
-        );
+        let on_bus = sealed_on_bus(&s, &set(&["c1", "c2"], &peers));
+        let k = kind(&[&s], vec![on_bus.clone()]);
+        assert_eq!(plan_with(&k, Some(&view(&own, &peers))), vec![]);
         // A clear envelope of the same version is sealed now.
-        assert_eq!(
-            plan_with(&kind(&[&s], vec![published(SELF, &s)]), Some(&view)).len(),
-            1
-        );
+        let k = kind(&[&s], vec![published(SELF, &s)]);
+        assert_eq!(plan_with(&k, Some(&view(&own, &peers))).len(), 1);
         // c3 relabelled into the selector: sealed again, to it as well.
-        let peers = sealing_peers("prod");
-        let view = SealView {
-            local: SELF,
-            peers: &peers,
-        };
+        let mut relabelled = peers.clone();
+        if let Some(c3) = relabelled.get_mut("c3") {
+            c3.labels.insert("env".into(), "prod".into());
+        }
+        let k = kind(&[&s], vec![on_bus.clone()]);
         assert_eq!(
-            plan_with(&kind(&[&s], vec![on_bus]), Some(&view)),
-            vec![(
-                key_of(SELF, &s),
-                Publish::Sealed(s.clone(), set(&["c1", "c2", "c3"]))
-            )]
+            plan_with(&k, Some(&view(&own, &relabelled))),
+            sealed(set(&["c1", "c2", "c3"], &relabelled))
+        );
+        // c2 rotated its key: the same names, sealed again to the new key.
+        let rotated = sealing_peers("dev");
+        assert_eq!(
+            plan_with(&k, Some(&view(&own, &rotated))),
+            sealed(set(&["c1", "c2"], &rotated))
         );
     }
 }

@@ -7,7 +7,7 @@
 //! part of what the plan compares: when it changes (a relabel, a join, a leave, a rule
 //! change) the object is sealed again and published.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::seal::SealingPublicKey;
@@ -23,9 +23,15 @@ use crate::sync::rules::matching;
 pub struct SealView<'a> {
     /// This cluster's name.
     pub local: &'a str,
+    /// This cluster's public sealing key.
+    pub own: &'a SealingPublicKey,
     /// The members as the registry shows them.
     pub peers: &'a BTreeMap<String, PeerView>,
 }
+
+/// Recipients by name, each with the id of its key ([`SealingPublicKey::key_id`]):
+/// a new key (a rotation) is a new set.
+pub type Recipients = BTreeMap<String, String>;
 
 /// Whether `obj` is sealed when published under `rules` (the rules that select it): a
 /// core `v1` Secret always, any other object when one of them says `seal: true`.
@@ -38,10 +44,13 @@ pub fn must_seal(obj: &Value, rules: &[&CompiledRule]) -> bool {
 /// The clusters `obj` is sealed to under `rules`: every member with a sealing key that
 /// has not left, whose name is not claimed twice, and that some rule's
 /// `clusterSelector` matches; and this cluster.
-pub fn recipients(view: &SealView<'_>, rules: &[&CompiledRule]) -> BTreeSet<String> {
-    let mut out = BTreeSet::from([view.local.to_owned()]);
+pub fn recipients(view: &SealView<'_>, rules: &[&CompiledRule]) -> Recipients {
+    let mut out = BTreeMap::from([(view.local.to_owned(), view.own.key_id())]);
     for peer in view.peers.values() {
-        if peer.left || peer.name_conflict || peer.sealing_key.is_none() {
+        let Some(key) = &peer.sealing_key else {
+            continue;
+        };
+        if peer.left || peer.name_conflict {
             continue;
         }
         let placed = rules.iter().any(|r| {
@@ -49,28 +58,34 @@ pub fn recipients(view: &SealView<'_>, rules: &[&CompiledRule]) -> BTreeSet<Stri
                 .unwrap_or(false)
         });
         if placed {
-            out.insert(peer.name.clone());
+            out.insert(peer.name.clone(), key.key_id());
         }
     }
     out
 }
 
 /// To whom the envelope `env` is sealed, or `None` when it is in clear.
-pub fn sealed_to(env: &Envelope) -> Option<BTreeSet<String>> {
-    env.is_sealed()
-        .then(|| env.sealed_to().map(str::to_owned).collect())
+pub fn sealed_to(env: &Envelope) -> Option<Recipients> {
+    let header = env.encryption.as_ref().filter(|_| env.is_sealed())?;
+    Some(
+        header
+            .recipients
+            .iter()
+            .map(|r| (r.cluster.clone(), r.key_id.clone()))
+            .collect(),
+    )
 }
 
 /// The public keys of `names` (this cluster's from `own`): a name without a key now is
 /// left out (its key went between plan and publish; the next plan sees it).
 pub fn keys<'a>(
-    names: &'a BTreeSet<String>,
+    names: &'a Recipients,
     local: &str,
     own: &'a SealingPublicKey,
     peers: &'a BTreeMap<String, PeerView>,
 ) -> Vec<(&'a str, &'a SealingPublicKey)> {
     names
-        .iter()
+        .keys()
         .filter_map(|n| {
             let key = if n == local {
                 Some(own)
@@ -148,34 +163,37 @@ mod tests {
         ] {
             peers.insert(p.name.clone(), p);
         }
-        let view = SealView {
+        let own = SealingSecretKey::generate(&mut rand::rng()).public_key();
+        let view = |peers| SealView {
             local: "c1",
-            peers: &peers,
+            own: &own,
+            peers,
         };
         let prod = cm_rule(json!({"clusterSelector": {"matchLabels": {"env": "prod"}}}));
         let everyone = cm_rule(json!({}));
-        let names = |rules: &[&CompiledRule]| -> Vec<String> {
-            recipients(&view, rules).into_iter().collect()
+        let names = |peers, rules: &[&CompiledRule]| -> Vec<String> {
+            recipients(&view(peers), rules).into_keys().collect()
         };
-        assert_eq!(names(&[&prod]), ["c1", "c2"]);
-        assert_eq!(names(&[&everyone]), ["c1", "c2", "c3"]);
-        assert_eq!(names(&[]), ["c1"]);
+        assert_eq!(names(&peers, &[&prod]), ["c1", "c2"]);
+        assert_eq!(names(&peers, &[&everyone]), ["c1", "c2", "c3"]);
+        assert_eq!(names(&peers, &[]), ["c1"]);
+        let before = recipients(&view(&peers), &[&prod]);
+        assert_eq!(before.get("c1"), Some(&own.key_id()));
         // Relabelled into the selector: now a recipient.
-        peers
-            .get_mut("c3")
-            .unwrap()
-            .labels
-            .insert("env".into(), "prod".into());
-        let view = SealView {
-            local: "c1",
-            peers: &peers,
-        };
-        assert_eq!(
-            recipients(&view, &[&prod]).into_iter().collect::<Vec<_>>(),
-            ["c1", "c2", "c3"]
-        );
-        let own = SealingSecretKey::generate(&mut rand::rng()).public_key();
-        let set: BTreeSet<String> = ["c1", "c2", "c4"].map(String::from).into();
+        let mut relabelled = peers.clone();
+        if let Some(c3) = relabelled.get_mut("c3") {
+            c3.labels.insert("env".into(), "prod".into());
+        }
+        assert_eq!(names(&relabelled, &[&prod]), ["c1", "c2", "c3"]);
+        // c2's key rotated: the same names, another set.
+        let mut rotated = peers.clone();
+        rotated.insert("c2".into(), peer("c2", "prod", true));
+        let after = recipients(&view(&rotated), &[&prod]);
+        assert!(before.keys().eq(after.keys()));
+        assert_ne!(before, after);
+        let set: Recipients = ["c1", "c2", "c4"]
+            .map(|n| (n.to_owned(), String::new()))
+            .into();
         let ks = keys(&set, "c1", &own, &peers);
         assert_eq!(ks.iter().map(|(n, _)| *n).collect::<Vec<_>>(), ["c1", "c2"]);
     }
