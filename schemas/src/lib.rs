@@ -15,6 +15,7 @@
 //!   minimum server version.
 //! - [`well_known`]: annotation, label, condition and Secret-type names.
 //! - [`permissions`]: the NATS publish/subscribe allow lists of one cluster's agent.
+//! - [`trust`]: cluster certificates signed by the fleet root, cluster keys.
 //!
 //! docs/PROTOCOL.md specifies the same protocol for readers who do not use Rust.
 
@@ -35,6 +36,7 @@ pub mod reported;
 pub mod rule_status;
 pub mod subject;
 pub mod time;
+pub mod trust;
 pub mod well_known;
 
 pub use codec::{DecodeError, EncodeError};
