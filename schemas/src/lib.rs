@@ -16,6 +16,7 @@
 //! - [`well_known`]: annotation, label, condition and Secret-type names.
 //! - [`permissions`]: the NATS publish/subscribe allow lists of one cluster's agent.
 //! - [`seal`]: payloads sealed to the clusters that may read them (HPKE).
+//! - [`trust`]: cluster certificates signed by the fleet root, cluster keys.
 //!
 //! docs/PROTOCOL.md specifies the same protocol for readers who do not use Rust.
 
@@ -37,6 +38,7 @@ pub mod rule_status;
 pub mod seal;
 pub mod subject;
 pub mod time;
+pub mod trust;
 pub mod well_known;
 
 pub use codec::{DecodeError, EncodeError};

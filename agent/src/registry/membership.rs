@@ -437,6 +437,7 @@ pub(crate) mod tests {
     /// A record whose heartbeat number is `seq`.
     pub(crate) fn record(name: &str, id: &str, seq: u64) -> ClusterRecord {
         ClusterRecord {
+            certificate: None,
             name: name.into(),
             cluster_id: id.into(),
             state: MemberState::Active,
@@ -621,6 +622,7 @@ pub(crate) mod tests {
 
     fn beating(name: &str, id: &str, seq: u64) -> ClusterRecord {
         ClusterRecord {
+            certificate: None,
             beats: true,
             ..record(name, id, seq)
         }

@@ -161,6 +161,7 @@ pub fn template_record(record: &ClusterRecord) -> serde_json::Value {
     // is 1,000 names per record, turned into JSON and dropped for every peer
     // at every pass otherwise.
     let slim = ClusterRecord {
+        certificate: None,
         name: record.name.clone(),
         cluster_id: record.cluster_id.clone(),
         state: record.state,

@@ -4,16 +4,17 @@
 //! operator, a system account and the fleet account (JetStream enabled, one
 //! signing key that issues every user), the admin's credentials, a
 //! nats-server include for operator mode, and the fleet root key (ed25519;
-//! it signs cluster certificates in a later slice of issue 21: only its
-//! public key is used by anything yet). `join NAME --dir D` mints NAME's NATS
+//! it signs cluster certificates). `join NAME --dir D` mints NAME's NATS
 //! user with exactly [`fleetbus_schemas::permissions::agent_permissions`],
-//! kept under `D/clusters/NAME/` so that joining again gives the same
-//! credentials. [`files`] lists the layout.
+//! and NAME's signing and sealing keys with their certificate
+//! ([`identity`]), kept under `D/clusters/NAME/` so that joining again gives
+//! the same ones. [`files`] lists the layout.
 //!
 //! Secrets are written 0600 through a rename; nothing existing is replaced
-//! except a cluster's credentials under `join --rotate`.
+//! except a cluster's credentials and keys under `join --rotate`.
 
 pub mod files;
+pub mod identity;
 pub mod jwt;
 mod output;
 
@@ -72,6 +73,17 @@ pub enum TrustError {
     #[error("{}: {why}; `fleetbus join {name} --rotate` issues new credentials", path.display())]
     BadCreds {
         /// The creds file.
+        path: PathBuf,
+        /// The cluster.
+        name: String,
+        /// What failed.
+        why: String,
+    },
+    /// A stored cluster key or certificate that does not verify against
+    /// this fleet's root, has expired, or does not match.
+    #[error("{}: {why}; `fleetbus join {name} --rotate` issues new keys and a new certificate", path.display())]
+    BadIdentity {
+        /// The certificate file.
         path: PathBuf,
         /// The cluster.
         name: String,
@@ -276,7 +288,7 @@ fn load_info(dir: &Path) -> Result<FleetInfo, TrustError> {
     serde_json::from_str(&read(&path)?).map_err(|e| damaged(&path, e.to_string()))
 }
 
-/// One cluster's credentials, as `join` returns them.
+/// One cluster's credentials, keys and certificate, as `join` returns them.
 #[derive(Debug, Clone)]
 pub struct Joined {
     /// The fleet.
@@ -287,15 +299,46 @@ pub struct Joined {
     pub creds: String,
     /// Where they are kept.
     pub path: PathBuf,
-    /// Whether they were issued now (first join or `--rotate`).
+    /// Whether the credentials were issued now (first join or `--rotate`).
     pub issued: bool,
+    /// The cluster's keys, certificate and the fleet root's public key.
+    pub identity: identity::Identity,
+    /// Whether the keys and certificate were issued now.
+    pub identity_issued: bool,
 }
 
-/// `fleetbus join NAME --dir D [--rotate]`: NAME's credentials, issued once
-/// and kept under `D/clusters/NAME/nats.creds`; `rotate` issues new ones.
+/// `fleetbus join NAME --dir D [--rotate]`: NAME's credentials, keys and
+/// certificate, issued once and kept under `D/clusters/NAME/`; `rotate`
+/// issues new ones.
 pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> {
     check_cluster_name(name)?;
     let info = load_info(dir)?;
+    let cluster_dir = dir.join(CLUSTERS).join(name);
+    let path = cluster_dir.join(CLUSTER_CREDS);
+    let (creds, issued) = if path.exists() && !rotate {
+        let creds = read(&path)?;
+        check_stored(&info, name, &path, &creds)?;
+        (creds, false)
+    } else {
+        let creds = mint_creds(dir, &info, name)?;
+        create_dir(&cluster_dir)?;
+        write_file(&path, creds.as_bytes(), true, rotate)?;
+        (creds, true)
+    };
+    let (identity, identity_issued) = identity::ensure(dir, &cluster_dir, name, rotate)?;
+    Ok(Joined {
+        info,
+        name: name.to_owned(),
+        creds,
+        path,
+        issued,
+        identity,
+        identity_issued,
+    })
+}
+
+/// A new creds file for cluster `name`, issued by the account signing key.
+fn mint_creds(dir: &Path, info: &FleetInfo, name: &str) -> Result<String, TrustError> {
     let signing_path = dir.join(SIGNING_SEED);
     let signing = nkeys::KeyPair::from_seed(read(&signing_path)?.trim())
         .map_err(|_| damaged(&signing_path, "not an account nkey seed"))?;
@@ -307,30 +350,8 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
     }
     let prefix = Prefix::new(info.subject_prefix.clone())
         .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
-    let cluster_dir = dir.join(CLUSTERS).join(name);
-    let path = cluster_dir.join(CLUSTER_CREDS);
-    if path.exists() && !rotate {
-        let creds = read(&path)?;
-        check_stored(&info, name, &path, &creds)?;
-        return Ok(Joined {
-            info,
-            name: name.to_owned(),
-            creds,
-            path,
-            issued: false,
-        });
-    }
     let permissions = agent_permissions(name, &prefix)?;
-    let creds = mint_user(&info, &signing, name, Some(&permissions), Utc::now())?;
-    create_dir(&cluster_dir)?;
-    write_file(&path, creds.as_bytes(), true, rotate)?;
-    Ok(Joined {
-        info,
-        name: name.to_owned(),
-        creds,
-        path,
-        issued: true,
-    })
+    mint_user(info, &signing, name, Some(&permissions), Utc::now())
 }
 
 /// Stored creds must be this fleet's, for this cluster, and unaltered.

@@ -165,6 +165,7 @@ pub fn peer_record(
 ) -> ClusterRecord {
     let now = chrono::Utc::now();
     ClusterRecord {
+        certificate: None,
         name: name.into(),
         cluster_id: id.into(),
         state: MemberState::Active,
