@@ -78,6 +78,15 @@ impl Context {
         let (js, layout) = bus;
         let (client, kube_config) = kube;
         let recorder = Recorder::new(client.clone(), &cfg.cluster_name);
+        // The sealing key comes with the identity (`--cluster-key`): the
+        // secure mode seals, the insecure mode does not.
+        let sealing = cfg
+            .trust
+            .as_ref()
+            .and_then(|t| {
+                fleetbus_schemas::seal::SealingSecretKey::from_bytes(t.sealing_secret()).ok()
+            })
+            .map(SealingKeys::new);
         Context {
             cfg,
             cluster_id,
@@ -90,7 +99,7 @@ impl Context {
             recorder,
             started_at: chrono::Utc::now(),
             check_layout: tokio::sync::Notify::new(),
-            sealing: None,
+            sealing,
         }
     }
 }

@@ -13,67 +13,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_nats::jetstream;
+use common::fleet::*;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{cargo_bin, NatsServer};
 use futures::StreamExt;
-
-/// Runs `fleetbus <args>` (no bus needed); returns (exit code, stdout, stderr).
-fn cli(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(cargo_bin("fleetbus"))
-        .args(args)
-        .env_remove("FLEETBUS_FLEET_DIR")
-        .env_remove("FLEETBUS_SUBJECT_PREFIX")
-        .output()
-        .expect("run fleetbus");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// `fleetbus fleet init --dir <tmp>/fleet` and `join` of each of `names`;
-/// returns the fleet dir.
-fn fleet_dir(tmp: &Path, names: &[&str]) -> PathBuf {
-    let dir = tmp.join("fleet");
-    let d = dir.to_str().unwrap();
-    let (code, out, err) = cli(&["fleet", "init", "--dir", d]);
-    assert_eq!(code, 0, "{out}{err}");
-    for n in names {
-        let (code, out, err) = cli(&["join", n, "--dir", d]);
-        assert_eq!(code, 0, "{err}");
-        assert!(out.starts_with("-----BEGIN NATS USER JWT-----"), "{out}");
-    }
-    dir
-}
-
-fn creds(dir: &Path, name: &str) -> String {
-    dir.join("clusters")
-        .join(name)
-        .join("nats.creds")
-        .display()
-        .to_string()
-}
-
-/// A nats-server in operator mode from `fleet init`'s include (inlined: a
-/// relative include would be resolved against the test server's own dir).
-fn operator_server(dir: &Path) -> NatsServer {
-    let include = std::fs::read_to_string(dir.join("nats-operator.conf")).unwrap();
-    NatsServer::start_with_config(&include).unwrap()
-}
-
-async fn connect(nats: &NatsServer, creds: impl AsRef<Path>) -> jetstream::Context {
-    let client = async_nats::ConnectOptions::with_credentials_file(creds.as_ref())
-        .await
-        .unwrap()
-        .connect(nats.url())
-        .await
-        .unwrap();
-    let mut js = jetstream::new(client);
-    js.set_timeout(Duration::from_secs(2));
-    js
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {

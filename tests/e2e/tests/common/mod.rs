@@ -21,6 +21,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
+pub mod fleet;
 pub mod sync;
 
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
