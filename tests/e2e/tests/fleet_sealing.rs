@@ -116,7 +116,10 @@ async fn secrets_are_sealed_to_the_members_the_rule_places_them_on() {
             &format!("--from-literal=key={CONFIG_VALUE}"),
         ],
     );
-    kubectl(c1, &["label", "configmap", "cfg", "-n", "shared", "sealed=yes"]);
+    kubectl(
+        c1,
+        &["label", "configmap", "cfg", "-n", "shared", "sealed=yes"],
+    );
 
     // c2 is placed: it opens and applies both.
     let data = secret_data(&[("password", SECRET_VALUE)]);
@@ -197,6 +200,54 @@ async fn secrets_are_sealed_to_the_members_the_rule_places_them_on() {
     assert_absent(c3, &config_maps(), Some("shared"), "cfg").await;
     assert_eq!(sync_rejected(c2, "not_a_recipient"), 0.0);
     assert_eq!(sync_rejected(c2, "seal_corrupt"), 0.0);
+
+    // The admin (who may write c1's subtree) moves the sealed Secret to
+    // another name of c1's, and publishes a sealed header of garbage: c2
+    // opens neither (the sealing is bound to its subject), counts them,
+    // applies nothing and keeps its copy.
+    let sealed_db = messages
+        .iter()
+        .rev()
+        .find(|(s, ..)| s == "fleetbus.obj.c1.core.v1.Secret.shared.db")
+        .map(|m| m.1.clone())
+        .unwrap();
+    let mut garbage = Envelope::decode(&sealed_db).unwrap();
+    if let Some(h) = garbage.encryption.as_mut() {
+        h.ciphertext = "bm90IGEgY2lwaGVydGV4dA==".into();
+        h.recipients.iter_mut().for_each(|r| r.key = "AAAA".into());
+    }
+    garbage.content_hash = fleetbus_schemas::envelope::sealed::sealed_hash(b"not a ciphertext");
+    for (name, payload) in [("moved", sealed_db), ("garbage", garbage.encode().unwrap())] {
+        admin
+            .publish(
+                format!("fleetbus.obj.c1.core.v1.Secret.shared.{name}"),
+                payload.into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    wait_for(
+        "c2 counts seal_corrupt",
+        Duration::from_secs(20),
+        || async {
+            let n = sync_rejected(c2, "seal_corrupt");
+            if n >= 2.0 {
+                Ok(())
+            } else {
+                Err(format!("seal_corrupt = {n}"))
+            }
+        },
+    )
+    .await;
+    assert_absent(c2, &secrets(), Some("shared"), "moved").await;
+    assert_absent(c2, &secrets(), Some("shared"), "garbage").await;
+    let copy = get_dynamic(c2, &secrets(), Some("shared"), "db")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(common::sync::data(&copy), data);
 
     // Relabelled into the selector, c3 is sealed to and gets both.
     kubectl(
