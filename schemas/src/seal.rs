@@ -70,19 +70,30 @@ pub struct BadKey {
     pub len: usize,
 }
 
+/// A key of the KEM from its raw bytes.
+fn key_from<K: hpke::Deserializable>(bytes: &[u8]) -> Result<K, BadKey> {
+    K::from_bytes(bytes).map_err(|_| BadKey { len: bytes.len() })
+}
+
+/// The raw bytes of a key of the KEM (32 for X25519; shorter output is zero-padded,
+/// never a panic).
+fn key_bytes<K: hpke::Serializable>(key: &K) -> [u8; KEY_LEN] {
+    let mut out = [0; KEY_LEN];
+    for (o, b) in out.iter_mut().zip(key.to_bytes().iter()) {
+        *o = *b;
+    }
+    out
+}
+
 impl SealingPublicKey {
     /// The key from its 32 raw bytes.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, BadKey> {
-        <Kem as hpke::Kem>::PublicKey::from_bytes(bytes)
-            .map(Self)
-            .map_err(|_| BadKey { len: bytes.len() })
+        key_from(bytes).map(Self)
     }
 
     /// The 32 raw bytes.
     pub fn to_bytes(&self) -> [u8; KEY_LEN] {
-        let mut out = [0; KEY_LEN];
-        out.copy_from_slice(&self.0.to_bytes());
-        out
+        key_bytes(&self.0)
     }
 
     /// A short name of the key: the first 8 bytes of its SHA-256, hex. Tells an
@@ -96,16 +107,12 @@ impl SealingPublicKey {
 impl SealingSecretKey {
     /// The key from its 32 raw bytes.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, BadKey> {
-        <Kem as hpke::Kem>::PrivateKey::from_bytes(bytes)
-            .map(Self)
-            .map_err(|_| BadKey { len: bytes.len() })
+        key_from(bytes).map(Self)
     }
 
     /// The 32 raw bytes (to store the key; handle as a secret).
     pub fn to_bytes(&self) -> [u8; KEY_LEN] {
-        let mut out = [0; KEY_LEN];
-        out.copy_from_slice(&self.0.to_bytes());
-        out
+        key_bytes(&self.0)
     }
 
     /// The matching public key.

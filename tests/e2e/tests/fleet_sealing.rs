@@ -77,6 +77,23 @@ async fn read_stream_raw(admin: &async_nats::jetstream::Context) -> Vec<(String,
     out
 }
 
+/// Waits until `m` has counted at least `n` messages rejected for `reason`.
+async fn wait_rejected(m: &Member, reason: &str, n: f64) {
+    wait_for(
+        &format!("{} counts {reason}", m.name),
+        Duration::from_secs(20),
+        || async {
+            let seen = sync_rejected(m, reason);
+            if seen >= n {
+                Ok(())
+            } else {
+                Err(format!("{reason} = {seen}"))
+            }
+        },
+    )
+    .await;
+}
+
 fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack
         .windows(needle.len())
@@ -183,19 +200,7 @@ async fn secrets_are_sealed_to_the_members_the_rule_places_them_on() {
     }
 
     // c3 is not placed: not a recipient, counted, nothing applied.
-    wait_for(
-        "c3 counts not_a_recipient",
-        Duration::from_secs(20),
-        || async {
-            let n = sync_rejected(c3, "not_a_recipient");
-            if n >= 2.0 {
-                Ok(())
-            } else {
-                Err(format!("not_a_recipient = {n}"))
-            }
-        },
-    )
-    .await;
+    wait_rejected(c3, "not_a_recipient", 2.0).await;
     assert_absent(c3, &secrets(), Some("shared"), "db").await;
     assert_absent(c3, &config_maps(), Some("shared"), "cfg").await;
     assert_eq!(sync_rejected(c2, "not_a_recipient"), 0.0);
@@ -228,19 +233,7 @@ async fn secrets_are_sealed_to_the_members_the_rule_places_them_on() {
             .await
             .unwrap();
     }
-    wait_for(
-        "c2 counts seal_corrupt",
-        Duration::from_secs(20),
-        || async {
-            let n = sync_rejected(c2, "seal_corrupt");
-            if n >= 2.0 {
-                Ok(())
-            } else {
-                Err(format!("seal_corrupt = {n}"))
-            }
-        },
-    )
-    .await;
+    wait_rejected(c2, "seal_corrupt", 2.0).await;
     assert_absent(c2, &secrets(), Some("shared"), "moved").await;
     assert_absent(c2, &secrets(), Some("shared"), "garbage").await;
     let copy = get_dynamic(c2, &secrets(), Some("shared"), "db")
@@ -250,16 +243,8 @@ async fn secrets_are_sealed_to_the_members_the_rule_places_them_on() {
     assert_eq!(common::sync::data(&copy), data);
 
     // Relabelled into the selector, c3 is sealed to and gets both.
-    kubectl(
-        c3,
-        &[
-            "label",
-            "--overwrite",
-            "clusters.fleetbus.io",
-            "c3",
-            "env=prod",
-        ],
-    );
+    let into_prod = "label --overwrite clusters.fleetbus.io c3 env=prod";
+    kubectl(c3, &into_prod.split(' ').collect::<Vec<_>>());
     wait_copy(
         c3,
         &secrets(),

@@ -9,14 +9,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
 use async_nats::jetstream;
 use common::fleet::*;
 use common::sync::*;
 use common::*;
-use fleetbus_testsupport::{cargo_bin, NatsServer};
 use futures::StreamExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -439,16 +439,7 @@ impl Engine {
             .get(gvk)
             .and_then(|k| k.snapshots.meta(key))
             .is_some_and(|e| e.tombstone);
-        // Sealed again to another set, the same version: its plain id was
-        // used by the first sealing within the duplicate window.
-        let resealed = wire.is_some()
-            && self
-                .kinds
-                .get(gvk)
-                .and_then(|k| k.snapshots.meta(key))
-                .is_some_and(|e| {
-                    !e.tombstone && e.uid == env.uid && e.resource_version == env.resource_version
-                });
+        let resealed = wire.is_some() && self.same_version_on_bus(gvk, key, &env);
         let overwritten = resealed || self.source.overwritten.contains(key);
         let id = msg_id(&env, after_tombstone, overwritten);
         headers.insert("Nats-Msg-Id", id.as_str());
@@ -504,6 +495,18 @@ impl Engine {
             }
         });
         Ok(env)
+    }
+
+    /// Whether our last envelope at `key` is a snapshot of `env`'s version:
+    /// sealed again (to another set), `env` needs a new msg id, the plain one
+    /// was used by the first sealing within the duplicate window.
+    fn same_version_on_bus(&self, gvk: &GroupVersionKind, key: &ObjectKey, env: &Envelope) -> bool {
+        self.kinds
+            .get(gvk)
+            .and_then(|k| k.snapshots.meta(key))
+            .is_some_and(|e| {
+                !e.tombstone && e.uid == env.uid && e.resource_version == env.resource_version
+            })
     }
 
     /// `env` sealed to the clusters `to` (those of them with a key now).
