@@ -412,4 +412,53 @@ mod tests {
             Err(crate::DecodeError::Malformed { .. })
         ));
     }
+
+    #[test]
+    fn every_flipped_byte_of_a_sealed_envelope_is_refused_or_opens_the_same() {
+        let (k1, ..) = keys();
+        let obj = secret("czNjcmV0");
+        let key = key_of(&obj);
+        let bytes = snapshot(obj.clone())
+            .seal(&[("c1", &k1.public_key())], &mut rand::rng())
+            .unwrap()
+            .encode_msgpack()
+            .unwrap();
+        let mut opened_some = 0;
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x41;
+            // Never a panic; never another object. A flip in a field the
+            // sealing does not bind (time, keyId) may still open to the same.
+            let Ok(env) = Envelope::decode(&b) else {
+                continue;
+            };
+            if env.check(&key).is_err() {
+                continue;
+            }
+            if let Ok(opened) = env.open(&key, "c1", &k1) {
+                assert_eq!(opened.object.as_ref(), Some(&obj), "byte {i}");
+                opened_some += 1;
+            }
+        }
+        // The unbound fields exist (so the loop reached `open`), and are few.
+        assert!(
+            opened_some > 0 && opened_some < bytes.len() / 4,
+            "{opened_some}"
+        );
+    }
+
+    #[test]
+    fn a_large_object_is_compressed_inside_the_sealing() {
+        let (k1, ..) = keys();
+        let obj = secret(&"QUJD".repeat(50_000));
+        let sealed = snapshot(obj.clone())
+            .seal(&[("c1", &k1.public_key())], &mut rand::rng())
+            .unwrap();
+        let ciphertext = STANDARD
+            .decode(&sealed.encryption.as_ref().unwrap().ciphertext)
+            .unwrap();
+        assert!(ciphertext.len() < 20_000, "{} bytes", ciphertext.len());
+        let opened = sealed.open(&key_of(&obj), "c1", &k1).unwrap();
+        assert_eq!(opened.object, Some(obj));
+    }
 }
