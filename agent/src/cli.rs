@@ -53,6 +53,21 @@ pub struct Args {
     #[arg(long, env = "FLEETBUS_NATS_TLS_KEY", value_name = "FILE")]
     pub nats_tls_key: Option<PathBuf>,
 
+    /// The fleet root's public key (`root.pub` of `fleetbus fleet init`, SPKI
+    /// PEM). With --cluster-key and --cluster-cert: the secure mode, where
+    /// this cluster's certificate must chain to it. Without all three the
+    /// agent runs insecure: nothing signed, nothing verified.
+    #[arg(long, env = "FLEETBUS_FLEET_ROOT", value_name = "FILE")]
+    pub fleet_root: Option<PathBuf>,
+
+    /// This cluster's signing and sealing keys (`cluster.key` of `fleetbus join`).
+    #[arg(long, env = "FLEETBUS_CLUSTER_KEY", value_name = "FILE")]
+    pub cluster_key: Option<PathBuf>,
+
+    /// This cluster's certificate from the fleet root (`cluster.cert` of `fleetbus join`).
+    #[arg(long, env = "FLEETBUS_CLUSTER_CERT", value_name = "FILE")]
+    pub cluster_cert: Option<PathBuf>,
+
     /// Kubeconfig file of the local cluster. When absent: in-cluster config,
     /// then $KUBECONFIG, then ~/.kube/config.
     #[arg(long, env = "FLEETBUS_KUBECONFIG")]

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleetbus_schemas::subject::Prefix;
@@ -9,6 +10,7 @@ use fleetbus_schemas::subject::Prefix;
 pub use crate::bus::connect::NatsAuth;
 use crate::bus::rate::RateLimit;
 use crate::cli::Args;
+use crate::trust::{Identity, TrustLoadError};
 
 /// A flag combination that clap alone cannot reject.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +46,9 @@ pub enum ConfigError {
          --allow-insecure (FLEETBUS_NATS_ALLOW_INSECURE=true) to accept that"
     )]
     PlainTextRemote(String),
+    /// The fleet root, cluster key and certificate are incomplete or do not verify.
+    #[error(transparent)]
+    Trust(#[from] TrustLoadError),
     /// A file named by a flag cannot be read.
     #[error("{flag} {}: cannot read the file", path.display())]
     Unreadable {
@@ -187,6 +192,9 @@ pub struct Config {
     pub drift_coalesce_window: Duration,
     /// The rate limit of each verb of requests to this agent.
     pub command_rate: RateLimit,
+    /// This cluster's keys and certificate: `None` in the insecure mode
+    /// (no `--fleet-root`), where nothing is signed or verified.
+    pub trust: Option<Arc<Identity>>,
 }
 
 impl TryFrom<Args> for Config {
@@ -213,7 +221,16 @@ impl TryFrom<Args> for Config {
                 return Err(ConfigError::PlainTextRemote(url));
             }
         }
+        let trust = Identity::from_flags(
+            &a.cluster_name,
+            a.fleet_root.as_deref(),
+            a.cluster_key.as_deref(),
+            a.cluster_cert.as_deref(),
+            chrono::Utc::now(),
+        )?
+        .map(Arc::new);
         Ok(Config {
+            trust,
             cluster_name: a.cluster_name,
             nats_url: a.nats_url,
             nats_auth,

@@ -42,6 +42,27 @@ pub struct Context {
     /// Wakes the registry publisher to check and repair the bus layout now
     /// (sync saw a stream fail): one place repairs it, whoever notices.
     pub check_layout: tokio::sync::Notify,
+    /// This cluster's sealing keys (PROTOCOL §4.8): with them it seals Secrets
+    /// to their receivers and opens what is sealed to it; without, it
+    /// publishes in clear and opens nothing (insecure mode).
+    pub sealing: Option<SealingKeys>,
+}
+
+/// A cluster's sealing key pair.
+#[derive(Debug, Clone)]
+pub struct SealingKeys {
+    /// The secret key: opens what is sealed to this cluster.
+    pub secret: fleetbus_schemas::seal::SealingSecretKey,
+    /// Its public key, which its certificate carries.
+    pub public: fleetbus_schemas::seal::SealingPublicKey,
+}
+
+impl SealingKeys {
+    /// The pair of `secret`.
+    pub fn new(secret: fleetbus_schemas::seal::SealingSecretKey) -> Self {
+        let public = secret.public_key();
+        Self { secret, public }
+    }
 }
 
 impl Context {
@@ -57,6 +78,15 @@ impl Context {
         let (js, layout) = bus;
         let (client, kube_config) = kube;
         let recorder = Recorder::new(client.clone(), &cfg.cluster_name);
+        // The sealing key comes with the identity (`--cluster-key`): the
+        // secure mode seals, the insecure mode does not.
+        let sealing = cfg
+            .trust
+            .as_ref()
+            .and_then(|t| {
+                fleetbus_schemas::seal::SealingSecretKey::from_bytes(t.sealing_secret()).ok()
+            })
+            .map(SealingKeys::new);
         Context {
             cfg,
             cluster_id,
@@ -69,6 +99,7 @@ impl Context {
             recorder,
             started_at: chrono::Utc::now(),
             check_layout: tokio::sync::Notify::new(),
+            sealing,
         }
     }
 }

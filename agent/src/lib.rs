@@ -22,6 +22,7 @@ mod nodes;
 mod registry;
 mod run;
 pub mod sync;
+mod trust;
 
 pub use cli::{usage_error, Args};
 pub use config::{Config, ConfigError, NatsAuth};
@@ -29,6 +30,7 @@ pub use metadata::{detect, Detected};
 pub use metrics::{Metrics, RuleObjects};
 pub use registry::{is_disabled, sync_allowed};
 pub use run::{run, RunError};
+pub use trust::{Identity, TrustLoadError};
 
 /// Renders an error with its chain of causes: "failed to X: because Y: because Z".
 pub fn report(error: &dyn std::error::Error) -> String {

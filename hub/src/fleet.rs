@@ -235,6 +235,7 @@ mod tests {
         let now: DateTime<Utc> = "2026-11-27T01:00:00Z".parse().unwrap();
         // Records of agents that beat are put on change only: old heartbeatAt.
         let beating_record = |name: &str, id: &str| ClusterRecord {
+            certificate: None,
             beats: true,
             ..record(name, id, 3600, now)
         };

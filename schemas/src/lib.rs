@@ -15,6 +15,8 @@
 //!   minimum server version.
 //! - [`well_known`]: annotation, label, condition and Secret-type names.
 //! - [`permissions`]: the NATS publish/subscribe allow lists of one cluster's agent.
+//! - [`seal`]: payloads sealed to the clusters that may read them (HPKE).
+//! - [`trust`]: cluster certificates signed by the fleet root, cluster keys.
 //!
 //! docs/PROTOCOL.md specifies the same protocol for readers who do not use Rust.
 
@@ -34,8 +36,10 @@ pub mod progress;
 pub mod registry;
 pub mod reported;
 pub mod rule_status;
+pub mod seal;
 pub mod subject;
 pub mod time;
+pub mod trust;
 pub mod well_known;
 
 pub use codec::{DecodeError, EncodeError};

@@ -217,15 +217,30 @@ fn unknown_versions_and_garbage_are_typed_errors() {
         Envelope::decode(&env.encode().unwrap()),
         Err(DecodeError::Malformed { .. })
     ));
-    // Encrypted payloads cannot be read by v1: skipped like a newer version.
-    let mut env = Envelope::snapshot("east", None, config_map(), t0()).unwrap();
-    env.encryption = Some(EncryptionHeader {
+    // An encryption other than sealing (§4.8) cannot be read: skipped like a newer
+    // version, with or without an object.
+    let env = Envelope::snapshot("east", None, config_map(), t0()).unwrap();
+    let mut wire: Value = rmp_serde::from_slice(&env.encode_msgpack().unwrap()).unwrap();
+    let header = EncryptionHeader {
         algorithm: "xchacha20poly1305".into(),
         key_id: "k1".into(),
         nonce: "AAAA".into(),
-    });
+        ..Default::default()
+    };
+    wire["encryption"] = serde_json::to_value(&header).unwrap();
     assert!(matches!(
-        Envelope::decode(&env.encode().unwrap()),
+        Envelope::decode(&rmp_serde::to_vec_named(&wire).unwrap()),
+        Err(DecodeError::UnsupportedVersion { .. })
+    ));
+    wire["object"] = Value::Null;
+    assert!(matches!(
+        Envelope::decode(&rmp_serde::to_vec_named(&wire).unwrap()),
+        Err(DecodeError::UnsupportedVersion { .. })
+    ));
+    // The header as the first release of v1 reserved it (three entries).
+    wire["encryption"] = json!({"algorithm": "aes", "keyId": "k", "nonce": "n"});
+    assert!(matches!(
+        Envelope::decode(&rmp_serde::to_vec_named(&wire).unwrap()),
         Err(DecodeError::UnsupportedVersion { .. })
     ));
     assert_eq!(ENVELOPE_VERSION, 1);
@@ -588,4 +603,28 @@ proptest! {
         bytes[i] ^= xor;
         let _ = Envelope::decode(&bytes);
     }
+}
+
+/// What an agent of the release before sealing does with a sealed envelope (PROTOCOL
+/// §4.8, §7): its reader requires `encryption` to be a map with the string entries
+/// `algorithm`, `keyId` and `nonce` (ignoring others) and skips any such message as of an
+/// unsupported version. A sealed envelope keeps exactly that shape, so old agents skip and
+/// count it rather than take it as malformed or, worse, as a snapshot without an object.
+#[test]
+fn a_sealed_envelope_keeps_the_header_shape_older_readers_skip() {
+    use fleetbus_schemas::seal::SealingSecretKey;
+    let sk = SealingSecretKey::generate(&mut rand::rng());
+    let env = Envelope::snapshot("east", None, config_map(), t0()).unwrap();
+    let sealed = env
+        .seal(&[("east", &sk.public_key())], &mut rand::rng())
+        .unwrap();
+    let wire: Value = rmp_serde::from_slice(&sealed.encode_msgpack().unwrap()).unwrap();
+    let enc = wire["encryption"].as_object().unwrap();
+    for field in ["algorithm", "keyId", "nonce"] {
+        assert!(enc[field].is_string(), "{field}");
+    }
+    assert_eq!(enc["algorithm"], "fleetbus-seal-v1");
+    assert_eq!(wire["object"], Value::Null);
+    assert_eq!(wire["tombstone"], false);
+    assert_eq!(wire["schemaVersion"], 1);
 }

@@ -54,6 +54,7 @@ prop_compose! {
                         digest in proptest::option::of((any::<u32>(), text())),
                         api_down in any::<bool>(), api_message in text()) -> ClusterRecord {
         ClusterRecord {
+            certificate: None,
             name, cluster_id,
             state: if left { MemberState::Left } else { MemberState::Active },
             labels,
@@ -103,6 +104,7 @@ proptest! {
 
 fn example() -> ClusterRecord {
     ClusterRecord {
+        certificate: None,
         name: "east".into(),
         cluster_id: "6f1c2d3e-8a9b-4c5d-9e0f-112233445566".into(),
         state: MemberState::Active,
@@ -292,6 +294,7 @@ fn liveness_follows_heartbeat_interval() {
     // Clock skew: a heartbeat from the future is alive.
     assert!(r.is_alive(t - Duration::seconds(5)));
     let left = ClusterRecord {
+        certificate: None,
         state: MemberState::Left,
         ..r
     };

@@ -473,6 +473,7 @@ pub(crate) mod tests {
     /// A record whose heartbeat number is `seq`.
     pub(crate) fn record(name: &str, id: &str, seq: u64) -> ClusterRecord {
         ClusterRecord {
+            certificate: None,
             name: name.into(),
             cluster_id: id.into(),
             state: MemberState::Active,
@@ -693,6 +694,7 @@ pub(crate) mod tests {
 
     fn beating(name: &str, id: &str, seq: u64) -> ClusterRecord {
         ClusterRecord {
+            certificate: None,
             beats: true,
             ..record(name, id, seq)
         }

@@ -51,6 +51,12 @@ pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
         members_digest: None,
         api: reg.api_health(),
         beats: true,
+        certificate: reg
+            .ctx
+            .cfg
+            .trust
+            .as_ref()
+            .map(|t| t.certificate_text().to_owned()),
     };
     // The digest always, the names in a small fleet (PROTOCOL §5.1): a join
     // makes every agent put its record, N records delivered to N agents.

@@ -16,10 +16,12 @@ use super::peer_failures::PeerFailures;
 use super::peer_secret::SecretCache;
 use super::publisher::build_record;
 use super::record::feature_records;
-use super::record::MemberState;
+use super::record::{ClusterRecord, MemberState};
 use super::shared::Registry;
 use super::status::StatusWriter;
-use super::view::{is_disabled, named, sort_by_name, template_record, FleetView, LocalView};
+use super::view::{
+    is_disabled, named, sealing_key, sort_by_name, template_record, FleetView, LocalView,
+};
 use super::{local, peers};
 
 /// Longest time between two passes even when nothing seems to happen (a
@@ -226,5 +228,16 @@ fn fleet_view(reg: &Registry, clusters: &[Arc<Cluster>], synced: bool) -> FleetV
     };
     let disabled = |name: &str| named(clusters, name).is_some_and(|c| is_disabled(c));
     let m = reg.membership();
-    FleetView::compute(local, m.peers().map(|p| &p.record), disabled, synced)
+    // Sealing keys only from certificates the fleet root vouches for; without
+    // a root (insecure mode) nothing is sealed to anyone.
+    let now = chrono::Utc::now();
+    let root = reg.ctx.cfg.trust.as_ref().map(|t| *t.root());
+    let sealing = |r: &ClusterRecord| root.as_ref().and_then(|root| sealing_key(r, root, now));
+    FleetView::compute(
+        local,
+        m.peers().map(|p| &p.record),
+        disabled,
+        sealing,
+        synced,
+    )
 }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use fleetbus_schemas::crd::{Cluster, ClusterState, ClusterType};
 use fleetbus_schemas::registry::{ClusterRecord, FeatureRecord, MemberState};
+use fleetbus_schemas::seal::SealingPublicKey;
 use fleetbus_schemas::well_known::ANNOTATION_CLUSTER_DISABLED;
 use kube::ResourceExt;
 
@@ -51,6 +52,9 @@ pub struct PeerView {
     pub name_conflict: bool,
     /// The record as JSON, for `{{ .Cluster… }}` templates.
     pub record: serde_json::Value,
+    /// The peer's sealing key, from its certificate (PROTOCOL §4.8): what is
+    /// sealed to it. None: it has none (insecure mode), and gets nothing sealed.
+    pub sealing_key: Option<SealingPublicKey>,
 }
 
 impl PeerView {
@@ -102,10 +106,13 @@ impl FleetView {
     /// to an active one of the same name is a previous incarnation). A name
     /// with two active records is in conflict; `disabled` says which names an
     /// operator disabled.
+    /// `sealing_key` gives the sealing key of a peer's record, if it has a
+    /// certificate that verifies ([`sealing_key`]).
     pub fn compute<'a>(
         local: LocalView,
         records: impl IntoIterator<Item = &'a ClusterRecord>,
         disabled: impl Fn(&str) -> bool,
+        sealing_key: impl Fn(&ClusterRecord) -> Option<SealingPublicKey>,
         synced: bool,
     ) -> Self {
         let mut by_name: BTreeMap<&str, Vec<&ClusterRecord>> = BTreeMap::new();
@@ -124,10 +131,9 @@ impl FleetView {
             let Some(chosen) = active.first().or(records.first()) else {
                 continue;
             };
-            peers.insert(
-                name.to_owned(),
-                FleetView::peer(chosen, disabled(name), active.len() > 1),
-            );
+            let mut peer = FleetView::peer(chosen, disabled(name), active.len() > 1);
+            peer.sealing_key = sealing_key(chosen);
+            peers.insert(name.to_owned(), peer);
         }
         FleetView {
             local,
@@ -146,8 +152,24 @@ impl FleetView {
             disabled,
             name_conflict,
             record: template_record(record),
+            sealing_key: None,
         }
     }
+}
+
+/// The sealing key a peer's record certifies (PROTOCOL §4.8): its
+/// certificate, if it verifies against the fleet `root` for the record's name
+/// at `now`; None for a record without one, or one that does not verify (a
+/// peer is sealed to only with a key the root vouches for).
+pub fn sealing_key(
+    record: &ClusterRecord,
+    root: &fleetbus_schemas::trust::VerifyingKey,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<SealingPublicKey> {
+    let cert =
+        fleetbus_schemas::trust::SignedCertificate::decode(record.certificate.as_deref()?).ok()?;
+    fleetbus_schemas::trust::verify(&cert, root, &record.name, now).ok()?;
+    SealingPublicKey::from_bytes(&cert.cert.sealing_key).ok()
 }
 
 /// A record as templates see it: the wire JSON minus what changes every
@@ -157,6 +179,7 @@ pub fn template_record(record: &ClusterRecord) -> serde_json::Value {
     // is 1,000 names per record, turned into JSON and dropped for every peer
     // at every pass otherwise.
     let slim = ClusterRecord {
+        certificate: None,
         name: record.name.clone(),
         cluster_id: record.cluster_id.clone(),
         state: record.state,
@@ -284,7 +307,7 @@ mod tests {
         let mut gone = record("d", "id-d", 1);
         gone.state = MemberState::Left;
         let records = [&own, &old_b, &new_b, &c1, &c2, &gone];
-        let view = FleetView::compute(local, records, |name| name == "c", true);
+        let view = FleetView::compute(local, records, |name| name == "c", |_| None, true);
         assert!(view.synced);
         assert_eq!(view.local.name, "a");
         assert_eq!(view.peers.keys().collect::<Vec<_>>(), ["b", "c", "d"]);

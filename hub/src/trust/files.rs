@@ -32,6 +32,10 @@ pub const ROOT_PUB: &str = "root.pub";
 pub const CLUSTERS: &str = "clusters";
 /// A cluster's credentials, `clusters/<name>/nats.creds` (secret).
 pub const CLUSTER_CREDS: &str = "nats.creds";
+/// A cluster's signing and sealing keys, `clusters/<name>/cluster.key` (secret).
+pub const CLUSTER_KEY: &str = "cluster.key";
+/// A cluster's certificate from the fleet root, `clusters/<name>/cluster.cert`.
+pub const CLUSTER_CERT: &str = "cluster.cert";
 
 /// The users revoked in the fleet account, `{user public key: unix time}`
 /// (public; written by `leave` and `join --rotate`, folded into the account

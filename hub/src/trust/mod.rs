@@ -4,16 +4,17 @@
 //! operator, a system account and the fleet account (JetStream enabled, one
 //! signing key that issues every user), the admin's credentials, a
 //! nats-server include for operator mode, and the fleet root key (ed25519;
-//! it signs cluster certificates in a later slice of issue 21: only its
-//! public key is used by anything yet). `join NAME --dir D` mints NAME's NATS
+//! it signs cluster certificates). `join NAME --dir D` mints NAME's NATS
 //! user with exactly [`fleetbus_schemas::permissions::agent_permissions`],
-//! kept under `D/clusters/NAME/` so that joining again gives the same
-//! credentials. [`files`] lists the layout.
+//! and NAME's signing and sealing keys with their certificate
+//! ([`identity`]), kept under `D/clusters/NAME/` so that joining again gives
+//! the same ones. [`files`] lists the layout.
 //!
 //! Secrets are written 0600 through a rename; nothing existing is replaced
-//! except a cluster's credentials under `join --rotate`.
+//! except a cluster's credentials and keys under `join --rotate`.
 
 pub mod files;
+pub mod identity;
 pub mod jwt;
 mod output;
 
@@ -87,6 +88,17 @@ pub enum TrustError {
         dir: PathBuf,
         /// The cluster.
         name: String,
+    },
+    /// A stored cluster key or certificate that does not verify against
+    /// this fleet's root, has expired, or does not match.
+    #[error("{}: {why}; `fleetbus join {name} --rotate` issues new keys and a new certificate", path.display())]
+    BadIdentity {
+        /// The certificate file.
+        path: PathBuf,
+        /// The cluster.
+        name: String,
+        /// What failed.
+        why: String,
     },
     /// An invalid cluster name.
     #[error(transparent)]
@@ -334,7 +346,7 @@ fn load_info(dir: &Path) -> Result<FleetInfo, TrustError> {
     serde_json::from_str(&read(&path)?).map_err(|e| damaged(&path, e.to_string()))
 }
 
-/// One cluster's credentials, as `join` returns them.
+/// One cluster's credentials, keys and certificate, as `join` returns them.
 #[derive(Debug, Clone)]
 pub struct Joined {
     /// The fleet.
@@ -345,18 +357,55 @@ pub struct Joined {
     pub creds: String,
     /// Where they are kept.
     pub path: PathBuf,
-    /// Whether they were issued now (first join or `--rotate`).
+    /// Whether the credentials were issued now (first join or `--rotate`).
     pub issued: bool,
     /// The cluster's earlier user keys revoked now (`--rotate`); when not
     /// empty, [`SERVER_CONF`] was rewritten and nats-server must reload it.
     pub revoked: Vec<String>,
+    /// The cluster's keys, certificate and the fleet root's public key.
+    pub identity: identity::Identity,
+    /// Whether the keys and certificate were issued now.
+    pub identity_issued: bool,
 }
 
-/// `fleetbus join NAME --dir D [--rotate]`: NAME's credentials, issued once
-/// and kept under `D/clusters/NAME/nats.creds`; `rotate` issues new ones.
+/// `fleetbus join NAME --dir D [--rotate]`: NAME's credentials, keys and
+/// certificate, issued once and kept under `D/clusters/NAME/`; `rotate`
+/// issues new ones.
 pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> {
     check_cluster_name(name)?;
     let info = load_info(dir)?;
+    let cluster_dir = dir.join(CLUSTERS).join(name);
+    let path = cluster_dir.join(CLUSTER_CREDS);
+    let (creds, issued, revoked) = if path.exists() && !rotate {
+        let creds = read(&path)?;
+        check_stored(&info, name, &path, &creds)?;
+        (creds, false, Vec::new())
+    } else {
+        let (creds, revoked) = mint_creds(dir, &info, name, rotate)?;
+        (creds, true, revoked)
+    };
+    let (identity, identity_issued) = identity::ensure(dir, &cluster_dir, name, rotate)?;
+    Ok(Joined {
+        info,
+        name: name.to_owned(),
+        creds,
+        path,
+        issued,
+        revoked,
+        identity,
+        identity_issued,
+    })
+}
+
+/// A new creds file for cluster `name`, issued by the account signing key
+/// and written to `D/clusters/NAME/nats.creds`; with `rotate`, every key
+/// issued to it before is revoked (returned).
+fn mint_creds(
+    dir: &Path,
+    info: &FleetInfo,
+    name: &str,
+    rotate: bool,
+) -> Result<(String, Vec<String>), TrustError> {
     let signing_path = dir.join(SIGNING_SEED);
     let signing = nkeys::KeyPair::from_seed(read(&signing_path)?.trim())
         .map_err(|_| damaged(&signing_path, "not an account nkey seed"))?;
@@ -370,18 +419,6 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
         .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
     let cluster_dir = dir.join(CLUSTERS).join(name);
     let path = cluster_dir.join(CLUSTER_CREDS);
-    if path.exists() && !rotate {
-        let creds = read(&path)?;
-        check_stored(&info, name, &path, &creds)?;
-        return Ok(Joined {
-            info,
-            name: name.to_owned(),
-            creds,
-            path,
-            issued: false,
-            revoked: Vec::new(),
-        });
-    }
     let permissions = agent_permissions(name, &prefix)?;
     let now = Utc::now();
     // Every earlier key of this cluster: a rotation is for creds that may
@@ -391,21 +428,14 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
     } else {
         Vec::new()
     };
-    let (creds, key) = mint_user(&info, &signing, name, Some(&permissions), now)?;
+    let (creds, key) = mint_user(info, &signing, name, Some(&permissions), now)?;
     create_dir(&cluster_dir)?;
     // Recorded before the creds are written: a key that exists anywhere is
     // one `leave` will find.
     record_issued(dir, name, &key)?;
     write_file(&path, creds.as_bytes(), true, rotate)?;
-    let revoked = revoke(dir, &info, &earlier, now)?;
-    Ok(Joined {
-        info,
-        name: name.to_owned(),
-        creds,
-        path,
-        issued: true,
-        revoked,
-    })
+    let revoked = revoke(dir, info, &earlier, now)?;
+    Ok((creds, revoked))
 }
 
 /// What `leave` did.

@@ -7,6 +7,15 @@ use super::Joined;
 pub const CREDS_SECRET: &str = "fleetbus-nats-creds";
 /// Name of the Secret holding `ca.crt` (the chart's `nats.tls.caSecret`).
 pub const CA_SECRET: &str = "fleetbus-nats-ca";
+/// Name of the Secret holding the cluster's keys, its certificate and the
+/// fleet root's public key (the chart's `trust.secret`).
+pub const TRUST_SECRET: &str = "fleetbus-cluster-trust";
+/// Keys of [`TRUST_SECRET`], the file names the chart mounts them under.
+pub const TRUST_KEY: &str = "cluster.key";
+/// See [`TRUST_KEY`].
+pub const TRUST_CERT: &str = "cluster.cert";
+/// See [`TRUST_KEY`].
+pub const TRUST_ROOT: &str = "fleet-root.pub";
 
 /// `join -o`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -16,7 +25,7 @@ pub enum JoinOutput {
     Creds,
     /// Helm values naming the Secrets of `-o manifest`.
     Values,
-    /// The Secrets (creds, and the CA when the fleet has one) to apply first.
+    /// The Secrets (creds, keys and certificate, and the CA when the fleet has one) to apply first.
     Manifest,
 }
 
@@ -48,6 +57,7 @@ fn values(joined: &Joined, nats_url: Option<&str>, tls: bool) -> String {
         "clusterName": joined.name,
         "subjectPrefix": joined.info.subject_prefix,
         "nats": nats,
+        "trust": { "secret": TRUST_SECRET },
     });
     let body = serde_yaml::to_string(&values).unwrap_or_default();
     format!(
@@ -57,7 +67,7 @@ fn values(joined: &Joined, nats_url: Option<&str>, tls: bool) -> String {
     )
 }
 
-fn secret(name: &str, namespace: &str, key: &str, value: &str) -> serde_json::Value {
+fn secret(name: &str, namespace: &str, data: serde_json::Value) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Secret",
@@ -67,22 +77,42 @@ fn secret(name: &str, namespace: &str, key: &str, value: &str) -> serde_json::Va
             "labels": {"app.kubernetes.io/part-of": "fleetbus"},
         },
         "type": "Opaque",
-        "stringData": { key: value },
+        "stringData": data,
     })
 }
 
 fn manifest(joined: &Joined, namespace: &str, ca: Option<&str>) -> String {
-    let mut docs = vec![secret(CREDS_SECRET, namespace, "nats.creds", &joined.creds)];
+    let id = &joined.identity;
+    let mut docs = vec![
+        secret(
+            CREDS_SECRET,
+            namespace,
+            serde_json::json!({ "nats.creds": joined.creds }),
+        ),
+        secret(
+            TRUST_SECRET,
+            namespace,
+            serde_json::json!({
+                TRUST_KEY: id.key.as_str(),
+                TRUST_CERT: id.cert,
+                TRUST_ROOT: id.root_pub,
+            }),
+        ),
+    ];
     if let Some(ca) = ca {
-        docs.push(secret(CA_SECRET, namespace, "ca.crt", ca));
+        docs.push(secret(
+            CA_SECRET,
+            namespace,
+            serde_json::json!({ "ca.crt": ca }),
+        ));
     }
     let docs: Vec<String> = docs
         .iter()
         .map(|d| serde_yaml::to_string(d).unwrap_or_default())
         .collect();
     format!(
-        "# fleetbus join {}: NATS credentials for the cluster's agent. Secret: apply with\n\
-         # kubectl, do not commit.\n---\n{}",
+        "# fleetbus join {}: NATS credentials, keys and certificate of the cluster's agent.\n\
+         # Secrets: apply with kubectl, do not commit.\n---\n{}",
         joined.name,
         docs.join("---\n")
     )

@@ -1,5 +1,7 @@
 use std::os::unix::fs::PermissionsExt;
 
+use fleetbus_schemas::trust::{parse_root_public, verify, ClusterKeys, SignedCertificate};
+
 use super::*;
 
 fn new_fleet() -> (tempfile::TempDir, PathBuf) {
@@ -214,7 +216,7 @@ fn values_and_manifest_name_the_charts_secrets() {
         .skip(1)
         .map(|d| serde_yaml::from_str(d).unwrap())
         .collect();
-    assert_eq!(docs.len(), 2, "{manifest}");
+    assert_eq!(docs.len(), 3, "{manifest}");
     assert_eq!(
         docs[0]["metadata"]["name"].as_str(),
         Some(output::CREDS_SECRET)
@@ -224,12 +226,102 @@ fn values_and_manifest_name_the_charts_secrets() {
         docs[0]["stringData"]["nats.creds"].as_str(),
         Some(joined.creds.as_str())
     );
-    assert_eq!(docs[1]["stringData"]["ca.crt"].as_str(), Some("CA PEM"));
-    // Without a CA: no TLS in the values, one Secret.
+    assert_eq!(
+        values["trust"]["secret"].as_str(),
+        Some(output::TRUST_SECRET)
+    );
+    let trust = &docs[1];
+    assert_eq!(
+        trust["metadata"]["name"].as_str(),
+        Some(output::TRUST_SECRET)
+    );
+    let data = |k: &str| trust["stringData"][k].as_str().unwrap().to_owned();
+    let root = parse_root_public(&data(output::TRUST_ROOT)).unwrap();
+    let cert = SignedCertificate::decode(&data(output::TRUST_CERT)).unwrap();
+    verify(&cert, &root, "c4", Utc::now()).unwrap();
+    let keys = ClusterKeys::decode(&data(output::TRUST_KEY)).unwrap();
+    assert!(keys.matches(&cert.cert));
+    assert_eq!(docs[2]["stringData"]["ca.crt"].as_str(), Some("CA PEM"));
+    // Without a CA: no TLS in the values, two Secrets.
     let values = render(&joined, JoinOutput::Values, "ns1", None, None);
     assert!(!values.contains("tls"), "{values}");
     let manifest = render(&joined, JoinOutput::Manifest, "ns1", None, None);
-    assert_eq!(manifest.matches("kind: Secret").count(), 1, "{manifest}");
+    assert_eq!(manifest.matches("kind: Secret").count(), 2, "{manifest}");
+}
+
+#[test]
+fn join_mints_keys_and_a_certificate_from_the_root_kept_until_rotate() {
+    let (_tmp, dir) = new_fleet();
+    let cdir = dir.join("clusters/c1");
+    let first = join(&dir, "c1", false).unwrap();
+    assert!(first.identity_issued);
+    assert_eq!(mode(&cdir.join(CLUSTER_KEY)), 0o600);
+    assert_eq!(read(&cdir.join(CLUSTER_KEY)).unwrap(), *first.identity.key);
+    assert_eq!(read(&cdir.join(CLUSTER_CERT)).unwrap(), first.identity.cert);
+    // Signed by the key of root.pub, for c1, valid now and for a year.
+    let root = parse_root_public(&read(&dir.join(ROOT_PUB)).unwrap()).unwrap();
+    let cert = SignedCertificate::decode(&first.identity.cert).unwrap();
+    let now = Utc::now();
+    verify(&cert, &root, "c1", now).unwrap();
+    verify(&cert, &root, "c1", now + chrono::Duration::days(364)).unwrap();
+    let keys = ClusterKeys::decode(&first.identity.key).unwrap();
+    assert!(keys.matches(&cert.cert));
+
+    let again = join(&dir, "c1", false).unwrap();
+    assert!(!again.identity_issued);
+    assert_eq!(again.identity.cert, first.identity.cert);
+    let rotated = join(&dir, "c1", true).unwrap();
+    assert!(rotated.identity_issued);
+    let new_cert = SignedCertificate::decode(&rotated.identity.cert).unwrap();
+    verify(&new_cert, &root, "c1", now).unwrap();
+    assert_ne!(new_cert.cert.signing_key, cert.cert.signing_key);
+    assert_ne!(new_cert.cert.sealing_key, cert.cert.sealing_key);
+    assert_ne!(new_cert.cert.serial, cert.cert.serial);
+    assert_eq!(mode(&cdir.join(CLUSTER_KEY)), 0o600);
+    // Another cluster's keys differ.
+    let c2 = join(&dir, "c2", false).unwrap();
+    assert_ne!(*c2.identity.key, *rotated.identity.key);
+}
+
+#[test]
+fn join_refuses_a_stored_identity_that_is_not_the_clusters() {
+    let (tmp, dir) = new_fleet();
+    join(&dir, "c1", false).unwrap();
+    join(&dir, "c2", false).unwrap();
+    let c1 = dir.join("clusters/c1");
+    let c2 = dir.join("clusters/c2");
+    let copy = |from: &Path, to: &Path, f: &str| std::fs::copy(from.join(f), to.join(f)).unwrap();
+    // c2's certificate in c1's place: names another cluster.
+    let c1_cert = read(&c1.join(CLUSTER_CERT)).unwrap();
+    copy(&c2, &c1, CLUSTER_CERT);
+    let err = join(&dir, "c1", false).unwrap_err();
+    assert!(matches!(err, TrustError::BadIdentity { .. }), "{err}");
+    assert!(err.to_string().contains("--rotate"), "{err}");
+    // c2's key under c1's certificate: not the certified key.
+    std::fs::write(c1.join(CLUSTER_CERT), &c1_cert).unwrap();
+    copy(&c2, &c1, CLUSTER_KEY);
+    let err = join(&dir, "c1", false).unwrap_err();
+    assert!(err.to_string().contains("not the key"), "{err}");
+    // A certificate from another fleet's root.
+    let other = tmp.path().join("other");
+    init(&other, "o", &Prefix::default(), &DEFAULT_JS_LIMITS, false).unwrap();
+    join(&other, "c1", false).unwrap();
+    copy(&other.join("clusters/c1"), &c1, CLUSTER_CERT);
+    copy(&other.join("clusters/c1"), &c1, CLUSTER_KEY);
+    let err = join(&dir, "c1", false).unwrap_err();
+    assert!(
+        err.to_string().contains("not signed by the fleet root"),
+        "{err}"
+    );
+    // Garbage, and a missing half.
+    std::fs::write(c1.join(CLUSTER_CERT), "garbage").unwrap();
+    assert!(join(&dir, "c1", false).is_err());
+    std::fs::remove_file(c1.join(CLUSTER_CERT)).unwrap();
+    assert!(join(&dir, "c1", false).is_err());
+    // --rotate repairs all of it.
+    let rotated = join(&dir, "c1", true).unwrap();
+    assert!(rotated.identity_issued);
+    join(&dir, "c1", false).unwrap();
 }
 
 /// The fleet account's revocations as the include's account JWT carries them.

@@ -113,6 +113,11 @@ pub struct ResourceSyncRuleSpec {
     /// order, later entries winning.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values_from: Vec<ValuesFrom>,
+    /// Seal the objects this rule selects to the clusters it places them on, as Secrets
+    /// always are (PROTOCOL §4.8): only those clusters and the origin can read them on the
+    /// bus. Takes effect on origins that hold a sealing key.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub seal: bool,
 }
 
 /// One source of per-cluster values: a ConfigMap on the sink.

@@ -18,6 +18,7 @@ mod compress;
 mod hash;
 mod limits;
 mod packed;
+pub mod sealed;
 mod verify;
 
 pub use crate::codec::MAX_MSGPACK_DEPTH;
@@ -28,6 +29,7 @@ pub use limits::{
     HEADER_ALLOWANCE,
 };
 pub use packed::{pack_value, unpack_value};
+pub use sealed::{OpenEnvelopeError, RecipientKey, SealEnvelopeError};
 pub use verify::Mismatch;
 
 use chrono::{DateTime, Utc};
@@ -62,7 +64,8 @@ pub struct Envelope {
     pub tombstone: bool,
     /// The object as JSON (apiVersion, kind, metadata, spec, ...).
     pub object: Option<Value>,
-    /// Reserved for payload encryption; always `None` in v1.
+    /// The sealed payload of a sealed snapshot (`object` is then `None` on the wire, and
+    /// once opened the object with the recipients' names here), else `None`.
     pub encryption: Option<EncryptionHeader>,
     /// Reserved for a publisher signature; always `None` in v1.
     pub signature: Option<Signature>,
@@ -99,16 +102,34 @@ impl std::fmt::Display for TombstoneReason {
     }
 }
 
-/// Reserved: how `object` is encrypted (not used in v1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How `object` is encrypted: for a sealed snapshot (PROTOCOL §4.8, [`sealed`]) the
+/// sealed payload itself. `algorithm`, `keyId` and `nonce` are the three entries the first
+/// release of v1 reserved (a reader of that release requires them and skips the message
+/// as of an unsupported version); the others were added with sealing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EncryptionHeader {
-    /// AEAD algorithm name.
+    /// The construction: [`crate::seal::SEAL_ALGORITHM`] for a sealed snapshot.
     pub algorithm: String,
-    /// Identifier of the key used.
+    /// Identifier of the key used; `""` when sealed (each version has its own data key).
     pub key_id: String,
-    /// Nonce, base64.
+    /// The payload AEAD's nonce, base64.
     pub nonce: String,
+    /// RFC 9180 KEM id (`0x0020`, DHKEM(X25519, HKDF-SHA256)).
+    #[serde(default)]
+    pub kem: u16,
+    /// RFC 9180 KDF id (`0x0001`, HKDF-SHA256).
+    #[serde(default)]
+    pub kdf: u16,
+    /// RFC 9180 AEAD id (`0x0003`, ChaCha20-Poly1305), also the payload's AEAD.
+    #[serde(default)]
+    pub aead: u16,
+    /// The data key sealed to each recipient, sorted by cluster name.
+    #[serde(default)]
+    pub recipients: Vec<RecipientKey>,
+    /// The packed object (as [`pack_value`] packs it) under the data key, base64.
+    #[serde(default)]
+    pub ciphertext: String,
 }
 
 /// Reserved: a signature over the envelope (not used in v1).
@@ -231,6 +252,12 @@ impl Envelope {
 
     /// The MessagePack map alone, never compressed (v1 layout, see the module docs).
     pub fn encode_msgpack(&self) -> Result<Vec<u8>, EncodeError> {
+        if self.encryption.is_some() && self.object.is_some() {
+            // An opened sealed envelope: encoding it would publish the object in clear.
+            return Err(EncodeError::new(
+                "an envelope with an encryption header carries no object on the wire",
+            ));
+        }
         let wire = WireOut {
             schema_version: ENVELOPE_VERSION,
             origin: &self.origin,
@@ -249,8 +276,9 @@ impl Envelope {
         rmp_serde::to_vec_named(&wire).map_err(EncodeError::new)
     }
 
-    /// Decodes an envelope. Another `schemaVersion`, or an encrypted payload (which v1
-    /// cannot read), is [`DecodeError::UnsupportedVersion`]; anything else that does not
+    /// Decodes an envelope. Another `schemaVersion`, or an encryption other than sealing
+    /// (§4.8), is [`DecodeError::UnsupportedVersion`]; a sealed envelope decodes with its
+    /// `object` `None` (open it with [`Envelope::open`]); anything else that does not
     /// decode is [`DecodeError::Malformed`], including a `tombstoneReason` on a snapshot
     /// or one that is not `Deleted`/`Unpublished`. A tombstone without the key (written
     /// before the key existed) reads as `Deleted`. Bytes starting with [`ZSTD_MAGIC`] are
@@ -273,12 +301,23 @@ impl Envelope {
             });
         }
         let w: WireIn = decode_msgpack(bytes)?;
-        if let Some(enc) = &w.encryption {
-            return Err(DecodeError::UnsupportedVersion {
-                found: format!("{ENVELOPE_VERSION}+encryption:{}", enc.algorithm),
-            });
-        }
-        if w.tombstone != w.object.is_none() {
+        let sealed = match &w.encryption {
+            None => false,
+            Some(enc) if enc.is_sealed() => {
+                if w.tombstone || w.object.is_some() {
+                    return Err(DecodeError::malformed(
+                        "a sealed envelope is a snapshot whose object is nil",
+                    ));
+                }
+                true
+            }
+            Some(enc) => {
+                return Err(DecodeError::UnsupportedVersion {
+                    found: format!("{ENVELOPE_VERSION}+encryption:{}", enc.algorithm),
+                });
+            }
+        };
+        if !sealed && w.tombstone != w.object.is_none() {
             return Err(DecodeError::malformed(
                 "tombstones must have no object and snapshots must have one",
             ));

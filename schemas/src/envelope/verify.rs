@@ -6,6 +6,10 @@
 
 use thiserror::Error;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+
+use super::sealed::sealed_hash;
 use super::{content_hash, Envelope};
 use crate::subject::ObjectKey;
 
@@ -51,6 +55,14 @@ impl Envelope {
             return Err(Mismatch::Origin);
         }
         let Some(object) = &self.object else {
+            // A sealed snapshot not opened: its hash is the ciphertext's (§4.8); what the
+            // ciphertext holds is checked once opened.
+            if let Some(enc) = self.encryption.as_ref().filter(|e| e.is_sealed()) {
+                let ciphertext = STANDARD.decode(&enc.ciphertext).unwrap_or_default();
+                if sealed_hash(&ciphertext) != self.content_hash {
+                    return Err(Mismatch::ContentHash);
+                }
+            }
             return Ok(());
         };
         if ObjectKey::from_object(&key.origin, object).as_ref() != Some(key) {

@@ -96,6 +96,13 @@ pub struct ClusterRecord {
     /// agents before beats: every put of their record is a heartbeat.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub beats: bool,
+    /// The cluster's certificate from the fleet root
+    /// ([`crate::trust::SignedCertificate::encode`], base64), when its agent
+    /// runs with a fleet root (PROTOCOL §2.7, §5.1). Absent in the insecure
+    /// mode and from agents before issue 21. Readers with a fleet root accept
+    /// the record only if it verifies and names [`Self::name`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<String>,
 }
 
 /// The health of a cluster's API server as its own agent sees it (watches and

@@ -221,6 +221,7 @@ mod tests {
     fn good() -> ClusterRecord {
         let t = chrono::DateTime::from_timestamp_millis(0).unwrap_or_default();
         ClusterRecord {
+            certificate: None,
             name: "east".into(),
             cluster_id: "6f1c2d3e-8a9b-4c5d-9e0f-112233445566".into(),
             state: MemberState::Active,

@@ -88,6 +88,9 @@ impl Engine {
         if target.api_version == "v1" && target.kind == "Secret" {
             policy::redact_secret_values(&mut changes);
         }
+        if self.rules.get(&c.rule).is_some_and(|r| r.spec.seal) {
+            policy::redact_sealed_values(&mut changes);
+        }
         let event = DriftEvent {
             id: drift_event_id(
                 &self.fleet.local.name,

@@ -253,6 +253,20 @@ pub fn redact_secret_values(changes: &mut [DriftChange]) {
     }
 }
 
+/// What a rule with `seal: true` syncs is sealed on the bus (PROTOCOL §4.8),
+/// so its drift events, which stay readable JSON, carry none of its values:
+/// every value outside `/metadata` is replaced by the markers of
+/// [`redact_secret_values`] (which field is sensitive in an arbitrary kind
+/// is not known); the paths still say what changed.
+pub fn redact_sealed_values(changes: &mut [DriftChange]) {
+    for c in changes.iter_mut() {
+        if !c.path.starts_with("/metadata/") {
+            c.desired = redact(&c.desired, "(redacted: desired value)");
+            c.live = redact(&c.live, "(redacted: live value)");
+        }
+    }
+}
+
 fn redact(v: &Value, marker: &str) -> Value {
     if v.is_null() {
         Value::Null
@@ -369,6 +383,35 @@ mod tests {
         );
         assert_eq!(ch[1].desired, Value::Null, "absence is not a secret");
         assert_eq!(ch[2].live, json!("y"), "labels are not secret");
+    }
+
+    #[test]
+    fn values_of_a_sealed_rule_are_redacted_outside_metadata() {
+        let mut ch = vec![
+            DriftChange {
+                path: "/data/token".into(),
+                desired: json!("hunter2"),
+                live: json!("x"),
+            },
+            DriftChange {
+                path: "/spec/password".into(),
+                desired: json!("pw"),
+                live: Value::Null,
+            },
+            DriftChange {
+                path: "/metadata/labels/x".into(),
+                desired: Value::Null,
+                live: json!("y"),
+            },
+        ];
+        redact_sealed_values(&mut ch);
+        let text = serde_json::to_string(&ch).unwrap();
+        assert!(
+            !text.contains("hunter2") && !text.contains("\"pw\""),
+            "{text}"
+        );
+        assert_eq!(ch[1].live, Value::Null, "absence is not a secret");
+        assert_eq!(ch[2].live, json!("y"), "metadata stays readable");
     }
 
     #[test]

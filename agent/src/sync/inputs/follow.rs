@@ -26,8 +26,10 @@ use crate::context::Context;
 use crate::sync::model::{Feed, Input};
 
 /// Decodes one message (prefix, subject, payload); the error is the
-/// `sync_rejected_total` reason when it is skipped.
-pub type Decode<K, V> = fn(&Prefix, &str, &[u8]) -> Result<(K, V), &'static str>;
+/// `sync_rejected_total` reason when it is skipped. A closure: the objects'
+/// decoder holds this cluster's sealing key.
+pub type Decode<K, V> =
+    Box<dyn Fn(&Prefix, &str, &[u8]) -> Result<(K, V), &'static str> + Send + Sync>;
 
 /// One followed subject tree.
 pub struct Follow<K, V> {

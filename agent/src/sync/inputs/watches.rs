@@ -242,27 +242,42 @@ pub async fn bus_consumer(
     tx: mpsc::Sender<Input>,
     cancel: CancellationToken,
 ) {
+    let opener = Opener {
+        me: ctx.cfg.cluster_name.clone(),
+        key: ctx.sealing.as_ref().map(|k| k.secret.clone()),
+    };
     let f = Follow {
         stream: ctx.layout.objects_stream().name,
         filter: fleetbus_schemas::subject::ObjectFilter::any()
             .gvk(&gvk.group, &gvk.version, &gvk.kind)
             .to_subject(ctx.layout.prefix()),
         what: "objects",
-        decode,
+        decode: Box::new(move |prefix, subject, payload| decode(&opener, prefix, subject, payload)),
         key_of: |prefix, subject| ObjectKey::parse_subject(prefix, subject).ok(),
         input: Box::new(move |ev| Input::Bus(gvk.clone(), ev)),
     };
     super::follow::follow(ctx, f, tx, cancel).await;
 }
 
+/// Who opens sealed envelopes (PROTOCOL §4.8): this cluster, with its
+/// sealing key if it has one.
+pub(in crate::sync) struct Opener {
+    /// This cluster's name.
+    pub me: String,
+    /// Its secret sealing key; None: nothing sealed is opened here.
+    pub key: Option<fleetbus_schemas::seal::SealingSecretKey>,
+}
+
 /// Decodes one message; the reason is the metric label when it is skipped.
-fn decode(
+/// A sealed envelope is opened here: the engine only ever sees objects.
+pub(in crate::sync) fn decode(
+    opener: &Opener,
     prefix: &fleetbus_schemas::subject::Prefix,
     subject: &str,
     payload: &[u8],
 ) -> Result<(ObjectKey, Envelope), &'static str> {
     let key = ObjectKey::parse_subject(prefix, subject).map_err(|_| "bad_subject")?;
-    let env = Envelope::decode(payload).map_err(|e| match e {
+    let mut env = Envelope::decode(payload).map_err(|e| match e {
         fleetbus_schemas::DecodeError::UnsupportedVersion { .. } => "unsupported_version",
         _ => "malformed",
     })?;
@@ -272,6 +287,15 @@ fn decode(
     // here, so whatever reads `content_hash` later (the origin comparing its
     // own subtree, a sink's memo) reads the hash of the content received.
     env.check(&key).map_err(|m| m.reason())?;
+    if env.is_sealed() {
+        // Not sealed to us: nothing to apply, and what was applied before
+        // stays (the engine sees it as unreadable, as a sink keeps its copy
+        // on any message it cannot read).
+        let secret = opener.key.as_ref().ok_or("not_a_recipient")?;
+        env = env.open(&key, &opener.me, secret).map_err(|e| e.reason())?;
+        // What was sealed is checked like any object: subject, metadata, hash.
+        env.check(&key).map_err(|m| m.reason())?;
+    }
     Ok((key, env))
 }
 
@@ -286,7 +310,7 @@ pub async fn status_consumer(
         stream: ctx.layout.status_stream().name,
         filter: fleetbus_schemas::subject::all_status(ctx.layout.prefix()),
         what: "status",
-        decode: decode_status,
+        decode: Box::new(decode_status),
         key_of: |prefix, subject| StatusKey::parse_subject(prefix, subject).ok(),
         input: Box::new(Input::Status),
     };
@@ -318,6 +342,76 @@ pub(in crate::sync) mod tests {
     use fleetbus_schemas::subject::Prefix;
     use fleetbus_schemas::ObjectRef;
     use serde_json::json;
+
+    /// A Secret of c1's sealed to c1 and c2, as it is on the wire.
+    fn sealed_secret(
+        c1: &fleetbus_schemas::seal::SealingSecretKey,
+        c2: &fleetbus_schemas::seal::SealingSecretKey,
+    ) -> (String, Vec<u8>, Value) {
+        let obj = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"namespace": "apps", "name": "db", "uid": "u1", "resourceVersion": "7"},
+            "data": {"password": "czNjcmV0"}});
+        let env = Envelope::snapshot("c1", None, obj.clone(), chrono::Utc::now()).unwrap();
+        let sealed = env
+            .seal(
+                &[("c1", &c1.public_key()), ("c2", &c2.public_key())],
+                &mut rand::rng(),
+            )
+            .unwrap();
+        let key = ObjectKey::from_object("c1", &obj).unwrap();
+        (
+            key.to_subject(&Prefix::default()),
+            sealed.encode().unwrap(),
+            obj,
+        )
+    }
+
+    #[test]
+    fn a_sealed_envelope_opens_for_its_recipients_and_is_not_a_recipients_elsewhere() {
+        use fleetbus_schemas::seal::SealingSecretKey;
+        let mut rng = rand::rng();
+        let (k1, k2, k3) = (
+            SealingSecretKey::generate(&mut rng),
+            SealingSecretKey::generate(&mut rng),
+            SealingSecretKey::generate(&mut rng),
+        );
+        let (subject, bytes, obj) = sealed_secret(&k1, &k2);
+        let p = Prefix::default();
+        let opener = |me: &str, key: Option<&SealingSecretKey>| Opener {
+            me: me.into(),
+            key: key.cloned(),
+        };
+        for (me, key) in [("c1", &k1), ("c2", &k2)] {
+            let (_, env) = decode(&opener(me, Some(key)), &p, &subject, &bytes).unwrap();
+            assert_eq!(env.object.as_ref(), Some(&obj), "{me}");
+            assert_eq!(
+                env.content_hash,
+                fleetbus_schemas::envelope::content_hash(&obj)
+            );
+        }
+        assert_eq!(
+            decode(&opener("c3", Some(&k3)), &p, &subject, &bytes).unwrap_err(),
+            "not_a_recipient"
+        );
+        // Without a key of its own (insecure mode): nothing is opened.
+        assert_eq!(
+            decode(&opener("c2", None), &p, &subject, &bytes).unwrap_err(),
+            "not_a_recipient"
+        );
+        // c3 claiming c2's name, with its own key: does not open.
+        assert_eq!(
+            decode(&opener("c2", Some(&k3)), &p, &subject, &bytes).unwrap_err(),
+            "seal_corrupt"
+        );
+        // The same bytes under another object's subject (a moved blob): the
+        // envelope names its object in clear no more, so the subject check
+        // passes and the sealing's binding refuses it.
+        let other = subject.replace(".db", ".web");
+        assert_eq!(
+            decode(&opener("c2", Some(&k2)), &p, &other, &bytes).unwrap_err(),
+            "seal_corrupt"
+        );
+    }
 
     /// A report by `cluster` about east's Widget `a/w` (also `returned`'s tests).
     pub(in crate::sync) fn report(cluster: &str) -> ReportedStatus {

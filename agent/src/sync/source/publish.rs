@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::published::{self, HashMemo};
+use super::sealing::{self, SealView};
 use super::state::SourceState;
 use crate::registry::view::LocalView;
 use crate::sync::engine::{Engine, KindState};
@@ -43,6 +44,8 @@ pub enum PublishError {
 pub enum Publish {
     /// The object's current state.
     Snapshot(Value),
+    /// The object's current state, sealed to these clusters (PROTOCOL §4.8).
+    Sealed(Value, sealing::Recipients),
     /// The object is gone or no longer published.
     Tombstone {
         /// The object's uid on this cluster.
@@ -110,6 +113,8 @@ pub struct Exports<'a> {
     pub policy: &'a Policy,
     /// This cluster.
     pub local: &'a str,
+    /// To whom objects are sealed, when this cluster holds a sealing key.
+    pub seal: Option<&'a SealView<'a>>,
 }
 
 /// What to publish for our object at `key` (into `out`): `obj` is the local
@@ -181,14 +186,27 @@ fn plan_object(
         out.push((key.clone(), Publish::Refused { refusals }));
         return;
     }
+    let placing: Vec<&CompiledRule> = matched.iter().map(|(r, _)| *r).collect();
+    let seal_to = exports
+        .seal
+        .filter(|_| sealing::must_seal(obj, &placing))
+        .map(|view| sealing::recipients(view, &placing));
     let entries: Vec<Vec<&SyncRule>> = matched.into_iter().map(|(_, e)| e).collect();
     let with_status = published::keeps_status(rules, &entries);
     let (hash, built) = memo.hash(key, obj, with_status);
     let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
-    let same = current.is_some_and(|e| Some(e.uid.as_str()) == uid && e.content_hash == hash);
+    // A sealed envelope was opened on receipt: its hash is its object's. The
+    // recipients are compared too: a new set is a new sealing.
+    let same = current.is_some_and(|e| {
+        Some(e.uid.as_str()) == uid && e.content_hash == hash && sealing::sealed_to(e) == seal_to
+    });
     if !same {
         let obj = built.unwrap_or_else(|| published::published_object(obj, with_status));
-        out.push((key.clone(), Publish::Snapshot(obj)));
+        let publish = match seal_to {
+            Some(to) => Publish::Sealed(obj, to),
+            None => Publish::Snapshot(obj),
+        };
+        out.push((key.clone(), publish));
     }
 }
 
@@ -198,6 +216,7 @@ fn plan_object(
 pub fn plan(
     local: &LocalView,
     policy: &Policy,
+    seal: Option<&SealView<'_>>,
     rules: &[&CompiledRule],
     kind: &KindState,
     memo: &mut HashMemo,
@@ -206,6 +225,7 @@ pub fn plan(
     let exports = Exports {
         policy,
         local: &local.name,
+        seal,
     };
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
@@ -235,6 +255,7 @@ pub fn plan(
 pub fn plan_keys(
     local: &LocalView,
     policy: &Policy,
+    seal: Option<&SealView<'_>>,
     rules: &[&CompiledRule],
     kind: &KindState,
     memo: &mut HashMemo,
@@ -244,6 +265,7 @@ pub fn plan_keys(
     let exports = Exports {
         policy,
         local: &local.name,
+        seal,
     };
     let mut out = Vec::new();
     for key in keys.iter().filter(|k| k.origin == local.name) {
@@ -313,15 +335,35 @@ impl Engine {
                 continue;
             };
             let memo = self.source.hashes.entry(gvk.clone()).or_default();
+            let seal = self.ctx.sealing.as_ref().map(|keys| SealView {
+                local: &self.fleet.local.name,
+                own: &keys.public,
+                peers: &self.fleet.peers,
+            });
             let planned = if full {
-                plan(&self.fleet.local, &self.policy, &rules, kind, memo)
+                plan(
+                    &self.fleet.local,
+                    &self.policy,
+                    seal.as_ref(),
+                    &rules,
+                    kind,
+                    memo,
+                )
             } else {
-                plan_keys(&self.fleet.local, &self.policy, &rules, kind, memo, &dirty)
+                plan_keys(
+                    &self.fleet.local,
+                    &self.policy,
+                    seal.as_ref(),
+                    &rules,
+                    kind,
+                    memo,
+                    &dirty,
+                )
             };
             let matching_rules: BTreeMap<ObjectKey, Vec<String>> = planned
                 .iter()
                 .filter_map(|(k, p)| match p {
-                    Publish::Snapshot(obj) => Some((
+                    Publish::Snapshot(obj) | Publish::Sealed(obj, _) => Some((
                         k.clone(),
                         rules
                             .iter()
@@ -431,9 +473,15 @@ impl Engine {
         let now = chrono::Utc::now();
         let origin = &self.fleet.local.name;
         let id = Some(self.ctx.cluster_id.as_str());
+        let mut sealed_to = None;
         let env = match what {
             Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
                 .map_err(|e| PublishError::Object(e.to_string()))?,
+            Publish::Sealed(obj, to) => {
+                sealed_to = Some(to);
+                Envelope::snapshot(origin, id, obj, now)
+                    .map_err(|e| PublishError::Object(e.to_string()))?
+            }
             Publish::Tombstone {
                 uid,
                 resource_version,
@@ -456,7 +504,13 @@ impl Engine {
                 "the object's subject is longer than NATS allows".to_owned(),
             ));
         }
-        let bytes = env
+        let wire = match &sealed_to {
+            Some(to) => Some(self.seal(&env, to)?),
+            None => None,
+        };
+        let bytes = wire
+            .as_ref()
+            .unwrap_or(&env)
             .encode()
             .map_err(|e| PublishError::Object(e.to_string()))?;
         let max = self.max_payload();
@@ -470,7 +524,8 @@ impl Engine {
             .get(gvk)
             .and_then(|k| k.snapshots.meta(key))
             .is_some_and(|e| e.tombstone);
-        let overwritten = self.source.overwritten.contains(key);
+        let resealed = wire.is_some() && self.same_version_on_bus(gvk, key, &env);
+        let overwritten = resealed || self.source.overwritten.contains(key);
         let id = msg_id(&env, after_tombstone, overwritten);
         headers.insert("Nats-Msg-Id", id.as_str());
         let ack = self
@@ -500,8 +555,13 @@ impl Engine {
             .cloned()
             .map(Box::new);
         let (gvk, key) = (gvk.clone(), key.clone());
-        // What was sent, without the object (only uid, version and hash count).
+        // What was sent, without the object (only uid, version and hash count;
+        // for a sealed one, the recipients too, as reading it back gives them).
         let mut env = env;
+        env.encryption = wire
+            .as_ref()
+            .and_then(|w| w.encryption.as_ref())
+            .map(|h| h.names_only());
         let object = env.object.take();
         let sent = Box::new(env.clone());
         env.object = object;
@@ -520,6 +580,31 @@ impl Engine {
             }
         });
         Ok(env)
+    }
+
+    /// Whether our last envelope at `key` is a snapshot of `env`'s version:
+    /// sealed again (to another set), `env` needs a new msg id, the plain one
+    /// was used by the first sealing within the duplicate window.
+    fn same_version_on_bus(&self, gvk: &GroupVersionKind, key: &ObjectKey, env: &Envelope) -> bool {
+        self.kinds
+            .get(gvk)
+            .and_then(|k| k.snapshots.meta(key))
+            .is_some_and(|e| {
+                !e.tombstone && e.uid == env.uid && e.resource_version == env.resource_version
+            })
+    }
+
+    /// `env` sealed to the clusters `to` (those of them with a key now).
+    fn seal(&self, env: &Envelope, to: &sealing::Recipients) -> Result<Envelope, PublishError> {
+        let Some(own) = &self.ctx.sealing else {
+            // `plan` asks for sealing only when we hold a key.
+            return Err(PublishError::Object(
+                "this cluster has no sealing key".to_owned(),
+            ));
+        };
+        let keys = sealing::keys(to, &self.fleet.local.name, &own.public, &self.fleet.peers);
+        env.seal(&keys, &mut rand::rng())
+            .map_err(|e| PublishError::Object(e.to_string()))
     }
 
     /// The server's `max_payload` (1 MiB by default).
@@ -663,6 +748,7 @@ mod tests {
         plan(
             &local(),
             &Policy::default(),
+            None,
             &[rule],
             kind,
             &mut HashMemo::default(),
@@ -956,7 +1042,7 @@ mod tests {
         let on_bus = kind(&[&s], vec![published(SELF, &s)]);
         let policy = Policy::default();
         let plan_with = |rules: &[&CompiledRule], k: &KindState| {
-            plan(&local(), &policy, rules, k, &mut HashMemo::default())
+            plan(&local(), &policy, None, rules, k, &mut HashMemo::default())
         };
         // Published before the policy (or by an older agent): withdrawn as
         // unpublished (the sinks' orphanPolicy decides), and the rule is told why.
@@ -995,6 +1081,7 @@ mod tests {
         let out = plan(
             &local(),
             &allow,
+            None,
             &[&foreign],
             &kind(&[&s], vec![]),
             &mut HashMemo::default(),
@@ -1013,6 +1100,7 @@ mod tests {
             plan(
                 &local(),
                 &Policy::default(),
+                None,
                 &[],
                 &kind(&[&s], vec![published(SELF, &s)]),
                 &mut HashMemo::default()
@@ -1086,6 +1174,7 @@ mod tests {
         let full = plan(
             &local(),
             &Policy::default(),
+            None,
             &[&r],
             &k,
             &mut HashMemo::default(),
@@ -1102,6 +1191,7 @@ mod tests {
             let partial = plan_keys(
                 &local(),
                 &Policy::default(),
+                None,
                 &[&r],
                 &k,
                 &mut HashMemo::default(),
@@ -1116,6 +1206,7 @@ mod tests {
         let mut partial = plan_keys(
             &local(),
             &Policy::default(),
+            None,
             &[&r],
             &k,
             &mut HashMemo::default(),
@@ -1167,6 +1258,7 @@ mod tests {
             plan(
                 &local(),
                 &Policy::default(),
+                None,
                 &[&rule(json!({}))],
                 &k,
                 &mut memo
@@ -1176,7 +1268,7 @@ mod tests {
         // ...which does not stand for the version with status.
         let syncs = rule(json!({"rules": [{"mutations": {"syncStatus": true}}]}));
         assert_eq!(
-            plan(&local(), &Policy::default(), &[&syncs], &k, &mut memo),
+            plan(&local(), &Policy::default(), None, &[&syncs], &k, &mut memo),
             vec![(key_of(SELF, &s), Publish::Snapshot(s.clone()))]
         );
     }
@@ -1190,6 +1282,7 @@ mod tests {
             plan(
                 &local(),
                 &Policy::default(),
+                None,
                 &[&rule(json!({}))],
                 &k,
                 &mut memo
@@ -1204,6 +1297,7 @@ mod tests {
             plan(
                 &local(),
                 &Policy::default(),
+                None,
                 &[&rule(json!({}))],
                 &k,
                 &mut memo
@@ -1214,6 +1308,7 @@ mod tests {
         plan(
             &local(),
             &Policy::default(),
+            None,
             &[&rule(json!({}))],
             &kind(&[], vec![]),
             &mut memo,
@@ -1289,5 +1384,123 @@ mod tests {
         assert_eq!(describe_key(&key_of(SELF, &s)), "Secret apps/a");
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}});
         assert_eq!(describe_key(&key_of(SELF, &ns)), "Namespace apps");
+    }
+
+    /// The members for sealing: c2 (env=prod) and c3 (env=dev), both with keys.
+    fn sealing_peers(c3_env: &str) -> BTreeMap<String, crate::registry::view::PeerView> {
+        let peer = |name: &str, env: &str| crate::registry::view::PeerView {
+            name: name.into(),
+            labels: [("env".to_owned(), env.to_owned())].into(),
+            features: vec![],
+            left: false,
+            disabled: false,
+            name_conflict: false,
+            record: Value::Null,
+            sealing_key: Some(
+                fleetbus_schemas::seal::SealingSecretKey::generate(&mut rand::rng()).public_key(),
+            ),
+        };
+        [("c2", "prod"), ("c3", c3_env)]
+            .into_iter()
+            .map(|(n, e)| (n.to_owned(), peer(n, e)))
+            .collect()
+    }
+
+    /// What we published for `obj` sealed to `to` (name, key id), as reading
+    /// it back gives it.
+    fn sealed_on_bus(obj: &Value, to: &sealing::Recipients) -> (ObjectKey, Envelope) {
+        let (key, env) = published(SELF, obj);
+        let header = fleetbus_schemas::envelope::EncryptionHeader {
+            algorithm: fleetbus_schemas::seal::SEAL_ALGORITHM.to_owned(),
+            recipients: to
+                .iter()
+                .map(|(c, id)| fleetbus_schemas::envelope::RecipientKey {
+                    cluster: c.clone(),
+                    key_id: id.clone(),
+                    enc: String::new(),
+                    key: String::new(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let env = Envelope {
+            object: None,
+            encryption: Some(header),
+            ..env
+        };
+        (key, env)
+    }
+
+    #[test]
+    fn a_secret_is_sealed_to_the_members_its_rules_place_it_on_and_again_when_they_change() {
+        use fleetbus_schemas::seal::SealingPublicKey;
+        type Peers = BTreeMap<String, crate::registry::view::PeerView>;
+        let s = secret("a", "u1", "5", "v1");
+        let prod = rule(json!({"clusterSelector": {"matchLabels": {"env": "prod"}}}));
+        let own = fleetbus_schemas::seal::SealingSecretKey::generate(&mut rand::rng()).public_key();
+        fn view<'a>(own: &'a SealingPublicKey, peers: &'a Peers) -> SealView<'a> {
+            SealView {
+                local: SELF,
+                own,
+                peers,
+            }
+        }
+        let set = |names: &[&str], peers: &Peers| -> sealing::Recipients {
+            names
+                .iter()
+                .map(|n| {
+                    let key = peers
+                        .get(*n)
+                        .and_then(|p| p.sealing_key.as_ref())
+                        .unwrap_or(&own);
+                    ((*n).to_owned(), key.key_id())
+                })
+                .collect()
+        };
+        let plan_with = |k: &KindState, v: Option<&SealView<'_>>| {
+            plan(
+                &local(),
+                &Policy::default(),
+                v,
+                &[&prod],
+                k,
+                &mut HashMemo::default(),
+            )
+        };
+        let sealed =
+            |to: sealing::Recipients| vec![(key_of(SELF, &s), Publish::Sealed(s.clone(), to))];
+        let peers = sealing_peers("dev");
+        // Nothing on the bus: sealed to c2 (placed, has a key) and ourselves.
+        let first = plan_with(&kind(&[&s], vec![]), Some(&view(&own, &peers)));
+        assert_eq!(first, sealed(set(&["c1", "c2"], &peers)));
+        // Without a sealing key of our own: in clear, as before.
+        let clear = plan_with(&kind(&[&s], vec![]), None);
+        assert_eq!(
+            clear,
+            vec![(key_of(SELF, &s), Publish::Snapshot(s.clone()))]
+        );
+        // Sealed to that set already: nothing to do.
+        let on_bus = sealed_on_bus(&s, &set(&["c1", "c2"], &peers));
+        let k = kind(&[&s], vec![on_bus.clone()]);
+        assert_eq!(plan_with(&k, Some(&view(&own, &peers))), vec![]);
+        // A clear envelope of the same version is sealed now.
+        let k = kind(&[&s], vec![published(SELF, &s)]);
+        assert_eq!(plan_with(&k, Some(&view(&own, &peers))).len(), 1);
+        // c3 relabelled into the selector: sealed again, to it as well.
+        let mut relabelled = peers.clone();
+        if let Some(c3) = relabelled.get_mut("c3") {
+            c3.labels.insert("env".into(), "prod".into());
+        }
+        let k = kind(&[&s], vec![on_bus.clone()]);
+        assert_eq!(
+            plan_with(&k, Some(&view(&own, &relabelled))),
+            sealed(set(&["c1", "c2", "c3"], &relabelled))
+        );
+        // c2 rotated its key: the same names, sealed again to the new key.
+        let rotated = sealing_peers("dev");
+        assert_eq!(
+            plan_with(&k, Some(&view(&own, &rotated))),
+            sealed(set(&["c1", "c2"], &rotated))
+        );
     }
 }

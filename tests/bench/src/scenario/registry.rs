@@ -111,6 +111,7 @@ impl Sim {
     fn record(&self, name: &str, members: &MemberSet) -> ClusterRecord {
         let now = chrono::Utc::now();
         let mut r = ClusterRecord {
+            certificate: None,
             name: name.to_owned(),
             cluster_id: Self::id(name),
             state: MemberState::Active,

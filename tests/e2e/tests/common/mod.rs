@@ -21,6 +21,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
+pub mod fleet;
 pub mod sync;
 
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -165,6 +166,7 @@ pub fn peer_record(
 ) -> ClusterRecord {
     let now = chrono::Utc::now();
     ClusterRecord {
+        certificate: None,
         name: name.into(),
         cluster_id: id.into(),
         state: MemberState::Active,

@@ -1,0 +1,133 @@
+//! A cluster's signing and sealing keys and its certificate from the fleet
+//! root (`clusters/<name>/cluster.key`, `cluster.cert`): minted by `join`,
+//! kept, re-issued by `join --rotate`.
+
+use std::path::Path;
+
+use chrono::{Duration, Utc};
+use fleetbus_schemas::trust::{
+    parse_root_key, parse_root_public, verify, ClusterCertificate, ClusterKeys, SignedCertificate,
+    SigningKey,
+};
+use rand::RngCore as _;
+use zeroize::Zeroizing;
+
+use super::files::{read, write_file, CLUSTER_CERT, CLUSTER_KEY, ROOT_KEY, ROOT_PUB};
+use super::{damaged, TrustError};
+
+/// How long a certificate `join` issues is valid. A year: long enough that
+/// no fleet breaks between two routine `--rotate`s, short enough that a
+/// forgotten key stops counting on its own.
+pub const CERT_VALIDITY_DAYS: i64 = 365;
+/// Backdating of `notBefore`, so that a peer whose clock is a little behind
+/// the issuer's accepts a certificate issued just now.
+pub const CLOCK_SKEW_MINUTES: i64 = 5;
+
+/// A cluster's keys and certificate, as files hold them.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// `cluster.key` (secret).
+    pub key: Zeroizing<String>,
+    /// `cluster.cert`.
+    pub cert: String,
+    /// The fleet root's public key (`root.pub`, SPKI PEM).
+    pub root_pub: String,
+}
+
+/// The fleet root key, checked against `root.pub`.
+fn load_root(dir: &Path) -> Result<(SigningKey, String), TrustError> {
+    let key_path = dir.join(ROOT_KEY);
+    let root = parse_root_key(&Zeroizing::new(read(&key_path)?))
+        .map_err(|e| damaged(&key_path, e.to_string()))?;
+    let pub_path = dir.join(ROOT_PUB);
+    let root_pub = read(&pub_path)?;
+    let public = parse_root_public(&root_pub).map_err(|e| damaged(&pub_path, e.to_string()))?;
+    if public != root.verifying_key() {
+        return Err(damaged(&pub_path, "not the public key of root.key"));
+    }
+    Ok((root, root_pub))
+}
+
+/// `name`'s identity under `cluster_dir`: the stored one (checked) unless
+/// `rotate` or there is none yet, else new keys and a new certificate.
+/// Returns whether it was issued now.
+pub fn ensure(
+    dir: &Path,
+    cluster_dir: &Path,
+    name: &str,
+    rotate: bool,
+) -> Result<(Identity, bool), TrustError> {
+    let (root, root_pub) = load_root(dir)?;
+    let key_path = cluster_dir.join(CLUSTER_KEY);
+    let cert_path = cluster_dir.join(CLUSTER_CERT);
+    if !rotate && (key_path.exists() || cert_path.exists()) {
+        let key = Zeroizing::new(read(&key_path)?);
+        let cert = read(&cert_path)?;
+        check_stored(&root, name, &cert_path, &key, &cert)?;
+        return Ok((
+            Identity {
+                key,
+                cert,
+                root_pub,
+            },
+            false,
+        ));
+    }
+    let mut seed = Zeroizing::new([0u8; 32]);
+    let mut sealing = Zeroizing::new([0u8; 32]);
+    let mut serial = [0u8; 16];
+    let mut rng = rand::rng();
+    rng.fill_bytes(&mut *seed);
+    rng.fill_bytes(&mut *sealing);
+    rng.fill_bytes(&mut serial);
+    let keys = ClusterKeys::from_random(*seed, *sealing);
+    let now = Utc::now();
+    let cert = ClusterCertificate {
+        cluster: name.to_owned(),
+        signing_key: keys.signing_public(),
+        sealing_key: keys.sealing_public(),
+        not_before: now - Duration::minutes(CLOCK_SKEW_MINUTES),
+        not_after: now + Duration::days(CERT_VALIDITY_DAYS),
+        serial,
+    }
+    .sign(&root);
+    let key = Zeroizing::new(format!("{}\n", *keys.encode()));
+    let cert = format!("{}\n", cert.encode());
+    // The key first: a cert without its key is useless, a key without its
+    // cert is re-certified by the next `--rotate`.
+    write_file(&key_path, key.as_bytes(), true, rotate)?;
+    write_file(&cert_path, cert.as_bytes(), false, rotate)?;
+    Ok((
+        Identity {
+            key,
+            cert,
+            root_pub,
+        },
+        true,
+    ))
+}
+
+/// A stored identity must be this fleet's, for `name`, valid now, and the
+/// key must be the one certified.
+fn check_stored(
+    root: &SigningKey,
+    name: &str,
+    cert_path: &Path,
+    key: &str,
+    cert: &str,
+) -> Result<(), TrustError> {
+    let bad = |why: String| TrustError::BadIdentity {
+        path: cert_path.to_owned(),
+        name: name.to_owned(),
+        why,
+    };
+    let signed = SignedCertificate::decode(cert).map_err(|e| bad(e.to_string()))?;
+    verify(&signed, &root.verifying_key(), name, Utc::now()).map_err(|e| bad(e.to_string()))?;
+    let keys = ClusterKeys::decode(key).map_err(|e| bad(format!("cluster.key: {e}")))?;
+    if !keys.matches(&signed.cert) {
+        return Err(bad(
+            "cluster.key is not the key the certificate names".into()
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! A fleet as `fleetbus fleet init` and `fleetbus join` make it: the fleet
+//! directory, a nats-server in operator mode from its include, clients with
+//! the creds `join` mints, and the agent flags of the secure mode.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use fleetbus_testsupport::{cargo_bin, NatsServer};
+
+/// Runs `fleetbus <args>` (no bus needed); returns (exit code, stdout, stderr).
+pub fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(cargo_bin("fleetbus"))
+        .args(args)
+        .env_remove("FLEETBUS_FLEET_DIR")
+        .env_remove("FLEETBUS_SUBJECT_PREFIX")
+        .env_remove("FLEETBUS_NATS_URL")
+        .env_remove("FLEETBUS_NATS_CREDS")
+        .env_remove("FLEETBUS_NATS_CA")
+        .output()
+        .expect("run fleetbus");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `fleetbus fleet init --dir <tmp>/fleet` and `join` of each of `names`;
+/// returns the fleet dir.
+pub fn fleet_dir(tmp: &Path, names: &[&str]) -> PathBuf {
+    let dir = tmp.join("fleet");
+    let d = dir.to_str().unwrap();
+    let (code, out, err) = cli(&["fleet", "init", "--dir", d]);
+    assert_eq!(code, 0, "{out}{err}");
+    for n in names {
+        let (code, out, err) = cli(&["join", n, "--dir", d]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.starts_with("-----BEGIN NATS USER JWT-----"), "{out}");
+    }
+    dir
+}
+
+pub fn creds(dir: &Path, name: &str) -> String {
+    dir.join("clusters")
+        .join(name)
+        .join("nats.creds")
+        .display()
+        .to_string()
+}
+
+/// A nats-server in operator mode from `fleet init`'s include (inlined: a
+/// relative include would be resolved against the test server's own dir).
+pub fn operator_server(dir: &Path) -> NatsServer {
+    let include = std::fs::read_to_string(dir.join("nats-operator.conf")).unwrap();
+    NatsServer::start_with_config(&include).unwrap()
+}
+
+pub async fn connect(nats: &NatsServer, creds: impl AsRef<Path>) -> jetstream::Context {
+    let mut options = async_nats::ConnectOptions::with_credentials_file(creds.as_ref())
+        .await
+        .unwrap();
+    // A cluster's user may subscribe only to its agent's inbox (PROTOCOL
+    // §2.6): `<fleet>/clusters/<name>/nats.creds` replies there.
+    let path = creds.as_ref();
+    if path
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        == Some("clusters".as_ref())
+    {
+        let name = path
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        options = options.custom_inbox_prefix(format!("_INBOX_{name}"));
+    }
+    let client = options.connect(nats.url()).await.unwrap();
+    let mut js = jetstream::new(client);
+    js.set_timeout(Duration::from_secs(2));
+    js
+}
+
+/// The agent flags of `name`'s secure mode and creds: `--nats-creds`,
+/// `--fleet-root`, `--cluster-key`, `--cluster-cert` from the fleet dir.
+pub fn secure_flags(dir: &Path, name: &str) -> Vec<String> {
+    let cluster = dir.join("clusters").join(name);
+    let path = |p: PathBuf| p.display().to_string();
+    vec![
+        "--nats-creds".into(),
+        creds(dir, name),
+        "--fleet-root".into(),
+        path(dir.join("root.pub")),
+        "--cluster-key".into(),
+        path(cluster.join("cluster.key")),
+        "--cluster-cert".into(),
+        path(cluster.join("cluster.cert")),
+    ]
+}
