@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::error::RegistryError;
-use super::membership::{beat_owner, decode, decode_beat, Applied};
+use super::membership::{beat_owner, decode, decode_beat, Applied, Decoded};
 use super::record::RegistryKey;
 use super::shared::Registry;
 
@@ -158,6 +158,15 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
                 tracing::warn!(key = %entry.key, reason = rejection.reason(), revision = entry.revision, "skipped invalid registry entry");
             }
             Ok(decoded) => {
+                if let Err(reason) = trusted(reg, &decoded) {
+                    let name = match &decoded {
+                        Decoded::Cluster(r) => r.name.as_str(),
+                        Decoded::Kubeconfig(k) => k.name.as_str(),
+                    };
+                    reg.ctx.metrics.rejected("untrusted");
+                    reg.ctx.reject(name, reason, &entry.key);
+                    return;
+                }
                 let live = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
                 let applied = reg.membership().apply(decoded, Instant::now(), live);
                 if applied.heartbeat {
@@ -200,4 +209,20 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
         reg.membership_changed.notify_one();
         reg.records_caught_up.notify_one();
     }
+}
+
+/// In the secure mode, a cluster record is believed only with a certificate
+/// that verifies against the fleet root and names the record's cluster
+/// (PROTOCOL §5.1); its key then verifies that cluster's messages. The error
+/// is the `fleetbus_rejected_messages_total` reason.
+fn trusted(reg: &Registry, decoded: &Decoded) -> Result<(), &'static str> {
+    let (Some(identity), Decoded::Cluster(record)) = (&reg.ctx.cfg.trust, decoded) else {
+        return Ok(());
+    };
+    reg.ctx.signers.learn(
+        identity.root(),
+        &record.name,
+        record.certificate.as_deref(),
+        chrono::Utc::now(),
+    )
 }

@@ -18,6 +18,7 @@ mod compress;
 mod hash;
 mod limits;
 mod packed;
+mod sign;
 mod verify;
 
 pub use crate::codec::MAX_MSGPACK_DEPTH;
@@ -28,6 +29,7 @@ pub use limits::{
     HEADER_ALLOWANCE,
 };
 pub use packed::{pack_value, unpack_value};
+pub use sign::{sign_value, verify_value, SignatureError, SIGNATURE_ALGORITHM, SIGNED_MAGIC};
 pub use verify::Mismatch;
 
 use chrono::{DateTime, Utc};
@@ -64,7 +66,8 @@ pub struct Envelope {
     pub object: Option<Value>,
     /// Reserved for payload encryption; always `None` in v1.
     pub encryption: Option<EncryptionHeader>,
-    /// Reserved for a publisher signature; always `None` in v1.
+    /// The origin's signature ([`Envelope::sign`], PROTOCOL §4.8); `None`
+    /// from agents in the insecure mode and before signatures.
     pub signature: Option<Signature>,
     /// Why the object is gone: `Some` exactly for tombstones. Decoding a tombstone
     /// written without the key gives `Some(Deleted)`.
@@ -111,7 +114,8 @@ pub struct EncryptionHeader {
     pub nonce: String,
 }
 
-/// Reserved: a signature over the envelope (not used in v1).
+/// A signature over a message: the envelope's (PROTOCOL §4.8), and the same
+/// shape wherever else a message is signed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Signature {

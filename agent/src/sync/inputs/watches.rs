@@ -9,7 +9,7 @@
 //! re-list the same way: `Reset`, the full state, then `Listed`/`CaughtUp`, so
 //! the engine replaces what it had instead of keeping stale entries.
 
-use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::envelope::{Envelope, Mismatch};
 use fleetbus_schemas::reported::ReportedStatus;
 use fleetbus_schemas::subject::{ObjectKey, StatusKey};
 use futures::StreamExt;
@@ -29,6 +29,7 @@ use crate::context::Context;
 use crate::health::WatchDown;
 use crate::sync::model::meta::{compact_managed_fields, describe_gvk as describe};
 use crate::sync::model::{Input, LocalEvent};
+use crate::trust;
 
 /// Resolves a kind through API discovery: served, with its resource name and scope.
 pub async fn resolve(
@@ -248,7 +249,10 @@ pub async fn bus_consumer(
             .gvk(&gvk.group, &gvk.version, &gvk.kind)
             .to_subject(ctx.layout.prefix()),
         what: "objects",
-        decode,
+        decode: {
+            let ctx = ctx.clone();
+            Box::new(move |prefix, subject, payload| decode(&ctx, prefix, subject, payload))
+        },
         key_of: |prefix, subject| ObjectKey::parse_subject(prefix, subject).ok(),
         input: Box::new(move |ev| Input::Bus(gvk.clone(), ev)),
     };
@@ -257,6 +261,7 @@ pub async fn bus_consumer(
 
 /// Decodes one message; the reason is the metric label when it is skipped.
 fn decode(
+    ctx: &Context,
     prefix: &fleetbus_schemas::subject::Prefix,
     subject: &str,
     payload: &[u8],
@@ -271,7 +276,21 @@ fn decode(
     // its object's is not believed (PROTOCOL §4.7). The hash is recomputed
     // here, so whatever reads `content_hash` later (the origin comparing its
     // own subtree, a sink's memo) reads the hash of the content received.
-    env.check(&key).map_err(|m| m.reason())?;
+    let secure = ctx.cfg.trust.is_some();
+    if let Err(m) = env.check(&key) {
+        if secure && m == Mismatch::ContentHash {
+            ctx.reject(&key.origin, trust::reason::CONTENT_HASH, subject);
+        }
+        return Err(m.reason());
+    }
+    // Secure mode: signed by the certified key of the cluster the subject
+    // names (PROTOCOL §4.8); the hash checked above binds the object.
+    if secure {
+        if let Err(reason) = ctx.signers.check_envelope(&key, &env, chrono::Utc::now()) {
+            ctx.reject(&key.origin, reason, subject);
+            return Err(reason);
+        }
+    }
     Ok((key, env))
 }
 
@@ -286,7 +305,7 @@ pub async fn status_consumer(
         stream: ctx.layout.status_stream().name,
         filter: fleetbus_schemas::subject::all_status(ctx.layout.prefix()),
         what: "status",
-        decode: decode_status,
+        decode: Box::new(decode_status),
         key_of: |prefix, subject| StatusKey::parse_subject(prefix, subject).ok(),
         input: Box::new(Input::Status),
     };

@@ -370,7 +370,7 @@ impl Engine {
         let now = chrono::Utc::now();
         let origin = &self.fleet.local.name;
         let id = Some(self.ctx.cluster_id.as_str());
-        let env = match what {
+        let mut env = match what {
             Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
                 .map_err(|e| PublishError::Object(e.to_string()))?,
             Publish::Tombstone {
@@ -383,6 +383,10 @@ impl Engine {
                 return Err(PublishError::Object(why.why().to_owned()))
             }
         };
+        // Secure mode: signed with this cluster's certified key (PROTOCOL §4.8).
+        if let Some(identity) = &self.ctx.cfg.trust {
+            env.sign(key, identity.signing_key(), &identity.key_id());
+        }
         let subject = key.to_subject(self.ctx.layout.prefix());
         if check_subject_len(&subject).is_err() {
             self.ctx.metrics.sync_rejected("too_large");
@@ -435,7 +439,6 @@ impl Engine {
             .map(Box::new);
         let (gvk, key) = (gvk.clone(), key.clone());
         // What was sent, without the object (only uid, version and hash count).
-        let mut env = env;
         let object = env.object.take();
         let sent = Box::new(env.clone());
         env.object = object;
