@@ -298,6 +298,33 @@ impl Signers {
         Ok(())
     }
 
+    /// [`Self::learn`] from a cluster record as received (`raw`, JSON):
+    /// the record must also be signed by the key its certificate names, and
+    /// nothing is learnt otherwise.
+    pub fn learn_record(
+        &self,
+        root: &VerifyingKey,
+        cluster: &str,
+        cert: Option<&str>,
+        raw: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<(), &'static str> {
+        let text = cert.ok_or(reason::UNSIGNED)?;
+        let signed = SignedCertificate::decode(text).map_err(|e| cert_reason(&e))?;
+        verify(&signed, root, cluster, now).map_err(|e| cert_reason(&e))?;
+        let key = signed.verifying_key().map_err(|e| cert_reason(&e))?;
+        let value: serde_json::Value =
+            serde_json::from_slice(raw).map_err(|_| reason::BAD_SIGNATURE)?;
+        let sig = fleetbus_schemas::trust::verify_json(&value, &key).map_err(|e| match e {
+            fleetbus_schemas::envelope::SignatureError::Unsigned => reason::UNSIGNED,
+            fleetbus_schemas::envelope::SignatureError::BadSignature => reason::BAD_SIGNATURE,
+        })?;
+        if sig.key_id != signed.cert.serial_hex() {
+            return Err(reason::SIGNER_MISMATCH);
+        }
+        self.learn(root, cluster, cert, now)
+    }
+
     /// Signers knowing this cluster's own key (`None`: the insecure mode).
     pub fn new(own: Option<&Identity>) -> Signers {
         let signers = Signers::default();
@@ -836,9 +863,23 @@ mod tests {
             Err(reason::EXPIRED_CERTIFICATE)
         );
         assert!(signers.get("c2").is_none());
-        signers
-            .learn(&rv, "c2", Some(&cert("c2", &root())), now())
-            .unwrap();
+        // A record must be signed by the key its certificate names.
+        let good = cert("c2", &root());
+        let json = br#"{"schema":"fleetbus.io/cluster/v1","name":"c2"}"#;
+        let learn = |raw: &[u8]| signers.learn_record(&rv, "c2", Some(&good), raw, now());
+        assert_eq!(learn(json), Err(reason::UNSIGNED));
+        let by_other = fleetbus_schemas::trust::sign_json(
+            json,
+            &SigningKey::from_bytes(&[7; 32]),
+            &"02".repeat(16),
+        );
+        assert_eq!(learn(&by_other.unwrap()), Err(reason::BAD_SIGNATURE));
+        let wrong_id = fleetbus_schemas::trust::sign_json(json, c2.signing(), "00");
+        assert_eq!(learn(&wrong_id.unwrap()), Err(reason::SIGNER_MISMATCH));
+        assert_eq!(learn(b"not json"), Err(reason::BAD_SIGNATURE));
+        assert!(signers.get("c2").is_none());
+        let signed = fleetbus_schemas::trust::sign_json(json, c2.signing(), &"02".repeat(16));
+        learn(&signed.unwrap()).unwrap();
         assert_eq!(signers.get("c2").unwrap().serial, "02".repeat(16));
     }
 }

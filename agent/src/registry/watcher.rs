@@ -158,7 +158,7 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
                 tracing::warn!(key = %entry.key, reason = rejection.reason(), revision = entry.revision, "skipped invalid registry entry");
             }
             Ok(decoded) => {
-                if let Err(reason) = trusted(reg, &decoded) {
+                if let Err(reason) = trusted(reg, &decoded, &entry.value) {
                     let name = match &decoded {
                         Decoded::Cluster(r) => r.name.as_str(),
                         Decoded::Kubeconfig(k) => k.name.as_str(),
@@ -212,17 +212,19 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
 }
 
 /// In the secure mode, a cluster record is believed only with a certificate
-/// that verifies against the fleet root and names the record's cluster
-/// (PROTOCOL §5.1); its key then verifies that cluster's messages. The error
+/// that verifies against the fleet root and names the record's cluster, and
+/// a signature by the key it certifies over the record as received
+/// (PROTOCOL §5.1); that key then verifies the cluster's messages. The error
 /// is the `fleetbus_rejected_messages_total` reason.
-fn trusted(reg: &Registry, decoded: &Decoded) -> Result<(), &'static str> {
+fn trusted(reg: &Registry, decoded: &Decoded, raw: &[u8]) -> Result<(), &'static str> {
     let (Some(identity), Decoded::Cluster(record)) = (&reg.ctx.cfg.trust, decoded) else {
         return Ok(());
     };
-    reg.ctx.signers.learn(
+    reg.ctx.signers.learn_record(
         identity.root(),
         &record.name,
         record.certificate.as_deref(),
+        raw,
         chrono::Utc::now(),
     )
 }

@@ -483,21 +483,43 @@ async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
     std::fs::create_dir(&other).unwrap();
     let other = fleet_dir(&other, &["c2"]);
     let forged_cert = cert_of(&other, "c2").encode();
-    for (cert, reason) in [
-        (forged_cert.as_str(), "bad_signature"),
-        (&cert_of(&dir, "c1").encode(), "signer_mismatch"),
-        ("!!not base64!!", "bad_signature"),
-        (&forged_cert[..forged_cert.len() / 2], "bad_signature"),
-    ] {
+    let genuine = record["certificate"].as_str().unwrap().to_owned();
+    let c1_cert = cert_of(&dir, "c1").encode();
+    let cases: [(&str, Option<&str>, &str); 6] = [
+        // c2's own certificate and signature, a label added: the signature breaks.
+        ("labels changed", Some(&genuine), "bad_signature"),
+        ("unsigned", None, "unsigned"),
+        (
+            "another root's certificate",
+            Some(&forged_cert),
+            "bad_signature",
+        ),
+        ("c1's certificate", Some(&c1_cert), "signer_mismatch"),
+        (
+            "garbage certificate",
+            Some("!!not base64!!"),
+            "bad_signature",
+        ),
+        (
+            "truncated certificate",
+            Some(&forged_cert[..forged_cert.len() / 2]),
+            "bad_signature",
+        ),
+    ];
+    for (what, cert, reason) in cases {
         let series = rejected_series(reason);
         let before = c1.metric(&series).unwrap_or(0.0);
         let mut r = record.clone();
-        r["certificate"] = cert.into();
+        r["certificate"] = cert.unwrap_or(&genuine).into();
         r["labels"]["forged"] = "yes".into();
+        if cert.is_none() {
+            r.as_object_mut().unwrap().remove("signature");
+        }
         registry
             .put(&c2_key, serde_json::to_vec(&r).unwrap().into())
             .await
             .unwrap();
+        eprintln!("forged record: {what}");
         c1.wait_metric_at_least(&series, before + 1.0).await;
     }
     // Every rejection is raised as an Event on c1 (rate-limited).
