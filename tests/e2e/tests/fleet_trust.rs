@@ -230,18 +230,29 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
     assert!(admin.get_stream("FLEETBUS_OBJECTS").await.is_ok());
     assert!(admin.get_stream("CAPTURE").await.is_err());
     // The fleet still syncs: a change on c2 reaches c1.
+    change_arrives_after_attack(&c2, &c1, |_| Ok(())).await;
+}
+
+/// A change of `db` on `origin` after an attack reaches `sink`, whose copy
+/// then passes `check`: the fleet still syncs, and what the attack did (or
+/// did not do) to the copy is read after that later, positive observation.
+async fn change_arrives_after_attack(
+    origin: &Member,
+    sink: &Member,
+    check: impl Fn(&kube::api::DynamicObject) -> Result<(), String>,
+) {
     kubectl(
-        &c2,
+        origin,
         &["label", "secret", "db", "-n", "shared", "after=attack"],
     );
     wait_obj(
-        &c1,
+        sink,
         &secrets(),
         Some("shared"),
         "db",
         "labelled after the attack",
         |o| match o.metadata.labels.as_ref().and_then(|l| l.get("after")) {
-            Some(v) if v == "attack" => Ok(()),
+            Some(v) if v == "attack" => check(o),
             other => Err(format!("label {other:?}")),
         },
     )
@@ -535,22 +546,7 @@ async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
 
     // The copies never changed: a later change on c2 still arrives, and
     // the copy holds c2's value, not a forger's.
-    kubectl(
-        &c2,
-        &["label", "secret", "db", "-n", "shared", "after=attack"],
-    );
-    wait_obj(
-        &c1,
-        &secrets(),
-        Some("shared"),
-        "db",
-        "labelled after the attack",
-        |o| match o.metadata.labels.as_ref().and_then(|l| l.get("after")) {
-            Some(v) if v == "attack" => copy_is("v2")(o),
-            other => Err(format!("label {other:?}")),
-        },
-    )
-    .await;
+    change_arrives_after_attack(&c2, &c1, copy_is("v2")).await;
     let c1_peer = c1.clusters().get("c2").await.unwrap();
     let labels = c1_peer.metadata.labels.unwrap_or_default();
     assert!(!labels.contains_key("forged"), "{labels:?}");
