@@ -14,10 +14,11 @@ use crate::config::Config;
 use crate::health::Readiness;
 use crate::kube::events::Recorder;
 use crate::metrics::Metrics;
+use crate::trust::{Rejections, Signers};
 
 /// Shared by every task of one agent.
 pub struct Context {
-    /// Validated flags.
+    /// Validated flags (`cfg.trust`: this cluster's keys, secure mode).
     pub cfg: Config,
     /// This cluster's kube-system UID.
     pub cluster_id: String,
@@ -42,6 +43,11 @@ pub struct Context {
     /// Wakes the registry publisher to check and repair the bus layout now
     /// (sync saw a stream fail): one place repairs it, whoever notices.
     pub check_layout: tokio::sync::Notify,
+    /// The certified signing keys of the fleet's clusters (secure mode:
+    /// learnt from their registry records).
+    pub signers: Signers,
+    /// Messages dropped by the trust checks: counted and raised as Events.
+    pub rejections: Rejections,
     /// This cluster's sealing keys (PROTOCOL §4.8): with them it seals Secrets
     /// to their receivers and opens what is sealed to it; without, it
     /// publishes in clear and opens nothing (insecure mode).
@@ -88,6 +94,7 @@ impl Context {
             })
             .map(SealingKeys::new);
         Context {
+            signers: Signers::new(cfg.trust.as_deref()),
             cfg,
             cluster_id,
             client,
@@ -100,6 +107,17 @@ impl Context {
             started_at: chrono::Utc::now(),
             check_layout: tokio::sync::Notify::new(),
             sealing,
+            rejections: Rejections::default(),
         }
+    }
+}
+
+impl Context {
+    /// Drops one message that failed the trust checks: counted in
+    /// `fleetbus_rejected_messages_total{reason}` and raised as an Event on
+    /// the Cluster object of `cluster` (rate-limited).
+    pub fn reject(&self, cluster: &str, reason: &'static str, what: &str) {
+        self.rejections
+            .reject(&self.metrics, &self.recorder, cluster, reason, what);
     }
 }

@@ -63,6 +63,10 @@ pub struct Metrics {
     /// not published for a rule; `import`: a copy not written): each (rule,
     /// object) counted when it becomes refused.
     pub policy_refused: Family<Labels, Counter>,
+    /// Messages that failed the fleet's trust checks (secure mode), by
+    /// `reason` (`unsigned`, `bad_signature`, `unknown_signer`,
+    /// `signer_mismatch`, `expired_certificate`, `replay`, `content_hash`).
+    pub rejected_messages: Family<Labels, Counter>,
     /// Writes of copies, by `op` (`create`, `update`, `recreate`, `delete`, `orphan`, `status`).
     pub sync_writes: Family<Labels, Counter>,
     /// Failed operations on copies, by `op` (`write`: create or replace;
@@ -248,6 +252,12 @@ impl Metrics {
             "Objects this cluster's SyncPolicy refused for a rule, by direction",
             policy_refused.clone(),
         );
+        let rejected_messages = Family::<Labels, Counter>::default();
+        registry.register(
+            "rejected_messages",
+            "Messages dropped by the fleet's trust checks (signature, certificate, freshness), by reason",
+            rejected_messages.clone(),
+        );
         let sync_writes = Family::<Labels, Counter>::default();
         registry.register(
             "sync_writes",
@@ -351,6 +361,7 @@ impl Metrics {
             sync_published,
             sync_rejected,
             policy_refused,
+            rejected_messages,
             sync_writes,
             sync_write_failures,
             rule_status_publish_failures,
@@ -425,7 +436,14 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts one skipped bus message or object of sync.
+    /// Counts one message dropped by the trust checks.
+    pub fn rejected_message(&self, reason: &'static str) {
+        self.rejected_messages
+            .get_or_create(&vec![("reason", reason)])
+            .inc();
+    }
+
+    /// Counts one skipped message or object of sync.
     pub fn sync_rejected(&self, reason: &'static str) {
         self.sync_rejected
             .get_or_create(&vec![("reason", reason)])

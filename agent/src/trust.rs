@@ -13,6 +13,8 @@
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
+use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::trust::{
     parse_root_public, verify, CertError, ClusterKeys, KeyError, SignedCertificate, SigningKey,
     VerifyingKey,
@@ -104,6 +106,20 @@ impl Identity {
         &self.cert
     }
 
+    /// The `keyId` of this cluster's signatures: its certificate's serial in hex.
+    pub fn key_id(&self) -> String {
+        self.cert.cert.serial_hex()
+    }
+
+    /// This cluster as a [`Signer`] (known before its own record is read back).
+    pub fn signer(&self) -> Signer {
+        Signer {
+            key: self.keys.signing().verifying_key(),
+            serial: self.key_id(),
+            not_after: self.cert.cert.not_after,
+        }
+    }
+
     /// The certificate as the ClusterRecord carries it (base64).
     pub fn certificate_text(&self) -> &str {
         &self.cert_text
@@ -182,6 +198,299 @@ impl Identity {
                 })
             }
         }
+    }
+}
+
+/// The `reason` labels of `fleetbus_rejected_messages_total`.
+pub mod reason {
+    /// A message without a signature (or a record without a certificate).
+    pub const UNSIGNED: &str = "unsigned";
+    /// A signature or certificate that does not verify, or does not parse.
+    pub const BAD_SIGNATURE: &str = "bad_signature";
+    /// Signed under a key id no known certificate has.
+    pub const UNKNOWN_SIGNER: &str = "unknown_signer";
+    /// Signed by another cluster than the one the subject names (or a
+    /// record whose certificate names another cluster).
+    pub const SIGNER_MISMATCH: &str = "signer_mismatch";
+    /// The signer's certificate has expired (or is not valid yet).
+    pub const EXPIRED_CERTIFICATE: &str = "expired_certificate";
+    /// An older version of an object than the one already received.
+    pub const REPLAY: &str = "replay";
+    /// A `contentHash` that is not the hash of the object.
+    pub const CONTENT_HASH: &str = "content_hash";
+}
+
+/// The metric reason of a certificate that was refused.
+pub fn cert_reason(e: &CertError) -> &'static str {
+    match e {
+        CertError::Malformed(_) | CertError::BadSignature => reason::BAD_SIGNATURE,
+        CertError::WrongCluster { .. } => reason::SIGNER_MISMATCH,
+        CertError::Expired { .. } | CertError::NotYetValid { .. } => reason::EXPIRED_CERTIFICATE,
+    }
+}
+
+/// One cluster's certified signing key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signer {
+    /// The ed25519 public key.
+    pub key: VerifyingKey,
+    /// The certificate's serial in hex: the `keyId` of its signatures.
+    pub serial: String,
+    /// When the certificate expires.
+    pub not_after: DateTime<Utc>,
+}
+
+/// The certified signing keys of the fleet's clusters, as their registry
+/// records announced them (each certificate checked against the root).
+/// Written by the registry watcher, read by whoever verifies messages;
+/// [`Signers::subscribe`] tells readers that a key became known or changed
+/// (a message dropped as from an unknown signer may verify now).
+#[derive(Debug)]
+pub struct Signers {
+    by_cluster: std::sync::RwLock<std::collections::HashMap<String, Signer>>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Signers {
+    fn default() -> Self {
+        Signers {
+            by_cluster: std::sync::RwLock::default(),
+            changed: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl Signers {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, std::collections::HashMap<String, Signer>> {
+        // A panic while holding the lock leaves a map that is still usable.
+        self.by_cluster
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Checks `cert` (a record's `certificate`) against `root` for `cluster`
+    /// at `now`, and makes its key `cluster`'s signer. The error is the
+    /// metric reason; the known signer is then left as it was.
+    pub fn learn(
+        &self,
+        root: &VerifyingKey,
+        cluster: &str,
+        cert: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<(), &'static str> {
+        let text = cert.ok_or(reason::UNSIGNED)?;
+        let signed = SignedCertificate::decode(text).map_err(|e| cert_reason(&e))?;
+        verify(&signed, root, cluster, now).map_err(|e| cert_reason(&e))?;
+        let signer = Signer {
+            key: signed.verifying_key().map_err(|e| cert_reason(&e))?,
+            serial: signed.cert.serial_hex(),
+            not_after: signed.cert.not_after,
+        };
+        let mut map = self
+            .by_cluster
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.get(cluster) != Some(&signer) {
+            map.insert(cluster.to_owned(), signer);
+            drop(map);
+            self.changed.send_modify(|g| *g += 1);
+        }
+        Ok(())
+    }
+
+    /// [`Self::learn`] from a cluster record as received (`raw`, JSON):
+    /// the record must also be signed by the key its certificate names, and
+    /// nothing is learnt otherwise.
+    pub fn learn_record(
+        &self,
+        root: &VerifyingKey,
+        cluster: &str,
+        cert: Option<&str>,
+        raw: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<(), &'static str> {
+        let text = cert.ok_or(reason::UNSIGNED)?;
+        let signed = SignedCertificate::decode(text).map_err(|e| cert_reason(&e))?;
+        verify(&signed, root, cluster, now).map_err(|e| cert_reason(&e))?;
+        let key = signed.verifying_key().map_err(|e| cert_reason(&e))?;
+        let value: serde_json::Value =
+            serde_json::from_slice(raw).map_err(|_| reason::BAD_SIGNATURE)?;
+        let sig = fleetbus_schemas::trust::verify_json(&value, &key).map_err(|e| match e {
+            fleetbus_schemas::envelope::SignatureError::Unsigned => reason::UNSIGNED,
+            fleetbus_schemas::envelope::SignatureError::BadSignature => reason::BAD_SIGNATURE,
+        })?;
+        if sig.key_id != signed.cert.serial_hex() {
+            return Err(reason::SIGNER_MISMATCH);
+        }
+        self.learn(root, cluster, cert, now)
+    }
+
+    /// Signers knowing this cluster's own key (`None`: the insecure mode).
+    pub fn new(own: Option<&Identity>) -> Signers {
+        let signers = Signers::default();
+        if let Some(id) = own {
+            signers
+                .by_cluster
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(id.certificate().cert.cluster.clone(), id.signer());
+        }
+        signers
+    }
+
+    /// `cluster`'s signer, if its certificate is known.
+    pub fn get(&self, cluster: &str) -> Option<Signer> {
+        self.read().get(cluster).cloned()
+    }
+
+    /// Changes whenever a signer is learnt or replaced.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// The signer of a message claimed by `cluster` under `key_id`, valid at
+    /// `now`: the reason when there is none.
+    pub fn signer_of(
+        &self,
+        cluster: &str,
+        key_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Signer, &'static str> {
+        let map = self.read();
+        let signer = map.get(cluster).filter(|s| s.serial == key_id);
+        let Some(signer) = signer else {
+            // Another cluster's key on this cluster's subject is a member
+            // speaking for another; a key id nobody has may be a rotation
+            // whose record has not arrived yet.
+            return Err(if map.values().any(|s| s.serial == key_id) {
+                reason::SIGNER_MISMATCH
+            } else {
+                reason::UNKNOWN_SIGNER
+            });
+        };
+        if now > signer.not_after {
+            return Err(reason::EXPIRED_CERTIFICATE);
+        }
+        Ok(signer.clone())
+    }
+
+    /// Checks an object envelope received under `key`'s subject: signed by
+    /// the certified key of the cluster the subject names. The error is the
+    /// metric reason.
+    pub fn check_envelope(
+        &self,
+        key: &ObjectKey,
+        env: &Envelope,
+        now: DateTime<Utc>,
+    ) -> Result<(), &'static str> {
+        let sig = env.signature.as_ref().ok_or(reason::UNSIGNED)?;
+        let signer = self.signer_of(&key.origin, &sig.key_id, now)?;
+        env.verify_signature(key, &signer.key)
+            .map_err(|_| reason::BAD_SIGNATURE)
+    }
+}
+
+/// Whether `new`, received for an object whose last envelope was `old`, is
+/// an older version replayed over it (PROTOCOL §4.9, freshness): the same
+/// uid with a lower resourceVersion (numeric, as kube-apiserver's are), or
+/// the same version published earlier with other content. Versions that
+/// are not numbers are ordered by the origin's publish time. A new uid is
+/// a new object: never a replay.
+pub fn is_replay(old: &Envelope, new: &Envelope) -> bool {
+    if old.uid != new.uid {
+        return false;
+    }
+    let older = new.time < old.time;
+    match (
+        old.resource_version.parse::<u64>(),
+        new.resource_version.parse::<u64>(),
+    ) {
+        (Ok(o), Ok(n)) if n != o => n < o,
+        (Ok(_), Ok(_)) => {
+            older && (new.content_hash != old.content_hash || new.tombstone != old.tombstone)
+        }
+        _ => older,
+    }
+}
+
+/// How often at most one Event is raised per cluster and reason: a forger
+/// sending thousands of messages costs the API server one write a minute.
+pub const EVENT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// When the last Event of a cluster and reason was raised, and how many
+/// messages were dropped since.
+type LastEvent = (std::time::Instant, i32);
+
+/// Counts rejected messages and raises them as Kubernetes Events on the
+/// Cluster object of the cluster they claim to come from, at most one per
+/// [`EVENT_INTERVAL`] per cluster and reason (carrying how many were
+/// dropped since the last one; the metric counts each).
+#[derive(Debug, Default)]
+pub struct Rejections {
+    last: std::sync::Mutex<std::collections::HashMap<(String, &'static str), LastEvent>>,
+}
+
+impl Rejections {
+    /// One message claimed by `cluster` dropped for `reason`; `what` says
+    /// which (a subject or a key), for the log and the Event.
+    pub fn reject(
+        &self,
+        metrics: &crate::metrics::Metrics,
+        recorder: &crate::kube::events::Recorder,
+        cluster: &str,
+        reason: &'static str,
+        what: &str,
+    ) {
+        metrics.rejected_message(reason);
+        tracing::warn!(
+            cluster,
+            reason,
+            what,
+            "dropped a message that failed the trust checks"
+        );
+        let now = std::time::Instant::now();
+        let count = {
+            let mut last = self
+                .last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let entry = last
+                .entry((cluster.to_owned(), reason))
+                .or_insert((now - EVENT_INTERVAL, 0));
+            entry.1 = entry.1.saturating_add(1);
+            if now.duration_since(entry.0) < EVENT_INTERVAL {
+                return;
+            }
+            entry.0 = now;
+            std::mem::take(&mut entry.1)
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let object = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
+            kind: Some("Cluster".to_owned()),
+            name: Some(cluster.to_owned()),
+            ..Default::default()
+        };
+        // The same message each time, so the Event's count is raised
+        // rather than a new Event created (what differs is in the log).
+        let message = format!(
+            "dropped messages claimed by {cluster} that failed the trust checks: {reason} \
+             (fleetbus_rejected_messages_total; the agent's log names each)"
+        );
+        let recorder = recorder.clone();
+        runtime.spawn(async move {
+            recorder
+                .publish_counted(
+                    &object,
+                    crate::kube::events::EventType::Warning,
+                    "RejectedMessage",
+                    &message,
+                    count,
+                )
+                .await;
+        });
     }
 }
 
@@ -387,5 +696,190 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    fn env_at(uid: &str, rv: &str, ms: i64, hash: &str) -> Envelope {
+        let mut e = Envelope::tombstone(
+            "c2",
+            None,
+            uid,
+            rv,
+            DateTime::from_timestamp_millis(ms).unwrap(),
+            fleetbus_schemas::envelope::TombstoneReason::Deleted,
+        );
+        e.tombstone = false;
+        e.tombstone_reason = None;
+        e.content_hash = hash.into();
+        e
+    }
+
+    #[test]
+    fn an_older_version_of_the_same_object_is_a_replay() {
+        let now = env_at("u", "10", 2_000, "h10");
+        // Lower resourceVersion, whatever its time (a forger sets the time).
+        assert!(is_replay(&now, &env_at("u", "9", 9_000, "h9")));
+        // Same version, earlier, other content.
+        assert!(is_replay(&now, &env_at("u", "10", 1_000, "hX")));
+        // Not replays: newer versions, the same version again (a republish),
+        // a new object under the same name, an origin whose clock went back.
+        assert!(!is_replay(&now, &env_at("u", "11", 1_000, "h11")));
+        assert!(!is_replay(&now, &env_at("u", "10", 3_000, "h10")));
+        assert!(!is_replay(&now, &env_at("u", "10", 1_000, "h10")));
+        assert!(!is_replay(&now, &env_at("v", "1", 1_000, "h1")));
+        // Versions that are not numbers: by time.
+        let odd = env_at("u", "b", 2_000, "h");
+        assert!(is_replay(&odd, &env_at("u", "a", 1_000, "h")));
+        assert!(!is_replay(&odd, &env_at("u", "a", 3_000, "h")));
+    }
+
+    fn signed_env(key: &ObjectKey, signer: &SigningKey, key_id: &str) -> Envelope {
+        let obj = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": "ns", "name": "cm", "uid": "u1", "resourceVersion": "7"}});
+        let mut e = Envelope::snapshot("c2", None, obj, now()).unwrap();
+        e.sign(key, signer, key_id);
+        e
+    }
+
+    #[test]
+    fn envelopes_are_checked_against_the_origins_certificate() {
+        let root_key = root();
+        let signers = Signers::default();
+        let c2 = ClusterKeys::from_random([2; 32], [3; 32]);
+        let cert = ClusterCertificate {
+            cluster: "c2".into(),
+            signing_key: c2.signing_public(),
+            sealing_key: c2.sealing_public(),
+            not_before: now() - Duration::minutes(5),
+            not_after: now() + Duration::days(1),
+            serial: [2; 16],
+        }
+        .sign(&root_key);
+        let serial = cert.cert.serial_hex();
+        let key = ObjectKey::from_api_version("c2", "v1", "ConfigMap", Some("ns"), "cm");
+        let good = signed_env(&key, c2.signing(), &serial);
+        let rv = root_key.verifying_key();
+        // Unknown until c2's record taught its key.
+        assert_eq!(
+            signers.check_envelope(&key, &good, now()),
+            Err(reason::UNKNOWN_SIGNER)
+        );
+        let mut changed = signers.subscribe();
+        signers
+            .learn(&rv, "c2", Some(&cert.encode()), now())
+            .unwrap();
+        assert!(changed.has_changed().unwrap());
+        changed.mark_unchanged();
+        // Learning the same again is no change.
+        signers
+            .learn(&rv, "c2", Some(&cert.encode()), now())
+            .unwrap();
+        assert!(!changed.has_changed().unwrap());
+        assert_eq!(signers.check_envelope(&key, &good, now()), Ok(()));
+        // Unsigned; signed by an uncertified key under c2's key id.
+        let mut unsigned = good.clone();
+        unsigned.signature = None;
+        assert_eq!(
+            signers.check_envelope(&key, &unsigned, now()),
+            Err(reason::UNSIGNED)
+        );
+        let forged = signed_env(&key, &SigningKey::from_bytes(&[9; 32]), &serial);
+        assert_eq!(
+            signers.check_envelope(&key, &forged, now()),
+            Err(reason::BAD_SIGNATURE)
+        );
+        // c1's certified key speaking on c2's subject.
+        let c1 = ClusterKeys::from_random([5; 32], [6; 32]);
+        let c1_cert = ClusterCertificate {
+            cluster: "c1".into(),
+            signing_key: c1.signing_public(),
+            sealing_key: c1.sealing_public(),
+            not_before: now() - Duration::minutes(5),
+            not_after: now() + Duration::days(1),
+            serial: [1; 16],
+        }
+        .sign(&root_key);
+        signers
+            .learn(&rv, "c1", Some(&c1_cert.encode()), now())
+            .unwrap();
+        let by_c1 = signed_env(&key, c1.signing(), &c1_cert.cert.serial_hex());
+        assert_eq!(
+            signers.check_envelope(&key, &by_c1, now()),
+            Err(reason::SIGNER_MISMATCH)
+        );
+        // After the certificate's end.
+        assert_eq!(
+            signers.check_envelope(&key, &good, now() + Duration::days(2)),
+            Err(reason::EXPIRED_CERTIFICATE)
+        );
+        // Garbage signature values.
+        for value in ["", "%%", "AAAA"] {
+            let mut e = good.clone();
+            e.signature.as_mut().unwrap().value = value.into();
+            assert_eq!(
+                signers.check_envelope(&key, &e, now()),
+                Err(reason::BAD_SIGNATURE)
+            );
+        }
+    }
+
+    #[test]
+    fn records_teach_a_key_only_with_a_certificate_for_their_cluster() {
+        let rv = root().verifying_key();
+        let signers = Signers::default();
+        let c2 = ClusterKeys::from_random([2; 32], [3; 32]);
+        let cert = |name: &str, root: &SigningKey| {
+            ClusterCertificate {
+                cluster: name.into(),
+                signing_key: c2.signing_public(),
+                sealing_key: c2.sealing_public(),
+                not_before: now() - Duration::minutes(5),
+                not_after: now() + Duration::days(1),
+                serial: [2; 16],
+            }
+            .sign(root)
+            .encode()
+        };
+        assert_eq!(signers.learn(&rv, "c2", None, now()), Err(reason::UNSIGNED));
+        assert_eq!(
+            signers.learn(&rv, "c2", Some(&cert("c1", &root())), now()),
+            Err(reason::SIGNER_MISMATCH)
+        );
+        let other_root = SigningKey::from_bytes(&[8; 32]);
+        assert_eq!(
+            signers.learn(&rv, "c2", Some(&cert("c2", &other_root)), now()),
+            Err(reason::BAD_SIGNATURE)
+        );
+        assert_eq!(
+            signers.learn(&rv, "c2", Some("garbage"), now()),
+            Err(reason::BAD_SIGNATURE)
+        );
+        assert_eq!(
+            signers.learn(
+                &rv,
+                "c2",
+                Some(&cert("c2", &root())),
+                now() + Duration::days(3)
+            ),
+            Err(reason::EXPIRED_CERTIFICATE)
+        );
+        assert!(signers.get("c2").is_none());
+        // A record must be signed by the key its certificate names.
+        let good = cert("c2", &root());
+        let json = br#"{"schema":"fleetbus.io/cluster/v1","name":"c2"}"#;
+        let learn = |raw: &[u8]| signers.learn_record(&rv, "c2", Some(&good), raw, now());
+        assert_eq!(learn(json), Err(reason::UNSIGNED));
+        let by_other = fleetbus_schemas::trust::sign_json(
+            json,
+            &SigningKey::from_bytes(&[7; 32]),
+            &"02".repeat(16),
+        );
+        assert_eq!(learn(&by_other.unwrap()), Err(reason::BAD_SIGNATURE));
+        let wrong_id = fleetbus_schemas::trust::sign_json(json, c2.signing(), "00");
+        assert_eq!(learn(&wrong_id.unwrap()), Err(reason::SIGNER_MISMATCH));
+        assert_eq!(learn(b"not json"), Err(reason::BAD_SIGNATURE));
+        assert!(signers.get("c2").is_none());
+        let signed = fleetbus_schemas::trust::sign_json(json, c2.signing(), &"02".repeat(16));
+        learn(&signed.unwrap()).unwrap();
+        assert_eq!(signers.get("c2").unwrap().serial, "02".repeat(16));
     }
 }

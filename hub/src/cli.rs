@@ -116,11 +116,14 @@ pub struct FleetInitArgs {
     #[arg(long)]
     pub force: bool,
     /// The fleet account's JetStream file storage, bytes (suffixes K, M, G, T; -1:
-    /// unlimited). Like every limit below it bounds all members together.
-    #[arg(long, value_name = "BYTES", default_value = "8G", value_parser = parse_limit, allow_hyphen_values = true)]
+    /// unlimited, the default: the server's own store bounds it). Like every limit
+    /// below it bounds all members together; at most the servers' `max_file_store`,
+    /// or the account gets no JetStream at all.
+    #[arg(long, value_name = "BYTES", default_value = "-1", value_parser = parse_limit, allow_hyphen_values = true)]
     pub js_max_disk: i64,
-    /// The fleet account's JetStream memory storage, bytes (suffixes K, M, G, T; -1: unlimited).
-    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_limit, allow_hyphen_values = true)]
+    /// The fleet account's JetStream memory storage, bytes (suffixes K, M, G, T; -1:
+    /// unlimited, the default); at most the servers' `max_memory_store`.
+    #[arg(long, value_name = "BYTES", default_value = "-1", value_parser = parse_limit, allow_hyphen_values = true)]
     pub js_max_mem: i64,
     /// The fleet account's streams (KV buckets included; -1: unlimited).
     #[arg(long, value_name = "N", default_value = "64", value_parser = parse_limit, allow_hyphen_values = true)]

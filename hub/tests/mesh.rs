@@ -489,12 +489,39 @@ async fn secure_mesh_runs_the_tour_and_takes_a_joined_cluster() {
     assert!(join.status.success(), "{}", text(&join));
     let creds = tmp.path().join("c4.creds");
     std::fs::write(&creds, &join.stdout).unwrap();
-    let cmd = AgentCommand::new("c4").nats_url(&url).extra([
-        "--nats-creds".to_owned(),
-        creds.display().to_string(),
-        "--nats-tls-ca".to_owned(),
-        dir.join("ca.pem").display().to_string(),
-    ]);
+    // Its keys, certificate and the fleet root, from the Secret of `-o
+    // manifest` (what the chart mounts): the mesh's agents trust only
+    // clusters whose records are signed by a certified key.
+    let manifest = fleetbus(&dir, &["join", "c4", "-o", "manifest"])
+        .output()
+        .unwrap();
+    assert!(manifest.status.success(), "{}", text(&manifest));
+    let manifest = String::from_utf8_lossy(&manifest.stdout).into_owned();
+    let trust: serde_yaml::Value = manifest
+        .split("\n---\n")
+        .filter_map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).ok())
+        .find(|d| d["metadata"]["name"].as_str() == Some("fleetbus-cluster-trust"))
+        .expect("the trust Secret");
+    let mut trust_flags = Vec::new();
+    for (flag, key) in [
+        ("--fleet-root", "fleet-root.pub"),
+        ("--cluster-key", "cluster.key"),
+        ("--cluster-cert", "cluster.cert"),
+    ] {
+        let path = tmp.path().join(format!("c4-{key}"));
+        std::fs::write(&path, trust["stringData"][key].as_str().unwrap()).unwrap();
+        trust_flags.extend([flag.to_owned(), path.display().to_string()]);
+    }
+    let cmd = AgentCommand::new("c4").nats_url(&url).extra(
+        [
+            "--nats-creds".to_owned(),
+            creds.display().to_string(),
+            "--nats-tls-ca".to_owned(),
+            dir.join("ca.pem").display().to_string(),
+        ]
+        .into_iter()
+        .chain(trust_flags),
+    );
     let c4 = Member::launch(DevClusterOpts::new("c4"), cmd)
         .await
         .unwrap();

@@ -80,7 +80,13 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
         }
     }
     let key = cluster_key(&record.name, &record.cluster_id);
-    let body = record.encode().map_err(RegistryError::Encode)?;
+    // Secure mode: signed, so that no one else who may write the key (a
+    // broker account) can put words in this cluster's mouth (PROTOCOL §5.1).
+    let body = match &reg.ctx.cfg.trust {
+        Some(id) => record.encode_signed(id.signing_key(), &id.key_id()),
+        None => record.encode(),
+    }
+    .map_err(RegistryError::Encode)?;
     reg.kv
         .put(&key, body.into())
         .await

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::error::RegistryError;
-use super::membership::{beat_owner, decode, decode_beat, Applied};
+use super::membership::{beat_owner, decode, decode_beat, Applied, Decoded};
 use super::record::RegistryKey;
 use super::shared::Registry;
 use fleetbus_schemas::registry::parse_forgotten_key;
@@ -159,6 +159,16 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
                 tracing::warn!(key = %entry.key, reason = rejection.reason(), revision = entry.revision, "skipped invalid registry entry");
             }
             Ok(decoded) => {
+                if let Err(reason) = trusted(reg, &decoded, &entry.value) {
+                    let name = match &decoded {
+                        Decoded::Cluster(r) => r.name.as_str(),
+                        Decoded::Kubeconfig(k) => k.name.as_str(),
+                        Decoded::Forgotten(name) => name.as_str(),
+                    };
+                    reg.ctx.metrics.rejected("untrusted");
+                    reg.ctx.reject(name, reason, &entry.key);
+                    return;
+                }
                 let live = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
                 let applied = reg.membership().apply(decoded, Instant::now(), live);
                 if applied.heartbeat {
@@ -205,4 +215,22 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
         reg.membership_changed.notify_one();
         reg.records_caught_up.notify_one();
     }
+}
+
+/// In the secure mode, a cluster record is believed only with a certificate
+/// that verifies against the fleet root and names the record's cluster, and
+/// a signature by the key it certifies over the record as received
+/// (PROTOCOL §5.1); that key then verifies the cluster's messages. The error
+/// is the `fleetbus_rejected_messages_total` reason.
+fn trusted(reg: &Registry, decoded: &Decoded, raw: &[u8]) -> Result<(), &'static str> {
+    let (Some(identity), Decoded::Cluster(record)) = (&reg.ctx.cfg.trust, decoded) else {
+        return Ok(());
+    };
+    reg.ctx.signers.learn_record(
+        identity.root(),
+        &record.name,
+        record.certificate.as_deref(),
+        raw,
+        chrono::Utc::now(),
+    )
 }

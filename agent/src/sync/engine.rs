@@ -472,6 +472,28 @@ impl Engine {
             BusEvent::Reset => kind.resnap = Some(Snapshots::default()),
             BusEvent::Item(key, mut env) => {
                 self.sink.dirty.keys.insert(key.clone());
+                // Secure mode: an older version of a peer's object replayed
+                // over a newer one (validly signed, once) is dropped, and
+                // what was held is kept (also through a re-read). Our own
+                // subtree needs no such check: the plan publishes ours
+                // again over anything that differs.
+                if self.ctx.cfg.trust.is_some() && key.origin != self.fleet.local.name {
+                    let replayed = kind
+                        .snapshots
+                        .meta(&key)
+                        .is_some_and(|old| crate::trust::is_replay(old, &env));
+                    if replayed {
+                        let what = super::model::meta::describe_key(&key);
+                        self.ctx
+                            .reject(&key.origin, crate::trust::reason::REPLAY, &what);
+                        if let (Some(resnap), Some(held)) =
+                            (&mut kind.resnap, kind.snapshots.get(&key))
+                        {
+                            resnap.insert(key, held);
+                        }
+                        return;
+                    }
+                }
                 // Kept (a cluster may join later) but never applied: only
                 // members are sources. Counted, so a stranger's messages
                 // are not dropped silently.

@@ -1,8 +1,8 @@
 //! The secure default of `mesh up`: the mesh directory is also a fleet
 //! directory (`fleetbus fleet init`, kept across restarts so the JetStream
 //! store stays the same account's), nats-server runs in operator mode over
-//! TLS with a CA generated here, and every agent gets its own creds from
-//! `fleetbus join`. Writes what an operator needs: `<dir>/ca.pem`,
+//! TLS with a CA generated here, and every agent gets its own creds, keys
+//! and certificate from `fleetbus join` (signatures on, PROTOCOL §4.9). Writes what an operator needs: `<dir>/ca.pem`,
 //! `<dir>/admin.creds`, `<dir>/<cluster>/nats.creds`.
 
 use std::path::{Path, PathBuf};
@@ -127,6 +127,22 @@ pub fn reload_nats(dir: &Path) -> Option<Result<u32, String>> {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// The agent flags of the secure mode for `name` (after [`cluster_creds`],
+/// whose `join` minted the files): the fleet root's public key and the
+/// cluster's keys and certificate, where `join` keeps them.
+pub fn cluster_trust_flags(dir: &Path, name: &str) -> Vec<String> {
+    let cluster = dir.join(files::CLUSTERS).join(name);
+    let path = |p: PathBuf| p.display().to_string();
+    vec![
+        "--fleet-root".to_owned(),
+        path(dir.join(files::ROOT_PUB)),
+        "--cluster-key".to_owned(),
+        path(cluster.join(files::CLUSTER_KEY)),
+        "--cluster-cert".to_owned(),
+        path(cluster.join(files::CLUSTER_CERT)),
+    ]
 }
 
 /// A CA and a server certificate for 127.0.0.1 and localhost signed by it:

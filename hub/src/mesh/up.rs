@@ -388,6 +388,7 @@ impl Mesh {
                     "--nats-tls-ca".to_owned(),
                     security.ca.display().to_string(),
                 ]);
+                auth.extend(super::secure::cluster_trust_flags(&self.dir, &name));
             }
             let args = AgentCommand::new(&name)
                 .nats_url(nats_url)

@@ -114,11 +114,16 @@ pub enum TrustError {
 /// The fleet account's JetStream limits `fleet init` sets unless told
 /// otherwise: room for the fleet's eight streams and buckets and those of
 /// later versions (64 streams), about ten consumers per agent for a
-/// thousand clusters (10,000), 8 GiB of file storage and 1 GiB of memory
-/// (the beats bucket). `fleet init --js-max-*` changes them; `-1` lifts one.
+/// thousand clusters (10,000). Storage is not limited by default: an
+/// account whose storage limit exceeds what its server can give (75% of the
+/// free disk when `max_file_store` is not set) gets no JetStream at all
+/// ("JetStream unavailable"): the secure mesh failed so on a machine with 10
+/// GB free under an 8 GiB default. Set `--js-max-disk` / `--js-max-mem` to at
+/// most the servers' `max_file_store` / `max_memory_store`. `fleet init
+/// --js-max-*` changes them; `-1` lifts one.
 pub const DEFAULT_JS_LIMITS: JsLimits = JsLimits {
-    disk_storage: 8 << 30,
-    mem_storage: 1 << 30,
+    disk_storage: -1,
+    mem_storage: -1,
     streams: 64,
     consumers: 10_000,
 };

@@ -46,7 +46,10 @@ fn init_writes_every_file_secrets_0600() {
         .unwrap();
     let claims = jwt::verify(account_jwt).unwrap();
     assert_eq!(claims["iss"], info.operator);
-    assert_eq!(claims["nats"]["limits"]["disk_storage"], 8_i64 << 30);
+    assert_eq!(
+        claims["nats"]["limits"]["disk_storage"], -1,
+        "unlimited: the server bounds it"
+    );
     assert_eq!(claims["nats"]["limits"]["consumer"], 10_000);
     assert_eq!(claims["nats"]["limits"]["streams"], 64);
     assert_eq!(claims["nats"]["signing_keys"][0], info.signing_key);

@@ -19,6 +19,7 @@ mod hash;
 mod limits;
 mod packed;
 pub mod sealed;
+mod sign;
 mod verify;
 
 pub use crate::codec::MAX_MSGPACK_DEPTH;
@@ -30,6 +31,7 @@ pub use limits::{
 };
 pub use packed::{pack_value, unpack_value};
 pub use sealed::{OpenEnvelopeError, RecipientKey, SealEnvelopeError};
+pub use sign::{sign_value, verify_value, SignatureError, SIGNATURE_ALGORITHM, SIGNED_MAGIC};
 pub use verify::Mismatch;
 
 use chrono::{DateTime, Utc};
@@ -67,7 +69,8 @@ pub struct Envelope {
     /// The sealed payload of a sealed snapshot (`object` is then `None` on the wire, and
     /// once opened the object with the recipients' names here), else `None`.
     pub encryption: Option<EncryptionHeader>,
-    /// Reserved for a publisher signature; always `None` in v1.
+    /// The origin's signature ([`Envelope::sign`], PROTOCOL §4.9); `None`
+    /// from agents in the insecure mode and before signatures.
     pub signature: Option<Signature>,
     /// Why the object is gone: `Some` exactly for tombstones. Decoding a tombstone
     /// written without the key gives `Some(Deleted)`.
@@ -132,7 +135,8 @@ pub struct EncryptionHeader {
     pub ciphertext: String,
 }
 
-/// Reserved: a signature over the envelope (not used in v1).
+/// A signature over a message: the envelope's (PROTOCOL §4.9), and the same
+/// shape wherever else a message is signed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Signature {

@@ -159,6 +159,16 @@ impl ClusterRecord {
         decode_json(CLUSTER_RECORD_SCHEMA, bytes)
     }
 
+    /// [`Self::encode`] with the cluster's signature in a last `signature`
+    /// member (secure mode, PROTOCOL §5.1): see [`crate::trust::sign_json`].
+    pub fn encode_signed(
+        &self,
+        signer: &crate::trust::SigningKey,
+        key_id: &str,
+    ) -> Result<Vec<u8>, EncodeError> {
+        crate::trust::sign_json(&self.encode()?, signer, key_id).map_err(EncodeError::new)
+    }
+
     /// True if the record is Active and its last heartbeat is recent enough at `now`:
     /// within `heartbeatIntervalSeconds * MISSED_HEARTBEATS_BEFORE_DISCONNECTED`.
     pub fn is_alive(&self, now: DateTime<Utc>) -> bool {

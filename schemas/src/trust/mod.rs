@@ -7,16 +7,19 @@
 //!   root key, [`verify`] against the root's public key.
 //! - [`ClusterKeys`]: the two secret keys of `cluster.key`.
 //! - [`parse_root_public`], [`parse_root_key`]: the PEM files `fleet init` writes.
+//! - [`sign_json`], [`verify_json`]: the `signature` member of signed JSON messages.
 //!
 //! docs/PROTOCOL.md §2.7 specifies the encodings.
 
 mod cert;
+mod json;
 mod keys;
 
 pub use cert::{
     verify, CertError, ClusterCertificate, SignedCertificate, CERT_MAGIC, MAX_CERT_BYTES,
 };
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
+pub use json::{json_signature, json_signed_bytes, sign_json, verify_json, JSON_SIG_MAGIC};
 pub use keys::{parse_root_key, parse_root_public, ClusterKeys, KeyError, KEY_MAGIC};
 
 #[cfg(test)]

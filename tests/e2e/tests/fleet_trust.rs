@@ -17,7 +17,10 @@ use common::fleet::*;
 use common::sync::*;
 use common::*;
 use fleetbus_schemas::crd::ClusterState;
-use fleetbus_testsupport::{wait_for, NatsServer};
+use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::subject::ObjectKey;
+use fleetbus_schemas::trust::{SignedCertificate, SigningKey};
+use fleetbus_testsupport::{cargo_bin, wait_for, NatsServer};
 use futures::StreamExt;
 
 /// c1 and c2 with the creds `join` minted, and c2's Secret `shared/db`
@@ -242,6 +245,340 @@ async fn no_creds_or_another_fleets_creds_are_refused() {
     // This fleet's own creds connect (the refusals are not vacuous).
     let js = connect(&nats, creds(&dir, "c1")).await;
     js.query_account().await.unwrap();
+}
+
+/// The agent flags of the secure mode for `name`, from `fleet_dir`.
+fn secure_flags(dir: &Path, name: &str) -> Vec<String> {
+    let c = dir.join("clusters").join(name);
+    let p = |p: PathBuf| p.display().to_string();
+    vec![
+        "--nats-creds".into(),
+        creds(dir, name),
+        "--fleet-root".into(),
+        p(dir.join("root.pub")),
+        "--cluster-key".into(),
+        p(c.join("cluster.key")),
+        "--cluster-cert".into(),
+        p(c.join("cluster.cert")),
+    ]
+}
+
+/// `name`'s certificate as `join` wrote it.
+fn cert_of(dir: &Path, name: &str) -> SignedCertificate {
+    let text = std::fs::read_to_string(dir.join("clusters").join(name).join("cluster.cert"));
+    SignedCertificate::decode(&text.unwrap()).unwrap()
+}
+
+/// `fleetbus_rejected_messages_total{reason}` of `m`.
+fn rejected_series(reason: &str) -> String {
+    format!("fleetbus_rejected_messages_total{{reason=\"{reason}\"}}")
+}
+
+/// Publishes `env` on `subject` as an attacker does: a fresh `Nats-Msg-Id`,
+/// so the server's duplicate window does not drop it.
+async fn publish_raw(js: &jetstream::Context, subject: &str, payload: Vec<u8>) {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", format!("forged-{n}").as_str());
+    js.publish_with_headers(subject.to_owned(), headers, payload.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+/// `env` as its origin reads it: a sealed one (a Secret) opened with the
+/// origin's own key from the fleet dir (the origin is always a recipient).
+fn opened(dir: &Path, key: &ObjectKey, env: Envelope) -> Result<Envelope, String> {
+    if !env.is_sealed() {
+        return Ok(env);
+    }
+    let file = dir.join("clusters").join(&key.origin).join("cluster.key");
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let keys = fleetbus_schemas::trust::ClusterKeys::decode(&text).map_err(|e| e.to_string())?;
+    let secret = fleetbus_schemas::seal::SealingSecretKey::from_bytes(keys.sealing_secret())
+        .map_err(|e| format!("{e:?}"))?;
+    env.open(key, &key.origin, &secret)
+        .map_err(|e| e.to_string())
+}
+
+/// Waits until the last value of `subject` is `origin`'s own again: signed
+/// by the key of `cert`, with `password` (base64) in its object (a Secret
+/// is sealed: opened with the origin's own key, from `dir`, as the origin is
+/// always one of its recipients).
+async fn wait_republished(
+    dir: &Path,
+    objects: &jetstream::stream::Stream,
+    subject: &str,
+    cert: &SignedCertificate,
+    password: &str,
+) {
+    let prefix = fleetbus_schemas::subject::Prefix::default();
+    let key = ObjectKey::parse_subject(&prefix, subject).unwrap();
+    let signer = cert.verifying_key().unwrap();
+    fleetbus_testsupport::wait_for(
+        &format!("the origin republished {subject} over the forged value"),
+        SYNC,
+        || async {
+            let msg = objects
+                .get_last_raw_message_by_subject(subject)
+                .await
+                .map_err(|e| e.to_string())?;
+            let env = Envelope::decode(&msg.payload).map_err(|e| e.to_string())?;
+            env.verify_signature(&key, &signer)
+                .map_err(|e| e.to_string())?;
+            env.check(&key).map_err(|e| e.to_string())?;
+            let env = opened(dir, &key, env)?;
+            let got = env
+                .object
+                .as_ref()
+                .and_then(|o| o.pointer("/data/password"));
+            match got.and_then(|v| v.as_str()) {
+                Some(p) if p == b64(password) => Ok(()),
+                other => Err(format!("password {other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
+    let nats = operator_server(&dir);
+    let flags = |n: &str| secure_flags(&dir, n);
+    let (f1, f2) = (flags("c1"), flags("c2"));
+    fn refs(f: &[String]) -> Vec<&str> {
+        f.iter().map(String::as_str).collect()
+    }
+    let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
+    let c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
+    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
+    for m in [&c1, &c2] {
+        create_ns(m, "shared").await;
+    }
+    apply_yaml(&c2, SHARED_SECRETS_RULE);
+    create_secret(&c2, "shared", "db", &[("password", "v1")]).await;
+    let copy_is = |p: &str| data_is(secret_data(&[("password", p)]));
+    wait_copy(
+        &c1,
+        &secrets(),
+        Some("shared"),
+        "db",
+        "c2",
+        "shared-secrets",
+        copy_is("v1"),
+    )
+    .await;
+
+    // What c2 published is signed by the key its certificate names.
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let objects = admin.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+    let subject = "fleetbus.obj.c2.core.v1.Secret.shared.db";
+    let c2_cert = cert_of(&dir, "c2");
+    wait_republished(&dir, &objects, subject, &c2_cert, "v1").await;
+    let v1 = objects
+        .get_last_raw_message_by_subject(subject)
+        .await
+        .unwrap();
+    let v1 = Envelope::decode(&v1.payload).unwrap();
+    assert_eq!(
+        v1.signature.as_ref().unwrap().key_id,
+        c2_cert.cert.serial_hex()
+    );
+    // A newer version, so that v1 becomes a replay.
+    kubectl(
+        &c2,
+        &[
+            "patch",
+            "secret",
+            "db",
+            "-n",
+            "shared",
+            "-p",
+            &format!("{{\"data\":{{\"password\":\"{}\"}}}}", b64("v2")),
+        ],
+    );
+    wait_copy(
+        &c1,
+        &secrets(),
+        Some("shared"),
+        "db",
+        "c2",
+        "shared-secrets",
+        copy_is("v2"),
+    )
+    .await;
+    wait_republished(&dir, &objects, subject, &c2_cert, "v2").await;
+    let v2 = objects
+        .get_last_raw_message_by_subject(subject)
+        .await
+        .unwrap();
+    let v2 = Envelope::decode(&v2.payload).unwrap();
+    let key =
+        ObjectKey::parse_subject(&fleetbus_schemas::subject::Prefix::default(), subject).unwrap();
+
+    // The attacker may write c2's subtree (the admin's creds: a compromised
+    // broker account). Each forgery: dropped and counted on c1, and c2
+    // publishes its own value over it again.
+    let pwned = |env: &Envelope| {
+        let mut e = env.clone();
+        // In clear (an opened envelope keeps its recipients' names and does
+        // not encode): the forger has no business sealing.
+        e.encryption = None;
+        let obj = e.object.as_mut().unwrap();
+        obj["data"]["password"] = b64("pwned").into();
+        obj["metadata"]["resourceVersion"] = "99999999".into();
+        e.resource_version = "99999999".into();
+        e.content_hash = fleetbus_schemas::envelope::content_hash(obj);
+        e.time = chrono::Utc::now();
+        e
+    };
+    // Forgeries start from c2's v2 as c2 reads it (a Secret is sealed).
+    let v2_open = opened(&dir, &key, v2.clone()).unwrap();
+    // (a) signed by a key the root never certified, under c2's key id.
+    let mut a = pwned(&v2_open);
+    a.sign(
+        &key,
+        &SigningKey::from_bytes(&[42; 32]),
+        &c2_cert.cert.serial_hex(),
+    );
+    // (b) c2's valid signature over content changed afterwards (for a
+    // sealed one, its ciphertext: the hash the signature covers no longer
+    // matches what is there).
+    let mut b = v2.clone();
+    match (b.object.as_mut(), b.encryption.as_mut()) {
+        (Some(obj), _) => obj["data"]["password"] = b64("pwned").into(),
+        (None, Some(h)) => h.ciphertext = "cHduZWQgcHduZWQgcHduZWQ=".into(),
+        (None, None) => panic!("v2 has neither an object nor a sealed payload"),
+    }
+    // (c) c2's own older version, validly signed, replayed.
+    let c = v1.clone();
+    // (d) unsigned.
+    let mut d = pwned(&v2_open);
+    d.signature = None;
+    for (env, reason) in [
+        (a, "bad_signature"),
+        (b, "content_hash"),
+        (c, "replay"),
+        (d, "unsigned"),
+    ] {
+        let series = rejected_series(reason);
+        let before = c1.metric(&series).unwrap_or(0.0);
+        publish_raw(&admin, subject, env.encode().unwrap()).await;
+        c1.wait_metric_at_least(&series, before + 1.0).await;
+        wait_republished(&dir, &objects, subject, &c2_cert, "v2").await;
+    }
+
+    // (e) c2's record with a forged certificate (another root's), with
+    // c1's certificate, and with garbage: dropped and counted.
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    let c2_key = registry_keys(&registry)
+        .await
+        .into_iter()
+        .find(|k| k.starts_with("cluster.c2."))
+        .expect("c2's record");
+    let record: serde_json::Value =
+        serde_json::from_slice(&registry.get(&c2_key).await.unwrap().unwrap()).unwrap();
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let other = fleet_dir(&other, &["c2"]);
+    let forged_cert = cert_of(&other, "c2").encode();
+    let genuine = record["certificate"].as_str().unwrap().to_owned();
+    let c1_cert = cert_of(&dir, "c1").encode();
+    let cases: [(&str, Option<&str>, &str); 6] = [
+        // c2's own certificate and signature, a label added: the signature breaks.
+        ("labels changed", Some(&genuine), "bad_signature"),
+        ("unsigned", None, "unsigned"),
+        (
+            "another root's certificate",
+            Some(&forged_cert),
+            "bad_signature",
+        ),
+        ("c1's certificate", Some(&c1_cert), "signer_mismatch"),
+        (
+            "garbage certificate",
+            Some("!!not base64!!"),
+            "bad_signature",
+        ),
+        (
+            "truncated certificate",
+            Some(&forged_cert[..forged_cert.len() / 2]),
+            "bad_signature",
+        ),
+    ];
+    for (what, cert, reason) in cases {
+        let series = rejected_series(reason);
+        let before = c1.metric(&series).unwrap_or(0.0);
+        let mut r = record.clone();
+        r["certificate"] = cert.unwrap_or(&genuine).into();
+        r["labels"]["forged"] = "yes".into();
+        if cert.is_none() {
+            r.as_object_mut().unwrap().remove("signature");
+        }
+        registry
+            .put(&c2_key, serde_json::to_vec(&r).unwrap().into())
+            .await
+            .unwrap();
+        eprintln!("forged record: {what}");
+        c1.wait_metric_at_least(&series, before + 1.0).await;
+    }
+    // Every rejection is raised as an Event on c1 (rate-limited).
+    fleetbus_testsupport::wait_for("a RejectedMessage Event on c1", SYNC, || async {
+        let events = events_with_reason(&c1, "RejectedMessage").await?;
+        events
+            .iter()
+            .find(|e| e.involved_object.name.as_deref() == Some("c2"))
+            .map(|_| ())
+            .ok_or_else(|| format!("{} events", events.len()))
+    })
+    .await;
+
+    // The copies never changed: a later change on c2 still arrives, and
+    // the copy holds c2's value, not a forger's.
+    change_arrives_after_attack(&c2, &c1, copy_is("v2")).await;
+    let c1_peer = c1.clusters().get("c2").await.unwrap();
+    let labels = c1_peer.metadata.labels.unwrap_or_default();
+    assert!(!labels.contains_key("forged"), "{labels:?}");
+}
+
+#[test]
+fn an_agent_refuses_a_certificate_that_is_not_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
+    let run = |name: &str, flags: &[String]| {
+        let out = std::process::Command::new(cargo_bin("fleetbus-agent"))
+            .args(["--cluster-name", name])
+            .args(flags)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // c2's files for c1.
+    let (code, err) = run("c1", &secure_flags(&dir, "c2"));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--cluster-cert") && err.contains("names cluster \"c2\""),
+        "{err}"
+    );
+    // Another fleet's root.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let other = fleet_dir(&other, &[]);
+    let mut flags = secure_flags(&dir, "c1");
+    flags[3] = other.join("root.pub").display().to_string();
+    let (code, err) = run("c1", &flags);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not signed by the fleet root"), "{err}");
+    // Half the flags.
+    let (code, err) = run("c1", &secure_flags(&dir, "c1")[..4]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--fleet-root needs --cluster-key"), "{err}");
 }
 
 #[test]
@@ -740,6 +1077,32 @@ async fn still_syncs(c2: &Member, c1: &Member, word: &str) {
         &format!("labelled after the {word}"),
         |o| match o.metadata.labels.as_ref().and_then(|l| l.get("after")) {
             Some(v) if v == word => Ok(()),
+            other => Err(format!("label {other:?}")),
+        },
+    )
+    .await;
+}
+
+/// A change of `db` on `origin` after an attack reaches `sink`, whose copy
+/// then passes `check`: the fleet still syncs, and what the attack did (or
+/// did not do) to the copy is read after that later, positive observation.
+async fn change_arrives_after_attack(
+    origin: &Member,
+    sink: &Member,
+    check: impl Fn(&kube::api::DynamicObject) -> Result<(), String>,
+) {
+    kubectl(
+        origin,
+        &["label", "secret", "db", "-n", "shared", "after=attack"],
+    );
+    wait_obj(
+        sink,
+        &secrets(),
+        Some("shared"),
+        "db",
+        "labelled after the attack",
+        |o| match o.metadata.labels.as_ref().and_then(|l| l.get("after")) {
+            Some(v) if v == "attack" => check(o),
             other => Err(format!("label {other:?}")),
         },
     )

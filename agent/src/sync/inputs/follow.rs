@@ -127,6 +127,12 @@ async fn consume_once<K, V>(
     if send(Feed::Reset).await.is_err() {
         return Ok(());
     }
+    // A message dropped because its signer is not known (yet) may verify
+    // once the signer's record arrives (a join, a rotation): then read
+    // every last value again rather than keep the copy behind.
+    let mut signers = ctx.signers.subscribe();
+    signers.mark_unchanged();
+    let mut awaiting_signer = false;
     let mut catch_up = CatchUp::default();
     if catch_up.tell(pending == 0) && send(Feed::CaughtUp).await.is_err() {
         return Ok(());
@@ -140,6 +146,9 @@ async fn consume_once<K, V>(
             m = messages.next() => m,
             Some(_) = next_advisory(&mut recreated) => {
                 return Err(format!("the {} stream was recreated; consuming it anew", f.what));
+            }
+            Ok(()) = signers.changed(), if awaiting_signer => {
+                return Err(format!("a signer of dropped {} became known; reading them again", f.what));
             }
             Ok(()) = connections.changed() => {
                 // Reconnected: a server that restarted has no ephemeral
@@ -158,6 +167,11 @@ async fn consume_once<K, V>(
         let ev = match (f.decode)(prefix, &msg.subject, &msg.payload) {
             Ok((key, value)) => Some(Feed::Item(key, Box::new(value))),
             Err(reason) => {
+                awaiting_signer |= matches!(
+                    reason,
+                    crate::trust::reason::UNKNOWN_SIGNER
+                        | crate::trust::reason::EXPIRED_CERTIFICATE
+                );
                 ctx.metrics.sync_rejected(reason);
                 tracing::warn!(what = f.what, subject = %msg.subject, reason, "skipped a message");
                 (f.key_of)(prefix, &msg.subject).map(Feed::Unreadable)

@@ -9,7 +9,7 @@
 //! re-list the same way: `Reset`, the full state, then `Listed`/`CaughtUp`, so
 //! the engine replaces what it had instead of keeping stale entries.
 
-use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::envelope::{Envelope, Mismatch};
 use fleetbus_schemas::reported::ReportedStatus;
 use fleetbus_schemas::subject::{ObjectKey, StatusKey};
 use futures::StreamExt;
@@ -29,6 +29,7 @@ use crate::context::Context;
 use crate::health::WatchDown;
 use crate::sync::model::meta::{compact_managed_fields, describe_gvk as describe};
 use crate::sync::model::{Input, LocalEvent};
+use crate::trust;
 
 /// Resolves a kind through API discovery: served, with its resource name and scope.
 pub async fn resolve(
@@ -252,7 +253,12 @@ pub async fn bus_consumer(
             .gvk(&gvk.group, &gvk.version, &gvk.kind)
             .to_subject(ctx.layout.prefix()),
         what: "objects",
-        decode: Box::new(move |prefix, subject, payload| decode(&opener, prefix, subject, payload)),
+        decode: {
+            let ctx = ctx.clone();
+            Box::new(move |prefix, subject, payload| {
+                decode(&opener, Some(&ctx), prefix, subject, payload)
+            })
+        },
         key_of: |prefix, subject| ObjectKey::parse_subject(prefix, subject).ok(),
         input: Box::new(move |ev| Input::Bus(gvk.clone(), ev)),
     };
@@ -269,9 +275,12 @@ pub(in crate::sync) struct Opener {
 }
 
 /// Decodes one message; the reason is the metric label when it is skipped.
-/// A sealed envelope is opened here: the engine only ever sees objects.
+/// A sealed envelope is opened here, after its signature is verified: the
+/// engine only ever sees objects. `trust`: the agent's context in secure mode
+/// (signatures checked, drops counted and raised); None in unit tests.
 pub(in crate::sync) fn decode(
     opener: &Opener,
+    trust: Option<&Context>,
     prefix: &fleetbus_schemas::subject::Prefix,
     subject: &str,
     payload: &[u8],
@@ -286,7 +295,22 @@ pub(in crate::sync) fn decode(
     // its object's is not believed (PROTOCOL §4.7). The hash is recomputed
     // here, so whatever reads `content_hash` later (the origin comparing its
     // own subtree, a sink's memo) reads the hash of the content received.
-    env.check(&key).map_err(|m| m.reason())?;
+    let secure = trust.filter(|ctx| ctx.cfg.trust.is_some());
+    if let Err(m) = env.check(&key) {
+        if let (Some(ctx), Mismatch::ContentHash) = (secure, &m) {
+            ctx.reject(&key.origin, trust::reason::CONTENT_HASH, subject);
+        }
+        return Err(m.reason());
+    }
+    // Secure mode: signed by the certified key of the cluster the subject
+    // names (PROTOCOL §4.9), over the form on the bus (sealed or not); the
+    // hash checked above binds the object, or the ciphertext.
+    if let Some(ctx) = secure {
+        if let Err(reason) = ctx.signers.check_envelope(&key, &env, chrono::Utc::now()) {
+            ctx.reject(&key.origin, reason, subject);
+            return Err(reason);
+        }
+    }
     if env.is_sealed() {
         // Not sealed to us: nothing to apply, and what was applied before
         // stays (the engine sees it as unreadable, as a sink keeps its copy
@@ -382,7 +406,7 @@ pub(in crate::sync) mod tests {
             key: key.cloned(),
         };
         for (me, key) in [("c1", &k1), ("c2", &k2)] {
-            let (_, env) = decode(&opener(me, Some(key)), &p, &subject, &bytes).unwrap();
+            let (_, env) = decode(&opener(me, Some(key)), None, &p, &subject, &bytes).unwrap();
             assert_eq!(env.object.as_ref(), Some(&obj), "{me}");
             assert_eq!(
                 env.content_hash,
@@ -390,17 +414,17 @@ pub(in crate::sync) mod tests {
             );
         }
         assert_eq!(
-            decode(&opener("c3", Some(&k3)), &p, &subject, &bytes).unwrap_err(),
+            decode(&opener("c3", Some(&k3)), None, &p, &subject, &bytes).unwrap_err(),
             "not_a_recipient"
         );
         // Without a key of its own (insecure mode): nothing is opened.
         assert_eq!(
-            decode(&opener("c2", None), &p, &subject, &bytes).unwrap_err(),
+            decode(&opener("c2", None), None, &p, &subject, &bytes).unwrap_err(),
             "not_a_recipient"
         );
         // c3 claiming c2's name, with its own key: does not open.
         assert_eq!(
-            decode(&opener("c2", Some(&k3)), &p, &subject, &bytes).unwrap_err(),
+            decode(&opener("c2", Some(&k3)), None, &p, &subject, &bytes).unwrap_err(),
             "seal_corrupt"
         );
         // The same bytes under another object's subject (a moved blob): the
@@ -408,7 +432,7 @@ pub(in crate::sync) mod tests {
         // passes and the sealing's binding refuses it.
         let other = subject.replace(".db", ".web");
         assert_eq!(
-            decode(&opener("c2", Some(&k2)), &p, &other, &bytes).unwrap_err(),
+            decode(&opener("c2", Some(&k2)), None, &p, &other, &bytes).unwrap_err(),
             "seal_corrupt"
         );
     }

@@ -474,7 +474,7 @@ impl Engine {
         let origin = &self.fleet.local.name;
         let id = Some(self.ctx.cluster_id.as_str());
         let mut sealed_to = None;
-        let env = match what {
+        let mut env = match what {
             Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
                 .map_err(|e| PublishError::Object(e.to_string()))?,
             Publish::Sealed(obj, to) => {
@@ -504,10 +504,17 @@ impl Engine {
                 "the object's subject is longer than NATS allows".to_owned(),
             ));
         }
-        let wire = match &sealed_to {
+        let mut wire = match &sealed_to {
             Some(to) => Some(self.seal(&env, to)?),
             None => None,
         };
+        // Secure mode: what goes on the bus (sealed or not) is signed with
+        // this cluster's certified key (PROTOCOL §4.9): a sealed envelope's
+        // signature covers the ciphertext's hash, checked before opening.
+        if let Some(identity) = &self.ctx.cfg.trust {
+            let signed = wire.as_mut().unwrap_or(&mut env);
+            signed.sign(key, identity.signing_key(), &identity.key_id());
+        }
         let bytes = wire
             .as_ref()
             .unwrap_or(&env)
@@ -557,7 +564,6 @@ impl Engine {
         let (gvk, key) = (gvk.clone(), key.clone());
         // What was sent, without the object (only uid, version and hash count;
         // for a sealed one, the recipients too, as reading it back gives them).
-        let mut env = env;
         env.encryption = wire
             .as_ref()
             .and_then(|w| w.encryption.as_ref())

@@ -64,6 +64,13 @@ pub fn sync_rejected(m: &Member, reason: &str) -> f64 {
     super::metric_value(&m.metrics().unwrap_or_default(), &series).unwrap_or(0.0)
 }
 
+/// `fleetbus_rejected_messages_total{reason="<reason>"}` of `m`: messages
+/// the trust checks dropped (0 when absent).
+pub fn rejected_messages(m: &Member, reason: &str) -> f64 {
+    let series = format!("fleetbus_rejected_messages_total{{reason=\"{reason}\"}}");
+    super::metric_value(&m.metrics().unwrap_or_default(), &series).unwrap_or(0.0)
+}
+
 /// Starts one member per name (devcluster and agent named alike) and waits
 /// until they form a mesh.
 pub async fn fleet(nats: &NatsServer, names: &[&str]) -> Vec<Member> {
