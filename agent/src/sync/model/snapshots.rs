@@ -24,24 +24,44 @@ use serde_json::Value;
 
 use super::Packed;
 
-/// One envelope: everything but the object, and the object packed.
-#[derive(Debug)]
-struct Stored {
+/// One envelope: everything but the object, and the object packed. The bus
+/// consumer makes it before the envelope is queued for the engine (see
+/// [`super::Seen`] for why), `Snapshots` keeps it as it is.
+#[derive(Debug, Clone)]
+pub struct PackedEnvelope {
     meta: Envelope,
     object: Option<Packed>,
 }
 
-impl Stored {
-    fn new(mut env: Envelope) -> Self {
+impl PackedEnvelope {
+    /// `env` with its object packed.
+    pub fn new(mut env: Envelope) -> Self {
         let object = env.object.take().map(|o| Packed::new(&o));
-        Stored { meta: env, object }
+        PackedEnvelope { meta: env, object }
+    }
+
+    /// The envelope's object, parsed again (None if it has none, or, a
+    /// bug, if it does not unpack: logged).
+    pub fn object(&self, key: &ObjectKey) -> Option<Value> {
+        self.object.as_ref().and_then(|p| unpacked(key, p))
+    }
+
+    /// Drops the object (what the origin keeps of its own envelopes).
+    pub fn drop_object(&mut self) {
+        self.object = None;
+    }
+
+    /// Clears the content hash: a plan then finds the envelope differs
+    /// from whatever it compares it with.
+    pub fn clear_hash(&mut self) {
+        self.meta.content_hash.clear();
     }
 
     /// The whole envelope; an object that does not unpack (a bug: it was
     /// packed here from a parsed one) is logged and left out.
     fn whole(&self, key: &ObjectKey) -> Envelope {
         let mut env = self.meta.clone();
-        env.object = self.object.as_ref().and_then(|p| unpacked(key, p));
+        env.object = self.object(key);
         env
     }
 }
@@ -59,7 +79,7 @@ fn unpacked(key: &ObjectKey, p: &Packed) -> Option<Value> {
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct Snapshots {
-    by_key: BTreeMap<ObjectKey, Stored>,
+    by_key: BTreeMap<ObjectKey, PackedEnvelope>,
     /// origin → uid → how many `Deleted` tombstones carry that uid (a uid
     /// names one object, but a forged or replayed message may repeat it
     /// under another subject).
@@ -75,16 +95,21 @@ fn is_deleted(env: &Envelope) -> bool {
 impl Snapshots {
     /// Sets the envelope at `key`.
     pub fn insert(&mut self, key: ObjectKey, env: Envelope) {
-        if is_deleted(&env) {
+        self.insert_packed(key, PackedEnvelope::new(env));
+    }
+
+    /// Sets the envelope at `key`, its object already packed.
+    pub fn insert_packed(&mut self, key: ObjectKey, env: PackedEnvelope) {
+        if is_deleted(&env.meta) {
             *self
                 .deleted
                 .entry(key.origin.clone())
                 .or_default()
-                .entry(env.uid.clone())
+                .entry(env.meta.uid.clone())
                 .or_default() += 1;
         }
         let origin = key.origin.clone();
-        if let Some(o) = self.by_key.insert(key, Stored::new(env)) {
+        if let Some(o) = self.by_key.insert(key, env) {
             self.unindex(&origin, &o.meta);
         }
     }
