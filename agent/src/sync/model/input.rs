@@ -152,16 +152,12 @@ mod tests {
 
     /// A 1 KiB ConfigMap copy as a watch lists it (the bench's object).
     fn listed() -> Value {
-        json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "m-7", "namespace": "bench", "uid": "u-7",
-                         "resourceVersion": "42",
-                         "annotations": {"fleetbus.io/origin-cluster": "c1"},
-                         "managedFields": [{"manager": "fleetbus", "operation": "Apply",
-                                            "fieldsType": "FieldsV1",
-                                            "fieldsV1": {"f:data": {"f:pad": {}, "f:v": {}}}}]},
-            "data": {"v": "1", "pad": "x".repeat(1000)},
-        })
+        let mut obj = super::super::packed::tests::configmap();
+        obj["metadata"]["annotations"] = json!({"fleetbus.io/origin-cluster": "c1"});
+        obj["metadata"]["managedFields"] = json!([{
+            "manager": "fleetbus", "operation": "Apply", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {"f:pad": {}, "f:v": {}}}}]);
+        obj
     }
 
     #[test]

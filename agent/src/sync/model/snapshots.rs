@@ -287,4 +287,31 @@ mod tests {
         assert_eq!(s.remove(&key("c1", "a")).map(|e| e.object), Some(None));
         assert!(s.count() == 0 && s.get(&key("c1", "a")).is_none());
     }
+
+    #[test]
+    fn an_envelope_packed_before_it_is_queued_is_kept_as_it_came() {
+        let mut e = env("u1", None);
+        e.content_hash = "h".to_owned();
+        e.object =
+            Some(serde_json::json!({"metadata": {"name": "a"}, "data": {"pad": "x".repeat(900)}}));
+        let packed = PackedEnvelope::new(e.clone());
+        assert_eq!(packed.object(&key("c1", "a")), e.object);
+        // Queued: the parsed object is gone, a few hundred bytes are left.
+        assert!(packed.meta.object.is_none());
+        assert!(packed.object.as_ref().is_some_and(|p| p.packed_len() < 400));
+        let mut s = Snapshots::default();
+        s.insert_packed(key("c1", "a"), packed.clone());
+        assert_eq!(s.get(&key("c1", "a")), Some(e.clone()));
+        // What the origin keeps of its own: no object; a hash cleared
+        // when the received object is not what it publishes.
+        let mut own = packed;
+        own.drop_object();
+        own.clear_hash();
+        s.insert_packed(key("c1", "a"), own);
+        let kept = s.get(&key("c1", "a")).unwrap();
+        assert_eq!(
+            (kept.object, kept.content_hash.as_str(), kept.uid.as_str()),
+            (None, "", "u1")
+        );
+    }
 }
