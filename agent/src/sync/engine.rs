@@ -35,9 +35,9 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::inputs::watches;
-use super::model::meta::{has_annotation, origin_cluster};
+use super::model::meta::origin_cluster;
 use super::model::{
-    Baseline, BusEvent, Input, LocalEvent, LocalKey, LocalObjects, RuleReport, Snapshots, Target,
+    Baseline, BusEvent, Input, LocalEvent, LocalObjects, RuleReport, Snapshots, Target,
 };
 use super::policy::policy_gvk;
 use super::rules::compile::{self as rules, RuleSet};
@@ -375,56 +375,50 @@ impl Engine {
         };
         match ev {
             LocalEvent::Reset => kind.relist = Some(LocalObjects::default()),
-            LocalEvent::Upsert(mut obj) => {
-                super::model::meta::compact_managed_fields(&mut obj);
+            LocalEvent::Upsert(seen) => {
                 // The watch works again (kube-runtime resumes after most
                 // errors without a re-list); during a re-list the view is
                 // whole again only once it is `Listed`.
                 if kind.relist.is_none() {
                     kind.watch_error = None;
                 }
-                let Some(key) = local_key(&obj) else { return };
-                if let Some(t) = Target::of(&obj) {
+                let Some(key) = seen.key else { return };
+                if let Some(t) = seen.target {
                     self.sink.dirty.targets.insert(t.clone());
                     // A copy the last pass did not want may be one to collect.
-                    if !self.held.contains_key(&t)
-                        && has_annotation(
-                            &obj,
-                            fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER,
-                        )
-                    {
+                    if !self.held.contains_key(&t) && seen.annotated_copy {
                         self.sink.collect.insert(t.clone());
                     }
                     self.seen.insert(t, Instant::now());
                 }
                 if kind.source {
-                    if let Some(k) = ObjectKey::from_object(&self.ctx.cfg.cluster_name, &obj) {
+                    if let Some(k) = seen.source {
                         kind.source_dirty.insert(k);
                     }
                 }
                 match &mut kind.relist {
                     Some(relist) => {
-                        relist.insert(key, &obj);
+                        relist.insert_packed(key, seen.object);
                     }
                     None => {
-                        kind.objects.insert(key, &obj);
+                        kind.objects.insert_packed(key, seen.object);
                     }
                 }
             }
-            LocalEvent::Remove(obj) => {
+            LocalEvent::Remove(seen) => {
                 if kind.relist.is_none() {
                     kind.watch_error = None;
                 }
-                if let Some(t) = Target::of(&obj) {
+                if let Some(t) = seen.target {
                     self.sink.dirty.targets.insert(t.clone());
                     self.seen.insert(t, Instant::now());
                 }
                 if kind.source {
-                    if let Some(k) = ObjectKey::from_object(&self.ctx.cfg.cluster_name, &obj) {
+                    if let Some(k) = seen.source {
                         kind.source_dirty.insert(k);
                     }
                 }
-                if let Some(key) = local_key(&obj) {
+                if let Some(key) = seen.key {
                     kind.objects.remove(&key);
                     if let Some(relist) = &mut kind.relist {
                         relist.remove(&key);
@@ -481,7 +475,7 @@ impl Engine {
                     let replayed = kind
                         .snapshots
                         .meta(&key)
-                        .is_some_and(|old| crate::trust::is_replay(old, &env));
+                        .is_some_and(|old| crate::trust::is_replay(old, env.meta()));
                     if replayed {
                         let what = super::model::meta::describe_key(&key);
                         self.ctx
@@ -514,22 +508,22 @@ impl Engine {
                     // difference is believed with no hash, so the plan finds
                     // it differs and publishes ours again.
                     let local = kind.objects.get(&(key.namespace.clone(), key.name.clone()));
-                    if let (Some(received), Some(local)) = (&env.object, local) {
-                        if !super::source::published::same_identity(received, &local) {
-                            env.content_hash.clear();
+                    if let (Some(received), Some(local)) = (env.object(&key), local) {
+                        if !super::source::published::same_identity(&received, &local) {
+                            env.clear_hash();
                         }
                     }
                     // Only uid, resourceVersion and hash are kept (`source`);
                     // the object is the local one.
-                    env.object = None;
+                    env.drop_object();
                     kind.source_dirty.insert(key.clone());
                 }
                 match &mut kind.resnap {
                     Some(resnap) => {
-                        resnap.insert(key, *env);
+                        resnap.insert_packed(key, *env);
                     }
                     None => {
-                        kind.snapshots.insert(key, *env);
+                        kind.snapshots.insert_packed(key, *env);
                     }
                 }
             }
@@ -868,16 +862,8 @@ fn verify_authors(rules: &mut RuleSet, kind: &KindState) {
     }
 }
 
-/// The namespace and name of an object.
-pub fn local_key(obj: &Value) -> Option<LocalKey> {
-    let name = obj.pointer("/metadata/name").and_then(Value::as_str)?;
-    let ns = obj
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned);
-    Some((ns, name.to_owned()))
-}
+/// The namespace and name of an object (the model's, kept here for its readers).
+pub use super::model::meta::local_key;
 
 /// Runs sync until `cancel`.
 #[tracing::instrument(name = "sync", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]

@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 use super::follow::Follow;
 use crate::context::Context;
 use crate::health::WatchDown;
-use crate::sync::model::meta::{compact_managed_fields, describe_gvk as describe};
-use crate::sync::model::{Input, LocalEvent};
+use crate::sync::model::meta::describe_gvk as describe;
+use crate::sync::model::{Input, LocalEvent, PackedEnvelope, Seen};
 use crate::trust;
 
 /// Resolves a kind through API discovery: served, with its resource name and scope.
@@ -104,7 +104,7 @@ pub async fn local_watch(
     let mut client = ctx.client.clone();
     let mut failures = Failures::default();
     loop {
-        let error = match watch_once(client, &gvk, &ar, &tx, &cancel, &mut failures).await {
+        let error = match watch_once(client, &ctx, &gvk, &ar, &tx, &cancel, &mut failures).await {
             Ended::Stopped => return,
             Ended::Connection(e) => e,
         };
@@ -141,6 +141,7 @@ pub async fn local_watch(
 /// One watcher on `client` until it is stopped or its connection fails.
 async fn watch_once(
     client: kube::Client,
+    ctx: &Context,
     gvk: &GroupVersionKind,
     ar: &ApiResource,
     tx: &mpsc::Sender<Input>,
@@ -161,19 +162,12 @@ async fn watch_once(
             Some(Ok(watcher::Event::Init)) => LocalEvent::Reset,
             Some(Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o))) => {
                 match serde_json::to_value(&o) {
-                    Ok(mut v) => {
-                        // Compacted before it is queued, not after: a list
-                        // fills the engine's queue (thousands of objects)
-                        // faster than a pass drains it, and fieldsV1 is a good
-                        // part of each (heaptrack, issue 20).
-                        compact_managed_fields(&mut v);
-                        LocalEvent::Upsert(with_gvk(v, gvk))
-                    }
+                    Ok(v) => LocalEvent::Upsert(seen(ctx, v, gvk)),
                     Err(_) => continue,
                 }
             }
             Some(Ok(watcher::Event::Delete(o))) => match serde_json::to_value(&o) {
-                Ok(v) => LocalEvent::Remove(with_gvk(v, gvk)),
+                Ok(v) => LocalEvent::Remove(seen(ctx, v, gvk)),
                 Err(_) => continue,
             },
             Some(Ok(watcher::Event::InitDone)) => {
@@ -224,6 +218,14 @@ fn refused(e: &watcher::Error) -> bool {
 
 /// List items may lack `apiVersion`/`kind` (kube omits them inside lists);
 /// the engine works on complete objects.
+/// `v` as the engine is told of it: with its kind, and packed before it
+/// is queued (a list fills the queue faster than passes drain it; see
+/// `Seen`), its managedFields compacted first (fieldsV1 is a good part of
+/// each object, and never read).
+fn seen(ctx: &Context, v: Value, gvk: &GroupVersionKind) -> Seen {
+    Seen::new(&ctx.cfg.cluster_name, with_gvk(v, gvk))
+}
+
 fn with_gvk(mut v: Value, gvk: &GroupVersionKind) -> Value {
     if let Some(map) = v.as_object_mut() {
         map.entry("apiVersion")
@@ -260,7 +262,8 @@ pub async fn bus_consumer(
             })
         },
         key_of: |prefix, subject| ObjectKey::parse_subject(prefix, subject).ok(),
-        input: Box::new(move |ev| Input::Bus(gvk.clone(), ev)),
+        // Packed before it is queued (see `Seen`).
+        input: Box::new(move |ev| Input::Bus(gvk.clone(), ev.map(PackedEnvelope::new))),
     };
     super::follow::follow(ctx, f, tx, cancel).await;
 }

@@ -9,6 +9,9 @@ use fleetbus_schemas::subject::{ObjectKey, StatusKey};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::meta::{compact_managed_fields, has_annotation, local_key};
+use super::{LocalKey, Packed, PackedEnvelope, Target};
+
 /// An event for the engine.
 #[derive(Debug)]
 pub enum Input {
@@ -59,9 +62,9 @@ pub enum LocalEvent {
     /// A (re-)list starts: forget what the watch said before once `Listed` comes.
     Reset,
     /// An object exists in this version.
-    Upsert(Value),
+    Upsert(Seen),
     /// An object is gone.
-    Remove(Value),
+    Remove(Seen),
     /// The (re-)list is complete.
     Listed,
     /// The API server refuses the watch (403, 401, 404); it retries on its
@@ -69,8 +72,49 @@ pub enum LocalEvent {
     Error(String),
 }
 
-/// What the bus consumer of a kind saw.
-pub type BusEvent = Feed<ObjectKey, Envelope>;
+/// A local object as its watch saw it, packed by the watch before it is
+/// queued for the engine, with what the engine reads of it on receipt.
+///
+/// Why packed there: a list delivers objects faster than passes drain the
+/// engine's queue, which then holds thousands of them; parsed, the queue of
+/// a sink at 10,000 copies held ~23 MB of them at its peak (heaptrack, issue
+/// 20, "Compact state"), packed ~300 bytes each. The engine keeps `object`
+/// as it is (`LocalObjects::insert_packed`): no parse on receipt.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// The object, its managedFields compacted (`meta::compact_managed_fields`).
+    pub object: Packed,
+    /// Its namespace and name (`meta::local_key`); None without a name.
+    pub key: Option<LocalKey>,
+    /// Its place, if it names one (`Target::of`).
+    pub target: Option<Target>,
+    /// Whether it carries the origin-cluster annotation (a copy, or one
+    /// pretending to be).
+    pub annotated_copy: bool,
+    /// Its subject as the local cluster publishes it (`ObjectKey::from_object`).
+    pub source: Option<ObjectKey>,
+}
+
+impl Seen {
+    /// `obj` as seen by the watch of the cluster named `cluster`.
+    pub fn new(cluster: &str, mut obj: Value) -> Self {
+        compact_managed_fields(&mut obj);
+        Seen {
+            key: local_key(&obj),
+            target: Target::of(&obj),
+            annotated_copy: has_annotation(
+                &obj,
+                fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER,
+            ),
+            source: ObjectKey::from_object(cluster, &obj),
+            object: Packed::new(&obj),
+        }
+    }
+}
+
+/// What the bus consumer of a kind saw: each envelope's object packed by
+/// the consumer before it is queued (see [`Seen`] for why).
+pub type BusEvent = Feed<ObjectKey, PackedEnvelope>;
 
 /// What the status consumer saw.
 pub type StatusEvent = Feed<StatusKey, ReportedStatus>;
@@ -87,4 +131,80 @@ pub enum Feed<K, V> {
     Unreadable(K),
     /// Every last value has been delivered; live updates follow.
     CaughtUp,
+}
+
+impl<K, V> Feed<K, V> {
+    /// The same event with its value turned by `f`.
+    pub fn map<W>(self, f: impl FnOnce(V) -> W) -> Feed<K, W> {
+        match self {
+            Feed::Reset => Feed::Reset,
+            Feed::Item(k, v) => Feed::Item(k, Box::new(f(*v))),
+            Feed::Unreadable(k) => Feed::Unreadable(k),
+            Feed::CaughtUp => Feed::CaughtUp,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A 1 KiB ConfigMap copy as a watch lists it (the bench's object).
+    fn listed() -> Value {
+        let mut obj = super::super::packed::tests::configmap();
+        obj["metadata"]["annotations"] = json!({"fleetbus.io/origin-cluster": "c1"});
+        obj["metadata"]["managedFields"] = json!([{
+            "manager": "fleetbus", "operation": "Apply", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {"f:pad": {}, "f:v": {}}}}]);
+        obj
+    }
+
+    #[test]
+    fn seen_is_queued_packed_with_what_the_engine_reads() {
+        let obj = listed();
+        let seen = Seen::new("c2", obj.clone());
+        // Packed: a few hundred bytes queued, not a ~4 KiB parsed tree.
+        assert!(
+            seen.object.packed_len() > 0 && seen.object.packed_len() < 400,
+            "{:?}",
+            seen.object
+        );
+        let mut compacted = obj.clone();
+        compact_managed_fields(&mut compacted);
+        assert_ne!(compacted, obj, "the fixture has fieldsV1 to drop");
+        assert_eq!(seen.object.value().unwrap(), compacted);
+        assert_eq!(seen.key, local_key(&obj));
+        assert_eq!(seen.target, Target::of(&obj));
+        assert_eq!(seen.source, ObjectKey::from_object("c2", &obj));
+        assert!(seen.annotated_copy);
+        // An original, cluster-scoped, and an object without a name.
+        let original = Seen::new(
+            "c2",
+            json!({"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": "bench"}}),
+        );
+        assert_eq!(original.key, Some((None, "bench".to_owned())));
+        assert!(!original.annotated_copy && original.target.is_some());
+        let nameless = Seen::new("c2", json!({"apiVersion": "v1", "kind": "ConfigMap"}));
+        assert_eq!(
+            (nameless.key, nameless.target, nameless.source),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn a_feed_maps_only_its_items() {
+        let item: Feed<u8, u8> = Feed::Item(1, Box::new(2));
+        assert!(matches!(item.map(u16::from), Feed::Item(1, v) if *v == 2u16));
+        assert!(matches!(Feed::<u8, u8>::Reset.map(u16::from), Feed::Reset));
+        assert!(matches!(
+            Feed::<u8, u8>::Unreadable(3).map(u16::from),
+            Feed::Unreadable(3)
+        ));
+        assert!(matches!(
+            Feed::<u8, u8>::CaughtUp.map(u16::from),
+            Feed::CaughtUp
+        ));
+    }
 }

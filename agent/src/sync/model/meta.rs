@@ -52,6 +52,17 @@ pub fn has_annotation(obj: &Value, key: &str) -> bool {
     annotations(obj).is_some_and(|a| a.contains_key(key))
 }
 
+/// The namespace and name of an object.
+pub fn local_key(obj: &Value) -> Option<super::LocalKey> {
+    let name = obj.pointer("/metadata/name").and_then(Value::as_str)?;
+    let ns = obj
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned);
+    Some((ns, name.to_owned()))
+}
+
 /// The cluster `obj` is a copy from (its origin-cluster annotation); None
 /// for an original.
 pub fn origin_cluster(obj: &Value) -> Option<&str> {

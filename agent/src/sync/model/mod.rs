@@ -23,10 +23,10 @@ mod target;
 
 pub use baseline::Baseline;
 pub use candidate::Candidate;
-pub use input::{believed_after_failure, BusEvent, Feed, Input, LocalEvent, StatusEvent};
+pub use input::{believed_after_failure, BusEvent, Feed, Input, LocalEvent, Seen, StatusEvent};
 pub use objects::LocalObjects;
 pub use outcome::{Conflict, Outcome};
 pub use packed::{Packed, Unpack};
 pub use report::RuleReport;
-pub use snapshots::Snapshots;
+pub use snapshots::{PackedEnvelope, Snapshots};
 pub use target::{LocalKey, Target};

@@ -27,9 +27,9 @@ fn unpacked(key: &LocalKey, p: &Packed) -> Option<Value> {
 }
 
 impl LocalObjects {
-    /// Sets the object at `key`.
-    pub fn insert(&mut self, key: LocalKey, obj: &Value) {
-        self.0.insert(key, Packed::new(obj));
+    /// Sets the object at `key`, already packed (by the watch, see `Seen`).
+    pub fn insert_packed(&mut self, key: LocalKey, obj: Packed) {
+        self.0.insert(key, obj);
     }
 
     /// Forgets the object at `key`; whether there was one.
@@ -86,7 +86,7 @@ mod tests {
         let key = |n: &str| (Some("ns".to_owned()), n.to_owned());
         let a = json!({"metadata": {"name": "a"}, "data": {"pad": "x".repeat(900)}});
         let mut o: LocalObjects = [(key("a"), a.clone())].into_iter().collect();
-        o.insert(key("b"), &json!({"metadata": {"name": "b"}}));
+        o.insert_packed(key("b"), Packed::new(&json!({"metadata": {"name": "b"}})));
         assert_eq!(o.get(&key("a")), Some(a.clone()));
         assert!(o.contains_key(&key("b")) && !o.contains_key(&key("c")));
         assert_eq!(o.values().count(), 2);

@@ -83,11 +83,12 @@ impl fmt::Debug for Packed {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn configmap() -> Value {
+    /// A 1 KiB ConfigMap (the bench's object; also `input`'s tests).
+    pub(in crate::sync::model) fn configmap() -> Value {
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "namespace": "ns", "uid": "u-1",

@@ -24,24 +24,49 @@ use serde_json::Value;
 
 use super::Packed;
 
-/// One envelope: everything but the object, and the object packed.
-#[derive(Debug)]
-struct Stored {
+/// One envelope: everything but the object, and the object packed. The bus
+/// consumer makes it before the envelope is queued for the engine (see
+/// [`super::Seen`] for why), `Snapshots` keeps it as it is.
+#[derive(Debug, Clone)]
+pub struct PackedEnvelope {
     meta: Envelope,
     object: Option<Packed>,
 }
 
-impl Stored {
-    fn new(mut env: Envelope) -> Self {
+impl PackedEnvelope {
+    /// `env` with its object packed.
+    pub fn new(mut env: Envelope) -> Self {
         let object = env.object.take().map(|o| Packed::new(&o));
-        Stored { meta: env, object }
+        PackedEnvelope { meta: env, object }
+    }
+
+    /// The envelope's object, parsed again (None if it has none, or, a
+    /// bug, if it does not unpack: logged).
+    pub fn object(&self, key: &ObjectKey) -> Option<Value> {
+        self.object.as_ref().and_then(|p| unpacked(key, p))
+    }
+
+    /// The envelope without its object (what freshness checks read).
+    pub fn meta(&self) -> &Envelope {
+        &self.meta
+    }
+
+    /// Drops the object (what the origin keeps of its own envelopes).
+    pub fn drop_object(&mut self) {
+        self.object = None;
+    }
+
+    /// Clears the content hash: a plan then finds the envelope differs
+    /// from whatever it compares it with.
+    pub fn clear_hash(&mut self) {
+        self.meta.content_hash.clear();
     }
 
     /// The whole envelope; an object that does not unpack (a bug: it was
     /// packed here from a parsed one) is logged and left out.
     fn whole(&self, key: &ObjectKey) -> Envelope {
         let mut env = self.meta.clone();
-        env.object = self.object.as_ref().and_then(|p| unpacked(key, p));
+        env.object = self.object(key);
         env
     }
 }
@@ -59,7 +84,7 @@ fn unpacked(key: &ObjectKey, p: &Packed) -> Option<Value> {
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct Snapshots {
-    by_key: BTreeMap<ObjectKey, Stored>,
+    by_key: BTreeMap<ObjectKey, PackedEnvelope>,
     /// origin → uid → how many `Deleted` tombstones carry that uid (a uid
     /// names one object, but a forged or replayed message may repeat it
     /// under another subject).
@@ -75,16 +100,21 @@ fn is_deleted(env: &Envelope) -> bool {
 impl Snapshots {
     /// Sets the envelope at `key`.
     pub fn insert(&mut self, key: ObjectKey, env: Envelope) {
-        if is_deleted(&env) {
+        self.insert_packed(key, PackedEnvelope::new(env));
+    }
+
+    /// Sets the envelope at `key`, its object already packed.
+    pub fn insert_packed(&mut self, key: ObjectKey, env: PackedEnvelope) {
+        if is_deleted(&env.meta) {
             *self
                 .deleted
                 .entry(key.origin.clone())
                 .or_default()
-                .entry(env.uid.clone())
+                .entry(env.meta.uid.clone())
                 .or_default() += 1;
         }
         let origin = key.origin.clone();
-        if let Some(o) = self.by_key.insert(key, Stored::new(env)) {
+        if let Some(o) = self.by_key.insert(key, env) {
             self.unindex(&origin, &o.meta);
         }
     }
@@ -261,5 +291,32 @@ mod tests {
         assert_eq!((meta.object.as_ref(), meta.uid.as_str()), (None, "u1"));
         assert_eq!(s.remove(&key("c1", "a")).map(|e| e.object), Some(None));
         assert!(s.count() == 0 && s.get(&key("c1", "a")).is_none());
+    }
+
+    #[test]
+    fn an_envelope_packed_before_it_is_queued_is_kept_as_it_came() {
+        let mut e = env("u1", None);
+        e.content_hash = "h".to_owned();
+        e.object =
+            Some(serde_json::json!({"metadata": {"name": "a"}, "data": {"pad": "x".repeat(900)}}));
+        let packed = PackedEnvelope::new(e.clone());
+        assert_eq!(packed.object(&key("c1", "a")), e.object);
+        // Queued: the parsed object is gone, a few hundred bytes are left.
+        assert!(packed.meta.object.is_none());
+        assert!(packed.object.as_ref().is_some_and(|p| p.packed_len() < 400));
+        let mut s = Snapshots::default();
+        s.insert_packed(key("c1", "a"), packed.clone());
+        assert_eq!(s.get(&key("c1", "a")), Some(e.clone()));
+        // What the origin keeps of its own: no object; a hash cleared
+        // when the received object is not what it publishes.
+        let mut own = packed;
+        own.drop_object();
+        own.clear_hash();
+        s.insert_packed(key("c1", "a"), own);
+        let kept = s.get(&key("c1", "a")).unwrap();
+        assert_eq!(
+            (kept.object, kept.content_hash.as_str(), kept.uid.as_str()),
+            (None, "", "u1")
+        );
     }
 }

@@ -14,13 +14,11 @@
 
 use fleetbus_schemas::well_known;
 use futures::future::BoxFuture;
-use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
 use super::apply::{self, WriteError};
 use super::compare;
-use super::wave::WRITE_CONCURRENCY;
 use crate::sync::drift::policy::{keep_excluded, Policy};
 use crate::sync::engine::Engine;
 use crate::sync::model::meta::{annotation, annotations_mut};
@@ -46,6 +44,11 @@ struct Request<'a> {
     api: Api<DynamicObject>,
     live: Value,
     body: Value,
+}
+
+/// The dry run of `r`, the `i`th of its pass's first looks.
+fn dry_run<'a>(i: usize, r: &'a Request<'_>) -> BoxFuture<'a, (usize, Result<Value, WriteError>)> {
+    Box::pin(async move { (i, apply::dry_run_replace(&r.api, &r.body).await) })
 }
 
 /// Sets `body`'s source-hash annotation to `live`'s, when live has one.
@@ -159,21 +162,9 @@ impl Engine {
                 Err(outcome) => out.push((target, c, Looked::Done(outcome))),
             }
         }
-        // Boxed and collected first, as in `wave::run_writes` (the `Send`
-        // inference of the spawned sync task).
-        let jobs: Vec<BoxFuture<'_, (usize, Result<Value, WriteError>)>> = requests
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let job: BoxFuture<'_, _> =
-                    Box::pin(async move { (i, apply::dry_run_replace(&r.api, &r.body).await) });
-                job
-            })
-            .collect();
-        let results: Vec<(usize, Result<Value, WriteError>)> = futures::stream::iter(jobs)
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .collect()
-            .await;
+        // Each dry run's future made as a slot frees (`wave::bounded`).
+        let results =
+            super::wave::bounded(requests.iter().enumerate().map(|(i, r)| dry_run(i, r))).await;
         for (i, result) in results {
             let Some(r) = requests.get(i) else { continue };
             let looked = self

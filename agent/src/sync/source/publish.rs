@@ -504,17 +504,7 @@ impl Engine {
                 "the object's subject is longer than NATS allows".to_owned(),
             ));
         }
-        let mut wire = match &sealed_to {
-            Some(to) => Some(self.seal(&env, to)?),
-            None => None,
-        };
-        // Secure mode: what goes on the bus (sealed or not) is signed with
-        // this cluster's certified key (PROTOCOL §4.9): a sealed envelope's
-        // signature covers the ciphertext's hash, checked before opening.
-        if let Some(identity) = &self.ctx.cfg.trust {
-            let signed = wire.as_mut().unwrap_or(&mut env);
-            signed.sign(key, identity.signing_key(), &identity.key_id());
-        }
+        let wire = self.on_the_wire(key, &mut env, sealed_to.as_ref())?;
         let bytes = wire
             .as_ref()
             .unwrap_or(&env)
@@ -586,6 +576,27 @@ impl Engine {
             }
         });
         Ok(env)
+    }
+
+    /// What goes on the bus for `env`: sealed to `sealed_to` (returned; None
+    /// when it is published in clear), and in secure mode signed with this
+    /// cluster's certified key (PROTOCOL §4.9), the sealed form when sealed:
+    /// its signature covers the ciphertext's hash, checked before opening.
+    fn on_the_wire(
+        &self,
+        key: &ObjectKey,
+        env: &mut Envelope,
+        sealed_to: Option<&sealing::Recipients>,
+    ) -> Result<Option<Envelope>, PublishError> {
+        let mut wire = match sealed_to {
+            Some(to) => Some(self.seal(env, to)?),
+            None => None,
+        };
+        if let Some(identity) = &self.ctx.cfg.trust {
+            let signed = wire.as_mut().unwrap_or(env);
+            signed.sign(key, identity.signing_key(), &identity.key_id());
+        }
+        Ok(wire)
     }
 
     /// Whether our last envelope at `key` is a snapshot of `env`'s version:

@@ -13,7 +13,14 @@ use crate::table::Table;
 const STEP: Duration = Duration::from_secs(600);
 
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
-    let steps: Vec<usize> = ctx.pick(vec![10, 30], vec![1_000, 10_000, 50_000]);
+    // Capped like propagation_at's (e.g. 10000: the goal's step, without
+    // the long 50,000 one, for profiling).
+    let max = super::env_cap(super::propagation_at::MAX_ENV);
+    let steps: Vec<usize> = ctx
+        .pick(vec![10, 30], vec![1_000, 10_000, 50_000])
+        .into_iter()
+        .filter(|n| *n <= max)
+        .collect();
     let fleet = Fleet::start(2, false).await?;
     let (c1, c2) = (fleet.origin(), &fleet.sinks()[0]);
     let sink = c2.recorder().await?;
@@ -79,6 +86,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     }
     // The first row is taken before anything was synced: not a sample.
     t.samples = t.rows.len().saturating_sub(1);
+    if max != usize::MAX {
+        t.note(format!(
+            "Steps capped at {max} objects by {}.",
+            super::propagation_at::MAX_ENV
+        ));
+    }
     t.note("RSS is read right after the last copy of a step was seen on c2 (1 = only the warm-up object).");
     t.note("bytes/copy: the agent's RSS growth since the first row divided by the objects added since (allocator slack included).");
     if let Some(k) = at_10k {
