@@ -236,7 +236,11 @@ fn leave(args: &LeaveArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
         mesh_dir: dir.clone(),
         subject_prefix: prefix,
     };
-    match runtime.block_on(clusters::mark_left(&bus, &left.name)) {
+    let signer = match trust::identity::record_signer(dir, &left.name) {
+        Ok(s) => s,
+        Err(e) => return fail(&anyhow::Error::new(e).context("the cluster's keys")),
+    };
+    match runtime.block_on(clusters::mark_left(&bus, &left.name, signer.as_ref())) {
         Ok(0) => println!("no Active record of {} in the registry", left.name),
         Ok(n) => println!(
             "marked {} Left in the registry ({n} record(s)): its copies follow their rules' orphanPolicy",

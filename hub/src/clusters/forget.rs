@@ -128,8 +128,14 @@ async fn purge(
 /// `leave`'s registry half: every Active record of `name` is put again as
 /// `Left` (seq + 1), as its agent would on `--leave-on-shutdown`, so every
 /// peer shows it Left and its copies follow their rules' `orphanPolicy`.
+/// With the cluster's keys from the fleet dir (`signer`) the record is
+/// signed in its name, as secure agents accept only signed records.
 /// Returns how many records changed.
-pub async fn mark_left(bus: &BusArgs, name: &str) -> Result<usize, ClustersError> {
+pub async fn mark_left(
+    bus: &BusArgs,
+    name: &str,
+    signer: Option<&crate::trust::identity::RecordSigner>,
+) -> Result<usize, ClustersError> {
     let (_client, js) = crate::command::connect(bus).await?;
     let prefix = &bus.subject_prefix;
     let records = match crate::fleet::cluster_records(&js, prefix).await {
@@ -152,7 +158,14 @@ pub async fn mark_left(bus: &BusArgs, name: &str) -> Result<usize, ClustersError
         left.state = MemberState::Left;
         left.seq = record.seq.saturating_add(1);
         left.heartbeat_at = Utc::now();
-        let bytes = left.encode().map_err(ClustersError::Encode)?;
+        let bytes = match signer {
+            Some(s) => {
+                left.certificate = Some(s.certificate.clone());
+                left.encode_signed(&s.key, &s.key_id)
+            }
+            None => left.encode(),
+        }
+        .map_err(ClustersError::Encode)?;
         kv.put(left.key().to_key(), bytes.into())
             .await
             .map_err(|e| crate::kv::unreadable_bucket(&bucket, e))?;

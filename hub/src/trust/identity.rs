@@ -131,3 +131,40 @@ fn check_stored(
     }
     Ok(())
 }
+
+/// What signs a registry record in a cluster's name when the operator
+/// writes it (`leave` marking it Left): its signing key, the key id its
+/// peers verify with (the certificate's serial) and the certificate the
+/// record carries. Without it, a secure agent drops the record as unsigned.
+pub struct RecordSigner {
+    /// The cluster's signing key.
+    pub key: SigningKey,
+    /// The certificate's serial, hex.
+    pub key_id: String,
+    /// The certificate, base64, as records carry it.
+    pub certificate: String,
+}
+
+/// The signer of `name`'s records, from the keys `join` keeps under
+/// `dir/clusters/NAME/`; None when there are none (a fleet made before
+/// cluster keys: its agents verify nothing either).
+pub fn record_signer(dir: &Path, name: &str) -> Result<Option<RecordSigner>, TrustError> {
+    let cluster_dir = dir.join(super::files::CLUSTERS).join(name);
+    let (key_path, cert_path) = (
+        cluster_dir.join(CLUSTER_KEY),
+        cluster_dir.join(CLUSTER_CERT),
+    );
+    if !key_path.exists() || !cert_path.exists() {
+        return Ok(None);
+    }
+    let keys = ClusterKeys::decode(&Zeroizing::new(read(&key_path)?))
+        .map_err(|e| damaged(&key_path, e.to_string()))?;
+    let text = read(&cert_path)?;
+    let cert =
+        SignedCertificate::decode(text.trim()).map_err(|e| damaged(&cert_path, e.to_string()))?;
+    Ok(Some(RecordSigner {
+        key: keys.signing().clone(),
+        key_id: cert.cert.serial_hex(),
+        certificate: text.trim().to_owned(),
+    }))
+}

@@ -350,9 +350,6 @@ async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
     let nats = operator_server(&dir);
     let flags = |n: &str| secure_flags(&dir, n);
     let (f1, f2) = (flags("c1"), flags("c2"));
-    fn refs(f: &[String]) -> Vec<&str> {
-        f.iter().map(String::as_str).collect()
-    }
     let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
     let c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
@@ -839,14 +836,13 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
     reload();
     let c2_creds = tmp.path().join("c2.creds");
     std::fs::copy(creds(&dir, "c2"), &c2_creds).unwrap();
-    let c1 = Member::start(&nats, "c1", "c1", &["--nats-creds", &creds(&dir, "c1")]).await;
-    let c2 = Member::start(
-        &nats,
-        "c2",
-        "c2",
-        &["--nats-creds", c2_creds.to_str().unwrap()],
-    )
-    .await;
+    // Secure agents (signatures verified): the Left record the operator
+    // writes must be signed in c2's name, or c1 drops it as unsigned.
+    let f1 = secure_flags(&dir, "c1");
+    let mut f2 = secure_flags(&dir, "c2");
+    f2[1] = c2_creds.to_str().unwrap().to_owned();
+    let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
+    let c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
     for m in [&c1, &c2] {
         create_ns(m, "shared").await;

@@ -100,3 +100,8 @@ pub fn secure_flags(dir: &Path, name: &str) -> Vec<String> {
         path(cluster.join("cluster.cert")),
     ]
 }
+
+/// `flags` as the `&[&str]` `Member::start` takes.
+pub fn refs(flags: &[String]) -> Vec<&str> {
+    flags.iter().map(String::as_str).collect()
+}
