@@ -29,6 +29,25 @@ fn suspend(m: &Member, on: bool) {
     );
 }
 
+/// Sets `data.k` of Secret `shared/<name>` on `m` with kubectl: at the
+/// source an edit, on a sink drift.
+fn set_k(m: &Member, name: &str, value: &str) {
+    let patch = json!({"data": {"k": b64(value)}}).to_string();
+    kubectl(
+        m,
+        &[
+            "-n",
+            "shared",
+            "patch",
+            "secret",
+            name,
+            "--type=merge",
+            "-p",
+            &patch,
+        ],
+    );
+}
+
 /// Waits until the rule on `m` is Suspended and says `waiting` copies would change.
 async fn wait_suspended(m: &Member, waiting: usize) {
     let want = format!("{waiting} copy(ies) would be created or updated");
@@ -79,19 +98,7 @@ async fn a_suspended_rule_holds_every_change_reports_drift_and_resumes() {
     assert!(cell.contains("False"), "{cell}");
 
     // Held: an edit, a new object and a delete at the source.
-    kubectl(
-        c1,
-        &[
-            "-n",
-            "shared",
-            "patch",
-            "secret",
-            "old",
-            "--type=merge",
-            "-p",
-            &json!({"data": {"k": b64("v2")}}).to_string(),
-        ],
-    );
+    set_k(c1, "old", "v2");
     create_secret(c1, "shared", "new", &[("k", "v1")]).await;
     kubectl_delete(c1, "secret", Some("shared"), "gone");
     // The edit and the new object wait; the delete is kept, not counted.
@@ -114,19 +121,7 @@ async fn a_suspended_rule_holds_every_change_reports_drift_and_resumes() {
     // Drift of a copy is reported on the bus, not corrected: also of a copy
     // whose new version is held.
     let mut drift = subscribe_drift(&nats).await;
-    kubectl(
-        c2,
-        &[
-            "-n",
-            "shared",
-            "patch",
-            "secret",
-            "old",
-            "--type=merge",
-            "-p",
-            &json!({"data": {"k": b64("edited")}}).to_string(),
-        ],
-    );
+    set_k(c2, "old", "edited");
     let subject = "fleetbus.drift.c2.core.Secret.shared.old";
     let ev: Value = tokio::time::timeout(SYNC, async {
         loop {

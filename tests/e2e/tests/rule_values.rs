@@ -34,6 +34,21 @@ fn region(m: &Member, registry: &str) {
     apply_yaml(m, &yaml);
 }
 
+/// Waits until `m`'s copy of `apps/app` carries `registry` (from its values).
+async fn wait_app(m: &Member, registry: &str) {
+    let want = data_is(json!({"image": "app:1", "registry": registry}));
+    wait_copy(
+        m,
+        &config_maps(),
+        Some("apps"),
+        "app",
+        "c1",
+        "app-config",
+        want,
+    )
+    .await;
+}
+
 fn config_maps() -> kube::api::ApiResource {
     resource("", "v1", "ConfigMap", "configmaps")
 }
@@ -61,17 +76,7 @@ async fn templates_read_each_sinks_own_values() {
         ],
     );
 
-    let want = |registry: &str| data_is(json!({"image": "app:1", "registry": registry}));
-    wait_copy(
-        c2,
-        &config_maps(),
-        Some("apps"),
-        "app",
-        "c1",
-        "app-config",
-        want("registry.eu.example.com"),
-    )
-    .await;
+    wait_app(c2, "registry.eu.example.com").await;
 
     // c3 has no values: nothing written there, and its rule says why.
     wait_rule(
@@ -93,30 +98,12 @@ async fn templates_read_each_sinks_own_values() {
     .await;
     assert_absent(c3, &config_maps(), Some("apps"), "app").await;
     region(c3, "registry.ap.example.com");
-    wait_copy(
-        c3,
-        &config_maps(),
-        Some("apps"),
-        "app",
-        "c1",
-        "app-config",
-        want("registry.ap.example.com"),
-    )
-    .await;
+    wait_app(c3, "registry.ap.example.com").await;
     wait_rule(c3, "app-config", "Synced", ready_is("True", "Synced")).await;
 
     // A sink's values change: its copy follows, the others do not move.
     region(c2, "registry.eu2.example.com");
-    wait_copy(
-        c2,
-        &config_maps(),
-        Some("apps"),
-        "app",
-        "c1",
-        "app-config",
-        want("registry.eu2.example.com"),
-    )
-    .await;
+    wait_app(c2, "registry.eu2.example.com").await;
     let c3_copy = get_dynamic(c3, &config_maps(), Some("apps"), "app")
         .await
         .unwrap()

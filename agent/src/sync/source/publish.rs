@@ -761,15 +761,17 @@ mod tests {
         KindState::for_test(objects, snapshots.into_iter().collect())
     }
 
+    /// `plan` of this cluster under the default policy, in clear.
+    fn plan_default(
+        rules: &[&CompiledRule],
+        kind: &KindState,
+        memo: &mut HashMemo,
+    ) -> Vec<(ObjectKey, Publish)> {
+        plan(&local(), &Policy::default(), None, rules, kind, memo)
+    }
+
     fn run(rule: &CompiledRule, kind: &KindState) -> Vec<(ObjectKey, Publish)> {
-        plan(
-            &local(),
-            &Policy::default(),
-            None,
-            &[rule],
-            kind,
-            &mut HashMemo::default(),
-        )
+        plan_default(&[rule], kind, &mut HashMemo::default())
     }
 
     fn tombstone(uid: &str, rv: &str, reason: TombstoneReason) -> Publish {
@@ -1114,10 +1116,7 @@ mod tests {
         assert_eq!(run(&bad, &kind(&[&s], vec![])), vec![]);
         // The rule went: what it published is unpublished, not deleted.
         assert_eq!(
-            plan(
-                &local(),
-                &Policy::default(),
-                None,
+            plan_default(
                 &[],
                 &kind(&[&s], vec![published(SELF, &s)]),
                 &mut HashMemo::default()
@@ -1188,14 +1187,7 @@ mod tests {
             ],
         );
         let r = rule(json!({}));
-        let full = plan(
-            &local(),
-            &Policy::default(),
-            None,
-            &[&r],
-            &k,
-            &mut HashMemo::default(),
-        );
+        let full = plan_default(&[&r], &k, &mut HashMemo::default());
         assert_eq!(full.len(), 9, "{full:?}");
         let keys: Vec<ObjectKey> = [
             &unchanged, &changed, &new, &deleted, &unmatched, &disabled, &replaced, &token, &leaked,
@@ -1271,21 +1263,11 @@ mod tests {
         let k = kind(&[&s], vec![published_without_status(SELF, &s)]);
         let mut memo = HashMemo::default();
         // The memo holds the version hashed without status...
-        assert_eq!(
-            plan(
-                &local(),
-                &Policy::default(),
-                None,
-                &[&rule(json!({}))],
-                &k,
-                &mut memo
-            ),
-            vec![]
-        );
+        assert_eq!(plan_default(&[&rule(json!({}))], &k, &mut memo), vec![]);
         // ...which does not stand for the version with status.
         let syncs = rule(json!({"rules": [{"mutations": {"syncStatus": true}}]}));
         assert_eq!(
-            plan(&local(), &Policy::default(), None, &[&syncs], &k, &mut memo),
+            plan_default(&[&syncs], &k, &mut memo),
             vec![(key_of(SELF, &s), Publish::Snapshot(s.clone()))]
         );
     }
@@ -1295,41 +1277,14 @@ mod tests {
         let s = secret("a", "u1", "5", "v1");
         let k = kind(&[&s], vec![published(SELF, &s)]);
         let mut memo = HashMemo::default();
-        assert_eq!(
-            plan(
-                &local(),
-                &Policy::default(),
-                None,
-                &[&rule(json!({}))],
-                &k,
-                &mut memo
-            ),
-            vec![]
-        );
+        assert_eq!(plan_default(&[&rule(json!({}))], &k, &mut memo), vec![]);
         // The same uid and resourceVersion with other content (which the API
         // server never gives) shows the memo answered, not a new hash.
         let odd = secret("a", "u1", "5", "other");
         let k = kind(&[&odd], vec![published(SELF, &s)]);
-        assert_eq!(
-            plan(
-                &local(),
-                &Policy::default(),
-                None,
-                &[&rule(json!({}))],
-                &k,
-                &mut memo
-            ),
-            vec![]
-        );
+        assert_eq!(plan_default(&[&rule(json!({}))], &k, &mut memo), vec![]);
         // A deleted object is forgotten.
-        plan(
-            &local(),
-            &Policy::default(),
-            None,
-            &[&rule(json!({}))],
-            &kind(&[], vec![]),
-            &mut memo,
-        );
+        plan_default(&[&rule(json!({}))], &kind(&[], vec![]), &mut memo);
         assert!(memo.is_empty());
     }
 
