@@ -4,6 +4,11 @@
 //! which make every rule on them Invalid, the same on every cluster (rules
 //! are replicated, and each agent finds the same cycles).
 //!
+//! A dependency ready here holds at least one copy here, every one live and
+//! `Current`: "no copy" cannot be told from "not arrived yet" (a rule and
+//! the objects it selects travel apart on the bus), so a dependency that
+//! places nothing on a sink keeps its dependents waiting there, and says so.
+//!
 //! Only creates and updates wait: deletes are not ordered (`sink/keep`
 //! already stops a CRD's deletion from taking unmanaged instances with it).
 
@@ -14,7 +19,8 @@ use fleetbus_schemas::health::Health;
 /// What this sink knows of a rule another depends on.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Dependency {
-    /// The rule exists, is valid, selects this cluster and its kinds are read.
+    /// The rule exists, is valid, selects this cluster, its kinds are read,
+    /// and the last pass applied it already.
     pub active: bool,
     /// It is held itself (suspended, or waiting on its own dependencies).
     pub held: bool,
@@ -35,10 +41,16 @@ pub fn waiting(deps: &[(&str, Option<&Dependency>)]) -> Option<String> {
         };
         if !d.active {
             why.push(format!(
-                "rule {name} is not active here (invalid, not selecting this cluster, or its kinds not read yet)"
+                "rule {name} is not applied here yet (or invalid, or not selecting this cluster)"
             ));
         } else if d.held {
             why.push(format!("rule {name} is itself held"));
+        } else if d.copies.is_empty() {
+            // Not yet known to be nothing: its sources' objects may still be
+            // on their way (rules and objects travel apart). Safe over live: a
+            // dependency that places nothing here keeps its dependents
+            // waiting, and says so.
+            why.push(format!("rule {name} holds no copy here yet"));
         } else if d.troubled > 0 {
             why.push(format!(
                 "rule {name} has {} copy(ies) failing or in conflict",
@@ -132,6 +144,15 @@ mod tests {
         };
         assert_eq!(waiting(&[("crds", Some(&ready))]), None);
         assert_eq!(waiting(&[]), None);
+        let empty = Dependency {
+            active: true,
+            ..Dependency::default()
+        };
+        assert_eq!(
+            waiting(&[("crds", Some(&empty))]).as_deref(),
+            Some("dependsOn: rule crds holds no copy here yet"),
+            "no copy yet is no proof of readiness"
+        );
         let mut rolling = ready.clone();
         rolling.copies[1] = Some(Health::new(HealthStatus::InProgress, "Ready: 0/1"));
         assert_eq!(
@@ -161,7 +182,7 @@ mod tests {
         let inactive = Dependency::default();
         assert!(waiting(&[("db", Some(&inactive))])
             .unwrap()
-            .contains("not active"));
+            .contains("not applied here yet"));
         assert_eq!(
             waiting(&[("nope", None)]).as_deref(),
             Some("dependsOn: rule nope does not exist")

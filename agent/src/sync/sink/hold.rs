@@ -74,7 +74,11 @@ impl Engine {
 
     /// What this sink knows of each rule in `needed` (rules that do not
     /// exist are left out): active here, failing or conflicting copies, and
-    /// the health of every copy it held in the last pass.
+    /// the health of every copy it held in the last pass. A rule counts as
+    /// active only once the last pass applied it too: in the pass where it
+    /// becomes active its copies are not planned yet, and "no copies" would
+    /// read as "every copy Current" (found by the e2e test: a dependent's
+    /// copy was written in the same pass as its dependency's).
     fn dependencies<'a>(
         &self,
         needed: &BTreeSet<&'a str>,
@@ -89,8 +93,9 @@ impl Engine {
                     .plan
                     .ledger_of(name)
                     .map_or(0, |l| l.errors.len() + l.conflicts.len());
+                let applied_before = self.sink.gate.rules.iter().any(|r| r == *name);
                 let d = Dependency {
-                    active: active.contains(name),
+                    active: active.contains(name) && applied_before,
                     troubled,
                     ..Dependency::default()
                 };
