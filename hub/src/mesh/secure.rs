@@ -125,6 +125,8 @@ pub fn reload_nats(dir: &Path) -> Option<Result<u32, String>> {
                 log.display()
             )));
         }
+        // A signal gets no answer and nats-server offers no reload event to
+        // wait on: its log is the only witness, polled until the deadline.
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }

@@ -376,42 +376,8 @@ impl Engine {
                     | Publish::Refused { .. } => None,
                 })
                 .collect();
-            for (key, publish) in planned {
-                let Some(publish) = book(&mut self.source, &key, publish) else {
-                    continue;
-                };
-                match self.publish(&gvk, &key, publish).await {
-                    Ok(mut env) => {
-                        self.source.overwritten.remove(&key);
-                        // Only uid, resourceVersion and hash of our own
-                        // envelopes are needed: the object is the local one.
-                        env.object = None;
-                        if let Some(kind) = self.kinds.get_mut(&gvk) {
-                            kind.snapshots.insert(key, env);
-                        }
-                    }
-                    Err(PublishError::Bus(error)) => {
-                        // NATS is away: try again soon (the state comparison
-                        // finds the same difference then).
-                        tracing::warn!(object = %describe_key(&key), %error, "not published; retrying");
-                        if let Some(kind) = self.kinds.get_mut(&gvk) {
-                            kind.source_dirty.insert(key.clone());
-                        }
-                        self.ctx.check_layout.notify_one();
-                        wake = Some(Instant::now() + std::time::Duration::from_secs(2));
-                    }
-                    Err(PublishError::Object(error)) => {
-                        tracing::warn!(object = %describe_key(&key), %error, "not published");
-                        self.event_unpublishable(&gvk, &key, &error).await;
-                        for rule in matching_rules.get(&key).into_iter().flatten() {
-                            self.source
-                                .errors
-                                .entry(rule.clone())
-                                .or_default()
-                                .insert(describe_key(&key), error.clone());
-                        }
-                    }
-                }
+            if let Some(at) = self.publish_planned(&gvk, planned, &matching_rules).await {
+                wake = Some(at);
             }
         }
         let withheld: std::collections::BTreeSet<&String> = self
@@ -422,6 +388,56 @@ impl Engine {
             .collect();
         self.ctx.metrics.sync_withheld.set(withheld.len() as i64);
         wake
+    }
+
+    /// Publishes what `plan` decided for `gvk`, and books each result: the
+    /// envelope kept, a failed publish tried again (when: returned), an
+    /// unpublishable object an error of the rules that select it.
+    async fn publish_planned(
+        &mut self,
+        gvk: &GroupVersionKind,
+        planned: Vec<(ObjectKey, Publish)>,
+        matching_rules: &BTreeMap<ObjectKey, Vec<String>>,
+    ) -> Option<Instant> {
+        let mut retry = None;
+        for (key, publish) in planned {
+            let Some(publish) = book(&mut self.source, &key, publish) else {
+                continue;
+            };
+            match self.publish(gvk, &key, publish).await {
+                Ok(mut env) => {
+                    self.source.overwritten.remove(&key);
+                    // Only uid, resourceVersion and hash of our own
+                    // envelopes are needed: the object is the local one.
+                    env.object = None;
+                    if let Some(kind) = self.kinds.get_mut(gvk) {
+                        kind.snapshots.insert(key, env);
+                    }
+                }
+                Err(PublishError::Bus(error)) => {
+                    // NATS is away: try again soon (the state comparison
+                    // finds the same difference then).
+                    tracing::warn!(object = %describe_key(&key), %error, "not published; retrying");
+                    if let Some(kind) = self.kinds.get_mut(gvk) {
+                        kind.source_dirty.insert(key.clone());
+                    }
+                    self.ctx.check_layout.notify_one();
+                    retry = Some(Instant::now() + std::time::Duration::from_secs(2));
+                }
+                Err(PublishError::Object(error)) => {
+                    tracing::warn!(object = %describe_key(&key), %error, "not published");
+                    self.event_unpublishable(gvk, &key, &error).await;
+                    for rule in matching_rules.get(&key).into_iter().flatten() {
+                        self.source
+                            .errors
+                            .entry(rule.clone())
+                            .or_default()
+                            .insert(describe_key(&key), error.clone());
+                    }
+                }
+            }
+        }
+        retry
     }
 
     /// A Kubernetes Event on an object that cannot be published (once per
