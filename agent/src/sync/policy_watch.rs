@@ -181,12 +181,7 @@ impl Engine {
             if self.rules.get(rule).is_some_and(|r| r.builtin) {
                 continue;
             }
-            let rule_ref = k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
-                kind: Some("ResourceSyncRule".to_owned()),
-                name: Some(rule.to_owned()),
-                ..Default::default()
-            };
+            let rule_ref = crate::sync::model::meta::rule_ref(rule);
             self.ctx
                 .recorder
                 .publish(

@@ -98,6 +98,16 @@ pub fn describe_gvk(gvk: &GroupVersionKind) -> String {
     }
 }
 
+/// A reference to the ResourceSyncRule `name`, for the Events raised on it.
+pub fn rule_ref(name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
+        kind: Some("ResourceSyncRule".to_owned()),
+        name: Some(name.to_owned()),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

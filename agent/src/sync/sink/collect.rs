@@ -329,12 +329,7 @@ impl Engine {
             .unwrap_or_default()
             .to_owned();
         if self.rules.get(&rule).is_some_and(|r| !r.builtin) {
-            let rule_ref = ObjectReference {
-                api_version: Some(well_known::API_VERSION.to_owned()),
-                kind: Some("ResourceSyncRule".to_owned()),
-                name: Some(rule.clone()),
-                ..ObjectReference::default()
-            };
+            let rule_ref = crate::sync::model::meta::rule_ref(&rule);
             recorder
                 .publish(&rule_ref, EventType::Warning, REASON_KEPT, &message)
                 .await;

@@ -8,7 +8,6 @@
 
 use async_nats::HeaderMap;
 use fleetbus_schemas::conflict::{conflict_event_id, ConflictEvent};
-use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::kube::events::EventType;
 use crate::sync::engine::Engine;
@@ -68,12 +67,7 @@ impl Engine {
             }
             tracing::warn!(rule = %c.rule, origin = %c.origin, object = %c.target, reason = c.reason.as_str(), "sync conflict");
             if !c.rule.starts_with('(') {
-                let rule_ref = ObjectReference {
-                    api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
-                    kind: Some("ResourceSyncRule".to_owned()),
-                    name: Some(c.rule.clone()),
-                    ..ObjectReference::default()
-                };
+                let rule_ref = crate::sync::model::meta::rule_ref(&c.rule);
                 self.ctx
                     .recorder
                     .publish(&rule_ref, EventType::Warning, "SyncConflict", &c.message)

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::time::Instant;
 
 use super::apply::WriteError;
@@ -75,12 +74,7 @@ impl Engine {
     /// once; that is one Event per rule, not one per copy).
     pub(in crate::sync) async fn announce_failures(&mut self) {
         for (rule, message) in by_rule(std::mem::take(&mut self.failure_events)) {
-            let rule_ref = ObjectReference {
-                api_version: Some(fleetbus_schemas::well_known::API_VERSION.to_owned()),
-                kind: Some("ResourceSyncRule".to_owned()),
-                name: Some(rule),
-                ..ObjectReference::default()
-            };
+            let rule_ref = crate::sync::model::meta::rule_ref(&rule);
             self.ctx
                 .recorder
                 .publish(&rule_ref, EventType::Warning, REASON, &message)
