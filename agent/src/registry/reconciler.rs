@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleetbus_schemas::crd::{Cluster, ClusterFeature};
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::Api;
 use tokio::time::Instant;
@@ -30,6 +30,14 @@ const RESYNC: Duration = Duration::from_secs(30);
 /// Most Cluster watch events folded in before a pass (a bound, so a flood
 /// of events cannot hold the pass back for ever).
 const MAX_BATCH: usize = 4096;
+/// A fold of Cluster watch events ends after this long without a new one.
+/// Taking only the events already queued was not enough: peers joining at
+/// the pace of one registry write each arrive one by one, and each woke a
+/// pass (CI counted 88 passes for 150 joins). 50 ms is little next to a
+/// heartbeat and long next to the gap between events of one burst.
+const FOLD_QUIET: Duration = Duration::from_millis(50);
+/// Longest a fold may hold a pass back while events keep coming.
+const FOLD_MAX: Duration = Duration::from_millis(500);
 /// Slack after a liveness deadline, so the pass sees the peer as expired.
 const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
@@ -75,12 +83,15 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                 if !on_cluster_event(&reg, ev, &mut clusters_listed) {
                     return Ok(());
                 }
-                // Take the events already waiting too: one pass per batch,
+                // Fold the events of a burst in too: one pass per burst,
                 // not per event. A pass over 1,000 peers costs milliseconds,
                 // and the objects of 1,000 joining peers are 2,000 events
                 // (create, status), each of which woke a pass of its own.
+                let fold_end = Instant::now() + FOLD_MAX;
                 for _ in 0..MAX_BATCH {
-                    let Some(ev) = cluster_events.next().now_or_never() else {
+                    let quiet = (Instant::now() + FOLD_QUIET).min(fold_end);
+                    let Ok(ev) = tokio::time::timeout_at(quiet, cluster_events.next()).await
+                    else {
                         break;
                     };
                     if !on_cluster_event(&reg, ev, &mut clusters_listed) {
