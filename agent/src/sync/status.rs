@@ -430,7 +430,7 @@ impl Engine {
         self.status_written
             .retain(|name, _| rules.contains_key(name));
         self.status_bus
-            .retain(&self.ctx, |name| rules.contains_key(name));
+            .retain(&self.ctx, rules.keys().cloned().collect());
         for (name, status, report) in unpublished {
             self.status_bus.put(&self.ctx, &name, &status, &report);
         }

@@ -26,6 +26,7 @@ use fleetbus_schemas::rule_status::{
     MAX_PROBLEMS,
 };
 use fleetbus_schemas::well_known::condition;
+use futures::StreamExt;
 use tokio::sync::Notify;
 
 use super::model::RuleReport;
@@ -68,6 +69,9 @@ impl Drop for StatusBus {
 struct Queue {
     pending: Mutex<Pending>,
     wake: Notify,
+    /// The rules that exist, as of the last status pass: the worker's sweep
+    /// of keys left from before this start deletes those of other rules.
+    rules: Mutex<BTreeSet<String>>,
 }
 
 impl Queue {
@@ -88,15 +92,93 @@ impl Queue {
     fn take(&self) -> Pending {
         std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
     }
+
+    fn rules(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.rules.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Our own keys in the bucket whose rule is not in `rules`: records of rules
+/// deleted while this agent was down (`published` only knows what this
+/// process put, so `retain` alone left them for ever). Keys already deleted
+/// (a delete marker is a message too) are not returned.
+async fn leftovers(
+    store: &kv::Store,
+    own: &RuleStatusKey,
+    rules: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, String> {
+    let prefix = own.to_key();
+    let prefix = prefix.trim_end_matches(|c| c != '.');
+    let filter = format!("{}{prefix}*", store.prefix);
+    let mut subjects = store
+        .stream
+        .info_with_subjects(&filter)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut stale = Vec::new();
+    while let Some(entry) = subjects.next().await {
+        let (subject, _) = entry.map_err(|e| e.to_string())?;
+        let Some(key) = subject.strip_prefix(store.prefix.as_str()) else {
+            continue;
+        };
+        let Ok(parsed) = RuleStatusKey::parse(key) else {
+            continue;
+        };
+        if parsed.cluster != own.cluster || parsed.cluster_id != own.cluster_id {
+            continue;
+        }
+        if rules(&parsed.rule) {
+            continue;
+        }
+        // `get` reads a deleted or purged key as absent.
+        if store.get(key).await.map_err(|e| e.to_string())?.is_some() {
+            stale.push(key.to_owned());
+        }
+    }
+    Ok(stale)
 }
 
 /// The worker: drains the queue into the bucket, opening it by name (the
 /// layout task creates it) and again after any failure (it may have been
 /// deleted and recreated).
-async fn drain(queue: Arc<Queue>, js: jetstream::Context, bucket: String, metrics: Arc<Metrics>) {
+async fn drain(
+    queue: Arc<Queue>,
+    js: jetstream::Context,
+    bucket: String,
+    own: RuleStatusKey,
+    metrics: Arc<Metrics>,
+) {
     let mut store: Option<kv::Store> = None;
+    let mut swept = false;
     loop {
         queue.wake.notified().await;
+        if !swept {
+            // Once per start, at the first offer: the engine offers only
+            // after a status pass, once the rules have been read.
+            let found = match &store {
+                Some(s) => Ok(s.clone()),
+                None => js.get_key_value(&bucket).await.map_err(|e| e.to_string()),
+            };
+            let found = match found {
+                Ok(s) => {
+                    store = Some(s.clone());
+                    leftovers(&s, &own, |rule| queue.rules().contains(rule)).await
+                }
+                Err(e) => Err(e),
+            };
+            match found {
+                Ok(stale) => {
+                    swept = true;
+                    for key in stale {
+                        tracing::info!(%key, "deleting the status record of a rule deleted meanwhile");
+                        queue.offer(key, None, false);
+                    }
+                }
+                // Tried again at the next wake; the batch below fails too
+                // and pauses.
+                Err(error) => tracing::warn!(%bucket, %error, "could not list rule status keys"),
+            }
+        }
         let mut failed = false;
         for (key, op) in queue.take() {
             let result = match &store {
@@ -246,6 +328,7 @@ impl StatusBus {
                 self.queue.clone(),
                 ctx.js.clone(),
                 ctx.layout.rule_status_bucket().bucket,
+                Self::key(ctx, ""),
                 ctx.metrics.clone(),
             ));
             self.worker = Some(task.abort_handle());
@@ -277,12 +360,13 @@ impl StatusBus {
         }
     }
 
-    /// Deletes the records of the rules that are gone (`exists` is false).
-    pub fn retain(&mut self, ctx: &Context, exists: impl Fn(&str) -> bool) {
+    /// Deletes the records of the rules that are gone (not in `rules`), and
+    /// tells the worker's sweep which rules exist.
+    pub fn retain(&mut self, ctx: &Context, rules: BTreeSet<String>) {
         let gone: Vec<String> = self
             .published
             .iter()
-            .filter(|name| !exists(name))
+            .filter(|name| !rules.contains(*name))
             .cloned()
             .collect();
         for rule in gone {
@@ -290,5 +374,6 @@ impl StatusBus {
             let key = Self::key(ctx, &rule).to_key();
             self.offer(ctx, key, None);
         }
+        *self.queue.rules() = rules;
     }
 }

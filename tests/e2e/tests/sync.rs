@@ -203,8 +203,46 @@ async fn cluster_selector_excludes() {
         .expect("original cfg");
 }
 
-/// Waits until every member's Cluster object `cluster` carries `env=<env>`
-/// (the label of its Local object reached the record and the peers).
+/// A rule deleted while its agent is down leaves its status record on the
+/// bus; the agent deletes it when it starts again (it used to delete only
+/// the records this process had put, so `fleetbus rules ls` showed the rule
+/// for ever), and keeps the records of the rules that still exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_records_of_rules_deleted_while_down_are_deleted_at_start() {
+    let nats = NatsServer::start().unwrap();
+    let mut m = fleet(&nats, &["c1"]).await;
+    let local = "  annotations:\n    fleetbus.io/resource-sync-disabled: \"true\"\n";
+    for name in ["kept", "gone"] {
+        let yaml = secret_rule(name, "").replacen(
+            &format!("  name: {name}\n"),
+            &format!("  name: {name}\n{local}"),
+            1,
+        );
+        apply_yaml(&m[0], &yaml);
+    }
+    for name in ["kept", "gone"] {
+        wait_for(&format!("{name}'s record on the bus"), CONVERGE, || async {
+            let all = bus_rule_status(&nats, name).await?;
+            all.get("c1").map(drop).ok_or_else(|| format!("{all:?}"))
+        })
+        .await;
+    }
+    m[0].agent.stop();
+    kubectl(&m[0], &["delete", "resourcesyncrule", "gone"]);
+    m[0].agent.spawn().unwrap();
+    wait_for("gone's record deleted", CONVERGE, || async {
+        let all = bus_rule_status(&nats, "gone").await?;
+        if all.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{all:?}"))
+        }
+    })
+    .await;
+    let kept = bus_rule_status(&nats, "kept").await.unwrap();
+    assert!(kept.contains_key("c1"), "{kept:?}");
+}
+
 /// The rule status records on the bus (PROTOCOL §5.3) for `rule`, by cluster.
 async fn bus_rule_status(
     nats: &NatsServer,
@@ -262,6 +300,8 @@ async fn wait_bus_cell(
     .await
 }
 
+/// Waits until every member's Cluster object `cluster` carries `env=<env>`
+/// (the label of its Local object reached the record and the peers).
 async fn wait_label(members: &[Member], cluster: &str, env: &str) {
     for m in members {
         let what = format!("{}: {cluster} labelled env={env}", m.name);
