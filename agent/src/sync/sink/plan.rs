@@ -218,12 +218,14 @@ impl Ledger {
 pub struct Plan {
     /// Boxed: an `Entry` is ~430 bytes, and a table keeps up to half of its
     /// slots empty (twice that while it grows), each the size of a slot.
-    pairs: HashMap<Pair, Box<Entry>>,
+    /// Each pair is kept once, shared with `targets` (its six strings and a
+    /// 168-byte `Vec` slot per copy were a clone each; issue 20).
+    pairs: HashMap<Arc<Pair>, Box<Entry>>,
     /// The pairs that want each target, sorted (by rule, then source). A
     /// sorted `Vec`, not a `BTreeSet`: almost every target has one pair, and a
     /// one-element `BTreeSet<Pair>` costs a whole B-tree leaf (11 slots of
     /// ~170 bytes, ~1.9 KiB per copy; measured with heaptrack, issue 20).
-    targets: BTreeMap<Target, Vec<Pair>>,
+    targets: BTreeMap<Target, Vec<Arc<Pair>>>,
     settled: HashMap<Target, Settled>,
     ledgers: BTreeMap<String, Ledger>,
 }
@@ -268,15 +270,16 @@ impl Plan {
             version: version_of(env),
             computed: compute(),
         };
+        let shared = Arc::new(pair.clone());
         if let Some(t) = entry.target() {
             changed.insert(t.clone());
-            // Capacity 1: a first push would reserve 4 (~680 bytes).
+            // Capacity 1: a first push would reserve 4.
             let pairs = self
                 .targets
                 .entry(t.clone())
                 .or_insert_with(|| Vec::with_capacity(1));
-            if let Err(at) = pairs.binary_search(pair) {
-                pairs.insert(at, pair.clone());
+            if let Err(at) = pairs.binary_search_by(|p| p.as_ref().cmp(pair)) {
+                pairs.insert(at, Arc::clone(&shared));
             }
         }
         let (rule, key) = pair;
@@ -293,7 +296,7 @@ impl Plan {
                 .refused
                 .insert(key.clone(), (**why).clone());
         }
-        self.pairs.insert(pair.clone(), Box::new(entry));
+        self.pairs.insert(shared, Box::new(entry));
     }
 
     /// Forgets `pair`.
@@ -304,7 +307,7 @@ impl Plan {
         if let Some(t) = old.target() {
             changed.insert(t.clone());
             if let Some(pairs) = self.targets.get_mut(t) {
-                if let Ok(at) = pairs.binary_search(pair) {
+                if let Ok(at) = pairs.binary_search_by(|p| p.as_ref().cmp(pair)) {
                     pairs.remove(at);
                 }
                 if pairs.is_empty() {
@@ -329,8 +332,8 @@ impl Plan {
         let gone: Vec<Pair> = self
             .pairs
             .keys()
-            .filter(|p| !seen.contains(*p))
-            .cloned()
+            .filter(|p| !seen.contains(p.as_ref()))
+            .map(|p| Pair::clone(p))
             .collect();
         for p in &gone {
             self.remove(p, changed);
