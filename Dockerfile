@@ -12,6 +12,8 @@ WORKDIR /src
 # Dependency layer: only the manifests and stub sources, so editing fleetbus's
 # own code does not rebuild the dependencies.
 COPY Cargo.toml Cargo.lock ./
+# jemalloc's settings for the agent (read when jemalloc is built).
+COPY .cargo .cargo
 COPY schemas/Cargo.toml schemas/Cargo.toml
 COPY agent/Cargo.toml agent/Cargo.toml
 COPY launch/Cargo.toml launch/Cargo.toml

@@ -383,6 +383,12 @@ impl Engine {
                     kind.watch_error = None;
                 }
                 let Some(key) = seen.key else { return };
+                // A copy as its watch saw it after our write is the write's
+                // response, byte for byte: kept once (see `Packed::shared_with`).
+                let object = match seen.target.as_ref().and_then(|t| self.baselines.get(t)) {
+                    Some(b) => seen.object.shared_with(&b.server),
+                    None => seen.object,
+                };
                 if let Some(t) = seen.target {
                     self.sink.dirty.targets.insert(t.clone());
                     // A copy the last pass did not want may be one to collect.
@@ -398,10 +404,10 @@ impl Engine {
                 }
                 match &mut kind.relist {
                     Some(relist) => {
-                        relist.insert_packed(key, seen.object);
+                        relist.insert_packed(key, object);
                     }
                     None => {
-                        kind.objects.insert_packed(key, seen.object);
+                        kind.objects.insert_packed(key, object);
                     }
                 }
             }
@@ -520,10 +526,10 @@ impl Engine {
                 }
                 match &mut kind.resnap {
                     Some(resnap) => {
-                        resnap.insert_packed(key, *env);
+                        resnap.insert_packed(key, env);
                     }
                     None => {
-                        kind.snapshots.insert_packed(key, *env);
+                        kind.snapshots.insert_packed(key, env);
                     }
                 }
             }

@@ -51,6 +51,29 @@ impl Packed {
         }
     }
 
+    /// `self`, or a clone of `other` (sharing its bytes) when both hold the
+    /// same object. The sink keeps a copy twice: the response of the write
+    /// that made it (its baseline) and the copy as its watch saw it after,
+    /// the same object packed the same way; kept once, ~300 bytes a copy
+    /// fewer (issue 20, "Compact state").
+    pub fn shared_with(self, other: &Packed) -> Packed {
+        if self == *other {
+            other.clone()
+        } else {
+            self
+        }
+    }
+
+    /// Whether `self` and `other` are one buffer (tests: what was shared).
+    #[cfg(test)]
+    pub fn shares(&self, other: &Packed) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Bytes(a), Repr::Bytes(b)) => Arc::ptr_eq(a, b),
+            (Repr::Tree(a), Repr::Tree(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
     /// Packed bytes this holds (0 when kept parsed).
     #[cfg(test)]
     pub fn packed_len(&self) -> usize {
@@ -114,6 +137,23 @@ pub(super) mod tests {
             (scalar.value().unwrap(), scalar.packed_len()),
             (json!(40), 0)
         );
+    }
+
+    #[test]
+    fn the_same_object_is_kept_once() {
+        let baseline = Packed::new(&configmap());
+        // The watch packed its own: equal, not shared, until shared.
+        let seen = Packed::new(&configmap());
+        assert!(seen == baseline && !seen.shares(&baseline));
+        let kept = seen.shared_with(&baseline);
+        assert!(kept.shares(&baseline));
+        // Another object (another resourceVersion) is kept as it came.
+        let mut other = configmap();
+        other["metadata"]["resourceVersion"] = json!("8");
+        let newer = Packed::new(&other);
+        let kept = newer.clone().shared_with(&baseline);
+        assert!(kept.shares(&newer) && !kept.shares(&baseline));
+        assert_eq!(kept.value().unwrap(), other);
     }
 
     #[test]

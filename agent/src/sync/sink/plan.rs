@@ -136,20 +136,25 @@ pub struct Computed {
     pub refused: Option<Box<Refusal>>,
 }
 
-/// The envelope version an entry was computed from.
-pub type Version = (String, String, String);
+/// The envelope version an entry was computed from: a SHA-256 of its uid,
+/// content hash and resourceVersion, each length-prefixed (equal iff the
+/// three are). Not the three strings: 32 bytes inline instead of three
+/// strings and their ~150 bytes of heap, per pair (issue 20, "Compact state").
+pub type Version = [u8; 32];
 
 /// The version of `env` (see the module docs).
 pub fn version_of(env: &Envelope) -> Version {
-    (
-        env.uid.clone(),
-        env.content_hash.clone(),
-        env.resource_version.clone(),
-    )
+    use sha2::{Digest as _, Sha256};
+    let mut h = Sha256::new();
+    for part in [&env.uid, &env.content_hash, &env.resource_version] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().into()
 }
 
 fn same_version(env: &Envelope, v: &Version) -> bool {
-    env.uid == v.0 && env.content_hash == v.1 && env.resource_version == v.2
+    version_of(env) == *v
 }
 
 #[derive(Debug)]
@@ -213,12 +218,14 @@ impl Ledger {
 pub struct Plan {
     /// Boxed: an `Entry` is ~430 bytes, and a table keeps up to half of its
     /// slots empty (twice that while it grows), each the size of a slot.
-    pairs: HashMap<Pair, Box<Entry>>,
+    /// Each pair is kept once, shared with `targets` (its six strings and a
+    /// 168-byte `Vec` slot per copy were a clone each; issue 20).
+    pairs: HashMap<Arc<Pair>, Box<Entry>>,
     /// The pairs that want each target, sorted (by rule, then source). A
     /// sorted `Vec`, not a `BTreeSet`: almost every target has one pair, and a
     /// one-element `BTreeSet<Pair>` costs a whole B-tree leaf (11 slots of
     /// ~170 bytes, ~1.9 KiB per copy; measured with heaptrack, issue 20).
-    targets: BTreeMap<Target, Vec<Pair>>,
+    targets: BTreeMap<Target, Vec<Arc<Pair>>>,
     settled: HashMap<Target, Settled>,
     ledgers: BTreeMap<String, Ledger>,
 }
@@ -263,15 +270,16 @@ impl Plan {
             version: version_of(env),
             computed: compute(),
         };
+        let shared = Arc::new(pair.clone());
         if let Some(t) = entry.target() {
             changed.insert(t.clone());
-            // Capacity 1: a first push would reserve 4 (~680 bytes).
+            // Capacity 1: a first push would reserve 4.
             let pairs = self
                 .targets
                 .entry(t.clone())
                 .or_insert_with(|| Vec::with_capacity(1));
-            if let Err(at) = pairs.binary_search(pair) {
-                pairs.insert(at, pair.clone());
+            if let Err(at) = pairs.binary_search_by(|p| p.as_ref().cmp(pair)) {
+                pairs.insert(at, Arc::clone(&shared));
             }
         }
         let (rule, key) = pair;
@@ -288,7 +296,7 @@ impl Plan {
                 .refused
                 .insert(key.clone(), (**why).clone());
         }
-        self.pairs.insert(pair.clone(), Box::new(entry));
+        self.pairs.insert(shared, Box::new(entry));
     }
 
     /// Forgets `pair`.
@@ -299,7 +307,7 @@ impl Plan {
         if let Some(t) = old.target() {
             changed.insert(t.clone());
             if let Some(pairs) = self.targets.get_mut(t) {
-                if let Ok(at) = pairs.binary_search(pair) {
+                if let Ok(at) = pairs.binary_search_by(|p| p.as_ref().cmp(pair)) {
                     pairs.remove(at);
                 }
                 if pairs.is_empty() {
@@ -324,8 +332,8 @@ impl Plan {
         let gone: Vec<Pair> = self
             .pairs
             .keys()
-            .filter(|p| !seen.contains(*p))
-            .cloned()
+            .filter(|p| !seen.contains(p.as_ref()))
+            .map(|p| Pair::clone(p))
             .collect();
         for p in &gone {
             self.remove(p, changed);

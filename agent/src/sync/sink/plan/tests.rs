@@ -268,6 +268,31 @@ fn an_envelope_version_is_computed_once() {
 }
 
 #[test]
+fn a_version_changes_with_each_of_its_parts_and_only_with_them() {
+    let base = env("c2", "a1", 0);
+    let v = version_of(&base);
+    assert_eq!(version_of(&base.clone()), v);
+    let mut uid = base.clone();
+    uid.uid.push('x');
+    let mut hash = base.clone();
+    hash.content_hash.push('x');
+    let mut rv = base.clone();
+    rv.resource_version.push('x');
+    // The same characters split otherwise between the parts: another version.
+    let mut moved = base.clone();
+    moved.uid.push_str(&moved.content_hash);
+    moved.content_hash = moved.resource_version.clone();
+    moved.resource_version.clear();
+    for other in [uid, hash, rv, moved] {
+        assert_ne!(version_of(&other), v, "{other:?}");
+    }
+    // What the version leaves out (the publish time) does not change it.
+    let mut later = base.clone();
+    later.time += chrono::Duration::seconds(5);
+    assert_eq!(version_of(&later), v);
+}
+
+#[test]
 fn a_pair_error_and_an_unknown_policy_are_in_the_ledger_while_they_last() {
     let k = key("c2", "a1");
     let mut plan = Plan::default();
