@@ -1,0 +1,456 @@
+//! `fleetbus rules preview` (issue 22), with real agents and devclusters,
+//! driven as a user would: write a rule file, preview it, then
+//! `kubectl apply` it. The preview lists exactly the creates, updates (at the
+//! paths it names) and deletes that applying the rule then performs on each
+//! cluster, as kube watches on the copies record them; a preview writes
+//! nothing; an invalid rule is a clear error with exit 2; `--rule NAME -f
+//! source.yaml` shows what a changed source would update.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test crate
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::sync::{Arc, Mutex};
+
+use common::sync::*;
+use common::{fleetbus_cli, Member, MemberExt};
+use fleetbus_schemas::well_known::ANNOTATION_RULE;
+use fleetbus_testsupport::{wait_for, NatsServer};
+use futures::StreamExt;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+const RULE: &str = "web";
+
+/// Rule `web`: Secrets of namespace `a`, from every cluster, to `sinks`
+/// (a label selector in YAML flow style), with `extra` YAML under the entry.
+fn web_rule(sinks: &str, matched: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: {RULE}
+spec:
+  groupVersionKind: {{group: "", version: v1, kind: Secret}}
+  clusterSelector: {sinks}
+  rules:
+    - match:
+        - {matched}
+{extra}"#
+    )
+}
+
+/// v1: to `env=edge` clusters, every Secret of `a`.
+fn v1() -> String {
+    web_rule("{matchLabels: {env: edge}}", "namespaces: [a]", "")
+}
+
+/// v2: also to `env=later` clusters (creates there), a label added to every
+/// copy (updates), and Secrets labelled `drop` no longer matched (deletes).
+fn v2() -> String {
+    web_rule(
+        "{matchExpressions: [{key: env, operator: In, values: [edge, later]}]}",
+        "{namespaces: [a], labels: [{matchExpressions: [{key: drop, operator: DoesNotExist}]}]}",
+        "      mutations:\n        labels: {add: {tier: gold}}\n",
+    )
+}
+
+fn temp_file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f.flush().unwrap();
+    f
+}
+
+async fn preview(nats: &NatsServer, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec!["rules", "preview"];
+    all.extend_from_slice(args);
+    fleetbus_cli(nats, &all).await
+}
+
+/// `-o json` of a preview: each answering cluster's reply by name.
+fn replies(out: &str) -> BTreeMap<String, Value> {
+    let v: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["errors"], json!([]), "{v:#}");
+    v["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["cluster"].as_str().unwrap().to_owned(), r.clone()))
+        .collect()
+}
+
+/// (verb, name) → changed paths: what a reply says happens in namespace `a`.
+type Effects = BTreeMap<(String, String), BTreeSet<String>>;
+
+fn predicted(reply: &Value) -> Effects {
+    let mut out = Effects::new();
+    let name = |o: &Value| o["object"]["name"].as_str().unwrap().to_owned();
+    for c in reply["creates"].as_array().unwrap() {
+        out.insert(("ADDED".into(), name(c)), BTreeSet::new());
+    }
+    for u in reply["updates"].as_array().unwrap() {
+        let paths = u["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["path"].as_str().unwrap().to_owned())
+            .collect();
+        out.insert(("MODIFIED".into(), name(u)), paths);
+    }
+    for d in reply["deletes"].as_array().unwrap() {
+        assert_eq!(d["action"], "Delete", "{reply:#}");
+        out.insert(("DELETED".into(), name(d)), BTreeSet::new());
+    }
+    assert_eq!(reply["conflicts"], json!([]), "{reply:#}");
+    assert_eq!(reply["errors"], json!([]), "{reply:#}");
+    out
+}
+
+/// Leaf differences as the preview's diff names them: maps recursed into,
+/// anything else (and a key only one side has) one path.
+fn leaf_paths(path: &str, a: Option<&Value>, b: Option<&Value>, out: &mut BTreeSet<String>) {
+    match (a, b) {
+        (Some(Value::Object(x)), Some(Value::Object(y))) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let p = format!("{path}/{}", k.replace('~', "~0").replace('/', "~1"));
+                leaf_paths(&p, x.get(k), y.get(k), out);
+            }
+        }
+        (a, b) if a != b => {
+            out.insert(path.to_owned());
+        }
+        _ => {}
+    }
+}
+
+/// What a write changed: leaf paths, server-kept metadata aside.
+fn changed(before: &Value, after: &Value) -> BTreeSet<String> {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        // A list's items carry no apiVersion and kind; watch events do.
+        if let Some(top) = v.as_object_mut() {
+            top.remove("apiVersion");
+            top.remove("kind");
+        }
+        if let Some(m) = v["metadata"].as_object_mut() {
+            for f in ["resourceVersion", "managedFields", "generation"] {
+                m.remove(f);
+            }
+        }
+        v
+    };
+    let mut out = BTreeSet::new();
+    leaf_paths("", Some(&strip(before)), Some(&strip(after)), &mut out);
+    out
+}
+
+/// Records what happens to the managed copies of Secrets in namespace `a` on
+/// `m` from now on, as a kube watch sees it.
+struct Recorder {
+    effects: Arc<Mutex<Effects>>,
+    last: Arc<Mutex<BTreeMap<String, Value>>>,
+}
+
+impl Recorder {
+    async fn start(m: &Member) -> Recorder {
+        let api = dynamic(m, &secrets(), Some("a"));
+        let list = api.list(&ListParams::default()).await.unwrap();
+        let rv = list.metadata.resource_version.clone().unwrap();
+        let last: BTreeMap<String, Value> = list
+            .items
+            .iter()
+            .map(|o| (o.name_any(), serde_json::to_value(o).unwrap()))
+            .collect();
+        let effects = Arc::new(Mutex::new(Effects::new()));
+        let last = Arc::new(Mutex::new(last));
+        let mut stream = api
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        let (e, l) = (effects.clone(), last.clone());
+        tokio::spawn(async move {
+            while let Some(ev) = stream.next().await {
+                let (verb, o) = match ev.unwrap() {
+                    WatchEvent::Added(o) => ("ADDED", o),
+                    WatchEvent::Modified(o) => ("MODIFIED", o),
+                    WatchEvent::Deleted(o) => ("DELETED", o),
+                    _ => continue,
+                };
+                let managed =
+                    o.annotations().get(ANNOTATION_RULE).map(String::as_str) == Some(RULE);
+                let name = o.name_any();
+                let now = serde_json::to_value(&o).unwrap();
+                let before = l.lock().unwrap().insert(name.clone(), now.clone());
+                // A delete in progress (finalizers) is the delete's, not an update.
+                if !managed || (verb == "MODIFIED" && o.metadata.deletion_timestamp.is_some()) {
+                    continue;
+                }
+                let paths = match (verb, before) {
+                    ("MODIFIED", Some(before)) => changed(&before, &now),
+                    _ => BTreeSet::new(),
+                };
+                e.lock()
+                    .unwrap()
+                    .entry((verb.to_owned(), name))
+                    .or_default()
+                    .extend(paths);
+            }
+        });
+        Recorder { effects, last }
+    }
+
+    fn effects(&self) -> Effects {
+        self.effects.lock().unwrap().clone()
+    }
+
+    /// The copy of `name` as the watch last saw it.
+    fn seen(&self, name: &str) -> Option<Value> {
+        self.last.lock().unwrap().get(name).cloned()
+    }
+}
+
+/// resourceVersions of every Secret in `a` and of the rule, and the writes
+/// each devcluster counted.
+async fn state(m: &[Member]) -> Vec<(String, Value, BTreeMap<String, String>)> {
+    let mut out = Vec::new();
+    for x in m {
+        let mut rvs = BTreeMap::new();
+        for o in dynamic(x, &secrets(), Some("a"))
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+        {
+            rvs.insert(o.name_any(), o.resource_version().unwrap());
+        }
+        if let Some(r) = get_dynamic(x, &rules(), None, RULE).await.unwrap() {
+            rvs.insert("rule".into(), r.resource_version().unwrap());
+        }
+        out.push((x.name.clone(), writes(x).await, rvs));
+    }
+    out
+}
+
+async fn label(m: &[Member], cluster: &str, value: &str) {
+    let x = m.iter().find(|x| x.name == cluster).unwrap();
+    kubectl(
+        x,
+        &[
+            "label",
+            "clusters.fleetbus.io",
+            cluster,
+            &format!("env={value}"),
+        ],
+    );
+    for seer in m {
+        let what = format!("{}: {cluster} labelled env={value}", seer.name);
+        wait_for(&what, SYNC, || async {
+            let c = seer
+                .clusters()
+                .get(cluster)
+                .await
+                .map_err(|e| e.to_string())?;
+            match c.labels().get("env") {
+                Some(v) if v == value => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+}
+
+fn tier_gold(o: &kube::api::DynamicObject) -> Result<(), String> {
+    match o.labels().get("tier") {
+        Some(v) if v == "gold" => Ok(()),
+        other => Err(format!("tier={other:?}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_preview_lists_what_applying_the_rule_does_and_writes_nothing() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "a").await;
+    }
+    label(&m, "c2", "edge").await;
+    label(&m, "c3", "later").await;
+    create_secret(c1, "a", "keep", &[("k", "v1")]).await;
+    create_secret(c1, "a", "drop", &[("k", "v1")]).await;
+    kubectl(c1, &["-n", "a", "label", "secret", "drop", "drop=yes"]);
+    apply_yaml(c1, &v1());
+    for name in ["keep", "drop"] {
+        wait_copy(c2, &secrets(), Some("a"), name, "c1", RULE, |_| Ok(())).await;
+    }
+    wait_rule(c3, RULE, "replicated", |_| Ok(())).await;
+
+    // The preview, which writes nothing anywhere.
+    let v2_file = temp_file(&v2());
+    let v2_path = v2_file.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(&nats, &["-f", v2_path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    let said = replies(&out);
+    assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
+    let want: BTreeMap<&str, Effects> = said
+        .iter()
+        .map(|(c, r)| (c.as_str(), predicted(r)))
+        .collect();
+    // What the scenario makes of it, so a preview that lists nothing cannot pass.
+    assert!(want["c1"].is_empty(), "{out}");
+    let keys = |c: &str| want[c].keys().cloned().collect::<Vec<_>>();
+    let k = |v: &str, n: &str| (v.to_owned(), n.to_owned());
+    assert_eq!(
+        keys("c2"),
+        [k("DELETED", "drop"), k("MODIFIED", "keep")],
+        "{out}"
+    );
+    assert_eq!(keys("c3"), [k("ADDED", "keep")], "{out}");
+    assert!(
+        want["c2"][&k("MODIFIED", "keep")].contains("/metadata/labels/tier"),
+        "{out}"
+    );
+    // The text form says the same per cluster.
+    let (code, text, _) = preview(&nats, &["-f", v2_path]).await;
+    assert_eq!(code, Some(1));
+    for line in [
+        "cluster c2: 0 to create, 1 to update, 1 to delete",
+        "~ update v1/Secret/a/keep (from c1)",
+        "    /metadata/labels/tier: (absent) -> \"gold\"",
+        "- delete v1/Secret/a/drop",
+        "cluster c3: 1 to create, 0 to update, 0 to delete",
+        "+ create v1/Secret/a/keep (from c1)",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+
+    // Applying it does exactly that.
+    let watches = [Recorder::start(c2).await, Recorder::start(c3).await];
+    kubectl(c1, &["apply", "-f", v2_path]);
+    wait_copy(c2, &secrets(), Some("a"), "keep", "c1", RULE, tier_gold).await;
+    wait_copy(c3, &secrets(), Some("a"), "keep", "c1", RULE, tier_gold).await;
+    wait_absent(c2, &secrets(), Some("a"), "drop").await;
+    // Until each watch has seen the end state too.
+    for (w, cluster) in watches.iter().zip(["c2", "c3"]) {
+        wait_for(
+            &format!("{cluster}'s watch to see the new state"),
+            SYNC,
+            || async {
+                let keep = w.seen("keep").ok_or("no keep")?;
+                let gold = keep["metadata"]["labels"]["tier"] == "gold";
+                let dropped =
+                    w.effects().keys().all(|(_, n)| n != "drop") || w.seen("drop").is_some();
+                (gold && dropped && w.effects() == want[cluster])
+                    .then_some(())
+                    .ok_or(format!(
+                        "seen {:?}, previewed {:?}",
+                        w.effects(),
+                        want[cluster]
+                    ))
+            },
+        )
+        .await;
+    }
+    assert_absent(c3, &secrets(), Some("a"), "drop").await;
+
+    // Applied, the same rule previews no change.
+    let (code, out, err) = preview(&nats, &["-f", v2_path, "-o", "json"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    for (c, r) in replies(&out) {
+        assert_eq!(predicted(&r), Effects::new(), "{c}: {r:#}");
+        assert!(r["unchanged"].as_u64().unwrap() <= 1, "{c}: {r:#}");
+    }
+
+    // A changed source: updates on both sinks, values redacted, nothing written.
+    let keep = get_dynamic(c1, &secrets(), Some("a"), "keep")
+        .await
+        .unwrap()
+        .unwrap();
+    let mut changed_src = serde_json::to_value(&keep).unwrap();
+    changed_src["data"]["k"] = json!(b64("v2-secret"));
+    let src_file = temp_file(&serde_json::to_string(&changed_src).unwrap());
+    let src_path = src_file.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(
+        &nats,
+        &[
+            "--rule", RULE, "-f", src_path, "--origin", "c1", "-o", "json",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    assert!(
+        !out.contains(&b64("v2-secret")) && !out.contains(&b64("v1")),
+        "{out}"
+    );
+    for (c, r) in replies(&out) {
+        let effects = predicted(&r);
+        if c == "c1" {
+            assert!(effects.is_empty(), "{r:#}");
+            continue;
+        }
+        let paths = &effects[&k("MODIFIED", "keep")];
+        assert!(paths.contains("/data/k"), "{c}: {r:#}");
+        assert_eq!(effects.len(), 1, "{c}: {r:#}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_rule_is_a_clear_error_and_exits_2() {
+    let nats = NatsServer::start().unwrap();
+    let _m = fleet(&nats, &["c1", "c2"]).await;
+    let bad_kind = temp_file(&v1().replace("kind: Secret", "kind: 'not a kind'"));
+    let (code, out, err) = preview(&nats, &["-f", bad_kind.path().to_str().unwrap()]).await;
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("invalid rule: spec.groupVersionKind"), "{err}");
+    let bad_template = temp_file(&web_rule(
+        "{}",
+        "namespaces: [a]",
+        "      mutations:\n        overrides:\n          - {type: replace, path: /data/x, value: '{{ .Object.metadata.name'}\n",
+    ));
+    let (code, out, err) = preview(&nats, &["-f", bad_template.path().to_str().unwrap()]).await;
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("unbalanced template delimiters"), "{err}");
+    // A health expression only the agents find wrong (they compile it as
+    // they compile every rule): each refuses, saying why.
+    let bad_cel = temp_file(&format!(
+        "{}  health:\n    current: \"object.status.phase ==\"\n",
+        v1()
+    ));
+    let (code, out, err) = preview(&nats, &["-f", bad_cel.path().to_str().unwrap()]).await;
+    assert_eq!(code, Some(2), "{out}{err}");
+    for c in ["c1", "c2"] {
+        assert!(
+            out.contains(&format!("cluster {c}: refused: invalid rule {RULE}: ")),
+            "{out}{err}"
+        );
+    }
+    assert!(out.contains("does not compile"), "{out}");
+    // A rule name no cluster has.
+    let (code, out, _) = preview(&nats, &["--rule", "nosuch"]).await;
+    assert_eq!(code, Some(2));
+    assert!(
+        out.contains("refused: no rule nosuch on this cluster"),
+        "{out}"
+    );
+    // A cluster that does not answer is named.
+    let (code, out, _) = preview(
+        &nats,
+        &["--rule", RULE, "--cluster", "c9", "--timeout", "2s"],
+    )
+    .await;
+    assert_eq!(code, Some(2));
+    assert!(
+        out.contains("cluster c9: error: no agent answers for cluster c9"),
+        "{out}"
+    );
+}
