@@ -15,7 +15,9 @@ use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 
 use common::sync::*;
-use common::{fleetbus_cli, Member, MemberExt};
+use common::{fleetbus_cli, Member, MemberExt, CONVERGE};
+use fleetbus_schemas::preview::{PreviewReply, PreviewRequest, PreviewSource};
+use fleetbus_schemas::subject::{CommandKey, Prefix};
 use fleetbus_schemas::well_known::ANNOTATION_RULE;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use futures::StreamExt;
@@ -453,4 +455,123 @@ async fn an_invalid_rule_is_a_clear_error_and_exits_2() {
         out.contains("cluster c9: error: no agent answers for cluster c9"),
         "{out}"
     );
+}
+
+/// One token every 5 s, 6 at once: the hostile requests below are each
+/// answered on its merits, then a flood finds the bucket empty.
+const RATE: &[&str] = &["--command-rate", "0.2", "--command-burst", "6"];
+
+/// Sends `payload` to c1's preview subject as a plain NATS client would.
+async fn raw(client: &async_nats::Client, payload: Vec<u8>) -> PreviewReply {
+    let subject = CommandKey::preview("c1").to_subject(&Prefix::default());
+    let msg = tokio::time::timeout(SYNC, client.request(subject, payload.into()))
+        .await
+        .expect("no reply in time")
+        .expect("request");
+    PreviewReply::decode(&msg.payload).expect("a preview reply")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_are_refused_with_why_and_a_flood_is_rate_limited() {
+    let nats = NatsServer::start().unwrap();
+    let mut c1 = Member::start(&nats, "c1", "c1", RATE).await;
+    c1.wait_ready().await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let ask = PreviewRequest {
+        rule_name: Some("nosuch".into()),
+        ..PreviewRequest::default()
+    };
+    wait_for("c1 answers previews", CONVERGE, || async {
+        let subject = CommandKey::preview("c1").to_subject(&Prefix::default());
+        let msg = client
+            .request(subject, ask.encode().unwrap().into())
+            .await
+            .map_err(|e| e.to_string())?;
+        let reply = PreviewReply::decode(&msg.payload).map_err(|e| e.to_string())?;
+        match reply.error.as_deref() {
+            Some("no rule nosuch on this cluster") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    let refused = |r: &PreviewReply, want: &str| {
+        let e = r.error.as_deref().unwrap_or_default();
+        assert!(e.contains(want), "{e:?} does not say {want:?}: {r:?}");
+        assert!(!r.has_changes() && r.retry_after_ms.is_none(), "{r:?}");
+    };
+    refused(
+        &raw(&client, b"\xff garbage".to_vec()).await,
+        "cannot read the request",
+    );
+    // Nested past serde_json's limit: an error, not a stack overflow.
+    let deep = format!(
+        r#"{{"schema":"fleetbus.io/preview-request/v1","rule":{}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    refused(
+        &raw(&client, deep.into_bytes()).await,
+        "cannot read the request",
+    );
+    // A huge rule: refused for what it is, nothing compiled.
+    let huge = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+        "metadata": {"name": "huge"},
+        "spec": {"groupVersionKind": {"version": "v1", "kind": "Secret"},
+                 "health": {"current": "x".repeat(600_000)}}});
+    let req = PreviewRequest {
+        rule: Some(huge),
+        ..PreviewRequest::default()
+    };
+    refused(
+        &raw(&client, req.encode().unwrap()).await,
+        "invalid rule huge",
+    );
+    // A source object forged for a subject-like origin.
+    let forged = PreviewRequest {
+        rule_name: Some("nosuch".into()),
+        source: Some(PreviewSource {
+            origin: "c2.>".into(),
+            object: json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}),
+        }),
+        ..PreviewRequest::default()
+    };
+    refused(
+        &raw(&client, forged.encode().unwrap()).await,
+        "origin is not a cluster name",
+    );
+
+    // A flood: answered, nearly all refused for rate with when to retry.
+    let payload = ask.encode().unwrap();
+    let mut flood = futures::stream::iter(0..100)
+        .map(|_| raw(&client, payload.clone()))
+        .buffer_unordered(50);
+    let mut limited = 0;
+    while let Some(r) = flood.next().await {
+        if r.retry_after_ms.is_some() {
+            refused(
+                &PreviewReply {
+                    retry_after_ms: None,
+                    ..r
+                },
+                "rate limited",
+            );
+            limited += 1;
+        }
+    }
+    assert!(limited >= 95, "{limited} of 100 refused for rate");
+    let (code, out, _) = preview(&nats, &["--rule", "nosuch"]).await;
+    assert_eq!(code, Some(2));
+    assert!(out.contains("cluster c1: refused: rate limited"), "{out}");
+    // Its own bucket: a correction still goes through.
+    let (code, out, err) = fleetbus_cli(&nats, &["drift", "correct", "--cluster", "c1"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let series = "fleetbus_commands_rejected_total{verb=\"preview\",reason=\"rate\"}";
+    wait_for("c1 counts the refusals", CONVERGE, || async {
+        match c1.metric(series)? {
+            n if n >= limited as f64 => Ok(()),
+            n => Err(format!("{series} = {n}")),
+        }
+    })
+    .await;
 }
