@@ -24,10 +24,12 @@ fn secret(ns: &str, name: &str) -> ObjectRef {
 
 fn request() -> PreviewRequest {
     PreviewRequest {
-        rule: Some(json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+        rule: Some(
+            json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
             "metadata": {"name": "web"},
             "spec": {"groupVersionKind": {"group": "", "version": "v1", "kind": "Secret"},
-                     "rules": [{"match": [{"namespaces": ["a", "b"]}]}]}})),
+                     "rules": [{"match": [{"namespaces": ["a", "b"]}]}]}}),
+        ),
         rule_name: None,
         source: None,
     }

@@ -26,17 +26,36 @@ use super::diff::{self, Redact};
 use crate::sync::drift::policy::Policy;
 use crate::sync::engine::Engine;
 use crate::sync::model::meta::{annotation, describe_gvk};
-use crate::sync::model::{Candidate, Conflict, Outcome, Target};
+use crate::sync::model::{Candidate, Conflict, Outcome, RuleReport, Target};
 use crate::sync::rules::compile::{self as rules, CompiledRule};
 use crate::sync::rules::matching;
+use crate::sync::sink::bundle::BundlePass;
 use crate::sync::sink::collect::{RuleOf, Verdict};
 use crate::sync::sink::conflicts;
 use crate::sync::sink::look::dry_run_body;
 use crate::sync::sink::pass::taken;
-use crate::sync::sink::wave::{self, Step, View, Why};
+use crate::sync::sink::wave::{self, Step, Why};
 
 /// The candidate rule's copies here: each target's candidates from it.
 type Wanted = BTreeMap<Target, Vec<Candidate>>;
+
+/// One copy the candidate wins: its rule, place, winner and live copy.
+struct At<'a> {
+    rule: &'a CompiledRule,
+    target: &'a Target,
+    c: &'a Candidate,
+    live: Option<&'a Value>,
+}
+
+impl At<'_> {
+    /// A conflict or error of this copy.
+    fn problem(&self, message: String) -> PreviewProblem {
+        PreviewProblem {
+            object: object_ref(self.target),
+            message,
+        }
+    }
+}
 
 fn object_ref(t: &Target) -> ObjectRef {
     ObjectRef::new(&t.api_version, &t.kind, t.namespace.as_deref(), &t.name)
@@ -192,6 +211,9 @@ impl Engine {
                 "the candidate selects other source objects than the current rule: objects no current rule has origins publish are not seen here, so creates may be missing".to_owned(),
             );
         }
+        if rule.spec.unwrap {
+            return Ok(self.preview_unwrapped(rule, changed.is_some(), reply));
+        }
         let changed = match changed {
             None => None,
             Some(src) => {
@@ -244,6 +266,43 @@ impl Engine {
         Ok(wanted)
     }
 
+    /// The copies an unwrap rule wants here: the manifests of its Bundles,
+    /// as the pass unwraps them (`sink::bundle`).
+    fn preview_unwrapped(
+        &self,
+        rule: &CompiledRule,
+        changed: bool,
+        reply: &mut PreviewReply,
+    ) -> Wanted {
+        if changed {
+            reply
+                .incomplete
+                .push("a changed Bundle is not previewed: the Bundles on the bus are".to_owned());
+        }
+        let mut report = RuleReport::default();
+        let mut bundles = BundlePass::default();
+        let mut wanted = Wanted::new();
+        for (target, c) in self.unwrapped(rule, &mut report, &mut bundles) {
+            wanted.entry(target).or_default().push(c);
+        }
+        // Named as the rule status names them ("Kind ns/name"): no ObjectRef.
+        let refused = report.refused.into_iter().map(|(o, r)| (o, r.to_string()));
+        for (what, message) in report.errors.into_iter().chain(refused) {
+            reply.errors.push(PreviewProblem {
+                object: source_ref(&ObjectKey {
+                    origin: String::new(),
+                    group: rule.source.group.clone(),
+                    version: rule.source.version.clone(),
+                    kind: rule.source.kind.clone(),
+                    namespace: None,
+                    name: String::new(),
+                }),
+                message: format!("{what}: {message}"),
+            });
+        }
+        wanted
+    }
+
     /// What becomes of `target`, which the candidate wants (`own`: its
     /// candidates there), against the other rules' candidates.
     async fn preview_target(
@@ -275,60 +334,39 @@ impl Engine {
         if winner.rule != rule.name {
             return;
         }
-        let kind = self.kinds.get(&target.gvk());
-        let live = kind.and_then(|k| k.objects.get(&target.local_key()));
-        let view = View {
-            retry: self.retries.get(target),
-            namespaced: kind.map(|k| k.namespaced),
-            live: live.as_ref(),
-            namespace_exists: target.namespace.as_deref().is_none_or(|ns| {
-                self.kinds
-                    .get(&crate::sync::engine::namespace_gvk())
-                    .is_some_and(|k| k.objects.contains_key(&(None, ns.to_owned())))
-            }),
-            baseline: self.baselines.get(target),
-            rule: Some(rule),
-            // What the rule does once its hold ends (`held` counts it).
-            hold: None,
-        };
+        let live = self.live(target);
+        // What the rule does once its hold ends (`held` counts it).
+        let view = self.view(target, live.as_ref(), Some(rule), None);
         let step = match wave::decide(&view, target, winner, now) {
             // The namespace is created on the way; what matters is the copy.
             Step::Serial(Why::Namespace { then, .. }) => *then,
             step => step,
         };
-        let live = live.as_ref();
-        self.preview_step(rule, target, winner, live, step, reply)
-            .await;
+        let at = At {
+            rule,
+            target,
+            c: winner,
+            live: live.as_ref(),
+        };
+        self.preview_step(&at, step, reply).await;
     }
 
     /// Files one decided step into `reply`.
-    async fn preview_step(
-        &self,
-        rule: &CompiledRule,
-        target: &Target,
-        c: &Candidate,
-        live: Option<&Value>,
-        step: Step,
-        reply: &mut PreviewReply,
-    ) {
+    async fn preview_step(&self, at: &At<'_>, step: Step, reply: &mut PreviewReply) {
         let create = |reply: &mut PreviewReply| {
             reply.creates.push(PreviewCreate {
-                object: object_ref(target),
-                origin: c.key.origin.clone(),
+                object: object_ref(at.target),
+                origin: at.c.key.origin.clone(),
             });
-        };
-        let problem = |message: String| PreviewProblem {
-            object: object_ref(target),
-            message,
         };
         let corrects = |p: &Policy| p.mode == DriftMode::Correct;
         match step {
             Step::Done(Outcome::InSync | Outcome::Wrote | Outcome::Held(_), _)
             | Step::Verified(..) => reply.unchanged += 1,
             Step::Done(Outcome::Conflict(conflict), _) => {
-                reply.conflicts.push(problem(conflict.message));
+                reply.conflicts.push(at.problem(conflict.message));
             }
-            Step::Done(Outcome::Failed(e), _) => reply.errors.push(problem(e)),
+            Step::Done(Outcome::Failed(e), _) => reply.errors.push(at.problem(e)),
             Step::Write(w) if w.replace.is_none() => create(reply),
             Step::Serial(Why::Gone { .. } | Why::Recreate { .. }) => create(reply),
             Step::Serial(Why::Deleted { policy, .. }) if corrects(&policy) => create(reply),
@@ -339,23 +377,19 @@ impl Engine {
                     mode: DriftMode::Correct,
                     exclude,
                 };
-                self.preview_update(rule, target, c, live, &policy, None, reply)
-                    .await;
+                self.preview_update(at, &policy, None, reply).await;
             }
             Step::Serial(Why::Drift { policy }) if corrects(&policy) => {
                 let why = Some("corrects drift".to_owned());
-                self.preview_update(rule, target, c, live, &policy, why, reply)
-                    .await;
+                self.preview_update(at, &policy, why, reply).await;
             }
             Step::Serial(Why::Drift { .. }) => reply.unchanged += 1,
             Step::Serial(Why::FirstLook { policy }) => {
-                self.preview_look(rule, target, c, live, &policy, reply)
-                    .await;
+                self.preview_look(at, &policy, reply).await;
             }
             Step::Serial(Why::Namespace { .. }) => {
-                reply.errors.push(problem(
-                    "the namespace and the copy are both to be made".to_owned(),
-                ));
+                let why = "the namespace and the copy are both to be made".to_owned();
+                reply.errors.push(at.problem(why));
             }
         }
     }
@@ -363,81 +397,58 @@ impl Engine {
     /// A first look, as `sink::look` takes it, without the write: equal, a
     /// drift of the same source version (an update only if the drift mode
     /// corrects), or an update to the new version.
-    async fn preview_look(
-        &self,
-        rule: &CompiledRule,
-        target: &Target,
-        c: &Candidate,
-        live: Option<&Value>,
-        policy: &Policy,
-        reply: &mut PreviewReply,
-    ) {
-        let desired_hash =
-            c.desired.value().ok().and_then(|d| {
-                annotation(&d, well_known::ANNOTATION_SOURCE_HASH).map(str::to_owned)
-            });
-        let same_source = live
-            .and_then(|l| annotation(l, well_known::ANNOTATION_SOURCE_HASH))
-            .map(str::to_owned)
-            == desired_hash;
+    async fn preview_look(&self, at: &At<'_>, policy: &Policy, reply: &mut PreviewReply) {
+        let hash = |o: &Value| annotation(o, well_known::ANNOTATION_SOURCE_HASH).map(str::to_owned);
+        let desired_hash = at.c.desired.value().ok().and_then(|d| hash(&d));
+        let same_source = at.live.and_then(hash) == desired_hash;
         if same_source && policy.mode != DriftMode::Correct {
             // A drift the mode only reports: nothing is written.
             reply.unchanged += 1;
             return;
         }
         let why = same_source.then(|| "corrects drift".to_owned());
-        self.preview_update(rule, target, c, live, policy, why, reply)
-            .await;
+        self.preview_update(at, policy, why, reply).await;
     }
 
-    /// An update of the live copy at `target` to `c`: the dry run of the
-    /// replace a pass would send, and the paths it changes (none: unchanged).
-    #[allow(clippy::too_many_arguments)]
+    /// An update of the live copy to `at.c`: the dry run of the replace a
+    /// pass would send, and the paths it changes (none: unchanged).
     async fn preview_update(
         &self,
-        rule: &CompiledRule,
-        target: &Target,
-        c: &Candidate,
-        live: Option<&Value>,
+        at: &At<'_>,
         policy: &Policy,
         reason: Option<String>,
         reply: &mut PreviewReply,
     ) {
-        let problem = |message: String| PreviewProblem {
-            object: object_ref(target),
-            message,
-        };
-        let (Some(live), Some(kind)) = (live, self.kinds.get(&target.gvk())) else {
+        let (Some(live), Some(kind)) = (at.live, self.kinds.get(&at.target.gvk())) else {
             reply
                 .errors
-                .push(problem("the copy is not here".to_owned()));
+                .push(at.problem("the copy is not here".to_owned()));
             return;
         };
-        let api =
-            crate::sync::sink::apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
-        let server = match dry_run_body(c, live, policy) {
+        let namespace = at.target.namespace.as_deref();
+        let api = crate::sync::sink::apply::api(&self.ctx.client, &kind.ar, namespace);
+        let server = match dry_run_body(at.c, live, policy) {
             Ok(body) => crate::sync::sink::apply::dry_run_replace(&api, &body).await,
             Err(e) => Err(e),
         };
         let server = match server {
             Ok(server) => server,
             Err(e) => {
-                reply.errors.push(problem(format!(
-                    "the dry run of the update failed: {}",
-                    crate::report(&e)
-                )));
+                let why = format!("the dry run of the update failed: {}", crate::report(&e));
+                reply.errors.push(at.problem(why));
                 return;
             }
         };
-        let redact = Redact::of(target, rule.spec.seal);
-        let changes = diff::changes(&server, live, c.with_status, &policy.exclude, redact);
+        let redact = Redact::of(at.target, at.rule.spec.seal);
+        let with_status = at.c.with_status;
+        let changes = diff::changes(&server, live, with_status, &policy.exclude, redact);
         if changes.is_empty() {
             reply.unchanged += 1;
             return;
         }
         reply.updates.push(PreviewUpdate {
-            object: object_ref(target),
-            origin: c.key.origin.clone(),
+            object: object_ref(at.target),
+            origin: at.c.key.origin.clone(),
             changes,
             changes_omitted: 0,
             reason,

@@ -126,7 +126,7 @@ impl Engine {
 
     /// Every copy an unwrap rule wants here (the manifests of its Bundles),
     /// and the errors of those it cannot make.
-    fn unwrapped(
+    pub(in crate::sync) fn unwrapped(
         &self,
         rule: &CompiledRule,
         report: &mut RuleReport,
