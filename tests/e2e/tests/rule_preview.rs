@@ -409,7 +409,7 @@ async fn the_preview_lists_what_applying_the_rule_does_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_rule_is_a_clear_error_and_exits_2() {
     let nats = NatsServer::start().unwrap();
-    let _m = fleet(&nats, &["c1", "c2"]).await;
+    let mut m = fleet(&nats, &["c1", "c2"]).await;
     let bad_kind = temp_file(&v1().replace("kind: Secret", "kind: 'not a kind'"));
     let (code, out, err) = preview(&nats, &["-f", bad_kind.path().to_str().unwrap()]).await;
     assert_eq!(code, Some(2), "{out}{err}");
@@ -444,7 +444,16 @@ async fn an_invalid_rule_is_a_clear_error_and_exits_2() {
         out.contains("refused: no rule nosuch on this cluster"),
         "{out}"
     );
-    // A cluster that does not answer is named.
+    // A cluster that does not answer is named: one gone from the registry's
+    // view, and one asked by name that never was.
+    m[1].agent.kill9();
+    let (code, out, _) = preview(&nats, &["--rule", "nosuch", "--timeout", "2s"]).await;
+    assert_eq!(code, Some(2));
+    assert!(out.contains("cluster c1: refused: no rule nosuch"), "{out}");
+    assert!(
+        out.contains("cluster c2: error: no agent answers for cluster c2"),
+        "{out}"
+    );
     let (code, out, _) = preview(
         &nats,
         &["--rule", RULE, "--cluster", "c9", "--timeout", "2s"],
