@@ -19,6 +19,7 @@ use fleetbus_schemas::preview::{
 };
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::{well_known, ObjectRef};
+use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -29,6 +30,7 @@ use crate::sync::model::meta::{annotation, describe_gvk};
 use crate::sync::model::{Candidate, Conflict, Outcome, RuleReport, Target};
 use crate::sync::rules::compile::{self as rules, CompiledRule};
 use crate::sync::rules::matching;
+use crate::sync::sink::apply::{self, WriteError};
 use crate::sync::sink::bundle::BundlePass;
 use crate::sync::sink::collect::{RuleOf, Verdict};
 use crate::sync::sink::conflicts;
@@ -39,20 +41,30 @@ use crate::sync::sink::wave::{self, Step, Why};
 /// The candidate rule's copies here: each target's candidates from it.
 type Wanted = BTreeMap<Target, Vec<Candidate>>;
 
-/// One copy the candidate wins: its rule, place, winner and live copy.
-struct At<'a> {
-    rule: &'a CompiledRule,
-    target: &'a Target,
-    c: &'a Candidate,
-    live: Option<&'a Value>,
+/// At most this many dry runs per preview (see `Engine::dry_runs`).
+const MAX_DRY_RUNS: usize = 1000;
+
+const CORRECTS_DRIFT: &str = "corrects drift";
+
+/// A replace the candidate would send: its dry run decides the update.
+struct DryRun {
+    target: Target,
+    c: Candidate,
+    live: Value,
+    /// Drift exclusions kept from the live copy, as the replace keeps them.
+    policy: Policy,
+    /// Why, when it is not the new desired state.
+    reason: Option<String>,
 }
 
-impl At<'_> {
-    /// A conflict or error of this copy.
-    fn problem(&self, message: String) -> PreviewProblem {
-        PreviewProblem {
-            object: object_ref(self.target),
-            message,
+impl DryRun {
+    fn update(&self, changes: Vec<fleetbus_schemas::drift::DriftChange>) -> PreviewUpdate {
+        PreviewUpdate {
+            object: object_ref(&self.target),
+            origin: self.c.key.origin.clone(),
+            changes,
+            changes_omitted: 0,
+            reason: self.reason.clone(),
         }
     }
 }
@@ -145,10 +157,11 @@ impl Engine {
             false => Wanted::new(),
         };
         let now = Instant::now();
+        let mut runs = Vec::new();
         for (target, own) in &wanted {
-            self.preview_target(&rule, target, own.clone(), now, &mut reply)
-                .await;
+            runs.extend(self.preview_target(&rule, target, own.clone(), now, &mut reply));
         }
+        self.dry_runs(&rule, runs, &mut reply).await;
         self.preview_deletes(&rule, &wanted, &mut reply).await;
         let writes = reply.creates.len() + reply.updates.len();
         let held = if rule.spec.suspend {
@@ -304,15 +317,16 @@ impl Engine {
     }
 
     /// What becomes of `target`, which the candidate wants (`own`: its
-    /// candidates there), against the other rules' candidates.
-    async fn preview_target(
+    /// candidates there), against the other rules' candidates: filed in
+    /// `reply`, or the dry run that decides it.
+    fn preview_target(
         &self,
         rule: &CompiledRule,
         target: &Target,
         own: Vec<Candidate>,
         now: Instant,
         reply: &mut PreviewReply,
-    ) {
+    ) -> Option<DryRun> {
         let mut cands: Vec<Candidate> = self
             .sink
             .plan
@@ -322,9 +336,7 @@ impl Engine {
             .collect();
         cands.extend(own);
         conflicts::order(&mut cands);
-        let Some((winner, losers)) = cands.split_first() else {
-            return;
-        };
+        let (winner, losers) = cands.split_first()?;
         for loser in losers.iter().filter(|c| c.rule == rule.name) {
             reply.conflicts.push(PreviewProblem {
                 object: object_ref(target),
@@ -332,7 +344,7 @@ impl Engine {
             });
         }
         if winner.rule != rule.name {
-            return;
+            return None;
         }
         let live = self.live(target);
         // What the rule does once its hold ends (`held` counts it).
@@ -342,117 +354,126 @@ impl Engine {
             Step::Serial(Why::Namespace { then, .. }) => *then,
             step => step,
         };
-        let at = At {
-            rule,
-            target,
-            c: winner,
-            live: live.as_ref(),
+        let problem = |message: String| PreviewProblem {
+            object: object_ref(target),
+            message,
         };
-        self.preview_step(&at, step, reply).await;
-    }
-
-    /// Files one decided step into `reply`.
-    async fn preview_step(&self, at: &At<'_>, step: Step, reply: &mut PreviewReply) {
         let create = |reply: &mut PreviewReply| {
             reply.creates.push(PreviewCreate {
-                object: object_ref(at.target),
-                origin: at.c.key.origin.clone(),
+                object: object_ref(target),
+                origin: winner.key.origin.clone(),
             });
         };
         let corrects = |p: &Policy| p.mode == DriftMode::Correct;
+        let dry_run = |policy: Policy, reason: Option<&str>| {
+            Some(DryRun {
+                target: target.clone(),
+                c: winner.clone(),
+                live: live.clone()?,
+                policy,
+                reason: reason.map(str::to_owned),
+            })
+        };
         match step {
             Step::Done(Outcome::InSync | Outcome::Wrote | Outcome::Held(_), _)
             | Step::Verified(..) => reply.unchanged += 1,
             Step::Done(Outcome::Conflict(conflict), _) => {
-                reply.conflicts.push(at.problem(conflict.message));
+                reply.conflicts.push(problem(conflict.message));
             }
-            Step::Done(Outcome::Failed(e), _) => reply.errors.push(at.problem(e)),
+            Step::Done(Outcome::Failed(e), _) => reply.errors.push(problem(e)),
             Step::Write(w) if w.replace.is_none() => create(reply),
             Step::Serial(Why::Gone { .. } | Why::Recreate { .. }) => create(reply),
             Step::Serial(Why::Deleted { policy, .. }) if corrects(&policy) => create(reply),
-            Step::Serial(Why::Deleted { .. }) => reply.unchanged += 1,
+            Step::Serial(Why::Drift { policy }) if corrects(&policy) => {
+                return dry_run(policy, Some(CORRECTS_DRIFT));
+            }
+            // Drift the mode only reports: nothing is written.
+            Step::Serial(Why::Deleted { .. } | Why::Drift { .. }) => reply.unchanged += 1,
             Step::Write(w) => {
                 let exclude = w.replace.unwrap_or_default();
-                let policy = Policy {
-                    mode: DriftMode::Correct,
-                    exclude,
-                };
-                self.preview_update(at, &policy, None, reply).await;
+                let mode = DriftMode::Correct;
+                return dry_run(Policy { mode, exclude }, None);
             }
-            Step::Serial(Why::Drift { policy }) if corrects(&policy) => {
-                let why = Some("corrects drift".to_owned());
-                self.preview_update(at, &policy, why, reply).await;
-            }
-            Step::Serial(Why::Drift { .. }) => reply.unchanged += 1,
             Step::Serial(Why::FirstLook { policy }) => {
-                self.preview_look(at, &policy, reply).await;
+                // As `sink::look` judges it: built from this very source
+                // version, a difference is drift (written only if corrected).
+                let hash = |o: &Value| {
+                    annotation(o, well_known::ANNOTATION_SOURCE_HASH).map(str::to_owned)
+                };
+                let desired = winner.desired.value().ok();
+                let same_source = live.as_ref().and_then(hash) == desired.as_ref().and_then(hash);
+                if same_source && !corrects(&policy) {
+                    reply.unchanged += 1;
+                    return None;
+                }
+                return dry_run(policy, same_source.then_some(CORRECTS_DRIFT));
             }
             Step::Serial(Why::Namespace { .. }) => {
                 let why = "the namespace and the copy are both to be made".to_owned();
-                reply.errors.push(at.problem(why));
+                reply.errors.push(problem(why));
             }
         }
+        None
     }
 
-    /// A first look, as `sink::look` takes it, without the write: equal, a
-    /// drift of the same source version (an update only if the drift mode
-    /// corrects), or an update to the new version.
-    async fn preview_look(&self, at: &At<'_>, policy: &Policy, reply: &mut PreviewReply) {
-        let hash = |o: &Value| annotation(o, well_known::ANNOTATION_SOURCE_HASH).map(str::to_owned);
-        let desired_hash = at.c.desired.value().ok().and_then(|d| hash(&d));
-        let same_source = at.live.and_then(hash) == desired_hash;
-        if same_source && policy.mode != DriftMode::Correct {
-            // A drift the mode only reports: nothing is written.
-            reply.unchanged += 1;
-            return;
-        }
-        let why = same_source.then(|| "corrects drift".to_owned());
-        self.preview_update(at, policy, why, reply).await;
-    }
-
-    /// An update of the live copy to `at.c`: the dry run of the replace a
-    /// pass would send, and the paths it changes (none: unchanged).
-    async fn preview_update(
-        &self,
-        at: &At<'_>,
-        policy: &Policy,
-        reason: Option<String>,
-        reply: &mut PreviewReply,
-    ) {
-        let (Some(live), Some(kind)) = (at.live, self.kinds.get(&at.target.gvk())) else {
-            reply
-                .errors
-                .push(at.problem("the copy is not here".to_owned()));
-            return;
-        };
-        let namespace = at.target.namespace.as_deref();
-        let api = crate::sync::sink::apply::api(&self.ctx.client, &kind.ar, namespace);
-        let server = match dry_run_body(at.c, live, policy) {
-            Ok(body) => crate::sync::sink::apply::dry_run_replace(&api, &body).await,
-            Err(e) => Err(e),
-        };
-        let server = match server {
-            Ok(server) => server,
-            Err(e) => {
-                let why = format!("the dry run of the update failed: {}", crate::report(&e));
-                reply.errors.push(at.problem(why));
-                return;
+    /// Runs the dry runs of the replaces the preview found (WRITE_CONCURRENCY
+    /// at once, as a wave runs its first looks), at most [`MAX_DRY_RUNS`]:
+    /// the engine answers between passes, and a preview must not hold sync
+    /// back for long. Each is an update with the paths it changes, or
+    /// unchanged when it changes none.
+    async fn dry_runs(&self, rule: &CompiledRule, runs: Vec<DryRun>, reply: &mut PreviewReply) {
+        let (runs, over) = match runs.len() > MAX_DRY_RUNS {
+            true => {
+                let mut runs = runs;
+                let over = runs.split_off(MAX_DRY_RUNS);
+                (runs, over)
             }
+            false => (runs, Vec::new()),
         };
-        let redact = Redact::of(at.target, at.rule.spec.seal);
-        let with_status = at.c.with_status;
-        let changes = diff::changes(&server, live, with_status, &policy.exclude, redact);
-        if changes.is_empty() {
-            reply.unchanged += 1;
-            return;
-        }
-        reply.updates.push(PreviewUpdate {
-            object: object_ref(at.target),
-            origin: at.c.key.origin.clone(),
-            changes,
-            changes_omitted: 0,
-            reason,
+        let jobs = runs.iter().enumerate().map(|(i, r)| -> BoxFuture<'_, _> {
+            Box::pin(async move { (i, self.dry_run(r).await) })
         });
+        let mut results = wave::bounded(jobs).await;
+        results.sort_by_key(|(i, _)| *i);
+        for (i, result) in results {
+            let Some(r) = runs.get(i) else { continue };
+            let server = match result {
+                Ok(server) => server,
+                Err(e) => {
+                    reply.errors.push(PreviewProblem {
+                        object: object_ref(&r.target),
+                        message: format!("the dry run of the update failed: {}", crate::report(&e)),
+                    });
+                    continue;
+                }
+            };
+            let redact = Redact::of(&r.target, rule.spec.seal);
+            let exclude = &r.policy.exclude;
+            let changes = diff::changes(&server, &r.live, r.c.with_status, exclude, redact);
+            if changes.is_empty() {
+                reply.unchanged += 1;
+                continue;
+            }
+            reply.updates.push(r.update(changes));
+        }
+        for r in over {
+            let mut update = r.update(Vec::new());
+            update.reason = Some(format!(
+                "not compared: more than {MAX_DRY_RUNS} updates in one preview"
+            ));
+            reply.updates.push(update);
+        }
+    }
+
+    /// The dry run of the replace a pass would send for `r` (writes nothing).
+    async fn dry_run(&self, r: &DryRun) -> Result<Value, WriteError> {
+        let Some(kind) = self.kinds.get(&r.target.gvk()) else {
+            return Err(WriteError::Gone(r.target.to_string()));
+        };
+        let namespace = r.target.namespace.as_deref();
+        let api = apply::api(&self.ctx.client, &kind.ar, namespace);
+        let body = dry_run_body(&r.c, &r.live, &r.policy)?;
+        apply::dry_run_replace(&api, &body).await
     }
 
     /// The copies of the candidate rule here that it would no longer want,
