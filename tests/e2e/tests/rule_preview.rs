@@ -591,3 +591,80 @@ async fn hostile_requests_are_refused_with_why_and_a_flood_is_rate_limited() {
     })
     .await;
 }
+
+/// Rule `stacks`: Bundles unwrapped on every cluster `sinks` selects.
+fn stacks_rule(sinks: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: stacks
+spec:
+  groupVersionKind: {{group: fleetbus.io, version: v1alpha1, kind: Bundle}}
+  unwrap: true
+  clusterSelector: {sinks}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwrap_rule_is_previewed_from_its_bundles_manifests() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "apps").await;
+    }
+    apply_yaml(c1, &stacks_rule("{}"));
+    apply_yaml(
+        c1,
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: Bundle
+metadata: {name: stack, namespace: apps}
+spec:
+  manifests:
+    - apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: cfg, namespace: apps}
+      data: {k: v}
+"#,
+    );
+    let config_maps = kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+    wait_copy(
+        c2,
+        &config_maps,
+        Some("apps"),
+        "cfg",
+        "c1",
+        "stacks",
+        |_| Ok(()),
+    )
+    .await;
+
+    // As it is: the manifest's copy is there, nothing to do (not the Bundle
+    // itself as a copy).
+    let (code, out, err) = preview(&nats, &["--rule", "stacks", "-o", "json"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let said = replies(&out);
+    assert_eq!(said["c2"]["unchanged"], 1, "{out}");
+    assert_eq!(predicted(&said["c2"]), Effects::new(), "{out}");
+
+    // No longer selecting c2: its copy of the manifest goes, and does.
+    let narrowed = temp_file(&stacks_rule("{matchLabels: {nowhere: here}}"));
+    let path = narrowed.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    let said = replies(&out);
+    let k = |v: &str, n: &str| (v.to_owned(), n.to_owned());
+    let c2_effects: Vec<_> = predicted(&said["c2"]).into_keys().collect();
+    assert_eq!(c2_effects, [k("DELETED", "cfg")], "{out}");
+    assert_eq!(
+        said["c2"]["deletes"][0]["object"]["kind"], "ConfigMap",
+        "{out}"
+    );
+    assert_eq!(predicted(&said["c1"]), Effects::new(), "{out}");
+    kubectl(c1, &["apply", "-f", path]);
+    wait_absent(c2, &config_maps, Some("apps"), "cfg").await;
+}
