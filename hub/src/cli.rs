@@ -266,6 +266,10 @@ pub struct RulesPreviewArgs {
     /// The cluster the changed source object (-f with --rule) lives on.
     #[arg(long, value_parser = parse_cluster_name, requires_all = ["rule", "file"])]
     pub origin: Option<String>,
+    /// For a new rule: the cluster it will be created on (SyncPolicies may name a rule's
+    /// author); default: each cluster previews it as its own.
+    #[arg(long, value_parser = parse_cluster_name)]
+    pub author: Option<String>,
     /// Ask only this cluster (repeatable); default: every cluster that has not left.
     #[arg(long = "cluster", value_parser = parse_cluster_name)]
     pub clusters: Vec<String>,

@@ -36,6 +36,11 @@ pub struct PreviewRequest {
     /// A changed source object.
     #[serde(default)]
     pub source: Option<PreviewSource>,
+    /// For a new rule: the cluster it will be created on (its author, which a
+    /// cluster's SyncPolicy may name). Absent: each agent takes itself. A rule that
+    /// exists keeps its author.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
 }
 
 /// A source object as an origin would publish it (for `--rule NAME -f source.yaml`).
@@ -68,6 +73,9 @@ pub enum PreviewInvalid {
         /// The candidate's `metadata.name`.
         name: String,
     },
+    /// `author` is not a cluster name.
+    #[error("invalid author {0:?}: not a cluster name")]
+    BadAuthor(String),
     /// The changed source object is not usable.
     #[error("the source object is not usable: {0}")]
     BadSource(String),
@@ -107,6 +115,11 @@ impl PreviewRequest {
         }
         if let Some(source) = &self.source {
             source.validate()?;
+        }
+        if let Some(author) = self.author.as_ref() {
+            if !crate::k8s_names::is_dns1123_label(author) {
+                return Err(PreviewInvalid::BadAuthor(author.clone()));
+            }
         }
         Ok(name)
     }
@@ -434,7 +447,7 @@ mod tests {
             check(PreviewRequest {
                 rule: Some(rule("web")),
                 rule_name: Some("other".into()),
-                source: None
+                ..PreviewRequest::default()
             }),
             PreviewInvalid::NameMismatch {
                 given: "other".into(),
@@ -447,6 +460,14 @@ mod tests {
                 ..PreviewRequest::default()
             }),
             PreviewInvalid::BadName(_)
+        ));
+        assert!(matches!(
+            check(PreviewRequest {
+                rule: Some(rule("web")),
+                author: Some("c1.*".into()),
+                ..PreviewRequest::default()
+            }),
+            PreviewInvalid::BadAuthor(_)
         ));
         for (origin, object) in [
             ("c1", json!({"kind": "Secret", "metadata": {"name": "s"}})),

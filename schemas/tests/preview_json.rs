@@ -32,6 +32,7 @@ fn request() -> PreviewRequest {
         ),
         rule_name: None,
         source: None,
+        author: None,
     }
 }
 

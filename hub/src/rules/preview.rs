@@ -112,6 +112,7 @@ fn request(args: &RulesPreviewArgs) -> Result<PreviewRequest, PreviewError> {
             check_rule(&rule)?;
             PreviewRequest {
                 rule: Some(rule),
+                author: args.author.clone(),
                 ..PreviewRequest::default()
             }
         }

@@ -668,3 +668,86 @@ spec:
     kubectl(c1, &["apply", "-f", path]);
     wait_absent(c2, &config_maps, Some("apps"), "cfg").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rule_is_previewed_as_its_author_s_against_each_sinks_policy() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "a").await;
+    }
+    // c2 takes Secrets only from rules created on c1.
+    apply_policy(
+        c2,
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: SyncPolicy
+metadata: {name: default}
+spec:
+  import:
+    rules:
+      - {action: Allow, kinds: [{kind: Secret}], authors: [c1]}
+    otherwise: Deny
+"#,
+        "True",
+    )
+    .await;
+    create_secret(c1, "a", "s", &[("k", "v")]).await;
+    // A current rule has c1 publish its Secrets of `a`, to nobody yet.
+    apply_yaml(
+        c1,
+        &web_rule("{matchLabels: {nowhere: here}}", "namespaces: [a]", ""),
+    );
+    wait_rule(c2, RULE, "replicated", |_| Ok(())).await;
+
+    let new_rule =
+        temp_file(&web_rule("{}", "namespaces: [a]", "").replace("name: web", "name: everywhere"));
+    let path = new_rule.path().to_str().unwrap();
+    let ask = |author: Option<&'static str>| {
+        let nats = &nats;
+        async move {
+            let mut args = vec!["-f", path, "-o", "json"];
+            args.extend(author.map(|a| ["--author", a]).into_iter().flatten());
+            wait_for("c2 to preview the new rule", SYNC, || {
+                let args = args.clone();
+                async move {
+                    let (_, out, err) = preview(nats, &args).await;
+                    let v: Value =
+                        serde_json::from_str(&out).map_err(|e| format!("{e}: {out}{err}"))?;
+                    let c2 = v["clusters"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|r| r["cluster"] == "c2");
+                    match c2 {
+                        Some(r)
+                            if r["creates"].as_array().is_some_and(|c| !c.is_empty())
+                                || r["errors"].as_array().is_some_and(|e| !e.is_empty()) =>
+                        {
+                            Ok(r.clone())
+                        }
+                        other => Err(format!("{other:?}")),
+                    }
+                }
+            })
+            .await
+        }
+    };
+    // Taken as c2's own rule, the policy refuses its copy.
+    let own = ask(None).await;
+    assert_eq!(own["creates"], json!([]), "{own:#}");
+    let refused = own["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        refused.contains("refused by this cluster's SyncPolicy"),
+        "{own:#}"
+    );
+    // Created on c1, as it will be: the copy is a create, and it is.
+    let as_c1 = ask(Some("c1")).await;
+    assert_eq!(as_c1["errors"], json!([]), "{as_c1:#}");
+    assert_eq!(as_c1["creates"][0]["object"]["name"], "s", "{as_c1:#}");
+    kubectl(c1, &["apply", "-f", path]);
+    wait_copy(c2, &secrets(), Some("a"), "s", "c1", "everywhere", |_| {
+        Ok(())
+    })
+    .await;
+}

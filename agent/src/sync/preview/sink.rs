@@ -177,7 +177,8 @@ impl Engine {
 
     /// The candidate, compiled as every rule is; its author is the current
     /// rule's (a rule's author is where it was created, which a candidate
-    /// does not change). An invalid candidate is an error naming why.
+    /// does not change), or for a new rule the request's `author`. An
+    /// invalid candidate is an error naming why.
     fn candidate(&self, req: &PreviewRequest, name: &str) -> Result<CompiledRule, String> {
         let current = self.rules.get(name).filter(|r| !r.builtin);
         let rule = match &req.rule {
@@ -188,8 +189,12 @@ impl Engine {
                 let mut rule = rules::compile(&[obj])
                     .remove(name)
                     .ok_or_else(|| format!("the candidate rule {name} does not compile"))?;
-                rule.author = current.and_then(|c| c.author.clone());
-                rule.author_verified = current.is_some_and(|c| c.author_verified);
+                // A new rule's author is where the operator says it will be
+                // created: a stated intent, taken as verified.
+                let local = &self.fleet.local.name;
+                let told = req.author.clone().filter(|a| a != local);
+                rule.author_verified = current.map_or(told.is_some(), |c| c.author_verified);
+                rule.author = current.map_or(told, |c| c.author.clone());
                 rule
             }
         };
