@@ -218,7 +218,7 @@ impl Recorder {
 }
 
 /// resourceVersions of every Secret in `a` and of the rule, and the writes
-/// each devcluster counted.
+/// of copies' kinds each devcluster counted.
 async fn state(m: &[Member]) -> Vec<(String, Value, BTreeMap<String, String>)> {
     let mut out = Vec::new();
     for x in m {
@@ -234,7 +234,11 @@ async fn state(m: &[Member]) -> Vec<(String, Value, BTreeMap<String, String>)> {
         if let Some(r) = get_dynamic(x, &rules(), None, RULE).await.unwrap() {
             rvs.insert("rule".into(), r.resource_version().unwrap());
         }
-        out.push((x.name.clone(), writes(x).await, rvs));
+        // Of the kinds a preview could write (its copies', the namespaces
+        // they need): status writes of the agents' own go on meanwhile.
+        let w = writes(x).await;
+        let copies = ["core/secrets", "core/configmaps", "core/namespaces"].map(|k| w[k].clone());
+        out.push((x.name.clone(), json!(copies), rvs));
     }
     out
 }

@@ -24,6 +24,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::diff::{self, Redact};
+use crate::sync::drift::announce;
 use crate::sync::drift::policy::Policy;
 use crate::sync::engine::Engine;
 use crate::sync::model::meta::{annotation, describe_gvk};
@@ -159,7 +160,8 @@ impl Engine {
         let now = Instant::now();
         let mut runs = Vec::new();
         for (target, own) in &wanted {
-            runs.extend(self.preview_target(&rule, target, own.clone(), now, &mut reply));
+            let run = self.preview_target(&rule, target, own.clone(), now, &mut reply);
+            runs.extend(run.await);
         }
         self.dry_runs(&rule, runs, &mut reply).await;
         self.preview_deletes(&rule, &wanted, &mut reply).await;
@@ -324,7 +326,7 @@ impl Engine {
     /// What becomes of `target`, which the candidate wants (`own`: its
     /// candidates there), against the other rules' candidates: filed in
     /// `reply`, or the dry run that decides it.
-    fn preview_target(
+    async fn preview_target(
         &self,
         rule: &CompiledRule,
         target: &Target,
@@ -351,14 +353,57 @@ impl Engine {
         if winner.rule != rule.name {
             return None;
         }
-        let live = self.live(target);
-        // What the rule does once its hold ends (`held` counts it).
-        let view = self.view(target, live.as_ref(), Some(rule), None);
-        let step = match wave::decide(&view, target, winner, now) {
+        let mut live = self.live(target);
+        let mut step = self.preview_decide(rule, target, winner, live.as_ref(), now);
+        if matches!(
+            step,
+            Step::Serial(
+                Why::Deleted { .. } | Why::Recreate { .. } | Why::Gone { .. } | Why::Drift { .. }
+            )
+        ) {
+            // As the serial path does before it calls a copy gone or
+            // drifted: the watch may not have caught up with the agent's
+            // own last write yet; the server says.
+            if let Some(kind) = self.kinds.get(&target.gvk()) {
+                let namespace = target.namespace.as_deref();
+                let api = apply::api(&self.ctx.client, &kind.ar, namespace);
+                if let Ok(fresh) = announce::fresh(&api, &target.name).await {
+                    live = fresh;
+                    step = self.preview_decide(rule, target, winner, live.as_ref(), now);
+                }
+            }
+        }
+        self.file_step(target, winner, live, step, reply)
+    }
+
+    /// `wave::decide` for the candidate's copy at `target`, as it decides
+    /// once the rule's hold ends (`held` counts what waits for it).
+    fn preview_decide(
+        &self,
+        rule: &CompiledRule,
+        target: &Target,
+        winner: &Candidate,
+        live: Option<&Value>,
+        now: Instant,
+    ) -> Step {
+        let view = self.view(target, live, Some(rule), None);
+        match wave::decide(&view, target, winner, now) {
             // The namespace is created on the way; what matters is the copy.
             Step::Serial(Why::Namespace { then, .. }) => *then,
             step => step,
-        };
+        }
+    }
+
+    /// Files one decided step of the copy at `target` into `reply`, or
+    /// returns the dry run that decides it.
+    fn file_step(
+        &self,
+        target: &Target,
+        winner: &Candidate,
+        live: Option<Value>,
+        step: Step,
+        reply: &mut PreviewReply,
+    ) -> Option<DryRun> {
         let problem = |message: String| PreviewProblem {
             object: object_ref(target),
             message,
