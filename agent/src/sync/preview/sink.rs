@@ -562,6 +562,11 @@ impl Engine {
                 {
                     continue;
                 }
+                // The watch may not have seen a delete of the agent's own yet.
+                let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+                if let Ok(None) = announce::fresh(&api, &target.name).await {
+                    continue;
+                }
                 let ready = RuleOf::Ready(rule.spec.orphan_policy);
                 let (action, reason) = match self.verdict_under(&obj, origin, ready) {
                     Verdict::Orphan => (DeleteAction::Orphan, None),
