@@ -242,6 +242,40 @@ pub enum RulesCommand {
     /// One rule on every cluster: selected or not and why, role, copies, ready n/m,
     /// errors and conflicts with the object each concerns. Exit 1 if no cluster reports it.
     Describe(RulesDescribeArgs),
+    /// What a rule would create, update and delete on every cluster, asked of each agent,
+    /// with a diff per object; writes nothing. Exit 0 no change, 1 changes, 2 an error
+    /// (an invalid rule, a cluster that does not answer), like `kubectl diff`.
+    Preview(RulesPreviewArgs),
+}
+
+/// `fleetbus rules preview (-f rule.yaml | --rule NAME [-f source.yaml --origin CLUSTER])`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["file", "rule"])))]
+pub struct RulesPreviewArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// The candidate ResourceSyncRule (YAML or JSON), as `kubectl apply -f` takes it; with
+    /// --rule, a changed source object of that rule instead.
+    #[arg(short = 'f', long = "filename")]
+    pub file: Option<std::path::PathBuf>,
+    /// Preview the rule NAME as it is (with -f: with a changed source object).
+    #[arg(long)]
+    pub rule: Option<String>,
+    /// The cluster the changed source object (-f with --rule) lives on.
+    #[arg(long, value_parser = parse_cluster_name, requires_all = ["rule", "file"])]
+    pub origin: Option<String>,
+    /// For a new rule: the cluster it will be created on (SyncPolicies may name a rule's
+    /// author); default: each cluster previews it as its own.
+    #[arg(long, value_parser = parse_cluster_name)]
+    pub author: Option<String>,
+    /// Ask only this cluster (repeatable); default: every cluster that has not left.
+    #[arg(long = "cluster", value_parser = parse_cluster_name)]
+    pub clusters: Vec<String>,
+    /// How long to wait for each cluster's answer (e.g. 10s, 1m).
+    #[arg(long, env = "FLEETBUS_RULES_PREVIEW_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Args)]

@@ -218,3 +218,56 @@ fn garbage_records_are_skipped_and_counted_never_hiding_good_ones() {
     assert_eq!(parsed.records, vec![good]);
     assert_eq!(parsed.skipped.len(), 5, "{:?}", parsed.skipped);
 }
+
+#[test]
+fn rules_preview() {
+    use fleetbus_schemas::preview::PreviewReply;
+    let reply = |json: serde_json::Value| {
+        let mut v = json;
+        v["schema"] = "fleetbus.io/preview-reply/v1".into();
+        PreviewReply::decode(v.to_string().as_bytes()).unwrap()
+    };
+    let east = reply(serde_json::json!({
+        "cluster": "east", "rule": "web", "selected": true, "unchanged": 3, "held": 0, "omitted": 0,
+        "creates": [{"object": {"apiVersion": "v1", "kind": "Secret", "namespace": "b", "name": "new"}, "origin": "hub"}],
+        "updates": [{"object": {"apiVersion": "v1", "kind": "Secret", "namespace": "a", "name": "web"}, "origin": "hub",
+                     "changes": [{"path": "/data/token", "desired": "(redacted: desired value)", "live": "(redacted: live value)"},
+                                 {"path": "/metadata/labels/tier", "desired": "gold", "live": null}],
+                     "changesOmitted": 2},
+                    {"object": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "a", "name": "api"}, "origin": "hub",
+                     "reason": "corrects drift", "changes": [{"path": "/spec/replicas", "desired": 3, "live": 5}]}],
+        "deletes": [{"object": {"apiVersion": "v1", "kind": "Secret", "namespace": "a", "name": "x"}, "action": "Delete"},
+                    {"object": {"apiVersion": "v1", "kind": "Namespace", "namespace": null, "name": "b"}, "action": "Keep",
+                     "reason": "deleting it would delete what fleetbus does not manage: v1/ConfigMap/b/mine"}],
+        "conflicts": [{"object": {"apiVersion": "v1", "kind": "Secret", "namespace": "a", "name": "dup"}, "message": "rule other from west wins"}],
+        "errors": [], "incomplete": ["the candidate selects other source objects than the current rule"],
+    }));
+    let west = reply(serde_json::json!({
+        "cluster": "west", "rule": "web", "selected": false, "unchanged": 0, "held": 0, "omitted": 4,
+        "creates": [], "updates": [], "conflicts": [], "errors": [], "incomplete": [],
+        "deletes": [{"object": {"apiVersion": "v1", "kind": "Secret", "namespace": "a", "name": "web"}, "action": "Orphan"}],
+    }));
+    let hub = reply(serde_json::json!({
+        "cluster": "hub", "rule": "web", "selected": true, "unchanged": 0, "held": 0, "omitted": 0,
+        "creates": [], "updates": [], "deletes": [], "conflicts": [], "errors": [], "incomplete": [],
+    }));
+    let answers = vec![
+        ("east".to_owned(), Ok(east)),
+        ("hub".to_owned(), Ok(hub)),
+        (
+            "north".to_owned(),
+            Err("no agent answers for cluster north (is it running and connected?)".to_owned()),
+        ),
+        (
+            "south".to_owned(),
+            Ok(PreviewReply::refused(
+                "south",
+                "rate limited: retry in 200ms",
+            )),
+        ),
+        ("west".to_owned(), Ok(west)),
+    ];
+    let mut out = Vec::new();
+    crate::rules::preview::render(&mut out, &answers).unwrap();
+    check("rules_preview", &out);
+}

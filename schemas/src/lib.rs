@@ -32,6 +32,7 @@ pub mod k8s_names;
 mod object_ref;
 pub mod permissions;
 pub mod pointer;
+pub mod preview;
 pub mod progress;
 pub mod registry;
 pub mod reported;

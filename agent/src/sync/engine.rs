@@ -884,17 +884,24 @@ pub async fn run(
     let client = reg.ctx.js.client();
     let subject = fleetbus_schemas::subject::CommandKey::correct(&reg.ctx.cfg.cluster_name)
         .to_subject(reg.ctx.layout.prefix());
-    // Without the subscription `fleetbus drift correct` finds no responder;
-    // sync goes on while a failed subscribe is retried with backoff.
-    let mut commands: Option<async_nats::Subscriber> = None;
-    let subscribing = crate::bus::command_sub::subscribe(&client, &subject, &cancel);
+    let preview_subject = fleetbus_schemas::subject::CommandKey::preview(&reg.ctx.cfg.cluster_name)
+        .to_subject(reg.ctx.layout.prefix());
+    // Without the subscriptions `fleetbus drift correct` and `rules preview`
+    // find no responder; sync goes on while a failed subscribe is retried.
+    let (mut commands, mut previews) = (None, None);
+    let subscribing = async {
+        let correct = crate::bus::command_sub::subscribe(&client, &subject, &cancel).await;
+        let preview = crate::bus::command_sub::subscribe(&client, &preview_subject, &cancel);
+        (correct, preview.await)
+    };
     tokio::pin!(subscribing);
     let mut subscribed = false;
-    let mut correct_rate = crate::bus::rate::TokenBucket::new(
-        "correct",
-        reg.ctx.cfg.command_rate,
-        std::time::Instant::now(),
-    );
+    let now = std::time::Instant::now();
+    let rate = reg.ctx.cfg.command_rate;
+    let mut correct_rate = crate::bus::rate::TokenBucket::new("correct", rate, now);
+    // Its own bucket: a flood of previews (each may cost dry runs) starves
+    // no correction.
+    let mut preview_rate = crate::bus::rate::TokenBucket::new("preview", rate, now);
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
     tokio::spawn(watches::status_consumer(
@@ -916,9 +923,9 @@ pub async fn run(
         let wake = engine.wake_at();
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            sub = &mut subscribing, if !subscribed => {
+            subs = &mut subscribing, if !subscribed => {
                 subscribed = true;
-                commands = sub;
+                (commands, previews) = subs;
                 continue;
             }
             Some(msg) = next_command(&mut commands) => {
@@ -928,18 +935,16 @@ pub async fn run(
                     Ok(Ok(req)) => engine.correct(&req).await,
                     Ok(Err(e)) => engine.refuse(&e),
                 };
-                let bytes = match reply.encode() {
-                    Ok(b) => b,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not encode a correct reply");
-                        continue;
-                    }
+                respond(&client, msg.reply, reply.encode(), "correct").await;
+                continue;
+            }
+            Some(msg) = next_command(&mut previews) => {
+                // Read-only: no pass follows it.
+                let mut reply = match crate::bus::command_sub::admit(&mut preview_rate, &reg.ctx.metrics) {
+                    Ok(()) => engine.preview(&msg.payload).await,
+                    Err(refused) => engine.refuse_preview_for_rate(&refused),
                 };
-                if let Some(to) = msg.reply {
-                    if let Err(e) = client.publish(to, bytes.into()).await {
-                        tracing::warn!(error = %e, "could not reply to a correct command");
-                    }
-                }
+                respond(&client, msg.reply, reply.fit(engine.max_payload()), "preview").await;
                 continue;
             }
             input = rx.recv() => {
@@ -963,6 +968,27 @@ pub async fn run(
         }
         engine.pass().await;
         progress.record(engine.measure(chrono::Utc::now()));
+    }
+}
+
+/// Sends a command's encoded reply to `to` (logged when it cannot be).
+async fn respond<E: std::fmt::Display>(
+    client: &async_nats::Client,
+    to: Option<async_nats::Subject>,
+    bytes: Result<Vec<u8>, E>,
+    verb: &str,
+) {
+    let bytes = match bytes {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, verb, "could not encode a command reply");
+            return;
+        }
+    };
+    if let Some(to) = to {
+        if let Err(e) = client.publish(to, bytes.into()).await {
+            tracing::warn!(error = %e, verb, "could not reply to a command");
+        }
     }
 }
 

@@ -32,6 +32,7 @@ mod inputs;
 mod model;
 mod policy;
 mod policy_watch;
+mod preview;
 mod progress;
 mod returns;
 mod rules;

@@ -5,6 +5,7 @@
 
 mod error;
 pub mod model;
+pub mod preview;
 pub mod read;
 pub mod render;
 
@@ -24,6 +25,8 @@ pub async fn run(cmd: RulesCommand) -> Result<ExitCode, RulesError> {
     match cmd {
         RulesCommand::Ls(args) => ls(&args, &mut out).await.map(|()| ExitCode::SUCCESS),
         RulesCommand::Describe(args) => describe(&args, &mut out).await,
+        // Its errors exit 2, not 1 (1 means "changes", as for `kubectl diff`).
+        RulesCommand::Preview(args) => Ok(preview::run(&args, &mut out).await),
     }
 }
 

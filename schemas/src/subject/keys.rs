@@ -402,6 +402,8 @@ pub const CORRECT_VERB: &str = "correct";
 pub const LABEL_VERB: &str = "label";
 /// Verb of the sync progress query (`fleetbus sync progress`).
 pub const PROGRESS_VERB: &str = "progress";
+/// Verb of the rule preview query (`fleetbus rules preview`, PROTOCOL §6.8).
+pub const PREVIEW_VERB: &str = "preview";
 
 /// A command addressed to one cluster's agent: `<p>.cmd.<cluster>.<verb>` (core NATS request/reply).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -434,6 +436,14 @@ impl CommandKey {
         Self {
             cluster: cluster.to_owned(),
             verb: PROGRESS_VERB.to_owned(),
+        }
+    }
+
+    /// The rule preview query for `cluster`.
+    pub fn preview(cluster: &str) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            verb: PREVIEW_VERB.to_owned(),
         }
     }
 

@@ -49,7 +49,7 @@ fn still_kept(kinds: &HashMap<GroupVersionKind, KindState>, t: &Target, uid: &st
 
 /// What becomes of a copy nothing wants any more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
+pub(in crate::sync) enum Verdict {
     /// Deleted.
     Delete,
     /// Left in place, no longer managed.
@@ -60,7 +60,7 @@ enum Verdict {
 
 /// What is known of the rule a copy names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RuleOf {
+pub(in crate::sync) enum RuleOf {
     /// Valid and fully read: its orphan policy applies.
     Ready(OrphanPolicy),
     /// Invalid, suspended, or not fully read yet.
@@ -283,7 +283,7 @@ impl Engine {
     /// What deleting the copy at `target` would take with it that fleetbus
     /// does not manage (empty for a kind whose deletion does not cascade).
     /// `served`: the namespaced resources, discovered on first need.
-    async fn would_take(
+    pub(in crate::sync) async fn would_take(
         &self,
         target: &Target,
         obj: &Value,
@@ -368,6 +368,17 @@ impl Engine {
                     .is_some_and(|k| k.ready()),
             },
         };
+        self.verdict_under(obj, origin, rule)
+    }
+
+    /// What becomes of the copy `obj` from `origin` that nothing wants, its
+    /// rule being `rule` (the preview passes a candidate rule's).
+    pub(in crate::sync) fn verdict_under(
+        &self,
+        obj: &Value,
+        origin: &str,
+        rule: RuleOf,
+    ) -> Verdict {
         let in_doubt = self
             .fleet
             .peers

@@ -75,7 +75,11 @@ fn resource_version(obj: &Value) -> Option<String> {
 /// source hash, so that a source change that leaves the copy alone (the
 /// origin's status, when status is not synced) is no reason to write after
 /// a restart, as it was none while running (`Digest`).
-fn dry_run_body(c: &Candidate, live: &Value, policy: &Policy) -> Result<Value, WriteError> {
+pub(in crate::sync) fn dry_run_body(
+    c: &Candidate,
+    live: &Value,
+    policy: &Policy,
+) -> Result<Value, WriteError> {
     let mut body = c.desired.value()?;
     compare::carry_over(&mut body, live);
     keep_excluded(&mut body, live, &policy.exclude);

@@ -115,7 +115,7 @@ impl Engine {
     }
 
     /// The peers `rule` takes from, by name.
-    fn sources(&self, rule: &CompiledRule) -> BTreeMap<&str, &PeerView> {
+    pub(in crate::sync) fn sources(&self, rule: &CompiledRule) -> BTreeMap<&str, &PeerView> {
         self.fleet
             .peers
             .values()
@@ -126,7 +126,7 @@ impl Engine {
 
     /// Every copy an unwrap rule wants here (the manifests of its Bundles),
     /// and the errors of those it cannot make.
-    fn unwrapped(
+    pub(in crate::sync) fn unwrapped(
         &self,
         rule: &CompiledRule,
         report: &mut RuleReport,
@@ -190,7 +190,7 @@ impl Engine {
     }
     /// What `rule` makes of one source object: the copy and its place, or
     /// why there is none (memoized by `plan`).
-    fn compute_candidate(
+    pub(in crate::sync) fn compute_candidate(
         &self,
         rule: &CompiledRule,
         key: &ObjectKey,
@@ -793,7 +793,7 @@ impl<'a> Tally<'a> {
 /// live, from one of the rule's `sources`, an original (a copy on the bus
 /// would be a loop; an origin never publishes one, so this only guards
 /// against a misbehaving publisher) not disabled for sync.
-fn taken<'a>(
+pub(in crate::sync) fn taken<'a>(
     sources: &BTreeMap<&str, &'a PeerView>,
     key: &ObjectKey,
     env: Option<&'a Envelope>,

@@ -362,21 +362,45 @@ impl Engine {
 
     /// How the sink handles `target` this pass (see [`decide`]).
     pub(in crate::sync) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
-        let kind = self.kinds.get(&target.gvk());
-        let live = kind.and_then(|k| k.objects.get(&target.local_key()));
-        let view = View {
+        let live = self.live(target);
+        let rule = self.rules.get(&c.rule);
+        let hold = self.holds.get(&c.rule).map(String::as_str);
+        decide(
+            &self.view(target, live.as_ref(), rule, hold),
+            target,
+            c,
+            now,
+        )
+    }
+
+    /// The live copy at `target`, as the watch last saw it.
+    pub(in crate::sync) fn live(&self, target: &Target) -> Option<Value> {
+        self.kinds
+            .get(&target.gvk())
+            .and_then(|k| k.objects.get(&target.local_key()))
+    }
+
+    /// What the sink knows of `target` for [`decide`], its winner's rule
+    /// being `rule` and held for `hold` (the preview passes a candidate's).
+    pub(in crate::sync) fn view<'a>(
+        &'a self,
+        target: &Target,
+        live: Option<&'a Value>,
+        rule: Option<&'a CompiledRule>,
+        hold: Option<&'a str>,
+    ) -> View<'a> {
+        View {
             retry: self.retries.get(target),
-            namespaced: kind.map(|k| k.namespaced),
-            live: live.as_ref(),
+            namespaced: self.kinds.get(&target.gvk()).map(|k| k.namespaced),
+            live,
             namespace_exists: target
                 .namespace
                 .as_deref()
                 .is_none_or(|ns| self.namespace_exists(ns)),
             baseline: self.baselines.get(target),
-            rule: self.rules.get(&c.rule),
-            hold: self.holds.get(&c.rule).map(String::as_str),
-        };
-        decide(&view, target, c, now)
+            rule,
+            hold,
+        }
     }
 
     /// Remembers that the copy at `target`, at live version `rv`, equals its

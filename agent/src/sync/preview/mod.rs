@@ -1,0 +1,54 @@
+//! `<p>.cmd.<self>.preview`: what a candidate ResourceSyncRule (or the current
+//! rule with a changed source object) would create, update and delete on this
+//! cluster (`fleetbus rules preview`, PROTOCOL §6.8). Read-only over the
+//! engine: the candidate is compiled as every rule is (`rules::compile`), its
+//! copies computed by the sink's own `compute_candidate`, ordered against the
+//! other rules' by `conflicts::order`, decided by `wave::decide`, and what it
+//! no longer wants judged by `collect`'s verdict, so the preview cannot drift
+//! from what a pass does. The only requests to the API server are dry runs
+//! (`dryRun=All`): the diff of an update is the live copy against what the
+//! server makes of the write.
+//!
+//! Served through the engine loop as `correct` is, with its own rate bucket;
+//! a request refused (malformed, invalid rule, rate) gets a reply with
+//! `error`, and nothing else happens.
+//!
+//! - [`sink`]: the computation.
+//! - [`diff`]: per-object changes, redacted as drift events are.
+
+mod diff;
+mod sink;
+
+use fleetbus_schemas::preview::{PreviewReply, PreviewRequest};
+
+use crate::bus::rate::RateRefused;
+use crate::sync::engine::Engine;
+
+impl Engine {
+    /// The reply to a preview request's bytes (see the module docs).
+    pub async fn preview(&self, bytes: &[u8]) -> PreviewReply {
+        let local = &self.fleet.local.name;
+        let req = match PreviewRequest::decode(bytes) {
+            Ok(req) => req,
+            Err(e) => {
+                return PreviewReply::refused(
+                    local,
+                    format!("cannot read the request: {}", crate::report(&e)),
+                )
+            }
+        };
+        tracing::info!(rule = ?req.rule_name, candidate = req.rule.is_some(), source = req.source.is_some(), "preview requested");
+        match self.preview_rule(&req).await {
+            Ok(reply) => reply,
+            Err(e) => PreviewReply::refused(local, e),
+        }
+    }
+
+    /// The reply to a preview request refused for rate: no work is done for it.
+    pub fn refuse_preview_for_rate(&self, refused: &RateRefused) -> PreviewReply {
+        PreviewReply {
+            retry_after_ms: Some(refused.retry_after_ms()),
+            ..PreviewReply::refused(&self.fleet.local.name, refused.to_string())
+        }
+    }
+}

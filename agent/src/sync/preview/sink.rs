@@ -1,0 +1,604 @@
+//! What a candidate rule would do on this cluster, computed read-only from
+//! the engine's state through the sink's own pieces (see `preview`'s docs).
+//!
+//! Mapping of `wave::decide`'s steps: a plain create, or a copy we wrote
+//! that is gone, is a create; a replace of a changed desired state is an
+//! update, and so is a drifted copy the rule's drift mode corrects; a first
+//! look (no baseline since the agent started) is a dry run, equal or an
+//! update. The candidate's own `suspend` and `dependsOn` do not change the
+//! lists: they show what the rule does once applied and its hold ends, and
+//! `held` counts what waits for the hold.
+
+use std::collections::BTreeMap;
+
+use fleetbus_schemas::crd::{DriftMode, MatchEntry};
+use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::preview::{
+    DeleteAction, PreviewCreate, PreviewDelete, PreviewProblem, PreviewReply, PreviewRequest,
+    PreviewSource, PreviewUpdate,
+};
+use fleetbus_schemas::subject::ObjectKey;
+use fleetbus_schemas::{well_known, ObjectRef};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::diff::{self, Redact};
+use crate::sync::drift::announce;
+use crate::sync::drift::policy::Policy;
+use crate::sync::engine::Engine;
+use crate::sync::model::meta::{annotation, describe_gvk};
+use crate::sync::model::{Candidate, Conflict, Outcome, RuleReport, Target};
+use crate::sync::rules::compile::{self as rules, CompiledRule};
+use crate::sync::rules::matching;
+use crate::sync::sink::apply::{self, WriteError};
+use crate::sync::sink::bundle::BundlePass;
+use crate::sync::sink::collect::{RuleOf, Verdict};
+use crate::sync::sink::conflicts;
+use crate::sync::sink::look::dry_run_body;
+use crate::sync::sink::pass::taken;
+use crate::sync::sink::wave::{self, Step, Why};
+
+/// The candidate rule's copies here: each target's candidates from it.
+type Wanted = BTreeMap<Target, Vec<Candidate>>;
+
+/// At most this many dry runs per preview (see `Engine::dry_runs`).
+const MAX_DRY_RUNS: usize = 1000;
+
+const CORRECTS_DRIFT: &str = "corrects drift";
+
+/// A replace the candidate would send: its dry run decides the update.
+struct DryRun {
+    target: Target,
+    c: Candidate,
+    live: Value,
+    /// Drift exclusions kept from the live copy, as the replace keeps them.
+    policy: Policy,
+    /// Why, when it is not the new desired state.
+    reason: Option<String>,
+}
+
+impl DryRun {
+    fn update(&self, changes: Vec<fleetbus_schemas::drift::DriftChange>) -> PreviewUpdate {
+        PreviewUpdate {
+            object: object_ref(&self.target),
+            origin: self.c.key.origin.clone(),
+            changes,
+            changes_omitted: 0,
+            reason: self.reason.clone(),
+        }
+    }
+}
+
+fn object_ref(t: &Target) -> ObjectRef {
+    ObjectRef::new(&t.api_version, &t.kind, t.namespace.as_deref(), &t.name)
+}
+
+fn source_ref(k: &ObjectKey) -> ObjectRef {
+    let api_version = match k.group.as_str() {
+        "" => k.version.clone(),
+        g => format!("{g}/{}", k.version),
+    };
+    ObjectRef::new(&api_version, &k.kind, k.namespace.as_deref(), &k.name)
+}
+
+/// The source criteria of a rule: which objects it selects, from whom. Two
+/// rules with the same criteria have origins publish the same objects.
+fn source_criteria(r: &CompiledRule) -> (Vec<&Vec<MatchEntry>>, String, String) {
+    let matches = r.spec.rules.iter().map(|e| &e.match_).collect();
+    let from = format!(
+        "{:?}{:?}",
+        r.spec.source_cluster_selector, r.spec.cluster_feature_match
+    );
+    (matches, from, describe_gvk(&r.source))
+}
+
+/// The envelope of a changed source object, as its origin would publish it:
+/// the identity of the version on the bus (uid, resourceVersion, creation
+/// time) when there is one, so the copy's origin annotations stay the same.
+fn changed_source(src: &PreviewSource, current: Option<Envelope>) -> Result<Envelope, String> {
+    let mut object = src.object.clone();
+    let old = current.as_ref().and_then(|e| e.object.as_ref());
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in ["uid", "resourceVersion", "creationTimestamp"] {
+            let was = old.and_then(|o| o.pointer(&format!("/metadata/{field}")));
+            match (meta.get(field), was) {
+                (None, Some(v)) => {
+                    meta.insert(field.to_owned(), v.clone());
+                }
+                (None, None) => {
+                    let made = if field == "creationTimestamp" {
+                        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    } else {
+                        "preview".to_owned()
+                    };
+                    meta.insert(field.to_owned(), Value::String(made));
+                }
+                _ => {}
+            }
+        }
+    }
+    let cluster_id = current.as_ref().and_then(|e| e.origin_cluster_id.clone());
+    Envelope::snapshot(
+        &src.origin,
+        cluster_id.as_deref(),
+        object,
+        chrono::Utc::now(),
+    )
+    .map_err(|e| format!("the source object is not usable: {e}"))
+}
+
+impl Engine {
+    /// The preview of `req` (validated here), or why it cannot be made.
+    pub(super) async fn preview_rule(&self, req: &PreviewRequest) -> Result<PreviewReply, String> {
+        let name = req.validate().map_err(|e| e.to_string())?;
+        let rules_read = self
+            .kinds
+            .get(&rules::rule_gvk())
+            .is_some_and(|k| k.ready());
+        if !self.fleet.synced || !rules_read || !self.policy_known() {
+            return Err("this agent has not read the fleet, its rules and its policy yet: ask again in a moment".to_owned());
+        }
+        let rule = self.candidate(req, &name)?;
+        let mut reply = PreviewReply {
+            cluster: self.fleet.local.name.clone(),
+            rule: name,
+            selected: self.selects_us(&rule),
+            ..PreviewReply::default()
+        };
+        if let Some(p) = self.rule_problem(&rule) {
+            // A real pass would neither write nor collect for it.
+            reply
+                .incomplete
+                .push(format!("the rule cannot work here: {p}"));
+            return Ok(reply);
+        }
+        let wanted = match reply.selected {
+            true => self.preview_wanted(&rule, req.source.as_ref(), &mut reply)?,
+            false => Wanted::new(),
+        };
+        let now = Instant::now();
+        let mut runs = Vec::new();
+        for (target, own) in &wanted {
+            let run = self.preview_target(&rule, target, own.clone(), now, &mut reply);
+            runs.extend(run.await);
+        }
+        self.dry_runs(&rule, runs, &mut reply).await;
+        self.preview_deletes(&rule, &wanted, &mut reply).await;
+        let writes = reply.creates.len() + reply.updates.len();
+        let held = if rule.spec.suspend {
+            writes + reply.deletes.len()
+        } else if !rule.spec.depends_on.is_empty() && self.holds.contains_key(&rule.name) {
+            writes
+        } else {
+            0
+        };
+        reply.held = u64::try_from(held).unwrap_or(u64::MAX);
+        Ok(reply)
+    }
+
+    /// The candidate, compiled as every rule is; its author is the current
+    /// rule's (a rule's author is where it was created, which a candidate
+    /// does not change), or for a new rule the request's `author`. An
+    /// invalid candidate is an error naming why.
+    fn candidate(&self, req: &PreviewRequest, name: &str) -> Result<CompiledRule, String> {
+        let current = self.rules.get(name).filter(|r| !r.builtin);
+        let rule = match &req.rule {
+            None => current
+                .cloned()
+                .ok_or_else(|| format!("no rule {name} on this cluster"))?,
+            Some(obj) => {
+                let mut rule = rules::compile(&[obj])
+                    .remove(name)
+                    .ok_or_else(|| format!("the candidate rule {name} does not compile"))?;
+                // A new rule's author is where the operator says it will be
+                // created: a stated intent, taken as verified.
+                let local = &self.fleet.local.name;
+                let told = req.author.clone().filter(|a| a != local);
+                rule.author_verified = current.map_or(told.is_some(), |c| c.author_verified);
+                rule.author = current.map_or(told, |c| c.author.clone());
+                rule
+            }
+        };
+        match &rule.problem {
+            Some(p) => Err(format!("invalid rule {name}: {p}")),
+            None => Ok(rule),
+        }
+    }
+
+    /// Every copy the candidate wants here, by target; the source objects it
+    /// cannot make a copy of go to `reply.errors`.
+    fn preview_wanted(
+        &self,
+        rule: &CompiledRule,
+        changed: Option<&PreviewSource>,
+        reply: &mut PreviewReply,
+    ) -> Result<Wanted, String> {
+        let mut wanted = Wanted::new();
+        let followed = self
+            .kinds
+            .get(&rule.source)
+            .filter(|k| k.source && self.rule_ready(rule));
+        let Some(kind) = followed else {
+            reply.incomplete.push(format!(
+                "no current rule takes {} here, so what origins would publish of it is not known here yet",
+                describe_gvk(&rule.source)
+            ));
+            return Ok(wanted);
+        };
+        if self.rules.get(&rule.name).map(source_criteria) != Some(source_criteria(rule)) {
+            reply.incomplete.push(
+                "the candidate selects other source objects than the current rule: objects no current rule has origins publish are not seen here, so creates may be missing".to_owned(),
+            );
+        }
+        if rule.spec.unwrap {
+            return Ok(self.preview_unwrapped(rule, changed.is_some(), reply));
+        }
+        let changed = match changed {
+            None => None,
+            Some(src) => {
+                let key = ObjectKey::from_object(&src.origin, &src.object)
+                    .ok_or("the source object names no kind or name")?;
+                if key.group != rule.source.group
+                    || key.version != rule.source.version
+                    || key.kind != rule.source.kind
+                {
+                    return Err(format!(
+                        "the source object is not of the rule's kind {}",
+                        describe_gvk(&rule.source)
+                    ));
+                }
+                let env = changed_source(src, kind.snapshots.get(&key))?;
+                Some((key, env))
+            }
+        };
+        let sources = self.sources(rule);
+        let changed_key = changed.as_ref().map(|(k, _)| k.clone());
+        let bus = kind
+            .snapshots
+            .iter()
+            .filter(|(k, _)| changed_key.as_ref() != Some(*k))
+            .map(|(k, env)| (k.clone(), env));
+        for (key, env) in bus.chain(changed) {
+            let Some((env, obj, peer)) = taken(&sources, &key, Some(&env)) else {
+                continue;
+            };
+            let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
+                continue;
+            };
+            let computed = self.compute_candidate(rule, &key, env, obj, &peer.record, &entries);
+            if let Some(why) = computed.refused {
+                let message = format!("refused by this cluster's SyncPolicy: {why}");
+                reply.errors.push(PreviewProblem {
+                    object: source_ref(&key),
+                    message,
+                });
+            }
+            match computed.result {
+                Some(Ok((target, c))) => wanted.entry(target).or_default().push(c),
+                Some(Err(message)) => reply.errors.push(PreviewProblem {
+                    object: source_ref(&key),
+                    message,
+                }),
+                None => {}
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// The copies an unwrap rule wants here: the manifests of its Bundles,
+    /// as the pass unwraps them (`sink::bundle`).
+    fn preview_unwrapped(
+        &self,
+        rule: &CompiledRule,
+        changed: bool,
+        reply: &mut PreviewReply,
+    ) -> Wanted {
+        if changed {
+            reply
+                .incomplete
+                .push("a changed Bundle is not previewed: the Bundles on the bus are".to_owned());
+        }
+        let mut report = RuleReport::default();
+        let mut bundles = BundlePass::default();
+        let mut wanted = Wanted::new();
+        for (target, c) in self.unwrapped(rule, &mut report, &mut bundles) {
+            wanted.entry(target).or_default().push(c);
+        }
+        // Named as the rule status names them ("Kind ns/name"): no ObjectRef.
+        let refused = report.refused.into_iter().map(|(o, r)| (o, r.to_string()));
+        for (what, message) in report.errors.into_iter().chain(refused) {
+            reply.errors.push(PreviewProblem {
+                object: source_ref(&ObjectKey {
+                    origin: String::new(),
+                    group: rule.source.group.clone(),
+                    version: rule.source.version.clone(),
+                    kind: rule.source.kind.clone(),
+                    namespace: None,
+                    name: String::new(),
+                }),
+                message: format!("{what}: {message}"),
+            });
+        }
+        wanted
+    }
+
+    /// What becomes of `target`, which the candidate wants (`own`: its
+    /// candidates there), against the other rules' candidates: filed in
+    /// `reply`, or the dry run that decides it.
+    async fn preview_target(
+        &self,
+        rule: &CompiledRule,
+        target: &Target,
+        own: Vec<Candidate>,
+        now: Instant,
+        reply: &mut PreviewReply,
+    ) -> Option<DryRun> {
+        let mut cands: Vec<Candidate> = self
+            .sink
+            .plan
+            .candidates(target)
+            .into_iter()
+            .filter(|c| c.rule != rule.name)
+            .collect();
+        cands.extend(own);
+        conflicts::order(&mut cands);
+        let (winner, losers) = cands.split_first()?;
+        for loser in losers.iter().filter(|c| c.rule == rule.name) {
+            reply.conflicts.push(PreviewProblem {
+                object: object_ref(target),
+                message: Conflict::other_origin(target, loser, winner).message,
+            });
+        }
+        if winner.rule != rule.name {
+            return None;
+        }
+        let mut live = self.live(target);
+        let mut step = self.preview_decide(rule, target, winner, live.as_ref(), now);
+        if matches!(
+            step,
+            Step::Serial(
+                Why::Deleted { .. } | Why::Recreate { .. } | Why::Gone { .. } | Why::Drift { .. }
+            )
+        ) {
+            // As the serial path does before it calls a copy gone or
+            // drifted: the watch may not have caught up with the agent's
+            // own last write yet; the server says.
+            if let Some(kind) = self.kinds.get(&target.gvk()) {
+                let namespace = target.namespace.as_deref();
+                let api = apply::api(&self.ctx.client, &kind.ar, namespace);
+                if let Ok(fresh) = announce::fresh(&api, &target.name).await {
+                    live = fresh;
+                    step = self.preview_decide(rule, target, winner, live.as_ref(), now);
+                }
+            }
+        }
+        self.file_step(target, winner, live, step, reply)
+    }
+
+    /// `wave::decide` for the candidate's copy at `target`, as it decides
+    /// once the rule's hold ends (`held` counts what waits for it).
+    fn preview_decide(
+        &self,
+        rule: &CompiledRule,
+        target: &Target,
+        winner: &Candidate,
+        live: Option<&Value>,
+        now: Instant,
+    ) -> Step {
+        let view = self.view(target, live, Some(rule), None);
+        match wave::decide(&view, target, winner, now) {
+            // The namespace is created on the way; what matters is the copy.
+            Step::Serial(Why::Namespace { then, .. }) => *then,
+            step => step,
+        }
+    }
+
+    /// Files one decided step of the copy at `target` into `reply`, or
+    /// returns the dry run that decides it.
+    fn file_step(
+        &self,
+        target: &Target,
+        winner: &Candidate,
+        live: Option<Value>,
+        step: Step,
+        reply: &mut PreviewReply,
+    ) -> Option<DryRun> {
+        let problem = |message: String| PreviewProblem {
+            object: object_ref(target),
+            message,
+        };
+        let create = |reply: &mut PreviewReply| {
+            reply.creates.push(PreviewCreate {
+                object: object_ref(target),
+                origin: winner.key.origin.clone(),
+            });
+        };
+        let corrects = |p: &Policy| p.mode == DriftMode::Correct;
+        let dry_run = |policy: Policy, reason: Option<&str>| {
+            Some(DryRun {
+                target: target.clone(),
+                c: winner.clone(),
+                live: live.clone()?,
+                policy,
+                reason: reason.map(str::to_owned),
+            })
+        };
+        match step {
+            Step::Done(Outcome::InSync | Outcome::Wrote | Outcome::Held(_), _)
+            | Step::Verified(..) => reply.unchanged += 1,
+            Step::Done(Outcome::Conflict(conflict), _) => {
+                reply.conflicts.push(problem(conflict.message));
+            }
+            Step::Done(Outcome::Failed(e), _) => reply.errors.push(problem(e)),
+            Step::Write(w) if w.replace.is_none() => create(reply),
+            Step::Serial(Why::Gone { .. } | Why::Recreate { .. }) => create(reply),
+            Step::Serial(Why::Deleted { policy, .. }) if corrects(&policy) => create(reply),
+            Step::Serial(Why::Drift { policy }) if corrects(&policy) => {
+                return dry_run(policy, Some(CORRECTS_DRIFT));
+            }
+            // Drift the mode only reports: nothing is written.
+            Step::Serial(Why::Deleted { .. } | Why::Drift { .. }) => reply.unchanged += 1,
+            Step::Write(w) => {
+                let exclude = w.replace.unwrap_or_default();
+                let mode = DriftMode::Correct;
+                return dry_run(Policy { mode, exclude }, None);
+            }
+            Step::Serial(Why::FirstLook { policy }) => {
+                // As `sink::look` judges it: built from this very source
+                // version, a difference is drift (written only if corrected).
+                let hash = |o: &Value| {
+                    annotation(o, well_known::ANNOTATION_SOURCE_HASH).map(str::to_owned)
+                };
+                let desired = winner.desired.value().ok();
+                let same_source = live.as_ref().and_then(hash) == desired.as_ref().and_then(hash);
+                if same_source && !corrects(&policy) {
+                    reply.unchanged += 1;
+                    return None;
+                }
+                return dry_run(policy, same_source.then_some(CORRECTS_DRIFT));
+            }
+            Step::Serial(Why::Namespace { .. }) => {
+                let why = "the namespace and the copy are both to be made".to_owned();
+                reply.errors.push(problem(why));
+            }
+        }
+        None
+    }
+
+    /// Runs the dry runs of the replaces the preview found (WRITE_CONCURRENCY
+    /// at once, as a wave runs its first looks), at most [`MAX_DRY_RUNS`]:
+    /// the engine answers between passes, and a preview must not hold sync
+    /// back for long. Each is an update with the paths it changes, or
+    /// unchanged when it changes none.
+    async fn dry_runs(&self, rule: &CompiledRule, runs: Vec<DryRun>, reply: &mut PreviewReply) {
+        let (runs, over) = match runs.len() > MAX_DRY_RUNS {
+            true => {
+                let mut runs = runs;
+                let over = runs.split_off(MAX_DRY_RUNS);
+                (runs, over)
+            }
+            false => (runs, Vec::new()),
+        };
+        let jobs = runs.iter().enumerate().map(|(i, r)| -> BoxFuture<'_, _> {
+            Box::pin(async move { (i, self.dry_run(r).await) })
+        });
+        let mut results = wave::bounded(jobs).await;
+        results.sort_by_key(|(i, _)| *i);
+        for (i, result) in results {
+            let Some(r) = runs.get(i) else { continue };
+            let server = match result {
+                Ok(server) => server,
+                Err(e) => {
+                    reply.errors.push(PreviewProblem {
+                        object: object_ref(&r.target),
+                        message: format!("the dry run of the update failed: {}", crate::report(&e)),
+                    });
+                    continue;
+                }
+            };
+            let redact = Redact::of(&r.target, rule.spec.seal);
+            let exclude = &r.policy.exclude;
+            let changes = diff::changes(&server, &r.live, r.c.with_status, exclude, redact);
+            if changes.is_empty() {
+                reply.unchanged += 1;
+                continue;
+            }
+            reply.updates.push(r.update(changes));
+        }
+        for r in over {
+            let mut update = r.update(Vec::new());
+            update.reason = Some(format!(
+                "not compared: more than {MAX_DRY_RUNS} updates in one preview"
+            ));
+            reply.updates.push(update);
+        }
+    }
+
+    /// The dry run of the replace a pass would send for `r` (writes nothing).
+    async fn dry_run(&self, r: &DryRun) -> Result<Value, WriteError> {
+        let Some(kind) = self.kinds.get(&r.target.gvk()) else {
+            return Err(WriteError::Gone(r.target.to_string()));
+        };
+        let namespace = r.target.namespace.as_deref();
+        let api = apply::api(&self.ctx.client, &kind.ar, namespace);
+        let body = dry_run_body(&r.c, &r.live, &r.policy)?;
+        apply::dry_run_replace(&api, &body).await
+    }
+
+    /// The copies of the candidate rule here that it would no longer want,
+    /// and what `collect` would do with each (the candidate's orphan policy;
+    /// a Namespace or CRD whose deletion would take unmanaged objects along
+    /// is kept, as `keep` decides).
+    async fn preview_deletes(
+        &self,
+        rule: &CompiledRule,
+        wanted: &Wanted,
+        reply: &mut PreviewReply,
+    ) {
+        let local = &self.fleet.local.name;
+        let mut served = None;
+        for kind in self.kinds.values().filter(|k| k.listed) {
+            for obj in kind.objects.values() {
+                if annotation(&obj, well_known::ANNOTATION_RULE) != Some(rule.name.as_str()) {
+                    continue;
+                }
+                let Some(origin) = annotation(&obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
+                    continue;
+                };
+                let Some(target) = Target::of(&obj) else {
+                    continue;
+                };
+                let other_rules = self
+                    .sink
+                    .plan
+                    .candidates(&target)
+                    .iter()
+                    .any(|c| c.rule != rule.name);
+                if origin == local.as_str()
+                    || wanted.contains_key(&target)
+                    || other_rules
+                    || crate::sync::model::meta::is_terminating(&obj)
+                {
+                    continue;
+                }
+                // The watch may not have seen a delete of the agent's own yet.
+                let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+                if let Ok(None) = announce::fresh(&api, &target.name).await {
+                    continue;
+                }
+                let ready = RuleOf::Ready(rule.spec.orphan_policy);
+                let (action, reason) = match self.verdict_under(&obj, origin, ready) {
+                    Verdict::Orphan => (DeleteAction::Orphan, None),
+                    Verdict::Keep => (
+                        DeleteAction::Keep,
+                        Some("its origin's identity is in doubt".to_owned()),
+                    ),
+                    Verdict::Delete => match self.would_take(&target, &obj, &mut served).await {
+                        Ok(found) if found.is_empty() => (DeleteAction::Delete, None),
+                        Ok(found) => (
+                            DeleteAction::Keep,
+                            Some(format!(
+                                "deleting it would delete what fleetbus does not manage: {}",
+                                found.join(", ")
+                            )),
+                        ),
+                        Err(e) => (
+                            DeleteAction::Delete,
+                            Some(format!(
+                                "what deleting it would take along could not be checked: {}",
+                                crate::report(&e)
+                            )),
+                        ),
+                    },
+                };
+                reply.deletes.push(PreviewDelete {
+                    object: object_ref(&target),
+                    action,
+                    reason,
+                });
+            }
+        }
+        reply.deletes.sort_by_key(|d| d.object.to_string());
+    }
+}

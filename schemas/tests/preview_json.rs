@@ -1,0 +1,95 @@
+//! Preview query JSON: the exact documented request and reply, round trips.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test crate
+
+use fleetbus_schemas::drift::DriftChange;
+use fleetbus_schemas::preview::{
+    DeleteAction, PreviewCreate, PreviewDelete, PreviewReply, PreviewRequest, PreviewUpdate,
+};
+use fleetbus_schemas::subject::{CommandKey, Prefix};
+use fleetbus_schemas::ObjectRef;
+use serde_json::json;
+
+mod common;
+
+/// The request example in docs/PROTOCOL.md §6.8; keep them identical.
+const REQUEST: &str = r#"{"schema":"fleetbus.io/preview-request/v1","rule":{"apiVersion":"fleetbus.io/v1alpha1","kind":"ResourceSyncRule","metadata":{"name":"web"},"spec":{"groupVersionKind":{"group":"","kind":"Secret","version":"v1"},"rules":[{"match":[{"namespaces":["a","b"]}]}]}},"ruleName":null,"source":null}"#;
+
+/// The reply example in docs/PROTOCOL.md §6.8; keep them identical.
+const REPLY: &str = r#"{"schema":"fleetbus.io/preview-reply/v1","cluster":"c2","rule":"web","selected":true,"creates":[{"object":{"apiVersion":"v1","kind":"Secret","namespace":"b","name":"db"},"origin":"c1"}],"updates":[{"object":{"apiVersion":"v1","kind":"Secret","namespace":"a","name":"api"},"origin":"c1","changes":[{"path":"/data/token","desired":"(redacted: desired value)","live":"(redacted: live value)"},{"path":"/metadata/labels/tier","desired":"gold","live":null}]}],"deletes":[{"object":{"apiVersion":"v1","kind":"Secret","namespace":"a","name":"old"},"action":"Delete"}],"conflicts":[],"errors":[],"unchanged":12,"held":0,"omitted":0,"incomplete":[],"error":null}"#;
+
+fn secret(ns: &str, name: &str) -> ObjectRef {
+    ObjectRef::new("v1", "Secret", Some(ns), name)
+}
+
+fn request() -> PreviewRequest {
+    PreviewRequest {
+        rule: Some(
+            json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+            "metadata": {"name": "web"},
+            "spec": {"groupVersionKind": {"group": "", "version": "v1", "kind": "Secret"},
+                     "rules": [{"match": [{"namespaces": ["a", "b"]}]}]}}),
+        ),
+        rule_name: None,
+        source: None,
+        author: None,
+    }
+}
+
+fn reply() -> PreviewReply {
+    PreviewReply {
+        cluster: "c2".into(),
+        rule: "web".into(),
+        selected: true,
+        creates: vec![PreviewCreate {
+            object: secret("b", "db"),
+            origin: "c1".into(),
+        }],
+        updates: vec![PreviewUpdate {
+            object: secret("a", "api"),
+            origin: "c1".into(),
+            changes: vec![
+                DriftChange {
+                    path: "/data/token".into(),
+                    desired: json!("(redacted: desired value)"),
+                    live: json!("(redacted: live value)"),
+                },
+                DriftChange {
+                    path: "/metadata/labels/tier".into(),
+                    desired: json!("gold"),
+                    live: serde_json::Value::Null,
+                },
+            ],
+            changes_omitted: 0,
+            reason: None,
+        }],
+        deletes: vec![PreviewDelete {
+            object: secret("a", "old"),
+            action: DeleteAction::Delete,
+            reason: None,
+        }],
+        unchanged: 12,
+        ..PreviewReply::default()
+    }
+}
+
+#[test]
+fn examples_match_documented_json() {
+    assert_eq!(
+        String::from_utf8(request().encode().unwrap()).unwrap(),
+        REQUEST
+    );
+    assert_eq!(
+        PreviewRequest::decode(REQUEST.as_bytes()).unwrap(),
+        request()
+    );
+    assert_eq!(request().validate().unwrap(), "web");
+    assert_eq!(String::from_utf8(reply().encode().unwrap()).unwrap(), REPLY);
+    assert_eq!(PreviewReply::decode(REPLY.as_bytes()).unwrap(), reply());
+    common::assert_doc_contains(REQUEST);
+    common::assert_doc_contains(&common::pretty(REPLY));
+    common::assert_doc_contains(&format!(
+        "`{}`",
+        CommandKey::preview("c2").to_subject(&Prefix::default())
+    ));
+}

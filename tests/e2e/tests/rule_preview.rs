@@ -1,0 +1,757 @@
+//! `fleetbus rules preview` (issue 22), with real agents and devclusters,
+//! driven as a user would: write a rule file, preview it, then
+//! `kubectl apply` it. The preview lists exactly the creates, updates (at the
+//! paths it names) and deletes that applying the rule then performs on each
+//! cluster, as kube watches on the copies record them; a preview writes
+//! nothing; an invalid rule is a clear error with exit 2; `--rule NAME -f
+//! source.yaml` shows what a changed source would update.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test crate
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::sync::{Arc, Mutex};
+
+use common::sync::*;
+use common::{fleetbus_cli, Member, MemberExt, CONVERGE};
+use fleetbus_schemas::preview::{PreviewReply, PreviewRequest, PreviewSource};
+use fleetbus_schemas::subject::{CommandKey, Prefix};
+use fleetbus_schemas::well_known::ANNOTATION_RULE;
+use fleetbus_testsupport::{wait_for, NatsServer};
+use futures::StreamExt;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+const RULE: &str = "web";
+
+/// Rule `web`: Secrets of namespace `a`, from every cluster, to `sinks`
+/// (a label selector in YAML flow style), with `extra` YAML under the entry.
+fn web_rule(sinks: &str, matched: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: {RULE}
+spec:
+  groupVersionKind: {{group: "", version: v1, kind: Secret}}
+  clusterSelector: {sinks}
+  rules:
+    - match:
+        - {matched}
+{extra}"#
+    )
+}
+
+/// v1: to `env=edge` clusters, every Secret of `a`.
+fn v1() -> String {
+    web_rule("{matchLabels: {env: edge}}", "namespaces: [a]", "")
+}
+
+/// v2: also to `env=later` clusters (creates there), a label added to every
+/// copy (updates), and Secrets labelled `drop` no longer matched (deletes).
+fn v2() -> String {
+    web_rule(
+        "{matchExpressions: [{key: env, operator: In, values: [edge, later]}]}",
+        "{namespaces: [a], labels: [{matchExpressions: [{key: drop, operator: DoesNotExist}]}]}",
+        "      mutations:\n        labels: {add: {tier: gold}}\n",
+    )
+}
+
+fn temp_file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    f.flush().unwrap();
+    f
+}
+
+async fn preview(nats: &NatsServer, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec!["rules", "preview"];
+    all.extend_from_slice(args);
+    fleetbus_cli(nats, &all).await
+}
+
+/// `-o json` of a preview: each answering cluster's reply by name.
+fn replies(out: &str) -> BTreeMap<String, Value> {
+    let v: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["errors"], json!([]), "{v:#}");
+    v["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["cluster"].as_str().unwrap().to_owned(), r.clone()))
+        .collect()
+}
+
+/// (verb, name) → changed paths: what a reply says happens in namespace `a`.
+type Effects = BTreeMap<(String, String), BTreeSet<String>>;
+
+fn predicted(reply: &Value) -> Effects {
+    let mut out = Effects::new();
+    let name = |o: &Value| o["object"]["name"].as_str().unwrap().to_owned();
+    for c in reply["creates"].as_array().unwrap() {
+        out.insert(("ADDED".into(), name(c)), BTreeSet::new());
+    }
+    for u in reply["updates"].as_array().unwrap() {
+        let paths = u["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["path"].as_str().unwrap().to_owned())
+            .collect();
+        out.insert(("MODIFIED".into(), name(u)), paths);
+    }
+    for d in reply["deletes"].as_array().unwrap() {
+        assert_eq!(d["action"], "Delete", "{reply:#}");
+        out.insert(("DELETED".into(), name(d)), BTreeSet::new());
+    }
+    assert_eq!(reply["conflicts"], json!([]), "{reply:#}");
+    assert_eq!(reply["errors"], json!([]), "{reply:#}");
+    out
+}
+
+/// Leaf differences as the preview's diff names them: maps recursed into,
+/// anything else (and a key only one side has) one path.
+fn leaf_paths(path: &str, a: Option<&Value>, b: Option<&Value>, out: &mut BTreeSet<String>) {
+    match (a, b) {
+        (Some(Value::Object(x)), Some(Value::Object(y))) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let p = format!("{path}/{}", k.replace('~', "~0").replace('/', "~1"));
+                leaf_paths(&p, x.get(k), y.get(k), out);
+            }
+        }
+        (a, b) if a != b => {
+            out.insert(path.to_owned());
+        }
+        _ => {}
+    }
+}
+
+/// What a write changed: leaf paths, server-kept metadata aside.
+fn changed(before: &Value, after: &Value) -> BTreeSet<String> {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        // A list's items carry no apiVersion and kind; watch events do.
+        if let Some(top) = v.as_object_mut() {
+            top.remove("apiVersion");
+            top.remove("kind");
+        }
+        if let Some(m) = v["metadata"].as_object_mut() {
+            for f in ["resourceVersion", "managedFields", "generation"] {
+                m.remove(f);
+            }
+        }
+        v
+    };
+    let mut out = BTreeSet::new();
+    leaf_paths("", Some(&strip(before)), Some(&strip(after)), &mut out);
+    out
+}
+
+/// Records what happens to the managed copies of Secrets in namespace `a` on
+/// `m` from now on, as a kube watch sees it.
+struct Recorder {
+    effects: Arc<Mutex<Effects>>,
+    last: Arc<Mutex<BTreeMap<String, Value>>>,
+}
+
+impl Recorder {
+    async fn start(m: &Member) -> Recorder {
+        let api = dynamic(m, &secrets(), Some("a"));
+        let list = api.list(&ListParams::default()).await.unwrap();
+        let rv = list.metadata.resource_version.clone().unwrap();
+        let last: BTreeMap<String, Value> = list
+            .items
+            .iter()
+            .map(|o| (o.name_any(), serde_json::to_value(o).unwrap()))
+            .collect();
+        let effects = Arc::new(Mutex::new(Effects::new()));
+        let last = Arc::new(Mutex::new(last));
+        let mut stream = api
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .unwrap()
+            .boxed();
+        let (e, l) = (effects.clone(), last.clone());
+        tokio::spawn(async move {
+            while let Some(ev) = stream.next().await {
+                let (verb, o) = match ev.unwrap() {
+                    WatchEvent::Added(o) => ("ADDED", o),
+                    WatchEvent::Modified(o) => ("MODIFIED", o),
+                    WatchEvent::Deleted(o) => ("DELETED", o),
+                    _ => continue,
+                };
+                let managed =
+                    o.annotations().get(ANNOTATION_RULE).map(String::as_str) == Some(RULE);
+                let name = o.name_any();
+                let now = serde_json::to_value(&o).unwrap();
+                let before = l.lock().unwrap().insert(name.clone(), now.clone());
+                // A delete in progress (finalizers) is the delete's, not an update.
+                if !managed || (verb == "MODIFIED" && o.metadata.deletion_timestamp.is_some()) {
+                    continue;
+                }
+                let paths = match (verb, before) {
+                    ("MODIFIED", Some(before)) => changed(&before, &now),
+                    _ => BTreeSet::new(),
+                };
+                e.lock()
+                    .unwrap()
+                    .entry((verb.to_owned(), name))
+                    .or_default()
+                    .extend(paths);
+            }
+        });
+        Recorder { effects, last }
+    }
+
+    fn effects(&self) -> Effects {
+        self.effects.lock().unwrap().clone()
+    }
+
+    /// The copy of `name` as the watch last saw it.
+    fn seen(&self, name: &str) -> Option<Value> {
+        self.last.lock().unwrap().get(name).cloned()
+    }
+}
+
+/// resourceVersions of every Secret in `a` and of the rule, and the writes
+/// of copies' kinds each devcluster counted.
+async fn state(m: &[Member]) -> Vec<(String, Value, BTreeMap<String, String>)> {
+    let mut out = Vec::new();
+    for x in m {
+        let mut rvs = BTreeMap::new();
+        for o in dynamic(x, &secrets(), Some("a"))
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+        {
+            rvs.insert(o.name_any(), o.resource_version().unwrap());
+        }
+        if let Some(r) = get_dynamic(x, &rules(), None, RULE).await.unwrap() {
+            rvs.insert("rule".into(), r.resource_version().unwrap());
+        }
+        // Of the kinds a preview could write (its copies', the namespaces
+        // they need): status writes of the agents' own go on meanwhile.
+        let w = writes(x).await;
+        let copies = ["core/secrets", "core/configmaps", "core/namespaces"].map(|k| w[k].clone());
+        out.push((x.name.clone(), json!(copies), rvs));
+    }
+    out
+}
+
+async fn label(m: &[Member], cluster: &str, value: &str) {
+    let x = m.iter().find(|x| x.name == cluster).unwrap();
+    kubectl(
+        x,
+        &[
+            "label",
+            "clusters.fleetbus.io",
+            cluster,
+            &format!("env={value}"),
+        ],
+    );
+    for seer in m {
+        let what = format!("{}: {cluster} labelled env={value}", seer.name);
+        wait_for(&what, SYNC, || async {
+            let c = seer
+                .clusters()
+                .get(cluster)
+                .await
+                .map_err(|e| e.to_string())?;
+            match c.labels().get("env") {
+                Some(v) if v == value => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+}
+
+fn tier_gold(o: &kube::api::DynamicObject) -> Result<(), String> {
+    match o.labels().get("tier") {
+        Some(v) if v == "gold" => Ok(()),
+        other => Err(format!("tier={other:?}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_preview_lists_what_applying_the_rule_does_and_writes_nothing() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "a").await;
+    }
+    label(&m, "c2", "edge").await;
+    label(&m, "c3", "later").await;
+    create_secret(c1, "a", "keep", &[("k", "v1")]).await;
+    create_secret(c1, "a", "drop", &[("k", "v1")]).await;
+    kubectl(c1, &["-n", "a", "label", "secret", "drop", "drop=yes"]);
+    apply_yaml(c1, &v1());
+    for name in ["keep", "drop"] {
+        wait_copy(c2, &secrets(), Some("a"), name, "c1", RULE, |_| Ok(())).await;
+    }
+    wait_rule(c3, RULE, "replicated", |_| Ok(())).await;
+
+    // The preview, which writes nothing anywhere.
+    let v2_file = temp_file(&v2());
+    let v2_path = v2_file.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(&nats, &["-f", v2_path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    let said = replies(&out);
+    assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
+    let want: BTreeMap<&str, Effects> = said
+        .iter()
+        .map(|(c, r)| (c.as_str(), predicted(r)))
+        .collect();
+    // What the scenario makes of it, so a preview that lists nothing cannot pass.
+    assert!(want["c1"].is_empty(), "{out}");
+    let keys = |c: &str| want[c].keys().cloned().collect::<Vec<_>>();
+    let k = |v: &str, n: &str| (v.to_owned(), n.to_owned());
+    assert_eq!(
+        keys("c2"),
+        [k("DELETED", "drop"), k("MODIFIED", "keep")],
+        "{out}"
+    );
+    assert_eq!(keys("c3"), [k("ADDED", "keep")], "{out}");
+    assert!(
+        want["c2"][&k("MODIFIED", "keep")].contains("/metadata/labels/tier"),
+        "{out}"
+    );
+    // The text form says the same per cluster.
+    let (code, text, _) = preview(&nats, &["-f", v2_path]).await;
+    assert_eq!(code, Some(1));
+    for line in [
+        "cluster c2: 0 to create, 1 to update, 1 to delete",
+        "~ update v1/Secret/a/keep (from c1)",
+        "    /metadata/labels/tier: (absent) -> \"gold\"",
+        "- delete v1/Secret/a/drop",
+        "cluster c3: 1 to create, 0 to update, 0 to delete",
+        "+ create v1/Secret/a/keep (from c1)",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+
+    // Applying it does exactly that.
+    let watches = [Recorder::start(c2).await, Recorder::start(c3).await];
+    kubectl(c1, &["apply", "-f", v2_path]);
+    wait_copy(c2, &secrets(), Some("a"), "keep", "c1", RULE, tier_gold).await;
+    wait_copy(c3, &secrets(), Some("a"), "keep", "c1", RULE, tier_gold).await;
+    wait_absent(c2, &secrets(), Some("a"), "drop").await;
+    // Until each watch has seen the end state too.
+    for (w, cluster) in watches.iter().zip(["c2", "c3"]) {
+        wait_for(
+            &format!("{cluster}'s watch to see the new state"),
+            SYNC,
+            || async {
+                let keep = w.seen("keep").ok_or("no keep")?;
+                let gold = keep["metadata"]["labels"]["tier"] == "gold";
+                let dropped =
+                    w.effects().keys().all(|(_, n)| n != "drop") || w.seen("drop").is_some();
+                (gold && dropped && w.effects() == want[cluster])
+                    .then_some(())
+                    .ok_or(format!(
+                        "seen {:?}, previewed {:?}",
+                        w.effects(),
+                        want[cluster]
+                    ))
+            },
+        )
+        .await;
+    }
+    assert_absent(c3, &secrets(), Some("a"), "drop").await;
+
+    // Applied, the same rule previews no change.
+    let (code, out, err) = preview(&nats, &["-f", v2_path, "-o", "json"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    for (c, r) in replies(&out) {
+        assert_eq!(predicted(&r), Effects::new(), "{c}: {r:#}");
+        assert!(r["unchanged"].as_u64().unwrap() <= 1, "{c}: {r:#}");
+    }
+
+    // A changed source: updates on both sinks, values redacted, nothing written.
+    let keep = get_dynamic(c1, &secrets(), Some("a"), "keep")
+        .await
+        .unwrap()
+        .unwrap();
+    let mut changed_src = serde_json::to_value(&keep).unwrap();
+    changed_src["data"]["k"] = json!(b64("v2-secret"));
+    let src_file = temp_file(&serde_json::to_string(&changed_src).unwrap());
+    let src_path = src_file.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(
+        &nats,
+        &[
+            "--rule", RULE, "-f", src_path, "--origin", "c1", "-o", "json",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    assert!(
+        !out.contains(&b64("v2-secret")) && !out.contains(&b64("v1")),
+        "{out}"
+    );
+    for (c, r) in replies(&out) {
+        let effects = predicted(&r);
+        if c == "c1" {
+            assert!(effects.is_empty(), "{r:#}");
+            continue;
+        }
+        let paths = &effects[&k("MODIFIED", "keep")];
+        assert!(paths.contains("/data/k"), "{c}: {r:#}");
+        assert_eq!(effects.len(), 1, "{c}: {r:#}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_rule_is_a_clear_error_and_exits_2() {
+    let nats = NatsServer::start().unwrap();
+    let mut m = fleet(&nats, &["c1", "c2"]).await;
+    // Agents answer once they have read their fleet, rules and policy; a
+    // rule name no cluster has is refused by each, and exits 2.
+    wait_for("every agent answers previews", SYNC, || async {
+        let (code, out, err) = preview(&nats, &["--rule", "nosuch"]).await;
+        let both = ["c1", "c2"].iter().all(|c| {
+            out.contains(&format!(
+                "cluster {c}: refused: no rule nosuch on this cluster"
+            ))
+        });
+        (both && code == Some(2))
+            .then_some(())
+            .ok_or(format!("{code:?} {out}{err}"))
+    })
+    .await;
+    let bad_kind = temp_file(&v1().replace("kind: Secret", "kind: 'not a kind'"));
+    let (code, out, err) = preview(&nats, &["-f", bad_kind.path().to_str().unwrap()]).await;
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("invalid rule: spec.groupVersionKind"), "{err}");
+    let bad_template = temp_file(&web_rule(
+        "{}",
+        "namespaces: [a]",
+        "      mutations:\n        overrides:\n          - {type: replace, path: /data/x, value: '{{ .Object.metadata.name'}\n",
+    ));
+    let (code, out, err) = preview(&nats, &["-f", bad_template.path().to_str().unwrap()]).await;
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("unbalanced template delimiters"), "{err}");
+    // A health expression only the agents find wrong (they compile it as
+    // they compile every rule): each refuses, saying why.
+    let bad_cel = temp_file(&format!(
+        "{}  health:\n    current: \"object.status.phase ==\"\n",
+        v1()
+    ));
+    let (code, out, err) = preview(&nats, &["-f", bad_cel.path().to_str().unwrap()]).await;
+    assert_eq!(code, Some(2), "{out}{err}");
+    for c in ["c1", "c2"] {
+        assert!(
+            out.contains(&format!("cluster {c}: refused: invalid rule {RULE}: ")),
+            "{out}{err}"
+        );
+    }
+    assert!(out.contains("does not compile"), "{out}");
+    // A cluster that does not answer is named: one gone from the registry's
+    // view, and one asked by name that never was.
+    m[1].agent.kill9();
+    let (code, out, _) = preview(&nats, &["--rule", "nosuch", "--timeout", "2s"]).await;
+    assert_eq!(code, Some(2));
+    assert!(out.contains("cluster c1: refused: no rule nosuch"), "{out}");
+    assert!(
+        out.contains("cluster c2: error: no agent answers for cluster c2"),
+        "{out}"
+    );
+    let (code, out, _) = preview(
+        &nats,
+        &["--rule", RULE, "--cluster", "c9", "--timeout", "2s"],
+    )
+    .await;
+    assert_eq!(code, Some(2));
+    assert!(
+        out.contains("cluster c9: error: no agent answers for cluster c9"),
+        "{out}"
+    );
+}
+
+/// One token every 5 s, 6 at once: the hostile requests below are each
+/// answered on its merits, then a flood finds the bucket empty.
+const RATE: &[&str] = &["--command-rate", "0.2", "--command-burst", "6"];
+
+/// Sends `payload` to c1's preview subject as a plain NATS client would.
+async fn raw(client: &async_nats::Client, payload: Vec<u8>) -> PreviewReply {
+    let subject = CommandKey::preview("c1").to_subject(&Prefix::default());
+    let msg = tokio::time::timeout(SYNC, client.request(subject, payload.into()))
+        .await
+        .expect("no reply in time")
+        .expect("request");
+    PreviewReply::decode(&msg.payload).expect("a preview reply")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_are_refused_with_why_and_a_flood_is_rate_limited() {
+    let nats = NatsServer::start().unwrap();
+    let mut c1 = Member::start(&nats, "c1", "c1", RATE).await;
+    c1.wait_ready().await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let ask = PreviewRequest {
+        rule_name: Some("nosuch".into()),
+        ..PreviewRequest::default()
+    };
+    wait_for("c1 answers previews", CONVERGE, || async {
+        let subject = CommandKey::preview("c1").to_subject(&Prefix::default());
+        let msg = client
+            .request(subject, ask.encode().unwrap().into())
+            .await
+            .map_err(|e| e.to_string())?;
+        let reply = PreviewReply::decode(&msg.payload).map_err(|e| e.to_string())?;
+        match reply.error.as_deref() {
+            Some("no rule nosuch on this cluster") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    let refused = |r: &PreviewReply, want: &str| {
+        let e = r.error.as_deref().unwrap_or_default();
+        assert!(e.contains(want), "{e:?} does not say {want:?}: {r:?}");
+        assert!(!r.has_changes() && r.retry_after_ms.is_none(), "{r:?}");
+    };
+    refused(
+        &raw(&client, b"\xff garbage".to_vec()).await,
+        "cannot read the request",
+    );
+    // Nested past serde_json's limit: an error, not a stack overflow.
+    let deep = format!(
+        r#"{{"schema":"fleetbus.io/preview-request/v1","rule":{}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    refused(
+        &raw(&client, deep.into_bytes()).await,
+        "cannot read the request",
+    );
+    // A huge rule: refused for what it is, nothing compiled.
+    let huge = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+        "metadata": {"name": "huge"},
+        "spec": {"groupVersionKind": {"version": "v1", "kind": "Secret"},
+                 "health": {"current": "x".repeat(600_000)}}});
+    let req = PreviewRequest {
+        rule: Some(huge),
+        ..PreviewRequest::default()
+    };
+    refused(
+        &raw(&client, req.encode().unwrap()).await,
+        "invalid rule huge",
+    );
+    // A source object forged for a subject-like origin.
+    let forged = PreviewRequest {
+        rule_name: Some("nosuch".into()),
+        source: Some(PreviewSource {
+            origin: "c2.>".into(),
+            object: json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}),
+        }),
+        ..PreviewRequest::default()
+    };
+    refused(
+        &raw(&client, forged.encode().unwrap()).await,
+        "origin is not a cluster name",
+    );
+
+    // A flood: answered, nearly all refused for rate with when to retry.
+    let payload = ask.encode().unwrap();
+    let mut flood = futures::stream::iter(0..100)
+        .map(|_| raw(&client, payload.clone()))
+        .buffer_unordered(50);
+    let mut limited = 0;
+    while let Some(r) = flood.next().await {
+        if r.retry_after_ms.is_some() {
+            refused(
+                &PreviewReply {
+                    retry_after_ms: None,
+                    ..r
+                },
+                "rate limited",
+            );
+            limited += 1;
+        }
+    }
+    assert!(limited >= 95, "{limited} of 100 refused for rate");
+    let (code, out, _) = preview(&nats, &["--rule", "nosuch"]).await;
+    assert_eq!(code, Some(2));
+    assert!(out.contains("cluster c1: refused: rate limited"), "{out}");
+    // Its own bucket: a correction still goes through.
+    let (code, out, err) = fleetbus_cli(&nats, &["drift", "correct", "--cluster", "c1"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let series = "fleetbus_commands_rejected_total{verb=\"preview\",reason=\"rate\"}";
+    wait_for("c1 counts the refusals", CONVERGE, || async {
+        match c1.metric(series)? {
+            n if n >= limited as f64 => Ok(()),
+            n => Err(format!("{series} = {n}")),
+        }
+    })
+    .await;
+}
+
+/// Rule `stacks`: Bundles unwrapped on every cluster `sinks` selects.
+fn stacks_rule(sinks: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: stacks
+spec:
+  groupVersionKind: {{group: fleetbus.io, version: v1alpha1, kind: Bundle}}
+  unwrap: true
+  clusterSelector: {sinks}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwrap_rule_is_previewed_from_its_bundles_manifests() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "apps").await;
+    }
+    apply_yaml(c1, &stacks_rule("{}"));
+    apply_yaml(
+        c1,
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: Bundle
+metadata: {name: stack, namespace: apps}
+spec:
+  manifests:
+    - apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: cfg, namespace: apps}
+      data: {k: v}
+"#,
+    );
+    let config_maps = kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+    wait_copy(
+        c2,
+        &config_maps,
+        Some("apps"),
+        "cfg",
+        "c1",
+        "stacks",
+        |_| Ok(()),
+    )
+    .await;
+
+    // As it is: the manifest's copy is there, nothing to do (not the Bundle
+    // itself as a copy).
+    let (code, out, err) = preview(&nats, &["--rule", "stacks", "-o", "json"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let said = replies(&out);
+    assert_eq!(said["c2"]["unchanged"], 1, "{out}");
+    assert_eq!(predicted(&said["c2"]), Effects::new(), "{out}");
+
+    // No longer selecting c2: its copy of the manifest goes, and does.
+    let narrowed = temp_file(&stacks_rule("{matchLabels: {nowhere: here}}"));
+    let path = narrowed.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    let said = replies(&out);
+    let k = |v: &str, n: &str| (v.to_owned(), n.to_owned());
+    let c2_effects: Vec<_> = predicted(&said["c2"]).into_keys().collect();
+    assert_eq!(c2_effects, [k("DELETED", "cfg")], "{out}");
+    assert_eq!(
+        said["c2"]["deletes"][0]["object"]["kind"], "ConfigMap",
+        "{out}"
+    );
+    assert_eq!(predicted(&said["c1"]), Effects::new(), "{out}");
+    kubectl(c1, &["apply", "-f", path]);
+    wait_absent(c2, &config_maps, Some("apps"), "cfg").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rule_is_previewed_as_its_author_s_against_each_sinks_policy() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "a").await;
+    }
+    // c2 takes Secrets only from rules created on c1.
+    apply_policy(
+        c2,
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: SyncPolicy
+metadata: {name: default}
+spec:
+  import:
+    rules:
+      - {action: Allow, kinds: [{kind: Secret}], authors: [c1]}
+    otherwise: Deny
+"#,
+        "True",
+    )
+    .await;
+    create_secret(c1, "a", "s", &[("k", "v")]).await;
+    // A current rule has c1 publish its Secrets of `a`, to nobody yet.
+    apply_yaml(
+        c1,
+        &web_rule("{matchLabels: {nowhere: here}}", "namespaces: [a]", ""),
+    );
+    wait_rule(c2, RULE, "replicated", |_| Ok(())).await;
+
+    let new_rule =
+        temp_file(&web_rule("{}", "namespaces: [a]", "").replace("name: web", "name: everywhere"));
+    let path = new_rule.path().to_str().unwrap();
+    let ask = |author: Option<&'static str>| {
+        let nats = &nats;
+        async move {
+            let mut args = vec!["-f", path, "-o", "json"];
+            args.extend(author.map(|a| ["--author", a]).into_iter().flatten());
+            wait_for("c2 to preview the new rule", SYNC, || {
+                let args = args.clone();
+                async move {
+                    let (_, out, err) = preview(nats, &args).await;
+                    let v: Value =
+                        serde_json::from_str(&out).map_err(|e| format!("{e}: {out}{err}"))?;
+                    let c2 = v["clusters"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|r| r["cluster"] == "c2");
+                    match c2 {
+                        Some(r)
+                            if r["creates"].as_array().is_some_and(|c| !c.is_empty())
+                                || r["errors"].as_array().is_some_and(|e| !e.is_empty()) =>
+                        {
+                            Ok(r.clone())
+                        }
+                        other => Err(format!("{other:?}")),
+                    }
+                }
+            })
+            .await
+        }
+    };
+    // Taken as c2's own rule, the policy refuses its copy.
+    let own = ask(None).await;
+    assert_eq!(own["creates"], json!([]), "{own:#}");
+    let refused = own["errors"][0]["message"].as_str().unwrap();
+    assert!(
+        refused.contains("refused by this cluster's SyncPolicy"),
+        "{own:#}"
+    );
+    // Created on c1, as it will be: the copy is a create, and it is.
+    let as_c1 = ask(Some("c1")).await;
+    assert_eq!(as_c1["errors"], json!([]), "{as_c1:#}");
+    assert_eq!(as_c1["creates"][0]["object"]["name"], "s", "{as_c1:#}");
+    kubectl(c1, &["apply", "-f", path]);
+    wait_copy(c2, &secrets(), Some("a"), "s", "c1", "everywhere", |_| {
+        Ok(())
+    })
+    .await;
+}
