@@ -34,6 +34,7 @@ mod policy;
 mod policy_watch;
 mod progress;
 mod returns;
+mod rollout;
 mod rules;
 mod sink;
 mod source;
