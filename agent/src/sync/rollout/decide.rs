@@ -159,6 +159,7 @@ pub(in crate::sync) fn decide(
 /// the command, then the rules in the same step, so the record put says
 /// what the command did and what followed (a resume admits at once). The
 /// error is why the command is refused (nothing changes then).
+#[allow(dead_code)] // the rollout command verb comes next
 pub(in crate::sync) fn decide_with(
     prev: Option<&RolloutRecord>,
     action: RolloutAction,
@@ -391,6 +392,14 @@ impl<'a> Run<'a> {
                 {
                     Some(format!("{name}: Failed: {}", r.message))
                 }
+                // Current at the target but not for minReadySeconds yet (its
+                // clock restarts with the origin) is healthy, not late.
+                (Some(r), _)
+                    if r.hash.as_deref() == Some(self.target.as_str())
+                        && r.health == HealthStatus::Current =>
+                {
+                    None
+                }
                 (_, Some(at)) if *at + self.deadline <= self.now => Some(format!(
                     "{name}: not healthy within {}s",
                     self.spec.progress_deadline_seconds
@@ -580,6 +589,7 @@ fn list(names: &[&str]) -> String {
 
 /// An operator's command on one record (PROTOCOL §6.9, "Commands"): the
 /// changed record, `Ok(None)` when it changes nothing, or why it is refused.
+#[allow(dead_code)] // the rollout command verb comes next
 pub(in crate::sync) fn command(
     rec: &RolloutRecord,
     action: RolloutAction,

@@ -5,6 +5,12 @@
 //!
 //! - `decide`: the origin's decision, pure (the rules of PROTOCOL §6.9), and
 //!   the operator's commands on one record.
+//! - `origin`: the origin's pass: decide, store the version, put the record.
+//! - `sink`: the version a sink runs (pure `choose`), the hold of a copy
+//!   whose version is not decided or not read yet, the version reads.
+//! - `state`: what rollouts keep between passes (a leaf).
 
-#[allow(dead_code)] // wired by the origin's rollout pass (next step)
 pub(in crate::sync) mod decide;
+mod origin;
+pub(in crate::sync) mod sink;
+pub(in crate::sync) mod state;

@@ -374,7 +374,11 @@ impl Engine {
                 .is_none_or(|ns| self.namespace_exists(ns)),
             baseline: self.baselines.get(target),
             rule: self.rules.get(&c.rule),
-            hold: self.holds.get(&c.rule).map(String::as_str),
+            hold: self
+                .holds
+                .get(&c.rule)
+                .map(String::as_str)
+                .or_else(|| self.rollout.hold(&c.rule, &c.key)),
         };
         decide(&view, target, c, now)
     }

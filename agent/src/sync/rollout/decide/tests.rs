@@ -301,6 +301,12 @@ fn a_copy_not_healthy_by_the_deadline_has_failed() {
     let d = decide(Some(&rolling(&["c1"])), &spec(), &input, at(60));
     assert_eq!(d.record.phase, RolloutPhase::Paused);
     assert_eq!(d.record.failed["c1"], "c1: not healthy within 60s");
+    // Current at the target, its minReadySeconds restarted with the origin
+    // past the deadline, is healthy, not late.
+    let mut restarted = inputs(2, Some('b'));
+    healthy(&mut restarted, "c1", 'b', 100);
+    let d = decide(Some(&rolling(&["c1"])), &spec(), &restarted, at(101));
+    assert!(!d.changed, "{:?}", d.record.failed);
     // A cluster that never reported at all fails the same way.
     let d = decide(
         Some(&rolling(&["c1"])),
