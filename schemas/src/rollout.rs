@@ -354,6 +354,10 @@ impl RolloutRequest {
 pub struct RolloutReply {
     /// The cluster that answered.
     pub cluster: String,
+    /// How many of its rollouts the request concerned (0: this origin has
+    /// none of the rule, or not of the object asked).
+    #[serde(default)]
+    pub matched: u64,
     /// The source objects whose rollout changed.
     #[serde(default)]
     pub changed: Vec<ObjectRef>,

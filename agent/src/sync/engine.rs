@@ -911,6 +911,13 @@ pub async fn run(
         engine.tx.clone(),
         engine.cancel.clone(),
     ));
+    // `fleetbus rules rollout`: admitted by its own rate bucket, applied here.
+    let (rollout_tx, mut rollout_rx) = mpsc::channel(16);
+    tokio::spawn(super::rollout::serve::serve(
+        reg.ctx.clone(),
+        rollout_tx,
+        cancel.child_token(),
+    ));
     let progress = super::progress::Progress::new(&reg.ctx.cfg.cluster_name);
     let serving = super::progress::serve(
         reg.ctx.clone(),
@@ -950,6 +957,10 @@ pub async fn run(
                     }
                 }
                 continue;
+            }
+            Some(req) = rollout_rx.recv() => {
+                let reply = engine.rollout_request(&req.payload).await;
+                super::rollout::serve::respond(&client, req.reply, &reply).await;
             }
             input = rx.recv() => {
                 let Some(input) = input else { return Ok(()) };

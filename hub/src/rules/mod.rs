@@ -7,6 +7,7 @@ mod error;
 pub mod model;
 pub mod read;
 pub mod render;
+pub mod rollout;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -24,6 +25,7 @@ pub async fn run(cmd: RulesCommand) -> Result<ExitCode, RulesError> {
     match cmd {
         RulesCommand::Ls(args) => ls(&args, &mut out).await.map(|()| ExitCode::SUCCESS),
         RulesCommand::Describe(args) => describe(&args, &mut out).await,
+        RulesCommand::Rollout(args) => rollout::rollout(&args, &mut out).await,
     }
 }
 

@@ -89,6 +89,7 @@ fn commands_round_trip_and_are_documented() {
     assert_eq!(RolloutRequest::decode(text.as_bytes()).unwrap(), req);
     let reply = RolloutReply {
         cluster: "hub".into(),
+        matched: 1,
         changed: vec![ObjectRef::new("apps/v1", "Deployment", Some("apps"), "web")],
         error: None,
         retry_after_ms: None,

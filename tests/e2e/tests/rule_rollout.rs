@@ -261,4 +261,99 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
             .count(),
         3
     );
+
+    // Fixed and resumed by the operator: the next cluster takes v3.
+    healthy(sinks[2]).await;
+    let (code, out, err) =
+        common::fleetbus_cli(&nats, &["rules", "rollout", "resume", "web"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("hub: changed apps/v1/Deployment/apps/web"),
+        "{out}"
+    );
+    wait_images(&sinks, &["c1", "c3"], "web:v3").await;
+    // Paused by the operator: c1 healthy, nothing more is admitted.
+    let (code, out, err) = common::fleetbus_cli(
+        &nats,
+        &[
+            "rules",
+            "rollout",
+            "pause",
+            "web",
+            "--object",
+            "Deployment/apps/web",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    healthy(sinks[0]).await;
+    let r = wait_record(&nats, "paused by the operator", |r| {
+        r["pausedBy"] == "operator"
+    })
+    .await;
+    assert_eq!(r["reason"], "Paused", "{r}");
+    let held = Instant::now();
+    while held.elapsed() < MIN_READY + Duration::from_secs(2) {
+        assert_eq!(image(sinks[1]).await.as_deref(), Some("web:v2"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Rolled back: every cluster on v2 again, the source ahead.
+    let (code, out, err) =
+        common::fleetbus_cli(&nats, &["rules", "rollout", "rollback", "web"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    wait_images(&sinks, &["c1", "c2", "c3", "c4"], "web:v2").await;
+    let r = wait_record(&nats, "rolled back", |r| r["phase"] == "RolledBack").await;
+    assert!(
+        r["message"].as_str().unwrap().contains("roll forward"),
+        "{r}"
+    );
+
+    // Garbage, unknown rules and objects: refused, named, nothing changed.
+    for (args, want) in [
+        (vec!["rules", "rollout", "explode", "web"], 2),
+        (
+            vec!["rules", "rollout", "pause", "web", "--object", "a/b/c/d"],
+            2,
+        ),
+        (vec!["rules", "rollout", "pause", "nope"], 1),
+        (
+            vec![
+                "rules",
+                "rollout",
+                "pause",
+                "web",
+                "--object",
+                "Deployment/apps/nope",
+            ],
+            1,
+        ),
+    ] {
+        let (code, out, err) = common::fleetbus_cli(&nats, &args).await;
+        assert_eq!(code, Some(want), "{args:?}: {out}{err}");
+    }
+    // An agent asked directly about a rule it does not have says so.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let req = br#"{"schema":"fleetbus.io/rollout-request/v1","rule":"nope","action":"Abort","object":null}"#;
+    let reply = client
+        .request("fleetbus.cmd.hub.rollout", req.as_slice().into())
+        .await
+        .unwrap();
+    let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert!(
+        reply["error"]
+            .as_str()
+            .unwrap()
+            .contains("no rule \"nope\""),
+        "{reply}"
+    );
+    let reply = client
+        .request("fleetbus.cmd.hub.rollout", "{]".into())
+        .await
+        .unwrap();
+    let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert!(
+        reply["error"].as_str().unwrap().contains("cannot read"),
+        "{reply}"
+    );
+    assert_eq!(record(&nats).await.unwrap()["phase"], "RolledBack");
 }

@@ -159,7 +159,6 @@ pub(in crate::sync) fn decide(
 /// the command, then the rules in the same step, so the record put says
 /// what the command did and what followed (a resume admits at once). The
 /// error is why the command is refused (nothing changes then).
-#[allow(dead_code)] // the rollout command verb comes next
 pub(in crate::sync) fn decide_with(
     prev: Option<&RolloutRecord>,
     action: RolloutAction,
@@ -589,7 +588,6 @@ fn list(names: &[&str]) -> String {
 
 /// An operator's command on one record (PROTOCOL §6.9, "Commands"): the
 /// changed record, `Ok(None)` when it changes nothing, or why it is refused.
-#[allow(dead_code)] // the rollout command verb comes next
 pub(in crate::sync) fn command(
     rec: &RolloutRecord,
     action: RolloutAction,

@@ -32,10 +32,10 @@ use crate::sync::source::publish::qualifies;
 const RETRY: Duration = Duration::from_secs(2);
 
 /// One decision to make: a rollout rule and one of our objects.
-struct Due {
-    key: RolloutKey,
-    spec: Rollout,
-    input: Inputs,
+pub(super) struct Due {
+    pub(super) key: RolloutKey,
+    pub(super) spec: Rollout,
+    pub(super) input: Inputs,
 }
 
 impl Engine {
@@ -106,7 +106,10 @@ impl Engine {
     /// The decisions to make: every rollout rule this cluster is a source
     /// of, every object of ours it selects, and every record of ours whose
     /// object is gone or no longer selected (it becomes `Gone`).
-    fn rollouts_due(&self, reports: &BTreeMap<ObjectKey, Vec<ReportedStatus>>) -> Vec<Due> {
+    pub(super) fn rollouts_due(
+        &self,
+        reports: &BTreeMap<ObjectKey, Vec<ReportedStatus>>,
+    ) -> Vec<Due> {
         let local = &self.fleet.local;
         let mut out = Vec::new();
         for rule in self.rules.values() {
@@ -258,7 +261,7 @@ impl Engine {
     /// Stores the version a record names (before any record names it: a
     /// sink never reads a record whose version is missing), then puts the
     /// record; both awaited.
-    async fn put_decision(
+    pub(super) async fn put_decision(
         &mut self,
         key: &RolloutKey,
         record: &RolloutRecord,
