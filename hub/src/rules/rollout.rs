@@ -188,3 +188,149 @@ mod tests {
         }
     }
 }
+
+/// Every origin's rollout records of `rule` (last per subject), from
+/// `FLEETBUS_ROLLOUTS`; unreadable or invalid ones are counted, not shown.
+/// An error when the stream cannot be read (an older fleet has none).
+pub async fn records(
+    js: &async_nats::jetstream::Context,
+    prefix: &fleetbus_schemas::subject::Prefix,
+    rule: &str,
+) -> Result<(Vec<fleetbus_schemas::rollout::RolloutRecord>, usize), String> {
+    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+    use fleetbus_schemas::subject::RolloutKey;
+    use futures::StreamExt;
+    let layout = fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1);
+    let stream = js
+        .get_stream(layout.rollouts_stream().name)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: RolloutKey::of_rule(prefix, rule),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            ..OrderedConfig::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let pending = consumer
+        .info()
+        .await
+        .map_err(|e| e.to_string())?
+        .num_pending;
+    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+    let (mut out, mut skipped) = (Vec::new(), 0);
+    for _ in 0..pending {
+        let Some(Ok(msg)) = messages.next().await else {
+            break;
+        };
+        let rec = RolloutKey::parse_subject(prefix, &msg.subject)
+            .ok()
+            .and_then(|k| {
+                let r = fleetbus_schemas::rollout::RolloutRecord::decode(&msg.payload).ok()?;
+                r.validate(&k).ok().map(|()| r)
+            });
+        match rec {
+            Some(r) => out.push(r),
+            None => skipped += 1,
+        }
+    }
+    Ok((out, skipped))
+}
+
+/// The Rollouts section of `rules describe` (pure): per object, its phase,
+/// revision, step and what it waits for; which clusters were admitted to
+/// which version, and which failed.
+pub fn render(
+    out: &mut impl Write,
+    records: &[fleetbus_schemas::rollout::RolloutRecord],
+    skipped: usize,
+) -> std::io::Result<()> {
+    if records.is_empty() && skipped == 0 {
+        return Ok(());
+    }
+    let short = |h: &str| h.get(..12).unwrap_or(h).to_owned();
+    writeln!(out)?;
+    writeln!(out, "Rollouts:")?;
+    for r in records {
+        let object = match &r.source.namespace {
+            Some(ns) => format!("{} {ns}/{}", r.source.kind, r.source.name),
+            None => format!("{} {}", r.source.kind, r.source.name),
+        };
+        writeln!(
+            out,
+            "  {object} from {}: {} (revision {}, step {}/{})",
+            r.origin,
+            r.phase,
+            r.revision,
+            r.step + 1,
+            r.steps.max(1)
+        )?;
+        if !r.message.is_empty() {
+            writeln!(out, "    {}", r.message)?;
+        }
+        let stable = r.stable.as_deref().map_or("-".to_owned(), short);
+        let target = r.target.as_deref().map_or("-".to_owned(), short);
+        writeln!(out, "    stable {stable}, target {target}")?;
+        for (hash, clusters) in &r.admitted {
+            let which = if Some(hash) == r.target.as_ref() {
+                "target"
+            } else {
+                "older"
+            };
+            let names: Vec<&str> = clusters.iter().map(String::as_str).collect();
+            writeln!(
+                out,
+                "    admitted to {} ({which}): {}",
+                short(hash),
+                names.join(", ")
+            )?;
+        }
+        for (cluster, why) in &r.failed {
+            writeln!(out, "    failed: {cluster}: {why}")?;
+        }
+    }
+    if skipped > 0 {
+        writeln!(out, "  ({skipped} unreadable record(s) skipped)")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod render_tests {
+    use super::*;
+    use fleetbus_schemas::rollout::{RolloutPhase, RolloutRecord};
+
+    #[test]
+    fn the_section_says_where_each_rollout_stands() {
+        let rec = RolloutRecord {
+            origin: "hub".into(),
+            rule: "web".into(),
+            source: ObjectRef::new("apps/v1", "Deployment", Some("apps"), "web"),
+            revision: 3,
+            stable: Some("a".repeat(64)),
+            target: Some("b".repeat(64)),
+            phase: RolloutPhase::Paused,
+            admitted: [("b".repeat(64), ["c3".to_owned()].into())].into(),
+            admitted_at: Default::default(),
+            failed: [("c3".to_owned(), "c3: not healthy within 12s".to_owned())].into(),
+            step: 0,
+            steps: 2,
+            paused_by: None,
+            reason: "Failed".into(),
+            message: "paused: c3: not healthy within 12s".into(),
+            updated_at: chrono::Utc::now(),
+        };
+        let mut out = Vec::new();
+        render(&mut out, &[rec], 1).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "\nRollouts:\n  Deployment apps/web from hub: Paused (revision 3, step 1/2)\n    paused: c3: not healthy within 12s\n    stable aaaaaaaaaaaa, target bbbbbbbbbbbb\n    admitted to bbbbbbbbbbbb (target): c3\n    failed: c3: c3: not healthy within 12s\n  (1 unreadable record(s) skipped)\n"
+        );
+        let mut none = Vec::new();
+        render(&mut none, &[], 0).unwrap();
+        assert!(none.is_empty());
+    }
+}

@@ -32,8 +32,8 @@ pub use resource_sync_rule::{
     AddRemove, AnnotationSelector, ClusterFeatureMatch, ConfigMapRef, ContentMatch, DriftExclusion,
     DriftMode, DriftPolicy, DriftTarget, GroupVersionKind, HealthCheck, MatchEntry, MaxUnavailable,
     Mutations, ObjectKeyMatch, OnFailure, OrphanPolicy, Override, OverrideType, ResourceSyncRule,
-    ResourceSyncRuleSpec, ResourceSyncRuleStatus, Rollout, RolloutGroup, StatusReturn, SyncRule,
-    UpdatePolicy, ValuesFrom,
+    ResourceSyncRuleSpec, ResourceSyncRuleStatus, Rollout, RolloutGroup, RolloutSummary,
+    StatusReturn, SyncRule, UpdatePolicy, ValuesFrom,
 };
 pub use rule_validation::{RuleError, RuleErrorKind};
 pub use sync_policy::{

@@ -584,4 +584,31 @@ pub struct ResourceSyncRuleStatus {
     /// Copies of this cluster's objects whose status sinks report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_copies: Option<i64>,
+    /// On the origin of a rule with `spec.rollout`: its rollouts of this
+    /// cluster's objects (at most 20, those not Complete first), from the
+    /// records it put (PROTOCOL §6.9).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollouts: Vec<RolloutSummary>,
+    /// How many rollouts there are in all (`rollouts` may show fewer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollouts_total: Option<i64>,
+}
+
+/// One rollout of a source object, as the rule's status shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSummary {
+    /// The source object, `Kind namespace/name`.
+    pub object: String,
+    /// `Progressing`, `Paused`, `Complete`, `Aborted`, `RolledBack` or `Gone`.
+    pub phase: String,
+    /// The rollout's revision (one per new source version).
+    pub revision: i64,
+    /// The group being rolled (1-based) and the number of groups.
+    pub step: String,
+    /// Clusters admitted to the newest version.
+    pub admitted: i64,
+    /// What it waits for, or why it stopped.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }

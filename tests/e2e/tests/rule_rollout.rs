@@ -262,6 +262,31 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
         3
     );
 
+    // Shown where operators look: the rule's status on the origin, describe.
+    wait_rule(&m[0], "web", "RolloutPaused", |r| {
+        let summary = r.status.as_ref().and_then(|s| s.rollouts.first());
+        match (rule_condition(r, "RolloutPaused"), summary) {
+            (Some(c), Some(s))
+                if c.status == "True"
+                    && c.message.contains("Deployment apps/web")
+                    && c.message.contains("c3: not healthy within 12s")
+                    && s.phase == "Paused"
+                    && s.revision == 3 =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (code, out, err) = common::fleetbus_cli(&nats, &["rules", "describe", "web"]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("Rollouts:\n  Deployment apps/web from hub: Paused (revision 3, step 1/2)")
+            && out.contains("failed: c3: c3: not healthy within 12s"),
+        "{out}"
+    );
+
     // Fixed and resumed by the operator: the next cluster takes v3.
     healthy(sinks[2]).await;
     let (code, out, err) =

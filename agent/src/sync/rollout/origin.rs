@@ -345,3 +345,56 @@ impl Engine {
         Ok(())
     }
 }
+
+/// At most this many rollouts are listed in a rule's status.
+const MAX_SUMMARIES: usize = 20;
+
+impl Engine {
+    /// This origin's rollouts of `rule`, for its status: those not Complete
+    /// first, at most [`MAX_SUMMARIES`], and why one is paused.
+    pub(in crate::sync) fn rollout_summaries(
+        &self,
+        rule: &str,
+        report: &mut crate::sync::model::RuleReport,
+    ) {
+        use fleetbus_schemas::rollout::RolloutPhase;
+        let local = &self.fleet.local.name;
+        let mut mine: Vec<(&RolloutKey, &RolloutRecord)> = self
+            .rollout
+            .records
+            .iter()
+            .filter(|(k, r)| &k.origin == local && k.rule == rule && r.phase != RolloutPhase::Gone)
+            .collect();
+        mine.sort_by_key(|(k, r)| (r.phase == RolloutPhase::Complete, (*k).clone()));
+        report.rollouts_total = mine.len();
+        report.rollouts_paused = mine
+            .iter()
+            .filter(|(_, r)| r.phase == RolloutPhase::Paused)
+            .map(|(k, r)| format!("{} {}: {}", k.kind, describe(k), r.message))
+            .next();
+        report.rollouts = mine
+            .iter()
+            .take(MAX_SUMMARIES)
+            .map(|(k, r)| fleetbus_schemas::crd::RolloutSummary {
+                object: format!("{} {}", k.kind, describe(k)),
+                phase: r.phase.to_string(),
+                revision: i64::try_from(r.revision).unwrap_or(i64::MAX),
+                step: format!("{}/{}", r.step + 1, r.steps.max(1)),
+                admitted: r
+                    .target
+                    .as_ref()
+                    .and_then(|t| r.admitted.get(t))
+                    .map_or(0, |s| i64::try_from(s.len()).unwrap_or(i64::MAX)),
+                message: r.message.clone(),
+            })
+            .collect();
+    }
+}
+
+/// `namespace/name`, or `name` for a cluster-scoped object.
+fn describe(k: &RolloutKey) -> String {
+    match &k.namespace {
+        Some(ns) => format!("{ns}/{}", k.name),
+        None => k.name.clone(),
+    }
+}
