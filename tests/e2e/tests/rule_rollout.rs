@@ -20,28 +20,20 @@ use serde_json::{json, Value};
 /// minReadySeconds of the rule.
 const MIN_READY: Duration = Duration::from_secs(2);
 
-const RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: web}
-spec:
-  groupVersionKind: {group: apps, version: v1, kind: Deployment}
-  rules:
-    - match:
-        - namespaces: [apps]
-  rollout:
-    maxUnavailable: 1
-    minReadySeconds: 2
-    progressDeadlineSeconds: 12
-    groups:
-      - name: canary
-        clusterSelector: {matchLabels: {tier: canary}}
-"#;
+/// The README tour's example rule (`deploy/examples/hub-rollout.yaml`):
+/// minReadySeconds 2, progressDeadlineSeconds 12, a canary group.
+fn rule() -> String {
+    std::fs::read_to_string(
+        fleetbus_testsupport::repo_root().join("deploy/examples/hub-rollout.yaml"),
+    )
+    .unwrap()
+}
 
 fn deployment(image: &str) -> String {
     format!(
         r#"apiVersion: apps/v1
 kind: Deployment
-metadata: {{name: web, namespace: apps}}
+metadata: {{name: web, namespace: web}}
 spec:
   replicas: 1
   selector: {{matchLabels: {{app: web}}}}
@@ -58,7 +50,7 @@ fn deployments() -> kube::api::ApiResource {
 
 /// The image of `m`'s copy, None without a copy.
 async fn image(m: &Member) -> Option<String> {
-    let o = get_dynamic(m, &deployments(), Some("apps"), "web")
+    let o = get_dynamic(m, &deployments(), Some("web"), "web")
         .await
         .ok()??;
     o.data
@@ -78,7 +70,7 @@ async fn images(sinks: &[&Member]) -> BTreeMap<String, String> {
 
 /// Plays the Deployment controller on `m`: its copy rolled out.
 async fn healthy(m: &Member) {
-    let o = get_dynamic(m, &deployments(), Some("apps"), "web")
+    let o = get_dynamic(m, &deployments(), Some("web"), "web")
         .await
         .unwrap()
         .expect("a copy");
@@ -91,7 +83,7 @@ async fn healthy(m: &Member) {
         m,
         &[
             "-n",
-            "apps",
+            "web",
             "patch",
             "deployment",
             "web",
@@ -103,12 +95,14 @@ async fn healthy(m: &Member) {
     );
 }
 
-/// hub's rollout record of apps/web, as on the bus.
+/// hub's rollout record of web/web, as on the bus.
 async fn record(nats: &NatsServer) -> Option<Value> {
     let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.ok()?);
     let stream = js.get_stream("FLEETBUS_ROLLOUTS").await.ok()?;
     let msg = stream
-        .get_last_raw_message_by_subject("fleetbus.rollout.hub.web.apps.v1.Deployment.apps.web")
+        .get_last_raw_message_by_subject(
+            "fleetbus.rollout.hub.web-rollout.apps.v1.Deployment.web.web",
+        )
         .await
         .ok()?;
     serde_json::from_slice(&msg.payload).ok()
@@ -179,14 +173,14 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
     let nats = NatsServer::start().unwrap();
     let mut m = fleet(&nats, &["hub", "c1", "c2", "c3", "c4"]).await;
     for x in &m {
-        create_ns(x, "apps").await;
+        create_ns(x, "web").await;
     }
     kubectl(
         &m[3],
         &["label", "clusters.fleetbus.io", "c3", "tier=canary"],
     );
     apply_yaml(&m[0], &deployment("web:v1"));
-    apply_yaml(&m[0], RULE);
+    apply_yaml(&m[0], &rule());
     let order = ["c3", "c1", "c2", "c4"];
     {
         let sinks: Vec<&Member> = m[1..].iter().collect();
@@ -198,7 +192,7 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
         // A new version: c3, then c1.
         kubectl(
             &m[0],
-            &["-n", "apps", "set", "image", "deployment/web", "web=web:v2"],
+            &["-n", "web", "set", "image", "deployment/web", "web=web:v2"],
         );
         roll(&sinks, &order[..2], "web:v2").await;
         let r = wait_record(&nats, "c2 admitted", |r| {
@@ -237,7 +231,7 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
     // A copy that never becomes healthy pauses the rollout, saying why.
     kubectl(
         &m[0],
-        &["-n", "apps", "set", "image", "deployment/web", "web=web:v3"],
+        &["-n", "web", "set", "image", "deployment/web", "web=web:v3"],
     );
     wait_images(&sinks, &["c3"], "web:v3").await;
     let r = wait_record(&nats, "paused by the failed canary", |r| {
@@ -263,12 +257,12 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
     );
 
     // Shown where operators look: the rule's status on the origin, describe.
-    wait_rule(&m[0], "web", "RolloutPaused", |r| {
+    wait_rule(&m[0], "web-rollout", "RolloutPaused", |r| {
         let summary = r.status.as_ref().and_then(|s| s.rollouts.first());
         match (rule_condition(r, "RolloutPaused"), summary) {
             (Some(c), Some(s))
                 if c.status == "True"
-                    && c.message.contains("Deployment apps/web")
+                    && c.message.contains("Deployment web/web")
                     && c.message.contains("c3: not healthy within 12s")
                     && s.phase == "Paused"
                     && s.revision == 3 =>
@@ -279,10 +273,10 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
         }
     })
     .await;
-    let (code, out, err) = common::fleetbus_cli(&nats, &["rules", "describe", "web"]).await;
+    let (code, out, err) = common::fleetbus_cli(&nats, &["rules", "describe", "web-rollout"]).await;
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
-        out.contains("Rollouts:\n  Deployment apps/web from hub: Paused (revision 3, step 1/2)")
+        out.contains("Rollouts:\n  Deployment web/web from hub: Paused (revision 3, step 1/2)")
             && out.contains("failed: c3: c3: not healthy within 12s"),
         "{out}"
     );
@@ -290,10 +284,10 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
     // Fixed and resumed by the operator: the next cluster takes v3.
     healthy(sinks[2]).await;
     let (code, out, err) =
-        common::fleetbus_cli(&nats, &["rules", "rollout", "resume", "web"]).await;
+        common::fleetbus_cli(&nats, &["rules", "rollout", "resume", "web-rollout"]).await;
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
-        out.contains("hub: changed apps/v1/Deployment/apps/web"),
+        out.contains("hub: changed apps/v1/Deployment/web/web"),
         "{out}"
     );
     wait_images(&sinks, &["c1", "c3"], "web:v3").await;
@@ -304,9 +298,9 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
             "rules",
             "rollout",
             "pause",
-            "web",
+            "web-rollout",
             "--object",
-            "Deployment/apps/web",
+            "Deployment/web/web",
         ],
     )
     .await;
@@ -324,7 +318,7 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
     }
     // Rolled back: every cluster on v2 again, the source ahead.
     let (code, out, err) =
-        common::fleetbus_cli(&nats, &["rules", "rollout", "rollback", "web"]).await;
+        common::fleetbus_cli(&nats, &["rules", "rollout", "rollback", "web-rollout"]).await;
     assert_eq!(code, Some(0), "{out}{err}");
     wait_images(&sinks, &["c1", "c2", "c3", "c4"], "web:v2").await;
     let r = wait_record(&nats, "rolled back", |r| r["phase"] == "RolledBack").await;
@@ -335,9 +329,16 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
 
     // Garbage, unknown rules and objects: refused, named, nothing changed.
     for (args, want) in [
-        (vec!["rules", "rollout", "explode", "web"], 2),
+        (vec!["rules", "rollout", "explode", "web-rollout"], 2),
         (
-            vec!["rules", "rollout", "pause", "web", "--object", "a/b/c/d"],
+            vec![
+                "rules",
+                "rollout",
+                "pause",
+                "web-rollout",
+                "--object",
+                "a/b/c/d",
+            ],
             2,
         ),
         (vec!["rules", "rollout", "pause", "nope"], 1),
@@ -346,9 +347,9 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
                 "rules",
                 "rollout",
                 "pause",
-                "web",
+                "web-rollout",
                 "--object",
-                "Deployment/apps/nope",
+                "Deployment/web/nope",
             ],
             1,
         ),
