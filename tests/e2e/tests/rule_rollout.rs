@@ -383,3 +383,57 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
     );
     assert_eq!(record(&nats).await.unwrap()["phase"], "RolledBack");
 }
+
+/// A rule's own CEL health decides when the next cluster is admitted: a
+/// copy with one ready replica and no `Available` condition is InProgress to
+/// kstatus, Current to this expression.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cel_health_expression_decides_the_rollout() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["hub", "c1", "c2"]).await;
+    for x in &m {
+        create_ns(x, "web").await;
+    }
+    let rule = rule().replace(
+        "  rollout:\n",
+        "  health:\n    current: \"object.?status.?readyReplicas.orValue(0) >= 1\"\n  rollout:\n",
+    );
+    assert!(rule.contains("readyReplicas"), "{rule}");
+    apply_yaml(&m[0], &deployment("web:v1"));
+    apply_yaml(&m[0], &rule);
+    let sinks: Vec<&Member> = m[1..].iter().collect();
+    wait_images(&sinks, &["c1"], "web:v1").await;
+    // kstatus would call this copy InProgress (no Available condition): the
+    // rollout waits as long as the expression says no.
+    let patch = |ready: i64| json!({"status": {"readyReplicas": ready}}).to_string();
+    let status = |m: &Member, ready: i64| {
+        kubectl(
+            m,
+            &[
+                "-n",
+                "web",
+                "patch",
+                "deployment",
+                "web",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &patch(ready),
+            ],
+        )
+    };
+    status(sinks[0], 0);
+    let held = Instant::now();
+    while held.elapsed() < MIN_READY * 2 {
+        assert_eq!(
+            image(sinks[1]).await,
+            None,
+            "admitted before c1 was healthy"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    status(sinks[0], 1);
+    wait_images(&sinks, &["c1", "c2"], "web:v1").await;
+    status(sinks[1], 1);
+    wait_record(&nats, "complete", |r| r["phase"] == "Complete").await;
+}
