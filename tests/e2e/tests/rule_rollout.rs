@@ -79,6 +79,11 @@ async fn healthy(m: &Member) {
         "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
         "conditions": [{"type": "Available", "status": "True"}]}})
     .to_string();
+    patch_status(m, &status);
+}
+
+/// `kubectl patch --subresource=status` of `m`'s copy with `status` (JSON).
+fn patch_status(m: &Member, status: &str) {
     kubectl(
         m,
         &[
@@ -90,7 +95,7 @@ async fn healthy(m: &Member) {
             "--subresource=status",
             "--type=merge",
             "-p",
-            &status,
+            status,
         ],
     );
 }
@@ -328,31 +333,13 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
     );
 
     // Garbage, unknown rules and objects: refused, named, nothing changed.
+    let pause_object =
+        |o: &'static str| vec!["rules", "rollout", "pause", "web-rollout", "--object", o];
     for (args, want) in [
         (vec!["rules", "rollout", "explode", "web-rollout"], 2),
-        (
-            vec![
-                "rules",
-                "rollout",
-                "pause",
-                "web-rollout",
-                "--object",
-                "a/b/c/d",
-            ],
-            2,
-        ),
+        (pause_object("a/b/c/d"), 2),
         (vec!["rules", "rollout", "pause", "nope"], 1),
-        (
-            vec![
-                "rules",
-                "rollout",
-                "pause",
-                "web-rollout",
-                "--object",
-                "Deployment/web/nope",
-            ],
-            1,
-        ),
+        (pause_object("Deployment/web/nope"), 1),
     ] {
         let (code, out, err) = common::fleetbus_cli(&nats, &args).await;
         assert_eq!(code, Some(want), "{args:?}: {out}{err}");
@@ -406,22 +393,7 @@ async fn a_cel_health_expression_decides_the_rollout() {
     // kstatus would call this copy InProgress (no Available condition): the
     // rollout waits as long as the expression says no.
     let patch = |ready: i64| json!({"status": {"readyReplicas": ready}}).to_string();
-    let status = |m: &Member, ready: i64| {
-        kubectl(
-            m,
-            &[
-                "-n",
-                "web",
-                "patch",
-                "deployment",
-                "web",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &patch(ready),
-            ],
-        )
-    };
+    let status = |m: &Member, ready: i64| patch_status(m, &patch(ready));
     status(sinks[0], 0);
     let held = Instant::now();
     while held.elapsed() < MIN_READY * 2 {

@@ -107,27 +107,11 @@ fn short(hash: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetbus_schemas::rollout::RolloutPhase;
-    use fleetbus_schemas::ObjectRef;
 
     fn record(origin: &str) -> RolloutRecord {
         RolloutRecord {
             origin: origin.into(),
-            rule: "web".into(),
-            source: ObjectRef::new("apps/v1", "Deployment", Some("apps"), "web"),
-            revision: 1,
-            stable: None,
-            target: Some("a".repeat(64)),
-            phase: RolloutPhase::Progressing,
-            admitted: Default::default(),
-            admitted_at: Default::default(),
-            failed: Default::default(),
-            step: 0,
-            steps: 1,
-            paused_by: None,
-            reason: String::new(),
-            message: String::new(),
-            updated_at: fleetbus_schemas::time::truncate_to_ms(chrono::Utc::now()),
+            ..crate::sync::rollout::sink::tests::rec()
         }
     }
 

@@ -201,11 +201,12 @@ impl Engine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::sync) mod tests {
     use super::*;
     use fleetbus_schemas::ObjectRef;
 
-    fn rec() -> RolloutRecord {
+    /// hub's record of apps/web under rule web: c1 admitted to b, the rest on a.
+    pub(in crate::sync) fn rec() -> RolloutRecord {
         RolloutRecord {
             origin: "hub".into(),
             rule: "web".into(),
@@ -222,7 +223,7 @@ mod tests {
             paused_by: None,
             reason: String::new(),
             message: String::new(),
-            updated_at: chrono::Utc::now(),
+            updated_at: fleetbus_schemas::time::truncate_to_ms(chrono::Utc::now()),
         }
     }
 
