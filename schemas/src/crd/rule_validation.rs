@@ -137,6 +137,11 @@ pub enum RuleErrorKind {
     /// there is no new version to roll.
     #[error("a rollout needs updatePolicy Update: with CreateOnly no copy is ever updated")]
     RolloutWithCreateOnly,
+    /// `rollout` with `unwrap: true`: a Bundle's manifests are not staged yet
+    /// (sinks would apply them at once while the origin waited for reports
+    /// that never name a version).
+    #[error("a rollout of unwrapped Bundles is not supported yet: roll the Bundle's objects with rules of their own")]
+    RolloutWithUnwrap,
     /// A string longer than its bound (a health expression's cost is bounded by its length).
     #[error("{len} bytes, at most {max} allowed")]
     TooLong {
@@ -226,7 +231,7 @@ impl ResourceSyncRuleSpec {
             }
         }
         if let Some(r) = &self.rollout {
-            v.rollout("spec.rollout", r, self.update_policy);
+            v.rollout("spec.rollout", r, self.update_policy, self.unwrap);
         }
         if v.errors.is_empty() {
             Ok(())
@@ -260,7 +265,7 @@ impl Validator {
 
     /// A rollout must be able to move: budgets that read, named groups, a
     /// deadline a copy can meet, and updates to roll.
-    fn rollout(&mut self, field: &str, r: &Rollout, update: UpdatePolicy) {
+    fn rollout(&mut self, field: &str, r: &Rollout, update: UpdatePolicy, unwrap: bool) {
         if let Err(e) = MaxUnavailable::parse(&r.max_unavailable) {
             self.push(
                 format!("{field}.maxUnavailable"),
@@ -300,6 +305,9 @@ impl Validator {
         }
         if update == UpdatePolicy::CreateOnly {
             self.push(field, RuleErrorKind::RolloutWithCreateOnly);
+        }
+        if unwrap {
+            self.push(field, RuleErrorKind::RolloutWithUnwrap);
         }
     }
 
@@ -804,6 +812,20 @@ mod tests {
             "progressDeadlineSeconds (10) must be greater than minReadySeconds (10)"
         );
         assert_eq!(errs[4].1, RuleErrorKind::RolloutWithCreateOnly);
+        let bundles = ResourceSyncRuleSpec {
+            group_version_kind: GroupVersionKind {
+                group: "fleetbus.io".into(),
+                version: "v1alpha1".into(),
+                kind: "Bundle".into(),
+            },
+            unwrap: true,
+            rollout: Some(Rollout::default()),
+            ..valid_spec()
+        };
+        assert_eq!(
+            kinds(&bundles),
+            vec![("spec.rollout".to_owned(), RuleErrorKind::RolloutWithUnwrap)]
+        );
         // Budgets: a percent of few clusters still lets one move.
         let pct = MaxUnavailable::parse(&IntOrString::String("25%".into())).unwrap();
         assert_eq!((pct.of(3), pct.of(8), pct.of(0)), (1, 2, 1));
