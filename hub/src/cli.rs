@@ -246,6 +246,10 @@ pub enum RulesCommand {
     /// with a diff per object; writes nothing. Exit 0 no change, 1 changes, 2 an error
     /// (an invalid rule, a cluster that does not answer), like `kubectl diff`.
     Preview(RulesPreviewArgs),
+    /// Pause, resume, abort or roll back a rule's progressive rollouts
+    /// (`spec.rollout`), asked of every cluster that is a source of the rule.
+    /// Exit 1 if an origin refuses or does not answer.
+    Rollout(RulesRolloutArgs),
 }
 
 /// `fleetbus rules preview (-f rule.yaml | --rule NAME [-f source.yaml --origin CLUSTER])`.
@@ -275,6 +279,39 @@ pub struct RulesPreviewArgs {
     pub clusters: Vec<String>,
     /// How long to wait for each cluster's answer (e.g. 10s, 1m).
     #[arg(long, env = "FLEETBUS_RULES_PREVIEW_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+/// What `fleetbus rules rollout` asks of a rule's origins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RolloutActionArg {
+    /// Stop admitting clusters.
+    Pause,
+    /// Admit again (clears failures; admitted clusters get a new deadline).
+    Resume,
+    /// Stop this version for good; clusters keep what they run.
+    Abort,
+    /// Put every cluster back on the last version that completed.
+    Rollback,
+}
+
+#[derive(Debug, Args)]
+pub struct RulesRolloutArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// What to do.
+    #[arg(value_enum)]
+    pub action: RolloutActionArg,
+    /// The ResourceSyncRule's name.
+    pub rule: String,
+    /// Only the rollout of this source object: Kind/namespace/name, or
+    /// Kind/name for a cluster-scoped one (the kind is the rule's).
+    #[arg(long)]
+    pub object: Option<String>,
+    /// How long to wait for each origin's reply (e.g. 5s, 1m).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
 }
 

@@ -13,6 +13,8 @@
 //! - [`command`]: the request/reply of `fleetbus drift correct` (`<p>.cmd.<cluster>.correct`).
 //! - [`jetstream`]: stream, bucket and consumer layout as plain data, and the
 //!   minimum server version.
+//! - [`rollout`]: progressive rollouts: the origin's rollout records and the operator's
+//!   rollout commands.
 //! - [`well_known`]: annotation, label, condition and Secret-type names.
 //! - [`permissions`]: the NATS publish/subscribe allow lists of one cluster's agent.
 //! - [`seal`]: payloads sealed to the clusters that may read them (HPKE).
@@ -36,6 +38,7 @@ pub mod preview;
 pub mod progress;
 pub mod registry;
 pub mod reported;
+pub mod rollout;
 pub mod rule_status;
 pub mod seal;
 pub mod subject;

@@ -6,7 +6,7 @@
 //!
 //! The invariant is ARCHITECTURE.md's "each cluster writes only its own
 //! subtree", enforced by the server rather than trusted to the agent:
-//! - its own subtrees `<p>.{obj,drift,status,conflict}.<self>.>`;
+//! - its own subtrees `<p>.{obj,drift,status,conflict,rollout,ver}.<self>.>`;
 //! - its own keys of the shared buckets: registry `cluster.<self>.*` and
 //!   `kubeconfig.<self>.*`, drift state `<self>.>`, rule status
 //!   `status.<self>.>`, beats `beat.<self>.*`;
@@ -243,6 +243,8 @@ mod tests {
             "FLEETBUS_DRIFT",
             "FLEETBUS_STATUS",
             "FLEETBUS_CONFLICTS",
+            "FLEETBUS_ROLLOUTS",
+            "FLEETBUS_VERSIONS",
             "KV_fleetbus-registry",
             "KV_fleetbus-beats",
             "KV_fleetbus-drift",
@@ -251,7 +253,10 @@ mod tests {
             let create = format!("$JS.API.STREAM.CREATE.{stream}");
             assert!(p.publish_allow.contains(&create), "{create}");
         }
-        assert!(p.publish_allow.contains(&"fleetbus.obj.c1.>".to_owned()));
+        for own in ["obj", "rollout", "ver"] {
+            let subtree = format!("fleetbus.{own}.c1.>");
+            assert!(p.publish_allow.contains(&subtree), "{subtree}");
+        }
     }
 
     #[test]

@@ -50,6 +50,11 @@ pub struct ReportedStatus {
     /// Bundles (their manifests report `ready`), and in messages of older agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+    /// The content hash of the source version the copy was written from (its
+    /// `fleetbus.io/source-hash`): which version of a rollout the health is
+    /// about. Absent when the copy no longer exists, and in messages of older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_hash: Option<String>,
 }
 
 impl ReportedStatus {
@@ -103,6 +108,9 @@ mod tests {
                 crate::health::HealthStatus::Current,
                 "Deployment is available. Replicas: 3",
             )),
+            source_hash: Some(
+                "9f2c4e1d8b7a6f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0f9e8d7c".into(),
+            ),
         }
     }
 
@@ -124,6 +132,7 @@ mod tests {
         let gone = ReportedStatus {
             status: Value::Null,
             ready: None,
+            source_hash: None,
             ..example()
         };
         assert_eq!(

@@ -55,6 +55,35 @@ pub(crate) mod rfc3339_ms_opt {
     }
 }
 
+/// `#[serde(with = "rfc3339_ms_map")]` for a `BTreeMap<String, DateTime<Utc>>`
+/// (a JSON object of timestamps, as a rollout record's `admittedAt`).
+pub(crate) mod rfc3339_ms_map {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use serde::ser::SerializeMap;
+
+    pub(crate) fn serialize<S: Serializer>(
+        m: &BTreeMap<String, DateTime<Utc>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(m.len()))?;
+        for (k, t) in m {
+            map.serialize_entry(k, &format_rfc3339_ms(t))?;
+        }
+        map.end()
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, DateTime<Utc>>, D::Error> {
+        BTreeMap::<String, String>::deserialize(d)?
+            .into_iter()
+            .map(|(k, s)| Ok((k, parse_rfc3339(&s).map_err(serde::de::Error::custom)?)))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -105,7 +105,9 @@ fn jetstream_names_and_limits_match_the_layout() {
             "FLEETBUS_OBJECTS",
             "FLEETBUS_DRIFT",
             "FLEETBUS_STATUS",
-            "FLEETBUS_CONFLICTS"
+            "FLEETBUS_CONFLICTS",
+            "FLEETBUS_ROLLOUTS",
+            "FLEETBUS_VERSIONS"
         ]
     );
     for s in default.streams() {

@@ -4,7 +4,8 @@
 
 use fleetbus_schemas::subject::{
     decode_token, encode_token, is_valid_kv_token, is_valid_subject_token, owned_subtrees,
-    CommandKey, ConflictKey, DriftKey, ObjectFilter, ObjectKey, Prefix, StatusKey, SubjectError,
+    CommandKey, ConflictKey, DriftKey, ObjectFilter, ObjectKey, Prefix, RolloutKey, StatusKey,
+    SubjectError, VersionKey,
 };
 use proptest::option;
 use proptest::prelude::*;
@@ -222,6 +223,16 @@ proptest! {
             name: key.name.clone() };
         prop_assert!(nats_match(&owned[3], &conflict.to_subject(&p)));
         prop_assert!(owned.iter().take(3).all(|o| !nats_match(o, &conflict.to_subject(&p))));
+        // ... and its rollout records and stored versions, each in its own subtree only.
+        let rollout = RolloutKey::of("web", &key).to_subject(&p);
+        let version = VersionKey { object: key.clone(), hash: "0".repeat(64) }.to_subject(&p);
+        prop_assert_eq!(RolloutKey::parse_subject(&p, &rollout), Ok(RolloutKey::of("web", &key)));
+        for (i, o) in owned.iter().enumerate() {
+            prop_assert_eq!(nats_match(o, &rollout), i == 4);
+            prop_assert_eq!(nats_match(o, &version), i == 5);
+        }
+        let others = owned_subtrees(&p, &other.origin);
+        prop_assert_eq!(nats_match(&others[4], &rollout), other.origin == key.origin);
     }
 }
 

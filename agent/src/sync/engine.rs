@@ -193,6 +193,9 @@ pub struct Engine {
     /// The (direction, rule, object) refusals of the last pass, so each is
     /// counted once when it begins (`policy_watch::count_refusals`).
     pub(super) refusals: BTreeSet<(super::policy::Direction, String, String)>,
+    /// Rollout records, fetched versions, the sink's holds per (rule,
+    /// object) and the origin's clocks (`rollout`).
+    pub(super) rollout: super::rollout::state::RolloutBook,
 }
 
 /// The kinds every agent watches: rules (replicated by the built-in rule),
@@ -289,6 +292,7 @@ impl Engine {
             policy: super::policy::Policy::default(),
             policy_dirty: true,
             refusals: BTreeSet::new(),
+            rollout: Default::default(),
         }
     }
 
@@ -298,6 +302,8 @@ impl Engine {
             Input::Local(gvk, ev) => self.local_event(gvk, ev),
             Input::Bus(gvk, ev) => self.bus_event(gvk, ev),
             Input::Status(ev) => self.status_event(ev),
+            Input::Rollout(ev) => self.rollout_event(ev),
+            Input::Version(v, got) => self.version_event(v, got),
             Input::PublishFailed(gvk, key, before, sent) => {
                 self.ctx.metrics.sync_rejected("publish_failed");
                 // Believe what makes the next pass publish again whatever
@@ -756,6 +762,8 @@ impl Engine {
             .chain(self.fights.wake_at())
             .chain(self.coalesce.wake_at())
             .chain(self.sink.wake_at())
+            .chain(self.fetch_wake())
+            .chain(self.rollout.wake)
             .min()
     }
 
@@ -834,6 +842,7 @@ impl Engine {
         self.count_refusals().await;
         self.report_wake = self.report_pass().await;
         self.return_pass().await;
+        self.rollout_pass().await;
         self.status_pass().await;
         // A retry due when the pass began was decided in it (tried, or backed
         // off again with a later time). One that fell due while the pass ran
@@ -909,6 +918,19 @@ pub async fn run(
         engine.tx.clone(),
         engine.cancel.clone(),
     ));
+    // Rollout records: what this sink may run, what this origin decided.
+    tokio::spawn(super::inputs::rollouts::rollout_consumer(
+        reg.ctx.clone(),
+        engine.tx.clone(),
+        engine.cancel.clone(),
+    ));
+    // `fleetbus rules rollout`: admitted by its own rate bucket, applied here.
+    let (rollout_tx, mut rollout_rx) = mpsc::channel(16);
+    tokio::spawn(super::rollout::serve::serve(
+        reg.ctx.clone(),
+        rollout_tx,
+        cancel.child_token(),
+    ));
     let progress = super::progress::Progress::new(&reg.ctx.cfg.cluster_name);
     let serving = super::progress::serve(
         reg.ctx.clone(),
@@ -946,6 +968,10 @@ pub async fn run(
                 };
                 respond(&client, msg.reply, reply.fit(engine.max_payload()), "preview").await;
                 continue;
+            }
+            Some(req) = rollout_rx.recv() => {
+                let reply = engine.rollout_request(&req.payload).await;
+                super::rollout::serve::respond(&client, req.reply, &reply).await;
             }
             input = rx.recv() => {
                 let Some(input) = input else { return Ok(()) };

@@ -35,6 +35,7 @@ mod policy_watch;
 mod preview;
 mod progress;
 mod returns;
+mod rollout;
 mod rules;
 mod sink;
 mod source;

@@ -36,6 +36,8 @@ pub const SKIPPED: &str = "Skipped";
 /// Condition type, on the origin of a reporting rule: whether every reported
 /// copy of this cluster's objects is healthy (`Current`), naming those not.
 pub const HEALTHY: &str = "Healthy";
+/// Condition type: one of the rule's rollouts is paused (PROTOCOL §6.9).
+pub const ROLLOUT_PAUSED: &str = "RolloutPaused";
 
 /// The Ready condition's reason while the rule is suspended (`spec.suspend`).
 pub const SUSPENDED: &str = "Suspended";
@@ -231,6 +233,7 @@ pub fn desired(
         refused_condition(report),
     ];
     conditions.extend(healthy_condition(report));
+    conditions.extend(rollout_condition(report));
     ResourceSyncRuleStatus {
         observed_generation: rule.generation,
         conditions: merge(&existing.conditions, &conditions, rule.generation),
@@ -245,7 +248,32 @@ pub fn desired(
             .map(|(ready, reported)| format!("ready {ready}/{reported}")),
         ready_copies: report.readiness.map(|(ready, _)| ready),
         reported_copies: report.readiness.map(|(_, reported)| reported),
+        rollouts: report.rollouts.clone(),
+        rollouts_total: (report.rollouts_total > 0)
+            .then(|| i64::try_from(report.rollouts_total).unwrap_or(i64::MAX)),
     }
+}
+
+/// The `RolloutPaused` condition, on the origin of a rule with rollouts:
+/// True while one of them is paused, with why.
+fn rollout_condition(report: &RuleReport) -> Option<Desired> {
+    if report.rollouts_total == 0 {
+        return None;
+    }
+    Some(match &report.rollouts_paused {
+        Some(why) => Desired {
+            type_: ROLLOUT_PAUSED,
+            status: true,
+            reason: "Paused",
+            message: why.clone(),
+        },
+        None => Desired {
+            type_: ROLLOUT_PAUSED,
+            status: false,
+            reason: "NotPaused",
+            message: String::new(),
+        },
+    })
 }
 
 /// The `Healthy` condition, on the origin while copies are reported: which
@@ -395,6 +423,7 @@ impl Engine {
             let mut report = self.reports.get(&rule.name).cloned().unwrap_or_default();
             let local = &self.fleet.local;
             report.source = rule.is_valid() && qualifies(rule, &local.labels, &local.features);
+            self.rollout_summaries(&rule.name, &mut report);
             synced += report.synced;
             conflicts += report.conflicts.len() as i64;
             errors += report.errors.len() as i64;
@@ -486,6 +515,8 @@ fn with_nulls(mut v: Value) -> Value {
             "readiness",
             "readyCopies",
             "reportedCopies",
+            "rollouts",
+            "rolloutsTotal",
         ] {
             map.entry(key).or_insert(Value::Null);
         }

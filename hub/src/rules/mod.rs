@@ -8,6 +8,7 @@ pub mod model;
 pub mod preview;
 pub mod read;
 pub mod render;
+pub mod rollout;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -27,6 +28,7 @@ pub async fn run(cmd: RulesCommand) -> Result<ExitCode, RulesError> {
         RulesCommand::Describe(args) => describe(&args, &mut out).await,
         // Its errors exit 2, not 1 (1 means "changes", as for `kubectl diff`).
         RulesCommand::Preview(args) => Ok(preview::run(&args, &mut out).await),
+        RulesCommand::Rollout(args) => rollout::rollout(&args, &mut out).await,
     }
 }
 
@@ -85,12 +87,22 @@ pub async fn describe(
         );
         return Ok(ExitCode::FAILURE);
     };
+    // A fleet that predates rollouts has no stream: no section.
+    let (rollouts, unreadable) = rollout::records(&js, &args.bus.subject_prefix, &args.rule)
+        .await
+        .unwrap_or_default();
     match args.out.output {
-        OutputFormat::Table => render::describe(out, row, skipped, Utc::now())?,
+        OutputFormat::Table => {
+            render::describe(out, row, skipped, Utc::now())?;
+            rollout::render(out, &rollouts, unreadable)?;
+        }
         format => {
             let mut v = serde_json::to_value(row).unwrap_or_default();
             if let Some(m) = v.as_object_mut() {
                 m.insert("unreadableRecords".into(), json!(skipped));
+                if !rollouts.is_empty() {
+                    m.insert("rollouts".into(), json!(rollouts));
+                }
             }
             crate::output::data(out, format, &v)?;
         }

@@ -30,9 +30,10 @@ pub use reported_state::{
 };
 pub use resource_sync_rule::{
     AddRemove, AnnotationSelector, ClusterFeatureMatch, ConfigMapRef, ContentMatch, DriftExclusion,
-    DriftMode, DriftPolicy, DriftTarget, GroupVersionKind, HealthCheck, MatchEntry, Mutations,
-    ObjectKeyMatch, OrphanPolicy, Override, OverrideType, ResourceSyncRule, ResourceSyncRuleSpec,
-    ResourceSyncRuleStatus, StatusReturn, SyncRule, UpdatePolicy, ValuesFrom,
+    DriftMode, DriftPolicy, DriftTarget, GroupVersionKind, HealthCheck, MatchEntry, MaxUnavailable,
+    Mutations, ObjectKeyMatch, OnFailure, OrphanPolicy, Override, OverrideType, ResourceSyncRule,
+    ResourceSyncRuleSpec, ResourceSyncRuleStatus, Rollout, RolloutGroup, RolloutSummary,
+    StatusReturn, SyncRule, UpdatePolicy, ValuesFrom,
 };
 pub use rule_validation::{RuleError, RuleErrorKind};
 pub use sync_policy::{

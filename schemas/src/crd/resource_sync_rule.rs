@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     Condition, LabelSelector, LabelSelectorRequirement, Time,
 };
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -118,6 +119,121 @@ pub struct ResourceSyncRuleSpec {
     /// bus. Takes effect on origins that hold a sealing key.
     #[serde(default, skip_serializing_if = "is_false")]
     pub seal: bool,
+    /// Stage each new version of a source object across the selected clusters
+    /// instead of writing it everywhere at once: the origin admits clusters a
+    /// few at a time (groups in order, `maxUnavailable` at once), each once the
+    /// earlier ones' copies are healthy (`spec.health`, else kstatus) for
+    /// `minReadySeconds`; sinks keep the previous version until admitted.
+    /// Source deletes are not staged. Every agent must understand the field
+    /// (an older sink applies at once): PROTOCOL §6.9.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+}
+
+/// A progressive rollout of a rule's source versions (`spec.rollout`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    /// Clusters that may be updating or unhealthy at once: a count (at least 1)
+    /// or a percent of the selected clusters ("25%", rounded down, at least 1).
+    #[serde(default = "one_cluster")]
+    pub max_unavailable: IntOrString,
+    /// Ordered groups (canary clusters first, then regions): a cluster belongs
+    /// to the first group whose selector matches it; clusters no group selects
+    /// form a last, implicit group. A group starts once every cluster of the
+    /// groups before it runs the new version healthily.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<RolloutGroup>,
+    /// A copy counts as updated once healthy (Current) for this long.
+    #[serde(default)]
+    pub min_ready_seconds: u32,
+    /// An admitted copy not updated this long after its admission has failed.
+    #[serde(default = "default_progress_deadline")]
+    pub progress_deadline_seconds: u32,
+    /// What a failed copy does to the rollout: `Pause` (no more admissions
+    /// until `fleetbus rules rollout resume`) or `Continue`.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Self {
+            max_unavailable: one_cluster(),
+            groups: Vec::new(),
+            min_ready_seconds: 0,
+            progress_deadline_seconds: default_progress_deadline(),
+            on_failure: OnFailure::default(),
+        }
+    }
+}
+
+/// A `maxUnavailable` as read: a count of clusters or a percent of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaxUnavailable {
+    /// At most this many clusters (at least 1).
+    Count(u32),
+    /// This percent of the selected clusters, rounded down, at least 1 (1 to 100).
+    Percent(u32),
+}
+
+impl MaxUnavailable {
+    /// Reads `v`: an int at least 1, or `"N%"` with 1 <= N <= 100. The error
+    /// says what was wrong, for the rule's Invalid condition.
+    pub fn parse(v: &IntOrString) -> Result<Self, String> {
+        match v {
+            IntOrString::Int(n) if *n >= 1 => Ok(Self::Count(n.unsigned_abs())),
+            IntOrString::Int(n) => Err(format!("{n}: a count must be at least 1")),
+            IntOrString::String(s) => match s.strip_suffix('%').map(str::parse::<u32>) {
+                Some(Ok(p)) if (1..=100).contains(&p) => Ok(Self::Percent(p)),
+                _ => Err(format!("{s:?}: want a count or a percent from 1% to 100%")),
+            },
+        }
+    }
+
+    /// The number of clusters out of `selected`: never 0, so a rollout can always
+    /// move (a percent of 3 clusters that rounds down to 0 is 1).
+    pub fn of(self, selected: usize) -> usize {
+        let n = match self {
+            Self::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            Self::Percent(p) => selected.saturating_mul(p as usize) / 100,
+        };
+        n.max(1)
+    }
+}
+
+/// `maxUnavailable` when absent: one cluster at a time.
+fn one_cluster() -> IntOrString {
+    IntOrString::Int(1)
+}
+
+/// `progressDeadlineSeconds` when absent: as a Deployment's.
+fn default_progress_deadline() -> u32 {
+    600
+}
+
+/// One ordered group of a rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutGroup {
+    /// Its name (a DNS-1123 label, unique in the rollout), shown in the status.
+    pub name: String,
+    /// The clusters it holds, by Cluster labels.
+    pub cluster_selector: LabelSelector,
+    /// Overrides the rollout's `maxUnavailable` while this group rolls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+/// What a copy that fails (health `Failed`, or not updated within
+/// `progressDeadlineSeconds`) does to its rollout.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum OnFailure {
+    /// Stop admitting clusters until an operator resumes the rollout.
+    #[default]
+    Pause,
+    /// Go on; the failed cluster no longer counts against `maxUnavailable`.
+    Continue,
 }
 
 /// One source of per-cluster values: a ConfigMap on the sink.
@@ -468,4 +584,31 @@ pub struct ResourceSyncRuleStatus {
     /// Copies of this cluster's objects whose status sinks report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_copies: Option<i64>,
+    /// On the origin of a rule with `spec.rollout`: its rollouts of this
+    /// cluster's objects (at most 20, those not Complete first), from the
+    /// records it put (PROTOCOL §6.9).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollouts: Vec<RolloutSummary>,
+    /// How many rollouts there are in all (`rollouts` may show fewer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollouts_total: Option<i64>,
+}
+
+/// One rollout of a source object, as the rule's status shows it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSummary {
+    /// The source object, `Kind namespace/name`.
+    pub object: String,
+    /// `Progressing`, `Paused`, `Complete`, `Aborted`, `RolledBack` or `Gone`.
+    pub phase: String,
+    /// The rollout's revision (one per new source version).
+    pub revision: i64,
+    /// The group being rolled (1-based) and the number of groups.
+    pub step: String,
+    /// Clusters admitted to the newest version.
+    pub admitted: i64,
+    /// What it waits for, or why it stopped.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }

@@ -5,8 +5,8 @@ use std::fmt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 use super::resource_sync_rule::{
-    ClusterFeatureMatch, DriftExclusion, GroupVersionKind, MatchEntry, Mutations, OverrideType,
-    ResourceSyncRule, ResourceSyncRuleSpec, StatusReturn,
+    ClusterFeatureMatch, DriftExclusion, GroupVersionKind, MatchEntry, MaxUnavailable, Mutations,
+    OverrideType, ResourceSyncRule, ResourceSyncRuleSpec, Rollout, StatusReturn, UpdatePolicy,
 };
 use crate::k8s_names::{is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name};
 use crate::pointer::{parse_field_pointer, to_pointer, PointerError};
@@ -116,6 +116,32 @@ pub enum RuleErrorKind {
     /// A `dependsOn` entry listed twice.
     #[error("{0:?} is listed twice")]
     Duplicate(String),
+    /// A rollout's `maxUnavailable` that is neither a count nor a percent.
+    #[error("invalid maxUnavailable {0}")]
+    InvalidMaxUnavailable(String),
+    /// A rollout group name that is no DNS-1123 label.
+    #[error("invalid group name {0:?}: must be a DNS-1123 label")]
+    InvalidGroupName(String),
+    /// A progress deadline that a copy could not meet: it must be healthy for
+    /// `minReadySeconds` before the deadline.
+    #[error(
+        "progressDeadlineSeconds ({deadline}) must be greater than minReadySeconds ({min_ready})"
+    )]
+    DeadlineNotAfterMinReady {
+        /// `progressDeadlineSeconds`.
+        deadline: u32,
+        /// `minReadySeconds`.
+        min_ready: u32,
+    },
+    /// `rollout` with `updatePolicy: CreateOnly`: copies are never updated, so
+    /// there is no new version to roll.
+    #[error("a rollout needs updatePolicy Update: with CreateOnly no copy is ever updated")]
+    RolloutWithCreateOnly,
+    /// `rollout` with `unwrap: true`: a Bundle's manifests are not staged yet
+    /// (sinks would apply them at once while the origin waited for reports
+    /// that never name a version).
+    #[error("a rollout of unwrapped Bundles is not supported yet: roll the Bundle's objects with rules of their own")]
+    RolloutWithUnwrap,
     /// A string longer than its bound (a health expression's cost is bounded by its length).
     #[error("{len} bytes, at most {max} allowed")]
     TooLong {
@@ -204,6 +230,9 @@ impl ResourceSyncRuleSpec {
                 v.health_expression("spec.health.failed", failed);
             }
         }
+        if let Some(r) = &self.rollout {
+            v.rollout("spec.rollout", r, self.update_policy, self.unwrap);
+        }
         if v.errors.is_empty() {
             Ok(())
         } else {
@@ -231,6 +260,54 @@ impl Validator {
                     max: crate::health::MAX_HEALTH_EXPRESSION,
                 },
             );
+        }
+    }
+
+    /// A rollout must be able to move: budgets that read, named groups, a
+    /// deadline a copy can meet, and updates to roll.
+    fn rollout(&mut self, field: &str, r: &Rollout, update: UpdatePolicy, unwrap: bool) {
+        if let Err(e) = MaxUnavailable::parse(&r.max_unavailable) {
+            self.push(
+                format!("{field}.maxUnavailable"),
+                RuleErrorKind::InvalidMaxUnavailable(e),
+            );
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, g) in r.groups.iter().enumerate() {
+            let f = format!("{field}.groups[{i}]");
+            if !is_dns1123_label(&g.name) {
+                self.push(
+                    format!("{f}.name"),
+                    RuleErrorKind::InvalidGroupName(g.name.clone()),
+                );
+            } else if !names.insert(g.name.as_str()) {
+                self.push(
+                    format!("{f}.name"),
+                    RuleErrorKind::Duplicate(g.name.clone()),
+                );
+            }
+            self.label_selector(&format!("{f}.clusterSelector"), &g.cluster_selector);
+            if let Some(Err(e)) = g.max_unavailable.as_ref().map(MaxUnavailable::parse) {
+                self.push(
+                    format!("{f}.maxUnavailable"),
+                    RuleErrorKind::InvalidMaxUnavailable(e),
+                );
+            }
+        }
+        if r.progress_deadline_seconds <= r.min_ready_seconds {
+            self.push(
+                format!("{field}.progressDeadlineSeconds"),
+                RuleErrorKind::DeadlineNotAfterMinReady {
+                    deadline: r.progress_deadline_seconds,
+                    min_ready: r.min_ready_seconds,
+                },
+            );
+        }
+        if update == UpdatePolicy::CreateOnly {
+            self.push(field, RuleErrorKind::RolloutWithCreateOnly);
+        }
+        if unwrap {
+            self.push(field, RuleErrorKind::RolloutWithUnwrap);
         }
     }
 
@@ -653,6 +730,109 @@ mod tests {
                     RuleErrorKind::InvalidNamespace("Bad NS".into())
                 ),
             ]
+        );
+    }
+
+    #[test]
+    fn rollouts_that_cannot_move_are_invalid() {
+        use crate::crd::{MaxUnavailable, Rollout, RolloutGroup, UpdatePolicy};
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let with = |r: Rollout| ResourceSyncRuleSpec {
+            rollout: Some(r),
+            ..valid_spec()
+        };
+        let group = |name: &str| RolloutGroup {
+            name: name.into(),
+            ..Default::default()
+        };
+        assert_eq!(with(Rollout::default()).validate(), Ok(()));
+        let good = Rollout {
+            max_unavailable: IntOrString::String("25%".into()),
+            groups: vec![
+                group("canary"),
+                RolloutGroup {
+                    max_unavailable: Some(IntOrString::Int(3)),
+                    ..group("eu")
+                },
+            ],
+            min_ready_seconds: 30,
+            progress_deadline_seconds: 31,
+            ..Default::default()
+        };
+        assert_eq!(with(good.clone()).validate(), Ok(()));
+        for bad in [
+            IntOrString::Int(0),
+            IntOrString::Int(-2),
+            IntOrString::String("0%".into()),
+            IntOrString::String("101%".into()),
+            IntOrString::String("25".into()),
+            IntOrString::String("%".into()),
+            IntOrString::String("-5%".into()),
+        ] {
+            let errs = kinds(&with(Rollout {
+                max_unavailable: bad.clone(),
+                ..Default::default()
+            }));
+            assert!(
+                matches!(&errs[..], [(f, RuleErrorKind::InvalidMaxUnavailable(_))] if f == "spec.rollout.maxUnavailable"),
+                "{bad:?}: {errs:?}"
+            );
+        }
+        let bad = Rollout {
+            groups: vec![
+                group("canary"),
+                group("Not A Label"),
+                RolloutGroup {
+                    max_unavailable: Some(IntOrString::String("x".into())),
+                    ..group("canary")
+                },
+            ],
+            min_ready_seconds: 10,
+            progress_deadline_seconds: 10,
+            ..Default::default()
+        };
+        let errs = kinds(&ResourceSyncRuleSpec {
+            update_policy: UpdatePolicy::CreateOnly,
+            ..with(bad)
+        });
+        let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.rollout.groups[1].name",
+                "spec.rollout.groups[2].name",
+                "spec.rollout.groups[2].maxUnavailable",
+                "spec.rollout.progressDeadlineSeconds",
+                "spec.rollout",
+            ]
+        );
+        assert_eq!(errs[1].1, RuleErrorKind::Duplicate("canary".into()));
+        assert_eq!(
+            errs[3].1.to_string(),
+            "progressDeadlineSeconds (10) must be greater than minReadySeconds (10)"
+        );
+        assert_eq!(errs[4].1, RuleErrorKind::RolloutWithCreateOnly);
+        let bundles = ResourceSyncRuleSpec {
+            group_version_kind: GroupVersionKind {
+                group: "fleetbus.io".into(),
+                version: "v1alpha1".into(),
+                kind: "Bundle".into(),
+            },
+            unwrap: true,
+            rollout: Some(Rollout::default()),
+            ..valid_spec()
+        };
+        assert_eq!(
+            kinds(&bundles),
+            vec![("spec.rollout".to_owned(), RuleErrorKind::RolloutWithUnwrap)]
+        );
+        // Budgets: a percent of few clusters still lets one move.
+        let pct = MaxUnavailable::parse(&IntOrString::String("25%".into())).unwrap();
+        assert_eq!((pct.of(3), pct.of(8), pct.of(0)), (1, 2, 1));
+        assert_eq!(MaxUnavailable::Count(2).of(1), 2);
+        assert_eq!(
+            MaxUnavailable::parse(&IntOrString::String("100%".into())),
+            Ok(MaxUnavailable::Percent(100))
         );
     }
 

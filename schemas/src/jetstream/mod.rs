@@ -13,7 +13,9 @@ use std::time::Duration;
 use crate::drift::drift_bucket;
 use crate::registry::{beats_bucket, registry_bucket, BEAT_MARKER_TTL};
 use crate::rule_status::rule_status_bucket;
-use crate::subject::{all_conflicts, all_drift, all_objects, all_status, Prefix};
+use crate::subject::{
+    all_conflicts, all_drift, all_objects, all_rollouts, all_status, all_versions, Prefix,
+};
 
 /// Replicas for a single NATS server (development, one-node sites).
 pub const REPLICAS_SINGLE: usize = 1;
@@ -40,6 +42,15 @@ pub const DRIFT_STREAM_SUFFIX: &str = "DRIFT";
 pub const STATUS_STREAM_SUFFIX: &str = "STATUS";
 /// Stream name suffix of conflict events (`FLEETBUS_CONFLICTS`).
 pub const CONFLICTS_STREAM_SUFFIX: &str = "CONFLICTS";
+/// Stream name suffix of rollout records (`FLEETBUS_ROLLOUTS`).
+pub const ROLLOUTS_STREAM_SUFFIX: &str = "ROLLOUTS";
+/// Stream name suffix of the version store (`FLEETBUS_VERSIONS`).
+pub const VERSIONS_STREAM_SUFFIX: &str = "VERSIONS";
+/// How long a stored version is kept: an origin re-puts the versions a rollout
+/// still in progress names once they are older than half of this.
+pub const DEFAULT_VERSIONS_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Bytes the version store keeps at most (the oldest versions go first).
+pub const DEFAULT_VERSIONS_MAX_BYTES: i64 = 1024 * 1024 * 1024;
 
 /// Where a stream keeps its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -257,6 +268,31 @@ impl Layout {
         }
     }
 
+    /// ROLLOUTS: `<p>.rollout.>`, the last rollout record per (origin, rule,
+    /// source object): the origin's decisions, read back after its restart.
+    pub fn rollouts_stream(&self) -> StreamSpec {
+        self.base(
+            ROLLOUTS_STREAM_SUFFIX,
+            "fleetbus rollout records: last decision per rule and source object",
+            all_rollouts(&self.prefix),
+        )
+    }
+
+    /// VERSIONS: `<p>.ver.>`, the envelopes of the versions rollout records
+    /// name, by content hash, for [`DEFAULT_VERSIONS_MAX_AGE`] and at most
+    /// [`DEFAULT_VERSIONS_MAX_BYTES`]: the objects stream keeps only the newest.
+    pub fn versions_stream(&self) -> StreamSpec {
+        StreamSpec {
+            max_bytes: DEFAULT_VERSIONS_MAX_BYTES,
+            max_age: Some(DEFAULT_VERSIONS_MAX_AGE),
+            ..self.base(
+                VERSIONS_STREAM_SUFFIX,
+                "fleetbus version store: source envelopes rollouts name",
+                all_versions(&self.prefix),
+            )
+        }
+    }
+
     /// Every stream, in creation order. The agent creates any that is missing at start-up,
     /// so a stream added here reaches existing deployments on their next agent start.
     pub fn streams(&self) -> Vec<StreamSpec> {
@@ -265,6 +301,8 @@ impl Layout {
             self.drift_stream(),
             self.status_stream(),
             self.conflicts_stream(),
+            self.rollouts_stream(),
+            self.versions_stream(),
         ]
     }
 
@@ -404,6 +442,19 @@ mod tests {
         assert_eq!(conflicts.max_msgs_per_subject, -1);
         assert_eq!(conflicts.max_age, Some(Duration::from_secs(604_800)));
         assert!(conflicts.deny_delete && !conflicts.allow_direct);
+        let rollouts = l.rollouts_stream();
+        assert_eq!(rollouts.name, "FLEETBUS_ROLLOUTS");
+        assert_eq!(rollouts.subjects, vec!["fleetbus.rollout.>"]);
+        assert_eq!((rollouts.max_msgs_per_subject, rollouts.max_age), (1, None));
+        assert!(rollouts.deny_delete && rollouts.allow_direct);
+        let versions = l.versions_stream();
+        assert_eq!(versions.name, "FLEETBUS_VERSIONS");
+        assert_eq!(versions.subjects, vec!["fleetbus.ver.>"]);
+        assert_eq!(versions.max_msgs_per_subject, 1);
+        assert_eq!(versions.max_age, Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(versions.max_bytes, 1 << 30);
+        assert!(versions.deny_delete && versions.allow_direct);
+        assert_eq!(versions.discard, Discard::Old);
         let kv = l.registry_bucket();
         assert_eq!(kv.bucket, "fleetbus-registry");
         assert_eq!((kv.history, kv.max_age), (1, None));

@@ -2,6 +2,7 @@
 
 use super::keys::{ObjectKey, CMD, CONFLICT, DRIFT, OBJ, STATUS};
 use super::prefix::Prefix;
+use super::rollout::{ROLLOUT, VER};
 use super::token::{encode_group, encode_namespace, encode_token};
 
 /// A filter over object snapshot subjects; unset fields match any value (`*`).
@@ -144,13 +145,16 @@ pub fn commands_for(prefix: &Prefix, cluster: &str) -> String {
 }
 
 /// The subject subtrees only `cluster` may publish to (for NATS permissions):
-/// its object snapshots, its drift events, its reported state and its conflict events.
-pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 4] {
+/// its object snapshots, its drift events, its reported state, its conflict
+/// events, its rollout records and its version store.
+pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 6] {
     let c = encode_token(cluster);
     [
         format!("{prefix}.{OBJ}.{c}.>"),
         format!("{prefix}.{DRIFT}.{c}.>"),
         format!("{prefix}.{STATUS}.{c}.>"),
         format!("{prefix}.{CONFLICT}.{c}.>"),
+        format!("{prefix}.{ROLLOUT}.{c}.>"),
+        format!("{prefix}.{VER}.{c}.>"),
     ]
 }

@@ -51,12 +51,12 @@ pub enum SubjectError {
     },
 }
 
-fn tok(field: &'static str) -> impl Fn(TokenError) -> SubjectError {
+pub(super) fn tok(field: &'static str) -> impl Fn(TokenError) -> SubjectError {
     move |source| SubjectError::Token { field, source }
 }
 
 /// Splits `subject` into the `n` tokens after `<prefix>.<category>.`.
-fn split<'a>(
+pub(super) fn split<'a>(
     prefix: &Prefix,
     category: &str,
     subject: &'a str,

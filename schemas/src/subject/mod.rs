@@ -8,6 +8,7 @@ mod filter;
 mod keys;
 mod length;
 mod prefix;
+mod rollout;
 mod token;
 
 pub use filter::{
@@ -20,6 +21,7 @@ pub use keys::{
 };
 pub use length::{check_subject_len, SubjectTooLong, MAX_SUBJECT_LEN};
 pub use prefix::{InvalidPrefix, Prefix, DEFAULT_PREFIX};
+pub use rollout::{all_rollouts, all_versions, RolloutKey, VersionKey, ROLLOUT, ROLLOUT_VERB, VER};
 pub use token::{
     decode_group, decode_namespace, decode_token, encode_group, encode_namespace, encode_token,
     is_valid_kv_token, is_valid_subject_token, TokenError, CLUSTER_SCOPED_TOKEN, CORE_GROUP_TOKEN,

@@ -377,10 +377,23 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
         .unwrap()
         .await
         .unwrap();
-    // ...c2's is not: neither an object nor c2's registry key.
-    let forged = "fleetbus.obj.c2.core.v1.ConfigMap.default.forged";
-    let refused = async { js.publish(forged, "forged".into()).await?.await.map(|_| ()) }.await;
-    assert!(refused.is_err(), "c1 published as c2");
+    // (and its rollout records and stored versions)
+    for own in [
+        "fleetbus.rollout.c1.web.apps.v1.Deployment.default.web",
+        "fleetbus.ver.c1.apps.v1.Deployment.default.web.0123abcd",
+    ] {
+        js.publish(own, "{}".into()).await.unwrap().await.unwrap();
+    }
+    // ...c2's is not: neither an object nor c2's registry key, nor a rollout
+    // record or version that would move c2's copies.
+    for forged in [
+        "fleetbus.obj.c2.core.v1.ConfigMap.default.forged",
+        "fleetbus.rollout.c2.web.apps.v1.Deployment.default.web",
+        "fleetbus.ver.c2.apps.v1.Deployment.default.web.0123abcd",
+    ] {
+        let refused = async { js.publish(forged, "forged".into()).await?.await.map(|_| ()) }.await;
+        assert!(refused.is_err(), "c1 published {forged} as c2");
+    }
     let kv = js.get_key_value("fleetbus-registry").await.unwrap();
     assert!(
         kv.put("cluster.c2.forged", "{}".into()).await.is_err(),
@@ -432,7 +445,12 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
     let objects = admin.get_stream("FLEETBUS_OBJECTS").await.unwrap();
     assert!(objects.get_last_raw_message_by_subject(own).await.is_ok());
     assert!(objects
-        .get_last_raw_message_by_subject(forged)
+        .get_last_raw_message_by_subject("fleetbus.obj.c2.core.v1.ConfigMap.default.forged")
+        .await
+        .is_err());
+    let rollouts = admin.get_stream("FLEETBUS_ROLLOUTS").await.unwrap();
+    assert!(rollouts
+        .get_last_raw_message_by_subject("fleetbus.rollout.c2.web.apps.v1.Deployment.default.web")
         .await
         .is_err());
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();

@@ -118,7 +118,9 @@ async fn agents_create_the_layout_and_agree_on_it() {
             "FLEETBUS_OBJECTS",
             "FLEETBUS_DRIFT",
             "FLEETBUS_STATUS",
-            "FLEETBUS_CONFLICTS"
+            "FLEETBUS_CONFLICTS",
+            "FLEETBUS_ROLLOUTS",
+            "FLEETBUS_VERSIONS"
         ]
     );
     for spec in layout.streams() {

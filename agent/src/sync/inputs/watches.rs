@@ -454,6 +454,7 @@ pub(in crate::sync) mod tests {
             status: json!({"phase": "Up"}),
             ready: Some(true),
             health: None,
+            source_hash: None,
         }
     }
 

@@ -5,7 +5,8 @@
 
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::reported::ReportedStatus;
-use fleetbus_schemas::subject::{ObjectKey, StatusKey};
+use fleetbus_schemas::rollout::RolloutRecord;
+use fleetbus_schemas::subject::{ObjectKey, RolloutKey, StatusKey, VersionKey};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
@@ -35,6 +36,11 @@ pub enum Input {
     PublishDuplicate(GroupVersionKind, ObjectKey, Option<Box<Envelope>>),
     /// From the status consumer (`<p>.status.>`).
     Status(StatusEvent),
+    /// From the rollout consumer (`<p>.rollout.>`, PROTOCOL §6.9).
+    Rollout(RolloutEvent),
+    /// A version read from the version store for a copy held back, or why
+    /// it could not be (retried later).
+    Version(VersionKey, Result<Box<Envelope>, String>),
 }
 
 /// What to believe the bus holds for our object after the publish of
@@ -118,6 +124,9 @@ pub type BusEvent = Feed<ObjectKey, PackedEnvelope>;
 
 /// What the status consumer saw.
 pub type StatusEvent = Feed<StatusKey, ReportedStatus>;
+
+/// What the rollout consumer saw.
+pub type RolloutEvent = Feed<RolloutKey, RolloutRecord>;
 
 /// What a followed stream delivers to the engine.
 #[derive(Debug)]

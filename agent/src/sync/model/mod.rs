@@ -23,7 +23,9 @@ mod target;
 
 pub use baseline::Baseline;
 pub use candidate::Candidate;
-pub use input::{believed_after_failure, BusEvent, Feed, Input, LocalEvent, Seen, StatusEvent};
+pub use input::{
+    believed_after_failure, BusEvent, Feed, Input, LocalEvent, RolloutEvent, Seen, StatusEvent,
+};
 pub use objects::LocalObjects;
 pub use outcome::{Conflict, Outcome};
 pub use packed::{Packed, Unpack};

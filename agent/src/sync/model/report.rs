@@ -45,4 +45,11 @@ pub struct RuleReport {
     /// Objects this cluster's SyncPolicy refuses for the rule (ours not
     /// published, copies not written here), with why (`sync::policy`).
     pub refused: BTreeMap<String, Refusal>,
+    /// On the origin: its rollouts of the rule's objects, for the status
+    /// (`rollout::origin`), and how many in all.
+    pub rollouts: Vec<fleetbus_schemas::crd::RolloutSummary>,
+    /// See `rollouts`.
+    pub rollouts_total: usize,
+    /// Why rollouts are paused, when one is (the `RolloutPaused` condition).
+    pub rollouts_paused: Option<String>,
 }

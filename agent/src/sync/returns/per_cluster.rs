@@ -241,6 +241,7 @@ mod tests {
             status: json!({"phase": "Up"}),
             ready: Some(false),
             health: None,
+            source_hash: None,
         }
     }
 

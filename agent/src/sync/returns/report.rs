@@ -12,13 +12,13 @@ use fleetbus_schemas::crd::StatusReturn;
 use fleetbus_schemas::envelope::check_size;
 use fleetbus_schemas::reported::ReportedStatus;
 use fleetbus_schemas::subject::{check_subject_len, StatusKey};
-use fleetbus_schemas::ObjectRef;
+use fleetbus_schemas::{well_known, ObjectRef};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::sync::engine::Engine;
 use crate::sync::health;
-use crate::sync::model::meta::origin_cluster;
+use crate::sync::model::meta::{annotation, origin_cluster};
 use crate::sync::sink::bundle;
 
 /// Whether two reports say the same (when and from which version of the
@@ -27,6 +27,7 @@ fn same_report(a: &ReportedStatus, b: &ReportedStatus) -> bool {
     a.status == b.status
         && a.ready == b.ready
         && a.health == b.health
+        && a.source_hash == b.source_hash
         && a.rule == b.rule
         && a.origin == b.origin
         && a.source == b.source
@@ -101,6 +102,10 @@ impl Engine {
                 status,
                 ready: Some(health.is_current()),
                 health: Some(health),
+                // Which version the health is about (a rollout's origin
+                // admits the next cluster on it).
+                source_hash: annotation(&live, well_known::ANNOTATION_SOURCE_HASH)
+                    .map(str::to_owned),
             };
             out.insert(report.subject_key(), report);
         }
@@ -135,6 +140,7 @@ impl Engine {
                 ready: Some(ready),
                 // Per manifest in the BundleReport (`ready`: kstatus Current).
                 health: None,
+                source_hash: None,
             };
             let subject = report.subject_key();
             // A manifest kind not listed yet (a restart): keep the last
@@ -190,6 +196,7 @@ impl Engine {
                     status: Value::Null,
                     ready: None,
                     health: None,
+                    source_hash: None,
                     observed_at: chrono::Utc::now(),
                     ..p.clone()
                 });
@@ -305,6 +312,7 @@ mod tests {
             status: json!({"x": 1}),
             ready: Some(true),
             health: Some(Health::new(HealthStatus::Current, "ok")),
+            source_hash: Some("a".repeat(64)),
         };
         let mut b = a.clone();
         b.copy_resource_version = "2".into();
@@ -318,5 +326,8 @@ mod tests {
         let mut d = a.clone();
         d.health = Some(Health::new(HealthStatus::Current, "Replicas: 3"));
         assert!(!same_report(&a, &d), "a new health message is news");
+        let mut e = a.clone();
+        e.source_hash = Some("b".repeat(64));
+        assert!(!same_report(&a, &e), "a copy of another version is news");
     }
 }

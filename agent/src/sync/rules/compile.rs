@@ -83,7 +83,10 @@ impl CompiledRule {
     /// Whether sinks report their copies' status and health to the origin:
     /// the rule returns status, unwraps Bundles, or judges health its own way.
     pub fn reports(&self) -> bool {
-        self.spec.status_return != StatusReturn::None || self.spec.unwrap || self.health.is_some()
+        self.spec.status_return != StatusReturn::None
+            || self.spec.unwrap
+            || self.health.is_some()
+            || self.spec.rollout.is_some()
     }
 }
 

@@ -31,6 +31,7 @@ use crate::sync::engine::{namespace_gvk, Engine};
 use crate::sync::model::backoff::Input;
 use crate::sync::model::meta::{annotation, is_original};
 use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, RuleReport, Target};
+use crate::sync::rollout::sink::Taken;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::rules::template::TemplateContext;
@@ -359,6 +360,7 @@ impl Engine {
         }
         let planned = rules.active.iter().filter(|r| !r.spec.unwrap);
         let mut changed = BTreeSet::new();
+        let mut rollouts = RolloutTaken::default();
         if full {
             let mut seen = BTreeSet::new();
             for rule in planned {
@@ -369,14 +371,16 @@ impl Engine {
                 // Each object parsed again (see `Snapshots`): ~10 µs a copy,
                 // on top of the ~20 µs a full plan cost before.
                 for (key, env) in kind.snapshots.iter() {
+                    let taken = self.rollout_env(rule, key, Some(env));
                     self.plan_pair(
                         &mut state.plan,
                         rule,
                         &sources,
                         key,
-                        Some(&env),
+                        taken.env.as_ref(),
                         &mut changed,
                     );
+                    rollouts.note(rule, key, taken);
                     seen.insert((rule.name.clone(), key.clone()));
                 }
             }
@@ -390,14 +394,16 @@ impl Engine {
                 let sources = self.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
+                    let taken = self.rollout_env(rule, key, env);
                     self.plan_pair(
                         &mut state.plan,
                         rule,
                         &sources,
                         key,
-                        env.as_ref(),
+                        taken.env.as_ref(),
                         &mut changed,
                     );
+                    rollouts.note(rule, key, taken);
                 }
             }
             changed.extend(dirty.targets);
@@ -411,11 +417,21 @@ impl Engine {
         changed.extend(state.unwrapped.iter().cloned());
         state.unwrapped = rules.unwrapped.keys().cloned().collect();
         changed.extend(state.unwrapped.iter().cloned());
+        // A copy held or let go by its rollout is decided again, though
+        // what it would be may not have changed.
+        for ((rule, key), hold) in rollouts.holds {
+            if self.rollout.set_hold(&rule, &key, hold) {
+                if let Some(t) = state.plan.target_of(&(rule, key)) {
+                    changed.insert(t.clone());
+                }
+            }
+        }
         state.gate = gate;
         state.fleet = Some(self.fleet.clone());
         state.rules_generation = self.rules_generation;
         state.values = values;
         self.sink = state;
+        self.fetch_versions(rollouts.fetch);
         (changed, full)
     }
 
@@ -786,6 +802,24 @@ impl<'a> Tally<'a> {
             Outcome::Failed(e) => s.error = Some(e),
             Outcome::Held(_) => s.held = true,
         }
+    }
+}
+
+/// What the rollouts of a replan decided: the holds of the pairs planned
+/// (None: not held) and the versions to read from the store.
+#[derive(Default)]
+struct RolloutTaken {
+    holds: Vec<(crate::sync::sink::plan::Pair, Option<String>)>,
+    fetch: Vec<fleetbus_schemas::subject::VersionKey>,
+}
+
+impl RolloutTaken {
+    fn note(&mut self, rule: &CompiledRule, key: &ObjectKey, taken: Taken) {
+        if rule.spec.rollout.is_some() {
+            self.holds
+                .push(((rule.name.clone(), key.clone()), taken.hold));
+        }
+        self.fetch.extend(taken.fetch);
     }
 }
 

@@ -299,6 +299,11 @@ impl Plan {
         self.pairs.insert(shared, Box::new(entry));
     }
 
+    /// The target `pair` makes a copy at, if it makes one.
+    pub fn target_of(&self, pair: &Pair) -> Option<&Target> {
+        self.pairs.get(pair)?.target()
+    }
+
     /// Forgets `pair`.
     fn remove(&mut self, pair: &Pair, changed: &mut BTreeSet<Target>) {
         let Some(old) = self.pairs.remove(pair) else {

@@ -251,7 +251,11 @@ impl Engine {
         // A held rule (suspended, or waiting for its dependsOn) writes
         // nothing, an operator's correction included (it would write the
         // version the hold keeps back): drift of what it wrote is reported.
-        let hold = self.holds.get(&c.rule).cloned();
+        let hold = self
+            .holds
+            .get(&c.rule)
+            .cloned()
+            .or_else(|| self.rollout.hold(&c.rule, &c.key).map(str::to_owned));
         if let Some(why) = &hold {
             self.forced_done(
                 target,

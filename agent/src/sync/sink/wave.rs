@@ -364,7 +364,11 @@ impl Engine {
     pub(in crate::sync) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
         let live = self.live(target);
         let rule = self.rules.get(&c.rule);
-        let hold = self.holds.get(&c.rule).map(String::as_str);
+        let hold = self
+            .holds
+            .get(&c.rule)
+            .map(String::as_str)
+            .or_else(|| self.rollout.hold(&c.rule, &c.key));
         decide(
             &self.view(target, live.as_ref(), rule, hold),
             target,
