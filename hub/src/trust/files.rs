@@ -45,6 +45,14 @@ pub const REVOCATIONS: &str = "revocations.json";
 /// `clusters/<name>/issued-keys`: what `leave` revokes.
 pub const ISSUED_KEYS: &str = "issued-keys";
 
+/// Every certificate serial ever issued to a cluster, one a line (hex),
+/// `clusters/<name>/issued-serials`: what `leave` revokes on the bus.
+pub const ISSUED_SERIALS: &str = "issued-serials";
+/// The root-signed revocation entry `leave` put on the bus,
+/// `clusters/<name>/revoked.json` (public): a later `join` issues a new
+/// certificate rather than hand out a revoked one.
+pub const REVOKED_ENTRY: &str = "revoked.json";
+
 /// Every file `fleet init` writes.
 pub const INIT_FILES: &[&str] = &[
     FLEET_JSON,

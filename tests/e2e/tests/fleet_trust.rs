@@ -859,6 +859,46 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
         wait_copy(&c1, &secrets(), Some(ns), name, "c2", rule, |_| Ok(())).await;
     }
 
+    // A revocation of c2 not signed by the root (a forger who may write
+    // the registry: the admin's creds) revokes nothing: counted, and c2's
+    // changes still arrive.
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    let c2_serial = cert_of(&dir, "c2").cert.serial_hex();
+    let forged = fleetbus_schemas::registry::RevokedRecord {
+        name: "c2".into(),
+        serials: vec![c2_serial.clone()],
+        revoked_at: chrono::Utc::now(),
+    };
+    let active = {
+        let k = registry_keys(&registry)
+            .await
+            .into_iter()
+            .find(|k| k.starts_with("cluster.c2."))
+            .expect("c2's record");
+        let v = registry.get(&k).await.unwrap().unwrap();
+        (k, v)
+    };
+    let series = rejected_series("bad_signature");
+    let before = c1.metric(&series).unwrap_or(0.0);
+    let forged = forged.encode_signed(&SigningKey::from_bytes(&[42; 32]));
+    registry
+        .put("revoked.c2", forged.unwrap().into())
+        .await
+        .unwrap();
+    c1.wait_metric_at_least(&series, before + 1.0).await;
+    create_secret(&c2, "shared", "after-forgery", &[("k", "v")]).await;
+    wait_copy(
+        &c1,
+        &secrets(),
+        Some("shared"),
+        "after-forgery",
+        "c2",
+        "shared-delete",
+        |_| Ok(()),
+    )
+    .await;
+
     // Revoke first (the include), reload, then mark c2 Left on the bus:
     // the order of a deployment that is not a `fleetbus mesh`.
     let (code, out, err) = cli(&["leave", "c2", "--dir", d]);
@@ -871,11 +911,30 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
     let (code, out, err) = cli(&["leave", "c2", "--dir", d, "--nats-url", &nats.url()]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("had left already") && out.contains("marked c2 Left"),
+        out.contains("had left already")
+            && out.contains("marked c2 Left")
+            && out.contains("revoked c2's certificates"),
         "{out}"
     );
 
     wait_peer_state(&c1, "c2", ClusterState::Left, CONVERGE).await;
+    // The broker that did not revoke c2's NATS user (simulated: the admin's
+    // creds) lets c2's still valid key publish: c1 refuses it as revoked,
+    // whatever its signature says.
+    let series = rejected_series("revoked");
+    let before = c1.metric(&series).unwrap_or(0.0);
+    let key = ObjectKey::from_api_version("c2", "v1", "Secret", Some("shared"), "pwn");
+    let obj = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"namespace": "shared", "name": "pwn", "uid": "u-pwn", "resourceVersion": "1"},
+        "data": {"k": b64("pwned")}});
+    let mut env = Envelope::snapshot("c2", None, obj, chrono::Utc::now()).unwrap();
+    let keys = std::fs::read_to_string(dir.join("clusters/c2/cluster.key")).unwrap();
+    let keys = fleetbus_schemas::trust::ClusterKeys::decode(&keys).unwrap();
+    env.sign(&key, keys.signing(), &c2_serial);
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let prefix = fleetbus_schemas::subject::Prefix::default();
+    publish_raw(&admin, &key.to_subject(&prefix), env.encode().unwrap()).await;
+    c1.wait_metric_at_least(&series, before + 1.0).await;
     wait_absent(&c1, &secrets(), Some("shared"), "db").await;
     assert!(
         dynamic(&c1, &secrets(), Some("kept"))
@@ -892,6 +951,50 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
         .find(|l| l.starts_with("c2 "))
         .unwrap_or_default();
     assert!(line.contains("Left"), "{out}");
+    // Last (`clusters ls` reads the bucket unverified): c2's Active record
+    // from before the leave, replayed, is refused by c1 too, and c2 stays
+    // Left there.
+    let before = c1.metric(&series).unwrap_or(0.0);
+    registry.put(&active.0, active.1.clone()).await.unwrap();
+    c1.wait_metric_at_least(&series, before + 1.0).await;
+    wait_peer_state(&c1, "c2", ClusterState::Left, CONVERGE).await;
+}
+
+/// Freshness of records (PROTOCOL §5.1): c2 leaves on shutdown (its own
+/// signed Left record); its Active record from before, validly signed and
+/// replayed by whoever may write the registry (the admin's creds), is
+/// refused as a replay on c1, and c2 stays Left there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_older_record_does_not_bring_a_left_cluster_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
+    let nats = operator_server(&dir);
+    let f1 = secure_flags(&dir, "c1");
+    let mut f2 = secure_flags(&dir, "c2");
+    f2.push("--leave-on-shutdown".into());
+    let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
+    let mut c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
+    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    let key = registry_keys(&registry)
+        .await
+        .into_iter()
+        .find(|k| k.starts_with("cluster.c2."))
+        .expect("c2's record");
+    let active = registry.get(&key).await.unwrap().unwrap();
+    let record: serde_json::Value = serde_json::from_slice(&active).unwrap();
+    assert_eq!(record["state"], "Active");
+    c2.agent.stop();
+    wait_peer_state(&c1, "c2", ClusterState::Left, CONVERGE).await;
+
+    let series = rejected_series("replay");
+    let before = c1.metric(&series).unwrap_or(0.0);
+    registry.put(&key, active.clone()).await.unwrap();
+    c1.wait_metric_at_least(&series, before + 1.0).await;
+    let peer = c1.clusters().get("c2").await.unwrap();
+    let state = peer.status.and_then(|s| s.state);
+    assert_eq!(state, Some(ClusterState::Left));
 }
 
 /// Waits until `m`'s agent log says `what`.
