@@ -447,6 +447,41 @@ impl Signers {
     }
 }
 
+/// `json` (a JSON message this agent publishes: a status report, a reply)
+/// with this cluster's `signature` member in the secure mode (PROTOCOL
+/// §5.1's form), as it is otherwise. The error says why it could not be
+/// signed (never for the objects our own encoders make).
+pub fn sign_json_as(trust: Option<&Identity>, json: Vec<u8>) -> Result<Vec<u8>, String> {
+    match trust {
+        Some(id) => fleetbus_schemas::trust::sign_json(&json, id.signing_key(), &id.key_id()),
+        None => Ok(json),
+    }
+}
+
+impl Signers {
+    /// Checks a JSON message claimed by `cluster` (its subject or key names
+    /// it), as received (`raw`): its `signature` member is by the certified,
+    /// unrevoked key of that cluster. The error is the metric reason.
+    pub fn check_json(
+        &self,
+        cluster: &str,
+        raw: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<(), &'static str> {
+        use fleetbus_schemas::envelope::SignatureError;
+        let value: serde_json::Value =
+            serde_json::from_slice(raw).map_err(|_| reason::BAD_SIGNATURE)?;
+        let sig = fleetbus_schemas::trust::json_signature(&value).map_err(|e| match e {
+            SignatureError::Unsigned => reason::UNSIGNED,
+            SignatureError::BadSignature => reason::BAD_SIGNATURE,
+        })?;
+        let signer = self.signer_of(cluster, &sig.key_id, now)?;
+        fleetbus_schemas::trust::verify_json(&value, &signer.key)
+            .map(|_| ())
+            .map_err(|_| reason::BAD_SIGNATURE)
+    }
+}
+
 /// Whether `new`, received for an object whose last envelope was `old`, is
 /// an older version replayed over it (PROTOCOL §4.9, freshness): the same
 /// uid with a lower resourceVersion (numeric, as kube-apiserver's are), or

@@ -917,13 +917,22 @@ pub async fn run(
             }
             Some(msg) = next_command(&mut commands) => {
                 let admitted = crate::bus::command_sub::admit(&mut correct_rate, &reg.ctx.metrics);
-                let reply = match admitted.map(|()| parse_correct(&msg.payload)) {
+                let reply = match admitted.map(|()| {
+                    crate::bus::command_sub::authorize(
+                        reg.ctx.cfg.trust.as_deref(),
+                        &reg.ctx.metrics,
+                        "correct",
+                        &subject,
+                        &msg.payload,
+                    )
+                        .and_then(|()| parse_correct(&msg.payload))
+                }) {
                     Err(refused) => engine.refuse_for_rate(&refused),
                     Ok(Ok(req)) => engine.correct(&req).await,
                     Ok(Err(e)) => engine.refuse(&e),
                 };
                 let bytes = match reply.encode() {
-                    Ok(b) => b,
+                    Ok(b) => crate::bus::command_sub::signed_reply(reg.ctx.cfg.trust.as_deref(), b),
                     Err(e) => {
                         tracing::warn!(error = %e, "could not encode a correct reply");
                         continue;

@@ -269,25 +269,6 @@ fn cert_of(dir: &Path, name: &str) -> SignedCertificate {
     SignedCertificate::decode(&text.unwrap()).unwrap()
 }
 
-/// `fleetbus_rejected_messages_total{reason}` of `m`.
-fn rejected_series(reason: &str) -> String {
-    format!("fleetbus_rejected_messages_total{{reason=\"{reason}\"}}")
-}
-
-/// Publishes `env` on `subject` as an attacker does: a fresh `Nats-Msg-Id`,
-/// so the server's duplicate window does not drop it.
-async fn publish_raw(js: &jetstream::Context, subject: &str, payload: Vec<u8>) {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Nats-Msg-Id", format!("forged-{n}").as_str());
-    js.publish_with_headers(subject.to_owned(), headers, payload.into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-}
-
 /// `env` as its origin reads it: a sealed one (a Secret) opened with the
 /// origin's own key from the fleet dir (the origin is always a recipient).
 fn opened(dir: &Path, key: &ObjectKey, env: Envelope) -> Result<Envelope, String> {
@@ -804,15 +785,6 @@ fn secret_rule(name: &str, ns: &str, orphan_policy: &str) -> String {
          spec:\n  groupVersionKind: {{group: \"\", version: v1, kind: Secret}}\n  \
          orphanPolicy: {orphan_policy}\n  rules:\n    - match:\n        - namespaces: [{ns}]\n"
     )
-}
-
-/// `fleetbus <args> --nats-url <nats> --creds <admin>`: an operator's command.
-fn admin_cli(nats: &NatsServer, dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let url = nats.url();
-    let admin = dir.join("admin.creds");
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(["--nats-url", &url, "--creds", admin.to_str().unwrap()]);
-    cli(&all)
 }
 
 /// `fleetbus leave c2` on a running fleet whose c2 rotated its creds once:
