@@ -204,10 +204,17 @@ fn put_revocation(
         }
     };
     match runtime.block_on(clusters::put_revoked(bus, name, bytes)) {
-        Ok(()) => {
+        Ok(true) => {
             println!(
                 "revoked {name}'s certificates in the registry (signed by the fleet root): \
                  agents refuse what they sign"
+            );
+            true
+        }
+        Ok(false) => {
+            println!(
+                "no registry yet: {name}'s certificate revocation was not put (run `fleetbus \
+                 leave {name}` again once agents run)"
             );
             true
         }

@@ -178,15 +178,18 @@ pub async fn mark_left(
 /// (signed, [`crate::trust::identity::revocation`]) at `revoked.<name>`.
 /// After the Left records: those are signed with the key being revoked, and
 /// a reader that reads the entry first refuses them.
-pub async fn put_revoked(bus: &BusArgs, name: &str, bytes: Vec<u8>) -> Result<(), ClustersError> {
+/// Returns false when there is no registry yet (no agent ever ran: nobody
+/// to tell; `leave` again once agents run puts it).
+pub async fn put_revoked(bus: &BusArgs, name: &str, bytes: Vec<u8>) -> Result<bool, ClustersError> {
     let (_client, js) = crate::command::connect(bus).await?;
     let bucket = registry_bucket(&bus.subject_prefix);
-    let kv = js
-        .get_key_value(&bucket)
-        .await
-        .map_err(|e| crate::kv::unreadable_bucket(&bucket, e))?;
+    let kv = match crate::kv::keys(&js, &bus.subject_prefix, &bucket).await {
+        Ok((kv, _)) => kv,
+        Err(ReadError::Missing { .. }) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
     kv.put(revoked_key(name), bytes.into())
         .await
         .map_err(|e| crate::kv::unreadable_bucket(&bucket, e))?;
-    Ok(())
+    Ok(true)
 }
