@@ -776,6 +776,7 @@ pub(crate) mod tests {
             cluster_id: "id-b".into(),
             kubeconfig: "apiVersion: v1".into(),
             expires_at: None,
+            sealed: None,
         };
         m.apply(Decoded::Kubeconfig(k.clone()), Instant::now(), true);
         m.apply(cluster(record("b", "id-b", 1)), Instant::now(), true);

@@ -252,6 +252,8 @@ fn trusted(reg: &Registry, decoded: &Decoded, raw: &[u8]) -> Result<(), &'static
             }
             Ok(())
         }
-        Decoded::Kubeconfig(_) | Decoded::Forgotten(_) => Ok(()),
+        // Signed by the cluster it names (PROTOCOL §5.2).
+        Decoded::Kubeconfig(k) => reg.ctx.signers.check_json(&k.name, raw, now),
+        Decoded::Forgotten(_) => Ok(()),
     }
 }

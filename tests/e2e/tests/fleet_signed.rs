@@ -18,11 +18,19 @@ use fleetbus_schemas::trust::{sign_json, sign_request, ClusterKeys, SignedCertif
 use fleetbus_testsupport::{wait_for, NatsServer};
 use serde_json::{json, Value};
 
-/// Secure c1 and c2 from a fresh fleet dir.
-async fn secure_pair(tmp: &Path) -> (std::path::PathBuf, NatsServer, Member, Member) {
+/// Secure c1 and c2 from a fresh fleet dir, each with `extra` flags.
+async fn secure_pair(
+    tmp: &Path,
+    extra: &[&str],
+) -> (std::path::PathBuf, NatsServer, Member, Member) {
     let dir = fleet_dir(tmp, &["c1", "c2"]);
     let nats = operator_server(&dir);
-    let (f1, f2) = (secure_flags(&dir, "c1"), secure_flags(&dir, "c2"));
+    let flags = |n: &str| {
+        let mut f = secure_flags(&dir, n);
+        f.extend(extra.iter().map(|s| s.to_string()));
+        f
+    };
+    let (f1, f2) = (flags("c1"), flags("c2"));
     let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
     let c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
@@ -60,7 +68,7 @@ async fn reported_by_c2(c1: &Member) -> Result<Value, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_status_report_does_not_change_the_origins_reported_state() {
     let tmp = tempfile::tempdir().unwrap();
-    let (dir, nats, c1, c2) = secure_pair(tmp.path()).await;
+    let (dir, nats, c1, c2) = secure_pair(tmp.path(), &[]).await;
     for m in [&c1, &c2] {
         create_ns(m, "apps").await;
     }
@@ -161,7 +169,7 @@ async fn own_labels(m: &Member) -> std::collections::BTreeMap<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_that_change_state_must_be_signed_by_the_fleet_root() {
     let tmp = tempfile::tempdir().unwrap();
-    let (dir, nats, c1, _c2) = secure_pair(tmp.path()).await;
+    let (dir, nats, c1, _c2) = secure_pair(tmp.path(), &[]).await;
     let d = dir.to_str().unwrap();
     let unsigned = rejected_series("unsigned");
 
@@ -233,5 +241,76 @@ async fn commands_that_change_state_must_be_signed_by_the_fleet_root() {
     assert_eq!(
         own_labels(&c1).await.get("tier").map(String::as_str),
         Some("gold")
+    );
+}
+
+/// `--publish-kubeconfig` in the secure mode: the record in the registry
+/// holds the reader kubeconfig sealed to the peers and signed by its
+/// cluster; the admin reading the bucket does not see the token, the peer
+/// opens it into its kubeconfig Secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_kubeconfig_is_sealed_to_the_peers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, c1, _c2) = secure_pair(tmp.path(), &["--publish-kubeconfig"]).await;
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(c1.client.clone(), NAMESPACE);
+    let secret = wait_for("c1 to store c2's kubeconfig", SYNC, || async {
+        secrets
+            .get("c2-kubeconfig")
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let kubeconfig = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let doc: Value = serde_yaml::from_str(&kubeconfig).unwrap();
+    let token = doc["users"][0]["user"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(token.len() > 8, "{kubeconfig}");
+
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    let key = registry_keys(&registry)
+        .await
+        .into_iter()
+        .find(|k| k.starts_with("kubeconfig.c2."))
+        .expect("c2's kubeconfig record");
+    let raw = registry.get(&key).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(
+        !text.contains(&token),
+        "the token is readable in the bucket"
+    );
+    let record: Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(record["kubeconfig"], "");
+    assert_eq!(record["sealed"]["algorithm"], "fleetbus-seal-v1");
+    let names: Vec<&str> = record["sealed"]["recipients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["cluster"].as_str())
+        .collect();
+    assert_eq!(names, ["c1", "c2"]);
+    let (c2_keys, c2_serial) = keys_of(&dir, "c2");
+    let sig = fleetbus_schemas::trust::verify_json(&record, &c2_keys.signing().verifying_key());
+    assert_eq!(sig.unwrap().key_id, c2_serial);
+
+    // Forged over it (the admin may write the key): unsigned, dropped.
+    let series = rejected_series("unsigned");
+    let before = c1.metric(&series).unwrap_or(0.0);
+    let mut forged = record.clone();
+    forged.as_object_mut().unwrap().remove("signature");
+    forged.as_object_mut().unwrap().remove("sealed");
+    forged["kubeconfig"] = "apiVersion: v1\nkind: Config\n".into();
+    registry
+        .put(&key, serde_json::to_vec(&forged).unwrap().into())
+        .await
+        .unwrap();
+    c1.wait_metric_at_least(&series, before + 1.0).await;
+    let kept = secrets.get("c2-kubeconfig").await.unwrap();
+    assert_eq!(
+        String::from_utf8(kept.data.unwrap()["kubeconfig"].0.clone()).unwrap(),
+        kubeconfig
     );
 }
