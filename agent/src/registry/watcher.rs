@@ -121,6 +121,9 @@ pub(crate) fn handle_beat(reg: &Registry, entry: &Entry) {
                 tracing::warn!(key = %entry.key, reason = rejection.reason(), revision = entry.revision, "skipped invalid beat");
                 Applied::default()
             }
+            Ok(beat) if reg.ctx.cfg.trust.is_some() && !beat_trusted(reg, &beat.name, entry) => {
+                Applied::default()
+            }
             Ok(beat) => {
                 let applied =
                     reg.membership()
@@ -148,6 +151,24 @@ pub(crate) fn handle_beat(reg: &Registry, entry: &Entry) {
     if entry.seen_current && !reg.beats_synced.swap(true, Ordering::Relaxed) {
         tracing::info!("beats caught up");
         reg.membership_changed.notify_one();
+    }
+}
+
+/// Secure mode: a beat is believed only when signed by the certified key of
+/// the cluster its key names (PROTOCOL §5.4); else it is dropped, counted
+/// and raised like any rejected message.
+fn beat_trusted(reg: &Registry, name: &str, entry: &Entry) -> bool {
+    match reg
+        .ctx
+        .signers
+        .check_json(name, &entry.value, chrono::Utc::now())
+    {
+        Ok(()) => true,
+        Err(reason) => {
+            reg.ctx.metrics.rejected("untrusted");
+            reg.ctx.reject(name, reason, &entry.key);
+            false
+        }
     }
 }
 

@@ -314,3 +314,43 @@ async fn a_published_kubeconfig_is_sealed_to_the_peers() {
         kubeconfig
     );
 }
+
+/// Beats (PROTOCOL §5.4) are signed: once c2's agent is dead, unsigned beats
+/// forged in its name (newer `seq`, whoever may write the beats bucket) are
+/// dropped and counted on c1, and c2 turns Disconnected there all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_beats_do_not_keep_a_dead_cluster_alive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, c1, mut c2) = secure_pair(tmp.path(), &[]).await;
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let beats = admin.get_key_value("fleetbus-beats").await.unwrap();
+    let key = registry_keys(&beats)
+        .await
+        .into_iter()
+        .find(|k| k.starts_with("beat.c2."))
+        .expect("c2's beat");
+    let genuine: Value = serde_json::from_slice(&beats.get(&key).await.unwrap().unwrap()).unwrap();
+    assert!(genuine.get("signature").is_some(), "{genuine}");
+    c2.agent.kill9();
+    let forger = tokio::spawn(async move {
+        let mut beat = genuine;
+        beat.as_object_mut().unwrap().remove("signature");
+        for n in 1..200u64 {
+            beat["seq"] = json!(beat["seq"].as_u64().unwrap_or(0) + n);
+            let _ = beats
+                .put(&key, serde_json::to_vec(&beat).unwrap().into())
+                .await;
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+    });
+    c1.wait_metric_at_least(&rejected_series("unsigned"), 1.0)
+        .await;
+    wait_peer_state(
+        &c1,
+        "c2",
+        fleetbus_schemas::crd::ClusterState::Disconnected,
+        CONVERGE,
+    )
+    .await;
+    forger.abort();
+}
