@@ -458,6 +458,22 @@ pub fn sign_json_as(trust: Option<&Identity>, json: Vec<u8>) -> Result<Vec<u8>, 
     }
 }
 
+/// [`sign_json_as`] for what is published whatever happens (events, rule
+/// status, replies): unsigned, with a warning, when signing fails (never for
+/// our own encodings), rather than not at all.
+pub fn sign_or_keep(trust: Option<&Identity>, json: Vec<u8>) -> Vec<u8> {
+    if trust.is_none() {
+        return json;
+    }
+    match sign_json_as(trust, json.clone()) {
+        Ok(signed) => signed,
+        Err(error) => {
+            tracing::warn!(%error, "could not sign a message; publishing it unsigned");
+            json
+        }
+    }
+}
+
 impl Signers {
     /// Checks a JSON message claimed by `cluster` (its subject or key names
     /// it), as received (`raw`): its `signature` member is by the certified,

@@ -79,11 +79,5 @@ pub fn authorize(
 /// §6.7). Unsigned when signing fails (never for our own encodings): the
 /// operator then still gets an answer.
 pub fn signed_reply(trust: Option<&crate::trust::Identity>, bytes: Vec<u8>) -> Vec<u8> {
-    match crate::trust::sign_json_as(trust, bytes.clone()) {
-        Ok(signed) => signed,
-        Err(error) => {
-            tracing::warn!(%error, "could not sign a reply; sending it unsigned");
-            bytes
-        }
-    }
+    crate::trust::sign_or_keep(trust, bytes)
 }
