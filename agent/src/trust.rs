@@ -254,6 +254,11 @@ pub struct Signers {
     /// verified): never taken back while the agent runs, whatever the bucket
     /// says later (only the root could, and it never signs an un-revocation).
     revoked: std::sync::RwLock<std::collections::HashSet<String>>,
+    /// This cluster's own serial: never refused as revoked here. A revoked
+    /// agent that still runs (a broker that did not revoke its user) would
+    /// otherwise refuse its own subtree and republish it for ever; its peers
+    /// refuse it, which is what revocation is for.
+    own_serial: Option<String>,
     changed: tokio::sync::watch::Sender<u64>,
 }
 
@@ -262,6 +267,7 @@ impl Default for Signers {
         Signers {
             by_cluster: std::sync::RwLock::default(),
             revoked: std::sync::RwLock::default(),
+            own_serial: None,
             changed: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -276,6 +282,9 @@ impl Signers {
     }
 
     fn is_revoked(&self, serial: &str) -> bool {
+        if self.own_serial.as_deref() == Some(serial) {
+            return false;
+        }
         self.revoked
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -293,6 +302,13 @@ impl Signers {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut new = false;
         for s in serials {
+            if self.own_serial.as_deref() == Some(s) && !revoked.contains(s) {
+                tracing::error!(
+                    serial = s,
+                    "the fleet root revoked this cluster's certificate: every peer refuses what \
+                     it publishes (`fleetbus join` issues a new one)"
+                );
+            }
             new |= revoked.insert(s.to_owned());
         }
         new
@@ -379,7 +395,10 @@ impl Signers {
 
     /// Signers knowing this cluster's own key (`None`: the insecure mode).
     pub fn new(own: Option<&Identity>) -> Signers {
-        let signers = Signers::default();
+        let signers = Signers {
+            own_serial: own.map(Identity::key_id),
+            ..Signers::default()
+        };
         if let Some(id) = own {
             signers
                 .by_cluster
@@ -984,6 +1003,15 @@ mod tests {
             signers.check_envelope(&key, &env, now()),
             Err(reason::REVOKED)
         );
+        // Our own serial revoked: we still read our own subtree (else we
+        // would republish it for ever); peers are what refuse us.
+        let own = Signers {
+            own_serial: Some(serial.clone()),
+            ..Signers::default()
+        };
+        own.learn(&rv, "c2", Some(&old.encode()), now()).unwrap();
+        own.revoke([serial.as_str()]);
+        assert_eq!(own.check_envelope(&key, &env, now()), Ok(()));
     }
 
     #[test]
