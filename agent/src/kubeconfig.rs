@@ -410,11 +410,9 @@ pub async fn run(reg: Arc<Registry>, server: ServerInfo, cancel: CancellationTok
                     Some((m, refresh))
                 }
                 Err(error) => {
-                    warn_failed(&error, delay);
-                    if sleep_or_cancel(&cancel, delay).await.is_none() {
+                    if !back_off(&cancel, &error, &mut delay).await {
                         return;
                     }
-                    delay = (delay * 2).min(Duration::from_secs(30));
                     continue;
                 }
             };
@@ -429,11 +427,9 @@ pub async fn run(reg: Arc<Registry>, server: ServerInfo, cancel: CancellationTok
                 to
             }
             Err(error) => {
-                warn_failed(&error, delay);
-                if sleep_or_cancel(&cancel, delay).await.is_none() {
+                if !back_off(&cancel, &error, &mut delay).await {
                     return;
                 }
-                delay = (delay * 2).min(Duration::from_secs(30));
                 continue;
             }
         };
@@ -479,21 +475,25 @@ fn recipients(reg: &Registry, fleet: &crate::registry::view::FleetView) -> Recip
     out
 }
 
-fn warn_failed(error: &KubeconfigError, delay: Duration) {
+/// Logs a failure and waits `delay` (doubled for next time, up to 30 s);
+/// false when `cancel` fires first.
+async fn back_off(
+    cancel: &CancellationToken,
+    error: &KubeconfigError,
+    delay: &mut Duration,
+) -> bool {
     tracing::warn!(
         error = %crate::report(error),
         transient = error.is_transient(),
-        ?delay,
+        delay = ?*delay,
         "failed to publish the reader kubeconfig; retrying"
     );
-}
-
-/// Sleeps `delay`; `None` (stop) when `cancel` fires first.
-async fn sleep_or_cancel(cancel: &CancellationToken, delay: Duration) -> Option<()> {
-    tokio::select! {
-        _ = cancel.cancelled() => None,
-        _ = tokio::time::sleep(delay) => Some(()),
-    }
+    let waited = tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(*delay) => true,
+    };
+    *delay = (*delay * 2).min(Duration::from_secs(30));
+    waited
 }
 
 async fn mint_now(reg: &Registry, server: &ServerInfo) -> Result<Minted, KubeconfigError> {

@@ -314,6 +314,24 @@ impl Signers {
         new
     }
 
+    /// A record's certificate (`cert`), checked against `root` for
+    /// `cluster` at `now` and not revoked; the error is the metric reason.
+    fn certified(
+        &self,
+        root: &VerifyingKey,
+        cluster: &str,
+        cert: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<SignedCertificate, &'static str> {
+        let text = cert.ok_or(reason::UNSIGNED)?;
+        let signed = SignedCertificate::decode(text).map_err(|e| cert_reason(&e))?;
+        verify(&signed, root, cluster, now).map_err(|e| cert_reason(&e))?;
+        if self.is_revoked(&signed.cert.serial_hex()) {
+            return Err(reason::REVOKED);
+        }
+        Ok(signed)
+    }
+
     /// Checks `cert` (a record's `certificate`) against `root` for `cluster`
     /// at `now`, and makes its key `cluster`'s signer. The error is the
     /// metric reason; the known signer is then left as it was.
@@ -324,12 +342,7 @@ impl Signers {
         cert: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<(), &'static str> {
-        let text = cert.ok_or(reason::UNSIGNED)?;
-        let signed = SignedCertificate::decode(text).map_err(|e| cert_reason(&e))?;
-        verify(&signed, root, cluster, now).map_err(|e| cert_reason(&e))?;
-        if self.is_revoked(&signed.cert.serial_hex()) {
-            return Err(reason::REVOKED);
-        }
+        let signed = self.certified(root, cluster, cert, now)?;
         let signer = Signer {
             key: signed.verifying_key().map_err(|e| cert_reason(&e))?,
             serial: signed.cert.serial_hex(),
@@ -374,12 +387,7 @@ impl Signers {
         raw: &[u8],
         now: DateTime<Utc>,
     ) -> Result<(), &'static str> {
-        let text = cert.ok_or(reason::UNSIGNED)?;
-        let signed = SignedCertificate::decode(text).map_err(|e| cert_reason(&e))?;
-        verify(&signed, root, cluster, now).map_err(|e| cert_reason(&e))?;
-        if self.is_revoked(&signed.cert.serial_hex()) {
-            return Err(reason::REVOKED);
-        }
+        let signed = self.certified(root, cluster, cert, now)?;
         let key = signed.verifying_key().map_err(|e| cert_reason(&e))?;
         let value: serde_json::Value =
             serde_json::from_slice(raw).map_err(|_| reason::BAD_SIGNATURE)?;

@@ -109,6 +109,31 @@ pub fn read(path: &Path) -> Result<String, TrustError> {
     })
 }
 
+/// The non-empty lines of the list file at `path` (none when it does not exist).
+pub fn read_lines(path: &Path) -> Result<Vec<String>, TrustError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    Ok(read(path)?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Appends `line` to the list file at `path` (rewritten whole, atomically).
+pub fn append_line(path: &Path, line: &str) -> Result<(), TrustError> {
+    let mut text = if path.exists() {
+        read(path)?
+    } else {
+        String::new()
+    };
+    text.push_str(line);
+    text.push('\n');
+    write_file(path, text.as_bytes(), false, true)
+}
+
 /// Creates `dir` (and parents), private to the user when new.
 pub fn create_dir(dir: &Path) -> Result<(), TrustError> {
     use std::os::unix::fs::DirBuilderExt;

@@ -14,7 +14,8 @@ use rand::RngCore as _;
 use zeroize::Zeroizing;
 
 use super::files::{
-    read, write_file, CLUSTER_CERT, CLUSTER_KEY, ISSUED_SERIALS, REVOKED_ENTRY, ROOT_KEY, ROOT_PUB,
+    append_line, read, read_lines, write_file, CLUSTER_CERT, CLUSTER_KEY, ISSUED_SERIALS,
+    REVOKED_ENTRY, ROOT_KEY, ROOT_PUB,
 };
 use super::{damaged, TrustError};
 
@@ -178,18 +179,6 @@ pub fn record_signer(dir: &Path, name: &str) -> Result<Option<RecordSigner>, Tru
     }))
 }
 
-/// Appends `line` to the file at `path` (rewritten whole, atomically).
-fn append_line(path: &Path, line: &str) -> Result<(), TrustError> {
-    let mut text = if path.exists() {
-        read(path)?
-    } else {
-        String::new()
-    };
-    text.push_str(line);
-    text.push('\n');
-    write_file(path, text.as_bytes(), false, true)
-}
-
 /// Whether the stored certificate at `cert_path` is one `leave` revoked
 /// (listed in `cluster_dir`'s [`REVOKED_ENTRY`]).
 fn revoked(cluster_dir: &Path, cert_path: &Path) -> Result<bool, TrustError> {
@@ -211,19 +200,7 @@ fn revoked(cluster_dir: &Path, cert_path: &Path) -> Result<bool, TrustError> {
 /// fleet made before cluster keys).
 pub fn revocation(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, TrustError> {
     let cluster_dir = dir.join(super::files::CLUSTERS).join(name);
-    let mut serials: Vec<String> = {
-        let path = cluster_dir.join(ISSUED_SERIALS);
-        if path.exists() {
-            read(&path)?
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(str::to_owned)
-                .collect()
-        } else {
-            Vec::new()
-        }
-    };
+    let mut serials = read_lines(&cluster_dir.join(ISSUED_SERIALS))?;
     let cert_path = cluster_dir.join(CLUSTER_CERT);
     if cert_path.exists() {
         let cert = SignedCertificate::decode(&read(&cert_path)?)

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
-use crate::subject::{decode_token, encode_token, TokenError};
+use crate::subject::{encode_token, TokenError};
 use crate::time::rfc3339_ms;
 
 /// `schema` of a [`RevokedRecord`].
@@ -105,11 +105,7 @@ pub fn revoked_key(name: &str) -> String {
 /// The name in a revocation key; `None` for any other key, `Some(Err)` for
 /// a revocation key whose token does not decode or that has more tokens.
 pub fn parse_revoked_key(key: &str) -> Option<Result<String, TokenError>> {
-    let rest = key.strip_prefix(REVOKED_KEY_KIND)?.strip_prefix('.')?;
-    if rest.contains('.') {
-        return Some(Err(TokenError::InvalidChar(rest.to_owned())));
-    }
-    Some(decode_token(rest))
+    super::forgotten::parse_name_key(REVOKED_KEY_KIND, key)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 use chrono::{DateTime, Utc};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 
-use super::json::{sign_json, verify_json};
+use super::json::{append_members, sign_json, verify_json};
 use crate::envelope::SignatureError;
 use crate::registry::ROOT_KEY_ID;
 
@@ -61,18 +61,14 @@ pub fn sign_request(
     root: &SigningKey,
     now: DateTime<Utc>,
 ) -> Result<Vec<u8>, String> {
-    let body = json.trim_ascii_end();
-    let Some((b'}', head)) = body.split_last() else {
-        return Err("not a JSON object".into());
-    };
-    let mut out = head.to_vec();
-    if head.trim_ascii_end() != b"{" {
-        out.push(b',');
-    }
     let to = serde_json::to_string(subject).map_err(|e| e.to_string())?;
     let at = now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    out.extend_from_slice(format!("\"to\":{to},\"requestedAt\":\"{at}\"}}").as_bytes());
-    sign_json(&out, root, ROOT_KEY_ID)
+    let members = format!("\"to\":{to},\"requestedAt\":\"{at}\"");
+    sign_json(
+        &append_members(json, members.as_bytes())?,
+        root,
+        ROOT_KEY_ID,
+    )
 }
 
 /// Checks that `raw`, received on `subject` at `now`, is signed by `root`

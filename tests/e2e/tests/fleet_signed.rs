@@ -271,11 +271,7 @@ async fn a_published_kubeconfig_is_sealed_to_the_peers() {
 
     let admin = connect(&nats, dir.join("admin.creds")).await;
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
-    let key = registry_keys(&registry)
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("kubeconfig.c2."))
-        .expect("c2's kubeconfig record");
+    let key = key_starting(&registry, "kubeconfig.c2.").await;
     let raw = registry.get(&key).await.unwrap().unwrap();
     let text = String::from_utf8_lossy(&raw);
     assert!(
@@ -324,11 +320,7 @@ async fn forged_beats_do_not_keep_a_dead_cluster_alive() {
     let (dir, nats, c1, mut c2) = secure_pair(tmp.path(), &[]).await;
     let admin = connect(&nats, dir.join("admin.creds")).await;
     let beats = admin.get_key_value("fleetbus-beats").await.unwrap();
-    let key = registry_keys(&beats)
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("beat.c2."))
-        .expect("c2's beat");
+    let key = key_starting(&beats, "beat.c2.").await;
     let genuine: Value = serde_json::from_slice(&beats.get(&key).await.unwrap().unwrap()).unwrap();
     assert!(genuine.get("signature").is_some(), "{genuine}");
     c2.agent.kill9();

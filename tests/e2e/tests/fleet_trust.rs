@@ -65,11 +65,7 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
         .await
         .unwrap();
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
-    let c2_key = registry_keys(&registry)
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("cluster.c2."))
-        .expect("c2's record");
+    let c2_key = key_starting(&registry, "cluster.c2.").await;
     let mut consumers: Vec<String> = objects
         .consumer_names()
         .filter_map(|n| async { n.ok() })
@@ -453,11 +449,7 @@ async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
     // (e) c2's record with a forged certificate (another root's), with
     // c1's certificate, and with garbage: dropped and counted.
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
-    let c2_key = registry_keys(&registry)
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("cluster.c2."))
-        .expect("c2's record");
+    let c2_key = key_starting(&registry, "cluster.c2.").await;
     let record: serde_json::Value =
         serde_json::from_slice(&registry.get(&c2_key).await.unwrap().unwrap()).unwrap();
     let other = tmp.path().join("other");
@@ -843,11 +835,7 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
         revoked_at: chrono::Utc::now(),
     };
     let active = {
-        let k = registry_keys(&registry)
-            .await
-            .into_iter()
-            .find(|k| k.starts_with("cluster.c2."))
-            .expect("c2's record");
+        let k = key_starting(&registry, "cluster.c2.").await;
         let v = registry.get(&k).await.unwrap().unwrap();
         (k, v)
     };
@@ -949,11 +937,7 @@ async fn a_replayed_older_record_does_not_bring_a_left_cluster_back() {
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
     let admin = connect(&nats, dir.join("admin.creds")).await;
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
-    let key = registry_keys(&registry)
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("cluster.c2."))
-        .expect("c2's record");
+    let key = key_starting(&registry, "cluster.c2.").await;
     let active = registry.get(&key).await.unwrap().unwrap();
     let record: serde_json::Value = serde_json::from_slice(&active).unwrap();
     assert_eq!(record["state"], "Active");
