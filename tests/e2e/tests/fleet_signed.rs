@@ -238,6 +238,25 @@ async fn commands_that_change_state_must_be_signed_by_the_fleet_root() {
         let sig = fleetbus_schemas::trust::verify_json(&reply, &c1_keys.signing().verifying_key());
         assert_eq!(sig.unwrap().key_id, c1_serial, "the reply is c1's");
     }
+    // Garbage on the command subjects: refused with a reason, never a panic.
+    for (subject, payload) in [
+        (to_c1, &b"garbage"[..]),
+        (to_c1, b"{}"),
+        (to_c1, b"null"),
+        ("fleetbus.cmd.c1.correct", b"\xff\xfe"),
+        (
+            "fleetbus.cmd.c1.correct",
+            br#"{"schema":"fleetbus.io/correct-request/v1","signature":{"algorithm":"ed25519","keyId":"root","value":"AAAA"}}"#,
+        ),
+    ] {
+        let reply = client
+            .request(subject.to_owned(), payload.to_vec().into())
+            .await
+            .unwrap();
+        let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+        let error = reply["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("refused:"), "{payload:?}: {reply}");
+    }
     assert_eq!(
         own_labels(&c1).await.get("tier").map(String::as_str),
         Some("gold")
