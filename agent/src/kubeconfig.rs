@@ -3,9 +3,10 @@
 //! The reader is the ServiceAccount `fleetbus-reader` in the agent's namespace,
 //! bound to the ClusterRole `fleetbus-reader`: get/list/watch on the core
 //! resources listed in [`reader_rules`] and on every resource of the common
-//! API groups, plus discovery. Never Secrets: until end-to-end encryption lands
-//! the kubeconfig travels in clear on the bus, so whoever can read the registry
-//! bucket holds this token, and it must not open every Secret of every cluster.
+//! API groups, plus discovery. Never Secrets: in the insecure mode the
+//! kubeconfig travels in clear on the bus, so whoever can read the registry
+//! bucket holds this token, and it must not open every Secret of every
+//! cluster. In the secure mode it is sealed to the peers (PROTOCOL §5.2).
 //! Tokens are bound (`expirationSeconds`) and re-minted at 80% of their lifetime.
 
 use std::sync::Arc;
@@ -54,6 +55,10 @@ pub enum KubeconfigError {
     /// The kubeconfig record could not be encoded (a bug).
     #[error("failed to encode the kubeconfig record")]
     Encode(#[source] fleetbus_schemas::EncodeError),
+    /// The kubeconfig could not be sealed to the peers or signed (a bug, or a
+    /// peer's key the crypto library refuses).
+    #[error("failed to seal or sign the kubeconfig record: {0}")]
+    Seal(String),
     /// The kubeconfig record could not be put into the registry bucket.
     #[error("failed to put {key} into the registry bucket")]
     Put {
@@ -75,7 +80,9 @@ impl KubeconfigError {
             KubeconfigError::EmptyToken(_)
             | KubeconfigError::CaFile(..)
             | KubeconfigError::Put { .. } => true,
-            KubeconfigError::Render(_) | KubeconfigError::Encode(_) => false,
+            KubeconfigError::Render(_) | KubeconfigError::Encode(_) | KubeconfigError::Seal(_) => {
+                false
+            }
         }
     }
 }
@@ -385,42 +392,111 @@ pub fn render(
 
 /// Mints, publishes and re-mints the reader kubeconfig until `cancel`, and at
 /// once when the registry bucket was recreated (the record went with it).
-/// Failures are retried with backoff; peers keep the previous kubeconfig
-/// meanwhile (it stays valid until its expiry).
+/// In the secure mode the kubeconfig is sealed to the peers (PROTOCOL §5.2)
+/// and published again, without minting, whenever the set of peers it is
+/// sealed to changes (a join, a leave). Failures are retried with backoff;
+/// peers keep the previous kubeconfig meanwhile (valid until its expiry).
 #[tracing::instrument(name = "kubeconfig", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, server: ServerInfo, cancel: CancellationToken) {
     let mut delay = Duration::from_millis(500);
+    let mut fleet = reg.fleet();
+    let mut minted: Option<(Minted, tokio::time::Instant)> = None;
     loop {
-        let wait = match mint_and_publish(&reg, &server).await {
-            Ok(refresh_after) => {
+        let now = tokio::time::Instant::now();
+        if minted.as_ref().is_none_or(|(_, refresh)| now >= *refresh) {
+            minted = match mint_now(&reg, &server).await {
+                Ok(m) => {
+                    let refresh = now + m.refresh_after;
+                    Some((m, refresh))
+                }
+                Err(error) => {
+                    if !back_off(&cancel, &error, &mut delay).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+        }
+        let Some((m, refresh)) = &minted else {
+            continue;
+        };
+        let to = recipients(&reg, &fleet.borrow_and_update());
+        let sealed_to = match publish(&reg, m, &to).await {
+            Ok(()) => {
                 delay = Duration::from_millis(500);
-                refresh_after
+                to
             }
             Err(error) => {
-                tracing::warn!(
-                    error = %crate::report(&error),
-                    transient = error.is_transient(),
-                    ?delay,
-                    "failed to publish the reader kubeconfig; retrying"
-                );
-                delay = (delay * 2).min(Duration::from_secs(30));
-                delay
+                if !back_off(&cancel, &error, &mut delay).await {
+                    return;
+                }
+                continue;
             }
         };
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
-            _ = reg.republish_kubeconfig.notified() => {
-                tracing::info!("registry bucket recreated; publishing the reader kubeconfig again");
+        let refresh = *refresh;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(refresh) => break,
+                _ = reg.republish_kubeconfig.notified() => {
+                    tracing::info!("registry bucket recreated; publishing the reader kubeconfig again");
+                    break;
+                }
+                changed = fleet.changed(), if reg.ctx.sealing.is_some() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if recipients(&reg, &fleet.borrow_and_update()) != sealed_to {
+                        tracing::info!("the peers changed; sealing the reader kubeconfig to them again");
+                        break;
+                    }
+                }
             }
         }
     }
 }
 
-async fn mint_and_publish(
-    reg: &Registry,
-    server: &ServerInfo,
-) -> Result<Duration, KubeconfigError> {
+/// The peers a kubeconfig is sealed to, with their keys (this cluster too):
+/// empty in the insecure mode.
+type Recipients = Vec<(String, fleetbus_schemas::seal::SealingPublicKey)>;
+
+fn recipients(reg: &Registry, fleet: &crate::registry::view::FleetView) -> Recipients {
+    let Some(own) = &reg.ctx.sealing else {
+        return Recipients::new();
+    };
+    let mut out: Recipients = fleet
+        .peers
+        .values()
+        .filter(|p| !p.left && !p.disabled)
+        .filter_map(|p| Some((p.name.clone(), p.sealing_key.clone()?)))
+        .collect();
+    out.push((reg.ctx.cfg.cluster_name.clone(), own.public.clone()));
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Logs a failure and waits `delay` (doubled for next time, up to 30 s);
+/// false when `cancel` fires first.
+async fn back_off(
+    cancel: &CancellationToken,
+    error: &KubeconfigError,
+    delay: &mut Duration,
+) -> bool {
+    tracing::warn!(
+        error = %crate::report(error),
+        transient = error.is_transient(),
+        delay = ?*delay,
+        "failed to publish the reader kubeconfig; retrying"
+    );
+    let waited = tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(*delay) => true,
+    };
+    *delay = (*delay * 2).min(Duration::from_secs(30));
+    waited
+}
+
+async fn mint_now(reg: &Registry, server: &ServerInfo) -> Result<Minted, KubeconfigError> {
     ensure_reader(&reg.ctx.client, &reg.ctx.cfg.namespace).await?;
     let minted = mint(
         &reg.ctx.client,
@@ -431,20 +507,40 @@ async fn mint_and_publish(
     )
     .await?;
     reg.ctx.metrics.kubeconfig_mints.inc();
-    let record = KubeconfigRecord {
+    Ok(minted)
+}
+
+/// Puts the record of `minted`: in the secure mode sealed to `recipients`
+/// (the admin reading the bucket does not see the token) and signed by this
+/// cluster (PROTOCOL §5.2).
+async fn publish(
+    reg: &Registry,
+    minted: &Minted,
+    recipients: &Recipients,
+) -> Result<(), KubeconfigError> {
+    let mut record = KubeconfigRecord {
         name: reg.ctx.cfg.cluster_name.clone(),
         cluster_id: reg.ctx.cluster_id.clone(),
-        kubeconfig: minted.kubeconfig,
+        kubeconfig: minted.kubeconfig.clone(),
         expires_at: chrono::DateTime::from_timestamp(minted.expires_at.as_second(), 0),
+        sealed: None,
     };
+    if !recipients.is_empty() {
+        let keys: Vec<_> = recipients.iter().map(|(n, k)| (n.as_str(), k)).collect();
+        record
+            .seal(&keys, &mut rand::rng())
+            .map_err(|e| KubeconfigError::Seal(e.to_string()))?;
+    }
     let key = kubeconfig_key(&record.name, &record.cluster_id);
     let body = record.encode().map_err(KubeconfigError::Encode)?;
+    let body = crate::trust::sign_json_as(reg.ctx.cfg.trust.as_deref(), body)
+        .map_err(KubeconfigError::Seal)?;
     reg.kv
         .put(&key, body.into())
         .await
         .map_err(|source| KubeconfigError::Put { key, source })?;
-    tracing::info!(expires_at = %minted.expires_at, refresh_in = ?minted.refresh_after, "published reader kubeconfig");
-    Ok(minted.refresh_after)
+    tracing::info!(expires_at = %minted.expires_at, sealed_to = recipients.len(), "published reader kubeconfig");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -218,6 +218,8 @@ pub mod reason {
     pub const REPLAY: &str = "replay";
     /// A `contentHash` that is not the hash of the object.
     pub const CONTENT_HASH: &str = "content_hash";
+    /// Signed by a certificate the fleet root revoked (PROTOCOL §5.5).
+    pub const REVOKED: &str = "revoked";
 }
 
 /// The metric reason of a certificate that was refused.
@@ -248,6 +250,15 @@ pub struct Signer {
 #[derive(Debug)]
 pub struct Signers {
     by_cluster: std::sync::RwLock<std::collections::HashMap<String, Signer>>,
+    /// Serials the fleet root revoked (`revoked.<name>` entries that
+    /// verified): never taken back while the agent runs, whatever the bucket
+    /// says later (only the root could, and it never signs an un-revocation).
+    revoked: std::sync::RwLock<std::collections::HashSet<String>>,
+    /// This cluster's own serial: never refused as revoked here. A revoked
+    /// agent that still runs (a broker that did not revoke its user) would
+    /// otherwise refuse its own subtree and republish it for ever; its peers
+    /// refuse it, which is what revocation is for.
+    own_serial: Option<String>,
     changed: tokio::sync::watch::Sender<u64>,
 }
 
@@ -255,6 +266,8 @@ impl Default for Signers {
     fn default() -> Self {
         Signers {
             by_cluster: std::sync::RwLock::default(),
+            revoked: std::sync::RwLock::default(),
+            own_serial: None,
             changed: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -268,6 +281,57 @@ impl Signers {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn is_revoked(&self, serial: &str) -> bool {
+        if self.own_serial.as_deref() == Some(serial) {
+            return false;
+        }
+        self.revoked
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(serial)
+    }
+
+    /// Revokes the certificates of `serials` (a root-signed revocation entry
+    /// the caller verified): every message or record signed under one of
+    /// them is refused from now on ([`reason::REVOKED`]). Returns whether
+    /// any was new.
+    pub fn revoke<'a>(&self, serials: impl IntoIterator<Item = &'a str>) -> bool {
+        let mut revoked = self
+            .revoked
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut new = false;
+        for s in serials {
+            if self.own_serial.as_deref() == Some(s) && !revoked.contains(s) {
+                tracing::error!(
+                    serial = s,
+                    "the fleet root revoked this cluster's certificate: every peer refuses what \
+                     it publishes (`fleetbus join` issues a new one)"
+                );
+            }
+            new |= revoked.insert(s.to_owned());
+        }
+        new
+    }
+
+    /// A record's certificate (`cert`), checked against `root` for
+    /// `cluster` at `now` and not revoked; the error is the metric reason.
+    fn certified(
+        &self,
+        root: &VerifyingKey,
+        cluster: &str,
+        cert: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<SignedCertificate, &'static str> {
+        let text = cert.ok_or(reason::UNSIGNED)?;
+        let signed = SignedCertificate::decode(text).map_err(|e| cert_reason(&e))?;
+        verify(&signed, root, cluster, now).map_err(|e| cert_reason(&e))?;
+        if self.is_revoked(&signed.cert.serial_hex()) {
+            return Err(reason::REVOKED);
+        }
+        Ok(signed)
+    }
+
     /// Checks `cert` (a record's `certificate`) against `root` for `cluster`
     /// at `now`, and makes its key `cluster`'s signer. The error is the
     /// metric reason; the known signer is then left as it was.
@@ -278,9 +342,7 @@ impl Signers {
         cert: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<(), &'static str> {
-        let text = cert.ok_or(reason::UNSIGNED)?;
-        let signed = SignedCertificate::decode(text).map_err(|e| cert_reason(&e))?;
-        verify(&signed, root, cluster, now).map_err(|e| cert_reason(&e))?;
+        let signed = self.certified(root, cluster, cert, now)?;
         let signer = Signer {
             key: signed.verifying_key().map_err(|e| cert_reason(&e))?,
             serial: signed.cert.serial_hex(),
@@ -309,9 +371,23 @@ impl Signers {
         raw: &[u8],
         now: DateTime<Utc>,
     ) -> Result<(), &'static str> {
-        let text = cert.ok_or(reason::UNSIGNED)?;
-        let signed = SignedCertificate::decode(text).map_err(|e| cert_reason(&e))?;
-        verify(&signed, root, cluster, now).map_err(|e| cert_reason(&e))?;
+        self.verify_record(root, cluster, cert, raw, now)?;
+        self.learn(root, cluster, cert, now)
+    }
+
+    /// The checks of [`Self::learn_record`] without learning: whether the
+    /// record as received (`raw`) is signed by the certified, unrevoked key
+    /// its certificate names. The caller decides freshness before learning
+    /// (a replayed record must not bring back a rotated-out key).
+    pub fn verify_record(
+        &self,
+        root: &VerifyingKey,
+        cluster: &str,
+        cert: Option<&str>,
+        raw: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<(), &'static str> {
+        let signed = self.certified(root, cluster, cert, now)?;
         let key = signed.verifying_key().map_err(|e| cert_reason(&e))?;
         let value: serde_json::Value =
             serde_json::from_slice(raw).map_err(|_| reason::BAD_SIGNATURE)?;
@@ -322,12 +398,15 @@ impl Signers {
         if sig.key_id != signed.cert.serial_hex() {
             return Err(reason::SIGNER_MISMATCH);
         }
-        self.learn(root, cluster, cert, now)
+        Ok(())
     }
 
     /// Signers knowing this cluster's own key (`None`: the insecure mode).
     pub fn new(own: Option<&Identity>) -> Signers {
-        let signers = Signers::default();
+        let signers = Signers {
+            own_serial: own.map(Identity::key_id),
+            ..Signers::default()
+        };
         if let Some(id) = own {
             signers
                 .by_cluster
@@ -356,6 +435,11 @@ impl Signers {
         key_id: &str,
         now: DateTime<Utc>,
     ) -> Result<Signer, &'static str> {
+        // First: a revoked key is refused as such, even where its cluster's
+        // current certificate is another (a re-join after a leave).
+        if self.is_revoked(key_id) {
+            return Err(reason::REVOKED);
+        }
         let map = self.read();
         let signer = map.get(cluster).filter(|s| s.serial == key_id);
         let Some(signer) = signer else {
@@ -386,6 +470,57 @@ impl Signers {
         let sig = env.signature.as_ref().ok_or(reason::UNSIGNED)?;
         let signer = self.signer_of(&key.origin, &sig.key_id, now)?;
         env.verify_signature(key, &signer.key)
+            .map_err(|_| reason::BAD_SIGNATURE)
+    }
+}
+
+/// `json` (a JSON message this agent publishes: a status report, a reply)
+/// with this cluster's `signature` member in the secure mode (PROTOCOL
+/// §5.1's form), as it is otherwise. The error says why it could not be
+/// signed (never for the objects our own encoders make).
+pub fn sign_json_as(trust: Option<&Identity>, json: Vec<u8>) -> Result<Vec<u8>, String> {
+    match trust {
+        Some(id) => fleetbus_schemas::trust::sign_json(&json, id.signing_key(), &id.key_id()),
+        None => Ok(json),
+    }
+}
+
+/// [`sign_json_as`] for what is published whatever happens (events, rule
+/// status, replies): unsigned, with a warning, when signing fails (never for
+/// our own encodings), rather than not at all.
+pub fn sign_or_keep(trust: Option<&Identity>, json: Vec<u8>) -> Vec<u8> {
+    if trust.is_none() {
+        return json;
+    }
+    match sign_json_as(trust, json.clone()) {
+        Ok(signed) => signed,
+        Err(error) => {
+            tracing::warn!(%error, "could not sign a message; publishing it unsigned");
+            json
+        }
+    }
+}
+
+impl Signers {
+    /// Checks a JSON message claimed by `cluster` (its subject or key names
+    /// it), as received (`raw`): its `signature` member is by the certified,
+    /// unrevoked key of that cluster. The error is the metric reason.
+    pub fn check_json(
+        &self,
+        cluster: &str,
+        raw: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<(), &'static str> {
+        use fleetbus_schemas::envelope::SignatureError;
+        let value: serde_json::Value =
+            serde_json::from_slice(raw).map_err(|_| reason::BAD_SIGNATURE)?;
+        let sig = fleetbus_schemas::trust::json_signature(&value).map_err(|e| match e {
+            SignatureError::Unsigned => reason::UNSIGNED,
+            SignatureError::BadSignature => reason::BAD_SIGNATURE,
+        })?;
+        let signer = self.signer_of(cluster, &sig.key_id, now)?;
+        fleetbus_schemas::trust::verify_json(&value, &signer.key)
+            .map(|_| ())
             .map_err(|_| reason::BAD_SIGNATURE)
     }
 }
@@ -820,6 +955,71 @@ mod tests {
                 Err(reason::BAD_SIGNATURE)
             );
         }
+    }
+
+    #[test]
+    fn a_revoked_certificate_signs_nothing_any_more() {
+        let root_key = root();
+        let rv = root_key.verifying_key();
+        let signers = Signers::default();
+        let c2 = ClusterKeys::from_random([2; 32], [3; 32]);
+        let cert = |serial: u8| {
+            ClusterCertificate {
+                cluster: "c2".into(),
+                signing_key: c2.signing_public(),
+                sealing_key: c2.sealing_public(),
+                not_before: now() - Duration::minutes(5),
+                not_after: now() + Duration::days(1),
+                serial: [serial; 16],
+            }
+            .sign(&root_key)
+        };
+        let old = cert(2);
+        let serial = old.cert.serial_hex();
+        signers
+            .learn(&rv, "c2", Some(&old.encode()), now())
+            .unwrap();
+        let key = ObjectKey::from_api_version("c2", "v1", "ConfigMap", Some("ns"), "cm");
+        let env = signed_env(&key, c2.signing(), &serial);
+        assert_eq!(signers.check_envelope(&key, &env, now()), Ok(()));
+        assert!(signers.revoke([serial.as_str()]));
+        assert!(!signers.revoke([serial.as_str()]), "already revoked");
+        // Messages under it, and its certificate in a record: refused.
+        assert_eq!(
+            signers.check_envelope(&key, &env, now()),
+            Err(reason::REVOKED)
+        );
+        assert_eq!(
+            signers.learn(&rv, "c2", Some(&old.encode()), now()),
+            Err(reason::REVOKED)
+        );
+        let json = br#"{"schema":"fleetbus.io/cluster/v1","name":"c2"}"#;
+        let signed = fleetbus_schemas::trust::sign_json(json, c2.signing(), &serial).unwrap();
+        assert_eq!(
+            signers.learn_record(&rv, "c2", Some(&old.encode()), &signed, now()),
+            Err(reason::REVOKED)
+        );
+        // A new certificate (a join after the leave) is not revoked; the
+        // old key id stays refused as revoked, not as another's.
+        let new = cert(4);
+        signers
+            .learn(&rv, "c2", Some(&new.encode()), now())
+            .unwrap();
+        let fresh = signed_env(&key, c2.signing(), &new.cert.serial_hex());
+        assert_eq!(signers.check_envelope(&key, &fresh, now()), Ok(()));
+        assert_eq!(
+            signers.check_envelope(&key, &env, now()),
+            Err(reason::REVOKED)
+        );
+        // Our own serial revoked: we still read our own subtree (else we
+        // would republish it for ever); peers are what refuse us.
+        let own = Signers {
+            own_serial: Some(serial.clone()),
+            ..Signers::default()
+        };
+        own.learn(&rv, "c2", Some(&old.encode()), now()).unwrap();
+        own.revoke([serial.as_str()]);
+        assert_eq!(own.check_envelope(&key, &env, now()), Ok(()));
     }
 
     #[test]

@@ -57,6 +57,14 @@ pub enum CommandError {
         /// How long the command waited.
         timeout: Duration,
     },
+    /// `--dir` holds a `root.key` that is not the fleet root's PEM.
+    #[error("cannot sign requests with {path}: {why}")]
+    RootKey {
+        /// The file.
+        path: String,
+        /// What is wrong (never key material).
+        why: String,
+    },
     /// The request could not be sent.
     #[error("request to cluster {cluster} failed")]
     Request {
@@ -68,11 +76,38 @@ pub enum CommandError {
     },
 }
 
+/// The fleet root key requests are signed with (PROTOCOL §6.7), when the
+/// directory of `--dir` holds one (`root.key`, as `fleet init` and the
+/// secure mesh write it). Set by [`connect`]: one bus per process.
+static REQUEST_SIGNER: std::sync::OnceLock<fleetbus_schemas::trust::SigningKey> =
+    std::sync::OnceLock::new();
+
+/// Loads `dir/root.key` into [`REQUEST_SIGNER`] when it exists. A file that
+/// is there and does not parse is an error: requests would go out unsigned
+/// and be refused by every secure agent, for a reason the operator would
+/// not see.
+fn load_request_signer(dir: &std::path::Path) -> Result<(), CommandError> {
+    let path = dir.join(crate::trust::files::ROOT_KEY);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    let key =
+        fleetbus_schemas::trust::parse_root_key(&zeroize::Zeroizing::new(text)).map_err(|e| {
+            CommandError::RootKey {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            }
+        })?;
+    let _ = REQUEST_SIGNER.set(key);
+    Ok(())
+}
+
 /// Connects once, failing fast: an operator's command should say "cannot connect", not
 /// retry forever.
 pub(crate) async fn connect(
     bus: &BusArgs,
 ) -> Result<(async_nats::Client, jetstream::Context), CommandError> {
+    load_request_signer(&bus.mesh_dir)?;
     let (creds, ca) = auth(bus);
     // A secure server refuses a client with neither: say where they come from.
     let hint = if creds.is_none() && ca.is_none() {
@@ -156,6 +191,16 @@ pub(crate) async fn request(
     cluster: &str,
     timeout: Duration,
 ) -> Result<async_nats::Message, CommandError> {
+    // Signed by the fleet root when we hold it: agents with a fleet root
+    // refuse unsigned requests that change state. A query (no payload) is
+    // sent as it is. Generic over the verb.
+    let payload = match REQUEST_SIGNER.get() {
+        Some(root) if !payload.is_empty() => {
+            fleetbus_schemas::trust::sign_request(&payload, &subject, root, chrono::Utc::now())
+                .unwrap_or(payload)
+        }
+        _ => payload,
+    };
     client
         .send_request(
             subject,

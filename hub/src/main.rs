@@ -186,6 +186,45 @@ fn join(args: &JoinArgs) -> ExitCode {
     }
 }
 
+/// `leave`'s root-signed revocation of `name`'s certificates, put in the
+/// registry (PROTOCOL §5.5): secure agents refuse everything signed with
+/// them from then on, even if the broker still lets the cluster publish.
+fn put_revocation(
+    dir: &std::path::Path,
+    bus: &fleetbus_hub::cli::BusArgs,
+    name: &str,
+    runtime: &tokio::runtime::Runtime,
+) -> bool {
+    let bytes = match trust::identity::revocation(dir, name) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return true,
+        Err(e) => {
+            eprintln!("fleetbus: error: revoking {name}'s certificates: {e}");
+            return false;
+        }
+    };
+    match runtime.block_on(clusters::put_revoked(bus, name, bytes)) {
+        Ok(true) => {
+            println!(
+                "revoked {name}'s certificates in the registry (signed by the fleet root): \
+                 agents refuse what they sign"
+            );
+            true
+        }
+        Ok(false) => {
+            println!(
+                "no registry yet: {name}'s certificate revocation was not put (run `fleetbus \
+                 leave {name}` again once agents run)"
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("fleetbus: error: putting {name}'s revocation in the registry: {e:#}");
+            false
+        }
+    }
+}
+
 fn leave(args: &LeaveArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
     let dir = &args.dir.dir;
     let left = match trust::leave(dir, &args.name) {
@@ -251,6 +290,7 @@ fn leave(args: &LeaveArgs, runtime: &tokio::runtime::Runtime) -> ExitCode {
             ok = false;
         }
     }
+    ok &= put_revocation(dir, &bus, &left.name, runtime);
     if ok {
         ExitCode::SUCCESS
     } else {

@@ -82,7 +82,7 @@ proptest! {
     #[test]
     fn kubeconfig_record_round_trips(name in text(), cluster_id in text(), kubeconfig in text(),
                                      expires_at in proptest::option::of(ms_time())) {
-        let r = KubeconfigRecord { name, cluster_id, kubeconfig, expires_at };
+        let r = KubeconfigRecord { name, cluster_id, kubeconfig, expires_at, sealed: None };
         prop_assert_eq!(KubeconfigRecord::decode(&r.encode().unwrap()).unwrap(), r);
     }
 
@@ -208,6 +208,7 @@ fn other_schema_versions_are_rejected_with_a_typed_error() {
         cluster_id: "x".into(),
         kubeconfig: "apiVersion: v1".into(),
         expires_at: None,
+        sealed: None,
     };
     assert!(matches!(
         ClusterRecord::decode(&kubeconfig.encode().unwrap()),

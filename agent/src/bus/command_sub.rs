@@ -45,3 +45,39 @@ pub fn admit(
         tracing::debug!(verb = refused.verb, retry_after = ?refused.retry_after, "request refused for rate");
     })
 }
+
+/// In the secure mode (a fleet root), a request that changes state must be
+/// signed by the fleet root for `subject` and fresh (PROTOCOL §6.7); the
+/// error is the reply's text, and the refusal is counted
+/// (`fleetbus_commands_rejected_total{verb, reason}` and
+/// `fleetbus_rejected_messages_total{reason}`). The insecure mode takes any.
+pub fn authorize(
+    trust: Option<&crate::trust::Identity>,
+    metrics: &crate::metrics::Metrics,
+    verb: &'static str,
+    subject: &str,
+    payload: &[u8],
+) -> Result<(), String> {
+    let Some(id) = trust else {
+        return Ok(());
+    };
+    fleetbus_schemas::trust::verify_request(payload, subject, id.root(), chrono::Utc::now())
+        .map_err(|e| {
+            let reason = e.reason();
+            metrics.command_rejected(verb, reason);
+            metrics.rejected_message(reason);
+            tracing::warn!(verb, reason, error = %e, "refused a command request");
+            format!(
+                "refused: {e}; this cluster runs with a fleet root and takes {verb} commands \
+                 only when signed by it (run the command with --dir naming the fleet directory \
+                 that holds root.key)"
+            )
+        })
+}
+
+/// A reply as sent: signed by this cluster in the secure mode (PROTOCOL
+/// §6.7). Unsigned when signing fails (never for our own encodings): the
+/// operator then still gets an answer.
+pub fn signed_reply(trust: Option<&crate::trust::Identity>, bytes: Vec<u8>) -> Vec<u8> {
+    crate::trust::sign_or_keep(trust, bytes)
+}

@@ -160,14 +160,30 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), Re
                     error: Some(refused.to_string()),
                     retry_after_ms: Some(refused.retry_after_ms()),
                 },
-                Ok(()) => tokio::select! {
-                    _ = cancel.cancelled() => return Ok(()),
-                    reply = handle(&reg, &msg.payload) => reply,
+                Ok(()) => match crate::bus::command_sub::authorize(
+                    reg.ctx.cfg.trust.as_deref(),
+                    &reg.ctx.metrics,
+                    "label",
+                    &subject,
+                    &msg.payload,
+                ) {
+                    Err(error) => LabelReply {
+                        cluster: reg.ctx.cfg.cluster_name.clone(),
+                        labels: None,
+                        error: Some(error),
+                        retry_after_ms: None,
+                    },
+                    Ok(()) => tokio::select! {
+                        _ = cancel.cancelled() => return Ok(()),
+                        reply = handle(&reg, &msg.payload) => reply,
+                    },
                 },
             };
             let Some(to) = msg.reply else { continue };
             match reply.encode() {
                 Ok(bytes) => {
+                    let bytes =
+                        crate::bus::command_sub::signed_reply(reg.ctx.cfg.trust.as_deref(), bytes);
                     if let Err(e) = client.publish(to, bytes.into()).await {
                         tracing::warn!(error = %e, "could not reply to a label command");
                     }

@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::liveness::Liveness;
-use fleetbus_schemas::registry::{beat_interval, parse_forgotten_key, ForgottenRecord};
+use fleetbus_schemas::registry::{
+    beat_interval, parse_forgotten_key, parse_revoked_key, ForgottenRecord, RevokedRecord,
+};
 use fleetbus_schemas::DecodeError;
 
 use super::record::{
@@ -57,6 +59,9 @@ pub enum Decoded {
     Kubeconfig(KubeconfigRecord),
     /// `forgotten.<name>`: the operator forgot the cluster (PROTOCOL §5.5).
     Forgotten(String),
+    /// `revoked.<name>`: certificates the fleet root revoked (PROTOCOL §5.5);
+    /// believed only once its root signature verifies (the watcher's check).
+    Revoked(RevokedRecord),
 }
 
 /// Validates one registry entry. Pure: garbage anywhere in the bucket must be
@@ -72,6 +77,18 @@ pub fn decode(key: &str, value: &[u8]) -> Result<Decoded, Rejection> {
             return Err(Rejection::NameMismatch);
         }
         return Ok(Decoded::Forgotten(name));
+    }
+    if let Some(name) = parse_revoked_key(key) {
+        let name = name.map_err(|_| Rejection::BadKey)?;
+        if crate::cli::validate_dns_label(&name).is_err() {
+            return Err(Rejection::InvalidName);
+        }
+        let r = RevokedRecord::decode(value).map_err(rejection)?;
+        if r.name != name {
+            return Err(Rejection::NameMismatch);
+        }
+        r.validate().map_err(|_| Rejection::InvalidRecord)?;
+        return Ok(Decoded::Revoked(r));
     }
     let parsed = RegistryKey::parse(key).map_err(|_| Rejection::BadKey)?;
     if crate::cli::validate_dns_label(parsed.name()).is_err() {
@@ -100,10 +117,16 @@ pub fn decode(key: &str, value: &[u8]) -> Result<Decoded, Rejection> {
     let valid = match &decoded {
         Decoded::Cluster(r) => r.validate(),
         Decoded::Kubeconfig(k) => k.validate(),
-        Decoded::Forgotten(_) => Ok(()),
+        Decoded::Forgotten(_) | Decoded::Revoked(_) => Ok(()),
     };
     valid.map_err(|_| Rejection::InvalidRecord)?;
     Ok(decoded)
+}
+
+/// Whether `new` is older than `held`, records of the same key: an earlier
+/// run, or the same run and a lower `seq`.
+pub fn record_is_older(held: &ClusterRecord, new: &ClusterRecord) -> bool {
+    (new.started_at, new.seq) < (held.started_at, held.seq)
 }
 
 /// A beat that passed validation: whose it is (from the key) and what it says.
@@ -229,6 +252,20 @@ impl Membership {
         }
     }
 
+    /// Whether `r` is older than the record held for its key (freshness,
+    /// PROTOCOL §5.1): from an earlier run (`startedAt`), or from the same
+    /// run with a lower `seq`, e.g. the Active record from before the Left
+    /// one replayed by whoever may write the bucket. The same record again
+    /// (a watch restart) is not older. Pure; the watcher asks it in the
+    /// secure mode only, where records are signed (a replay is then the
+    /// only way to put words in a cluster's mouth).
+    pub fn is_replay(&self, r: &ClusterRecord) -> bool {
+        let key = (r.name.clone(), r.cluster_id.clone());
+        self.peers
+            .get(&key)
+            .is_some_and(|held| record_is_older(&held.record, r))
+    }
+
     fn is_self(&self, name: &str, id: &str) -> bool {
         name == self.local_name && id == self.local_id
     }
@@ -243,6 +280,9 @@ impl Membership {
                 changed: self.forgotten.insert(name),
                 ..Applied::default()
             },
+            // What a revocation changes is in the Signers (the watcher);
+            // the member's state comes from its Left record.
+            Decoded::Revoked(_) => Applied::default(),
         }
     }
 
@@ -500,6 +540,68 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_older_record_of_a_held_key_is_a_replay() {
+        let mut m = Membership::new("me", "me-id", T);
+        // Nothing held: nothing to replay over.
+        assert!(!m.is_replay(&record("c2", "id", 5)));
+        m.apply(cluster(record("c2", "id", 5)), Instant::now(), true);
+        let mut left = record("c2", "id", 6);
+        left.state = MemberState::Left;
+        m.apply(cluster(left.clone()), Instant::now(), true);
+        // The Active record from before the Left one, any lower seq, an
+        // earlier run: older. The same record again (a watch restart), a
+        // newer seq or run, another cluster ID: not.
+        assert!(m.is_replay(&record("c2", "id", 5)));
+        assert!(m.is_replay(&record("c2", "id", 1)));
+        let mut earlier_run = record("c2", "id", 900);
+        earlier_run.started_at = Utc.timestamp_opt(999, 0).unwrap();
+        assert!(m.is_replay(&earlier_run));
+        assert!(!m.is_replay(&left));
+        assert!(!m.is_replay(&record("c2", "id", 7)));
+        let mut next_run = record("c2", "id", 1);
+        next_run.started_at = Utc.timestamp_opt(1_001, 0).unwrap();
+        assert!(!m.is_replay(&next_run));
+        assert!(!m.is_replay(&record("c2", "other-id", 1)));
+    }
+
+    #[test]
+    fn revocation_entries_are_checked() {
+        use fleetbus_schemas::registry::{revoked_key, RevokedRecord};
+        let rec = |name: &str, serial: &str| {
+            RevokedRecord {
+                name: name.into(),
+                serials: vec![serial.into()],
+                revoked_at: Utc::now(),
+            }
+            .encode()
+            .unwrap()
+        };
+        let serial = "0a".repeat(16);
+        let key = revoked_key("c2");
+        assert!(matches!(
+            decode(&key, &rec("c2", &serial)),
+            Ok(Decoded::Revoked(r)) if r.serials == [serial.clone()]
+        ));
+        assert_eq!(
+            decode(&key, &rec("c3", &serial)),
+            Err(Rejection::NameMismatch)
+        );
+        assert_eq!(
+            decode(&key, &rec("c2", "not-hex")),
+            Err(Rejection::InvalidRecord)
+        );
+        assert_eq!(decode(&key, b"garbage"), Err(Rejection::Undecodable));
+        assert_eq!(
+            decode("revoked.a.b", &rec("a", &serial)),
+            Err(Rejection::BadKey)
+        );
+        assert_eq!(
+            decode(&revoked_key("UP"), &rec("UP", &serial)),
+            Err(Rejection::InvalidName)
+        );
+    }
+
+    #[test]
     fn forgotten_keys_are_checked_and_tracked() {
         use fleetbus_schemas::registry::{forgotten_key, ForgottenRecord};
         let rec = |name: &str| {
@@ -674,6 +776,7 @@ pub(crate) mod tests {
             cluster_id: "id-b".into(),
             kubeconfig: "apiVersion: v1".into(),
             expires_at: None,
+            sealed: None,
         };
         m.apply(Decoded::Kubeconfig(k.clone()), Instant::now(), true);
         m.apply(cluster(record("b", "id-b", 1)), Instant::now(), true);

@@ -25,9 +25,26 @@ pub(super) async fn ensure_secret(
     name: &str,
     k: &KubeconfigRecord,
 ) -> Result<(), RegistryError> {
+    // Sealed to the peers in the secure mode (PROTOCOL §5.2): opened with
+    // our key. One not sealed to us (we joined after it was sealed; the
+    // peer seals again when it sees us) or that does not open is skipped
+    // and counted; the Secret keeps what it held.
+    let sealing = reg.ctx.sealing.as_ref().map(|s| &s.secret);
+    let kubeconfig = match k.open(&reg.ctx.cfg.cluster_name, sealing) {
+        Ok(text) => text,
+        Err(e) => {
+            reg.ctx.metrics.rejected(e.reason());
+            tracing::warn!(
+                peer = name,
+                reason = e.reason(),
+                "cannot open a peer's sealed kubeconfig"
+            );
+            return Ok(());
+        }
+    };
     {
         let cached = cache.0.lock().unwrap_or_else(|p| p.into_inner());
-        if cached.get(name) == Some(&k.kubeconfig) {
+        if cached.get(name) == Some(&kubeconfig) {
             return Ok(());
         }
     }
@@ -37,7 +54,7 @@ pub(super) async fn ensure_secret(
         object: format!("{}/{name}", reg.ctx.cfg.namespace),
         source,
     };
-    let data = ByteString(k.kubeconfig.clone().into_bytes());
+    let data = ByteString(kubeconfig.clone().into_bytes());
     match api.get_opt(name).await.map_err(|e| err("get Secret", e))? {
         Some(s)
             if s.data
@@ -83,6 +100,6 @@ pub(super) async fn ensure_secret(
         .0
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(name.to_owned(), k.kubeconfig.clone());
+        .insert(name.to_owned(), kubeconfig);
     Ok(())
 }

@@ -127,7 +127,13 @@ pub async fn put_beat(reg: &Registry, interval: Duration) -> Result<(), Registry
         interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
     };
     let key = beat_key(&reg.ctx.cfg.cluster_name, &reg.ctx.cluster_id);
-    let body = beat.encode().map_err(RegistryError::Encode)?;
+    // Signed in the secure mode: a forged beat must not keep a dead or
+    // departed cluster alive (PROTOCOL §5.4).
+    let body = match reg.ctx.cfg.trust.as_deref() {
+        Some(id) => beat.encode_signed(id.signing_key(), &id.key_id()),
+        None => beat.encode(),
+    }
+    .map_err(RegistryError::Encode)?;
     let subject = format!(
         "{}{key}",
         reg.beats.put_prefix.as_deref().unwrap_or(&reg.beats.prefix)

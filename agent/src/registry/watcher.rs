@@ -13,7 +13,8 @@ use super::error::RegistryError;
 use super::membership::{beat_owner, decode, decode_beat, Applied, Decoded};
 use super::record::RegistryKey;
 use super::shared::Registry;
-use fleetbus_schemas::registry::parse_forgotten_key;
+use fleetbus_schemas::envelope::SignatureError;
+use fleetbus_schemas::registry::{parse_forgotten_key, RevokedRecord};
 
 /// Which bucket a watch follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +121,9 @@ pub(crate) fn handle_beat(reg: &Registry, entry: &Entry) {
                 tracing::warn!(key = %entry.key, reason = rejection.reason(), revision = entry.revision, "skipped invalid beat");
                 Applied::default()
             }
+            Ok(beat) if reg.ctx.cfg.trust.is_some() && !beat_trusted(reg, &beat.name, entry) => {
+                Applied::default()
+            }
             Ok(beat) => {
                 let applied =
                     reg.membership()
@@ -150,6 +154,24 @@ pub(crate) fn handle_beat(reg: &Registry, entry: &Entry) {
     }
 }
 
+/// Secure mode: a beat is believed only when signed by the certified key of
+/// the cluster its key names (PROTOCOL §5.4); else it is dropped, counted
+/// and raised like any rejected message.
+fn beat_trusted(reg: &Registry, name: &str, entry: &Entry) -> bool {
+    match reg
+        .ctx
+        .signers
+        .check_json(name, &entry.value, chrono::Utc::now())
+    {
+        Ok(()) => true,
+        Err(reason) => {
+            reg.ctx.metrics.rejected("untrusted");
+            reg.ctx.reject(name, reason, &entry.key);
+            false
+        }
+    }
+}
+
 /// Folds one entry into the membership and wakes whoever must react.
 pub(crate) fn handle(reg: &Registry, entry: &Entry) {
     if entry.operation == Operation::Put {
@@ -164,6 +186,7 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
                         Decoded::Cluster(r) => r.name.as_str(),
                         Decoded::Kubeconfig(k) => k.name.as_str(),
                         Decoded::Forgotten(name) => name.as_str(),
+                        Decoded::Revoked(r) => r.name.as_str(),
                     };
                     reg.ctx.metrics.rejected("untrusted");
                     reg.ctx.reject(name, reason, &entry.key);
@@ -218,19 +241,40 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
 }
 
 /// In the secure mode, a cluster record is believed only with a certificate
-/// that verifies against the fleet root and names the record's cluster, and
-/// a signature by the key it certifies over the record as received
-/// (PROTOCOL §5.1); that key then verifies the cluster's messages. The error
-/// is the `fleetbus_rejected_messages_total` reason.
+/// that verifies against the fleet root, names the record's cluster and is
+/// not revoked, a signature by the key it certifies over the record as
+/// received (PROTOCOL §5.1), and when it is not older than the record held
+/// for its key (freshness, §5.1 `seq`); that key then verifies the
+/// cluster's messages. A revocation entry is believed only with the root's
+/// own signature (§5.5). The error is the `fleetbus_rejected_messages_total`
+/// reason.
 fn trusted(reg: &Registry, decoded: &Decoded, raw: &[u8]) -> Result<(), &'static str> {
-    let (Some(identity), Decoded::Cluster(record)) = (&reg.ctx.cfg.trust, decoded) else {
+    let Some(identity) = &reg.ctx.cfg.trust else {
         return Ok(());
     };
-    reg.ctx.signers.learn_record(
-        identity.root(),
-        &record.name,
-        record.certificate.as_deref(),
-        raw,
-        chrono::Utc::now(),
-    )
+    let now = chrono::Utc::now();
+    match decoded {
+        Decoded::Cluster(record) => {
+            let signers = &reg.ctx.signers;
+            let cert = record.certificate.as_deref();
+            signers.verify_record(identity.root(), &record.name, cert, raw, now)?;
+            if reg.membership().is_replay(record) {
+                return Err(crate::trust::reason::REPLAY);
+            }
+            signers.learn(identity.root(), &record.name, cert, now)
+        }
+        Decoded::Revoked(r) => {
+            RevokedRecord::verify(raw, identity.root()).map_err(|e| match e {
+                SignatureError::Unsigned => crate::trust::reason::UNSIGNED,
+                SignatureError::BadSignature => crate::trust::reason::BAD_SIGNATURE,
+            })?;
+            if reg.ctx.signers.revoke(r.serials.iter().map(String::as_str)) {
+                tracing::warn!(cluster = %r.name, serials = ?r.serials, "the fleet root revoked certificates: messages signed with them are refused from now on");
+            }
+            Ok(())
+        }
+        // Signed by the cluster it names (PROTOCOL §5.2).
+        Decoded::Kubeconfig(k) => reg.ctx.signers.check_json(&k.name, raw, now),
+        Decoded::Forgotten(_) => Ok(()),
+    }
 }

@@ -893,6 +893,7 @@ pub async fn run(
     let client = reg.ctx.js.client();
     let subject = fleetbus_schemas::subject::CommandKey::correct(&reg.ctx.cfg.cluster_name)
         .to_subject(reg.ctx.layout.prefix());
+    let trust = reg.ctx.cfg.trust.as_deref();
     let preview_subject = fleetbus_schemas::subject::CommandKey::preview(&reg.ctx.cfg.cluster_name)
         .to_subject(reg.ctx.layout.prefix());
     // Without the subscriptions `fleetbus drift correct` and `rules preview`
@@ -952,26 +953,48 @@ pub async fn run(
             }
             Some(msg) = next_command(&mut commands) => {
                 let admitted = crate::bus::command_sub::admit(&mut correct_rate, &reg.ctx.metrics);
-                let reply = match admitted.map(|()| parse_correct(&msg.payload)) {
+                let reply = match admitted.map(|()| {
+                    crate::bus::command_sub::authorize(
+                        reg.ctx.cfg.trust.as_deref(),
+                        &reg.ctx.metrics,
+                        "correct",
+                        &subject,
+                        &msg.payload,
+                    )
+                        .and_then(|()| parse_correct(&msg.payload))
+                }) {
                     Err(refused) => engine.refuse_for_rate(&refused),
                     Ok(Ok(req)) => engine.correct(&req).await,
                     Ok(Err(e)) => engine.refuse(&e),
                 };
-                respond(&client, msg.reply, reply.encode(), "correct").await;
+                respond(&client, trust, msg.reply, reply.encode(), "correct").await;
                 continue;
             }
             Some(msg) = next_command(&mut previews) => {
                 // Read-only: no pass follows it.
-                let mut reply = match crate::bus::command_sub::admit(&mut preview_rate, &reg.ctx.metrics) {
-                    Ok(()) => engine.preview(&msg.payload).await,
+                let admitted = crate::bus::command_sub::admit(&mut preview_rate, &reg.ctx.metrics);
+                let mut reply = match admitted.map(|()| {
+                    // A preview writes nothing, but it costs dry runs and
+                    // shows what the cluster holds: the fleet root's word
+                    // is asked for as for the verbs that change state.
+                    crate::bus::command_sub::authorize(
+                        trust,
+                        &reg.ctx.metrics,
+                        "preview",
+                        &preview_subject,
+                        &msg.payload,
+                    )
+                }) {
+                    Ok(Ok(())) => engine.preview(&msg.payload).await,
+                    Ok(Err(refused)) => engine.refuse_preview(refused),
                     Err(refused) => engine.refuse_preview_for_rate(&refused),
                 };
-                respond(&client, msg.reply, reply.fit(engine.max_payload()), "preview").await;
+                respond(&client, trust, msg.reply, reply.fit(engine.max_payload()), "preview").await;
                 continue;
             }
             Some(req) = rollout_rx.recv() => {
                 let reply = engine.rollout_request(&req.payload).await;
-                super::rollout::serve::respond(&client, req.reply, &reply).await;
+                super::rollout::serve::respond(&reg.ctx, req.reply, &reply).await;
             }
             input = rx.recv() => {
                 let Some(input) = input else { return Ok(()) };
@@ -1000,12 +1023,13 @@ pub async fn run(
 /// Sends a command's encoded reply to `to` (logged when it cannot be).
 async fn respond<E: std::fmt::Display>(
     client: &async_nats::Client,
+    trust: Option<&crate::trust::Identity>,
     to: Option<async_nats::Subject>,
     bytes: Result<Vec<u8>, E>,
     verb: &str,
 ) {
     let bytes = match bytes {
-        Ok(b) => b,
+        Ok(b) => crate::bus::command_sub::signed_reply(trust, b),
         Err(e) => {
             tracing::warn!(error = %e, verb, "could not encode a command reply");
             return;

@@ -164,6 +164,8 @@ pub async fn serve(
             let encoded = answer.encode();
             match encoded {
                 Ok(bytes) => {
+                    let bytes =
+                        crate::bus::command_sub::signed_reply(ctx.cfg.trust.as_deref(), bytes);
                     if let Err(e) = client.publish(to, bytes.into()).await {
                         tracing::warn!(error = %e, "could not reply to a progress request");
                     }

@@ -353,6 +353,8 @@ impl StatusBus {
         let text = key.to_key();
         match record(key, status, report, Utc::now()).encode() {
             Ok(bytes) => {
+                // Signed by this cluster in the secure mode (PROTOCOL §5.3).
+                let bytes = crate::trust::sign_or_keep(ctx.cfg.trust.as_deref(), bytes);
                 self.published.insert(rule.to_owned());
                 self.offer(ctx, text, Some(bytes));
             }

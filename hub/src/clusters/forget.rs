@@ -10,7 +10,7 @@ use chrono::Utc;
 use fleetbus_schemas::crd::ClusterState;
 use fleetbus_schemas::drift::drift_bucket;
 use fleetbus_schemas::registry::{
-    beats_bucket, forgotten_key, registry_bucket, ForgottenRecord, MemberState,
+    beats_bucket, forgotten_key, registry_bucket, revoked_key, ForgottenRecord, MemberState,
 };
 use fleetbus_schemas::rule_status::rule_status_bucket;
 use fleetbus_schemas::subject::{encode_token, Prefix};
@@ -172,4 +172,24 @@ pub async fn mark_left(
         n += 1;
     }
     Ok(n)
+}
+
+/// `leave`'s last step: puts the fleet root's revocation entry `bytes`
+/// (signed, [`crate::trust::identity::revocation`]) at `revoked.<name>`.
+/// After the Left records: those are signed with the key being revoked, and
+/// a reader that reads the entry first refuses them.
+/// Returns false when there is no registry yet (no agent ever ran: nobody
+/// to tell; `leave` again once agents run puts it).
+pub async fn put_revoked(bus: &BusArgs, name: &str, bytes: Vec<u8>) -> Result<bool, ClustersError> {
+    let (_client, js) = crate::command::connect(bus).await?;
+    let bucket = registry_bucket(&bus.subject_prefix);
+    let kv = match crate::kv::keys(&js, &bus.subject_prefix, &bucket).await {
+        Ok((kv, _)) => kv,
+        Err(ReadError::Missing { .. }) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    kv.put(revoked_key(name), bytes.into())
+        .await
+        .map_err(|e| crate::kv::unreadable_bucket(&bucket, e))?;
+    Ok(true)
 }

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use crate::cli::ClustersCommand;
 
 pub use error::ClustersError;
-pub use forget::{forget, mark_left};
+pub use forget::{forget, mark_left, put_revoked};
 pub use label::{label, parse_label_args};
 pub use ls::{describe, ls};
 pub use progress::progress;

@@ -45,6 +45,14 @@ pub const REVOCATIONS: &str = "revocations.json";
 /// `clusters/<name>/issued-keys`: what `leave` revokes.
 pub const ISSUED_KEYS: &str = "issued-keys";
 
+/// Every certificate serial ever issued to a cluster, one a line (hex),
+/// `clusters/<name>/issued-serials`: what `leave` revokes on the bus.
+pub const ISSUED_SERIALS: &str = "issued-serials";
+/// The root-signed revocation entry `leave` put on the bus,
+/// `clusters/<name>/revoked.json` (public): a later `join` issues a new
+/// certificate rather than hand out a revoked one.
+pub const REVOKED_ENTRY: &str = "revoked.json";
+
 /// Every file `fleet init` writes.
 pub const INIT_FILES: &[&str] = &[
     FLEET_JSON,
@@ -99,6 +107,31 @@ pub fn read(path: &Path) -> Result<String, TrustError> {
         path: path.to_owned(),
         source,
     })
+}
+
+/// The non-empty lines of the list file at `path` (none when it does not exist).
+pub fn read_lines(path: &Path) -> Result<Vec<String>, TrustError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    Ok(read(path)?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Appends `line` to the list file at `path` (rewritten whole, atomically).
+pub fn append_line(path: &Path, line: &str) -> Result<(), TrustError> {
+    let mut text = if path.exists() {
+        read(path)?
+    } else {
+        String::new()
+    };
+    text.push_str(line);
+    text.push('\n');
+    write_file(path, text.as_bytes(), false, true)
 }
 
 /// Creates `dir` (and parents), private to the user when new.

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use chrono::{Duration, Utc};
+use fleetbus_schemas::registry::RevokedRecord;
 use fleetbus_schemas::trust::{
     parse_root_key, parse_root_public, verify, ClusterCertificate, ClusterKeys, SignedCertificate,
     SigningKey,
@@ -12,7 +13,10 @@ use fleetbus_schemas::trust::{
 use rand::RngCore as _;
 use zeroize::Zeroizing;
 
-use super::files::{read, write_file, CLUSTER_CERT, CLUSTER_KEY, ROOT_KEY, ROOT_PUB};
+use super::files::{
+    append_line, read, read_lines, write_file, CLUSTER_CERT, CLUSTER_KEY, ISSUED_SERIALS,
+    REVOKED_ENTRY, ROOT_KEY, ROOT_PUB,
+};
 use super::{damaged, TrustError};
 
 /// How long a certificate `join` issues is valid. A year: long enough that
@@ -60,6 +64,8 @@ pub fn ensure(
     let (root, root_pub) = load_root(dir)?;
     let key_path = cluster_dir.join(CLUSTER_KEY);
     let cert_path = cluster_dir.join(CLUSTER_CERT);
+    // A certificate `leave` revoked is replaced as a rotation replaces one.
+    let rotate = rotate || revoked(cluster_dir, &cert_path)?;
     if !rotate && (key_path.exists() || cert_path.exists()) {
         let key = Zeroizing::new(read(&key_path)?);
         let cert = read(&cert_path)?;
@@ -92,9 +98,13 @@ pub fn ensure(
     }
     .sign(&root);
     let key = Zeroizing::new(format!("{}\n", *keys.encode()));
+    let serial_hex = cert.cert.serial_hex();
     let cert = format!("{}\n", cert.encode());
-    // The key first: a cert without its key is useless, a key without its
-    // cert is re-certified by the next `--rotate`.
+    // The serial first: a certificate that exists anywhere is one `leave`
+    // revokes. Then the key: a cert without its key is useless, a key
+    // without its cert is re-certified by the next `--rotate`.
+    super::files::create_dir(cluster_dir)?;
+    append_line(&cluster_dir.join(ISSUED_SERIALS), &serial_hex)?;
     write_file(&key_path, key.as_bytes(), true, rotate)?;
     write_file(&cert_path, cert.as_bytes(), false, rotate)?;
     Ok((
@@ -167,4 +177,54 @@ pub fn record_signer(dir: &Path, name: &str) -> Result<Option<RecordSigner>, Tru
         key_id: cert.cert.serial_hex(),
         certificate: text.trim().to_owned(),
     }))
+}
+
+/// Whether the stored certificate at `cert_path` is one `leave` revoked
+/// (listed in `cluster_dir`'s [`REVOKED_ENTRY`]).
+fn revoked(cluster_dir: &Path, cert_path: &Path) -> Result<bool, TrustError> {
+    let entry = cluster_dir.join(REVOKED_ENTRY);
+    if !entry.exists() || !cert_path.exists() {
+        return Ok(false);
+    }
+    let record = RevokedRecord::decode(read(&entry)?.as_bytes())
+        .map_err(|e| damaged(&entry, e.to_string()))?;
+    let cert = SignedCertificate::decode(&read(cert_path)?)
+        .map_err(|e| damaged(cert_path, e.to_string()))?;
+    Ok(record.serials.contains(&cert.cert.serial_hex()))
+}
+
+/// `fleetbus leave NAME`'s entry for the bus: every certificate serial
+/// `name` was ever issued (its current one included), signed by the fleet
+/// root (PROTOCOL §5.5), and kept as [`REVOKED_ENTRY`] so that a later
+/// `join` issues a new certificate. None when `name` has no certificate (a
+/// fleet made before cluster keys).
+pub fn revocation(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, TrustError> {
+    let cluster_dir = dir.join(super::files::CLUSTERS).join(name);
+    let mut serials = read_lines(&cluster_dir.join(ISSUED_SERIALS))?;
+    let cert_path = cluster_dir.join(CLUSTER_CERT);
+    if cert_path.exists() {
+        let cert = SignedCertificate::decode(&read(&cert_path)?)
+            .map_err(|e| damaged(&cert_path, e.to_string()))?;
+        serials.push(cert.cert.serial_hex());
+    }
+    serials.sort();
+    serials.dedup();
+    if serials.is_empty() {
+        return Ok(None);
+    }
+    let (root, _) = load_root(dir)?;
+    let record = RevokedRecord {
+        name: name.to_owned(),
+        serials,
+        revoked_at: Utc::now(),
+    };
+    let entry = cluster_dir.join(REVOKED_ENTRY);
+    record
+        .validate()
+        .map_err(|e| damaged(&entry, e.to_string()))?;
+    let bytes = record
+        .encode_signed(&root)
+        .map_err(|e| damaged(&entry, e.to_string()))?;
+    write_file(&entry, &bytes, false, true)?;
+    Ok(Some(bytes))
 }

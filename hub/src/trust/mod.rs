@@ -538,16 +538,7 @@ fn revoke(
 fn issued_keys(dir: &Path, name: &str) -> Result<Vec<String>, TrustError> {
     let cluster_dir = dir.join(CLUSTERS).join(name);
     let list = cluster_dir.join(ISSUED_KEYS);
-    let mut keys: Vec<String> = if list.exists() {
-        read(&list)?
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let mut keys = read_lines(&list)?;
     let creds = cluster_dir.join(CLUSTER_CREDS);
     if creds.exists() {
         // Unparsable creds name no key (and cannot connect either).
@@ -573,15 +564,7 @@ fn issued_keys(dir: &Path, name: &str) -> Result<Vec<String>, TrustError> {
 
 /// Appends `key` to `name`'s [`ISSUED_KEYS`] (rewritten whole, atomically).
 fn record_issued(dir: &Path, name: &str, key: &str) -> Result<(), TrustError> {
-    let path = dir.join(CLUSTERS).join(name).join(ISSUED_KEYS);
-    let mut text = if path.exists() {
-        read(&path)?
-    } else {
-        String::new()
-    };
-    text.push_str(key);
-    text.push('\n');
-    write_file(&path, text.as_bytes(), false, true)
+    append_line(&dir.join(CLUSTERS).join(name).join(ISSUED_KEYS), key)
 }
 
 /// Stored creds must be this fleet's, for this cluster, and unaltered.

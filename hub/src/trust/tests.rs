@@ -426,3 +426,38 @@ fn leave_refuses_bad_names_strangers_and_never_revokes_another_clusters_key() {
     assert!(err.to_string().contains("not the operator"), "{err}");
     assert_eq!(read(&dir.join(SERVER_CONF)).unwrap(), conf);
 }
+
+#[test]
+fn leaves_revocation_names_every_serial_signed_by_the_root_and_join_issues_anew() {
+    use fleetbus_schemas::registry::RevokedRecord;
+    let (_tmp, dir) = new_fleet();
+    let serial = |j: &Joined| {
+        SignedCertificate::decode(&j.identity.cert)
+            .unwrap()
+            .cert
+            .serial_hex()
+    };
+    let first = join(&dir, "c1", false).unwrap();
+    let rotated = join(&dir, "c1", true).unwrap();
+    join(&dir, "c2", false).unwrap();
+    // No certificate: nothing to revoke.
+    assert!(identity::revocation(&dir, "c9").unwrap().is_none());
+    leave(&dir, "c1").unwrap();
+    let bytes = identity::revocation(&dir, "c1").unwrap().unwrap();
+    let root = parse_root_public(&read(&dir.join(ROOT_PUB)).unwrap()).unwrap();
+    RevokedRecord::verify(&bytes, &root).unwrap();
+    let record = RevokedRecord::decode(&bytes).unwrap();
+    assert_eq!(record.name, "c1");
+    let mut want = vec![serial(&first), serial(&rotated)];
+    want.sort();
+    assert_eq!(record.serials, want, "the rotated-out serial too");
+    record.validate().unwrap();
+    // Joining again after leaving: a new certificate, not the revoked one.
+    let back = join(&dir, "c1", false).unwrap();
+    assert!(back.identity_issued);
+    assert!(!want.contains(&serial(&back)));
+    let again = join(&dir, "c1", false).unwrap();
+    assert!(!again.identity_issued, "the new one is kept");
+    // c2 is untouched.
+    assert!(!join(&dir, "c2", false).unwrap().identity_issued);
+}

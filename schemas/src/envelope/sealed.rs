@@ -122,6 +122,32 @@ impl EncryptionHeader {
         self.recipients.iter().map(|r| r.cluster.as_str())
     }
 
+    /// `payload` (any bytes, not an object: a reader kubeconfig, §5.2) sealed
+    /// to `recipients` under `ctx`, as a header JSON carries it.
+    pub fn seal_payload(
+        payload: &[u8],
+        recipients: &[(&str, &SealingPublicKey)],
+        ctx: &SealContext<'_>,
+        rng: &mut impl CryptoRng,
+    ) -> Result<Self, crate::seal::SealError> {
+        crate::seal::seal(payload, recipients, ctx, rng).map(|s| Self::from_sealed(&s))
+    }
+
+    /// The payload of [`Self::seal_payload`], opened by `me`.
+    pub fn open_payload(
+        &self,
+        me: &str,
+        secret: &SealingSecretKey,
+        ctx: &SealContext<'_>,
+    ) -> Result<Vec<u8>, OpenError> {
+        if !self.is_sealed() {
+            return Err(OpenError::Corrupt("not a fleetbus-seal-v1 payload"));
+        }
+        self.to_sealed()
+            .map_err(OpenError::Corrupt)?
+            .open(me, secret, ctx)
+    }
+
     fn to_sealed(&self) -> Result<Sealed, &'static str> {
         let b64 = |s: &str| STANDARD.decode(s).map_err(|_| "a field is not base64");
         if self.kem != HPKE_KEM_ID || self.kdf != HPKE_KDF_ID || self.aead != HPKE_AEAD_ID {

@@ -62,6 +62,16 @@ impl BeatRecord {
         encode_json(BEAT_RECORD_SCHEMA, self)
     }
 
+    /// [`Self::encode`] with the cluster's `signature` member (secure mode,
+    /// PROTOCOL §5.4): by `signer`, the key its certificate (serial `key_id`) names.
+    pub fn encode_signed(
+        &self,
+        signer: &crate::trust::SigningKey,
+        key_id: &str,
+    ) -> Result<Vec<u8>, EncodeError> {
+        crate::trust::sign_json(&self.encode()?, signer, key_id).map_err(EncodeError::new)
+    }
+
     /// Decodes a beat; another `schema` is [`DecodeError::UnsupportedVersion`].
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         decode_json(BEAT_RECORD_SCHEMA, bytes)

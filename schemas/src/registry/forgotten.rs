@@ -48,7 +48,13 @@ pub fn forgotten_key(name: &str) -> String {
 /// The name in a forgotten key; `None` for any other key, `Some(Err)` for a
 /// forgotten key whose token does not decode or that has more tokens.
 pub fn parse_forgotten_key(key: &str) -> Option<Result<String, TokenError>> {
-    let rest = key.strip_prefix(FORGOTTEN_KEY_KIND)?.strip_prefix('.')?;
+    parse_name_key(FORGOTTEN_KEY_KIND, key)
+}
+
+/// The name in a key `<kind>.<escaped name>`; `None` for a key of another
+/// kind, `Some(Err)` when the token does not decode or more tokens follow.
+pub(crate) fn parse_name_key(kind: &str, key: &str) -> Option<Result<String, TokenError>> {
+    let rest = key.strip_prefix(kind)?.strip_prefix('.')?;
     if rest.contains('.') {
         return Some(Err(TokenError::InvalidChar(rest.to_owned())));
     }

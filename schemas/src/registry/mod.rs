@@ -10,6 +10,7 @@ mod forgotten;
 mod key;
 pub mod members;
 mod record;
+mod revoked;
 mod state;
 mod validate;
 
@@ -30,6 +31,10 @@ pub use record::{
     ApiHealth, ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, CLUSTER_RECORD_SCHEMA,
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS, KUBECONFIG_RECORD_SCHEMA,
     MISSED_HEARTBEATS_BEFORE_DISCONNECTED,
+};
+pub use revoked::{
+    parse_revoked_key, revoked_key, InvalidRevoked, RevokedRecord, MAX_REVOKED_SERIALS,
+    REVOKED_KEY_KIND, REVOKED_RECORD_SCHEMA, ROOT_KEY_ID,
 };
 pub use state::{peer_state, PeerFacts};
 pub use validate::{

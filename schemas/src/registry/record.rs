@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{decode_json, encode_json, DecodeError, EncodeError};
 use crate::crd::{ClusterMetadata, KubernetesApiEndpoint};
+use crate::envelope::EncryptionHeader;
+use crate::seal::{OpenError, SealContext, SealError, SealingPublicKey, SealingSecretKey};
 use crate::time::{rfc3339_ms, rfc3339_ms_opt};
 
 use super::members::MembersDigest;
@@ -200,7 +202,15 @@ pub struct KubeconfigRecord {
     /// When the credentials in it expire (null: unknown or never).
     #[serde(default, with = "rfc3339_ms_opt")]
     pub expires_at: Option<DateTime<Utc>>,
+    /// The kubeconfig sealed to the peers (PROTOCOL §5.2, secure mode):
+    /// `kubeconfig` is then empty. Absent in the insecure mode and from
+    /// agents before sealing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<EncryptionHeader>,
 }
+
+/// The `purpose` a sealed kubeconfig is bound to (§5.2).
+pub const KUBECONFIG_SEAL_PURPOSE: &str = "kubeconfig";
 
 impl KubeconfigRecord {
     /// JSON with `"schema": "fleetbus.io/kubeconfig/v1"` first.
@@ -216,5 +226,123 @@ impl KubeconfigRecord {
     /// The record's key in the registry bucket.
     pub fn key(&self) -> super::RegistryKey {
         super::RegistryKey::kubeconfig(&self.name, &self.cluster_id)
+    }
+
+    /// What a sealed kubeconfig is bound to: this record's cluster, its ID
+    /// and its expiry (a sealing moved to another record does not open).
+    fn seal_context<'a>(&'a self, subject: &'a [&'a str], expiry: &'a str) -> SealContext<'a> {
+        SealContext {
+            purpose: KUBECONFIG_SEAL_PURPOSE,
+            origin: &self.name,
+            subject,
+            uid: &self.cluster_id,
+            resource_version: expiry,
+        }
+    }
+
+    fn expiry_token(&self) -> String {
+        self.expires_at
+            .map(|t| t.timestamp().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Seals `kubeconfig` to `recipients` (into `sealed`, emptying `kubeconfig`).
+    pub fn seal(
+        &mut self,
+        recipients: &[(&str, &SealingPublicKey)],
+        rng: &mut impl rand::CryptoRng,
+    ) -> Result<(), SealError> {
+        let expiry = self.expiry_token();
+        let subject = [self.name.as_str(), self.cluster_id.as_str()];
+        let header = EncryptionHeader::seal_payload(
+            self.kubeconfig.as_bytes(),
+            recipients,
+            &self.seal_context(&subject, &expiry),
+            rng,
+        )?;
+        self.kubeconfig.clear();
+        self.sealed = Some(header);
+        Ok(())
+    }
+
+    /// The kubeconfig: as it is, or opened by `me` with `secret` when sealed
+    /// (`None`: sealed and no key to open it with).
+    pub fn open(&self, me: &str, secret: Option<&SealingSecretKey>) -> Result<String, OpenError> {
+        let Some(header) = &self.sealed else {
+            return Ok(self.kubeconfig.clone());
+        };
+        let secret = secret.ok_or(OpenError::NotARecipient)?;
+        let expiry = self.expiry_token();
+        let subject = [self.name.as_str(), self.cluster_id.as_str()];
+        let bytes = header.open_payload(me, secret, &self.seal_context(&subject, &expiry))?;
+        String::from_utf8(bytes).map_err(|_| OpenError::Corrupt("the kubeconfig is not UTF-8"))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_kubeconfig_opens_for_its_peers_only() {
+        let mut rng = rand::rng();
+        let (c1, c2, c3) = (
+            SealingSecretKey::generate(&mut rng),
+            SealingSecretKey::generate(&mut rng),
+            SealingSecretKey::generate(&mut rng),
+        );
+        let text = "apiVersion: v1\nusers: [{user: {token: s3cr3t-token}}]\n";
+        let mut r = KubeconfigRecord {
+            name: "c2".into(),
+            cluster_id: "id-2".into(),
+            kubeconfig: text.into(),
+            expires_at: DateTime::from_timestamp(1_800_000_000, 0),
+            sealed: None,
+        };
+        assert_eq!(r.open("anyone", None).unwrap(), text, "not sealed: as is");
+        r.seal(
+            &[("c1", &c1.public_key()), ("c2", &c2.public_key())],
+            &mut rng,
+        )
+        .unwrap();
+        let bytes = r.encode().unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains("s3cr3t"));
+        r.validate().unwrap();
+        let back = KubeconfigRecord::decode(&bytes).unwrap();
+        assert_eq!(back.kubeconfig, "");
+        assert_eq!(back.open("c1", Some(&c1)).unwrap(), text);
+        assert_eq!(back.open("c2", Some(&c2)).unwrap(), text);
+        assert_eq!(
+            back.open("c3", Some(&c3)).unwrap_err(),
+            OpenError::NotARecipient
+        );
+        assert_eq!(back.open("c1", None).unwrap_err(), OpenError::NotARecipient);
+        // Moved to another cluster's record, or another expiry: does not open.
+        let moved = KubeconfigRecord {
+            name: "c9".into(),
+            ..back.clone()
+        };
+        assert!(matches!(
+            moved.open("c1", Some(&c1)),
+            Err(OpenError::Corrupt(_))
+        ));
+        let later = KubeconfigRecord {
+            expires_at: DateTime::from_timestamp(1_900_000_000, 0),
+            ..back.clone()
+        };
+        assert!(later.open("c1", Some(&c1)).is_err());
+        // Garbage in the header: an error, never a panic.
+        let mut bad = back.clone();
+        if let Some(h) = bad.sealed.as_mut() {
+            h.ciphertext = "%%%".into();
+        }
+        assert!(bad.open("c1", Some(&c1)).is_err());
+        // Unsealed with an empty kubeconfig is invalid; sealed it is fine.
+        let empty = KubeconfigRecord {
+            sealed: None,
+            ..back
+        };
+        assert!(empty.validate().is_err());
     }
 }

@@ -209,7 +209,20 @@ impl KubeconfigRecord {
     pub fn validate(&self) -> Result<(), InvalidRecord> {
         name(&self.name)?;
         text("clusterID", &self.cluster_id, MAX_TEXT_LEN, false)?;
-        text("kubeconfig", &self.kubeconfig, MAX_BLOB_LEN, false)
+        // Sealed (§5.2): the text is in `sealed`, `kubeconfig` is empty.
+        text(
+            "kubeconfig",
+            &self.kubeconfig,
+            MAX_BLOB_LEN,
+            self.sealed.is_some(),
+        )?;
+        match &self.sealed {
+            Some(h) if h.ciphertext.len() > MAX_BLOB_LEN * 2 => Err(InvalidRecord::Text {
+                field: "sealed.ciphertext",
+                max: MAX_BLOB_LEN * 2,
+            }),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -36,6 +36,14 @@ pub fn sign_json(json: &[u8], signer: &SigningKey, key_id: &str) -> Result<Vec<u
     }
     let sig = sign_value(&json_signed_bytes(&value), signer, key_id);
     let sig = serde_json::to_vec(&sig).map_err(|e| e.to_string())?;
+    let mut member = b"\"signature\":".to_vec();
+    member.extend_from_slice(&sig);
+    append_members(json, &member)
+}
+
+/// The JSON object `json` with `members` (`"name":value,...`) appended as
+/// its last members: the others keep their order and bytes.
+pub(super) fn append_members(json: &[u8], members: &[u8]) -> Result<Vec<u8>, String> {
     let body = json.trim_ascii_end();
     let Some((b'}', head)) = body.split_last() else {
         return Err("not a JSON object".into());
@@ -45,8 +53,7 @@ pub fn sign_json(json: &[u8], signer: &SigningKey, key_id: &str) -> Result<Vec<u
     if head.trim_ascii_end() != b"{" {
         out.push(b',');
     }
-    out.extend_from_slice(b"\"signature\":");
-    out.extend_from_slice(&sig);
+    out.extend_from_slice(members);
     out.push(b'}');
     Ok(out)
 }

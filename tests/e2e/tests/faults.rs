@@ -505,6 +505,7 @@ async fn a_peer_the_api_server_refuses_blocks_neither_readiness_nor_other_peers(
         cluster_id: "id-p".into(),
         kubeconfig: "apiVersion: v1\nkind: Config\n".into(),
         expires_at: None,
+        sealed: None,
     };
     kv.put("kubeconfig.p.id-p", kubeconfig.encode().unwrap().into())
         .await

@@ -65,11 +65,7 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
         .await
         .unwrap();
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
-    let c2_key = registry_keys(&registry)
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("cluster.c2."))
-        .expect("c2's record");
+    let c2_key = key_starting(&registry, "cluster.c2.").await;
     let mut consumers: Vec<String> = objects
         .consumer_names()
         .filter_map(|n| async { n.ok() })
@@ -269,25 +265,6 @@ fn cert_of(dir: &Path, name: &str) -> SignedCertificate {
     SignedCertificate::decode(&text.unwrap()).unwrap()
 }
 
-/// `fleetbus_rejected_messages_total{reason}` of `m`.
-fn rejected_series(reason: &str) -> String {
-    format!("fleetbus_rejected_messages_total{{reason=\"{reason}\"}}")
-}
-
-/// Publishes `env` on `subject` as an attacker does: a fresh `Nats-Msg-Id`,
-/// so the server's duplicate window does not drop it.
-async fn publish_raw(js: &jetstream::Context, subject: &str, payload: Vec<u8>) {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Nats-Msg-Id", format!("forged-{n}").as_str());
-    js.publish_with_headers(subject.to_owned(), headers, payload.into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-}
-
 /// `env` as its origin reads it: a sealed one (a Secret) opened with the
 /// origin's own key from the fleet dir (the origin is always a recipient).
 fn opened(dir: &Path, key: &ObjectKey, env: Envelope) -> Result<Envelope, String> {
@@ -472,11 +449,7 @@ async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
     // (e) c2's record with a forged certificate (another root's), with
     // c1's certificate, and with garbage: dropped and counted.
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
-    let c2_key = registry_keys(&registry)
-        .await
-        .into_iter()
-        .find(|k| k.starts_with("cluster.c2."))
-        .expect("c2's record");
+    let c2_key = key_starting(&registry, "cluster.c2.").await;
     let record: serde_json::Value =
         serde_json::from_slice(&registry.get(&c2_key).await.unwrap().unwrap()).unwrap();
     let other = tmp.path().join("other");
@@ -806,15 +779,6 @@ fn secret_rule(name: &str, ns: &str, orphan_policy: &str) -> String {
     )
 }
 
-/// `fleetbus <args> --nats-url <nats> --creds <admin>`: an operator's command.
-fn admin_cli(nats: &NatsServer, dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let url = nats.url();
-    let admin = dir.join("admin.creds");
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(["--nats-url", &url, "--creds", admin.to_str().unwrap()]);
-    cli(&all)
-}
-
 /// `fleetbus leave c2` on a running fleet whose c2 rotated its creds once:
 /// the server closes c2's connection and refuses its creds, old and new;
 /// c1 shows c2 Left and collects c2's copies per orphanPolicy (Delete:
@@ -859,6 +823,42 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
         wait_copy(&c1, &secrets(), Some(ns), name, "c2", rule, |_| Ok(())).await;
     }
 
+    // A revocation of c2 not signed by the root (a forger who may write
+    // the registry: the admin's creds) revokes nothing: counted, and c2's
+    // changes still arrive.
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    let c2_serial = cert_of(&dir, "c2").cert.serial_hex();
+    let forged = fleetbus_schemas::registry::RevokedRecord {
+        name: "c2".into(),
+        serials: vec![c2_serial.clone()],
+        revoked_at: chrono::Utc::now(),
+    };
+    let active = {
+        let k = key_starting(&registry, "cluster.c2.").await;
+        let v = registry.get(&k).await.unwrap().unwrap();
+        (k, v)
+    };
+    let series = rejected_series("bad_signature");
+    let before = c1.metric(&series).unwrap_or(0.0);
+    let forged = forged.encode_signed(&SigningKey::from_bytes(&[42; 32]));
+    registry
+        .put("revoked.c2", forged.unwrap().into())
+        .await
+        .unwrap();
+    c1.wait_metric_at_least(&series, before + 1.0).await;
+    create_secret(&c2, "shared", "after-forgery", &[("k", "v")]).await;
+    wait_copy(
+        &c1,
+        &secrets(),
+        Some("shared"),
+        "after-forgery",
+        "c2",
+        "shared-delete",
+        |_| Ok(()),
+    )
+    .await;
+
     // Revoke first (the include), reload, then mark c2 Left on the bus:
     // the order of a deployment that is not a `fleetbus mesh`.
     let (code, out, err) = cli(&["leave", "c2", "--dir", d]);
@@ -871,11 +871,30 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
     let (code, out, err) = cli(&["leave", "c2", "--dir", d, "--nats-url", &nats.url()]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("had left already") && out.contains("marked c2 Left"),
+        out.contains("had left already")
+            && out.contains("marked c2 Left")
+            && out.contains("revoked c2's certificates"),
         "{out}"
     );
 
     wait_peer_state(&c1, "c2", ClusterState::Left, CONVERGE).await;
+    // The broker that did not revoke c2's NATS user (simulated: the admin's
+    // creds) lets c2's still valid key publish: c1 refuses it as revoked,
+    // whatever its signature says.
+    let series = rejected_series("revoked");
+    let before = c1.metric(&series).unwrap_or(0.0);
+    let key = ObjectKey::from_api_version("c2", "v1", "Secret", Some("shared"), "pwn");
+    let obj = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"namespace": "shared", "name": "pwn", "uid": "u-pwn", "resourceVersion": "1"},
+        "data": {"k": b64("pwned")}});
+    let mut env = Envelope::snapshot("c2", None, obj, chrono::Utc::now()).unwrap();
+    let keys = std::fs::read_to_string(dir.join("clusters/c2/cluster.key")).unwrap();
+    let keys = fleetbus_schemas::trust::ClusterKeys::decode(&keys).unwrap();
+    env.sign(&key, keys.signing(), &c2_serial);
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let prefix = fleetbus_schemas::subject::Prefix::default();
+    publish_raw(&admin, &key.to_subject(&prefix), env.encode().unwrap()).await;
+    c1.wait_metric_at_least(&series, before + 1.0).await;
     wait_absent(&c1, &secrets(), Some("shared"), "db").await;
     assert!(
         dynamic(&c1, &secrets(), Some("kept"))
@@ -892,6 +911,46 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
         .find(|l| l.starts_with("c2 "))
         .unwrap_or_default();
     assert!(line.contains("Left"), "{out}");
+    // Last (`clusters ls` reads the bucket unverified): c2's Active record
+    // from before the leave, replayed, is refused by c1 too, and c2 stays
+    // Left there.
+    let before = c1.metric(&series).unwrap_or(0.0);
+    registry.put(&active.0, active.1.clone()).await.unwrap();
+    c1.wait_metric_at_least(&series, before + 1.0).await;
+    wait_peer_state(&c1, "c2", ClusterState::Left, CONVERGE).await;
+}
+
+/// Freshness of records (PROTOCOL §5.1): c2 leaves on shutdown (its own
+/// signed Left record); its Active record from before, validly signed and
+/// replayed by whoever may write the registry (the admin's creds), is
+/// refused as a replay on c1, and c2 stays Left there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_older_record_does_not_bring_a_left_cluster_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
+    let nats = operator_server(&dir);
+    let f1 = secure_flags(&dir, "c1");
+    let mut f2 = secure_flags(&dir, "c2");
+    f2.push("--leave-on-shutdown".into());
+    let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
+    let mut c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
+    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    let key = key_starting(&registry, "cluster.c2.").await;
+    let active = registry.get(&key).await.unwrap().unwrap();
+    let record: serde_json::Value = serde_json::from_slice(&active).unwrap();
+    assert_eq!(record["state"], "Active");
+    c2.agent.stop();
+    wait_peer_state(&c1, "c2", ClusterState::Left, CONVERGE).await;
+
+    let series = rejected_series("replay");
+    let before = c1.metric(&series).unwrap_or(0.0);
+    registry.put(&key, active.clone()).await.unwrap();
+    c1.wait_metric_at_least(&series, before + 1.0).await;
+    let peer = c1.clusters().get("c2").await.unwrap();
+    let state = peer.status.and_then(|s| s.state);
+    assert_eq!(state, Some(ClusterState::Left));
 }
 
 /// Waits until `m`'s agent log says `what`.

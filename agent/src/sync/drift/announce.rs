@@ -410,7 +410,9 @@ impl Engine {
             // A coalesced event counts every drift it stands for.
             .inc_by(u64::from(event.count.max(1)));
         let bytes = match event.encode() {
-            Ok(b) => b,
+            // Signed by this cluster in the secure mode: a `signature` member,
+            // so the event stays readable JSON (PROTOCOL §6).
+            Ok(b) => crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), b),
             Err(e) => {
                 tracing::warn!(error = %e, "could not encode a drift event");
                 return false;
@@ -463,6 +465,7 @@ impl Engine {
     async fn kv_put(&mut self, event: &DriftEvent) {
         let key = self.kv_key(event);
         let Ok(bytes) = event.encode() else { return };
+        let bytes = crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), bytes);
         if let Some(store) = self.drift_kv().await {
             if let Err(e) = store.put(&key, bytes.into()).await {
                 tracing::warn!(%key, error = %e, "could not record drift state");

@@ -337,7 +337,24 @@ pub async fn status_consumer(
         stream: ctx.layout.status_stream().name,
         filter: fleetbus_schemas::subject::all_status(ctx.layout.prefix()),
         what: "status",
-        decode: Box::new(decode_status),
+        decode: {
+            let ctx = ctx.clone();
+            Box::new(move |prefix, subject, payload| {
+                let (key, report) = decode_status(prefix, subject, payload)?;
+                // Secure mode: signed by the cluster the subject names (the
+                // sink that read the copy, PROTOCOL §6.1).
+                if ctx.cfg.trust.is_some() {
+                    let checked = ctx
+                        .signers
+                        .check_json(&key.cluster, payload, chrono::Utc::now());
+                    if let Err(reason) = checked {
+                        ctx.reject(&key.cluster, reason, subject);
+                        return Err(reason);
+                    }
+                }
+                Ok((key, report))
+            })
+        },
         key_of: |prefix, subject| StatusKey::parse_subject(prefix, subject).ok(),
         input: Box::new(Input::Status),
     };

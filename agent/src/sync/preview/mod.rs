@@ -45,6 +45,12 @@ impl Engine {
     }
 
     /// The reply to a preview request refused for rate: no work is done for it.
+    /// The reply to a request this cluster does not take (`why`: unsigned
+    /// or forged where a fleet root is configured).
+    pub fn refuse_preview(&self, why: String) -> PreviewReply {
+        PreviewReply::refused(&self.fleet.local.name, why)
+    }
+
     pub fn refuse_preview_for_rate(&self, refused: &RateRefused) -> PreviewReply {
         PreviewReply {
             retry_after_ms: Some(refused.retry_after_ms()),

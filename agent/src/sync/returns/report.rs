@@ -261,11 +261,20 @@ impl Engine {
     /// it does not fit even so, or does not encode: retrying would not help.
     fn fitting_report(&self, r: &ReportedStatus, subject: &str) -> Option<Vec<u8>> {
         let max = self.max_payload();
-        let encode = |r: &ReportedStatus| match r.encode() {
-            Ok(b) => Some(b),
-            Err(e) => {
-                tracing::warn!(%subject, error = %e, "could not encode a status report");
-                None
+        // Signed by this cluster in the secure mode (PROTOCOL §6.1): the
+        // origin believes only reports its sinks signed.
+        let trust = self.ctx.cfg.trust.as_deref();
+        let encode = |r: &ReportedStatus| {
+            let signed = r
+                .encode()
+                .map_err(|e| e.to_string())
+                .and_then(|b| crate::trust::sign_json_as(trust, b));
+            match signed {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    tracing::warn!(%subject, error = %e, "could not encode a status report");
+                    None
+                }
             }
         };
         let bytes = encode(r)?;

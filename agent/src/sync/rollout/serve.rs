@@ -54,7 +54,21 @@ pub(in crate::sync) async fn serve(
                 retry_after_ms: Some(refused.retry_after_ms()),
                 ..RolloutReply::refused(&ctx.cfg.cluster_name, refused.to_string())
             };
-            respond(&client, msg.reply, &reply).await;
+            respond(&ctx, msg.reply, &reply).await;
+            continue;
+        }
+        // Pause, abort and rollback change what the fleet runs: in the
+        // secure mode only the fleet root's signed word is taken (§6.7).
+        let trust = ctx.cfg.trust.as_deref();
+        if let Err(why) = crate::bus::command_sub::authorize(
+            trust,
+            &ctx.metrics,
+            ROLLOUT_VERB_STATIC,
+            &subject,
+            &msg.payload,
+        ) {
+            let reply = RolloutReply::refused(&ctx.cfg.cluster_name, why);
+            respond(&ctx, msg.reply, &reply).await;
             continue;
         }
         let req = Request {
@@ -72,14 +86,15 @@ const ROLLOUT_VERB_STATIC: &str = "rollout";
 
 /// Sends `reply` to `to`, if the requester asked for one.
 pub(in crate::sync) async fn respond(
-    client: &async_nats::Client,
+    ctx: &Context,
     to: Option<async_nats::Subject>,
     reply: &RolloutReply,
 ) {
     let Some(to) = to else { return };
     match reply.encode() {
         Ok(bytes) => {
-            if let Err(e) = client.publish(to, bytes.into()).await {
+            let bytes = crate::bus::command_sub::signed_reply(ctx.cfg.trust.as_deref(), bytes);
+            if let Err(e) = ctx.js.client().publish(to, bytes.into()).await {
                 tracing::warn!(error = %e, "could not reply to a rollout command");
             }
         }

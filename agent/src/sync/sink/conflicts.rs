@@ -86,6 +86,8 @@ impl Engine {
             };
             match event.encode() {
                 Ok(bytes) => {
+                    // Signed by this cluster in the secure mode (PROTOCOL §6.2).
+                    let bytes = crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), bytes);
                     let subject = event.subject_key().to_subject(self.ctx.layout.prefix());
                     let mut headers = HeaderMap::new();
                     headers.insert("Nats-Msg-Id", id.as_str());

@@ -105,3 +105,31 @@ pub fn secure_flags(dir: &Path, name: &str) -> Vec<String> {
 pub fn refs(flags: &[String]) -> Vec<&str> {
     flags.iter().map(String::as_str).collect()
 }
+
+/// `fleetbus_rejected_messages_total{reason}` (read with `Member::metric`).
+pub fn rejected_series(reason: &str) -> String {
+    format!("fleetbus_rejected_messages_total{{reason=\"{reason}\"}}")
+}
+
+/// Publishes `payload` on `subject` as an attacker does: a fresh `Nats-Msg-Id`,
+/// so the server's duplicate window does not drop it.
+pub async fn publish_raw(js: &jetstream::Context, subject: &str, payload: Vec<u8>) {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", format!("forged-{n}").as_str());
+    js.publish_with_headers(subject.to_owned(), headers, payload.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+/// `fleetbus <args> --nats-url <nats> --creds <admin>`: an operator's command.
+pub fn admin_cli(nats: &NatsServer, dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let url = nats.url();
+    let admin = dir.join("admin.creds");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--nats-url", &url, "--creds", admin.to_str().unwrap()]);
+    cli(&all)
+}

@@ -350,6 +350,16 @@ pub async fn registry_keys(kv: &async_nats::jetstream::kv::Store) -> Vec<String>
     keys
 }
 
+/// The first key of `kv` starting with `prefix` (e.g. `cluster.c2.`); panics
+/// when there is none.
+pub async fn key_starting(kv: &async_nats::jetstream::kv::Store, prefix: &str) -> String {
+    registry_keys(kv)
+        .await
+        .into_iter()
+        .find(|k| k.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no key {prefix}* in the bucket"))
+}
+
 /// Runs `fleetbus <args>` against `nats` as an operator would; returns (exit
 /// code, stdout, stderr).
 #[allow(dead_code)] // not every test binary drives the CLI

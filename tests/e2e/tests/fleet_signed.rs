@@ -1,0 +1,396 @@
+//! Issue 21, "every message signed": status reports are signed by the sink
+//! that publishes them and the origin believes only those; command
+//! requests that change state (label, correct) must be signed by the fleet
+//! root, and replies are signed by the answering cluster. The attacker is a
+//! plain NATS client with the admin's creds (a broker that lets anyone
+//! write anywhere) holding a member's keys.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::fleet::*;
+use common::sync::*;
+use common::*;
+use fleetbus_schemas::subject::{Prefix, StatusKey};
+use fleetbus_schemas::trust::{sign_json, sign_request, ClusterKeys, SignedCertificate};
+use fleetbus_testsupport::{wait_for, NatsServer};
+use serde_json::{json, Value};
+
+/// Secure c1 and c2 from a fresh fleet dir, each with `extra` flags.
+async fn secure_pair(
+    tmp: &Path,
+    extra: &[&str],
+) -> (std::path::PathBuf, NatsServer, Member, Member) {
+    let dir = fleet_dir(tmp, &["c1", "c2"]);
+    let nats = operator_server(&dir);
+    let flags = |n: &str| {
+        let mut f = secure_flags(&dir, n);
+        f.extend(extra.iter().map(|s| s.to_string()));
+        f
+    };
+    let (f1, f2) = (flags("c1"), flags("c2"));
+    let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
+    let c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
+    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
+    (dir, nats, c1, c2)
+}
+
+/// `name`'s keys and certificate serial from the fleet dir.
+fn keys_of(dir: &Path, name: &str) -> (ClusterKeys, String) {
+    let c = dir.join("clusters").join(name);
+    let keys = ClusterKeys::decode(&std::fs::read_to_string(c.join("cluster.key")).unwrap());
+    let cert = SignedCertificate::decode(&std::fs::read_to_string(c.join("cluster.cert")).unwrap());
+    (keys.unwrap(), cert.unwrap().cert.serial_hex())
+}
+
+/// c2's ReportedState on c1 of ConfigMap `apps/cfg`, as its `status`.
+async fn reported_by_c2(c1: &Member) -> Result<Value, String> {
+    let list = dynamic(
+        c1,
+        &resource("fleetbus.io", "v1alpha1", "ReportedState", "reportedstates"),
+        Some("apps"),
+    )
+    .list(&Default::default())
+    .await
+    .map_err(|e| e.to_string())?;
+    list.items
+        .into_iter()
+        .find(|o| o.data["spec"]["cluster"] == "c2" && o.data["spec"]["objectRef"]["name"] == "cfg")
+        .and_then(|o| o.data.get("status").cloned())
+        .ok_or_else(|| "no ReportedState of c2".to_owned())
+}
+
+/// A report forged over c2's, signed by c1's certified key (a member
+/// speaking for another), unsigned, or c2's signature over altered content:
+/// each dropped on c1 and counted; c1's ReportedState of c2 never shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_status_report_does_not_change_the_origins_reported_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, c1, c2) = secure_pair(tmp.path(), &[]).await;
+    for m in [&c1, &c2] {
+        create_ns(m, "apps").await;
+    }
+    apply_yaml(
+        &c1,
+        "apiVersion: fleetbus.io/v1alpha1\nkind: ResourceSyncRule\nmetadata: {name: cfgs}\n\
+         spec:\n  groupVersionKind: {group: \"\", version: v1, kind: ConfigMap}\n  \
+         rules:\n    - match:\n        - namespaces: [apps]\n  statusReturn: PerCluster\n",
+    );
+    apply_yaml(
+        &c1,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: apps}\ndata: {k: v}\n",
+    );
+    wait_for("c1 holds c2's ReportedState of cfg", SYNC, || {
+        reported_by_c2(&c1)
+    })
+    .await;
+
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let stream = admin.get_stream("FLEETBUS_STATUS").await.unwrap();
+    let subject = StatusKey {
+        cluster: "c2".into(),
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("apps".into()),
+        name: "cfg".into(),
+    }
+    .to_subject(&Prefix::default());
+    let genuine = stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .unwrap();
+    let genuine: Value = serde_json::from_slice(&genuine.payload).unwrap();
+    let (c2_keys, c2_serial) = keys_of(&dir, "c2");
+    // c2 signed it, with the key its certificate names.
+    fleetbus_schemas::trust::verify_json(&genuine, &c2_keys.signing().verifying_key()).unwrap();
+    assert_eq!(genuine["signature"]["keyId"], c2_serial.as_str());
+
+    let mut forged = genuine.clone();
+    forged.as_object_mut().unwrap().remove("signature");
+    forged["status"] = json!({"forged": "yes"});
+    forged["observedAt"] =
+        json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+    let unsigned = serde_json::to_vec(&forged).unwrap();
+    let (c1_keys, c1_serial) = keys_of(&dir, "c1");
+    let by_c1 = sign_json(&unsigned, c1_keys.signing(), &c1_serial).unwrap();
+    let mut altered = genuine.clone();
+    altered["status"] = json!({"forged": "yes"});
+    for (payload, reason) in [
+        (unsigned, "unsigned"),
+        (by_c1, "signer_mismatch"),
+        (serde_json::to_vec(&altered).unwrap(), "bad_signature"),
+    ] {
+        let series = rejected_series(reason);
+        let before = c1.metric(&series).unwrap_or(0.0);
+        publish_raw(&admin, &subject, payload).await;
+        c1.wait_metric_at_least(&series, before + 1.0).await;
+        let state = reported_by_c2(&c1).await.unwrap();
+        assert!(!state.to_string().contains("forged"), "{reason}: {state}");
+    }
+    // c2's own next report still arrives (a change of its copy's labels
+    // does not change the report; a change of the source does).
+    kubectl(
+        &c1,
+        &["label", "configmap", "cfg", "-n", "apps", "after=attack"],
+    );
+    wait_for("c2's copy updated", SYNC, || async {
+        let copy = dynamic(
+            &c2,
+            &resource("", "v1", "ConfigMap", "configmaps"),
+            Some("apps"),
+        )
+        .get("cfg")
+        .await
+        .map_err(|e| e.to_string())?;
+        let labels = copy.metadata.labels.unwrap_or_default();
+        (labels.get("after").map(String::as_str) == Some("attack"))
+            .then_some(())
+            .ok_or_else(|| format!("{labels:?}"))
+    })
+    .await;
+    let state = reported_by_c2(&c1).await.unwrap();
+    assert!(!state.to_string().contains("forged"), "{state}");
+}
+
+/// The labels of `m`'s own Cluster object.
+async fn own_labels(m: &Member) -> std::collections::BTreeMap<String, String> {
+    let c = m.clusters().get(&m.name).await.unwrap();
+    c.metadata.labels.unwrap_or_default()
+}
+
+/// `clusters label` and `drift correct` without the root key (an admin's
+/// creds alone) are refused by a secure agent and say why; with `--dir`
+/// naming the fleet dir (its root.key) they work. A request signed by a
+/// member's key, or by the root for another cluster, is refused too; the
+/// reply is signed by the answering cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_that_change_state_must_be_signed_by_the_fleet_root() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, c1, _c2) = secure_pair(tmp.path(), &[]).await;
+    let d = dir.to_str().unwrap();
+    let unsigned = rejected_series("unsigned");
+
+    let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "label", "c1", "tier=gold"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("not signed by the fleet root"), "{err}");
+    let (code, out, err) = admin_cli(&nats, &dir, &["drift", "correct", "--cluster", "c1"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("not signed by the fleet root"), "{err}");
+    c1.wait_metric_at_least(&unsigned, 2.0).await;
+    assert!(!own_labels(&c1).await.contains_key("tier"));
+
+    let (code, out, err) = admin_cli(
+        &nats,
+        &dir,
+        &["clusters", "label", "c1", "tier=gold", "--dir", d],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = admin_cli(
+        &nats,
+        &dir,
+        &["drift", "correct", "--cluster", "c1", "--dir", d],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    wait_for("c1 labelled tier=gold", SYNC, || async {
+        let labels = own_labels(&c1).await;
+        (labels.get("tier").map(String::as_str) == Some("gold"))
+            .then_some(())
+            .ok_or_else(|| format!("{labels:?}"))
+    })
+    .await;
+
+    // A plain client: a request signed by c2's certified key, and one the
+    // root signed for c2, sent to c1.
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let client = admin.client();
+    let request =
+        br#"{"schema":"fleetbus.io/label-request/v1","set":{"tier":"pwned"},"overwrite":true}"#;
+    let to_c1 = "fleetbus.cmd.c1.label";
+    let (c2_keys, _) = keys_of(&dir, "c2");
+    let root = std::fs::read_to_string(dir.join("root.key")).unwrap();
+    let root = fleetbus_schemas::trust::parse_root_key(&root).unwrap();
+    let now = chrono::Utc::now();
+    let (c1_keys, c1_serial) = keys_of(&dir, "c1");
+    for (payload, says) in [
+        (
+            sign_request(request, to_c1, c2_keys.signing(), now).unwrap(),
+            "not the fleet root's",
+        ),
+        (
+            sign_request(request, "fleetbus.cmd.c2.label", &root, now).unwrap(),
+            "signed for",
+        ),
+        (
+            sign_request(request, to_c1, &root, now - chrono::Duration::hours(1)).unwrap(),
+            "stale or replayed",
+        ),
+    ] {
+        let reply = client
+            .request(to_c1.to_owned(), payload.into())
+            .await
+            .unwrap();
+        let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+        let error = reply["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{says}: {reply}");
+        let sig = fleetbus_schemas::trust::verify_json(&reply, &c1_keys.signing().verifying_key());
+        assert_eq!(sig.unwrap().key_id, c1_serial, "the reply is c1's");
+    }
+    // The verbs added beside them: rollout (it changes what the fleet runs)
+    // and preview (it shows what a cluster holds, at the cost of dry runs)
+    // take the fleet root's signed word too, and their replies are c1's.
+    for (verb, request) in [
+        (
+            "rollout",
+            &br#"{"schema":"fleetbus.io/rollout-request/v1","rule":"web","action":"Pause"}"#[..],
+        ),
+        (
+            "preview",
+            br#"{"schema":"fleetbus.io/preview-request/v1","ruleName":"web"}"#,
+        ),
+    ] {
+        let to = format!("fleetbus.cmd.c1.{verb}");
+        let signed = sign_request(request, &to, &root, chrono::Utc::now()).unwrap();
+        for (payload, refused) in [(request.to_vec(), true), (signed, false)] {
+            let reply = client.request(to.clone(), payload.into()).await.unwrap();
+            let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+            let error = reply["error"].as_str().unwrap_or_default();
+            assert_eq!(
+                error.contains("not signed by the fleet root"),
+                refused,
+                "{verb}: {reply}"
+            );
+            let sig =
+                fleetbus_schemas::trust::verify_json(&reply, &c1_keys.signing().verifying_key());
+            assert_eq!(sig.unwrap().key_id, c1_serial, "{verb}: the reply is c1's");
+        }
+    }
+    // Garbage on the command subjects: refused with a reason, never a panic.
+    for (subject, payload) in [
+        (to_c1, &b"garbage"[..]),
+        (to_c1, b"{}"),
+        (to_c1, b"null"),
+        ("fleetbus.cmd.c1.correct", b"\xff\xfe"),
+        (
+            "fleetbus.cmd.c1.correct",
+            br#"{"schema":"fleetbus.io/correct-request/v1","signature":{"algorithm":"ed25519","keyId":"root","value":"AAAA"}}"#,
+        ),
+    ] {
+        let reply = client
+            .request(subject.to_owned(), payload.to_vec().into())
+            .await
+            .unwrap();
+        let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+        let error = reply["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("refused:"), "{payload:?}: {reply}");
+    }
+    assert_eq!(
+        own_labels(&c1).await.get("tier").map(String::as_str),
+        Some("gold")
+    );
+}
+
+/// `--publish-kubeconfig` in the secure mode: the record in the registry
+/// holds the reader kubeconfig sealed to the peers and signed by its
+/// cluster; the admin reading the bucket does not see the token, the peer
+/// opens it into its kubeconfig Secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_kubeconfig_is_sealed_to_the_peers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, c1, _c2) = secure_pair(tmp.path(), &["--publish-kubeconfig"]).await;
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(c1.client.clone(), NAMESPACE);
+    let secret = wait_for("c1 to store c2's kubeconfig", SYNC, || async {
+        secrets
+            .get("c2-kubeconfig")
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let kubeconfig = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
+    let doc: Value = serde_yaml::from_str(&kubeconfig).unwrap();
+    let token = doc["users"][0]["user"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(token.len() > 8, "{kubeconfig}");
+
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    let key = key_starting(&registry, "kubeconfig.c2.").await;
+    let raw = registry.get(&key).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(
+        !text.contains(&token),
+        "the token is readable in the bucket"
+    );
+    let record: Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(record["kubeconfig"], "");
+    assert_eq!(record["sealed"]["algorithm"], "fleetbus-seal-v1");
+    let names: Vec<&str> = record["sealed"]["recipients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["cluster"].as_str())
+        .collect();
+    assert_eq!(names, ["c1", "c2"]);
+    let (c2_keys, c2_serial) = keys_of(&dir, "c2");
+    let sig = fleetbus_schemas::trust::verify_json(&record, &c2_keys.signing().verifying_key());
+    assert_eq!(sig.unwrap().key_id, c2_serial);
+
+    // Forged over it (the admin may write the key): unsigned, dropped.
+    let series = rejected_series("unsigned");
+    let before = c1.metric(&series).unwrap_or(0.0);
+    let mut forged = record.clone();
+    forged.as_object_mut().unwrap().remove("signature");
+    forged.as_object_mut().unwrap().remove("sealed");
+    forged["kubeconfig"] = "apiVersion: v1\nkind: Config\n".into();
+    registry
+        .put(&key, serde_json::to_vec(&forged).unwrap().into())
+        .await
+        .unwrap();
+    c1.wait_metric_at_least(&series, before + 1.0).await;
+    let kept = secrets.get("c2-kubeconfig").await.unwrap();
+    assert_eq!(
+        String::from_utf8(kept.data.unwrap()["kubeconfig"].0.clone()).unwrap(),
+        kubeconfig
+    );
+}
+
+/// Beats (PROTOCOL §5.4) are signed: once c2's agent is dead, unsigned beats
+/// forged in its name (newer `seq`, whoever may write the beats bucket) are
+/// dropped and counted on c1, and c2 turns Disconnected there all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_beats_do_not_keep_a_dead_cluster_alive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, c1, mut c2) = secure_pair(tmp.path(), &[]).await;
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let beats = admin.get_key_value("fleetbus-beats").await.unwrap();
+    let key = key_starting(&beats, "beat.c2.").await;
+    let genuine: Value = serde_json::from_slice(&beats.get(&key).await.unwrap().unwrap()).unwrap();
+    assert!(genuine.get("signature").is_some(), "{genuine}");
+    c2.agent.kill9();
+    let forger = tokio::spawn(async move {
+        let mut beat = genuine;
+        beat.as_object_mut().unwrap().remove("signature");
+        for n in 1..200u64 {
+            beat["seq"] = json!(beat["seq"].as_u64().unwrap_or(0) + n);
+            let _ = beats
+                .put(&key, serde_json::to_vec(&beat).unwrap().into())
+                .await;
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+    });
+    c1.wait_metric_at_least(&rejected_series("unsigned"), 1.0)
+        .await;
+    wait_peer_state(
+        &c1,
+        "c2",
+        fleetbus_schemas::crd::ClusterState::Disconnected,
+        CONVERGE,
+    )
+    .await;
+    forger.abort();
+}
