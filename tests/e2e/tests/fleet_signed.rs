@@ -394,3 +394,36 @@ async fn forged_beats_do_not_keep_a_dead_cluster_alive() {
     .await;
     forger.abort();
 }
+
+/// A rollout record in c1's subtree that c1 did not sign (written with the
+/// admin's credentials, as a broker operator could) admits nothing: c2
+/// refuses it (`unsigned`), and one signed by c2's key (`signer_mismatch`)
+/// too. Only c1's signed word decides which version c2 runs of c1's objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_records_not_signed_by_their_origin_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, _c1, c2) = secure_pair(tmp.path(), &[]).await;
+    let target = "b".repeat(64);
+    let mut admitted = serde_json::Map::new();
+    admitted.insert(target.clone(), json!(["c2"]));
+    let record = json!({
+        "schema": "fleetbus.io/rollout/v1", "origin": "c1", "rule": "web",
+        "source": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "apps", "name": "web", "uid": "u-1"},
+        "revision": 1, "stable": null, "target": target, "phase": "Progressing",
+        "admitted": admitted, "admittedAt": {"c2": "2026-11-27T05:00:09.000Z"},
+        "failed": {}, "step": 1, "steps": 1, "pausedBy": null, "reason": "", "message": "",
+        "updatedAt": "2026-11-27T05:00:09.000Z"
+    });
+    let bytes = serde_json::to_vec(&record).unwrap();
+    let parsed = fleetbus_schemas::rollout::RolloutRecord::decode(&bytes).unwrap();
+    let subject = parsed.subject_key().to_subject(&Prefix::default());
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let (c2_keys, c2_serial) = keys_of(&dir, "c2");
+    let by_c2 = sign_json(&bytes, c2_keys.signing(), &c2_serial).unwrap();
+    for (payload, reason) in [(bytes.clone(), "unsigned"), (by_c2, "signer_mismatch")] {
+        let series = rejected_series(reason);
+        let before = c2.metric(&series).unwrap_or(0.0);
+        publish_raw(&admin, &subject, payload).await;
+        c2.wait_metric_at_least(&series, before + 1.0).await;
+    }
+}

@@ -25,7 +25,24 @@ pub async fn rollout_consumer(
         stream: ctx.layout.rollouts_stream().name,
         filter: fleetbus_schemas::subject::all_rollouts(ctx.layout.prefix()),
         what: "rollouts",
-        decode: Box::new(decode_record),
+        decode: {
+            let ctx = ctx.clone();
+            Box::new(move |prefix, subject, payload| {
+                let (key, rec) = decode_record(prefix, subject, payload)?;
+                // Secure mode: signed by the origin the subject names; a
+                // record the broker let someone else write is not acted on.
+                if ctx.cfg.trust.is_some() {
+                    let checked = ctx
+                        .signers
+                        .check_json(&key.origin, payload, chrono::Utc::now());
+                    if let Err(reason) = checked {
+                        ctx.reject(&key.origin, reason, subject);
+                        return Err(reason);
+                    }
+                }
+                Ok((key, rec))
+            })
+        },
         key_of: |prefix, subject| RolloutKey::parse_subject(prefix, subject).ok(),
         input: Box::new(Input::Rollout),
     };

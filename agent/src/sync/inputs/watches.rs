@@ -58,6 +58,16 @@ const RESTART_FIRST: Duration = Duration::from_millis(500);
 /// connection per kind that often while it is away.
 const RESTART_MAX: Duration = Duration::from_secs(10);
 
+/// Longest wait for the next item of a list (the watcher lists in pages of
+/// 500): a list that gets no answer for this long is a lost connection. The
+/// client sets no read timeout (a watch may be idle for minutes), so a list
+/// sent on a connection that will never answer (a half-open one, an API
+/// server stopped mid-request) hung for ever, and the kind's copies stayed
+/// held with it: the `api-down` chaos run's "c3's log ends with `local API
+/// server answers again`", twice in full test runs. Once listed, the watch
+/// may be silent.
+const LIST_STALL: Duration = Duration::from_secs(20);
+
 /// The wait before the next start after `failures` connection failures in a
 /// row (at least one).
 fn restart_delay(failures: u32) -> Duration {
@@ -152,14 +162,23 @@ async fn watch_once(
     let stream =
         kube::runtime::WatchStreamExt::default_backoff(watcher(api, watcher::Config::default()));
     futures::pin_mut!(stream);
+    // Listing (at the start, and when the watcher lists again): each item
+    // must come within LIST_STALL.
+    let mut listing = true;
     loop {
         let ev = tokio::select! {
             _ = cancel.cancelled() => return Ended::Stopped,
             ev = stream.next() => ev,
+            _ = tokio::time::sleep(LIST_STALL), if listing => {
+                return Ended::Connection(format!("no answer to the list within {LIST_STALL:?}"));
+            }
         };
         let out = match ev {
             None => return Ended::Stopped,
-            Some(Ok(watcher::Event::Init)) => LocalEvent::Reset,
+            Some(Ok(watcher::Event::Init)) => {
+                listing = true;
+                LocalEvent::Reset
+            }
             Some(Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o))) => {
                 match serde_json::to_value(&o) {
                     Ok(v) => LocalEvent::Upsert(seen(ctx, v, gvk)),
@@ -172,6 +191,7 @@ async fn watch_once(
             },
             Some(Ok(watcher::Event::InitDone)) => {
                 // Listed: the view is whole again.
+                listing = false;
                 *failures = Failures::default();
                 LocalEvent::Listed
             }

@@ -277,6 +277,9 @@ impl Engine {
             }
         }
         let bytes = record.encode().map_err(|e| e.to_string())?;
+        // Secure mode: signed by us, so a record written with other
+        // credentials (a broker operator's) admits nothing (PROTOCOL §6.9).
+        let bytes = crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), bytes);
         let subject = key.to_subject(self.ctx.layout.prefix());
         self.ctx
             .js
