@@ -191,12 +191,12 @@ mod tests {
 
     #[test]
     fn conflict_messages_name_the_target_and_the_origins() {
-        let target = Target {
+        let target = Target::from(crate::sync::model::Place {
             api_version: "v1".into(),
             kind: "Secret".into(),
             namespace: Some("apps".into()),
             name: "s".into(),
-        };
+        });
         let (w, l) = (cand("c1", "r", "1"), cand("c2", "r", "2"));
         let c = Conflict::other_origin(&target, &l, &w);
         assert_eq!((c.origin.as_str(), c.winner.as_deref()), ("c2", Some("c1")));

@@ -471,8 +471,8 @@ impl Engine {
         for (target, mut cands) in ordered {
             conflicts::order(&mut cands);
             let winner = cands.remove(0);
-            self.held
-                .insert(target.clone(), (winner.key.clone(), winner.rule.clone()));
+            let pair = self.sink.plan.pair(&target, &winner.rule, &winner.key);
+            self.held.insert(target.clone(), pair);
             let mut settled = Settled {
                 rule: winner.rule.clone(),
                 ..Settled::default()
