@@ -389,8 +389,7 @@ impl Engine {
                     Some(b) => seen.object.shared_with(&b.server),
                     None => seen.object,
                 };
-                if let Some(t) = seen.target {
-                    let t = self.sink.plan.shared(t);
+                if let Some(t) = seen.target.map(|t| self.sink.plan.shared(t)) {
                     self.sink.dirty.targets.insert(t.clone());
                     // A copy the last pass did not want may be one to collect.
                     if !self.held.contains_key(&t) && seen.annotated_copy {
@@ -416,8 +415,7 @@ impl Engine {
                 if kind.relist.is_none() {
                     kind.watch_error = None;
                 }
-                if let Some(t) = seen.target {
-                    let t = self.sink.plan.shared(t);
+                if let Some(t) = seen.target.map(|t| self.sink.plan.shared(t)) {
                     self.sink.dirty.targets.insert(t.clone());
                     self.seen.insert(t, Instant::now());
                 }
