@@ -118,7 +118,7 @@ mod tests {
     fn cand(origin: &str, rule: &str, created: &str) -> Candidate {
         Candidate {
             rule: rule.to_owned(),
-            key: ObjectKey::from_api_version(origin, "v1", "Secret", Some("apps"), "s"),
+            key: ObjectKey::from_api_version(origin, "v1", "Secret", Some("apps"), "s").into(),
             created: created.to_owned(),
             desired: json!({}).into(),
             digest: crate::sync::digest::Digest::of_desired(&json!({})),
@@ -131,7 +131,10 @@ mod tests {
 
     fn winners_first(mut cands: Vec<Candidate>) -> Vec<(String, String)> {
         order(&mut cands);
-        cands.into_iter().map(|c| (c.key.origin, c.rule)).collect()
+        cands
+            .into_iter()
+            .map(|c| (c.key.origin.clone(), c.rule))
+            .collect()
     }
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -242,7 +242,7 @@ impl Engine {
                 target,
                 Candidate {
                     rule: rule.name.clone(),
-                    key: key.clone(),
+                    key: key.clone().into(),
                     created: obj
                         .pointer("/metadata/creationTimestamp")
                         .and_then(Value::as_str)

@@ -571,7 +571,7 @@ mod tests {
         let d = desired(value, hash);
         Candidate {
             rule: "cm".to_owned(),
-            key: ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("apps"), "c"),
+            key: ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("apps"), "c").into(),
             created: String::new(),
             digest: Digest::of_desired(&d),
             desired: d.into(),

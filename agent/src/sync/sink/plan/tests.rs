@@ -62,7 +62,7 @@ fn compute(rule: &str, key: &ObjectKey, env: &Envelope, calls: &mut usize) -> Co
             target(&name),
             Candidate {
                 rule: rule.into(),
-                key: key.clone(),
+                key: key.clone().into(),
                 created: obj["metadata"]["creationTimestamp"]
                     .as_str()
                     .unwrap()
@@ -141,7 +141,9 @@ fn shape(plan: &Plan) -> Shape {
             let c = plan.candidates(t);
             (
                 t.clone(),
-                c.into_iter().map(|c| (c.rule, c.key, c.digest)).collect(),
+                c.into_iter()
+                    .map(|c| (c.rule, ObjectKey::clone(&c.key), c.digest))
+                    .collect(),
             )
         })
         .collect();
