@@ -152,9 +152,9 @@ pub struct Engine {
     pub(super) reports: BTreeMap<String, RuleReport>,
     /// When a rule last wrote a copy.
     pub(super) last_sync: BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
-    /// The copies the last sink pass wanted here: source key and rule of each
-    /// (what `report_pass` reports on).
-    pub(super) held: BTreeMap<Target, (ObjectKey, String)>,
+    /// The copies the last sink pass wanted here: rule and source key of each
+    /// (what `report_pass` reports on), shared with the plan (issue 20).
+    pub(super) held: BTreeMap<Target, Arc<super::sink::plan::Pair>>,
     /// The rules whose copies are held here this pass (suspended, or waiting
     /// for their `dependsOn`), with why: nothing of theirs is created or
     /// updated, drift is reported, not corrected (see `sink::depends`).
@@ -395,7 +395,7 @@ impl Engine {
                     Some(b) => seen.object.shared_with(&b.server),
                     None => seen.object,
                 };
-                if let Some(t) = seen.target {
+                if let Some(t) = seen.target.map(|t| self.sink.plan.shared(t)) {
                     self.sink.dirty.targets.insert(t.clone());
                     // A copy the last pass did not want may be one to collect.
                     if !self.held.contains_key(&t) && seen.annotated_copy {
@@ -421,7 +421,7 @@ impl Engine {
                 if kind.relist.is_none() {
                     kind.watch_error = None;
                 }
-                if let Some(t) = seen.target {
+                if let Some(t) = seen.target.map(|t| self.sink.plan.shared(t)) {
                     self.sink.dirty.targets.insert(t.clone());
                     self.seen.insert(t, Instant::now());
                 }
@@ -1149,12 +1149,12 @@ mod tests {
         let t = Target::of(&obj).unwrap();
         assert_eq!(
             t,
-            Target {
+            Target::from(crate::sync::model::Place {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),
                 namespace: Some("web".into()),
                 name: "front".into(),
-            }
+            })
         );
         assert_eq!(t.gvk(), GroupVersionKind::gvk("apps", "v1", "Deployment"));
         assert_eq!(t.local_key(), (Some("web".to_owned()), "front".to_owned()));

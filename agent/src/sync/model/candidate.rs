@@ -1,5 +1,7 @@
 //! A copy some source wants at a target.
 
+use std::sync::Arc;
+
 use fleetbus_schemas::crd::UpdatePolicy;
 use fleetbus_schemas::subject::ObjectKey;
 
@@ -11,8 +13,9 @@ use crate::sync::digest::Digest;
 pub struct Candidate {
     /// The rule that maps it there.
     pub rule: String,
-    /// Its key on the bus.
-    pub key: ObjectKey,
+    /// Its key on the bus, shared by the clones of the candidate a pass
+    /// makes (issue 20, "Compact state": six strings a clone).
+    pub key: Arc<ObjectKey>,
     /// Its `metadata.creationTimestamp` on the origin (RFC 3339, sorts by time).
     pub created: String,
     /// The copy to write (shared with the candidate memo), packed: parsed

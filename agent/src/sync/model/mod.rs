@@ -31,4 +31,6 @@ pub use outcome::{Conflict, Outcome};
 pub use packed::{Packed, Unpack};
 pub use report::RuleReport;
 pub use snapshots::{PackedEnvelope, Snapshots};
+#[cfg(test)]
+pub use target::Place;
 pub use target::{LocalKey, Target};

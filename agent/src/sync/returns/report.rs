@@ -47,7 +47,8 @@ impl Engine {
         // must not cost a walk over every copy (issue 20).
         let returning = self.rules.values().any(|r| !r.spec.unwrap && r.reports());
         let held = self.held.iter().filter(|_| returning);
-        for (target, (key, rule_name)) in held {
+        for (target, pair) in held {
+            let (rule_name, key) = &**pair;
             let Some(rule) = self.rules.get(rule_name) else {
                 continue;
             };

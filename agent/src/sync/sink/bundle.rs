@@ -293,7 +293,7 @@ impl Engine {
                         target,
                         Candidate {
                             rule: src.rule.name.clone(),
-                            key: src.key.clone(),
+                            key: src.key.clone().into(),
                             created: created.to_owned(),
                             digest: crate::sync::digest::Digest::of_desired(&desired),
                             desired: crate::sync::model::Packed::new(&desired),

@@ -120,7 +120,7 @@ mod tests {
     fn cand(origin: &str, rule: &str, created: &str) -> Candidate {
         Candidate {
             rule: rule.to_owned(),
-            key: ObjectKey::from_api_version(origin, "v1", "Secret", Some("apps"), "s"),
+            key: ObjectKey::from_api_version(origin, "v1", "Secret", Some("apps"), "s").into(),
             created: created.to_owned(),
             desired: json!({}).into(),
             digest: crate::sync::digest::Digest::of_desired(&json!({})),
@@ -133,7 +133,10 @@ mod tests {
 
     fn winners_first(mut cands: Vec<Candidate>) -> Vec<(String, String)> {
         order(&mut cands);
-        cands.into_iter().map(|c| (c.key.origin, c.rule)).collect()
+        cands
+            .into_iter()
+            .map(|c| (c.key.origin.clone(), c.rule))
+            .collect()
     }
 
     fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -193,12 +196,12 @@ mod tests {
 
     #[test]
     fn conflict_messages_name_the_target_and_the_origins() {
-        let target = Target {
+        let target = Target::from(crate::sync::model::Place {
             api_version: "v1".into(),
             kind: "Secret".into(),
             namespace: Some("apps".into()),
             name: "s".into(),
-        };
+        });
         let (w, l) = (cand("c1", "r", "1"), cand("c2", "r", "2"));
         let c = Conflict::other_origin(&target, &l, &w);
         assert_eq!((c.origin.as_str(), c.winner.as_deref()), ("c2", Some("c1")));

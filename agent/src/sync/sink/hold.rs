@@ -103,7 +103,8 @@ impl Engine {
             })
             .collect();
         let now = chrono::Utc::now();
-        for (target, (_, rule)) in &self.held {
+        for (target, pair) in &self.held {
+            let rule = &pair.0;
             let Some(d) = deps.get_mut(rule.as_str()) else {
                 continue;
             };

@@ -737,12 +737,12 @@ mod tests {
         .unwrap();
         assert_eq!(
             Target::of(&c).unwrap(),
-            Target {
+            Target::from(crate::sync::model::Place {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),
                 namespace: Some("us-west-2".into()),
                 name: "web-east".into(),
-            }
+            })
         );
     }
 

@@ -243,7 +243,7 @@ impl Engine {
                 target,
                 Candidate {
                     rule: rule.name.clone(),
-                    key: key.clone(),
+                    key: key.clone().into(),
                     created: obj
                         .pointer("/metadata/creationTimestamp")
                         .and_then(Value::as_str)
@@ -487,8 +487,8 @@ impl Engine {
         for (target, mut cands) in ordered {
             conflicts::order(&mut cands);
             let winner = cands.remove(0);
-            self.held
-                .insert(target.clone(), (winner.key.clone(), winner.rule.clone()));
+            let pair = self.sink.plan.pair(&target, &winner.rule, &winner.key);
+            self.held.insert(target.clone(), pair);
             let mut settled = Settled {
                 rule: winner.rule.clone(),
                 ..Settled::default()

@@ -266,10 +266,15 @@ impl Plan {
             return;
         }
         self.remove(pair, changed);
-        let entry = Entry {
+        let mut entry = Entry {
             version: version_of(env),
             computed: compute(),
         };
+        // A target computed again is the one decided before: one `Target`
+        // per copy, shared by every map (issue 20).
+        if let Some(Ok((t, _))) = &mut entry.computed.result {
+            *t = self.shared(t.clone());
+        }
         let shared = Arc::new(pair.clone());
         if let Some(t) = entry.target() {
             changed.insert(t.clone());
@@ -357,6 +362,34 @@ impl Plan {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The plan's own `Target` for the place `target` names, if it knows
+    /// that place, else `target`: a copy's maps then share one allocation
+    /// of its key instead of a clone each (issue 20, "Compact state").
+    pub fn shared(&self, target: Target) -> Target {
+        let known = (self.targets.get_key_value(&target).map(|(k, _)| k))
+            .or_else(|| self.settled.get_key_value(&target).map(|(k, _)| k));
+        match known {
+            Some(k) => k.clone(),
+            None => target,
+        }
+    }
+
+    /// The plan's own pair of `rule` and `key` at `target` (shared, as
+    /// `shared`), or a new one if the plan does not hold it (a Bundle's
+    /// manifest).
+    pub fn pair(&self, target: &Target, rule: &str, key: &ObjectKey) -> Arc<Pair> {
+        let want = (rule, key);
+        self.targets
+            .get(target)
+            .and_then(|pairs| {
+                let at = pairs
+                    .binary_search_by(|p| (p.0.as_str(), &p.1).cmp(&want))
+                    .ok()?;
+                pairs.get(at).cloned()
+            })
+            .unwrap_or_else(|| Arc::new((rule.to_owned(), key.clone())))
     }
 
     /// Whether some pair wants a copy at `target`.

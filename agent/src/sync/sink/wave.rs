@@ -599,7 +599,7 @@ mod tests {
         let d = desired(value, hash);
         Candidate {
             rule: "cm".to_owned(),
-            key: ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("apps"), "c"),
+            key: ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("apps"), "c").into(),
             created: String::new(),
             digest: Digest::of_desired(&d),
             desired: d.into(),
@@ -619,12 +619,12 @@ mod tests {
     }
 
     fn target() -> Target {
-        Target {
+        Target::from(crate::sync::model::Place {
             api_version: "v1".into(),
             kind: "ConfigMap".into(),
             namespace: Some("apps".into()),
             name: "c".into(),
-        }
+        })
     }
 
     fn view<'a>(rules: &'a RuleSet, live: Option<&'a Value>, b: Option<&'a Baseline>) -> View<'a> {
@@ -957,8 +957,10 @@ mod tests {
             decided(&cluster_scoped, &c),
             "done: Failed(\"the kind is cluster-scoped but the copy has a namespace\")"
         );
-        let mut no_namespace = target();
-        no_namespace.namespace = None;
+        let no_namespace = Target::from(crate::sync::model::Place {
+            namespace: None,
+            ..(*target()).clone()
+        });
         assert_eq!(
             kind_of(&decide(
                 &view(&rs, None, None),

@@ -2,12 +2,12 @@ use super::*;
 use serde_json::json;
 
 fn target(api_version: &str, kind: &str) -> Target {
-    Target {
+    Target::from(crate::sync::model::Place {
         api_version: api_version.into(),
         kind: kind.into(),
         namespace: None,
         name: "x".into(),
-    }
+    })
 }
 
 #[test]
@@ -75,12 +75,12 @@ fn manifest(kind: &str, name: &str) -> Manifest {
             name: name.into(),
             ..Default::default()
         },
-        target: Some(Target {
+        target: Some(Target::from(crate::sync::model::Place {
             api_version: "v1".into(),
             kind: kind.into(),
             namespace: None,
             name: name.into(),
-        }),
+        })),
     }
 }
 

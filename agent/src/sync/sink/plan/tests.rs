@@ -26,12 +26,12 @@ fn env(origin: &str, name: &str, v: u8) -> Envelope {
 }
 
 fn target(name: &str) -> Target {
-    Target {
+    Target::from(crate::sync::model::Place {
         api_version: "v1".into(),
         kind: "ConfigMap".into(),
         namespace: Some("apps".into()),
         name: name.into(),
-    }
+    })
 }
 
 /// What a rule makes of an envelope: r1 copies under the same name (two
@@ -62,7 +62,7 @@ fn compute(rule: &str, key: &ObjectKey, env: &Envelope, calls: &mut usize) -> Co
             target(&name),
             Candidate {
                 rule: rule.into(),
-                key: key.clone(),
+                key: key.clone().into(),
                 created: obj["metadata"]["creationTimestamp"]
                     .as_str()
                     .unwrap()
@@ -141,7 +141,9 @@ fn shape(plan: &Plan) -> Shape {
             let c = plan.candidates(t);
             (
                 t.clone(),
-                c.into_iter().map(|c| (c.rule, c.key, c.digest)).collect(),
+                c.into_iter()
+                    .map(|c| (c.rule, ObjectKey::clone(&c.key), c.digest))
+                    .collect(),
             )
         })
         .collect();
@@ -265,6 +267,39 @@ fn an_envelope_version_is_computed_once() {
         plan_key(&mut plan, &world, &key("c2", "a1"), &mut changed),
         2
     );
+}
+
+/// One `Target` and one pair per copy, shared by every map that keeps them
+/// (issue 20): the place the local watch names, a target computed again
+/// after its decision, and the pair a pass holds are the plan's own.
+#[test]
+fn a_copys_target_and_pair_are_the_plans_own() {
+    let k = key("c2", "a1");
+    let world = BTreeMap::from([(k.clone(), env("c2", "a1", 0))]);
+    let mut plan = Plan::default();
+    let mut changed = BTreeSet::new();
+    plan_key(&mut plan, &world, &k, &mut changed);
+    let own = plan.wanted().find(|t| **t == target("a1")).unwrap().clone();
+    // As the local watch names it: a new allocation, equal.
+    let seen = target("a1");
+    assert!(!Target::same(&seen, &own));
+    assert!(Target::same(&plan.shared(seen), &own));
+    // A place the plan does not know stays as it is.
+    let other = target("elsewhere");
+    assert!(Target::same(&plan.shared(other.clone()), &other));
+    // Decided, then computed again from a new version (r1's pair is removed
+    // from the index first): still the decided target.
+    decide(&mut plan, &own);
+    let world = BTreeMap::from([(k.clone(), env("c2", "a1", 5))]);
+    plan_key(&mut plan, &world, &k, &mut changed);
+    let again = plan.wanted().find(|t| **t == target("a1")).unwrap();
+    assert!(Target::same(again, &own));
+    // The pair held for the copy is the plan's; one it does not hold is new.
+    let held = plan.pair(&own, "r1", &k);
+    assert!(Arc::ptr_eq(&held, &plan.targets[&own][0]));
+    let stranger = plan.pair(&own, "r9", &k);
+    assert_eq!(*stranger, ("r9".to_owned(), k.clone()));
+    assert!(!Arc::ptr_eq(&stranger, &plan.targets[&own][0]));
 }
 
 #[test]
