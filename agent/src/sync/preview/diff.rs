@@ -56,12 +56,12 @@ mod tests {
     use serde_json::json;
 
     fn target(kind: &str) -> Target {
-        Target {
+        Target::from(crate::sync::model::Place {
             api_version: "v1".into(),
             kind: kind.into(),
             namespace: Some("a".into()),
             name: "s".into(),
-        }
+        })
     }
 
     #[test]
