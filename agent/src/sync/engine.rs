@@ -890,28 +890,21 @@ pub async fn run(
     let mut fleet = reg.fleet();
     let initial = fleet.borrow_and_update().clone();
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
-    let client = reg.ctx.js.client();
-    let subject = fleetbus_schemas::subject::CommandKey::correct(&reg.ctx.cfg.cluster_name)
-        .to_subject(reg.ctx.layout.prefix());
-    let trust = reg.ctx.cfg.trust.as_deref();
-    let preview_subject = fleetbus_schemas::subject::CommandKey::preview(&reg.ctx.cfg.cluster_name)
-        .to_subject(reg.ctx.layout.prefix());
+    let mut cmds = Commands::new(&reg.ctx);
     // Without the subscriptions `fleetbus drift correct` and `rules preview`
     // find no responder; sync goes on while a failed subscribe is retried.
     let (mut commands, mut previews) = (None, None);
-    let subscribing = async {
-        let correct = crate::bus::command_sub::subscribe(&client, &subject, &cancel).await;
-        let preview = crate::bus::command_sub::subscribe(&client, &preview_subject, &cancel);
-        (correct, preview.await)
+    let subscribing = {
+        let (client, cancel) = (cmds.client.clone(), cancel.clone());
+        let (correct, preview) = (cmds.correct_subject.clone(), cmds.preview_subject.clone());
+        async move {
+            let correct = crate::bus::command_sub::subscribe(&client, &correct, &cancel).await;
+            let preview = crate::bus::command_sub::subscribe(&client, &preview, &cancel);
+            (correct, preview.await)
+        }
     };
     tokio::pin!(subscribing);
     let mut subscribed = false;
-    let now = std::time::Instant::now();
-    let rate = reg.ctx.cfg.command_rate;
-    let mut correct_rate = crate::bus::rate::TokenBucket::new("correct", rate, now);
-    // Its own bucket: a flood of previews (each may cost dry runs) starves
-    // no correction.
-    let mut preview_rate = crate::bus::rate::TokenBucket::new("preview", rate, now);
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
     tokio::spawn(watches::status_consumer(
@@ -952,44 +945,12 @@ pub async fn run(
                 continue;
             }
             Some(msg) = next_command(&mut commands) => {
-                let admitted = crate::bus::command_sub::admit(&mut correct_rate, &reg.ctx.metrics);
-                let reply = match admitted.map(|()| {
-                    crate::bus::command_sub::authorize(
-                        reg.ctx.cfg.trust.as_deref(),
-                        &reg.ctx.metrics,
-                        "correct",
-                        &subject,
-                        &msg.payload,
-                    )
-                        .and_then(|()| parse_correct(&msg.payload))
-                }) {
-                    Err(refused) => engine.refuse_for_rate(&refused),
-                    Ok(Ok(req)) => engine.correct(&req).await,
-                    Ok(Err(e)) => engine.refuse(&e),
-                };
-                respond(&client, trust, msg.reply, reply.encode(), "correct").await;
+                cmds.correct(&mut engine, msg).await;
                 continue;
             }
             Some(msg) = next_command(&mut previews) => {
                 // Read-only: no pass follows it.
-                let admitted = crate::bus::command_sub::admit(&mut preview_rate, &reg.ctx.metrics);
-                let mut reply = match admitted.map(|()| {
-                    // A preview writes nothing, but it costs dry runs and
-                    // shows what the cluster holds: the fleet root's word
-                    // is asked for as for the verbs that change state.
-                    crate::bus::command_sub::authorize(
-                        trust,
-                        &reg.ctx.metrics,
-                        "preview",
-                        &preview_subject,
-                        &msg.payload,
-                    )
-                }) {
-                    Ok(Ok(())) => engine.preview(&msg.payload).await,
-                    Ok(Err(refused)) => engine.refuse_preview(refused),
-                    Err(refused) => engine.refuse_preview_for_rate(&refused),
-                };
-                respond(&client, trust, msg.reply, reply.fit(engine.max_payload()), "preview").await;
+                cmds.preview(&mut engine, msg).await;
                 continue;
             }
             Some(req) = rollout_rx.recv() => {
@@ -1017,6 +978,83 @@ pub async fn run(
         }
         engine.pass().await;
         progress.record(engine.measure(chrono::Utc::now()));
+    }
+}
+
+/// The commands the engine answers in its own loop, `correct` and
+/// `preview`: their subjects, each verb's own rate bucket (a flood of
+/// previews, each of which may cost dry runs, starves no correction), and
+/// how to reply.
+struct Commands {
+    ctx: Arc<Context>,
+    client: async_nats::Client,
+    correct_subject: String,
+    preview_subject: String,
+    correct_rate: crate::bus::rate::TokenBucket,
+    preview_rate: crate::bus::rate::TokenBucket,
+}
+
+impl Commands {
+    fn new(ctx: &Arc<Context>) -> Commands {
+        let name = &ctx.cfg.cluster_name;
+        let prefix = ctx.layout.prefix();
+        let (now, rate) = (std::time::Instant::now(), ctx.cfg.command_rate);
+        Commands {
+            ctx: ctx.clone(),
+            client: ctx.js.client(),
+            correct_subject: fleetbus_schemas::subject::CommandKey::correct(name)
+                .to_subject(prefix),
+            preview_subject: fleetbus_schemas::subject::CommandKey::preview(name)
+                .to_subject(prefix),
+            correct_rate: crate::bus::rate::TokenBucket::new("correct", rate, now),
+            preview_rate: crate::bus::rate::TokenBucket::new("preview", rate, now),
+        }
+    }
+
+    /// Checks `msg`'s signature in the secure mode (PROTOCOL §6.7).
+    fn authorize(
+        &self,
+        verb: &'static str,
+        subject: &str,
+        msg: &async_nats::Message,
+    ) -> Result<(), String> {
+        crate::bus::command_sub::authorize(
+            self.ctx.cfg.trust.as_deref(),
+            &self.ctx.metrics,
+            verb,
+            subject,
+            &msg.payload,
+        )
+    }
+
+    async fn correct(&mut self, engine: &mut Engine, msg: async_nats::Message) {
+        let admitted = crate::bus::command_sub::admit(&mut self.correct_rate, &self.ctx.metrics);
+        let reply = match admitted.map(|()| {
+            self.authorize("correct", &self.correct_subject, &msg)
+                .and_then(|()| parse_correct(&msg.payload))
+        }) {
+            Err(refused) => engine.refuse_for_rate(&refused),
+            Ok(Ok(req)) => engine.correct(&req).await,
+            Ok(Err(e)) => engine.refuse(&e),
+        };
+        let trust = self.ctx.cfg.trust.as_deref();
+        respond(&self.client, trust, msg.reply, reply.encode(), "correct").await;
+    }
+
+    async fn preview(&mut self, engine: &mut Engine, msg: async_nats::Message) {
+        let admitted = crate::bus::command_sub::admit(&mut self.preview_rate, &self.ctx.metrics);
+        // A preview writes nothing, but it costs dry runs and shows what
+        // the cluster holds: the fleet root's word is asked for as for the
+        // verbs that change state.
+        let mut reply =
+            match admitted.map(|()| self.authorize("preview", &self.preview_subject, &msg)) {
+                Ok(Ok(())) => engine.preview(&msg.payload).await,
+                Ok(Err(refused)) => engine.refuse_preview(refused),
+                Err(refused) => engine.refuse_preview_for_rate(&refused),
+            };
+        let trust = self.ctx.cfg.trust.as_deref();
+        let bytes = reply.fit(engine.max_payload());
+        respond(&self.client, trust, msg.reply, bytes, "preview").await;
     }
 }
 
