@@ -380,6 +380,8 @@ async fn forged_beats_do_not_keep_a_dead_cluster_alive() {
             let _ = beats
                 .put(&key, serde_json::to_vec(&beat).unwrap().into())
                 .await;
+            // The forger's pace (a beat every 300 ms, faster than the real
+            // one), not a wait for a condition.
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         }
     });

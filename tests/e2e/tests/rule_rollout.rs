@@ -218,6 +218,8 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
         let now = images(&sinks).await;
         assert_eq!(now["c4"], "web:v1", "admitted with no origin: {now:?}");
         assert_eq!(now.values().filter(|i| *i == "-").count(), 0, "{now:?}");
+        // Sampling a window in which nothing may happen: there is no
+        // condition to wait for, only a pace for looking again.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     drop(sinks);
@@ -319,6 +321,8 @@ async fn a_new_version_reaches_one_cluster_at_a_time_canary_first() {
     let held = Instant::now();
     while held.elapsed() < MIN_READY + Duration::from_secs(2) {
         assert_eq!(image(sinks[1]).await.as_deref(), Some("web:v2"));
+        // Sampling a window in which nothing may happen: there is no
+        // condition to wait for, only a pace for looking again.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Rolled back: every cluster on v2 again, the source ahead.
@@ -402,6 +406,8 @@ async fn a_cel_health_expression_decides_the_rollout() {
             None,
             "admitted before c1 was healthy"
         );
+        // Sampling a window in which nothing may happen: there is no
+        // condition to wait for, only a pace for looking again.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     status(sinks[0], 1);
