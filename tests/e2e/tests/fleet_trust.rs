@@ -812,8 +812,11 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
         create_ns(m, "shared").await;
         create_ns(m, "kept").await;
     }
-    apply_yaml(&c2, &secret_rule("shared-delete", "shared", "Delete"));
-    apply_yaml(&c2, &secret_rule("kept-orphan", "kept", "Orphan"));
+    // The rules live on c1: rules c2 had put would be collected with c2's
+    // other copies once it leaves, and c1 would stop reading c2's Secrets
+    // before the revoked message below reaches it.
+    apply_yaml(&c1, &secret_rule("shared-delete", "shared", "Delete"));
+    apply_yaml(&c1, &secret_rule("kept-orphan", "kept", "Orphan"));
     create_secret(&c2, "shared", "db", &[("password", "s3cret")]).await;
     create_secret(&c2, "kept", "keep", &[("k", "v")]).await;
     for (ns, name, rule) in [
@@ -878,6 +881,11 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
     );
 
     wait_peer_state(&c1, "c2", ClusterState::Left, CONVERGE).await;
+    // `leave` puts the Left records before the revocation entry (they are
+    // signed with the key being revoked), so Left alone does not say c1
+    // has read the revocation yet: wait for it, or the message below may
+    // race ahead of it.
+    wait_for_blocking_log(&c1, "the fleet root revoked certificates").await;
     // The broker that did not revoke c2's NATS user (simulated: the admin's
     // creds) lets c2's still valid key publish: c1 refuses it as revoked,
     // whatever its signature says.
