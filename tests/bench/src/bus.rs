@@ -205,6 +205,8 @@ impl Bus {
                 SITE_DOMAIN,
                 subtrees("conflict"),
             ),
+            (&hub_js, "FLEETBUS_ROLLOUTS", SITE_DOMAIN, subtrees("rollout")),
+            (&hub_js, "FLEETBUS_VERSIONS", SITE_DOMAIN, subtrees("ver")),
             (
                 &site_js,
                 "KV_fleetbus-registry",
