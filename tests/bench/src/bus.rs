@@ -205,7 +205,12 @@ impl Bus {
                 SITE_DOMAIN,
                 subtrees("conflict"),
             ),
-            (&hub_js, "FLEETBUS_ROLLOUTS", SITE_DOMAIN, subtrees("rollout")),
+            (
+                &hub_js,
+                "FLEETBUS_ROLLOUTS",
+                SITE_DOMAIN,
+                subtrees("rollout"),
+            ),
             (&hub_js, "FLEETBUS_VERSIONS", SITE_DOMAIN, subtrees("ver")),
             (
                 &site_js,

@@ -57,6 +57,11 @@ pub struct Cli {
     /// path is unknown, 404).
     #[arg(long, env = "FLEETBUS_DEVCLUSTER_DEBUG_FAULTS")]
     pub debug_faults: bool,
+    /// The fault plan in force from the start (JSON, as `PUT /debug/faults`
+    /// takes it; implies `--debug-faults`): a test that restarts the server
+    /// needs its fault there before the first client reconnects.
+    #[arg(long, value_name = "JSON")]
+    pub debug_faults_plan: Option<String>,
 }
 
 #[cfg(test)]

@@ -38,6 +38,26 @@ pub enum ServerError {
     /// The kubeconfig could not be rendered.
     #[error("failed to render the kubeconfig")]
     Kubeconfig(#[from] serde_yaml::Error),
+    /// `--debug-faults-plan` is not a usable plan.
+    #[error("invalid --debug-faults-plan: {0}")]
+    FaultPlan(String),
+}
+
+/// The fault layer `--debug-faults` asks for, with `--debug-faults-plan`'s
+/// plan in force.
+fn faults(cli: &Cli) -> Result<Option<Arc<crate::faults::Faults>>, ServerError> {
+    let Some(text) = &cli.debug_faults_plan else {
+        return Ok(cli
+            .debug_faults
+            .then(|| Arc::new(crate::faults::Faults::default())));
+    };
+    let plan: crate::faults::Plan =
+        serde_json::from_str(text).map_err(|e| ServerError::FaultPlan(e.to_string()))?;
+    plan.check().map_err(ServerError::FaultPlan)?;
+    tracing::info!(?plan, "fault plan set");
+    let faults = crate::faults::Faults::default();
+    faults.set(plan);
+    Ok(Some(Arc::new(faults)))
 }
 
 /// Runs the server until `shutdown` resolves.
@@ -101,9 +121,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), Ser
         )?,
         bookmark_every: Duration::from_secs(cli.bookmark_interval.max(1)),
         server_addr,
-        faults: cli
-            .debug_faults
-            .then(|| Arc::new(crate::faults::Faults::default())),
+        faults: faults(&cli)?,
     });
     let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config));
     let mut conns = JoinSet::new();
@@ -148,4 +166,35 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), Ser
     tracing::info!("shutting down");
     conns.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parsed(args: &[&str]) -> Cli {
+        Cli::try_parse_from([&["x"], args].concat()).expect("flags parse")
+    }
+
+    #[test]
+    fn a_start_plan_is_in_force_and_a_bad_one_names_its_field() {
+        assert!(faults(&parsed(&[])).expect("no faults").is_none());
+        assert!(faults(&parsed(&["--debug-faults"])).expect("faults").is_some());
+        let plan = r#"{"path": "/api/v1/secrets", "slow": 1.0, "latencyMs": 1000}"#;
+        let on = faults(&parsed(&["--debug-faults-plan", plan]))
+            .expect("a valid plan")
+            .expect("faults on without --debug-faults");
+        assert_eq!(on.report()["plan"]["latencyMs"], 1000, "{}", on.report());
+        for (bad, field) in [
+            ("{", "EOF"),
+            (r#"{"slow": 2.0}"#, "slow"),
+            (r#"{"latencyMs": 600000}"#, "latencyMs"),
+        ] {
+            let err = faults(&parsed(&["--debug-faults-plan", bad]))
+                .expect_err(bad)
+                .to_string();
+            assert!(err.contains(field), "{bad}: {err}");
+        }
+    }
 }

@@ -184,3 +184,62 @@ async fn relists_after_410_rewrite_nothing() {
     .await;
     clear_faults(&c2).await;
 }
+
+/// A list the API server takes but never answers (a connection that went
+/// half-open as the server came back: the `api-down` chaos run's stall).
+/// c2's API server dies: its agent's watches fail, and the Secret watch
+/// holds c2's Secret copies until it has listed again. The server comes
+/// back holding the agent's cluster-wide Secret lists for a minute (the
+/// fault plan's longest; the plan is lifted once one is held). The watch
+/// gives a list 20 s, then lists again on a new connection, so a Secret
+/// created meanwhile is copied long before the held list would have been
+/// answered; before lists had a deadline the copy waited for the whole
+/// minute (the client's own read timeout is 295 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_that_is_never_answered_is_sent_again() {
+    let nats = NatsServer::start().unwrap();
+    let (c1, mut c2) = pressure_fleet(&nats).await;
+    create_secret(&c1, "shared", "before", &[("k", "1")]).await;
+    wait_copy(
+        &c2,
+        &secrets(),
+        Some("shared"),
+        "before",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    c2.cluster.kill9();
+    wait_readyz(&c2, 503, CONVERGE).await;
+    let plan = json!({
+        "userAgent": AGENT, "path": "/api/v1/secrets", "slow": 1.0, "latencyMs": 60_000,
+    });
+    c2.cluster
+        .restart_with(&["--debug-faults-plan", &plan.to_string()])
+        .unwrap();
+    // The first list after the restart is held: it would answer at +60 s.
+    let held = wait_count(&c2, "delayed", 1).await;
+    clear_faults(&c2).await;
+    create_secret(&c1, "shared", "during", &[("k", "1")]).await;
+    wait_for(
+        "the copy of a Secret created while the list was held",
+        Duration::from_secs(45),
+        || async {
+            dynamic(&c2, &secrets(), Some("shared"))
+                .get_opt("during")
+                .await
+                .map_err(|e| e.to_string())?
+                .map(|_| ())
+                .ok_or_else(|| "no copy yet".to_owned())
+        },
+    )
+    .await;
+    eprintln!("copied {:?} after the list was held", held.elapsed());
+    let log = c2.agent.log();
+    assert!(
+        log.contains("no answer to the list within"),
+        "the copy came {:?} after the held list, not through the list's deadline:\n{log}",
+        held.elapsed()
+    );
+}

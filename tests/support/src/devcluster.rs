@@ -176,6 +176,16 @@ impl DevCluster {
         }
     }
 
+    /// [`Self::restart`] with `args` added to its flags (for this and every
+    /// later restart), e.g. `--debug-faults-plan` for a fault in force before
+    /// the first client reconnects.
+    pub fn restart_with(&mut self, args: &[&str]) -> anyhow::Result<()> {
+        self.opts
+            .extra_args
+            .extend(args.iter().map(|a| (*a).to_owned()));
+        self.restart()
+    }
+
     /// Runs `/usr/lib/google-cloud-sdk/bin/kubectl.<version> --kubeconfig <kc>
     /// --cache-dir <this DevCluster's cache> <args>`.
     ///
