@@ -180,7 +180,9 @@ mod tests {
     #[test]
     fn a_start_plan_is_in_force_and_a_bad_one_names_its_field() {
         assert!(faults(&parsed(&[])).expect("no faults").is_none());
-        assert!(faults(&parsed(&["--debug-faults"])).expect("faults").is_some());
+        assert!(faults(&parsed(&["--debug-faults"]))
+            .expect("faults")
+            .is_some());
         let plan = r#"{"path": "/api/v1/secrets", "slow": 1.0, "latencyMs": 1000}"#;
         let on = faults(&parsed(&["--debug-faults-plan", plan]))
             .expect("a valid plan")
