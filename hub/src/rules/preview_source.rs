@@ -1,0 +1,241 @@
+//! `fleetbus rules preview -f rule.yaml`, the origins' side (PROTOCOL §6.8): before the
+//! sinks are asked, every member is asked on `<p>.cmd.<cluster>.preview-source` for the
+//! envelopes it would publish for the candidate that the bus does not hold yet (pages
+//! followed), and those go in each sink's preview request (`sources`), with
+//! `sourcesComplete` when every origin gave everything and all of it fits one request.
+//! Agents are not let publish on each other's command subjects: the CLI brokers.
+
+use std::io::Write;
+
+use fleetbus_schemas::preview::{
+    PreviewProblem, PreviewRequest, PreviewSourceReply, PreviewSourceRequest, SourceEnvelope,
+};
+use fleetbus_schemas::subject::CommandKey;
+use serde_json::{json, Value};
+
+use super::preview::PreviewError;
+use crate::cli::RulesPreviewArgs;
+
+/// The most pages asked of one origin: one that keeps sending `next` cannot hold the
+/// command (1,000 pages of 1 MiB: far more than a fleet's objects of one kind).
+const MAX_PAGES: usize = 1000;
+
+/// What a preview request may take besides its members: the fleet root's signature and
+/// the `sources`/`sourcesComplete` frame.
+const REQUEST_FRAME: usize = 1024;
+
+/// What the origins gave.
+#[derive(Debug, Default)]
+pub struct Sources {
+    /// Every envelope given, origin by origin, page by page.
+    envelopes: Vec<SourceEnvelope>,
+    /// Every origin answered every page and left nothing out.
+    complete: bool,
+    /// Origins that did not answer, refused or sent an unreadable reply.
+    errors: Vec<(String, String)>,
+    /// Objects an origin could not give.
+    skipped: Vec<(String, PreviewProblem)>,
+}
+
+impl Sources {
+    /// An origin failed: the command exits 2.
+    pub fn failed(&self) -> bool {
+        !self.errors.is_empty()
+    }
+
+    /// The text output's lines, after the sinks' answers.
+    pub fn render(&self, out: &mut impl Write) -> std::io::Result<()> {
+        for (cluster, e) in &self.errors {
+            writeln!(out, "cluster {cluster}: error: preview-source: {e}")?;
+        }
+        for (cluster, p) in &self.skipped {
+            writeln!(
+                out,
+                "cluster {cluster}: cannot give {} as a source: {}",
+                p.object, p.message
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `-o json|yaml`: origins that failed join `errors`; skipped objects are
+    /// `sourcesSkipped`.
+    pub fn add_to(&self, data: &mut Value) {
+        if let Some(errors) = data.get_mut("errors").and_then(Value::as_array_mut) {
+            for (cluster, e) in &self.errors {
+                errors.push(json!({"cluster": cluster, "error": format!("preview-source: {e}")}));
+            }
+        }
+        if !self.skipped.is_empty() {
+            let skipped: Vec<Value> = self
+                .skipped
+                .iter()
+                .map(|(c, p)| json!({"cluster": c, "object": p.object, "message": p.message}))
+                .collect();
+            data["sourcesSkipped"] = json!(skipped);
+        }
+    }
+}
+
+/// Asks every one of `members` for its sources of the candidate `rule`, at once.
+pub async fn ask_origins(
+    client: &async_nats::Client,
+    args: &RulesPreviewArgs,
+    rule: &Value,
+    members: &[String],
+) -> Sources {
+    let asks = members
+        .iter()
+        .map(|cluster| ask_origin(client, args, rule, cluster));
+    let answers = futures::future::join_all(asks).await;
+    let mut sources = Sources {
+        complete: true,
+        ..Sources::default()
+    };
+    for (cluster, answer) in members.iter().zip(answers) {
+        match answer {
+            Ok((envelopes, skipped)) => {
+                sources.complete &= skipped.is_empty();
+                sources.envelopes.extend(envelopes);
+                sources
+                    .skipped
+                    .extend(skipped.into_iter().map(|p| (cluster.clone(), p)));
+            }
+            Err(e) => {
+                sources.complete = false;
+                sources.errors.push((cluster.clone(), e));
+            }
+        }
+    }
+    sources
+}
+
+/// Every page of one origin's answer.
+async fn ask_origin(
+    client: &async_nats::Client,
+    args: &RulesPreviewArgs,
+    rule: &Value,
+    cluster: &str,
+) -> Result<(Vec<SourceEnvelope>, Vec<PreviewProblem>), String> {
+    let subject = CommandKey::preview_source(cluster).to_subject(&args.bus.subject_prefix);
+    let (mut envelopes, mut skipped, mut after) = (Vec::new(), Vec::new(), None);
+    for _ in 0..MAX_PAGES {
+        let req = PreviewSourceRequest {
+            rule: rule.clone(),
+            author: args.author.clone(),
+            after: after.clone(),
+        };
+        let payload = req
+            .encode()
+            .map_err(|e| format!("cannot encode the request: {e}"))?;
+        let msg = crate::command::request(client, subject.clone(), payload, cluster, args.timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let reply = PreviewSourceReply::decode(&msg.payload)
+            .map_err(|e| format!("cluster {cluster} sent an unreadable reply: {e}"))?;
+        if let Some(e) = reply.error {
+            return Err(format!("refused: {e}"));
+        }
+        envelopes.extend(reply.envelopes);
+        skipped.extend(reply.skipped);
+        match reply.next {
+            None => return Ok((envelopes, skipped)),
+            // A token that does not move on would ask for the same page forever.
+            Some(next) if after.as_ref() == Some(&next) => {
+                return Err(format!("cluster {cluster} sent the same page again"));
+            }
+            Some(next) => after = Some(next),
+        }
+    }
+    Err(format!(
+        "cluster {cluster} sent more than {MAX_PAGES} pages"
+    ))
+}
+
+/// `request` with as many of `sources` as fit in `max` bytes, in the order given, and
+/// `sourcesComplete` when every origin gave everything and all of it fits; encoded.
+pub fn with_sources(
+    request: &mut PreviewRequest,
+    sources: &Sources,
+    max: usize,
+) -> Result<Vec<u8>, PreviewError> {
+    let encode = |r: &PreviewRequest| {
+        r.encode()
+            .map_err(|e| PreviewError::Invalid(format!("cannot encode the request: {e}")))
+    };
+    let mut used = encode(request)?.len() + REQUEST_FRAME;
+    let mut all = true;
+    for e in &sources.envelopes {
+        if used + e.encoded_len() > max {
+            all = false;
+            continue;
+        }
+        used += e.encoded_len();
+        request.sources.push(e.clone());
+    }
+    request.sources_complete = sources.complete && all;
+    encode(request)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn envelope(n: usize) -> SourceEnvelope {
+        SourceEnvelope::new(
+            format!("fleetbus.obj.c1.core.v1.Secret.a.s{n}"),
+            &vec![7; 3000],
+        )
+    }
+
+    fn sources(n: usize, complete: bool) -> Sources {
+        Sources {
+            envelopes: (0..n).map(envelope).collect(),
+            complete,
+            ..Sources::default()
+        }
+    }
+
+    #[test]
+    fn what_fits_goes_and_only_all_of_a_complete_answer_is_complete() {
+        let req = || PreviewRequest {
+            rule_name: Some("web".into()),
+            ..PreviewRequest::default()
+        };
+        let mut r = req();
+        let bytes = with_sources(&mut r, &sources(10, true), 1 << 20).unwrap();
+        assert_eq!(r.sources.len(), 10);
+        assert!(r.sources_complete);
+        assert_eq!(PreviewRequest::decode(&bytes).unwrap(), r);
+        // 10 envelopes of 4 KB in base64 do not fit in 20,000 bytes.
+        let mut r = req();
+        let bytes = with_sources(&mut r, &sources(10, true), 20_000).unwrap();
+        assert!(bytes.len() + REQUEST_FRAME <= 20_000, "{}", bytes.len());
+        assert!(!r.sources.is_empty() && r.sources.len() < 10);
+        assert!(!r.sources_complete);
+        // An origin that did not answer, or skipped some: never complete.
+        let mut r = req();
+        with_sources(&mut r, &sources(1, false), 1 << 20).unwrap();
+        assert_eq!((r.sources.len(), r.sources_complete), (1, false));
+    }
+
+    #[test]
+    fn failed_origins_are_named_and_make_it_fail() {
+        let mut s = sources(0, false);
+        assert!(!s.failed());
+        s.errors
+            .push(("c3".into(), "no agent answers for cluster c3".into()));
+        assert!(s.failed());
+        let mut text = Vec::new();
+        s.render(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("cluster c3: error: preview-source: no agent answers"),
+            "{text}"
+        );
+        let mut data = json!({"clusters": [], "errors": []});
+        s.add_to(&mut data);
+        assert_eq!(data["errors"][0]["cluster"], "c3");
+    }
+}
