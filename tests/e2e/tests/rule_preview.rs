@@ -755,3 +755,309 @@ spec:
     })
     .await;
 }
+
+/// Rule `base`: c1's Secrets of namespace `b` everywhere, so every agent
+/// follows Secrets while no rule selects those of `a`.
+fn base_rule() -> String {
+    web_rule("{}", "namespaces: [b]", "").replace("name: web", "name: base")
+}
+
+/// The new rule `web`: the Secrets labelled `app=new` of `namespaces`
+/// (YAML flow list), to every cluster, with `extra` spec lines.
+fn new_rule(namespaces: &str, extra: &str) -> String {
+    format!(
+        "{}{extra}",
+        web_rule(
+            "{}",
+            &format!("{{namespaces: {namespaces}, labels: [{{matchLabels: {{app: new}}}}]}}"),
+            ""
+        )
+    )
+}
+
+async fn new_secret(m: &Member, ns: &str, name: &str, value: &str) {
+    create_secret(m, ns, name, &[("k", value)]).await;
+    kubectl(m, &["-n", ns, "label", "secret", name, "app=new"]);
+}
+
+/// The `creates` of `reply` by name, each from c1.
+fn creates_from_c1(reply: &Value) -> BTreeSet<String> {
+    reply["creates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["origin"], "c1", "{reply:#}");
+            c["object"]["name"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// Issue 22's most common preview: a brand-new rule selecting objects on c1
+/// that no rule has c1 publish yet. The CLI asks c1 (`preview-source`) and
+/// hands its envelopes to every sink: c2 and c3 list exactly the creates
+/// `kubectl apply -f` then performs, and say nothing is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rule_s_preview_sees_the_objects_no_origin_publishes_yet() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "a").await;
+        create_ns(x, "b").await;
+    }
+    new_secret(c1, "a", "one", "v1").await;
+    new_secret(c1, "a", "two", "v2").await;
+    // Not labelled: the new rule does not select it.
+    create_secret(c1, "a", "other", &[("k", "v")]).await;
+    create_secret(c1, "b", "base", &[("k", "v")]).await;
+    apply_yaml(c1, &base_rule());
+    for x in [c2, c3] {
+        wait_copy(x, &secrets(), Some("b"), "base", "c1", "base", |_| Ok(())).await;
+    }
+
+    let rule = temp_file(&new_rule("[a]", ""));
+    let path = rule.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    let said = replies(&out);
+    assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
+    let both: BTreeSet<String> = ["one", "two"].map(String::from).into();
+    for c in ["c2", "c3"] {
+        assert_eq!(creates_from_c1(&said[c]), both, "{c}: {out}");
+        assert_eq!(said[c]["incomplete"], json!([]), "{c}: {out}");
+    }
+    assert_eq!(predicted(&said["c1"]), Effects::new(), "{out}");
+    // Nothing of it is on the bus: the objects came from c1's answer.
+    assert!(!out.contains("\"other\""), "{out}");
+    let want: BTreeMap<&str, Effects> = ["c2", "c3"]
+        .iter()
+        .map(|c| (*c, predicted(&said[*c])))
+        .collect();
+
+    // Applying it does exactly that: copies of one and two, as c1 has them.
+    let watches = [Recorder::start(c2).await, Recorder::start(c3).await];
+    kubectl(c1, &["apply", "-f", path]);
+    for (w, x) in watches.iter().zip([c2, c3]) {
+        for (name, value) in [("one", "v1"), ("two", "v2")] {
+            wait_copy(x, &secrets(), Some("a"), name, "c1", RULE, |o| {
+                (o.data["data"]["k"] == b64(value))
+                    .then_some(())
+                    .ok_or(format!("{:?}", o.data["data"]))
+            })
+            .await;
+        }
+        wait_for(
+            &format!("{}'s watch to see the copies", x.name),
+            SYNC,
+            || async {
+                (w.effects() == want[x.name.as_str()])
+                    .then_some(())
+                    .ok_or(format!(
+                        "seen {:?}, previewed {:?}",
+                        w.effects(),
+                        want[x.name.as_str()]
+                    ))
+            },
+        )
+        .await;
+        assert_absent(x, &secrets(), Some("a"), "other").await;
+    }
+}
+
+/// c1's SyncPolicy: no Secret of `hidden` is exported, whoever asks.
+const HIDE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: SyncPolicy
+metadata: {name: default}
+spec:
+  export:
+    rules:
+      - {action: Deny, kinds: [{kind: Secret}], namespaces: [hidden]}
+    otherwise: Allow
+"#;
+
+const OPEN_VALUE: &str = "open-value-4242";
+const HIDDEN_VALUE: &str = "hidden-value-4242";
+
+/// `name`'s signing key and its certificate's serial (the key id) from the fleet dir.
+fn signer_of(dir: &std::path::Path, name: &str) -> (fleetbus_schemas::trust::ClusterKeys, String) {
+    use fleetbus_schemas::trust::{ClusterKeys, SignedCertificate};
+    let c = dir.join("clusters").join(name);
+    let keys = ClusterKeys::decode(&std::fs::read_to_string(c.join("cluster.key")).unwrap());
+    let cert = SignedCertificate::decode(&std::fs::read_to_string(c.join("cluster.cert")).unwrap());
+    (keys.unwrap(), cert.unwrap().cert.serial_hex())
+}
+
+/// The secure mode: the CLI's requests are signed with the fleet root
+/// (`--dir`), c1's answer holds only what its SyncPolicy exports, sealed
+/// (a plain client with the admin's creds reads no value in it), and the
+/// sinks list what applying the rule then does. Attacked: an unsigned
+/// `preview-source` is refused; a preview whose `sources` carry an envelope
+/// signed by another member, or c1's genuine envelope moved to c3's
+/// subject, creates neither and names both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_only() {
+    use common::fleet::*;
+    use fleetbus_schemas::envelope::Envelope;
+    use fleetbus_schemas::preview::{PreviewSourceReply, PreviewSourceRequest, SourceEnvelope};
+    use fleetbus_schemas::subject::ObjectKey;
+    use fleetbus_schemas::trust::sign_request;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let names = ["c1", "c2", "c3"];
+    let dir = fleet_dir(tmp.path(), &names);
+    let d = dir.to_str().unwrap();
+    let nats = operator_server(&dir);
+    let mut m = Vec::new();
+    for n in names {
+        let flags = secure_flags(&dir, n);
+        m.push(Member::start(&nats, n, n, &refs(&flags)).await);
+    }
+    common::wait_mesh(&m.iter().collect::<Vec<_>>(), &names).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        for ns in ["a", "b", "hidden"] {
+            create_ns(x, ns).await;
+        }
+    }
+    apply_policy(c1, HIDE, "True").await;
+    new_secret(c1, "a", "open", OPEN_VALUE).await;
+    new_secret(c1, "hidden", "kept", HIDDEN_VALUE).await;
+    create_secret(c1, "b", "base", &[("k", "v")]).await;
+    apply_yaml(c1, &base_rule());
+    for x in [c2, c3] {
+        wait_copy(x, &secrets(), Some("b"), "base", "c1", "base", |_| Ok(())).await;
+    }
+
+    // The operator's preview of a rule to be created on c2, signed.
+    let text = new_rule("[a, hidden]", "  seal: true\n");
+    let rule = temp_file(&text);
+    let path = rule.path().to_str().unwrap();
+    let args = [
+        "rules", "preview", "-f", path, "--author", "c2", "-o", "json",
+    ];
+    let (code, out, err) = admin_cli(&nats, &dir, &[&args[..], &["--dir", d]].concat());
+    assert_eq!(code, 1, "{out}{err}");
+    let said = replies(&out);
+    for c in ["c2", "c3"] {
+        assert_eq!(
+            creates_from_c1(&said[c]),
+            ["open".to_owned()].into(),
+            "{c}: {out}"
+        );
+        assert_eq!(said[c]["incomplete"], json!([]), "{c}: {out}");
+        assert_eq!(said[c]["errors"], json!([]), "{c}: {out}");
+    }
+    assert!(!out.contains("kept"), "{out}");
+
+    // c1's answer as a plain client with the admin's creds reads it.
+    let client = connect(&nats, dir.join("admin.creds")).await.client();
+    let root = std::fs::read_to_string(dir.join("root.key")).unwrap();
+    let root = fleetbus_schemas::trust::parse_root_key(&root).unwrap();
+    let rule_json: Value = serde_yaml::from_str(&text).unwrap();
+    let ask = PreviewSourceRequest {
+        rule: rule_json.clone(),
+        author: Some("c2".into()),
+        after: None,
+    }
+    .encode()
+    .unwrap();
+    let to_c1 = CommandKey::preview_source("c1").to_subject(&Prefix::default());
+    let signed = sign_request(&ask, &to_c1, &root, chrono::Utc::now()).unwrap();
+    let raw = client.request(to_c1.clone(), signed.into()).await.unwrap();
+    let answer = PreviewSourceReply::decode(&raw.payload).unwrap();
+    assert_eq!(answer.error, None, "{answer:?}");
+    let open = ObjectKey::from_api_version("c1", "v1", "Secret", Some("a"), "open");
+    let subjects: Vec<&str> = answer
+        .envelopes
+        .iter()
+        .map(|e| e.subject.as_str())
+        .collect();
+    assert_eq!(
+        subjects,
+        [open.to_subject(&Prefix::default())],
+        "{answer:?}"
+    );
+    let genuine = &answer.envelopes[0];
+    let env = Envelope::decode(&genuine.bytes().unwrap()).unwrap();
+    assert!(env.is_sealed(), "{env:?}");
+    for value in [
+        OPEN_VALUE,
+        &b64(OPEN_VALUE),
+        HIDDEN_VALUE,
+        &b64(HIDDEN_VALUE),
+    ] {
+        let bytes = genuine.bytes().unwrap();
+        let seen = String::from_utf8_lossy(&bytes);
+        assert!(!seen.contains(value) && !String::from_utf8_lossy(&raw.payload).contains(value));
+    }
+    // Unsigned: refused, nothing given.
+    let raw = client.request(to_c1.clone(), ask.into()).await.unwrap();
+    let refused = PreviewSourceReply::decode(&raw.payload).unwrap();
+    let e = refused.error.unwrap_or_default();
+    assert!(e.contains("fleet root"), "{e}");
+    assert!(refused.envelopes.is_empty());
+
+    // Forged sources handed to c2's preview: a Secret on c1's subject signed
+    // by c2, and c1's genuine envelope moved to c3's subject.
+    let (c2_keys, c2_serial) = signer_of(&dir, "c2");
+    let forged_obj = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"namespace": "a", "name": "forged", "uid": "u-forged",
+                     "resourceVersion": "1", "labels": {"app": "new"}},
+        "data": {"k": b64("pwned")}});
+    let forged_key = ObjectKey::from_object("c1", &forged_obj).unwrap();
+    let mut forged = Envelope::snapshot("c1", None, forged_obj, chrono::Utc::now()).unwrap();
+    forged.sign(&forged_key, c2_keys.signing(), &c2_serial);
+    let moved = ObjectKey {
+        origin: "c3".into(),
+        ..open.clone()
+    };
+    let request = PreviewRequest {
+        rule: Some(rule_json),
+        author: Some("c2".into()),
+        sources: vec![
+            SourceEnvelope::new(
+                forged_key.to_subject(&Prefix::default()),
+                &forged.encode().unwrap(),
+            ),
+            SourceEnvelope {
+                subject: moved.to_subject(&Prefix::default()),
+                data: genuine.data.clone(),
+            },
+        ],
+        sources_complete: true,
+        ..PreviewRequest::default()
+    };
+    let to_c2 = CommandKey::preview("c2").to_subject(&Prefix::default());
+    let signed = sign_request(
+        &request.encode().unwrap(),
+        &to_c2,
+        &root,
+        chrono::Utc::now(),
+    );
+    let raw = client.request(to_c2, signed.unwrap().into()).await.unwrap();
+    let reply = PreviewReply::decode(&raw.payload).unwrap();
+    assert_eq!(reply.error, None, "{reply:?}");
+    assert!(reply.creates.is_empty(), "{reply:?}");
+    let names: BTreeSet<&str> = reply
+        .errors
+        .iter()
+        .map(|p| p.object.name.as_str())
+        .collect();
+    assert_eq!(names, ["forged", "open"].into(), "{reply:?}");
+    for p in &reply.errors {
+        assert!(p.message.contains("refused the source envelope"), "{p:?}");
+    }
+
+    // Created on c2 as previewed: c3 gets `open`, and never `kept`.
+    kubectl(c2, &["apply", "-f", path]);
+    wait_copy(c3, &secrets(), Some("a"), "open", "c1", RULE, |o| {
+        (o.data["data"]["k"] == b64(OPEN_VALUE))
+            .then_some(())
+            .ok_or(format!("{:?}", o.data["data"]))
+    })
+    .await;
+    assert_absent(c3, &secrets(), Some("hidden"), "kept").await;
+}
