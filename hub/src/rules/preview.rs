@@ -83,12 +83,12 @@ async fn preview(args: &RulesPreviewArgs, out: &mut impl Write) -> Result<u8, Pr
     };
     // A candidate may select objects no origin publishes yet: every member
     // may be an origin, whichever clusters are previewed.
-    let sources = match &request.rule {
+    let mut sources = match &request.rule {
         Some(rule) => ask_origins(&client, args, rule, &members).await,
         None => Sources::default(),
     };
     let max = client.server_info().max_payload;
-    let payload = with_sources(&mut request, &sources, max)?;
+    let payload = with_sources(&mut request, &mut sources, max)?;
     let asks = clusters.iter().map(|cluster| {
         let subject = CommandKey::preview(cluster).to_subject(prefix);
         let (client, payload) = (&client, payload.clone());

@@ -35,6 +35,10 @@ pub struct Sources {
     errors: Vec<(String, String)>,
     /// Objects an origin could not give.
     skipped: Vec<(String, PreviewProblem)>,
+    /// Of `envelopes`, how many fit in the preview request (`with_sources`).
+    sent: usize,
+    /// The bus's `max_payload` they had to fit in.
+    max: usize,
 }
 
 impl Sources {
@@ -55,7 +59,20 @@ impl Sources {
                 p.object, p.message
             )?;
         }
+        if self.sent < self.envelopes.len() {
+            writeln!(out, "note: {}", self.not_sent())?;
+        }
         Ok(())
+    }
+
+    fn not_sent(&self) -> String {
+        format!(
+            "only {} of the {} source envelopes the origins gave fit in one preview request \
+             ({} bytes, the bus's max_payload): the sinks may miss creates",
+            self.sent,
+            self.envelopes.len(),
+            self.max
+        )
     }
 
     /// `-o json|yaml`: origins that failed join `errors`; skipped objects are
@@ -73,6 +90,9 @@ impl Sources {
                 .map(|(c, p)| json!({"cluster": c, "object": p.object, "message": p.message}))
                 .collect();
             data["sourcesSkipped"] = json!(skipped);
+        }
+        if self.sent < self.envelopes.len() {
+            data["sourcesNotSent"] = json!(self.not_sent());
         }
     }
 }
@@ -156,7 +176,7 @@ async fn ask_origin(
 /// `sourcesComplete` when every origin gave everything and all of it fits; encoded.
 pub fn with_sources(
     request: &mut PreviewRequest,
-    sources: &Sources,
+    sources: &mut Sources,
     max: usize,
 ) -> Result<Vec<u8>, PreviewError> {
     let encode = |r: &PreviewRequest| {
@@ -174,6 +194,7 @@ pub fn with_sources(
         request.sources.push(e.clone());
     }
     request.sources_complete = sources.complete && all;
+    (sources.sent, sources.max) = (request.sources.len(), max);
     encode(request)
 }
 
@@ -204,19 +225,25 @@ mod tests {
             ..PreviewRequest::default()
         };
         let mut r = req();
-        let bytes = with_sources(&mut r, &sources(10, true), 1 << 20).unwrap();
+        let bytes = with_sources(&mut r, &mut sources(10, true), 1 << 20).unwrap();
         assert_eq!(r.sources.len(), 10);
         assert!(r.sources_complete);
         assert_eq!(PreviewRequest::decode(&bytes).unwrap(), r);
         // 10 envelopes of 4 KB in base64 do not fit in 20,000 bytes.
         let mut r = req();
-        let bytes = with_sources(&mut r, &sources(10, true), 20_000).unwrap();
+        let bytes = with_sources(&mut r, &mut sources(10, true), 20_000).unwrap();
         assert!(bytes.len() + REQUEST_FRAME <= 20_000, "{}", bytes.len());
         assert!(!r.sources.is_empty() && r.sources.len() < 10);
         assert!(!r.sources_complete);
+        let mut s = sources(10, true);
+        with_sources(&mut req(), &mut s, 20_000).unwrap();
+        let mut text = Vec::new();
+        s.render(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains(" of the 10 source envelopes"), "{text}");
         // An origin that did not answer, or skipped some: never complete.
         let mut r = req();
-        with_sources(&mut r, &sources(1, false), 1 << 20).unwrap();
+        with_sources(&mut r, &mut sources(1, false), 1 << 20).unwrap();
         assert_eq!((r.sources.len(), r.sources_complete), (1, false));
     }
 

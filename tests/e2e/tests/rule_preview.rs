@@ -1061,3 +1061,56 @@ async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_
     .await;
     assert_absent(c3, &secrets(), Some("hidden"), "kept").await;
 }
+
+/// `n` characters no compressor shrinks much (xorshift over the alphabet).
+fn noise(seed: u64, n: usize) -> String {
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            alphabet[(x % alphabet.len() as u64) as usize] as char
+        })
+        .collect()
+}
+
+/// On a bus with a 64 KiB `max_payload`, c1's answer takes pages and the
+/// CLI follows them all; what does not fit in one preview request is left
+/// out and said to be (PROTOCOL §6.8's bound), and the sink, not told it has
+/// everything, says its creates may be incomplete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_past_one_request_are_paged_then_cut_and_the_preview_says_so() {
+    let nats = NatsServer::start_with_config("max_payload: 65536\n").unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "a").await;
+        create_ns(x, "b").await;
+    }
+    create_secret(c1, "b", "base", &[("k", "v")]).await;
+    apply_yaml(c1, &base_rule());
+    wait_copy(c2, &secrets(), Some("b"), "base", "c1", "base", |_| Ok(())).await;
+    let names: BTreeSet<String> = (0..16).map(|i| format!("big-{i:02}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        new_secret(c1, "a", name, &noise(i as u64 + 1, 8000)).await;
+    }
+
+    let rule = temp_file(&new_rule("[a]", ""));
+    let path = rule.path().to_str().unwrap();
+    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    // All 16 came back, over more than one page of 64 KiB.
+    let cut = v["sourcesNotSent"].as_str().unwrap_or_default();
+    assert!(cut.contains("of the 16 source envelopes"), "{v:#}");
+    let said = replies(&out);
+    let creates = creates_from_c1(&said["c2"]);
+    assert!(!creates.is_empty() && creates.len() < 16, "{creates:?}");
+    assert!(creates.is_subset(&names), "{creates:?}");
+    let incomplete = said["c2"]["incomplete"].as_array().unwrap();
+    assert!(!incomplete.is_empty(), "{out}");
+    let (_, text, _) = preview(&nats, &["-f", path]).await;
+    assert!(text.contains("note: only "), "{text}");
+}
