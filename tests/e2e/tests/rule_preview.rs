@@ -594,6 +594,95 @@ async fn hostile_requests_are_refused_with_why_and_a_flood_is_rate_limited() {
         }
     })
     .await;
+    // preview-source, with the preview bucket empty: its own.
+    hostile_preview_sources(&c1, &client).await;
+}
+
+/// Sends `payload` to c1's preview-source subject as a plain NATS client would.
+async fn raw_source(
+    client: &async_nats::Client,
+    payload: Vec<u8>,
+) -> fleetbus_schemas::preview::PreviewSourceReply {
+    let subject = CommandKey::preview_source("c1").to_subject(&Prefix::default());
+    let msg = tokio::time::timeout(SYNC, client.request(subject, payload.into()))
+        .await
+        .expect("no reply in time")
+        .expect("request");
+    fleetbus_schemas::preview::PreviewSourceReply::decode(&msg.payload).expect("a reply")
+}
+
+/// `preview-source` attacked: garbage, a forged paging token and a kind the
+/// API server does not serve are refused with why; a kind no rule has c1
+/// watch is read with one LIST; a flood finds its own bucket empty. Called
+/// with the preview bucket empty: these are answered from their own.
+async fn hostile_preview_sources(c1: &Member, client: &async_nats::Client) {
+    use fleetbus_schemas::preview::PreviewSourceRequest;
+    let cm_rule = |kind: &str| {
+        json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+            "metadata": {"name": "cms"},
+            "spec": {"groupVersionKind": {"version": "v1", "kind": kind},
+                     "rules": [{"match": [{"namespaces": ["default"]}]}]}})
+    };
+    let ask = |kind: &str, after: Option<&str>| PreviewSourceRequest {
+        rule: cm_rule(kind),
+        author: None,
+        after: after.map(str::to_owned),
+    };
+    let refused = |r: &fleetbus_schemas::preview::PreviewSourceReply, want: &str| {
+        let e = r.error.as_deref().unwrap_or_default();
+        assert!(e.contains(want), "{e:?} does not say {want:?}: {r:?}");
+        assert!(r.envelopes.is_empty(), "{r:?}");
+    };
+    refused(
+        &raw_source(client, b"\x00 garbage".to_vec()).await,
+        "cannot read the request",
+    );
+    let bad_token = ask("ConfigMap", Some("../../etc/passwd"));
+    refused(
+        &raw_source(client, bad_token.encode().unwrap()).await,
+        "invalid paging token",
+    );
+    let unserved = ask("NoSuchKind", None);
+    refused(
+        &raw_source(client, unserved.encode().unwrap()).await,
+        "cannot discover kind v1 NoSuchKind",
+    );
+    // No rule takes ConfigMaps: one LIST finds c1's.
+    kubectl(
+        c1,
+        &[
+            "-n",
+            "default",
+            "create",
+            "configmap",
+            "listed",
+            "--from-literal=k=v",
+        ],
+    );
+    let listed = raw_source(client, ask("ConfigMap", None).encode().unwrap()).await;
+    assert_eq!(listed.error, None, "{listed:?}");
+    assert!(
+        listed
+            .envelopes
+            .iter()
+            .any(|e| e.subject.ends_with(".ConfigMap.default.listed")),
+        "{listed:?}"
+    );
+    // A flood: its own bucket.
+    let payload = ask("ConfigMap", None).encode().unwrap();
+    let mut flood = futures::stream::iter(0..40)
+        .map(|_| raw_source(client, payload.clone()))
+        .buffer_unordered(20);
+    let mut limited = 0;
+    while let Some(r) = flood.next().await {
+        if r.retry_after_ms.is_some() {
+            refused(&r, "rate limited");
+            limited += 1;
+        }
+    }
+    assert!(limited >= 35, "{limited} of 40 refused for rate");
+    let series = "fleetbus_commands_rejected_total{verb=\"preview-source\",reason=\"rate\"}";
+    c1.wait_metric_at_least(series, limited as f64).await;
 }
 
 /// Rule `stacks`: Bundles unwrapped on every cluster `sinks` selects.
