@@ -74,7 +74,8 @@ fn object_ref(t: &Target) -> ObjectRef {
     ObjectRef::new(&t.api_version, &t.kind, t.namespace.as_deref(), &t.name)
 }
 
-fn source_ref(k: &ObjectKey) -> ObjectRef {
+/// A source object by its key (also `source`'s).
+pub(super) fn source_ref(k: &ObjectKey) -> ObjectRef {
     let api_version = match k.group.as_str() {
         "" => k.version.clone(),
         g => format!("{g}/{}", k.version),

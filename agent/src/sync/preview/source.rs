@@ -28,6 +28,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::sink::source_ref;
 use crate::sync::engine::Engine;
 use crate::sync::model::meta::describe_gvk;
 use crate::sync::policy::Refusal;
@@ -49,14 +50,6 @@ const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One object the candidate selects, planned as the publisher plans it.
 type Planned = (ObjectKey, Publish);
-
-fn object_ref(k: &ObjectKey) -> ObjectRef {
-    let api_version = match k.group.as_str() {
-        "" => k.version.clone(),
-        g => format!("{g}/{}", k.version),
-    };
-    ObjectRef::new(&api_version, &k.kind, k.namespace.as_deref(), &k.name)
-}
 
 fn page_of(k: &ObjectKey) -> PageToken {
     PageToken {
@@ -111,34 +104,7 @@ impl Engine {
         };
         let planned = self.planned_for(&rule, after.as_ref()).await?;
         let budget = self.max_payload().saturating_sub(FRAME);
-        let mut used = 0;
-        // The last object dealt with: the next page starts after it.
-        let mut last: Option<PageToken> = None;
-        for (key, publish) in planned {
-            let skip = |reply: &mut PreviewSourceReply, used: &mut usize, message: String| {
-                *used += message.len() + 200;
-                reply.skipped.push(PreviewProblem {
-                    object: object_ref(&key),
-                    message,
-                });
-            };
-            match self.wire_bytes(&key, publish) {
-                Err(why) => skip(&mut reply, &mut used, why),
-                Ok(e) if e.encoded_len() > budget => {
-                    let why = "its envelope does not fit in a reply on this bus".to_owned();
-                    skip(&mut reply, &mut used, why);
-                }
-                Ok(e) if used + e.encoded_len() > budget => {
-                    reply.next = last.map(|t| t.encode());
-                    break;
-                }
-                Ok(e) => {
-                    used += e.encoded_len();
-                    reply.envelopes.push(e);
-                }
-            }
-            last = Some(page_of(&key));
-        }
+        fill_page(&mut reply, planned, budget, |k, p| self.wire_bytes(k, p));
         Ok(reply)
     }
 
@@ -310,7 +276,7 @@ impl Engine {
         let mut out = std::collections::BTreeMap::new();
         for source in sources {
             let object = ObjectKey::parse_subject(prefix, &source.subject)
-                .map(|k| object_ref(&k))
+                .map(|k| source_ref(&k))
                 .unwrap_or_else(|_| {
                     let shown: String = source.subject.chars().take(200).collect();
                     ObjectRef::new("", "(unreadable subject)", None, &shown)
@@ -346,5 +312,131 @@ impl Engine {
             });
         }
         out
+    }
+}
+
+/// Fills `reply` with the envelopes of `planned` (in order; `wire` makes
+/// each, or says why it cannot be given) until the next would take it past
+/// `budget` bytes; `next` is then the last object dealt with. An envelope
+/// larger than a whole page, or one `wire` refuses, is `skipped`.
+fn fill_page<T>(
+    reply: &mut PreviewSourceReply,
+    planned: Vec<(ObjectKey, T)>,
+    budget: usize,
+    mut wire: impl FnMut(&ObjectKey, T) -> Result<SourceEnvelope, String>,
+) {
+    let mut used = 0;
+    // The last object dealt with: the next page starts after it.
+    let mut last: Option<PageToken> = None;
+    for (key, publish) in planned {
+        let mut skip = |message: String| {
+            // A skipped object costs its entry in the reply.
+            used += message.len() + 200;
+            reply.skipped.push(PreviewProblem {
+                object: source_ref(&key),
+                message,
+            });
+        };
+        match wire(&key, publish) {
+            Err(why) => skip(why),
+            Ok(e) if e.encoded_len() > budget => {
+                skip("its envelope does not fit in a reply on this bus".to_owned());
+            }
+            Ok(e) if used + e.encoded_len() > budget => {
+                reply.next = last.map(|t| t.encode());
+                return;
+            }
+            Ok(e) => {
+                used += e.encoded_len();
+                reply.envelopes.push(e);
+            }
+        }
+        last = Some(page_of(&key));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::from_api_version("c1", "v1", "Secret", Some("a"), name)
+    }
+
+    /// `n` objects `s00`, `s01`, …, each planned as an envelope of `size` bytes.
+    fn planned(n: usize, size: usize) -> Vec<(ObjectKey, usize)> {
+        (0..n).map(|i| (key(&format!("s{i:02}")), size)).collect()
+    }
+
+    fn wire(k: &ObjectKey, size: usize) -> Result<SourceEnvelope, String> {
+        if size == 0 {
+            return Err("cannot be published".to_owned());
+        }
+        Ok(SourceEnvelope::new(k.name.clone(), &vec![0; size]))
+    }
+
+    /// Every page of `all` from the start, as a client following `next` gets them.
+    fn pages(all: &[(ObjectKey, usize)], budget: usize) -> Vec<PreviewSourceReply> {
+        let mut out = Vec::new();
+        let mut after: Option<PageToken> = None;
+        loop {
+            let rest = all
+                .iter()
+                .filter(|(k, _)| after.as_ref().is_none_or(|a| page_of(k) > *a))
+                .cloned()
+                .collect();
+            let mut reply = PreviewSourceReply::default();
+            fill_page(&mut reply, rest, budget, wire);
+            let next = reply.next.clone();
+            out.push(reply);
+            match next {
+                Some(t) => after = Some(PageToken::parse(&t).unwrap_or_else(|e| panic!("{e}"))),
+                None => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn pages_hold_what_fits_and_following_next_gives_every_object_once() {
+        // 300 bytes base64 to 400, plus a name and the frame: 3 per 1,300 bytes.
+        let all = planned(10, 300);
+        let got = pages(&all, 1300);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(got.iter().all(|p| p.envelopes.len() <= 3));
+        let names: Vec<String> = got
+            .iter()
+            .flat_map(|p| p.envelopes.iter().map(|e| e.subject.clone()))
+            .collect();
+        let want: Vec<String> = all.iter().map(|(k, _)| k.name.clone()).collect();
+        assert_eq!(names, want);
+        assert_eq!(got.last().and_then(|p| p.next.clone()), None);
+        // All in one when they fit.
+        assert_eq!(pages(&all, 1 << 20).len(), 1);
+    }
+
+    #[test]
+    fn what_cannot_be_given_is_skipped_and_named_not_lost_nor_looped_on() {
+        let mut all = planned(4, 300);
+        all[1].1 = 0; // refused by `wire`
+        all[2].1 = 5000; // larger than a page
+        let got = pages(&all, 1300);
+        let skipped: Vec<(&str, &str)> = got
+            .iter()
+            .flat_map(|p| p.skipped.iter())
+            .map(|p| (p.object.name.as_str(), p.message.as_str()))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                ("s01", "cannot be published"),
+                ("s02", "its envelope does not fit in a reply on this bus")
+            ]
+        );
+        let given: usize = got.iter().map(|p| p.envelopes.len()).sum();
+        assert_eq!(given, 2);
+        // Only skipped objects: one page, nothing to follow.
+        let mut reply = PreviewSourceReply::default();
+        fill_page(&mut reply, vec![(key("big"), 5000)], 1300, wire);
+        assert_eq!((reply.skipped.len(), reply.next), (1, None));
     }
 }
