@@ -83,11 +83,11 @@ async fn preview(args: &RulesPreviewArgs, out: &mut impl Write) -> Result<u8, Pr
     };
     // A candidate may select objects no origin publishes yet: every member
     // may be an origin, whichever clusters are previewed.
+    let max = client.server_info().max_payload;
     let mut sources = match &request.rule {
-        Some(rule) => ask_origins(&client, args, rule, &members).await,
+        Some(rule) => ask_origins(&client, args, rule, &members, max).await,
         None => Sources::default(),
     };
-    let max = client.server_info().max_payload;
     let payload = with_sources(&mut request, &mut sources, max)?;
     let asks = clusters.iter().map(|cluster| {
         let subject = CommandKey::preview(cluster).to_subject(prefix);

@@ -24,6 +24,13 @@ const MAX_PAGES: usize = 1000;
 /// the `sources`/`sourcesComplete` frame.
 const REQUEST_FRAME: usize = 1024;
 
+fn stopped(cluster: &str, pages: usize) -> String {
+    format!(
+        "cluster {cluster} has more source envelopes than one preview request holds: \
+         not asked past page {pages}"
+    )
+}
+
 /// What the origins gave.
 #[derive(Debug, Default)]
 pub struct Sources {
@@ -35,6 +42,9 @@ pub struct Sources {
     errors: Vec<(String, String)>,
     /// Objects an origin could not give.
     skipped: Vec<(String, PreviewProblem)>,
+    /// Origins not asked for all their pages (more than one request holds), and after
+    /// how many pages.
+    stopped: Vec<(String, usize)>,
     /// Of `envelopes`, how many fit in the preview request (`with_sources`).
     sent: usize,
     /// The bus's `max_payload` they had to fit in.
@@ -58,6 +68,9 @@ impl Sources {
                 "cluster {cluster}: cannot give {} as a source: {}",
                 p.object, p.message
             )?;
+        }
+        for (cluster, pages) in &self.stopped {
+            writeln!(out, "note: {}", stopped(cluster, *pages))?;
         }
         if self.sent < self.envelopes.len() {
             writeln!(out, "note: {}", self.not_sent())?;
@@ -91,22 +104,34 @@ impl Sources {
                 .collect();
             data["sourcesSkipped"] = json!(skipped);
         }
-        if self.sent < self.envelopes.len() {
-            data["sourcesNotSent"] = json!(self.not_sent());
+        if self.sent < self.envelopes.len() || !self.stopped.is_empty() {
+            let mut notes: Vec<String> = self.stopped.iter().map(|(c, p)| stopped(c, *p)).collect();
+            notes.extend((self.sent < self.envelopes.len()).then(|| self.not_sent()));
+            data["sourcesNotSent"] = json!(notes);
         }
     }
 }
 
-/// Asks every one of `members` for its sources of the candidate `rule`, at once.
+/// One origin's answer: what it gave, what it could not, and after how many pages the
+/// CLI stopped asking because more would not fit in a preview request anyway.
+struct Answer {
+    envelopes: Vec<SourceEnvelope>,
+    skipped: Vec<PreviewProblem>,
+    stopped_after: Option<usize>,
+}
+
+/// Asks every one of `members` for its sources of the candidate `rule`, at once; `max`:
+/// the bus's `max_payload`.
 pub async fn ask_origins(
     client: &async_nats::Client,
     args: &RulesPreviewArgs,
     rule: &Value,
     members: &[String],
+    max: usize,
 ) -> Sources {
     let asks = members
         .iter()
-        .map(|cluster| ask_origin(client, args, rule, cluster));
+        .map(|cluster| ask_origin(client, args, rule, cluster, max));
     let answers = futures::future::join_all(asks).await;
     let mut sources = Sources {
         complete: true,
@@ -114,12 +139,15 @@ pub async fn ask_origins(
     };
     for (cluster, answer) in members.iter().zip(answers) {
         match answer {
-            Ok((envelopes, skipped)) => {
-                sources.complete &= skipped.is_empty();
-                sources.envelopes.extend(envelopes);
+            Ok(a) => {
+                sources.complete &= a.skipped.is_empty() && a.stopped_after.is_none();
+                sources.envelopes.extend(a.envelopes);
                 sources
                     .skipped
-                    .extend(skipped.into_iter().map(|p| (cluster.clone(), p)));
+                    .extend(a.skipped.into_iter().map(|p| (cluster.clone(), p)));
+                if let Some(pages) = a.stopped_after {
+                    sources.stopped.push((cluster.clone(), pages));
+                }
             }
             Err(e) => {
                 sources.complete = false;
@@ -130,16 +158,24 @@ pub async fn ask_origins(
     sources
 }
 
-/// Every page of one origin's answer.
+/// The pages of one origin's answer, until the last, or until what it gave no longer
+/// fits in one request of `max` bytes: further pages could not be sent, and a large
+/// origin is not made to plan its objects again for each.
 async fn ask_origin(
     client: &async_nats::Client,
     args: &RulesPreviewArgs,
     rule: &Value,
     cluster: &str,
-) -> Result<(Vec<SourceEnvelope>, Vec<PreviewProblem>), String> {
+    max: usize,
+) -> Result<Answer, String> {
     let subject = CommandKey::preview_source(cluster).to_subject(&args.bus.subject_prefix);
-    let (mut envelopes, mut skipped, mut after) = (Vec::new(), Vec::new(), None);
-    for _ in 0..MAX_PAGES {
+    let mut answer = Answer {
+        envelopes: Vec::new(),
+        skipped: Vec::new(),
+        stopped_after: None,
+    };
+    let (mut after, mut size) = (None, 0);
+    for page in 1..=MAX_PAGES {
         let req = PreviewSourceRequest {
             rule: rule.clone(),
             author: args.author.clone(),
@@ -156,13 +192,22 @@ async fn ask_origin(
         if let Some(e) = reply.error {
             return Err(format!("refused: {e}"));
         }
-        envelopes.extend(reply.envelopes);
-        skipped.extend(reply.skipped);
+        size += reply
+            .envelopes
+            .iter()
+            .map(SourceEnvelope::encoded_len)
+            .sum::<usize>();
+        answer.envelopes.extend(reply.envelopes);
+        answer.skipped.extend(reply.skipped);
         match reply.next {
-            None => return Ok((envelopes, skipped)),
+            None => return Ok(answer),
             // A token that does not move on would ask for the same page forever.
             Some(next) if after.as_ref() == Some(&next) => {
                 return Err(format!("cluster {cluster} sent the same page again"));
+            }
+            Some(_) if size > max => {
+                answer.stopped_after = Some(page);
+                return Ok(answer);
             }
             Some(next) => after = Some(next),
         }
