@@ -10,7 +10,7 @@ use std::io::Write;
 use fleetbus_schemas::preview::{
     PreviewProblem, PreviewRequest, PreviewSourceReply, PreviewSourceRequest, SourceEnvelope,
 };
-use fleetbus_schemas::subject::CommandKey;
+use fleetbus_schemas::subject::{CommandKey, ObjectKey};
 use serde_json::{json, Value};
 
 use super::preview::PreviewError;
@@ -192,6 +192,7 @@ async fn ask_origin(
         if let Some(e) = reply.error {
             return Err(format!("refused: {e}"));
         }
+        own_only(cluster, &args.bus.subject_prefix, &reply.envelopes)?;
         size += reply
             .envelopes
             .iter()
@@ -215,6 +216,26 @@ async fn ask_origin(
     Err(format!(
         "cluster {cluster} sent more than {MAX_PAGES} pages"
     ))
+}
+
+/// An origin gives only its own objects: an envelope on another cluster's subject (a
+/// replayed old version of a peer's object, say) makes the whole answer an error, so
+/// that no peer can have the sinks preview another's object as it chooses.
+fn own_only(
+    cluster: &str,
+    prefix: &fleetbus_schemas::subject::Prefix,
+    envelopes: &[SourceEnvelope],
+) -> Result<(), String> {
+    for e in envelopes {
+        let origin = ObjectKey::parse_subject(prefix, &e.subject).map(|k| k.origin);
+        if origin.as_deref() != Ok(cluster) {
+            let shown: String = e.subject.chars().take(200).collect();
+            return Err(format!(
+                "cluster {cluster} gave an envelope that is not its own: {shown}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `request` with as many of `sources` as fit in `max` bytes, in the order given, and
@@ -290,6 +311,23 @@ mod tests {
         let mut r = req();
         with_sources(&mut r, &mut sources(1, false), 1 << 20).unwrap();
         assert_eq!((r.sources.len(), r.sources_complete), (1, false));
+    }
+
+    #[test]
+    fn an_origin_gives_only_its_own_objects() {
+        let p = fleetbus_schemas::subject::Prefix::default();
+        let own = |origin: &str| {
+            let key = ObjectKey::from_api_version(origin, "v1", "Secret", Some("a"), "s");
+            SourceEnvelope::new(key.to_subject(&p), b"e")
+        };
+        assert_eq!(own_only("c1", &p, &[own("c1"), own("c1")]), Ok(()));
+        let e = own_only("c3", &p, &[own("c3"), own("c1")]).unwrap_err();
+        assert!(
+            e.contains("cluster c3 gave an envelope that is not its own"),
+            "{e}"
+        );
+        let garbage = SourceEnvelope::new("not.a.subject".into(), b"e");
+        assert!(own_only("c1", &p, &[garbage]).is_err());
     }
 
     #[test]
