@@ -892,7 +892,7 @@ pub async fn run(
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
     let mut cmds = Commands::new(&reg.ctx);
     // Without the subscriptions `fleetbus drift correct` and `rules preview`
-    // find no responder; sync goes on while a failed subscribe is retried.
+    // (and its `preview-source`) find no responder; sync goes on while a failed subscribe is retried.
     let (mut commands, mut previews, mut preview_sources) = (None, None, None);
     let subscribing = {
         let (client, cancel) = (cmds.client.clone(), cancel.clone());
@@ -988,8 +988,8 @@ pub async fn run(
     }
 }
 
-/// The commands the engine answers in its own loop, `correct` and
-/// `preview`: their subjects, each verb's own rate bucket (a flood of
+/// The commands the engine answers in its own loop, `correct`, `preview`
+/// and `preview-source`: their subjects, each verb's own rate bucket (a flood of
 /// previews, each of which may cost dry runs, starves no correction), and
 /// how to reply.
 struct Commands {
