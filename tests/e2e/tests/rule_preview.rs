@@ -465,6 +465,15 @@ async fn an_invalid_rule_is_a_clear_error_and_exits_2() {
         out.contains("cluster c2: error: no agent answers for cluster c2"),
         "{out}"
     );
+    // A new rule: c2 is asked for its sources even when only c1 is previewed.
+    let new_rule = temp_file(&v1());
+    let path = new_rule.path().to_str().unwrap();
+    let (code, out, _) = preview(&nats, &["-f", path, "--cluster", "c1", "--timeout", "2s"]).await;
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("cluster c2: error: preview-source: no agent answers for cluster c2"),
+        "{out}"
+    );
     let (code, out, _) = preview(
         &nats,
         &["--rule", RULE, "--cluster", "c9", "--timeout", "2s"],
