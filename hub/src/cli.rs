@@ -274,7 +274,8 @@ pub struct RulesPreviewArgs {
     /// author); default: each cluster previews it as its own.
     #[arg(long, value_parser = parse_cluster_name)]
     pub author: Option<String>,
-    /// Ask only this cluster (repeatable); default: every cluster that has not left.
+    /// Ask only this cluster (repeatable); default: every cluster that has not left. For a
+    /// new rule (-f) every such cluster is still asked for the objects it would publish.
     #[arg(long = "cluster", value_parser = parse_cluster_name)]
     pub clusters: Vec<String>,
     /// How long to wait for each cluster's answer (e.g. 10s, 1m).

@@ -41,6 +41,19 @@ pub struct PreviewRequest {
     /// exists keeps its author.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub author: Option<String>,
+    /// Envelopes origins would publish for the candidate that are not on the bus as
+    /// they are (their `preview-source` replies, forwarded by the CLI): checked as
+    /// envelopes from the bus are, and taken over the bus's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceEnvelope>,
+    /// The CLI asked every origin for `sources` and every page of every answer is in
+    /// `sources`: the agent then sees every object the candidate selects.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub sources_complete: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// A source object as an origin would publish it (for `--rule NAME -f source.yaml`).
@@ -79,6 +92,12 @@ pub enum PreviewInvalid {
     /// The changed source object is not usable.
     #[error("the source object is not usable: {0}")]
     BadSource(String),
+    /// A `preview-source` request without a candidate rule.
+    #[error("the request carries no candidate rule")]
+    NoCandidate,
+    /// A paging token that is not one this protocol gives.
+    #[error("invalid paging token {0:?}")]
+    BadToken(String),
 }
 
 impl PreviewRequest {
@@ -371,6 +390,180 @@ impl PreviewReply {
     }
 }
 
+/// `schema` of a [`PreviewSourceRequest`].
+pub const PREVIEW_SOURCE_REQUEST_SCHEMA: &str = "fleetbus.io/preview-source-request/v1";
+/// `schema` of a [`PreviewSourceReply`].
+pub const PREVIEW_SOURCE_REPLY_SCHEMA: &str = "fleetbus.io/preview-source-reply/v1";
+/// The longest paging token taken (a namespace and a name, each at most 253 bytes).
+const MAX_TOKEN: usize = 512;
+
+/// One envelope as it would be on the bus: its subject (`<p>.obj.<origin>.…`, the
+/// claim a sink checks it against) and its bytes, standard base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceEnvelope {
+    /// The subject the origin would publish it on.
+    pub subject: String,
+    /// The envelope's bytes (signed, sealed, as published), base64.
+    pub data: String,
+}
+
+impl SourceEnvelope {
+    /// `bytes` published on `subject`.
+    pub fn new(subject: String, bytes: &[u8]) -> Self {
+        use base64::Engine as _;
+        Self {
+            subject,
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+        }
+    }
+
+    /// The envelope's bytes; None when `data` is not base64.
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.data)
+            .ok()
+    }
+
+    /// What it costs in an encoded request or reply, beyond its frame.
+    pub fn encoded_len(&self) -> usize {
+        // `{"subject":"…","data":"…"},`; subjects need no JSON escapes.
+        self.subject.len() + self.data.len() + 24
+    }
+}
+
+/// `<p>.cmd.<cluster>.preview-source`: the envelopes this origin would publish for a
+/// candidate rule that the bus does not hold as they are (PROTOCOL §6.8).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewSourceRequest {
+    /// The candidate rule object, as for [`PreviewRequest::rule`].
+    pub rule: Value,
+    /// For a new rule: the cluster it will be created on, as for
+    /// [`PreviewRequest::author`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    /// The `next` of the previous page; absent: the first page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+impl PreviewSourceRequest {
+    /// JSON with `"schema": "fleetbus.io/preview-source-request/v1"` first.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        encode_json(PREVIEW_SOURCE_REQUEST_SCHEMA, self)
+    }
+
+    /// Decodes a request; another `schema` is [`DecodeError::UnsupportedVersion`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_json(PREVIEW_SOURCE_REQUEST_SCHEMA, bytes)
+    }
+
+    /// Checks the request's shape: the candidate's name, and where the page starts.
+    pub fn validate(&self) -> Result<(String, Option<PageToken>), PreviewInvalid> {
+        if self.rule.is_null() {
+            return Err(PreviewInvalid::NoCandidate);
+        }
+        let as_preview = PreviewRequest {
+            rule: Some(self.rule.clone()),
+            author: self.author.clone(),
+            ..PreviewRequest::default()
+        };
+        let name = as_preview.validate()?;
+        let after = self.after.as_deref().map(PageToken::parse).transpose()?;
+        Ok((name, after))
+    }
+}
+
+/// Where a page of a `preview-source` answer ends: the last object's namespace (None
+/// for a cluster-scoped kind) and name; the next page starts after it. Written
+/// `namespace/name` (`/name` cluster-scoped).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PageToken {
+    /// The namespace, None for a cluster-scoped object.
+    pub namespace: Option<String>,
+    /// The name.
+    pub name: String,
+}
+
+impl PageToken {
+    /// `namespace/name`.
+    pub fn encode(&self) -> String {
+        format!("{}/{}", self.namespace.as_deref().unwrap_or(""), self.name)
+    }
+
+    /// Inverse of [`PageToken::encode`]: a DNS-1123 label for the namespace, a name
+    /// without `/`.
+    pub fn parse(token: &str) -> Result<Self, PreviewInvalid> {
+        let bad = || PreviewInvalid::BadToken(token.chars().take(64).collect());
+        if token.len() > MAX_TOKEN {
+            return Err(bad());
+        }
+        let (ns, name) = token.split_once('/').ok_or_else(bad)?;
+        let plain = |s: &str| !s.chars().any(|c| c == '/' || c.is_control());
+        if name.is_empty() || !plain(name) {
+            return Err(bad());
+        }
+        let namespace = match ns {
+            "" => None,
+            ns if crate::k8s_names::is_dns1123_label(ns) => Some(ns.to_owned()),
+            _ => return Err(bad()),
+        };
+        Ok(Self {
+            namespace,
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// One origin's answer to a [`PreviewSourceRequest`]: a page of envelopes, and the
+/// token of the next page if there is one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewSourceReply {
+    /// The origin that answered.
+    pub cluster: String,
+    /// The envelopes it would publish for the candidate that the bus does not hold as
+    /// they are, by namespace and name.
+    #[serde(default)]
+    pub envelopes: Vec<SourceEnvelope>,
+    /// Objects the candidate selects that it cannot give (too large to publish or to
+    /// fit a reply): a preview without them may miss creates.
+    #[serde(default)]
+    pub skipped: Vec<PreviewProblem>,
+    /// The `after` of the next page; absent: this was the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// Why the request was refused as a whole, else null.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Refused for rate: milliseconds until the agent takes a request again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+impl PreviewSourceReply {
+    /// JSON with `"schema": "fleetbus.io/preview-source-reply/v1"` first.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        encode_json(PREVIEW_SOURCE_REPLY_SCHEMA, self)
+    }
+
+    /// Decodes a reply; another `schema` is [`DecodeError::UnsupportedVersion`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_json(PREVIEW_SOURCE_REPLY_SCHEMA, bytes)
+    }
+
+    /// A reply refusing the whole request.
+    pub fn refused(cluster: &str, error: impl Into<String>) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            error: Some(error.into()),
+            ..Self::default()
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -572,5 +765,124 @@ mod tests {
         let mut same = reply.clone();
         same.fit(usize::MAX).unwrap();
         assert_eq!(same, reply);
+    }
+    #[test]
+    fn a_preview_source_request_round_trips_and_pages() {
+        let req = PreviewSourceRequest {
+            rule: rule("web"),
+            author: Some("c2".into()),
+            after: Some(
+                PageToken {
+                    namespace: Some("a".into()),
+                    name: "db".into(),
+                }
+                .encode(),
+            ),
+        };
+        let bytes = req.encode().unwrap();
+        assert!(std::str::from_utf8(&bytes)
+            .unwrap()
+            .starts_with(r#"{"schema":"fleetbus.io/preview-source-request/v1""#));
+        let back = PreviewSourceRequest::decode(&bytes).unwrap();
+        assert_eq!(back, req);
+        let (name, after) = back.validate().unwrap();
+        assert_eq!(name, "web");
+        let after = after.unwrap();
+        assert_eq!(
+            (after.namespace.as_deref(), after.name.as_str()),
+            (Some("a"), "db")
+        );
+        let cluster = PageToken::parse("/node-1").unwrap();
+        assert_eq!(cluster.namespace, None);
+        assert_eq!(PageToken::parse(&cluster.encode()).unwrap(), cluster);
+        // Pages follow each other in namespace, name order.
+        assert!(cluster < after);
+        let reply = PreviewSourceReply {
+            cluster: "c1".into(),
+            envelopes: vec![SourceEnvelope::new(
+                "fleetbus.obj.c1.x".into(),
+                b"\x00\xffbytes",
+            )],
+            next: Some(after.encode()),
+            ..PreviewSourceReply::default()
+        };
+        let back = PreviewSourceReply::decode(&reply.encode().unwrap()).unwrap();
+        assert_eq!(back, reply);
+        assert_eq!(back.envelopes[0].bytes().unwrap(), b"\x00\xffbytes");
+        let mut garbled = back.envelopes[0].clone();
+        garbled.data = "not base64!".into();
+        assert_eq!(garbled.bytes(), None);
+    }
+
+    #[test]
+    fn malformed_preview_source_requests_say_why() {
+        for bad in [
+            &b"\xff"[..],
+            br#"{"schema":"fleetbus.io/preview-source-request/v2","rule":{}}"#,
+            br#"{"schema":"fleetbus.io/preview-request/v1","rule":{}}"#,
+            br#"{"schema":"fleetbus.io/preview-source-request/v1","rule":{},"after":7}"#,
+        ] {
+            assert!(PreviewSourceRequest::decode(bad).is_err(), "{bad:?}");
+        }
+        let check = |req: PreviewSourceRequest| req.validate().unwrap_err();
+        assert_eq!(
+            check(PreviewSourceRequest::default()),
+            PreviewInvalid::NoCandidate
+        );
+        let mut cm = rule("web");
+        cm["kind"] = json!("ConfigMap");
+        assert!(matches!(
+            check(PreviewSourceRequest {
+                rule: cm,
+                ..PreviewSourceRequest::default()
+            }),
+            PreviewInvalid::NotARule(_)
+        ));
+        assert!(matches!(
+            check(PreviewSourceRequest {
+                rule: rule("web"),
+                author: Some("c1.>".into()),
+                ..PreviewSourceRequest::default()
+            }),
+            PreviewInvalid::BadAuthor(_)
+        ));
+        let long = format!("a/{}", "x".repeat(600));
+        for token in [
+            "",
+            "noslash",
+            "a/",
+            "a/b/c",
+            "Not_A_Label/x",
+            "a/x\n",
+            long.as_str(),
+        ] {
+            let req = PreviewSourceRequest {
+                rule: rule("web"),
+                after: Some(token.into()),
+                ..PreviewSourceRequest::default()
+            };
+            assert!(
+                matches!(check(req), PreviewInvalid::BadToken(_)),
+                "{token:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_preview_request_carries_sources_only_when_given() {
+        let plain = PreviewRequest {
+            rule: Some(rule("web")),
+            ..PreviewRequest::default()
+        };
+        let text = String::from_utf8(plain.encode().unwrap()).unwrap();
+        assert!(!text.contains("sources"), "{text}");
+        let with = PreviewRequest {
+            sources: vec![SourceEnvelope::new("fleetbus.obj.c1.x".into(), b"e")],
+            sources_complete: true,
+            ..plain
+        };
+        let text = String::from_utf8(with.encode().unwrap()).unwrap();
+        assert!(text.contains(r#""sourcesComplete":true"#), "{text}");
+        assert_eq!(PreviewRequest::decode(text.as_bytes()).unwrap(), with);
     }
 }

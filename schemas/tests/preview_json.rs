@@ -4,7 +4,8 @@
 
 use fleetbus_schemas::drift::DriftChange;
 use fleetbus_schemas::preview::{
-    DeleteAction, PreviewCreate, PreviewDelete, PreviewReply, PreviewRequest, PreviewUpdate,
+    DeleteAction, PreviewCreate, PreviewDelete, PreviewReply, PreviewRequest, PreviewSourceReply,
+    PreviewSourceRequest, PreviewUpdate, SourceEnvelope,
 };
 use fleetbus_schemas::subject::{CommandKey, Prefix};
 use fleetbus_schemas::ObjectRef;
@@ -33,6 +34,8 @@ fn request() -> PreviewRequest {
         rule_name: None,
         source: None,
         author: None,
+        sources: Vec::new(),
+        sources_complete: false,
     }
 }
 
@@ -91,5 +94,54 @@ fn examples_match_documented_json() {
     common::assert_doc_contains(&format!(
         "`{}`",
         CommandKey::preview("c2").to_subject(&Prefix::default())
+    ));
+}
+
+/// The `preview-source` examples in docs/PROTOCOL.md §6.8; keep them identical.
+const SOURCE_REQUEST: &str = r#"{"schema":"fleetbus.io/preview-source-request/v1","rule":{"apiVersion":"fleetbus.io/v1alpha1","kind":"ResourceSyncRule","metadata":{"name":"web"},"spec":{"groupVersionKind":{"group":"","kind":"Secret","version":"v1"},"rules":[{"match":[{"namespaces":["a","b"]}]}]}},"author":"c2","after":"a/api"}"#;
+const SOURCE_REPLY: &str = r#"{"schema":"fleetbus.io/preview-source-reply/v1","cluster":"c1","envelopes":[{"subject":"fleetbus.obj.c1.core.v1.Secret.a.db","data":"3gAO"}],"skipped":[],"next":"a/db","error":null}"#;
+
+#[test]
+fn preview_source_examples_match_documented_json() {
+    let req = PreviewSourceRequest {
+        rule: request().rule.unwrap(),
+        author: Some("c2".into()),
+        after: Some("a/api".into()),
+    };
+    assert_eq!(
+        String::from_utf8(req.encode().unwrap()).unwrap(),
+        SOURCE_REQUEST
+    );
+    assert_eq!(
+        PreviewSourceRequest::decode(SOURCE_REQUEST.as_bytes()).unwrap(),
+        req
+    );
+    let (name, after) = req.validate().unwrap();
+    assert_eq!(
+        (name.as_str(), after.unwrap().name.as_str()),
+        ("web", "api")
+    );
+    let reply = PreviewSourceReply {
+        cluster: "c1".into(),
+        envelopes: vec![SourceEnvelope::new(
+            "fleetbus.obj.c1.core.v1.Secret.a.db".into(),
+            &[0xde, 0x00, 0x0e],
+        )],
+        next: Some("a/db".into()),
+        ..PreviewSourceReply::default()
+    };
+    assert_eq!(
+        String::from_utf8(reply.encode().unwrap()).unwrap(),
+        SOURCE_REPLY
+    );
+    assert_eq!(
+        PreviewSourceReply::decode(SOURCE_REPLY.as_bytes()).unwrap(),
+        reply
+    );
+    common::assert_doc_contains(SOURCE_REQUEST);
+    common::assert_doc_contains(SOURCE_REPLY);
+    common::assert_doc_contains(&format!(
+        "`{}`",
+        CommandKey::preview_source("c2").to_subject(&Prefix::default())
     ));
 }

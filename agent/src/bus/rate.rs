@@ -30,7 +30,7 @@ impl RateLimit {
      cluster; retry in {}", humantime::format_duration(Duration::from_millis(self.retry_after_ms()))
 )]
 pub struct RateRefused {
-    /// The verb (`correct`, `label`, `progress`).
+    /// The verb (`correct`, `label`, `progress`, `preview`, `preview-source`, …).
     pub verb: &'static str,
     /// The limit's burst.
     pub burst: u32,

@@ -892,15 +892,17 @@ pub async fn run(
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
     let mut cmds = Commands::new(&reg.ctx);
     // Without the subscriptions `fleetbus drift correct` and `rules preview`
-    // find no responder; sync goes on while a failed subscribe is retried.
-    let (mut commands, mut previews) = (None, None);
+    // (and its `preview-source`) find no responder; sync goes on while a failed subscribe is retried.
+    let (mut commands, mut previews, mut preview_sources) = (None, None, None);
     let subscribing = {
         let (client, cancel) = (cmds.client.clone(), cancel.clone());
         let (correct, preview) = (cmds.correct_subject.clone(), cmds.preview_subject.clone());
+        let source = cmds.preview_source_subject.clone();
         async move {
             let correct = crate::bus::command_sub::subscribe(&client, &correct, &cancel).await;
-            let preview = crate::bus::command_sub::subscribe(&client, &preview, &cancel);
-            (correct, preview.await)
+            let preview = crate::bus::command_sub::subscribe(&client, &preview, &cancel).await;
+            let source = crate::bus::command_sub::subscribe(&client, &source, &cancel);
+            (correct, preview, source.await)
         }
     };
     tokio::pin!(subscribing);
@@ -941,7 +943,7 @@ pub async fn run(
             _ = cancel.cancelled() => return Ok(()),
             subs = &mut subscribing, if !subscribed => {
                 subscribed = true;
-                (commands, previews) = subs;
+                (commands, previews, preview_sources) = subs;
                 continue;
             }
             Some(msg) = next_command(&mut commands) => {
@@ -951,6 +953,11 @@ pub async fn run(
             Some(msg) = next_command(&mut previews) => {
                 // Read-only: no pass follows it.
                 cmds.preview(&mut engine, msg).await;
+                continue;
+            }
+            Some(msg) = next_command(&mut preview_sources) => {
+                // Read-only too: no pass follows it.
+                cmds.preview_source(&engine, msg).await;
                 continue;
             }
             Some(req) = rollout_rx.recv() => {
@@ -981,8 +988,8 @@ pub async fn run(
     }
 }
 
-/// The commands the engine answers in its own loop, `correct` and
-/// `preview`: their subjects, each verb's own rate bucket (a flood of
+/// The commands the engine answers in its own loop, `correct`, `preview`
+/// and `preview-source`: their subjects, each verb's own rate bucket (a flood of
 /// previews, each of which may cost dry runs, starves no correction), and
 /// how to reply.
 struct Commands {
@@ -990,8 +997,11 @@ struct Commands {
     client: async_nats::Client,
     correct_subject: String,
     preview_subject: String,
+    preview_source_subject: String,
     correct_rate: crate::bus::rate::TokenBucket,
     preview_rate: crate::bus::rate::TokenBucket,
+    /// Its own bucket: one preview asks each origin for a page or more.
+    preview_source_rate: crate::bus::rate::TokenBucket,
 }
 
 impl Commands {
@@ -1006,8 +1016,11 @@ impl Commands {
                 .to_subject(prefix),
             preview_subject: fleetbus_schemas::subject::CommandKey::preview(name)
                 .to_subject(prefix),
+            preview_source_subject: fleetbus_schemas::subject::CommandKey::preview_source(name)
+                .to_subject(prefix),
             correct_rate: crate::bus::rate::TokenBucket::new("correct", rate, now),
             preview_rate: crate::bus::rate::TokenBucket::new("preview", rate, now),
+            preview_source_rate: crate::bus::rate::TokenBucket::new("preview-source", rate, now),
         }
     }
 
@@ -1055,6 +1068,22 @@ impl Commands {
         let trust = self.ctx.cfg.trust.as_deref();
         let bytes = reply.fit(engine.max_payload());
         respond(&self.client, trust, msg.reply, bytes, "preview").await;
+    }
+
+    /// `preview-source` (`preview::source`): authorized as `preview` is (it
+    /// shows the objects a rule would publish), answered in pages that fit.
+    async fn preview_source(&mut self, engine: &Engine, msg: async_nats::Message) {
+        let bucket = &mut self.preview_source_rate;
+        let admitted = crate::bus::command_sub::admit(bucket, &self.ctx.metrics);
+        let verb = fleetbus_schemas::subject::PREVIEW_SOURCE_VERB;
+        let subject = &self.preview_source_subject;
+        let reply = match admitted.map(|()| self.authorize(verb, subject, &msg)) {
+            Ok(Ok(())) => engine.preview_source(&msg.payload).await,
+            Ok(Err(refused)) => engine.refuse_preview_source(refused, None),
+            Err(r) => engine.refuse_preview_source(r.to_string(), Some(r.retry_after_ms())),
+        };
+        let trust = self.ctx.cfg.trust.as_deref();
+        respond(&self.client, trust, msg.reply, reply.encode(), verb).await;
     }
 }
 

@@ -6,6 +6,7 @@
 mod error;
 pub mod model;
 pub mod preview;
+mod preview_source;
 pub mod read;
 pub mod render;
 pub mod rollout;

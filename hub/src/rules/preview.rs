@@ -15,6 +15,8 @@ use fleetbus_schemas::crd::{ClusterState, ResourceSyncRule, RuleError};
 use fleetbus_schemas::preview::{
     DeleteAction, PreviewReply, PreviewRequest, PreviewSource, RULE_API_VERSION, RULE_KIND,
 };
+
+use super::preview_source::{ask_origins, with_sources, Sources};
 use fleetbus_schemas::subject::CommandKey;
 use serde_json::{json, Value};
 
@@ -63,25 +65,30 @@ pub async fn run(args: &RulesPreviewArgs, out: &mut impl Write) -> ExitCode {
 }
 
 async fn preview(args: &RulesPreviewArgs, out: &mut impl Write) -> Result<u8, PreviewError> {
-    let request = request(args)?;
+    let mut request = request(args)?;
     let (client, js) = crate::command::connect(&args.bus)
         .await
         .map_err(super::RulesError::from)?;
     let prefix = &args.bus.subject_prefix;
-    let clusters: Vec<String> = if args.clusters.is_empty() {
-        crate::fleet::clusters(&js, prefix, chrono::Utc::now())
-            .await
-            .map_err(super::RulesError::from)?
-            .into_iter()
-            .filter(|c| c.state != ClusterState::Left)
-            .map(|c| c.record.name)
-            .collect()
-    } else {
-        args.clusters.clone()
+    let members: Vec<String> = crate::fleet::clusters(&js, prefix, chrono::Utc::now())
+        .await
+        .map_err(super::RulesError::from)?
+        .into_iter()
+        .filter(|c| c.state != ClusterState::Left)
+        .map(|c| c.record.name)
+        .collect();
+    let clusters = match args.clusters.is_empty() {
+        true => members.clone(),
+        false => args.clusters.clone(),
     };
-    let payload = request
-        .encode()
-        .map_err(|e| PreviewError::Invalid(format!("cannot encode the request: {e}")))?;
+    // A candidate may select objects no origin publishes yet: every member
+    // may be an origin, whichever clusters are previewed.
+    let max = client.server_info().max_payload;
+    let mut sources = match &request.rule {
+        Some(rule) => ask_origins(&client, args, rule, &members, max).await,
+        None => Sources::default(),
+    };
+    let payload = with_sources(&mut request, &mut sources, max)?;
     let asks = clusters.iter().map(|cluster| {
         let subject = CommandKey::preview(cluster).to_subject(prefix);
         let (client, payload) = (&client, payload.clone());
@@ -97,10 +104,20 @@ async fn preview(args: &RulesPreviewArgs, out: &mut impl Write) -> Result<u8, Pr
     });
     let answers: Vec<Answer> = futures::future::join_all(asks).await;
     match args.out.output {
-        OutputFormat::Table => render(out, &answers)?,
-        format => crate::output::data(out, format, &as_data(&answers))?,
+        OutputFormat::Table => {
+            render(out, &answers)?;
+            sources.render(out)?;
+        }
+        format => {
+            let mut data = as_data(&answers);
+            sources.add_to(&mut data);
+            crate::output::data(out, format, &data)?;
+        }
     }
-    Ok(exit_code(&answers))
+    Ok(match sources.failed() {
+        true => 2,
+        false => exit_code(&answers),
+    })
 }
 
 /// The request `args` ask for, checked here first: a rule file that is not a valid

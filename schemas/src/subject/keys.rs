@@ -404,6 +404,8 @@ pub const LABEL_VERB: &str = "label";
 pub const PROGRESS_VERB: &str = "progress";
 /// Verb of the rule preview query (`fleetbus rules preview`, PROTOCOL §6.8).
 pub const PREVIEW_VERB: &str = "preview";
+/// Verb of the origin's side of a preview (`fleetbus rules preview`, PROTOCOL §6.8).
+pub const PREVIEW_SOURCE_VERB: &str = "preview-source";
 
 /// A command addressed to one cluster's agent: `<p>.cmd.<cluster>.<verb>` (core NATS request/reply).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -444,6 +446,14 @@ impl CommandKey {
         Self {
             cluster: cluster.to_owned(),
             verb: PREVIEW_VERB.to_owned(),
+        }
+    }
+
+    /// The preview's source query for `cluster` (an origin).
+    pub fn preview_source(cluster: &str) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            verb: PREVIEW_SOURCE_VERB.to_owned(),
         }
     }
 

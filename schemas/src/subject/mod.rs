@@ -17,7 +17,8 @@ pub use filter::{
 };
 pub use keys::{
     api_version, split_api_version, CommandKey, ConflictKey, DriftKey, ObjectKey, StatusKey,
-    SubjectError, CMD, CONFLICT, CORRECT_VERB, DRIFT, LABEL_VERB, OBJ, PROGRESS_VERB, STATUS,
+    SubjectError, CMD, CONFLICT, CORRECT_VERB, DRIFT, LABEL_VERB, OBJ, PREVIEW_SOURCE_VERB,
+    PREVIEW_VERB, PROGRESS_VERB, STATUS,
 };
 pub use length::{check_subject_len, SubjectTooLong, MAX_SUBJECT_LEN};
 pub use prefix::{InvalidPrefix, Prefix, DEFAULT_PREFIX};

@@ -465,6 +465,15 @@ async fn an_invalid_rule_is_a_clear_error_and_exits_2() {
         out.contains("cluster c2: error: no agent answers for cluster c2"),
         "{out}"
     );
+    // A new rule: c2 is asked for its sources even when only c1 is previewed.
+    let new_rule = temp_file(&v1());
+    let path = new_rule.path().to_str().unwrap();
+    let (code, out, _) = preview(&nats, &["-f", path, "--cluster", "c1", "--timeout", "2s"]).await;
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("cluster c2: error: preview-source: no agent answers for cluster c2"),
+        "{out}"
+    );
     let (code, out, _) = preview(
         &nats,
         &["--rule", RULE, "--cluster", "c9", "--timeout", "2s"],
@@ -594,6 +603,95 @@ async fn hostile_requests_are_refused_with_why_and_a_flood_is_rate_limited() {
         }
     })
     .await;
+    // preview-source, with the preview bucket empty: its own.
+    hostile_preview_sources(&c1, &client).await;
+}
+
+/// Sends `payload` to c1's preview-source subject as a plain NATS client would.
+async fn raw_source(
+    client: &async_nats::Client,
+    payload: Vec<u8>,
+) -> fleetbus_schemas::preview::PreviewSourceReply {
+    let subject = CommandKey::preview_source("c1").to_subject(&Prefix::default());
+    let msg = tokio::time::timeout(SYNC, client.request(subject, payload.into()))
+        .await
+        .expect("no reply in time")
+        .expect("request");
+    fleetbus_schemas::preview::PreviewSourceReply::decode(&msg.payload).expect("a reply")
+}
+
+/// `preview-source` attacked: garbage, a forged paging token and a kind the
+/// API server does not serve are refused with why; a kind no rule has c1
+/// watch is read with one LIST; a flood finds its own bucket empty. Called
+/// with the preview bucket empty: these are answered from their own.
+async fn hostile_preview_sources(c1: &Member, client: &async_nats::Client) {
+    use fleetbus_schemas::preview::PreviewSourceRequest;
+    let cm_rule = |kind: &str| {
+        json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule",
+            "metadata": {"name": "cms"},
+            "spec": {"groupVersionKind": {"version": "v1", "kind": kind},
+                     "rules": [{"match": [{"namespaces": ["default"]}]}]}})
+    };
+    let ask = |kind: &str, after: Option<&str>| PreviewSourceRequest {
+        rule: cm_rule(kind),
+        author: None,
+        after: after.map(str::to_owned),
+    };
+    let refused = |r: &fleetbus_schemas::preview::PreviewSourceReply, want: &str| {
+        let e = r.error.as_deref().unwrap_or_default();
+        assert!(e.contains(want), "{e:?} does not say {want:?}: {r:?}");
+        assert!(r.envelopes.is_empty(), "{r:?}");
+    };
+    refused(
+        &raw_source(client, b"\x00 garbage".to_vec()).await,
+        "cannot read the request",
+    );
+    let bad_token = ask("ConfigMap", Some("../../etc/passwd"));
+    refused(
+        &raw_source(client, bad_token.encode().unwrap()).await,
+        "invalid paging token",
+    );
+    let unserved = ask("NoSuchKind", None);
+    refused(
+        &raw_source(client, unserved.encode().unwrap()).await,
+        "cannot discover kind v1 NoSuchKind",
+    );
+    // No rule takes ConfigMaps: one LIST finds c1's.
+    kubectl(
+        c1,
+        &[
+            "-n",
+            "default",
+            "create",
+            "configmap",
+            "listed",
+            "--from-literal=k=v",
+        ],
+    );
+    let listed = raw_source(client, ask("ConfigMap", None).encode().unwrap()).await;
+    assert_eq!(listed.error, None, "{listed:?}");
+    assert!(
+        listed
+            .envelopes
+            .iter()
+            .any(|e| e.subject.ends_with(".ConfigMap.default.listed")),
+        "{listed:?}"
+    );
+    // A flood: its own bucket.
+    let payload = ask("ConfigMap", None).encode().unwrap();
+    let mut flood = futures::stream::iter(0..40)
+        .map(|_| raw_source(client, payload.clone()))
+        .buffer_unordered(20);
+    let mut limited = 0;
+    while let Some(r) = flood.next().await {
+        if r.retry_after_ms.is_some() {
+            refused(&r, "rate limited");
+            limited += 1;
+        }
+    }
+    assert!(limited >= 35, "{limited} of 40 refused for rate");
+    let series = "fleetbus_commands_rejected_total{verb=\"preview-source\",reason=\"rate\"}";
+    c1.wait_metric_at_least(series, limited as f64).await;
 }
 
 /// Rule `stacks`: Bundles unwrapped on every cluster `sinks` selects.
@@ -754,4 +852,375 @@ spec:
         Ok(())
     })
     .await;
+}
+
+/// Rule `base`: c1's Secrets of namespace `b` everywhere, so every agent
+/// follows Secrets while no rule selects those of `a`.
+fn base_rule() -> String {
+    web_rule("{}", "namespaces: [b]", "").replace("name: web", "name: base")
+}
+
+/// The new rule `web`: the Secrets labelled `app=new` of `namespaces`
+/// (YAML flow list), to every cluster, with `extra` spec lines.
+fn new_rule(namespaces: &str, extra: &str) -> String {
+    format!(
+        "{}{extra}",
+        web_rule(
+            "{}",
+            &format!("{{namespaces: {namespaces}, labels: [{{matchLabels: {{app: new}}}}]}}"),
+            ""
+        )
+    )
+}
+
+async fn new_secret(m: &Member, ns: &str, name: &str, value: &str) {
+    create_secret(m, ns, name, &[("k", value)]).await;
+    kubectl(m, &["-n", ns, "label", "secret", name, "app=new"]);
+}
+
+/// The `creates` of `reply` by name, each from c1.
+fn creates_from_c1(reply: &Value) -> BTreeSet<String> {
+    reply["creates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["origin"], "c1", "{reply:#}");
+            c["object"]["name"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// Issue 22's most common preview: a brand-new rule selecting objects on c1
+/// that no rule has c1 publish yet. The CLI asks c1 (`preview-source`) and
+/// hands its envelopes to every sink: c2 and c3 list exactly the creates
+/// `kubectl apply -f` then performs, and say nothing is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_rule_s_preview_sees_the_objects_no_origin_publishes_yet() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "a").await;
+        create_ns(x, "b").await;
+    }
+    new_secret(c1, "a", "one", "v1").await;
+    new_secret(c1, "a", "two", "v2").await;
+    // Not labelled: the new rule does not select it.
+    create_secret(c1, "a", "other", &[("k", "v")]).await;
+    create_secret(c1, "b", "base", &[("k", "v")]).await;
+    apply_yaml(c1, &base_rule());
+    for x in [c2, c3] {
+        wait_copy(x, &secrets(), Some("b"), "base", "c1", "base", |_| Ok(())).await;
+    }
+
+    let rule = temp_file(&new_rule("[a]", ""));
+    let path = rule.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    let said = replies(&out);
+    assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
+    let both: BTreeSet<String> = ["one", "two"].map(String::from).into();
+    for c in ["c2", "c3"] {
+        assert_eq!(creates_from_c1(&said[c]), both, "{c}: {out}");
+        assert_eq!(said[c]["incomplete"], json!([]), "{c}: {out}");
+    }
+    assert_eq!(predicted(&said["c1"]), Effects::new(), "{out}");
+    // Nothing of it is on the bus: the objects came from c1's answer.
+    assert!(!out.contains("\"other\""), "{out}");
+    let want: BTreeMap<&str, Effects> = ["c2", "c3"]
+        .iter()
+        .map(|c| (*c, predicted(&said[*c])))
+        .collect();
+
+    // Applying it does exactly that: copies of one and two, as c1 has them.
+    let watches = [Recorder::start(c2).await, Recorder::start(c3).await];
+    kubectl(c1, &["apply", "-f", path]);
+    for (w, x) in watches.iter().zip([c2, c3]) {
+        for (name, value) in [("one", "v1"), ("two", "v2")] {
+            wait_copy(x, &secrets(), Some("a"), name, "c1", RULE, |o| {
+                (o.data["data"]["k"] == b64(value))
+                    .then_some(())
+                    .ok_or(format!("{:?}", o.data["data"]))
+            })
+            .await;
+        }
+        wait_for(
+            &format!("{}'s watch to see the copies", x.name),
+            SYNC,
+            || async {
+                (w.effects() == want[x.name.as_str()])
+                    .then_some(())
+                    .ok_or(format!(
+                        "seen {:?}, previewed {:?}",
+                        w.effects(),
+                        want[x.name.as_str()]
+                    ))
+            },
+        )
+        .await;
+        assert_absent(x, &secrets(), Some("a"), "other").await;
+    }
+}
+
+/// c1's SyncPolicy: no Secret of `hidden` is exported, whoever asks.
+const HIDE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: SyncPolicy
+metadata: {name: default}
+spec:
+  export:
+    rules:
+      - {action: Deny, kinds: [{kind: Secret}], namespaces: [hidden]}
+    otherwise: Allow
+"#;
+
+const OPEN_VALUE: &str = "open-value-4242";
+const HIDDEN_VALUE: &str = "hidden-value-4242";
+
+/// `name`'s signing key and its certificate's serial (the key id) from the fleet dir.
+fn signer_of(dir: &std::path::Path, name: &str) -> (fleetbus_schemas::trust::ClusterKeys, String) {
+    use fleetbus_schemas::trust::{ClusterKeys, SignedCertificate};
+    let c = dir.join("clusters").join(name);
+    let keys = ClusterKeys::decode(&std::fs::read_to_string(c.join("cluster.key")).unwrap());
+    let cert = SignedCertificate::decode(&std::fs::read_to_string(c.join("cluster.cert")).unwrap());
+    (keys.unwrap(), cert.unwrap().cert.serial_hex())
+}
+
+/// The secure mode: the CLI's requests are signed with the fleet root
+/// (`--dir`), c1's answer holds only what its SyncPolicy exports, sealed
+/// (a plain client with the admin's creds reads no value in it), and the
+/// sinks list what applying the rule then does. Attacked: an unsigned
+/// `preview-source` is refused; a preview whose `sources` carry an envelope
+/// signed by another member, or c1's genuine envelope moved to c3's
+/// subject, creates neither and names both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_only() {
+    use common::fleet::*;
+    use fleetbus_schemas::envelope::Envelope;
+    use fleetbus_schemas::preview::{PreviewSourceReply, PreviewSourceRequest, SourceEnvelope};
+    use fleetbus_schemas::subject::ObjectKey;
+    use fleetbus_schemas::trust::sign_request;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let names = ["c1", "c2", "c3"];
+    let dir = fleet_dir(tmp.path(), &names);
+    let d = dir.to_str().unwrap();
+    let nats = operator_server(&dir);
+    let mut m = Vec::new();
+    for n in names {
+        let flags = secure_flags(&dir, n);
+        m.push(Member::start(&nats, n, n, &refs(&flags)).await);
+    }
+    common::wait_mesh(&m.iter().collect::<Vec<_>>(), &names).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        for ns in ["a", "b", "hidden"] {
+            create_ns(x, ns).await;
+        }
+    }
+    apply_policy(c1, HIDE, "True").await;
+    new_secret(c1, "a", "open", OPEN_VALUE).await;
+    new_secret(c1, "hidden", "kept", HIDDEN_VALUE).await;
+    create_secret(c1, "b", "base", &[("k", "v")]).await;
+    apply_yaml(c1, &base_rule());
+    for x in [c2, c3] {
+        wait_copy(x, &secrets(), Some("b"), "base", "c1", "base", |_| Ok(())).await;
+    }
+
+    // The operator's preview of a rule to be created on c2, signed.
+    let text = new_rule("[a, hidden]", "  seal: true\n");
+    let rule = temp_file(&text);
+    let path = rule.path().to_str().unwrap();
+    let args = [
+        "rules", "preview", "-f", path, "--author", "c2", "-o", "json",
+    ];
+    let (code, out, err) = admin_cli(&nats, &dir, &[&args[..], &["--dir", d]].concat());
+    assert_eq!(code, 1, "{out}{err}");
+    let said = replies(&out);
+    for c in ["c2", "c3"] {
+        assert_eq!(
+            creates_from_c1(&said[c]),
+            ["open".to_owned()].into(),
+            "{c}: {out}"
+        );
+        assert_eq!(said[c]["incomplete"], json!([]), "{c}: {out}");
+        assert_eq!(said[c]["errors"], json!([]), "{c}: {out}");
+    }
+    assert!(!out.contains("kept"), "{out}");
+
+    // c1's answer as a plain client with the admin's creds reads it.
+    let client = connect(&nats, dir.join("admin.creds")).await.client();
+    let root = std::fs::read_to_string(dir.join("root.key")).unwrap();
+    let root = fleetbus_schemas::trust::parse_root_key(&root).unwrap();
+    let rule_json: Value = serde_yaml::from_str(&text).unwrap();
+    let ask = PreviewSourceRequest {
+        rule: rule_json.clone(),
+        author: Some("c2".into()),
+        after: None,
+    }
+    .encode()
+    .unwrap();
+    let to_c1 = CommandKey::preview_source("c1").to_subject(&Prefix::default());
+    let signed = sign_request(&ask, &to_c1, &root, chrono::Utc::now()).unwrap();
+    let raw = client.request(to_c1.clone(), signed.into()).await.unwrap();
+    let answer = PreviewSourceReply::decode(&raw.payload).unwrap();
+    assert_eq!(answer.error, None, "{answer:?}");
+    let open = ObjectKey::from_api_version("c1", "v1", "Secret", Some("a"), "open");
+    let subjects: Vec<&str> = answer
+        .envelopes
+        .iter()
+        .map(|e| e.subject.as_str())
+        .collect();
+    assert_eq!(
+        subjects,
+        [open.to_subject(&Prefix::default())],
+        "{answer:?}"
+    );
+    let genuine = &answer.envelopes[0];
+    let env = Envelope::decode(&genuine.bytes().unwrap()).unwrap();
+    assert!(env.is_sealed(), "{env:?}");
+    for value in [
+        OPEN_VALUE,
+        &b64(OPEN_VALUE),
+        HIDDEN_VALUE,
+        &b64(HIDDEN_VALUE),
+    ] {
+        let bytes = genuine.bytes().unwrap();
+        let seen = String::from_utf8_lossy(&bytes);
+        assert!(!seen.contains(value) && !String::from_utf8_lossy(&raw.payload).contains(value));
+    }
+    // Unsigned: refused, nothing given.
+    let raw = client.request(to_c1.clone(), ask.into()).await.unwrap();
+    let refused = PreviewSourceReply::decode(&raw.payload).unwrap();
+    let e = refused.error.unwrap_or_default();
+    assert!(e.contains("fleet root"), "{e}");
+    assert!(refused.envelopes.is_empty());
+
+    // Forged sources handed to c2's preview: a Secret on c1's subject signed
+    // by c2, and c1's genuine envelope moved to c3's subject.
+    let (c2_keys, c2_serial) = signer_of(&dir, "c2");
+    let forged_obj = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"namespace": "a", "name": "forged", "uid": "u-forged",
+                     "resourceVersion": "1", "labels": {"app": "new"}},
+        "data": {"k": b64("pwned")}});
+    let forged_key = ObjectKey::from_object("c1", &forged_obj).unwrap();
+    let mut forged = Envelope::snapshot("c1", None, forged_obj, chrono::Utc::now()).unwrap();
+    forged.sign(&forged_key, c2_keys.signing(), &c2_serial);
+    let moved = ObjectKey {
+        origin: "c3".into(),
+        ..open.clone()
+    };
+    let request = PreviewRequest {
+        rule: Some(rule_json),
+        author: Some("c2".into()),
+        sources: vec![
+            SourceEnvelope::new(
+                forged_key.to_subject(&Prefix::default()),
+                &forged.encode().unwrap(),
+            ),
+            SourceEnvelope {
+                subject: moved.to_subject(&Prefix::default()),
+                data: genuine.data.clone(),
+            },
+        ],
+        sources_complete: true,
+        ..PreviewRequest::default()
+    };
+    let to_c2 = CommandKey::preview("c2").to_subject(&Prefix::default());
+    let signed = sign_request(
+        &request.encode().unwrap(),
+        &to_c2,
+        &root,
+        chrono::Utc::now(),
+    );
+    let raw = client.request(to_c2, signed.unwrap().into()).await.unwrap();
+    let reply = PreviewReply::decode(&raw.payload).unwrap();
+    assert_eq!(reply.error, None, "{reply:?}");
+    assert!(reply.creates.is_empty(), "{reply:?}");
+    let names: BTreeSet<&str> = reply
+        .errors
+        .iter()
+        .map(|p| p.object.name.as_str())
+        .collect();
+    assert_eq!(names, ["forged", "open"].into(), "{reply:?}");
+    for p in &reply.errors {
+        assert!(p.message.contains("refused the source envelope"), "{p:?}");
+    }
+
+    // Created on c2 as previewed: c3 gets `open`, and never `kept`.
+    kubectl(c2, &["apply", "-f", path]);
+    wait_copy(c3, &secrets(), Some("a"), "open", "c1", RULE, |o| {
+        (o.data["data"]["k"] == b64(OPEN_VALUE))
+            .then_some(())
+            .ok_or(format!("{:?}", o.data["data"]))
+    })
+    .await;
+    assert_absent(c3, &secrets(), Some("hidden"), "kept").await;
+}
+
+/// `n` characters no compressor shrinks much (xorshift over the alphabet).
+fn noise(seed: u64, n: usize) -> String {
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            alphabet[(x % alphabet.len() as u64) as usize] as char
+        })
+        .collect()
+}
+
+/// On a bus with a 64 KiB `max_payload`, c1's answer takes pages and the
+/// CLI follows them all; what does not fit in one preview request is left
+/// out and said to be (PROTOCOL §6.8's bound), and the sink, not told it has
+/// everything, says its creates may be incomplete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_past_one_request_are_paged_then_cut_and_the_preview_says_so() {
+    let nats = NatsServer::start_with_config("max_payload: 65536\n").unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "a").await;
+        create_ns(x, "b").await;
+    }
+    create_secret(c1, "b", "base", &[("k", "v")]).await;
+    apply_yaml(c1, &base_rule());
+    wait_copy(c2, &secrets(), Some("b"), "base", "c1", "base", |_| Ok(())).await;
+    let names: BTreeSet<String> = (0..16).map(|i| format!("big-{i:02}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        new_secret(c1, "a", name, &noise(i as u64 + 1, 8000)).await;
+    }
+
+    let rule = temp_file(&new_rule("[a]", ""));
+    let path = rule.path().to_str().unwrap();
+    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    // c1's answer took more than one page of 64 KiB, and the CLI stopped
+    // asking once they could no longer fit.
+    let notes = v["sourcesNotSent"].to_string();
+    let stopped =
+        "cluster c1 has more source envelopes than one preview request holds: not asked past page ";
+    let pages: usize = notes
+        .split_once(stopped)
+        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{v:#}"));
+    assert!(pages >= 2, "{v:#}");
+    assert!(
+        notes.contains("source envelopes the origins gave fit in one preview request"),
+        "{v:#}"
+    );
+    let said = replies(&out);
+    let creates = creates_from_c1(&said["c2"]);
+    assert!(!creates.is_empty() && creates.len() < 16, "{creates:?}");
+    assert!(creates.is_subset(&names), "{creates:?}");
+    let incomplete = said["c2"]["incomplete"].as_array().unwrap();
+    assert!(!incomplete.is_empty(), "{out}");
+    let (_, text, _) = preview(&nats, &["-f", path]).await;
+    assert!(text.contains("note: only "), "{text}");
 }

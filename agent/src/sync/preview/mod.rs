@@ -15,9 +15,13 @@
 //!
 //! - [`sink`]: the computation.
 //! - [`diff`]: per-object changes, redacted as drift events are.
+//! - [`source`]: `preview-source`, the origin's side: the envelopes it would
+//!   publish for a candidate that are not on the bus yet, which the CLI
+//!   hands to each sink's preview (`sources`).
 
 mod diff;
 mod sink;
+mod source;
 
 use fleetbus_schemas::preview::{PreviewReply, PreviewRequest};
 

@@ -74,7 +74,8 @@ fn object_ref(t: &Target) -> ObjectRef {
     ObjectRef::new(&t.api_version, &t.kind, t.namespace.as_deref(), &t.name)
 }
 
-fn source_ref(k: &ObjectKey) -> ObjectRef {
+/// A source object by its key (also `source`'s).
+pub(super) fn source_ref(k: &ObjectKey) -> ObjectRef {
     let api_version = match k.group.as_str() {
         "" => k.version.clone(),
         g => format!("{g}/{}", k.version),
@@ -132,13 +133,7 @@ impl Engine {
     /// The preview of `req` (validated here), or why it cannot be made.
     pub(super) async fn preview_rule(&self, req: &PreviewRequest) -> Result<PreviewReply, String> {
         let name = req.validate().map_err(|e| e.to_string())?;
-        let rules_read = self
-            .kinds
-            .get(&rules::rule_gvk())
-            .is_some_and(|k| k.ready());
-        if !self.fleet.synced || !rules_read || !self.policy_known() {
-            return Err("this agent has not read the fleet, its rules and its policy yet: ask again in a moment".to_owned());
-        }
+        self.answers_previews()?;
         let rule = self.candidate(req, &name)?;
         let mut reply = PreviewReply {
             cluster: self.fleet.local.name.clone(),
@@ -154,7 +149,7 @@ impl Engine {
             return Ok(reply);
         }
         let wanted = match reply.selected {
-            true => self.preview_wanted(&rule, req.source.as_ref(), &mut reply)?,
+            true => self.preview_wanted(&rule, req, &mut reply)?,
             false => Wanted::new(),
         };
         let now = Instant::now();
@@ -177,11 +172,28 @@ impl Engine {
         Ok(reply)
     }
 
+    /// Whether this agent has read what a preview is computed from: the
+    /// fleet, its rules and its policy.
+    pub(super) fn answers_previews(&self) -> Result<(), String> {
+        let rules_read = self
+            .kinds
+            .get(&rules::rule_gvk())
+            .is_some_and(|k| k.ready());
+        if !self.fleet.synced || !rules_read || !self.policy_known() {
+            return Err("this agent has not read the fleet, its rules and its policy yet: ask again in a moment".to_owned());
+        }
+        Ok(())
+    }
+
     /// The candidate, compiled as every rule is; its author is the current
     /// rule's (a rule's author is where it was created, which a candidate
     /// does not change), or for a new rule the request's `author`. An
     /// invalid candidate is an error naming why.
-    fn candidate(&self, req: &PreviewRequest, name: &str) -> Result<CompiledRule, String> {
+    pub(super) fn candidate(
+        &self,
+        req: &PreviewRequest,
+        name: &str,
+    ) -> Result<CompiledRule, String> {
         let current = self.rules.get(name).filter(|r| !r.builtin);
         let rule = match &req.rule {
             None => current
@@ -211,9 +223,10 @@ impl Engine {
     fn preview_wanted(
         &self,
         rule: &CompiledRule,
-        changed: Option<&PreviewSource>,
+        req: &PreviewRequest,
         reply: &mut PreviewReply,
     ) -> Result<Wanted, String> {
+        let changed = req.source.as_ref();
         let mut wanted = Wanted::new();
         let followed = self
             .kinds
@@ -226,7 +239,11 @@ impl Engine {
             ));
             return Ok(wanted);
         };
-        if self.rules.get(&rule.name).map(source_criteria) != Some(source_criteria(rule)) {
+        // With every origin's `preview-source` answer in `sources`, nothing
+        // the candidate selects is missing.
+        let same_sources =
+            self.rules.get(&rule.name).map(source_criteria) == Some(source_criteria(rule));
+        if !same_sources && !req.sources_complete {
             reply.incomplete.push(
                 "the candidate selects other source objects than the current rule: objects no current rule has origins publish are not seen here, so creates may be missing".to_owned(),
             );
@@ -253,13 +270,17 @@ impl Engine {
             }
         };
         let sources = self.sources(rule);
-        let changed_key = changed.as_ref().map(|(k, _)| k.clone());
+        // What the origins gave (checked as the bus's envelopes are), over
+        // what the bus holds; a changed source over both.
+        let mut given = self.given_sources(rule, &req.sources, reply);
+        given.extend(changed);
+        let overlaid: std::collections::BTreeSet<ObjectKey> = given.keys().cloned().collect();
         let bus = kind
             .snapshots
             .iter()
-            .filter(|(k, _)| changed_key.as_ref() != Some(*k))
+            .filter(|(k, _)| !overlaid.contains(*k))
             .map(|(k, env)| (k.clone(), env));
-        for (key, env) in bus.chain(changed) {
+        for (key, env) in bus.chain(given) {
             let Some((env, obj, peer)) = taken(&sources, &key, Some(&env)) else {
                 continue;
             };

@@ -87,7 +87,10 @@ pub fn qualifies(
 
 /// The rules of the kind that this cluster is a source of (valid, and its
 /// labels and features qualify).
-fn effective<'a>(local: &LocalView, rules: &[&'a CompiledRule]) -> Vec<&'a CompiledRule> {
+pub(in crate::sync) fn effective<'a>(
+    local: &LocalView,
+    rules: &[&'a CompiledRule],
+) -> Vec<&'a CompiledRule> {
     rules
         .iter()
         .copied()
@@ -119,7 +122,7 @@ pub struct Exports<'a> {
 
 /// What to publish for our object at `key` (into `out`): `obj` is the local
 /// object there (None: there is none), `current` our live envelope on the bus.
-fn plan_object(
+pub(in crate::sync) fn plan_object(
     exports: &Exports<'_>,
     rules: &[&CompiledRule],
     key: &ObjectKey,
@@ -486,33 +489,7 @@ impl Engine {
         key: &ObjectKey,
         what: Publish,
     ) -> Result<Envelope, PublishError> {
-        let now = chrono::Utc::now();
-        let origin = &self.fleet.local.name;
-        let id = Some(self.ctx.cluster_id.as_str());
-        let mut sealed_to = None;
-        let mut env = match what {
-            Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
-                .map_err(|e| PublishError::Object(e.to_string()))?,
-            Publish::Sealed(obj, to) => {
-                sealed_to = Some(to);
-                Envelope::snapshot(origin, id, obj, now)
-                    .map_err(|e| PublishError::Object(e.to_string()))?
-            }
-            Publish::Tombstone {
-                uid,
-                resource_version,
-                reason,
-            } => Envelope::tombstone(origin, id, &uid, &resource_version, now, reason),
-            // `source_pass` does not hand these over; refused all the same.
-            Publish::Withheld { why, .. } => {
-                return Err(PublishError::Object(why.why().to_owned()))
-            }
-            Publish::Refused { .. } => {
-                return Err(PublishError::Object(
-                    "this cluster's policy refuses it".to_owned(),
-                ))
-            }
-        };
+        let (mut env, wire) = self.envelope(key, what)?;
         let subject = key.to_subject(self.ctx.layout.prefix());
         if check_subject_len(&subject).is_err() {
             self.ctx.metrics.sync_rejected("too_large");
@@ -520,7 +497,6 @@ impl Engine {
                 "the object's subject is longer than NATS allows".to_owned(),
             ));
         }
-        let wire = self.on_the_wire(key, &mut env, sealed_to.as_ref())?;
         let bytes = wire
             .as_ref()
             .unwrap_or(&env)
@@ -592,6 +568,46 @@ impl Engine {
             }
         });
         Ok(env)
+    }
+
+    /// The envelope of `what` at `key`, and its form on the wire when that is
+    /// not the envelope itself (sealed); signed in secure mode. Shared by
+    /// `publish` and the preview's `preview-source`, so what a preview is
+    /// given is what this origin publishes.
+    pub(in crate::sync) fn envelope(
+        &self,
+        key: &ObjectKey,
+        what: Publish,
+    ) -> Result<(Envelope, Option<Envelope>), PublishError> {
+        let now = chrono::Utc::now();
+        let origin = &self.fleet.local.name;
+        let id = Some(self.ctx.cluster_id.as_str());
+        let mut sealed_to = None;
+        let mut env = match what {
+            Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
+                .map_err(|e| PublishError::Object(e.to_string()))?,
+            Publish::Sealed(obj, to) => {
+                sealed_to = Some(to);
+                Envelope::snapshot(origin, id, obj, now)
+                    .map_err(|e| PublishError::Object(e.to_string()))?
+            }
+            Publish::Tombstone {
+                uid,
+                resource_version,
+                reason,
+            } => Envelope::tombstone(origin, id, &uid, &resource_version, now, reason),
+            // `source_pass` does not hand these over; refused all the same.
+            Publish::Withheld { why, .. } => {
+                return Err(PublishError::Object(why.why().to_owned()))
+            }
+            Publish::Refused { .. } => {
+                return Err(PublishError::Object(
+                    "this cluster's policy refuses it".to_owned(),
+                ))
+            }
+        };
+        let wire = self.on_the_wire(key, &mut env, sealed_to.as_ref())?;
+        Ok((env, wire))
     }
 
     /// What goes on the bus for `env`: sealed to `sealed_to` (returned; None
