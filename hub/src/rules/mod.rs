@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::cli::{OutputFormat, RulesCommand, RulesDescribeArgs, RulesLsArgs};
 
-pub use error::RulesError;
+pub use error::{PreviewError, RulesError};
 
 /// Runs one rules command: exit 0, or 1 when `describe` finds no such rule.
 pub async fn run(cmd: RulesCommand) -> Result<ExitCode, RulesError> {

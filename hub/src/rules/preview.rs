@@ -16,33 +16,12 @@ use fleetbus_schemas::preview::{
     DeleteAction, PreviewReply, PreviewRequest, PreviewSource, RULE_API_VERSION, RULE_KIND,
 };
 
+pub use super::error::PreviewError;
 use super::preview_source::{ask_origins, with_sources, Sources};
 use fleetbus_schemas::subject::CommandKey;
 use serde_json::{json, Value};
 
 use crate::cli::{OutputFormat, RulesPreviewArgs};
-
-/// Why the preview could not be asked or printed at all.
-#[derive(Debug, thiserror::Error)]
-pub enum PreviewError {
-    /// The file could not be read or parsed.
-    #[error("cannot read {path}: {why}")]
-    File {
-        /// The file given.
-        path: String,
-        /// What went wrong.
-        why: String,
-    },
-    /// The rule (or the request) is not valid.
-    #[error("{0}")]
-    Invalid(String),
-    /// Connecting, or reading the fleet, failed.
-    #[error(transparent)]
-    Bus(#[from] super::RulesError),
-    /// Writing to stdout failed.
-    #[error("cannot write the output")]
-    Output(#[from] std::io::Error),
-}
 
 /// One cluster's answer: its reply, or why there is none (the message names it).
 pub type Answer = (String, Result<PreviewReply, String>);

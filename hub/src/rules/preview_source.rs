@@ -13,7 +13,7 @@ use fleetbus_schemas::preview::{
 use fleetbus_schemas::subject::{CommandKey, ObjectKey};
 use serde_json::{json, Value};
 
-use super::preview::PreviewError;
+use super::error::PreviewError;
 use crate::cli::RulesPreviewArgs;
 
 /// The most pages asked of one origin: one that keeps sending `next` cannot hold the
