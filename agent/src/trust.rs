@@ -16,8 +16,8 @@ use chrono::{DateTime, Utc};
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::trust::{
-    parse_root_public, verify, CertError, ClusterKeys, KeyError, SignedCertificate, SigningKey,
-    VerifyingKey,
+    parse_root_public, verify, CertError, ClusterKeys, KeyError, RecordRefusal, SignedCertificate,
+    SigningKey, VerifyingKey,
 };
 use zeroize::Zeroizing;
 
@@ -231,6 +231,17 @@ pub fn cert_reason(e: &CertError) -> &'static str {
     }
 }
 
+/// The metric reason of a record that was refused.
+pub fn record_reason(e: &RecordRefusal) -> &'static str {
+    match e {
+        RecordRefusal::Unsigned => reason::UNSIGNED,
+        RecordRefusal::Certificate(c) => cert_reason(c),
+        RecordRefusal::Revoked => reason::REVOKED,
+        RecordRefusal::BadSignature => reason::BAD_SIGNATURE,
+        RecordRefusal::SignerMismatch => reason::SIGNER_MISMATCH,
+    }
+}
+
 /// One cluster's certified signing key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Signer {
@@ -387,18 +398,10 @@ impl Signers {
         raw: &[u8],
         now: DateTime<Utc>,
     ) -> Result<(), &'static str> {
-        let signed = self.certified(root, cluster, cert, now)?;
-        let key = signed.verifying_key().map_err(|e| cert_reason(&e))?;
-        let value: serde_json::Value =
-            serde_json::from_slice(raw).map_err(|_| reason::BAD_SIGNATURE)?;
-        let sig = fleetbus_schemas::trust::verify_json(&value, &key).map_err(|e| match e {
-            fleetbus_schemas::envelope::SignatureError::Unsigned => reason::UNSIGNED,
-            fleetbus_schemas::envelope::SignatureError::BadSignature => reason::BAD_SIGNATURE,
-        })?;
-        if sig.key_id != signed.cert.serial_hex() {
-            return Err(reason::SIGNER_MISMATCH);
-        }
-        Ok(())
+        let revoked = |serial: &str| self.is_revoked(serial);
+        fleetbus_schemas::trust::verify_record(root, cluster, cert, raw, now, revoked)
+            .map(|_| ())
+            .map_err(|e| record_reason(&e))
     }
 
     /// Signers knowing this cluster's own key (`None`: the insecure mode).

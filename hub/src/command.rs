@@ -65,6 +65,14 @@ pub enum CommandError {
         /// What is wrong (never key material).
         why: String,
     },
+    /// `--dir` holds a `root.pub` that is not the fleet root's public key.
+    #[error("cannot verify records with {path}: {why}")]
+    RootPublic {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
     /// The request could not be sent.
     #[error("request to cluster {cluster} failed")]
     Request {
@@ -102,12 +110,45 @@ fn load_request_signer(dir: &std::path::Path) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// The fleet root's public key registry records are verified with
+/// (`fleet::read_records`), when `--dir` holds `root.pub` (or `root.key`).
+/// Set by [`connect`], like [`REQUEST_SIGNER`].
+static FLEET_ROOT: std::sync::OnceLock<fleetbus_schemas::trust::VerifyingKey> =
+    std::sync::OnceLock::new();
+
+/// The fleet root's public key, when `--dir` gave one (see [`FLEET_ROOT`]).
+pub(crate) fn fleet_root() -> Option<&'static fleetbus_schemas::trust::VerifyingKey> {
+    FLEET_ROOT.get()
+}
+
+/// Loads `dir/root.pub` into [`FLEET_ROOT`] (else the public half of the
+/// root key loaded already). A file that is there and does not parse is an
+/// error: the views would otherwise show what agents refuse, silently.
+fn load_fleet_root(dir: &std::path::Path) -> Result<(), CommandError> {
+    let path = dir.join(crate::trust::files::ROOT_PUB);
+    let key = match std::fs::read_to_string(&path) {
+        Ok(text) => fleetbus_schemas::trust::parse_root_public(&text).map_err(|e| {
+            CommandError::RootPublic {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            }
+        })?,
+        Err(_) => match REQUEST_SIGNER.get() {
+            Some(k) => k.verifying_key(),
+            None => return Ok(()),
+        },
+    };
+    let _ = FLEET_ROOT.set(key);
+    Ok(())
+}
+
 /// Connects once, failing fast: an operator's command should say "cannot connect", not
 /// retry forever.
 pub(crate) async fn connect(
     bus: &BusArgs,
 ) -> Result<(async_nats::Client, jetstream::Context), CommandError> {
     load_request_signer(&bus.mesh_dir)?;
+    load_fleet_root(&bus.mesh_dir)?;
     let (creds, ca) = auth(bus);
     // A secure server refuses a client with neither: say where they come from.
     let hint = if creds.is_none() && ca.is_none() {

@@ -9,14 +9,16 @@
 //! record of an older agent (without `beats`) is judged by comparing its
 //! `heartbeatAt` with the reader's clock, as before.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use fleetbus_schemas::crd::ClusterState;
 use fleetbus_schemas::registry::{
-    beats_bucket, peer_state, registry_bucket, ClusterRecord, MemberState, PeerFacts, RegistryKey,
+    beats_bucket, parse_revoked_key, peer_state, registry_bucket, ClusterRecord, MemberState,
+    PeerFacts, RegistryKey, RevokedRecord,
 };
 use fleetbus_schemas::subject::Prefix;
+use fleetbus_schemas::trust::{verify_record, RecordRefusal, VerifyingKey};
 
 use crate::kv::ReadError;
 
@@ -76,17 +78,52 @@ pub async fn beating(
     Ok(beats)
 }
 
+/// A registry record left out of the views: it does not verify against the
+/// fleet root, so no secure agent believes it either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unverified {
+    /// Its key in the registry bucket.
+    pub key: String,
+    /// Why (the refusal, as agents count it).
+    pub why: String,
+}
+
+/// The registry's cluster records as a view shows them.
+#[derive(Debug, Clone, Default)]
+pub struct Records {
+    /// Sorted by name then ID.
+    pub records: Vec<ClusterRecord>,
+    /// Left out (only with the fleet root known: `--dir` holds `root.pub`).
+    pub unverified: Vec<Unverified>,
+}
+
 /// Every cluster record of the registry bucket, sorted by name then ID
 /// (unreadable ones are skipped, as agents skip them).
 pub async fn cluster_records(
     js: &async_nats::jetstream::Context,
     prefix: &Prefix,
 ) -> Result<Vec<ClusterRecord>, ReadError> {
+    Ok(read_records(js, prefix).await?.records)
+}
+
+/// [`cluster_records`], checked as secure agents check them when the fleet
+/// root is known (`crate::command::fleet_root`): a record whose certificate
+/// or signature does not verify is left out and named, and one signed under
+/// a certificate the root revoked (`revoked.<name>`, root-signed) counts as
+/// `Left`, as it did when the revocation came. Freshness (an older record
+/// put back) needs what was read before: agents refuse it, a view cannot.
+pub async fn read_records(
+    js: &async_nats::jetstream::Context,
+    prefix: &Prefix,
+) -> Result<Records, ReadError> {
     let bucket = registry_bucket(prefix);
     let (kv, keys) = crate::kv::keys(js, prefix, &bucket).await?;
-    let mut records = Vec::new();
+    let mut raw = Vec::new();
+    let mut revocations = Vec::new();
     for key in keys {
-        if !matches!(RegistryKey::parse(&key), Ok(RegistryKey::Cluster { .. })) {
+        let is_record = matches!(RegistryKey::parse(&key), Ok(RegistryKey::Cluster { .. }));
+        let is_revocation = matches!(parse_revoked_key(&key), Some(Ok(_)));
+        if !is_record && !is_revocation {
             continue;
         }
         let Some(bytes) = kv
@@ -96,12 +133,60 @@ pub async fn cluster_records(
         else {
             continue;
         };
-        if let Ok(r) = ClusterRecord::decode(&bytes) {
-            records.push(r);
+        if is_revocation {
+            revocations.push(bytes.to_vec());
+        } else {
+            raw.push((key, bytes.to_vec()));
         }
     }
-    records.sort_by(|a, b| (&a.name, &a.cluster_id).cmp(&(&b.name, &b.cluster_id)));
-    Ok(records)
+    let mut out = checked(raw, &revocations, crate::command::fleet_root(), Utc::now());
+    out.records
+        .sort_by(|a, b| (&a.name, &a.cluster_id).cmp(&(&b.name, &b.cluster_id)));
+    Ok(out)
+}
+
+/// The pure half of [`read_records`]: the records of `raw` (key, bytes),
+/// checked against `root` when there is one, with the serials of the
+/// root-signed `revocations` revoked.
+fn checked(
+    raw: Vec<(String, Vec<u8>)>,
+    revocations: &[Vec<u8>],
+    root: Option<&VerifyingKey>,
+    now: DateTime<Utc>,
+) -> Records {
+    let revoked: BTreeSet<String> = root
+        .map(|root| {
+            revocations
+                .iter()
+                .filter(|b| RevokedRecord::verify(b, root).is_ok())
+                .filter_map(|b| RevokedRecord::decode(b).ok())
+                .flat_map(|r| r.serials)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = Records::default();
+    for (key, bytes) in raw {
+        let Ok(mut r) = ClusterRecord::decode(&bytes) else {
+            continue;
+        };
+        if let Some(root) = root {
+            let cert = r.certificate.as_deref();
+            let is_revoked = |serial: &str| revoked.contains(serial);
+            match verify_record(root, &r.name, cert, &bytes, now, is_revoked) {
+                Ok(_) => {}
+                Err(RecordRefusal::Revoked) => r.state = MemberState::Left,
+                Err(e) => {
+                    out.unverified.push(Unverified {
+                        key,
+                        why: e.to_string(),
+                    });
+                    continue;
+                }
+            }
+        }
+        out.records.push(r);
+    }
+    out
 }
 
 /// Every cluster with its state at `now`.
@@ -284,5 +369,109 @@ mod tests {
             views[2].heartbeat_age,
             Some(std::time::Duration::from_secs(1))
         );
+    }
+
+    /// With the fleet root known, a view shows what secure agents believe:
+    /// a record signed under a certificate of the root, for its cluster;
+    /// one unsigned, signed by another cluster's key or under a certificate
+    /// of another root is left out and named; one under a revoked
+    /// certificate counts as Left. Without the root, all are shown.
+    #[test]
+    fn records_are_checked_against_the_fleet_root() {
+        use fleetbus_schemas::trust::{ClusterCertificate, ClusterKeys, SigningKey};
+        let now: DateTime<Utc> = "2026-11-27T01:00:00Z".parse().unwrap();
+        let root = SigningKey::from_bytes(&[7; 32]);
+        let other_root = SigningKey::from_bytes(&[8; 32]);
+        let keys = |n: u8| ClusterKeys::from_random([n; 32], [n + 100; 32]);
+        let cert = |name: &str, k: &ClusterKeys, serial: u8, by: &SigningKey| {
+            ClusterCertificate {
+                cluster: name.to_owned(),
+                signing_key: k.signing_public(),
+                sealing_key: k.sealing_public(),
+                not_before: now - chrono::Duration::days(1),
+                not_after: now + chrono::Duration::days(365),
+                serial: [serial; 16],
+            }
+            .sign(by)
+        };
+        let signed =
+            |name: &str, k: &ClusterKeys, c: &fleetbus_schemas::trust::SignedCertificate| {
+                let mut r = record(name, &format!("id-{name}"), 1, now);
+                r.certificate = Some(c.encode());
+                r.encode_signed(k.signing(), &c.cert.serial_hex()).unwrap()
+            };
+        let (ka, kb, kc, kd) = (keys(1), keys(2), keys(3), keys(4));
+        let ca = cert("a", &ka, 1, &root);
+        let cb = cert("b", &kb, 2, &root);
+        let cd = cert("d", &kd, 4, &root);
+        let raw = vec![
+            ("cluster.a.id-a".to_owned(), signed("a", &ka, &ca)),
+            // Unsigned.
+            (
+                "cluster.u.id-u".to_owned(),
+                record("u", "id-u", 1, now).encode().unwrap(),
+            ),
+            // b's record signed with a's key under b's certificate.
+            ("cluster.b.id-b".to_owned(), {
+                let mut r = record("b", "id-b", 1, now);
+                r.certificate = Some(cb.encode());
+                r.encode_signed(ka.signing(), &cb.cert.serial_hex())
+                    .unwrap()
+            }),
+            // A certificate of another root.
+            (
+                "cluster.c.id-c".to_owned(),
+                signed("c", &kc, &cert("c", &kc, 3, &other_root)),
+            ),
+            // Revoked by the root.
+            ("cluster.d.id-d".to_owned(), signed("d", &kd, &cd)),
+        ];
+        let revocation = |by: &SigningKey| {
+            fleetbus_schemas::registry::RevokedRecord {
+                name: "d".into(),
+                serials: vec![cd.cert.serial_hex()],
+                revoked_at: now,
+            }
+            .encode_signed(by)
+            .unwrap()
+        };
+        let out = checked(
+            raw.clone(),
+            &[revocation(&root)],
+            Some(&root.verifying_key()),
+            now,
+        );
+        let shown: Vec<(&str, MemberState)> = out
+            .records
+            .iter()
+            .map(|r| (r.name.as_str(), r.state))
+            .collect();
+        assert_eq!(
+            shown,
+            [("a", MemberState::Active), ("d", MemberState::Left)]
+        );
+        let left_out: Vec<&str> = out.unverified.iter().map(|u| u.key.as_str()).collect();
+        assert_eq!(
+            left_out,
+            ["cluster.u.id-u", "cluster.b.id-b", "cluster.c.id-c"]
+        );
+        assert!(
+            out.unverified[0].why.contains("unsigned"),
+            "{:?}",
+            out.unverified
+        );
+        // A revocation the root did not sign revokes nothing.
+        let forged = checked(
+            raw.clone(),
+            &[revocation(&other_root)],
+            Some(&root.verifying_key()),
+            now,
+        );
+        assert!(forged
+            .records
+            .iter()
+            .any(|r| r.name == "d" && r.state == MemberState::Active));
+        // Without the root (an open fleet), every record is shown.
+        assert_eq!(checked(raw, &[], None, now).records.len(), 5);
     }
 }

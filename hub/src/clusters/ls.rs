@@ -15,7 +15,18 @@ use crate::cli::{ClustersDescribeArgs, ClustersLsArgs, OutputFormat};
 /// Kubernetes version, distribution, region, labels, features.
 pub async fn ls(args: &ClustersLsArgs, out: &mut impl Write) -> Result<(), ClustersError> {
     let (_client, js) = crate::command::connect(&args.bus).await?;
-    let views = crate::fleet::clusters(&js, &args.bus.subject_prefix, chrono::Utc::now()).await?;
+    let prefix = &args.bus.subject_prefix;
+    let read = crate::fleet::read_records(&js, prefix).await?;
+    let beats = crate::fleet::beating(&js, prefix).await?;
+    // On stderr: the table stays what scripts parse.
+    for u in &read.unverified {
+        eprintln!(
+            "fleetbus: warning: registry record {} left out: it does not verify against the \
+             fleet root ({}); agents refuse it too",
+            u.key, u.why
+        );
+    }
+    let views = crate::fleet::views(read.records, &beats, chrono::Utc::now());
     match args.out.output {
         OutputFormat::Table => render::ls(out, &views)?,
         format => {

@@ -62,6 +62,9 @@ pub(crate) async fn clusters(
     let label = q.label.as_deref().map(parse_label).transpose()?;
     let now = Utc::now();
     let registry = s.registry().await?;
+    let unverified: Vec<Value> = (registry.unverified.iter())
+        .map(|u| json!({"key": u.key, "why": u.why}))
+        .collect();
     let views = crate::fleet::views(registry.records, &registry.beats, now);
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for v in &views {
@@ -84,6 +87,7 @@ pub(crate) async fn clusters(
         .collect();
     Ok(Json(json!({
         "now": now, "total": total, "counts": counts, "clusters": shown,
+        "unverified": unverified,
     })))
 }
 

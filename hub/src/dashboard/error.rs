@@ -95,9 +95,10 @@ impl From<CommandError> for ApiError {
             CommandError::NoResponder { .. } => StatusCode::NOT_FOUND,
             CommandError::Connect { .. } | CommandError::Request { .. } => StatusCode::BAD_GATEWAY,
             // The server was started with a creds or CA file it cannot read: its own fault.
-            CommandError::Creds { .. } | CommandError::Ca { .. } | CommandError::RootKey { .. } => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            CommandError::Creds { .. }
+            | CommandError::Ca { .. }
+            | CommandError::RootKey { .. }
+            | CommandError::RootPublic { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Self::new(status, chain(&e))
     }

@@ -73,6 +73,8 @@ pub(crate) struct AppState {
 #[derive(Clone)]
 pub(crate) struct Registry {
     pub(crate) records: Vec<ClusterRecord>,
+    /// Records left out: they do not verify against the fleet root.
+    pub(crate) unverified: Vec<crate::fleet::Unverified>,
     pub(crate) beats: crate::fleet::Beats,
 }
 
@@ -88,8 +90,10 @@ impl AppState {
                 return Ok(registry.clone());
             }
         }
+        let read = crate::fleet::read_records(&self.js, &self.prefix).await?;
         let registry = Registry {
-            records: crate::fleet::cluster_records(&self.js, &self.prefix).await?,
+            records: read.records,
+            unverified: read.unverified,
             beats: crate::fleet::beating(&self.js, &self.prefix).await?,
         };
         *cached = Some((Instant::now(), registry.clone()));

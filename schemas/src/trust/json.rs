@@ -7,8 +7,11 @@
 //! without its `signature` member. The receiver computes them from the
 //! message as received, so members it does not know are covered too.
 
+use chrono::{DateTime, Utc};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde_json::Value;
+
+use super::cert::{verify, CertError, SignedCertificate};
 
 use crate::envelope::{canonical_json, sign_value, verify_value, Signature, SignatureError};
 
@@ -69,6 +72,58 @@ pub fn verify_json(message: &Value, signer: &VerifyingKey) -> Result<Signature, 
     let sig = json_signature(message)?;
     verify_value(&sig, &json_signed_bytes(message), signer)?;
     Ok(sig)
+}
+
+/// Why a cluster's signed JSON record (its registry record, PROTOCOL §5.1)
+/// is not believed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordRefusal {
+    /// It carries no certificate, or no signature.
+    #[error("unsigned")]
+    Unsigned,
+    /// Its certificate is not the fleet root's for this cluster, now.
+    #[error(transparent)]
+    Certificate(#[from] CertError),
+    /// Its certificate is on the fleet root's revocation list.
+    #[error("its certificate is revoked")]
+    Revoked,
+    /// The record's signature does not verify with its certificate's key.
+    #[error("its signature does not verify")]
+    BadSignature,
+    /// Signed under another key id than its certificate's serial.
+    #[error("signed under another key than its certificate's")]
+    SignerMismatch,
+}
+
+/// Checks the record `raw` that `cluster` published with the certificate
+/// text `cert` (its `certificate` member): the certificate is the fleet
+/// `root`'s for `cluster`, valid at `now` and not `revoked` (by serial), and
+/// the record is signed with its key. The one check of agents and of the
+/// `fleetbus` views; freshness (a replayed older record) needs what the
+/// reader saw before and is the reader's.
+pub fn verify_record(
+    root: &VerifyingKey,
+    cluster: &str,
+    cert: Option<&str>,
+    raw: &[u8],
+    now: DateTime<Utc>,
+    revoked: impl Fn(&str) -> bool,
+) -> Result<SignedCertificate, RecordRefusal> {
+    let signed = SignedCertificate::decode(cert.ok_or(RecordRefusal::Unsigned)?)?;
+    verify(&signed, root, cluster, now)?;
+    if revoked(&signed.cert.serial_hex()) {
+        return Err(RecordRefusal::Revoked);
+    }
+    let key = signed.verifying_key()?;
+    let value: Value = serde_json::from_slice(raw).map_err(|_| RecordRefusal::BadSignature)?;
+    let sig = verify_json(&value, &key).map_err(|e| match e {
+        SignatureError::Unsigned => RecordRefusal::Unsigned,
+        SignatureError::BadSignature => RecordRefusal::BadSignature,
+    })?;
+    if sig.key_id != signed.cert.serial_hex() {
+        return Err(RecordRefusal::SignerMismatch);
+    }
+    Ok(signed)
 }
 
 #[cfg(test)]

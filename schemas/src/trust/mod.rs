@@ -21,7 +21,10 @@ pub use cert::{
     verify, CertError, ClusterCertificate, SignedCertificate, CERT_MAGIC, MAX_CERT_BYTES,
 };
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
-pub use json::{json_signature, json_signed_bytes, sign_json, verify_json, JSON_SIG_MAGIC};
+pub use json::{
+    json_signature, json_signed_bytes, sign_json, verify_json, verify_record, RecordRefusal,
+    JSON_SIG_MAGIC,
+};
 pub use keys::{parse_root_key, parse_root_public, ClusterKeys, KeyError, KEY_MAGIC};
 pub use request::{sign_request, verify_request, RequestAuthError, REQUEST_MAX_AGE};
 

@@ -429,3 +429,65 @@ async fn rollout_records_not_signed_by_their_origin_are_refused() {
         c2.wait_metric_at_least(&series, before + 1.0).await;
     }
 }
+
+/// `fleetbus clusters ls --dir FLEET` shows what secure agents believe:
+/// records a broker operator (the admin's creds) put in the registry, one
+/// unsigned for a cluster that does not exist and one in c1's name signed
+/// with c2's key, are left out with a warning naming each; without the
+/// fleet root (no `--dir`) the view cannot tell and shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusters_ls_with_the_fleet_root_leaves_out_forged_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, _c1, _c2) = secure_pair(tmp.path(), &[]).await;
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    let c2_key = key_starting(&registry, "cluster.c2.").await;
+    let genuine: Value =
+        serde_json::from_slice(&registry.get(&c2_key).await.unwrap().unwrap()).unwrap();
+    let mut evil = genuine.clone();
+    evil.as_object_mut().unwrap().remove("signature");
+    evil["name"] = json!("evil");
+    evil["clusterID"] = json!("evil-id");
+    registry
+        .put(
+            "cluster.evil.evil-id",
+            serde_json::to_vec(&evil).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    let mut posing = genuine;
+    posing.as_object_mut().unwrap().remove("signature");
+    posing["name"] = json!("c1");
+    posing["clusterID"] = json!("posing-id");
+    let (c2_keys, c2_serial) = keys_of(&dir, "c2");
+    let posing = sign_json(
+        &serde_json::to_vec(&posing).unwrap(),
+        c2_keys.signing(),
+        &c2_serial,
+    );
+    registry
+        .put("cluster.c1.posing-id", posing.unwrap().into())
+        .await
+        .unwrap();
+
+    let d = dir.to_str().unwrap();
+    let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "ls", "--dir", d]);
+    assert_eq!(code, 0, "{err}");
+    let names: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["c1", "c2"], "{out}");
+    assert!(!out.contains("Conflict"), "{out}");
+    for key in ["cluster.evil.evil-id", "cluster.c1.posing-id"] {
+        assert!(
+            err.contains(&format!("registry record {key} left out")),
+            "{key}: {err}"
+        );
+    }
+    // Without the root the view shows the forgeries: c1 claimed twice.
+    let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "ls"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("evil"), "{out}");
+}

@@ -14,7 +14,7 @@ const st = (word) => `<span class="st st-${esc(word)}">${esc(word)}</span>`;
 
 const ui = {
   config: { allowActions: false },
-  clusters: [], counts: {}, total: 0,
+  clusters: [], counts: {}, total: 0, unverified: [],
   stateFilter: new Set(),
   rules: null,
   feed: [],
@@ -80,7 +80,9 @@ function route() {
 function renderSummary() {
   $("summary").innerHTML = CLUSTER_STATES.filter((s) => ui.counts[s]).map((s) =>
     `<span class="chip" data-state="${s}"><span class="dot st-${s}"></span>${s} <b>${ui.counts[s]}</b></span>`).join("")
-    + `<span class="count">${ui.total} clusters</span>`;
+    + `<span class="count">${ui.total} clusters</span>`
+    // Records that do not verify against the fleet root: left out, and said.
+    + (ui.unverified.length ? `<span class="chip" id="unverified" title="${esc(ui.unverified.map((u) => `${u.key}: ${u.why}`).join("\n"))}">${ui.unverified.length} unverified record(s) left out</span>` : "");
 }
 
 // ---------- fleet ----------
@@ -88,6 +90,7 @@ async function refreshClusters() {
   try {
     const data = await getJSON("/api/clusters");
     ui.clusters = data.clusters; ui.counts = data.counts; ui.total = data.total;
+    ui.unverified = data.unverified || [];
     document.body.dataset.clusters = String(data.total);
     renderSummary();
     renderStateChips();
