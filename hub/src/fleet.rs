@@ -18,7 +18,9 @@ use fleetbus_schemas::registry::{
     PeerFacts, RegistryKey, RevokedRecord,
 };
 use fleetbus_schemas::subject::Prefix;
-use fleetbus_schemas::trust::{verify_record, RecordRefusal, VerifyingKey};
+use fleetbus_schemas::trust::{
+    verify_record, CertError, RecordRefusal, SignedCertificate, VerifyingKey,
+};
 
 use crate::kv::ReadError;
 
@@ -103,7 +105,9 @@ pub async fn cluster_records(
     js: &async_nats::jetstream::Context,
     prefix: &Prefix,
 ) -> Result<Vec<ClusterRecord>, ReadError> {
-    Ok(read_records(js, prefix).await?.records)
+    Ok(read_records(js, prefix, &mut Verdicts::default())
+        .await?
+        .records)
 }
 
 /// [`cluster_records`], checked as secure agents check them when the fleet
@@ -115,6 +119,7 @@ pub async fn cluster_records(
 pub async fn read_records(
     js: &async_nats::jetstream::Context,
     prefix: &Prefix,
+    memo: &mut Verdicts,
 ) -> Result<Records, ReadError> {
     let bucket = registry_bucket(prefix);
     let (kv, keys) = crate::kv::keys(js, prefix, &bucket).await?;
@@ -139,20 +144,70 @@ pub async fn read_records(
             raw.push((key, bytes.to_vec()));
         }
     }
-    let mut out = checked(raw, &revocations, crate::command::fleet_root(), Utc::now());
+    let root = crate::command::fleet_root();
+    let mut out = checked(raw, &revocations, root, Utc::now(), memo);
     out.records
         .sort_by(|a, b| (&a.name, &a.cluster_id).cmp(&(&b.name, &b.cluster_id)));
     Ok(out)
 }
 
+/// Verdicts on records already checked, by registry key, with the bytes
+/// they were given for: the signatures of unchanged bytes are not checked
+/// again (two ed25519 verifications a record: the dashboard reads the
+/// registry every second). What can change under the same bytes, the
+/// certificate's period and the revocations, is checked on every use.
+#[derive(Debug, Default)]
+pub struct Verdicts(BTreeMap<String, (Vec<u8>, Result<SignedCertificate, RecordRefusal>)>);
+
+impl Verdicts {
+    /// The verdict on `bytes` at `key` (record `r`), from the memo when
+    /// the bytes are the same, against `root` at `now`, revocations aside.
+    fn of(
+        &mut self,
+        root: &VerifyingKey,
+        key: &str,
+        r: &ClusterRecord,
+        bytes: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<SignedCertificate, RecordRefusal> {
+        let verdict = match self.0.get(key) {
+            Some((seen, verdict)) if seen == bytes => verdict.clone(),
+            _ => {
+                let cert = r.certificate.as_deref();
+                let verdict = verify_record(root, &r.name, cert, bytes, now, |_| false);
+                self.0
+                    .insert(key.to_owned(), (bytes.to_vec(), verdict.clone()));
+                verdict
+            }
+        };
+        let c = verdict?;
+        if now > c.cert.not_after {
+            return Err(CertError::Expired {
+                cluster: c.cert.cluster.clone(),
+                not_after: c.cert.not_after,
+            }
+            .into());
+        }
+        if now < c.cert.not_before {
+            return Err(CertError::NotYetValid {
+                cluster: c.cert.cluster.clone(),
+                not_before: c.cert.not_before,
+            }
+            .into());
+        }
+        Ok(c)
+    }
+}
+
 /// The pure half of [`read_records`]: the records of `raw` (key, bytes),
-/// checked against `root` when there is one, with the serials of the
-/// root-signed `revocations` revoked.
-fn checked(
+/// checked against `root` when there is one (through `memo`), with the
+/// serials of the root-signed `revocations` revoked.
+pub fn checked(
     raw: Vec<(String, Vec<u8>)>,
     revocations: &[Vec<u8>],
     root: Option<&VerifyingKey>,
     now: DateTime<Utc>,
+    memo: &mut Verdicts,
 ) -> Records {
     let revoked: BTreeSet<String> = root
         .map(|root| {
@@ -164,17 +219,17 @@ fn checked(
                 .collect()
         })
         .unwrap_or_default();
+    // Keys no longer in the registry are forgotten.
+    memo.0.retain(|k, _| raw.iter().any(|(key, _)| key == k));
     let mut out = Records::default();
     for (key, bytes) in raw {
         let Ok(mut r) = ClusterRecord::decode(&bytes) else {
             continue;
         };
         if let Some(root) = root {
-            let cert = r.certificate.as_deref();
-            let is_revoked = |serial: &str| revoked.contains(serial);
-            match verify_record(root, &r.name, cert, &bytes, now, is_revoked) {
+            match memo.of(root, &key, &r, &bytes, now) {
+                Ok(c) if revoked.contains(&c.cert.serial_hex()) => r.state = MemberState::Left,
                 Ok(_) => {}
-                Err(RecordRefusal::Revoked) => r.state = MemberState::Left,
                 Err(e) => {
                     out.unverified.push(Unverified {
                         key,
@@ -435,11 +490,13 @@ mod tests {
             .encode_signed(by)
             .unwrap()
         };
+        let mut memo = Verdicts::default();
         let out = checked(
             raw.clone(),
             &[revocation(&root)],
             Some(&root.verifying_key()),
             now,
+            &mut memo,
         );
         let shown: Vec<(&str, MemberState)> = out
             .records
@@ -466,12 +523,30 @@ mod tests {
             &[revocation(&other_root)],
             Some(&root.verifying_key()),
             now,
+            &mut memo,
         );
         assert!(forged
             .records
             .iter()
             .any(|r| r.name == "d" && r.state == MemberState::Active));
         // Without the root (an open fleet), every record is shown.
-        assert_eq!(checked(raw, &[], None, now).records.len(), 5);
+        assert_eq!(
+            checked(raw.clone(), &[], None, now, &mut memo)
+                .records
+                .len(),
+            5
+        );
+        // The memo: other bytes under a key are checked again (a's record
+        // replaced by an unsigned one is left out), and a remembered
+        // verdict still expires with its certificate.
+        let root_key = root.verifying_key();
+        let mut replaced = raw.clone();
+        replaced[0].1 = record("a", "id-a", 1, now).encode().unwrap();
+        let out = checked(replaced, &[], Some(&root_key), now, &mut memo);
+        assert!(out.records.iter().all(|r| r.name != "a"), "{out:?}");
+        let later = now + chrono::Duration::days(400);
+        let out = checked(raw, &[], Some(&root_key), later, &mut memo);
+        assert!(out.records.is_empty(), "{out:?}");
+        assert!(out.unverified[0].why.contains("expired"), "{out:?}");
     }
 }

@@ -67,6 +67,8 @@ pub(crate) struct AppState {
     /// one read a second serves every browser (at 1,000 clusters a read is 1,000
     /// gets).
     records: tokio::sync::Mutex<Option<(Instant, Registry)>>,
+    /// What the records' signatures were found to be (see `fleet::Verdicts`).
+    verdicts: tokio::sync::Mutex<crate::fleet::Verdicts>,
 }
 
 /// The registry's records and the beats present, read together.
@@ -90,7 +92,8 @@ impl AppState {
                 return Ok(registry.clone());
             }
         }
-        let read = crate::fleet::read_records(&self.js, &self.prefix).await?;
+        let mut verdicts = self.verdicts.lock().await;
+        let read = crate::fleet::read_records(&self.js, &self.prefix, &mut verdicts).await?;
         let registry = Registry {
             records: read.records,
             unverified: read.unverified,
@@ -121,6 +124,7 @@ pub async fn run(args: DashboardArgs) -> Result<ExitCode, DashboardError> {
         allow_actions: args.allow_actions,
         token,
         records: tokio::sync::Mutex::new(None),
+        verdicts: tokio::sync::Mutex::default(),
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
