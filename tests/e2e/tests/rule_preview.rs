@@ -160,7 +160,12 @@ struct Recorder {
 
 impl Recorder {
     async fn start(m: &Member) -> Recorder {
-        let api = dynamic(m, &secrets(), Some("a"));
+        Recorder::of(m, &secrets()).await
+    }
+
+    /// As `start`, for the copies of kind `ar`.
+    async fn of(m: &Member, ar: &kube::api::ApiResource) -> Recorder {
+        let api = dynamic(m, ar, Some("a"));
         let list = api.list(&ListParams::default()).await.unwrap();
         let rv = list.metadata.resource_version.clone().unwrap();
         let last: BTreeMap<String, Value> = list
@@ -492,7 +497,12 @@ const RATE: &[&str] = &["--command-rate", "0.2", "--command-burst", "6"];
 
 /// Sends `payload` to c1's preview subject as a plain NATS client would.
 async fn raw(client: &async_nats::Client, payload: Vec<u8>) -> PreviewReply {
-    let subject = CommandKey::preview("c1").to_subject(&Prefix::default());
+    raw_to(client, "c1", payload).await
+}
+
+/// Sends `payload` to `cluster`'s preview subject.
+async fn raw_to(client: &async_nats::Client, cluster: &str, payload: Vec<u8>) -> PreviewReply {
+    let subject = CommandKey::preview(cluster).to_subject(&Prefix::default());
     let msg = tokio::time::timeout(SYNC, client.request(subject, payload.into()))
         .await
         .expect("no reply in time")
@@ -1223,4 +1233,174 @@ async fn sources_past_one_request_are_paged_then_cut_and_the_preview_says_so() {
     assert!(!incomplete.is_empty(), "{out}");
     let (_, text, _) = preview(&nats, &["-f", path]).await;
     assert!(text.contains("note: only "), "{text}");
+}
+
+fn configmaps() -> kube::api::ApiResource {
+    resource("", "v1", "ConfigMap", "configmaps")
+}
+
+/// Rule `web` for ConfigMaps: those labelled `app=new` of `namespaces`
+/// (YAML flow list), to `sinks`.
+fn cm_rule(sinks: &str, namespaces: &str) -> String {
+    let matched = format!("{{namespaces: {namespaces}, labels: [{{matchLabels: {{app: new}}}}]}}");
+    web_rule(sinks, &matched, "").replace("kind: Secret}", "kind: ConfigMap}")
+}
+
+/// ConfigMap `ns/name` on `m` with `labels` (YAML flow map entries).
+fn new_cm(m: &Member, ns: &str, name: &str, labels: &str) {
+    apply_yaml(
+        m,
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{{labels}}}}}\ndata: {{k: {name}-of-{}}}\n",
+            m.name
+        ),
+    );
+}
+
+/// The names of `reply`'s `conflicts`.
+fn conflict_names(reply: &Value) -> BTreeSet<String> {
+    reply["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["object"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Issue 22's first rule for a kind: no rule in the fleet takes ConfigMaps,
+/// so no agent follows them, on the bus or locally. Each sink reads what
+/// it lacks once (the kind's envelopes on the bus, its local ConfigMaps)
+/// and answers in full: exactly the creates `kubectl apply -f` then
+/// performs, c3's own unmanaged `two` a conflict (which applying then
+/// reports), nothing missing, nothing written by the preview.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "a").await;
+    }
+    new_cm(c1, "a", "one", "app: new");
+    new_cm(c1, "a", "two", "app: new");
+    new_cm(c1, "a", "other", "app: old");
+    // c3's own, of the name of a copy the rule wants there.
+    new_cm(c3, "a", "two", "app: local");
+
+    let rule = temp_file(&cm_rule("{}", "[a]"));
+    let path = rule.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    let mut said = replies(&out);
+    assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
+    for (c, r) in &said {
+        assert_eq!(r["incomplete"], json!([]), "{c}: {out}");
+    }
+    let two: BTreeSet<String> = ["two".to_owned()].into();
+    assert_eq!(conflict_names(&said["c3"]), two, "{out}");
+    let why = said["c3"]["conflicts"][0]["message"].to_string();
+    assert!(why.contains("was not made by fleetbus"), "{why}");
+    said.get_mut("c3").unwrap()["conflicts"] = json!([]);
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(creates_from_c1(&said["c2"]), names(&["one", "two"]), "{out}");
+    assert_eq!(creates_from_c1(&said["c3"]), names(&["one"]), "{out}");
+    assert_eq!(predicted(&said["c1"]), Effects::new(), "{out}");
+    let want: BTreeMap<&str, Effects> = ["c2", "c3"]
+        .iter()
+        .map(|c| (*c, predicted(&said[*c])))
+        .collect();
+
+    // Applying it does exactly that, and reports the conflict.
+    let watches = [
+        Recorder::of(c2, &configmaps()).await,
+        Recorder::of(c3, &configmaps()).await,
+    ];
+    let mut conflicts = subscribe_conflicts(&nats, "c3").await;
+    kubectl(c1, &["apply", "-f", path]);
+    next_conflict(&mut conflicts, "LocalObject for two", |v| {
+        v["reason"] == "LocalObject" && v["object"]["name"] == "two"
+    })
+    .await;
+    for (w, x) in watches.iter().zip([c2, c3]) {
+        wait_copy(x, &configmaps(), Some("a"), "one", "c1", RULE, |_| Ok(())).await;
+        wait_for(
+            &format!("{}'s watch to see the copies", x.name),
+            SYNC,
+            || async {
+                (w.effects() == want[x.name.as_str()])
+                    .then_some(())
+                    .ok_or(format!(
+                        "seen {:?}, previewed {:?}",
+                        w.effects(),
+                        want[x.name.as_str()]
+                    ))
+            },
+        )
+        .await;
+        assert_absent(x, &configmaps(), Some("a"), "other").await;
+    }
+    let local = get_dynamic(c3, &configmaps(), Some("a"), "two").await;
+    check_unmanaged(&local.unwrap().unwrap()).unwrap();
+}
+
+/// Objects of a kind already on the bus for a rule c2 does not have (one
+/// c1 and c3 keep to themselves, `resource-sync-disabled`): c2 follows no
+/// ConfigMap, and c1 does not give them again in its `preview-source`
+/// (they are on the bus as they are). c2's preview of a new rule reads
+/// them from the bus once, and applying creates them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_on_the_bus_for_a_rule_elsewhere_are_read_once_by_a_sink_that_does_not_follow_them(
+) {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "a").await;
+    }
+    label(&m, "c2", "edge").await;
+    new_cm(c1, "a", "base", "app: new");
+    let pair = cm_rule("{}", "[a]").replace(
+        "name: web\n",
+        "name: pair\n  annotations: {fleetbus.io/resource-sync-disabled: \"true\"}\n",
+    );
+    apply_yaml(c1, &pair);
+    apply_yaml(c3, &pair);
+    // On the bus: c3 has its copy.
+    wait_copy(c3, &configmaps(), Some("a"), "base", "c1", "pair", |_| Ok(())).await;
+    assert_eq!(get_dynamic(c2, &rules(), None, "pair").await, Ok(None));
+
+    let text = cm_rule("{matchLabels: {env: edge}}", "[a]");
+    let rule = temp_file(&text);
+    let path = rule.path().to_str().unwrap();
+    let before = state(&m).await;
+    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    let said = replies(&out);
+    let base: BTreeSet<String> = ["base".to_owned()].into();
+    assert_eq!(creates_from_c1(&said["c2"]), base, "{out}");
+    assert_eq!(said["c2"]["incomplete"], json!([]), "{out}");
+    // From the bus, not from c1's answer: asked with no sources, c2 still
+    // lists it (and says other objects may be missing).
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let bare = PreviewRequest {
+        rule: Some(serde_yaml::from_str(&text).unwrap()),
+        ..PreviewRequest::default()
+    };
+    let reply = raw_to(&client, "c2", bare.encode().unwrap()).await;
+    let reply = serde_json::to_value(&reply).unwrap();
+    assert_eq!(creates_from_c1(&reply), base, "{reply:#}");
+    assert_eq!(reply["incomplete"].as_array().unwrap().len(), 1, "{reply:#}");
+
+    let watch = Recorder::of(c2, &configmaps()).await;
+    kubectl(c1, &["apply", "-f", path]);
+    wait_copy(c2, &configmaps(), Some("a"), "base", "c1", RULE, |_| Ok(())).await;
+    wait_for("c2's watch to see the copy", SYNC, || async {
+        (watch.effects() == predicted(&said["c2"]))
+            .then_some(())
+            .ok_or(format!("seen {:?}", watch.effects()))
+    })
+    .await;
 }
