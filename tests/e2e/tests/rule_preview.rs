@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use common::sync::*;
 use common::{fleetbus_cli, Member, MemberExt, CONVERGE};
 use fleetbus_schemas::preview::{PreviewReply, PreviewRequest, PreviewSource};
-use fleetbus_schemas::subject::{CommandKey, Prefix};
+use fleetbus_schemas::subject::{CommandKey, ObjectKey, Prefix};
 use fleetbus_schemas::well_known::ANNOTATION_RULE;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use futures::StreamExt;
@@ -216,10 +216,36 @@ impl Recorder {
         self.effects.lock().unwrap().clone()
     }
 
+    /// Waits until the watch of `cluster` has seen exactly `want`.
+    async fn wait_effects(&self, cluster: &str, want: &Effects) {
+        let what = format!("{cluster}'s watch to see what was previewed");
+        wait_for(&what, SYNC, || async {
+            (self.effects() == *want)
+                .then_some(())
+                .ok_or(format!("seen {:?}, previewed {want:?}", self.effects()))
+        })
+        .await;
+    }
+
     /// The copy of `name` as the watch last saw it.
     fn seen(&self, name: &str) -> Option<Value> {
         self.last.lock().unwrap().get(name).cloned()
     }
+}
+
+/// `rules preview -f <path> -o json`, which must list changes (exit 1) and
+/// write nothing on `m`: each answering cluster's reply by name, and the
+/// output.
+async fn preview_changes(
+    nats: &NatsServer,
+    m: &[Member],
+    path: &str,
+) -> (BTreeMap<String, Value>, String) {
+    let before = state(m).await;
+    let (code, out, err) = preview(nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
+    assert_eq!(state(m).await, before, "a preview wrote something");
+    (replies(&out), out)
 }
 
 /// resourceVersions of every Secret in `a` and of the rule, and the writes
@@ -305,11 +331,7 @@ async fn the_preview_lists_what_applying_the_rule_does_and_writes_nothing() {
     // The preview, which writes nothing anywhere.
     let v2_file = temp_file(&v2());
     let v2_path = v2_file.path().to_str().unwrap();
-    let before = state(&m).await;
-    let (code, out, err) = preview(&nats, &["-f", v2_path, "-o", "json"]).await;
-    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
-    assert_eq!(state(&m).await, before, "a preview wrote something");
-    let said = replies(&out);
+    let (said, out) = preview_changes(&nats, &m, v2_path).await;
     assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
     let want: BTreeMap<&str, Effects> = said
         .iter()
@@ -764,11 +786,7 @@ spec:
     // No longer selecting c2: its copy of the manifest goes, and does.
     let narrowed = temp_file(&stacks_rule("{matchLabels: {nowhere: here}}"));
     let path = narrowed.path().to_str().unwrap();
-    let before = state(&m).await;
-    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
-    assert_eq!(code, Some(1), "{out}{err}");
-    assert_eq!(state(&m).await, before, "a preview wrote something");
-    let said = replies(&out);
+    let (said, out) = preview_changes(&nats, &m, path).await;
     let k = |v: &str, n: &str| (v.to_owned(), n.to_owned());
     let c2_effects: Vec<_> = predicted(&said["c2"]).into_keys().collect();
     assert_eq!(c2_effects, [k("DELETED", "cfg")], "{out}");
@@ -926,11 +944,7 @@ async fn a_new_rule_s_preview_sees_the_objects_no_origin_publishes_yet() {
 
     let rule = temp_file(&new_rule("[a]", ""));
     let path = rule.path().to_str().unwrap();
-    let before = state(&m).await;
-    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
-    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
-    assert_eq!(state(&m).await, before, "a preview wrote something");
-    let said = replies(&out);
+    let (said, out) = preview_changes(&nats, &m, path).await;
     assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
     let both: BTreeSet<String> = ["one", "two"].map(String::from).into();
     for c in ["c2", "c3"] {
@@ -957,20 +971,7 @@ async fn a_new_rule_s_preview_sees_the_objects_no_origin_publishes_yet() {
             })
             .await;
         }
-        wait_for(
-            &format!("{}'s watch to see the copies", x.name),
-            SYNC,
-            || async {
-                (w.effects() == want[x.name.as_str()])
-                    .then_some(())
-                    .ok_or(format!(
-                        "seen {:?}, previewed {:?}",
-                        w.effects(),
-                        want[x.name.as_str()]
-                    ))
-            },
-        )
-        .await;
+        w.wait_effects(&x.name, &want[x.name.as_str()]).await;
         assert_absent(x, &secrets(), Some("a"), "other").await;
     }
 }
@@ -1240,10 +1241,10 @@ fn configmaps() -> kube::api::ApiResource {
 }
 
 /// Rule `web` for ConfigMaps: those labelled `app=new` of `namespaces`
-/// (YAML flow list), to `sinks`.
-fn cm_rule(sinks: &str, namespaces: &str) -> String {
+/// (YAML flow list), to `sinks`, with `extra` YAML under the entry.
+fn cm_rule(sinks: &str, namespaces: &str, extra: &str) -> String {
     let matched = format!("{{namespaces: {namespaces}, labels: [{{matchLabels: {{app: new}}}}]}}");
-    web_rule(sinks, &matched, "").replace("kind: Secret}", "kind: ConfigMap}")
+    web_rule(sinks, &matched, extra).replace("kind: Secret}", "kind: ConfigMap}")
 }
 
 /// ConfigMap `ns/name` on `m` with `labels` (YAML flow map entries).
@@ -1287,13 +1288,9 @@ async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
     // c3's own, of the name of a copy the rule wants there.
     new_cm(c3, "a", "two", "app: local");
 
-    let rule = temp_file(&cm_rule("{}", "[a]"));
+    let rule = temp_file(&cm_rule("{}", "[a]", ""));
     let path = rule.path().to_str().unwrap();
-    let before = state(&m).await;
-    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
-    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
-    assert_eq!(state(&m).await, before, "a preview wrote something");
-    let mut said = replies(&out);
+    let (mut said, out) = preview_changes(&nats, &m, path).await;
     assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
     for (c, r) in &said {
         assert_eq!(r["incomplete"], json!([]), "{c}: {out}");
@@ -1304,13 +1301,44 @@ async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
     assert!(why.contains("was not made by fleetbus"), "{why}");
     said.get_mut("c3").unwrap()["conflicts"] = json!([]);
     let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
-    assert_eq!(creates_from_c1(&said["c2"]), names(&["one", "two"]), "{out}");
+    assert_eq!(
+        creates_from_c1(&said["c2"]),
+        names(&["one", "two"]),
+        "{out}"
+    );
     assert_eq!(creates_from_c1(&said["c3"]), names(&["one"]), "{out}");
     assert_eq!(predicted(&said["c1"]), Effects::new(), "{out}");
     let want: BTreeMap<&str, Effects> = ["c2", "c3"]
         .iter()
         .map(|c| (*c, predicted(&said[*c])))
         .collect();
+
+    // Copies of a kind no cluster serves (no CRD): an error on each, as a
+    // pass names it, and nothing else.
+    let gadgets = temp_file(&cm_rule(
+        "{}",
+        "[a]",
+        "      mutations:\n        groupVersionKind: {group: example.com, version: v1, kind: Gadget}\n",
+    ));
+    let before = state(&m).await;
+    let (_, out, _) = preview(
+        &nats,
+        &["-f", gadgets.path().to_str().unwrap(), "-o", "json"],
+    )
+    .await;
+    let c2_said = &replies(&out)["c2"];
+    let errors = c2_said["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 2, "{c2_said:#}");
+    for e in errors {
+        let why = e["message"].as_str().unwrap();
+        assert!(
+            why.contains("Gadget") && why.contains("not served by this cluster"),
+            "{c2_said:#}"
+        );
+    }
+    assert_eq!(c2_said["creates"], json!([]), "{c2_said:#}");
+    assert_eq!(c2_said["incomplete"], json!([]), "{c2_said:#}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
 
     // Applying it does exactly that, and reports the conflict.
     let watches = [
@@ -1325,20 +1353,7 @@ async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
     .await;
     for (w, x) in watches.iter().zip([c2, c3]) {
         wait_copy(x, &configmaps(), Some("a"), "one", "c1", RULE, |_| Ok(())).await;
-        wait_for(
-            &format!("{}'s watch to see the copies", x.name),
-            SYNC,
-            || async {
-                (w.effects() == want[x.name.as_str()])
-                    .then_some(())
-                    .ok_or(format!(
-                        "seen {:?}, previewed {:?}",
-                        w.effects(),
-                        want[x.name.as_str()]
-                    ))
-            },
-        )
-        .await;
+        w.wait_effects(&x.name, &want[x.name.as_str()]).await;
         assert_absent(x, &configmaps(), Some("a"), "other").await;
     }
     let local = get_dynamic(c3, &configmaps(), Some("a"), "two").await;
@@ -1351,8 +1366,8 @@ async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
 /// (they are on the bus as they are). c2's preview of a new rule reads
 /// them from the bus once, and applying creates them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn objects_on_the_bus_for_a_rule_elsewhere_are_read_once_by_a_sink_that_does_not_follow_them(
-) {
+async fn objects_on_the_bus_for_a_rule_elsewhere_are_read_once_by_a_sink_that_does_not_follow_them()
+{
     let nats = NatsServer::start().unwrap();
     let m = fleet(&nats, &["c1", "c2", "c3"]).await;
     let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
@@ -1361,30 +1376,59 @@ async fn objects_on_the_bus_for_a_rule_elsewhere_are_read_once_by_a_sink_that_do
     }
     label(&m, "c2", "edge").await;
     new_cm(c1, "a", "base", "app: new");
-    let pair = cm_rule("{}", "[a]").replace(
+    let pair = cm_rule("{}", "[a]", "").replace(
         "name: web\n",
         "name: pair\n  annotations: {fleetbus.io/resource-sync-disabled: \"true\"}\n",
     );
     apply_yaml(c1, &pair);
     apply_yaml(c3, &pair);
     // On the bus: c3 has its copy.
-    wait_copy(c3, &configmaps(), Some("a"), "base", "c1", "pair", |_| Ok(())).await;
+    wait_copy(c3, &configmaps(), Some("a"), "base", "c1", "pair", |_| {
+        Ok(())
+    })
+    .await;
     assert_eq!(get_dynamic(c2, &rules(), None, "pair").await, Ok(None));
+    // And what no origin sent: garbage, and c1's envelope of `base` under
+    // another name. c2's read skips and counts them, as its consumer would.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let at = |name: &str| {
+        ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("a"), name)
+            .to_subject(&Prefix::default())
+    };
+    let base_env = js
+        .get_stream("FLEETBUS_OBJECTS")
+        .await
+        .unwrap()
+        .get_last_raw_message_by_subject(&at("base"))
+        .await
+        .unwrap()
+        .payload;
+    for (name, payload) in [
+        ("junk", b"{not json".to_vec()),
+        ("moved", base_env.to_vec()),
+    ] {
+        js.publish(at(name), payload.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let rejected =
+        |m: &Member| sync_rejected(m, "malformed") + sync_rejected(m, "subject_mismatch");
+    let rejected_before = rejected(c2);
 
-    let text = cm_rule("{matchLabels: {env: edge}}", "[a]");
+    let text = cm_rule("{matchLabels: {env: edge}}", "[a]", "");
     let rule = temp_file(&text);
     let path = rule.path().to_str().unwrap();
-    let before = state(&m).await;
-    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
-    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
-    assert_eq!(state(&m).await, before, "a preview wrote something");
-    let said = replies(&out);
+    let (said, out) = preview_changes(&nats, &m, path).await;
     let base: BTreeSet<String> = ["base".to_owned()].into();
     assert_eq!(creates_from_c1(&said["c2"]), base, "{out}");
     assert_eq!(said["c2"]["incomplete"], json!([]), "{out}");
+    assert_eq!(said["c2"]["errors"], json!([]), "{out}");
+    assert!(rejected(c2) >= rejected_before + 2.0, "{}", rejected(c2));
     // From the bus, not from c1's answer: asked with no sources, c2 still
     // lists it (and says other objects may be missing).
-    let client = async_nats::connect(nats.url()).await.unwrap();
     let bare = PreviewRequest {
         rule: Some(serde_yaml::from_str(&text).unwrap()),
         ..PreviewRequest::default()
@@ -1392,15 +1436,14 @@ async fn objects_on_the_bus_for_a_rule_elsewhere_are_read_once_by_a_sink_that_do
     let reply = raw_to(&client, "c2", bare.encode().unwrap()).await;
     let reply = serde_json::to_value(&reply).unwrap();
     assert_eq!(creates_from_c1(&reply), base, "{reply:#}");
-    assert_eq!(reply["incomplete"].as_array().unwrap().len(), 1, "{reply:#}");
+    assert_eq!(
+        reply["incomplete"].as_array().unwrap().len(),
+        1,
+        "{reply:#}"
+    );
 
     let watch = Recorder::of(c2, &configmaps()).await;
     kubectl(c1, &["apply", "-f", path]);
     wait_copy(c2, &configmaps(), Some("a"), "base", "c1", RULE, |_| Ok(())).await;
-    wait_for("c2's watch to see the copy", SYNC, || async {
-        (watch.effects() == predicted(&said["c2"]))
-            .then_some(())
-            .ok_or(format!("seen {:?}", watch.effects()))
-    })
-    .await;
+    watch.wait_effects("c2", &predicted(&said["c2"])).await;
 }

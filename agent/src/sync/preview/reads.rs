@@ -107,7 +107,9 @@ impl Engine {
         tokio::time::timeout(BUS_TIMEOUT, self.last_envelopes(gvk))
             .await
             .map_err(|_| {
-                format!("reading the envelopes of {what} on the bus took longer than {BUS_TIMEOUT:?}")
+                format!(
+                    "reading the envelopes of {what} on the bus took longer than {BUS_TIMEOUT:?}"
+                )
             })?
             .map_err(|e| format!("cannot read the envelopes of {what} on the bus: {e}"))
     }
@@ -142,10 +144,7 @@ impl Engine {
         if pending == 0 {
             return Ok(out);
         }
-        let opener = Opener {
-            me: self.fleet.local.name.clone(),
-            key: self.ctx.sealing.as_ref().map(|k| k.secret.clone()),
-        };
+        let opener = Opener::of(&self.ctx);
         let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
         while let Some(msg) = messages.next().await {
             let msg = msg.map_err(|e| e.to_string())?;

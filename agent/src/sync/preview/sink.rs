@@ -451,9 +451,8 @@ impl Engine {
         };
         let mut live = read.map_or_else(|| self.live(target), |r| r.live(target));
         let namespaced = read.map(|r| r.namespaced);
-        let decide = |live: Option<&Value>| {
-            self.preview_decide(rule, target, winner, live, namespaced, now)
-        };
+        let decide =
+            |live: Option<&Value>| self.preview_decide(rule, target, winner, live, namespaced, now);
         let mut step = decide(live.as_ref());
         if matches!(
             step,

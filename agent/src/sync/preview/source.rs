@@ -247,7 +247,11 @@ impl Engine {
                     Some(token) => params = params.continue_token(&token),
                     None => {
                         let objects = out;
-                        return Ok(Listed { ar, namespaced, objects });
+                        return Ok(Listed {
+                            ar,
+                            namespaced,
+                            objects,
+                        });
                     }
                 }
             }
@@ -274,10 +278,7 @@ impl Engine {
         sources: &[SourceEnvelope],
         reply: &mut fleetbus_schemas::preview::PreviewReply,
     ) -> std::collections::BTreeMap<ObjectKey, Envelope> {
-        let opener = crate::sync::inputs::watches::Opener {
-            me: self.fleet.local.name.clone(),
-            key: self.ctx.sealing.as_ref().map(|k| k.secret.clone()),
-        };
+        let opener = crate::sync::inputs::watches::Opener::of(&self.ctx);
         let prefix = self.ctx.layout.prefix();
         let mut out = std::collections::BTreeMap::new();
         for source in sources {
