@@ -1339,6 +1339,28 @@ async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
     assert_eq!(c2_said["creates"], json!([]), "{c2_said:#}");
     assert_eq!(c2_said["incomplete"], json!([]), "{c2_said:#}");
     assert_eq!(state(&m).await, before, "a preview wrote something");
+    // A rule for a kind this cluster does not serve cannot work here, as
+    // its status would say: nothing is listed, and the preview says why.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let widgets = cm_rule("{}", "[a]", "").replace(
+        "{group: \"\", version: v1, kind: ConfigMap}",
+        "{group: example.com, version: v1, kind: Widget}",
+    );
+    let ask = PreviewRequest {
+        rule: Some(serde_yaml::from_str(&widgets).unwrap()),
+        sources_complete: true,
+        ..PreviewRequest::default()
+    };
+    let reply = raw_to(&client, "c2", ask.encode().unwrap()).await;
+    assert_eq!(reply.error, None, "{reply:?}");
+    assert!(!reply.has_changes(), "{reply:?}");
+    let [why] = reply.incomplete.as_slice() else {
+        panic!("{reply:?}")
+    };
+    assert!(
+        why.starts_with("the rule cannot work here: ") && why.contains("not served"),
+        "{why}"
+    );
 
     // Applying it does exactly that, and reports the conflict.
     let watches = [
