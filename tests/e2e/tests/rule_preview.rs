@@ -1160,6 +1160,54 @@ async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_
         assert!(p.message.contains("refused the source envelope"), "{p:?}");
     }
 
+    // A kind c2 does not follow (only c1's and c3's pair rule takes
+    // ConfigMaps): c2's preview reads it on the bus, where it takes c1's
+    // signed envelope, and not one c2 signed on c1's subject, which it counts.
+    pair_up(c1, c3, c2, "cfg").await;
+    let forged_cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": "a", "name": "forged-cm", "uid": "u-forged-cm",
+                     "resourceVersion": "1", "labels": {"app": "new"}},
+        "data": {"k": "pwned"}});
+    let forged_key = ObjectKey::from_object("c1", &forged_cm).unwrap();
+    let mut forged = Envelope::snapshot("c1", None, forged_cm, chrono::Utc::now()).unwrap();
+    forged.sign(&forged_key, c2_keys.signing(), &c2_serial);
+    async_nats::jetstream::new(client.clone())
+        .publish(
+            forged_key.to_subject(&Prefix::default()),
+            forged.encode().unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mismatch_before = rejected_messages(c2, "signer_mismatch");
+    let cm_request = PreviewRequest {
+        rule: Some(serde_yaml::from_str(&cm_rule("{}", "[a]", "")).unwrap()),
+        author: Some("c2".into()),
+        sources_complete: true,
+        ..PreviewRequest::default()
+    };
+    let to_c2 = CommandKey::preview("c2").to_subject(&Prefix::default());
+    let signed = sign_request(
+        &cm_request.encode().unwrap(),
+        &to_c2,
+        &root,
+        chrono::Utc::now(),
+    );
+    let raw = client.request(to_c2, signed.unwrap().into()).await.unwrap();
+    let reply = serde_json::to_value(PreviewReply::decode(&raw.payload).unwrap()).unwrap();
+    assert_eq!(
+        creates_from_c1(&reply),
+        ["cfg".to_owned()].into(),
+        "{reply:#}"
+    );
+    assert_eq!(reply["incomplete"], json!([]), "{reply:#}");
+    assert_eq!(reply["errors"], json!([]), "{reply:#}");
+    assert!(
+        rejected_messages(c2, "signer_mismatch") > mismatch_before,
+        "{reply:#}"
+    );
+
     // Created on c2 as previewed: c3 gets `open`, and never `kept`.
     kubectl(c2, &["apply", "-f", path]);
     wait_copy(c3, &secrets(), Some("a"), "open", "c1", RULE, |o| {
@@ -1256,6 +1304,25 @@ fn new_cm(m: &Member, ns: &str, name: &str, labels: &str) {
             m.name
         ),
     );
+}
+
+/// c1's ConfigMap `a/<name>` on the bus for rule `pair`, which only c1 and
+/// `other` have (`resource-sync-disabled`), so `outside` follows no
+/// ConfigMap.
+async fn pair_up(c1: &Member, other: &Member, outside: &Member, name: &str) {
+    new_cm(c1, "a", name, "app: new");
+    let pair = cm_rule("{}", "[a]", "").replace(
+        "name: web\n",
+        "name: pair\n  annotations: {fleetbus.io/resource-sync-disabled: \"true\"}\n",
+    );
+    apply_yaml(c1, &pair);
+    apply_yaml(other, &pair);
+    // On the bus: `other` has its copy.
+    wait_copy(other, &configmaps(), Some("a"), name, "c1", "pair", |_| {
+        Ok(())
+    })
+    .await;
+    assert_eq!(get_dynamic(outside, &rules(), None, "pair").await, Ok(None));
 }
 
 /// The names of `reply`'s `conflicts`.
@@ -1397,19 +1464,7 @@ async fn objects_on_the_bus_for_a_rule_elsewhere_are_read_once_by_a_sink_that_do
         create_ns(x, "a").await;
     }
     label(&m, "c2", "edge").await;
-    new_cm(c1, "a", "base", "app: new");
-    let pair = cm_rule("{}", "[a]", "").replace(
-        "name: web\n",
-        "name: pair\n  annotations: {fleetbus.io/resource-sync-disabled: \"true\"}\n",
-    );
-    apply_yaml(c1, &pair);
-    apply_yaml(c3, &pair);
-    // On the bus: c3 has its copy.
-    wait_copy(c3, &configmaps(), Some("a"), "base", "c1", "pair", |_| {
-        Ok(())
-    })
-    .await;
-    assert_eq!(get_dynamic(c2, &rules(), None, "pair").await, Ok(None));
+    pair_up(c1, c3, c2, "base").await;
     // And what no origin sent: garbage, and c1's envelope of `base` under
     // another name. c2's read skips and counts them, as its consumer would.
     let client = async_nats::connect(nats.url()).await.unwrap();
