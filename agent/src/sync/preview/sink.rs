@@ -341,9 +341,10 @@ impl Engine {
     }
 
     /// The envelopes of the candidate's source kind on the bus where this
-    /// sink does not follow it, or None (and why, in `reply.incomplete`)
-    /// when they cannot be known: a pass would not take the kind either
-    /// (this cluster does not serve it), or the read failed.
+    /// sink does not follow it; None (and why, in `reply.incomplete`) when
+    /// a pass would not take the kind either: this cluster does not serve
+    /// it. A read that fails is named in `reply.incomplete` too, and the
+    /// preview goes on with what the origins gave (`sources`).
     async fn unfollowed(
         &self,
         rule: &CompiledRule,
@@ -364,7 +365,7 @@ impl Engine {
             Ok(read) => Some(read),
             Err(why) => {
                 reply.incomplete.push(why);
-                None
+                Some(BTreeMap::new())
             }
         }
     }
