@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use common::sync::*;
 use common::{fleetbus_cli, Member, MemberExt, CONVERGE};
 use fleetbus_schemas::preview::{PreviewReply, PreviewRequest, PreviewSource};
-use fleetbus_schemas::subject::{CommandKey, Prefix};
+use fleetbus_schemas::subject::{CommandKey, ObjectKey, Prefix};
 use fleetbus_schemas::well_known::ANNOTATION_RULE;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use futures::StreamExt;
@@ -160,7 +160,12 @@ struct Recorder {
 
 impl Recorder {
     async fn start(m: &Member) -> Recorder {
-        let api = dynamic(m, &secrets(), Some("a"));
+        Recorder::of(m, &secrets()).await
+    }
+
+    /// As `start`, for the copies of kind `ar`.
+    async fn of(m: &Member, ar: &kube::api::ApiResource) -> Recorder {
+        let api = dynamic(m, ar, Some("a"));
         let list = api.list(&ListParams::default()).await.unwrap();
         let rv = list.metadata.resource_version.clone().unwrap();
         let last: BTreeMap<String, Value> = list
@@ -211,10 +216,36 @@ impl Recorder {
         self.effects.lock().unwrap().clone()
     }
 
+    /// Waits until the watch of `cluster` has seen exactly `want`.
+    async fn wait_effects(&self, cluster: &str, want: &Effects) {
+        let what = format!("{cluster}'s watch to see what was previewed");
+        wait_for(&what, SYNC, || async {
+            (self.effects() == *want)
+                .then_some(())
+                .ok_or(format!("seen {:?}, previewed {want:?}", self.effects()))
+        })
+        .await;
+    }
+
     /// The copy of `name` as the watch last saw it.
     fn seen(&self, name: &str) -> Option<Value> {
         self.last.lock().unwrap().get(name).cloned()
     }
+}
+
+/// `rules preview -f <path> -o json`, which must list changes (exit 1) and
+/// write nothing on `m`: each answering cluster's reply by name, and the
+/// output.
+async fn preview_changes(
+    nats: &NatsServer,
+    m: &[Member],
+    path: &str,
+) -> (BTreeMap<String, Value>, String) {
+    let before = state(m).await;
+    let (code, out, err) = preview(nats, &["-f", path, "-o", "json"]).await;
+    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
+    assert_eq!(state(m).await, before, "a preview wrote something");
+    (replies(&out), out)
 }
 
 /// resourceVersions of every Secret in `a` and of the rule, and the writes
@@ -300,11 +331,7 @@ async fn the_preview_lists_what_applying_the_rule_does_and_writes_nothing() {
     // The preview, which writes nothing anywhere.
     let v2_file = temp_file(&v2());
     let v2_path = v2_file.path().to_str().unwrap();
-    let before = state(&m).await;
-    let (code, out, err) = preview(&nats, &["-f", v2_path, "-o", "json"]).await;
-    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
-    assert_eq!(state(&m).await, before, "a preview wrote something");
-    let said = replies(&out);
+    let (said, out) = preview_changes(&nats, &m, v2_path).await;
     assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
     let want: BTreeMap<&str, Effects> = said
         .iter()
@@ -492,7 +519,12 @@ const RATE: &[&str] = &["--command-rate", "0.2", "--command-burst", "6"];
 
 /// Sends `payload` to c1's preview subject as a plain NATS client would.
 async fn raw(client: &async_nats::Client, payload: Vec<u8>) -> PreviewReply {
-    let subject = CommandKey::preview("c1").to_subject(&Prefix::default());
+    raw_to(client, "c1", payload).await
+}
+
+/// Sends `payload` to `cluster`'s preview subject.
+async fn raw_to(client: &async_nats::Client, cluster: &str, payload: Vec<u8>) -> PreviewReply {
+    let subject = CommandKey::preview(cluster).to_subject(&Prefix::default());
     let msg = tokio::time::timeout(SYNC, client.request(subject, payload.into()))
         .await
         .expect("no reply in time")
@@ -754,11 +786,7 @@ spec:
     // No longer selecting c2: its copy of the manifest goes, and does.
     let narrowed = temp_file(&stacks_rule("{matchLabels: {nowhere: here}}"));
     let path = narrowed.path().to_str().unwrap();
-    let before = state(&m).await;
-    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
-    assert_eq!(code, Some(1), "{out}{err}");
-    assert_eq!(state(&m).await, before, "a preview wrote something");
-    let said = replies(&out);
+    let (said, out) = preview_changes(&nats, &m, path).await;
     let k = |v: &str, n: &str| (v.to_owned(), n.to_owned());
     let c2_effects: Vec<_> = predicted(&said["c2"]).into_keys().collect();
     assert_eq!(c2_effects, [k("DELETED", "cfg")], "{out}");
@@ -916,11 +944,7 @@ async fn a_new_rule_s_preview_sees_the_objects_no_origin_publishes_yet() {
 
     let rule = temp_file(&new_rule("[a]", ""));
     let path = rule.path().to_str().unwrap();
-    let before = state(&m).await;
-    let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
-    assert_eq!(code, Some(1), "changes exit 1: {out}{err}");
-    assert_eq!(state(&m).await, before, "a preview wrote something");
-    let said = replies(&out);
+    let (said, out) = preview_changes(&nats, &m, path).await;
     assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
     let both: BTreeSet<String> = ["one", "two"].map(String::from).into();
     for c in ["c2", "c3"] {
@@ -947,20 +971,7 @@ async fn a_new_rule_s_preview_sees_the_objects_no_origin_publishes_yet() {
             })
             .await;
         }
-        wait_for(
-            &format!("{}'s watch to see the copies", x.name),
-            SYNC,
-            || async {
-                (w.effects() == want[x.name.as_str()])
-                    .then_some(())
-                    .ok_or(format!(
-                        "seen {:?}, previewed {:?}",
-                        w.effects(),
-                        want[x.name.as_str()]
-                    ))
-            },
-        )
-        .await;
+        w.wait_effects(&x.name, &want[x.name.as_str()]).await;
         assert_absent(x, &secrets(), Some("a"), "other").await;
     }
 }
@@ -1149,6 +1160,54 @@ async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_
         assert!(p.message.contains("refused the source envelope"), "{p:?}");
     }
 
+    // A kind c2 does not follow (only c1's and c3's pair rule takes
+    // ConfigMaps): c2's preview reads it on the bus, where it takes c1's
+    // signed envelope, and not one c2 signed on c1's subject, which it counts.
+    pair_up(c1, c3, c2, "cfg").await;
+    let forged_cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": "a", "name": "forged-cm", "uid": "u-forged-cm",
+                     "resourceVersion": "1", "labels": {"app": "new"}},
+        "data": {"k": "pwned"}});
+    let forged_key = ObjectKey::from_object("c1", &forged_cm).unwrap();
+    let mut forged = Envelope::snapshot("c1", None, forged_cm, chrono::Utc::now()).unwrap();
+    forged.sign(&forged_key, c2_keys.signing(), &c2_serial);
+    async_nats::jetstream::new(client.clone())
+        .publish(
+            forged_key.to_subject(&Prefix::default()),
+            forged.encode().unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let mismatch_before = rejected_messages(c2, "signer_mismatch");
+    let cm_request = PreviewRequest {
+        rule: Some(serde_yaml::from_str(&cm_rule("{}", "[a]", "")).unwrap()),
+        author: Some("c2".into()),
+        sources_complete: true,
+        ..PreviewRequest::default()
+    };
+    let to_c2 = CommandKey::preview("c2").to_subject(&Prefix::default());
+    let signed = sign_request(
+        &cm_request.encode().unwrap(),
+        &to_c2,
+        &root,
+        chrono::Utc::now(),
+    );
+    let raw = client.request(to_c2, signed.unwrap().into()).await.unwrap();
+    let reply = serde_json::to_value(PreviewReply::decode(&raw.payload).unwrap()).unwrap();
+    assert_eq!(
+        creates_from_c1(&reply),
+        ["cfg".to_owned()].into(),
+        "{reply:#}"
+    );
+    assert_eq!(reply["incomplete"], json!([]), "{reply:#}");
+    assert_eq!(reply["errors"], json!([]), "{reply:#}");
+    assert!(
+        rejected_messages(c2, "signer_mismatch") > mismatch_before,
+        "{reply:#}"
+    );
+
     // Created on c2 as previewed: c3 gets `open`, and never `kept`.
     kubectl(c2, &["apply", "-f", path]);
     wait_copy(c3, &secrets(), Some("a"), "open", "c1", RULE, |o| {
@@ -1223,4 +1282,245 @@ async fn sources_past_one_request_are_paged_then_cut_and_the_preview_says_so() {
     assert!(!incomplete.is_empty(), "{out}");
     let (_, text, _) = preview(&nats, &["-f", path]).await;
     assert!(text.contains("note: only "), "{text}");
+}
+
+fn configmaps() -> kube::api::ApiResource {
+    resource("", "v1", "ConfigMap", "configmaps")
+}
+
+/// Rule `web` for ConfigMaps: those labelled `app=new` of `namespaces`
+/// (YAML flow list), to `sinks`, with `extra` YAML under the entry.
+fn cm_rule(sinks: &str, namespaces: &str, extra: &str) -> String {
+    let matched = format!("{{namespaces: {namespaces}, labels: [{{matchLabels: {{app: new}}}}]}}");
+    web_rule(sinks, &matched, extra).replace("kind: Secret}", "kind: ConfigMap}")
+}
+
+/// ConfigMap `ns/name` on `m` with `labels` (YAML flow map entries).
+fn new_cm(m: &Member, ns: &str, name: &str, labels: &str) {
+    apply_yaml(
+        m,
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{{labels}}}}}\ndata: {{k: {name}-of-{}}}\n",
+            m.name
+        ),
+    );
+}
+
+/// c1's ConfigMap `a/<name>` on the bus for rule `pair`, which only c1 and
+/// `other` have (`resource-sync-disabled`), so `outside` follows no
+/// ConfigMap.
+async fn pair_up(c1: &Member, other: &Member, outside: &Member, name: &str) {
+    new_cm(c1, "a", name, "app: new");
+    let pair = cm_rule("{}", "[a]", "").replace(
+        "name: web\n",
+        "name: pair\n  annotations: {fleetbus.io/resource-sync-disabled: \"true\"}\n",
+    );
+    apply_yaml(c1, &pair);
+    apply_yaml(other, &pair);
+    // On the bus: `other` has its copy.
+    wait_copy(other, &configmaps(), Some("a"), name, "c1", "pair", |_| {
+        Ok(())
+    })
+    .await;
+    assert_eq!(get_dynamic(outside, &rules(), None, "pair").await, Ok(None));
+}
+
+/// The names of `reply`'s `conflicts`.
+fn conflict_names(reply: &Value) -> BTreeSet<String> {
+    reply["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["object"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Issue 22's first rule for a kind: no rule in the fleet takes ConfigMaps,
+/// so no agent follows them, on the bus or locally. Each sink reads what
+/// it lacks once (the kind's envelopes on the bus, its local ConfigMaps)
+/// and answers in full: exactly the creates `kubectl apply -f` then
+/// performs, c3's own unmanaged `two` a conflict (which applying then
+/// reports), nothing missing, nothing written by the preview.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "a").await;
+    }
+    new_cm(c1, "a", "one", "app: new");
+    new_cm(c1, "a", "two", "app: new");
+    new_cm(c1, "a", "other", "app: old");
+    // c3's own, of the name of a copy the rule wants there.
+    new_cm(c3, "a", "two", "app: local");
+
+    let rule = temp_file(&cm_rule("{}", "[a]", ""));
+    let path = rule.path().to_str().unwrap();
+    let (mut said, out) = preview_changes(&nats, &m, path).await;
+    assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
+    for (c, r) in &said {
+        assert_eq!(r["incomplete"], json!([]), "{c}: {out}");
+    }
+    let two: BTreeSet<String> = ["two".to_owned()].into();
+    assert_eq!(conflict_names(&said["c3"]), two, "{out}");
+    let why = said["c3"]["conflicts"][0]["message"].to_string();
+    assert!(why.contains("was not made by fleetbus"), "{why}");
+    said.get_mut("c3").unwrap()["conflicts"] = json!([]);
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        creates_from_c1(&said["c2"]),
+        names(&["one", "two"]),
+        "{out}"
+    );
+    assert_eq!(creates_from_c1(&said["c3"]), names(&["one"]), "{out}");
+    assert_eq!(predicted(&said["c1"]), Effects::new(), "{out}");
+    let want: BTreeMap<&str, Effects> = ["c2", "c3"]
+        .iter()
+        .map(|c| (*c, predicted(&said[*c])))
+        .collect();
+
+    // Copies of a kind no cluster serves (no CRD): an error on each, as a
+    // pass names it, and nothing else.
+    let gadgets = temp_file(&cm_rule(
+        "{}",
+        "[a]",
+        "      mutations:\n        groupVersionKind: {group: example.com, version: v1, kind: Gadget}\n",
+    ));
+    let before = state(&m).await;
+    let (_, out, _) = preview(
+        &nats,
+        &["-f", gadgets.path().to_str().unwrap(), "-o", "json"],
+    )
+    .await;
+    let c2_said = &replies(&out)["c2"];
+    let errors = c2_said["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 2, "{c2_said:#}");
+    for e in errors {
+        let why = e["message"].as_str().unwrap();
+        assert!(
+            why.contains("Gadget") && why.contains("not served by this cluster"),
+            "{c2_said:#}"
+        );
+    }
+    assert_eq!(c2_said["creates"], json!([]), "{c2_said:#}");
+    assert_eq!(c2_said["incomplete"], json!([]), "{c2_said:#}");
+    assert_eq!(state(&m).await, before, "a preview wrote something");
+    // A rule for a kind this cluster does not serve cannot work here, as
+    // its status would say: nothing is listed, and the preview says why.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let widgets = cm_rule("{}", "[a]", "").replace(
+        "{group: \"\", version: v1, kind: ConfigMap}",
+        "{group: example.com, version: v1, kind: Widget}",
+    );
+    let ask = PreviewRequest {
+        rule: Some(serde_yaml::from_str(&widgets).unwrap()),
+        sources_complete: true,
+        ..PreviewRequest::default()
+    };
+    let reply = raw_to(&client, "c2", ask.encode().unwrap()).await;
+    assert_eq!(reply.error, None, "{reply:?}");
+    assert!(!reply.has_changes(), "{reply:?}");
+    let [why] = reply.incomplete.as_slice() else {
+        panic!("{reply:?}")
+    };
+    assert!(
+        why.starts_with("the rule cannot work here: ") && why.contains("not served"),
+        "{why}"
+    );
+
+    // Applying it does exactly that, and reports the conflict.
+    let watches = [
+        Recorder::of(c2, &configmaps()).await,
+        Recorder::of(c3, &configmaps()).await,
+    ];
+    let mut conflicts = subscribe_conflicts(&nats, "c3").await;
+    kubectl(c1, &["apply", "-f", path]);
+    next_conflict(&mut conflicts, "LocalObject for two", |v| {
+        v["reason"] == "LocalObject" && v["object"]["name"] == "two"
+    })
+    .await;
+    for (w, x) in watches.iter().zip([c2, c3]) {
+        wait_copy(x, &configmaps(), Some("a"), "one", "c1", RULE, |_| Ok(())).await;
+        w.wait_effects(&x.name, &want[x.name.as_str()]).await;
+        assert_absent(x, &configmaps(), Some("a"), "other").await;
+    }
+    let local = get_dynamic(c3, &configmaps(), Some("a"), "two").await;
+    check_unmanaged(&local.unwrap().unwrap()).unwrap();
+}
+
+/// Objects of a kind already on the bus for a rule c2 does not have (one
+/// c1 and c3 keep to themselves, `resource-sync-disabled`): c2 follows no
+/// ConfigMap, and c1 does not give them again in its `preview-source`
+/// (they are on the bus as they are). c2's preview of a new rule reads
+/// them from the bus once, and applying creates them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_on_the_bus_for_a_rule_elsewhere_are_read_once_by_a_sink_that_does_not_follow_them()
+{
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "a").await;
+    }
+    label(&m, "c2", "edge").await;
+    pair_up(c1, c3, c2, "base").await;
+    // And what no origin sent: garbage, and c1's envelope of `base` under
+    // another name. c2's read skips and counts them, as its consumer would.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let at = |name: &str| {
+        ObjectKey::from_api_version("c1", "v1", "ConfigMap", Some("a"), name)
+            .to_subject(&Prefix::default())
+    };
+    let base_env = js
+        .get_stream("FLEETBUS_OBJECTS")
+        .await
+        .unwrap()
+        .get_last_raw_message_by_subject(&at("base"))
+        .await
+        .unwrap()
+        .payload;
+    for (name, payload) in [
+        ("junk", b"{not json".to_vec()),
+        ("moved", base_env.to_vec()),
+    ] {
+        js.publish(at(name), payload.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let rejected =
+        |m: &Member| sync_rejected(m, "malformed") + sync_rejected(m, "subject_mismatch");
+    let rejected_before = rejected(c2);
+
+    let text = cm_rule("{matchLabels: {env: edge}}", "[a]", "");
+    let rule = temp_file(&text);
+    let path = rule.path().to_str().unwrap();
+    let (said, out) = preview_changes(&nats, &m, path).await;
+    let base: BTreeSet<String> = ["base".to_owned()].into();
+    assert_eq!(creates_from_c1(&said["c2"]), base, "{out}");
+    assert_eq!(said["c2"]["incomplete"], json!([]), "{out}");
+    assert_eq!(said["c2"]["errors"], json!([]), "{out}");
+    assert!(rejected(c2) >= rejected_before + 2.0, "{}", rejected(c2));
+    // From the bus, not from c1's answer: asked with no sources, c2 still
+    // lists it (and says other objects may be missing).
+    let bare = PreviewRequest {
+        rule: Some(serde_yaml::from_str(&text).unwrap()),
+        ..PreviewRequest::default()
+    };
+    let reply = raw_to(&client, "c2", bare.encode().unwrap()).await;
+    let reply = serde_json::to_value(&reply).unwrap();
+    assert_eq!(creates_from_c1(&reply), base, "{reply:#}");
+    assert_eq!(
+        reply["incomplete"].as_array().unwrap().len(),
+        1,
+        "{reply:#}"
+    );
+
+    let watch = Recorder::of(c2, &configmaps()).await;
+    kubectl(c1, &["apply", "-f", path]);
+    wait_copy(c2, &configmaps(), Some("a"), "base", "c1", RULE, |_| Ok(())).await;
+    watch.wait_effects("c2", &predicted(&said["c2"])).await;
 }

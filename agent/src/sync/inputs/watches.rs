@@ -265,10 +265,7 @@ pub async fn bus_consumer(
     tx: mpsc::Sender<Input>,
     cancel: CancellationToken,
 ) {
-    let opener = Opener {
-        me: ctx.cfg.cluster_name.clone(),
-        key: ctx.sealing.as_ref().map(|k| k.secret.clone()),
-    };
+    let opener = Opener::of(&ctx);
     let f = Follow {
         stream: ctx.layout.objects_stream().name,
         filter: fleetbus_schemas::subject::ObjectFilter::any()
@@ -295,6 +292,16 @@ pub(in crate::sync) struct Opener {
     pub me: String,
     /// Its secret sealing key; None: nothing sealed is opened here.
     pub key: Option<fleetbus_schemas::seal::SealingSecretKey>,
+}
+
+impl Opener {
+    /// This agent's cluster, with its sealing key if it has one.
+    pub fn of(ctx: &Context) -> Opener {
+        Opener {
+            me: ctx.cfg.cluster_name.clone(),
+            key: ctx.sealing.as_ref().map(|k| k.secret.clone()),
+        }
+    }
 }
 
 /// Decodes one message; the reason is the metric label when it is skipped.

@@ -15,11 +15,15 @@
 //!
 //! - [`sink`]: the computation.
 //! - [`diff`]: per-object changes, redacted as drift events are.
+//! - [`reads`]: what a preview reads itself for a kind this sink does not
+//!   follow yet: its envelopes on the bus, the local objects of a target
+//!   kind not watched here.
 //! - [`source`]: `preview-source`, the origin's side: the envelopes it would
 //!   publish for a candidate that are not on the bus yet, which the CLI
 //!   hands to each sink's preview (`sources`).
 
 mod diff;
+mod reads;
 mod sink;
 mod source;
 

@@ -24,6 +24,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::diff::{self, Redact};
+use super::reads::Reads;
 use crate::sync::drift::announce;
 use crate::sync::drift::policy::Policy;
 use crate::sync::engine::Engine;
@@ -46,6 +47,29 @@ type Wanted = BTreeMap<Target, Vec<Candidate>>;
 const MAX_DRY_RUNS: usize = 1000;
 
 const CORRECTS_DRIFT: &str = "corrects drift";
+
+/// The envelopes of the candidate's source kind on the bus: the kind's
+/// consumer's where this sink follows it, else read once (`reads`).
+enum OnBus<'a> {
+    Followed(&'a crate::sync::model::Snapshots),
+    Read(BTreeMap<ObjectKey, Envelope>),
+}
+
+impl OnBus<'_> {
+    fn get(&self, key: &ObjectKey) -> Option<Envelope> {
+        match self {
+            OnBus::Followed(s) => s.get(key),
+            OnBus::Read(m) => m.get(key).cloned(),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = (&ObjectKey, Envelope)> + '_> {
+        match self {
+            OnBus::Followed(s) => Box::new(s.iter()),
+            OnBus::Read(m) => Box::new(m.iter().map(|(k, e)| (k, e.clone()))),
+        }
+    }
+}
 
 /// A replace the candidate would send: its dry run decides the update.
 struct DryRun {
@@ -149,16 +173,17 @@ impl Engine {
             return Ok(reply);
         }
         let wanted = match reply.selected {
-            true => self.preview_wanted(&rule, req, &mut reply)?,
+            true => self.preview_wanted(&rule, req, &mut reply).await?,
             false => Wanted::new(),
         };
+        let reads = self.read_targets(wanted.keys()).await;
         let now = Instant::now();
         let mut runs = Vec::new();
         for (target, own) in &wanted {
-            let run = self.preview_target(&rule, target, own.clone(), now, &mut reply);
+            let run = self.preview_target(&rule, target, own.clone(), now, &reads, &mut reply);
             runs.extend(run.await);
         }
-        self.dry_runs(&rule, runs, &mut reply).await;
+        self.dry_runs(&rule, runs, &reads, &mut reply).await;
         self.preview_deletes(&rule, &wanted, &mut reply).await;
         let writes = reply.creates.len() + reply.updates.len();
         let held = if rule.spec.suspend {
@@ -220,7 +245,7 @@ impl Engine {
 
     /// Every copy the candidate wants here, by target; the source objects it
     /// cannot make a copy of go to `reply.errors`.
-    fn preview_wanted(
+    async fn preview_wanted(
         &self,
         rule: &CompiledRule,
         req: &PreviewRequest,
@@ -231,13 +256,14 @@ impl Engine {
         let followed = self
             .kinds
             .get(&rule.source)
-            .filter(|k| k.source && self.rule_ready(rule));
-        let Some(kind) = followed else {
-            reply.incomplete.push(format!(
-                "no current rule takes {} here, so what origins would publish of it is not known here yet",
-                describe_gvk(&rule.source)
-            ));
-            return Ok(wanted);
+            .filter(|k| k.source && k.ready());
+        let on_bus = match followed {
+            Some(kind) => OnBus::Followed(&kind.snapshots),
+            // Not followed here (yet): read once (`reads`).
+            None => match self.unfollowed(rule, reply).await {
+                Some(read) => OnBus::Read(read),
+                None => return Ok(wanted),
+            },
         };
         // With every origin's `preview-source` answer in `sources`, nothing
         // the candidate selects is missing.
@@ -249,6 +275,14 @@ impl Engine {
             );
         }
         if rule.spec.unwrap {
+            if matches!(on_bus, OnBus::Read(_)) {
+                // `unwrapped` reads the Bundles from the kind's consumer.
+                reply.incomplete.push(format!(
+                    "no current rule takes {} here: the Bundles of a kind this cluster does not follow are not previewed",
+                    describe_gvk(&rule.source)
+                ));
+                return Ok(wanted);
+            }
             return Ok(self.preview_unwrapped(rule, changed.is_some(), reply));
         }
         let changed = match changed {
@@ -265,7 +299,7 @@ impl Engine {
                         describe_gvk(&rule.source)
                     ));
                 }
-                let env = changed_source(src, kind.snapshots.get(&key))?;
+                let env = changed_source(src, on_bus.get(&key))?;
                 Some((key, env))
             }
         };
@@ -275,8 +309,7 @@ impl Engine {
         let mut given = self.given_sources(rule, &req.sources, reply);
         given.extend(changed);
         let overlaid: std::collections::BTreeSet<ObjectKey> = given.keys().cloned().collect();
-        let bus = kind
-            .snapshots
+        let bus = on_bus
             .iter()
             .filter(|(k, _)| !overlaid.contains(*k))
             .map(|(k, env)| (k.clone(), env));
@@ -305,6 +338,36 @@ impl Engine {
             }
         }
         Ok(wanted)
+    }
+
+    /// The envelopes of the candidate's source kind on the bus where this
+    /// sink does not follow it; None (and why, in `reply.incomplete`) when
+    /// a pass would not take the kind either: this cluster does not serve
+    /// it. A read that fails is named in `reply.incomplete` too, and the
+    /// preview goes on with what the origins gave (`sources`).
+    async fn unfollowed(
+        &self,
+        rule: &CompiledRule,
+        reply: &mut PreviewReply,
+    ) -> Option<BTreeMap<ObjectKey, Envelope>> {
+        if !self.kinds.contains_key(&rule.source) {
+            // A pass watches the source kind here too: where discovery does
+            // not serve it, the rule cannot work here (`rule_problem`).
+            let resolved = crate::sync::inputs::watches::resolve(&self.ctx.client, &rule.source);
+            if let Err(why) = resolved.await {
+                reply
+                    .incomplete
+                    .push(format!("the rule cannot work here: {why}"));
+                return None;
+            }
+        }
+        match self.read_bus(&rule.source).await {
+            Ok(read) => Some(read),
+            Err(why) => {
+                reply.incomplete.push(why);
+                Some(BTreeMap::new())
+            }
+        }
     }
 
     /// The copies an unwrap rule wants here: the manifests of its Bundles,
@@ -353,6 +416,7 @@ impl Engine {
         target: &Target,
         own: Vec<Candidate>,
         now: Instant,
+        reads: &Reads,
         reply: &mut PreviewReply,
     ) -> Option<DryRun> {
         let mut cands: Vec<Candidate> = self
@@ -374,8 +438,23 @@ impl Engine {
         if winner.rule != rule.name {
             return None;
         }
-        let mut live = self.live(target);
-        let mut step = self.preview_decide(rule, target, winner, live.as_ref(), now);
+        // A kind not watched here: as one LIST found it.
+        let read = match reads.get(&target.gvk()) {
+            Some(Err(why)) => {
+                reply.errors.push(PreviewProblem {
+                    object: object_ref(target),
+                    message: why.clone(),
+                });
+                return None;
+            }
+            Some(Ok(read)) => Some(read),
+            None => None,
+        };
+        let mut live = read.map_or_else(|| self.live(target), |r| r.live(target));
+        let namespaced = read.map(|r| r.namespaced);
+        let decide =
+            |live: Option<&Value>| self.preview_decide(rule, target, winner, live, namespaced, now);
+        let mut step = decide(live.as_ref());
         if matches!(
             step,
             Step::Serial(
@@ -390,7 +469,7 @@ impl Engine {
                 let api = apply::api(&self.ctx.client, &kind.ar, namespace);
                 if let Ok(fresh) = announce::fresh(&api, &target.name).await {
                     live = fresh;
-                    step = self.preview_decide(rule, target, winner, live.as_ref(), now);
+                    step = decide(live.as_ref());
                 }
             }
         }
@@ -398,16 +477,19 @@ impl Engine {
     }
 
     /// `wave::decide` for the candidate's copy at `target`, as it decides
-    /// once the rule's hold ends (`held` counts what waits for it).
+    /// once the rule's hold ends (`held` counts what waits for it);
+    /// `namespaced`: the scope of a kind the preview listed itself.
     fn preview_decide(
         &self,
         rule: &CompiledRule,
         target: &Target,
         winner: &Candidate,
         live: Option<&Value>,
+        namespaced: Option<bool>,
         now: Instant,
     ) -> Step {
-        let view = self.view(target, live, Some(rule), None);
+        let mut view = self.view(target, live, Some(rule), None);
+        view.namespaced = namespaced.or(view.namespaced);
         match wave::decide(&view, target, winner, now) {
             // The namespace is created on the way; what matters is the copy.
             Step::Serial(Why::Namespace { then, .. }) => *then,
@@ -492,7 +574,13 @@ impl Engine {
     /// the engine answers between passes, and a preview must not hold sync
     /// back for long. Each is an update with the paths it changes, or
     /// unchanged when it changes none.
-    async fn dry_runs(&self, rule: &CompiledRule, runs: Vec<DryRun>, reply: &mut PreviewReply) {
+    async fn dry_runs(
+        &self,
+        rule: &CompiledRule,
+        runs: Vec<DryRun>,
+        reads: &Reads,
+        reply: &mut PreviewReply,
+    ) {
         let (runs, over) = match runs.len() > MAX_DRY_RUNS {
             true => {
                 let mut runs = runs;
@@ -502,7 +590,7 @@ impl Engine {
             false => (runs, Vec::new()),
         };
         let jobs = runs.iter().enumerate().map(|(i, r)| -> BoxFuture<'_, _> {
-            Box::pin(async move { (i, self.dry_run(r).await) })
+            Box::pin(async move { (i, self.dry_run(r, reads).await) })
         });
         let mut results = wave::bounded(jobs).await;
         results.sort_by_key(|(i, _)| *i);
@@ -537,12 +625,15 @@ impl Engine {
     }
 
     /// The dry run of the replace a pass would send for `r` (writes nothing).
-    async fn dry_run(&self, r: &DryRun) -> Result<Value, WriteError> {
-        let Some(kind) = self.kinds.get(&r.target.gvk()) else {
+    async fn dry_run(&self, r: &DryRun, reads: &Reads) -> Result<Value, WriteError> {
+        let gvk = r.target.gvk();
+        let read = reads.get(&gvk).and_then(|r| r.as_ref().ok());
+        let ar = read.map(|r| &r.ar).or(self.kinds.get(&gvk).map(|k| &k.ar));
+        let Some(ar) = ar else {
             return Err(WriteError::Gone(r.target.to_string()));
         };
         let namespace = r.target.namespace.as_deref();
-        let api = apply::api(&self.ctx.client, &kind.ar, namespace);
+        let api = apply::api(&self.ctx.client, ar, namespace);
         let body = dry_run_body(&r.c, &r.live, &r.policy)?;
         apply::dry_run_replace(&api, &body).await
     }

@@ -28,6 +28,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use serde_json::Value;
 
+use super::reads::Listed;
 use super::sink::source_ref;
 use crate::sync::engine::Engine;
 use crate::sync::model::meta::describe_gvk;
@@ -157,7 +158,7 @@ impl Engine {
                 kind.source.then_some(&kind.snapshots),
             ),
             None => {
-                listed = self.list_once(&rule.source).await?;
+                listed = self.list_once(&rule.source).await?.objects;
                 (Box::new(listed.into_iter()), None)
             }
         };
@@ -216,11 +217,13 @@ impl Engine {
     }
 
     /// Every object of a kind this agent does not watch: one LIST, paged by
-    /// the API server, within [`LIST_TIMEOUT`].
-    async fn list_once(&self, gvk: &GroupVersionKind) -> Result<Vec<Value>, String> {
+    /// the API server, within [`LIST_TIMEOUT`] (also a sink's preview's, for
+    /// a target kind it does not watch). A kind this cluster does not serve
+    /// is an error naming it.
+    pub(super) async fn list_once(&self, gvk: &GroupVersionKind) -> Result<Listed, String> {
         let what = describe_gvk(gvk);
         let listing = async {
-            let (ar, _): (ApiResource, bool) =
+            let (ar, namespaced): (ApiResource, bool) =
                 crate::sync::inputs::watches::resolve(&self.ctx.client, gvk).await?;
             let api = kube::Api::<DynamicObject>::all_with(self.ctx.client.clone(), &ar);
             let mut out = Vec::new();
@@ -242,7 +245,14 @@ impl Engine {
                 }
                 match next {
                     Some(token) => params = params.continue_token(&token),
-                    None => return Ok(out),
+                    None => {
+                        let objects = out;
+                        return Ok(Listed {
+                            ar,
+                            namespaced,
+                            objects,
+                        });
+                    }
                 }
             }
         };
@@ -268,10 +278,7 @@ impl Engine {
         sources: &[SourceEnvelope],
         reply: &mut fleetbus_schemas::preview::PreviewReply,
     ) -> std::collections::BTreeMap<ObjectKey, Envelope> {
-        let opener = crate::sync::inputs::watches::Opener {
-            me: self.fleet.local.name.clone(),
-            key: self.ctx.sealing.as_ref().map(|k| k.secret.clone()),
-        };
+        let opener = crate::sync::inputs::watches::Opener::of(&self.ctx);
         let prefix = self.ctx.layout.prefix();
         let mut out = std::collections::BTreeMap::new();
         for source in sources {
