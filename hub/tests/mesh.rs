@@ -460,6 +460,14 @@ async fn secure_mesh_runs_the_tour_and_takes_a_joined_cluster() {
     // The tour's commands, as the README writes them.
     let ls = tour_command(tmp.path(), &url, &["clusters", "ls"]);
     assert!(ls.status.success(), "{}", text(&ls));
+    // The mesh directory holds the fleet root: every agent's record is
+    // verified against it, and both pass (none is left out).
+    assert!(dir.join("root.pub").is_file());
+    let listed = String::from_utf8_lossy(&ls.stdout);
+    for name in ["a ", "b "] {
+        assert!(listed.lines().any(|l| l.starts_with(name)), "{}", text(&ls));
+    }
+    assert!(!text(&ls).contains("left out"), "{}", text(&ls));
     let status = tour_command(tmp.path(), &url, &["status"]);
     assert_eq!(status.status.code(), Some(0), "{}", text(&status));
     // Run from elsewhere, the command cannot find them, and says where it looked.
