@@ -287,6 +287,12 @@ pub fn render(
             )?;
         }
         for (cluster, why) in &r.failed {
+            // The origin's reason names the cluster already ("c3: not
+            // healthy within 12s"); say it once.
+            let why = why
+                .strip_prefix(cluster.as_str())
+                .and_then(|w| w.strip_prefix(": "))
+                .unwrap_or(why);
             writeln!(out, "    failed: {cluster}: {why}")?;
         }
     }
@@ -327,7 +333,7 @@ mod render_tests {
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
-            "\nRollouts:\n  Deployment apps/web from hub: Paused (revision 3, step 1/2)\n    paused: c3: not healthy within 12s\n    stable aaaaaaaaaaaa, target bbbbbbbbbbbb\n    admitted to bbbbbbbbbbbb (target): c3\n    failed: c3: c3: not healthy within 12s\n  (1 unreadable record(s) skipped)\n"
+            "\nRollouts:\n  Deployment apps/web from hub: Paused (revision 3, step 1/2)\n    paused: c3: not healthy within 12s\n    stable aaaaaaaaaaaa, target bbbbbbbbbbbb\n    admitted to bbbbbbbbbbbb (target): c3\n    failed: c3: not healthy within 12s\n  (1 unreadable record(s) skipped)\n"
         );
         let mut none = Vec::new();
         render(&mut none, &[], 0).unwrap();
