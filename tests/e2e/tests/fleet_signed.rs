@@ -125,8 +125,7 @@ async fn a_forged_status_report_does_not_change_the_origins_reported_state() {
     ] {
         let series = rejected_series(reason);
         let before = c1.metric(&series).unwrap_or(0.0);
-        publish_raw(&admin, &subject, payload).await;
-        c1.wait_metric_at_least(&series, before + 1.0).await;
+        publish_until_counted(&admin, &subject, &payload, &c1, &series, before).await;
         let state = reported_by_c2(&c1).await.unwrap();
         assert!(!state.to_string().contains("forged"), "{reason}: {state}");
     }
@@ -425,8 +424,7 @@ async fn rollout_records_not_signed_by_their_origin_are_refused() {
     for (payload, reason) in [(bytes.clone(), "unsigned"), (by_c2, "signer_mismatch")] {
         let series = rejected_series(reason);
         let before = c2.metric(&series).unwrap_or(0.0);
-        publish_raw(&admin, &subject, payload).await;
-        c2.wait_metric_at_least(&series, before + 1.0).await;
+        publish_until_counted(&admin, &subject, &payload, &c2, &series, before).await;
     }
 }
 

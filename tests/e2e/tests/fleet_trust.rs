@@ -441,8 +441,8 @@ async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
     ] {
         let series = rejected_series(reason);
         let before = c1.metric(&series).unwrap_or(0.0);
-        publish_raw(&admin, subject, env.encode().unwrap()).await;
-        c1.wait_metric_at_least(&series, before + 1.0).await;
+        let bytes = env.encode().unwrap();
+        publish_until_counted(&admin, subject, &bytes, &c1, &series, before).await;
         wait_republished(&dir, &objects, subject, &c2_cert, "v2").await;
     }
 

@@ -148,13 +148,20 @@ impl NatsNode {
 
     /// Waits until `/healthz` says the server and its JetStream are up.
     pub async fn wait_healthy(&self) -> anyhow::Result<()> {
-        try_wait_for("nats-server healthy with JetStream", SETTLE, || async {
+        let outcome = try_wait_for("nats-server healthy with JetStream", SETTLE, || async {
+            let log = self.proc.log();
+            // A port `free_port` found free was taken before the server
+            // bound it: it exits at once, and waiting would not help.
+            if log.contains(PORT_TAKEN) {
+                return Ok(Err(PortTaken(log)));
+            }
             self.monitor("/healthz?js-enabled-only=true")
-                .map(|_| ())
-                .map_err(|e| format!("{e}\n{}", self.proc.log()))
+                .map(|_| Ok(()))
+                .map_err(|e| format!("{e}\n{log}"))
         })
         .await
-        .map_err(anyhow::Error::msg)
+        .map_err(anyhow::Error::msg)?;
+        Ok(outcome?)
     }
 
     /// The number of leaf node connections (`/leafz`).
@@ -189,8 +196,13 @@ pub struct HubCluster {
 }
 
 impl HubCluster {
-    /// Starts the three nodes and waits until each is healthy.
+    /// Starts the three nodes and waits until each is healthy; again on
+    /// fresh ports when one was taken meanwhile ([`PortTaken`]).
     pub async fn start() -> anyhow::Result<HubCluster> {
+        retry_taken_ports(Self::start_once).await
+    }
+
+    async fn start_once() -> anyhow::Result<HubCluster> {
         let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let leaf_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let routes = format!(
@@ -244,6 +256,10 @@ pub fn leaf_urls(ports: &[u16]) -> String {
 /// site run with `--replicas 1`. Returns once the node is healthy; whether its
 /// link is up is [`NatsNode::wait_leaf_connected`]'s to say.
 pub async fn start_site(domain: &str, hub_leaf_urls: &str) -> anyhow::Result<NatsNode> {
+    retry_taken_ports(|| start_site_once(domain, hub_leaf_urls)).await
+}
+
+async fn start_site_once(domain: &str, hub_leaf_urls: &str) -> anyhow::Result<NatsNode> {
     let node = NatsNode::start(
         &deploy_conf("leaf.conf"),
         free_port(),
@@ -255,6 +271,46 @@ pub async fn start_site(domain: &str, hub_leaf_urls: &str) -> anyhow::Result<Nat
     )?;
     node.wait_healthy().await?;
     Ok(node)
+}
+
+/// What nats-server logs when a port it was given is in use.
+const PORT_TAKEN: &str = "address already in use";
+
+/// A nats-server exited because a port it was given was taken between
+/// `free_port` finding it free and the server binding it (another test's
+/// process got it first); the server's log.
+#[derive(Debug)]
+pub struct PortTaken(String);
+
+impl std::fmt::Display for PortTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a port of the nats-server was taken before it bound it:\n{}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for PortTaken {}
+
+/// Runs `start` up to three times while it fails with [`PortTaken`]: each
+/// run picks fresh ports.
+async fn retry_taken_ports<T, F, Fut>(mut start: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match start().await {
+            Err(e) if tries < 3 && e.downcast_ref::<PortTaken>().is_some() => {
+                eprintln!("{e}\nstarting it again on other ports");
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The destination that maps `filter` onto itself: each `*` becomes
@@ -360,5 +416,47 @@ mod tests {
             leaf_urls(&[1, 2]),
             "[nats-leaf://127.0.0.1:1, nats-leaf://127.0.0.1:2]"
         );
+    }
+
+    /// A node given a port another process holds exits; `wait_healthy`
+    /// says so at once instead of waiting out its minute, and the start is
+    /// made again on other ports.
+    #[tokio::test]
+    async fn a_taken_port_is_seen_at_once_and_the_start_is_made_again() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = held.local_addr().unwrap().port();
+        let started = std::time::Instant::now();
+        let node = NatsNode::start(
+            &deploy_conf("leaf.conf"),
+            taken,
+            &[
+                ("NATS_SERVER_NAME", "taken".to_owned()),
+                ("NATS_SITE_DOMAIN", "taken".to_owned()),
+                ("NATS_HUB_LEAF_URLS", "[nats-leaf://127.0.0.1:1]".to_owned()),
+            ],
+        )
+        .unwrap();
+        let err = node.wait_healthy().await.unwrap_err();
+        assert!(err.downcast_ref::<PortTaken>().is_some(), "{err:#}");
+        assert!(started.elapsed() < SETTLE / 2, "{:?}", started.elapsed());
+
+        let tries = std::sync::atomic::AtomicU32::new(0);
+        let ok = retry_taken_ports(|| async {
+            match tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 | 1 => Err(anyhow::Error::new(PortTaken("taken".into()))),
+                n => Ok(n),
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(ok, 2);
+        let other = retry_taken_ports(|| async { Err::<(), _>(anyhow::anyhow!("other")) }).await;
+        assert!(other.is_err());
+        let always = retry_taken_ports(|| async {
+            Err::<(), _>(anyhow::Error::new(PortTaken("taken".into())))
+        })
+        .await
+        .unwrap_err();
+        assert!(always.downcast_ref::<PortTaken>().is_some());
     }
 }

@@ -125,6 +125,43 @@ pub async fn publish_raw(js: &jetstream::Context, subject: &str, payload: Vec<u8
         .unwrap();
 }
 
+/// Publishes the forgery `payload` on `subject` until `m` counts it in the
+/// metric `series` above `before`, each publish given 5 s. One publish may
+/// never be read: the streams keep the last message of a subject, the
+/// cluster the subject names publishes its own over a forgery at once, and
+/// a consumer that restarts in between (an ordered consumer does, after a
+/// missed heartbeat on a loaded machine) starts past it. What the callers
+/// prove is that a forgery that is read is dropped and counted.
+pub async fn publish_until_counted(
+    js: &jetstream::Context,
+    subject: &str,
+    payload: &[u8],
+    m: &super::Member,
+    series: &str,
+    before: f64,
+) {
+    use super::MemberExt;
+    fleetbus_testsupport::wait_for(
+        &format!("{}: {series} > {before} after a forgery", m.name),
+        super::CONVERGE,
+        || async {
+            publish_raw(js, subject, payload.to_vec()).await;
+            fleetbus_testsupport::try_wait_for(
+                "the forgery counted",
+                Duration::from_secs(5),
+                || async {
+                    match m.metric(series) {
+                        Ok(n) if n > before => Ok(()),
+                        other => Err(format!("{other:?}")),
+                    }
+                },
+            )
+            .await
+        },
+    )
+    .await;
+}
+
 /// `fleetbus <args> --nats-url <nats> --creds <admin>`: an operator's command.
 pub fn admin_cli(nats: &NatsServer, dir: &Path, args: &[&str]) -> (i32, String, String) {
     let url = nats.url();
