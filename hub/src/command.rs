@@ -126,17 +126,20 @@ pub(crate) fn fleet_root() -> Option<&'static fleetbus_schemas::trust::Verifying
 /// error: the views would otherwise show what agents refuse, silently.
 fn load_fleet_root(dir: &std::path::Path) -> Result<(), CommandError> {
     let path = dir.join(crate::trust::files::ROOT_PUB);
+    let refused = |why: String| CommandError::RootPublic {
+        path: path.display().to_string(),
+        why,
+    };
     let key = match std::fs::read_to_string(&path) {
-        Ok(text) => fleetbus_schemas::trust::parse_root_public(&text).map_err(|e| {
-            CommandError::RootPublic {
-                path: path.display().to_string(),
-                why: e.to_string(),
-            }
-        })?,
-        Err(_) => match REQUEST_SIGNER.get() {
+        Ok(text) => {
+            fleetbus_schemas::trust::parse_root_public(&text).map_err(|e| refused(e.to_string()))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match REQUEST_SIGNER.get() {
             Some(k) => k.verifying_key(),
             None => return Ok(()),
         },
+        // There but unreadable: verifying nothing would be silent.
+        Err(e) => return Err(refused(e.to_string())),
     };
     let _ = FLEET_ROOT.set(key);
     Ok(())

@@ -99,27 +99,29 @@ pub struct Records {
     pub unverified: Vec<Unverified>,
 }
 
-/// Every cluster record of the registry bucket, sorted by name then ID
-/// (unreadable ones are skipped, as agents skip them).
+/// Every cluster record of the registry bucket as stored, sorted by name
+/// then ID (unreadable ones are skipped, as agents skip them), verified or
+/// not: what the commands that change the registry (`forget`, `leave`) and
+/// address clusters act on, so a forged or expired record can be removed.
 pub async fn cluster_records(
     js: &async_nats::jetstream::Context,
     prefix: &Prefix,
 ) -> Result<Vec<ClusterRecord>, ReadError> {
-    Ok(read_records(js, prefix, &mut Verdicts::default())
-        .await?
-        .records)
+    Ok(read_records(js, prefix, None).await?.records)
 }
 
-/// [`cluster_records`], checked as secure agents check them when the fleet
-/// root is known (`crate::command::fleet_root`): a record whose certificate
-/// or signature does not verify is left out and named, and one signed under
-/// a certificate the root revoked (`revoked.<name>`, root-signed) counts as
-/// `Left`, as it did when the revocation came. Freshness (an older record
-/// put back) needs what was read before: agents refuse it, a view cannot.
+/// [`cluster_records`]; with `verify` (the views that show clusters:
+/// `clusters ls`, the dashboard) checked as secure agents check them when
+/// the fleet root is known (`crate::command::fleet_root`): a record whose
+/// certificate or signature does not verify, or stored under another
+/// cluster's key, is left out and named, and one signed under a certificate
+/// the root revoked (`revoked.<name>`, root-signed) counts as `Left`, as it
+/// did when the revocation came. Freshness (an older record put back) needs
+/// what was read before: agents refuse it, a view cannot.
 pub async fn read_records(
     js: &async_nats::jetstream::Context,
     prefix: &Prefix,
-    memo: &mut Verdicts,
+    verify: Option<&mut Verdicts>,
 ) -> Result<Records, ReadError> {
     let bucket = registry_bucket(prefix);
     let (kv, keys) = crate::kv::keys(js, prefix, &bucket).await?;
@@ -144,8 +146,10 @@ pub async fn read_records(
             raw.push((key, bytes.to_vec()));
         }
     }
-    let root = crate::command::fleet_root();
-    let mut out = checked(raw, &revocations, root, Utc::now(), memo);
+    let mut out = match (verify, crate::command::fleet_root()) {
+        (Some(memo), Some(root)) => checked(raw, &revocations, Some(root), Utc::now(), memo),
+        _ => checked(raw, &[], None, Utc::now(), &mut Verdicts::default()),
+    };
     out.records
         .sort_by(|a, b| (&a.name, &a.cluster_id).cmp(&(&b.name, &b.cluster_id)));
     Ok(out)
@@ -175,8 +179,18 @@ impl Verdicts {
             _ => {
                 let cert = r.certificate.as_deref();
                 let verdict = verify_record(root, &r.name, cert, bytes, now, |_| false);
-                self.0
-                    .insert(key.to_owned(), (bytes.to_vec(), verdict.clone()));
+                // A certificate not valid *now* may be later (or was a
+                // moment ago, by another clock): not remembered.
+                let timed = matches!(
+                    verdict,
+                    Err(RecordRefusal::Certificate(
+                        CertError::Expired { .. } | CertError::NotYetValid { .. }
+                    ))
+                );
+                if !timed {
+                    self.0
+                        .insert(key.to_owned(), (bytes.to_vec(), verdict.clone()));
+                }
                 verdict
             }
         };
@@ -227,6 +241,20 @@ pub fn checked(
             continue;
         };
         if let Some(root) = root {
+            // Agents refuse a record stored under another cluster's key.
+            let claimed = RegistryKey::parse(&key).ok();
+            if !matches!(claimed, Some(RegistryKey::Cluster { name, cluster_id })
+                if name == r.name && cluster_id == r.cluster_id)
+            {
+                out.unverified.push(Unverified {
+                    key,
+                    why: format!(
+                        "it names cluster {} ({}), not its key's",
+                        r.name, r.cluster_id
+                    ),
+                });
+                continue;
+            }
             match memo.of(root, &key, &r, &bytes, now) {
                 Ok(c) if revoked.contains(&c.cert.serial_hex()) => r.state = MemberState::Left,
                 Ok(_) => {}
@@ -545,8 +573,21 @@ mod tests {
         let out = checked(replaced, &[], Some(&root_key), now, &mut memo);
         assert!(out.records.iter().all(|r| r.name != "a"), "{out:?}");
         let later = now + chrono::Duration::days(400);
-        let out = checked(raw, &[], Some(&root_key), later, &mut memo);
+        let out = checked(raw.clone(), &[], Some(&root_key), later, &mut memo);
         assert!(out.records.is_empty(), "{out:?}");
         assert!(out.unverified[0].why.contains("expired"), "{out:?}");
+        // Not valid yet by this clock is not remembered: valid a moment on.
+        let mut fresh = Verdicts::default();
+        let early = now - chrono::Duration::days(2);
+        let a = vec![raw[0].clone()];
+        let out = checked(a.clone(), &[], Some(&root_key), early, &mut fresh);
+        assert!(out.records.is_empty(), "{out:?}");
+        let out = checked(a, &[], Some(&root_key), now, &mut fresh);
+        assert_eq!(out.records.len(), 1, "{out:?}");
+        // A's valid record stored under b's key: agents refuse it, so does the view.
+        let moved = vec![("cluster.b.id-b".to_owned(), raw[0].1.clone())];
+        let out = checked(moved, &[], Some(&root_key), now, &mut fresh);
+        assert!(out.records.is_empty(), "{out:?}");
+        assert!(out.unverified[0].why.contains("not its key's"), "{out:?}");
     }
 }

@@ -428,8 +428,9 @@ impl SourceEnvelope {
 
     /// What it costs in an encoded request or reply, beyond its frame.
     pub fn encoded_len(&self) -> usize {
-        // `{"subject":"…","data":"…"},`; subjects need no JSON escapes.
-        self.subject.len() + self.data.len() + 24
+        // `{"subject":"…","data":"…"},` (25 bytes besides the two); subjects
+        // and base64 need no JSON escapes.
+        self.subject.len() + self.data.len() + 25
     }
 }
 

@@ -16,7 +16,7 @@ use crate::cli::{ClustersDescribeArgs, ClustersLsArgs, OutputFormat};
 pub async fn ls(args: &ClustersLsArgs, out: &mut impl Write) -> Result<(), ClustersError> {
     let (_client, js) = crate::command::connect(&args.bus).await?;
     let prefix = &args.bus.subject_prefix;
-    let read = crate::fleet::read_records(&js, prefix, &mut Default::default()).await?;
+    let read = crate::fleet::read_records(&js, prefix, Some(&mut Default::default())).await?;
     let beats = crate::fleet::beating(&js, prefix).await?;
     // On stderr: the table stays what scripts parse.
     for u in &read.unverified {

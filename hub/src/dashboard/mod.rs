@@ -93,7 +93,7 @@ impl AppState {
             }
         }
         let mut verdicts = self.verdicts.lock().await;
-        let read = crate::fleet::read_records(&self.js, &self.prefix, &mut verdicts).await?;
+        let read = crate::fleet::read_records(&self.js, &self.prefix, Some(&mut verdicts)).await?;
         let registry = Registry {
             records: read.records,
             unverified: read.unverified,

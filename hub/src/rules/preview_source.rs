@@ -8,7 +8,8 @@
 use std::io::Write;
 
 use fleetbus_schemas::preview::{
-    PreviewProblem, PreviewRequest, PreviewSourceReply, PreviewSourceRequest, SourceEnvelope,
+    PageToken, PreviewProblem, PreviewRequest, PreviewSourceReply, PreviewSourceRequest,
+    SourceEnvelope,
 };
 use fleetbus_schemas::subject::{CommandKey, ObjectKey};
 use serde_json::{json, Value};
@@ -202,9 +203,13 @@ async fn ask_origin(
         answer.skipped.extend(reply.skipped);
         match reply.next {
             None => return Ok(answer),
-            // A token that does not move on would ask for the same page forever.
-            Some(next) if after.as_ref() == Some(&next) => {
-                return Err(format!("cluster {cluster} sent the same page again"));
+            // Pages go forward in (namespace, name) order: a token that does
+            // not would have the CLI ask for pages it has had, up to
+            // MAX_PAGES times.
+            Some(next) if !moves_on(after.as_deref(), &next) => {
+                return Err(format!(
+                    "cluster {cluster} sent a page token that does not move on: {next:?}"
+                ));
             }
             Some(_) if size > max => {
                 answer.stopped_after = Some(page);
@@ -216,6 +221,19 @@ async fn ask_origin(
     Err(format!(
         "cluster {cluster} sent more than {MAX_PAGES} pages"
     ))
+}
+
+/// Whether the page token `next` is after `after` (the first page's is after
+/// nothing); a token that does not parse never is.
+fn moves_on(after: Option<&str>, next: &str) -> bool {
+    let Ok(next) = PageToken::parse(next) else {
+        return false;
+    };
+    match after.map(PageToken::parse) {
+        None => true,
+        Some(Ok(after)) => next > after,
+        Some(Err(_)) => false,
+    }
 }
 
 /// An origin gives only its own objects: an envelope on another cluster's subject (a
@@ -347,5 +365,15 @@ mod tests {
         let mut data = json!({"clusters": [], "errors": []});
         s.add_to(&mut data);
         assert_eq!(data["errors"][0]["cluster"], "c3");
+    }
+
+    #[test]
+    fn page_tokens_must_move_on() {
+        assert!(moves_on(None, "a/x"));
+        assert!(moves_on(Some("a/x"), "a/y"));
+        assert!(moves_on(Some("a/x"), "b/a"));
+        assert!(!moves_on(Some("a/y"), "a/y"), "the same page again");
+        assert!(!moves_on(Some("b/a"), "a/z"), "back to an earlier page");
+        assert!(!moves_on(None, ""), "a token that does not parse");
     }
 }

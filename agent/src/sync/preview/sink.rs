@@ -353,12 +353,25 @@ impl Engine {
         if !self.kinds.contains_key(&rule.source) {
             // A pass watches the source kind here too: where discovery does
             // not serve it, the rule cannot work here (`rule_problem`).
+            // Bounded as the lists are: the engine answers between passes,
+            // and the client has no read timeout.
             let resolved = crate::sync::inputs::watches::resolve(&self.ctx.client, &rule.source);
-            if let Err(why) = resolved.await {
-                reply
-                    .incomplete
-                    .push(format!("the rule cannot work here: {why}"));
-                return None;
+            match tokio::time::timeout(super::source::LIST_TIMEOUT, resolved).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(why)) => {
+                    reply
+                        .incomplete
+                        .push(format!("the rule cannot work here: {why}"));
+                    return None;
+                }
+                Err(_) => {
+                    reply.incomplete.push(format!(
+                        "discovery did not answer within {:?}: whether this cluster serves {} is not known",
+                        super::source::LIST_TIMEOUT,
+                        describe_gvk(&rule.source)
+                    ));
+                    return None;
+                }
             }
         }
         match self.read_bus(&rule.source).await {

@@ -41,13 +41,18 @@ use crate::sync::source::publish::{
 use crate::sync::source::published::HashMemo;
 use crate::sync::source::sealing::SealView;
 
+/// The author a new rule's sources are given for when the request names
+/// none: no cluster's name (those are DNS labels), so a SyncPolicy that
+/// exports to named authors only gives nothing for it.
+const UNKNOWN_AUTHOR: &str = "(author not given)";
+
 /// What a reply's frame (schema, cluster, token, a refusal) may take
 /// beside its envelopes.
 const FRAME: usize = 2048;
 
 /// How long the LIST of a kind this agent does not watch may take: the
 /// engine answers between passes.
-const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub(super) const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One object the candidate selects, planned as the publisher plans it.
 type Planned = (ObjectKey, Publish);
@@ -70,7 +75,9 @@ impl Engine {
                 return PreviewSourceReply::refused(local, why);
             }
         };
-        tracing::info!(after = ?req.after, "preview-source requested");
+        // The token's length only: it is not validated yet.
+        let after = req.after.as_ref().map(String::len);
+        tracing::info!(after_bytes = ?after, "preview-source requested");
         match self.source_page(&req).await {
             Ok(reply) => reply,
             Err(e) => PreviewSourceReply::refused(local, e),
@@ -98,7 +105,15 @@ impl Engine {
             author: req.author.clone(),
             ..PreviewRequest::default()
         };
-        let rule = self.candidate(&as_preview, &name)?;
+        let mut rule = self.candidate(&as_preview, &name)?;
+        // A new rule whose author the request does not say: this cluster's
+        // SyncPolicy decides as for another cluster's rule. Taken as this
+        // cluster's own (the sinks' default), every origin would give what
+        // its policy exports to nobody else: more than applying the rule on
+        // any one cluster publishes, and objects its policy keeps in.
+        if req.author.is_none() && self.rules.get(&name).is_none_or(|r| r.builtin) {
+            rule.author = Some(UNKNOWN_AUTHOR.to_owned());
+        }
         let mut reply = PreviewSourceReply {
             cluster: self.fleet.local.name.clone(),
             ..PreviewSourceReply::default()
@@ -336,18 +351,10 @@ fn fill_page<T>(
     // The last object dealt with: the next page starts after it.
     let mut last: Option<PageToken> = None;
     for (key, publish) in planned {
-        let mut skip = |message: String| {
-            // A skipped object costs its entry in the reply.
-            used += message.len() + 200;
-            reply.skipped.push(PreviewProblem {
-                object: source_ref(&key),
-                message,
-            });
-        };
-        match wire(&key, publish) {
-            Err(why) => skip(why),
+        let skipped = match wire(&key, publish) {
+            Err(why) => why,
             Ok(e) if e.encoded_len() > budget => {
-                skip("its envelope does not fit in a reply on this bus".to_owned());
+                "its envelope does not fit in a reply on this bus".to_owned()
             }
             Ok(e) if used + e.encoded_len() > budget => {
                 reply.next = last.map(|t| t.encode());
@@ -356,8 +363,23 @@ fn fill_page<T>(
             Ok(e) => {
                 used += e.encoded_len();
                 reply.envelopes.push(e);
+                last = Some(page_of(&key));
+                continue;
             }
+        };
+        // A skipped object costs its entry in the reply, as encoded: a page
+        // of them is bounded like a page of envelopes.
+        let problem = PreviewProblem {
+            object: source_ref(&key),
+            message: skipped,
+        };
+        let cost = serde_json::to_vec(&problem).map_or(usize::MAX, |b| b.len() + 1);
+        if used.saturating_add(cost) > budget && last.is_some() {
+            reply.next = last.map(|t| t.encode());
+            return;
         }
+        used = used.saturating_add(cost);
+        reply.skipped.push(problem);
         last = Some(page_of(&key));
     }
 }
