@@ -30,6 +30,11 @@ mod source;
 use fleetbus_schemas::preview::{PreviewReply, PreviewRequest};
 
 use crate::bus::rate::RateRefused;
+
+/// How long the LIST of a kind this agent does not watch may take: the
+/// engine answers between passes.
+const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 use crate::sync::engine::Engine;
 
 impl Engine {

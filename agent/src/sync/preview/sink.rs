@@ -356,7 +356,7 @@ impl Engine {
             // Bounded as the lists are: the engine answers between passes,
             // and the client has no read timeout.
             let resolved = crate::sync::inputs::watches::resolve(&self.ctx.client, &rule.source);
-            match tokio::time::timeout(super::source::LIST_TIMEOUT, resolved).await {
+            match tokio::time::timeout(super::LIST_TIMEOUT, resolved).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(why)) => {
                     reply
@@ -367,7 +367,7 @@ impl Engine {
                 Err(_) => {
                     reply.incomplete.push(format!(
                         "discovery did not answer within {:?}: whether this cluster serves {} is not known",
-                        super::source::LIST_TIMEOUT,
+                        super::LIST_TIMEOUT,
                         describe_gvk(&rule.source)
                     ));
                     return None;

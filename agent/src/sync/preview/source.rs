@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use super::reads::Listed;
 use super::sink::source_ref;
+use super::LIST_TIMEOUT;
 use crate::sync::engine::Engine;
 use crate::sync::model::meta::describe_gvk;
 use crate::sync::policy::Refusal;
@@ -49,10 +50,6 @@ const UNKNOWN_AUTHOR: &str = "(author not given)";
 /// What a reply's frame (schema, cluster, token, a refusal) may take
 /// beside its envelopes.
 const FRAME: usize = 2048;
-
-/// How long the LIST of a kind this agent does not watch may take: the
-/// engine answers between passes.
-pub(super) const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One object the candidate selects, planned as the publisher plans it.
 type Planned = (ObjectKey, Publish);
