@@ -185,14 +185,30 @@ async fn ask_origin(
         let payload = req
             .encode()
             .map_err(|e| format!("cannot encode the request: {e}"))?;
-        let msg = crate::command::request(client, subject.clone(), payload, cluster, args.timeout)
+        let mut waits = 0;
+        let reply = loop {
+            let msg = crate::command::request(
+                client,
+                subject.clone(),
+                payload.clone(),
+                cluster,
+                args.timeout,
+            )
             .await
             .map_err(|e| e.to_string())?;
-        let reply = PreviewSourceReply::decode(&msg.payload)
-            .map_err(|e| format!("cluster {cluster} sent an unreadable reply: {e}"))?;
-        if let Some(e) = reply.error {
-            return Err(format!("refused: {e}"));
-        }
+            let reply = PreviewSourceReply::decode(&msg.payload)
+                .map_err(|e| format!("cluster {cluster} sent an unreadable reply: {e}"))?;
+            match (&reply.error, reply.retry_after_ms) {
+                // Refused for rate (a long answer takes several pages): ask
+                // again when the origin says, a few times.
+                (Some(_), Some(ms)) if waits < RATE_WAITS => {
+                    waits += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(ms.min(10_000))).await;
+                }
+                (Some(e), _) => return Err(format!("refused: {e}")),
+                (None, _) => break reply,
+            }
+        };
         own_only(cluster, &args.bus.subject_prefix, &reply.envelopes)?;
         size += reply
             .envelopes
@@ -222,6 +238,9 @@ async fn ask_origin(
         "cluster {cluster} sent more than {MAX_PAGES} pages"
     ))
 }
+
+/// How many times one page is asked again after a refusal for rate.
+const RATE_WAITS: u32 = 3;
 
 /// Whether the page token `next` is after `after` (the first page's is after
 /// nothing); a token that does not parse never is.
@@ -375,5 +394,76 @@ mod tests {
         assert!(!moves_on(Some("a/y"), "a/y"), "the same page again");
         assert!(!moves_on(Some("b/a"), "a/z"), "back to an earlier page");
         assert!(!moves_on(None, ""), "a token that does not parse");
+    }
+
+    /// An origin that refuses a page for rate, saying when to ask again, is
+    /// asked again then (a few times); one that keeps refusing fails. Against
+    /// a real nats-server, the origin a plain subscriber.
+    #[tokio::test]
+    async fn a_page_refused_for_rate_is_asked_again_when_the_origin_says() {
+        use clap::Parser;
+        use futures::StreamExt;
+        let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        let cli = crate::cli::Cli::try_parse_from([
+            "fleetbus",
+            "rules",
+            "preview",
+            "-f",
+            "rule.yaml",
+            "--nats-url",
+            &nats.url(),
+            "--timeout",
+            "5s",
+        ])
+        .unwrap();
+        let crate::cli::Command::Rules(crate::cli::RulesCommand::Preview(args)) = cli.command
+        else {
+            panic!("not rules preview");
+        };
+        // c1 refuses `refusals` times, then answers an empty last page.
+        let origin = |refusals: usize| {
+            let client = client.clone();
+            async move {
+                let subject = CommandKey::preview_source("c1")
+                    .to_subject(&fleetbus_schemas::subject::Prefix::default());
+                let mut sub = client.subscribe(subject).await.unwrap();
+                client.flush().await.unwrap();
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while let Some(msg) = sub.next().await {
+                        let reply = if n < refusals {
+                            PreviewSourceReply {
+                                retry_after_ms: Some(50),
+                                ..PreviewSourceReply::refused("c1", "rate limited")
+                            }
+                        } else {
+                            PreviewSourceReply {
+                                cluster: "c1".into(),
+                                ..PreviewSourceReply::default()
+                            }
+                        };
+                        n += 1;
+                        let to = msg.reply.unwrap();
+                        client
+                            .publish(to, reply.encode().unwrap().into())
+                            .await
+                            .unwrap();
+                    }
+                })
+            }
+        };
+        let rule = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule"});
+        let patient = origin(RATE_WAITS as usize).await;
+        let answer = ask_origin(&client, &args, &rule, "c1", 1 << 20).await;
+        assert!(answer.is_ok(), "{:?}", answer.err());
+        patient.abort();
+        let _ = patient.await;
+        let _stubborn = origin(RATE_WAITS as usize + 1).await;
+        let answer = ask_origin(&client, &args, &rule, "c1", 1 << 20).await;
+        let Err(e) = answer else {
+            panic!("a stubborn refusal was taken");
+        };
+        assert!(e.contains("rate limited"), "{e}");
     }
 }
