@@ -396,13 +396,47 @@ mod tests {
         assert!(!moves_on(None, ""), "a token that does not parse");
     }
 
+    /// Origin c1 as a plain subscriber: it refuses `refusals` requests for
+    /// rate (ask again in 50 ms), then answers an empty last page.
+    async fn stub_origin(
+        client: async_nats::Client,
+        refusals: usize,
+    ) -> tokio::task::JoinHandle<()> {
+        use futures::StreamExt;
+        let subject = CommandKey::preview_source("c1")
+            .to_subject(&fleetbus_schemas::subject::Prefix::default());
+        let mut sub = client.subscribe(subject).await.unwrap();
+        client.flush().await.unwrap();
+        tokio::spawn(async move {
+            let mut n = 0;
+            while let Some(msg) = sub.next().await {
+                let reply = if n < refusals {
+                    PreviewSourceReply {
+                        retry_after_ms: Some(50),
+                        ..PreviewSourceReply::refused("c1", "rate limited")
+                    }
+                } else {
+                    PreviewSourceReply {
+                        cluster: "c1".into(),
+                        ..PreviewSourceReply::default()
+                    }
+                };
+                n += 1;
+                let to = msg.reply.unwrap();
+                client
+                    .publish(to, reply.encode().unwrap().into())
+                    .await
+                    .unwrap();
+            }
+        })
+    }
+
     /// An origin that refuses a page for rate, saying when to ask again, is
     /// asked again then (a few times); one that keeps refusing fails. Against
     /// a real nats-server, the origin a plain subscriber.
     #[tokio::test]
     async fn a_page_refused_for_rate_is_asked_again_when_the_origin_says() {
         use clap::Parser;
-        use futures::StreamExt;
         let nats = fleetbus_testsupport::NatsServer::start().unwrap();
         let client = async_nats::connect(nats.url()).await.unwrap();
         let cli = crate::cli::Cli::try_parse_from([
@@ -421,45 +455,13 @@ mod tests {
         else {
             panic!("not rules preview");
         };
-        // c1 refuses `refusals` times, then answers an empty last page.
-        let origin = |refusals: usize| {
-            let client = client.clone();
-            async move {
-                let subject = CommandKey::preview_source("c1")
-                    .to_subject(&fleetbus_schemas::subject::Prefix::default());
-                let mut sub = client.subscribe(subject).await.unwrap();
-                client.flush().await.unwrap();
-                tokio::spawn(async move {
-                    let mut n = 0;
-                    while let Some(msg) = sub.next().await {
-                        let reply = if n < refusals {
-                            PreviewSourceReply {
-                                retry_after_ms: Some(50),
-                                ..PreviewSourceReply::refused("c1", "rate limited")
-                            }
-                        } else {
-                            PreviewSourceReply {
-                                cluster: "c1".into(),
-                                ..PreviewSourceReply::default()
-                            }
-                        };
-                        n += 1;
-                        let to = msg.reply.unwrap();
-                        client
-                            .publish(to, reply.encode().unwrap().into())
-                            .await
-                            .unwrap();
-                    }
-                })
-            }
-        };
         let rule = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule"});
-        let patient = origin(RATE_WAITS as usize).await;
+        let patient = stub_origin(client.clone(), RATE_WAITS as usize).await;
         let answer = ask_origin(&client, &args, &rule, "c1", 1 << 20).await;
         assert!(answer.is_ok(), "{:?}", answer.err());
         patient.abort();
         let _ = patient.await;
-        let _stubborn = origin(RATE_WAITS as usize + 1).await;
+        let _stubborn = stub_origin(client.clone(), RATE_WAITS as usize + 1).await;
         let answer = ask_origin(&client, &args, &rule, "c1", 1 << 20).await;
         let Err(e) = answer else {
             panic!("a stubborn refusal was taken");
