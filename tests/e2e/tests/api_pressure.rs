@@ -257,3 +257,53 @@ async fn a_list_that_is_never_answered_is_sent_again() {
         "copied only after the held list answered: {after:?}"
     );
 }
+
+/// A preview's reads are bounded together (8 s, under the CLI's default
+/// `--timeout` of 10 s): c2's API server holds every ConfigMap list of its
+/// agent for a minute, and the preview of a first ConfigMap rule, whose
+/// `preview-source` makes c2 list ConfigMaps, gets c2's answer saying why
+/// in time, not a timeout; meanwhile and after, c2 keeps syncing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_whose_reads_hang_answers_within_its_budget() {
+    let nats = NatsServer::start().unwrap();
+    let (c1, c2) = pressure_fleet(&nats).await;
+    c2.cluster
+        .set_faults(&json!({
+            "userAgent": AGENT, "path": "/api/v1/configmaps", "slow": 1.0, "latencyMs": 60_000,
+        }))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rule = dir.path().join("cms.yaml");
+    std::fs::write(
+        &rule,
+        "apiVersion: fleetbus.io/v1alpha1\nkind: ResourceSyncRule\nmetadata: {name: cms}\n\
+         spec:\n  groupVersionKind: {group: \"\", version: v1, kind: ConfigMap}\n  \
+         rules:\n    - match:\n        - namespaces: [shared]\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let (code, out, err) =
+        fleetbus_cli(&nats, &["rules", "preview", "-f", rule.to_str().unwrap()]).await;
+    let took = started.elapsed();
+    eprintln!("preview took {took:?}: {out}{err}");
+    assert_eq!(code, Some(2), "{out}{err}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains("c2") && said.contains("did not finish within the preview's 8s for reads"),
+        "c2 should say its reads ran out of time: {said}"
+    );
+    // The engine answered within the budget and syncs on.
+    create_secret(&c1, "shared", "after-preview", &[("k", "1")]).await;
+    wait_copy(
+        &c2,
+        &secrets(),
+        Some("shared"),
+        "after-preview",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    clear_faults(&c2).await;
+}

@@ -31,9 +31,12 @@ use fleetbus_schemas::preview::{PreviewReply, PreviewRequest};
 
 use crate::bus::rate::RateRefused;
 
-/// How long the LIST of a kind this agent does not watch may take: the
-/// engine answers between passes.
-const LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// What every read of one preview (or preview-source page) together may
+/// take: discovery, the bus read and the LISTs of kinds this agent does not
+/// watch. The engine answers between passes, so this is also what one
+/// preview may hold a cluster's sync for; it stays under the CLI's default
+/// `--timeout` of 10 s.
+const READS_BUDGET: std::time::Duration = std::time::Duration::from_secs(8);
 
 use crate::sync::engine::Engine;
 

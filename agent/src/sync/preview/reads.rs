@@ -15,7 +15,6 @@
 //!   error on each copy of it, named as a pass names it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use fleetbus_schemas::envelope::Envelope;
@@ -29,9 +28,6 @@ use crate::sync::engine::Engine;
 use crate::sync::inputs::watches::{decode, Opener};
 use crate::sync::model::meta::describe_gvk;
 use crate::sync::model::{LocalKey, Target};
-
-/// How long the read of a kind's envelopes on the bus may take.
-const BUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Every object of a kind, as one LIST gave it.
 pub(super) struct Listed {
@@ -84,6 +80,7 @@ impl Engine {
     pub(super) async fn read_targets<'a>(
         &self,
         targets: impl Iterator<Item = &'a Target>,
+        deadline: tokio::time::Instant,
     ) -> Reads {
         let mut reads = Reads::default();
         for gvk in targets.map(Target::gvk) {
@@ -91,24 +88,27 @@ impl Engine {
             if watched || reads.0.contains_key(&gvk) {
                 continue;
             }
-            let listed = self.list_once(&gvk).await.map(Local::of);
+            let listed = self.list_once(&gvk, deadline).await.map(Local::of);
             reads.0.insert(gvk, listed);
         }
         reads
     }
 
     /// The last envelope of every object of `gvk` on the bus that decodes
-    /// here, within [`BUS_TIMEOUT`] (see the module docs).
+    /// here, by `deadline` (see the module docs).
     pub(super) async fn read_bus(
         &self,
         gvk: &GroupVersionKind,
+        deadline: tokio::time::Instant,
     ) -> Result<BTreeMap<ObjectKey, Envelope>, String> {
         let what = describe_gvk(gvk);
-        tokio::time::timeout(BUS_TIMEOUT, self.last_envelopes(gvk))
+        tokio::time::timeout_at(deadline, self.last_envelopes(gvk))
             .await
             .map_err(|_| {
                 format!(
-                    "reading the envelopes of {what} on the bus took longer than {BUS_TIMEOUT:?}"
+                    "reading the envelopes of {what} on the bus did not finish within the \
+                     preview's {:?} for reads",
+                    super::READS_BUDGET
                 )
             })?
             .map_err(|e| format!("cannot read the envelopes of {what} on the bus: {e}"))

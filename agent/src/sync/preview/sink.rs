@@ -172,11 +172,16 @@ impl Engine {
                 .push(format!("the rule cannot work here: {p}"));
             return Ok(reply);
         }
+        // Every read below together: see READS_BUDGET.
+        let deadline = Instant::now() + super::READS_BUDGET;
         let wanted = match reply.selected {
-            true => self.preview_wanted(&rule, req, &mut reply).await?,
+            true => {
+                self.preview_wanted(&rule, req, deadline, &mut reply)
+                    .await?
+            }
             false => Wanted::new(),
         };
-        let reads = self.read_targets(wanted.keys()).await;
+        let reads = self.read_targets(wanted.keys(), deadline).await;
         let now = Instant::now();
         let mut runs = Vec::new();
         for (target, own) in &wanted {
@@ -249,6 +254,7 @@ impl Engine {
         &self,
         rule: &CompiledRule,
         req: &PreviewRequest,
+        deadline: Instant,
         reply: &mut PreviewReply,
     ) -> Result<Wanted, String> {
         let changed = req.source.as_ref();
@@ -260,7 +266,7 @@ impl Engine {
         let on_bus = match followed {
             Some(kind) => OnBus::Followed(&kind.snapshots),
             // Not followed here (yet): read once (`reads`).
-            None => match self.unfollowed(rule, reply).await {
+            None => match self.unfollowed(rule, deadline, reply).await {
                 Some(read) => OnBus::Read(read),
                 None => return Ok(wanted),
             },
@@ -348,6 +354,7 @@ impl Engine {
     async fn unfollowed(
         &self,
         rule: &CompiledRule,
+        deadline: Instant,
         reply: &mut PreviewReply,
     ) -> Option<BTreeMap<ObjectKey, Envelope>> {
         if !self.kinds.contains_key(&rule.source) {
@@ -356,7 +363,7 @@ impl Engine {
             // Bounded as the lists are: the engine answers between passes,
             // and the client has no read timeout.
             let resolved = crate::sync::inputs::watches::resolve(&self.ctx.client, &rule.source);
-            match tokio::time::timeout(super::LIST_TIMEOUT, resolved).await {
+            match tokio::time::timeout_at(deadline, resolved).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(why)) => {
                     reply
@@ -366,15 +373,15 @@ impl Engine {
                 }
                 Err(_) => {
                     reply.incomplete.push(format!(
-                        "discovery did not answer within {:?}: whether this cluster serves {} is not known",
-                        super::LIST_TIMEOUT,
+                        "discovery did not answer within the preview's {:?} for reads: whether this cluster serves {} is not known",
+                        super::READS_BUDGET,
                         describe_gvk(&rule.source)
                     ));
                     return None;
                 }
             }
         }
-        match self.read_bus(&rule.source).await {
+        match self.read_bus(&rule.source, deadline).await {
             Ok(read) => Some(read),
             Err(why) => {
                 reply.incomplete.push(why);

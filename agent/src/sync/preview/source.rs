@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::reads::Listed;
 use super::sink::source_ref;
-use super::LIST_TIMEOUT;
+use super::READS_BUDGET;
 use crate::sync::engine::Engine;
 use crate::sync::model::meta::describe_gvk;
 use crate::sync::policy::Refusal;
@@ -41,6 +41,7 @@ use crate::sync::source::publish::{
 };
 use crate::sync::source::published::HashMemo;
 use crate::sync::source::sealing::SealView;
+use tokio::time::Instant;
 
 /// The author a new rule's sources are given for when the request names
 /// none: no cluster's name (those are DNS labels), so a SyncPolicy that
@@ -170,7 +171,10 @@ impl Engine {
                 kind.source.then_some(&kind.snapshots),
             ),
             None => {
-                listed = self.list_once(&rule.source).await?.objects;
+                listed = self
+                    .list_once(&rule.source, Instant::now() + READS_BUDGET)
+                    .await?
+                    .objects;
                 (Box::new(listed.into_iter()), None)
             }
         };
@@ -229,10 +233,14 @@ impl Engine {
     }
 
     /// Every object of a kind this agent does not watch: one LIST, paged by
-    /// the API server, within [`LIST_TIMEOUT`] (also a sink's preview's, for
+    /// the API server, by `deadline` (see [`READS_BUDGET`]) (also a sink's preview's, for
     /// a target kind it does not watch). A kind this cluster does not serve
     /// is an error naming it.
-    pub(super) async fn list_once(&self, gvk: &GroupVersionKind) -> Result<Listed, String> {
+    pub(super) async fn list_once(
+        &self,
+        gvk: &GroupVersionKind,
+        deadline: Instant,
+    ) -> Result<Listed, String> {
         let what = describe_gvk(gvk);
         let listing = async {
             let (ar, namespaced): (ApiResource, bool) =
@@ -268,9 +276,13 @@ impl Engine {
                 }
             }
         };
-        tokio::time::timeout(LIST_TIMEOUT, listing)
+        tokio::time::timeout_at(deadline, listing)
             .await
-            .map_err(|_| format!("listing {what} took longer than {LIST_TIMEOUT:?}"))?
+            .map_err(|_| {
+                format!(
+                    "listing {what} did not finish within the preview's {READS_BUDGET:?} for reads"
+                )
+            })?
     }
 }
 
