@@ -354,6 +354,16 @@ impl Signers {
         now: DateTime<Utc>,
     ) -> Result<(), &'static str> {
         let signed = self.certified(root, cluster, cert, now)?;
+        self.learn_certified(cluster, &signed)
+    }
+
+    /// Makes the key of `signed` (a certificate already checked for
+    /// `cluster`: [`Self::verify_record`]'s) `cluster`'s signer.
+    pub fn learn_certified(
+        &self,
+        cluster: &str,
+        signed: &SignedCertificate,
+    ) -> Result<(), &'static str> {
         let signer = Signer {
             key: signed.verifying_key().map_err(|e| cert_reason(&e))?,
             serial: signed.cert.serial_hex(),
@@ -382,13 +392,13 @@ impl Signers {
         raw: &[u8],
         now: DateTime<Utc>,
     ) -> Result<(), &'static str> {
-        self.verify_record(root, cluster, cert, raw, now)?;
-        self.learn(root, cluster, cert, now)
+        let signed = self.verify_record(root, cluster, cert, raw, now)?;
+        self.learn_certified(cluster, &signed)
     }
 
     /// The checks of [`Self::learn_record`] without learning: whether the
     /// record as received (`raw`) is signed by the certified, unrevoked key
-    /// its certificate names. The caller decides freshness before learning
+    /// its certificate names (that certificate, checked). The caller decides freshness before learning
     /// (a replayed record must not bring back a rotated-out key).
     pub fn verify_record(
         &self,
@@ -397,10 +407,9 @@ impl Signers {
         cert: Option<&str>,
         raw: &[u8],
         now: DateTime<Utc>,
-    ) -> Result<(), &'static str> {
+    ) -> Result<SignedCertificate, &'static str> {
         let revoked = |serial: &str| self.is_revoked(serial);
         fleetbus_schemas::trust::verify_record(root, cluster, cert, raw, now, revoked)
-            .map(|_| ())
             .map_err(|e| record_reason(&e))
     }
 

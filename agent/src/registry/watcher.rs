@@ -257,11 +257,12 @@ fn trusted(reg: &Registry, decoded: &Decoded, raw: &[u8]) -> Result<(), &'static
         Decoded::Cluster(record) => {
             let signers = &reg.ctx.signers;
             let cert = record.certificate.as_deref();
-            signers.verify_record(identity.root(), &record.name, cert, raw, now)?;
+            let signed = signers.verify_record(identity.root(), &record.name, cert, raw, now)?;
             if reg.membership().is_replay(record) {
                 return Err(crate::trust::reason::REPLAY);
             }
-            signers.learn(identity.root(), &record.name, cert, now)
+            // Checked above: learnt without checking the certificate again.
+            signers.learn_certified(&record.name, &signed)
         }
         Decoded::Revoked(r) => {
             RevokedRecord::verify(raw, identity.root()).map_err(|e| match e {
