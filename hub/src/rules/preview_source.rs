@@ -37,8 +37,6 @@ fn stopped(cluster: &str, pages: usize) -> String {
 pub struct Sources {
     /// Every envelope given, origin by origin, page by page.
     envelopes: Vec<SourceEnvelope>,
-    /// Every origin answered every page and left nothing out.
-    complete: bool,
     /// Origins that did not answer, refused or sent an unreadable reply.
     errors: Vec<(String, String)>,
     /// Objects an origin could not give.
@@ -53,6 +51,11 @@ pub struct Sources {
 }
 
 impl Sources {
+    /// Every origin answered every page and left nothing out.
+    fn complete(&self) -> bool {
+        self.errors.is_empty() && self.skipped.is_empty() && self.stopped.is_empty()
+    }
+
     /// An origin failed: the command exits 2.
     pub fn failed(&self) -> bool {
         !self.errors.is_empty()
@@ -134,14 +137,10 @@ pub async fn ask_origins(
         .iter()
         .map(|cluster| ask_origin(client, args, rule, cluster, max));
     let answers = futures::future::join_all(asks).await;
-    let mut sources = Sources {
-        complete: true,
-        ..Sources::default()
-    };
+    let mut sources = Sources::default();
     for (cluster, answer) in members.iter().zip(answers) {
         match answer {
             Ok(a) => {
-                sources.complete &= a.skipped.is_empty() && a.stopped_after.is_none();
                 sources.envelopes.extend(a.envelopes);
                 sources
                     .skipped
@@ -151,7 +150,6 @@ pub async fn ask_origins(
                 }
             }
             Err(e) => {
-                sources.complete = false;
                 sources.errors.push((cluster.clone(), e));
             }
         }
@@ -296,7 +294,7 @@ pub fn with_sources(
         used += e.encoded_len();
         request.sources.push(e.clone());
     }
-    request.sources_complete = sources.complete && all;
+    request.sources_complete = sources.complete() && all;
     (sources.sent, sources.max) = (request.sources.len(), max);
     encode(request)
 }
@@ -316,7 +314,12 @@ mod tests {
     fn sources(n: usize, complete: bool) -> Sources {
         Sources {
             envelopes: (0..n).map(envelope).collect(),
-            complete,
+            // An origin that did not answer makes the sources incomplete.
+            errors: if complete {
+                Vec::new()
+            } else {
+                vec![("c9".to_owned(), "no answer".to_owned())]
+            },
             ..Sources::default()
         }
     }
@@ -369,7 +372,7 @@ mod tests {
 
     #[test]
     fn failed_origins_are_named_and_make_it_fail() {
-        let mut s = sources(0, false);
+        let mut s = sources(0, true);
         assert!(!s.failed());
         s.errors
             .push(("c3".into(), "no agent answers for cluster c3".into()));
