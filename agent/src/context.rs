@@ -52,6 +52,9 @@ pub struct Context {
     /// to their receivers and opens what is sealed to it; without, it
     /// publishes in clear and opens nothing (insecure mode).
     pub sealing: Option<SealingKeys>,
+    /// This cluster's ownership-mark key: which objects are copies this
+    /// agent wrote (`sync::model::mark`).
+    pub mark: crate::mark::CopyMark,
 }
 
 /// A cluster's sealing key pair.
@@ -80,6 +83,7 @@ impl Context {
         bus: (async_nats::jetstream::Context, Layout),
         metrics: Arc<Metrics>,
         readiness: Arc<Readiness>,
+        mark: crate::mark::CopyMark,
     ) -> Self {
         let (js, layout) = bus;
         let (client, kube_config) = kube;
@@ -108,6 +112,7 @@ impl Context {
             check_layout: tokio::sync::Notify::new(),
             sealing,
             rejections: Rejections::default(),
+            mark,
         }
     }
 }

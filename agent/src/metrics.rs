@@ -81,6 +81,15 @@ pub struct Metrics {
     /// `sync::sink::plan`): rules, the fleet or a kind's state changed, a
     /// re-read of the bus or a re-list, or the periodic safety net.
     pub sync_full_plans: Counter,
+    /// Objects that name an origin cluster but are no copy this agent wrote
+    /// (`sync::model::mark`), each time collection passed one by: never
+    /// deleted nor overwritten.
+    pub sync_look_alikes: Counter,
+    /// 1 when the last sync pass wrote nothing to the API server and left
+    /// nothing queued or due (no input waiting, no coalesced rule status
+    /// to write): what a test or an operator waits on before expecting
+    /// quiet, instead of waiting for time.
+    pub sync_settled: Gauge,
     /// Copies currently in sync, over every rule.
     pub sync_objects: Gauge,
     /// Objects currently in conflict, over every rule.
@@ -114,6 +123,9 @@ pub struct Metrics {
     /// The rules that have series in `rule_objects`, so a deleted rule's
     /// series are removed rather than left at their last value.
     rule_names: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Every write counted in `kube_writes` and `sync_writes`, summed: whether a sync pass
+    /// wrote anything (`sync_settled`).
+    writes_made: std::sync::atomic::AtomicU64,
     /// 1 while `/readyz` would answer 200, else 0; set at every scrape
     /// (`fleetbus_ready`), so an alert needs no probe of its own.
     pub ready: Gauge,
@@ -284,6 +296,18 @@ impl Metrics {
             "Sink passes that planned every copy (not only what changed)",
             sync_full_plans.clone(),
         );
+        let sync_look_alikes = Counter::default();
+        registry.register(
+            "sync_look_alikes",
+            "Objects naming an origin cluster that are no copy of this agent's, passed by without deleting them",
+            sync_look_alikes.clone(),
+        );
+        let sync_settled = Gauge::default();
+        registry.register(
+            "sync_settled",
+            "1 when the last sync pass wrote nothing and left nothing queued or due",
+            sync_settled.clone(),
+        );
         let sync_objects = Gauge::default();
         registry.register(
             "sync_objects",
@@ -350,6 +374,7 @@ impl Metrics {
         let m = Metrics {
             rule_objects,
             rule_names: std::sync::Mutex::default(),
+            writes_made: std::sync::atomic::AtomicU64::new(0),
             ready,
             commands_rejected,
             sync_unknown_update_policy,
@@ -367,6 +392,8 @@ impl Metrics {
             rule_status_publish_failures,
             sync_passes,
             sync_full_plans,
+            sync_look_alikes,
+            sync_settled,
             sync_objects,
             sync_conflicts,
             sync_errors,
@@ -460,6 +487,8 @@ impl Metrics {
     /// Counts one write of a copy.
     pub fn sync_write(&self, op: &'static str) {
         self.sync_writes.get_or_create(&vec![("op", op)]).inc();
+        self.writes_made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Counts one failed operation on a copy.
@@ -479,6 +508,13 @@ impl Metrics {
     /// Counts one write to the Kubernetes API.
     pub fn kube_write(&self, kind: &'static str) {
         self.kube_writes.get_or_create(&vec![("kind", kind)]).inc();
+        self.writes_made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many writes [`Metrics::kube_write`] and [`Metrics::sync_write`] counted so far.
+    pub fn writes_made(&self) -> u64 {
+        self.writes_made.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Replaces the per-rule series with `rules`: a rule no longer listed (deleted,

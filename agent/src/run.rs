@@ -35,6 +35,9 @@ pub enum RunError {
     /// The cluster identity could not be read.
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    /// The copy-mark key could not be read or made.
+    #[error(transparent)]
+    CopyMark(#[from] crate::copy_mark::CopyMarkError),
     /// NATS refused us or is unsuitable.
     #[error(transparent)]
     Nats(#[from] NatsError),
@@ -65,6 +68,7 @@ impl RunError {
             RunError::KubeClient(e) => e.is_transient(),
             RunError::Bootstrap(e) => e.is_transient(),
             RunError::Identity(e) => e.is_transient(),
+            RunError::CopyMark(e) => e.is_transient(),
             RunError::Nats(e) => e.is_transient(),
             RunError::Layout(e) => e.is_transient(),
             RunError::Health(e) => e.is_transient(),
@@ -148,6 +152,12 @@ async fn start(
         BootstrapError::is_transient,
     )
     .await?;
+    let mark = retry(
+        "read the copy-mark key",
+        || crate::copy_mark::load(&client, &cfg.namespace),
+        crate::copy_mark::CopyMarkError::is_transient,
+    )
+    .await?;
     readiness
         .kube
         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -186,6 +196,7 @@ async fn start(
         (js, layout),
         metrics,
         readiness,
+        mark,
     ));
     let reg = Arc::new(Registry::new(ctx, ensured.kv, ensured.beats));
     reg.note_bucket_incarnation(&ensured.bucket_incarnation);

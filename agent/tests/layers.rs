@@ -25,9 +25,9 @@ const CYCLES_BEING_REMOVED: &[&str] = &[];
 /// ARCHITECTURE.md's layer table: a top-level module imports only modules of
 /// its own layer or the layers before it.
 const LAYERS: &[&[&str]] = &[
-    &["kube", "bus", "metrics", "health", "trust"],
+    &["kube", "bus", "metrics", "health", "trust", "mark"],
     &["cli", "config", "context"],
-    &["bootstrap", "identity", "metadata"],
+    &["bootstrap", "identity", "metadata", "copy_mark"],
     &["registry"],
     &["nodes", "kubeconfig", "sync"],
     &["run", "lib", "main"],

@@ -10,6 +10,11 @@ pub const API_VERSION: &str = "fleetbus.io/v1alpha1";
 /// Annotation on a copy: name of the cluster the object was copied from.
 /// Set only if absent, so the first origin survives multi-hop copies.
 pub const ANNOTATION_ORIGIN_CLUSTER: &str = "fleetbus.io/origin-cluster";
+/// Annotation on a copy: the sink agent's ownership mark, an HMAC under a key
+/// only that agent holds of the copy's group, kind, namespace, name and
+/// origin. Without it (or the managed label) an object that names an origin
+/// is not a copy: never overwritten nor deleted (agent `sync::model::mark`).
+pub const ANNOTATION_COPY_MARK: &str = "fleetbus.io/copy-mark";
 /// Annotation on a copy: `metadata.uid` of the object on its origin cluster.
 pub const ANNOTATION_ORIGIN_UID: &str = "fleetbus.io/origin-uid";
 /// Annotation on a copy: name of the ResourceSyncRule that produced it.
@@ -79,6 +84,8 @@ pub const RESOURCE_SYNC_RULE_GVK: (&str, &str, &str) = (GROUP, VERSION, RESOURCE
 /// conflict (an object not made by fleetbus at the target, or another origin winning it).
 pub const EVENT_SYNC_CONFLICT: &str = "SyncConflict";
 
+/// Type of the Secret holding a cluster's copy-mark key (never published).
+pub const SECRET_TYPE_COPY_MARK_KEY: &str = "fleetbus.io/copy-mark-key";
 /// `type` of a Secret holding a reader kubeconfig for a cluster (referenced by `Cluster.spec.authInfo`).
 pub const SECRET_TYPE_CLUSTER_KUBECONFIG: &str = "fleetbus.io/cluster-kubeconfig";
 /// Key in a [`SECRET_TYPE_CLUSTER_KUBECONFIG`] Secret's `data` holding the kubeconfig.

@@ -43,6 +43,7 @@ use super::policy::policy_gvk;
 use super::rules::compile::{self as rules, RuleSet};
 use super::source::state::SourceState;
 use crate::context::Context;
+use crate::mark::CopyMark;
 use crate::registry::FleetView;
 
 /// What sync knows of one kind.
@@ -799,7 +800,7 @@ impl Engine {
                 let objects: Vec<Value> = kind.objects.values().collect();
                 let objects: Vec<&Value> = objects.iter().collect();
                 let mut rules = rules::compile(&objects);
-                verify_authors(&mut rules, kind);
+                verify_authors(&mut rules, kind, &self.ctx.mark);
                 // Rules are mesh-wide: a rule a peer publishes counts here even
                 // while its local copy is missing (deleted by someone, not yet
                 // written), so its copies are neither collected nor its
@@ -867,11 +868,22 @@ impl Engine {
 /// object here) has a live envelope of it on the bus: a claim without one
 /// is an annotation someone wrote on a local rule, or a copy whose
 /// envelope is not read yet (see `sink::pass::import_refused`).
-fn verify_authors(rules: &mut RuleSet, kind: &KindState) {
+fn verify_authors(rules: &mut RuleSet, kind: &KindState, marker: &CopyMark) {
     let gvk = rules::rule_gvk();
     let api_version = format!("{}/{}", gvk.group, gvk.version);
     for r in rules.values_mut() {
         let Some(author) = &r.author else { continue };
+        // A rule object that names an origin but is no copy this agent
+        // wrote is a local rule: its annotation claims nothing (`model::mark`).
+        let copied_from = kind
+            .objects
+            .get(&(None, r.name.clone()))
+            .and_then(|o| marker.copy_origin(&o).map(str::to_owned));
+        if copied_from.as_deref() != Some(author.as_str()) {
+            r.author = None;
+            r.author_verified = false;
+            continue;
+        }
         let key = ObjectKey::from_api_version(author, &api_version, &gvk.kind, None, &r.name);
         r.author_verified = kind.snapshots.meta(&key).is_some_and(|e| !e.tombstone);
     }
@@ -983,8 +995,14 @@ pub async fn run(
             }
             _ = sleep_until_opt(wake) => {}
         }
+        let writes = reg.ctx.metrics.writes_made();
         engine.pass().await;
         progress.record(engine.measure(chrono::Utc::now()));
+        // Settled: this pass changed nothing on the API server, and nothing
+        // is queued or waiting to be written (see `Metrics::sync_settled`).
+        let settled =
+            reg.ctx.metrics.writes_made() == writes && engine.status_due.is_none() && rx.is_empty();
+        reg.ctx.metrics.sync_settled.set(i64::from(settled));
     }
 }
 
@@ -1170,10 +1188,16 @@ mod tests {
             }
             obj
         };
-        let copy = rule("copied", Some("hub"));
+        use crate::mark::tests::{marked, marker_ref};
+        // Copies this agent wrote carry its mark; `forged` only the annotation.
+        let copy = marked(rule("copied", Some("hub")));
         let forged = rule("forged", Some("hub"));
-        let withdrawn = rule("withdrawn", Some("hub"));
+        let withdrawn = marked(rule("withdrawn", Some("hub")));
         let own = rule("own", None);
+        let mut objects = LocalObjects::default();
+        for o in [&copy, &forged, &withdrawn, &own] {
+            objects.insert_packed(local_key(o).unwrap(), crate::sync::model::Packed::new(o));
+        }
         let env = |name: &str, tombstone: bool| {
             let original = rule(name, None);
             let key = ObjectKey::from_object("hub", &original).unwrap();
@@ -1193,16 +1217,22 @@ mod tests {
             (key, e)
         };
         let kind = KindState::for_test(
-            LocalObjects::default(),
-            [env("copied", false), env("withdrawn", true)]
-                .into_iter()
-                .collect(),
+            objects,
+            [
+                env("copied", false),
+                env("withdrawn", true),
+                env("forged", false),
+            ]
+            .into_iter()
+            .collect(),
         );
         let mut set = rules::compile(&[&copy, &forged, &withdrawn, &own]);
-        verify_authors(&mut set, &kind);
+        verify_authors(&mut set, &kind, marker_ref());
         assert_eq!(set["copied"].author.as_deref(), Some("hub"));
         assert!(set["copied"].author_verified);
-        assert_eq!(set["forged"].author.as_deref(), Some("hub"));
+        // The annotation alone claims nothing, even when hub has a rule of
+        // that name: it is a local rule.
+        assert_eq!(set["forged"].author, None);
         assert!(!set["forged"].author_verified);
         assert!(!set["withdrawn"].author_verified);
         assert_eq!(set["own"].author, None);

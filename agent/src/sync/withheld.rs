@@ -62,9 +62,9 @@ pub fn withheld(obj: &Value) -> Option<Withheld> {
                 return Some(Withheld::ServiceAccountToken)
             }
             Some(well_known::SECRET_TYPE_BOOTSTRAP_TOKEN) => return Some(Withheld::BootstrapToken),
-            Some(well_known::SECRET_TYPE_CLUSTER_KUBECONFIG) => {
-                return Some(Withheld::WrittenByFleetbus)
-            }
+            Some(
+                well_known::SECRET_TYPE_CLUSTER_KUBECONFIG | well_known::SECRET_TYPE_COPY_MARK_KEY,
+            ) => return Some(Withheld::WrittenByFleetbus),
             _ => {}
         }
     }

@@ -933,35 +933,55 @@ async fn create_only_policy() {
     .await;
 }
 
-/// A copy nothing wants that appears after the copies settled (a stray one
-/// restored from a backup, say) is collected: the sink scans for
-/// collectable copies only when something could have become collectable,
-/// and a foreign copy it did not want is such a thing. One it wants stays.
+/// A copy nothing wants that appears after the copies settled (one restored
+/// from a backup, its ownership mark intact) is collected: the sink scans
+/// for collectable copies only when something could have become
+/// collectable, and a copy it did not want is such a thing. An object that
+/// merely looks like a copy — fleetbus's annotations and label written by
+/// hand, without the mark only this cluster's agent can make — is someone's
+/// own: never deleted, whether its namespace is synced or not (it once was
+/// deleted on the strength of one annotation). One copy it wants stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stray_copy_appearing_later_is_collected() {
+async fn a_restored_copy_is_collected_and_a_look_alike_never() {
     let nats = NatsServer::start().unwrap();
     let m = fleet(&nats, &["c1", "c2"]).await;
     let (c1, c2) = (&m[0], &m[1]);
     for x in &m {
         create_ns(x, "shared").await;
     }
+    create_ns(c2, "plain").await;
     let name = "stray-secrets";
     apply_yaml(c1, &secret_rule(name, ""));
     create_secret(c1, "shared", "real", &[("v", "1")]).await;
-    wait_copy(
-        c2,
-        &secrets(),
-        Some("shared"),
-        "real",
-        "c1",
-        name,
-        data_is(secret_data(&[("v", "1")])),
-    )
-    .await;
-    // Marked as c1's copy under the rule, of an object c1 does not have.
-    apply_yaml(
-        c2,
-        &format!(
+    create_secret(c1, "shared", "gone", &[("v", "g")]).await;
+    for n in ["real", "gone"] {
+        wait_copy(c2, &secrets(), Some("shared"), n, "c1", name, |_| Ok(())).await;
+    }
+    // A backup of the copy `gone`, as `kubectl get -o json` gives it.
+    let backup = kubectl(c2, &["get", "secret", "gone", "-n", "shared", "-o", "json"]);
+    let mut backup: serde_json::Value = serde_json::from_str(&backup).unwrap();
+    let meta = backup["metadata"].as_object_mut().unwrap();
+    for server_owned in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "managedFields",
+    ] {
+        meta.remove(server_owned);
+    }
+    assert!(
+        backup["metadata"]["annotations"][fleetbus_schemas::well_known::ANNOTATION_COPY_MARK]
+            .is_string(),
+        "a copy carries its mark: {backup}"
+    );
+    kubectl_delete(c1, "secret", Some("shared"), "gone");
+    wait_absent(c2, &secrets(), Some("shared"), "gone").await;
+
+    // Look-alikes: c1's copy under the rule in every annotation and label
+    // but the mark, in the synced namespace; and only the origin annotation,
+    // in a namespace no rule selects.
+    let look_alikes = [
+        format!(
             r#"apiVersion: v1
 kind: Secret
 metadata:
@@ -972,16 +992,87 @@ metadata:
     fleetbus.io/origin-cluster: c1
     fleetbus.io/origin-uid: 00000000-0000-0000-0000-000000000000
     fleetbus.io/rule: {name}
+    fleetbus.io/source-hash: sha256:0000
 data: {{v: {}}}
 "#,
             b64("stray")
         ),
-    );
-    wait_absent(c2, &secrets(), Some("shared"), "stray").await;
+        format!(
+            r#"apiVersion: v1
+kind: Secret
+metadata:
+  name: user-owned
+  namespace: plain
+  annotations: {{fleetbus.io/origin-cluster: c1}}
+data: {{v: {}}}
+"#,
+            b64("mine")
+        ),
+    ];
+    let looked_at = c2.metric("fleetbus_sync_look_alikes_total").unwrap_or(0.0);
+    for yaml in &look_alikes {
+        apply_yaml(c2, yaml);
+    }
+    let kept: Vec<_> = [("shared", "stray"), ("plain", "user-owned")]
+        .into_iter()
+        .map(|(ns, n)| async move {
+            let o = get_dynamic(c2, &secrets(), Some(ns), n).await.unwrap();
+            let o = o.unwrap_or_else(|| {
+                panic!("{ns}/{n} was deleted as soon as it was created: a look-alike collected")
+            });
+            (ns, n, o.uid().unwrap())
+        })
+        .collect();
+    let mut uids = Vec::new();
+    for k in kept {
+        uids.push(k.await);
+    }
+    // The restore: the copy is back, mark and all, and nothing wants it.
+    apply_yaml(c2, &backup.to_string());
+    wait_absent(c2, &secrets(), Some("shared"), "gone").await;
+    // The sink passed both look-alikes by (counted), and they are there.
+    c2.wait_metric_at_least("fleetbus_sync_look_alikes_total", looked_at + 2.0)
+        .await;
+    for (ns, n, uid) in &uids {
+        let o = get_dynamic(c2, &secrets(), Some(ns), n).await.unwrap();
+        assert_eq!(
+            o.as_ref().and_then(ResourceExt::uid).as_ref(),
+            Some(uid),
+            "{ns}/{n}: a look-alike was deleted or replaced"
+        );
+    }
     let real = get_dynamic(c2, &secrets(), Some("shared"), "real")
         .await
         .unwrap();
     assert!(real.is_some(), "the wanted copy stays");
+
+    // c1 now publishes a `stray` of its own: the look-alike in its place is
+    // a conflict on c2, reported and never overwritten.
+    create_secret(c1, "shared", "stray", &[("v", "from-c1")]).await;
+    wait_rule(c2, name, "a conflict naming shared/stray", |r| {
+        let s = r.status.as_ref().ok_or("no status")?;
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Conflict" && c.status == "True")
+            .ok_or(format!("no Conflict condition: {:?}", s.conditions))?;
+        if s.conflicts >= 1 && c.message.contains("stray") {
+            Ok(())
+        } else {
+            Err(format!("conflicts {}: {}", s.conflicts, c.message))
+        }
+    })
+    .await;
+    let stray = get_dynamic(c2, &secrets(), Some("shared"), "stray")
+        .await
+        .unwrap()
+        .expect("the look-alike");
+    assert_eq!(stray.uid().as_ref(), Some(&uids[0].2));
+    assert_eq!(
+        stray.data["data"]["v"],
+        serde_json::json!(b64("stray")),
+        "the look-alike was overwritten"
+    );
 }
 
 /// A change is planned alone (issue 20): once the copies are in sync, new

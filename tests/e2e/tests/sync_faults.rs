@@ -252,6 +252,14 @@ fn write_requests(m: &Member) -> Vec<String> {
         .collect()
 }
 
+/// The status of the rule `shared-secrets` on `m`, for messages.
+async fn rule_status(m: &Member) -> String {
+    match rule(m, "shared-secrets").await {
+        Ok(Some(r)) => serde_json::to_string(&r.status).unwrap_or_default(),
+        other => format!("{other:?}"),
+    }
+}
+
 /// A↔B with objects both ways: once converged, several heartbeats later
 /// neither devcluster counted another write of a Secret, Namespace or rule
 /// (`/debug/writes` counts state-changing writes only), nor even received a
@@ -279,11 +287,26 @@ async fn zero_writes_after_convergence() {
         })
         .await;
     }
+    // Converged is not yet quiet: a status write coalesced behind the last
+    // count may still be due. Each agent says when a pass wrote nothing and
+    // left nothing queued or due; after that, nothing is written.
+    for x in [c1, c2] {
+        wait_for(&format!("{}: sync settled", x.name), SYNC, || async {
+            let v = x.metric("fleetbus_sync_settled")?;
+            if v >= 1.0 {
+                Ok(())
+            } else {
+                Err(format!("fleetbus_sync_settled {v}"))
+            }
+        })
+        .await;
+    }
     let before = [
         synced_writes(&writes(c1).await),
         synced_writes(&writes(c2).await),
     ];
     let requests_before = [write_requests(c1), write_requests(c2)];
+    let statuses_before = [rule_status(c1).await, rule_status(c2).await];
     assert!(
         requests_before[1].len() >= 2,
         "c2's devcluster log shows fewer write requests than the copies it got: {requests_before:#?}"
@@ -328,14 +351,19 @@ async fn zero_writes_after_convergence() {
         synced_writes(&writes(c1).await),
         synced_writes(&writes(c2).await),
     ];
-    for (x, old) in [(c1, &requests_before[0]), (c2, &requests_before[1])] {
+    for (i, (x, old)) in [(c1, &requests_before[0]), (c2, &requests_before[1])]
+        .into_iter()
+        .enumerate()
+    {
         let now = write_requests(x);
         assert_eq!(
             now.len(),
             old.len(),
-            "{}: write requests after convergence: {:#?}",
+            "{}: write requests after convergence: {:#?}\nrule status before: {}\nafter: {}",
             x.name,
-            &now[old.len().min(now.len())..]
+            &now[old.len().min(now.len())..],
+            statuses_before[i],
+            rule_status(x).await,
         );
     }
     assert_eq!(before, after, "writes after convergence (c1, c2)");

@@ -60,6 +60,25 @@ impl Conflict {
         }
     }
 
+    /// An object that names an origin but is no copy this cluster's agent
+    /// wrote (`model::mark`) holds the target: a local object all the same,
+    /// and the message says why it is not taken for a copy.
+    pub fn look_alike(
+        target: &Target,
+        c: &Candidate,
+        live: &Value,
+        claimed: &str,
+        why: crate::mark::LookAlike,
+    ) -> Conflict {
+        let mut conflict = Conflict::local_object(target, c, live);
+        conflict.message = format!(
+            "{target} exists on this cluster and names fleetbus.io/origin-cluster={claimed}, but is no copy fleetbus wrote here ({}): not overwritten with the copy from {}; delete it to have the copy written",
+            why.as_str(),
+            c.key.origin
+        );
+        conflict
+    }
+
     /// Another source's copy wins the target.
     pub fn other_origin(target: &Target, loser: &Candidate, winner: &Candidate) -> Conflict {
         Conflict {

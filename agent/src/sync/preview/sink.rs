@@ -675,7 +675,8 @@ impl Engine {
                 if annotation(&obj, well_known::ANNOTATION_RULE) != Some(rule.name.as_str()) {
                     continue;
                 }
-                let Some(origin) = annotation(&obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
+                // As `collect`: only a copy this agent wrote.
+                let Some(origin) = self.ctx.mark.copy_origin(&obj) else {
                     continue;
                 };
                 let Some(target) = Target::of(&obj) else {

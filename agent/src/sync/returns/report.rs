@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::sync::engine::Engine;
 use crate::sync::health;
-use crate::sync::model::meta::{annotation, origin_cluster};
+use crate::sync::model::meta::annotation;
 use crate::sync::sink::bundle;
 
 /// Whether two reports say the same (when and from which version of the
@@ -63,8 +63,9 @@ impl Engine {
             else {
                 continue;
             };
-            // A local object in the way (a conflict) is no copy of ours.
-            let origin = origin_cluster(&live);
+            // A local object in the way (a conflict), or one that merely
+            // names the origin, is no copy of ours: its status is not sent.
+            let origin = self.ctx.mark.copy_origin(&live);
             if origin != Some(key.origin.as_str()) {
                 continue;
             }

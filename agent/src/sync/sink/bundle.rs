@@ -415,6 +415,7 @@ impl Engine {
             origin_uid: &src.env.uid,
             content_hash: &hash,
             templates: &templates,
+            marker: &self.ctx.mark,
         };
         let mut desired = mutate::desired_copy(&input).map_err(ManifestError::Mutate)?;
         // desired_copy made the annotations a map of strings.

@@ -17,6 +17,7 @@ use kube::core::GroupVersionKind;
 use super::apply;
 use super::keep::{self, Cascade, CheckError, KeptCopy, Why};
 use crate::kube::events::EventType;
+use crate::mark::Ownership;
 use crate::sync::engine::{Engine, KindState};
 use crate::sync::model::backoff::{Backoff, Input};
 use crate::sync::model::meta::{annotation, is_terminating};
@@ -144,8 +145,15 @@ impl Engine {
         };
         for obj in objects {
             let obj = &obj;
-            let Some(origin) = annotation(obj, well_known::ANNOTATION_ORIGIN_CLUSTER) else {
-                continue;
+            // Only a copy this agent wrote is collected: an object that
+            // merely names an origin is someone's own (`model::mark`).
+            let origin = match self.ctx.mark.judge_object(obj) {
+                Ownership::Copy { origin, .. } => origin,
+                Ownership::Original => continue,
+                Ownership::LookAlike { .. } => {
+                    self.ctx.metrics.sync_look_alikes.inc();
+                    continue;
+                }
             };
             if origin == self.fleet.local.name {
                 continue;
@@ -298,12 +306,14 @@ impl Engine {
                     None => keep::namespaced_resources(client).await?,
                 };
                 let started = Instant::now();
-                let found = keep::namespace_contents(client, &resources, &target.name).await;
+                let found =
+                    keep::namespace_contents(client, &self.ctx.mark, &resources, &target.name)
+                        .await;
                 tracing::debug!(namespace = %target.name, resources = resources.len(), elapsed_ms = started.elapsed().as_millis(), "listed what deleting the namespace would delete");
                 *served = Some(resources);
                 found?
             }
-            Some(Cascade::Crd) => keep::crd_instances(client, obj).await?,
+            Some(Cascade::Crd) => keep::crd_instances(client, &self.ctx.mark, obj).await?,
         };
         Ok(keep::unmanaged(&found))
     }

@@ -12,11 +12,12 @@
 
 use std::collections::BTreeSet;
 
-use fleetbus_schemas::well_known;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, ObjectMeta};
 use kube::core::GroupVersionKind;
 use kube::discovery::{verbs, Discovery, Scope};
 use serde_json::Value;
+
+use crate::mark::CopyMark;
 
 /// A copy kept instead of deleted, reported while it is still there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,14 +63,22 @@ pub struct Dependent {
     pub uid: String,
     /// The uids its ownerReferences name.
     pub owners: Vec<String>,
-    /// It carries fleetbus's origin stamp: a copy.
+    /// It is a copy this cluster's agent wrote (its mark verifies).
     pub copy: bool,
 }
 
 impl Dependent {
-    fn of(resource: &str, meta: &ObjectMeta) -> Dependent {
+    /// `meta` of kind `ar`: a copy only if this cluster's agent marked it
+    /// (`model::mark`): a look-alike in a copied namespace is a local object,
+    /// and keeps the namespace.
+    fn of(ar: &ApiResource, meta: &ObjectMeta, marker: &CopyMark) -> Dependent {
+        let whole = serde_json::json!({
+            "apiVersion": ar.api_version,
+            "kind": ar.kind,
+            "metadata": meta,
+        });
         Dependent {
-            resource: resource.to_owned(),
+            resource: resource_name(ar),
             namespace: meta.namespace.clone(),
             name: meta.name.clone().unwrap_or_default(),
             uid: meta.uid.clone().unwrap_or_default(),
@@ -79,10 +88,7 @@ impl Dependent {
                 .flatten()
                 .map(|o| o.uid.clone())
                 .collect(),
-            copy: meta
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(well_known::ANNOTATION_ORIGIN_CLUSTER)),
+            copy: marker.copy_origin(&whole).is_some(),
         }
     }
 
@@ -258,13 +264,14 @@ pub async fn namespaced_resources(client: &kube::Client) -> Result<Vec<ApiResour
 /// Everything in namespace `ns` of the `resources` (see [`namespaced_resources`]).
 pub async fn namespace_contents(
     client: &kube::Client,
+    marker: &CopyMark,
     resources: &[ApiResource],
     ns: &str,
 ) -> Result<Vec<Dependent>, CheckError> {
     let mut out = Vec::new();
     for ar in resources {
         let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, ar);
-        list_into(&api, &resource_name(ar), &mut out).await?;
+        list_into(&api, ar, marker, &mut out).await?;
     }
     Ok(out)
 }
@@ -272,12 +279,13 @@ pub async fn namespace_contents(
 /// Every object, in every namespace, of the kind the CRD `crd` defines.
 pub async fn crd_instances(
     client: &kube::Client,
+    marker: &CopyMark,
     crd: &Value,
 ) -> Result<Vec<Dependent>, CheckError> {
     let ar = crd_resource(crd).ok_or(CheckError::Crd)?;
     let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
     let mut out = Vec::new();
-    match list_into(&api, &resource_name(&ar), &mut out).await {
+    match list_into(&api, &ar, marker, &mut out).await {
         // Not served (yet, or no more): there is no object of the kind.
         Err(CheckError::List {
             source: kube::Error::Api(s),
@@ -326,9 +334,11 @@ pub fn resource_name(ar: &ApiResource) -> String {
 /// Appends every object `api` lists (metadata only, paged) to `out`.
 async fn list_into(
     api: &Api<DynamicObject>,
-    resource: &str,
+    ar: &ApiResource,
+    marker: &CopyMark,
     out: &mut Vec<Dependent>,
 ) -> Result<(), CheckError> {
+    let resource = &resource_name(ar);
     let mut lp = ListParams::default().limit(500);
     loop {
         let page = api
@@ -341,7 +351,7 @@ async fn list_into(
         out.extend(
             page.items
                 .iter()
-                .map(|o| Dependent::of(resource, &o.metadata)),
+                .map(|o| Dependent::of(ar, &o.metadata, marker)),
         );
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(c) => lp = lp.continue_token(&c),

@@ -8,11 +8,13 @@ use fleetbus_schemas::k8s_names::{is_dns1123_label, is_dns1123_subdomain};
 use fleetbus_schemas::pointer::{parse_field_pointer, PointerError};
 use fleetbus_schemas::well_known::is_reserved_key;
 use fleetbus_schemas::well_known::{
-    ANNOTATION_BUNDLE, ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID, ANNOTATION_ORPHAN_POLICY,
-    ANNOTATION_RULE, ANNOTATION_SOURCE_HASH, LABEL_MANAGED, LABEL_MANAGED_VALUE,
+    ANNOTATION_BUNDLE, ANNOTATION_COPY_MARK, ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID,
+    ANNOTATION_ORPHAN_POLICY, ANNOTATION_RULE, ANNOTATION_SOURCE_HASH, LABEL_MANAGED,
+    LABEL_MANAGED_VALUE,
 };
 use serde_json::{Map, Value};
 
+use crate::mark::{CopyMark, Marked};
 use crate::sync::rules::matching::array_index;
 use crate::sync::rules::template::{self, TemplateContext, TemplateError};
 
@@ -33,8 +35,9 @@ pub const SERVER_OWNED_METADATA: [&str; 10] = [
 pub const ANNOTATION_LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// The annotations fleetbus stamps on every copy ([`unmanage`] removes them, and
 /// `fleetbus.io/bundle`, which only copies unwrapped from a Bundle carry).
-pub const STAMP_ANNOTATIONS: [&str; 5] = [
+pub const STAMP_ANNOTATIONS: [&str; 6] = [
     ANNOTATION_ORIGIN_CLUSTER,
+    ANNOTATION_COPY_MARK,
     ANNOTATION_ORIGIN_UID,
     ANNOTATION_RULE,
     ANNOTATION_SOURCE_HASH,
@@ -60,6 +63,8 @@ pub struct CopyInput<'a> {
     pub content_hash: &'a str,
     /// What override templates can read.
     pub templates: &'a TemplateContext,
+    /// This cluster's ownership mark (`model::mark`).
+    pub marker: &'a CopyMark,
 }
 
 /// Why no desired copy could be built from a source object.
@@ -392,6 +397,24 @@ fn stamp(obj: &mut Value, input: &CopyInput<'_>) -> Result<(), MutateError> {
         LABEL_MANAGED.to_owned(),
         Value::String(LABEL_MANAGED_VALUE.to_owned()),
     );
+    // Marked last, over the copy as it will be written (its kind, namespace
+    // and name after mutations, its first origin): what the mark binds.
+    if let Some(m) = crate::mark::Meta::of(obj) {
+        let origin = m
+            .annotations
+            .and_then(|a| a.get(ANNOTATION_ORIGIN_CLUSTER))
+            .and_then(Value::as_str)
+            .unwrap_or(input.origin);
+        let mark = input.marker.mark(&Marked {
+            group: m.group,
+            kind: m.kind,
+            namespace: m.namespace,
+            name: m.name,
+            origin,
+        });
+        string_map_mut(obj, "annotations")?
+            .insert(ANNOTATION_COPY_MARK.to_owned(), Value::String(mark));
+    }
     Ok(())
 }
 
@@ -537,6 +560,7 @@ mod tests {
             origin_uid: "u-1",
             content_hash: "sha256:abc",
             templates: &ctx,
+            marker: &crate::mark::tests::marker(),
         })
     }
 
@@ -554,6 +578,14 @@ mod tests {
     #[test]
     fn strips_server_owned_fields_and_status_and_stamps() {
         let c = copy(&[]).unwrap();
+        // The mark binds what the copy is, where, and from whom.
+        let mark = crate::mark::tests::marker().mark(&Marked {
+            group: "apps",
+            kind: "Deployment",
+            namespace: Some("team-a"),
+            name: "web",
+            origin: "east",
+        });
         assert_eq!(
             c,
             json!({
@@ -569,7 +601,8 @@ mod tests {
                         "fleetbus.io/origin-uid": "u-1",
                         "fleetbus.io/rule": "web-rule",
                         "fleetbus.io/source-hash": "sha256:abc",
-                        "fleetbus.io/orphan-policy": "Delete"
+                        "fleetbus.io/orphan-policy": "Delete",
+                        "fleetbus.io/copy-mark": mark
                     }
                 },
                 "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "c", "image": "nginx:1"}]}}}

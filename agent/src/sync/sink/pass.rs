@@ -224,6 +224,7 @@ impl Engine {
             origin_uid: &env.uid,
             content_hash: &env.content_hash,
             templates: &templates,
+            marker: &self.ctx.mark,
         };
         let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
         let copy = mutate::desired_copy(&input).map(|d| (Target::of(&d), d));

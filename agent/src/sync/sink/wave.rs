@@ -21,10 +21,11 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
+use crate::mark::{CopyMark, Ownership};
 use crate::sync::drift::policy::Policy;
 use crate::sync::engine::{namespace_gvk, Engine};
 use crate::sync::model::backoff::{Backoff, Input};
-use crate::sync::model::meta::{has_annotation, is_original, is_terminating};
+use crate::sync::model::meta::{has_annotation, is_terminating};
 use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, Target};
 use crate::sync::rules::compile::CompiledRule;
 
@@ -161,6 +162,8 @@ pub(in crate::sync) struct View<'a> {
     /// Why the winner's rule holds its copies here (suspended, waiting for
     /// its `dependsOn`), if it does: nothing is created or updated.
     pub hold: Option<&'a str>,
+    /// Which objects are copies this cluster's agent wrote.
+    pub marker: &'a CopyMark,
 }
 
 /// Why the live object at a target is not written, when it is being deleted
@@ -282,11 +285,22 @@ fn missing(v: &View<'_>, target: &Target, c: &Candidate, namespace: Option<Strin
 /// [`decide`] for a live copy that is not being deleted, its namespace
 /// taken as existing.
 fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
-    if is_original(live) {
-        return Step::Done(
-            Outcome::Conflict(Box::new(Conflict::local_object(target, c, live))),
-            false,
-        );
+    // Only a copy this agent wrote is overwritten: an original, or an
+    // object that merely names an origin, is someone else's (`model::mark`).
+    match v.marker.judge_object(live) {
+        Ownership::Copy { .. } => {}
+        Ownership::Original => {
+            return Step::Done(
+                Outcome::Conflict(Box::new(Conflict::local_object(target, c, live))),
+                false,
+            )
+        }
+        Ownership::LookAlike { origin, why } => {
+            return Step::Done(
+                Outcome::Conflict(Box::new(Conflict::look_alike(target, c, live, origin, why))),
+                false,
+            )
+        }
     }
     if has_annotation(live, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED)
         || c.update == UpdatePolicy::CreateOnly
@@ -404,6 +418,7 @@ impl Engine {
             baseline: self.baselines.get(target),
             rule,
             hold,
+            marker: &self.ctx.mark,
         }
     }
 
@@ -578,11 +593,11 @@ mod tests {
     }
 
     fn desired(value: &str, hash: &str) -> Value {
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        crate::mark::tests::marked(json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"namespace": "apps", "name": "c",
                             "annotations": {well_known::ANNOTATION_ORIGIN_CLUSTER: "c1",
                                             well_known::ANNOTATION_SOURCE_HASH: hash}},
-               "data": {"k": value}})
+               "data": {"k": value}}))
     }
 
     /// The live copy: the desired one as the server keeps it, at `rv`.
@@ -639,6 +654,7 @@ mod tests {
                 .get("cm")
                 .filter(|r| r.spec.suspend)
                 .map(|_| "the rule is suspended"),
+            marker: crate::mark::tests::marker_ref(),
         }
     }
 
@@ -747,6 +763,40 @@ mod tests {
         original["metadata"]["annotations"] = json!({});
         let got = decided(&view(&rs, Some(&original), Some(&b)), &candidate("a", "h"));
         assert!(got.starts_with("done: Conflict"), "{got}");
+    }
+
+    #[test]
+    fn an_object_that_only_looks_like_a_copy_is_a_conflict_never_overwritten() {
+        let rs = rules();
+        let b = baseline("x", "3", None);
+        // The origin annotation and even the managed label, without the
+        // mark: what a user re-applying a copy's YAML, or an attacker, writes.
+        for strip in [
+            &[well_known::ANNOTATION_COPY_MARK][..],
+            &[well_known::ANNOTATION_COPY_MARK, "labels"][..],
+        ] {
+            let mut look_alike = live("x", "3");
+            for k in strip {
+                if *k == "labels" {
+                    look_alike["metadata"]["labels"] = json!({});
+                } else {
+                    look_alike["metadata"]["annotations"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove(*k);
+                }
+            }
+            for base in [None, Some(&b)] {
+                let got = decided(&view(&rs, Some(&look_alike), base), &candidate("a", "h2"));
+                assert!(got.starts_with("done: Conflict"), "{strip:?}: {got}");
+            }
+        }
+        // The same object with its mark is a copy, and is written.
+        let got = decided(
+            &view(&rs, Some(&live("x", "3")), None),
+            &candidate("a", "h2"),
+        );
+        assert!(!got.starts_with("done: Conflict"), "{got}");
     }
 
     #[test]
