@@ -153,10 +153,13 @@ spec:
 /// With no policy object, the built-in default: a Secret in c2's
 /// kube-system selected by a rule from c1 is not published (another Secret
 /// the same rule selects is); garbage policies (unknown fields, wrong
-/// types, a huge list) are reported on the object, never panic the agent,
-/// and leave the default in force, not "allow all".
+/// types, a huge list) are reported on the object and never panic the
+/// agent. With no valid version of the policy known, they close it: not the
+/// built-in default (the object may have meant to deny more), not "allow
+/// all": nothing new out for rules from elsewhere, nothing withdrawn.
+/// Deleted, the built-in default again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_default_keeps_kube_system_secrets_home_and_garbage_keeps_the_default() {
+async fn the_default_keeps_kube_system_secrets_home_and_garbage_closes_the_policy() {
     let nats = NatsServer::start().unwrap();
     let m = fleet(&nats, &["c1", "c2"]).await;
     let (c1, c2) = (&m[0], &m[1]);
@@ -188,7 +191,7 @@ async fn the_default_keeps_kube_system_secrets_home_and_garbage_keeps_the_defaul
 
     // Garbage the API server accepts (unknown fields are kept for the
     // agent to refuse; the lists have no bound in the schema): Valid=False
-    // with why, and the default stays.
+    // with why and what is in force: nothing, the policy is closed.
     let many: Vec<String> = (0..300)
         .map(|i| format!("      - {{action: Allow, namespaces: [ns{i}]}}"))
         .collect();
@@ -206,6 +209,7 @@ async fn the_default_keeps_kube_system_secrets_home_and_garbage_keeps_the_defaul
             "spec.export.rules: 300 entries, at most 256",
         ),
     ];
+    let mut held = Vec::new();
     for (spec, why) in &garbage {
         let yaml = format!(
             "apiVersion: fleetbus.io/v1alpha1\nkind: SyncPolicy\nmetadata:\n  name: default\n{spec}"
@@ -215,32 +219,50 @@ async fn the_default_keeps_kube_system_secrets_home_and_garbage_keeps_the_defaul
         let msg = c["message"].as_str().unwrap_or_default();
         assert!(msg.contains(why), "{msg} lacks {why}");
         assert!(
-            msg.ends_with("the built-in default policy applies instead"),
+            msg.contains("no valid SyncPolicy default is known to this agent"),
             "{msg}"
         );
-        // A later object the rule selects is planned under the default:
-        // team arrives, kube-system is still refused.
+        // A later object the rule selects is refused (c2's rule status names
+        // it, by the invalid policy), in team as in kube-system; what was
+        // out stays out.
         let name = format!("after-{}", spec.len());
         create_secret(c2, "team", &name, &[("v", "2")]).await;
         create_secret(c2, "kube-system", &name, &[("v", "2")]).await;
+        held.push(name.clone());
+        let needle = format!("export Secret in team: {}", held.len() + 1);
+        wait_rule(
+            c2,
+            "ks-secrets",
+            "to refuse every Secret of team under the closed policy",
+            move |r| match rule_condition(r, "PolicyRefused") {
+                Some(c) if c.status == "True" && c.message.contains(&needle) => Ok(()),
+                other => Err(format!("PolicyRefused is {other:?}, want {needle}")),
+            },
+        )
+        .await;
+        let r = rule(c2, "ks-secrets").await.unwrap().unwrap();
+        let c = rule_condition(&r, "PolicyRefused").unwrap();
+        // The kube-system Secrets sort first among the five named.
+        assert!(
+            c.message.contains(&format!(
+                "Secret kube-system/{name}: refused by the invalid SyncPolicy default"
+            )),
+            "{}",
+            c.message
+        );
+        assert_absent(c1, &secrets(), Some("team"), &name).await;
+        assert_absent(c1, &secrets(), Some("kube-system"), &name).await;
+        assert_absent(c1, &secrets(), Some("kube-system"), "cloud-key").await;
         wait_copy(
             c1,
             &secrets(),
             Some("team"),
-            &name,
+            "ok",
             "c2",
             "ks-secrets",
             |_| Ok(()),
         )
         .await;
-        wait_rule(
-            c2,
-            "ks-secrets",
-            "to refuse kube-system still",
-            refused_is("True", "ExportRefused", "Secret in kube-system: "),
-        )
-        .await;
-        assert_absent(c1, &secrets(), Some("kube-system"), &name).await;
     }
     // Wrong types: refused by the API server's schema (kube-apiserver
     // does the same), the object unchanged.
@@ -269,6 +291,33 @@ async fn the_default_keeps_kube_system_secrets_home_and_garbage_keeps_the_defaul
     })
     .await;
     wait_readyz(c2, 200, SYNC).await;
+    assert_eq!(policy_invalid(c2), Ok(1.0));
+    // Deleted: the built-in default again; what was held in team goes out,
+    // kube-system stays home.
+    kubectl_delete(c2, "syncpolicies.fleetbus.io", None, "default");
+    for name in &held {
+        wait_copy(
+            c1,
+            &secrets(),
+            Some("team"),
+            name,
+            "c2",
+            "ks-secrets",
+            |_| Ok(()),
+        )
+        .await;
+    }
+    wait_rule(
+        c2,
+        "ks-secrets",
+        "to refuse only kube-system again",
+        refused_is("True", "ExportRefused", "(export Secret in kube-system: 4)"),
+    )
+    .await;
+    for name in &held {
+        assert_absent(c1, &secrets(), Some("kube-system"), name).await;
+    }
+    assert_eq!(policy_invalid(c2), Ok(0.0));
 }
 
 /// Import: c2 refuses a ClusterRole copy by default (its rule status says
@@ -338,4 +387,9 @@ rules:
         refused_is("True", "ImportRefused", "ClusterRole policy-probe"),
     )
     .await;
+}
+
+/// `fleetbus_sync_policy_invalid` of `m`.
+fn policy_invalid(m: &Member) -> Result<f64, String> {
+    m.metric("fleetbus_sync_policy_invalid")
 }
