@@ -63,6 +63,10 @@ pub struct Metrics {
     /// not published for a rule; `import`: a copy not written): each (rule,
     /// object) counted when it becomes refused.
     pub policy_refused: Family<Labels, Counter>,
+    /// 1 while this cluster's SyncPolicy `default` is invalid (the last
+    /// valid one stays in force, or none: closed), else 0
+    /// (`fleetbus_sync_policy_invalid`).
+    pub sync_policy_invalid: Gauge,
     /// Messages that failed the fleet's trust checks (secure mode), by
     /// `reason` (`unsigned`, `bad_signature`, `unknown_signer`,
     /// `signer_mismatch`, `expired_certificate`, `replay`, `content_hash`).
@@ -264,6 +268,12 @@ impl Metrics {
             "Objects this cluster's SyncPolicy refused for a rule, by direction",
             policy_refused.clone(),
         );
+        let sync_policy_invalid = Gauge::default();
+        registry.register(
+            "sync_policy_invalid",
+            "1 while this cluster's SyncPolicy default is invalid (the last valid one, or nothing, in force)",
+            sync_policy_invalid.clone(),
+        );
         let rejected_messages = Family::<Labels, Counter>::default();
         registry.register(
             "rejected_messages",
@@ -386,6 +396,7 @@ impl Metrics {
             sync_published,
             sync_rejected,
             policy_refused,
+            sync_policy_invalid,
             rejected_messages,
             sync_writes,
             sync_write_failures,

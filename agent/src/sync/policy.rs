@@ -22,6 +22,17 @@
 //! local rule author may be someone the cluster's administrator would not
 //! let create RBAC. Entries may name `authors` (this cluster's own name
 //! included) to let some rules in.
+//!
+//! Which policy is in force ([`in_force`]) fails closed: a typo must never
+//! widen what leaves or enters. The SyncPolicy `default` absent: the
+//! built-in default. Valid: its own. Invalid: the last valid version this
+//! agent read stays in force; with none read since the agent started (a
+//! restart forgets it: it is not stored, since a stored copy anyone with
+//! write access to it could edit would be a second policy to trust), or
+//! since the object was last deleted, the policy is *closed*: nothing is
+//! exported for rules created elsewhere and no copy is written, while what
+//! is already published or written stays (not withdrawn, not collected), so
+//! a typo neither leaks nor deletes, until the object is fixed or deleted.
 
 use fleetbus_schemas::crd::{
     PolicyAction, PolicyDirection, PolicyEntry, PolicyKind, SyncPolicySpec, SYNC_POLICY_NAME,
@@ -116,11 +127,68 @@ impl std::fmt::Display for Refusal {
 pub enum Origin {
     /// No SyncPolicy `default` on this cluster.
     Builtin,
-    /// The SyncPolicy `default` (a direction it leaves out is the built-in one).
-    Object,
-    /// The SyncPolicy `default` is invalid: the built-in default, and why.
-    Invalid(String),
+    /// The SyncPolicy `default` (a direction it leaves out is the built-in
+    /// one), at this generation.
+    Object {
+        /// `metadata.generation` of the version read.
+        generation: Option<i64>,
+    },
+    /// The SyncPolicy `default` is invalid (`why`): its last valid version
+    /// this agent read stays in force.
+    LastValid {
+        /// Why the current version is refused.
+        why: String,
+        /// `metadata.generation` of the version in force.
+        generation: Option<i64>,
+    },
+    /// The SyncPolicy `default` is invalid (`why`) and no valid version is
+    /// known: nothing out for rules from elsewhere, nothing in, nothing that
+    /// is out or in removed.
+    Closed {
+        /// Why the current version is refused.
+        why: String,
+    },
 }
+
+impl Origin {
+    /// Why the SyncPolicy `default` is refused, if it is.
+    pub fn invalid(&self) -> Option<&str> {
+        match self {
+            Self::LastValid { why, .. } | Self::Closed { why } => Some(why),
+            Self::Builtin | Self::Object { .. } => None,
+        }
+    }
+
+    /// What is in force, in the words of the `Valid` condition and the
+    /// Warning Event.
+    pub fn in_force(&self) -> String {
+        let generation = |g: &Option<i64>| match g {
+            Some(g) => format!(" (generation {g})"),
+            None => String::new(),
+        };
+        match self {
+            Self::Builtin => "the built-in default policy applies".to_owned(),
+            Self::Object { generation: g } => {
+                format!("SyncPolicy default{} applies", generation(g))
+            }
+            Self::LastValid { generation: g, .. } => format!(
+                "the last valid SyncPolicy default{} stays in force until this one is fixed",
+                generation(g)
+            ),
+            Self::Closed { .. } => CLOSED.to_owned(),
+        }
+    }
+}
+
+/// What a closed policy does, for messages.
+const CLOSED: &str = "no valid SyncPolicy default is known to this agent (none read since it \
+     started or since the policy was deleted), so none is in force: this cluster publishes \
+     nothing for rules created on other clusters and writes no copies, keeping what is \
+     already published or written, until the policy is fixed or deleted";
+
+/// Who refused, when the policy is closed.
+const CLOSED_BY: &str =
+    "the invalid SyncPolicy default (no valid version known: nothing in or out until it is fixed)";
 
 /// The policy in force on this cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -270,13 +338,43 @@ impl Policy {
         }
     }
 
-    /// The policy a SyncPolicy object gives: its own, or the built-in
-    /// default when it is invalid (never "allow all").
-    pub fn from_object(obj: &Value) -> Self {
-        match Self::parse(obj) {
-            Ok(p) => p,
-            Err(e) => Self::builtin(Origin::Invalid(e.to_string())),
+    /// Closed: every export for rules from elsewhere and every import
+    /// refused, `why` the policy object is invalid.
+    fn closed(why: String) -> Self {
+        let deny = || PolicyDirection {
+            rules: Vec::new(),
+            otherwise: PolicyAction::Deny,
+        };
+        Self {
+            export: deny(),
+            export_builtin: false,
+            import: deny(),
+            import_builtin: false,
+            origin: Origin::Closed { why },
         }
+    }
+
+    /// Whether the policy is closed: what a refusal would withdraw or
+    /// collect stays, since the refusal comes from not knowing the policy,
+    /// not from the policy.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.origin, Origin::Closed { .. })
+    }
+
+    /// Whether `self` and `other` decide every export and import alike, and
+    /// say alike why: only then may a change of policy skip planning
+    /// everything again.
+    pub fn decides_as(&self, other: &Policy) -> bool {
+        fn parts(p: &Policy) -> (&PolicyDirection, bool, &PolicyDirection, bool, bool) {
+            (
+                &p.export,
+                p.export_builtin,
+                &p.import,
+                p.import_builtin,
+                p.is_closed(),
+            )
+        }
+        parts(self) == parts(other)
     }
 
     /// Parses and checks a SyncPolicy object.
@@ -301,7 +399,9 @@ impl Policy {
             export: spec.export.unwrap_or_else(builtin_export),
             import_builtin: spec.import.is_none(),
             import: spec.import.unwrap_or_else(builtin_import),
-            origin: Origin::Object,
+            origin: Origin::Object {
+                generation: obj.pointer("/metadata/generation").and_then(Value::as_i64),
+            },
         })
     }
 
@@ -313,7 +413,7 @@ impl Policy {
         }
         decide(
             &self.export,
-            self.export_builtin,
+            self.whose(self.export_builtin),
             Direction::Export,
             author,
             what,
@@ -325,11 +425,55 @@ impl Policy {
     pub fn import(&self, author: &str, what: &Subject<'_>) -> Result<(), Refusal> {
         decide(
             &self.import,
-            self.import_builtin,
+            self.whose(self.import_builtin),
             Direction::Import,
             author,
             what,
         )
+    }
+
+    /// Who decides a direction, in refusals: `builtin` when the object
+    /// leaves it out.
+    fn whose(&self, builtin: bool) -> Whose {
+        match self.origin {
+            Origin::Closed { .. } => Whose::Closed,
+            _ if builtin => Whose::Named("the built-in default policy"),
+            _ => Whose::Named("SyncPolicy default"),
+        }
+    }
+}
+
+/// Who decides, as a refusal names it.
+#[derive(Debug, Clone, Copy)]
+enum Whose {
+    /// A policy, and its entry (`export.rules[0]`) after it.
+    Named(&'static str),
+    /// No policy: closed, whatever the entry.
+    Closed,
+}
+
+/// The policy in force once the SyncPolicy `default` is read as `object`
+/// (None: there is none), `previous` the one in force until now (the
+/// built-in default before the first read). See the module docs.
+pub fn in_force(previous: &Policy, object: Option<&Value>) -> Policy {
+    let Some(object) = object else {
+        return Policy::default();
+    };
+    let why = match Policy::parse(object) {
+        Ok(p) => return p,
+        Err(e) => e.to_string(),
+    };
+    match &previous.origin {
+        Origin::Object { generation } | Origin::LastValid { generation, .. } => Policy {
+            origin: Origin::LastValid {
+                why,
+                generation: *generation,
+            },
+            ..previous.clone()
+        },
+        // The built-in default is not a version of this object: whoever
+        // wrote the object meant something else, and what is not known.
+        Origin::Builtin | Origin::Closed { .. } => Policy::closed(why),
     }
 }
 
@@ -371,15 +515,20 @@ fn matches(e: &PolicyEntry, author: &str, what: &Subject<'_>) -> bool {
 /// The first entry that matches decides; `otherwise` when none does.
 fn decide(
     d: &PolicyDirection,
-    builtin: bool,
+    whose: Whose,
     direction: Direction,
     author: &str,
     what: &Subject<'_>,
 ) -> Result<(), Refusal> {
-    let whose = if builtin {
-        "the built-in default policy"
-    } else {
-        "SyncPolicy default"
+    let whose = match whose {
+        Whose::Named(whose) => whose,
+        Whose::Closed => {
+            return Err(Refusal {
+                direction,
+                what: what.describe(),
+                by: CLOSED_BY.to_owned(),
+            })
+        }
     };
     let (action, by) = match d.rules.iter().position(|e| matches(e, author, what)) {
         Some(i) => (
@@ -486,7 +635,7 @@ mod tests {
             ], "otherwise": "Deny"}
         })))
         .unwrap();
-        assert_eq!(p.origin, Origin::Object);
+        assert_eq!(p.origin, Origin::Object { generation: None });
         // Export: Secrets of team only for rules authored on the hub.
         assert_eq!(p.export("c2", "hub", &SECRET_TEAM), Ok(()));
         let r = p.export("c2", "c1", &SECRET_TEAM).unwrap_err();
@@ -549,10 +698,11 @@ mod tests {
         assert!(p.export("c2", "c1", &SECRET_KS).is_err());
     }
 
-    #[test]
-    fn an_invalid_policy_falls_back_to_the_default_not_to_allow_all() {
+    /// Invalid SyncPolicy objects the API server accepts, and what the
+    /// agent says of each.
+    fn garbage() -> Vec<(Value, &'static str)> {
         let allow_all = json!({"export": {"otherwise": "Allow"}, "import": {"otherwise": "Allow"}});
-        let cases = [
+        vec![
             // A typo: read as absent it would silently mean "default".
             (
                 policy(json!({"export": {"otherwise": "Allow"}, "imports": {}})),
@@ -584,21 +734,134 @@ mod tests {
                 "spec.import.rules[0].namespaces[0]",
             ),
             (policy(json!("everything")), "invalid type"),
-            (policy(json!([allow_all.clone()])), "spec does not parse"),
-        ];
-        for (obj, want) in cases {
+            (policy(json!([allow_all])), "spec does not parse"),
+        ]
+    }
+
+    /// The probe's policy: no ConfigMap of `secretns` out, at `generation`.
+    fn deny_secretns(generation: i64) -> Value {
+        let mut p = policy(json!({"export": {"rules": [
+            {"action": "Deny", "kinds": [{"kind": "ConfigMap"}], "namespaces": ["secretns"]}
+        ]}}));
+        p["metadata"]["generation"] = json!(generation);
+        p
+    }
+
+    const CM_SECRETNS: Subject<'static> = Subject {
+        group: "",
+        kind: "ConfigMap",
+        namespace: Some("secretns"),
+    };
+
+    #[test]
+    fn garbage_is_refused_with_why_and_another_name_is_ignored() {
+        for (obj, want) in garbage() {
             let err = Policy::parse(&obj).unwrap_err().to_string();
             assert!(err.contains(want), "{err} lacks {want}");
-            let p = Policy::from_object(&obj);
-            assert!(matches!(p.origin, Origin::Invalid(_)), "{obj}");
-            assert!(p.export("c2", "c1", &SECRET_KS).is_err(), "{obj}");
-            assert!(p.import("c1", &CLUSTER_ROLE).is_err(), "{obj}");
-            assert_eq!(p.export("c2", "c1", &SECRET_TEAM), Ok(()));
         }
-        // Another name: ignored, whatever it says.
-        let mut other = policy(allow_all);
+        let mut other = policy(json!({"export": {"otherwise": "Allow"}}));
         other["metadata"]["name"] = json!("mine");
         assert_eq!(Policy::parse(&other), Err(PolicyError::Ignored));
+    }
+
+    #[test]
+    fn absent_policy_is_the_builtin_default_and_valid_policy_its_own() {
+        let previous = Policy::parse(&deny_secretns(3)).unwrap();
+        // Deleted: the built-in default, whatever was in force.
+        for previous in [Policy::default(), previous.clone(), {
+            in_force(&Policy::default(), Some(&garbage()[0].0))
+        }] {
+            let p = in_force(&previous, None);
+            assert_eq!(p, Policy::default());
+            assert_eq!(p.origin.invalid(), None);
+        }
+        // Valid: its own, whatever was in force (closed too).
+        let closed = in_force(&Policy::default(), Some(&garbage()[0].0));
+        let p = in_force(&closed, Some(&deny_secretns(4)));
+        assert_eq!(
+            p.origin,
+            Origin::Object {
+                generation: Some(4)
+            }
+        );
+        assert!(p.export("c2", "c1", &CM_SECRETNS).is_err());
+        assert_eq!(p.export("c2", "c1", &CM_KS), Ok(()));
+    }
+
+    #[test]
+    fn an_invalid_policy_keeps_the_last_valid_policy_in_force() {
+        let valid = in_force(&Policy::default(), Some(&deny_secretns(1)));
+        for (obj, want) in garbage() {
+            let p = in_force(&valid, Some(&obj));
+            let Origin::LastValid { why, generation } = &p.origin else {
+                panic!("{obj}: {:?}", p.origin)
+            };
+            assert!(why.contains(want), "{why} lacks {want}");
+            assert_eq!(*generation, Some(1));
+            // It decides as the last valid one did, in the same words: the
+            // typo widens nothing and nothing is planned again.
+            assert!(p.decides_as(&valid), "{obj}");
+            let r = p.export("c2", "c1", &CM_SECRETNS).unwrap_err();
+            assert_eq!(r.by, "SyncPolicy default (export.rules[0])");
+            assert!(p.import("c1", &CLUSTER_ROLE).is_err(), "{obj}");
+            assert_eq!(p.export("c2", "c1", &CM_KS), Ok(()));
+            assert!(!p.is_closed());
+            assert_eq!(
+                p.origin.in_force(),
+                "the last valid SyncPolicy default (generation 1) stays in force until this one is fixed"
+            );
+            // Another typo after it: still the last valid one.
+            let again = in_force(&p, Some(&garbage()[1].0));
+            assert!(matches!(
+                again.origin,
+                Origin::LastValid {
+                    generation: Some(1),
+                    ..
+                }
+            ));
+            assert!(again.decides_as(&valid));
+        }
+    }
+
+    #[test]
+    fn an_invalid_policy_with_no_valid_one_known_closes() {
+        // Since the agent started (the built-in default before the first
+        // read), or since the object was deleted: nothing known to keep.
+        let deleted = in_force(&Policy::parse(&deny_secretns(1)).unwrap(), None);
+        for previous in [Policy::default(), deleted] {
+            for (obj, want) in garbage() {
+                let p = in_force(&previous, Some(&obj));
+                let Origin::Closed { why } = &p.origin else {
+                    panic!("{obj}: {:?}", p.origin)
+                };
+                assert!(why.contains(want), "{why} lacks {want}");
+                assert!(p.is_closed());
+                assert!(!p.decides_as(&previous));
+                // Nothing out for rules from elsewhere, nothing in: never
+                // the built-in default, never "allow all".
+                for what in [SECRET_TEAM, SECRET_KS, CM_KS, CM_SECRETNS, ROLE] {
+                    let r = p.export("c2", "c1", &what).unwrap_err();
+                    assert_eq!(r.direction, Direction::Export);
+                    assert!(
+                        r.by.starts_with("the invalid SyncPolicy default"),
+                        "{}",
+                        r.by
+                    );
+                    assert!(p.import("c1", &what).is_err());
+                    assert!(p.import("c2", &what).is_err());
+                    assert!(p.import_claimed("c2", "c1", true, &what).is_err());
+                }
+                // This cluster's own rules are still not asked.
+                assert_eq!(p.export("c2", "c2", &CM_SECRETNS), Ok(()));
+                // Closed stays closed through another typo.
+                assert!(in_force(&p, Some(&garbage()[1].0)).is_closed());
+            }
+        }
+        let closed = in_force(&Policy::default(), Some(&garbage()[0].0));
+        assert!(closed
+            .origin
+            .in_force()
+            .contains("publishes nothing for rules created on other clusters"));
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! The engine's side of this cluster's SyncPolicy (`sync::policy` decides,
 //! purely): the policy objects arrive through the ordinary local watch of
-//! their kind, like rules; a pass reads the one named `default`, writes its
-//! status (`Valid`), and, when the policy in force changed, plans every
-//! object and copy again, so a change takes effect without a restart and in
-//! both directions (what was held is published or written).
+//! their kind, like rules; a pass reads the one named `default`, works out
+//! the policy in force (`policy::in_force`: an invalid one keeps the last
+//! valid one, or closes), writes its status (`Valid`), says loudly when it
+//! is invalid (a Warning Event, a log line, `fleetbus_sync_policy_invalid`),
+//! and, when what the policy decides changed, plans every object and copy
+//! again, so a change takes effect without a restart and in both directions
+//! (what was held is published or written).
 
 use fleetbus_schemas::crd::{SyncPolicy, SyncPolicyStatus, SYNC_POLICY_NAME};
 use kube::api::{Patch, PatchParams};
@@ -11,7 +14,7 @@ use kube::Api;
 use serde_json::{json, Value};
 
 use super::engine::Engine;
-use super::policy::{policy_gvk, Direction, Origin, Policy, PolicyError};
+use super::policy::{in_force, policy_gvk, Direction, Origin, Policy, PolicyError};
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 
@@ -21,8 +24,10 @@ const NAMED: usize = 5;
 /// Condition type on a SyncPolicy: whether the agent applies it.
 pub const VALID: &str = "Valid";
 
-/// The `Valid` condition a SyncPolicy object should carry.
-pub fn valid_condition(obj: &Value) -> Desired {
+/// The `Valid` condition a SyncPolicy object should carry, `origin` being
+/// where the policy in force comes from (read from the `default` object in
+/// the same pass): an invalid `default` says what is in force instead.
+pub fn valid_condition(obj: &Value, origin: &Origin) -> Desired {
     match Policy::parse(obj) {
         Ok(_) => Desired {
             type_: VALID,
@@ -40,7 +45,7 @@ pub fn valid_condition(obj: &Value) -> Desired {
             type_: VALID,
             status: false,
             reason: "Invalid",
-            message: format!("{e}; the built-in default policy applies instead"),
+            message: format!("{e}; {}", origin.in_force()),
         },
     }
 }
@@ -55,8 +60,10 @@ impl Engine {
         self.kinds.get(&gvk).is_some_and(|k| k.listed) || self.unresolved.contains_key(&gvk)
     }
 
-    /// Reads the policy again if its objects changed: writes their status,
-    /// and if the policy in force changed, makes everything planned again.
+    /// Reads the policy again if its objects changed: works out the policy
+    /// in force, says so if the object is invalid, writes the objects'
+    /// status, and if what the policy decides changed, makes everything
+    /// planned again.
     pub(super) async fn policy_pass(&mut self) {
         if !std::mem::take(&mut self.policy_dirty) {
             return;
@@ -65,25 +72,16 @@ impl Engine {
             return;
         };
         let objects: Vec<Value> = kind.objects.values().collect();
-        let policy = objects
-            .iter()
-            .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(SYNC_POLICY_NAME))
-            .map_or_else(Policy::default, Policy::from_object);
-        if policy != self.policy {
-            match &policy.origin {
-                Origin::Invalid(why) => {
-                    tracing::warn!(%why, "SyncPolicy default is invalid; the built-in default applies")
-                }
-                origin => tracing::info!(?origin, "sync policy changed"),
-            }
-            if let Origin::Invalid(why) = &policy.origin {
-                self.event_on_policy(
-                    "InvalidPolicy",
-                    &format!("{why}; the built-in default policy applies instead"),
-                )
-                .await;
-            }
-            self.policy = policy;
+        let object = objects.iter().find(|o| {
+            o.pointer("/metadata/name").and_then(Value::as_str) == Some(SYNC_POLICY_NAME)
+        });
+        let next = in_force(&self.policy, object);
+        if next.origin != self.policy.origin {
+            self.policy_origin_changed(&next.origin).await;
+        }
+        let replan = !next.decides_as(&self.policy);
+        self.policy = next;
+        if replan {
             // What is published and written depends on the policy like on
             // the rules: plan every object and copy again.
             self.rules_changed(self.rules.clone());
@@ -92,6 +90,30 @@ impl Engine {
         for obj in &objects {
             self.write_policy_status(obj).await;
         }
+    }
+
+    /// Says where the policy in force now comes from: a log line, the
+    /// gauge, and for an invalid object a Warning Event naming what is in
+    /// force instead.
+    async fn policy_origin_changed(&self, origin: &Origin) {
+        let invalid = origin.invalid();
+        self.ctx
+            .metrics
+            .sync_policy_invalid
+            .set(i64::from(invalid.is_some()));
+        let Some(why) = invalid else {
+            tracing::info!(?origin, "sync policy changed");
+            return;
+        };
+        let in_force = origin.in_force();
+        match origin {
+            Origin::Closed { .. } => {
+                tracing::error!(%why, %in_force, "SyncPolicy default is invalid")
+            }
+            _ => tracing::warn!(%why, %in_force, "SyncPolicy default is invalid"),
+        }
+        self.event_on_policy("InvalidPolicy", &format!("{why}; {in_force}"))
+            .await;
     }
 
     /// Writes a SyncPolicy's `Valid` condition if it differs.
@@ -107,7 +129,11 @@ impl Engine {
             .and_then(|s| serde_json::from_value(s).ok())
             .unwrap_or_default();
         let status = SyncPolicyStatus {
-            conditions: merge(&existing.conditions, &[valid_condition(obj)], generation),
+            conditions: merge(
+                &existing.conditions,
+                &[valid_condition(obj, &self.policy.origin)],
+                generation,
+            ),
             observed_generation: generation,
         };
         let same = |a: &SyncPolicyStatus, b: &SyncPolicyStatus| {

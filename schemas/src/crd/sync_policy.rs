@@ -116,7 +116,8 @@ pub enum PolicyAction {
 #[serde(rename_all = "camelCase")]
 pub struct SyncPolicyStatus {
     /// `Valid`: True when the agent applies this policy; False (reason
-    /// `Invalid` or `Ignored`) when it applies the built-in default instead.
+    /// `Invalid` or `Ignored`) when it does not (`Invalid`: the message
+    /// says which policy is in force instead).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::schema::conditions")]
     pub conditions: Vec<Condition>,

@@ -366,7 +366,14 @@ impl Engine {
     /// (see [`verdict`]).
     fn collect_verdict(&self, obj: &Value, origin: &str) -> Verdict {
         let rule_name = annotation(obj, well_known::ANNOTATION_RULE).unwrap_or_default();
-        let rule = match self.rules.get(rule_name) {
+        let rule = self.rules.get(rule_name);
+        // The built-in rule replicating rules is not asked by the policy.
+        let asked = rule.is_none_or(|r| !r.builtin);
+        let rule = match rule {
+            // No valid policy known (closed): every copy is refused, and none
+            // is deleted or orphaned for it, as under a suspended rule; the
+            // copy is judged again once the policy is fixed or deleted.
+            _ if asked && self.policy.is_closed() => RuleOf::NotReady,
             // Suspended: nothing is deleted or orphaned, source deletes included.
             Some(r) if r.spec.suspend => RuleOf::NotReady,
             Some(r) if self.rule_problem(r).is_some() || !self.rule_ready(r) => RuleOf::NotReady,

@@ -185,7 +185,12 @@ pub(in crate::sync) fn plan_object(
         })
         .collect();
     if matched.is_empty() {
-        withdraw(TombstoneReason::Unpublished);
+        // Refused because no valid policy is known (closed), what is on the
+        // bus stays as it was: withdrawing it would make the sinks delete
+        // their copies (orphanPolicy) over a typo, which narrows nothing.
+        if !exports.policy.is_closed() {
+            withdraw(TombstoneReason::Unpublished);
+        }
         out.push((key.clone(), Publish::Refused { refusals }));
         return;
     }
@@ -1127,8 +1132,9 @@ mod tests {
         let out = plan_with(&[&foreign, &own], &kind(&[&s], vec![]));
         assert!(matches!(&out[..], [(_, Publish::Snapshot(_))]), "{out:?}");
         // Allowed again by a policy: published again.
-        let allow = Policy::from_object(&json!({"metadata": {"name": "default"},
-            "spec": {"export": {"otherwise": "Allow"}}}));
+        let allow = Policy::parse(&json!({"metadata": {"name": "default"},
+            "spec": {"export": {"otherwise": "Allow"}}}))
+        .unwrap();
         let out = plan(
             &local(),
             &allow,
@@ -1158,6 +1164,57 @@ mod tests {
                 tombstone("u1", "5", TombstoneReason::Unpublished)
             )]
         );
+    }
+
+    #[test]
+    fn a_closed_policy_publishes_nothing_new_for_rules_from_elsewhere_and_withdraws_nothing() {
+        let s = secret("a", "u1", "5", "v1");
+        let mut foreign = rule(json!({}));
+        foreign.author = Some("c9".to_owned());
+        let typo = json!({"metadata": {"name": "default"}, "spec": {"exprot": {}}});
+        let closed = crate::sync::policy::in_force(&Policy::default(), Some(&typo));
+        assert!(closed.is_closed());
+        let plan_with = |rules: &[&CompiledRule], k: &KindState| {
+            plan(&local(), &closed, None, rules, k, &mut HashMemo::default())
+        };
+        // Published before: it stays on the bus as it was (no tombstone),
+        // and the rule is told why it gets nothing new.
+        let mut changed = s.clone();
+        changed["metadata"]["resourceVersion"] = json!("6");
+        changed["data"] = json!({"k": "bmV3"});
+        for now in [&s, &changed] {
+            let out = plan_with(&[&foreign], &kind(&[now], vec![published(SELF, &s)]));
+            let [(_, Publish::Refused { refusals })] = &out[..] else {
+                panic!("{out:?}")
+            };
+            assert!(
+                refusals[0]
+                    .1
+                    .by
+                    .starts_with("the invalid SyncPolicy default"),
+                "{refusals:?}"
+            );
+        }
+        // Never published: nothing goes out.
+        let out = plan_with(&[&foreign], &kind(&[&s], vec![]));
+        assert!(
+            matches!(&out[..], [(_, Publish::Refused { .. })]),
+            "{out:?}"
+        );
+        // Deleted here, or no rule selects it any more: withdrawn as ever
+        // (that lets nothing out).
+        let out = plan_with(&[&foreign], &kind(&[], vec![published(SELF, &s)]));
+        assert_eq!(
+            out,
+            vec![(
+                key_of(SELF, &s),
+                tombstone("u1", "5", TombstoneReason::Deleted)
+            )]
+        );
+        // This cluster's own rules are not asked: published as ever.
+        let own = rule(json!({}));
+        let out = plan_with(&[&own], &kind(&[&s], vec![]));
+        assert!(matches!(&out[..], [(_, Publish::Snapshot(_))]), "{out:?}");
     }
 
     fn with_status(mut obj: Value, rv: &str, status: Value) -> Value {
