@@ -89,6 +89,9 @@ pub struct Metrics {
     /// (`sync::model::mark`), each time collection passed one by: never
     /// deleted nor overwritten.
     pub sync_look_alikes: Counter,
+    /// Drift events cut to fit the server's `max_payload` (large values
+    /// replaced by their size and hash): announced all the same.
+    pub drift_events_truncated: Counter,
     /// 1 when the last sync pass wrote nothing to the API server and left
     /// nothing queued or due (no input waiting, no coalesced rule status
     /// to write): what a test or an operator waits on before expecting
@@ -312,6 +315,12 @@ impl Metrics {
             "Objects naming an origin cluster that are no copy of this agent's, passed by without deleting them",
             sync_look_alikes.clone(),
         );
+        let drift_events_truncated = Counter::default();
+        registry.register(
+            "drift_events_truncated",
+            "Drift events cut to fit the server's max_payload (large values replaced by their size and hash)",
+            drift_events_truncated.clone(),
+        );
         let sync_settled = Gauge::default();
         registry.register(
             "sync_settled",
@@ -404,6 +413,7 @@ impl Metrics {
             sync_passes,
             sync_full_plans,
             sync_look_alikes,
+            drift_events_truncated,
             sync_settled,
             sync_objects,
             sync_conflicts,

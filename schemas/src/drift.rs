@@ -151,6 +151,71 @@ impl DriftEvent {
         decode_json(DRIFT_EVENT_SCHEMA, bytes)
     }
 
+    /// This event encoded in at most `max` bytes, so that a drift is never
+    /// lost to its size (the server refuses a message over its
+    /// `max_payload`). Whatever is cut, every change keeps its path while
+    /// one fits; what is cut is said where it was:
+    /// 1. values over [`TRUNCATE_VALUE_OVER`] bytes of JSON become a
+    ///    [`truncated`] marker (their size and SHA-256, so two sides can
+    ///    still be compared);
+    /// 2. then every value larger than a marker does;
+    /// 3. then the changes that do not fit are dropped and a last change,
+    ///    path [`DROPPED_PATH`], says how many.
+    ///
+    /// None only when not even an event without changes fits.
+    pub fn encode_within(&self, max: usize) -> Option<Vec<u8>> {
+        let fits = |e: &DriftEvent| e.encode().ok().filter(|b| b.len() <= max);
+        if let Some(b) = fits(self) {
+            return Some(b);
+        }
+        let mut e = self.clone();
+        for c in &mut e.changes {
+            for v in [&mut c.desired, &mut c.live] {
+                if json_len(v) > TRUNCATE_VALUE_OVER {
+                    *v = truncated(v);
+                }
+            }
+        }
+        if let Some(b) = fits(&e) {
+            return Some(b);
+        }
+        // A marker is about 110 bytes: smaller values stay.
+        for c in &mut e.changes {
+            for v in [&mut c.desired, &mut c.live] {
+                if !is_truncated(v) && json_len(v) > MARKER_BYTES {
+                    *v = truncated(v);
+                }
+            }
+        }
+        if let Some(b) = fits(&e) {
+            return Some(b);
+        }
+        // Paths alone are too many: as many as fit, and how many did not.
+        let all = std::mem::take(&mut e.changes);
+        let total = all.len();
+        let dropped = |kept: usize| DriftChange {
+            path: DROPPED_PATH.to_owned(),
+            desired: Value::Null,
+            live: serde_json::json!({ TRUNCATED_KEY: { "droppedChanges": total - kept } }),
+        };
+        // The largest prefix that fits, by halving: a storm of paths is
+        // encoded O(log n) times, not n.
+        let (mut lo, mut hi) = (0usize, total);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            e.changes = all[..mid].to_vec();
+            e.changes.push(dropped(mid));
+            if fits(&e).is_some() {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        e.changes = all[..lo].to_vec();
+        e.changes.push(dropped(lo));
+        fits(&e)
+    }
+
     /// The key naming this event's subject.
     pub fn subject_key(&self) -> DriftKey {
         let (group, _) = split_api_version(&self.object.api_version);
@@ -162,6 +227,40 @@ impl DriftEvent {
             name: self.object.name.clone(),
         }
     }
+}
+
+/// Values of a change larger than this many bytes of JSON are the first cut
+/// when an event is too large for the bus ([`DriftEvent::encode_within`]).
+pub const TRUNCATE_VALUE_OVER: usize = 1024;
+
+/// About the size of a [`truncated`] marker as JSON: no smaller value is cut.
+const MARKER_BYTES: usize = 128;
+
+/// The key of a truncation marker: `{"fleetbus.io/truncated": {...}}`.
+pub const TRUNCATED_KEY: &str = "fleetbus.io/truncated";
+
+/// The path of the last change of an event whose changes did not all fit.
+pub const DROPPED_PATH: &str = "/fleetbus.io~1dropped-changes";
+
+/// What stands for a value cut from an event: its size as JSON and the
+/// SHA-256 of that JSON (`{"fleetbus.io/truncated": {"bytes": N, "sha256": "…"}}`).
+pub fn truncated(v: &Value) -> Value {
+    use sha2::Digest as _;
+    let json = serde_json::to_vec(v).unwrap_or_default();
+    serde_json::json!({ TRUNCATED_KEY: {
+        "bytes": json.len(),
+        "sha256": hex::encode(sha2::Sha256::digest(&json)),
+    }})
+}
+
+/// Whether `v` is a [`truncated`] marker.
+pub fn is_truncated(v: &Value) -> bool {
+    v.as_object()
+        .is_some_and(|m| m.len() == 1 && m.contains_key(TRUNCATED_KEY))
+}
+
+fn json_len(v: &Value) -> usize {
+    serde_json::to_vec(v).map_or(0, |b| b.len())
 }
 
 /// The recommended event id: `<cluster>:<uid>:<resourceVersion>:<phase>`. Re-detecting the

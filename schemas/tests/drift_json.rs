@@ -159,6 +159,66 @@ fn other_versions_are_rejected() {
     ));
 }
 
+/// A drift too large for the bus is still announced: cut to fit, paths
+/// kept, values replaced by a marker with their size and hash, and what
+/// could not fit counted.
+#[test]
+fn a_drift_too_large_for_the_bus_is_cut_to_fit_keeping_its_paths() {
+    use fleetbus_schemas::drift::{is_truncated, truncated, DROPPED_PATH, TRUNCATED_KEY};
+    let max = 64 * 1024;
+    // Small: unchanged.
+    let small = example();
+    assert_eq!(small.encode_within(max), Some(small.encode().unwrap()));
+    // One 600 KB value each side, as in a copy edited with a large value.
+    let big = "x".repeat(600_000);
+    let mut e = example();
+    e.changes[0].desired = json!(big);
+    e.changes[0].live = json!(format!("{big}y"));
+    assert!(e.encode().unwrap().len() > 1_200_000);
+    let cut = DriftEvent::decode(&e.encode_within(max).expect("fits")).unwrap();
+    assert!(e.encode_within(max).unwrap().len() <= max);
+    let paths = |e: &DriftEvent| e.changes.iter().map(|c| c.path.clone()).collect::<Vec<_>>();
+    assert_eq!(paths(&cut), paths(&e), "every path is kept");
+    assert!(is_truncated(&cut.changes[0].desired) && is_truncated(&cut.changes[0].live));
+    // The two sides differ, and their markers say so.
+    assert_ne!(cut.changes[0].desired, cut.changes[0].live);
+    assert_eq!(
+        cut.changes[0].desired[TRUNCATED_KEY]["bytes"],
+        json!(600_002),
+        "the size of the JSON string cut"
+    );
+    assert_eq!(cut.changes[0].desired, truncated(&e.changes[0].desired));
+    // Small values stay as they were.
+    assert_eq!(cut.changes[1], e.changes[1]);
+    assert_eq!((cut.id.as_str(), cut.phase), (e.id.as_str(), e.phase));
+    // Many paths: as many as fit, then how many were dropped.
+    let mut storm = example();
+    storm.changes = (0..20_000)
+        .map(|i| DriftChange {
+            path: format!("/data/key-{i:05}"),
+            desired: json!("a"),
+            live: json!("b"),
+        })
+        .collect();
+    let bytes = storm.encode_within(max).expect("fits");
+    assert!(bytes.len() <= max);
+    let cut = DriftEvent::decode(&bytes).unwrap();
+    let last = cut.changes.last().unwrap();
+    assert_eq!(last.path, DROPPED_PATH);
+    let kept = cut.changes.len() - 1;
+    assert!(kept > 100, "most of what fits is kept: {kept}");
+    assert_eq!(
+        last.live[TRUNCATED_KEY]["droppedChanges"],
+        json!(20_000 - kept)
+    );
+    assert!(
+        cut.changes[..kept] == storm.changes[..kept],
+        "the changes kept are the first ones, as they were"
+    );
+    // Nothing fits: None, never an oversized event.
+    assert_eq!(example().encode_within(10), None);
+}
+
 proptest! {
     #[test]
     fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256),

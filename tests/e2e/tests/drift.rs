@@ -709,6 +709,68 @@ async fn drift_state_in_kv() {
     .await;
 }
 
+/// A drift larger than the server's `max_payload` (a copy edited with a
+/// 600 KB value) is still announced, recorded and listed: its large values
+/// are replaced by a marker with their size and hash, its paths kept. It
+/// once was dropped whole ("max payload size exceeded"), and every view
+/// said nothing was drifted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drift_too_large_for_the_bus_is_announced_cut_and_listed() {
+    let mut s = Setup::start("{mode: Report}", &["web"]).await;
+    let kv = drift_kv(&s.nats).await;
+    let big = "x".repeat(600_000);
+    let patch = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "web", "image": DESIRED, "env": [{"name": "BIG", "value": big}]}
+    ]}}}});
+    dynamic(s.c2(), &deployments(), Some("a"))
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("a 600 KB env value on the copy");
+    let (_, ev) = s.next("Detected, cut to fit").await;
+    let changes = ev["changes"].as_array().expect("changes");
+    let cut = changes
+        .iter()
+        .find(|c| c["live"]["fleetbus.io/truncated"]["bytes"].as_u64() > Some(600_000))
+        .unwrap_or_else(|| panic!("no change carries the cut value's marker: {changes:?}"));
+    assert!(
+        cut["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("/spec/template/spec/containers/0")),
+        "the path is kept: {cut}"
+    );
+    assert_eq!(
+        cut["live"]["fleetbus.io/truncated"]["sha256"]
+            .as_str()
+            .map(str::len),
+        Some(64),
+        "{cut}"
+    );
+    // Recorded: the drift bucket has it, and the operator's views list it.
+    let kv = &kv;
+    wait_for("the large drift in KV", SYNC, || async move {
+        match kv.get(WEB_KEY).await {
+            Ok(Some(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let listed = fleetbus_json(&s.nats, &["ls", "--cluster", "c2"]).await;
+    let rows = listed.as_array().expect("ls -o json is a list");
+    assert!(
+        rows.iter()
+            .any(|r| r["object"]["name"] == "web" && r["phase"] == "Detected"),
+        "drift ls lists the copy: {listed:#}"
+    );
+    assert!(
+        s.c2().metric("fleetbus_drift_events_truncated_total").unwrap_or(0.0) >= 1.0,
+        "the cut is counted"
+    );
+}
+
 /// Runs `fleetbus drift <args> -o json` against the test's NATS; its JSON.
 async fn fleetbus_json(nats: &NatsServer, args: &[&str]) -> Value {
     let out = tokio::process::Command::new(cargo_bin("fleetbus"))

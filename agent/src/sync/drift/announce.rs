@@ -16,6 +16,11 @@ use tokio::time::Instant;
 use std::hash::{Hash, Hasher};
 
 use super::coalesce::Gate;
+
+/// Room left in a message for the signature member (secure mode) and the
+/// headers (`Nats-Msg-Id`, and the KV's own), which count against the
+/// server's `max_payload` too.
+const WIRE_MARGIN: usize = 4096;
 use super::fight::{Change, Verdict};
 use super::policy;
 use super::state::OpenDrift;
@@ -409,14 +414,8 @@ impl Engine {
             ])
             // A coalesced event counts every drift it stands for.
             .inc_by(u64::from(event.count.max(1)));
-        let bytes = match event.encode() {
-            // Signed by this cluster in the secure mode: a `signature` member,
-            // so the event stays readable JSON (PROTOCOL §6).
-            Ok(b) => crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), b),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not encode a drift event");
-                return false;
-            }
+        let Some(bytes) = self.wire(event) else {
+            return false;
         };
         let subject = event.subject_key().to_subject(self.ctx.layout.prefix());
         let mut headers = HeaderMap::new();
@@ -446,6 +445,32 @@ impl Engine {
         }
     }
 
+    /// `event` as published and recorded: cut to fit the server's
+    /// `max_payload` (from its INFO, so a server configured larger or
+    /// smaller is followed) less room for the signature and headers, and
+    /// signed in the secure mode. A drift is never lost to its size
+    /// (`DriftEvent::encode_within`); None only if it cannot be encoded.
+    fn wire(&self, event: &DriftEvent) -> Option<Vec<u8>> {
+        let max_payload = usize::try_from(self.ctx.js.client().server_info().max_payload)
+            .unwrap_or(usize::MAX);
+        let budget = max_payload.saturating_sub(WIRE_MARGIN);
+        let Some(bytes) = event.encode_within(budget) else {
+            tracing::warn!(max_payload, "a drift event does not fit the server's max_payload even without its changes");
+            return None;
+        };
+        if bytes.len() < event.encode().map_or(0, |b| b.len()) {
+            self.ctx.metrics.drift_events_truncated.inc();
+            tracing::info!(
+                copy = %event.object.name,
+                max_payload,
+                "a drift event was cut to fit the bus: its large values are replaced by their size and hash"
+            );
+        }
+        // Signed by this cluster in the secure mode: a `signature` member,
+        // so the event stays readable JSON (PROTOCOL §6).
+        Some(crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), bytes))
+    }
+
     /// The drift KV bucket (looked up once).
     async fn drift_kv(&mut self) -> Option<kv::Store> {
         if self.drift_kv.is_none() {
@@ -464,8 +489,9 @@ impl Engine {
 
     async fn kv_put(&mut self, event: &DriftEvent) {
         let key = self.kv_key(event);
-        let Ok(bytes) = event.encode() else { return };
-        let bytes = crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), bytes);
+        let Some(bytes) = self.wire(event) else {
+            return;
+        };
         if let Some(store) = self.drift_kv().await {
             if let Err(e) = store.put(&key, bytes.into()).await {
                 tracing::warn!(%key, error = %e, "could not record drift state");
