@@ -7,7 +7,9 @@
 //! its own with a 32 MiB stack, once per distinct source (memoized), never on
 //! the engine's task; evaluation recursion is bounded by the parsed tree;
 //! the work of its loops by `cost`: an estimate refused when it compiles,
-//! and a budget that stops an evaluation.
+//! and a budget that stops an evaluation. An expression's result is
+//! remembered per copy version (uid and resourceVersion), so a copy is
+//! evaluated again only when it changed, not on every pass.
 //! Absent, compared with Kubernetes CEL: the Kubernetes libraries
 //! (`quantity()`, `url()`, `ip()`, `semver()`, ...) and a cost for the work of
 //! string functions (see `cost`).
@@ -31,6 +33,13 @@ use super::cost;
 
 /// Compiled programs by source; bounded so rule churn cannot grow it forever.
 const MEMO_CAP: usize = 256;
+
+/// Results remembered per expression: one per copy (the latest version of
+/// each uid), so this bounds the copies one rule holds on a cluster whose
+/// results are kept. Past it everything is forgotten at once, as the
+/// compile memo does: simple, and only a rule with more copies here than
+/// this evaluates some of them again.
+const RESULTS_CAP: usize = 16_384;
 
 /// Stack for the compiling thread (see the module docs).
 const COMPILE_STACK: usize = 32 << 20;
@@ -86,6 +95,10 @@ pub struct Expr {
     source: Arc<str>,
     /// The parsed tree, metered (`cost::metered`).
     tree: Arc<IdedExpr>,
+    /// Shared by the clones of one compiled rule and dropped with it: no
+    /// other rule, engine or test in the process sees its results (they are
+    /// only as right as uids are unique, which test fixtures need not be).
+    results: Arc<Mutex<Results>>,
 }
 
 impl std::fmt::Debug for Expr {
@@ -105,6 +118,13 @@ impl Expr {
     pub fn excerpt(&self) -> String {
         excerpt(&self.source)
     }
+
+    /// How many times this expression was evaluated (not answered from
+    /// what it remembers).
+    #[cfg(test)]
+    pub fn evaluations(&self) -> u64 {
+        self.results.lock().map_or(0, |r| r.evaluations)
+    }
 }
 
 fn excerpt(source: &str) -> String {
@@ -112,6 +132,14 @@ fn excerpt(source: &str) -> String {
         Some((cut, _)) => format!("{}…", &source[..cut]),
         None => source.to_owned(),
     }
+}
+
+/// The results of one expression, by copy uid: the resourceVersion they
+/// are about and the result.
+#[derive(Default)]
+struct Results {
+    by_uid: HashMap<String, (String, Result<bool, EvalError>)>,
+    evaluations: u64,
 }
 
 fn env() -> &'static Arc<Env> {
@@ -158,6 +186,7 @@ pub fn compile(source: &str) -> Result<Expr, CompileError> {
     result.map(|tree| Expr {
         source: source.into(),
         tree,
+        results: Arc::default(),
     })
 }
 
@@ -195,9 +224,49 @@ fn compile_on_big_stack(source: &str) -> Compiled {
 }
 
 /// Evaluates a compiled expression over `object`: its boolean, or why it
-/// has none.
+/// has none. A copy with a uid and a resourceVersion is evaluated once per
+/// version: the result is remembered (errors too, a spent budget above all,
+/// which would otherwise be spent again on every pass).
 pub fn eval(expr: &Expr, object: &Value) -> Result<bool, EvalError> {
-    evaluate(&expr.tree, object)
+    let version = version_of(object);
+    if let Some((uid, rv)) = version {
+        // A std Mutex: held for a lookup or an insert, never across an
+        // evaluation or an await.
+        let known = expr.results.lock().ok().and_then(|r| {
+            r.by_uid
+                .get(uid)
+                .filter(|(at, _)| at == rv)
+                .map(|(_, result)| result.clone())
+        });
+        if let Some(result) = known {
+            return result;
+        }
+    }
+    let result = evaluate(&expr.tree, object);
+    if let Ok(mut r) = expr.results.lock() {
+        r.evaluations += 1;
+        if let Some((uid, rv)) = version {
+            if r.by_uid.len() >= RESULTS_CAP && !r.by_uid.contains_key(uid) {
+                r.by_uid.clear();
+            }
+            r.by_uid
+                .insert(uid.to_owned(), (rv.to_owned(), result.clone()));
+        }
+    }
+    result
+}
+
+/// The copy's uid and resourceVersion, when it has both: what identifies
+/// its content (every change to an object gives it a new resourceVersion).
+fn version_of(object: &Value) -> Option<(&str, &str)> {
+    let field = |name: &str| {
+        object
+            .get("metadata")?
+            .get(name)?
+            .as_str()
+            .filter(|s| !s.is_empty())
+    };
+    Some((field("uid")?, field("resourceVersion")?))
 }
 
 fn evaluate(tree: &IdedExpr, object: &Value) -> Result<bool, EvalError> {
@@ -354,6 +423,40 @@ mod tests {
         // `in` walks its list: charged too.
         let scan = compile("object.spec.items.all(x, x in object.spec.items)").unwrap();
         assert_eq!(eval(&scan, &big(1_000)), Err(EvalError::BudgetExceeded));
+    }
+
+    #[test]
+    fn a_copy_is_evaluated_once_per_version() {
+        let e = compile("object.status.phase == 'Up'").unwrap();
+        let copy = |uid: &str, rv: &str, phase: &str| json!({"metadata": {"uid": uid, "resourceVersion": rv}, "status": {"phase": phase}});
+        assert_eq!(eval(&e, &copy("u1", "1", "Up")), Ok(true));
+        assert_eq!(eval(&e, &copy("u1", "1", "Up")), Ok(true));
+        assert_eq!(
+            e.evaluations(),
+            1,
+            "the same version is not evaluated again"
+        );
+        assert_eq!(eval(&e, &copy("u1", "2", "Down")), Ok(false));
+        assert_eq!(eval(&e, &copy("u2", "1", "Up")), Ok(true));
+        assert_eq!(eval(&e, &copy("u1", "2", "Down")), Ok(false));
+        assert_eq!(e.evaluations(), 3, "a new version or another copy is");
+        // Without a resourceVersion nothing tells a change: evaluated each time.
+        let unversioned = json!({"metadata": {"uid": "u3"}, "status": {"phase": "Up"}});
+        assert_eq!(eval(&e, &unversioned), Ok(true));
+        assert_eq!(eval(&e, &unversioned), Ok(true));
+        assert_eq!(e.evaluations(), 5);
+        // Clones (the rule's copies in the engine) share what is known; a
+        // new compile (another rule, another engine) starts afresh.
+        assert_eq!(eval(&e.clone(), &copy("u1", "2", "Down")), Ok(false));
+        assert_eq!(e.evaluations(), 5);
+        let again = compile("object.status.phase == 'Up'").unwrap();
+        assert_eq!(eval(&again, &copy("u1", "2", "Up")), Ok(true));
+        // A spent budget is remembered too: not spent again on every pass.
+        let all = compile("object.spec.items.all(x, x >= 0)").unwrap();
+        let huge = big(200_000);
+        assert_eq!(eval(&all, &huge), Err(EvalError::BudgetExceeded));
+        assert_eq!(eval(&all, &huge), Err(EvalError::BudgetExceeded));
+        assert_eq!(all.evaluations(), 1);
     }
 
     #[test]
