@@ -306,6 +306,28 @@ mod tests {
     }
 
     #[test]
+    fn the_crd_states_these_bounds() {
+        let rule = fleetbus_schemas::crd::all_crds()
+            .into_iter()
+            .find(|c| c.spec.names.kind == "ResourceSyncRule")
+            .unwrap();
+        let schema = serde_json::to_value(&rule.spec.versions[0].schema).unwrap();
+        let said = schema
+            .pointer("/openAPIV3Schema/properties/spec/properties/health/description")
+            .and_then(serde_json::Value::as_str)
+            .unwrap();
+        // The CRD (what `kubectl explain` shows) states these numbers.
+        assert_eq!(
+            (LIMIT, ASSUMED_SIZE),
+            (100_000, 100),
+            "update the CRD's docs too"
+        );
+        for stated in ["above 100,000", "walk more than 100,000", "counted as 100)"] {
+            assert!(said.contains(stated), "{stated} not in {said}");
+        }
+    }
+
+    #[test]
     fn the_estimate_counts_iterations_and_nested_loops_multiply() {
         let ten = "[0,1,2,3,4,5,6,7,8,9]";
         assert_eq!(estimate(&parse("object.status.phase == 'Up'")), 0);
