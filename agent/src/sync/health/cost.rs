@@ -2,10 +2,9 @@
 //! when it compiles, and the same limit as a budget that stops an evaluation.
 //!
 //! As Kubernetes does for its CEL (an estimated cost checked at admission, a
-//! runtime cost limit), in a coarser unit: the elements walked. A loop is
-//! the only way a 1 KiB expression can do unbounded work, and the `cel`
-//! crate's loops are comprehensions (`all`, `exists`, `exists_one`, `map`,
-//! `filter`) and `in` over a list.
+//! runtime cost limit), in a coarser unit: the elements walked by loops,
+//! which multiply when nested. The `cel` crate's loops are comprehensions
+//! (`all`, `exists`, `exists_one`, `map`, `filter`) and `in` over a list.
 //!
 //! The estimate, over the parsed tree:
 //! - a comprehension costs `size(range) × (1 + cost(loop_cond) +
@@ -36,9 +35,14 @@
 //! they were, so the interpreter's fast path for `map`/`filter` (appending to
 //! one list instead of copying it each iteration) still applies.
 //!
-//! Not charged: the work of the functions themselves (`contains`, `matches`,
-//! comparing two lists), each linear in the values it is given, and done at
-//! most once per charged iteration.
+//! Not charged, so not bounded here: the size of what an iteration computes.
+//! Most functions are linear in what they are given (`contains`, `matches`,
+//! comparing two lists), but `replace` and `strings.quote` can multiply a
+//! string's length at each nesting (six nested `replace` make 10 MB out of a
+//! 10-character literal), and `map` copies what it appends
+//! (`object.spec.items.map(x, object)` copies the whole copy per item).
+//! Bounding those needs value sizes in the cost, as Kubernetes estimates
+//! string and list sizes.
 
 use std::cell::Cell;
 
