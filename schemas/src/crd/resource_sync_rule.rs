@@ -96,6 +96,13 @@ pub struct ResourceSyncRuleSpec {
     pub unwrap: bool,
     /// How a copy's health is judged on each sink. Absent: kstatus's rules for the
     /// built-in kinds, a `Ready` (else `Available`) condition for others (PROTOCOL §6.1).
+    /// Each expression is at most 1 KiB, and its loops are bounded: one whose
+    /// estimated cost is above 100,000 makes the rule Invalid (the cost: the elements
+    /// its loops, `all`, `exists`, `exists_one`, `map`, `filter` and `in` over a list,
+    /// walk, nested loops multiplying, a list it does not write out counted as 100);
+    /// an evaluation whose loops would walk more than 100,000 elements of the copy is
+    /// stopped, and the copy is Unknown, saying so. A copy is evaluated once per
+    /// resourceVersion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthCheck>,
     /// Pause the rule: on every sink nothing is created, updated or deleted
@@ -260,14 +267,16 @@ pub struct ConfigMapRef {
 
 /// A rule's own health check: CEL expressions over `object`, the live copy
 /// (the language of `x-kubernetes-validations`). An expression that does not
-/// compile makes the rule Invalid.
+/// compile, or whose estimated cost is above the limit, makes the rule Invalid
+/// (the bounds: `ResourceSyncRuleSpec::health`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheck {
-    /// True: the copy is Current (healthy); false: InProgress.
+    /// True: the copy is Current (healthy); false: InProgress; no boolean (an
+    /// error, the cost budget spent): Unknown, with why.
     pub current: String,
     /// Evaluated first. True: the copy is Failed. Absent: a copy is never Failed
-    /// (but Terminating while it is being deleted).
+    /// (but Terminating while it is being deleted). Bounded as `current` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
 }

@@ -676,6 +676,78 @@ async fn a_rules_cel_health_decides_readiness_and_a_bad_one_is_invalid() {
     }
 }
 
+/// A health expression too costly to run (seven loops nested over ten
+/// elements: ten million iterations per evaluation) makes its rule Invalid on
+/// every cluster, naming the field, the estimate and the limit, and costs no
+/// sink anything. One the estimate admits but a copy's lists make too costly
+/// is stopped on the sink, and the origin's rule names the copy with why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_costly_health_expression_is_refused_or_stopped_and_says_why() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    for x in &m {
+        create_ns(x, "apps").await;
+        install_gadgets(x).await;
+    }
+    kubectl(c2, &["label", "clusters.fleetbus.io", "c2", "env=edge"]);
+    let mut seven = "g >= 0".to_owned();
+    for v in ["g", "f", "e", "d", "c", "b", "a"] {
+        seven = format!("[0,1,2,3,4,5,6,7,8,9].all({v}, {seven})");
+    }
+    let costly = format!("  health: {{current: \"{seven}\"}}\n");
+    apply_yaml(
+        c1,
+        &rule_yaml("costly", "example.com", "Gadget", "None", &costly),
+    );
+    // Two loops over the copy's list: 10,100 estimated, 400 + 400 × 400 run.
+    let pairs = "  clusterSelector: {matchLabels: {env: edge}}\n  health: {current: \"object.spec.items.all(x, object.spec.items.all(y, y == x))\"}\n";
+    apply_yaml(
+        c1,
+        &rule_yaml("pairs", "example.com", "Gadget", "None", pairs),
+    );
+    apply_yaml(
+        c1,
+        &format!(
+            "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {{name: g, namespace: apps}}\nspec: {{items: {:?}}}\n",
+            vec![1; 400]
+        ),
+    );
+
+    for x in [c1, c2] {
+        let r = wait_rule(x, "costly", "Invalid", ready_is("False", "Invalid")).await;
+        let msg = rule_condition(&r, "Ready")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        for part in [
+            "spec.health.current: `[0,1,2,3,4,5,6,7,8,9].all(a, ",
+            "is too costly: its estimated cost is 11111110, above the limit of 100000",
+        ] {
+            assert!(msg.contains(part), "{}: {part} not in {msg}", x.name);
+        }
+    }
+    wait_copy(c2, &gadgets(), Some("apps"), "g", "c1", "pairs", |_| Ok(())).await;
+    wait_readiness(c1, "pairs", "ready 0/1").await;
+    wait_rule(
+        c1,
+        "pairs",
+        "Healthy=False naming c2's copy and why",
+        |r| match rule_condition(r, "Healthy") {
+            Some(c)
+                if c.status == "False"
+                    && c.message.contains(
+                        "c2: Gadget apps/g: Unknown (spec.health.current `object.spec.items.all(x, ",
+                    )
+                    && c.message.contains("stopped: its loops would walk more than 100000 elements") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("Healthy is {other:?}")),
+        },
+    )
+    .await;
+}
+
 /// Sinks read their own last reports back at start: a restarted sink
 /// republishes nothing unchanged, and one whose copy went away while it was
 /// down (relabelled out of the selection meanwhile) publishes `null`, so the

@@ -217,7 +217,7 @@ fn compile_one(name: &str, spec: ResourceSyncRuleSpec, generation: Option<i64>) 
         Some(check) if problems.is_empty() => match CompiledHealth::compile(check) {
             Ok(h) => Some(h),
             Err(e) => {
-                problems.push(e);
+                problems.push(crate::report(&e));
                 None
             }
         },
