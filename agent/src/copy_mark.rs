@@ -85,6 +85,17 @@ pub async fn load(client: &kube::Client, namespace: &str) -> Result<CopyMark, Co
     Err(CopyMarkError::Malformed(namespace.to_owned()))
 }
 
+/// A key for this run only, when none can be read or stored (the agent's
+/// namespace is being deleted, or RBAC refuses the Secret): sync goes on.
+/// Its time is now, so copies older than it with the whole earlier stamp
+/// are still taken up; copies marked under it are, after the next start
+/// with a stored key, older than that key and taken up the same way.
+pub fn ephemeral() -> CopyMark {
+    let mut key = [0u8; 32];
+    rand::rng().fill_bytes(&mut key);
+    CopyMark::new(key, Some(chrono::Utc::now()))
+}
+
 fn secret(namespace: &str, key: &[u8; 32]) -> Secret {
     Secret {
         metadata: ObjectMeta {

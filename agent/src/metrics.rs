@@ -89,6 +89,10 @@ pub struct Metrics {
     /// (`sync::model::mark`), each time collection passed one by: never
     /// deleted nor overwritten.
     pub sync_look_alikes: Counter,
+    /// 1 when this cluster's copy-mark key could not be read or stored and
+    /// the agent marks copies with a key of this run only
+    /// (`copy_mark::ephemeral`).
+    pub copy_mark_ephemeral: Gauge,
     /// Drift events cut to fit the server's `max_payload` (large values
     /// replaced by their size and hash): announced all the same.
     pub drift_events_truncated: Counter,
@@ -315,6 +319,12 @@ impl Metrics {
             "Objects naming an origin cluster that are no copy of this agent's, passed by without deleting them",
             sync_look_alikes.clone(),
         );
+        let copy_mark_ephemeral = Gauge::default();
+        registry.register(
+            "copy_mark_ephemeral",
+            "1 when the copy-mark key could not be stored and copies are marked with a key of this run only",
+            copy_mark_ephemeral.clone(),
+        );
         let drift_events_truncated = Counter::default();
         registry.register(
             "drift_events_truncated",
@@ -414,6 +424,7 @@ impl Metrics {
             sync_full_plans,
             sync_look_alikes,
             drift_events_truncated,
+            copy_mark_ephemeral,
             sync_settled,
             sync_objects,
             sync_conflicts,

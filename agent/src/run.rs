@@ -35,9 +35,6 @@ pub enum RunError {
     /// The cluster identity could not be read.
     #[error(transparent)]
     Identity(#[from] IdentityError),
-    /// The copy-mark key could not be read or made.
-    #[error(transparent)]
-    CopyMark(#[from] crate::copy_mark::CopyMarkError),
     /// NATS refused us or is unsuitable.
     #[error(transparent)]
     Nats(#[from] NatsError),
@@ -68,7 +65,6 @@ impl RunError {
             RunError::KubeClient(e) => e.is_transient(),
             RunError::Bootstrap(e) => e.is_transient(),
             RunError::Identity(e) => e.is_transient(),
-            RunError::CopyMark(e) => e.is_transient(),
             RunError::Nats(e) => e.is_transient(),
             RunError::Layout(e) => e.is_transient(),
             RunError::Health(e) => e.is_transient(),
@@ -152,12 +148,22 @@ async fn start(
         BootstrapError::is_transient,
     )
     .await?;
-    let mark = retry(
+    let mark = match retry(
         "read the copy-mark key",
         || crate::copy_mark::load(&client, &cfg.namespace),
         crate::copy_mark::CopyMarkError::is_transient,
     )
-    .await?;
+    .await
+    {
+        Ok(mark) => mark,
+        // Refused for good (RBAC, the namespace being deleted): sync goes on
+        // with a key of this run (see `copy_mark::ephemeral`), said loudly.
+        Err(error) => {
+            tracing::error!(error = %crate::report(&error), "cannot store this cluster's copy-mark key; marking copies with a key of this run only");
+            metrics.copy_mark_ephemeral.set(1);
+            crate::copy_mark::ephemeral()
+        }
+    };
     readiness
         .kube
         .store(true, std::sync::atomic::Ordering::Relaxed);

@@ -709,8 +709,8 @@ async fn drift_state_in_kv() {
     .await;
 }
 
-/// A drift larger than the server's `max_payload` (a copy edited with a
-/// 600 KB value) is still announced, recorded and listed: its large values
+/// A drift larger than the server's `max_payload` (a copy edited with
+/// 1.1 MB of values) is still announced, recorded and listed: its large values
 /// are replaced by a marker with their size and hash, its paths kept. It
 /// once was dropped whole ("max payload size exceeded"), and every view
 /// said nothing was drifted.
@@ -718,9 +718,12 @@ async fn drift_state_in_kv() {
 async fn a_drift_too_large_for_the_bus_is_announced_cut_and_listed() {
     let mut s = Setup::start("{mode: Report}", &["web"]).await;
     let kv = drift_kv(&s.nats).await;
-    let big = "x".repeat(600_000);
+    // Two values of 550 KB: an event of 1.1 MB, over the server's 1 MiB.
+    let big = "x".repeat(550_000);
     let patch = json!({"spec": {"template": {"spec": {"containers": [
-        {"name": "web", "image": DESIRED, "env": [{"name": "BIG", "value": big}]}
+        {"name": "web", "image": DESIRED, "env": [
+            {"name": "BIG", "value": big}, {"name": "HUGE", "value": big}
+        ]}
     ]}}}});
     dynamic(s.c2(), &deployments(), Some("a"))
         .patch(
@@ -729,13 +732,16 @@ async fn a_drift_too_large_for_the_bus_is_announced_cut_and_listed() {
             &kube::api::Patch::Merge(&patch),
         )
         .await
-        .expect("a 600 KB env value on the copy");
+        .expect("1.1 MB of env values on the copy");
     let (_, ev) = s.next("Detected, cut to fit").await;
     let changes = ev["changes"].as_array().expect("changes");
     let cut = changes
         .iter()
-        .find(|c| c["live"]["fleetbus.io/truncated"]["bytes"].as_u64() > Some(600_000))
-        .unwrap_or_else(|| panic!("no change carries the cut value's marker: {changes:?}"));
+        .find(|c| c["live"]["fleetbus.io/truncated"]["bytes"].as_u64() > Some(1_100_000))
+        .unwrap_or_else(|| {
+            let paths: Vec<_> = changes.iter().map(|c| &c["path"]).collect();
+            panic!("no change carries the cut value's marker; paths {paths:?}")
+        });
     assert!(
         cut["path"]
             .as_str()
@@ -766,7 +772,10 @@ async fn a_drift_too_large_for_the_bus_is_announced_cut_and_listed() {
         "drift ls lists the copy: {listed:#}"
     );
     assert!(
-        s.c2().metric("fleetbus_drift_events_truncated_total").unwrap_or(0.0) >= 1.0,
+        s.c2()
+            .metric("fleetbus_drift_events_truncated_total")
+            .unwrap_or(0.0)
+            >= 1.0,
         "the cut is counted"
     );
 }

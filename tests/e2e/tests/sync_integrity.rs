@@ -394,6 +394,8 @@ async fn tokens_and_what_fleetbus_writes_are_never_published() {
         ("kube-system", "reader-token"),
         ("kube-system", "bootstrap-token-abcdef"),
         (NAMESPACE, "b-kubeconfig"),
+        // The key of a's ownership marks: whoever holds it can claim objects.
+        (NAMESPACE, "fleetbus-copy-mark"),
     ] {
         let subj = subject("a", ns, name);
         if let Ok(env) = attacker.last(&subj).await {
@@ -414,10 +416,10 @@ async fn tokens_and_what_fleetbus_writes_are_never_published() {
     )
     .await;
     assert_absent(&b, &secrets(), Some(NAMESPACE), "b-kubeconfig").await;
-    let r = wait_rule(&a, "system-secrets", "to report 3 skipped", |r| {
+    let r = wait_rule(&a, "system-secrets", "to report 4 skipped", |r| {
         let s = r.status.as_ref().ok_or("no status")?;
         let c = rule_condition(r, "Skipped").ok_or("no Skipped condition")?;
-        if s.skipped == 3 && c.status == "True" && c.reason == "NeverPublished" {
+        if s.skipped == 4 && c.status == "True" && c.reason == "NeverPublished" {
             Ok(())
         } else {
             Err(format!("skipped {}", s.skipped))
@@ -426,16 +428,17 @@ async fn tokens_and_what_fleetbus_writes_are_never_published() {
     .await;
     let message = &rule_condition(&r, "Skipped").unwrap().message;
     for needle in [
-        "3 object(s) never published (BootstrapToken 1, ServiceAccountToken 1, WrittenByFleetbus 1)",
+        "4 object(s) never published (BootstrapToken 1, ServiceAccountToken 1, WrittenByFleetbus 2)",
         "Secret kube-system/reader-token: a service account token never leaves its cluster",
         "Secret kube-system/bootstrap-token-abcdef: a bootstrap token never leaves its cluster",
         "Secret fleetbus-system/b-kubeconfig: fleetbus writes it on every cluster itself",
+        "Secret fleetbus-system/fleetbus-copy-mark: fleetbus writes it on every cluster itself",
     ] {
         assert!(message.contains(needle), "{needle:?} not in {message:?}");
     }
     assert_eq!(
         a.metric("fleetbus_sync_withheld").unwrap(),
-        3.0,
+        4.0,
         "fleetbus_sync_withheld on a"
     );
 }
