@@ -451,8 +451,7 @@ impl Engine {
     /// signed in the secure mode. A drift is never lost to its size
     /// (`DriftEvent::encode_within`); None only if it cannot be encoded.
     fn wire(&self, event: &DriftEvent) -> Option<Vec<u8>> {
-        let max_payload =
-            usize::try_from(self.ctx.js.client().server_info().max_payload).unwrap_or(usize::MAX);
+        let max_payload = self.ctx.js.client().server_info().max_payload;
         let budget = max_payload.saturating_sub(WIRE_MARGIN);
         let Some(bytes) = event.encode_within(budget) else {
             tracing::warn!(
