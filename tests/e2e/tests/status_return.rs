@@ -603,6 +603,17 @@ async fn per_cluster_reported_states_and_readiness() {
     collector.abort();
 }
 
+/// c1 and c2 with namespace `apps` and the Gadget CRD, c2 labelled `env=edge`.
+async fn gadget_fleet(nats: &NatsServer) -> Vec<Member> {
+    let m = fleet(nats, &["c1", "c2"]).await;
+    for x in &m {
+        create_ns(x, "apps").await;
+        install_gadgets(x).await;
+    }
+    kubectl(&m[1], &["label", "clusters.fleetbus.io", "c2", "env=edge"]);
+    m
+}
+
 /// A rule's own health check (CEL over the live copy, `spec.health`) decides
 /// `ready r/n` on the origin, although the rule returns no status: `failed`
 /// wins over `current`, and the source's status is not written. A rule whose
@@ -611,13 +622,8 @@ async fn per_cluster_reported_states_and_readiness() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rules_cel_health_decides_readiness_and_a_bad_one_is_invalid() {
     let nats = NatsServer::start().unwrap();
-    let m = fleet(&nats, &["c1", "c2"]).await;
+    let m = gadget_fleet(&nats).await;
     let (c1, c2) = (&m[0], &m[1]);
-    for x in &m {
-        create_ns(x, "apps").await;
-        install_gadgets(x).await;
-    }
-    kubectl(c2, &["label", "clusters.fleetbus.io", "c2", "env=edge"]);
     let health = "  clusterSelector: {matchLabels: {env: edge}}\n  health:\n    current: \"has(object.status) && object.status.phase == 'Up'\"\n    failed: \"has(object.status) && object.status.phase == 'Broken'\"\n";
     apply_yaml(
         c1,
@@ -684,13 +690,8 @@ async fn a_rules_cel_health_decides_readiness_and_a_bad_one_is_invalid() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_costly_health_expression_is_refused_or_stopped_and_says_why() {
     let nats = NatsServer::start().unwrap();
-    let m = fleet(&nats, &["c1", "c2"]).await;
+    let m = gadget_fleet(&nats).await;
     let (c1, c2) = (&m[0], &m[1]);
-    for x in &m {
-        create_ns(x, "apps").await;
-        install_gadgets(x).await;
-    }
-    kubectl(c2, &["label", "clusters.fleetbus.io", "c2", "env=edge"]);
     let mut seven = "g >= 0".to_owned();
     for v in ["g", "f", "e", "d", "c", "b", "a"] {
         seven = format!("[0,1,2,3,4,5,6,7,8,9].all({v}, {seven})");
