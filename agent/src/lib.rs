@@ -17,6 +17,7 @@ mod health;
 mod identity;
 mod kube;
 mod kubeconfig;
+mod log_gate;
 mod mark;
 mod metadata;
 mod metrics;

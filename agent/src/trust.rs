@@ -560,6 +560,10 @@ pub fn is_replay(old: &Envelope, new: &Envelope) -> bool {
     }
 }
 
+/// One "dropped a message" line per cluster and reason every 10 s.
+static DROPPED: crate::log_gate::LogGate =
+    crate::log_gate::LogGate::new(std::time::Duration::from_secs(10));
+
 /// How often at most one Event is raised per cluster and reason: a forger
 /// sending thousands of messages costs the API server one write a minute.
 pub const EVENT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
@@ -589,12 +593,16 @@ impl Rejections {
         what: &str,
     ) {
         metrics.rejected_message(reason);
-        tracing::warn!(
-            cluster,
-            reason,
-            what,
-            "dropped a message that failed the trust checks"
-        );
+        // Counted each; logged once per cluster and reason a while.
+        if let Some(held_back) = DROPPED.admit(&format!("{cluster}/{reason}")) {
+            tracing::warn!(
+                cluster,
+                reason,
+                what,
+                held_back,
+                "dropped a message that failed the trust checks (more from this cluster for this reason are counted, logged every 10 s)"
+            );
+        }
         let now = std::time::Instant::now();
         let count = {
             let mut last = self

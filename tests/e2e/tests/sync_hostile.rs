@@ -195,6 +195,66 @@ async fn garbage_on_the_bus_is_skipped_and_counted() {
     .await;
 }
 
+/// A flood of garbage (2,000 malformed messages in one origin's subtree) is
+/// counted message by message, and logged a few times, not 2,000 times, on
+/// every other agent: each once wrote a WARN line per message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_garbage_is_counted_each_and_logged_a_few_times() {
+    const FLOOD: usize = 2_000;
+    let nats = NatsServer::start().unwrap();
+    let m = shared_fleet(&nats).await;
+    let (c1, c2) = (&m[0], &m[1]);
+    create_secret(c1, "shared", "before", &[("k", "0")]).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "before",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
+    let before = sync_rejected(c2, "malformed");
+    let js = stranger(&nats).await;
+    // Published without waiting for each ack, then the acks: quicker.
+    let mut acks = Vec::with_capacity(FLOOD);
+    for i in 0..FLOOD {
+        let subject = secret_subject("c1", &format!("flood-{i}"));
+        acks.push(
+            js.publish(subject, noise(64, i as u64 + 1).into())
+                .await
+                .expect("publish"),
+        );
+    }
+    for ack in acks {
+        ack.await.expect("stored");
+    }
+    wait_rejected(c2, "malformed", before + FLOOD as f64).await;
+    let lines = c2
+        .agent
+        .log()
+        .lines()
+        .filter(|l| l.contains("skipped a message"))
+        .count();
+    assert!(
+        (1..=20).contains(&lines),
+        "{lines} 'skipped a message' lines for {FLOOD} malformed messages"
+    );
+    // Nothing else was lost: a Secret published now still syncs.
+    create_secret(c1, "shared", "after", &[("k", "1")]).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        "after",
+        "c1",
+        "shared-secrets",
+        |_| Ok(()),
+    )
+    .await;
+}
+
 /// Probe 1, continued: garbage published over the subject of an object the
 /// origin publishes replaces its last value on the bus, so a sink that
 /// (re)starts would see no snapshot and collect its copy. The origin sees the

@@ -25,6 +25,10 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::sync::model::{Feed, Input};
 
+/// One "skipped a message" line per kind and reason every 10 s.
+static SKIPPED: crate::log_gate::LogGate =
+    crate::log_gate::LogGate::new(std::time::Duration::from_secs(10));
+
 /// Decodes one message (prefix, subject, payload); the error is the
 /// `sync_rejected_total` reason when it is skipped. A closure: the objects'
 /// decoder holds this cluster's sealing key.
@@ -173,7 +177,10 @@ async fn consume_once<K, V>(
                         | crate::trust::reason::EXPIRED_CERTIFICATE
                 );
                 ctx.metrics.sync_rejected(reason);
-                tracing::warn!(what = f.what, subject = %msg.subject, reason, "skipped a message");
+                // Counted each; logged once per kind and reason a while.
+                if let Some(held_back) = SKIPPED.admit(&format!("{}/{reason}", f.what)) {
+                    tracing::warn!(what = f.what, subject = %msg.subject, reason, held_back, "skipped a message (more of this kind and reason are counted in fleetbus_sync_rejected_total, logged every 10 s)");
+                }
                 (f.key_of)(prefix, &msg.subject).map(Feed::Unreadable)
             }
         };
