@@ -134,10 +134,17 @@ pub async fn up(plan: &UpPlan) -> Result<UpOutcome, MeshError> {
 }
 
 fn prepare_dir(dir: &Path) -> Result<(), MeshError> {
-    std::fs::create_dir_all(dir).map_err(|source| MeshError::Io {
+    let io = |source| MeshError::Io {
         what: format!("directory {}", dir.display()),
         source,
-    })?;
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    // Everything under it is its user's alone: cluster keys, credentials,
+    // the devclusters' ServiceAccount keys and stores (Secrets in clear).
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
     match MeshState::read(dir) {
         Ok(old)
             if old
@@ -522,5 +529,24 @@ impl Signals {
             _ = self.term.recv() => {}
             _ = self.hup.recv() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mesh_directory_is_its_users_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("mesh");
+        prepare_dir(&dir).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        // An existing directory left open by an earlier version is closed too.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        prepare_dir(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
     }
 }

@@ -128,7 +128,14 @@ impl std::fmt::Debug for Persist {
 impl Persist {
     /// Opens (or creates) `dir/state.redb`.
     pub fn open(dir: &Path) -> Result<Self, PersistError> {
-        let db = Database::create(dir.join("state.redb"))?;
+        let path = dir.join("state.redb");
+        let db = Database::create(&path)?;
+        // It holds Secrets in clear: its owner's alone.
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| PersistError::Db(Box::new(redb::Error::Io(e))))?;
+        }
         // Create the tables so a read on a fresh database finds them.
         let tx = db.begin_write()?;
         tx.open_table(OBJECTS)?;
@@ -218,6 +225,18 @@ impl Persist {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_store_is_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let _p = super::Persist::open(dir.path()).unwrap();
+        let mode = std::fs::metadata(dir.path().join("state.redb"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -141,7 +141,16 @@ impl SigningKey {
                 let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
                     .map_err(|e| JwtError::Key(e.to_string()))?;
                 if let Some(p) = &path {
-                    std::fs::write(p, doc.as_ref())?;
+                    // Whoever reads it mints tokens for any ServiceAccount:
+                    // its owner's alone, as kube-apiserver's key files are.
+                    use std::io::Write as _;
+                    use std::os::unix::fs::OpenOptionsExt as _;
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(p)?
+                        .write_all(doc.as_ref())?;
                 }
                 doc.as_ref().to_vec()
             }
@@ -217,6 +226,20 @@ fn sha2_256(b: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_signing_key_file_is_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        super::SigningKey::load_or_create(Some(dir.path())).unwrap();
+        let mode = std::fs::metadata(dir.path().join(super::KEY_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // Read back, not written again.
+        super::SigningKey::load_or_create(Some(dir.path())).unwrap();
+    }
+
     use super::*;
 
     fn claims(now: i64, lifetime: i64) -> Claims {
