@@ -766,7 +766,10 @@ async fn a_drift_too_large_for_the_bus_is_announced_cut_and_listed() {
         "drift ls lists the copy: {listed:#}"
     );
     assert!(
-        s.c2().metric("fleetbus_drift_events_truncated_total").unwrap_or(0.0) >= 1.0,
+        s.c2()
+            .metric("fleetbus_drift_events_truncated_total")
+            .unwrap_or(0.0)
+            >= 1.0,
         "the cut is counted"
     );
 }

@@ -451,11 +451,13 @@ impl Engine {
     /// signed in the secure mode. A drift is never lost to its size
     /// (`DriftEvent::encode_within`); None only if it cannot be encoded.
     fn wire(&self, event: &DriftEvent) -> Option<Vec<u8>> {
-        let max_payload = usize::try_from(self.ctx.js.client().server_info().max_payload)
-            .unwrap_or(usize::MAX);
+        let max_payload = self.ctx.js.client().server_info().max_payload;
         let budget = max_payload.saturating_sub(WIRE_MARGIN);
         let Some(bytes) = event.encode_within(budget) else {
-            tracing::warn!(max_payload, "a drift event does not fit the server's max_payload even without its changes");
+            tracing::warn!(
+                max_payload,
+                "a drift event does not fit the server's max_payload even without its changes"
+            );
             return None;
         };
         if bytes.len() < event.encode().map_or(0, |b| b.len()) {
@@ -468,7 +470,10 @@ impl Engine {
         }
         // Signed by this cluster in the secure mode: a `signature` member,
         // so the event stays readable JSON (PROTOCOL §6).
-        Some(crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), bytes))
+        Some(crate::trust::sign_or_keep(
+            self.ctx.cfg.trust.as_deref(),
+            bytes,
+        ))
     }
 
     /// The drift KV bucket (looked up once).
