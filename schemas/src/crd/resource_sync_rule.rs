@@ -100,9 +100,10 @@ pub struct ResourceSyncRuleSpec {
     /// estimated cost is above 100,000 makes the rule Invalid (the cost: the elements
     /// its loops, `all`, `exists`, `exists_one`, `map`, `filter` and `in` over a list,
     /// walk, nested loops multiplying, a list it does not write out counted as 100);
-    /// an evaluation whose loops would walk more than 100,000 elements of the copy is
-    /// stopped, and the copy is Unknown, saying so. A copy is evaluated once per
-    /// resourceVersion.
+    /// an evaluation whose loops would walk, or whose values would hold, more than
+    /// 100,000 elements (100 bytes of a string counting as one), or that would build a
+    /// string over 1 MiB, is stopped, and the copy is Unknown, saying so. A copy is
+    /// evaluated once per resourceVersion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthCheck>,
     /// Pause the rule: on every sink nothing is created, updated or deleted

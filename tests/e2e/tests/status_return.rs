@@ -739,7 +739,7 @@ async fn a_costly_health_expression_is_refused_or_stopped_and_says_why() {
                     && c.message.contains(
                         "c2: Gadget apps/g: Unknown (spec.health.current `object.spec.items.all(x, ",
                     )
-                    && c.message.contains("stopped: its loops would walk more than 100000 elements") =>
+                    && c.message.contains("stopped: it would cost more than 100000") =>
             {
                 Ok(())
             }

@@ -6,13 +6,14 @@
 //! of stack for a trivial expression in a debug build) runs on a thread of
 //! its own with a 32 MiB stack, once per distinct source (memoized), never on
 //! the engine's task; evaluation recursion is bounded by the parsed tree;
-//! the work of its loops by `cost`: an estimate refused when it compiles,
-//! and a budget that stops an evaluation. An expression's result is
+//! the work of its loops and the size of what it builds by `cost`: an
+//! estimate refused when it compiles, and a budget that stops an evaluation
+//! (`budget`). An expression's result is
 //! remembered per copy version (uid and resourceVersion), so a copy is
 //! evaluated again only when it changed, not on every pass.
 //! Absent, compared with Kubernetes CEL: the Kubernetes libraries
-//! (`quantity()`, `url()`, `ip()`, `semver()`, ...) and a cost for the work of
-//! string functions (see `cost`).
+//! (`quantity()`, `url()`, `ip()`, `semver()`, ...), and a cost for reading
+//! strings (see `cost`).
 //!
 //! Why cel-rust with a rewritten tree rather than another crate: the Rust
 //! CEL crates looked at (cel-rust, formerly `cel-interpreter`; `rscel`)
@@ -29,7 +30,7 @@ use cel::common::ast::IdedExpr;
 use cel::{Context, Env, Value as Cel};
 use serde_json::Value;
 
-use super::cost;
+use super::{budget, cost};
 
 /// Compiled programs by source; bounded so rule churn cannot grow it forever.
 const MEMO_CAP: usize = 256;
@@ -74,8 +75,12 @@ pub enum CompileError {
 /// Why an expression gave no boolean for a copy.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EvalError {
-    /// Its loops walked more elements than one evaluation may (see `cost`).
-    #[error("stopped: its loops would walk more than {limit} elements, the budget of one evaluation", limit = cost::LIMIT)]
+    /// Its loops walked, or its values held, more elements than one
+    /// evaluation may, or it would build a string over the cap (see `cost`).
+    #[error(
+        "stopped: it would cost more than {limit} (elements its loops walk and values it builds, 100 bytes of string counting as one, a string over 1 MiB all of it), the budget of one evaluation",
+        limit = cost::LIMIT
+    )]
     BudgetExceeded,
     /// The interpreter failed (a missing field, no such overload, ...).
     #[error("does not evaluate")]
@@ -150,9 +155,10 @@ fn env() -> &'static Arc<Env> {
         // fresh stdlib env, and if it ever did the expressions using it would
         // fail to compile with a clear message, so its error is dropped.
         let _ = env.add_extension(cel::extensions::strings);
-        // Two new names on a fresh env cannot conflict. If declaring them
-        // ever failed, every expression with a loop would fail to evaluate
-        // (an undeclared function): no loop would run unmetered.
+        // New names on a fresh env (each starts with `@`) cannot conflict.
+        // If declaring one ever failed, every expression the rewrite passes
+        // through it (a loop, a `+`, a literal, a function call) would fail
+        // to evaluate (an undeclared function): nothing would run unmetered.
         let _ = cost::register(&mut env);
         Arc::new(env)
     })
@@ -272,7 +278,7 @@ fn version_of(object: &Value) -> Option<(&str, &str)> {
 fn evaluate(tree: &IdedExpr, object: &Value) -> Result<bool, EvalError> {
     let mut ctx = Context::with_env(env().clone());
     ctx.add_variable_from_value("object", to_cel(object));
-    let (result, spent) = cost::metering(|| Cel::resolve(tree, &ctx));
+    let (result, spent) = budget::metering(|| Cel::resolve(tree, &ctx));
     if spent {
         return Err(EvalError::BudgetExceeded);
     }

@@ -23,40 +23,56 @@
 //! (refused), and seven nested over 10-element literals at 11,111,110
 //! (refused).
 //!
-//! At run time the copy's lists are as long as they are. Every comprehension's
-//! range and every `in`'s right-hand side is passed through a function this
-//! module registers ([`metered`] rewrites the tree, [`register`] declares
-//! it), which charges the value's size to the evaluation's budget and fails
-//! once [`LIMIT`] is spent; [`metering`] runs one evaluation and says whether
-//! it spent the budget. A range is charged in full when it is evaluated,
-//! whether or not the loop stops early: an upper bound, as the estimate is,
-//! and one that gives the same verdict whatever the order of the elements.
-//! The rewrite leaves a comprehension's loop step, condition and result as
-//! they were, so the interpreter's fast path for `map`/`filter` (appending to
-//! one list instead of copying it each iteration) still applies.
+//! At run time the copy's lists are as long as they are, and the budget
+//! (`budget`) is charged for what the evaluation copies and builds, as
+//! Kubernetes' runtime cost charges the sizes of what its functions
+//! traverse and return. The unit stays an element: one per value (a scalar,
+//! a list or map, each element, key and value in it) and one per 100 bytes
+//! of a string (`built::BYTES_PER_UNIT`). [`metered`] rewrites the tree so
+//! that the meters see each value, [`register`] declares them:
+//! - every comprehension's range is charged the size of its elements (the
+//!   interpreter copies each into the loop's variable), and every `in`'s
+//!   right-hand side its length (a scan compares in place). A range is
+//!   charged in full when it is evaluated, whether or not the loop stops
+//!   early: an upper bound, as the estimate is, and one that gives the same
+//!   verdict whatever the order of the elements;
+//! - `+` (which the interpreter runs itself, so the rewrite renames the
+//!   call), `replace`, `join` and `strings.quote` count the size of their
+//!   result and charge it before they build it, and refuse a string over
+//!   `built::MAX_STRING` (1 MiB) whatever is left;
+//! - any other function's result is charged once built (so each call costs
+//!   at least one), a string over the cap refused: those build at most a
+//!   small multiple of their inputs (`format` twice a string's bytes for
+//!   `%x`, `split` a value per character), so the overshoot before the stop
+//!   is bounded by what they are given;
+//! - a value copied into a list or map literal, or appended by `map` or
+//!   `filter`, is charged its size when it is borrowed (a field of
+//!   `object`, a loop's variable: the copy is deep); an owned one is moved,
+//!   and was charged when it was built.
 //!
-//! Not charged, so not bounded here: the size of what an iteration computes.
-//! Most functions are linear in what they are given (`contains`, `matches`,
-//! comparing two lists), but `replace` and `strings.quote` can multiply a
-//! string's length at each nesting (six nested `replace` make 10 MB out of a
-//! 10-character literal), and `map` copies what it appends
-//! (`object.spec.items.map(x, object)` copies the whole copy per item).
-//! Bounding those needs value sizes in the cost, as Kubernetes estimates
-//! string and list sizes.
-
-use std::cell::Cell;
+//! So what an evaluation builds, all of it alive at once at worst, is some
+//! 10 MB of strings and 100,000 values, and a string at most 1 MiB: six
+//! nested `replace` (10 MB from a 10-character literal) are refused at the
+//! sixth, before it builds, and `object.spec.items.map(x, object)` stops
+//! once its copies hold 10 MB. The rewrite leaves a `map`/`filter`'s loop
+//! step (`@result + [x]`), condition and result in the shape the interpreter
+//! runs in place (appending to one list instead of copying it each
+//! iteration); only `x` is passed through the copy meter.
+//!
+//! The estimate stays a count of iterations: a compiled expression is
+//! refused for its loops, never for the sizes it would build, which only
+//! the copy it runs over decides. Not charged: reading (`contains`,
+//! `matches`, comparing two values walk what they are given without copying
+//! it, and at most once per call, itself charged), and the length of a
+//! string literal (the source, at most 1 KiB, bounds it).
 
 use cel::common::ast::{operators, CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr};
 use cel::common::types::{Kind, DYN_TYPE};
-use cel::common::value::CowVal;
+use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
-/// The most an expression may cost, estimated when it compiles and spent
-/// when it runs: elements walked. Ten million iterations of nested `all`
-/// took a sink 2.4–4.5 s, so this is some 25–45 ms of one core: a pass
-/// that judges a hundred changed copies at once still takes seconds, not
-/// minutes, and an unchanged copy is not judged again (see `cel`'s memo).
-pub const LIMIT: u64 = 100_000;
+pub use super::budget::LIMIT;
+use super::{budget, built};
 
 /// Elements the estimate assumes of a list it cannot see. Kubernetes takes
 /// the bound from the schema's `maxItems`; a rule has no schema for its
@@ -182,8 +198,9 @@ fn meter(e: &mut IdedExpr) {
             }
             call.args.iter_mut().for_each(meter);
             if in_list {
-                wrap(&mut call.args[1], SCAN);
+                built::wrap(&mut call.args[1], SCAN);
             }
+            built::rewrite_call(e);
         }
         Expr::Comprehension(c) => {
             for part in [
@@ -195,10 +212,23 @@ fn meter(e: &mut IdedExpr) {
             ] {
                 meter(part);
             }
-            wrap(&mut c.iter_range, RANGE);
+            built::wrap(&mut c.iter_range, RANGE);
         }
-        Expr::List(l) => l.elements.iter_mut().for_each(meter),
-        Expr::Map(m) => m.entries.iter_mut().for_each(meter_entry),
+        Expr::List(l) => {
+            for element in &mut l.elements {
+                meter(element);
+                built::meter_copy(element);
+            }
+        }
+        Expr::Map(m) => {
+            for entry in &mut m.entries {
+                meter_entry(entry);
+                if let EntryExpr::MapEntry(m) = &mut entry.expr {
+                    built::meter_copy(&mut m.key);
+                    built::meter_copy(&mut m.value);
+                }
+            }
+        }
         Expr::Struct(s) => s.entries.iter_mut().for_each(meter_entry),
         Expr::Select(s) => meter(&mut s.operand),
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
@@ -215,80 +245,41 @@ fn meter_entry(entry: &mut IdedEntryExpr) {
     }
 }
 
-/// Replaces `e` by `function(e)` (the call takes `e`'s id: ids only locate
-/// nodes in the source, and the call stands where `e` was written).
-fn wrap(e: &mut IdedExpr, function: &str) {
-    let inner = std::mem::take(e);
-    *e = IdedExpr {
-        id: inner.id,
-        expr: Expr::Call(CallExpr {
-            func_name: function.to_owned(),
-            target: None,
-            args: vec![inner],
-        }),
-    };
-}
-
 /// Declares the meters in `env`, the environment expressions run in.
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_overload(RANGE, RANGE, vec![DYN_TYPE], charge_range)?;
-    env.add_overload(SCAN, SCAN, vec![DYN_TYPE], charge_scan)
-}
-
-thread_local! {
-    /// What the evaluation running on this thread has spent. A thread-local
-    /// is sound because an evaluation runs from start to end on the thread
-    /// that called [`metering`] (the interpreter is synchronous and starts
-    /// no thread), and evaluates no other expression meanwhile; the meters
-    /// are plain `fn`s, so they cannot carry a counter of their own.
-    static SPENT: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Runs `evaluation` with a fresh budget; the bool says whether it spent
-/// more than [`LIMIT`] (its result, whatever it is, then does not count:
-/// CEL's `error || true` is `true`, so a stopped loop need not surface).
-pub fn metering<T>(evaluation: impl FnOnce() -> T) -> (T, bool) {
-    SPENT.with(|s| s.set(0));
-    let out = evaluation();
-    let spent = SPENT.with(Cell::get);
-    (out, spent > LIMIT)
+    env.add_overload(SCAN, SCAN, vec![DYN_TYPE], charge_scan)?;
+    built::register(env)
 }
 
 fn charge_range<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    charge(args, RANGE, |_| true)
+    // Each element is copied into the loop's variable as the loop reaches it.
+    charge(args, RANGE, |v| built::units_of_elements(v, budget::left()))
 }
 
 fn charge_scan<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    charge(args, SCAN, |kind| kind == Kind::List)
+    // A scan compares in place: each element counts once, whatever its size.
+    charge(args, SCAN, |v| match v.as_sizer() {
+        Some(s) if v.get_type().kind() == Kind::List => {
+            u64::try_from(*s.size().inner()).unwrap_or(0)
+        }
+        _ => 0,
+    })
 }
 
-/// Charges the size of the one argument (when `counts` its kind) and hands
-/// it back unchanged, or fails once the budget is spent: the loop over it
-/// then never starts, and neither does any later one.
+/// Charges the size of the one argument and hands it back unchanged, or
+/// fails once the budget is spent: the loop over it then never starts, and
+/// neither does any later one.
 fn charge<'b, 'v>(
     mut args: Vec<CowVal<'b, 'v>>,
     meter: &str,
-    counts: fn(Kind) -> bool,
+    size: fn(&dyn Val) -> u64,
 ) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let value = match (args.pop(), args.len()) {
         (Some(value), 0) => value,
         (_, others) => return Err(ExecutionError::invalid_argument_count(1, others + 1)),
     };
-    let size = match value.as_sizer() {
-        Some(s) if counts(value.get_type().kind()) => u64::try_from(*s.size().inner()).unwrap_or(0),
-        _ => 0,
-    };
-    let spent = SPENT.with(|s| {
-        let spent = s.get().saturating_add(size);
-        s.set(spent);
-        spent
-    });
-    if spent > LIMIT {
-        return Err(ExecutionError::function_error(
-            meter,
-            format!("cost budget of {LIMIT} spent"),
-        ));
-    }
+    budget::spend(size(value.as_ref()), meter)?;
     Ok(value)
 }
 
@@ -322,11 +313,21 @@ mod tests {
             .unwrap();
         // The CRD (what `kubectl explain` shows) states these numbers.
         assert_eq!(
-            (LIMIT, ASSUMED_SIZE),
-            (100_000, 100),
-            "update the CRD's docs too"
+            (
+                LIMIT,
+                ASSUMED_SIZE,
+                built::BYTES_PER_UNIT,
+                built::MAX_STRING
+            ),
+            (100_000, 100, 100, 1 << 20),
+            "update the CRD's docs and `EvalError::BudgetExceeded`'s message too"
         );
-        for stated in ["above 100,000", "walk more than 100,000", "counted as 100)"] {
+        for stated in [
+            "above 100,000",
+            "counted as 100)",
+            "100,000 elements (100 bytes of a string",
+            "over 1 MiB",
+        ] {
             assert!(said.contains(stated), "{stated} not in {said}");
         }
     }

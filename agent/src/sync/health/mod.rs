@@ -3,6 +3,8 @@
 //! (`returns`), Bundles judge their manifests with it, and `ready r/n` counts
 //! the copies that are `Current`.
 
+mod budget;
+mod built;
 mod cel;
 mod cost;
 mod kstatus;
