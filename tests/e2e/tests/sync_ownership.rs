@@ -382,3 +382,94 @@ async fn terminating_copy_is_not_written() {
     .await;
     wait_rule(b, "fin-configmaps", "in sync", ready_is("True", "Synced")).await;
 }
+
+/// Copies written before this cluster's copy-mark key existed — by an
+/// agent of an earlier version, or under a key since lost — carry the whole
+/// earlier stamp and are older than the key: the agent takes them up as its
+/// own (never a conflict, never recreated), marks them under its key, and
+/// keeps them in sync and collects them as before. Simulated by deleting the
+/// key Secret and restarting the agent, which makes a new key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_older_than_the_mark_key_are_taken_up_and_marked() {
+    use fleetbus_schemas::well_known::ANNOTATION_COPY_MARK;
+    let nats = NatsServer::start().unwrap();
+    let mut m = fleet(&nats, &["a", "b"]).await;
+    for x in &m {
+        create_ns(x, "up").await;
+    }
+    apply_yaml(&m[0], &configmap_rule("up-configmaps", "up"));
+    create_cm(&m[0], "up", "x", "one");
+    let copy = wait_copy(
+        &m[1],
+        &configmaps(),
+        Some("up"),
+        "x",
+        "a",
+        "up-configmaps",
+        data_is(serde_json::json!({"k": "one"})),
+    )
+    .await;
+    let uid = copy.uid().expect("uid");
+    let old_mark = copy
+        .annotations()
+        .get(ANNOTATION_COPY_MARK)
+        .cloned()
+        .expect("a copy carries its mark");
+
+    // The key is lost; the agent starts again and makes a new one.
+    kubectl(
+        &m[1],
+        &["delete", "secret", "fleetbus-copy-mark", "-n", NAMESPACE],
+    );
+    m[1].agent.kill9();
+    m[1].agent.restart().unwrap();
+    wait_readyz(&m[1], 200, CONVERGE).await;
+    let remarked = wait_copy(
+        &m[1],
+        &configmaps(),
+        Some("up"),
+        "x",
+        "a",
+        "up-configmaps",
+        |o| match o.annotations().get(ANNOTATION_COPY_MARK) {
+            Some(mark) if *mark != old_mark => Ok(()),
+            other => Err(format!(
+                "mark {other:?}, the old one {old_mark:?}; agent log:\n{}",
+                m[1].agent
+                    .log()
+                    .lines()
+                    .rev()
+                    .take(40)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )),
+        },
+    )
+    .await;
+    assert_eq!(
+        remarked.uid().as_ref(),
+        Some(&uid),
+        "taken up, not recreated"
+    );
+    let conflicts = rule(&m[1], "up-configmaps")
+        .await
+        .unwrap()
+        .and_then(|r| r.status)
+        .map(|s| s.conflicts);
+    assert_eq!(conflicts, Some(0), "the earlier copy is no conflict");
+
+    // Still ours: kept in sync, and collected with its source.
+    patch_configmap(&m[0], "up", "x", "merge", r#"{"data":{"k":"two"}}"#);
+    wait_copy(
+        &m[1],
+        &configmaps(),
+        Some("up"),
+        "x",
+        "a",
+        "up-configmaps",
+        data_is(serde_json::json!({"k": "two"})),
+    )
+    .await;
+    kubectl(&m[0], &["delete", "configmap", "x", "-n", "up"]);
+    wait_absent(&m[1], &configmaps(), Some("up"), "x").await;
+}

@@ -30,7 +30,8 @@ use cel::common::ast::IdedExpr;
 use cel::{Context, Env, Value as Cel};
 use serde_json::Value;
 
-use super::{budget, cost};
+use super::budget;
+use super::cost;
 
 /// Compiled programs by source; bounded so rule churn cannot grow it forever.
 const MEMO_CAP: usize = 256;

@@ -71,8 +71,9 @@ use cel::common::types::{Kind, DYN_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
+use super::budget;
 pub use super::budget::LIMIT;
-use super::{budget, built};
+use super::built;
 
 /// Elements the estimate assumes of a list it cannot see. Kubernetes takes
 /// the bound from the schema's `maxItems`; a rule has no schema for its
