@@ -83,17 +83,8 @@ pub(crate) async fn keys(
     prefix: &Prefix,
     bucket: &str,
 ) -> Result<(jetstream::kv::Store, Vec<String>), ReadError> {
-    // A bucket is the stream KV_<bucket>: looking it up tells "missing" from "failed".
-    find(js, prefix, "bucket", bucket, &format!("KV_{bucket}")).await?;
-    let unreadable = |source: BoxError| ReadError::Unreadable {
-        what: "bucket",
-        name: bucket.to_owned(),
-        source,
-    };
-    let kv = js
-        .get_key_value(bucket)
-        .await
-        .map_err(|e| unreadable(Box::new(e)))?;
+    let (kv, _) = store(js, prefix, bucket).await?;
+    let unreadable = |source: BoxError| unreadable_bucket(bucket, source);
     let keys = kv
         .keys()
         .await
@@ -102,6 +93,23 @@ pub(crate) async fn keys(
         .await
         .map_err(|e| unreadable(Box::new(e)))?;
     Ok((kv, keys))
+}
+
+/// The bucket `bucket` of the fleet with `prefix` and its stream as it was looked up
+/// (its cached info says how many messages it held then); [`ReadError::Missing`] if
+/// there is no such bucket.
+pub(crate) async fn store(
+    js: &jetstream::Context,
+    prefix: &Prefix,
+    bucket: &str,
+) -> Result<(jetstream::kv::Store, jetstream::stream::Stream), ReadError> {
+    // A bucket is the stream KV_<bucket>: looking it up tells "missing" from "failed".
+    let stream = find(js, prefix, "bucket", bucket, &format!("KV_{bucket}")).await?;
+    let kv = js
+        .get_key_value(bucket)
+        .await
+        .map_err(|e| unreadable_bucket(bucket, e))?;
+    Ok((kv, stream))
 }
 
 /// The error for a read of one value of `bucket` that failed.

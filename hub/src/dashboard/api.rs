@@ -13,17 +13,18 @@ use axum::Json;
 use chrono::Utc;
 use fleetbus_schemas::crd::ClusterState;
 use fleetbus_schemas::k8s_names::is_dns1123_label;
-use fleetbus_schemas::subject::{all_drift, drift_of_cluster};
+use fleetbus_schemas::subject::drift_of_cluster;
 use futures::Stream;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::AppState;
-use crate::drift::events::EventReader;
+use super::mirror::Snapshot;
+use super::{AppState, CATCH_UP, FEED_WAIT};
 use crate::drift::render::event_json;
 use crate::drift::ObjectArg;
 use crate::fleet::ClusterView;
+use crate::kv::ReadError;
 
 type ApiResult = Result<Json<Value>, ApiError>;
 
@@ -148,15 +149,27 @@ pub(crate) async fn rules(
 ) -> ApiResult {
     let q = query(q)?;
     let cluster = cluster_param(q.cluster)?;
+    let (rule, cluster) = (q.rule.as_deref(), cluster.as_deref());
     let registry = s.cluster_records().await.unwrap_or_default();
-    let grid = super::rules::grid(
-        &s.js,
-        &s.prefix,
-        registry,
-        q.rule.as_deref(),
-        cluster.as_deref(),
-    )
-    .await?;
+    let read = s
+        .rule_status
+        .read(CATCH_UP, |current| {
+            // The cells asked for, and every skipped record (the count is the bucket's).
+            let wanted = current.iter().filter(|(_, checked)| match checked {
+                Ok(r) => rule.is_none_or(|x| x == r.rule) && cluster.is_none_or(|x| x == r.cluster),
+                Err(_) => true,
+            });
+            crate::rules::read::collect(wanted.map(|(k, checked)| (k.clone(), checked.clone())))
+        })
+        .await;
+    let grid = match read {
+        Snapshot::Read(statuses) => super::rules::of(registry, statuses, rule, cluster),
+        Snapshot::Failed(e) => match &*e {
+            ReadError::Missing { name, .. } => super::rules::no_bucket(registry, name),
+            e => return Err(e.into()),
+        },
+        Snapshot::NotYet => super::rules::grid(&s.js, &s.prefix, registry, rule, cluster).await?,
+    };
     Ok(Json(serde_json::to_value(grid).unwrap_or_default()))
 }
 
@@ -174,17 +187,21 @@ pub(crate) async fn drift(
 ) -> ApiResult {
     let q = query(q)?;
     let cluster = cluster_param(q.cluster)?;
-    let bucket = fleetbus_schemas::jetstream::Layout::new(s.prefix.clone(), 1)
-        .drift_bucket()
-        .bucket;
-    let events = crate::drift::ls::read_current(
-        &s.js,
-        &s.prefix,
-        &bucket,
-        cluster.as_deref(),
-        q.rule.as_deref(),
-    )
-    .await?;
+    let (cluster, rule) = (cluster.as_deref(), q.rule.as_deref());
+    let read = s
+        .drift
+        .read(CATCH_UP, |current| {
+            crate::drift::ls::select(current.values(), cluster, rule)
+        })
+        .await;
+    let events = match read {
+        Snapshot::Read(events) => events,
+        Snapshot::Failed(e) => return Err((&*e).into()),
+        Snapshot::NotYet => {
+            let bucket = fleetbus_schemas::drift::drift_bucket(&s.prefix);
+            crate::drift::ls::read_current(&s.js, &s.prefix, &bucket, cluster, rule).await?
+        }
+    };
     let drifted: Vec<Value> = events.iter().map(|(_, e)| event_json(e)).collect();
     Ok(Json(json!({ "now": Utc::now(), "drifted": drifted })))
 }
@@ -252,48 +269,24 @@ pub(crate) struct EventsQuery {
 }
 
 /// `GET /api/events`: drift events as server-sent events (`event: drift`), new ones
-/// only. The first message is `event: ready` once the consumer exists, so a client
-/// knows that what happens from then on will reach it; a read failure is sent as
-/// `event: failed` and ends the stream (EventSource reconnects).
+/// only, from the process's one reader of the drift stream. The first message is
+/// `event: ready` once that reader's consumer exists, so a client knows that what
+/// happens from then on will reach it; a read failure, or falling too far behind, is
+/// sent as `event: failed` and ends the stream (EventSource reconnects).
 pub(crate) async fn events(
     State(s): State<Arc<AppState>>,
     q: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let q = query(q)?;
     let cluster = cluster_param(q.cluster)?;
-    let filter = match &cluster {
-        Some(c) => drift_of_cluster(&s.prefix, c),
-        None => all_drift(&s.prefix),
-    };
-    let reader = EventReader::open(&s.js, &s.prefix, filter, false).await?;
-    let ready = Event::default().event("ready").data("{}");
-    let stream = futures::stream::unfold(Some((reader, Some(ready))), |st| async move {
-        let (mut reader, first) = st?;
-        if let Some(first) = first {
-            return Some((Ok(first), Some((reader, None))));
-        }
-        loop {
-            return match reader.next().await {
-                Ok(Some(read)) => {
-                    let Some(event) = read.event else { continue };
-                    let data = json!({ "event": event_json(&event), "published": read.published });
-                    Some((
-                        Ok(Event::default().event("drift").data(data.to_string())),
-                        Some((reader, None)),
-                    ))
-                }
-                Ok(None) => None,
-                Err(e) => {
-                    let data = json!({ "error": e.to_string() });
-                    Some((
-                        Ok(Event::default().event("failed").data(data.to_string())),
-                        None,
-                    ))
-                }
-            };
-        }
+    // `<p>.drift.<cluster>.>` as a prefix: the subjects a consumer filtered by it got.
+    let only = cluster.map(|c| {
+        drift_of_cluster(&s.prefix, &c)
+            .trim_end_matches('>')
+            .to_owned()
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    let items = s.feed.subscribe(FEED_WAIT).await?;
+    Ok(Sse::new(super::feed::events(items, only)).keep_alive(KeepAlive::default()))
 }
 
 #[cfg(test)]

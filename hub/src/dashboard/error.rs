@@ -48,7 +48,7 @@ pub enum DashboardError {
 
 /// A failed request: an HTTP status and a message for people, sent as
 /// `{"error": "..."}`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
     pub(crate) message: String,
@@ -79,12 +79,19 @@ impl IntoResponse for ApiError {
 
 impl From<ReadError> for ApiError {
     fn from(e: ReadError) -> Self {
+        Self::from(&e)
+    }
+}
+
+/// The same answer from a failure kept for every request (a bucket's watch).
+impl From<&ReadError> for ApiError {
+    fn from(e: &ReadError) -> Self {
         let status = match e {
             // The fleet has not created it (yet): the bus is there, the data is not.
             ReadError::Missing { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ReadError::Unreadable { .. } => StatusCode::BAD_GATEWAY,
         };
-        Self::new(status, chain(&e))
+        Self::new(status, chain(e))
     }
 }
 

@@ -29,16 +29,27 @@
 //! | `GET /api/drift[?cluster=&rule=]` | `{now, drifted: [drift event JSON]}` (the drift bucket) |
 //! | `GET /api/drift/history?object=KIND/NS/NAME[&cluster=]` | `{events: [{event, published}]}`, oldest first |
 //! | `GET /api/progress?cluster=C` | what `fleetbus clusters progress C -o json` prints for C |
-//! | `GET /api/events[?cluster=]` | server-sent events: `ready` once subscribed, then `drift` (`{event, published}`) per new drift event; `failed` (`{error}`) ends it |
+//! | `GET /api/events[?cluster=]` | server-sent events: `ready` once subscribed, then `drift` (`{event, published}`) per new drift event; `failed` (`{error}`) ends it (a read failure, or a client more than 1,024 events behind) |
 //! | `POST /api/actions/correct` | body `{cluster, rule?, kind?, namespace?, name?}`: the agent's correct reply (as `fleetbus drift correct`) |
 //! | `POST /api/actions/label` | body `{cluster, labels: ["k=v", "k-"], overwrite?}`: `{cluster, labels}` (as `fleetbus clusters label`) |
 //!
 //! Actions without `--allow-actions` are 403.
+//!
+//! # One watch per process
+//! `/api/rules`, `/api/drift` and `/api/events` cost the bus nothing per request: one
+//! task watches the rule status bucket, one the drift bucket (`mirror`), one reads
+//! the drift stream and fans it out to every event client (`feed`), so a dashboard
+//! holds three consumers however many browsers poll it. A request waits up to 2 s for
+//! a bucket's first watch to catch up, and reads the bucket once itself if it has not;
+//! while a watch is failed (it is restarted with backoff), requests get the error a
+//! read would. A lagging event client is told (`failed`) and dropped, not slowed for.
 
 mod actions;
 mod api;
 mod error;
+mod feed;
 mod guard;
+mod mirror;
 mod rules;
 
 use std::process::ExitCode;
@@ -49,8 +60,13 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
+use fleetbus_schemas::drift::DriftEvent;
 use fleetbus_schemas::registry::ClusterRecord;
-use fleetbus_schemas::subject::Prefix;
+use fleetbus_schemas::rule_status::RuleStatusRecord;
+use fleetbus_schemas::subject::{DriftKey, Prefix};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::cli::DashboardArgs;
 
@@ -69,6 +85,12 @@ pub(crate) struct AppState {
     records: tokio::sync::Mutex<Option<(Instant, Registry)>>,
     /// What the records' signatures were found to be (see `fleet::Verdicts`).
     verdicts: tokio::sync::Mutex<crate::fleet::Verdicts>,
+    /// The drift bucket, decoded as `fleetbus drift ls` decodes it.
+    drift: mirror::BucketMirror<(DriftKey, DriftEvent)>,
+    /// The rule status bucket, each record checked as `fleetbus rules` checks it.
+    rule_status: mirror::BucketMirror<Result<RuleStatusRecord, String>>,
+    /// New drift events for `/api/events`.
+    feed: feed::DriftFeed,
 }
 
 /// The registry's records and the beats present, read together.
@@ -82,6 +104,12 @@ pub(crate) struct Registry {
 
 /// How long a read of the registry is reused.
 const RECORDS_TTL: Duration = Duration::from_secs(1);
+/// How long a request waits for a bucket's first watch to catch up before it reads the
+/// bucket itself (a large bucket takes a while to replay; a page should not).
+const CATCH_UP: Duration = Duration::from_secs(2);
+/// How long an event client waits for the drift stream's reader to open (or fail):
+/// longer than the bus's request timeout, so it is one or the other.
+const FEED_WAIT: Duration = Duration::from_secs(10);
 
 impl AppState {
     /// The registry's cluster records and beats, at most [`RECORDS_TTL`] old.
@@ -107,6 +135,45 @@ impl AppState {
     async fn cluster_records(&self) -> Result<Vec<ClusterRecord>, crate::kv::ReadError> {
         Ok(self.registry().await?.records)
     }
+
+    /// Starts the watches every request reads (see "One watch per process"); they
+    /// end when `shutdown` is cancelled.
+    fn watch(self: &Arc<Self>, shutdown: &CancellationToken) -> JoinSet<()> {
+        let mut tasks = JoinSet::new();
+        let (s, stop) = (self.clone(), shutdown.clone());
+        let bucket = fleetbus_schemas::drift::drift_bucket(&self.prefix);
+        tasks.spawn(
+            async move { s.drift.run(s.js.clone(), s.prefix.clone(), stop).await }
+                .instrument(tracing::info_span!("watch", %bucket)),
+        );
+        let (s, stop) = (self.clone(), shutdown.clone());
+        let bucket = fleetbus_schemas::rule_status::rule_status_bucket(&self.prefix);
+        tasks.spawn(
+            async move {
+                s.rule_status
+                    .run(s.js.clone(), s.prefix.clone(), stop)
+                    .await
+            }
+            .instrument(tracing::info_span!("watch", %bucket)),
+        );
+        let (s, stop) = (self.clone(), shutdown.clone());
+        tasks.spawn(
+            async move { s.feed.run(s.js.clone(), s.prefix.clone(), stop).await }
+                .instrument(tracing::info_span!("drift_feed")),
+        );
+        tasks
+    }
+}
+
+/// A drift bucket entry as `fleetbus drift ls` reads it (`None`: left out, logged).
+fn drift_entry(key: &str, value: &[u8]) -> Option<(DriftKey, DriftEvent)> {
+    let dk = crate::drift::ls::parse_key(key)?;
+    Some((dk, crate::drift::ls::decode_value(key, value)?))
+}
+
+/// A rule status entry as `fleetbus rules` reads it: a record, or why it is skipped.
+fn rule_status_entry(key: &str, value: &[u8]) -> Option<Result<RuleStatusRecord, String>> {
+    Some(crate::rules::read::check(key, value))
 }
 
 const INDEX: &str = include_str!("assets/index.html");
@@ -125,6 +192,15 @@ pub async fn run(args: DashboardArgs) -> Result<ExitCode, DashboardError> {
         token,
         records: tokio::sync::Mutex::new(None),
         verdicts: tokio::sync::Mutex::default(),
+        drift: mirror::BucketMirror::new(
+            fleetbus_schemas::drift::drift_bucket(&args.bus.subject_prefix),
+            drift_entry,
+        ),
+        rule_status: mirror::BucketMirror::new(
+            fleetbus_schemas::rule_status::rule_status_bucket(&args.bus.subject_prefix),
+            rule_status_entry,
+        ),
+        feed: feed::DriftFeed::new(),
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -147,14 +223,22 @@ pub async fn run(args: DashboardArgs) -> Result<ExitCode, DashboardError> {
             "read-only"
         }
     );
+    let shutdown = CancellationToken::new();
+    let mut watches = state.watch(&shutdown);
     let app = router(state);
     // Ctrl-C ends the process at once: open event streams never end by themselves, so
     // a graceful shutdown would wait for the browsers to go away.
-    tokio::select! {
-        served = axum::serve(listener, app) => served.map_err(DashboardError::Serve)?,
-        _ = tokio::signal::ctrl_c() => {}
+    let served = tokio::select! {
+        served = axum::serve(listener, app) => served.map_err(DashboardError::Serve),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    };
+    shutdown.cancel();
+    while let Some(joined) = watches.join_next().await {
+        if let Err(error) = joined {
+            tracing::warn!(%error, "a dashboard watch panicked");
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    served.map(|()| ExitCode::SUCCESS)
 }
 
 fn router(state: Arc<AppState>) -> Router {

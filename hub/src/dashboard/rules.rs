@@ -9,6 +9,7 @@ use fleetbus_schemas::subject::Prefix;
 use serde::Serialize;
 
 use crate::kv::ReadError;
+use crate::rules::read::RuleStatuses;
 use crate::rules::RulesError;
 
 /// What `/api/rules` returns.
@@ -30,7 +31,8 @@ pub(crate) struct Grid {
 }
 
 /// Reads the grid (columns: the active clusters of `registry` and every cluster that
-/// reports); only `rule`'s row and `cluster`'s column when given.
+/// reports); only `rule`'s row and `cluster`'s column when given. The dashboard reads
+/// the bucket this way only until its watch of the bucket has caught up ([`of`]).
 pub(crate) async fn grid(
     js: &async_nats::jetstream::Context,
     prefix: &Prefix,
@@ -38,49 +40,61 @@ pub(crate) async fn grid(
     rule: Option<&str>,
     cluster: Option<&str>,
 ) -> Result<Grid, ReadError> {
-    let mut clusters: BTreeSet<String> = registry
-        .into_iter()
-        .filter(|r| r.state == MemberState::Active)
-        .map(|r| r.name)
-        .collect();
     // The same reader as `fleetbus rules`: one decision on what can be shown.
-    let statuses = match crate::rules::read::read(js, prefix).await {
-        Ok(statuses) => statuses,
-        // Agents older than the rule status protocol do not create it: an empty grid
-        // that says so, not an error page.
-        Err(RulesError::NoRuleStatus { bucket, .. }) => {
-            return Ok(Grid {
-                clusters: clusters.into_iter().collect(),
-                note: Some(format!(
-                    "no bucket {bucket} yet: agents report rule status there once they run a \
-                     fleetbus version that writes it"
-                )),
-                ..Grid::default()
-            })
-        }
-        Err(RulesError::Read(e)) => return Err(e),
-        Err(other) => {
-            return Err(crate::kv::unreadable_bucket(
-                &fleetbus_schemas::rule_status::rule_status_bucket(prefix),
-                other,
-            ))
-        }
-    };
+    match crate::rules::read::read(js, prefix).await {
+        Ok(statuses) => Ok(of(registry, statuses, rule, cluster)),
+        Err(RulesError::NoRuleStatus { bucket, .. }) => Ok(no_bucket(registry, &bucket)),
+        Err(RulesError::Read(e)) => Err(e),
+        Err(other) => Err(crate::kv::unreadable_bucket(
+            &fleetbus_schemas::rule_status::rule_status_bucket(prefix),
+            other,
+        )),
+    }
+}
+
+/// The grid of `statuses` (see [`grid`]).
+pub(crate) fn of(
+    registry: Vec<ClusterRecord>,
+    statuses: RuleStatuses,
+    rule: Option<&str>,
+    cluster: Option<&str>,
+) -> Grid {
+    let mut clusters = active(registry);
     let skipped = u64::try_from(statuses.skipped.len()).unwrap_or(u64::MAX);
-    let records = statuses.records;
-    let cells = pick(records, rule, cluster);
+    let cells = pick(statuses.records, rule, cluster);
     clusters.extend(cells.keys().map(|(_, c)| c.clone()));
     if let Some(c) = cluster {
         clusters.retain(|name| name == c);
     }
     let rules: BTreeSet<String> = cells.keys().map(|(r, _)| r.clone()).collect();
-    Ok(Grid {
+    Grid {
         rules: rules.into_iter().collect(),
         clusters: clusters.into_iter().collect(),
         cells: cells.values().filter_map(to_json).collect(),
         skipped,
         note: None,
-    })
+    }
+}
+
+/// The grid when there is no rule status `bucket`: agents older than the rule status
+/// protocol do not create it, so an empty grid that says so, not an error page.
+pub(crate) fn no_bucket(registry: Vec<ClusterRecord>, bucket: &str) -> Grid {
+    Grid {
+        clusters: active(registry).into_iter().collect(),
+        note: Some(format!(
+            "no bucket {bucket} yet: agents report rule status there once they run a \
+             fleetbus version that writes it"
+        )),
+        ..Grid::default()
+    }
+}
+
+fn active(registry: Vec<ClusterRecord>) -> BTreeSet<String> {
+    registry
+        .into_iter()
+        .filter(|r| r.state == MemberState::Active)
+        .map(|r| r.name)
+        .collect()
 }
 
 /// One record per (rule, cluster): when a name has two cluster IDs (a cluster

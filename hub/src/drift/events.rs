@@ -22,6 +22,8 @@ pub(crate) struct EventReader {
 
 /// One event read from the stream.
 pub(crate) struct Read {
+    /// The message's subject (`<p>.drift.<cluster>.…`).
+    pub(crate) subject: String,
     /// The decoded event, `None` if the message does not decode (skipped, logged).
     pub(crate) event: Option<DriftEvent>,
     /// When the server stored it.
@@ -106,6 +108,7 @@ impl EventReader {
             }
         };
         Ok(Some(Read {
+            subject: msg.subject.to_string(),
             event,
             published,
             pending,

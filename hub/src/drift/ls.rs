@@ -40,7 +40,9 @@ pub async fn ls(args: &DriftLsArgs, out: &mut impl Write) -> Result<(), DriftErr
 
 /// Every current drift event of `bucket` (only `cluster`'s, only `rule`'s when given),
 /// sorted by key. A missing bucket is an error: agents create it at start, so without
-/// it this is not the fleet asked for. Shared with the dashboard's `/api/drift`.
+/// it this is not the fleet asked for. Shared with the dashboard's `/api/drift`, which
+/// keeps the bucket in memory with the same decoding ([`parse_key`], [`decode_value`])
+/// and the same selection ([`select`]).
 pub(crate) async fn read_current(
     js: &jetstream::Context,
     prefix: &fleetbus_schemas::subject::Prefix,
@@ -52,10 +54,10 @@ pub(crate) async fn read_current(
     let err = |e: async_nats::jetstream::kv::EntryError| crate::kv::unreadable_bucket(bucket, e);
     let mut found = Vec::new();
     for key in keys {
-        let Ok(dk) = DriftKey::parse_kv_key(&key) else {
-            tracing::warn!(key, "skipping a drift key that does not parse");
+        let Some(dk) = parse_key(&key) else {
             continue;
         };
+        // Filtered before the value is fetched: one get per shown copy only.
         if cluster.is_some_and(|c| c != dk.cluster) {
             continue;
         }
@@ -63,18 +65,48 @@ pub(crate) async fn read_current(
         let Some(bytes) = kv.get(&key).await.map_err(err)? else {
             continue;
         };
-        let event = match DriftEvent::decode(&bytes) {
-            Ok(event) => event,
-            Err(error) => {
-                tracing::warn!(key, error = %error, "skipping a drift value that does not decode");
-                continue;
-            }
-        };
-        if rule.is_some_and(|r| r != event.rule) {
+        let Some(event) = decode_value(&key, &bytes) else {
             continue;
-        }
+        };
         found.push((dk, event));
     }
+    Ok(select(found.iter(), cluster, rule))
+}
+
+/// A drift bucket key as a [`DriftKey`]; `None` (logged) when it does not parse.
+pub(crate) fn parse_key(key: &str) -> Option<DriftKey> {
+    match DriftKey::parse_kv_key(key) {
+        Ok(dk) => Some(dk),
+        Err(_) => {
+            tracing::warn!(key, "skipping a drift key that does not parse");
+            None
+        }
+    }
+}
+
+/// The drift event stored under `key`; `None` (logged) when it does not decode.
+pub(crate) fn decode_value(key: &str, bytes: &[u8]) -> Option<DriftEvent> {
+    match DriftEvent::decode(bytes) {
+        Ok(event) => Some(event),
+        Err(error) => {
+            tracing::warn!(key, error = %error, "skipping a drift value that does not decode");
+            None
+        }
+    }
+}
+
+/// The events of `cluster` and `rule` (each when given) among `current`, sorted by key.
+pub(crate) fn select<'a>(
+    current: impl Iterator<Item = &'a (DriftKey, DriftEvent)>,
+    cluster: Option<&str>,
+    rule: Option<&str>,
+) -> Vec<(DriftKey, DriftEvent)> {
+    let mut found: Vec<(DriftKey, DriftEvent)> = current
+        .filter(|(dk, e)| {
+            cluster.is_none_or(|c| c == dk.cluster) && rule.is_none_or(|r| r == e.rule)
+        })
+        .cloned()
+        .collect();
     found.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(found)
+    found
 }

@@ -20,21 +20,38 @@ pub struct RuleStatuses {
 
 /// The pure half of [`read`]: decodes and checks each `(key, value)`.
 pub fn parse(entries: impl IntoIterator<Item = (String, Vec<u8>)>) -> RuleStatuses {
+    collect(entries.into_iter().map(|(key, bytes)| {
+        let checked = check(&key, &bytes);
+        (key, checked)
+    }))
+}
+
+/// One `(key, value)` of the bucket as a record that validates against its key, or
+/// why it cannot be shown (logged).
+pub fn check(key: &str, bytes: &[u8]) -> Result<RuleStatusRecord, String> {
+    let checked = RuleStatusKey::parse(key)
+        .map_err(|e| e.to_string())
+        .and_then(|k| {
+            let r = RuleStatusRecord::decode(bytes).map_err(|e| e.to_string())?;
+            r.validate(&k).map_err(|e| e.to_string())?;
+            Ok(r)
+        });
+    if let Err(why) = &checked {
+        tracing::warn!(%key, %why, "skipping a rule status record");
+    }
+    checked
+}
+
+/// Checked entries (see [`check`]) as [`RuleStatuses`]: records sorted by rule, cluster
+/// and cluster ID, the rest skipped.
+pub fn collect(
+    checked: impl IntoIterator<Item = (String, Result<RuleStatusRecord, String>)>,
+) -> RuleStatuses {
     let mut out = RuleStatuses::default();
-    for (key, bytes) in entries {
-        let checked = RuleStatusKey::parse(&key)
-            .map_err(|e| e.to_string())
-            .and_then(|k| {
-                let r = RuleStatusRecord::decode(&bytes).map_err(|e| e.to_string())?;
-                r.validate(&k).map_err(|e| e.to_string())?;
-                Ok(r)
-            });
+    for (key, checked) in checked {
         match checked {
             Ok(r) => out.records.push(r),
-            Err(why) => {
-                tracing::warn!(%key, %why, "skipping a rule status record");
-                out.skipped.push((key, why));
-            }
+            Err(why) => out.skipped.push((key, why)),
         }
     }
     out.records.sort_by(|a, b| {

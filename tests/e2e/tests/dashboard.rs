@@ -301,6 +301,216 @@ async fn other_addresses_need_a_token_and_the_token_is_checked() {
     assert_eq!(code, 200);
 }
 
+// ---------- one watch per process ----------
+
+/// A server-sent events client over a plain socket: the body as it arrives.
+struct EventClient {
+    socket: tokio::net::TcpStream,
+    seen: String,
+}
+
+impl EventClient {
+    /// Opens `path` and waits for `event: ready`.
+    async fn open(d: &Dashboard, path: &str) -> EventClient {
+        use tokio::io::AsyncWriteExt;
+        let host = d.url.strip_prefix("http://").unwrap();
+        let mut socket = tokio::net::TcpStream::connect(host).await.unwrap();
+        let head =
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n");
+        socket.write_all(head.as_bytes()).await.unwrap();
+        let mut c = EventClient {
+            socket,
+            seen: String::new(),
+        };
+        c.until(&format!("{path}: ready"), "event: ready").await;
+        c
+    }
+
+    /// Reads until what arrived contains `needle` (for at most [`SHOW`]).
+    async fn until(&mut self, what: &str, needle: &str) {
+        let deadline = tokio::time::Instant::now() + SHOW;
+        while !self.seen.contains(needle) {
+            assert!(
+                self.read_until(deadline).await,
+                "{what}: no {needle:?} within {SHOW:?}; the stream so far:\n{}",
+                self.seen
+            );
+        }
+    }
+
+    /// Reads what arrives until `deadline`; false when nothing more did.
+    async fn read_until(&mut self, deadline: tokio::time::Instant) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 16 * 1024];
+        match tokio::time::timeout_at(deadline, self.socket.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {
+                self.seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+                true
+            }
+            Ok(Ok(_)) => panic!("the event stream ended:\n{}", self.seen),
+            Ok(Err(e)) => panic!("reading the event stream: {e}\n{}", self.seen),
+            Err(_) => false,
+        }
+    }
+}
+
+/// How many consumers each of `streams` has.
+async fn consumer_counts(js: &async_nats::jetstream::Context, streams: &[String]) -> Vec<usize> {
+    let mut counts = Vec::new();
+    for name in streams {
+        let mut stream = js.get_stream(name).await.unwrap();
+        counts.push(stream.info().await.unwrap().state.consumer_count);
+    }
+    counts
+}
+
+/// The dashboard reads the rule status and drift buckets and the drift stream once per
+/// process, however many requests and event clients it serves: 50 GETs of
+/// `/api/rules` and of `/api/drift` and 30 event clients add at most a few consumers
+/// to the streams they read (reading per request added one per request and per
+/// client), and a drift made in the fleet still shows in both.
+#[tokio::test]
+async fn requests_and_event_clients_share_one_watch_per_process() {
+    const GETS: usize = 50;
+    const CLIENTS: usize = 30;
+    /// The dashboard's own consumers (one per stream), and room for one restarted.
+    const MOST: usize = 3;
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2"]).await;
+    for x in &m {
+        create_ns(x, "team-a").await;
+    }
+    // Report mode: the drift stays in the drift bucket until corrected.
+    apply_yaml(
+        &m[0],
+        &format!("{}  drift: {{mode: Report}}\n", rule_yaml()),
+    );
+    wait_rule_copy(&m[1], "team-config", "c1").await;
+    kubectl(
+        &m[0],
+        &[
+            "create",
+            "configmap",
+            "settings",
+            "-n",
+            "team-a",
+            "--from-literal=color=blue",
+        ],
+    );
+    let cms = resource("", "v1", "ConfigMap", "configmaps");
+    wait_copy(
+        &m[1],
+        &cms,
+        Some("team-a"),
+        "settings",
+        "c1",
+        "team-config",
+        |_| Ok(()),
+    )
+    .await;
+    let prefix: fleetbus_schemas::subject::Prefix = "fleetbus".parse().unwrap();
+    let streams = [
+        fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1)
+            .drift_stream()
+            .name,
+        format!("KV_{}", fleetbus_schemas::drift::drift_bucket(&prefix)),
+        format!("KV_{RULE_STATUS_BUCKET}"),
+    ];
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    // The rule status bucket exists once the agents have reported the rule.
+    wait_for("the rule status bucket", SHOW, || async {
+        match js.get_key_value(RULE_STATUS_BUCKET).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    let before = consumer_counts(&js, &streams).await;
+
+    let d = Dashboard::start(&nats, &[]).await;
+    // A third of the clients follow c1 only: c2's drift must not reach them.
+    let mut clients = Vec::new();
+    for i in 0..CLIENTS {
+        let path = match i % 3 {
+            0 => "/api/events?cluster=c1",
+            1 => "/api/events?cluster=c2",
+            _ => "/api/events",
+        };
+        clients.push((path, EventClient::open(&d, path).await));
+    }
+    for _ in 0..GETS {
+        let (code, grid) = d.get("/api/rules");
+        assert_eq!(code, 200, "{grid}");
+        let (code, drift) = d.get("/api/drift");
+        assert_eq!(
+            (code, drift["drifted"].clone()),
+            (200, json!([])),
+            "{drift}"
+        );
+    }
+    let during = consumer_counts(&js, &streams).await;
+    println!("consumers before the dashboard {before:?}, after {GETS} GETs of each read and {CLIENTS} event clients {during:?} ({streams:?})");
+    for ((name, b), a) in streams.iter().zip(&before).zip(&during) {
+        assert!(
+            a.saturating_sub(*b) <= MOST,
+            "{name}: {b} consumers before the dashboard, {a} after {GETS} GETs of each read \
+             and {CLIENTS} event clients"
+        );
+    }
+
+    // The answers still follow the fleet: the rules grid, and a drift on c2 in
+    // /api/drift and in the events of every client that follows c2.
+    let (_, grid) = d.get("/api/rules?rule=team-config");
+    let cells: Vec<&Value> = grid["cells"].as_array().unwrap().iter().collect();
+    assert_eq!(cells.len(), 2, "{grid}");
+    kubectl(
+        &m[1],
+        &[
+            "patch",
+            "configmap",
+            "settings",
+            "-n",
+            "team-a",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"color":"red"}}"#,
+        ],
+    );
+    wait_for("the drift in /api/drift", SHOW, || async {
+        match d.get("/api/drift?cluster=c2") {
+            (200, v)
+                if v["drifted"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|e| e.to_string().contains("settings"))) =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (code, c1) = d.get("/api/drift?cluster=c1");
+    assert_eq!((code, c1["drifted"].clone()), (200, json!([])), "{c1}");
+    for (path, c) in clients.iter_mut().filter(|(p, _)| !p.ends_with("c1")) {
+        c.until(path, "event: drift").await;
+        assert!(c.seen.contains("settings"), "{path}: {}", c.seen);
+    }
+    // The c2 clients have had c2's event; had it gone to c1's, it would be there by now.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    for (path, c) in clients.iter_mut().filter(|(p, _)| p.ends_with("c1")) {
+        while c.read_until(deadline).await {}
+        assert!(!c.seen.contains("event: drift"), "{path}: {}", c.seen);
+    }
+    let after = consumer_counts(&js, &streams).await;
+    println!("consumers at the end {after:?}");
+    for ((name, b), a) in streams.iter().zip(&before).zip(&after) {
+        assert!(
+            a.saturating_sub(*b) <= MOST,
+            "{name}: {b} before, {a} at the end"
+        );
+    }
+}
+
 // ---------- the browser ----------
 
 /// A headless Chromium session through chromedriver; both are killed on drop.
@@ -641,6 +851,14 @@ async fn the_browser_shows_the_fleet_rules_and_live_drift() {
     kv.put("status.c9.id-c1.web", forged.to_string().into())
         .await
         .unwrap();
+    // The dashboard watches the bucket: the puts reach it within moments, not at once.
+    wait_for("both bad records skipped", SHOW, || async {
+        match d.get("/api/rules") {
+            (200, grid) if grid["skipped"] == json!(2) => Ok(grid),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     let (code, grid) = d.get("/api/rules");
     assert_eq!((code, grid["skipped"].clone()), (200, json!(2)), "{grid}");
     assert_eq!(grid["cells"].as_array().map(Vec::len), Some(4), "{grid}");
