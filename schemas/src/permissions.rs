@@ -57,6 +57,11 @@ pub struct Permissions {
     pub publish_allow: Vec<String>,
     /// Subjects the user may subscribe to.
     pub subscribe_allow: Vec<String>,
+    /// Whether the user may publish one reply to each request it received
+    /// (nats-server's `allow_responses`; JWT `resp`), whatever its reply
+    /// subject: how an agent answers a command without publishing rights on
+    /// `_INBOX.>`, which would reach every other client's reply inbox.
+    pub allow_responses: bool,
 }
 
 /// A cluster name that cannot name a NATS user's subtree.
@@ -92,8 +97,7 @@ const JS_API: &[&str] = &[
     // Acks and flow-control replies of push consumers (KV watches).
     "$JS.ACK.>",
     "$JS.FC.>",
-    // Replies: to its own requests' inboxes and to command requesters.
-    "_INBOX.>",
+    // Replies to command requesters: `allow_responses`, not `_INBOX.>`.
 ];
 
 /// The permissions of `cluster`'s agent under subject prefix `prefix`.
@@ -132,6 +136,7 @@ pub fn agent_permissions(
     Ok(Permissions {
         publish_allow,
         subscribe_allow: agent_subscriptions(c, prefix),
+        allow_responses: true,
     })
 }
 
@@ -208,6 +213,29 @@ mod tests {
     }
 
     #[test]
+    fn replies_go_by_allow_responses_never_by_publishing_on_inboxes() {
+        let p = agent_permissions("c1", &Prefix::default()).unwrap();
+        assert!(p.allow_responses);
+        assert!(
+            !p.publish_allow
+                .iter()
+                .any(|s| s.starts_with("_INBOX") || s == ">" || s.starts_with('*')),
+            "{:?}",
+            p.publish_allow
+        );
+        let conf = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/nats/accounts.conf"
+        ))
+        .unwrap();
+        assert_eq!(
+            conf.matches("allow_responses: true").count(),
+            3,
+            "each cluster user of accounts.conf answers by allow_responses"
+        );
+    }
+
+    #[test]
     fn reads_are_its_inbox_its_commands_and_advisories() {
         let p = agent_permissions("c1", &Prefix::default()).unwrap();
         assert_eq!(
@@ -228,7 +256,7 @@ mod tests {
     fn only_its_own_subtree_and_no_destructive_api() {
         let p = agent_permissions("c1", &Prefix::default()).unwrap();
         for s in &p.publish_allow {
-            let own = s.contains(".c1.") || s.starts_with("$JS.") || s == "_INBOX.>";
+            let own = s.contains(".c1.") || s.starts_with("$JS.");
             assert!(own, "{s} is not c1's own");
             for verb in [
                 "DELETE", "PURGE", "UPDATE", "NAMES.*", "LIST.*", "PAUSE", "RESET",

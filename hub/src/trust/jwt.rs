@@ -168,11 +168,16 @@ pub fn user_jwt(
         ),
         None => (json!({}), json!({})),
     };
-    let nats = json!({
+    let mut nats = json!({
         "type": "user", "version": 2, "issuer_account": account,
         "pub": publish, "sub": subscribe,
         "subs": -1, "data": -1, "payload": -1,
     });
+    // One reply to each request received, whatever its inbox (nats-server's
+    // default expiry): replies without publishing rights on `_INBOX.>`.
+    if permissions.is_some_and(|p| p.allow_responses) {
+        nats["resp"] = json!({"max": 1, "ttl": 0});
+    }
     sign(signer, &claims(&signer.public_key(), user, name, iat, nats))
 }
 

@@ -135,6 +135,10 @@ fn join_is_idempotent_rotate_issues_new_and_permissions_are_the_agents() {
         claims["nats"]["sub"]["allow"],
         serde_json::json!(want.subscribe_allow)
     );
+    assert_eq!(
+        claims["nats"]["resp"],
+        serde_json::json!({"max": 1, "ttl": 0})
+    );
     assert_eq!(claims["name"], "c1");
 }
 

@@ -217,6 +217,67 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
     still_syncs(&c2, &c1, "attack").await;
 }
 
+/// A member cannot publish into another client's reply inbox: with c1's
+/// creds, a message to `_INBOX.victim.1` (where the admin's CLI would wait
+/// for an agent's answer) is refused and never delivered, while c1's agent
+/// still answers the commands it receives (`allow_responses`). Before,
+/// members were granted `_INBOX.>` and the admin received it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cannot_publish_into_anothers_reply_inbox() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
+    let nats = operator_server(&dir);
+    let (c1, _c2) = syncing_pair(&nats, &dir).await;
+    let admin = async_nats::ConnectOptions::with_credentials_file(dir.join("admin.creds"))
+        .await
+        .unwrap()
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let mut victim = admin.subscribe("_INBOX.victim.>").await.unwrap();
+    admin.flush().await.unwrap();
+    let (attacker, events) = watched_client(&nats, Path::new(&creds(&dir, "c1"))).await;
+    attacker
+        .publish("_INBOX.victim.1", "INJECTED-BY-C1".into())
+        .await
+        .unwrap();
+    attacker.flush().await.unwrap();
+    wait_for(
+        "c1's publish on _INBOX.victim.1 refused",
+        CONVERGE,
+        || async {
+            let seen = events.lock().unwrap().clone();
+            seen.iter()
+                .any(|e| {
+                    e.contains("Permissions Violation for Publish") && e.contains("_INBOX.victim.1")
+                })
+                .then_some(())
+                .ok_or(format!("{seen:?}"))
+        },
+    )
+    .await;
+    // The server refused it, so nothing can be on its way to the admin:
+    // a marker the admin publishes itself comes first.
+    admin
+        .publish("_INBOX.victim.marker", "marker".into())
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(CONVERGE, victim.next())
+        .await
+        .expect("the admin's marker")
+        .expect("a message");
+    assert_eq!(
+        first.subject.as_str(),
+        "_INBOX.victim.marker",
+        "{:?}",
+        first.payload
+    );
+    // c1's agent still answers a command (one reply to a request it got).
+    let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "progress", "c1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    drop(c1);
+}
+
 #[tokio::test]
 async fn no_creds_or_another_fleets_creds_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
