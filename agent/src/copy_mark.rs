@@ -93,7 +93,10 @@ pub async fn load(client: &kube::Client, namespace: &str) -> Result<CopyMark, Co
 pub fn ephemeral() -> CopyMark {
     let mut key = [0u8; 32];
     rand::rng().fill_bytes(&mut key);
-    CopyMark::new(key, Some(chrono::Utc::now()))
+    // Whole seconds, as a stored key's creationTimestamp: an object of this
+    // very second is not taken for older.
+    use chrono::SubsecRound as _;
+    CopyMark::new(key, Some(chrono::Utc::now().trunc_subsecs(0)))
 }
 
 fn secret(namespace: &str, key: &[u8; 32]) -> Secret {

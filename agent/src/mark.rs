@@ -25,7 +25,7 @@
 //! - **Copies written before marks existed** (by an earlier agent) carry the
 //!   whole earlier stamp — the managed label and the origin, origin-uid, rule
 //!   and source-hash annotations — and were created before this cluster's
-//!   key (or in its second) (`creationTimestamp`, which the API server sets and no client can
+//!   key (in an earlier second: both times are whole seconds) (`creationTimestamp`, which the API server sets and no client can
 //!   backdate). Those are copies; the next write adds their mark.
 //! - Anything else that carries an origin annotation is a **look-alike**:
 //!   never overwritten nor deleted, reported as a conflict.
@@ -266,11 +266,12 @@ impl CopyMark {
         ]
         .iter()
         .all(|k| m.annotation(k).is_some());
-        // Both times are whole seconds (creationTimestamp has no fraction):
-        // an object of the key's own second counts as older, or a copy
-        // written in the second before a key was lost and made anew would
-        // be a look-alike for good.
-        let before_key = matches!((m.created, self.since), (Some(c), Some(s)) if c <= s);
+        // Strictly before: both times are whole seconds, and an object made
+        // in the key's own second may have been made after it (the e2e test
+        // of look-alikes made right after an agent's first start found it).
+        // A copy written in the second a lost key was made anew is reported
+        // as a conflict, not taken up: deleted, it is written again.
+        let before_key = matches!((m.created, self.since), (Some(c), Some(s)) if c < s);
         if earlier_stamp && before_key {
             return Ownership::Copy {
                 origin,
@@ -456,10 +457,10 @@ pub(crate) mod tests {
                 legacy: true
             }
         );
-        // In the key's own second: taken for older.
+        // In the key's own second: it may be newer, so not taken up.
         let mut same = old.clone();
         same["metadata"]["creationTimestamp"] = json!("2026-12-01T00:00:00Z");
-        assert_eq!(m.copy_origin(&same), Some("c1"));
+        assert_eq!(m.copy_origin(&same), None);
         // Made after the key: a look-alike.
         let mut new = old.clone();
         new["metadata"]["creationTimestamp"] = json!("2026-12-01T00:00:01Z");

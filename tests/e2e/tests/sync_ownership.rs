@@ -416,7 +416,26 @@ async fn copies_older_than_the_mark_key_are_taken_up_and_marked() {
         .cloned()
         .expect("a copy carries its mark");
 
-    // The key is lost; the agent starts again and makes a new one.
+    // The key is lost; the agent starts again and makes a new one, in a
+    // later second than the copy's creation (both are whole seconds, and
+    // only an older object is taken up).
+    let created = copy
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        .expect("a creation time");
+    wait_for(
+        "a second later than the copy's creation",
+        CONVERGE,
+        || async {
+            let now = chrono::Utc::now().timestamp();
+            (now > created)
+                .then_some(())
+                .ok_or(format!("{now} <= {created}"))
+        },
+    )
+    .await;
     kubectl(
         &m[1],
         &["delete", "secret", "fleetbus-copy-mark", "-n", NAMESPACE],
