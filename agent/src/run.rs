@@ -76,6 +76,30 @@ impl RunError {
     }
 }
 
+/// This cluster's copy-mark key, read or made (retried while the error is
+/// transient). Refused for good (RBAC, the namespace being deleted), sync
+/// goes on with a key of this run (`copy_mark::ephemeral`), said loudly.
+async fn copy_mark(
+    client: &kube::Client,
+    namespace: &str,
+    metrics: &Metrics,
+) -> crate::mark::CopyMark {
+    match retry(
+        "read the copy-mark key",
+        || crate::copy_mark::load(client, namespace),
+        crate::copy_mark::CopyMarkError::is_transient,
+    )
+    .await
+    {
+        Ok(mark) => mark,
+        Err(error) => {
+            tracing::error!(error = %crate::report(&error), "cannot store this cluster's copy-mark key; marking copies with a key of this run only");
+            metrics.copy_mark_ephemeral.set(1);
+            crate::copy_mark::ephemeral()
+        }
+    }
+}
+
 /// How long start-up waits for a freshly applied CRD to be served.
 const CRD_SERVE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -148,22 +172,7 @@ async fn start(
         BootstrapError::is_transient,
     )
     .await?;
-    let mark = match retry(
-        "read the copy-mark key",
-        || crate::copy_mark::load(&client, &cfg.namespace),
-        crate::copy_mark::CopyMarkError::is_transient,
-    )
-    .await
-    {
-        Ok(mark) => mark,
-        // Refused for good (RBAC, the namespace being deleted): sync goes on
-        // with a key of this run (see `copy_mark::ephemeral`), said loudly.
-        Err(error) => {
-            tracing::error!(error = %crate::report(&error), "cannot store this cluster's copy-mark key; marking copies with a key of this run only");
-            metrics.copy_mark_ephemeral.set(1);
-            crate::copy_mark::ephemeral()
-        }
-    };
+    let mark = copy_mark(&client, &cfg.namespace, &metrics).await;
     readiness
         .kube
         .store(true, std::sync::atomic::Ordering::Relaxed);
