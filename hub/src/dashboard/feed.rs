@@ -100,6 +100,9 @@ impl DriftFeed {
             // No receivers is not an error: nobody is watching.
             let _ = (self.items).send(Arc::new(FeedItem::Failed(error.message.clone())));
             self.state.send_replace(FeedState::Failed(error));
+            // A backoff, not a wait for a condition: nothing observable says
+            // NATS or the stream is back except trying again (250 ms doubling
+            // to 4 s, `mirror::backoff`); shutdown still ends it at once.
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(delay) => {}

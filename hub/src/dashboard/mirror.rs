@@ -108,6 +108,9 @@ impl<T: Send + Sync + 'static> BucketMirror<T> {
                 ),
             }
             self.state.send_replace(Mirrored::Failed(Arc::new(error)));
+            // A backoff, not a wait for a condition: nothing observable says
+            // NATS or the stream is back except trying again (250 ms doubling
+            // to 4 s, `mirror::backoff`); shutdown still ends it at once.
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(delay) => {}
