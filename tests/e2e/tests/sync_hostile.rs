@@ -52,6 +52,21 @@ async fn stranger(nats: &NatsServer) -> jetstream::Context {
     jetstream::new(async_nats::connect(nats.url()).await.expect("connect nats"))
 }
 
+/// Creates `shared/<name>` (`k: value`) on `c1` and waits for its copy on `c2`.
+async fn secret_synced(c1: &Member, c2: &Member, name: &str, value: &str) {
+    create_secret(c1, "shared", name, &[("k", value)]).await;
+    wait_copy(
+        c2,
+        &secrets(),
+        Some("shared"),
+        name,
+        "c1",
+        "shared-secrets",
+        data_is(secret_data(&[("k", value)])),
+    )
+    .await;
+}
+
 /// Publishes `bytes` on `subject` and waits until the stream stored it.
 async fn publish_raw(js: &jetstream::Context, subject: &str, bytes: Vec<u8>) {
     js.publish(subject.to_owned(), bytes.into())
@@ -130,17 +145,7 @@ async fn garbage_on_the_bus_is_skipped_and_counted() {
     let m = shared_fleet(&nats).await;
     let (c1, c2) = (&m[0], &m[1]);
     // The rule has reached c2, whose Secret consumer now runs.
-    create_secret(c1, "shared", "before", &[("k", "0")]).await;
-    wait_copy(
-        c2,
-        &secrets(),
-        Some("shared"),
-        "before",
-        "c1",
-        "shared-secrets",
-        |_| Ok(()),
-    )
-    .await;
+    secret_synced(c1, c2, "before", "0").await;
 
     let js = stranger(&nats).await;
     let valid = envelope_bytes("c1", secret_json("g2", "uid-g2"));
@@ -204,17 +209,7 @@ async fn a_flood_of_garbage_is_counted_each_and_logged_a_few_times() {
     let nats = NatsServer::start().unwrap();
     let m = shared_fleet(&nats).await;
     let (c1, c2) = (&m[0], &m[1]);
-    create_secret(c1, "shared", "before", &[("k", "0")]).await;
-    wait_copy(
-        c2,
-        &secrets(),
-        Some("shared"),
-        "before",
-        "c1",
-        "shared-secrets",
-        |_| Ok(()),
-    )
-    .await;
+    secret_synced(c1, c2, "before", "0").await;
     let before = sync_rejected(c2, "malformed");
     let js = stranger(&nats).await;
     // Published without waiting for each ack, then the acks: quicker.
@@ -335,17 +330,7 @@ async fn unknown_origin_is_not_applied() {
     let nats = NatsServer::start().unwrap();
     let m = shared_fleet(&nats).await;
     let (c1, c2) = (&m[0], &m[1]);
-    create_secret(c1, "shared", "before", &[("k", "0")]).await;
-    wait_copy(
-        c2,
-        &secrets(),
-        Some("shared"),
-        "before",
-        "c1",
-        "shared-secrets",
-        |_| Ok(()),
-    )
-    .await;
+    secret_synced(c1, c2, "before", "0").await;
     let js = stranger(&nats).await;
     publish_raw(
         &js,
