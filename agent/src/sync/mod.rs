@@ -42,6 +42,7 @@ mod source;
 mod status;
 mod status_bus;
 mod withheld;
+mod world;
 
 pub use engine::run;
 

@@ -18,6 +18,25 @@ use super::policy::{in_force, policy_gvk, Direction, Origin, Policy, PolicyError
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 
+/// What the policy stage keeps besides the policy in force (in the World).
+pub struct PolicyState {
+    /// The SyncPolicy objects changed since the last pass read them.
+    pub dirty: bool,
+    /// The (direction, rule, object) refusals of the last pass, so each is
+    /// counted once when it begins (`count_refusals`).
+    pub refusals: std::collections::BTreeSet<(Direction, String, String)>,
+}
+
+impl Default for PolicyState {
+    fn default() -> Self {
+        // The first pass reads the policy.
+        PolicyState {
+            dirty: true,
+            refusals: std::collections::BTreeSet::new(),
+        }
+    }
+}
+
 /// At most this many objects are named in one Event.
 const NAMED: usize = 5;
 
@@ -57,7 +76,8 @@ impl Engine {
     /// object leaves or enters under a default the cluster replaced.
     pub(super) fn policy_known(&self) -> bool {
         let gvk = policy_gvk();
-        self.kinds.get(&gvk).is_some_and(|k| k.listed) || self.unresolved.contains_key(&gvk)
+        self.world.kinds.get(&gvk).is_some_and(|k| k.listed)
+            || self.world.unresolved.contains_key(&gvk)
     }
 
     /// Reads the policy again if its objects changed: works out the policy
@@ -65,26 +85,26 @@ impl Engine {
     /// status, and if what the policy decides changed, makes everything
     /// planned again.
     pub(super) async fn policy_pass(&mut self) {
-        if !std::mem::take(&mut self.policy_dirty) {
+        if !std::mem::take(&mut self.policy.dirty) {
             return;
         }
-        let Some(kind) = self.kinds.get(&policy_gvk()) else {
+        let Some(kind) = self.world.kinds.get(&policy_gvk()) else {
             return;
         };
         let objects: Vec<Value> = kind.objects.values().collect();
         let object = objects.iter().find(|o| {
             o.pointer("/metadata/name").and_then(Value::as_str) == Some(SYNC_POLICY_NAME)
         });
-        let next = in_force(&self.policy, object);
-        if next.origin != self.policy.origin {
+        let next = in_force(&self.world.policy, object);
+        if next.origin != self.world.policy.origin {
             self.policy_origin_changed(&next.origin).await;
         }
-        let replan = !next.decides_as(&self.policy);
-        self.policy = next;
+        let replan = !next.decides_as(&self.world.policy);
+        self.world.policy = next;
         if replan {
             // What is published and written depends on the policy like on
             // the rules: plan every object and copy again.
-            self.rules_changed(self.rules.clone());
+            self.rules_changed(self.world.rules.clone());
             self.sink.dirty.full = true;
         }
         for obj in &objects {
@@ -97,7 +117,8 @@ impl Engine {
     /// force instead.
     async fn policy_origin_changed(&self, origin: &Origin) {
         let invalid = origin.invalid();
-        self.ctx
+        self.io
+            .ctx
             .metrics
             .sync_policy_invalid
             .set(i64::from(invalid.is_some()));
@@ -131,7 +152,7 @@ impl Engine {
         let status = SyncPolicyStatus {
             conditions: merge(
                 &existing.conditions,
-                &[valid_condition(obj, &self.policy.origin)],
+                &[valid_condition(obj, &self.world.policy.origin)],
                 generation,
             ),
             observed_generation: generation,
@@ -147,7 +168,7 @@ impl Engine {
         if same(&existing, &status) {
             return;
         }
-        let api: Api<SyncPolicy> = Api::all(self.ctx.client.clone());
+        let api: Api<SyncPolicy> = Api::all(self.io.ctx.client.clone());
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
@@ -158,7 +179,7 @@ impl Engine {
             .patch_status(&segment, &params, &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => self.ctx.metrics.kube_write("syncpolicy_status"),
+            Ok(_) => self.io.ctx.metrics.kube_write("syncpolicy_status"),
             // Deleted since the pass read it.
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => tracing::warn!(policy = %name, error = %e, "could not write policy status"),
@@ -171,6 +192,7 @@ impl Engine {
     /// named), so `kubectl describe resourcesyncrule` shows when it began.
     pub(super) async fn count_refusals(&mut self) {
         let now: std::collections::BTreeSet<(Direction, String, String)> = self
+            .status
             .reports
             .iter()
             .flat_map(|(rule, r)| {
@@ -180,13 +202,18 @@ impl Engine {
             })
             .collect();
         let mut news: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
-        for (direction, rule, object) in now.difference(&self.refusals) {
-            self.ctx
+        for (direction, rule, object) in now.difference(&self.policy.refusals) {
+            self.io
+                .ctx
                 .metrics
                 .policy_refused
                 .get_or_create(&vec![("direction", direction.as_str())])
                 .inc();
-            let why = self.reports.get(rule).and_then(|r| r.refused.get(object));
+            let why = self
+                .status
+                .reports
+                .get(rule)
+                .and_then(|r| r.refused.get(object));
             if let Some(why) = why {
                 news.entry(rule)
                     .or_default()
@@ -204,11 +231,12 @@ impl Engine {
                 text.push_str(&format!("; and {} more", lines.len() - NAMED));
             }
             tracing::info!(%rule, refused = lines.len(), "refused by this cluster's sync policy");
-            if self.rules.get(rule).is_some_and(|r| r.builtin) {
+            if self.world.rules.get(rule).is_some_and(|r| r.builtin) {
                 continue;
             }
             let rule_ref = crate::sync::model::meta::rule_ref(rule);
-            self.ctx
+            self.io
+                .ctx
                 .recorder
                 .publish(
                     &rule_ref,
@@ -218,7 +246,7 @@ impl Engine {
                 )
                 .await;
         }
-        self.refusals = now;
+        self.policy.refusals = now;
     }
 
     /// A Warning Event on the SyncPolicy `default`.
@@ -233,7 +261,8 @@ impl Engine {
             name: Some(SYNC_POLICY_NAME.to_owned()),
             ..Default::default()
         };
-        self.ctx
+        self.io
+            .ctx
             .recorder
             .publish(
                 &object,

@@ -24,6 +24,21 @@ use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 use crate::metrics::RuleObjects;
 
+/// What the status stage keeps: each rule's report of the last pass, when
+/// this agent last wrote each rule's status, when a status held back (only
+/// counts changed) is due, and the records left for the bus.
+#[derive(Default)]
+pub struct StatusState {
+    /// Per rule, what the last pass found.
+    pub reports: std::collections::BTreeMap<String, RuleReport>,
+    /// When this agent last wrote each rule's status.
+    pub written: std::collections::BTreeMap<String, Instant>,
+    /// When a status held back is due.
+    pub due: Option<Instant>,
+    /// The rule status records left for the bus (`status_bus`).
+    pub bus: super::status_bus::StatusBus,
+}
+
 /// Condition type naming the objects in conflict.
 pub const CONFLICT: &str = "Conflict";
 
@@ -402,8 +417,8 @@ impl Engine {
     /// Writes the status of every rule object whose status changed (see
     /// [`when_to_write`]); sets `status_due` for those that must wait.
     pub(super) async fn status_pass(&mut self) {
-        self.status_due = None;
-        let Some(kind) = self.kinds.get(&rule_gvk()) else {
+        self.status.due = None;
+        let Some(kind) = self.world.kinds.get(&rule_gvk()) else {
             return;
         };
         let now = Instant::now();
@@ -411,7 +426,7 @@ impl Engine {
         let (mut synced, mut conflicts, mut errors) = (0, 0, 0);
         let mut per_rule = Vec::new();
         let mut unpublished = Vec::new();
-        for rule in self.rules.values().filter(|r| !r.builtin) {
+        for rule in self.world.rules.values().filter(|r| !r.builtin) {
             let Some(obj) = kind.objects.get(&(None, rule.name.clone())) else {
                 continue;
             };
@@ -420,8 +435,13 @@ impl Engine {
                 .cloned()
                 .and_then(|s| serde_json::from_value(s).ok())
                 .unwrap_or_default();
-            let mut report = self.reports.get(&rule.name).cloned().unwrap_or_default();
-            let local = &self.fleet.local;
+            let mut report = self
+                .status
+                .reports
+                .get(&rule.name)
+                .cloned()
+                .unwrap_or_default();
+            let local = &self.world.fleet.local;
             report.source = rule.is_valid() && qualifies(rule, &local.labels, &local.features);
             self.rollout_summaries(&rule.name, &mut report);
             synced += report.synced;
@@ -440,34 +460,36 @@ impl Engine {
                 problem.as_deref(),
                 self.rule_ready(rule),
                 &existing,
-                self.last_sync.get(&rule.name).cloned(),
+                self.sink.last_sync.get(&rule.name).cloned(),
             );
-            let last = self.status_written.get(&rule.name).copied();
+            let last = self.status.written.get(&rule.name).copied();
             match when_to_write(&existing, &status, last, now) {
                 // The API server has it; the bus may not, since this start.
-                Write::Never if self.status_bus.unpublished(&rule.name) => {
+                Write::Never if self.status.bus.unpublished(&rule.name) => {
                     unpublished.push((rule.name.clone(), status, report));
                 }
                 Write::Never => {}
                 Write::Now => writes.push((rule.name.clone(), status, report)),
                 Write::At(due) => {
-                    self.status_due = Some(self.status_due.map_or(due, |d| d.min(due)));
+                    self.status.due = Some(self.status.due.map_or(due, |d| d.min(due)));
                 }
             }
         }
-        let rules = &self.rules;
-        self.status_written
+        let rules = &self.world.rules;
+        self.status
+            .written
             .retain(|name, _| rules.contains_key(name));
-        self.status_bus
-            .retain(&self.ctx, rules.keys().cloned().collect());
+        self.status
+            .bus
+            .retain(&self.io.ctx, rules.keys().cloned().collect());
         for (name, status, report) in unpublished {
-            self.status_bus.put(&self.ctx, &name, &status, &report);
+            self.status.bus.put(&self.io.ctx, &name, &status, &report);
         }
-        self.ctx.metrics.sync_objects.set(synced);
-        self.ctx.metrics.sync_conflicts.set(conflicts);
-        self.ctx.metrics.sync_errors.set(errors);
-        self.ctx.metrics.set_rule_objects(&per_rule);
-        let api: Api<ResourceSyncRule> = Api::all(self.ctx.client.clone());
+        self.io.ctx.metrics.sync_objects.set(synced);
+        self.io.ctx.metrics.sync_conflicts.set(conflicts);
+        self.io.ctx.metrics.sync_errors.set(errors);
+        self.io.ctx.metrics.set_rule_objects(&per_rule);
+        let api: Api<ResourceSyncRule> = Api::all(self.io.ctx.client.clone());
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
@@ -484,9 +506,9 @@ impl Engine {
                         .await
                     {
                         Ok(_) => {
-                            self.ctx.metrics.kube_write("resourcesyncrule_status");
-                            self.status_bus.put(&self.ctx, &name, &status, &report);
-                            self.status_written.insert(name, now);
+                            self.io.ctx.metrics.kube_write("resourcesyncrule_status");
+                            self.status.bus.put(&self.io.ctx, &name, &status, &report);
+                            self.status.written.insert(name, now);
                         }
                         // Deleted since the pass read it: nothing to report on.
                         Err(kube::Error::Api(s)) if s.code == 404 => {}

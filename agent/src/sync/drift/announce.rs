@@ -93,17 +93,17 @@ impl Engine {
         if target.api_version == "v1" && target.kind == "Secret" {
             policy::redact_secret_values(&mut changes);
         }
-        if self.rules.get(&c.rule).is_some_and(|r| r.spec.seal) {
+        if self.world.rules.get(&c.rule).is_some_and(|r| r.spec.seal) {
             policy::redact_sealed_values(&mut changes);
         }
         let event = DriftEvent {
             id: drift_event_id(
-                &self.fleet.local.name,
+                &self.world.fleet.local.name,
                 object.uid.as_deref().unwrap_or_default(),
                 object.resource_version.as_deref().unwrap_or_default(),
                 DriftPhase::Detected,
             ),
-            cluster: self.fleet.local.name.clone(),
+            cluster: self.world.fleet.local.name.clone(),
             rule: c.rule.clone(),
             origin: c.key.origin.clone(),
             object,
@@ -120,7 +120,12 @@ impl Engine {
             count: 1,
             resume_at: None,
         };
-        let seen = self.seen.get(target).copied().unwrap_or_else(Instant::now);
+        let seen = self
+            .drift
+            .seen
+            .get(target)
+            .copied()
+            .unwrap_or_else(Instant::now);
         tracing::warn!(copy = %target, rule = %c.rule, action = ?f.action, by = ?event.changed_by.as_ref().map(|b| &b.manager), "drift detected");
         if !self.report(target, &event).await {
             // Not on the bus: not recorded either, so the next pass (soon)
@@ -128,14 +133,19 @@ impl Engine {
             self.drift.announce_failed(Instant::now());
             return;
         }
-        self.ctx
+        self.io
+            .ctx
             .metrics
             .drift_detection_seconds
             .observe(seen.elapsed().as_secs_f64());
         self.drift
             .open
             .insert(target.clone(), OpenDrift { event, seen });
-        self.ctx.metrics.drifted.set(self.drift.open.len() as i64);
+        self.io
+            .ctx
+            .metrics
+            .drifted
+            .set(self.drift.open.len() as i64);
     }
 
     /// The correction was written: the drift ends.
@@ -143,8 +153,13 @@ impl Engine {
         let Some(open) = self.drift.open.remove(target) else {
             return;
         };
-        self.ctx.metrics.drifted.set(self.drift.open.len() as i64);
-        self.ctx
+        self.io
+            .ctx
+            .metrics
+            .drifted
+            .set(self.drift.open.len() as i64);
+        self.io
+            .ctx
             .metrics
             .drift_correction_seconds
             .observe(open.seen.elapsed().as_secs_f64());
@@ -180,8 +195,12 @@ impl Engine {
         let Some(open) = self.drift.open.remove(target) else {
             return;
         };
-        self.fights.forget(target);
-        self.ctx.metrics.drifted.set(self.drift.open.len() as i64);
+        self.drift.fights.forget(target);
+        self.io
+            .ctx
+            .metrics
+            .drifted
+            .set(self.drift.open.len() as i64);
         let event = self.next_phase(&open.event, DriftPhase::Resolved, open.event.action, None);
         self.report(target, &event).await;
     }
@@ -191,7 +210,7 @@ impl Engine {
         &mut self,
         wanted: &(dyn Fn(&Target) -> bool + Sync),
     ) {
-        self.fights.retain(Instant::now(), wanted);
+        self.drift.fights.retain(Instant::now(), wanted);
         let gone: Vec<Target> = self
             .drift
             .open
@@ -204,7 +223,11 @@ impl Engine {
                 self.kv_delete(&open.event).await;
             }
         }
-        self.ctx.metrics.drifted.set(self.drift.open.len() as i64);
+        self.io
+            .ctx
+            .metrics
+            .drifted
+            .set(self.drift.open.len() as i64);
     }
 
     /// Whether to correct a drift of `target` by `live`'s newest foreign
@@ -223,7 +246,7 @@ impl Engine {
             manager: by.manager,
             values: h.finish(),
         };
-        self.fights.on_drift(target, &change, Instant::now())
+        self.drift.fights.on_drift(target, &change, Instant::now())
     }
 
     /// A fight starts: what was held for the copy is announced first (the
@@ -243,8 +266,8 @@ impl Engine {
         else {
             return Outcome::InSync;
         };
-        self.fights.seen_at(target, rv);
-        let held = self.coalesce.take(target);
+        self.drift.fights.seen_at(target, rv);
+        let held = self.drift.coalesce.take(target);
         self.flush_held(target, held).await;
         if let Some(open) = self.drift.open.get(target).cloned() {
             let wait = resume_at.saturating_duration_since(Instant::now());
@@ -284,7 +307,7 @@ impl Engine {
 
     /// Announces what coalescing held for copies whose window closed.
     pub(in crate::sync) async fn drift_flush(&mut self) {
-        for (target, events) in self.coalesce.due(Instant::now()) {
+        for (target, events) in self.drift.coalesce.due(Instant::now()) {
             self.flush_held(&target, events).await;
         }
     }
@@ -308,7 +331,7 @@ impl Engine {
     /// Announces `event` now or holds it for its copy's window (see
     /// `coalesce`). False when an announcement was not acknowledged.
     async fn report(&mut self, target: &Target, event: &DriftEvent) -> bool {
-        match self.coalesce.admit(target, event, Instant::now()) {
+        match self.drift.coalesce.admit(target, event, Instant::now()) {
             Gate::Announce => self.emit(target, event).await,
             Gate::Held => true,
         }
@@ -359,7 +382,7 @@ impl Engine {
                 event.error.clone().unwrap_or_default(),
             ),
             DriftPhase::Fight => (EventType::Warning, "DriftFight", {
-                let p = self.ctx.cfg.drift_fight;
+                let p = self.io.ctx.cfg.drift_fight;
                 let manager = by.unwrap_or("another writer");
                 format!(
                     "{manager} keeps changing {} back after corrections ({} times within {} \
@@ -403,7 +426,8 @@ impl Engine {
     /// Publishes the event into `FLEETBUS_DRIFT` and waits for the ack (drift
     /// is rare; the ack time is the detection latency). Returns whether acked.
     async fn announce(&self, event: &DriftEvent) -> bool {
-        self.ctx
+        self.io
+            .ctx
             .metrics
             .drifts
             .get_or_create(&vec![
@@ -417,10 +441,11 @@ impl Engine {
         let Some(bytes) = self.wire(event) else {
             return false;
         };
-        let subject = event.subject_key().to_subject(self.ctx.layout.prefix());
+        let subject = event.subject_key().to_subject(self.io.ctx.layout.prefix());
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Msg-Id", event.id.as_str());
         let ack = match self
+            .io
             .ctx
             .js
             .publish_with_headers(subject, headers, bytes.into())
@@ -451,7 +476,7 @@ impl Engine {
     /// signed in the secure mode. A drift is never lost to its size
     /// (`DriftEvent::encode_within`); None only if it cannot be encoded.
     fn wire(&self, event: &DriftEvent) -> Option<Vec<u8>> {
-        let max_payload = self.ctx.js.client().server_info().max_payload;
+        let max_payload = self.io.ctx.js.client().server_info().max_payload;
         let budget = max_payload.saturating_sub(WIRE_MARGIN);
         let Some(bytes) = event.encode_within(budget) else {
             tracing::warn!(
@@ -461,7 +486,7 @@ impl Engine {
             return None;
         };
         if bytes.len() < event.encode().map_or(0, |b| b.len()) {
-            self.ctx.metrics.drift_events_truncated.inc();
+            self.io.ctx.metrics.drift_events_truncated.inc();
             tracing::info!(
                 copy = %event.object.name,
                 max_payload,
@@ -471,21 +496,21 @@ impl Engine {
         // Signed by this cluster in the secure mode: a `signature` member,
         // so the event stays readable JSON (PROTOCOL §6).
         Some(crate::trust::sign_or_keep(
-            self.ctx.cfg.trust.as_deref(),
+            self.io.ctx.cfg.trust.as_deref(),
             bytes,
         ))
     }
 
     /// The drift KV bucket (looked up once).
     async fn drift_kv(&mut self) -> Option<kv::Store> {
-        if self.drift_kv.is_none() {
-            let bucket = self.ctx.layout.drift_bucket().bucket;
-            match self.ctx.js.get_key_value(&bucket).await {
-                Ok(store) => self.drift_kv = Some(store),
+        if self.drift.kv.is_none() {
+            let bucket = self.io.ctx.layout.drift_bucket().bucket;
+            match self.io.ctx.js.get_key_value(&bucket).await {
+                Ok(store) => self.drift.kv = Some(store),
                 Err(e) => tracing::warn!(%bucket, error = %e, "drift state bucket unavailable"),
             }
         }
-        self.drift_kv.clone()
+        self.drift.kv.clone()
     }
 
     fn kv_key(&self, event: &DriftEvent) -> String {
@@ -530,7 +555,8 @@ impl Engine {
             uid: event.object.uid.clone(),
             ..Default::default()
         };
-        self.ctx
+        self.io
+            .ctx
             .recorder
             .publish_counted(&object, type_, reason, message, count)
             .await;

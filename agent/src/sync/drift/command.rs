@@ -30,16 +30,16 @@ impl Engine {
             .map(|(t, _)| t.clone())
             .collect();
         tracing::info!(count = chosen.len(), ?req, "correction requested");
-        self.forced = chosen.into_iter().collect();
-        self.forced_results.clear();
+        self.drift.forced = chosen.into_iter().collect();
+        self.drift.forced_results.clear();
         self.pass().await;
         // A copy the pass did not reach (its rule is not ready, say) failed.
-        let leftover: Vec<Target> = self.forced.drain().collect();
+        let leftover: Vec<Target> = self.drift.forced.drain().collect();
         let mut reply = CorrectReply {
-            cluster: self.fleet.local.name.clone(),
+            cluster: self.world.fleet.local.name.clone(),
             ..CorrectReply::default()
         };
-        for (t, r) in self.forced_results.drain(..) {
+        for (t, r) in self.drift.forced_results.drain(..) {
             match r {
                 Ok(()) => reply.corrected.push(object(&t)),
                 Err(error) => reply.failed.push(CorrectFailure {
@@ -59,14 +59,14 @@ impl Engine {
 
     /// The reply to a request that could not be read.
     pub fn refuse(&self, error: &str) -> CorrectReply {
-        CorrectReply::refused(&self.fleet.local.name, error)
+        CorrectReply::refused(&self.world.fleet.local.name, error)
     }
 
     /// The reply to a request refused for rate: no pass is run for it.
     pub fn refuse_for_rate(&self, refused: &RateRefused) -> CorrectReply {
         CorrectReply {
             retry_after_ms: Some(refused.retry_after_ms()),
-            ..CorrectReply::refused(&self.fleet.local.name, refused.to_string())
+            ..CorrectReply::refused(&self.world.fleet.local.name, refused.to_string())
         }
     }
 }

@@ -43,7 +43,7 @@ use crate::sync::engine::Engine;
 impl Engine {
     /// The reply to a preview request's bytes (see the module docs).
     pub async fn preview(&self, bytes: &[u8]) -> PreviewReply {
-        let local = &self.fleet.local.name;
+        let local = &self.world.fleet.local.name;
         let req = match PreviewRequest::decode(bytes) {
             Ok(req) => req,
             Err(e) => {
@@ -64,13 +64,13 @@ impl Engine {
     /// The reply to a request this cluster does not take (`why`: unsigned
     /// or forged where a fleet root is configured).
     pub fn refuse_preview(&self, why: String) -> PreviewReply {
-        PreviewReply::refused(&self.fleet.local.name, why)
+        PreviewReply::refused(&self.world.fleet.local.name, why)
     }
 
     pub fn refuse_preview_for_rate(&self, refused: &RateRefused) -> PreviewReply {
         PreviewReply {
             retry_after_ms: Some(refused.retry_after_ms()),
-            ..PreviewReply::refused(&self.fleet.local.name, refused.to_string())
+            ..PreviewReply::refused(&self.world.fleet.local.name, refused.to_string())
         }
     }
 }

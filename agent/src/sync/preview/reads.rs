@@ -84,7 +84,7 @@ impl Engine {
     ) -> Reads {
         let mut reads = Reads::default();
         for gvk in targets.map(Target::gvk) {
-            let watched = self.kinds.get(&gvk).is_some_and(|k| k.listed);
+            let watched = self.world.kinds.get(&gvk).is_some_and(|k| k.listed);
             if watched || reads.0.contains_key(&gvk) {
                 continue;
             }
@@ -118,11 +118,12 @@ impl Engine {
         &self,
         gvk: &GroupVersionKind,
     ) -> Result<BTreeMap<ObjectKey, Envelope>, String> {
-        let prefix = self.ctx.layout.prefix();
+        let prefix = self.io.ctx.layout.prefix();
         let stream = self
+            .io
             .ctx
             .js
-            .get_stream(self.ctx.layout.objects_stream().name)
+            .get_stream(self.io.ctx.layout.objects_stream().name)
             .await
             .map_err(|e| e.to_string())?;
         let mut consumer = stream
@@ -144,19 +145,19 @@ impl Engine {
         if pending == 0 {
             return Ok(out);
         }
-        let opener = Opener::of(&self.ctx);
+        let opener = Opener::of(&self.io.ctx);
         let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
         while let Some(msg) = messages.next().await {
             let msg = msg.map_err(|e| e.to_string())?;
             let at_end = msg.info().map(|i| i.pending == 0).unwrap_or(false);
-            let ctx = Some(self.ctx.as_ref());
+            let ctx = Some(self.io.ctx.as_ref());
             match decode(&opener, ctx, prefix, &msg.subject, &msg.payload) {
                 Ok((key, env)) => {
                     out.insert(key, env);
                 }
                 Err(reason) => {
                     // As the kind's consumer does: counted, left out.
-                    self.ctx.metrics.sync_rejected(reason);
+                    self.io.ctx.metrics.sync_rejected(reason);
                     tracing::warn!(subject = %msg.subject, reason, "preview: skipped a message");
                 }
             }

@@ -160,7 +160,7 @@ impl Engine {
         self.answers_previews()?;
         let rule = self.candidate(req, &name)?;
         let mut reply = PreviewReply {
-            cluster: self.fleet.local.name.clone(),
+            cluster: self.world.fleet.local.name.clone(),
             rule: name,
             selected: self.selects_us(&rule),
             ..PreviewReply::default()
@@ -193,7 +193,7 @@ impl Engine {
         let writes = reply.creates.len() + reply.updates.len();
         let held = if rule.spec.suspend {
             writes + reply.deletes.len()
-        } else if !rule.spec.depends_on.is_empty() && self.holds.contains_key(&rule.name) {
+        } else if !rule.spec.depends_on.is_empty() && self.sink.holds.contains_key(&rule.name) {
             writes
         } else {
             0
@@ -206,10 +206,11 @@ impl Engine {
     /// fleet, its rules and its policy.
     pub(super) fn answers_previews(&self) -> Result<(), String> {
         let rules_read = self
+            .world
             .kinds
             .get(&rules::rule_gvk())
             .is_some_and(|k| k.ready());
-        if !self.fleet.synced || !rules_read || !self.policy_known() {
+        if !self.world.fleet.synced || !rules_read || !self.policy_known() {
             return Err("this agent has not read the fleet, its rules and its policy yet: ask again in a moment".to_owned());
         }
         Ok(())
@@ -224,7 +225,7 @@ impl Engine {
         req: &PreviewRequest,
         name: &str,
     ) -> Result<CompiledRule, String> {
-        let current = self.rules.get(name).filter(|r| !r.builtin);
+        let current = self.world.rules.get(name).filter(|r| !r.builtin);
         let rule = match &req.rule {
             None => current
                 .cloned()
@@ -235,7 +236,7 @@ impl Engine {
                     .ok_or_else(|| format!("the candidate rule {name} does not compile"))?;
                 // A new rule's author is where the operator says it will be
                 // created: a stated intent, taken as verified.
-                let local = &self.fleet.local.name;
+                let local = &self.world.fleet.local.name;
                 let told = req.author.clone().filter(|a| a != local);
                 rule.author_verified = current.map_or(told.is_some(), |c| c.author_verified);
                 rule.author = current.map_or(told, |c| c.author.clone());
@@ -260,6 +261,7 @@ impl Engine {
         let changed = req.source.as_ref();
         let mut wanted = Wanted::new();
         let followed = self
+            .world
             .kinds
             .get(&rule.source)
             .filter(|k| k.source && k.ready());
@@ -274,7 +276,7 @@ impl Engine {
         // With every origin's `preview-source` answer in `sources`, nothing
         // the candidate selects is missing.
         let same_sources =
-            self.rules.get(&rule.name).map(source_criteria) == Some(source_criteria(rule));
+            self.world.rules.get(&rule.name).map(source_criteria) == Some(source_criteria(rule));
         if !same_sources && !req.sources_complete {
             reply.incomplete.push(
                 "the candidate selects other source objects than the current rule: objects no current rule has origins publish are not seen here, so creates may be missing".to_owned(),
@@ -357,12 +359,12 @@ impl Engine {
         deadline: Instant,
         reply: &mut PreviewReply,
     ) -> Option<BTreeMap<ObjectKey, Envelope>> {
-        if !self.kinds.contains_key(&rule.source) {
+        if !self.world.kinds.contains_key(&rule.source) {
             // A pass watches the source kind here too: where discovery does
             // not serve it, the rule cannot work here (`rule_problem`).
             // Bounded as the lists are: the engine answers between passes,
             // and the client has no read timeout.
-            let resolved = crate::sync::inputs::watches::resolve(&self.ctx.client, &rule.source);
+            let resolved = crate::sync::inputs::watches::resolve(&self.io.ctx.client, &rule.source);
             match tokio::time::timeout_at(deadline, resolved).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(why)) => {
@@ -484,9 +486,9 @@ impl Engine {
             // As the serial path does before it calls a copy gone or
             // drifted: the watch may not have caught up with the agent's
             // own last write yet; the server says.
-            if let Some(kind) = self.kinds.get(&target.gvk()) {
+            if let Some(kind) = self.world.kinds.get(&target.gvk()) {
                 let namespace = target.namespace.as_deref();
-                let api = apply::api(&self.ctx.client, &kind.ar, namespace);
+                let api = apply::api(&self.io.ctx.client, &kind.ar, namespace);
                 if let Ok(fresh) = announce::fresh(&api, &target.name).await {
                     live = fresh;
                     step = decide(live.as_ref());
@@ -648,12 +650,14 @@ impl Engine {
     async fn dry_run(&self, r: &DryRun, reads: &Reads) -> Result<Value, WriteError> {
         let gvk = r.target.gvk();
         let read = reads.get(&gvk).and_then(|r| r.as_ref().ok());
-        let ar = read.map(|r| &r.ar).or(self.kinds.get(&gvk).map(|k| &k.ar));
+        let ar = read
+            .map(|r| &r.ar)
+            .or(self.world.kinds.get(&gvk).map(|k| &k.ar));
         let Some(ar) = ar else {
             return Err(WriteError::Gone(r.target.to_string()));
         };
         let namespace = r.target.namespace.as_deref();
-        let api = apply::api(&self.ctx.client, ar, namespace);
+        let api = apply::api(&self.io.ctx.client, ar, namespace);
         let body = dry_run_body(&r.c, &r.live, &r.policy)?;
         apply::dry_run_replace(&api, &body).await
     }
@@ -668,15 +672,15 @@ impl Engine {
         wanted: &Wanted,
         reply: &mut PreviewReply,
     ) {
-        let local = &self.fleet.local.name;
+        let local = &self.world.fleet.local.name;
         let mut served = None;
-        for kind in self.kinds.values().filter(|k| k.listed) {
+        for kind in self.world.kinds.values().filter(|k| k.listed) {
             for obj in kind.objects.values() {
                 if annotation(&obj, well_known::ANNOTATION_RULE) != Some(rule.name.as_str()) {
                     continue;
                 }
                 // As `collect`: only a copy this agent wrote.
-                let Some(origin) = self.ctx.mark.copy_origin(&obj) else {
+                let Some(origin) = self.io.ctx.mark.copy_origin(&obj) else {
                     continue;
                 };
                 let Some(target) = Target::of(&obj) else {
@@ -696,7 +700,7 @@ impl Engine {
                     continue;
                 }
                 // The watch may not have seen a delete of the agent's own yet.
-                let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+                let api = apply::api(&self.io.ctx.client, &kind.ar, target.namespace.as_deref());
                 if let Ok(None) = announce::fresh(&api, &target.name).await {
                     continue;
                 }

@@ -65,7 +65,7 @@ fn page_of(k: &ObjectKey) -> PageToken {
 impl Engine {
     /// The reply to a preview-source request's bytes (see the module docs).
     pub async fn preview_source(&self, bytes: &[u8]) -> PreviewSourceReply {
-        let local = &self.fleet.local.name;
+        let local = &self.world.fleet.local.name;
         let req = match PreviewSourceRequest::decode(bytes) {
             Ok(req) => req,
             Err(e) => {
@@ -91,7 +91,7 @@ impl Engine {
     ) -> PreviewSourceReply {
         PreviewSourceReply {
             retry_after_ms,
-            ..PreviewSourceReply::refused(&self.fleet.local.name, why)
+            ..PreviewSourceReply::refused(&self.world.fleet.local.name, why)
         }
     }
 
@@ -109,11 +109,11 @@ impl Engine {
         // cluster's own (the sinks' default), every origin would give what
         // its policy exports to nobody else: more than applying the rule on
         // any one cluster publishes, and objects its policy keeps in.
-        if req.author.is_none() && self.rules.get(&name).is_none_or(|r| r.builtin) {
+        if req.author.is_none() && self.world.rules.get(&name).is_none_or(|r| r.builtin) {
             rule.author = Some(UNKNOWN_AUTHOR.to_owned());
         }
         let mut reply = PreviewSourceReply {
-            cluster: self.fleet.local.name.clone(),
+            cluster: self.world.fleet.local.name.clone(),
             ..PreviewSourceReply::default()
         };
         let planned = self.planned_for(&rule, after.as_ref()).await?;
@@ -130,10 +130,11 @@ impl Engine {
         rule: &CompiledRule,
         after: Option<&PageToken>,
     ) -> Result<Vec<Planned>, String> {
-        let local = &self.fleet.local;
+        let local = &self.world.fleet.local;
         // The kind's other rules count: they decide with it what is sealed to
         // whom and whether status goes along.
         let mut rules: Vec<&CompiledRule> = self
+            .world
             .rules
             .values()
             .filter(|r| r.source == rule.source && r.name != rule.name)
@@ -145,13 +146,13 @@ impl Engine {
             // clusterFeatureMatch): nothing to publish.
             return Ok(Vec::new());
         }
-        let seal = self.ctx.sealing.as_ref().map(|keys| SealView {
+        let seal = self.io.ctx.sealing.as_ref().map(|keys| SealView {
             local: &local.name,
             own: &keys.public,
-            peers: &self.fleet.peers,
+            peers: &self.world.fleet.peers,
         });
         let exports = Exports {
-            policy: &self.policy,
+            policy: &self.world.policy,
             local: &local.name,
             seal: seal.as_ref(),
         };
@@ -161,9 +162,12 @@ impl Engine {
             // What the policy would not export for this rule is not given,
             // even where another rule publishes it.
             let what = subject_of(obj);
-            self.policy.export(&local.name, author, &what).map_err(Some)
+            self.world
+                .policy
+                .export(&local.name, author, &what)
+                .map_err(Some)
         };
-        let followed = self.kinds.get(&rule.source).filter(|k| k.ready());
+        let followed = self.world.kinds.get(&rule.source).filter(|k| k.ready());
         let listed;
         let (objects, snapshots): (Box<dyn Iterator<Item = Value> + '_>, _) = match followed {
             Some(kind) => (
@@ -215,7 +219,7 @@ impl Engine {
     /// The envelope of `publish` at `key` as the publisher would send it,
     /// or why it would not be sent.
     fn wire_bytes(&self, key: &ObjectKey, publish: Publish) -> Result<SourceEnvelope, String> {
-        let subject = key.to_subject(self.ctx.layout.prefix());
+        let subject = key.to_subject(self.io.ctx.layout.prefix());
         if check_subject_len(&subject).is_err() {
             return Err("the object's subject is longer than NATS allows".to_owned());
         }
@@ -244,8 +248,8 @@ impl Engine {
         let what = describe_gvk(gvk);
         let listing = async {
             let (ar, namespaced): (ApiResource, bool) =
-                crate::sync::inputs::watches::resolve(&self.ctx.client, gvk).await?;
-            let api = kube::Api::<DynamicObject>::all_with(self.ctx.client.clone(), &ar);
+                crate::sync::inputs::watches::resolve(&self.io.ctx.client, gvk).await?;
+            let api = kube::Api::<DynamicObject>::all_with(self.io.ctx.client.clone(), &ar);
             let mut out = Vec::new();
             let mut params = ListParams::default().limit(500);
             loop {
@@ -302,8 +306,8 @@ impl Engine {
         sources: &[SourceEnvelope],
         reply: &mut fleetbus_schemas::preview::PreviewReply,
     ) -> std::collections::BTreeMap<ObjectKey, Envelope> {
-        let opener = crate::sync::inputs::watches::Opener::of(&self.ctx);
-        let prefix = self.ctx.layout.prefix();
+        let opener = crate::sync::inputs::watches::Opener::of(&self.io.ctx);
+        let prefix = self.io.ctx.layout.prefix();
         let mut out = std::collections::BTreeMap::new();
         for source in sources {
             let object = ObjectKey::parse_subject(prefix, &source.subject)
@@ -313,7 +317,7 @@ impl Engine {
                     ObjectRef::new("", "(unreadable subject)", None, &shown)
                 });
             let checked = source.bytes().ok_or("malformed").and_then(|bytes| {
-                let ctx = Some(self.ctx.as_ref());
+                let ctx = Some(self.io.ctx.as_ref());
                 crate::sync::inputs::watches::decode(&opener, ctx, prefix, &source.subject, &bytes)
             });
             let why = match checked {
@@ -330,7 +334,7 @@ impl Engine {
                     continue;
                 }
                 Err(reason) => {
-                    self.ctx.metrics.sync_rejected(reason);
+                    self.io.ctx.metrics.sync_rejected(reason);
                     if reason == "not_a_recipient" {
                         continue;
                     }

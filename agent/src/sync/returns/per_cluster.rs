@@ -93,18 +93,19 @@ impl Engine {
     /// Makes the ReportedStates equal to `reports` (those of PerCluster rules).
     pub(in crate::sync) async fn per_cluster_pass(&mut self, reports: &[ReportedStatus]) {
         let gvk = reported_state_gvk();
-        let Some(kind) = self.kinds.get(&gvk).filter(|k| k.listed) else {
+        let Some(kind) = self.world.kinds.get(&gvk).filter(|k| k.listed) else {
             return;
         };
         let mut desired: BTreeMap<LocalKey, Value> = BTreeMap::new();
         for r in reports {
             if let Some(source) = self.source_object(r) {
-                let (key, obj) = desired_state(r, &source, &self.ctx.cfg.namespace);
+                let (key, obj) = desired_state(r, &source, &self.io.ctx.cfg.namespace);
                 desired.insert(key, obj);
             }
         }
         // Only what is still wanted needs remembering: the rest would leak.
-        self.status_book
+        self.returns
+            .book
             .written
             .retain(|k, _| desired.contains_key(k));
         let stale: Vec<Value> = kind
@@ -121,7 +122,8 @@ impl Engine {
             }
             // Written already; its watch event has not come back yet.
             if self
-                .status_book
+                .returns
+                .book
                 .written
                 .get(&key)
                 .is_some_and(|w| w.pending(&want, live.as_ref()))
@@ -133,13 +135,13 @@ impl Engine {
         let ar = kind.ar.clone();
         for obj in stale {
             let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str);
-            let api = crate::sync::sink::apply::api(&self.ctx.client, &ar, ns);
-            if crate::sync::sink::apply::delete(&self.ctx, &api, &obj)
+            let api = crate::sync::sink::apply::api(&self.io.ctx.client, &ar, ns);
+            if crate::sync::sink::apply::delete(&self.io.ctx, &api, &obj)
                 .await
                 .is_ok()
             {
                 if let Some(key) = crate::sync::engine::local_key(&obj) {
-                    self.status_book.written.remove(&key);
+                    self.returns.book.written.remove(&key);
                 }
             }
         }
@@ -147,7 +149,8 @@ impl Engine {
             match self.write_state(&ar, &key, &want, live.as_ref()).await {
                 Ok(()) => {
                     let live_rv = resource_version(live.as_ref());
-                    self.status_book
+                    self.returns
+                        .book
                         .written
                         .insert(key, Written { want, live_rv });
                 }
@@ -166,7 +169,8 @@ impl Engine {
         let (group, version) =
             fleetbus_schemas::subject::split_api_version(text("/spec/objectRef/apiVersion"));
         let gvk = GroupVersionKind::gvk(group, version, text("/spec/objectRef/kind"));
-        self.rules
+        self.world
+            .rules
             .values()
             .any(|r| r.source == gvk && r.problem.is_none() && !self.rule_ready(r))
     }
@@ -179,7 +183,7 @@ impl Engine {
         want: &Value,
         live: Option<&Value>,
     ) -> Result<(), kube::Error> {
-        let api = crate::sync::sink::apply::api(&self.ctx.client, ar, key.0.as_deref());
+        let api = crate::sync::sink::apply::api(&self.io.ctx.client, ar, key.0.as_deref());
         let params = PostParams {
             dry_run: false,
             field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -205,7 +209,7 @@ impl Engine {
                 api.replace(&name, &params, &body(&main)?).await?
             }
         };
-        self.ctx.metrics.kube_write("reportedstate");
+        self.io.ctx.metrics.kube_write("reportedstate");
         let mut with_status = serde_json::to_value(&written).map_err(kube::Error::SerdeError)?;
         with_status["status"] = want.get("status").cloned().unwrap_or(Value::Null);
         // `written` may be the stored live object, whose managedFields are a

@@ -40,16 +40,20 @@ impl Engine {
     /// holds (written by sync from that source, live now) for a rule that
     /// returns status.
     fn wanted_reports(&self) -> BTreeMap<StatusKey, ReportedStatus> {
-        let local = &self.fleet.local.name;
+        let local = &self.world.fleet.local.name;
         let now = chrono::Utc::now();
         let mut out = BTreeMap::new();
         // Without a rule that returns status, no copy is looked at: a pass
         // must not cost a walk over every copy (issue 20).
-        let returning = self.rules.values().any(|r| !r.spec.unwrap && r.reports());
-        let held = self.held.iter().filter(|_| returning);
+        let returning = self
+            .world
+            .rules
+            .values()
+            .any(|r| !r.spec.unwrap && r.reports());
+        let held = self.sink.held.iter().filter(|_| returning);
         for (target, pair) in held {
             let (rule_name, key) = &**pair;
-            let Some(rule) = self.rules.get(rule_name) else {
+            let Some(rule) = self.world.rules.get(rule_name) else {
                 continue;
             };
             // A Bundle's manifests are reported once per Bundle, below.
@@ -57,6 +61,7 @@ impl Engine {
                 continue;
             }
             let Some(live) = self
+                .world
                 .kinds
                 .get(&target.gvk())
                 .and_then(|k| k.objects.get(&target.local_key()))
@@ -65,11 +70,12 @@ impl Engine {
             };
             // A local object in the way (a conflict), or one that merely
             // names the origin, is no copy of ours: its status is not sent.
-            let origin = self.ctx.mark.copy_origin(&live);
+            let origin = self.io.ctx.mark.copy_origin(&live);
             if origin != Some(key.origin.as_str()) {
                 continue;
             }
             let uid = self
+                .world
                 .kinds
                 .get(&rule.source)
                 .and_then(|k| k.snapshots.meta(key))
@@ -115,9 +121,10 @@ impl Engine {
         // manifest applied/error/ready (see `bundle`).
         for (key, rule_name, status, ready) in self.bundle_reports() {
             let uid = self
+                .world
                 .rules
                 .get(&rule_name)
-                .and_then(|rule| self.kinds.get(&rule.source))
+                .and_then(|rule| self.world.kinds.get(&rule.source))
                 .and_then(|k| k.snapshots.meta(&key))
                 .map(|e| e.uid.clone());
             let report = ReportedStatus {
@@ -148,7 +155,7 @@ impl Engine {
             // A manifest kind not listed yet (a restart): keep the last
             // report rather than say "not applied" of what may be applied.
             if self.bundle_waiting(&key) {
-                if let Some(last) = self.status_book.reports.get(&subject) {
+                if let Some(last) = self.returns.book.reports.get(&subject) {
                     out.insert(subject, last.clone());
                 }
                 continue;
@@ -162,7 +169,8 @@ impl Engine {
     /// copy stands behind it now: its rule cannot say yet (kinds being read,
     /// or a problem), so publishing `null` could be wrong.
     fn undecided(&self, published: &ReportedStatus) -> bool {
-        self.rules
+        self.world
+            .rules
             .get(&published.rule)
             .is_some_and(|r| r.reports() && (self.rule_problem(r).is_some() || !self.rule_ready(r)))
     }
@@ -172,23 +180,24 @@ impl Engine {
     pub(in crate::sync) async fn report_pass(&mut self) -> Option<Instant> {
         // Before our own last reports are read back, everything would look
         // new; before the rules are read, every report would look orphaned.
-        if !self.status_book.caught_up || !self.rules_read() {
+        if !self.returns.book.caught_up || !self.rules_read() {
             return None;
         }
-        let local = self.fleet.local.name.clone();
+        let local = self.world.fleet.local.name.clone();
         let wanted = self.wanted_reports();
         let mut publish: Vec<ReportedStatus> = wanted
             .iter()
             .filter(|(k, r)| {
                 !self
-                    .status_book
+                    .returns
+                    .book
                     .reports
                     .get(*k)
                     .is_some_and(|p| same_report(p, r))
             })
             .map(|(_, r)| r.clone())
             .collect();
-        for (k, p) in &self.status_book.reports {
+        for (k, p) in &self.returns.book.reports {
             if p.cluster == local
                 && !p.status.is_null()
                 && !wanted.contains_key(k)
@@ -218,17 +227,17 @@ impl Engine {
         let mut sent = Vec::with_capacity(reports.len());
         for r in reports {
             let key = r.subject_key();
-            let subject = key.to_subject(self.ctx.layout.prefix());
+            let subject = key.to_subject(self.io.ctx.layout.prefix());
             if check_subject_len(&subject).is_err() {
-                self.ctx.metrics.sync_rejected("too_large");
+                self.io.ctx.metrics.sync_rejected("too_large");
                 continue;
             }
             let Some(bytes) = self.fitting_report(&r, &subject) else {
                 // Remembered as published: not tried again until it changes.
-                self.status_book.reports.insert(key, r);
+                self.returns.book.reports.insert(key, r);
                 continue;
             };
-            match self.ctx.js.publish(subject.clone(), bytes.into()).await {
+            match self.io.ctx.js.publish(subject.clone(), bytes.into()).await {
                 Ok(ack) => sent.push((key, subject, r, ack)),
                 Err(error) => retry = Some(not_published(&subject, &error.to_string())),
             }
@@ -242,7 +251,7 @@ impl Engine {
             match result {
                 Ok(_) => {
                     tracing::debug!(%subject, gone = r.status.is_null(), "status reported");
-                    self.status_book.reports.insert(key, r);
+                    self.returns.book.reports.insert(key, r);
                 }
                 Err(error) => retry = Some(not_published(&subject, &error.to_string())),
             }
@@ -265,7 +274,7 @@ impl Engine {
         let max = self.max_payload();
         // Signed by this cluster in the secure mode (PROTOCOL §6.1): the
         // origin believes only reports its sinks signed.
-        let trust = self.ctx.cfg.trust.as_deref();
+        let trust = self.io.ctx.cfg.trust.as_deref();
         let encode = |r: &ReportedStatus| {
             let signed = r
                 .encode()
@@ -283,7 +292,7 @@ impl Engine {
         let Err(too_large) = check_size(bytes.len(), max) else {
             return Some(bytes);
         };
-        let is_bundle = self.rules.get(&r.rule).is_some_and(|x| x.spec.unwrap);
+        let is_bundle = self.world.rules.get(&r.rule).is_some_and(|x| x.spec.unwrap);
         let cut = is_bundle
             .then(|| bundle::truncated_report(&r.status))
             .flatten()
@@ -298,7 +307,7 @@ impl Engine {
             tracing::warn!(%subject, error = %too_large, "Bundle report too large; published without its ready manifests");
         } else {
             tracing::warn!(%subject, error = %too_large, "status report too large; not published");
-            self.ctx.metrics.sync_rejected("too_large");
+            self.io.ctx.metrics.sync_rejected("too_large");
         }
         cut
     }

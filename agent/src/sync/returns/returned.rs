@@ -44,8 +44,8 @@ pub fn source_key(r: &ReportedStatus) -> ObjectKey {
 impl Engine {
     /// Folds one event of the status consumer into the book.
     pub(in crate::sync) fn status_event(&mut self, ev: StatusEvent) {
-        let local = self.fleet.local.name.clone();
-        let book = &mut self.status_book;
+        let local = self.world.fleet.local.name.clone();
+        let book = &mut self.returns.book;
         match ev {
             StatusEvent::Reset => book.resnap = Some(BTreeMap::new()),
             StatusEvent::Item(key, report) => {
@@ -81,12 +81,13 @@ impl Engine {
     /// (not left), with a status, for a rule that returns status, about a source object
     /// that still exists here (same uid). Keyed by source object.
     pub(in crate::sync) fn returned_reports(&self) -> BTreeMap<ObjectKey, Vec<ReportedStatus>> {
-        let local = &self.fleet.local.name;
+        let local = &self.world.fleet.local.name;
         let mut out: BTreeMap<ObjectKey, Vec<ReportedStatus>> = BTreeMap::new();
-        for r in self.status_book.reports.values() {
+        for r in self.returns.book.reports.values() {
             // A cluster that left (its copies are collected) or whose name
             // two records claim reports nothing we can believe.
             let member = self
+                .world
                 .fleet
                 .peers
                 .get(&r.cluster)
@@ -94,7 +95,11 @@ impl Engine {
             if &r.origin != local || r.status.is_null() || !member {
                 continue;
             }
-            let returns = self.rules.get(&r.rule).is_some_and(|rule| rule.reports());
+            let returns = self
+                .world
+                .rules
+                .get(&r.rule)
+                .is_some_and(|rule| rule.reports());
             if !returns || self.source_object(r).is_none() {
                 continue;
             }
@@ -105,7 +110,8 @@ impl Engine {
 
     /// Whether the rules have been read (local list and peers' on the bus).
     pub(in crate::sync) fn rules_read(&self) -> bool {
-        self.kinds
+        self.world
+            .kinds
             .get(&crate::sync::rules::compile::rule_gvk())
             .is_some_and(|k| k.ready())
     }
@@ -116,6 +122,7 @@ impl Engine {
         let key = source_key(r);
         let gvk = GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
         let obj = self
+            .world
             .kinds
             .get(&gvk)?
             .objects
@@ -132,7 +139,7 @@ impl Engine {
     pub(in crate::sync) async fn return_pass(&mut self) {
         // Until the reports and the rules are read, every ReportedState and
         // returned status would look unwanted.
-        if !self.status_book.caught_up || !self.rules_read() {
+        if !self.returns.book.caught_up || !self.rules_read() {
             return;
         }
         let returned = self.returned_reports();
@@ -151,13 +158,13 @@ impl Engine {
                     .insert(copy_name(r), health_text(r));
             }
         }
-        for (rule, report) in self.reports.iter_mut() {
+        for (rule, report) in self.status.reports.iter_mut() {
             report.readiness = readiness.get(rule).copied();
             report.unhealthy = unhealthy.remove(rule).unwrap_or_default();
         }
         let mode = |rs: &[ReportedStatus]| {
             rs.first()
-                .and_then(|r| self.rules.get(&r.rule))
+                .and_then(|r| self.world.rules.get(&r.rule))
                 .map(|rule| rule.spec.status_return)
         };
         // Singleton: exactly one cluster reports → its status; none → the
@@ -184,7 +191,8 @@ impl Engine {
             .collect();
         self.adopt_applied();
         let gone: Vec<ObjectKey> = self
-            .status_book
+            .returns
+            .book
             .applied
             .keys()
             .filter(|k| !singleton.contains_key(*k) && !several.contains(k))
@@ -192,15 +200,15 @@ impl Engine {
             .collect();
         for key in gone {
             if self.apply_source_status(&key, &json!({})).await {
-                self.status_book.applied.remove(&key);
+                self.returns.book.applied.remove(&key);
             }
         }
         for (key, status) in singleton {
-            if self.status_book.applied.get(&key) == Some(&status) {
+            if self.returns.book.applied.get(&key) == Some(&status) {
                 continue;
             }
             if self.apply_source_status(&key, &status).await {
-                self.status_book.applied.insert(key, status);
+                self.returns.book.applied.insert(key, status);
             }
         }
         self.per_cluster_pass(&per_cluster).await;
@@ -210,10 +218,10 @@ impl Engine {
     /// started (a report that went away while it was down) is found through
     /// `managedFields` on each kind once it is listed, so it is cleared too.
     fn adopt_applied(&mut self) {
-        let local = &self.fleet.local.name;
+        let local = &self.world.fleet.local.name;
         let mut found = Vec::new();
-        for (gvk, kind) in &self.kinds {
-            if !kind.listed || self.status_book.adopted_kinds.contains(gvk) {
+        for (gvk, kind) in &self.world.kinds {
+            if !kind.listed || self.returns.book.adopted_kinds.contains(gvk) {
                 continue;
             }
             found.push((gvk.clone(), None));
@@ -232,9 +240,9 @@ impl Engine {
             }
         }
         for (gvk, key) in found {
-            self.status_book.adopted_kinds.insert(gvk);
+            self.returns.book.adopted_kinds.insert(gvk);
             if let Some(key) = key {
-                self.status_book.applied.entry(key).or_insert(Value::Null);
+                self.returns.book.applied.entry(key).or_insert(Value::Null);
             }
         }
     }
@@ -246,15 +254,16 @@ impl Engine {
     /// again next pass).
     async fn apply_source_status(&mut self, key: &ObjectKey, status: &Value) -> bool {
         let gvk = GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
-        let (ar, subresource) = match self.status_book.status_subresource.get(&gvk) {
+        let (ar, subresource) = match self.returns.book.status_subresource.get(&gvk) {
             Some(s) => s.clone(),
-            None => match kube::discovery::pinned_kind(&self.ctx.client, &gvk).await {
+            None => match kube::discovery::pinned_kind(&self.io.ctx.client, &gvk).await {
                 Ok((ar, caps)) => {
                     let s = caps
                         .subresources
                         .iter()
                         .any(|(ar, _)| ar.plural == "status");
-                    self.status_book
+                    self.returns
+                        .book
                         .status_subresource
                         .insert(gvk.clone(), (ar.clone(), s));
                     (ar, s)
@@ -274,7 +283,7 @@ impl Engine {
         // Written through the discovered resource, not the watch: after its last
         // rule is deleted the kind is no longer watched, but fleetbus's fields
         // must still be cleared.
-        let api = crate::sync::sink::apply::api(&self.ctx.client, &ar, key.namespace.as_deref());
+        let api = crate::sync::sink::apply::api(&self.io.ctx.client, &ar, key.namespace.as_deref());
         let mut metadata = json!({"name": key.name});
         if let Some(ns) = &key.namespace {
             metadata["namespace"] = json!(ns);
@@ -295,7 +304,7 @@ impl Engine {
         };
         match result {
             Ok(_) => {
-                self.ctx.metrics.kube_write("returned_status");
+                self.io.ctx.metrics.kube_write("returned_status");
                 true
             }
             // The source is gone: nothing to write on.

@@ -12,6 +12,16 @@ use serde_json::Value;
 
 use crate::sync::model::LocalKey;
 
+/// What the returns stage keeps: the status book, and when a report that
+/// failed on the bus is tried again.
+#[derive(Debug, Default)]
+pub struct ReturnsState {
+    /// Status reports read from the bus, and what the origin did with them.
+    pub book: StatusBook,
+    /// A status report failed on the bus: when the report pass tries again.
+    pub wake: Option<tokio::time::Instant>,
+}
+
 /// The reports that concern this cluster, and what the origin did with them.
 #[derive(Debug, Default)]
 pub struct StatusBook {

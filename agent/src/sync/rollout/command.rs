@@ -25,18 +25,18 @@ impl Engine {
     /// Applies one rollout request to this origin's records of its rule
     /// (see the module docs).
     pub(in crate::sync) async fn rollout_request(&mut self, payload: &[u8]) -> RolloutReply {
-        let me = self.fleet.local.name.clone();
+        let me = self.world.fleet.local.name.clone();
         let req = match RolloutRequest::decode(payload) {
             Ok(r) => r,
             Err(e) => return RolloutReply::refused(&me, format!("cannot read the request: {e}")),
         };
-        let Some(rule) = self.rules.get(&req.rule) else {
+        let Some(rule) = self.world.rules.get(&req.rule) else {
             return RolloutReply::refused(&me, format!("no rule {:?} on cluster {me}", req.rule));
         };
         if rule.spec.rollout.is_none() {
             return RolloutReply::refused(&me, format!("rule {:?} has no spec.rollout", req.rule));
         }
-        if !self.rollout.caught_up || !self.status_book.caught_up || !self.rules_read() {
+        if !self.rollout.caught_up || !self.returns.book.caught_up || !self.rules_read() {
             return RolloutReply::refused(&me, "not ready: still reading the bus; retry shortly");
         }
         let now = chrono::Utc::now();

@@ -43,7 +43,7 @@ impl Engine {
     /// (see the module docs).
     pub(in crate::sync) async fn rollout_pass(&mut self) {
         self.rollout.wake = None;
-        if !self.rollout.caught_up || !self.status_book.caught_up || !self.rules_read() {
+        if !self.rollout.caught_up || !self.returns.book.caught_up || !self.rules_read() {
             return;
         }
         let now = Utc::now();
@@ -65,7 +65,7 @@ impl Engine {
         }
         for (key, record) in puts {
             if let Err(e) = self.put_decision(&key, &record).await {
-                tracing::warn!(rollout = %key.to_subject(self.ctx.layout.prefix()), error = %e, "could not publish a rollout decision; retrying");
+                tracing::warn!(rollout = %key.to_subject(self.io.ctx.layout.prefix()), error = %e, "could not publish a rollout decision; retrying");
                 self.rollout.wake = Some(Instant::now() + RETRY);
                 continue;
             }
@@ -110,16 +110,16 @@ impl Engine {
         &self,
         reports: &BTreeMap<ObjectKey, Vec<ReportedStatus>>,
     ) -> Vec<Due> {
-        let local = &self.fleet.local;
+        let local = &self.world.fleet.local;
         let mut out = Vec::new();
-        for rule in self.rules.values() {
+        for rule in self.world.rules.values() {
             let Some(spec) = &rule.spec.rollout else {
                 continue;
             };
             if rule.builtin || self.rule_problem(rule).is_some() {
                 continue;
             }
-            let Some(kind) = self.kinds.get(&rule.source).filter(|k| k.ready()) else {
+            let Some(kind) = self.world.kinds.get(&rule.source).filter(|k| k.ready()) else {
                 continue;
             };
             let source = qualifies(rule, &local.labels, &local.features);
@@ -189,8 +189,9 @@ impl Engine {
     /// Every member counts as connected: the registry's liveness is not in
     /// the fleet view (a dead cluster that is admitted fails at its deadline).
     fn rollout_clusters(&self, rule: &CompiledRule, spec: &Rollout) -> Vec<Cluster> {
-        let local = &self.fleet.local.name;
+        let local = &self.world.fleet.local.name;
         let mut out: Vec<Cluster> = self
+            .world
             .fleet
             .peers
             .values()
@@ -279,9 +280,10 @@ impl Engine {
         let bytes = record.encode().map_err(|e| e.to_string())?;
         // Secure mode: signed by us, so a record written with other
         // credentials (a broker operator's) admits nothing (PROTOCOL §6.9).
-        let bytes = crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), bytes);
-        let subject = key.to_subject(self.ctx.layout.prefix());
-        self.ctx
+        let bytes = crate::trust::sign_or_keep(self.io.ctx.cfg.trust.as_deref(), bytes);
+        let subject = key.to_subject(self.io.ctx.layout.prefix());
+        self.io
+            .ctx
             .js
             .publish(subject, bytes.into())
             .await
@@ -295,11 +297,12 @@ impl Engine {
     /// store, byte for byte (sealed and signed as published), once it is the
     /// version the object stream holds.
     async fn store_version(&self, v: &VersionKey) -> Result<(), String> {
-        let prefix = self.ctx.layout.prefix();
+        let prefix = self.io.ctx.layout.prefix();
         let objects = self
+            .io
             .ctx
             .js
-            .get_stream(self.ctx.layout.objects_stream().name)
+            .get_stream(self.io.ctx.layout.objects_stream().name)
             .await
             .map_err(|e| format!("objects stream: {e}"))?;
         let msg = objects
@@ -312,8 +315,8 @@ impl Engine {
             // The sealed form's hash binds the ciphertext; the record names
             // the object's: read it as a sink would.
             let opener = crate::sync::inputs::watches::Opener {
-                me: self.ctx.cfg.cluster_name.clone(),
-                key: self.ctx.sealing.as_ref().map(|k| k.secret.clone()),
+                me: self.io.ctx.cfg.cluster_name.clone(),
+                key: self.io.ctx.sealing.as_ref().map(|k| k.secret.clone()),
             };
             crate::sync::inputs::watches::decode(
                 &opener,
@@ -338,7 +341,8 @@ impl Engine {
             v.object.origin, env.uid, env.resource_version
         );
         headers.insert("Nats-Msg-Id", id.as_str());
-        self.ctx
+        self.io
+            .ctx
             .js
             .publish_with_headers(v.to_subject(prefix), headers, msg.payload)
             .await
@@ -361,7 +365,7 @@ impl Engine {
         report: &mut crate::sync::model::RuleReport,
     ) {
         use fleetbus_schemas::rollout::RolloutPhase;
-        let local = &self.fleet.local.name;
+        let local = &self.world.fleet.local.name;
         let mut mine: Vec<(&RolloutKey, &RolloutRecord)> = self
             .rollout
             .records

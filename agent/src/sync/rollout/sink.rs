@@ -83,7 +83,7 @@ impl Engine {
         match choose(
             book.record(&rk),
             book.caught_up,
-            &self.fleet.local.name,
+            &self.world.fleet.local.name,
             &key.origin,
         ) {
             Choice::Follow => Taken {
@@ -187,9 +187,9 @@ impl Engine {
             }
             self.rollout.fetching.insert(v.clone(), None);
             tokio::spawn(crate::sync::inputs::rollouts::fetch_version(
-                self.ctx.clone(),
+                self.io.ctx.clone(),
                 v,
-                self.tx.clone(),
+                self.io.tx.clone(),
             ));
         }
     }

@@ -244,7 +244,10 @@ impl Engine {
                 return out;
             }
         };
-        match matching::selector_matches(spec.cluster_selector.as_ref(), &self.fleet.local.labels) {
+        match matching::selector_matches(
+            spec.cluster_selector.as_ref(),
+            &self.world.fleet.local.labels,
+        ) {
             Ok(true) => {}
             // Not for this cluster: nothing wanted, copies collected.
             Ok(false) => return out,
@@ -355,8 +358,8 @@ impl Engine {
                 }
             }
         }
-        let Some(kind) = self.kinds.get(gvk) else {
-            return Err(match self.unresolved.get(gvk) {
+        let Some(kind) = self.world.kinds.get(gvk) else {
+            return Err(match self.world.unresolved.get(gvk) {
                 Some(why) => ManifestError::NotServed {
                     kind: describe(gvk),
                     why: why.clone(),
@@ -402,7 +405,7 @@ impl Engine {
         let templates = TemplateContext {
             object: manifest.clone(),
             cluster: src.origin_record.clone(),
-            local_cluster: self.fleet.local.record.clone(),
+            local_cluster: self.world.fleet.local.record.clone(),
             values: self.rule_values(src.rule).map_err(ManifestError::Values)?,
         };
         let hash = content_hash(manifest);
@@ -415,7 +418,7 @@ impl Engine {
             origin_uid: &src.env.uid,
             content_hash: &hash,
             templates: &templates,
-            marker: &self.ctx.mark,
+            marker: &self.io.ctx.mark,
         };
         let mut desired = mutate::desired_copy(&input).map_err(ManifestError::Mutate)?;
         // desired_copy made the annotations a map of strings.
@@ -431,15 +434,15 @@ impl Engine {
     /// The kinds of the manifests of every Bundle an unwrap rule brings here.
     pub(in crate::sync) fn bundle_kinds(&self) -> HashSet<GroupVersionKind> {
         let mut out = HashSet::new();
-        for rule in self.rules.values() {
+        for rule in self.world.rules.values() {
             if !rule.spec.unwrap || rule.problem.is_some() || !self.selects_us(rule) {
                 continue;
             }
-            let Some(kind) = self.kinds.get(&rule.source) else {
+            let Some(kind) = self.world.kinds.get(&rule.source) else {
                 continue;
             };
             for (key, env) in kind.snapshots.iter_meta() {
-                if env.tombstone || key.origin == self.fleet.local.name {
+                if env.tombstone || key.origin == self.world.fleet.local.name {
                     continue;
                 }
                 if let Some(obj) = kind.snapshots.get(key).and_then(|e| e.object) {
@@ -457,36 +460,37 @@ impl Engine {
     pub(in crate::sync) fn finish_bundles(&mut self, pass: BundlePass) {
         for (key, b) in &pass.bundles {
             let version = (key.clone(), b.hash.clone());
-            if b.invalid > 0 && !self.bundles_counted.contains(&version) {
+            if b.invalid > 0 && !self.sink.bundles_counted.contains(&version) {
                 tracing::warn!(bundle = %describe_key(key), invalid = b.invalid, "Bundle with invalid manifests; the others are applied");
                 for _ in 0..b.invalid {
-                    self.ctx.metrics.sync_rejected("invalid_manifest");
+                    self.io.ctx.metrics.sync_rejected("invalid_manifest");
                 }
-                self.bundles_counted.insert(version);
+                self.sink.bundles_counted.insert(version);
             }
         }
-        self.bundles_counted
+        self.sink
+            .bundles_counted
             .retain(|(key, hash)| pass.bundles.get(key).is_some_and(|b| &b.hash == hash));
-        self.bundles = pass.bundles;
+        self.sink.bundles = pass.bundles;
     }
 
     /// The Bundles unwrapped here in the last pass, with their rule: what the
     /// sink reports (see [`Engine::bundle_report`]).
     pub fn unwrapped_bundles(&self) -> impl Iterator<Item = (&ObjectKey, &str)> {
-        self.bundles.iter().map(|(k, b)| (k, b.rule.as_str()))
+        self.sink.bundles.iter().map(|(k, b)| (k, b.rule.as_str()))
     }
 
     /// Whether the Bundle's report is undecided: a manifest's kind is not
     /// listed yet, so whether its copy exists is not known.
     pub fn bundle_waiting(&self, key: &ObjectKey) -> bool {
-        self.bundles.get(key).is_some_and(|b| b.waiting)
+        self.sink.bundles.get(key).is_some_and(|b| b.waiting)
     }
 
     /// The report of one Bundle unwrapped here: per manifest applied, error
     /// and ready (read from the live copy now), as a [`BundleReport`] in JSON;
     /// `None` when this cluster does not unwrap it.
     pub fn bundle_report(&self, key: &ObjectKey) -> Option<Value> {
-        let b = self.bundles.get(key)?;
+        let b = self.sink.bundles.get(key)?;
         let manifests = b
             .manifests
             .iter()
@@ -494,7 +498,8 @@ impl Engine {
                 let mut s = m.status.clone();
                 if s.applied {
                     let live = m.target.as_ref().and_then(|t| {
-                        self.kinds
+                        self.world
+                            .kinds
                             .get(&t.gvk())
                             .and_then(|k| k.objects.get(&t.local_key()))
                     });
@@ -539,13 +544,22 @@ impl Engine {
         returned
             .iter()
             .filter(|(_, rs)| {
-                rs.iter()
-                    .any(|r| self.rules.get(&r.rule).is_some_and(|rule| rule.spec.unwrap))
+                rs.iter().any(|r| {
+                    self.world
+                        .rules
+                        .get(&r.rule)
+                        .is_some_and(|rule| rule.spec.unwrap)
+                })
             })
             .filter_map(|(key, rs)| {
                 let refs: Vec<&ReportedStatus> = rs
                     .iter()
-                    .filter(|r| self.rules.get(&r.rule).is_some_and(|rule| rule.spec.unwrap))
+                    .filter(|r| {
+                        self.world
+                            .rules
+                            .get(&r.rule)
+                            .is_some_and(|rule| rule.spec.unwrap)
+                    })
                     .collect();
                 let status = serde_json::to_value(status_from_reports(&refs)).ok()?;
                 Some((key.clone(), status))

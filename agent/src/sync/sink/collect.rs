@@ -127,12 +127,13 @@ impl Engine {
     ) -> BTreeSet<Target> {
         let mut doomed: Vec<(Target, Value, bool)> = Vec::new();
         let mut again = BTreeSet::new();
-        let listed = |g: &GroupVersionKind| self.kinds.get(g).filter(|k| k.listed);
+        let listed = |g: &GroupVersionKind| self.world.kinds.get(g).filter(|k| k.listed);
         // Parsed one at a time (see `LocalObjects`): a full scan (`scope`
         // None) is the rare one.
         let objects: Box<dyn Iterator<Item = Value> + '_> = match scope {
             None => Box::new(
-                self.kinds
+                self.world
+                    .kinds
                     .values()
                     .filter(|k| k.listed)
                     .flat_map(|k| k.objects.values()),
@@ -147,15 +148,15 @@ impl Engine {
             let obj = &obj;
             // Only a copy this agent wrote is collected: an object that
             // merely names an origin is someone's own (`model::mark`).
-            let origin = match self.ctx.mark.judge_object(obj) {
+            let origin = match self.io.ctx.mark.judge_object(obj) {
                 Ownership::Copy { origin, .. } => origin,
                 Ownership::Original => continue,
                 Ownership::LookAlike { .. } => {
-                    self.ctx.metrics.sync_look_alikes.inc();
+                    self.io.ctx.metrics.sync_look_alikes.inc();
                     continue;
                 }
             };
-            if origin == self.fleet.local.name {
+            if origin == self.world.fleet.local.name {
                 continue;
             }
             let Some(target) = Target::of(obj) else {
@@ -226,14 +227,14 @@ impl Engine {
             obj,
             delete,
         } = c;
-        let Some(kind) = self.kinds.get(&target.gvk()) else {
+        let Some(kind) = self.world.kinds.get(&target.gvk()) else {
             return Some(format!(
                 "kind {} is not watched",
                 crate::sync::model::meta::describe_gvk(&target.gvk())
             ));
         };
         let ar = kind.ar.clone();
-        let api = apply::api(&self.ctx.client, &ar, target.namespace.as_deref());
+        let api = apply::api(&self.io.ctx.client, &ar, target.namespace.as_deref());
         let kept = match delete {
             true => match self.would_take(target, obj, served).await {
                 Ok(found) if found.is_empty() => None,
@@ -246,15 +247,15 @@ impl Engine {
             false => None,
         };
         let result = if delete && kept.is_none() {
-            apply::delete(&self.ctx, &api, obj).await
+            apply::delete(&self.io.ctx, &api, obj).await
         } else {
-            apply::orphan(&self.ctx, &api, obj).await
+            apply::orphan(&self.io.ctx, &api, obj).await
         };
         match result {
             Ok(()) => {
                 tracing::info!(copy = %target, delete = delete && kept.is_none(), "collected copy");
-                self.baselines.remove(target);
-                self.retries.remove(target);
+                self.sink.baselines.remove(target);
+                self.sink.retries.remove(target);
                 if let Some(why) = kept {
                     let copy = keep::CopyRef {
                         shown: &target.to_string(),
@@ -278,13 +279,13 @@ impl Engine {
         tracing::warn!(copy = %target, error = %message, "could not check what deleting the copy would delete; not deleted yet");
         let now = Instant::now();
         let next = Backoff::failed(
-            self.retries.get(target),
+            self.sink.retries.get(target),
             input,
             now,
             rand::random::<f64>(),
             message.clone(),
         );
-        self.retries.insert(target.clone(), next);
+        self.sink.retries.insert(target.clone(), next);
         message
     }
 
@@ -297,7 +298,7 @@ impl Engine {
         obj: &Value,
         served: &mut Option<Vec<ApiResource>>,
     ) -> Result<Vec<String>, CheckError> {
-        let client = &self.ctx.client;
+        let client = &self.io.ctx.client;
         let found = match Cascade::of(&target.gvk()) {
             None => return Ok(Vec::new()),
             Some(Cascade::Namespace) => {
@@ -307,13 +308,13 @@ impl Engine {
                 };
                 let started = Instant::now();
                 let found =
-                    keep::namespace_contents(client, &self.ctx.mark, &resources, &target.name)
+                    keep::namespace_contents(client, &self.io.ctx.mark, &resources, &target.name)
                         .await;
                 tracing::debug!(namespace = %target.name, resources = resources.len(), elapsed_ms = started.elapsed().as_millis(), "listed what deleting the namespace would delete");
                 *served = Some(resources);
                 found?
             }
-            Some(Cascade::Crd) => keep::crd_instances(client, &self.ctx.mark, obj).await?,
+            Some(Cascade::Crd) => keep::crd_instances(client, &self.io.ctx.mark, obj).await?,
         };
         Ok(keep::unmanaged(&found))
     }
@@ -331,31 +332,32 @@ impl Engine {
             uid: s("/metadata/uid"),
             ..ObjectReference::default()
         };
-        let recorder = &self.ctx.recorder;
+        let recorder = &self.io.ctx.recorder;
         recorder
             .publish(&copy_ref, EventType::Warning, REASON_KEPT, &message)
             .await;
         let rule = annotation(obj, well_known::ANNOTATION_RULE)
             .unwrap_or_default()
             .to_owned();
-        if self.rules.get(&rule).is_some_and(|r| !r.builtin) {
+        if self.world.rules.get(&rule).is_some_and(|r| !r.builtin) {
             let rule_ref = crate::sync::model::meta::rule_ref(&rule);
             recorder
                 .publish(&rule_ref, EventType::Warning, REASON_KEPT, &message)
                 .await;
         }
-        self.ctx.metrics.sync_rejected("copy_kept");
+        self.io.ctx.metrics.sync_rejected("copy_kept");
         let uid = s("/metadata/uid").unwrap_or_default();
-        self.kept
+        self.sink
+            .kept
             .insert(target.clone(), KeptCopy { rule, uid, message });
     }
 
     /// Copies kept (see `report_kept`) that are still there, each under its
     /// rule in `reports` (its status says so until the object is gone).
     pub(in crate::sync) fn note_kept(&mut self, reports: &mut BTreeMap<String, RuleReport>) {
-        let kinds = &self.kinds;
-        self.kept.retain(|t, k| still_kept(kinds, t, &k.uid));
-        for (target, k) in &self.kept {
+        let kinds = &self.world.kinds;
+        self.sink.kept.retain(|t, k| still_kept(kinds, t, &k.uid));
+        for (target, k) in &self.sink.kept {
             if let Some(r) = reports.get_mut(&k.rule) {
                 r.kept.insert(target.to_string(), k.message.clone());
             }
@@ -366,20 +368,21 @@ impl Engine {
     /// (see [`verdict`]).
     fn collect_verdict(&self, obj: &Value, origin: &str) -> Verdict {
         let rule_name = annotation(obj, well_known::ANNOTATION_RULE).unwrap_or_default();
-        let rule = self.rules.get(rule_name);
+        let rule = self.world.rules.get(rule_name);
         // The built-in rule replicating rules is not asked by the policy.
         let asked = rule.is_none_or(|r| !r.builtin);
         let rule = match rule {
             // No valid policy known (closed): every copy is refused, and none
             // is deleted or orphaned for it, as under a suspended rule; the
             // copy is judged again once the policy is fixed or deleted.
-            _ if asked && self.policy.is_closed() => RuleOf::NotReady,
+            _ if asked && self.world.policy.is_closed() => RuleOf::NotReady,
             // Suspended: nothing is deleted or orphaned, source deletes included.
             Some(r) if r.spec.suspend => RuleOf::NotReady,
             Some(r) if self.rule_problem(r).is_some() || !self.rule_ready(r) => RuleOf::NotReady,
             Some(r) => RuleOf::Ready(r.spec.orphan_policy),
             None => RuleOf::Missing {
                 all_read: self
+                    .world
                     .kinds
                     .get(&crate::sync::rules::compile::rule_gvk())
                     .is_some_and(|k| k.ready()),
@@ -397,6 +400,7 @@ impl Engine {
         rule: RuleOf,
     ) -> Verdict {
         let in_doubt = self
+            .world
             .fleet
             .peers
             .get(origin)
@@ -409,7 +413,8 @@ impl Engine {
 
     /// Whether the origin published a `Deleted` tombstone for this uid.
     fn deleted_at_origin(&self, origin: &str, uid: &str) -> bool {
-        self.kinds
+        self.world
+            .kinds
             .values()
             .any(|k| k.snapshots.deleted(origin, uid))
     }

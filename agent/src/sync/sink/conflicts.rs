@@ -29,7 +29,7 @@ impl Engine {
     /// The id of a conflict event (the same for the same conflict).
     fn conflict_id(&self, c: &Conflict) -> String {
         conflict_event_id(
-            &self.fleet.local.name,
+            &self.world.fleet.local.name,
             &c.rule,
             &c.origin,
             &c.object_ref(),
@@ -57,25 +57,26 @@ impl Engine {
         for c in gone {
             let id = self.conflict_id(c);
             if !still.contains(id.as_str()) {
-                self.reported_conflicts.remove(&id);
+                self.sink.reported_conflicts.remove(&id);
             }
         }
         for (id, c) in found {
             let object = c.object_ref();
-            if !self.reported_conflicts.insert(id.clone()) {
+            if !self.sink.reported_conflicts.insert(id.clone()) {
                 continue;
             }
             tracing::warn!(rule = %c.rule, origin = %c.origin, object = %c.target, reason = c.reason.as_str(), "sync conflict");
             if !c.rule.starts_with('(') {
                 let rule_ref = crate::sync::model::meta::rule_ref(&c.rule);
-                self.ctx
+                self.io
+                    .ctx
                     .recorder
                     .publish(&rule_ref, EventType::Warning, "SyncConflict", &c.message)
                     .await;
             }
             let event = ConflictEvent {
                 id: id.clone(),
-                cluster: self.fleet.local.name.clone(),
+                cluster: self.world.fleet.local.name.clone(),
                 rule: c.rule.clone(),
                 origin: c.origin.clone(),
                 object,
@@ -87,13 +88,14 @@ impl Engine {
             match event.encode() {
                 Ok(bytes) => {
                     // Signed by this cluster in the secure mode (PROTOCOL §6.2).
-                    let bytes = crate::trust::sign_or_keep(self.ctx.cfg.trust.as_deref(), bytes);
-                    let subject = event.subject_key().to_subject(self.ctx.layout.prefix());
+                    let bytes = crate::trust::sign_or_keep(self.io.ctx.cfg.trust.as_deref(), bytes);
+                    let subject = event.subject_key().to_subject(self.io.ctx.layout.prefix());
                     let mut headers = HeaderMap::new();
                     headers.insert("Nats-Msg-Id", id.as_str());
                     // Not awaited for its ack: a lost conflict event is
                     // re-detected on the next start; the status keeps it.
                     if let Err(e) = self
+                        .io
                         .ctx
                         .js
                         .publish_with_headers(subject, headers, bytes.into())

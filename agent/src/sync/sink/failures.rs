@@ -26,7 +26,8 @@ impl Engine {
         input: &Input,
         now: Instant,
     ) -> Option<String> {
-        self.retries
+        self.sink
+            .retries
             .get(target)
             .filter(|b| b.holds(input, now))
             .map(|b| b.error.clone())
@@ -46,7 +47,7 @@ impl Engine {
     ) -> String {
         let message = crate::report(e);
         let now = Instant::now();
-        let prev = self.retries.get(target);
+        let prev = self.sink.retries.get(target);
         let news = Backoff::is_news(prev, &message);
         let next = Backoff::failed(prev, input, now, rand::random::<f64>(), message.clone());
         tracing::warn!(
@@ -59,11 +60,12 @@ impl Engine {
             retry_in = ?next.at.saturating_duration_since(now),
             "copy not written; backing off"
         );
-        self.ctx.metrics.sync_write_failed(op);
-        self.retries.insert(target.clone(), next);
+        self.io.ctx.metrics.sync_write_failed(op);
+        self.sink.retries.insert(target.clone(), next);
         // Built-in rules (named in parentheses) have no object to hold Events.
         if news && !rule.is_empty() && !rule.starts_with('(') {
-            self.failure_events
+            self.sink
+                .failure_events
                 .push((rule.to_owned(), format!("{target}: {message}")));
         }
         message
@@ -73,9 +75,10 @@ impl Engine {
     /// the first few copies (an API server away can fail every copy at
     /// once; that is one Event per rule, not one per copy).
     pub(in crate::sync) async fn announce_failures(&mut self) {
-        for (rule, message) in by_rule(std::mem::take(&mut self.failure_events)) {
+        for (rule, message) in by_rule(std::mem::take(&mut self.sink.failure_events)) {
             let rule_ref = crate::sync::model::meta::rule_ref(&rule);
-            self.ctx
+            self.io
+                .ctx
                 .recorder
                 .publish(&rule_ref, EventType::Warning, REASON, &message)
                 .await;

@@ -86,7 +86,7 @@ impl Engine {
     ) -> BTreeMap<&'a str, Dependency> {
         let mut deps: BTreeMap<&'a str, Dependency> = needed
             .iter()
-            .filter(|name| self.rules.contains_key(**name))
+            .filter(|name| self.world.rules.contains_key(**name))
             .map(|name| {
                 let troubled = self
                     .sink
@@ -103,13 +103,14 @@ impl Engine {
             })
             .collect();
         let now = chrono::Utc::now();
-        for (target, pair) in &self.held {
+        for (target, pair) in &self.sink.held {
             let rule = &pair.0;
             let Some(d) = deps.get_mut(rule.as_str()) else {
                 continue;
             };
-            let custom = self.rules.get(rule).and_then(|r| r.health.as_ref());
+            let custom = self.world.rules.get(rule).and_then(|r| r.health.as_ref());
             let live = self
+                .world
                 .kinds
                 .get(&target.gvk())
                 .and_then(|k| k.objects.get(&target.local_key()));

@@ -94,7 +94,7 @@ impl Engine {
     /// a pass).
     fn look_at(&self, target: &Target) -> Result<(Api<DynamicObject>, Value), Outcome> {
         let gvk = target.gvk();
-        let Some(kind) = self.kinds.get(&gvk) else {
+        let Some(kind) = self.world.kinds.get(&gvk) else {
             return Err(Outcome::Failed(format!(
                 "kind {} is not watched",
                 crate::sync::model::meta::describe_gvk(&gvk)
@@ -103,7 +103,7 @@ impl Engine {
         let Some(live) = kind.objects.get(&target.local_key()) else {
             return Err(Outcome::InSync);
         };
-        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        let api = apply::api(&self.io.ctx.client, &kind.ar, target.namespace.as_deref());
         Ok((api, live.clone()))
     }
 
@@ -126,9 +126,15 @@ impl Engine {
         match self.looked(target, c, &policy, &api, &live, result).await {
             Looked::Done(outcome) => outcome,
             Looked::Replace(exclude) => {
-                let written =
-                    apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status, &exclude)
-                        .await;
+                let written = apply::replace(
+                    &self.io.ctx,
+                    &api,
+                    &c.desired,
+                    &live,
+                    c.with_status,
+                    &exclude,
+                )
+                .await;
                 self.written(target, c, true, written.map(Baseline::pack_server))
                     .await
             }
@@ -200,7 +206,7 @@ impl Engine {
             }
             Err(e) => return Looked::Done(self.failed(target, c, resource_version(live), e)),
         };
-        self.baselines.insert(
+        self.sink.baselines.insert(
             target.clone(),
             Baseline {
                 desired: c.digest,
@@ -210,7 +216,7 @@ impl Engine {
         );
         if policy.same(&server, live, c.with_status) {
             self.verified(target, resource_version(live).as_deref(), c.with_status);
-            self.retries.remove(target);
+            self.sink.retries.remove(target);
             self.drift_resolved(target).await;
             return Looked::Done(Outcome::InSync);
         }

@@ -27,5 +27,6 @@ pub(super) mod mutate;
 pub(super) mod pass;
 pub(super) mod plan;
 mod serial;
+pub(super) mod state;
 pub(super) mod values;
 pub(super) mod wave;

@@ -52,13 +52,17 @@ fn update_policy(rule: UpdatePolicy, source: &Value) -> (UpdatePolicy, bool) {
 impl Engine {
     /// Whether everything a rule needs has been read (its kinds, namespaces).
     pub(in crate::sync) fn rule_ready(&self, rule: &CompiledRule) -> bool {
-        let kind_ready = |g| self.kinds.get(g).is_some_and(|k| k.ready());
+        let kind_ready = |g| self.world.kinds.get(g).is_some_and(|k| k.ready());
         kind_ready(&rule.source)
             && rule
                 .targets
                 .iter()
-                .all(|t| self.kinds.get(t).is_some_and(|k| k.listed))
-            && self.kinds.get(&namespace_gvk()).is_some_and(|k| k.listed)
+                .all(|t| self.world.kinds.get(t).is_some_and(|k| k.listed))
+            && self
+                .world
+                .kinds
+                .get(&namespace_gvk())
+                .is_some_and(|k| k.listed)
     }
 
     /// Why a rule cannot work right now, if it cannot: its spec, or a kind
@@ -71,12 +75,12 @@ impl Engine {
             return Some(p);
         }
         for g in std::iter::once(&rule.source).chain(rule.targets.iter()) {
-            if let Some(why) = self.unresolved.get(g) {
+            if let Some(why) = self.world.unresolved.get(g) {
                 return Some(why.clone());
             }
             // A failing watch is reported while it fails, also after an
             // earlier list succeeded (rights revoked): a re-list clears it.
-            if let Some(e) = self.kinds.get(g).and_then(|k| k.watch_error.as_ref()) {
+            if let Some(e) = self.world.kinds.get(g).and_then(|k| k.watch_error.as_ref()) {
                 return Some(format!(
                     "cannot watch {}: {e}",
                     crate::sync::model::meta::describe_gvk(g)
@@ -90,7 +94,8 @@ impl Engine {
     /// version per kind, else each version's copies would look unwanted in
     /// the other version's watch (the rule first by name keeps it).
     fn version_clash(&self, rule: &CompiledRule) -> Option<String> {
-        self.rules
+        self.world
+            .rules
             .values()
             .filter(|o| o.name < rule.name && o.problem.is_none())
             .find(|o| {
@@ -110,14 +115,15 @@ impl Engine {
     pub(in crate::sync) fn selects_us(&self, rule: &CompiledRule) -> bool {
         matching::selector_matches(
             rule.spec.cluster_selector.as_ref(),
-            &self.fleet.local.labels,
+            &self.world.fleet.local.labels,
         )
         .unwrap_or(false)
     }
 
     /// The peers `rule` takes from, by name.
     pub(in crate::sync) fn sources(&self, rule: &CompiledRule) -> BTreeMap<&str, &PeerView> {
-        self.fleet
+        self.world
+            .fleet
             .peers
             .values()
             .filter(|p| p.may_be_source() && qualifies(rule, &p.labels, &p.features))
@@ -134,7 +140,7 @@ impl Engine {
         bundles: &mut BundlePass,
     ) -> Vec<(Target, Candidate)> {
         let mut out = Vec::new();
-        let Some(kind) = self.kinds.get(&rule.source) else {
+        let Some(kind) = self.world.kinds.get(&rule.source) else {
             return out;
         };
         let sources = self.sources(rule);
@@ -212,7 +218,7 @@ impl Engine {
         let templates = TemplateContext {
             object: obj.clone(),
             cluster: origin_record.clone(),
-            local_cluster: self.fleet.local.record.clone(),
+            local_cluster: self.world.fleet.local.record.clone(),
             values,
         };
         let input = CopyInput {
@@ -224,7 +230,7 @@ impl Engine {
             origin_uid: &env.uid,
             content_hash: &env.content_hash,
             templates: &templates,
-            marker: &self.ctx.mark,
+            marker: &self.io.ctx.mark,
         };
         let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
         let copy = mutate::desired_copy(&input).map(|d| (Target::of(&d), d));
@@ -285,9 +291,10 @@ impl Engine {
             kind: &target.kind,
             namespace: target.namespace.as_deref(),
         };
-        let local = &self.fleet.local.name;
+        let local = &self.world.fleet.local.name;
         let author = rule.author(local);
-        self.policy
+        self.world
+            .policy
             .import_claimed(local, author, rule.author_verified, &what)
             .err()
     }
@@ -298,13 +305,13 @@ impl Engine {
     /// every pass: Bundles are few, and one wants many targets).
     fn rule_reports(&self, bundles: &mut BundlePass) -> RulesNow {
         let mut now = RulesNow::default();
-        for rule in self.rules.values() {
+        for rule in self.world.rules.values() {
             let mut report = RuleReport {
                 selected: self.selects_us(rule),
                 ..RuleReport::default()
             };
             if report.selected && self.rule_problem(rule).is_none() && self.rule_ready(rule) {
-                if self.kinds.contains_key(&rule.source) {
+                if self.world.kinds.contains_key(&rule.source) {
                     report.sources = self.sources(rule).keys().map(|s| (*s).to_owned()).collect();
                 }
                 if rule.spec.unwrap {
@@ -324,6 +331,7 @@ impl Engine {
     /// can change every target's decision).
     fn gate(&self, active: &[CompiledRule]) -> Gate {
         let mut kinds: Vec<(String, bool, bool, bool)> = self
+            .world
             .kinds
             .iter()
             .map(|(g, k)| {
@@ -333,7 +341,7 @@ impl Engine {
             .collect();
         kinds.sort();
         let rules = active.iter().map(|r| r.name.clone()).collect();
-        let held = self.holds.keys().cloned().collect();
+        let held = self.sink.holds.keys().cloned().collect();
         Gate { rules, kinds, held }
     }
 
@@ -345,12 +353,12 @@ impl Engine {
         let mut state = std::mem::take(&mut self.sink);
         let gate = self.gate(&rules.active);
         let values = self.values_digest();
-        let same_inputs = state.rules_generation == self.rules_generation
+        let same_inputs = state.rules_generation == self.world.rules_generation
             && state.values == values
             && state
                 .fleet
                 .as_ref()
-                .is_some_and(|f| Arc::ptr_eq(f, &self.fleet) || **f == *self.fleet);
+                .is_some_and(|f| Arc::ptr_eq(f, &self.world.fleet) || **f == *self.world.fleet);
         let dirty = std::mem::take(&mut state.dirty);
         let full = dirty.full
             || !same_inputs
@@ -365,7 +373,7 @@ impl Engine {
         if full {
             let mut seen = BTreeSet::new();
             for rule in planned {
-                let Some(kind) = self.kinds.get(&rule.source) else {
+                let Some(kind) = self.world.kinds.get(&rule.source) else {
                     continue;
                 };
                 let sources = self.sources(rule);
@@ -387,11 +395,11 @@ impl Engine {
             }
             state.plan.retain(&seen, &mut changed);
             state.full_at = Some(now);
-            self.ctx.metrics.sync_full_plans.inc();
+            self.io.ctx.metrics.sync_full_plans.inc();
             changed = state.plan.every_target();
         } else {
             for rule in planned {
-                let kind = self.kinds.get(&rule.source);
+                let kind = self.world.kinds.get(&rule.source);
                 let sources = self.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
@@ -412,9 +420,9 @@ impl Engine {
         // Decided every pass: copies failing (their backoff may be over),
         // drifting, forced by an operator, and those of Bundles (this pass's
         // and the last's).
-        changed.extend(self.retries.keys().cloned());
+        changed.extend(self.sink.retries.keys().cloned());
         changed.extend(self.drift.open.keys().cloned());
-        changed.extend(self.forced.iter().cloned());
+        changed.extend(self.drift.forced.iter().cloned());
         changed.extend(state.unwrapped.iter().cloned());
         state.unwrapped = rules.unwrapped.keys().cloned().collect();
         changed.extend(state.unwrapped.iter().cloned());
@@ -428,8 +436,8 @@ impl Engine {
             }
         }
         state.gate = gate;
-        state.fleet = Some(self.fleet.clone());
-        state.rules_generation = self.rules_generation;
+        state.fleet = Some(self.world.fleet.clone());
+        state.rules_generation = self.world.rules_generation;
         state.values = values;
         self.sink = state;
         self.fetch_versions(rollouts.fetch);
@@ -444,8 +452,8 @@ impl Engine {
         let mut bundles = BundlePass::default();
         let mut rules = self.rule_reports(&mut bundles);
         // Before replanning: a hold that starts or ends changes the gate.
-        self.holds = self.rule_holds(&rules.active);
-        for (name, why) in &self.holds {
+        self.sink.holds = self.rule_holds(&rules.active);
+        for (name, why) in &self.sink.holds {
             if let Some(r) = rules.reports.get_mut(name) {
                 r.hold = Some(why.clone());
             }
@@ -473,9 +481,9 @@ impl Engine {
                     self.sink.collect.insert(target.clone());
                     gone.extend(old.conflicts);
                 }
-                self.held.remove(&target);
+                self.sink.held.remove(&target);
                 // Watch times matter only for copies (drift latency).
-                self.seen.remove(&target);
+                self.drift.seen.remove(&target);
                 continue;
             }
             ordered.push((target, cands));
@@ -489,7 +497,7 @@ impl Engine {
             conflicts::order(&mut cands);
             let winner = cands.remove(0);
             let pair = self.sink.plan.pair(&target, &winner.rule, &winner.key);
-            self.held.insert(target.clone(), pair);
+            self.sink.held.insert(target.clone(), pair);
             let mut settled = Settled {
                 rule: winner.rule.clone(),
                 ..Settled::default()
@@ -504,14 +512,14 @@ impl Engine {
         }
         let mut tally = Tally::new(&winners, settled_at, &mut bundles);
         // One wave per install rank, in rank order (see `wave`).
-        self.in_flight.begin(self.held.len());
-        self.in_flight.also_in_sync(in_sync);
+        self.sink.in_flight.begin(self.sink.held.len());
+        self.sink.in_flight.also_in_sync(in_sync);
         for wave in
             winners.chunk_by(|(a, _), (b, _)| bundle::install_rank(a) == bundle::install_rank(b))
         {
             self.apply_wave(wave, &mut tally).await;
         }
-        self.in_flight.end();
+        self.sink.in_flight.end();
         let Tally { wrote, settled, .. } = tally;
         let found = self.settle_all(&winners, settled, &mut gone);
         self.finish_sink_pass(rules.reports, wrote, full, (found, gone))
@@ -560,7 +568,7 @@ impl Engine {
         let scope = std::mem::take(&mut sink.collect);
         let wants = |t: &Target| sink.wants(t);
         if full {
-            self.seen.retain(|t, _| wants(t));
+            self.drift.seen.retain(|t, _| wants(t));
         }
         self.drift_forget_except(&wants).await;
         self.drift_flush().await;
@@ -570,8 +578,8 @@ impl Engine {
         }
         // Every copy when something that concerns them all changed, else
         // only the copies named (see `collect`).
-        let again = if self.collect_due {
-            self.collect_due = false;
+        let again = if self.sink.collect_due {
+            self.sink.collect_due = false;
             self.collect(&wants, None, &mut reports).await
         } else if !scope.is_empty() {
             self.collect(&wants, Some(&scope), &mut reports).await
@@ -600,7 +608,7 @@ impl Engine {
         }
         self.report_conflicts(found, &gone).await;
         self.note_unknown_update_policies(&reports);
-        self.reports = reports;
+        self.status.reports = reports;
     }
 
     /// Makes the copies of one install rank equal to their winners: decided
@@ -655,7 +663,7 @@ impl Engine {
         tally: &mut Tally<'_>,
     ) {
         if matches!(outcome, Outcome::InSync | Outcome::Wrote) {
-            self.in_flight.settled();
+            self.sink.in_flight.settled();
         }
         tally.add(target, winner, outcome);
     }
@@ -670,7 +678,7 @@ impl Engine {
             .collect::<BTreeSet<_>>()
             .len();
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        let gauge = &self.ctx.metrics.sync_unknown_update_policy;
+        let gauge = &self.io.ctx.metrics.sync_unknown_update_policy;
         if gauge.get() != n {
             gauge.set(n);
             if n > 0 {
@@ -695,6 +703,7 @@ impl Engine {
         // A new version reached this cluster (not a correction or a rewrite of
         // the version it had): that is the lag an operator watches.
         if self
+            .sink
             .baselines
             .get(target)
             .is_none_or(|b| b.desired != c.digest)
@@ -702,9 +711,9 @@ impl Engine {
             let lag = (chrono::Utc::now() - c.published)
                 .to_std()
                 .unwrap_or_default();
-            self.ctx.metrics.sync_lag(&c.rule, lag);
+            self.io.ctx.metrics.sync_lag(&c.rule, lag);
         }
-        self.baselines.insert(
+        self.sink.baselines.insert(
             target.clone(),
             Baseline {
                 desired: c.digest,
@@ -712,8 +721,9 @@ impl Engine {
                 verified: None,
             },
         );
-        self.retries.remove(target);
-        self.last_sync
+        self.sink.retries.remove(target);
+        self.sink
+            .last_sync
             .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
         Outcome::Wrote
     }

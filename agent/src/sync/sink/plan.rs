@@ -16,14 +16,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 
-use crate::registry::FleetView;
-use crate::sync::model::meta::describe_key;
-use crate::sync::model::{Candidate, Conflict, RuleReport, Target};
+use crate::sync::model::{Candidate, Conflict, Target};
 use crate::sync::policy::Refusal;
 
 /// How often a sink pass plans every pair and decides every target though
@@ -56,68 +52,6 @@ pub struct Gate {
     /// The rules holding their copies (see `hold`): when a hold ends, every
     /// copy it kept back is decided again.
     pub held: Vec<String>,
-}
-
-/// What the sink keeps between passes for planning.
-#[derive(Debug, Default)]
-pub struct SinkState {
-    /// The plan.
-    pub plan: Plan,
-    /// What changed since the last pass.
-    pub dirty: Dirty,
-    /// What the plan was made under: the gate, the fleet view and the
-    /// rules generation (templates read the fleet; a recompile may change
-    /// any rule).
-    pub gate: Gate,
-    pub fleet: Option<Arc<FleetView>>,
-    pub rules_generation: u64,
-    /// `Engine::values_digest` when the plan was last brought up to date.
-    pub values: u64,
-    /// When the last full plan ran.
-    pub full_at: Option<Instant>,
-    /// The targets Bundles wanted in the last pass (decided every pass).
-    pub unwrapped: BTreeSet<Target>,
-    /// Local objects the next pass looks at for collection (`collect`):
-    /// copies no longer wanted, foreign copies that appeared, copies kept
-    /// or failing to be collected.
-    pub collect: BTreeSet<Target>,
-}
-
-impl SinkState {
-    /// Whether a copy at `target` is wanted (by a pair, or a Bundle).
-    pub fn wants(&self, target: &Target) -> bool {
-        self.plan.wants(target) || self.unwrapped.contains(target)
-    }
-
-    /// Completes `rule`'s report from the plan: copies in sync, errors,
-    /// conflicts, unknown update policies.
-    pub fn fill(&self, rule: &str, report: &mut RuleReport) {
-        let Some(l) = self.plan.ledger_of(rule) else {
-            return;
-        };
-        report.synced = l.synced;
-        report.held = l.held;
-        for (key, e) in &l.pair_errors {
-            report.errors.insert(describe_key(key), e.clone());
-        }
-        for (target, e) in &l.errors {
-            report.errors.insert(target.to_string(), e.clone());
-        }
-        for (target, c) in &l.conflicts {
-            report.conflicts.insert(target.to_string(), c.clone());
-        }
-        report
-            .unknown_update_policy
-            .extend(l.unknown.iter().cloned());
-        for (key, why) in &l.refused {
-            report.refused.insert(describe_key(key), why.clone());
-        }
-    }
-
-    /// When the next full plan is due.
-    pub fn wake_at(&self) -> Option<Instant> {
-        self.full_at.map(|at| at + FULL_EVERY)
-    }
 }
 
 /// A rule and a source object on the bus.

@@ -38,14 +38,14 @@ impl Engine {
             match step {
                 Step::Done(outcome, equal) => {
                     if equal {
-                        self.retries.remove(target);
+                        self.sink.retries.remove(target);
                         self.drift_resolved(target).await;
                     }
                     outcome
                 }
                 Step::Verified(rv, with_status) => {
                     self.verified(target, rv.as_deref(), with_status);
-                    self.retries.remove(target);
+                    self.sink.retries.remove(target);
                     self.drift_resolved(target).await;
                     Outcome::InSync
                 }
@@ -62,7 +62,7 @@ impl Engine {
     async fn serial(&mut self, target: &Target, c: &Candidate, why: Why) -> Outcome {
         match why {
             Why::Namespace { name, then } => {
-                match apply::create_namespace(&self.ctx, &name).await {
+                match apply::create_namespace(&self.io.ctx, &name).await {
                     Ok(()) => self.settle(target, c, *then).await,
                     Err(e) => self.failed(target, c, None, e),
                 }
@@ -76,7 +76,7 @@ impl Engine {
                     Ok(p) => p,
                     Err(outcome) => return outcome,
                 };
-                let server = self.baselines.get(target).map(|b| b.server.value());
+                let server = self.sink.baselines.get(target).map(|b| b.server.value());
                 match (live, server) {
                     (Some(live), Some(Ok(server))) => {
                         self.modified(target, c, &api, live, server, policy).await
@@ -95,13 +95,13 @@ impl Engine {
     /// The API of `target`'s kind, and its live copy as the watch last saw it.
     fn place(&self, target: &Target) -> Result<(Api<DynamicObject>, Option<Value>), Outcome> {
         let gvk = target.gvk();
-        let Some(kind) = self.kinds.get(&gvk) else {
+        let Some(kind) = self.world.kinds.get(&gvk) else {
             return Err(Outcome::Failed(format!(
                 "kind {} is not watched",
                 crate::sync::model::meta::describe_gvk(&gvk)
             )));
         };
-        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        let api = apply::api(&self.io.ctx.client, &kind.ar, target.namespace.as_deref());
         Ok((api, kind.objects.get(&target.local_key())))
     }
 
@@ -114,7 +114,7 @@ impl Engine {
         namespace: Option<String>,
     ) -> Result<Api<DynamicObject>, Outcome> {
         if let Some(ns) = namespace {
-            if let Err(e) = apply::create_namespace(&self.ctx, &ns).await {
+            if let Err(e) = apply::create_namespace(&self.io.ctx, &ns).await {
                 return Err(self.failed(target, c, None, e));
             }
         }
@@ -131,7 +131,7 @@ impl Engine {
         policy: &Policy,
     ) -> Result<Value, WriteError> {
         apply::replace(
-            &self.ctx,
+            &self.io.ctx,
             api,
             &c.desired,
             live,
@@ -161,7 +161,7 @@ impl Engine {
                 return Outcome::InSync;
             }
         }
-        let written = apply::create(&self.ctx, &api, &c.desired, c.with_status).await;
+        let written = apply::create(&self.io.ctx, &api, &c.desired, c.with_status).await;
         self.written(target, c, false, written.map(Baseline::pack_server))
             .await
     }
@@ -180,7 +180,7 @@ impl Engine {
             Ok(api) => api,
             Err(outcome) => return outcome,
         };
-        let last = match self.baselines.get(target).map(|b| b.server.value()) {
+        let last = match self.sink.baselines.get(target).map(|b| b.server.value()) {
             Some(Ok(last)) => last,
             Some(Err(e)) => return self.failed(target, c, None, e.into()),
             // Decided from the baseline, which does not change within a pass.
@@ -206,7 +206,7 @@ impl Engine {
         if mode == DriftMode::Report {
             return Outcome::InSync;
         }
-        let written = apply::create(&self.ctx, &api, &c.desired, c.with_status).await;
+        let written = apply::create(&self.io.ctx, &api, &c.desired, c.with_status).await;
         self.corrected(target, c, None, written).await
     }
 
@@ -224,9 +224,10 @@ impl Engine {
     ) -> Outcome {
         // A copy another writer fights over is left alone while it waits
         // (no read, no write); an operator's request ends that.
-        if self.forced.contains(target) {
-            self.fights.forget(target);
+        if self.drift.forced.contains(target) {
+            self.drift.fights.forget(target);
         } else if self
+            .drift
             .fights
             .holding(target, resource_version(&cached).as_deref(), Instant::now())
             .is_some()
@@ -252,6 +253,7 @@ impl Engine {
         // nothing, an operator's correction included (it would write the
         // version the hold keeps back): drift of what it wrote is reported.
         let hold = self
+            .sink
             .holds
             .get(&c.rule)
             .cloned()
@@ -278,7 +280,7 @@ impl Engine {
             exclude: &policy.exclude,
             with_status: c.with_status,
         };
-        let verdict = if mode == DriftMode::Correct && !self.forced.contains(target) {
+        let verdict = if mode == DriftMode::Correct && !self.drift.forced.contains(target) {
             self.fight_verdict(target, &found)
         } else {
             Verdict::Correct
@@ -321,7 +323,7 @@ impl Engine {
     /// The drift mode in effect: an operator's `fleetbus drift correct` makes
     /// it `Correct` for this pass, whatever the rule or annotations say.
     fn effective_mode(&self, target: &Target, mode: DriftMode) -> DriftMode {
-        if self.forced.contains(target) {
+        if self.drift.forced.contains(target) {
             DriftMode::Correct
         } else {
             mode
@@ -330,8 +332,8 @@ impl Engine {
 
     /// Records the result of a correction an operator asked for.
     fn forced_done(&mut self, target: &Target, result: Result<(), String>) {
-        if self.forced.remove(target) {
-            self.forced_results.push((target.clone(), result));
+        if self.drift.forced.remove(target) {
+            self.drift.forced_results.push((target.clone(), result));
         }
     }
 }

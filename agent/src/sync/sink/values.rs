@@ -21,7 +21,7 @@ impl Engine {
         let ns = r
             .namespace
             .clone()
-            .unwrap_or_else(|| self.ctx.cfg.namespace.clone());
+            .unwrap_or_else(|| self.io.ctx.cfg.namespace.clone());
         (Some(ns), r.name.clone())
     }
 
@@ -34,6 +34,7 @@ impl Engine {
             return Ok(Value::Object(merged));
         }
         let kind = self
+            .world
             .kinds
             .get(&config_map_gvk())
             .filter(|k| k.ready())
@@ -64,8 +65,8 @@ impl Engine {
     /// from older values are stale.
     pub(in crate::sync) fn values_digest(&self) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        let kind = self.kinds.get(&config_map_gvk());
-        for rule in self.rules.values() {
+        let kind = self.world.kinds.get(&config_map_gvk());
+        for rule in self.world.rules.values() {
             for entry in &rule.spec.values_from {
                 let key = self.values_key(&entry.config_map_ref);
                 key.hash(&mut h);

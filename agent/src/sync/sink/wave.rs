@@ -369,7 +369,8 @@ fn drifted(
 impl Engine {
     /// Whether namespace `ns` exists here (as the watch last saw it).
     fn namespace_exists(&self, ns: &str) -> bool {
-        self.kinds
+        self.world
+            .kinds
             .get(&namespace_gvk())
             .is_some_and(|k| k.objects.contains_key(&(None, ns.to_owned())))
     }
@@ -377,8 +378,9 @@ impl Engine {
     /// How the sink handles `target` this pass (see [`decide`]).
     pub(in crate::sync) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
         let live = self.live(target);
-        let rule = self.rules.get(&c.rule);
+        let rule = self.world.rules.get(&c.rule);
         let hold = self
+            .sink
             .holds
             .get(&c.rule)
             .map(String::as_str)
@@ -393,7 +395,8 @@ impl Engine {
 
     /// The live copy at `target`, as the watch last saw it.
     pub(in crate::sync) fn live(&self, target: &Target) -> Option<Value> {
-        self.kinds
+        self.world
+            .kinds
             .get(&target.gvk())
             .and_then(|k| k.objects.get(&target.local_key()))
     }
@@ -408,17 +411,17 @@ impl Engine {
         hold: Option<&'a str>,
     ) -> View<'a> {
         View {
-            retry: self.retries.get(target),
-            namespaced: self.kinds.get(&target.gvk()).map(|k| k.namespaced),
+            retry: self.sink.retries.get(target),
+            namespaced: self.world.kinds.get(&target.gvk()).map(|k| k.namespaced),
             live,
             namespace_exists: target
                 .namespace
                 .as_deref()
                 .is_none_or(|ns| self.namespace_exists(ns)),
-            baseline: self.baselines.get(target),
+            baseline: self.sink.baselines.get(target),
             rule,
             hold,
-            marker: &self.ctx.mark,
+            marker: &self.io.ctx.mark,
         }
     }
 
@@ -430,7 +433,7 @@ impl Engine {
         rv: Option<&str>,
         with_status: bool,
     ) {
-        if let (Some(b), Some(rv)) = (self.baselines.get_mut(target), rv) {
+        if let (Some(b), Some(rv)) = (self.sink.baselines.get_mut(target), rv) {
             b.verified = Some((rv.to_owned(), with_status));
         }
     }
@@ -448,7 +451,7 @@ impl Engine {
         for (i, (target, c, w)) in writes.into_iter().enumerate() {
             if let Some(ns) = w.namespace.as_ref().filter(|ns| !created.contains(*ns)) {
                 // One try per copy while it fails, as the serial path did.
-                match apply::create_namespace(&self.ctx, ns).await {
+                match apply::create_namespace(&self.io.ctx, ns).await {
                     Ok(()) => {
                         created.insert(ns.clone());
                     }
@@ -490,7 +493,7 @@ impl Engine {
             let result = self.write_one(target, c, w).await;
             if result.is_ok() {
                 // Shown by `fleetbus clusters progress` while the wave runs.
-                self.in_flight.settled();
+                self.sink.in_flight.settled();
             }
             (k, result)
         })
@@ -514,7 +517,8 @@ impl Engine {
             }
             Err(e) => {
                 let live_rv = if replaced {
-                    self.kinds
+                    self.world
+                        .kinds
                         .get(&target.gvk())
                         .and_then(|k| k.objects.get(&target.local_key()))
                         .and_then(|live| resource_version(&live).map(str::to_owned))
@@ -534,19 +538,27 @@ impl Engine {
         c: &Candidate,
         w: &Write,
     ) -> Result<Packed, WriteError> {
-        let kind = self.kinds.get(&target.gvk());
+        let kind = self.world.kinds.get(&target.gvk());
         let live = kind.and_then(|k| k.objects.get(&target.local_key()));
         let Some(kind) = kind else {
             // Classified as a write only while the kind is known, and the
             // kinds do not change during a pass.
             return Err(WriteError::Gone(target.to_string()));
         };
-        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        let api = apply::api(&self.io.ctx.client, &kind.ar, target.namespace.as_deref());
         let server = match (&w.replace, live) {
             (Some(exclude), Some(live)) => {
-                apply::replace(&self.ctx, &api, &c.desired, &live, c.with_status, exclude).await
+                apply::replace(
+                    &self.io.ctx,
+                    &api,
+                    &c.desired,
+                    &live,
+                    c.with_status,
+                    exclude,
+                )
+                .await
             }
-            _ => apply::create(&self.ctx, &api, &c.desired, c.with_status).await,
+            _ => apply::create(&self.io.ctx, &api, &c.desired, c.with_status).await,
         };
         server.map(Baseline::pack_server)
     }

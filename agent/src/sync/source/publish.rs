@@ -298,6 +298,7 @@ impl Engine {
     /// (a publishing hold ends, or a failed publish is tried again).
     pub(in crate::sync) async fn source_pass(&mut self) -> Option<Instant> {
         let gvks: Vec<GroupVersionKind> = self
+            .world
             .kinds
             .iter()
             .filter(|(_, k)| k.source && k.ready())
@@ -310,20 +311,20 @@ impl Engine {
             }
             self.source.hold = None;
         }
-        let rules_now = &self.rules;
+        let rules_now = &self.world.rules;
         self.source.errors.retain(|r, _| rules_now.contains_key(r));
         self.source
             .withheld
             .retain(|r, _| rules_now.contains_key(r));
         self.source.refused.retain(|r, _| rules_now.contains_key(r));
-        let kinds = &self.kinds;
+        let kinds = &self.world.kinds;
         self.source.hashes.retain(|g, _| kinds.contains_key(g));
         let mut wake = None;
         for gvk in gvks {
             // Only what changed since the last plan, unless something that
             // concerns every object did (see `KindState::source_full`): a
             // pass per watch event must not cost a look at every object.
-            let Some(kind) = self.kinds.get_mut(&gvk) else {
+            let Some(kind) = self.world.kinds.get_mut(&gvk) else {
                 continue;
             };
             let full = std::mem::take(&mut kind.source_full);
@@ -331,27 +332,31 @@ impl Engine {
             if !full && dirty.is_empty() {
                 continue;
             }
-            let rules: Vec<&CompiledRule> =
-                self.rules.values().filter(|r| r.source == gvk).collect();
+            let rules: Vec<&CompiledRule> = self
+                .world
+                .rules
+                .values()
+                .filter(|r| r.source == gvk)
+                .collect();
             // Errors and withheld objects are found again for what is
             // planned again.
             let again = if full { None } else { Some(&dirty) };
             forget_planned(&mut self.source.errors, &rules, again);
             forget_planned(&mut self.source.withheld, &rules, again);
             forget_planned(&mut self.source.refused, &rules, again);
-            let Some(kind) = self.kinds.get(&gvk) else {
+            let Some(kind) = self.world.kinds.get(&gvk) else {
                 continue;
             };
             let memo = self.source.hashes.entry(gvk.clone()).or_default();
-            let seal = self.ctx.sealing.as_ref().map(|keys| SealView {
-                local: &self.fleet.local.name,
+            let seal = self.io.ctx.sealing.as_ref().map(|keys| SealView {
+                local: &self.world.fleet.local.name,
                 own: &keys.public,
-                peers: &self.fleet.peers,
+                peers: &self.world.fleet.peers,
             });
             let planned = if full {
                 plan(
-                    &self.fleet.local,
-                    &self.policy,
+                    &self.world.fleet.local,
+                    &self.world.policy,
                     seal.as_ref(),
                     &rules,
                     kind,
@@ -359,8 +364,8 @@ impl Engine {
                 )
             } else {
                 plan_keys(
-                    &self.fleet.local,
-                    &self.policy,
+                    &self.world.fleet.local,
+                    &self.world.policy,
                     seal.as_ref(),
                     &rules,
                     kind,
@@ -394,7 +399,7 @@ impl Engine {
             .values()
             .flat_map(|m| m.keys())
             .collect();
-        self.ctx.metrics.sync_withheld.set(withheld.len() as i64);
+        self.io.ctx.metrics.sync_withheld.set(withheld.len() as i64);
         wake
     }
 
@@ -418,7 +423,7 @@ impl Engine {
                     // Only uid, resourceVersion and hash of our own
                     // envelopes are needed: the object is the local one.
                     env.object = None;
-                    if let Some(kind) = self.kinds.get_mut(gvk) {
+                    if let Some(kind) = self.world.kinds.get_mut(gvk) {
                         kind.snapshots.insert(key, env);
                     }
                 }
@@ -426,10 +431,10 @@ impl Engine {
                     // NATS is away: try again soon (the state comparison
                     // finds the same difference then).
                     tracing::warn!(object = %describe_key(&key), %error, "not published; retrying");
-                    if let Some(kind) = self.kinds.get_mut(gvk) {
+                    if let Some(kind) = self.world.kinds.get_mut(gvk) {
                         kind.source_dirty.insert(key.clone());
                     }
-                    self.ctx.check_layout.notify_one();
+                    self.io.ctx.check_layout.notify_one();
                     retry = Some(Instant::now() + std::time::Duration::from_secs(2));
                 }
                 Err(PublishError::Object(error)) => {
@@ -452,6 +457,7 @@ impl Engine {
     /// version), so its owner sees why it does not appear elsewhere.
     async fn event_unpublishable(&mut self, gvk: &GroupVersionKind, key: &ObjectKey, error: &str) {
         let Some(obj) = self
+            .world
             .kinds
             .get(gvk)
             .and_then(|k| k.objects.get(&(key.namespace.clone(), key.name.clone())))
@@ -474,7 +480,8 @@ impl Engine {
             uid: s("/metadata/uid"),
             ..Default::default()
         };
-        self.ctx
+        self.io
+            .ctx
             .recorder
             .publish(
                 &object,
@@ -495,9 +502,9 @@ impl Engine {
         what: Publish,
     ) -> Result<Envelope, PublishError> {
         let (mut env, wire) = self.envelope(key, what)?;
-        let subject = key.to_subject(self.ctx.layout.prefix());
+        let subject = key.to_subject(self.io.ctx.layout.prefix());
         if check_subject_len(&subject).is_err() {
-            self.ctx.metrics.sync_rejected("too_large");
+            self.io.ctx.metrics.sync_rejected("too_large");
             return Err(PublishError::Object(
                 "the object's subject is longer than NATS allows".to_owned(),
             ));
@@ -509,11 +516,12 @@ impl Engine {
             .map_err(|e| PublishError::Object(e.to_string()))?;
         let max = self.max_payload();
         if let Err(e) = check_size(bytes.len(), max) {
-            self.ctx.metrics.sync_rejected("too_large");
+            self.io.ctx.metrics.sync_rejected("too_large");
             return Err(PublishError::Object(e.to_string()));
         }
         let mut headers = HeaderMap::new();
         let after_tombstone = self
+            .world
             .kinds
             .get(gvk)
             .and_then(|k| k.snapshots.meta(key))
@@ -523,12 +531,14 @@ impl Engine {
         let id = msg_id(&env, after_tombstone, overwritten);
         headers.insert("Nats-Msg-Id", id.as_str());
         let ack = self
+            .io
             .ctx
             .js
             .publish_with_headers(subject, headers, bytes.into())
             .await
             .map_err(|e| PublishError::Bus(e.to_string()))?;
-        self.ctx
+        self.io
+            .ctx
             .metrics
             .sync_published
             .get_or_create(&vec![(
@@ -540,8 +550,9 @@ impl Engine {
                 },
             )])
             .inc();
-        let tx = self.tx.clone();
+        let tx = self.io.tx.clone();
         let before = self
+            .world
             .kinds
             .get(gvk)
             // Our own envelopes are kept without their object anyway.
@@ -585,8 +596,8 @@ impl Engine {
         what: Publish,
     ) -> Result<(Envelope, Option<Envelope>), PublishError> {
         let now = chrono::Utc::now();
-        let origin = &self.fleet.local.name;
-        let id = Some(self.ctx.cluster_id.as_str());
+        let origin = &self.world.fleet.local.name;
+        let id = Some(self.io.ctx.cluster_id.as_str());
         let mut sealed_to = None;
         let mut env = match what {
             Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
@@ -629,7 +640,7 @@ impl Engine {
             Some(to) => Some(self.seal(env, to)?),
             None => None,
         };
-        if let Some(identity) = &self.ctx.cfg.trust {
+        if let Some(identity) = &self.io.ctx.cfg.trust {
             let signed = wire.as_mut().unwrap_or(env);
             signed.sign(key, identity.signing_key(), &identity.key_id());
         }
@@ -640,7 +651,8 @@ impl Engine {
     /// sealed again (to another set), `env` needs a new msg id, the plain one
     /// was used by the first sealing within the duplicate window.
     fn same_version_on_bus(&self, gvk: &GroupVersionKind, key: &ObjectKey, env: &Envelope) -> bool {
-        self.kinds
+        self.world
+            .kinds
             .get(gvk)
             .and_then(|k| k.snapshots.meta(key))
             .is_some_and(|e| {
@@ -650,20 +662,25 @@ impl Engine {
 
     /// `env` sealed to the clusters `to` (those of them with a key now).
     fn seal(&self, env: &Envelope, to: &sealing::Recipients) -> Result<Envelope, PublishError> {
-        let Some(own) = &self.ctx.sealing else {
+        let Some(own) = &self.io.ctx.sealing else {
             // `plan` asks for sealing only when we hold a key.
             return Err(PublishError::Object(
                 "this cluster has no sealing key".to_owned(),
             ));
         };
-        let keys = sealing::keys(to, &self.fleet.local.name, &own.public, &self.fleet.peers);
+        let keys = sealing::keys(
+            to,
+            &self.world.fleet.local.name,
+            &own.public,
+            &self.world.fleet.peers,
+        );
         env.seal(&keys, &mut rand::rng())
             .map_err(|e| PublishError::Object(e.to_string()))
     }
 
     /// The server's `max_payload` (1 MiB by default).
     pub(in crate::sync) fn max_payload(&self) -> usize {
-        self.ctx.js.client().server_info().max_payload
+        self.io.ctx.js.client().server_info().max_payload
     }
 }
 

@@ -2,6 +2,8 @@
 //! from what changed equals one made from scratch over the same inputs.
 
 use super::*;
+use crate::sync::model::RuleReport;
+use crate::sync::sink::state::SinkState;
 use fleetbus_schemas::crd::UpdatePolicy;
 use proptest::prelude::*;
 use serde_json::json;

@@ -18,7 +18,7 @@
 //! replaces of a pass run concurrently while the engine waits for them
 //! (`sink::wave`), the rare paths (drift, dry runs) one at a time.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,202 +32,76 @@ use kube::core::GroupVersionKind;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 
+use super::drift::state::DriftState;
 use super::inputs::watches;
-use super::model::meta::origin_cluster;
-use super::model::{
-    Baseline, BusEvent, Input, LocalEvent, LocalObjects, RuleReport, Snapshots, Target,
-};
+use super::model::{BusEvent, Input, LocalEvent, LocalObjects, Snapshots};
 use super::policy::policy_gvk;
+use super::policy_watch::PolicyState;
+use super::returns::state::ReturnsState;
 use super::rules::compile::{self as rules, RuleSet};
+use super::sink::state::SinkState;
 use super::source::state::SourceState;
+use super::status::StatusState;
+pub use super::world::{config_map_gvk, crd_gvk, namespace_gvk, KindState, World};
 use crate::context::Context;
 use crate::mark::CopyMark;
 use crate::registry::FleetView;
 
-/// What sync knows of one kind.
-pub struct KindState {
-    /// Resource name and URL shape.
-    pub ar: ApiResource,
-    /// Namespaced or cluster-scoped.
-    pub namespaced: bool,
-    /// Every local object of the kind, as the watch last listed or saw it
-    /// (packed: parsed again where read).
-    pub objects: LocalObjects,
-    /// The objects of a re-list in progress (replace `objects` when done).
-    relist: Option<LocalObjects>,
-    /// The local list has completed at least once.
-    pub listed: bool,
-    /// Why the local watch last failed, until it lists again.
-    pub watch_error: Option<String>,
-    /// Whether this kind is a rule's source (and so consumed from the bus).
-    pub source: bool,
-    /// The last envelope of every object of this kind on the bus, every origin.
-    pub snapshots: Snapshots,
-    /// The envelopes of a consumer restart in progress.
-    resnap: Option<Snapshots>,
-    /// The bus consumer has delivered every last value at least once.
-    pub caught_up: bool,
-    /// Our objects whose local or bus state changed since the source side
-    /// last planned them (see `source::publish`): the next source pass plans only
-    /// these, unless `source_full`.
-    pub source_dirty: BTreeSet<ObjectKey>,
-    /// The next source pass plans every object: the kind is new, re-listed
-    /// or re-read from the bus, the rules or the fleet changed, or a publish
-    /// failed.
-    pub source_full: bool,
-    /// Cancels this kind's tasks (watch, consumer).
-    stop: CancellationToken,
-    /// Cancels `stop` when the kind is dropped.
-    _guard: DropGuard,
+/// The engine's handles on the world outside: the agent's context (API
+/// clients, bus, metrics), the engine's own input channel (for the tasks it
+/// starts) and its cancellation.
+pub struct Io {
+    pub ctx: Arc<Context>,
+    pub tx: mpsc::Sender<Input>,
+    pub cancel: CancellationToken,
 }
 
-impl KindState {
-    /// Whether copies made by sync, or live envelopes we published, remain.
-    pub fn has_leftovers(&self, local: &str) -> bool {
-        self.snapshots
-            .iter_meta()
-            .any(|(k, e)| k.origin == local && !e.tombstone)
-            || self
-                .objects
-                .values()
-                .any(|o| origin_cluster(&o).is_some_and(|origin| origin != local))
-    }
-
-    /// Whether everything sync needs of this kind has been read.
-    pub fn ready(&self) -> bool {
-        self.listed && (!self.source || self.caught_up)
-    }
-}
-
-/// The state of sync on this cluster.
-pub struct Engine {
-    pub(super) ctx: Arc<Context>,
-    pub(super) tx: mpsc::Sender<Input>,
-    pub(super) cancel: CancellationToken,
-    pub(super) fleet: Arc<FleetView>,
-    pub(super) rules: RuleSet,
-    pub(super) rules_dirty: bool,
+/// What the inputs left for the engine's own steps (rules, kinds) to do.
+#[derive(Default)]
+pub struct Pending {
+    /// A rule object changed: compile the rules again.
+    pub rules_dirty: bool,
     /// The fleet view changed since the rules were last compiled (what
     /// depends on rules is done again even if they compile the same).
-    pub(super) fleet_moved: bool,
-    pub(super) kinds: HashMap<GroupVersionKind, KindState>,
-    /// Kinds discovery does not serve (yet), with why.
-    pub(super) unresolved: HashMap<GroupVersionKind, String>,
-    pub(super) rediscover: bool,
-    pub(super) rediscover_at: Option<Instant>,
-    /// A drift announcement failed on the bus: run a pass then to try again
-    /// (what the sink pass returns, from its drift announcements).
-    pub(super) drift_wake: Option<Instant>,
-    /// A status report failed on the bus: when `report_pass` tries again.
-    pub(super) report_wake: Option<Instant>,
+    pub fleet_moved: bool,
+    /// A CRD changed while some kind was unresolved: ask discovery again.
+    pub rediscover: bool,
+    /// When to ask discovery again while some kind is unresolved.
+    pub rediscover_at: Option<Instant>,
+}
+
+/// The state of sync on this cluster: the World every stage reads, each
+/// stage's own state, and the IO handles.
+pub struct Engine {
+    pub(super) io: Io,
+    pub(super) world: World,
+    pub(super) pending: Pending,
     /// What the source side keeps between passes (`source::state`).
     pub(super) source: SourceState,
-    pub(super) baselines: HashMap<Target, Baseline>,
-    /// Copies whose last write, delete or orphan failed: when to try again
-    /// (see `backoff`).
-    pub(super) retries: HashMap<Target, super::model::backoff::Backoff>,
-    /// Failures that are news, as (rule, message): announced as Events on
-    /// their rule at the end of the sink pass (`sink::failures`).
-    pub(super) failure_events: Vec<(String, String)>,
-    /// The drift stage's state: the open drifts by copy, the failed
-    /// announcements of the pass in progress.
-    pub(super) drift: super::drift::state::DriftState,
-    /// When the local watch last saw each copy change (drift latency).
-    pub(super) seen: HashMap<Target, Instant>,
-    /// Copies an operator asked to correct now (`fleetbus drift correct`),
-    /// whatever the drift mode.
-    pub(super) forced: std::collections::HashSet<Target>,
-    /// Results of forced corrections in the last pass.
-    pub(super) forced_results: Vec<(Target, Result<(), String>)>,
-    /// The drift state KV bucket, once found.
-    pub(super) drift_kv: Option<async_nats::jetstream::kv::Store>,
-    /// Copies another writer keeps changing back (`drift::fight`).
-    pub(super) fights: super::drift::fight::Fights<Target>,
-    /// Drift announcements held per copy (`drift::coalesce`).
-    pub(super) coalesce: super::drift::coalesce::Coalescer<Target>,
-    /// Conflicts already reported (Event, bus), so each is reported once.
-    pub(super) reported_conflicts: BTreeSet<String>,
-    /// Per rule, what the last pass found.
-    pub(super) reports: BTreeMap<String, RuleReport>,
-    /// When a rule last wrote a copy.
-    pub(super) last_sync: BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
-    /// The copies the last sink pass wanted here: rule and source key of each
-    /// (what `report_pass` reports on), shared with the plan (issue 20).
-    pub(super) held: BTreeMap<Target, Arc<super::sink::plan::Pair>>,
-    /// The rules whose copies are held here this pass (suspended, or waiting
-    /// for their `dependsOn`), with why: nothing of theirs is created or
-    /// updated, drift is reported, not corrected (see `sink::depends`).
-    pub(super) holds: BTreeMap<String, String>,
-    /// Status reports read from the bus, and what the origin did with them.
-    pub(super) status_book: super::returns::state::StatusBook,
-    /// The Bundles unwrapped here by the last pass, per manifest (see `sink::bundle`).
-    pub(super) bundles: BTreeMap<ObjectKey, super::sink::bundle_state::Unwrapped>,
-    /// Bundle versions whose invalid manifests were counted already.
-    pub(super) bundles_counted: std::collections::HashSet<(ObjectKey, String)>,
-    /// When this agent last wrote each rule's status, and when a status held
-    /// back (only counts changed) is due (`status`).
-    pub(super) status_written: BTreeMap<String, Instant>,
-    pub(super) status_due: Option<Instant>,
-    /// The rule status records left for the bus (`status_bus`).
-    pub(super) status_bus: super::status_bus::StatusBus,
-    /// Counts rule recompilations (what the sink's plan depends on).
-    pub(super) rules_generation: u64,
-    /// The sink's plan and what changed since the last pass (see
-    /// `sink::plan`).
-    pub(super) sink: super::sink::plan::SinkState,
-    /// Any copy may have become collectable (see `Engine::collect`): rules
-    /// or the fleet changed, a kind (re)listed or caught up; the next pass
-    /// scans every object. What concerns one copy (no longer wanted, a
-    /// foreign copy appeared, kept or failing) is in `sink.collect`.
-    pub(super) collect_due: bool,
-    /// The sink pass's counts while it runs (read by `progress`).
-    pub(super) in_flight: Arc<super::progress::InFlight>,
-    /// Copies kept instead of deleted, while they are there
-    /// (`sink::collect::report_kept`).
-    pub(super) kept: BTreeMap<Target, super::sink::keep::KeptCopy>,
-    /// This cluster's SyncPolicy in force (`policy`, `policy_watch`).
-    pub(super) policy: super::policy::Policy,
-    /// The SyncPolicy objects changed since the last pass read them.
-    pub(super) policy_dirty: bool,
-    /// The (direction, rule, object) refusals of the last pass, so each is
-    /// counted once when it begins (`policy_watch::count_refusals`).
-    pub(super) refusals: BTreeSet<(super::policy::Direction, String, String)>,
+    pub(super) sink: SinkState,
+    pub(super) drift: DriftState,
+    pub(super) returns: ReturnsState,
+    pub(super) status: StatusState,
     /// Rollout records, fetched versions, the sink's holds per (rule,
     /// object) and the origin's clocks (`rollout`).
     pub(super) rollout: super::rollout::state::RolloutBook,
-}
-
-/// The kinds every agent watches: rules (replicated by the built-in rule),
-/// Namespaces (a copy waits for its namespace) and CRDs (a rule for a kind
-/// not served yet starts working when its CRD is established).
-pub fn namespace_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("", "v1", "Namespace")
-}
-
-/// The ConfigMap kind (watched while a rule has `valuesFrom`: `sink::values`).
-pub fn config_map_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("", "v1", "ConfigMap")
-}
-
-/// The CustomResourceDefinition kind.
-pub fn crd_gvk() -> GroupVersionKind {
-    GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
+    pub(super) policy: PolicyState,
 }
 
 impl Engine {
     /// The counts after a pass, for `fleetbus clusters progress` (see `progress`).
     fn measure(&self, now: chrono::DateTime<chrono::Utc>) -> SyncProgress {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        let reports = self.reports.values();
+        let reports = self.status.reports.values();
         SyncProgress {
-            cluster: self.ctx.cfg.cluster_name.clone(),
-            started: self.fleet.synced,
-            kinds: count(self.kinds.len()),
-            kinds_ready: count(self.kinds.values().filter(|k| k.ready()).count()),
-            envelopes: count(self.kinds.values().map(|k| k.snapshots.count()).sum()),
-            copies_wanted: count(self.held.len()),
+            cluster: self.io.ctx.cfg.cluster_name.clone(),
+            started: self.world.fleet.synced,
+            kinds: count(self.world.kinds.len()),
+            kinds_ready: count(self.world.kinds.values().filter(|k| k.ready()).count()),
+            envelopes: count(self.world.kinds.values().map(|k| k.snapshots.count()).sum()),
+            copies_wanted: count(self.sink.held.len()),
             copies_in_sync: reports
                 .clone()
                 .map(|r| u64::try_from(r.synced).unwrap_or(0))
@@ -247,53 +121,28 @@ impl Engine {
         cancel: CancellationToken,
         fleet: Arc<FleetView>,
     ) -> Self {
-        let fights = super::drift::fight::Fights::new(ctx.cfg.drift_fight);
-        let coalesce = super::drift::coalesce::Coalescer::new(ctx.cfg.drift_coalesce_window);
+        let drift = DriftState::new(ctx.cfg.drift_fight, ctx.cfg.drift_coalesce_window);
         Engine {
-            ctx,
-            tx,
-            cancel,
-            fleet,
-            rules: rules::compile(&[]),
-            rules_dirty: true,
-            fleet_moved: false,
-            kinds: HashMap::new(),
-            unresolved: HashMap::new(),
-            rediscover: false,
-            rediscover_at: None,
-            drift_wake: None,
-            report_wake: None,
+            io: Io { ctx, tx, cancel },
+            world: World {
+                fleet,
+                rules: rules::compile(&[]),
+                rules_generation: 0,
+                kinds: HashMap::new(),
+                unresolved: HashMap::new(),
+                policy: super::policy::Policy::default(),
+            },
+            pending: Pending {
+                rules_dirty: true,
+                ..Pending::default()
+            },
             source: SourceState::default(),
-            baselines: HashMap::new(),
-            retries: HashMap::new(),
-            failure_events: Vec::new(),
-            drift: super::drift::state::DriftState::default(),
-            seen: HashMap::new(),
-            forced: std::collections::HashSet::new(),
-            forced_results: Vec::new(),
-            drift_kv: None,
-            fights,
-            coalesce,
-            reported_conflicts: BTreeSet::new(),
-            reports: BTreeMap::new(),
-            last_sync: BTreeMap::new(),
-            held: BTreeMap::new(),
-            holds: BTreeMap::new(),
-            status_book: super::returns::state::StatusBook::default(),
-            bundles: BTreeMap::new(),
-            bundles_counted: std::collections::HashSet::new(),
-            status_written: BTreeMap::new(),
-            status_due: None,
-            status_bus: Default::default(),
-            rules_generation: 0,
-            sink: super::sink::plan::SinkState::default(),
-            collect_due: true,
-            in_flight: Arc::default(),
-            kept: BTreeMap::new(),
-            policy: super::policy::Policy::default(),
-            policy_dirty: true,
-            refusals: BTreeSet::new(),
+            sink: SinkState::default(),
+            drift,
+            returns: ReturnsState::default(),
+            status: StatusState::default(),
             rollout: Default::default(),
+            policy: PolicyState::default(),
         }
     }
 
@@ -306,10 +155,10 @@ impl Engine {
             Input::Rollout(ev) => self.rollout_event(ev),
             Input::Version(v, got) => self.version_event(v, got),
             Input::PublishFailed(gvk, key, before, sent) => {
-                self.ctx.metrics.sync_rejected("publish_failed");
+                self.io.ctx.metrics.sync_rejected("publish_failed");
                 // Believe what makes the next pass publish again whatever
                 // the bus holds now (a lost tombstone included).
-                if let Some(k) = self.kinds.get_mut(&gvk) {
+                if let Some(k) = self.world.kinds.get_mut(&gvk) {
                     k.source_full = true;
                     match super::model::believed_after_failure(before, *sent) {
                         Some(env) => {
@@ -324,7 +173,7 @@ impl Engine {
                 // (a stream gone, NATS away) and loop. Have the layout
                 // checked, and publish again in a second.
                 self.source.hold = Some(Instant::now() + Duration::from_secs(1));
-                self.ctx.check_layout.notify_one();
+                self.io.ctx.check_layout.notify_one();
             }
             Input::PublishDuplicate(gvk, key, before) => {
                 // We published because the bus differed from our object, and
@@ -333,9 +182,9 @@ impl Engine {
                 // first publication of this version before someone wrote
                 // over it. Believe again what the bus holds and publish at
                 // once with a fresh id (`overwritten`).
-                self.ctx.metrics.sync_rejected("publish_duplicate");
+                self.io.ctx.metrics.sync_rejected("publish_duplicate");
                 tracing::info!(object = %super::model::meta::describe_key(&key), "our subject holds a message we did not publish; publishing ours again");
-                if let Some(k) = self.kinds.get_mut(&gvk) {
+                if let Some(k) = self.world.kinds.get_mut(&gvk) {
                     match before {
                         Some(env) => k.snapshots.insert(key.clone(), *env),
                         None => {
@@ -351,24 +200,24 @@ impl Engine {
 
     fn local_event(&mut self, gvk: GroupVersionKind, ev: LocalEvent) {
         if gvk == rules::rule_gvk() {
-            self.rules_dirty = true;
+            self.pending.rules_dirty = true;
         }
-        if gvk == crd_gvk() && !self.unresolved.is_empty() {
-            self.rediscover = true;
+        if gvk == crd_gvk() && !self.world.unresolved.is_empty() {
+            self.pending.rediscover = true;
         }
         if gvk == policy_gvk() {
-            self.policy_dirty = true;
+            self.policy.dirty = true;
         }
         if gvk == crd_gvk() {
             // A CRD added, changed (its status subresource too) or deleted.
-            self.status_book.forget_discovery();
+            self.returns.book.forget_discovery();
         }
         if gvk == namespace_gvk() || gvk == crd_gvk() {
             // A namespace created, recreated or done terminating, or a CRD's
             // schema changed, can make a refused write succeed: try the
             // failing copies again now (their backoff goes on if they fail).
             let now = Instant::now();
-            for r in self.retries.values_mut() {
+            for r in self.sink.retries.values_mut() {
                 r.at = r.at.min(now);
             }
         }
@@ -377,7 +226,7 @@ impl Engine {
             // in it: decided again, all (namespaces change rarely).
             self.sink.dirty.full = true;
         }
-        let Some(kind) = self.kinds.get_mut(&gvk) else {
+        let Some(kind) = self.world.kinds.get_mut(&gvk) else {
             return;
         };
         match ev {
@@ -392,17 +241,21 @@ impl Engine {
                 let Some(key) = seen.key else { return };
                 // A copy as its watch saw it after our write is the write's
                 // response, byte for byte: kept once (see `Packed::shared_with`).
-                let object = match seen.target.as_ref().and_then(|t| self.baselines.get(t)) {
+                let object = match seen
+                    .target
+                    .as_ref()
+                    .and_then(|t| self.sink.baselines.get(t))
+                {
                     Some(b) => seen.object.shared_with(&b.server),
                     None => seen.object,
                 };
                 if let Some(t) = seen.target.map(|t| self.sink.plan.shared(t)) {
                     self.sink.dirty.targets.insert(t.clone());
                     // A copy the last pass did not want may be one to collect.
-                    if !self.held.contains_key(&t) && seen.annotated_copy {
+                    if !self.sink.held.contains_key(&t) && seen.annotated_copy {
                         self.sink.collect.insert(t.clone());
                     }
-                    self.seen.insert(t, Instant::now());
+                    self.drift.seen.insert(t, Instant::now());
                 }
                 if kind.source {
                     if let Some(k) = seen.source {
@@ -424,7 +277,7 @@ impl Engine {
                 }
                 if let Some(t) = seen.target.map(|t| self.sink.plan.shared(t)) {
                     self.sink.dirty.targets.insert(t.clone());
-                    self.seen.insert(t, Instant::now());
+                    self.drift.seen.insert(t, Instant::now());
                 }
                 if kind.source {
                     if let Some(k) = seen.source {
@@ -440,7 +293,7 @@ impl Engine {
             }
             LocalEvent::Listed => {
                 // Rules become ready; a re-list may have dropped copies.
-                self.collect_due = true;
+                self.sink.collect_due = true;
                 // Objects may have gone or changed between the two lists.
                 self.sink.dirty.full = true;
                 if let Some(relist) = kind.relist.take() {
@@ -455,7 +308,7 @@ impl Engine {
                 // for want of that API, are tried now, not after their
                 // backoff (up to 5 min after a long outage).
                 let now = Instant::now();
-                for (t, r) in self.retries.iter_mut() {
+                for (t, r) in self.sink.retries.iter_mut() {
                     if t.gvk() == gvk {
                         r.at = r.at.min(now);
                     }
@@ -470,9 +323,9 @@ impl Engine {
 
     fn bus_event(&mut self, gvk: GroupVersionKind, ev: BusEvent) {
         if gvk == rules::rule_gvk() {
-            self.rules_dirty = true;
+            self.pending.rules_dirty = true;
         }
-        let Some(kind) = self.kinds.get_mut(&gvk) else {
+        let Some(kind) = self.world.kinds.get_mut(&gvk) else {
             return;
         };
         match ev {
@@ -484,14 +337,15 @@ impl Engine {
                 // what was held is kept (also through a re-read). Our own
                 // subtree needs no such check: the plan publishes ours
                 // again over anything that differs.
-                if self.ctx.cfg.trust.is_some() && key.origin != self.fleet.local.name {
+                if self.io.ctx.cfg.trust.is_some() && key.origin != self.world.fleet.local.name {
                     let replayed = kind
                         .snapshots
                         .meta(&key)
                         .is_some_and(|old| crate::trust::is_replay(old, env.meta()));
                     if replayed {
                         let what = super::model::meta::describe_key(&key);
-                        self.ctx
+                        self.io
+                            .ctx
                             .reject(&key.origin, crate::trust::reason::REPLAY, &what);
                         if let (Some(resnap), Some(held)) =
                             (&mut kind.resnap, kind.snapshots.get(&key))
@@ -504,15 +358,15 @@ impl Engine {
                 // Kept (a cluster may join later) but never applied: only
                 // members are sources. Counted, so a stranger's messages
                 // are not dropped silently.
-                let fleet = &self.fleet;
+                let fleet = &self.world.fleet;
                 if fleet.synced
                     && key.origin != fleet.local.name
                     && !fleet.peers.contains_key(&key.origin)
                 {
-                    self.ctx.metrics.sync_rejected("unknown_origin");
+                    self.io.ctx.metrics.sync_rejected("unknown_origin");
                     tracing::warn!(origin = %key.origin, object = %super::model::meta::describe_key(&key), "envelope from a cluster that is no member; not applied");
                 }
-                if key.origin == self.ctx.cfg.cluster_name {
+                if key.origin == self.io.ctx.cfg.cluster_name {
                     // Our subtree as the bus holds it (our publish read back,
                     // or someone's message on our subject): the hash was
                     // recomputed from the content on receipt (`watches`), so
@@ -547,7 +401,7 @@ impl Engine {
                 // snapshot and collect its copy. Forget it so the next pass
                 // publishes it again (with a fresh msg id: the old one is
                 // still in the server's duplicate window).
-                if key.origin == self.fleet.local.name
+                if key.origin == self.world.fleet.local.name
                     && kind.snapshots.remove(&key).is_some_and(|e| !e.tombstone)
                 {
                     kind.source_dirty.insert(key.clone());
@@ -564,7 +418,7 @@ impl Engine {
                 }
                 if reread {
                     // Rules become ready.
-                    self.collect_due = true;
+                    self.sink.collect_due = true;
                     // Envelopes may have gone or changed during the re-read.
                     self.sink.dirty.full = true;
                     kind.source_full = true;
@@ -581,9 +435,10 @@ impl Engine {
             .snapshots
             .iter_meta()
             .filter(|(key, env)| {
-                key.origin != self.fleet.local.name
+                key.origin != self.world.fleet.local.name
                     && !env.tombstone
                     && self
+                        .world
                         .fleet
                         .peers
                         .get(&key.origin)
@@ -624,7 +479,7 @@ impl Engine {
         need.insert(crd_gvk(), false);
         need.insert(policy_gvk(), false);
         need.insert(rules::reported_state_gvk(), false);
-        for rule in self.rules.values() {
+        for rule in self.world.rules.values() {
             if rule.builtin || rule.spec.group_version_kind.kind.is_empty() {
                 continue;
             }
@@ -652,45 +507,52 @@ impl Engine {
     /// Starts the tasks of kinds newly needed and stops those no longer needed.
     async fn ensure_kinds(&mut self) {
         let need = self.needed_kinds();
-        let local = self.fleet.local.name.clone();
+        let local = self.world.fleet.local.name.clone();
         // A kind no rule needs any more stays until what it left behind is
         // cleaned up: copies here (collected per orphan policy) and our own
         // envelopes on the bus (tombstoned), both of which need its watch.
-        self.kinds
+        self.world
+            .kinds
             .retain(|gvk, k| need.contains_key(gvk) || (k.ready() && k.has_leftovers(&local)));
-        self.unresolved.retain(|gvk, _| need.contains_key(gvk));
-        let due = self.rediscover || self.rediscover_at.is_some_and(|at| at <= Instant::now());
+        self.world
+            .unresolved
+            .retain(|gvk, _| need.contains_key(gvk));
+        let due = self.pending.rediscover
+            || self
+                .pending
+                .rediscover_at
+                .is_some_and(|at| at <= Instant::now());
         for (gvk, source) in need {
-            if let Some(kind) = self.kinds.get_mut(&gvk) {
+            if let Some(kind) = self.world.kinds.get_mut(&gvk) {
                 if source && !kind.source {
                     kind.source = true;
                     self.start_consumer(&gvk);
                 }
                 continue;
             }
-            if self.unresolved.contains_key(&gvk) && !due {
+            if self.world.unresolved.contains_key(&gvk) && !due {
                 continue;
             }
-            match watches::resolve(&self.ctx.client, &gvk).await {
+            match watches::resolve(&self.io.ctx.client, &gvk).await {
                 Ok((ar, namespaced)) => {
-                    self.unresolved.remove(&gvk);
+                    self.world.unresolved.remove(&gvk);
                     self.start_kind(gvk, ar, namespaced, source);
                 }
                 Err(why) => {
                     tracing::info!(kind = %super::model::meta::describe_gvk(&gvk), %why, "kind not available yet");
-                    self.unresolved.insert(gvk, why);
+                    self.world.unresolved.insert(gvk, why);
                 }
             }
         }
-        self.rediscover = false;
+        self.pending.rediscover = false;
         // Discovery can lag the CRD event; look again now and then while
         // some kind is missing.
         // Set once, not pushed back by every pass (a busy cluster would
         // postpone it forever).
-        if self.unresolved.is_empty() {
-            self.rediscover_at = None;
-        } else if due || self.rediscover_at.is_none() {
-            self.rediscover_at = Some(Instant::now() + Duration::from_secs(5));
+        if self.world.unresolved.is_empty() {
+            self.pending.rediscover_at = None;
+        } else if due || self.pending.rediscover_at.is_none() {
+            self.pending.rediscover_at = Some(Instant::now() + Duration::from_secs(5));
         }
     }
 
@@ -701,15 +563,15 @@ impl Engine {
         namespaced: bool,
         source: bool,
     ) {
-        let stop = self.cancel.child_token();
+        let stop = self.io.cancel.child_token();
         tokio::spawn(watches::local_watch(
-            self.ctx.clone(),
+            self.io.ctx.clone(),
             gvk.clone(),
             ar.clone(),
-            self.tx.clone(),
+            self.io.tx.clone(),
             stop.clone(),
         ));
-        self.kinds.insert(
+        self.world.kinds.insert(
             gvk.clone(),
             KindState {
                 ar,
@@ -729,7 +591,7 @@ impl Engine {
             },
         );
         if source {
-            if let Some(k) = self.kinds.get_mut(&gvk) {
+            if let Some(k) = self.world.kinds.get_mut(&gvk) {
                 k.source = true;
             }
             self.start_consumer(&gvk);
@@ -737,31 +599,32 @@ impl Engine {
     }
 
     fn start_consumer(&self, gvk: &GroupVersionKind) {
-        let Some(kind) = self.kinds.get(gvk) else {
+        let Some(kind) = self.world.kinds.get(gvk) else {
             return;
         };
         // The consumer stops with the kind (its DropGuard cancels the token).
         let stop = kind.stop.clone();
         tokio::spawn(watches::bus_consumer(
-            self.ctx.clone(),
+            self.io.ctx.clone(),
             gvk.clone(),
-            self.tx.clone(),
+            self.io.tx.clone(),
             stop,
         ));
     }
 
     /// When the engine wants to run a pass even without input.
     pub fn wake_at(&self) -> Option<Instant> {
-        self.retries
+        self.sink
+            .retries
             .values()
             .map(|r| r.at)
-            .chain(self.rediscover_at)
-            .chain(self.drift_wake)
+            .chain(self.pending.rediscover_at)
+            .chain(self.drift.wake)
             .chain(self.source.wake)
-            .chain(self.report_wake)
-            .chain(self.status_due)
-            .chain(self.fights.wake_at())
-            .chain(self.coalesce.wake_at())
+            .chain(self.returns.wake)
+            .chain(self.status.due)
+            .chain(self.drift.fights.wake_at())
+            .chain(self.drift.coalesce.wake_at())
             .chain(self.sink.wake_at())
             .chain(self.fetch_wake())
             .chain(self.rollout.wake)
@@ -771,18 +634,18 @@ impl Engine {
     /// Takes newly compiled rules that differ from the last (or were
     /// compiled under a changed fleet): what depends on them is done again.
     pub(super) fn rules_changed(&mut self, rules: RuleSet) {
-        self.rules = rules;
-        self.rules_generation = self.rules_generation.wrapping_add(1);
+        self.world.rules = rules;
+        self.world.rules_generation = self.world.rules_generation.wrapping_add(1);
         // Which objects are published depends on the rules (and, through
         // them, on the fleet): plan every object again.
-        for k in self.kinds.values_mut() {
+        for k in self.world.kinds.values_mut() {
             k.source_full = true;
         }
         // Rules gone, invalid or ready again change what is collected.
-        self.collect_due = true;
+        self.sink.collect_due = true;
         // Exclusions and drift modes may have changed: what was found equal
         // is compared again.
-        for b in self.baselines.values_mut() {
+        for b in self.sink.baselines.values_mut() {
             b.verified = None;
         }
     }
@@ -792,15 +655,15 @@ impl Engine {
         let started = Instant::now();
         // Timers are set again by whatever still needs them in this pass; a
         // due timer left standing would wake the loop at once, forever.
-        self.drift_wake = None;
+        self.drift.wake = None;
         self.source.wake = None;
-        self.report_wake = None;
-        if self.rules_dirty {
-            if let Some(kind) = self.kinds.get(&rules::rule_gvk()) {
+        self.returns.wake = None;
+        if self.pending.rules_dirty {
+            if let Some(kind) = self.world.kinds.get(&rules::rule_gvk()) {
                 let objects: Vec<Value> = kind.objects.values().collect();
                 let objects: Vec<&Value> = objects.iter().collect();
                 let mut rules = rules::compile(&objects);
-                verify_authors(&mut rules, kind, &self.ctx.mark);
+                verify_authors(&mut rules, kind, &self.io.ctx.mark);
                 // Rules are mesh-wide: a rule a peer publishes counts here even
                 // while its local copy is missing (deleted by someone, not yet
                 // written), so its copies are neither collected nor its
@@ -808,24 +671,25 @@ impl Engine {
                 for (name, rule) in self.bus_rules(kind) {
                     rules.entry(name).or_insert(rule);
                 }
-                self.rules_dirty = false;
+                self.pending.rules_dirty = false;
                 // A rule object's status written (by us: its counts change
                 // with every copy) or replicated again compiles to the same
                 // rules: nothing below concerns it, and a full plan of every
                 // object per status write would make every change cost a
                 // pass over every object (issue 20).
-                let fleet_moved = std::mem::take(&mut self.fleet_moved);
-                if rules != self.rules || fleet_moved {
+                let fleet_moved = std::mem::take(&mut self.pending.fleet_moved);
+                if rules != self.world.rules || fleet_moved {
                     self.rules_changed(rules);
                 }
             }
         }
         self.policy_pass().await;
         let rules_read = self
+            .world
             .kinds
             .get(&rules::rule_gvk())
             .is_some_and(|k| k.ready());
-        if !self.fleet.synced || !self.policy_known() || !rules_read {
+        if !self.world.fleet.synced || !self.policy_known() || !rules_read {
             // Who may be a source (ourselves included) is unknown until the
             // registry has been read: publishing or collecting now could
             // act on an empty fleet. What the policy allows is unknown until
@@ -836,12 +700,12 @@ impl Engine {
             self.ensure_kinds().await;
             return;
         }
-        self.ctx.metrics.sync_passes.inc();
+        self.io.ctx.metrics.sync_passes.inc();
         self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
-        self.drift_wake = self.sink_pass().await;
+        self.drift.wake = self.sink_pass().await;
         self.count_refusals().await;
-        self.report_wake = self.report_pass().await;
+        self.returns.wake = self.report_pass().await;
         self.return_pass().await;
         self.rollout_pass().await;
         self.status_pass().await;
@@ -850,11 +714,13 @@ impl Engine {
         // was not: it stays, and its due time wakes the next pass at once.
         // Dropping it too lost the retry until some other input touched the
         // copy (a pass straddling the due time, under load).
-        self.retries.retain(|_, r| r.at > started);
+        self.sink.retries.retain(|_, r| r.at > started);
         // Bookkeeping of objects and rules that are gone.
-        let rules = &self.rules;
-        self.last_sync.retain(|name, _| rules.contains_key(name));
-        let kinds = &self.kinds;
+        let rules = &self.world.rules;
+        self.sink
+            .last_sync
+            .retain(|name, _| rules.contains_key(name));
+        let kinds = &self.world.kinds;
         self.source.unpublishable.retain(|(key, _)| {
             kinds.values().any(|k| {
                 k.objects
@@ -923,14 +789,14 @@ pub async fn run(
     // about our objects. Stops with the engine's token.
     tokio::spawn(watches::status_consumer(
         reg.ctx.clone(),
-        engine.tx.clone(),
-        engine.cancel.clone(),
+        engine.io.tx.clone(),
+        engine.io.cancel.clone(),
     ));
     // Rollout records: what this sink may run, what this origin decided.
     tokio::spawn(super::inputs::rollouts::rollout_consumer(
         reg.ctx.clone(),
-        engine.tx.clone(),
-        engine.cancel.clone(),
+        engine.io.tx.clone(),
+        engine.io.cancel.clone(),
     ));
     // `fleetbus rules rollout`: admitted by its own rate bucket, applied here.
     let (rollout_tx, mut rollout_rx) = mpsc::channel(16);
@@ -943,7 +809,7 @@ pub async fn run(
     let serving = super::progress::serve(
         reg.ctx.clone(),
         progress.subscribe(),
-        engine.in_flight.clone(),
+        engine.sink.in_flight.clone(),
         cancel.clone(),
     );
     tokio::spawn(serving);
@@ -988,10 +854,10 @@ pub async fn run(
                 if changed.is_err() {
                     return Ok(());
                 }
-                engine.fleet = fleet.borrow_and_update().clone();
+                engine.world.fleet = fleet.borrow_and_update().clone();
                 // Which peers' rules count depends on the fleet.
-                engine.rules_dirty = true;
-                engine.fleet_moved = true;
+                engine.pending.rules_dirty = true;
+                engine.pending.fleet_moved = true;
             }
             _ = sleep_until_opt(wake) => {}
         }
@@ -1001,7 +867,7 @@ pub async fn run(
         // Settled: this pass changed nothing on the API server, and nothing
         // is queued or waiting to be written (see `Metrics::sync_settled`).
         let settled =
-            reg.ctx.metrics.writes_made() == writes && engine.status_due.is_none() && rx.is_empty();
+            reg.ctx.metrics.writes_made() == writes && engine.status.due.is_none() && rx.is_empty();
         reg.ctx.metrics.sync_settled.set(i64::from(settled));
     }
 }
@@ -1148,33 +1014,9 @@ fn parse_correct(bytes: &[u8]) -> Result<CorrectRequest, String> {
 }
 
 #[cfg(test)]
-impl KindState {
-    /// A listed, caught-up source kind holding `objects` and `snapshots`,
-    /// with no tasks behind it: for unit tests of the pure passes.
-    pub fn for_test(objects: LocalObjects, snapshots: BTreeMap<ObjectKey, Envelope>) -> KindState {
-        let stop = CancellationToken::new();
-        KindState {
-            ar: ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),
-            namespaced: true,
-            objects,
-            relist: None,
-            listed: true,
-            watch_error: None,
-            source: true,
-            snapshots: snapshots.into_iter().collect(),
-            resnap: None,
-            caught_up: true,
-            source_dirty: BTreeSet::new(),
-            source_full: true,
-            _guard: stop.clone().drop_guard(),
-            stop,
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::model::Target;
     use serde_json::json;
 
     #[test]

@@ -1,0 +1,135 @@
+//! What every stage reads and none changes: the fleet view, the compiled
+//! rules, the kinds sync knows (their local objects and bus envelopes) and
+//! the SyncPolicy in force. The engine folds inputs into it between passes
+//! (`engine::fold`); stages get `&World`.
+
+#[cfg(test)]
+use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+#[cfg(test)]
+use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::subject::ObjectKey;
+use kube::api::ApiResource;
+use kube::core::GroupVersionKind;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::model::meta::origin_cluster;
+use super::model::{LocalObjects, Snapshots};
+use super::policy::Policy;
+use super::rules::compile::RuleSet;
+use crate::registry::FleetView;
+
+/// What every stage reads.
+pub struct World {
+    /// The fleet as the registry last saw it.
+    pub fleet: Arc<FleetView>,
+    /// The rules, compiled.
+    pub rules: RuleSet,
+    /// Counts rule recompilations (what the sink's plan depends on).
+    pub rules_generation: u64,
+    /// Every kind sync watches, by group, version and kind.
+    pub kinds: HashMap<GroupVersionKind, KindState>,
+    /// Kinds discovery does not serve (yet), with why.
+    pub unresolved: HashMap<GroupVersionKind, String>,
+    /// This cluster's SyncPolicy in force (`policy`, `policy_watch`).
+    pub policy: Policy,
+}
+
+/// What sync knows of one kind.
+pub struct KindState {
+    /// Resource name and URL shape.
+    pub ar: ApiResource,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Every local object of the kind, as the watch last listed or saw it
+    /// (packed: parsed again where read).
+    pub objects: LocalObjects,
+    /// The objects of a re-list in progress (replace `objects` when done).
+    pub(in crate::sync) relist: Option<LocalObjects>,
+    /// The local list has completed at least once.
+    pub listed: bool,
+    /// Why the local watch last failed, until it lists again.
+    pub watch_error: Option<String>,
+    /// Whether this kind is a rule's source (and so consumed from the bus).
+    pub source: bool,
+    /// The last envelope of every object of this kind on the bus, every origin.
+    pub snapshots: Snapshots,
+    /// The envelopes of a consumer restart in progress.
+    pub(in crate::sync) resnap: Option<Snapshots>,
+    /// The bus consumer has delivered every last value at least once.
+    pub caught_up: bool,
+    /// Our objects whose local or bus state changed since the source side
+    /// last planned them (see `source::publish`): the next source pass plans only
+    /// these, unless `source_full`.
+    pub source_dirty: BTreeSet<ObjectKey>,
+    /// The next source pass plans every object: the kind is new, re-listed
+    /// or re-read from the bus, the rules or the fleet changed, or a publish
+    /// failed.
+    pub source_full: bool,
+    /// Cancels this kind's tasks (watch, consumer).
+    pub(in crate::sync) stop: CancellationToken,
+    /// Cancels `stop` when the kind is dropped.
+    pub(in crate::sync) _guard: DropGuard,
+}
+
+impl KindState {
+    /// Whether copies made by sync, or live envelopes we published, remain.
+    pub fn has_leftovers(&self, local: &str) -> bool {
+        self.snapshots
+            .iter_meta()
+            .any(|(k, e)| k.origin == local && !e.tombstone)
+            || self
+                .objects
+                .values()
+                .any(|o| origin_cluster(&o).is_some_and(|origin| origin != local))
+    }
+
+    /// Whether everything sync needs of this kind has been read.
+    pub fn ready(&self) -> bool {
+        self.listed && (!self.source || self.caught_up)
+    }
+}
+
+/// The kinds every agent watches: rules (replicated by the built-in rule),
+/// Namespaces (a copy waits for its namespace) and CRDs (a rule for a kind
+/// not served yet starts working when its CRD is established).
+pub fn namespace_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("", "v1", "Namespace")
+}
+
+/// The ConfigMap kind (watched while a rule has `valuesFrom`: `sink::values`).
+pub fn config_map_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("", "v1", "ConfigMap")
+}
+
+/// The CustomResourceDefinition kind.
+pub fn crd_gvk() -> GroupVersionKind {
+    GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
+}
+
+#[cfg(test)]
+impl KindState {
+    /// A listed, caught-up source kind holding `objects` and `snapshots`,
+    /// with no tasks behind it: for unit tests of the pure passes.
+    pub fn for_test(objects: LocalObjects, snapshots: BTreeMap<ObjectKey, Envelope>) -> KindState {
+        let stop = CancellationToken::new();
+        KindState {
+            ar: ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),
+            namespaced: true,
+            objects,
+            relist: None,
+            listed: true,
+            watch_error: None,
+            source: true,
+            snapshots: snapshots.into_iter().collect(),
+            resnap: None,
+            caught_up: true,
+            source_dirty: BTreeSet::new(),
+            source_full: true,
+            _guard: stop.clone().drop_guard(),
+            stop,
+        }
+    }
+}
