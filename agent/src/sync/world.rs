@@ -133,3 +133,121 @@ impl KindState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::model::meta::local_key;
+    use crate::sync::model::Target;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn target_of_a_namespaced_object() {
+        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                         "metadata": {"namespace": "web", "name": "front"}});
+        let t = Target::of(&obj).unwrap();
+        assert_eq!(
+            t,
+            Target::from(crate::sync::model::Place {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("web".into()),
+                name: "front".into(),
+            })
+        );
+        assert_eq!(t.gvk(), GroupVersionKind::gvk("apps", "v1", "Deployment"));
+        assert_eq!(t.local_key(), (Some("web".to_owned()), "front".to_owned()));
+        assert_eq!(t.to_string(), "Deployment web/front");
+    }
+
+    #[test]
+    fn target_of_a_cluster_scoped_or_core_object() {
+        // An empty namespace is what some clients send for cluster-scoped objects.
+        for meta in [
+            json!({"name": "n1"}),
+            json!({"name": "n1", "namespace": ""}),
+        ] {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": meta});
+            let t = Target::of(&obj).unwrap();
+            assert_eq!(t.namespace, None);
+            assert_eq!(t.gvk(), GroupVersionKind::gvk("", "v1", "Namespace"));
+            assert_eq!(t.local_key(), (None, "n1".to_owned()));
+            assert_eq!(t.to_string(), "Namespace n1");
+        }
+    }
+
+    #[test]
+    fn target_of_an_object_without_a_place_is_none() {
+        for obj in [
+            json!({"kind": "Secret", "metadata": {"name": "s"}}),
+            json!({"apiVersion": "v1", "metadata": {"name": "s"}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": ""}}),
+            json!({"apiVersion": "v1", "kind": "Secret"}),
+            json!({"apiVersion": 1, "kind": "Secret", "metadata": {"name": "s"}}),
+        ] {
+            assert_eq!(Target::of(&obj), None, "{obj}");
+        }
+    }
+
+    fn secret(name: &str, annotations: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"namespace": "apps", "name": name, "uid": format!("u-{name}"),
+                            "resourceVersion": "1", "annotations": annotations}})
+    }
+
+    fn kind_with(objects: &[Value], snapshots: &[(&str, Envelope)]) -> KindState {
+        KindState::for_test(
+            objects
+                .iter()
+                .filter_map(|o| Some((local_key(o)?, o.clone())))
+                .collect(),
+            snapshots
+                .iter()
+                .filter_map(|(origin, e)| {
+                    let key = ObjectKey::from_object(origin, e.object.as_ref()?)?;
+                    Some((key, e.clone()))
+                })
+                .collect(),
+        )
+    }
+
+    fn snapshot(origin: &str, obj: &Value) -> Envelope {
+        Envelope::snapshot(origin, None, obj.clone(), chrono::Utc::now()).unwrap()
+    }
+
+    #[test]
+    fn leftovers_are_copies_from_others_and_our_live_envelopes() {
+        let original = secret("o", json!({}));
+        let copy = secret(
+            "c",
+            json!({ fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER: "c2" }),
+        );
+        // Nothing: an original, and a peer's envelope.
+        assert!(!kind_with(
+            std::slice::from_ref(&original),
+            &[("c2", snapshot("c2", &original))]
+        )
+        .has_leftovers("c1"));
+        // A copy made from c2's object.
+        assert!(kind_with(&[copy], &[]).has_leftovers("c1"));
+        // Our own live envelope on the bus (to be tombstoned).
+        assert!(kind_with(&[], &[("c1", snapshot("c1", &original))]).has_leftovers("c1"));
+        // Our tombstone is not a leftover.
+        let mut gone = snapshot("c1", &original);
+        gone.tombstone = true;
+        assert!(!kind_with(&[], &[("c1", gone)]).has_leftovers("c1"));
+    }
+
+    #[test]
+    fn a_kind_is_ready_once_listed_and_if_a_source_caught_up() {
+        let mut k = kind_with(&[], &[]);
+        assert!(k.ready());
+        k.caught_up = false;
+        assert!(!k.ready(), "a source kind waits for the bus");
+        k.source = false;
+        assert!(k.ready(), "a sink-only kind does not");
+        k.listed = false;
+        assert!(!k.ready());
+    }
+}

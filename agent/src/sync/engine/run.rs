@@ -1,0 +1,262 @@
+//! The loop: inputs folded in batches, then one pass calling the stages in
+//! order; the engine sleeps until the earliest wake-up any stage asked for.
+
+use std::sync::Arc;
+
+use fleetbus_schemas::progress::SyncProgress;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::sync::inputs::watches;
+use crate::sync::model::Input;
+use crate::sync::rules::compile::{self as rules};
+
+use super::commands::{next_command, Commands};
+use super::rule_set::verify_authors;
+use super::Engine;
+
+impl Engine {
+    /// The counts after a pass, for `fleetbus clusters progress` (see `progress`).
+    pub(super) fn measure(&self, now: chrono::DateTime<chrono::Utc>) -> SyncProgress {
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let reports = self.status.reports.values();
+        SyncProgress {
+            cluster: self.io.ctx.cfg.cluster_name.clone(),
+            started: self.world.fleet.synced,
+            kinds: count(self.world.kinds.len()),
+            kinds_ready: count(self.world.kinds.values().filter(|k| k.ready()).count()),
+            envelopes: count(self.world.kinds.values().map(|k| k.snapshots.count()).sum()),
+            copies_wanted: count(self.sink.held.len()),
+            copies_in_sync: reports
+                .clone()
+                .map(|r| u64::try_from(r.synced).unwrap_or(0))
+                .sum(),
+            errors: count(reports.clone().map(|r| r.errors.len()).sum()),
+            conflicts: count(reports.map(|r| r.conflicts.len()).sum()),
+            updated_at: now,
+            error: None,
+            retry_after_ms: None,
+        }
+    }
+
+    /// When the engine wants to run a pass even without input.
+    pub fn wake_at(&self) -> Option<Instant> {
+        self.sink
+            .retries
+            .values()
+            .map(|r| r.at)
+            .chain(self.pending.rediscover_at)
+            .chain(self.drift.wake)
+            .chain(self.source.wake)
+            .chain(self.returns.wake)
+            .chain(self.status.due)
+            .chain(self.drift.fights.wake_at())
+            .chain(self.drift.coalesce.wake_at())
+            .chain(self.sink.wake_at())
+            .chain(self.fetch_wake())
+            .chain(self.rollout.wake)
+            .min()
+    }
+
+    /// One pass over everything (see the module docs).
+    pub async fn pass(&mut self) {
+        let started = Instant::now();
+        // Timers are set again by whatever still needs them in this pass; a
+        // due timer left standing would wake the loop at once, forever.
+        self.drift.wake = None;
+        self.source.wake = None;
+        self.returns.wake = None;
+        if self.pending.rules_dirty {
+            if let Some(kind) = self.world.kinds.get(&rules::rule_gvk()) {
+                let objects: Vec<Value> = kind.objects.values().collect();
+                let objects: Vec<&Value> = objects.iter().collect();
+                let mut rules = rules::compile(&objects);
+                verify_authors(&mut rules, kind, &self.io.ctx.mark);
+                // Rules are mesh-wide: a rule a peer publishes counts here even
+                // while its local copy is missing (deleted by someone, not yet
+                // written), so its copies are neither collected nor its
+                // objects tombstoned in the moment before the copy is back.
+                for (name, rule) in self.bus_rules(kind) {
+                    rules.entry(name).or_insert(rule);
+                }
+                self.pending.rules_dirty = false;
+                // A rule object's status written (by us: its counts change
+                // with every copy) or replicated again compiles to the same
+                // rules: nothing below concerns it, and a full plan of every
+                // object per status write would make every change cost a
+                // pass over every object (issue 20).
+                let fleet_moved = std::mem::take(&mut self.pending.fleet_moved);
+                if rules != self.world.rules || fleet_moved {
+                    self.rules_changed(rules);
+                }
+            }
+        }
+        self.policy_pass().await;
+        let rules_read = self
+            .world
+            .kinds
+            .get(&rules::rule_gvk())
+            .is_some_and(|k| k.ready());
+        if !self.world.fleet.synced || !self.policy_known() || !rules_read {
+            // Who may be a source (ourselves included) is unknown until the
+            // registry has been read: publishing or collecting now could
+            // act on an empty fleet. What the policy allows is unknown until
+            // it has been read, and who authored each rule until the rules
+            // on the bus have been (`verify_authors`): publishing, writing
+            // or collecting now could act on a default the cluster replaced,
+            // or take a copied rule for a local one.
+            self.ensure_kinds().await;
+            return;
+        }
+        self.io.ctx.metrics.sync_passes.inc();
+        self.source.wake = self.source_pass().await;
+        self.ensure_kinds().await;
+        self.drift.wake = self.sink_pass().await;
+        self.count_refusals().await;
+        self.returns.wake = self.report_pass().await;
+        self.return_pass().await;
+        self.rollout_pass().await;
+        self.status_pass().await;
+        // A retry due when the pass began was decided in it (tried, or backed
+        // off again with a later time). One that fell due while the pass ran
+        // was not: it stays, and its due time wakes the next pass at once.
+        // Dropping it too lost the retry until some other input touched the
+        // copy (a pass straddling the due time, under load).
+        self.sink.retries.retain(|_, r| r.at > started);
+        // Bookkeeping of objects and rules that are gone.
+        let rules = &self.world.rules;
+        self.sink
+            .last_sync
+            .retain(|name, _| rules.contains_key(name));
+        let kinds = &self.world.kinds;
+        self.source.unpublishable.retain(|(key, _)| {
+            kinds.values().any(|k| {
+                k.objects
+                    .contains_key(&(key.namespace.clone(), key.name.clone()))
+            })
+        });
+    }
+}
+
+/// Runs sync until `cancel`.
+#[tracing::instrument(name = "sync", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
+pub async fn run(
+    reg: Arc<crate::registry::Registry>,
+    cancel: CancellationToken,
+) -> Result<(), crate::sync::SyncError> {
+    let (tx, mut rx) = mpsc::channel::<Input>(4096);
+    let mut fleet = reg.fleet();
+    let initial = fleet.borrow_and_update().clone();
+    let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
+    let mut cmds = Commands::new(&reg.ctx);
+    // Without the subscriptions `fleetbus drift correct` and `rules preview`
+    // (and its `preview-source`) find no responder; sync goes on while a failed subscribe is retried.
+    let (mut commands, mut previews, mut preview_sources) = (None, None, None);
+    let subscribing = {
+        let (client, cancel) = (cmds.client.clone(), cancel.clone());
+        let (correct, preview) = (cmds.correct_subject.clone(), cmds.preview_subject.clone());
+        let source = cmds.preview_source_subject.clone();
+        async move {
+            let correct = crate::bus::command_sub::subscribe(&client, &correct, &cancel).await;
+            let preview = crate::bus::command_sub::subscribe(&client, &preview, &cancel).await;
+            let source = crate::bus::command_sub::subscribe(&client, &source, &cancel);
+            (correct, preview, source.await)
+        }
+    };
+    tokio::pin!(subscribing);
+    let mut subscribed = false;
+    // Status reports: ours (read back before publishing more) and those
+    // about our objects. Stops with the engine's token.
+    tokio::spawn(watches::status_consumer(
+        reg.ctx.clone(),
+        engine.io.tx.clone(),
+        engine.io.cancel.clone(),
+    ));
+    // Rollout records: what this sink may run, what this origin decided.
+    tokio::spawn(crate::sync::inputs::rollouts::rollout_consumer(
+        reg.ctx.clone(),
+        engine.io.tx.clone(),
+        engine.io.cancel.clone(),
+    ));
+    // `fleetbus rules rollout`: admitted by its own rate bucket, applied here.
+    let (rollout_tx, mut rollout_rx) = mpsc::channel(16);
+    tokio::spawn(crate::sync::rollout::serve::serve(
+        reg.ctx.clone(),
+        rollout_tx,
+        cancel.child_token(),
+    ));
+    let progress = crate::sync::progress::Progress::new(&reg.ctx.cfg.cluster_name);
+    let serving = crate::sync::progress::serve(
+        reg.ctx.clone(),
+        progress.subscribe(),
+        engine.sink.in_flight.clone(),
+        cancel.clone(),
+    );
+    tokio::spawn(serving);
+    engine.pass().await;
+    progress.record(engine.measure(chrono::Utc::now()));
+    loop {
+        let wake = engine.wake_at();
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            subs = &mut subscribing, if !subscribed => {
+                subscribed = true;
+                (commands, previews, preview_sources) = subs;
+                continue;
+            }
+            Some(msg) = next_command(&mut commands) => {
+                cmds.correct(&mut engine, msg).await;
+                continue;
+            }
+            Some(msg) = next_command(&mut previews) => {
+                // Read-only: no pass follows it.
+                cmds.preview(&mut engine, msg).await;
+                continue;
+            }
+            Some(msg) = next_command(&mut preview_sources) => {
+                // Read-only too: no pass follows it.
+                cmds.preview_source(&engine, msg).await;
+                continue;
+            }
+            Some(req) = rollout_rx.recv() => {
+                let reply = engine.rollout_request(&req.payload).await;
+                crate::sync::rollout::serve::respond(&reg.ctx, req.reply, &reply).await;
+            }
+            input = rx.recv() => {
+                let Some(input) = input else { return Ok(()) };
+                engine.handle(input);
+                // Drain what else is queued: one pass per batch, not per event.
+                while let Ok(more) = rx.try_recv() {
+                    engine.handle(more);
+                }
+            }
+            changed = fleet.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                engine.world.fleet = fleet.borrow_and_update().clone();
+                // Which peers' rules count depends on the fleet.
+                engine.pending.rules_dirty = true;
+                engine.pending.fleet_moved = true;
+            }
+            _ = sleep_until_opt(wake) => {}
+        }
+        let writes = reg.ctx.metrics.writes_made();
+        engine.pass().await;
+        progress.record(engine.measure(chrono::Utc::now()));
+        // Settled: this pass changed nothing on the API server, and nothing
+        // is queued or waiting to be written (see `Metrics::sync_settled`).
+        let settled =
+            reg.ctx.metrics.writes_made() == writes && engine.status.due.is_none() && rx.is_empty();
+        reg.ctx.metrics.sync_settled.set(i64::from(settled));
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
