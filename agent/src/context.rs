@@ -118,6 +118,11 @@ impl Context {
 }
 
 impl Context {
+    /// The bus server's `max_payload` (1 MiB by default).
+    pub fn max_payload(&self) -> usize {
+        self.js.client().server_info().max_payload
+    }
+
     /// Drops one message that failed the trust checks: counted in
     /// `fleetbus_rejected_messages_total{reason}` and raised as an Event on
     /// the Cluster object of `cluster` (rate-limited).

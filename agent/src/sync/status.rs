@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::engine::Engine;
 use super::model::RuleReport;
 use super::rules::compile::{rule_gvk, CompiledRule};
-use super::source::publish::qualifies;
+use super::rules::matching::qualifies;
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 use crate::metrics::RuleObjects;
@@ -453,12 +453,12 @@ impl Engine {
                 conflicts: report.conflicts.len() as i64,
                 errors: report.errors.len() as i64,
             });
-            let problem = self.rule_problem(rule);
+            let problem = self.world.rule_problem(rule);
             let status = desired(
                 rule,
                 &report,
                 problem.as_deref(),
-                self.rule_ready(rule),
+                self.world.rule_ready(rule),
                 &existing,
                 self.sink.last_sync.get(&rule.name).cloned(),
             );

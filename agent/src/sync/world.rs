@@ -3,9 +3,7 @@
 //! the SyncPolicy in force. The engine folds inputs into it between passes
 //! (`engine::fold`); stages get `&World`.
 
-#[cfg(test)]
-use std::collections::BTreeMap;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 #[cfg(test)]
@@ -18,8 +16,10 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::model::meta::origin_cluster;
 use super::model::{LocalObjects, Snapshots};
 use super::policy::Policy;
-use super::rules::compile::RuleSet;
+use super::rules::compile::{CompiledRule, RuleSet};
+use super::rules::matching::{self, qualifies};
 use crate::registry::FleetView;
+use crate::registry::PeerView;
 
 /// What every stage reads.
 pub struct World {
@@ -35,6 +35,83 @@ pub struct World {
     pub unresolved: HashMap<GroupVersionKind, String>,
     /// This cluster's SyncPolicy in force (`policy`, `policy_watch`).
     pub policy: Policy,
+}
+
+impl World {
+    /// Whether everything a rule needs has been read (its kinds, namespaces).
+    pub fn rule_ready(&self, rule: &CompiledRule) -> bool {
+        let kind_ready = |g| self.kinds.get(g).is_some_and(|k| k.ready());
+        kind_ready(&rule.source)
+            && rule
+                .targets
+                .iter()
+                .all(|t| self.kinds.get(t).is_some_and(|k| k.listed))
+            && self.kinds.get(&namespace_gvk()).is_some_and(|k| k.listed)
+    }
+
+    /// Why a rule cannot work right now, if it cannot: its spec, or a kind
+    /// discovery does not serve, or a kind the agent may not watch.
+    pub fn rule_problem(&self, rule: &CompiledRule) -> Option<String> {
+        if let Some(p) = &rule.problem {
+            return Some(p.clone());
+        }
+        if let Some(p) = self.version_clash(rule) {
+            return Some(p);
+        }
+        for g in std::iter::once(&rule.source).chain(rule.targets.iter()) {
+            if let Some(why) = self.unresolved.get(g) {
+                return Some(why.clone());
+            }
+            // A failing watch is reported while it fails, also after an
+            // earlier list succeeded (rights revoked): a re-list clears it.
+            if let Some(e) = self.kinds.get(g).and_then(|k| k.watch_error.as_ref()) {
+                return Some(format!(
+                    "cannot watch {}: {e}",
+                    crate::sync::model::meta::describe_gvk(g)
+                ));
+            }
+        }
+        None
+    }
+
+    /// Another rule already syncs the same kind at another version: one
+    /// version per kind, else each version's copies would look unwanted in
+    /// the other version's watch (the rule first by name keeps it).
+    pub fn version_clash(&self, rule: &CompiledRule) -> Option<String> {
+        self.rules
+            .values()
+            .filter(|o| o.name < rule.name && o.problem.is_none())
+            .find(|o| {
+                o.source.group == rule.source.group
+                    && o.source.kind == rule.source.kind
+                    && o.source.version != rule.source.version
+            })
+            .map(|o| {
+                format!(
+                    "rule {} already syncs {} at version {}: one version per kind",
+                    o.name, rule.source.kind, o.source.version
+                )
+            })
+    }
+
+    /// Whether this cluster is a sink of `rule` (its `clusterSelector`).
+    pub fn selects_us(&self, rule: &CompiledRule) -> bool {
+        matching::selector_matches(
+            rule.spec.cluster_selector.as_ref(),
+            &self.fleet.local.labels,
+        )
+        .unwrap_or(false)
+    }
+
+    /// The peers `rule` takes from, by name.
+    pub fn sources(&self, rule: &CompiledRule) -> BTreeMap<&str, &PeerView> {
+        self.fleet
+            .peers
+            .values()
+            .filter(|p| p.may_be_source() && qualifies(rule, &p.labels, &p.features))
+            .map(|p| (p.name.as_str(), p))
+            .collect()
+    }
 }
 
 /// What sync knows of one kind.

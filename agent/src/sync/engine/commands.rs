@@ -87,7 +87,7 @@ impl Commands {
                 Err(refused) => engine.refuse_preview_for_rate(&refused),
             };
         let trust = self.ctx.cfg.trust.as_deref();
-        let bytes = reply.fit(engine.max_payload());
+        let bytes = reply.fit(engine.io.ctx.max_payload());
         respond(&self.client, trust, msg.reply, bytes, "preview").await;
     }
 

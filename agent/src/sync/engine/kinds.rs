@@ -45,7 +45,7 @@ impl Engine {
         }
         // The kinds of the manifests unwrap rules bring here (a Bundle gone,
         // they stay while copies remain, like any kind: `has_leftovers`).
-        for g in self.bundle_kinds() {
+        for g in crate::sync::sink::bundle_read::kinds(&self.world) {
             need.entry(g).or_default();
         }
         need

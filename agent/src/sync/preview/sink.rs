@@ -162,10 +162,10 @@ impl Engine {
         let mut reply = PreviewReply {
             cluster: self.world.fleet.local.name.clone(),
             rule: name,
-            selected: self.selects_us(&rule),
+            selected: self.world.selects_us(&rule),
             ..PreviewReply::default()
         };
-        if let Some(p) = self.rule_problem(&rule) {
+        if let Some(p) = self.world.rule_problem(&rule) {
             // A real pass would neither write nor collect for it.
             reply
                 .incomplete
@@ -311,7 +311,7 @@ impl Engine {
                 Some((key, env))
             }
         };
-        let sources = self.sources(rule);
+        let sources = self.world.sources(rule);
         // What the origins gave (checked as the bus's envelopes are), over
         // what the bus holds; a changed source over both.
         let mut given = self.given_sources(rule, &req.sources, reply);

@@ -117,7 +117,7 @@ impl Engine {
             ..PreviewSourceReply::default()
         };
         let planned = self.planned_for(&rule, after.as_ref()).await?;
-        let budget = self.max_payload().saturating_sub(FRAME);
+        let budget = self.io.ctx.max_payload().saturating_sub(FRAME);
         fill_page(&mut reply, planned, budget, |k, p| self.wire_bytes(k, p));
         Ok(reply)
     }
@@ -232,7 +232,7 @@ impl Engine {
             .unwrap_or(&env)
             .encode()
             .map_err(|e| e.to_string())?;
-        check_size(bytes.len(), self.max_payload()).map_err(|e| e.to_string())?;
+        check_size(bytes.len(), self.io.ctx.max_payload()).map_err(|e| e.to_string())?;
         Ok(SourceEnvelope::new(subject, &bytes))
     }
 

@@ -172,7 +172,7 @@ impl Engine {
         self.world
             .rules
             .values()
-            .any(|r| r.source == gvk && r.problem.is_none() && !self.rule_ready(r))
+            .any(|r| r.source == gvk && r.problem.is_none() && !self.world.rule_ready(r))
     }
 
     /// Creates or replaces one ReportedState, then its status.

@@ -119,7 +119,9 @@ impl Engine {
         }
         // Every Bundle unwrapped here, whatever statusReturn says: per
         // manifest applied/error/ready (see `bundle`).
-        for (key, rule_name, status, ready) in self.bundle_reports() {
+        for (key, rule_name, status, ready) in
+            crate::sync::sink::bundle_read::reports(&self.world, &self.sink)
+        {
             let uid = self
                 .world
                 .rules
@@ -154,7 +156,7 @@ impl Engine {
             let subject = report.subject_key();
             // A manifest kind not listed yet (a restart): keep the last
             // report rather than say "not applied" of what may be applied.
-            if self.bundle_waiting(&key) {
+            if crate::sync::sink::bundle_read::waiting(&self.sink, &key) {
                 if let Some(last) = self.returns.book.reports.get(&subject) {
                     out.insert(subject, last.clone());
                 }
@@ -169,10 +171,9 @@ impl Engine {
     /// copy stands behind it now: its rule cannot say yet (kinds being read,
     /// or a problem), so publishing `null` could be wrong.
     fn undecided(&self, published: &ReportedStatus) -> bool {
-        self.world
-            .rules
-            .get(&published.rule)
-            .is_some_and(|r| r.reports() && (self.rule_problem(r).is_some() || !self.rule_ready(r)))
+        self.world.rules.get(&published.rule).is_some_and(|r| {
+            r.reports() && (self.world.rule_problem(r).is_some() || !self.world.rule_ready(r))
+        })
     }
 
     /// Publishes what changed since the last reports (see the module docs).
@@ -271,7 +272,7 @@ impl Engine {
     /// when above the bus's message size; `None` (counted `too_large`) when
     /// it does not fit even so, or does not encode: retrying would not help.
     fn fitting_report(&self, r: &ReportedStatus, subject: &str) -> Option<Vec<u8>> {
-        let max = self.max_payload();
+        let max = self.io.ctx.max_payload();
         // Signed by this cluster in the secure mode (PROTOCOL §6.1): the
         // origin believes only reports its sinks signed.
         let trust = self.io.ctx.cfg.trust.as_deref();

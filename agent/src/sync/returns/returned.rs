@@ -183,7 +183,10 @@ impl Engine {
             }
         }
         // Bundles: the reports of unwrap rules become `Bundle.status`.
-        singleton.extend(self.bundle_statuses(&returned));
+        singleton.extend(crate::sync::sink::bundle_read::statuses(
+            &self.world,
+            &returned,
+        ));
         let several: Vec<ObjectKey> = returned
             .iter()
             .filter(|(_, rs)| rs.len() > 1 && mode(rs) == Some(StatusReturn::Singleton))

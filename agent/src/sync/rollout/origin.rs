@@ -26,7 +26,7 @@ use super::decide::{decide, Cluster, Decision, Inputs, Report};
 use crate::sync::engine::Engine;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
-use crate::sync::source::publish::qualifies;
+use crate::sync::rules::matching::qualifies;
 
 /// How long a failed put waits before the next pass tries again.
 const RETRY: Duration = Duration::from_secs(2);
@@ -116,7 +116,7 @@ impl Engine {
             let Some(spec) = &rule.spec.rollout else {
                 continue;
             };
-            if rule.builtin || self.rule_problem(rule).is_some() {
+            if rule.builtin || self.world.rule_problem(rule).is_some() {
                 continue;
             }
             let Some(kind) = self.world.kinds.get(&rule.source).filter(|k| k.ready()) else {

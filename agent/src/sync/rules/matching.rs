@@ -316,6 +316,16 @@ pub fn matching_rules<'a>(
     (!matched.is_empty()).then_some(matched)
 }
 
+/// Whether `cluster` (labels and features) is a source of `rule`.
+pub fn qualifies(
+    rule: &super::compile::CompiledRule,
+    labels: &BTreeMap<String, String>,
+    features: &[fleetbus_schemas::registry::FeatureRecord],
+) -> bool {
+    selector_matches(rule.spec.source_cluster_selector.as_ref(), labels).unwrap_or(false)
+        && features_satisfy(&rule.spec.cluster_feature_match, features)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

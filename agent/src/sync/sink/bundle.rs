@@ -9,7 +9,7 @@
 //! conflicts and collection (a manifest removed, the Bundle deleted or no
 //! longer selecting this cluster) are the sink's own, unchanged.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use fleetbus_schemas::crd::{
     BundleClusterStatus, BundleManifestStatus, BundleReport, BundleSpec, BundleStatus, SyncRule,
@@ -25,7 +25,6 @@ use serde_json::Value;
 use super::bundle_state::{Manifest, Unwrapped};
 use super::mutate::{self, CopyInput, MutateError};
 use crate::sync::engine::Engine;
-use crate::sync::health;
 use crate::sync::model::meta::{
     annotations, annotations_mut, describe_gvk as describe, describe_key,
 };
@@ -431,30 +430,6 @@ impl Engine {
         Ok(desired)
     }
 
-    /// The kinds of the manifests of every Bundle an unwrap rule brings here.
-    pub(in crate::sync) fn bundle_kinds(&self) -> HashSet<GroupVersionKind> {
-        let mut out = HashSet::new();
-        for rule in self.world.rules.values() {
-            if !rule.spec.unwrap || rule.problem.is_some() || !self.selects_us(rule) {
-                continue;
-            }
-            let Some(kind) = self.world.kinds.get(&rule.source) else {
-                continue;
-            };
-            for (key, env) in kind.snapshots.iter_meta() {
-                if env.tombstone || key.origin == self.world.fleet.local.name {
-                    continue;
-                }
-                if let Some(obj) = kind.snapshots.get(key).and_then(|e| e.object) {
-                    // Refused in `prepare`: nothing to watch for them.
-                    let kinds = manifest_kinds(&obj).into_iter();
-                    out.extend(kinds.filter(|g| !is_fleetbus_group(&g.group)));
-                }
-            }
-        }
-        out
-    }
-
     /// Keeps what a sink pass found of the Bundles; invalid manifests are
     /// counted once per Bundle version.
     pub(in crate::sync) fn finish_bundles(&mut self, pass: BundlePass) {
@@ -472,99 +447,6 @@ impl Engine {
             .bundles_counted
             .retain(|(key, hash)| pass.bundles.get(key).is_some_and(|b| &b.hash == hash));
         self.sink.bundles = pass.bundles;
-    }
-
-    /// The Bundles unwrapped here in the last pass, with their rule: what the
-    /// sink reports (see [`Engine::bundle_report`]).
-    pub fn unwrapped_bundles(&self) -> impl Iterator<Item = (&ObjectKey, &str)> {
-        self.sink.bundles.iter().map(|(k, b)| (k, b.rule.as_str()))
-    }
-
-    /// Whether the Bundle's report is undecided: a manifest's kind is not
-    /// listed yet, so whether its copy exists is not known.
-    pub fn bundle_waiting(&self, key: &ObjectKey) -> bool {
-        self.sink.bundles.get(key).is_some_and(|b| b.waiting)
-    }
-
-    /// The report of one Bundle unwrapped here: per manifest applied, error
-    /// and ready (read from the live copy now), as a [`BundleReport`] in JSON;
-    /// `None` when this cluster does not unwrap it.
-    pub fn bundle_report(&self, key: &ObjectKey) -> Option<Value> {
-        let b = self.sink.bundles.get(key)?;
-        let manifests = b
-            .manifests
-            .iter()
-            .map(|m| {
-                let mut s = m.status.clone();
-                if s.applied {
-                    let live = m.target.as_ref().and_then(|t| {
-                        self.world
-                            .kinds
-                            .get(&t.gvk())
-                            .and_then(|k| k.objects.get(&t.local_key()))
-                    });
-                    // Applied but not seen yet: its watch event comes next.
-                    s.ready = Some(live.as_ref().is_some_and(|live| {
-                        health::judge(None, live, chrono::Utc::now()).is_current()
-                    }));
-                }
-                s
-            })
-            .collect();
-        let report = BundleReport {
-            error: b.error.clone(),
-            manifests,
-            message: None,
-        };
-        serde_json::to_value(report).ok()
-    }
-}
-
-impl Engine {
-    /// The sink's part of status return for Bundles: the Bundles unwrapped
-    /// here, each with its rule, its report (`status`) and whether it is
-    /// ready here (every manifest applied and ready, no error).
-    pub fn bundle_reports(&self) -> Vec<(ObjectKey, String, Value, bool)> {
-        self.unwrapped_bundles()
-            .filter_map(|(key, rule)| {
-                let report = self.bundle_report(key)?;
-                let ready = report_is_ready(&report);
-                Some((key.clone(), rule.to_owned(), report, ready))
-            })
-            .collect()
-    }
-
-    /// The origin's part: `Bundle.status` (as JSON) of each Bundle of this
-    /// cluster that unwrap rules report about, from `returned` (the live
-    /// reports by source object).
-    pub fn bundle_statuses(
-        &self,
-        returned: &BTreeMap<ObjectKey, Vec<ReportedStatus>>,
-    ) -> BTreeMap<ObjectKey, Value> {
-        returned
-            .iter()
-            .filter(|(_, rs)| {
-                rs.iter().any(|r| {
-                    self.world
-                        .rules
-                        .get(&r.rule)
-                        .is_some_and(|rule| rule.spec.unwrap)
-                })
-            })
-            .filter_map(|(key, rs)| {
-                let refs: Vec<&ReportedStatus> = rs
-                    .iter()
-                    .filter(|r| {
-                        self.world
-                            .rules
-                            .get(&r.rule)
-                            .is_some_and(|rule| rule.spec.unwrap)
-                    })
-                    .collect();
-                let status = serde_json::to_value(status_from_reports(&refs)).ok()?;
-                Some((key.clone(), status))
-            })
-            .collect()
     }
 }
 

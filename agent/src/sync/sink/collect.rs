@@ -378,7 +378,9 @@ impl Engine {
             _ if asked && self.world.policy.is_closed() => RuleOf::NotReady,
             // Suspended: nothing is deleted or orphaned, source deletes included.
             Some(r) if r.spec.suspend => RuleOf::NotReady,
-            Some(r) if self.rule_problem(r).is_some() || !self.rule_ready(r) => RuleOf::NotReady,
+            Some(r) if self.world.rule_problem(r).is_some() || !self.world.rule_ready(r) => {
+                RuleOf::NotReady
+            }
             Some(r) => RuleOf::Ready(r.spec.orphan_policy),
             None => RuleOf::Missing {
                 all_read: self

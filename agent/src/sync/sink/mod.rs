@@ -14,6 +14,7 @@
 
 pub(super) mod apply;
 pub(super) mod bundle;
+pub(super) mod bundle_read;
 pub(super) mod bundle_state;
 pub(super) mod collect;
 pub(super) mod compare;

@@ -27,7 +27,7 @@ use super::plan::{Computed, Gate, Plan, Settled, FULL_EVERY};
 use super::wave::{Step, Why, Write};
 use crate::registry::PeerView;
 use crate::sync::digest::Digest;
-use crate::sync::engine::{namespace_gvk, Engine};
+use crate::sync::engine::Engine;
 use crate::sync::model::backoff::Input;
 use crate::sync::model::meta::{annotation, is_original};
 use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, RuleReport, Target};
@@ -35,7 +35,6 @@ use crate::sync::rollout::sink::Taken;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::rules::template::TemplateContext;
-use crate::sync::source::publish::qualifies;
 
 /// The update policy of `source`'s copies: create-only when the rule says so
 /// or the source carries `fleetbus.io/update-policy: create-only`, else the
@@ -50,87 +49,6 @@ fn update_policy(rule: UpdatePolicy, source: &Value) -> (UpdatePolicy, bool) {
 }
 
 impl Engine {
-    /// Whether everything a rule needs has been read (its kinds, namespaces).
-    pub(in crate::sync) fn rule_ready(&self, rule: &CompiledRule) -> bool {
-        let kind_ready = |g| self.world.kinds.get(g).is_some_and(|k| k.ready());
-        kind_ready(&rule.source)
-            && rule
-                .targets
-                .iter()
-                .all(|t| self.world.kinds.get(t).is_some_and(|k| k.listed))
-            && self
-                .world
-                .kinds
-                .get(&namespace_gvk())
-                .is_some_and(|k| k.listed)
-    }
-
-    /// Why a rule cannot work right now, if it cannot: its spec, or a kind
-    /// discovery does not serve, or a kind the agent may not watch.
-    pub(in crate::sync) fn rule_problem(&self, rule: &CompiledRule) -> Option<String> {
-        if let Some(p) = &rule.problem {
-            return Some(p.clone());
-        }
-        if let Some(p) = self.version_clash(rule) {
-            return Some(p);
-        }
-        for g in std::iter::once(&rule.source).chain(rule.targets.iter()) {
-            if let Some(why) = self.world.unresolved.get(g) {
-                return Some(why.clone());
-            }
-            // A failing watch is reported while it fails, also after an
-            // earlier list succeeded (rights revoked): a re-list clears it.
-            if let Some(e) = self.world.kinds.get(g).and_then(|k| k.watch_error.as_ref()) {
-                return Some(format!(
-                    "cannot watch {}: {e}",
-                    crate::sync::model::meta::describe_gvk(g)
-                ));
-            }
-        }
-        None
-    }
-
-    /// Another rule already syncs the same kind at another version: one
-    /// version per kind, else each version's copies would look unwanted in
-    /// the other version's watch (the rule first by name keeps it).
-    fn version_clash(&self, rule: &CompiledRule) -> Option<String> {
-        self.world
-            .rules
-            .values()
-            .filter(|o| o.name < rule.name && o.problem.is_none())
-            .find(|o| {
-                o.source.group == rule.source.group
-                    && o.source.kind == rule.source.kind
-                    && o.source.version != rule.source.version
-            })
-            .map(|o| {
-                format!(
-                    "rule {} already syncs {} at version {}: one version per kind",
-                    o.name, rule.source.kind, o.source.version
-                )
-            })
-    }
-
-    /// Whether this cluster is a sink of `rule` (its `clusterSelector`).
-    pub(in crate::sync) fn selects_us(&self, rule: &CompiledRule) -> bool {
-        matching::selector_matches(
-            rule.spec.cluster_selector.as_ref(),
-            &self.world.fleet.local.labels,
-        )
-        .unwrap_or(false)
-    }
-
-    /// The peers `rule` takes from, by name.
-    pub(in crate::sync) fn sources(&self, rule: &CompiledRule) -> BTreeMap<&str, &PeerView> {
-        self.world
-            .fleet
-            .peers
-            .values()
-            .filter(|p| p.may_be_source() && qualifies(rule, &p.labels, &p.features))
-            .map(|p| (p.name.as_str(), p))
-            .collect()
-    }
-
     /// Every copy an unwrap rule wants here (the manifests of its Bundles),
     /// and the errors of those it cannot make.
     pub(in crate::sync) fn unwrapped(
@@ -143,7 +61,7 @@ impl Engine {
         let Some(kind) = self.world.kinds.get(&rule.source) else {
             return out;
         };
-        let sources = self.sources(rule);
+        let sources = self.world.sources(rule);
         for (key, env) in kind.snapshots.iter() {
             let Some((env, obj, peer)) = taken(&sources, key, Some(&env)) else {
                 continue;
@@ -307,12 +225,20 @@ impl Engine {
         let mut now = RulesNow::default();
         for rule in self.world.rules.values() {
             let mut report = RuleReport {
-                selected: self.selects_us(rule),
+                selected: self.world.selects_us(rule),
                 ..RuleReport::default()
             };
-            if report.selected && self.rule_problem(rule).is_none() && self.rule_ready(rule) {
+            if report.selected
+                && self.world.rule_problem(rule).is_none()
+                && self.world.rule_ready(rule)
+            {
                 if self.world.kinds.contains_key(&rule.source) {
-                    report.sources = self.sources(rule).keys().map(|s| (*s).to_owned()).collect();
+                    report.sources = self
+                        .world
+                        .sources(rule)
+                        .keys()
+                        .map(|s| (*s).to_owned())
+                        .collect();
                 }
                 if rule.spec.unwrap {
                     for (target, c) in self.unwrapped(rule, &mut report, bundles) {
@@ -376,7 +302,7 @@ impl Engine {
                 let Some(kind) = self.world.kinds.get(&rule.source) else {
                     continue;
                 };
-                let sources = self.sources(rule);
+                let sources = self.world.sources(rule);
                 // Each object parsed again (see `Snapshots`): ~10 µs a copy,
                 // on top of the ~20 µs a full plan cost before.
                 for (key, env) in kind.snapshots.iter() {
@@ -400,7 +326,7 @@ impl Engine {
         } else {
             for rule in planned {
                 let kind = self.world.kinds.get(&rule.source);
-                let sources = self.sources(rule);
+                let sources = self.world.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
                     let taken = self.rollout_env(rule, key, env);

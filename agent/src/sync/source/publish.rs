@@ -26,7 +26,7 @@ use crate::sync::model::meta::{describe_key, has_annotation, is_original};
 use crate::sync::model::Input;
 use crate::sync::policy::{Policy, Refusal, Subject};
 use crate::sync::rules::compile::CompiledRule;
-use crate::sync::rules::matching;
+use crate::sync::rules::matching::{self, qualifies};
 use crate::sync::withheld::{withheld, Withheld};
 
 /// Why an object was not published.
@@ -73,16 +73,6 @@ pub enum Publish {
 
 fn sync_disabled(obj: &Value) -> bool {
     has_annotation(obj, well_known::ANNOTATION_RESOURCE_SYNC_DISABLED)
-}
-
-/// Whether `cluster` (labels and features) is a source of `rule`.
-pub fn qualifies(
-    rule: &CompiledRule,
-    labels: &BTreeMap<String, String>,
-    features: &[fleetbus_schemas::registry::FeatureRecord],
-) -> bool {
-    matching::selector_matches(rule.spec.source_cluster_selector.as_ref(), labels).unwrap_or(false)
-        && matching::features_satisfy(&rule.spec.cluster_feature_match, features)
 }
 
 /// The rules of the kind that this cluster is a source of (valid, and its
@@ -514,7 +504,7 @@ impl Engine {
             .unwrap_or(&env)
             .encode()
             .map_err(|e| PublishError::Object(e.to_string()))?;
-        let max = self.max_payload();
+        let max = self.io.ctx.max_payload();
         if let Err(e) = check_size(bytes.len(), max) {
             self.io.ctx.metrics.sync_rejected("too_large");
             return Err(PublishError::Object(e.to_string()));
@@ -676,11 +666,6 @@ impl Engine {
         );
         env.seal(&keys, &mut rand::rng())
             .map_err(|e| PublishError::Object(e.to_string()))
-    }
-
-    /// The server's `max_payload` (1 MiB by default).
-    pub(in crate::sync) fn max_payload(&self) -> usize {
-        self.io.ctx.js.client().server_info().max_payload
     }
 }
 
