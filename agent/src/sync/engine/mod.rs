@@ -41,7 +41,7 @@ use super::rules::compile as rules;
 use super::sink::state::SinkState;
 use super::source::state::SourceState;
 use super::status::StatusState;
-pub use super::world::{config_map_gvk, namespace_gvk, KindState, World};
+pub use super::world::{namespace_gvk, KindState, World};
 use crate::context::Context;
 use crate::registry::FleetView;
 

@@ -405,7 +405,8 @@ impl Engine {
             object: manifest.clone(),
             cluster: src.origin_record.clone(),
             local_cluster: self.world.fleet.local.record.clone(),
-            values: self.rule_values(src.rule).map_err(ManifestError::Values)?,
+            values: super::values::rule_values(&self.world, &self.io.ctx.cfg.namespace, src.rule)
+                .map_err(ManifestError::Values)?,
         };
         let hash = content_hash(manifest);
         let input = CopyInput {

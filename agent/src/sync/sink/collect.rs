@@ -188,7 +188,7 @@ impl Engine {
                     .and_then(Value::as_str)
                     .map(str::to_owned),
             };
-            let error = match self.waiting(&target, &input, now) {
+            let error = match super::failures::waiting(&self.sink, &target, &input, now) {
                 Some(error) => Some(error),
                 None => {
                     let to_do = Collect {
@@ -268,7 +268,15 @@ impl Engine {
                 }
                 None
             }
-            Err(e) => Some(self.copy_failed(target, rule, input, "collect", &e)),
+            Err(e) => Some(super::failures::copy_failed(
+                &mut self.sink,
+                &self.io.ctx,
+                target,
+                rule,
+                input,
+                "collect",
+                &e,
+            )),
         }
     }
 

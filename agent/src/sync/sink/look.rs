@@ -217,7 +217,8 @@ impl Engine {
         if policy.same(&server, live, c.with_status) {
             self.verified(target, resource_version(live).as_deref(), c.with_status);
             self.sink.retries.remove(target);
-            self.drift_resolved(target).await;
+            crate::sync::drift::announce::drift_resolved(&mut self.drift, &self.io.ctx, target)
+                .await;
             return Looked::Done(Outcome::InSync);
         }
         let desired = match c.desired.value() {

@@ -124,7 +124,8 @@ impl Engine {
         origin_record: &Value,
         entries: &[&SyncRule],
     ) -> Computed {
-        let values = match self.rule_values(rule) {
+        let values = match super::values::rule_values(&self.world, &self.io.ctx.cfg.namespace, rule)
+        {
             Ok(v) => v,
             Err(e) => {
                 return Computed {
@@ -278,7 +279,7 @@ impl Engine {
     fn replan(&mut self, rules: &RulesNow, now: Instant) -> (BTreeSet<Target>, bool) {
         let mut state = std::mem::take(&mut self.sink);
         let gate = self.gate(&rules.active);
-        let values = self.values_digest();
+        let values = super::values::values_digest(&self.world, &self.io.ctx.cfg.namespace);
         let same_inputs = state.rules_generation == self.world.rules_generation
             && state.values == values
             && state
@@ -378,7 +379,7 @@ impl Engine {
         let mut bundles = BundlePass::default();
         let mut rules = self.rule_reports(&mut bundles);
         // Before replanning: a hold that starts or ends changes the gate.
-        self.sink.holds = self.rule_holds(&rules.active);
+        self.sink.holds = super::hold::rule_holds(&self.world, &self.sink, &rules.active);
         for (name, why) in &self.sink.holds {
             if let Some(r) = rules.reports.get_mut(name) {
                 r.hold = Some(why.clone());
@@ -496,8 +497,9 @@ impl Engine {
         if full {
             self.drift.seen.retain(|t, _| wants(t));
         }
-        self.drift_forget_except(&wants).await;
-        self.drift_flush().await;
+        crate::sync::drift::announce::drift_forget_except(&mut self.drift, &self.io.ctx, &wants)
+            .await;
+        crate::sync::drift::announce::drift_flush(&mut self.drift, &self.io.ctx).await;
         for (name, report) in &mut reports {
             sink.fill(name, report);
             report.wrote = wrote.contains(name);
@@ -514,7 +516,7 @@ impl Engine {
         };
         sink.collect = again;
         self.sink = sink;
-        self.announce_failures().await;
+        super::failures::announce_failures(&mut self.sink, &self.io.ctx).await;
         for (rule, errors) in &self.source.errors {
             if let Some(r) = reports.get_mut(rule) {
                 r.errors.extend(errors.clone());
@@ -532,7 +534,8 @@ impl Engine {
                     .extend(refused.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
         }
-        self.report_conflicts(found, &gone).await;
+        super::conflicts::report_conflicts(&self.world, &mut self.sink, &self.io.ctx, found, &gone)
+            .await;
         self.note_unknown_update_policies(&reports);
         self.status.reports = reports;
     }
@@ -667,7 +670,15 @@ impl Engine {
             desired: Some(c.digest),
             live_rv,
         };
-        Outcome::Failed(self.copy_failed(target, &c.rule, input, "write", &e))
+        Outcome::Failed(super::failures::copy_failed(
+            &mut self.sink,
+            &self.io.ctx,
+            target,
+            &c.rule,
+            input,
+            "write",
+            &e,
+        ))
     }
 }
 

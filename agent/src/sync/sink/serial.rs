@@ -39,14 +39,24 @@ impl Engine {
                 Step::Done(outcome, equal) => {
                     if equal {
                         self.sink.retries.remove(target);
-                        self.drift_resolved(target).await;
+                        crate::sync::drift::announce::drift_resolved(
+                            &mut self.drift,
+                            &self.io.ctx,
+                            target,
+                        )
+                        .await;
                     }
                     outcome
                 }
                 Step::Verified(rv, with_status) => {
                     self.verified(target, rv.as_deref(), with_status);
                     self.sink.retries.remove(target);
-                    self.drift_resolved(target).await;
+                    crate::sync::drift::announce::drift_resolved(
+                        &mut self.drift,
+                        &self.io.ctx,
+                        target,
+                    )
+                    .await;
                     Outcome::InSync
                 }
                 Step::Write(w) => {
@@ -202,7 +212,8 @@ impl Engine {
             exclude: &policy.exclude,
             with_status: c.with_status,
         };
-        self.drift_detected(target, c, found).await;
+        announce::drift_detected(&mut self.drift, &self.io.ctx, &self.world, target, c, found)
+            .await;
         if mode == DriftMode::Report {
             return Outcome::InSync;
         }
@@ -232,7 +243,7 @@ impl Engine {
             .holding(target, resource_version(&cached).as_deref(), Instant::now())
             .is_some()
         {
-            return Outcome::Failed(self.fight_message(target));
+            return Outcome::Failed(announce::fight_message(&self.drift, target));
         }
         // What the server has now, not the watch cache (which may still
         // show the version our last write replaced).
@@ -281,13 +292,21 @@ impl Engine {
             with_status: c.with_status,
         };
         let verdict = if mode == DriftMode::Correct && !self.drift.forced.contains(target) {
-            self.fight_verdict(target, &found)
+            announce::fight_verdict(&mut self.drift, target, &found)
         } else {
             Verdict::Correct
         };
-        self.drift_detected(target, c, found).await;
+        announce::drift_detected(&mut self.drift, &self.io.ctx, &self.world, target, c, found)
+            .await;
         if verdict != Verdict::Correct {
-            return self.drift_fight(target, verdict, live_rv.as_deref()).await;
+            return announce::drift_fight(
+                &mut self.drift,
+                &self.io.ctx,
+                target,
+                verdict,
+                live_rv.as_deref(),
+            )
+            .await;
         }
         if mode == DriftMode::Report {
             return Outcome::InSync;
@@ -307,13 +326,13 @@ impl Engine {
     ) -> Outcome {
         match written {
             Ok(server) => {
-                self.drift_corrected(target).await;
+                announce::drift_corrected(&mut self.drift, &self.io.ctx, target).await;
                 self.forced_done(target, Ok(()));
                 self.wrote(target, c, Baseline::pack_server(server))
             }
             Err(e) => {
                 let message = crate::report(&e);
-                self.drift_failed(target, &message).await;
+                announce::drift_failed(&mut self.drift, &self.io.ctx, target, &message).await;
                 self.forced_done(target, Err(message));
                 self.failed(target, c, live_rv, e)
             }

@@ -32,7 +32,7 @@ pub struct SinkState {
     pub gate: Gate,
     pub fleet: Option<Arc<FleetView>>,
     pub rules_generation: u64,
-    /// `Engine::values_digest` when the plan was last brought up to date.
+    /// `values::values_digest` when the plan was last brought up to date.
     pub values: u64,
     /// When the last full plan ran.
     pub full_at: Option<Instant>,

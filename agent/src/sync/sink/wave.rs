@@ -511,7 +511,12 @@ impl Engine {
             Ok(server) => {
                 if replaced {
                     // The desired state moved: an open drift ends with it.
-                    self.drift_resolved(target).await;
+                    crate::sync::drift::announce::drift_resolved(
+                        &mut self.drift,
+                        &self.io.ctx,
+                        target,
+                    )
+                    .await;
                 }
                 self.wrote(target, c, server)
             }
