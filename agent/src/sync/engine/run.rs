@@ -55,7 +55,7 @@ impl Engine {
             .chain(self.drift.fights.wake_at())
             .chain(self.drift.coalesce.wake_at())
             .chain(self.sink.wake_at())
-            .chain(self.fetch_wake())
+            .chain(crate::sync::rollout::sink::fetch_wake(&self.rollout))
             .chain(self.rollout.wake)
             .min()
     }

@@ -78,7 +78,9 @@ impl Engine {
                 entries: &entries,
                 origin_record: &peer.record,
             };
-            for (target, c) in self.unwrap(&src, report, bundles) {
+            for (target, c) in
+                super::bundle::unwrap(&self.world, &self.io.ctx, &src, report, bundles)
+            {
                 match self.import_refused(rule, &target) {
                     Some(why) => {
                         bundles.record(key, &target, Err(why.to_string()));
@@ -307,7 +309,13 @@ impl Engine {
                 // Each object parsed again (see `Snapshots`): ~10 µs a copy,
                 // on top of the ~20 µs a full plan cost before.
                 for (key, env) in kind.snapshots.iter() {
-                    let taken = self.rollout_env(rule, key, Some(env));
+                    let taken = crate::sync::rollout::sink::rollout_env(
+                        &self.rollout,
+                        &self.world.fleet.local.name,
+                        rule,
+                        key,
+                        Some(env),
+                    );
                     self.plan_pair(
                         &mut state.plan,
                         rule,
@@ -330,7 +338,13 @@ impl Engine {
                 let sources = self.world.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
-                    let taken = self.rollout_env(rule, key, env);
+                    let taken = crate::sync::rollout::sink::rollout_env(
+                        &self.rollout,
+                        &self.world.fleet.local.name,
+                        rule,
+                        key,
+                        env,
+                    );
                     self.plan_pair(
                         &mut state.plan,
                         rule,
@@ -367,7 +381,12 @@ impl Engine {
         state.rules_generation = self.world.rules_generation;
         state.values = values;
         self.sink = state;
-        self.fetch_versions(rollouts.fetch);
+        crate::sync::rollout::sink::fetch_versions(
+            &mut self.rollout,
+            &self.io.ctx,
+            &self.io.tx,
+            rollouts.fetch,
+        );
         (changed, full)
     }
 
@@ -451,7 +470,7 @@ impl Engine {
         let found = self.settle_all(&winners, settled, &mut gone);
         self.finish_sink_pass(rules.reports, wrote, full, (found, gone))
             .await;
-        self.finish_bundles(bundles);
+        super::bundle::finish_bundles(&mut self.sink, &self.io.ctx, bundles);
         self.drift.take_wake()
     }
 
@@ -508,9 +527,25 @@ impl Engine {
         // only the copies named (see `collect`).
         let again = if self.sink.collect_due {
             self.sink.collect_due = false;
-            self.collect(&wants, None, &mut reports).await
+            super::collect::collect(
+                &self.world,
+                &mut self.sink,
+                &self.io.ctx,
+                &wants,
+                None,
+                &mut reports,
+            )
+            .await
         } else if !scope.is_empty() {
-            self.collect(&wants, Some(&scope), &mut reports).await
+            super::collect::collect(
+                &self.world,
+                &mut self.sink,
+                &self.io.ctx,
+                &wants,
+                Some(&scope),
+                &mut reports,
+            )
+            .await
         } else {
             BTreeSet::new()
         };
@@ -522,7 +557,7 @@ impl Engine {
                 r.errors.extend(errors.clone());
             }
         }
-        self.note_kept(&mut reports);
+        super::collect::note_kept(&self.world, &mut self.sink, &mut reports);
         for (rule, withheld) in &self.source.withheld {
             if let Some(r) = reports.get_mut(rule) {
                 r.withheld.clone_from(withheld);
