@@ -42,7 +42,7 @@ use super::rules::compile as rules;
 use super::sink::state::SinkState;
 use super::source::state::SourceState;
 use super::status::StatusState;
-pub use super::world::{namespace_gvk, KindState, World};
+pub use super::world::{KindState, World};
 use crate::context::Context;
 use crate::registry::FleetView;
 

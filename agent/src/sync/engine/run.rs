@@ -113,7 +113,18 @@ impl Engine {
         self.io.ctx.metrics.sync_passes.inc();
         self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
-        self.drift.wake = self.sink_pass().await;
+        let passed = crate::sync::sink::pass::sink_pass(
+            &self.world,
+            &mut self.sink,
+            &mut self.drift,
+            &mut self.rollout,
+            &self.source,
+            &self.io.ctx,
+            &self.io.tx,
+        )
+        .await;
+        self.drift.wake = passed.wake;
+        self.status.reports = passed.reports;
         self.count_refusals().await;
         self.returns.wake = self.report_pass().await;
         self.return_pass().await;

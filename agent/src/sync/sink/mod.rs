@@ -10,7 +10,7 @@
 //! copies nothing wants collected ([`collect`]) unless
 //! deleting them would take unmanaged objects along ([`keep`]), and failures
 //! announced ([`failures`]). What it keeps between passes that the engine
-//! owns is in leaves ([`bundle_state`], [`keep`]'s `KeptCopy`, [`plan`]'s `SinkState`).
+//! owns is in leaves ([`state`]'s `SinkState`, [`bundle_state`], [`keep`]'s `KeptCopy`).
 
 pub(super) mod apply;
 pub(super) mod bundle;

@@ -11,12 +11,18 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
-use super::wave::{Step, Why};
+use super::look::Look;
+use super::pass::{failed, wrote};
+use super::state::SinkState;
+use super::wave::{verified, write_one, Step, Wave, Why};
+use crate::context::Context;
 use crate::sync::drift::announce::{self, Found};
 use crate::sync::drift::fight::Verdict;
 use crate::sync::drift::policy::Policy;
-use crate::sync::engine::Engine;
+use crate::sync::drift::state::DriftState;
 use crate::sync::model::{Baseline, Candidate, Outcome, Target};
+use crate::sync::rollout::state::RolloutBook;
+use crate::sync::world::World;
 
 fn resource_version(obj: &Value) -> Option<String> {
     obj.pointer("/metadata/resourceVersion")
@@ -24,44 +30,68 @@ fn resource_version(obj: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
-impl Engine {
+/// What the serial path reads and changes: the World, the sink's state,
+/// the drift stage's (drift is found and announced here), the rollouts'
+/// holds (a held copy's drift is reported, not corrected) and the context.
+pub(in crate::sync) struct Serial<'a> {
+    pub world: &'a World,
+    pub sink: &'a mut SinkState,
+    pub drift: &'a mut DriftState,
+    pub rollout: &'a RolloutBook,
+    pub ctx: &'a Context,
+}
+
+impl Serial<'_> {
+    /// The same borrows, for a wave's folding of a write.
+    fn wave(&mut self) -> Wave<'_> {
+        Wave {
+            world: self.world,
+            sink: self.sink,
+            drift: self.drift,
+            ctx: self.ctx,
+        }
+    }
+
+    /// The same borrows, for a first look.
+    fn look(&mut self) -> Look<'_> {
+        Look {
+            world: self.world,
+            sink: self.sink,
+            drift: self.drift,
+            rollout: self.rollout,
+            ctx: self.ctx,
+        }
+    }
+
     /// Carries out a decided step at `target`, writes included, on its own
     /// (the wave runs its plain writes together instead). Boxed: a
     /// namespace's step holds the step that follows it.
-    pub(in crate::sync) fn settle<'a>(
-        &'a mut self,
-        target: &'a Target,
-        c: &'a Candidate,
+    pub(in crate::sync) fn settle<'b>(
+        &'b mut self,
+        target: &'b Target,
+        c: &'b Candidate,
         step: Step,
-    ) -> BoxFuture<'a, Outcome> {
+    ) -> BoxFuture<'b, Outcome> {
         Box::pin(async move {
             match step {
                 Step::Done(outcome, equal) => {
                     if equal {
                         self.sink.retries.remove(target);
-                        crate::sync::drift::announce::drift_resolved(
-                            &mut self.drift,
-                            &self.io.ctx,
-                            target,
-                        )
-                        .await;
+                        announce::drift_resolved(self.drift, self.ctx, target).await;
                     }
                     outcome
                 }
                 Step::Verified(rv, with_status) => {
-                    self.verified(target, rv.as_deref(), with_status);
+                    verified(self.sink, target, rv.as_deref(), with_status);
                     self.sink.retries.remove(target);
-                    crate::sync::drift::announce::drift_resolved(
-                        &mut self.drift,
-                        &self.io.ctx,
-                        target,
-                    )
-                    .await;
+                    announce::drift_resolved(self.drift, self.ctx, target).await;
                     Outcome::InSync
                 }
                 Step::Write(w) => {
-                    let result = self.write_one(target, c, &w).await;
-                    self.written(target, c, w.replace.is_some(), result).await
+                    let result = write_one(self.world, self.ctx, target, c, &w).await;
+                    self.wave()
+                        .written(target, c, w.replace.is_some(), result)
+                        .await
                 }
                 Step::Serial(why) => self.serial(target, c, why).await,
             }
@@ -71,16 +101,14 @@ impl Engine {
     /// The serial path of `target`, by why it was taken.
     async fn serial(&mut self, target: &Target, c: &Candidate, why: Why) -> Outcome {
         match why {
-            Why::Namespace { name, then } => {
-                match apply::create_namespace(&self.io.ctx, &name).await {
-                    Ok(()) => self.settle(target, c, *then).await,
-                    Err(e) => self.failed(target, c, None, e),
-                }
-            }
+            Why::Namespace { name, then } => match apply::create_namespace(self.ctx, &name).await {
+                Ok(()) => self.settle(target, c, *then).await,
+                Err(e) => failed(self.sink, self.ctx, target, c, None, e),
+            },
             Why::Recreate { namespace } => self.create_missing(target, c, namespace, true).await,
             Why::Deleted { namespace, policy } => self.deleted(target, c, namespace, policy).await,
             Why::Gone { namespace } => self.create_missing(target, c, namespace, false).await,
-            Why::FirstLook { policy } => self.first_look(target, c, policy).await,
+            Why::FirstLook { policy } => self.look().first_look(target, c, policy).await,
             Why::Drift { policy } => {
                 let (api, live) = match self.place(target) {
                     Ok(p) => p,
@@ -93,7 +121,7 @@ impl Engine {
                     }
                     (live, Some(Err(e))) => {
                         let rv = live.as_ref().and_then(resource_version);
-                        self.failed(target, c, rv, e.into())
+                        failed(self.sink, self.ctx, target, c, rv, e.into())
                     }
                     // Decided from both, and neither changes within a pass.
                     _ => Outcome::InSync,
@@ -111,7 +139,7 @@ impl Engine {
                 crate::sync::model::meta::describe_gvk(&gvk)
             )));
         };
-        let api = apply::api(&self.io.ctx.client, &kind.ar, target.namespace.as_deref());
+        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
         Ok((api, kind.objects.get(&target.local_key())))
     }
 
@@ -124,8 +152,8 @@ impl Engine {
         namespace: Option<String>,
     ) -> Result<Api<DynamicObject>, Outcome> {
         if let Some(ns) = namespace {
-            if let Err(e) = apply::create_namespace(&self.io.ctx, &ns).await {
-                return Err(self.failed(target, c, None, e));
+            if let Err(e) = apply::create_namespace(self.ctx, &ns).await {
+                return Err(failed(self.sink, self.ctx, target, c, None, e));
             }
         }
         self.place(target).map(|(api, _)| api)
@@ -141,7 +169,7 @@ impl Engine {
         policy: &Policy,
     ) -> Result<Value, WriteError> {
         apply::replace(
-            &self.io.ctx,
+            self.ctx,
             api,
             &c.desired,
             live,
@@ -171,8 +199,9 @@ impl Engine {
                 return Outcome::InSync;
             }
         }
-        let written = apply::create(&self.io.ctx, &api, &c.desired, c.with_status).await;
-        self.written(target, c, false, written.map(Baseline::pack_server))
+        let written = apply::create(self.ctx, &api, &c.desired, c.with_status).await;
+        self.wave()
+            .written(target, c, false, written.map(Baseline::pack_server))
             .await
     }
 
@@ -192,7 +221,7 @@ impl Engine {
         };
         let last = match self.sink.baselines.get(target).map(|b| b.server.value()) {
             Some(Ok(last)) => last,
-            Some(Err(e)) => return self.failed(target, c, None, e.into()),
+            Some(Err(e)) => return failed(self.sink, self.ctx, target, c, None, e.into()),
             // Decided from the baseline, which does not change within a pass.
             None => return Outcome::InSync,
         };
@@ -212,12 +241,11 @@ impl Engine {
             exclude: &policy.exclude,
             with_status: c.with_status,
         };
-        announce::drift_detected(&mut self.drift, &self.io.ctx, &self.world, target, c, found)
-            .await;
+        announce::drift_detected(self.drift, self.ctx, self.world, target, c, found).await;
         if mode == DriftMode::Report {
             return Outcome::InSync;
         }
-        let written = apply::create(&self.io.ctx, &api, &c.desired, c.with_status).await;
+        let written = apply::create(self.ctx, &api, &c.desired, c.with_status).await;
         self.corrected(target, c, None, written).await
     }
 
@@ -243,7 +271,7 @@ impl Engine {
             .holding(target, resource_version(&cached).as_deref(), Instant::now())
             .is_some()
         {
-            return Outcome::Failed(announce::fight_message(&self.drift, target));
+            return Outcome::Failed(announce::fight_message(self.drift, target));
         }
         // What the server has now, not the watch cache (which may still
         // show the version our last write replaced).
@@ -292,16 +320,15 @@ impl Engine {
             with_status: c.with_status,
         };
         let verdict = if mode == DriftMode::Correct && !self.drift.forced.contains(target) {
-            announce::fight_verdict(&mut self.drift, target, &found)
+            announce::fight_verdict(self.drift, target, &found)
         } else {
             Verdict::Correct
         };
-        announce::drift_detected(&mut self.drift, &self.io.ctx, &self.world, target, c, found)
-            .await;
+        announce::drift_detected(self.drift, self.ctx, self.world, target, c, found).await;
         if verdict != Verdict::Correct {
             return announce::drift_fight(
-                &mut self.drift,
-                &self.io.ctx,
+                self.drift,
+                self.ctx,
                 target,
                 verdict,
                 live_rv.as_deref(),
@@ -326,15 +353,21 @@ impl Engine {
     ) -> Outcome {
         match written {
             Ok(server) => {
-                announce::drift_corrected(&mut self.drift, &self.io.ctx, target).await;
+                announce::drift_corrected(self.drift, self.ctx, target).await;
                 self.forced_done(target, Ok(()));
-                self.wrote(target, c, Baseline::pack_server(server))
+                wrote(
+                    self.sink,
+                    self.ctx,
+                    target,
+                    c,
+                    Baseline::pack_server(server),
+                )
             }
             Err(e) => {
                 let message = crate::report(&e);
-                announce::drift_failed(&mut self.drift, &self.io.ctx, target, &message).await;
+                announce::drift_failed(self.drift, self.ctx, target, &message).await;
                 self.forced_done(target, Err(message));
-                self.failed(target, c, live_rv, e)
+                failed(self.sink, self.ctx, target, c, live_rv, e)
             }
         }
     }

@@ -107,11 +107,6 @@ impl Default for SinkState {
 }
 
 impl SinkState {
-    /// Whether a copy at `target` is wanted (by a pair, or a Bundle).
-    pub fn wants(&self, target: &Target) -> bool {
-        self.plan.wants(target) || self.unwrapped.contains(target)
-    }
-
     /// Completes `rule`'s report from the plan: copies in sync, errors,
     /// conflicts, unknown update policies.
     pub fn fill(&self, rule: &str, report: &mut RuleReport) {
