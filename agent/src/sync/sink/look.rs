@@ -19,10 +19,9 @@ use serde_json::Value;
 
 use super::apply::{self, WriteError};
 use super::compare;
-use super::pass::failed;
-use super::serial::Serial;
+use super::drifted::Drifted;
 use super::state::SinkState;
-use super::wave::{verified, Wave};
+use super::wave::{failed, verified, Wave};
 use crate::context::Context;
 use crate::sync::drift::announce;
 use crate::sync::drift::policy::{keep_excluded, Policy};
@@ -119,8 +118,8 @@ impl Look<'_> {
     }
 
     /// The same borrows, for drift found by a look.
-    fn serial(&mut self) -> Serial<'_> {
-        Serial {
+    fn drifted(&mut self) -> Drifted<'_> {
+        Drifted {
             world: self.world,
             sink: self.sink,
             drift: self.drift,
@@ -282,7 +281,7 @@ impl Look<'_> {
             == annotation(&desired, well_known::ANNOTATION_SOURCE_HASH);
         if same_source {
             let outcome = self
-                .serial()
+                .drifted()
                 .modified(target, c, api, live.clone(), server, policy.clone())
                 .await;
             return Looked::Done(outcome);

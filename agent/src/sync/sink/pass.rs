@@ -19,7 +19,6 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::apply::WriteError;
 use super::bundle::{self, BundlePass, BundleSource};
 use super::collect;
 use super::conflicts;
@@ -37,9 +36,8 @@ use crate::registry::PeerView;
 use crate::sync::digest::Digest;
 use crate::sync::drift::announce;
 use crate::sync::drift::state::DriftState;
-use crate::sync::model::backoff::Input;
 use crate::sync::model::meta::{annotation, is_original};
-use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, RuleReport, Target};
+use crate::sync::model::{Candidate, Conflict, Outcome, Packed, RuleReport, Target};
 use crate::sync::rollout::sink::{fetch_versions, rollout_env, Taken};
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::rules::compile::CompiledRule;
@@ -736,61 +734,6 @@ fn note_unknown_update_policies(ctx: &Context, reports: &BTreeMap<String, RuleRe
             );
         }
     }
-}
-
-/// Records a write of the copy at `target`: its baseline is what the
-/// server made of it, its failures end, its rule synced now.
-pub(in crate::sync) fn wrote(
-    sink: &mut SinkState,
-    ctx: &Context,
-    target: &Target,
-    c: &Candidate,
-    server: Packed,
-) -> Outcome {
-    tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
-    // A new version reached this cluster (not a correction or a rewrite of
-    // the version it had): that is the lag an operator watches.
-    if sink
-        .baselines
-        .get(target)
-        .is_none_or(|b| b.desired != c.digest)
-    {
-        let lag = (chrono::Utc::now() - c.published)
-            .to_std()
-            .unwrap_or_default();
-        ctx.metrics.sync_lag(&c.rule, lag);
-    }
-    sink.baselines.insert(
-        target.clone(),
-        Baseline {
-            desired: c.digest,
-            server,
-            verified: None,
-        },
-    );
-    sink.retries.remove(target);
-    sink.last_sync
-        .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
-    Outcome::Wrote
-}
-
-/// A write of the copy at `target` failed: it backs off (see
-/// `failures`), and the pass reports the error.
-pub(in crate::sync) fn failed(
-    sink: &mut SinkState,
-    ctx: &Context,
-    target: &Target,
-    c: &Candidate,
-    live_rv: Option<String>,
-    e: WriteError,
-) -> Outcome {
-    let input = Input {
-        desired: Some(c.digest),
-        live_rv,
-    };
-    Outcome::Failed(failures::copy_failed(
-        sink, ctx, target, &c.rule, input, "write", &e,
-    ))
 }
 
 /// The rules as a sink pass finds them (see `Compute::rule_reports`).

@@ -8,16 +8,14 @@ use fleetbus_schemas::drift::DriftType;
 use futures::future::BoxFuture;
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
-use tokio::time::Instant;
 
-use super::apply::{self, WriteError};
+use super::apply;
+use super::drifted::{effective_mode, Drifted};
 use super::look::Look;
-use super::pass::{failed, wrote};
 use super::state::SinkState;
-use super::wave::{verified, write_one, Step, Wave, Why};
+use super::wave::{failed, verified, write_one, Step, Wave, Why};
 use crate::context::Context;
 use crate::sync::drift::announce::{self, Found};
-use crate::sync::drift::fight::Verdict;
 use crate::sync::drift::policy::Policy;
 use crate::sync::drift::state::DriftState;
 use crate::sync::model::{Baseline, Candidate, Outcome, Target};
@@ -48,6 +46,17 @@ impl Serial<'_> {
             world: self.world,
             sink: self.sink,
             drift: self.drift,
+            ctx: self.ctx,
+        }
+    }
+
+    /// The same borrows, for drift found here.
+    fn drifted(&mut self) -> Drifted<'_> {
+        Drifted {
+            world: self.world,
+            sink: self.sink,
+            drift: self.drift,
+            rollout: self.rollout,
             ctx: self.ctx,
         }
     }
@@ -117,7 +126,10 @@ impl Serial<'_> {
                 let server = self.sink.baselines.get(target).map(|b| b.server.value());
                 match (live, server) {
                     (Some(live), Some(Ok(server))) => {
-                        self.modified(target, c, &api, live, server, policy).await
+                        let mut drifted = self.drifted();
+                        drifted
+                            .modified(target, c, &api, live, server, policy)
+                            .await
                     }
                     (live, Some(Err(e))) => {
                         let rv = live.as_ref().and_then(resource_version);
@@ -157,26 +169,6 @@ impl Serial<'_> {
             }
         }
         self.place(target).map(|(api, _)| api)
-    }
-
-    /// Replaces the live copy with the desired one, keeping what `policy`
-    /// excludes.
-    async fn replace_live(
-        &self,
-        api: &Api<DynamicObject>,
-        c: &Candidate,
-        live: &Value,
-        policy: &Policy,
-    ) -> Result<Value, WriteError> {
-        apply::replace(
-            self.ctx,
-            api,
-            &c.desired,
-            live,
-            c.with_status,
-            &policy.exclude,
-        )
-        .await
     }
 
     /// [`Why::Gone`] and [`Why::Recreate`]: creates the copy. A create-only
@@ -229,7 +221,7 @@ impl Serial<'_> {
             // Our create's watch event has not arrived yet: no drift.
             return Outcome::InSync;
         }
-        let mode = self.effective_mode(target, policy.mode);
+        let mode = effective_mode(self.drift, target, policy.mode);
         if mode == DriftMode::Ignore {
             return Outcome::InSync;
         }
@@ -246,146 +238,6 @@ impl Serial<'_> {
             return Outcome::InSync;
         }
         let written = apply::create(self.ctx, &api, &c.desired, c.with_status).await;
-        self.corrected(target, c, None, written).await
-    }
-
-    /// Drift of type Modified: the copy differs from `server`, what the
-    /// server made of the same desired state. Reported, and corrected per
-    /// the drift mode unless another writer fights over the copy.
-    pub(super) async fn modified(
-        &mut self,
-        target: &Target,
-        c: &Candidate,
-        api: &Api<DynamicObject>,
-        cached: Value,
-        server: Value,
-        policy: Policy,
-    ) -> Outcome {
-        // A copy another writer fights over is left alone while it waits
-        // (no read, no write); an operator's request ends that.
-        if self.drift.forced.contains(target) {
-            self.drift.fights.forget(target);
-        } else if self
-            .drift
-            .fights
-            .holding(target, resource_version(&cached).as_deref(), Instant::now())
-            .is_some()
-        {
-            return Outcome::Failed(announce::fight_message(self.drift, target));
-        }
-        // What the server has now, not the watch cache (which may still
-        // show the version our last write replaced).
-        let live = match announce::fresh(api, &target.name).await {
-            Ok(Some(now)) => now,
-            // Deleted meanwhile: its watch event decides.
-            Ok(None) => return Outcome::InSync,
-            Err(e) => {
-                tracing::debug!(copy = %target, error = %e, "re-reading a drifted copy failed; using the cache");
-                cached
-            }
-        };
-        if policy.same(&server, &live, c.with_status) {
-            return Outcome::InSync;
-        }
-        let live_rv = resource_version(&live);
-        // A held rule (suspended, or waiting for its dependsOn) writes
-        // nothing, an operator's correction included (it would write the
-        // version the hold keeps back): drift of what it wrote is reported.
-        let hold = self
-            .sink
-            .holds
-            .get(&c.rule)
-            .cloned()
-            .or_else(|| self.rollout.hold(&c.rule, &c.key).map(str::to_owned));
-        if let Some(why) = &hold {
-            self.forced_done(
-                target,
-                Err(format!("{why}: nothing is written until the hold ends")),
-            );
-        }
-        let mode = match (&hold, policy.mode) {
-            (Some(_), DriftMode::Ignore) => DriftMode::Ignore,
-            (Some(_), _) => DriftMode::Report,
-            (None, mode) => self.effective_mode(target, mode),
-        };
-        if mode == DriftMode::Ignore {
-            return Outcome::InSync;
-        }
-        let found = Found {
-            live: &live,
-            baseline: &server,
-            type_: DriftType::Modified,
-            action: mode,
-            exclude: &policy.exclude,
-            with_status: c.with_status,
-        };
-        let verdict = if mode == DriftMode::Correct && !self.drift.forced.contains(target) {
-            announce::fight_verdict(self.drift, target, &found)
-        } else {
-            Verdict::Correct
-        };
-        announce::drift_detected(self.drift, self.ctx, self.world, target, c, found).await;
-        if verdict != Verdict::Correct {
-            return announce::drift_fight(
-                self.drift,
-                self.ctx,
-                target,
-                verdict,
-                live_rv.as_deref(),
-            )
-            .await;
-        }
-        if mode == DriftMode::Report {
-            return Outcome::InSync;
-        }
-        let written = self.replace_live(api, c, &live, &policy).await;
-        self.corrected(target, c, live_rv, written).await
-    }
-
-    /// Ends a correction: the drift closes (or stays, failed), an operator's
-    /// request gets its result, and the write counts like any other.
-    async fn corrected(
-        &mut self,
-        target: &Target,
-        c: &Candidate,
-        live_rv: Option<String>,
-        written: Result<Value, WriteError>,
-    ) -> Outcome {
-        match written {
-            Ok(server) => {
-                announce::drift_corrected(self.drift, self.ctx, target).await;
-                self.forced_done(target, Ok(()));
-                wrote(
-                    self.sink,
-                    self.ctx,
-                    target,
-                    c,
-                    Baseline::pack_server(server),
-                )
-            }
-            Err(e) => {
-                let message = crate::report(&e);
-                announce::drift_failed(self.drift, self.ctx, target, &message).await;
-                self.forced_done(target, Err(message));
-                failed(self.sink, self.ctx, target, c, live_rv, e)
-            }
-        }
-    }
-
-    /// The drift mode in effect: an operator's `fleetbus drift correct` makes
-    /// it `Correct` for this pass, whatever the rule or annotations say.
-    fn effective_mode(&self, target: &Target, mode: DriftMode) -> DriftMode {
-        if self.drift.forced.contains(target) {
-            DriftMode::Correct
-        } else {
-            mode
-        }
-    }
-
-    /// Records the result of a correction an operator asked for.
-    fn forced_done(&mut self, target: &Target, result: Result<(), String>) {
-        if self.drift.forced.remove(target) {
-            self.drift.forced_results.push((target.clone(), result));
-        }
+        self.drifted().corrected(target, c, None, written).await
     }
 }

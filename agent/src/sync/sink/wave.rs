@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
-use super::pass::{failed, wrote};
+use super::failures;
 use super::state::SinkState;
 use crate::context::Context;
 use crate::mark::{CopyMark, Ownership};
@@ -540,6 +540,61 @@ impl Wave<'_> {
             }
         }
     }
+}
+
+/// Records a write of the copy at `target`: its baseline is what the
+/// server made of it, its failures end, its rule synced now.
+pub(in crate::sync) fn wrote(
+    sink: &mut SinkState,
+    ctx: &Context,
+    target: &Target,
+    c: &Candidate,
+    server: Packed,
+) -> Outcome {
+    tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
+    // A new version reached this cluster (not a correction or a rewrite of
+    // the version it had): that is the lag an operator watches.
+    if sink
+        .baselines
+        .get(target)
+        .is_none_or(|b| b.desired != c.digest)
+    {
+        let lag = (chrono::Utc::now() - c.published)
+            .to_std()
+            .unwrap_or_default();
+        ctx.metrics.sync_lag(&c.rule, lag);
+    }
+    sink.baselines.insert(
+        target.clone(),
+        Baseline {
+            desired: c.digest,
+            server,
+            verified: None,
+        },
+    );
+    sink.retries.remove(target);
+    sink.last_sync
+        .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
+    Outcome::Wrote
+}
+
+/// A write of the copy at `target` failed: it backs off (see
+/// `failures`), and the pass reports the error.
+pub(in crate::sync) fn failed(
+    sink: &mut SinkState,
+    ctx: &Context,
+    target: &Target,
+    c: &Candidate,
+    live_rv: Option<String>,
+    e: WriteError,
+) -> Outcome {
+    let input = Input {
+        desired: Some(c.digest),
+        live_rv,
+    };
+    Outcome::Failed(failures::copy_failed(
+        sink, ctx, target, &c.rule, input, "write", &e,
+    ))
 }
 
 /// The write at `target`, the `k`th of its wave, as `run_writes` runs it.
