@@ -1,5 +1,6 @@
-//! Until the preview and `drift correct` are functions over narrow state
-//! too, they reach the sink's functions through these thin forwarders.
+//! Until the preview is functions over narrow state too, it reaches the
+//! sink's functions through these thin forwarders (the engine's World,
+//! sink state and context passed on); remove them with its conversion.
 
 use fleetbus_schemas::crd::SyncRule;
 use fleetbus_schemas::envelope::Envelope;
