@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 /// A module path from the crate root, e.g. `["sync", "engine"]`.
 type Module = Vec<String>;
 
-/// Import cycles still being taken apart (issue 19): an SCC wholly inside one
+/// Import cycles still being taken apart: an SCC wholly inside one
 /// of these folders is reported but tolerated. Remove an entry as soon as its
 /// folder has no cycle, so it cannot come back.
 const CYCLES_BEING_REMOVED: &[&str] = &[];
@@ -342,7 +342,7 @@ fn no_two_files_import_each_other() {
             .any(|dir| scc.iter().all(|m| m.first().is_some_and(|f| f == dir)));
         let names: Vec<String> = scc.iter().map(show).collect();
         if tolerated {
-            eprintln!("cycle being removed (issue 19): {}", names.join(", "));
+            eprintln!("cycle being removed: {}", names.join(", "));
         } else {
             bad.push(names.join(", "));
         }

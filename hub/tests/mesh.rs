@@ -431,7 +431,7 @@ fn tour_command(cwd: &Path, url: &str, args: &[&str]) -> Output {
 }
 
 /// The default mesh is secure: TLS and operator mode, the files an operator
-/// needs where the issue puts them, the tour's commands unchanged, a client
+/// needs in the mesh directory, the tour's commands unchanged, a client
 /// without credentials refused, and `fleetbus join` output brings a new
 /// cluster's agent in with nothing else copied by hand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! Benchmark harness of fleetbus (issue 12). Never ships.
+//! Benchmark harness of fleetbus. Never ships.
 //!
 //! `cargo run --release -p fleetbus-bench -- <scenario>|all [--smoke]` runs
 //! scenarios against a local fleet of real processes (nats-server,

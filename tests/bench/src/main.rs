@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use fleetbus_bench::bus::Topology;
 
-/// Benchmarks of fleetbus against a local fleet of real processes (issue 12).
+/// Benchmarks of fleetbus against a local fleet of real processes.
 #[derive(Debug, Parser)]
 #[command(name = "fleetbus-bench")]
 struct Cli {

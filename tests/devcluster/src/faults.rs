@@ -1,5 +1,5 @@
 //! `/debug/faults`, served only with `--debug-faults`: an API server under
-//! pressure, on a test's request (issue 24).
+//! pressure, on a test's request.
 //!
 //! A test `PUT`s a [`Plan`]: a share of the API requests it selects (by
 //! `User-Agent`) is answered 429 Too Many Requests the way API Priority and

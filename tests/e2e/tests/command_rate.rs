@@ -1,4 +1,4 @@
-//! Requests to an agent are bounded (issue 18, defect 10): a flood of `correct`
+//! Requests to an agent are bounded: a flood of `correct`
 //! requests from a plain NATS client is answered, mostly with refusals for rate
 //! that say when to retry, counted in the agent's metrics; other verbs keep
 //! their own budget; the operator's `fleetbus drift correct` shows the refusal

@@ -1,4 +1,4 @@
-//! Secrets sealed to the clusters that receive them (issue 21, PROTOCOL
+//! Secrets sealed to the clusters that receive them (secure mode, PROTOCOL
 //! §4.8), against a real nats-server in operator mode from `fleet init` and
 //! agents in the secure mode with the keys `fleetbus join` mints. The
 //! attacker is the broker's admin: with `admin.creds` it reads every message

@@ -1,4 +1,4 @@
-//! Issue 21, "every message signed": status reports are signed by the sink
+//! Every message signed (the secure mode): status reports are signed by the sink
 //! that publishes them and the origin believes only those; command
 //! requests that change state (label, correct) must be signed by the fleet
 //! root, and replies are signed by the answering cluster. The attacker is a
