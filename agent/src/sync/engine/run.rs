@@ -13,7 +13,7 @@ use crate::sync::inputs::watches;
 use crate::sync::model::Input;
 use crate::sync::rules::compile::{self as rules};
 
-use super::commands::{next_command, Commands};
+use super::commands;
 use super::rule_set::verify_authors;
 use super::Engine;
 
@@ -150,23 +150,10 @@ pub async fn run(
     let mut fleet = reg.fleet();
     let initial = fleet.borrow_and_update().clone();
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
-    let mut cmds = Commands::new(&reg.ctx);
-    // Without the subscriptions `fleetbus drift correct` and `rules preview`
-    // (and its `preview-source`) find no responder; sync goes on while a failed subscribe is retried.
-    let (mut commands, mut previews, mut preview_sources) = (None, None, None);
-    let subscribing = {
-        let (client, cancel) = (cmds.client.clone(), cancel.clone());
-        let (correct, preview) = (cmds.correct_subject.clone(), cmds.preview_subject.clone());
-        let source = cmds.preview_source_subject.clone();
-        async move {
-            let correct = crate::bus::command_sub::subscribe(&client, &correct, &cancel).await;
-            let preview = crate::bus::command_sub::subscribe(&client, &preview, &cancel).await;
-            let source = crate::bus::command_sub::subscribe(&client, &source, &cancel);
-            (correct, preview, source.await)
-        }
-    };
-    tokio::pin!(subscribing);
-    let mut subscribed = false;
+    // `fleetbus drift correct`, `rules preview` (and its `preview-source`)
+    // and `rules rollout`: each verb's own server, answered here.
+    let (handoff_tx, mut handoffs) = mpsc::channel(16);
+    commands::spawn(&reg.ctx, &handoff_tx, &cancel);
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
     tokio::spawn(watches::status_consumer(
@@ -179,13 +166,6 @@ pub async fn run(
         reg.ctx.clone(),
         engine.io.tx.clone(),
         engine.io.cancel.clone(),
-    ));
-    // `fleetbus rules rollout`: admitted by its own rate bucket, applied here.
-    let (rollout_tx, mut rollout_rx) = mpsc::channel(16);
-    tokio::spawn(crate::sync::rollout::serve::serve(
-        reg.ctx.clone(),
-        rollout_tx,
-        cancel.child_token(),
     ));
     let progress = crate::sync::progress::Progress::new(&reg.ctx.cfg.cluster_name);
     let serving = crate::sync::progress::serve(
@@ -201,28 +181,12 @@ pub async fn run(
         let wake = engine.wake_at();
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            subs = &mut subscribing, if !subscribed => {
-                subscribed = true;
-                (commands, previews, preview_sources) = subs;
-                continue;
-            }
-            Some(msg) = next_command(&mut commands) => {
-                cmds.correct(&mut engine, msg).await;
-                continue;
-            }
-            Some(msg) = next_command(&mut previews) => {
-                // Read-only: no pass follows it.
-                cmds.preview(&mut engine, msg).await;
-                continue;
-            }
-            Some(msg) = next_command(&mut preview_sources) => {
-                // Read-only too: no pass follows it.
-                cmds.preview_source(&engine, msg).await;
-                continue;
-            }
-            Some(req) = rollout_rx.recv() => {
-                let reply = engine.rollout_request(&req.payload).await;
-                crate::sync::rollout::serve::respond(&reg.ctx, req.reply, &reply).await;
+            Some(h) = handoffs.recv() => {
+                let pass = h.verb.pass_after();
+                engine.answer(h).await;
+                if !pass {
+                    continue;
+                }
             }
             input = rx.recv() => {
                 let Some(input) = input else { return Ok(()) };
