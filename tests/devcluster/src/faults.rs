@@ -372,8 +372,7 @@ impl Faults {
     ) -> Response<Body> {
         let result = match *method {
             Method::GET => Ok(()),
-            Method::PUT | Method::POST => match crate::api::request::read_body(body, headers).await
-            {
+            Method::PUT | Method::POST => match crate::body::read_body(body, headers).await {
                 Ok(bytes) => serde_json::from_slice::<Plan>(&bytes)
                     .map_err(|e| ApiError::bad_request(format!("invalid fault plan: {e}")))
                     .and_then(|plan| {
@@ -395,8 +394,8 @@ impl Faults {
             _ => Err(ApiError::method_not_allowed(method.as_str())),
         };
         match result {
-            Ok(()) => crate::api::json_response(200, &self.report()),
-            Err(e) => crate::api::error_response(&e),
+            Ok(()) => crate::body::json_response(200, &self.report()),
+            Err(e) => crate::body::error_response(&e),
         }
     }
 }
@@ -468,7 +467,7 @@ pub fn refusal(r: Refusal) -> Response<Body> {
             );
             resp
         }
-        Refusal::InternalError => crate::api::error_response(&ApiError::internal(
+        Refusal::InternalError => crate::body::error_response(&ApiError::internal(
             "injected by the devcluster's /debug/faults",
         )),
     }
