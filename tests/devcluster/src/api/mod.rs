@@ -125,7 +125,8 @@ async fn dispatch(state: Arc<AppState>, mut req: Request<Body>) -> Response<Body
         // After authentication, before the handler: where kube-apiserver's
         // API Priority and Fairness filter sits.
         if let Some(faults) = &state.faults {
-            let d = faults.admit(&crate::faults::client_of(req.headers()), req.uri().path());
+            let client = crate::faults::client_of(req.headers());
+            let d = faults.admit(&client, req.method().as_str(), req.uri().path());
             if !d.delay.is_zero() {
                 tokio::time::sleep(d.delay).await;
             }
