@@ -7,6 +7,7 @@ use crate::bus::Topology;
 
 pub mod catchup;
 pub mod drift;
+pub mod engine_load;
 pub mod fleet;
 pub mod floor;
 pub mod fullmesh;
@@ -44,10 +45,12 @@ impl Ctx {
 }
 
 /// The scenarios in the order `all` runs them.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 13] = [
     "floor",
     "propagation",
     "propagation_at",
+    "previewing",
+    "pressure",
     "drift",
     "throughput",
     "catchup",
