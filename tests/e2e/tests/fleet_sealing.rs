@@ -107,9 +107,7 @@ async fn secrets_are_sealed_to_the_members_the_rule_places_them_on() {
     let nats = operator_server(&dir);
     let mut members = Vec::new();
     for name in ["c1", "c2", "c3"] {
-        let flags = secure_flags(&dir, name);
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        members.push(Member::start(&nats, name, name, &flags).await);
+        members.push(Member::start_cmd(&nats, name, secure_agent(&dir, name)).await);
     }
     let [c1, c2, c3] = &members[..] else {
         unreachable!()

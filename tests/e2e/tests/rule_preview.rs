@@ -1021,8 +1021,7 @@ async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_
     let nats = operator_server(&dir);
     let mut m = Vec::new();
     for n in names {
-        let flags = secure_flags(&dir, n);
-        m.push(Member::start(&nats, n, n, &refs(&flags)).await);
+        m.push(Member::start_cmd(&nats, n, secure_agent(&dir, n)).await);
     }
     common::wait_mesh(&m.iter().collect::<Vec<_>>(), &names).await;
     let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
