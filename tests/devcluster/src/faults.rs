@@ -120,7 +120,9 @@ impl Plan {
         }
         for m in self.methods.iter().flatten() {
             if Method::from_bytes(m.as_bytes()).is_err() || m.to_ascii_uppercase() != *m {
-                return Err(format!("methods: {m:?} is no HTTP method (upper case, e.g. PUT)"));
+                return Err(format!(
+                    "methods: {m:?} is no HTTP method (upper case, e.g. PUT)"
+                ));
             }
         }
         if self.expire_watches_after_ms == Some(0) {
@@ -588,9 +590,13 @@ mod tests {
             too_many_requests: 1.0,
             ..Plan::default()
         });
-        assert_eq!(f.admit(NO_USER_AGENT, "GET", "/api/v1/pods"), Decision::default());
         assert_eq!(
-            f.admit("fleetbus-agent/0.1.0 (c1)", "GET", "/api/v1/pods").refuse,
+            f.admit(NO_USER_AGENT, "GET", "/api/v1/pods"),
+            Decision::default()
+        );
+        assert_eq!(
+            f.admit("fleetbus-agent/0.1.0 (c1)", "GET", "/api/v1/pods")
+                .refuse,
             Some(Refusal::TooManyRequests { retry_after: 1 })
         );
         let r = f.report();
@@ -612,9 +618,13 @@ mod tests {
             internal_error: 1.0,
             ..Plan::default()
         });
-        assert_eq!(f.admit("a", "GET", "/api/v1/namespaces/x/secrets").refuse, None);
         assert_eq!(
-            f.admit("a", "GET", "/api/v1/namespaces/x/configmaps/y").refuse,
+            f.admit("a", "GET", "/api/v1/namespaces/x/secrets").refuse,
+            None
+        );
+        assert_eq!(
+            f.admit("a", "GET", "/api/v1/namespaces/x/configmaps/y")
+                .refuse,
             Some(Refusal::InternalError)
         );
         assert_eq!(f.report()["clients"]["a"]["selected"], 1);

@@ -173,12 +173,7 @@ pub async fn pressure(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         "2d. Propagation while c2's API server answers 429 to 20% of another rule's copy writes (c1 → c2, {pressured} objects of that rule changing)"
     ));
     t.latency_row("without pressure", &calm, ctx.floor, "-");
-    t.latency_row(
-        "under pressure",
-        &pressed,
-        ctx.floor,
-        "p50 ≤ 1.5× without",
-    );
+    t.latency_row("under pressure", &pressed, ctx.floor, "p50 ≤ 1.5× without");
     t.samples = calm.len() + pressed.len();
     t.summarize("2d. propagation under API pressure", &pressed, Vec::new());
     let ok = within(pressed.p50(), calm.p50(), 1.5);
