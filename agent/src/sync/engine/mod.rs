@@ -23,6 +23,7 @@ mod fold;
 mod kinds;
 mod rule_set;
 mod run;
+mod shim_stages;
 
 pub use run::run;
 

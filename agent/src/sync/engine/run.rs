@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sync::inputs::watches;
 use crate::sync::model::Input;
+use crate::sync::policy_watch;
 use crate::sync::rules::compile::{self as rules};
 
 use super::commands::{next_command, Commands};
@@ -93,13 +94,22 @@ impl Engine {
                 }
             }
         }
-        self.policy_pass().await;
+        let read = policy_watch::policy_pass(&self.world, &mut self.policy, &self.io.ctx).await;
+        if let Some(read) = read {
+            self.world.policy = read.policy;
+            if read.replan {
+                // What is published and written depends on the policy like on
+                // the rules: plan every object and copy again.
+                self.rules_changed(self.world.rules.clone());
+                self.sink.dirty.full = true;
+            }
+        }
         let rules_read = self
             .world
             .kinds
             .get(&rules::rule_gvk())
             .is_some_and(|k| k.ready());
-        if !self.world.fleet.synced || !self.policy_known() || !rules_read {
+        if !self.world.fleet.synced || !policy_watch::policy_known(&self.world) || !rules_read {
             // Who may be a source (ourselves included) is unknown until the
             // registry has been read: publishing or collecting now could
             // act on an empty fleet. What the policy allows is unknown until
@@ -114,7 +124,8 @@ impl Engine {
         self.source.wake = self.source_pass().await;
         self.ensure_kinds().await;
         self.drift.wake = self.sink_pass().await;
-        self.count_refusals().await;
+        let reports = &self.status.reports;
+        policy_watch::count_refusals(&self.world, reports, &mut self.policy, &self.io.ctx).await;
         self.returns.wake = self.report_pass().await;
         self.return_pass().await;
         self.rollout_pass().await;
