@@ -39,6 +39,24 @@ pub struct StatusState {
     pub bus: super::status_bus::StatusBus,
 }
 
+impl StatusState {
+    /// Takes the readiness the origin's return pass found (`returns`): per
+    /// rule, ready and reported copies, and those not Current.
+    pub fn set_readiness(
+        &mut self,
+        per_rule: &std::collections::BTreeMap<String, (i64, i64)>,
+        mut unhealthy: std::collections::BTreeMap<
+            String,
+            std::collections::BTreeMap<String, String>,
+        >,
+    ) {
+        for (rule, report) in self.reports.iter_mut() {
+            report.readiness = per_rule.get(rule).copied();
+            report.unhealthy = unhealthy.remove(rule).unwrap_or_default();
+        }
+    }
+}
+
 /// Condition type naming the objects in conflict.
 pub const CONFLICT: &str = "Conflict";
 

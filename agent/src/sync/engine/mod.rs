@@ -120,6 +120,3 @@ impl Engine {
         }
     }
 }
-
-/// The namespace and name of an object (the model's, kept here for its readers).
-pub use super::model::meta::local_key;

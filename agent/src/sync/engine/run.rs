@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::sync::inputs::watches;
 use crate::sync::model::Input;
 use crate::sync::policy_watch;
+use crate::sync::returns::{report, returned};
 use crate::sync::rules::compile::{self as rules};
 
 use super::commands::{next_command, Commands};
@@ -126,8 +127,12 @@ impl Engine {
         self.drift.wake = self.sink_pass().await;
         let reports = &self.status.reports;
         policy_watch::count_refusals(&self.world, reports, &mut self.policy, &self.io.ctx).await;
-        self.returns.wake = self.report_pass().await;
-        self.return_pass().await;
+        let (world, book) = (&self.world, &mut self.returns.book);
+        self.returns.wake = report::report_pass(world, &self.sink, book, &self.io.ctx).await;
+        let ctx = &self.io.ctx;
+        if let Some(r) = returned::return_pass(&self.world, &mut self.returns.book, ctx).await {
+            self.status.set_readiness(&r.per_rule, r.unhealthy);
+        }
         self.rollout_pass().await;
         self.status_pass().await;
         // A retry due when the pass began was decided in it (tried, or backed

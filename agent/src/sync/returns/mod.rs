@@ -6,6 +6,6 @@
 //! status consumer (`inputs::watches`).
 
 mod per_cluster;
-mod report;
-mod returned;
+pub(super) mod report;
+pub(super) mod returned;
 pub(super) mod state;

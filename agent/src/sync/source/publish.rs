@@ -732,9 +732,10 @@ fn msg_id(env: &Envelope, after_tombstone: bool, overwritten: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::engine::{local_key, KindState};
     use crate::sync::model::believed_after_failure;
+    use crate::sync::model::meta::local_key;
     use crate::sync::rules::compile as rules;
+    use crate::sync::world::KindState;
     use fleetbus_schemas::registry::FeatureRecord;
     use serde_json::json;
 
