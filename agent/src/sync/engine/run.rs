@@ -13,6 +13,7 @@ use crate::sync::inputs::watches;
 use crate::sync::model::Input;
 use crate::sync::policy_watch;
 use crate::sync::returns::{report, returned};
+use crate::sync::rollout;
 use crate::sync::rules::compile::{self as rules};
 
 use super::commands::{next_command, Commands};
@@ -133,7 +134,8 @@ impl Engine {
         if let Some(r) = returned::return_pass(&self.world, &mut self.returns.book, ctx).await {
             self.status.set_readiness(&r.per_rule, r.unhealthy);
         }
-        self.rollout_pass().await;
+        let (book, returns) = (&mut self.rollout, &self.returns.book);
+        rollout::origin::rollout_pass(&self.world, book, returns, &self.io.ctx).await;
         self.status_pass().await;
         // A retry due when the pass began was decided in it (tried, or backed
         // off again with a later time). One that fell due while the pass ran
@@ -237,7 +239,10 @@ pub async fn run(
                 continue;
             }
             Some(req) = rollout_rx.recv() => {
-                let reply = engine.rollout_request(&req.payload).await;
+                let (book, returns) = (&mut engine.rollout, &engine.returns.book);
+                let (world, ctx) = (&engine.world, &engine.io.ctx);
+                let reply =
+                    rollout::command::rollout_request(world, book, returns, ctx, &req.payload).await;
                 crate::sync::rollout::serve::respond(&reg.ctx, req.reply, &reply).await;
             }
             input = rx.recv() => {

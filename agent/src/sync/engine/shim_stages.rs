@@ -1,14 +1,8 @@
-//! Temporary: the stages' functions that preview and rollout still call as engine
-//! methods, forwarding to the functions over narrow state. Goes once
-//! preview calls those functions itself.
-
-use std::collections::BTreeMap;
-
-use fleetbus_schemas::reported::ReportedStatus;
-use fleetbus_schemas::subject::ObjectKey;
+//! Temporary: the stages' functions that preview and status still call as
+//! engine methods, forwarding to the functions over narrow state. Goes once
+//! those callers call the functions themselves.
 
 use crate::sync::policy_watch;
-use crate::sync::returns::returned;
 
 use super::Engine;
 
@@ -18,13 +12,13 @@ impl Engine {
         policy_watch::policy_known(&self.world)
     }
 
-    /// See [`returned::rules_read`].
-    pub(in crate::sync) fn rules_read(&self) -> bool {
-        returned::rules_read(&self.world)
-    }
-
-    /// See [`returned::returned_reports`].
-    pub(in crate::sync) fn returned_reports(&self) -> BTreeMap<ObjectKey, Vec<ReportedStatus>> {
-        returned::returned_reports(&self.world, &self.returns.book)
+    /// See [`crate::sync::rollout::origin::rollout_summaries`].
+    pub(in crate::sync) fn rollout_summaries(
+        &self,
+        rule: &str,
+        report: &mut crate::sync::model::RuleReport,
+    ) {
+        let local = &self.world.fleet.local.name;
+        crate::sync::rollout::origin::rollout_summaries(&self.rollout, local, rule, report)
     }
 }

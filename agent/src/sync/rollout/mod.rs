@@ -14,7 +14,7 @@
 
 pub(in crate::sync) mod command;
 pub(in crate::sync) mod decide;
-mod origin;
+pub(in crate::sync) mod origin;
 pub(in crate::sync) mod serve;
 pub(in crate::sync) mod sink;
 pub(in crate::sync) mod state;
