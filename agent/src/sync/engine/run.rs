@@ -15,6 +15,7 @@ use crate::sync::policy_watch;
 use crate::sync::returns::{report, returned};
 use crate::sync::rollout;
 use crate::sync::rules::compile::{self as rules};
+use crate::sync::status;
 
 use super::commands::{next_command, Commands};
 use super::rule_set::verify_authors;
@@ -136,7 +137,15 @@ impl Engine {
         }
         let (book, returns) = (&mut self.rollout, &self.returns.book);
         rollout::origin::rollout_pass(&self.world, book, returns, &self.io.ctx).await;
-        self.status_pass().await;
+        let (last_sync, rollouts) = (&self.sink.last_sync, &self.rollout);
+        status::status_pass(
+            &self.world,
+            &mut self.status,
+            last_sync,
+            rollouts,
+            &self.io.ctx,
+        )
+        .await;
         // A retry due when the pass began was decided in it (tried, or backed
         // off again with a later time). One that fell due while the pass ran
         // was not: it stays, and its due time wakes the next pass at once.
