@@ -5,8 +5,8 @@
 //! every copy written: writing each change would cost one status write per
 //! copy. What an operator waits on (`kubectl wait`: a condition's status or
 //! reason, `observedGeneration`) is written at once; the rest at most once a
-//! second, and the engine wakes when the second is over so the last counts
-//! are written once things settle ([`Engine::wake_at`]).
+//! second, and the engine wakes when the second is over
+//! ([`StatusState::due`]) so the last counts are written once things settle.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

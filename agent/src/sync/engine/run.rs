@@ -15,6 +15,7 @@ use crate::sync::policy_watch;
 use crate::sync::returns::{report, returned};
 use crate::sync::rollout;
 use crate::sync::rules::compile::{self as rules};
+use crate::sync::source::publish;
 use crate::sync::status;
 
 use super::commands::{next_command, Commands};
@@ -62,6 +63,40 @@ impl Engine {
             .chain(self.fetch_wake())
             .chain(self.rollout.wake)
             .min()
+    }
+
+    /// The source side (`source::publish`), unless publishing is held: the
+    /// kinds' dirty sets go to the pass, and what it published comes back
+    /// into the World (our own envelopes; objects to plan again). Returns
+    /// when the source side wants the next pass.
+    async fn source_step(&mut self) -> Option<Instant> {
+        if let Some(hold) = publish::held(&mut self.source) {
+            return Some(hold);
+        }
+        let work: Vec<publish::Work> = self
+            .world
+            .kinds
+            .iter_mut()
+            .filter(|(_, k)| k.source && k.ready())
+            .map(|(gvk, k)| publish::Work {
+                gvk: gvk.clone(),
+                full: std::mem::take(&mut k.source_full),
+                dirty: std::mem::take(&mut k.source_dirty),
+            })
+            .collect();
+        let (world, ctx, tx) = (&self.world, &self.io.ctx, &self.io.tx);
+        let done = publish::source_pass(world, &mut self.source, ctx, tx, work).await;
+        for (gvk, key, env) in done.envelopes {
+            if let Some(kind) = self.world.kinds.get_mut(&gvk) {
+                kind.snapshots.insert(key, env);
+            }
+        }
+        for (gvk, key) in done.again {
+            if let Some(kind) = self.world.kinds.get_mut(&gvk) {
+                kind.source_dirty.insert(key);
+            }
+        }
+        done.wake
     }
 
     /// One pass over everything (see the module docs).
@@ -124,28 +159,23 @@ impl Engine {
             return;
         }
         self.io.ctx.metrics.sync_passes.inc();
-        self.source.wake = self.source_pass().await;
+        self.source.wake = self.source_step().await;
         self.ensure_kinds().await;
         self.drift.wake = self.sink_pass().await;
+        // The stages after the sink's: each gets the World, its own state,
+        // what it reads of another's, and the context; the engine keeps what
+        // one returns for another (readiness for the rules' status).
+        let (world, ctx) = (&self.world, &*self.io.ctx);
         let reports = &self.status.reports;
-        policy_watch::count_refusals(&self.world, reports, &mut self.policy, &self.io.ctx).await;
-        let (world, book) = (&self.world, &mut self.returns.book);
-        self.returns.wake = report::report_pass(world, &self.sink, book, &self.io.ctx).await;
-        let ctx = &self.io.ctx;
-        if let Some(r) = returned::return_pass(&self.world, &mut self.returns.book, ctx).await {
+        policy_watch::count_refusals(world, reports, &mut self.policy, ctx).await;
+        let book = &mut self.returns.book;
+        self.returns.wake = report::report_pass(world, &self.sink, book, ctx).await;
+        if let Some(r) = returned::return_pass(world, &mut self.returns.book, ctx).await {
             self.status.set_readiness(&r.per_rule, r.unhealthy);
         }
-        let (book, returns) = (&mut self.rollout, &self.returns.book);
-        rollout::origin::rollout_pass(&self.world, book, returns, &self.io.ctx).await;
+        rollout::origin::rollout_pass(world, &mut self.rollout, &self.returns.book, ctx).await;
         let (last_sync, rollouts) = (&self.sink.last_sync, &self.rollout);
-        status::status_pass(
-            &self.world,
-            &mut self.status,
-            last_sync,
-            rollouts,
-            &self.io.ctx,
-        )
-        .await;
+        status::status_pass(world, &mut self.status, last_sync, rollouts, ctx).await;
         // A retry due when the pass began was decided in it (tried, or backed
         // off again with a later time). One that fell due while the pass ran
         // was not: it stays, and its due time wakes the next pass at once.
