@@ -13,7 +13,7 @@ use kube::api::{DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
-use super::returned::source_object;
+use super::source::source_object;
 use super::state::{resource_version, StatusBook, Written};
 use crate::context::Context;
 use crate::kube::FIELD_MANAGER;

@@ -16,6 +16,7 @@ use kube::api::{Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
+use super::source::{source_key, source_object};
 use super::state::StatusBook;
 use crate::context::Context;
 use crate::sync::model::StatusEvent;
@@ -30,17 +31,6 @@ fn has_returned_status(obj: &Value) -> bool {
                 .iter()
                 .any(|e| e.get("manager").and_then(Value::as_str) == Some(FIELD_MANAGER_STATUS))
         })
-}
-
-/// The source object a report is about (on its origin).
-pub fn source_key(r: &ReportedStatus) -> ObjectKey {
-    ObjectKey::from_api_version(
-        &r.origin,
-        &r.source.api_version,
-        &r.source.kind,
-        r.source.namespace.as_deref(),
-        &r.source.name,
-    )
 }
 
 /// Folds one event of the status consumer into the book; `local` is this
@@ -112,23 +102,6 @@ pub(in crate::sync) fn rules_read(world: &World) -> bool {
         .kinds
         .get(&crate::sync::rules::compile::rule_gvk())
         .is_some_and(|k| k.ready())
-}
-
-/// The live source object a report is about, if it exists with the uid
-/// the report names.
-pub(in crate::sync) fn source_object(world: &World, r: &ReportedStatus) -> Option<Value> {
-    let key = source_key(r);
-    let gvk = GroupVersionKind::gvk(&key.group, &key.version, &key.kind);
-    let obj = world
-        .kinds
-        .get(&gvk)?
-        .objects
-        .get(&(key.namespace.clone(), key.name.clone()))?;
-    let uid = obj.pointer("/metadata/uid").and_then(Value::as_str);
-    match &r.source.uid {
-        Some(want) if uid != Some(want.as_str()) => None,
-        _ => Some(obj),
-    }
 }
 
 /// What the return pass found for the rules' status (`status_pass` writes
@@ -349,16 +322,6 @@ fn health_text(r: &ReportedStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::inputs::watches::tests::report;
-
-    #[test]
-    fn source_key_names_the_origin_object() {
-        let k = source_key(&report("west"));
-        assert_eq!(
-            k,
-            ObjectKey::from_api_version("east", "example.com/v1", "Widget", Some("a"), "w")
-        );
-    }
 
     #[test]
     fn returned_status_is_found_by_its_field_manager() {
