@@ -435,20 +435,19 @@ fn named(entries: &std::collections::BTreeMap<String, String>) -> String {
 }
 
 /// Writes the status of every rule object whose status changed (see
-/// [`when_to_write`]); sets `state.due` for those that must wait.
-/// `last_sync` is the sink's last sync time per rule, `rollouts` the
-/// rollout book (this origin's rollouts are summed up in the status).
+/// [`when_to_write`]); returns when those that must wait are due (the
+/// engine keeps it as `StatusState::due`). `last_sync` is the sink's last
+/// sync time per rule, `rollouts` the rollout book (this origin's rollouts
+/// are summed up in the status).
 pub(super) async fn status_pass(
     world: &World,
     state: &mut StatusState,
     last_sync: &BTreeMap<String, Time>,
     rollouts: &RolloutBook,
     ctx: &Context,
-) {
-    state.due = None;
-    let Some(kind) = world.kinds.get(&rule_gvk()) else {
-        return;
-    };
+) -> Option<Instant> {
+    let kind = world.kinds.get(&rule_gvk())?;
+    let mut wake: Option<Instant> = None;
     let now = Instant::now();
     let mut writes = Vec::new();
     let (mut synced, mut conflicts, mut errors) = (0, 0, 0);
@@ -494,7 +493,7 @@ pub(super) async fn status_pass(
             Write::Never => {}
             Write::Now => writes.push((rule.name.clone(), status, report)),
             Write::At(due) => {
-                state.due = Some(state.due.map_or(due, |d| d.min(due)));
+                wake = Some(wake.map_or(due, |d| d.min(due)));
             }
         }
     }
@@ -541,6 +540,7 @@ pub(super) async fn status_pass(
             }
         }
     }
+    wake
 }
 
 /// A merge patch removes a member only when it is `null`: absent optional

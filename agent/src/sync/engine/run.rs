@@ -164,7 +164,7 @@ impl Engine {
         self.drift.wake = self.sink_pass().await;
         // The stages after the sink's: each gets the World, its own state,
         // what it reads of another's, and the context; the engine keeps what
-        // one returns for another (readiness for the rules' status).
+        // each returns (its wake-up; the readiness the rules' status shows).
         let (world, ctx) = (&self.world, &*self.io.ctx);
         let reports = &self.status.reports;
         policy_watch::count_refusals(world, reports, &mut self.policy, ctx).await;
@@ -173,9 +173,12 @@ impl Engine {
         if let Some(r) = returned::return_pass(world, &mut self.returns.book, ctx).await {
             self.status.set_readiness(&r.per_rule, r.unhealthy);
         }
-        rollout::origin::rollout_pass(world, &mut self.rollout, &self.returns.book, ctx).await;
+        let returns = &self.returns.book;
+        self.rollout.wake =
+            rollout::origin::rollout_pass(world, &mut self.rollout, returns, ctx).await;
         let (last_sync, rollouts) = (&self.sink.last_sync, &self.rollout);
-        status::status_pass(world, &mut self.status, last_sync, rollouts, ctx).await;
+        self.status.due =
+            status::status_pass(world, &mut self.status, last_sync, rollouts, ctx).await;
         // A retry due when the pass began was decided in it (tried, or backed
         // off again with a later time). One that fell due while the pass ran
         // was not: it stays, and its due time wakes the next pass at once.

@@ -43,17 +43,18 @@ pub(super) struct Due {
 }
 
 /// Decides every rollout of this cluster's objects and puts what changed
-/// (see the module docs).
+/// (see the module docs). Returns when the origin wants the next pass (a
+/// decision's clock ends, a failed put is tried again).
 pub(in crate::sync) async fn rollout_pass(
     world: &World,
     book: &mut RolloutBook,
     returns: &StatusBook,
     ctx: &Context,
-) {
-    book.wake = None;
+) -> Option<Instant> {
     if !book.caught_up || !returns.caught_up || !rules_read(world) {
-        return;
+        return None;
     }
+    let mut retry = None;
     let now = Utc::now();
     let reports = returned_reports(world, returns);
     track_current(book, &reports, now);
@@ -74,7 +75,7 @@ pub(in crate::sync) async fn rollout_pass(
     for (key, record) in puts {
         if let Err(e) = put_decision(book, ctx, &key, &record).await {
             tracing::warn!(rollout = %key.to_subject(ctx.layout.prefix()), error = %e, "could not publish a rollout decision; retrying");
-            book.wake = Some(Instant::now() + RETRY);
+            retry = Some(Instant::now() + RETRY);
             continue;
         }
         // Believed at once: the consumer reads it back later.
@@ -85,7 +86,7 @@ pub(in crate::sync) async fn rollout_pass(
         // A millisecond past the clock, so the pass that wakes sees it over.
         Instant::now() + ahead + Duration::from_millis(1)
     });
-    book.wake = book.wake.min(timer).or(book.wake).or(timer);
+    retry.min(timer).or(retry).or(timer)
 }
 
 /// Since when each (cluster, object, version) has been reported Current,
