@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bus::command::{self, Common, Refused, Signed, Verb};
 use crate::context::Context;
+use crate::sync::rollout;
 
 use super::Engine;
 
@@ -181,11 +182,14 @@ impl Engine {
                 .await
                 .encode()
                 .map_err(|e| e.to_string()),
-            EngineVerb::Rollout => self
-                .rollout_request(&h.payload)
-                .await
-                .encode()
-                .map_err(|e| e.to_string()),
+            EngineVerb::Rollout => {
+                let (book, returns) = (&mut self.rollout, &self.returns.book);
+                let (world, ctx) = (&self.world, &self.io.ctx);
+                rollout::command::rollout_request(world, book, returns, ctx, &h.payload)
+                    .await
+                    .encode()
+                    .map_err(|e| e.to_string())
+            }
         };
         // The requester may have given up: nothing to do then.
         let _ = h.reply.send(reply);

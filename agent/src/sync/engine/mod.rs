@@ -23,6 +23,7 @@ mod fold;
 mod kinds;
 mod rule_set;
 mod run;
+mod shim_stages;
 
 pub use run::run;
 
@@ -119,6 +120,3 @@ impl Engine {
         }
     }
 }
-
-/// The namespace and name of an object (the model's, kept here for its readers).
-pub use super::model::meta::local_key;

@@ -11,7 +11,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sync::inputs::watches;
 use crate::sync::model::Input;
+use crate::sync::policy_watch;
+use crate::sync::returns::{report, returned};
+use crate::sync::rollout;
 use crate::sync::rules::compile::{self as rules};
+use crate::sync::source::publish;
+use crate::sync::status;
 
 use super::commands;
 use super::rule_set::verify_authors;
@@ -60,6 +65,40 @@ impl Engine {
             .min()
     }
 
+    /// The source side (`source::publish`), unless publishing is held: the
+    /// kinds' dirty sets go to the pass, and what it published comes back
+    /// into the World (our own envelopes; objects to plan again). Returns
+    /// when the source side wants the next pass.
+    async fn source_step(&mut self) -> Option<Instant> {
+        if let Some(hold) = publish::held(&mut self.source) {
+            return Some(hold);
+        }
+        let work: Vec<publish::Work> = self
+            .world
+            .kinds
+            .iter_mut()
+            .filter(|(_, k)| k.source && k.ready())
+            .map(|(gvk, k)| publish::Work {
+                gvk: gvk.clone(),
+                full: std::mem::take(&mut k.source_full),
+                dirty: std::mem::take(&mut k.source_dirty),
+            })
+            .collect();
+        let (world, ctx, tx) = (&self.world, &self.io.ctx, &self.io.tx);
+        let done = publish::source_pass(world, &mut self.source, ctx, tx, work).await;
+        for (gvk, key, env) in done.envelopes {
+            if let Some(kind) = self.world.kinds.get_mut(&gvk) {
+                kind.snapshots.insert(key, env);
+            }
+        }
+        for (gvk, key) in done.again {
+            if let Some(kind) = self.world.kinds.get_mut(&gvk) {
+                kind.source_dirty.insert(key);
+            }
+        }
+        done.wake
+    }
+
     /// One pass over everything (see the module docs).
     pub async fn pass(&mut self) {
         let started = Instant::now();
@@ -93,13 +132,22 @@ impl Engine {
                 }
             }
         }
-        self.policy_pass().await;
+        let read = policy_watch::policy_pass(&self.world, &mut self.policy, &self.io.ctx).await;
+        if let Some(read) = read {
+            self.world.policy = read.policy;
+            if read.replan {
+                // What is published and written depends on the policy like on
+                // the rules: plan every object and copy again.
+                self.rules_changed(self.world.rules.clone());
+                self.sink.dirty.full = true;
+            }
+        }
         let rules_read = self
             .world
             .kinds
             .get(&rules::rule_gvk())
             .is_some_and(|k| k.ready());
-        if !self.world.fleet.synced || !self.policy_known() || !rules_read {
+        if !self.world.fleet.synced || !policy_watch::policy_known(&self.world) || !rules_read {
             // Who may be a source (ourselves included) is unknown until the
             // registry has been read: publishing or collecting now could
             // act on an empty fleet. What the policy allows is unknown until
@@ -111,14 +159,26 @@ impl Engine {
             return;
         }
         self.io.ctx.metrics.sync_passes.inc();
-        self.source.wake = self.source_pass().await;
+        self.source.wake = self.source_step().await;
         self.ensure_kinds().await;
         self.drift.wake = self.sink_pass().await;
-        self.count_refusals().await;
-        self.returns.wake = self.report_pass().await;
-        self.return_pass().await;
-        self.rollout_pass().await;
-        self.status_pass().await;
+        // The stages after the sink's: each gets the World, its own state,
+        // what it reads of another's, and the context; the engine keeps what
+        // each returns (its wake-up; the readiness the rules' status shows).
+        let (world, ctx) = (&self.world, &*self.io.ctx);
+        let reports = &self.status.reports;
+        policy_watch::count_refusals(world, reports, &mut self.policy, ctx).await;
+        let book = &mut self.returns.book;
+        self.returns.wake = report::report_pass(world, &self.sink, book, ctx).await;
+        if let Some(r) = returned::return_pass(world, &mut self.returns.book, ctx).await {
+            self.status.set_readiness(&r.per_rule, r.unhealthy);
+        }
+        let returns = &self.returns.book;
+        self.rollout.wake =
+            rollout::origin::rollout_pass(world, &mut self.rollout, returns, ctx).await;
+        let (last_sync, rollouts) = (&self.sink.last_sync, &self.rollout);
+        self.status.due =
+            status::status_pass(world, &mut self.status, last_sync, rollouts, ctx).await;
         // A retry due when the pass began was decided in it (tried, or backed
         // off again with a later time). One that fell due while the pass ran
         // was not: it stays, and its due time wakes the next pass at once.

@@ -13,6 +13,6 @@
 
 pub(in crate::sync) mod command;
 pub(in crate::sync) mod decide;
-mod origin;
+pub(in crate::sync) mod origin;
 pub(in crate::sync) mod sink;
 pub(in crate::sync) mod state;
