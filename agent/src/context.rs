@@ -24,6 +24,9 @@ pub struct Context {
     pub cluster_id: String,
     /// Local Kubernetes client.
     pub client: kube::Client,
+    /// The client the sink writes copies with: a throttled write comes back
+    /// at once with the server's `Retry-After` (`kube::throttle`).
+    pub copy_writer: kube::Client,
     /// What `client` was built from: a task whose connection failed builds a
     /// client of its own from it (`kube::client::connect`).
     pub kube_config: kube::Config,
@@ -88,6 +91,12 @@ impl Context {
         let (js, layout) = bus;
         let (client, kube_config) = kube;
         let recorder = Recorder::new(client.clone(), &cfg.cluster_name);
+        // Built from the config `client` was built from, which worked: a
+        // failure here is not expected; the shared client does then.
+        let copy_writer = crate::kube::throttle::copy_writer(&kube_config).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot build the copy writer's client; copies are written with the shared one");
+            client.clone()
+        });
         // The sealing key comes with the identity (`--cluster-key`): the
         // secure mode seals, the insecure mode does not.
         let sealing = cfg
@@ -102,6 +111,7 @@ impl Context {
             cfg,
             cluster_id,
             client,
+            copy_writer,
             kube_config,
             js,
             layout,

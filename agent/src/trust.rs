@@ -1,4 +1,4 @@
-//! This cluster's place in the fleet's root of trust (issue 21): the fleet
+//! This cluster's place in the fleet's root of trust (the secure mode): the fleet
 //! root's public key, this cluster's signing and sealing keys, and its
 //! certificate, loaded once at start-up from `--fleet-root`,
 //! `--cluster-key` and `--cluster-cert`.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 /// A module path from the crate root, e.g. `["sync", "engine"]`.
 type Module = Vec<String>;
 
-/// Import cycles still being taken apart (issue 19): an SCC wholly inside one
+/// Import cycles still being taken apart: an SCC wholly inside one
 /// of these folders is reported but tolerated. Remove an entry as soon as its
 /// folder has no cycle, so it cannot come back.
 const CYCLES_BEING_REMOVED: &[&str] = &[];
@@ -38,6 +38,41 @@ const LAYERS: &[&[&str]] = &[
 /// Imports against the layer table known and written down (ARCHITECTURE.md),
 /// to be removed by the change that fixes each.
 const LAYER_EXCEPTIONS: &[(&str, &str)] = &[];
+
+/// The layers inside `sync/` (ARCHITECTURE.md, "Layers inside sync"): the
+/// shared model, the rules, the World every stage reads, the stages, and the
+/// engine that owns their state and calls them. A stage never imports the
+/// engine; stages may use each other's leaves (the same row).
+const SYNC_LAYERS: &[&[&str]] = &[
+    &["model", "digest", "withheld", "health", "policy"],
+    &["rules"],
+    &["world"],
+    &[
+        "inputs",
+        "source",
+        "sink",
+        "drift",
+        "returns",
+        "rollout",
+        "status",
+        "status_bus",
+        "preview",
+        "progress",
+        "policy_watch",
+    ],
+    &["engine"],
+];
+
+/// A module's row in `SYNC_LAYERS` (`None` outside `sync/`, and for
+/// `sync/mod.rs`, the folder's table of contents, which only declares).
+fn sync_layer(m: &Module) -> Option<usize> {
+    match m.as_slice() {
+        [top, sub, ..] if top == "sync" => {
+            SYNC_LAYERS.iter().position(|l| l.contains(&sub.as_str()))
+        }
+        _ => None,
+    }
+}
 
 fn layer(m: &Module) -> Option<usize> {
     // The crate root (lib.rs/main.rs) is the empty module path: wiring.
@@ -307,7 +342,7 @@ fn no_two_files_import_each_other() {
             .any(|dir| scc.iter().all(|m| m.first().is_some_and(|f| f == dir)));
         let names: Vec<String> = scc.iter().map(show).collect();
         if tolerated {
-            eprintln!("cycle being removed (issue 19): {}", names.join(", "));
+            eprintln!("cycle being removed: {}", names.join(", "));
         } else {
             bad.push(names.join(", "));
         }
@@ -341,6 +376,64 @@ fn every_module_imports_only_its_layer_and_below() {
         }
     }
     assert!(bad.is_empty(), "layer violations:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn inside_sync_each_module_imports_only_its_row_and_below() {
+    let g = graph();
+    let mut bad = Vec::new();
+    for (from, to) in g.iter().filter(|(m, _)| m.len() > 1 && m[0] == "sync") {
+        let Some(lf) = sync_layer(from) else {
+            bad.push(format!("{} is in no row of sync's layer table", show(from)));
+            continue;
+        };
+        for t in to {
+            if sync_layer(t).is_some_and(|lt| lt > lf) {
+                bad.push(format!("{} imports {} (a later row)", show(from), show(t)));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "sync layer violations:\n{}", bad.join("\n"));
+}
+
+/// What `use` lines miss: a stage that adds methods to the engine's type
+/// depends on all of the engine's state. Only `sync/engine/` may say
+/// `impl Engine`, and no file outside it may name the type.
+#[test]
+fn only_the_engine_folder_names_the_engine() {
+    let root = src().join("sync");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let mut bad = Vec::new();
+    for f in files.iter().filter(|f| !f.starts_with(root.join("engine"))) {
+        let text = production_text(&std::fs::read_to_string(f).unwrap());
+        if names_engine(&text) {
+            bad.push(f.strip_prefix(&root).unwrap().display().to_string());
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "files outside sync/engine/ that name Engine:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// Whether the text names the type `Engine` as a word (not `EngineX`).
+fn names_engine(text: &str) -> bool {
+    text.match_indices("Engine").any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + "Engine".len()..].chars().next();
+        let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        !word(before) && !word(after)
+    })
+}
+
+#[test]
+fn the_engine_checker_sees_an_impl_and_a_path_but_not_a_longer_name() {
+    assert!(names_engine("impl Engine {\n}"));
+    assert!(names_engine("fn f(e: &mut crate::sync::engine::Engine) {}"));
+    assert!(!names_engine("struct EngineIo; fn engine_run() {}"));
+    assert!(!names_engine(&production_text("// the Engine\nfn f() {}")));
 }
 
 /// The checker itself finds what it must: a grouped `super::{…}` import is

@@ -102,7 +102,7 @@ fn the_dashboard_reads_only_metrics_the_agent_exports() {
             read.extend(names);
         }
     }
-    // What the issue asks the dashboard to show, by the metric behind it.
+    // What the dashboard must show, by the metric behind it.
     for (what, metric) in [
         ("clusters by state", "fleetbus_peers"),
         ("errors per rule", "fleetbus_rule_objects"),
@@ -151,7 +151,7 @@ fn every_alert_reads_exported_metrics_and_says_what_to_do() {
             alerts.insert(name.to_owned());
         }
     }
-    // The alerts the issue asks for.
+    // The alerts an operator needs.
     for a in [
         "FleetbusPeerDisconnected",
         "FleetbusRuleInError",

@@ -1,4 +1,4 @@
-//! Fault injection for fleetbus meshes (issue 24).
+//! Fault injection for fleetbus meshes.
 //!
 //! [`proxy`] is a TCP proxy the runner puts between an agent and NATS or its
 //! API server, to cut, stall, half-open, delay, throttle or corrupt the

@@ -7,8 +7,8 @@ use clap::Parser;
 use fleetbus_chaos::report;
 use fleetbus_chaos::scenario::{self, Size, SCENARIOS};
 
-/// Scripted faults under load against a local fleet of real processes
-/// (issue 24): nothing lost, nothing stale, converged.
+/// Scripted faults under load against a local fleet of real processes:
+/// nothing lost, nothing stale, converged.
 #[derive(Debug, Parser)]
 #[command(name = "fleetbus-chaos")]
 struct Cli {

@@ -3,7 +3,7 @@
 //! without root, network namespaces or clocks: every fault is a state of the
 //! proxy, switched at once for every connection through it.
 //!
-//! The faults are the ones real networks produce (and that the issue names):
+//! The faults are the ones real networks produce:
 //! - [`Fault::Cut`]: every connection is closed and new ones are closed as
 //!   soon as they are accepted (a peer that went away, a firewall's RST);
 //! - [`Fault::Stall`]: connections stay open but nothing moves in either

@@ -356,7 +356,7 @@ async fn nats_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
     let last_fault = Instant::now();
     tokio::time::sleep(size.churn).await;
     let row = finish("nats-kill", seed, run, last_fault, Vec::new()).await?;
-    // The goal, counted from the end of the churn that follows the
+    // The goal, counted from the end of the churn that follows the
     // restart (nothing converges while the origins still write).
     Ok(goal(
         row,
@@ -368,7 +368,7 @@ async fn nats_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
     ))
 }
 
-/// The goal for `nats-kill`: converged this soon after the churn
+/// The goal of `nats-kill`: converged this soon after the churn
 /// that follows the server's restart.
 const NATS_GOAL: Duration = Duration::from_secs(5);
 
@@ -440,7 +440,7 @@ async fn api_down(seed: u64, size: Size) -> anyhow::Result<Row> {
 /// once it is written the agent is started, SIGKILLed in the middle of its
 /// catch-up (once it holds a third of the copies due, or after 20 s) and started
 /// again. In the short version its API server answers every request
-/// `catchup_latency` late meanwhile (a loaded or distant one). The issue's
+/// `catchup_latency` late meanwhile (a loaded or distant one). The
 /// goal is checked: converged within [`CATCHUP_GOAL`] of the restart, and
 /// no write of a copy that was already right at the kill.
 async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
@@ -519,7 +519,7 @@ async fn catchup_kill(seed: u64, size: Size) -> anyhow::Result<Row> {
 }
 
 /// `row` with a violation if it converged later than `within` after its
-/// last fault (`what`), the goal.
+/// last fault (`what`), the scenario's goal.
 fn goal(mut row: Row, within: Duration, what: &str) -> Row {
     if let Some(after) = row.converged.filter(|t| *t > within) {
         row.violations.push(format!(
@@ -530,7 +530,7 @@ fn goal(mut row: Row, within: Duration, what: &str) -> Row {
     row
 }
 
-/// The goal for `catchup-kill`: converged this soon after the restart.
+/// The goal of `catchup-kill`: converged this soon after the restart.
 const CATCHUP_GOAL: Duration = Duration::from_secs(10);
 
 /// The copies in `u` that were right (by the settled oracle) and whose

@@ -6,6 +6,8 @@
 //! (`drift ls|watch|history|correct`), read from and sent over NATS; [`clusters`] for
 //! the fleet's clusters (`clusters label|ls`); [`dashboard`] for the live web
 //! dashboard (`fleetbus dashboard`), read from the bus too.
+//! [`membership`] runs `fleet init`, `join` and `leave` over the fleet's keys
+//! in [`trust`].
 
 pub mod cli;
 pub mod clusters;
@@ -14,6 +16,7 @@ pub mod dashboard;
 pub mod drift;
 pub mod fleet;
 mod kv;
+pub mod membership;
 pub mod mesh;
 pub mod output;
 pub mod rules;

@@ -431,7 +431,7 @@ fn tour_command(cwd: &Path, url: &str, args: &[&str]) -> Output {
 }
 
 /// The default mesh is secure: TLS and operator mode, the files an operator
-/// needs where the issue puts them, the tour's commands unchanged, a client
+/// needs in the mesh directory, the tour's commands unchanged, a client
 /// without credentials refused, and `fleetbus join` output brings a new
 /// cluster's agent in with nothing else copied by hand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -510,26 +510,18 @@ async fn secure_mesh_runs_the_tour_and_takes_a_joined_cluster() {
         .filter_map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).ok())
         .find(|d| d["metadata"]["name"].as_str() == Some("fleetbus-cluster-trust"))
         .expect("the trust Secret");
-    let mut trust_flags = Vec::new();
-    for (flag, key) in [
-        ("--fleet-root", "fleet-root.pub"),
-        ("--cluster-key", "cluster.key"),
-        ("--cluster-cert", "cluster.cert"),
-    ] {
+    let mounted = |key: &str| {
         let path = tmp.path().join(format!("c4-{key}"));
         std::fs::write(&path, trust["stringData"][key].as_str().unwrap()).unwrap();
-        trust_flags.extend([flag.to_owned(), path.display().to_string()]);
-    }
-    let cmd = AgentCommand::new("c4").nats_url(&url).extra(
-        [
-            "--nats-creds".to_owned(),
-            creds.display().to_string(),
-            "--nats-tls-ca".to_owned(),
-            dir.join("ca.pem").display().to_string(),
-        ]
-        .into_iter()
-        .chain(trust_flags),
-    );
+        path
+    };
+    let cmd = AgentCommand::new("c4")
+        .nats_url(&url)
+        .nats_creds(&creds)
+        .nats_tls_ca(dir.join("ca.pem"))
+        .fleet_root(mounted("fleet-root.pub"))
+        .cluster_key(mounted("cluster.key"))
+        .cluster_cert(mounted("cluster.cert"));
     let c4 = Member::launch(DevClusterOpts::new("c4"), cmd)
         .await
         .unwrap();

@@ -22,6 +22,14 @@ pub struct AgentCommand {
     peer_timeout: Option<Duration>,
     replicas: Option<usize>,
     publish_kubeconfig: bool,
+    nats_creds: Option<PathBuf>,
+    nats_tls_ca: Option<PathBuf>,
+    nats_tls_cert: Option<PathBuf>,
+    nats_tls_key: Option<PathBuf>,
+    allow_insecure: bool,
+    fleet_root: Option<PathBuf>,
+    cluster_key: Option<PathBuf>,
+    cluster_cert: Option<PathBuf>,
     extra: Vec<OsString>,
 }
 
@@ -38,6 +46,14 @@ impl AgentCommand {
             peer_timeout: None,
             replicas: None,
             publish_kubeconfig: false,
+            nats_creds: None,
+            nats_tls_ca: None,
+            nats_tls_cert: None,
+            nats_tls_key: None,
+            allow_insecure: false,
+            fleet_root: None,
+            cluster_key: None,
+            cluster_cert: None,
             extra: Vec::new(),
         }
     }
@@ -90,6 +106,63 @@ impl AgentCommand {
         self
     }
 
+    /// `--nats-creds`: the `.creds` file (user JWT and nkey seed) the agent
+    /// connects to NATS with, e.g. `<fleet>/clusters/<name>/nats.creds` of
+    /// `fleetbus join`.
+    pub fn nats_creds(mut self, path: impl Into<PathBuf>) -> Self {
+        self.nats_creds = Some(path.into());
+        self
+    }
+
+    /// `--nats-tls-ca`: the PEM CA(s) that sign the NATS server's certificate
+    /// (TLS is then required).
+    pub fn nats_tls_ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.nats_tls_ca = Some(path.into());
+        self
+    }
+
+    /// `--nats-tls-cert`: the PEM client certificate for mutual TLS (the agent
+    /// wants [`AgentCommand::nats_tls_key`] with it).
+    pub fn nats_tls_cert(mut self, path: impl Into<PathBuf>) -> Self {
+        self.nats_tls_cert = Some(path.into());
+        self
+    }
+
+    /// `--nats-tls-key`: the private key of [`AgentCommand::nats_tls_cert`].
+    pub fn nats_tls_key(mut self, path: impl Into<PathBuf>) -> Self {
+        self.nats_tls_key = Some(path.into());
+        self
+    }
+
+    /// `--allow-insecure`: accept plain-text NATS to a non-loopback address.
+    pub fn allow_insecure(mut self, on: bool) -> Self {
+        self.allow_insecure = on;
+        self
+    }
+
+    /// `--fleet-root`: the fleet root's public key (`root.pub` of `fleetbus
+    /// fleet init`). With [`AgentCommand::cluster_key`] and
+    /// [`AgentCommand::cluster_cert`], the secure mode; the agent refuses
+    /// some of the three without the others.
+    pub fn fleet_root(mut self, path: impl Into<PathBuf>) -> Self {
+        self.fleet_root = Some(path.into());
+        self
+    }
+
+    /// `--cluster-key`: the cluster's signing and sealing keys (`cluster.key`
+    /// of `fleetbus join`).
+    pub fn cluster_key(mut self, path: impl Into<PathBuf>) -> Self {
+        self.cluster_key = Some(path.into());
+        self
+    }
+
+    /// `--cluster-cert`: the cluster's certificate from the fleet root
+    /// (`cluster.cert` of `fleetbus join`).
+    pub fn cluster_cert(mut self, path: impl Into<PathBuf>) -> Self {
+        self.cluster_cert = Some(path.into());
+        self
+    }
+
     /// Arguments written after the typed ones, as given: flags this type has
     /// no setter for, or values a test wants malformed on purpose.
     pub fn extra<I, S>(mut self, args: I) -> Self
@@ -139,6 +212,25 @@ impl AgentCommand {
         if self.publish_kubeconfig {
             out.push("--publish-kubeconfig".into());
         }
+        // What the agent connects and signs with: NATS credentials and TLS,
+        // then the secure mode's fleet root, keys and certificate.
+        let files = [
+            ("--nats-creds", &self.nats_creds),
+            ("--nats-tls-ca", &self.nats_tls_ca),
+            ("--nats-tls-cert", &self.nats_tls_cert),
+            ("--nats-tls-key", &self.nats_tls_key),
+            ("--fleet-root", &self.fleet_root),
+            ("--cluster-key", &self.cluster_key),
+            ("--cluster-cert", &self.cluster_cert),
+        ];
+        for (name, path) in files {
+            if let Some(path) = path {
+                out.extend([name.into(), path.into()]);
+            }
+        }
+        if self.allow_insecure {
+            out.push("--allow-insecure".into());
+        }
         out.extend(self.extra.iter().cloned());
         out
     }
@@ -184,6 +276,14 @@ mod tests {
             .peer_timeout(Duration::from_secs(2))
             .replicas(3)
             .publish_kubeconfig(true)
+            .nats_creds("/fleet/clusters/eu-west-1/nats.creds")
+            .nats_tls_ca("/fleet/ca.pem")
+            .nats_tls_cert("/tls/client.pem")
+            .nats_tls_key("/tls/client.key")
+            .allow_insecure(true)
+            .fleet_root("/fleet/root.pub")
+            .cluster_key("/fleet/clusters/eu-west-1/cluster.key")
+            .cluster_cert("/fleet/clusters/eu-west-1/cluster.cert")
             .extra(["--leave-on-shutdown"]);
         let args = parse(&cmd);
         let AgentCommand {
@@ -196,6 +296,14 @@ mod tests {
             peer_timeout,
             replicas,
             publish_kubeconfig,
+            nats_creds,
+            nats_tls_ca,
+            nats_tls_cert,
+            nats_tls_key,
+            allow_insecure,
+            fleet_root,
+            cluster_key,
+            cluster_cert,
             extra,
         } = cmd;
         assert_eq!(args.cluster_name, cluster_name);
@@ -207,6 +315,14 @@ mod tests {
         assert_eq!(Some(args.peer_timeout), peer_timeout);
         assert_eq!(Some(args.replicas), replicas);
         assert_eq!(args.publish_kubeconfig, publish_kubeconfig);
+        assert_eq!(args.nats_creds, nats_creds);
+        assert_eq!(args.nats_tls_ca, nats_tls_ca);
+        assert_eq!(args.nats_tls_cert, nats_tls_cert);
+        assert_eq!(args.nats_tls_key, nats_tls_key);
+        assert_eq!(args.allow_insecure, allow_insecure);
+        assert_eq!(args.fleet_root, fleet_root);
+        assert_eq!(args.cluster_key, cluster_key);
+        assert_eq!(args.cluster_cert, cluster_cert);
         assert_eq!(extra, ["--leave-on-shutdown"]);
         assert!(args.leave_on_shutdown);
     }
@@ -225,6 +341,49 @@ mod tests {
             .publish_kubeconfig(false)
             .argv()
             .contains(&"--publish-kubeconfig".into()));
+    }
+
+    /// The secure mode's flags as `fleetbus mesh up` and the tests write them:
+    /// each file where the agent reads it, nothing else changed, and a bool
+    /// left off is not written.
+    #[test]
+    fn secure_flags_reach_the_agents_fields() {
+        let cmd = AgentCommand::new("c1")
+            .nats_url("tls://127.0.0.1:4222")
+            .nats_creds("/m/c1/nats.creds")
+            .nats_tls_ca("/m/ca.pem")
+            .fleet_root("/m/root.pub")
+            .cluster_key("/m/clusters/c1/cluster.key")
+            .cluster_cert("/m/clusters/c1/cluster.cert")
+            .allow_insecure(false);
+        assert_eq!(
+            cmd.argv(),
+            [
+                "--cluster-name",
+                "c1",
+                "--nats-url",
+                "tls://127.0.0.1:4222",
+                "--nats-creds",
+                "/m/c1/nats.creds",
+                "--nats-tls-ca",
+                "/m/ca.pem",
+                "--fleet-root",
+                "/m/root.pub",
+                "--cluster-key",
+                "/m/clusters/c1/cluster.key",
+                "--cluster-cert",
+                "/m/clusters/c1/cluster.cert",
+            ]
+        );
+        let args = parse(&cmd);
+        let path = |p: &str| Some(PathBuf::from(p));
+        assert_eq!(args.nats_creds, path("/m/c1/nats.creds"));
+        assert_eq!(args.nats_tls_ca, path("/m/ca.pem"));
+        assert_eq!((args.nats_tls_cert, args.nats_tls_key), (None, None));
+        assert!(!args.allow_insecure);
+        assert_eq!(args.fleet_root, path("/m/root.pub"));
+        assert_eq!(args.cluster_key, path("/m/clusters/c1/cluster.key"));
+        assert_eq!(args.cluster_cert, path("/m/clusters/c1/cluster.cert"));
     }
 
     #[test]

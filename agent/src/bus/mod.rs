@@ -2,6 +2,7 @@
 //! streams and the registry bucket (the layout), typed JetStream error codes, and the
 //! rate limits on requests to the agent.
 
+pub mod command;
 pub mod command_sub;
 pub mod connect;
 pub mod errors;

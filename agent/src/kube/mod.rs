@@ -7,6 +7,7 @@ pub mod client;
 pub mod conditions;
 pub mod events;
 pub mod path;
+pub mod throttle;
 
 /// The field manager of every write the agent makes (server-side apply and
 /// plain writes alike), so `managedFields` tells fleetbus's writes apart.

@@ -8,14 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fleetbus_schemas::command::{LabelReply, LabelRequest};
 use fleetbus_schemas::crd::Cluster;
 use fleetbus_schemas::registry::validate_labels;
 use fleetbus_schemas::subject::CommandKey;
 use fleetbus_schemas::well_known::condition;
-use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{json, Value};
@@ -23,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::RegistryError;
 use super::shared::Registry;
-use crate::bus::rate::TokenBucket;
+use crate::bus::command::{serve, Common, Refused, Signed, Verb};
 
 /// How many times a patch is tried in all: a patch that lost a race with
 /// another writer (409 on the resourceVersion) is re-read and tried again.
@@ -131,68 +130,47 @@ pub fn relabel(
     Ok(next)
 }
 
-/// Answers label requests until `cancel`. Without the subscription `fleetbus
-/// clusters label` finds no responder, so a failed subscribe is retried with
-/// backoff (the agent goes on meanwhile; a task that returns stops it).
+/// Answers label requests until `cancel`, through the agent's one request
+/// server (`bus::command`: rate, the fleet root's signature, resubscribing).
 #[tracing::instrument(name = "label_cmd", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
-    let client = reg.ctx.js.client();
-    let subject = CommandKey::label(&reg.ctx.cfg.cluster_name).to_subject(reg.ctx.layout.prefix());
-    let mut rate = TokenBucket::new("label", reg.ctx.cfg.command_rate, Instant::now());
-    loop {
-        let Some(mut sub) = crate::bus::command_sub::subscribe(&client, &subject, &cancel).await
-        else {
-            return Ok(());
+    let ctx = &reg.ctx;
+    let verb = Verb {
+        name: "label",
+        subject: CommandKey::label(&ctx.cfg.cluster_name).to_subject(ctx.layout.prefix()),
+        signed: Signed::Required,
+        rate: ctx.cfg.command_rate,
+    };
+    let common = Common {
+        metrics: &ctx.metrics,
+        trust: ctx.cfg.trust.as_deref(),
+    };
+    let cluster = ctx.cfg.cluster_name.clone();
+    let refuse = |refused: Refused| {
+        let (error, retry_after_ms) = match refused {
+            Refused::Rate {
+                why,
+                retry_after_ms,
+            } => (why, Some(retry_after_ms)),
+            Refused::Unauthorized(why) => (why, None),
         };
-        loop {
-            let msg = tokio::select! {
-                _ = cancel.cancelled() => return Ok(()),
-                msg = sub.next() => match msg {
-                    Some(msg) => msg,
-                    // Closed (the client was closed): subscribe again.
-                    None => break,
-                },
-            };
-            let reply = match crate::bus::command_sub::admit(&mut rate, &reg.ctx.metrics) {
-                Err(refused) => LabelReply {
-                    cluster: reg.ctx.cfg.cluster_name.clone(),
-                    labels: None,
-                    error: Some(refused.to_string()),
-                    retry_after_ms: Some(refused.retry_after_ms()),
-                },
-                Ok(()) => match crate::bus::command_sub::authorize(
-                    reg.ctx.cfg.trust.as_deref(),
-                    &reg.ctx.metrics,
-                    "label",
-                    &subject,
-                    &msg.payload,
-                ) {
-                    Err(error) => LabelReply {
-                        cluster: reg.ctx.cfg.cluster_name.clone(),
-                        labels: None,
-                        error: Some(error),
-                        retry_after_ms: None,
-                    },
-                    Ok(()) => tokio::select! {
-                        _ = cancel.cancelled() => return Ok(()),
-                        reply = handle(&reg, &msg.payload) => reply,
-                    },
-                },
-            };
-            let Some(to) = msg.reply else { continue };
-            match reply.encode() {
-                Ok(bytes) => {
-                    let bytes =
-                        crate::bus::command_sub::signed_reply(reg.ctx.cfg.trust.as_deref(), bytes);
-                    if let Err(e) = client.publish(to, bytes.into()).await {
-                        tracing::warn!(error = %e, "could not reply to a label command");
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "could not encode a label reply"),
-            }
+        let reply = LabelReply {
+            cluster: cluster.clone(),
+            labels: None,
+            error: Some(error),
+            retry_after_ms,
+        };
+        reply.encode().map_err(|e| e.to_string())
+    };
+    let handle = |payload: bytes::Bytes| {
+        let reg = reg.clone();
+        async move {
+            let reply = handle(&reg, &payload).await;
+            reply.encode().map_err(|e| e.to_string())
         }
-        tracing::warn!(%subject, "label command subscription closed; subscribing again");
-    }
+    };
+    serve(&ctx.js.client(), common, &verb, handle, refuse, &cancel).await;
+    Ok(())
 }
 
 /// Applies one request; the reply says what the labels are now, or why not

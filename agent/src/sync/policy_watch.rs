@@ -1,20 +1,25 @@
-//! The engine's side of this cluster's SyncPolicy (`sync::policy` decides,
+//! The pass over this cluster's SyncPolicy (`sync::policy` decides,
 //! purely): the policy objects arrive through the ordinary local watch of
 //! their kind, like rules; a pass reads the one named `default`, works out
 //! the policy in force (`policy::in_force`: an invalid one keeps the last
 //! valid one, or closes), writes its status (`Valid`), says loudly when it
 //! is invalid (a Warning Event, a log line, `fleetbus_sync_policy_invalid`),
-//! and, when what the policy decides changed, plans every object and copy
-//! again, so a change takes effect without a restart and in both directions
-//! (what was held is published or written).
+//! and hands the policy to the engine, which, when what the policy decides
+//! changed, plans every object and copy again, so a change takes effect
+//! without a restart and in both directions (what was held is published or
+//! written).
+
+use std::collections::BTreeMap;
 
 use fleetbus_schemas::crd::{SyncPolicy, SyncPolicyStatus, SYNC_POLICY_NAME};
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
 
-use super::engine::Engine;
+use super::model::RuleReport;
 use super::policy::{in_force, policy_gvk, Direction, Origin, Policy, PolicyError};
+use super::world::World;
+use crate::context::Context;
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 
@@ -69,207 +74,204 @@ pub fn valid_condition(obj: &Value, origin: &Origin) -> Desired {
     }
 }
 
-impl Engine {
-    /// Whether the policy in force is known: its kind listed, or not served
-    /// (CRDs not installed by this agent: the built-in default applies,
-    /// which is safe). Nothing is published or written before, so that no
-    /// object leaves or enters under a default the cluster replaced.
-    pub(super) fn policy_known(&self) -> bool {
-        let gvk = policy_gvk();
-        self.world.kinds.get(&gvk).is_some_and(|k| k.listed)
-            || self.world.unresolved.contains_key(&gvk)
-    }
+/// Whether the policy in force is known: its kind listed, or not served
+/// (CRDs not installed by this agent: the built-in default applies,
+/// which is safe). Nothing is published or written before, so that no
+/// object leaves or enters under a default the cluster replaced.
+pub(super) fn policy_known(world: &World) -> bool {
+    let gvk = policy_gvk();
+    world.kinds.get(&gvk).is_some_and(|k| k.listed) || world.unresolved.contains_key(&gvk)
+}
 
-    /// Reads the policy again if its objects changed: works out the policy
-    /// in force, says so if the object is invalid, writes the objects'
-    /// status, and if what the policy decides changed, makes everything
-    /// planned again.
-    pub(super) async fn policy_pass(&mut self) {
-        if !std::mem::take(&mut self.policy.dirty) {
-            return;
-        }
-        let Some(kind) = self.world.kinds.get(&policy_gvk()) else {
-            return;
-        };
-        let objects: Vec<Value> = kind.objects.values().collect();
-        let object = objects.iter().find(|o| {
-            o.pointer("/metadata/name").and_then(Value::as_str) == Some(SYNC_POLICY_NAME)
-        });
-        let next = in_force(&self.world.policy, object);
-        if next.origin != self.world.policy.origin {
-            self.policy_origin_changed(&next.origin).await;
-        }
-        let replan = !next.decides_as(&self.world.policy);
-        self.world.policy = next;
-        if replan {
-            // What is published and written depends on the policy like on
-            // the rules: plan every object and copy again.
-            self.rules_changed(self.world.rules.clone());
-            self.sink.dirty.full = true;
-        }
-        for obj in &objects {
-            self.write_policy_status(obj).await;
-        }
-    }
+/// What a policy pass read: the policy now in force, and whether what it
+/// decides changed (then everything is planned again).
+pub(super) struct PolicyRead {
+    /// The policy in force from now on.
+    pub policy: Policy,
+    /// What the policy decides changed: plan every object and copy again.
+    pub replan: bool,
+}
 
-    /// Says where the policy in force now comes from: a log line, the
-    /// gauge, and for an invalid object a Warning Event naming what is in
-    /// force instead.
-    async fn policy_origin_changed(&self, origin: &Origin) {
-        let invalid = origin.invalid();
-        self.io
-            .ctx
-            .metrics
-            .sync_policy_invalid
-            .set(i64::from(invalid.is_some()));
-        let Some(why) = invalid else {
-            tracing::info!(?origin, "sync policy changed");
-            return;
-        };
-        let in_force = origin.in_force();
-        match origin {
-            Origin::Closed { .. } => {
-                tracing::error!(%why, %in_force, "SyncPolicy default is invalid")
-            }
-            _ => tracing::warn!(%why, %in_force, "SyncPolicy default is invalid"),
-        }
-        self.event_on_policy("InvalidPolicy", &format!("{why}; {in_force}"))
-            .await;
+/// Reads the policy again if its objects changed: works out the policy in
+/// force, says so if the object is invalid, writes the objects' status, and
+/// returns the policy in force (None: nothing was read) for the engine to
+/// keep, with whether everything must be planned again.
+pub(super) async fn policy_pass(
+    world: &World,
+    state: &mut PolicyState,
+    ctx: &Context,
+) -> Option<PolicyRead> {
+    if !std::mem::take(&mut state.dirty) {
+        return None;
     }
-
-    /// Writes a SyncPolicy's `Valid` condition if it differs.
-    async fn write_policy_status(&self, obj: &Value) {
-        let Some(name) = obj.pointer("/metadata/name").and_then(Value::as_str) else {
-            return;
-        };
-        let generation = obj.pointer("/metadata/generation").and_then(Value::as_i64);
-        // A status that does not parse is replaced, not kept.
-        let existing: SyncPolicyStatus = obj
-            .get("status")
-            .cloned()
-            .and_then(|s| serde_json::from_value(s).ok())
-            .unwrap_or_default();
-        let status = SyncPolicyStatus {
-            conditions: merge(
-                &existing.conditions,
-                &[valid_condition(obj, &self.world.policy.origin)],
-                generation,
-            ),
-            observed_generation: generation,
-        };
-        let same = |a: &SyncPolicyStatus, b: &SyncPolicyStatus| {
-            a.observed_generation == b.observed_generation
-                && a.conditions.len() == b.conditions.len()
-                && a.conditions.iter().zip(&b.conditions).all(|(x, y)| {
-                    (&x.type_, &x.status, &x.reason, &x.message)
-                        == (&y.type_, &y.status, &y.reason, &y.message)
-                })
-        };
-        if same(&existing, &status) {
-            return;
-        }
-        let api: Api<SyncPolicy> = Api::all(self.io.ctx.client.clone());
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        let patch = json!({ "status": status });
-        let segment = crate::kube::path::segment(name);
-        match api
-            .patch_status(&segment, &params, &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => self.io.ctx.metrics.kube_write("syncpolicy_status"),
-            // Deleted since the pass read it.
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => tracing::warn!(policy = %name, error = %e, "could not write policy status"),
-        }
+    let kind = world.kinds.get(&policy_gvk())?;
+    let objects: Vec<Value> = kind.objects.values().collect();
+    let object = objects
+        .iter()
+        .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(SYNC_POLICY_NAME));
+    let next = in_force(&world.policy, object);
+    if next.origin != world.policy.origin {
+        policy_origin_changed(ctx, &next.origin).await;
     }
+    let replan = !next.decides_as(&world.policy);
+    for obj in &objects {
+        write_policy_status(ctx, obj, &next.origin).await;
+    }
+    Some(PolicyRead {
+        policy: next,
+        replan,
+    })
+}
 
-    /// Counts the refusals that began in this pass
-    /// (`fleetbus_policy_refused_total{direction}`), from the rules' reports,
-    /// and records an Event on each rule that has new ones (the first few
-    /// named), so `kubectl describe resourcesyncrule` shows when it began.
-    pub(super) async fn count_refusals(&mut self) {
-        let now: std::collections::BTreeSet<(Direction, String, String)> = self
-            .status
-            .reports
-            .iter()
-            .flat_map(|(rule, r)| {
-                r.refused
-                    .iter()
-                    .map(move |(obj, why)| (why.direction, rule.clone(), obj.clone()))
+/// Says where the policy in force now comes from: a log line, the
+/// gauge, and for an invalid object a Warning Event naming what is in
+/// force instead.
+async fn policy_origin_changed(ctx: &Context, origin: &Origin) {
+    let invalid = origin.invalid();
+    ctx.metrics
+        .sync_policy_invalid
+        .set(i64::from(invalid.is_some()));
+    let Some(why) = invalid else {
+        tracing::info!(?origin, "sync policy changed");
+        return;
+    };
+    let in_force = origin.in_force();
+    match origin {
+        Origin::Closed { .. } => {
+            tracing::error!(%why, %in_force, "SyncPolicy default is invalid")
+        }
+        _ => tracing::warn!(%why, %in_force, "SyncPolicy default is invalid"),
+    }
+    event_on_policy(ctx, "InvalidPolicy", &format!("{why}; {in_force}")).await;
+}
+
+/// Writes a SyncPolicy's `Valid` condition if it differs; `origin` is where
+/// the policy in force comes from.
+async fn write_policy_status(ctx: &Context, obj: &Value, origin: &Origin) {
+    let Some(name) = obj.pointer("/metadata/name").and_then(Value::as_str) else {
+        return;
+    };
+    let generation = obj.pointer("/metadata/generation").and_then(Value::as_i64);
+    // A status that does not parse is replaced, not kept.
+    let existing: SyncPolicyStatus = obj
+        .get("status")
+        .cloned()
+        .and_then(|s| serde_json::from_value(s).ok())
+        .unwrap_or_default();
+    let status = SyncPolicyStatus {
+        conditions: merge(
+            &existing.conditions,
+            &[valid_condition(obj, origin)],
+            generation,
+        ),
+        observed_generation: generation,
+    };
+    let same = |a: &SyncPolicyStatus, b: &SyncPolicyStatus| {
+        a.observed_generation == b.observed_generation
+            && a.conditions.len() == b.conditions.len()
+            && a.conditions.iter().zip(&b.conditions).all(|(x, y)| {
+                (&x.type_, &x.status, &x.reason, &x.message)
+                    == (&y.type_, &y.status, &y.reason, &y.message)
             })
-            .collect();
-        let mut news: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
-        for (direction, rule, object) in now.difference(&self.policy.refusals) {
-            self.io
-                .ctx
-                .metrics
-                .policy_refused
-                .get_or_create(&vec![("direction", direction.as_str())])
-                .inc();
-            let why = self
-                .status
-                .reports
-                .get(rule)
-                .and_then(|r| r.refused.get(object));
-            if let Some(why) = why {
-                news.entry(rule)
-                    .or_default()
-                    .push(format!("{object}: {why}"));
-            }
-        }
-        for (rule, lines) in news {
-            let mut text = lines
-                .iter()
-                .take(NAMED)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ");
-            if lines.len() > NAMED {
-                text.push_str(&format!("; and {} more", lines.len() - NAMED));
-            }
-            tracing::info!(%rule, refused = lines.len(), "refused by this cluster's sync policy");
-            if self.world.rules.get(rule).is_some_and(|r| r.builtin) {
-                continue;
-            }
-            let rule_ref = crate::sync::model::meta::rule_ref(rule);
-            self.io
-                .ctx
-                .recorder
-                .publish(
-                    &rule_ref,
-                    crate::kube::events::EventType::Normal,
-                    "PolicyRefused",
-                    &text,
-                )
-                .await;
-        }
-        self.policy.refusals = now;
+    };
+    if same(&existing, &status) {
+        return;
     }
+    let api: Api<SyncPolicy> = Api::all(ctx.client.clone());
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let patch = json!({ "status": status });
+    let segment = crate::kube::path::segment(name);
+    match api
+        .patch_status(&segment, &params, &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => ctx.metrics.kube_write("syncpolicy_status"),
+        // Deleted since the pass read it.
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => tracing::warn!(policy = %name, error = %e, "could not write policy status"),
+    }
+}
 
-    /// A Warning Event on the SyncPolicy `default`.
-    async fn event_on_policy(&self, reason: &str, message: &str) {
-        let object = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(format!(
-                "{}/{}",
-                fleetbus_schemas::well_known::GROUP,
-                fleetbus_schemas::well_known::VERSION
-            )),
-            kind: Some("SyncPolicy".to_owned()),
-            name: Some(SYNC_POLICY_NAME.to_owned()),
-            ..Default::default()
-        };
-        self.io
-            .ctx
-            .recorder
+/// Counts the refusals that began in this pass
+/// (`fleetbus_policy_refused_total{direction}`), from the rules' reports
+/// (`reports`, the status stage's), and records an Event on each rule that
+/// has new ones (the first few named), so `kubectl describe
+/// resourcesyncrule` shows when it began.
+pub(super) async fn count_refusals(
+    world: &World,
+    reports: &BTreeMap<String, RuleReport>,
+    state: &mut PolicyState,
+    ctx: &Context,
+) {
+    let now: std::collections::BTreeSet<(Direction, String, String)> = reports
+        .iter()
+        .flat_map(|(rule, r)| {
+            r.refused
+                .iter()
+                .map(move |(obj, why)| (why.direction, rule.clone(), obj.clone()))
+        })
+        .collect();
+    let mut news: BTreeMap<&str, Vec<String>> = Default::default();
+    for (direction, rule, object) in now.difference(&state.refusals) {
+        ctx.metrics
+            .policy_refused
+            .get_or_create(&vec![("direction", direction.as_str())])
+            .inc();
+        let why = reports.get(rule).and_then(|r| r.refused.get(object));
+        if let Some(why) = why {
+            news.entry(rule)
+                .or_default()
+                .push(format!("{object}: {why}"));
+        }
+    }
+    for (rule, lines) in news {
+        let mut text = lines
+            .iter()
+            .take(NAMED)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        if lines.len() > NAMED {
+            text.push_str(&format!("; and {} more", lines.len() - NAMED));
+        }
+        tracing::info!(%rule, refused = lines.len(), "refused by this cluster's sync policy");
+        if world.rules.get(rule).is_some_and(|r| r.builtin) {
+            continue;
+        }
+        let rule_ref = crate::sync::model::meta::rule_ref(rule);
+        ctx.recorder
             .publish(
-                &object,
-                crate::kube::events::EventType::Warning,
-                reason,
-                message,
+                &rule_ref,
+                crate::kube::events::EventType::Normal,
+                "PolicyRefused",
+                &text,
             )
             .await;
     }
+    state.refusals = now;
+}
+
+/// A Warning Event on the SyncPolicy `default`.
+async fn event_on_policy(ctx: &Context, reason: &str, message: &str) {
+    let object = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(format!(
+            "{}/{}",
+            fleetbus_schemas::well_known::GROUP,
+            fleetbus_schemas::well_known::VERSION
+        )),
+        kind: Some("SyncPolicy".to_owned()),
+        name: Some(SYNC_POLICY_NAME.to_owned()),
+        ..Default::default()
+    };
+    ctx.recorder
+        .publish(
+            &object,
+            crate::kube::events::EventType::Warning,
+            reason,
+            message,
+        )
+        .await;
 }

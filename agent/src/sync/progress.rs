@@ -17,11 +17,10 @@ use std::sync::Arc;
 
 use fleetbus_schemas::progress::SyncProgress;
 use fleetbus_schemas::subject::CommandKey;
-use futures::StreamExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::rate::TokenBucket;
+use crate::bus::command::{self, Common, Refused, Signed, Verb};
 use crate::context::Context;
 
 /// The last pass's progress, shared by the engine (writer) and the responder (reader).
@@ -125,8 +124,9 @@ impl InFlight {
     }
 }
 
-/// Answers progress requests from `progress` until `cancel`. A failed subscribe is retried
-/// with backoff (the CLI finds no responder meanwhile).
+/// Answers progress requests from `progress` until `cancel`, through the
+/// agent's one request server (`bus::command`). Anyone on the bus may ask:
+/// the answer is counts only, so no signature is asked for.
 #[tracing::instrument(name = "progress_cmd", skip_all, fields(cluster = %ctx.cfg.cluster_name))]
 pub async fn serve(
     ctx: Arc<Context>,
@@ -134,47 +134,39 @@ pub async fn serve(
     in_flight: Arc<InFlight>,
     cancel: CancellationToken,
 ) {
-    let client = ctx.js.client();
-    let subject = CommandKey::progress(&ctx.cfg.cluster_name).to_subject(ctx.layout.prefix());
-    let mut rate = TokenBucket::new("progress", ctx.cfg.command_rate, std::time::Instant::now());
-    loop {
-        let Some(mut sub) = crate::bus::command_sub::subscribe(&client, &subject, &cancel).await
-        else {
-            return;
+    let verb = Verb {
+        name: "progress",
+        subject: CommandKey::progress(&ctx.cfg.cluster_name).to_subject(ctx.layout.prefix()),
+        signed: Signed::NotRequired,
+        rate: ctx.cfg.command_rate,
+    };
+    let common = Common {
+        metrics: &ctx.metrics,
+        trust: ctx.cfg.trust.as_deref(),
+    };
+    let cluster = ctx.cfg.cluster_name.clone();
+    let refuse = |refused: Refused| {
+        let (error, retry_after_ms) = match refused {
+            Refused::Rate {
+                why,
+                retry_after_ms,
+            } => (why, Some(retry_after_ms)),
+            Refused::Unauthorized(why) => (why, None),
         };
-        loop {
-            let msg = tokio::select! {
-                _ = cancel.cancelled() => return,
-                msg = sub.next() => match msg {
-                    Some(msg) => msg,
-                    // Closed (the client was closed): subscribe again.
-                    None => break,
-                },
-            };
-            // The request's payload is ignored: there is nothing to ask but "where are you".
-            let Some(to) = msg.reply else { continue };
-            let answer = match crate::bus::command_sub::admit(&mut rate, &ctx.metrics) {
-                Ok(()) => in_flight.show(progress.borrow().clone()),
-                Err(refused) => SyncProgress {
-                    error: Some(refused.to_string()),
-                    retry_after_ms: Some(refused.retry_after_ms()),
-                    ..SyncProgress::starting(&ctx.cfg.cluster_name, chrono::Utc::now())
-                },
-            };
-            let encoded = answer.encode();
-            match encoded {
-                Ok(bytes) => {
-                    let bytes =
-                        crate::bus::command_sub::signed_reply(ctx.cfg.trust.as_deref(), bytes);
-                    if let Err(e) = client.publish(to, bytes.into()).await {
-                        tracing::warn!(error = %e, "could not reply to a progress request");
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "could not encode sync progress"),
-            }
+        SyncProgress {
+            error: Some(error),
+            retry_after_ms,
+            ..SyncProgress::starting(&cluster, chrono::Utc::now())
         }
-        tracing::warn!(%subject, "progress subscription closed; subscribing again");
-    }
+        .encode()
+        .map_err(|e| e.to_string())
+    };
+    // The request's payload is ignored: there is nothing to ask but "where are you".
+    let handle = |_payload| {
+        let answer = in_flight.show(progress.borrow().clone());
+        async move { answer.encode().map_err(|e| e.to_string()) }
+    };
+    command::serve(&ctx.js.client(), common, &verb, handle, refuse, &cancel).await;
 }
 
 #[cfg(test)]

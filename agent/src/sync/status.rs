@@ -5,21 +5,27 @@
 //! every copy written: writing each change would cost one status write per
 //! copy. What an operator waits on (`kubectl wait`: a condition's status or
 //! reason, `observedGeneration`) is written at once; the rest at most once a
-//! second, and the engine wakes when the second is over so the last counts
-//! are written once things settle ([`Engine::wake_at`]).
+//! second, and the engine wakes when the second is over
+//! ([`StatusState::due`]) so the last counts are written once things settle.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use fleetbus_schemas::crd::{ResourceSyncRule, ResourceSyncRuleStatus};
 use fleetbus_schemas::well_known::condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
-use std::time::Duration;
 use tokio::time::Instant;
 
-use super::engine::Engine;
 use super::model::RuleReport;
+use super::rollout::origin::rollout_summaries;
+use super::rollout::state::RolloutBook;
 use super::rules::compile::{rule_gvk, CompiledRule};
 use super::rules::matching::qualifies;
+use super::world::World;
+use crate::context::Context;
 use crate::kube::conditions::{merge, Desired};
 use crate::kube::FIELD_MANAGER;
 use crate::metrics::RuleObjects;
@@ -37,6 +43,21 @@ pub struct StatusState {
     pub due: Option<Instant>,
     /// The rule status records left for the bus (`status_bus`).
     pub bus: super::status_bus::StatusBus,
+}
+
+impl StatusState {
+    /// Takes the readiness the origin's return pass found (`returns`): per
+    /// rule, ready and reported copies, and those not Current.
+    pub fn set_readiness(
+        &mut self,
+        per_rule: &BTreeMap<String, (i64, i64)>,
+        mut unhealthy: BTreeMap<String, BTreeMap<String, String>>,
+    ) {
+        for (rule, report) in self.reports.iter_mut() {
+            report.readiness = per_rule.get(rule).copied();
+            report.unhealthy = unhealthy.remove(rule).unwrap_or_default();
+        }
+    }
 }
 
 /// Condition type naming the objects in conflict.
@@ -413,116 +434,113 @@ fn named(entries: &std::collections::BTreeMap<String, String>) -> String {
     parts.join("; ")
 }
 
-impl Engine {
-    /// Writes the status of every rule object whose status changed (see
-    /// [`when_to_write`]); sets `status_due` for those that must wait.
-    pub(super) async fn status_pass(&mut self) {
-        self.status.due = None;
-        let Some(kind) = self.world.kinds.get(&rule_gvk()) else {
-            return;
+/// Writes the status of every rule object whose status changed (see
+/// [`when_to_write`]); returns when those that must wait are due (the
+/// engine keeps it as `StatusState::due`). `last_sync` is the sink's last
+/// sync time per rule, `rollouts` the rollout book (this origin's rollouts
+/// are summed up in the status).
+pub(super) async fn status_pass(
+    world: &World,
+    state: &mut StatusState,
+    last_sync: &BTreeMap<String, Time>,
+    rollouts: &RolloutBook,
+    ctx: &Context,
+) -> Option<Instant> {
+    let kind = world.kinds.get(&rule_gvk())?;
+    let mut wake: Option<Instant> = None;
+    let now = Instant::now();
+    let mut writes = Vec::new();
+    let (mut synced, mut conflicts, mut errors) = (0, 0, 0);
+    let mut per_rule = Vec::new();
+    let mut unpublished = Vec::new();
+    for rule in world.rules.values().filter(|r| !r.builtin) {
+        let Some(obj) = kind.objects.get(&(None, rule.name.clone())) else {
+            continue;
         };
-        let now = Instant::now();
-        let mut writes = Vec::new();
-        let (mut synced, mut conflicts, mut errors) = (0, 0, 0);
-        let mut per_rule = Vec::new();
-        let mut unpublished = Vec::new();
-        for rule in self.world.rules.values().filter(|r| !r.builtin) {
-            let Some(obj) = kind.objects.get(&(None, rule.name.clone())) else {
-                continue;
-            };
-            let existing: ResourceSyncRuleStatus = obj
-                .get("status")
-                .cloned()
-                .and_then(|s| serde_json::from_value(s).ok())
-                .unwrap_or_default();
-            let mut report = self
-                .status
-                .reports
-                .get(&rule.name)
-                .cloned()
-                .unwrap_or_default();
-            let local = &self.world.fleet.local;
-            report.source = rule.is_valid() && qualifies(rule, &local.labels, &local.features);
-            self.rollout_summaries(&rule.name, &mut report);
-            synced += report.synced;
-            conflicts += report.conflicts.len() as i64;
-            errors += report.errors.len() as i64;
-            per_rule.push(RuleObjects {
-                rule: rule.name.clone(),
-                synced: report.synced,
-                conflicts: report.conflicts.len() as i64,
-                errors: report.errors.len() as i64,
-            });
-            let problem = self.world.rule_problem(rule);
-            let status = desired(
-                rule,
-                &report,
-                problem.as_deref(),
-                self.world.rule_ready(rule),
-                &existing,
-                self.sink.last_sync.get(&rule.name).cloned(),
-            );
-            let last = self.status.written.get(&rule.name).copied();
-            match when_to_write(&existing, &status, last, now) {
-                // The API server has it; the bus may not, since this start.
-                Write::Never if self.status.bus.unpublished(&rule.name) => {
-                    unpublished.push((rule.name.clone(), status, report));
-                }
-                Write::Never => {}
-                Write::Now => writes.push((rule.name.clone(), status, report)),
-                Write::At(due) => {
-                    self.status.due = Some(self.status.due.map_or(due, |d| d.min(due)));
-                }
+        let existing: ResourceSyncRuleStatus = obj
+            .get("status")
+            .cloned()
+            .and_then(|s| serde_json::from_value(s).ok())
+            .unwrap_or_default();
+        let mut report = state.reports.get(&rule.name).cloned().unwrap_or_default();
+        let local = &world.fleet.local;
+        report.source = rule.is_valid() && qualifies(rule, &local.labels, &local.features);
+        rollout_summaries(rollouts, &local.name, &rule.name, &mut report);
+        synced += report.synced;
+        conflicts += report.conflicts.len() as i64;
+        errors += report.errors.len() as i64;
+        per_rule.push(RuleObjects {
+            rule: rule.name.clone(),
+            synced: report.synced,
+            conflicts: report.conflicts.len() as i64,
+            errors: report.errors.len() as i64,
+        });
+        let problem = world.rule_problem(rule);
+        let status = desired(
+            rule,
+            &report,
+            problem.as_deref(),
+            world.rule_ready(rule),
+            &existing,
+            last_sync.get(&rule.name).cloned(),
+        );
+        let last = state.written.get(&rule.name).copied();
+        match when_to_write(&existing, &status, last, now) {
+            // The API server has it; the bus may not, since this start.
+            Write::Never if state.bus.unpublished(&rule.name) => {
+                unpublished.push((rule.name.clone(), status, report));
             }
-        }
-        let rules = &self.world.rules;
-        self.status
-            .written
-            .retain(|name, _| rules.contains_key(name));
-        self.status
-            .bus
-            .retain(&self.io.ctx, rules.keys().cloned().collect());
-        for (name, status, report) in unpublished {
-            self.status.bus.put(&self.io.ctx, &name, &status, &report);
-        }
-        self.io.ctx.metrics.sync_objects.set(synced);
-        self.io.ctx.metrics.sync_conflicts.set(conflicts);
-        self.io.ctx.metrics.sync_errors.set(errors);
-        self.io.ctx.metrics.set_rule_objects(&per_rule);
-        let api: Api<ResourceSyncRule> = Api::all(self.io.ctx.client.clone());
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        for (name, status, report) in writes {
-            match serde_json::to_value(&status) {
-                Ok(v) => {
-                    let patch = json!({ "status": with_nulls(v) });
-                    // Rule names are DNS subdomains (the API server checked
-                    // them); escaped all the same, like every name in a URL.
-                    let segment = crate::kube::path::segment(&name);
-                    match api
-                        .patch_status(&segment, &params, &Patch::Merge(&patch))
-                        .await
-                    {
-                        Ok(_) => {
-                            self.io.ctx.metrics.kube_write("resourcesyncrule_status");
-                            self.status.bus.put(&self.io.ctx, &name, &status, &report);
-                            self.status.written.insert(name, now);
-                        }
-                        // Deleted since the pass read it: nothing to report on.
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => {
-                            tracing::warn!(rule = %name, error = %e, "could not write rule status")
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(rule = %name, error = %e, "could not serialise rule status")
-                }
+            Write::Never => {}
+            Write::Now => writes.push((rule.name.clone(), status, report)),
+            Write::At(due) => {
+                wake = Some(wake.map_or(due, |d| d.min(due)));
             }
         }
     }
+    let rules = &world.rules;
+    state.written.retain(|name, _| rules.contains_key(name));
+    state.bus.retain(ctx, rules.keys().cloned().collect());
+    for (name, status, report) in unpublished {
+        state.bus.put(ctx, &name, &status, &report);
+    }
+    ctx.metrics.sync_objects.set(synced);
+    ctx.metrics.sync_conflicts.set(conflicts);
+    ctx.metrics.sync_errors.set(errors);
+    ctx.metrics.set_rule_objects(&per_rule);
+    let api: Api<ResourceSyncRule> = Api::all(ctx.client.clone());
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    for (name, status, report) in writes {
+        match serde_json::to_value(&status) {
+            Ok(v) => {
+                let patch = json!({ "status": with_nulls(v) });
+                // Rule names are DNS subdomains (the API server checked
+                // them); escaped all the same, like every name in a URL.
+                let segment = crate::kube::path::segment(&name);
+                match api
+                    .patch_status(&segment, &params, &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {
+                        ctx.metrics.kube_write("resourcesyncrule_status");
+                        state.bus.put(ctx, &name, &status, &report);
+                        state.written.insert(name, now);
+                    }
+                    // Deleted since the pass read it: nothing to report on.
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => {
+                        tracing::warn!(rule = %name, error = %e, "could not write rule status")
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(rule = %name, error = %e, "could not serialise rule status")
+            }
+        }
+    }
+    wake
 }
 
 /// A merge patch removes a member only when it is `null`: absent optional

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use fleetbus_launch::AgentCommand;
 use fleetbus_schemas::subject::Prefix;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -131,20 +132,24 @@ pub fn reload_nats(dir: &Path) -> Option<Result<u32, String>> {
     }
 }
 
-/// The agent flags of the secure mode for `name` (after [`cluster_creds`],
-/// whose `join` minted the files): the fleet root's public key and the
-/// cluster's keys and certificate, where `join` keeps them.
-pub fn cluster_trust_flags(dir: &Path, name: &str) -> Vec<String> {
-    let cluster = dir.join(files::CLUSTERS).join(name);
-    let path = |p: PathBuf| p.display().to_string();
-    vec![
-        "--fleet-root".to_owned(),
-        path(dir.join(files::ROOT_PUB)),
-        "--cluster-key".to_owned(),
-        path(cluster.join(files::CLUSTER_KEY)),
-        "--cluster-cert".to_owned(),
-        path(cluster.join(files::CLUSTER_CERT)),
-    ]
+/// `cmd` in the secure mode of the mesh in `dir`: the cluster's creds from
+/// `join` ([`cluster_creds`], minted now if need be), the mesh's CA, the
+/// fleet root's public key, and the cluster's keys and certificate where
+/// `join` keeps them.
+pub fn secure_agent(
+    dir: &Path,
+    security: &MeshSecurity,
+    cmd: AgentCommand,
+) -> Result<AgentCommand, MeshError> {
+    let name = cmd.cluster_name().to_owned();
+    let creds = cluster_creds(dir, &name)?;
+    let cluster = dir.join(files::CLUSTERS).join(&name);
+    Ok(cmd
+        .nats_creds(creds)
+        .nats_tls_ca(&security.ca)
+        .fleet_root(dir.join(files::ROOT_PUB))
+        .cluster_key(cluster.join(files::CLUSTER_KEY))
+        .cluster_cert(cluster.join(files::CLUSTER_CERT)))
 }
 
 /// A CA and a server certificate for 127.0.0.1 and localhost signed by it:

@@ -386,24 +386,15 @@ impl Mesh {
             };
             let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
             let metrics_addr = metrics.to_string();
-            let mut auth: Vec<String> = Vec::new();
-            if let Some(security) = &self.state.security {
-                let creds = super::secure::cluster_creds(&self.dir, &name)?;
-                auth.extend([
-                    "--nats-creds".to_owned(),
-                    creds.display().to_string(),
-                    "--nats-tls-ca".to_owned(),
-                    security.ca.display().to_string(),
-                ]);
-                auth.extend(super::secure::cluster_trust_flags(&self.dir, &name));
-            }
-            let args = AgentCommand::new(&name)
+            let mut cmd = AgentCommand::new(&name)
                 .nats_url(nats_url)
                 .kubeconfig(kubeconfig)
                 .metrics_addr(metrics)
-                .publish_kubeconfig(true)
-                .extra(auth)
-                .argv();
+                .publish_kubeconfig(true);
+            if let Some(security) = &self.state.security {
+                cmd = super::secure::secure_agent(&self.dir, security, cmd)?;
+            }
+            let args = cmd.argv();
             let log = self.dir.join(&name).join("agent.log");
             let process = self.spawn(
                 Kind::Agent,

@@ -1,7 +1,7 @@
 //! One JSON value in the envelope's own representation (MessagePack, in a zstd
 //! frame when that is smaller), for a reader that keeps objects in memory
 //! rather than sends them: the agent keeps what it must remember of an object
-//! this way (issue 20, "Compact state") and parses it again only when a
+//! this way (docs/design/memory.md) and parses it again only when a
 //! decision needs it. Decoding has the bounds of an envelope's
 //! ([`MAX_DECOMPRESSED`](super::MAX_DECOMPRESSED),
 //! [`MAX_MSGPACK_DEPTH`](crate::codec::MAX_MSGPACK_DEPTH)), so bytes of any

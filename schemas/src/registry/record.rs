@@ -101,7 +101,7 @@ pub struct ClusterRecord {
     /// The cluster's certificate from the fleet root
     /// ([`crate::trust::SignedCertificate::encode`], base64), when its agent
     /// runs with a fleet root (PROTOCOL §2.7, §5.1). Absent in the insecure
-    /// mode and from agents before issue 21. Readers with a fleet root accept
+    /// mode and from agents older than the secure mode. Readers with a fleet root accept
     /// the record only if it verifies and names [`Self::name`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<String>,

@@ -1,4 +1,4 @@
-//! The fleet's root of trust as data (issue 21): cluster certificates signed
+//! The fleet's root of trust as data (the secure mode): cluster certificates signed
 //! by the fleet root, a cluster's secret keys, and their text encodings.
 //! Pure: the caller supplies randomness, files and the current time.
 //!

@@ -1,4 +1,4 @@
-//! The NATS a bench fleet runs on (issue 20): one nats-server (the default),
+//! The NATS a bench fleet runs on: one nats-server (the default),
 //! the 3-node JetStream hub of `deploy/nats/hub.conf` with agents
 //! `--replicas 3`, or that hub plus a site leaf node (`leaf.conf`, domain
 //! `site-a`) joined by stream sources as `deploy/nats/TOPOLOGY.md` says. The

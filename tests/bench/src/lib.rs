@@ -1,4 +1,4 @@
-//! Benchmark harness of fleetbus (issue 12). Never ships.
+//! Benchmark harness of fleetbus. Never ships.
 //!
 //! `cargo run --release -p fleetbus-bench -- <scenario>|all [--smoke]` runs
 //! scenarios against a local fleet of real processes (nats-server,
@@ -148,6 +148,8 @@ async fn run_one(name: &str, ctx: &Ctx) -> Vec<Table> {
     let result = match name {
         "propagation" => scenario::propagation::run(ctx).await,
         "propagation_at" => scenario::propagation_at::run(ctx).await,
+        "previewing" => scenario::engine_load::previewing(ctx).await,
+        "pressure" => scenario::engine_load::pressure(ctx).await,
         "drift" => scenario::drift::run(ctx).await,
         "throughput" => scenario::throughput::run(ctx).await,
         "catchup" => scenario::catchup::run(ctx).await,

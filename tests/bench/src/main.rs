@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use clap::Parser;
 use fleetbus_bench::bus::Topology;
 
-/// Benchmarks of fleetbus against a local fleet of real processes (issue 12).
+/// Benchmarks of fleetbus against a local fleet of real processes.
 #[derive(Debug, Parser)]
 #[command(name = "fleetbus-bench")]
 struct Cli {
-    /// floor, propagation, propagation_at, drift, throughput, catchup, memory, fleet, wire, registry, idle, or all.
+    /// floor, propagation, propagation_at, previewing, pressure, drift, throughput, catchup, memory, fleet, wire, registry, idle, or all.
     scenario: String,
     /// Tiny sizes (seconds): checks that every scenario produces samples, for CI.
     #[arg(long)]

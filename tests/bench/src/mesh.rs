@@ -38,6 +38,16 @@ pub trait BenchMember: Sized {
         name: &str,
         log_requests: bool,
         nats: Option<&Bus>,
+    ) -> anyhow::Result<Self> {
+        Self::bench_cluster_with(name, log_requests, nats, &[]).await
+    }
+    /// [`BenchMember::bench_cluster`] with more devcluster flags (e.g.
+    /// `--debug-faults`).
+    async fn bench_cluster_with(
+        name: &str,
+        log_requests: bool,
+        nats: Option<&Bus>,
+        devcluster_args: &[&str],
     ) -> anyhow::Result<Self>;
     /// Starts this cluster's agent; returns the instant it was spawned.
     fn start_agent(&mut self) -> anyhow::Result<Instant>;
@@ -61,12 +71,15 @@ pub trait BenchMember: Sized {
 }
 
 impl BenchMember for Member {
-    async fn bench_cluster(
+    async fn bench_cluster_with(
         name: &str,
         log_requests: bool,
         nats: Option<&Bus>,
+        devcluster_args: &[&str],
     ) -> anyhow::Result<Member> {
         let mut opts = DevClusterOpts::new(name);
+        opts.extra_args
+            .extend(devcluster_args.iter().map(|a| (*a).to_owned()));
         if log_requests {
             opts.env.push(("RUST_LOG".into(), LOG_REQUESTS.into()));
         }
@@ -190,11 +203,23 @@ impl Fleet {
         n: usize,
         log_requests: bool,
     ) -> anyhow::Result<Fleet> {
+        Self::start_with(topology, n, log_requests, &[]).await
+    }
+
+    /// [`Fleet::start_on`] with more flags for every devcluster.
+    pub async fn start_with(
+        topology: Topology,
+        n: usize,
+        log_requests: bool,
+        devcluster_args: &[&str],
+    ) -> anyhow::Result<Fleet> {
         let bus = Bus::start(topology).await?;
         let mut nodes = Vec::new();
         for i in 1..=n {
+            let name = format!("c{i}");
             let mut node =
-                Member::bench_cluster(&format!("c{i}"), log_requests, Some(&bus)).await?;
+                Member::bench_cluster_with(&name, log_requests, Some(&bus), devcluster_args)
+                    .await?;
             node.start_agent()?;
             nodes.push(node);
         }
@@ -242,14 +267,19 @@ impl Fleet {
 /// Creates [`RULE`] (the ConfigMaps of [`NS`], every cluster a source and a
 /// sink) on `on`, once its agent has installed the CRD.
 pub async fn create_rule(on: &Member) -> anyhow::Result<()> {
+    create_rule_for(on, RULE, NS).await
+}
+
+/// Creates rule `name` for the ConfigMaps of namespace `ns` on `on`.
+pub async fn create_rule_for(on: &Member, name: &str, ns: &str) -> anyhow::Result<()> {
     let ar = rule_resource();
     let rule: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "fleetbus.io/v1alpha1",
         "kind": "ResourceSyncRule",
-        "metadata": {"name": RULE},
+        "metadata": {"name": name},
         "spec": {
             "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "rules": [{"match": [{"namespaces": [NS]}]}],
+            "rules": [{"match": [{"namespaces": [ns]}]}],
         },
     }))?;
     // The CRD is installed by the agent at start; retry until it is served.

@@ -12,10 +12,15 @@ pub const NS: &str = "bench";
 
 /// A ConfigMap of about 1 KiB (as JSON) whose `data.v` is `mark`.
 pub fn configmap(name: &str, mark: &str) -> ConfigMap {
+    configmap_in(NS, name, mark)
+}
+
+/// [`configmap`] in namespace `ns`.
+pub fn configmap_in(ns: &str, name: &str, mark: &str) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.into()),
-            namespace: Some(NS.into()),
+            namespace: Some(ns.into()),
             labels: Some(BTreeMap::from([("app".into(), "bench".into())])),
             ..Default::default()
         },
@@ -29,7 +34,8 @@ pub fn configmap(name: &str, mark: &str) -> ConfigMap {
 
 /// Creates `name` with `mark` on `api`; returns when the API server acknowledged it.
 pub async fn create(api: &Api<ConfigMap>, name: &str, mark: &str) -> anyhow::Result<()> {
-    api.create(&PostParams::default(), &configmap(name, mark))
+    let ns = api.namespace().unwrap_or(NS);
+    api.create(&PostParams::default(), &configmap_in(ns, name, mark))
         .await
         .map_err(|e| anyhow::anyhow!("create configmap {name}: {e}"))?;
     Ok(())

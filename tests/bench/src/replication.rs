@@ -1,4 +1,4 @@
-//! The "Replication cost" table (issue 20): the headline numbers of each
+//! The "Replication cost" table: the headline numbers of each
 //! fleet scenario ([`crate::table::Summary`]) on every NATS topology of the
 //! run, side by side, with each topology's ratio to the single server.
 

@@ -1,4 +1,4 @@
-//! CI's smoke run of the benchmark harness (issue 12): every scenario at tiny
+//! CI's smoke run of the benchmark harness: every scenario at tiny
 //! sizes against real processes. Asserts only that each scenario ran to its
 //! end and produced samples, never on times; the tables go to a temporary file, not
 //! to BENCHMARKS.md.
@@ -46,7 +46,7 @@ fn all_scenarios_run_and_produce_samples() {
     assert!(!report.contains("INCOMPLETE"), "{report}");
 }
 
-/// Issue 20's replication cost at smoke size: propagation on one
+/// The cost of replication at smoke size: propagation on one
 /// nats-server, on the 3-node cluster of deploy/nats/hub.conf (agents
 /// --replicas 3) and through a site leaf node (c1 at the site, c2 on the
 /// hub). Proves that an object crosses each topology end to end and that the

@@ -8,7 +8,8 @@
 //! before it touches storage).
 
 use crate::decode::go_json_type;
-use crate::delete::{DeleteOpts, Propagation};
+use crate::delete::DeleteOpts;
+use crate::deletion::Propagation;
 use crate::proto;
 use crate::status::ApiError;
 use k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions;

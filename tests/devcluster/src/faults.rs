@@ -1,5 +1,5 @@
 //! `/debug/faults`, served only with `--debug-faults`: an API server under
-//! pressure, on a test's request (issue 24).
+//! pressure, on a test's request.
 //!
 //! A test `PUT`s a [`Plan`]: a share of the API requests it selects (by
 //! `User-Agent`) is answered 429 Too Many Requests the way API Priority and
@@ -52,6 +52,10 @@ pub struct Plan {
     /// every path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// Only requests of these HTTP methods (e.g. `["POST", "PUT"]`: writes);
+    /// absent: every method. Watches are `GET`s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub methods: Option<Vec<String>>,
     /// Share of the selected requests answered 429 as APF rejects them.
     pub too_many_requests: f64,
     /// The `Retry-After` of those 429s, whole seconds (1 to 32, as APF's).
@@ -76,6 +80,7 @@ impl Default for Plan {
             seed: 0,
             user_agent: None,
             path: None,
+            methods: None,
             too_many_requests: 0.0,
             retry_after_seconds: 1,
             internal_error: 0.0,
@@ -113,17 +118,28 @@ impl Plan {
                 self.latency_ms
             ));
         }
+        for m in self.methods.iter().flatten() {
+            if Method::from_bytes(m.as_bytes()).is_err() || m.to_ascii_uppercase() != *m {
+                return Err(format!(
+                    "methods: {m:?} is no HTTP method (upper case, e.g. PUT)"
+                ));
+            }
+        }
         if self.expire_watches_after_ms == Some(0) {
             return Err("expireWatchesAfterMs: must be positive".into());
         }
         Ok(())
     }
 
-    fn selects(&self, user_agent: &str, path: &str) -> bool {
+    fn selects(&self, user_agent: &str, method: &str, path: &str) -> bool {
         self.user_agent
             .as_deref()
             .is_none_or(|want| user_agent.contains(want))
             && self.path.as_deref().is_none_or(|want| path.contains(want))
+            && self
+                .methods
+                .as_ref()
+                .is_none_or(|want| want.iter().any(|m| m == method))
     }
 }
 
@@ -274,11 +290,12 @@ impl Faults {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts one API request of `client` for `path` and decides what it gets.
-    pub fn admit(&self, client: &str, path: &str) -> Decision {
+    /// Counts one API request of `client` (`method` on `path`) and decides
+    /// what it gets.
+    pub fn admit(&self, client: &str, method: &str, path: &str) -> Decision {
         let mut inner = self.lock();
         inner.counts(client).requests += 1;
-        if !inner.plan.selects(client, path) {
+        if !inner.plan.selects(client, method, path) {
             return Decision::default();
         }
         let n = inner.next;
@@ -303,7 +320,7 @@ impl Faults {
         let inner = self.lock();
         let plan = &inner.plan;
         plan.expire_watches_after_ms
-            .filter(|_| plan.selects(client, path))
+            .filter(|_| plan.selects(client, "GET", path))
             .map(Duration::from_millis)
     }
 
@@ -322,7 +339,7 @@ impl Faults {
         let mut inner = self.lock();
         let plan = &inner.plan;
         if plan.expire_watches_after_ms.is_none()
-            || !plan.selects(client, path)
+            || !plan.selects(client, "GET", path)
             || from >= inner.compacted
         {
             return None;
@@ -372,8 +389,7 @@ impl Faults {
     ) -> Response<Body> {
         let result = match *method {
             Method::GET => Ok(()),
-            Method::PUT | Method::POST => match crate::api::request::read_body(body, headers).await
-            {
+            Method::PUT | Method::POST => match crate::body::read_body(body, headers).await {
                 Ok(bytes) => serde_json::from_slice::<Plan>(&bytes)
                     .map_err(|e| ApiError::bad_request(format!("invalid fault plan: {e}")))
                     .and_then(|plan| {
@@ -395,8 +411,8 @@ impl Faults {
             _ => Err(ApiError::method_not_allowed(method.as_str())),
         };
         match result {
-            Ok(()) => crate::api::json_response(200, &self.report()),
-            Err(e) => crate::api::error_response(&e),
+            Ok(()) => crate::body::json_response(200, &self.report()),
+            Err(e) => crate::body::error_response(&e),
         }
     }
 }
@@ -468,7 +484,7 @@ pub fn refusal(r: Refusal) -> Response<Body> {
             );
             resp
         }
-        Refusal::InternalError => crate::api::error_response(&ApiError::internal(
+        Refusal::InternalError => crate::body::error_response(&ApiError::internal(
             "injected by the devcluster's /debug/faults",
         )),
     }
@@ -574,9 +590,13 @@ mod tests {
             too_many_requests: 1.0,
             ..Plan::default()
         });
-        assert_eq!(f.admit(NO_USER_AGENT, "/api/v1/pods"), Decision::default());
         assert_eq!(
-            f.admit("fleetbus-agent/0.1.0 (c1)", "/api/v1/pods").refuse,
+            f.admit(NO_USER_AGENT, "GET", "/api/v1/pods"),
+            Decision::default()
+        );
+        assert_eq!(
+            f.admit("fleetbus-agent/0.1.0 (c1)", "GET", "/api/v1/pods")
+                .refuse,
             Some(Refusal::TooManyRequests { retry_after: 1 })
         );
         let r = f.report();
@@ -598,12 +618,41 @@ mod tests {
             internal_error: 1.0,
             ..Plan::default()
         });
-        assert_eq!(f.admit("a", "/api/v1/namespaces/x/secrets").refuse, None);
         assert_eq!(
-            f.admit("a", "/api/v1/namespaces/x/configmaps/y").refuse,
+            f.admit("a", "GET", "/api/v1/namespaces/x/secrets").refuse,
+            None
+        );
+        assert_eq!(
+            f.admit("a", "GET", "/api/v1/namespaces/x/configmaps/y")
+                .refuse,
             Some(Refusal::InternalError)
         );
         assert_eq!(f.report()["clients"]["a"]["selected"], 1);
+    }
+
+    #[test]
+    fn methods_narrow_the_selection_to_writes() {
+        let f = Faults::default();
+        f.set(Plan {
+            methods: Some(vec!["PUT".into(), "POST".into()]),
+            too_many_requests: 1.0,
+            ..Plan::default()
+        });
+        let cm = "/api/v1/namespaces/x/configmaps/y";
+        assert_eq!(f.admit("a", "GET", cm).refuse, None, "reads pass");
+        assert_eq!(f.admit("a", "PATCH", cm).refuse, None, "PATCH is not named");
+        assert!(matches!(
+            f.admit("a", "PUT", cm).refuse,
+            Some(Refusal::TooManyRequests { .. })
+        ));
+        assert_eq!(f.report()["clients"]["a"]["selected"], 1);
+        for bad in ["put", "P UT", ""] {
+            let p = Plan {
+                methods: Some(vec![bad.into()]),
+                ..Plan::default()
+            };
+            assert!(p.check().is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -611,9 +660,9 @@ mod tests {
         let f = Faults::default();
         let p = plan(0.5, 0.0, 0.0);
         f.set(p.clone());
-        let first: Vec<Decision> = (0..50).map(|_| f.admit("x", "/api")).collect();
+        let first: Vec<Decision> = (0..50).map(|_| f.admit("x", "GET", "/api")).collect();
         f.set(p.clone());
-        let second: Vec<Decision> = (0..50).map(|_| f.admit("x", "/api")).collect();
+        let second: Vec<Decision> = (0..50).map(|_| f.admit("x", "GET", "/api")).collect();
         assert_eq!(first, second);
         assert_eq!(first, (0..50).map(|n| decide(&p, n)).collect::<Vec<_>>());
     }
@@ -650,7 +699,7 @@ mod tests {
     fn clients_beyond_the_cap_share_one_entry() {
         let f = Faults::default();
         for i in 0..(MAX_CLIENTS + 10) {
-            f.admit(&format!("ua-{i}"), "/api");
+            f.admit(&format!("ua-{i}"), "GET", "/api");
         }
         let r = f.report();
         let clients = r["clients"].as_object().unwrap();

@@ -1,10 +1,89 @@
-//! Server-side cleanups: namespace termination, ownerReference garbage collection,
-//! CRD removal, and the objects every namespace starts with.
+//! Server-side cleanups: removing an object and what its removal sets off
+//! (finalizers, propagation to dependents, owners waiting in foreground
+//! deletion), namespace termination, CRD removal, and the objects every
+//! namespace starts with.
 
-use crate::delete::{self, Propagation};
+use crate::deletion::{DeleteOutcome, Propagation};
 use crate::meta::{self, meta_mut, meta_str};
 use crate::store::{ObjKey, Tx};
 use serde_json::{json, Value};
+
+/// Deletes an existing object, honouring finalizers (used by DELETE and by cascades).
+pub fn delete_object(tx: &mut Tx<'_>, key: &ObjKey, propagation: Propagation) -> DeleteOutcome {
+    let Some(old) = tx.get(key).cloned() else {
+        return DeleteOutcome::Deleted(json!({}));
+    };
+    let uid = meta_str(&old, "uid").unwrap_or("").to_string();
+    let has_dependents = !uid.is_empty() && !dependents(tx, &uid).is_empty();
+    match propagation {
+        // kube adds the `orphan` finalizer and the garbage collector strips the
+        // ownerReferences before removing it: dependents change before the owner goes.
+        Propagation::Orphan if has_dependents => orphan_dependents(tx, &uid),
+        // kube adds `foregroundDeletion` even without dependents and the collector
+        // removes it at once; without dependents this deletes directly instead (the
+        // same for a client, minus one MODIFIED event).
+        Propagation::Foreground if has_dependents => {
+            if meta::finalizers(&old).iter().any(|f| f == FOREGROUND) {
+                return DeleteOutcome::Pending(old);
+            }
+            return DeleteOutcome::Pending(start_foreground(tx, key));
+        }
+        _ => {}
+    }
+    if !meta::finalizers(&old).is_empty() {
+        if meta::is_deleting(&old) {
+            return DeleteOutcome::Pending(old);
+        }
+        let mut new = old;
+        let m = meta_mut(&mut new);
+        m.insert("deletionTimestamp".into(), json!(tx.now));
+        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        if m.get("generation").and_then(Value::as_i64).unwrap_or(0) > 0 {
+            meta::bump_generation(&mut new);
+        }
+        return DeleteOutcome::Pending(tx.put(key, new));
+    }
+    match remove_with_cascade(tx, key, propagation) {
+        Some(last) => DeleteOutcome::Deleted(last),
+        None => DeleteOutcome::Deleted(json!({})),
+    }
+}
+
+/// Removes the object now and runs what follows a removal: dependents (by
+/// ownerReference), owners waiting for it in foreground deletion, a CRD's objects,
+/// and completing a terminating namespace.
+pub fn remove_with_cascade(
+    tx: &mut Tx<'_>,
+    key: &ObjKey,
+    propagation: Propagation,
+) -> Option<Value> {
+    remove_as_with_cascade(tx, key, None, propagation)
+}
+
+/// [`remove_with_cascade`] with an explicit last state for the DELETED event.
+pub fn remove_as_with_cascade(
+    tx: &mut Tx<'_>,
+    key: &ObjKey,
+    last: Option<Value>,
+    propagation: Propagation,
+) -> Option<Value> {
+    if key.is_crd() {
+        // kube's CRD finalizer deletes every custom resource before the CRD itself goes,
+        // so a watcher of the resource sees each object's DELETED before its watch ends.
+        if let Some(crd) = tx.get(key).cloned() {
+            drop_crd_objects(tx, &crd);
+        }
+    }
+    let last = tx.remove_as(key, last)?;
+    if let Some(uid) = meta_str(&last, "uid") {
+        collect_dependents(tx, uid, propagation);
+    }
+    release_owners(tx, &last);
+    if !key.namespace.is_empty() {
+        try_finalize_namespace(tx, &key.namespace);
+    }
+    Some(last)
+}
 
 /// Marks a namespace Terminating, deletes its contents and removes it once empty.
 /// Returns the namespace as it was after being marked.
@@ -37,7 +116,7 @@ pub fn terminate_namespace(tx: &mut Tx<'_>, ns: &str) -> Value {
         .cloned()
         .collect();
     for k in contents {
-        delete::delete_object(tx, &k, Propagation::Background);
+        delete_object(tx, &k, Propagation::Background);
     }
     try_finalize_namespace(tx, ns);
     marked
@@ -85,7 +164,7 @@ pub fn collect_dependents(tx: &mut Tx<'_>, uid: &str, propagation: Propagation) 
             .filter(|u| u.as_str() != uid)
             .any(|u| find_by_uid(tx, u).is_some());
         if !others_alive {
-            delete::delete_object(tx, &k, Propagation::Background);
+            delete_object(tx, &k, Propagation::Background);
         }
     }
 }
@@ -148,7 +227,7 @@ pub fn start_foreground(tx: &mut Tx<'_>, key: &ObjKey) -> Value {
             drop_owner_ref(tx, &k, dep, &uid);
         } else {
             // Recursive: a dependent with dependents of its own waits for them too.
-            delete::delete_object(tx, &k, Propagation::Foreground);
+            delete_object(tx, &k, Propagation::Foreground);
         }
     }
     try_finish_foreground(tx, key);
@@ -192,7 +271,7 @@ pub fn try_finish_foreground(tx: &mut Tx<'_>, key: &ObjKey) {
         }
     }
     if meta::finalizers(&new).is_empty() {
-        delete::remove_as_with_cascade(tx, key, Some(new), Propagation::Background);
+        remove_as_with_cascade(tx, key, Some(new), Propagation::Background);
     } else {
         tx.put(key, new);
     }
@@ -284,7 +363,7 @@ pub fn seed_namespace(tx: &mut Tx<'_>, ns: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delete::{delete, DeleteOpts, DeleteOutcome};
+    use crate::delete::{delete, DeleteOpts};
     use crate::patch::PatchType;
     use crate::resources::{builtins, ResourceDef};
     use crate::store::{EventType, Store};

@@ -9,6 +9,7 @@
 
 mod api;
 pub mod auth;
+mod body;
 mod bootstrap;
 pub mod cli;
 mod crd;
@@ -16,6 +17,7 @@ mod decode;
 pub mod decoders;
 mod delete;
 mod delete_body;
+mod deletion;
 mod discovery;
 pub mod faults;
 mod gc;

@@ -13,6 +13,7 @@ mod fieldset;
 
 use crate::patch::ListKind;
 use crate::resources::ResourceDef;
+use crate::status::ApiError;
 use fieldset::{
     decode, display_path, element_key, encode, field_set, get_at, names_kind, node_of, overlaps,
     remove_at, FieldSet, Path,
@@ -91,6 +92,20 @@ impl ApplyError {
             }
             _ => json!({ "causes": causes }),
         }
+    }
+}
+
+impl From<ApplyError> for ApiError {
+    fn from(e: ApplyError) -> Self {
+        let mut err = ApiError::other(e.code(), e.reason(), e.to_string());
+        if let ApplyError::Conflict { causes, .. } = &e {
+            let causes: Vec<Value> = causes
+                .iter()
+                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .collect();
+            err.details = Some(json!({"causes": causes}));
+        }
+        err
     }
 }
 
@@ -286,41 +301,8 @@ pub fn server_side_apply_to(
 ) -> Result<Value, ApplyError> {
     let to_status = subresource == Some("status") && def.subresources.status;
     let subresource = subresource.filter(|_| to_status);
-    if manager.is_empty() {
-        return Err(ApplyError::MissingFieldManager);
-    }
-    if !applied.is_object() {
-        return Err(ApplyError::Invalid(
-            "the applied configuration must be an object".into(),
-        ));
-    }
-    if let Some(kind) = applied.get("kind").and_then(Value::as_str) {
-        if kind != def.kind {
-            return Err(ApplyError::Invalid(format!(
-                "applied kind {kind:?} does not match the resource kind {:?}",
-                def.kind
-            )));
-        }
-    }
-    let mut applied = strip_nulls(applied);
-    // Client-sent managedFields are ignored, as with any write.
-    strip_managed_fields(&mut applied);
-    if to_status {
-        // Only `.status` survives the status strategy; name and namespace
-        // stay to identify the object (they are not owned fields).
-        if let Some(o) = applied.as_object_mut() {
-            let meta = o.get("metadata").and_then(Value::as_object).map(|m| {
-                m.iter()
-                    .filter(|(k, _)| *k == "name" || *k == "namespace")
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect::<Map<String, Value>>()
-            });
-            o.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "status"));
-            if let Some(meta) = meta {
-                o.insert("metadata".into(), Value::Object(meta));
-            }
-        }
-    }
+    check_applied(applied, manager, def)?;
+    let applied = applied_config(applied, to_status);
     let applied_set = field_set(def, &applied, !def.subresources.status || to_status);
     let api_version = applied
         .get("apiVersion")
@@ -353,21 +335,7 @@ pub fn server_side_apply_to(
         .position(|e| e.is(manager, APPLY, subresource));
     let previous = me.map(|i| entries[i].fields.clone()).unwrap_or_default();
 
-    // Conflicts: another manager owns an overlapping path whose value the apply changes.
-    let mut conflicts: Vec<(usize, Path)> = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        if Some(i) == me {
-            continue;
-        }
-        for p in applied_set
-            .iter()
-            .filter(|p| p.last().is_some_and(|l| l != "."))
-        {
-            if e.fields.iter().any(|q| overlaps(p, q)) && get_at(live, p) != get_at(&applied, p) {
-                conflicts.push((i, p.clone()));
-            }
-        }
-    }
+    let conflicts = find_conflicts(&entries, me, &applied_set, live, &applied);
     if !conflicts.is_empty() {
         if !force {
             return Err(conflict_error(&entries, &conflicts));
@@ -382,22 +350,7 @@ pub fn server_side_apply_to(
 
     let mut obj = live.clone();
     strip_managed_fields(&mut obj);
-    // Fields this manager applied before and omits now, unless someone else owns them.
-    let others: Vec<&Path> = entries
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| Some(*i) != me)
-        .flat_map(|(_, e)| e.fields.iter())
-        .collect();
-    for p in previous.difference(&applied_set) {
-        let still_applied = applied_set
-            .iter()
-            .any(|q| overlaps(p, q) && node_of(q).starts_with(node_of(p)));
-        if still_applied || others.iter().any(|q| overlaps(p, q)) {
-            continue;
-        }
-        remove_at(&mut obj, p);
-    }
+    remove_dropped(&mut obj, &previous, &applied_set, &entries, me);
     merge_applied(def, &mut Vec::new(), &mut obj, &applied);
 
     match me {
@@ -417,6 +370,106 @@ pub fn server_side_apply_to(
     }
     set_entries(&mut obj, &entries);
     Ok(obj)
+}
+
+/// Refuses an apply without a field manager, of something that is not an
+/// object, or of another kind than the resource's.
+fn check_applied(applied: &Value, manager: &str, def: &ResourceDef) -> Result<(), ApplyError> {
+    if manager.is_empty() {
+        return Err(ApplyError::MissingFieldManager);
+    }
+    if !applied.is_object() {
+        return Err(ApplyError::Invalid(
+            "the applied configuration must be an object".into(),
+        ));
+    }
+    if let Some(kind) = applied.get("kind").and_then(Value::as_str) {
+        if kind != def.kind {
+            return Err(ApplyError::Invalid(format!(
+                "applied kind {kind:?} does not match the resource kind {:?}",
+                def.kind
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The applied configuration as it is merged: without nulls and client-sent
+/// managedFields (ignored, as with any write), and through `/status` only
+/// what the status strategy keeps.
+fn applied_config(applied: &Value, to_status: bool) -> Value {
+    let mut applied = strip_nulls(applied);
+    strip_managed_fields(&mut applied);
+    if to_status {
+        // Only `.status` survives the status strategy; name and namespace
+        // stay to identify the object (they are not owned fields).
+        if let Some(o) = applied.as_object_mut() {
+            let meta = o.get("metadata").and_then(Value::as_object).map(|m| {
+                m.iter()
+                    .filter(|(k, _)| *k == "name" || *k == "namespace")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<Map<String, Value>>()
+            });
+            o.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "status"));
+            if let Some(meta) = meta {
+                o.insert("metadata".into(), Value::Object(meta));
+            }
+        }
+    }
+    applied
+}
+
+/// Conflicts: (entry, path) where another manager than `me` owns a path
+/// overlapping one the apply sets, and the apply changes its value.
+fn find_conflicts(
+    entries: &[Entry],
+    me: Option<usize>,
+    applied_set: &FieldSet,
+    live: &Value,
+    applied: &Value,
+) -> Vec<(usize, Path)> {
+    let mut conflicts: Vec<(usize, Path)> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        if Some(i) == me {
+            continue;
+        }
+        for p in applied_set
+            .iter()
+            .filter(|p| p.last().is_some_and(|l| l != "."))
+        {
+            if e.fields.iter().any(|q| overlaps(p, q)) && get_at(live, p) != get_at(applied, p) {
+                conflicts.push((i, p.clone()));
+            }
+        }
+    }
+    conflicts
+}
+
+/// Removes from `obj` the fields this manager applied before (`previous`)
+/// and omits now, unless it still applies something below them or another
+/// manager owns them.
+fn remove_dropped(
+    obj: &mut Value,
+    previous: &FieldSet,
+    applied_set: &FieldSet,
+    entries: &[Entry],
+    me: Option<usize>,
+) {
+    let others: Vec<&Path> = entries
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != me)
+        .flat_map(|(_, e)| e.fields.iter())
+        .collect();
+    for p in previous.difference(applied_set) {
+        let still_applied = applied_set
+            .iter()
+            .any(|q| overlaps(p, q) && node_of(q).starts_with(node_of(p)));
+        if still_applied || others.iter().any(|q| overlaps(p, q)) {
+            continue;
+        }
+        remove_at(obj, p);
+    }
 }
 
 fn conflict_error(entries: &[Entry], conflicts: &[(usize, Path)]) -> ApplyError {

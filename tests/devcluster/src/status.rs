@@ -244,26 +244,6 @@ impl ApiError {
     }
 }
 
-impl From<crate::patch::PatchError> for ApiError {
-    fn from(e: crate::patch::PatchError) -> Self {
-        ApiError::new(e.code(), e.reason(), e.to_string())
-    }
-}
-
-impl From<crate::managed_fields::ApplyError> for ApiError {
-    fn from(e: crate::managed_fields::ApplyError) -> Self {
-        let mut err = ApiError::new(e.code(), e.reason(), e.to_string());
-        if let crate::managed_fields::ApplyError::Conflict { causes, .. } = &e {
-            let causes: Vec<Value> = causes
-                .iter()
-                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
-                .collect();
-            err.details = Some(json!({"causes": causes}));
-        }
-        err
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -438,67 +438,9 @@ fn builtin_columns(group: &str, plural: &str) -> Option<(Vec<Column>, Vec<Column
             vec![col("Secrets", "string", |v| json!(count(v.get("secrets"))))],
             vec![],
         ),
-        ("", "pods") => (
-            vec![
-                col("Ready", "string", pod_ready),
-                col("Status", "string", pod_status),
-                col("Restarts", "string", pod_restarts),
-            ],
-            vec![
-                wide("IP", "string", |v| text(v, &["status", "podIP"], "<none>")),
-                wide("Node", "string", |v| {
-                    text(v, &["spec", "nodeName"], "<none>")
-                }),
-                wide("Nominated Node", "string", |v| {
-                    text(v, &["status", "nominatedNodeName"], "<none>")
-                }),
-                wide("Readiness Gates", "string", |v| {
-                    match count(at(v, &["spec", "readinessGates"])) {
-                        0 => json!("<none>"),
-                        n => json!(format!("0/{n}")),
-                    }
-                }),
-            ],
-        ),
-        ("", "nodes") => (
-            vec![
-                col("Status", "string", node_status),
-                col("Roles", "string", node_roles),
-            ],
-            vec![
-                col("Version", "string", |v| {
-                    text(v, &["status", "nodeInfo", "kubeletVersion"], "")
-                }),
-                wide("Internal-IP", "string", |v| node_address(v, "InternalIP")),
-                wide("External-IP", "string", |v| node_address(v, "ExternalIP")),
-                wide("OS-Image", "string", |v| {
-                    text(v, &["status", "nodeInfo", "osImage"], "<unknown>")
-                }),
-                wide("Kernel-Version", "string", |v| {
-                    text(v, &["status", "nodeInfo", "kernelVersion"], "<unknown>")
-                }),
-                wide("Container-Runtime", "string", |v| {
-                    text(
-                        v,
-                        &["status", "nodeInfo", "containerRuntimeVersion"],
-                        "<unknown>",
-                    )
-                }),
-            ],
-        ),
-        ("", "services") => (
-            vec![
-                col("Type", "string", |v| {
-                    text(v, &["spec", "type"], "ClusterIP")
-                }),
-                col("Cluster-IP", "string", service_cluster_ip),
-                col("External-IP", "string", service_external_ip),
-                col("Port(s)", "string", service_ports),
-            ],
-            vec![wide("Selector", "string", |v| {
-                or_none(key_values(at(v, &["spec", "selector"])))
-            })],
-        ),
+        ("", "pods") => pod_columns(),
+        ("", "nodes") => node_columns(),
+        ("", "services") => service_columns(),
         ("apps", "deployments") => (
             vec![
                 col("Ready", "string", ready_of),
@@ -563,6 +505,79 @@ fn builtin_columns(group: &str, plural: &str) -> Option<(Vec<Column>, Vec<Column
         _ => return None,
     };
     Some(cols)
+}
+
+/// kubectl's Pod columns: READY, STATUS, RESTARTS; wide: IP, NODE, NOMINATED NODE, READINESS GATES.
+fn pod_columns() -> (Vec<Column>, Vec<Column>) {
+    (
+        vec![
+            col("Ready", "string", pod_ready),
+            col("Status", "string", pod_status),
+            col("Restarts", "string", pod_restarts),
+        ],
+        vec![
+            wide("IP", "string", |v| text(v, &["status", "podIP"], "<none>")),
+            wide("Node", "string", |v| {
+                text(v, &["spec", "nodeName"], "<none>")
+            }),
+            wide("Nominated Node", "string", |v| {
+                text(v, &["status", "nominatedNodeName"], "<none>")
+            }),
+            wide("Readiness Gates", "string", |v| {
+                match count(at(v, &["spec", "readinessGates"])) {
+                    0 => json!("<none>"),
+                    n => json!(format!("0/{n}")),
+                }
+            }),
+        ],
+    )
+}
+
+/// kubectl's Node columns: STATUS, ROLES; after AGE: VERSION, and wide the addresses and node info.
+fn node_columns() -> (Vec<Column>, Vec<Column>) {
+    (
+        vec![
+            col("Status", "string", node_status),
+            col("Roles", "string", node_roles),
+        ],
+        vec![
+            col("Version", "string", |v| {
+                text(v, &["status", "nodeInfo", "kubeletVersion"], "")
+            }),
+            wide("Internal-IP", "string", |v| node_address(v, "InternalIP")),
+            wide("External-IP", "string", |v| node_address(v, "ExternalIP")),
+            wide("OS-Image", "string", |v| {
+                text(v, &["status", "nodeInfo", "osImage"], "<unknown>")
+            }),
+            wide("Kernel-Version", "string", |v| {
+                text(v, &["status", "nodeInfo", "kernelVersion"], "<unknown>")
+            }),
+            wide("Container-Runtime", "string", |v| {
+                text(
+                    v,
+                    &["status", "nodeInfo", "containerRuntimeVersion"],
+                    "<unknown>",
+                )
+            }),
+        ],
+    )
+}
+
+/// kubectl's Service columns: TYPE, CLUSTER-IP, EXTERNAL-IP, PORT(S); wide: SELECTOR.
+fn service_columns() -> (Vec<Column>, Vec<Column>) {
+    (
+        vec![
+            col("Type", "string", |v| {
+                text(v, &["spec", "type"], "ClusterIP")
+            }),
+            col("Cluster-IP", "string", service_cluster_ip),
+            col("External-IP", "string", service_external_ip),
+            col("Port(s)", "string", service_ports),
+        ],
+        vec![wide("Selector", "string", |v| {
+            or_none(key_values(at(v, &["spec", "selector"])))
+        })],
+    )
 }
 
 /// The columns for `def` (`printer` = the CRD version's additionalPrinterColumns).

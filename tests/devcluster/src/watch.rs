@@ -3,15 +3,16 @@
 use crate::resources::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Event, EventType, Store};
+use crate::store::{Event, EventType, Store, WatchStart};
 use crate::table::{self, Column};
 use axum::body::Body;
 use bytes::Bytes;
 use futures::SinkExt;
 use serde_json::{json, Value};
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::{self, error::RecvError};
 
 /// Which objects a watch (or list) selects.
 #[derive(Debug, Clone)]
@@ -171,65 +172,90 @@ pub fn start(
         Ok(ws) => ws,
         Err(e) => return error_body(&e),
     };
-    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, Infallible>>(64);
-    let group = def.group.clone();
-    let plural = def.plural.clone();
-    let mut enc = Encoder {
-        def,
-        table,
-        headers_sent: false,
-        metadata_only: params.metadata_only,
+    let (tx, rx) = futures::channel::mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let feed = Feed {
+        tx,
+        // The CRD that serves this resource, if it is a custom one: its deletion ends
+        // the watch, as kube's CRD handler tears down the resource's storage (and with
+        // it every watch) once the objects are gone.
+        crd_name: format!("{}.{}", def.plural, def.group),
+        enc: Encoder {
+            def,
+            table,
+            headers_sent: false,
+            metadata_only: params.metadata_only,
+        },
+        filter,
     };
     // One task per watch; it ends on timeout, on store shutdown, or as soon as the
     // client goes away (the body, and so the receiver, is dropped).
-    tokio::spawn(async move {
+    tokio::spawn(feed.run(ws, params));
+    Body::from_stream(rx)
+}
+
+/// The client went away (the body, and so the receiver, was dropped), or the
+/// watch ended: stop.
+struct Stop;
+
+/// One watch's stream: what it selects, how it encodes, where it writes.
+struct Feed {
+    tx: futures::channel::mpsc::Sender<Result<Bytes, Infallible>>,
+    enc: Encoder,
+    filter: Filter,
+    crd_name: String,
+}
+
+impl Feed {
+    async fn run(mut self, ws: WatchStart, params: WatchParams) {
         // `timeoutSeconds` is client input: a huge value must not overflow the
         // clock (it would panic this task and end the stream); it just never fires.
         let now = tokio::time::Instant::now();
         let deadline = now
             .checked_add(params.timeout)
             .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600));
-        let mut last_rv = ws.rv.max(params.from.unwrap_or(0));
-        for obj in ws.initial {
-            if filter.matches(&obj) && tx.send(Ok(enc.event("ADDED", obj))).await.is_err() {
-                return;
-            }
-        }
-        if params.initial_events_end
-            && params.bookmarks
-            && tx.send(Ok(enc.bookmark(ws.rv, true))).await.is_err()
-        {
-            return;
-        }
+        let last_rv = ws.rv.max(params.from.unwrap_or(0));
         let from = params.from.unwrap_or(ws.rv);
-        // The CRD that serves this resource, if it is a custom one: its deletion ends
-        // the watch, as kube's CRD handler tears down the resource's storage (and with
-        // it every watch) once the objects are gone.
-        let crd_name = format!("{plural}.{group}");
-        let crd_gone = |ev: &Event| {
-            ev.etype == EventType::Deleted && ev.key.is_crd() && ev.key.name == crd_name
+        let Ok(rx) = self.catch_up(ws, &params).await else {
+            return;
         };
-        let mut rx = ws.rx;
-        let relevant = |ev: &Event| {
-            ev.key.group == group
-                && ev.key.plural == plural
-                && filter
-                    .namespace
-                    .as_deref()
-                    .is_none_or(|ns| ev.key.namespace == ns)
-        };
-        for ev in ws.backlog {
-            if crd_gone(&ev) {
-                return;
-            }
-            if relevant(&ev) {
-                if let Some((t, obj)) = translate(&ev, &filter) {
-                    if tx.send(Ok(enc.event(t, obj))).await.is_err() {
-                        return;
-                    }
-                }
+        let _ = self.follow(rx, &params, from, last_rv, now, deadline).await;
+    }
+
+    /// The initial ADDED events, the bookmark that ends them if asked, then
+    /// the kept events after the requested resourceVersion; returns where the
+    /// live events come from.
+    async fn catch_up(
+        &mut self,
+        ws: WatchStart,
+        params: &WatchParams,
+    ) -> Result<broadcast::Receiver<Arc<Event>>, Stop> {
+        for obj in ws.initial {
+            if self.filter.matches(&obj) {
+                let event = self.enc.event("ADDED", obj);
+                self.send(event).await?;
             }
         }
+        if params.initial_events_end && params.bookmarks {
+            let bookmark = self.enc.bookmark(ws.rv, true);
+            self.send(bookmark).await?;
+        }
+        for ev in &ws.backlog {
+            self.forward(ev).await?;
+        }
+        Ok(ws.rx)
+    }
+
+    /// Live events, bookmarks, and the ends of a watch: its timeout, a 410
+    /// from `/debug/faults` or from falling behind, the store closing.
+    async fn follow(
+        &mut self,
+        mut rx: broadcast::Receiver<Arc<Event>>,
+        params: &WatchParams,
+        from: u64,
+        mut last_rv: u64,
+        started: tokio::time::Instant,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), Stop> {
         let mut ticker = tokio::time::interval_at(
             tokio::time::Instant::now() + params.bookmark_every,
             params.bookmark_every,
@@ -244,24 +270,23 @@ pub fn start(
                 .and_then(crate::faults::Expiry::lifetime)
                 .and_then(|l| from.checked_add(l))
         };
-        let mut expire = expire_at(now);
+        let mut expire = expire_at(started);
         loop {
             tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tokio::time::sleep_until(deadline) => return Err(Stop),
                 _ = tokio::time::sleep_until(expire.unwrap_or(deadline)), if expire.is_some() => {
                     if let Some(e) = &params.expire {
                         e.expired(last_rv);
                     }
-                    let _ = tx.send(Ok(line("ERROR", crate::faults::compacted_in_watch().to_status()))).await;
-                    return;
+                    let _ = self.send(line("ERROR", crate::faults::compacted_in_watch().to_status())).await;
+                    return Err(Stop);
                 }
                 () = plan_changed(&mut plan_changes) => {
                     expire = expire_at(tokio::time::Instant::now());
                 }
                 _ = ticker.tick(), if params.bookmarks => {
-                    if tx.send(Ok(enc.bookmark(last_rv, false))).await.is_err() {
-                        return;
-                    }
+                    let bookmark = self.enc.bookmark(last_rv, false);
+                    self.send(bookmark).await?;
                 }
                 ev = rx.recv() => match ev {
                     Ok(ev) => {
@@ -269,29 +294,45 @@ pub fn start(
                             continue;
                         }
                         last_rv = last_rv.max(ev.rv);
-                        if crd_gone(&ev) {
-                            return;
-                        }
-                        if !relevant(&ev) {
-                            continue;
-                        }
-                        if let Some((t, obj)) = translate(&ev, &filter) {
-                            if tx.send(Ok(enc.event(t, obj))).await.is_err() {
-                                return;
-                            }
-                        }
+                        self.forward(&ev).await?;
                     }
                     Err(RecvError::Lagged(_)) => {
                         let e = ApiError::expired(format!("too old resource version: {last_rv} ({last_rv})"));
-                        let _ = tx.send(Ok(line("ERROR", e.to_status()))).await;
-                        return;
+                        let _ = self.send(line("ERROR", e.to_status())).await;
+                        return Err(Stop);
                     }
-                    Err(RecvError::Closed) => return,
+                    Err(RecvError::Closed) => return Err(Stop),
                 },
             }
         }
-    });
-    Body::from_stream(rx)
+    }
+
+    /// Sends `ev` as the watch sees it, if it concerns it; stops at the
+    /// deletion of the CRD that serves the resource.
+    async fn forward(&mut self, ev: &Event) -> Result<(), Stop> {
+        if ev.etype == EventType::Deleted && ev.key.is_crd() && ev.key.name == self.crd_name {
+            return Err(Stop);
+        }
+        let def = &self.enc.def;
+        let relevant = ev.key.group == def.group
+            && ev.key.plural == def.plural
+            && self
+                .filter
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| ev.key.namespace == ns);
+        if relevant {
+            if let Some((t, obj)) = translate(ev, &self.filter) {
+                let event = self.enc.event(t, obj);
+                self.send(event).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, bytes: Bytes) -> Result<(), Stop> {
+        self.tx.send(Ok(bytes)).await.map_err(|_| Stop)
+    }
 }
 
 /// Resolves when the fault plan changes (never without `/debug/faults`).

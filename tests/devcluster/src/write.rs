@@ -3,7 +3,7 @@
 use crate::crd;
 pub use crate::decode::FieldValidation;
 use crate::decode::{check_fields, check_type, normalize};
-use crate::delete::{self, Propagation};
+use crate::deletion::Propagation;
 use crate::gc;
 use crate::limits;
 use crate::managed_fields;
@@ -385,7 +385,7 @@ fn finish_update(
             return stored;
         }
         // kube deletes instead of updating: a single DELETED event with this state.
-        return delete::remove_as_with_cascade(tx, key, Some(new), Propagation::Background)
+        return gc::remove_as_with_cascade(tx, key, Some(new), Propagation::Background)
             .unwrap_or(json!({}));
     }
     tx.put(key, new)
@@ -720,7 +720,7 @@ mod tests {
         let out = s
             .write(false, |tx| delete(tx, &cm, &key, &DeleteOpts::default()))
             .unwrap();
-        assert!(matches!(out, crate::delete::DeleteOutcome::Pending(_)));
+        assert!(matches!(out, crate::deletion::DeleteOutcome::Pending(_)));
         let removed = s
             .write(false, |tx| {
                 patch(

@@ -1,4 +1,4 @@
-//! `/debug/faults` (issue 24): off by default (the path is unknown); with
+//! `/debug/faults`: off by default (the path is unknown); with
 //! `--debug-faults` a test makes the devcluster refuse, delay and expire the
 //! requests of one client (by `User-Agent`) as a kube-apiserver under
 //! pressure does, and reads back what was injected.

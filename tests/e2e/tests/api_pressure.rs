@@ -1,4 +1,4 @@
-//! The agent against an API server under pressure (issue 24), end to end:
+//! The agent against an API server under pressure, end to end:
 //! the sink's devcluster, through its `/debug/faults` endpoint, answers the
 //! agent's requests 429 with `Retry-After` (as API Priority and Fairness
 //! does), 500, or ends its watches with 410 Expired (as an etcd compaction

@@ -1,4 +1,4 @@
-//! Bundles end to end (issue 10, "Bundles"): a Bundle on the hub is inert
+//! Bundles end to end: a Bundle on the hub is inert
 //! there; a rule with `unwrap: true` makes each selected edge apply its
 //! manifests, each as a managed copy (drift corrected, collected per
 //! orphanPolicy when removed from the Bundle or when the Bundle goes).

@@ -1,4 +1,4 @@
-//! Requests to an agent are bounded (issue 18, defect 10): a flood of `correct`
+//! Requests to an agent are bounded: a flood of `correct`
 //! requests from a plain NATS client is answered, mostly with refusals for rate
 //! that say when to retry, counted in the agent's metrics; other verbs keep
 //! their own budget; the operator's `fleetbus drift correct` shows the refusal
@@ -103,6 +103,57 @@ async fn a_flood_of_requests_is_answered_refused_for_rate_and_counted() {
             (Some(0), out, _) if out.contains("cluster c1: 0 corrected, 0 failed") => Ok(()),
             (code, out, err) => Err(format!("exit {code:?}: {out}{err}")),
         }
+    })
+    .await;
+}
+
+/// Every verb the agent answers, as a plain NATS client asks it: a request of
+/// `{}` is answered by that cluster (a reply naming it, refusal or not).
+async fn every_verb_answers(client: &async_nats::Client, cluster: &str) -> Result<(), String> {
+    for verb in [
+        "label",
+        "progress",
+        "correct",
+        "preview",
+        "preview-source",
+        "rollout",
+    ] {
+        let subject = CommandKey {
+            cluster: cluster.to_owned(),
+            verb: verb.to_owned(),
+        }
+        .to_subject(&Prefix::default());
+        let asked = client.request(subject, "{}".into());
+        let msg = match tokio::time::timeout(Duration::from_secs(3), asked).await {
+            Ok(Ok(msg)) => msg,
+            Ok(Err(e)) => return Err(format!("{verb}: {e}")),
+            Err(_) => return Err(format!("{verb}: no answer within 3 s")),
+        };
+        let reply: serde_json::Value =
+            serde_json::from_slice(&msg.payload).map_err(|e| format!("{verb}: not JSON ({e})"))?;
+        if reply["cluster"] != cluster {
+            return Err(format!("{verb}: answered {reply}"));
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verb_answers_again_after_nats_restarts() {
+    let mut nats = NatsServer::start().unwrap();
+    let mut c1 = Member::start(&nats, "c1", "c1", &[]).await;
+    c1.wait_ready().await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    wait_for("c1 answers every verb", CONVERGE, || {
+        every_verb_answers(&client, "c1")
+    })
+    .await;
+
+    nats.restart().unwrap();
+    c1.wait_ready().await;
+    // The client of the test reconnects on its own, as the agent's does.
+    wait_for("c1 answers every verb after the restart", CONVERGE, || {
+        every_verb_answers(&client, "c1")
     })
     .await;
 }

@@ -1,4 +1,4 @@
-//! `fleetbus dashboard` end to end (issue 23): the real binary against a real
+//! `fleetbus dashboard` end to end: the real binary against a real
 //! nats-server (and, for the browser test, devclusters and agents), driven over
 //! HTTP as an intruder would and in Debian's headless Chromium as an operator would.
 //!

@@ -1,4 +1,4 @@
-//! Drift end to end (issue 9): a user changes a copy on the sink cluster with
+//! Drift end to end: a user changes a copy on the sink cluster with
 //! kubectl; the agent reports it on `fleetbus.drift.>` and corrects it (or
 //! not, by policy). Real nats-server, devclusters and agent processes.
 //!

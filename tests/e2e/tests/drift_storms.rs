@@ -1,4 +1,4 @@
-//! Drift storms end to end (issue 18, defects 5 and 6): another writer
+//! Drift storms end to end: another writer
 //! fighting fleetbus over a copy, a burst of edits to one copy, and the size
 //! limits of the drift stream. Real nats-server, devclusters and agents.
 //!

@@ -1,4 +1,4 @@
-//! Secrets sealed to the clusters that receive them (issue 21, PROTOCOL
+//! Secrets sealed to the clusters that receive them (secure mode, PROTOCOL
 //! §4.8), against a real nats-server in operator mode from `fleet init` and
 //! agents in the secure mode with the keys `fleetbus join` mints. The
 //! attacker is the broker's admin: with `admin.creds` it reads every message
@@ -107,9 +107,7 @@ async fn secrets_are_sealed_to_the_members_the_rule_places_them_on() {
     let nats = operator_server(&dir);
     let mut members = Vec::new();
     for name in ["c1", "c2", "c3"] {
-        let flags = secure_flags(&dir, name);
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        members.push(Member::start(&nats, name, name, &flags).await);
+        members.push(Member::start_cmd(&nats, name, secure_agent(&dir, name)).await);
     }
     let [c1, c2, c3] = &members[..] else {
         unreachable!()

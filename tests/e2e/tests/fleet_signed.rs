@@ -1,4 +1,4 @@
-//! Issue 21, "every message signed": status reports are signed by the sink
+//! Every message signed (the secure mode): status reports are signed by the sink
 //! that publishes them and the origin believes only those; command
 //! requests that change state (label, correct) must be signed by the fleet
 //! root, and replies are signed by the answering cluster. The attacker is a
@@ -25,14 +25,9 @@ async fn secure_pair(
 ) -> (std::path::PathBuf, NatsServer, Member, Member) {
     let dir = fleet_dir(tmp, &["c1", "c2"]);
     let nats = operator_server(&dir);
-    let flags = |n: &str| {
-        let mut f = secure_flags(&dir, n);
-        f.extend(extra.iter().map(|s| s.to_string()));
-        f
-    };
-    let (f1, f2) = (flags("c1"), flags("c2"));
-    let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
-    let c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
+    let agent = |n: &str| secure_agent(&dir, n).extra(extra.iter().copied());
+    let c1 = Member::start_cmd(&nats, "c1", agent("c1")).await;
+    let c2 = Member::start_cmd(&nats, "c2", agent("c2")).await;
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
     (dir, nats, c1, c2)
 }

@@ -20,14 +20,15 @@ use fleetbus_schemas::crd::ClusterState;
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::trust::{SignedCertificate, SigningKey};
-use fleetbus_testsupport::{cargo_bin, wait_for, NatsServer};
+use fleetbus_testsupport::{cargo_bin, wait_for, AgentCommand, NatsServer};
 use futures::StreamExt;
 
 /// c1 and c2 with the creds `join` minted, and c2's Secret `shared/db`
 /// synced to c1 under SHARED_SECRETS_RULE: the agents work with their creds.
 async fn syncing_pair(nats: &NatsServer, dir: &Path) -> (Member, Member) {
-    let c1 = Member::start(nats, "c1", "c1", &["--nats-creds", &creds(dir, "c1")]).await;
-    let c2 = Member::start(nats, "c2", "c2", &["--nats-creds", &creds(dir, "c2")]).await;
+    let with_creds = |n: &str| AgentCommand::new(n).nats_creds(creds(dir, n));
+    let c1 = Member::start_cmd(nats, "c1", with_creds("c1")).await;
+    let c2 = Member::start_cmd(nats, "c2", with_creds("c2")).await;
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
     for m in [&c1, &c2] {
         create_ns(m, "shared").await;
@@ -304,22 +305,6 @@ async fn no_creds_or_another_fleets_creds_are_refused() {
     js.query_account().await.unwrap();
 }
 
-/// The agent flags of the secure mode for `name`, from `fleet_dir`.
-fn secure_flags(dir: &Path, name: &str) -> Vec<String> {
-    let c = dir.join("clusters").join(name);
-    let p = |p: PathBuf| p.display().to_string();
-    vec![
-        "--nats-creds".into(),
-        creds(dir, name),
-        "--fleet-root".into(),
-        p(dir.join("root.pub")),
-        "--cluster-key".into(),
-        p(c.join("cluster.key")),
-        "--cluster-cert".into(),
-        p(c.join("cluster.cert")),
-    ]
-}
-
 /// `name`'s certificate as `join` wrote it.
 fn cert_of(dir: &Path, name: &str) -> SignedCertificate {
     let text = std::fs::read_to_string(dir.join("clusters").join(name).join("cluster.cert"));
@@ -386,10 +371,8 @@ async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
     let nats = operator_server(&dir);
-    let flags = |n: &str| secure_flags(&dir, n);
-    let (f1, f2) = (flags("c1"), flags("c2"));
-    let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
-    let c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
+    let c1 = Member::start_cmd(&nats, "c1", secure_agent(&dir, "c1")).await;
+    let c2 = Member::start_cmd(&nats, "c2", secure_agent(&dir, "c2")).await;
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
     for m in [&c1, &c2] {
         create_ns(m, "shared").await;
@@ -579,10 +562,9 @@ async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
 fn an_agent_refuses_a_certificate_that_is_not_its_own() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
-    let run = |name: &str, flags: &[String]| {
+    let run = |cmd: AgentCommand| {
         let out = std::process::Command::new(cargo_bin("fleetbus-agent"))
-            .args(["--cluster-name", name])
-            .args(flags)
+            .args(cmd.argv())
             .output()
             .unwrap();
         (
@@ -591,7 +573,7 @@ fn an_agent_refuses_a_certificate_that_is_not_its_own() {
         )
     };
     // c2's files for c1.
-    let (code, err) = run("c1", &secure_flags(&dir, "c2"));
+    let (code, err) = run(secure_files(AgentCommand::new("c1"), &dir, "c2"));
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains("--cluster-cert") && err.contains("names cluster \"c2\""),
@@ -601,13 +583,14 @@ fn an_agent_refuses_a_certificate_that_is_not_its_own() {
     let other = tmp.path().join("other");
     std::fs::create_dir(&other).unwrap();
     let other = fleet_dir(&other, &[]);
-    let mut flags = secure_flags(&dir, "c1");
-    flags[3] = other.join("root.pub").display().to_string();
-    let (code, err) = run("c1", &flags);
+    let (code, err) = run(secure_agent(&dir, "c1").fleet_root(other.join("root.pub")));
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("not signed by the fleet root"), "{err}");
     // Half the flags.
-    let (code, err) = run("c1", &secure_flags(&dir, "c1")[..4]);
+    let half = AgentCommand::new("c1")
+        .nats_creds(creds(&dir, "c1"))
+        .fleet_root(dir.join("root.pub"));
+    let (code, err) = run(half);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--fleet-root needs --cluster-key"), "{err}");
 }
@@ -863,11 +846,8 @@ async fn leave_revokes_a_member_and_its_copies_follow_orphan_policy() {
     std::fs::copy(creds(&dir, "c2"), &c2_creds).unwrap();
     // Secure agents (signatures verified): the Left record the operator
     // writes must be signed in c2's name, or c1 drops it as unsigned.
-    let f1 = secure_flags(&dir, "c1");
-    let mut f2 = secure_flags(&dir, "c2");
-    f2[1] = c2_creds.to_str().unwrap().to_owned();
-    let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
-    let c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
+    let c1 = Member::start_cmd(&nats, "c1", secure_agent(&dir, "c1")).await;
+    let c2 = Member::start_cmd(&nats, "c2", secure_agent(&dir, "c2").nats_creds(&c2_creds)).await;
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
     for m in [&c1, &c2] {
         create_ns(m, "shared").await;
@@ -998,11 +978,9 @@ async fn a_replayed_older_record_does_not_bring_a_left_cluster_back() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
     let nats = operator_server(&dir);
-    let f1 = secure_flags(&dir, "c1");
-    let mut f2 = secure_flags(&dir, "c2");
-    f2.push("--leave-on-shutdown".into());
-    let c1 = Member::start(&nats, "c1", "c1", &refs(&f1)).await;
-    let mut c2 = Member::start(&nats, "c2", "c2", &refs(&f2)).await;
+    let c2_leaves = secure_agent(&dir, "c2").extra(["--leave-on-shutdown"]);
+    let c1 = Member::start_cmd(&nats, "c1", secure_agent(&dir, "c1")).await;
+    let mut c2 = Member::start_cmd(&nats, "c2", c2_leaves).await;
     wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
     let admin = connect(&nats, dir.join("admin.creds")).await;
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
@@ -1049,7 +1027,8 @@ async fn forget_removes_a_dead_peer_everywhere_and_refuses_a_live_one() {
     let nats = operator_server(&dir);
     let mut members = Vec::new();
     for n in ["c1", "c2", "c3"] {
-        members.push(Member::start(&nats, n, n, &["--nats-creds", &creds(&dir, n)]).await);
+        let cmd = AgentCommand::new(n).nats_creds(creds(&dir, n));
+        members.push(Member::start_cmd(&nats, n, cmd).await);
     }
     let refs: Vec<&Member> = members.iter().collect();
     wait_mesh(&refs, &["c1", "c2", "c3"]).await;

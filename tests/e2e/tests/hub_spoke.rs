@@ -1,4 +1,4 @@
-//! Hub and spoke end to end (issue 10): a hub (`role=hub`) and three edges.
+//! Hub and spoke end to end: a hub (`role=hub`) and three edges.
 //! Downsync places the hub's objects on the edges its rule's
 //! `clusterSelector` picks, and follows relabelling (by `fleetbus clusters
 //! label` and by kubectl on the edge); upsync collects the edges' objects on

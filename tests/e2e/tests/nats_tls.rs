@@ -65,10 +65,6 @@ impl Pki {
         self.dir.path().join(name)
     }
 
-    fn arg(&self, name: &str) -> String {
-        self.path(name).display().to_string()
-    }
-
     /// A nats-server that speaks TLS only and requires a client certificate
     /// signed by the CA.
     fn nats_server(&self) -> NatsServer {
@@ -87,21 +83,11 @@ impl Pki {
 async fn agent_with_client_certificate_joins_over_mutual_tls() {
     let pki = Pki::generate();
     let nats = pki.nats_server();
-    let (ca, crt, key) = (pki.arg("ca.crt"), pki.arg("tls.crt"), pki.arg("tls.key"));
-    let mut m = Member::start(
-        &nats,
-        "tls-a",
-        "tls-a",
-        &[
-            "--nats-tls-ca",
-            &ca,
-            "--nats-tls-cert",
-            &crt,
-            "--nats-tls-key",
-            &key,
-        ],
-    )
-    .await;
+    let cmd = AgentCommand::new("tls-a")
+        .nats_tls_ca(pki.path("ca.crt"))
+        .nats_tls_cert(pki.path("tls.crt"))
+        .nats_tls_key(pki.path("tls.key"));
+    let mut m = Member::start_cmd(&nats, "tls-a", cmd).await;
     m.wait_ready().await;
     let log = m.agent.log();
     assert!(log.contains("NATS server version accepted"), "{log}");
@@ -111,8 +97,8 @@ async fn agent_with_client_certificate_joins_over_mutual_tls() {
 async fn agent_without_client_certificate_is_refused_and_says_why() {
     let pki = Pki::generate();
     let nats = pki.nats_server();
-    let ca = pki.arg("ca.crt");
-    let m = Member::start(&nats, "tls-b", "tls-b", &["--nats-tls-ca", &ca]).await;
+    let cmd = AgentCommand::new("tls-b").nats_tls_ca(pki.path("ca.crt"));
+    let m = Member::start_cmd(&nats, "tls-b", cmd).await;
     // The agent retries the connection; its log names the failure each time:
     // the server's TLS alert that a client certificate is required.
     wait_for(
@@ -142,10 +128,9 @@ async fn agent_without_client_certificate_is_refused_and_says_why() {
     );
 }
 
-/// Starts the agent with `args` (no cluster or server needed: it must stop
-/// before using them) and returns its exit code and log.
-async fn exits_with(args: &[&str]) -> (i32, String) {
-    let cmd = AgentCommand::new("a1").extra(args.iter().copied());
+/// Starts the agent `cmd` (no cluster or server needed: it must stop before
+/// using them) and returns its exit code and log.
+async fn exits_with(cmd: AgentCommand) -> (i32, String) {
     let mut agent = Agent::start(cmd.argv()).unwrap();
     let code = wait_for("the agent to exit", Duration::from_secs(20), || {
         let status = agent.exit_status();
@@ -160,18 +145,19 @@ async fn missing_auth_files_and_half_client_certificates_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let absent = dir.path().join("nats.creds");
     let absent_s = absent.display().to_string();
-    let (code, log) = exits_with(&["--nats-creds", &absent_s]).await;
+    let a1 = || AgentCommand::new("a1");
+    let (code, log) = exits_with(a1().nats_creds(&absent)).await;
     assert_eq!(code, 2, "{log}");
     assert_eq!(log.lines().count(), 1, "{log}");
     assert!(log.starts_with("error: --nats-creds"), "{log}");
     assert!(log.contains(&absent_s), "{log}");
 
-    let (code, log) = exits_with(&["--nats-tls-ca", &absent_s]).await;
+    let (code, log) = exits_with(a1().nats_tls_ca(&absent)).await;
     assert_eq!(code, 2, "{log}");
     assert!(log.contains("--nats-tls-ca"), "{log}");
 
     let present = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-    let (code, log) = exits_with(&["--nats-tls-cert", &present.display().to_string()]).await;
+    let (code, log) = exits_with(a1().nats_tls_cert(present)).await;
     assert_eq!(code, 2, "{log}");
     assert!(
         log.starts_with("error: --nats-tls-cert needs --nats-tls-key"),
@@ -182,7 +168,8 @@ async fn missing_auth_files_and_half_client_certificates_exit_2() {
 #[tokio::test]
 async fn plain_text_nats_to_another_host_exits_2_unless_allowed() {
     // 192.0.2.1 (TEST-NET-1) is never reached: the check comes first.
-    let (code, log) = exits_with(&["--nats-url", "nats://u:pw@192.0.2.1:4222"]).await;
+    let cmd = AgentCommand::new("a1").nats_url("nats://u:pw@192.0.2.1:4222");
+    let (code, log) = exits_with(cmd).await;
     assert_eq!(code, 2, "{log}");
     assert_eq!(log.lines().count(), 1, "{log}");
     assert!(
@@ -273,8 +260,8 @@ async fn agent_with_creds_file_joins_an_operator_mode_server() {
         sys = system.public_key(),
     ))
     .unwrap();
-    let creds_s = creds.display().to_string();
-    let mut m = Member::start(&nats, "creds-a", "creds-a", &["--nats-creds", &creds_s]).await;
+    let cmd = AgentCommand::new("creds-a").nats_creds(&creds);
+    let mut m = Member::start_cmd(&nats, "creds-a", cmd).await;
     m.wait_ready().await;
     assert!(
         nats.log().contains("Using configuration file"),

@@ -940,7 +940,7 @@ fn bad_flags_exit_with_usage_code() {
     }
 }
 
-/// Issue 20: a reconcile pass walks every peer, so one pass per Cluster
+/// A reconcile pass walks every peer, so one pass per Cluster
 /// watch event made a fleet's joins cost N passes of N peers. 150 peers
 /// joining at once are 300 and more watch events (each object's create and
 /// status write); the agent must fold the events waiting before a pass into

@@ -1,4 +1,4 @@
-//! `spec.dependsOn` (issue 22), with real agents and devclusters driven by
+//! `spec.dependsOn`, with real agents and devclusters driven by
 //! kubectl: on a sink, a rule's copies wait until the rules it depends on
 //! are synced and healthy there (the dependency's Deployment rolled out, as
 //! its controller reports it), the waiting rule says why; a cycle makes

@@ -1,4 +1,4 @@
-//! `fleetbus rules preview` (issue 22), with real agents and devclusters,
+//! `fleetbus rules preview`, with real agents and devclusters,
 //! driven as a user would: write a rule file, preview it, then
 //! `kubectl apply` it. The preview lists exactly the creates, updates (at the
 //! paths it names) and deletes that applying the rule then performs on each
@@ -919,7 +919,7 @@ fn creates_from_c1(reply: &Value) -> BTreeSet<String> {
         .collect()
 }
 
-/// Issue 22's most common preview: a brand-new rule selecting objects on c1
+/// The most common preview: a brand-new rule selecting objects on c1
 /// that no rule has c1 publish yet. The CLI asks c1 (`preview-source`) and
 /// hands its envelopes to every sink: c2 and c3 list exactly the creates
 /// `kubectl apply -f` then performs, and say nothing is missing.
@@ -1021,8 +1021,7 @@ async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_
     let nats = operator_server(&dir);
     let mut m = Vec::new();
     for n in names {
-        let flags = secure_flags(&dir, n);
-        m.push(Member::start(&nats, n, n, &refs(&flags)).await);
+        m.push(Member::start_cmd(&nats, n, secure_agent(&dir, n)).await);
     }
     common::wait_mesh(&m.iter().collect::<Vec<_>>(), &names).await;
     let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
@@ -1335,7 +1334,7 @@ fn conflict_names(reply: &Value) -> BTreeSet<String> {
         .collect()
 }
 
-/// Issue 22's first rule for a kind: no rule in the fleet takes ConfigMaps,
+/// The first rule for a kind: no rule in the fleet takes ConfigMaps,
 /// so no agent follows them, on the bus or locally. Each sink reads what
 /// it lacks once (the kind's envelopes on the bus, its local ConfigMaps)
 /// and answers in full: exactly the creates `kubectl apply -f` then

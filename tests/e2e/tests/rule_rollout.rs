@@ -1,4 +1,4 @@
-//! Progressive rollouts (`spec.rollout`, issue 22), with real agents and
+//! Progressive rollouts (`spec.rollout`), with real agents and
 //! devclusters driven by kubectl as users do: five clusters, a canary group,
 //! `maxUnavailable: 1`, `minReadySeconds`; the Deployment controller played
 //! with `kubectl patch --subresource=status`. A cluster gets a new version

@@ -1,4 +1,4 @@
-//! `spec.suspend` on a ResourceSyncRule (issue 22), with real agents and
+//! `spec.suspend` on a ResourceSyncRule, with real agents and
 //! devclusters driven by kubectl: while suspended, edits, new objects and
 //! deletes at the source do not reach the sink, drift of a copy is reported
 //! on the bus and not corrected, and every cluster's rule status says

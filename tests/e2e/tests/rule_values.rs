@@ -1,4 +1,4 @@
-//! `spec.valuesFrom` (issue 22), with real agents and devclusters driven by
+//! `spec.valuesFrom`, with real agents and devclusters driven by
 //! kubectl: templates read `.Values` from a ConfigMap each sink owns; a sink
 //! without it reports why and writes nothing; creating or changing it there
 //! rewrites that sink's copy only.

@@ -1,4 +1,4 @@
-//! Status return end to end (issue 10, "Reported state"): copies keep the
+//! Status return end to end: copies keep the
 //! status their cluster wrote (no status subresource, KubeStellar #1894);
 //! `Singleton` writes a copy's status into the source's status without
 //! wiping what others wrote there; `PerCluster` keeps one ReportedState per

@@ -1,4 +1,4 @@
-//! Rule sync end to end (issue 8 §6): where copies go and how they are
+//! Rule sync end to end: where copies go and how they are
 //! collected. Real nats-server, devclusters and agent processes; users act
 //! through kubectl, state is read with kube-rs.
 //!
@@ -1075,7 +1075,7 @@ data: {{v: {}}}
     );
 }
 
-/// A change is planned alone (issue 20): once the copies are in sync, new
+/// A change is planned alone: once the copies are in sync, new
 /// and changed objects cost the sink and the origin a plan of what changed,
 /// never a full plan (every pair planned, every copy decided and looked at
 /// for collection). Each live envelope once arrived as the end of a re-read

@@ -1,4 +1,4 @@
-//! The sink's concurrent writes end to end (issue 12): a burst of objects
+//! The sink's concurrent writes end to end: a burst of objects
 //! all arrives and a burst of changes all lands (creates and replaces run
 //! many at a time). The install order of Bundles is checked in `bundles`.
 //! Real nats-server, devclusters and agents; users act through kubectl.

@@ -1,4 +1,4 @@
-//! Rule sync conflicts end to end (issue 8 §3): a local object at a copy's
+//! Rule sync conflicts end to end: a local object at a copy's
 //! name is never touched and is reported three ways; two origins of one
 //! object key get the same winner on every sink.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

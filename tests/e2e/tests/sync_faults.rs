@@ -1,4 +1,4 @@
-//! Rule sync under faults and at rest, end to end (issue 8 §2, §5): a
+//! Rule sync under faults and at rest, end to end: a
 //! disabled peer, partitions and crashed agents never delete copies on
 //! silence, state-based catch-up after a restart, zero writes after
 //! convergence.

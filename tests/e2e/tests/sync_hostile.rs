@@ -1,4 +1,4 @@
-//! Rule sync under attack and bad luck, end to end (issue 8 §4): garbage and
+//! Rule sync under attack and bad luck, end to end: garbage and
 //! spoofed messages on the bus, an oversize object, a copy the sink refuses,
 //! invalid rules, NATS and API servers paused or restarted, a burst of
 //! objects. Every probe checks that the bad input is skipped and counted or

@@ -1,4 +1,4 @@
-//! Integrity of what is on the bus, end to end (issue 18, defects 2 and 7).
+//! Integrity of what is on the bus, end to end.
 //!
 //! An attacker with a plain NATS client reads the origin's real last envelope
 //! from the objects stream, changes it and publishes it again under the
@@ -188,7 +188,7 @@ async fn forge_while_origin_stopped(
     wait_true_on_bus(attacker, name).await;
 }
 
-/// Defect 2: a changed object under the old `contentHash` is dropped and
+/// A changed object under the old `contentHash` is dropped and
 /// counted by the sink, whose copy stays as it was; the origin, which drops
 /// it too, republishes its own value over it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,7 +212,7 @@ async fn forged_object_with_a_bogus_hash_is_dropped() {
     assert_eq!(data(&copy), secret_data(&[("k", "v")]), "the copy changed");
 }
 
-/// Defect 2: a consistent forgery (object changed, hash recomputed) cannot be
+/// A consistent forgery (object changed, hash recomputed) cannot be
 /// told from a's own message by a sink, but a compares its subtree with what
 /// it publishes and overwrites it at once; b converges back to the truth.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,7 +255,7 @@ async fn forged_object_with_its_hash_recomputed_is_overwritten_by_the_origin() {
     );
 }
 
-/// Defect 2: an envelope of `x` published under `y`'s subject (its hash
+/// An envelope of `x` published under `y`'s subject (its hash
 /// recomputed, so only the subject disagrees) is dropped and counted; neither
 /// copy changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,7 +326,7 @@ async fn create_typed_secret(
         .unwrap_or_else(|e| panic!("{}: create Secret kube-system/{name}: {e}", m.name));
 }
 
-/// Defect 7: a rule selecting kube-system and fleetbus-system Secrets copies
+/// What must not leave a cluster: a rule selecting kube-system and fleetbus-system Secrets copies
 /// the ordinary ones, but never publishes a ServiceAccount token, a bootstrap
 /// token or the peer kubeconfig Secret fleetbus wrote; the rule's status on
 /// the origin counts them and says why.

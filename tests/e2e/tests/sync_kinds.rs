@@ -1,4 +1,4 @@
-//! Rule sync of other kinds and shapes end to end (issue 8 §1, §6): a CRD
+//! Rule sync of other kinds and shapes end to end: a CRD
 //! kind that appears after its rule, missing namespaces, renaming/moving
 //! overrides with cleanup, GVK rewrite and `syncStatus`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,5 +1,5 @@
 //! Names that need escaping in a URL, and copies the sink's API server
-//! keeps refusing (issue 18, defect 3).
+//! keeps refusing.
 //!
 //! 1. Every name Kubernetes accepts works for the copies' create, update,
 //!    get and delete: RBAC objects (whose names are path segments: anything

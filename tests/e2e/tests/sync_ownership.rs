@@ -1,4 +1,4 @@
-//! fleetbus deletes only what it owns (issue 18, defects 1 and 8): a copy
+//! fleetbus deletes only what it owns: a copy
 //! whose deletion would take objects fleetbus does not manage with it (a
 //! Namespace's contents, a CRD's instances) is kept and reported instead,
 //! and a copy being deleted (a deletionTimestamp, finalizers pending) is

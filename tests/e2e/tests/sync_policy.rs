@@ -1,4 +1,4 @@
-//! A cluster decides what leaves it and what enters it (issue 21): the
+//! A cluster decides what leaves it and what enters it: the
 //! SyncPolicy `default` of each cluster, local and not replicated. Real
 //! nats-server, devclusters and agents; users act through kubectl and the
 //! `fleetbus` CLI.
@@ -35,7 +35,7 @@ fn refused_is(
     }
 }
 
-/// The issue's test: a rule created on c1 selecting the Secrets of `team`
+/// The main case: a rule created on c1 selecting the Secrets of `team`
 /// gets nothing from c2, whose policy refuses exporting Secrets for rules
 /// authored elsewhere; c2's rule status says why (kubectl there, and
 /// `fleetbus rules describe` from the bus); allowed for c1's rules, the

@@ -1,4 +1,4 @@
-//! Catch-up progress in the CLI (issue 12 scenario 5): `fleetbus clusters progress` asks
+//! Catch-up progress in the CLI (bench scenario 5): `fleetbus clusters progress` asks
 //! agents over `<p>.cmd.<cluster>.progress` (PROTOCOL §6.5) how far their sync is.
 //!
 //! Real nats-server, devclusters, agents and the `fleetbus` binary; the garbage test

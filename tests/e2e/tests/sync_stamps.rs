@@ -1,4 +1,4 @@
-//! The stamp is inviolable (issue 18, defect 4): a rule whose mutations would
+//! The stamp is inviolable: a rule whose mutations would
 //! add, change or remove a `fleetbus.io/*` label or annotation (the stamp that
 //! says whose copy it is) is `Invalid`, names the pointer, and makes no copy;
 //! a valid rule next to it syncs.

@@ -11,7 +11,6 @@
 use fleetbus_schemas::command::{CorrectFailure, CorrectReply, CorrectRequest};
 use fleetbus_schemas::ObjectRef;
 
-use crate::bus::rate::RateRefused;
 use crate::sync::engine::Engine;
 use crate::sync::model::Target;
 
@@ -55,18 +54,5 @@ impl Engine {
             });
         }
         reply
-    }
-
-    /// The reply to a request that could not be read.
-    pub fn refuse(&self, error: &str) -> CorrectReply {
-        CorrectReply::refused(&self.world.fleet.local.name, error)
-    }
-
-    /// The reply to a request refused for rate: no pass is run for it.
-    pub fn refuse_for_rate(&self, refused: &RateRefused) -> CorrectReply {
-        CorrectReply {
-            retry_after_ms: Some(refused.retry_after_ms()),
-            ..CorrectReply::refused(&self.world.fleet.local.name, refused.to_string())
-        }
     }
 }

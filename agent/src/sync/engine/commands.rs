@@ -1,142 +1,198 @@
-//! The requests the engine answers in its own loop: `correct`, `preview`
-//! and `preview-source`.
+//! The requests the engine answers: `correct` (an operator's correction, run
+//! by the next pass), `preview` and `preview-source` (what a rule would do
+//! here, or publish from here), and `rollout` (pause, resume, abort, roll
+//! back). Each verb is served by the agent's one request server
+//! (`bus::command`) in a task of its own, with its own rate bucket (a flood
+//! of previews, each of which may cost dry runs, starves no correction);
+//! admitted and authorized requests are handed to the engine's loop
+//! ([`Handoff`]), which answers them between passes.
 
 use std::sync::Arc;
 
-use fleetbus_schemas::command::CorrectRequest;
+use bytes::Bytes;
+use fleetbus_schemas::command::{CorrectReply, CorrectRequest};
+use fleetbus_schemas::preview::{PreviewReply, PreviewSourceReply};
+use fleetbus_schemas::rollout::RolloutReply;
+use fleetbus_schemas::subject::{CommandKey, PREVIEW_SOURCE_VERB, ROLLOUT_VERB};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
+use crate::bus::command::{self, Common, Refused, Signed, Verb};
 use crate::context::Context;
+use crate::sync::rollout;
 
 use super::Engine;
 
-/// The commands the engine answers in its own loop, `correct`, `preview`
-/// and `preview-source`: their subjects, each verb's own rate bucket (a flood of
-/// previews, each of which may cost dry runs, starves no correction), and
-/// how to reply.
-pub(super) struct Commands {
-    ctx: Arc<Context>,
-    pub(super) client: async_nats::Client,
-    pub(super) correct_subject: String,
-    pub(super) preview_subject: String,
-    pub(super) preview_source_subject: String,
-    correct_rate: crate::bus::rate::TokenBucket,
-    preview_rate: crate::bus::rate::TokenBucket,
-    /// Its own bucket: one preview asks each origin for a page or more.
-    preview_source_rate: crate::bus::rate::TokenBucket,
+/// The verbs the engine answers itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EngineVerb {
+    Correct,
+    Preview,
+    PreviewSource,
+    Rollout,
 }
 
-impl Commands {
-    pub(super) fn new(ctx: &Arc<Context>) -> Commands {
-        let name = &ctx.cfg.cluster_name;
-        let prefix = ctx.layout.prefix();
-        let (now, rate) = (std::time::Instant::now(), ctx.cfg.command_rate);
-        Commands {
-            ctx: ctx.clone(),
-            client: ctx.js.client(),
-            correct_subject: fleetbus_schemas::subject::CommandKey::correct(name)
-                .to_subject(prefix),
-            preview_subject: fleetbus_schemas::subject::CommandKey::preview(name)
-                .to_subject(prefix),
-            preview_source_subject: fleetbus_schemas::subject::CommandKey::preview_source(name)
-                .to_subject(prefix),
-            correct_rate: crate::bus::rate::TokenBucket::new("correct", rate, now),
-            preview_rate: crate::bus::rate::TokenBucket::new("preview", rate, now),
-            preview_source_rate: crate::bus::rate::TokenBucket::new("preview-source", rate, now),
+impl EngineVerb {
+    const ALL: [EngineVerb; 4] = [
+        EngineVerb::Correct,
+        EngineVerb::Preview,
+        EngineVerb::PreviewSource,
+        EngineVerb::Rollout,
+    ];
+
+    /// The verb in subjects, metrics and refusals.
+    fn name(self) -> &'static str {
+        match self {
+            EngineVerb::Correct => "correct",
+            EngineVerb::Preview => "preview",
+            EngineVerb::PreviewSource => PREVIEW_SOURCE_VERB,
+            EngineVerb::Rollout => ROLLOUT_VERB,
         }
     }
 
-    /// Checks `msg`'s signature in the secure mode (PROTOCOL §6.7).
-    pub(super) fn authorize(
-        &self,
-        verb: &'static str,
-        subject: &str,
-        msg: &async_nats::Message,
-    ) -> Result<(), String> {
-        crate::bus::command_sub::authorize(
-            self.ctx.cfg.trust.as_deref(),
-            &self.ctx.metrics,
-            verb,
-            subject,
-            &msg.payload,
-        )
-    }
-
-    pub(super) async fn correct(&mut self, engine: &mut Engine, msg: async_nats::Message) {
-        let admitted = crate::bus::command_sub::admit(&mut self.correct_rate, &self.ctx.metrics);
-        let reply = match admitted.map(|()| {
-            self.authorize("correct", &self.correct_subject, &msg)
-                .and_then(|()| parse_correct(&msg.payload))
-        }) {
-            Err(refused) => engine.refuse_for_rate(&refused),
-            Ok(Ok(req)) => engine.correct(&req).await,
-            Ok(Err(e)) => engine.refuse(&e),
-        };
-        let trust = self.ctx.cfg.trust.as_deref();
-        respond(&self.client, trust, msg.reply, reply.encode(), "correct").await;
-    }
-
-    pub(super) async fn preview(&mut self, engine: &mut Engine, msg: async_nats::Message) {
-        let admitted = crate::bus::command_sub::admit(&mut self.preview_rate, &self.ctx.metrics);
-        // A preview writes nothing, but it costs dry runs and shows what
-        // the cluster holds: the fleet root's word is asked for as for the
-        // verbs that change state.
-        let mut reply =
-            match admitted.map(|()| self.authorize("preview", &self.preview_subject, &msg)) {
-                Ok(Ok(())) => engine.preview(&msg.payload).await,
-                Ok(Err(refused)) => engine.refuse_preview(refused),
-                Err(refused) => engine.refuse_preview_for_rate(&refused),
-            };
-        let trust = self.ctx.cfg.trust.as_deref();
-        let bytes = reply.fit(engine.io.ctx.max_payload());
-        respond(&self.client, trust, msg.reply, bytes, "preview").await;
-    }
-
-    /// `preview-source` (`preview::source`): authorized as `preview` is (it
-    /// shows the objects a rule would publish), answered in pages that fit.
-    pub(super) async fn preview_source(&mut self, engine: &Engine, msg: async_nats::Message) {
-        let bucket = &mut self.preview_source_rate;
-        let admitted = crate::bus::command_sub::admit(bucket, &self.ctx.metrics);
-        let verb = fleetbus_schemas::subject::PREVIEW_SOURCE_VERB;
-        let subject = &self.preview_source_subject;
-        let reply = match admitted.map(|()| self.authorize(verb, subject, &msg)) {
-            Ok(Ok(())) => engine.preview_source(&msg.payload).await,
-            Ok(Err(refused)) => engine.refuse_preview_source(refused, None),
-            Err(r) => engine.refuse_preview_source(r.to_string(), Some(r.retry_after_ms())),
-        };
-        let trust = self.ctx.cfg.trust.as_deref();
-        respond(&self.client, trust, msg.reply, reply.encode(), verb).await;
+    /// Whether a pass follows the answer: a rollout request changes what the
+    /// rollout stage decides; a correction runs its own pass; previews
+    /// change nothing.
+    pub(super) fn pass_after(self) -> bool {
+        self == EngineVerb::Rollout
     }
 }
 
-/// Sends a command's encoded reply to `to` (logged when it cannot be).
-pub(super) async fn respond<E: std::fmt::Display>(
-    client: &async_nats::Client,
-    trust: Option<&crate::trust::Identity>,
-    to: Option<async_nats::Subject>,
-    bytes: Result<Vec<u8>, E>,
-    verb: &str,
+/// A request handed to the engine's loop, and where its encoded reply goes.
+pub(super) struct Handoff {
+    pub(super) verb: EngineVerb,
+    payload: Bytes,
+    reply: oneshot::Sender<Result<Vec<u8>, String>>,
+}
+
+/// Starts one request server per engine verb, handing what they admit to `tx`.
+pub(super) fn spawn(ctx: &Arc<Context>, tx: &mpsc::Sender<Handoff>, cancel: &CancellationToken) {
+    for verb in EngineVerb::ALL {
+        tokio::spawn(serve(ctx.clone(), verb, tx.clone(), cancel.clone()));
+    }
+}
+
+async fn serve(
+    ctx: Arc<Context>,
+    verb: EngineVerb,
+    tx: mpsc::Sender<Handoff>,
+    cancel: CancellationToken,
 ) {
-    let bytes = match bytes {
-        Ok(b) => crate::bus::command_sub::signed_reply(trust, b),
-        Err(e) => {
-            tracing::warn!(error = %e, verb, "could not encode a command reply");
-            return;
+    let cluster = ctx.cfg.cluster_name.clone();
+    let spec = Verb {
+        name: verb.name(),
+        subject: CommandKey {
+            cluster: cluster.clone(),
+            verb: verb.name().to_owned(),
+        }
+        .to_subject(ctx.layout.prefix()),
+        // Every engine verb changes state or shows what the cluster holds
+        // (a preview shows objects and costs dry runs): the fleet root's
+        // word is asked for in the secure mode.
+        signed: Signed::Required,
+        rate: ctx.cfg.command_rate,
+    };
+    let common = Common {
+        metrics: &ctx.metrics,
+        trust: ctx.cfg.trust.as_deref(),
+    };
+    let refuse = |r: Refused| refusal(verb, &cluster, r);
+    let handle = |payload: Bytes| {
+        let (tx, cluster) = (tx.clone(), cluster.clone());
+        async move {
+            let (reply, answer) = oneshot::channel();
+            let stopped = || {
+                refusal(
+                    verb,
+                    &cluster,
+                    Refused::Unauthorized("sync is stopping; ask again".to_owned()),
+                )
+            };
+            let handoff = Handoff {
+                verb,
+                payload,
+                reply,
+            };
+            if tx.send(handoff).await.is_err() {
+                return stopped();
+            }
+            answer.await.unwrap_or_else(|_| stopped())
         }
     };
-    if let Some(to) = to {
-        if let Err(e) = client.publish(to, bytes.into()).await {
-            tracing::warn!(error = %e, verb, "could not reply to a command");
+    command::serve(&ctx.js.client(), common, &spec, handle, refuse, &cancel).await;
+}
+
+/// The encoded reply refusing a request of `verb`.
+fn refusal(verb: EngineVerb, cluster: &str, refused: Refused) -> Result<Vec<u8>, String> {
+    let (why, retry_after_ms) = match refused {
+        Refused::Rate {
+            why,
+            retry_after_ms,
+        } => (why, Some(retry_after_ms)),
+        Refused::Unauthorized(why) => (why, None),
+    };
+    match verb {
+        EngineVerb::Correct => CorrectReply {
+            retry_after_ms,
+            ..CorrectReply::refused(cluster, why)
         }
+        .encode()
+        .map_err(|e| e.to_string()),
+        EngineVerb::Preview => PreviewReply {
+            retry_after_ms,
+            ..PreviewReply::refused(cluster, why)
+        }
+        .encode()
+        .map_err(|e| e.to_string()),
+        EngineVerb::PreviewSource => PreviewSourceReply {
+            retry_after_ms,
+            ..PreviewSourceReply::refused(cluster, why)
+        }
+        .encode()
+        .map_err(|e| e.to_string()),
+        EngineVerb::Rollout => RolloutReply {
+            retry_after_ms,
+            ..RolloutReply::refused(cluster, why)
+        }
+        .encode()
+        .map_err(|e| e.to_string()),
     }
 }
 
-pub(super) async fn next_command(
-    sub: &mut Option<async_nats::Subscriber>,
-) -> Option<async_nats::Message> {
-    use futures::StreamExt;
-    match sub {
-        Some(s) => s.next().await,
-        None => std::future::pending().await,
+impl Engine {
+    /// Answers one handed-off request; its reply goes back to its server.
+    pub(super) async fn answer(&mut self, h: Handoff) {
+        let reply = match h.verb {
+            EngineVerb::Correct => {
+                let reply = match parse_correct(&h.payload) {
+                    Ok(req) => self.correct(&req).await,
+                    Err(e) => CorrectReply::refused(&self.world.fleet.local.name, e),
+                };
+                reply.encode().map_err(|e| e.to_string())
+            }
+            EngineVerb::Preview => {
+                let max = self.io.ctx.max_payload();
+                self.preview(&h.payload)
+                    .await
+                    .fit(max)
+                    .map_err(|e| e.to_string())
+            }
+            EngineVerb::PreviewSource => self
+                .preview_source(&h.payload)
+                .await
+                .encode()
+                .map_err(|e| e.to_string()),
+            EngineVerb::Rollout => {
+                let (book, returns) = (&mut self.rollout, &self.returns.book);
+                let (world, ctx) = (&self.world, &self.io.ctx);
+                rollout::command::rollout_request(world, book, returns, ctx, &h.payload)
+                    .await
+                    .encode()
+                    .map_err(|e| e.to_string())
+            }
+        };
+        // The requester may have given up: nothing to do then.
+        let _ = h.reply.send(reply);
     }
 }
 
@@ -150,7 +206,7 @@ mod tests {
     use super::*;
 
     #[test]
-    pub(super) fn requests_parse_or_say_why_not() {
+    fn requests_parse_or_say_why_not() {
         let req =
             parse_correct(br#"{"schema":"fleetbus.io/correct-request/v1","rule":"r","name":null}"#)
                 .unwrap();
@@ -159,5 +215,36 @@ mod tests {
         assert!(parse_correct(b"not json").is_err());
         assert!(parse_correct(br#"{"schema":"fleetbus.io/correct-request/v9"}"#).is_err());
         assert!(parse_correct(br#"{"schema":"fleetbus.io/correct-request/v1","kind":5}"#).is_err());
+    }
+
+    #[test]
+    fn every_engine_verb_refuses_in_its_own_reply_shape_with_when_to_ask_again() {
+        let rate = || Refused::Rate {
+            why: "too many".into(),
+            retry_after_ms: 250,
+        };
+        let c: CorrectReply =
+            serde_json::from_slice(&refusal(EngineVerb::Correct, "c1", rate()).unwrap()).unwrap();
+        assert_eq!(
+            (c.retry_after_ms, c.error.as_deref()),
+            (Some(250), Some("too many"))
+        );
+        let p: PreviewReply =
+            serde_json::from_slice(&refusal(EngineVerb::Preview, "c1", rate()).unwrap()).unwrap();
+        assert_eq!(p.retry_after_ms, Some(250));
+        let s: PreviewSourceReply =
+            serde_json::from_slice(&refusal(EngineVerb::PreviewSource, "c1", rate()).unwrap())
+                .unwrap();
+        assert_eq!(s.retry_after_ms, Some(250));
+        let r: RolloutReply = serde_json::from_slice(
+            &refusal(
+                EngineVerb::Rollout,
+                "c1",
+                Refused::Unauthorized("unsigned".into()),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(r.retry_after_ms, None);
     }
 }

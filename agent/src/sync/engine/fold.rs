@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::sync::model::{BusEvent, Input, LocalEvent, LocalObjects, Snapshots};
 use crate::sync::policy::policy_gvk;
+use crate::sync::returns::returned;
 use crate::sync::rollout::sink::{self as rollout_sink, Replan};
 use crate::sync::rules::compile::{self as rules};
 use crate::sync::world::{crd_gvk, namespace_gvk};
@@ -20,7 +21,10 @@ impl Engine {
         match input {
             Input::Local(gvk, ev) => self.local_event(gvk, ev),
             Input::Bus(gvk, ev) => self.bus_event(gvk, ev),
-            Input::Status(ev) => self.status_event(ev),
+            Input::Status(ev) => {
+                let local = &self.world.fleet.local.name;
+                returned::status_event(&mut self.returns.book, local, ev)
+            }
             Input::Rollout(ev) => match rollout_sink::rollout_event(&mut self.rollout, ev) {
                 Replan::Nothing => {}
                 Replan::Object(key) => {

@@ -24,6 +24,7 @@ mod kinds;
 mod rule_set;
 mod run;
 mod shim;
+mod shim_stages;
 
 pub use run::run;
 
@@ -42,7 +43,7 @@ use super::rules::compile as rules;
 use super::sink::state::SinkState;
 use super::source::state::SourceState;
 use super::status::StatusState;
-pub use super::world::{KindState, World};
+use super::world::World;
 use crate::context::Context;
 use crate::registry::FleetView;
 
@@ -120,6 +121,3 @@ impl Engine {
         }
     }
 }
-
-/// The namespace and name of an object (the model's, kept here for its readers).
-pub use super::model::meta::local_key;

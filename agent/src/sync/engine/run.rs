@@ -11,9 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sync::inputs::watches;
 use crate::sync::model::Input;
+use crate::sync::policy_watch;
+use crate::sync::returns::{report, returned};
+use crate::sync::rollout;
 use crate::sync::rules::compile::{self as rules};
+use crate::sync::source::publish;
+use crate::sync::status;
 
-use super::commands::{next_command, Commands};
+use super::commands;
 use super::rule_set::verify_authors;
 use super::Engine;
 
@@ -60,6 +65,40 @@ impl Engine {
             .min()
     }
 
+    /// The source side (`source::publish`), unless publishing is held: the
+    /// kinds' dirty sets go to the pass, and what it published comes back
+    /// into the World (our own envelopes; objects to plan again). Returns
+    /// when the source side wants the next pass.
+    async fn source_step(&mut self) -> Option<Instant> {
+        if let Some(hold) = publish::held(&mut self.source) {
+            return Some(hold);
+        }
+        let work: Vec<publish::Work> = self
+            .world
+            .kinds
+            .iter_mut()
+            .filter(|(_, k)| k.source && k.ready())
+            .map(|(gvk, k)| publish::Work {
+                gvk: gvk.clone(),
+                full: std::mem::take(&mut k.source_full),
+                dirty: std::mem::take(&mut k.source_dirty),
+            })
+            .collect();
+        let (world, ctx, tx) = (&self.world, &self.io.ctx, &self.io.tx);
+        let done = publish::source_pass(world, &mut self.source, ctx, tx, work).await;
+        for (gvk, key, env) in done.envelopes {
+            if let Some(kind) = self.world.kinds.get_mut(&gvk) {
+                kind.snapshots.insert(key, env);
+            }
+        }
+        for (gvk, key) in done.again {
+            if let Some(kind) = self.world.kinds.get_mut(&gvk) {
+                kind.source_dirty.insert(key);
+            }
+        }
+        done.wake
+    }
+
     /// One pass over everything (see the module docs).
     pub async fn pass(&mut self) {
         let started = Instant::now();
@@ -93,13 +132,22 @@ impl Engine {
                 }
             }
         }
-        self.policy_pass().await;
+        let read = policy_watch::policy_pass(&self.world, &mut self.policy, &self.io.ctx).await;
+        if let Some(read) = read {
+            self.world.policy = read.policy;
+            if read.replan {
+                // What is published and written depends on the policy like on
+                // the rules: plan every object and copy again.
+                self.rules_changed(self.world.rules.clone());
+                self.sink.dirty.full = true;
+            }
+        }
         let rules_read = self
             .world
             .kinds
             .get(&rules::rule_gvk())
             .is_some_and(|k| k.ready());
-        if !self.world.fleet.synced || !self.policy_known() || !rules_read {
+        if !self.world.fleet.synced || !policy_watch::policy_known(&self.world) || !rules_read {
             // Who may be a source (ourselves included) is unknown until the
             // registry has been read: publishing or collecting now could
             // act on an empty fleet. What the policy allows is unknown until
@@ -111,7 +159,7 @@ impl Engine {
             return;
         }
         self.io.ctx.metrics.sync_passes.inc();
-        self.source.wake = self.source_pass().await;
+        self.source.wake = self.source_step().await;
         self.ensure_kinds().await;
         let passed = crate::sync::sink::pass::sink_pass(
             &self.world,
@@ -125,11 +173,23 @@ impl Engine {
         .await;
         self.drift.wake = passed.wake;
         self.status.reports = passed.reports;
-        self.count_refusals().await;
-        self.returns.wake = self.report_pass().await;
-        self.return_pass().await;
-        self.rollout_pass().await;
-        self.status_pass().await;
+        // The stages after the sink's: each gets the World, its own state,
+        // what it reads of another's, and the context; the engine keeps what
+        // each returns (its wake-up; the readiness the rules' status shows).
+        let (world, ctx) = (&self.world, &*self.io.ctx);
+        let reports = &self.status.reports;
+        policy_watch::count_refusals(world, reports, &mut self.policy, ctx).await;
+        let book = &mut self.returns.book;
+        self.returns.wake = report::report_pass(world, &self.sink, book, ctx).await;
+        if let Some(r) = returned::return_pass(world, &mut self.returns.book, ctx).await {
+            self.status.set_readiness(&r.per_rule, r.unhealthy);
+        }
+        let returns = &self.returns.book;
+        self.rollout.wake =
+            rollout::origin::rollout_pass(world, &mut self.rollout, returns, ctx).await;
+        let (last_sync, rollouts) = (&self.sink.last_sync, &self.rollout);
+        self.status.due =
+            status::status_pass(world, &mut self.status, last_sync, rollouts, ctx).await;
         // A retry due when the pass began was decided in it (tried, or backed
         // off again with a later time). One that fell due while the pass ran
         // was not: it stays, and its due time wakes the next pass at once.
@@ -161,23 +221,10 @@ pub async fn run(
     let mut fleet = reg.fleet();
     let initial = fleet.borrow_and_update().clone();
     let mut engine = Engine::new(reg.ctx.clone(), tx, cancel.child_token(), initial);
-    let mut cmds = Commands::new(&reg.ctx);
-    // Without the subscriptions `fleetbus drift correct` and `rules preview`
-    // (and its `preview-source`) find no responder; sync goes on while a failed subscribe is retried.
-    let (mut commands, mut previews, mut preview_sources) = (None, None, None);
-    let subscribing = {
-        let (client, cancel) = (cmds.client.clone(), cancel.clone());
-        let (correct, preview) = (cmds.correct_subject.clone(), cmds.preview_subject.clone());
-        let source = cmds.preview_source_subject.clone();
-        async move {
-            let correct = crate::bus::command_sub::subscribe(&client, &correct, &cancel).await;
-            let preview = crate::bus::command_sub::subscribe(&client, &preview, &cancel).await;
-            let source = crate::bus::command_sub::subscribe(&client, &source, &cancel);
-            (correct, preview, source.await)
-        }
-    };
-    tokio::pin!(subscribing);
-    let mut subscribed = false;
+    // `fleetbus drift correct`, `rules preview` (and its `preview-source`)
+    // and `rules rollout`: each verb's own server, answered here.
+    let (handoff_tx, mut handoffs) = mpsc::channel(16);
+    commands::spawn(&reg.ctx, &handoff_tx, &cancel);
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
     tokio::spawn(watches::status_consumer(
@@ -190,13 +237,6 @@ pub async fn run(
         reg.ctx.clone(),
         engine.io.tx.clone(),
         engine.io.cancel.clone(),
-    ));
-    // `fleetbus rules rollout`: admitted by its own rate bucket, applied here.
-    let (rollout_tx, mut rollout_rx) = mpsc::channel(16);
-    tokio::spawn(crate::sync::rollout::serve::serve(
-        reg.ctx.clone(),
-        rollout_tx,
-        cancel.child_token(),
     ));
     let progress = crate::sync::progress::Progress::new(&reg.ctx.cfg.cluster_name);
     let serving = crate::sync::progress::serve(
@@ -212,28 +252,12 @@ pub async fn run(
         let wake = engine.wake_at();
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
-            subs = &mut subscribing, if !subscribed => {
-                subscribed = true;
-                (commands, previews, preview_sources) = subs;
-                continue;
-            }
-            Some(msg) = next_command(&mut commands) => {
-                cmds.correct(&mut engine, msg).await;
-                continue;
-            }
-            Some(msg) = next_command(&mut previews) => {
-                // Read-only: no pass follows it.
-                cmds.preview(&mut engine, msg).await;
-                continue;
-            }
-            Some(msg) = next_command(&mut preview_sources) => {
-                // Read-only too: no pass follows it.
-                cmds.preview_source(&engine, msg).await;
-                continue;
-            }
-            Some(req) = rollout_rx.recv() => {
-                let reply = engine.rollout_request(&req.payload).await;
-                crate::sync::rollout::serve::respond(&reg.ctx, req.reply, &reply).await;
+            Some(h) = handoffs.recv() => {
+                let pass = h.verb.pass_after();
+                engine.answer(h).await;
+                if !pass {
+                    continue;
+                }
             }
             input = rx.recv() => {
                 let Some(input) = input else { return Ok(()) };

@@ -29,8 +29,6 @@ mod source;
 
 use fleetbus_schemas::preview::{PreviewReply, PreviewRequest};
 
-use crate::bus::rate::RateRefused;
-
 /// What every read of one preview (or preview-source page) together may
 /// take: discovery, the bus read and the LISTs of kinds this agent does not
 /// watch. The engine answers between passes, so this is also what one
@@ -57,20 +55,6 @@ impl Engine {
         match self.preview_rule(&req).await {
             Ok(reply) => reply,
             Err(e) => PreviewReply::refused(local, e),
-        }
-    }
-
-    /// The reply to a preview request refused for rate: no work is done for it.
-    /// The reply to a request this cluster does not take (`why`: unsigned
-    /// or forged where a fleet root is configured).
-    pub fn refuse_preview(&self, why: String) -> PreviewReply {
-        PreviewReply::refused(&self.world.fleet.local.name, why)
-    }
-
-    pub fn refuse_preview_for_rate(&self, refused: &RateRefused) -> PreviewReply {
-        PreviewReply {
-            retry_after_ms: Some(refused.retry_after_ms()),
-            ..PreviewReply::refused(&self.world.fleet.local.name, refused.to_string())
         }
     }
 }

@@ -82,19 +82,6 @@ impl Engine {
         }
     }
 
-    /// The request refused as a whole (`why`: unsigned or forged where a
-    /// fleet root is configured, or rate: `retry_after_ms`).
-    pub fn refuse_preview_source(
-        &self,
-        why: String,
-        retry_after_ms: Option<u64>,
-    ) -> PreviewSourceReply {
-        PreviewSourceReply {
-            retry_after_ms,
-            ..PreviewSourceReply::refused(&self.world.fleet.local.name, why)
-        }
-    }
-
     async fn source_page(&self, req: &PreviewSourceRequest) -> Result<PreviewSourceReply, String> {
         let (name, after) = req.validate().map_err(|e| e.to_string())?;
         self.answers_previews()?;

@@ -13,11 +13,13 @@ use kube::api::{DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{json, Value};
 
-use super::state::{resource_version, Written};
+use super::source::source_object;
+use super::state::{resource_version, StatusBook, Written};
+use crate::context::Context;
 use crate::kube::FIELD_MANAGER;
-use crate::sync::engine::Engine;
 use crate::sync::model::LocalKey;
 use crate::sync::rules::compile::reported_state_gvk;
+use crate::sync::world::World;
 
 /// The ReportedState for one report about `source` (the live source object).
 pub fn desired_state(r: &ReportedStatus, source: &Value, default_ns: &str) -> (LocalKey, Value) {
@@ -89,142 +91,137 @@ fn is_ours(v: &Value) -> bool {
         .is_some()
 }
 
-impl Engine {
-    /// Makes the ReportedStates equal to `reports` (those of PerCluster rules).
-    pub(in crate::sync) async fn per_cluster_pass(&mut self, reports: &[ReportedStatus]) {
-        let gvk = reported_state_gvk();
-        let Some(kind) = self.world.kinds.get(&gvk).filter(|k| k.listed) else {
-            return;
-        };
-        let mut desired: BTreeMap<LocalKey, Value> = BTreeMap::new();
-        for r in reports {
-            if let Some(source) = self.source_object(r) {
-                let (key, obj) = desired_state(r, &source, &self.io.ctx.cfg.namespace);
-                desired.insert(key, obj);
-            }
+/// Makes the ReportedStates equal to `reports` (those of PerCluster rules).
+pub(super) async fn per_cluster_pass(
+    world: &World,
+    book: &mut StatusBook,
+    ctx: &Context,
+    reports: &[ReportedStatus],
+) {
+    let gvk = reported_state_gvk();
+    let Some(kind) = world.kinds.get(&gvk).filter(|k| k.listed) else {
+        return;
+    };
+    let mut desired: BTreeMap<LocalKey, Value> = BTreeMap::new();
+    for r in reports {
+        if let Some(source) = source_object(world, r) {
+            let (key, obj) = desired_state(r, &source, &ctx.cfg.namespace);
+            desired.insert(key, obj);
         }
-        // Only what is still wanted needs remembering: the rest would leak.
-        self.returns
-            .book
+    }
+    // Only what is still wanted needs remembering: the rest would leak.
+    book.written.retain(|k, _| desired.contains_key(k));
+    let stale: Vec<Value> = kind
+        .objects
+        .iter()
+        .filter(|(k, v)| is_ours(v) && !desired.contains_key(*k) && !source_unread(world, v))
+        .map(|(_, v)| v.clone())
+        .collect();
+    let mut writes: Vec<(LocalKey, Value, Option<Value>)> = Vec::new();
+    for (key, want) in desired {
+        let live = kind.objects.get(&key);
+        if live.as_ref().is_some_and(|l| decided(l) == decided(&want)) {
+            continue;
+        }
+        // Written already; its watch event has not come back yet.
+        if book
             .written
-            .retain(|k, _| desired.contains_key(k));
-        let stale: Vec<Value> = kind
-            .objects
-            .iter()
-            .filter(|(k, v)| is_ours(v) && !desired.contains_key(*k) && !self.source_unread(v))
-            .map(|(_, v)| v.clone())
-            .collect();
-        let mut writes: Vec<(LocalKey, Value, Option<Value>)> = Vec::new();
-        for (key, want) in desired {
-            let live = kind.objects.get(&key);
-            if live.as_ref().is_some_and(|l| decided(l) == decided(&want)) {
-                continue;
-            }
-            // Written already; its watch event has not come back yet.
-            if self
-                .returns
-                .book
-                .written
-                .get(&key)
-                .is_some_and(|w| w.pending(&want, live.as_ref()))
-            {
-                continue;
-            }
-            writes.push((key, want, live));
-        }
-        let ar = kind.ar.clone();
-        for obj in stale {
-            let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str);
-            let api = crate::sync::sink::apply::api(&self.io.ctx.client, &ar, ns);
-            if crate::sync::sink::apply::delete(&self.io.ctx, &api, &obj)
-                .await
-                .is_ok()
-            {
-                if let Some(key) = crate::sync::engine::local_key(&obj) {
-                    self.returns.book.written.remove(&key);
-                }
-            }
-        }
-        for (key, want, live) in writes {
-            match self.write_state(&ar, &key, &want, live.as_ref()).await {
-                Ok(()) => {
-                    let live_rv = resource_version(live.as_ref());
-                    self.returns
-                        .book
-                        .written
-                        .insert(key, Written { want, live_rv });
-                }
-                Err(e) => {
-                    tracing::warn!(namespace = ?key.0, name = %key.1, error = %e, "could not write a ReportedState");
-                }
-            }
-        }
-    }
-
-    /// Whether the source kind of a ReportedState is still being read (at
-    /// start, or a rule's kind just started): its source may exist, so the
-    /// state is not stale yet.
-    fn source_unread(&self, state: &Value) -> bool {
-        let text = |p: &str| state.pointer(p).and_then(Value::as_str).unwrap_or_default();
-        let (group, version) =
-            fleetbus_schemas::subject::split_api_version(text("/spec/objectRef/apiVersion"));
-        let gvk = GroupVersionKind::gvk(group, version, text("/spec/objectRef/kind"));
-        self.world
-            .rules
-            .values()
-            .any(|r| r.source == gvk && r.problem.is_none() && !self.world.rule_ready(r))
-    }
-
-    /// Creates or replaces one ReportedState, then its status.
-    async fn write_state(
-        &self,
-        ar: &kube::api::ApiResource,
-        key: &LocalKey,
-        want: &Value,
-        live: Option<&Value>,
-    ) -> Result<(), kube::Error> {
-        let api = crate::sync::sink::apply::api(&self.io.ctx.client, ar, key.0.as_deref());
-        let params = PostParams {
-            dry_run: false,
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-        };
-        let body = |v: &Value| -> Result<DynamicObject, kube::Error> {
-            serde_json::from_value(v.clone()).map_err(kube::Error::SerdeError)
-        };
-        let name = crate::kube::path::segment(&key.1);
-        let mut main = want.clone();
-        let written = match live {
-            None => api.create(&params, &body(&main)?).await?,
-            Some(l)
-                if decided(l)["labels"] == decided(want)["labels"]
-                    && decided(l)["ownerReferences"] == decided(want)["ownerReferences"]
-                    && l.get("spec") == want.get("spec") =>
-            {
-                body(l)?
-            }
-            Some(l) => {
-                if let Some(rv) = l.pointer("/metadata/resourceVersion") {
-                    main["metadata"]["resourceVersion"] = rv.clone();
-                }
-                api.replace(&name, &params, &body(&main)?).await?
-            }
-        };
-        self.io.ctx.metrics.kube_write("reportedstate");
-        let mut with_status = serde_json::to_value(&written).map_err(kube::Error::SerdeError)?;
-        with_status["status"] = want.get("status").cloned().unwrap_or(Value::Null);
-        // `written` may be the stored live object, whose managedFields are a
-        // summary (see `meta::compact_managed_fields`): omitted, the server
-        // keeps its own.
-        if let Some(meta) = with_status
-            .get_mut("metadata")
-            .and_then(Value::as_object_mut)
+            .get(&key)
+            .is_some_and(|w| w.pending(&want, live.as_ref()))
         {
-            meta.remove("managedFields");
+            continue;
         }
-        api.replace_status(&name, &params, &body(&with_status)?)
-            .await?;
-        Ok(())
+        writes.push((key, want, live));
     }
+    let ar = kind.ar.clone();
+    for obj in stale {
+        let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str);
+        let api = crate::sync::sink::apply::api(&ctx.client, &ar, ns);
+        if crate::sync::sink::apply::delete(ctx, &api, &obj)
+            .await
+            .is_ok()
+        {
+            if let Some(key) = crate::sync::model::meta::local_key(&obj) {
+                book.written.remove(&key);
+            }
+        }
+    }
+    for (key, want, live) in writes {
+        match write_state(ctx, &ar, &key, &want, live.as_ref()).await {
+            Ok(()) => {
+                let live_rv = resource_version(live.as_ref());
+                book.written.insert(key, Written { want, live_rv });
+            }
+            Err(e) => {
+                tracing::warn!(namespace = ?key.0, name = %key.1, error = %e, "could not write a ReportedState");
+            }
+        }
+    }
+}
+
+/// Whether the source kind of a ReportedState is still being read (at
+/// start, or a rule's kind just started): its source may exist, so the
+/// state is not stale yet.
+fn source_unread(world: &World, state: &Value) -> bool {
+    let text = |p: &str| state.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    let (group, version) =
+        fleetbus_schemas::subject::split_api_version(text("/spec/objectRef/apiVersion"));
+    let gvk = GroupVersionKind::gvk(group, version, text("/spec/objectRef/kind"));
+    world
+        .rules
+        .values()
+        .any(|r| r.source == gvk && r.problem.is_none() && !world.rule_ready(r))
+}
+
+/// Creates or replaces one ReportedState, then its status.
+async fn write_state(
+    ctx: &Context,
+    ar: &kube::api::ApiResource,
+    key: &LocalKey,
+    want: &Value,
+    live: Option<&Value>,
+) -> Result<(), kube::Error> {
+    let api = crate::sync::sink::apply::api(&ctx.client, ar, key.0.as_deref());
+    let params = PostParams {
+        dry_run: false,
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+    };
+    let body = |v: &Value| -> Result<DynamicObject, kube::Error> {
+        serde_json::from_value(v.clone()).map_err(kube::Error::SerdeError)
+    };
+    let name = crate::kube::path::segment(&key.1);
+    let mut main = want.clone();
+    let written = match live {
+        None => api.create(&params, &body(&main)?).await?,
+        Some(l)
+            if decided(l)["labels"] == decided(want)["labels"]
+                && decided(l)["ownerReferences"] == decided(want)["ownerReferences"]
+                && l.get("spec") == want.get("spec") =>
+        {
+            body(l)?
+        }
+        Some(l) => {
+            if let Some(rv) = l.pointer("/metadata/resourceVersion") {
+                main["metadata"]["resourceVersion"] = rv.clone();
+            }
+            api.replace(&name, &params, &body(&main)?).await?
+        }
+    };
+    ctx.metrics.kube_write("reportedstate");
+    let mut with_status = serde_json::to_value(&written).map_err(kube::Error::SerdeError)?;
+    with_status["status"] = want.get("status").cloned().unwrap_or(Value::Null);
+    // `written` may be the stored live object, whose managedFields are a
+    // summary (see `meta::compact_managed_fields`): omitted, the server
+    // keeps its own.
+    if let Some(meta) = with_status
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
+    api.replace_status(&name, &params, &body(&with_status)?)
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

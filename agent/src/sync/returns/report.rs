@@ -16,10 +16,14 @@ use fleetbus_schemas::{well_known, ObjectRef};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::sync::engine::Engine;
+use super::returned::rules_read;
+use super::state::StatusBook;
+use crate::context::Context;
 use crate::sync::health;
 use crate::sync::model::meta::annotation;
 use crate::sync::sink::bundle;
+use crate::sync::sink::state::SinkState;
+use crate::sync::world::World;
 
 /// Whether two reports say the same (when and from which version of the
 /// copy aside): only then is nothing published.
@@ -35,230 +39,227 @@ fn same_report(a: &ReportedStatus, b: &ReportedStatus) -> bool {
         && a.copy_namespace == b.copy_namespace
 }
 
-impl Engine {
-    /// The report this cluster stands by for each subject: one per copy it
-    /// holds (written by sync from that source, live now) for a rule that
-    /// returns status.
-    fn wanted_reports(&self) -> BTreeMap<StatusKey, ReportedStatus> {
-        let local = &self.world.fleet.local.name;
-        let now = chrono::Utc::now();
-        let mut out = BTreeMap::new();
-        // Without a rule that returns status, no copy is looked at: a pass
-        // must not cost a walk over every copy (issue 20).
-        let returning = self
-            .world
-            .rules
-            .values()
-            .any(|r| !r.spec.unwrap && r.reports());
-        let held = self.sink.held.iter().filter(|_| returning);
-        for (target, pair) in held {
-            let (rule_name, key) = &**pair;
-            let Some(rule) = self.world.rules.get(rule_name) else {
-                continue;
-            };
-            // A Bundle's manifests are reported once per Bundle, below.
-            if rule.spec.unwrap || !rule.reports() {
-                continue;
-            }
-            let Some(live) = self
-                .world
-                .kinds
-                .get(&target.gvk())
-                .and_then(|k| k.objects.get(&target.local_key()))
-            else {
-                continue;
-            };
-            // A local object in the way (a conflict), or one that merely
-            // names the origin, is no copy of ours: its status is not sent.
-            let origin = self.io.ctx.mark.copy_origin(&live);
-            if origin != Some(key.origin.as_str()) {
-                continue;
-            }
-            let uid = self
-                .world
-                .kinds
-                .get(&rule.source)
-                .and_then(|k| k.snapshots.meta(key))
-                .map(|e| e.uid.clone());
-            let api_version = if key.group.is_empty() {
-                key.version.clone()
-            } else {
-                format!("{}/{}", key.group, key.version)
-            };
-            // A rule that reports for health alone returns no status body.
-            let status = match rule.spec.status_return {
-                StatusReturn::None => json!({}),
-                _ => live.get("status").cloned().unwrap_or_else(|| json!({})),
-            };
-            let health = health::judge(rule.health.as_ref(), &live, now);
-            let report = ReportedStatus {
-                cluster: local.clone(),
-                rule: rule_name.clone(),
-                origin: key.origin.clone(),
-                source: ObjectRef {
-                    uid,
-                    ..ObjectRef::new(&api_version, &key.kind, key.namespace.as_deref(), &key.name)
-                },
-                copy_name: target.name.clone(),
-                copy_namespace: target.namespace.clone(),
-                copy_resource_version: live
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-                observed_at: now,
-                status,
-                ready: Some(health.is_current()),
-                health: Some(health),
-                // Which version the health is about (a rollout's origin
-                // admits the next cluster on it).
-                source_hash: annotation(&live, well_known::ANNOTATION_SOURCE_HASH)
-                    .map(str::to_owned),
-            };
-            out.insert(report.subject_key(), report);
+/// The report this cluster stands by for each subject: one per copy it
+/// holds (written by sync from that source, live now) for a rule that
+/// returns status.
+fn wanted_reports(
+    world: &World,
+    sink: &SinkState,
+    book: &StatusBook,
+    ctx: &Context,
+) -> BTreeMap<StatusKey, ReportedStatus> {
+    let local = &world.fleet.local.name;
+    let now = chrono::Utc::now();
+    let mut out = BTreeMap::new();
+    // Without a rule that returns status, no copy is looked at: a pass
+    // must not cost a walk over every copy (issue 20).
+    let returning = world.rules.values().any(|r| !r.spec.unwrap && r.reports());
+    let held = sink.held.iter().filter(|_| returning);
+    for (target, pair) in held {
+        let (rule_name, key) = &**pair;
+        let Some(rule) = world.rules.get(rule_name) else {
+            continue;
+        };
+        // A Bundle's manifests are reported once per Bundle, below.
+        if rule.spec.unwrap || !rule.reports() {
+            continue;
         }
-        // Every Bundle unwrapped here, whatever statusReturn says: per
-        // manifest applied/error/ready (see `bundle`).
-        for (key, rule_name, status, ready) in
-            crate::sync::sink::bundle_read::reports(&self.world, &self.sink)
+        let Some(live) = world
+            .kinds
+            .get(&target.gvk())
+            .and_then(|k| k.objects.get(&target.local_key()))
+        else {
+            continue;
+        };
+        // A local object in the way (a conflict), or one that merely
+        // names the origin, is no copy of ours: its status is not sent.
+        let origin = ctx.mark.copy_origin(&live);
+        if origin != Some(key.origin.as_str()) {
+            continue;
+        }
+        let uid = world
+            .kinds
+            .get(&rule.source)
+            .and_then(|k| k.snapshots.meta(key))
+            .map(|e| e.uid.clone());
+        let api_version = if key.group.is_empty() {
+            key.version.clone()
+        } else {
+            format!("{}/{}", key.group, key.version)
+        };
+        // A rule that reports for health alone returns no status body.
+        let status = match rule.spec.status_return {
+            StatusReturn::None => json!({}),
+            _ => live.get("status").cloned().unwrap_or_else(|| json!({})),
+        };
+        let health = health::judge(rule.health.as_ref(), &live, now);
+        let report = ReportedStatus {
+            cluster: local.clone(),
+            rule: rule_name.clone(),
+            origin: key.origin.clone(),
+            source: ObjectRef {
+                uid,
+                ..ObjectRef::new(&api_version, &key.kind, key.namespace.as_deref(), &key.name)
+            },
+            copy_name: target.name.clone(),
+            copy_namespace: target.namespace.clone(),
+            copy_resource_version: live
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            observed_at: now,
+            status,
+            ready: Some(health.is_current()),
+            health: Some(health),
+            // Which version the health is about (a rollout's origin
+            // admits the next cluster on it).
+            source_hash: annotation(&live, well_known::ANNOTATION_SOURCE_HASH).map(str::to_owned),
+        };
+        out.insert(report.subject_key(), report);
+    }
+    // Every Bundle unwrapped here, whatever statusReturn says: per
+    // manifest applied/error/ready (see `bundle`).
+    for (key, rule_name, status, ready) in crate::sync::sink::bundle_read::reports(world, sink) {
+        let uid = world
+            .rules
+            .get(&rule_name)
+            .and_then(|rule| world.kinds.get(&rule.source))
+            .and_then(|k| k.snapshots.meta(&key))
+            .map(|e| e.uid.clone());
+        let report = ReportedStatus {
+            cluster: local.clone(),
+            rule: rule_name,
+            origin: key.origin.clone(),
+            source: ObjectRef {
+                uid,
+                ..ObjectRef::new(
+                    fleetbus_schemas::well_known::API_VERSION,
+                    &key.kind,
+                    key.namespace.as_deref(),
+                    &key.name,
+                )
+            },
+            copy_name: key.name.clone(),
+            copy_namespace: key.namespace.clone(),
+            // No copy of the Bundle: its report is made of its manifests'.
+            copy_resource_version: String::new(),
+            observed_at: now,
+            status,
+            ready: Some(ready),
+            // Per manifest in the BundleReport (`ready`: kstatus Current).
+            health: None,
+            source_hash: None,
+        };
+        let subject = report.subject_key();
+        // A manifest kind not listed yet (a restart): keep the last
+        // report rather than say "not applied" of what may be applied.
+        if crate::sync::sink::bundle_read::waiting(sink, &key) {
+            if let Some(last) = book.reports.get(&subject) {
+                out.insert(subject, last.clone());
+            }
+            continue;
+        }
+        out.insert(subject, report);
+    }
+    out
+}
+
+/// Whether a report this cluster published may still be true though no
+/// copy stands behind it now: its rule cannot say yet (kinds being read,
+/// or a problem), so publishing `null` could be wrong.
+fn undecided(world: &World, published: &ReportedStatus) -> bool {
+    world
+        .rules
+        .get(&published.rule)
+        .is_some_and(|r| r.reports() && (world.rule_problem(r).is_some() || !world.rule_ready(r)))
+}
+
+/// Publishes what changed since the last reports (see the module docs).
+/// Returns when to try again, when a report was not published.
+pub(in crate::sync) async fn report_pass(
+    world: &World,
+    sink: &SinkState,
+    book: &mut StatusBook,
+    ctx: &Context,
+) -> Option<Instant> {
+    // Before our own last reports are read back, everything would look
+    // new; before the rules are read, every report would look orphaned.
+    if !book.caught_up || !rules_read(world) {
+        return None;
+    }
+    let local = world.fleet.local.name.clone();
+    let wanted = wanted_reports(world, sink, book, ctx);
+    let mut publish: Vec<ReportedStatus> = wanted
+        .iter()
+        .filter(|(k, r)| !book.reports.get(*k).is_some_and(|p| same_report(p, r)))
+        .map(|(_, r)| r.clone())
+        .collect();
+    for (k, p) in &book.reports {
+        if p.cluster == local
+            && !p.status.is_null()
+            && !wanted.contains_key(k)
+            && !undecided(world, p)
         {
-            let uid = self
-                .world
-                .rules
-                .get(&rule_name)
-                .and_then(|rule| self.world.kinds.get(&rule.source))
-                .and_then(|k| k.snapshots.meta(&key))
-                .map(|e| e.uid.clone());
-            let report = ReportedStatus {
-                cluster: local.clone(),
-                rule: rule_name,
-                origin: key.origin.clone(),
-                source: ObjectRef {
-                    uid,
-                    ..ObjectRef::new(
-                        fleetbus_schemas::well_known::API_VERSION,
-                        &key.kind,
-                        key.namespace.as_deref(),
-                        &key.name,
-                    )
-                },
-                copy_name: key.name.clone(),
-                copy_namespace: key.namespace.clone(),
-                // No copy of the Bundle: its report is made of its manifests'.
-                copy_resource_version: String::new(),
-                observed_at: now,
-                status,
-                ready: Some(ready),
-                // Per manifest in the BundleReport (`ready`: kstatus Current).
+            publish.push(ReportedStatus {
+                status: Value::Null,
+                ready: None,
                 health: None,
                 source_hash: None,
-            };
-            let subject = report.subject_key();
-            // A manifest kind not listed yet (a restart): keep the last
-            // report rather than say "not applied" of what may be applied.
-            if crate::sync::sink::bundle_read::waiting(&self.sink, &key) {
-                if let Some(last) = self.returns.book.reports.get(&subject) {
-                    out.insert(subject, last.clone());
-                }
-                continue;
-            }
-            out.insert(subject, report);
+                observed_at: chrono::Utc::now(),
+                ..p.clone()
+            });
         }
-        out
     }
+    publish_reports(world, book, ctx, publish).await
+}
 
-    /// Whether a report this cluster published may still be true though no
-    /// copy stands behind it now: its rule cannot say yet (kinds being read,
-    /// or a problem), so publishing `null` could be wrong.
-    fn undecided(&self, published: &ReportedStatus) -> bool {
-        self.world.rules.get(&published.rule).is_some_and(|r| {
-            r.reports() && (self.world.rule_problem(r).is_some() || !self.world.rule_ready(r))
-        })
+/// Publishes reports, all sent before any acknowledgement is awaited
+/// (a joining cluster reports thousands of new copies in one pass; one
+/// round trip each would hold the pass for seconds), then the
+/// acknowledgements together; each acknowledged report is remembered as
+/// published so the next pass does not send it again before the consumer
+/// reads it back. Returns when to try again, when one was not published.
+async fn publish_reports(
+    world: &World,
+    book: &mut StatusBook,
+    ctx: &Context,
+    reports: Vec<ReportedStatus>,
+) -> Option<Instant> {
+    let mut retry = None;
+    let mut sent = Vec::with_capacity(reports.len());
+    for r in reports {
+        let key = r.subject_key();
+        let subject = key.to_subject(ctx.layout.prefix());
+        if check_subject_len(&subject).is_err() {
+            ctx.metrics.sync_rejected("too_large");
+            continue;
+        }
+        let Some(bytes) = fitting_report(world, ctx, &r, &subject) else {
+            // Remembered as published: not tried again until it changes.
+            book.reports.insert(key, r);
+            continue;
+        };
+        match ctx.js.publish(subject.clone(), bytes.into()).await {
+            Ok(ack) => sent.push((key, subject, r, ack)),
+            Err(error) => retry = Some(not_published(&subject, &error.to_string())),
+        }
     }
-
-    /// Publishes what changed since the last reports (see the module docs).
-    /// Returns when to try again, when a report was not published.
-    pub(in crate::sync) async fn report_pass(&mut self) -> Option<Instant> {
-        // Before our own last reports are read back, everything would look
-        // new; before the rules are read, every report would look orphaned.
-        if !self.returns.book.caught_up || !self.rules_read() {
-            return None;
-        }
-        let local = self.world.fleet.local.name.clone();
-        let wanted = self.wanted_reports();
-        let mut publish: Vec<ReportedStatus> = wanted
-            .iter()
-            .filter(|(k, r)| {
-                !self
-                    .returns
-                    .book
-                    .reports
-                    .get(*k)
-                    .is_some_and(|p| same_report(p, r))
-            })
-            .map(|(_, r)| r.clone())
-            .collect();
-        for (k, p) in &self.returns.book.reports {
-            if p.cluster == local
-                && !p.status.is_null()
-                && !wanted.contains_key(k)
-                && !self.undecided(p)
-            {
-                publish.push(ReportedStatus {
-                    status: Value::Null,
-                    ready: None,
-                    health: None,
-                    source_hash: None,
-                    observed_at: chrono::Utc::now(),
-                    ..p.clone()
-                });
+    let (sent, acks): (Vec<_>, Vec<_>) = sent
+        .into_iter()
+        .map(|(key, subject, r, ack)| ((key, subject, r), ack.into_future()))
+        .unzip();
+    let acked = futures::future::join_all(acks).await;
+    for ((key, subject, r), result) in sent.into_iter().zip(acked) {
+        match result {
+            Ok(_) => {
+                tracing::debug!(%subject, gone = r.status.is_null(), "status reported");
+                book.reports.insert(key, r);
             }
+            Err(error) => retry = Some(not_published(&subject, &error.to_string())),
         }
-        self.publish_reports(publish).await
     }
-
-    /// Publishes reports, all sent before any acknowledgement is awaited
-    /// (a joining cluster reports thousands of new copies in one pass; one
-    /// round trip each would hold the pass for seconds), then the
-    /// acknowledgements together; each acknowledged report is remembered as
-    /// published so the next pass does not send it again before the consumer
-    /// reads it back. Returns when to try again, when one was not published.
-    async fn publish_reports(&mut self, reports: Vec<ReportedStatus>) -> Option<Instant> {
-        let mut retry = None;
-        let mut sent = Vec::with_capacity(reports.len());
-        for r in reports {
-            let key = r.subject_key();
-            let subject = key.to_subject(self.io.ctx.layout.prefix());
-            if check_subject_len(&subject).is_err() {
-                self.io.ctx.metrics.sync_rejected("too_large");
-                continue;
-            }
-            let Some(bytes) = self.fitting_report(&r, &subject) else {
-                // Remembered as published: not tried again until it changes.
-                self.returns.book.reports.insert(key, r);
-                continue;
-            };
-            match self.io.ctx.js.publish(subject.clone(), bytes.into()).await {
-                Ok(ack) => sent.push((key, subject, r, ack)),
-                Err(error) => retry = Some(not_published(&subject, &error.to_string())),
-            }
-        }
-        let (sent, acks): (Vec<_>, Vec<_>) = sent
-            .into_iter()
-            .map(|(key, subject, r, ack)| ((key, subject, r), ack.into_future()))
-            .unzip();
-        let acked = futures::future::join_all(acks).await;
-        for ((key, subject, r), result) in sent.into_iter().zip(acked) {
-            match result {
-                Ok(_) => {
-                    tracing::debug!(%subject, gone = r.status.is_null(), "status reported");
-                    self.returns.book.reports.insert(key, r);
-                }
-                Err(error) => retry = Some(not_published(&subject, &error.to_string())),
-            }
-        }
-        retry
-    }
+    retry
 }
 
 /// Logs a status report the bus did not take; returns when to try again.
@@ -267,51 +268,54 @@ fn not_published(subject: &str, error: &str) -> Instant {
     Instant::now() + Duration::from_secs(2)
 }
 
-impl Engine {
-    /// The encoded report, cut (a Bundle's, see [`bundle::truncated_report`])
-    /// when above the bus's message size; `None` (counted `too_large`) when
-    /// it does not fit even so, or does not encode: retrying would not help.
-    fn fitting_report(&self, r: &ReportedStatus, subject: &str) -> Option<Vec<u8>> {
-        let max = self.io.ctx.max_payload();
-        // Signed by this cluster in the secure mode (PROTOCOL §6.1): the
-        // origin believes only reports its sinks signed.
-        let trust = self.io.ctx.cfg.trust.as_deref();
-        let encode = |r: &ReportedStatus| {
-            let signed = r
-                .encode()
-                .map_err(|e| e.to_string())
-                .and_then(|b| crate::trust::sign_json_as(trust, b));
-            match signed {
-                Ok(b) => Some(b),
-                Err(e) => {
-                    tracing::warn!(%subject, error = %e, "could not encode a status report");
-                    None
-                }
+/// The encoded report, cut (a Bundle's, see [`bundle::truncated_report`])
+/// when above the bus's message size; `None` (counted `too_large`) when
+/// it does not fit even so, or does not encode: retrying would not help.
+fn fitting_report(
+    world: &World,
+    ctx: &Context,
+    r: &ReportedStatus,
+    subject: &str,
+) -> Option<Vec<u8>> {
+    let max = ctx.max_payload();
+    // Signed by this cluster in the secure mode (PROTOCOL §6.1): the
+    // origin believes only reports its sinks signed.
+    let trust = ctx.cfg.trust.as_deref();
+    let encode = |r: &ReportedStatus| {
+        let signed = r
+            .encode()
+            .map_err(|e| e.to_string())
+            .and_then(|b| crate::trust::sign_json_as(trust, b));
+        match signed {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!(%subject, error = %e, "could not encode a status report");
+                None
             }
-        };
-        let bytes = encode(r)?;
-        let Err(too_large) = check_size(bytes.len(), max) else {
-            return Some(bytes);
-        };
-        let is_bundle = self.world.rules.get(&r.rule).is_some_and(|x| x.spec.unwrap);
-        let cut = is_bundle
-            .then(|| bundle::truncated_report(&r.status))
-            .flatten()
-            .and_then(|status| {
-                encode(&ReportedStatus {
-                    status,
-                    ..r.clone()
-                })
-            })
-            .filter(|b| check_size(b.len(), max).is_ok());
-        if cut.is_some() {
-            tracing::warn!(%subject, error = %too_large, "Bundle report too large; published without its ready manifests");
-        } else {
-            tracing::warn!(%subject, error = %too_large, "status report too large; not published");
-            self.io.ctx.metrics.sync_rejected("too_large");
         }
-        cut
+    };
+    let bytes = encode(r)?;
+    let Err(too_large) = check_size(bytes.len(), max) else {
+        return Some(bytes);
+    };
+    let is_bundle = world.rules.get(&r.rule).is_some_and(|x| x.spec.unwrap);
+    let cut = is_bundle
+        .then(|| bundle::truncated_report(&r.status))
+        .flatten()
+        .and_then(|status| {
+            encode(&ReportedStatus {
+                status,
+                ..r.clone()
+            })
+        })
+        .filter(|b| check_size(b.len(), max).is_ok());
+    if cut.is_some() {
+        tracing::warn!(%subject, error = %too_large, "Bundle report too large; published without its ready manifests");
+    } else {
+        tracing::warn!(%subject, error = %too_large, "status report too large; not published");
+        ctx.metrics.sync_rejected("too_large");
     }
+    cut
 }
 
 #[cfg(test)]

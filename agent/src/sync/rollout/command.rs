@@ -9,7 +9,12 @@ use fleetbus_schemas::subject::split_api_version;
 use fleetbus_schemas::ObjectRef;
 
 use super::decide::decide_with;
-use crate::sync::engine::Engine;
+use super::origin::{put_decision, rollouts_due};
+use super::state::RolloutBook;
+use crate::context::Context;
+use crate::sync::returns::returned::{returned_reports, rules_read};
+use crate::sync::returns::state::StatusBook;
+use crate::sync::world::World;
 
 /// Whether `want` names the source object `have`: by kind, namespace and
 /// name (a rule has one kind); by group too when `want` says one.
@@ -21,63 +26,66 @@ fn names(want: &ObjectRef, have: &ObjectRef) -> bool {
         && want.name == have.name
 }
 
-impl Engine {
-    /// Applies one rollout request to this origin's records of its rule
-    /// (see the module docs).
-    pub(in crate::sync) async fn rollout_request(&mut self, payload: &[u8]) -> RolloutReply {
-        let me = self.world.fleet.local.name.clone();
-        let req = match RolloutRequest::decode(payload) {
-            Ok(r) => r,
-            Err(e) => return RolloutReply::refused(&me, format!("cannot read the request: {e}")),
-        };
-        let Some(rule) = self.world.rules.get(&req.rule) else {
-            return RolloutReply::refused(&me, format!("no rule {:?} on cluster {me}", req.rule));
-        };
-        if rule.spec.rollout.is_none() {
-            return RolloutReply::refused(&me, format!("rule {:?} has no spec.rollout", req.rule));
-        }
-        if !self.rollout.caught_up || !self.returns.book.caught_up || !self.rules_read() {
-            return RolloutReply::refused(&me, "not ready: still reading the bus; retry shortly");
-        }
-        let now = chrono::Utc::now();
-        let reports = self.returned_reports();
-        let due: Vec<_> = self
-            .rollouts_due(&reports)
-            .into_iter()
-            .filter(|d| d.key.rule == req.rule && d.input.current.is_some())
-            .filter(|d| {
-                req.object
-                    .as_ref()
-                    .is_none_or(|o| names(o, &d.input.source))
-            })
-            .collect();
-        let mut reply = RolloutReply {
-            cluster: me.clone(),
-            matched: u64::try_from(due.len()).unwrap_or(u64::MAX),
-            ..RolloutReply::default()
-        };
-        let mut refusals = Vec::new();
-        for d in due {
-            let prev = self.rollout.record(&d.key).cloned();
-            match decide_with(prev.as_ref(), req.action, &d.spec, &d.input, now) {
-                Err(e) => refusals.push(format!("{}: {e}", d.input.source)),
-                Ok(decision) if decision.changed => {
-                    if let Err(e) = self.put_decision(&d.key, &decision.record).await {
-                        refusals.push(format!("{}: not stored: {e}", d.input.source));
-                        continue;
-                    }
-                    self.rollout.records.insert(d.key, decision.record);
-                    reply.changed.push(ObjectRef {
-                        uid: None,
-                        ..d.input.source
-                    });
-                }
-                Ok(_) => {}
-            }
-        }
-        if !refusals.is_empty() {
-            reply.error = Some(refusals.join("; "));
-        }
-        reply
+/// Applies one rollout request to this origin's records of its rule
+/// (see the module docs).
+pub(in crate::sync) async fn rollout_request(
+    world: &World,
+    book: &mut RolloutBook,
+    returns: &StatusBook,
+    ctx: &Context,
+    payload: &[u8],
+) -> RolloutReply {
+    let me = world.fleet.local.name.clone();
+    let req = match RolloutRequest::decode(payload) {
+        Ok(r) => r,
+        Err(e) => return RolloutReply::refused(&me, format!("cannot read the request: {e}")),
+    };
+    let Some(rule) = world.rules.get(&req.rule) else {
+        return RolloutReply::refused(&me, format!("no rule {:?} on cluster {me}", req.rule));
+    };
+    if rule.spec.rollout.is_none() {
+        return RolloutReply::refused(&me, format!("rule {:?} has no spec.rollout", req.rule));
     }
+    if !book.caught_up || !returns.caught_up || !rules_read(world) {
+        return RolloutReply::refused(&me, "not ready: still reading the bus; retry shortly");
+    }
+    let now = chrono::Utc::now();
+    let reports = returned_reports(world, returns);
+    let due: Vec<_> = rollouts_due(world, book, &reports)
+        .into_iter()
+        .filter(|d| d.key.rule == req.rule && d.input.current.is_some())
+        .filter(|d| {
+            req.object
+                .as_ref()
+                .is_none_or(|o| names(o, &d.input.source))
+        })
+        .collect();
+    let mut reply = RolloutReply {
+        cluster: me.clone(),
+        matched: u64::try_from(due.len()).unwrap_or(u64::MAX),
+        ..RolloutReply::default()
+    };
+    let mut refusals = Vec::new();
+    for d in due {
+        let prev = book.record(&d.key).cloned();
+        match decide_with(prev.as_ref(), req.action, &d.spec, &d.input, now) {
+            Err(e) => refusals.push(format!("{}: {e}", d.input.source)),
+            Ok(decision) if decision.changed => {
+                if let Err(e) = put_decision(book, ctx, &d.key, &decision.record).await {
+                    refusals.push(format!("{}: not stored: {e}", d.input.source));
+                    continue;
+                }
+                book.records.insert(d.key, decision.record);
+                reply.changed.push(ObjectRef {
+                    uid: None,
+                    ..d.input.source
+                });
+            }
+            Ok(_) => {}
+        }
+    }
+    if !refusals.is_empty() {
+        reply.error = Some(refusals.join("; "));
+    }
+    reply
 }

@@ -6,7 +6,6 @@
 //! - `decide`: the origin's decision, pure (the rules of PROTOCOL §6.9), and
 //!   the operator's commands on one record.
 //! - `command`: the operator's pause, resume, abort and rollback.
-//! - `serve`: the command's subscription and rate limit.
 //! - `origin`: the origin's pass: decide, store the version, put the record.
 //! - `sink`: the version a sink runs (pure `choose`), the hold of a copy
 //!   whose version is not decided or not read yet, the version reads.
@@ -14,7 +13,6 @@
 
 pub(in crate::sync) mod command;
 pub(in crate::sync) mod decide;
-mod origin;
-pub(in crate::sync) mod serve;
+pub(in crate::sync) mod origin;
 pub(in crate::sync) mod sink;
 pub(in crate::sync) mod state;

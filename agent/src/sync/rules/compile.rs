@@ -172,7 +172,7 @@ fn mark_cycles(set: &mut RuleSet) {
         .filter(|r| !r.builtin)
         .map(|r| (r.name.clone(), r.spec.depends_on.clone()))
         .collect();
-    for cycle in crate::sync::sink::depends::cycles(&edges) {
+    for cycle in super::cycles::cycles(&edges) {
         let text = format!("dependsOn cycle: {}", cycle.join(" → "));
         for name in cycle.iter().skip(1) {
             if let Some(rule) = set.get_mut(name) {

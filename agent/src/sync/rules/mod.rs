@@ -4,5 +4,6 @@
 //! All pure.
 
 pub(super) mod compile;
+mod cycles;
 pub(super) mod matching;
 pub(super) mod template;

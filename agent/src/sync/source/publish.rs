@@ -6,7 +6,7 @@
 //! too). So a restart publishes exactly what changed while the agent was
 //! down, deletes included, and an unchanged object is never republished.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_nats::HeaderMap;
 use fleetbus_schemas::crd::SyncRule;
@@ -15,19 +15,21 @@ use fleetbus_schemas::subject::{check_subject_len, ObjectKey};
 use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::published::{self, HashMemo};
 use super::sealing::{self, SealView};
 use super::state::SourceState;
+use crate::context::Context;
 use crate::registry::view::LocalView;
-use crate::sync::engine::{Engine, KindState};
 use crate::sync::model::meta::{describe_key, has_annotation, is_original};
 use crate::sync::model::Input;
 use crate::sync::policy::{Policy, Refusal, Subject};
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching::{self, qualifies};
 use crate::sync::withheld::{withheld, Withheld};
+use crate::sync::world::{KindState, World};
 
 /// Why an object was not published.
 #[derive(Debug)]
@@ -282,117 +284,154 @@ pub fn plan_keys(
     out
 }
 
-impl Engine {
-    /// Publishes what changed among our originals, for every source kind
-    /// that is fully read. Returns when the source side wants the next pass
-    /// (a publishing hold ends, or a failed publish is tried again).
-    pub(in crate::sync) async fn source_pass(&mut self) -> Option<Instant> {
-        let gvks: Vec<GroupVersionKind> = self
-            .world
-            .kinds
-            .iter()
-            .filter(|(_, k)| k.source && k.ready())
-            .map(|(g, _)| g.clone())
-            .collect();
-        if let Some(hold) = self.source.hold {
-            if hold > Instant::now() {
-                // Keep last pass's source errors; come back when the hold ends.
-                return Some(hold);
-            }
-            self.source.hold = None;
-        }
-        let rules_now = &self.world.rules;
-        self.source.errors.retain(|r, _| rules_now.contains_key(r));
-        self.source
-            .withheld
-            .retain(|r, _| rules_now.contains_key(r));
-        self.source.refused.retain(|r, _| rules_now.contains_key(r));
-        let kinds = &self.world.kinds;
-        self.source.hashes.retain(|g, _| kinds.contains_key(g));
-        let mut wake = None;
-        for gvk in gvks {
-            // Only what changed since the last plan, unless something that
-            // concerns every object did (see `KindState::source_full`): a
-            // pass per watch event must not cost a look at every object.
-            let Some(kind) = self.world.kinds.get_mut(&gvk) else {
-                continue;
-            };
-            let full = std::mem::take(&mut kind.source_full);
-            let dirty = std::mem::take(&mut kind.source_dirty);
-            if !full && dirty.is_empty() {
-                continue;
-            }
-            let rules: Vec<&CompiledRule> = self
-                .world
-                .rules
-                .values()
-                .filter(|r| r.source == gvk)
-                .collect();
-            // Errors and withheld objects are found again for what is
-            // planned again.
-            let again = if full { None } else { Some(&dirty) };
-            forget_planned(&mut self.source.errors, &rules, again);
-            forget_planned(&mut self.source.withheld, &rules, again);
-            forget_planned(&mut self.source.refused, &rules, again);
-            let Some(kind) = self.world.kinds.get(&gvk) else {
-                continue;
-            };
-            let memo = self.source.hashes.entry(gvk.clone()).or_default();
-            let seal = self.io.ctx.sealing.as_ref().map(|keys| SealView {
-                local: &self.world.fleet.local.name,
-                own: &keys.public,
-                peers: &self.world.fleet.peers,
-            });
-            let planned = if full {
-                plan(
-                    &self.world.fleet.local,
-                    &self.world.policy,
-                    seal.as_ref(),
-                    &rules,
-                    kind,
-                    memo,
-                )
-            } else {
-                plan_keys(
-                    &self.world.fleet.local,
-                    &self.world.policy,
-                    seal.as_ref(),
-                    &rules,
-                    kind,
-                    memo,
-                    &dirty,
-                )
-            };
-            let matching_rules: BTreeMap<ObjectKey, Vec<String>> = planned
-                .iter()
-                .filter_map(|(k, p)| match p {
-                    Publish::Snapshot(obj) | Publish::Sealed(obj, _) => Some((
-                        k.clone(),
-                        rules
-                            .iter()
-                            .filter(|r| matching::matching_rules(&r.spec, obj).is_some())
-                            .map(|r| r.name.clone())
-                            .collect(),
-                    )),
-                    Publish::Tombstone { .. }
-                    | Publish::Withheld { .. }
-                    | Publish::Refused { .. } => None,
-                })
-                .collect();
-            if let Some(at) = self.publish_planned(&gvk, planned, &matching_rules).await {
-                wake = Some(at);
-            }
-        }
-        let withheld: std::collections::BTreeSet<&String> = self
-            .source
-            .withheld
-            .values()
-            .flat_map(|m| m.keys())
-            .collect();
-        self.io.ctx.metrics.sync_withheld.set(withheld.len() as i64);
-        wake
-    }
+/// One source kind for the source pass to plan: every object (`full`: the
+/// kind is new, re-listed or re-read from the bus, the rules or the fleet
+/// changed, or a publish failed), else only the objects at `dirty` (see
+/// `KindState::source_full`, `KindState::source_dirty`, which the engine
+/// hands over).
+pub(in crate::sync) struct Work {
+    /// The kind.
+    pub gvk: GroupVersionKind,
+    /// Plan every object of it.
+    pub full: bool,
+    /// Our objects whose local or bus state changed since the last plan.
+    pub dirty: BTreeSet<ObjectKey>,
+}
 
+/// What the source pass leaves for the engine to keep in the World.
+#[derive(Default)]
+pub(in crate::sync) struct Published {
+    /// When the source side wants the next pass (a failed publish is tried
+    /// again).
+    pub wake: Option<Instant>,
+    /// Our envelopes as the bus will hold them once acknowledged, without
+    /// their object (only uid, resourceVersion and hash are needed: the
+    /// object is the local one), by kind.
+    pub envelopes: Vec<(GroupVersionKind, ObjectKey, Envelope)>,
+    /// Our objects the bus did not take: planned again next pass, by kind.
+    pub again: Vec<(GroupVersionKind, ObjectKey)>,
+}
+
+/// When publishing is held until (an acknowledgement failed a moment ago),
+/// if it is; a hold that is over is cleared.
+pub(in crate::sync) fn held(state: &mut SourceState) -> Option<Instant> {
+    let hold = state.hold?;
+    if hold > Instant::now() {
+        // Keep last pass's source errors; come back when the hold ends.
+        return Some(hold);
+    }
+    state.hold = None;
+    None
+}
+
+/// Publishes what changed among our originals, for the source kinds in
+/// `work` (those fully read). Returns when the source side wants the next
+/// pass and what the World is to keep of what was published.
+pub(in crate::sync) async fn source_pass(
+    world: &World,
+    state: &mut SourceState,
+    ctx: &Context,
+    tx: &mpsc::Sender<Input>,
+    work: Vec<Work>,
+) -> Published {
+    let rules_now = &world.rules;
+    state.errors.retain(|r, _| rules_now.contains_key(r));
+    state.withheld.retain(|r, _| rules_now.contains_key(r));
+    state.refused.retain(|r, _| rules_now.contains_key(r));
+    let kinds = &world.kinds;
+    state.hashes.retain(|g, _| kinds.contains_key(g));
+    let mut pass = Pass {
+        world,
+        state,
+        ctx,
+        tx,
+        out: Published::default(),
+    };
+    let mut wake = None;
+    for Work { gvk, full, dirty } in work {
+        // Only what changed since the last plan, unless something that
+        // concerns every object did (see `KindState::source_full`): a
+        // pass per watch event must not cost a look at every object.
+        if !full && dirty.is_empty() {
+            continue;
+        }
+        let rules: Vec<&CompiledRule> = world.rules.values().filter(|r| r.source == gvk).collect();
+        // Errors and withheld objects are found again for what is
+        // planned again.
+        let again = if full { None } else { Some(&dirty) };
+        forget_planned(&mut pass.state.errors, &rules, again);
+        forget_planned(&mut pass.state.withheld, &rules, again);
+        forget_planned(&mut pass.state.refused, &rules, again);
+        let Some(kind) = world.kinds.get(&gvk) else {
+            continue;
+        };
+        let memo = pass.state.hashes.entry(gvk.clone()).or_default();
+        let seal = ctx.sealing.as_ref().map(|keys| SealView {
+            local: &world.fleet.local.name,
+            own: &keys.public,
+            peers: &world.fleet.peers,
+        });
+        let planned = if full {
+            plan(
+                &world.fleet.local,
+                &world.policy,
+                seal.as_ref(),
+                &rules,
+                kind,
+                memo,
+            )
+        } else {
+            plan_keys(
+                &world.fleet.local,
+                &world.policy,
+                seal.as_ref(),
+                &rules,
+                kind,
+                memo,
+                &dirty,
+            )
+        };
+        let matching_rules: BTreeMap<ObjectKey, Vec<String>> = planned
+            .iter()
+            .filter_map(|(k, p)| match p {
+                Publish::Snapshot(obj) | Publish::Sealed(obj, _) => Some((
+                    k.clone(),
+                    rules
+                        .iter()
+                        .filter(|r| matching::matching_rules(&r.spec, obj).is_some())
+                        .map(|r| r.name.clone())
+                        .collect(),
+                )),
+                Publish::Tombstone { .. } | Publish::Withheld { .. } | Publish::Refused { .. } => {
+                    None
+                }
+            })
+            .collect();
+        if let Some(at) = pass.publish_planned(&gvk, planned, &matching_rules).await {
+            wake = Some(at);
+        }
+    }
+    let withheld: BTreeSet<&String> = pass
+        .state
+        .withheld
+        .values()
+        .flat_map(|m| m.keys())
+        .collect();
+    ctx.metrics.sync_withheld.set(withheld.len() as i64);
+    Published { wake, ..pass.out }
+}
+
+/// One source pass: what it reads, its own state, the IO handles, and what
+/// it leaves for the World.
+struct Pass<'a> {
+    world: &'a World,
+    state: &'a mut SourceState,
+    ctx: &'a Context,
+    tx: &'a mpsc::Sender<Input>,
+    out: Published,
+}
+
+impl Pass<'_> {
     /// Publishes what `plan` decided for `gvk`, and books each result: the
     /// envelope kept, a failed publish tried again (when: returned), an
     /// unpublishable object an error of the rules that select it.
@@ -404,34 +443,30 @@ impl Engine {
     ) -> Option<Instant> {
         let mut retry = None;
         for (key, publish) in planned {
-            let Some(publish) = book(&mut self.source, &key, publish) else {
+            let Some(publish) = book(self.state, &key, publish) else {
                 continue;
             };
             match self.publish(gvk, &key, publish).await {
                 Ok(mut env) => {
-                    self.source.overwritten.remove(&key);
+                    self.state.overwritten.remove(&key);
                     // Only uid, resourceVersion and hash of our own
                     // envelopes are needed: the object is the local one.
                     env.object = None;
-                    if let Some(kind) = self.world.kinds.get_mut(gvk) {
-                        kind.snapshots.insert(key, env);
-                    }
+                    self.out.envelopes.push((gvk.clone(), key, env));
                 }
                 Err(PublishError::Bus(error)) => {
                     // NATS is away: try again soon (the state comparison
                     // finds the same difference then).
                     tracing::warn!(object = %describe_key(&key), %error, "not published; retrying");
-                    if let Some(kind) = self.world.kinds.get_mut(gvk) {
-                        kind.source_dirty.insert(key.clone());
-                    }
-                    self.io.ctx.check_layout.notify_one();
+                    self.out.again.push((gvk.clone(), key.clone()));
+                    self.ctx.check_layout.notify_one();
                     retry = Some(Instant::now() + std::time::Duration::from_secs(2));
                 }
                 Err(PublishError::Object(error)) => {
                     tracing::warn!(object = %describe_key(&key), %error, "not published");
                     self.event_unpublishable(gvk, &key, &error).await;
                     for rule in matching_rules.get(&key).into_iter().flatten() {
-                        self.source
+                        self.state
                             .errors
                             .entry(rule.clone())
                             .or_default()
@@ -459,7 +494,7 @@ impl Engine {
             key.clone(),
             s("/metadata/resourceVersion").unwrap_or_default(),
         );
-        if !self.source.unpublishable.insert(version) {
+        if !self.state.unpublishable.insert(version) {
             return;
         }
         let object = k8s_openapi::api::core::v1::ObjectReference {
@@ -470,8 +505,7 @@ impl Engine {
             uid: s("/metadata/uid"),
             ..Default::default()
         };
-        self.io
-            .ctx
+        self.ctx
             .recorder
             .publish(
                 &object,
@@ -491,10 +525,11 @@ impl Engine {
         key: &ObjectKey,
         what: Publish,
     ) -> Result<Envelope, PublishError> {
-        let (mut env, wire) = self.envelope(key, what)?;
-        let subject = key.to_subject(self.io.ctx.layout.prefix());
+        let (world, ctx) = (self.world, self.ctx);
+        let (mut env, wire) = envelope(world, ctx, key, what)?;
+        let subject = key.to_subject(ctx.layout.prefix());
         if check_subject_len(&subject).is_err() {
-            self.io.ctx.metrics.sync_rejected("too_large");
+            ctx.metrics.sync_rejected("too_large");
             return Err(PublishError::Object(
                 "the object's subject is longer than NATS allows".to_owned(),
             ));
@@ -504,32 +539,27 @@ impl Engine {
             .unwrap_or(&env)
             .encode()
             .map_err(|e| PublishError::Object(e.to_string()))?;
-        let max = self.io.ctx.max_payload();
+        let max = ctx.max_payload();
         if let Err(e) = check_size(bytes.len(), max) {
-            self.io.ctx.metrics.sync_rejected("too_large");
+            ctx.metrics.sync_rejected("too_large");
             return Err(PublishError::Object(e.to_string()));
         }
         let mut headers = HeaderMap::new();
-        let after_tombstone = self
-            .world
+        let after_tombstone = world
             .kinds
             .get(gvk)
             .and_then(|k| k.snapshots.meta(key))
             .is_some_and(|e| e.tombstone);
-        let resealed = wire.is_some() && self.same_version_on_bus(gvk, key, &env);
-        let overwritten = resealed || self.source.overwritten.contains(key);
+        let resealed = wire.is_some() && same_version_on_bus(world, gvk, key, &env);
+        let overwritten = resealed || self.state.overwritten.contains(key);
         let id = msg_id(&env, after_tombstone, overwritten);
         headers.insert("Nats-Msg-Id", id.as_str());
-        let ack = self
-            .io
-            .ctx
+        let ack = ctx
             .js
             .publish_with_headers(subject, headers, bytes.into())
             .await
             .map_err(|e| PublishError::Bus(e.to_string()))?;
-        self.io
-            .ctx
-            .metrics
+        ctx.metrics
             .sync_published
             .get_or_create(&vec![(
                 "type",
@@ -540,9 +570,8 @@ impl Engine {
                 },
             )])
             .inc();
-        let tx = self.io.tx.clone();
-        let before = self
-            .world
+        let tx = self.tx.clone();
+        let before = world
             .kinds
             .get(gvk)
             // Our own envelopes are kept without their object anyway.
@@ -575,98 +604,103 @@ impl Engine {
         });
         Ok(env)
     }
+}
 
-    /// The envelope of `what` at `key`, and its form on the wire when that is
-    /// not the envelope itself (sealed); signed in secure mode. Shared by
-    /// `publish` and the preview's `preview-source`, so what a preview is
-    /// given is what this origin publishes.
-    pub(in crate::sync) fn envelope(
-        &self,
-        key: &ObjectKey,
-        what: Publish,
-    ) -> Result<(Envelope, Option<Envelope>), PublishError> {
-        let now = chrono::Utc::now();
-        let origin = &self.world.fleet.local.name;
-        let id = Some(self.io.ctx.cluster_id.as_str());
-        let mut sealed_to = None;
-        let mut env = match what {
-            Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
-                .map_err(|e| PublishError::Object(e.to_string()))?,
-            Publish::Sealed(obj, to) => {
-                sealed_to = Some(to);
-                Envelope::snapshot(origin, id, obj, now)
-                    .map_err(|e| PublishError::Object(e.to_string()))?
-            }
-            Publish::Tombstone {
-                uid,
-                resource_version,
-                reason,
-            } => Envelope::tombstone(origin, id, &uid, &resource_version, now, reason),
-            // `source_pass` does not hand these over; refused all the same.
-            Publish::Withheld { why, .. } => {
-                return Err(PublishError::Object(why.why().to_owned()))
-            }
-            Publish::Refused { .. } => {
-                return Err(PublishError::Object(
-                    "this cluster's policy refuses it".to_owned(),
-                ))
-            }
-        };
-        let wire = self.on_the_wire(key, &mut env, sealed_to.as_ref())?;
-        Ok((env, wire))
-    }
-
-    /// What goes on the bus for `env`: sealed to `sealed_to` (returned; None
-    /// when it is published in clear), and in secure mode signed with this
-    /// cluster's certified key (PROTOCOL §4.9), the sealed form when sealed:
-    /// its signature covers the ciphertext's hash, checked before opening.
-    fn on_the_wire(
-        &self,
-        key: &ObjectKey,
-        env: &mut Envelope,
-        sealed_to: Option<&sealing::Recipients>,
-    ) -> Result<Option<Envelope>, PublishError> {
-        let mut wire = match sealed_to {
-            Some(to) => Some(self.seal(env, to)?),
-            None => None,
-        };
-        if let Some(identity) = &self.io.ctx.cfg.trust {
-            let signed = wire.as_mut().unwrap_or(env);
-            signed.sign(key, identity.signing_key(), &identity.key_id());
+/// The envelope of `what` at `key`, and its form on the wire when that is
+/// not the envelope itself (sealed); signed in secure mode. Shared by
+/// `publish` and the preview's `preview-source`, so what a preview is
+/// given is what this origin publishes.
+pub(in crate::sync) fn envelope(
+    world: &World,
+    ctx: &Context,
+    key: &ObjectKey,
+    what: Publish,
+) -> Result<(Envelope, Option<Envelope>), PublishError> {
+    let now = chrono::Utc::now();
+    let origin = &world.fleet.local.name;
+    let id = Some(ctx.cluster_id.as_str());
+    let mut sealed_to = None;
+    let mut env = match what {
+        Publish::Snapshot(obj) => Envelope::snapshot(origin, id, obj, now)
+            .map_err(|e| PublishError::Object(e.to_string()))?,
+        Publish::Sealed(obj, to) => {
+            sealed_to = Some(to);
+            Envelope::snapshot(origin, id, obj, now)
+                .map_err(|e| PublishError::Object(e.to_string()))?
         }
-        Ok(wire)
-    }
-
-    /// Whether our last envelope at `key` is a snapshot of `env`'s version:
-    /// sealed again (to another set), `env` needs a new msg id, the plain one
-    /// was used by the first sealing within the duplicate window.
-    fn same_version_on_bus(&self, gvk: &GroupVersionKind, key: &ObjectKey, env: &Envelope) -> bool {
-        self.world
-            .kinds
-            .get(gvk)
-            .and_then(|k| k.snapshots.meta(key))
-            .is_some_and(|e| {
-                !e.tombstone && e.uid == env.uid && e.resource_version == env.resource_version
-            })
-    }
-
-    /// `env` sealed to the clusters `to` (those of them with a key now).
-    fn seal(&self, env: &Envelope, to: &sealing::Recipients) -> Result<Envelope, PublishError> {
-        let Some(own) = &self.io.ctx.sealing else {
-            // `plan` asks for sealing only when we hold a key.
+        Publish::Tombstone {
+            uid,
+            resource_version,
+            reason,
+        } => Envelope::tombstone(origin, id, &uid, &resource_version, now, reason),
+        // `source_pass` does not hand these over; refused all the same.
+        Publish::Withheld { why, .. } => return Err(PublishError::Object(why.why().to_owned())),
+        Publish::Refused { .. } => {
             return Err(PublishError::Object(
-                "this cluster has no sealing key".to_owned(),
-            ));
-        };
-        let keys = sealing::keys(
-            to,
-            &self.world.fleet.local.name,
-            &own.public,
-            &self.world.fleet.peers,
-        );
-        env.seal(&keys, &mut rand::rng())
-            .map_err(|e| PublishError::Object(e.to_string()))
+                "this cluster's policy refuses it".to_owned(),
+            ))
+        }
+    };
+    let wire = on_the_wire(world, ctx, key, &mut env, sealed_to.as_ref())?;
+    Ok((env, wire))
+}
+
+/// What goes on the bus for `env`: sealed to `sealed_to` (returned; None
+/// when it is published in clear), and in secure mode signed with this
+/// cluster's certified key (PROTOCOL §4.9), the sealed form when sealed:
+/// its signature covers the ciphertext's hash, checked before opening.
+fn on_the_wire(
+    world: &World,
+    ctx: &Context,
+    key: &ObjectKey,
+    env: &mut Envelope,
+    sealed_to: Option<&sealing::Recipients>,
+) -> Result<Option<Envelope>, PublishError> {
+    let mut wire = match sealed_to {
+        Some(to) => Some(seal(world, ctx, env, to)?),
+        None => None,
+    };
+    if let Some(identity) = &ctx.cfg.trust {
+        let signed = wire.as_mut().unwrap_or(env);
+        signed.sign(key, identity.signing_key(), &identity.key_id());
     }
+    Ok(wire)
+}
+
+/// Whether our last envelope at `key` is a snapshot of `env`'s version:
+/// sealed again (to another set), `env` needs a new msg id, the plain one
+/// was used by the first sealing within the duplicate window.
+fn same_version_on_bus(
+    world: &World,
+    gvk: &GroupVersionKind,
+    key: &ObjectKey,
+    env: &Envelope,
+) -> bool {
+    world
+        .kinds
+        .get(gvk)
+        .and_then(|k| k.snapshots.meta(key))
+        .is_some_and(|e| {
+            !e.tombstone && e.uid == env.uid && e.resource_version == env.resource_version
+        })
+}
+
+/// `env` sealed to the clusters `to` (those of them with a key now).
+fn seal(
+    world: &World,
+    ctx: &Context,
+    env: &Envelope,
+    to: &sealing::Recipients,
+) -> Result<Envelope, PublishError> {
+    let Some(own) = &ctx.sealing else {
+        // `plan` asks for sealing only when we hold a key.
+        return Err(PublishError::Object(
+            "this cluster has no sealing key".to_owned(),
+        ));
+    };
+    let keys = sealing::keys(to, &world.fleet.local.name, &own.public, &world.fleet.peers);
+    env.seal(&keys, &mut rand::rng())
+        .map_err(|e| PublishError::Object(e.to_string()))
 }
 
 /// Forgets the source side's findings (`source_errors`, `source_withheld`:
@@ -732,9 +766,10 @@ fn msg_id(env: &Envelope, after_tombstone: bool, overwritten: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::engine::{local_key, KindState};
     use crate::sync::model::believed_after_failure;
+    use crate::sync::model::meta::local_key;
     use crate::sync::rules::compile as rules;
+    use crate::sync::world::KindState;
     use fleetbus_schemas::registry::FeatureRecord;
     use serde_json::json;
 

@@ -25,7 +25,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     eprintln!("fleetbus-bench: catchup: {m} objects synced to c2; c3 joins");
     let mut c3 = Member::bench_cluster("c3", false, Some(&fleet.bus)).await?;
     let watch = c3.recorder().await?;
-    // What an operator runs to follow the join (issue 12: a progress indicator).
+    // What an operator runs to follow the join (the CLI's progress indicator).
     let cli = ProgressCli::start(&fleet.bus.url(), "c3", CATCH_UP)?;
     let started = c3.start_agent()?;
     let ready = c3.wait_ready().await?;

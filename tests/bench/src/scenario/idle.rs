@@ -1,11 +1,11 @@
-//! Scenario 10b (issue 20): the registry's idle cost with N REAL agents
+//! Scenario 10b: the registry's idle cost with N REAL agents
 //! (N = 10, 30, 100), each with its devcluster, on one nats-server, one rule
 //! (the bench's ConfigMaps) and its warm-up object synced everywhere. After
 //! the join traffic settled, every agent's CPU time and RSS are read from
 //! /proc over an idle window. Scenario 10 simulates 1,000 peers against one
 //! agent; this one shows what real agents cost each other: per agent and
-//! for the fleet, which must grow at most linearly in N (before issue 20 it
-//! grew with N²: 1.8% of a core for 10 idle agents, 26.6% for 30).
+//! for the fleet, which must grow at most linearly in N (before beats were
+//! split from the record it grew with N²: 1.8% of a core for 10 idle agents, 26.6% for 30).
 
 use std::time::{Duration, Instant};
 
@@ -120,7 +120,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
             format!("{nats_pct:.2}"),
         ]);
         t.samples += n;
-        // The issue's goal for one agent among 1,000 (scenario 10), here
+        // Scenario 10's goal for one agent among 1,000, here
         // with real peers: each agent's idle cost is bounded whatever N,
         // because what it receives is (at most 100 beats a second, §5.4).
         t.goal(
@@ -139,8 +139,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         window.as_secs()
     ));
     t.note(
-        "Before issue 20 (every beat a full record to every agent): 0.18% of a core per agent at N=10, 0.89% at N=30 \
-         (measured from outside the project, issue 20).",
+        "Before beats were split from the record (every beat a full record to every agent): 0.18% of a core per agent \
+         at N=10, 0.89% at N=30 (measured from outside the project).",
     );
     t.note(
         "Up to 200 clusters the beat interval stays at the base 2 s (detection in 6–7 s), so each agent receives N/2 \

@@ -1,4 +1,4 @@
-//! The eight scenarios of issue 12, and issue 20's propagation at scale and registry at 1,000 clusters. Each starts what it needs, measures, and
+//! The eight first scenarios, then propagation at scale and the registry at 1,000 clusters. Each starts what it needs, measures, and
 //! returns its tables; a failure is reported as an error, never hidden.
 
 use std::time::Duration;
@@ -7,6 +7,7 @@ use crate::bus::Topology;
 
 pub mod catchup;
 pub mod drift;
+pub mod engine_load;
 pub mod fleet;
 pub mod floor;
 pub mod fullmesh;
@@ -44,10 +45,12 @@ impl Ctx {
 }
 
 /// The scenarios in the order `all` runs them.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 13] = [
     "floor",
     "propagation",
     "propagation_at",
+    "previewing",
+    "pressure",
     "drift",
     "throughput",
     "catchup",
@@ -58,8 +61,8 @@ pub const ALL: [&str; 11] = [
     "idle",
 ];
 
-/// The fleet scenarios that run on every topology of `--nats` (issue 20's
-/// cost of replication); the rest run on one nats-server only.
+/// The fleet scenarios that run on every topology of `--nats` (the cost of
+/// replication); the rest run on one nats-server only.
 pub const ON_TOPOLOGIES: [&str; 3] = ["propagation", "throughput", "fleet"];
 
 /// The cap an environment variable `name` puts on a scenario's sizes

@@ -1,4 +1,4 @@
-//! Scenario 2b (issue 20): propagation of one 1 KiB ConfigMap at a time when
+//! Scenario 2b: propagation of one 1 KiB ConfigMap at a time when
 //! the rule already syncs 50 / 1,000 / 10,000 / 50,000 objects. A change
 //! must cost the same whatever the number of copies the sink holds: each
 //! step's p50 is compared with the floor (same span as scenario 2: from just

@@ -1,4 +1,4 @@
-//! Scenario 10 (issue 20): the registry at 1,000 clusters. ONE real agent
+//! Scenario 10: the registry at 1,000 clusters. ONE real agent
 //! (c1, with its devcluster) and N simulated peers that put on the bus what an
 //! agent puts: a record each (with the members list a real record carries,
 //! put again at every growth step as a join makes real agents do), then beats

@@ -1,4 +1,4 @@
-//! HTTP front: authentication, routing, and the JSON response helpers.
+//! HTTP front: authentication and routing.
 
 pub(crate) mod request;
 mod resource;
@@ -8,6 +8,7 @@ mod subresource;
 pub(crate) use route::ResPath;
 
 use crate::auth::{rbac::Attributes, request_attributes, Auth, UserInfo};
+use crate::body::{error_response, json_response, json_with_type};
 use crate::discovery;
 use crate::status::ApiError;
 use crate::store::Store;
@@ -16,7 +17,6 @@ use futures::FutureExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use request::Query;
 use route::Route;
-use serde_json::Value;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,26 +34,6 @@ pub struct AppState {
     pub server_addr: String,
     /// `/debug/faults` and what it injects (only with `--debug-faults`).
     pub faults: Option<Arc<crate::faults::Faults>>,
-}
-
-/// A JSON response.
-pub(crate) fn json_response(code: u16, body: &Value) -> Response<Body> {
-    json_with_type(code, body, "application/json")
-}
-
-pub(crate) fn json_with_type(code: u16, body: &Value, content_type: &str) -> Response<Body> {
-    let bytes = crate::serialize::to_body(body);
-    let mut resp = Response::new(Body::from(bytes));
-    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    if let Ok(v) = HeaderValue::from_str(content_type) {
-        resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
-    }
-    resp
-}
-
-/// A metav1.Status error response.
-pub(crate) fn error_response(e: &ApiError) -> Response<Body> {
-    json_response(e.code, &e.to_status())
 }
 
 fn text(code: StatusCode, body: &'static str) -> Response<Body> {
@@ -145,7 +125,8 @@ async fn dispatch(state: Arc<AppState>, mut req: Request<Body>) -> Response<Body
         // After authentication, before the handler: where kube-apiserver's
         // API Priority and Fairness filter sits.
         if let Some(faults) = &state.faults {
-            let d = faults.admit(&crate::faults::client_of(req.headers()), req.uri().path());
+            let client = crate::faults::client_of(req.headers());
+            let d = faults.admit(&client, req.method().as_str(), req.uri().path());
             if !d.delay.is_zero() {
                 tokio::time::sleep(d.delay).await;
             }

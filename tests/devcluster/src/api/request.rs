@@ -5,12 +5,8 @@ use crate::status::ApiError;
 use crate::write::FieldValidation;
 use bytes::Bytes;
 use http::HeaderMap;
-use http_body_util::BodyExt;
 use serde_json::Value;
 use std::collections::BTreeMap;
-
-/// Largest accepted request body, like kube-apiserver's 3 MiB.
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// Query parameters (empty `&&` pairs skipped; kube-rs sends `?&...`).
 #[derive(Debug, Clone, Default)]
@@ -151,41 +147,6 @@ pub fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
         }
     }
     None
-}
-
-/// How much of an oversized body is read and discarded before answering 413, so the
-/// client finishes sending and sees the Status instead of a broken pipe.
-const DRAIN_LIMIT: usize = 32 * 1024 * 1024;
-
-/// Reads the body, refusing more than [`MAX_BODY`] bytes (checked while reading).
-pub async fn read_body(mut body: axum::body::Body, headers: &HeaderMap) -> Result<Bytes, ApiError> {
-    let declared = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|len| len > DRAIN_LIMIT) {
-        return Err(ApiError::too_large(MAX_BODY));
-    }
-    let mut buf = bytes::BytesMut::new();
-    let mut total = 0usize;
-    while let Some(frame) = body.frame().await {
-        let frame = frame
-            .map_err(|e| ApiError::bad_request(format!("failed to read the request body: {e}")))?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        total = total.saturating_add(data.len());
-        if total > DRAIN_LIMIT {
-            break;
-        }
-        if total <= MAX_BODY {
-            buf.extend_from_slice(&data);
-        }
-    }
-    if total > MAX_BODY {
-        return Err(ApiError::too_large(MAX_BODY));
-    }
-    Ok(buf.freeze())
 }
 
 /// The Content-Type without parameters, lowercased.

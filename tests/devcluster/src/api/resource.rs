@@ -2,10 +2,12 @@
 
 use super::request::{self, Query};
 use super::route::ResPath;
-use super::{error_response, json_response, subresource, AppState};
+use super::{subresource, AppState};
 use crate::auth::rbac::{Attributes, Target};
 use crate::auth::UserInfo;
-use crate::delete::{self, DeleteOpts, DeleteOutcome};
+use crate::body::{error_response, json_response, read_body};
+use crate::delete::{self, DeleteOpts};
+use crate::deletion::DeleteOutcome;
 use crate::partial;
 use crate::patch::PatchType;
 use crate::resources::ResourceDef;
@@ -51,7 +53,7 @@ async fn handle_inner(
     if def.create_only() {
         return match (&method, rp.name.as_deref()) {
             (&Method::POST, None) => {
-                let bytes = request::read_body(body, &headers).await?;
+                let bytes = read_body(body, &headers).await?;
                 let obj = request::decode_object_blocking(bytes, &headers).await?;
                 // The caller, authenticated in api::admit.
                 let user = parts
@@ -59,59 +61,13 @@ async fn handle_inner(
                     .get::<UserInfo>()
                     .cloned()
                     .unwrap_or_else(UserInfo::admin);
-                let decide = |verb: String, target: Target| {
-                    let attrs = Attributes {
-                        user: &user,
-                        verb,
-                        target,
-                    };
-                    state.store.read(|i| state.auth.decide(i, &attrs))
-                };
-                let rules = |ns: &str| state.store.read(|i| state.auth.rules(i, &user, ns));
-                let caller = crate::review::Caller {
-                    decide: &decide,
-                    rules: &rules,
-                };
-                let answer = if def.kind == "TokenReview" {
-                    let token = obj
-                        .get("spec")
-                        .and_then(|s| s.get("token"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    let now = chrono::Utc::now().timestamp();
-                    let user = state.store.read(|i| state.auth.token_user(i, token, now));
-                    crate::token_review::answer(&def, obj, user)?
-                } else {
-                    crate::review::answer(&def, obj, &caller)?
-                };
-                Ok(json_response(201, &answer))
+                Ok(json_response(201, &review(state, &def, obj, &user)?))
             }
             _ => Err(ApiError::method_not_allowed(method.as_str())),
         };
     }
     if def.read_only() {
-        // componentstatuses: computed on every read, never stored, and deprecated
-        // (kube's warning, which kubectl prints).
-        let all = crate::bootstrap::component_statuses();
-        let warn = |mut r: Response<Body>| {
-            r.headers_mut().append(
-                http::header::WARNING,
-                HeaderValue::from_static("299 - \"v1 ComponentStatus is deprecated in v1.19+\""),
-            );
-            r
-        };
-        return match (&method, rp.name.as_deref()) {
-            (&Method::GET, None) => Ok(warn(json_response(
-                200,
-                &json!({"kind": def.list_kind, "apiVersion": "v1", "metadata": {}, "items": all}),
-            ))),
-            (&Method::GET, Some(name)) => all
-                .into_iter()
-                .find(|c| c["metadata"]["name"] == name)
-                .map(|c| warn(json_response(200, &c)))
-                .ok_or_else(|| ApiError::not_found(&def, name)),
-            _ => Err(ApiError::method_not_allowed(method.as_str())),
-        };
+        return component_statuses(&def, &method, rp.name.as_deref());
     }
     if let (Some(sub), Some(name)) = (rp.sub.as_deref(), rp.name.as_deref()) {
         return subresource::handle(state, &def, ns, name, sub, &method, &q, &headers, body).await;
@@ -138,7 +94,7 @@ async fn handle_inner(
         }
         (&Method::GET, None) => list(state, &def, ns, &q, &headers),
         (&Method::POST, None) => {
-            let bytes = request::read_body(body, &headers).await?;
+            let bytes = read_body(body, &headers).await?;
             let obj = request::decode_object_blocking(bytes, &headers).await?;
             let ctx = write_ctx(&q, &headers)?;
             let out = state
@@ -147,7 +103,7 @@ async fn handle_inner(
             Ok(write_response_as(&def, out, &headers))
         }
         (&Method::PUT, Some(name)) => {
-            let bytes = request::read_body(body, &headers).await?;
+            let bytes = read_body(body, &headers).await?;
             let obj = request::decode_object_blocking(bytes, &headers).await?;
             let ctx = write_ctx(&q, &headers)?;
             let out = state.store.write(q.dry_run()?, |tx| {
@@ -157,7 +113,7 @@ async fn handle_inner(
         }
         (&Method::PATCH, Some(name)) => {
             let pt = patch_type(&headers)?;
-            let bytes = request::read_body(body, &headers).await?;
+            let bytes = read_body(body, &headers).await?;
             let ctx = write_ctx(&q, &headers)?;
             let parsed =
                 request::decode_blocking(bytes, move |b| write::parse_patch_body(pt, b)).await?;
@@ -167,7 +123,7 @@ async fn handle_inner(
             Ok(write_response_as(&def, out, &headers))
         }
         (&Method::DELETE, Some(name)) => {
-            let bytes = request::read_body(body, &headers).await?;
+            let bytes = read_body(body, &headers).await?;
             let opts = delete_opts(&q, &bytes, &headers)?;
             let key = key_for(&def, ns, name);
             let out = state
@@ -184,10 +140,70 @@ async fn handle_inner(
             })
         }
         (&Method::DELETE, None) => {
-            let bytes = request::read_body(body, &headers).await?;
+            let bytes = read_body(body, &headers).await?;
             let opts = delete_opts(&q, &bytes, &headers)?;
             delete_collection(state, &def, ns, &q, &opts)
         }
+        _ => Err(ApiError::method_not_allowed(method.as_str())),
+    }
+}
+
+/// The answer to a review (TokenReview, SubjectAccessReview and the like):
+/// created, never stored, decided for `user`.
+fn review(
+    state: &AppState,
+    def: &ResourceDef,
+    obj: Value,
+    user: &UserInfo,
+) -> Result<Value, ApiError> {
+    let decide = |verb: String, target: Target| {
+        let attrs = Attributes { user, verb, target };
+        state.store.read(|i| state.auth.decide(i, &attrs))
+    };
+    let rules = |ns: &str| state.store.read(|i| state.auth.rules(i, user, ns));
+    let caller = crate::review::Caller {
+        decide: &decide,
+        rules: &rules,
+    };
+    if def.kind == "TokenReview" {
+        let token = obj
+            .get("spec")
+            .and_then(|s| s.get("token"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let now = chrono::Utc::now().timestamp();
+        let user = state.store.read(|i| state.auth.token_user(i, token, now));
+        crate::token_review::answer(def, obj, user)
+    } else {
+        crate::review::answer(def, obj, &caller)
+    }
+}
+
+/// componentstatuses: computed on every read, never stored, and deprecated
+/// (kube's warning, which kubectl prints).
+fn component_statuses(
+    def: &ResourceDef,
+    method: &Method,
+    name: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let all = crate::bootstrap::component_statuses();
+    let warn = |mut r: Response<Body>| {
+        r.headers_mut().append(
+            http::header::WARNING,
+            HeaderValue::from_static("299 - \"v1 ComponentStatus is deprecated in v1.19+\""),
+        );
+        r
+    };
+    match (method, name) {
+        (&Method::GET, None) => Ok(warn(json_response(
+            200,
+            &json!({"kind": def.list_kind, "apiVersion": "v1", "metadata": {}, "items": all}),
+        ))),
+        (&Method::GET, Some(name)) => all
+            .into_iter()
+            .find(|c| c["metadata"]["name"] == name)
+            .map(|c| warn(json_response(200, &c)))
+            .ok_or_else(|| ApiError::not_found(def, name)),
         _ => Err(ApiError::method_not_allowed(method.as_str())),
     }
 }

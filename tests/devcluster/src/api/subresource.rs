@@ -2,7 +2,8 @@
 
 use super::request::{self, Query};
 use super::resource::{patch_type, write_ctx, write_response};
-use super::{json_response, AppState};
+use super::AppState;
+use crate::body::{json_response, read_body};
 use crate::meta::{self, meta_mut, meta_str};
 use crate::patch::{self, PatchType};
 use crate::resources::ResourceDef;
@@ -57,14 +58,14 @@ pub async fn handle(
             if method != Method::POST {
                 return Err(ApiError::method_not_allowed(method.as_str()));
             }
-            let bytes = request::read_body(body, headers).await?;
+            let bytes = read_body(body, headers).await?;
             token(state, def, ns, name, &bytes, q)
         }
         "finalize" if is_ns => {
             if method != Method::PUT {
                 return Err(ApiError::method_not_allowed(method.as_str()));
             }
-            let bytes = request::read_body(body, headers).await?;
+            let bytes = read_body(body, headers).await?;
             let obj = request::decode_object_blocking(bytes, headers).await?;
             finalize(state, def, name, obj, q)
         }
@@ -94,7 +95,7 @@ async fn status(
             Ok(json_response(200, &present(def, obj)))
         }
         Method::PUT => {
-            let bytes = request::read_body(body, headers).await?;
+            let bytes = read_body(body, headers).await?;
             let obj = request::decode_object_blocking(bytes, headers).await?;
             let ctx = write_ctx(q, headers)?;
             let out = state.store.write(q.dry_run()?, |tx| {
@@ -104,7 +105,7 @@ async fn status(
         }
         Method::PATCH => {
             let pt = patch_type(headers)?;
-            let bytes = request::read_body(body, headers).await?;
+            let bytes = read_body(body, headers).await?;
             let ctx = write_ctx(q, headers)?;
             let parsed =
                 request::decode_blocking(bytes, move |b| write::parse_patch_body(pt, b)).await?;
@@ -188,7 +189,7 @@ async fn scale(
             "apply patches are not supported on /scale by fleetbus-devcluster",
         ));
     }
-    let bytes = request::read_body(body, headers).await?;
+    let bytes = read_body(body, headers).await?;
     let ctx = write_ctx(q, headers)?;
     let out = state.store.write(q.dry_run()?, |tx| {
         let old = tx

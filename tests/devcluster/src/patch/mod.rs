@@ -7,6 +7,7 @@ pub use merge_keys::{list_kind, ListKind};
 pub use strategic::StrategicError;
 
 use crate::resources::ResourceDef;
+use crate::status::ApiError;
 use serde_json::Value;
 
 /// The four PATCH content types.
@@ -87,6 +88,12 @@ impl PatchError {
             422 => "Invalid",
             _ => "BadRequest",
         }
+    }
+}
+
+impl From<PatchError> for ApiError {
+    fn from(e: PatchError) -> Self {
+        ApiError::other(e.code(), e.reason(), e.to_string())
     }
 }
 

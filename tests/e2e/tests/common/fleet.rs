@@ -1,12 +1,12 @@
 //! A fleet as `fleetbus fleet init` and `fleetbus join` make it: the fleet
 //! directory, a nats-server in operator mode from its include, clients with
-//! the creds `join` mints, and the agent flags of the secure mode.
+//! the creds `join` mints, and agents in the secure mode.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use fleetbus_testsupport::{cargo_bin, NatsServer};
+use fleetbus_testsupport::{cargo_bin, AgentCommand, NatsServer};
 
 /// Runs `fleetbus <args>` (no bus needed); returns (exit code, stdout, stderr).
 pub fn cli(args: &[&str]) -> (i32, String, String) {
@@ -84,26 +84,21 @@ pub async fn connect(nats: &NatsServer, creds: impl AsRef<Path>) -> jetstream::C
     js
 }
 
-/// The agent flags of `name`'s secure mode and creds: `--nats-creds`,
-/// `--fleet-root`, `--cluster-key`, `--cluster-cert` from the fleet dir.
-pub fn secure_flags(dir: &Path, name: &str) -> Vec<String> {
-    let cluster = dir.join("clusters").join(name);
-    let path = |p: PathBuf| p.display().to_string();
-    vec![
-        "--nats-creds".into(),
-        creds(dir, name),
-        "--fleet-root".into(),
-        path(dir.join("root.pub")),
-        "--cluster-key".into(),
-        path(cluster.join("cluster.key")),
-        "--cluster-cert".into(),
-        path(cluster.join("cluster.cert")),
-    ]
+/// The agent of `name` in the secure mode, with the files `join` wrote to
+/// the fleet dir (see [`secure_files`]).
+pub fn secure_agent(dir: &Path, name: &str) -> AgentCommand {
+    secure_files(AgentCommand::new(name), dir, name)
 }
 
-/// `flags` as the `&[&str]` `Member::start` takes.
-pub fn refs(flags: &[String]) -> Vec<&str> {
-    flags.iter().map(String::as_str).collect()
+/// `cmd` with the creds, the fleet root, and the keys and certificate of
+/// cluster `name` from the fleet dir (`name` need not be `cmd`'s cluster:
+/// an agent given another's files must refuse them).
+pub fn secure_files(cmd: AgentCommand, dir: &Path, name: &str) -> AgentCommand {
+    let cluster = dir.join("clusters").join(name);
+    cmd.nats_creds(creds(dir, name))
+        .fleet_root(dir.join("root.pub"))
+        .cluster_key(cluster.join("cluster.key"))
+        .cluster_cert(cluster.join("cluster.cert"))
 }
 
 /// `fleetbus_rejected_messages_total{reason}` (read with `Member::metric`).

@@ -38,6 +38,10 @@ pub trait MemberExt {
     /// A devcluster `dc_name` with 2 Nodes and the agent `agent_name` on it,
     /// with [`HEARTBEAT`], [`PEER_TIMEOUT`] and `extra` flags.
     async fn start(nats: &NatsServer, dc_name: &str, agent_name: &str, extra: &[&str]) -> Member;
+    /// [`MemberExt::start`] with the agent's command line built by the caller
+    /// (its cluster name, the secure mode's files, other flags): the bus,
+    /// [`HEARTBEAT`] and [`PEER_TIMEOUT`] are added.
+    async fn start_cmd(nats: &NatsServer, dc_name: &str, cmd: AgentCommand) -> Member;
     /// [`MemberExt::start`] with a devcluster started with `opts`.
     async fn start_with(
         nats: &NatsServer,
@@ -60,13 +64,28 @@ pub trait MemberExt {
     async fn cluster_names(&self) -> Vec<String>;
 }
 
+/// `cmd` on the bus of `nats` with the tests' fast timings, on a devcluster
+/// started with `opts`.
+async fn launch_timed(nats: &NatsServer, opts: DevClusterOpts, cmd: AgentCommand) -> Member {
+    let cmd = cmd
+        .nats_url(nats.url())
+        .heartbeat_interval(HEARTBEAT)
+        .peer_timeout(PEER_TIMEOUT);
+    Member::launch(opts, cmd).await.expect("start member")
+}
+
 impl MemberExt for Member {
     async fn start(nats: &NatsServer, dc_name: &str, agent_name: &str, extra: &[&str]) -> Member {
+        let cmd = AgentCommand::new(agent_name).extra(extra.iter().copied());
+        Self::start_cmd(nats, dc_name, cmd).await
+    }
+
+    async fn start_cmd(nats: &NatsServer, dc_name: &str, cmd: AgentCommand) -> Member {
         let opts = DevClusterOpts {
             nodes: 2,
             ..DevClusterOpts::new(dc_name)
         };
-        Self::start_with(nats, opts, agent_name, extra).await
+        launch_timed(nats, opts, cmd).await
     }
 
     async fn start_with(
@@ -75,12 +94,8 @@ impl MemberExt for Member {
         agent_name: &str,
         extra: &[&str],
     ) -> Member {
-        let cmd = AgentCommand::new(agent_name)
-            .nats_url(nats.url())
-            .heartbeat_interval(HEARTBEAT)
-            .peer_timeout(PEER_TIMEOUT)
-            .extra(extra.iter().copied());
-        Member::launch(opts, cmd).await.expect("start member")
+        let cmd = AgentCommand::new(agent_name).extra(extra.iter().copied());
+        launch_timed(nats, opts, cmd).await
     }
 
     fn clusters(&self) -> Api<Cluster> {

@@ -1,4 +1,4 @@
-//! Helpers of the rule-sync end-to-end tests (issue 8): a fleet of members,
+//! Helpers of the rule-sync end-to-end tests: a fleet of members,
 //! user actions through kubectl, reads through kube-rs, and waits on copies,
 //! rule status, Events and conflict messages.
 //!

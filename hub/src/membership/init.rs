@@ -1,0 +1,43 @@
+//! `fleetbus fleet init --dir D`: a new fleet, or the one already there.
+
+use std::process::ExitCode;
+
+use super::MembershipError;
+use crate::cli::FleetInitArgs;
+use crate::trust::{self, InitOutcome};
+
+/// Creates the fleet `args` describes (or finds it already there) and prints
+/// where its files are.
+pub fn init(args: &FleetInitArgs) -> Result<ExitCode, MembershipError> {
+    let dir = &args.dir.dir;
+    let limits = trust::JsLimits {
+        disk_storage: args.js_max_disk,
+        mem_storage: args.js_max_mem,
+        streams: args.js_max_streams,
+        consumers: args.js_max_consumers,
+    };
+    match trust::init(dir, &args.name, &args.subject_prefix, &limits, args.force)? {
+        InitOutcome::Created(info) => {
+            println!(
+                "created fleet {:?} in {}\n  operator {}\n  account  {}\n  admin credentials {}\n  \
+                 nats-server include {}\n  fleet root public key {}",
+                info.name,
+                dir.display(),
+                info.operator,
+                info.account,
+                dir.join(trust::files::ADMIN_CREDS).display(),
+                dir.join(trust::files::SERVER_CONF).display(),
+                dir.join(trust::files::ROOT_PUB).display(),
+            );
+        }
+        InitOutcome::AlreadyInitialised(info) => {
+            println!(
+                "{} already holds fleet {:?} (operator {}): nothing changed",
+                dir.display(),
+                info.name,
+                info.operator
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
