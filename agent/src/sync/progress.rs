@@ -40,7 +40,8 @@ impl Progress {
         self.tx.subscribe()
     }
 
-    /// Stores `now`, what the last pass left (see `Engine::measure`). Only a change
+    /// Stores `now`, what the last pass left (the engine measures it, in
+    /// `engine::run`). Only a change
     /// of the counts replaces the stored value, so `updatedAt` says when the
     /// progress last moved.
     pub fn record(&self, now: SyncProgress) {
