@@ -40,9 +40,9 @@ impl Progress {
         self.tx.subscribe()
     }
 
-    /// Stores `now`, what the last pass left (see `Engine::measure`). Only a change
-    /// of the counts replaces the stored value, so `updatedAt` says when the
-    /// progress last moved.
+    /// Stores `now`, what the last pass left (measured by the engine's loop,
+    /// `engine::run`). Only a change of the counts replaces the stored value,
+    /// so `updatedAt` says when the progress last moved.
     pub fn record(&self, now: SyncProgress) {
         self.tx.send_if_modified(|last| {
             if last.same_counts(&now) {

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::sync::model::{BusEvent, Input, LocalEvent, LocalObjects, Snapshots};
 use crate::sync::policy::policy_gvk;
 use crate::sync::returns::returned;
+use crate::sync::rollout::sink::{self as rollout_sink, Replan};
 use crate::sync::rules::compile::{self as rules};
 use crate::sync::world::{crd_gvk, namespace_gvk};
 
@@ -24,8 +25,17 @@ impl Engine {
                 let local = &self.world.fleet.local.name;
                 returned::status_event(&mut self.returns.book, local, ev)
             }
-            Input::Rollout(ev) => self.rollout_event(ev),
-            Input::Version(v, got) => self.version_event(v, got),
+            Input::Rollout(ev) => match rollout_sink::rollout_event(&mut self.rollout, ev) {
+                Replan::Nothing => {}
+                Replan::Object(key) => {
+                    self.sink.dirty.keys.insert(key);
+                }
+                Replan::Everything => self.sink.dirty.full = true,
+            },
+            Input::Version(v, got) => {
+                let key = rollout_sink::version_event(&mut self.rollout, v, got);
+                self.sink.dirty.keys.insert(key);
+            }
             Input::PublishFailed(gvk, key, before, sent) => {
                 self.io.ctx.metrics.sync_rejected("publish_failed");
                 // Believe what makes the next pass publish again whatever

@@ -23,6 +23,7 @@ mod fold;
 mod kinds;
 mod rule_set;
 mod run;
+mod shim;
 mod shim_stages;
 
 pub use run::run;
@@ -42,7 +43,7 @@ use super::rules::compile as rules;
 use super::sink::state::SinkState;
 use super::source::state::SourceState;
 use super::status::StatusState;
-pub use super::world::{config_map_gvk, namespace_gvk, KindState, World};
+use super::world::World;
 use crate::context::Context;
 use crate::registry::FleetView;
 

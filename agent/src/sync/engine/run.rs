@@ -60,7 +60,7 @@ impl Engine {
             .chain(self.drift.fights.wake_at())
             .chain(self.drift.coalesce.wake_at())
             .chain(self.sink.wake_at())
-            .chain(self.fetch_wake())
+            .chain(crate::sync::rollout::sink::fetch_wake(&self.rollout))
             .chain(self.rollout.wake)
             .min()
     }
@@ -161,7 +161,18 @@ impl Engine {
         self.io.ctx.metrics.sync_passes.inc();
         self.source.wake = self.source_step().await;
         self.ensure_kinds().await;
-        self.drift.wake = self.sink_pass().await;
+        let passed = crate::sync::sink::pass::sink_pass(
+            &self.world,
+            &mut self.sink,
+            &mut self.drift,
+            &mut self.rollout,
+            &self.source,
+            &self.io.ctx,
+            &self.io.tx,
+        )
+        .await;
+        self.drift.wake = passed.wake;
+        self.status.reports = passed.reports;
         // The stages after the sink's: each gets the World, its own state,
         // what it reads of another's, and the context; the engine keeps what
         // each returns (its wake-up; the readiness the rules' status shows).

@@ -4,14 +4,18 @@
 //! version is not decided or not here yet is held (never created, updated
 //! or deleted by the rule; its drift reported). A tombstone deletes at once.
 
+use std::sync::Arc;
+
 use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::rollout::{RolloutPhase, RolloutRecord};
 use fleetbus_schemas::subject::{ObjectKey, RolloutKey, VersionKey};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::decide::short;
-use crate::sync::engine::Engine;
-use crate::sync::model::{Feed, RolloutEvent};
+use super::state::RolloutBook;
+use crate::context::Context;
+use crate::sync::model::{Feed, Input, RolloutEvent};
 use crate::sync::rules::compile::CompiledRule;
 
 /// What a sink does with one source object of a rollout rule.
@@ -61,143 +65,163 @@ pub(in crate::sync) struct Taken {
     pub fetch: Option<VersionKey>,
 }
 
-impl Engine {
-    /// The envelope `rule` computes its copy of `key` from, and whether the
-    /// copy is held: the newest (`env`) for rules without a rollout, for
-    /// tombstones and after the source is gone.
-    pub(in crate::sync) fn rollout_env(
-        &self,
-        rule: &CompiledRule,
-        key: &ObjectKey,
-        env: Option<Envelope>,
-    ) -> Taken {
-        let live = env.as_ref().is_some_and(|e| !e.tombstone);
-        if rule.spec.rollout.is_none() || !live {
-            return Taken {
-                env,
-                ..Taken::default()
+/// The envelope `rule` computes its copy of `key` from, and whether the
+/// copy is held: the newest (`env`) for rules without a rollout, for
+/// tombstones and after the source is gone. `local`: this cluster's name
+/// (what the record admits).
+pub(in crate::sync) fn rollout_env(
+    book: &RolloutBook,
+    local: &str,
+    rule: &CompiledRule,
+    key: &ObjectKey,
+    env: Option<Envelope>,
+) -> Taken {
+    let live = env.as_ref().is_some_and(|e| !e.tombstone);
+    if rule.spec.rollout.is_none() || !live {
+        return Taken {
+            env,
+            ..Taken::default()
+        };
+    }
+    let rk = RolloutKey::of(&rule.name, key);
+    match choose(book.record(&rk), book.caught_up, local, &key.origin) {
+        Choice::Follow => Taken {
+            env,
+            ..Taken::default()
+        },
+        Choice::Use(v) if env.as_ref().is_some_and(|e| e.content_hash == v) => Taken {
+            env,
+            ..Taken::default()
+        },
+        Choice::Use(v) => {
+            let vk = VersionKey {
+                object: key.clone(),
+                hash: v,
             };
-        }
-        let rk = RolloutKey::of(&rule.name, key);
-        let book = &self.rollout;
-        match choose(
-            book.record(&rk),
-            book.caught_up,
-            &self.world.fleet.local.name,
-            &key.origin,
-        ) {
-            Choice::Follow => Taken {
-                env,
-                ..Taken::default()
-            },
-            Choice::Use(v) if env.as_ref().is_some_and(|e| e.content_hash == v) => Taken {
-                env,
-                ..Taken::default()
-            },
-            Choice::Use(v) => {
-                let vk = VersionKey {
-                    object: key.clone(),
-                    hash: v,
-                };
-                match book.versions.get(&vk) {
-                    Some(stored) => Taken {
-                        env: Some(stored.clone()),
-                        ..Taken::default()
-                    },
-                    None => Taken {
-                        env,
-                        hold: Some(format!("reading version {}", short(&vk.hash))),
-                        fetch: Some(vk),
-                    },
-                }
+            match book.versions.get(&vk) {
+                Some(stored) => Taken {
+                    env: Some(stored.clone()),
+                    ..Taken::default()
+                },
+                None => Taken {
+                    env,
+                    hold: Some(format!("reading version {}", short(&vk.hash))),
+                    fetch: Some(vk),
+                },
             }
-            Choice::Hold(why) => Taken {
-                env,
-                hold: Some(why),
-                fetch: None,
-            },
         }
+        Choice::Hold(why) => Taken {
+            env,
+            hold: Some(why),
+            fetch: None,
+        },
     }
+}
 
-    /// Folds one event of the rollout consumer: the objects a record is
-    /// about are planned again.
-    pub(in crate::sync) fn rollout_event(&mut self, ev: RolloutEvent) {
-        let book = &mut self.rollout;
-        match ev {
-            Feed::Reset => book.resnap = Some(Default::default()),
-            Feed::Item(key, rec) => {
-                self.sink.dirty.keys.insert(key.object());
-                let map = book.resnap.as_mut().unwrap_or(&mut book.records);
-                map.insert(key, *rec);
+/// What a rollout input asks the sink to plan again (the sink's dirty set
+/// is the sink's: the engine marks it).
+#[derive(Debug, PartialEq, Eq)]
+pub(in crate::sync) enum Replan {
+    /// Nothing.
+    Nothing,
+    /// The source object a record is about.
+    Object(ObjectKey),
+    /// Every object: every hold may end or start.
+    Everything,
+}
+
+/// Folds one event of the rollout consumer into the book; the objects a
+/// record is about are to be planned again.
+pub(in crate::sync) fn rollout_event(book: &mut RolloutBook, ev: RolloutEvent) -> Replan {
+    match ev {
+        Feed::Reset => {
+            book.resnap = Some(Default::default());
+            Replan::Nothing
+        }
+        Feed::Item(key, rec) => {
+            let object = key.object();
+            let map = book.resnap.as_mut().unwrap_or(&mut book.records);
+            map.insert(key, *rec);
+            Replan::Object(object)
+        }
+        Feed::Unreadable(key) => {
+            // Skipped and counted by the consumer; what was read before
+            // stays (garbage on a subject changes nothing), as a sink
+            // keeps its copy on any message it cannot read.
+            if let (Some(resnap), Some(old)) = (&mut book.resnap, book.records.get(&key)) {
+                resnap.insert(key, old.clone());
             }
-            Feed::Unreadable(key) => {
-                // Skipped and counted by the consumer; what was read before
-                // stays (garbage on a subject changes nothing), as a sink
-                // keeps its copy on any message it cannot read.
-                if let (Some(resnap), Some(old)) = (&mut book.resnap, book.records.get(&key)) {
-                    resnap.insert(key, old.clone());
-                }
+            Replan::Nothing
+        }
+        Feed::CaughtUp => {
+            let mut replan = Replan::Nothing;
+            if let Some(r) = book.resnap.take() {
+                book.records = r;
+                // Every hold may end or start.
+                replan = Replan::Everything;
             }
-            Feed::CaughtUp => {
-                if let Some(r) = book.resnap.take() {
-                    book.records = r;
-                    // Every hold may end or start.
-                    self.sink.dirty.full = true;
-                }
-                if !book.caught_up {
-                    self.sink.dirty.full = true;
-                }
-                book.caught_up = true;
-                book.prune_versions();
+            if !book.caught_up {
+                replan = Replan::Everything;
             }
+            book.caught_up = true;
+            book.prune_versions();
+            replan
         }
     }
+}
 
-    /// A version read from the store (or why not).
-    pub(in crate::sync) fn version_event(
-        &mut self,
-        v: VersionKey,
-        got: Result<Box<Envelope>, String>,
-    ) {
-        self.sink.dirty.keys.insert(v.object.clone());
-        match got {
-            Ok(env) => {
-                self.rollout.fetching.remove(&v);
-                self.rollout.versions.insert(v, *env);
-            }
-            Err(_) => {
-                // Logged by the reader; tried again in a while (the origin
-                // stores a version before naming it, so this is rare: a
-                // store trimmed by its limits, NATS away).
-                let again = Instant::now() + std::time::Duration::from_secs(2);
-                self.rollout.fetching.insert(v, Some(again));
-            }
+/// A version read from the store (or why not); returns the source object
+/// to plan again.
+pub(in crate::sync) fn version_event(
+    book: &mut RolloutBook,
+    v: VersionKey,
+    got: Result<Box<Envelope>, String>,
+) -> ObjectKey {
+    let object = v.object.clone();
+    match got {
+        Ok(env) => {
+            book.fetching.remove(&v);
+            book.versions.insert(v, *env);
+        }
+        Err(_) => {
+            // Logged by the reader; tried again in a while (the origin
+            // stores a version before naming it, so this is rare: a
+            // store trimmed by its limits, NATS away).
+            let again = Instant::now() + std::time::Duration::from_secs(2);
+            book.fetching.insert(v, Some(again));
         }
     }
+    object
+}
 
-    /// Starts the reads of the versions `wanted` not being read already, and
-    /// those whose last read failed once their wait is over.
-    pub(in crate::sync) fn fetch_versions(&mut self, wanted: Vec<VersionKey>) {
-        let now = Instant::now();
-        for v in wanted {
-            match self.rollout.fetching.get(&v) {
-                Some(None) => continue,
-                Some(Some(at)) if *at > now => continue,
-                _ => {}
-            }
-            self.rollout.fetching.insert(v.clone(), None);
-            tokio::spawn(crate::sync::inputs::rollouts::fetch_version(
-                self.io.ctx.clone(),
-                v,
-                self.io.tx.clone(),
-            ));
+/// Starts the reads of the versions `wanted` not being read already, and
+/// those whose last read failed once their wait is over; each read's
+/// result comes back on `tx` (`Input::Version`).
+pub(in crate::sync) fn fetch_versions(
+    book: &mut RolloutBook,
+    ctx: &Arc<Context>,
+    tx: &mpsc::Sender<Input>,
+    wanted: Vec<VersionKey>,
+) {
+    let now = Instant::now();
+    for v in wanted {
+        match book.fetching.get(&v) {
+            Some(None) => continue,
+            Some(Some(at)) if *at > now => continue,
+            _ => {}
         }
+        book.fetching.insert(v.clone(), None);
+        tokio::spawn(crate::sync::inputs::rollouts::fetch_version(
+            ctx.clone(),
+            v,
+            tx.clone(),
+        ));
     }
+}
 
-    /// When a failed version read is due again.
-    pub(in crate::sync) fn fetch_wake(&self) -> Option<Instant> {
-        self.rollout.fetching.values().flatten().min().copied()
-    }
+/// When a failed version read is due again.
+pub(in crate::sync) fn fetch_wake(book: &RolloutBook) -> Option<Instant> {
+    book.fetching.values().flatten().min().copied()
 }
 
 #[cfg(test)]

@@ -24,7 +24,8 @@ use serde_json::Value;
 
 use super::bundle_state::{Manifest, Unwrapped};
 use super::mutate::{self, CopyInput, MutateError};
-use crate::sync::engine::Engine;
+use super::state::SinkState;
+use crate::context::Context;
 use crate::sync::model::meta::{
     annotations, annotations_mut, describe_gvk as describe, describe_key,
 };
@@ -32,6 +33,7 @@ use crate::sync::model::{Candidate, Outcome, RuleReport, Target};
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::rules::template::TemplateContext;
+use crate::sync::world::World;
 
 /// Why one manifest of a Bundle is not applied.
 #[derive(Debug, thiserror::Error)]
@@ -211,243 +213,243 @@ fn describe_manifest(m: &Value) -> BundleManifestStatus {
     }
 }
 
-impl Engine {
-    /// The desired copies of one Bundle's manifests (none when its own
-    /// `clusterSelector` excludes this cluster); each manifest's problem is
-    /// an error of the rule and of the manifest's entry, and the others go on.
-    pub(in crate::sync) fn unwrap(
-        &self,
-        src: &BundleSource<'_>,
-        report: &mut RuleReport,
-        pass: &mut BundlePass,
-    ) -> Vec<(Target, Candidate)> {
-        let mut out = Vec::new();
-        let name = describe_key(src.key);
-        let mut unwrapped = Unwrapped {
-            rule: src.rule.name.clone(),
-            error: None,
-            manifests: Vec::new(),
-            hash: spec_version(src.bundle),
-            invalid: 0,
-            waiting: false,
-        };
-        let spec = src.bundle.get("spec").cloned().unwrap_or(Value::Null);
-        let spec = match serde_json::from_value::<BundleSpec>(spec) {
-            Ok(spec) => spec,
-            Err(e) => {
-                let message = format!("the Bundle's spec does not parse: {e}");
-                report.errors.insert(name, message.clone());
-                unwrapped.error = Some(message);
-                unwrapped.invalid = 1;
-                pass.bundles.insert(src.key.clone(), unwrapped);
-                return out;
-            }
-        };
-        match matching::selector_matches(
-            spec.cluster_selector.as_ref(),
-            &self.world.fleet.local.labels,
-        ) {
-            Ok(true) => {}
-            // Not for this cluster: nothing wanted, copies collected.
-            Ok(false) => return out,
-            Err(e) => {
-                let message = format!("spec.clusterSelector: {}", crate::report(&e));
-                report.errors.insert(name, message.clone());
-                unwrapped.error = Some(message);
-                unwrapped.invalid = 1;
-                pass.bundles.insert(src.key.clone(), unwrapped);
-                return out;
-            }
+/// The desired copies of one Bundle's manifests (none when its own
+/// `clusterSelector` excludes this cluster); each manifest's problem is
+/// an error of the rule and of the manifest's entry, and the others go on.
+pub(in crate::sync) fn unwrap(
+    world: &World,
+    ctx: &Context,
+    src: &BundleSource<'_>,
+    report: &mut RuleReport,
+    pass: &mut BundlePass,
+) -> Vec<(Target, Candidate)> {
+    let mut out = Vec::new();
+    let name = describe_key(src.key);
+    let mut unwrapped = Unwrapped {
+        rule: src.rule.name.clone(),
+        error: None,
+        manifests: Vec::new(),
+        hash: spec_version(src.bundle),
+        invalid: 0,
+        waiting: false,
+    };
+    let spec = src.bundle.get("spec").cloned().unwrap_or(Value::Null);
+    let spec = match serde_json::from_value::<BundleSpec>(spec) {
+        Ok(spec) => spec,
+        Err(e) => {
+            let message = format!("the Bundle's spec does not parse: {e}");
+            report.errors.insert(name, message.clone());
+            unwrapped.error = Some(message);
+            unwrapped.invalid = 1;
+            pass.bundles.insert(src.key.clone(), unwrapped);
+            return out;
         }
-        let bundle_ref = format!(
-            "{}/{}",
-            src.key.namespace.as_deref().unwrap_or_default(),
-            src.key.name
-        );
-        let created = src
-            .bundle
-            .pointer("/metadata/creationTimestamp")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let mut seen: HashMap<Target, usize> = HashMap::new();
-        for (i, manifest) in spec.manifests.iter().enumerate() {
-            let mut status = describe_manifest(manifest);
-            let built = self
-                .prepare(manifest, src.key.namespace.as_deref())
-                .and_then(|m| self.manifest_copy(src, &m, &bundle_ref))
-                .and_then(|desired| match Target::of(&desired) {
-                    Some(t) => match seen.get(&t) {
-                        Some(&j) => Err(ManifestError::Duplicate(j)),
-                        None => Ok((t, desired)),
-                    },
-                    None => Err(ManifestError::MissingName),
-                });
-            match built {
-                Ok((target, desired)) => {
-                    seen.insert(target.clone(), i);
-                    status.namespace = target.namespace.clone();
-                    status.name = target.name.clone();
-                    unwrapped.manifests.push(Manifest {
-                        status,
-                        target: Some(target.clone()),
-                    });
-                    out.push((
-                        target,
-                        Candidate {
-                            rule: src.rule.name.clone(),
-                            key: src.key.clone().into(),
-                            created: created.to_owned(),
-                            digest: crate::sync::digest::Digest::of_desired(&desired),
-                            desired: crate::sync::model::Packed::new(&desired),
-                            with_status: mutate::syncs_status(src.entries),
-                            update: src.rule.spec.update_policy,
-                            create_namespace: src.rule.spec.create_namespace,
-                            published: src.env.time,
-                        },
-                    ));
-                }
-                Err(e) => {
-                    let message = crate::report(&e);
-                    report
-                        .errors
-                        .insert(format!("{name} manifests[{i}]"), message.clone());
-                    unwrapped.waiting |= matches!(e, ManifestError::Waiting(_));
-                    if e.is_invalid() {
-                        unwrapped.invalid += 1;
-                        tracing::debug!(bundle = %name, manifest = i, error = %message, "invalid manifest");
-                    }
-                    status.error = Some(message);
-                    status.applied = false;
-                    unwrapped.manifests.push(Manifest {
-                        status,
-                        target: None,
-                    });
-                }
-            }
+    };
+    match matching::selector_matches(spec.cluster_selector.as_ref(), &world.fleet.local.labels) {
+        Ok(true) => {}
+        // Not for this cluster: nothing wanted, copies collected.
+        Ok(false) => return out,
+        Err(e) => {
+            let message = format!("spec.clusterSelector: {}", crate::report(&e));
+            report.errors.insert(name, message.clone());
+            unwrapped.error = Some(message);
+            unwrapped.invalid = 1;
+            pass.bundles.insert(src.key.clone(), unwrapped);
+            return out;
         }
-        pass.bundles.insert(src.key.clone(), unwrapped);
-        out
     }
-
-    /// The manifest checked, with the Bundle's namespace when its kind is
-    /// namespaced and it names none.
-    fn prepare(&self, manifest: &Value, bundle_ns: Option<&str>) -> Result<Value, ManifestError> {
-        if !manifest.is_object() {
-            return Err(ManifestError::NotAnObject);
-        }
-        let kinds = manifest_kinds(&serde_json::json!({ "spec": { "manifests": [manifest] } }));
-        let Some(gvk) = kinds.first() else {
-            return Err(ManifestError::MissingType);
-        };
-        if is_fleetbus_group(&gvk.group) {
-            return Err(ManifestError::FleetbusKind(describe(gvk)));
-        }
-        let name = manifest
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if name.is_empty() {
-            return Err(ManifestError::MissingName);
-        }
-        if let Some(a) = annotations(manifest) {
-            let bundle = [well_known::ANNOTATION_BUNDLE];
-            for stamp in mutate::STAMP_ANNOTATIONS.into_iter().chain(bundle) {
-                if a.contains_key(stamp) {
-                    return Err(ManifestError::Stamped(stamp));
-                }
-            }
-        }
-        let Some(kind) = self.world.kinds.get(gvk) else {
-            return Err(match self.world.unresolved.get(gvk) {
-                Some(why) => ManifestError::NotServed {
-                    kind: describe(gvk),
-                    why: why.clone(),
+    let bundle_ref = format!(
+        "{}/{}",
+        src.key.namespace.as_deref().unwrap_or_default(),
+        src.key.name
+    );
+    let created = src
+        .bundle
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut seen: HashMap<Target, usize> = HashMap::new();
+    for (i, manifest) in spec.manifests.iter().enumerate() {
+        let mut status = describe_manifest(manifest);
+        let built = prepare(world, manifest, src.key.namespace.as_deref())
+            .and_then(|m| manifest_copy(world, ctx, src, &m, &bundle_ref))
+            .and_then(|desired| match Target::of(&desired) {
+                Some(t) => match seen.get(&t) {
+                    Some(&j) => Err(ManifestError::Duplicate(j)),
+                    None => Ok((t, desired)),
                 },
-                None => ManifestError::Waiting(describe(gvk)),
+                None => Err(ManifestError::MissingName),
             });
-        };
-        if let Some(e) = &kind.watch_error {
-            return Err(ManifestError::CannotWatch {
-                kind: describe(gvk),
-                error: e.clone(),
-            });
-        }
-        // Unlisted, a live copy would look absent (and be created again).
-        if !kind.listed {
-            return Err(ManifestError::Waiting(describe(gvk)));
-        }
-        let mut m = manifest.clone();
-        let has_ns = m
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .is_some_and(|n| !n.is_empty());
-        if kind.namespaced && !has_ns {
-            if let (Some(ns), Some(meta)) = (
-                bundle_ns,
-                m.get_mut("metadata").and_then(Value::as_object_mut),
-            ) {
-                meta.insert("namespace".to_owned(), Value::String(ns.to_owned()));
+        match built {
+            Ok((target, desired)) => {
+                seen.insert(target.clone(), i);
+                status.namespace = target.namespace.clone();
+                status.name = target.name.clone();
+                unwrapped.manifests.push(Manifest {
+                    status,
+                    target: Some(target.clone()),
+                });
+                out.push((
+                    target,
+                    Candidate {
+                        rule: src.rule.name.clone(),
+                        key: src.key.clone().into(),
+                        created: created.to_owned(),
+                        digest: crate::sync::digest::Digest::of_desired(&desired),
+                        desired: crate::sync::model::Packed::new(&desired),
+                        with_status: mutate::syncs_status(src.entries),
+                        update: src.rule.spec.update_policy,
+                        create_namespace: src.rule.spec.create_namespace,
+                        published: src.env.time,
+                    },
+                ));
             }
-        }
-        Ok(m)
-    }
-
-    /// The desired copy of one (prepared) manifest: the rule's mutations, the
-    /// usual stamp (source hash = the manifest's own, so a change of another
-    /// manifest is no change of this copy), and the bundle annotation.
-    fn manifest_copy(
-        &self,
-        src: &BundleSource<'_>,
-        manifest: &Value,
-        bundle_ref: &str,
-    ) -> Result<Value, ManifestError> {
-        let templates = TemplateContext {
-            object: manifest.clone(),
-            cluster: src.origin_record.clone(),
-            local_cluster: self.world.fleet.local.record.clone(),
-            values: self.rule_values(src.rule).map_err(ManifestError::Values)?,
-        };
-        let hash = content_hash(manifest);
-        let input = CopyInput {
-            rule_name: &src.rule.name,
-            spec: &src.rule.spec,
-            entries: src.entries,
-            source: manifest,
-            origin: &src.key.origin,
-            origin_uid: &src.env.uid,
-            content_hash: &hash,
-            templates: &templates,
-            marker: &self.io.ctx.mark,
-        };
-        let mut desired = mutate::desired_copy(&input).map_err(ManifestError::Mutate)?;
-        // desired_copy made the annotations a map of strings.
-        if let Some(a) = annotations_mut(&mut desired) {
-            a.insert(
-                well_known::ANNOTATION_BUNDLE.to_owned(),
-                Value::String(bundle_ref.to_owned()),
-            );
-        }
-        Ok(desired)
-    }
-
-    /// Keeps what a sink pass found of the Bundles; invalid manifests are
-    /// counted once per Bundle version.
-    pub(in crate::sync) fn finish_bundles(&mut self, pass: BundlePass) {
-        for (key, b) in &pass.bundles {
-            let version = (key.clone(), b.hash.clone());
-            if b.invalid > 0 && !self.sink.bundles_counted.contains(&version) {
-                tracing::warn!(bundle = %describe_key(key), invalid = b.invalid, "Bundle with invalid manifests; the others are applied");
-                for _ in 0..b.invalid {
-                    self.io.ctx.metrics.sync_rejected("invalid_manifest");
+            Err(e) => {
+                let message = crate::report(&e);
+                report
+                    .errors
+                    .insert(format!("{name} manifests[{i}]"), message.clone());
+                unwrapped.waiting |= matches!(e, ManifestError::Waiting(_));
+                if e.is_invalid() {
+                    unwrapped.invalid += 1;
+                    tracing::debug!(bundle = %name, manifest = i, error = %message, "invalid manifest");
                 }
-                self.sink.bundles_counted.insert(version);
+                status.error = Some(message);
+                status.applied = false;
+                unwrapped.manifests.push(Manifest {
+                    status,
+                    target: None,
+                });
             }
         }
-        self.sink
-            .bundles_counted
-            .retain(|(key, hash)| pass.bundles.get(key).is_some_and(|b| &b.hash == hash));
-        self.sink.bundles = pass.bundles;
     }
+    pass.bundles.insert(src.key.clone(), unwrapped);
+    out
+}
+
+/// The manifest checked, with the Bundle's namespace when its kind is
+/// namespaced and it names none.
+fn prepare(
+    world: &World,
+    manifest: &Value,
+    bundle_ns: Option<&str>,
+) -> Result<Value, ManifestError> {
+    if !manifest.is_object() {
+        return Err(ManifestError::NotAnObject);
+    }
+    let kinds = manifest_kinds(&serde_json::json!({ "spec": { "manifests": [manifest] } }));
+    let Some(gvk) = kinds.first() else {
+        return Err(ManifestError::MissingType);
+    };
+    if is_fleetbus_group(&gvk.group) {
+        return Err(ManifestError::FleetbusKind(describe(gvk)));
+    }
+    let name = manifest
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if name.is_empty() {
+        return Err(ManifestError::MissingName);
+    }
+    if let Some(a) = annotations(manifest) {
+        let bundle = [well_known::ANNOTATION_BUNDLE];
+        for stamp in mutate::STAMP_ANNOTATIONS.into_iter().chain(bundle) {
+            if a.contains_key(stamp) {
+                return Err(ManifestError::Stamped(stamp));
+            }
+        }
+    }
+    let Some(kind) = world.kinds.get(gvk) else {
+        return Err(match world.unresolved.get(gvk) {
+            Some(why) => ManifestError::NotServed {
+                kind: describe(gvk),
+                why: why.clone(),
+            },
+            None => ManifestError::Waiting(describe(gvk)),
+        });
+    };
+    if let Some(e) = &kind.watch_error {
+        return Err(ManifestError::CannotWatch {
+            kind: describe(gvk),
+            error: e.clone(),
+        });
+    }
+    // Unlisted, a live copy would look absent (and be created again).
+    if !kind.listed {
+        return Err(ManifestError::Waiting(describe(gvk)));
+    }
+    let mut m = manifest.clone();
+    let has_ns = m
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if kind.namespaced && !has_ns {
+        if let (Some(ns), Some(meta)) = (
+            bundle_ns,
+            m.get_mut("metadata").and_then(Value::as_object_mut),
+        ) {
+            meta.insert("namespace".to_owned(), Value::String(ns.to_owned()));
+        }
+    }
+    Ok(m)
+}
+
+/// The desired copy of one (prepared) manifest: the rule's mutations, the
+/// usual stamp (source hash = the manifest's own, so a change of another
+/// manifest is no change of this copy), and the bundle annotation.
+fn manifest_copy(
+    world: &World,
+    ctx: &Context,
+    src: &BundleSource<'_>,
+    manifest: &Value,
+    bundle_ref: &str,
+) -> Result<Value, ManifestError> {
+    let templates = TemplateContext {
+        object: manifest.clone(),
+        cluster: src.origin_record.clone(),
+        local_cluster: world.fleet.local.record.clone(),
+        values: super::values::rule_values(world, &ctx.cfg.namespace, src.rule)
+            .map_err(ManifestError::Values)?,
+    };
+    let hash = content_hash(manifest);
+    let input = CopyInput {
+        rule_name: &src.rule.name,
+        spec: &src.rule.spec,
+        entries: src.entries,
+        source: manifest,
+        origin: &src.key.origin,
+        origin_uid: &src.env.uid,
+        content_hash: &hash,
+        templates: &templates,
+        marker: &ctx.mark,
+    };
+    let mut desired = mutate::desired_copy(&input).map_err(ManifestError::Mutate)?;
+    // desired_copy made the annotations a map of strings.
+    if let Some(a) = annotations_mut(&mut desired) {
+        a.insert(
+            well_known::ANNOTATION_BUNDLE.to_owned(),
+            Value::String(bundle_ref.to_owned()),
+        );
+    }
+    Ok(desired)
+}
+
+/// Keeps what a sink pass found of the Bundles; invalid manifests are
+/// counted once per Bundle version.
+pub(in crate::sync) fn finish_bundles(sink: &mut SinkState, ctx: &Context, pass: BundlePass) {
+    for (key, b) in &pass.bundles {
+        let version = (key.clone(), b.hash.clone());
+        if b.invalid > 0 && !sink.bundles_counted.contains(&version) {
+            tracing::warn!(bundle = %describe_key(key), invalid = b.invalid, "Bundle with invalid manifests; the others are applied");
+            for _ in 0..b.invalid {
+                ctx.metrics.sync_rejected("invalid_manifest");
+            }
+            sink.bundles_counted.insert(version);
+        }
+    }
+    sink.bundles_counted
+        .retain(|(key, hash)| pass.bundles.get(key).is_some_and(|b| &b.hash == hash));
+    sink.bundles = pass.bundles;
 }
 
 /// Whether a [`BundleReport`] (JSON) says ready: no error of the Bundle, and

@@ -42,7 +42,7 @@ pub fn kinds(world: &World) -> HashSet<GroupVersionKind> {
 }
 
 /// The Bundles unwrapped here in the last pass, with their rule: what the
-/// sink reports (see [`Engine::bundle_report`]).
+/// sink reports (see [`report`]).
 pub fn unwrapped(sink: &SinkState) -> impl Iterator<Item = (&ObjectKey, &str)> {
     sink.bundles.iter().map(|(k, b)| (k, b.rule.as_str()))
 }

@@ -9,9 +9,11 @@
 use async_nats::HeaderMap;
 use fleetbus_schemas::conflict::{conflict_event_id, ConflictEvent};
 
+use super::state::SinkState;
+use crate::context::Context;
 use crate::kube::events::EventType;
-use crate::sync::engine::Engine;
 use crate::sync::model::{Candidate, Conflict};
+use crate::sync::world::World;
 
 /// Sorts candidates for one target, winner first.
 pub fn order(cands: &mut [Candidate]) {
@@ -25,87 +27,84 @@ pub fn order(cands: &mut [Candidate]) {
     });
 }
 
-impl Engine {
-    /// The id of a conflict event (the same for the same conflict).
-    fn conflict_id(&self, c: &Conflict) -> String {
-        conflict_event_id(
-            &self.world.fleet.local.name,
-            &c.rule,
-            &c.origin,
-            &c.object_ref(),
-            c.reason,
-            c.winner.as_deref(),
-        )
-    }
+/// The id of a conflict event found on cluster `local` (the same for the
+/// same conflict).
+fn conflict_id(local: &str, c: &Conflict) -> String {
+    conflict_event_id(
+        local,
+        &c.rule,
+        &c.origin,
+        &c.object_ref(),
+        c.reason,
+        c.winner.as_deref(),
+    )
+}
 
-    /// Reports the conflicts `found` at the targets a pass decided that
-    /// were not reported before (each once while it lasts; the bus
-    /// deduplicates re-reports across restarts by event id); those of the
-    /// decisions they replace (`gone`) and not found again are forgotten,
-    /// so a conflict that goes away and comes back is reported again.
-    pub(in crate::sync) async fn report_conflicts(
-        &mut self,
-        found: Vec<Conflict>,
-        gone: &[Conflict],
-    ) {
-        let found: Vec<(String, Conflict)> = found
-            .into_iter()
-            .map(|c| (self.conflict_id(&c), c))
-            .collect();
-        let still: std::collections::HashSet<&str> =
-            found.iter().map(|(id, _)| id.as_str()).collect();
-        for c in gone {
-            let id = self.conflict_id(c);
-            if !still.contains(id.as_str()) {
-                self.sink.reported_conflicts.remove(&id);
-            }
+/// Reports the conflicts `found` at the targets a pass decided that
+/// were not reported before (each once while it lasts; the bus
+/// deduplicates re-reports across restarts by event id); those of the
+/// decisions they replace (`gone`) and not found again are forgotten,
+/// so a conflict that goes away and comes back is reported again.
+pub(in crate::sync) async fn report_conflicts(
+    world: &World,
+    sink: &mut SinkState,
+    ctx: &Context,
+    found: Vec<Conflict>,
+    gone: &[Conflict],
+) {
+    let local = &world.fleet.local.name;
+    let found: Vec<(String, Conflict)> = found
+        .into_iter()
+        .map(|c| (conflict_id(local, &c), c))
+        .collect();
+    let still: std::collections::HashSet<&str> = found.iter().map(|(id, _)| id.as_str()).collect();
+    for c in gone {
+        let id = conflict_id(local, c);
+        if !still.contains(id.as_str()) {
+            sink.reported_conflicts.remove(&id);
         }
-        for (id, c) in found {
-            let object = c.object_ref();
-            if !self.sink.reported_conflicts.insert(id.clone()) {
-                continue;
-            }
-            tracing::warn!(rule = %c.rule, origin = %c.origin, object = %c.target, reason = c.reason.as_str(), "sync conflict");
-            if !c.rule.starts_with('(') {
-                let rule_ref = crate::sync::model::meta::rule_ref(&c.rule);
-                self.io
-                    .ctx
-                    .recorder
-                    .publish(&rule_ref, EventType::Warning, "SyncConflict", &c.message)
-                    .await;
-            }
-            let event = ConflictEvent {
-                id: id.clone(),
-                cluster: self.world.fleet.local.name.clone(),
-                rule: c.rule.clone(),
-                origin: c.origin.clone(),
-                object,
-                reason: c.reason,
-                winner: c.winner.clone(),
-                detected_at: chrono::Utc::now(),
-                message: c.message.clone(),
-            };
-            match event.encode() {
-                Ok(bytes) => {
-                    // Signed by this cluster in the secure mode (PROTOCOL §6.2).
-                    let bytes = crate::trust::sign_or_keep(self.io.ctx.cfg.trust.as_deref(), bytes);
-                    let subject = event.subject_key().to_subject(self.io.ctx.layout.prefix());
-                    let mut headers = HeaderMap::new();
-                    headers.insert("Nats-Msg-Id", id.as_str());
-                    // Not awaited for its ack: a lost conflict event is
-                    // re-detected on the next start; the status keeps it.
-                    if let Err(e) = self
-                        .io
-                        .ctx
-                        .js
-                        .publish_with_headers(subject, headers, bytes.into())
-                        .await
-                    {
-                        tracing::warn!(error = %e, "could not publish a conflict event");
-                    }
+    }
+    for (id, c) in found {
+        let object = c.object_ref();
+        if !sink.reported_conflicts.insert(id.clone()) {
+            continue;
+        }
+        tracing::warn!(rule = %c.rule, origin = %c.origin, object = %c.target, reason = c.reason.as_str(), "sync conflict");
+        if !c.rule.starts_with('(') {
+            let rule_ref = crate::sync::model::meta::rule_ref(&c.rule);
+            ctx.recorder
+                .publish(&rule_ref, EventType::Warning, "SyncConflict", &c.message)
+                .await;
+        }
+        let event = ConflictEvent {
+            id: id.clone(),
+            cluster: local.clone(),
+            rule: c.rule.clone(),
+            origin: c.origin.clone(),
+            object,
+            reason: c.reason,
+            winner: c.winner.clone(),
+            detected_at: chrono::Utc::now(),
+            message: c.message.clone(),
+        };
+        match event.encode() {
+            Ok(bytes) => {
+                // Signed by this cluster in the secure mode (PROTOCOL §6.2).
+                let bytes = crate::trust::sign_or_keep(ctx.cfg.trust.as_deref(), bytes);
+                let subject = event.subject_key().to_subject(ctx.layout.prefix());
+                let mut headers = HeaderMap::new();
+                headers.insert("Nats-Msg-Id", id.as_str());
+                // Not awaited for its ack: a lost conflict event is
+                // re-detected on the next start; the status keeps it.
+                if let Err(e) = ctx
+                    .js
+                    .publish_with_headers(subject, headers, bytes.into())
+                    .await
+                {
+                    tracing::warn!(error = %e, "could not publish a conflict event");
                 }
-                Err(e) => tracing::warn!(error = %e, "could not encode a conflict event"),
             }
+            Err(e) => tracing::warn!(error = %e, "could not encode a conflict event"),
         }
     }
 }

@@ -9,80 +9,76 @@ use std::collections::BTreeMap;
 use tokio::time::Instant;
 
 use super::apply::WriteError;
+use super::state::SinkState;
+use crate::context::Context;
 use crate::kube::events::EventType;
-use crate::sync::engine::Engine;
 use crate::sync::model::backoff::{Backoff, Input};
 use crate::sync::model::Target;
 
 /// The reason of the Event announcing a failing copy.
 pub const REASON: &str = "SyncFailed";
 
-impl Engine {
-    /// The error to report while the copy at `target` waits for its next
-    /// try (its backoff holds for `input` at `now`); None: try now.
-    pub(in crate::sync) fn waiting(
-        &self,
-        target: &Target,
-        input: &Input,
-        now: Instant,
-    ) -> Option<String> {
-        self.sink
-            .retries
-            .get(target)
-            .filter(|b| b.holds(input, now))
-            .map(|b| b.error.clone())
-    }
+/// The error to report while the copy at `target` waits for its next
+/// try (its backoff holds for `input` at `now`); None: try now.
+pub(in crate::sync) fn waiting(
+    sink: &SinkState,
+    target: &Target,
+    input: &Input,
+    now: Instant,
+) -> Option<String> {
+    sink.retries
+        .get(target)
+        .filter(|b| b.holds(input, now))
+        .map(|b| b.error.clone())
+}
 
-    /// Records a failed `op` (`write` or `collect`) on the copy at `target`,
-    /// made by `rule` from `input`: the next try waits a backoff step, the
-    /// failure is logged and counted, and queued as an Event if it is news.
-    /// Returns the message for the rule status.
-    pub(in crate::sync) fn copy_failed(
-        &mut self,
-        target: &Target,
-        rule: &str,
-        input: Input,
-        op: &'static str,
-        e: &WriteError,
-    ) -> String {
-        let message = crate::report(e);
-        let now = Instant::now();
-        let prev = self.sink.retries.get(target);
-        let news = Backoff::is_news(prev, &message);
-        let next = Backoff::failed(prev, input, now, rand::random::<f64>(), message.clone());
-        tracing::warn!(
-            copy = %target,
-            rule,
-            op,
-            error = %message,
-            transient = e.is_transient(),
-            attempts = next.attempts,
-            retry_in = ?next.at.saturating_duration_since(now),
-            "copy not written; backing off"
-        );
-        self.io.ctx.metrics.sync_write_failed(op);
-        self.sink.retries.insert(target.clone(), next);
-        // Built-in rules (named in parentheses) have no object to hold Events.
-        if news && !rule.is_empty() && !rule.starts_with('(') {
-            self.sink
-                .failure_events
-                .push((rule.to_owned(), format!("{target}: {message}")));
-        }
-        message
+/// Records a failed `op` (`write` or `collect`) on the copy at `target`,
+/// made by `rule` from `input`: the next try waits a backoff step, the
+/// failure is logged and counted, and queued as an Event if it is news.
+/// Returns the message for the rule status.
+pub(in crate::sync) fn copy_failed(
+    sink: &mut SinkState,
+    ctx: &Context,
+    target: &Target,
+    rule: &str,
+    input: Input,
+    op: &'static str,
+    e: &WriteError,
+) -> String {
+    let message = crate::report(e);
+    let now = Instant::now();
+    let prev = sink.retries.get(target);
+    let news = Backoff::is_news(prev, &message);
+    let next = Backoff::failed(prev, input, now, rand::random::<f64>(), message.clone());
+    tracing::warn!(
+        copy = %target,
+        rule,
+        op,
+        error = %message,
+        transient = e.is_transient(),
+        attempts = next.attempts,
+        retry_in = ?next.at.saturating_duration_since(now),
+        "copy not written; backing off"
+    );
+    ctx.metrics.sync_write_failed(op);
+    sink.retries.insert(target.clone(), next);
+    // Built-in rules (named in parentheses) have no object to hold Events.
+    if news && !rule.is_empty() && !rule.starts_with('(') {
+        sink.failure_events
+            .push((rule.to_owned(), format!("{target}: {message}")));
     }
+    message
+}
 
-    /// Publishes this pass's new failures as Events: one per rule, naming
-    /// the first few copies (an API server away can fail every copy at
-    /// once; that is one Event per rule, not one per copy).
-    pub(in crate::sync) async fn announce_failures(&mut self) {
-        for (rule, message) in by_rule(std::mem::take(&mut self.sink.failure_events)) {
-            let rule_ref = crate::sync::model::meta::rule_ref(&rule);
-            self.io
-                .ctx
-                .recorder
-                .publish(&rule_ref, EventType::Warning, REASON, &message)
-                .await;
-        }
+/// Publishes this pass's new failures as Events: one per rule, naming
+/// the first few copies (an API server away can fail every copy at
+/// once; that is one Event per rule, not one per copy).
+pub(in crate::sync) async fn announce_failures(sink: &mut SinkState, ctx: &Context) {
+    for (rule, message) in by_rule(std::mem::take(&mut sink.failure_events)) {
+        let rule_ref = crate::sync::model::meta::rule_ref(&rule);
+        ctx.recorder
+            .publish(&rule_ref, EventType::Warning, REASON, &message)
+            .await;
     }
 }
 

@@ -19,10 +19,17 @@ use serde_json::Value;
 
 use super::apply::{self, WriteError};
 use super::compare;
+use super::drifted::Drifted;
+use super::state::SinkState;
+use super::wave::{failed, verified, Wave};
+use crate::context::Context;
+use crate::sync::drift::announce;
 use crate::sync::drift::policy::{keep_excluded, Policy};
-use crate::sync::engine::Engine;
+use crate::sync::drift::state::DriftState;
 use crate::sync::model::meta::{annotation, annotations_mut};
 use crate::sync::model::{Baseline, Candidate, Outcome, Packed, Target};
+use crate::sync::rollout::state::RolloutBook;
+use crate::sync::world::World;
 
 /// What a first look decided.
 #[derive(Debug)]
@@ -87,7 +94,40 @@ pub(in crate::sync) fn dry_run_body(
     Ok(body)
 }
 
-impl Engine {
+/// What first looks read and change: the World, the sink's state (a dry
+/// run makes a baseline), the drift stage's (what a look finds drifted
+/// goes down the serial path's drift handling), the rollouts' holds and
+/// the context.
+pub(in crate::sync) struct Look<'a> {
+    pub world: &'a World,
+    pub sink: &'a mut SinkState,
+    pub drift: &'a mut DriftState,
+    pub rollout: &'a RolloutBook,
+    pub ctx: &'a Context,
+}
+
+impl Look<'_> {
+    /// The same borrows, for a wave's folding of a write.
+    fn wave(&mut self) -> Wave<'_> {
+        Wave {
+            world: self.world,
+            sink: self.sink,
+            drift: self.drift,
+            ctx: self.ctx,
+        }
+    }
+
+    /// The same borrows, for drift found by a look.
+    fn drifted(&mut self) -> Drifted<'_> {
+        Drifted {
+            world: self.world,
+            sink: self.sink,
+            drift: self.drift,
+            rollout: self.rollout,
+            ctx: self.ctx,
+        }
+    }
+
     /// The API of `target`'s kind and its live copy as the watch last saw
     /// it; the outcome instead when the kind is not watched or the copy is
     /// not there (decided from the live copy, which does not change within
@@ -103,7 +143,7 @@ impl Engine {
         let Some(live) = kind.objects.get(&target.local_key()) else {
             return Err(Outcome::InSync);
         };
-        let api = apply::api(&self.io.ctx.client, &kind.ar, target.namespace.as_deref());
+        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
         Ok((api, live.clone()))
     }
 
@@ -126,16 +166,11 @@ impl Engine {
         match self.looked(target, c, &policy, &api, &live, result).await {
             Looked::Done(outcome) => outcome,
             Looked::Replace(exclude) => {
-                let written = apply::replace(
-                    &self.io.ctx,
-                    &api,
-                    &c.desired,
-                    &live,
-                    c.with_status,
-                    &exclude,
-                )
-                .await;
-                self.written(target, c, true, written.map(Baseline::pack_server))
+                let written =
+                    apply::replace(self.ctx, &api, &c.desired, &live, c.with_status, &exclude)
+                        .await;
+                self.wave()
+                    .written(target, c, true, written.map(Baseline::pack_server))
                     .await
             }
         }
@@ -155,7 +190,8 @@ impl Engine {
                     let body = match dry_run_body(c, &live, &policy) {
                         Ok(body) => body,
                         Err(e) => {
-                            let outcome = self.failed(target, c, resource_version(&live), e);
+                            let outcome =
+                                failed(self.sink, self.ctx, target, c, resource_version(&live), e);
                             out.push((target, c, Looked::Done(outcome)));
                             continue;
                         }
@@ -204,7 +240,16 @@ impl Engine {
                 crate::sync::model::meta::compact_managed_fields(&mut server);
                 server
             }
-            Err(e) => return Looked::Done(self.failed(target, c, resource_version(live), e)),
+            Err(e) => {
+                return Looked::Done(failed(
+                    self.sink,
+                    self.ctx,
+                    target,
+                    c,
+                    resource_version(live),
+                    e,
+                ))
+            }
         };
         self.sink.baselines.insert(
             target.clone(),
@@ -215,22 +260,28 @@ impl Engine {
             },
         );
         if policy.same(&server, live, c.with_status) {
-            self.verified(target, resource_version(live).as_deref(), c.with_status);
+            verified(
+                self.sink,
+                target,
+                resource_version(live).as_deref(),
+                c.with_status,
+            );
             self.sink.retries.remove(target);
-            self.drift_resolved(target).await;
+            announce::drift_resolved(self.drift, self.ctx, target).await;
             return Looked::Done(Outcome::InSync);
         }
         let desired = match c.desired.value() {
             Ok(d) => d,
             Err(e) => {
                 let rv = resource_version(live);
-                return Looked::Done(self.failed(target, c, rv, e.into()));
+                return Looked::Done(failed(self.sink, self.ctx, target, c, rv, e.into()));
             }
         };
         let same_source = annotation(live, well_known::ANNOTATION_SOURCE_HASH)
             == annotation(&desired, well_known::ANNOTATION_SOURCE_HASH);
         if same_source {
             let outcome = self
+                .drifted()
                 .modified(target, c, api, live.clone(), server, policy.clone())
                 .await;
             return Looked::Done(outcome);

@@ -4,13 +4,13 @@
 //! [`bundle`], mapped by [`mutate`]), one winner per target ([`conflicts`]),
 //! what to do with each decided without writing ([`wave`], pure: equal, a
 //! plain create or replace run together, or the serial path, told why), the
-//! serial path ([`serial`]), first looks at copies without a baseline (dry
-//! runs run together, [`look`]), writes ([`apply`], skipped when [`compare`]
+//! serial path ([`serial`]) and the drift it finds ([`drifted`]), first looks
+//! at copies without a baseline (dry runs run together, [`look`]), writes ([`apply`], skipped when [`compare`]
 //! finds the copy equal), copies held for their rule's `dependsOn` ([`depends`]),
 //! copies nothing wants collected ([`collect`]) unless
 //! deleting them would take unmanaged objects along ([`keep`]), and failures
 //! announced ([`failures`]). What it keeps between passes that the engine
-//! owns is in leaves ([`bundle_state`], [`keep`]'s `KeptCopy`, [`plan`]'s `SinkState`).
+//! owns is in leaves ([`state`]'s `SinkState`, [`bundle_state`], [`keep`]'s `KeptCopy`).
 
 pub(super) mod apply;
 pub(super) mod bundle;
@@ -20,6 +20,7 @@ pub(super) mod collect;
 pub(super) mod compare;
 pub(super) mod conflicts;
 pub(super) mod depends;
+mod drifted;
 mod failures;
 pub(super) mod hold;
 pub(super) mod keep;

@@ -16,25 +16,35 @@ use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::well_known;
 use kube::core::GroupVersionKind;
 use serde_json::Value;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::apply::WriteError;
 use super::bundle::{self, BundlePass, BundleSource};
+use super::collect;
 use super::conflicts;
-use super::look::Looked;
+use super::failures;
+use super::hold::rule_holds;
+use super::look::{Look, Looked};
 use super::mutate::{self, CopyInput};
 use super::plan::{Computed, Gate, Plan, Settled, FULL_EVERY};
-use super::wave::{Step, Why, Write};
+use super::serial::Serial;
+use super::state::SinkState;
+use super::values::{rule_values, values_digest};
+use super::wave::{classify, Step, Wave, Why, Write};
+use crate::context::Context;
 use crate::registry::PeerView;
 use crate::sync::digest::Digest;
-use crate::sync::engine::Engine;
-use crate::sync::model::backoff::Input;
+use crate::sync::drift::announce;
+use crate::sync::drift::state::DriftState;
 use crate::sync::model::meta::{annotation, is_original};
-use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, RuleReport, Target};
-use crate::sync::rollout::sink::Taken;
+use crate::sync::model::{Candidate, Conflict, Outcome, Packed, RuleReport, Target};
+use crate::sync::rollout::sink::{fetch_versions, rollout_env, Taken};
+use crate::sync::rollout::state::RolloutBook;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::rules::template::TemplateContext;
+use crate::sync::source::state::SourceState;
+use crate::sync::world::World;
 
 /// The update policy of `source`'s copies: create-only when the rule says so
 /// or the source carries `fleetbus.io/update-policy: create-only`, else the
@@ -48,11 +58,19 @@ fn update_policy(rule: UpdatePolicy, source: &Value) -> (UpdatePolicy, bool) {
     }
 }
 
-impl Engine {
+/// What computing the desired copies reads: the World, and the context
+/// (the copy mark, the agent's namespace for `valuesFrom`). Changes nothing.
+#[derive(Clone, Copy)]
+pub(in crate::sync) struct Compute<'a> {
+    pub world: &'a World,
+    pub ctx: &'a Context,
+}
+
+impl Compute<'_> {
     /// Every copy an unwrap rule wants here (the manifests of its Bundles),
     /// and the errors of those it cannot make.
     pub(in crate::sync) fn unwrapped(
-        &self,
+        self,
         rule: &CompiledRule,
         report: &mut RuleReport,
         bundles: &mut BundlePass,
@@ -78,8 +96,8 @@ impl Engine {
                 entries: &entries,
                 origin_record: &peer.record,
             };
-            for (target, c) in self.unwrap(&src, report, bundles) {
-                match self.import_refused(rule, &target) {
+            for (target, c) in bundle::unwrap(self.world, self.ctx, &src, report, bundles) {
+                match import_refused(self.world, rule, &target) {
                     Some(why) => {
                         bundles.record(key, &target, Err(why.to_string()));
                         report.refused.insert(target.to_string(), why);
@@ -94,7 +112,7 @@ impl Engine {
     /// Sets what `rule` makes of the envelope `env` at `key` in `plan`
     /// (computed only if that envelope version was not computed before).
     fn plan_pair(
-        &self,
+        self,
         plan: &mut Plan,
         rule: &CompiledRule,
         sources: &BTreeMap<&str, &PeerView>,
@@ -113,10 +131,11 @@ impl Engine {
         };
         plan.set(&pair, Some(env), compute, changed);
     }
+
     /// What `rule` makes of one source object: the copy and its place, or
     /// why there is none (memoized by `plan`).
     pub(in crate::sync) fn compute_candidate(
-        &self,
+        self,
         rule: &CompiledRule,
         key: &ObjectKey,
         env: &Envelope,
@@ -124,7 +143,7 @@ impl Engine {
         origin_record: &Value,
         entries: &[&SyncRule],
     ) -> Computed {
-        let values = match self.rule_values(rule) {
+        let values = match rule_values(self.world, &self.ctx.cfg.namespace, rule) {
             Ok(v) => v,
             Err(e) => {
                 return Computed {
@@ -148,14 +167,14 @@ impl Engine {
             origin_uid: &env.uid,
             content_hash: &env.content_hash,
             templates: &templates,
-            marker: &self.io.ctx.mark,
+            marker: &self.ctx.mark,
         };
         let (update, unknown_policy) = update_policy(rule.spec.update_policy, obj);
         let copy = mutate::desired_copy(&input).map(|d| (Target::of(&d), d));
         // What the copy is (its kind and namespace after mutations), not
         // what the source was, is what this cluster's policy judges.
         if let Ok((Some(target), _)) = &copy {
-            if let Some(why) = self.import_refused(rule, target) {
+            if let Some(why) = import_refused(self.world, rule, target) {
                 return Computed {
                     result: None,
                     unknown_policy,
@@ -192,36 +211,11 @@ impl Engine {
         }
     }
 
-    /// Why this cluster's SyncPolicy refuses a copy of `rule` at `target`,
-    /// if it does. The built-in rule that replicates rules is not asked:
-    /// rules always travel, the policy judges what they bring.
-    pub(in crate::sync) fn import_refused(
-        &self,
-        rule: &CompiledRule,
-        target: &Target,
-    ) -> Option<crate::sync::policy::Refusal> {
-        if rule.builtin {
-            return None;
-        }
-        let (group, _) = fleetbus_schemas::subject::split_api_version(&target.api_version);
-        let what = crate::sync::policy::Subject {
-            group,
-            kind: &target.kind,
-            namespace: target.namespace.as_deref(),
-        };
-        let local = &self.world.fleet.local.name;
-        let author = rule.author(local);
-        self.world
-            .policy
-            .import_claimed(local, author, rule.author_verified, &what)
-            .err()
-    }
-
     /// Each rule's report as far as the rules say (selected, sources, the
     /// errors of the Bundles it unwraps), the rules that make copies here
     /// now, and the copies the Bundles of unwrap rules want (computed in full
     /// every pass: Bundles are few, and one wants many targets).
-    fn rule_reports(&self, bundles: &mut BundlePass) -> RulesNow {
+    fn rule_reports(self, bundles: &mut BundlePass) -> RulesNow {
         let mut now = RulesNow::default();
         for rule in self.world.rules.values() {
             let mut report = RuleReport {
@@ -251,24 +245,137 @@ impl Engine {
         }
         now
     }
+}
 
-    /// What a full plan depends on besides the pairs: which rules make
-    /// copies, and the kinds as the decisions see them (a change of either
-    /// can change every target's decision).
-    fn gate(&self, active: &[CompiledRule]) -> Gate {
-        let mut kinds: Vec<(String, bool, bool, bool)> = self
-            .world
-            .kinds
-            .iter()
-            .map(|(g, k)| {
-                let name = crate::sync::model::meta::describe_gvk(g);
-                (name, k.listed, k.ready(), k.namespaced)
-            })
-            .collect();
-        kinds.sort();
-        let rules = active.iter().map(|r| r.name.clone()).collect();
-        let held = self.sink.holds.keys().cloned().collect();
-        Gate { rules, kinds, held }
+/// Why this cluster's SyncPolicy refuses a copy of `rule` at `target`,
+/// if it does. The built-in rule that replicates rules is not asked:
+/// rules always travel, the policy judges what they bring.
+pub(in crate::sync) fn import_refused(
+    world: &World,
+    rule: &CompiledRule,
+    target: &Target,
+) -> Option<crate::sync::policy::Refusal> {
+    if rule.builtin {
+        return None;
+    }
+    let (group, _) = fleetbus_schemas::subject::split_api_version(&target.api_version);
+    let what = crate::sync::policy::Subject {
+        group,
+        kind: &target.kind,
+        namespace: target.namespace.as_deref(),
+    };
+    let local = &world.fleet.local.name;
+    let author = rule.author(local);
+    world
+        .policy
+        .import_claimed(local, author, rule.author_verified, &what)
+        .err()
+}
+
+/// What a full plan depends on besides the pairs: which rules make
+/// copies, the kinds as the decisions see them, and the rules held (a
+/// change of any can change every target's decision).
+fn gate(world: &World, holds: &BTreeMap<String, String>, active: &[CompiledRule]) -> Gate {
+    let mut kinds: Vec<(String, bool, bool, bool)> = world
+        .kinds
+        .iter()
+        .map(|(g, k)| {
+            let name = crate::sync::model::meta::describe_gvk(g);
+            (name, k.listed, k.ready(), k.namespaced)
+        })
+        .collect();
+    kinds.sort();
+    let rules = active.iter().map(|r| r.name.clone()).collect();
+    let held = holds.keys().cloned().collect();
+    Gate { rules, kinds, held }
+}
+
+/// What a sink pass leaves for the engine: when to run again for the
+/// drift announcements that failed (see `drift::state`), and each rule's
+/// report (what `status` writes).
+pub(in crate::sync) struct Passed {
+    pub wake: Option<Instant>,
+    pub reports: BTreeMap<String, RuleReport>,
+}
+
+/// Computes the desired copies that changed, writes what differs,
+/// collects what nothing wants, and records what each rule did (see
+/// `plan`). The rollout book's holds are the sink's (set here), its
+/// version reads are started here (their results come back on `tx`); the
+/// source stage's errors, withheld and refused objects are read into the
+/// rules' reports.
+pub(in crate::sync) async fn sink_pass(
+    world: &World,
+    sink: &mut SinkState,
+    drift: &mut DriftState,
+    rollout: &mut RolloutBook,
+    source: &SourceState,
+    ctx: &Arc<Context>,
+    tx: &mpsc::Sender<crate::sync::model::Input>,
+) -> Passed {
+    Pass {
+        world,
+        sink,
+        drift,
+        rollout,
+        source,
+        ctx,
+        tx,
+    }
+    .run()
+    .await
+}
+
+/// One sink pass's borrows (see [`sink_pass`]).
+struct Pass<'a> {
+    world: &'a World,
+    sink: &'a mut SinkState,
+    drift: &'a mut DriftState,
+    rollout: &'a mut RolloutBook,
+    source: &'a SourceState,
+    ctx: &'a Arc<Context>,
+    tx: &'a mpsc::Sender<crate::sync::model::Input>,
+}
+
+impl<'a> Pass<'a> {
+    /// The read-only half of the pass's borrows.
+    fn compute(&self) -> Compute<'a> {
+        Compute {
+            world: self.world,
+            ctx: self.ctx,
+        }
+    }
+
+    /// The borrows of the serial path.
+    fn serial(&mut self) -> Serial<'_> {
+        Serial {
+            world: self.world,
+            sink: self.sink,
+            drift: self.drift,
+            rollout: self.rollout,
+            ctx: self.ctx,
+        }
+    }
+
+    /// The borrows of first looks.
+    fn look(&mut self) -> Look<'_> {
+        Look {
+            world: self.world,
+            sink: self.sink,
+            drift: self.drift,
+            rollout: self.rollout,
+            ctx: self.ctx,
+        }
+    }
+
+    /// The borrows of a wave's writes.
+    fn wave(&mut self) -> Wave<'_> {
+        Wave {
+            world: self.world,
+            sink: self.sink,
+            drift: self.drift,
+            ctx: self.ctx,
+        }
     }
 
     /// Brings the plan up to date: only the pairs of the envelopes that
@@ -276,15 +383,16 @@ impl Engine {
     /// (then every pair, reusing what was computed from the same envelope).
     /// Returns the targets to decide this pass, and whether it is a full one.
     fn replan(&mut self, rules: &RulesNow, now: Instant) -> (BTreeSet<Target>, bool) {
-        let mut state = std::mem::take(&mut self.sink);
-        let gate = self.gate(&rules.active);
-        let values = self.values_digest();
-        let same_inputs = state.rules_generation == self.world.rules_generation
+        let (world, compute) = (self.world, self.compute());
+        let gate = gate(world, &self.sink.holds, &rules.active);
+        let values = values_digest(world, &self.ctx.cfg.namespace);
+        let state = &mut *self.sink;
+        let same_inputs = state.rules_generation == world.rules_generation
             && state.values == values
             && state
                 .fleet
                 .as_ref()
-                .is_some_and(|f| Arc::ptr_eq(f, &self.world.fleet) || **f == *self.world.fleet);
+                .is_some_and(|f| Arc::ptr_eq(f, &world.fleet) || **f == *world.fleet);
         let dirty = std::mem::take(&mut state.dirty);
         let full = dirty.full
             || !same_inputs
@@ -296,18 +404,19 @@ impl Engine {
         let planned = rules.active.iter().filter(|r| !r.spec.unwrap);
         let mut changed = BTreeSet::new();
         let mut rollouts = RolloutTaken::default();
+        let local = &world.fleet.local.name;
         if full {
             let mut seen = BTreeSet::new();
             for rule in planned {
-                let Some(kind) = self.world.kinds.get(&rule.source) else {
+                let Some(kind) = world.kinds.get(&rule.source) else {
                     continue;
                 };
-                let sources = self.world.sources(rule);
+                let sources = world.sources(rule);
                 // Each object parsed again (see `Snapshots`): ~10 µs a copy,
                 // on top of the ~20 µs a full plan cost before.
                 for (key, env) in kind.snapshots.iter() {
-                    let taken = self.rollout_env(rule, key, Some(env));
-                    self.plan_pair(
+                    let taken = rollout_env(self.rollout, local, rule, key, Some(env));
+                    compute.plan_pair(
                         &mut state.plan,
                         rule,
                         &sources,
@@ -321,16 +430,16 @@ impl Engine {
             }
             state.plan.retain(&seen, &mut changed);
             state.full_at = Some(now);
-            self.io.ctx.metrics.sync_full_plans.inc();
+            self.ctx.metrics.sync_full_plans.inc();
             changed = state.plan.every_target();
         } else {
             for rule in planned {
-                let kind = self.world.kinds.get(&rule.source);
-                let sources = self.world.sources(rule);
+                let kind = world.kinds.get(&rule.source);
+                let sources = world.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
-                    let taken = self.rollout_env(rule, key, env);
-                    self.plan_pair(
+                    let taken = rollout_env(self.rollout, local, rule, key, env);
+                    compute.plan_pair(
                         &mut state.plan,
                         rule,
                         &sources,
@@ -346,7 +455,7 @@ impl Engine {
         // Decided every pass: copies failing (their backoff may be over),
         // drifting, forced by an operator, and those of Bundles (this pass's
         // and the last's).
-        changed.extend(self.sink.retries.keys().cloned());
+        changed.extend(state.retries.keys().cloned());
         changed.extend(self.drift.open.keys().cloned());
         changed.extend(self.drift.forced.iter().cloned());
         changed.extend(state.unwrapped.iter().cloned());
@@ -362,23 +471,19 @@ impl Engine {
             }
         }
         state.gate = gate;
-        state.fleet = Some(self.world.fleet.clone());
-        state.rules_generation = self.world.rules_generation;
+        state.fleet = Some(world.fleet.clone());
+        state.rules_generation = world.rules_generation;
         state.values = values;
-        self.sink = state;
-        self.fetch_versions(rollouts.fetch);
+        fetch_versions(self.rollout, self.ctx, self.tx, rollouts.fetch);
         (changed, full)
     }
 
-    /// Computes the desired copies that changed, writes what differs,
-    /// collects what nothing wants, and records what each rule did (see
-    /// `plan`). Returns when to run again for the drift announcements that
-    /// failed (see `drift::state`).
-    pub(in crate::sync) async fn sink_pass(&mut self) -> Option<Instant> {
+    /// The sink pass (see [`sink_pass`]).
+    async fn run(mut self) -> Passed {
         let mut bundles = BundlePass::default();
-        let mut rules = self.rule_reports(&mut bundles);
+        let mut rules = self.compute().rule_reports(&mut bundles);
         // Before replanning: a hold that starts or ends changes the gate.
-        self.sink.holds = self.rule_holds(&rules.active);
+        self.sink.holds = rule_holds(self.world, self.sink, &rules.active);
         for (name, why) in &self.sink.holds {
             if let Some(r) = rules.reports.get_mut(name) {
                 r.hold = Some(why.clone());
@@ -448,10 +553,14 @@ impl Engine {
         self.sink.in_flight.end();
         let Tally { wrote, settled, .. } = tally;
         let found = self.settle_all(&winners, settled, &mut gone);
-        self.finish_sink_pass(rules.reports, wrote, full, (found, gone))
+        let reports = self
+            .finish_sink_pass(rules.reports, wrote, full, (found, gone))
             .await;
-        self.finish_bundles(bundles);
-        self.drift.take_wake()
+        bundle::finish_bundles(self.sink, self.ctx, bundles);
+        Passed {
+            wake: self.drift.take_wake(),
+            reports,
+        }
     }
 
     /// Records the decisions of a pass in the plan (`settled[i]` that at
@@ -482,45 +591,52 @@ impl Engine {
 
     /// After the writes of a sink pass: drifts and watch times of copies
     /// nothing wants are forgotten, what may have become collectable is
-    /// collected, and the rules' reports are completed from the plan.
+    /// collected, and the rules' reports are completed from the plan;
+    /// returns them.
     async fn finish_sink_pass(
         &mut self,
         mut reports: BTreeMap<String, RuleReport>,
         wrote: BTreeSet<String>,
         full: bool,
         (found, gone): (Vec<Conflict>, Vec<Conflict>),
-    ) {
-        let mut sink = std::mem::take(&mut self.sink);
-        let scope = std::mem::take(&mut sink.collect);
-        let wants = |t: &Target| sink.wants(t);
+    ) -> BTreeMap<String, RuleReport> {
+        let (world, ctx) = (self.world, &**self.ctx);
+        for (name, report) in &mut reports {
+            self.sink.fill(name, report);
+            report.wrote = wrote.contains(name);
+        }
+        let scope = std::mem::take(&mut self.sink.collect);
+        // A copy is wanted by a pair of the plan or by a Bundle. Both are
+        // read while collecting changes the rest of the sink's state
+        // (backoffs, baselines, kept copies): taken out meanwhile.
+        let plan = std::mem::take(&mut self.sink.plan);
+        let unwrapped = std::mem::take(&mut self.sink.unwrapped);
+        let wants = |t: &Target| plan.wants(t) || unwrapped.contains(t);
         if full {
             self.drift.seen.retain(|t, _| wants(t));
         }
-        self.drift_forget_except(&wants).await;
-        self.drift_flush().await;
-        for (name, report) in &mut reports {
-            sink.fill(name, report);
-            report.wrote = wrote.contains(name);
-        }
+        announce::drift_forget_except(self.drift, ctx, &wants).await;
+        announce::drift_flush(self.drift, ctx).await;
         // Every copy when something that concerns them all changed, else
         // only the copies named (see `collect`).
         let again = if self.sink.collect_due {
             self.sink.collect_due = false;
-            self.collect(&wants, None, &mut reports).await
+            collect::collect(world, self.sink, ctx, &wants, None, &mut reports).await
         } else if !scope.is_empty() {
-            self.collect(&wants, Some(&scope), &mut reports).await
+            collect::collect(world, self.sink, ctx, &wants, Some(&scope), &mut reports).await
         } else {
             BTreeSet::new()
         };
-        sink.collect = again;
-        self.sink = sink;
-        self.announce_failures().await;
+        self.sink.collect = again;
+        self.sink.plan = plan;
+        self.sink.unwrapped = unwrapped;
+        failures::announce_failures(self.sink, ctx).await;
         for (rule, errors) in &self.source.errors {
             if let Some(r) = reports.get_mut(rule) {
                 r.errors.extend(errors.clone());
             }
         }
-        self.note_kept(&mut reports);
+        collect::note_kept(world, self.sink, &mut reports);
         for (rule, withheld) in &self.source.withheld {
             if let Some(r) = reports.get_mut(rule) {
                 r.withheld.clone_from(withheld);
@@ -532,9 +648,9 @@ impl Engine {
                     .extend(refused.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
         }
-        self.report_conflicts(found, &gone).await;
-        self.note_unknown_update_policies(&reports);
-        self.status.reports = reports;
+        conflicts::report_conflicts(world, self.sink, ctx, found, &gone).await;
+        note_unknown_update_policies(ctx, &reports);
+        reports
     }
 
     /// Makes the copies of one install rank equal to their winners: decided
@@ -546,7 +662,9 @@ impl Engine {
         let mut writes = Vec::new();
         let mut looks = Vec::new();
         for (target, winner) in wave {
-            let outcome = match self.classify(target, winner, now) {
+            let (world, sink, rollout) = (self.world, &*self.sink, &*self.rollout);
+            let outcome = match classify(world, sink, rollout, &self.ctx.mark, target, winner, now)
+            {
                 Step::Write(w) => {
                     writes.push((target, winner, w));
                     continue;
@@ -555,11 +673,11 @@ impl Engine {
                     looks.push((target, winner, policy));
                     continue;
                 }
-                step => self.settle(target, winner, step).await,
+                step => self.serial().settle(target, winner, step).await,
             };
             self.settled(target, winner, outcome, tally);
         }
-        for (target, winner, looked) in self.first_looks(looks).await {
+        for (target, winner, looked) in self.look().first_looks(looks).await {
             match looked {
                 Looked::Done(outcome) => self.settled(target, winner, outcome, tally),
                 Looked::Replace(exclude) => writes.push((
@@ -573,7 +691,7 @@ impl Engine {
             }
         }
         let places: Vec<(&Target, &Candidate)> = writes.iter().map(|(t, c, _)| (*t, *c)).collect();
-        for (i, outcome) in self.run_writes(writes).await {
+        for (i, outcome) in self.wave().run_writes(writes).await {
             if let Some((target, winner)) = places.get(i) {
                 tally.add(target, winner, outcome);
             }
@@ -593,85 +711,32 @@ impl Engine {
         }
         tally.add(target, winner, outcome);
     }
+}
 
-    /// Sets the gauge of ignored `fleetbus.io/update-policy` values; warns when
-    /// their number changes (not every pass).
-    fn note_unknown_update_policies(&self, reports: &BTreeMap<String, RuleReport>) {
-        // Per source object, however many rules select it.
-        let n = reports
-            .values()
-            .flat_map(|r| r.unknown_update_policy.iter())
-            .collect::<BTreeSet<_>>()
-            .len();
-        let n = i64::try_from(n).unwrap_or(i64::MAX);
-        let gauge = &self.io.ctx.metrics.sync_unknown_update_policy;
-        if gauge.get() != n {
-            gauge.set(n);
-            if n > 0 {
-                tracing::warn!(
-                    count = n,
-                    annotation = well_known::ANNOTATION_UPDATE_POLICY,
-                    "source objects carry an unknown update policy (ignored; only create-only is known)"
-                );
-            }
+/// Sets the gauge of ignored `fleetbus.io/update-policy` values; warns when
+/// their number changes (not every pass).
+fn note_unknown_update_policies(ctx: &Context, reports: &BTreeMap<String, RuleReport>) {
+    // Per source object, however many rules select it.
+    let n = reports
+        .values()
+        .flat_map(|r| r.unknown_update_policy.iter())
+        .collect::<BTreeSet<_>>()
+        .len();
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    let gauge = &ctx.metrics.sync_unknown_update_policy;
+    if gauge.get() != n {
+        gauge.set(n);
+        if n > 0 {
+            tracing::warn!(
+                count = n,
+                annotation = well_known::ANNOTATION_UPDATE_POLICY,
+                "source objects carry an unknown update policy (ignored; only create-only is known)"
+            );
         }
-    }
-
-    /// Records a write of the copy at `target`: its baseline is what the
-    /// server made of it, its failures end, its rule synced now.
-    pub(in crate::sync) fn wrote(
-        &mut self,
-        target: &Target,
-        c: &Candidate,
-        server: Packed,
-    ) -> Outcome {
-        tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
-        // A new version reached this cluster (not a correction or a rewrite of
-        // the version it had): that is the lag an operator watches.
-        if self
-            .sink
-            .baselines
-            .get(target)
-            .is_none_or(|b| b.desired != c.digest)
-        {
-            let lag = (chrono::Utc::now() - c.published)
-                .to_std()
-                .unwrap_or_default();
-            self.io.ctx.metrics.sync_lag(&c.rule, lag);
-        }
-        self.sink.baselines.insert(
-            target.clone(),
-            Baseline {
-                desired: c.digest,
-                server,
-                verified: None,
-            },
-        );
-        self.sink.retries.remove(target);
-        self.sink
-            .last_sync
-            .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
-        Outcome::Wrote
-    }
-
-    /// A write of the copy at `target` failed: it backs off (see
-    /// `failures`), and the pass reports the error.
-    pub(in crate::sync) fn failed(
-        &mut self,
-        target: &Target,
-        c: &Candidate,
-        live_rv: Option<String>,
-        e: WriteError,
-    ) -> Outcome {
-        let input = Input {
-            desired: Some(c.digest),
-            live_rv,
-        };
-        Outcome::Failed(self.copy_failed(target, &c.rule, input, "write", &e))
     }
 }
 
-/// The rules as a sink pass finds them (see `Engine::rule_reports`).
+/// The rules as a sink pass finds them (see `Compute::rule_reports`).
 #[derive(Default)]
 struct RulesNow {
     /// Each rule's report, as far as the rules say.

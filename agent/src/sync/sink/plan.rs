@@ -41,7 +41,7 @@ pub struct Dirty {
     pub full: bool,
 }
 
-/// What a plan depends on besides its pairs (see `Engine::gate`): when it
+/// What a plan depends on besides its pairs (see `pass::gate`): when it
 /// changes, the next pass is a full one.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Gate {

@@ -32,7 +32,7 @@ pub struct SinkState {
     pub gate: Gate,
     pub fleet: Option<Arc<FleetView>>,
     pub rules_generation: u64,
-    /// `Engine::values_digest` when the plan was last brought up to date.
+    /// `values::values_digest` when the plan was last brought up to date.
     pub values: u64,
     /// When the last full plan ran.
     pub full_at: Option<Instant>,
@@ -107,11 +107,6 @@ impl Default for SinkState {
 }
 
 impl SinkState {
-    /// Whether a copy at `target` is wanted (by a pair, or a Bundle).
-    pub fn wants(&self, target: &Target) -> bool {
-        self.plan.wants(target) || self.unwrapped.contains(target)
-    }
-
     /// Completes `rule`'s report from the plan: copies in sync, errors,
     /// conflicts, unknown update policies.
     pub fn fill(&self, rule: &str, report: &mut RuleReport) {

@@ -21,13 +21,20 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
+use super::failures;
+use super::state::SinkState;
+use crate::context::Context;
 use crate::mark::{CopyMark, Ownership};
+use crate::sync::drift::announce;
 use crate::sync::drift::policy::Policy;
-use crate::sync::engine::{namespace_gvk, Engine};
+use crate::sync::drift::state::DriftState;
 use crate::sync::model::backoff::{Backoff, Input};
 use crate::sync::model::meta::{has_annotation, is_terminating};
 use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, Target};
+use crate::sync::progress::InFlight;
+use crate::sync::rollout::state::RolloutBook;
 use crate::sync::rules::compile::CompiledRule;
+use crate::sync::world::{namespace_gvk, World};
 
 /// Writes in flight at once: enough to hide the API server's latency, few
 /// enough not to swamp it (or the agent's client pool).
@@ -130,7 +137,7 @@ pub(in crate::sync) enum Why {
     },
 }
 
-/// A create or replace decided by [`Engine::classify`].
+/// A create or replace decided by [`classify`].
 #[derive(Debug)]
 pub(in crate::sync) struct Write {
     /// A namespace to create first (`createNamespace`).
@@ -144,7 +151,8 @@ fn resource_version(obj: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-/// What the sink knows of one target, borrowed from the engine.
+/// What the sink knows of one target, borrowed from the World and the
+/// sink's state.
 #[derive(Debug, Clone, Copy)]
 pub(in crate::sync) struct View<'a> {
     /// Its backoff after failures.
@@ -366,78 +374,98 @@ fn drifted(
     Ok((!policy.same(&server, live, c.with_status)).then_some(policy))
 }
 
-impl Engine {
-    /// Whether namespace `ns` exists here (as the watch last saw it).
-    fn namespace_exists(&self, ns: &str) -> bool {
-        self.world
-            .kinds
-            .get(&namespace_gvk())
-            .is_some_and(|k| k.objects.contains_key(&(None, ns.to_owned())))
-    }
+/// Whether namespace `ns` exists here (as the watch last saw it).
+fn namespace_exists(world: &World, ns: &str) -> bool {
+    world
+        .kinds
+        .get(&namespace_gvk())
+        .is_some_and(|k| k.objects.contains_key(&(None, ns.to_owned())))
+}
 
-    /// How the sink handles `target` this pass (see [`decide`]).
-    pub(in crate::sync) fn classify(&self, target: &Target, c: &Candidate, now: Instant) -> Step {
-        let live = self.live(target);
-        let rule = self.world.rules.get(&c.rule);
-        let hold = self
-            .sink
-            .holds
-            .get(&c.rule)
-            .map(String::as_str)
-            .or_else(|| self.rollout.hold(&c.rule, &c.key));
-        decide(
-            &self.view(target, live.as_ref(), rule, hold),
-            target,
-            c,
-            now,
-        )
-    }
+/// How the sink handles `target` this pass (see [`decide`]): its winner's
+/// rule held by the sink's holds or by its rollout (`rollout`'s holds).
+pub(in crate::sync) fn classify(
+    world: &World,
+    sink: &SinkState,
+    rollout: &RolloutBook,
+    marker: &CopyMark,
+    target: &Target,
+    c: &Candidate,
+    now: Instant,
+) -> Step {
+    let live = live(world, target);
+    let rule = world.rules.get(&c.rule);
+    let hold = sink
+        .holds
+        .get(&c.rule)
+        .map(String::as_str)
+        .or_else(|| rollout.hold(&c.rule, &c.key));
+    decide(
+        &view(world, sink, marker, target, live.as_ref(), rule, hold),
+        target,
+        c,
+        now,
+    )
+}
 
-    /// The live copy at `target`, as the watch last saw it.
-    pub(in crate::sync) fn live(&self, target: &Target) -> Option<Value> {
-        self.world
-            .kinds
-            .get(&target.gvk())
-            .and_then(|k| k.objects.get(&target.local_key()))
-    }
+/// The live copy at `target`, as the watch last saw it.
+pub(in crate::sync) fn live(world: &World, target: &Target) -> Option<Value> {
+    world
+        .kinds
+        .get(&target.gvk())
+        .and_then(|k| k.objects.get(&target.local_key()))
+}
 
-    /// What the sink knows of `target` for [`decide`], its winner's rule
-    /// being `rule` and held for `hold` (the preview passes a candidate's).
-    pub(in crate::sync) fn view<'a>(
-        &'a self,
-        target: &Target,
-        live: Option<&'a Value>,
-        rule: Option<&'a CompiledRule>,
-        hold: Option<&'a str>,
-    ) -> View<'a> {
-        View {
-            retry: self.sink.retries.get(target),
-            namespaced: self.world.kinds.get(&target.gvk()).map(|k| k.namespaced),
-            live,
-            namespace_exists: target
-                .namespace
-                .as_deref()
-                .is_none_or(|ns| self.namespace_exists(ns)),
-            baseline: self.sink.baselines.get(target),
-            rule,
-            hold,
-            marker: &self.io.ctx.mark,
-        }
+/// What the sink knows of `target` for [`decide`], its winner's rule
+/// being `rule` and held for `hold` (the preview passes a candidate's).
+pub(in crate::sync) fn view<'a>(
+    world: &'a World,
+    sink: &'a SinkState,
+    marker: &'a CopyMark,
+    target: &Target,
+    live: Option<&'a Value>,
+    rule: Option<&'a CompiledRule>,
+    hold: Option<&'a str>,
+) -> View<'a> {
+    View {
+        retry: sink.retries.get(target),
+        namespaced: world.kinds.get(&target.gvk()).map(|k| k.namespaced),
+        live,
+        namespace_exists: target
+            .namespace
+            .as_deref()
+            .is_none_or(|ns| namespace_exists(world, ns)),
+        baseline: sink.baselines.get(target),
+        rule,
+        hold,
+        marker,
     }
+}
 
-    /// Remembers that the copy at `target`, at live version `rv`, equals its
-    /// baseline.
-    pub(in crate::sync) fn verified(
-        &mut self,
-        target: &Target,
-        rv: Option<&str>,
-        with_status: bool,
-    ) {
-        if let (Some(b), Some(rv)) = (self.sink.baselines.get_mut(target), rv) {
-            b.verified = Some((rv.to_owned(), with_status));
-        }
+/// Remembers that the copy at `target`, at live version `rv`, equals its
+/// baseline.
+pub(in crate::sync) fn verified(
+    sink: &mut SinkState,
+    target: &Target,
+    rv: Option<&str>,
+    with_status: bool,
+) {
+    if let (Some(b), Some(rv)) = (sink.baselines.get_mut(target), rv) {
+        b.verified = Some((rv.to_owned(), with_status));
     }
+}
 
+/// What a wave's writes read and change: the World (kinds, live copies),
+/// the sink's state (baselines, backoffs), the drift stage's (a replace
+/// ends an open drift) and the context for the API calls.
+pub(in crate::sync) struct Wave<'a> {
+    pub world: &'a World,
+    pub sink: &'a mut SinkState,
+    pub drift: &'a mut DriftState,
+    pub ctx: &'a Context,
+}
+
+impl Wave<'_> {
     /// Runs the writes of one wave: namespaces first, then every write with
     /// at most [`WRITE_CONCURRENCY`] in flight; returns each write's
     /// outcome by its index in `writes`' order.
@@ -451,12 +479,12 @@ impl Engine {
         for (i, (target, c, w)) in writes.into_iter().enumerate() {
             if let Some(ns) = w.namespace.as_ref().filter(|ns| !created.contains(*ns)) {
                 // One try per copy while it fails, as the serial path did.
-                match apply::create_namespace(&self.io.ctx, ns).await {
+                match apply::create_namespace(self.ctx, ns).await {
                     Ok(()) => {
                         created.insert(ns.clone());
                     }
                     Err(e) => {
-                        outcomes.push((i, self.failed(target, c, None, e)));
+                        outcomes.push((i, failed(self.sink, self.ctx, target, c, None, e)));
                         continue;
                     }
                 }
@@ -464,11 +492,12 @@ impl Engine {
             ready.push((i, target, c, w));
         }
         // Results carry their place in `ready`.
+        let (world, ctx, in_flight) = (self.world, self.ctx, &*self.sink.in_flight);
         let results = bounded(
             ready
                 .iter()
                 .enumerate()
-                .map(|(k, (_, target, c, w))| self.write_job(k, target, c, w)),
+                .map(|(k, (_, target, c, w))| write_job(world, ctx, in_flight, k, target, c, w)),
         )
         .await;
         for (k, result) in results {
@@ -479,24 +508,6 @@ impl Engine {
             outcomes.push((*i, outcome));
         }
         outcomes
-    }
-
-    /// The write at `target`, the `k`th of its wave, as `run_writes` runs it.
-    fn write_job<'a>(
-        &'a self,
-        k: usize,
-        target: &'a Target,
-        c: &'a Candidate,
-        w: &'a Write,
-    ) -> Job<'a> {
-        Box::pin(async move {
-            let result = self.write_one(target, c, w).await;
-            if result.is_ok() {
-                // Shown by `fleetbus clusters progress` while the wave runs.
-                self.sink.in_flight.settled();
-            }
-            (k, result)
-        })
     }
 
     /// Folds the result of a create or replace at `target` into the state.
@@ -511,9 +522,9 @@ impl Engine {
             Ok(server) => {
                 if replaced {
                     // The desired state moved: an open drift ends with it.
-                    self.drift_resolved(target).await;
+                    announce::drift_resolved(self.drift, self.ctx, target).await;
                 }
-                self.wrote(target, c, server)
+                wrote(self.sink, self.ctx, target, c, server)
             }
             Err(e) => {
                 let live_rv = if replaced {
@@ -525,43 +536,111 @@ impl Engine {
                 } else {
                     None
                 };
-                self.failed(target, c, live_rv, e)
+                failed(self.sink, self.ctx, target, c, live_rv, e)
             }
         }
     }
+}
 
-    /// One create or replace (no state changes: they are folded in after
-    /// the wave).
-    pub(in crate::sync) async fn write_one(
-        &self,
-        target: &Target,
-        c: &Candidate,
-        w: &Write,
-    ) -> Result<Packed, WriteError> {
-        let kind = self.world.kinds.get(&target.gvk());
-        let live = kind.and_then(|k| k.objects.get(&target.local_key()));
-        let Some(kind) = kind else {
-            // Classified as a write only while the kind is known, and the
-            // kinds do not change during a pass.
-            return Err(WriteError::Gone(target.to_string()));
-        };
-        let api = apply::api(&self.io.ctx.client, &kind.ar, target.namespace.as_deref());
-        let server = match (&w.replace, live) {
-            (Some(exclude), Some(live)) => {
-                apply::replace(
-                    &self.io.ctx,
-                    &api,
-                    &c.desired,
-                    &live,
-                    c.with_status,
-                    exclude,
-                )
-                .await
-            }
-            _ => apply::create(&self.io.ctx, &api, &c.desired, c.with_status).await,
-        };
-        server.map(Baseline::pack_server)
+/// Records a write of the copy at `target`: its baseline is what the
+/// server made of it, its failures end, its rule synced now.
+pub(in crate::sync) fn wrote(
+    sink: &mut SinkState,
+    ctx: &Context,
+    target: &Target,
+    c: &Candidate,
+    server: Packed,
+) -> Outcome {
+    tracing::info!(copy = %target, rule = %c.rule, origin = %c.key.origin, "wrote copy");
+    // A new version reached this cluster (not a correction or a rewrite of
+    // the version it had): that is the lag an operator watches.
+    if sink
+        .baselines
+        .get(target)
+        .is_none_or(|b| b.desired != c.digest)
+    {
+        let lag = (chrono::Utc::now() - c.published)
+            .to_std()
+            .unwrap_or_default();
+        ctx.metrics.sync_lag(&c.rule, lag);
     }
+    sink.baselines.insert(
+        target.clone(),
+        Baseline {
+            desired: c.digest,
+            server,
+            verified: None,
+        },
+    );
+    sink.retries.remove(target);
+    sink.last_sync
+        .insert(c.rule.clone(), crate::kube::conditions::now_seconds());
+    Outcome::Wrote
+}
+
+/// A write of the copy at `target` failed: it backs off (see
+/// `failures`), and the pass reports the error.
+pub(in crate::sync) fn failed(
+    sink: &mut SinkState,
+    ctx: &Context,
+    target: &Target,
+    c: &Candidate,
+    live_rv: Option<String>,
+    e: WriteError,
+) -> Outcome {
+    let input = Input {
+        desired: Some(c.digest),
+        live_rv,
+    };
+    Outcome::Failed(failures::copy_failed(
+        sink, ctx, target, &c.rule, input, "write", &e,
+    ))
+}
+
+/// The write at `target`, the `k`th of its wave, as `run_writes` runs it.
+fn write_job<'a>(
+    world: &'a World,
+    ctx: &'a Context,
+    in_flight: &'a InFlight,
+    k: usize,
+    target: &'a Target,
+    c: &'a Candidate,
+    w: &'a Write,
+) -> Job<'a> {
+    Box::pin(async move {
+        let result = write_one(world, ctx, target, c, w).await;
+        if result.is_ok() {
+            // Shown by `fleetbus clusters progress` while the wave runs.
+            in_flight.settled();
+        }
+        (k, result)
+    })
+}
+
+/// One create or replace (no state changes: they are folded in after
+/// the wave).
+pub(in crate::sync) async fn write_one(
+    world: &World,
+    ctx: &Context,
+    target: &Target,
+    c: &Candidate,
+    w: &Write,
+) -> Result<Packed, WriteError> {
+    let kind = world.kinds.get(&target.gvk());
+    let live = kind.and_then(|k| k.objects.get(&target.local_key()));
+    let Some(kind) = kind else {
+        // Classified as a write only while the kind is known, and the
+        // kinds do not change during a pass.
+        return Err(WriteError::Gone(target.to_string()));
+    };
+    let api = apply::api(&ctx.client, &kind.ar, target.namespace.as_deref());
+    let server = match (&w.replace, live) {
+        (Some(exclude), Some(live)) => {
+            apply::replace(ctx, &api, &c.desired, &live, c.with_status, exclude).await
+        }
+        _ => apply::create(ctx, &api, &c.desired, c.with_status).await,
+    };
+    server.map(Baseline::pack_server)
 }
 
 #[cfg(test)]
