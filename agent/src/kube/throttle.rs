@@ -196,7 +196,6 @@ where
 }
 
 /// The server's `retryAfterSeconds` in an API error, if it said one.
-#[allow(dead_code)] // Read by the sink's typed copy errors (next change).
 pub fn retry_after_of(e: &kube::Error) -> Option<Duration> {
     match e {
         kube::Error::Api(s) => s
@@ -260,6 +259,51 @@ mod tests {
             &r.into_body().collect().await.unwrap().to_bytes()[..],
             b"{}"
         );
+    }
+
+    /// A throttled write through the copy writer comes back at once with
+    /// the server's wait in the error, however long that wait: the write
+    /// holds nothing (its wave, the engine) for it. Against a real HTTP
+    /// server that answers as API Priority and Fairness does.
+    #[tokio::test]
+    async fn the_copy_writer_returns_a_throttled_write_at_once_with_when_to_try_again() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let hits = Arc::new(AtomicUsize::new(0));
+        let seen = hits.clone();
+        let app = axum::Router::new().fallback(move || {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, Ordering::SeqCst);
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [
+                        ("Retry-After", "30"),
+                        ("Content-Type", "text/plain; charset=utf-8"),
+                    ],
+                    "Too many requests, please try again later.\n",
+                )
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        let client = copy_writer(&config).unwrap();
+        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(client, "a");
+        let started = std::time::Instant::now();
+        let e = api
+            .replace("c", &Default::default(), &Default::default())
+            .await
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "returned at once, not after Retry-After: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(hits.load(Ordering::SeqCst), 1, "not retried in the client");
+        assert_eq!(retry_after_of(&e), Some(Duration::from_secs(30)), "{e}");
     }
 
     #[test]

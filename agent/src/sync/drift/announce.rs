@@ -27,6 +27,7 @@ use super::state::{DriftState, OpenDrift};
 use crate::context::Context;
 use crate::kube::events::EventType;
 use crate::sync::model::{Candidate, Outcome, Target};
+use crate::sync::model::{CopyError, FailureKind};
 use crate::sync::world::World;
 
 /// What was found, for [`drift_detected`].
@@ -275,7 +276,11 @@ pub(in crate::sync) async fn drift_fight(
             },
         );
     }
-    Outcome::Failed(fight_message(drift, target))
+    // Someone else's writes hold it: a conflict, on the fight's backoff.
+    Outcome::Failed(CopyError::new(
+        FailureKind::Conflict,
+        fight_message(drift, target),
+    ))
 }
 
 /// A fought-over copy's error in its rule's status: stable while the

@@ -1,7 +1,12 @@
 //! When a failed operation on one copy (create, replace, delete, orphan) is
 //! tried again: per copy, after 1 s, 2 s, 4 s … at most 5 min, jittered; at
 //! once when what it was given changes; never on every pass (pure: the
-//! time and the jitter are inputs).
+//! time and the jitter are inputs). The kind of failure decides the wait
+//! ([`FailureKind`]): a throttled write is tried again when the server's
+//! `Retry-After` says, and nothing else waits for it (the copy writer does
+//! not retry it inside the client: `kube::throttle`); a write the server
+//! refuses as it is (invalid, forbidden, too large, not found) waits for a
+//! change of its input, or [`PERMANENT_WAIT`] at most.
 //!
 //! The numbers are client-go's for a controller's item (the
 //! `ItemExponentialFailureRateLimiter` of `DefaultControllerRateLimiter`
@@ -15,12 +20,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::outcome::{CopyError, FailureKind};
 use crate::sync::digest::Digest;
 
 /// The wait after the first failure.
 pub const FIRST: Duration = Duration::from_secs(1);
 /// The longest wait.
 pub const MAX: Duration = Duration::from_secs(300);
+/// How long a refusal that only a change can end waits when nothing the
+/// engine sees changes: what fixes it (RBAC, a quota, a webhook, a
+/// namespace made by hand) is outside its view.
+pub const PERMANENT_WAIT: Duration = Duration::from_secs(600);
 /// Up to this share of a wait is taken off at random, so copies that failed
 /// together (an API server away) are not retried in lockstep. Taken off, not
 /// added: the wait never exceeds [`MAX`].
@@ -44,7 +54,7 @@ pub struct Backoff {
     /// Not tried again before this (unless the input changes).
     pub at: Instant,
     /// The last error (shown in the rule status while waiting).
-    pub error: String,
+    pub error: CopyError,
     /// What the last attempt was given.
     pub input: Input,
 }
@@ -57,12 +67,20 @@ impl Backoff {
         input: Input,
         now: Instant,
         jitter: f64,
-        error: String,
+        error: CopyError,
     ) -> Backoff {
         let attempts = prev.map_or(1, |p| p.attempts.saturating_add(1));
+        let wait = match error.kind {
+            // The server said when: then, not before and not later.
+            FailureKind::Transient {
+                retry_after: Some(after),
+            } => after.min(MAX),
+            kind if kind.is_permanent() => PERMANENT_WAIT,
+            _ => wait(attempts, jitter),
+        };
         Backoff {
             attempts,
-            at: now + wait(attempts, jitter),
+            at: now + wait,
             error,
             input,
         }
@@ -76,8 +94,8 @@ impl Backoff {
 
     /// Whether a failure with `error` is news (the first, or another error
     /// than the last): what is announced as an Event.
-    pub fn is_news(prev: Option<&Backoff>, error: &str) -> bool {
-        prev.is_none_or(|p| p.error != error)
+    pub fn is_news(prev: Option<&Backoff>, error: &CopyError) -> bool {
+        prev.is_none_or(|p| p.error.message != error.message)
     }
 }
 
@@ -112,7 +130,8 @@ mod tests {
         let mut prev: Option<Backoff> = None;
         let mut out = Vec::new();
         for i in 0..n {
-            let b = Backoff::failed(prev.as_ref(), input("1"), now, jitter, format!("e{i}"));
+            let e = CopyError::transient(format!("e{i}"));
+            let b = Backoff::failed(prev.as_ref(), input("1"), now, jitter, e);
             out.push((b.at - now).as_secs());
             prev = Some(b);
         }
@@ -144,7 +163,7 @@ mod tests {
     #[test]
     fn a_copy_waits_until_its_step_is_over_or_its_input_changes() {
         let now = Instant::now();
-        let b = Backoff::failed(None, input("7"), now, 0.0, "refused".into());
+        let b = Backoff::failed(None, input("7"), now, 0.0, CopyError::transient("refused"));
         assert!(b.holds(&input("7"), now));
         assert!(b.holds(&input("7"), now + Duration::from_millis(999)));
         assert!(!b.holds(&input("7"), now + FIRST), "the step is over");
@@ -162,19 +181,96 @@ mod tests {
         let worn = Backoff {
             attempts: u32::MAX,
             at: now,
-            error: String::new(),
+            error: CopyError::transient(""),
             input: input("1"),
         };
-        let b = Backoff::failed(Some(&worn), input("1"), now, 0.0, "again".into());
+        let b = Backoff::failed(
+            Some(&worn),
+            input("1"),
+            now,
+            0.0,
+            CopyError::transient("again"),
+        );
         assert_eq!((b.attempts, b.at - now), (u32::MAX, MAX));
     }
 
     #[test]
     fn only_a_first_or_different_error_is_news() {
         let now = Instant::now();
-        assert!(Backoff::is_news(None, "refused"));
-        let b = Backoff::failed(None, input("1"), now, 0.0, "refused".into());
-        assert!(!Backoff::is_news(Some(&b), "refused"));
-        assert!(Backoff::is_news(Some(&b), "forbidden"));
+        let refused = CopyError::transient("refused");
+        assert!(Backoff::is_news(None, &refused));
+        let b = Backoff::failed(None, input("1"), now, 0.0, refused.clone());
+        assert!(!Backoff::is_news(Some(&b), &refused));
+        assert!(Backoff::is_news(
+            Some(&b),
+            &CopyError::transient("forbidden")
+        ));
+    }
+
+    fn throttled(seconds: u64) -> CopyError {
+        CopyError::new(
+            FailureKind::Transient {
+                retry_after: Some(Duration::from_secs(seconds)),
+            },
+            "too many requests",
+        )
+    }
+
+    #[test]
+    fn a_429_with_retry_after_is_tried_again_then_and_not_before() {
+        let now = Instant::now();
+        // Whatever came before: the server's word, not the doubling step.
+        let mut prev = None;
+        for _ in 0..6 {
+            let b = Backoff::failed(prev.as_ref(), input("1"), now, 0.9, throttled(3));
+            assert_eq!(b.at - now, Duration::from_secs(3));
+            prev = Some(b);
+        }
+        let b = prev.unwrap();
+        assert!(b.holds(&input("1"), now + Duration::from_millis(2_999)));
+        assert!(
+            !b.holds(&input("1"), now + Duration::from_secs(3)),
+            "tried at 3 s"
+        );
+        // A Retry-After past the longest step is held to it.
+        let long = Backoff::failed(None, input("1"), now, 0.0, throttled(3_600));
+        assert_eq!(long.at - now, MAX);
+    }
+
+    #[test]
+    fn a_422_waits_for_its_input_to_change_or_ten_minutes() {
+        let now = Instant::now();
+        let invalid = CopyError::new(FailureKind::Invalid, "spec.x: Invalid value");
+        let b = Backoff::failed(None, input("1"), now, 0.0, invalid);
+        // Not on the doubling schedule: not after 1 s, 5 min or 9 min.
+        for later in [1, 300, 540] {
+            assert!(
+                b.holds(&input("1"), now + Duration::from_secs(later)),
+                "{later} s"
+            );
+        }
+        assert!(
+            !b.holds(&input("1"), now + PERMANENT_WAIT),
+            "at most ten minutes"
+        );
+        // A new source version (or rule change: a new desired digest) or a
+        // changed live copy is tried at once.
+        let changed = Input {
+            desired: Some(Digest::of_desired(&serde_json::json!({"fixed": true}))),
+            live_rv: Some("1".into()),
+        };
+        assert!(!b.holds(&changed, now));
+        assert!(!b.holds(&input("2"), now));
+        for kind in [
+            FailureKind::Forbidden,
+            FailureKind::TooLarge,
+            FailureKind::NotFound,
+        ] {
+            let b = Backoff::failed(None, input("1"), now, 0.0, CopyError::new(kind, "no"));
+            assert_eq!(b.at - now, PERMANENT_WAIT, "{kind:?}");
+        }
+        let conflict = CopyError::new(FailureKind::Conflict, "modified");
+        let b = Backoff::failed(None, input("1"), now, 0.0, conflict);
+        assert_eq!(b.at - now, FIRST, "a conflict is on the doubling schedule");
     }
 }

@@ -27,7 +27,7 @@ pub use input::{
     believed_after_failure, BusEvent, Feed, Input, LocalEvent, RolloutEvent, Seen, StatusEvent,
 };
 pub use objects::LocalObjects;
-pub use outcome::{Conflict, Outcome};
+pub use outcome::{Conflict, CopyError, FailureKind, Outcome};
 pub use packed::{Packed, Unpack};
 pub use report::RuleReport;
 pub use snapshots::{PackedEnvelope, Snapshots};

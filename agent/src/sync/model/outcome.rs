@@ -1,6 +1,8 @@
 //! What became of a target in a pass, and a conflict: a target a copy
 //! was not written to, and why.
 
+use std::time::Duration;
+
 use fleetbus_schemas::conflict::ConflictReason;
 use fleetbus_schemas::ObjectRef;
 use serde_json::Value;
@@ -18,9 +20,80 @@ pub enum Outcome {
     /// Not written: someone else's object is there.
     Conflict(Box<Conflict>),
     /// Not written: an error.
-    Failed(String),
+    Failed(CopyError),
     /// Not written, on purpose: its rule holds it (`spec.suspend`), with why.
     Held(String),
+}
+
+/// Why a copy was not written: what its backoff branches on
+/// (`model::backoff`), and the message its rule's status shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyError {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+/// What kind of failure, as far as trying again goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Trying again can succeed by itself (a connection, a 5xx, throttling,
+    /// the local view lagging): after the server's `Retry-After` when it
+    /// said one, else after the copy's backoff step.
+    Transient { retry_after: Option<Duration> },
+    /// Someone else changed the object meanwhile (409 Conflict): tried
+    /// again after the backoff step, with what the watch shows then.
+    Conflict,
+    /// The server refuses the copy as it is (400, 422), or fleetbus cannot
+    /// build it.
+    Invalid,
+    /// This agent may not write it (401, 403: RBAC, an admission policy).
+    Forbidden,
+    /// Over a size limit (413, or a refusal that says so).
+    TooLarge,
+    /// What the write needs is not there (404: its namespace, its kind).
+    NotFound,
+}
+
+impl FailureKind {
+    /// Whether only a change can make the write succeed: the copy waits for
+    /// a new input (source version, rule, live copy, an operator's
+    /// correction) or, since RBAC, quotas, webhooks and namespaces change
+    /// without the engine seeing it, at most `backoff::PERMANENT_WAIT`.
+    pub fn is_permanent(self) -> bool {
+        matches!(
+            self,
+            FailureKind::Invalid
+                | FailureKind::Forbidden
+                | FailureKind::TooLarge
+                | FailureKind::NotFound
+        )
+    }
+}
+
+impl CopyError {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        CopyError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A failure decided without asking the server that only a change of
+    /// input ends (a copy that cannot be built or placed).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Invalid, message)
+    }
+
+    /// A failure that ends by itself (the local view catching up).
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::new(FailureKind::Transient { retry_after: None }, message)
+    }
+}
+
+impl std::fmt::Display for CopyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// One conflict found in a pass.

@@ -555,7 +555,7 @@ impl Engine {
             Step::Done(Outcome::Conflict(conflict), _) => {
                 reply.conflicts.push(problem(conflict.message));
             }
-            Step::Done(Outcome::Failed(e), _) => reply.errors.push(problem(e)),
+            Step::Done(Outcome::Failed(e), _) => reply.errors.push(problem(e.message)),
             Step::Write(w) if w.replace.is_none() => create(reply),
             Step::Serial(Why::Gone { .. } | Why::Recreate { .. }) => create(reply),
             Step::Serial(Why::Deleted { policy, .. }) if corrects(&policy) => create(reply),

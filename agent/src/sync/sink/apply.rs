@@ -10,7 +10,7 @@ use super::mutate;
 use crate::context::Context;
 use crate::kube::path::segment;
 use crate::kube::FIELD_MANAGER;
-use crate::sync::model::{Packed, Unpack};
+use crate::sync::model::{CopyError, FailureKind, Packed, Unpack};
 
 /// A write of a copy that failed.
 #[derive(Debug, thiserror::Error)]
@@ -37,29 +37,51 @@ pub enum WriteError {
 }
 
 impl WriteError {
-    /// Whether trying again can succeed by itself (connection, conflict,
-    /// throttling, 5xx) or only once something changes (validation,
-    /// forbidden). Logged with each failure; either way the copy backs off
-    /// (`backoff`), since what refuses a copy can change unseen.
-    ///
-    /// A create refused with AlreadyExists is transient here: the local
-    /// watch has not shown the object yet (it lags, or is re-listing after
-    /// its API server restarted), so the view is behind, not the request
-    /// wrong.
-    pub fn is_transient(&self) -> bool {
+    /// The failure, typed for the copy's backoff (`model::backoff`), with
+    /// the message its rule's status shows.
+    pub fn copy_error(&self) -> CopyError {
+        CopyError::new(self.kind(), crate::report(self))
+    }
+
+    fn kind(&self) -> FailureKind {
         match self {
-            WriteError::Kube {
-                source: kube::Error::Api(s),
-                ..
-            } if s.is_already_exists() => true,
-            WriteError::Kube { source, .. } => crate::kube::client::is_transient(source),
-            WriteError::Body(_) | WriteError::Unpack(_) => false,
-            WriteError::Gone(_) => true,
+            WriteError::Kube { source, .. } => kind_of(source),
+            WriteError::Body(_) | WriteError::Unpack(_) => FailureKind::Invalid,
+            WriteError::Gone(_) => FailureKind::Transient { retry_after: None },
         }
     }
 
     fn kube(action: &'static str) -> impl FnOnce(kube::Error) -> WriteError {
         move |source| WriteError::Kube { action, source }
+    }
+}
+
+/// What kind of failure a Kubernetes error is, for trying again. A create
+/// refused with AlreadyExists is transient: the local watch has not shown
+/// the object yet (it lags, or is re-listing after its API server
+/// restarted), so the view is behind, not the request wrong. A Conflict is
+/// someone else's write; a refusal that names a size is too large
+/// whatever its code (kube-apiserver says "Request entity too large" with
+/// 413, etcd's "request is too large" with 500 or 422).
+fn kind_of(e: &kube::Error) -> FailureKind {
+    let kube::Error::Api(s) = e else {
+        // No answer (a connection, TLS, a stream cut): tried again.
+        return FailureKind::Transient { retry_after: None };
+    };
+    let message = s.message.to_ascii_lowercase();
+    if s.code == 413 || message.contains("too large") || message.contains("too long") {
+        return FailureKind::TooLarge;
+    }
+    match s.code {
+        409 if s.is_already_exists() => FailureKind::Transient { retry_after: None },
+        409 => FailureKind::Conflict,
+        429 | 500..=599 => FailureKind::Transient {
+            retry_after: crate::kube::throttle::retry_after_of(e),
+        },
+        401 | 403 => FailureKind::Forbidden,
+        404 => FailureKind::NotFound,
+        // 400, 422 and the rest of 4xx: the request as it is.
+        _ => FailureKind::Invalid,
     }
 }
 
@@ -238,7 +260,7 @@ pub async fn orphan(
 
 /// Creates a namespace a rule with `createNamespace: true` needs.
 pub async fn create_namespace(ctx: &Context, name: &str) -> Result<(), WriteError> {
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.copy_writer.clone());
     let ns = k8s_openapi::api::core::v1::Namespace {
         metadata: kube::api::ObjectMeta {
             name: Some(name.to_owned()),
@@ -276,22 +298,85 @@ mod tests {
     use kube::core::response::{StatusCause, StatusDetails};
     use kube::core::Status;
 
-    #[test]
-    fn already_exists_on_create_is_retried() {
-        let mut s = Status::failure("secrets \"c\" already exists", "AlreadyExists");
-        s.code = 409;
-        let e = WriteError::Kube {
+    fn api_error(code: u16, reason: &str, message: &str) -> WriteError {
+        let mut s = Status::failure(message, reason);
+        s.code = code;
+        WriteError::Kube {
             action: "create the copy",
             source: kube::Error::Api(Box::new(s)),
-        };
-        assert!(e.is_transient());
-        let mut invalid = Status::failure("Secret \"c\" is invalid", "Invalid");
-        invalid.code = 422;
+        }
+    }
+
+    #[test]
+    fn each_refusal_has_the_kind_its_backoff_needs() {
+        let transient = FailureKind::Transient { retry_after: None };
+        for (code, reason, message, want) in [
+            // The local watch lags: tried again.
+            (
+                409,
+                "AlreadyExists",
+                "secrets \"c\" already exists",
+                transient,
+            ),
+            (
+                409,
+                "Conflict",
+                "the object has been modified",
+                FailureKind::Conflict,
+            ),
+            (
+                422,
+                "Invalid",
+                "Secret \"c\" is invalid",
+                FailureKind::Invalid,
+            ),
+            (400, "BadRequest", "bad", FailureKind::Invalid),
+            (403, "Forbidden", "cannot create", FailureKind::Forbidden),
+            (
+                404,
+                "NotFound",
+                "namespaces \"a\" not found",
+                FailureKind::NotFound,
+            ),
+            (
+                413,
+                "RequestEntityTooLarge",
+                "Request entity too large",
+                FailureKind::TooLarge,
+            ),
+            (
+                500,
+                "InternalError",
+                "etcdserver: request is too large",
+                FailureKind::TooLarge,
+            ),
+            (503, "ServiceUnavailable", "unavailable", transient),
+            (429, "TooManyRequests", "slow down", transient),
+        ] {
+            let e = api_error(code, reason, message).copy_error();
+            assert_eq!(e.kind, want, "{code} {reason}");
+            assert!(e.message.contains(message), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn a_429_carries_the_servers_retry_after() {
+        let mut s = Status::failure("slow down", "TooManyRequests");
+        s.code = 429;
+        s.details = Some(
+            serde_json::from_value::<StatusDetails>(serde_json::json!({"retryAfterSeconds": 4}))
+                .unwrap(),
+        );
         let e = WriteError::Kube {
-            action: "create the copy",
-            source: kube::Error::Api(Box::new(invalid)),
+            action: "replace the copy",
+            source: kube::Error::Api(Box::new(s)),
         };
-        assert!(!e.is_transient());
+        assert_eq!(
+            e.copy_error().kind,
+            FailureKind::Transient {
+                retry_after: Some(std::time::Duration::from_secs(4))
+            }
+        );
     }
 
     #[test]

@@ -125,7 +125,7 @@ pub fn outcome_result(outcome: &Outcome) -> Result<(), String> {
     match outcome {
         Outcome::InSync | Outcome::Wrote => Ok(()),
         Outcome::Conflict(c) => Err(c.message.clone()),
-        Outcome::Failed(e) => Err(e.clone()),
+        Outcome::Failed(e) => Err(e.message.clone()),
         Outcome::Held(why) => Err(why.clone()),
     }
 }

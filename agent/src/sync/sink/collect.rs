@@ -239,7 +239,7 @@ async fn collect_one(
         ));
     };
     let ar = kind.ar.clone();
-    let api = apply::api(&ctx.client, &ar, target.namespace.as_deref());
+    let api = apply::api(&ctx.copy_writer, &ar, target.namespace.as_deref());
     let kept = match delete {
         true => match would_take(ctx, target, obj, served).await {
             Ok(found) if found.is_empty() => None,
@@ -273,9 +273,9 @@ async fn collect_one(
             }
             None
         }
-        Err(e) => Some(super::failures::copy_failed(
-            sink, ctx, target, rule, input, "collect", &e,
-        )),
+        Err(e) => Some(
+            super::failures::copy_failed(sink, ctx, target, rule, input, "collect", &e).message,
+        ),
     }
 }
 
@@ -290,7 +290,7 @@ fn check_failed(sink: &mut SinkState, target: &Target, input: Input, message: St
         input,
         now,
         rand::random::<f64>(),
-        message.clone(),
+        crate::sync::model::CopyError::transient(message.clone()),
     );
     sink.retries.insert(target.clone(), next);
     message

@@ -18,6 +18,7 @@ use crate::sync::drift::fight::Verdict;
 use crate::sync::drift::policy::Policy;
 use crate::sync::drift::state::DriftState;
 use crate::sync::model::{Baseline, Candidate, Outcome, Target};
+use crate::sync::model::{CopyError, FailureKind};
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::world::World;
 
@@ -62,7 +63,10 @@ impl Drifted<'_> {
             .holding(target, resource_version(&cached).as_deref(), Instant::now())
             .is_some()
         {
-            return Outcome::Failed(announce::fight_message(self.drift, target));
+            return Outcome::Failed(CopyError::new(
+                FailureKind::Conflict,
+                announce::fight_message(self.drift, target),
+            ));
         }
         // What the server has now, not the watch cache (which may still
         // show the version our last write replaced).

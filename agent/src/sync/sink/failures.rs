@@ -13,7 +13,7 @@ use super::state::SinkState;
 use crate::context::Context;
 use crate::kube::events::EventType;
 use crate::sync::model::backoff::{Backoff, Input};
-use crate::sync::model::Target;
+use crate::sync::model::{CopyError, Target};
 
 /// The reason of the Event announcing a failing copy.
 pub const REASON: &str = "SyncFailed";
@@ -29,13 +29,13 @@ pub(in crate::sync) fn waiting(
     sink.retries
         .get(target)
         .filter(|b| b.holds(input, now))
-        .map(|b| b.error.clone())
+        .map(|b| b.error.message.clone())
 }
 
 /// Records a failed `op` (`write` or `collect`) on the copy at `target`,
 /// made by `rule` from `input`: the next try waits a backoff step, the
 /// failure is logged and counted, and queued as an Event if it is news.
-/// Returns the message for the rule status.
+/// Returns the typed error (its message is the rule status's).
 pub(in crate::sync) fn copy_failed(
     sink: &mut SinkState,
     ctx: &Context,
@@ -44,18 +44,19 @@ pub(in crate::sync) fn copy_failed(
     input: Input,
     op: &'static str,
     e: &WriteError,
-) -> String {
-    let message = crate::report(e);
+) -> CopyError {
+    let error = e.copy_error();
+    let message = error.message.clone();
     let now = Instant::now();
     let prev = sink.retries.get(target);
-    let news = Backoff::is_news(prev, &message);
-    let next = Backoff::failed(prev, input, now, rand::random::<f64>(), message.clone());
+    let news = Backoff::is_news(prev, &error);
+    let next = Backoff::failed(prev, input, now, rand::random::<f64>(), error.clone());
     tracing::warn!(
         copy = %target,
         rule,
         op,
         error = %message,
-        transient = e.is_transient(),
+        kind = ?error.kind,
         attempts = next.attempts,
         retry_in = ?next.at.saturating_duration_since(now),
         "copy not written; backing off"
@@ -67,7 +68,7 @@ pub(in crate::sync) fn copy_failed(
         sink.failure_events
             .push((rule.to_owned(), format!("{target}: {message}")));
     }
-    message
+    error
 }
 
 /// Publishes this pass's new failures as Events: one per rule, naming

@@ -27,6 +27,7 @@ use crate::sync::drift::announce;
 use crate::sync::drift::policy::{keep_excluded, Policy};
 use crate::sync::drift::state::DriftState;
 use crate::sync::model::meta::{annotation, annotations_mut};
+use crate::sync::model::CopyError;
 use crate::sync::model::{Baseline, Candidate, Outcome, Packed, Target};
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::world::World;
@@ -135,15 +136,15 @@ impl Look<'_> {
     fn look_at(&self, target: &Target) -> Result<(Api<DynamicObject>, Value), Outcome> {
         let gvk = target.gvk();
         let Some(kind) = self.world.kinds.get(&gvk) else {
-            return Err(Outcome::Failed(format!(
+            return Err(Outcome::Failed(CopyError::transient(format!(
                 "kind {} is not watched",
                 crate::sync::model::meta::describe_gvk(&gvk)
-            )));
+            ))));
         };
         let Some(live) = kind.objects.get(&target.local_key()) else {
             return Err(Outcome::InSync);
         };
-        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        let api = apply::api(&self.ctx.copy_writer, &kind.ar, target.namespace.as_deref());
         Ok((api, live.clone()))
     }
 

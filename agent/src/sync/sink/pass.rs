@@ -801,7 +801,7 @@ impl<'a> Tally<'a> {
                 self.wrote.insert(winner.rule.clone());
             }
             Outcome::Conflict(c) => s.conflicts.push(*c),
-            Outcome::Failed(e) => s.error = Some(e),
+            Outcome::Failed(e) => s.error = Some(e.message),
             Outcome::Held(_) => s.held = true,
         }
     }

@@ -18,6 +18,7 @@ use crate::context::Context;
 use crate::sync::drift::announce::{self, Found};
 use crate::sync::drift::policy::Policy;
 use crate::sync::drift::state::DriftState;
+use crate::sync::model::CopyError;
 use crate::sync::model::{Baseline, Candidate, Outcome, Target};
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::world::World;
@@ -146,12 +147,12 @@ impl Serial<'_> {
     fn place(&self, target: &Target) -> Result<(Api<DynamicObject>, Option<Value>), Outcome> {
         let gvk = target.gvk();
         let Some(kind) = self.world.kinds.get(&gvk) else {
-            return Err(Outcome::Failed(format!(
+            return Err(Outcome::Failed(CopyError::transient(format!(
                 "kind {} is not watched",
                 crate::sync::model::meta::describe_gvk(&gvk)
-            )));
+            ))));
         };
-        let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
+        let api = apply::api(&self.ctx.copy_writer, &kind.ar, target.namespace.as_deref());
         Ok((api, kind.objects.get(&target.local_key())))
     }
 

@@ -30,7 +30,9 @@ use crate::sync::drift::policy::Policy;
 use crate::sync::drift::state::DriftState;
 use crate::sync::model::backoff::{Backoff, Input};
 use crate::sync::model::meta::{has_annotation, is_terminating};
-use crate::sync::model::{Baseline, Candidate, Conflict, Outcome, Packed, Target};
+use crate::sync::model::{
+    Baseline, Candidate, Conflict, CopyError, FailureKind, Outcome, Packed, Target,
+};
 use crate::sync::progress::InFlight;
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::rules::compile::CompiledRule;
@@ -219,27 +221,33 @@ pub(in crate::sync) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now:
             return Step::Done(Outcome::Failed(r.error.clone()), false);
         }
     }
-    let failed = |why: String| Step::Done(Outcome::Failed(why), false);
+    let failed = |why: CopyError| Step::Done(Outcome::Failed(why), false);
     let Some(namespaced) = v.namespaced else {
-        return failed(format!(
+        // Its watch starts with the next pass.
+        return failed(CopyError::transient(format!(
             "kind {} is not watched",
             crate::sync::model::meta::describe_gvk(&target.gvk())
-        ));
+        )));
     };
     match (namespaced, &target.namespace) {
         (true, None) => {
-            return failed("the kind is namespaced but the copy has no namespace".to_owned())
+            return failed(CopyError::invalid(
+                "the kind is namespaced but the copy has no namespace",
+            ))
         }
         (false, Some(_)) => {
-            return failed("the kind is cluster-scoped but the copy has a namespace".to_owned())
+            return failed(CopyError::invalid(
+                "the kind is cluster-scoped but the copy has a namespace",
+            ))
         }
         _ => {}
     }
     let namespace = match &target.namespace {
         Some(ns) if !v.namespace_exists => {
             if !c.create_namespace {
-                return failed(format!(
-                    "namespace {ns} not found (set createNamespace: true to create it)"
+                return failed(CopyError::new(
+                    FailureKind::NotFound,
+                    format!("namespace {ns} not found (set createNamespace: true to create it)"),
                 ));
             }
             Some(ns.clone())
@@ -253,7 +261,8 @@ pub(in crate::sync) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now:
         return missing(v, target, c, namespace);
     };
     if let Some(why) = terminating(live) {
-        return Step::Done(Outcome::Failed(why), false);
+        // Tried again once it is gone.
+        return Step::Done(Outcome::Failed(CopyError::transient(why)), false);
     }
     let then = present(v, target, c, live);
     match namespace {
@@ -284,7 +293,7 @@ fn missing(v: &View<'_>, target: &Target, c: &Candidate, namespace: Option<Strin
                 namespace,
                 policy: Policy::of(rule, target, &server),
             }),
-            Err(e) => Step::Done(Outcome::Failed(e.to_string()), false),
+            Err(e) => Step::Done(Outcome::Failed(CopyError::invalid(e.to_string())), false),
         },
         _ => Step::Serial(Why::Gone { namespace }),
     }
@@ -332,7 +341,7 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
         return match drifted(v, target, c, base, live) {
             Ok(Some(policy)) => Step::Serial(Why::Drift { policy }),
             Ok(None) => Step::Done(Outcome::Held(format!("{why}: {HELD_UPDATE}")), false),
-            Err(e) => Step::Done(Outcome::Failed(e), false),
+            Err(e) => Step::Done(Outcome::Failed(CopyError::invalid(e)), false),
         };
     }
     if base.desired != c.digest {
@@ -350,7 +359,7 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
     match drifted(v, target, c, base, live) {
         Ok(None) => Step::Verified(live_rv.map(str::to_owned), c.with_status),
         Ok(Some(policy)) => Step::Serial(Why::Drift { policy }),
-        Err(e) => Step::Done(Outcome::Failed(e), false),
+        Err(e) => Step::Done(Outcome::Failed(CopyError::invalid(e)), false),
     }
 }
 
@@ -633,7 +642,7 @@ pub(in crate::sync) async fn write_one(
         // kinds do not change during a pass.
         return Err(WriteError::Gone(target.to_string()));
     };
-    let api = apply::api(&ctx.client, &kind.ar, target.namespace.as_deref());
+    let api = apply::api(&ctx.copy_writer, &kind.ar, target.namespace.as_deref());
     let server = match (&w.replace, live) {
         (Some(exclude), Some(live)) => {
             apply::replace(ctx, &api, &c.desired, &live, c.with_status, exclude).await
@@ -752,6 +761,9 @@ mod tests {
     fn kind_of(step: &Step) -> String {
         match step {
             Step::Done(Outcome::InSync, eq) => format!("in sync (equal: {eq})"),
+            Step::Done(Outcome::Failed(e), _) => {
+                format!("done: Failed({:?}, {:?})", e.kind, e.message)
+            }
             Step::Done(o, _) => format!("done: {o:?}"),
             Step::Verified(rv, _) => format!("verified at {rv:?}"),
             Step::Write(w) => format!(
@@ -970,7 +982,7 @@ mod tests {
         no_ns.namespace_exists = false;
         assert_eq!(
             decided(&no_ns, &c),
-            "done: Failed(\"namespace apps not found (set createNamespace: true to create it)\")"
+            "done: Failed(NotFound, \"namespace apps not found (set createNamespace: true to create it)\")"
         );
         let mut creates = c.clone();
         creates.create_namespace = true;
@@ -993,14 +1005,14 @@ mod tests {
         let retry = Backoff {
             attempts: 1,
             at: now + std::time::Duration::from_secs(5),
-            error: "boom".to_owned(),
+            error: CopyError::transient("boom"),
             input,
         };
         let mut waiting = view(&rs, Some(&l), None);
         waiting.retry = Some(&retry);
         assert_eq!(
             kind_of(&decide(&waiting, &target(), &c, now)),
-            "done: Failed(\"boom\")"
+            "done: Failed(Transient { retry_after: None }, \"boom\")"
         );
         // What failed changed (someone edited the copy, or the source): tried
         // again at once, down the usual path.
@@ -1015,7 +1027,7 @@ mod tests {
         unwatched.namespaced = None;
         assert_eq!(
             decided(&unwatched, &c),
-            "done: Failed(\"kind v1 ConfigMap is not watched\")"
+            "done: Failed(Transient { retry_after: None }, \"kind v1 ConfigMap is not watched\")"
         );
         // No baseline: a dry run first.
         assert_eq!(
@@ -1096,7 +1108,7 @@ mod tests {
         cluster_scoped.namespaced = Some(false);
         assert_eq!(
             decided(&cluster_scoped, &c),
-            "done: Failed(\"the kind is cluster-scoped but the copy has a namespace\")"
+            "done: Failed(Invalid, \"the kind is cluster-scoped but the copy has a namespace\")"
         );
         let no_namespace = Target::from(crate::sync::model::Place {
             namespace: None,
@@ -1109,7 +1121,7 @@ mod tests {
                 &c,
                 Instant::now()
             )),
-            "done: Failed(\"the kind is namespaced but the copy has no namespace\")"
+            "done: Failed(Invalid, \"the kind is namespaced but the copy has no namespace\")"
         );
     }
 }

@@ -131,7 +131,9 @@ fn outcome_results() {
     assert_eq!(outcome_result(&Outcome::InSync), Ok(()));
     assert_eq!(outcome_result(&Outcome::Wrote), Ok(()));
     assert_eq!(
-        outcome_result(&Outcome::Failed("no".into())),
+        outcome_result(&Outcome::Failed(crate::sync::model::CopyError::invalid(
+            "no"
+        ))),
         Err("no".to_owned())
     );
 }
