@@ -59,6 +59,15 @@ impl DriftState {
         }
     }
 
+    /// When the drift stage wants a pass: an announcement to try again, a
+    /// fight's backoff ending, a coalesced announcement due.
+    pub fn wake_at(&self) -> Option<Instant> {
+        [self.wake, self.fights.wake_at(), self.coalesce.wake_at()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
     /// An announcement was not acknowledged at `at`.
     pub fn announce_failed(&mut self, at: Instant) {
         self.unannounced = Some(at);

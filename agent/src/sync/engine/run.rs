@@ -48,21 +48,21 @@ impl Engine {
 
     /// When the engine wants to run a pass even without input.
     pub fn wake_at(&self) -> Option<Instant> {
-        self.sink
-            .retries
-            .values()
-            .map(|r| r.at)
-            .chain(self.pending.rediscover_at)
-            .chain(self.drift.wake)
-            .chain(self.source.wake)
-            .chain(self.returns.wake)
-            .chain(self.status.due)
-            .chain(self.drift.fights.wake_at())
-            .chain(self.drift.coalesce.wake_at())
-            .chain(self.sink.wake_at())
-            .chain(crate::sync::rollout::sink::fetch_wake(&self.rollout))
-            .chain(self.rollout.wake)
-            .min()
+        // Each stage says when it wants a pass; the engine takes the earliest.
+        let rollout = crate::sync::rollout::sink::fetch_wake(&self.rollout);
+        [
+            self.pending.rediscover_at,
+            self.source.wake,
+            self.sink.wake_at(),
+            self.drift.wake_at(),
+            self.returns.wake,
+            self.status.due,
+            rollout,
+            self.rollout.wake,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The source side (`source::publish`), unless publishing is held: the

@@ -132,8 +132,10 @@ impl SinkState {
         }
     }
 
-    /// When the next full plan is due.
+    /// When the sink wants a pass: the next full plan, or a failed copy's
+    /// next try, whichever comes first.
     pub fn wake_at(&self) -> Option<Instant> {
-        self.full_at.map(|at| at + FULL_EVERY)
+        let full = self.full_at.map(|at| at + FULL_EVERY);
+        self.retries.values().map(|r| r.at).chain(full).min()
     }
 }
