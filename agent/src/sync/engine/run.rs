@@ -125,7 +125,7 @@ impl Engine {
                 // with every copy) or replicated again compiles to the same
                 // rules: nothing below concerns it, and a full plan of every
                 // object per status write would make every change cost a
-                // pass over every object (issue 20).
+                // pass over every object (docs/design/memory.md).
                 let fleet_moved = std::mem::take(&mut self.pending.fleet_moved);
                 if rules != self.world.rules || fleet_moved {
                     self.rules_changed(rules);

@@ -201,7 +201,7 @@ async fn consume_once<K, V>(
 /// messages arrive with nothing pending too; a `CaughtUp` with each of them
 /// made the engine treat every change as the end of a re-read (every object
 /// planned, decided and looked at for collection again): the cost of one
-/// change grew with the number of objects (issue 20).
+/// change grew with the number of objects (docs/design/memory.md).
 #[derive(Debug, Default)]
 struct CatchUp {
     told: bool,

@@ -29,7 +29,7 @@ impl Baseline {
     /// (see `meta::compact_managed_fields`), packed. Done as soon as a write
     /// returns: a wave of thousands of writes holding their parsed
     /// responses until the wave ends was the sink's peak (~5 KiB per copy,
-    /// measured with heaptrack, issue 20).
+    /// measured with heaptrack, docs/design/memory.md).
     pub fn pack_server(mut server: Value) -> Packed {
         super::meta::compact_managed_fields(&mut server);
         Packed::new(&server)

@@ -14,7 +14,7 @@ pub struct Candidate {
     /// The rule that maps it there.
     pub rule: String,
     /// Its key on the bus, shared by the clones of the candidate a pass
-    /// makes (issue 20, "Compact state": six strings a clone).
+    /// makes (docs/design/memory.md: six strings a clone).
     pub key: Arc<ObjectKey>,
     /// Its `metadata.creationTimestamp` on the origin (RFC 3339, sorts by time).
     pub created: String,

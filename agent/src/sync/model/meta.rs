@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 /// (a local object as the watch saw it, a baseline): each entry's manager,
 /// operation, time and subresource (who changed a copy, whether status was
 /// returned). `fieldsV1`, the set of every field each manager owns, is a
-/// good part of a parsed object's size and is never read from these (issue
-/// 20, compact state). A stored object is never sent back with its
+/// good part of a parsed object's size and is never read from these
+/// (docs/design/memory.md). A stored object is never sent back with its
 /// managedFields (see `mutate::unmanage`).
 pub fn compact_managed_fields(obj: &mut Value) {
     let Some(entries) = obj

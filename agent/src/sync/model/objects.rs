@@ -1,5 +1,5 @@
 //! Every local object of one kind as the watch last listed or saw it, each
-//! kept [`Packed`] (issue 20, "Compact state": the parsed trees were most of
+//! kept [`Packed`] (docs/design/memory.md: the parsed trees were most of
 //! the agent's memory). A read parses the object again: reads are what one
 //! change touches (its copy, its source object), and a full plan or
 //! collection scan, which reads every object, is rare (see the sink's plan).

@@ -2,7 +2,7 @@
 //!
 //! A parsed `serde_json::Value` of a 1 KiB ConfigMap costs ~4 KiB of heap
 //! (a B-tree node of ~0.6 KiB per JSON object, a string per key and value);
-//! the sink kept several per copy (issue 20, "Compact state"). [`Packed`]
+//! the sink kept several per copy (docs/design/memory.md). [`Packed`]
 //! keeps the envelope's representation instead (MessagePack, in a zstd frame
 //! when smaller: a few hundred bytes for that ConfigMap), immutable and
 //! shared by clones, and parses it again only where a decision needs the
@@ -55,7 +55,7 @@ impl Packed {
     /// same object. The sink keeps a copy twice: the response of the write
     /// that made it (its baseline) and the copy as its watch saw it after,
     /// the same object packed the same way; kept once, ~300 bytes a copy
-    /// fewer (issue 20, "Compact state").
+    /// fewer (docs/design/memory.md).
     pub fn shared_with(self, other: &Packed) -> Packed {
         if self == *other {
             other.clone()

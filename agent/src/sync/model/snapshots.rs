@@ -4,12 +4,12 @@
 //! Collection asks, for each copy nothing wants any more, whether its origin
 //! published a `Deleted` tombstone for the copy's source uid (then the copy
 //! goes whatever its orphan policy). Answered by a walk over every envelope,
-//! that made each delete cost a look at every object (issue 20); the index
+//! that made each delete cost a look at every object (docs/design/memory.md); the index
 //! answers it with a lookup. Every write goes through `insert`/`remove`,
 //! which keep the index.
 //!
-//! The object an envelope carries is kept [`Packed`] (issue 20, "Compact
-//! state": on a sink it was one of the four parsed trees held per copy).
+//! The object an envelope carries is kept [`Packed`] (docs/design/memory.md:
+//! on a sink it was one of the four parsed trees held per copy).
 //! [`Snapshots::meta`] and [`Snapshots::iter_meta`] give the envelope
 //! without it (uid, versions, hash, tombstone: what most readers ask);
 //! [`Snapshots::get`] and [`Snapshots::iter`] parse it again, for the plan
@@ -88,7 +88,7 @@ pub struct Snapshots {
     /// object, room for a signature and a sealing header included), and a
     /// B-tree node keeps 11 slots of key and value, a third to a half of
     /// them empty: unboxed, ~0.9 KB a copy in nodes (heaptrack at 10,000
-    /// copies, issue 20); boxed, a slot is the key and a pointer.
+    /// copies, docs/design/memory.md); boxed, a slot is the key and a pointer.
     by_key: BTreeMap<ObjectKey, Box<PackedEnvelope>>,
     /// origin → uid → how many `Deleted` tombstones carry that uid (a uid
     /// names one object, but a forged or replayed message may repeat it

@@ -12,8 +12,8 @@ pub type LocalKey = (Option<String>, String);
 /// The place of a copy: kind and local key, shared. Every map of the
 /// engine that is keyed by copy (the plan's index and tallies, baselines,
 /// held copies, watch times) holds a clone of it: one allocation per copy,
-/// a pointer per map, instead of four strings per map (issue 20, "Compact
-/// state"). Compares, hashes and orders as its [`Place`]; reads its fields
+/// a pointer per map, instead of four strings per map (docs/design/memory.md).
+/// Compares, hashes and orders as its [`Place`]; reads its fields
 /// through `Deref`.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Target(Arc<Place>);

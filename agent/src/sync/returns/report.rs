@@ -52,7 +52,7 @@ fn wanted_reports(
     let now = chrono::Utc::now();
     let mut out = BTreeMap::new();
     // Without a rule that returns status, no copy is looked at: a pass
-    // must not cost a walk over every copy (issue 20).
+    // must not cost a walk over every copy (docs/design/memory.md).
     let returning = world.rules.values().any(|r| !r.spec.unwrap && r.reports());
     let held = sink.held.iter().filter(|_| returning);
     for (target, pair) in held {

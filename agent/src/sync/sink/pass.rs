@@ -753,7 +753,7 @@ struct RulesNow {
 /// found by a hash index, not in a map by target: a first sync decides
 /// every copy in one pass, and a `BTreeMap<Target, Settled>` filled in
 /// target order (half-full nodes of 176-byte slots) was ~4.5 MB of a
-/// 10,000-copy sink's peak (heaptrack, issue 20).
+/// 10,000-copy sink's peak (heaptrack, docs/design/memory.md).
 struct Tally<'a> {
     /// Where each winner's target is in `settled`.
     places: HashMap<&'a Target, usize>,

@@ -66,14 +66,14 @@ pub struct Computed {
     /// The object carries an update-policy value fleetbus does not know.
     pub unknown_policy: bool,
     /// This cluster's SyncPolicy refuses the copy (`result` is None then):
-    /// boxed, as almost every pair has none (issue 20: the plan's size).
+    /// boxed, as almost every pair has none (docs/design/memory.md: the plan's size).
     pub refused: Option<Box<Refusal>>,
 }
 
 /// The envelope version an entry was computed from: a SHA-256 of its uid,
 /// content hash and resourceVersion, each length-prefixed (equal iff the
 /// three are). Not the three strings: 32 bytes inline instead of three
-/// strings and their ~150 bytes of heap, per pair (issue 20, "Compact state").
+/// strings and their ~150 bytes of heap, per pair (docs/design/memory.md).
 pub type Version = [u8; 32];
 
 /// The version of `env` (see the module docs).
@@ -153,12 +153,12 @@ pub struct Plan {
     /// Boxed: an `Entry` is ~430 bytes, and a table keeps up to half of its
     /// slots empty (twice that while it grows), each the size of a slot.
     /// Each pair is kept once, shared with `targets` (its six strings and a
-    /// 168-byte `Vec` slot per copy were a clone each; issue 20).
+    /// 168-byte `Vec` slot per copy were a clone each; docs/design/memory.md).
     pairs: HashMap<Arc<Pair>, Box<Entry>>,
     /// The pairs that want each target, sorted (by rule, then source). A
     /// sorted `Vec`, not a `BTreeSet`: almost every target has one pair, and a
     /// one-element `BTreeSet<Pair>` costs a whole B-tree leaf (11 slots of
-    /// ~170 bytes, ~1.9 KiB per copy; measured with heaptrack, issue 20).
+    /// ~170 bytes, ~1.9 KiB per copy; measured with heaptrack, docs/design/memory.md).
     targets: BTreeMap<Target, Vec<Arc<Pair>>>,
     settled: HashMap<Target, Settled>,
     ledgers: BTreeMap<String, Ledger>,
@@ -205,7 +205,7 @@ impl Plan {
             computed: compute(),
         };
         // A target computed again is the one decided before: one `Target`
-        // per copy, shared by every map (issue 20).
+        // per copy, shared by every map (docs/design/memory.md).
         if let Some(Ok((t, _))) = &mut entry.computed.result {
             *t = self.shared(t.clone());
         }
@@ -300,7 +300,7 @@ impl Plan {
 
     /// The plan's own `Target` for the place `target` names, if it knows
     /// that place, else `target`: a copy's maps then share one allocation
-    /// of its key instead of a clone each (issue 20, "Compact state").
+    /// of its key instead of a clone each (docs/design/memory.md).
     pub fn shared(&self, target: Target) -> Target {
         let known = (self.targets.get_key_value(&target).map(|(k, _)| k))
             .or_else(|| self.settled.get_key_value(&target).map(|(k, _)| k));

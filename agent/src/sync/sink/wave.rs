@@ -56,7 +56,7 @@ type Job<'a> = BoxFuture<'a, (usize, Result<Packed, WriteError>)>;
 ///
 /// Each future is made as a slot frees, not all up front: a boxed write
 /// future is ~1.5 KB, and a first sync's wave is thousands of writes
-/// (heaptrack, issue 20: 15 MB of a 10,000-copy sink's peak were boxed
+/// (heaptrack, docs/design/memory.md: 15 MB of a 10,000-copy sink's peak were boxed
 /// futures waiting for a slot). A plain loop over `FuturesUnordered`, not
 /// `buffer_unordered` over a stream: a stream of borrowing async blocks
 /// trips the compiler's `Send` inference for the spawned sync task.

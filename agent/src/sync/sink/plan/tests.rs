@@ -272,7 +272,7 @@ fn an_envelope_version_is_computed_once() {
 }
 
 /// One `Target` and one pair per copy, shared by every map that keeps them
-/// (issue 20): the place the local watch names, a target computed again
+/// (docs/design/memory.md): the place the local watch names, a target computed again
 /// after its decision, and the pair a pass holds are the plan's own.
 #[test]
 fn a_copys_target_and_pair_are_the_plans_own() {
