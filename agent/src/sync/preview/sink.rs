@@ -551,7 +551,7 @@ impl Engine {
         };
         match step {
             Step::Done(Outcome::InSync | Outcome::Wrote | Outcome::Held(_), _)
-            | Step::Verified(..) => reply.unchanged += 1,
+            | Step::Verified { .. } => reply.unchanged += 1,
             Step::Done(Outcome::Conflict(conflict), _) => {
                 reply.conflicts.push(problem(conflict.message));
             }

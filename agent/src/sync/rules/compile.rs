@@ -22,6 +22,30 @@ use crate::sync::model::meta::has_annotation;
 /// user rule can collide with it.
 pub const RULE_REPLICATION: &str = "(mesh-wide rules)";
 
+/// Where a rule comes from: a ResourceSyncRule object, or built into the
+/// agent (no object: no status, no Events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleOrigin {
+    User,
+    BuiltIn,
+}
+
+impl RuleOrigin {
+    /// The origin of the rule named `name` (as copies and reports carry it).
+    pub fn of(name: &str) -> RuleOrigin {
+        if name == RULE_REPLICATION {
+            RuleOrigin::BuiltIn
+        } else {
+            RuleOrigin::User
+        }
+    }
+
+    /// Whether the rule has an object to hold its Events and status.
+    pub fn has_object(self) -> bool {
+        self == RuleOrigin::User
+    }
+}
+
 /// The ReportedState kind (watched by every agent, like rules).
 pub fn reported_state_gvk() -> GroupVersionKind {
     GroupVersionKind::gvk(well_known::GROUP, well_known::VERSION, "ReportedState")
@@ -280,6 +304,9 @@ mod tests {
             .unwrap_or("")
             .contains("parse"));
         assert!(set[RULE_REPLICATION].builtin);
+        assert_eq!(RuleOrigin::of(RULE_REPLICATION), RuleOrigin::BuiltIn);
+        assert_eq!(RuleOrigin::of("(not built in)"), RuleOrigin::User);
+        assert!(RuleOrigin::of("team-a").has_object());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use super::state::SinkState;
 use crate::context::Context;
 use crate::kube::events::EventType;
 use crate::sync::model::{Candidate, Conflict};
+use crate::sync::rules::compile::RuleOrigin;
 use crate::sync::world::World;
 
 /// Sorts candidates for one target, winner first.
@@ -70,7 +71,7 @@ pub(in crate::sync) async fn report_conflicts(
             continue;
         }
         tracing::warn!(rule = %c.rule, origin = %c.origin, object = %c.target, reason = c.reason.as_str(), "sync conflict");
-        if !c.rule.starts_with('(') {
+        if RuleOrigin::of(&c.rule).has_object() {
             let rule_ref = crate::sync::model::meta::rule_ref(&c.rule);
             ctx.recorder
                 .publish(&rule_ref, EventType::Warning, "SyncConflict", &c.message)

@@ -14,6 +14,7 @@ use crate::context::Context;
 use crate::kube::events::EventType;
 use crate::sync::model::backoff::{Backoff, Input};
 use crate::sync::model::{CopyError, Target};
+use crate::sync::rules::compile::RuleOrigin;
 
 /// The reason of the Event announcing a failing copy.
 pub const REASON: &str = "SyncFailed";
@@ -63,8 +64,8 @@ pub(in crate::sync) fn copy_failed(
     );
     ctx.metrics.sync_write_failed(op);
     sink.retries.insert(target.clone(), next);
-    // Built-in rules (named in parentheses) have no object to hold Events.
-    if news && !rule.is_empty() && !rule.starts_with('(') {
+    // Built-in rules have no object to hold Events.
+    if news && !rule.is_empty() && RuleOrigin::of(rule).has_object() {
         sink.failure_events
             .push((rule.to_owned(), format!("{target}: {message}")));
     }

@@ -13,7 +13,7 @@ use super::apply;
 use super::drifted::{effective_mode, Drifted};
 use super::look::Look;
 use super::state::SinkState;
-use super::wave::{failed, verified, write_one, Step, Wave, Why};
+use super::wave::{failed, verified, write_one, Ends, Step, Wave, Why};
 use crate::context::Context;
 use crate::sync::drift::announce::{self, Found};
 use crate::sync::drift::policy::Policy;
@@ -84,15 +84,18 @@ impl Serial<'_> {
     ) -> BoxFuture<'b, Outcome> {
         Box::pin(async move {
             match step {
-                Step::Done(outcome, equal) => {
-                    if equal {
+                Step::Done(outcome, ends) => {
+                    if ends == Ends::RetryAndDrift {
                         self.sink.retries.remove(target);
                         announce::drift_resolved(self.drift, self.ctx, target).await;
                     }
                     outcome
                 }
-                Step::Verified(rv, with_status) => {
-                    verified(self.sink, target, rv.as_deref(), with_status);
+                Step::Verified {
+                    resource_version,
+                    with_status,
+                } => {
+                    verified(self.sink, target, resource_version.as_deref(), with_status);
                     self.sink.retries.remove(target);
                     announce::drift_resolved(self.drift, self.ctx, target).await;
                     Outcome::InSync

@@ -77,15 +77,26 @@ pub(in crate::sync) async fn bounded<'a, T>(
     }
 }
 
+/// What a decided step ends besides its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::sync) enum Ends {
+    /// The copy is known equal now: its retry state and an open drift end.
+    RetryAndDrift,
+    /// Nothing: the copy is not known equal.
+    Nothing,
+}
+
 /// How one target is handled, decided without writing.
 #[derive(Debug)]
 pub(in crate::sync) enum Step {
-    /// Decided: the outcome, and whether the copy is known equal now (its
-    /// retry state and an open drift end).
-    Done(Outcome, bool),
+    /// Decided: the outcome, and what it ends.
+    Done(Outcome, Ends),
     /// Equal after comparing with the baseline: also remember the live
     /// resourceVersion (and status mode), so the next pass does not compare.
-    Verified(Option<String>, bool),
+    Verified {
+        resource_version: Option<String>,
+        with_status: bool,
+    },
     /// A plain write that may run alongside others.
     Write(Write),
     /// Everything else: one at a time, down the path [`Why`] names.
@@ -218,10 +229,10 @@ pub(in crate::sync) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now:
             live_rv: v.live.and_then(resource_version).map(str::to_owned),
         };
         if r.holds(&input, now) {
-            return Step::Done(Outcome::Failed(r.error.clone()), false);
+            return Step::Done(Outcome::Failed(r.error.clone()), Ends::Nothing);
         }
     }
-    let failed = |why: CopyError| Step::Done(Outcome::Failed(why), false);
+    let failed = |why: CopyError| Step::Done(Outcome::Failed(why), Ends::Nothing);
     let Some(namespaced) = v.namespaced else {
         // Its watch starts with the next pass.
         return failed(CopyError::transient(format!(
@@ -256,13 +267,16 @@ pub(in crate::sync) fn decide(v: &View<'_>, target: &Target, c: &Candidate, now:
     };
     let Some(live) = v.live else {
         if let Some(why) = v.hold {
-            return Step::Done(Outcome::Held(format!("{why}: {HELD_CREATE}")), false);
+            return Step::Done(
+                Outcome::Held(format!("{why}: {HELD_CREATE}")),
+                Ends::Nothing,
+            );
         }
         return missing(v, target, c, namespace);
     };
     if let Some(why) = terminating(live) {
         // Tried again once it is gone.
-        return Step::Done(Outcome::Failed(CopyError::transient(why)), false);
+        return Step::Done(Outcome::Failed(CopyError::transient(why)), Ends::Nothing);
     }
     let then = present(v, target, c, live);
     match namespace {
@@ -293,7 +307,10 @@ fn missing(v: &View<'_>, target: &Target, c: &Candidate, namespace: Option<Strin
                 namespace,
                 policy: Policy::of(rule, target, &server),
             }),
-            Err(e) => Step::Done(Outcome::Failed(CopyError::invalid(e.to_string())), false),
+            Err(e) => Step::Done(
+                Outcome::Failed(CopyError::invalid(e.to_string())),
+                Ends::Nothing,
+            ),
         },
         _ => Step::Serial(Why::Gone { namespace }),
     }
@@ -309,13 +326,13 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
         Ownership::Original => {
             return Step::Done(
                 Outcome::Conflict(Box::new(Conflict::local_object(target, c, live))),
-                false,
+                Ends::Nothing,
             )
         }
         Ownership::LookAlike { origin, why } => {
             return Step::Done(
                 Outcome::Conflict(Box::new(Conflict::look_alike(target, c, live, origin, why))),
-                false,
+                Ends::Nothing,
             )
         }
     }
@@ -323,13 +340,13 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
         || c.update == UpdatePolicy::CreateOnly
     {
         // Pinned by an operator, or created once by policy: left alone.
-        return Step::Done(Outcome::InSync, false);
+        return Step::Done(Outcome::InSync, Ends::Nothing);
     }
     let Some(base) = v.baseline else {
         if let Some(why) = v.hold {
             // A first look compares with a dry run of the desired state, and
             // may write it: a held rule only looks at what it wrote.
-            return Step::Done(Outcome::Held(format!("{why}: {HELD_LOOK}")), false);
+            return Step::Done(Outcome::Held(format!("{why}: {HELD_LOOK}")), Ends::Nothing);
         }
         return Step::Serial(Why::FirstLook {
             policy: policy(v.rule, target, live),
@@ -340,8 +357,11 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
         // The new version waits; what we wrote is still watched for drift.
         return match drifted(v, target, c, base, live) {
             Ok(Some(policy)) => Step::Serial(Why::Drift { policy }),
-            Ok(None) => Step::Done(Outcome::Held(format!("{why}: {HELD_UPDATE}")), false),
-            Err(e) => Step::Done(Outcome::Failed(CopyError::invalid(e)), false),
+            Ok(None) => Step::Done(
+                Outcome::Held(format!("{why}: {HELD_UPDATE}")),
+                Ends::Nothing,
+            ),
+            Err(e) => Step::Done(Outcome::Failed(CopyError::invalid(e)), Ends::Nothing),
         };
     }
     if base.desired != c.digest {
@@ -353,13 +373,16 @@ fn present(v: &View<'_>, target: &Target, c: &Candidate, live: &Value) -> Step {
     }
     if let (Some(rv), Some((seen, with_status))) = (live_rv, &base.verified) {
         if rv == seen && *with_status == c.with_status {
-            return Step::Done(Outcome::InSync, true);
+            return Step::Done(Outcome::InSync, Ends::RetryAndDrift);
         }
     }
     match drifted(v, target, c, base, live) {
-        Ok(None) => Step::Verified(live_rv.map(str::to_owned), c.with_status),
+        Ok(None) => Step::Verified {
+            resource_version: live_rv.map(str::to_owned),
+            with_status: c.with_status,
+        },
         Ok(Some(policy)) => Step::Serial(Why::Drift { policy }),
-        Err(e) => Step::Done(Outcome::Failed(CopyError::invalid(e)), false),
+        Err(e) => Step::Done(Outcome::Failed(CopyError::invalid(e)), Ends::Nothing),
     }
 }
 
@@ -760,12 +783,14 @@ mod tests {
 
     fn kind_of(step: &Step) -> String {
         match step {
-            Step::Done(Outcome::InSync, eq) => format!("in sync (equal: {eq})"),
+            Step::Done(Outcome::InSync, ends) => format!("in sync (ends: {ends:?})"),
             Step::Done(Outcome::Failed(e), _) => {
                 format!("done: Failed({:?}, {:?})", e.kind, e.message)
             }
             Step::Done(o, _) => format!("done: {o:?}"),
-            Step::Verified(rv, _) => format!("verified at {rv:?}"),
+            Step::Verified {
+                resource_version, ..
+            } => format!("verified at {resource_version:?}"),
             Step::Write(w) => format!(
                 "{} (namespace {:?})",
                 if w.replace.is_some() {
@@ -803,12 +828,12 @@ mod tests {
         let b = baseline("a", "7", Some("7"));
         assert_eq!(
             decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h1")),
-            "in sync (equal: true)"
+            "in sync (ends: RetryAndDrift)"
         );
         // Only the source hash moved: still nothing to write.
         assert_eq!(
             decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h2")),
-            "in sync (equal: true)"
+            "in sync (ends: RetryAndDrift)"
         );
         // The desired content moved, the live copy did not: replace.
         assert_eq!(
@@ -851,7 +876,7 @@ mod tests {
         // Unchanged: in sync, as before.
         assert_eq!(
             decided(&view(&rs, Some(&l), Some(&b)), &candidate("a", "h")),
-            "in sync (equal: true)"
+            "in sync (ends: RetryAndDrift)"
         );
         // Edited by someone: drift, reported and not corrected.
         assert_eq!(
@@ -1085,7 +1110,7 @@ mod tests {
         v.namespace_exists = false;
         assert_eq!(
             decided(&v, &c),
-            "serial: namespace apps, then in sync (equal: true)"
+            "serial: namespace apps, then in sync (ends: RetryAndDrift)"
         );
         let edited = live("edited", "8");
         v.live = Some(&edited);
