@@ -11,48 +11,51 @@
 use fleetbus_schemas::command::{CorrectFailure, CorrectReply, CorrectRequest};
 use fleetbus_schemas::ObjectRef;
 
-use crate::sync::engine::Engine;
+use super::state::DriftState;
 use crate::sync::model::Target;
 
 fn object(t: &Target) -> ObjectRef {
     ObjectRef::new(&t.api_version, &t.kind, t.namespace.as_deref(), &t.name)
 }
 
-impl Engine {
-    /// Corrects the drifted copies `req` selects, now; returns the reply.
-    pub async fn correct(&mut self, req: &CorrectRequest) -> CorrectReply {
-        let chosen: Vec<Target> = self
-            .drift
-            .open
-            .iter()
-            .filter(|(t, d)| req.matches(&d.event.rule, &object(t)))
-            .map(|(t, _)| t.clone())
-            .collect();
-        tracing::info!(count = chosen.len(), ?req, "correction requested");
-        self.drift.forced = chosen.into_iter().collect();
-        self.drift.forced_results.clear();
-        self.pass().await;
-        // A copy the pass did not reach (its rule is not ready, say) failed.
-        let leftover: Vec<Target> = self.drift.forced.drain().collect();
-        let mut reply = CorrectReply {
-            cluster: self.world.fleet.local.name.clone(),
-            ..CorrectReply::default()
-        };
-        for (t, r) in self.drift.forced_results.drain(..) {
-            match r {
-                Ok(()) => reply.corrected.push(object(&t)),
-                Err(error) => reply.failed.push(CorrectFailure {
-                    object: object(&t),
-                    error,
-                }),
-            }
-        }
-        for t in leftover {
-            reply.failed.push(CorrectFailure {
+/// Marks the drifted copies `req` selects to be corrected by the next pass,
+/// whatever their drift mode; what an earlier correction left is dropped.
+pub(in crate::sync) fn select(drift: &mut DriftState, req: &CorrectRequest) {
+    let chosen: Vec<Target> = drift
+        .open
+        .iter()
+        .filter(|(t, d)| req.matches(&d.event.rule, &object(t)))
+        .map(|(t, _)| t.clone())
+        .collect();
+    tracing::info!(count = chosen.len(), ?req, "correction requested");
+    drift.forced = chosen.into_iter().collect();
+    drift.forced_results.clear();
+}
+
+/// The reply once the pass ran: what it corrected, what failed and why.
+/// Takes the pass's results and what it left marked, so the next pass
+/// starts with nothing forced.
+pub(in crate::sync) fn reply(local: &str, drift: &mut DriftState) -> CorrectReply {
+    // A copy the pass did not reach (its rule is not ready, say) failed.
+    let leftover: Vec<Target> = drift.forced.drain().collect();
+    let mut reply = CorrectReply {
+        cluster: local.to_owned(),
+        ..CorrectReply::default()
+    };
+    for (t, r) in drift.forced_results.drain(..) {
+        match r {
+            Ok(()) => reply.corrected.push(object(&t)),
+            Err(error) => reply.failed.push(CorrectFailure {
                 object: object(&t),
-                error: "not corrected in this pass (its rule or kind is not ready)".to_owned(),
-            });
+                error,
+            }),
         }
-        reply
     }
+    for t in leftover {
+        reply.failed.push(CorrectFailure {
+            object: object(&t),
+            error: "not corrected in this pass (its rule or kind is not ready)".to_owned(),
+        });
+    }
+    reply
 }

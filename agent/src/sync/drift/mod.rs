@@ -8,7 +8,7 @@
 
 pub(super) mod announce;
 pub(super) mod coalesce;
-mod command;
+pub(super) mod command;
 pub(super) mod fight;
 pub(super) mod policy;
 pub(super) mod state;

@@ -19,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bus::command::{self, Common, Refused, Signed, Verb};
 use crate::context::Context;
-use crate::sync::rollout;
+use crate::sync::drift::command as correction;
+use crate::sync::{preview, rollout};
 
 use super::Engine;
 
@@ -172,16 +173,18 @@ impl Engine {
             }
             EngineVerb::Preview => {
                 let max = self.io.ctx.max_payload();
-                self.preview(&h.payload)
+                let (world, sink, ctx) = (&self.world, &self.sink, &self.io.ctx);
+                preview::preview(world, sink, ctx, &h.payload)
                     .await
                     .fit(max)
                     .map_err(|e| e.to_string())
             }
-            EngineVerb::PreviewSource => self
-                .preview_source(&h.payload)
-                .await
-                .encode()
-                .map_err(|e| e.to_string()),
+            EngineVerb::PreviewSource => {
+                preview::preview_source(&self.world, &self.io.ctx, &h.payload)
+                    .await
+                    .encode()
+                    .map_err(|e| e.to_string())
+            }
             EngineVerb::Rollout => {
                 let (book, returns) = (&mut self.rollout, &self.returns.book);
                 let (world, ctx) = (&self.world, &self.io.ctx);
@@ -193,6 +196,15 @@ impl Engine {
         };
         // The requester may have given up: nothing to do then.
         let _ = h.reply.send(reply);
+    }
+
+    /// Corrects the drifted copies `req` selects, now: drift marks them, a
+    /// whole pass (which only the engine can run) corrects them, and drift
+    /// builds the reply from what the pass did.
+    async fn correct(&mut self, req: &CorrectRequest) -> CorrectReply {
+        correction::select(&mut self.drift, req);
+        self.pass().await;
+        correction::reply(&self.world.fleet.local.name, &mut self.drift)
     }
 }
 

@@ -23,8 +23,6 @@ mod fold;
 mod kinds;
 mod rule_set;
 mod run;
-mod shim;
-mod shim_stages;
 
 pub use run::run;
 

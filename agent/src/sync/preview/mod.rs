@@ -21,40 +21,44 @@
 //! - [`source`]: `preview-source`, the origin's side: the envelopes it would
 //!   publish for a candidate that are not on the bus yet, which the CLI
 //!   hands to each sink's preview (`sources`).
+//! - [`request`]: what both share: whether this agent answers yet, the
+//!   candidate compiled from the request.
 
 mod diff;
 mod reads;
+mod request;
 mod sink;
 mod source;
 
+pub(in crate::sync) use source::preview_source;
+
 use fleetbus_schemas::preview::{PreviewReply, PreviewRequest};
 
-/// What every read of one preview (or preview-source page) together may
-/// take: discovery, the bus read and the LISTs of kinds this agent does not
-/// watch. The engine answers between passes, so this is also what one
-/// preview may hold a cluster's sync for; it stays under the CLI's default
-/// `--timeout` of 10 s.
-const READS_BUDGET: std::time::Duration = std::time::Duration::from_secs(8);
+use crate::context::Context;
+use crate::sync::sink::state::SinkState;
+use crate::sync::world::World;
 
-use crate::sync::engine::Engine;
-
-impl Engine {
-    /// The reply to a preview request's bytes (see the module docs).
-    pub async fn preview(&self, bytes: &[u8]) -> PreviewReply {
-        let local = &self.world.fleet.local.name;
-        let req = match PreviewRequest::decode(bytes) {
-            Ok(req) => req,
-            Err(e) => {
-                return PreviewReply::refused(
-                    local,
-                    format!("cannot read the request: {}", crate::report(&e)),
-                )
-            }
-        };
-        tracing::info!(rule = ?req.rule_name, candidate = req.rule.is_some(), source = req.source.is_some(), "preview requested");
-        match self.preview_rule(&req).await {
-            Ok(reply) => reply,
-            Err(e) => PreviewReply::refused(local, e),
+/// The reply to a preview request's bytes (see the module docs).
+pub(in crate::sync) async fn preview(
+    world: &World,
+    sink: &SinkState,
+    ctx: &Context,
+    bytes: &[u8],
+) -> PreviewReply {
+    let local = &world.fleet.local.name;
+    let req = match PreviewRequest::decode(bytes) {
+        Ok(req) => req,
+        Err(e) => {
+            return PreviewReply::refused(
+                local,
+                format!("cannot read the request: {}", crate::report(&e)),
+            )
         }
+    };
+    tracing::info!(rule = ?req.rule_name, candidate = req.rule.is_some(), source = req.source.is_some(), "preview requested");
+    let preview = sink::Preview { world, sink, ctx };
+    match preview.preview_rule(&req).await {
+        Ok(reply) => reply,
+        Err(e) => PreviewReply::refused(local, e),
     }
 }

@@ -1,5 +1,6 @@
-//! What a candidate rule would do on this cluster, computed read-only from
-//! the engine's state through the sink's own pieces (see `preview`'s docs).
+//! What a candidate rule would do on this cluster, computed from borrowed
+//! state ([`Preview`]: the World, the sink's state, the context) through the
+//! sink's own pieces (see `preview`'s docs).
 //!
 //! Mapping of `wave::decide`'s steps: a plain create, or a copy we wrote
 //! that is gone, is a create; a replace of a changed desired state is an
@@ -24,26 +25,30 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::diff::{self, Redact};
-use super::reads::Reads;
+use super::reads::{read_bus, read_targets, Reads, READS_BUDGET};
+use super::request::{answers_previews, candidate, source_ref};
+use super::source::given_sources;
+use crate::context::Context;
 use crate::sync::drift::announce;
 use crate::sync::drift::policy::Policy;
-use crate::sync::engine::Engine;
 use crate::sync::model::meta::{annotation, describe_gvk};
 use crate::sync::model::{Candidate, Conflict, Outcome, RuleReport, Target};
-use crate::sync::rules::compile::{self as rules, CompiledRule};
+use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::sink::apply::{self, WriteError};
 use crate::sync::sink::bundle::BundlePass;
-use crate::sync::sink::collect::{RuleOf, Verdict};
+use crate::sync::sink::collect::{verdict_under, would_take, RuleOf, Verdict};
 use crate::sync::sink::conflicts;
 use crate::sync::sink::look::dry_run_body;
-use crate::sync::sink::pass::taken;
+use crate::sync::sink::pass::{taken, Compute};
+use crate::sync::sink::state::SinkState;
 use crate::sync::sink::wave::{self, Step, Why};
+use crate::sync::world::World;
 
 /// The candidate rule's copies here: each target's candidates from it.
 type Wanted = BTreeMap<Target, Vec<Candidate>>;
 
-/// At most this many dry runs per preview (see `Engine::dry_runs`).
+/// At most this many dry runs per preview (see `Preview::dry_runs`).
 const MAX_DRY_RUNS: usize = 1000;
 
 const CORRECTS_DRIFT: &str = "corrects drift";
@@ -98,13 +103,14 @@ fn object_ref(t: &Target) -> ObjectRef {
     ObjectRef::new(&t.api_version, &t.kind, t.namespace.as_deref(), &t.name)
 }
 
-/// A source object by its key (also `source`'s).
-pub(super) fn source_ref(k: &ObjectKey) -> ObjectRef {
-    let api_version = match k.group.as_str() {
-        "" => k.version.clone(),
-        g => format!("{g}/{}", k.version),
-    };
-    ObjectRef::new(&api_version, &k.kind, k.namespace.as_deref(), &k.name)
+/// What a preview reads: the World, the sink's state (the other rules'
+/// candidates, baselines, retries, holds) and the context. It changes none
+/// of them: a preview is answered between passes and must leave the next
+/// pass as it would have been.
+pub(super) struct Preview<'a> {
+    pub world: &'a World,
+    pub sink: &'a SinkState,
+    pub ctx: &'a Context,
 }
 
 /// The source criteria of a rule: which objects it selects, from whom. Two
@@ -153,12 +159,12 @@ fn changed_source(src: &PreviewSource, current: Option<Envelope>) -> Result<Enve
     .map_err(|e| format!("the source object is not usable: {e}"))
 }
 
-impl Engine {
+impl Preview<'_> {
     /// The preview of `req` (validated here), or why it cannot be made.
     pub(super) async fn preview_rule(&self, req: &PreviewRequest) -> Result<PreviewReply, String> {
         let name = req.validate().map_err(|e| e.to_string())?;
-        self.answers_previews()?;
-        let rule = self.candidate(req, &name)?;
+        answers_previews(self.world)?;
+        let rule = candidate(self.world, req, &name)?;
         let mut reply = PreviewReply {
             cluster: self.world.fleet.local.name.clone(),
             rule: name,
@@ -173,7 +179,7 @@ impl Engine {
             return Ok(reply);
         }
         // Every read below together: see READS_BUDGET.
-        let deadline = Instant::now() + super::READS_BUDGET;
+        let deadline = Instant::now() + READS_BUDGET;
         let wanted = match reply.selected {
             true => {
                 self.preview_wanted(&rule, req, deadline, &mut reply)
@@ -181,7 +187,7 @@ impl Engine {
             }
             false => Wanted::new(),
         };
-        let reads = self.read_targets(wanted.keys(), deadline).await;
+        let reads = read_targets(self.world, self.ctx, wanted.keys(), deadline).await;
         let now = Instant::now();
         let mut runs = Vec::new();
         for (target, own) in &wanted {
@@ -200,53 +206,6 @@ impl Engine {
         };
         reply.held = u64::try_from(held).unwrap_or(u64::MAX);
         Ok(reply)
-    }
-
-    /// Whether this agent has read what a preview is computed from: the
-    /// fleet, its rules and its policy.
-    pub(super) fn answers_previews(&self) -> Result<(), String> {
-        let rules_read = self
-            .world
-            .kinds
-            .get(&rules::rule_gvk())
-            .is_some_and(|k| k.ready());
-        if !self.world.fleet.synced || !rules_read || !self.policy_known() {
-            return Err("this agent has not read the fleet, its rules and its policy yet: ask again in a moment".to_owned());
-        }
-        Ok(())
-    }
-
-    /// The candidate, compiled as every rule is; its author is the current
-    /// rule's (a rule's author is where it was created, which a candidate
-    /// does not change), or for a new rule the request's `author`. An
-    /// invalid candidate is an error naming why.
-    pub(super) fn candidate(
-        &self,
-        req: &PreviewRequest,
-        name: &str,
-    ) -> Result<CompiledRule, String> {
-        let current = self.world.rules.get(name).filter(|r| !r.builtin);
-        let rule = match &req.rule {
-            None => current
-                .cloned()
-                .ok_or_else(|| format!("no rule {name} on this cluster"))?,
-            Some(obj) => {
-                let mut rule = rules::compile(&[obj])
-                    .remove(name)
-                    .ok_or_else(|| format!("the candidate rule {name} does not compile"))?;
-                // A new rule's author is where the operator says it will be
-                // created: a stated intent, taken as verified.
-                let local = &self.world.fleet.local.name;
-                let told = req.author.clone().filter(|a| a != local);
-                rule.author_verified = current.map_or(told.is_some(), |c| c.author_verified);
-                rule.author = current.map_or(told, |c| c.author.clone());
-                rule
-            }
-        };
-        match &rule.problem {
-            Some(p) => Err(format!("invalid rule {name}: {p}")),
-            None => Ok(rule),
-        }
     }
 
     /// Every copy the candidate wants here, by target; the source objects it
@@ -314,13 +273,14 @@ impl Engine {
         let sources = self.world.sources(rule);
         // What the origins gave (checked as the bus's envelopes are), over
         // what the bus holds; a changed source over both.
-        let mut given = self.given_sources(rule, &req.sources, reply);
+        let mut given = given_sources(self.ctx, rule, &req.sources, reply);
         given.extend(changed);
         let overlaid: std::collections::BTreeSet<ObjectKey> = given.keys().cloned().collect();
         let bus = on_bus
             .iter()
             .filter(|(k, _)| !overlaid.contains(*k))
             .map(|(k, env)| (k.clone(), env));
+        let compute = self.compute();
         for (key, env) in bus.chain(given) {
             let Some((env, obj, peer)) = taken(&sources, &key, Some(&env)) else {
                 continue;
@@ -328,7 +288,7 @@ impl Engine {
             let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
                 continue;
             };
-            let computed = self.compute_candidate(rule, &key, env, obj, &peer.record, &entries);
+            let computed = compute.compute_candidate(rule, &key, env, obj, &peer.record, &entries);
             if let Some(why) = computed.refused {
                 let message = format!("refused by this cluster's SyncPolicy: {why}");
                 reply.errors.push(PreviewProblem {
@@ -364,7 +324,7 @@ impl Engine {
             // not serve it, the rule cannot work here (`rule_problem`).
             // Bounded as the lists are: the engine answers between passes,
             // and the client has no read timeout.
-            let resolved = crate::sync::inputs::watches::resolve(&self.io.ctx.client, &rule.source);
+            let resolved = crate::sync::inputs::watches::resolve(&self.ctx.client, &rule.source);
             match tokio::time::timeout_at(deadline, resolved).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(why)) => {
@@ -376,14 +336,14 @@ impl Engine {
                 Err(_) => {
                     reply.incomplete.push(format!(
                         "discovery did not answer within the preview's {:?} for reads: whether this cluster serves {} is not known",
-                        super::READS_BUDGET,
+                        READS_BUDGET,
                         describe_gvk(&rule.source)
                     ));
                     return None;
                 }
             }
         }
-        match self.read_bus(&rule.source, deadline).await {
+        match read_bus(self.ctx, &rule.source, deadline).await {
             Ok(read) => Some(read),
             Err(why) => {
                 reply.incomplete.push(why);
@@ -408,7 +368,7 @@ impl Engine {
         let mut report = RuleReport::default();
         let mut bundles = BundlePass::default();
         let mut wanted = Wanted::new();
-        for (target, c) in self.unwrapped(rule, &mut report, &mut bundles) {
+        for (target, c) in self.compute().unwrapped(rule, &mut report, &mut bundles) {
             wanted.entry(target).or_default().push(c);
         }
         // Named as the rule status names them ("Kind ns/name"): no ObjectRef.
@@ -472,7 +432,7 @@ impl Engine {
             Some(Ok(read)) => Some(read),
             None => None,
         };
-        let mut live = read.map_or_else(|| self.live(target), |r| r.live(target));
+        let mut live = read.map_or_else(|| wave::live(self.world, target), |r| r.live(target));
         let namespaced = read.map(|r| r.namespaced);
         let decide =
             |live: Option<&Value>| self.preview_decide(rule, target, winner, live, namespaced, now);
@@ -488,7 +448,7 @@ impl Engine {
             // own last write yet; the server says.
             if let Some(kind) = self.world.kinds.get(&target.gvk()) {
                 let namespace = target.namespace.as_deref();
-                let api = apply::api(&self.io.ctx.client, &kind.ar, namespace);
+                let api = apply::api(&self.ctx.client, &kind.ar, namespace);
                 if let Ok(fresh) = announce::fresh(&api, &target.name).await {
                     live = fresh;
                     step = decide(live.as_ref());
@@ -510,7 +470,8 @@ impl Engine {
         namespaced: Option<bool>,
         now: Instant,
     ) -> Step {
-        let mut view = self.view(target, live, Some(rule), None);
+        let (world, sink, marker) = (self.world, self.sink, &self.ctx.mark);
+        let mut view = wave::view(world, sink, marker, target, live, Some(rule), None);
         view.namespaced = namespaced.or(view.namespaced);
         match wave::decide(&view, target, winner, now) {
             // The namespace is created on the way; what matters is the copy.
@@ -657,7 +618,7 @@ impl Engine {
             return Err(WriteError::Gone(r.target.to_string()));
         };
         let namespace = r.target.namespace.as_deref();
-        let api = apply::api(&self.io.ctx.client, ar, namespace);
+        let api = apply::api(&self.ctx.client, ar, namespace);
         let body = dry_run_body(&r.c, &r.live, &r.policy)?;
         apply::dry_run_replace(&api, &body).await
     }
@@ -680,7 +641,7 @@ impl Engine {
                     continue;
                 }
                 // As `collect`: only a copy this agent wrote.
-                let Some(origin) = self.io.ctx.mark.copy_origin(&obj) else {
+                let Some(origin) = self.ctx.mark.copy_origin(&obj) else {
                     continue;
                 };
                 let Some(target) = Target::of(&obj) else {
@@ -700,18 +661,19 @@ impl Engine {
                     continue;
                 }
                 // The watch may not have seen a delete of the agent's own yet.
-                let api = apply::api(&self.io.ctx.client, &kind.ar, target.namespace.as_deref());
+                let api = apply::api(&self.ctx.client, &kind.ar, target.namespace.as_deref());
                 if let Ok(None) = announce::fresh(&api, &target.name).await {
                     continue;
                 }
                 let ready = RuleOf::Ready(rule.spec.orphan_policy);
-                let (action, reason) = match self.verdict_under(&obj, origin, ready) {
+                let (action, reason) = match verdict_under(self.world, &obj, origin, ready) {
                     Verdict::Orphan => (DeleteAction::Orphan, None),
                     Verdict::Keep => (
                         DeleteAction::Keep,
                         Some("its origin's identity is in doubt".to_owned()),
                     ),
-                    Verdict::Delete => match self.would_take(&target, &obj, &mut served).await {
+                    Verdict::Delete => match would_take(self.ctx, &target, &obj, &mut served).await
+                    {
                         Ok(found) if found.is_empty() => (DeleteAction::Delete, None),
                         Ok(found) => (
                             DeleteAction::Keep,
@@ -737,5 +699,13 @@ impl Engine {
             }
         }
         reply.deletes.sort_by_key(|d| d.object.to_string());
+    }
+
+    /// The sink's computation of desired copies, over what the preview reads.
+    fn compute(&self) -> Compute<'_> {
+        Compute {
+            world: self.world,
+            ctx: self.ctx,
+        }
     }
 }

@@ -9,10 +9,11 @@
 //! the kind with the candidate in its name's place: source match,
 //! `sourceClusterSelector`, `clusterFeatureMatch`, this cluster's SyncPolicy
 //! exports, withheld kinds of Secret), the same envelopes
-//! (`Engine::envelope`: signed in the secure mode, sealed to the clusters its
-//! rules place it on), kept to the objects the candidate selects and the
-//! policy lets this cluster export for the candidate's author. Paged by
-//! namespace and name, each page within the server's `max_payload`.
+//! (`source::publish::envelope`: signed in the secure mode, sealed to the
+//! clusters its rules place it on), kept to the objects the candidate
+//! selects and the policy lets this cluster export for the candidate's
+//! author. Paged by namespace and name, each page within the server's
+//! `max_payload`.
 //!
 //! A kind no rule has this agent watch is read with one LIST (paged by the
 //! API server), the only API request this makes; nothing is written.
@@ -24,23 +25,22 @@ use fleetbus_schemas::preview::{
 };
 use fleetbus_schemas::subject::{check_subject_len, ObjectKey};
 use fleetbus_schemas::ObjectRef;
-use kube::api::{ApiResource, DynamicObject, ListParams};
-use kube::core::GroupVersionKind;
 use serde_json::Value;
 
-use super::reads::Listed;
-use super::sink::source_ref;
-use super::READS_BUDGET;
-use crate::sync::engine::Engine;
+use super::reads::{list_once, READS_BUDGET};
+use super::request::{answers_previews, candidate, source_ref};
+use crate::context::Context;
+use crate::sync::inputs::watches::{decode, Opener};
 use crate::sync::model::meta::describe_gvk;
 use crate::sync::policy::Refusal;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::source::publish::{
-    effective, plan_object, subject_of, Exports, Publish, PublishError,
+    self, effective, plan_object, subject_of, Exports, Publish, PublishError,
 };
 use crate::sync::source::published::HashMemo;
 use crate::sync::source::sealing::SealView;
+use crate::sync::world::World;
 use tokio::time::Instant;
 
 /// The author a new rule's sources are given for when the request names
@@ -62,35 +62,48 @@ fn page_of(k: &ObjectKey) -> PageToken {
     }
 }
 
-impl Engine {
-    /// The reply to a preview-source request's bytes (see the module docs).
-    pub async fn preview_source(&self, bytes: &[u8]) -> PreviewSourceReply {
-        let local = &self.world.fleet.local.name;
-        let req = match PreviewSourceRequest::decode(bytes) {
-            Ok(req) => req,
-            Err(e) => {
-                let why = format!("cannot read the request: {}", crate::report(&e));
-                return PreviewSourceReply::refused(local, why);
-            }
-        };
-        // The token's length only: it is not validated yet.
-        let after = req.after.as_ref().map(String::len);
-        tracing::info!(after_bytes = ?after, "preview-source requested");
-        match self.source_page(&req).await {
-            Ok(reply) => reply,
-            Err(e) => PreviewSourceReply::refused(local, e),
+/// The reply to a preview-source request's bytes (see the module docs).
+pub(in crate::sync) async fn preview_source(
+    world: &World,
+    ctx: &Context,
+    bytes: &[u8],
+) -> PreviewSourceReply {
+    let local = &world.fleet.local.name;
+    let req = match PreviewSourceRequest::decode(bytes) {
+        Ok(req) => req,
+        Err(e) => {
+            let why = format!("cannot read the request: {}", crate::report(&e));
+            return PreviewSourceReply::refused(local, why);
         }
+    };
+    // The token's length only: it is not validated yet.
+    let after = req.after.as_ref().map(String::len);
+    tracing::info!(after_bytes = ?after, "preview-source requested");
+    let origin = Origin { world, ctx };
+    match origin.source_page(&req).await {
+        Ok(reply) => reply,
+        Err(e) => PreviewSourceReply::refused(local, e),
     }
+}
 
+/// What a preview-source request reads: the World and the context (the
+/// bus layout, sealing keys, the API client for a kind not watched here).
+/// It changes neither.
+struct Origin<'a> {
+    world: &'a World,
+    ctx: &'a Context,
+}
+
+impl Origin<'_> {
     async fn source_page(&self, req: &PreviewSourceRequest) -> Result<PreviewSourceReply, String> {
         let (name, after) = req.validate().map_err(|e| e.to_string())?;
-        self.answers_previews()?;
+        answers_previews(self.world)?;
         let as_preview = PreviewRequest {
             rule: Some(req.rule.clone()),
             author: req.author.clone(),
             ..PreviewRequest::default()
         };
-        let mut rule = self.candidate(&as_preview, &name)?;
+        let mut rule = candidate(self.world, &as_preview, &name)?;
         // A new rule whose author the request does not say: this cluster's
         // SyncPolicy decides as for another cluster's rule. Taken as this
         // cluster's own (the sinks' default), every origin would give what
@@ -104,7 +117,7 @@ impl Engine {
             ..PreviewSourceReply::default()
         };
         let planned = self.planned_for(&rule, after.as_ref()).await?;
-        let budget = self.io.ctx.max_payload().saturating_sub(FRAME);
+        let budget = self.ctx.max_payload().saturating_sub(FRAME);
         fill_page(&mut reply, planned, budget, |k, p| self.wire_bytes(k, p));
         Ok(reply)
     }
@@ -133,7 +146,7 @@ impl Engine {
             // clusterFeatureMatch): nothing to publish.
             return Ok(Vec::new());
         }
-        let seal = self.io.ctx.sealing.as_ref().map(|keys| SealView {
+        let seal = self.ctx.sealing.as_ref().map(|keys| SealView {
             local: &local.name,
             own: &keys.public,
             peers: &self.world.fleet.peers,
@@ -162,8 +175,7 @@ impl Engine {
                 kind.source.then_some(&kind.snapshots),
             ),
             None => {
-                listed = self
-                    .list_once(&rule.source, Instant::now() + READS_BUDGET)
+                listed = list_once(self.ctx, &rule.source, Instant::now() + READS_BUDGET)
                     .await?
                     .objects;
                 (Box::new(listed.into_iter()), None)
@@ -206,12 +218,12 @@ impl Engine {
     /// The envelope of `publish` at `key` as the publisher would send it,
     /// or why it would not be sent.
     fn wire_bytes(&self, key: &ObjectKey, publish: Publish) -> Result<SourceEnvelope, String> {
-        let subject = key.to_subject(self.io.ctx.layout.prefix());
+        let subject = key.to_subject(self.ctx.layout.prefix());
         if check_subject_len(&subject).is_err() {
             return Err("the object's subject is longer than NATS allows".to_owned());
         }
         let (env, wire): (Envelope, Option<Envelope>) =
-            self.envelope(key, publish).map_err(|e| match e {
+            publish::envelope(self.world, self.ctx, key, publish).map_err(|e| match e {
                 PublishError::Object(e) | PublishError::Bus(e) => e,
             })?;
         let bytes = wire
@@ -219,122 +231,67 @@ impl Engine {
             .unwrap_or(&env)
             .encode()
             .map_err(|e| e.to_string())?;
-        check_size(bytes.len(), self.io.ctx.max_payload()).map_err(|e| e.to_string())?;
+        check_size(bytes.len(), self.ctx.max_payload()).map_err(|e| e.to_string())?;
         Ok(SourceEnvelope::new(subject, &bytes))
-    }
-
-    /// Every object of a kind this agent does not watch: one LIST, paged by
-    /// the API server, by `deadline` (see [`READS_BUDGET`]) (also a sink's preview's, for
-    /// a target kind it does not watch). A kind this cluster does not serve
-    /// is an error naming it.
-    pub(super) async fn list_once(
-        &self,
-        gvk: &GroupVersionKind,
-        deadline: Instant,
-    ) -> Result<Listed, String> {
-        let what = describe_gvk(gvk);
-        let listing = async {
-            let (ar, namespaced): (ApiResource, bool) =
-                crate::sync::inputs::watches::resolve(&self.io.ctx.client, gvk).await?;
-            let api = kube::Api::<DynamicObject>::all_with(self.io.ctx.client.clone(), &ar);
-            let mut out = Vec::new();
-            let mut params = ListParams::default().limit(500);
-            loop {
-                let page = api
-                    .list(&params)
-                    .await
-                    .map_err(|e| format!("cannot list {what}: {}", crate::report(&e)))?;
-                let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-                for item in page.items {
-                    let mut obj = serde_json::to_value(item).map_err(|e| e.to_string())?;
-                    // A list's items carry no apiVersion and kind.
-                    if let Some(top) = obj.as_object_mut() {
-                        top.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
-                        top.insert("kind".into(), Value::String(ar.kind.clone()));
-                    }
-                    out.push(obj);
-                }
-                match next {
-                    Some(token) => params = params.continue_token(&token),
-                    None => {
-                        let objects = out;
-                        return Ok(Listed {
-                            ar,
-                            namespaced,
-                            objects,
-                        });
-                    }
-                }
-            }
-        };
-        tokio::time::timeout_at(deadline, listing)
-            .await
-            .map_err(|_| {
-                format!(
-                    "listing {what} did not finish within the preview's {READS_BUDGET:?} for reads"
-                )
-            })?
     }
 }
 
-impl Engine {
-    /// The envelopes of a preview request's `sources` that hold, by key:
-    /// each checked as one from the bus is (`inputs::watches::decode`: the
-    /// subject's key against the envelope, in the secure mode the signature
-    /// of the cluster the subject names, opened if sealed to us), and of the
-    /// candidate's kind, not a tombstone. Those refused are named in
-    /// `reply.errors` and counted as the bus path counts them
-    /// (`fleetbus_sync_rejected_total{reason}`, and in the secure mode
-    /// `fleetbus_rejected_messages_total`); one sealed to others is not ours
-    /// to read, as on the bus, and is left out without an error.
-    pub(super) fn given_sources(
-        &self,
-        rule: &CompiledRule,
-        sources: &[SourceEnvelope],
-        reply: &mut fleetbus_schemas::preview::PreviewReply,
-    ) -> std::collections::BTreeMap<ObjectKey, Envelope> {
-        let opener = crate::sync::inputs::watches::Opener::of(&self.io.ctx);
-        let prefix = self.io.ctx.layout.prefix();
-        let mut out = std::collections::BTreeMap::new();
-        for source in sources {
-            let object = ObjectKey::parse_subject(prefix, &source.subject)
-                .map(|k| source_ref(&k))
-                .unwrap_or_else(|_| {
-                    let shown: String = source.subject.chars().take(200).collect();
-                    ObjectRef::new("", "(unreadable subject)", None, &shown)
-                });
-            let checked = source.bytes().ok_or("malformed").and_then(|bytes| {
-                let ctx = Some(self.io.ctx.as_ref());
-                crate::sync::inputs::watches::decode(&opener, ctx, prefix, &source.subject, &bytes)
+/// The envelopes of a preview request's `sources` that hold, by key:
+/// each checked as one from the bus is (`inputs::watches::decode`: the
+/// subject's key against the envelope, in the secure mode the signature
+/// of the cluster the subject names, opened if sealed to us), and of the
+/// candidate's kind, not a tombstone. Those refused are named in
+/// `reply.errors` and counted as the bus path counts them
+/// (`fleetbus_sync_rejected_total{reason}`, and in the secure mode
+/// `fleetbus_rejected_messages_total`); one sealed to others is not ours
+/// to read, as on the bus, and is left out without an error.
+pub(super) fn given_sources(
+    ctx: &Context,
+    rule: &CompiledRule,
+    sources: &[SourceEnvelope],
+    reply: &mut fleetbus_schemas::preview::PreviewReply,
+) -> std::collections::BTreeMap<ObjectKey, Envelope> {
+    let opener = Opener::of(ctx);
+    let prefix = ctx.layout.prefix();
+    let mut out = std::collections::BTreeMap::new();
+    for source in sources {
+        let object = ObjectKey::parse_subject(prefix, &source.subject)
+            .map(|k| source_ref(&k))
+            .unwrap_or_else(|_| {
+                let shown: String = source.subject.chars().take(200).collect();
+                ObjectRef::new("", "(unreadable subject)", None, &shown)
             });
-            let why = match checked {
-                Ok((_, env)) if env.tombstone => "a tombstone is no source object".to_owned(),
-                Ok((key, _))
-                    if key.group != rule.source.group
-                        || key.version != rule.source.version
-                        || key.kind != rule.source.kind =>
-                {
-                    format!("not of the rule's kind {}", describe_gvk(&rule.source))
-                }
-                Ok((key, env)) => {
-                    out.insert(key, env);
+        let checked = source
+            .bytes()
+            .ok_or("malformed")
+            .and_then(|bytes| decode(&opener, Some(ctx), prefix, &source.subject, &bytes));
+        let why = match checked {
+            Ok((_, env)) if env.tombstone => "a tombstone is no source object".to_owned(),
+            Ok((key, _))
+                if key.group != rule.source.group
+                    || key.version != rule.source.version
+                    || key.kind != rule.source.kind =>
+            {
+                format!("not of the rule's kind {}", describe_gvk(&rule.source))
+            }
+            Ok((key, env)) => {
+                out.insert(key, env);
+                continue;
+            }
+            Err(reason) => {
+                ctx.metrics.sync_rejected(reason);
+                if reason == "not_a_recipient" {
                     continue;
                 }
-                Err(reason) => {
-                    self.io.ctx.metrics.sync_rejected(reason);
-                    if reason == "not_a_recipient" {
-                        continue;
-                    }
-                    reason.to_owned()
-                }
-            };
-            reply.errors.push(PreviewProblem {
-                object,
-                message: format!("refused the source envelope given for it: {why}"),
-            });
-        }
-        out
+                reason.to_owned()
+            }
+        };
+        reply.errors.push(PreviewProblem {
+            object,
+            message: format!("refused the source envelope given for it: {why}"),
+        });
     }
+    out
 }
 
 /// Fills `reply` with the envelopes of `planned` (in order; `wire` makes
