@@ -32,6 +32,11 @@ pub(in crate::sync) fn select(drift: &mut DriftState, req: &CorrectRequest) {
     drift.forced_results.clear();
 }
 
+/// Whether the copy at `target`, made by `rule`, is one `req` asks for.
+pub(in crate::sync) fn asks_for(req: &CorrectRequest, rule: &str, target: &Target) -> bool {
+    req.matches(rule, &object(target))
+}
+
 /// The reply once the pass ran: what it corrected, what failed and why.
 /// Takes the pass's results and what it left marked, so the next pass
 /// starts with nothing forced.

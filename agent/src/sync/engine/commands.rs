@@ -203,6 +203,12 @@ impl Engine {
     /// builds the reply from what the pass did.
     async fn correct(&mut self, req: &CorrectRequest) -> CorrectReply {
         correction::select(&mut self.drift, req);
+        // The failing copies it names are tried in this pass too, whatever
+        // their wait (a refusal waits for a change: this is one).
+        let now = tokio::time::Instant::now();
+        let asked = |rule: &str, t: &_| correction::asks_for(req, rule, t);
+        let retried = crate::sync::sink::failures::retry_now(&mut self.sink, now, asked);
+        tracing::info!(retried, "failing copies tried again on request");
         self.pass().await;
         correction::reply(&self.world.fleet.local.name, &mut self.drift)
     }

@@ -80,21 +80,24 @@ impl Engine {
         }
     }
 
-    pub(super) fn local_event(&mut self, gvk: GroupVersionKind, ev: LocalEvent) {
-        if gvk == rules::rule_gvk() {
+    /// What a local event of kind `gvk` means beyond its objects: rules,
+    /// discovery, the policy, and every decision that reads namespaces or
+    /// CRDs.
+    fn note_kind_changed(&mut self, gvk: &GroupVersionKind) {
+        if *gvk == rules::rule_gvk() {
             self.pending.rules_dirty = true;
         }
-        if gvk == crd_gvk() && !self.world.unresolved.is_empty() {
+        if *gvk == crd_gvk() && !self.world.unresolved.is_empty() {
             self.pending.rediscover = true;
         }
-        if gvk == policy_gvk() {
+        if *gvk == policy_gvk() {
             self.policy.dirty = true;
         }
-        if gvk == crd_gvk() {
+        if *gvk == crd_gvk() {
             // A CRD added, changed (its status subresource too) or deleted.
             self.returns.book.forget_discovery();
         }
-        if gvk == namespace_gvk() || gvk == crd_gvk() {
+        if *gvk == namespace_gvk() || *gvk == crd_gvk() {
             // A namespace created, recreated or done terminating, or a CRD's
             // schema changed, can make a refused write succeed: try the
             // failing copies again now (their backoff goes on if they fail).
@@ -103,11 +106,15 @@ impl Engine {
                 r.at = r.at.min(now);
             }
         }
-        if gvk == namespace_gvk() {
+        if *gvk == namespace_gvk() {
             // Whether a copy's namespace exists is part of every decision
             // in it: decided again, all (namespaces change rarely).
             self.sink.dirty.full = true;
         }
+    }
+
+    pub(super) fn local_event(&mut self, gvk: GroupVersionKind, ev: LocalEvent) {
+        self.note_kind_changed(&gvk);
         let Some(kind) = self.world.kinds.get_mut(&gvk) else {
             return;
         };

@@ -118,8 +118,20 @@ fn wanted_reports(
         };
         out.insert(report.subject_key(), report);
     }
-    // Every Bundle unwrapped here, whatever statusReturn says: per
-    // manifest applied/error/ready (see `bundle`).
+    bundle_reports(world, sink, book, now, &mut out);
+    out
+}
+
+/// Every Bundle unwrapped here, whatever statusReturn says: per manifest
+/// applied/error/ready (see `sink::bundle`), added to `out`.
+fn bundle_reports(
+    world: &World,
+    sink: &SinkState,
+    book: &StatusBook,
+    now: chrono::DateTime<chrono::Utc>,
+    out: &mut BTreeMap<StatusKey, ReportedStatus>,
+) {
+    let local = &world.fleet.local.name;
     for (key, rule_name, status, ready) in crate::sync::sink::bundle_read::reports(world, sink) {
         let uid = world
             .rules
@@ -162,7 +174,6 @@ fn wanted_reports(
         }
         out.insert(subject, report);
     }
-    out
 }
 
 /// Whether a report this cluster published may still be true though no

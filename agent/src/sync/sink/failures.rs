@@ -33,6 +33,26 @@ pub(in crate::sync) fn waiting(
         .map(|b| b.error.message.clone())
 }
 
+/// Ends the wait of the failing copies `asked` picks (rule, target): an
+/// operator's `fleetbus drift correct` is the change a refusal that only a
+/// change fixes waits for (RBAC, a quota or a webhook fixed meanwhile).
+/// Returns how many.
+pub(in crate::sync) fn retry_now(
+    sink: &mut SinkState,
+    now: Instant,
+    asked: impl Fn(&str, &Target) -> bool,
+) -> usize {
+    let mut n = 0;
+    for (target, backoff) in sink.retries.iter_mut() {
+        let rule = sink.held.get(target).map_or("", |pair| pair.0.as_str());
+        if asked(rule, target) && backoff.at > now {
+            backoff.at = now;
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Records a failed `op` (`write` or `collect`) on the copy at `target`,
 /// made by `rule` from `input`: the next try waits a backoff step, the
 /// failure is logged and counted, and queued as an Event if it is news.
@@ -114,6 +134,39 @@ fn by_rule(failures: Vec<(String, String)>) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_operators_request_ends_the_wait_of_the_copies_it_names_only() {
+        use crate::sync::model::backoff::PERMANENT_WAIT;
+        use crate::sync::model::{CopyError, FailureKind, Place};
+        let target = |name: &str| {
+            Target::from(Place {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("a".into()),
+                name: name.into(),
+            })
+        };
+        let now = Instant::now();
+        let mut sink = SinkState::default();
+        for name in ["x", "y"] {
+            let input = Input {
+                desired: None,
+                live_rv: None,
+            };
+            let e = CopyError::new(FailureKind::Forbidden, "forbidden");
+            sink.retries
+                .insert(target(name), Backoff::failed(None, input, now, 0.0, e));
+        }
+        let n = retry_now(&mut sink, now, |_, t| t.name == "x");
+        assert_eq!(n, 1);
+        assert_eq!(sink.retries[&target("x")].at, now, "tried in this pass");
+        assert_eq!(
+            sink.retries[&target("y")].at,
+            now + PERMANENT_WAIT,
+            "still waits"
+        );
+    }
 
     #[test]
     fn one_message_per_rule_naming_the_first_few_copies() {

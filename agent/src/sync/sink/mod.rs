@@ -21,7 +21,7 @@ pub(super) mod compare;
 pub(super) mod conflicts;
 pub(super) mod depends;
 mod drifted;
-mod failures;
+pub(super) mod failures;
 pub(super) mod hold;
 pub(super) mod keep;
 pub(super) mod look;
