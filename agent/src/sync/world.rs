@@ -21,7 +21,10 @@ use super::rules::matching::{self, qualifies};
 use crate::registry::FleetView;
 use crate::registry::PeerView;
 
-/// What every stage reads.
+/// What every stage reads. Cloned for a read-only request answered off
+/// the engine's loop (a preview): the objects are shared packed bytes, so a
+/// clone copies maps of pointers, not objects.
+#[derive(Clone)]
 pub struct World {
     /// The fleet as the registry last saw it.
     pub fleet: Arc<FleetView>,
@@ -115,6 +118,7 @@ impl World {
 }
 
 /// What sync knows of one kind.
+#[derive(Clone)]
 pub struct KindState {
     /// Resource name and URL shape.
     pub ar: ApiResource,
@@ -148,7 +152,9 @@ pub struct KindState {
     /// Cancels this kind's tasks (watch, consumer).
     pub(in crate::sync) stop: CancellationToken,
     /// Cancels `stop` when the kind is dropped.
-    pub(in crate::sync) _guard: DropGuard,
+    /// Shared by a clone (a preview's view of the World): the kind's tasks
+    /// stop when the engine and every such view have dropped it.
+    pub(in crate::sync) _guard: Arc<DropGuard>,
 }
 
 impl KindState {
@@ -205,7 +211,7 @@ impl KindState {
             caught_up: true,
             source_dirty: BTreeSet::new(),
             source_full: true,
-            _guard: stop.clone().drop_guard(),
+            _guard: Arc::new(stop.clone().drop_guard()),
             stop,
         }
     }

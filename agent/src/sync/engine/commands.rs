@@ -5,7 +5,10 @@
 //! (`bus::command`) in a task of its own, with its own rate bucket (a flood
 //! of previews, each of which may cost dry runs, starves no correction);
 //! admitted and authorized requests are handed to the engine's loop
-//! ([`Handoff`]), which answers them between passes.
+//! ([`Handoff`]). `correct` and `rollout` change state and are answered
+//! there, between passes; the read-only previews are answered from a copy
+//! of what they read (the World, the sink's holds, retries and baselines),
+//! in a task of their own, never holding the loop.
 
 use std::sync::Arc;
 
@@ -171,19 +174,33 @@ impl Engine {
                 };
                 reply.encode().map_err(|e| e.to_string())
             }
+            // Read-only: answered from a copy of what they read, in a task
+            // of their own, so the loop goes on (a preview of a rule over
+            // thousands of objects takes a good part of a second, its
+            // reads up to their budget).
             EngineVerb::Preview => {
-                let max = self.io.ctx.max_payload();
-                let (world, sink, ctx) = (&self.world, &self.sink, &self.io.ctx);
-                preview::preview(world, sink, ctx, &h.payload)
-                    .await
-                    .fit(max)
-                    .map_err(|e| e.to_string())
+                let (world, sink) = (self.world.clone(), self.sink.for_preview());
+                let ctx = self.io.ctx.clone();
+                tokio::spawn(async move {
+                    let max = ctx.max_payload();
+                    let reply = preview::preview(&world, &sink, &ctx, &h.payload)
+                        .await
+                        .fit(max)
+                        .map_err(|e| e.to_string());
+                    let _ = h.reply.send(reply);
+                });
+                return;
             }
             EngineVerb::PreviewSource => {
-                preview::preview_source(&self.world, &self.io.ctx, &h.payload)
-                    .await
-                    .encode()
-                    .map_err(|e| e.to_string())
+                let (world, ctx) = (self.world.clone(), self.io.ctx.clone());
+                tokio::spawn(async move {
+                    let reply = preview::preview_source(&world, &ctx, &h.payload)
+                        .await
+                        .encode()
+                        .map_err(|e| e.to_string());
+                    let _ = h.reply.send(reply);
+                });
+                return;
             }
             EngineVerb::Rollout => {
                 let (book, returns) = (&mut self.rollout, &self.returns.book);

@@ -133,7 +133,7 @@ impl Engine {
                 caught_up: false,
                 source_dirty: BTreeSet::new(),
                 source_full: true,
-                _guard: stop.clone().drop_guard(),
+                _guard: std::sync::Arc::new(stop.clone().drop_guard()),
                 stop,
             },
         );

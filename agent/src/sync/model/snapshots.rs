@@ -82,7 +82,7 @@ fn unpacked(key: &ObjectKey, p: &Packed) -> Option<Value> {
 }
 
 /// See the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Snapshots {
     /// Boxed: a `PackedEnvelope` is ~440 bytes (an `Envelope` without its
     /// object, room for a signature and a sealing header included), and a

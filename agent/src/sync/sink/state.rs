@@ -132,6 +132,18 @@ impl SinkState {
         }
     }
 
+    /// What a preview reads of the sink, copied so it can run off the
+    /// engine's loop: the holds, the failing copies and the baselines (each
+    /// baseline's object is shared packed bytes).
+    pub fn for_preview(&self) -> SinkState {
+        SinkState {
+            holds: self.holds.clone(),
+            retries: self.retries.clone(),
+            baselines: self.baselines.clone(),
+            ..SinkState::default()
+        }
+    }
+
     /// When the sink wants a pass: the next full plan, or a failed copy's
     /// next try, whichever comes first.
     pub fn wake_at(&self) -> Option<Instant> {
