@@ -190,7 +190,8 @@ impl Preview<'_> {
         let reads = read_targets(self.world, self.ctx, wanted.keys(), deadline).await;
         let now = Instant::now();
         let mut runs = Vec::new();
-        for (target, own) in &wanted {
+        for (i, (target, own)) in wanted.iter().enumerate() {
+            breathe(i).await;
             let run = self.preview_target(&rule, target, own.clone(), now, &reads, &mut reply);
             runs.extend(run.await);
         }
@@ -636,7 +637,8 @@ impl Preview<'_> {
         let local = &self.world.fleet.local.name;
         let mut served = None;
         for kind in self.world.kinds.values().filter(|k| k.listed) {
-            for obj in kind.objects.values() {
+            for (i, obj) in kind.objects.values().enumerate() {
+                breathe(i).await;
                 if annotation(&obj, well_known::ANNOTATION_RULE) != Some(rule.name.as_str()) {
                     continue;
                 }
@@ -707,5 +709,13 @@ impl Preview<'_> {
             world: self.world,
             ctx: self.ctx,
         }
+    }
+}
+/// Lets the other tasks of the agent's runtime run every so many objects:
+/// a preview walks thousands, and runs beside the engine's loop, not in
+/// its way.
+async fn breathe(i: usize) {
+    if i % 64 == 63 {
+        tokio::task::yield_now().await;
     }
 }

@@ -48,12 +48,14 @@ pub async fn previewing(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let (answered, asked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let took = Arc::new(std::sync::Mutex::new(Samples::new()));
     let url = fleet.bus.url();
     let previewer = tokio::spawn(preview_loop(
         url,
         stop.clone(),
         asked.clone(),
         answered.clone(),
+        took.clone(),
     ));
     // Let the first previews start before the samples do.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -90,11 +92,17 @@ pub async fn previewing(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         format!("max {} ms", ms(busy.max())),
         max_ok,
     );
+    let took = took
+        .lock()
+        .map(|t| t.clone())
+        .unwrap_or_else(|_| Samples::new());
     t.note(format!(
-        "p99 goal: {p99_v}; max goal: {max_v} (max {} ms alone). Previews asked {}, answered {} (refusals for rate included).",
+        "p99 goal: {p99_v}; max goal: {max_v} (max {} ms alone). Previews asked {}, answered {} (refusals for rate included); a preview's answer took p50 {} ms, max {} ms.",
         ms(alone.max()),
         asked.load(Ordering::Relaxed),
-        answered.load(Ordering::Relaxed)
+        answered.load(Ordering::Relaxed),
+        ms(took.p50()),
+        ms(took.max()),
     ));
     Ok(vec![t])
 }
@@ -106,6 +114,7 @@ async fn preview_loop(
     stop: Arc<AtomicBool>,
     asked: Arc<AtomicU64>,
     answered: Arc<AtomicU64>,
+    took: Arc<std::sync::Mutex<Samples>>,
 ) -> anyhow::Result<()> {
     let client = async_nats::connect(url).await?;
     let subject = CommandKey::preview("c2").to_subject(&Prefix::default());
@@ -122,17 +131,22 @@ async fn preview_loop(
     while !stop.load(Ordering::Relaxed) {
         tick.tick().await;
         asked.fetch_add(1, Ordering::Relaxed);
-        let (client, subject, request, answered) = (
+        let (client, subject, request, answered, took) = (
             client.clone(),
             subject.clone(),
             request.clone(),
             answered.clone(),
+            took.clone(),
         );
         // Not awaited in turn: a slow answer does not slow the asking.
         tokio::spawn(async move {
+            let started = std::time::Instant::now();
             let asked = client.request(subject, request.into());
             if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(30), asked).await {
                 answered.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut t) = took.lock() {
+                    t.push(started.elapsed());
+                }
             }
         });
     }
