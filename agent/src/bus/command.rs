@@ -49,6 +49,19 @@ pub enum Refused {
     Unauthorized(String),
 }
 
+impl Refused {
+    /// The refusal as a reply's `error` and `retryAfterMs`.
+    pub fn into_parts(self) -> (String, Option<u64>) {
+        match self {
+            Refused::Rate {
+                why,
+                retry_after_ms,
+            } => (why, Some(retry_after_ms)),
+            Refused::Unauthorized(why) => (why, None),
+        }
+    }
+}
+
 /// A request as it arrived.
 #[derive(Debug, Clone)]
 pub struct Incoming {

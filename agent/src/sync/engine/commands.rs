@@ -128,13 +128,7 @@ async fn serve(
 
 /// The encoded reply refusing a request of `verb`.
 fn refusal(verb: EngineVerb, cluster: &str, refused: Refused) -> Result<Vec<u8>, String> {
-    let (why, retry_after_ms) = match refused {
-        Refused::Rate {
-            why,
-            retry_after_ms,
-        } => (why, Some(retry_after_ms)),
-        Refused::Unauthorized(why) => (why, None),
-    };
+    let (why, retry_after_ms) = refused.into_parts();
     match verb {
         EngineVerb::Correct => CorrectReply {
             retry_after_ms,
