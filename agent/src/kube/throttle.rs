@@ -13,8 +13,10 @@
 //! body, so kube's error would carry no `retryAfterSeconds`:
 //! [`RetryAfterLayer`] turns such a response into the Status kube-apiserver
 //! sends for its other 429s (`details.retryAfterSeconds`), so the caller
-//! reads it from the error. What the client still retries by itself (a few
-//! times, quickly): 503 and 504, and a 429 that says nothing of when.
+//! reads it from the error. Nothing is retried inside this client: a 503, a
+//! 504 or a 429 that says nothing of when goes to the copy's backoff too
+//! (1 s, doubling). No buffer or retry layer sits in it either: the stack is
+//! kube's own, with one response mapping added.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,27 +27,14 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use kube::client::{Body, ClientBuilder};
-use tower::buffer::BufferLayer;
-use tower::retry::{Policy, RetryLayer};
 use tower::{BoxError, Layer, Service};
-
-/// How often the copy writer retries by itself (see the module docs).
-const RETRIES: u32 = 2;
-/// Its first pause; doubled for the next.
-const FIRST_PAUSE: Duration = Duration::from_millis(50);
 
 /// A client for `config` that writes copies (see the module docs).
 pub fn copy_writer(config: &kube::Config) -> Result<kube::Client, kube::Error> {
     let mut config = config.clone();
     config.default_retry = false;
     let builder = ClientBuilder::try_from(config)?;
-    Ok(builder
-        .with_layer(&RetryAfterLayer)
-        // The retry layer clones the service it retries; a buffer is a
-        // cloneable handle on the one stack below it.
-        .with_layer(&BufferLayer::new(1024))
-        .with_layer(&RetryLayer::new(QuickRetry::default()))
-        .build())
+    Ok(builder.with_layer(&RetryAfterLayer).build())
 }
 
 /// The `Retry-After` of a 429 response, whole seconds as kube-apiserver
@@ -58,55 +47,6 @@ pub fn retry_after(headers: &http::HeaderMap) -> Option<u64> {
         .trim()
         .parse()
         .ok()
-}
-
-/// Retries 503, 504 and a 429 without `Retry-After`, [`RETRIES`] times.
-#[derive(Clone, Default)]
-pub struct QuickRetry {
-    attempt: u32,
-}
-
-impl QuickRetry {
-    fn wants_retry<B>(&self, response: &Response<B>) -> bool {
-        let status = response.status();
-        let retryable = match status {
-            StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT => true,
-            StatusCode::TOO_MANY_REQUESTS => retry_after(response.headers()).is_none(),
-            _ => false,
-        };
-        retryable && self.attempt < RETRIES
-    }
-}
-
-impl<B> Policy<Request<Body>, Response<B>, BoxError> for QuickRetry {
-    type Future = tokio::time::Sleep;
-
-    fn retry(
-        &mut self,
-        _req: &mut Request<Body>,
-        result: &mut Result<Response<B>, BoxError>,
-    ) -> Option<Self::Future> {
-        let response = result.as_ref().ok()?;
-        if !self.wants_retry(response) {
-            return None;
-        }
-        let pause = FIRST_PAUSE * 2u32.saturating_pow(self.attempt);
-        self.attempt += 1;
-        Some(tokio::time::sleep(pause))
-    }
-
-    fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
-        let body = req.body().try_clone()?;
-        let mut out = Request::builder()
-            .method(req.method().clone())
-            .uri(req.uri().clone())
-            .version(req.version())
-            .body(body)
-            .ok()?;
-        *out.headers_mut() = req.headers().clone();
-        *out.extensions_mut() = req.extensions().clone();
-        Some(out)
-    }
 }
 
 /// Turns a 429 without a Status body into one that says `retryAfterSeconds`.
@@ -304,21 +244,5 @@ mod tests {
         );
         assert_eq!(hits.load(Ordering::SeqCst), 1, "not retried in the client");
         assert_eq!(retry_after_of(&e), Some(Duration::from_secs(30)), "{e}");
-    }
-
-    #[test]
-    fn only_what_says_nothing_of_when_is_retried_and_only_twice() {
-        let mut p = QuickRetry::default();
-        let unavailable = Response::builder().status(503).body(()).unwrap();
-        assert!(p.wants_retry(&unavailable));
-        assert!(
-            !p.wants_retry(&plain_429(Some("1"))),
-            "the caller waits Retry-After"
-        );
-        assert!(p.wants_retry(&plain_429(None)));
-        let invalid = Response::builder().status(422).body(()).unwrap();
-        assert!(!p.wants_retry(&invalid));
-        p.attempt = RETRIES;
-        assert!(!p.wants_retry(&unavailable), "at most {RETRIES} retries");
     }
 }
