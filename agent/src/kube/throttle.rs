@@ -29,10 +29,17 @@ use http_body_util::BodyExt;
 use kube::client::{Body, ClientBuilder};
 use tower::{BoxError, Layer, Service};
 
+/// How long a copy write may wait for its answer: past it, the write fails
+/// as transient and the copy backs off, instead of holding its wave (a
+/// connection a cut left half-dead answers nothing, and kube's default
+/// waits 295 s). Longer than an admission webhook may take (30 s).
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(35);
+
 /// A client for `config` that writes copies (see the module docs).
 pub fn copy_writer(config: &kube::Config) -> Result<kube::Client, kube::Error> {
     let mut config = config.clone();
     config.default_retry = false;
+    config.read_timeout = Some(ANSWER_WITHIN);
     let builder = ClientBuilder::try_from(config)?;
     Ok(builder.with_layer(&RetryAfterLayer).build())
 }
