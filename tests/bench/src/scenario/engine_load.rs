@@ -57,8 +57,15 @@ pub async fn previewing(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         answered.clone(),
         took.clone(),
     ));
-    // Let the first previews start before the samples do.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The samples start once a preview was answered: they are taken
+    // while previews run, not before the first arrives.
+    crate::poll::poll("a first preview answered", SETUP, || async {
+        match answered.load(Ordering::Relaxed) {
+            0 => Err("none yet".to_owned()),
+            _ => Ok(()),
+        }
+    })
+    .await?;
     let busy = one_at_a_time(&origin, &sink, "previewing", n).await;
     stop.store(true, Ordering::Relaxed);
     previewer.await??;
@@ -222,7 +229,8 @@ where
                 let name = &names[(i as usize) % names.len().max(1)];
                 objects::set_mark(&api, name, &i.to_string()).await?;
                 i += 2;
-                // About 100 changes a second from the two writers.
+                // A fixed pace on purpose: the same load (about 100 changes
+                // a second from the two writers) in both halves of the run.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             anyhow::Ok(())
