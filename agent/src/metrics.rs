@@ -85,6 +85,10 @@ pub struct Metrics {
     /// `sync::sink::plan`): rules, the fleet or a kind's state changed, a
     /// re-read of the bus or a re-list, or the periodic safety net.
     pub sync_full_plans: Counter,
+    /// Placement decisions this origin put on the bus (PROTOCOL §6.10).
+    pub placement_decisions: Counter,
+    /// Placement decisions that replaced a failed cluster.
+    pub placement_failovers: Counter,
     /// Objects that name an origin cluster but are no copy this agent wrote
     /// (`sync::model::mark`), each time collection passed one by: never
     /// deleted nor overwritten.
@@ -313,6 +317,18 @@ impl Metrics {
             "Sink passes that planned every copy (not only what changed)",
             sync_full_plans.clone(),
         );
+        let placement_decisions = Counter::default();
+        registry.register(
+            "placement_decisions",
+            "Placement decisions this origin put on the bus",
+            placement_decisions.clone(),
+        );
+        let placement_failovers = Counter::default();
+        registry.register(
+            "placement_failovers",
+            "Placement decisions that replaced a failed or tainted cluster",
+            placement_failovers.clone(),
+        );
         let sync_look_alikes = Counter::default();
         registry.register(
             "sync_look_alikes",
@@ -422,6 +438,8 @@ impl Metrics {
             rule_status_publish_failures,
             sync_passes,
             sync_full_plans,
+            placement_decisions,
+            placement_failovers,
             sync_look_alikes,
             drift_events_truncated,
             copy_mark_ephemeral,

@@ -33,6 +33,7 @@ pub mod jetstream;
 pub mod k8s_names;
 mod object_ref;
 pub mod permissions;
+pub mod placement;
 pub mod pointer;
 pub mod preview;
 pub mod progress;

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::liveness::Liveness;
 use fleetbus_schemas::registry::{
-    beat_interval, parse_forgotten_key, parse_revoked_key, ForgottenRecord, RevokedRecord,
+    beat_interval, parse_forgotten_key, parse_revoked_key, ForgottenRecord, RevokedRecord, TaintsRecord, TimedTaint,
 };
 use fleetbus_schemas::DecodeError;
 
@@ -59,6 +59,9 @@ pub enum Decoded {
     Kubeconfig(KubeconfigRecord),
     /// `forgotten.<name>`: the operator forgot the cluster (PROTOCOL §5.5).
     Forgotten(String),
+    /// `taints.<name>`: the operator's taints on a cluster (PROTOCOL §6.10);
+    /// believed in the secure mode only with the fleet root's signature.
+    Taints(TaintsRecord),
     /// `revoked.<name>`: certificates the fleet root revoked (PROTOCOL §5.5);
     /// believed only once its root signature verifies (the watcher's check).
     Revoked(RevokedRecord),
@@ -77,6 +80,18 @@ pub fn decode(key: &str, value: &[u8]) -> Result<Decoded, Rejection> {
             return Err(Rejection::NameMismatch);
         }
         return Ok(Decoded::Forgotten(name));
+    }
+    if let Some(name) = fleetbus_schemas::registry::parse_taints_key(key) {
+        let name = name.map_err(|_| Rejection::BadKey)?;
+        if crate::cli::validate_dns_label(&name).is_err() {
+            return Err(Rejection::InvalidName);
+        }
+        let r = TaintsRecord::decode(value).map_err(rejection)?;
+        if r.name != name {
+            return Err(Rejection::NameMismatch);
+        }
+        r.validate().map_err(|_| Rejection::InvalidRecord)?;
+        return Ok(Decoded::Taints(r));
     }
     if let Some(name) = parse_revoked_key(key) {
         let name = name.map_err(|_| Rejection::BadKey)?;
@@ -117,7 +132,7 @@ pub fn decode(key: &str, value: &[u8]) -> Result<Decoded, Rejection> {
     let valid = match &decoded {
         Decoded::Cluster(r) => r.validate(),
         Decoded::Kubeconfig(k) => k.validate(),
-        Decoded::Forgotten(_) | Decoded::Revoked(_) => Ok(()),
+        Decoded::Forgotten(_) | Decoded::Revoked(_) | Decoded::Taints(_) => Ok(()),
     };
     valid.map_err(|_| Rejection::InvalidRecord)?;
     Ok(decoded)
@@ -223,6 +238,8 @@ pub struct Membership {
     /// Names the operator forgot (`forgotten.<name>` keys): a Peer object of
     /// such a name with no record is deleted, not kept Disconnected.
     forgotten: BTreeSet<String>,
+    /// The operator's taints, by cluster name (`taints.<name>` keys).
+    taints: BTreeMap<String, Vec<TimedTaint>>,
 }
 
 impl Membership {
@@ -235,6 +252,7 @@ impl Membership {
             orphan_kubeconfigs: BTreeMap::new(),
             peer_timeout,
             forgotten: BTreeSet::new(),
+            taints: BTreeMap::new(),
         }
     }
 
@@ -242,6 +260,16 @@ impl Membership {
     /// that back by deleting the `forgotten.<name>` key).
     pub fn is_forgotten(&self, name: &str) -> bool {
         self.forgotten.contains(name)
+    }
+
+    /// The operator's taints on `name`.
+    pub fn taints(&self, name: &str) -> &[TimedTaint] {
+        self.taints.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// The `taints.<name>` key was deleted or purged: no taints.
+    pub fn untaint(&mut self, name: &str) -> bool {
+        self.taints.remove(name).is_some()
     }
 
     /// The `forgotten.<name>` key was deleted or purged.
@@ -280,6 +308,18 @@ impl Membership {
                 changed: self.forgotten.insert(name),
                 ..Applied::default()
             },
+            Decoded::Taints(t) => {
+                let changed = self.taints.get(&t.name) != Some(&t.taints);
+                if t.taints.is_empty() {
+                    self.taints.remove(&t.name);
+                } else {
+                    self.taints.insert(t.name, t.taints);
+                }
+                Applied {
+                    changed,
+                    ..Applied::default()
+                }
+            }
             // What a revocation changes is in the Signers (the watcher);
             // the member's state comes from its Left record.
             Decoded::Revoked(_) => Applied::default(),

@@ -30,4 +30,4 @@ pub use error::RegistryError;
 pub use local::preload as preload_local;
 pub use reconciler::run as run_reconciler;
 pub use shared::Registry;
-pub use view::{is_disabled, sync_allowed, FleetView, PeerView};
+pub use view::{is_disabled, sync_allowed, FleetHealth, FleetView, PeerView};

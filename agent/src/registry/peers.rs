@@ -56,6 +56,8 @@ pub struct Outcome {
     /// recurred often enough to count as that peer's own failure: the Cluster
     /// objects do not show them yet.
     pub pending: usize,
+    /// Every peer's state as the pass judged it (for placement).
+    pub states: Vec<(String, &'static str)>,
 }
 
 impl Outcome {
@@ -81,10 +83,24 @@ pub async fn reconcile(
         return Outcome {
             wake_at: None,
             pending: 1,
+            states: Vec::new(),
         };
     }
     let plans = plan(reg, clusters, now);
     let mut out = Outcome::default();
+    out.states = plans
+        .iter()
+        .map(|p| {
+            let facts = PeerFacts {
+                left: p.record.state == MemberState::Left,
+                alive: p.alive,
+                disabled: false,
+                name_conflict: !p.conflict_ids.is_empty(),
+                api_unreachable: !p.record.api.reachable,
+            };
+            (p.name.clone(), state_label(peer_state(facts)))
+        })
+        .collect();
     let mut by_state: BTreeMap<&'static str, i64> = BTreeMap::new();
     for p in &plans {
         if p.alive && p.record.state == MemberState::Active {

@@ -190,6 +190,9 @@ async fn pass(
     let now = Instant::now();
     let local = local::reconcile(reg, writer, &snapshot, now).await;
     let peers = peers::reconcile(reg, writer, secrets, failures, &snapshot, now).await;
+    if reg.beats_synced.load(Ordering::Relaxed) {
+        reg.set_health(&peers.states);
+    }
     // Latched: once known, a later failed pass does not make the fleet
     // unknown again (sync would stall for nothing).
     *known_self |= local.is_ok() && features_listed;
@@ -244,11 +247,15 @@ fn fleet_view(reg: &Registry, clusters: &[Arc<Cluster>], synced: bool) -> FleetV
     let now = chrono::Utc::now();
     let root = reg.ctx.cfg.trust.as_ref().map(|t| *t.root());
     let sealing = |r: &ClusterRecord| root.as_ref().and_then(|root| sealing_key(r, root, now));
-    FleetView::compute(
+    let mut view = FleetView::compute(
         local,
         m.peers().map(|p| &p.record),
         disabled,
         sealing,
         synced,
-    )
+    );
+    for (name, peer) in &mut view.peers {
+        peer.taints = m.taints(name).to_vec();
+    }
+    view
 }

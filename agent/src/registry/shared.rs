@@ -11,7 +11,7 @@ use tokio::sync::{watch, Notify};
 
 use super::membership::Membership;
 use super::record;
-use super::view::FleetView;
+use super::view::{FleetHealth, FleetView, PeerHealth};
 use crate::context::Context;
 
 /// What this cluster publishes about itself besides identity.
@@ -50,6 +50,8 @@ pub struct Registry {
     local: Mutex<LocalInfo>,
     /// The read-only view of the fleet that sync follows (see [`FleetView`]).
     fleet: watch::Sender<Arc<FleetView>>,
+    /// Every peer's health and since when, for placement (see [`FleetHealth`]).
+    health: watch::Sender<Arc<FleetHealth>>,
     /// Wakes the reconciler: the membership changed.
     pub membership_changed: Notify,
     /// Wakes the publisher: something we publish changed.
@@ -95,6 +97,7 @@ impl Registry {
             records_caught_up: Notify::new(),
             rewatch_beats: Notify::new(),
             fleet,
+            health: watch::channel(Arc::new(FleetHealth::new())).0,
             membership_changed: Notify::new(),
             publish_now: Notify::new(),
             local_changed: Notify::new(),
@@ -122,6 +125,34 @@ impl Registry {
                 return false;
             }
             *current = Arc::new(view);
+            true
+        });
+    }
+
+    /// Follows every peer's health (changes only when a state does).
+    pub fn health(&self) -> watch::Receiver<Arc<FleetHealth>> {
+        self.health.subscribe()
+    }
+
+    /// Publishes the peers' states as a pass judged them: a state that
+    /// changed starts its `since` now; peers not named are forgotten.
+    pub fn set_health(&self, states: &[(String, &'static str)]) {
+        let now = chrono::Utc::now();
+        self.health.send_if_modified(|current| {
+            let next: FleetHealth = states
+                .iter()
+                .map(|(name, state)| {
+                    let since = current
+                        .get(name)
+                        .filter(|h| h.state == *state)
+                        .map_or(now, |h| h.since);
+                    (name.clone(), PeerHealth { state, since })
+                })
+                .collect();
+            if **current == next {
+                return false;
+            }
+            *current = Arc::new(next);
             true
         });
     }

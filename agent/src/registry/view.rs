@@ -34,6 +34,21 @@ pub fn named<'a>(
         .and_then(|i| clusters.get(i))
 }
 
+/// A peer's health as placement reads it: its state and since when (by
+/// this agent's clock: a restarted agent counts a failover window again,
+/// which only delays a failover). Kept apart from the [`FleetView`], which
+/// changes only when what sync copies may change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerHealth {
+    /// `Ready`, `Disconnected` or `ApiUnreachable` (others are not candidates).
+    pub state: &'static str,
+    /// Since when.
+    pub since: chrono::DateTime<chrono::Utc>,
+}
+
+/// Every peer's health, by name.
+pub type FleetHealth = BTreeMap<String, PeerHealth>;
+
 /// One peer as sync sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerView {
@@ -55,6 +70,8 @@ pub struct PeerView {
     /// The peer's sealing key, from its certificate (PROTOCOL §4.8): what is
     /// sealed to it. None: it has none (insecure mode), and gets nothing sealed.
     pub sealing_key: Option<SealingPublicKey>,
+    /// The operator's taints on it (`taints.<name>`, PROTOCOL §6.10).
+    pub taints: Vec<fleetbus_schemas::registry::TimedTaint>,
 }
 
 impl PeerView {
@@ -153,6 +170,7 @@ impl FleetView {
             name_conflict,
             record: template_record(record),
             sealing_key: None,
+            taints: Vec::new(),
         }
     }
 }

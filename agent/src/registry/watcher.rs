@@ -187,6 +187,7 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
                         Decoded::Kubeconfig(k) => k.name.as_str(),
                         Decoded::Forgotten(name) => name.as_str(),
                         Decoded::Revoked(r) => r.name.as_str(),
+                        Decoded::Taints(t) => t.name.as_str(),
                     };
                     reg.ctx.metrics.rejected("untrusted");
                     reg.ctx.reject(name, reason, &entry.key);
@@ -215,6 +216,10 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
         tracing::info!(key = %entry.key, op = ?entry.operation, "registry entry removed");
         if let Some(Ok(name)) = parse_forgotten_key(&entry.key) {
             if reg.membership().unforget(&name).changed {
+                reg.membership_changed.notify_one();
+            }
+        } else if let Some(Ok(name)) = fleetbus_schemas::registry::parse_taints_key(&entry.key) {
+            if reg.membership().untaint(&name) {
                 reg.membership_changed.notify_one();
             }
         } else if let Ok(key) = RegistryKey::parse(&entry.key) {
@@ -277,5 +282,12 @@ fn trusted(reg: &Registry, decoded: &Decoded, raw: &[u8]) -> Result<(), &'static
         // Signed by the cluster it names (PROTOCOL §5.2).
         Decoded::Kubeconfig(k) => reg.ctx.signers.check_json(&k.name, raw, now),
         Decoded::Forgotten(_) => Ok(()),
+        // The fleet root's word, like a revocation: whoever may write the
+        // bucket cannot taint a cluster (nor untaint it by a new value).
+        Decoded::Taints(_) => fleetbus_schemas::registry::TaintsRecord::verify(raw, identity.root())
+            .map_err(|e| match e {
+                SignatureError::Unsigned => crate::trust::reason::UNSIGNED,
+                SignatureError::BadSignature => crate::trust::reason::BAD_SIGNATURE,
+            }),
     }
 }

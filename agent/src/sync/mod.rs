@@ -30,6 +30,7 @@ mod engine;
 mod health;
 mod inputs;
 mod model;
+mod placement;
 mod policy;
 mod policy_watch;
 mod preview;

@@ -38,6 +38,9 @@ pub struct World {
     pub unresolved: HashMap<GroupVersionKind, String>,
     /// This cluster's SyncPolicy in force (`policy`, `policy_watch`).
     pub policy: Policy,
+    /// Every peer's health and since when (placement's failover reads it;
+    /// nothing else does, so a peer going down replans no copy).
+    pub health: Arc<crate::registry::FleetHealth>,
 }
 
 impl World {

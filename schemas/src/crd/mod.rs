@@ -8,6 +8,7 @@ mod bundle;
 mod cluster;
 #[allow(clippy::duplicated_attributes)]
 mod cluster_feature;
+mod placement;
 #[allow(clippy::duplicated_attributes)]
 mod reported_state;
 #[allow(clippy::duplicated_attributes)]
@@ -25,6 +26,11 @@ pub use cluster::{
     KubernetesApiEndpoint, Locality, NamespacedName,
 };
 pub use cluster_feature::{ClusterFeature, ClusterFeatureSpec, ClusterFeatureStatus};
+pub use placement::{
+    divide, Capacity, ClusterCount, ClusterTaint, Divide, Failback, Failover, Placement,
+    PlacementMode, Preference, Purge, ReplicaDivision, SpreadConstraint, TaintEffect, Toleration,
+    TolerationOperator,
+};
 pub use reported_state::{
     reported_state_name, ReportedState, ReportedStateSpec, ReportedStateStatus,
 };

@@ -136,6 +136,13 @@ pub struct ResourceSyncRuleSpec {
     /// (an older sink applies at once): PROTOCOL §6.9.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// On how many, and which, of the clusters `clusterSelector` matches each
+    /// source object's copy lives, and when a chosen cluster is replaced:
+    /// decided by the object's origin and followed by the sinks (PROTOCOL
+    /// §6.10). Absent: every matched cluster holds a copy. Every agent must
+    /// understand the field (an older sink copies everywhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<super::placement::Placement>,
 }
 
 /// A progressive rollout of a rule's source versions (`spec.rollout`).

@@ -142,6 +142,10 @@ pub enum RuleErrorKind {
     /// that never name a version).
     #[error("a rollout of unwrapped Bundles is not supported yet: roll the Bundle's objects with rules of their own")]
     RolloutWithUnwrap,
+    /// A placement field whose value cannot be used (a count of 0, a weight
+    /// out of range, a preference with neither or both of its kinds).
+    #[error("{0}")]
+    InvalidPlacement(String),
     /// A string longer than its bound (a health expression's cost is bounded by its length).
     #[error("{len} bytes, at most {max} allowed")]
     TooLong {
@@ -233,6 +237,9 @@ impl ResourceSyncRuleSpec {
         if let Some(r) = &self.rollout {
             v.rollout("spec.rollout", r, self.update_policy, self.unwrap);
         }
+        if let Some(p) = &self.placement {
+            v.placement("spec.placement", p, self.unwrap);
+        }
         if v.errors.is_empty() {
             Ok(())
         } else {
@@ -260,6 +267,69 @@ impl Validator {
                     max: crate::health::MAX_HEALTH_EXPRESSION,
                 },
             );
+        }
+    }
+
+    /// A placement must read: a count of at least one cluster, spread keys
+    /// and taint keys that are label keys, weights from 1 to 100, each
+    /// preference one kind, a replica path that parses.
+    fn placement(&mut self, field: &str, p: &super::placement::Placement, unwrap: bool) {
+        let bad = |s: &str| RuleErrorKind::InvalidPlacement(s.to_owned());
+        if unwrap {
+            self.push(field, bad("placement of unwrapped Bundles is not supported: place the Bundle's objects with rules of their own"));
+        }
+        if let Some(c) = &p.clusters {
+            if let Err(e) = super::placement::ClusterCount::parse(c) {
+                self.push(format!("{field}.clusters"), bad(&format!("invalid count {e}")));
+            }
+        }
+        for (i, s) in p.spread.iter().enumerate() {
+            if !is_qualified_name(&s.topology_key) {
+                self.push(
+                    format!("{field}.spread[{i}].topologyKey"),
+                    RuleErrorKind::InvalidKey(s.topology_key.clone()),
+                );
+            }
+            if s.max_skew == 0 {
+                self.push(format!("{field}.spread[{i}].maxSkew"), bad("must be at least 1"));
+            }
+        }
+        for (i, pref) in p.prefer.iter().enumerate() {
+            let f = format!("{field}.prefer[{i}]");
+            if !(1..=100).contains(&pref.weight) {
+                self.push(format!("{f}.weight"), bad(&format!("{}: must be 1 to 100", pref.weight)));
+            }
+            match (&pref.cluster_selector, &pref.capacity) {
+                (Some(s), None) => self.label_selector(&format!("{f}.clusterSelector"), s),
+                (None, Some(_)) => {}
+                _ => self.push(&f, bad("exactly one of clusterSelector or capacity")),
+            }
+        }
+        for (i, t) in p.tolerations.iter().enumerate() {
+            let f = format!("{field}.tolerations[{i}]");
+            let exists = t.operator == super::placement::TolerationOperator::Exists;
+            if !(t.key.is_empty() && exists) && !is_qualified_name(&t.key) {
+                self.push(format!("{f}.key"), RuleErrorKind::InvalidKey(t.key.clone()));
+            }
+            if exists && !t.value.is_empty() {
+                self.push(format!("{f}.value"), bad("operator Exists takes no value"));
+            }
+        }
+        if let Some(r) = &p.replicas {
+            if let Err(error) = parse_field_pointer(&r.path) {
+                self.push(
+                    format!("{field}.replicas.path"),
+                    RuleErrorKind::InvalidPointer {
+                        pointer: r.path.clone(),
+                        error,
+                    },
+                );
+            }
+        }
+        if let Some(g) = &p.group {
+            if !is_dns1123_label(g) {
+                self.push(format!("{field}.group"), RuleErrorKind::InvalidGroupName(g.clone()));
+            }
         }
     }
 

@@ -44,6 +44,8 @@ pub const STATUS_STREAM_SUFFIX: &str = "STATUS";
 pub const CONFLICTS_STREAM_SUFFIX: &str = "CONFLICTS";
 /// Stream name suffix of rollout records (`FLEETBUS_ROLLOUTS`).
 pub const ROLLOUTS_STREAM_SUFFIX: &str = "ROLLOUTS";
+/// Stream name suffix of placement decisions (`FLEETBUS_PLACEMENTS`).
+pub const PLACEMENTS_STREAM_SUFFIX: &str = "PLACEMENTS";
 /// Stream name suffix of the version store (`FLEETBUS_VERSIONS`).
 pub const VERSIONS_STREAM_SUFFIX: &str = "VERSIONS";
 /// How long a stored version is kept: an origin re-puts the versions a rollout
@@ -278,6 +280,16 @@ impl Layout {
         )
     }
 
+    /// PLACEMENTS: `<p>.placement.>`, the last placement decision per
+    /// (origin, unit): the origin's decisions, read back after its restart.
+    pub fn placements_stream(&self) -> StreamSpec {
+        self.base(
+            PLACEMENTS_STREAM_SUFFIX,
+            "fleetbus placement decisions: last decision per rule and source object or group",
+            crate::placement::all_placements(&self.prefix),
+        )
+    }
+
     /// VERSIONS: `<p>.ver.>`, the envelopes of the versions rollout records
     /// name, by content hash, for [`DEFAULT_VERSIONS_MAX_AGE`] and at most
     /// [`DEFAULT_VERSIONS_MAX_BYTES`]: the objects stream keeps only the newest.
@@ -303,6 +315,7 @@ impl Layout {
             self.conflicts_stream(),
             self.rollouts_stream(),
             self.versions_stream(),
+            self.placements_stream(),
         ]
     }
 

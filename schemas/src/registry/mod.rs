@@ -12,6 +12,7 @@ pub mod members;
 mod record;
 mod revoked;
 mod state;
+mod taints;
 mod validate;
 
 pub use beat::{
@@ -37,6 +38,10 @@ pub use revoked::{
     REVOKED_KEY_KIND, REVOKED_RECORD_SCHEMA, ROOT_KEY_ID,
 };
 pub use state::{peer_state, PeerFacts};
+pub use taints::{
+    parse_taint, parse_taints_key, taints_key, InvalidTaints, TaintsRecord, TimedTaint,
+    CORDONED_TAINT_KEY, MAX_TAINTS, TAINTS_KEY_KIND,
+};
 pub use validate::{
     validate_labels, InvalidRecord, MAX_FEATURES, MAX_LABELS, MAX_MEMBERS, MAX_TEXT_LEN,
 };

@@ -147,7 +147,7 @@ pub fn commands_for(prefix: &Prefix, cluster: &str) -> String {
 /// The subject subtrees only `cluster` may publish to (for NATS permissions):
 /// its object snapshots, its drift events, its reported state, its conflict
 /// events, its rollout records and its version store.
-pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 6] {
+pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 7] {
     let c = encode_token(cluster);
     [
         format!("{prefix}.{OBJ}.{c}.>"),
@@ -156,5 +156,6 @@ pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 6] {
         format!("{prefix}.{CONFLICT}.{c}.>"),
         format!("{prefix}.{ROLLOUT}.{c}.>"),
         format!("{prefix}.{VER}.{c}.>"),
+        format!("{prefix}.{}.{c}.>", crate::placement::PLACEMENT),
     ]
 }

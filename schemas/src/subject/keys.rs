@@ -49,6 +49,9 @@ pub enum SubjectError {
         #[source]
         source: TokenError,
     },
+    /// The tokens decode but do not name what the category holds.
+    #[error("subject {0:?} names no valid key")]
+    Malformed(String),
 }
 
 pub(super) fn tok(field: &'static str) -> impl Fn(TokenError) -> SubjectError {

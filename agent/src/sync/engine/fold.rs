@@ -32,6 +32,16 @@ impl Engine {
                 }
                 Replan::Everything => self.sink.dirty.full = true,
             },
+            Input::Placement(ev) => {
+                use crate::sync::placement::sink::placement_event;
+                match placement_event(&mut self.placement, ev) {
+                    Replan::Nothing => {}
+                    Replan::Object(key) => {
+                        self.sink.dirty.keys.insert(key);
+                    }
+                    Replan::Everything => self.sink.dirty.full = true,
+                }
+            }
             Input::Version(v, got) => {
                 let key = rollout_sink::version_event(&mut self.rollout, v, got);
                 self.sink.dirty.keys.insert(key);

@@ -84,6 +84,8 @@ pub struct Engine {
     /// object) and the origin's clocks (`rollout`).
     pub(super) rollout: super::rollout::state::RolloutBook,
     pub(super) policy: PolicyState,
+    /// Placement records, and the origin's wake-up (`placement`).
+    pub(super) placement: super::placement::state::PlacementBook,
 }
 
 impl Engine {
@@ -104,6 +106,7 @@ impl Engine {
                 kinds: HashMap::new(),
                 unresolved: HashMap::new(),
                 policy: super::policy::Policy::default(),
+                health: Arc::default(),
             },
             pending: Pending {
                 rules_dirty: true,
@@ -116,6 +119,7 @@ impl Engine {
             status: StatusState::default(),
             rollout: Default::default(),
             policy: PolicyState::default(),
+            placement: Default::default(),
         }
     }
 }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::sync::inputs::watches;
 use crate::sync::model::Input;
+use crate::sync::placement;
 use crate::sync::policy_watch;
 use crate::sync::returns::{report, returned};
 use crate::sync::rollout;
@@ -59,6 +60,7 @@ impl Engine {
             self.status.due,
             rollout,
             self.rollout.wake,
+            self.placement.wake,
         ]
         .into_iter()
         .flatten()
@@ -166,6 +168,7 @@ impl Engine {
             &mut self.sink,
             &mut self.drift,
             &mut self.rollout,
+            &self.placement,
             &self.source,
             &self.io.ctx,
             &self.io.tx,
@@ -187,6 +190,8 @@ impl Engine {
         let returns = &self.returns.book;
         self.rollout.wake =
             rollout::origin::rollout_pass(world, &mut self.rollout, returns, ctx).await;
+        self.placement.wake =
+            placement::origin::placement_pass(world, &mut self.placement, returns, ctx).await;
         let (last_sync, rollouts) = (&self.sink.last_sync, &self.rollout);
         self.status.due =
             status::status_pass(world, &mut self.status, last_sync, rollouts, ctx).await;
@@ -238,6 +243,14 @@ pub async fn run(
         engine.io.tx.clone(),
         engine.io.cancel.clone(),
     ));
+    // Placement records: where copies live, what this origin decided.
+    tokio::spawn(crate::sync::inputs::placements::placement_consumer(
+        reg.ctx.clone(),
+        engine.io.tx.clone(),
+        engine.io.cancel.clone(),
+    ));
+    let mut health = reg.health();
+    engine.world.health = health.borrow_and_update().clone();
     let progress = crate::sync::progress::Progress::new(&reg.ctx.cfg.cluster_name);
     let serving = crate::sync::progress::serve(
         reg.ctx.clone(),
@@ -275,6 +288,13 @@ pub async fn run(
                 // Which peers' rules count depends on the fleet.
                 engine.pending.rules_dirty = true;
                 engine.pending.fleet_moved = true;
+            }
+            changed = health.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                // Read by placement's origin pass alone: no replan.
+                engine.world.health = health.borrow_and_update().clone();
             }
             _ = sleep_until_opt(wake) => {}
         }

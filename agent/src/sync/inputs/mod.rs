@@ -5,5 +5,6 @@
 //! `model::Input`.
 
 mod follow;
+pub(super) mod placements;
 pub(super) mod rollouts;
 pub(super) mod watches;

@@ -38,6 +38,8 @@ pub enum Input {
     Status(StatusEvent),
     /// From the rollout consumer (`<p>.rollout.>`, PROTOCOL §6.9).
     Rollout(RolloutEvent),
+    /// From the placement consumer (`<p>.placement.>`, PROTOCOL §6.10).
+    Placement(PlacementEvent),
     /// A version read from the version store for a copy held back, or why
     /// it could not be (retried later).
     Version(VersionKey, Result<Box<Envelope>, String>),
@@ -127,6 +129,12 @@ pub type StatusEvent = Feed<StatusKey, ReportedStatus>;
 
 /// What the rollout consumer saw.
 pub type RolloutEvent = Feed<RolloutKey, RolloutRecord>;
+
+/// What the placement consumer saw.
+pub type PlacementEvent = Feed<
+    fleetbus_schemas::placement::PlacementKey,
+    fleetbus_schemas::placement::PlacementRecord,
+>;
 
 /// What a followed stream delivers to the engine.
 #[derive(Debug)]

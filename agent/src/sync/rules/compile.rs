@@ -111,6 +111,7 @@ impl CompiledRule {
             || self.spec.unwrap
             || self.health.is_some()
             || self.spec.rollout.is_some()
+            || self.spec.placement.is_some()
     }
 }
 

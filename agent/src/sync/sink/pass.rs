@@ -39,6 +39,8 @@ use crate::sync::drift::state::DriftState;
 use crate::sync::model::meta::{annotation, is_original};
 use crate::sync::model::{Candidate, Conflict, Outcome, Packed, RuleReport, Target};
 use crate::sync::rollout::sink::{fetch_versions, rollout_env, Taken};
+use crate::sync::placement::sink::placed;
+use crate::sync::placement::state::PlacementBook;
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
@@ -110,12 +112,13 @@ impl Compute<'_> {
     }
 
     /// Sets what `rule` makes of the envelope `env` at `key` in `plan`
-    /// (computed only if that envelope version was not computed before).
+    /// (computed only if that envelope version was not computed before),
+    /// with this cluster's replica share written in when placement divides
+    /// replicas (a changed share computes the pair again).
     fn plan_pair(
         self,
         plan: &mut Plan,
-        rule: &CompiledRule,
-        sources: &BTreeMap<&str, &PeerView>,
+        (rule, sources, share): (&CompiledRule, &BTreeMap<&str, &PeerView>, Option<i64>),
         key: &ObjectKey,
         env: Option<&Envelope>,
         changed: &mut BTreeSet<Target>,
@@ -125,11 +128,21 @@ impl Compute<'_> {
             plan.set(&pair, None, Computed::default, changed);
             return;
         };
+        if plan.share(&pair) != share {
+            plan.set(&pair, None, Computed::default, changed);
+        }
         let compute = || match matching::matching_rules(&rule.spec, obj) {
-            Some(entries) => self.compute_candidate(rule, key, env, obj, &peer.record, &entries),
+            Some(entries) => {
+                let mut c = self.compute_candidate(rule, key, env, obj, &peer.record, &entries);
+                if let (Some(n), Some(r)) = (share, rule.spec.placement.as_ref().and_then(|p| p.replicas.as_ref())) {
+                    write_share(&mut c, &r.path, n);
+                }
+                c
+            }
             None => Computed::default(),
         };
         plan.set(&pair, Some(env), compute, changed);
+        plan.set_share(&pair, share);
     }
 
     /// What `rule` makes of one source object: the copy and its place, or
@@ -309,6 +322,7 @@ pub(in crate::sync) async fn sink_pass(
     sink: &mut SinkState,
     drift: &mut DriftState,
     rollout: &mut RolloutBook,
+    placement: &PlacementBook,
     source: &SourceState,
     ctx: &Arc<Context>,
     tx: &mpsc::Sender<crate::sync::model::Input>,
@@ -318,6 +332,7 @@ pub(in crate::sync) async fn sink_pass(
         sink,
         drift,
         rollout,
+        placement,
         source,
         ctx,
         tx,
@@ -332,6 +347,7 @@ struct Pass<'a> {
     sink: &'a mut SinkState,
     drift: &'a mut DriftState,
     rollout: &'a mut RolloutBook,
+    placement: &'a PlacementBook,
     source: &'a SourceState,
     ctx: &'a Arc<Context>,
     tx: &'a mpsc::Sender<crate::sync::model::Input>,
@@ -415,11 +431,11 @@ impl<'a> Pass<'a> {
                 // Each object parsed again (see `Snapshots`): ~10 µs a copy,
                 // on top of the ~20 µs a full plan cost before.
                 for (key, env) in kind.snapshots.iter() {
-                    let taken = rollout_env(self.rollout, local, rule, key, Some(env));
+                    let (taken, share) =
+                        gate_pair(self.placement, self.rollout, local, rule, key, Some(env));
                     compute.plan_pair(
                         &mut state.plan,
-                        rule,
-                        &sources,
+                        (rule, &sources, share),
                         key,
                         taken.env.as_ref(),
                         &mut changed,
@@ -438,11 +454,11 @@ impl<'a> Pass<'a> {
                 let sources = world.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
-                    let taken = rollout_env(self.rollout, local, rule, key, env);
+                    let (taken, share) =
+                        gate_pair(self.placement, self.rollout, local, rule, key, env);
                     compute.plan_pair(
                         &mut state.plan,
-                        rule,
-                        &sources,
+                        (rule, &sources, share),
                         key,
                         taken.env.as_ref(),
                         &mut changed,
@@ -807,6 +823,42 @@ impl<'a> Tally<'a> {
     }
 }
 
+/// What placement, then the rollout, make of one envelope here: the
+/// envelope to compute from (None: no copy here), the hold (placement's
+/// first), the versions to read, and this cluster's replica share.
+fn gate_pair(
+    placement: &PlacementBook,
+    rollout: &RolloutBook,
+    local: &str,
+    rule: &CompiledRule,
+    key: &ObjectKey,
+    env: Option<Envelope>,
+) -> (Taken, Option<i64>) {
+    let placed = placed(placement, local, rule, key, env);
+    let mut taken = rollout_env(rollout, local, rule, key, placed.env);
+    if placed.hold.is_some() {
+        taken.hold = placed.hold;
+    }
+    (taken, placed.share)
+}
+
+/// Writes a replica share at `path` of a computed copy (its digest anew).
+fn write_share(c: &mut Computed, path: &str, n: i64) {
+    let Some(Ok((_, cand))) = &mut c.result else {
+        return;
+    };
+    let Ok(mut desired) = cand.desired.value() else {
+        return;
+    };
+    let Ok(tokens) = fleetbus_schemas::pointer::parse_field_pointer(path) else {
+        return;
+    };
+    if mutate::set_at(&mut desired, &tokens, Value::from(n)).is_ok() {
+        cand.digest = Digest::of_desired(&desired);
+        cand.desired = Packed::new(&desired);
+    }
+}
+
 /// What the rollouts of a replan decided: the holds of the pairs planned
 /// (None: not held) and the versions to read from the store.
 #[derive(Default)]
@@ -817,7 +869,7 @@ struct RolloutTaken {
 
 impl RolloutTaken {
     fn note(&mut self, rule: &CompiledRule, key: &ObjectKey, taken: Taken) {
-        if rule.spec.rollout.is_some() {
+        if rule.spec.rollout.is_some() || rule.spec.placement.is_some() {
             self.holds
                 .push(((rule.name.clone(), key.clone()), taken.hold));
         }

@@ -162,6 +162,9 @@ pub struct Plan {
     targets: BTreeMap<Target, Vec<Arc<Pair>>>,
     settled: HashMap<Target, Settled>,
     ledgers: BTreeMap<String, Ledger>,
+    /// The replica shares placement wrote into pairs' copies (few pairs
+    /// have one): a changed share computes the pair again.
+    shares: HashMap<Pair, i64>,
 }
 
 impl Plan {
@@ -170,10 +173,28 @@ impl Plan {
     pub fn clear(&mut self) {
         self.pairs.clear();
         self.targets.clear();
+        self.shares.clear();
         for l in self.ledgers.values_mut() {
             l.pair_errors.clear();
             l.unknown.clear();
             l.refused.clear();
+        }
+    }
+
+    /// The replica share written into `pair`'s copy, if any.
+    pub fn share(&self, pair: &Pair) -> Option<i64> {
+        self.shares.get(pair).copied()
+    }
+
+    /// Records the share written into `pair`'s copy.
+    pub fn set_share(&mut self, pair: &Pair, share: Option<i64>) {
+        match share {
+            Some(n) => {
+                self.shares.insert(pair.clone(), n);
+            }
+            None => {
+                self.shares.remove(pair);
+            }
         }
     }
 

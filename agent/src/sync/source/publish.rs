@@ -1493,6 +1493,7 @@ mod tests {
             left: false,
             disabled: false,
             name_conflict: false,
+            taints: Vec::new(),
             record: Value::Null,
             sealing_key: Some(
                 fleetbus_schemas::seal::SealingSecretKey::generate(&mut rand::rng()).public_key(),

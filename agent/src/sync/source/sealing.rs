@@ -112,6 +112,7 @@ mod tests {
             left: false,
             disabled: false,
             name_conflict: false,
+            taints: Vec::new(),
             record: json!({}),
             sealing_key: key.then(|| SealingSecretKey::generate(&mut rand::rng()).public_key()),
         }

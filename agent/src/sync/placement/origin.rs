@@ -1,0 +1,263 @@
+//! The origin's placement pass (PROTOCOL §6.10): for each unit of this
+//! cluster's objects a placement rule publishes (a (rule, object), or a
+//! placement group), the decision of `decide` from the last record, the
+//! matched clusters with their health and taints, and the copies' reports;
+//! a changed decision is put on the bus.
+//!
+//! Runs only once the rules, this cluster's own objects, the reports, the
+//! records and the peers' health have all been read: before that it would
+//! decide from nothing (a restarted origin would move copies for no reason).
+//! Cost: one `decide` per unit per pass over the matched clusters; puts only
+//! on changed decisions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use fleetbus_schemas::crd::Placement;
+use fleetbus_schemas::health::HealthStatus;
+use fleetbus_schemas::placement::{PlacementKey, PlacementRecord, PlacementUnit};
+use fleetbus_schemas::reported::ReportedStatus;
+use fleetbus_schemas::subject::ObjectKey;
+use tokio::time::Instant;
+
+use super::decide::{decide, Candidate, Health, Inputs};
+use super::sink::unit_key;
+use super::state::PlacementBook;
+use crate::context::Context;
+use crate::sync::returns::returned::{returned_reports, rules_read};
+use crate::sync::returns::state::StatusBook;
+use crate::sync::rules::compile::CompiledRule;
+use crate::sync::rules::matching::{self, qualifies};
+use crate::sync::world::World;
+
+/// How long a failed put waits before the next pass tries again.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// One unit to decide, with what it reads.
+struct Due<'a> {
+    key: PlacementKey,
+    rule: &'a CompiledRule,
+    spec: &'a Placement,
+    objects: Vec<ObjectKey>,
+    replicas: Option<i64>,
+}
+
+/// Decides every placement of this cluster's objects and puts what
+/// changed. Returns when the origin wants the next pass (a failover window
+/// or a release step ends, a failed put is tried again).
+pub(in crate::sync) async fn placement_pass(
+    world: &World,
+    book: &mut PlacementBook,
+    returns: &StatusBook,
+    ctx: &Context,
+) -> Option<Instant> {
+    if !book.caught_up || !returns.caught_up || !rules_read(world) || !health_known(world) {
+        return None;
+    }
+    let now = Utc::now();
+    let reports = returned_reports(world, returns);
+    let mut wake: Option<DateTime<Utc>> = None;
+    let mut puts = Vec::new();
+    for due in units_due(world) {
+        let input = Inputs {
+            rule: due.rule.name.clone(),
+            seed: due.key.unit.seed(),
+            candidates: candidates(world, due.rule),
+            healthy: copies(&reports, &due, true),
+            reporting: copies(&reports, &due, false),
+            replicas: due.replicas,
+        };
+        let d = decide(book.record(&due.key), due.spec, &input, now);
+        wake = [wake, d.wake].into_iter().flatten().min();
+        if d.changed {
+            puts.push((due.key, d.record));
+        }
+    }
+    let mut retry = None;
+    for (key, record) in puts {
+        if let Err(e) = put(ctx, &key, &record).await {
+            tracing::warn!(placement = %key.to_subject(ctx.layout.prefix()), error = %e, "could not publish a placement decision; retrying");
+            retry = Some(Instant::now() + RETRY);
+            continue;
+        }
+        ctx.metrics.placement_decisions.inc();
+        if !record.replaced.is_empty()
+            && book
+                .record(&key)
+                .is_none_or(|old| old.replaced != record.replaced)
+        {
+            ctx.metrics.placement_failovers.inc();
+            tracing::info!(placement = %key.to_subject(ctx.layout.prefix()), replaced = ?record.replaced, "placement failed over");
+        }
+        // Believed at once: the consumer reads it back later.
+        book.records.insert(key, record);
+    }
+    let timer = wake.map(|t| {
+        let ahead = (t - now).to_std().unwrap_or_default();
+        // A millisecond past the clock, so the pass that wakes sees it over.
+        Instant::now() + ahead + Duration::from_millis(1)
+    });
+    [retry, timer].into_iter().flatten().min()
+}
+
+/// Whether the registry has judged the peers' health: until then every
+/// peer would look Ready (or absent), and a decision could pick a dead one.
+fn health_known(world: &World) -> bool {
+    world.fleet.peers.is_empty() || !world.health.is_empty()
+}
+
+/// Every placement unit of this cluster's objects: one per (rule, object),
+/// or one per group (its rule first by name decides; its objects are those
+/// of every rule in the group).
+fn units_due(world: &World) -> Vec<Due<'_>> {
+    let local = &world.fleet.local;
+    let mut out: Vec<Due<'_>> = Vec::new();
+    let mut groups: BTreeMap<String, usize> = BTreeMap::new();
+    for rule in world.rules.values() {
+        let Some(spec) = &rule.spec.placement else {
+            continue;
+        };
+        if rule.builtin || world.rule_problem(rule).is_some() {
+            continue;
+        }
+        let Some(kind) = world.kinds.get(&rule.source).filter(|k| k.ready()) else {
+            continue;
+        };
+        if !qualifies(rule, &local.labels, &local.features) {
+            continue;
+        }
+        for (key, meta) in kind.snapshots.iter_meta() {
+            if key.origin != local.name || meta.tombstone || meta.content_hash.is_empty() {
+                continue;
+            }
+            let Some(obj) = kind.objects.get(&(key.namespace.clone(), key.name.clone())) else {
+                continue;
+            };
+            if matching::matching_rules(&rule.spec, &obj).is_none() {
+                continue;
+            }
+            let Some(pk) = unit_key(rule, key) else {
+                continue;
+            };
+            if let PlacementUnit::Group(g) = &pk.unit {
+                // Rules are visited by name: the first one of a group decides.
+                if let Some(i) = groups.get(g) {
+                    out[*i].objects.push(key.clone());
+                    continue;
+                }
+                groups.insert(g.clone(), out.len());
+            }
+            let replicas = spec
+                .replicas
+                .as_ref()
+                .filter(|_| spec.group.is_none())
+                .and_then(|r| obj.pointer(&r.path))
+                .and_then(serde_json::Value::as_i64);
+            out.push(Due {
+                key: pk,
+                rule,
+                spec,
+                objects: vec![key.clone()],
+                replicas,
+            });
+        }
+    }
+    out
+}
+
+/// The clusters `rule` may place copies on: every peer its
+/// `clusterSelector` matches that is a member (not Left, Disabled or
+/// claimed by two records), with its health and taints.
+fn candidates(world: &World, rule: &CompiledRule) -> Vec<Candidate> {
+    let now = Utc::now();
+    world
+        .fleet
+        .peers
+        .values()
+        .filter(|p| !p.left && !p.disabled && !p.name_conflict)
+        .filter(|p| {
+            matching::selector_matches(rule.spec.cluster_selector.as_ref(), &p.labels)
+                .unwrap_or(false)
+        })
+        .map(|p| {
+            let health = match world.health.get(&p.name) {
+                Some(h) if h.state != "Ready" => Health::Failing {
+                    since: h.since,
+                    state: h.state,
+                },
+                Some(_) => Health::Ready,
+                // Not judged yet (a peer just joined): not Ready either.
+                None => Health::Failing {
+                    since: now,
+                    state: "Unknown",
+                },
+            };
+            Candidate {
+                name: p.name.clone(),
+                labels: p.labels.clone(),
+                taints: p.taints.clone(),
+                health,
+                capacity: capacity(&p.record),
+            }
+        })
+        .collect()
+}
+
+/// Allocatable CPU (cores) and memory (bytes) from a peer's record, if it
+/// publishes them (`metadata.allocatable`).
+fn capacity(record: &serde_json::Value) -> (Option<f64>, Option<f64>) {
+    let read = |k: &str| {
+        record
+            .pointer(&format!("/metadata/allocatable/{k}"))
+            .and_then(serde_json::Value::as_f64)
+    };
+    (read("cpu"), read("memoryBytes"))
+}
+
+/// The clusters reporting a copy of every object of `due` (`healthy`: a
+/// Current copy of each; else any copy of any).
+fn copies(
+    reports: &BTreeMap<ObjectKey, Vec<ReportedStatus>>,
+    due: &Due<'_>,
+    healthy: bool,
+) -> BTreeSet<String> {
+    let of = |key: &ObjectKey| -> BTreeSet<String> {
+        reports
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|r| !healthy || current(r))
+            .map(|r| r.cluster.clone())
+            .collect()
+    };
+    let mut sets = due.objects.iter().map(of);
+    let first = sets.next().unwrap_or_default();
+    sets.fold(first, |acc, s| {
+        if healthy {
+            acc.intersection(&s).cloned().collect()
+        } else {
+            acc.union(&s).cloned().collect()
+        }
+    })
+}
+
+fn current(r: &ReportedStatus) -> bool {
+    match &r.health {
+        Some(h) => h.status == HealthStatus::Current,
+        None => r.ready == Some(true),
+    }
+}
+
+/// Puts one record (signed in the secure mode), awaited.
+async fn put(ctx: &Context, key: &PlacementKey, record: &PlacementRecord) -> Result<(), String> {
+    let bytes = record.encode().map_err(|e| e.to_string())?;
+    let bytes = crate::trust::sign_or_keep(ctx.cfg.trust.as_deref(), bytes);
+    ctx.js
+        .publish(key.to_subject(ctx.layout.prefix()), bytes.into())
+        .await
+        .map_err(|e| e.to_string())?
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
