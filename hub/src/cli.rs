@@ -365,6 +365,45 @@ pub enum ClustersCommand {
     /// harmless; a name the registry never held: exit 1. Needs the admin's
     /// credentials.
     Forget(ClustersForgetArgs),
+    /// Put a taint on a cluster (`key[=value]:NoSchedule|NoExecute`), or take it
+    /// off with --remove. NoSchedule keeps new placements off the cluster;
+    /// NoExecute moves existing ones after the rule's `failover.afterSeconds`,
+    /// unless tolerated. A record on the bus, signed by the fleet root when
+    /// --dir holds `root.key`: a dead cluster can be tainted. Needs the admin's
+    /// credentials. Prints the cluster's taints after the change.
+    Taint(ClustersTaintArgs),
+    /// Taint a cluster `fleetbus.io/cordoned:NoSchedule`: no new placements.
+    Cordon(ClustersCordonArgs),
+    /// Remove the `fleetbus.io/cordoned:NoSchedule` taint.
+    Uncordon(ClustersCordonArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClustersTaintArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    /// The cluster.
+    #[arg(value_parser = parse_cluster_name)]
+    pub cluster: String,
+    /// `key[=value]:NoSchedule|NoExecute`.
+    #[arg(value_parser = parse_taint)]
+    pub taint: fleetbus_schemas::crd::ClusterTaint,
+    /// Take the taint off (its key and effect) instead.
+    #[arg(long)]
+    pub remove: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ClustersCordonArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    /// The cluster.
+    #[arg(value_parser = parse_cluster_name)]
+    pub cluster: String,
+}
+
+fn parse_taint(s: &str) -> Result<fleetbus_schemas::crd::ClusterTaint, String> {
+    fleetbus_schemas::registry::parse_taint(s)
 }
 
 #[derive(Debug, Args)]

@@ -110,6 +110,12 @@ fn load_request_signer(dir: &std::path::Path) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// The fleet root key, when `--dir` holds one (what operator records such
+/// as taints are signed with).
+pub(crate) fn root_signer() -> Option<&'static fleetbus_schemas::trust::SigningKey> {
+    REQUEST_SIGNER.get()
+}
+
 /// The fleet root's public key registry records are verified with
 /// (`fleet::read_records`), when `--dir` holds `root.pub` (or `root.key`).
 /// Set by [`connect`], like [`REQUEST_SIGNER`].

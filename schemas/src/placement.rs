@@ -59,7 +59,10 @@ impl PlacementUnit {
         match parts.as_slice() {
             ["g", g] if !g.is_empty() => Some(Self::Group((*g).to_owned())),
             ["o", rule, group, version, kind, ns, name]
-                if !rule.is_empty() && !version.is_empty() && !kind.is_empty() && !name.is_empty() =>
+                if !rule.is_empty()
+                    && !version.is_empty()
+                    && !kind.is_empty()
+                    && !name.is_empty() =>
             {
                 Some(Self::Object {
                     rule: (*rule).to_owned(),
@@ -119,7 +122,8 @@ impl PlacementKey {
                 expected: 2,
                 found: rest.split('.').count(),
             })?;
-        let tok = |field: &'static str| move |source: TokenError| SubjectError::Token { field, source };
+        let tok =
+            |field: &'static str| move |source: TokenError| SubjectError::Token { field, source };
         let origin = decode_token(o).map_err(tok("origin"))?;
         let unit = decode_token(u).map_err(tok("unit"))?;
         let unit = PlacementUnit::decode(&origin, &unit)
@@ -218,7 +222,11 @@ pub struct PlacementRecord {
     #[serde(with = "rfc3339_ms")]
     pub decided_at: DateTime<Utc>,
     /// When a draining cluster was last released (one per step).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_ms_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "rfc3339_ms_opt"
+    )]
     pub last_release: Option<DateTime<Utc>>,
 }
 

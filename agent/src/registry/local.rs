@@ -97,6 +97,13 @@ pub async fn reconcile(
         reg.last_heartbeat(),
         reg.local_info(),
     );
+    // The operator's taints on this cluster, as every peer shows them.
+    status.taints = reg
+        .membership()
+        .taints(name)
+        .iter()
+        .map(|t| t.taint.clone())
+        .collect();
     // Our own heartbeat, like a peer's: at most every HEARTBEAT_REFRESH while
     // nothing else changes, at once with any other change.
     let refresh_in = keep_coarse_heartbeat(&prev, &mut status);
@@ -287,6 +294,7 @@ fn desired_status(
             .iter()
             .map(|f| f.feature_name.clone())
             .collect(),
+        taints: Vec::new(),
     }
 }
 

@@ -8,7 +8,8 @@ use tokio::time::Instant;
 
 use super::liveness::Liveness;
 use fleetbus_schemas::registry::{
-    beat_interval, parse_forgotten_key, parse_revoked_key, ForgottenRecord, RevokedRecord, TaintsRecord, TimedTaint,
+    beat_interval, parse_forgotten_key, parse_revoked_key, ForgottenRecord, RevokedRecord,
+    TaintsRecord, TimedTaint,
 };
 use fleetbus_schemas::DecodeError;
 

@@ -41,6 +41,8 @@ struct Plan {
     members_ours: Arc<MemberSet>,
     /// When its last beat arrived, by our clock (peers that beat).
     beat_received_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The operator's taints on it.
+    taints: Vec<fleetbus_schemas::crd::ClusterTaint>,
     /// How long it stays alive after a heartbeat (its beats may stretch
     /// `--peer-timeout`), for the status message.
     timeout: Duration,
@@ -349,6 +351,7 @@ fn plan(reg: &Registry, clusters: &[Arc<Cluster>], now: Instant) -> Vec<Plan> {
             members_ours: members_ours.clone(),
             beat_received_at: chosen.beat_received_at,
             timeout: chosen.liveness.timeout(reg.ctx.cfg.peer_timeout),
+            taints: m.taints(name).iter().map(|t| t.taint.clone()).collect(),
         });
     }
     plans
@@ -634,6 +637,7 @@ fn desired_status(
             .iter()
             .map(|f| f.feature_name.clone())
             .collect(),
+        taints: p.taints.clone(),
     };
     // A steady peer that beats keeps the time of the write that last changed
     // something: at 1,000 peers, refreshing every object now and then would
@@ -823,6 +827,7 @@ mod tests {
             members_ours: Arc::new(MemberSet::new(["b", "a"])),
             beat_received_at: None,
             timeout: TIMEOUT,
+            taints: vec![],
         }
     }
 

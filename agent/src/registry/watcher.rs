@@ -284,10 +284,13 @@ fn trusted(reg: &Registry, decoded: &Decoded, raw: &[u8]) -> Result<(), &'static
         Decoded::Forgotten(_) => Ok(()),
         // The fleet root's word, like a revocation: whoever may write the
         // bucket cannot taint a cluster (nor untaint it by a new value).
-        Decoded::Taints(_) => fleetbus_schemas::registry::TaintsRecord::verify(raw, identity.root())
-            .map_err(|e| match e {
-                SignatureError::Unsigned => crate::trust::reason::UNSIGNED,
-                SignatureError::BadSignature => crate::trust::reason::BAD_SIGNATURE,
-            }),
+        Decoded::Taints(_) => {
+            fleetbus_schemas::registry::TaintsRecord::verify(raw, identity.root()).map_err(|e| {
+                match e {
+                    SignatureError::Unsigned => crate::trust::reason::UNSIGNED,
+                    SignatureError::BadSignature => crate::trust::reason::BAD_SIGNATURE,
+                }
+            })
+        }
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod label;
 mod ls;
 pub(crate) mod progress;
 pub(crate) mod render;
+mod taint;
 
 use std::process::ExitCode;
 
@@ -30,6 +31,28 @@ pub async fn run(cmd: ClustersCommand) -> Result<ExitCode, ClustersError> {
         ClustersCommand::Describe(args) => return describe(&args, &mut out).await,
         ClustersCommand::Progress(args) => return progress(&args, tty, &mut out).await,
         ClustersCommand::Forget(args) => return forget(&args, &mut out).await,
+        ClustersCommand::Taint(args) => {
+            let change = taint::Change::of(&args.taint, args.remove);
+            return taint::taint(&args.bus, &args.cluster, change, &mut out).await;
+        }
+        ClustersCommand::Cordon(args) => {
+            return taint::taint(
+                &args.bus,
+                &args.cluster,
+                taint::Change::cordon(true),
+                &mut out,
+            )
+            .await
+        }
+        ClustersCommand::Uncordon(args) => {
+            return taint::taint(
+                &args.bus,
+                &args.cluster,
+                taint::Change::cordon(false),
+                &mut out,
+            )
+            .await
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,6 +5,7 @@
 
 mod error;
 pub mod model;
+pub mod placement;
 pub mod preview;
 mod preview_source;
 pub mod read;
@@ -92,10 +93,15 @@ pub async fn describe(
     let (rollouts, unreadable) = rollout::records(&js, &args.bus.subject_prefix, &args.rule)
         .await
         .unwrap_or_default();
+    let (placements, bad_placements) =
+        placement::records(&js, &args.bus.subject_prefix, &args.rule)
+            .await
+            .unwrap_or_default();
     match args.out.output {
         OutputFormat::Table => {
             render::describe(out, row, skipped, Utc::now())?;
             rollout::render(out, &rollouts, unreadable)?;
+            placement::render(out, &placements, bad_placements)?;
         }
         format => {
             let mut v = serde_json::to_value(row).unwrap_or_default();
@@ -103,6 +109,9 @@ pub async fn describe(
                 m.insert("unreadableRecords".into(), json!(skipped));
                 if !rollouts.is_empty() {
                     m.insert("rollouts".into(), json!(rollouts));
+                }
+                if !placements.is_empty() {
+                    m.insert("placements".into(), json!(placements));
                 }
             }
             crate::output::data(out, format, &v)?;

@@ -197,17 +197,40 @@ pub async fn records(
     prefix: &fleetbus_schemas::subject::Prefix,
     rule: &str,
 ) -> Result<(Vec<fleetbus_schemas::rollout::RolloutRecord>, usize), String> {
-    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
     use fleetbus_schemas::subject::RolloutKey;
-    use futures::StreamExt;
     let layout = fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1);
-    let stream = js
-        .get_stream(layout.rollouts_stream().name)
-        .await
-        .map_err(|e| e.to_string())?;
+    let stream = layout.rollouts_stream().name;
+    let messages = last_per_subject(js, &stream, RolloutKey::of_rule(prefix, rule)).await?;
+    let (mut out, mut skipped) = (Vec::new(), 0);
+    for (subject, payload) in messages {
+        let rec = RolloutKey::parse_subject(prefix, &subject)
+            .ok()
+            .and_then(|k| {
+                let r = fleetbus_schemas::rollout::RolloutRecord::decode(&payload).ok()?;
+                r.validate(&k).ok().map(|()| r)
+            });
+        match rec {
+            Some(r) => out.push(r),
+            None => skipped += 1,
+        }
+    }
+    Ok((out, skipped))
+}
+
+/// The last message of every subject of `stream` under `filter`, as
+/// (subject, payload), read by an ordered consumer up to what was pending
+/// when it started.
+pub async fn last_per_subject(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    filter: String,
+) -> Result<Vec<(String, Vec<u8>)>, String> {
+    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+    use futures::StreamExt;
+    let stream = js.get_stream(stream).await.map_err(|e| e.to_string())?;
     let mut consumer = stream
         .create_consumer(OrderedConfig {
-            filter_subject: RolloutKey::of_rule(prefix, rule),
+            filter_subject: filter,
             deliver_policy: DeliverPolicy::LastPerSubject,
             ..OrderedConfig::default()
         })
@@ -219,23 +242,14 @@ pub async fn records(
         .map_err(|e| e.to_string())?
         .num_pending;
     let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
-    let (mut out, mut skipped) = (Vec::new(), 0);
+    let mut out = Vec::new();
     for _ in 0..pending {
         let Some(Ok(msg)) = messages.next().await else {
             break;
         };
-        let rec = RolloutKey::parse_subject(prefix, &msg.subject)
-            .ok()
-            .and_then(|k| {
-                let r = fleetbus_schemas::rollout::RolloutRecord::decode(&msg.payload).ok()?;
-                r.validate(&k).ok().map(|()| r)
-            });
-        match rec {
-            Some(r) => out.push(r),
-            None => skipped += 1,
-        }
+        out.push((msg.subject.to_string(), msg.payload.to_vec()));
     }
-    Ok((out, skipped))
+    Ok(out)
 }
 
 /// The Rollouts section of `rules describe` (pure): per object, its phase,

@@ -131,6 +131,10 @@ pub struct ClusterStatus {
     /// Human-readable detail for `state`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The operator's taints on the cluster (`fleetbus clusters taint|cordon`):
+    /// placement keeps new copies off (NoSchedule) or moves them (NoExecute).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<super::placement::ClusterTaint>,
     /// Standard conditions: Ready, ClustersSynced, LocalConflict, NameConflict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::schema::conditions")]

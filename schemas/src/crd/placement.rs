@@ -147,7 +147,9 @@ impl TaintEffect {
 }
 
 /// A taint on a cluster, as an operator put it (`fleetbus clusters taint`).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterTaint {
     /// A qualified name.
@@ -314,7 +316,9 @@ pub fn divide(total: i64, weights: &[f64]) -> Vec<i64> {
     order.sort_by(|a, b| {
         let fa = exact[*a] - exact[*a].floor();
         let fb = exact[*b] - exact[*b].floor();
-        fb.partial_cmp(&fa).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(b))
+        fb.partial_cmp(&fa)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.cmp(b))
     });
     for i in order.into_iter().cycle() {
         if left <= 0 {

@@ -280,7 +280,10 @@ impl Validator {
         }
         if let Some(c) = &p.clusters {
             if let Err(e) = super::placement::ClusterCount::parse(c) {
-                self.push(format!("{field}.clusters"), bad(&format!("invalid count {e}")));
+                self.push(
+                    format!("{field}.clusters"),
+                    bad(&format!("invalid count {e}")),
+                );
             }
         }
         for (i, s) in p.spread.iter().enumerate() {
@@ -291,13 +294,19 @@ impl Validator {
                 );
             }
             if s.max_skew == 0 {
-                self.push(format!("{field}.spread[{i}].maxSkew"), bad("must be at least 1"));
+                self.push(
+                    format!("{field}.spread[{i}].maxSkew"),
+                    bad("must be at least 1"),
+                );
             }
         }
         for (i, pref) in p.prefer.iter().enumerate() {
             let f = format!("{field}.prefer[{i}]");
             if !(1..=100).contains(&pref.weight) {
-                self.push(format!("{f}.weight"), bad(&format!("{}: must be 1 to 100", pref.weight)));
+                self.push(
+                    format!("{f}.weight"),
+                    bad(&format!("{}: must be 1 to 100", pref.weight)),
+                );
             }
             match (&pref.cluster_selector, &pref.capacity) {
                 (Some(s), None) => self.label_selector(&format!("{f}.clusterSelector"), s),
@@ -328,7 +337,10 @@ impl Validator {
         }
         if let Some(g) = &p.group {
             if !is_dns1123_label(g) {
-                self.push(format!("{field}.group"), RuleErrorKind::InvalidGroupName(g.clone()));
+                self.push(
+                    format!("{field}.group"),
+                    RuleErrorKind::InvalidGroupName(g.clone()),
+                );
             }
         }
     }

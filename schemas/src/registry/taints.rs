@@ -86,7 +86,12 @@ impl TaintsRecord {
         }
         let mut seen = std::collections::BTreeSet::new();
         for t in &self.taints {
-            let shown = format!("{}={}:{}", t.taint.key, t.taint.value, t.taint.effect.as_str());
+            let shown = format!(
+                "{}={}:{}",
+                t.taint.key,
+                t.taint.value,
+                t.taint.effect.as_str()
+            );
             if !crate::k8s_names::is_qualified_name(&t.taint.key)
                 || !crate::k8s_names::is_label_value(&t.taint.value)
             {
@@ -127,7 +132,9 @@ pub fn parse_taint(s: &str) -> Result<ClusterTaint, String> {
         .ok_or_else(|| format!("{effect:?}: the effect is NoSchedule or NoExecute"))?;
     let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
     if !crate::k8s_names::is_qualified_name(key) {
-        return Err(format!("{key:?}: a taint key is a qualified name ([prefix/]name)"));
+        return Err(format!(
+            "{key:?}: a taint key is a qualified name ([prefix/]name)"
+        ));
     }
     if !crate::k8s_names::is_label_value(value) {
         return Err(format!("{value:?}: a taint value is a label value"));
@@ -151,8 +158,19 @@ mod tests {
         let t = parse_taint("maintenance=yes:NoExecute").unwrap();
         assert_eq!((t.key.as_str(), t.value.as_str()), ("maintenance", "yes"));
         assert_eq!(t.effect, TaintEffect::NoExecute);
-        assert_eq!(parse_taint("fleetbus.io/cordoned:NoSchedule").unwrap().value, "");
-        for bad in ["x", "x:Sometimes", "bad key:NoSchedule", "k=v v:NoExecute", ":NoSchedule"] {
+        assert_eq!(
+            parse_taint("fleetbus.io/cordoned:NoSchedule")
+                .unwrap()
+                .value,
+            ""
+        );
+        for bad in [
+            "x",
+            "x:Sometimes",
+            "bad key:NoSchedule",
+            "k=v v:NoExecute",
+            ":NoSchedule",
+        ] {
             assert!(parse_taint(bad).is_err(), "{bad}");
         }
     }
@@ -170,11 +188,17 @@ mod tests {
         };
         let rec = TaintsRecord {
             name: "c2".into(),
-            taints: vec![t("a", TaintEffect::NoSchedule), t("a", TaintEffect::NoExecute)],
+            taints: vec![
+                t("a", TaintEffect::NoSchedule),
+                t("a", TaintEffect::NoExecute),
+            ],
         };
         rec.validate().unwrap();
         let twice = TaintsRecord {
-            taints: vec![t("a", TaintEffect::NoSchedule), t("a", TaintEffect::NoSchedule)],
+            taints: vec![
+                t("a", TaintEffect::NoSchedule),
+                t("a", TaintEffect::NoSchedule),
+            ],
             ..rec.clone()
         };
         assert!(matches!(twice.validate(), Err(InvalidTaints::Duplicate(_))));

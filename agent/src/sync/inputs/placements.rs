@@ -80,9 +80,15 @@ mod tests {
             unit: fleetbus_schemas::placement::PlacementUnit::Group("g".into()),
         }
         .to_subject(&p);
-        assert_eq!(decode_record(&p, &subject, b"nope").unwrap_err(), "placement_malformed");
+        assert_eq!(
+            decode_record(&p, &subject, b"nope").unwrap_err(),
+            "placement_malformed"
+        );
         let bad = br#"{"schema":"fleetbus.io/placement/v1","rule":"r","revision":1,"chosen":[{"cluster":"NOT A NAME","score":0,"reason":""}],"decidedAt":"2026-01-01T00:00:00.000Z"}"#;
-        assert_eq!(decode_record(&p, &subject, bad).unwrap_err(), "placement_malformed");
+        assert_eq!(
+            decode_record(&p, &subject, bad).unwrap_err(),
+            "placement_malformed"
+        );
         let good = br#"{"schema":"fleetbus.io/placement/v1","rule":"r","revision":1,"chosen":[{"cluster":"a","score":0,"reason":""}],"decidedAt":"2026-01-01T00:00:00.000Z"}"#;
         assert_eq!(decode_record(&p, &subject, good).unwrap().1.chosen.len(), 1);
     }

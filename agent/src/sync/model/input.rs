@@ -131,10 +131,8 @@ pub type StatusEvent = Feed<StatusKey, ReportedStatus>;
 pub type RolloutEvent = Feed<RolloutKey, RolloutRecord>;
 
 /// What the placement consumer saw.
-pub type PlacementEvent = Feed<
-    fleetbus_schemas::placement::PlacementKey,
-    fleetbus_schemas::placement::PlacementRecord,
->;
+pub type PlacementEvent =
+    Feed<fleetbus_schemas::placement::PlacementKey, fleetbus_schemas::placement::PlacementRecord>;
 
 /// What a followed stream delivers to the engine.
 #[derive(Debug)]

@@ -13,9 +13,7 @@ use chrono::{DateTime, Duration, Utc};
 use fleetbus_schemas::crd::{
     divide, Capacity, ClusterCount, Divide, Failback, Placement, PlacementMode, Purge, TaintEffect,
 };
-use fleetbus_schemas::placement::{
-    cut_reason, Chosen, Failing, Passed, PlacementRecord, Released,
-};
+use fleetbus_schemas::placement::{cut_reason, Chosen, Failing, Passed, PlacementRecord, Released};
 use fleetbus_schemas::registry::TimedTaint;
 use fleetbus_schemas::time::truncate_to_ms;
 use sha2::{Digest as _, Sha256};
@@ -111,7 +109,8 @@ pub(in crate::sync) fn decide(
     let now = truncate_to_ms(now);
     let after = Duration::seconds(i64::from(spec.failover.after_seconds));
     let judged = judge(spec, input);
-    let by_name: BTreeMap<&str, &Judged<'_>> = judged.iter().map(|j| (j.c.name.as_str(), j)).collect();
+    let by_name: BTreeMap<&str, &Judged<'_>> =
+        judged.iter().map(|j| (j.c.name.as_str(), j)).collect();
     let want = spec
         .clusters
         .as_ref()
@@ -144,13 +143,19 @@ pub(in crate::sync) fn decide(
     // waited for once it is back or gone.
     replaced.retain(|(gone, _)| {
         !keep.contains(gone)
-            && by_name.get(gone.as_str()).is_some_and(|j| !j.fit || spec.failover.failback == Failback::Immediate)
+            && by_name
+                .get(gone.as_str())
+                .is_some_and(|j| !j.fit || spec.failover.failback == Failback::Immediate)
     });
     let mut kept: Vec<&Judged<'_>> = keep
         .iter()
         .filter_map(|n| by_name.get(n.as_str()).copied())
         .collect();
-    kept.sort_by(|a, b| rank(b).partial_cmp(&rank(a)).unwrap_or(std::cmp::Ordering::Equal));
+    kept.sort_by(|a, b| {
+        rank(b)
+            .partial_cmp(&rank(a))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
     kept.truncate(want);
     let (picked, spread_miss) = pick(spec, &judged, &kept, want);
     let chosen_names: BTreeSet<&str> = picked.iter().map(|j| j.c.name.as_str()).collect();
@@ -209,7 +214,13 @@ pub(in crate::sync) fn decide(
     let same_choice = prev.is_some_and(|p| p.chosen == chosen);
     let mut record = PlacementRecord {
         rule: input.rule.clone(),
-        revision: prev.map_or(1, |p| if same_choice { p.revision } else { p.revision + 1 }),
+        revision: prev.map_or(1, |p| {
+            if same_choice {
+                p.revision
+            } else {
+                p.revision + 1
+            }
+        }),
         chosen,
         draining,
         kept: kept_for_good,
@@ -256,7 +267,8 @@ fn judge<'a>(spec: &Placement, input: &'a Inputs) -> Vec<Judged<'a>> {
                         score += w;
                     }
                 }
-                let share = |v: Option<f64>, m: f64| if m > 0.0 { v.unwrap_or(0.0) / m } else { 0.0 };
+                let share =
+                    |v: Option<f64>, m: f64| if m > 0.0 { v.unwrap_or(0.0) / m } else { 0.0 };
                 match p.capacity {
                     Some(Capacity::Cpu) => score += w * share(c.capacity.0, max_cpu),
                     Some(Capacity::Memory) => score += w * share(c.capacity.1, max_mem),
@@ -345,7 +357,11 @@ fn pick<'a, 'b>(
         .iter()
         .filter(|j| j.fit && !chosen.iter().any(|k| k.c.name == j.c.name))
         .collect();
-    pool.sort_by(|a, b| rank(b).partial_cmp(&rank(a)).unwrap_or(std::cmp::Ordering::Equal));
+    pool.sort_by(|a, b| {
+        rank(b)
+            .partial_cmp(&rank(a))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
     // Each constraint's domains: those of the clusters that can hold a copy.
     let domains: Vec<BTreeSet<&str>> = spec
         .spread
@@ -360,7 +376,10 @@ fn pick<'a, 'b>(
         .collect();
     for (s, d) in spec.spread.iter().zip(&domains) {
         if d.is_empty() && !pool.is_empty() {
-            misses.push(format!("spread over {}: no cluster has the label", s.topology_key));
+            misses.push(format!(
+                "spread over {}: no cluster has the label",
+                s.topology_key
+            ));
         }
     }
     let skew_ok = |chosen: &[&Judged<'_>], cand: &Judged<'_>| {
@@ -384,15 +403,21 @@ fn pick<'a, 'b>(
         })
     };
     while chosen.len() < want && !pool.is_empty() {
-        let at = pool.iter().position(|c| skew_ok(&chosen, c)).unwrap_or_else(|| {
-            if let Some(s) = spec.spread.first() {
-                let m = format!("spread over {} (maxSkew {}) could not be kept", s.topology_key, s.max_skew);
-                if !misses.contains(&m) {
-                    misses.push(m);
+        let at = pool
+            .iter()
+            .position(|c| skew_ok(&chosen, c))
+            .unwrap_or_else(|| {
+                if let Some(s) = spec.spread.first() {
+                    let m = format!(
+                        "spread over {} (maxSkew {}) could not be kept",
+                        s.topology_key, s.max_skew
+                    );
+                    if !misses.contains(&m) {
+                        misses.push(m);
+                    }
                 }
-            }
-            0
-        });
+                0
+            });
         chosen.push(pool.remove(at));
     }
     (chosen, misses)
@@ -535,8 +560,8 @@ fn wake(
             .and_then(|j| j.failing.as_ref())
             .map(|(since, _)| *since + after)
     });
-    let step = (!rec.draining.is_empty())
-        .then(|| rec.last_release.map_or(now, |t| t + RELEASE_STEP));
+    let step =
+        (!rec.draining.is_empty()).then(|| rec.last_release.map_or(now, |t| t + RELEASE_STEP));
     windows.chain(step).filter(|t| *t >= now).min()
 }
 

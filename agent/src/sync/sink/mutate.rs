@@ -287,7 +287,11 @@ fn set_gvk(obj: &mut Value, gvk: &GroupVersionKind) -> Result<(), MutateError> {
 
 /// Sets the value at `tokens`, creating missing objects on the way. In an array the
 /// token must be an existing index, or `-` (or the length) to append at the end.
-pub(in crate::sync) fn set_at(root: &mut Value, tokens: &[String], value: Value) -> Result<(), String> {
+pub(in crate::sync) fn set_at(
+    root: &mut Value,
+    tokens: &[String],
+    value: Value,
+) -> Result<(), String> {
     let Some((last, parents)) = tokens.split_last() else {
         return Err("the whole object cannot be replaced".into());
     };

@@ -38,9 +38,9 @@ use crate::sync::drift::announce;
 use crate::sync::drift::state::DriftState;
 use crate::sync::model::meta::{annotation, is_original};
 use crate::sync::model::{Candidate, Conflict, Outcome, Packed, RuleReport, Target};
-use crate::sync::rollout::sink::{fetch_versions, rollout_env, Taken};
 use crate::sync::placement::sink::placed;
 use crate::sync::placement::state::PlacementBook;
+use crate::sync::rollout::sink::{fetch_versions, rollout_env, Taken};
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
@@ -134,7 +134,13 @@ impl Compute<'_> {
         let compute = || match matching::matching_rules(&rule.spec, obj) {
             Some(entries) => {
                 let mut c = self.compute_candidate(rule, key, env, obj, &peer.record, &entries);
-                if let (Some(n), Some(r)) = (share, rule.spec.placement.as_ref().and_then(|p| p.replicas.as_ref())) {
+                if let (Some(n), Some(r)) = (
+                    share,
+                    rule.spec
+                        .placement
+                        .as_ref()
+                        .and_then(|p| p.replicas.as_ref()),
+                ) {
                     write_share(&mut c, &r.path, n);
                 }
                 c

@@ -71,7 +71,12 @@ fn two_of_five_in_two_regions_and_objects_spread_evenly() {
     let now = Utc::now();
     let mut per_cluster: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..20 {
-        let d = decide(None, &two_spread(), &input(&format!("obj-{i}"), five()), now);
+        let d = decide(
+            None,
+            &two_spread(),
+            &input(&format!("obj-{i}"), five()),
+            now,
+        );
         let names = chosen(&d.record);
         assert_eq!(names.len(), 2, "{names:?}");
         assert_ne!(region_of(names[0]), region_of(names[1]), "{names:?}");
@@ -177,14 +182,26 @@ fn no_schedule_keeps_new_copies_off_and_existing_ones_on() {
     let holder = first.record.chosen[0].cluster.clone();
     let mut cands = five();
     for c in cands.iter_mut().filter(|c| c.name == holder) {
-        c.taints.push(taint("maintenance", TaintEffect::NoSchedule, now));
+        c.taints
+            .push(taint("maintenance", TaintEffect::NoSchedule, now));
     }
     let later = decide(Some(&first.record), &spec, &input("x", cands.clone()), now);
-    assert!(chosen(&later.record).contains(&holder.as_str()), "existing stays");
+    assert!(
+        chosen(&later.record).contains(&holder.as_str()),
+        "existing stays"
+    );
     let fresh = decide(None, &spec, &input("y", cands), now);
     assert!(!chosen(&fresh.record).contains(&holder.as_str()));
-    let passed = fresh.record.passed.iter().find(|p| p.cluster == holder).unwrap();
-    assert!(passed.reason.contains("maintenance:NoSchedule"), "{passed:?}");
+    let passed = fresh
+        .record
+        .passed
+        .iter()
+        .find(|p| p.cluster == holder)
+        .unwrap();
+    assert!(
+        passed.reason.contains("maintenance:NoSchedule"),
+        "{passed:?}"
+    );
 }
 
 #[test]
@@ -214,13 +231,28 @@ fn no_execute_moves_copies_after_the_window_unless_tolerated() {
     for c in cands.iter_mut().filter(|c| c.name == holder) {
         c.taints.push(taint("drain", TaintEffect::NoExecute, t0));
     }
-    let within = decide(Some(&first.record), &spec(false), &input("x", cands.clone()), t0 + Duration::seconds(10));
+    let within = decide(
+        Some(&first.record),
+        &spec(false),
+        &input("x", cands.clone()),
+        t0 + Duration::seconds(10),
+    );
     assert_eq!(chosen(&within.record), vec![holder.as_str()]);
     assert_eq!(within.wake, Some(t0 + Duration::seconds(30)));
-    let after = decide(Some(&within.record), &spec(false), &input("x", cands.clone()), t0 + Duration::seconds(31));
+    let after = decide(
+        Some(&within.record),
+        &spec(false),
+        &input("x", cands.clone()),
+        t0 + Duration::seconds(31),
+    );
     assert_ne!(chosen(&after.record), vec![holder.as_str()]);
     assert_eq!(after.record.role(&holder), Role::Out, "purge Immediately");
-    let tolerated = decide(Some(&first.record), &spec(true), &input("x", cands), t0 + Duration::seconds(300));
+    let tolerated = decide(
+        Some(&first.record),
+        &spec(true),
+        &input("x", cands),
+        t0 + Duration::seconds(300),
+    );
     assert_eq!(chosen(&tolerated.record), vec![holder.as_str()]);
 }
 
@@ -252,35 +284,80 @@ fn a_failed_cluster_is_replaced_drained_graciously_and_failback_follows_the_spec
             .map(|c| if c.name == dead { down(c, t0) } else { c })
             .collect::<Vec<_>>()
     };
-    let early = decide(Some(&first.record), &spec(Failback::Never), &input("x", with_dead()), t0 + Duration::seconds(29));
-    assert!(chosen(&early.record).contains(&dead.as_str()), "not replaced within the window");
+    let early = decide(
+        Some(&first.record),
+        &spec(Failback::Never),
+        &input("x", with_dead()),
+        t0 + Duration::seconds(29),
+    );
+    assert!(
+        chosen(&early.record).contains(&dead.as_str()),
+        "not replaced within the window"
+    );
     assert_eq!(early.record.failing.len(), 1);
     let t1 = t0 + Duration::seconds(30);
-    let over = decide(Some(&early.record), &spec(Failback::Never), &input("x", with_dead()), t1);
+    let over = decide(
+        Some(&early.record),
+        &spec(Failback::Never),
+        &input("x", with_dead()),
+        t1,
+    );
     let now_chosen = chosen(&over.record);
     assert!(!now_chosen.contains(&dead.as_str()));
-    assert!(now_chosen.contains(&other.as_str()), "the healthy choice stays");
+    assert!(
+        now_chosen.contains(&other.as_str()),
+        "the healthy choice stays"
+    );
     assert_eq!(now_chosen.len(), 2);
-    let by = now_chosen.iter().find(|n| **n != other).unwrap().to_string();
-    assert_ne!(region_of(&by), region_of(&other), "the spread holds across the failover");
-    assert!(matches!(over.record.role(&dead), Role::Keep(_)), "graciously: kept until healthy");
+    let by = now_chosen
+        .iter()
+        .find(|n| **n != other)
+        .unwrap()
+        .to_string();
+    assert_ne!(
+        region_of(&by),
+        region_of(&other),
+        "the spread holds across the failover"
+    );
+    assert!(
+        matches!(over.record.role(&dead), Role::Keep(_)),
+        "graciously: kept until healthy"
+    );
     assert_eq!(over.record.replaced, vec![(dead.clone(), by.clone())]);
     // The replacement is healthy: the dead cluster's copy is released.
     let healthy = Inputs {
         healthy: BTreeSet::from([other.clone(), by.clone()]),
         ..input("x", with_dead())
     };
-    let drained = decide(Some(&over.record), &spec(Failback::Never), &healthy, t1 + RELEASE_STEP);
+    let drained = decide(
+        Some(&over.record),
+        &spec(Failback::Never),
+        &healthy,
+        t1 + RELEASE_STEP,
+    );
     assert_eq!(drained.record.role(&dead), Role::Out);
     // The cluster returns: Never keeps the new choice, Immediate moves back.
     let back = Inputs {
         healthy: BTreeSet::from([other.clone(), by.clone()]),
         ..input("x", five())
     };
-    let never = decide(Some(&drained.record), &spec(Failback::Never), &back, t1 + Duration::seconds(60));
+    let never = decide(
+        Some(&drained.record),
+        &spec(Failback::Never),
+        &back,
+        t1 + Duration::seconds(60),
+    );
     assert!(!chosen(&never.record).contains(&dead.as_str()));
-    assert!(never.record.replaced.is_empty(), "a returned cluster is no longer waited for");
-    let immediate = decide(Some(&drained.record), &spec(Failback::Immediate), &back, t1 + Duration::seconds(60));
+    assert!(
+        never.record.replaced.is_empty(),
+        "a returned cluster is no longer waited for"
+    );
+    let immediate = decide(
+        Some(&drained.record),
+        &spec(Failback::Immediate),
+        &back,
+        t1 + Duration::seconds(60),
+    );
     assert!(chosen(&immediate.record).contains(&dead.as_str()));
     assert!(!chosen(&immediate.record).contains(&by.as_str()));
     assert!(matches!(immediate.record.role(&by), Role::Keep(_)));
@@ -352,13 +429,21 @@ fn weighted_replicas_divide_by_score_and_sum_again_after_a_failover() {
         ..input("x", cands.clone())
     };
     let d = decide(None, &spec, &inp, t0);
-    let shares: Vec<(&str, Option<i64>)> = d.record.chosen.iter().map(|c| (c.cluster.as_str(), c.replicas)).collect();
+    let shares: Vec<(&str, Option<i64>)> = d
+        .record
+        .chosen
+        .iter()
+        .map(|c| (c.cluster.as_str(), c.replicas))
+        .collect();
     assert_eq!(shares, vec![("a", Some(5)), ("b", Some(3)), ("c", Some(2))]);
     let failed = Inputs {
         replicas: Some(10),
         ..input(
             "x",
-            cands.into_iter().map(|c| if c.name == "a" { down(c, t0) } else { c }).collect(),
+            cands
+                .into_iter()
+                .map(|c| if c.name == "a" { down(c, t0) } else { c })
+                .collect(),
         )
     };
     let over = decide(Some(&d.record), &spec, &failed, t0 + Duration::seconds(1));
@@ -377,7 +462,11 @@ fn what_the_fleet_cannot_satisfy_is_placed_best_effort_and_said() {
     let cands = vec![cluster("a", "eu"), down(cluster("b", "eu"), now)];
     let d = decide(None, &spec, &input("x", cands), now);
     assert_eq!(chosen(&d.record), vec!["a"]);
-    assert!(d.record.degraded.as_deref().unwrap().contains("1 of 2"), "{:?}", d.record.degraded);
+    assert!(
+        d.record.degraded.as_deref().unwrap().contains("1 of 2"),
+        "{:?}",
+        d.record.degraded
+    );
     let nokey = Placement {
         spread: vec![SpreadConstraint {
             topology_key: "zone".into(),
@@ -404,14 +493,23 @@ fn turning_placement_on_releases_the_other_copies_one_step_at_a_time() {
         ..input("x", five())
     };
     let mut rec = decide(None, &spec, &inp, t0).record;
-    let outs = |r: &PlacementRecord| five().iter().filter(|c| r.role(&c.name) == Role::Out).count();
+    let outs = |r: &PlacementRecord| {
+        five()
+            .iter()
+            .filter(|c| r.role(&c.name) == Role::Out)
+            .count()
+    };
     // The first decision released one at most; the others keep theirs.
     assert!(outs(&rec) <= 1, "{rec:?}");
     let mut t = t0;
     for step in 0..4 {
         let before = outs(&rec);
         let same_time = decide(Some(&rec), &spec, &inp, t).record;
-        assert_eq!(outs(&same_time), before, "step {step}: not before RELEASE_STEP");
+        assert_eq!(
+            outs(&same_time),
+            before,
+            "step {step}: not before RELEASE_STEP"
+        );
         t += RELEASE_STEP;
         rec = decide(Some(&rec), &spec, &inp, t).record;
         assert!(outs(&rec) <= before + 1, "step {step}");
