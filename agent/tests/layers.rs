@@ -54,6 +54,7 @@ const SYNC_LAYERS: &[&[&str]] = &[
         "drift",
         "returns",
         "rollout",
+        "placement",
         "status",
         "status_bus",
         "preview",

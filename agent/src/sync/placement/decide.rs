@@ -119,34 +119,7 @@ pub(in crate::sync) fn decide(
     let failed = |j: &Judged<'_>| j.failing.as_ref().is_some_and(|(s, _)| exact - *s >= after);
     let prev_chosen: BTreeSet<&str> = prev.map(|p| p.chosen_names().collect()).unwrap_or_default();
 
-    // What stays: in Steady mode every earlier choice that still matches
-    // and has not failed; in Rebalance mode only those failing within
-    // their window (a decision never drops a cluster for being down less
-    // than afterSeconds).
-    let mut keep: BTreeSet<String> = prev_chosen
-        .iter()
-        .filter_map(|n| by_name.get(n))
-        .filter(|j| !failed(j))
-        .filter(|j| spec.mode == PlacementMode::Steady || j.failing.is_some())
-        .map(|j| j.c.name.clone())
-        .collect();
-    let mut replaced: Vec<(String, String)> = prev.map(|p| p.replaced.clone()).unwrap_or_default();
-    if spec.failover.failback == Failback::Immediate {
-        for (gone, by) in &replaced {
-            if by_name.get(gone.as_str()).is_some_and(|j| j.fit) {
-                keep.insert(gone.clone());
-                keep.remove(by);
-            }
-        }
-    }
-    // The returned cluster is chosen again, or (failback Never) no longer
-    // waited for once it is back or gone.
-    replaced.retain(|(gone, _)| {
-        !keep.contains(gone)
-            && by_name
-                .get(gone.as_str())
-                .is_some_and(|j| !j.fit || spec.failover.failback == Failback::Immediate)
-    });
+    let (keep, mut replaced) = what_stays(prev, spec, &by_name, &prev_chosen, &failed);
     let mut kept: Vec<&Judged<'_>> = keep
         .iter()
         .filter_map(|n| by_name.get(n.as_str()).copied())
@@ -174,28 +147,7 @@ pub(in crate::sync) fn decide(
             replaced.push(((*gone).to_owned(), (*by).to_owned()));
         }
     }
-    let mut chosen: Vec<Chosen> = picked
-        .iter()
-        .map(|j| Chosen {
-            cluster: j.c.name.clone(),
-            score: (j.score * 1000.0).round() / 1000.0,
-            replicas: None,
-            reason: cut_reason(reason_chosen(spec, j, &replaced)),
-        })
-        .collect();
-    chosen.sort_by(|a, b| a.cluster.cmp(&b.cluster));
-    if let (Some(r), Some(total)) = (&spec.replicas, input.replicas) {
-        let weights: Vec<f64> = chosen
-            .iter()
-            .map(|c| match r.divide {
-                Divide::Equal => 1.0,
-                Divide::Weighted => c.score,
-            })
-            .collect();
-        for (c, share) in chosen.iter_mut().zip(divide(total, &weights)) {
-            c.replicas = Some(share);
-        }
-    }
+    let chosen = chosen_list(spec, input, &picked, &replaced);
 
     let (draining, kept_for_good, last_release) =
         releases(prev, spec, input, &chosen_names, &prev_chosen, &judged, now);
@@ -243,6 +195,77 @@ pub(in crate::sync) fn decide(
         changed,
         wake,
     }
+}
+
+/// What stays chosen: in Steady mode every earlier choice that still
+/// matches and has not failed; in Rebalance mode only those failing within
+/// their window (a decision never drops a cluster for being down less than
+/// afterSeconds); with failback Immediate, a replaced cluster that is back
+/// instead of its replacement. And the failovers still remembered.
+fn what_stays(
+    prev: Option<&PlacementRecord>,
+    spec: &Placement,
+    by_name: &BTreeMap<&str, &Judged<'_>>,
+    prev_chosen: &BTreeSet<&str>,
+    failed: &dyn Fn(&Judged<'_>) -> bool,
+) -> (BTreeSet<String>, Vec<(String, String)>) {
+    let mut keep: BTreeSet<String> = prev_chosen
+        .iter()
+        .filter_map(|n| by_name.get(n))
+        .filter(|j| !failed(j))
+        .filter(|j| spec.mode == PlacementMode::Steady || j.failing.is_some())
+        .map(|j| j.c.name.clone())
+        .collect();
+    let mut replaced: Vec<(String, String)> = prev.map(|p| p.replaced.clone()).unwrap_or_default();
+    if spec.failover.failback == Failback::Immediate {
+        for (gone, by) in &replaced {
+            if by_name.get(gone.as_str()).is_some_and(|j| j.fit) {
+                keep.insert(gone.clone());
+                keep.remove(by);
+            }
+        }
+    }
+    // The returned cluster is chosen again, or (failback Never) no longer
+    // waited for once it is back or gone.
+    replaced.retain(|(gone, _)| {
+        !keep.contains(gone)
+            && by_name
+                .get(gone.as_str())
+                .is_some_and(|j| !j.fit || spec.failover.failback == Failback::Immediate)
+    });
+    (keep, replaced)
+}
+
+/// The chosen clusters by name, with their reasons and replica shares.
+fn chosen_list(
+    spec: &Placement,
+    input: &Inputs,
+    picked: &[&Judged<'_>],
+    replaced: &[(String, String)],
+) -> Vec<Chosen> {
+    let mut chosen: Vec<Chosen> = picked
+        .iter()
+        .map(|j| Chosen {
+            cluster: j.c.name.clone(),
+            score: (j.score * 1000.0).round() / 1000.0,
+            replicas: None,
+            reason: cut_reason(reason_chosen(spec, j, replaced)),
+        })
+        .collect();
+    chosen.sort_by(|a, b| a.cluster.cmp(&b.cluster));
+    if let (Some(r), Some(total)) = (&spec.replicas, input.replicas) {
+        let weights: Vec<f64> = chosen
+            .iter()
+            .map(|c| match r.divide {
+                Divide::Equal => 1.0,
+                Divide::Weighted => c.score,
+            })
+            .collect();
+        for (c, share) in chosen.iter_mut().zip(divide(total, &weights)) {
+            c.replicas = Some(share);
+        }
+    }
+    chosen
 }
 
 /// Scores, tie-breaks and fitness of every candidate.
