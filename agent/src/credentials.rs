@@ -35,7 +35,8 @@ pub enum CredentialsError {
 /// Where the reader kubeconfig is: from `spec.cluster.config` of the
 /// `ExecCredential` (`secretNamespace`, `secretName`).
 pub fn secret_of(exec_info: &str) -> Result<(String, String, String), CredentialsError> {
-    let info: Value = serde_json::from_str(exec_info).map_err(|e| CredentialsError::Input(Some(e)))?;
+    let info: Value =
+        serde_json::from_str(exec_info).map_err(|e| CredentialsError::Input(Some(e)))?;
     let config = info.pointer("/spec/cluster/config");
     let field = |name: &'static str| {
         config
@@ -53,21 +54,49 @@ pub fn secret_of(exec_info: &str) -> Result<(String, String, String), Credential
     Ok((version, field("secretNamespace")?, field("secretName")?))
 }
 
-/// The token of the current context of `kubeconfig`.
-pub fn token_of(kubeconfig: &str) -> Option<String> {
-    let cfg = kube::config::Kubeconfig::from_yaml(kubeconfig).ok()?;
+/// The current context's cluster and user of a kubeconfig.
+fn current(
+    cfg: &kube::config::Kubeconfig,
+) -> Option<(&kube::config::Cluster, &kube::config::AuthInfo)> {
     let context = cfg.current_context.as_deref()?;
-    let user = cfg
+    let ctx = cfg
         .contexts
         .iter()
         .find(|c| c.name == context)?
         .context
-        .as_ref()?
-        .user
-        .clone()?;
-    let auth = cfg.auth_infos.iter().find(|a| a.name == user)?.auth_info.as_ref()?;
+        .as_ref()?;
+    let cluster = cfg
+        .clusters
+        .iter()
+        .find(|c| c.name == ctx.cluster)?
+        .cluster
+        .as_ref()?;
+    let user = ctx.user.as_deref()?;
+    let auth = cfg
+        .auth_infos
+        .iter()
+        .find(|a| a.name == user)?
+        .auth_info
+        .as_ref()?;
+    Some((cluster, auth))
+}
+
+/// The token of the current context of `kubeconfig`.
+pub fn token_of(kubeconfig: &str) -> Option<String> {
     use secrecy::ExposeSecret;
+    let cfg = kube::config::Kubeconfig::from_yaml(kubeconfig).ok()?;
+    let (_, auth) = current(&cfg)?;
     auth.token.as_ref().map(|t| t.expose_secret().to_owned())
+}
+
+/// The API server and CA (base64 PEM) of the current context of `kubeconfig`.
+pub fn endpoint_of(kubeconfig: &str) -> Option<(String, Option<String>)> {
+    let cfg = kube::config::Kubeconfig::from_yaml(kubeconfig).ok()?;
+    let (cluster, _) = current(&cfg)?;
+    Some((
+        cluster.server.clone()?,
+        cluster.certificate_authority_data.clone(),
+    ))
 }
 
 /// When a JWT expires (its `exp` claim), RFC 3339; None when it does not say.
@@ -76,7 +105,10 @@ pub fn expiry_of(token: &str) -> Option<String> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(claims.trim_end_matches('='))
         .ok()?;
-    let exp = serde_json::from_slice::<Value>(&bytes).ok()?.get("exp")?.as_i64()?;
+    let exp = serde_json::from_slice::<Value>(&bytes)
+        .ok()?
+        .get("exp")?
+        .as_i64()?;
     let at = chrono::DateTime::from_timestamp(exp, 0)?;
     Some(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
@@ -86,7 +118,9 @@ pub fn expiry_of(token: &str) -> Option<String> {
 /// reaches.
 pub async fn exec(exec_info: &str) -> Result<Value, CredentialsError> {
     let (version, namespace, name) = secret_of(exec_info)?;
-    let client = kube::Client::try_default().await.map_err(CredentialsError::Client)?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(CredentialsError::Client)?;
     let object = format!("{namespace}/{name}");
     let secret = Api::<Secret>::namespaced(client, &namespace)
         .get(&name)
@@ -116,20 +150,36 @@ mod tests {
             "spec":{"cluster":{"server":"https://b:6443","config":{"clusterName":"b",
             "secretNamespace":"fleetbus-system","secretName":"b-kubeconfig"}},"interactive":false}}"#;
         let (v, ns, name) = secret_of(info).unwrap();
-        assert_eq!((v.as_str(), ns.as_str(), name.as_str()), ("client.authentication.k8s.io/v1", "fleetbus-system", "b-kubeconfig"));
-        let bare = r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","spec":{}}"#;
-        assert!(matches!(secret_of(bare), Err(CredentialsError::Missing("secretNamespace"))));
+        assert_eq!(
+            (v.as_str(), ns.as_str(), name.as_str()),
+            (
+                "client.authentication.k8s.io/v1",
+                "fleetbus-system",
+                "b-kubeconfig"
+            )
+        );
+        let bare =
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","spec":{}}"#;
+        assert!(matches!(
+            secret_of(bare),
+            Err(CredentialsError::Missing("secretNamespace"))
+        ));
         assert!(matches!(secret_of("nope"), Err(CredentialsError::Input(_))));
     }
 
     #[test]
     fn the_token_and_its_expiry_are_read() {
-        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"exp":2000000000}"#);
+        let payload =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"exp":2000000000}"#);
         let token = format!("e30.{payload}.sig");
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: r\ncontexts:\n- name: r\n  context: {{cluster: c, user: u}}\nclusters:\n- name: c\n  cluster: {{server: 'https://b:6443'}}\nusers:\n- name: u\n  user: {{token: '{token}'}}\n"
         );
         assert_eq!(token_of(&kubeconfig).as_deref(), Some(token.as_str()));
+        assert_eq!(
+            endpoint_of(&kubeconfig),
+            Some(("https://b:6443".to_owned(), None))
+        );
         assert_eq!(expiry_of(&token).as_deref(), Some("2033-05-18T03:33:20Z"));
         assert_eq!(expiry_of("opaque"), None);
     }

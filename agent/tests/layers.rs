@@ -26,7 +26,14 @@ const CYCLES_BEING_REMOVED: &[&str] = &[];
 /// its own layer or the layers before it.
 const LAYERS: &[&[&str]] = &[
     &[
-        "kube", "bus", "metrics", "health", "trust", "mark", "log_gate", "credentials",
+        "kube",
+        "bus",
+        "metrics",
+        "health",
+        "trust",
+        "mark",
+        "log_gate",
+        "credentials",
     ],
     &["cli", "config", "context"],
     &["bootstrap", "identity", "metadata", "copy_mark"],

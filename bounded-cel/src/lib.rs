@@ -345,7 +345,10 @@ mod tests {
         let all = compile("object.spec.items.all(x, x >= 0)").unwrap();
         let huge = big(200_000);
         let started = std::time::Instant::now();
-        assert_eq!(all.eval_bool(&[("object", &huge)]), Err(EvalError::BudgetExceeded));
+        assert_eq!(
+            all.eval_bool(&[("object", &huge)]),
+            Err(EvalError::BudgetExceeded)
+        );
         // Stopped before its loop starts (the JSON's conversion is most of it).
         assert!(
             started.elapsed() < std::time::Duration::from_secs(2),
@@ -355,15 +358,24 @@ mod tests {
         // Within the estimate, over the budget: the outer loop stops about
         // a hundred iterations in, not a million.
         let pairs = compile("object.spec.items.all(x, object.spec.items.all(y, y == x))").unwrap();
-        assert_eq!(pairs.eval_bool(&[("object", &big(1_000))]), Err(EvalError::BudgetExceeded));
+        assert_eq!(
+            pairs.eval_bool(&[("object", &big(1_000))]),
+            Err(EvalError::BudgetExceeded)
+        );
         // Within both: 300 + 300 × 300 elements.
         assert_eq!(pairs.eval_bool(&[("object", &big(300))]), Ok(true));
         // A stopped loop stops the evaluation, though `error || true` is true.
         let absorbed = compile("object.spec.items.all(x, x >= 0) || true").unwrap();
-        assert_eq!(absorbed.eval_bool(&[("object", &huge)]), Err(EvalError::BudgetExceeded));
+        assert_eq!(
+            absorbed.eval_bool(&[("object", &huge)]),
+            Err(EvalError::BudgetExceeded)
+        );
         // `in` walks its list: charged too.
         let scan = compile("object.spec.items.all(x, x in object.spec.items)").unwrap();
-        assert_eq!(scan.eval_bool(&[("object", &big(1_000))]), Err(EvalError::BudgetExceeded));
+        assert_eq!(
+            scan.eval_bool(&[("object", &big(1_000))]),
+            Err(EvalError::BudgetExceeded)
+        );
     }
 
     #[test]

@@ -12,7 +12,10 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start: {e}");

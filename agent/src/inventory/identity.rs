@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use fleetbus_schemas::multicluster::{
     CLUSTER_PROPERTY_GROUP, CLUSTER_PROPERTY_VERSIONS, PROPERTY_CLUSTER_ID, PROPERTY_CLUSTER_SET,
 };
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::core::GroupVersionKind;
 use kube::Api;
 
@@ -77,14 +79,24 @@ fn value(o: &DynamicObject) -> Option<&str> {
 
 /// Claims `cluster.clusterset.k8s.io` for `name`: an existing one must say
 /// `name`; a missing one is written.
-pub async fn claim(client: &kube::Client, ar: &ApiResource, name: &str) -> Result<(), IdentityPropertyError> {
+pub async fn claim(
+    client: &kube::Client,
+    ar: &ApiResource,
+    name: &str,
+) -> Result<(), IdentityPropertyError> {
     let api = api(client, ar);
-    let err = |action| move |source| IdentityPropertyError::Kube {
-        action,
-        name: PROPERTY_CLUSTER_ID.to_owned(),
-        source,
+    let err = |action| {
+        move |source| IdentityPropertyError::Kube {
+            action,
+            name: PROPERTY_CLUSTER_ID.to_owned(),
+            source,
+        }
     };
-    match api.get_opt(PROPERTY_CLUSTER_ID).await.map_err(err("read"))? {
+    match api
+        .get_opt(PROPERTY_CLUSTER_ID)
+        .await
+        .map_err(err("read"))?
+    {
         Some(o) if value(&o) == Some(name) => Ok(()),
         Some(o) => Err(IdentityPropertyError::Conflict {
             found: value(&o).unwrap_or_default().to_owned(),
@@ -94,7 +106,11 @@ pub async fn claim(client: &kube::Client, ar: &ApiResource, name: &str) -> Resul
             let o = property(ar, PROPERTY_CLUSTER_ID, name);
             match api.create(&PostParams::default(), &o).await {
                 Ok(_) => {
-                    tracing::info!(property = PROPERTY_CLUSTER_ID, value = name, "claimed this cluster's name in its ClusterSet");
+                    tracing::info!(
+                        property = PROPERTY_CLUSTER_ID,
+                        value = name,
+                        "claimed this cluster's name in its ClusterSet"
+                    );
                     Ok(())
                 }
                 // Written meanwhile (another start of ours): checked again next time.
@@ -112,28 +128,43 @@ pub async fn set_cluster_set(
     fleet: Option<&str>,
 ) -> Result<bool, IdentityPropertyError> {
     let api = api(client, ar);
-    let err = |action| move |source| IdentityPropertyError::Kube {
-        action,
-        name: PROPERTY_CLUSTER_SET.to_owned(),
-        source,
+    let err = |action| {
+        move |source| IdentityPropertyError::Kube {
+            action,
+            name: PROPERTY_CLUSTER_SET.to_owned(),
+            source,
+        }
     };
-    let current = api.get_opt(PROPERTY_CLUSTER_SET).await.map_err(err("read"))?;
+    let current = api
+        .get_opt(PROPERTY_CLUSTER_SET)
+        .await
+        .map_err(err("read"))?;
     match (fleet, current) {
         (Some(f), Some(o)) if value(&o) == Some(f) => Ok(false),
         (Some(f), Some(_)) => {
             let patch = serde_json::json!({"spec": {"value": f}});
-            api.patch(PROPERTY_CLUSTER_SET, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(err("patch"))?;
+            api.patch(
+                PROPERTY_CLUSTER_SET,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(err("patch"))?;
             Ok(true)
         }
         (Some(f), None) => {
-            api.create(&PostParams::default(), &property(ar, PROPERTY_CLUSTER_SET, f))
-                .await
-                .map_err(err("create"))?;
+            api.create(
+                &PostParams::default(),
+                &property(ar, PROPERTY_CLUSTER_SET, f),
+            )
+            .await
+            .map_err(err("create"))?;
             Ok(true)
         }
-        (None, Some(_)) => match api.delete(PROPERTY_CLUSTER_SET, &DeleteParams::default()).await {
+        (None, Some(_)) => match api
+            .delete(PROPERTY_CLUSTER_SET, &DeleteParams::default())
+            .await
+        {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
             Err(e) => Err(err("delete")(e)),
@@ -143,11 +174,18 @@ pub async fn set_cluster_set(
 }
 
 /// Every ClusterProperty of this cluster, name to value.
-pub async fn list(client: &kube::Client, ar: &ApiResource) -> Result<BTreeMap<String, String>, IdentityPropertyError> {
+pub async fn list(
+    client: &kube::Client,
+    ar: &ApiResource,
+) -> Result<BTreeMap<String, String>, IdentityPropertyError> {
     let list = api(client, ar)
         .list(&ListParams::default())
         .await
-        .map_err(|source| IdentityPropertyError::Kube { action: "list", name: "*".to_owned(), source })?;
+        .map_err(|source| IdentityPropertyError::Kube {
+            action: "list",
+            name: "*".to_owned(),
+            source,
+        })?;
     Ok(list
         .items
         .iter()
@@ -158,6 +196,12 @@ pub async fn list(client: &kube::Client, ar: &ApiResource) -> Result<BTreeMap<St
 fn property(ar: &ApiResource, name: &str, value: &str) -> DynamicObject {
     let mut o = DynamicObject::new(name, ar);
     o.data = serde_json::json!({"spec": {"value": value}});
-    o.metadata.labels = Some([(well_known::LABEL_MANAGED_BY.to_owned(), well_known::MANAGED_BY_AGENT.to_owned())].into());
+    o.metadata.labels = Some(
+        [(
+            well_known::LABEL_MANAGED_BY.to_owned(),
+            well_known::MANAGED_BY_AGENT.to_owned(),
+        )]
+        .into(),
+    );
     o
 }

@@ -71,7 +71,9 @@ mod tests {
                 last_transition_time: t,
                 observed_generation: None,
             }],
-            version: Some(fleetbus_schemas::multicluster::Version { kubernetes: Some(version.into()) }),
+            version: Some(fleetbus_schemas::multicluster::Version {
+                kubernetes: Some(version.into()),
+            }),
             ..ClusterProfileStatus::default()
         }
     }
@@ -84,9 +86,18 @@ mod tests {
         assert_eq!(decide(Some(&a), &a.clone(), Some(now), now), Step::Skip);
         let newer = status("True", "v1.33.1");
         let soon = now + Duration::from_secs(5);
-        assert_eq!(decide(Some(&a), &newer, Some(now), soon), Step::WriteAt(now + MIN_INTERVAL));
-        assert_eq!(decide(Some(&a), &newer, Some(now), now + MIN_INTERVAL), Step::Write);
+        assert_eq!(
+            decide(Some(&a), &newer, Some(now), soon),
+            Step::WriteAt(now + MIN_INTERVAL)
+        );
+        assert_eq!(
+            decide(Some(&a), &newer, Some(now), now + MIN_INTERVAL),
+            Step::Write
+        );
         // A condition that changes is written at once.
-        assert_eq!(decide(Some(&a), &status("False", "v1.33.0"), Some(now), soon), Step::Write);
+        assert_eq!(
+            decide(Some(&a), &status("False", "v1.33.0"), Some(now), soon),
+            Step::Write
+        );
     }
 }

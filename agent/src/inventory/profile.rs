@@ -65,12 +65,19 @@ pub struct Inputs<'a> {
     pub local_properties: &'a BTreeMap<String, String>,
     /// This cluster is leaving the fleet (shutting down with leave on).
     pub leaving: bool,
+    /// Each peer's API server and CA (base64 PEM), from the kubeconfig it
+    /// published (the Secret its Cluster object's `authInfo` names).
+    pub endpoints: &'a BTreeMap<String, (String, Option<String>)>,
 }
 
 /// The profiles the fleet calls for: one per Cluster object (Local and
 /// Peer) whose peer the fleet view still knows. A Cluster object whose peer
 /// is forgotten gives none, so its profile is deleted.
-pub fn desired(clusters: &[std::sync::Arc<Cluster>], view: &FleetView, inp: Inputs<'_>) -> Vec<Desired> {
+pub fn desired(
+    clusters: &[std::sync::Arc<Cluster>],
+    view: &FleetView,
+    inp: Inputs<'_>,
+) -> Vec<Desired> {
     clusters
         .iter()
         .filter_map(|c| {
@@ -100,12 +107,21 @@ pub fn desired(clusters: &[std::sync::Arc<Cluster>], view: &FleetView, inp: Inpu
             } else {
                 properties.remove(PROPERTY_CLUSTER_SET);
             }
-            properties.insert("fleetbus.io/cluster-id".to_owned(), c.spec.cluster_id.clone());
+            properties.insert(
+                "fleetbus.io/cluster-id".to_owned(),
+                c.spec.cluster_id.clone(),
+            );
             let md = status.metadata.as_ref();
             let facts = [
-                ("fleetbus.io/region", md.and_then(|m| m.locality.as_ref()?.region.clone())),
+                (
+                    "fleetbus.io/region",
+                    md.and_then(|m| m.locality.as_ref()?.region.clone()),
+                ),
                 ("fleetbus.io/provider", md.and_then(|m| m.provider.clone())),
-                ("fleetbus.io/distribution", md.and_then(|m| m.distribution.clone())),
+                (
+                    "fleetbus.io/distribution",
+                    md.and_then(|m| m.distribution.clone()),
+                ),
             ];
             for (k, v) in facts {
                 if let Some(v) = v.filter(|v| !v.is_empty()) {
@@ -115,7 +131,10 @@ pub fn desired(clusters: &[std::sync::Arc<Cluster>], view: &FleetView, inp: Inpu
             properties.retain(|k, v| !k.is_empty() && !v.is_empty());
             for v in properties.values_mut() {
                 if v.len() > MAX_VALUE {
-                    let cut = (0..=MAX_VALUE).rev().find(|i| v.is_char_boundary(*i)).unwrap_or(0);
+                    let cut = (0..=MAX_VALUE)
+                        .rev()
+                        .find(|i| v.is_char_boundary(*i))
+                        .unwrap_or(0);
                     v.truncate(cut);
                 }
             }
@@ -124,7 +143,11 @@ pub fn desired(clusters: &[std::sync::Arc<Cluster>], view: &FleetView, inp: Inpu
                 conditions: judge(state, status.message.as_deref()),
                 kubernetes: md.and_then(|m| m.kubernetes_version.clone()),
                 properties,
-                access: if member { access(c, name, inp.namespace) } else { Vec::new() },
+                access: if member {
+                    access(c, name, inp)
+                } else {
+                    Vec::new()
+                },
             })
         })
         .collect()
@@ -165,25 +188,20 @@ pub fn judge(state: Option<ClusterState>, message: Option<&str>) -> Vec<Judged> 
 /// How a consumer reaches a peer: its API server and CA as its published
 /// kubeconfig says, and the exec plugin's config (the reader Secret this
 /// cluster keeps for it). None without a published kubeconfig.
-fn access(c: &Cluster, name: &str, namespace: &str) -> Vec<AccessProvider> {
-    let (Some(auth), Some(endpoint)) = (&c.spec.auth_info, c.spec.kubernetes_api_endpoints.first())
-    else {
+fn access(c: &Cluster, name: &str, inp: Inputs<'_>) -> Vec<AccessProvider> {
+    let (Some(auth), Some((server, ca))) = (&c.spec.auth_info, inp.endpoints.get(name)) else {
         return Vec::new();
     };
-    if endpoint.server_address.is_empty() {
-        return Vec::new();
-    }
     let secret_namespace = if auth.secret_ref.namespace.is_empty() {
-        namespace
+        inp.namespace
     } else {
         &auth.secret_ref.namespace
     };
     vec![AccessProvider {
         name: PROVIDER.to_owned(),
         cluster: Some(ClientCluster {
-            server: endpoint.server_address.clone(),
-            certificate_authority_data: Some(endpoint.ca_bundle.clone())
-                .filter(|ca| !ca.is_empty()),
+            server: server.clone(),
+            certificate_authority_data: ca.clone().filter(|ca| !ca.is_empty()),
             extensions: vec![NamedExtension {
                 name: EXEC_EXTENSION.to_owned(),
                 extension: serde_json::json!({
@@ -200,7 +218,11 @@ fn access(c: &Cluster, name: &str, namespace: &str) -> Vec<AccessProvider> {
 /// The status to write: `desired` over what the profile holds now,
 /// keeping each condition's `lastTransitionTime` while its status stays and
 /// each property's `lastObservedTime` while its value stays.
-pub fn status(d: &Desired, current: Option<&ClusterProfileStatus>, now: &Time) -> ClusterProfileStatus {
+pub fn status(
+    d: &Desired,
+    current: Option<&ClusterProfileStatus>,
+    now: &Time,
+) -> ClusterProfileStatus {
     let conditions = d
         .conditions
         .iter()
@@ -224,7 +246,11 @@ pub fn status(d: &Desired, current: Option<&ClusterProfileStatus>, now: &Time) -
         .iter()
         .map(|(name, value)| {
             let seen = current
-                .and_then(|s| s.properties.iter().find(|p| &p.name == name && &p.value == value))
+                .and_then(|s| {
+                    s.properties
+                        .iter()
+                        .find(|p| &p.name == name && &p.value == value)
+                })
                 .and_then(|p| p.last_observed_time.clone())
                 .unwrap_or_else(|| now.clone());
             Property {
@@ -248,34 +274,55 @@ pub fn status(d: &Desired, current: Option<&ClusterProfileStatus>, now: &Time) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetbus_schemas::crd::{AuthInfo, ClusterSpec, ClusterStatus, KubernetesApiEndpoint, NamespacedName};
+    use fleetbus_schemas::crd::{AuthInfo, ClusterSpec, ClusterStatus, NamespacedName};
     use std::sync::Arc;
 
     fn cluster(name: &str, ty: ClusterType, state: ClusterState) -> Arc<Cluster> {
-        let mut c = Cluster::new(name, ClusterSpec { cluster_id: format!("uid-{name}"), ..ClusterSpec::default() });
-        c.status = Some(ClusterStatus { type_: Some(ty), state: Some(state), ..ClusterStatus::default() });
+        let mut c = Cluster::new(
+            name,
+            ClusterSpec {
+                cluster_id: format!("uid-{name}"),
+                ..ClusterSpec::default()
+            },
+        );
+        c.status = Some(ClusterStatus {
+            type_: Some(ty),
+            state: Some(state),
+            ..ClusterStatus::default()
+        });
         Arc::new(c)
     }
 
     fn view(peers: &[&str]) -> FleetView {
         let mut v = FleetView::new("a");
         for p in peers {
-            v.peers.insert((*p).to_owned(), crate::registry::PeerView {
-                name: (*p).to_owned(),
-                labels: BTreeMap::new(),
-                features: Vec::new(),
-                left: false,
-                disabled: false,
-                name_conflict: false,
-                record: serde_json::Value::Null,
-                sealing_key: None,
-            });
+            v.peers.insert(
+                (*p).to_owned(),
+                crate::registry::PeerView {
+                    name: (*p).to_owned(),
+                    labels: BTreeMap::new(),
+                    features: Vec::new(),
+                    left: false,
+                    disabled: false,
+                    name_conflict: false,
+                    record: serde_json::Value::Null,
+                    sealing_key: None,
+                },
+            );
         }
         v
     }
 
+    static NO_ENDPOINTS: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+
     fn inputs(props: &BTreeMap<String, String>) -> Inputs<'_> {
-        Inputs { fleet: "f", namespace: "fleetbus-system", local_properties: props, leaving: false }
+        Inputs {
+            fleet: "f",
+            namespace: "fleetbus-system",
+            local_properties: props,
+            leaving: false,
+            endpoints: &NO_ENDPOINTS,
+        }
     }
 
     fn conditions(d: &Desired) -> Vec<(&str, &str)> {
@@ -295,36 +342,88 @@ mod tests {
         let d = desired(&clusters, &view(&["b", "c", "d"]), inputs(&props));
         let names: Vec<_> = d.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "c", "d"], "a forgotten peer has none");
-        assert_eq!(conditions(&d[0]), [("ControlPlaneHealthy", "True"), ("Joined", "True")]);
-        assert_eq!(conditions(&d[1]), [("ControlPlaneHealthy", "Unknown"), ("Joined", "True")]);
-        assert_eq!(conditions(&d[2]), [("ControlPlaneHealthy", "False"), ("Joined", "True")]);
-        assert_eq!(conditions(&d[3]), [("ControlPlaneHealthy", "Unknown"), ("Joined", "False")]);
+        assert_eq!(
+            conditions(&d[0]),
+            [("ControlPlaneHealthy", "True"), ("Joined", "True")]
+        );
+        assert_eq!(
+            conditions(&d[1]),
+            [("ControlPlaneHealthy", "Unknown"), ("Joined", "True")]
+        );
+        assert_eq!(
+            conditions(&d[2]),
+            [("ControlPlaneHealthy", "False"), ("Joined", "True")]
+        );
+        assert_eq!(
+            conditions(&d[3]),
+            [("ControlPlaneHealthy", "Unknown"), ("Joined", "False")]
+        );
         // Identity properties; the ClusterSet's only while a member; this
         // cluster's own ClusterProperties mirrored into its profile alone.
-        assert_eq!(d[0].properties.get("cluster.clusterset.k8s.io").map(String::as_str), Some("a"));
-        assert_eq!(d[0].properties.get("clusterset.k8s.io").map(String::as_str), Some("f"));
-        assert_eq!(d[0].properties.get("zone.example.com").map(String::as_str), Some("eu"));
+        assert_eq!(
+            d[0].properties
+                .get("cluster.clusterset.k8s.io")
+                .map(String::as_str),
+            Some("a")
+        );
+        assert_eq!(
+            d[0].properties.get("clusterset.k8s.io").map(String::as_str),
+            Some("f")
+        );
+        assert_eq!(
+            d[0].properties.get("zone.example.com").map(String::as_str),
+            Some("eu")
+        );
         assert!(!d[1].properties.contains_key("zone.example.com"));
         assert!(!d[3].properties.contains_key("clusterset.k8s.io"));
         // Leaving: this cluster's own profile says so.
-        let leaving = Inputs { leaving: true, ..inputs(&props) };
+        let leaving = Inputs {
+            leaving: true,
+            ..inputs(&props)
+        };
         let d = desired(&clusters, &view(&["b"]), leaving);
-        assert_eq!(conditions(&d[0]), [("ControlPlaneHealthy", "Unknown"), ("Joined", "False")]);
+        assert_eq!(
+            conditions(&d[0]),
+            [("ControlPlaneHealthy", "Unknown"), ("Joined", "False")]
+        );
     }
 
     #[test]
     fn a_peer_with_a_published_kubeconfig_has_an_exec_access_provider() {
         let mut c = (*cluster("b", ClusterType::Peer, ClusterState::Ready)).clone();
-        let d = desired(&[Arc::new(c.clone())], &view(&["b"]), inputs(&BTreeMap::new()));
+        let d = desired(
+            &[Arc::new(c.clone())],
+            &view(&["b"]),
+            inputs(&BTreeMap::new()),
+        );
         assert!(d[0].access.is_empty(), "no kubeconfig, no access provider");
-        c.spec.auth_info = Some(AuthInfo { secret_ref: NamespacedName { name: "b-kubeconfig".into(), namespace: "fleetbus-system".into() } });
-        c.spec.kubernetes_api_endpoints = vec![KubernetesApiEndpoint { client_network: String::new(), server_address: "https://b:6443".into(), ca_bundle: "Q0E=".into() }];
-        let d = desired(&[Arc::new(c)], &view(&["b"]), inputs(&BTreeMap::new()));
+        c.spec.auth_info = Some(AuthInfo {
+            secret_ref: NamespacedName {
+                name: "b-kubeconfig".into(),
+                namespace: "fleetbus-system".into(),
+            },
+        });
+        let endpoints = BTreeMap::from([(
+            "b".to_owned(),
+            ("https://b:6443".to_owned(), Some("Q0E=".to_owned())),
+        )]);
+        let none = BTreeMap::new();
+        let d = desired(
+            &[Arc::new(c)],
+            &view(&["b"]),
+            Inputs {
+                endpoints: &endpoints,
+                ..inputs(&none)
+            },
+        );
         let cluster = d[0].access[0].cluster.as_ref().unwrap();
         assert_eq!(d[0].access[0].name, PROVIDER);
         assert_eq!(cluster.server, "https://b:6443");
         assert_eq!(cluster.extensions[0].name, EXEC_EXTENSION);
-        assert_eq!(cluster.extensions[0].extension["secretName"], "b-kubeconfig");
+        assert_eq!(
+            cluster.extensions[0].extension["secretName"],
+            "b-kubeconfig"
+        );
         assert_eq!(cluster.extensions[0].extension["clusterName"], "b");
     }
 
@@ -337,10 +436,22 @@ mod tests {
         let first = status(&d, None, &t0);
         let again = status(&d, Some(&first), &t1);
         assert_eq!(first, again, "nothing changed: the times are kept");
-        let down = desired(&[cluster("a", ClusterType::Local, ClusterState::ApiUnreachable)], &view(&[]), inputs(&BTreeMap::new())).remove(0);
+        let down = desired(
+            &[cluster(
+                "a",
+                ClusterType::Local,
+                ClusterState::ApiUnreachable,
+            )],
+            &view(&[]),
+            inputs(&BTreeMap::new()),
+        )
+        .remove(0);
         let changed = status(&down, Some(&first), &t1);
         assert_eq!(changed.conditions[0].last_transition_time, t1);
-        assert_eq!(changed.conditions[1].last_transition_time, t0, "Joined did not change");
+        assert_eq!(
+            changed.conditions[1].last_transition_time, t0,
+            "Joined did not change"
+        );
         assert_eq!(changed.properties[0].last_observed_time, Some(t0));
     }
 }

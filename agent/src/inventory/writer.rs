@@ -12,7 +12,7 @@ use fleetbus_schemas::multicluster::{
     ClusterManager, ClusterProfile, ClusterProfileSpec, CLUSTER_MANAGER_LABEL, CLUSTER_SET_LABEL,
 };
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ApiResource, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -57,6 +57,10 @@ struct State {
     labelled: bool,
     /// Profiles owned by another manager, already reported.
     foreign: std::collections::BTreeSet<String>,
+    /// Each peer's API server and CA, from its kubeconfig Secret.
+    endpoints: BTreeMap<String, (String, Option<String>)>,
+    /// When the endpoints were last read.
+    endpoints_at: Option<Instant>,
 }
 
 /// Runs until `cancel`; on a leave (`--leave-on-shutdown`), withdraws this
@@ -66,7 +70,10 @@ pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) {
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
     let events = reflector::reflector(
         cluster_writer,
-        watcher(Api::<Cluster>::all(reg.ctx.client.clone()), watcher::Config::default()),
+        watcher(
+            Api::<Cluster>::all(reg.ctx.client.clone()),
+            watcher::Config::default(),
+        ),
     )
     .default_backoff();
     futures::pin_mut!(events);
@@ -123,7 +130,10 @@ async fn leave(reg: &Registry, state: &mut State, clusters: &[Arc<Cluster>], vie
         }
         pass(reg, state, clusters, view, true).await;
     };
-    if tokio::time::timeout(Duration::from_secs(2), work).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(2), work)
+        .await
+        .is_err()
+    {
         tracing::warn!("leaving: the ClusterSet's properties were not all withdrawn in time");
     }
 }
@@ -167,7 +177,9 @@ async fn pass(
                 }
                 match identity::list(client, &ar).await {
                     Ok(p) => state.local_properties = p,
-                    Err(e) => tracing::warn!(error = %crate::report(&e), "could not list ClusterProperties"),
+                    Err(e) => {
+                        tracing::warn!(error = %crate::report(&e), "could not list ClusterProperties")
+                    }
                 }
             }
         }
@@ -213,7 +225,20 @@ async fn pass(
             }
         }
     }
+    if state.endpoints_at.is_none_or(|at| now >= at + RESYNC)
+        || clusters.iter().any(|c| {
+            c.spec.auth_info.is_some()
+                && c.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| !state.endpoints.contains_key(n))
+        })
+    {
+        state.endpoints = endpoints(reg, clusters).await;
+        state.endpoints_at = Some(now);
+    }
     let inputs = Inputs {
+        endpoints: &state.endpoints,
         fleet: &cfg.fleet_name,
         namespace: &cfg.namespace,
         local_properties: &state.local_properties,
@@ -258,7 +283,10 @@ async fn pass(
             }
         }
     }
-    reg.ctx.metrics.foreign_profiles.set(state.foreign.len() as i64);
+    reg.ctx
+        .metrics
+        .foreign_profiles
+        .set(state.foreign.len() as i64);
     if failed {
         // What the API server holds may differ from the cache: read it again.
         state.listed_at = None;
@@ -294,17 +322,28 @@ async fn write(
     state.foreign.remove(&d.name);
     let mut current = existing;
     if current.spec.display_name.as_deref() != Some(d.name.as_str())
-        || current.labels().get(CLUSTER_MANAGER_LABEL).map(String::as_str) != Some(MANAGER)
+        || current
+            .labels()
+            .get(CLUSTER_MANAGER_LABEL)
+            .map(String::as_str)
+            != Some(MANAGER)
     {
         let patch = serde_json::json!({
             "metadata": {"labels": {CLUSTER_MANAGER_LABEL: MANAGER}},
             "spec": {"displayName": d.name},
         });
-        current = api.patch(&d.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        current = api
+            .patch(&d.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
         reg.ctx.metrics.kube_write("clusterprofile");
     }
     let next = profile::status(d, current.status.as_ref(), stamp);
-    match pace::decide(current.status.as_ref(), &next, state.last_write.get(&d.name).copied(), now) {
+    match pace::decide(
+        current.status.as_ref(),
+        &next,
+        state.last_write.get(&d.name).copied(),
+        now,
+    ) {
         Step::Skip => {
             state.profiles.insert(d.name.clone(), current);
             Ok(None)
@@ -323,7 +362,9 @@ async fn write(
                 }
             }
             let patch = serde_json::json!({"status": status});
-            let written = api.patch_status(&d.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            let written = api
+                .patch_status(&d.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
             reg.ctx.metrics.kube_write("clusterprofile");
             state.last_write.insert(d.name.clone(), now);
             state.profiles.insert(d.name.clone(), written);
@@ -334,12 +375,18 @@ async fn write(
 
 /// Creates the profile of `d`; None when one of that name appeared
 /// meanwhile (read again at the next list).
-async fn create(reg: &Registry, api: &Api<ClusterProfile>, d: &Desired) -> Result<Option<ClusterProfile>, kube::Error> {
+async fn create(
+    reg: &Registry,
+    api: &Api<ClusterProfile>,
+    d: &Desired,
+) -> Result<Option<ClusterProfile>, kube::Error> {
     let mut p = ClusterProfile::new(
         &d.name,
         ClusterProfileSpec {
             display_name: Some(d.name.clone()),
-            cluster_manager: ClusterManager { name: MANAGER.to_owned() },
+            cluster_manager: ClusterManager {
+                name: MANAGER.to_owned(),
+            },
         },
     );
     p.metadata.labels = Some([(CLUSTER_MANAGER_LABEL.to_owned(), MANAGER.to_owned())].into());
@@ -352,6 +399,45 @@ async fn create(reg: &Registry, api: &Api<ClusterProfile>, d: &Desired) -> Resul
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(api.get_opt(&d.name).await?),
         Err(e) => Err(e),
     }
+}
+
+/// Each peer's API server and CA, read from the kubeconfig Secret its
+/// Cluster object names (what this cluster stores of a peer's published
+/// kubeconfig). A Secret that cannot be read gives none, this time.
+async fn endpoints(
+    reg: &Registry,
+    clusters: &[Arc<Cluster>],
+) -> BTreeMap<String, (String, Option<String>)> {
+    let mut out = BTreeMap::new();
+    for c in clusters {
+        let (Some(name), Some(auth)) = (c.metadata.name.as_ref(), c.spec.auth_info.as_ref()) else {
+            continue;
+        };
+        let ns = if auth.secret_ref.namespace.is_empty() {
+            &reg.ctx.cfg.namespace
+        } else {
+            &auth.secret_ref.namespace
+        };
+        let api = Api::<Secret>::namespaced(reg.ctx.client.clone(), ns);
+        let secret = match api.get_opt(&auth.secret_ref.name).await {
+            Ok(Some(s)) => s,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(peer = %name, error = %e, "cannot read the peer's kubeconfig Secret");
+                continue;
+            }
+        };
+        let endpoint = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(fleetbus_schemas::well_known::SECRET_KEY_KUBECONFIG))
+            .and_then(|k| std::str::from_utf8(&k.0).ok())
+            .and_then(crate::credentials::endpoint_of);
+        if let Some(endpoint) = endpoint {
+            out.insert(name.clone(), endpoint);
+        }
+    }
+    out
 }
 
 /// Whether the ClusterProfile kind is served.
@@ -389,7 +475,14 @@ async fn label_namespace(reg: &Registry) -> bool {
     let cfg = &reg.ctx.cfg;
     let api = Api::<Namespace>::all(reg.ctx.client.clone());
     let patch = serde_json::json!({"metadata": {"labels": {CLUSTER_SET_LABEL: cfg.fleet_name}}});
-    match api.patch(&cfg.namespace, &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match api
+        .patch(
+            &cfg.namespace,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
         Ok(_) => true,
         Err(e) => {
             tracing::warn!(namespace = %cfg.namespace, error = %e, "could not label the namespace with its ClusterSet");

@@ -66,13 +66,19 @@ mod tests {
     fn the_types_follow_the_published_apis_field_by_field() {
         let ours = serde_json::to_value(super::ClusterProfile::crd()).unwrap();
         let theirs = upstream("multicluster.x-k8s.io_clusterprofiles.yaml");
-        assert_eq!(served_paths(&ours, "v1alpha1"), served_paths(&theirs, "v1alpha1"));
+        assert_eq!(
+            served_paths(&ours, "v1alpha1"),
+            served_paths(&theirs, "v1alpha1")
+        );
         let ours = serde_json::to_value(super::ClusterProperty::crd()).unwrap();
         let theirs = upstream("about.k8s.io_clusterproperties.yaml");
         // The status is empty upstream and absent here: nothing is written to it.
         let mut want = served_paths(&theirs, "v1beta1");
         want.remove(".status");
         assert_eq!(served_paths(&ours, "v1beta1"), want);
-        assert_eq!(served_paths(&theirs, "v1alpha1"), served_paths(&theirs, "v1beta1"));
+        assert_eq!(
+            served_paths(&theirs, "v1alpha1"),
+            served_paths(&theirs, "v1beta1")
+        );
     }
 }

@@ -1012,8 +1012,15 @@ fn install_upstream_crds(m: &Member) {
         "about.k8s.io_clusterproperties.yaml",
     ] {
         let path = dir.join(file);
-        let out = m.cluster.kubectl("1.33", &["create", "-f", path.to_str().unwrap()]);
-        assert!(out.status.success(), "{}: {}", m.name, String::from_utf8_lossy(&out.stderr));
+        let out = m
+            .cluster
+            .kubectl("1.33", &["create", "-f", path.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -1051,7 +1058,13 @@ async fn wait_profile(m: &Member, name: &str, type_: &str, want: &str) {
 fn property(m: &Member, name: &str) -> Option<String> {
     let out = m.cluster.kubectl(
         "1.33",
-        &["get", "clusterproperty", name, "-o", "jsonpath={.spec.value}"],
+        &[
+            "get",
+            "clusterproperty",
+            name,
+            "-o",
+            "jsonpath={.spec.value}",
+        ],
     );
     out.status
         .success()
@@ -1062,7 +1075,13 @@ fn property(m: &Member, name: &str) -> Option<String> {
 async fn cluster_inventory_and_identity_follow_the_fleet() {
     let nats = NatsServer::start().unwrap();
     let a = Member::start(&nats, "a", "a", &[]).await;
-    let b = Member::start(&nats, "b", "b", &["--leave-on-shutdown", "--fleet-name", "prod"]).await;
+    let b = Member::start(
+        &nats,
+        "b",
+        "b",
+        &["--leave-on-shutdown", "--fleet-name", "prod"],
+    )
+    .await;
     let mut c = Member::start(&nats, "c", "c", &["--publish-kubeconfig"]).await;
     wait_mesh(&[&a, &b, &c], &["a", "b", "c"]).await;
     // The CRDs are not the chart's: until a platform team installs them the
@@ -1087,23 +1106,55 @@ async fn cluster_inventory_and_identity_follow_the_fleet() {
     let p = profiles(&a).get("c").await.unwrap();
     assert_eq!(p.spec.cluster_manager.name, "fleetbus");
     assert_eq!(p.spec.display_name.as_deref(), Some("c"));
-    assert_eq!(p.labels().get("x-k8s.io/cluster-manager").map(String::as_str), Some("fleetbus"));
+    assert_eq!(
+        p.labels()
+            .get("x-k8s.io/cluster-manager")
+            .map(String::as_str),
+        Some("fleetbus")
+    );
     let status = p.status.clone().unwrap();
-    assert!(status.version.and_then(|v| v.kubernetes).is_some_and(|v| v.starts_with("v1.")));
-    let prop = |name: &str| status.properties.iter().find(|p| p.name == name).map(|p| p.value.clone());
+    assert!(status
+        .version
+        .and_then(|v| v.kubernetes)
+        .is_some_and(|v| v.starts_with("v1.")));
+    let prop = |name: &str| {
+        status
+            .properties
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.value.clone())
+    };
     assert_eq!(prop("cluster.clusterset.k8s.io").as_deref(), Some("c"));
     assert_eq!(prop("clusterset.k8s.io").as_deref(), Some("fleetbus"));
-    assert!(status.properties.iter().all(|p| p.last_observed_time.is_some()));
-    let ns = Api::<Namespace>::all(a.client.clone()).get(NAMESPACE).await.unwrap();
-    assert_eq!(ns.labels().get("multicluster.x-k8s.io/clusterset").map(String::as_str), Some("fleetbus"));
+    assert!(status
+        .properties
+        .iter()
+        .all(|p| p.last_observed_time.is_some()));
+    let ns = Api::<Namespace>::all(a.client.clone())
+        .get(NAMESPACE)
+        .await
+        .unwrap();
+    assert_eq!(
+        ns.labels()
+            .get("multicluster.x-k8s.io/clusterset")
+            .map(String::as_str),
+        Some("fleetbus")
+    );
     // Each cluster's identity, as `kubectl get clusterproperty` reads it.
     for (m, set) in [(&a, "fleetbus"), (&b, "prod"), (&c, "fleetbus")] {
-        let (id, m_set) = wait_for(&format!("{}'s ClusterProperties", m.name), CONVERGE, || async {
-            match (property(m, "cluster.clusterset.k8s.io"), property(m, "clusterset.k8s.io")) {
-                (Some(id), Some(set)) => Ok((id, set)),
-                other => Err(format!("{other:?}")),
-            }
-        })
+        let (id, m_set) = wait_for(
+            &format!("{}'s ClusterProperties", m.name),
+            CONVERGE,
+            || async {
+                match (
+                    property(m, "cluster.clusterset.k8s.io"),
+                    property(m, "clusterset.k8s.io"),
+                ) {
+                    (Some(id), Some(set)) => Ok((id, set)),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
         .await;
         assert_eq!((id.as_str(), m_set.as_str()), (m.name.as_str(), set));
     }
@@ -1154,7 +1205,11 @@ async fn cluster_inventory_and_identity_follow_the_fleet() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "kubectl failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("namespace/only-on-c"), "{stdout}");
 
     // The devcluster refuses what kube-apiserver refuses: clusterManager is
@@ -1168,7 +1223,9 @@ async fn cluster_inventory_and_identity_follow_the_fleet() {
         kube::Error::Api(s) => {
             assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{s:?}");
             assert!(
-                s.message.contains("spec.clusterManager: Invalid value: \"object\": ClusterManager is immutable"),
+                s.message.contains(
+                    "spec.clusterManager: Invalid value: \"object\": ClusterManager is immutable"
+                ),
                 "{}",
                 s.message
             );
@@ -1183,7 +1240,10 @@ async fn cluster_inventory_and_identity_follow_the_fleet() {
         "spec": {"clusterManager": {"name": "other-manager"}},
     });
     let foreign: ClusterProfile = serde_json::from_value(foreign).unwrap();
-    profiles(&a).create(&PostParams::default(), &foreign).await.unwrap();
+    profiles(&a)
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
 
     // Conditions follow the peer: killed, Unknown; back, True.
     c.agent.kill9();
@@ -1198,11 +1258,20 @@ async fn cluster_inventory_and_identity_follow_the_fleet() {
     wait_profile(&a, "b", "Joined", "False").await;
     wait_profile(&c, "b", "Joined", "False").await;
     assert_eq!(property(&b, "clusterset.k8s.io"), None);
-    assert_eq!(property(&b, "cluster.clusterset.k8s.io").as_deref(), Some("b"));
+    assert_eq!(
+        property(&b, "cluster.clusterset.k8s.io").as_deref(),
+        Some("b")
+    );
     let left = profiles(&a).get("b").await.unwrap().status.unwrap();
-    assert!(!left.properties.iter().any(|p| p.name == "clusterset.k8s.io"));
+    assert!(!left
+        .properties
+        .iter()
+        .any(|p| p.name == "clusterset.k8s.io"));
     let foreign = profiles(&a).get("elsewhere").await.unwrap();
-    assert!(foreign.status.is_none(), "another manager's profile was written");
+    assert!(
+        foreign.status.is_none(),
+        "another manager's profile was written"
+    );
     assert_eq!(foreign.spec.cluster_manager.name, "other-manager");
 }
 
@@ -1213,22 +1282,38 @@ async fn a_conflicting_cluster_name_in_its_clusterset_stops_the_agent() {
     let dir = fleetbus_testsupport::upstream_crds();
     let path = dir.join("about.k8s.io_clusterproperties.yaml");
     let out = dc.kubectl("1.33", &["create", "-f", path.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let property = r#"{"apiVersion":"about.k8s.io/v1alpha1","kind":"ClusterProperty","metadata":{"name":"cluster.clusterset.k8s.io"},"spec":{"value":"known-as-y"}}"#;
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), property).unwrap();
     let out = dc.kubectl("1.33", &["create", "-f", file.path().to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let nats = NatsServer::start().unwrap();
     let out = std::process::Command::new(cargo_bin("fleetbus-agent"))
-        .args(AgentCommand::new("x").nats_url(nats.url()).kubeconfig(dc.kubeconfig()).metrics_addr(free_socket_addr()).argv())
+        .args(
+            AgentCommand::new("x")
+                .nats_url(nats.url())
+                .kubeconfig(dc.kubeconfig())
+                .metrics_addr(free_socket_addr())
+                .argv(),
+        )
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success());
     assert!(
-        format!("{stdout}{stderr}").contains("says this cluster is \"known-as-y\" in its ClusterSet, but --cluster-name is \"x\""),
+        format!("{stdout}{stderr}").contains(
+            "says this cluster is \"known-as-y\" in its ClusterSet, but --cluster-name is \"x\""
+        ),
         "{stdout}{stderr}"
     );
 }

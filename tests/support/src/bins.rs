@@ -18,7 +18,8 @@ pub fn upstream_crds() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("../shared/reference/crds"));
     assert!(
-        dir.join("multicluster.x-k8s.io_clusterprofiles.yaml").is_file(),
+        dir.join("multicluster.x-k8s.io_clusterprofiles.yaml")
+            .is_file(),
         "the upstream CRDs are not at {} (set FLEETBUS_UPSTREAM_CRDS)",
         dir.display()
     );

@@ -136,9 +136,9 @@ mod tests {
         assert_eq!(eval(&e, &json!({"status": {"conditions": []}})), Ok(false));
         assert_eq!(
             eval(&e, &json!({"spec": {}})),
-            Err(EvalError::Execution(bounded_cel::ExecutionError::no_such_key(
-                "status"
-            )))
+            Err(EvalError::Execution(
+                bounded_cel::ExecutionError::no_such_key("status")
+            ))
         );
         // Integers are int, as in Kubernetes CEL: arithmetic with literals works.
         let arith = compile("object.spec.replicas - 1 == 2").unwrap();

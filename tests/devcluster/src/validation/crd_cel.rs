@@ -47,7 +47,13 @@ fn said(rule: &Rule<'_>) -> String {
 /// Evaluates the rules on the node `schema` over `v` (not null), with `old`
 /// the stored value at the same place on updates. kube-apiserver 1.33 names
 /// the schema's type as the bad value (`Invalid value: "object": …`).
-pub fn check(schema: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Vec<FieldCause>) {
+pub fn check(
+    schema: &Value,
+    v: &Value,
+    old: Option<&Value>,
+    path: &str,
+    out: &mut Vec<FieldCause>,
+) {
     let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
     let invalid = |out: &mut Vec<FieldCause>, field: String, detail: String| {
         out.push(FieldCause {
@@ -92,7 +98,11 @@ pub fn check(schema: &Value, v: &Value, old: Option<&Value>, path: &str, out: &m
                 return;
             }
             Err(bounded_cel::EvalError::Execution(e)) => {
-                invalid(out, path.to_owned(), format!("{e} evaluating rule: {}", said(&rule)));
+                invalid(
+                    out,
+                    path.to_owned(),
+                    format!("{e} evaluating rule: {}", said(&rule)),
+                );
             }
             Err(e @ bounded_cel::EvalError::NotBool { .. }) => {
                 invalid(out, path.to_owned(), format!("rule compile error: {e}"));
@@ -235,7 +245,11 @@ mod tests {
     /// unchanged beside the project (`../shared/reference/crds`).
     fn cluster_profile() -> Value {
         let dir = std::env::var("FLEETBUS_UPSTREAM_CRDS").unwrap_or_else(|_| {
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/reference/crds").to_owned()
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../shared/reference/crds"
+            )
+            .to_owned()
         });
         let file = format!("{dir}/multicluster.x-k8s.io_clusterprofiles.yaml");
         let yaml = std::fs::read_to_string(&file)
@@ -251,7 +265,10 @@ mod tests {
     }
 
     fn messages(causes: &[FieldCause]) -> Vec<String> {
-        causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect()
+        causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect()
     }
 
     #[test]
@@ -270,7 +287,10 @@ mod tests {
         );
         // A stored object without the field has nothing to compare with.
         let mut bare = old.clone();
-        bare["spec"].as_object_mut().unwrap().remove("clusterManager");
+        bare["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("clusterManager");
         assert!(validate(&schema, &profile("other"), Some(&bare)).is_empty());
     }
 
@@ -308,8 +328,14 @@ mod tests {
         assert_eq!(
             fields,
             [
-                ("spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule", "FieldValueForbidden"),
-                ("spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[1].rule", "FieldValueInvalid"),
+                (
+                    "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule",
+                    "FieldValueForbidden"
+                ),
+                (
+                    "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[1].rule",
+                    "FieldValueInvalid"
+                ),
             ]
         );
     }
@@ -354,7 +380,8 @@ mod tests {
                 "v": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "immutable"}]}}}}}});
         let old = json!({"l": [{"k": "a", "v": "1"}, {"k": "b", "v": "2"}]});
         // Reordered: each item still meets its own stored self.
-        let reordered = json!({"l": [{"k": "b", "v": "2"}, {"k": "a", "v": "1"}, {"k": "c", "v": "9"}]});
+        let reordered =
+            json!({"l": [{"k": "b", "v": "2"}, {"k": "a", "v": "1"}, {"k": "c", "v": "9"}]});
         assert!(validate(&schema, &reordered, Some(&old)).is_empty());
         let changed = json!({"l": [{"k": "b", "v": "3"}, {"k": "a", "v": "1"}]});
         assert_eq!(
