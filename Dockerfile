@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# fleetbus: one image with the agent (fleetbus-agent), the CLI (fleetbus) and
+# fleetbus: one image with the agent (fleetbus-agent and its ClusterProfile exec plugin fleetbus-credentials), the CLI (fleetbus) and
 # the local API server (fleetbus-devcluster, for the compose demo and tests).
 #   docker build -t fleetbus:dev .
 # The runtime user id (65532) is the helm chart's runAsUser
@@ -33,7 +33,7 @@ COPY . .
 RUN find schemas agent launch hub chaos tests -name '*.rs' -exec touch {} + \
     && cargo build --release --locked -p fleetbus-agent -p fleetbus-hub -p fleetbus-devcluster \
     && mkdir -p /out \
-    && cp target/release/fleetbus-agent target/release/fleetbus target/release/fleetbus-devcluster /out/
+    && cp target/release/fleetbus-agent target/release/fleetbus-credentials target/release/fleetbus target/release/fleetbus-devcluster /out/
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="fleetbus" \

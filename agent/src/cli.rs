@@ -79,6 +79,13 @@ pub struct Args {
     #[arg(long, env = "FLEETBUS_NAMESPACE", default_value = "fleetbus-system", value_parser = parse_dns_label)]
     pub namespace: String,
 
+    /// The fleet's name for SIG Multicluster tools: the ClusterSet in this
+    /// cluster's `clusterset.k8s.io` ClusterProperty, its ClusterProfiles'
+    /// properties and the namespace's `multicluster.x-k8s.io/clusterset`
+    /// label. The subject prefix when absent.
+    #[arg(long, env = "FLEETBUS_FLEET_NAME", value_parser = parse_dns_label)]
+    pub fleet_name: Option<String>,
+
     /// Prefix of every NATS subject, stream and bucket this fleet uses.
     #[arg(long, env = "FLEETBUS_SUBJECT_PREFIX", default_value = "fleetbus", value_parser = parse_prefix)]
     pub subject_prefix: Prefix,

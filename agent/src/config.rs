@@ -166,6 +166,8 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     /// Namespace for Secrets, the reader ServiceAccount and Events.
     pub namespace: String,
+    /// The fleet's name as SIG Multicluster tools see it (the ClusterSet).
+    pub fleet_name: String,
     /// Subject/bucket prefix.
     pub subject_prefix: Prefix,
     /// Replicas of the streams and the registry bucket.
@@ -236,6 +238,10 @@ impl TryFrom<Args> for Config {
             nats_auth,
             kubeconfig: a.kubeconfig,
             namespace: a.namespace,
+            // A prefix with dots is no DNS label: its dots become dashes.
+            fleet_name: a
+                .fleet_name
+                .unwrap_or_else(|| a.subject_prefix.to_string().replace('.', "-")),
             subject_prefix: a.subject_prefix,
             replicas: a.replicas,
             metrics_addr: a.metrics_addr,

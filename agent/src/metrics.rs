@@ -45,6 +45,12 @@ pub struct Metrics {
     pub registry_passes: Family<Labels, Counter>,
     /// Peers whose object the local API server currently refuses.
     pub peers_failing: Gauge,
+    /// 1 while a standard CRD the agent writes (ClusterProfile,
+    /// ClusterProperty) is not served, by CRD (`fleetbus_standard_crd_missing`).
+    pub standard_crd_missing: Family<Labels, Gauge>,
+    /// ClusterProfiles in the agent's namespace another cluster manager owns
+    /// (left alone).
+    pub foreign_profiles: Gauge,
     /// 1 while this agent's own record fails the validation every reader
     /// applies (peers then skip it), else 0.
     pub own_record_invalid: Gauge,
@@ -242,6 +248,18 @@ impl Metrics {
             "peers_failing",
             "Peers whose Cluster object the local API server currently refuses",
             peers_failing.clone(),
+        );
+        let standard_crd_missing = Family::<Labels, Gauge>::default();
+        registry.register(
+            "standard_crd_missing",
+            "1 while a SIG Multicluster CRD the agent writes is not installed (by crd)",
+            standard_crd_missing.clone(),
+        );
+        let foreign_profiles = Gauge::default();
+        registry.register(
+            "foreign_profiles",
+            "ClusterProfiles in the agent's namespace owned by another cluster manager (left alone)",
+            foreign_profiles.clone(),
         );
         let own_record_invalid = Gauge::default();
         registry.register(
@@ -452,6 +470,8 @@ impl Metrics {
             bus_layout_recreated,
             peer_rejected,
             peers_failing,
+            standard_crd_missing,
+            foreign_profiles,
             registry,
             registry_rejected,
             name_conflicts,

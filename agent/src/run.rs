@@ -53,6 +53,9 @@ pub enum RunError {
     /// The published kubeconfig cannot be built from our own configuration.
     #[error(transparent)]
     Kubeconfig(#[from] KubeconfigError),
+    /// This cluster's ClusterProperties say it has another name.
+    #[error(transparent)]
+    ClusterProperty(#[from] crate::inventory::IdentityPropertyError),
     /// A task panicked.
     #[error("task {0} panicked")]
     Panicked(&'static str),
@@ -71,6 +74,7 @@ impl RunError {
             RunError::Registry(e) => e.is_transient(),
             RunError::Task(e) => e.is_transient(),
             RunError::Kubeconfig(e) => e.is_transient(),
+            RunError::ClusterProperty(e) => e.is_transient(),
             RunError::Panicked(_) => false,
         }
     }
@@ -172,6 +176,7 @@ async fn start(
         BootstrapError::is_transient,
     )
     .await?;
+    claim_name(&client, cfg).await?;
     let mark = copy_mark(&client, &cfg.namespace, &metrics).await;
     readiness
         .kube
@@ -248,6 +253,36 @@ async fn start(
     Ok((reg, server))
 }
 
+/// Refuses to start when the cluster's `cluster.clusterset.k8s.io`
+/// ClusterProperty names it otherwise than `--cluster-name`, and claims the
+/// name when it has none. Without the CRD there is nothing to check yet:
+/// the inventory task claims it once the CRD is served.
+async fn claim_name(client: &kube::Client, cfg: &Config) -> Result<(), RunError> {
+    let served = retry(
+        "discover the ClusterProperty kind",
+        || async {
+            crate::inventory::identity::served(client)
+                .await
+                .map_err(|source| crate::inventory::IdentityPropertyError::Kube {
+                    action: "discover",
+                    name: crate::inventory::identity::CRD.to_owned(),
+                    source,
+                })
+        },
+        crate::inventory::IdentityPropertyError::is_transient,
+    )
+    .await?;
+    if let Some(ar) = served {
+        retry(
+            "claim this cluster's name in its ClusterSet",
+            || crate::inventory::identity::claim(client, &ar, &cfg.cluster_name),
+            crate::inventory::IdentityPropertyError::is_transient,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Runs the long-lived tasks; the first to fail stops the others.
 async fn run_tasks(
     reg: Arc<Registry>,
@@ -287,6 +322,16 @@ async fn run_tasks(
         "publisher",
         task(publisher::run(reg.clone(), cancel.clone())),
     );
+    {
+        let (reg, cancel) = (reg.clone(), cancel.clone());
+        spawn(
+            "inventory",
+            task(async move {
+                crate::inventory::run(reg, cancel).await;
+                Ok::<(), TaskError>(())
+            }),
+        );
+    }
     if let Some(server) = server {
         let (reg, cancel) = (reg.clone(), cancel.clone());
         spawn(

@@ -26,13 +26,20 @@ const CYCLES_BEING_REMOVED: &[&str] = &[];
 /// its own layer or the layers before it.
 const LAYERS: &[&[&str]] = &[
     &[
-        "kube", "bus", "metrics", "health", "trust", "mark", "log_gate",
+        "kube",
+        "bus",
+        "metrics",
+        "health",
+        "trust",
+        "mark",
+        "log_gate",
+        "credentials",
     ],
     &["cli", "config", "context"],
     &["bootstrap", "identity", "metadata", "copy_mark"],
     &["registry"],
-    &["nodes", "kubeconfig", "sync"],
-    &["run", "lib", "main"],
+    &["nodes", "kubeconfig", "sync", "inventory"],
+    &["run", "lib", "main", "bin"],
 ];
 
 /// Imports against the layer table known and written down (ARCHITECTURE.md),

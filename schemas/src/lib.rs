@@ -15,6 +15,7 @@
 //!   minimum server version.
 //! - [`rollout`]: progressive rollouts: the origin's rollout records and the operator's
 //!   rollout commands.
+//! - [`multicluster`]: SIG Multicluster's ClusterProfile and ClusterProperty, as published.
 //! - [`well_known`]: annotation, label, condition and Secret-type names.
 //! - [`permissions`]: the NATS publish/subscribe allow lists of one cluster's agent.
 //! - [`seal`]: payloads sealed to the clusters that may read them (HPKE).
@@ -31,6 +32,7 @@ pub mod envelope;
 pub mod health;
 pub mod jetstream;
 pub mod k8s_names;
+pub mod multicluster;
 mod object_ref;
 pub mod permissions;
 pub mod placement;

@@ -5,6 +5,7 @@
 //! openAPIV3Schema, honouring `x-kubernetes-preserve-unknown-fields`, with
 //! `metadata` checked as ObjectMeta as kube-apiserver does.
 
+pub mod crd_cel;
 pub mod crd_schema;
 pub mod crd_structural;
 pub mod formats;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use fleetbus_schemas::crd::{Cluster, ClusterFeature, ClusterSpec, ClusterState, ClusterType};
+use fleetbus_schemas::multicluster::ClusterProfile;
 use fleetbus_schemas::registry::{beat_interval, beat_ttl, BeatRecord};
 use fleetbus_testsupport::{
     cargo_bin, free_socket_addr, kubectl_bin, wait_for, wait_for_blocking, Agent, AgentCommand,
@@ -1000,5 +1001,319 @@ async fn peers_joining_at_once_wake_few_reconcile_passes() {
     assert!(
         passes < (PEERS / 2) as f64,
         "{passes} passes woken by the Cluster watch for {PEERS} joining peers"
+    );
+}
+
+/// Installs the upstream SIG Multicluster CRDs on `m`, as published.
+fn install_upstream_crds(m: &Member) {
+    let dir = fleetbus_testsupport::upstream_crds();
+    for file in [
+        "multicluster.x-k8s.io_clusterprofiles.yaml",
+        "about.k8s.io_clusterproperties.yaml",
+    ] {
+        let path = dir.join(file);
+        let out = m
+            .cluster
+            .kubectl("1.33", &["create", "-f", path.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn profiles(m: &Member) -> Api<ClusterProfile> {
+    Api::namespaced(m.client.clone(), NAMESPACE)
+}
+
+/// The status of condition `type_` of profile `name` on `m`.
+async fn profile_condition(m: &Member, name: &str, type_: &str) -> Result<String, String> {
+    let p = profiles(m).get(name).await.map_err(|e| e.to_string())?;
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .map(|c| c.status.clone())
+        .ok_or_else(|| format!("{name} has no {type_} condition yet"))
+}
+
+async fn wait_profile(m: &Member, name: &str, type_: &str, want: &str) {
+    wait_for(
+        &format!("{}: ClusterProfile {name} {type_}={want}", m.name),
+        CONVERGE,
+        || async {
+            let got = profile_condition(m, name, type_).await?;
+            if got == want {
+                Ok(())
+            } else {
+                Err(got)
+            }
+        },
+    )
+    .await;
+}
+
+/// `kubectl get clusterproperty <name>`'s value on `m`, as a user reads it.
+fn property(m: &Member, name: &str) -> Option<String> {
+    let out = m.cluster.kubectl(
+        "1.33",
+        &[
+            "get",
+            "clusterproperty",
+            name,
+            "-o",
+            "jsonpath={.spec.value}",
+        ],
+    );
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_inventory_and_identity_follow_the_fleet() {
+    let nats = NatsServer::start().unwrap();
+    let a = Member::start(&nats, "a", "a", &[]).await;
+    let b = Member::start(
+        &nats,
+        "b",
+        "b",
+        &["--leave-on-shutdown", "--fleet-name", "prod"],
+    )
+    .await;
+    let mut c = Member::start(&nats, "c", "c", &["--publish-kubeconfig"]).await;
+    wait_mesh(&[&a, &b, &c], &["a", "b", "c"]).await;
+    // The CRDs are not the chart's: until a platform team installs them the
+    // agent says so, and it starts writing once they are served.
+    let missing = "fleetbus_standard_crd_missing{crd=\"clusterprofiles.multicluster.x-k8s.io\"}";
+    wait_for("a to report the missing CRD", CONVERGE, || async {
+        match a.metric(missing)? {
+            1.0 => Ok(()),
+            v => Err(format!("{v}")),
+        }
+    })
+    .await;
+    assert_logged(&a, "is not installed");
+    for m in [&a, &b, &c] {
+        install_upstream_crds(m);
+    }
+    for name in ["a", "b", "c"] {
+        wait_profile(&a, name, "Joined", "True").await;
+        wait_profile(&a, name, "ControlPlaneHealthy", "True").await;
+    }
+    assert_eq!(a.metric(missing).unwrap(), 0.0);
+    let p = profiles(&a).get("c").await.unwrap();
+    assert_eq!(p.spec.cluster_manager.name, "fleetbus");
+    assert_eq!(p.spec.display_name.as_deref(), Some("c"));
+    assert_eq!(
+        p.labels()
+            .get("x-k8s.io/cluster-manager")
+            .map(String::as_str),
+        Some("fleetbus")
+    );
+    let status = p.status.clone().unwrap();
+    assert!(status
+        .version
+        .and_then(|v| v.kubernetes)
+        .is_some_and(|v| v.starts_with("v1.")));
+    let prop = |name: &str| {
+        status
+            .properties
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.value.clone())
+    };
+    assert_eq!(prop("cluster.clusterset.k8s.io").as_deref(), Some("c"));
+    assert_eq!(prop("clusterset.k8s.io").as_deref(), Some("fleetbus"));
+    assert!(status
+        .properties
+        .iter()
+        .all(|p| p.last_observed_time.is_some()));
+    let ns = Api::<Namespace>::all(a.client.clone())
+        .get(NAMESPACE)
+        .await
+        .unwrap();
+    assert_eq!(
+        ns.labels()
+            .get("multicluster.x-k8s.io/clusterset")
+            .map(String::as_str),
+        Some("fleetbus")
+    );
+    // Each cluster's identity, as `kubectl get clusterproperty` reads it.
+    for (m, set) in [(&a, "fleetbus"), (&b, "prod"), (&c, "fleetbus")] {
+        let (id, m_set) = wait_for(
+            &format!("{}'s ClusterProperties", m.name),
+            CONVERGE,
+            || async {
+                match (
+                    property(m, "cluster.clusterset.k8s.io"),
+                    property(m, "clusterset.k8s.io"),
+                ) {
+                    (Some(id), Some(set)) => Ok((id, set)),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+        assert_eq!((id.as_str(), m_set.as_str()), (m.name.as_str(), set));
+    }
+
+    // Only c publishes a kubeconfig: its profile alone says how to reach it,
+    // and a kubeconfig made of that and the exec plugin reads c.
+    let access = wait_for("c's access provider on a", CONVERGE, || async {
+        let p = profiles(&a).get("c").await.map_err(|e| e.to_string())?;
+        p.status
+            .and_then(|s| s.access_providers.into_iter().next())
+            .ok_or_else(|| "none yet".to_owned())
+    })
+    .await;
+    assert_eq!(access.name, "fleetbus");
+    let b_profile = profiles(&a).get("b").await.unwrap();
+    assert!(b_profile.status.unwrap().access_providers.is_empty());
+    let cluster = access.cluster.unwrap();
+    let extension = &cluster.extensions[0];
+    assert_eq!(extension.name, "client.authentication.k8s.io/exec");
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {
+            "server": cluster.server,
+            "certificate-authority-data": cluster.certificate_authority_data,
+            "extensions": [{"name": extension.name, "extension": extension.extension}],
+        }}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "fleetbus"}}],
+        "users": [{"name": "fleetbus", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": cargo_bin("fleetbus-credentials").display().to_string(),
+            "provideClusterInfo": true,
+            "interactiveMode": "Never",
+            // The plugin reads the reader Secret in the consumer's cluster, a.
+            "env": [{"name": "KUBECONFIG", "value": a.cluster.kubeconfig().display().to_string()}],
+        }}}],
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("from-profile.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec(&kubeconfig).unwrap()).unwrap();
+    c.create_namespace("only-on-c").await.unwrap();
+    let out = std::process::Command::new(kubectl_bin("1.33"))
+        .arg("--kubeconfig")
+        .arg(&path)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .args(["get", "ns", "-o", "name"])
+        .env_remove("KUBERNETES_EXEC_INFO")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("namespace/only-on-c"), "{stdout}");
+
+    // The devcluster refuses what kube-apiserver refuses: clusterManager is
+    // immutable (the CRD's CEL rule), and a map list's keys are unique.
+    let patch = serde_json::json!({"spec": {"clusterManager": {"name": "someone-else"}}});
+    let err = profiles(&a)
+        .patch("c", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{s:?}");
+            assert!(
+                s.message.contains(
+                    "spec.clusterManager: Invalid value: \"object\": ClusterManager is immutable"
+                ),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Another manager's profile in the same namespace is left alone.
+    let foreign = serde_json::json!({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+        "metadata": {"name": "elsewhere", "namespace": NAMESPACE,
+                     "labels": {"x-k8s.io/cluster-manager": "fleetbus"}},
+        "spec": {"clusterManager": {"name": "other-manager"}},
+    });
+    let foreign: ClusterProfile = serde_json::from_value(foreign).unwrap();
+    profiles(&a)
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+
+    // Conditions follow the peer: killed, Unknown; back, True.
+    c.agent.kill9();
+    wait_profile(&a, "c", "ControlPlaneHealthy", "Unknown").await;
+    assert_eq!(profile_condition(&a, "c", "Joined").await.unwrap(), "True");
+    c.agent.restart().unwrap();
+    wait_profile(&a, "c", "ControlPlaneHealthy", "True").await;
+
+    // A member that leaves is no longer Joined, and its ClusterSet property goes.
+    let mut b = b;
+    assert!(b.agent.stop().success(), "{}", b.agent.log());
+    wait_profile(&a, "b", "Joined", "False").await;
+    wait_profile(&c, "b", "Joined", "False").await;
+    assert_eq!(property(&b, "clusterset.k8s.io"), None);
+    assert_eq!(
+        property(&b, "cluster.clusterset.k8s.io").as_deref(),
+        Some("b")
+    );
+    let left = profiles(&a).get("b").await.unwrap().status.unwrap();
+    assert!(!left
+        .properties
+        .iter()
+        .any(|p| p.name == "clusterset.k8s.io"));
+    let foreign = profiles(&a).get("elsewhere").await.unwrap();
+    assert!(
+        foreign.status.is_none(),
+        "another manager's profile was written"
+    );
+    assert_eq!(foreign.spec.cluster_manager.name, "other-manager");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_cluster_name_in_its_clusterset_stops_the_agent() {
+    let opts = DevClusterOpts::new("x");
+    let dc = DevCluster::start(opts).unwrap();
+    let dir = fleetbus_testsupport::upstream_crds();
+    let path = dir.join("about.k8s.io_clusterproperties.yaml");
+    let out = dc.kubectl("1.33", &["create", "-f", path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let property = r#"{"apiVersion":"about.k8s.io/v1alpha1","kind":"ClusterProperty","metadata":{"name":"cluster.clusterset.k8s.io"},"spec":{"value":"known-as-y"}}"#;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), property).unwrap();
+    let out = dc.kubectl("1.33", &["create", "-f", file.path().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nats = NatsServer::start().unwrap();
+    let out = std::process::Command::new(cargo_bin("fleetbus-agent"))
+        .args(
+            AgentCommand::new("x")
+                .nats_url(nats.url())
+                .kubeconfig(dc.kubeconfig())
+                .metrics_addr(free_socket_addr())
+                .argv(),
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        format!("{stdout}{stderr}").contains(
+            "says this cluster is \"known-as-y\" in its ClusterSet, but --cluster-name is \"x\""
+        ),
+        "{stdout}{stderr}"
     );
 }

@@ -7,6 +7,25 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The SIG Multicluster CRDs as published upstream, pinned unchanged beside
+/// the project (`<root>/../shared/reference/crds`, or `FLEETBUS_UPSTREAM_CRDS`):
+/// what tests install, as a platform team installs them.
+///
+/// # Panics
+/// If the directory is missing, saying where it was looked for.
+pub fn upstream_crds() -> PathBuf {
+    let dir = std::env::var_os("FLEETBUS_UPSTREAM_CRDS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/reference/crds"));
+    assert!(
+        dir.join("multicluster.x-k8s.io_clusterprofiles.yaml")
+            .is_file(),
+        "the upstream CRDs are not at {} (set FLEETBUS_UPSTREAM_CRDS)",
+        dir.display()
+    );
+    dir
+}
+
 /// `target/<profile>/<name>`: the binary built by `cargo build --workspace`.
 ///
 /// Test executables live in `target/<profile>/deps/`, binaries one level up;

@@ -19,7 +19,7 @@ mod topology;
 mod wait;
 
 pub use agent::Agent;
-pub use bins::{cargo_bin, helm_bin, kubectl_bin, nats_server_bin, repo_root};
+pub use bins::{cargo_bin, helm_bin, kubectl_bin, nats_server_bin, repo_root, upstream_crds};
 pub use devcluster::{DevCluster, DevClusterOpts};
 pub use fleetbus_launch::AgentCommand;
 pub use http::{http_get, http_request, HttpResponse};

@@ -3,10 +3,7 @@
 //! (`returns`), Bundles judge their manifests with it, and `ready r/n` counts
 //! the copies that are `Current`.
 
-mod budget;
-mod built;
 mod cel;
-mod cost;
 mod kstatus;
 
 use chrono::{DateTime, Utc};

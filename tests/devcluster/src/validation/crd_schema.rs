@@ -8,7 +8,7 @@
 //! apimachinery's `field.Error` bodies (`Invalid value: "": ...`), with the
 //! same mapping apiextensions' `kubeOpenAPIResultToFieldErrors` makes.
 
-use super::formats;
+use super::{crd_cel, formats};
 use crate::resources::ResourceDef;
 use crate::status::{ApiError, FieldCause};
 use serde_json::{Map, Value};
@@ -207,6 +207,7 @@ fn walk(schema: &Value, v: &Value, old: Option<&Value>, path: &str, out: &mut Ve
         }
     }
     check_enum(schema, v, path, out);
+    crd_cel::check(schema, v, old, path, out);
     match v {
         Value::String(s) => check_string(schema, s, v, path, out),
         Value::Number(_) => check_number(schema, v, path, out),
@@ -349,6 +350,10 @@ fn check_array(
             invalid(out, path, &Value::from(n), detail);
         }
     }
+    let keys = crd_cel::map_keys(schema);
+    if let Some(keys) = &keys {
+        crd_cel::check_map_list(items, keys, path, out);
+    }
     if schema.get("uniqueItems") == Some(&Value::Bool(true)) || is_set(schema) {
         if let Some(dup) = first_duplicate(items) {
             out.push(FieldCause {
@@ -361,11 +366,15 @@ fn check_array(
     let Some(is) = schema.get("items").filter(|i| i.is_object()) else {
         return;
     };
-    // Lists are correlated with the stored object by index only when atomic
-    // lists would be: kube ratchets list items by key/value, index is close.
+    // Items of a map list are correlated with the stored object by their
+    // keys, as kube does (ratcheting, `oldSelf`); other lists by index, close
+    // to kube's ratcheting of atomic lists.
     let old_items = old.and_then(Value::as_array);
     for (i, item) in items.iter().enumerate() {
-        let old_item = old_items.and_then(|o| o.get(i));
+        let old_item = match &keys {
+            Some(keys) => crd_cel::correlate(item, old, keys),
+            None => old_items.and_then(|o| o.get(i)),
+        };
         walk(is, item, old_item, &format!("{path}[{i}]"), out);
     }
 }

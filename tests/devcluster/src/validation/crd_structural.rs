@@ -2,7 +2,8 @@
 //! CRDs (the cheap, common ones): every specified node has a `type` unless it
 //! is int-or-string or preserves unknown fields, the root is an object,
 //! `properties` and `additionalProperties` exclude each other, no
-//! `uniqueItems: true`, and patterns compile.
+//! `uniqueItems: true`, patterns compile, and CEL rules compile within
+//! their cost bound.
 
 use crate::status::FieldCause;
 use serde_json::Value;
@@ -57,6 +58,7 @@ fn forbidden(field: String, detail: &str) -> FieldCause {
 /// `path` is the schema's field path in the CRD, `obj` the object path the node
 /// describes (for messages about its default).
 fn walk(s: &Value, path: &str, obj: &str, out: &mut Vec<FieldCause>) {
+    crate::validation::crd_cel::check_definition(s, path, out);
     if let Some(d) = s.get("default") {
         // kube refuses a CRD whose defaults would not validate (after pruning nulls
         // and defaulting inside the default itself).

@@ -8,7 +8,7 @@ use cel::common::value::{CowVal, Val};
 use cel::objects::Value;
 use cel::{DeclarationError, Env, ExecutionError};
 
-use super::budget;
+use crate::budget;
 
 /// The longest string (or bytes) an evaluation may build, whatever is left
 /// of its budget: the budget alone would let one string reach 10 MB. A
@@ -402,10 +402,10 @@ mod tests {
     use cel::{Context, Value as Cel};
     use serde_json::{json, Value as Json};
 
-    use super::super::cel::{compile, eval, EvalError};
+    use crate::{compile, EvalError};
 
     fn run(source: &str, object: &Json) -> Result<bool, EvalError> {
-        eval(&compile(source).unwrap(), object)
+        compile(source).unwrap().eval_bool(&[("object", object)])
     }
 
     /// The process's peak resident set, in bytes (Linux's `VmHWM`).

@@ -1,0 +1,392 @@
+//! A CRD's CEL rules (`x-kubernetes-validations`) and list-map keys, as
+//! kube-apiserver enforces them: `self` is the value the rule sits on,
+//! `oldSelf` the stored one on updates; a rule naming `oldSelf` (a
+//! transition rule) runs only when the stored object has a value there to
+//! compare with. Compiled and bounded by `bounded_cel`, the cost estimate and
+//! budget the agent's own CEL uses (kube's are of the same kind: an
+//! estimate refused when the CRD is written, a budget per evaluation).
+
+use serde_json::{Map, Value};
+
+use crate::status::FieldCause;
+
+const RULES: &str = "x-kubernetes-validations";
+
+/// One entry of `x-kubernetes-validations` (the fields this server honours;
+/// `messageExpression` and `reason` fall back to `message` and Invalid).
+struct Rule<'a> {
+    rule: &'a str,
+    message: Option<&'a str>,
+    field_path: Option<&'a str>,
+}
+
+fn rules(schema: &Value) -> impl Iterator<Item = Rule<'_>> {
+    schema
+        .get(RULES)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            Some(Rule {
+                rule: r.get("rule")?.as_str()?,
+                message: r.get("message").and_then(Value::as_str),
+                field_path: r.get("fieldPath").and_then(Value::as_str),
+            })
+        })
+}
+
+/// kube's `ruleErrorString`: the message, else the rule, trimmed.
+fn said(rule: &Rule<'_>) -> String {
+    rule.message
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .unwrap_or(rule.rule.trim())
+        .to_owned()
+}
+
+/// Evaluates the rules on the node `schema` over `v` (not null), with `old`
+/// the stored value at the same place on updates. kube-apiserver 1.33 names
+/// the schema's type as the bad value (`Invalid value: "object": …`).
+pub fn check(
+    schema: &Value,
+    v: &Value,
+    old: Option<&Value>,
+    path: &str,
+    out: &mut Vec<FieldCause>,
+) {
+    let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
+    let invalid = |out: &mut Vec<FieldCause>, field: String, detail: String| {
+        out.push(FieldCause {
+            reason: "FieldValueInvalid",
+            field,
+            message: format!("Invalid value: \"{ty}\": {detail}"),
+        });
+    };
+    for rule in rules(schema) {
+        let program = match bounded_cel::compile(rule.rule) {
+            Ok(p) => p,
+            Err(e) => {
+                invalid(out, path.to_owned(), format!("rule compile error: {e}"));
+                continue;
+            }
+        };
+        let transition = program.mentions("oldSelf");
+        let result = match (transition, old) {
+            (true, None) => continue,
+            (true, Some(old)) => program.eval_bool(&[("self", v), ("oldSelf", old)]),
+            (false, _) => program.eval_bool(&[("self", v)]),
+        };
+        match result {
+            Ok(true) => {}
+            Ok(false) => {
+                let field = match rule.field_path {
+                    Some(p) if !p.is_empty() => format!("{path}{p}"),
+                    _ => path.to_owned(),
+                };
+                let detail = match rule.message.map(str::trim).filter(|m| !m.is_empty()) {
+                    Some(m) => m.to_owned(),
+                    None => format!("failed rule: {}", said(&rule)),
+                };
+                invalid(out, field, detail);
+            }
+            Err(bounded_cel::EvalError::BudgetExceeded) => {
+                invalid(
+                    out,
+                    path.to_owned(),
+                    "validation failed due to running out of cost budget, no further validation rules will be run".to_owned(),
+                );
+                return;
+            }
+            Err(bounded_cel::EvalError::Execution(e)) => {
+                invalid(
+                    out,
+                    path.to_owned(),
+                    format!("{e} evaluating rule: {}", said(&rule)),
+                );
+            }
+            Err(e @ bounded_cel::EvalError::NotBool { .. }) => {
+                invalid(out, path.to_owned(), format!("rule compile error: {e}"));
+            }
+        }
+    }
+}
+
+/// Why a CRD's rule cannot be admitted (when the CRD is written): it does
+/// not compile or its estimated cost is over the limit. `path` is the
+/// schema node's field path in the CRD.
+pub fn check_definition(schema: &Value, path: &str, out: &mut Vec<FieldCause>) {
+    let Some(list) = schema.get(RULES).and_then(Value::as_array) else {
+        return;
+    };
+    for (i, r) in list.iter().enumerate() {
+        let field = format!("{path}.{RULES}[{i}].rule");
+        let Some(source) = r.get("rule").and_then(Value::as_str) else {
+            out.push(FieldCause {
+                reason: "FieldValueRequired",
+                field,
+                message: "Required value".to_owned(),
+            });
+            continue;
+        };
+        match bounded_cel::compile(source) {
+            Ok(_) => {}
+            Err(e @ bounded_cel::CompileError::TooCostly { .. }) => out.push(FieldCause {
+                reason: "FieldValueForbidden",
+                field,
+                message: format!("Forbidden: {e}"),
+            }),
+            Err(e) => out.push(FieldCause {
+                reason: "FieldValueInvalid",
+                field,
+                message: format!(
+                    "Invalid value: {}: compilation failed: {e}",
+                    serde_json::to_string(source).unwrap_or_default()
+                ),
+            }),
+        }
+    }
+}
+
+/// Whether `schema` is an array of `x-kubernetes-list-type: map`, and its keys.
+pub fn map_keys(schema: &Value) -> Option<Vec<&str>> {
+    if schema.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
+        return None;
+    }
+    Some(
+        schema
+            .get("x-kubernetes-list-map-keys")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect(),
+    )
+}
+
+/// The key values of one item of a map list.
+fn key_of<'a>(item: &'a Value, keys: &[&str]) -> Vec<Option<&'a Value>> {
+    keys.iter().map(|k| item.get(*k)).collect()
+}
+
+/// The stored item with the same keys as `item`: how kube correlates the
+/// items of a map list between an update and the stored object.
+pub fn correlate<'a>(item: &Value, old: Option<&'a Value>, keys: &[&str]) -> Option<&'a Value> {
+    let want = key_of(item, keys);
+    old?.as_array()?
+        .iter()
+        .find(|o| o.is_object() && key_of(o, keys) == want)
+}
+
+/// A map list's items: each an object, no two with the same keys. An item
+/// missing a key is reported by the schema's `required` (or defaulted), so
+/// it is not compared here. kube-apiserver's wording:
+/// `Duplicate value: map[string]interface {}{"name":"a"}`.
+pub fn check_map_list(items: &[Value], keys: &[&str], path: &str, out: &mut Vec<FieldCause>) {
+    let mut seen: Vec<Vec<Option<&Value>>> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        let Some(m) = item.as_object() else {
+            if !item.is_null() {
+                out.push(FieldCause {
+                    reason: "FieldValueInvalid",
+                    field: at,
+                    message: format!(
+                        "Invalid value: {}: must be an object for an array of list-type map",
+                        go_sharp(item)
+                    ),
+                });
+            }
+            continue;
+        };
+        let key = key_of(item, keys);
+        if key.iter().any(Option::is_none) {
+            continue;
+        }
+        if seen.contains(&key) {
+            out.push(FieldCause {
+                reason: "FieldValueDuplicate",
+                field: at,
+                message: format!("Duplicate value: {}", go_key_map(m, keys)),
+            });
+        } else {
+            seen.push(key);
+        }
+    }
+}
+
+/// Go's `%#v` of the `map[string]interface{}` of an item's keys (fmt sorts
+/// map keys).
+fn go_key_map(m: &Map<String, Value>, keys: &[&str]) -> String {
+    let mut keys: Vec<&str> = keys.to_vec();
+    keys.sort_unstable();
+    let fields: Vec<String> = keys
+        .iter()
+        .filter_map(|k| Some(format!("{:?}:{}", k, go_sharp(m.get(*k)?))))
+        .collect();
+    format!("map[string]interface {{}}{{{}}}", fields.join(", "))
+}
+
+/// Go's `%#v` of a JSON scalar held in an `interface{}`.
+fn go_sharp(v: &Value) -> String {
+    match v {
+        Value::String(s) => serde_json::to_string(s).unwrap_or_default(),
+        Value::Null => "interface {}(nil)".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validation::crd_schema::validate;
+    use serde_json::json;
+
+    /// The published ClusterProfile CRD's schema: the upstream file, pinned
+    /// unchanged beside the project (`../shared/reference/crds`).
+    fn cluster_profile() -> Value {
+        let dir = std::env::var("FLEETBUS_UPSTREAM_CRDS").unwrap_or_else(|_| {
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../shared/reference/crds"
+            )
+            .to_owned()
+        });
+        let file = format!("{dir}/multicluster.x-k8s.io_clusterprofiles.yaml");
+        let yaml = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("the upstream ClusterProfile CRD at {file}: {e}"));
+        let crd: Value = serde_yaml::from_str(&yaml).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    }
+
+    fn profile(manager: &str) -> Value {
+        json!({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+               "metadata": {"name": "a", "namespace": "fleetbus-system"},
+               "spec": {"clusterManager": {"name": manager}, "displayName": "a"}})
+    }
+
+    fn messages(causes: &[FieldCause]) -> Vec<String> {
+        causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect()
+    }
+
+    #[test]
+    fn an_immutable_field_refuses_a_change_as_kube_says() {
+        let schema = cluster_profile();
+        assert!(validate(&schema, &profile("fleetbus"), None).is_empty());
+        // A transition rule does not run on create.
+        assert!(validate(&schema, &profile("other"), None).is_empty());
+        let old = profile("fleetbus");
+        let mut same = old.clone();
+        same["spec"]["displayName"] = json!("renamed");
+        assert!(validate(&schema, &same, Some(&old)).is_empty());
+        assert_eq!(
+            messages(&validate(&schema, &profile("other"), Some(&old))),
+            ["spec.clusterManager: Invalid value: \"object\": ClusterManager is immutable"]
+        );
+        // A stored object without the field has nothing to compare with.
+        let mut bare = old.clone();
+        bare["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("clusterManager");
+        assert!(validate(&schema, &profile("other"), Some(&bare)).is_empty());
+    }
+
+    #[test]
+    fn rules_without_old_self_say_what_failed() {
+        let schema = json!({"type": "object", "properties": {"spec": {
+            "type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "self.min <= self.max"},
+                {"rule": "self.min >= 0", "message": "min must not be negative", "fieldPath": ".min"},
+                {"rule": "self.missing == 1"},
+            ],
+            "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}}}}});
+        let obj = json!({"spec": {"min": -5, "max": -7}});
+        assert_eq!(
+            messages(&validate(&schema, &obj, None)),
+            [
+                "spec: Invalid value: \"object\": failed rule: self.min <= self.max",
+                "spec.min: Invalid value: \"object\": min must not be negative",
+                "spec: Invalid value: \"object\": No such key: missing evaluating rule: self.missing == 1",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_costly_rule_is_refused_with_the_crd() {
+        let mut out = Vec::new();
+        let schema = json!({"type": "object", "x-kubernetes-validations": [
+            {"rule": "self.a.all(x, self.b.all(y, self.c.all(z, x == y && y == z)))"},
+            {"rule": "self.a =="},
+            {"rule": "self.a.all(x, x > 0)"},
+        ]});
+        check_definition(&schema, "spec.versions[0].schema.openAPIV3Schema", &mut out);
+        let fields: Vec<_> = out.iter().map(|c| (c.field.as_str(), c.reason)).collect();
+        assert_eq!(
+            fields,
+            [
+                (
+                    "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[0].rule",
+                    "FieldValueForbidden"
+                ),
+                (
+                    "spec.versions[0].schema.openAPIV3Schema.x-kubernetes-validations[1].rule",
+                    "FieldValueInvalid"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_evaluation_over_its_budget_is_stopped() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.items.all(x, self.items.all(y, y == x))"}],
+            "properties": {"items": {"type": "array", "items": {"type": "integer"}}}}}});
+        let obj = json!({"spec": {"items": vec![1; 2_000]}});
+        assert_eq!(
+            messages(&validate(&schema, &obj, None)),
+            ["spec: Invalid value: \"object\": validation failed due to running out of cost budget, no further validation rules will be run"]
+        );
+    }
+
+    #[test]
+    fn map_lists_refuse_duplicate_and_missing_keys() {
+        let schema = cluster_profile();
+        let mut obj = profile("fleetbus");
+        let cond = |t: &str| json!({"type": t, "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+        obj["status"] = json!({
+            "conditions": [cond("Joined"), cond("ControlPlaneHealthy"), cond("Joined")],
+            "properties": [{"name": "a", "value": "1"}, {"value": "2"}, {"name": "a", "value": "3"}],
+        });
+        assert_eq!(
+            messages(&validate(&schema, &obj, None)),
+            [
+                "status.conditions[2]: Duplicate value: map[string]interface {}{\"type\":\"Joined\"}",
+                "status.properties[2]: Duplicate value: map[string]interface {}{\"name\":\"a\"}",
+                "status.properties[1].name: Required value",
+            ]
+        );
+    }
+
+    #[test]
+    fn map_list_items_are_compared_with_the_stored_item_of_the_same_keys() {
+        let schema = json!({"type": "object", "properties": {"l": {"type": "array",
+            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"],
+            "items": {"type": "object", "required": ["k"], "properties": {
+                "k": {"type": "string"},
+                "v": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "immutable"}]}}}}}});
+        let old = json!({"l": [{"k": "a", "v": "1"}, {"k": "b", "v": "2"}]});
+        // Reordered: each item still meets its own stored self.
+        let reordered =
+            json!({"l": [{"k": "b", "v": "2"}, {"k": "a", "v": "1"}, {"k": "c", "v": "9"}]});
+        assert!(validate(&schema, &reordered, Some(&old)).is_empty());
+        let changed = json!({"l": [{"k": "b", "v": "3"}, {"k": "a", "v": "1"}]});
+        assert_eq!(
+            messages(&validate(&schema, &changed, Some(&old))),
+            ["l[0].v: Invalid value: \"string\": immutable"]
+        );
+    }
+}
