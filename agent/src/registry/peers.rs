@@ -89,8 +89,7 @@ pub async fn reconcile(
         };
     }
     let plans = plan(reg, clusters, now);
-    let mut out = Outcome::default();
-    out.states = plans
+    let states = plans
         .iter()
         .map(|p| {
             let facts = PeerFacts {
@@ -103,6 +102,10 @@ pub async fn reconcile(
             (p.name.clone(), state_label(peer_state(facts)))
         })
         .collect();
+    let mut out = Outcome {
+        states,
+        ..Outcome::default()
+    };
     let mut by_state: BTreeMap<&'static str, i64> = BTreeMap::new();
     for p in &plans {
         if p.alive && p.record.state == MemberState::Active {

@@ -317,7 +317,7 @@ impl Validator {
         for (i, t) in p.tolerations.iter().enumerate() {
             let f = format!("{field}.tolerations[{i}]");
             let exists = t.operator == super::placement::TolerationOperator::Exists;
-            if !(t.key.is_empty() && exists) && !is_qualified_name(&t.key) {
+            if !(is_qualified_name(&t.key) || t.key.is_empty() && exists) {
                 self.push(format!("{f}.key"), RuleErrorKind::InvalidKey(t.key.clone()));
             }
             if exists && !t.value.is_empty() {

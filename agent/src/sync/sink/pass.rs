@@ -319,7 +319,7 @@ pub(in crate::sync) struct Passed {
 
 /// Computes the desired copies that changed, writes what differs,
 /// collects what nothing wants, and records what each rule did (see
-/// `plan`). The rollout book's holds are the sink's (set here), its
+/// `plan`). Placement's records say where copies live. The rollout book's holds are the sink's (set here), its
 /// version reads are started here (their results come back on `tx`); the
 /// source stage's errors, withheld and refused objects are read into the
 /// rules' reports.
@@ -327,8 +327,7 @@ pub(in crate::sync) async fn sink_pass(
     world: &World,
     sink: &mut SinkState,
     drift: &mut DriftState,
-    rollout: &mut RolloutBook,
-    placement: &PlacementBook,
+    (rollout, placement): (&mut RolloutBook, &PlacementBook),
     source: &SourceState,
     ctx: &Arc<Context>,
     tx: &mpsc::Sender<crate::sync::model::Input>,
