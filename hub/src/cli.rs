@@ -641,6 +641,21 @@ pub enum MeshCommand {
     Down(DirArgs),
     /// Show each component of the mesh: pid, alive, URL, agent readiness.
     Status(DirArgs),
+    /// Kill one cluster's agent and API server (SIGKILL, as a machine dies):
+    /// its peers see it Disconnected, placement fails its copies over.
+    Stop(MeshClusterArgs),
+    /// Run a stopped cluster's API server and agent again (same data and
+    /// arguments) and wait until the agent is ready.
+    Start(MeshClusterArgs),
+}
+
+/// One cluster of a running mesh.
+#[derive(Debug, Args)]
+pub struct MeshClusterArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// The cluster's name in the mesh.
+    pub cluster: String,
 }
 
 /// Where the mesh keeps its state, data and logs.

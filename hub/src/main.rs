@@ -84,6 +84,13 @@ fn main() -> ExitCode {
         MeshCommand::Down(args) => mesh::down(&args.dir)
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),
+        MeshCommand::Stop(a) => mesh::stop(&a.dir.dir, &a.cluster)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
+        MeshCommand::Start(a) => runtime
+            .block_on(mesh::start(&a.dir.dir, &a.cluster))
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
         MeshCommand::Status(args) => runtime
             .block_on(mesh::status(&args.dir))
             .map(|healthy| {

@@ -78,6 +78,15 @@ pub struct ClusterRecord {
     pub data_dir: PathBuf,
     pub devcluster: Option<DevclusterRecord>,
     pub agent: Option<AgentRecord>,
+    /// The devcluster's and the agent's arguments, for `mesh start` to run
+    /// them again after `mesh stop`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devcluster_args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_args: Vec<String>,
+    /// `mesh stop` killed it: a foreground `mesh up` lets it be.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 /// Everything `mesh up` started, written as each component starts so that
@@ -218,6 +227,9 @@ mod tests {
                         process: rec(4),
                         metrics_addr: "127.0.0.1:2".into(),
                     }),
+                    devcluster_args: Vec::new(),
+                    agent_args: Vec::new(),
+                    stopped: false,
                 },
                 ClusterRecord {
                     name: "b".into(),
@@ -228,6 +240,9 @@ mod tests {
                         url: String::new(),
                     }),
                     agent: None,
+                    devcluster_args: Vec::new(),
+                    agent_args: Vec::new(),
+                    stopped: false,
                 },
             ],
             security: Some(MeshSecurity {

@@ -307,6 +307,7 @@ mod tests {
                     name_conflict: false,
                     record: serde_json::Value::Null,
                     sealing_key: None,
+                    taints: Vec::new(),
                 },
             );
         }

@@ -33,6 +33,9 @@ pub enum MeshError {
         #[source]
         source: std::io::Error,
     },
+    /// `mesh stop|start` asked for something this mesh cannot do.
+    #[error("{0}")]
+    Usage(String),
     /// `mesh up` found a mesh still running in the directory.
     #[error("a mesh is already running in {0} (stop it with `fleetbus mesh down --dir {0}`)")]
     AlreadyRunning(PathBuf),

@@ -2,6 +2,7 @@
 
 mod down;
 mod error;
+mod member;
 pub mod secure;
 mod status;
 mod tour;
@@ -9,6 +10,7 @@ mod up;
 
 pub use down::down;
 pub use error::MeshError;
+pub use member::{start, stop};
 pub use status::status;
 pub use up::{up, UpOutcome, UpPlan};
 

@@ -44,6 +44,14 @@ pub async fn status(dir: &Path) -> Result<bool, MeshError> {
     }
     let mut agents = Vec::new();
     for c in &state.clusters {
+        if c.stopped {
+            // Dead on purpose (`mesh stop`): said, and not a failure of the mesh.
+            println!(
+                "{:<16} stopped (`fleetbus mesh start {0}` brings it back)",
+                c.name
+            );
+            continue;
+        }
         if let Some(d) = &c.devcluster {
             row(
                 &format!("{}/devcluster", c.name),

@@ -110,6 +110,9 @@ mod tests {
                     data_dir: format!(".fleetbus-mesh/{n}/data").into(),
                     devcluster: None,
                     agent: None,
+                    devcluster_args: Vec::new(),
+                    agent_args: Vec::new(),
+                    stopped: false,
                 })
                 .collect(),
             ..MeshState::default()

@@ -121,6 +121,7 @@ pub async fn up(plan: &UpPlan) -> Result<UpOutcome, MeshError> {
                 break UpOutcome::Stopped;
             }
             () = tokio::time::sleep(Duration::from_millis(500)) => {
+                mesh.let_stopped_be();
                 if let Some((what, why, log)) = mesh.first_exited() {
                     println!("\n{what} exited ({why}); last lines of {}:\n{}", log.display(), log_tail(&log, TAIL_LINES));
                     println!("stopping the mesh");
@@ -347,6 +348,9 @@ impl Mesh {
                     url: String::new(),
                 }),
                 agent: None,
+                devcluster_args: args.clone(),
+                agent_args: Vec::new(),
+                stopped: false,
             });
             waiting.push((self.procs.len() - 1, stdout));
         }
@@ -408,6 +412,10 @@ impl Mesh {
                 process,
                 metrics_addr: metrics_addr.clone(),
             });
+            self.state.clusters[i].agent_args = args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
             waiting.push((self.procs.len() - 1, metrics_addr));
         }
         self.save()?;
@@ -425,6 +433,23 @@ impl Mesh {
         Ok(())
     }
 
+    /// Forgets the processes of clusters `mesh stop` stopped (read from the
+    /// state file): their exit is not a failure of the mesh.
+    fn let_stopped_be(&mut self) {
+        let Ok(on_disk) = MeshState::read(&self.dir) else {
+            return;
+        };
+        let stopped: Vec<String> = on_disk
+            .clusters
+            .iter()
+            .filter(|c| c.stopped)
+            .map(|c| format!("{}/", c.name))
+            .collect();
+        self.procs
+            .retain(|(_, p)| !stopped.iter().any(|s| p.what.starts_with(s.as_str())));
+        self.state = on_disk;
+    }
+
     /// The first component that exited on its own: name, status, log.
     fn first_exited(&mut self) -> Option<(String, String, PathBuf)> {
         self.procs.iter_mut().find_map(|(_, p)| {
@@ -435,6 +460,26 @@ impl Mesh {
     /// Stops everything in order (agents, devclusters, NATS), reaping each
     /// child, and removes the state file.
     fn shutdown(&mut self) {
+        // What `mesh start` ran again is in the state file, not our children.
+        if let Ok(on_disk) = MeshState::read(&self.dir) {
+            let ours: Vec<u32> = self.procs.iter().map(|(_, p)| p.record.pid).collect();
+            for c in &on_disk.clusters {
+                let agent = c
+                    .agent
+                    .as_ref()
+                    .map(|a| (Kind::Agent, "agent", a.process.clone()));
+                let dev = c
+                    .devcluster
+                    .as_ref()
+                    .map(|d| (Kind::Devcluster, "devcluster", d.process.clone()));
+                for (kind, what, rec) in agent.into_iter().chain(dev) {
+                    if !ours.contains(&rec.pid) {
+                        let what = format!("{}/{what}", c.name);
+                        self.procs.push((kind, Stoppable::new(what, rec, None)));
+                    }
+                }
+            }
+        }
         for (kind, grace) in [
             (Kind::Agent, AGENT_GRACE),
             (Kind::Devcluster, DEVCLUSTER_GRACE),
