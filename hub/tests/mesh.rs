@@ -143,6 +143,52 @@ fn detached_mesh_comes_up_reports_status_and_goes_down() {
         text(&status)
     );
 
+    // One cluster stopped (killed) and started again, with its data.
+    let stop = fleetbus(&dir, &["mesh", "stop", "b"]).output().unwrap();
+    assert!(stop.status.success(), "{}", text(&stop));
+    let b_procs: Vec<_> = procs.iter().filter(|(w, _)| w.starts_with("b/")).collect();
+    assert_eq!(b_procs.len(), 2, "{procs:?}");
+    for (what, p) in &b_procs {
+        // SIGKILL is delivered at once; the process is gone when reaped by init.
+        let gone = (0..50).any(|_| {
+            let alive = process_is_alive(p);
+            if alive {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            !alive
+        });
+        assert!(gone, "{what} survived `mesh stop b`");
+    }
+    let status = fleetbus(&dir, &["mesh", "status"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("stopped"),
+        "{}",
+        text(&status)
+    );
+    let bad = fleetbus(&dir, &["mesh", "start", "nosuch"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no cluster"),
+        "{}",
+        text(&bad)
+    );
+    let start = fleetbus(&dir, &["mesh", "start", "b"]).output().unwrap();
+    assert!(start.status.success(), "{}{}", text(&start), logs(&dir));
+    let twice = fleetbus(&dir, &["mesh", "start", "b"]).output().unwrap();
+    assert_eq!(twice.status.code(), Some(1), "{}", text(&twice));
+    let status = fleetbus(&dir, &["mesh", "status"]).output().unwrap();
+    assert!(status.status.success(), "{}{}", text(&status), logs(&dir));
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("b/agent: ready"),
+        "{}",
+        text(&status)
+    );
+    let restarted = MeshState::read(&dir).unwrap();
+    assert!(!restarted.clusters[1].stopped);
+    let procs = all_processes(&restarted);
+
     let again = fleetbus(&dir, &["mesh", "up", "--clusters", "1", "--detach"])
         .output()
         .unwrap();
