@@ -107,7 +107,8 @@ fn jetstream_names_and_limits_match_the_layout() {
             "FLEETBUS_STATUS",
             "FLEETBUS_CONFLICTS",
             "FLEETBUS_ROLLOUTS",
-            "FLEETBUS_VERSIONS"
+            "FLEETBUS_VERSIONS",
+            "FLEETBUS_PLACEMENTS"
         ]
     );
     for s in default.streams() {

@@ -120,7 +120,8 @@ async fn agents_create_the_layout_and_agree_on_it() {
             "FLEETBUS_STATUS",
             "FLEETBUS_CONFLICTS",
             "FLEETBUS_ROLLOUTS",
-            "FLEETBUS_VERSIONS"
+            "FLEETBUS_VERSIONS",
+            "FLEETBUS_PLACEMENTS"
         ]
     );
     for spec in layout.streams() {

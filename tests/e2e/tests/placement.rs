@@ -1,9 +1,9 @@
 //! Placement and failover (`spec.placement`), with real agents, devclusters
 //! and the `fleetbus` CLI driven as users do: a hub and three sinks, a rule
 //! placing each ConfigMap on 2 of them. A NoExecute taint moves a copy off
-//! its cluster after `afterSeconds`; a chosen cluster whose agent is killed
-//! is replaced; when it returns (`failback: Never`) its stale copy is
-//! collected and the new choice stays.
+//! its cluster after `afterSeconds`; a chosen cluster whose agent and API
+//! server are killed is replaced; when it returns (`failback: Never`) its
+//! stale copy is collected and the new choice stays.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test crate
 
@@ -131,10 +131,12 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
     let (code, _, err) = fleetbus_cli(&nats, &["clusters", "cordon", "nosuch"]).await;
     assert_eq!(code, Some(1), "{err}");
 
-    // A chosen cluster dies: its copy is replaced on the third.
+    // A chosen cluster dies, its agent and its API server: its copy is
+    // replaced on the third.
     let dead = moved.iter().next().unwrap().clone();
     let i = m.iter().position(|x| x.name == dead).unwrap();
     m[i].agent.kill9();
+    m[i].cluster.kill9();
     let after_failover = {
         let sinks: Vec<&Member> = m[1..].iter().filter(|x| x.name != dead).collect();
         wait_for("a replacement copy", CONVERGE, || async {
@@ -148,7 +150,9 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
         .await
     };
     assert!(!after_failover.contains(&dead));
-    // The dead cluster could not hear the decision: its copy is still there.
+    // Its API server returns before its agent: the cluster could not hear
+    // the decision, so its copy is still there.
+    m[i].cluster.restart().unwrap();
     let kept = get_dynamic(&m[i], &config_maps(), Some("web"), "app")
         .await
         .unwrap();
