@@ -223,6 +223,23 @@ async fn next_advisory(sub: &mut Option<async_nats::Subscriber>) -> Option<async
     }
 }
 
+/// Secure mode: a record must be signed by the origin its subject names; one
+/// the broker let someone else write is refused (counted, reported) and not
+/// acted on. Insecure mode: every record stands.
+pub(in crate::sync) fn signed_by(
+    ctx: &Context,
+    origin: &str,
+    subject: &str,
+    payload: &[u8],
+) -> Result<(), &'static str> {
+    if ctx.cfg.trust.is_none() {
+        return Ok(());
+    }
+    ctx.signers
+        .check_json(origin, payload, chrono::Utc::now())
+        .inspect_err(|reason| ctx.reject(origin, reason, subject))
+}
+
 #[cfg(test)]
 mod tests {
     use super::CatchUp;

@@ -28,17 +28,7 @@ pub async fn placement_consumer(
             let ctx = ctx.clone();
             Box::new(move |prefix, subject, payload| {
                 let (key, rec) = decode_record(prefix, subject, payload)?;
-                // Secure mode: signed by the origin the subject names; a
-                // record the broker let someone else write is not acted on.
-                if ctx.cfg.trust.is_some() {
-                    let checked = ctx
-                        .signers
-                        .check_json(&key.origin, payload, chrono::Utc::now());
-                    if let Err(reason) = checked {
-                        ctx.reject(&key.origin, reason, subject);
-                        return Err(reason);
-                    }
-                }
+                super::follow::signed_by(&ctx, &key.origin, subject, payload)?;
                 Ok((key, rec))
             })
         },

@@ -160,6 +160,80 @@ impl<K, V> Feed<K, V> {
     }
 }
 
+/// The last value of every key of a followed stream of records (rollout,
+/// placement), with the re-read a consumer restart brings: replaced only
+/// once the restart has delivered every last value, so that no record is
+/// missing in between.
+#[derive(Debug)]
+pub struct Followed<K, V> {
+    /// The last valid value of every key.
+    pub records: std::collections::BTreeMap<K, V>,
+    /// The values of a consumer restart in progress.
+    pub resnap: Option<std::collections::BTreeMap<K, V>>,
+    /// Every last value has been read at least once: before that a reader
+    /// cannot tell "no record" from "not read yet".
+    pub caught_up: bool,
+}
+
+impl<K, V> Default for Followed<K, V> {
+    fn default() -> Self {
+        Followed {
+            records: std::collections::BTreeMap::new(),
+            resnap: None,
+            caught_up: false,
+        }
+    }
+}
+
+/// What one fold changed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Folded<K> {
+    /// Nothing a reader acts on.
+    Nothing,
+    /// The value of this key.
+    Key(K),
+    /// Every value may have changed (a re-read swapped in, or the first catch-up).
+    Everything,
+}
+
+impl<K: Ord + Clone, V: Clone> Followed<K, V> {
+    /// Folds one event of the consumer in.
+    pub fn fold(&mut self, ev: Feed<K, V>) -> Folded<K> {
+        match ev {
+            Feed::Reset => {
+                self.resnap = Some(Default::default());
+                Folded::Nothing
+            }
+            Feed::Item(key, v) => {
+                let map = self.resnap.as_mut().unwrap_or(&mut self.records);
+                map.insert(key.clone(), *v);
+                Folded::Key(key)
+            }
+            Feed::Unreadable(key) => {
+                // Skipped and counted by the consumer; what was read before
+                // stays (garbage on a subject changes nothing), as a sink
+                // keeps its copy on any message it cannot read.
+                if let (Some(resnap), Some(old)) = (&mut self.resnap, self.records.get(&key)) {
+                    resnap.insert(key, old.clone());
+                }
+                Folded::Nothing
+            }
+            Feed::CaughtUp => {
+                let mut out = Folded::Nothing;
+                if let Some(r) = self.resnap.take() {
+                    self.records = r;
+                    out = Folded::Everything;
+                }
+                if !self.caught_up {
+                    out = Folded::Everything;
+                }
+                self.caught_up = true;
+                out
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,8 +24,8 @@ mod target;
 pub use baseline::Baseline;
 pub use candidate::Candidate;
 pub use input::{
-    believed_after_failure, BusEvent, Feed, Input, LocalEvent, PlacementEvent, RolloutEvent, Seen,
-    StatusEvent,
+    believed_after_failure, BusEvent, Feed, Folded, Followed, Input, LocalEvent, PlacementEvent,
+    RolloutEvent, Seen, StatusEvent,
 };
 pub use objects::LocalObjects;
 pub use outcome::{Conflict, CopyError, FailureKind, Outcome};

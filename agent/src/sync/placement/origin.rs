@@ -52,7 +52,7 @@ pub(in crate::sync) async fn placement_pass(
     returns: &StatusBook,
     ctx: &Context,
 ) -> Option<Instant> {
-    if !book.caught_up || !returns.caught_up || !rules_read(world) || !health_known(world) {
+    if !book.caught_up() || !returns.caught_up || !rules_read(world) || !health_known(world) {
         return None;
     }
     let now = Utc::now();
@@ -91,7 +91,7 @@ pub(in crate::sync) async fn placement_pass(
             tracing::info!(placement = %key.to_subject(ctx.layout.prefix()), replaced = ?record.replaced, "placement failed over");
         }
         // Believed at once: the consumer reads it back later.
-        book.records.insert(key, record);
+        book.read.records.insert(key, record);
     }
     let timer = wake.map(|t| {
         let ahead = (t - now).to_std().unwrap_or_default();

@@ -12,7 +12,7 @@ use fleetbus_schemas::placement::{PlacementKey, PlacementRecord, PlacementUnit, 
 use fleetbus_schemas::subject::ObjectKey;
 
 use super::state::PlacementBook;
-use crate::sync::model::{Feed, PlacementEvent};
+use crate::sync::model::{Folded, PlacementEvent};
 use crate::sync::rollout::sink::Replan;
 use crate::sync::rules::compile::CompiledRule;
 
@@ -63,7 +63,7 @@ pub(in crate::sync) fn placed(
         hold: Some(why),
         share: None,
     };
-    if !book.caught_up {
+    if !book.caught_up() {
         return hold("reading the placement decisions".into());
     }
     let Some(rec) = book.record(&pk) else {
@@ -91,40 +91,14 @@ fn role_placed(rec: &PlacementRecord, local: &str, env: Option<Envelope>) -> Pla
 /// Folds one event of the placement consumer into the book; what the sink
 /// plans again.
 pub(in crate::sync) fn placement_event(book: &mut PlacementBook, ev: PlacementEvent) -> Replan {
-    match ev {
-        Feed::Reset => {
-            book.resnap = Some(Default::default());
-            Replan::Nothing
-        }
-        Feed::Item(key, rec) => {
-            let map = book.resnap.as_mut().unwrap_or(&mut book.records);
-            let replan = match &key.unit {
-                PlacementUnit::Object { object, .. } => Replan::Object(object.clone()),
-                // A group's decision concerns objects of several rules.
-                PlacementUnit::Group(_) => Replan::Everything,
-            };
-            map.insert(key, *rec);
-            replan
-        }
-        Feed::Unreadable(key) => {
-            // Skipped and counted by the consumer; what was read before stays.
-            if let (Some(resnap), Some(old)) = (&mut book.resnap, book.records.get(&key)) {
-                resnap.insert(key, old.clone());
-            }
-            Replan::Nothing
-        }
-        Feed::CaughtUp => {
-            let mut replan = Replan::Nothing;
-            if let Some(r) = book.resnap.take() {
-                book.records = r;
-                replan = Replan::Everything;
-            }
-            if !book.caught_up {
-                replan = Replan::Everything;
-            }
-            book.caught_up = true;
-            replan
-        }
+    match book.read.fold(ev) {
+        Folded::Nothing => Replan::Nothing,
+        Folded::Key(key) => match key.unit {
+            PlacementUnit::Object { object, .. } => Replan::Object(object),
+            // A group's decision concerns objects of several rules.
+            PlacementUnit::Group(_) => Replan::Everything,
+        },
+        Folded::Everything => Replan::Everything,
     }
 }
 
