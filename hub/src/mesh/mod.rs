@@ -1,8 +1,9 @@
-//! `fleetbus mesh up|down|status`: a local mesh of real processes.
+//! `fleetbus mesh up|down|status|init`: a local mesh of real processes.
 
 mod down;
 mod error;
 mod member;
+mod init;
 pub mod secure;
 mod status;
 mod tour;
@@ -11,6 +12,7 @@ mod up;
 pub use down::down;
 pub use error::MeshError;
 pub use member::{start, stop};
+pub use init::{init, ClusterFiles, Initialised};
 pub use status::status;
 pub use up::{up, UpOutcome, UpPlan};
 
