@@ -189,16 +189,7 @@ ensure_chromium() {
     fi
 }
 
-ensure_promtool() {
-    command -v promtool >/dev/null && return
-    if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
-        say "installing promtool (apt-get install prometheus)"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null ||
-            die "apt-get install prometheus failed"
-    else
-        die "promtool not found (apt-get install prometheus)"
-    fi
-}
+ensure_promtool() { ensure_apt_package prometheus promtool; }
 
 # kubectl on PATH (the tour uses it) and the versioned 1.33 binary (tests use it).
 ensure_kubectl() {

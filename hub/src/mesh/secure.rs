@@ -66,7 +66,8 @@ pub fn prepare(dir: &Path, extra_hosts: &[String]) -> Result<(PathBuf, MeshSecur
         Err(_) => LOCAL_NAMES.join("\n") + "\n",
     };
     let named = |n: &String| made_for.lines().any(|l| l == n);
-    if !(ca.exists() && cert.exists() && key.exists()) || !names.iter().all(named) {
+    let usable = ca.exists() && cert.exists() && key.exists() && names.iter().all(named);
+    if !usable {
         // The CA's key is not kept: a name the certificate lacks takes a new CA too.
         files::create_dir(&tls)?;
         let (ca_pem, cert_pem, key_pem) = generate_tls(&names).map_err(MeshError::Tls)?;
