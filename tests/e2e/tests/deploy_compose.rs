@@ -91,8 +91,15 @@ fn demo_steps(compose_dir: &Path) -> Vec<DemoStep> {
 fn compose_file(compose_dir: &Path) -> Value {
     let text = std::fs::read_to_string(compose_dir.join("docker-compose.yaml")).unwrap();
     let mut doc: Value = serde_yaml::from_str(&text).unwrap();
-    doc.apply_merge().unwrap();
-    doc
+    // One pass resolves one level: `<<: *agent` brings in the `<<: *hardened`
+    // of the x-agent block, which the next pass resolves.
+    loop {
+        let before = doc.clone();
+        doc.apply_merge().unwrap();
+        if doc == before {
+            return doc;
+        }
+    }
 }
 
 #[test]
