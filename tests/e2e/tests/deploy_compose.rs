@@ -107,17 +107,14 @@ fn both_profiles_agents_share_every_setting_but_how_they_reach_their_cluster() {
     let doc = compose_file(&repo_root().join("deploy/compose"));
     let services = &doc["services"];
     // Where an agent of one profile may differ from its twin in the other.
-    let reach = [
-        "profiles",
-        "network_mode",
-        "ports",
-        "volumes",
-        "depends_on",
-    ];
+    let reach = ["profiles", "network_mode", "ports", "volumes", "depends_on"];
     for cluster in ["a", "b", "c"] {
         let mut local = services[format!("agent-{cluster}").as_str()].clone();
         let mut k3s = services[format!("k3s-agent-{cluster}").as_str()].clone();
-        assert!(local.is_mapping() && k3s.is_mapping(), "agents of {cluster}");
+        assert!(
+            local.is_mapping() && k3s.is_mapping(),
+            "agents of {cluster}"
+        );
         for agent in [&mut local, &mut k3s] {
             let map = agent.as_mapping_mut().unwrap();
             for key in reach {
