@@ -2,8 +2,8 @@
 
 mod down;
 mod error;
-mod member;
 mod init;
+mod member;
 pub mod secure;
 mod status;
 mod tour;
@@ -11,8 +11,8 @@ mod up;
 
 pub use down::down;
 pub use error::MeshError;
-pub use member::{start, stop};
 pub use init::{init, ClusterFiles, Initialised};
+pub use member::{start, stop};
 pub use status::status;
 pub use up::{up, UpOutcome, UpPlan};
 
