@@ -4,10 +4,26 @@
 #   docker build -t fleetbus:dev .
 # The runtime user id (65532) is the helm chart's runAsUser
 # (deploy/helm/fleetbus-agent/values.yaml); keep them equal.
+# Both bases are build arguments: scripts/image passes stand-ins it makes from
+# Debian packages where no registry can be reached.
 
-ARG RUST_VERSION=1.90
+ARG BUILD_IMAGE=rust:1.90-slim-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
-FROM rust:${RUST_VERSION}-slim-bookworm AS build
+# The runtime, binaries aside. It is the first stage so that
+# `--target runtime` builds it alone (Docker's classic builder builds every
+# stage up to the target): scripts/image --binaries puts already built
+# binaries on it without compiling anything here.
+FROM ${RUNTIME_IMAGE} AS runtime
+LABEL org.opencontainers.image.title="fleetbus" \
+      org.opencontainers.image.description="fleetbus agent, CLI and devcluster" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# distroless's "nonroot" user; the chart's podSecurityContext.runAsUser.
+USER 65532:65532
+EXPOSE 9090
+ENTRYPOINT ["/usr/local/bin/fleetbus-agent"]
+
+FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
 # Dependency layer: only the manifests and stub sources, so editing fleetbus's
 # own code does not rebuild the dependencies.
@@ -35,12 +51,5 @@ RUN find schemas agent launch hub chaos tests -name '*.rs' -exec touch {} + \
     && mkdir -p /out \
     && cp target/release/fleetbus-agent target/release/fleetbus-credentials target/release/fleetbus target/release/fleetbus-devcluster /out/
 
-FROM gcr.io/distroless/cc-debian12:nonroot
-LABEL org.opencontainers.image.title="fleetbus" \
-      org.opencontainers.image.description="fleetbus agent, CLI and devcluster" \
-      org.opencontainers.image.licenses="Apache-2.0"
+FROM runtime
 COPY --from=build /out/ /usr/local/bin/
-# distroless's "nonroot" user; the chart's podSecurityContext.runAsUser.
-USER 65532:65532
-EXPOSE 9090
-ENTRYPOINT ["/usr/local/bin/fleetbus-agent"]

@@ -105,17 +105,72 @@ ensure_helm() {
     export FLEETBUS_HELM="$bin"
 }
 
-# docker-compose (v1, Debian's package): validates compose files without an
-# engine. Installed with apt-get only when missing and running as root.
-ensure_docker_compose() {
-    command -v docker-compose >/dev/null && return
+# ensure_apt_package PACKAGE [COMMAND]: COMMAND (default PACKAGE) on PATH,
+# installing Debian's PACKAGE with apt-get when it is missing and running as root.
+ensure_apt_package() {
+    local pkg="$1" cmd="${2:-$1}"
+    command -v "$cmd" >/dev/null && return
     if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
-        say "installing docker-compose (apt-get)"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null ||
-            die "apt-get install docker-compose failed"
+        say "installing $pkg (apt-get)"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null ||
+            die "apt-get install $pkg failed"
     else
-        die "docker-compose not found (apt-get install docker-compose)"
+        die "$cmd not found (apt-get install $pkg)"
     fi
+}
+
+# docker-compose (v1, Debian's package): validates compose files without an
+# engine, and runs the compose mesh (scripts/compose).
+ensure_docker_compose() { ensure_apt_package docker-compose; }
+
+# Where a dockerd started by these scripts logs and records its pid.
+FLEETBUS_DOCKERD_LOG="$FLEETBUS_ROOT/.tools/dockerd.log"
+FLEETBUS_DOCKERD_PID="$FLEETBUS_ROOT/.tools/dockerd.pid"
+
+# Docker: Debian's docker.io (the client and dockerd; apt-get, as root, when
+# either is missing) and a daemon that answers: when none does, dockerd is
+# started in the background (as root) with --iptables=false, as machines
+# without iptables rules need (containers still reach each other and
+# published ports; builds that fetch use --network host). Its log and pid
+# go to .tools/dockerd.{log,pid}; stop_docker stops it again.
+ensure_docker() {
+    if ! command -v docker >/dev/null || ! docker info >/dev/null 2>&1; then
+        command -v dockerd >/dev/null || ensure_apt_package docker.io dockerd
+        command -v docker >/dev/null || die "docker not found after installing docker.io"
+    fi
+    docker info >/dev/null 2>&1 && return
+    [[ $(id -u) -eq 0 ]] || die "no Docker daemon answers, and starting one needs root (sudo dockerd --iptables=false)"
+    say "starting dockerd --iptables=false (log: $FLEETBUS_DOCKERD_LOG)"
+    mkdir -p "$(dirname "$FLEETBUS_DOCKERD_LOG")"
+    dockerd --iptables=false >"$FLEETBUS_DOCKERD_LOG" 2>&1 &
+    echo $! >"$FLEETBUS_DOCKERD_PID"
+    local deadline=$((SECONDS + 60))
+    until docker info >/dev/null 2>&1; do
+        kill -0 "$(cat "$FLEETBUS_DOCKERD_PID")" 2>/dev/null ||
+            die "dockerd exited; last lines of $FLEETBUS_DOCKERD_LOG:
+$(tail -n 20 "$FLEETBUS_DOCKERD_LOG")"
+        ((SECONDS < deadline)) || die "dockerd not answering after 60s (see $FLEETBUS_DOCKERD_LOG)"
+        sleep 0.5
+    done
+}
+
+# Stops the dockerd ensure_docker started, if it did and it runs no container.
+stop_docker() {
+    [[ -f "$FLEETBUS_DOCKERD_PID" ]] || return 0
+    local pid
+    pid="$(cat "$FLEETBUS_DOCKERD_PID")"
+    if kill -0 "$pid" 2>/dev/null; then
+        if [[ -n "$(docker ps -q 2>/dev/null)" ]]; then
+            say "dockerd (pid $pid) still runs containers: left running"
+            return 0
+        fi
+        say "stopping dockerd (pid $pid)"
+        kill "$pid"
+        local deadline=$((SECONDS + 30))
+        while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.5; done
+        kill -0 "$pid" 2>/dev/null && die "dockerd (pid $pid) still running 30s after SIGTERM"
+    fi
+    rm -f "$FLEETBUS_DOCKERD_PID"
 }
 
 # promtool (Debian's prometheus package; only its promtool is used, no server is
@@ -134,16 +189,7 @@ ensure_chromium() {
     fi
 }
 
-ensure_promtool() {
-    command -v promtool >/dev/null && return
-    if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
-        say "installing promtool (apt-get install prometheus)"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null ||
-            die "apt-get install prometheus failed"
-    else
-        die "promtool not found (apt-get install prometheus)"
-    fi
-}
+ensure_promtool() { ensure_apt_package prometheus promtool; }
 
 # kubectl on PATH (the tour uses it) and the versioned 1.33 binary (tests use it).
 ensure_kubectl() {

@@ -647,6 +647,18 @@ pub enum MeshCommand {
     /// Run a stopped cluster's API server and agent again (same data and
     /// arguments) and wait until the agent is ready.
     Start(MeshClusterArgs),
+    /// Write what a secure mesh runs with, without starting anything: for a mesh
+    /// whose processes run elsewhere (the docker-compose mesh runs this in a
+    /// container).
+    ///
+    /// The same files `mesh up` writes in DIR: the fleet (`fleet init`), the NATS
+    /// CA (DIR/ca.pem), a server certificate for 127.0.0.1, localhost and every
+    /// --nats-host, the nats-server configuration (DIR/nats.conf, paths absolute
+    /// under DIR), the admin's DIR/admin.creds and each cluster's
+    /// DIR/<cluster>/nats.creds, key and certificate (as `join`). Again on the same
+    /// directory: nothing is minted anew, but a --nats-host the certificate lacks
+    /// gets a new CA and server certificate.
+    Init(InitArgs),
 }
 
 /// One cluster of a running mesh.
@@ -656,6 +668,32 @@ pub struct MeshClusterArgs {
     pub dir: DirArgs,
     /// The cluster's name in the mesh.
     pub cluster: String,
+}
+
+/// Which clusters a mesh has.
+#[derive(Debug, Args)]
+pub struct MemberArgs {
+    /// Number of clusters (default 3, or the number of --names; at most 26).
+    #[arg(long, env = "FLEETBUS_MESH_CLUSTERS", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLUSTERS)))]
+    pub clusters: Option<u32>,
+
+    /// Cluster names, comma-separated DNS-1123 labels (default a,b,c,...; at most 26).
+    #[arg(long, env = "FLEETBUS_MESH_NAMES", value_delimiter = ',')]
+    pub names: Option<Vec<String>>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+
+    #[command(flatten)]
+    pub members: MemberArgs,
+
+    /// A host name (or IP address) clients reach nats-server by, named in its
+    /// certificate besides 127.0.0.1 and localhost (repeat, or comma-separate).
+    #[arg(long, env = "FLEETBUS_MESH_NATS_HOSTS", value_delimiter = ',')]
+    pub nats_host: Vec<String>,
 }
 
 /// Where the mesh keeps its state, data and logs.
@@ -671,13 +709,8 @@ pub struct UpArgs {
     #[command(flatten)]
     pub dir: DirArgs,
 
-    /// Number of clusters (default 3, or the number of --names; at most 26).
-    #[arg(long, env = "FLEETBUS_MESH_CLUSTERS", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_CLUSTERS)))]
-    pub clusters: Option<u32>,
-
-    /// Cluster names, comma-separated DNS-1123 labels (default a,b,c,...; at most 26).
-    #[arg(long, env = "FLEETBUS_MESH_NAMES", value_delimiter = ',')]
-    pub names: Option<Vec<String>>,
+    #[command(flatten)]
+    pub members: MemberArgs,
 
     /// Start everything, print the tour and return, leaving the mesh running.
     #[arg(long, env = "FLEETBUS_MESH_DETACH")]
@@ -776,8 +809,8 @@ mod tests {
         let Command::Mesh(MeshCommand::Up(up)) = cli.command else {
             panic!("not up")
         };
-        assert_eq!(up.clusters, Some(3));
-        assert_eq!(up.names.unwrap(), vec!["a", "b", "c"]);
+        assert_eq!(up.members.clusters, Some(3));
+        assert_eq!(up.members.names.unwrap(), vec!["a", "b", "c"]);
         assert_eq!(up.dir.dir, PathBuf::from("/tmp/m"));
         assert!(up.detach);
         assert_eq!((up.nats_port, up.nodes), (0, 3));

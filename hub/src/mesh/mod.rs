@@ -1,7 +1,8 @@
-//! `fleetbus mesh up|down|status`: a local mesh of real processes.
+//! `fleetbus mesh up|down|status|init`: a local mesh of real processes.
 
 mod down;
 mod error;
+mod init;
 mod member;
 pub mod secure;
 mod status;
@@ -10,6 +11,7 @@ mod up;
 
 pub use down::down;
 pub use error::MeshError;
+pub use init::{init, ClusterFiles, Initialised};
 pub use member::{start, stop};
 pub use status::status;
 pub use up::{up, UpOutcome, UpPlan};

@@ -25,12 +25,20 @@ pub const CA_FILE: &str = "ca.pem";
 const TLS_DIR: &str = "nats-tls";
 const SERVER_CERT: &str = "server.pem";
 const SERVER_KEY: &str = "server.key";
+/// The names the server certificate was made for, one a line: a name it
+/// lacks makes a new certificate.
+const SERVER_NAMES: &str = "names";
 /// The nats-server configuration of a secure mesh.
 pub const NATS_CONF: &str = "nats.conf";
 
+/// The names nats-server's certificate always has: what `mesh up`'s clients use.
+const LOCAL_NAMES: [&str; 2] = ["127.0.0.1", "localhost"];
+
 /// Prepares the fleet, the certificates and the nats-server configuration
-/// in `dir`; returns the configuration's path and what clients need.
-pub fn prepare(dir: &Path) -> Result<(PathBuf, MeshSecurity), MeshError> {
+/// in `dir`; returns the configuration's path and what clients need. The
+/// server certificate names 127.0.0.1, localhost and `extra_hosts` (made
+/// anew, with a new CA, when the existing one lacks one of them).
+pub fn prepare(dir: &Path, extra_hosts: &[String]) -> Result<(PathBuf, MeshSecurity), MeshError> {
     // `force`: the mesh directory holds more than the fleet; existing keys
     // are never overwritten, an existing fleet is reused.
     trust::init(
@@ -43,12 +51,30 @@ pub fn prepare(dir: &Path) -> Result<(PathBuf, MeshSecurity), MeshError> {
     let tls = dir.join(TLS_DIR);
     let (cert, key) = (tls.join(SERVER_CERT), tls.join(SERVER_KEY));
     let ca = dir.join(CA_FILE);
-    if !(ca.exists() && cert.exists() && key.exists()) {
+    let names_file = tls.join(SERVER_NAMES);
+    let mut names: Vec<String> = LOCAL_NAMES.iter().map(|n| (*n).to_owned()).collect();
+    for host in extra_hosts {
+        if !names.contains(host) {
+            names.push(host.clone());
+        }
+    }
+    let listed = names.join("\n") + "\n";
+    // A directory of an earlier version has no names file: its certificate
+    // names exactly the local names.
+    let made_for = match std::fs::read_to_string(&names_file) {
+        Ok(text) => text,
+        Err(_) => LOCAL_NAMES.join("\n") + "\n",
+    };
+    let named = |n: &String| made_for.lines().any(|l| l == n);
+    let usable = ca.exists() && cert.exists() && key.exists() && names.iter().all(named);
+    if !usable {
+        // The CA's key is not kept: a name the certificate lacks takes a new CA too.
         files::create_dir(&tls)?;
-        let (ca_pem, cert_pem, key_pem) = generate_tls().map_err(MeshError::Tls)?;
+        let (ca_pem, cert_pem, key_pem) = generate_tls(&names).map_err(MeshError::Tls)?;
         files::write_file(&ca, ca_pem.as_bytes(), false, true)?;
         files::write_file(&cert, cert_pem.as_bytes(), false, true)?;
         files::write_file(&key, key_pem.as_bytes(), true, true)?;
+        files::write_file(&names_file, listed.as_bytes(), false, true)?;
     }
     let q = |p: &Path| serde_json::to_string(&p.display().to_string()).unwrap_or_default();
     // The include is resolved against this file's directory (the mesh dir).
@@ -152,10 +178,10 @@ pub fn secure_agent(
         .cluster_cert(cluster.join(files::CLUSTER_CERT)))
 }
 
-/// A CA and a server certificate for 127.0.0.1 and localhost signed by it:
-/// (CA PEM, server certificate PEM, server key PEM). The CA's key is not
-/// kept: nothing else is ever signed with it.
-fn generate_tls() -> Result<(String, String, String), String> {
+/// A CA and a server certificate for `names` (host names or IP addresses)
+/// signed by it: (CA PEM, server certificate PEM, server key PEM). The CA's
+/// key is not kept: nothing else is ever signed with it.
+fn generate_tls(names: &[String]) -> Result<(String, String, String), String> {
     let e = |e: rcgen::Error| e.to_string();
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
     ca.distinguished_name
@@ -165,8 +191,7 @@ fn generate_tls() -> Result<(String, String, String), String> {
     let ca_key = KeyPair::generate().map_err(e)?;
     let ca_cert = ca.self_signed(&ca_key).map_err(e)?;
     let issuer = Issuer::new(ca, ca_key);
-    let mut server =
-        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).map_err(e)?;
+    let mut server = CertificateParams::new(names.to_vec()).map_err(e)?;
     server
         .distinguished_name
         .push(DnType::CommonName, "fleetbus mesh nats-server");

@@ -47,7 +47,7 @@ impl UpPlan {
     pub fn from_args(args: &UpArgs) -> Result<UpPlan, NameError> {
         Ok(UpPlan {
             dir: args.dir.dir.clone(),
-            names: cluster_names(args.clusters, args.names.as_deref())?,
+            names: cluster_names(args.members.clusters, args.members.names.as_deref())?,
             detach: args.detach,
             nats_port: args.nats_port,
             nodes: args.nodes,
@@ -189,7 +189,7 @@ impl Mesh {
         let conf = if plan.insecure {
             None
         } else {
-            let (conf, security) = super::secure::prepare(&self.dir)?;
+            let (conf, security) = super::secure::prepare(&self.dir, &[])?;
             self.state.security = Some(security);
             Some(conf)
         };

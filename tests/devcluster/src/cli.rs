@@ -27,9 +27,27 @@ pub struct Cli {
     /// Serve HTTPS with a generated CA (kept in --data-dir when given).
     #[arg(long, env = "FLEETBUS_DEVCLUSTER_TLS")]
     pub tls: bool,
+    /// A host name or IP address the serving certificate names besides
+    /// localhost, 127.0.0.1 and ::1: how other hosts (containers) reach this
+    /// server (repeat, or comma-separate).
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_TLS_SAN", value_delimiter = ',')]
+    pub tls_san: Vec<String>,
+    /// The server URL written into --kubeconfig-out (default: this server's
+    /// own address, 127.0.0.1 when listening on all addresses), e.g.
+    /// `https://devcluster-a:6443` where clients reach it by that name.
+    #[arg(
+        long,
+        env = "FLEETBUS_DEVCLUSTER_KUBECONFIG_SERVER",
+        value_name = "URL"
+    )]
+    pub kubeconfig_server: Option<String>,
     /// Require `Authorization: Bearer <token>` (minted ServiceAccount tokens also work).
-    #[arg(long, env = "FLEETBUS_DEVCLUSTER_TOKEN")]
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_TOKEN", conflicts_with = "token_file")]
     pub token: Option<String>,
+    /// As --token, with the token kept in FILE: read from it, or a random one
+    /// written there (mode 0600) when it does not exist yet.
+    #[arg(long, env = "FLEETBUS_DEVCLUSTER_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
     /// How requests are authorized: always-allow, or rbac (ServiceAccount
     /// tokens are held to the stored Roles, ClusterRoles and bindings; the
     /// admin --token, or any caller without --token, is system:masters).
@@ -76,6 +94,8 @@ mod tests {
         assert_eq!(c.name, "c1");
         assert_eq!(c.nodes, 3);
         assert!(c.tls);
+        let c = Cli::try_parse_from(["x", "--tls-san", "a,b", "--tls-san", "c"]).unwrap();
+        assert_eq!(c.tls_san, ["a", "b", "c"]);
         assert!(!c.debug_faults, "faults are off unless asked for");
         assert!(
             Cli::try_parse_from(["x", "--debug-faults"])

@@ -60,11 +60,40 @@ fn faults(cli: &Cli) -> Result<Option<Arc<crate::faults::Faults>>, ServerError> 
     Ok(Some(Arc::new(faults)))
 }
 
+/// The admin token: `--token`, or the one kept in `--token-file` (made
+/// there, random, when the file does not exist).
+fn admin_token(cli: &Cli) -> std::io::Result<Option<String>> {
+    let Some(path) = &cli.token_file else {
+        return Ok(cli.token.clone());
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text.trim().to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            use rand::RngCore as _;
+            use std::io::Write as _;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let mut bytes = [0u8; 24];
+            rand::rng().fill_bytes(&mut bytes);
+            let token = hex::encode(bytes);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)?;
+            f.write_all(token.as_bytes())?;
+            f.sync_all()?;
+            Ok(Some(token))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Runs the server until `shutdown` resolves.
-pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+pub async fn run(mut cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
     if let Some(d) = &cli.data_dir {
         std::fs::create_dir_all(d)?;
     }
+    cli.token = admin_token(&cli)?;
     let store = Store::open(cli.data_dir.as_deref(), cli.watch_history)?;
     // Microseconds since the epoch: always above any RV a previous run handed out.
     // Without --data-dir everything is new; with it, a crash may have lost writes
@@ -88,7 +117,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), Ser
     };
     let server_addr = format!("{host}:{}", addr.port());
     let tls = if cli.tls {
-        Some(tls::load_or_create(cli.data_dir.as_deref())?)
+        Some(tls::load_or_create(cli.data_dir.as_deref(), &cli.tls_san)?)
     } else {
         None
     };
@@ -99,7 +128,7 @@ pub async fn run(cli: Cli, shutdown: impl Future<Output = ()>) -> Result<(), Ser
     if let Some(path) = &cli.kubeconfig_out {
         let kc = kubeconfig::render(
             &cli.name,
-            &url,
+            cli.kubeconfig_server.as_deref().unwrap_or(&url),
             tls.as_ref().map(|t| t.ca_pem.as_str()),
             cli.token.as_deref(),
         )?;
@@ -198,5 +227,28 @@ mod tests {
                 .to_string();
             assert!(err.contains(field), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_token_file_is_made_once_private_and_then_read() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        let cli = parsed(&["--token-file", file.to_str().unwrap()]);
+        let made = admin_token(&cli).unwrap().unwrap();
+        assert_eq!(made.len(), 48);
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(
+            admin_token(&cli).unwrap().unwrap(),
+            made,
+            "kept across restarts"
+        );
+        std::fs::write(&file, "chosen\n").unwrap();
+        assert_eq!(admin_token(&cli).unwrap().as_deref(), Some("chosen"));
+        assert!(
+            Cli::try_parse_from(["x", "--token", "t", "--token-file", "f"]).is_err(),
+            "one or the other"
+        );
     }
 }

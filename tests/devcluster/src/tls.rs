@@ -1,4 +1,5 @@
-//! TLS: a generated CA (persisted in --data-dir) and a server certificate for loopback.
+//! TLS: a generated CA (persisted in --data-dir) and a server certificate for
+//! loopback and the --tls-san names.
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -47,8 +48,11 @@ fn ca_params() -> Result<CertificateParams, rcgen::Error> {
 }
 
 /// Loads the CA from `data_dir` (creating and saving it if missing) and issues a
-/// fresh server certificate for localhost / 127.0.0.1 / ::1.
-pub fn load_or_create(data_dir: Option<&Path>) -> Result<TlsMaterial, TlsError> {
+/// fresh server certificate for localhost / 127.0.0.1 / ::1 and `extra_names`.
+pub fn load_or_create(
+    data_dir: Option<&Path>,
+    extra_names: &[String],
+) -> Result<TlsMaterial, TlsError> {
     let files = data_dir.map(|d| (d.join("ca.crt"), d.join("ca.key")));
     let existing = match &files {
         Some((crt, key)) if crt.exists() && key.exists() => {
@@ -70,11 +74,13 @@ pub fn load_or_create(data_dir: Option<&Path>) -> Result<TlsMaterial, TlsError> 
         }
     };
     let issuer = Issuer::new(ca_params()?, ca_key);
-    let mut sp = CertificateParams::new(vec![
+    let mut names = vec![
         "localhost".to_string(),
         "127.0.0.1".to_string(),
         "::1".to_string(),
-    ])?;
+    ];
+    names.extend(extra_names.iter().cloned());
+    let mut sp = CertificateParams::new(names)?;
     sp.distinguished_name
         .push(DnType::CommonName, "fleetbus-devcluster");
     let server_key = KeyPair::generate()?;
@@ -101,8 +107,8 @@ mod tests {
     #[test]
     fn ca_is_persisted() {
         let dir = tempfile::tempdir().unwrap();
-        let a = load_or_create(Some(dir.path())).unwrap();
-        let b = load_or_create(Some(dir.path())).unwrap();
+        let a = load_or_create(Some(dir.path()), &[]).unwrap();
+        let b = load_or_create(Some(dir.path()), &[]).unwrap();
         assert_eq!(a.ca_pem, b.ca_pem);
         assert!(a.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
     }

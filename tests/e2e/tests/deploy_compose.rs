@@ -1,9 +1,12 @@
 //! The docker-compose mesh's demo (`deploy/compose/docker-compose.yaml`,
-//! services `demo-*`) run for real without a Docker engine: each one-shot
-//! step's kubectl command, read from the compose file, is run against the
-//! devcluster of the cluster whose network namespace it shares, with its bind
-//! mounts mapped back to the repository. The rule it applies must sync the
-//! demo Secret from a to b and c, as the README promises after `up`.
+//! profile k3s, services `demo-*`) run for real without a Docker engine:
+//! each one-shot step's kubectl command, read from the compose file, is run
+//! against the devcluster of the cluster whose network namespace it shares,
+//! with its bind mounts mapped back to the repository. The rule it applies
+//! must sync the demo Secret from a to b and c, as the README promises after
+//! `up`. The profile local runs in Docker in CI (`scripts/compose-check`);
+//! here, both profiles' agents are checked to differ only in how they reach
+//! their cluster.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -28,10 +31,7 @@ struct DemoStep {
 /// Reads the demo steps of the compose file, bind mounts resolved against
 /// `compose_dir` (the compose file's directory, as docker compose does).
 fn demo_steps(compose_dir: &Path) -> Vec<DemoStep> {
-    let text = std::fs::read_to_string(compose_dir.join("docker-compose.yaml")).unwrap();
-    let mut doc: Value = serde_yaml::from_str(&text).unwrap();
-    // `<<: *demo` merge keys, as docker compose resolves them.
-    doc.apply_merge().unwrap();
+    let doc = compose_file(compose_dir);
     let services = doc["services"].as_mapping().expect("services");
     let mut steps = Vec::new();
     for (name, svc) in services {
@@ -85,6 +85,52 @@ fn demo_steps(compose_dir: &Path) -> Vec<DemoStep> {
         });
     }
     steps
+}
+
+/// The compose file, `<<` merge keys resolved as docker compose does.
+fn compose_file(compose_dir: &Path) -> Value {
+    let text = std::fs::read_to_string(compose_dir.join("docker-compose.yaml")).unwrap();
+    let mut doc: Value = serde_yaml::from_str(&text).unwrap();
+    // One pass resolves one level: `<<: *agent` brings in the `<<: *hardened`
+    // of the x-agent block, which the next pass resolves.
+    loop {
+        let before = doc.clone();
+        doc.apply_merge().unwrap();
+        if doc == before {
+            return doc;
+        }
+    }
+}
+
+#[test]
+fn both_profiles_agents_share_every_setting_but_how_they_reach_their_cluster() {
+    let doc = compose_file(&repo_root().join("deploy/compose"));
+    let services = &doc["services"];
+    // Where an agent of one profile may differ from its twin in the other.
+    let reach = ["profiles", "network_mode", "ports", "volumes", "depends_on"];
+    for cluster in ["a", "b", "c"] {
+        let mut local = services[format!("agent-{cluster}").as_str()].clone();
+        let mut k3s = services[format!("k3s-agent-{cluster}").as_str()].clone();
+        assert!(
+            local.is_mapping() && k3s.is_mapping(),
+            "agents of {cluster}"
+        );
+        for agent in [&mut local, &mut k3s] {
+            let map = agent.as_mapping_mut().unwrap();
+            for key in reach {
+                map.remove(key);
+            }
+            let env = map
+                .get_mut("environment")
+                .and_then(Value::as_mapping_mut)
+                .expect("environment");
+            assert!(env.remove("FLEETBUS_KUBECONFIG").is_some(), "{cluster}");
+            assert_eq!(env["FLEETBUS_CLUSTER_NAME"], Value::from(cluster));
+        }
+        assert_eq!(local, k3s, "agents of {cluster}: local vs k3s profile");
+        assert_eq!(local["read_only"], Value::Bool(true));
+        assert_eq!(local["user"], Value::from("65532:65532"));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
