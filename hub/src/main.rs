@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 use fleetbus_hub::cli::{Cli, Command, FleetCommand, MeshCommand};
 use fleetbus_hub::cluster_names;
-use fleetbus_hub::mesh::{self, Initialised, UpOutcome, UpPlan};
+use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
 use fleetbus_hub::{clusters, dashboard, drift, membership, rules, status};
 
 fn main() -> ExitCode {
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
             };
             mesh::init(&args.dir.dir, &names, &args.nats_host)
                 .map(|done| {
-                    print_initialised(&done);
+                    done.print();
                     ExitCode::SUCCESS
                 })
                 .map_err(Into::into)
@@ -122,22 +122,6 @@ fn main() -> ExitCode {
         }
         fail(&e)
     })
-}
-
-/// What `mesh init` wrote: one line per file a process of the mesh reads.
-fn print_initialised(done: &Initialised) {
-    println!("nats-server -c {}", done.nats_conf.display());
-    println!("nats CA     {}", done.ca.display());
-    println!("admin creds {}", done.admin_creds.display());
-    for c in &done.clusters {
-        println!(
-            "{}: --nats-creds {} --cluster-key {} --cluster-cert {}",
-            c.name,
-            c.creds.display(),
-            c.key.display(),
-            c.cert.display()
-        );
-    }
 }
 
 /// Exits like clap does for bad arguments (exit code 2, usage of `fleetbus mesh <sub>`).

@@ -57,6 +57,24 @@ pub fn init(dir: &Path, names: &[String], nats_hosts: &[String]) -> Result<Initi
     })
 }
 
+impl Initialised {
+    /// What `mesh init` wrote: one line per file a process of the mesh reads.
+    pub fn print(&self) {
+        println!("nats-server -c {}", self.nats_conf.display());
+        println!("nats CA     {}", self.ca.display());
+        println!("admin creds {}", self.admin_creds.display());
+        for c in &self.clusters {
+            println!(
+                "{}: --nats-creds {} --cluster-key {} --cluster-cert {}",
+                c.name,
+                c.creds.display(),
+                c.key.display(),
+                c.cert.display()
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
