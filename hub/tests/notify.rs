@@ -1,0 +1,196 @@
+//! `fleetbus notify`'s delivery against a real HTTP receiver started by the test:
+//! delivery in each format, retries after 500 and 429 (with `Retry-After`), a dead
+//! letter after the last attempt, and a storm of 500 drift events in two messages.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use chrono::DateTime;
+use fleetbus_hub::notify::{
+    load_targets, Coalescer, Delivered, Delivery, Notification, NotifyMetrics, RetryPolicy, Target,
+};
+use fleetbus_schemas::crd::DriftMode;
+use fleetbus_schemas::drift::{DriftEvent, DriftPhase, DriftType};
+use fleetbus_schemas::ObjectRef;
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// What the receiver got, and the statuses it answers with (then 200s).
+#[derive(Default)]
+struct Receiver {
+    got: Vec<(Instant, Value)>,
+    script: Vec<(u16, Option<&'static str>)>,
+}
+
+/// A webhook receiver on a random port; returns its URL.
+async fn receiver(state: Arc<Mutex<Receiver>>) -> String {
+    let app = axum::Router::new().route(
+        "/hook/{token}",
+        axum::routing::post(
+            move |axum::Json(body): axum::Json<Value>| {
+                let state = state.clone();
+                async move {
+                    let mut r = state.lock().unwrap();
+                    r.got.push((Instant::now(), body));
+                    let (code, retry_after) = if r.script.is_empty() {
+                        (200, None)
+                    } else {
+                        r.script.remove(0)
+                    };
+                    let mut headers = HeaderMap::new();
+                    if let Some(after) = retry_after {
+                        headers.insert("retry-after", after.parse().unwrap());
+                    }
+                    (StatusCode::from_u16(code).unwrap(), headers, "")
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/hook/secret-token")
+}
+
+/// Targets of every format posting to `url`, read the way the bridge reads them.
+fn targets(dir: &tempfile::TempDir, url: &str) -> Vec<Target> {
+    std::fs::write(dir.path().join("url"), url).unwrap();
+    let mut yaml = String::from("targets:\n");
+    for f in ["slack", "teams", "json"] {
+        yaml += &format!("- name: {f}\n  format: {f}\n  urlFile: url\n");
+    }
+    std::fs::write(dir.path().join("targets.yaml"), yaml).unwrap();
+    load_targets(&dir.path().join("targets.yaml")).unwrap()
+}
+
+fn drift(name: &str, phase: DriftPhase) -> DriftEvent {
+    DriftEvent {
+        id: name.to_owned(),
+        cluster: "b".to_owned(),
+        rule: "web".to_owned(),
+        origin: "a".to_owned(),
+        object: ObjectRef {
+            api_version: "v1".to_owned(),
+            kind: "ConfigMap".to_owned(),
+            namespace: Some("apps".to_owned()),
+            name: name.to_owned(),
+            uid: None,
+            resource_version: None,
+        },
+        phase,
+        type_: DriftType::Modified,
+        detected_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+        changes: Vec::new(),
+        changed_by: None,
+        action: DriftMode::Report,
+        error: None,
+        count: 1,
+        resume_at: None,
+    }
+}
+
+fn fast() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 3,
+        first_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(100),
+    }
+}
+
+#[tokio::test]
+async fn each_format_is_delivered_and_500_and_429_are_retried() {
+    let state = Arc::new(Mutex::new(Receiver {
+        script: vec![(500, None), (429, Some("1"))],
+        ..Receiver::default()
+    }));
+    let url = receiver(state.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let targets = targets(&dir, &url);
+    let metrics = Arc::new(NotifyMetrics::default());
+    let delivery = Delivery::new(fast(), metrics.clone()).unwrap();
+    let n = Notification::from_drift(&drift("site", DriftPhase::Fight));
+
+    let started = Instant::now();
+    assert_eq!(delivery.deliver(&targets[0], &n).await, Delivered::Yes);
+    {
+        let r = state.lock().unwrap();
+        assert_eq!(r.got.len(), 3, "500, 429, then taken");
+        // The 429's Retry-After (1 s) was waited for, not the 20 ms backoff.
+        assert!(r.got[2].0 - r.got[1].0 >= Duration::from_secs(1));
+        assert!(r.got[2].0 - started < Duration::from_secs(5));
+        assert!(r.got[2].1["text"].as_str().unwrap().contains("drift Fight on b"));
+    }
+    assert_eq!(delivery.deliver(&targets[1], &n).await, Delivered::Yes);
+    assert_eq!(delivery.deliver(&targets[2], &n).await, Delivered::Yes);
+    let r = state.lock().unwrap();
+    assert_eq!(r.got[3].1["@type"], "MessageCard");
+    assert_eq!(r.got[4].1["rule"], "web");
+    assert_eq!(r.got[4].1["severity"], "critical");
+    assert_eq!(metrics.sent(&targets[0]), 1);
+    assert_eq!(metrics.dead_letters(&targets[0]), 0);
+}
+
+#[tokio::test]
+async fn the_last_failed_attempt_and_a_refusal_are_dead_letters() {
+    let state = Arc::new(Mutex::new(Receiver {
+        script: vec![(503, None), (503, None), (503, None), (404, None)],
+        ..Receiver::default()
+    }));
+    let url = receiver(state.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let targets = targets(&dir, &url);
+    let metrics = Arc::new(NotifyMetrics::default());
+    let delivery = Delivery::new(fast(), metrics.clone()).unwrap();
+    let n = Notification::from_drift(&drift("site", DriftPhase::CorrectionFailed));
+    assert_eq!(delivery.deliver(&targets[2], &n).await, Delivered::DeadLetter);
+    assert_eq!(state.lock().unwrap().got.len(), 3);
+    // A 404 is not retried.
+    assert_eq!(delivery.deliver(&targets[2], &n).await, Delivered::DeadLetter);
+    assert_eq!(state.lock().unwrap().got.len(), 4);
+    assert_eq!(metrics.dead_letters(&targets[2]), 2);
+    let mut registry = prometheus_client::registry::Registry::with_prefix("fleetbus");
+    metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("fleetbus_notify_dead_letters_total{target=\"json\"} 2"),
+        "{text}"
+    );
+
+    // Nothing listens: no answer is retried, then a dead letter.
+    drop(state);
+    let gone = tempfile::tempdir().unwrap();
+    let targets = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/hook/x", l.local_addr().unwrap());
+        drop(l);
+        self::targets(&gone, &url)
+    };
+    assert_eq!(delivery.deliver(&targets[0], &n).await, Delivered::DeadLetter);
+}
+
+#[tokio::test]
+async fn a_storm_of_500_drift_events_is_two_messages() {
+    let state = Arc::new(Mutex::new(Receiver::default()));
+    let url = receiver(state.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let targets = targets(&dir, &url);
+    let delivery = Delivery::new(fast(), Arc::new(NotifyMetrics::default())).unwrap();
+    let mut coalescer = Coalescer::new(Duration::from_millis(300));
+    for i in 0..500 {
+        let n = Notification::from_drift(&drift(&format!("cm{i}"), DriftPhase::Detected));
+        if let Some(n) = coalescer.add(n, Instant::now()) {
+            delivery.deliver(&targets[2], &n).await;
+        }
+    }
+    let due = coalescer.next_due().unwrap();
+    tokio::time::sleep_until(due).await;
+    for n in coalescer.due(Instant::now()) {
+        delivery.deliver(&targets[2], &n).await;
+    }
+    let r = state.lock().unwrap();
+    let counts: Vec<u64> = r.got.iter().map(|(_, b)| b["count"].as_u64().unwrap()).collect();
+    assert_eq!(counts, [1, 499]);
+}
