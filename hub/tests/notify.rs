@@ -28,25 +28,23 @@ struct Receiver {
 async fn receiver(state: Arc<Mutex<Receiver>>) -> String {
     let app = axum::Router::new().route(
         "/hook/{token}",
-        axum::routing::post(
-            move |axum::Json(body): axum::Json<Value>| {
-                let state = state.clone();
-                async move {
-                    let mut r = state.lock().unwrap();
-                    r.got.push((Instant::now(), body));
-                    let (code, retry_after) = if r.script.is_empty() {
-                        (200, None)
-                    } else {
-                        r.script.remove(0)
-                    };
-                    let mut headers = HeaderMap::new();
-                    if let Some(after) = retry_after {
-                        headers.insert("retry-after", after.parse().unwrap());
-                    }
-                    (StatusCode::from_u16(code).unwrap(), headers, "")
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let state = state.clone();
+            async move {
+                let mut r = state.lock().unwrap();
+                r.got.push((Instant::now(), body));
+                let (code, retry_after) = if r.script.is_empty() {
+                    (200, None)
+                } else {
+                    r.script.remove(0)
+                };
+                let mut headers = HeaderMap::new();
+                if let Some(after) = retry_after {
+                    headers.insert("retry-after", after.parse().unwrap());
                 }
-            },
-        ),
+                (StatusCode::from_u16(code).unwrap(), headers, "")
+            }
+        }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -120,7 +118,10 @@ async fn each_format_is_delivered_and_500_and_429_are_retried() {
         // The 429's Retry-After (1 s) was waited for, not the 20 ms backoff.
         assert!(r.got[2].0 - r.got[1].0 >= Duration::from_secs(1));
         assert!(r.got[2].0 - started < Duration::from_secs(5));
-        assert!(r.got[2].1["text"].as_str().unwrap().contains("drift Fight on b"));
+        assert!(r.got[2].1["text"]
+            .as_str()
+            .unwrap()
+            .contains("drift Fight on b"));
     }
     assert_eq!(delivery.deliver(&targets[1], &n).await, Delivered::Yes);
     assert_eq!(delivery.deliver(&targets[2], &n).await, Delivered::Yes);
@@ -144,10 +145,16 @@ async fn the_last_failed_attempt_and_a_refusal_are_dead_letters() {
     let metrics = Arc::new(NotifyMetrics::default());
     let delivery = Delivery::new(fast(), metrics.clone()).unwrap();
     let n = Notification::from_drift(&drift("site", DriftPhase::CorrectionFailed));
-    assert_eq!(delivery.deliver(&targets[2], &n).await, Delivered::DeadLetter);
+    assert_eq!(
+        delivery.deliver(&targets[2], &n).await,
+        Delivered::DeadLetter
+    );
     assert_eq!(state.lock().unwrap().got.len(), 3);
     // A 404 is not retried.
-    assert_eq!(delivery.deliver(&targets[2], &n).await, Delivered::DeadLetter);
+    assert_eq!(
+        delivery.deliver(&targets[2], &n).await,
+        Delivered::DeadLetter
+    );
     assert_eq!(state.lock().unwrap().got.len(), 4);
     assert_eq!(metrics.dead_letters(&targets[2]), 2);
     let mut registry = prometheus_client::registry::Registry::with_prefix("fleetbus");
@@ -168,7 +175,10 @@ async fn the_last_failed_attempt_and_a_refusal_are_dead_letters() {
         drop(l);
         self::targets(&gone, &url)
     };
-    assert_eq!(delivery.deliver(&targets[0], &n).await, Delivered::DeadLetter);
+    assert_eq!(
+        delivery.deliver(&targets[0], &n).await,
+        Delivered::DeadLetter
+    );
 }
 
 #[tokio::test]
@@ -181,16 +191,165 @@ async fn a_storm_of_500_drift_events_is_two_messages() {
     let mut coalescer = Coalescer::new(Duration::from_millis(300));
     for i in 0..500 {
         let n = Notification::from_drift(&drift(&format!("cm{i}"), DriftPhase::Detected));
-        if let Some(n) = coalescer.add(n, Instant::now()) {
+        if let Some((n, ())) = coalescer.add(n, (), Instant::now()) {
             delivery.deliver(&targets[2], &n).await;
         }
     }
     let due = coalescer.next_due().unwrap();
     tokio::time::sleep_until(due).await;
-    for n in coalescer.due(Instant::now()) {
+    for (n, _) in coalescer.due(Instant::now()) {
         delivery.deliver(&targets[2], &n).await;
     }
     let r = state.lock().unwrap();
-    let counts: Vec<u64> = r.got.iter().map(|(_, b)| b["count"].as_u64().unwrap()).collect();
+    let counts: Vec<u64> = r
+        .got
+        .iter()
+        .map(|(_, b)| b["count"].as_u64().unwrap())
+        .collect();
     assert_eq!(counts, [1, 499]);
+}
+
+/// A `fleetbus notify` process, killed (SIGKILL, as a crash) on drop.
+struct Bridge(std::process::Child);
+
+impl Bridge {
+    fn start(nats_url: &str, dir: &std::path::Path) -> Self {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetbus"))
+            .args(["notify", "--nats-url", nats_url, "--window", "1s"])
+            .arg("--targets")
+            .arg(dir.join("targets.yaml"))
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .env("FLEETBUS_MESH_DIR", dir.join("no-mesh"))
+            .spawn()
+            .unwrap();
+        Bridge(child)
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What the receiver got so far, as (object, count) of the JSON target.
+fn got(state: &Arc<Mutex<Receiver>>) -> Vec<(String, u64)> {
+    let r = state.lock().unwrap();
+    r.got
+        .iter()
+        .filter(|(_, b)| b.get("object").is_some())
+        .map(|(_, b)| {
+            (
+                b["object"].as_str().unwrap().to_owned(),
+                b["count"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn publish(js: &async_nats::jetstream::Context, name: &str, phase: DriftPhase) {
+    let payload = drift(name, phase).encode().unwrap();
+    js.publish(format!("fleetbus.drift.b.{name}"), payload.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+/// The bridge as users run it: a process following a real nats-server through its
+/// durable consumer, posting to a real receiver; killed and started again, it
+/// sends what was published while it was down, and a storm is two messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_follows_the_drift_stream_across_a_restart() {
+    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let prefix: fleetbus_schemas::subject::Prefix = "fleetbus".parse().unwrap();
+    let spec = fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1).drift_stream();
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: spec.name.clone(),
+        subjects: vec![fleetbus_schemas::subject::all_drift(&prefix)],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let state = Arc::new(Mutex::new(Receiver::default()));
+    let url = receiver(state.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("url"), &url).unwrap();
+    std::fs::write(
+        dir.path().join("targets.yaml"),
+        "targets:\n- name: all\n  format: json\n  urlFile: url\n",
+    )
+    .unwrap();
+
+    let bridge = Bridge::start(&nats.url(), dir.path());
+    let stream_name = spec.name.clone();
+    fleetbus_testsupport::wait_for(
+        "the bridge's durable consumer",
+        Duration::from_secs(30),
+        || {
+            let js = js.clone();
+            let stream_name = stream_name.clone();
+            async move {
+                let stream = js
+                    .get_stream(&stream_name)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                stream
+                    .consumer_info("fleetbus-notify")
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await;
+    publish(&js, "one", DriftPhase::Fight).await;
+    for i in 0..100 {
+        publish(&js, &format!("storm{i}"), DriftPhase::Detected).await;
+    }
+    fleetbus_testsupport::wait_for(
+        "the first message and the storm's",
+        Duration::from_secs(30),
+        || {
+            let seen = got(&state);
+            async move {
+                if seen.len() >= 3 {
+                    Ok(())
+                } else {
+                    Err(format!("{seen:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    let seen = got(&state);
+    assert_eq!(seen[0], ("ConfigMap apps/one".to_owned(), 1));
+    assert_eq!(seen[1], ("ConfigMap apps/storm0".to_owned(), 1));
+    assert_eq!(seen[2], ("ConfigMap apps/storm1".to_owned(), 99));
+
+    // Down: what is published meanwhile waits in the stream for the consumer.
+    drop(bridge);
+    publish(&js, "while-down", DriftPhase::CorrectionFailed).await;
+    let _bridge = Bridge::start(&nats.url(), dir.path());
+    fleetbus_testsupport::wait_for(
+        "the event published while down",
+        Duration::from_secs(30),
+        || {
+            let seen = got(&state);
+            async move {
+                if seen.iter().any(|(o, _)| o == "ConfigMap apps/while-down") {
+                    Ok(())
+                } else {
+                    Err(format!("{seen:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    // Nothing acknowledged was sent again.
+    let seen = got(&state);
+    assert_eq!(seen.len(), 4, "{seen:?}");
 }

@@ -134,7 +134,11 @@ pub struct NotifyMetrics {
 impl NotifyMetrics {
     /// Registers the counters in `registry` (under its `fleetbus` prefix).
     pub fn register(self: &Arc<Self>, registry: &mut Registry) {
-        registry.register("notify_sent", "Notifications a webhook took", self.sent.clone());
+        registry.register(
+            "notify_sent",
+            "Notifications a webhook took",
+            self.sent.clone(),
+        );
         registry.register(
             "notify_retries",
             "Attempts retried after a 429, a 5xx or no answer",
@@ -267,9 +271,18 @@ mod tests {
     fn statuses_and_retry_after_are_read() {
         let mut h = http::HeaderMap::new();
         assert_eq!(classify(http::StatusCode::NO_CONTENT, &h), Answer::Taken);
-        assert_eq!(classify(http::StatusCode::BAD_GATEWAY, &h), Answer::Transient(None));
-        assert_eq!(classify(http::StatusCode::NOT_FOUND, &h), Answer::Refused(404));
-        h.insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("2"));
+        assert_eq!(
+            classify(http::StatusCode::BAD_GATEWAY, &h),
+            Answer::Transient(None)
+        );
+        assert_eq!(
+            classify(http::StatusCode::NOT_FOUND, &h),
+            Answer::Refused(404)
+        );
+        h.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("2"),
+        );
         assert_eq!(
             classify(http::StatusCode::TOO_MANY_REQUESTS, &h),
             Answer::Transient(Some(Duration::from_secs(2)))

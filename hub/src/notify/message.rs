@@ -100,7 +100,9 @@ impl Notification {
     /// The request body for a webhook of `format`.
     pub fn render(&self, format: Format) -> Value {
         match format {
-            Format::Slack => json!({ "text": format!("[{}] {}", self.severity_word(), self.text()) }),
+            Format::Slack => {
+                json!({ "text": format!("[{}] {}", self.severity_word(), self.text()) })
+            }
             Format::Teams => json!({
                 "@type": "MessageCard",
                 "@context": "https://schema.org/extensions",

@@ -181,7 +181,11 @@ mod tests {
     #[test]
     fn targets_read_their_url_from_a_file_and_never_show_it() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ops"), "https://hooks.example/T0/secret-token\n").unwrap();
+        std::fs::write(
+            dir.path().join("ops"),
+            "https://hooks.example/T0/secret-token\n",
+        )
+        .unwrap();
         std::fs::write(
             dir.path().join("targets.yaml"),
             "targets:\n- name: ops\n  format: slack\n  urlFile: ops\n  rules: [web]\n  minSeverity: warning\n",
@@ -192,9 +196,24 @@ mod tests {
         assert!(!format!("{targets:?}").contains("secret-token"));
 
         let f = &targets[0].filter;
-        assert!(f.matches(&Notification::from_drift(&drift("b", "web", "x", DriftPhase::Fight))));
-        assert!(!f.matches(&Notification::from_drift(&drift("b", "web", "x", DriftPhase::Resolved))));
-        assert!(!f.matches(&Notification::from_drift(&drift("b", "db", "x", DriftPhase::Fight))));
+        assert!(f.matches(&Notification::from_drift(&drift(
+            "b",
+            "web",
+            "x",
+            DriftPhase::Fight
+        ))));
+        assert!(!f.matches(&Notification::from_drift(&drift(
+            "b",
+            "web",
+            "x",
+            DriftPhase::Resolved
+        ))));
+        assert!(!f.matches(&Notification::from_drift(&drift(
+            "b",
+            "db",
+            "x",
+            DriftPhase::Fight
+        ))));
 
         std::fs::write(dir.path().join("ops"), "not a url secret-token").unwrap();
         let e = load_targets(&dir.path().join("targets.yaml")).unwrap_err();
