@@ -353,3 +353,94 @@ async fn the_bridge_follows_the_drift_stream_across_a_restart() {
     let seen = got(&state);
     assert_eq!(seen.len(), 4, "{seen:?}");
 }
+
+/// The chart renders the bridge only when enabled, with a command line the CLI's own
+/// flags accept, its targets from a Secret, and no Kubernetes rights.
+#[test]
+fn the_chart_runs_the_bridge_only_when_enabled() {
+    let home = tempfile::tempdir().unwrap();
+    let chart = fleetbus_testsupport::repo_root().join("deploy/helm/fleetbus-agent");
+    let template = |set: &[&str]| {
+        let out = std::process::Command::new(fleetbus_testsupport::helm_bin())
+            .args(["template", "fb"])
+            .arg(&chart)
+            .args(["--set", "clusterName=a"])
+            .args(set)
+            .env("HELM_CONFIG_HOME", home.path().join("config"))
+            .env("HELM_CACHE_HOME", home.path().join("cache"))
+            .env("HELM_DATA_HOME", home.path().join("data"))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, off, err) = template(&[]);
+    assert!(ok, "{err}");
+    assert!(!off.contains("fleetbus-notify"), "{off}");
+    let (ok, _, err) = template(&["--set", "notify.enabled=true"]);
+    assert!(
+        !ok && err.contains("notify.targetsSecret is required"),
+        "{err}"
+    );
+
+    let (ok, on, err) = template(&[
+        "--set",
+        "notify.enabled=true",
+        "--set",
+        "notify.targetsSecret=hooks",
+        "--set",
+        "notify.credsSecret=notify-creds",
+    ]);
+    assert!(ok, "{err}");
+    let docs: Vec<Value> = on
+        .split("\n---\n")
+        .filter_map(|d| fleetbus_schemas::yaml::from_str::<Value>(d).ok())
+        .collect();
+    let bridge = docs
+        .iter()
+        .find(|d| d["metadata"]["name"] == "fb-fleetbus-agent-notify")
+        .unwrap_or_else(|| panic!("no notify Deployment in:\n{on}"));
+    let pod = &bridge["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    let c = &pod["containers"][0];
+    assert_eq!(c["command"], serde_json::json!(["fleetbus", "notify"]));
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    let env: Vec<(String, String)> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(
+        get("FLEETBUS_NOTIFY_TARGETS").as_deref(),
+        Some("/etc/fleetbus-notify/targets/targets.yaml")
+    );
+    assert_eq!(
+        get("FLEETBUS_NATS_CREDS").as_deref(),
+        Some("/etc/fleetbus-notify/nats/nats.creds")
+    );
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "hooks");
+    // What the chart sets, the CLI's own flags accept: run with exactly that
+    // environment, it gets as far as reading the targets the Secret would mount.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleetbus"))
+        .arg("notify")
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot read /etc/fleetbus-notify/targets/targets.yaml"),
+        "{stderr}"
+    );
+}
