@@ -245,6 +245,11 @@ pub struct NotifyArgs {
     /// into one summary after its first event is sent.
     #[arg(long, env = "FLEETBUS_NOTIFY_WINDOW", default_value = "30s")]
     pub window: humantime::Duration,
+    /// How long the server waits for a delivered event's acknowledgement before it
+    /// delivers it again (to this bridge or another replica): longer than --window
+    /// plus every retry of a delivery.
+    #[arg(long, env = "FLEETBUS_NOTIFY_ACK_WAIT", default_value = "10m")]
+    pub ack_wait: humantime::Duration,
     /// Attempts per message before it is a dead letter.
     #[arg(long, env = "FLEETBUS_NOTIFY_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: u32,

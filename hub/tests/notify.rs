@@ -215,7 +215,17 @@ struct Bridge(std::process::Child);
 impl Bridge {
     fn start(nats_url: &str, dir: &std::path::Path) -> Self {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetbus"))
-            .args(["notify", "--nats-url", nats_url, "--window", "1s"])
+            // A short ack wait: an event the killed bridge had pulled but not
+            // acknowledged comes back within the test's deadlines.
+            .args([
+                "notify",
+                "--nats-url",
+                nats_url,
+                "--window",
+                "1s",
+                "--ack-wait",
+                "5s",
+            ])
             .arg("--targets")
             .arg(dir.join("targets.yaml"))
             .args(["--metrics-listen", "127.0.0.1:0"])
@@ -262,10 +272,25 @@ async fn publish(js: &async_nats::jetstream::Context, name: &str, phase: DriftPh
 /// sends what was published while it was down, and a storm is two messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bridge_follows_the_drift_stream_across_a_restart() {
-    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
-    let client = async_nats::connect(nats.url()).await.unwrap();
-    let js = async_nats::jetstream::new(client);
     let prefix: fleetbus_schemas::subject::Prefix = "fleetbus".parse().unwrap();
+    // The bridge runs as a user with exactly the permissions the fleet gives it.
+    let p = fleetbus_schemas::permissions::notify_permissions(&prefix, "fleetbus-notify").unwrap();
+    let conf = format!(
+        // A client without credentials is `notify`: the bridge is given none here.
+        "no_auth_user: notify\n\
+         accounts {{ FLEET {{ jetstream: enabled, users: [\n\
+           {{ user: admin, password: admin }}\n\
+           {{ user: notify, password: notify, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }} }} }}\n\
+         ] }} }}\n",
+        serde_json::json!(p.publish_allow),
+        serde_json::json!(p.subscribe_allow)
+    );
+    let nats = fleetbus_testsupport::NatsServer::start_with_config(&conf).unwrap();
+    let client = async_nats::ConnectOptions::with_user_and_password("admin".into(), "admin".into())
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(client);
     let spec = fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1).drift_stream();
     js.create_stream(async_nats::jetstream::stream::Config {
         name: spec.name.clone(),
@@ -330,6 +355,31 @@ async fn the_bridge_follows_the_drift_stream_across_a_restart() {
     assert_eq!(seen[1], ("ConfigMap apps/storm0".to_owned(), 1));
     assert_eq!(seen[2], ("ConfigMap apps/storm1".to_owned(), 99));
 
+    // Everything delivered was acknowledged: killing the bridge now loses nothing
+    // in flight, so nothing may come twice.
+    fleetbus_testsupport::wait_for("every event acknowledged", Duration::from_secs(30), || {
+        let js = js.clone();
+        let stream_name = stream_name.clone();
+        async move {
+            let stream = js
+                .get_stream(&stream_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let info = stream
+                .consumer_info("fleetbus-notify")
+                .await
+                .map_err(|e| e.to_string())?;
+            if info.num_ack_pending == 0 && info.num_pending == 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} unacknowledged, {} pending",
+                    info.num_ack_pending, info.num_pending
+                ))
+            }
+        }
+    })
+    .await;
     // Down: what is published meanwhile waits in the stream for the consumer.
     drop(bridge);
     publish(&js, "while-down", DriftPhase::CorrectionFailed).await;
@@ -352,6 +402,23 @@ async fn the_bridge_follows_the_drift_stream_across_a_restart() {
     // Nothing acknowledged was sent again.
     let seen = got(&state);
     assert_eq!(seen.len(), 4, "{seen:?}");
+
+    // The bridge's user can do nothing else: not delete the stream, not publish.
+    let notify = async_nats::ConnectOptions::new()
+        .custom_inbox_prefix(fleetbus_schemas::permissions::NOTIFY_INBOX_PREFIX)
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let mut notify_js = async_nats::jetstream::new(notify.clone());
+    notify_js.set_timeout(Duration::from_secs(2));
+    assert!(notify_js.delete_stream(&spec.name).await.is_err());
+    assert!(notify_js
+        .publish("fleetbus.drift.b.forged", "{}".into())
+        .await
+        .unwrap()
+        .await
+        .is_err());
+    assert!(js.get_stream(&spec.name).await.is_ok());
 }
 
 /// The chart renders the bridge only when enabled, with a command line the CLI's own

@@ -161,6 +161,38 @@ fn agent_subscriptions(cluster: &str, prefix: &Prefix) -> Vec<String> {
     ]
 }
 
+/// The inbox prefix of the `fleetbus notify` bridge: the replies to its pulls and
+/// JetStream API requests arrive there, and only it may subscribe there.
+pub const NOTIFY_INBOX_PREFIX: &str = "_INBOX_notify";
+
+/// The permissions of the `fleetbus notify` bridge's NATS user: read the drift
+/// stream through its one durable consumer `consumer` (create it, read its info,
+/// pull, acknowledge), and nothing else. It publishes on no fleet subject, reads
+/// no bucket, and cannot delete or list streams or consumers; its only
+/// subscription is its own inbox.
+pub fn notify_permissions(
+    prefix: &Prefix,
+    consumer: &str,
+) -> Result<Permissions, InvalidClusterName> {
+    // The consumer name is a subject token, as a cluster name is in an agent's.
+    check_cluster_name(consumer)?;
+    let drift = Layout::new(prefix.clone(), 1).drift_stream().name;
+    Ok(Permissions {
+        publish_allow: vec![
+            "$JS.API.INFO".to_owned(),
+            format!("$JS.API.STREAM.INFO.{drift}"),
+            format!("$JS.API.CONSUMER.CREATE.{drift}.{consumer}"),
+            format!("$JS.API.CONSUMER.CREATE.{drift}.{consumer}.>"),
+            format!("$JS.API.CONSUMER.DURABLE.CREATE.{drift}.{consumer}"),
+            format!("$JS.API.CONSUMER.INFO.{drift}.{consumer}"),
+            format!("$JS.API.CONSUMER.MSG.NEXT.{drift}.{consumer}"),
+            format!("$JS.ACK.{drift}.{consumer}.>"),
+        ],
+        subscribe_allow: vec![format!("{NOTIFY_INBOX_PREFIX}.>")],
+        allow_responses: false,
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -317,5 +349,25 @@ mod tests {
             assert_eq!(err, InvalidClusterName(bad.to_owned()));
             assert!(err.to_string().contains("DNS label"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_notify_bridge_may_only_pull_and_ack_its_own_consumer() {
+        let prefix: Prefix = "fleetbus".parse().unwrap();
+        let p = notify_permissions(&prefix, "fleetbus-notify").unwrap();
+        assert!(!p.allow_responses);
+        assert_eq!(p.subscribe_allow, ["_INBOX_notify.>"]);
+        for subject in &p.publish_allow {
+            assert!(subject.starts_with("$JS."), "{subject}");
+            assert!(
+                subject == "$JS.API.INFO" || subject.contains("FLEETBUS_DRIFT"),
+                "{subject}"
+            );
+            assert!(
+                !subject.contains('*') && !subject.ends_with("FLEETBUS_DRIFT.>"),
+                "{subject} reaches beyond the one consumer"
+            );
+        }
+        assert!(notify_permissions(&prefix, "a.>").is_err());
     }
 }

@@ -20,7 +20,6 @@ pub use message::{Format, Notification, Severity};
 pub use targets::{load_targets, Target, TargetError, WebhookUrl};
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::cli::NotifyArgs;
 
@@ -45,12 +44,17 @@ pub async fn run(args: NotifyArgs) -> Result<(), NotifyError> {
             what: "the metrics listener",
             source,
         })?;
-    let (_client, js) = crate::command::connect(&args.bus).await?;
+    // Its own inbox: what its NATS user may read (permissions::notify_permissions).
+    let (_client, js) = crate::command::connect_with_inbox(
+        &args.bus,
+        Some(fleetbus_schemas::permissions::NOTIFY_INBOX_PREFIX),
+    )
+    .await?;
     let config = bridge::BridgeConfig {
         prefix: args.bus.subject_prefix.clone(),
         consumer: args.consumer.clone(),
         window: args.window.into(),
-        ack_wait: Duration::from_secs(600),
+        ack_wait: args.ack_wait.into(),
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let metrics_stop = stop.clone();
