@@ -7,13 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
-use chrono::DateTime;
 use fleetbus_hub::notify::{
     load_targets, Coalescer, Delivered, Delivery, Notification, NotifyMetrics, RetryPolicy, Target,
 };
-use fleetbus_schemas::crd::DriftMode;
-use fleetbus_schemas::drift::{DriftEvent, DriftPhase, DriftType};
-use fleetbus_schemas::ObjectRef;
+use fleetbus_schemas::drift::{DriftEvent, DriftPhase};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -63,29 +60,43 @@ fn targets(dir: &tempfile::TempDir, url: &str) -> Vec<Target> {
     load_targets(&dir.path().join("targets.yaml")).unwrap()
 }
 
+/// A drift event of `name` on cluster b, decoded from its wire form.
 fn drift(name: &str, phase: DriftPhase) -> DriftEvent {
-    DriftEvent {
-        id: name.to_owned(),
-        cluster: "b".to_owned(),
-        rule: "web".to_owned(),
-        origin: "a".to_owned(),
-        object: ObjectRef {
-            api_version: "v1".to_owned(),
-            kind: "ConfigMap".to_owned(),
-            namespace: Some("apps".to_owned()),
-            name: name.to_owned(),
-            uid: None,
-            resource_version: None,
-        },
-        phase,
-        type_: DriftType::Modified,
-        detected_at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
-        changes: Vec::new(),
-        changed_by: None,
-        action: DriftMode::Report,
-        error: None,
-        count: 1,
-        resume_at: None,
+    let wire = serde_json::json!({
+        "schema": "fleetbus.io/drift/v1", "id": name, "cluster": "b", "rule": "web", "origin": "a",
+        "object": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "apps", "name": name},
+        "phase": phase.as_str(), "type": "Modified", "detectedAt": "2023-11-14T22:13:20.000Z",
+        "action": "Report",
+    });
+    DriftEvent::decode(wire.to_string().as_bytes()).unwrap()
+}
+
+/// A receiver answering `script` first, the targets posting to it, and a delivery
+/// with short backoffs.
+struct Setup {
+    state: Arc<Mutex<Receiver>>,
+    targets: Vec<Target>,
+    metrics: Arc<NotifyMetrics>,
+    delivery: Delivery,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(script: Vec<(u16, Option<&'static str>)>) -> Setup {
+    let state = Arc::new(Mutex::new(Receiver {
+        script,
+        ..Receiver::default()
+    }));
+    let url = receiver(state.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let targets = targets(&dir, &url);
+    let metrics = Arc::new(NotifyMetrics::default());
+    let delivery = Delivery::new(fast(), metrics.clone()).unwrap();
+    Setup {
+        state,
+        targets,
+        metrics,
+        delivery,
+        _dir: dir,
     }
 }
 
@@ -99,15 +110,13 @@ fn fast() -> RetryPolicy {
 
 #[tokio::test]
 async fn each_format_is_delivered_and_500_and_429_are_retried() {
-    let state = Arc::new(Mutex::new(Receiver {
-        script: vec![(500, None), (429, Some("1"))],
-        ..Receiver::default()
-    }));
-    let url = receiver(state.clone()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let targets = targets(&dir, &url);
-    let metrics = Arc::new(NotifyMetrics::default());
-    let delivery = Delivery::new(fast(), metrics.clone()).unwrap();
+    let Setup {
+        state,
+        targets,
+        metrics,
+        delivery,
+        ..
+    } = setup(vec![(500, None), (429, Some("1"))]).await;
     let n = Notification::from_drift(&drift("site", DriftPhase::Fight));
 
     let started = Instant::now();
@@ -135,15 +144,13 @@ async fn each_format_is_delivered_and_500_and_429_are_retried() {
 
 #[tokio::test]
 async fn the_last_failed_attempt_and_a_refusal_are_dead_letters() {
-    let state = Arc::new(Mutex::new(Receiver {
-        script: vec![(503, None), (503, None), (503, None), (404, None)],
-        ..Receiver::default()
-    }));
-    let url = receiver(state.clone()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let targets = targets(&dir, &url);
-    let metrics = Arc::new(NotifyMetrics::default());
-    let delivery = Delivery::new(fast(), metrics.clone()).unwrap();
+    let Setup {
+        state,
+        targets,
+        metrics,
+        delivery,
+        ..
+    } = setup(vec![(503, None), (503, None), (503, None), (404, None)]).await;
     let n = Notification::from_drift(&drift("site", DriftPhase::CorrectionFailed));
     assert_eq!(
         delivery.deliver(&targets[2], &n).await,
@@ -311,24 +318,25 @@ async fn the_bridge_follows_the_drift_stream_across_a_restart() {
 
     let bridge = Bridge::start(&nats.url(), dir.path());
     let stream_name = spec.name.clone();
+    // The bridge's durable consumer, as the server reports it.
+    let consumer = || {
+        let js = js.clone();
+        let stream_name = stream_name.clone();
+        async move {
+            let stream = js
+                .get_stream(&stream_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            stream
+                .consumer_info("fleetbus-notify")
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
     fleetbus_testsupport::wait_for(
         "the bridge's durable consumer",
         Duration::from_secs(30),
-        || {
-            let js = js.clone();
-            let stream_name = stream_name.clone();
-            async move {
-                let stream = js
-                    .get_stream(&stream_name)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                stream
-                    .consumer_info("fleetbus-notify")
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }
-        },
+        || async { consumer().await.map(|_| ()) },
     )
     .await;
     publish(&js, "one", DriftPhase::Fight).await;
@@ -357,18 +365,11 @@ async fn the_bridge_follows_the_drift_stream_across_a_restart() {
 
     // Everything delivered was acknowledged: killing the bridge now loses nothing
     // in flight, so nothing may come twice.
-    fleetbus_testsupport::wait_for("every event acknowledged", Duration::from_secs(30), || {
-        let js = js.clone();
-        let stream_name = stream_name.clone();
-        async move {
-            let stream = js
-                .get_stream(&stream_name)
-                .await
-                .map_err(|e| e.to_string())?;
-            let info = stream
-                .consumer_info("fleetbus-notify")
-                .await
-                .map_err(|e| e.to_string())?;
+    fleetbus_testsupport::wait_for(
+        "every event acknowledged",
+        Duration::from_secs(30),
+        || async {
+            let info = consumer().await?;
             if info.num_ack_pending == 0 && info.num_pending == 0 {
                 Ok(())
             } else {
@@ -377,8 +378,8 @@ async fn the_bridge_follows_the_drift_stream_across_a_restart() {
                     info.num_ack_pending, info.num_pending
                 ))
             }
-        }
-    })
+        },
+    )
     .await;
     // Down: what is published meanwhile waits in the stream for the consumer.
     drop(bridge);
