@@ -34,10 +34,10 @@ pub enum Command {
     /// re-evaluates placement within seconds.
     #[command(subcommand)]
     Clusters(ClustersCommand),
-    /// Send the fleet's drift events to webhooks (Slack, Teams, generic JSON).
+    /// Send the fleet's drift and conflict events to webhooks (Slack, Teams, generic JSON).
     ///
-    /// One bridge for the fleet: it reads the drift stream through the durable
-    /// consumer --consumer (shared by every replica, so nothing is sent twice by two
+    /// One bridge for the fleet: it reads the drift and conflicts streams through the
+    /// durable consumer --consumer (shared by every replica, so nothing is sent twice by two
     /// bridges and nothing is missed across a restart), folds storms into one
     /// message with a count, retries with backoff and Retry-After, and counts what
     /// it gives up in `fleetbus_notify_dead_letters_total` on --metrics-listen.

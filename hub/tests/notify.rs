@@ -1,6 +1,7 @@
 //! `fleetbus notify`'s delivery against a real HTTP receiver started by the test:
 //! delivery in each format, retries after 500 and 429 (with `Retry-After`), a dead
-//! letter after the last attempt, and a storm of 500 drift events in two messages.
+//! letter after the last attempt, a storm of 500 drift events in two messages, the
+//! bridge as a process under its own NATS user across a restart, and its chart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
@@ -278,7 +279,7 @@ async fn publish(js: &async_nats::jetstream::Context, name: &str, phase: DriftPh
 /// durable consumer, posting to a real receiver; killed and started again, it
 /// sends what was published while it was down, and a storm is two messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_bridge_follows_the_drift_stream_across_a_restart() {
+async fn the_bridge_follows_drift_and_conflicts_across_a_restart() {
     let prefix: fleetbus_schemas::subject::Prefix = "fleetbus".parse().unwrap();
     // The bridge runs as a user with exactly the permissions the fleet gives it.
     let p = fleetbus_schemas::permissions::notify_permissions(&prefix, "fleetbus-notify").unwrap();
@@ -299,13 +300,22 @@ async fn the_bridge_follows_the_drift_stream_across_a_restart() {
         .unwrap();
     let js = async_nats::jetstream::new(client);
     let spec = fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1).drift_stream();
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: spec.name.clone(),
-        subjects: vec![fleetbus_schemas::subject::all_drift(&prefix)],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let conflicts = fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1).conflicts_stream();
+    for (name, subject) in [
+        (&spec.name, fleetbus_schemas::subject::all_drift(&prefix)),
+        (
+            &conflicts.name,
+            fleetbus_schemas::subject::all_conflicts(&prefix),
+        ),
+    ] {
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec![subject],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
     let state = Arc::new(Mutex::new(Receiver::default()));
     let url = receiver(state.clone()).await;
     let dir = tempfile::tempdir().unwrap();
@@ -400,9 +410,40 @@ async fn the_bridge_follows_the_drift_stream_across_a_restart() {
         },
     )
     .await;
+    // Conflicts come the same way.
+    let conflict = serde_json::json!({
+        "schema": "fleetbus.io/conflict/v1", "id": "c1", "cluster": "b", "rule": "web",
+        "origin": "a", "object": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "apps", "name": "taken"},
+        "reason": "OtherOrigin", "winner": "c", "detectedAt": "2023-11-14T22:13:20.000Z",
+        "message": "c's copy wins",
+    });
+    js.publish("fleetbus.conflict.b.taken", conflict.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    fleetbus_testsupport::wait_for("the conflict", Duration::from_secs(30), || {
+        let seen = got(&state);
+        async move {
+            if seen.len() >= 5 {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        }
+    })
+    .await;
+    {
+        let r = state.lock().unwrap();
+        let last = &r.got.last().unwrap().1;
+        assert_eq!(
+            (last["kind"].as_str(), last["phase"].as_str()),
+            (Some("conflict"), Some("OtherOrigin"))
+        );
+    }
     // Nothing acknowledged was sent again.
     let seen = got(&state);
-    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen.len(), 5, "{seen:?}");
 
     // The bridge's user can do nothing else: not delete the stream, not publish.
     let notify = async_nats::ConnectOptions::new()

@@ -166,8 +166,8 @@ fn agent_subscriptions(cluster: &str, prefix: &Prefix) -> Vec<String> {
 pub const NOTIFY_INBOX_PREFIX: &str = "_INBOX_notify";
 
 /// The permissions of the `fleetbus notify` bridge's NATS user: read the drift
-/// stream through its one durable consumer `consumer` (create it, read its info,
-/// pull, acknowledge), and nothing else. It publishes on no fleet subject, reads
+/// and conflict streams through its durable consumer `consumer` on each (create
+/// it, read its info, pull, acknowledge), and nothing else. It publishes on no fleet subject, reads
 /// no bucket, and cannot delete or list streams or consumers; its only
 /// subscription is its own inbox.
 pub fn notify_permissions(
@@ -176,18 +176,21 @@ pub fn notify_permissions(
 ) -> Result<Permissions, InvalidClusterName> {
     // The consumer name is a subject token, as a cluster name is in an agent's.
     check_cluster_name(consumer)?;
-    let drift = Layout::new(prefix.clone(), 1).drift_stream().name;
+    let layout = Layout::new(prefix.clone(), 1);
+    let mut publish_allow = vec!["$JS.API.INFO".to_owned()];
+    for stream in [layout.drift_stream().name, layout.conflicts_stream().name] {
+        publish_allow.extend([
+            format!("$JS.API.STREAM.INFO.{stream}"),
+            format!("$JS.API.CONSUMER.CREATE.{stream}.{consumer}"),
+            format!("$JS.API.CONSUMER.CREATE.{stream}.{consumer}.>"),
+            format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{consumer}"),
+            format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
+            format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"),
+            format!("$JS.ACK.{stream}.{consumer}.>"),
+        ]);
+    }
     Ok(Permissions {
-        publish_allow: vec![
-            "$JS.API.INFO".to_owned(),
-            format!("$JS.API.STREAM.INFO.{drift}"),
-            format!("$JS.API.CONSUMER.CREATE.{drift}.{consumer}"),
-            format!("$JS.API.CONSUMER.CREATE.{drift}.{consumer}.>"),
-            format!("$JS.API.CONSUMER.DURABLE.CREATE.{drift}.{consumer}"),
-            format!("$JS.API.CONSUMER.INFO.{drift}.{consumer}"),
-            format!("$JS.API.CONSUMER.MSG.NEXT.{drift}.{consumer}"),
-            format!("$JS.ACK.{drift}.{consumer}.>"),
-        ],
+        publish_allow,
         subscribe_allow: vec![format!("{NOTIFY_INBOX_PREFIX}.>")],
         allow_responses: false,
     })
@@ -360,11 +363,13 @@ mod tests {
         for subject in &p.publish_allow {
             assert!(subject.starts_with("$JS."), "{subject}");
             assert!(
-                subject == "$JS.API.INFO" || subject.contains("FLEETBUS_DRIFT"),
+                subject == "$JS.API.INFO"
+                    || subject.contains("FLEETBUS_DRIFT")
+                    || subject.contains("FLEETBUS_CONFLICTS"),
                 "{subject}"
             );
             assert!(
-                !subject.contains('*') && !subject.ends_with("FLEETBUS_DRIFT.>"),
+                !subject.contains('*') && !subject.ends_with("_DRIFT.>"),
                 "{subject} reaches beyond the one consumer"
             );
         }

@@ -1,5 +1,5 @@
-//! The bridge: the fleet's drift events, through one shared durable consumer, to
-//! the targets.
+//! The bridge: the fleet's drift and conflict events, through a shared durable
+//! consumer on each stream, to the targets.
 //!
 //! Delivery is at least once. A JetStream message is acknowledged only after the
 //! notification it went out in was delivered or given up (a dead letter), so a
@@ -15,9 +15,10 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::message::Message;
 use async_nats::jetstream::AckKind;
+use fleetbus_schemas::conflict::ConflictEvent;
 use fleetbus_schemas::drift::DriftEvent;
 use fleetbus_schemas::jetstream::Layout;
-use fleetbus_schemas::subject::{all_drift, Prefix};
+use fleetbus_schemas::subject::{all_conflicts, all_drift, Prefix};
 use futures::StreamExt;
 use tokio::time::Instant;
 
@@ -37,15 +38,28 @@ pub struct BridgeConfig {
     pub ack_wait: Duration,
 }
 
-/// Follows the drift stream until `shutdown` completes (`Ok`) or the consumer fails.
-pub async fn follow(
+/// The streams the bridge follows.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Drift,
+    Conflict,
+}
+
+/// The durable consumer `config.consumer` on `source`'s stream (created if it is
+/// not there), and its messages.
+async fn open(
     js: &async_nats::jetstream::Context,
     config: &BridgeConfig,
-    targets: &[Target],
-    delivery: &Delivery,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), NotifyError> {
-    let stream_name = Layout::new(config.prefix.clone(), 1).drift_stream().name;
+    source: Source,
+) -> Result<pull::Stream, NotifyError> {
+    let layout = Layout::new(config.prefix.clone(), 1);
+    let (stream_name, filter) = match source {
+        Source::Drift => (layout.drift_stream().name, all_drift(&config.prefix)),
+        Source::Conflict => (
+            layout.conflicts_stream().name,
+            all_conflicts(&config.prefix),
+        ),
+    };
     let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| NotifyError::Consumer {
         stream: stream_name.clone(),
         source,
@@ -58,8 +72,8 @@ pub async fn follow(
             &config.consumer,
             pull::Config {
                 durable_name: Some(config.consumer.clone()),
-                description: Some("fleetbus notify: drift events to webhooks".to_owned()),
-                filter_subject: all_drift(&config.prefix),
+                description: Some("fleetbus notify: events to webhooks".to_owned()),
+                filter_subject: filter,
                 // A new bridge starts with what happens from now on, not the history.
                 deliver_policy: DeliverPolicy::New,
                 ack_policy: AckPolicy::Explicit,
@@ -69,10 +83,27 @@ pub async fn follow(
         )
         .await
         .map_err(|e| consumer_err(Box::new(e)))?;
-    let mut messages = consumer
+    consumer
         .messages()
         .await
-        .map_err(|e| consumer_err(Box::new(e)))?;
+        .map_err(|e| consumer_err(Box::new(e)))
+}
+
+/// Follows the drift and conflict streams until `shutdown` completes (`Ok`) or a
+/// consumer fails.
+pub async fn follow(
+    js: &async_nats::jetstream::Context,
+    config: &BridgeConfig,
+    targets: &[Target],
+    delivery: &Delivery,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), NotifyError> {
+    let drift = open(js, config, Source::Drift).await?;
+    let conflicts = open(js, config, Source::Conflict).await?;
+    let mut messages = futures::stream::select(
+        drift.map(|m| (Source::Drift, m)),
+        conflicts.map(|m| (Source::Conflict, m)),
+    );
     let mut storms: Coalescer<Message> = Coalescer::new(config.window);
     tokio::pin!(shutdown);
     loop {
@@ -88,26 +119,32 @@ pub async fn follow(
                 }
             }
             next = messages.next() => {
-                let Some(next) = next else {
-                    return Err(consumer_err("the consumer's message stream ended".into()));
+                let Some((source, next)) = next else {
+                    return Err(NotifyError::Consumer {
+                        stream: "drift and conflicts".to_owned(),
+                        source: "the consumers' message streams ended".into(),
+                    });
                 };
                 let m = match next {
                     Ok(m) => m,
                     Err(error) => {
                         // Missed heartbeats and the like: the library resumes the pull.
-                        tracing::warn!(error = %error, "reading the drift consumer");
+                        tracing::warn!(error = %error, source = ?source, "reading a consumer");
                         continue;
                     }
                 };
-                let event = match DriftEvent::decode(&m.payload) {
-                    Ok(event) => event,
+                let decoded = match source {
+                    Source::Drift => DriftEvent::decode(&m.payload).map(|e| Notification::from_drift(&e)),
+                    Source::Conflict => ConflictEvent::decode(&m.payload).map(|e| Notification::from_conflict(&e)),
+                };
+                let n = match decoded {
+                    Ok(n) => n,
                     Err(error) => {
-                        tracing::warn!(subject = %m.subject, error = %error, "skipping a drift message that does not decode");
+                        tracing::warn!(subject = %m.subject, error = %error, "skipping a message that does not decode");
                         ack(&m, AckKind::Term).await;
                         continue;
                     }
                 };
-                let n = Notification::from_drift(&event);
                 if !targets.iter().any(|t| t.filter.matches(&n)) {
                     ack(&m, AckKind::Ack).await;
                     continue;
@@ -131,7 +168,7 @@ async fn send(targets: &[Target], delivery: &Delivery, n: &Notification) {
 /// Acknowledges `m`; a lost ack means a redelivery, which at-least-once allows.
 async fn ack(m: &Message, kind: AckKind) {
     if let Err(error) = m.ack_with(kind).await {
-        tracing::warn!(subject = %m.subject, error = %error, "acknowledging a drift message");
+        tracing::warn!(subject = %m.subject, error = %error, "acknowledging a message");
     }
 }
 

@@ -1,7 +1,9 @@
 //! What one notification says, and its body for each webhook format.
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use fleetbus_schemas::conflict::ConflictEvent;
 use fleetbus_schemas::drift::{DriftEvent, DriftPhase};
+use fleetbus_schemas::ObjectRef;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -33,7 +35,7 @@ pub enum Format {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Notification {
-    /// Kind of event (`drift`).
+    /// Kind of event (`drift`, `conflict`).
     pub kind: &'static str,
     /// How bad it is.
     pub severity: Severity,
@@ -41,7 +43,7 @@ pub struct Notification {
     pub cluster: String,
     /// The rule concerned.
     pub rule: String,
-    /// The phase (`Detected`, `Fight`, …).
+    /// The phase of a drift (`Detected`, `Fight`, …), the reason of a conflict.
     pub phase: String,
     /// The object, `Kind namespace/name`.
     pub object: String,
@@ -61,10 +63,7 @@ impl Notification {
             DriftPhase::Detected => Severity::Warning,
             DriftPhase::CorrectionFailed | DriftPhase::Fight => Severity::Critical,
         };
-        let object = match &e.object.namespace {
-            Some(ns) => format!("{} {ns}/{}", e.object.kind, e.object.name),
-            None => format!("{} {}", e.object.kind, e.object.name),
-        };
+        let object = shown(&e.object);
         let mut summary = format!(
             "drift {} on {}: {object} (rule {})",
             e.phase.as_str(),
@@ -83,6 +82,25 @@ impl Notification {
             object,
             summary,
             count: e.count.max(1),
+            at: e.detected_at,
+        }
+    }
+
+    /// The notification of a conflict event: a copy a sink would not write.
+    pub fn from_conflict(e: &ConflictEvent) -> Self {
+        let object = shown(&e.object);
+        Notification {
+            kind: "conflict",
+            severity: Severity::Warning,
+            cluster: e.cluster.clone(),
+            rule: e.rule.clone(),
+            phase: e.reason.as_str().to_owned(),
+            summary: format!(
+                "conflict on {}: {object} (rule {}): {}",
+                e.cluster, e.rule, e.message
+            ),
+            object,
+            count: 1,
             at: e.detected_at,
         }
     }
@@ -125,6 +143,14 @@ impl Notification {
             Severity::Warning => "warning",
             Severity::Critical => "critical",
         }
+    }
+}
+
+/// `Kind namespace/name`, or `Kind name` for a cluster-scoped object.
+fn shown(o: &ObjectRef) -> String {
+    match &o.namespace {
+        Some(ns) => format!("{} {ns}/{}", o.kind, o.name),
+        None => format!("{} {}", o.kind, o.name),
     }
 }
 

@@ -1,12 +1,13 @@
-//! `fleetbus notify`: fleet events sent to webhooks (Slack, Teams, generic JSON).
+//! `fleetbus notify`: the fleet's drift and conflict events sent to webhooks
+//! (Slack, Teams, generic JSON).
 //!
 //! Where to start: [`targets`] reads the targets file (filters, format, the file
 //! holding each webhook URL); [`message`] turns a drift event into a
 //! [`Notification`] and renders it per format; [`dedupe`] folds a storm into the
 //! first message and one summary with a count; [`deliver`] posts with retries
 //! (backoff, `Retry-After`) and counts what it had to give up (dead letters);
-//! [`bridge`] follows the drift stream through a shared durable consumer; [`run`]
-//! is the command.
+//! [`bridge`] follows the drift and conflicts streams through a shared durable
+//! consumer on each; [`run`] is the command.
 
 pub mod bridge;
 pub mod dedupe;
@@ -62,7 +63,7 @@ pub async fn run(args: NotifyArgs) -> Result<(), NotifyError> {
         metrics_stop.cancelled().await
     });
     let follow = bridge::follow(&js, &config, &targets, &delivery, stopped());
-    tracing::info!(targets = targets.len(), consumer = %config.consumer, "following drift events");
+    tracing::info!(targets = targets.len(), consumer = %config.consumer, "following drift and conflict events");
     // The bridge ends the run; the metrics server stops with it.
     let (result, served) = tokio::join!(
         async {
