@@ -104,10 +104,7 @@ fn both_profiles_agents_share_every_setting_but_how_they_reach_their_cluster() {
     for cluster in ["a", "b", "c"] {
         let mut local = services[format!("agent-{cluster}").as_str()].clone();
         let mut k3s = services[format!("k3s-agent-{cluster}").as_str()].clone();
-        assert!(
-            local.is_object() && k3s.is_object(),
-            "agents of {cluster}"
-        );
+        assert!(local.is_object() && k3s.is_object(), "agents of {cluster}");
         for agent in [&mut local, &mut k3s] {
             let map = agent.as_object_mut().unwrap();
             for key in reach {
