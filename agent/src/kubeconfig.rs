@@ -51,7 +51,7 @@ pub enum KubeconfigError {
     CaFile(String, #[source] std::io::Error),
     /// The kubeconfig could not be rendered.
     #[error("failed to render the kubeconfig")]
-    Render(#[source] serde_yaml::Error),
+    Render(#[source] fleetbus_schemas::yaml::YamlError),
     /// The kubeconfig record could not be encoded (a bug).
     #[error("failed to encode the kubeconfig record")]
     Encode(#[source] fleetbus_schemas::EncodeError),
@@ -387,7 +387,7 @@ pub fn render(
         "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": user}}],
         "current-context": cluster_name,
     });
-    serde_yaml::to_string(&doc).map_err(KubeconfigError::Render)
+    fleetbus_schemas::yaml::to_string(&doc).map_err(KubeconfigError::Render)
 }
 
 /// Mints, publishes and re-mints the reader kubeconfig until `cancel`, and at

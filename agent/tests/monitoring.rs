@@ -120,11 +120,12 @@ fn the_dashboard_reads_only_metrics_the_agent_exports() {
 
 #[test]
 fn every_alert_reads_exported_metrics_and_says_what_to_do() {
-    let rules: serde_yaml::Value = serde_yaml::from_str(&monitoring("alerts.yaml")).unwrap();
+    let rules: serde_json::Value =
+        fleetbus_schemas::yaml::from_str(&monitoring("alerts.yaml")).unwrap();
     let families = exported();
     let mut alerts = BTreeSet::new();
-    for group in rules["groups"].as_sequence().unwrap() {
-        for rule in group["rules"].as_sequence().unwrap() {
+    for group in rules["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
             let name = rule["alert"].as_str().unwrap();
             let expr = rule["expr"].as_str().unwrap();
             let names = metrics_in(expr);

@@ -34,6 +34,16 @@ pub enum Command {
     /// re-evaluates placement within seconds.
     #[command(subcommand)]
     Clusters(ClustersCommand),
+    /// Send the fleet's drift and conflict events to webhooks (Slack, Teams, generic JSON).
+    ///
+    /// One bridge for the fleet: it reads the drift and conflicts streams through the
+    /// durable consumer --consumer (shared by every replica, so nothing is sent twice by two
+    /// bridges and nothing is missed across a restart), folds storms into one
+    /// message with a count, retries with backoff and Retry-After, and counts what
+    /// it gives up in `fleetbus_notify_dead_letters_total` on --metrics-listen.
+    /// Targets, their filters and the files holding their webhook URLs are read
+    /// from --targets (see `fleetbus_hub::notify::targets`).
+    Notify(NotifyArgs),
     /// Serve the live fleet dashboard (fleet, rules, drift) over HTTP, read from the bus.
     ///
     /// Binds 127.0.0.1:8080 by default; any other address needs --token. Read-only
@@ -215,6 +225,41 @@ pub struct DashboardArgs {
     /// `fleetbus clusters label`). Without it every action is refused (403).
     #[arg(long, env = "FLEETBUS_DASHBOARD_ALLOW_ACTIONS")]
     pub allow_actions: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    #[command(flatten)]
+    pub bus: BusArgs,
+    /// The targets file (YAML): each target's name, format, URL file and filters.
+    #[arg(long, env = "FLEETBUS_NOTIFY_TARGETS", value_name = "FILE")]
+    pub targets: PathBuf,
+    /// The durable consumer on the drift stream, shared by the bridge's replicas.
+    #[arg(
+        long,
+        env = "FLEETBUS_NOTIFY_CONSUMER",
+        default_value = "fleetbus-notify"
+    )]
+    pub consumer: String,
+    /// How long a storm (events of one kind, cluster, rule and phase) is folded
+    /// into one summary after its first event is sent.
+    #[arg(long, env = "FLEETBUS_NOTIFY_WINDOW", default_value = "30s")]
+    pub window: humantime::Duration,
+    /// How long the server waits for a delivered event's acknowledgement before it
+    /// delivers it again (to this bridge or another replica): longer than --window
+    /// plus every retry of a delivery.
+    #[arg(long, env = "FLEETBUS_NOTIFY_ACK_WAIT", default_value = "10m")]
+    pub ack_wait: humantime::Duration,
+    /// Attempts per message before it is a dead letter.
+    #[arg(long, env = "FLEETBUS_NOTIFY_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: u32,
+    /// Where to serve `/metrics`.
+    #[arg(
+        long,
+        env = "FLEETBUS_NOTIFY_METRICS_LISTEN",
+        default_value = "127.0.0.1:9466"
+    )]
+    pub metrics_listen: std::net::SocketAddr,
 }
 
 #[derive(Debug, Args)]

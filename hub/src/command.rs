@@ -156,6 +156,15 @@ fn load_fleet_root(dir: &std::path::Path) -> Result<(), CommandError> {
 pub(crate) async fn connect(
     bus: &BusArgs,
 ) -> Result<(async_nats::Client, jetstream::Context), CommandError> {
+    connect_with_inbox(bus, None).await
+}
+
+/// [`connect`], with replies under `inbox_prefix` in place of `_INBOX`: a user
+/// whose permissions name its own inbox (`fleetbus notify`'s) can only read there.
+pub(crate) async fn connect_with_inbox(
+    bus: &BusArgs,
+    inbox_prefix: Option<&str>,
+) -> Result<(async_nats::Client, jetstream::Context), CommandError> {
     load_request_signer(&bus.mesh_dir)?;
     load_fleet_root(&bus.mesh_dir)?;
     let (creds, ca) = auth(bus);
@@ -185,6 +194,9 @@ pub(crate) async fn connect(
             source,
         })?;
         options = options.add_root_certificates(ca).require_tls(true);
+    }
+    if let Some(inbox) = inbox_prefix {
+        options = options.custom_inbox_prefix(inbox);
     }
     let client = options
         .connection_timeout(Duration::from_secs(5))

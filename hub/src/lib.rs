@@ -18,6 +18,7 @@ pub mod fleet;
 mod kv;
 pub mod membership;
 pub mod mesh;
+pub mod notify;
 pub mod output;
 pub mod rules;
 pub mod status;

@@ -6,7 +6,7 @@ use clap::{CommandFactory, Parser};
 use fleetbus_hub::cli::{Cli, Command, FleetCommand, MeshCommand};
 use fleetbus_hub::cluster_names;
 use fleetbus_hub::mesh::{self, UpOutcome, UpPlan};
-use fleetbus_hub::{clusters, dashboard, drift, membership, rules, status};
+use fleetbus_hub::{clusters, dashboard, drift, membership, notify, rules, status};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -38,6 +38,12 @@ fn main() -> ExitCode {
         Command::Dashboard(args) => {
             return runtime
                 .block_on(dashboard::run(args))
+                .unwrap_or_else(|e| fail(&e.into()));
+        }
+        Command::Notify(args) => {
+            return runtime
+                .block_on(notify::run(args))
+                .map(|()| ExitCode::SUCCESS)
                 .unwrap_or_else(|e| fail(&e.into()));
         }
         Command::Status(args) => return runtime.block_on(status::run(args)),

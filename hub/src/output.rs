@@ -35,7 +35,7 @@ fn write(
 ) -> std::io::Result<()> {
     match format {
         OutputFormat::Yaml => {
-            let text = serde_yaml::to_string(value).map_err(std::io::Error::other)?;
+            let text = fleetbus_schemas::yaml::to_string(value).map_err(std::io::Error::other)?;
             let start = if streamed { "---\n" } else { "" };
             write!(out, "{start}{text}")
         }
@@ -62,7 +62,7 @@ mod tests {
         data(&mut json, OutputFormat::Json, &v).unwrap();
         let mut yaml = Vec::new();
         data(&mut yaml, OutputFormat::Yaml, &v).unwrap();
-        let back: serde_json::Value = serde_yaml::from_slice(&yaml).unwrap();
+        let back: serde_json::Value = fleetbus_schemas::yaml::from_slice(&yaml).unwrap();
         assert_eq!(back, v);
         assert_eq!(
             serde_json::from_slice::<serde_json::Value>(&json).unwrap(),
@@ -72,5 +72,18 @@ mod tests {
         item(&mut docs, OutputFormat::Yaml, &v).unwrap();
         item(&mut docs, OutputFormat::Yaml, &v).unwrap();
         assert_eq!(String::from_utf8(docs).unwrap().matches("---\n").count(), 2);
+    }
+
+    /// kubectl reads YAML 1.1: `on`, `no`, `010` or `12:30` unquoted would not be
+    /// strings there.
+    #[test]
+    fn yaml_quotes_what_yaml_11_would_not_read_as_a_string() {
+        let v = serde_json::json!({"labels": {"on": "no", "zone": "010", "at": "12:30"}});
+        let mut yaml = Vec::new();
+        data(&mut yaml, OutputFormat::Yaml, &v).unwrap();
+        assert_eq!(
+            String::from_utf8(yaml).unwrap(),
+            "labels:\n  at: \"12:30\"\n  \"on\": \"no\"\n  zone: \"010\"\n"
+        );
     }
 }

@@ -551,9 +551,9 @@ async fn secure_mesh_runs_the_tour_and_takes_a_joined_cluster() {
         .unwrap();
     assert!(manifest.status.success(), "{}", text(&manifest));
     let manifest = String::from_utf8_lossy(&manifest.stdout).into_owned();
-    let trust: serde_yaml::Value = manifest
+    let trust: serde_json::Value = manifest
         .split("\n---\n")
-        .filter_map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).ok())
+        .filter_map(|d| fleetbus_schemas::yaml::from_str::<serde_json::Value>(d).ok())
         .find(|d| d["metadata"]["name"].as_str() == Some("fleetbus-cluster-trust"))
         .expect("the trust Secret");
     let mounted = |key: &str| {

@@ -20,6 +20,7 @@
 //! - [`permissions`]: the NATS publish/subscribe allow lists of one cluster's agent.
 //! - [`seal`]: payloads sealed to the clusters that may read them (HPKE).
 //! - [`trust`]: cluster certificates signed by the fleet root, cluster keys.
+//! - [`yaml`]: YAML read and written for people and kubectl (quoting YAML 1.1 lookalikes).
 //!
 //! docs/PROTOCOL.md specifies the same protocol for readers who do not use Rust.
 
@@ -48,6 +49,7 @@ pub mod subject;
 pub mod time;
 pub mod trust;
 pub mod well_known;
+pub mod yaml;
 
 pub use codec::{DecodeError, EncodeError};
 pub use crd::all_crds;

@@ -161,6 +161,41 @@ fn agent_subscriptions(cluster: &str, prefix: &Prefix) -> Vec<String> {
     ]
 }
 
+/// The inbox prefix of the `fleetbus notify` bridge: the replies to its pulls and
+/// JetStream API requests arrive there, and only it may subscribe there.
+pub const NOTIFY_INBOX_PREFIX: &str = "_INBOX_notify";
+
+/// The permissions of the `fleetbus notify` bridge's NATS user: read the drift
+/// and conflict streams through its durable consumer `consumer` on each (create
+/// it, read its info, pull, acknowledge), and nothing else. It publishes on no fleet subject, reads
+/// no bucket, and cannot delete or list streams or consumers; its only
+/// subscription is its own inbox.
+pub fn notify_permissions(
+    prefix: &Prefix,
+    consumer: &str,
+) -> Result<Permissions, InvalidClusterName> {
+    // The consumer name is a subject token, as a cluster name is in an agent's.
+    check_cluster_name(consumer)?;
+    let layout = Layout::new(prefix.clone(), 1);
+    let mut publish_allow = vec!["$JS.API.INFO".to_owned()];
+    for stream in [layout.drift_stream().name, layout.conflicts_stream().name] {
+        publish_allow.extend([
+            format!("$JS.API.STREAM.INFO.{stream}"),
+            format!("$JS.API.CONSUMER.CREATE.{stream}.{consumer}"),
+            format!("$JS.API.CONSUMER.CREATE.{stream}.{consumer}.>"),
+            format!("$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{consumer}"),
+            format!("$JS.API.CONSUMER.INFO.{stream}.{consumer}"),
+            format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"),
+            format!("$JS.ACK.{stream}.{consumer}.>"),
+        ]);
+    }
+    Ok(Permissions {
+        publish_allow,
+        subscribe_allow: vec![format!("{NOTIFY_INBOX_PREFIX}.>")],
+        allow_responses: false,
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -317,5 +352,27 @@ mod tests {
             assert_eq!(err, InvalidClusterName(bad.to_owned()));
             assert!(err.to_string().contains("DNS label"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_notify_bridge_may_only_pull_and_ack_its_own_consumer() {
+        let prefix: Prefix = "fleetbus".parse().unwrap();
+        let p = notify_permissions(&prefix, "fleetbus-notify").unwrap();
+        assert!(!p.allow_responses);
+        assert_eq!(p.subscribe_allow, ["_INBOX_notify.>"]);
+        for subject in &p.publish_allow {
+            assert!(subject.starts_with("$JS."), "{subject}");
+            assert!(
+                subject == "$JS.API.INFO"
+                    || subject.contains("FLEETBUS_DRIFT")
+                    || subject.contains("FLEETBUS_CONFLICTS"),
+                "{subject}"
+            );
+            assert!(
+                !subject.contains('*') && !subject.ends_with("_DRIFT.>"),
+                "{subject} reaches beyond the one consumer"
+            );
+        }
+        assert!(notify_permissions(&prefix, "a.>").is_err());
     }
 }

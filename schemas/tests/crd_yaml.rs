@@ -29,7 +29,7 @@ fn file_name(crd: &CustomResourceDefinition) -> String {
 fn render(crd: &CustomResourceDefinition) -> String {
     format!(
         "# Generated from fleetbus-schemas; do not edit.\n# Regenerate: FLEETBUS_BLESS=1 cargo test -p fleetbus-schemas --test crd_yaml\n{}",
-        serde_yaml::to_string(crd).unwrap()
+        fleetbus_schemas::yaml::to_string(crd).unwrap()
     )
 }
 

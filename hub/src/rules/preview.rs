@@ -149,7 +149,7 @@ fn read_object(path: &Path) -> Result<Value, PreviewError> {
         why,
     };
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let value: Value = serde_yaml::from_str(&text).map_err(|e| fail(e.to_string()))?;
+    let value: Value = fleetbus_schemas::yaml::from_str(&text).map_err(|e| fail(e.to_string()))?;
     if !value.is_object() {
         return Err(fail("not one object (a YAML mapping)".to_owned()));
     }
@@ -372,6 +372,20 @@ mod tests {
         );
         let garbage = file(&dir, "g.yaml", ": : [\n");
         assert!(fails(&["-f", &garbage]).contains("cannot read"));
+        // Ten aliases per level, six levels: a million strings, refused by the reader.
+        let mut laughs = String::from("l0: &l0 [a, a, a, a, a, a, a, a, a, a]\n");
+        for i in 1..6 {
+            laughs += &format!(
+                "l{i}: &l{i} [{}]\n",
+                vec![format!("*l{}", i - 1); 10].join(", ")
+            );
+        }
+        let laughs = file(&dir, "laughs.yaml", &laughs);
+        let msg = fails(&["-f", &laughs]);
+        assert!(
+            msg.contains("cannot read") && msg.contains("budget"),
+            "{msg}"
+        );
         let list = file(&dir, "l.yaml", "- 1\n- 2\n");
         assert!(fails(&["-f", &list]).contains("not one object"));
         let cm = file(

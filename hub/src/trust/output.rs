@@ -59,7 +59,7 @@ fn values(joined: &Joined, nats_url: Option<&str>, tls: bool) -> String {
         "nats": nats,
         "trust": { "secret": TRUST_SECRET },
     });
-    let body = serde_yaml::to_string(&values).unwrap_or_default();
+    let body = fleetbus_schemas::yaml::to_string(&values).unwrap_or_default();
     format!(
         "# fleetbus join {name}: values for deploy/helm/fleetbus-agent. Apply the Secrets of\n\
          # `fleetbus join {name} -o manifest` in the release's namespace first.\n{body}",
@@ -108,7 +108,7 @@ fn manifest(joined: &Joined, namespace: &str, ca: Option<&str>) -> String {
     }
     let docs: Vec<String> = docs
         .iter()
-        .map(|d| serde_yaml::to_string(d).unwrap_or_default())
+        .map(|d| fleetbus_schemas::yaml::to_string(d).unwrap_or_default())
         .collect();
     format!(
         "# fleetbus join {}: NATS credentials, keys and certificate of the cluster's agent.\n\

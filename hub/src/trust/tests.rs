@@ -193,7 +193,7 @@ fn join_refuses_bad_names_missing_fleets_and_tampered_creds() {
 fn values_and_manifest_name_the_charts_secrets() {
     let (_tmp, dir) = new_fleet();
     let joined = join(&dir, "c4", false).unwrap();
-    let values: serde_yaml::Value = serde_yaml::from_str(&render(
+    let values: serde_json::Value = fleetbus_schemas::yaml::from_str(&render(
         &joined,
         JoinOutput::Values,
         "fleetbus-system",
@@ -218,10 +218,10 @@ fn values_and_manifest_name_the_charts_secrets() {
     );
 
     let manifest = render(&joined, JoinOutput::Manifest, "ns1", None, Some("CA PEM"));
-    let docs: Vec<serde_yaml::Value> = manifest
+    let docs: Vec<serde_json::Value> = manifest
         .split("\n---\n")
         .skip(1)
-        .map(|d| serde_yaml::from_str(d).unwrap())
+        .map(|d| fleetbus_schemas::yaml::from_str(d).unwrap())
         .collect();
     assert_eq!(docs.len(), 3, "{manifest}");
     assert_eq!(

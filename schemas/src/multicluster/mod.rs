@@ -47,7 +47,7 @@ mod tests {
         });
         let text = std::fs::read_to_string(format!("{dir}/{file}"))
             .unwrap_or_else(|e| panic!("the upstream CRD {dir}/{file}: {e}"));
-        serde_yaml::from_str(&text).unwrap()
+        crate::yaml::from_str(&text).unwrap()
     }
 
     fn served_paths(crd: &Value, version: &str) -> BTreeSet<String> {

@@ -120,6 +120,56 @@ mod tests {
         format!("{open}1{close}")
     }
 
+    /// A ConfigMap whose keys `l0`..`l{levels}` hold "billion laughs": ten aliases of
+    /// the level before each, 10^levels strings from a few hundred bytes.
+    fn laughs(levels: usize) -> String {
+        let mut doc = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\nl0: &l0 [{}]\n",
+            ["lol"; 10].join(", ")
+        );
+        for i in 1..levels {
+            let refs = vec![format!("*l{}", i - 1); 10].join(", ");
+            doc += &format!("l{i}: &l{i} [{refs}]\n");
+        }
+        doc
+    }
+
+    /// Alias expansion is bounded: a million strings from 400 bytes (and a
+    /// billion) are refused with a 4xx, quickly, by every YAML entry point.
+    #[test]
+    fn alias_bombs_are_refused() {
+        let started = std::time::Instant::now();
+        for levels in [6, 9] {
+            let body = laughs(levels);
+            let r = object_body(body.as_bytes(), "application/yaml").unwrap_err();
+            assert_eq!(r.code, 400, "{r:?}");
+            assert!(r.message.contains("budget breached"), "{}", r.message);
+            assert_eq!(apply_body(body.as_bytes()).unwrap_err().code, 400);
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        let v = object_body(laughs(2).as_bytes(), "application/yaml").unwrap();
+        assert_eq!(v["l1"][9][9], "lol");
+    }
+
+    /// One anchored 2 MiB scalar replayed eight times is 16 MiB of strings from a
+    /// body under the 3 MiB limit: past the reader's scalar budget.
+    #[test]
+    fn scalars_amplified_by_aliases_are_refused() {
+        let big = "x".repeat(2 << 20);
+        let body = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\ndata: {{a: &a {big}}}\ncopies: [{}]\n",
+            ["*a"; 8].join(", ")
+        );
+        assert!(body.len() < crate::body::MAX_BODY);
+        let r = object_body(body.as_bytes(), "application/yaml").unwrap_err();
+        assert_eq!(r.code, 400, "{r:?}");
+        assert!(r.message.contains("budget breached"), "{}", r.message);
+        assert_eq!(apply_body(body.as_bytes()).unwrap_err().code, 400);
+        let once =
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\ndata: {{a: {big}}}\n");
+        assert!(object_body(once.as_bytes(), "application/yaml").is_ok());
+    }
+
     fn json_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
@@ -192,7 +242,7 @@ mod tests {
             if let Ok(o) = object_body(&bytes, "application/json") {
                 prop_assert!(within_limits(&o));
             }
-            let yaml = serde_yaml::to_string(&v).unwrap();
+            let yaml = crate::yaml::to_string(&v).unwrap();
             let _ = object_body(yaml.as_bytes(), "application/yaml");
             let def = configmaps().unwrap();
             let live = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}});

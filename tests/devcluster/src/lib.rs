@@ -47,3 +47,4 @@ mod token_review;
 pub mod validation;
 mod watch;
 mod write;
+mod yaml;

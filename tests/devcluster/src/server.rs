@@ -37,7 +37,7 @@ pub enum ServerError {
     Auth(#[from] crate::auth::JwtError),
     /// The kubeconfig could not be rendered.
     #[error("failed to render the kubeconfig")]
-    Kubeconfig(#[from] serde_yaml::Error),
+    Kubeconfig(#[from] serde_saphyr::SerializeError),
     /// `--debug-faults-plan` is not a usable plan.
     #[error("invalid --debug-faults-plan: {0}")]
     FaultPlan(String),

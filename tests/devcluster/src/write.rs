@@ -471,7 +471,7 @@ pub(crate) fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
         }
     }
     limits::scan_yaml(body, limits::MAX_DEPTH).map_err(too_deep)?;
-    let v = serde_yaml::from_slice::<Value>(body)
+    let v = crate::yaml::from_slice::<Value>(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
     limits::check_value(&v).map_err(too_deep)?;
     Ok(v)

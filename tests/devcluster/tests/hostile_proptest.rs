@@ -25,6 +25,12 @@ enum Body {
     },
     /// A JSON value that is not an object.
     NotAnObject(Value),
+    /// YAML aliases expanding past the reader's budget: `levels` of ten aliases
+    /// each ("billion laughs").
+    Laughs { levels: usize },
+    /// YAML with one anchored scalar of `kib` KiB replayed `copies` times: a body
+    /// under 3 MiB that would decode to more scalar bytes than the reader allows.
+    Amplified { kib: usize, copies: usize },
 }
 
 impl Body {
@@ -51,6 +57,27 @@ impl Body {
                 (o.to_string().into_bytes(), false)
             }
             Body::NotAnObject(v) => (v.to_string().into_bytes(), false),
+            Body::Laughs { levels } => {
+                let mut s = format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\nl0: &l0 [{}]\n",
+                    ["lol"; 10].join(", ")
+                );
+                for i in 1..*levels {
+                    s += &format!(
+                        "l{i}: &l{i} [{}]\n",
+                        vec![format!("*l{}", i - 1); 10].join(", ")
+                    );
+                }
+                (s.into_bytes(), true)
+            }
+            Body::Amplified { kib, copies } => {
+                let s = format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: x}}\ndata: {{k: &a {}}}\nc: [{}]\n",
+                    "x".repeat(kib * 1024),
+                    vec!["*a"; *copies].join(", ")
+                );
+                (s.into_bytes(), true)
+            }
         }
     }
 }
@@ -84,6 +111,9 @@ fn body() -> impl Strategy<Value = Body> {
             Just(json!(null))
         ]
         .prop_map(Body::NotAnObject),
+        (6usize..=7).prop_map(|levels| Body::Laughs { levels }),
+        // At least 1.5 MiB × 9 = 13.5 MiB decoded, past the reader's 12 MiB.
+        (1536usize..2560, 8usize..30).prop_map(|(kib, copies)| Body::Amplified { kib, copies }),
     ]
 }
 
@@ -158,6 +188,12 @@ fn hostile_requests_are_refused_without_changing_the_store() {
                     r.text()
                 );
                 let status = r.json();
+                // Refused by the YAML reader's budget, not after decoding it whole.
+                if matches!(body, Body::Laughs { .. } | Body::Amplified { .. })
+                    && matches!(verb, Verb::Post | Verb::Put | Verb::Apply)
+                {
+                    prop_assert!(r.text().contains("budget breached"), "{verb:?} {body:?}: {}", r.text());
+                }
                 prop_assert_eq!(&status["kind"], "Status");
                 prop_assert_eq!(status["code"].as_u64(), Some(u64::from(r.code)));
             }

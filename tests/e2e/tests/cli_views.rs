@@ -219,7 +219,7 @@ async fn every_view_reads_the_bus() {
         Some(1)
     );
     let yaml = fleetbus(&nats, &["clusters", "ls", "-o", "yaml"]).await;
-    let back: Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
+    let back: Value = fleetbus_schemas::yaml::from_slice(&yaml.stdout).unwrap();
     assert_eq!(back, cl);
 
     // Forged and garbage records, written by a plain client: skipped and counted.

@@ -18,7 +18,7 @@ use base64::Engine as _;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{repo_root, wait_for, NatsServer};
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// One `demo-*` service: the cluster it targets and its kubectl arguments.
 #[derive(Debug)]
@@ -32,15 +32,15 @@ struct DemoStep {
 /// `compose_dir` (the compose file's directory, as docker compose does).
 fn demo_steps(compose_dir: &Path) -> Vec<DemoStep> {
     let doc = compose_file(compose_dir);
-    let services = doc["services"].as_mapping().expect("services");
+    let services = doc["services"].as_object().expect("services");
     let mut steps = Vec::new();
     for (name, svc) in services {
-        let name = name.as_str().unwrap().to_owned();
+        let name = name.clone();
         if !name.starts_with("demo-") {
             continue;
         }
         let strings = |v: &Value| -> Vec<String> {
-            v.as_sequence()
+            v.as_array()
                 .unwrap_or_else(|| panic!("{name}: not a list: {v:?}"))
                 .iter()
                 .map(|s| s.as_str().unwrap().to_owned())
@@ -87,19 +87,12 @@ fn demo_steps(compose_dir: &Path) -> Vec<DemoStep> {
     steps
 }
 
-/// The compose file, `<<` merge keys resolved as docker compose does.
+/// The compose file, `<<` merge keys resolved as docker compose does (the
+/// reader resolves them, nested ones too: `<<: *agent` brings in the
+/// `<<: *hardened` of the x-agent block).
 fn compose_file(compose_dir: &Path) -> Value {
     let text = std::fs::read_to_string(compose_dir.join("docker-compose.yaml")).unwrap();
-    let mut doc: Value = serde_yaml::from_str(&text).unwrap();
-    // One pass resolves one level: `<<: *agent` brings in the `<<: *hardened`
-    // of the x-agent block, which the next pass resolves.
-    loop {
-        let before = doc.clone();
-        doc.apply_merge().unwrap();
-        if doc == before {
-            return doc;
-        }
-    }
+    fleetbus_schemas::yaml::from_str(&text).unwrap()
 }
 
 #[test]
@@ -111,18 +104,15 @@ fn both_profiles_agents_share_every_setting_but_how_they_reach_their_cluster() {
     for cluster in ["a", "b", "c"] {
         let mut local = services[format!("agent-{cluster}").as_str()].clone();
         let mut k3s = services[format!("k3s-agent-{cluster}").as_str()].clone();
-        assert!(
-            local.is_mapping() && k3s.is_mapping(),
-            "agents of {cluster}"
-        );
+        assert!(local.is_object() && k3s.is_object(), "agents of {cluster}");
         for agent in [&mut local, &mut k3s] {
-            let map = agent.as_mapping_mut().unwrap();
+            let map = agent.as_object_mut().unwrap();
             for key in reach {
                 map.remove(key);
             }
             let env = map
                 .get_mut("environment")
-                .and_then(Value::as_mapping_mut)
+                .and_then(Value::as_object_mut)
                 .expect("environment");
             assert!(env.remove("FLEETBUS_KUBECONFIG").is_some(), "{cluster}");
             assert_eq!(env["FLEETBUS_CLUSTER_NAME"], Value::from(cluster));

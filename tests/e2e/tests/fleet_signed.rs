@@ -304,7 +304,7 @@ async fn a_published_kubeconfig_is_sealed_to_the_peers() {
     })
     .await;
     let kubeconfig = String::from_utf8(secret.data.unwrap()["kubeconfig"].0.clone()).unwrap();
-    let doc: Value = serde_yaml::from_str(&kubeconfig).unwrap();
+    let doc: Value = fleetbus_schemas::yaml::from_str(&kubeconfig).unwrap();
     let token = doc["users"][0]["user"]["token"]
         .as_str()
         .unwrap()

@@ -1064,7 +1064,7 @@ async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_
     let client = connect(&nats, dir.join("admin.creds")).await.client();
     let root = std::fs::read_to_string(dir.join("root.key")).unwrap();
     let root = fleetbus_schemas::trust::parse_root_key(&root).unwrap();
-    let rule_json: Value = serde_yaml::from_str(&text).unwrap();
+    let rule_json: Value = fleetbus_schemas::yaml::from_str(&text).unwrap();
     let ask = PreviewSourceRequest {
         rule: rule_json.clone(),
         author: Some("c2".into()),
@@ -1181,7 +1181,7 @@ async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_
         .unwrap();
     let mismatch_before = rejected_messages(c2, "signer_mismatch");
     let cm_request = PreviewRequest {
-        rule: Some(serde_yaml::from_str(&cm_rule("{}", "[a]", "")).unwrap()),
+        rule: Some(fleetbus_schemas::yaml::from_str(&cm_rule("{}", "[a]", "")).unwrap()),
         author: Some("c2".into()),
         sources_complete: true,
         ..PreviewRequest::default()
@@ -1413,7 +1413,7 @@ async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
         "{group: example.com, version: v1, kind: Widget}",
     );
     let ask = PreviewRequest {
-        rule: Some(serde_yaml::from_str(&widgets).unwrap()),
+        rule: Some(fleetbus_schemas::yaml::from_str(&widgets).unwrap()),
         sources_complete: true,
         ..PreviewRequest::default()
     };
@@ -1506,7 +1506,7 @@ async fn objects_on_the_bus_for_a_rule_elsewhere_are_read_once_by_a_sink_that_do
     // From the bus, not from c1's answer: asked with no sources, c2 still
     // lists it (and says other objects may be missing).
     let bare = PreviewRequest {
-        rule: Some(serde_yaml::from_str(&text).unwrap()),
+        rule: Some(fleetbus_schemas::yaml::from_str(&text).unwrap()),
         ..PreviewRequest::default()
     };
     let reply = raw_to(&client, "c2", bare.encode().unwrap()).await;

@@ -240,7 +240,7 @@ pub fn decode_object_as(bytes: &[u8], ct: &str) -> Result<Value, ApiError> {
                 ApiError::bad_request(format!("error converting YAML to JSON: yaml: {e}"))
             };
             limits::scan_yaml(bytes, limits::MAX_DEPTH).map_err(|e| yaml_err(&e))?;
-            let v: Value = serde_yaml::from_slice(bytes).map_err(|e| yaml_err(&e))?;
+            let v: Value = crate::yaml::from_slice(bytes).map_err(|e| yaml_err(&e))?;
             limits::check_value(&v).map_err(|e| yaml_err(&e))?;
             v
         }

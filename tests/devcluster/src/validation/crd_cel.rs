@@ -254,7 +254,7 @@ mod tests {
         let file = format!("{dir}/multicluster.x-k8s.io_clusterprofiles.yaml");
         let yaml = std::fs::read_to_string(&file)
             .unwrap_or_else(|e| panic!("the upstream ClusterProfile CRD at {file}: {e}"));
-        let crd: Value = serde_yaml::from_str(&yaml).unwrap();
+        let crd: Value = crate::yaml::from_slice(yaml.as_bytes()).unwrap();
         crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
     }
 
