@@ -139,18 +139,19 @@ async fn leave(reg: &Registry, state: &mut State, clusters: &[Arc<Cluster>], vie
 }
 
 /// One pass; returns when the next is due.
-async fn pass(
+/// The ClusterProperties of this cluster's identity (PROTOCOL §8.3): the
+/// name claimed once, the ClusterSet written while a member; returns when to
+/// look again sooner than the resync.
+async fn identity_pass(
     reg: &Registry,
     state: &mut State,
-    clusters: &[Arc<Cluster>],
-    view: &FleetView,
     leaving: bool,
-) -> Instant {
-    let now = Instant::now();
+    now: Instant,
+) -> Option<Instant> {
     let cfg = &reg.ctx.cfg;
     let client = &reg.ctx.client;
-    let mut next = now + RESYNC;
-    // The identity first: it does not need the profiles' CRD.
+    let mut next: Option<Instant> = None;
+    let mut soon = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
     match identity::served(client).await {
         Ok(Some(ar)) => {
             report_served(reg, state, identity::CRD, true);
@@ -161,11 +162,11 @@ async fn pass(
                         // Claimed at start-up; a conflict now means it was
                         // changed while the agent ran: not overwritten.
                         tracing::error!(error = %e, "this cluster's name in its ClusterSet conflicts");
-                        next = next.min(now + RESYNC);
+                        soon(now + RESYNC);
                     }
                     Err(e) => {
                         tracing::warn!(error = %crate::report(&e), "could not claim this cluster's name");
-                        next = next.min(now + LOOK_AGAIN);
+                        soon(now + LOOK_AGAIN);
                     }
                 }
             }
@@ -173,7 +174,7 @@ async fn pass(
                 let fleet = Some(cfg.fleet_name.as_str());
                 if let Err(e) = identity::set_cluster_set(client, &ar, fleet).await {
                     tracing::warn!(error = %crate::report(&e), "could not write the clusterset.k8s.io ClusterProperty");
-                    next = next.min(now + LOOK_AGAIN);
+                    soon(now + LOOK_AGAIN);
                 }
                 match identity::list(client, &ar).await {
                     Ok(p) => state.local_properties = p,
@@ -186,12 +187,30 @@ async fn pass(
         Ok(None) => {
             report_served(reg, state, identity::CRD, false);
             state.properties = None;
-            next = next.min(now + LOOK_AGAIN);
+            soon(now + LOOK_AGAIN);
         }
         Err(e) => {
             tracing::debug!(error = %e, "discovery of ClusterProperty failed");
-            next = next.min(now + LOOK_AGAIN);
+            soon(now + LOOK_AGAIN);
         }
+    }
+    next
+}
+
+async fn pass(
+    reg: &Registry,
+    state: &mut State,
+    clusters: &[Arc<Cluster>],
+    view: &FleetView,
+    leaving: bool,
+) -> Instant {
+    let now = Instant::now();
+    let cfg = &reg.ctx.cfg;
+    let client = &reg.ctx.client;
+    let mut next = now + RESYNC;
+    // The identity first: it does not need the profiles' CRD.
+    if let Some(at) = identity_pass(reg, state, leaving, now).await {
+        next = next.min(at);
     }
     match profiles_served(client).await {
         Ok(true) => report_served(reg, state, PROFILE_CRD, true),
@@ -257,8 +276,28 @@ async fn pass(
             }
         }
     }
-    // A forgotten cluster's profile goes (only ours: the list is of our label,
-    // and the spec must agree).
+    failed |= !delete_forgotten(reg, &api, state, &desired).await;
+    reg.ctx
+        .metrics
+        .foreign_profiles
+        .set(state.foreign.len() as i64);
+    if failed {
+        // What the API server holds may differ from the cache: read it again.
+        state.listed_at = None;
+        next = next.min(now + LOOK_AGAIN);
+    }
+    next
+}
+
+/// Deletes our profiles of clusters no longer in the fleet (only ours: the
+/// list is of our label, and the spec must agree); false if one failed.
+async fn delete_forgotten(
+    reg: &Registry,
+    api: &Api<ClusterProfile>,
+    state: &mut State,
+    desired: &[profile::Desired],
+) -> bool {
+    let mut ok = true;
     let keep: std::collections::BTreeSet<&str> = desired.iter().map(|d| d.name.as_str()).collect();
     let gone: Vec<String> = state
         .profiles
@@ -278,21 +317,12 @@ async fn pass(
                 state.profiles.remove(&name);
             }
             Err(e) => {
-                failed = true;
+                ok = false;
                 tracing::warn!(profile = %name, error = %e, "could not delete ClusterProfile");
             }
         }
     }
-    reg.ctx
-        .metrics
-        .foreign_profiles
-        .set(state.foreign.len() as i64);
-    if failed {
-        // What the API server holds may differ from the cache: read it again.
-        state.listed_at = None;
-        next = next.min(now + LOOK_AGAIN);
-    }
-    next
+    ok
 }
 
 /// Creates, corrects and updates one profile; returns when its next timed
