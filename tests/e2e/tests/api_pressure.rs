@@ -6,7 +6,7 @@
 //! re-lists after a 410 without writing any copy again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

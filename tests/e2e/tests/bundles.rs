@@ -5,7 +5,7 @@
 //! Real nats-server, devclusters and agents; users act through kubectl.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use common::*;

@@ -4,7 +4,7 @@
 //! plain NATS client are skipped and counted without hiding the good ones.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

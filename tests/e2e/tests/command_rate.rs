@@ -5,7 +5,7 @@
 //! as a clear error and works again once the bucket has refilled.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -12,7 +12,7 @@
 //! is set (CI sets it: there they fail instead).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! change's event arrived first (events of one cluster arrive in order).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use common::*;

@@ -5,7 +5,7 @@
 //! SIGSTOP/SIGKILL of the real processes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

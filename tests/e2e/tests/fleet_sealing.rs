@@ -9,7 +9,7 @@
 //! the rule's selector: then it is sealed to, and applies them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

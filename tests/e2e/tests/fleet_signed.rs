@@ -6,7 +6,7 @@
 //! write anywhere) holding a member's keys.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -7,7 +7,7 @@
 //! another fleet's, cannot connect. Then the CLI's answers to garbage.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

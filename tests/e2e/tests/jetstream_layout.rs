@@ -3,7 +3,7 @@
 //! refuse a stream that exists with another configuration.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::ExitStatus;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! Agents run with a 500ms heartbeat and a 2s peer timeout to keep tests fast.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test crate
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use common::Member;

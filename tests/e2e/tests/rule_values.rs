@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test crate
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use common::{Member, NAMESPACE};

@@ -11,7 +11,7 @@
 //! the subresource, a plain patch where it has not).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

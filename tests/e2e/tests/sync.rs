@@ -7,7 +7,7 @@
 //! `/work/briefs/sync-design.md` (copy marks, tombstone reasons, orphan policy).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use common::*;

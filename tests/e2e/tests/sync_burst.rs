@@ -4,7 +4,7 @@
 //! Real nats-server, devclusters and agents; users act through kubectl.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

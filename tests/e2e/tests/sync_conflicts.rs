@@ -3,7 +3,7 @@
 //! object key get the same winner on every sink.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 

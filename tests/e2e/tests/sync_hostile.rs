@@ -5,7 +5,7 @@
 //! reported, and that everything else goes on syncing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -10,7 +10,7 @@
 //! Secrets fleetbus writes) is never published, whatever a rule selects.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! overrides with cleanup, GVK rewrite and `syncStatus`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use common::*;

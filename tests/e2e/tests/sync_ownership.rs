@@ -5,7 +5,7 @@
 //! never written: the new source is created once it is gone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use common::*;

@@ -9,7 +9,7 @@
 //! rule that arrived.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use common::*;

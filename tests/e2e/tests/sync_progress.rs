@@ -5,7 +5,7 @@
 //! answers the CLI with a plain NATS client.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use common::*;

@@ -4,7 +4,7 @@
 //! a valid rule next to it syncs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::sync::*;
 use fleetbus_testsupport::NatsServer;
