@@ -2,10 +2,11 @@
 
 use std::collections::BTreeSet;
 
-use fleetbus_schemas::crd::{ClusterMetadata, Locality};
+use fleetbus_schemas::crd::{Allocatable, ClusterMetadata, Locality};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::Api;
+use kube_quantity::ParsedQuantity;
 
 /// Failure to read what metadata is detected from.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,8 @@ pub struct Detected {
     pub regions: Vec<String>,
     /// Distinct zones, sorted.
     pub zones: Vec<String>,
+    /// Allocatable CPU and memory summed over the Nodes that report them.
+    pub allocatable: Option<Allocatable>,
 }
 
 impl Detected {
@@ -77,6 +80,7 @@ impl Detected {
             kubelet_versions: self.kubelet_versions,
             kube_proxy_versions: self.kube_proxy_versions,
             locality,
+            allocatable: self.allocatable,
         }
     }
 }
@@ -89,6 +93,35 @@ const ZONE_LABELS: [&str; 2] = [
     "topology.kubernetes.io/zone",
     "failure-domain.beta.kubernetes.io/zone",
 ];
+
+/// The Nodes' `status.allocatable` cpu and memory, summed; `None` when no
+/// Node reports either. A quantity that does not parse counts as nothing (a
+/// kubelet writes canonical quantities; a hand-edited Node must not stop the
+/// metadata), and sums saturate rather than wrap.
+fn allocatable(nodes: &[Node]) -> Option<Allocatable> {
+    let mut total = Allocatable::default();
+    let mut seen = false;
+    for alloc in nodes
+        .iter()
+        .filter_map(|n| n.status.as_ref()?.allocatable.as_ref())
+    {
+        let amount = |key: &str, scale: f64| -> Option<u64> {
+            let q = ParsedQuantity::try_from(alloc.get(key)?).ok()?;
+            let v = q.to_bytes_f64()? * scale;
+            // `as` saturates for floats: a negative or NaN amount is 0.
+            (v.is_finite()).then_some(v.round() as u64)
+        };
+        if let Some(cpu) = amount("cpu", 1000.0) {
+            total.cpu_millis = total.cpu_millis.saturating_add(cpu);
+            seen = true;
+        }
+        if let Some(mem) = amount("memory", 1.0) {
+            total.memory_bytes = total.memory_bytes.saturating_add(mem);
+            seen = true;
+        }
+    }
+    seen.then_some(total)
+}
 
 /// Detects metadata from a list of Nodes. Pure, so it can be table-tested.
 pub fn detect(nodes: &[Node]) -> Detected {
@@ -162,6 +195,7 @@ pub fn detect(nodes: &[Node]) -> Detected {
     }
     let regions: Vec<String> = regions.into_iter().collect();
     Detected {
+        allocatable: allocatable(nodes),
         provider: most_common(&providers).to_owned(),
         // Several distributions in one cluster is odd; report the first by name
         // so the result is at least stable.
@@ -189,6 +223,7 @@ fn most_common<'a>(items: &[&'a str]) -> &'a str {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus, NodeSystemInfo};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use kube::api::ObjectMeta;
 
     fn node(provider_id: &str, labels: &[(&str, &str)], kubelet: &str, proxy: &str) -> Node {
@@ -376,5 +411,50 @@ mod tests {
         assert_eq!(d.region, "eu-west-1");
         assert_eq!(d.regions, vec!["eu-west-1"]);
         assert_eq!(d.zones, vec!["eu-west-1a", "eu-west-1b", "eu-west-1c"]);
+    }
+
+    fn with_allocatable(mut n: Node, alloc: &[(&str, &str)]) -> Node {
+        n.status.get_or_insert_with(NodeStatus::default).allocatable = Some(
+            alloc
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                .collect(),
+        );
+        n
+    }
+
+    #[test]
+    fn allocatable_sums_cpu_and_memory_over_the_nodes_in_their_units() {
+        let plain = || node("", &[], "v1", "");
+        let nodes = [
+            with_allocatable(
+                plain(),
+                &[("cpu", "3800m"), ("memory", "16Gi"), ("pods", "110")],
+            ),
+            with_allocatable(plain(), &[("cpu", "4"), ("memory", "1500M")]),
+            with_allocatable(plain(), &[("cpu", "0.5")]),
+            // A Node whose kubelet has not reported yet counts for nothing.
+            plain(),
+        ];
+        assert_eq!(
+            detect(&nodes).allocatable,
+            Some(Allocatable {
+                cpu_millis: 3800 + 4000 + 500,
+                memory_bytes: 16 * (1 << 30) + 1_500_000_000,
+            })
+        );
+        assert_eq!(detect(&[plain()]).allocatable, None, "no Node reports it");
+        assert_eq!(
+            detect(&[with_allocatable(
+                plain(),
+                &[("cpu", "a lot"), ("memory", "-1Gi")]
+            )])
+            .allocatable,
+            Some(Allocatable::default()),
+            "garbage and negative quantities count as nothing, without failing the metadata"
+        );
+        let meta = detect(&nodes).into_metadata(None);
+        let json = serde_json::to_value(&meta).unwrap();
+        assert_eq!(json["allocatable"]["cpuMillis"], 8300, "{json}");
     }
 }

@@ -83,8 +83,18 @@ impl NodeFacts {
 
 /// Only the parts of a Node that [`detect`] reads, so that updates of
 /// anything else compare equal (and a large fleet's Nodes take little memory).
+/// Of `status.allocatable` only cpu and memory are kept: the kubelet
+/// rewrites it with every status update, unchanged, and extended resources
+/// (hugepages, devices) are not scored.
 fn reduce(node: &Node) -> Node {
-    let info = node.status.as_ref().and_then(|s| s.node_info.as_ref());
+    let status = node.status.as_ref();
+    let info = status.and_then(|s| s.node_info.as_ref());
+    let allocatable = status.and_then(|s| s.allocatable.as_ref()).map(|a| {
+        a.iter()
+            .filter(|(k, _)| k.as_str() == "cpu" || k.as_str() == "memory")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    });
     Node {
         metadata: ObjectMeta {
             name: node.metadata.name.clone(),
@@ -101,6 +111,7 @@ fn reduce(node: &Node) -> Node {
                 kube_proxy_version: i.kube_proxy_version.clone(),
                 ..NodeSystemInfo::default()
             }),
+            allocatable,
             ..NodeStatus::default()
         }),
     }
@@ -174,6 +185,7 @@ async fn refresh(reg: &Registry, facts: &NodeFacts, version: &mut Option<String>
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::NodeCondition;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn node(name: &str, zone: &str, kubelet: &str) -> Node {
         Node {
@@ -222,6 +234,31 @@ mod tests {
         }]);
         status.node_info.as_mut().unwrap().os_image = "Debian 13".into();
         assert!(!f.apply(watcher::Event::Apply(beat)));
+    }
+
+    #[test]
+    fn allocatable_is_a_change_only_when_cpu_or_memory_changes() {
+        let sized = |cpu: &str, pods: &str| {
+            let mut n = node("n1", "z1", "v1.33.1");
+            n.status.as_mut().unwrap().allocatable = Some(
+                [("cpu", cpu), ("memory", "8Gi"), ("pods", pods)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), Quantity(v.to_owned())))
+                    .collect(),
+            );
+            n
+        };
+        let mut f = listed(&[sized("4", "110")]);
+        assert!(
+            !f.apply(watcher::Event::Apply(sized("4", "110"))),
+            "the kubelet's rewrite"
+        );
+        assert!(
+            !f.apply(watcher::Event::Apply(sized("4", "250"))),
+            "pods are not scored"
+        );
+        assert!(f.apply(watcher::Event::Apply(sized("3500m", "250"))));
+        assert_eq!(f.detect().allocatable.unwrap().cpu_millis, 3500);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use fleetbus_schemas::crd::{ClusterMetadata, KubernetesApiEndpoint, Locality};
+use fleetbus_schemas::crd::{Allocatable, ClusterMetadata, KubernetesApiEndpoint, Locality};
 use fleetbus_schemas::registry::{
     ApiHealth, BeatRecord, ClusterRecord, FeatureRecord, InvalidRecord, KubeconfigRecord,
     MemberSet, MemberState, MembersDigest, RegistryKey,
@@ -36,8 +36,9 @@ prop_compose! {
                   kube_proxy_versions in proptest::collection::vec(text(), 0..2),
                   region in proptest::option::of(text()),
                   zones in proptest::collection::vec(text(), 0..3)) -> ClusterMetadata {
+        let allocatable = kubernetes_version.as_ref().map(|v| Allocatable { cpu_millis: v.len() as u64 * 500, memory_bytes: 1 << 33 });
         ClusterMetadata {
-            provider, distribution, kubernetes_version, kubelet_versions, kube_proxy_versions,
+            provider, distribution, kubernetes_version, kubelet_versions, kube_proxy_versions, allocatable,
             locality: region.map(|r| Locality { region: Some(r.clone()), regions: vec![r], zones }),
         }
     }
@@ -125,6 +126,7 @@ fn example() -> ClusterRecord {
                 regions: vec!["eu-west-1".into()],
                 zones: vec!["eu-west-1a".into()],
             }),
+            allocatable: None,
         },
         features: vec![FeatureRecord {
             feature_name: "istio".into(),

@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::model::RuleReport;
+use super::placement::state::PlacementBook;
+use super::placement::summary::placement_summary;
 use super::rollout::origin::rollout_summaries;
 use super::rollout::state::RolloutBook;
 use super::rules::compile::{rule_gvk, CompiledRule};
@@ -74,6 +76,10 @@ pub const SKIPPED: &str = "Skipped";
 pub const HEALTHY: &str = "Healthy";
 /// Condition type: one of the rule's rollouts is paused (PROTOCOL §6.9).
 pub const ROLLOUT_PAUSED: &str = "RolloutPaused";
+/// Condition type, on the origin of a placement rule: the fleet could not
+/// satisfy a placement (too few clusters, a spread key no cluster has) and
+/// it was placed best-effort (PROTOCOL §6.10).
+pub const PLACEMENT_DEGRADED: &str = "PlacementDegraded";
 
 /// The Ready condition's reason while the rule is suspended (`spec.suspend`).
 pub const SUSPENDED: &str = "Suspended";
@@ -270,6 +276,7 @@ pub fn desired(
     ];
     conditions.extend(healthy_condition(report));
     conditions.extend(rollout_condition(report));
+    conditions.extend(placement_condition(report));
     ResourceSyncRuleStatus {
         observed_generation: rule.generation,
         conditions: merge(&existing.conditions, &conditions, rule.generation),
@@ -308,6 +315,28 @@ fn rollout_condition(report: &RuleReport) -> Option<Desired> {
             status: false,
             reason: "NotPaused",
             message: String::new(),
+        },
+    })
+}
+
+/// The `PlacementDegraded` condition, on the origin of a placement rule
+/// once it has decided: True naming the placements it could not satisfy.
+fn placement_condition(report: &RuleReport) -> Option<Desired> {
+    if report.placed == 0 {
+        return None;
+    }
+    Some(match &report.placement_degraded {
+        Some(why) => Desired {
+            type_: PLACEMENT_DEGRADED,
+            status: true,
+            reason: "BestEffort",
+            message: why.clone(),
+        },
+        None => Desired {
+            type_: PLACEMENT_DEGRADED,
+            status: false,
+            reason: "Satisfied",
+            message: format!("{} placements as asked", report.placed),
         },
     })
 }
@@ -443,7 +472,7 @@ pub(super) async fn status_pass(
     world: &World,
     state: &mut StatusState,
     last_sync: &BTreeMap<String, Time>,
-    rollouts: &RolloutBook,
+    (rollouts, placements): (&RolloutBook, &PlacementBook),
     ctx: &Context,
 ) -> Option<Instant> {
     let kind = world.kinds.get(&rule_gvk())?;
@@ -466,6 +495,7 @@ pub(super) async fn status_pass(
         let local = &world.fleet.local;
         report.source = rule.is_valid() && qualifies(rule, &local.labels, &local.features);
         rollout_summaries(rollouts, &local.name, &rule.name, &mut report);
+        placement_summary(placements, &local.name, rule, &mut report);
         synced += report.synced;
         conflicts += report.conflicts.len() as i64;
         errors += report.errors.len() as i64;
@@ -835,6 +865,34 @@ mod tests {
         assert_eq!(s.conflicts, 1);
         // A conflict alone does not make the rule unready.
         assert_eq!(ready(&s).1, "Synced");
+    }
+
+    #[test]
+    fn placement_degraded_only_on_a_placing_origin_and_names_why() {
+        let none = status(&report(), None, true);
+        assert!(none
+            .conditions
+            .iter()
+            .all(|c| c.type_ != PLACEMENT_DEGRADED));
+        let placed = RuleReport {
+            placed: 3,
+            ..report()
+        };
+        let ok = cond(&status(&placed, None, true), PLACEMENT_DEGRADED).clone();
+        assert_eq!(
+            (ok.status.as_str(), ok.reason.as_str()),
+            ("False", "Satisfied")
+        );
+        let degraded = RuleReport {
+            placement_degraded: Some("1 of 3 placements degraded: ConfigMap web/a: 1 of 2".into()),
+            ..placed
+        };
+        let bad = cond(&status(&degraded, None, true), PLACEMENT_DEGRADED).clone();
+        assert_eq!(
+            (bad.status.as_str(), bad.reason.as_str()),
+            ("True", "BestEffort")
+        );
+        assert!(bad.message.contains("web/a"), "{}", bad.message);
     }
 
     #[test]

@@ -202,6 +202,22 @@ pub struct ClusterMetadata {
     /// Topology from the `topology.kubernetes.io/*` Node labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub locality: Option<Locality>,
+    /// Allocatable capacity summed over the Nodes' `status.allocatable`
+    /// (what placement's `prefer: [{capacity: cpu|memory}]` scores). Absent
+    /// while no Node reports it, and in records of agents before placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocatable: Option<Allocatable>,
+}
+
+/// A cluster's allocatable CPU and memory, in integers so that a record
+/// compares exactly and is republished only when a Node's capacity changes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Allocatable {
+    /// CPU in millicores (`3800m` is 3800, `4` is 4000).
+    pub cpu_millis: u64,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
 }
 
 /// Where a cluster's Nodes run.

@@ -22,8 +22,8 @@ pub use bundle::{
     Bundle, BundleClusterStatus, BundleManifestStatus, BundleReport, BundleSpec, BundleStatus,
 };
 pub use cluster::{
-    AuthInfo, Cluster, ClusterMetadata, ClusterSpec, ClusterState, ClusterStatus, ClusterType,
-    KubernetesApiEndpoint, Locality, NamespacedName,
+    Allocatable, AuthInfo, Cluster, ClusterMetadata, ClusterSpec, ClusterState, ClusterStatus,
+    ClusterType, KubernetesApiEndpoint, Locality, NamespacedName,
 };
 pub use cluster_feature::{ClusterFeature, ClusterFeatureSpec, ClusterFeatureStatus};
 pub use placement::{

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::fleetbus_cli;
 use common::sync::*;
+use common::MemberExt;
 use fleetbus_testsupport::{wait_for, Member};
 
 const CONVERGE: Duration = Duration::from_secs(60);
@@ -169,4 +170,261 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
     })
     .await;
     assert_eq!(end, after_failover, "the new choice stays");
+}
+
+/// `prefer: [{capacity: cpu}]` reads what each agent publishes from its
+/// Nodes' `status.allocatable`: the sink whose Nodes grow to 64 cores is
+/// chosen for a one-cluster placement; its `Cluster` object shows the sum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_with_the_most_allocatable_cpu_is_preferred() {
+    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+    let m = fleet(&nats, &["hub", "c1", "c2", "c3"]).await;
+    for x in &m {
+        create_ns(x, "web").await;
+    }
+    for x in &m[1..] {
+        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "role=sink"]);
+    }
+    // c2's Nodes grow as a kubelet reports it: the status subresource.
+    let nodes = kubectl(&m[2], &["get", "nodes", "-o", "name"]);
+    for node in nodes.split_whitespace() {
+        kubectl(
+            &m[2],
+            &[
+                "patch",
+                node,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"allocatable":{"cpu":"64","memory":"256Gi"}}}"#,
+            ],
+        );
+    }
+    let count = nodes.split_whitespace().count() as u64;
+    let want = (64_000 * count).to_string();
+    wait_for(
+        "c2's allocatable CPU on its Cluster object at the hub",
+        CONVERGE,
+        || async {
+            let shown = kubectl(
+                &m[0],
+                &[
+                    "get",
+                    "clusters.fleetbus.io",
+                    "c2",
+                    "-o",
+                    "jsonpath={.status.metadata.allocatable.cpuMillis}",
+                ],
+            );
+            if shown.trim() == want {
+                Ok(())
+            } else {
+                Err(format!("cpuMillis {shown:?}, want {want}"))
+            }
+        },
+    )
+    .await;
+    apply_yaml(
+        &m[0],
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: biggest}
+spec:
+  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+  rules: [{match: [{objectKey: {namespace: web}}]}]
+  clusterSelector: {matchLabels: {role: sink}}
+  placement:
+    clusters: 1
+    prefer: [{weight: 100, capacity: cpu}]
+"#,
+    );
+    for i in 0..5 {
+        apply_yaml(
+            &m[0],
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app{i}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
+        );
+    }
+    // Every object lands on c2 alone (without the capacity score the
+    // stable hash spreads five objects over the three sinks).
+    wait_for("every object on c2 only", CONVERGE, || async {
+        let mut seen = Vec::new();
+        for x in &m[1..] {
+            for i in 0..5 {
+                let name = format!("app{i}");
+                if let Ok(Some(o)) = get_dynamic(x, &config_maps(), Some("web"), &name).await {
+                    if check_copy(&o, "hub", "biggest").is_ok() {
+                        seen.push(format!("{}/{name}", x.name));
+                    }
+                }
+            }
+        }
+        if seen == ["c2/app0", "c2/app1", "c2/app2", "c2/app3", "c2/app4"] {
+            Ok(())
+        } else {
+            Err(format!("copies {seen:?}"))
+        }
+    })
+    .await;
+}
+
+fn deployments() -> kube::api::ApiResource {
+    resource("apps", "v1", "Deployment", "deployments")
+}
+
+/// Each sink's copy of web/api: its `spec.replicas` and resourceVersion.
+async fn shares(sinks: &[&Member]) -> Vec<(String, i64, String)> {
+    let mut out = Vec::new();
+    for x in sinks {
+        if let Ok(Some(o)) = get_dynamic(x, &deployments(), Some("web"), "api").await {
+            if check_copy(&o, "hub", "weighted").is_ok() {
+                let n = o.data["spec"]["replicas"].as_i64().unwrap_or(-1);
+                let rv = o.metadata.resource_version.clone().unwrap_or_default();
+                out.push((x.name.clone(), n, rv));
+            }
+        }
+    }
+    out
+}
+
+/// `replicas: {divide: Weighted}` over three sinks scored 50/30/20 gives
+/// 5/3/2 of 10 replicas; restarting every agent changes no decision and
+/// writes no copy (Steady); a sink that dies is replaced by nobody (all three
+/// were chosen) and the two left share the 10 again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_divide_by_weight_survive_a_restart_and_re_sum_after_a_failover() {
+    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+    let mut m = fleet(&nats, &["hub", "c1", "c2", "c3"]).await;
+    for x in &m {
+        create_ns(x, "web").await;
+    }
+    for (x, tier) in m[1..].iter().zip(["gold", "silver", "bronze"]) {
+        kubectl(
+            x,
+            &[
+                "label",
+                "clusters.fleetbus.io",
+                &x.name,
+                "role=sink",
+                &format!("tier={tier}"),
+            ],
+        );
+    }
+    apply_yaml(
+        &m[0],
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: weighted}
+spec:
+  groupVersionKind: {group: apps, version: v1, kind: Deployment}
+  rules: [{match: [{objectKey: {namespace: web}}]}]
+  clusterSelector: {matchLabels: {role: sink}}
+  placement:
+    clusters: 3
+    prefer:
+      - {weight: 50, clusterSelector: {matchLabels: {tier: gold}}}
+      - {weight: 30, clusterSelector: {matchLabels: {tier: silver}}}
+      - {weight: 20, clusterSelector: {matchLabels: {tier: bronze}}}
+    failover: {afterSeconds: 3, failback: Never, purge: Graciously}
+    replicas: {path: /spec/replicas, divide: Weighted}
+"#,
+    );
+    apply_yaml(
+        &m[0],
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, namespace: web}
+spec:
+  replicas: 10
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec: {containers: [{name: api, image: registry.example/api:1}]}
+"#,
+    );
+    let sinks: Vec<&Member> = m[1..].iter().collect();
+    let first = wait_for("5/3/2 replicas on gold/silver/bronze", CONVERGE, || async {
+        let got = shares(&sinks).await;
+        let counts: Vec<(&str, i64)> = got.iter().map(|(c, n, _)| (c.as_str(), *n)).collect();
+        if counts == [("c1", 5), ("c2", 3), ("c3", 2)] {
+            Ok(got)
+        } else {
+            Err(format!("shares {counts:?}"))
+        }
+    })
+    .await;
+    drop(sinks);
+
+    // Every agent restarts; once each says its sync is settled, no copy was
+    // written again and the shares are the same.
+    for x in m.iter_mut() {
+        x.agent.restart().unwrap();
+    }
+    for x in &m {
+        wait_for(
+            &format!("{}: sync settled after the restart", x.name),
+            CONVERGE,
+            || async {
+                let v = x.metric("fleetbus_sync_settled")?;
+                if v >= 1.0 {
+                    Ok(())
+                } else {
+                    Err(format!("fleetbus_sync_settled {v}"))
+                }
+            },
+        )
+        .await;
+    }
+    let sinks: Vec<&Member> = m[1..].iter().collect();
+    assert_eq!(
+        shares(&sinks).await,
+        first,
+        "a restart rewrote a copy or moved a share"
+    );
+    drop(sinks);
+    let r = common::sync::rule(&m[0], "weighted")
+        .await
+        .unwrap()
+        .unwrap();
+    let satisfied = rule_condition(&r, "PlacementDegraded").map(|c| c.status.clone());
+    assert_eq!(satisfied.as_deref(), Some("False"), "{}", rule_summary(&r));
+
+    // c3 dies: the two left share all 10 (by their weights 50/30).
+    let dead = m.iter().position(|x| x.name == "c3").unwrap();
+    m[dead].agent.kill9();
+    m[dead].cluster.kill9();
+    let living: Vec<&Member> = m[1..3].iter().collect();
+    wait_for(
+        "the two living sinks share 10 replicas",
+        CONVERGE,
+        || async {
+            let got = shares(&living).await;
+            let counts: Vec<(&str, i64)> = got.iter().map(|(c, n, _)| (c.as_str(), *n)).collect();
+            if counts.len() == 2
+                && counts.iter().map(|(_, n)| n).sum::<i64>() == 10
+                && counts[0].1 > counts[1].1
+            {
+                Ok(())
+            } else {
+                Err(format!("shares {counts:?}"))
+            }
+        },
+    )
+    .await;
+    // Three asked, two left: placed best-effort, and the rule says so.
+    wait_rule(
+        &m[0],
+        "weighted",
+        "PlacementDegraded True",
+        |r| match rule_condition(r, "PlacementDegraded") {
+            Some(c)
+                if c.status == "True"
+                    && c.reason == "BestEffort"
+                    && c.message.contains("web/api") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
 }

@@ -191,9 +191,8 @@ impl Engine {
             rollout::origin::rollout_pass(world, &mut self.rollout, returns, ctx).await;
         self.placement.wake =
             placement::origin::placement_pass(world, &mut self.placement, returns, ctx).await;
-        let (last_sync, rollouts) = (&self.sink.last_sync, &self.rollout);
-        self.status.due =
-            status::status_pass(world, &mut self.status, last_sync, rollouts, ctx).await;
+        let (last_sync, books) = (&self.sink.last_sync, (&self.rollout, &self.placement));
+        self.status.due = status::status_pass(world, &mut self.status, last_sync, books, ctx).await;
         // A retry due when the pass began was decided in it (tried, or backed
         // off again with a later time). One that fell due while the pass ran
         // was not: it stays, and its due time wakes the next pass at once.

@@ -50,6 +50,11 @@ pub struct RuleReport {
     pub rollouts: Vec<fleetbus_schemas::crd::RolloutSummary>,
     /// See `rollouts`.
     pub rollouts_total: usize,
+    /// On the origin of a placement rule: its placement units decided
+    /// (`placement::summary`), and which could not be satisfied, with why.
+    pub placed: usize,
+    /// See `placed`.
+    pub placement_degraded: Option<String>,
     /// Why rollouts are paused, when one is (the `RolloutPaused` condition).
     pub rollouts_paused: Option<String>,
 }

@@ -7,8 +7,10 @@
 //! - `origin`: the origin's pass: gather the candidates, decide, put what changed.
 //! - `sink`: what a sink does with one source object by its record (pure).
 //! - `state`: what placement keeps between passes (a leaf).
+//! - `summary`: a rule's placements on its origin's status (pure).
 
 pub(in crate::sync) mod decide;
 pub(in crate::sync) mod origin;
 pub(in crate::sync) mod sink;
 pub(in crate::sync) mod state;
+pub(in crate::sync) mod summary;

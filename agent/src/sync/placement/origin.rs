@@ -204,15 +204,16 @@ fn candidates(world: &World, rule: &CompiledRule) -> Vec<Candidate> {
         .collect()
 }
 
-/// Allocatable CPU (cores) and memory (bytes) from a peer's record, if it
-/// publishes them (`metadata.allocatable`).
+/// Allocatable CPU (millicores) and memory (bytes) from a peer's record, if
+/// it publishes them (`metadata.allocatable`; agents before placement do not).
+/// Scores use only ratios between candidates, so the units need not match.
 fn capacity(record: &serde_json::Value) -> (Option<f64>, Option<f64>) {
     let read = |k: &str| {
         record
             .pointer(&format!("/metadata/allocatable/{k}"))
             .and_then(serde_json::Value::as_f64)
     };
-    (read("cpu"), read("memoryBytes"))
+    (read("cpuMillis"), read("memoryBytes"))
 }
 
 /// The clusters reporting a copy of every object of `due` (`healthy`: a
@@ -260,4 +261,29 @@ async fn put(ctx: &Context, key: &PlacementKey, record: &PlacementRecord) -> Res
         .await
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use fleetbus_schemas::crd::{Allocatable, ClusterMetadata};
+
+    /// The reader follows the record's real field names (a record written
+    /// by the schemas' type, not a hand-made JSON that could drift from it).
+    #[test]
+    fn capacity_reads_what_a_cluster_record_publishes() {
+        let meta = ClusterMetadata {
+            allocatable: Some(Allocatable {
+                cpu_millis: 3_800,
+                memory_bytes: 1 << 34,
+            }),
+            ..ClusterMetadata::default()
+        };
+        let record = serde_json::json!({ "metadata": serde_json::to_value(&meta).unwrap() });
+        assert_eq!(
+            super::capacity(&record),
+            (Some(3_800.0), Some((1u64 << 34) as f64))
+        );
+        let old = serde_json::json!({ "metadata": {} });
+        assert_eq!(super::capacity(&old), (None, None));
+    }
 }

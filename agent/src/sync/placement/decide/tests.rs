@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, Utc};
 use fleetbus_schemas::crd::{
-    ClusterTaint, Divide, Failback, Failover, Placement, PlacementMode, Preference, Purge,
-    ReplicaDivision, SpreadConstraint, TaintEffect, Toleration, TolerationOperator,
+    Capacity, ClusterTaint, Divide, Failback, Failover, Placement, PlacementMode, Preference,
+    Purge, ReplicaDivision, SpreadConstraint, TaintEffect, Toleration, TolerationOperator,
 };
 use fleetbus_schemas::placement::{PlacementRecord, Role};
 use fleetbus_schemas::registry::TimedTaint;
@@ -114,6 +114,56 @@ fn a_preference_moves_the_choice_and_ties_are_the_same_everywhere() {
         let again = decide(None, &spec, &input(&format!("o{i}"), cands.clone()), now);
         assert_eq!(again.record, d.record);
     }
+}
+
+#[test]
+fn more_allocatable_cpu_wins_and_a_cluster_that_reports_none_scores_nothing() {
+    let now = Utc::now();
+    let mut cands = five();
+    // a: 4 cores, c: 64 cores, the others report nothing (older agents).
+    cands[0].capacity = (Some(4_000.0), None);
+    cands[2].capacity = (Some(64_000.0), None);
+    let spec = Placement {
+        clusters: Some(IntOrString::Int(1)),
+        prefer: vec![Preference {
+            weight: 20,
+            cluster_selector: None,
+            capacity: Some(Capacity::Cpu),
+        }],
+        ..Placement::default()
+    };
+    for i in 0..10 {
+        let d = decide(None, &spec, &input(&format!("o{i}"), cands.clone()), now);
+        assert_eq!(chosen(&d.record), vec!["c"], "{:?}", d.record.chosen);
+    }
+    // Memory is scored apart: with no memory reported, cpu does not count.
+    let by_memory = Placement {
+        prefer: vec![Preference {
+            capacity: Some(Capacity::Memory),
+            ..spec.prefer[0].clone()
+        }],
+        ..spec.clone()
+    };
+    let picks: BTreeSet<String> = (0..20)
+        .map(|i| {
+            decide(
+                None,
+                &by_memory,
+                &input(&format!("o{i}"), cands.clone()),
+                now,
+            )
+        })
+        .flat_map(|d| {
+            d.record
+                .chosen_names()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        picks.len() > 1,
+        "no memory reported: the hash spreads, {picks:?}"
+    );
 }
 
 #[test]
