@@ -14,6 +14,7 @@ use crate::proxy::Fault;
 use crate::workload::lock;
 
 mod agents;
+mod failover;
 mod pressure;
 
 /// Every scenario, in the order `all` runs them, with what it shows.
@@ -29,6 +30,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("rolling-restart", "every agent restarted in turn under churn: nothing lost, no delete because a peer was Disconnected"),
     ("leave-vs-crash", "peers leave for good (orphanPolicy Delete, then Orphan) and one crashes: copies follow the policy, or stay"),
     ("api-pressure", "an agent's API server answers 429 (Retry-After), 500, late and ends watches with 410 under churn: bounded requests, no rewrite on re-list, converged after"),
+    ("failover", "a placed object's chosen sink dies (agent and API server SIGKILLed) under churn: replaced within afterSeconds + 10 s, never fewer than 2 copies outside that window, no flapping, nothing deleted where it could not be heard, stale copies collected on return"),
 ];
 
 /// The clusters of every fleet (every one an origin and a sink).
@@ -78,6 +80,8 @@ impl Row {
 /// The sizes of a run: seconds each (`--short`, CI) or the full version.
 #[derive(Debug, Clone, Copy)]
 pub struct Size {
+    /// The short version (CI) rather than the full one.
+    short: bool,
     /// Churn before the fault and after it.
     churn: Duration,
     /// Writers per origin and objects per writer.
@@ -100,6 +104,7 @@ impl Size {
     pub fn new(short: bool) -> Size {
         if short {
             Size {
+                short,
                 churn: Duration::from_secs(2),
                 writers: 2,
                 objects: 10,
@@ -111,6 +116,7 @@ impl Size {
             }
         } else {
             Size {
+                short,
                 churn: Duration::from_secs(20),
                 writers: 4,
                 objects: 50,
@@ -121,6 +127,13 @@ impl Size {
                 catchup_latency: Duration::ZERO,
             }
         }
+    }
+}
+
+impl Size {
+    /// Whether this is the short version.
+    pub fn is_short(&self) -> bool {
+        self.short
     }
 }
 
@@ -138,6 +151,7 @@ pub async fn run(name: &str, seed: u64, size: Size) -> Row {
         "rolling-restart" => agents::rolling_restart(seed, size).await,
         "leave-vs-crash" => agents::leave_vs_crash(seed, size).await,
         "api-pressure" => pressure::api_pressure(seed, size).await,
+        "failover" => failover::failover(seed, size).await,
         other => Err(anyhow::anyhow!("no scenario {other}")),
     };
     result.unwrap_or_else(|e| Row::error(name, seed, &e))

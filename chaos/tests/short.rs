@@ -20,6 +20,7 @@ const TESTED: &[&str] = &[
     "rolling-restart",
     "leave-vs-crash",
     "api-pressure",
+    "failover",
 ];
 
 /// Scenarios that find an agent bug not fixed yet, each with where it is
@@ -131,4 +132,9 @@ fn leave_vs_crash() {
 #[test]
 fn api_pressure() {
     short("api-pressure");
+}
+
+#[test]
+fn failover() {
+    short("failover");
 }
