@@ -31,6 +31,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("leave-vs-crash", "peers leave for good (orphanPolicy Delete, then Orphan) and one crashes: copies follow the policy, or stay"),
     ("api-pressure", "an agent's API server answers 429 (Retry-After), 500, late and ends watches with 410 under churn: bounded requests, no rewrite on re-list, converged after"),
     ("failover", "a placed object's chosen sink dies (agent and API server SIGKILLed) under churn: replaced within afterSeconds + 10 s, never fewer than 2 copies outside that window, no flapping, nothing deleted where it could not be heard, stale copies collected on return"),
+    ("placement-partition", "a placed object's chosen sink cut from NATS for the failover window under churn: replaced elsewhere, none of its copies deleted while cut, collected once it hears again, no flapping"),
 ];
 
 /// The clusters of every fleet (every one an origin and a sink).
@@ -152,6 +153,7 @@ pub async fn run(name: &str, seed: u64, size: Size) -> Row {
         "leave-vs-crash" => agents::leave_vs_crash(seed, size).await,
         "api-pressure" => pressure::api_pressure(seed, size).await,
         "failover" => failover::failover(seed, size).await,
+        "placement-partition" => failover::placement_partition(seed, size).await,
         other => Err(anyhow::anyhow!("no scenario {other}")),
     };
     result.unwrap_or_else(|e| Row::error(name, seed, &e))

@@ -21,6 +21,7 @@ const TESTED: &[&str] = &[
     "leave-vs-crash",
     "api-pressure",
     "failover",
+    "placement-partition",
 ];
 
 /// Scenarios that find an agent bug not fixed yet, each with where it is
@@ -137,4 +138,9 @@ fn api_pressure() {
 #[test]
 fn failover() {
     short("failover");
+}
+
+#[test]
+fn placement_partition() {
+    short("placement-partition");
 }

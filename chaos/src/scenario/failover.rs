@@ -1,10 +1,13 @@
-//! Placement under a dead cluster (`failover`): a rule on c1 places each of
+//! Placement when a chosen cluster is lost: dead (`failover`) or cut from
+//! the bus (`placement-partition`, below). A rule on c1 places each of
 //! its ConfigMaps in namespace `placed` on 2 of the 3 other clusters; the
 //! sink holding the most copies loses its agent and its API server
 //! (SIGKILL both) while the usual churn runs on the chaos rule. Its API
 //! server comes back first (it cannot have heard anything: every copy it
 //! held is still there), then its agent (`failback: Never`: the new choice
 //! stays and its stale copies are collected once the replacements exist).
+//! In `placement-partition` the same sink's agent is cut from NATS instead
+//! (its API server stays up) for the whole window, then heard again.
 //!
 //! Checked from what the sinks' API servers hold, sampled every
 //! [`SAMPLE`], never from the agents' own records (the oracle must not echo
@@ -15,7 +18,8 @@
 //!   reported);
 //! - no flapping: on the clusters that stayed up, each object's set of
 //!   holders changes at most once from the kill to the end;
-//! - nothing deleted on the dead cluster while it could not hear;
+//! - nothing deleted on the lost cluster while it could not hear (read
+//!   after its API server returns; through the cut, every sample);
 //! - at the end each object is on exactly 2 clusters, none of them the one
 //!   that died.
 
@@ -31,6 +35,7 @@ use kube::{Api, ResourceExt};
 
 use super::{finish_with, Row, Running, Size, CONVERGE};
 use crate::fleet::{Fleet, SETUP};
+use crate::proxy::Fault;
 use crate::workload::ORIGIN_CLUSTER;
 
 /// The namespace the placed objects live in (not the chaos rule's).
@@ -48,7 +53,29 @@ const SAMPLE: Duration = Duration::from_millis(250);
 /// Which sinks hold a copy of each placed object: object name → clusters.
 type Holders = BTreeMap<String, BTreeSet<String>>;
 
+/// How the chosen sink is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Strike {
+    /// Its agent and API server SIGKILLed (`failover`).
+    Kill,
+    /// Its agent cut from NATS by its proxy, its API server up: its copies
+    /// are watched through the cut (`placement-partition`).
+    Cut,
+}
+
+/// `failover`: the chosen sink's agent and API server SIGKILLed.
 pub(super) async fn failover(seed: u64, size: Size) -> anyhow::Result<Row> {
+    strike("failover", Strike::Kill, seed, size).await
+}
+
+/// `placement-partition`: the chosen sink's agent cut from the bus for the
+/// whole window. Its copies must all stay while it cannot hear, and go once
+/// it hears again (failback Never).
+pub(super) async fn placement_partition(seed: u64, size: Size) -> anyhow::Result<Row> {
+    strike("placement-partition", Strike::Cut, seed, size).await
+}
+
+async fn strike(name: &str, how: Strike, seed: u64, size: Size) -> anyhow::Result<Row> {
     let after_seconds: u64 = if size.is_short() { 2 } else { 10 };
     let objects = if size.is_short() { 8 } else { 100 };
     let fleet = Fleet::start(CLUSTERS).await?;
@@ -74,8 +101,18 @@ pub(super) async fn failover(seed: u64, size: Size) -> anyhow::Result<Row> {
         })
         .unwrap_or(1);
     let victim_name = run.fleet.nodes[victim].name().to_owned();
-    run.fleet.nodes[victim].member.agent.kill9();
-    run.fleet.nodes[victim].member.cluster.kill9();
+    let held: BTreeSet<String> = placed
+        .iter()
+        .filter(|(_, h)| h.contains(&victim_name))
+        .map(|(n, _)| n.clone())
+        .collect();
+    match how {
+        Strike::Kill => {
+            run.fleet.nodes[victim].member.agent.kill9();
+            run.fleet.nodes[victim].member.cluster.kill9();
+        }
+        Strike::Cut => run.fleet.nodes[victim].nats.set(Fault::Cut),
+    }
     let window = Window {
         killed: Instant::now(),
         length: Duration::from_secs(after_seconds) + GRACE,
@@ -83,10 +120,13 @@ pub(super) async fn failover(seed: u64, size: Size) -> anyhow::Result<Row> {
     };
     let living: Vec<usize> = sinks.iter().copied().filter(|i| *i != victim).collect();
     let last = survivors_of(&placed, &victim_name);
-    let mut extra = watch_window(&run.fleet, &living, &names, last, &window).await?;
+    let cut = (how == Strike::Cut).then_some((victim, &held));
+    let mut extra = watch_window(&run.fleet, &living, &names, last, &window, cut).await?;
 
     // Its API server returns alone: it heard nothing, so nothing went.
-    run.fleet.nodes[victim].member.cluster.restart()?;
+    if how == Strike::Kill {
+        run.fleet.nodes[victim].member.cluster.restart()?;
+    }
     let still = try_wait_for("the dead cluster's API server back", SETUP, || async {
         holders(&run.fleet, &[victim])
             .await
@@ -94,16 +134,15 @@ pub(super) async fn failover(seed: u64, size: Size) -> anyhow::Result<Row> {
     })
     .await
     .map_err(anyhow::Error::msg)?;
-    for (name, h) in &placed {
-        if h.contains(&victim_name) && !still.contains_key(name) {
-            extra.push(format!(
-                "{victim_name}: {PLACED}/{name} deleted while its agent was dead (it could not hear)"
-            ));
+    extra.extend(deleted_unheard(&victim_name, &held, &still));
+    // Its agent returns (or hears again): failback Never, its stale copies collected.
+    match how {
+        Strike::Kill => {
+            run.fleet.nodes[victim].member.agent.spawn()?;
+            run.fleet.nodes[victim].wait_ready().await?;
         }
+        Strike::Cut => run.fleet.nodes[victim].nats.set(Fault::Pass),
     }
-    // Its agent returns: failback Never, its stale copies collected.
-    run.fleet.nodes[victim].member.agent.spawn()?;
-    run.fleet.nodes[victim].wait_ready().await?;
     let last_fault = Instant::now();
     let end = try_wait_for(
         "each placed object on exactly 2 sinks, none the dead one",
@@ -120,7 +159,7 @@ pub(super) async fn failover(seed: u64, size: Size) -> anyhow::Result<Row> {
         extra.push(e);
     }
     let model = run.fleet.rule_model();
-    let (row, _) = finish_with("failover", seed, run, last_fault, extra, &model, None).await?;
+    let (row, _) = finish_with(name, seed, run, last_fault, extra, &model, None).await?;
     Ok(row)
 }
 
@@ -163,20 +202,40 @@ struct Window {
     stable: Duration,
 }
 
-/// Samples the `living` sinks from the kill until the replacements exist
+/// The copies `victim` held (`held`) that it no longer holds (`now`): each
+/// deleted while it could not hear the decision.
+fn deleted_unheard(victim: &str, held: &BTreeSet<String>, now: &Holders) -> Vec<String> {
+    held.iter()
+        .filter(|n| !now.contains_key(*n))
+        .map(|n| format!("{victim}: {PLACED}/{n} deleted while it could not hear"))
+        .collect()
+}
+
+/// Samples the `living` sinks from the strike until the replacements exist
 /// and stayed for `stable`, or the window is over; returns the violations
-/// (copies short past the window or lost again, flapping).
+/// (copies short past the window or lost again, flapping, and with `cut`,
+/// a copy the cut sink held gone while it was cut).
 async fn watch_window(
     fleet: &Fleet,
     living: &[usize],
     names: &BTreeSet<String>,
     mut last: Holders,
     w: &Window,
+    cut: Option<(usize, &BTreeSet<String>)>,
 ) -> anyhow::Result<Vec<String>> {
     let mut extra = Vec::new();
     let mut changes: BTreeMap<String, usize> = BTreeMap::new();
     let mut replaced_after: Option<Duration> = None;
+    let mut late = false;
     while replaced_after.is_none_or(|t| w.killed.elapsed() < t + w.stable) {
+        if let Some((victim, held)) = cut {
+            let now = holders(fleet, &[victim]).await?;
+            let gone = deleted_unheard(fleet.nodes[victim].name(), held, &now);
+            if !gone.is_empty() {
+                extra.extend(gone);
+                break;
+            }
+        }
         let h = holders(fleet, living).await?;
         for (name, set) in &h {
             if last.get(name) != Some(set) {
@@ -187,16 +246,19 @@ async fn watch_window(
         match (short_of(&h, names, COPIES, None), replaced_after) {
             (None, None) => replaced_after = Some(at),
             (Some(why), Some(_)) => {
-                extra.push(format!("{at:?} after the kill, copies lost again: {why}"));
+                extra.push(format!("{at:?} after the strike, copies lost again: {why}"));
                 break;
             }
-            (Some(why), None) if at > w.length => {
+            // Past the window: a violation, but sampling goes on (to twice
+            // the window) so that the row says how late the replacements were.
+            (Some(why), None) if at > w.length && !late => {
                 extra.push(format!(
-                    "{at:?} after the kill (past the {:?} window): {why}",
+                    "{at:?} after the strike (past the {:?} window): {why}",
                     w.length
                 ));
-                break;
+                late = true;
             }
+            (Some(_), None) if at > w.length * 2 => break,
             _ => {}
         }
         last = h;
@@ -204,9 +266,15 @@ async fn watch_window(
     }
     match replaced_after {
         Some(t) => {
-            eprintln!("fleetbus-chaos: failover: replacements complete {t:?} after the kill")
+            eprintln!("fleetbus-chaos: replacements complete {t:?} after the strike");
+            if late {
+                extra.push(format!("replacements complete only {t:?} after the strike"));
+            }
         }
-        None => extra.push(format!("replacements not complete within {:?}", w.length)),
+        None => extra.push(format!(
+            "replacements not complete within {:?}",
+            w.length * 2
+        )),
     }
     for (name, n) in &changes {
         if *n > 1 {
@@ -371,6 +439,16 @@ mod tests {
         assert!(
             short_of(&three, &names, 2, Some("c1")).is_some(),
             "exactly, at the end"
+        );
+    }
+
+    #[test]
+    fn a_copy_missing_from_what_the_lost_sink_held_is_named() {
+        let held: BTreeSet<String> = ["a", "b"].iter().map(|s| (*s).to_owned()).collect();
+        assert!(deleted_unheard("c2", &held, &h(&[("a", &["c2"]), ("b", &["c2"])])).is_empty());
+        assert_eq!(
+            deleted_unheard("c2", &held, &h(&[("a", &["c2"])])),
+            vec!["c2: placed/b deleted while it could not hear".to_owned()]
         );
     }
 
