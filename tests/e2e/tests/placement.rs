@@ -428,3 +428,89 @@ spec:
     )
     .await;
 }
+
+/// The holders of `web/<name>` among `sinks`, for the rule `placed`.
+async fn holders_of(sinks: &[&Member], name: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for m in sinks {
+        if let Ok(Some(o)) = get_dynamic(m, &config_maps(), Some("web"), name).await {
+            if check_copy(&o, "hub", "placed").is_ok() {
+                out.insert(m.name.clone());
+            }
+        }
+    }
+    out
+}
+
+/// `fleetbus clusters cordon` (a NoSchedule taint): objects created after it
+/// are placed elsewhere; the copy the cordoned cluster already holds stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordoned_cluster_gets_no_new_placements_and_keeps_what_it_holds() {
+    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+    let m = fleet(&nats, &["hub", "c1", "c2", "c3"]).await;
+    for x in &m {
+        create_ns(x, "web").await;
+    }
+    for x in &m[1..] {
+        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "role=sink"]);
+    }
+    apply_yaml(&m[0], rule());
+    apply_yaml(
+        &m[0],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: web}\ndata: {v: \"1\"}\n",
+    );
+    let sinks: Vec<&Member> = m[1..].iter().collect();
+    let first = wait_two(&sinks, "2 of 3 sinks hold web/app", |_| true).await;
+    let cordoned = first.iter().next().unwrap().clone();
+    let (code, out, err) = fleetbus_cli(&nats, &["clusters", "cordon", &cordoned]).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    // Shown on the Cluster object at the hub before anything is created.
+    wait_for(
+        "the cordon on the hub's Cluster object",
+        CONVERGE,
+        || async {
+            let shown = kubectl(
+                &m[0],
+                &[
+                    "get",
+                    "clusters.fleetbus.io",
+                    &cordoned,
+                    "-o",
+                    "jsonpath={.status.taints}",
+                ],
+            );
+            if shown.contains("fleetbus.io/cordoned") {
+                Ok(())
+            } else {
+                Err(format!("taints {shown:?}"))
+            }
+        },
+    )
+    .await;
+    for i in 0..4 {
+        apply_yaml(
+            &m[0],
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: new{i}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
+        );
+    }
+    wait_for(
+        "every new object on the 2 uncordoned sinks",
+        CONVERGE,
+        || async {
+            for i in 0..4 {
+                let h = holders_of(&sinks, &format!("new{i}")).await;
+                if h.len() != 2 || h.contains(&cordoned) {
+                    return Err(format!("new{i} on {h:?}"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    // NoSchedule moves nothing: the copy it held is still there, still chosen.
+    assert_eq!(
+        holders_of(&sinks, "app").await,
+        first,
+        "a NoSchedule taint moved a copy"
+    );
+}
