@@ -514,3 +514,55 @@ async fn a_cordoned_cluster_gets_no_new_placements_and_keeps_what_it_holds() {
         "a NoSchedule taint moved a copy"
     );
 }
+
+/// `failback: Immediate`: a chosen cluster that dies is replaced, and once it
+/// is back and Ready the choice returns to it and the replacement's copy goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failback_immediate_moves_the_copy_back_when_the_cluster_returns() {
+    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+    let mut m = fleet(&nats, &["hub", "c1", "c2", "c3"]).await;
+    for x in &m {
+        create_ns(x, "web").await;
+    }
+    for x in &m[1..] {
+        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "role=sink"]);
+    }
+    apply_yaml(
+        &m[0],
+        &rule().replace("failback: Never", "failback: Immediate"),
+    );
+    apply_yaml(
+        &m[0],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: web}\ndata: {v: \"1\"}\n",
+    );
+    let first = {
+        let sinks: Vec<&Member> = m[1..].iter().collect();
+        wait_two(&sinks, "2 of 3 sinks hold web/app", |_| true).await
+    };
+    let dead = first.iter().next().unwrap().clone();
+    let i = m.iter().position(|x| x.name == dead).unwrap();
+    m[i].agent.kill9();
+    m[i].cluster.kill9();
+    {
+        let living: Vec<&Member> = m[1..].iter().filter(|x| x.name != dead).collect();
+        wait_for("a replacement copy", CONVERGE, || async {
+            let h = holders(&living).await;
+            if h.len() == 2 {
+                Ok(())
+            } else {
+                Err(format!("holders among the living {h:?}"))
+            }
+        })
+        .await;
+    }
+    m[i].cluster.restart().unwrap();
+    m[i].agent.spawn().unwrap();
+    let sinks: Vec<&Member> = m[1..].iter().collect();
+    let back = wait_two(
+        &sinks,
+        "the copy back on the returned cluster, the replacement's gone",
+        |h| *h == first,
+    )
+    .await;
+    assert!(back.contains(&dead));
+}
