@@ -566,3 +566,126 @@ async fn failback_immediate_moves_the_copy_back_when_the_cluster_returns() {
     .await;
     assert!(back.contains(&dead));
 }
+
+/// Five sinks in three regions: `clusters: 2` with a region spread puts each
+/// of 20 objects on 2 clusters in 2 regions, spread over the five (no
+/// cluster holds more than twice its share); a second rule preferring the
+/// gold cluster puts every one of its objects there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_objects_spread_over_five_clusters_in_regions_and_gold_is_preferred() {
+    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+    let names = ["hub", "c1", "c2", "c3", "c4", "c5"];
+    let m = fleet(&nats, &names).await;
+    let region = |c: &str| match c {
+        "c1" | "c2" => "eu",
+        "c3" | "c4" => "us",
+        _ => "ap",
+    };
+    for x in &m {
+        create_ns(x, "web").await;
+        create_ns(x, "gold").await;
+    }
+    for x in &m[1..] {
+        let mut labels = vec![
+            "role=sink".to_owned(),
+            format!("topology.fleetbus.io/region={}", region(&x.name)),
+        ];
+        if x.name == "c5" {
+            labels.push("tier=gold".into());
+        }
+        let mut args = vec!["label", "clusters.fleetbus.io", x.name.as_str()];
+        args.extend(labels.iter().map(String::as_str));
+        kubectl(x, &args);
+    }
+    let spread = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: NAME}
+spec:
+  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+  rules: [{match: [{objectKey: {namespace: NS}}]}]
+  clusterSelector: {matchLabels: {role: sink}}
+  placement:
+    clusters: 2
+    spread: [{topologyKey: topology.fleetbus.io/region, maxSkew: 1}]
+"#;
+    apply_yaml(
+        &m[0],
+        &spread.replace("NAME", "spread").replace("NS", "web"),
+    );
+    apply_yaml(
+        &m[0],
+        &(spread.replace("NAME", "gilded").replace("NS", "gold")
+            + "    prefer: [{weight: 50, clusterSelector: {matchLabels: {tier: gold}}}]\n"),
+    );
+    for i in 0..20 {
+        apply_yaml(
+            &m[0],
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: o{i}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
+        );
+    }
+    for i in 0..4 {
+        apply_yaml(
+            &m[0],
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: g{i}, namespace: gold}}\ndata: {{v: \"1\"}}\n"),
+        );
+    }
+    let sinks: Vec<&Member> = m[1..].iter().collect();
+    let per_object = |ns: &'static str, rule: &'static str, prefix: &'static str, n: usize| {
+        let sinks = &sinks;
+        async move {
+            let mut out: Vec<BTreeSet<String>> = vec![BTreeSet::new(); n];
+            for x in sinks {
+                for (i, held) in out.iter_mut().enumerate() {
+                    let name = format!("{prefix}{i}");
+                    if let Ok(Some(o)) = get_dynamic(x, &config_maps(), Some(ns), &name).await {
+                        if check_copy(&o, "hub", rule).is_ok() {
+                            held.insert(x.name.clone());
+                        }
+                    }
+                }
+            }
+            out
+        }
+    };
+    let placed = wait_for(
+        "20 objects on 2 clusters in 2 regions each",
+        CONVERGE,
+        || async {
+            let held = per_object("web", "spread", "o", 20).await;
+            for (i, h) in held.iter().enumerate() {
+                let regions: BTreeSet<&str> = h.iter().map(|c| region(c)).collect();
+                if h.len() != 2 || regions.len() != 2 {
+                    return Err(format!("o{i} on {h:?}"));
+                }
+            }
+            Ok(held)
+        },
+    )
+    .await;
+    let mut load: std::collections::BTreeMap<&str, usize> =
+        names[1..].iter().map(|n| (*n, 0)).collect();
+    for h in &placed {
+        for c in h {
+            *load.get_mut(c.as_str()).unwrap() += 1;
+        }
+    }
+    eprintln!("distribution of 40 copies over 5 clusters: {load:?}");
+    // 40 copies over 5 clusters: a share of 8.
+    assert!(load.values().all(|n| *n <= 16), "{load:?}");
+    assert!(load.values().filter(|n| **n > 0).count() >= 4, "{load:?}");
+    wait_for(
+        "every gold object on c5 and in 2 regions",
+        CONVERGE,
+        || async {
+            let held = per_object("gold", "gilded", "g", 4).await;
+            for (i, h) in held.iter().enumerate() {
+                let regions: BTreeSet<&str> = h.iter().map(|c| region(c)).collect();
+                if h.len() != 2 || !h.contains("c5") || regions.len() != 2 {
+                    return Err(format!("g{i} on {h:?}"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+}
