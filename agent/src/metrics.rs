@@ -360,7 +360,7 @@ impl Metrics {
             "Placement decisions that replaced a failed or tainted cluster",
             placement_failovers.clone(),
         );
-        let placement_pass_seconds = Histogram::new(PLACEMENT_PASS_BUCKETS.into_iter());
+        let placement_pass_seconds = Histogram::new(PLACEMENT_PASS_BUCKETS);
         registry.register(
             "placement_pass_seconds",
             "Seconds a placement pass spent deciding every unit of this origin (puts not included)",

@@ -170,7 +170,7 @@ pub(in crate::sync) fn decide(
     let failed_out: Vec<&str> = prev_chosen
         .iter()
         .filter(|n| !chosen_names.contains(*n))
-        .filter(|n| by_name.get(n).is_some_and(|j| failed(j)))
+        .filter(|n| by_name.get(n).is_some_and(failed))
         .copied()
         .collect();
     let mut new_picks = chosen_names.iter().filter(|n| !prev_chosen.contains(*n));

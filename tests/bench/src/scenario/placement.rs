@@ -80,7 +80,7 @@ const GOLD: usize = 20;
 const CLUSTERS: usize = 3;
 /// Source objects are `<OBJECT_PREFIX>-<i>`.
 const OBJECT_PREFIX: &str = "pl";
-/// Caps both N and M (a small machine).
+/// Caps both N and M (a small machine), not below [`GOLD`].
 const MAX_ENV: &str = "FLEETBUS_BENCH_PLACEMENT_MAX";
 /// The goals (issue 32).
 const PASS_GOAL: Duration = Duration::from_secs(1);
@@ -142,7 +142,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     t.note("Decide everything: from the rule's creation (API ack) until every record of origin c1 is on FLEETBUS_PLACEMENTS, read by an ordered JetStream consumer of the harness; the sources' time is when the last of the source envelopes reached a core subscriber on c1's `obj` subjects (the origin decides only objects it has published and read back).");
     t.note(format!("Agent pass: `{PASS_METRIC}` (the deciding of every unit, the puts excluded). Full passes: those run after every record was on the stream until the failover was done (each decides all {count} units against all {peers} clusters); the goal is checked on the slowest by its bucket's upper bound (buckets ≤ 0.5, 0.75, 1, 1.5 s …)."));
     t.note("Failover: the cluster chosen for the most objects stops beating. Detection = the harness's watch of its key in the beats bucket receives the server's TTL-expiry marker (what c1's registry watch receives and judges by); then until every affected object's new record (victim no longer chosen) is on the stream. The simulated clusters write no copies: the new records are what a sink copies by, one propagation later.");
-    t.note(format!("CPU: user+sys of the agent from /proc/<pid>/stat (10 ms ticks); quiet window {} s after everything was decided; RSS and peak (VmHWM) at the end. {MAX_ENV} caps N and M.", m.quiet.as_secs()));
+    t.note(format!("CPU: user+sys of the agent from /proc/<pid>/stat (10 ms ticks); quiet window {} s after everything was decided; RSS and peak (VmHWM) at the end. {MAX_ENV} caps N and M (not below {GOLD}).", m.quiet.as_secs()));
     if !m.top.is_empty() {
         t.note(format!(
             "perf profile of the agent from the rule's creation to the end of the quiet window, top functions by self time: {}",
@@ -360,10 +360,11 @@ async fn follow_sources(
         let lead = format!("{head}.{OBJECT_PREFIX}-");
         while let Some(m) = sub.next().await {
             let at = Instant::now();
-            if m.subject.starts_with(lead.as_str()) && names.insert(m.subject.to_string()) {
-                if tx.send((names.len(), at)).is_err() {
-                    return;
-                }
+            if m.subject.starts_with(lead.as_str())
+                && names.insert(m.subject.to_string())
+                && tx.send((names.len(), at)).is_err()
+            {
+                return;
             }
         }
     });
