@@ -10,6 +10,12 @@ use prometheus_client::registry::Registry;
 /// A histogram per rule (`rule` label), each made with the same buckets.
 pub type PerRuleHistogram = Family<Vec<(String, String)>, Histogram, fn() -> Histogram>;
 
+/// Buckets of `fleetbus_placement_pass_seconds`: fine around the 1 s goal
+/// of a full pass over 1,000 objects × 1,000 clusters (BENCHMARKS.md).
+const PLACEMENT_PASS_BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0,
+];
+
 /// A label set of one `(name, value)` pair, e.g. `reason="undecodable"`.
 type Labels = Vec<(&'static str, &'static str)>;
 
@@ -95,6 +101,13 @@ pub struct Metrics {
     pub placement_decisions: Counter,
     /// Placement decisions that replaced a failed cluster.
     pub placement_failovers: Counter,
+    /// Seconds the origin's placement pass spent deciding (every unit
+    /// gathered and `decide`d, the puts of changed records not included),
+    /// observed for passes with at least one unit: a pass decides every
+    /// unit of this origin, so its cost is units × matched clusters.
+    pub placement_pass_seconds: Histogram,
+    /// Units (rule × object, or groups) the last placement pass decided.
+    pub placement_units: Gauge,
     /// Objects that name an origin cluster but are no copy this agent wrote
     /// (`sync::model::mark`), each time collection passed one by: never
     /// deleted nor overwritten.
@@ -347,6 +360,18 @@ impl Metrics {
             "Placement decisions that replaced a failed or tainted cluster",
             placement_failovers.clone(),
         );
+        let placement_pass_seconds = Histogram::new(PLACEMENT_PASS_BUCKETS);
+        registry.register(
+            "placement_pass_seconds",
+            "Seconds a placement pass spent deciding every unit of this origin (puts not included)",
+            placement_pass_seconds.clone(),
+        );
+        let placement_units = Gauge::default();
+        registry.register(
+            "placement_units",
+            "Units the last placement pass decided",
+            placement_units.clone(),
+        );
         let sync_look_alikes = Counter::default();
         registry.register(
             "sync_look_alikes",
@@ -458,6 +483,8 @@ impl Metrics {
             sync_full_plans,
             placement_decisions,
             placement_failovers,
+            placement_pass_seconds,
+            placement_units,
             sync_look_alikes,
             drift_events_truncated,
             copy_mark_ephemeral,

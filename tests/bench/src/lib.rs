@@ -25,6 +25,7 @@ pub mod recorder;
 pub mod replication;
 pub mod report;
 pub mod scenario;
+pub mod sim;
 pub mod stats;
 pub mod table;
 pub mod wire_objects;
@@ -42,7 +43,7 @@ pub struct Options {
     pub scenario: String,
     /// Tiny sizes; fails if a scenario produced no samples (never on times).
     pub smoke: bool,
-    /// Sample the agents with `perf` during the throughput scenario.
+    /// Sample the agents with `perf` during the throughput and placement scenarios.
     pub profile: bool,
     /// Where the tables are appended.
     pub out: PathBuf,
@@ -77,7 +78,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
     let mut tables = Vec::new();
     let mut ok = true;
     // Every latency is reported against the floor of the same run.
-    let needs_floor = selected.iter().any(|s| !matches!(*s, "wire" | "registry"));
+    let needs_floor = selected
+        .iter()
+        .any(|s| !matches!(*s, "wire" | "registry" | "placement"));
     if needs_floor {
         match scenario::floor::run(&ctx).await {
             Ok((t, p50)) => {
@@ -158,6 +161,7 @@ async fn run_one(name: &str, ctx: &Ctx) -> Vec<Table> {
         "wire" => scenario::wire::run(ctx).await,
         "registry" => scenario::registry::run(ctx).await,
         "idle" => scenario::idle::run(ctx).await,
+        "placement" => scenario::placement::run(ctx).await,
         other => Err(anyhow::anyhow!("scenario {other} has no runner")),
     };
     match result {

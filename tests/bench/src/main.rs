@@ -9,13 +9,13 @@ use fleetbus_bench::bus::Topology;
 #[derive(Debug, Parser)]
 #[command(name = "fleetbus-bench")]
 struct Cli {
-    /// floor, propagation, propagation_at, previewing, pressure, drift, throughput, catchup, memory, fleet, wire, registry, idle, or all.
+    /// floor, propagation, propagation_at, previewing, pressure, drift, throughput, catchup, memory, fleet, wire, registry, idle, placement, or all.
     scenario: String,
     /// Tiny sizes (seconds): checks that every scenario produces samples, for CI.
     #[arg(long)]
     smoke: bool,
-    /// Sample the agents with `perf record` during the throughput scenario and
-    /// report the functions with the most CPU time.
+    /// Sample the agents with `perf record` during the throughput and placement
+    /// scenarios and report the functions with the most CPU time.
     #[arg(long)]
     profile: bool,
     /// The NATS topologies the fleet scenarios (propagation, throughput, fleet)

@@ -33,6 +33,7 @@ fn all_scenarios_run_and_produce_samples() {
         "6. Memory",
         "7. Fleet scaling",
         "8. Wire size",
+        "11. Placement",
         "Goals of this run",
     ] {
         assert!(

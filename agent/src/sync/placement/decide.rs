@@ -8,6 +8,7 @@
 //! keeps every choice that still holds, so a restart moves nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use fleetbus_schemas::crd::{
@@ -63,8 +64,9 @@ pub(in crate::sync) struct Inputs {
     pub rule: String,
     /// The tie-break seed (the unit).
     pub seed: String,
-    /// The candidates.
-    pub candidates: Vec<Candidate>,
+    /// The candidates: the same for every unit of a rule in one pass, so
+    /// shared rather than rebuilt per unit (a pass decides units × clusters).
+    pub candidates: Arc<Vec<Candidate>>,
     /// Clusters whose copy of the unit is reported Current.
     pub healthy: BTreeSet<String>,
     /// Clusters reporting a copy of the unit at all.
@@ -88,13 +90,48 @@ pub(in crate::sync) struct Decision {
 struct Judged<'a> {
     c: &'a Candidate,
     score: f64,
-    tie: u64,
+    /// The unit, for the tie-break.
+    seed: &'a str,
+    /// The tie-break, hashed when first compared: only candidates whose
+    /// score ties with one that is read need it (see [`Ranked`]).
+    tie: std::cell::OnceCell<u64>,
     /// It may take a new copy now (Ready, no untolerated taint).
     fit: bool,
     /// Why not, if not.
     unfit: Option<String>,
     /// Failing (down, or tainted NoExecute) since, and what.
     failing: Option<(DateTime<Utc>, String)>,
+}
+
+/// The judged candidates by name: an index sorted by name, searched by
+/// bisection. Built per decision from candidates that usually come sorted
+/// (the fleet view is a map by name), so the sort is one linear check; a
+/// map of strings per decision was most of a pass over 1,000 clusters.
+struct ByName<'j, 'a> {
+    judged: &'j [Judged<'a>],
+    order: Vec<usize>,
+}
+
+impl<'j, 'a> ByName<'j, 'a> {
+    fn new(judged: &'j [Judged<'a>]) -> Self {
+        let mut order: Vec<usize> = (0..judged.len()).collect();
+        // Names are unique (the fleet view is keyed by them); were they not,
+        // one of the same name would be found, the same for the same input.
+        order.sort_by(|a, b| judged[*a].c.name.cmp(&judged[*b].c.name));
+        Self { judged, order }
+    }
+
+    fn get(&self, name: &str) -> Option<&'j Judged<'a>> {
+        let judged = self.judged;
+        self.order
+            .binary_search_by(|i| judged[*i].c.name.as_str().cmp(name))
+            .ok()
+            .map(|at| &judged[self.order[at]])
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
 }
 
 /// Decides (see the module docs).
@@ -109,8 +146,7 @@ pub(in crate::sync) fn decide(
     let now = truncate_to_ms(now);
     let after = Duration::seconds(i64::from(spec.failover.after_seconds));
     let judged = judge(spec, input);
-    let by_name: BTreeMap<&str, &Judged<'_>> =
-        judged.iter().map(|j| (j.c.name.as_str(), j)).collect();
+    let by_name = ByName::new(&judged);
     let want = spec
         .clusters
         .as_ref()
@@ -120,10 +156,7 @@ pub(in crate::sync) fn decide(
     let prev_chosen: BTreeSet<&str> = prev.map(|p| p.chosen_names().collect()).unwrap_or_default();
 
     let (keep, mut replaced) = what_stays(prev, spec, &by_name, &prev_chosen, &failed);
-    let mut kept: Vec<&Judged<'_>> = keep
-        .iter()
-        .filter_map(|n| by_name.get(n.as_str()).copied())
-        .collect();
+    let mut kept: Vec<&Judged<'_>> = keep.iter().filter_map(|n| by_name.get(n)).collect();
     kept.sort_by(|a, b| {
         rank(b)
             .partial_cmp(&rank(a))
@@ -137,7 +170,7 @@ pub(in crate::sync) fn decide(
     let failed_out: Vec<&str> = prev_chosen
         .iter()
         .filter(|n| !chosen_names.contains(*n))
-        .filter(|n| by_name.get(*n).is_some_and(|j| failed(j)))
+        .filter(|n| by_name.get(n).is_some_and(failed))
         .copied()
         .collect();
     let mut new_picks = chosen_names.iter().filter(|n| !prev_chosen.contains(*n));
@@ -149,8 +182,15 @@ pub(in crate::sync) fn decide(
     }
     let chosen = chosen_list(spec, input, &picked, &replaced);
 
-    let (draining, kept_for_good, last_release) =
-        releases(prev, spec, input, &chosen_names, &prev_chosen, &judged, now);
+    let (draining, kept_for_good, last_release) = releases(
+        prev,
+        spec,
+        input,
+        &chosen_names,
+        &prev_chosen,
+        (&judged, &by_name),
+        now,
+    );
     let failing: Vec<Failing> = picked
         .iter()
         .filter_map(|j| {
@@ -189,7 +229,7 @@ pub(in crate::sync) fn decide(
     };
     record.replaced.sort();
     let changed = prev != Some(&record);
-    let wake = wake(&record, &judged, after, now);
+    let wake = wake(&record, &by_name, after, now);
     Decision {
         record,
         changed,
@@ -205,7 +245,7 @@ pub(in crate::sync) fn decide(
 fn what_stays(
     prev: Option<&PlacementRecord>,
     spec: &Placement,
-    by_name: &BTreeMap<&str, &Judged<'_>>,
+    by_name: &ByName<'_, '_>,
     prev_chosen: &BTreeSet<&str>,
     failed: &dyn Fn(&Judged<'_>) -> bool,
 ) -> (BTreeSet<String>, Vec<(String, String)>) {
@@ -219,7 +259,7 @@ fn what_stays(
     let mut replaced: Vec<(String, String)> = prev.map(|p| p.replaced.clone()).unwrap_or_default();
     if spec.failover.failback == Failback::Immediate {
         for (gone, by) in &replaced {
-            if by_name.get(gone.as_str()).is_some_and(|j| j.fit) {
+            if by_name.get(gone).is_some_and(|j| j.fit) {
                 keep.insert(gone.clone());
                 keep.remove(by);
             }
@@ -230,7 +270,7 @@ fn what_stays(
     replaced.retain(|(gone, _)| {
         !keep.contains(gone)
             && by_name
-                .get(gone.as_str())
+                .get(gone)
                 .is_some_and(|j| !j.fit || spec.failover.failback == Failback::Immediate)
     });
     (keep, replaced)
@@ -323,7 +363,8 @@ fn judge<'a>(spec: &Placement, input: &'a Inputs) -> Vec<Judged<'a>> {
             Judged {
                 c,
                 score,
-                tie: tie(&input.seed, &c.name),
+                seed: &input.seed,
+                tie: std::cell::OnceCell::new(),
                 fit: unfit.is_none(),
                 unfit,
                 failing,
@@ -341,6 +382,67 @@ fn show(t: &TimedTaint) -> String {
     }
 }
 
+impl Judged<'_> {
+    fn tie(&self) -> u64 {
+        *self.tie.get_or_init(|| tie(self.seed, &self.c.name))
+    }
+}
+
+/// The fit candidates in [`rank`] order, read from the best: sorted by
+/// score, and each run of equal scores sorted by its tie-break when the
+/// reading first reaches it. A pick usually reads a few of the best, so
+/// most candidates are never hashed (a SHA-256 per candidate per unit was
+/// a third of a pass over 1,000 clusters); the order is the full sort's.
+struct Ranked<'b, 'a> {
+    pool: Vec<&'b Judged<'a>>,
+    /// `pool[..settled]` is in rank order and ends at a change of score.
+    settled: usize,
+}
+
+impl<'b, 'a> Ranked<'b, 'a> {
+    fn new(mut pool: Vec<&'b Judged<'a>>) -> Self {
+        pool.sort_by(|a, b| {
+            b.score
+                .partial_cmp(&a.score)
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        Self { pool, settled: 0 }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pool.is_empty()
+    }
+
+    /// Puts `pool[..=i]` in rank order.
+    fn settle(&mut self, i: usize) {
+        while self.settled <= i && self.settled < self.pool.len() {
+            let score = self.pool[self.settled].score;
+            let run = self.pool[self.settled..]
+                .iter()
+                .take_while(|j| j.score == score)
+                .count();
+            let end = self.settled + run;
+            // The lower hash first, as `rank` orders them.
+            self.pool[self.settled..end].sort_by_key(|j| j.tie());
+            self.settled = end;
+        }
+    }
+
+    /// The first candidate in rank order that `ok` accepts.
+    fn position(&mut self, ok: impl Fn(&Judged<'a>) -> bool) -> Option<usize> {
+        (0..self.pool.len()).find(|i| {
+            self.settle(*i);
+            ok(self.pool[*i])
+        })
+    }
+
+    fn remove(&mut self, at: usize) -> &'b Judged<'a> {
+        self.settle(at);
+        self.settled -= 1;
+        self.pool.remove(at)
+    }
+}
+
 /// A stable hash of (unit, cluster): the tie-break, the same on every agent.
 fn tie(seed: &str, cluster: &str) -> u64 {
     let mut h = Sha256::new();
@@ -355,7 +457,7 @@ fn tie(seed: &str, cluster: &str) -> u64 {
 
 /// Higher is better: score, then the lower hash.
 fn rank(j: &Judged<'_>) -> (f64, std::cmp::Reverse<u64>) {
-    (j.score, std::cmp::Reverse(j.tie))
+    (j.score, std::cmp::Reverse(j.tie()))
 }
 
 /// The spread domain of `c` under `key` (None: the label is missing).
@@ -376,15 +478,12 @@ fn pick<'a, 'b>(
 ) -> (Vec<&'b Judged<'a>>, Vec<String>) {
     let mut chosen: Vec<&Judged<'_>> = kept.to_vec();
     let mut misses = Vec::new();
-    let mut pool: Vec<&Judged<'_>> = judged
-        .iter()
-        .filter(|j| j.fit && !chosen.iter().any(|k| k.c.name == j.c.name))
-        .collect();
-    pool.sort_by(|a, b| {
-        rank(b)
-            .partial_cmp(&rank(a))
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
+    let mut pool = Ranked::new(
+        judged
+            .iter()
+            .filter(|j| j.fit && !chosen.iter().any(|k| std::ptr::eq(*k, *j)))
+            .collect(),
+    );
     // Each constraint's domains: those of the clusters that can hold a copy.
     let domains: Vec<BTreeSet<&str>> = spec
         .spread
@@ -392,7 +491,7 @@ fn pick<'a, 'b>(
         .map(|s| {
             judged
                 .iter()
-                .filter(|j| j.fit || chosen.iter().any(|k| k.c.name == j.c.name))
+                .filter(|j| j.fit || chosen.iter().any(|k| std::ptr::eq(*k, *j)))
                 .filter_map(|j| domain(j.c, &s.topology_key))
                 .collect()
         })
@@ -426,21 +525,18 @@ fn pick<'a, 'b>(
         })
     };
     while chosen.len() < want && !pool.is_empty() {
-        let at = pool
-            .iter()
-            .position(|c| skew_ok(&chosen, c))
-            .unwrap_or_else(|| {
-                if let Some(s) = spec.spread.first() {
-                    let m = format!(
-                        "spread over {} (maxSkew {}) could not be kept",
-                        s.topology_key, s.max_skew
-                    );
-                    if !misses.contains(&m) {
-                        misses.push(m);
-                    }
+        let at = pool.position(|c| skew_ok(&chosen, c)).unwrap_or_else(|| {
+            if let Some(s) = spec.spread.first() {
+                let m = format!(
+                    "spread over {} (maxSkew {}) could not be kept",
+                    s.topology_key, s.max_skew
+                );
+                if !misses.contains(&m) {
+                    misses.push(m);
                 }
-                0
-            });
+            }
+            0
+        });
         chosen.push(pool.remove(at));
     }
     (chosen, misses)
@@ -471,7 +567,7 @@ fn releases(
     input: &Inputs,
     chosen: &BTreeSet<&str>,
     prev_chosen: &BTreeSet<&str>,
-    judged: &[Judged<'_>],
+    (judged, by_name): (&[Judged<'_>], &ByName<'_, '_>),
     now: DateTime<Utc>,
 ) -> (Vec<Released>, Vec<Released>, Option<DateTime<Utc>>) {
     let mut draining: Vec<Released> = prev.map(|p| p.draining.clone()).unwrap_or_default();
@@ -486,9 +582,8 @@ fn releases(
         .iter()
         .filter(|n| !chosen.contains(*n))
         .map(|n| {
-            let why = judged
-                .iter()
-                .find(|j| j.c.name == *n)
+            let why = by_name
+                .get(n)
                 .and_then(|j| j.failing.as_ref().map(|(_, w)| format!("{w}: failed over")))
                 .unwrap_or_else(|| "no longer chosen".to_owned());
             released(n, &why)
@@ -512,7 +607,7 @@ fn releases(
     }
     // Chosen again: no longer released. Gone from the candidates (left,
     // unmatched): nothing to keep.
-    let candidate = |n: &str| judged.iter().any(|j| j.c.name == n);
+    let candidate = |n: &str| by_name.contains(n);
     draining.retain(|d| !chosen.contains(d.cluster.as_str()) && candidate(&d.cluster));
     kept.retain(|d| !chosen.contains(d.cluster.as_str()) && candidate(&d.cluster));
     draining.sort_by(|a, b| a.cluster.cmp(&b.cluster));
@@ -534,9 +629,16 @@ fn passed_over(
     draining: &[Released],
     kept: &[Released],
 ) -> Vec<Passed> {
-    let mut out: Vec<Passed> = judged
+    // Only the first MAX_PASSED by name are listed: pick them before
+    // formatting a reason (formatting every one was most of a pass).
+    let mut not_chosen: Vec<&Judged<'_>> = judged
         .iter()
         .filter(|j| !chosen.contains(j.c.name.as_str()))
+        .collect();
+    not_chosen.sort_by(|a, b| a.c.name.cmp(&b.c.name));
+    not_chosen.truncate(MAX_PASSED);
+    not_chosen
+        .into_iter()
         .map(|j| {
             let mut why = j
                 .unfit
@@ -552,10 +654,7 @@ fn passed_over(
                 reason: cut_reason(why),
             }
         })
-        .collect();
-    out.sort_by(|a, b| a.cluster.cmp(&b.cluster));
-    out.truncate(MAX_PASSED);
-    out
+        .collect()
 }
 
 fn degraded(want: usize, got: usize, matched: usize, spread: Vec<String>) -> Option<String> {
@@ -572,14 +671,13 @@ fn degraded(want: usize, got: usize, matched: usize, spread: Vec<String>) -> Opt
 /// When a chosen cluster's failover window ends, or the next release step.
 fn wake(
     rec: &PlacementRecord,
-    judged: &[Judged<'_>],
+    by_name: &ByName<'_, '_>,
     after: Duration,
     now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
     let windows = rec.chosen.iter().filter_map(|c| {
-        judged
-            .iter()
-            .find(|j| j.c.name == c.cluster)
+        by_name
+            .get(&c.cluster)
             .and_then(|j| j.failing.as_ref())
             .map(|(since, _)| *since + after)
     });

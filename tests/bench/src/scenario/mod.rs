@@ -1,4 +1,4 @@
-//! The eight first scenarios, then propagation at scale and the registry at 1,000 clusters. Each starts what it needs, measures, and
+//! The eight first scenarios, then propagation at scale, the registry and placement at 1,000 clusters. Each starts what it needs, measures, and
 //! returns its tables; a failure is reported as an error, never hidden.
 
 use std::time::Duration;
@@ -13,6 +13,7 @@ pub mod floor;
 pub mod fullmesh;
 pub mod idle;
 pub mod memory;
+pub mod placement;
 pub mod propagation;
 pub mod propagation_at;
 pub mod registry;
@@ -45,7 +46,7 @@ impl Ctx {
 }
 
 /// The scenarios in the order `all` runs them.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     "floor",
     "propagation",
     "propagation_at",
@@ -59,6 +60,7 @@ pub const ALL: [&str; 13] = [
     "wire",
     "registry",
     "idle",
+    "placement",
 ];
 
 /// The fleet scenarios that run on every topology of `--nats` (the cost of

@@ -16,17 +16,14 @@
 //! subtree (`fleetbus.obj.<peer>.…`), so c1's agent syncs N × k copies; the
 //! idle window starts once all of them are on c1.
 
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
-use async_nats::HeaderMap;
 use fleetbus_schemas::crd::{Cluster, ClusterState};
 use fleetbus_schemas::envelope::Envelope;
-use fleetbus_schemas::registry::{
-    beat_interval, beat_ttl, BeatRecord, ClusterRecord, MemberSet, MemberState, RegistryKey,
-    TARGET_BEATS_PER_SECOND,
-};
+use fleetbus_schemas::registry::{beat_interval, beat_ttl, TARGET_BEATS_PER_SECOND};
 use fleetbus_schemas::subject::{ObjectKey, Prefix};
 use fleetbus_testsupport::{free_port, http_get, Member, NatsServer};
 use kube::Api;
@@ -37,14 +34,11 @@ use crate::objects;
 use crate::poll::poll;
 use crate::procfs;
 use crate::scenario::Ctx;
+use crate::sim::{Sim, BASE};
 use crate::table::Table;
 
-/// The agents' default `--heartbeat-interval` (the base of the beat interval).
-const BASE: Duration = Duration::from_secs(2);
 /// ConfigMaps each simulated peer publishes for the rule.
 const OBJECTS_PER_PEER: usize = 2;
-/// Beats of the simulator awaiting their publish-ack at once.
-const BEATS_IN_FLIGHT: usize = 64;
 /// Caps the largest N (for CI's smoke run or a small machine).
 const MAX_ENV: &str = "FLEETBUS_BENCH_REGISTRY_MAX";
 
@@ -63,180 +57,30 @@ const HEADERS: [&str; 12] = [
     "agent registry passes/s by wake",
 ];
 
-/// The simulated peers: names, whether each still beats, the run they belong to.
-struct Sim {
-    js: jetstream::Context,
-    peers: Mutex<Vec<(String, bool)>>,
-    interval: Mutex<Duration>,
-    started_at: chrono::DateTime<chrono::Utc>,
-    seq: std::sync::atomic::AtomicU64,
-    /// Bytes of the last beat on the wire (subject, header, payload).
-    beat_bytes: std::sync::atomic::AtomicUsize,
+/// Publishes the objects of peers `from..to` for the rule, as their
+/// agents would: a snapshot envelope per ConfigMap on the peer's subtree.
+async fn publish_objects(js: &jetstream::Context, from: usize, to: usize) -> anyhow::Result<()> {
+    let prefix = Prefix::default();
+    for i in from..to {
+        let peer = Sim::name(i);
+        for k in 0..OBJECTS_PER_PEER {
+            let name = format!("{peer}-{k}");
+            let mut object = serde_json::to_value(objects::configmap(&name, "1"))?;
+            object["metadata"]["uid"] = format!("{name}-uid").into();
+            object["metadata"]["resourceVersion"] = "1".into();
+            let subject = ObjectKey::from_object(&peer, &object)
+                .ok_or_else(|| anyhow::anyhow!("no key for {name}"))?
+                .to_subject(&prefix);
+            let env = Envelope::snapshot(&peer, Some(&Sim::id(&peer)), object, chrono::Utc::now())?;
+            js.publish(subject, env.encode()?.into()).await?.await?;
+        }
+    }
+    Ok(())
 }
 
-impl Sim {
-    fn id(name: &str) -> String {
-        format!("{name}-id")
-    }
-
-    fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
-    }
-
-    /// Adds peers up to `n` and puts every record again (a join changes
-    /// every agent's members list, so every agent puts its record).
-    async fn grow_to(&self, n: usize) -> anyhow::Result<()> {
-        let names: Vec<String> = {
-            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-            while peers.len() < n {
-                let name = format!("sim-{:04}", peers.len());
-                peers.push((name, true));
-            }
-            peers.iter().map(|(n, _)| n.clone()).collect()
-        };
-        *self.interval.lock().unwrap_or_else(|p| p.into_inner()) = beat_interval(BASE, n + 1);
-        let members = MemberSet::new(names.iter().map(String::as_str).chain(["c1"]));
-        let kv = self.js.get_key_value("fleetbus-registry").await?;
-        for name in &names {
-            let r = self.record(name, &members);
-            kv.put(
-                RegistryKey::cluster(name, &Self::id(name)).to_key(),
-                r.encode()?.into(),
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
-    fn record(&self, name: &str, members: &MemberSet) -> ClusterRecord {
-        let now = chrono::Utc::now();
-        let mut r = ClusterRecord {
-            certificate: None,
-            name: name.to_owned(),
-            cluster_id: Self::id(name),
-            state: MemberState::Active,
-            labels: [("bench".to_owned(), "registry".to_owned())].into(),
-            kubernetes_api_endpoints: vec![],
-            metadata: Default::default(),
-            features: vec![],
-            agent_version: "bench".into(),
-            started_at: self.started_at,
-            heartbeat_at: now,
-            heartbeat_interval_seconds: 2,
-            seq: self.next_seq(),
-            members: Vec::new(),
-            members_digest: None,
-            api: Default::default(),
-            beats: true,
-        };
-        // As an agent announces them (PROTOCOL §5.1).
-        r.set_members(members);
-        r
-    }
-
-    /// Puts one beat of `name`, as an agent does (a KV put with `Nats-TTL`).
-    async fn beat(&self, name: &str, interval: Duration) -> anyhow::Result<()> {
-        let body = BeatRecord {
-            seq: self.next_seq(),
-            started_at: self.started_at,
-            interval_ms: u64::try_from(interval.as_millis())?,
-        }
-        .encode()?;
-        let subject = format!(
-            "$KV.fleetbus-beats.{}",
-            RegistryKey::beat(name, &Self::id(name)).to_key()
-        );
-        let ttl = beat_ttl(interval).as_secs().to_string();
-        let mut headers = HeaderMap::new();
-        headers.insert("Nats-TTL", ttl.as_str());
-        // NATS/1.0\r\n + "Nats-TTL: <ttl>\r\n" + \r\n, subject, payload.
-        let wire = 10 + 12 + ttl.len() + 2 + subject.len() + body.len();
-        self.beat_bytes
-            .store(wire, std::sync::atomic::Ordering::Relaxed);
-        self.js
-            .publish_with_headers(subject, headers, body.into())
-            .await?
-            .await?;
-        Ok(())
-    }
-
-    /// Beats every live peer once per interval, spread evenly over it. Each
-    /// beat is its own task (at most [`BEATS_IN_FLIGHT`] at once), so a slow
-    /// publish-ack does not hold back the next peer's beat: N agents beat
-    /// independently. The schedule is absolute, so pacing does not drift.
-    async fn run(self: Arc<Self>) {
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(BEATS_IN_FLIGHT));
-        let mut next = 0usize;
-        let mut at = tokio::time::Instant::now();
-        loop {
-            let (target, count, interval) = {
-                let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-                let interval = *self.interval.lock().unwrap_or_else(|p| p.into_inner());
-                let count = peers.len().max(1);
-                let i = next % count;
-                next = next.wrapping_add(1);
-                (
-                    peers.get(i).filter(|p| p.1).map(|p| p.0.clone()),
-                    count,
-                    interval,
-                )
-            };
-            if let Some(name) = target {
-                let Ok(permit) = in_flight.clone().acquire_owned().await else {
-                    return;
-                };
-                let sim = self.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = sim.beat(&name, interval).await {
-                        eprintln!("fleetbus-bench: registry: beat of {name} failed: {e:#}");
-                    }
-                    drop(permit);
-                });
-            }
-            // Pacing, not waiting: N peers' beats spread evenly over one interval,
-            // as N real agents would send them.
-            // Behind by more than an interval (a stalled machine): skip, as a
-            // late agent would, rather than burst to catch up.
-            at += interval / u32::try_from(count).unwrap_or(u32::MAX);
-            if let Some(floor) = tokio::time::Instant::now().checked_sub(interval) {
-                at = at.max(floor);
-            }
-            tokio::time::sleep_until(at).await;
-        }
-    }
-
-    /// Publishes the objects of peers `from..to` for the rule, as their
-    /// agents would: a snapshot envelope per ConfigMap on the peer's subtree.
-    async fn publish_objects(&self, from: usize, to: usize) -> anyhow::Result<()> {
-        let prefix = Prefix::default();
-        for i in from..to {
-            let peer = format!("sim-{i:04}");
-            for k in 0..OBJECTS_PER_PEER {
-                let name = format!("{peer}-{k}");
-                let mut object = serde_json::to_value(objects::configmap(&name, "1"))?;
-                object["metadata"]["uid"] = format!("{name}-uid").into();
-                object["metadata"]["resourceVersion"] = "1".into();
-                let subject = ObjectKey::from_object(&peer, &object)
-                    .ok_or_else(|| anyhow::anyhow!("no key for {name}"))?
-                    .to_subject(&prefix);
-                let env =
-                    Envelope::snapshot(&peer, Some(&Self::id(&peer)), object, chrono::Utc::now())?;
-                self.js
-                    .publish(subject, env.encode()?.into())
-                    .await?
-                    .await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Stops the beats of the first live peer; returns its name.
-    fn kill_one(&self) -> Option<String> {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        let p = peers.iter_mut().find(|p| p.1)?;
-        p.1 = false;
-        Some(p.0.clone())
-    }
+/// Every simulated peer's labels here.
+fn labels(_: usize) -> BTreeMap<String, String> {
+    [("bench".to_owned(), "registry".to_owned())].into()
 }
 
 /// `out_bytes` and `out_msgs` (what the server sent it) of the connection named `name`.
@@ -276,7 +120,7 @@ fn passes(node: &Member) -> std::collections::BTreeMap<String, f64> {
 }
 
 /// How many peers the agent's Cluster objects show in `state`.
-async fn count_in(api: &Api<Cluster>, state: ClusterState) -> Result<usize, String> {
+pub(crate) async fn count_in(api: &Api<Cluster>, state: ClusterState) -> Result<usize, String> {
     let list = api
         .list(&Default::default())
         .await
@@ -310,21 +154,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
         .agent_pid()
         .ok_or_else(|| anyhow::anyhow!("agent not running"))?;
     let client = async_nats::connect(url.as_str()).await?;
-    let sim = Arc::new(Sim {
-        js: jetstream::new(client),
-        peers: Mutex::new(Vec::new()),
-        interval: Mutex::new(BASE),
-        started_at: chrono::Utc::now(),
-        seq: Default::default(),
-        beat_bytes: Default::default(),
-    });
+    let js = jetstream::new(client);
+    let sim = Arc::new(Sim::new(js.clone(), &["c1"], labels));
     let beats = tokio::spawn(sim.clone().run());
     let api: Api<Cluster> = Api::all(node.client.clone());
     let mut t = Table::new("10. Registry: one agent among N simulated peers", &HEADERS);
     // One peer is killed per step: `killed` of the N are silent already.
     for (killed, n) in sizes.into_iter().enumerate() {
         eprintln!("fleetbus-bench: registry: N={n}");
-        let step = measure(&sim, &api, &node, pid, http, n, killed, idle).await;
+        let step = measure(&sim, &js, &api, &node, pid, http, n, killed, idle).await;
         match step {
             Ok(row) => row.report(&mut t, n),
             Err(e) => {
@@ -407,6 +245,7 @@ impl Row {
 #[allow(clippy::too_many_arguments)]
 async fn measure(
     sim: &Sim,
+    js: &jetstream::Context,
     api: &Api<Cluster>,
     node: &Member,
     pid: u32,
@@ -415,9 +254,9 @@ async fn measure(
     killed: usize,
     idle: Duration,
 ) -> anyhow::Result<Row> {
-    let before = sim.peers.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let before = sim.len();
     sim.grow_to(n).await?;
-    sim.publish_objects(before, n).await?;
+    publish_objects(js, before, n).await?;
     let live = n - killed;
     // The Local object is Ready too.
     poll(
@@ -468,7 +307,7 @@ async fn measure(
     let p1 = passes(node);
     let (b1, m1) = connz(http, &name).await?;
     let rss = procfs::rss_kib(pid).unwrap_or(0) as f64 / 1024.0;
-    let beat_bytes = sim.beat_bytes.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    let beat_bytes = sim.beat_bytes() as f64;
     let agents = (n + 1) as f64;
     let published = agents / interval.as_secs_f64() * beat_bytes;
     let victim = sim

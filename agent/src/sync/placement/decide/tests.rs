@@ -49,7 +49,7 @@ fn input(seed: &str, candidates: Vec<Candidate>) -> Inputs {
     Inputs {
         rule: "r".into(),
         seed: seed.into(),
-        candidates,
+        candidates: candidates.into(),
         ..Inputs::default()
     }
 }
@@ -565,4 +565,59 @@ fn turning_placement_on_releases_the_other_copies_one_step_at_a_time() {
         assert!(outs(&rec) <= before + 1, "step {step}");
     }
     assert_eq!(outs(&rec), 4);
+}
+
+/// The ranking reads tie-breaks lazily (`Ranked`); its order must be the
+/// full sort's: score first, then the lower SHA-256 of (unit, cluster).
+/// Two gold clusters in one region and 60 standard ones over two: the
+/// first pick is the gold with the lower hash; the spread refuses the
+/// other gold, so the second is read from the standard run, the lowest
+/// hash among the other region's. The passed list is the first 50 by
+/// name, whatever the order the candidates came in.
+#[test]
+fn the_lazy_ranking_picks_what_the_full_sort_picks() {
+    let now = Utc::now();
+    let mut cands = vec![cluster("g1", "eu"), cluster("g2", "eu")];
+    for c in &mut cands {
+        c.labels.insert("tier".into(), "gold".into());
+    }
+    for i in 0..60 {
+        let region = if i % 2 == 0 { "eu" } else { "us" };
+        cands.push(cluster(&format!("s{i:02}"), region));
+    }
+    // Not in name order: the index by name must not rely on it.
+    cands.reverse();
+    let spec = Placement {
+        prefer: vec![Preference {
+            weight: 50,
+            cluster_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("tier".into(), "gold".into())])),
+                ..LabelSelector::default()
+            }),
+            capacity: None,
+        }],
+        ..two_spread()
+    };
+    for i in 0..20 {
+        let seed = format!("obj-{i}");
+        let d = decide(None, &spec, &input(&seed, cands.clone()), now);
+        let lowest = |names: &mut dyn Iterator<Item = String>| {
+            names.min_by_key(|n| super::tie(&seed, n)).unwrap()
+        };
+        let gold = lowest(&mut ["g1", "g2"].into_iter().map(str::to_owned));
+        let us = lowest(&mut (0..60).filter(|i| i % 2 == 1).map(|i| format!("s{i:02}")));
+        let mut want = vec![gold.clone(), us];
+        want.sort();
+        assert_eq!(chosen(&d.record), want, "{seed}");
+        assert!(d.record.degraded.is_none(), "{:?}", d.record.degraded);
+        let passed: Vec<&str> = d.record.passed.iter().map(|p| p.cluster.as_str()).collect();
+        let mut all: Vec<&str> = cands
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|n| !want.iter().any(|w| w == n))
+            .collect();
+        all.sort_unstable();
+        all.truncate(50);
+        assert_eq!(passed, all, "{seed}");
+    }
 }
