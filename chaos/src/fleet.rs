@@ -416,22 +416,34 @@ fn kubeconfig_via(cluster: &DevCluster, proxy: &Proxy) -> anyhow::Result<PathBuf
 /// The ResourceSyncRule for ConfigMaps in [`NS`], on `m` (the built-in rule
 /// copies it to every cluster).
 async fn create_rule(m: &Member) -> anyhow::Result<()> {
+    create_rule_json(
+        &m.client,
+        serde_json::json!({
+            "apiVersion": "fleetbus.io/v1alpha1",
+            "kind": "ResourceSyncRule",
+            "metadata": {"name": "chaos"},
+            "spec": {
+                "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "rules": [{"match": [{"namespaces": [NS]}]}],
+            },
+        }),
+    )
+    .await
+}
+
+/// Creates the ResourceSyncRule `rule` through `client`. The CRD is
+/// installed by the agent at start: retried until it is served.
+pub(crate) async fn create_rule_json(
+    client: &kube::Client,
+    rule: serde_json::Value,
+) -> anyhow::Result<()> {
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("fleetbus.io", "v1alpha1", "ResourceSyncRule"),
         "resourcesyncrules",
     );
-    let rule: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "fleetbus.io/v1alpha1",
-        "kind": "ResourceSyncRule",
-        "metadata": {"name": "chaos"},
-        "spec": {
-            "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "rules": [{"match": [{"namespaces": [NS]}]}],
-        },
-    }))?;
-    // The CRD is installed by the agent at start; retry until it is served.
+    let rule: DynamicObject = serde_json::from_value(rule)?;
     try_wait_for("rule created", SETUP, || async {
-        Api::<DynamicObject>::all_with(m.client.clone(), &ar)
+        Api::<DynamicObject>::all_with(client.clone(), &ar)
             .create(&PostParams::default(), &rule)
             .await
             .map(|_| ())

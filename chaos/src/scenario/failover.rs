@@ -34,7 +34,7 @@ use kube::api::{
 use kube::{Api, ResourceExt};
 
 use super::{finish_with, Row, Running, Size, CONVERGE};
-use crate::fleet::{Fleet, SETUP};
+use crate::fleet::{create_rule_json, Fleet, SETUP};
 use crate::proxy::Fault;
 use crate::workload::ORIGIN_CLUSTER;
 
@@ -378,28 +378,24 @@ async fn label_sink(client: &kube::Client, name: &str) -> anyhow::Result<()> {
 /// The placement rule on the origin: 2 of the sinks, failover after
 /// `after_seconds`, failback Never, purge Graciously.
 async fn create_rule(client: &kube::Client, after_seconds: u64) -> anyhow::Result<()> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("fleetbus.io", "v1alpha1", "ResourceSyncRule"),
-        "resourcesyncrules",
-    );
-    let rule: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "fleetbus.io/v1alpha1",
-        "kind": "ResourceSyncRule",
-        "metadata": {"name": "placed"},
-        "spec": {
-            "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "rules": [{"match": [{"namespaces": [PLACED]}]}],
-            "clusterSelector": {"matchLabels": {"role": "sink"}},
-            "placement": {
-                "clusters": COPIES,
-                "failover": {"afterSeconds": after_seconds, "failback": "Never", "purge": "Graciously"},
+    create_rule_json(
+        client,
+        serde_json::json!({
+            "apiVersion": "fleetbus.io/v1alpha1",
+            "kind": "ResourceSyncRule",
+            "metadata": {"name": "placed"},
+            "spec": {
+                "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "rules": [{"match": [{"namespaces": [PLACED]}]}],
+                "clusterSelector": {"matchLabels": {"role": "sink"}},
+                "placement": {
+                    "clusters": COPIES,
+                    "failover": {"afterSeconds": after_seconds, "failback": "Never", "purge": "Graciously"},
+                },
             },
-        },
-    }))?;
-    Api::<DynamicObject>::all_with(client.clone(), &ar)
-        .create(&PostParams::default(), &rule)
-        .await?;
-    Ok(())
+        }),
+    )
+    .await
 }
 
 #[cfg(test)]

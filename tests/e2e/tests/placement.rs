@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use common::fleetbus_cli;
 use common::sync::*;
-use common::MemberExt;
 use fleetbus_testsupport::{wait_for, Member};
 
 const CONVERGE: Duration = Duration::from_secs(60);
@@ -31,6 +30,19 @@ spec:
     clusters: 2
     failover: {afterSeconds: 3, failback: Never, purge: Graciously}
 "#
+}
+
+/// A hub and three sinks (c1, c2, c3 labelled `role=sink`), namespace
+/// `web` everywhere.
+async fn hub_and_sinks(nats: &fleetbus_testsupport::NatsServer) -> Vec<Member> {
+    let m = fleet(nats, &["hub", "c1", "c2", "c3"]).await;
+    for x in &m {
+        create_ns(x, "web").await;
+    }
+    for x in &m[1..] {
+        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "role=sink"]);
+    }
+    m
 }
 
 fn config_maps() -> kube::api::ApiResource {
@@ -70,13 +82,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replaced() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
-    let mut m = fleet(&nats, &["hub", "c1", "c2", "c3"]).await;
-    for x in &m {
-        create_ns(x, "web").await;
-    }
-    for x in &m[1..] {
-        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "role=sink"]);
-    }
+    let mut m = hub_and_sinks(&nats).await;
     apply_yaml(&m[0], rule());
     apply_yaml(
         &m[0],
@@ -178,13 +184,7 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_with_the_most_allocatable_cpu_is_preferred() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
-    let m = fleet(&nats, &["hub", "c1", "c2", "c3"]).await;
-    for x in &m {
-        create_ns(x, "web").await;
-    }
-    for x in &m[1..] {
-        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "role=sink"]);
-    }
+    let m = hub_and_sinks(&nats).await;
     // c2's Nodes grow as a kubelet reports it: the status subresource.
     let nodes = kubectl(&m[2], &["get", "nodes", "-o", "name"]);
     for node in nodes.split_whitespace() {
@@ -360,19 +360,7 @@ spec:
         x.agent.restart().unwrap();
     }
     for x in &m {
-        wait_for(
-            &format!("{}: sync settled after the restart", x.name),
-            CONVERGE,
-            || async {
-                let v = x.metric("fleetbus_sync_settled")?;
-                if v >= 1.0 {
-                    Ok(())
-                } else {
-                    Err(format!("fleetbus_sync_settled {v}"))
-                }
-            },
-        )
-        .await;
+        wait_settled(x, CONVERGE).await;
     }
     let sinks: Vec<&Member> = m[1..].iter().collect();
     assert_eq!(
@@ -447,13 +435,7 @@ async fn holders_of(sinks: &[&Member], name: &str) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cordoned_cluster_gets_no_new_placements_and_keeps_what_it_holds() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
-    let m = fleet(&nats, &["hub", "c1", "c2", "c3"]).await;
-    for x in &m {
-        create_ns(x, "web").await;
-    }
-    for x in &m[1..] {
-        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "role=sink"]);
-    }
+    let m = hub_and_sinks(&nats).await;
     apply_yaml(&m[0], rule());
     apply_yaml(
         &m[0],
@@ -520,13 +502,7 @@ async fn a_cordoned_cluster_gets_no_new_placements_and_keeps_what_it_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failback_immediate_moves_the_copy_back_when_the_cluster_returns() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
-    let mut m = fleet(&nats, &["hub", "c1", "c2", "c3"]).await;
-    for x in &m {
-        create_ns(x, "web").await;
-    }
-    for x in &m[1..] {
-        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "role=sink"]);
-    }
+    let mut m = hub_and_sinks(&nats).await;
     apply_yaml(
         &m[0],
         &rule().replace("failback: Never", "failback: Immediate"),

@@ -291,15 +291,7 @@ async fn zero_writes_after_convergence() {
     // count may still be due. Each agent says when a pass wrote nothing and
     // left nothing queued or due; after that, nothing is written.
     for x in [c1, c2] {
-        wait_for(&format!("{}: sync settled", x.name), SYNC, || async {
-            let v = x.metric("fleetbus_sync_settled")?;
-            if v >= 1.0 {
-                Ok(())
-            } else {
-                Err(format!("fleetbus_sync_settled {v}"))
-            }
-        })
-        .await;
+        wait_settled(x, SYNC).await;
     }
     let before = [
         synced_writes(&writes(c1).await),

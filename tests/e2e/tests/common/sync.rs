@@ -615,3 +615,19 @@ pub async fn wait_policy(m: &Member, valid: &str) -> serde_json::Value {
     })
     .await
 }
+
+/// Waits until `m`'s agent says a sync pass wrote nothing and left nothing
+/// queued or due (`fleetbus_sync_settled`): after that, nothing is written
+/// until an input changes. For quiet-window checks that must not race a
+/// coalesced write.
+pub async fn wait_settled(m: &Member, deadline: std::time::Duration) {
+    wait_for(&format!("{}: sync settled", m.name), deadline, || async {
+        let v = m.metric("fleetbus_sync_settled")?;
+        if v >= 1.0 {
+            Ok(())
+        } else {
+            Err(format!("fleetbus_sync_settled {v}"))
+        }
+    })
+    .await;
+}
