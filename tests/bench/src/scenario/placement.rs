@@ -1,4 +1,4 @@
-//! Scenario 11: placement at 1,000 clusters (issue 32, PROTOCOL §6.10).
+//! Scenario 11: placement at 1,000 clusters (PROTOCOL §6.10).
 //! ONE real agent (c1, with its devcluster) among N simulated clusters (the
 //! machinery of scenario 10, [`crate::sim`]: a record each, beats at the
 //! fleet's interval with their TTL, so c1's registry judges every one Ready
@@ -82,7 +82,7 @@ const CLUSTERS: usize = 3;
 const OBJECT_PREFIX: &str = "pl";
 /// Caps both N and M (a small machine), not below [`GOLD`].
 const MAX_ENV: &str = "FLEETBUS_BENCH_PLACEMENT_MAX";
-/// The goals (issue 32).
+/// The goals (placement's "Measure it").
 const PASS_GOAL: Duration = Duration::from_secs(1);
 const FAILOVER_GOAL: Duration = Duration::from_secs(2);
 /// The agent's histogram of its placement passes.
