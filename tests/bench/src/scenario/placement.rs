@@ -517,6 +517,69 @@ impl Measured {
     }
 }
 
+/// The share of a core (%) process `pid` uses over the next `window`: a
+/// sleep is the point here (what the agent spends while nothing happens).
+async fn cpu_share(pid: u32, window: Duration) -> f64 {
+    let t0 = procfs::cpu_ticks(pid).unwrap_or(0);
+    let started = Instant::now();
+    tokio::time::sleep(window).await;
+    let secs = started.elapsed().as_secs_f64();
+    let t1 = procfs::cpu_ticks(pid).unwrap_or(0);
+    t1.saturating_sub(t0) as f64 / procfs::TICKS_PER_SEC / secs * 100.0
+}
+
+/// The cluster chosen for the most objects (ties: the first by name), and
+/// the subjects of the records that choose it.
+fn victim_of(
+    latest: &BTreeMap<String, PlacementRecord>,
+) -> anyhow::Result<(String, BTreeSet<String>)> {
+    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in latest.values() {
+        for c in r.chosen_names() {
+            *held.entry(c).or_default() += 1;
+        }
+    }
+    let victim = held
+        .iter()
+        .max_by_key(|(name, n)| (**n, std::cmp::Reverse(**name)))
+        .map(|(name, _)| (*name).to_owned())
+        .ok_or_else(|| anyhow::anyhow!("no cluster was chosen"))?;
+    let affected = latest
+        .iter()
+        .filter(|(_, r)| r.chosen_names().any(|c| c == victim))
+        .map(|(s, _)| s.clone())
+        .collect();
+    Ok((victim, affected))
+}
+
+/// Stops `victim`'s beats and waits for the server's expiry marker of its
+/// beat key (what the agent's registry judges by): (stopped, detected).
+async fn stop_and_detect(
+    js: &jetstream::Context,
+    sim: &Sim,
+    victim: &str,
+    peers: usize,
+) -> anyhow::Result<(Instant, Instant)> {
+    let kv = js.get_key_value(BEATS_BUCKET).await?;
+    let mut watch = kv.watch(Sim::beat_key(victim)).await?;
+    anyhow::ensure!(sim.kill(victim), "{victim} was not beating");
+    let stopped = Instant::now();
+    let interval = beat_interval(BASE, peers + 1);
+    let wait = beat_ttl(interval) + interval + Duration::from_secs(30);
+    let detected = tokio::time::timeout(wait, async {
+        while let Some(e) = watch.next().await {
+            let e = e?;
+            if e.operation != jetstream::kv::Operation::Put {
+                return anyhow::Ok(Instant::now());
+            }
+        }
+        anyhow::bail!("the beats watch ended")
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("no expiry marker of {victim}'s beat within {wait:?}"))??;
+    Ok((stopped, detected))
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn measure(
     node: &Member,
@@ -568,6 +631,7 @@ async fn measure(
         .await?;
     let c1 = procfs::cpu_ticks(pid).unwrap_or(0);
     let decide_cpu_s = c1.saturating_sub(c0) as f64 / procfs::TICKS_PER_SEC;
+    let decide_secs = decided.saturating_duration_since(created).as_secs_f64();
     let h1 = Hist::read(node)?;
     let degraded = records
         .latest
@@ -577,33 +641,12 @@ async fn measure(
 
     // A quiet window: what the agent spends with every unit decided.
     let quiet = Duration::from_secs(if peers >= 1000 { 10 } else { 3 });
-    let q0 = procfs::cpu_ticks(pid).unwrap_or(0);
-    let started = Instant::now();
-    tokio::time::sleep(quiet).await;
-    let window = started.elapsed().as_secs_f64();
-    let q1 = procfs::cpu_ticks(pid).unwrap_or(0);
+    let quiet_cpu_pct = cpu_share(pid, quiet).await;
     let hq = Hist::read(node)?;
     let units = node.agent_metric("fleetbus_placement_units").unwrap_or(0.0);
     let top = perf.map(|p| p.stop(15)).unwrap_or_default();
 
-    // The victim: the cluster chosen for the most objects.
-    let mut held: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in records.latest.values() {
-        for c in r.chosen_names() {
-            *held.entry(c).or_default() += 1;
-        }
-    }
-    let victim = held
-        .iter()
-        .max_by_key(|(name, n)| (**n, std::cmp::Reverse(**name)))
-        .map(|(name, _)| (*name).to_owned())
-        .ok_or_else(|| anyhow::anyhow!("no cluster was chosen"))?;
-    let affected: BTreeSet<String> = records
-        .latest
-        .iter()
-        .filter(|(_, r)| r.chosen_names().any(|c| c == victim))
-        .map(|(s, _)| s.clone())
-        .collect();
+    let (victim, affected) = victim_of(&records.latest)?;
     let failovers0 = node
         .agent_metric("fleetbus_placement_failovers_total")
         .unwrap_or(0.0);
@@ -611,23 +654,7 @@ async fn measure(
         "fleetbus-bench: placement: {victim} (chosen for {}) stops beating",
         affected.len()
     );
-    let kv = js.get_key_value(BEATS_BUCKET).await?;
-    let mut watch = kv.watch(Sim::beat_key(&victim)).await?;
-    anyhow::ensure!(sim.kill(&victim), "{victim} was not beating");
-    let stopped = Instant::now();
-    let interval = beat_interval(BASE, peers + 1);
-    let wait = beat_ttl(interval) + interval + Duration::from_secs(30);
-    let detected = tokio::time::timeout(wait, async {
-        while let Some(e) = watch.next().await {
-            let e = e?;
-            if e.operation != jetstream::kv::Operation::Put {
-                return anyhow::Ok(Instant::now());
-            }
-        }
-        anyhow::bail!("the beats watch ended")
-    })
-    .await
-    .map_err(|_| anyhow::anyhow!("no expiry marker of {victim}'s beat within {wait:?}"))??;
+    let (stopped, detected) = stop_and_detect(js, sim, &victim, peers).await?;
     let d0 = procfs::cpu_ticks(pid).unwrap_or(0);
     let moved = records
         .until(
@@ -653,14 +680,9 @@ async fn measure(
         full: h2.since(&h1),
         quiet,
         quiet_passes: hq.since(&h1),
-        quiet_cpu_pct: q1.saturating_sub(q0) as f64 / procfs::TICKS_PER_SEC / window * 100.0,
+        quiet_cpu_pct,
         decide_cpu_s,
-        decide_cpu_pct: decide_cpu_s
-            / decided
-                .saturating_duration_since(created)
-                .as_secs_f64()
-                .max(1e-3)
-            * 100.0,
+        decide_cpu_pct: decide_cpu_s / decide_secs.max(1e-3) * 100.0,
         units,
         degraded,
         victim,
