@@ -90,6 +90,8 @@ async fn strike(name: &str, how: Strike, seed: u64, size: Size) -> anyhow::Resul
         load,
         writes_before,
     };
+    // The churn period before the strike is a duration by design (the
+    // writers run meanwhile), as in every scenario; nothing is waited on.
     tokio::time::sleep(size.churn).await;
     // The sink holding the most copies dies, agent and API server.
     let victim = sinks
@@ -262,6 +264,8 @@ async fn watch_window(
             _ => {}
         }
         last = h;
+        // The sampling period: the invariants are judged at every sample,
+        // so a fixed pace (not a condition) is the point.
         tokio::time::sleep(SAMPLE).await;
     }
     match replaced_after {
