@@ -27,6 +27,12 @@ pub const ANNOTATION_ORPHAN_POLICY: &str = "fleetbus.io/orphan-policy";
 /// Annotation on a copy unwrapped from a Bundle: `<namespace>/<name>` of the Bundle on
 /// its origin cluster (`origin-uid` is then the Bundle's uid).
 pub const ANNOTATION_BUNDLE: &str = "fleetbus.io/bundle";
+/// Annotation on an object a sink stopped managing and left in place (its rule's
+/// `orphanPolicy: Orphan`, or kept because deleting it would take objects fleetbus
+/// does not manage): the cluster it was a copy from. No rule publishes such an
+/// object from where it was left (it would travel back as this cluster's own
+/// original and fight its origin's copies); removing the annotation makes it one.
+pub const ANNOTATION_ORPHANED_FROM: &str = "fleetbus.io/orphaned-from";
 /// Kind of the fleetbus resource holding manifests (with [`GROUP`] and [`VERSION`]).
 pub const BUNDLE_KIND: &str = "Bundle";
 /// Annotation (any value): on a source object, do not publish it; on a copy, pin it

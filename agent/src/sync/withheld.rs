@@ -8,6 +8,11 @@
 //! by every agent for itself: published, it would arrive on the peers as an
 //! original of this cluster (a's `b-kubeconfig` landing on b).
 //!
+//! An orphaned copy (`fleetbus.io/orphaned-from`) is held back the same way,
+//! until someone removes the annotation: it is another cluster's object that a
+//! sink stopped managing, and published from here it would come back to the
+//! clusters its origin still writes as a second original.
+//!
 //! [`withheld`] decides; `source::plan` publishes nothing for such an object
 //! (and withdraws what was published before), and the rules that select it
 //! count it in their status (`skipped`, condition `Skipped`).
@@ -28,6 +33,10 @@ pub enum Withheld {
     /// ServiceAccount and RBAC), a peer kubeconfig Secret by its type, a
     /// Cluster object, a ReportedState, or an Event the agent recorded.
     WrittenByFleetbus,
+    /// A copy its sink left in place when it stopped managing it
+    /// (`fleetbus.io/orphaned-from`): published from here it would travel
+    /// back as this cluster's original and fight its origin's copies.
+    OrphanedCopy,
 }
 
 impl Withheld {
@@ -37,6 +46,7 @@ impl Withheld {
             Self::ServiceAccountToken => "ServiceAccountToken",
             Self::BootstrapToken => "BootstrapToken",
             Self::WrittenByFleetbus => "WrittenByFleetbus",
+            Self::OrphanedCopy => "OrphanedCopy",
         }
     }
 
@@ -46,6 +56,9 @@ impl Withheld {
             Self::ServiceAccountToken => "a service account token never leaves its cluster",
             Self::BootstrapToken => "a bootstrap token never leaves its cluster",
             Self::WrittenByFleetbus => "fleetbus writes it on every cluster itself",
+            Self::OrphanedCopy => {
+                "an orphaned copy of another cluster's object (remove the annotation fleetbus.io/orphaned-from to publish it from here)"
+            }
         }
     }
 }
@@ -78,7 +91,14 @@ pub fn withheld(obj: &Value) -> Option<Withheld> {
         well_known::MANAGED_BY_AGENT,
     ) || (group == well_known::GROUP && matches!(kind, "Cluster" | "ReportedState"))
         || (kind == "Event" && recorded_by_agent(obj, group));
-    written.then_some(Withheld::WrittenByFleetbus)
+    if written {
+        return Some(Withheld::WrittenByFleetbus);
+    }
+    let annotated = obj
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(well_known::ANNOTATION_ORPHANED_FROM))
+        .is_some();
+    annotated.then_some(Withheld::OrphanedCopy)
 }
 
 fn labelled(obj: &Value, key: &str, value: &str) -> bool {
@@ -146,6 +166,19 @@ mod tests {
         let other_group = json!({"apiVersion": "example.com/v1", "kind": "Secret",
                                  "type": "bootstrap.kubernetes.io/token", "metadata": {"name": "c"}});
         assert_eq!(withheld(&other_group), None);
+    }
+
+    #[test]
+    fn an_orphaned_copy_is_withheld_until_its_annotation_goes() {
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"namespace": "team", "name": "c",
+                                         "annotations": {"example.com/x": "y"}}});
+        assert_eq!(withheld(&cm), None);
+        cm["metadata"]["annotations"][well_known::ANNOTATION_ORPHANED_FROM] = json!("c1");
+        assert_eq!(withheld(&cm), Some(Withheld::OrphanedCopy));
+        // Whatever its value: the annotation is the user's switch.
+        cm["metadata"]["annotations"][well_known::ANNOTATION_ORPHANED_FROM] = json!("");
+        assert_eq!(withheld(&cm), Some(Withheld::OrphanedCopy));
     }
 
     #[test]

@@ -492,3 +492,95 @@ async fn copies_older_than_the_mark_key_are_taken_up_and_marked() {
     kubectl(&m[0], &["delete", "configmap", "x", "-n", "up"]);
     wait_absent(&m[1], &configmaps(), Some("up"), "x").await;
 }
+
+/// ConfigMaps of `shared` from every cluster to the clusters labelled
+/// `env=prod`, orphaned (not deleted) where they are no longer wanted.
+const PROD_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata:
+  name: prod-config
+spec:
+  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+  clusterSelector: {matchLabels: {env: prod}}
+  orphanPolicy: Orphan
+  rules:
+    - match:
+        - namespaces: [shared]
+"#;
+
+/// c2 is a source of the rule (every cluster is) and a sink while it is
+/// labelled `env=prod`. Unlabelled, it orphans its copy of c1's ConfigMap,
+/// which then says where it came from and is never published back as c2's
+/// own original: the rule on c2 reports it withheld, nothing of c2's is on
+/// the bus under that name, and c3's copy stays c1's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_copy_is_not_published_back() {
+    let nats = NatsServer::start().unwrap();
+    let m = fleet(&nats, &["c1", "c2", "c3"]).await;
+    let (c1, c2, c3) = (&m[0], &m[1], &m[2]);
+    for x in &m {
+        create_ns(x, "shared").await;
+    }
+    for x in [c2, c3] {
+        kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "env=prod"]);
+    }
+    apply_yaml(c1, PROD_RULE);
+    create_cm(c1, "shared", "cfg", "from-c1");
+    for x in [c2, c3] {
+        wait_copy(
+            x,
+            &configmaps(),
+            Some("shared"),
+            "cfg",
+            "c1",
+            "prod-config",
+            |_| Ok(()),
+        )
+        .await;
+    }
+
+    kubectl(c2, &["label", "clusters.fleetbus.io", "c2", "env-"]);
+    let orphaned = wait_obj(
+        c2,
+        &configmaps(),
+        Some("shared"),
+        "cfg",
+        "orphaned, from c1",
+        orphaned_from("c1"),
+    )
+    .await;
+    assert_eq!(data(&orphaned), serde_json::json!({"k": "from-c1"}));
+    let r = wait_rule(
+        c2,
+        "prod-config",
+        "to report the orphaned copy withheld",
+        |r| {
+            let c = rule_condition(r, "Skipped").ok_or("no Skipped condition")?;
+            match c.message.contains("ConfigMap shared/cfg: an orphaned copy") {
+                true => Ok(()),
+                false => Err(format!("Skipped: {}", c.message)),
+            }
+        },
+    )
+    .await;
+    assert_eq!(r.status.map(|s| s.skipped), Some(1));
+    // Nothing of c2's under that name on the bus: a plain client reads the stream.
+    let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
+    let stream = js.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+    let key = fleetbus_schemas::subject::ObjectKey {
+        origin: "c2".into(),
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("shared".into()),
+        name: "cfg".into(),
+    };
+    let subject = key.to_subject(&fleetbus_schemas::subject::Prefix::default());
+    let last = stream.get_last_raw_message_by_subject(&subject).await;
+    assert!(last.is_err(), "c2 published its orphaned copy on {subject}");
+    // c3 still holds c1's copy, unchanged.
+    let copy = get_dynamic(c3, &configmaps(), Some("shared"), "cfg")
+        .await
+        .unwrap();
+    check_copy(&copy.expect("c3's copy"), "c1", "prod-config").unwrap();
+}

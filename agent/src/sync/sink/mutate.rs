@@ -9,8 +9,8 @@ use fleetbus_schemas::pointer::{parse_field_pointer, PointerError};
 use fleetbus_schemas::well_known::is_reserved_key;
 use fleetbus_schemas::well_known::{
     ANNOTATION_BUNDLE, ANNOTATION_COPY_MARK, ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID,
-    ANNOTATION_ORPHAN_POLICY, ANNOTATION_RULE, ANNOTATION_SOURCE_HASH, LABEL_MANAGED,
-    LABEL_MANAGED_VALUE,
+    ANNOTATION_ORPHANED_FROM, ANNOTATION_ORPHAN_POLICY, ANNOTATION_RULE, ANNOTATION_SOURCE_HASH,
+    LABEL_MANAGED, LABEL_MANAGED_VALUE,
 };
 use serde_json::{Map, Value};
 
@@ -467,6 +467,9 @@ fn check_writable(obj: &Value) -> Result<(), MutateError> {
 
 /// The Orphan policy's edit: the live copy without the fleetbus annotations and the
 /// managed label, to be written back with a full replace (it keeps `resourceVersion`).
+/// It says where it came from instead (`fleetbus.io/orphaned-from: <origin>`): a
+/// cluster that is also a source of the rule would otherwise publish it back as its
+/// own original (`withheld`), to fight the origin's copies elsewhere.
 pub fn unmanage(live: &Value) -> Value {
     let mut obj = live.clone();
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -475,6 +478,9 @@ pub fn unmanage(live: &Value) -> Value {
         // server's. Omitted, the server keeps its own.
         meta.remove("managedFields");
         if let Some(Value::Object(a)) = meta.get_mut("annotations") {
+            if let Some(origin) = a.get(ANNOTATION_ORIGIN_CLUSTER).cloned() {
+                a.insert(ANNOTATION_ORPHANED_FROM.to_owned(), origin);
+            }
             for k in STAMP_ANNOTATIONS {
                 a.remove(k);
             }
@@ -966,9 +972,11 @@ mod tests {
         let u = unmanage(&live);
         assert!(u["metadata"].get("managedFields").is_none());
         assert_eq!(u["metadata"]["labels"], json!({"app": "web", "tier": "fe"}));
+        let origin = &live["metadata"]["annotations"][ANNOTATION_ORIGIN_CLUSTER];
+        assert!(origin.is_string());
         assert_eq!(
             u["metadata"]["annotations"],
-            json!({"example.com/keep": "yes"})
+            json!({"example.com/keep": "yes", ANNOTATION_ORPHANED_FROM: origin})
         );
         assert_eq!(u["metadata"]["resourceVersion"], "7");
         assert_eq!(u["spec"], live["spec"]);

@@ -154,8 +154,13 @@ pub(in crate::sync) fn plan_object(
     if let Some(why) = withheld(obj) {
         let rules = matched.iter().map(|(r, _)| r.name.clone()).collect();
         // Published by an agent that did not know better: withdrawn as
-        // deleted, so that no orphan policy keeps a copy anywhere.
-        withdraw(TombstoneReason::Deleted);
+        // deleted, so that no orphan policy keeps a copy anywhere. An
+        // original someone marked orphaned is only no longer published:
+        // its copies follow their rules' orphan policy.
+        withdraw(match why {
+            Withheld::OrphanedCopy => TombstoneReason::Unpublished,
+            _ => TombstoneReason::Deleted,
+        });
         out.push((key.clone(), Publish::Withheld { why, rules }));
         return;
     }
@@ -1094,6 +1099,40 @@ mod tests {
                     key_of(SELF, &token),
                     withheld(Withheld::ServiceAccountToken)
                 ),
+            ]
+        );
+    }
+
+    /// A copy this cluster's sink orphaned is not published back as this
+    /// cluster's original; an original someone marked orphaned is withdrawn
+    /// as unpublished, so its copies follow their orphan policy.
+    #[test]
+    fn an_orphaned_copy_is_not_published_back() {
+        let orphaned = with_annotation(
+            secret("o", "u1", "5", "v"),
+            well_known::ANNOTATION_ORPHANED_FROM,
+            "c2",
+        );
+        let held = Publish::Withheld {
+            why: Withheld::OrphanedCopy,
+            rules: vec!["r".to_owned()],
+        };
+        assert_eq!(
+            run(&rule(json!({})), &kind(&[&orphaned], vec![])),
+            vec![(key_of(SELF, &orphaned), held.clone())]
+        );
+        let plain = secret("o", "u1", "4", "v");
+        assert_eq!(
+            run(
+                &rule(json!({})),
+                &kind(&[&orphaned], vec![published(SELF, &plain)])
+            ),
+            vec![
+                (
+                    key_of(SELF, &orphaned),
+                    tombstone("u1", "4", TombstoneReason::Unpublished)
+                ),
+                (key_of(SELF, &orphaned), held),
             ]
         );
     }

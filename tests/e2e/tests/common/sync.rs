@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use fleetbus_schemas::crd::ResourceSyncRule;
 use fleetbus_schemas::well_known::{
-    ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID, ANNOTATION_RULE, ANNOTATION_SOURCE_HASH,
-    LABEL_MANAGED, LABEL_MANAGED_VALUE,
+    ANNOTATION_ORIGIN_CLUSTER, ANNOTATION_ORIGIN_UID, ANNOTATION_ORPHANED_FROM, ANNOTATION_RULE,
+    ANNOTATION_SOURCE_HASH, LABEL_MANAGED, LABEL_MANAGED_VALUE,
 };
 use fleetbus_testsupport::{wait_for, NatsServer};
 use futures::StreamExt;
@@ -284,12 +284,26 @@ pub fn check_unmanaged(o: &DynamicObject) -> Result<(), String> {
         .annotations()
         .keys()
         .chain(o.labels().keys())
-        .filter(|k| k.starts_with("fleetbus.io/"))
+        .filter(|k| k.starts_with("fleetbus.io/") && *k != ANNOTATION_ORPHANED_FROM)
         .collect();
     if marks.is_empty() {
         Ok(())
     } else {
         Err(format!("still carries {marks:?}"))
+    }
+}
+
+/// A predicate: unmanaged (`check_unmanaged`), and saying it was a copy
+/// from `origin` that its sink left in place.
+pub fn orphaned_from(origin: &str) -> impl Fn(&DynamicObject) -> Result<(), String> + '_ {
+    move |o| {
+        check_unmanaged(o)?;
+        match o.annotations().get(ANNOTATION_ORPHANED_FROM) {
+            Some(v) if v == origin => Ok(()),
+            other => Err(format!(
+                "{ANNOTATION_ORPHANED_FROM} is {other:?}, not {origin:?}"
+            )),
+        }
     }
 }
 
