@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo};
 use kube::api::ObjectMeta;
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -121,11 +121,14 @@ fn reduce(node: &Node) -> Node {
 /// Watch errors are retried with backoff; the last metadata stays published.
 #[tracing::instrument(name = "nodes", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
-    let events = watcher(
-        Api::<Node>::all(reg.ctx.client.clone()),
+    // Started again on a new connection when its own fails (`fresh_watch`).
+    let events = crate::kube::fresh_watch::watch(
+        "nodes",
+        &reg.ctx.kube_config,
+        reg.ctx.client.clone(),
+        Api::<Node>::all,
         watcher::Config::default(),
-    )
-    .default_backoff();
+    );
     futures::pin_mut!(events);
     let mut facts = NodeFacts::default();
     let mut version = reg.local_info().metadata.kubernetes_version;

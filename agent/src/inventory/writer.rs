@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ApiResource, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
-use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::runtime::{reflector, watcher};
 use kube::{Api, ResourceExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -68,14 +68,17 @@ struct State {
 #[tracing::instrument(name = "inventory", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) {
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
+    // Started again on a new connection when its own fails (`fresh_watch`).
     let events = reflector::reflector(
         cluster_writer,
-        watcher(
-            Api::<Cluster>::all(reg.ctx.client.clone()),
+        crate::kube::fresh_watch::watch(
+            "clusters (inventory)",
+            &reg.ctx.kube_config,
+            reg.ctx.client.clone(),
+            Api::<Cluster>::all,
             watcher::Config::default(),
         ),
-    )
-    .default_backoff();
+    );
     futures::pin_mut!(events);
     let mut fleet = reg.fleet();
     let mut state = State::default();

@@ -6,6 +6,7 @@ pub mod api_probe;
 pub mod client;
 pub mod conditions;
 pub mod events;
+pub mod fresh_watch;
 pub mod path;
 pub mod throttle;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fleetbus_schemas::crd::{Cluster, ClusterFeature};
 use futures::StreamExt;
-use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::runtime::{reflector, watcher};
 use kube::Api;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +23,7 @@ use super::view::{
     is_disabled, named, sealing_key, sort_by_name, template_record, FleetView, LocalView,
 };
 use super::{local, peers};
+use crate::kube::fresh_watch;
 
 /// Longest time between two passes even when nothing seems to happen (a
 /// missed watch event must not leave a status wrong for long).
@@ -44,24 +45,31 @@ const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 /// Runs until `cancel`.
 #[tracing::instrument(name = "reconciler", skip_all, fields(cluster = %reg.ctx.cfg.cluster_name))]
 pub async fn run(reg: Arc<Registry>, cancel: CancellationToken) -> Result<(), RegistryError> {
+    // Both start again on a new connection when theirs fails (`fresh_watch`):
+    // a stale Cluster view is stale labels, features and peers.
+    let ctx = &reg.ctx;
     let (clusters, cluster_writer) = reflector::store::<Cluster>();
     let cluster_events = reflector::reflector(
         cluster_writer,
-        watcher(
-            Api::<Cluster>::all(reg.ctx.client.clone()),
+        fresh_watch::watch(
+            "clusters",
+            &ctx.kube_config,
+            ctx.client.clone(),
+            Api::<Cluster>::all,
             watcher::Config::default(),
         ),
-    )
-    .default_backoff();
+    );
     let (features, feature_writer) = reflector::store::<ClusterFeature>();
     let feature_events = reflector::reflector(
         feature_writer,
-        watcher(
-            Api::<ClusterFeature>::all(reg.ctx.client.clone()),
+        fresh_watch::watch(
+            "clusterfeatures",
+            &ctx.kube_config,
+            ctx.client.clone(),
+            Api::<ClusterFeature>::all,
             watcher::Config::default(),
         ),
-    )
-    .default_backoff();
+    );
     futures::pin_mut!(cluster_events, feature_events);
 
     let writer = StatusWriter::default();

@@ -258,6 +258,113 @@ async fn a_list_that_is_never_answered_is_sent_again() {
     );
 }
 
+/// c2's API server dies and comes back holding its agent's lists of `path`
+/// (GETs whose path contains it) for a minute; the plan is lifted once one
+/// is held. Returns when the first was held, and how many times the agent
+/// had given up on a list before.
+async fn hold_lists_across_a_restart(c2: &mut Member, path: &str) -> (Instant, usize) {
+    let gave_up = c2.agent.log().matches(GAVE_UP).count();
+    c2.cluster.kill9();
+    wait_readyz(c2, 503, CONVERGE).await;
+    let plan = json!({
+        "userAgent": AGENT, "path": path, "methods": ["GET"], "slow": 1.0, "latencyMs": 60_000,
+    });
+    c2.cluster
+        .restart_with(&["--debug-faults-plan", &plan.to_string()])
+        .unwrap();
+    let held = wait_count(c2, "delayed", 1).await;
+    clear_faults(c2).await;
+    (held, gave_up)
+}
+
+/// What the agent logs when a watch gives up on a list nobody answers.
+const GAVE_UP: &str = "no answer to the list within";
+
+/// Waits until c2's agent says a watch gave up on a held list, and then
+/// until `check` (of what c1 shows) holds; fails if that took as long as
+/// the hold (60 s), which the held list's answer would also have fixed.
+async fn relisted_before_the_hold_ends<F, Fut>(
+    c2: &Member,
+    (held, gave_up): (Instant, usize),
+    what: &str,
+    check: F,
+) where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    wait_for(
+        "a watch to give up on the held list",
+        Duration::from_secs(40),
+        || async {
+            let now = c2.agent.log().matches(GAVE_UP).count();
+            (now > gave_up)
+                .then_some(())
+                .ok_or_else(|| "not yet".to_owned())
+        },
+    )
+    .await;
+    wait_for(what, CONVERGE, check).await;
+    let after = held.elapsed();
+    eprintln!("{what}: {after:?} after the list was held");
+    assert!(
+        after < Duration::from_secs(60),
+        "{what} only after the held list answered: {after:?}"
+    );
+}
+
+/// The registry's watches list again on a new connection too, as the sync
+/// watches do: c2's API server comes back holding its agent's Cluster lists,
+/// then (another restart) its Node lists. Each watch gives its list 20 s,
+/// lists again, and c1 sees the label put on c2's Cluster object, then the
+/// CPU c2's Nodes report, before the held list would have answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_and_node_watches_list_again_on_a_new_connection() {
+    let nats = NatsServer::start().unwrap();
+    let (c1, mut c2) = pressure_fleet(&nats).await;
+    let shown = |path: &'static str| {
+        let c1 = &c1;
+        move || async move {
+            let args = ["get", "clusters.fleetbus.io", "c2", "-o", path];
+            Ok::<_, String>(kubectl(c1, &args).trim().to_owned())
+        }
+    };
+
+    let held = hold_lists_across_a_restart(&mut c2, "/clusters").await;
+    kubectl(&c2, &["label", "clusters.fleetbus.io", "c2", "tier=gold"]);
+    let tier = shown("jsonpath={.metadata.labels.tier}");
+    relisted_before_the_hold_ends(&c2, held, "c2's label at c1", || async {
+        match tier().await? {
+            t if t == "gold" => Ok(()),
+            t => Err(format!("tier {t:?}")),
+        }
+    })
+    .await;
+
+    let held = hold_lists_across_a_restart(&mut c2, "/nodes").await;
+    let nodes = kubectl(&c2, &["get", "nodes", "-o", "name"]);
+    for node in nodes.split_whitespace() {
+        let patch = r#"{"status":{"allocatable":{"cpu":"64","memory":"256Gi"}}}"#;
+        let args = [
+            "patch",
+            node,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
+        ];
+        kubectl(&c2, &args);
+    }
+    let want = (64_000 * nodes.split_whitespace().count()).to_string();
+    let cpu = shown("jsonpath={.status.metadata.allocatable.cpuMillis}");
+    relisted_before_the_hold_ends(&c2, held, "c2's Nodes' CPU at c1", || async {
+        match cpu().await? {
+            c if c == want => Ok(()),
+            c => Err(format!("cpuMillis {c:?}, want {want}")),
+        }
+    })
+    .await;
+}
+
 /// A preview's reads are bounded together (8 s, under the CLI's default
 /// `--timeout` of 10 s): c2's API server holds every ConfigMap list of its
 /// agent for a minute, and the preview of a first ConfigMap rule, whose

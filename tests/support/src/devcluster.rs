@@ -178,11 +178,17 @@ impl DevCluster {
 
     /// [`Self::restart`] with `args` added to its flags (for this and every
     /// later restart), e.g. `--debug-faults-plan` for a fault in force before
-    /// the first client reconnects.
+    /// the first client reconnects. A `--flag value` given before is
+    /// replaced, not repeated (the server takes each once).
     pub fn restart_with(&mut self, args: &[&str]) -> anyhow::Result<()> {
-        self.opts
-            .extra_args
-            .extend(args.iter().map(|a| (*a).to_owned()));
+        let extra = &mut self.opts.extra_args;
+        for flag in args.iter().filter(|a| a.starts_with("--")) {
+            if let Some(i) = extra.iter().position(|a| a == flag) {
+                let valued = extra.get(i + 1).is_some_and(|v| !v.starts_with("--"));
+                extra.drain(i..if valued { i + 2 } else { i + 1 });
+            }
+        }
+        extra.extend(args.iter().map(|a| (*a).to_owned()));
         self.restart()
     }
 

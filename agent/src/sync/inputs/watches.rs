@@ -20,13 +20,13 @@ use kube::runtime::watcher;
 use kube::Api;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::follow::Follow;
 use crate::context::Context;
 use crate::health::WatchDown;
+use crate::kube::fresh_watch::{lost_connection, restart_delay, LIST_STALL};
 use crate::sync::model::meta::describe_gvk as describe;
 use crate::sync::model::{Input, LocalEvent, PackedEnvelope, Seen};
 use crate::trust;
@@ -48,33 +48,6 @@ pub async fn resolve(
 
 fn namespaced(caps: &ApiCapabilities) -> bool {
     matches!(caps.scope, Scope::Namespaced)
-}
-
-/// The wait before a local watch whose connection failed starts again, after
-/// the first failure in a row; it doubles with each further one.
-const RESTART_FIRST: Duration = Duration::from_millis(500);
-/// The longest wait between two starts: how stale the kind may stay after
-/// its API server is back (the kind is held meanwhile), against one failed
-/// connection per kind that often while it is away.
-const RESTART_MAX: Duration = Duration::from_secs(10);
-
-/// Longest wait for the next item of a list (the watcher lists in pages of
-/// 500): a list that gets no answer for this long is a lost connection. The
-/// client sets no read timeout (a watch may be idle for minutes), so a list
-/// sent on a connection that will never answer (a half-open one, an API
-/// server stopped mid-request) hung for ever, and the kind's copies stayed
-/// held with it: the `api-down` chaos run's "c3's log ends with `local API
-/// server answers again`", twice in full test runs. Once listed, the watch
-/// may be silent.
-const LIST_STALL: Duration = Duration::from_secs(20);
-
-/// The wait before the next start after `failures` connection failures in a
-/// row (at least one).
-fn restart_delay(failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    RESTART_FIRST
-        .saturating_mul(1 << doublings)
-        .min(RESTART_MAX)
 }
 
 /// How one run of a watch ended.
@@ -210,16 +183,6 @@ async fn watch_once(
         if tx.send(Input::Local(gvk.clone(), out)).await.is_err() {
             return Ended::Stopped;
         }
-    }
-}
-
-/// Whether the watch (or its list) failed for want of a working connection.
-fn lost_connection(e: &watcher::Error) -> bool {
-    match e {
-        watcher::Error::InitialListFailed(e)
-        | watcher::Error::WatchStartFailed(e)
-        | watcher::Error::WatchFailed(e) => crate::kube::client::is_connection_error(e),
-        _ => false,
     }
 }
 
@@ -500,28 +463,6 @@ pub(in crate::sync) mod tests {
             health: None,
             source_hash: None,
         }
-    }
-
-    #[test]
-    fn a_failing_watch_restarts_sooner_first_and_never_waits_past_the_cap() {
-        assert_eq!(restart_delay(1), RESTART_FIRST);
-        assert_eq!(restart_delay(2), RESTART_FIRST * 2);
-        assert_eq!(restart_delay(6), RESTART_MAX);
-        assert_eq!(restart_delay(u32::MAX), RESTART_MAX);
-    }
-
-    #[test]
-    fn only_connection_failures_restart_on_a_new_connection() {
-        let reset = || kube::Error::ReadEvents(std::io::ErrorKind::ConnectionReset.into());
-        assert!(lost_connection(&watcher::Error::WatchFailed(reset())));
-        assert!(lost_connection(&watcher::Error::WatchStartFailed(reset())));
-        assert!(lost_connection(&watcher::Error::InitialListFailed(reset())));
-        let mut gone = kube::core::Status::failure("too old", "Expired");
-        gone.code = 410;
-        // The watcher re-lists on its own.
-        assert!(!lost_connection(&watcher::Error::WatchError(Box::new(
-            gone
-        ))));
     }
 
     #[test]
