@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::command_sub::{admit, authorize, signed_reply};
 use super::rate::{RateLimit, TokenBucket};
+use super::replay::SeenRequests;
 use crate::metrics::Metrics;
 use crate::trust::Identity;
 
@@ -127,6 +128,7 @@ pub async fn serve<T, H, F, R>(
     R: Fn(Refused) -> Result<Vec<u8>, String>,
 {
     let mut rate = TokenBucket::new(verb.name, verb.rate, Instant::now());
+    let mut seen = SeenRequests::default();
     loop {
         let Some(mut sub) = transport.subscribe(&verb.subject, cancel).await else {
             return;
@@ -139,7 +141,7 @@ pub async fn serve<T, H, F, R>(
                     None => break,
                 },
             };
-            let reply = match check(common, verb, &mut rate, &msg.payload) {
+            let reply = match check(common, verb, (&mut rate, &mut seen), &msg.payload) {
                 Err(refused) => refuse(refused),
                 Ok(()) => tokio::select! {
                     _ = cancel.cancelled() => return,
@@ -169,7 +171,7 @@ const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(100);
 fn check(
     common: Common<'_>,
     verb: &Verb,
-    rate: &mut TokenBucket,
+    (rate, seen): (&mut TokenBucket, &mut SeenRequests),
     payload: &[u8],
 ) -> Result<(), Refused> {
     admit(rate, common.metrics).map_err(|r| Refused::Rate {
@@ -183,6 +185,7 @@ fn check(
             verb.name,
             &verb.subject,
             payload,
+            seen,
         )
         .map_err(Refused::Unauthorized)?;
     }

@@ -47,9 +47,9 @@ pub fn admit(
 }
 
 /// In the secure mode (a fleet root), a request that changes state must be
-/// signed by the fleet root for `subject` and fresh (PROTOCOL §6.7); the
-/// error is the reply's text, and the refusal is counted
-/// (`fleetbus_commands_rejected_total{verb, reason}` and
+/// signed by the fleet root for `subject`, fresh, and not taken before
+/// (`seen`, PROTOCOL §6.7); the error is the reply's text, and the refusal
+/// is counted (`fleetbus_commands_rejected_total{verb, reason}` and
 /// `fleetbus_rejected_messages_total{reason}`). The insecure mode takes any.
 pub fn authorize(
     trust: Option<&crate::trust::Identity>,
@@ -57,11 +57,14 @@ pub fn authorize(
     verb: &'static str,
     subject: &str,
     payload: &[u8],
+    seen: &mut super::replay::SeenRequests,
 ) -> Result<(), String> {
     let Some(id) = trust else {
         return Ok(());
     };
-    fleetbus_schemas::trust::verify_request(payload, subject, id.root(), chrono::Utc::now())
+    let now = chrono::Utc::now();
+    fleetbus_schemas::trust::verify_request(payload, subject, id.root(), now)
+        .and_then(|request| seen.take(request, now))
         .map_err(|e| {
             let reason = e.reason();
             metrics.command_rejected(verb, reason);

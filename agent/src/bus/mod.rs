@@ -8,4 +8,5 @@ pub mod connect;
 pub mod errors;
 pub mod layout;
 pub mod rate;
+pub mod replay;
 pub mod streams;

@@ -26,7 +26,9 @@ pub use json::{
     JSON_SIG_MAGIC,
 };
 pub use keys::{parse_root_key, parse_root_public, ClusterKeys, KeyError, KEY_MAGIC};
-pub use request::{sign_request, verify_request, RequestAuthError, REQUEST_MAX_AGE};
+pub use request::{
+    sign_request, verify_request, RequestAuthError, VerifiedRequest, REQUEST_MAX_AGE,
+};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

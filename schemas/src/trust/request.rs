@@ -39,6 +39,10 @@ pub enum RequestAuthError {
     /// `requestedAt` missing, unreadable, or outside [`REQUEST_MAX_AGE`] of now.
     #[error("the request is stale or replayed (requestedAt {0:?})")]
     Stale(String),
+    /// Fresh, but taken before: the same signed request sent again (the
+    /// receiver remembers what it took while it could still be fresh).
+    #[error("the request was taken before (a replay)")]
+    Replayed,
 }
 
 impl RequestAuthError {
@@ -48,7 +52,7 @@ impl RequestAuthError {
             RequestAuthError::Unsigned => "unsigned",
             RequestAuthError::BadSignature => "bad_signature",
             RequestAuthError::WrongSubject(_) => "signer_mismatch",
-            RequestAuthError::Stale(_) => "replay",
+            RequestAuthError::Stale(_) | RequestAuthError::Replayed => "replay",
         }
     }
 }
@@ -71,14 +75,32 @@ pub fn sign_request(
     )
 }
 
+/// A request [`verify_request`] took: what a receiver remembers to refuse
+/// the same request sent again while it is fresh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedRequest {
+    /// Its `requestedAt`: it is fresh until [`REQUEST_MAX_AGE`] after.
+    pub requested_at: DateTime<Utc>,
+    /// Its signature's value (base64): the same request has the same one.
+    pub signature: String,
+}
+
+impl VerifiedRequest {
+    /// When it stops being fresh, so a replay is refused as stale anyway.
+    pub fn fresh_until(&self) -> DateTime<Utc> {
+        self.requested_at + REQUEST_MAX_AGE
+    }
+}
+
 /// Checks that `raw`, received on `subject` at `now`, is signed by `root`
-/// for that subject and fresh.
+/// for that subject and fresh. A fresh request sent again verifies again:
+/// refusing it is the receiver's, which remembers what it took.
 pub fn verify_request(
     raw: &[u8],
     subject: &str,
     root: &VerifyingKey,
     now: DateTime<Utc>,
-) -> Result<(), RequestAuthError> {
+) -> Result<VerifiedRequest, RequestAuthError> {
     let value: serde_json::Value =
         serde_json::from_slice(raw).map_err(|_| RequestAuthError::Unsigned)?;
     let sig = verify_json(&value, root).map_err(|e| match e {
@@ -101,7 +123,10 @@ pub fn verify_request(
     if (now - at).abs() > REQUEST_MAX_AGE {
         return Err(stale());
     }
-    Ok(())
+    Ok(VerifiedRequest {
+        requested_at: at,
+        signature: sig.value,
+    })
 }
 
 #[cfg(test)]

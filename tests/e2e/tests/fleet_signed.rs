@@ -286,6 +286,78 @@ async fn commands_that_change_state_must_be_signed_by_the_fleet_root() {
     );
 }
 
+/// A root-signed command seen on the bus and sent again while it is still
+/// fresh is refused: the operator labels c1 `tier=gold` (a request captured
+/// here as whoever could read the subject would), then `tier=silver`; the
+/// captured request replayed is answered "taken before", counted as a
+/// replay, and c1 stays silver. A new request signed the same way is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_command_sent_again_while_fresh_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, c1, _c2) = secure_pair(tmp.path(), &[]).await;
+    let d = dir.to_str().unwrap();
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let client = admin.client();
+    let root = std::fs::read_to_string(dir.join("root.key")).unwrap();
+    let root = fleetbus_schemas::trust::parse_root_key(&root).unwrap();
+    let to_c1 = "fleetbus.cmd.c1.label";
+    let label = |tier: &str| {
+        let request = json!({"schema": "fleetbus.io/label-request/v1",
+                             "set": {"tier": tier}, "overwrite": true});
+        let bytes = serde_json::to_vec(&request).unwrap();
+        sign_request(&bytes, to_c1, &root, chrono::Utc::now()).unwrap()
+    };
+    let send = |payload: Vec<u8>| {
+        let client = client.clone();
+        async move {
+            let reply = client.request(to_c1, payload.into()).await.unwrap();
+            serde_json::from_slice::<Value>(&reply.payload).unwrap()
+        }
+    };
+    let wait_tier = |tier: &'static str| {
+        let c1 = &c1;
+        async move {
+            wait_for(&format!("c1 labelled tier={tier}"), SYNC, || async {
+                let labels = own_labels(c1).await;
+                (labels.get("tier").map(String::as_str) == Some(tier))
+                    .then_some(())
+                    .ok_or_else(|| format!("{labels:?}"))
+            })
+            .await;
+        }
+    };
+    let captured = label("gold");
+    let reply = send(captured.clone()).await;
+    assert!(reply.get("error").is_none_or(Value::is_null), "{reply}");
+    wait_tier("gold").await;
+    let (code, out, err) = admin_cli(
+        &nats,
+        &dir,
+        &[
+            "clusters",
+            "label",
+            "c1",
+            "tier=silver",
+            "--overwrite",
+            "--dir",
+            d,
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    wait_tier("silver").await;
+
+    let replays = rejected_series("replay");
+    let before = c1.metric(&replays).unwrap_or(0.0);
+    let reply = send(captured).await;
+    let error = reply["error"].as_str().unwrap_or_default();
+    assert!(error.contains("taken before (a replay)"), "{reply}");
+    c1.wait_metric_at_least(&replays, before + 1.0).await;
+    // A new request for the same change is the operator's: taken.
+    let reply = send(label("gold")).await;
+    assert!(reply.get("error").is_none_or(Value::is_null), "{reply}");
+    wait_tier("gold").await;
+}
+
 /// `--publish-kubeconfig` in the secure mode: the record in the registry
 /// holds the reader kubeconfig sealed to the peers and signed by its
 /// cluster; the admin reading the bucket does not see the token, the peer
