@@ -1,7 +1,8 @@
 //! Placement and failover (`spec.placement`), with real agents, devclusters
 //! and the `fleetbus` CLI driven as users do: a hub and three sinks, a rule
 //! placing each ConfigMap on 2 of them. A NoExecute taint moves a copy off
-//! its cluster after `afterSeconds`; a chosen cluster whose agent and API
+//! its cluster after `afterSeconds` (a rule that tolerates it stays); a
+//! chosen cluster whose agent and API
 //! server are killed is replaced; when it returns (`failback: Never`) its
 //! stale copy is collected and the new choice stays.
 
@@ -31,6 +32,20 @@ spec:
     failover: {afterSeconds: 3, failback: Never, purge: Graciously}
 "#
 }
+
+/// Every ConfigMap of `ops` on all three sinks, tolerating `drain:NoExecute`.
+const TOLERANT_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: tolerant}
+spec:
+  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+  rules: [{match: [{objectKey: {namespace: ops}}]}]
+  clusterSelector: {matchLabels: {role: sink}}
+  placement:
+    clusters: 3
+    tolerations: [{key: drain, operator: Exists, effect: NoExecute}]
+    failover: {afterSeconds: 3, failback: Never, purge: Graciously}
+"#;
 
 /// A hub and three sinks (c1, c2, c3 labelled `role=sink`), namespace
 /// `web` everywhere.
@@ -92,6 +107,27 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
         let sinks: Vec<&Member> = m[1..].iter().collect();
         wait_two(&sinks, "2 of 3 sinks hold web/app", |_| true).await
     };
+    // Beside it, a rule on all three that tolerates the taint below.
+    for x in &m {
+        create_ns(x, "ops").await;
+    }
+    apply_yaml(&m[0], TOLERANT_RULE);
+    apply_yaml(
+        &m[0],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: tools, namespace: ops}\ndata: {v: \"1\"}\n",
+    );
+    for x in &m[1..] {
+        wait_copy(
+            x,
+            &config_maps(),
+            Some("ops"),
+            "tools",
+            "hub",
+            "tolerant",
+            |_| Ok(()),
+        )
+        .await;
+    }
 
     // `rules describe` says where, and why.
     let (code, out, err) = fleetbus_cli(&nats, &["rules", "describe", "placed"]).await;
@@ -114,6 +150,16 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
         })
         .await
     };
+    // The rule that tolerates it kept its copy there: decided in the same
+    // pass that moved the other (the same window ended).
+    let t = m.iter().find(|x| x.name == tainted).unwrap();
+    let kept = get_dynamic(t, &config_maps(), Some("ops"), "tools")
+        .await
+        .unwrap();
+    check_copy(&kept.expect("the tolerated copy"), "hub", "tolerant").unwrap();
+    let (code, out, err) = fleetbus_cli(&nats, &["rules", "describe", "tolerant"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(tainted.as_str()), "{out}");
     // Shown on the Cluster object everywhere.
     let shown = kubectl(
         &m[0],
