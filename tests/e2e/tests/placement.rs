@@ -47,6 +47,26 @@ spec:
     failover: {afterSeconds: 3, failback: Never, purge: Graciously}
 "#;
 
+/// Waits until the hub has an Event `reason` on rule `placed` whose
+/// message contains every one of `needles`.
+async fn wait_rule_event(hub: &Member, reason: &str, needles: &[&str]) {
+    let what = format!("a {reason} Event on rule placed saying {needles:?}");
+    wait_for(&what, CONVERGE, || async {
+        let events = events_with_reason(hub, reason).await?;
+        let messages: Vec<String> = events
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some("placed"))
+            .filter_map(|e| e.message)
+            .collect();
+        messages
+            .iter()
+            .any(|m| needles.iter().all(|n| m.contains(n)))
+            .then_some(())
+            .ok_or_else(|| format!("{messages:?}"))
+    })
+    .await;
+}
+
 /// A hub and three sinks (c1, c2, c3 labelled `role=sink`), namespace
 /// `web` everywhere.
 async fn hub_and_sinks(nats: &fleetbus_testsupport::NatsServer) -> Vec<Member> {
@@ -136,6 +156,10 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
         assert!(out.contains(c.as_str()), "{out}");
     }
     assert!(out.contains("Placement"), "{out}");
+    // And an Event on the rule where kubectl describe shows it.
+    let chosen: Vec<&str> = first.iter().map(String::as_str).collect();
+    let on = format!("ConfigMap web/app on {}", chosen.join(", "));
+    wait_rule_event(&m[0], "Placed", &["placed 1 unit(s)", &on]).await;
 
     // A taint nobody tolerates moves the copy off after afterSeconds.
     let tainted = first.iter().next().unwrap().clone();
@@ -203,6 +227,8 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
         .await
     };
     assert!(!after_failover.contains(&dead));
+    let replaced = format!("ConfigMap web/app: {dead} replaced by");
+    wait_rule_event(&m[0], "PlacementFailover", &[&replaced]).await;
     // Its API server returns before its agent: the cluster could not hear
     // the decision, so its copy is still there.
     m[i].cluster.restart().unwrap();

@@ -3,12 +3,14 @@
 //! matched clusters its copies live and says so in a placement record on
 //! the bus; sinks copy only where a record they read chooses them.
 //!
+//! - `announce`: the Events on the rule a changed decision gives (pure).
 //! - `decide`: the origin's decision, pure.
 //! - `origin`: the origin's pass: gather the candidates, decide, put what changed.
 //! - `sink`: what a sink does with one source object by its record (pure).
 //! - `state`: what placement keeps between passes (a leaf).
 //! - `summary`: a rule's placements on its origin's status (pure).
 
+pub(in crate::sync) mod announce;
 pub(in crate::sync) mod decide;
 pub(in crate::sync) mod origin;
 pub(in crate::sync) mod sink;

@@ -23,6 +23,7 @@ use fleetbus_schemas::reported::ReportedStatus;
 use fleetbus_schemas::subject::ObjectKey;
 use tokio::time::Instant;
 
+use super::announce;
 use super::decide::{decide, Candidate, Health, Inputs};
 use super::sink::unit_key;
 use super::state::PlacementBook;
@@ -97,12 +98,14 @@ pub(in crate::sync) async fn placement_pass(
         .placement_units
         .set(i64::try_from(count).unwrap_or(i64::MAX));
     let mut retry = None;
+    let mut changes = Vec::new();
     for (key, record) in puts {
         if let Err(e) = put(ctx, &key, &record).await {
             tracing::warn!(placement = %key.to_subject(ctx.layout.prefix()), error = %e, "could not publish a placement decision; retrying");
             retry = Some(Instant::now() + RETRY);
             continue;
         }
+        changes.extend(announce::change(&key, book.record(&key), &record));
         ctx.metrics.placement_decisions.inc();
         if !record.replaced.is_empty()
             && book
@@ -114,6 +117,12 @@ pub(in crate::sync) async fn placement_pass(
         }
         // Believed at once: the consumer reads it back later.
         book.read.records.insert(key, record);
+    }
+    for (rule, type_, reason, message) in announce::events(changes) {
+        let rule_ref = crate::sync::model::meta::rule_ref(&rule);
+        ctx.recorder
+            .publish(&rule_ref, type_, reason, &message)
+            .await;
     }
     let timer = wake.map(|t| {
         let ahead = (t - now).to_std().unwrap_or_default();
