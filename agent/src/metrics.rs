@@ -157,8 +157,8 @@ pub struct Metrics {
     /// The rules that have series in `rule_objects`, so a deleted rule's
     /// series are removed rather than left at their last value.
     rule_names: std::sync::Mutex<std::collections::BTreeSet<String>>,
-    /// Every write counted in `kube_writes` and `sync_writes`, summed: whether a sync pass
-    /// wrote anything (`sync_settled`).
+    /// Sync's writes (`sync_writes` and `sync_kube_write`), summed: whether a
+    /// sync pass wrote anything (`sync_settled`).
     writes_made: std::sync::atomic::AtomicU64,
     /// 1 while `/readyz` would answer 200, else 0; set at every scrape
     /// (`fleetbus_ready`), so an alert needs no probe of its own.
@@ -602,14 +602,24 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts one write to the Kubernetes API.
+    /// Counts one write to the Kubernetes API by the registry or the
+    /// inventory: not sync's, so not a reason for sync not to be settled
+    /// (those tasks write while a sync pass runs, and a pass that saw such
+    /// a write said "not settled" until something woke the engine again).
     pub fn kube_write(&self, kind: &'static str) {
         self.kube_writes.get_or_create(&vec![("kind", kind)]).inc();
+    }
+
+    /// Counts one write to the Kubernetes API by sync (rule and policy
+    /// status, returned status, ReportedStates): counted in `kube_writes`
+    /// and in what `sync_settled` compares.
+    pub fn sync_kube_write(&self, kind: &'static str) {
+        self.kube_write(kind);
         self.writes_made
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// How many writes [`Metrics::kube_write`] and [`Metrics::sync_write`] counted so far.
+    /// How many writes [`Metrics::sync_kube_write`] and [`Metrics::sync_write`] counted so far.
     pub fn writes_made(&self) -> u64 {
         self.writes_made.load(std::sync::atomic::Ordering::Relaxed)
     }

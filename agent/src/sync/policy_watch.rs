@@ -188,7 +188,7 @@ async fn write_policy_status(ctx: &Context, obj: &Value, origin: &Origin) {
         .patch_status(&segment, &params, &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => ctx.metrics.kube_write("syncpolicy_status"),
+        Ok(_) => ctx.metrics.sync_kube_write("syncpolicy_status"),
         // Deleted since the pass read it.
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => tracing::warn!(policy = %name, error = %e, "could not write policy status"),

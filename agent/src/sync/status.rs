@@ -554,7 +554,7 @@ pub(super) async fn status_pass(
                     .await
                 {
                     Ok(_) => {
-                        ctx.metrics.kube_write("resourcesyncrule_status");
+                        ctx.metrics.sync_kube_write("resourcesyncrule_status");
                         state.bus.put(ctx, &name, &status, &report);
                         state.written.insert(name, now);
                     }

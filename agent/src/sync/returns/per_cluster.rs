@@ -207,7 +207,7 @@ async fn write_state(
             api.replace(&name, &params, &body(&main)?).await?
         }
     };
-    ctx.metrics.kube_write("reportedstate");
+    ctx.metrics.sync_kube_write("reportedstate");
     let mut with_status = serde_json::to_value(&written).map_err(kube::Error::SerdeError)?;
     with_status["status"] = want.get("status").cloned().unwrap_or(Value::Null);
     // `written` may be the stored live object, whose managedFields are a

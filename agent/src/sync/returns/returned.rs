@@ -289,7 +289,7 @@ async fn apply_source_status(
     };
     match result {
         Ok(_) => {
-            ctx.metrics.kube_write("returned_status");
+            ctx.metrics.sync_kube_write("returned_status");
             true
         }
         // The source is gone: nothing to write on.
