@@ -300,6 +300,10 @@ pub struct PreviewReply {
     /// Items (creates, updates, deletes, conflicts, errors) cut to fit the reply.
     #[serde(default)]
     pub omitted: u64,
+    /// Source objects the candidate selects whose copies its placement puts
+    /// on other clusters (`spec.placement`): no copy of them here.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub placed_elsewhere: u64,
     /// What this agent could not see, so the lists may miss changes (e.g. objects
     /// origins do not publish yet because no current rule selects them).
     #[serde(default)]

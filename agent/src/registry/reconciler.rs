@@ -242,14 +242,15 @@ async fn pass(
 fn fleet_view(reg: &Registry, clusters: &[Arc<Cluster>], synced: bool) -> FleetView {
     let info = reg.local_info();
     let own = build_record(reg, MemberState::Active);
+    let m = reg.membership();
     let local = LocalView {
         name: reg.ctx.cfg.cluster_name.clone(),
         labels: info.labels,
         features: info.features,
         record: template_record(&own),
+        taints: m.taints(&reg.ctx.cfg.cluster_name).to_vec(),
     };
     let disabled = |name: &str| named(clusters, name).is_some_and(|c| is_disabled(c));
-    let m = reg.membership();
     // Sealing keys only from certificates the fleet root vouches for; without
     // a root (insecure mode) nothing is sealed to anyone.
     let now = chrono::Utc::now();

@@ -92,6 +92,9 @@ pub struct LocalView {
     pub features: Vec<FeatureRecord>,
     /// Our own record as JSON, for `{{ .LocalCluster… }}` templates.
     pub record: serde_json::Value,
+    /// The operator's taints on this cluster (as on a peer), for a preview
+    /// that asks whether placement would choose it.
+    pub taints: Vec<fleetbus_schemas::registry::TimedTaint>,
 }
 
 /// The whole fleet as sync sees it.

@@ -298,6 +298,13 @@ fn render_reply(out: &mut impl Write, r: &PreviewReply) -> std::io::Result<()> {
             r.held
         )?;
     }
+    if r.placed_elsewhere > 0 {
+        writeln!(
+            out,
+            "  {} selected object(s) placed on other clusters (spec.placement): no copy here",
+            r.placed_elsewhere
+        )?;
+    }
     if r.omitted > 0 {
         writeln!(
             out,

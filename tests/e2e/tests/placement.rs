@@ -491,10 +491,15 @@ spec:
 
 /// The holders of `web/<name>` among `sinks`, for the rule `placed`.
 async fn holders_of(sinks: &[&Member], name: &str) -> BTreeSet<String> {
+    holders_by(sinks, name, "placed").await
+}
+
+/// The sinks holding rule `rule`'s copy of web/`name`.
+async fn holders_by(sinks: &[&Member], name: &str, rule: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for m in sinks {
         if let Ok(Some(o)) = get_dynamic(m, &config_maps(), Some("web"), name).await {
-            if check_copy(&o, "hub", "placed").is_ok() {
+            if check_copy(&o, "hub", rule).is_ok() {
                 out.insert(m.name.clone());
             }
         }
@@ -736,4 +741,112 @@ spec:
         },
     )
     .await;
+}
+
+/// Every ConfigMap of `web` on every sink; with `placement`, on 2 of them.
+fn spread_rule(placement: &str) -> String {
+    format!(
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata: {{name: spread}}
+spec:
+  groupVersionKind: {{group: "", version: v1, kind: ConfigMap}}
+  rules: [{{match: [{{objectKey: {{namespace: web}}}}]}}]
+  clusterSelector: {{matchLabels: {{role: sink}}}}
+{placement}"#
+    )
+}
+
+/// What each sink's preview reply says it deletes (names), and how many
+/// objects it says are placed on other clusters.
+fn preview_says(out: &str) -> Vec<(String, BTreeSet<String>, u64)> {
+    let v: serde_json::Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let mut said: Vec<(String, BTreeSet<String>, u64)> = v["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["cluster"].as_str().is_some_and(|c| c.starts_with('c')))
+        .map(|r| {
+            assert_eq!(r["creates"], serde_json::json!([]), "{r:#}");
+            let deletes = r["deletes"].as_array().unwrap().iter();
+            let names = deletes
+                .map(|d| d["object"]["name"].as_str().unwrap().to_owned())
+                .collect();
+            let elsewhere = r["placedElsewhere"].as_u64().unwrap_or(0);
+            (r["cluster"].as_str().unwrap().to_owned(), names, elsewhere)
+        })
+        .collect();
+    said.sort();
+    said
+}
+
+/// Turning placement on for a rule that copies 3 ConfigMaps to all three
+/// sinks: `rules preview` says, on each sink, which copies go (each object
+/// leaves exactly one sink) and how many are placed elsewhere; applied, the
+/// copies go exactly where it said. Previewed again unchanged, nothing goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preview_shows_which_copies_turning_placement_on_removes() {
+    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+    let m = hub_and_sinks(&nats).await;
+    apply_yaml(&m[0], &spread_rule(""));
+    let names = ["one", "two", "three"];
+    for n in names {
+        let cm = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {n}, namespace: web}}\ndata: {{v: \"1\"}}\n");
+        apply_yaml(&m[0], &cm);
+    }
+    let sinks: Vec<&Member> = m[1..].iter().collect();
+    for n in names {
+        wait_for(&format!("{n} on every sink"), CONVERGE, || async {
+            let h = holders_by(&sinks, n, "spread").await;
+            (h.len() == 3).then_some(()).ok_or(format!("{h:?}"))
+        })
+        .await;
+    }
+    let placed = spread_rule("  placement: {clusters: 2}\n");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("spread.yaml");
+    std::fs::write(&file, &placed).unwrap();
+    let args = [
+        "rules",
+        "preview",
+        "-f",
+        file.to_str().unwrap(),
+        "-o",
+        "json",
+    ];
+    // Exit 1 as `kubectl diff`: changes to come.
+    let (code, out, err) = fleetbus_cli(&nats, &args).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    let said = preview_says(&out);
+    let gone: Vec<&String> = said.iter().flat_map(|(_, d, _)| d).collect();
+    assert_eq!(gone.len(), 3, "each object leaves one sink: {said:?}");
+    for n in names {
+        assert_eq!(
+            gone.iter().filter(|g| g.as_str() == n).count(),
+            1,
+            "{said:?}"
+        );
+    }
+    let elsewhere: u64 = said.iter().map(|(_, _, e)| e).sum();
+    assert_eq!(elsewhere, 3, "{said:?}");
+
+    apply_yaml(&m[0], &placed);
+    for (cluster, deleted, _) in &said {
+        for n in names {
+            let want = !deleted.contains(n);
+            let what = format!("{n} on {cluster}: {want}");
+            wait_for(&what, CONVERGE, || async {
+                let has = holders_by(&sinks, n, "spread").await.contains(cluster);
+                (has == want)
+                    .then_some(())
+                    .ok_or(format!("holders of {n}: {has}"))
+            })
+            .await;
+        }
+    }
+    let (code, out, err) = fleetbus_cli(&nats, &args).await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    let again = preview_says(&out);
+    assert!(again.iter().all(|(_, d, _)| d.is_empty()), "{again:?}");
+    assert_eq!(again.iter().map(|(_, _, e)| e).sum::<u64>(), 3, "{again:?}");
 }

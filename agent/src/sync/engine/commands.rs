@@ -174,10 +174,11 @@ impl Engine {
             // reads up to their budget).
             EngineVerb::Preview => {
                 let (world, sink) = (self.world.clone(), self.sink.for_preview());
+                let placement = self.placement.read.records.clone();
                 let ctx = self.io.ctx.clone();
                 tokio::spawn(async move {
                     let max = ctx.max_payload();
-                    let reply = preview::preview(&world, &sink, &ctx, &h.payload)
+                    let reply = preview::preview(&world, (&sink, &placement), &ctx, &h.payload)
                         .await
                         .fit(max)
                         .map_err(|e| e.to_string());

@@ -200,39 +200,80 @@ fn units_due(world: &World) -> Vec<Due<'_>> {
 /// The clusters `rule` may place copies on: every peer its
 /// `clusterSelector` matches that is a member (not Left, Disabled or
 /// claimed by two records), with its health and taints.
-fn candidates(world: &World, rule: &CompiledRule) -> Vec<Candidate> {
+pub(in crate::sync) fn candidates(world: &World, rule: &CompiledRule) -> Vec<Candidate> {
     let now = Utc::now();
-    world
+    let peers = world
         .fleet
         .peers
         .values()
-        .filter(|p| !p.left && !p.disabled && !p.name_conflict)
-        .filter(|p| {
-            matching::selector_matches(rule.spec.cluster_selector.as_ref(), &p.labels)
-                .unwrap_or(false)
-        })
-        .map(|p| {
-            let health = match world.health.get(&p.name) {
-                Some(h) if h.state != "Ready" => Health::Failing {
-                    since: h.since,
-                    state: h.state,
-                },
-                Some(_) => Health::Ready,
-                // Not judged yet (a peer just joined): not Ready either.
-                None => Health::Failing {
-                    since: now,
-                    state: "Unknown",
-                },
-            };
-            Candidate {
-                name: p.name.clone(),
-                labels: p.labels.clone(),
-                taints: p.taints.clone(),
-                health,
-                capacity: capacity(&p.record),
-            }
-        })
+        .filter(|p| !p.left && !p.disabled && !p.name_conflict);
+    peers
+        .filter(|p| selects(rule, &p.labels))
+        .map(|p| candidate(world, now, (&p.name, &p.labels, &p.taints, &p.record)))
         .collect()
+}
+
+/// [`candidates`] as a sink sees them for the objects of `origin` (a
+/// preview asking whether placement would choose it): every peer but the
+/// origin, and this cluster itself (Ready: it is answering).
+pub(in crate::sync) fn candidates_seen_by_a_sink(
+    world: &World,
+    rule: &CompiledRule,
+    origin: &str,
+) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = candidates(world, rule)
+        .into_iter()
+        .filter(|c| c.name != origin)
+        .collect();
+    let l = &world.fleet.local;
+    if l.name != origin && selects(rule, &l.labels) {
+        let mut me = candidate(
+            world,
+            Utc::now(),
+            (&l.name, &l.labels, &l.taints, &l.record),
+        );
+        me.health = Health::Ready;
+        out.push(me);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+fn selects(rule: &CompiledRule, labels: &BTreeMap<String, String>) -> bool {
+    matching::selector_matches(rule.spec.cluster_selector.as_ref(), labels).unwrap_or(false)
+}
+
+/// One cluster (name, labels, taints, record) as a candidate, its health
+/// as the registry judged it.
+fn candidate(
+    world: &World,
+    now: DateTime<Utc>,
+    (name, labels, taints, record): (
+        &String,
+        &BTreeMap<String, String>,
+        &Vec<fleetbus_schemas::registry::TimedTaint>,
+        &serde_json::Value,
+    ),
+) -> Candidate {
+    let health = match world.health.get(name) {
+        Some(h) if h.state != "Ready" => Health::Failing {
+            since: h.since,
+            state: h.state,
+        },
+        Some(_) => Health::Ready,
+        // Not judged yet (a peer just joined): not Ready either.
+        None => Health::Failing {
+            since: now,
+            state: "Unknown",
+        },
+    };
+    Candidate {
+        name: name.clone(),
+        labels: labels.clone(),
+        taints: taints.clone(),
+        health,
+        capacity: capacity(record),
+    }
 }
 
 /// Allocatable CPU (millicores) and memory (bytes) from a peer's record, if

@@ -32,6 +32,9 @@ mod source;
 
 pub(in crate::sync) use source::preview_source;
 
+use std::collections::BTreeMap;
+
+use fleetbus_schemas::placement::{PlacementKey, PlacementRecord};
 use fleetbus_schemas::preview::{PreviewReply, PreviewRequest};
 
 use crate::context::Context;
@@ -41,7 +44,7 @@ use crate::sync::world::World;
 /// The reply to a preview request's bytes (see the module docs).
 pub(in crate::sync) async fn preview(
     world: &World,
-    sink: &SinkState,
+    (sink, placement): (&SinkState, &BTreeMap<PlacementKey, PlacementRecord>),
     ctx: &Context,
     bytes: &[u8],
 ) -> PreviewReply {
@@ -56,7 +59,12 @@ pub(in crate::sync) async fn preview(
         }
     };
     tracing::info!(rule = ?req.rule_name, candidate = req.rule.is_some(), source = req.source.is_some(), "preview requested");
-    let preview = sink::Preview { world, sink, ctx };
+    let preview = sink::Preview {
+        world,
+        sink,
+        placement,
+        ctx,
+    };
     match preview.preview_rule(&req).await {
         Ok(reply) => reply,
         Err(e) => PreviewReply::refused(local, e),

@@ -10,10 +10,12 @@
 //! lists: they show what the rule does once applied and its hold ends, and
 //! `held` counts what waits for the hold.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use fleetbus_schemas::crd::{DriftMode, MatchEntry};
 use fleetbus_schemas::envelope::Envelope;
+use fleetbus_schemas::placement::{PlacementKey, PlacementRecord};
 use fleetbus_schemas::preview::{
     DeleteAction, PreviewCreate, PreviewDelete, PreviewProblem, PreviewReply, PreviewRequest,
     PreviewSource, PreviewUpdate,
@@ -33,6 +35,9 @@ use crate::sync::drift::announce;
 use crate::sync::drift::policy::Policy;
 use crate::sync::model::meta::{annotation, describe_gvk};
 use crate::sync::model::{Candidate, Conflict, Outcome, RuleReport, Target};
+use crate::sync::placement::decide::{decide, Inputs};
+use crate::sync::placement::origin::candidates_seen_by_a_sink;
+use crate::sync::placement::sink::unit_key;
 use crate::sync::rules::compile::CompiledRule;
 use crate::sync::rules::matching;
 use crate::sync::sink::apply::{self, WriteError};
@@ -110,6 +115,8 @@ fn object_ref(t: &Target) -> ObjectRef {
 pub(super) struct Preview<'a> {
     pub world: &'a World,
     pub sink: &'a SinkState,
+    /// The placement records read from the bus (every origin's).
+    pub placement: &'a BTreeMap<PlacementKey, PlacementRecord>,
     pub ctx: &'a Context,
 }
 
@@ -289,6 +296,10 @@ impl Preview<'_> {
             let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
                 continue;
             };
+            if !self.placed_here(rule, &key, obj) {
+                reply.placed_elsewhere += 1;
+                continue;
+            }
             let computed = compute.compute_candidate(rule, &key, env, obj, &peer.record, &entries);
             if let Some(why) = computed.refused {
                 let message = format!("refused by this cluster's SyncPolicy: {why}");
@@ -307,6 +318,45 @@ impl Preview<'_> {
             }
         }
         Ok(wanted)
+    }
+
+    /// Whether the candidate's placement (if it has one) puts the copy of
+    /// the source object at `key` here: the record on the bus while the
+    /// current rule places the same way, else what the origin's `decide`
+    /// would make of the candidate's placement from that record (the
+    /// clusters it chose taken as holding Current copies: a preview cannot
+    /// see the origin's reports). What the pass does with a record is
+    /// `placement::sink`; this is its question asked ahead of the origin.
+    fn placed_here(&self, rule: &CompiledRule, key: &ObjectKey, obj: &Value) -> bool {
+        let (Some(spec), Some(unit)) = (&rule.spec.placement, unit_key(rule, key)) else {
+            return true;
+        };
+        let local = &self.world.fleet.local.name;
+        let record = self.placement.get(&unit);
+        let current = self.world.rules.get(&rule.name);
+        let same = current.and_then(|r| r.spec.placement.as_ref()) == Some(spec);
+        let chosen = |r: &PlacementRecord| r.chosen.iter().any(|c| &c.cluster == local);
+        if let (Some(r), true) = (record, same) {
+            return chosen(r);
+        }
+        let holding: BTreeSet<String> = record
+            .map(|r| r.chosen.iter().map(|c| c.cluster.clone()).collect())
+            .unwrap_or_default();
+        let replicas = spec
+            .replicas
+            .as_ref()
+            .filter(|_| spec.group.is_none())
+            .and_then(|r| obj.pointer(&r.path))
+            .and_then(Value::as_i64);
+        let input = Inputs {
+            rule: rule.name.clone(),
+            seed: unit.unit.seed(),
+            candidates: Arc::new(candidates_seen_by_a_sink(self.world, rule, &key.origin)),
+            healthy: holding.clone(),
+            reporting: holding,
+            replicas,
+        };
+        chosen(&decide(record, spec, &input, chrono::Utc::now()).record)
     }
 
     /// The envelopes of the candidate's source kind on the bus where this

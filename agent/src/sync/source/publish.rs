@@ -819,6 +819,7 @@ mod tests {
                 labels: BTreeMap::new(),
             }],
             record: Value::Null,
+            taints: Vec::new(),
         }
     }
 
