@@ -455,19 +455,21 @@ fn kubeconfig_via(cluster: &DevCluster, proxy: &Proxy) -> anyhow::Result<PathBuf
 /// The ResourceSyncRule for ConfigMaps in [`NS`], on `m` (the built-in rule
 /// copies it to every cluster).
 async fn create_rule(m: &Member) -> anyhow::Result<()> {
-    create_rule_json(
-        &m.client,
-        serde_json::json!({
-            "apiVersion": "fleetbus.io/v1alpha1",
-            "kind": "ResourceSyncRule",
-            "metadata": {"name": "chaos"},
-            "spec": {
-                "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-                "rules": [{"match": [{"namespaces": [NS]}]}],
-            },
-        }),
-    )
-    .await
+    create_rule_json(&m.client, rule_json("chaos")).await
+}
+
+/// The fleet's rule (ConfigMaps in [`NS`] from every cluster to every
+/// other) named `name`: the one created, or a candidate like it.
+pub(crate) fn rule_json(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "fleetbus.io/v1alpha1",
+        "kind": "ResourceSyncRule",
+        "metadata": {"name": name},
+        "spec": {
+            "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "rules": [{"match": [{"namespaces": [NS]}]}],
+        },
+    })
 }
 
 /// Creates the ResourceSyncRule `rule` through `client`. The CRD is

@@ -13,7 +13,7 @@ use fleetbus_testsupport::{cargo_bin, repo_root};
 
 use super::agents::{duplicate_writes, write_counts};
 use super::{finish_with, Row, Running, Size, CLUSTERS, CONVERGE, QUIET};
-use crate::fleet::{Fleet, Load, Node, NS};
+use crate::fleet::{Fleet, Load, Node};
 
 /// N−1: `d6cd565`, main's previous release point (the copy writer's answer
 /// deadline), before placement, operator taints and the cluster inventory
@@ -254,7 +254,11 @@ fn skew_unseen(node: &Node, step: &str) -> Option<String> {
 /// cluster refused or did not answer). What each run printed goes to stderr.
 async fn preview_in_mixed_fleet(fleet: &Fleet, step: &str) -> anyhow::Result<Vec<String>> {
     let candidate = tempfile::Builder::new().suffix(".yaml").tempfile()?;
-    std::fs::write(candidate.path(), candidate_rule())?;
+    // A candidate as an operator would preview it: the fleet's rule, renamed.
+    std::fs::write(
+        candidate.path(),
+        crate::fleet::rule_json("chaos-candidate").to_string(),
+    )?;
     let path = candidate.path().display().to_string();
     let mut out = Vec::new();
     for args in [vec!["--rule", "chaos"], vec!["-f", path.as_str()]] {
@@ -281,20 +285,6 @@ async fn preview_in_mixed_fleet(fleet: &Fleet, step: &str) -> anyhow::Result<Vec
         }
     }
     Ok(out)
-}
-
-/// A candidate rule as an operator would preview it: the fleet's, renamed.
-fn candidate_rule() -> String {
-    serde_json::json!({
-        "apiVersion": "fleetbus.io/v1alpha1",
-        "kind": "ResourceSyncRule",
-        "metadata": {"name": "chaos-candidate"},
-        "spec": {
-            "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "rules": [{"match": [{"namespaces": [NS]}]}],
-        },
-    })
-    .to_string()
 }
 
 /// `fleetbus rules preview <args>` against the fleet's NATS: its exit code
