@@ -215,7 +215,7 @@ impl Steps {
                 );
                 let writes = run.fleet.configmap_writes().await?;
                 tokio::time::sleep(QUIET).await;
-                let later = run.fleet.configmap_writes().await? - writes;
+                let later = run.fleet.configmap_writes().await?.saturating_sub(writes);
                 if later > 0 {
                     found.push(format!(
                         "{later} ConfigMap writes in the {QUIET:?} after convergence (ping-pong?)"
