@@ -9,13 +9,14 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fleetbus_testsupport::{
-    http_get, try_wait_for, Agent, AgentCommand, DevCluster, DevClusterOpts, Member, NatsServer,
+    cargo_bin, http_get, try_wait_for, Agent, AgentCommand, DevCluster, DevClusterOpts, Member,
+    NatsServer,
 };
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::Api;
@@ -42,6 +43,8 @@ pub struct Node {
     pub api: Proxy,
     /// The agent's command line as the fleet started it.
     pub cmd: AgentCommand,
+    /// The agent binary it runs (the workspace's, or an earlier revision's).
+    pub bin: PathBuf,
 }
 
 impl Node {
@@ -67,8 +70,21 @@ impl Node {
         if self.member.agent.is_running() {
             self.member.agent.stop();
         }
-        self.member.agent = Agent::prepare(self.cmd.clone().extra(extra.iter().copied()).argv())?;
+        self.member.agent = Agent::prepare_bin(
+            &self.bin,
+            self.cmd.clone().extra(extra.iter().copied()).argv(),
+        )?;
         self.member.agent.spawn()
+    }
+
+    /// Stops the agent (SIGTERM) if it runs and starts `bin` in its place
+    /// with the same command line: an upgrade (or a downgrade). The log of
+    /// the agent it replaced is returned (the new one writes its own).
+    pub fn respawn_on(&mut self, bin: &Path) -> anyhow::Result<String> {
+        let log = self.member.agent.log();
+        self.bin = bin.to_path_buf();
+        self.respawn_with(&[])?;
+        Ok(log)
     }
 
     /// The state (`Ready`, `Disconnected`, `Left`, …) this cluster's agent
@@ -194,10 +210,15 @@ impl Fleet {
     /// Starts NATS and the clusters `names`, each agent through its proxies,
     /// creates the rule and starts a watch on every sink.
     pub async fn start(names: &[&str]) -> anyhow::Result<Fleet> {
+        Fleet::start_on(names, &cargo_bin("fleetbus-agent")).await
+    }
+
+    /// [`Fleet::start`] with every agent running `bin`.
+    pub async fn start_on(names: &[&str], bin: &Path) -> anyhow::Result<Fleet> {
         let nats = NatsServer::start()?;
         let mut nodes = Vec::new();
         for name in names {
-            nodes.push(start_node(name, &nats).await?);
+            nodes.push(start_node(name, &nats, bin).await?);
         }
         for node in &nodes {
             node.wait_ready().await?;
@@ -259,13 +280,27 @@ impl Fleet {
         objects: usize,
         pace: Duration,
     ) -> Load {
+        self.start_writers(origins, seed, 0..per_origin, objects, pace)
+    }
+
+    /// [`Fleet::start_load_on`] with the writers numbered `writers` on each
+    /// origin: a load started again after one was stopped writes objects of
+    /// its own (a writer knows the versions of its own objects only).
+    pub fn start_writers(
+        &self,
+        origins: &[&str],
+        seed: u64,
+        writers: std::ops::Range<usize>,
+        objects: usize,
+        pace: Duration,
+    ) -> Load {
         let stop = CancellationToken::new();
-        let mut writers = Vec::new();
+        let mut handles = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
             if !origins.contains(&node.name()) {
                 continue;
             }
-            for index in 0..per_origin {
+            for index in writers.clone() {
                 let w = Writer {
                     origin: node.name().to_owned(),
                     client: node.member.client.clone(),
@@ -276,10 +311,13 @@ impl Fleet {
                 };
                 // Each origin's writers draw from their own streams.
                 let seed = seed.wrapping_add((i as u64).wrapping_mul(0x1000_0001));
-                writers.push(tokio::spawn(w.run(seed, self.oracle.clone(), stop.clone())));
+                handles.push(tokio::spawn(w.run(seed, self.oracle.clone(), stop.clone())));
             }
         }
-        Load { stop, writers }
+        Load {
+            stop,
+            writers: handles,
+        }
     }
 
     /// ConfigMap writes all devclusters served so far.
@@ -376,8 +414,8 @@ fn held_not_right(v: &Violation) -> bool {
 }
 
 /// Starts a devcluster named `name` with namespace [`NS`], and its agent
-/// reaching `nats` and the devcluster through a proxy each.
-async fn start_node(name: &str, nats: &NatsServer) -> anyhow::Result<Node> {
+/// (`bin`) reaching `nats` and the devcluster through a proxy each.
+async fn start_node(name: &str, nats: &NatsServer, bin: &Path) -> anyhow::Result<Node> {
     let nats_proxy = Proxy::start(SocketAddr::from(([127, 0, 0, 1], nats.port()))).await?;
     let cmd = AgentCommand::new(name).nats_url(format!("nats://{}", nats_proxy.addr()));
     // `/debug/faults` on: a scenario may put the API server under pressure.
@@ -388,7 +426,7 @@ async fn start_node(name: &str, nats: &NatsServer) -> anyhow::Result<Node> {
     let kubeconfig = kubeconfig_via(&member.cluster, &api)?;
     let metrics: SocketAddr = member.metrics_addr.parse()?;
     let cmd = cmd.kubeconfig(kubeconfig).metrics_addr(metrics);
-    member.agent = Agent::prepare(cmd.argv())?;
+    member.agent = Agent::prepare_bin(bin, cmd.argv())?;
     member.create_namespace(NS).await?;
     member.agent.spawn()?;
     Ok(Node {
@@ -396,6 +434,7 @@ async fn start_node(name: &str, nats: &NatsServer) -> anyhow::Result<Node> {
         nats: nats_proxy,
         api,
         cmd,
+        bin: bin.to_path_buf(),
     })
 }
 
@@ -416,19 +455,21 @@ fn kubeconfig_via(cluster: &DevCluster, proxy: &Proxy) -> anyhow::Result<PathBuf
 /// The ResourceSyncRule for ConfigMaps in [`NS`], on `m` (the built-in rule
 /// copies it to every cluster).
 async fn create_rule(m: &Member) -> anyhow::Result<()> {
-    create_rule_json(
-        &m.client,
-        serde_json::json!({
-            "apiVersion": "fleetbus.io/v1alpha1",
-            "kind": "ResourceSyncRule",
-            "metadata": {"name": "chaos"},
-            "spec": {
-                "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-                "rules": [{"match": [{"namespaces": [NS]}]}],
-            },
-        }),
-    )
-    .await
+    create_rule_json(&m.client, rule_json("chaos")).await
+}
+
+/// The fleet's rule (ConfigMaps in [`NS`] from every cluster to every
+/// other) named `name`: the one created, or a candidate like it.
+pub(crate) fn rule_json(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "fleetbus.io/v1alpha1",
+        "kind": "ResourceSyncRule",
+        "metadata": {"name": name},
+        "spec": {
+            "groupVersionKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "rules": [{"match": [{"namespaces": [NS]}]}],
+        },
+    })
 }
 
 /// Creates the ResourceSyncRule `rule` through `client`. The CRD is

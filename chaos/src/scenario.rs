@@ -16,6 +16,9 @@ use crate::workload::lock;
 mod agents;
 mod failover;
 mod pressure;
+mod versions;
+
+pub use versions::OLD_REVISION;
 
 /// Every scenario, in the order `all` runs them, with what it shows.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -32,6 +35,12 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("api-pressure", "an agent's API server answers 429 (Retry-After), 500, late and ends watches with 410 under churn: bounded requests, no rewrite on re-list, converged after"),
     ("failover", "a placed object's chosen sink dies (agent and API server SIGKILLed) under churn: replaced within afterSeconds + 10 s, never fewer than 2 copies outside that window, no flapping, nothing deleted where it could not be heard, stale copies collected on return"),
     ("placement-partition", "a placed object's chosen sink cut from NATS for the failover window under churn: replaced elsewhere, none of its copies deleted while cut, collected once it hears again, no flapping"),
+];
+
+/// Scenarios run only by name, never by `all` nor in CI: `mixed-versions`
+/// builds a second agent from git history first (minutes when cold).
+pub const ON_DEMAND: &[(&str, &str)] = &[
+    ("mixed-versions", "the fleet on the previous release's agent (built from git history, or --old-agent), upgraded one agent at a time under churn: converged, nothing lost, stale or written twice after every step; rules preview answered while mixed"),
 ];
 
 /// The clusters of every fleet (every one an origin and a sink).
@@ -138,8 +147,10 @@ impl Size {
     }
 }
 
-/// Runs scenario `name`; an error (a process that did not start) is a failed row.
-pub async fn run(name: &str, seed: u64, size: Size) -> Row {
+/// Runs scenario `name`; an error (a process that did not start) is a failed
+/// row. `old_agent`: the earlier agent `mixed-versions` starts the fleet on
+/// (None: built from [`OLD_REVISION`] by `scripts/old-agent`).
+pub async fn run(name: &str, seed: u64, size: Size, old_agent: Option<&std::path::Path>) -> Row {
     let result = match name {
         "restart" => restart(seed, size).await,
         "nats-kill" => nats_kill(seed, size).await,
@@ -154,6 +165,7 @@ pub async fn run(name: &str, seed: u64, size: Size) -> Row {
         "api-pressure" => pressure::api_pressure(seed, size).await,
         "failover" => failover::failover(seed, size).await,
         "placement-partition" => failover::placement_partition(seed, size).await,
+        "mixed-versions" => versions::mixed_versions(seed, size, old_agent).await,
         other => Err(anyhow::anyhow!("no scenario {other}")),
     };
     result.unwrap_or_else(|e| Row::error(name, seed, &e))

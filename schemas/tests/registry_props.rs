@@ -49,7 +49,8 @@ prop_compose! {
                         labels in string_map(), metadata in metadata(),
                         endpoints in proptest::collection::vec((text(), text(), text()), 0..2),
                         features in proptest::collection::vec((text(), string_map()), 0..3),
-                        agent_version in text(), started_at in ms_time(), heartbeat_at in ms_time(),
+                        agent_version in text(), protocol in any::<u32>(),
+                        started_at in ms_time(), heartbeat_at in ms_time(),
                         heartbeat_interval_seconds in any::<u32>(), seq in any::<u64>(),
                         members in proptest::collection::vec(text(), 0..4),
                         digest in proptest::option::of((any::<u32>(), text())),
@@ -63,7 +64,7 @@ prop_compose! {
                 KubernetesApiEndpoint { client_network, server_address, ca_bundle }).collect(),
             metadata,
             features: features.into_iter().map(|(feature_name, labels)| FeatureRecord { feature_name, labels }).collect(),
-            agent_version, started_at, heartbeat_at, heartbeat_interval_seconds, seq, members,
+            agent_version, protocol, started_at, heartbeat_at, heartbeat_interval_seconds, seq, members,
             members_digest: digest.map(|(count, sha256)| MembersDigest { count, sha256 }),
             api: if api_down { ApiHealth::unreachable(api_message) } else { ApiHealth::reachable() },
             beats: false,
@@ -133,6 +134,7 @@ fn example() -> ClusterRecord {
             labels: BTreeMap::from([("version".into(), "1.22".into())]),
         }],
         agent_version: "0.1.0".into(),
+        protocol: fleetbus_schemas::registry::PROTOCOL_VERSION,
         started_at: parse_rfc3339("2026-11-22T04:00:00.000Z").unwrap(),
         heartbeat_at: parse_rfc3339("2026-11-22T04:30:00.250Z").unwrap(),
         heartbeat_interval_seconds: 10,
@@ -148,7 +150,7 @@ fn example() -> ClusterRecord {
 }
 
 /// The example in docs/PROTOCOL.md; keep them identical.
-const EXAMPLE_JSON: &str = r#"{"schema":"fleetbus.io/cluster/v1","name":"east","clusterID":"6f1c2d3e-8a9b-4c5d-9e0f-112233445566","state":"Active","labels":{"region":"eu-west-1"},"kubernetesApiEndpoints":[{"serverAddress":"https://10.0.0.1:6443"}],"metadata":{"provider":"kind","distribution":"KIND","kubernetesVersion":"v1.33.1","kubeletVersions":["v1.33.1"],"kubeProxyVersions":["v1.33.1"],"locality":{"region":"eu-west-1","regions":["eu-west-1"],"zones":["eu-west-1a"]}},"features":[{"featureName":"istio","labels":{"version":"1.22"}}],"agentVersion":"0.1.0","startedAt":"2026-11-22T04:00:00.000Z","heartbeatAt":"2026-11-22T04:30:00.250Z","heartbeatIntervalSeconds":10,"seq":181,"members":["east","west"],"membersDigest":{"count":2,"sha256":"e50f788b9e3ea6a4eb03741c16853fad7ec6d4cb11e4fc10fb8301d6d286890c"},"beats":true}"#;
+const EXAMPLE_JSON: &str = r#"{"schema":"fleetbus.io/cluster/v1","name":"east","clusterID":"6f1c2d3e-8a9b-4c5d-9e0f-112233445566","state":"Active","labels":{"region":"eu-west-1"},"kubernetesApiEndpoints":[{"serverAddress":"https://10.0.0.1:6443"}],"metadata":{"provider":"kind","distribution":"KIND","kubernetesVersion":"v1.33.1","kubeletVersions":["v1.33.1"],"kubeProxyVersions":["v1.33.1"],"locality":{"region":"eu-west-1","regions":["eu-west-1"],"zones":["eu-west-1a"]}},"features":[{"featureName":"istio","labels":{"version":"1.22"}}],"agentVersion":"0.1.0","protocol":2,"startedAt":"2026-11-22T04:00:00.000Z","heartbeatAt":"2026-11-22T04:30:00.250Z","heartbeatIntervalSeconds":10,"seq":181,"members":["east","west"],"membersDigest":{"count":2,"sha256":"e50f788b9e3ea6a4eb03741c16853fad7ec6d4cb11e4fc10fb8301d6d286890c"},"beats":true}"#;
 
 /// The beat example in docs/PROTOCOL.md §5.4; keep them identical.
 const BEAT_JSON: &str = r#"{"schema":"fleetbus.io/beat/v1","seq":182,"startedAt":"2026-11-22T04:00:00.000Z","intervalMs":2000}"#;

@@ -168,11 +168,17 @@ pub fn compare(expected: &stream::Config, found: &stream::Config) -> Vec<FieldDi
         sorted(&expected.subjects),
         sorted(&found.subjects),
     );
-    check(
-        "max_msgs_per_subject",
-        expected.max_messages_per_subject.to_string(),
-        found.max_messages_per_subject.to_string(),
-    );
+    // A per-subject limit where this revision's layout sets none is a later
+    // revision's, applied in place by its `with_layout_limits`: refusing it
+    // would stop every older agent that restarts during a rolling upgrade
+    // (PROTOCOL §7.1), as the drift stream's limits once did.
+    if !(expected.max_messages_per_subject <= 0 && found.max_messages_per_subject > 0) {
+        check(
+            "max_msgs_per_subject",
+            expected.max_messages_per_subject.to_string(),
+            found.max_messages_per_subject.to_string(),
+        );
+    }
     check("max_age", age(expected.max_age), age(found.max_age));
     check(
         "duplicate_window",
@@ -398,6 +404,21 @@ mod tests {
         // Streams the layout leaves unbounded are not given limits.
         let objects = stream_config(&Layout::default().objects_stream());
         assert_eq!(with_layout_limits(&objects, &objects), objects);
+    }
+
+    #[test]
+    fn a_per_subject_limit_a_later_revision_added_does_not_stop_an_older_agent() {
+        // The drift stream as an agent before its limits expected it, and
+        // as an agent with them left it.
+        let mut older = stream_config(&Layout::default().drift_stream());
+        older.max_bytes = -1;
+        older.max_messages_per_subject = -1;
+        let newer = stream_config(&Layout::default().drift_stream());
+        assert!(compare(&older, &newer).is_empty());
+        // Another limit than the layout's own is still reported.
+        let mut tuned = newer.clone();
+        tuned.max_messages_per_subject = 50;
+        assert_eq!(compare(&newer, &tuned)[0].field, "max_msgs_per_subject");
     }
 
     #[test]

@@ -223,6 +223,9 @@ pub struct Applied {
     pub changed: bool,
     /// It was a new heartbeat from a peer.
     pub heartbeat: bool,
+    /// The protocol a peer announced, when its record is the first seen of
+    /// it or says another than the last did (an upgrade): for the skew check.
+    pub protocol: Option<u32>,
 }
 
 /// The fleet as this agent knows it. Owned by the registry and shared behind a
@@ -344,12 +347,14 @@ impl Membership {
                 let was_alive = p.alive(now, timeout);
                 applied.heartbeat = p.liveness.observe(run_stamp(&r.started_at), r.seq, now);
                 applied.changed = !same_content(&p.record, &r);
+                applied.protocol = (p.record.protocol != r.protocol).then_some(r.protocol);
                 p.record = r;
                 applied.changed |= p.alive(now, timeout) != was_alive;
             }
             None => {
                 let kubeconfig = self.orphan_kubeconfigs.remove(&key);
                 let liveness = Liveness::first_seen(run_stamp(&r.started_at), r.seq, now, live);
+                applied.protocol = Some(r.protocol);
                 self.peers.insert(
                     key,
                     Peer {
@@ -409,6 +414,7 @@ impl Membership {
             members_changed: false,
             changed: interval_changed || p.alive(now, timeout) != was_alive,
             heartbeat,
+            protocol: None,
         }
     }
 
@@ -492,6 +498,7 @@ impl Membership {
             members_changed: before != self.members(),
             changed,
             heartbeat: false,
+            protocol: None,
         }
     }
 
@@ -563,6 +570,7 @@ pub(crate) mod tests {
             metadata: Default::default(),
             features: vec![],
             agent_version: "0.1.0".into(),
+            protocol: fleetbus_schemas::registry::PROTOCOL_VERSION,
             started_at: Utc.timestamp_opt(1_000, 0).unwrap(),
             heartbeat_at: Utc
                 .timestamp_opt(1_000 + i64::try_from(seq).unwrap(), 0)
@@ -578,6 +586,26 @@ pub(crate) mod tests {
 
     fn cluster(r: ClusterRecord) -> Decoded {
         Decoded::Cluster(Box::new(r))
+    }
+
+    #[test]
+    fn a_peers_protocol_is_told_when_first_seen_and_when_it_changes() {
+        let mut m = Membership::new("me", "me-id", T);
+        let now = Instant::now();
+        let mut old = record("c2", "id", 1);
+        old.protocol = fleetbus_schemas::registry::PROTOCOL_BEFORE_VERSIONS;
+        assert_eq!(m.apply(cluster(old.clone()), now, true).protocol, Some(1));
+        // Its heartbeats say nothing new; its upgrade does; so does a peer
+        // seen for the first time.
+        old.seq = 2;
+        assert_eq!(m.apply(cluster(old), now, true).protocol, None);
+        let upgraded = record("c2", "id", 3);
+        let ours = fleetbus_schemas::registry::PROTOCOL_VERSION;
+        assert_eq!(m.apply(cluster(upgraded), now, true).protocol, Some(ours));
+        assert_eq!(
+            m.apply(cluster(record("c3", "id", 1)), now, true).protocol,
+            Some(ours)
+        );
     }
 
     #[test]

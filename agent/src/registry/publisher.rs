@@ -41,6 +41,7 @@ pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
         metadata: info.metadata,
         features: info.features,
         agent_version: AGENT_VERSION.to_owned(),
+        protocol: fleetbus_schemas::registry::PROTOCOL_VERSION,
         started_at: reg.ctx.started_at,
         heartbeat_at: chrono::Utc::now(),
         // Whole seconds on the wire; readers here use their own --peer-timeout.

@@ -209,6 +209,7 @@ pub fn template_record(record: &ClusterRecord) -> serde_json::Value {
         metadata: record.metadata.clone(),
         features: record.features.clone(),
         agent_version: record.agent_version.clone(),
+        protocol: record.protocol,
         started_at: record.started_at,
         heartbeat_at: record.heartbeat_at,
         heartbeat_interval_seconds: record.heartbeat_interval_seconds,

@@ -14,7 +14,7 @@ use super::membership::{beat_owner, decode, decode_beat, Applied, Decoded};
 use super::record::RegistryKey;
 use super::shared::Registry;
 use fleetbus_schemas::envelope::SignatureError;
-use fleetbus_schemas::registry::{parse_forgotten_key, RevokedRecord};
+use fleetbus_schemas::registry::{parse_forgotten_key, RevokedRecord, Skew, PROTOCOL_VERSION};
 
 /// Which bucket a watch follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +172,33 @@ fn beat_trusted(reg: &Registry, name: &str, entry: &Entry) -> bool {
     }
 }
 
+/// Says how a peer's protocol stands to ours (PROTOCOL §7.1), once per
+/// peer run that announces it: N−1 and N+1 are kept in step with, nothing
+/// changes for them; further apart, the operator is told to upgrade, and
+/// the agent goes on as it can (what an unknown newer protocol expects is
+/// unknown; refusing the peer would stop the fleet's sync mid-upgrade).
+fn log_skew(peer: &str, theirs: u32) {
+    let skew = Skew::of(PROTOCOL_VERSION, theirs);
+    match skew {
+        Skew::Same => {}
+        Skew::Previous | Skew::Next => tracing::info!(
+            peer,
+            protocol = theirs,
+            ours = PROTOCOL_VERSION,
+            skew = skew.as_str(),
+            "peer speaks another fleet protocol, within the supported skew"
+        ),
+        Skew::TooOld | Skew::TooNew => tracing::warn!(
+            peer,
+            protocol = theirs,
+            ours = PROTOCOL_VERSION,
+            skew = skew.as_str(),
+            "peer speaks a fleet protocol outside the supported skew (one version apart): \
+             upgrade the older agent"
+        ),
+    }
+}
+
 /// Folds one entry into the membership and wakes whoever must react.
 pub(crate) fn handle(reg: &Registry, entry: &Entry) {
     if entry.operation == Operation::Put {
@@ -193,8 +220,15 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
                     reg.ctx.reject(name, reason, &entry.key);
                     return;
                 }
+                let peer = match &decoded {
+                    Decoded::Cluster(r) => Some(r.name.clone()),
+                    _ => None,
+                };
                 let live = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
                 let applied = reg.membership().apply(decoded, Instant::now(), live);
+                if let (Some(peer), Some(protocol)) = (peer, applied.protocol) {
+                    log_skew(&peer, protocol);
+                }
                 if applied.heartbeat {
                     reg.ctx.metrics.heartbeats_received.inc();
                 }

@@ -110,7 +110,7 @@ pub(super) async fn slow_sink(seed: u64, size: Size) -> anyhow::Result<Row> {
 
 /// Per cluster: the copy writes its agent made and the copy changes its
 /// sink's watch saw, so far.
-fn write_counts(fleet: &Fleet) -> anyhow::Result<Vec<(u64, u64)>> {
+pub(super) fn write_counts(fleet: &Fleet) -> anyhow::Result<Vec<(u64, u64)>> {
     let oracle = lock(&fleet.oracle);
     fleet
         .nodes
@@ -122,7 +122,10 @@ fn write_counts(fleet: &Fleet) -> anyhow::Result<Vec<(u64, u64)>> {
 /// Every agent's write requests beyond what its sink's watch saw change
 /// since `before` (from [`write_counts`]): a write that changed nothing,
 /// i.e. the same version written again.
-fn duplicate_writes(fleet: &Fleet, before: &[(u64, u64)]) -> anyhow::Result<Vec<String>> {
+pub(super) fn duplicate_writes(
+    fleet: &Fleet,
+    before: &[(u64, u64)],
+) -> anyhow::Result<Vec<String>> {
     let after = write_counts(fleet)?;
     let mut out = Vec::new();
     for ((n, (w0, e0)), (w1, e1)) in fleet.nodes.iter().zip(before).zip(after) {

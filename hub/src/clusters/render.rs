@@ -89,6 +89,7 @@ pub fn cluster_json(v: &ClusterView) -> serde_json::Value {
         "name": r.name, "clusterId": r.cluster_id, "state": v.state,
         "heartbeatAgeSeconds": v.heartbeat_age.map(|d| d.as_secs()),
         "agentVersion": r.agent_version,
+        "protocol": r.protocol,
         "kubernetesVersion": r.metadata.kubernetes_version,
         "distribution": r.metadata.distribution,
         "region": r.metadata.locality.as_ref().and_then(|l| l.region.clone()),
@@ -112,7 +113,11 @@ pub fn describe(
         writeln!(out, "Cluster ID:    {}", r.cluster_id)?;
         writeln!(out, "State:         {:?}", v.state)?;
         writeln!(out, "Heartbeat:     {} ago", heartbeat(v))?;
-        writeln!(out, "Agent:         {}", r.agent_version)?;
+        writeln!(
+            out,
+            "Agent:         {} (protocol {})",
+            r.agent_version, r.protocol
+        )?;
         writeln!(
             out,
             "Kubernetes:    {}",

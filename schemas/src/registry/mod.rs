@@ -9,6 +9,7 @@ mod beat;
 mod forgotten;
 mod key;
 pub mod members;
+mod protocol;
 mod record;
 mod revoked;
 mod state;
@@ -28,6 +29,7 @@ pub use key::{
     ALL_KUBECONFIG_KEYS, REGISTRY_BUCKET_SUFFIX,
 };
 pub use members::{MemberSet, MembersDigest, MEMBER_NAMES_MAX};
+pub use protocol::{Skew, PROTOCOL_BEFORE_VERSIONS, PROTOCOL_VERSION};
 pub use record::{
     ApiHealth, ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, CLUSTER_RECORD_SCHEMA,
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS, KUBECONFIG_RECORD_SCHEMA,

@@ -70,6 +70,12 @@ pub struct ClusterRecord {
     pub features: Vec<FeatureRecord>,
     /// Version of the agent.
     pub agent_version: String,
+    /// The fleet protocol the agent speaks ([`super::PROTOCOL_VERSION`] of
+    /// its revision): what its peers judge the version skew by (PROTOCOL
+    /// §7.1). Absent from agents before the member, which speak
+    /// [`super::PROTOCOL_BEFORE_VERSIONS`].
+    #[serde(default = "super::protocol::before_versions")]
+    pub protocol: u32,
     /// When this agent process started.
     #[serde(with = "rfc3339_ms")]
     pub started_at: DateTime<Utc>,

@@ -243,6 +243,7 @@ mod tests {
             metadata: Default::default(),
             features: vec![],
             agent_version: "0.1.0".into(),
+            protocol: crate::registry::PROTOCOL_VERSION,
             started_at: t,
             heartbeat_at: t,
             heartbeat_interval_seconds: 1,

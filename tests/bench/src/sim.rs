@@ -143,6 +143,7 @@ impl Sim {
             metadata: Default::default(),
             features: vec![],
             agent_version: "bench".into(),
+            protocol: fleetbus_schemas::registry::PROTOCOL_VERSION,
             started_at: self.started_at,
             heartbeat_at: now,
             heartbeat_interval_seconds: 2,

@@ -74,6 +74,17 @@ impl Agent {
         Self::prepared(&cargo_bin("fleetbus-agent"), owned(args), Vec::new())
     }
 
+    /// `bin <args>`, not running until [`Agent::spawn`]: an agent binary
+    /// other than the workspace's (the chaos scenario `mixed-versions` runs
+    /// an earlier revision's).
+    pub fn prepare_bin<I, S>(bin: &Path, args: I) -> anyhow::Result<Agent>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Self::prepared(bin, owned(args), Vec::new())
+    }
+
     fn prepared(
         bin: &Path,
         args: Vec<OsString>,

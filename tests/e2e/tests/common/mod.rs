@@ -190,6 +190,7 @@ pub fn peer_record(
         metadata: Default::default(),
         features: vec![],
         agent_version: "0.0.0".into(),
+        protocol: fleetbus_schemas::registry::PROTOCOL_VERSION,
         started_at: now,
         heartbeat_at: now,
         heartbeat_interval_seconds: 1,
