@@ -11,6 +11,7 @@ mod key;
 pub mod members;
 mod protocol;
 mod record;
+mod record_members;
 mod revoked;
 mod state;
 mod taints;
