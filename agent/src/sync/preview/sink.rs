@@ -35,7 +35,7 @@ use crate::sync::drift::announce;
 use crate::sync::drift::policy::Policy;
 use crate::sync::model::meta::{annotation, describe_gvk};
 use crate::sync::model::{Candidate, Conflict, Outcome, RuleReport, Target};
-use crate::sync::placement::decide::{decide, Inputs};
+use crate::sync::placement::decide::{decide, Candidate as PlacementCandidate, Inputs};
 use crate::sync::placement::origin::candidates_seen_by_a_sink;
 use crate::sync::placement::sink::unit_key;
 use crate::sync::rules::compile::CompiledRule;
@@ -289,6 +289,7 @@ impl Preview<'_> {
             .filter(|(k, _)| !overlaid.contains(*k))
             .map(|(k, env)| (k.clone(), env));
         let compute = self.compute();
+        let mut placement_candidates = BTreeMap::new();
         for (key, env) in bus.chain(given) {
             let Some((env, obj, peer)) = taken(&sources, &key, Some(&env)) else {
                 continue;
@@ -296,7 +297,7 @@ impl Preview<'_> {
             let Some(entries) = matching::matching_rules(&rule.spec, obj) else {
                 continue;
             };
-            if !self.placed_here(rule, &key, obj) {
+            if !self.placed_here(rule, (&key, obj), &mut placement_candidates) {
                 reply.placed_elsewhere += 1;
                 continue;
             }
@@ -327,7 +328,16 @@ impl Preview<'_> {
     /// clusters it chose taken as holding Current copies: a preview cannot
     /// see the origin's reports). What the pass does with a record is
     /// `placement::sink`; this is its question asked ahead of the origin.
-    fn placed_here(&self, rule: &CompiledRule, key: &ObjectKey, obj: &Value) -> bool {
+    ///
+    /// `seen` keeps each origin's candidates for the whole preview: they are
+    /// the same for every object of that origin (a preview over thousands of
+    /// objects in a fleet of hundreds would otherwise rebuild them each time).
+    fn placed_here(
+        &self,
+        rule: &CompiledRule,
+        (key, obj): (&ObjectKey, &Value),
+        seen: &mut BTreeMap<String, Arc<Vec<PlacementCandidate>>>,
+    ) -> bool {
         let (Some(spec), Some(unit)) = (&rule.spec.placement, unit_key(rule, key)) else {
             return true;
         };
@@ -351,7 +361,12 @@ impl Preview<'_> {
         let input = Inputs {
             rule: rule.name.clone(),
             seed: unit.unit.seed(),
-            candidates: Arc::new(candidates_seen_by_a_sink(self.world, rule, &key.origin)),
+            candidates: seen
+                .entry(key.origin.clone())
+                .or_insert_with(|| {
+                    Arc::new(candidates_seen_by_a_sink(self.world, rule, &key.origin))
+                })
+                .clone(),
             healthy: holding.clone(),
             reporting: holding,
             replicas,
