@@ -58,6 +58,8 @@ pub(super) async fn mixed_versions(
         writes_before,
     };
     let mut steps = Steps::default();
+    // A fixed period of churn, not a wait for a condition: each step is
+    // checked after the same amount of workload, as every scenario runs.
     tokio::time::sleep(size.churn).await;
     steps
         .check(&mut run, &format!("all on {OLD_REVISION}"), &before)
@@ -65,6 +67,7 @@ pub(super) async fn mixed_versions(
     let mut old_logs = Vec::new();
     for i in 0..run.fleet.nodes.len() {
         run.load = phase_load(&run.fleet, seed, size, i + 1);
+        // Half a churn period before the upgrade, so it lands under load.
         tokio::time::sleep(size.churn / 2).await;
         let mut before = write_counts(&run.fleet)?;
         let name = run.fleet.nodes[i].name().to_owned();
@@ -87,6 +90,7 @@ pub(super) async fn mixed_versions(
                 run.fleet.nodes[last].name()
             );
         }
+        // The churn period after the upgrade (see above).
         tokio::time::sleep(size.churn).await;
         steps.check(&mut run, &step, &before).await?;
         if i + 1 < run.fleet.nodes.len() {
@@ -99,6 +103,7 @@ pub(super) async fn mixed_versions(
     run.load = phase_load(&run.fleet, seed, size, run.fleet.nodes.len() + 1);
     let before = write_counts(&run.fleet)?;
     let last_fault = Instant::now();
+    // A last churn period with every agent on N, then the final check.
     tokio::time::sleep(size.churn).await;
     let model = run.fleet.rule_model();
     let (mut row, run) = finish_with(
@@ -214,6 +219,7 @@ impl Steps {
                     after.as_secs_f64()
                 );
                 let writes = run.fleet.configmap_writes().await?;
+                // The quiet window itself: writes are counted across it.
                 tokio::time::sleep(QUIET).await;
                 let later = run.fleet.configmap_writes().await?.saturating_sub(writes);
                 if later > 0 {
