@@ -388,10 +388,26 @@ impl Fleet {
 
     /// Copies every agent's log into `dir` (`<cluster>.log`), for a failed
     /// scenario: the processes' own directories go with the fleet.
+    ///
+    /// The last lines of each agent's and API server's log are printed to
+    /// stderr as well: a failure in CI, whose temporary directory is gone
+    /// by the time anyone reads its output, still says what each agent did
+    /// last.
     pub fn keep_logs(&self, dir: &std::path::Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         for n in &self.nodes {
-            std::fs::write(dir.join(format!("{}.log", n.name())), n.member.agent.log())?;
+            let agent = n.member.agent.log();
+            let api = n.member.cluster.log();
+            eprint!(
+                "{}",
+                named_tail(&format!("{} agent", n.name()), &agent, TAIL_LINES)
+            );
+            eprint!(
+                "{}",
+                named_tail(&format!("{} API server", n.name()), &api, TAIL_LINES / 2)
+            );
+            std::fs::write(dir.join(format!("{}.log", n.name())), agent)?;
+            std::fs::write(dir.join(format!("{}-api.log", n.name())), api)?;
         }
         Ok(())
     }
@@ -403,6 +419,24 @@ impl Fleet {
             let _ = w.await;
         }
     }
+}
+
+/// How many of its last log lines a failed run prints per agent.
+const TAIL_LINES: usize = 40;
+
+/// The last `lines` lines of `log`, each prefixed with `who`.
+fn named_tail(who: &str, log: &str, lines: usize) -> String {
+    let all: Vec<&str> = log.lines().collect();
+    let from = all.len().saturating_sub(lines);
+    let mut out = format!(
+        "--- {who}: last {} of {} log lines\n",
+        all.len() - from,
+        all.len()
+    );
+    for l in &all[from..] {
+        out.push_str(&format!("[{who}] {l}\n"));
+    }
+    out
 }
 
 /// A violation of what a sink holds now (not of its history).
@@ -498,6 +532,19 @@ pub(crate) async fn create_rule_json(
 mod tests {
     use super::*;
     use crate::oracle::Source;
+
+    #[test]
+    fn a_failed_run_prints_each_logs_last_lines_named() {
+        let out = named_tail("c3 agent", "one\ntwo\nthree\n", 2);
+        assert_eq!(
+            out,
+            "--- c3 agent: last 2 of 3 log lines\n[c3 agent] two\n[c3 agent] three\n"
+        );
+        assert_eq!(
+            named_tail("c1 agent", "", 5),
+            "--- c1 agent: last 0 of 0 log lines\n"
+        );
+    }
 
     #[test]
     fn convergence_waits_on_what_sinks_hold_not_on_their_history() {

@@ -101,8 +101,13 @@ fn identified(mut config: kube::Config) -> kube::Config {
 /// A new client for `config`, with a connection pool of its own: what a
 /// watch whose connection failed starts again on, so that it cannot pick up
 /// a pooled connection of the same fate (see [`is_connection_error`]).
+/// Every request on it but a watch is answered within
+/// [`super::deadline::ANSWER_WITHIN`] or fails (see that module).
 pub fn connect(config: &kube::Config) -> Result<kube::Client, KubeClientError> {
-    kube::Client::try_from(config.clone()).map_err(KubeClientError::Build)
+    let builder =
+        kube::client::ClientBuilder::try_from(config.clone()).map_err(KubeClientError::Build)?;
+    let within = super::deadline::DeadlineLayer(super::deadline::ANSWER_WITHIN);
+    Ok(builder.with_layer(&within).build())
 }
 
 /// Whether a request failed below HTTP: no answer was read (connect, TLS,

@@ -1,10 +1,11 @@
 //! Building blocks on the local Kubernetes API, shared by every task: building
-//! the client, which errors are transient, Events, conditions, object names in
+//! the client (requests bounded by a deadline), which errors are transient, Events, conditions, object names in
 //! request paths, and writes that happen only on change.
 
 pub mod api_probe;
 pub mod client;
 pub mod conditions;
+pub mod deadline;
 pub mod events;
 pub mod fresh_watch;
 pub mod path;

@@ -74,7 +74,7 @@ pub struct RetryAfterService<S> {
 }
 
 /// The body kube's client reads: any body of bytes, boxed.
-type Boxed = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+pub(super) type Boxed = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
 
 impl<S, B> Service<Request<Body>> for RetryAfterService<S>
 where
