@@ -189,6 +189,17 @@ impl Oracle {
     pub fn wrote(&mut self, source: Source, uid: &str, seq: u64, data: BTreeMap<String, String>) {
         self.writes += 1;
         *self.writes_of.entry(source.origin.clone()).or_default() += 1;
+        // A new uid means the object was deleted in between, by a delete
+        // whose acknowledgement was lost (its API server killed after it
+        // applied it): the old uid's copies may go.
+        if let Some(Acked::Present { uid: old, .. }) = self.acked.get(&source) {
+            if old != uid {
+                self.deleted_uids
+                    .entry(source.clone())
+                    .or_default()
+                    .insert(old.clone());
+            }
+        }
         self.acked.insert(
             source,
             Acked::Present {
@@ -584,6 +595,30 @@ mod tests {
                     source: x
                 },
             ]
+        );
+    }
+
+    /// The delete's acknowledgement lost (its API server killed after it
+    /// applied it), then the object created again: the old uid's copies
+    /// may go; the new one's may not.
+    #[test]
+    fn a_recreate_acknowledged_under_a_new_uid_ends_the_old_uids_life() {
+        let mut o = Oracle::default();
+        let x = src("a", "x");
+        o.wrote(x.clone(), "u1", 1, data(1));
+        o.wrote(x.clone(), "u2", 2, data(2));
+        let gone = |uid: &str| Seen::Deleted {
+            origin_uid: uid.into(),
+        };
+        o.saw("b", x.clone(), gone("u1"));
+        assert_eq!(o.check_history(), vec![]);
+        o.saw("b", x.clone(), gone("u2"));
+        assert_eq!(
+            o.check_history(),
+            vec![Violation::DeletedWhilePresent {
+                sink: "b".into(),
+                source: x
+            }]
         );
     }
 
