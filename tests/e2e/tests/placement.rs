@@ -849,4 +849,60 @@ async fn preview_shows_which_copies_turning_placement_on_removes() {
     let again = preview_says(&out);
     assert!(again.iter().all(|(_, d, _)| d.is_empty()), "{again:?}");
     assert_eq!(again.iter().map(|(_, _, e)| e).sum::<u64>(), 3, "{again:?}");
+
+    // The same placement over one cluster fewer: the record on the bus was
+    // decided over all three sinks, so it no longer answers; the copies of
+    // the cluster left out (one holding at least two) move, each to the
+    // sink that had none.
+    let (left_out, not_held, _) = said.iter().min_by_key(|(_, d, _)| d.len()).unwrap();
+    for x in &m[1..] {
+        if &x.name != left_out {
+            kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "keep=yes"]);
+        }
+    }
+    let narrower = placed.replace("{role: sink}", "{role: sink, keep: \"yes\"}");
+    std::fs::write(&file, &narrower).unwrap();
+    let moved: BTreeSet<String> = names
+        .into_iter()
+        .filter(|n| !not_held.contains(*n))
+        .map(str::to_owned)
+        .collect();
+    let mut want = std::collections::BTreeMap::new();
+    want.insert(left_out.clone(), (BTreeSet::new(), moved.clone()));
+    for (cluster, deleted, _) in said.iter().filter(|(c, _, _)| c != left_out) {
+        let gets = moved.iter().filter(|n| deleted.contains(*n)).cloned();
+        want.insert(cluster.clone(), (gets.collect(), BTreeSet::new()));
+    }
+    wait_for(
+        "a preview that moves the left-out copies",
+        CONVERGE,
+        || async {
+            let (_, out, err) = fleetbus_cli(&nats, &args).await;
+            let got = preview_changes(&out);
+            (got == want).then_some(()).ok_or(format!("{got:?}{err}"))
+        },
+    )
+    .await;
+}
+
+/// What each sink's preview reply says it creates and deletes (names).
+fn preview_changes(
+    out: &str,
+) -> std::collections::BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(out) else {
+        return Default::default();
+    };
+    let names = |r: &serde_json::Value, field: &str| -> BTreeSet<String> {
+        let all = r[field].as_array().into_iter().flatten();
+        all.filter_map(|d| Some(d["object"]["name"].as_str()?.to_owned()))
+            .collect()
+    };
+    v["clusters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| Some((r["cluster"].as_str()?, r)))
+        .filter(|(c, _)| c.starts_with('c'))
+        .map(|(c, r)| (c.to_owned(), (names(r, "creates"), names(r, "deletes"))))
+        .collect()
 }

@@ -344,7 +344,13 @@ impl Preview<'_> {
         let local = &self.world.fleet.local.name;
         let record = self.placement.get(&unit);
         let current = self.world.rules.get(&rule.name);
-        let same = current.and_then(|r| r.spec.placement.as_ref()) == Some(spec);
+        // The record answers only for the rule that made it: the same
+        // placement over the same clusters (a new clusterSelector changes
+        // the candidates, so the decision, even with the placement unchanged).
+        let same = current.is_some_and(|r| {
+            r.spec.placement.as_ref() == Some(spec)
+                && r.spec.cluster_selector == rule.spec.cluster_selector
+        });
         let chosen = |r: &PlacementRecord| r.chosen.iter().any(|c| &c.cluster == local);
         if let (Some(r), true) = (record, same) {
             return chosen(r);
