@@ -97,6 +97,9 @@ pub struct Records {
     pub records: Vec<ClusterRecord>,
     /// Left out (only with the fleet root known: `--dir` holds `root.pub`).
     pub unverified: Vec<Unverified>,
+    /// The keys of the records that verified and are not revoked (empty
+    /// without the fleet root): what the views check drift events with.
+    pub signers: crate::signers::Signers,
 }
 
 /// Every cluster record of the registry bucket as stored, sorted by name
@@ -153,6 +156,19 @@ pub async fn read_records(
     out.records
         .sort_by(|a, b| (&a.name, &a.cluster_id).cmp(&(&b.name, &b.cluster_id)));
     Ok(out)
+}
+
+/// The signers of the fleet when the fleet root is known (`--dir` holds
+/// `root.pub`), else None: without it the views verify nothing.
+pub async fn signers(
+    js: &async_nats::jetstream::Context,
+    prefix: &fleetbus_schemas::subject::Prefix,
+) -> Result<Option<crate::signers::Signers>, ReadError> {
+    if crate::command::fleet_root().is_none() {
+        return Ok(None);
+    }
+    let read = read_records(js, prefix, Some(&mut Default::default())).await?;
+    Ok(Some(read.signers))
 }
 
 /// Verdicts on records already checked, by registry key, with the bytes
@@ -257,7 +273,11 @@ pub fn checked(
             }
             match memo.of(root, &key, &r, &bytes, now) {
                 Ok(c) if revoked.contains(&c.cert.serial_hex()) => r.state = MemberState::Left,
-                Ok(_) => {}
+                Ok(c) => {
+                    if let Ok(k) = c.verifying_key() {
+                        out.signers.insert(&r.name, k, c.cert.serial_hex());
+                    }
+                }
                 Err(e) => {
                     out.unverified.push(Unverified {
                         key,

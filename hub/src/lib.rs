@@ -21,6 +21,7 @@ pub mod mesh;
 pub mod notify;
 pub mod output;
 pub mod rules;
+pub mod signers;
 pub mod status;
 pub mod trust;
 

@@ -112,13 +112,8 @@ fn main() -> ExitCode {
             .map_err(Into::into),
         MeshCommand::Status(args) => runtime
             .block_on(mesh::status(&args.dir))
-            .map(|healthy| {
-                if healthy {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                }
-            })
+            // Exit 1 when a component is not healthy.
+            .map(|healthy| ExitCode::from(u8::from(!healthy)))
             .map_err(Into::into),
     };
     result.unwrap_or_else(|e| {

@@ -150,16 +150,26 @@ pub(crate) async fn rules(
     let q = query(q)?;
     let cluster = cluster_param(q.cluster)?;
     let (rule, cluster) = (q.rule.as_deref(), cluster.as_deref());
-    let registry = s.cluster_records().await.unwrap_or_default();
+    let (registry, signers) = match s.registry().await {
+        Ok(r) => (r.records, r.signers),
+        Err(_) => Default::default(),
+    };
     let read = s
         .rule_status
         .read(CATCH_UP, |current| {
+            // With the fleet root known, a record its cluster did not sign
+            // is skipped, as `fleetbus rules` skips it.
+            let checked = current.iter().map(|(k, e)| {
+                let checked = crate::rules::read::signed(k, &e.raw, signers.as_ref())
+                    .and_then(|()| e.checked.clone());
+                (k, checked)
+            });
             // The cells asked for, and every skipped record (the count is the bucket's).
-            let wanted = current.iter().filter(|(_, checked)| match checked {
+            let wanted = checked.filter(|(_, checked)| match checked {
                 Ok(r) => rule.is_none_or(|x| x == r.rule) && cluster.is_none_or(|x| x == r.cluster),
                 Err(_) => true,
             });
-            crate::rules::read::collect(wanted.map(|(k, checked)| (k.clone(), checked.clone())))
+            crate::rules::read::collect(wanted.map(|(k, checked)| (k.clone(), checked)))
         })
         .await;
     let grid = match read {
@@ -188,22 +198,43 @@ pub(crate) async fn drift(
     let q = query(q)?;
     let cluster = cluster_param(q.cluster)?;
     let (cluster, rule) = (cluster.as_deref(), q.rule.as_deref());
+    // With the fleet root known, only what each cluster signed is shown;
+    // the rest is named in `unverified`, as `fleetbus drift ls` names it.
+    let signers = s.registry().await?.signers;
     let read = s
         .drift
         .read(CATCH_UP, |current| {
-            crate::drift::ls::select(current.values(), cluster, rule)
+            let mut unverified = Vec::new();
+            let shown = current.iter().filter_map(|(key, d)| {
+                let checked = signers
+                    .as_ref()
+                    .map(|s| s.check(&d.entry.0.cluster, &d.raw));
+                match checked {
+                    Some(Err(why)) => {
+                        unverified.push(json!({"key": key, "why": why.to_string()}));
+                        None
+                    }
+                    _ => Some(&d.entry),
+                }
+            });
+            let events = crate::drift::ls::select(shown, cluster, rule);
+            (events, unverified)
         })
         .await;
-    let events = match read {
-        Snapshot::Read(events) => events,
+    let (events, unverified) = match read {
+        Snapshot::Read(read) => read,
         Snapshot::Failed(e) => return Err((&*e).into()),
         Snapshot::NotYet => {
             let bucket = fleetbus_schemas::drift::drift_bucket(&s.prefix);
-            crate::drift::ls::read_current(&s.js, &s.prefix, &bucket, cluster, rule).await?
+            let events =
+                crate::drift::ls::read_current(&s.js, &s.prefix, &bucket, cluster, rule).await?;
+            (events, Vec::new())
         }
     };
     let drifted: Vec<Value> = events.iter().map(|(_, e)| event_json(e)).collect();
-    Ok(Json(json!({ "now": Utc::now(), "drifted": drifted })))
+    Ok(Json(
+        json!({ "now": Utc::now(), "drifted": drifted, "unverified": unverified }),
+    ))
 }
 
 #[derive(Debug, Deserialize)]

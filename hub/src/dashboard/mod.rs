@@ -26,7 +26,7 @@
 //! | `GET /api/config` | `{allowActions, subjectPrefix, version}` |
 //! | `GET /api/clusters[?state=Ready&label=k=v&name=sub]` | `{now, total, counts: {state: n}, clusters: [{name, clusterId, state, heartbeatAgeSeconds, agentVersion, kubernetesVersion, distribution, provider, region, labels, apiReachable, apiMessage, …}]}`; `counts` and `total` ignore the filters |
 //! | `GET /api/rules[?rule=&cluster=]` | `{rules: [name], clusters: [name], cells: [RuleStatusRecord JSON], skipped, note?}`: a record that does not validate against its key is skipped and counted |
-//! | `GET /api/drift[?cluster=&rule=]` | `{now, drifted: [drift event JSON]}` (the drift bucket) |
+//! | `GET /api/drift[?cluster=&rule=]` | `{now, drifted: [drift event JSON], unverified: [{key, why}]}` (the drift bucket; with `--dir` holding the fleet root, entries their cluster did not sign are in `unverified` only) |
 //! | `GET /api/drift/history?object=KIND/NS/NAME[&cluster=]` | `{events: [{event, published}]}`, oldest first |
 //! | `GET /api/progress?cluster=C` | what `fleetbus clusters progress C -o json` prints for C |
 //! | `GET /api/events[?cluster=]` | server-sent events: `ready` once subscribed, then `drift` (`{event, published}`) per new drift event; `failed` (`{error}`) ends it (a read failure, or a client more than 1,024 events behind) |
@@ -86,9 +86,9 @@ pub(crate) struct AppState {
     /// What the records' signatures were found to be (see `fleet::Verdicts`).
     verdicts: tokio::sync::Mutex<crate::fleet::Verdicts>,
     /// The drift bucket, decoded as `fleetbus drift ls` decodes it.
-    drift: mirror::BucketMirror<(DriftKey, DriftEvent)>,
+    drift: mirror::BucketMirror<Drifted>,
     /// The rule status bucket, each record checked as `fleetbus rules` checks it.
-    rule_status: mirror::BucketMirror<Result<RuleStatusRecord, String>>,
+    rule_status: mirror::BucketMirror<RuleStatusEntry>,
     /// New drift events for `/api/events`.
     feed: feed::DriftFeed,
 }
@@ -99,6 +99,9 @@ pub(crate) struct Registry {
     pub(crate) records: Vec<ClusterRecord>,
     /// Records left out: they do not verify against the fleet root.
     pub(crate) unverified: Vec<crate::fleet::Unverified>,
+    /// The keys of the records that verified; None without the fleet root
+    /// (what drift events are checked with, as `fleetbus drift ls` does).
+    pub(crate) signers: Option<crate::signers::Signers>,
     pub(crate) beats: crate::fleet::Beats,
 }
 
@@ -125,15 +128,11 @@ impl AppState {
         let registry = Registry {
             records: read.records,
             unverified: read.unverified,
+            signers: crate::command::fleet_root().map(|_| read.signers),
             beats: crate::fleet::beating(&self.js, &self.prefix).await?,
         };
         *cached = Some((Instant::now(), registry.clone()));
         Ok(registry)
-    }
-
-    /// The registry's cluster records, at most [`RECORDS_TTL`] old.
-    async fn cluster_records(&self) -> Result<Vec<ClusterRecord>, crate::kv::ReadError> {
-        Ok(self.registry().await?.records)
     }
 
     /// Starts the watches every request reads (see "One watch per process"); they
@@ -165,15 +164,36 @@ impl AppState {
     }
 }
 
+/// A drift bucket entry as `fleetbus drift ls` reads it, with the bytes its
+/// signature is checked on when it is shown.
+pub(crate) struct Drifted {
+    pub(crate) entry: (DriftKey, DriftEvent),
+    pub(crate) raw: bytes::Bytes,
+}
+
 /// A drift bucket entry as `fleetbus drift ls` reads it (`None`: left out, logged).
-fn drift_entry(key: &str, value: &[u8]) -> Option<(DriftKey, DriftEvent)> {
+fn drift_entry(key: &str, value: &[u8]) -> Option<Drifted> {
     let dk = crate::drift::ls::parse_key(key)?;
-    Some((dk, crate::drift::ls::decode_value(key, value)?))
+    let event = crate::drift::ls::decode_value(key, value)?;
+    Some(Drifted {
+        entry: (dk, event),
+        raw: bytes::Bytes::copy_from_slice(value),
+    })
+}
+
+/// A rule status entry as `fleetbus rules` reads it (a record, or why it is
+/// skipped), with the bytes its signature is checked on when it is shown.
+pub(crate) struct RuleStatusEntry {
+    pub(crate) checked: Result<RuleStatusRecord, String>,
+    pub(crate) raw: bytes::Bytes,
 }
 
 /// A rule status entry as `fleetbus rules` reads it: a record, or why it is skipped.
-fn rule_status_entry(key: &str, value: &[u8]) -> Option<Result<RuleStatusRecord, String>> {
-    Some(crate::rules::read::check(key, value))
+fn rule_status_entry(key: &str, value: &[u8]) -> Option<RuleStatusEntry> {
+    Some(RuleStatusEntry {
+        checked: crate::rules::read::check(key, value),
+        raw: bytes::Bytes::copy_from_slice(value),
+    })
 }
 
 const INDEX: &str = include_str!("assets/index.html");

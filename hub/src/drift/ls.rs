@@ -52,6 +52,8 @@ pub(crate) async fn read_current(
 ) -> Result<Vec<(DriftKey, DriftEvent)>, DriftError> {
     let (kv, keys) = crate::kv::keys(js, prefix, bucket).await?;
     let err = |e: async_nats::jetstream::kv::EntryError| crate::kv::unreadable_bucket(bucket, e);
+    // With the fleet root known, only what each cluster signed is shown.
+    let signers = crate::fleet::signers(js, prefix).await?;
     let mut found = Vec::new();
     for key in keys {
         let Some(dk) = parse_key(&key) else {
@@ -65,6 +67,9 @@ pub(crate) async fn read_current(
         let Some(bytes) = kv.get(&key).await.map_err(err)? else {
             continue;
         };
+        if !signed_by_its_cluster(signers.as_ref(), &key, &dk, &bytes) {
+            continue;
+        }
         let Some(event) = decode_value(&key, &bytes) else {
             continue;
         };
@@ -80,6 +85,26 @@ pub(crate) fn parse_key(key: &str) -> Option<DriftKey> {
         Err(_) => {
             tracing::warn!(key, "skipping a drift key that does not parse");
             None
+        }
+    }
+}
+
+/// Whether the drift event `bytes` stored under `key` (of cluster `dk`)
+/// is that cluster's, signed, when `signers` (the fleet root is known);
+/// what is not is left out, named on stderr (the table stays what scripts
+/// parse): a forger with write access to the bucket cannot show an
+/// operator false drift.
+fn signed_by_its_cluster(
+    signers: Option<&crate::signers::Signers>,
+    key: &str,
+    dk: &DriftKey,
+    bytes: &[u8],
+) -> bool {
+    match signers.map(|s| s.check(&dk.cluster, bytes)) {
+        None | Some(Ok(())) => true,
+        Some(Err(why)) => {
+            tracing::warn!("drift event {key} left out: {why}");
+            false
         }
     }
 }

@@ -20,10 +20,42 @@ pub struct RuleStatuses {
 
 /// The pure half of [`read`]: decodes and checks each `(key, value)`.
 pub fn parse(entries: impl IntoIterator<Item = (String, Vec<u8>)>) -> RuleStatuses {
+    parse_signed(entries, None)
+}
+
+/// [`parse`], each record first checked against its cluster's key when
+/// `signers` (the fleet root is known): one its cluster did not sign is
+/// skipped like an unreadable one.
+pub fn parse_signed(
+    entries: impl IntoIterator<Item = (String, Vec<u8>)>,
+    signers: Option<&crate::signers::Signers>,
+) -> RuleStatuses {
     collect(entries.into_iter().map(|(key, bytes)| {
-        let checked = check(&key, &bytes);
+        let checked = signed(&key, &bytes, signers)
+            .inspect_err(|why| tracing::warn!(%key, %why, "skipping a rule status record"))
+            .and_then(|()| check(&key, &bytes));
         (key, checked)
     }))
+}
+
+/// Whether the record `bytes` at `key` was signed by the cluster the key
+/// names, when `signers`; why not otherwise (not logged: the dashboard asks
+/// on every request). A forger with write access to the bucket cannot show
+/// an operator a false rule status.
+pub fn signed(
+    key: &str,
+    bytes: &[u8],
+    signers: Option<&crate::signers::Signers>,
+) -> Result<(), String> {
+    let Some(signers) = signers else {
+        return Ok(());
+    };
+    let cluster = RuleStatusKey::parse(key)
+        .map_err(|e| e.to_string())?
+        .cluster;
+    signers
+        .check(&cluster, bytes)
+        .map_err(|why| format!("not signed by its cluster: {why}"))
 }
 
 /// One `(key, value)` of the bucket as a record that validates against its key, or
@@ -74,6 +106,8 @@ pub async fn read(js: &jetstream::Context, prefix: &Prefix) -> Result<RuleStatus
         }
         Err(e) => return Err(e.into()),
     };
+    // With the fleet root known, only what each cluster signed is shown.
+    let signers = crate::fleet::signers(js, prefix).await?;
     let mut entries = Vec::with_capacity(keys.len());
     for key in keys {
         // Deleted between the listing and now: the rule just went.
@@ -85,5 +119,5 @@ pub async fn read(js: &jetstream::Context, prefix: &Prefix) -> Result<RuleStatus
             entries.push((key, bytes.to_vec()));
         }
     }
-    Ok(parse(entries))
+    Ok(parse_signed(entries, signers.as_ref()))
 }

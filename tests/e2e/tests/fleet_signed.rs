@@ -32,6 +32,26 @@ async fn secure_pair(
     (dir, nats, c1, c2)
 }
 
+/// Namespace `apps` on both, the rule `cfgs` (ConfigMaps of `apps`, with
+/// `spec` as one more line of its spec) on c1, and the ConfigMap `apps/cfg`.
+async fn cfgs_rule(c1: &Member, c2: &Member, spec: &str) {
+    for m in [c1, c2] {
+        create_ns(m, "apps").await;
+    }
+    apply_yaml(
+        c1,
+        &format!(
+            "apiVersion: fleetbus.io/v1alpha1\nkind: ResourceSyncRule\nmetadata: {{name: cfgs}}\n\
+             spec:\n  groupVersionKind: {{group: \"\", version: v1, kind: ConfigMap}}\n  \
+             rules:\n    - match:\n        - namespaces: [apps]\n  {spec}\n"
+        ),
+    );
+    apply_yaml(
+        c1,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: apps}\ndata: {k: v}\n",
+    );
+}
+
 /// `name`'s keys and certificate serial from the fleet dir.
 fn keys_of(dir: &Path, name: &str) -> (ClusterKeys, String) {
     let c = dir.join("clusters").join(name);
@@ -64,19 +84,7 @@ async fn reported_by_c2(c1: &Member) -> Result<Value, String> {
 async fn a_forged_status_report_does_not_change_the_origins_reported_state() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, nats, c1, c2) = secure_pair(tmp.path(), &[]).await;
-    for m in [&c1, &c2] {
-        create_ns(m, "apps").await;
-    }
-    apply_yaml(
-        &c1,
-        "apiVersion: fleetbus.io/v1alpha1\nkind: ResourceSyncRule\nmetadata: {name: cfgs}\n\
-         spec:\n  groupVersionKind: {group: \"\", version: v1, kind: ConfigMap}\n  \
-         rules:\n    - match:\n        - namespaces: [apps]\n  statusReturn: PerCluster\n",
-    );
-    apply_yaml(
-        &c1,
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: apps}\ndata: {k: v}\n",
-    );
+    cfgs_rule(&c1, &c2, "statusReturn: PerCluster").await;
     wait_for("c1 holds c2's ReportedState of cfg", SYNC, || {
         reported_by_c2(&c1)
     })
@@ -555,4 +563,214 @@ async fn clusters_ls_with_the_fleet_root_leaves_out_forged_records() {
     let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "ls"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("evil"), "{out}");
+}
+
+/// `fleetbus drift ls`, given the fleet root, shows a drift event only when
+/// the cluster it is stored under signed it: c2's genuine event (its copy
+/// edited, the rule in Report mode) is shown; an unsigned forgery stored
+/// under c2, and an event c1 signed stored under c2, are left out and named
+/// on stderr; the dashboard's `/api/drift` names them in `unverified`.
+/// Without the root the view cannot tell and shows all three. Rule status
+/// (`fleetbus rules`) is checked the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_ls_with_the_fleet_root_shows_only_what_each_cluster_signed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, c1, c2) = secure_pair(tmp.path(), &[]).await;
+    cfgs_rule(&c1, &c2, "drift: {mode: Report}").await;
+    let cms = resource("", "v1", "ConfigMap", "configmaps");
+    wait_copy(
+        &c2,
+        &cms,
+        Some("apps"),
+        "cfg",
+        "c1",
+        "cfgs",
+        data_is(json!({"k": "v"})),
+    )
+    .await;
+    kubectl(
+        &c2,
+        &[
+            "-n",
+            "apps",
+            "patch",
+            "configmap",
+            "cfg",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"k":"edited"}}"#,
+        ],
+    );
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let drift = admin.get_key_value("fleetbus-drift").await.unwrap();
+    let genuine_key = wait_for("c2's drift of cfg in the bucket", SYNC, || async {
+        let keys = registry_keys(&drift).await;
+        let found = keys
+            .iter()
+            .find(|k| k.starts_with("c2.") && k.ends_with(".cfg"));
+        found.cloned().ok_or(format!("keys: {keys:?}"))
+    })
+    .await;
+    let genuine: Value =
+        serde_json::from_slice(&drift.get(&genuine_key).await.unwrap().unwrap()).unwrap();
+    let as_named = |name: &str| {
+        let mut v = genuine.clone();
+        v.as_object_mut().unwrap().remove("signature");
+        v["object"]["name"] = json!(name);
+        v
+    };
+    let unsigned_key = genuine_key.replace(".cfg", ".forged");
+    drift
+        .put(
+            &unsigned_key,
+            serde_json::to_vec(&as_named("forged")).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    let (c1_keys, c1_serial) = keys_of(&dir, "c1");
+    let by_c1 = sign_json(
+        &serde_json::to_vec(&as_named("posing")).unwrap(),
+        c1_keys.signing(),
+        &c1_serial,
+    )
+    .unwrap();
+    let posing_key = genuine_key.replace(".cfg", ".posing");
+    drift.put(&posing_key, by_c1.into()).await.unwrap();
+
+    let names = |out: &str| -> Vec<String> {
+        let v: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let mut names: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["object"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let d = dir.to_str().unwrap();
+    let (code, out, err) = admin_cli(&nats, &dir, &["drift", "ls", "-o", "json", "--dir", d]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(names(&out), ["cfg"], "{out}");
+    assert!(
+        err.contains(&format!(
+            "drift event {unsigned_key} left out: it is not signed"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "drift event {posing_key} left out: its signature does not verify with cluster c2's key"
+        )),
+        "{err}"
+    );
+    // The dashboard, given the root, shows what `drift ls` shows and names
+    // the rest in `unverified`.
+    let addr = fleetbus_testsupport::free_addr();
+    let creds = dir.join("admin.creds");
+    let args = [
+        "dashboard",
+        "--listen",
+        &addr,
+        "--dir",
+        d,
+        "--creds",
+        creds.to_str().unwrap(),
+    ];
+    let dashboard = fleetbus_testsupport::Agent::start_bin(
+        &fleetbus_testsupport::cargo_bin("fleetbus"),
+        args,
+        [("FLEETBUS_NATS_URL", nats.url())],
+    )
+    .unwrap();
+    let url = format!("http://{addr}/api/drift");
+    wait_for("the dashboard's drift, checked", SYNC, || async {
+        let r = fleetbus_testsupport::http_request("GET", &url, &[], None)
+            .map_err(|e| format!("{e}\n{}", dashboard.log()))?;
+        let v: Value = serde_json::from_str(&r.body).map_err(|e| format!("{e}: {}", r.body))?;
+        if !v["drifted"].is_array() {
+            return Err(r.body);
+        }
+        let shown = names(&v["drifted"].to_string());
+        let mut left_out: Vec<&str> = v["unverified"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|u| u["key"].as_str())
+            .collect();
+        left_out.sort();
+        let mut want = vec![posing_key.as_str(), unsigned_key.as_str()];
+        want.sort();
+        (shown == ["cfg"] && left_out == want)
+            .then_some(())
+            .ok_or(r.body)
+    })
+    .await;
+
+    // Without the root the view shows the forgeries.
+    let (code, out, err) = admin_cli(&nats, &dir, &["drift", "ls", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(names(&out), ["cfg", "forged", "posing"], "{out}");
+
+    // Rule status the same way: records of rules `ghost` (unsigned) and
+    // `ghost2` (signed by c1) stored under c2's key are skipped with the root.
+    let statuses = admin.get_key_value("fleetbus-rulestatus").await.unwrap();
+    let c2_status = wait_for("c2's status of cfgs", SYNC, || async {
+        let keys = registry_keys(&statuses).await;
+        let found = keys
+            .iter()
+            .find(|k| k.starts_with("status.c2.") && k.ends_with(".cfgs"));
+        found.cloned().ok_or(format!("keys: {keys:?}"))
+    })
+    .await;
+    let genuine: Value =
+        serde_json::from_slice(&statuses.get(&c2_status).await.unwrap().unwrap()).unwrap();
+    let of_rule = |rule: &str| {
+        let mut v = genuine.clone();
+        v.as_object_mut().unwrap().remove("signature");
+        v["rule"] = json!(rule);
+        serde_json::to_vec(&v).unwrap()
+    };
+    let ghost_key = c2_status.replace(".cfgs", ".ghost");
+    statuses
+        .put(&ghost_key, of_rule("ghost").into())
+        .await
+        .unwrap();
+    let by_c1 = sign_json(&of_rule("ghost2"), c1_keys.signing(), &c1_serial).unwrap();
+    statuses
+        .put(c2_status.replace(".cfgs", ".ghost2"), by_c1.into())
+        .await
+        .unwrap();
+    let rules = |out: &str| -> (Vec<String>, u64) {
+        let v: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let mut names: Vec<String> = v["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        (names, v["unreadableRecords"].as_u64().unwrap())
+    };
+    let (code, out, err) = admin_cli(&nats, &dir, &["rules", "ls", "-o", "json", "--dir", d]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rules(&out), (vec!["cfgs".to_owned()], 2), "{out}");
+    assert!(
+        err.contains(&ghost_key) && err.contains("not signed by its cluster"),
+        "{err}"
+    );
+    let rules_url = format!("http://{addr}/api/rules");
+    wait_for("the dashboard's rules, checked", SYNC, || async {
+        let r = fleetbus_testsupport::http_request("GET", &rules_url, &[], None)
+            .map_err(|e| format!("{e}\n{}", dashboard.log()))?;
+        let v: Value = serde_json::from_str(&r.body).map_err(|e| format!("{e}: {}", r.body))?;
+        (v["rules"] == json!(["cfgs"]) && v["skipped"] == json!(2))
+            .then_some(())
+            .ok_or(r.body)
+    })
+    .await;
+    let (code, out, err) = admin_cli(&nats, &dir, &["rules", "ls", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let all = ["cfgs", "ghost", "ghost2"].map(str::to_owned).to_vec();
+    assert_eq!(rules(&out), (all, 0), "{out}");
 }
