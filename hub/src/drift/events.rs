@@ -6,8 +6,11 @@ use async_nats::jetstream::consumer::DeliverPolicy;
 use chrono::{DateTime, Utc};
 use fleetbus_schemas::drift::DriftEvent;
 use fleetbus_schemas::jetstream::Layout;
-use fleetbus_schemas::subject::Prefix;
+use fleetbus_schemas::subject::{DriftKey, Prefix};
 use futures::StreamExt;
+use std::time::{Duration, Instant};
+
+use crate::signers::{NotSigned, Signers};
 
 use super::DriftError;
 
@@ -18,13 +21,50 @@ pub(crate) struct EventReader {
     messages: Ordered,
     /// Messages stored for the filter when the consumer was created.
     pub(crate) initial_pending: u64,
+    /// With the fleet root known: what each event is checked with.
+    check: Option<Checker>,
+}
+
+/// The fleet's signers for a reader (`fleetbus drift history|watch`,
+/// `status`, the dashboard's history and live events): an event its
+/// cluster did not sign is left out, logged. Read again, at most every
+/// [`REREAD`], when an event names a cluster they do not know (one that
+/// joined after the reader opened).
+struct Checker {
+    js: jetstream::Context,
+    prefix: Prefix,
+    signers: Signers,
+    read_at: Instant,
+}
+
+/// How often a reader's signers may be read again.
+const REREAD: Duration = Duration::from_secs(5);
+
+impl Checker {
+    async fn check(&mut self, subject: &str, payload: &[u8]) -> Result<(), String> {
+        let cluster = DriftKey::parse_subject(&self.prefix, subject)
+            .map_err(|e| e.to_string())?
+            .cluster;
+        match self.signers.check(&cluster, payload) {
+            Err(NotSigned::UnknownCluster(_)) if self.read_at.elapsed() >= REREAD => {
+                self.read_at = Instant::now();
+                if let Ok(Some(signers)) = crate::fleet::signers(&self.js, &self.prefix).await {
+                    self.signers = signers;
+                }
+                self.signers.check(&cluster, payload)
+            }
+            checked => checked,
+        }
+        .map_err(|why| why.to_string())
+    }
 }
 
 /// One event read from the stream.
 pub(crate) struct Read {
     /// The message's subject (`<p>.drift.<cluster>.…`).
     pub(crate) subject: String,
-    /// The decoded event, `None` if the message does not decode (skipped, logged).
+    /// The decoded event, `None` if the message does not decode, or (the
+    /// fleet root known) its cluster did not sign it (skipped, logged).
     pub(crate) event: Option<DriftEvent>,
     /// When the server stored it.
     pub(crate) published: Option<DateTime<Utc>>,
@@ -74,10 +114,19 @@ impl EventReader {
             .map_err(|e| err(Box::new(e)))?;
         let initial_pending = consumer.cached_info().num_pending;
         let messages = consumer.messages().await.map_err(|e| err(Box::new(e)))?;
+        let check = crate::fleet::signers(js, prefix)
+            .await?
+            .map(|signers| Checker {
+                js: js.clone(),
+                prefix: prefix.clone(),
+                signers,
+                read_at: Instant::now(),
+            });
         Ok(Self {
             stream: stream_name,
             messages,
             initial_pending,
+            check,
         })
     }
 
@@ -100,13 +149,19 @@ impl EventReader {
             ),
             Err(_) => (None, 0),
         };
-        let event = match DriftEvent::decode(&msg.payload) {
+        let mut event = match DriftEvent::decode(&msg.payload) {
             Ok(event) => Some(event),
             Err(error) => {
                 tracing::warn!(subject = %msg.subject, error = %error, "skipping a drift message that does not decode");
                 None
             }
         };
+        if let (Some(_), Some(check)) = (&event, &mut self.check) {
+            if let Err(why) = check.check(&msg.subject, &msg.payload).await {
+                tracing::warn!("drift event on {} left out: {why}", msg.subject);
+                event = None;
+            }
+        }
         Ok(Some(Read {
             subject: msg.subject.to_string(),
             event,

@@ -570,8 +570,8 @@ async fn clusters_ls_with_the_fleet_root_leaves_out_forged_records() {
 /// edited, the rule in Report mode) is shown; an unsigned forgery stored
 /// under c2, and an event c1 signed stored under c2, are left out and named
 /// on stderr; the dashboard's `/api/drift` names them in `unverified`.
-/// Without the root the view cannot tell and shows all three. Rule status
-/// (`fleetbus rules`) is checked the same way.
+/// Without the root the view cannot tell and shows all three. Drift history
+/// and rule status (`fleetbus rules`) are checked the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_ls_with_the_fleet_root_shows_only_what_each_cluster_signed() {
     let tmp = tempfile::tempdir().unwrap();
@@ -711,6 +711,47 @@ async fn drift_ls_with_the_fleet_root_shows_only_what_each_cluster_signed() {
     let (code, out, err) = admin_cli(&nats, &dir, &["drift", "ls", "-o", "json"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(names(&out), ["cfg", "forged", "posing"], "{out}");
+
+    // The history too: events of cfg on c2's subject, one unsigned (rule
+    // `forged`) and one c1 signed (rule `posing`), are left out with the root.
+    let subject = fleetbus_schemas::subject::DriftKey {
+        cluster: "c2".into(),
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: Some("apps".into()),
+        name: "cfg".into(),
+    }
+    .to_subject(&Prefix::default());
+    let of_rule = |rule: &str| {
+        let mut v = as_named("cfg");
+        v["rule"] = json!(rule);
+        serde_json::to_vec(&v).unwrap()
+    };
+    let posing = sign_json(&of_rule("posing"), c1_keys.signing(), &c1_serial).unwrap();
+    for payload in [of_rule("forged"), posing] {
+        let ack = admin.publish(subject.clone(), payload.into()).await.unwrap();
+        ack.await.unwrap();
+    }
+    let history_rules = |dir_args: &[&str]| {
+        let mut args = vec!["drift", "history", "ConfigMap/apps/cfg", "--cluster", "c2", "-o", "json"];
+        args.extend_from_slice(dir_args);
+        let (code, out, err) = admin_cli(&nats, &dir, &args);
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let rules: std::collections::BTreeSet<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["rule"].as_str().unwrap().to_owned())
+            .collect();
+        (rules, err)
+    };
+    let (rules, err) = history_rules(&["--dir", d]);
+    assert_eq!(rules, ["cfgs".to_owned()].into(), "{err}");
+    assert_eq!(err.matches("left out: ").count(), 2, "{err}");
+    let (rules, _) = history_rules(&[]);
+    let all = ["cfgs", "forged", "posing"].map(str::to_owned).into();
+    assert_eq!(rules, all);
 
     // Rule status the same way: records of rules `ghost` (unsigned) and
     // `ghost2` (signed by c1) stored under c2's key are skipped with the root.
