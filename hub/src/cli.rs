@@ -250,6 +250,11 @@ pub struct NotifyArgs {
     /// plus every retry of a delivery.
     #[arg(long, env = "FLEETBUS_NOTIFY_ACK_WAIT", default_value = "10m")]
     pub ack_wait: humantime::Duration,
+    /// How often the registry is read: clusters turning Disconnected,
+    /// ApiUnreachable, Left or Ready again are sent from these reads, and with
+    /// the fleet root (--dir holding root.pub) the keys events are checked with.
+    #[arg(long, env = "FLEETBUS_NOTIFY_FLEET_INTERVAL", default_value = "10s")]
+    pub fleet_interval: humantime::Duration,
     /// Attempts per message before it is a dead letter.
     #[arg(long, env = "FLEETBUS_NOTIFY_MAX_ATTEMPTS", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_attempts: u32,

@@ -50,7 +50,7 @@ pub async fn beating(
     prefix: &Prefix,
 ) -> Result<Beats, ReadError> {
     let bucket = beats_bucket(prefix);
-    let (kv, keys) = match crate::kv::keys(js, prefix, &bucket).await {
+    let (kv, keys) = match crate::kv::listed(js, prefix, &bucket).await {
         Ok(found) => found,
         Err(ReadError::Missing { .. }) => return Ok(Beats::new()),
         Err(e) => return Err(e),
@@ -127,7 +127,7 @@ pub async fn read_records(
     verify: Option<&mut Verdicts>,
 ) -> Result<Records, ReadError> {
     let bucket = registry_bucket(prefix);
-    let (kv, keys) = crate::kv::keys(js, prefix, &bucket).await?;
+    let (kv, keys) = crate::kv::listed(js, prefix, &bucket).await?;
     let mut raw = Vec::new();
     let mut revocations = Vec::new();
     for key in keys {

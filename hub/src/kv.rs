@@ -95,6 +95,36 @@ pub(crate) async fn keys(
     Ok((kv, keys))
 }
 
+/// [`keys`] without a consumer: the subjects the bucket's stream holds, from
+/// its info (`STREAM.INFO` with a subjects filter), so that a reader that
+/// polls (the dashboard every second, `fleetbus notify`) creates no consumer
+/// and needs no consumer permission. Deleted and purged keys are listed too
+/// (their marker is a message): a `get` of one answers None, as it does for
+/// a key deleted after any listing. Used for the small buckets (registry,
+/// beats), whose deleted keys are few.
+pub(crate) async fn listed(
+    js: &jetstream::Context,
+    prefix: &Prefix,
+    bucket: &str,
+) -> Result<(jetstream::kv::Store, Vec<String>), ReadError> {
+    let (kv, stream) = store(js, prefix, bucket).await?;
+    let unreadable = |source: BoxError| unreadable_bucket(bucket, source);
+    let head = format!("$KV.{bucket}.");
+    let subjects: Vec<(String, usize)> = stream
+        .info_with_subjects(format!("{head}>"))
+        .await
+        .map_err(|e| unreadable(Box::new(e)))?
+        .try_collect()
+        .await
+        .map_err(|e| unreadable(Box::new(e)))?;
+    let mut keys: Vec<String> = subjects
+        .into_iter()
+        .filter_map(|(subject, _)| subject.strip_prefix(&head).map(str::to_owned))
+        .collect();
+    keys.sort();
+    Ok((kv, keys))
+}
+
 /// The bucket `bucket` of the fleet with `prefix` and its stream as it was looked up
 /// (its cached info says how many messages it held then); [`ReadError::Missing`] if
 /// there is no such bucket.

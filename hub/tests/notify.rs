@@ -1,7 +1,9 @@
 //! `fleetbus notify`'s delivery against a real HTTP receiver started by the test:
 //! delivery in each format, retries after 500 and 429 (with `Retry-After`), a dead
 //! letter after the last attempt, a storm of 500 drift events in two messages, the
-//! bridge as a process under its own NATS user across a restart, and its chart.
+//! bridge as a process under its own NATS user across a restart, the records it
+//! says turned (rollouts, placements, policy refusals, cluster health) with a
+//! target filtered by cluster labels, and its chart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
@@ -12,7 +14,7 @@ use fleetbus_hub::notify::{
     load_targets, Coalescer, Delivered, Delivery, Notification, NotifyMetrics, RetryPolicy, Target,
 };
 use fleetbus_schemas::drift::{DriftEvent, DriftPhase};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::time::Instant;
 
 /// What the receiver got, and the statuses it answers with (then 200s).
@@ -26,23 +28,30 @@ struct Receiver {
 async fn receiver(state: Arc<Mutex<Receiver>>) -> String {
     let app = axum::Router::new().route(
         "/hook/{token}",
-        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
-            let state = state.clone();
-            async move {
-                let mut r = state.lock().unwrap();
-                r.got.push((Instant::now(), body));
-                let (code, retry_after) = if r.script.is_empty() {
-                    (200, None)
-                } else {
-                    r.script.remove(0)
-                };
-                let mut headers = HeaderMap::new();
-                if let Some(after) = retry_after {
-                    headers.insert("retry-after", after.parse().unwrap());
+        axum::routing::post(
+            move |axum::extract::Path(token): axum::extract::Path<String>,
+                  axum::Json(mut body): axum::Json<Value>| {
+                let state = state.clone();
+                async move {
+                    let mut r = state.lock().unwrap();
+                    // Which URL it was posted to (the targets of a test differ by it).
+                    if let Some(o) = body.as_object_mut() {
+                        o.insert("_to".into(), Value::String(token));
+                    }
+                    r.got.push((Instant::now(), body));
+                    let (code, retry_after) = if r.script.is_empty() {
+                        (200, None)
+                    } else {
+                        r.script.remove(0)
+                    };
+                    let mut headers = HeaderMap::new();
+                    if let Some(after) = retry_after {
+                        headers.insert("retry-after", after.parse().unwrap());
+                    }
+                    (StatusCode::from_u16(code).unwrap(), headers, "")
                 }
-                (StatusCode::from_u16(code).unwrap(), headers, "")
-            }
-        }),
+            },
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -222,6 +231,10 @@ struct Bridge(std::process::Child);
 
 impl Bridge {
     fn start(nats_url: &str, dir: &std::path::Path) -> Self {
+        Self::start_with(nats_url, dir, &[])
+    }
+
+    fn start_with(nats_url: &str, dir: &std::path::Path, extra: &[&str]) -> Self {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetbus"))
             // A short ack wait: an event the killed bridge had pulled but not
             // acknowledged comes back within the test's deadlines.
@@ -237,6 +250,7 @@ impl Bridge {
             .arg("--targets")
             .arg(dir.join("targets.yaml"))
             .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(extra)
             .env("FLEETBUS_MESH_DIR", dir.join("no-mesh"))
             .spawn()
             .unwrap();
@@ -268,7 +282,16 @@ fn got(state: &Arc<Mutex<Receiver>>) -> Vec<(String, u64)> {
 
 async fn publish(js: &async_nats::jetstream::Context, name: &str, phase: DriftPhase) {
     let payload = drift(name, phase).encode().unwrap();
-    js.publish(format!("fleetbus.drift.b.{name}"), payload.into())
+    // On the subject an agent would use: the bridge reads the cluster from it.
+    let subject = fleetbus_schemas::subject::DriftKey {
+        cluster: "b".into(),
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: Some("apps".into()),
+        name: name.into(),
+    }
+    .to_subject(&"fleetbus".parse().unwrap());
+    js.publish(subject, payload.into())
         .await
         .unwrap()
         .await
@@ -282,23 +305,7 @@ async fn publish(js: &async_nats::jetstream::Context, name: &str, phase: DriftPh
 async fn the_bridge_follows_drift_and_conflicts_across_a_restart() {
     let prefix: fleetbus_schemas::subject::Prefix = "fleetbus".parse().unwrap();
     // The bridge runs as a user with exactly the permissions the fleet gives it.
-    let p = fleetbus_schemas::permissions::notify_permissions(&prefix, "fleetbus-notify").unwrap();
-    let conf = format!(
-        // A client without credentials is `notify`: the bridge is given none here.
-        "no_auth_user: notify\n\
-         accounts {{ FLEET {{ jetstream: enabled, users: [\n\
-           {{ user: admin, password: admin }}\n\
-           {{ user: notify, password: notify, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }} }} }}\n\
-         ] }} }}\n",
-        serde_json::json!(p.publish_allow),
-        serde_json::json!(p.subscribe_allow)
-    );
-    let nats = fleetbus_testsupport::NatsServer::start_with_config(&conf).unwrap();
-    let client = async_nats::ConnectOptions::with_user_and_password("admin".into(), "admin".into())
-        .connect(nats.url())
-        .await
-        .unwrap();
-    let js = async_nats::jetstream::new(client);
+    let (nats, js) = bridge_server().await;
     let spec = fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1).drift_stream();
     let conflicts = fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1).conflicts_stream();
     for (name, subject) in [
@@ -417,11 +424,14 @@ async fn the_bridge_follows_drift_and_conflicts_across_a_restart() {
         "reason": "OtherOrigin", "winner": "c", "detectedAt": "2023-11-14T22:13:20.000Z",
         "message": "c's copy wins",
     });
-    js.publish("fleetbus.conflict.b.taken", conflict.to_string().into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    js.publish(
+        "fleetbus.conflict.b.core.v1.ConfigMap.apps.taken",
+        conflict.to_string().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
     fleetbus_testsupport::wait_for("the conflict", Duration::from_secs(30), || {
         let seen = got(&state);
         async move {
@@ -463,6 +473,312 @@ async fn the_bridge_follows_drift_and_conflicts_across_a_restart() {
     assert!(js.get_stream(&spec.name).await.is_ok());
 }
 
+/// A nats-server whose client without credentials is the bridge's user with
+/// exactly the permissions the fleet gives it, and an admin JetStream client.
+async fn bridge_server() -> (
+    fleetbus_testsupport::NatsServer,
+    async_nats::jetstream::Context,
+) {
+    let prefix: fleetbus_schemas::subject::Prefix = "fleetbus".parse().unwrap();
+    let p = fleetbus_schemas::permissions::notify_permissions(&prefix, "fleetbus-notify").unwrap();
+    let conf = format!(
+        "no_auth_user: notify\n\
+         accounts {{ FLEET {{ jetstream: enabled, users: [\n\
+           {{ user: admin, password: admin }}\n\
+           {{ user: notify, password: notify, permissions: {{ publish: {{ allow: {} }}, subscribe: {{ allow: {} }} }} }}\n\
+         ] }} }}\n",
+        serde_json::json!(p.publish_allow),
+        serde_json::json!(p.subscribe_allow)
+    );
+    let nats = fleetbus_testsupport::NatsServer::start_with_config(&conf).unwrap();
+    let client = async_nats::ConnectOptions::with_user_and_password("admin".into(), "admin".into())
+        .connect(nats.url())
+        .await
+        .unwrap();
+    (nats, async_nats::jetstream::new(client))
+}
+
+/// What the receiver got at URL token `to`, as (kind, cluster, phase).
+fn got_at(state: &Arc<Mutex<Receiver>>, to: &str) -> Vec<(String, String, String)> {
+    let r = state.lock().unwrap();
+    r.got
+        .iter()
+        .filter(|(_, b)| b["_to"] == to)
+        .map(|(_, b)| {
+            let s = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+            (s("kind"), s("cluster"), s("phase"))
+        })
+        .collect()
+}
+
+/// A registry record of `name` (labels `labels`), alive for an hour.
+fn cluster_record(name: &str, labels: Value, state: &str, api: Value, seq: u64) -> Vec<u8> {
+    let alive_until = chrono::Utc::now() + chrono::Duration::hours(1);
+    serde_json::to_vec(&serde_json::json!({
+        "schema": "fleetbus.io/cluster/v1", "name": name, "clusterID": format!("id-{name}"),
+        "state": state, "agentVersion": "0.1.0", "startedAt": "2026-12-01T00:00:00Z",
+        // In the future: alive whenever the bridge reads it, however slow the machine.
+        "heartbeatAt": alive_until.to_rfc3339(), "heartbeatIntervalSeconds": 10, "seq": seq,
+        "members": [], "labels": labels, "api": api,
+    }))
+    .unwrap()
+}
+
+/// The bridge follows what is put again and again and says what turned: a
+/// rollout paused then failing, a placement degraded, a SyncPolicy refusing, a
+/// cluster joining, its API server unreachable, leaving. A target with a
+/// `clusterSelector` gets only what happened on clusters whose labels match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_says_when_rollouts_placements_policies_and_clusters_turn() {
+    use fleetbus_schemas::subject::Prefix;
+    let prefix: Prefix = "fleetbus".parse().unwrap();
+    let (nats, js) = bridge_server().await;
+    let layout = fleetbus_schemas::jetstream::Layout::new(prefix.clone(), 1);
+    for (name, subject) in [
+        (
+            layout.drift_stream().name,
+            fleetbus_schemas::subject::all_drift(&prefix),
+        ),
+        (
+            layout.conflicts_stream().name,
+            fleetbus_schemas::subject::all_conflicts(&prefix),
+        ),
+        (
+            layout.rollouts_stream().name,
+            fleetbus_schemas::subject::all_rollouts(&prefix),
+        ),
+    ] {
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name,
+            subjects: vec![subject],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let bucket = |name: String| {
+        let js = js.clone();
+        async move {
+            js.create_key_value(async_nats::jetstream::kv::Config {
+                bucket: name,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let registry = bucket(layout.registry_bucket().bucket).await;
+    bucket(layout.beats_bucket().bucket).await;
+    let statuses = bucket(layout.rule_status_bucket().bucket).await;
+
+    let state = Arc::new(Mutex::new(Receiver::default()));
+    let url = receiver(state.clone()).await;
+    let base = url.trim_end_matches("secret-token");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("all"), format!("{base}all")).unwrap();
+    std::fs::write(dir.path().join("prod"), format!("{base}prod")).unwrap();
+    std::fs::write(
+        dir.path().join("targets.yaml"),
+        "targets:\n- name: all\n  format: json\n  urlFile: all\n\
+         - name: prod\n  format: json\n  urlFile: prod\n  clusterSelector: {matchLabels: {env: prod}}\n  \
+           template: \"{severity} {kind} {cluster} {phase}\"\n",
+    )
+    .unwrap();
+    // The placements stream is not there when the bridge starts (a fleet
+    // whose agents made none yet): it follows the rest and takes it up later.
+    let _bridge = Bridge::start_with(&nats.url(), dir.path(), &["--fleet-interval", "500ms"]);
+
+    // Health starts from the bridge's first read of the registry: probes put
+    // one after another until one is said to have joined.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for i in 0.. {
+        assert!(
+            Instant::now() < deadline,
+            "no probe was said to join: {:?}",
+            got_at(&state, "all")
+        );
+        let name = format!("probe{i}");
+        registry
+            .put(
+                format!("cluster.{name}.id-{name}"),
+                cluster_record(&name, json!({}), "Active", json!({"reachable": true}), 1).into(),
+            )
+            .await
+            .unwrap();
+        let joined = fleetbus_testsupport::try_wait_for(
+            "a probe said to join",
+            Duration::from_secs(3),
+            || {
+                let seen = got_at(&state, "all");
+                async move {
+                    seen.iter()
+                        .any(|(k, _, p)| k == "cluster" && p == "Ready")
+                        .then_some(())
+                        .ok_or_else(|| format!("{seen:?}"))
+                }
+            },
+        )
+        .await;
+        if joined.is_ok() {
+            break;
+        }
+    }
+    let put_b = |state: &'static str, api: Value, seq: u64| {
+        let registry = registry.clone();
+        async move {
+            registry
+                .put(
+                    "cluster.b.id-b",
+                    cluster_record("b", json!({"env": "prod"}), state, api, seq).into(),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let wait_said = |to: &'static str, want: (&'static str, &'static str, &'static str)| {
+        let state = state.clone();
+        async move {
+            fleetbus_testsupport::wait_for(
+                &format!("{want:?} at {to}"),
+                Duration::from_secs(30),
+                || {
+                    let seen = got_at(&state, to);
+                    async move {
+                        let want = (want.0.to_owned(), want.1.to_owned(), want.2.to_owned());
+                        if seen.contains(&want) {
+                            Ok(())
+                        } else {
+                            Err(format!("{seen:?}"))
+                        }
+                    }
+                },
+            )
+            .await;
+        }
+    };
+    put_b("Active", json!({"reachable": true}), 1).await;
+    wait_said("prod", ("cluster", "b", "Ready")).await;
+    put_b(
+        "Active",
+        json!({"reachable": false, "message": "GET /readyz: connection refused"}),
+        2,
+    )
+    .await;
+    wait_said("prod", ("cluster", "b", "ApiUnreachable")).await;
+
+    // A rollout of b's: paused, put again paused (no news), then failing on c.
+    let rollout = fleetbus_schemas::subject::RolloutKey {
+        origin: "b".into(),
+        rule: "web".into(),
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("apps".into()),
+        name: "cfg".into(),
+    }
+    .to_subject(&prefix);
+    let record = |failed: Value| {
+        serde_json::json!({
+            "schema": "fleetbus.io/rollout/v1", "origin": "b", "rule": "web",
+            "source": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "apps", "name": "cfg"},
+            "revision": 2, "stable": "1".repeat(64), "target": "2".repeat(64), "phase": "Paused",
+            "pausedBy": "failure", "failed": failed, "updatedAt": "2026-12-03T00:00:00.000Z",
+        })
+        .to_string()
+    };
+    for r in [
+        record(json!({})),
+        record(json!({})),
+        record(json!({"c": "CrashLoopBackOff"})),
+    ] {
+        js.publish(rollout.clone(), r.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    wait_said("prod", ("rollout", "b", "Failed")).await;
+    // b's SyncPolicy refusing objects of a rule.
+    let status = serde_json::json!({
+        "schema": "fleetbus.io/rulestatus/v1", "cluster": "b", "clusterID": "id-b", "rule": "web",
+        "state": "Synced", "sink": true, "source": false, "refused": 2,
+        "updatedAt": "2026-12-03T00:00:00.000Z",
+    });
+    statuses
+        .put("status.b.id-b.web", status.to_string().into())
+        .await
+        .unwrap();
+    wait_said("prod", ("policy", "b", "PolicyRefused")).await;
+    // The placements stream, made now: taken up; a degraded placement of b's.
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: layout.placements_stream().name,
+        subjects: vec![fleetbus_schemas::placement::all_placements(&prefix)],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let placement = fleetbus_schemas::placement::PlacementKey {
+        origin: "b".into(),
+        unit: fleetbus_schemas::placement::PlacementUnit::Group("g1".into()),
+    }
+    .to_subject(&prefix);
+    let degraded = serde_json::json!({
+        "schema": "fleetbus.io/placement/v1", "rule": "web", "revision": 1,
+        "chosen": [{"cluster": "b", "score": 1.0, "reason": "only one"}],
+        "degraded": "2 clusters wanted, 1 matches", "decidedAt": "2026-12-03T00:00:00.000Z",
+    });
+    fleetbus_testsupport::wait_for("the placement said", Duration::from_secs(30), || {
+        // Published until the bridge's consumer on the new stream takes it
+        // (it opens it at its next read of the fleet, from new messages on).
+        let js = js.clone();
+        let (placement, degraded, state) = (placement.clone(), degraded.clone(), state.clone());
+        async move {
+            if got_at(&state, "prod")
+                .iter()
+                .any(|(k, _, _)| k == "placement")
+            {
+                return Ok(());
+            }
+            js.publish(placement, degraded.to_string().into())
+                .await
+                .map_err(|e| e.to_string())?;
+            Err("not yet".to_owned())
+        }
+    })
+    .await;
+    put_b("Left", json!({"reachable": true}), 3).await;
+    wait_said("prod", ("cluster", "b", "Left")).await;
+
+    // Each turn said once; the probes (no env label) only to the target without a selector.
+    let prod = got_at(&state, "prod");
+    let phases = |kind: &str| -> Vec<&str> {
+        prod.iter()
+            .filter(|(k, _, _)| k == kind)
+            .map(|(_, _, p)| p.as_str())
+            .collect()
+    };
+    // Paused put twice is said once; the failure after it is news.
+    assert_eq!(phases("rollout"), ["Paused", "Failed"], "{prod:?}");
+    assert_eq!(phases("placement"), ["PlacementDegraded"], "{prod:?}");
+    assert_eq!(
+        phases("cluster"),
+        ["Ready", "ApiUnreachable", "Left"],
+        "{prod:?}"
+    );
+    assert!(prod.iter().all(|(_, c, _)| c == "b"), "{prod:?}");
+    let all = got_at(&state, "all");
+    assert!(
+        all.iter().any(|(_, c, _)| c.starts_with("probe")),
+        "{all:?}"
+    );
+    for said in &prod {
+        assert!(
+            all.contains(said),
+            "{said:?} not at the target without a selector: {all:?}"
+        );
+    }
+}
+
 /// The chart renders the bridge only when enabled, with a command line the CLI's own
 /// flags accept, its targets from a Secret, and no Kubernetes rights.
 #[test]
@@ -502,6 +818,8 @@ fn the_chart_runs_the_bridge_only_when_enabled() {
         "notify.targetsSecret=hooks",
         "--set",
         "notify.credsSecret=notify-creds",
+        "--set",
+        "trust.secret=fleetbus-cluster-trust",
     ]);
     assert!(ok, "{err}");
     let docs: Vec<Value> = on
@@ -538,6 +856,22 @@ fn the_chart_runs_the_bridge_only_when_enabled() {
         Some("/etc/fleetbus-notify/nats/nats.creds")
     );
     assert_eq!(pod["volumes"][0]["secret"]["secretName"], "hooks");
+    // With the secure mode, the fleet root (only it, not the cluster's key)
+    // in the directory the bridge reads root.pub from.
+    assert_eq!(
+        get("FLEETBUS_MESH_DIR").as_deref(),
+        Some("/etc/fleetbus-notify/fleet")
+    );
+    let root = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "fleet-root")
+        .unwrap_or_else(|| panic!("no fleet-root volume: {pod}"));
+    assert_eq!(
+        root["secret"]["items"],
+        serde_json::json!([{"key": "fleet-root.pub", "path": "root.pub"}])
+    );
     // What the chart sets, the CLI's own flags accept: run with exactly that
     // environment, it gets as far as reading the targets the Secret would mount.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleetbus"))

@@ -45,6 +45,7 @@ pub mod reported;
 pub mod rollout;
 pub mod rule_status;
 pub mod seal;
+pub mod selector;
 pub mod subject;
 pub mod time;
 pub mod trust;

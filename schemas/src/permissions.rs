@@ -165,11 +165,14 @@ fn agent_subscriptions(cluster: &str, prefix: &Prefix) -> Vec<String> {
 /// JetStream API requests arrive there, and only it may subscribe there.
 pub const NOTIFY_INBOX_PREFIX: &str = "_INBOX_notify";
 
-/// The permissions of the `fleetbus notify` bridge's NATS user: read the drift
-/// and conflict streams through its durable consumer `consumer` on each (create
-/// it, read its info, pull, acknowledge), and nothing else. It publishes on no fleet subject, reads
-/// no bucket, and cannot delete or list streams or consumers; its only
-/// subscription is its own inbox.
+/// The permissions of the `fleetbus notify` bridge's NATS user. It follows
+/// the drift, conflict, rollout and placement streams and the rule status
+/// bucket through its durable consumer `consumer` on each (create it, read
+/// its info, pull, acknowledge), and reads the registry and beats buckets
+/// without a consumer (stream info listing their keys, direct gets of one
+/// key): what it says a cluster's health is and checks signatures with. It
+/// publishes on no fleet subject, writes no bucket, and cannot delete or
+/// list streams or consumers; its only subscription is its own inbox.
 pub fn notify_permissions(
     prefix: &Prefix,
     consumer: &str,
@@ -178,7 +181,7 @@ pub fn notify_permissions(
     check_cluster_name(consumer)?;
     let layout = Layout::new(prefix.clone(), 1);
     let mut publish_allow = vec!["$JS.API.INFO".to_owned()];
-    for stream in [layout.drift_stream().name, layout.conflicts_stream().name] {
+    for stream in notify_followed(&layout) {
         publish_allow.extend([
             format!("$JS.API.STREAM.INFO.{stream}"),
             format!("$JS.API.CONSUMER.CREATE.{stream}.{consumer}"),
@@ -189,11 +192,31 @@ pub fn notify_permissions(
             format!("$JS.ACK.{stream}.{consumer}.>"),
         ]);
     }
+    for bucket in [layout.registry_bucket(), layout.beats_bucket()] {
+        let stream = format!("KV_{}", bucket.bucket);
+        publish_allow.extend([
+            format!("$JS.API.STREAM.INFO.{stream}"),
+            format!("$JS.API.DIRECT.GET.{stream}.>"),
+            format!("$JS.API.STREAM.MSG.GET.{stream}"),
+        ]);
+    }
     Ok(Permissions {
         publish_allow,
         subscribe_allow: vec![format!("{NOTIFY_INBOX_PREFIX}.>")],
         allow_responses: false,
     })
+}
+
+/// The streams `fleetbus notify` follows with its durable consumer: drift,
+/// conflicts, rollouts, placements, and the rule status bucket's stream.
+pub fn notify_followed(layout: &Layout) -> [String; 5] {
+    [
+        layout.drift_stream().name,
+        layout.conflicts_stream().name,
+        layout.rollouts_stream().name,
+        layout.placements_stream().name,
+        format!("KV_{}", layout.rule_status_bucket().bucket),
+    ]
 }
 
 #[cfg(test)]
@@ -360,17 +383,34 @@ mod tests {
         let p = notify_permissions(&prefix, "fleetbus-notify").unwrap();
         assert!(!p.allow_responses);
         assert_eq!(p.subscribe_allow, ["_INBOX_notify.>"]);
+        let followed = notify_followed(&Layout::new(prefix.clone(), 1));
         for subject in &p.publish_allow {
             assert!(subject.starts_with("$JS."), "{subject}");
+            let read_only = ["KV_fleetbus-registry", "KV_fleetbus-beats"]
+                .iter()
+                .any(|b| subject.contains(b));
             assert!(
                 subject == "$JS.API.INFO"
-                    || subject.contains("FLEETBUS_DRIFT")
-                    || subject.contains("FLEETBUS_CONFLICTS"),
+                    || followed.iter().any(|s| subject.contains(s.as_str()))
+                    || read_only,
                 "{subject}"
             );
+            if read_only {
+                assert!(
+                    subject.starts_with("$JS.API.STREAM.INFO.")
+                        || subject.starts_with("$JS.API.DIRECT.GET.")
+                        || subject.starts_with("$JS.API.STREAM.MSG.GET."),
+                    "{subject}: the buckets it reads are read without a consumer"
+                );
+            } else {
+                assert!(
+                    !subject.contains('*') && !subject.ends_with("_DRIFT.>"),
+                    "{subject} reaches beyond the one consumer"
+                );
+            }
             assert!(
-                !subject.contains('*') && !subject.ends_with("_DRIFT.>"),
-                "{subject} reaches beyond the one consumer"
+                !subject.contains("DELETE") && !subject.contains(".PUT"),
+                "{subject}"
             );
         }
         assert!(notify_permissions(&prefix, "a.>").is_err());

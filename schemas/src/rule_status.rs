@@ -224,6 +224,13 @@ pub struct RuleStatusRecord {
     /// See `readyCopies`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_copies: Option<u64>,
+    /// On a sink of a placement rule: how many of the rule's placement
+    /// decisions (units, of every origin) chose this cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_here: Option<u64>,
+    /// See `placedHere`: how many chose other clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_elsewhere: Option<u64>,
     /// Up to [`MAX_PROBLEMS`] objects with a problem, errors and conflicts first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<RuleProblem>,
@@ -357,6 +364,8 @@ mod tests {
             refused: 0,
             ready_copies: None,
             reported_copies: None,
+            placed_here: None,
+            placed_elsewhere: None,
             problems: vec![RuleProblem {
                 kind: ProblemKind::Conflict,
                 object: "ConfigMap shared/app".into(),

@@ -516,8 +516,9 @@ pub(super) async fn status_pass(
         );
         let last = state.written.get(&rule.name).copied();
         match when_to_write(&existing, &status, last, now) {
-            // The API server has it; the bus may not, since this start.
-            Write::Never if state.bus.unpublished(&rule.name) => {
+            // The API server has it; the bus may not (since this start, or
+            // the placement counts, which only the bus carries).
+            Write::Never if state.bus.behind(&rule.name, &report) => {
                 unpublished.push((rule.name.clone(), status, report));
             }
             Write::Never => {}

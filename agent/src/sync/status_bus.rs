@@ -54,6 +54,10 @@ pub struct StatusBus {
     /// Rules this process has published a record for (their keys exist, as
     /// far as this agent knows).
     published: BTreeSet<String>,
+    /// Per rule, the placement counts of the record last put: they are not
+    /// in the rule's status on the API server, so their change alone puts
+    /// the record again ([`StatusBus::behind`]).
+    placed: BTreeMap<String, Option<(u64, u64)>>,
     worker: Option<tokio::task::AbortHandle>,
 }
 
@@ -306,6 +310,8 @@ pub fn record(
         refused: report.refused.len() as u64,
         ready_copies: copies(status.ready_copies),
         reported_copies: copies(status.reported_copies),
+        placed_here: report.placed_here.map(|(here, _)| here),
+        placed_elsewhere: report.placed_here.map(|(_, elsewhere)| elsewhere),
         problems,
         problems_total,
         last_sync_time: status.last_sync_time.as_ref().and_then(chrono_time),
@@ -341,6 +347,13 @@ impl StatusBus {
         !self.published.contains(rule)
     }
 
+    /// Whether the bus lacks what `report` says of `rule` although its
+    /// status on the API server is current: never published since this
+    /// start, or the placement counts (bus only) changed.
+    pub fn behind(&self, rule: &str, report: &RuleReport) -> bool {
+        self.unpublished(rule) || self.placed.get(rule) != Some(&report.placed_here)
+    }
+
     /// Leaves `rule`'s record, as of the `status` just written, for the worker.
     pub fn put(
         &mut self,
@@ -356,6 +369,7 @@ impl StatusBus {
                 // Signed by this cluster in the secure mode (PROTOCOL §5.3).
                 let bytes = crate::trust::sign_or_keep(ctx.cfg.trust.as_deref(), bytes);
                 self.published.insert(rule.to_owned());
+                self.placed.insert(rule.to_owned(), report.placed_here);
                 self.offer(ctx, text, Some(bytes));
             }
             Err(e) => tracing::warn!(%rule, error = %e, "could not encode rule status"),
@@ -373,6 +387,7 @@ impl StatusBus {
             .collect();
         for rule in gone {
             self.published.remove(&rule);
+            self.placed.remove(&rule);
             let key = Self::key(ctx, &rule).to_key();
             self.offer(ctx, key, None);
         }

@@ -20,7 +20,7 @@ pub fn init(args: &FleetInitArgs) -> Result<ExitCode, MembershipError> {
         InitOutcome::Created(info) => {
             println!(
                 "created fleet {:?} in {}\n  operator {}\n  account  {}\n  admin credentials {}\n  \
-                 nats-server include {}\n  fleet root public key {}",
+                 nats-server include {}\n  fleet root public key {}\n  notify bridge credentials {}",
                 info.name,
                 dir.display(),
                 info.operator,
@@ -28,9 +28,19 @@ pub fn init(args: &FleetInitArgs) -> Result<ExitCode, MembershipError> {
                 dir.join(trust::files::ADMIN_CREDS).display(),
                 dir.join(trust::files::SERVER_CONF).display(),
                 dir.join(trust::files::ROOT_PUB).display(),
+                dir.join(trust::files::NOTIFY_CREDS).display(),
             );
         }
-        InitOutcome::AlreadyInitialised(info) => {
+        InitOutcome::AlreadyInitialised(info, true) => {
+            println!(
+                "{} already holds fleet {:?} (operator {}): added the notify bridge's credentials {}",
+                dir.display(),
+                info.name,
+                info.operator,
+                dir.join(trust::files::NOTIFY_CREDS).display()
+            );
+        }
+        InitOutcome::AlreadyInitialised(info, false) => {
             println!(
                 "{} already holds fleet {:?} (operator {}): nothing changed",
                 dir.display(),

@@ -1,12 +1,20 @@
-//! The bridge: the fleet's drift and conflict events, through a shared durable
-//! consumer on each stream, to the targets.
+//! The bridge: the fleet's drift and conflict events, rollout and placement
+//! records and rule status, through a shared durable consumer on each stream,
+//! and the clusters' health, read from the registry, to the targets.
 //!
 //! Delivery is at least once. A JetStream message is acknowledged only after the
 //! notification it went out in was delivered or given up (a dead letter), so a
 //! bridge that stops mid-storm gets the unacknowledged events again when it comes
 //! back (after the consumer's ack wait): their summary may then be sent twice,
 //! nothing is lost. Run one bridge per fleet: replicas share the consumer, so each
-//! event goes to one of them, but each folds storms on its own.
+//! event goes to one of them, but each folds storms on its own. Records put again
+//! and again (rollouts, placements, rule status, health) are sent when they turn
+//! (`transitions`); health changes come from reads, not from a stream, and a
+//! change that happens while the bridge is down is not sent.
+//!
+//! With the fleet root known (`--dir` holding `root.pub`), a message its
+//! cluster did not sign is not sent: it is terminated, logged and counted
+//! (`fleetbus_notify_skipped_total{reason="unverified"}`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,11 +26,19 @@ use async_nats::jetstream::AckKind;
 use fleetbus_schemas::conflict::ConflictEvent;
 use fleetbus_schemas::drift::DriftEvent;
 use fleetbus_schemas::jetstream::Layout;
-use fleetbus_schemas::subject::{all_conflicts, all_drift, Prefix};
+use fleetbus_schemas::placement::{all_placements, PlacementKey, PlacementRecord};
+use fleetbus_schemas::rollout::RolloutRecord;
+use fleetbus_schemas::rule_status::{RuleStatusKey, RuleStatusRecord};
+use fleetbus_schemas::subject::{
+    all_conflicts, all_drift, all_rollouts, ConflictKey, DriftKey, Prefix, RolloutKey,
+};
+use futures::stream::SelectAll;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use super::{Coalescer, Delivery, Notification, NotifyError, Target};
+use super::fleet::FleetWatch;
+use super::transitions::Transitions;
+use super::{Coalescer, Delivery, Notification, NotifyError, NotifyMetrics, Target};
 
 /// How the bridge reads the bus.
 #[derive(Debug, Clone)]
@@ -36,13 +52,43 @@ pub struct BridgeConfig {
     /// How long the server waits for an acknowledgement before redelivering: longer
     /// than a window plus every retry of a delivery.
     pub ack_wait: Duration,
+    /// How often the registry is read for the clusters' health.
+    pub fleet_interval: Duration,
 }
 
 /// The streams the bridge follows.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
     Drift,
     Conflict,
+    Rollout,
+    Placement,
+    RuleStatus,
+}
+
+const SOURCES: [Source; 5] = [
+    Source::Drift,
+    Source::Conflict,
+    Source::Rollout,
+    Source::Placement,
+    Source::RuleStatus,
+];
+
+impl Source {
+    /// The stream and the filter of the consumer on it.
+    fn stream(self, prefix: &Prefix) -> (String, String) {
+        let layout = Layout::new(prefix.clone(), 1);
+        match self {
+            Source::Drift => (layout.drift_stream().name, all_drift(prefix)),
+            Source::Conflict => (layout.conflicts_stream().name, all_conflicts(prefix)),
+            Source::Rollout => (layout.rollouts_stream().name, all_rollouts(prefix)),
+            Source::Placement => (layout.placements_stream().name, all_placements(prefix)),
+            Source::RuleStatus => {
+                let bucket = layout.rule_status_bucket().bucket;
+                (format!("KV_{bucket}"), format!("$KV.{bucket}.>"))
+            }
+        }
+    }
 }
 
 /// The durable consumer `config.consumer` on `source`'s stream (created if it is
@@ -52,14 +98,7 @@ async fn open(
     config: &BridgeConfig,
     source: Source,
 ) -> Result<pull::Stream, NotifyError> {
-    let layout = Layout::new(config.prefix.clone(), 1);
-    let (stream_name, filter) = match source {
-        Source::Drift => (layout.drift_stream().name, all_drift(&config.prefix)),
-        Source::Conflict => (
-            layout.conflicts_stream().name,
-            all_conflicts(&config.prefix),
-        ),
-    };
+    let (stream_name, filter) = source.stream(&config.prefix);
     let consumer_err = |source: Box<dyn std::error::Error + Send + Sync>| NotifyError::Consumer {
         stream: stream_name.clone(),
         source,
@@ -89,22 +128,208 @@ async fn open(
         .map_err(|e| consumer_err(Box::new(e)))
 }
 
-/// Follows the drift and conflict streams until `shutdown` completes (`Ok`) or a
+type Tagged = futures::stream::Map<
+    pull::Stream,
+    Box<
+        dyn FnMut(
+                Result<Message, pull::MessagesError>,
+            ) -> (Source, Result<Message, pull::MessagesError>)
+            + Send,
+    >,
+>;
+
+/// Opens the consumer of each source in `wanted`; those whose stream is not
+/// there yet (a fleet whose agents never created it) stay in `wanted`, to be
+/// tried again at the next read of the fleet (said at the `first` try only).
+async fn open_missing(
+    js: &async_nats::jetstream::Context,
+    config: &BridgeConfig,
+    wanted: &mut Vec<Source>,
+    messages: &mut SelectAll<Tagged>,
+    first: bool,
+) -> Result<(), NotifyError> {
+    let mut still = Vec::new();
+    for source in wanted.drain(..) {
+        match open(js, config, source).await {
+            Ok(stream) => {
+                let tag: Box<dyn FnMut(_) -> _ + Send> = Box::new(move |m| (source, m));
+                messages.push(stream.map(tag));
+            }
+            Err(NotifyError::Consumer { stream, source: e })
+                if e.downcast_ref::<crate::kv::ReadError>()
+                    .is_some_and(|r| matches!(r, crate::kv::ReadError::Missing { .. })) =>
+            {
+                if first {
+                    tracing::warn!(%stream, "no such stream yet: following the others, trying again at each read of the fleet");
+                }
+                still.push(source);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    *wanted = still;
+    Ok(())
+}
+
+/// What the bridge reads with: the fleet, the transitions seen, the counters.
+struct Reader<'a> {
+    prefix: &'a Prefix,
+    fleet: FleetWatch,
+    transitions: Transitions,
+    metrics: &'a NotifyMetrics,
+    hush: Hush,
+}
+
+/// Warnings about messages not sent a minute, at most: a member publishing
+/// garbage in bulk costs a counter (`fleetbus_notify_skipped_total`), not
+/// the log.
+const LOUD: u32 = 20;
+
+/// Counts the warnings of the current minute.
+struct Hush {
+    since: Instant,
+    said: u32,
+}
+
+impl Hush {
+    /// Whether one more warning may be logged now.
+    fn allow(&mut self) -> bool {
+        self.allow_at(Instant::now())
+    }
+
+    fn allow_at(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.since) >= Duration::from_secs(60) {
+            self.since = now;
+            self.said = 0;
+        }
+        self.said = self.said.saturating_add(1);
+        if self.said == LOUD + 1 {
+            tracing::warn!(
+                "more messages not sent this minute are only counted (fleetbus_notify_skipped_total)"
+            );
+        }
+        self.said <= LOUD
+    }
+}
+
+impl Reader<'_> {
+    /// The notification `m` of `source` makes, None for one that says
+    /// nothing new; Err(reason) for one that is not sent (counted).
+    async fn examine(
+        &mut self,
+        source: Source,
+        m: &Message,
+    ) -> Result<Option<Notification>, &'static str> {
+        let subject = m.subject.as_str();
+        let claimed = match source {
+            Source::Drift => DriftKey::parse_subject(self.prefix, subject).map(|k| k.cluster),
+            Source::Conflict => ConflictKey::parse_subject(self.prefix, subject).map(|k| k.cluster),
+            Source::Rollout => RolloutKey::parse_subject(self.prefix, subject).map(|k| k.origin),
+            Source::Placement => {
+                PlacementKey::parse_subject(self.prefix, subject).map(|k| k.origin)
+            }
+            Source::RuleStatus => {
+                let key = subject.splitn(3, '.').nth(2).unwrap_or_default();
+                if is_kv_removal(m) {
+                    self.transitions.rule_status_gone(key);
+                    return Ok(None);
+                }
+                return match RuleStatusKey::parse(key) {
+                    Ok(k) => {
+                        self.verify(&k.cluster, m).await?;
+                        let r = RuleStatusRecord::decode(&m.payload)
+                            .map_err(|e| self.undecodable(m, &e))?;
+                        Ok(self.transitions.rule_status(key, &r))
+                    }
+                    Err(e) => Err(self.undecodable(m, &e)),
+                };
+            }
+        }
+        .map_err(|e| self.undecodable(m, &e))?;
+        self.verify(&claimed, m).await?;
+        let p = &m.payload;
+        Ok(match source {
+            Source::Drift => Some(Notification::from_drift(
+                &DriftEvent::decode(p).map_err(|e| self.undecodable(m, &e))?,
+            )),
+            Source::Conflict => Some(Notification::from_conflict(
+                &ConflictEvent::decode(p).map_err(|e| self.undecodable(m, &e))?,
+            )),
+            Source::Rollout => {
+                let r = RolloutRecord::decode(p).map_err(|e| self.undecodable(m, &e))?;
+                self.transitions.rollout(subject, &r)
+            }
+            Source::Placement => {
+                let r = PlacementRecord::decode(p).map_err(|e| self.undecodable(m, &e))?;
+                self.transitions.placement(subject, &claimed, &r)
+            }
+            Source::RuleStatus => None,
+        })
+    }
+
+    /// Err("unverified") when the fleet root is known and `cluster` did not sign `m`.
+    async fn verify(&mut self, cluster: &str, m: &Message) -> Result<(), &'static str> {
+        match self.fleet.check(cluster, &m.payload).await {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                if self.hush.allow() {
+                    tracing::warn!(subject = %m.subject, "not sent: {why}");
+                }
+                Err("unverified")
+            }
+        }
+    }
+
+    /// Logs a message that does not decode (unless hushed); its reason.
+    fn undecodable(&mut self, m: &Message, error: &dyn std::fmt::Display) -> &'static str {
+        if self.hush.allow() {
+            tracing::warn!(subject = %m.subject, error = %error, "not sent: it does not decode");
+        }
+        "undecodable"
+    }
+
+    /// Counts a message not sent.
+    fn skipped(&self, reason: &'static str) {
+        self.metrics.skipped(reason);
+    }
+}
+
+/// A KV delete or purge marker (the rule went).
+fn is_kv_removal(m: &Message) -> bool {
+    m.headers
+        .as_ref()
+        .and_then(|h| h.get("KV-Operation"))
+        .is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"))
+}
+
+/// Follows the streams and the registry until `shutdown` completes (`Ok`) or a
 /// consumer fails.
 pub async fn follow(
     js: &async_nats::jetstream::Context,
     config: &BridgeConfig,
     targets: &[Target],
     delivery: &Delivery,
+    metrics: &NotifyMetrics,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), NotifyError> {
-    let drift = open(js, config, Source::Drift).await?;
-    let conflicts = open(js, config, Source::Conflict).await?;
-    let mut messages = futures::stream::select(
-        drift.map(|m| (Source::Drift, m)),
-        conflicts.map(|m| (Source::Conflict, m)),
-    );
-    let mut storms: Coalescer<Message> = Coalescer::new(config.window);
+    let mut messages: SelectAll<Tagged> = SelectAll::new();
+    let mut wanted = SOURCES.to_vec();
+    open_missing(js, config, &mut wanted, &mut messages, true).await?;
+    // The last failure to read the registry, said once until it changes.
+    let mut registry_error = String::new();
+    let mut reader = Reader {
+        prefix: &config.prefix,
+        fleet: FleetWatch::new(js, &config.prefix),
+        transitions: Transitions::default(),
+        metrics,
+        hush: Hush {
+            since: Instant::now(),
+            said: 0,
+        },
+    };
+    let mut storms: Coalescer<Option<Message>> = Coalescer::new(config.window);
+    let mut tick = tokio::time::interval(config.fleet_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     loop {
         let due = storms.next_due();
@@ -113,18 +338,33 @@ pub async fn follow(
             () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
                 for (n, folded) in storms.due(Instant::now()) {
                     send(targets, delivery, &n).await;
-                    for m in folded {
-                        ack(&m, AckKind::Ack).await;
+                    for m in folded.iter().flatten() {
+                        ack(m, AckKind::Ack).await;
                     }
                 }
             }
-            next = messages.next() => {
-                let Some((source, next)) = next else {
-                    return Err(NotifyError::Consumer {
-                        stream: "drift and conflicts".to_owned(),
-                        source: "the consumers' message streams ended".into(),
-                    });
-                };
+            _ = tick.tick() => {
+                if !wanted.is_empty() {
+                    open_missing(js, config, &mut wanted, &mut messages, false).await?;
+                }
+                match reader.fleet.refresh().await {
+                    Ok(changes) => {
+                        registry_error.clear();
+                        for n in changes {
+                            offer(targets, delivery, &mut storms, n, None).await;
+                        }
+                    }
+                    Err(error) => {
+                        let error = error.to_string();
+                        if error != registry_error {
+                            tracing::warn!(%error, "reading the fleet's registry (said again when it changes)");
+                            registry_error = error;
+                        }
+                    }
+                }
+            }
+            next = messages.next(), if !messages.is_empty() => {
+                let Some((source, next)) = next else { continue };
                 let m = match next {
                     Ok(m) => m,
                     Err(error) => {
@@ -133,27 +373,43 @@ pub async fn follow(
                         continue;
                     }
                 };
-                let decoded = match source {
-                    Source::Drift => DriftEvent::decode(&m.payload).map(|e| Notification::from_drift(&e)),
-                    Source::Conflict => ConflictEvent::decode(&m.payload).map(|e| Notification::from_conflict(&e)),
-                };
-                let n = match decoded {
-                    Ok(n) => n,
-                    Err(error) => {
-                        tracing::warn!(subject = %m.subject, error = %error, "skipping a message that does not decode");
-                        ack(&m, AckKind::Term).await;
-                        continue;
+                match reader.examine(source, &m).await {
+                    Ok(Some(mut n)) => {
+                        if n.labels.is_empty() {
+                            n.labels = reader.fleet.labels(&n.cluster);
+                        }
+                        offer(targets, delivery, &mut storms, n, Some(m)).await;
                     }
-                };
-                if !targets.iter().any(|t| t.filter.matches(&n)) {
-                    ack(&m, AckKind::Ack).await;
-                    continue;
-                }
-                if let Some((n, m)) = storms.add(n, m, Instant::now()) {
-                    send(targets, delivery, &n).await;
-                    ack(&m, AckKind::Ack).await;
+                    Ok(None) => ack(&m, AckKind::Ack).await,
+                    Err(reason) => {
+                        reader.skipped(reason);
+                        ack(&m, AckKind::Term).await;
+                    }
                 }
             }
+        }
+    }
+}
+
+/// `n` to the targets that take it, now or folded into a storm's summary;
+/// `m`, the message it came in, acknowledged once it went out.
+async fn offer(
+    targets: &[Target],
+    delivery: &Delivery,
+    storms: &mut Coalescer<Option<Message>>,
+    n: Notification,
+    m: Option<Message>,
+) {
+    if !targets.iter().any(|t| t.filter.matches(&n)) {
+        if let Some(m) = &m {
+            ack(m, AckKind::Ack).await;
+        }
+        return;
+    }
+    if let Some((n, m)) = storms.add(n, m, Instant::now()) {
+        send(targets, delivery, &n).await;
+        if let Some(m) = &m {
+            ack(m, AckKind::Ack).await;
         }
     }
 }
@@ -194,4 +450,25 @@ pub async fn serve_metrics(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_about_messages_not_sent_are_hushed_after_loud_a_minute() {
+        let start = Instant::now();
+        let mut hush = Hush {
+            since: start,
+            said: 0,
+        };
+        let allowed = (0..1_000).filter(|_| hush.allow_at(start)).count();
+        assert_eq!(allowed, LOUD as usize);
+        assert!(!hush.allow_at(start + Duration::from_secs(59)));
+        assert!(
+            hush.allow_at(start + Duration::from_secs(61)),
+            "a new minute"
+        );
+    }
 }

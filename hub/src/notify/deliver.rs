@@ -129,6 +129,13 @@ pub struct NotifyMetrics {
     sent: Family<TargetLabel, Counter>,
     retries: Family<TargetLabel, Counter>,
     dead_letters: Family<TargetLabel, Counter>,
+    skipped: Family<ReasonLabel, Counter>,
+}
+
+/// Why a message was not sent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
 }
 
 impl NotifyMetrics {
@@ -149,6 +156,21 @@ impl NotifyMetrics {
             "Notifications given up after the last attempt or a refusal",
             self.dead_letters.clone(),
         );
+        registry.register(
+            "notify_skipped",
+            "Messages not sent: undecodable, or (the fleet root known) not signed by their cluster",
+            self.skipped.clone(),
+        );
+    }
+
+    /// Counts a message not sent for `reason` (`undecodable`, `unverified`).
+    pub fn skipped(&self, reason: &'static str) {
+        self.skipped.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Messages not sent for `reason` so far.
+    pub fn skipped_count(&self, reason: &'static str) -> u64 {
+        self.skipped.get_or_create(&ReasonLabel { reason }).get()
     }
 
     fn label(target: &Target) -> TargetLabel {
@@ -217,7 +239,8 @@ impl Delivery {
 
     /// Posts `n` to `target` in its format, retrying as the policy says.
     pub async fn deliver(&self, target: &Target, n: &Notification) -> Delivered {
-        let body = Bytes::from(n.render(target.format).to_string());
+        let line = target.template.as_ref().map(|t| t.fill(n));
+        let body = Bytes::from(n.render(target.format, line).to_string());
         let label = NotifyMetrics::label(target);
         let mut attempts = 0;
         loop {

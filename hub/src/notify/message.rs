@@ -1,5 +1,7 @@
 //! What one notification says, and its body for each webhook format.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use fleetbus_schemas::conflict::ConflictEvent;
 use fleetbus_schemas::drift::{DriftEvent, DriftPhase};
@@ -35,7 +37,8 @@ pub enum Format {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Notification {
-    /// Kind of event (`drift`, `conflict`).
+    /// Kind of event: `drift`, `conflict`, `rollout`, `placement`, `policy`,
+    /// `cluster`.
     pub kind: &'static str,
     /// How bad it is.
     pub severity: Severity,
@@ -53,9 +56,35 @@ pub struct Notification {
     pub count: u32,
     /// When the first of them happened.
     pub at: DateTime<Utc>,
+    /// The labels of `cluster` as the registry says (what a target's
+    /// `clusterSelector` matches); not sent.
+    #[serde(skip)]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Notification {
+    /// A notification with no object, summary or time yet (count 1).
+    pub fn new(
+        kind: &'static str,
+        severity: Severity,
+        cluster: &str,
+        rule: &str,
+        phase: &str,
+    ) -> Self {
+        Notification {
+            kind,
+            severity,
+            cluster: cluster.to_owned(),
+            rule: rule.to_owned(),
+            phase: phase.to_owned(),
+            object: String::new(),
+            summary: String::new(),
+            count: 1,
+            at: Utc::now(),
+            labels: BTreeMap::new(),
+        }
+    }
+
     /// The notification of a drift event.
     pub fn from_drift(e: &DriftEvent) -> Self {
         let severity = match e.phase {
@@ -83,6 +112,7 @@ impl Notification {
             summary,
             count: e.count.max(1),
             at: e.detected_at,
+            labels: BTreeMap::new(),
         }
     }
 
@@ -102,6 +132,7 @@ impl Notification {
             object,
             count: 1,
             at: e.detected_at,
+            labels: BTreeMap::new(),
         }
     }
 
@@ -115,12 +146,14 @@ impl Notification {
         }
     }
 
-    /// The request body for a webhook of `format`.
-    pub fn render(&self, format: Format) -> Value {
+    /// The request body for a webhook of `format`; with a target's own
+    /// `line` (its template filled), that is the text (Slack, Teams) or a
+    /// `text` member (JSON).
+    pub fn render(&self, format: Format, line: Option<String>) -> Value {
         match format {
-            Format::Slack => {
-                json!({ "text": format!("[{}] {}", self.severity_word(), self.text()) })
-            }
+            Format::Slack => json!({
+                "text": line.unwrap_or_else(|| format!("[{}] {}", self.severity.word(), self.text()))
+            }),
             Format::Teams => json!({
                 "@type": "MessageCard",
                 "@context": "https://schema.org/extensions",
@@ -130,15 +163,24 @@ impl Notification {
                     Severity::Warning => "ECB22E",
                     Severity::Critical => "E01E5A",
                 },
-                "title": format!("fleetbus {} {}", self.kind, self.severity_word()),
-                "text": self.text(),
+                "title": format!("fleetbus {} {}", self.kind, self.severity.word()),
+                "text": line.unwrap_or_else(|| self.text()),
             }),
-            Format::Json => serde_json::to_value(self).unwrap_or(Value::Null),
+            Format::Json => {
+                let mut body = serde_json::to_value(self).unwrap_or(Value::Null);
+                if let (Some(line), Some(o)) = (line, body.as_object_mut()) {
+                    o.insert("text".to_owned(), Value::String(line));
+                }
+                body
+            }
         }
     }
+}
 
-    fn severity_word(&self) -> &'static str {
-        match self.severity {
+impl Severity {
+    /// The word, as targets and templates write it.
+    pub fn word(self) -> &'static str {
+        match self {
             Severity::Info => "info",
             Severity::Warning => "warning",
             Severity::Critical => "critical",
@@ -147,7 +189,7 @@ impl Notification {
 }
 
 /// `Kind namespace/name`, or `Kind name` for a cluster-scoped object.
-fn shown(o: &ObjectRef) -> String {
+pub(super) fn shown(o: &ObjectRef) -> String {
     match &o.namespace {
         Some(ns) => format!("{} {ns}/{}", o.kind, o.name),
         None => format!("{} {}", o.kind, o.name),
@@ -193,15 +235,21 @@ pub(crate) mod tests {
         let n = Notification::from_drift(&drift("b", "web", "site", DriftPhase::Fight));
         assert_eq!(n.severity, Severity::Critical);
         assert_eq!(
-            n.render(Format::Slack)["text"],
+            n.render(Format::Slack, None)["text"],
             "[critical] drift Fight on b: ConfigMap apps/site (rule web) (at 2023-11-14T22:13:20Z)"
         );
-        let teams = n.render(Format::Teams);
+        let teams = n.render(Format::Teams, None);
         assert_eq!(teams["@type"], "MessageCard");
         assert_eq!(teams["themeColor"], "E01E5A");
-        let j = n.render(Format::Json);
+        let j = n.render(Format::Json, None);
         assert_eq!(j["cluster"], "b");
         assert_eq!(j["count"], 1);
         assert_eq!(j["severity"], "critical");
+        assert!(j.get("text").is_none());
+        // A target's own line (its template filled) is the text.
+        let line = "critical: ConfigMap apps/site on b";
+        for format in [Format::Slack, Format::Teams, Format::Json] {
+            assert_eq!(n.render(format, Some(line.to_owned()))["text"], line);
+        }
     }
 }

@@ -1,19 +1,26 @@
-//! `fleetbus notify`: the fleet's drift and conflict events sent to webhooks
-//! (Slack, Teams, generic JSON).
+//! `fleetbus notify`: the fleet's drift and conflict events, rollouts paused or
+//! failed, placements degraded or failed over, SyncPolicy refusals and clusters
+//! turning Disconnected, ApiUnreachable or Left, sent to webhooks (Slack,
+//! Teams, generic JSON).
 //!
 //! Where to start: [`targets`] reads the targets file (filters, format, the file
 //! holding each webhook URL); [`message`] turns a drift event into a
 //! [`Notification`] and renders it per format; [`dedupe`] folds a storm into the
 //! first message and one summary with a count; [`deliver`] posts with retries
 //! (backoff, `Retry-After`) and counts what it had to give up (dead letters);
-//! [`bridge`] follows the drift and conflicts streams through a shared durable
-//! consumer on each; [`run`] is the command.
+//! [`transitions`] says which puts of a record are news (a rollout paused, a
+//! placement degraded, a cluster Disconnected); `fleet` reads the registry for
+//! health, labels and the keys signatures are checked with; [`bridge`] follows
+//! the streams through a shared durable consumer on each; [`run`] is the command.
 
 pub mod bridge;
 pub mod dedupe;
 pub mod deliver;
+mod fleet;
 pub mod message;
 pub mod targets;
+pub mod template;
+pub mod transitions;
 
 pub use dedupe::Coalescer;
 pub use deliver::{Delivered, Delivery, NotifyMetrics, RetryPolicy};
@@ -35,7 +42,7 @@ pub async fn run(args: NotifyArgs) -> Result<(), NotifyError> {
         max_attempts: args.max_attempts,
         ..RetryPolicy::default()
     };
-    let delivery = Delivery::new(policy, metrics).map_err(|source| NotifyError::Setup {
+    let delivery = Delivery::new(policy, metrics.clone()).map_err(|source| NotifyError::Setup {
         what: "the HTTP client",
         source,
     })?;
@@ -56,13 +63,14 @@ pub async fn run(args: NotifyArgs) -> Result<(), NotifyError> {
         consumer: args.consumer.clone(),
         window: args.window.into(),
         ack_wait: args.ack_wait.into(),
+        fleet_interval: args.fleet_interval.into(),
     };
     let stop = tokio_util::sync::CancellationToken::new();
     let metrics_stop = stop.clone();
     let serve = bridge::serve_metrics(listener, Arc::new(registry), async move {
         metrics_stop.cancelled().await
     });
-    let follow = bridge::follow(&js, &config, &targets, &delivery, stopped());
+    let follow = bridge::follow(&js, &config, &targets, &delivery, &metrics, stopped());
     tracing::info!(targets = targets.len(), consumer = %config.consumer, "following drift and conflict events");
     // The bridge ends the run; the metrics server stops with it.
     let (result, served) = tokio::join!(

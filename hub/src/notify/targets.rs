@@ -5,10 +5,13 @@
 //! - name: ops
 //!   format: slack              # slack | teams | json
 //!   urlFile: /etc/fleetbus-notify/ops   # the webhook URL, e.g. a mounted Secret
-//!   kinds: [drift]             # optional filters: empty lets everything through
-//!   rules: [web]
+//!   kinds: [drift, rollout]    # optional filters: empty lets everything through
+//!   rules: [web]               # (kinds: drift conflict rollout placement policy cluster)
 //!   clusters: [b, c]
+//!   clusterSelector:           # the cluster's labels, as the registry says
+//!     matchLabels: {env: prod}
 //!   minSeverity: warning       # info (default) | warning | critical
+//!   template: "{severity} {kind} on {cluster}: {summary}"   # optional: the text line
 //! ```
 //!
 //! A webhook URL is a credential (whoever has it can post to the channel): it is
@@ -17,8 +20,20 @@
 
 use std::path::{Path, PathBuf};
 
+use fleetbus_schemas::selector::selector_matches;
+use fleetbus_schemas::selector::LabelSelector;
 use serde::Deserialize;
 use thiserror::Error;
+
+/// The kinds of event a target may filter on.
+pub const KINDS: [&str; 6] = [
+    "drift",
+    "conflict",
+    "rollout",
+    "placement",
+    "policy",
+    "cluster",
+];
 
 use super::message::{Format, Notification, Severity};
 
@@ -46,6 +61,32 @@ pub enum TargetError {
     /// Two targets have the same name (metrics and logs name targets).
     #[error("two targets are named {0:?}")]
     Duplicate(String),
+    /// A target's `clusterSelector` is not a valid label selector.
+    #[error("the clusterSelector of target {target:?} is invalid")]
+    Selector {
+        /// The target.
+        target: String,
+        /// What is wrong with it.
+        #[source]
+        source: fleetbus_schemas::selector::SelectorError,
+    },
+    /// A target's `template` does not parse.
+    #[error("the template of target {target:?} is invalid")]
+    Template {
+        /// The target.
+        target: String,
+        /// What is wrong with it.
+        #[source]
+        source: super::template::TemplateError,
+    },
+    /// A target names a kind of event there is none of.
+    #[error("target {target:?} names kind {kind:?}; the kinds are {}", KINDS.join(", "))]
+    Kind {
+        /// The target.
+        target: String,
+        /// The kind as written.
+        kind: String,
+    },
     /// A target's URL file does not hold an http(s) URL (its content is not repeated).
     #[error("the URL file of target {0:?} does not hold an http:// or https:// URL")]
     Url(String),
@@ -69,7 +110,7 @@ impl std::fmt::Debug for WebhookUrl {
 }
 
 /// Which notifications a target takes; an empty list does not filter.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
     /// Kinds of event (`drift`).
     pub kinds: Vec<String>,
@@ -77,6 +118,8 @@ pub struct Filter {
     pub rules: Vec<String>,
     /// Cluster names.
     pub clusters: Vec<String>,
+    /// The cluster's labels (`Notification::labels`) must match.
+    pub cluster_selector: Option<LabelSelector>,
     /// The least severity sent.
     pub min_severity: Option<Severity>,
 }
@@ -88,6 +131,8 @@ impl Filter {
         takes(&self.kinds, n.kind)
             && takes(&self.rules, &n.rule)
             && takes(&self.clusters, &n.cluster)
+            // Validated when loaded: an error cannot happen here.
+            && selector_matches(self.cluster_selector.as_ref(), &n.labels).unwrap_or(false)
             && self.min_severity.is_none_or(|min| n.severity >= min)
     }
 }
@@ -103,6 +148,8 @@ pub struct Target {
     pub url: WebhookUrl,
     /// What it takes.
     pub filter: Filter,
+    /// Its own text line, if any.
+    pub template: Option<super::template::Template>,
 }
 
 #[derive(Deserialize)]
@@ -124,7 +171,11 @@ struct FileTarget {
     #[serde(default)]
     clusters: Vec<String>,
     #[serde(default)]
+    cluster_selector: Option<LabelSelector>,
+    #[serde(default)]
     min_severity: Option<Severity>,
+    #[serde(default)]
+    template: Option<String>,
 }
 
 fn read(path: &Path) -> Result<String, TargetError> {
@@ -148,6 +199,28 @@ pub fn load_targets(path: &Path) -> Result<Vec<Target>, TargetError> {
         if targets.iter().any(|o| o.name == t.name) {
             return Err(TargetError::Duplicate(t.name));
         }
+        if let Some(kind) = t.kinds.iter().find(|k| !KINDS.contains(&k.as_str())) {
+            return Err(TargetError::Kind {
+                target: t.name,
+                kind: kind.clone(),
+            });
+        }
+        if let Err(source) = selector_matches(t.cluster_selector.as_ref(), &Default::default()) {
+            return Err(TargetError::Selector {
+                target: t.name,
+                source,
+            });
+        }
+        let template = match t.template.as_deref().map(super::template::Template::parse) {
+            None => None,
+            Some(Ok(template)) => Some(template),
+            Some(Err(source)) => {
+                return Err(TargetError::Template {
+                    target: t.name,
+                    source,
+                })
+            }
+        };
         let text = read(&dir.join(&t.url_file))?;
         let uri: http::Uri = text
             .trim()
@@ -164,8 +237,10 @@ pub fn load_targets(path: &Path) -> Result<Vec<Target>, TargetError> {
                 kinds: t.kinds,
                 rules: t.rules,
                 clusters: t.clusters,
+                cluster_selector: t.cluster_selector,
                 min_severity: t.min_severity,
             },
+            template,
         });
     }
     Ok(targets)
@@ -214,6 +289,36 @@ mod tests {
             "x",
             DriftPhase::Fight
         ))));
+
+        // A cluster selector matches the labels the bridge gave the notification.
+        std::fs::write(
+            dir.path().join("sel.yaml"),
+            "targets:\n- name: prod\n  format: json\n  urlFile: ops\n  clusterSelector:\n    matchExpressions: [{key: env, operator: In, values: [prod]}]\n",
+        )
+        .unwrap();
+        let f = &load_targets(&dir.path().join("sel.yaml")).unwrap()[0].filter;
+        let mut n = Notification::from_drift(&drift("b", "web", "x", DriftPhase::Fight));
+        assert!(!f.matches(&n), "no labels known");
+        n.labels.insert("env".into(), "prod".into());
+        assert!(f.matches(&n));
+        n.labels.insert("env".into(), "dev".into());
+        assert!(!f.matches(&n));
+        for (bad, what) in [
+            (
+                "  clusterSelector: {matchExpressions: [{key: env, operator: Is}]}",
+                "clusterSelector",
+            ),
+            ("  kinds: [drfit]", "drfit"),
+            ("  template: \"{sumary}\"", "template"),
+        ] {
+            std::fs::write(
+                dir.path().join("bad.yaml"),
+                format!("targets:\n- name: bad\n  format: json\n  urlFile: ops\n{bad}\n"),
+            )
+            .unwrap();
+            let e = load_targets(&dir.path().join("bad.yaml")).unwrap_err();
+            assert!(e.to_string().contains(what), "{e}");
+        }
 
         std::fs::write(dir.path().join("ops"), "not a url secret-token").unwrap();
         let e = load_targets(&dir.path().join("targets.yaml")).unwrap_err();

@@ -53,6 +53,11 @@ pub const ISSUED_SERIALS: &str = "issued-serials";
 /// certificate rather than hand out a revoked one.
 pub const REVOKED_ENTRY: &str = "revoked.json";
 
+/// The `fleetbus notify` bridge's NATS credentials (its own user, consumer
+/// `fleetbus-notify`), written by `fleet init`; not in [`INIT_FILES`], so a
+/// fleet made before it gets them from the next `fleet init`.
+pub const NOTIFY_CREDS: &str = "notify.creds";
+
 /// Every file `fleet init` writes.
 pub const INIT_FILES: &[&str] = &[
     FLEET_JSON,

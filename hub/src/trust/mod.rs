@@ -158,8 +158,9 @@ pub struct FleetInfo {
 pub enum InitOutcome {
     /// A new fleet was written.
     Created(FleetInfo),
-    /// The directory already held a complete fleet: nothing was changed.
-    AlreadyInitialised(FleetInfo),
+    /// The directory already held a complete fleet: nothing was changed but,
+    /// when true, the notify bridge's credentials it lacked were added.
+    AlreadyInitialised(FleetInfo, bool),
 }
 
 fn damaged(path: &Path, why: impl Into<String>) -> TrustError {
@@ -190,7 +191,8 @@ pub fn init(
                 format!("the fleet is missing {}", missing.join(", ")),
             ));
         }
-        return Ok(InitOutcome::AlreadyInitialised(info));
+        let notify_added = ensure_notify_creds(dir, &info)?;
+        return Ok(InitOutcome::AlreadyInitialised(info, notify_added));
     }
     let present: Vec<String> = INIT_FILES
         .iter()
@@ -255,12 +257,33 @@ fn write_new_fleet(
     )?;
     let root = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)
         .map_err(|e| TrustError::Key(e.to_string()))?;
+    ensure_notify_creds(dir, &info)?;
     secret(ROOT_KEY, &root.serialize_pem())?;
     public(ROOT_PUB, &root.public_key_pem())?;
     let json = serde_json::to_string_pretty(&info)
         .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
     public(FLEET_JSON, &(json + "\n"))?;
     Ok(info)
+}
+
+/// Mints [`NOTIFY_CREDS`] unless the fleet has them: a user with
+/// `notify_permissions` for the default consumer `fleetbus-notify`. True when
+/// it wrote them.
+fn ensure_notify_creds(dir: &Path, info: &FleetInfo) -> Result<bool, TrustError> {
+    let path = dir.join(NOTIFY_CREDS);
+    if path.exists() {
+        return Ok(false);
+    }
+    let signing_path = dir.join(SIGNING_SEED);
+    let signing = nkeys::KeyPair::from_seed(read(&signing_path)?.trim())
+        .map_err(|_| damaged(&signing_path, "not an account nkey seed"))?;
+    let prefix = Prefix::new(info.subject_prefix.clone())
+        .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
+    let permissions = fleetbus_schemas::permissions::notify_permissions(&prefix, "fleetbus-notify")
+        .map_err(|e| TrustError::Key(e.to_string()))?;
+    let (creds, _) = mint_user(info, &signing, "notify", Some(&permissions), Utc::now())?;
+    write_file(&path, creds.as_bytes(), true, false)?;
+    Ok(true)
 }
 
 /// Writes [`SERVER_CONF`]: the operator's JWT (from [`OPERATOR_JWT`]) and

@@ -67,11 +67,39 @@ fn init_again_changes_nothing_and_never_overwrites_a_root() {
     let info = load_info(&dir).unwrap();
     for force in [false, true] {
         match init(&dir, "other", &Prefix::default(), &DEFAULT_JS_LIMITS, force).unwrap() {
-            InitOutcome::AlreadyInitialised(i) => assert_eq!(i, info),
+            InitOutcome::AlreadyInitialised(i, false) => assert_eq!(i, info),
             other => panic!("{other:?}"),
         }
     }
     assert_eq!(read(&dir.join(ROOT_KEY)).unwrap(), before);
+    // A fleet made before the notify bridge's credentials gets them, once.
+    let notify = read(&dir.join(NOTIFY_CREDS)).unwrap();
+    std::fs::remove_file(dir.join(NOTIFY_CREDS)).unwrap();
+    let added = init(&dir, "test", &Prefix::default(), &DEFAULT_JS_LIMITS, false).unwrap();
+    assert!(
+        matches!(added, InitOutcome::AlreadyInitialised(_, true)),
+        "{added:?}"
+    );
+    let (claims, _) = jwt::parse_creds(&read(&dir.join(NOTIFY_CREDS)).unwrap()).unwrap();
+    assert_ne!(read(&dir.join(NOTIFY_CREDS)).unwrap(), notify);
+    assert_eq!(claims["iss"], info.signing_key);
+    let allowed = claims["nats"]["pub"]["allow"].as_array().unwrap();
+    assert!(
+        allowed
+            .iter()
+            .any(|s| s == "$JS.API.CONSUMER.MSG.NEXT.FLEETBUS_DRIFT.fleetbus-notify"),
+        "{allowed:?}"
+    );
+    assert!(
+        !allowed
+            .iter()
+            .any(|s| s.as_str().unwrap().starts_with("fleetbus.")),
+        "{allowed:?}"
+    );
+    assert_eq!(
+        claims["nats"]["sub"]["allow"],
+        serde_json::json!(["_INBOX_notify.>"])
+    );
     // A fleet that lost fleet.json is partial: refused even with --force.
     std::fs::remove_file(dir.join(FLEET_JSON)).unwrap();
     let err = init(&dir, "test", &Prefix::default(), &DEFAULT_JS_LIMITS, true).unwrap_err();

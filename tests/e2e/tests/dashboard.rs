@@ -665,6 +665,14 @@ fn status_record(rule: &str, cluster: &str, id: &str, state: &str, problems: Val
     })
 }
 
+/// `record` of a sink of a placement rule whose decisions chose it `here`
+/// times and other clusters `elsewhere` times.
+fn placed(mut record: Value, here: u64, elsewhere: u64) -> Value {
+    record["placedHere"] = json!(here);
+    record["placedElsewhere"] = json!(elsewhere);
+    record
+}
+
 /// Writes rule status records into the bucket with a plain NATS client, as agents do
 /// (creating the bucket if no agent has yet).
 async fn write_rule_status(nats: &NatsServer, records: &[Value]) {
@@ -739,6 +747,17 @@ async fn the_browser_shows_the_fleet_rules_and_live_drift() {
         &[
             status_record("web", "c1", "id-c1", "NotSelected", json!([])),
             status_record("web", "c2", "id-c2", "Error", problem),
+            // A placement rule: of its 3 decisions, 2 chose c1 and none c2.
+            placed(
+                status_record("spread", "c1", "id-c1", "Synced", json!([])),
+                2,
+                1,
+            ),
+            placed(
+                status_record("spread", "c2", "id-c2", "Synced", json!([])),
+                0,
+                3,
+            ),
         ],
     )
     .await;
@@ -774,6 +793,8 @@ async fn the_browser_shows_the_fleet_rules_and_live_drift() {
     // a cell opens its errors.
     b.client.goto(&format!("{}/#rules", d.url)).await.unwrap();
     let want = json!([
+        "spread/c1=Synced",
+        "spread/c2=Synced",
         "team-config/c1=Synced",
         "team-config/c2=Synced",
         "web/c1=NotSelected",
@@ -788,6 +809,36 @@ async fn the_browser_shows_the_fleet_rules_and_live_drift() {
         }
     })
     .await;
+    // The grid marks the clusters a placement rule's decisions chose.
+    assert_eq!(
+        b.js(
+            "const c = document.querySelector('.cell[data-rule=spread][data-cluster=c1]'); \
+              return [c.classList.contains('placed'), c.dataset.placed, c.textContent, c.title]"
+        )
+        .await,
+        json!([
+            true,
+            "2",
+            "OK ◆2",
+            "Synced: Synced on c1 · placement: chosen here for 2 of 3"
+        ])
+    );
+    assert_eq!(
+        b.js(
+            "const c = document.querySelector('.cell[data-rule=spread][data-cluster=c2]'); \
+              return [c.classList.contains('unplaced'), c.dataset.placed, c.textContent]"
+        )
+        .await,
+        json!([true, "0", "OK"])
+    );
+    assert_eq!(
+        b.js(
+            "return document.querySelectorAll('.cell[data-rule=team-config][data-placed]').length"
+        )
+        .await,
+        json!(0),
+        "a rule without placement is not marked"
+    );
     b.click(".cell[data-rule=web][data-cluster=c2]").await;
     b.until(
         "the cell's problem",
@@ -861,7 +912,7 @@ async fn the_browser_shows_the_fleet_rules_and_live_drift() {
     .await;
     let (code, grid) = d.get("/api/rules");
     assert_eq!((code, grid["skipped"].clone()), (200, json!(2)), "{grid}");
-    assert_eq!(grid["cells"].as_array().map(Vec::len), Some(4), "{grid}");
+    assert_eq!(grid["cells"].as_array().map(Vec::len), Some(6), "{grid}");
 
     // With --allow-actions, the actions reach the agents as the CLI's requests do.
     let a = Dashboard::start(&nats, &["--allow-actions"]).await;

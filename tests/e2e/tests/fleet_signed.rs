@@ -52,6 +52,68 @@ async fn cfgs_rule(c1: &Member, c2: &Member, spec: &str) {
     );
 }
 
+/// [`secure_pair`] with the rule `cfgs` in Report mode and c1's `apps/cfg`
+/// copied to c2: a copy whose edits c2 reports as drift.
+async fn reporting_pair(tmp: &Path) -> (std::path::PathBuf, NatsServer, Member, Member) {
+    let (dir, nats, c1, c2) = secure_pair(tmp, &[]).await;
+    cfgs_rule(&c1, &c2, "drift: {mode: Report}").await;
+    let cms = resource("", "v1", "ConfigMap", "configmaps");
+    wait_copy(
+        &c2,
+        &cms,
+        Some("apps"),
+        "cfg",
+        "c1",
+        "cfgs",
+        data_is(json!({"k": "v"})),
+    )
+    .await;
+    (dir, nats, c1, c2)
+}
+
+/// Edits c2's copy of `apps/cfg` (drift, reported: the rule is in Report mode).
+fn edit_cfg(c2: &Member) {
+    kubectl(
+        c2,
+        &[
+            "-n",
+            "apps",
+            "patch",
+            "configmap",
+            "cfg",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"k":"edited"}}"#,
+        ],
+    );
+}
+
+/// Publishes on c2's drift subject of `apps/cfg` `event("forged")` unsigned
+/// and `event("posing")` signed by c1 (a member speaking for another).
+async fn publish_forgeries(
+    admin: &async_nats::jetstream::Context,
+    dir: &Path,
+    event: impl Fn(&str) -> Vec<u8>,
+) {
+    let subject = fleetbus_schemas::subject::DriftKey {
+        cluster: "c2".into(),
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: Some("apps".into()),
+        name: "cfg".into(),
+    }
+    .to_subject(&Prefix::default());
+    let (c1_keys, c1_serial) = keys_of(dir, "c1");
+    let posing = sign_json(&event("posing"), c1_keys.signing(), &c1_serial).unwrap();
+    for payload in [event("forged"), posing] {
+        let ack = admin
+            .publish(subject.clone(), payload.into())
+            .await
+            .unwrap();
+        ack.await.unwrap();
+    }
+}
+
 /// `name`'s keys and certificate serial from the fleet dir.
 fn keys_of(dir: &Path, name: &str) -> (ClusterKeys, String) {
     let c = dir.join("clusters").join(name);
@@ -575,32 +637,8 @@ async fn clusters_ls_with_the_fleet_root_leaves_out_forged_records() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_ls_with_the_fleet_root_shows_only_what_each_cluster_signed() {
     let tmp = tempfile::tempdir().unwrap();
-    let (dir, nats, c1, c2) = secure_pair(tmp.path(), &[]).await;
-    cfgs_rule(&c1, &c2, "drift: {mode: Report}").await;
-    let cms = resource("", "v1", "ConfigMap", "configmaps");
-    wait_copy(
-        &c2,
-        &cms,
-        Some("apps"),
-        "cfg",
-        "c1",
-        "cfgs",
-        data_is(json!({"k": "v"})),
-    )
-    .await;
-    kubectl(
-        &c2,
-        &[
-            "-n",
-            "apps",
-            "patch",
-            "configmap",
-            "cfg",
-            "--type=merge",
-            "-p",
-            r#"{"data":{"k":"edited"}}"#,
-        ],
-    );
+    let (dir, nats, _c1, c2) = reporting_pair(tmp.path()).await;
+    edit_cfg(&c2);
     let admin = connect(&nats, dir.join("admin.creds")).await;
     let drift = admin.get_key_value("fleetbus-drift").await.unwrap();
     let genuine_key = wait_for("c2's drift of cfg in the bucket", SYNC, || async {
@@ -714,26 +752,22 @@ async fn drift_ls_with_the_fleet_root_shows_only_what_each_cluster_signed() {
 
     // The history too: events of cfg on c2's subject, one unsigned (rule
     // `forged`) and one c1 signed (rule `posing`), are left out with the root.
-    let subject = fleetbus_schemas::subject::DriftKey {
-        cluster: "c2".into(),
-        group: String::new(),
-        kind: "ConfigMap".into(),
-        namespace: Some("apps".into()),
-        name: "cfg".into(),
-    }
-    .to_subject(&Prefix::default());
     let of_rule = |rule: &str| {
         let mut v = as_named("cfg");
         v["rule"] = json!(rule);
         serde_json::to_vec(&v).unwrap()
     };
-    let posing = sign_json(&of_rule("posing"), c1_keys.signing(), &c1_serial).unwrap();
-    for payload in [of_rule("forged"), posing] {
-        let ack = admin.publish(subject.clone(), payload.into()).await.unwrap();
-        ack.await.unwrap();
-    }
+    publish_forgeries(&admin, &dir, of_rule).await;
     let history_rules = |dir_args: &[&str]| {
-        let mut args = vec!["drift", "history", "ConfigMap/apps/cfg", "--cluster", "c2", "-o", "json"];
+        let mut args = vec![
+            "drift",
+            "history",
+            "ConfigMap/apps/cfg",
+            "--cluster",
+            "c2",
+            "-o",
+            "json",
+        ];
         args.extend_from_slice(dir_args);
         let (code, out, err) = admin_cli(&nats, &dir, &args);
         assert_eq!(code, 0, "{err}");
@@ -814,4 +848,142 @@ async fn drift_ls_with_the_fleet_root_shows_only_what_each_cluster_signed() {
     assert_eq!(code, 0, "{err}");
     let all = ["cfgs", "ghost", "ghost2"].map(str::to_owned).to_vec();
     assert_eq!(rules(&out), (all, 0), "{out}");
+}
+
+/// A `fleetbus notify` process, killed on drop.
+struct NotifyBridge(std::process::Child);
+
+impl Drop for NotifyBridge {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `fleetbus notify` on a secure fleet, run as users would: with the
+/// credentials `fleet init` made for it and the fleet root from the fleet
+/// directory. It sends c2's genuine drift; an unsigned event and one c1
+/// signed, both on c2's subject, are not sent and are named in its log; when
+/// c2's agent dies, it says c2 is Disconnected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_sends_only_what_clusters_signed_and_says_when_one_dies() {
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, _c1, mut c2) = reporting_pair(tmp.path()).await;
+
+    let got: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let store = got.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let store = store.clone();
+            async move { store.lock().unwrap().push(body) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let conf = tmp.path().join("notify");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::write(conf.join("url"), url).unwrap();
+    std::fs::write(
+        conf.join("targets.yaml"),
+        "targets:\n- name: ops\n  format: json\n  urlFile: url\n",
+    )
+    .unwrap();
+    let log = tmp.path().join("notify.log");
+    let bridge = std::process::Command::new(fleetbus_testsupport::cargo_bin("fleetbus"))
+        .args(["notify", "--nats-url", &nats.url(), "--window", "1s"])
+        .args([
+            "--fleet-interval",
+            "500ms",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--creds")
+        .arg(dir.join("notify.creds"))
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--targets")
+        .arg(conf.join("targets.yaml"))
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _bridge = NotifyBridge(bridge);
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let consumer = || {
+        let admin = admin.clone();
+        async move {
+            let stream = admin
+                .get_stream("FLEETBUS_DRIFT")
+                .await
+                .map_err(|e| e.to_string())?;
+            stream
+                .consumer_info("fleetbus-notify")
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    wait_for("the bridge's consumer", CONVERGE, || async {
+        consumer().await.map(|_| ())
+    })
+    .await;
+
+    let said = |pred: Box<dyn Fn(&Value) -> bool + Send>| {
+        let got = got.clone();
+        async move {
+            let seen = got.lock().unwrap().clone();
+            seen.iter()
+                .any(&pred)
+                .then_some(())
+                .ok_or(format!("{seen:?}"))
+        }
+    };
+    edit_cfg(&c2);
+    wait_for("c2's drift sent", SYNC, || {
+        said(Box::new(|v| {
+            v["kind"] == "drift" && v["cluster"] == "c2" && v["rule"] == "cfgs"
+        }))
+    })
+    .await;
+
+    // Forgeries on c2's subject: unsigned, and signed by c1.
+    let event = |rule: &str| {
+        serde_json::to_vec(&json!({
+            "schema": "fleetbus.io/drift/v1", "id": rule, "cluster": "c2", "rule": rule, "origin": "c1",
+            "object": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "apps", "name": "cfg"},
+            "phase": "Fight", "type": "Modified", "detectedAt": "2026-12-03T00:00:00.000Z",
+            "action": "Report",
+        }))
+        .unwrap()
+    };
+    publish_forgeries(&admin, &dir, event).await;
+    wait_for("the forgeries read and terminated", CONVERGE, || async {
+        let info = consumer().await?;
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        (info.num_pending == 0
+            && info.num_ack_pending == 0
+            && log.matches("not sent: ").count() == 2)
+            .then_some(())
+            .ok_or(format!(
+                "{} pending, {} unacknowledged; log:\n{log}",
+                info.num_pending, info.num_ack_pending
+            ))
+    })
+    .await;
+    let seen = got.lock().unwrap().clone();
+    assert!(
+        !seen
+            .iter()
+            .any(|v| v["rule"] == "forged" || v["rule"] == "posing"),
+        "{seen:?}"
+    );
+
+    c2.agent.kill9();
+    wait_for("c2 said Disconnected", CONVERGE, || {
+        said(Box::new(|v| {
+            v["kind"] == "cluster" && v["cluster"] == "c2" && v["phase"] == "Disconnected"
+        }))
+    })
+    .await;
 }

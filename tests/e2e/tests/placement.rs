@@ -127,6 +127,50 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
         let sinks: Vec<&Member> = m[1..].iter().collect();
         wait_two(&sinks, "2 of 3 sinks hold web/app", |_| true).await
     };
+    // Each sink's rule status says whether the decision chose it (what the
+    // dashboard's grid marks): 1 of 1 on the holders, 0 of 1 on the other.
+    wait_for(
+        "each sink's placedHere in its rule status",
+        CONVERGE,
+        || {
+            let nats = nats.url();
+            let first = first.clone();
+            async move {
+                let js = async_nats::jetstream::new(
+                    async_nats::connect(nats).await.map_err(|e| e.to_string())?,
+                );
+                let kv = js
+                    .get_key_value("fleetbus-rulestatus")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut said = BTreeSet::new();
+                let mut keys = kv.keys().await.map_err(|e| e.to_string())?;
+                while let Some(Ok(key)) = futures::StreamExt::next(&mut keys).await {
+                    let Some(v) = kv.get(&key).await.map_err(|e| e.to_string())? else {
+                        continue;
+                    };
+                    let r: serde_json::Value =
+                        serde_json::from_slice(&v).map_err(|e| e.to_string())?;
+                    if r["rule"] == "placed" && r["sink"] == true {
+                        said.insert((
+                            r["cluster"].as_str().unwrap_or_default().to_owned(),
+                            r["placedHere"].as_u64(),
+                            r["placedElsewhere"].as_u64(),
+                        ));
+                    }
+                }
+                let want: BTreeSet<_> = ["c1", "c2", "c3"]
+                    .iter()
+                    .map(|c| {
+                        let here = u64::from(first.contains(*c));
+                        ((*c).to_owned(), Some(here), Some(1 - here))
+                    })
+                    .collect();
+                (said == want).then_some(()).ok_or(format!("{said:?}"))
+            }
+        },
+    )
+    .await;
     // Beside it, a rule on all three that tolerates the taint below.
     for x in &m {
         create_ns(x, "ops").await;

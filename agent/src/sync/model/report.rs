@@ -55,6 +55,10 @@ pub struct RuleReport {
     pub placed: usize,
     /// See `placed`.
     pub placement_degraded: Option<String>,
+    /// On a sink of a placement rule: of the rule's placement units decided
+    /// (every origin's), how many chose this cluster and how many did not,
+    /// for the views (the dashboard marks chosen clusters).
+    pub placed_here: Option<(u64, u64)>,
     /// Why rollouts are paused, when one is (the `RolloutPaused` condition).
     pub rollouts_paused: Option<String>,
 }

@@ -1,7 +1,8 @@
-//! A rule's placement on its origin's status: how many of this cluster's
-//! units are placed, and which the fleet could not satisfy (the records'
-//! `degraded`), for the `PlacementDegraded` condition. Pure: the book and
-//! the rule in, the report's two fields out.
+//! A rule's placement on its status: on its origin, how many of this
+//! cluster's units are placed, and which the fleet could not satisfy (the
+//! records' `degraded`), for the `PlacementDegraded` condition; on a sink,
+//! how many of every origin's units chose it. Pure: the book and the rule
+//! in, the report's fields out.
 
 use fleetbus_schemas::placement::PlacementUnit;
 
@@ -14,7 +15,8 @@ const NAMED: usize = 3;
 
 /// Fills `report.placed` and `report.placement_degraded` for `rule` from
 /// this origin's (`local`) decisions: its own objects' units, and its
-/// group's unit when the rule belongs to a placement group.
+/// group's unit when the rule belongs to a placement group; and, on a sink
+/// (`report.selected`), `report.placed_here` from every origin's.
 pub(in crate::sync) fn placement_summary(
     book: &PlacementBook,
     local: &str,
@@ -30,8 +32,18 @@ pub(in crate::sync) fn placement_summary(
     };
     let mut placed = 0;
     let mut degraded = Vec::new();
+    let (mut here, mut elsewhere) = (0u64, 0u64);
     for (key, record) in &book.read.records {
-        if key.origin != local || !ours(&key.unit) {
+        if !ours(&key.unit) {
+            continue;
+        }
+        if report.selected {
+            match record.role(local) {
+                fleetbus_schemas::placement::Role::Chosen(_) => here += 1,
+                _ => elsewhere += 1,
+            }
+        }
+        if key.origin != local {
             continue;
         }
         placed += 1;
@@ -40,6 +52,7 @@ pub(in crate::sync) fn placement_summary(
         }
     }
     report.placed = placed;
+    report.placed_here = report.selected.then_some((here, elsewhere));
     report.placement_degraded = (!degraded.is_empty()).then(|| {
         let more = degraded.len().saturating_sub(NAMED);
         let mut message = format!(
@@ -96,10 +109,28 @@ mod tests {
     }
 
     fn put(book: &mut PlacementBook, origin: &str, unit: PlacementUnit, degraded: Option<&str>) {
+        put_chosen(book, origin, unit, degraded, &[]);
+    }
+
+    fn put_chosen(
+        book: &mut PlacementBook,
+        origin: &str,
+        unit: PlacementUnit,
+        degraded: Option<&str>,
+        chosen: &[&str],
+    ) {
         let record = PlacementRecord {
             rule: "r".into(),
             revision: 1,
-            chosen: Vec::new(),
+            chosen: chosen
+                .iter()
+                .map(|c| fleetbus_schemas::placement::Chosen {
+                    cluster: (*c).into(),
+                    score: 0.0,
+                    replicas: None,
+                    reason: "test".into(),
+                })
+                .collect(),
             draining: Vec::new(),
             kept: Vec::new(),
             failing: Vec::new(),
@@ -143,6 +174,27 @@ mod tests {
             report.placement_degraded.as_deref(),
             Some("1 of 2 placements degraded: ConfigMap web/b: 1 of 2 clusters: 1 eligible")
         );
+    }
+
+    #[test]
+    fn a_sink_counts_every_origins_units_of_the_rule_that_chose_it() {
+        let mut book = PlacementBook::default();
+        put_chosen(&mut book, "hub", of("r", "a"), None, &["s1", "s2"]);
+        put_chosen(&mut book, "c1", of("r", "b"), None, &["s1"]);
+        put_chosen(&mut book, "c1", of("r", "c"), None, &["s2"]);
+        // Another rule's: not counted.
+        put_chosen(&mut book, "c1", of("other", "d"), None, &["s1"]);
+        let mut report = RuleReport {
+            selected: true,
+            ..RuleReport::default()
+        };
+        placement_summary(&book, "s1", &rule("r", None), &mut report);
+        assert_eq!(report.placed_here, Some((2, 1)));
+        assert_eq!(report.placed, 0, "s1 is no origin of these");
+        // Not a sink of the rule: nothing to mark.
+        let mut report = RuleReport::default();
+        placement_summary(&book, "s1", &rule("r", None), &mut report);
+        assert_eq!(report.placed_here, None);
     }
 
     #[test]

@@ -248,14 +248,23 @@ function renderRules() {
     html += `<tr><td class="rule mono" title="${esc(r)}">${esc(r)}</td>`;
     for (const c of clusters) {
       const cell = cells.get(`${r}\u0000${c}`);
+      const pl = cell && placed(cell);
       html += cell
-        ? `<td><span class="cell st-${esc(cell.state)}" data-rule="${esc(r)}" data-cluster="${esc(c)}" data-state="${esc(cell.state)}" title="${esc(cell.state)}: ${esc(cell.message)}">${CELL_TEXT[cell.state] || esc(cell.state)}</span></td>`
+        ? `<td><span class="cell st-${esc(cell.state)}${pl ? (pl.here ? " placed" : " unplaced") : ""}" data-rule="${esc(r)}" data-cluster="${esc(c)}" data-state="${esc(cell.state)}"${pl ? ` data-placed="${pl.here}"` : ""} title="${esc(cell.state)}: ${esc(cell.message)}${pl ? ` · ${esc(pl.text)}` : ""}">${CELL_TEXT[cell.state] || esc(cell.state)}${pl && pl.here ? ` <span class="pl">◆${pl.here}</span>` : ""}</span></td>`
         : `<td><span class="cell none" title="no status reported">·</span></td>`;
     }
     html += "</tr>";
   }
   if (!rules.length) html += `<tr><td class="rule muted">${g.note ? "" : "no rule reports a status yet"}</td></tr>`;
   $("matrix").innerHTML = html;
+}
+
+// A placement rule's sink cell: how many of the rule's placement decisions
+// chose this cluster (the grid marks chosen clusters), or null.
+function placed(cell) {
+  if (cell.placedHere == null) return null;
+  const all = cell.placedHere + (cell.placedElsewhere || 0);
+  return { here: cell.placedHere, text: `placement: chosen here for ${cell.placedHere} of ${all}` };
 }
 
 function showCell(rule, cluster) {
@@ -267,6 +276,7 @@ function showCell(rule, cluster) {
     `<dt>role</dt><dd>${role}</dd><dt>in sync</dt><dd>${c.objectsSynced}</dd><dt>errors</dt><dd>${c.errors}</dd>` +
     `<dt>conflicts</dt><dd>${c.conflicts}</dd><dt>skipped</dt><dd>${c.skipped}</dd>` +
     (c.readyCopies != null ? `<dt>copies ready</dt><dd>${c.readyCopies}/${c.reportedCopies}</dd>` : "") +
+    (placed(c) ? `<dt>placement</dt><dd>${esc(placed(c).text.replace("placement: ", ""))}</dd>` : "") +
     `<dt>generation</dt><dd>${esc(c.observedGeneration ?? "?")}</dd><dt>last sync</dt><dd>${c.lastSyncTime ? since(c.lastSyncTime) + " ago" : "never"}</dd>` +
     `<dt>reported</dt><dd>${since(c.updatedAt)} ago</dd></dl>`;
   const problems = c.problems || [];
