@@ -417,6 +417,24 @@ async fn the_bridge_follows_drift_and_conflicts_across_a_restart() {
         },
     )
     .await;
+    // An event on b's subject that names another cluster is not sent: a
+    // member may not speak as another (checked with or without the root).
+    let mut masked: Value =
+        serde_json::from_slice(&drift("masked", DriftPhase::Fight).encode().unwrap()).unwrap();
+    masked["cluster"] = json!("x");
+    let subject = fleetbus_schemas::subject::DriftKey {
+        cluster: "b".into(),
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: Some("apps".into()),
+        name: "masked".into(),
+    }
+    .to_subject(&prefix);
+    js.publish(subject, masked.to_string().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     // Conflicts come the same way.
     let conflict = serde_json::json!({
         "schema": "fleetbus.io/conflict/v1", "id": "c1", "cluster": "b", "rule": "web",
@@ -451,9 +469,10 @@ async fn the_bridge_follows_drift_and_conflicts_across_a_restart() {
             (Some("conflict"), Some("OtherOrigin"))
         );
     }
-    // Nothing acknowledged was sent again.
+    // Nothing acknowledged was sent again, nor the masked event.
     let seen = got(&state);
     assert_eq!(seen.len(), 5, "{seen:?}");
+    assert!(!seen.iter().any(|(o, _)| o.contains("masked")), "{seen:?}");
 
     // The bridge's user can do nothing else: not delete the stream, not publish.
     let notify = async_nats::ConnectOptions::new()

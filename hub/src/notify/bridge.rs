@@ -239,6 +239,7 @@ impl Reader<'_> {
                         self.verify(&k.cluster, m).await?;
                         let r = RuleStatusRecord::decode(&m.payload)
                             .map_err(|e| self.undecodable(m, &e))?;
+                        r.validate(&k).map_err(|e| self.undecodable(m, &e))?;
                         Ok(self.transitions.rule_status(key, &r))
                     }
                     Err(e) => Err(self.undecodable(m, &e)),
@@ -248,15 +249,31 @@ impl Reader<'_> {
         .map_err(|e| self.undecodable(m, &e))?;
         self.verify(&claimed, m).await?;
         let p = &m.payload;
+        // What a message says must be about the cluster its subject names
+        // (the one that signed it): a member may not speak as another.
+        let about = |said: &str| -> Result<(), String> {
+            if said == claimed {
+                Ok(())
+            } else {
+                Err(format!(
+                    "it names cluster {said:?}, its subject {claimed:?}"
+                ))
+            }
+        };
         Ok(match source {
-            Source::Drift => Some(Notification::from_drift(
-                &DriftEvent::decode(p).map_err(|e| self.undecodable(m, &e))?,
-            )),
-            Source::Conflict => Some(Notification::from_conflict(
-                &ConflictEvent::decode(p).map_err(|e| self.undecodable(m, &e))?,
-            )),
+            Source::Drift => {
+                let e = DriftEvent::decode(p).map_err(|e| self.undecodable(m, &e))?;
+                about(&e.cluster).map_err(|e| self.undecodable(m, &e))?;
+                Some(Notification::from_drift(&e))
+            }
+            Source::Conflict => {
+                let e = ConflictEvent::decode(p).map_err(|e| self.undecodable(m, &e))?;
+                about(&e.cluster).map_err(|e| self.undecodable(m, &e))?;
+                Some(Notification::from_conflict(&e))
+            }
             Source::Rollout => {
                 let r = RolloutRecord::decode(p).map_err(|e| self.undecodable(m, &e))?;
+                about(&r.origin).map_err(|e| self.undecodable(m, &e))?;
                 self.transitions.rollout(subject, &r)
             }
             Source::Placement => {

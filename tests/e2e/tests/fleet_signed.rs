@@ -88,6 +88,18 @@ fn edit_cfg(c2: &Member) {
     );
 }
 
+/// c2's drift subject of `apps/cfg`.
+fn c2_cfg_drift_subject() -> String {
+    fleetbus_schemas::subject::DriftKey {
+        cluster: "c2".into(),
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: Some("apps".into()),
+        name: "cfg".into(),
+    }
+    .to_subject(&Prefix::default())
+}
+
 /// Publishes on c2's drift subject of `apps/cfg` `event("forged")` unsigned
 /// and `event("posing")` signed by c1 (a member speaking for another).
 async fn publish_forgeries(
@@ -95,14 +107,7 @@ async fn publish_forgeries(
     dir: &Path,
     event: impl Fn(&str) -> Vec<u8>,
 ) {
-    let subject = fleetbus_schemas::subject::DriftKey {
-        cluster: "c2".into(),
-        group: String::new(),
-        kind: "ConfigMap".into(),
-        namespace: Some("apps".into()),
-        name: "cfg".into(),
-    }
-    .to_subject(&Prefix::default());
+    let subject = c2_cfg_drift_subject();
     let (c1_keys, c1_serial) = keys_of(dir, "c1");
     let posing = sign_json(&event("posing"), c1_keys.signing(), &c1_serial).unwrap();
     for payload in [event("forged"), posing] {
@@ -862,9 +867,10 @@ impl Drop for NotifyBridge {
 
 /// `fleetbus notify` on a secure fleet, run as users would: with the
 /// credentials `fleet init` made for it and the fleet root from the fleet
-/// directory. It sends c2's genuine drift; an unsigned event and one c1
-/// signed, both on c2's subject, are not sent and are named in its log; when
-/// c2's agent dies, it says c2 is Disconnected.
+/// directory. It sends c2's genuine drift; an unsigned event, one c1 signed,
+/// and one c2 signed that names c1 as its cluster, all on c2's subject, are
+/// not sent and are named in its log; when c2's agent dies, it says c2 is
+/// Disconnected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_sends_only_what_clusters_signed_and_says_when_one_dies() {
     use std::sync::{Arc, Mutex};
@@ -957,13 +963,28 @@ async fn notify_sends_only_what_clusters_signed_and_says_when_one_dies() {
         }))
         .unwrap()
     };
-    publish_forgeries(&admin, &dir, event).await;
+    publish_forgeries(&admin, &dir, &event).await;
+    // c2's own signature over an event that names c1: c2 speaking as c1.
+    let mut masked: Value = serde_json::from_slice(&event("masked")).unwrap();
+    masked["cluster"] = json!("c1");
+    let (c2_keys, c2_serial) = keys_of(&dir, "c2");
+    let masked = sign_json(
+        &serde_json::to_vec(&masked).unwrap(),
+        c2_keys.signing(),
+        &c2_serial,
+    )
+    .unwrap();
+    let ack = admin
+        .publish(c2_cfg_drift_subject(), masked.into())
+        .await
+        .unwrap();
+    ack.await.unwrap();
     wait_for("the forgeries read and terminated", CONVERGE, || async {
         let info = consumer().await?;
         let log = std::fs::read_to_string(&log).unwrap_or_default();
         (info.num_pending == 0
             && info.num_ack_pending == 0
-            && log.matches("not sent: ").count() == 2)
+            && log.matches("not sent: ").count() == 3)
             .then_some(())
             .ok_or(format!(
                 "{} pending, {} unacknowledged; log:\n{log}",
