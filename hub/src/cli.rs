@@ -234,7 +234,9 @@ pub struct NotifyArgs {
     /// The targets file (YAML): each target's name, format, URL file and filters.
     #[arg(long, env = "FLEETBUS_NOTIFY_TARGETS", value_name = "FILE")]
     pub targets: PathBuf,
-    /// The durable consumer on the drift stream, shared by the bridge's replicas.
+    /// The durable consumer on each followed stream, shared by the bridge's
+    /// replicas. The credentials `fleetbus fleet init` writes (notify.creds)
+    /// allow `fleetbus-notify` only: another name needs credentials of its own.
     #[arg(
         long,
         env = "FLEETBUS_NOTIFY_CONSUMER",

@@ -41,10 +41,18 @@ struct Checker {
 const REREAD: Duration = Duration::from_secs(5);
 
 impl Checker {
-    async fn check(&mut self, subject: &str, payload: &[u8]) -> Result<(), String> {
+    /// Whether `payload` (an event naming cluster `named`) on `subject` is
+    /// signed by the cluster the subject names, and about that cluster (a
+    /// member may not speak as another).
+    async fn check(&mut self, subject: &str, payload: &[u8], named: &str) -> Result<(), String> {
         let cluster = DriftKey::parse_subject(&self.prefix, subject)
             .map_err(|e| e.to_string())?
             .cluster;
+        if named != cluster {
+            return Err(format!(
+                "it names cluster {named:?}, its subject {cluster:?}"
+            ));
+        }
         match self.signers.check(&cluster, payload) {
             Err(NotSigned::UnknownCluster(_)) if self.read_at.elapsed() >= REREAD => {
                 self.read_at = Instant::now();
@@ -156,8 +164,8 @@ impl EventReader {
                 None
             }
         };
-        if let (Some(_), Some(check)) = (&event, &mut self.check) {
-            if let Err(why) = check.check(&msg.subject, &msg.payload).await {
+        if let (Some(e), Some(check)) = (&event, &mut self.check) {
+            if let Err(why) = check.check(&msg.subject, &msg.payload, &e.cluster).await {
                 tracing::warn!("drift event on {} left out: {why}", msg.subject);
                 event = None;
             }

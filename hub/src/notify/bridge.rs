@@ -128,15 +128,10 @@ async fn open(
         .map_err(|e| consumer_err(Box::new(e)))
 }
 
-type Tagged = futures::stream::Map<
-    pull::Stream,
-    Box<
-        dyn FnMut(
-                Result<Message, pull::MessagesError>,
-            ) -> (Source, Result<Message, pull::MessagesError>)
-            + Send,
-    >,
->;
+/// A source's messages, then `None` once its consumer's stream ends (the
+/// consumer or its stream deleted): the source is opened again.
+type Tagged =
+    futures::stream::BoxStream<'static, (Source, Option<Result<Message, pull::MessagesError>>)>;
 
 /// Opens the consumer of each source in `wanted`; those whose stream is not
 /// there yet (a fleet whose agents never created it) stay in `wanted`, to be
@@ -152,8 +147,8 @@ async fn open_missing(
     for source in wanted.drain(..) {
         match open(js, config, source).await {
             Ok(stream) => {
-                let tag: Box<dyn FnMut(_) -> _ + Send> = Box::new(move |m| (source, m));
-                messages.push(stream.map(tag));
+                let ended = futures::stream::once(async move { (source, None) });
+                messages.push(stream.map(move |m| (source, Some(m))).chain(ended).boxed());
             }
             Err(NotifyError::Consumer { stream, source: e })
                 if e.downcast_ref::<crate::kv::ReadError>()
@@ -212,14 +207,36 @@ impl Hush {
     }
 }
 
+/// Why a message is not sent now.
+#[derive(Debug, PartialEq)]
+enum Skip {
+    /// Never: terminated and counted under the reason.
+    Drop(&'static str),
+    /// Not yet: its signature could not be judged on a fresh read of the
+    /// registry (a cluster that joined since). Delivered again after
+    /// [`LATER`], at most [`TRIES`] times in all.
+    Later,
+}
+
+/// How long a message whose signature could not be judged yet waits.
+const LATER: Duration = Duration::from_secs(2);
+
+/// Deliveries of such a message before it is dropped as unverified.
+const TRIES: i64 = 5;
+
+/// What becomes of a message that is not sent now, delivered `delivered` times.
+fn disposition(skip: &Skip, delivered: i64) -> (AckKind, Option<&'static str>) {
+    match skip {
+        Skip::Drop(reason) => (AckKind::Term, Some(reason)),
+        Skip::Later if delivered >= TRIES => (AckKind::Term, Some("unverified")),
+        Skip::Later => (AckKind::Nak(Some(LATER)), None),
+    }
+}
+
 impl Reader<'_> {
     /// The notification `m` of `source` makes, None for one that says
-    /// nothing new; Err(reason) for one that is not sent (counted).
-    async fn examine(
-        &mut self,
-        source: Source,
-        m: &Message,
-    ) -> Result<Option<Notification>, &'static str> {
+    /// nothing new; Err for one that is not sent now.
+    async fn examine(&mut self, source: Source, m: &Message) -> Result<Option<Notification>, Skip> {
         let subject = m.subject.as_str();
         let claimed = match source {
             Source::Drift => DriftKey::parse_subject(self.prefix, subject).map(|k| k.cluster),
@@ -239,7 +256,8 @@ impl Reader<'_> {
                         self.verify(&k.cluster, m).await?;
                         let r = RuleStatusRecord::decode(&m.payload)
                             .map_err(|e| self.undecodable(m, &e))?;
-                        r.validate(&k).map_err(|e| self.undecodable(m, &e))?;
+                        r.validate(&k)
+                            .map_err(|e| self.misattributed(m, &e.to_string()))?;
                         Ok(self.transitions.rule_status(key, &r))
                     }
                     Err(e) => Err(self.undecodable(m, &e)),
@@ -263,17 +281,17 @@ impl Reader<'_> {
         Ok(match source {
             Source::Drift => {
                 let e = DriftEvent::decode(p).map_err(|e| self.undecodable(m, &e))?;
-                about(&e.cluster).map_err(|e| self.undecodable(m, &e))?;
+                about(&e.cluster).map_err(|why| self.misattributed(m, &why))?;
                 Some(Notification::from_drift(&e))
             }
             Source::Conflict => {
                 let e = ConflictEvent::decode(p).map_err(|e| self.undecodable(m, &e))?;
-                about(&e.cluster).map_err(|e| self.undecodable(m, &e))?;
+                about(&e.cluster).map_err(|why| self.misattributed(m, &why))?;
                 Some(Notification::from_conflict(&e))
             }
             Source::Rollout => {
                 let r = RolloutRecord::decode(p).map_err(|e| self.undecodable(m, &e))?;
-                about(&r.origin).map_err(|e| self.undecodable(m, &e))?;
+                about(&r.origin).map_err(|why| self.misattributed(m, &why))?;
                 self.transitions.rollout(subject, &r)
             }
             Source::Placement => {
@@ -284,25 +302,36 @@ impl Reader<'_> {
         })
     }
 
-    /// Err("unverified") when the fleet root is known and `cluster` did not sign `m`.
-    async fn verify(&mut self, cluster: &str, m: &Message) -> Result<(), &'static str> {
+    /// Err when the fleet root is known and `cluster` did not sign `m`
+    /// (final, or to be judged again later).
+    async fn verify(&mut self, cluster: &str, m: &Message) -> Result<(), Skip> {
         match self.fleet.check(cluster, &m.payload).await {
             Ok(()) => Ok(()),
-            Err(why) => {
+            Err(refusal) if !refusal.last => Err(Skip::Later),
+            Err(refusal) => {
                 if self.hush.allow() {
-                    tracing::warn!(subject = %m.subject, "not sent: {why}");
+                    tracing::warn!(subject = %m.subject, "not sent: {}", refusal.why);
                 }
-                Err("unverified")
+                Err(Skip::Drop("unverified"))
             }
         }
     }
 
-    /// Logs a message that does not decode (unless hushed); its reason.
-    fn undecodable(&mut self, m: &Message, error: &dyn std::fmt::Display) -> &'static str {
+    /// Logs a message about another cluster than its subject's (a member
+    /// speaking as another, unless hushed); counted as unverified.
+    fn misattributed(&mut self, m: &Message, why: &str) -> Skip {
+        if self.hush.allow() {
+            tracing::warn!(subject = %m.subject, "not sent: {why}");
+        }
+        Skip::Drop("unverified")
+    }
+
+    /// Logs a message that does not decode (unless hushed).
+    fn undecodable(&mut self, m: &Message, error: &dyn std::fmt::Display) -> Skip {
         if self.hush.allow() {
             tracing::warn!(subject = %m.subject, error = %error, "not sent: it does not decode");
         }
-        "undecodable"
+        Skip::Drop("undecodable")
     }
 
     /// Counts a message not sent.
@@ -383,8 +412,13 @@ pub async fn follow(
             next = messages.next(), if !messages.is_empty() => {
                 let Some((source, next)) = next else { continue };
                 let m = match next {
-                    Ok(m) => m,
-                    Err(error) => {
+                    None => {
+                        tracing::warn!(?source, "the consumer's messages ended: opening it again at the next read of the fleet");
+                        wanted.push(source);
+                        continue;
+                    }
+                    Some(Ok(m)) => m,
+                    Some(Err(error)) => {
                         // Missed heartbeats and the like: the library resumes the pull.
                         tracing::warn!(error = %error, source = ?source, "reading a consumer");
                         continue;
@@ -398,9 +432,16 @@ pub async fn follow(
                         offer(targets, delivery, &mut storms, n, Some(m)).await;
                     }
                     Ok(None) => ack(&m, AckKind::Ack).await,
-                    Err(reason) => {
-                        reader.skipped(reason);
-                        ack(&m, AckKind::Term).await;
+                    Err(skip) => {
+                        let delivered = m.info().map_or(1, |i| i.delivered);
+                        let (kind, counted) = disposition(&skip, delivered);
+                        if let Some(reason) = counted {
+                            if skip == Skip::Later {
+                                tracing::warn!(subject = %m.subject, "not sent: its cluster's key was not found in {TRIES} reads of the registry");
+                            }
+                            reader.skipped(reason);
+                        }
+                        ack(&m, kind).await;
                     }
                 }
             }
@@ -472,6 +513,24 @@ pub async fn serve_metrics(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_not_judged_yet_comes_back_a_few_times_then_is_dropped() {
+        assert!(matches!(
+            disposition(&Skip::Drop("undecodable"), 1),
+            (AckKind::Term, Some("undecodable"))
+        ));
+        for delivered in [1, TRIES - 1] {
+            assert!(matches!(
+                disposition(&Skip::Later, delivered),
+                (AckKind::Nak(Some(after)), None) if after == LATER
+            ));
+        }
+        assert!(matches!(
+            disposition(&Skip::Later, TRIES),
+            (AckKind::Term, Some("unverified"))
+        ));
+    }
 
     #[test]
     fn warnings_about_messages_not_sent_are_hushed_after_loud_a_minute() {

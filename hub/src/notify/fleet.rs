@@ -5,7 +5,7 @@
 //! (`--dir` holding `root.pub`), the signing key of each cluster whose
 //! record verifies: an event its cluster did not sign is not sent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::Utc;
 use fleetbus_schemas::subject::Prefix;
@@ -33,6 +33,9 @@ pub(super) struct FleetWatch {
     read_at: Option<Instant>,
     /// Health changes found by a read an event asked for, not sent yet.
     pending: Vec<Notification>,
+    /// The registry keys that did not verify at the last read (each is
+    /// warned about once, until it verifies or goes).
+    unverified: BTreeSet<String>,
 }
 
 impl FleetWatch {
@@ -46,6 +49,7 @@ impl FleetWatch {
             health: Health::default(),
             read_at: None,
             pending: Vec::new(),
+            unverified: BTreeSet::new(),
         }
     }
 
@@ -61,8 +65,11 @@ impl FleetWatch {
         let records =
             crate::fleet::read_records(&self.js, &self.prefix, Some(&mut self.verdicts)).await?;
         for u in &records.unverified {
-            tracing::warn!(key = %u.key, why = %u.why, "a registry record does not verify: left out");
+            if !self.unverified.contains(&u.key) {
+                tracing::warn!(key = %u.key, why = %u.why, "a registry record does not verify: left out");
+            }
         }
+        self.unverified = records.unverified.iter().map(|u| u.key.clone()).collect();
         let beats = crate::fleet::beating(&self.js, &self.prefix).await?;
         self.signers = crate::command::fleet_root().map(|_| records.signers.clone());
         self.labels = records
@@ -82,30 +89,50 @@ impl FleetWatch {
     }
 
     /// Whether `bytes`, claimed by `cluster` (its subject or key names it), is
-    /// signed by it; always with no fleet root. A cluster not known reads the
-    /// registry again first, at most every [`REREAD`].
-    pub(super) async fn check(&mut self, cluster: &str, bytes: &[u8]) -> Result<(), NotSigned> {
+    /// signed by it; always with no fleet root. A cluster not known, or a
+    /// signature that does not verify (a cluster that joined again or got a
+    /// new certificate since), reads the registry again first, at most every
+    /// [`REREAD`]. The refusal says whether it is final: judged on a read of
+    /// the registry made for it, or unsigned.
+    pub(super) async fn check(&mut self, cluster: &str, bytes: &[u8]) -> Result<(), Refusal> {
         if crate::command::fleet_root().is_none() {
             return Ok(());
         }
-        let unknown = || NotSigned::UnknownCluster(cluster.to_owned());
-        let first = match &self.signers {
-            Some(signers) => signers.check(cluster, bytes),
-            None => Err(unknown()),
-        };
+        let first = self.check_read(cluster, bytes);
         match first {
-            Err(NotSigned::UnknownCluster(_))
-                if self.read_at.is_none_or(|at| at.elapsed() >= REREAD) =>
-            {
-                if let Err(error) = self.read().await {
-                    tracing::warn!(error = %error, "reading the registry for a cluster not known yet");
-                }
-                match &self.signers {
-                    Some(s) => s.check(cluster, bytes),
-                    None => Err(unknown()),
-                }
+            Ok(()) => Ok(()),
+            Err(why @ NotSigned::Unsigned) => Err(Refusal { why, last: true }),
+            Err(why) if self.read_at.is_some_and(|at| at.elapsed() < REREAD) => {
+                Err(Refusal { why, last: false })
             }
-            checked => checked,
+            Err(why) => match self.read().await {
+                Ok(()) => self
+                    .check_read(cluster, bytes)
+                    .map_err(|why| Refusal { why, last: true }),
+                Err(error) => {
+                    tracing::warn!(error = %error, "reading the registry to check a message");
+                    Err(Refusal { why, last: false })
+                }
+            },
         }
     }
+
+    /// [`Self::check`] against the registry as last read.
+    fn check_read(&self, cluster: &str, bytes: &[u8]) -> Result<(), NotSigned> {
+        match &self.signers {
+            Some(signers) => signers.check(cluster, bytes),
+            None => Err(NotSigned::UnknownCluster(cluster.to_owned())),
+        }
+    }
+}
+
+/// Why a message is not (yet) sent.
+#[derive(Debug)]
+pub(super) struct Refusal {
+    /// What the check found.
+    pub(super) why: NotSigned,
+    /// Final: the message is not sent. Else it is tried again once the
+    /// registry may be read again (it may be from a cluster that joined, or
+    /// got a new certificate, since the last read).
+    pub(super) last: bool,
 }

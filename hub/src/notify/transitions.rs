@@ -24,6 +24,22 @@ use crate::fleet::ClusterView;
 /// (replaced, replacement) it lists.
 type PlacementSeen = (Option<String>, BTreeSet<(String, String)>);
 
+/// Records remembered per kind, at most: any member may publish records
+/// under distinct subjects of its own. Past it, an arbitrary one is
+/// forgotten (its next put may be said once more).
+const REMEMBERED: usize = 100_000;
+
+/// `map[key] = value`, the value before returned; at [`REMEMBERED`]
+/// entries, one other entry is forgotten first.
+fn remember<V>(map: &mut HashMap<String, V>, key: &str, value: V) -> Option<V> {
+    if map.len() >= REMEMBERED && !map.contains_key(key) {
+        if let Some(other) = map.keys().next().cloned() {
+            map.remove(&other);
+        }
+    }
+    map.insert(key.to_owned(), value)
+}
+
 /// The last rollout, placement and rule status seen per subject or key.
 #[derive(Debug, Default)]
 pub struct Transitions {
@@ -40,8 +56,7 @@ impl Transitions {
         let seen = if r.phase == RolloutPhase::Gone {
             self.rollouts.remove(subject)
         } else {
-            self.rollouts
-                .insert(subject.to_owned(), (r.phase, failed.clone()))
+            remember(&mut self.rollouts, subject, (r.phase, failed.clone()))
         };
         let (was_phase, was_failed) = seen.unwrap_or((RolloutPhase::Progressing, BTreeSet::new()));
         let object = super::message::shown(&r.source);
@@ -51,10 +66,16 @@ impl Transitions {
                 .iter()
                 .map(|c| format!("{c} ({})", r.failed.get(*c).map_or("", String::as_str)))
                 .collect();
+            // Paused by the same failure, in the same record: said with it.
+            let paused = if r.phase == RolloutPhase::Paused && was_phase != RolloutPhase::Paused {
+                "; paused"
+            } else {
+                ""
+            };
             (
                 Severity::Critical,
                 "Failed",
-                format!("failed on {}", why.join(", ")),
+                format!("failed on {}{paused}", why.join(", ")),
             )
         } else if r.phase == RolloutPhase::Paused && was_phase != RolloutPhase::Paused {
             let by = r
@@ -92,23 +113,27 @@ impl Transitions {
         r: &PlacementRecord,
     ) -> Option<Notification> {
         let replaced: BTreeSet<(String, String)> = r.replaced.iter().cloned().collect();
-        let (was_degraded, was_replaced) = self
-            .placements
-            .insert(subject.to_owned(), (r.degraded.clone(), replaced.clone()))
-            .unwrap_or_default();
+        let (was_degraded, was_replaced) = remember(
+            &mut self.placements,
+            subject,
+            (r.degraded.clone(), replaced.clone()),
+        )
+        .unwrap_or_default();
         let newly: Vec<String> = replaced
             .difference(&was_replaced)
             .map(|(from, to)| format!("{from} by {to}"))
             .collect();
-        let (phase, what) = if !newly.is_empty() {
-            ("Failover", format!("replaced {}", newly.join(", ")))
-        } else {
-            match &r.degraded {
-                Some(why) if was_degraded.as_ref() != Some(why) => {
-                    ("PlacementDegraded", format!("degraded: {why}"))
-                }
-                _ => return None,
-            }
+        // Both may turn in one record: one message says both.
+        let degraded = r
+            .degraded
+            .as_ref()
+            .filter(|why| was_degraded.as_ref() != Some(*why))
+            .map(|why| format!("degraded: {why}"));
+        let (phase, what) = match (newly.is_empty(), degraded) {
+            (false, None) => ("Failover", format!("replaced {}", newly.join(", "))),
+            (false, Some(d)) => ("Failover", format!("replaced {}; {d}", newly.join(", "))),
+            (true, Some(d)) => ("PlacementDegraded", d),
+            (true, None) => return None,
         };
         let mut n = Notification::new("placement", Severity::Warning, origin, &r.rule, phase);
         n.summary = format!(
@@ -127,7 +152,7 @@ impl Transitions {
     /// A rule status record at bucket key `key`: the cluster's SyncPolicy
     /// refusing more of the rule's objects than before (warning).
     pub fn rule_status(&mut self, key: &str, r: &RuleStatusRecord) -> Option<Notification> {
-        let was = self.refused.insert(key.to_owned(), r.refused).unwrap_or(0);
+        let was = remember(&mut self.refused, key, r.refused).unwrap_or(0);
         if r.refused <= was {
             return None;
         }
@@ -245,6 +270,64 @@ mod tests {
         assert!(t
             .rollout(s, &rollout("Paused", json!({"b": "CrashLoopBackOff"})))
             .is_none());
+    }
+
+    #[test]
+    fn a_placement_says_a_failover_and_a_degradation_that_turn_together() {
+        let mut t = Transitions::default();
+        let record = |replaced: serde_json::Value, degraded: Option<&str>| -> PlacementRecord {
+            serde_json::from_value(json!({
+                "rule": "web", "revision": 1,
+                "chosen": [{"cluster": "c", "score": 1.0, "reason": "x"}],
+                "replaced": replaced, "degraded": degraded,
+                "decidedAt": "2026-12-03T00:00:00.000Z",
+            }))
+            .unwrap()
+        };
+        let s = "fleetbus.placement.a.g|web";
+        assert!(t.placement(s, "a", &record(json!([]), None)).is_none());
+        let n = t
+            .placement(
+                s,
+                "a",
+                &record(json!([["b", "c"]]), Some("1 of 2 clusters")),
+            )
+            .unwrap();
+        assert_eq!(n.phase, "Failover");
+        assert!(
+            n.summary
+                .contains("replaced b by c; degraded: 1 of 2 clusters"),
+            "{}",
+            n.summary
+        );
+        assert!(t
+            .placement(
+                s,
+                "a",
+                &record(json!([["b", "c"]]), Some("1 of 2 clusters"))
+            )
+            .is_none());
+        let n = t
+            .placement(
+                s,
+                "a",
+                &record(json!([["b", "c"]]), Some("0 of 2 clusters")),
+            )
+            .unwrap();
+        assert_eq!(n.phase, "PlacementDegraded");
+    }
+
+    #[test]
+    fn what_is_remembered_is_bounded() {
+        let mut map = HashMap::new();
+        for i in 0..REMEMBERED + 10 {
+            remember(&mut map, &format!("k{i}"), i);
+        }
+        assert_eq!(map.len(), REMEMBERED);
+        assert_eq!(
+            remember(&mut map, &format!("k{}", REMEMBERED + 9), 0),
+            Some(REMEMBERED + 9)
+        );
     }
 
     #[test]

@@ -119,6 +119,25 @@ async fn publish_forgeries(
     }
 }
 
+/// Publishes on c2's drift subject of `apps/cfg` `event("masked")` signed by
+/// c2 but naming c1 as its cluster: c2 speaking as c1.
+async fn publish_masked(
+    admin: &async_nats::jetstream::Context,
+    dir: &Path,
+    event: impl Fn(&str) -> Vec<u8>,
+) {
+    let mut masked: Value = serde_json::from_slice(&event("masked")).unwrap();
+    masked["cluster"] = json!("c1");
+    let (c2_keys, c2_serial) = keys_of(dir, "c2");
+    let signed = serde_json::to_vec(&masked).unwrap();
+    let signed = sign_json(&signed, c2_keys.signing(), &c2_serial).unwrap();
+    let ack = admin
+        .publish(c2_cfg_drift_subject(), signed.into())
+        .await
+        .unwrap();
+    ack.await.unwrap();
+}
+
 /// `name`'s keys and certificate serial from the fleet dir.
 fn keys_of(dir: &Path, name: &str) -> (ClusterKeys, String) {
     let c = dir.join("clusters").join(name);
@@ -756,13 +775,15 @@ async fn drift_ls_with_the_fleet_root_shows_only_what_each_cluster_signed() {
     assert_eq!(names(&out), ["cfg", "forged", "posing"], "{out}");
 
     // The history too: events of cfg on c2's subject, one unsigned (rule
-    // `forged`) and one c1 signed (rule `posing`), are left out with the root.
+    // `forged`), one c1 signed (rule `posing`) and one c2 signed that names
+    // c1 (rule `masked`), are left out with the root.
     let of_rule = |rule: &str| {
         let mut v = as_named("cfg");
         v["rule"] = json!(rule);
         serde_json::to_vec(&v).unwrap()
     };
-    publish_forgeries(&admin, &dir, of_rule).await;
+    publish_forgeries(&admin, &dir, &of_rule).await;
+    publish_masked(&admin, &dir, &of_rule).await;
     let history_rules = |dir_args: &[&str]| {
         let mut args = vec![
             "drift",
@@ -787,9 +808,11 @@ async fn drift_ls_with_the_fleet_root_shows_only_what_each_cluster_signed() {
     };
     let (rules, err) = history_rules(&["--dir", d]);
     assert_eq!(rules, ["cfgs".to_owned()].into(), "{err}");
-    assert_eq!(err.matches("left out: ").count(), 2, "{err}");
+    assert_eq!(err.matches("left out: ").count(), 3, "{err}");
     let (rules, _) = history_rules(&[]);
-    let all = ["cfgs", "forged", "posing"].map(str::to_owned).into();
+    let all = ["cfgs", "forged", "masked", "posing"]
+        .map(str::to_owned)
+        .into();
     assert_eq!(rules, all);
 
     // Rule status the same way: records of rules `ghost` (unsigned) and
@@ -964,21 +987,7 @@ async fn notify_sends_only_what_clusters_signed_and_says_when_one_dies() {
         .unwrap()
     };
     publish_forgeries(&admin, &dir, &event).await;
-    // c2's own signature over an event that names c1: c2 speaking as c1.
-    let mut masked: Value = serde_json::from_slice(&event("masked")).unwrap();
-    masked["cluster"] = json!("c1");
-    let (c2_keys, c2_serial) = keys_of(&dir, "c2");
-    let masked = sign_json(
-        &serde_json::to_vec(&masked).unwrap(),
-        c2_keys.signing(),
-        &c2_serial,
-    )
-    .unwrap();
-    let ack = admin
-        .publish(c2_cfg_drift_subject(), masked.into())
-        .await
-        .unwrap();
-    ack.await.unwrap();
+    publish_masked(&admin, &dir, &event).await;
     wait_for("the forgeries read and terminated", CONVERGE, || async {
         let info = consumer().await?;
         let log = std::fs::read_to_string(&log).unwrap_or_default();
