@@ -26,6 +26,7 @@ mod metrics;
 mod nodes;
 mod registry;
 mod run;
+mod services;
 pub mod sync;
 mod trust;
 

@@ -57,6 +57,10 @@ pub struct Metrics {
     /// ClusterProfiles in the agent's namespace another cluster manager owns
     /// (left alone).
     pub foreign_profiles: Gauge,
+    /// Multi-cluster Services, by `event`: `published` records, imports
+    /// `refused_policy` or `refused_forbidden`, records `replayed`, objects
+    /// not imported over (`foreign`), writes that failed (`write_failed`).
+    pub mcs_events: Family<Labels, Counter>,
     /// 1 while this agent's own record fails the validation every reader
     /// applies (peers then skip it), else 0.
     pub own_record_invalid: Gauge,
@@ -273,6 +277,12 @@ impl Metrics {
             "foreign_profiles",
             "ClusterProfiles in the agent's namespace owned by another cluster manager (left alone)",
             foreign_profiles.clone(),
+        );
+        let mcs_events = Family::<Labels, Counter>::default();
+        registry.register(
+            "mcs_events",
+            "Multi-cluster Services: records published, imports refused, replays, foreign objects, failed writes (by event)",
+            mcs_events.clone(),
         );
         let own_record_invalid = Gauge::default();
         registry.register(
@@ -499,6 +509,7 @@ impl Metrics {
             peers_failing,
             standard_crd_missing,
             foreign_profiles,
+            mcs_events,
             registry,
             registry_rejected,
             name_conflicts,
@@ -600,6 +611,11 @@ impl Metrics {
         self.rule_status_publish_failures
             .get_or_create(&vec![("op", op)])
             .inc();
+    }
+
+    /// Counts one multi-cluster Services event (see `mcs_events`).
+    pub fn mcs_event(&self, event: &'static str) {
+        self.mcs_events.get_or_create(&vec![("event", event)]).inc();
     }
 
     /// Counts one write to the Kubernetes API by the registry or the

@@ -332,6 +332,16 @@ async fn run_tasks(
             }),
         );
     }
+    {
+        let (reg, cancel) = (reg.clone(), cancel.clone());
+        spawn(
+            "services",
+            task(async move {
+                crate::services::run(reg, cancel).await;
+                Ok::<(), TaskError>(())
+            }),
+        );
+    }
     if let Some(server) = server {
         let (reg, cancel) = (reg.clone(), cancel.clone());
         spawn(

@@ -39,6 +39,7 @@ const LAYERS: &[&[&str]] = &[
     &["bootstrap", "identity", "metadata", "copy_mark"],
     &["registry"],
     &["nodes", "kubeconfig", "sync", "inventory"],
+    &["services"],
     &["run", "lib", "main", "bin"],
 ];
 

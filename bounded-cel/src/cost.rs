@@ -15,7 +15,13 @@
 //! - `size` is a list or map literal's length, a `map`/`filter`'s range's
 //!   size, the sum for `+`, the larger branch for `?:`, and
 //!   [`ASSUMED_SIZE`] for anything else (a field of `object`, a function's
-//!   result): the expression cannot know how long a list of the copy is.
+//!   result): the expression cannot know how long a list of the copy is;
+//! - unless the caller knows ([`Bounds`], as a CRD's schema knows its
+//!   `maxItems`, `maxProperties` and `maxLength`): a variable's value, a
+//!   field of it, an element of a list or a value of a map then has the
+//!   size its bound says (a loop's variable the bound of its range's
+//!   elements), and `s.split(…)` at most one more element than `s` has
+//!   characters.
 //!
 //! So `object.status.conditions.exists(c, c.type == 'Available')` is
 //! estimated at 100, two comprehensions nested over lists of `object`
@@ -71,6 +77,8 @@ use cel::common::types::{Kind, DYN_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{DeclarationError, Env, ExecutionError};
 
+use std::collections::BTreeMap;
+
 use crate::budget;
 use crate::built;
 
@@ -89,47 +97,154 @@ const RANGE: &str = "@fleetbus_range";
 /// only: `in` over a map is a lookup).
 const SCAN: &str = "@fleetbus_scan";
 
-/// The estimated cost of `e` (see the module docs), saturating.
-pub fn estimate(e: &IdedExpr) -> u64 {
+/// What the estimate may know of the values of a variable: the most
+/// elements of a list or entries of a map, the longest string, and the same
+/// of its fields, elements and map values (a CRD's schema: `maxItems`,
+/// `maxProperties`, `maxLength`, `properties`, `items`,
+/// `additionalProperties`). What it does not say counts as unknown.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Bounds {
+    /// Most elements of a list, or entries of a map.
+    pub max_elements: Option<u64>,
+    /// Most characters of a string.
+    pub max_length: Option<u64>,
+    /// An object's fields.
+    pub fields: BTreeMap<String, Bounds>,
+    /// A list's elements.
+    pub items: Option<Box<Bounds>>,
+    /// A map's values (a loop over a map walks its keys).
+    pub values: Option<Box<Bounds>>,
+}
+
+/// The variables whose bounds the estimate knows, by name; a loop's variable
+/// hides an outer one of the same name.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    vars: &'a [(String, Bounds)],
+    binding: Option<(&'a str, Option<&'a Bounds>)>,
+    parent: Option<&'a Scope<'a>>,
+}
+
+impl<'a> Scope<'a> {
+    fn new(vars: &'a [(String, Bounds)]) -> Self {
+        Scope {
+            vars,
+            binding: None,
+            parent: None,
+        }
+    }
+
+    fn with(&'a self, name: &'a str, bounds: Option<&'a Bounds>) -> Scope<'a> {
+        Scope {
+            vars: self.vars,
+            binding: Some((name, bounds)),
+            parent: Some(self),
+        }
+    }
+
+    fn lookup(&self, name: &str) -> Option<&'a Bounds> {
+        let mut scope = Some(self);
+        while let Some(s) = scope {
+            if let Some((n, b)) = s.binding {
+                if n == name {
+                    return b;
+                }
+            }
+            scope = s.parent;
+        }
+        self.vars.iter().find(|(n, _)| n == name).map(|(_, b)| b)
+    }
+}
+
+/// The estimated cost of `e` (see the module docs), saturating, knowing the
+/// bounds of the variables `vars`.
+pub fn estimate(e: &IdedExpr, vars: &[(String, Bounds)]) -> u64 {
+    estimate_in(e, &Scope::new(vars))
+}
+
+fn estimate_in(e: &IdedExpr, scope: &Scope<'_>) -> u64 {
     match &e.expr {
         Expr::Comprehension(c) => {
-            let per_item = estimate(&c.loop_cond)
-                .saturating_add(estimate(&c.loop_step))
+            let range = bounds_of(&c.iter_range, scope);
+            // One variable: a list's element, or a map's key; two: the index
+            // or key, then the element or value.
+            let (first, second) = match &c.iter_var2 {
+                None => (range.and_then(|b| b.items.as_deref()), None),
+                Some(_) => (
+                    None,
+                    range.and_then(|b| b.items.as_deref().or(b.values.as_deref())),
+                ),
+            };
+            let accu = scope.with(&c.accu_var, None);
+            let outer = accu.with(&c.iter_var, first);
+            let inner = match &c.iter_var2 {
+                Some(v) => outer.with(v, second),
+                None => outer,
+            };
+            let per_item = estimate_in(&c.loop_cond, &inner)
+                .saturating_add(estimate_in(&c.loop_step, &inner))
                 .saturating_add(1);
-            size(&c.iter_range)
+            size(&c.iter_range, scope)
                 .saturating_mul(per_item)
-                .saturating_add(estimate(&c.iter_range))
-                .saturating_add(estimate(&c.accu_init))
-                .saturating_add(estimate(&c.result))
+                .saturating_add(estimate_in(&c.iter_range, scope))
+                .saturating_add(estimate_in(&c.accu_init, scope))
+                .saturating_add(estimate_in(&c.result, &accu))
         }
         Expr::Call(call) if is_in(call) => operands(&e.expr)
             .into_iter()
-            .map(estimate)
-            .fold(size(&call.args[1]), u64::saturating_add),
+            .map(|o| estimate_in(o, scope))
+            .fold(size(&call.args[1], scope), u64::saturating_add),
         other => operands(other)
             .into_iter()
-            .map(estimate)
+            .map(|o| estimate_in(o, scope))
             .fold(0, u64::saturating_add),
     }
 }
 
 /// How many elements the estimate gives the value of `e` (see the module docs).
-fn size(e: &IdedExpr) -> u64 {
+fn size(e: &IdedExpr, scope: &Scope<'_>) -> u64 {
     match &e.expr {
         Expr::List(l) => len(l.elements.len()),
         Expr::Map(m) => len(m.entries.len()),
         // `map` and `filter`: at most one element per iteration.
         Expr::Comprehension(c) if builds_list(&c.accu_init, &c.result, &c.accu_var) => {
-            size(&c.iter_range)
+            size(&c.iter_range, scope)
         }
         Expr::Call(call) if call.target.is_none() => {
             match (call.func_name.as_str(), &call.args[..]) {
-                (operators::ADD, [a, b]) => size(a).saturating_add(size(b)),
-                (operators::CONDITIONAL, [_, a, b]) => size(a).max(size(b)),
-                _ => ASSUMED_SIZE,
+                (operators::ADD, [a, b]) => size(a, scope).saturating_add(size(b, scope)),
+                (operators::CONDITIONAL, [_, a, b]) => size(a, scope).max(size(b, scope)),
+                _ => bounded_size(e, scope),
             }
         }
-        _ => ASSUMED_SIZE,
+        // At most one part per character, and one more.
+        Expr::Call(call) if call.func_name == "split" => call
+            .target
+            .as_deref()
+            .and_then(|t| bounds_of(t, scope)?.max_length)
+            .map_or(ASSUMED_SIZE, |l| l.saturating_add(1)),
+        _ => bounded_size(e, scope),
+    }
+}
+
+/// The size the bounds give `e`'s value, else [`ASSUMED_SIZE`].
+fn bounded_size(e: &IdedExpr, scope: &Scope<'_>) -> u64 {
+    bounds_of(e, scope)
+        .and_then(|b| b.max_elements)
+        .unwrap_or(ASSUMED_SIZE)
+}
+
+/// What the bounds say of `e`'s value: a variable, a field of it, an element
+/// of a list or a value of a map (`a[i]`).
+fn bounds_of<'a>(e: &IdedExpr, scope: &Scope<'a>) -> Option<&'a Bounds> {
+    match &e.expr {
+        Expr::Ident(name) => scope.lookup(name),
+        Expr::Select(s) if !s.test => bounds_of(&s.operand, scope)?.fields.get(&s.field),
+        Expr::Call(call) if call.target.is_none() && call.func_name == operators::INDEX => {
+            let of = bounds_of(call.args.first()?, scope)?;
+            of.items.as_deref().or(of.values.as_deref())
+        }
+        _ => None,
     }
 }
 
@@ -304,33 +419,96 @@ mod tests {
     #[test]
     fn the_estimate_counts_iterations_and_nested_loops_multiply() {
         let ten = "[0,1,2,3,4,5,6,7,8,9]";
-        assert_eq!(estimate(&parse("object.status.phase == 'Up'")), 0);
+        assert_eq!(estimate(&parse("object.status.phase == 'Up'"), &[]), 0);
         assert_eq!(
             estimate(&parse(
                 "object.status.conditions.exists(c, c.type == 'Available' && c.status == 'True')"
-            )),
+            ), &[]),
             ASSUMED_SIZE
         );
-        assert_eq!(estimate(&parse(&nested(1, ten))), 10);
-        assert_eq!(estimate(&parse(&nested(2, ten))), 10 * 11);
-        assert_eq!(estimate(&parse(&nested(7, ten))), 11_111_110);
+        assert_eq!(estimate(&parse(&nested(1, ten)), &[]), 10);
+        assert_eq!(estimate(&parse(&nested(2, ten)), &[]), 10 * 11);
+        assert_eq!(estimate(&parse(&nested(7, ten)), &[]), 11_111_110);
         // Over the copy's lists: two nested are admitted, three are not.
-        let two = estimate(&parse(&nested(2, "object.spec.items")));
+        let two = estimate(&parse(&nested(2, "object.spec.items")), &[]);
         assert_eq!(two, ASSUMED_SIZE * (ASSUMED_SIZE + 1));
         assert!(two <= LIMIT);
-        assert!(estimate(&parse(&nested(3, "object.spec.items"))) > LIMIT);
+        assert!(estimate(&parse(&nested(3, "object.spec.items")), &[]) > LIMIT);
         // `map` keeps its range's size; `+` adds; `in` scans.
         assert_eq!(
-            estimate(&parse(&format!("{ten}.map(x, x * 2).all(y, y > 0)"))),
+            estimate(&parse(&format!("{ten}.map(x, x * 2).all(y, y > 0)")), &[]),
             20
         );
         assert_eq!(
-            estimate(&parse(&format!("({ten} + {ten}).all(y, y > 0)"))),
+            estimate(&parse(&format!("({ten} + {ten}).all(y, y > 0)")), &[]),
             20
         );
         assert_eq!(
-            estimate(&parse("object.spec.a.all(x, x in object.spec.b)")),
+            estimate(&parse("object.spec.a.all(x, x in object.spec.b)"), &[]),
             ASSUMED_SIZE * (ASSUMED_SIZE + 1)
         );
+    }
+
+    fn list_of(max: u64, items: Bounds) -> Bounds {
+        Bounds {
+            max_elements: Some(max),
+            items: Some(Box::new(items)),
+            ..Bounds::default()
+        }
+    }
+
+    fn object(fields: &[(&str, Bounds)]) -> Bounds {
+        Bounds {
+            fields: fields
+                .iter()
+                .map(|(k, b)| ((*k).to_owned(), b.clone()))
+                .collect(),
+            ..Bounds::default()
+        }
+    }
+
+    #[test]
+    fn known_bounds_replace_the_assumed_size() {
+        // self: {a: [≤5 of {b: [≤7 of {c: [≤3]}]}], m: map ≤4 of [≤2], s: string ≤9, u: unbounded list}
+        let c = list_of(3, Bounds::default());
+        let b = list_of(7, object(&[("c", c)]));
+        let a = list_of(5, object(&[("b", b)]));
+        let m = Bounds {
+            max_elements: Some(4),
+            values: Some(Box::new(list_of(2, Bounds::default()))),
+            ..Bounds::default()
+        };
+        let s = Bounds {
+            max_length: Some(9),
+            ..Bounds::default()
+        };
+        let vars = vec![(
+            "self".to_owned(),
+            object(&[("a", a), ("m", m), ("s", s), ("u", Bounds::default())]),
+        )];
+        let est = |src: &str| estimate(&parse(src), &vars);
+        assert_eq!(
+            est("self.a.all(x, x.b.all(y, y.c.all(z, z > 0)))"),
+            5 * (1 + 7 * (1 + 3))
+        );
+        // Unbounded, or unknown to the bounds: as without them.
+        assert_eq!(est("self.u.all(x, true)"), ASSUMED_SIZE);
+        assert_eq!(est("object.a.all(x, true)"), ASSUMED_SIZE);
+        // A map's entries (its keys), and a value by index.
+        assert_eq!(est("self.m.all(k, self.m[k].all(v, v > 0))"), 4 * (1 + 2));
+        // `split`: at most one part per character, and one more.
+        assert_eq!(est("self.s.split(',').all(p, p != '')"), 10);
+        assert_eq!(est("self.a[0].b.all(y, true)"), 7);
+        // A loop's variable hides an outer one: `self` here is an element of a.
+        assert_eq!(est("self.a.all(self, self.b.all(y, true))"), 5 * (1 + 7));
+        // What would be refused unbounded fits with its bounds, and a large
+        // bound counts as large.
+        let three = "self.a.all(x, x.b.all(y, y.c.all(z, z > 0)))";
+        assert!(estimate(&parse(three), &[]) > LIMIT);
+        let wide = vec![(
+            "self".to_owned(),
+            object(&[("u", list_of(1_000_000, Bounds::default()))]),
+        )];
+        assert_eq!(estimate(&parse("self.u.all(x, true)"), &wide), 1_000_000);
     }
 }

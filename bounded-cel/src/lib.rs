@@ -6,7 +6,9 @@
 //!
 //! Start at [`compile`], then [`Program::eval_bool`]. Used by the agent (a
 //! rule's health expressions over `object`) and by the devcluster (a CRD's
-//! validation rules over `self` and `oldSelf`), so both bound the same way.
+//! validation rules over `self` and `oldSelf`, with the bounds its schema
+//! gives them: [`compile_bounded`]; their `messageExpression`s:
+//! [`Program::eval_string`]), so both bound the same way.
 //!
 //! What bounds a hostile expression: the caller caps its length; compiling
 //! (an ANTLR parser with no stack guard, hundreds of KiB of stack for a
@@ -39,7 +41,7 @@ use serde_json::Value;
 pub use budget::LIMIT;
 pub use built::{BYTES_PER_UNIT, MAX_STRING};
 pub use cel::ExecutionError;
-pub use cost::ASSUMED_SIZE;
+pub use cost::{Bounds, ASSUMED_SIZE};
 
 /// Compiled programs by source; bounded so churn cannot grow it forever.
 const MEMO_CAP: usize = 256;
@@ -93,6 +95,12 @@ pub enum EvalError {
         /// The result's type.
         got: String,
     },
+    /// The result is not a string ([`Program::eval_string`]).
+    #[error("must be a string, got a {got}")]
+    NotString {
+        /// The result's type.
+        got: String,
+    },
 }
 
 /// A compiled expression, comparable by its source.
@@ -131,6 +139,26 @@ impl Program {
     /// it): its boolean, or why it has none. Stopped once its budget is
     /// spent.
     pub fn eval_bool(&self, vars: &[(&str, &Value)]) -> Result<bool, EvalError> {
+        match self.eval(vars)? {
+            Cel::Bool(b) => Ok(b),
+            other => Err(EvalError::NotBool {
+                got: other.type_of().to_string(),
+            }),
+        }
+    }
+
+    /// Like [`Program::eval_bool`], for an expression that makes a string
+    /// (a CRD rule's `messageExpression`), with a budget of its own.
+    pub fn eval_string(&self, vars: &[(&str, &Value)]) -> Result<String, EvalError> {
+        match self.eval(vars)? {
+            Cel::String(s) => Ok(s.to_string()),
+            other => Err(EvalError::NotString {
+                got: other.type_of().to_string(),
+            }),
+        }
+    }
+
+    fn eval(&self, vars: &[(&str, &Value)]) -> Result<Cel, EvalError> {
         let mut ctx = Context::with_env(env().clone());
         for (name, value) in vars {
             ctx.add_variable_from_value(*name, to_cel(value));
@@ -139,13 +167,7 @@ impl Program {
         if spent {
             return Err(EvalError::BudgetExceeded);
         }
-        match result {
-            Ok(Cel::Bool(b)) => Ok(b),
-            Ok(other) => Err(EvalError::NotBool {
-                got: other.type_of().to_string(),
-            }),
-            Err(e) => Err(EvalError::Execution(e)),
-        }
+        result.map_err(EvalError::Execution)
     }
 }
 
@@ -206,25 +228,40 @@ fn env() -> &'static Arc<Env> {
 /// What compiling a source gave: its metered tree, or why not.
 type Compiled = Result<Arc<IdedExpr>, CompileError>;
 
-fn memo() -> &'static Mutex<HashMap<String, Compiled>> {
-    static MEMO: OnceLock<Mutex<HashMap<String, Compiled>>> = OnceLock::new();
+/// A source and the bounds its estimate was given (none for [`compile`]).
+type MemoKey = (String, Vec<(String, Bounds)>);
+
+fn memo() -> &'static Mutex<HashMap<MemoKey, Compiled>> {
+    static MEMO: OnceLock<Mutex<HashMap<MemoKey, Compiled>>> = OnceLock::new();
     MEMO.get_or_init(Mutex::default)
 }
 
 /// Compiles `source`, or says why it cannot be used: it does not parse, or
 /// its estimated cost is above [`LIMIT`].
 pub fn compile(source: &str) -> Result<Program, CompileError> {
+    compile_bounded(source, &[])
+}
+
+/// [`compile`], with an estimate that knows the bounds of the variables
+/// `vars` (a CRD's rule: `self` and `oldSelf` as its schema bounds them).
+pub fn compile_bounded(source: &str, vars: &[(&str, &Bounds)]) -> Result<Program, CompileError> {
+    let key: MemoKey = (
+        source.to_owned(),
+        vars.iter()
+            .map(|(n, b)| ((*n).to_owned(), (*b).clone()))
+            .collect(),
+    );
     // A std Mutex: held for a lookup or an insert, never across a compile.
-    let cached = memo().lock().ok().and_then(|m| m.get(source).cloned());
+    let cached = memo().lock().ok().and_then(|m| m.get(&key).cloned());
     let result = match cached {
         Some(r) => r,
         None => {
-            let r = compile_on_big_stack(source);
+            let r = compile_on_big_stack(source, key.1.clone());
             if let Ok(mut m) = memo().lock() {
                 if m.len() >= MEMO_CAP {
                     m.clear();
                 }
-                m.insert(source.to_owned(), r.clone());
+                m.insert(key, r.clone());
             }
             r
         }
@@ -235,7 +272,7 @@ pub fn compile(source: &str) -> Result<Program, CompileError> {
     })
 }
 
-fn compile_on_big_stack(source: &str) -> Compiled {
+fn compile_on_big_stack(source: &str, vars: Vec<(String, Bounds)>) -> Compiled {
     let owned = source.to_owned();
     let env = env().clone();
     let worker = std::thread::Builder::new()
@@ -247,7 +284,7 @@ fn compile_on_big_stack(source: &str) -> Compiled {
             let program = env
                 .compile(&owned)
                 .map_err(|e| CompileError::Parse(e.to_string()))?;
-            let estimate = cost::estimate(program.expression());
+            let estimate = cost::estimate(program.expression(), &vars);
             if estimate > LIMIT {
                 return Err(CompileError::TooCostly {
                     excerpt: excerpt(&owned),
@@ -415,5 +452,54 @@ mod tests {
         );
         assert_eq!(compile("true").unwrap(), compile("true").unwrap());
         assert_ne!(compile("true").unwrap(), compile("false").unwrap());
+    }
+
+    #[test]
+    fn a_string_expression_gives_its_string_within_a_budget() {
+        let self_ = json!({"name": "web", "items": vec![1; 200_000]});
+        let vars: &[(&str, &Value)] = &[("self", &self_)];
+        let msg = compile("'name ' + self.name + ' is taken'").unwrap();
+        assert_eq!(msg.eval_string(vars), Ok("name web is taken".to_owned()));
+        assert_eq!(
+            compile("size(self.name)").unwrap().eval_string(vars),
+            Err(EvalError::NotString {
+                got: "int".to_owned()
+            })
+        );
+        assert!(matches!(
+            compile("self.missing").unwrap().eval_string(vars),
+            Err(EvalError::Execution(_))
+        ));
+        assert_eq!(
+            compile("self.items.map(x, string(x)).join(',')")
+                .unwrap()
+                .eval_string(vars),
+            Err(EvalError::BudgetExceeded)
+        );
+    }
+
+    #[test]
+    fn bounds_admit_what_they_keep_small_and_are_remembered_apart() {
+        let three = "self.a.all(x, x.a.all(y, y.a.all(z, z > 0)))";
+        assert!(matches!(
+            compile(three),
+            Err(CompileError::TooCostly { .. })
+        ));
+        // Lists of at most 10, three deep.
+        let mut bounds = Bounds::default();
+        for _ in 0..3 {
+            let mut list = Bounds {
+                max_elements: Some(10),
+                ..Bounds::default()
+            };
+            list.items = Some(Box::new(bounds));
+            bounds = Bounds::default();
+            bounds.fields.insert("a".to_owned(), list);
+        }
+        let program = compile_bounded(three, &[("self", &bounds)]).unwrap();
+        let value = json!({"a": [{"a": [{"a": [1, 2]}]}]});
+        assert_eq!(program.eval_bool(&[("self", &value)]), Ok(true));
+        // The unbounded compile is still refused: each is remembered with its bounds.
+        assert!(compile(three).is_err());
     }
 }

@@ -785,6 +785,13 @@ pub struct UpArgs {
     /// operator mode, one credential per cluster (SECURITY.md).
     #[arg(long, env = "FLEETBUS_MESH_INSECURE")]
     pub insecure: bool,
+
+    /// Install every *.yaml in DIR (the SIG Multicluster CRDs: ClusterProfile,
+    /// ClusterProperty, ServiceExport/ServiceImport, PlacementDecision) into each
+    /// cluster before its agent starts. Default: `../shared/reference/crds` beside
+    /// the checkout, when it exists; without it those standards stay inactive.
+    #[arg(long, env = "FLEETBUS_UPSTREAM_CRDS", value_name = "DIR")]
+    pub upstream_crds: Option<PathBuf>,
 }
 
 #[cfg(test)]
@@ -866,6 +873,12 @@ mod tests {
         assert_eq!(up.dir.dir, PathBuf::from("/tmp/m"));
         assert!(up.detach);
         assert_eq!((up.nats_port, up.nodes), (0, 3));
+        assert_eq!(up.upstream_crds, None);
+        let cli = parse(&["mesh", "up", "--upstream-crds", "/x/crds"]).unwrap();
+        let Command::Mesh(MeshCommand::Up(up)) = cli.command else {
+            panic!("not up")
+        };
+        assert_eq!(up.upstream_crds, Some(PathBuf::from("/x/crds")));
     }
 
     #[test]

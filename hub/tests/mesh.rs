@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use fleetbus_hub::{process_is_alive, MeshState, ProcRecord};
-use fleetbus_testsupport::{cargo_bin, nats_server_bin, wait_for_blocking};
+use fleetbus_testsupport::{cargo_bin, nats_server_bin, upstream_crds, wait_for_blocking};
 
 fn fleetbus(dir: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleetbus"));
@@ -17,6 +17,7 @@ fn fleetbus(dir: &Path, args: &[&str]) -> Command {
         .env("FLEETBUS_NATS_SERVER", nats_server_bin())
         .env("FLEETBUS_DEVCLUSTER_BIN", cargo_bin("fleetbus-devcluster"))
         .env("FLEETBUS_AGENT_BIN", cargo_bin("fleetbus-agent"))
+        .env("FLEETBUS_UPSTREAM_CRDS", upstream_crds())
         .stdin(Stdio::null());
     cmd
 }
@@ -95,6 +96,7 @@ fn detached_mesh_comes_up_reports_status_and_goes_down() {
         "ok  b/devcluster",
         "ok  a/agent",
         "ok  b/agent",
+        "ok  upstream CRDs",
     ] {
         assert!(stdout.contains(line), "missing {line:?}: {}", text(&up));
     }
@@ -133,6 +135,19 @@ fn detached_mesh_comes_up_reports_status_and_goes_down() {
         .output()
         .unwrap();
     assert!(kubectl.status.success(), "{}", text(&kubectl));
+    // The SIG Multicluster standards are served in a member: their CRDs were
+    // installed from the upstream files before its agent started.
+    let served = Command::new("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
+        .arg("--kubeconfig")
+        .arg(&state.clusters[1].kubeconfig)
+        .args([
+            "get",
+            "clusterprofiles.multicluster.x-k8s.io,serviceexports.multicluster.x-k8s.io",
+            "--all-namespaces",
+        ])
+        .output()
+        .unwrap();
+    assert!(served.status.success(), "{}{}", text(&served), logs(&dir));
 
     let status = fleetbus(&dir, &["mesh", "status"]).output().unwrap();
     assert!(status.status.success(), "{}{}", text(&status), logs(&dir));
@@ -225,12 +240,14 @@ fn foreground_mesh_stops_in_order_on_sigint() {
     let dir = tmp.path().join("mesh");
     let _guard = DownOnDrop(dir.clone());
     let out_path = tmp.path().join("up.out");
-    // The open mesh of old (`--insecure`) stays available.
+    // The open mesh of old (`--insecure`) stays available; so does a mesh
+    // without the upstream CRDs.
+    let no_crds = tmp.path().join("no-crds");
     let mut up = spawn_foreground(
         &dir,
         &out_path,
         &["mesh", "up", "--clusters", "1", "--insecure"],
-        &[],
+        &[("FLEETBUS_UPSTREAM_CRDS", &no_crds)],
     );
     let output = || std::fs::read_to_string(&out_path).unwrap_or_default();
     wait_for_blocking(
@@ -262,6 +279,17 @@ fn foreground_mesh_stops_in_order_on_sigint() {
     assert!(state.security.is_none());
     assert!(state.nats.as_ref().unwrap().url.starts_with("nats://"));
     assert!(output().contains("Insecure (--insecure)"), "{}", output());
+    // Said once, naming the directory and what stays inactive.
+    let err = std::fs::read_to_string(out_path.with_extension("err")).unwrap();
+    assert_eq!(
+        err.matches("no upstream SIG Multicluster CRDs").count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains(&no_crds.display().to_string()) && err.contains("ServiceExport"),
+        "{err}"
+    );
 
     let killed = Command::new("kill")
         .args(["-INT", &up.id().to_string()])

@@ -6,7 +6,7 @@
 //!
 //! The invariant is ARCHITECTURE.md's "each cluster writes only its own
 //! subtree", enforced by the server rather than trusted to the agent:
-//! - its own subtrees `<p>.{obj,drift,status,conflict,rollout,ver,placement}.<self>.>`;
+//! - its own subtrees `<p>.{obj,drift,status,conflict,rollout,ver,placement,svc}.<self>.>`;
 //! - its own keys of the shared buckets: registry `cluster.<self>.*` and
 //!   `kubeconfig.<self>.*`, drift state `<self>.>`, rule status
 //!   `status.<self>.>`, beats `beat.<self>.*`;
@@ -332,6 +332,7 @@ mod tests {
             "FLEETBUS_ROLLOUTS",
             "FLEETBUS_VERSIONS",
             "FLEETBUS_PLACEMENTS",
+            "FLEETBUS_SERVICES",
             "KV_fleetbus-registry",
             "KV_fleetbus-beats",
             "KV_fleetbus-drift",
@@ -340,7 +341,7 @@ mod tests {
             let create = format!("$JS.API.STREAM.CREATE.{stream}");
             assert!(p.publish_allow.contains(&create), "{create}");
         }
-        for own in ["obj", "rollout", "ver", "placement"] {
+        for own in ["obj", "rollout", "ver", "placement", "svc"] {
             let subtree = format!("fleetbus.{own}.c1.>");
             assert!(p.publish_allow.contains(&subtree), "{subtree}");
         }

@@ -108,7 +108,8 @@ fn jetstream_names_and_limits_match_the_layout() {
             "FLEETBUS_CONFLICTS",
             "FLEETBUS_ROLLOUTS",
             "FLEETBUS_VERSIONS",
-            "FLEETBUS_PLACEMENTS"
+            "FLEETBUS_PLACEMENTS",
+            "FLEETBUS_SERVICES"
         ]
     );
     for s in default.streams() {

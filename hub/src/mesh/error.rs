@@ -71,6 +71,16 @@ pub enum MeshError {
     /// The mesh's TLS certificates could not be generated.
     #[error("cannot generate the mesh's TLS certificates: {0}")]
     Tls(String),
+    /// An upstream CRD file could not be read, or a cluster refused it.
+    #[error("cannot install the upstream CRD {file}{into}: {reason}", file = file.display(), into = cluster.as_ref().map(|c| format!(" into {c}")).unwrap_or_default())]
+    UpstreamCrd {
+        /// The file.
+        file: PathBuf,
+        /// The cluster that refused it (none: the file could not be read).
+        cluster: Option<String>,
+        /// Why.
+        reason: String,
+    },
     /// SIGINT or SIGTERM arrived while the mesh was starting.
     #[error("interrupted while starting the mesh; stopped what had started")]
     Interrupted,

@@ -8,6 +8,7 @@ pub mod secure;
 mod status;
 mod tour;
 mod up;
+mod upstream;
 
 pub use down::down;
 pub use error::MeshError;

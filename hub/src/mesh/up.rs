@@ -11,6 +11,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::Instant;
 
 use super::tour::tour;
+use super::upstream;
 use super::MeshError;
 use crate::cli::UpArgs;
 use crate::names::{cluster_names, NameError};
@@ -41,6 +42,8 @@ pub struct UpPlan {
     pub ready_timeout: Duration,
     /// `--insecure`: plain-text NATS without auth.
     pub insecure: bool,
+    /// `--upstream-crds`: where the SIG Multicluster CRDs are (None: the default place).
+    pub upstream_crds: Option<PathBuf>,
 }
 
 impl UpPlan {
@@ -53,6 +56,7 @@ impl UpPlan {
             nodes: args.nodes,
             ready_timeout: Duration::from_secs(args.ready_timeout),
             insecure: args.insecure,
+            upstream_crds: args.upstream_crds.clone(),
         })
     }
 }
@@ -195,7 +199,60 @@ impl Mesh {
         };
         let nats_url = self.start_nats(plan, bins, conf.as_deref()).await?;
         self.start_devclusters(plan, bins).await?;
+        self.install_upstream_crds(plan).await?;
         self.start_agents(plan, bins, &nats_url).await
+    }
+
+    /// Applies every upstream CRD file to every devcluster, before the agents
+    /// start (they find the standards served from the first moment). Without
+    /// the directory, says once what stays inactive and goes on.
+    async fn install_upstream_crds(&self, plan: &UpPlan) -> Result<(), MeshError> {
+        let exe = std::env::current_exe().unwrap_or_default();
+        let exe_dir = exe.parent().unwrap_or(Path::new("."));
+        let dir = match upstream::locate(plan.upstream_crds.as_deref(), exe_dir) {
+            Ok(dir) => dir,
+            Err(looked) => {
+                eprintln!("{}", upstream::missing_warning(&looked));
+                return Ok(());
+            }
+        };
+        let unreadable = |file: &Path, reason: String| MeshError::UpstreamCrd {
+            file: file.to_path_buf(),
+            cluster: None,
+            reason,
+        };
+        let crds = upstream::files(&dir)
+            .map_err(|e| unreadable(&dir, e.to_string()))?
+            .iter()
+            .map(|f| upstream::read(f).map_err(|reason| unreadable(f, reason)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if crds.is_empty() {
+            eprintln!("{}", upstream::missing_warning(&[dir]));
+            return Ok(());
+        }
+        for cluster in &self.state.clusters {
+            let url = cluster
+                .devcluster
+                .as_ref()
+                .map(|d| d.url.as_str())
+                .unwrap_or("");
+            for crd in &crds {
+                upstream::apply(url, crd)
+                    .await
+                    .map_err(|reason| MeshError::UpstreamCrd {
+                        file: crd.path.clone(),
+                        cluster: Some(cluster.name.clone()),
+                        reason,
+                    })?;
+            }
+        }
+        let names: Vec<&str> = crds.iter().map(|c| c.name.as_str()).collect();
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        progress(
+            "upstream CRDs",
+            &format!("{} in every cluster: {}", dir.display(), names.join(", ")),
+        );
+        Ok(())
     }
 
     fn save(&self) -> Result<(), MeshError> {

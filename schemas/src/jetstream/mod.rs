@@ -46,6 +46,8 @@ pub const CONFLICTS_STREAM_SUFFIX: &str = "CONFLICTS";
 pub const ROLLOUTS_STREAM_SUFFIX: &str = "ROLLOUTS";
 /// Stream name suffix of placement decisions (`FLEETBUS_PLACEMENTS`).
 pub const PLACEMENTS_STREAM_SUFFIX: &str = "PLACEMENTS";
+/// Name suffix of the services stream (multi-cluster Services' exports).
+pub const SERVICES_STREAM_SUFFIX: &str = "SERVICES";
 /// Stream name suffix of the version store (`FLEETBUS_VERSIONS`).
 pub const VERSIONS_STREAM_SUFFIX: &str = "VERSIONS";
 /// How long a stored version is kept: an origin re-puts the versions a rollout
@@ -290,6 +292,17 @@ impl Layout {
         )
     }
 
+    /// SERVICES: `<p>.svc.>`, the last export record per (cluster, Service):
+    /// what a cluster exports of its Services for multi-cluster Services
+    /// (PROTOCOL §6.11). Withdrawn records are kept, as tombstones are.
+    pub fn services_stream(&self) -> StreamSpec {
+        self.base(
+            SERVICES_STREAM_SUFFIX,
+            "fleetbus multi-cluster services: last export record per cluster and Service",
+            crate::multicluster::all_exports(&self.prefix),
+        )
+    }
+
     /// VERSIONS: `<p>.ver.>`, the envelopes of the versions rollout records
     /// name, by content hash, for [`DEFAULT_VERSIONS_MAX_AGE`] and at most
     /// [`DEFAULT_VERSIONS_MAX_BYTES`]: the objects stream keeps only the newest.
@@ -316,6 +329,7 @@ impl Layout {
             self.rollouts_stream(),
             self.versions_stream(),
             self.placements_stream(),
+            self.services_stream(),
         ]
     }
 

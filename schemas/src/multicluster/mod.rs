@@ -4,9 +4,14 @@
 //! About API, `about.k8s.io`, v1beta1 stored, v1alpha1 also served). Their
 //! CRDs are not fleetbus's: platform teams install them from upstream, and
 //! other cluster managers share them, so they are not in `crd::all_crds`.
+//! Multi-cluster Services (KEP-1645, kubernetes-sigs/mcs-api v0.5.0):
+//! `ServiceExport` and `ServiceImport` (v1beta1 stored, v1alpha1 served),
+//! and the record an exporting cluster publishes (`exported`).
 
 mod cluster_profile;
 mod cluster_property;
+mod exported;
+mod services;
 
 pub use cluster_profile::{
     AccessProvider, ClientCluster, ClusterManager, ClusterProfile, ClusterProfileSpec,
@@ -16,6 +21,18 @@ pub use cluster_profile::{
 pub use cluster_property::{
     ClusterProperty, ClusterPropertySpec, CLUSTER_PROPERTY_GROUP, CLUSTER_PROPERTY_PLURAL,
     CLUSTER_PROPERTY_VERSIONS, PROPERTY_CLUSTER_ID, PROPERTY_CLUSTER_SET,
+};
+pub use exported::{
+    all_exports, ExportKey, ExportRecord, ExportRecordError, ExportedEndpoint, ExportedSlice,
+    ImportType, EXPORT_RECORD_SCHEMA, MAX_ENDPOINT_ADDRESSES, MAX_EXPORT_ENDPOINTS,
+    MAX_EXPORT_PORTS, MAX_EXPORT_SLICES, SVC,
+};
+pub use services::{
+    ClientIpConfig, ClusterStatus, ServiceExport, ServiceExportSpec, ServiceExportStatus,
+    ServiceImport, ServiceImportSpec, ServiceImportStatus, ServicePort, SessionAffinityConfig,
+    CONDITION_CONFLICT, CONDITION_READY, CONDITION_VALID, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
+    LABEL_SOURCE_CLUSTER, MANAGED_BY, MCS_GROUP, MCS_VERSIONS, REASON_INVALID_SERVICE_TYPE,
+    REASON_NO_SERVICE,
 };
 
 #[cfg(test)]
@@ -84,5 +101,27 @@ mod tests {
             served_paths(&theirs, "v1alpha1"),
             served_paths(&theirs, "v1beta1")
         );
+        for (ours, file) in [
+            (
+                serde_json::to_value(super::ServiceExport::crd()).unwrap(),
+                "multicluster.x-k8s.io_serviceexports.yaml",
+            ),
+            (
+                serde_json::to_value(super::ServiceImport::crd()).unwrap(),
+                "multicluster.x-k8s.io_serviceimports.yaml",
+            ),
+        ] {
+            let theirs = upstream(file);
+            assert_eq!(
+                served_paths(&ours, "v1beta1"),
+                served_paths(&theirs, "v1beta1"),
+                "{file}"
+            );
+            assert_eq!(
+                served_paths(&theirs, "v1alpha1"),
+                served_paths(&theirs, "v1beta1"),
+                "{file}"
+            );
+        }
     }
 }

@@ -146,8 +146,9 @@ pub fn commands_for(prefix: &Prefix, cluster: &str) -> String {
 
 /// The subject subtrees only `cluster` may publish to (for NATS permissions):
 /// its object snapshots, its drift events, its reported state, its conflict
-/// events, its rollout records and its version store.
-pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 7] {
+/// events, its rollout records, its version store, its placement decisions
+/// and its exported Services.
+pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 8] {
     let c = encode_token(cluster);
     [
         format!("{prefix}.{OBJ}.{c}.>"),
@@ -157,5 +158,6 @@ pub fn owned_subtrees(prefix: &Prefix, cluster: &str) -> [String; 7] {
         format!("{prefix}.{ROLLOUT}.{c}.>"),
         format!("{prefix}.{VER}.{c}.>"),
         format!("{prefix}.{}.{c}.>", crate::placement::PLACEMENT),
+        format!("{prefix}.{}.{c}.>", crate::multicluster::SVC),
     ]
 }

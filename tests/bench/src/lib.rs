@@ -80,7 +80,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<bool> {
     // Every latency is reported against the floor of the same run.
     let needs_floor = selected
         .iter()
-        .any(|s| !matches!(*s, "wire" | "registry" | "placement"));
+        .any(|s| !matches!(*s, "wire" | "registry" | "placement" | "services"));
     if needs_floor {
         match scenario::floor::run(&ctx).await {
             Ok((t, p50)) => {
@@ -162,6 +162,7 @@ async fn run_one(name: &str, ctx: &Ctx) -> Vec<Table> {
         "registry" => scenario::registry::run(ctx).await,
         "idle" => scenario::idle::run(ctx).await,
         "placement" => scenario::placement::run(ctx).await,
+        "services" => scenario::services::run(ctx).await,
         other => Err(anyhow::anyhow!("scenario {other} has no runner")),
     };
     match result {

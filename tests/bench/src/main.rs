@@ -9,7 +9,7 @@ use fleetbus_bench::bus::Topology;
 #[derive(Debug, Parser)]
 #[command(name = "fleetbus-bench")]
 struct Cli {
-    /// floor, propagation, propagation_at, previewing, pressure, drift, throughput, catchup, memory, fleet, wire, registry, idle, placement, or all.
+    /// floor, propagation, propagation_at, previewing, pressure, drift, throughput, catchup, memory, fleet, wire, registry, idle, placement, services, or all.
     scenario: String,
     /// Tiny sizes (seconds): checks that every scenario produces samples, for CI.
     #[arg(long)]

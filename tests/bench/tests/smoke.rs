@@ -34,6 +34,7 @@ fn all_scenarios_run_and_produce_samples() {
         "7. Fleet scaling",
         "8. Wire size",
         "11. Placement",
+        "12. Multi-cluster Services",
         "Goals of this run",
     ] {
         assert!(

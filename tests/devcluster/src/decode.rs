@@ -278,8 +278,13 @@ fn prune(obj: &mut Value, path: &str) {
 
 /// Server-side conversions kube applies on every write (Secret stringData -> data, and
 /// the `type` default, which kube's decoder sets on updates too: a PUT without `type`
-/// means `Opaque`, and is refused as a type change for a Secret of another type).
+/// means `Opaque`, and is refused as a type change for a Secret of another type), and
+/// the Service defaults (`service::set_defaults`).
 pub fn normalize(def: &ResourceDef, obj: &mut Value) {
+    if def.group.is_empty() && def.plural == "services" {
+        crate::service::set_defaults(obj);
+        return;
+    }
     if !(def.group.is_empty() && def.plural == "secrets") {
         return;
     }

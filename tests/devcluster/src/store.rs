@@ -166,6 +166,11 @@ impl Tx<'_> {
         self.inner.objects.get(key)
     }
 
+    /// True for a `dryRun=All` write (its changes are dropped afterwards).
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run
+    }
+
     fn next_rv(&mut self) -> u64 {
         self.inner.rv += 1;
         self.inner.rv

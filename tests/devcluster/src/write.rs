@@ -11,6 +11,7 @@ use crate::meta::{self, meta_mut, meta_str};
 use crate::names;
 use crate::patch::{self, PatchType};
 use crate::resources::ResourceDef;
+use crate::service;
 use crate::status::{ApiError, FieldCause};
 use crate::store::{ObjKey, Tx};
 use crate::validation;
@@ -127,22 +128,6 @@ fn on_create(def: &ResourceDef, obj: &mut Value, now: &str) -> Result<(), ApiErr
                 json!({"phase": "Pending", "qosClass": "BestEffort"}),
             );
         }
-        ("", "services") => {
-            let spec = o.entry("spec").or_insert(json!({}));
-            if let Some(s) = spec.as_object_mut() {
-                s.entry("type").or_insert(json!("ClusterIP"));
-                if !s.contains_key("clusterIP") {
-                    let ip = format!(
-                        "10.96.{}.{}",
-                        rand::random::<u8>(),
-                        rand::random::<u8>().max(1)
-                    );
-                    s.insert("clusterIP".into(), json!(ip));
-                    s.insert("clusterIPs".into(), json!([ip]));
-                }
-                s.entry("sessionAffinity").or_insert(json!("None"));
-            }
-        }
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             crd::check_structural(obj, None)?;
             let entry = crd::entry_from_crd(obj)?;
@@ -250,6 +235,10 @@ fn prepare_create(
     if def.namespaced {
         check_namespace_for_create(tx, def, ns.unwrap_or("default"), &name)?;
     }
+    if is_service(def) {
+        // kube allocates in `beginCreate`, before storage finds a name taken.
+        service::on_create(tx, &mut obj)?;
+    }
     if tx.get(&key_for(def, ns, &name)).is_some() {
         return Err(ApiError::already_exists(def, &name));
     }
@@ -267,8 +256,14 @@ fn commit_create(tx: &mut Tx<'_>, def: &ResourceDef, ns: Option<&str>, obj: Valu
     stored
 }
 
-/// Carries server-owned fields from `old` into `new` and applies subresource rules.
+fn is_service(def: &ResourceDef) -> bool {
+    def.group.is_empty() && def.plural == "services"
+}
+
+/// Carries server-owned fields from `old` into `new` and applies subresource rules
+/// (and a Service's ClusterIP rules, which read the other Services in `tx`).
 fn prepare_update(
+    tx: &Tx<'_>,
     def: &ResourceDef,
     old: &Value,
     mut new: Value,
@@ -351,6 +346,9 @@ fn prepare_update(
                 o.insert("spec".into(), s.clone());
             }
         }
+    }
+    if is_service(def) {
+        service::on_update(tx, old, &mut new)?;
     }
     if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
         crd::check_structural(&new, Some(old))?;
@@ -446,7 +444,7 @@ pub fn update(
     }
     let warnings = check_fields(def, &mut body, ctx.validation)?;
     normalize(def, &mut body);
-    let mut new = prepare_update(def, &old, body, sub)?;
+    let mut new = prepare_update(tx, def, &old, body, sub)?;
     validate_meta(def, &new, Some(&old))?;
     crd_schema::admit(def, &mut new, Some(&old))?;
     let now = tx.now.clone();
@@ -556,7 +554,7 @@ pub fn patch_parsed(
     }
     let warnings = check_fields(def, &mut patched, ctx.validation)?;
     normalize(def, &mut patched);
-    let mut new = prepare_update(def, &old, patched, sub)?;
+    let mut new = prepare_update(tx, def, &old, patched, sub)?;
     validate_meta(def, &new, Some(&old))?;
     crd_schema::admit(def, &mut new, Some(&old))?;
     let now = tx.now.clone();
@@ -657,7 +655,7 @@ fn apply(
                 .get("metadata")
                 .and_then(|m| m.get("managedFields"))
                 .cloned();
-            let mut new = prepare_update(def, &old, merged, sub)?;
+            let mut new = prepare_update(tx, def, &old, merged, sub)?;
             if let Some(mf) = managed {
                 meta_mut(&mut new).insert("managedFields".into(), mf);
             }

@@ -252,3 +252,72 @@ async fn non_structural_crds_are_rejected() {
     );
     assert!(crds.get_opt("gadgets.example.com").await.unwrap().is_none());
 }
+
+/// A CRD whose rule loops three deep over lists its schema bounds (`maxItems`)
+/// is admitted, and refused without the bounds; a failing rule says what its
+/// `messageExpression` makes. Failed before: the bounded CRD was refused
+/// (every list counted as 100 elements) and the message was the static one.
+#[tokio::test]
+async fn rules_are_estimated_with_schema_bounds_and_say_their_message_expression() {
+    let dc = DevCluster::start(DevClusterOpts::new("cel-bounds")).expect("start devcluster");
+    let client = dc.client().await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = |max_items: Option<u64>| {
+        let list = |items: Value| {
+            let mut l = json!({"type": "array", "items": items});
+            if let Some(m) = max_items {
+                l["maxItems"] = json!(m);
+            }
+            l
+        };
+        let pins = list(json!({"type": "integer"}));
+        let parts = list(json!({"type": "object", "properties": {"pins": pins}}));
+        let boards = list(json!({"type": "object", "properties": {"parts": parts}}));
+        serde_json::from_value::<CustomResourceDefinition>(raw::gadget_crd(json!({
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object",
+                    "x-kubernetes-validations": [{
+                        "rule": "self.boards.all(b, b.parts.all(p, p.pins.all(n, n >= 0)))",
+                        "message": "pins must not be negative",
+                        "messageExpression": "'pins must not be negative, ' + string(size(self.boards)) + ' boards checked'",
+                    }],
+                    "properties": {"boards": boards}}}}}
+        })))
+        .unwrap()
+    };
+    let refused = crds
+        .create(&PostParams::default(), &crd(None))
+        .await
+        .unwrap_err();
+    let s = invalid(refused);
+    assert!(s.message.contains("too costly"), "{}", s.message);
+
+    crds.create(&PostParams::default(), &crd(Some(10)))
+        .await
+        .unwrap();
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Gadget");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "gadgets");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let bad = gadget(
+        "g",
+        json!({"boards": [{"parts": [{"pins": [1, -1]}]}, {"parts": []}]}),
+    );
+    let s = wait_for("gadgets served and validated", T, || {
+        let api = api.clone();
+        let bad = bad.clone();
+        async move {
+            match api.create(&PostParams::default(), &bad).await {
+                Err(Error::Api(s)) if s.code == 422 => Ok(s),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        s.message,
+        "Gadget.example.com \"g\" is invalid: spec: Invalid value: \"object\": \
+         pins must not be negative, 2 boards checked"
+    );
+    let good = gadget("g", json!({"boards": [{"parts": [{"pins": [1, 2]}]}]}));
+    api.create(&PostParams::default(), &good).await.unwrap();
+}

@@ -121,7 +121,8 @@ async fn agents_create_the_layout_and_agree_on_it() {
             "FLEETBUS_CONFLICTS",
             "FLEETBUS_ROLLOUTS",
             "FLEETBUS_VERSIONS",
-            "FLEETBUS_PLACEMENTS"
+            "FLEETBUS_PLACEMENTS",
+            "FLEETBUS_SERVICES"
         ]
     );
     for spec in layout.streams() {

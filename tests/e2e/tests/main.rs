@@ -30,6 +30,7 @@ mod rule_preview;
 mod rule_rollout;
 mod rule_suspend;
 mod rule_values;
+mod services;
 mod status_return;
 mod sync;
 mod sync_burst;

@@ -1004,26 +1004,6 @@ async fn peers_joining_at_once_wake_few_reconcile_passes() {
     );
 }
 
-/// Installs the upstream SIG Multicluster CRDs on `m`, as published.
-fn install_upstream_crds(m: &Member) {
-    let dir = fleetbus_testsupport::upstream_crds();
-    for file in [
-        "multicluster.x-k8s.io_clusterprofiles.yaml",
-        "about.k8s.io_clusterproperties.yaml",
-    ] {
-        let path = dir.join(file);
-        let out = m
-            .cluster
-            .kubectl("1.33", &["create", "-f", path.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            m.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
 fn profiles(m: &Member) -> Api<ClusterProfile> {
     Api::namespaced(m.client.clone(), NAMESPACE)
 }
@@ -1096,7 +1076,13 @@ async fn cluster_inventory_and_identity_follow_the_fleet() {
     .await;
     assert_logged(&a, "is not installed");
     for m in [&a, &b, &c] {
-        install_upstream_crds(m);
+        install_upstream_crds(
+            m,
+            &[
+                "multicluster.x-k8s.io_clusterprofiles.yaml",
+                "about.k8s.io_clusterproperties.yaml",
+            ],
+        );
     }
     for name in ["a", "b", "c"] {
         wait_profile(&a, name, "Joined", "True").await;

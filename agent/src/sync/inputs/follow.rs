@@ -35,8 +35,9 @@ static SKIPPED: crate::log_gate::LogGate =
 pub type Decode<K, V> =
     Box<dyn Fn(&Prefix, &str, &[u8]) -> Result<(K, V), &'static str> + Send + Sync>;
 
-/// One followed subject tree.
-pub struct Follow<K, V> {
+/// One followed subject tree, whose events become `I`s (the engine's
+/// [`Input`] by default; multi-cluster Services follow their own).
+pub struct Follow<K, V, I = Input> {
     /// Name of the stream.
     pub stream: String,
     /// Subject filter within it.
@@ -47,15 +48,15 @@ pub struct Follow<K, V> {
     pub decode: Decode<K, V>,
     /// The key a subject names, for messages that do not decode.
     pub key_of: fn(&Prefix, &str) -> Option<K>,
-    /// Wraps a feed event as the engine's input.
-    pub input: Box<dyn Fn(Feed<K, V>) -> Input + Send + Sync>,
+    /// Wraps a feed event as the reader's input.
+    pub input: Box<dyn Fn(Feed<K, V>) -> I + Send + Sync>,
 }
 
-/// Follows `f` into `tx` until `cancel` or until the engine is gone.
-pub async fn follow<K, V>(
+/// Follows `f` into `tx` until `cancel` or until the reader is gone.
+pub async fn follow<K, V, I>(
     ctx: Arc<Context>,
-    f: Follow<K, V>,
-    tx: mpsc::Sender<Input>,
+    f: Follow<K, V, I>,
+    tx: mpsc::Sender<I>,
     cancel: CancellationToken,
 ) {
     let mut delay = FIRST_DELAY;
@@ -92,10 +93,10 @@ const FIRST_DELAY: Duration = Duration::from_millis(200);
 const MAX_DELAY: Duration = Duration::from_secs(10);
 
 /// One consumer's life: `Ok` when the engine is gone, `Err` to restart.
-async fn consume_once<K, V>(
+async fn consume_once<K, V, I>(
     ctx: &Context,
-    f: &Follow<K, V>,
-    tx: &mpsc::Sender<Input>,
+    f: &Follow<K, V, I>,
+    tx: &mpsc::Sender<I>,
 ) -> Result<(), String> {
     let prefix = ctx.layout.prefix();
     // A creation means consuming anew (event-driven, no polling). Without
@@ -226,7 +227,7 @@ async fn next_advisory(sub: &mut Option<async_nats::Subscriber>) -> Option<async
 /// Secure mode: a record must be signed by the origin its subject names; one
 /// the broker let someone else write is refused (counted, reported) and not
 /// acted on. Insecure mode: every record stands.
-pub(in crate::sync) fn signed_by(
+pub(crate) fn signed_by(
     ctx: &Context,
     origin: &str,
     subject: &str,

@@ -4,7 +4,7 @@
 //! the bus the same way ([`follow`]); the events they send are
 //! `model::Input`.
 
-mod follow;
+pub(crate) mod follow;
 pub(super) mod placements;
 pub(super) mod rollouts;
 pub(super) mod watches;

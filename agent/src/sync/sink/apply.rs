@@ -283,13 +283,16 @@ pub async fn create_namespace(ctx: &Context, name: &str) -> Result<(), WriteErro
 /// whose causes say "field is immutable" (apimachinery's
 /// `ValidateImmutableField` and the ConfigMap/Secret `immutable` checks).
 pub fn is_immutable(s: &kube::core::Status) -> bool {
+    // kube-apiserver says "field is immutable" for most fields, and "may not
+    // change once set" for a Service's `clusterIPs` (1.33's
+    // `ValidateServiceUpdate`).
+    let immutable =
+        |m: &str| m.contains("field is immutable") || m.contains("may not change once set");
     s.code == 422
-        && (s.message.contains("field is immutable")
-            || s.details.as_ref().is_some_and(|d| {
-                d.causes
-                    .iter()
-                    .any(|c| c.message.contains("field is immutable"))
-            }))
+        && (immutable(&s.message)
+            || s.details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| immutable(&c.message))))
 }
 
 #[cfg(test)]
@@ -405,6 +408,13 @@ mod tests {
             retry_after_seconds: 0,
         });
         assert!(is_immutable(&via_cause));
+        // What kube-apiserver 1.33 says of a Service's address.
+        let mut svc = Status::failure(
+            "Service \"x\" is invalid: spec.clusterIPs[0]: Invalid value: []string{\"10.96.0.77\"}: may not change once set",
+            "Invalid",
+        );
+        svc.code = 422;
+        assert!(is_immutable(&svc));
         let mut conflict = Status::failure("field is immutable", "Conflict");
         conflict.code = 409;
         assert!(!is_immutable(&conflict));

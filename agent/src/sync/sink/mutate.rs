@@ -195,7 +195,35 @@ fn strip(obj: &mut Value, keep_status: bool) -> Result<(), MutateError> {
     if let Some(Value::Object(a)) = meta.get_mut("annotations") {
         a.remove(ANNOTATION_LAST_APPLIED);
     }
+    strip_allocations(obj);
     Ok(())
+}
+
+/// A Service's addresses and node ports are the source cluster's
+/// allocations: the sink's API server allocates its own (copied, the copy
+/// would take the source's address if it happened to be free there, and
+/// be refused when it is held or outside that cluster's service range).
+/// A headless Service keeps `clusterIP: None`, which is no allocation. A
+/// rule may still set them with an override (mutations come after).
+fn strip_allocations(obj: &mut Value) {
+    if obj.get("apiVersion").and_then(Value::as_str) != Some("v1")
+        || obj.get("kind").and_then(Value::as_str) != Some("Service")
+    {
+        return;
+    }
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if spec.get("clusterIP").and_then(Value::as_str) != Some("None") {
+        spec.remove("clusterIP");
+        spec.remove("clusterIPs");
+    }
+    spec.remove("healthCheckNodePort");
+    if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            p.remove("nodePort");
+        }
+    }
 }
 
 fn metadata(obj: &mut Value) -> Result<&mut Map<String, Value>, MutateError> {
@@ -583,6 +611,31 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_services_addresses_and_node_ports_are_left_to_the_sink_cluster() {
+        let svc = |ip: &str| {
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "team-a", "uid": "u-1", "resourceVersion": "9"},
+                "spec": {"type": "NodePort", "clusterIP": ip, "clusterIPs": [ip],
+                         "healthCheckNodePort": 30001,
+                         "ports": [{"name": "http", "port": 80, "nodePort": 30080}]}
+            })
+        };
+        let c = copy_with(&svc("10.96.7.7"), &ResourceSyncRuleSpec::default(), &[]).unwrap();
+        let spec = &c["spec"];
+        assert!(
+            spec.get("clusterIP").is_none() && spec.get("clusterIPs").is_none(),
+            "{spec}"
+        );
+        assert!(spec.get("healthCheckNodePort").is_none());
+        assert!(spec["ports"][0].get("nodePort").is_none());
+        assert_eq!(spec["ports"][0]["port"], 80);
+        // Headless stays headless.
+        let c = copy_with(&svc("None"), &ResourceSyncRuleSpec::default(), &[]).unwrap();
+        assert_eq!(c["spec"]["clusterIP"], "None");
     }
 
     #[test]

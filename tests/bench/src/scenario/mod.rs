@@ -1,4 +1,4 @@
-//! The eight first scenarios, then propagation at scale, the registry and placement at 1,000 clusters. Each starts what it needs, measures, and
+//! The eight first scenarios, then propagation at scale, the registry, placement at 1,000 clusters and multi-cluster Services under endpoint churn. Each starts what it needs, measures, and
 //! returns its tables; a failure is reported as an error, never hidden.
 
 use std::time::Duration;
@@ -17,6 +17,7 @@ pub mod placement;
 pub mod propagation;
 pub mod propagation_at;
 pub mod registry;
+pub mod services;
 pub mod throughput;
 pub mod wire;
 
@@ -46,7 +47,7 @@ impl Ctx {
 }
 
 /// The scenarios in the order `all` runs them.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 15] = [
     "floor",
     "propagation",
     "propagation_at",
@@ -61,6 +62,7 @@ pub const ALL: [&str; 14] = [
     "registry",
     "idle",
     "placement",
+    "services",
 ];
 
 /// The fleet scenarios that run on every topology of `--nats` (the cost of

@@ -2,21 +2,34 @@
 //! kube-apiserver enforces them: `self` is the value the rule sits on,
 //! `oldSelf` the stored one on updates; a rule naming `oldSelf` (a
 //! transition rule) runs only when the stored object has a value there to
-//! compare with. Compiled and bounded by `bounded_cel`, the cost estimate and
+//! compare with; a failed rule says its `messageExpression`'s string, else
+//! its `message`. Compiled and bounded by `bounded_cel`, the cost estimate and
 //! budget the agent's own CEL uses (kube's are of the same kind: an
-//! estimate refused when the CRD is written, a budget per evaluation).
+//! estimate refused when the CRD is written, a budget per evaluation), the
+//! estimate knowing the `maxItems`, `maxProperties` and `maxLength` of the
+//! schema under the rule, as kube's does.
 
+use bounded_cel::Bounds;
 use serde_json::{Map, Value};
 
 use crate::status::FieldCause;
 
 const RULES: &str = "x-kubernetes-validations";
 
+/// How far below a rule's node its schema's bounds are read (a rule's
+/// loops do not nest deeper).
+const BOUNDS_DEPTH: usize = 8;
+
+/// The longest message a `messageExpression` may give
+/// (`celconfig.MaxEvaluatedMessageExpressionSizeBytes`).
+const MAX_MESSAGE: usize = 5 * 1024;
+
 /// One entry of `x-kubernetes-validations` (the fields this server honours;
-/// `messageExpression` and `reason` fall back to `message` and Invalid).
+/// `reason` falls back to Invalid).
 struct Rule<'a> {
     rule: &'a str,
     message: Option<&'a str>,
+    message_expression: Option<&'a str>,
     field_path: Option<&'a str>,
 }
 
@@ -30,9 +43,71 @@ fn rules(schema: &Value) -> impl Iterator<Item = Rule<'_>> {
             Some(Rule {
                 rule: r.get("rule")?.as_str()?,
                 message: r.get("message").and_then(Value::as_str),
+                message_expression: r.get("messageExpression").and_then(Value::as_str),
                 field_path: r.get("fieldPath").and_then(Value::as_str),
             })
         })
+}
+
+/// What the schema `schema` bounds of the values it describes, for the
+/// estimate of its rules: `maxItems`/`maxProperties`, `maxLength`, and the
+/// same of its properties, items and additionalProperties (only those that
+/// bound something, [`BOUNDS_DEPTH`] levels down).
+pub fn bounds(schema: &Value) -> Bounds {
+    bounds_at(schema, BOUNDS_DEPTH)
+}
+
+fn bounds_at(schema: &Value, depth: usize) -> Bounds {
+    let num = |k: &str| schema.get(k).and_then(Value::as_u64);
+    let mut b = Bounds {
+        max_elements: num("maxItems").or(num("maxProperties")),
+        max_length: num("maxLength"),
+        ..Bounds::default()
+    };
+    if depth == 0 {
+        return b;
+    }
+    let below = |s: &Value| Some(bounds_at(s, depth - 1)).filter(|b| *b != Bounds::default());
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        b.fields = props
+            .iter()
+            .filter_map(|(k, s)| Some((k.clone(), below(s)?)))
+            .collect();
+    }
+    b.items = schema.get("items").and_then(below).map(Box::new);
+    b.values = schema
+        .get("additionalProperties")
+        .filter(|a| a.is_object())
+        .and_then(below)
+        .map(Box::new);
+    b
+}
+
+/// Compiles `source` as a rule (or message expression) on `bounds`.
+fn compile(
+    source: &str,
+    bounds: &Bounds,
+) -> Result<bounded_cel::Program, bounded_cel::CompileError> {
+    bounded_cel::compile_bounded(source, &[("self", bounds), ("oldSelf", bounds)])
+}
+
+/// kube's `evalMessageExpression`: the trimmed string, or why it cannot be
+/// the message (`Err(true)`: the budget is spent, stop validating;
+/// `Err(false)`: fall back to the rule's message).
+fn message_of(source: &str, bounds: &Bounds, vars: &[(&str, &Value)]) -> Result<String, bool> {
+    let program = compile(source, bounds).map_err(|_| false)?;
+    match program.eval_string(vars) {
+        Ok(s) => {
+            let s = s.trim();
+            if s.is_empty() || s.len() > MAX_MESSAGE || s.contains(['\n', '\r']) {
+                Err(false)
+            } else {
+                Ok(s.to_owned())
+            }
+        }
+        Err(bounded_cel::EvalError::BudgetExceeded) => Err(true),
+        Err(_) => Err(false),
+    }
 }
 
 /// kube's `ruleErrorString`: the message, else the rule, trimmed.
@@ -62,8 +137,10 @@ pub fn check(
             message: format!("Invalid value: \"{ty}\": {detail}"),
         });
     };
+    let mut bounds_here = None;
     for rule in rules(schema) {
-        let program = match bounded_cel::compile(rule.rule) {
+        let bounds = bounds_here.get_or_insert_with(|| bounds(schema));
+        let program = match compile(rule.rule, bounds) {
             Ok(p) => p,
             Err(e) => {
                 invalid(out, path.to_owned(), format!("rule compile error: {e}"));
@@ -71,21 +148,43 @@ pub fn check(
             }
         };
         let transition = program.mentions("oldSelf");
-        let result = match (transition, old) {
+        let with_old;
+        let vars: &[(&str, &Value)] = match (transition, old) {
             (true, None) => continue,
-            (true, Some(old)) => program.eval_bool(&[("self", v), ("oldSelf", old)]),
-            (false, _) => program.eval_bool(&[("self", v)]),
+            (true, Some(old)) => {
+                with_old = [("self", v), ("oldSelf", old)];
+                &with_old
+            }
+            (false, _) => &[("self", v)],
         };
-        match result {
+        match program.eval_bool(vars) {
             Ok(true) => {}
             Ok(false) => {
                 let field = match rule.field_path {
                     Some(p) if !p.is_empty() => format!("{path}{p}"),
                     _ => path.to_owned(),
                 };
-                let detail = match rule.message.map(str::trim).filter(|m| !m.is_empty()) {
-                    Some(m) => m.to_owned(),
-                    None => format!("failed rule: {}", said(&rule)),
+                let expressed = rule
+                    .message_expression
+                    .filter(|m| !m.trim().is_empty())
+                    .map(|m| message_of(m, bounds, vars));
+                let detail = match expressed {
+                    Some(Ok(m)) => m,
+                    Some(Err(true)) => {
+                        invalid(
+                            out,
+                            field,
+                            "messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run".to_owned(),
+                        );
+                        return;
+                    }
+                    // kube's `ruleMessageOrDefault`.
+                    None | Some(Err(false)) => {
+                        match rule.message.map(str::trim).filter(|m| !m.is_empty()) {
+                            Some(m) => m.to_owned(),
+                            None => format!("failed rule: {}", said(&rule)),
+                        }
+                    }
                 };
                 invalid(out, field, detail);
             }
@@ -104,20 +203,25 @@ pub fn check(
                     format!("{e} evaluating rule: {}", said(&rule)),
                 );
             }
-            Err(e @ bounded_cel::EvalError::NotBool { .. }) => {
+            Err(
+                e @ (bounded_cel::EvalError::NotBool { .. }
+                | bounded_cel::EvalError::NotString { .. }),
+            ) => {
                 invalid(out, path.to_owned(), format!("rule compile error: {e}"));
             }
         }
     }
 }
 
-/// Why a CRD's rule cannot be admitted (when the CRD is written): it does
-/// not compile or its estimated cost is over the limit. `path` is the
-/// schema node's field path in the CRD.
+/// Why a CRD's rule cannot be admitted (when the CRD is written): its rule
+/// or its `messageExpression` does not compile, or its estimated cost (with
+/// the bounds its schema gives) is over the limit. `path` is the schema
+/// node's field path in the CRD.
 pub fn check_definition(schema: &Value, path: &str, out: &mut Vec<FieldCause>) {
     let Some(list) = schema.get(RULES).and_then(Value::as_array) else {
         return;
     };
+    let bounds = bounds(schema);
     for (i, r) in list.iter().enumerate() {
         let field = format!("{path}.{RULES}[{i}].rule");
         let Some(source) = r.get("rule").and_then(Value::as_str) else {
@@ -128,22 +232,45 @@ pub fn check_definition(schema: &Value, path: &str, out: &mut Vec<FieldCause>) {
             });
             continue;
         };
-        match bounded_cel::compile(source) {
-            Ok(_) => {}
-            Err(e @ bounded_cel::CompileError::TooCostly { .. }) => out.push(FieldCause {
-                reason: "FieldValueForbidden",
-                field,
-                message: format!("Forbidden: {e}"),
-            }),
-            Err(e) => out.push(FieldCause {
-                reason: "FieldValueInvalid",
-                field,
-                message: format!(
-                    "Invalid value: {}: compilation failed: {e}",
-                    serde_json::to_string(source).unwrap_or_default()
-                ),
-            }),
+        definition_causes(source, "", &bounds, field, out);
+        if let Some(expr) = r.get("messageExpression").and_then(Value::as_str) {
+            let field = format!("{path}.{RULES}[{i}].messageExpression");
+            if expr.trim().is_empty() {
+                out.push(FieldCause {
+                    reason: "FieldValueRequired",
+                    field,
+                    message: "Required value: messageExpression must be non-empty if specified"
+                        .to_owned(),
+                });
+            } else {
+                definition_causes(expr, "messageExpression ", &bounds, field, out);
+            }
         }
+    }
+}
+
+fn definition_causes(
+    source: &str,
+    what: &str,
+    bounds: &Bounds,
+    field: String,
+    out: &mut Vec<FieldCause>,
+) {
+    match compile(source, bounds) {
+        Ok(_) => {}
+        Err(e @ bounded_cel::CompileError::TooCostly { .. }) => out.push(FieldCause {
+            reason: "FieldValueForbidden",
+            field,
+            message: format!("Forbidden: {what}{e}"),
+        }),
+        Err(e) => out.push(FieldCause {
+            reason: "FieldValueInvalid",
+            field,
+            message: format!(
+                "Invalid value: {}: {what}compilation failed: {e}",
+                serde_json::to_string(source).unwrap_or_default()
+            ),
+        }),
     }
 }
 
@@ -312,6 +439,158 @@ mod tests {
                 "spec.min: Invalid value: \"object\": min must not be negative",
                 "spec: Invalid value: \"object\": No such key: missing evaluating rule: self.missing == 1",
             ]
+        );
+    }
+
+    #[test]
+    fn a_message_expression_says_the_message_and_falls_back_as_kube_does() {
+        let rule = |expr: &str| {
+            json!({"type": "object", "properties": {"spec": {
+                "type": "object",
+                "x-kubernetes-validations": [
+                    {"rule": "self.replicas <= self.max", "message": "too many replicas",
+                     "messageExpression": expr, "fieldPath": ".replicas"},
+                ],
+                "properties": {"replicas": {"type": "integer"}, "max": {"type": "integer"},
+                    "name": {"type": "string"}, "items": {"type": "array", "items": {"type": "integer"}}}}}})
+        };
+        let obj =
+            json!({"spec": {"replicas": 7, "max": 3, "name": "web", "items": vec![1; 2_000]}});
+        let said = |expr: &str| messages(&validate(&rule(expr), &obj, None));
+        assert_eq!(
+            said("'web ' + self.name + ' wants ' + string(self.replicas) + ', at most ' + string(self.max)"),
+            ["spec.replicas: Invalid value: \"object\": web web wants 7, at most 3"]
+        );
+        // Trimmed.
+        assert_eq!(
+            said("'  spaced  '"),
+            ["spec.replicas: Invalid value: \"object\": spaced"]
+        );
+        // An error, a non-string, an empty or multi-line string: the message.
+        for fallback in ["self.missing", "self.replicas", "'   '", "'two\\nlines'"] {
+            assert_eq!(
+                said(fallback),
+                ["spec.replicas: Invalid value: \"object\": too many replicas"],
+                "{fallback}"
+            );
+        }
+        // Without a message: kube's default.
+        let mut bare = rule("self.missing");
+        bare["properties"]["spec"]["x-kubernetes-validations"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("message");
+        assert_eq!(
+            messages(&validate(&bare, &obj, None)),
+            ["spec.replicas: Invalid value: \"object\": failed rule: self.replicas <= self.max"]
+        );
+        // Over its budget: said, and no further rule runs.
+        assert_eq!(
+            said("self.items.map(x, self.items.map(y, string(y))).size() > 0 ? 'x' : 'y'"),
+            ["spec.replicas: Invalid value: \"object\": messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run"]
+        );
+        // A rule that holds says nothing, whatever its message expression.
+        let fine = json!({"spec": {"replicas": 1, "max": 3, "name": "web", "items": []}});
+        assert!(validate(&rule("self.missing"), &fine, None).is_empty());
+    }
+
+    #[test]
+    fn a_message_expression_is_compiled_with_the_crd() {
+        let mut out = Vec::new();
+        let schema = json!({"type": "object", "x-kubernetes-validations": [
+            {"rule": "true", "messageExpression": "'a' +"},
+            {"rule": "true", "messageExpression": "  "},
+            {"rule": "true", "messageExpression": "'ok ' + string(self.a)"},
+            {"rule": "true", "messageExpression": "self.a.all(x, self.b.all(y, self.c.all(z, x == y && y == z))) ? 'a' : 'b'"},
+        ]});
+        check_definition(&schema, "s", &mut out);
+        let got: Vec<_> = out
+            .iter()
+            .map(|c| {
+                (
+                    c.field.as_str(),
+                    c.reason,
+                    c.message.split(':').next().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "s.x-kubernetes-validations[0].messageExpression",
+                    "FieldValueInvalid",
+                    "Invalid value"
+                ),
+                (
+                    "s.x-kubernetes-validations[1].messageExpression",
+                    "FieldValueRequired",
+                    "Required value"
+                ),
+                (
+                    "s.x-kubernetes-validations[3].messageExpression",
+                    "FieldValueForbidden",
+                    "Forbidden"
+                ),
+            ]
+        );
+        assert!(
+            out[0]
+                .message
+                .contains("messageExpression compilation failed"),
+            "{}",
+            out[0].message
+        );
+    }
+
+    /// Failed before: every list counted as 100 elements, so three nested loops
+    /// were refused whatever the schema said, and a list of a million as cheap
+    /// as one of ten.
+    #[test]
+    fn schema_bounds_feed_the_estimate() {
+        let three = "self.a.all(x, x.b.all(y, y.c.all(z, z.size() > 0)))";
+        let schema = |max: Option<u64>| {
+            let list = |items: Value| {
+                let mut l = json!({"type": "array", "items": items});
+                if let Some(m) = max {
+                    l["maxItems"] = json!(m);
+                }
+                l
+            };
+            let c = list(json!({"type": "string", "maxLength": 4}));
+            let b = list(json!({"type": "object", "properties": {"c": c}}));
+            let a = list(json!({"type": "object", "properties": {"b": b}}));
+            json!({"type": "object", "properties": {"a": a, "s": {"type": "string", "maxLength": 20}},
+                   "x-kubernetes-validations": [{"rule": three}]})
+        };
+        let refused = |schema: &Value| {
+            let mut out = Vec::new();
+            check_definition(schema, "s", &mut out);
+            out.iter().map(|c| c.reason).collect::<Vec<_>>()
+        };
+        assert_eq!(refused(&schema(None)), ["FieldValueForbidden"]);
+        assert!(refused(&schema(Some(20))).is_empty());
+        assert_eq!(refused(&schema(Some(100_000))), ["FieldValueForbidden"]);
+        // The bounds reach the evaluation's compile too: the rule runs.
+        let obj = json!({"a": [{"b": [{"c": ["x", ""]}]}]});
+        assert_eq!(
+            messages(&validate(&schema(Some(20)), &obj, None)),
+            [format!(": Invalid value: \"object\": failed rule: {three}")]
+        );
+        // `maxLength` bounds what `split` makes.
+        let split = |max_len: u64| {
+            json!({"type": "object", "properties": {"s": {"type": "string", "maxLength": max_len}},
+                "x-kubernetes-validations": [{"rule":
+                    "self.s.split(',').all(a, self.s.split(',').all(b, self.s.split(',').all(c, a == b || b == c)))"}]})
+        };
+        assert!(refused(&split(30)).is_empty());
+        assert_eq!(refused(&split(1_000)), ["FieldValueForbidden"]);
+        let b = bounds(&schema(Some(20)));
+        assert_eq!(b.fields["a"].max_elements, Some(20));
+        assert_eq!(b.fields["s"].max_length, Some(20));
+        assert_eq!(
+            b.fields["a"].items.as_ref().unwrap().fields["b"].max_elements,
+            Some(20)
         );
     }
 

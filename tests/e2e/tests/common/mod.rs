@@ -233,6 +233,24 @@ pub async fn wait_readyz_at(what: &str, addr: &str, code: u16, timeout: Duration
 /// not create an object again because its watch cache lagged behind its own
 /// create (an earlier bug that filled mesh logs with 409 AlreadyExists). In a
 /// fresh fleet no create should even meet an existing object.
+/// Installs upstream SIG Multicluster CRDs (`files` of
+/// `fleetbus_testsupport::upstream_crds()`) on `m`, as published, with kubectl.
+pub fn install_upstream_crds(m: &Member, files: &[&str]) {
+    let dir = fleetbus_testsupport::upstream_crds();
+    for file in files {
+        let path = dir.join(file);
+        let out = m
+            .cluster
+            .kubectl("1.33", &["create", "-f", path.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 pub fn assert_quiet_log(m: &Member) {
     let log = m.agent.log();
     for bad in ["already exists", "exists already", "reconcile failed"] {
