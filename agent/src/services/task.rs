@@ -39,6 +39,9 @@ const LOOK_AGAIN: Duration = Duration::from_secs(5);
 /// The least time between two import passes: a burst of endpoint changes
 /// from every exporter is answered by one.
 const MIN_IMPORT_PASS: Duration = Duration::from_millis(200);
+/// Most live exports held per exporting cluster: what a member making up
+/// names can cost every other agent's memory and import passes.
+const MAX_EXPORTS_PER_CLUSTER: usize = 10_000;
 /// After a failed import pass.
 const RETRY: Duration = Duration::from_secs(2);
 
@@ -79,6 +82,19 @@ struct State {
 }
 
 impl State {
+    /// How many live exports of `cluster` are held.
+    fn exports_of(&self, cluster: &str) -> usize {
+        let from = ExportKey {
+            cluster: cluster.to_owned(),
+            namespace: String::new(),
+            name: String::new(),
+        };
+        self.records
+            .range(from..)
+            .take_while(|(k, _)| k.cluster == cluster)
+            .count()
+    }
+
     fn local_listed(&self) -> bool {
         self.exports.listed
             && self.services.listed
@@ -105,12 +121,28 @@ impl State {
                 self.export_dirty.extend(self.exports.map.keys().cloned());
             }
             Feed::Item(key, rec) => {
-                let highest = self.highest.entry(key.clone()).or_default();
-                if rec.revision < *highest {
+                if self.highest.get(&key).is_some_and(|h| rec.revision < *h) {
                     ctx.metrics.mcs_event("replayed");
                     return;
                 }
-                *highest = rec.revision;
+                if rec.withdrawn {
+                    // Nothing to import; the revision is kept, so an older
+                    // live record replayed over it is still refused.
+                    self.highest.insert(key.clone(), rec.revision);
+                    self.records.remove(&key);
+                    self.import_dirty = true;
+                    return;
+                }
+                if !self.records.contains_key(&key)
+                    && self.exports_of(&key.cluster) >= MAX_EXPORTS_PER_CLUSTER
+                {
+                    ctx.metrics.mcs_event("over_limit");
+                    if let Some(held_back) = REFUSED.admit(&format!("{}/over_limit", key.cluster)) {
+                        tracing::warn!(exporter = %key.cluster, limit = MAX_EXPORTS_PER_CLUSTER, held_back, "not importing more Services from this cluster: it exports more than the limit");
+                    }
+                    return;
+                }
+                self.highest.insert(key.clone(), rec.revision);
                 // Another cluster's export of a name this one exports may
                 // change its Conflict condition.
                 let name = (key.namespace.clone(), key.name.clone());
@@ -495,6 +527,37 @@ fn min(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn ctx_free_record(revision: u64, withdrawn: bool) -> ExportRecord {
+        ExportRecord {
+            exported_at: "2026-01-01T00:00:00Z".parse().unwrap(),
+            withdrawn,
+            type_: fleetbus_schemas::multicluster::ImportType::Headless,
+            ports: vec![],
+            session_affinity: None,
+            slices: vec![],
+            truncated: 0,
+            revision,
+        }
+    }
+
+    #[test]
+    fn live_exports_are_counted_per_cluster() {
+        let mut st = State::default();
+        for (c, n) in [("a", "x"), ("b", "x"), ("b", "y"), ("c", "x")] {
+            st.records.insert(
+                ExportKey {
+                    cluster: c.into(),
+                    namespace: "ns".into(),
+                    name: n.into(),
+                },
+                ctx_free_record(1, false),
+            );
+        }
+        assert_eq!(st.exports_of("b"), 2);
+        assert_eq!(st.exports_of("a"), 1);
+        assert_eq!(st.exports_of("d"), 0);
+    }
 
     #[test]
     fn garbage_and_records_under_foreign_subjects_are_refused() {
