@@ -55,6 +55,25 @@ pub struct ReportedStatus {
     /// about. Absent when the copy no longer exists, and in messages of older agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_hash: Option<String>,
+    /// Set when the sink cannot hold a copy of the source object for a rule
+    /// with `spec.placement`, whether chosen or not (PROTOCOL §6.10,
+    /// "Fitness"): why, for people (at most [`MAX_UNFIT_LEN`] bytes). Such a
+    /// report has no copy behind it (`status` is null). The origin chooses
+    /// another cluster for the unit. Absent in messages of older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unfit: Option<String>,
+}
+
+/// At most this many bytes of a report's `unfit` (longer ones are cut).
+pub const MAX_UNFIT_LEN: usize = 256;
+
+/// `why` cut to [`MAX_UNFIT_LEN`] bytes at a character boundary.
+pub fn cut_unfit(why: &str) -> String {
+    let mut end = why.len().min(MAX_UNFIT_LEN);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    why[..end].to_owned()
 }
 
 impl ReportedStatus {
@@ -111,6 +130,7 @@ mod tests {
             source_hash: Some(
                 "9f2c4e1d8b7a6f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0f9e8d7c".into(),
             ),
+            unfit: None,
         }
     }
 
@@ -139,6 +159,22 @@ mod tests {
             ReportedStatus::decode(&gone.encode().unwrap()).unwrap(),
             gone
         );
+        let unfit = ReportedStatus {
+            unfit: Some("refused by SyncPolicy default".into()),
+            ..gone.clone()
+        };
+        let text = String::from_utf8(unfit.encode().unwrap()).unwrap();
+        assert!(text.contains(r#""unfit":"refused by SyncPolicy default""#));
+        assert_eq!(ReportedStatus::decode(text.as_bytes()).unwrap(), unfit);
+    }
+
+    #[test]
+    fn unfit_reasons_are_cut_at_a_character_boundary() {
+        let long = "é".repeat(MAX_UNFIT_LEN);
+        let cut = cut_unfit(&long);
+        assert!(cut.len() <= MAX_UNFIT_LEN && cut.len() >= MAX_UNFIT_LEN - 1);
+        assert!(cut.chars().all(|c| c == 'é'));
+        assert_eq!(cut_unfit("short"), "short");
     }
 
     #[test]

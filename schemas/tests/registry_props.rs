@@ -56,6 +56,7 @@ prop_compose! {
                         digest in proptest::option::of((any::<u32>(), text())),
                         api_down in any::<bool>(), api_message in text()) -> ClusterRecord {
         ClusterRecord {
+            unserved_kinds: Vec::new(),
             certificate: None,
             name, cluster_id,
             state: if left { MemberState::Left } else { MemberState::Active },
@@ -106,6 +107,7 @@ proptest! {
 
 fn example() -> ClusterRecord {
     ClusterRecord {
+        unserved_kinds: Vec::new(),
         certificate: None,
         name: "east".into(),
         cluster_id: "6f1c2d3e-8a9b-4c5d-9e0f-112233445566".into(),

@@ -561,6 +561,7 @@ pub(crate) mod tests {
     /// A record whose heartbeat number is `seq`.
     pub(crate) fn record(name: &str, id: &str, seq: u64) -> ClusterRecord {
         ClusterRecord {
+            unserved_kinds: Vec::new(),
             certificate: None,
             name: name.into(),
             cluster_id: id.into(),

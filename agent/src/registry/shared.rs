@@ -23,6 +23,9 @@ pub struct LocalInfo {
     pub features: Vec<record::FeatureRecord>,
     /// Facts from the Nodes and /version.
     pub metadata: ClusterMetadata,
+    /// Kinds the rules name that discovery does not serve here (set by
+    /// sync after each pass; see `ClusterRecord::unserved_kinds`).
+    pub unserved_kinds: Vec<String>,
 }
 
 /// State shared by the registry tasks (one per agent, behind an `Arc`):

@@ -72,6 +72,9 @@ pub struct PeerView {
     pub sealing_key: Option<SealingPublicKey>,
     /// The operator's taints on it (`taints.<name>`, PROTOCOL §6.10).
     pub taints: Vec<fleetbus_schemas::registry::TimedTaint>,
+    /// Kinds the fleet's rules name that the peer does not serve (its
+    /// record's `unservedKinds`): placement does not choose it for them.
+    pub unserved_kinds: Vec<String>,
 }
 
 impl PeerView {
@@ -174,6 +177,7 @@ impl FleetView {
             record: template_record(record),
             sealing_key: None,
             taints: Vec::new(),
+            unserved_kinds: record.unserved_kinds.clone(),
         }
     }
 }
@@ -200,6 +204,7 @@ pub fn template_record(record: &ClusterRecord) -> serde_json::Value {
     // is 1,000 names per record, turned into JSON and dropped for every peer
     // at every pass otherwise.
     let slim = ClusterRecord {
+        unserved_kinds: Vec::new(),
         certificate: None,
         name: record.name.clone(),
         cluster_id: record.cluster_id.clone(),

@@ -31,9 +31,10 @@ pub use key::{
 };
 pub use members::{MemberSet, MembersDigest, MEMBER_NAMES_MAX};
 pub use protocol::{Skew, PROTOCOL_BEFORE_VERSIONS, PROTOCOL_VERSION};
+pub use record::kind_id;
 pub use record::{
     ApiHealth, ClusterRecord, FeatureRecord, KubeconfigRecord, MemberState, CLUSTER_RECORD_SCHEMA,
-    DEFAULT_HEARTBEAT_INTERVAL_SECONDS, KUBECONFIG_RECORD_SCHEMA,
+    DEFAULT_HEARTBEAT_INTERVAL_SECONDS, KUBECONFIG_RECORD_SCHEMA, MAX_UNSERVED_KINDS,
     MISSED_HEARTBEATS_BEFORE_DISCONNECTED,
 };
 pub use revoked::{

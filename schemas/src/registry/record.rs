@@ -111,6 +111,26 @@ pub struct ClusterRecord {
     /// the record only if it verifies and names [`Self::name`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<String>,
+    /// Kinds the fleet's rules name that this cluster's API server does not
+    /// serve (no CRD yet), as [`kind_id`]s, sorted, at most
+    /// [`MAX_UNSERVED_KINDS`]: placement does not choose a cluster for a
+    /// copy it cannot hold (PROTOCOL §6.10, "Fitness"). Absent when none,
+    /// and from older agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unserved_kinds: Vec<String>,
+}
+
+/// At most this many entries in [`ClusterRecord::unserved_kinds`].
+pub const MAX_UNSERVED_KINDS: usize = 64;
+
+/// How a kind is named in [`ClusterRecord::unserved_kinds`]: its
+/// `apiVersion`, a slash and its kind (`v1/ConfigMap`, `example.com/v1/Widget`).
+pub fn kind_id(group: &str, version: &str, kind: &str) -> String {
+    if group.is_empty() {
+        format!("{version}/{kind}")
+    } else {
+        format!("{group}/{version}/{kind}")
+    }
 }
 
 /// The health of a cluster's API server as its own agent sees it (watches and

@@ -188,6 +188,14 @@ impl ClusterRecord {
             validate_labels("features[].labels", &f.labels)?;
         }
         text("agentVersion", &self.agent_version, MAX_TEXT_LEN, true)?;
+        count(
+            "unservedKinds",
+            self.unserved_kinds.len(),
+            super::record::MAX_UNSERVED_KINDS,
+        )?;
+        for k in &self.unserved_kinds {
+            text("unservedKinds[]", k, MAX_TEXT_LEN, false)?;
+        }
         count("members", self.members.len(), MAX_MEMBERS)?;
         if let Some(bad) = self.members.iter().find(|m| !is_dns1123_label(m)) {
             return Err(InvalidRecord::Member(bad.clone()));
@@ -234,6 +242,7 @@ mod tests {
     fn good() -> ClusterRecord {
         let t = chrono::DateTime::from_timestamp_millis(0).unwrap_or_default();
         ClusterRecord {
+            unserved_kinds: Vec::new(),
             certificate: None,
             name: "east".into(),
             cluster_id: "6f1c2d3e-8a9b-4c5d-9e0f-112233445566".into(),

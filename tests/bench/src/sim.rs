@@ -134,6 +134,7 @@ impl Sim {
     ) -> ClusterRecord {
         let now = chrono::Utc::now();
         let mut r = ClusterRecord {
+            unserved_kinds: Vec::new(),
             certificate: None,
             name: name.to_owned(),
             cluster_id: Self::id(name),

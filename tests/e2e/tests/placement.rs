@@ -950,3 +950,209 @@ fn preview_changes(
         .map(|(c, r)| (c.to_owned(), (names(r, "creates"), names(r, "deletes"))))
         .collect()
 }
+
+/// Fitness: a sink whose SyncPolicy refuses the copies is not chosen, and
+/// one chosen before its policy changed is replaced at once (long before
+/// `afterSeconds`: nothing failed); `rules describe` says why. A rule whose
+/// `dependsOn` has placement lands where its dependency is, not on a
+/// cluster where it would wait for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_sink_is_not_chosen_and_a_dependent_follows_its_dependency() {
+    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+    let m = hub_and_sinks(&nats).await;
+    let sinks: Vec<&Member> = m[1..].iter().collect();
+    // A failover window far longer than the test: only fitness can move copies.
+    apply_yaml(
+        &m[0],
+        &rule().replace("afterSeconds: 3", "afterSeconds: 3600"),
+    );
+    let names: Vec<String> = (0..6).map(|i| format!("o{i}")).collect();
+    for n in &names {
+        apply_yaml(
+            &m[0],
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {n}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
+        );
+    }
+    let every_on_two = |avoid: Option<String>| {
+        let (sinks, names) = (&sinks, &names);
+        move || {
+            let avoid = avoid.clone();
+            async move {
+                let mut on = Vec::new();
+                for n in names {
+                    let h = holders_of(sinks, n).await;
+                    if h.len() != 2 || avoid.as_ref().is_some_and(|a| h.contains(a)) {
+                        return Err(format!("{n} on {h:?}"));
+                    }
+                    on.push(h);
+                }
+                Ok(on)
+            }
+        }
+    };
+    let before = wait_for("every object on 2 sinks", CONVERGE, every_on_two(None)).await;
+    // The sink chosen most often refuses the namespace from now on.
+    let refuser = ["c1", "c2", "c3"]
+        .into_iter()
+        .max_by_key(|c| before.iter().filter(|h| h.contains(*c)).count())
+        .unwrap()
+        .to_owned();
+    let r = m.iter().find(|x| x.name == refuser).unwrap();
+    apply_policy(
+        r,
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: SyncPolicy
+metadata: {name: default}
+spec:
+  import:
+    rules:
+      - {action: Deny, kinds: [{kind: ConfigMap}], namespaces: [web]}
+    otherwise: Allow
+"#,
+        "True",
+    )
+    .await;
+    wait_for(
+        "every object on the 2 sinks that accept it",
+        CONVERGE,
+        every_on_two(Some(refuser.clone())),
+    )
+    .await;
+    let (code, out, err) = fleetbus_cli(&nats, &["rules", "describe", "placed"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("cannot hold the copy") && out.contains("SyncPolicy"),
+        "describe names the refusal:\n{out}"
+    );
+
+    // dependsOn: `app` waits for `config` on each sink; `config` places its
+    // one object on one cluster, so every `app` object must go there.
+    for x in &m {
+        create_ns(x, "deps").await;
+        create_ns(x, "apps").await;
+    }
+    apply_yaml(
+        &m[0],
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: config}
+spec:
+  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+  rules: [{match: [{objectKey: {namespace: deps}}]}]
+  clusterSelector: {matchLabels: {role: sink}}
+  placement: {clusters: 1}
+---
+apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: app}
+spec:
+  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+  rules: [{match: [{objectKey: {namespace: apps}}]}]
+  clusterSelector: {matchLabels: {role: sink}}
+  dependsOn: [config]
+  placement: {clusters: 1}
+"#,
+    );
+    apply_yaml(
+        &m[0],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: deps}\ndata: {v: \"1\"}\n",
+    );
+    for i in 0..5 {
+        apply_yaml(
+            &m[0],
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: a{i}, namespace: apps}}\ndata: {{v: \"1\"}}\n"),
+        );
+    }
+    let at = |ns: &'static str, name: String, rule: &'static str| {
+        let sinks = &sinks;
+        async move {
+            let mut out = BTreeSet::new();
+            for s in sinks {
+                if let Ok(Some(o)) = get_dynamic(s, &config_maps(), Some(ns), &name).await {
+                    if check_copy(&o, "hub", rule).is_ok() {
+                        out.insert(s.name.clone());
+                    }
+                }
+            }
+            out
+        }
+    };
+    let home = wait_for(
+        "config's object and every app object on one sink",
+        CONVERGE,
+        || async {
+            let config = at("deps", "settings".into(), "config").await;
+            if config.len() != 1 {
+                return Err(format!("config on {config:?}"));
+            }
+            for i in 0..5 {
+                let app = at("apps", format!("a{i}"), "app").await;
+                if app != config {
+                    return Err(format!("a{i} on {app:?}, config on {config:?}"));
+                }
+            }
+            Ok(config)
+        },
+    )
+    .await;
+    let (code, out, err) = fleetbus_cli(&nats, &["rules", "describe", "app"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("dependsOn: rule config places nothing here"),
+        "describe says why the others were passed over (config on {home:?}):\n{out}"
+    );
+
+    // A sink that does not serve the kind (no CRD there) is not chosen.
+    let bare = "c2";
+    for x in m.iter().filter(|x| x.name != bare) {
+        install_crd(x, "Widget", "widgets").await;
+    }
+    apply_yaml(
+        &m[0],
+        r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: widgets}
+spec:
+  groupVersionKind: {group: example.com, version: v1, kind: Widget}
+  rules: [{match: [{objectKey: {namespace: web}}]}]
+  clusterSelector: {matchLabels: {role: sink}}
+  placement: {clusters: 2}
+"#,
+    );
+    for i in 0..4 {
+        apply_yaml(
+            &m[0],
+            &format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w{i}, namespace: web}}\nspec: {{size: {i}}}\n"),
+        );
+    }
+    let widgets = resource("example.com", "v1", "Widget", "widgets");
+    wait_for(
+        "every Widget on the 2 sinks that serve it",
+        CONVERGE,
+        || async {
+            for i in 0..4 {
+                let mut on = BTreeSet::new();
+                for s in sinks.iter().filter(|s| s.name != bare) {
+                    if let Ok(Some(o)) =
+                        get_dynamic(s, &widgets, Some("web"), &format!("w{i}")).await
+                    {
+                        if check_copy(&o, "hub", "widgets").is_ok() {
+                            on.insert(s.name.clone());
+                        }
+                    }
+                }
+                if on.len() != 2 {
+                    return Err(format!("w{i} on {on:?}"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await;
+    let (code, out, err) = fleetbus_cli(&nats, &["rules", "describe", "widgets"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("does not serve example.com/v1/Widget"),
+        "describe says why {bare} was passed over:\n{out}"
+    );
+}

@@ -18,6 +18,7 @@ use crate::sync::rollout;
 use crate::sync::rules::compile::{self as rules};
 use crate::sync::source::publish;
 use crate::sync::status;
+use crate::sync::world::World;
 
 use super::commands;
 use super::rule_set::verify_authors;
@@ -259,6 +260,8 @@ pub async fn run(
     tokio::spawn(serving);
     engine.pass().await;
     progress.record(engine.measure(chrono::Utc::now()));
+    let mut unserved = Vec::new();
+    say_unserved(&reg, &engine.world, &mut unserved);
     loop {
         let wake = engine.wake_at();
         tokio::select! {
@@ -299,12 +302,36 @@ pub async fn run(
         let writes = reg.ctx.metrics.writes_made();
         engine.pass().await;
         progress.record(engine.measure(chrono::Utc::now()));
+        say_unserved(&reg, &engine.world, &mut unserved);
         // Settled: this pass changed nothing on the API server, and nothing
         // is queued or waiting to be written (see `Metrics::sync_settled`).
         let settled =
             reg.ctx.metrics.writes_made() == writes && engine.status.due.is_none() && rx.is_empty();
         reg.ctx.metrics.sync_settled.set(i64::from(settled));
     }
+}
+
+/// Puts the kinds the rules name that discovery does not serve here into
+/// this cluster's record, when they changed (`said` is what was put last):
+/// placement's origins read it there (`placement::fitness`).
+fn say_unserved(reg: &crate::registry::Registry, world: &World, said: &mut Vec<String>) {
+    let now = unserved_kinds(world);
+    if now != *said {
+        reg.update_local_info(|i| i.unserved_kinds.clone_from(&now));
+        *said = now;
+    }
+}
+
+/// The kinds of [`say_unserved`], sorted, at most `MAX_UNSERVED_KINDS`.
+fn unserved_kinds(world: &World) -> Vec<String> {
+    let mut out: Vec<String> = world
+        .unresolved
+        .keys()
+        .map(|g| fleetbus_schemas::registry::kind_id(&g.group, &g.version, &g.kind))
+        .collect();
+    out.sort();
+    out.truncate(fleetbus_schemas::registry::MAX_UNSERVED_KINDS);
+    out
 }
 
 async fn sleep_until_opt(at: Option<Instant>) {

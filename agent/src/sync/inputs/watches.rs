@@ -462,6 +462,7 @@ pub(in crate::sync) mod tests {
             ready: Some(true),
             health: None,
             source_hash: None,
+            unfit: None,
         }
     }
 

@@ -32,6 +32,4 @@ pub use outcome::{Conflict, CopyError, FailureKind, Outcome};
 pub use packed::{Packed, Unpack};
 pub use report::RuleReport;
 pub use snapshots::{PackedEnvelope, Snapshots};
-#[cfg(test)]
-pub use target::Place;
-pub use target::{LocalKey, Target};
+pub use target::{LocalKey, Place, Target};

@@ -73,6 +73,10 @@ pub(in crate::sync) struct Inputs {
     pub reporting: BTreeSet<String>,
     /// The replica count of the source (`replicas.path`), if divided.
     pub replicas: Option<i64>,
+    /// Clusters that cannot hold the unit's copy, with why (`fitness`: a
+    /// sink's SyncPolicy, a dependency placed elsewhere): never chosen, and
+    /// a chosen one is replaced at once.
+    pub refused: BTreeMap<String, String>,
 }
 
 /// The next record and when it may change by time alone.
@@ -101,6 +105,8 @@ struct Judged<'a> {
     unfit: Option<String>,
     /// Failing (down, or tainted NoExecute) since, and what.
     failing: Option<(DateTime<Utc>, String)>,
+    /// It cannot hold the copy at all (`Inputs::refused`).
+    refused: bool,
 }
 
 /// The judged candidates by name: an index sorted by name, searched by
@@ -252,7 +258,7 @@ fn what_stays(
     let mut keep: BTreeSet<String> = prev_chosen
         .iter()
         .filter_map(|n| by_name.get(n))
-        .filter(|j| !failed(j))
+        .filter(|j| !failed(j) && !j.refused)
         .filter(|j| spec.mode == PlacementMode::Steady || j.failing.is_some())
         .map(|j| j.c.name.clone())
         .collect();
@@ -355,9 +361,11 @@ fn judge<'a>(spec: &Placement, input: &'a Inputs) -> Vec<Judged<'a>> {
                 (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
                 (a, b) => a.or(b),
             };
-            let unfit = match (&c.health, no_sched) {
-                (Health::Failing { state, .. }, _) => Some((*state).to_owned()),
-                (_, Some(t)) => Some(format!("tainted {} (not tolerated)", show(t))),
+            let refused = input.refused.get(&c.name);
+            let unfit = match (&c.health, no_sched, refused) {
+                (_, _, Some(why)) => Some(why.clone()),
+                (Health::Failing { state, .. }, _, _) => Some((*state).to_owned()),
+                (_, Some(t), _) => Some(format!("tainted {} (not tolerated)", show(t))),
                 _ => None,
             };
             Judged {
@@ -368,6 +376,7 @@ fn judge<'a>(spec: &Placement, input: &'a Inputs) -> Vec<Judged<'a>> {
                 fit: unfit.is_none(),
                 unfit,
                 failing,
+                refused: refused.is_some(),
             }
         })
         .collect()
@@ -584,7 +593,11 @@ fn releases(
         .map(|n| {
             let why = by_name
                 .get(n)
-                .and_then(|j| j.failing.as_ref().map(|(_, w)| format!("{w}: failed over")))
+                .and_then(|j| {
+                    let refused = j.unfit.as_ref().filter(|_| j.refused);
+                    let failed = j.failing.as_ref().map(|(_, w)| format!("{w}: failed over"));
+                    refused.cloned().or(failed)
+                })
                 .unwrap_or_else(|| "no longer chosen".to_owned());
             released(n, &why)
         })

@@ -5,6 +5,8 @@
 //!
 //! - `announce`: the Events on the rule a changed decision gives (pure).
 //! - `decide`: the origin's decision, pure.
+//! - `fitness`: which clusters cannot hold a unit's copy, said by the
+//!   sink (its SyncPolicy) or read by the origin (where dependencies are placed).
 //! - `origin`: the origin's pass: gather the candidates, decide, put what changed.
 //! - `sink`: what a sink does with one source object by its record (pure).
 //! - `state`: what placement keeps between passes (a leaf).
@@ -12,6 +14,7 @@
 
 pub(in crate::sync) mod announce;
 pub(in crate::sync) mod decide;
+pub(in crate::sync) mod fitness;
 pub(in crate::sync) mod origin;
 pub(in crate::sync) mod sink;
 pub(in crate::sync) mod state;

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use super::announce;
 use super::decide::{decide, Candidate, Health, Inputs};
+use super::fitness;
 use super::sink::unit_key;
 use super::state::PlacementBook;
 use crate::context::Context;
@@ -61,18 +62,35 @@ pub(in crate::sync) async fn placement_pass(
     let started = std::time::Instant::now();
     let now = Utc::now();
     let reports = returned_reports(world, returns);
+    let unfit = fitness::unfit_clusters(world, returns);
+    let placed = if fitness::any_placed_dependency(world) {
+        fitness::placed_by_rule(world, book)
+    } else {
+        BTreeMap::new()
+    };
     let mut wake: Option<DateTime<Utc>> = None;
     let mut puts = Vec::new();
     let units = units_due(world);
     let count = units.len();
     // A rule's candidates are the same for each of its units: gathered once
     // per pass (per unit, that was most of a pass over 1,000 clusters).
-    let mut fleet: BTreeMap<&str, Arc<Vec<Candidate>>> = BTreeMap::new();
+    let mut fleet: BTreeMap<&str, RuleFleet> = BTreeMap::new();
     for due in units {
-        let candidates = fleet
+        let RuleFleet {
+            candidates,
+            dependency_misses,
+        } = fleet
             .entry(due.rule.name.as_str())
-            .or_insert_with(|| Arc::new(candidates(world, due.rule)))
+            .or_insert_with(|| RuleFleet::of(world, due.rule, &placed))
             .clone();
+        let mut refused = (*dependency_misses).clone();
+        for object in &due.objects {
+            for (cluster, why) in unfit.get(object).into_iter().flatten() {
+                refused
+                    .entry(cluster.clone())
+                    .or_insert_with(|| why.clone());
+            }
+        }
         let input = Inputs {
             rule: due.rule.name.clone(),
             seed: due.key.unit.seed(),
@@ -80,6 +98,7 @@ pub(in crate::sync) async fn placement_pass(
             healthy: copies(&reports, &due, true),
             reporting: copies(&reports, &due, false),
             replicas: due.replicas,
+            refused,
         };
         let d = decide(book.record(&due.key), due.spec, &input, now);
         wake = [wake, d.wake].into_iter().flatten().min();
@@ -130,6 +149,30 @@ pub(in crate::sync) async fn placement_pass(
         Instant::now() + ahead + Duration::from_millis(1)
     });
     [retry, timer].into_iter().flatten().min()
+}
+
+/// What every unit of one rule reads of the fleet in one pass.
+#[derive(Clone)]
+struct RuleFleet {
+    candidates: Arc<Vec<Candidate>>,
+    /// The candidates where a dependency with placement places nothing.
+    dependency_misses: Arc<BTreeMap<String, String>>,
+}
+
+impl RuleFleet {
+    fn of(world: &World, rule: &CompiledRule, placed: &BTreeMap<String, BTreeSet<String>>) -> Self {
+        let candidates = candidates(world, rule);
+        let deps = fitness::placed_dependencies(world, rule);
+        let mut misses =
+            fitness::dependency_misses(&deps, placed, candidates.iter().map(|c| c.name.as_str()));
+        for (name, why) in fitness::unserved(world, rule) {
+            misses.entry(name).or_insert(why);
+        }
+        Self {
+            candidates: Arc::new(candidates),
+            dependency_misses: Arc::new(misses),
+        }
+    }
 }
 
 /// Whether the registry has judged the peers' health: until then every

@@ -376,6 +376,9 @@ impl Preview<'_> {
             healthy: holding.clone(),
             reporting: holding,
             replicas,
+            // What other sinks refuse is on the origin, not here: the
+            // record, once the origin decided, is the answer.
+            refused: BTreeMap::new(),
         };
         chosen(&decide(record, spec, &input, chrono::Utc::now()).record)
     }

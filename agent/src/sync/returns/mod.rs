@@ -9,5 +9,5 @@
 mod per_cluster;
 pub(super) mod report;
 pub(super) mod returned;
-mod source;
+pub(super) mod source;
 pub(super) mod state;

@@ -243,6 +243,7 @@ mod tests {
             ready: Some(false),
             health: None,
             source_hash: None,
+            unfit: None,
         }
     }
 

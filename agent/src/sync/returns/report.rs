@@ -32,6 +32,7 @@ fn same_report(a: &ReportedStatus, b: &ReportedStatus) -> bool {
         && a.ready == b.ready
         && a.health == b.health
         && a.source_hash == b.source_hash
+        && a.unfit == b.unfit
         && a.rule == b.rule
         && a.origin == b.origin
         && a.source == b.source
@@ -115,10 +116,15 @@ fn wanted_reports(
             // Which version the health is about (a rollout's origin
             // admits the next cluster on it).
             source_hash: annotation(&live, well_known::ANNOTATION_SOURCE_HASH).map(str::to_owned),
+            unfit: None,
         };
         out.insert(report.subject_key(), report);
     }
     bundle_reports(world, sink, book, now, &mut out);
+    // A copy held here says more than "cannot hold" (and cannot be both).
+    for r in crate::sync::placement::fitness::unfit_reports(world, sink, now) {
+        out.entry(r.subject_key()).or_insert(r);
+    }
     out
 }
 
@@ -162,6 +168,7 @@ fn bundle_reports(
             // Per manifest in the BundleReport (`ready`: kstatus Current).
             health: None,
             source_hash: None,
+            unfit: None,
         };
         let subject = report.subject_key();
         // A manifest kind not listed yet (a restart): keep the last
@@ -207,8 +214,9 @@ pub(in crate::sync) async fn report_pass(
         .map(|(_, r)| r.clone())
         .collect();
     for (k, p) in &book.reports {
+        // A copy gone, or a cluster able to hold what it said it could not.
         if p.cluster == local
-            && !p.status.is_null()
+            && (!p.status.is_null() || p.unfit.is_some())
             && !wanted.contains_key(k)
             && !undecided(world, p)
         {
@@ -217,6 +225,7 @@ pub(in crate::sync) async fn report_pass(
                 ready: None,
                 health: None,
                 source_hash: None,
+                unfit: None,
                 observed_at: chrono::Utc::now(),
                 ..p.clone()
             });
@@ -349,6 +358,7 @@ mod tests {
             ready: Some(true),
             health: Some(Health::new(HealthStatus::Current, "ok")),
             source_hash: Some("a".repeat(64)),
+            unfit: None,
         };
         let mut b = a.clone();
         b.copy_resource_version = "2".into();

@@ -6,7 +6,7 @@
 //! plain create or replace run together, or the serial path, told why), the
 //! serial path ([`serial`]) and the drift it finds ([`drifted`]), first looks
 //! at copies without a baseline (dry runs run together, [`look`]), writes ([`apply`], skipped when [`compare`]
-//! finds the copy equal), copies held for their rule's `dependsOn` ([`depends`]),
+//! finds the copy equal; what the SyncPolicy refuses: [`refusal`]), copies held for their rule's `dependsOn` ([`depends`]),
 //! copies nothing wants collected ([`collect`]) unless
 //! deleting them would take unmanaged objects along ([`keep`]), and failures
 //! announced ([`failures`]). What it keeps between passes that the engine
@@ -28,6 +28,7 @@ pub(super) mod look;
 pub(super) mod mutate;
 pub(super) mod pass;
 pub(super) mod plan;
+pub(super) mod refusal;
 mod serial;
 pub(super) mod state;
 pub(super) mod values;

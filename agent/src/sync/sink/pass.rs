@@ -27,6 +27,7 @@ use super::hold::rule_holds;
 use super::look::{Look, Looked};
 use super::mutate::{self, CopyInput};
 use super::plan::{Computed, Gate, Plan, Settled, FULL_EVERY};
+use super::refusal::{import_refused, placement_unfit};
 use super::serial::Serial;
 use super::state::SinkState;
 use super::values::{rule_values, values_digest};
@@ -266,31 +267,6 @@ impl Compute<'_> {
     }
 }
 
-/// Why this cluster's SyncPolicy refuses a copy of `rule` at `target`,
-/// if it does. The built-in rule that replicates rules is not asked:
-/// rules always travel, the policy judges what they bring.
-pub(in crate::sync) fn import_refused(
-    world: &World,
-    rule: &CompiledRule,
-    target: &Target,
-) -> Option<crate::sync::policy::Refusal> {
-    if rule.builtin {
-        return None;
-    }
-    let (group, _) = fleetbus_schemas::subject::split_api_version(&target.api_version);
-    let what = crate::sync::policy::Subject {
-        group,
-        kind: &target.kind,
-        namespace: target.namespace.as_deref(),
-    };
-    let local = &world.fleet.local.name;
-    let author = rule.author(local);
-    world
-        .policy
-        .import_claimed(local, author, rule.author_verified, &what)
-        .err()
-}
-
 /// What a full plan depends on besides the pairs: which rules make
 /// copies, the kinds as the decisions see them, and the rules held (a
 /// change of any can change every target's decision).
@@ -427,6 +403,7 @@ impl<'a> Pass<'a> {
         let mut rollouts = RolloutTaken::default();
         let local = &world.fleet.local.name;
         if full {
+            state.unfit.clear();
             let mut seen = BTreeSet::new();
             for rule in planned {
                 let Some(kind) = world.kinds.get(&rule.source) else {
@@ -436,6 +413,7 @@ impl<'a> Pass<'a> {
                 // Each object parsed again (see `Snapshots`): ~10 µs a copy,
                 // on top of the ~20 µs a full plan cost before.
                 for (key, env) in kind.snapshots.iter() {
+                    note_unfit(&mut state.unfit, world, (rule, &sources), key, Some(&env));
                     let (taken, share) =
                         gate_pair(self.placement, self.rollout, local, rule, key, Some(env));
                     compute.plan_pair(
@@ -459,6 +437,7 @@ impl<'a> Pass<'a> {
                 let sources = world.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
+                    note_unfit(&mut state.unfit, world, (rule, &sources), key, env.as_ref());
                     let (taken, share) =
                         gate_pair(self.placement, self.rollout, local, rule, key, env);
                     compute.plan_pair(
@@ -824,6 +803,33 @@ impl<'a> Tally<'a> {
             Outcome::Conflict(c) => s.conflicts.push(*c),
             Outcome::Failed(e) => s.error = Some(e.message),
             Outcome::Held(_) => s.held = true,
+        }
+    }
+}
+
+/// Keeps whether this cluster would refuse `rule`'s copy of `key` (a
+/// placement rule's source object it takes, chosen here or not), for the
+/// `unfit` reports (`placement::fitness`).
+fn note_unfit(
+    unfit: &mut BTreeMap<crate::sync::sink::plan::Pair, String>,
+    world: &World,
+    (rule, sources): (&CompiledRule, &BTreeMap<&str, &PeerView>),
+    key: &ObjectKey,
+    env: Option<&Envelope>,
+) {
+    if rule.spec.placement.is_none() {
+        return;
+    }
+    let pair = (rule.name.clone(), key.clone());
+    let why = taken(sources, key, env)
+        .filter(|(_, obj, _)| matching::matching_rules(&rule.spec, obj).is_some())
+        .and_then(|_| placement_unfit(world, rule, key));
+    match why {
+        Some(why) => {
+            unfit.insert(pair, why);
+        }
+        None => {
+            unfit.remove(&pair);
         }
     }
 }

@@ -75,6 +75,11 @@ pub struct SinkState {
     pub reported_conflicts: BTreeSet<String>,
     /// When a rule last wrote a copy.
     pub last_sync: BTreeMap<String, Time>,
+    /// The placement rules' source objects this cluster's SyncPolicy would
+    /// refuse, chosen here or not, with why (`refusal::placement_unfit`):
+    /// said to their origins (`placement::fitness`). Kept by the plan's
+    /// walks, so a pass costs no walk of its own.
+    pub unfit: BTreeMap<Pair, String>,
 }
 
 impl Default for SinkState {
@@ -102,6 +107,7 @@ impl Default for SinkState {
             in_flight: Arc::default(),
             reported_conflicts: BTreeSet::new(),
             last_sync: BTreeMap::new(),
+            unfit: BTreeMap::new(),
         }
     }
 }

@@ -621,3 +621,66 @@ fn the_lazy_ranking_picks_what_the_full_sort_picks() {
         assert_eq!(passed, all, "{seed}");
     }
 }
+
+#[test]
+fn a_cluster_that_cannot_hold_the_copy_is_never_chosen_and_a_chosen_one_is_replaced_at_once() {
+    let now = Utc::now();
+    let spec = Placement {
+        clusters: Some(IntOrString::Int(2)),
+        // A failover window longer than the test: a refusal must not wait for it.
+        failover: Failover {
+            after_seconds: 3600,
+            ..Failover::default()
+        },
+        ..Placement::default()
+    };
+    let first = decide(None, &spec, &input("o", five()), now);
+    let was = chosen(&first.record);
+    let refuser = was[0].to_owned();
+    let why = "cannot hold the copy: SyncPolicy default refuses namespace shop";
+    let mut inp = input("o", five());
+    inp.refused.insert(refuser.clone(), why.to_owned());
+    // The cluster also still reports the copy healthy (it held one before
+    // its policy changed): what it says it cannot hold decides.
+    inp.healthy = was.iter().map(|s| (*s).to_owned()).collect();
+    inp.reporting = inp.healthy.clone();
+    let next = decide(Some(&first.record), &spec, &inp, now);
+    let names = chosen(&next.record);
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(!names.contains(&refuser.as_str()), "{names:?}");
+    assert!(names.contains(&was[1]), "the other choice stays (Steady)");
+    assert!(next.record.replaced.is_empty(), "a refusal is no failover");
+    let passed = next
+        .record
+        .passed
+        .iter()
+        .find(|p| p.cluster == refuser)
+        .unwrap();
+    assert!(passed.reason.starts_with(why), "{}", passed.reason);
+    // Rebalance decides again from scratch each pass: still never chosen.
+    let rebalance = Placement {
+        mode: PlacementMode::Rebalance,
+        ..spec.clone()
+    };
+    for i in 0..20 {
+        let mut inp = input(&format!("o{i}"), five());
+        inp.refused.insert("a".into(), why.to_owned());
+        inp.refused.insert("c".into(), why.to_owned());
+        let d = decide(None, &rebalance, &inp, now);
+        let names = chosen(&d.record);
+        assert_eq!(names.len(), 2);
+        assert!(!names.contains(&"a") && !names.contains(&"c"), "{names:?}");
+    }
+    // Every candidate refusing: nothing chosen, and the record says why.
+    let mut all = input("o", five());
+    for c in ["a", "b", "c", "d", "e"] {
+        all.refused.insert(c.into(), why.to_owned());
+    }
+    let none = decide(None, &spec, &all, now);
+    assert!(none.record.chosen.is_empty());
+    assert!(none
+        .record
+        .degraded
+        .as_deref()
+        .is_some_and(|d| d.starts_with("0 of 2 clusters can hold a copy")));
+}
