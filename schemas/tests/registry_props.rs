@@ -56,6 +56,7 @@ prop_compose! {
                         digest in proptest::option::of((any::<u32>(), text())),
                         api_down in any::<bool>(), api_message in text()) -> ClusterRecord {
         ClusterRecord {
+            fitness: false,
             unserved_kinds: Vec::new(),
             certificate: None,
             name, cluster_id,
@@ -107,6 +108,7 @@ proptest! {
 
 fn example() -> ClusterRecord {
     ClusterRecord {
+        fitness: false,
         unserved_kinds: Vec::new(),
         certificate: None,
         name: "east".into(),

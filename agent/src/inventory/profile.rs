@@ -299,6 +299,7 @@ mod tests {
             v.peers.insert(
                 (*p).to_owned(),
                 crate::registry::PeerView {
+                    fitness: false,
                     unserved_kinds: Vec::new(),
                     name: (*p).to_owned(),
                     labels: BTreeMap::new(),

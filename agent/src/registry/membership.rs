@@ -561,6 +561,7 @@ pub(crate) mod tests {
     /// A record whose heartbeat number is `seq`.
     pub(crate) fn record(name: &str, id: &str, seq: u64) -> ClusterRecord {
         ClusterRecord {
+            fitness: false,
             unserved_kinds: Vec::new(),
             certificate: None,
             name: name.into(),

@@ -33,6 +33,7 @@ pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub fn build_record(reg: &Registry, state: MemberState) -> ClusterRecord {
     let info = reg.local_info();
     let mut record = ClusterRecord {
+        fitness: true,
         unserved_kinds: info.unserved_kinds,
         name: reg.ctx.cfg.cluster_name.clone(),
         cluster_id: reg.ctx.cluster_id.clone(),

@@ -75,6 +75,8 @@ pub struct PeerView {
     /// Kinds the fleet's rules name that the peer does not serve (its
     /// record's `unservedKinds`): placement does not choose it for them.
     pub unserved_kinds: Vec<String>,
+    /// Its agent says and takes back `unfit` (its record's `fitness`).
+    pub fitness: bool,
 }
 
 impl PeerView {
@@ -178,6 +180,7 @@ impl FleetView {
             sealing_key: None,
             taints: Vec::new(),
             unserved_kinds: record.unserved_kinds.clone(),
+            fitness: record.fitness,
         }
     }
 }
@@ -204,6 +207,7 @@ pub fn template_record(record: &ClusterRecord) -> serde_json::Value {
     // is 1,000 names per record, turned into JSON and dropped for every peer
     // at every pass otherwise.
     let slim = ClusterRecord {
+        fitness: false,
         unserved_kinds: Vec::new(),
         certificate: None,
         name: record.name.clone(),

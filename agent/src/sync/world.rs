@@ -35,12 +35,25 @@ pub struct World {
     /// Every kind sync watches, by group, version and kind.
     pub kinds: HashMap<GroupVersionKind, KindState>,
     /// Kinds discovery does not serve (yet), with why.
-    pub unresolved: HashMap<GroupVersionKind, String>,
+    pub unresolved: HashMap<GroupVersionKind, Unresolved>,
     /// This cluster's SyncPolicy in force (`policy`, `policy_watch`).
     pub policy: Policy,
     /// Every peer's health and since when (placement's failover reads it;
     /// nothing else does, so a peer going down replans no copy).
     pub health: Arc<crate::registry::FleetHealth>,
+}
+
+/// A kind discovery did not resolve, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct Unresolved {
+    /// The API server answered that it does not serve the kind (its group
+    /// version is unknown, or has no such kind): not a failure to ask.
+    /// Only this is said to peers (`unservedKinds`): a timeout must not
+    /// move placements away.
+    pub not_served: bool,
+    /// For people.
+    pub why: String,
 }
 
 impl World {
@@ -66,7 +79,7 @@ impl World {
         }
         for g in std::iter::once(&rule.source).chain(rule.targets.iter()) {
             if let Some(why) = self.unresolved.get(g) {
-                return Some(why.clone());
+                return Some(why.why.clone());
             }
             // A failing watch is reported while it fails, also after an
             // earlier list succeeded (rights revoked): a re-list clears it.

@@ -118,6 +118,13 @@ pub struct ClusterRecord {
     /// and from older agents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unserved_kinds: Vec<String>,
+    /// This agent says when it cannot hold a placement's copy (`unfit`
+    /// status reports, PROTOCOL §6.10) and takes it back when it can.
+    /// Readers believe `unfit` only from a cluster whose record says so:
+    /// an agent rolled back to a release without it would never take back
+    /// what it said. Absent (false) from older agents.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fitness: bool,
 }
 
 /// At most this many entries in [`ClusterRecord::unserved_kinds`].

@@ -242,6 +242,7 @@ mod tests {
     fn good() -> ClusterRecord {
         let t = chrono::DateTime::from_timestamp_millis(0).unwrap_or_default();
         ClusterRecord {
+            fitness: false,
             unserved_kinds: Vec::new(),
             certificate: None,
             name: "east".into(),

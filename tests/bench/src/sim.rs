@@ -134,6 +134,7 @@ impl Sim {
     ) -> ClusterRecord {
         let now = chrono::Utc::now();
         let mut r = ClusterRecord {
+            fitness: false,
             unserved_kinds: Vec::new(),
             certificate: None,
             name: name.to_owned(),

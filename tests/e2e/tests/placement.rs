@@ -1156,3 +1156,80 @@ spec:
         "describe says why {bare} was passed over:\n{out}"
     );
 }
+
+/// Turning placement on (2 of 3) for a rule whose 10 objects are on all
+/// three sinks removes 10 copies in steps, never all at once: a plain NATS
+/// subscriber sees each release in the origin's records (`lastRelease`),
+/// and no 5 s holds more than a quarter of the rule's units (3), while the
+/// releases go on step after step until the sinks hold two copies each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turning_placement_on_removes_copies_in_steps() {
+    let nats = fleetbus_testsupport::NatsServer::start().unwrap();
+    let m = hub_and_sinks(&nats).await;
+    let sinks: Vec<&Member> = m[1..].iter().collect();
+    let everywhere = r#"apiVersion: fleetbus.io/v1alpha1
+kind: ResourceSyncRule
+metadata: {name: placed}
+spec:
+  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
+  rules: [{match: [{objectKey: {namespace: web}}]}]
+  clusterSelector: {matchLabels: {role: sink}}
+"#;
+    apply_yaml(&m[0], everywhere);
+    let names: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
+    for n in &names {
+        apply_yaml(
+            &m[0],
+            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {n}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
+        );
+    }
+    let copies = || async {
+        let mut n = 0;
+        for name in &names {
+            n += holders_of(&sinks, name).await.len();
+        }
+        n
+    };
+    wait_for("30 copies", CONVERGE, || async {
+        let n = copies().await;
+        (n == 30).then_some(()).ok_or(format!("{n} copies"))
+    })
+    .await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let mut records = client.subscribe("fleetbus.placement.hub.>").await.unwrap();
+    apply_yaml(
+        &m[0],
+        &format!("{everywhere}  placement: {{clusters: 2}}\n"),
+    );
+    // Each release is a record whose lastRelease moved.
+    let mut last: std::collections::BTreeMap<String, String> = Default::default();
+    let mut releases: Vec<chrono::DateTime<chrono::Utc>> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while releases.len() < 10 {
+        let msg = tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut records))
+            .await
+            .unwrap_or_else(|_| panic!("only {} releases seen: {releases:?}", releases.len()))
+            .unwrap();
+        let rec = fleetbus_schemas::placement::PlacementRecord::decode(&msg.payload).unwrap();
+        let Some(at) = rec.last_release else { continue };
+        if last.insert(msg.subject.to_string(), at.to_rfc3339()) != Some(at.to_rfc3339()) {
+            releases.push(at);
+        }
+    }
+    releases.sort();
+    for (i, t) in releases.iter().enumerate() {
+        let within = releases[i..]
+            .iter()
+            .take_while(|u| **u - *t < chrono::Duration::seconds(5))
+            .count();
+        assert!(
+            within <= 3,
+            "{within} releases within 5 s of {t}: {releases:?}"
+        );
+    }
+    wait_for("two copies of each object", CONVERGE, || async {
+        let n = copies().await;
+        (n == 20).then_some(()).ok_or(format!("{n} copies"))
+    })
+    .await;
+}

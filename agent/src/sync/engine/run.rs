@@ -322,15 +322,38 @@ fn say_unserved(reg: &crate::registry::Registry, world: &World, said: &mut Vec<S
     }
 }
 
-/// The kinds of [`say_unserved`], sorted, at most `MAX_UNSERVED_KINDS`.
+/// The kinds of [`say_unserved`]: those a rule with placement writes that
+/// the API server said it does not serve (a failure to ask is not said:
+/// it would move placements away), sorted, at most `MAX_UNSERVED_KINDS`,
+/// none longer than a record allows (a name that long is not said; the
+/// copies then fail there and say so).
 fn unserved_kinds(world: &World) -> Vec<String> {
-    let mut out: Vec<String> = world
-        .unresolved
-        .keys()
-        .map(|g| fleetbus_schemas::registry::kind_id(&g.group, &g.version, &g.kind))
+    let placed: std::collections::HashSet<&kube::core::GroupVersionKind> = world
+        .rules
+        .values()
+        .filter(|r| !r.builtin && r.spec.placement.is_some())
+        .flat_map(|r| r.targets.iter())
+        .collect();
+    unserved_of(world.unresolved.iter(), &placed)
+}
+
+fn unserved_of<'a>(
+    unresolved: impl Iterator<
+        Item = (
+            &'a kube::core::GroupVersionKind,
+            &'a crate::sync::world::Unresolved,
+        ),
+    >,
+    placed: &std::collections::HashSet<&kube::core::GroupVersionKind>,
+) -> Vec<String> {
+    use fleetbus_schemas::registry::{kind_id, MAX_TEXT_LEN, MAX_UNSERVED_KINDS};
+    let mut out: Vec<String> = unresolved
+        .filter(|(g, u)| u.not_served && placed.contains(g))
+        .map(|(g, _)| kind_id(&g.group, &g.version, &g.kind))
+        .filter(|k| k.len() <= MAX_TEXT_LEN)
         .collect();
     out.sort();
-    out.truncate(fleetbus_schemas::registry::MAX_UNSERVED_KINDS);
+    out.truncate(MAX_UNSERVED_KINDS);
     out
 }
 
@@ -338,5 +361,52 @@ async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use kube::core::GroupVersionKind;
+
+    use crate::sync::world::Unresolved;
+
+    /// Only kinds the API server said it does not serve, that a placement
+    /// rule writes, and that fit a record are said to peers: a discovery
+    /// timeout must not move placements, and one long name must not make
+    /// the whole record invalid.
+    #[test]
+    fn only_kinds_said_not_served_for_placement_rules_are_published() {
+        let gvk = |g: &str, k: &str| GroupVersionKind::gvk(g, "v1", k);
+        let no = |why: &str| Unresolved {
+            not_served: true,
+            why: why.into(),
+        };
+        let long = "g".repeat(253);
+        let unresolved: HashMap<GroupVersionKind, Unresolved> = HashMap::from([
+            (gvk("example.com", "Widget"), no("404")),
+            (gvk("", "Gadget"), no("missing kind")),
+            (
+                gvk("example.com", "Timeout"),
+                Unresolved {
+                    not_served: false,
+                    why: "deadline".into(),
+                },
+            ),
+            (gvk("example.com", "Unplaced"), no("404")),
+            (gvk(&long, &"K".repeat(40)), no("404")),
+        ]);
+        let placed_kinds = [
+            gvk("example.com", "Widget"),
+            gvk("", "Gadget"),
+            gvk("example.com", "Timeout"),
+            gvk(&long, &"K".repeat(40)),
+        ];
+        let placed: std::collections::HashSet<&GroupVersionKind> = placed_kinds.iter().collect();
+        assert_eq!(
+            super::unserved_of(unresolved.iter(), &placed),
+            vec!["example.com/v1/Widget".to_owned(), "v1/Gadget".to_owned()]
+        );
     }
 }

@@ -29,20 +29,31 @@ use crate::health::WatchDown;
 use crate::kube::fresh_watch::{lost_connection, restart_delay, LIST_STALL};
 use crate::sync::model::meta::describe_gvk as describe;
 use crate::sync::model::{Input, LocalEvent, PackedEnvelope, Seen};
+pub use crate::sync::world::Unresolved;
 use crate::trust;
 
 /// Resolves a kind through API discovery: served, with its resource name and scope.
 pub async fn resolve(
     client: &kube::Client,
     gvk: &GroupVersionKind,
-) -> Result<(ApiResource, bool), String> {
-    match kube::discovery::pinned_kind(client, gvk).await {
-        Ok((ar, caps)) => Ok((ar, namespaced(&caps))),
-        Err(kube::Error::Api(s)) if s.code == 404 => Err(format!(
+) -> Result<(ApiResource, bool), Unresolved> {
+    let not_served = || Unresolved {
+        not_served: true,
+        why: format!(
             "kind {} is not served by this cluster's API server",
             describe(gvk)
-        )),
-        Err(e) => Err(format!("cannot discover kind {}: {e}", describe(gvk))),
+        ),
+    };
+    match kube::discovery::pinned_kind(client, gvk).await {
+        Ok((ar, caps)) => Ok((ar, namespaced(&caps))),
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(not_served()),
+        Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(_))) => {
+            Err(not_served())
+        }
+        Err(e) => Err(Unresolved {
+            not_served: false,
+            why: format!("cannot discover kind {}: {e}", describe(gvk)),
+        }),
     }
 }
 

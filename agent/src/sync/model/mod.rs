@@ -32,4 +32,6 @@ pub use outcome::{Conflict, CopyError, FailureKind, Outcome};
 pub use packed::{Packed, Unpack};
 pub use report::RuleReport;
 pub use snapshots::{PackedEnvelope, Snapshots};
-pub use target::{LocalKey, Place, Target};
+#[cfg(test)]
+pub use target::Place;
+pub use target::{LocalKey, Target};

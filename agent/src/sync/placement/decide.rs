@@ -76,7 +76,10 @@ pub(in crate::sync) struct Inputs {
     /// Clusters that cannot hold the unit's copy, with why (`fitness`: a
     /// sink's SyncPolicy, a dependency placed elsewhere): never chosen, and
     /// a chosen one is replaced at once.
-    pub refused: BTreeMap<String, String>,
+    pub refused: Arc<BTreeMap<String, String>>,
+    /// No release before this time (None: whenever the unit's own step
+    /// allows): the rule's releases are spread over steps (`origin`).
+    pub release_from: Option<DateTime<Utc>>,
 }
 
 /// The next record and when it may change by time alone.
@@ -235,7 +238,7 @@ pub(in crate::sync) fn decide(
     };
     record.replaced.sort();
     let changed = prev != Some(&record);
-    let wake = wake(&record, &by_name, after, now);
+    let wake = wake(&record, &by_name, (after, input.release_from), now);
     Decision {
         record,
         changed,
@@ -585,7 +588,7 @@ fn releases(
     let released = |name: &str, why: &str| Released {
         cluster: name.to_owned(),
         since: now,
-        reason: why.to_owned(),
+        reason: cut_reason(why.to_owned()),
     };
     let mut newly: Vec<Released> = prev_chosen
         .iter()
@@ -628,7 +631,8 @@ fn releases(
     kept.sort_by(|a, b| a.cluster.cmp(&b.cluster));
     kept.dedup_by(|a, b| a.cluster == b.cluster);
     let all_healthy = !chosen.is_empty() && chosen.iter().all(|c| input.healthy.contains(*c));
-    let step_over = last_release.is_none_or(|t| now - t >= RELEASE_STEP);
+    let step_over = last_release.is_none_or(|t| now - t >= RELEASE_STEP)
+        && input.release_from.is_none_or(|t| now >= truncate_to_ms(t));
     if all_healthy && step_over && !draining.is_empty() {
         draining.remove(0);
         last_release = Some(now);
@@ -685,7 +689,7 @@ fn degraded(want: usize, got: usize, matched: usize, spread: Vec<String>) -> Opt
 fn wake(
     rec: &PlacementRecord,
     by_name: &ByName<'_, '_>,
-    after: Duration,
+    (after, release_from): (Duration, Option<DateTime<Utc>>),
     now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
     let windows = rec.chosen.iter().filter_map(|c| {
@@ -694,8 +698,10 @@ fn wake(
             .and_then(|j| j.failing.as_ref())
             .map(|(since, _)| *since + after)
     });
-    let step =
-        (!rec.draining.is_empty()).then(|| rec.last_release.map_or(now, |t| t + RELEASE_STEP));
+    let step = (!rec.draining.is_empty()).then(|| {
+        let own = rec.last_release.map_or(now, |t| t + RELEASE_STEP);
+        release_from.map_or(own, |t| own.max(t))
+    });
     windows.chain(step).filter(|t| *t >= now).min()
 }
 

@@ -6,12 +6,11 @@
 //! - What only the sink knows, its SyncPolicy, the sink says itself: an
 //!   `unfit` report (`<p>.status.<sink>.…`, the channel copies' health
 //!   already takes back to the origin) per source object of a placement rule
-//!   it would refuse, **chosen here or not**. Were it said only once chosen,
-//!   a `Rebalance` origin would choose the cluster again each time the report
-//!   went away with the choice, and flap. The refusal is the plan's when the
-//!   copy was computed here (exact: after mutations), else the policy's
-//!   verdict on the source's kind and namespace (a mutation moving the copy
-//!   elsewhere is judged exactly once the cluster is chosen).
+//!   it would refuse, **chosen here or not**, judged on the copy as computed
+//!   (after mutations: `sink::pass::note_unfit`). Were it said only once
+//!   chosen, a `Rebalance` origin would choose the cluster again each time
+//!   the report went away with the choice, and flap. A closed policy (a
+//!   typo) says nothing new and takes nothing back.
 //! - What the origin can read itself, where a rule's `dependsOn` places its
 //!   copies, it reads from the placement records: a cluster where a
 //!   dependency with placement places nothing would hold the dependent's
@@ -46,6 +45,13 @@ pub(in crate::sync) fn unfit_reports(
 ) -> Vec<ReportedStatus> {
     let local = &world.fleet.local.name;
     let mut out = Vec::new();
+    // A closed policy (a typo in it, unread since a restart) refuses
+    // everything: saying so would move every placement off this cluster,
+    // where the closed policy promises to neither leak nor delete. What
+    // was said before stands (`report::undecided`) until it is fixed.
+    if world.policy.is_closed() {
+        return out;
+    }
     for rule in world.rules.values() {
         if rule.builtin || rule.spec.unwrap || rule.spec.placement.is_none() {
             continue;
@@ -57,29 +63,15 @@ pub(in crate::sync) fn unfit_reports(
         let Some(kind) = world.kinds.get(&rule.source) else {
             continue;
         };
-        let ledger = sink.plan.ledger_of(&rule.name);
-        let exact = ledger
-            .into_iter()
-            .flat_map(|l| l.refused.iter().map(|(k, r)| (k, r.to_string())));
-        let estimated = sink
-            .unfit
-            .iter()
-            .filter(|((r, _), _)| *r == rule.name)
-            // Computed here and not refused: fit, whatever the estimate says.
-            .filter(|((_, key), _)| {
-                let pair = (rule.name.clone(), key.clone());
-                sink.plan.target_of(&pair).is_none()
-                    && !ledger.is_some_and(|l| l.refused.contains_key(key))
-            })
-            .map(|((_, k), why)| (k, why.clone()));
-        for (key, why) in exact.chain(estimated) {
+        let refused = sink.unfit.iter().filter(|((r, _), _)| *r == rule.name);
+        for ((_, key), why) in refused {
             let Some(meta) = kind.snapshots.meta(key).filter(|m| !m.tombstone) else {
                 continue;
             };
             if key.origin == *local {
                 continue;
             }
-            out.push(report(local, rule, key, &meta.uid, why, now));
+            out.push(report(local, rule, key, &meta.uid, why.clone(), now));
         }
     }
     out
@@ -120,27 +112,30 @@ fn report(
 }
 
 /// Origin: per source object of this cluster, the clusters whose reports
-/// say they cannot hold its copy, with why. Only members' reports about
-/// an object that exists here with the uid they name count.
+/// say they cannot hold its copy, with the rule they said it for and why.
+/// Only members' reports about an object that exists here with the uid
+/// they name count.
 pub(in crate::sync) fn unfit_clusters(
     world: &World,
     book: &StatusBook,
-) -> BTreeMap<ObjectKey, BTreeMap<String, String>> {
+) -> BTreeMap<ObjectKey, Vec<(String, String, String)>> {
     let local = &world.fleet.local.name;
-    let mut out: BTreeMap<ObjectKey, BTreeMap<String, String>> = BTreeMap::new();
+    let mut out: BTreeMap<ObjectKey, Vec<(String, String, String)>> = BTreeMap::new();
     for r in book.reports.values() {
         let Some(why) = &r.unfit else { continue };
         let member = world
             .fleet
             .peers
             .get(&r.cluster)
-            .is_some_and(|p| !p.left && !p.name_conflict);
+            .is_some_and(|p| !p.left && !p.name_conflict && p.fitness);
         if &r.origin != local || !member || source_object(world, r).is_none() {
             continue;
         }
-        out.entry(source_key(r))
-            .or_default()
-            .insert(r.cluster.clone(), cut_unfit(why));
+        out.entry(source_key(r)).or_default().push((
+            r.cluster.clone(),
+            r.rule.clone(),
+            cut_unfit(why),
+        ));
     }
     out
 }

@@ -24,7 +24,7 @@ use fleetbus_schemas::subject::ObjectKey;
 use tokio::time::Instant;
 
 use super::announce;
-use super::decide::{decide, Candidate, Health, Inputs};
+use super::decide::{decide, Candidate, Health, Inputs, RELEASE_STEP};
 use super::fitness;
 use super::sink::unit_key;
 use super::state::PlacementBook;
@@ -69,13 +69,26 @@ pub(in crate::sync) async fn placement_pass(
         BTreeMap::new()
     };
     let mut wake: Option<DateTime<Utc>> = None;
+    let mut retry_at: Option<Instant> = None;
     let mut puts = Vec::new();
+    let grace_ends = grace(world, book);
     let units = units_due(world);
     let count = units.len();
+    let mut releases = ReleaseBudget::of(&units, book, now);
     // A rule's candidates are the same for each of its units: gathered once
     // per pass (per unit, that was most of a pass over 1,000 clusters).
     let mut fleet: BTreeMap<&str, RuleFleet> = BTreeMap::new();
     for due in units {
+        // Placement just turned on for a rule with copies everywhere: the
+        // sinks' reports of those copies are on their way (the rule reports
+        // now); decided before they arrive, the clusters not chosen would
+        // not be known to hold copies, and would lose them all at once.
+        if book.record(&due.key).is_none() {
+            if let Some(ends) = grace_ends.get(due.rule.name.as_str()) {
+                retry_at = [retry_at, Some(*ends)].into_iter().flatten().min();
+                continue;
+            }
+        }
         let RuleFleet {
             candidates,
             dependency_misses,
@@ -83,14 +96,22 @@ pub(in crate::sync) async fn placement_pass(
             .entry(due.rule.name.as_str())
             .or_insert_with(|| RuleFleet::of(world, due.rule, &placed))
             .clone();
-        let mut refused = (*dependency_misses).clone();
-        for object in &due.objects {
-            for (cluster, why) in unfit.get(object).into_iter().flatten() {
-                refused
-                    .entry(cluster.clone())
-                    .or_insert_with(|| why.clone());
+        // What the sinks said of this unit's objects, for a rule of it.
+        let said: Vec<&(String, String, String)> = due
+            .objects
+            .iter()
+            .flat_map(|o| unfit.get(o).into_iter().flatten())
+            .filter(|(_, rule, _)| same_unit(world, due.rule, rule))
+            .collect();
+        let refused = if said.is_empty() {
+            dependency_misses
+        } else {
+            let mut own = (*dependency_misses).clone();
+            for (cluster, _, why) in said {
+                own.entry(cluster.clone()).or_insert_with(|| why.clone());
             }
-        }
+            Arc::new(own)
+        };
         let input = Inputs {
             rule: due.rule.name.clone(),
             seed: due.key.unit.seed(),
@@ -99,8 +120,13 @@ pub(in crate::sync) async fn placement_pass(
             reporting: copies(&reports, &due, false),
             replicas: due.replicas,
             refused,
+            release_from: releases.from(&due.rule.name),
         };
-        let d = decide(book.record(&due.key), due.spec, &input, now);
+        let prev = book.record(&due.key);
+        let d = decide(prev, due.spec, &input, now);
+        if d.record.last_release != prev.and_then(|p| p.last_release) {
+            releases.note(&due.rule.name, d.record.last_release);
+        }
         wake = [wake, d.wake].into_iter().flatten().min();
         if d.changed {
             puts.push((due.key, d.record));
@@ -116,6 +142,23 @@ pub(in crate::sync) async fn placement_pass(
     ctx.metrics
         .placement_units
         .set(i64::try_from(count).unwrap_or(i64::MAX));
+    let retry = put_all(ctx, book, puts).await;
+    let timer = wake.map(|t| {
+        let ahead = (t - now).to_std().unwrap_or_default();
+        // A millisecond past the clock, so the pass that wakes sees it over.
+        Instant::now() + ahead + Duration::from_millis(1)
+    });
+    [retry, timer, retry_at].into_iter().flatten().min()
+}
+
+/// Puts the changed decisions, believes them at once (the consumer reads
+/// them back later), counts them and says them as Events on the rules.
+/// Returns when to try again, when a put failed.
+async fn put_all(
+    ctx: &Context,
+    book: &mut PlacementBook,
+    puts: Vec<(PlacementKey, PlacementRecord)>,
+) -> Option<Instant> {
     let mut retry = None;
     let mut changes = Vec::new();
     for (key, record) in puts {
@@ -143,12 +186,93 @@ pub(in crate::sync) async fn placement_pass(
             .publish(&rule_ref, type_, reason, &message)
             .await;
     }
-    let timer = wake.map(|t| {
-        let ahead = (t - now).to_std().unwrap_or_default();
-        // A millisecond past the clock, so the pass that wakes sees it over.
-        Instant::now() + ahead + Duration::from_millis(1)
-    });
-    [retry, timer].into_iter().flatten().min()
+    retry
+}
+
+/// How long an origin waits, after placement is turned on for a rule it
+/// saw without it, before deciding the rule's units that have no record yet.
+pub(in crate::sync) const GRACE: Duration = Duration::from_secs(5);
+
+/// The rules whose placement was turned on less than [`GRACE`] ago, with
+/// when their grace ends (and the book's memory of the rules brought up to
+/// date). A rule first seen with placement (new, or this agent restarted)
+/// has no grace: a new rule has no copies, and a restarted origin has the
+/// records of what it decided before.
+fn grace<'w>(world: &'w World, book: &mut PlacementBook) -> BTreeMap<&'w str, Instant> {
+    let now = Instant::now();
+    let mut out = BTreeMap::new();
+    for rule in world.rules.values() {
+        let placed = rule.spec.placement.is_some();
+        if placed && book.rules.get(&rule.name) == Some(&false) {
+            book.turned_on.insert(rule.name.clone(), now);
+        }
+        book.rules.insert(rule.name.clone(), placed);
+        if let Some(since) = book.turned_on.get(&rule.name) {
+            if placed && now < *since + GRACE {
+                out.insert(rule.name.as_str(), *since + GRACE);
+            }
+        }
+    }
+    book.rules.retain(|r, _| world.rules.contains_key(r));
+    book.turned_on
+        .retain(|r, since| world.rules.contains_key(r) && now < *since + GRACE);
+    out
+}
+
+/// At most this many percent of a rule's units (at least one) release a
+/// copy per [`RELEASE_STEP`]: turning placement on for a rule over many
+/// objects removes their copies in steps, never all at once (each unit
+/// also releases one cluster per step, after its chosen copies are Current).
+const RELEASE_PERCENT: usize = 25;
+
+/// The rule-wide release steps of one pass: per rule, how many units may
+/// release per step and when the units did within the last step (read
+/// from the records, so a restart does not reset it).
+struct ReleaseBudget {
+    per_rule: BTreeMap<String, (usize, Vec<DateTime<Utc>>)>,
+}
+
+impl ReleaseBudget {
+    fn of(units: &[Due<'_>], book: &PlacementBook, now: DateTime<Utc>) -> Self {
+        let last = units.iter().map(|due| {
+            let at = book.record(&due.key).and_then(|r| r.last_release);
+            (due.rule.name.as_str(), at)
+        });
+        Self::new(last, now)
+    }
+
+    /// From each unit's rule and last release.
+    fn new<'r>(
+        units: impl Iterator<Item = (&'r str, Option<DateTime<Utc>>)>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let mut per_rule: BTreeMap<String, (usize, Vec<DateTime<Utc>>)> = BTreeMap::new();
+        for (rule, last) in units {
+            let e = per_rule.entry(rule.to_owned()).or_default();
+            e.0 += 1;
+            if let Some(t) = last.filter(|t| now - *t < RELEASE_STEP) {
+                e.1.push(t);
+            }
+        }
+        for (limit, _) in per_rule.values_mut() {
+            *limit = (*limit * RELEASE_PERCENT).div_ceil(100).max(1);
+        }
+        Self { per_rule }
+    }
+
+    /// When `rule`'s next unit may release (None: now).
+    fn from(&self, rule: &str) -> Option<DateTime<Utc>> {
+        let (limit, recent) = self.per_rule.get(rule)?;
+        (recent.len() >= *limit)
+            .then(|| recent.iter().min().map(|t| *t + RELEASE_STEP))
+            .flatten()
+    }
+
+    fn note(&mut self, rule: &str, at: Option<DateTime<Utc>>) {
+        if let (Some(e), Some(t)) = (self.per_rule.get_mut(rule), at) {
+            e.1.push(t);
+        }
+    }
 }
 
 /// What every unit of one rule reads of the fleet in one pass.
@@ -160,19 +284,41 @@ struct RuleFleet {
 }
 
 impl RuleFleet {
+    /// For `rule`'s units: a group's unit holds every rule of the group's
+    /// objects, so what any of them cannot have counts.
     fn of(world: &World, rule: &CompiledRule, placed: &BTreeMap<String, BTreeSet<String>>) -> Self {
         let candidates = candidates(world, rule);
-        let deps = fitness::placed_dependencies(world, rule);
+        let group: Vec<&CompiledRule> = world
+            .rules
+            .values()
+            .filter(|r| same_unit(world, rule, &r.name))
+            .collect();
+        let deps: Vec<&str> = group
+            .iter()
+            .flat_map(|r| fitness::placed_dependencies(world, r))
+            .collect();
         let mut misses =
             fitness::dependency_misses(&deps, placed, candidates.iter().map(|c| c.name.as_str()));
-        for (name, why) in fitness::unserved(world, rule) {
-            misses.entry(name).or_insert(why);
+        for r in group {
+            for (name, why) in fitness::unserved(world, r) {
+                misses.entry(name).or_insert(why);
+            }
         }
         Self {
             candidates: Arc::new(candidates),
             dependency_misses: Arc::new(misses),
         }
     }
+}
+
+/// Whether `other` (a rule's name) shares `rule`'s units: it is `rule`, or
+/// in `rule`'s placement group.
+fn same_unit(world: &World, rule: &CompiledRule, other: &str) -> bool {
+    if rule.name == other {
+        return true;
+    }
+    let group = |r: &CompiledRule| r.spec.placement.as_ref().and_then(|p| p.group.clone());
+    group(rule).is_some_and(|g| world.rules.get(other).and_then(group) == Some(g))
 }
 
 /// Whether the registry has judged the peers' health: until then every
@@ -381,6 +527,47 @@ async fn put(ctx: &Context, key: &PlacementKey, record: &PlacementRecord) -> Res
 #[cfg(test)]
 mod tests {
     use fleetbus_schemas::crd::{Allocatable, ClusterMetadata};
+
+    use super::{ReleaseBudget, RELEASE_STEP};
+
+    /// A rule's units release at most 25% (at least one) per step: the
+    /// budget counts the releases of the last step, those of this pass
+    /// included, and says when the oldest of them frees a place.
+    #[test]
+    fn a_rule_releases_a_quarter_of_its_units_per_step_and_says_when_the_next_may() {
+        let now = chrono::Utc::now();
+        let recent = now - chrono::Duration::seconds(2);
+        let old = now - RELEASE_STEP - chrono::Duration::seconds(1);
+        // 10 units of `big` (3 per step), one released 2 s ago, one long ago;
+        // 4 units of `small` (1 per step), none released yet.
+        let units = (0..10)
+            .map(|i| {
+                let last = match i {
+                    0 => Some(recent),
+                    1 => Some(old),
+                    _ => None,
+                };
+                ("big", last)
+            })
+            .chain((0..4).map(|_| ("small", None)));
+        let mut b = ReleaseBudget::new(units, now);
+        assert_eq!(b.from("big"), None, "1 of 3 used");
+        b.note("big", Some(now));
+        assert_eq!(b.from("big"), None, "2 of 3 used");
+        b.note("big", Some(now));
+        assert_eq!(
+            b.from("big"),
+            Some(recent + RELEASE_STEP),
+            "full: the release 2 s ago frees the next place"
+        );
+        assert_eq!(b.from("small"), None);
+        b.note("small", Some(now));
+        assert_eq!(b.from("small"), Some(now + RELEASE_STEP));
+        // A rule with no unit here has nothing to hold.
+        assert_eq!(b.from("other"), None);
+        b.note("other", Some(now));
+        assert_eq!(b.from("other"), None);
+    }
 
     /// The reader follows the record's real field names (a record written
     /// by the schemas' type, not a hand-made JSON that could drift from it).

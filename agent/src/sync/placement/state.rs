@@ -1,6 +1,8 @@
 //! What placement keeps between passes: the records read from the bus and
 //! the sink's holds. A leaf, so the engine owns it without importing the passes.
 
+use std::collections::BTreeMap;
+
 use fleetbus_schemas::placement::{PlacementKey, PlacementRecord};
 use tokio::time::Instant;
 
@@ -14,6 +16,12 @@ pub struct PlacementBook {
     pub read: Followed<PlacementKey, PlacementRecord>,
     /// Origin: when a failover window ends or a failed put is tried again.
     pub wake: Option<Instant>,
+    /// Origin: whether each rule had placement at the last pass (absent:
+    /// not seen yet), and when placement was turned on for a rule this
+    /// agent saw without it (`origin::grace`).
+    pub rules: BTreeMap<String, bool>,
+    /// See `rules`.
+    pub turned_on: BTreeMap<String, Instant>,
 }
 
 impl PlacementBook {

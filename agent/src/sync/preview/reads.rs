@@ -186,7 +186,9 @@ pub(super) async fn list_once(
     let what = describe_gvk(gvk);
     let listing = async {
         let (ar, namespaced): (ApiResource, bool) =
-            crate::sync::inputs::watches::resolve(&ctx.client, gvk).await?;
+            crate::sync::inputs::watches::resolve(&ctx.client, gvk)
+                .await
+                .map_err(|e| e.why)?;
         let api = kube::Api::<DynamicObject>::all_with(ctx.client.clone(), &ar);
         let mut out = Vec::new();
         let mut params = ListParams::default().limit(500);

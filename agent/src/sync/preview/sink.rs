@@ -378,7 +378,8 @@ impl Preview<'_> {
             replicas,
             // What other sinks refuse is on the origin, not here: the
             // record, once the origin decided, is the answer.
-            refused: BTreeMap::new(),
+            refused: Arc::default(),
+            release_from: None,
         };
         chosen(&decide(record, spec, &input, chrono::Utc::now()).record)
     }

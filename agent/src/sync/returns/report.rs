@@ -187,6 +187,10 @@ fn bundle_reports(
 /// copy stands behind it now: its rule cannot say yet (kinds being read,
 /// or a problem), so publishing `null` could be wrong.
 fn undecided(world: &World, published: &ReportedStatus) -> bool {
+    // While the policy is closed, nothing is judged fit or unfit.
+    if published.unfit.is_some() && world.policy.is_closed() {
+        return true;
+    }
     world
         .rules
         .get(&published.rule)

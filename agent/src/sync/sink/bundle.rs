@@ -363,7 +363,7 @@ fn prepare(
         return Err(match world.unresolved.get(gvk) {
             Some(why) => ManifestError::NotServed {
                 kind: describe(gvk),
-                why: why.clone(),
+                why: why.why.clone(),
             },
             None => ManifestError::Waiting(describe(gvk)),
         });

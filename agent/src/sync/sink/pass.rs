@@ -27,7 +27,7 @@ use super::hold::rule_holds;
 use super::look::{Look, Looked};
 use super::mutate::{self, CopyInput};
 use super::plan::{Computed, Gate, Plan, Settled, FULL_EVERY};
-use super::refusal::{import_refused, placement_unfit};
+use super::refusal::import_refused;
 use super::serial::Serial;
 use super::state::SinkState;
 use super::values::{rule_values, values_digest};
@@ -413,7 +413,7 @@ impl<'a> Pass<'a> {
                 // Each object parsed again (see `Snapshots`): ~10 µs a copy,
                 // on top of the ~20 µs a full plan cost before.
                 for (key, env) in kind.snapshots.iter() {
-                    note_unfit(&mut state.unfit, world, (rule, &sources), key, Some(&env));
+                    note_unfit(&mut state.unfit, compute, (rule, &sources), key, Some(&env));
                     let (taken, share) =
                         gate_pair(self.placement, self.rollout, local, rule, key, Some(env));
                     compute.plan_pair(
@@ -437,7 +437,13 @@ impl<'a> Pass<'a> {
                 let sources = world.sources(rule);
                 for key in dirty.keys.iter().filter(|k| of_kind(k, &rule.source)) {
                     let env = kind.and_then(|k| k.snapshots.get(key));
-                    note_unfit(&mut state.unfit, world, (rule, &sources), key, env.as_ref());
+                    note_unfit(
+                        &mut state.unfit,
+                        compute,
+                        (rule, &sources),
+                        key,
+                        env.as_ref(),
+                    );
                     let (taken, share) =
                         gate_pair(self.placement, self.rollout, local, rule, key, env);
                     compute.plan_pair(
@@ -809,10 +815,15 @@ impl<'a> Tally<'a> {
 
 /// Keeps whether this cluster would refuse `rule`'s copy of `key` (a
 /// placement rule's source object it takes, chosen here or not), for the
-/// `unfit` reports (`placement::fitness`).
+/// `unfit` reports (`placement::fitness`). Judged on the copy as computed
+/// (after mutations, which may move it to another namespace or kind), so a
+/// cluster is never judged one way before it is chosen and another after
+/// (a `Rebalance` origin would flap). This computes the copy of every
+/// placement pair once per version, besides the plan's for the pairs
+/// placed here: the plan memoizes only what it keeps.
 fn note_unfit(
     unfit: &mut BTreeMap<crate::sync::sink::plan::Pair, String>,
-    world: &World,
+    compute: Compute<'_>,
     (rule, sources): (&CompiledRule, &BTreeMap<&str, &PeerView>),
     key: &ObjectKey,
     env: Option<&Envelope>,
@@ -821,9 +832,11 @@ fn note_unfit(
         return;
     }
     let pair = (rule.name.clone(), key.clone());
-    let why = taken(sources, key, env)
-        .filter(|(_, obj, _)| matching::matching_rules(&rule.spec, obj).is_some())
-        .and_then(|_| placement_unfit(world, rule, key));
+    let why = taken(sources, key, env).and_then(|(env, obj, peer)| {
+        let entries = matching::matching_rules(&rule.spec, obj)?;
+        let c = compute.compute_candidate(rule, key, env, obj, &peer.record, &entries);
+        c.refused.map(|r| r.to_string())
+    });
     match why {
         Some(why) => {
             unfit.insert(pair, why);

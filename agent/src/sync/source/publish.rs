@@ -1527,6 +1527,7 @@ mod tests {
     /// The members for sealing: c2 (env=prod) and c3 (env=dev), both with keys.
     fn sealing_peers(c3_env: &str) -> BTreeMap<String, crate::registry::view::PeerView> {
         let peer = |name: &str, env: &str| crate::registry::view::PeerView {
+            fitness: false,
             unserved_kinds: Vec::new(),
             name: name.into(),
             labels: [("env".to_owned(), env.to_owned())].into(),

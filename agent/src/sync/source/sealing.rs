@@ -106,6 +106,7 @@ mod tests {
 
     fn peer(name: &str, env: &str, key: bool) -> PeerView {
         PeerView {
+            fitness: false,
             unserved_kinds: Vec::new(),
             name: name.into(),
             labels: BTreeMap::from([("env".into(), env.into())]),

@@ -181,6 +181,7 @@ pub fn peer_record(
 ) -> ClusterRecord {
     let now = chrono::Utc::now();
     ClusterRecord {
+        fitness: false,
         unserved_kinds: Vec::new(),
         certificate: None,
         name: name.into(),

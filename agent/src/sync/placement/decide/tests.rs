@@ -639,7 +639,7 @@ fn a_cluster_that_cannot_hold_the_copy_is_never_chosen_and_a_chosen_one_is_repla
     let refuser = was[0].to_owned();
     let why = "cannot hold the copy: SyncPolicy default refuses namespace shop";
     let mut inp = input("o", five());
-    inp.refused.insert(refuser.clone(), why.to_owned());
+    std::sync::Arc::make_mut(&mut inp.refused).insert(refuser.clone(), why.to_owned());
     // The cluster also still reports the copy healthy (it held one before
     // its policy changed): what it says it cannot hold decides.
     inp.healthy = was.iter().map(|s| (*s).to_owned()).collect();
@@ -664,8 +664,8 @@ fn a_cluster_that_cannot_hold_the_copy_is_never_chosen_and_a_chosen_one_is_repla
     };
     for i in 0..20 {
         let mut inp = input(&format!("o{i}"), five());
-        inp.refused.insert("a".into(), why.to_owned());
-        inp.refused.insert("c".into(), why.to_owned());
+        std::sync::Arc::make_mut(&mut inp.refused).insert("a".into(), why.to_owned());
+        std::sync::Arc::make_mut(&mut inp.refused).insert("c".into(), why.to_owned());
         let d = decide(None, &rebalance, &inp, now);
         let names = chosen(&d.record);
         assert_eq!(names.len(), 2);
@@ -674,7 +674,7 @@ fn a_cluster_that_cannot_hold_the_copy_is_never_chosen_and_a_chosen_one_is_repla
     // Every candidate refusing: nothing chosen, and the record says why.
     let mut all = input("o", five());
     for c in ["a", "b", "c", "d", "e"] {
-        all.refused.insert(c.into(), why.to_owned());
+        std::sync::Arc::make_mut(&mut all.refused).insert(c.into(), why.to_owned());
     }
     let none = decide(None, &spec, &all, now);
     assert!(none.record.chosen.is_empty());
@@ -683,4 +683,30 @@ fn a_cluster_that_cannot_hold_the_copy_is_never_chosen_and_a_chosen_one_is_repla
         .degraded
         .as_deref()
         .is_some_and(|d| d.starts_with("0 of 2 clusters can hold a copy")));
+}
+
+/// The origin spreads a rule's releases over steps (`release_from`): a
+/// unit that may release by its own step waits for it, and says when.
+#[test]
+fn a_release_waits_for_the_rules_step_and_wakes_then() {
+    let t0 = Utc::now();
+    let spec = Placement {
+        clusters: Some(IntOrString::Int(1)),
+        ..Placement::default()
+    };
+    let all: BTreeSet<String> = five().iter().map(|c| c.name.clone()).collect();
+    let later = t0 + Duration::seconds(3);
+    let held = Inputs {
+        reporting: all.clone(),
+        healthy: all.clone(),
+        release_from: Some(later),
+        ..input("x", five())
+    };
+    let d = decide(None, &spec, &held, t0);
+    assert_eq!(d.record.draining.len(), 4, "nothing released yet");
+    assert!(d.record.last_release.is_none());
+    assert_eq!(d.wake, Some(later));
+    let then = decide(Some(&d.record), &spec, &held, later);
+    assert_eq!(then.record.draining.len(), 3, "released once the step came");
+    assert!(then.record.last_release.is_some());
 }
