@@ -389,13 +389,24 @@ fn deployments() -> kube::api::ApiResource {
 
 /// Each sink's copy of web/api: its `spec.replicas` and resourceVersion.
 async fn shares(sinks: &[&Member]) -> Vec<(String, i64, String)> {
+    shards(sinks)
+        .await
+        .into_iter()
+        .map(|(c, n, rv, _)| (c, n, rv))
+        .collect()
+}
+
+/// [`shares`] with each copy's `shard` label, which the rule's template
+/// writes from `.Placement` ("index-of-count").
+async fn shards(sinks: &[&Member]) -> Vec<(String, i64, String, String)> {
     let mut out = Vec::new();
     for x in sinks {
         if let Ok(Some(o)) = get_dynamic(x, &deployments(), Some("web"), "api").await {
             if check_copy(&o, "hub", "weighted").is_ok() {
                 let n = o.data["spec"]["replicas"].as_i64().unwrap_or(-1);
                 let rv = o.metadata.resource_version.clone().unwrap_or_default();
-                out.push((x.name.clone(), n, rv));
+                let shard = labels_of(&o).get("shard").cloned().unwrap_or_default();
+                out.push((x.name.clone(), n, rv, shard));
             }
         }
     }
@@ -432,7 +443,11 @@ kind: ResourceSyncRule
 metadata: {name: weighted}
 spec:
   groupVersionKind: {group: apps, version: v1, kind: Deployment}
-  rules: [{match: [{objectKey: {namespace: web}}]}]
+  rules:
+    - match: [{objectKey: {namespace: web}}]
+      mutations:
+        overrides:
+          - {type: replace, path: /metadata/labels/shard, value: "{{ .Placement.index }}-of-{{ .Placement.count }}"}
   clusterSelector: {matchLabels: {role: sink}}
   placement:
     clusters: 3
@@ -448,7 +463,7 @@ spec:
         &m[0],
         r#"apiVersion: apps/v1
 kind: Deployment
-metadata: {name: api, namespace: web}
+metadata: {name: api, namespace: web, labels: {app: api}}
 spec:
   replicas: 10
   selector: {matchLabels: {app: api}}
@@ -468,6 +483,17 @@ spec:
         }
     })
     .await;
+    // Templates read `.Placement`: each copy knows its place among the chosen.
+    let labelled: Vec<(String, String)> = shards(&sinks)
+        .await
+        .into_iter()
+        .map(|(c, _, _, shard)| (c, shard))
+        .collect();
+    assert_eq!(
+        labelled,
+        [("c1", "0-of-3"), ("c2", "1-of-3"), ("c3", "2-of-3")]
+            .map(|(c, s)| (c.to_owned(), s.to_owned())),
+    );
     drop(sinks);
 
     // Every agent restarts; once each says its sync is settled, no copy was
@@ -501,15 +527,18 @@ spec:
         "the two living sinks share 10 replicas",
         CONVERGE,
         || async {
-            let got = shares(&living).await;
-            let counts: Vec<(&str, i64)> = got.iter().map(|(c, n, _)| (c.as_str(), *n)).collect();
+            let got = shards(&living).await;
+            let counts: Vec<(&str, i64)> =
+                got.iter().map(|(c, n, _, _)| (c.as_str(), *n)).collect();
+            let labels: Vec<&str> = got.iter().map(|(_, _, _, s)| s.as_str()).collect();
             if counts.len() == 2
                 && counts.iter().map(|(_, n)| n).sum::<i64>() == 10
                 && counts[0].1 > counts[1].1
+                && labels == ["0-of-2", "1-of-2"]
             {
                 Ok(())
             } else {
-                Err(format!("shares {counts:?}"))
+                Err(format!("shares {counts:?}, shards {labels:?}"))
             }
         },
     )

@@ -11,7 +11,7 @@ use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::placement::{PlacementKey, PlacementRecord, PlacementUnit, Role};
 use fleetbus_schemas::subject::ObjectKey;
 
-use super::state::PlacementBook;
+use super::state::{Here, PlacementBook};
 use crate::sync::model::{Folded, PlacementEvent};
 use crate::sync::rollout::sink::Replan;
 use crate::sync::rules::compile::CompiledRule;
@@ -39,8 +39,8 @@ pub(in crate::sync) struct Placed {
     pub env: Option<Envelope>,
     /// Why the copy is held, if it is.
     pub hold: Option<String>,
-    /// This cluster's replica share, if divided.
-    pub share: Option<i64>,
+    /// This cluster's place among the chosen (and replica share), if chosen.
+    pub here: Option<Here>,
 }
 
 /// What this cluster (`local`) does with `rule`'s copy of `key` (pure).
@@ -61,7 +61,7 @@ pub(in crate::sync) fn placed(
     let hold = |why: String| Placed {
         env: env.clone(),
         hold: Some(why),
-        share: None,
+        here: None,
     };
     if !book.caught_up() {
         return hold("reading the placement decisions".into());
@@ -77,12 +77,16 @@ fn role_placed(rec: &PlacementRecord, local: &str, env: Option<Envelope>) -> Pla
         Role::Chosen(share) => Placed {
             env,
             hold: None,
-            share,
+            here: Some(Here {
+                index: rec.chosen_names().position(|c| c == local).unwrap_or(0),
+                count: rec.chosen.len(),
+                share,
+            }),
         },
         Role::Keep(why) => Placed {
             env,
             hold: Some(why),
-            share: None,
+            here: None,
         },
         Role::Out => Placed::default(),
     }
@@ -146,7 +150,7 @@ mod tests {
         let rec = record();
         let a = role_placed(&rec, "a", Some(env()));
         assert!(a.env.is_some() && a.hold.is_none());
-        assert_eq!(a.share, Some(2));
+        assert_eq!(a.here.and_then(|h| h.share), Some(2));
         let b = role_placed(&rec, "b", Some(env()));
         assert!(b.env.is_some(), "a held copy is still computed");
         assert!(b.hold.unwrap().contains("kept until"));

@@ -8,6 +8,31 @@ use tokio::time::Instant;
 
 use crate::sync::model::Followed;
 
+/// What a sink's placement decision says of this cluster's copy: its place
+/// among the chosen clusters (by name, from 0), how many are chosen, and
+/// its replica share when placement divides replicas. Templates read it as
+/// `.Placement` (`index`, `count`, `share`); a change computes the copy again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Here {
+    /// Among the chosen clusters, sorted by name, from 0.
+    pub index: usize,
+    /// How many clusters are chosen.
+    pub count: usize,
+    /// The replica share, when divided.
+    pub share: Option<i64>,
+}
+
+impl Here {
+    /// What templates read as `.Placement`.
+    pub fn to_json(self) -> serde_json::Value {
+        let mut v = serde_json::json!({"index": self.index, "count": self.count});
+        if let Some(s) = self.share {
+            v["share"] = s.into();
+        }
+        v
+    }
+}
+
 /// The placement book (see the module docs).
 #[derive(Debug, Default)]
 pub struct PlacementBook {

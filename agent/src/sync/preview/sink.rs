@@ -301,7 +301,8 @@ impl Preview<'_> {
                 reply.placed_elsewhere += 1;
                 continue;
             }
-            let computed = compute.compute_candidate(rule, &key, env, obj, &peer.record, &entries);
+            let computed =
+                compute.compute_candidate(rule, &key, env, obj, (&peer.record, None), &entries);
             if let Some(why) = computed.refused {
                 let message = format!("refused by this cluster's SyncPolicy: {why}");
                 reply.errors.push(PreviewProblem {

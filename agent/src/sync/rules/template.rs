@@ -38,6 +38,10 @@ pub struct TemplateContext {
     /// The merged `data` of the rule's `valuesFrom` ConfigMaps on the sink
     /// (`Values` / `.Values`; an empty object without any).
     pub values: Value,
+    /// What placement says of this copy (`Placement` / `.Placement`:
+    /// `index` among the chosen clusters by name from 0, `count`, and
+    /// `share` when it divides replicas); null without placement.
+    pub placement: Value,
 }
 
 /// A template that does not compile or render.
@@ -187,6 +191,7 @@ pub fn render(src: &str, ctx: &TemplateContext) -> Result<Value, TemplateError> 
                 Cluster => minijinja::Value::from(Serde(&cluster_view(&ctx.cluster))),
                 LocalCluster => minijinja::Value::from(Serde(&cluster_view(&ctx.local_cluster))),
                 Values => minijinja::Value::from(Serde(&ctx.values)),
+                Placement => minijinja::Value::from(Serde(&ctx.placement)),
             })
             .map_err(TemplateError::from_render)?;
         Cow::Owned(out)
@@ -229,7 +234,7 @@ pub fn cluster_view(record: &Value) -> Value {
     view
 }
 
-const ROOTS: [&str; 4] = ["Object", "Cluster", "LocalCluster", "Values"];
+const ROOTS: [&str; 5] = ["Object", "Cluster", "LocalCluster", "Values", "Placement"];
 
 /// Rewrites `.Object`, `.Cluster`, `.LocalCluster` and `.Values` to the bare root inside `{{ }}`
 /// and `{% %}` tags, where the dot starts an expression (not after an identifier, `)`,
@@ -323,7 +328,27 @@ mod tests {
             cluster: json!({"name": "east", "labels": {"region": "us-east-1"}}),
             local_cluster: json!({"name": "west", "labels": {"region": "us-west-2"}}),
             values: json!({"registry": "registry.eu.example.com"}),
+            placement: json!({"index": 1, "count": 3, "share": 4}),
         }
+    }
+
+    #[test]
+    fn placement_is_a_root_too() {
+        assert_eq!(
+            render(
+                "shard-{{ .Placement.index }}-of-{{ .Placement.count }}",
+                &ctx()
+            )
+            .unwrap(),
+            json!("shard-1-of-3")
+        );
+        assert_eq!(render("{{ Placement.share }}", &ctx()).unwrap(), json!(4));
+        // Without placement the root is null: reading into it is an error.
+        let none = TemplateContext {
+            placement: Value::Null,
+            ..ctx()
+        };
+        assert!(render("{{ .Placement.index }}", &none).is_err());
     }
 
     #[test]

@@ -410,6 +410,8 @@ fn manifest_copy(
         local_cluster: world.fleet.local.record.clone(),
         values: super::values::rule_values(world, &ctx.cfg.namespace, src.rule)
             .map_err(ManifestError::Values)?,
+        // Unwrap rules have no placement.
+        placement: Value::Null,
     };
     let hash = content_hash(manifest);
     let input = CopyInput {

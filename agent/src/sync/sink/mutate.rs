@@ -564,6 +564,7 @@ mod tests {
             cluster: json!({"name": "east", "labels": {"region": "us-east-1"}}),
             local_cluster: json!({"name": "west", "labels": {"region": "us-west-2"}}),
             values: json!({}),
+            placement: Value::Null,
         }
     }
 

@@ -40,7 +40,7 @@ use crate::sync::drift::state::DriftState;
 use crate::sync::model::meta::{annotation, is_original};
 use crate::sync::model::{Candidate, Conflict, Outcome, Packed, RuleReport, Target};
 use crate::sync::placement::sink::placed;
-use crate::sync::placement::state::PlacementBook;
+use crate::sync::placement::state::{Here, PlacementBook};
 use crate::sync::rollout::sink::{fetch_versions, rollout_env, Taken};
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::rules::compile::CompiledRule;
@@ -114,12 +114,13 @@ impl Compute<'_> {
 
     /// Sets what `rule` makes of the envelope `env` at `key` in `plan`
     /// (computed only if that envelope version was not computed before),
-    /// with this cluster's replica share written in when placement divides
-    /// replicas (a changed share computes the pair again).
+    /// with what placement says of the copy here (`.Placement` for
+    /// templates, the replica share written in when placement divides
+    /// replicas; a change computes the pair again).
     fn plan_pair(
         self,
         plan: &mut Plan,
-        (rule, sources, share): (&CompiledRule, &BTreeMap<&str, &PeerView>, Option<i64>),
+        (rule, sources, here): (&CompiledRule, &BTreeMap<&str, &PeerView>, Option<Here>),
         key: &ObjectKey,
         env: Option<&Envelope>,
         changed: &mut BTreeSet<Target>,
@@ -129,14 +130,15 @@ impl Compute<'_> {
             plan.set(&pair, None, Computed::default, changed);
             return;
         };
-        if plan.share(&pair) != share {
+        if plan.share(&pair) != here {
             plan.set(&pair, None, Computed::default, changed);
         }
         let compute = || match matching::matching_rules(&rule.spec, obj) {
             Some(entries) => {
-                let mut c = self.compute_candidate(rule, key, env, obj, &peer.record, &entries);
+                let mut c =
+                    self.compute_candidate(rule, key, env, obj, (&peer.record, here), &entries);
                 if let (Some(n), Some(r)) = (
-                    share,
+                    here.and_then(|h| h.share),
                     rule.spec
                         .placement
                         .as_ref()
@@ -149,7 +151,7 @@ impl Compute<'_> {
             None => Computed::default(),
         };
         plan.set(&pair, Some(env), compute, changed);
-        plan.set_share(&pair, share);
+        plan.set_share(&pair, here);
     }
 
     /// What `rule` makes of one source object: the copy and its place, or
@@ -160,7 +162,7 @@ impl Compute<'_> {
         key: &ObjectKey,
         env: &Envelope,
         obj: &Value,
-        origin_record: &Value,
+        (origin_record, here): (&Value, Option<Here>),
         entries: &[&SyncRule],
     ) -> Computed {
         let values = match rule_values(self.world, &self.ctx.cfg.namespace, rule) {
@@ -177,6 +179,7 @@ impl Compute<'_> {
             cluster: origin_record.clone(),
             local_cluster: self.world.fleet.local.record.clone(),
             values,
+            placement: here.map_or(Value::Null, Here::to_json),
         };
         let input = CopyInput {
             rule_name: &rule.name,
@@ -834,7 +837,7 @@ fn note_unfit(
     let pair = (rule.name.clone(), key.clone());
     let why = taken(sources, key, env).and_then(|(env, obj, peer)| {
         let entries = matching::matching_rules(&rule.spec, obj)?;
-        let c = compute.compute_candidate(rule, key, env, obj, &peer.record, &entries);
+        let c = compute.compute_candidate(rule, key, env, obj, (&peer.record, None), &entries);
         c.refused.map(|r| r.to_string())
     });
     match why {
@@ -849,7 +852,7 @@ fn note_unfit(
 
 /// What placement, then the rollout, make of one envelope here: the
 /// envelope to compute from (None: no copy here), the hold (placement's
-/// first), the versions to read, and this cluster's replica share.
+/// first), the versions to read, and what placement says of the copy here.
 fn gate_pair(
     placement: &PlacementBook,
     rollout: &RolloutBook,
@@ -857,13 +860,13 @@ fn gate_pair(
     rule: &CompiledRule,
     key: &ObjectKey,
     env: Option<Envelope>,
-) -> (Taken, Option<i64>) {
+) -> (Taken, Option<Here>) {
     let placed = placed(placement, local, rule, key, env);
     let mut taken = rollout_env(rollout, local, rule, key, placed.env);
     if placed.hold.is_some() {
         taken.hold = placed.hold;
     }
-    (taken, placed.share)
+    (taken, placed.here)
 }
 
 /// Writes a replica share at `path` of a computed copy (its digest anew).

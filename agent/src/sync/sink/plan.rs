@@ -20,6 +20,7 @@ use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 
 use crate::sync::model::{Candidate, Conflict, Target};
+use crate::sync::placement::state::Here;
 use crate::sync::policy::Refusal;
 
 /// How often a sink pass plans every pair and decides every target though
@@ -162,9 +163,10 @@ pub struct Plan {
     targets: BTreeMap<Target, Vec<Arc<Pair>>>,
     settled: HashMap<Target, Settled>,
     ledgers: BTreeMap<String, Ledger>,
-    /// The replica shares placement wrote into pairs' copies (few pairs
-    /// have one): a changed share computes the pair again.
-    shares: HashMap<Pair, i64>,
+    /// What placement said of pairs' copies here (`.Placement`, the
+    /// replica share; only placement rules' pairs have it): a change
+    /// computes the pair again.
+    shares: HashMap<Pair, Here>,
 }
 
 impl Plan {
@@ -181,13 +183,13 @@ impl Plan {
         }
     }
 
-    /// The replica share written into `pair`'s copy, if any.
-    pub fn share(&self, pair: &Pair) -> Option<i64> {
+    /// What placement said of `pair`'s copy when it was computed, if any.
+    pub fn share(&self, pair: &Pair) -> Option<Here> {
         self.shares.get(pair).copied()
     }
 
-    /// Records the share written into `pair`'s copy.
-    pub fn set_share(&mut self, pair: &Pair, share: Option<i64>) {
+    /// Records what placement said of `pair`'s copy.
+    pub fn set_share(&mut self, pair: &Pair, share: Option<Here>) {
         match share {
             Some(n) => {
                 self.shares.insert(pair.clone(), n);
