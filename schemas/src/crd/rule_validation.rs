@@ -601,6 +601,19 @@ impl Validator {
             "/metadata/name" | "/metadata/namespace" if value.trim().is_empty() => {
                 self.push(format!("{field}.value"), RuleErrorKind::Empty)
             }
+            // A copy's identity must not follow the placement: a new choice
+            // elsewhere would rename every other copy (and a held copy is
+            // computed before placement said anything of it).
+            "/metadata/name" | "/metadata/namespace"
+                if is_template && value.contains("Placement") =>
+            {
+                self.push(
+                    format!("{field}.value"),
+                    RuleErrorKind::InvalidPlacement(
+                        ".Placement cannot name a copy or its namespace".to_owned(),
+                    ),
+                )
+            }
             "/metadata/namespace" if !is_template => {
                 self.namespace(&format!("{field}.value"), value)
             }
@@ -916,6 +929,38 @@ mod tests {
             MaxUnavailable::parse(&IntOrString::String("100%".into())),
             Ok(MaxUnavailable::Percent(100))
         );
+    }
+
+    #[test]
+    fn placement_cannot_name_a_copy() {
+        let spec = |path: &str, value: &str| {
+            let mut s = valid_spec();
+            s.rules = vec![SyncRule {
+                mutations: Some(Mutations {
+                    overrides: vec![Override {
+                        type_: OverrideType::Replace,
+                        path: path.to_owned(),
+                        value: Some(value.to_owned()),
+                    }],
+                    ..Mutations::default()
+                }),
+                ..SyncRule::default()
+            }];
+            s
+        };
+        let bad = spec("/metadata/name", "web-{{ .Placement.index }}");
+        let errs = bad.validate().unwrap_err();
+        assert!(
+            errs.iter()
+                .any(|e| e.to_string().contains(".Placement cannot name a copy")),
+            "{errs:?}"
+        );
+        assert!(spec("/metadata/namespace", "{{ Placement.count }}")
+            .validate()
+            .is_err());
+        assert!(spec("/metadata/labels/shard", "{{ .Placement.index }}")
+            .validate()
+            .is_ok());
     }
 
     #[test]

@@ -686,7 +686,7 @@ async fn hostile_preview_sources(c1: &Member, client: &async_nats::Client) {
     let unserved = ask("NoSuchKind", None);
     refused(
         &raw_source(client, unserved.encode().unwrap()).await,
-        "cannot discover kind v1 NoSuchKind",
+        "kind v1 NoSuchKind is not served",
     );
     // No rule takes ConfigMaps: one LIST finds c1's.
     kubectl(

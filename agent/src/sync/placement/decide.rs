@@ -238,7 +238,15 @@ pub(in crate::sync) fn decide(
     };
     record.replaced.sort();
     let changed = prev != Some(&record);
-    let wake = wake(&record, &by_name, (after, input.release_from), now);
+    // A release waits on time only once every chosen copy is healthy;
+    // before that, the reports that say so wake the origin.
+    let releasable = !record.chosen.is_empty()
+        && record
+            .chosen
+            .iter()
+            .all(|c| input.healthy.contains(&c.cluster));
+    let release_from = releasable.then_some(input.release_from);
+    let wake = wake(&record, &by_name, (after, release_from), now);
     Decision {
         record,
         changed,
@@ -685,11 +693,13 @@ fn degraded(want: usize, got: usize, matched: usize, spread: Vec<String>) -> Opt
     (!parts.is_empty()).then(|| cut_reason(parts.join("; ")))
 }
 
-/// When a chosen cluster's failover window ends, or the next release step.
+/// When a chosen cluster's failover window ends, or the next release step
+/// (`release`: Some when a release waits on time alone, with the rule's
+/// own earliest time if it has one).
 fn wake(
     rec: &PlacementRecord,
     by_name: &ByName<'_, '_>,
-    (after, release_from): (Duration, Option<DateTime<Utc>>),
+    (after, release): (Duration, Option<Option<DateTime<Utc>>>),
     now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
     let windows = rec.chosen.iter().filter_map(|c| {
@@ -698,9 +708,9 @@ fn wake(
             .and_then(|j| j.failing.as_ref())
             .map(|(since, _)| *since + after)
     });
-    let step = (!rec.draining.is_empty()).then(|| {
+    let step = release.filter(|_| !rec.draining.is_empty()).map(|from| {
         let own = rec.last_release.map_or(now, |t| t + RELEASE_STEP);
-        release_from.map_or(own, |t| own.max(t))
+        from.map_or(own, |t| own.max(t))
     });
     windows.chain(step).filter(|t| *t >= now).min()
 }

@@ -83,7 +83,8 @@ pub(in crate::sync) async fn placement_pass(
         // sinks' reports of those copies are on their way (the rule reports
         // now); decided before they arrive, the clusters not chosen would
         // not be known to hold copies, and would lose them all at once.
-        if book.record(&due.key).is_none() {
+        let prev = decided_now(book, &due);
+        if prev.is_none() {
             if let Some(ends) = grace_ends.get(due.rule.name.as_str()) {
                 retry_at = [retry_at, Some(*ends)].into_iter().flatten().min();
                 continue;
@@ -122,7 +123,6 @@ pub(in crate::sync) async fn placement_pass(
             refused,
             release_from: releases.from(&due.rule.name),
         };
-        let prev = book.record(&due.key);
         let d = decide(prev, due.spec, &input, now);
         if d.record.last_release != prev.and_then(|p| p.last_release) {
             releases.note(&due.rule.name, d.record.last_release);
@@ -189,6 +189,14 @@ async fn put_all(
     retry
 }
 
+/// The unit's record, unless it was decided before placement was last
+/// turned on for its rule (then it is no decision of the rule as it is).
+fn decided_now<'b>(book: &'b PlacementBook, due: &Due<'_>) -> Option<&'b PlacementRecord> {
+    let since = book.turned_on_at.get(&due.rule.name);
+    book.record(&due.key)
+        .filter(|r| since.is_none_or(|t| r.decided_at >= *t))
+}
+
 /// How long an origin waits, after placement is turned on for a rule it
 /// saw without it, before deciding the rule's units that have no record yet.
 pub(in crate::sync) const GRACE: Duration = Duration::from_secs(5);
@@ -205,6 +213,11 @@ fn grace<'w>(world: &'w World, book: &mut PlacementBook) -> BTreeMap<&'w str, In
         let placed = rule.spec.placement.is_some();
         if placed && book.rules.get(&rule.name) == Some(&false) {
             book.turned_on.insert(rule.name.clone(), now);
+            let at = fleetbus_schemas::time::truncate_to_ms(Utc::now());
+            book.turned_on_at.insert(rule.name.clone(), at);
+        }
+        if !placed {
+            book.turned_on_at.remove(&rule.name);
         }
         book.rules.insert(rule.name.clone(), placed);
         if let Some(since) = book.turned_on.get(&rule.name) {
@@ -214,6 +227,7 @@ fn grace<'w>(world: &'w World, book: &mut PlacementBook) -> BTreeMap<&'w str, In
         }
     }
     book.rules.retain(|r, _| world.rules.contains_key(r));
+    book.turned_on_at.retain(|r, _| world.rules.contains_key(r));
     book.turned_on
         .retain(|r, since| world.rules.contains_key(r) && now < *since + GRACE);
     out

@@ -78,7 +78,8 @@ fn role_placed(rec: &PlacementRecord, local: &str, env: Option<Envelope>) -> Pla
             env,
             hold: None,
             here: Some(Here {
-                index: rec.chosen_names().position(|c| c == local).unwrap_or(0),
+                // Its place by name, whatever order the record lists them in.
+                index: rec.chosen_names().filter(|c| *c < local).count(),
                 count: rec.chosen.len(),
                 share,
             }),

@@ -23,13 +23,22 @@ pub struct Here {
 }
 
 impl Here {
-    /// What templates read as `.Placement`.
+    /// What a placement rule's copy is computed with while placement has
+    /// said nothing of it here (held: the records not read yet, no
+    /// decision yet, released and kept; or judged for fitness before any
+    /// choice). Such a copy is never written, so the values only keep the
+    /// computation from failing: a failed one would leave the copy
+    /// unwanted, and collected. `.Placement` cannot name a copy (rule
+    /// validation), so the stand-in never moves one.
+    pub const STAND_IN: Here = Here {
+        index: 0,
+        count: 1,
+        share: None,
+    };
+
+    /// What templates read as `.Placement` (`share` null when not divided).
     pub fn to_json(self) -> serde_json::Value {
-        let mut v = serde_json::json!({"index": self.index, "count": self.count});
-        if let Some(s) = self.share {
-            v["share"] = s.into();
-        }
-        v
+        serde_json::json!({"index": self.index, "count": self.count, "share": self.share})
     }
 }
 
@@ -47,6 +56,11 @@ pub struct PlacementBook {
     pub rules: BTreeMap<String, bool>,
     /// See `rules`.
     pub turned_on: BTreeMap<String, Instant>,
+    /// When (by the wall clock, ms) placement was last turned on for a rule
+    /// this agent saw without it, while it stays on: its records from
+    /// before (placement on, off, on again: the stream keeps them) are
+    /// not its decisions now.
+    pub turned_on_at: BTreeMap<String, chrono::DateTime<chrono::Utc>>,
 }
 
 impl PlacementBook {

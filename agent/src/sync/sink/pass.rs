@@ -179,7 +179,10 @@ impl Compute<'_> {
             cluster: origin_record.clone(),
             local_cluster: self.world.fleet.local.record.clone(),
             values,
-            placement: here.map_or(Value::Null, Here::to_json),
+            placement: match (&rule.spec.placement, here) {
+                (None, _) => Value::Null,
+                (Some(_), here) => here.unwrap_or(Here::STAND_IN).to_json(),
+            },
         };
         let input = CopyInput {
             rule_name: &rule.name,
@@ -419,6 +422,7 @@ impl<'a> Pass<'a> {
                     note_unfit(&mut state.unfit, compute, (rule, &sources), key, Some(&env));
                     let (taken, share) =
                         gate_pair(self.placement, self.rollout, local, rule, key, Some(env));
+                    let share = kept_here(&state.plan, rule, key, share, taken.hold.is_some());
                     compute.plan_pair(
                         &mut state.plan,
                         (rule, &sources, share),
@@ -449,6 +453,7 @@ impl<'a> Pass<'a> {
                     );
                     let (taken, share) =
                         gate_pair(self.placement, self.rollout, local, rule, key, env);
+                    let share = kept_here(&state.plan, rule, key, share, taken.hold.is_some());
                     compute.plan_pair(
                         &mut state.plan,
                         (rule, &sources, share),
@@ -822,8 +827,10 @@ impl<'a> Tally<'a> {
 /// (after mutations, which may move it to another namespace or kind), so a
 /// cluster is never judged one way before it is chosen and another after
 /// (a `Rebalance` origin would flap). This computes the copy of every
-/// placement pair once per version, besides the plan's for the pairs
-/// placed here: the plan memoizes only what it keeps.
+/// placement pair at each full plan (every 5 min, and when rules, the
+/// policy or the fleet change) and each change of its source, besides the
+/// plan's for the pairs placed here: the plan memoizes only what it keeps.
+/// Pure (no write, no metric).
 fn note_unfit(
     unfit: &mut BTreeMap<crate::sync::sink::plan::Pair, String>,
     compute: Compute<'_>,
@@ -867,6 +874,24 @@ fn gate_pair(
         taken.hold = placed.hold;
     }
     (taken, placed.here)
+}
+
+/// What placement says of a pair's copy here: a copy held (placement
+/// keeps it: records not read yet, released and kept; or a rollout)
+/// keeps what was said when it was last chosen, so a hold computes
+/// nothing again (and a restart, which holds every copy until the records
+/// are read, computes what it computed before it was chosen as held).
+fn kept_here(
+    plan: &Plan,
+    rule: &CompiledRule,
+    key: &ObjectKey,
+    here: Option<Here>,
+    held: bool,
+) -> Option<Here> {
+    if here.is_some() || !held || rule.spec.placement.is_none() {
+        return here;
+    }
+    plan.share(&(rule.name.clone(), key.clone()))
 }
 
 /// Writes a replica share at `path` of a computed copy (its digest anew).

@@ -268,6 +268,8 @@ impl Plan {
 
     /// Forgets `pair`.
     fn remove(&mut self, pair: &Pair, changed: &mut BTreeSet<Target>) {
+        // What placement said goes with the pair (`set_share` follows a set).
+        self.shares.remove(pair);
         let Some(old) = self.pairs.remove(pair) else {
             return;
         };

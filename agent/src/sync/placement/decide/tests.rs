@@ -710,3 +710,24 @@ fn a_release_waits_for_the_rules_step_and_wakes_then() {
     assert_eq!(then.record.draining.len(), 3, "released once the step came");
     assert!(then.record.last_release.is_some());
 }
+
+/// Copies draining while the chosen ones are not healthy yet wait for the
+/// reports, not for time: no wake-up (one at "now" was a busy loop).
+#[test]
+fn draining_behind_unhealthy_choices_asks_for_no_wake_up() {
+    let t0 = Utc::now();
+    let spec = Placement {
+        clusters: Some(IntOrString::Int(1)),
+        ..Placement::default()
+    };
+    let all: BTreeSet<String> = five().iter().map(|c| c.name.clone()).collect();
+    let inp = Inputs {
+        reporting: all,
+        ..input("x", five())
+    };
+    let d = decide(None, &spec, &inp, t0);
+    assert_eq!(d.record.draining.len(), 4);
+    assert_eq!(d.wake, None, "{:?}", d.wake);
+    let again = decide(Some(&d.record), &spec, &inp, t0 + Duration::seconds(1));
+    assert_eq!(again.wake, None);
+}
