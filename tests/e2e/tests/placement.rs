@@ -119,10 +119,7 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
     let mut m = hub_and_sinks(&nats).await;
     apply_yaml(&m[0], rule());
-    apply_yaml(
-        &m[0],
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: web}\ndata: {v: \"1\"}\n",
-    );
+    create_cm(&m[0], "web", "app");
     let first = {
         let sinks: Vec<&Member> = m[1..].iter().collect();
         wait_two(&sinks, "2 of 3 sinks hold web/app", |_| true).await
@@ -176,10 +173,7 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
         create_ns(x, "ops").await;
     }
     apply_yaml(&m[0], TOLERANT_RULE);
-    apply_yaml(
-        &m[0],
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: tools, namespace: ops}\ndata: {v: \"1\"}\n",
-    );
+    create_cm(&m[0], "ops", "tools");
     for x in &m[1..] {
         wait_copy(
             x,
@@ -355,10 +349,7 @@ spec:
 "#,
     );
     for i in 0..5 {
-        apply_yaml(
-            &m[0],
-            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app{i}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
-        );
+        create_cm(&m[0], "web", &format!("app{i}"));
     }
     // Every object lands on c2 alone (without the capacity score the
     // stable hash spreads five objects over the three sinks).
@@ -567,11 +558,29 @@ async fn holders_of(sinks: &[&Member], name: &str) -> BTreeSet<String> {
     holders_by(sinks, name, "placed").await
 }
 
+/// Creates ConfigMap `ns/name` on `m` (one key).
+fn create_cm(m: &Member, ns: &str, name: &str) {
+    apply_yaml(
+        m,
+        &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\ndata: {{v: \"1\"}}\n"),
+    );
+}
+
 /// The sinks holding rule `rule`'s copy of web/`name`.
 async fn holders_by(sinks: &[&Member], name: &str, rule: &str) -> BTreeSet<String> {
+    holders_in(sinks, &config_maps(), ("web", name), rule).await
+}
+
+/// The sinks holding rule `rule`'s copy of `ns/name`, of the kind `ar`.
+async fn holders_in(
+    sinks: &[&Member],
+    ar: &kube::api::ApiResource,
+    (ns, name): (&str, &str),
+    rule: &str,
+) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for m in sinks {
-        if let Ok(Some(o)) = get_dynamic(m, &config_maps(), Some("web"), name).await {
+        if let Ok(Some(o)) = get_dynamic(m, ar, Some(ns), name).await {
             if check_copy(&o, "hub", rule).is_ok() {
                 out.insert(m.name.clone());
             }
@@ -587,10 +596,7 @@ async fn a_cordoned_cluster_gets_no_new_placements_and_keeps_what_it_holds() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
     let m = hub_and_sinks(&nats).await;
     apply_yaml(&m[0], rule());
-    apply_yaml(
-        &m[0],
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: web}\ndata: {v: \"1\"}\n",
-    );
+    create_cm(&m[0], "web", "app");
     let sinks: Vec<&Member> = m[1..].iter().collect();
     let first = wait_two(&sinks, "2 of 3 sinks hold web/app", |_| true).await;
     let cordoned = first.iter().next().unwrap().clone();
@@ -620,10 +626,7 @@ async fn a_cordoned_cluster_gets_no_new_placements_and_keeps_what_it_holds() {
     )
     .await;
     for i in 0..4 {
-        apply_yaml(
-            &m[0],
-            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: new{i}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
-        );
+        create_cm(&m[0], "web", &format!("new{i}"));
     }
     wait_for(
         "every new object on the 2 uncordoned sinks",
@@ -657,10 +660,7 @@ async fn failback_immediate_moves_the_copy_back_when_the_cluster_returns() {
         &m[0],
         &rule().replace("failback: Never", "failback: Immediate"),
     );
-    apply_yaml(
-        &m[0],
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: web}\ndata: {v: \"1\"}\n",
-    );
+    create_cm(&m[0], "web", "app");
     let first = {
         let sinks: Vec<&Member> = m[1..].iter().collect();
         wait_two(&sinks, "2 of 3 sinks hold web/app", |_| true).await
@@ -744,31 +744,19 @@ spec:
             + "    prefer: [{weight: 50, clusterSelector: {matchLabels: {tier: gold}}}]\n"),
     );
     for i in 0..20 {
-        apply_yaml(
-            &m[0],
-            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: o{i}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
-        );
+        create_cm(&m[0], "web", &format!("o{i}"));
     }
     for i in 0..4 {
-        apply_yaml(
-            &m[0],
-            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: g{i}, namespace: gold}}\ndata: {{v: \"1\"}}\n"),
-        );
+        create_cm(&m[0], "gold", &format!("g{i}"));
     }
     let sinks: Vec<&Member> = m[1..].iter().collect();
     let per_object = |ns: &'static str, rule: &'static str, prefix: &'static str, n: usize| {
         let sinks = &sinks;
         async move {
-            let mut out: Vec<BTreeSet<String>> = vec![BTreeSet::new(); n];
-            for x in sinks {
-                for (i, held) in out.iter_mut().enumerate() {
-                    let name = format!("{prefix}{i}");
-                    if let Ok(Some(o)) = get_dynamic(x, &config_maps(), Some(ns), &name).await {
-                        if check_copy(&o, "hub", rule).is_ok() {
-                            held.insert(x.name.clone());
-                        }
-                    }
-                }
+            let mut out: Vec<BTreeSet<String>> = Vec::with_capacity(n);
+            for i in 0..n {
+                let name = format!("{prefix}{i}");
+                out.push(holders_in(sinks, &config_maps(), (ns, &name), rule).await);
             }
             out
         }
@@ -997,10 +985,7 @@ async fn a_refusing_sink_is_not_chosen_and_a_dependent_follows_its_dependency() 
     );
     let names: Vec<String> = (0..6).map(|i| format!("o{i}")).collect();
     for n in &names {
-        apply_yaml(
-            &m[0],
-            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {n}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
-        );
+        create_cm(&m[0], "web", n);
     }
     let every_on_two = |avoid: Option<String>| {
         let (sinks, names) = (&sinks, &names);
@@ -1082,29 +1067,13 @@ spec:
   placement: {clusters: 1}
 "#,
     );
-    apply_yaml(
-        &m[0],
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: deps}\ndata: {v: \"1\"}\n",
-    );
+    create_cm(&m[0], "deps", "settings");
     for i in 0..5 {
-        apply_yaml(
-            &m[0],
-            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: a{i}, namespace: apps}}\ndata: {{v: \"1\"}}\n"),
-        );
+        create_cm(&m[0], "apps", &format!("a{i}"));
     }
     let at = |ns: &'static str, name: String, rule: &'static str| {
         let sinks = &sinks;
-        async move {
-            let mut out = BTreeSet::new();
-            for s in sinks {
-                if let Ok(Some(o)) = get_dynamic(s, &config_maps(), Some(ns), &name).await {
-                    if check_copy(&o, "hub", rule).is_ok() {
-                        out.insert(s.name.clone());
-                    }
-                }
-            }
-            out
-        }
+        async move { holders_in(sinks, &config_maps(), (ns, &name), rule).await }
     };
     let home = wait_for(
         "config's object and every app object on one sink",
@@ -1160,17 +1129,8 @@ spec:
         CONVERGE,
         || async {
             for i in 0..4 {
-                let mut on = BTreeSet::new();
-                for s in sinks.iter().filter(|s| s.name != bare) {
-                    if let Ok(Some(o)) =
-                        get_dynamic(s, &widgets, Some("web"), &format!("w{i}")).await
-                    {
-                        if check_copy(&o, "hub", "widgets").is_ok() {
-                            on.insert(s.name.clone());
-                        }
-                    }
-                }
-                if on.len() != 2 {
+                let on = holders_in(&sinks, &widgets, ("web", &format!("w{i}")), "widgets").await;
+                if on.len() != 2 || on.contains(bare) {
                     return Err(format!("w{i} on {on:?}"));
                 }
             }
@@ -1207,10 +1167,7 @@ spec:
     apply_yaml(&m[0], everywhere);
     let names: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
     for n in &names {
-        apply_yaml(
-            &m[0],
-            &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {n}, namespace: web}}\ndata: {{v: \"1\"}}\n"),
-        );
+        create_cm(&m[0], "web", n);
     }
     let copies = || async {
         let mut n = 0;
