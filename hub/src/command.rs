@@ -286,6 +286,38 @@ pub(crate) async fn request(
         })
 }
 
+/// How many times a refused request is asked again when the agent says
+/// when (`retryAfterMs`: over its rate, or its previews busy).
+pub(crate) const RATE_WAITS: u32 = 3;
+
+/// [`request`], the reply decoded; asked again up to [`RATE_WAITS`] times
+/// while the agent refuses it with a time to ask again (`retry_after`
+/// reads it from the reply; at most 10 s is waited at a time).
+pub(crate) async fn request_patiently<R>(
+    client: &async_nats::Client,
+    (subject, payload): (String, Vec<u8>),
+    cluster: &str,
+    timeout: Duration,
+    decode: impl Fn(&[u8]) -> Result<R, String>,
+    retry_after: impl Fn(&R) -> Option<u64>,
+) -> Result<R, String> {
+    let mut waits = 0;
+    loop {
+        let msg = request(client, subject.clone(), payload.clone(), cluster, timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let reply = decode(&msg.payload)
+            .map_err(|e| format!("cluster {cluster} sent an unreadable reply: {e}"))?;
+        match retry_after(&reply) {
+            Some(ms) if waits < RATE_WAITS => {
+                waits += 1;
+                tokio::time::sleep(Duration::from_millis(ms.min(10_000))).await;
+            }
+            _ => return Ok(reply),
+        }
+    }
+}
+
 /// The URL without its password (`nats://c1:secret@host` -> `nats://c1:***@host`), for
 /// messages: agents and operators put credentials in the URL (deploy/nats/accounts.conf).
 fn redact(url: &str) -> String {

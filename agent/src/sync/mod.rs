@@ -54,6 +54,10 @@ pub enum SyncError {
     /// The engine's input channel closed: every event source is gone.
     #[error("sync stopped: its event sources are gone")]
     Closed,
+    /// The previews' thread could not be started (out of threads or
+    /// memory).
+    #[error("cannot start the previews' thread: {0}")]
+    Thread(#[from] std::io::Error),
 }
 
 impl SyncError {

@@ -72,12 +72,20 @@ async fn preview(args: &RulesPreviewArgs, out: &mut impl Write) -> Result<u8, Pr
         let subject = CommandKey::preview(cluster).to_subject(prefix);
         let (client, payload) = (&client, payload.clone());
         async move {
-            let reply =
-                crate::command::request(client, subject, payload, cluster, args.timeout).await;
-            let answer = reply.map_err(|e| e.to_string()).and_then(|m| {
-                PreviewReply::decode(&m.payload)
-                    .map_err(|e| format!("cluster {cluster} sent an unreadable reply: {e}"))
-            });
+            // Refused for rate, or while its previews are busy: asked
+            // again when the cluster says, a few times.
+            let decode = |b: &[u8]| PreviewReply::decode(b).map_err(|e| e.to_string());
+            let retry = |r: &PreviewReply| r.error.as_ref().and(r.retry_after_ms);
+            let asked = (subject, payload);
+            let answer = crate::command::request_patiently(
+                client,
+                asked,
+                cluster,
+                args.timeout,
+                decode,
+                retry,
+            )
+            .await;
             (cluster.clone(), answer)
         }
     });

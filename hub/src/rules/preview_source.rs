@@ -183,30 +183,21 @@ async fn ask_origin(
         let payload = req
             .encode()
             .map_err(|e| format!("cannot encode the request: {e}"))?;
-        let mut waits = 0;
-        let reply = loop {
-            let msg = crate::command::request(
-                client,
-                subject.clone(),
-                payload.clone(),
-                cluster,
-                args.timeout,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-            let reply = PreviewSourceReply::decode(&msg.payload)
-                .map_err(|e| format!("cluster {cluster} sent an unreadable reply: {e}"))?;
-            match (&reply.error, reply.retry_after_ms) {
-                // Refused for rate (a long answer takes several pages): ask
-                // again when the origin says, a few times.
-                (Some(_), Some(ms)) if waits < RATE_WAITS => {
-                    waits += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(ms.min(10_000))).await;
-                }
-                (Some(e), _) => return Err(format!("refused: {e}")),
-                (None, _) => break reply,
-            }
-        };
+        let decode = |b: &[u8]| PreviewSourceReply::decode(b).map_err(|e| e.to_string());
+        // Refused for rate (a long answer takes several pages) or busy:
+        // asked again when the origin says, a few times.
+        let reply = crate::command::request_patiently(
+            client,
+            (subject.clone(), payload),
+            cluster,
+            args.timeout,
+            decode,
+            |r: &PreviewSourceReply| r.error.as_ref().and(r.retry_after_ms),
+        )
+        .await?;
+        if let Some(e) = &reply.error {
+            return Err(format!("refused: {e}"));
+        }
         own_only(cluster, &args.bus.subject_prefix, &reply.envelopes)?;
         size += reply
             .envelopes
@@ -236,9 +227,6 @@ async fn ask_origin(
         "cluster {cluster} sent more than {MAX_PAGES} pages"
     ))
 }
-
-/// How many times one page is asked again after a refusal for rate.
-const RATE_WAITS: u32 = 3;
 
 /// Whether the page token `next` is after `after` (the first page's is after
 /// nothing); a token that does not parse never is.
@@ -459,12 +447,12 @@ mod tests {
             panic!("not rules preview");
         };
         let rule = json!({"apiVersion": "fleetbus.io/v1alpha1", "kind": "ResourceSyncRule"});
-        let patient = stub_origin(client.clone(), RATE_WAITS as usize).await;
+        let patient = stub_origin(client.clone(), crate::command::RATE_WAITS as usize).await;
         let answer = ask_origin(&client, &args, &rule, "c1", 1 << 20).await;
         assert!(answer.is_ok(), "{:?}", answer.err());
         patient.abort();
         let _ = patient.await;
-        let _stubborn = stub_origin(client.clone(), RATE_WAITS as usize + 1).await;
+        let _stubborn = stub_origin(client.clone(), crate::command::RATE_WAITS as usize + 1).await;
         let answer = ask_origin(&client, &args, &rule, "c1", 1 << 20).await;
         let Err(e) = answer else {
             panic!("a stubborn refusal was taken");

@@ -10,6 +10,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{wait_for, DevClusterOpts, NatsServer};
@@ -34,7 +35,7 @@ async fn pressure_fleet(nats: &NatsServer) -> (Member, Member) {
     for m in [&c1, &c2] {
         create_ns(m, "shared").await;
     }
-    apply_yaml(&c1, SHARED_SECRETS_RULE);
+    apply_yaml(&c1, &shared_secrets_rule().yaml());
     (c1, c2)
 }
 
@@ -384,9 +385,7 @@ async fn a_preview_whose_reads_hang_answers_within_its_budget() {
     let rule = dir.path().join("cms.yaml");
     std::fs::write(
         &rule,
-        "apiVersion: fleetbus.io/v1alpha1\nkind: ResourceSyncRule\nmetadata: {name: cms}\n\
-         spec:\n  groupVersionKind: {group: \"\", version: v1, kind: ConfigMap}\n  \
-         rules:\n    - match:\n        - namespaces: [shared]\n",
+        RuleBuilder::new("cms").namespaces(&["shared"]).yaml(),
     )
     .unwrap();
     let started = Instant::now();

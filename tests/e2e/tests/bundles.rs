@@ -7,6 +7,7 @@
 
 use crate::common;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_schemas::well_known::{ANNOTATION_BUNDLE, ANNOTATION_ORIGIN_UID};
@@ -16,20 +17,14 @@ use kube::ResourceExt;
 
 /// The rule taking Bundles from `role=hub` and unwrapping them on `env=prod`.
 fn unwrap_rule(orphan_policy: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: bundles
-spec:
-  groupVersionKind: {{group: fleetbus.io, version: v1alpha1, kind: Bundle}}
-  unwrap: true
-  sourceClusterSelector: {{matchLabels: {{role: hub}}}}
-  clusterSelector: {{matchLabels: {{env: prod}}}}
-  createNamespace: true
-  orphanPolicy: {orphan_policy}
-"#
-    )
+    RuleBuilder::new("bundles")
+        .kind("fleetbus.io", "v1alpha1", "Bundle")
+        .spec("unwrap", true.into())
+        .sources(&[("role", "hub")])
+        .sinks(&[("env", "prod")])
+        .spec("createNamespace", true.into())
+        .spec("orphanPolicy", orphan_policy.into())
+        .yaml()
 }
 
 const SERVICE_ACCOUNT: &str = r#"
@@ -284,6 +279,7 @@ async fn orphaned_invalid_and_crd_manifests() {
       metadata: {name: w1}
       spec: {size: 3}"#;
     // Would copy every ConfigMap of the edge to every cluster if it were made.
+    // Left as YAML text: a list item of the Bundle's manifests, like the others.
     let rule = r#"
     - apiVersion: fleetbus.io/v1alpha1
       kind: ResourceSyncRule

@@ -8,20 +8,17 @@ use crate::common;
 
 use std::process::Output;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{repo_root, wait_for, NatsServer};
 use serde_json::Value;
 
-const NOWHERE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: nowhere
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  sourceClusterSelector: {matchLabels: {env: nowhere}}
-  clusterSelector: {matchLabels: {env: nowhere}}
-"#;
+/// A rule no cluster is a source or a sink of.
+fn nowhere() -> RuleBuilder {
+    let env = [("env", "nowhere")];
+    RuleBuilder::new("nowhere").sources(&env).sinks(&env)
+}
 
 async fn fleetbus(nats: &NatsServer, args: &[&str]) -> Output {
     tokio::process::Command::new(repo_root().join("target/debug/fleetbus"))
@@ -67,8 +64,8 @@ async fn every_view_reads_the_bus() {
     // The same name on both before the rule: each holds the other's as a conflict.
     create_secret(c1, "shared", "db", &[("owner", "c1")]).await;
     create_secret(c2, "shared", "db", &[("owner", "c2")]).await;
-    apply_yaml(c1, SHARED_SECRETS_RULE);
-    apply_yaml(c1, NOWHERE);
+    apply_yaml(c1, &shared_secrets_rule().yaml());
+    apply_yaml(c1, &nowhere().yaml());
 
     let ls = wait_for(
         "rules ls: a conflict and a NotSelected rule",

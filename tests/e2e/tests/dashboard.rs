@@ -17,6 +17,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -383,7 +384,9 @@ async fn requests_and_event_clients_share_one_watch_per_process() {
     // Report mode: the drift stays in the drift bucket until corrected.
     apply_yaml(
         &m[0],
-        &format!("{}  drift: {{mode: Report}}\n", rule_yaml()),
+        &team_config()
+            .spec("drift", json!({"mode": "Report"}))
+            .yaml(),
     );
     wait_rule_copy(&m[1], "team-config", "c1").await;
     kubectl(
@@ -639,17 +642,9 @@ fn count(css: &str) -> String {
     format!("return document.querySelectorAll({}).length", json!(css))
 }
 
-fn rule_yaml() -> &'static str {
-    r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: team-config
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules:
-    - match:
-        - namespaces: [team-a]
-"#
+/// The ConfigMaps of `team-a`, everywhere.
+fn team_config() -> RuleBuilder {
+    RuleBuilder::new("team-config").namespaces(&["team-a"])
 }
 
 /// A rule status record as an agent writes it (plain JSON: PROTOCOL §5.3).
@@ -712,7 +707,7 @@ async fn the_browser_shows_the_fleet_rules_and_live_drift() {
     for x in &m {
         create_ns(x, "team-a").await;
     }
-    apply_yaml(&m[0], rule_yaml());
+    apply_yaml(&m[0], &team_config().yaml());
     wait_rule_copy(&m[1], "team-config", "c1").await;
     kubectl(
         &m[0],

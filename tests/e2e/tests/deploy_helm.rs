@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use crate::common::rules::RuleBuilder;
 use fleetbus_schemas::crd::{Cluster, ClusterState, ClusterType, ResourceSyncRule};
 use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
 use fleetbus_testsupport::{
@@ -471,17 +472,10 @@ impl RbacPair {
         let rule_file = self.home.path().join("rule.yaml");
         std::fs::write(
             &rule_file,
-            r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: sync-configmaps
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules:
-    - match:
-        - namespaces: [shared]
-  createNamespace: true
-"#,
+            RuleBuilder::new("sync-configmaps")
+                .namespaces(&["shared"])
+                .spec("createNamespace", true.into())
+                .yaml(),
         )
         .unwrap();
         kubectl_ok(&self.b, &["apply", "-f", rule_file.to_str().unwrap()]);

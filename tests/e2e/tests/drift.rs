@@ -13,6 +13,7 @@
 
 use crate::common;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{cargo_bin, wait_for, NatsServer};
@@ -35,20 +36,13 @@ fn deployments() -> ApiResource {
 
 /// A rule named `web` on c1 for the Deployments of namespace `a`, with `drift`
 /// as the rule's drift policy (YAML flow map, `{}` for the default).
-fn rule_yaml(drift: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: web
-spec:
-  groupVersionKind: {{group: apps, version: v1, kind: Deployment}}
-  rules:
-    - match:
-        - namespaces: [a]
-  drift: {drift}
-"#
-    )
+/// Deployments of `a`, with this `drift` policy.
+fn rule_yaml(drift: Value) -> String {
+    RuleBuilder::new("web")
+        .kind("apps", "v1", "Deployment")
+        .namespaces(&["a"])
+        .spec("drift", drift)
+        .yaml()
 }
 
 fn deployment_yaml(ns: &str, name: &str, image: &str) -> String {
@@ -105,7 +99,7 @@ struct Setup {
 }
 
 impl Setup {
-    async fn start(drift: &str, names: &[&str]) -> Setup {
+    async fn start(drift: Value, names: &[&str]) -> Setup {
         let nats = NatsServer::start().unwrap();
         let m = fleet(&nats, &["c1", "c2"]).await;
         let sub = subscribe_drift(&nats).await;
@@ -269,7 +263,7 @@ async fn deployment_writes(m: &Member) -> u64 {
 /// change, who made it and the action; the copy is back; metrics counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_image_is_detected_and_corrected() {
-    let mut s = Setup::start("{}", &["web"]).await;
+    let mut s = Setup::start(json!({}), &["web"]).await;
     let before = drifts_total(s.c2(), "Detected");
     // The copy's first version was one sync lag observed (the Grafana panel's
     // series); the correction below writes the same version again: no lag.
@@ -311,7 +305,11 @@ async fn set_image_is_detected_and_corrected() {
 /// drift, the replicas stay, and the agent writes nothing for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn excluded_path_is_not_drift() {
-    let mut s = Setup::start(r#"{exclusions: [{paths: ["/spec/replicas"]}]}"#, &["web"]).await;
+    let mut s = Setup::start(
+        json!({"exclusions": [{"paths": ["/spec/replicas"]}]}),
+        &["web"],
+    )
+    .await;
     let w0 = deployment_writes(s.c2()).await;
     kubectl(
         s.c2(),
@@ -348,7 +346,7 @@ async fn excluded_path_is_not_drift() {
 /// for a correction: a plain NATS request, then the `fleetbus` CLI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn report_mode_keeps_the_drift_until_corrected_on_demand() {
-    let mut s = Setup::start("{mode: Report}", &["web"]).await;
+    let mut s = Setup::start(json!({"mode": "Report"}), &["web"]).await;
     s.set_image("web", CHANGED);
     let (subject, ev) = s.next("Detected").await;
     assert_image_drift(&subject, &ev, "Report", CHANGED);
@@ -417,7 +415,7 @@ async fn report_mode_keeps_the_drift_until_corrected_on_demand() {
 /// still-drifted image again (`Detected`, action Correct) and corrects it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_annotation_behaves_like_report() {
-    let mut s = Setup::start("{}", &["web"]).await;
+    let mut s = Setup::start(json!({}), &["web"]).await;
     let paused = "fleetbus.io/correction-paused";
     kubectl(
         s.c2(),
@@ -470,7 +468,7 @@ async fn paused_annotation_behaves_like_report() {
 /// stays (proved by a later drift of another copy arriving first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_ignore_copy_is_left_alone() {
-    let mut s = Setup::start("{}", &["web", "probe"]).await;
+    let mut s = Setup::start(json!({}), &["web", "probe"]).await;
     kubectl(
         s.c2(),
         &[
@@ -510,7 +508,7 @@ async fn drift_ignore_copy_is_left_alone() {
 /// differ.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_ignore_paths_on_the_copy_stay() {
-    let mut s = Setup::start("{}", &["web"]).await;
+    let mut s = Setup::start(json!({}), &["web"]).await;
     let ignore = "fleetbus.io/drift-ignore";
     kubectl(
         s.c2(),
@@ -543,7 +541,7 @@ async fn drift_ignore_paths_on_the_copy_stay() {
 /// 6. Deleting the copy is drift of type Deleted; it is recreated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_copy_is_drift_and_recreated() {
-    let mut s = Setup::start("{}", &["web"]).await;
+    let mut s = Setup::start(json!({}), &["web"]).await;
     let uid = s.web_now().await.metadata.uid.clone().unwrap();
     kubectl_delete(s.c2(), "deployment", Some("a"), "web");
     let (subject, ev) = s.next("Detected (Deleted)").await;
@@ -560,7 +558,7 @@ async fn deleted_copy_is_drift_and_recreated() {
 /// with a dry run, not a write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_restart_is_silent() {
-    let mut s = Setup::start("{}", &["web", "probe"]).await;
+    let mut s = Setup::start(json!({}), &["web", "probe"]).await;
     s.set_image("web", CHANGED);
     s.next("Detected").await;
     s.next("Corrected").await;
@@ -634,7 +632,7 @@ async fn agent_restart_is_silent() {
 /// not watched for drift.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_scope_namespace_is_not_watched() {
-    let mut s = Setup::start("{}", &["web"]).await;
+    let mut s = Setup::start(json!({}), &["web"]).await;
     create_ns(s.c2(), "b").await;
     apply_yaml(s.c2(), &deployment_yaml("b", "other", DESIRED));
     kubectl(
@@ -681,7 +679,7 @@ async fn drift_kv(nats: &NatsServer) -> async_nats::jetstream::kv::Store {
 /// key is gone once corrected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_state_in_kv() {
-    let mut s = Setup::start("{mode: Report}", &["web"]).await;
+    let mut s = Setup::start(json!({"mode": "Report"}), &["web"]).await;
     let kv = drift_kv(&s.nats).await;
     s.set_image("web", CHANGED);
     let (_, ev) = s.next("Detected").await;
@@ -716,7 +714,7 @@ async fn drift_state_in_kv() {
 /// said nothing was drifted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drift_too_large_for_the_bus_is_announced_cut_and_listed() {
-    let mut s = Setup::start("{mode: Report}", &["web"]).await;
+    let mut s = Setup::start(json!({"mode": "Report"}), &["web"]).await;
     let kv = drift_kv(&s.nats).await;
     // Two values of 550 KB: an event of 1.1 MB, over the server's 1 MiB.
     let big = "x".repeat(550_000);
@@ -810,7 +808,7 @@ async fn fleetbus_json(nats: &NatsServer, args: &[&str]) -> Value {
 /// drift history` shows its events in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_cli_lists_and_replays_with_real_agents() {
-    let mut s = Setup::start("{mode: Report}", &["web"]).await;
+    let mut s = Setup::start(json!({"mode": "Report"}), &["web"]).await;
     s.set_image("web", CHANGED);
     let (_, ev) = s.next("Detected").await;
     assert_eq!(ev["action"], "Report", "{ev:#}");
@@ -853,7 +851,7 @@ async fn drift_cli_lists_and_replays_with_real_agents() {
 /// of the rule's copy and survives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_rule_reports_every_copy() {
-    let mut s = Setup::start("{}", &["web"]).await;
+    let mut s = Setup::start(json!({}), &["web"]).await;
     kubectl(
         s.c2(),
         &[

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_schemas::jetstream::Layout;
@@ -28,16 +29,9 @@ use kube::Api;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-const RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: cfg
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules:
-    - match:
-        - namespaces: [a]
-"#;
+fn rule() -> String {
+    RuleBuilder::new("cfg").namespaces(&["a"]).yaml()
+}
 
 /// The drift subject of `a/<name>` on c2.
 fn subject(name: &str) -> String {
@@ -75,7 +69,7 @@ impl Setup {
         for x in &m {
             create_ns(x, "a").await;
         }
-        apply_yaml(&m[0], RULE);
+        apply_yaml(&m[0], &rule());
         wait_rule_copy(&m[1], "cfg", "c1").await;
         apply_yaml(&m[0], &configmap_yaml("cfg", "ours"));
         let s = Setup { nats, m, drift };

@@ -14,6 +14,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::fleet::*;
+use common::rules::{stream, RuleBuilder};
 use common::sync::*;
 use common::*;
 use fleetbus_schemas::envelope::Envelope;
@@ -24,30 +25,19 @@ const CONFIG_VALUE: &str = "config-value-7777";
 
 /// Secrets and (sealed by the rule) ConfigMaps of `shared`, placed on the
 /// clusters labelled `env=prod`.
-const RULES: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: prod-secrets
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  clusterSelector: {matchLabels: {env: prod}}
-  rules:
-    - match:
-        - namespaces: [shared]
----
-apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: prod-config
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  clusterSelector: {matchLabels: {env: prod}}
-  seal: true
-  rules:
-    - match:
-        - namespaces: [shared]
-          labels: [{matchLabels: {sealed: "yes"}}]
-"#;
+fn rules() -> String {
+    let prod = [("env", "prod")];
+    stream(&[
+        secrets_rule("prod-secrets", &["shared"]).sinks(&prod),
+        RuleBuilder::new("prod-config")
+            .sinks(&prod)
+            .spec("seal", true.into())
+            .matching(serde_json::json!({
+                "namespaces": ["shared"],
+                "labels": [{"matchLabels": {"sealed": "yes"}}],
+            })),
+    ])
+}
 
 fn config_maps() -> kube::core::ApiResource {
     resource("", "v1", "ConfigMap", "configmaps")
@@ -118,7 +108,7 @@ async fn secrets_are_sealed_to_the_members_the_rule_places_them_on() {
     for m in [c1, c2, c3] {
         create_ns(m, "shared").await;
     }
-    apply_yaml(c1, RULES);
+    apply_yaml(c1, &rules());
     create_secret(c1, "shared", "db", &[("password", SECRET_VALUE)]).await;
     kubectl(
         c1,

@@ -11,6 +11,7 @@ use crate::common;
 use std::path::Path;
 
 use common::fleet::*;
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_schemas::subject::{Prefix, StatusKey};
@@ -33,19 +34,15 @@ async fn secure_pair(
 }
 
 /// Namespace `apps` on both, the rule `cfgs` (ConfigMaps of `apps`, with
-/// `spec` as one more line of its spec) on c1, and the ConfigMap `apps/cfg`.
-async fn cfgs_rule(c1: &Member, c2: &Member, spec: &str) {
+/// `spec.<key>` set to `value`) on c1, and the ConfigMap `apps/cfg`.
+async fn cfgs_rule(c1: &Member, c2: &Member, key: &str, value: Value) {
     for m in [c1, c2] {
         create_ns(m, "apps").await;
     }
-    apply_yaml(
-        c1,
-        &format!(
-            "apiVersion: fleetbus.io/v1alpha1\nkind: ResourceSyncRule\nmetadata: {{name: cfgs}}\n\
-             spec:\n  groupVersionKind: {{group: \"\", version: v1, kind: ConfigMap}}\n  \
-             rules:\n    - match:\n        - namespaces: [apps]\n  {spec}\n"
-        ),
-    );
+    let rule = RuleBuilder::new("cfgs")
+        .namespaces(&["apps"])
+        .spec(key, value);
+    apply_yaml(c1, &rule.yaml());
     apply_yaml(
         c1,
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: apps}\ndata: {k: v}\n",
@@ -56,7 +53,7 @@ async fn cfgs_rule(c1: &Member, c2: &Member, spec: &str) {
 /// copied to c2: a copy whose edits c2 reports as drift.
 async fn reporting_pair(tmp: &Path) -> (std::path::PathBuf, NatsServer, Member, Member) {
     let (dir, nats, c1, c2) = secure_pair(tmp, &[]).await;
-    cfgs_rule(&c1, &c2, "drift: {mode: Report}").await;
+    cfgs_rule(&c1, &c2, "drift", json!({"mode": "Report"})).await;
     let cms = resource("", "v1", "ConfigMap", "configmaps");
     wait_copy(
         &c2,
@@ -170,7 +167,7 @@ async fn reported_by_c2(c1: &Member) -> Result<Value, String> {
 async fn a_forged_status_report_does_not_change_the_origins_reported_state() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, nats, c1, c2) = secure_pair(tmp.path(), &[]).await;
-    cfgs_rule(&c1, &c2, "statusReturn: PerCluster").await;
+    cfgs_rule(&c1, &c2, "statusReturn", json!("PerCluster")).await;
     wait_for("c1 holds c2's ReportedState of cfg", SYNC, || {
         reported_by_c2(&c1)
     })

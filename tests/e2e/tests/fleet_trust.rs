@@ -24,7 +24,7 @@ use fleetbus_testsupport::{cargo_bin, wait_for, AgentCommand, NatsServer};
 use futures::StreamExt;
 
 /// c1 and c2 with the creds `join` minted, and c2's Secret `shared/db`
-/// synced to c1 under SHARED_SECRETS_RULE: the agents work with their creds.
+/// synced to c1 under [`shared_secrets_rule`]: the agents work with their creds.
 async fn syncing_pair(nats: &NatsServer, dir: &Path) -> (Member, Member) {
     let with_creds = |n: &str| AgentCommand::new(n).nats_creds(creds(dir, n));
     let c1 = Member::start_cmd(nats, "c1", with_creds("c1")).await;
@@ -33,7 +33,7 @@ async fn syncing_pair(nats: &NatsServer, dir: &Path) -> (Member, Member) {
     for m in [&c1, &c2] {
         create_ns(m, "shared").await;
     }
-    apply_yaml(&c2, SHARED_SECRETS_RULE);
+    apply_yaml(&c2, &shared_secrets_rule().yaml());
     create_secret(&c2, "shared", "db", &[("password", "s3cret")]).await;
     let data = secret_data(&[("password", "s3cret")]);
     wait_copy(
@@ -377,7 +377,7 @@ async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
     for m in [&c1, &c2] {
         create_ns(m, "shared").await;
     }
-    apply_yaml(&c2, SHARED_SECRETS_RULE);
+    apply_yaml(&c2, &shared_secrets_rule().yaml());
     create_secret(&c2, "shared", "db", &[("password", "v1")]).await;
     let copy_is = |p: &str| data_is(secret_data(&[("password", p)]));
     wait_copy(
@@ -816,11 +816,9 @@ async fn leave_and_rotate_revoke_on_a_running_server() {
 
 /// A Secret rule on namespace `ns` with `orphan_policy`.
 fn secret_rule(name: &str, ns: &str, orphan_policy: &str) -> String {
-    format!(
-        "apiVersion: fleetbus.io/v1alpha1\nkind: ResourceSyncRule\nmetadata:\n  name: {name}\n\
-         spec:\n  groupVersionKind: {{group: \"\", version: v1, kind: Secret}}\n  \
-         orphanPolicy: {orphan_policy}\n  rules:\n    - match:\n        - namespaces: [{ns}]\n"
-    )
+    secrets_rule(name, &[ns])
+        .spec("orphanPolicy", orphan_policy.into())
+        .yaml()
 }
 
 /// `fleetbus leave c2` on a running fleet whose c2 rotated its creds once:

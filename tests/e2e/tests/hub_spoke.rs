@@ -12,11 +12,13 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use kube::api::ApiResource;
 use kube::ResourceExt;
+use serde_json::json;
 
 fn configmaps() -> ApiResource {
     resource("", "v1", "ConfigMap", "configmaps")
@@ -95,22 +97,13 @@ fn v_is(v: &'static str) -> impl Fn(&kube::api::DynamicObject) -> Result<(), Str
 
 /// A downsync rule on the hub: the ConfigMaps of `ns` from `role=hub` to `env=prod`.
 fn place_rule(name: &str, ns: &str, orphan: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: {name}
-spec:
-  groupVersionKind: {{group: "", version: v1, kind: ConfigMap}}
-  sourceClusterSelector: {{matchLabels: {{role: hub}}}}
-  clusterSelector: {{matchLabels: {{env: prod}}}}
-  createNamespace: true
-  orphanPolicy: {orphan}
-  rules:
-    - match:
-        - namespaces: [{ns}]
-"#
-    )
+    RuleBuilder::new(name)
+        .sources(&[("role", "hub")])
+        .sinks(&[("env", "prod")])
+        .spec("createNamespace", true.into())
+        .spec("orphanPolicy", orphan.into())
+        .namespaces(&[ns])
+        .yaml()
 }
 
 /// Downsync by labels: prod edges get the hub's objects, the dev edge does
@@ -471,25 +464,18 @@ fn configmap_yaml_keep(name: &str) -> String {
     configmap_yaml("apps", name, "2", ann)
 }
 
-/// An upsync rule on the hub: `kind` from `role=edge` to `role=hub`, each edge's
-/// copies in namespace `edge-<origin>`; `matching` is the rule's `rules:` (empty: all).
-fn collect_rule(name: &str, gvk: &str, matching: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: {name}
-spec:
-  groupVersionKind: {gvk}
-  sourceClusterSelector: {{matchLabels: {{role: edge}}}}
-  clusterSelector: {{matchLabels: {{role: hub}}}}
-  createNamespace: true
-  rules:
-    - mutations:
-        overrides:
-          - {{type: replace, path: /metadata/namespace, value: "edge-{{{{ .Cluster.name }}}}"}}
-{matching}"#
-    )
+/// An upsync rule on the hub: `rule` (its kind and what it matches) from
+/// `role=edge` to `role=hub`, each edge's copies in namespace `edge-<origin>`.
+fn collect_rule(rule: RuleBuilder) -> String {
+    rule.sources(&[("role", "edge")])
+        .sinks(&[("role", "hub")])
+        .spec("createNamespace", true.into())
+        .mutations(json!({"overrides": [{
+            "type": "replace",
+            "path": "/metadata/namespace",
+            "value": "edge-{{ .Cluster.name }}",
+        }]}))
+        .yaml()
 }
 
 fn network_policy_yaml(ns: &str, name: &str) -> String {
@@ -548,19 +534,15 @@ async fn upsync_into_per_edge_namespaces() {
     assert_eq!(roles, want, "{out}");
     apply_yaml(
         hub,
-        &collect_rule(
-            "collect-reports",
-            r#"{group: "", version: v1, kind: ConfigMap}"#,
-            "      match:\n        - namespaces: [reports, audit]\n",
-        ),
+        &collect_rule(RuleBuilder::new("collect-reports").namespaces(&["reports", "audit"])),
     );
     apply_yaml(
         hub,
-        &collect_rule(
-            "collect-netpol",
-            "{group: networking.k8s.io, version: v1, kind: NetworkPolicy}",
-            "",
-        ),
+        &collect_rule(RuleBuilder::new("collect-netpol").kind(
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+        )),
     );
     for edge in [e1, e2, e3] {
         wait_rule_copy(edge, "collect-reports", "hub").await;

@@ -14,38 +14,50 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::fleetbus_cli;
+use common::rules::{stream, RuleBuilder};
 use common::sync::*;
 use fleetbus_testsupport::{wait_for, Member};
+use serde_json::{json, Value};
 
 const CONVERGE: Duration = Duration::from_secs(60);
 
-fn rule() -> &'static str {
-    r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: placed}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules: [{match: [{objectKey: {namespace: web}}]}]
-  clusterSelector: {matchLabels: {role: sink}}
-  placement:
-    clusters: 2
-    failover: {afterSeconds: 3, failback: Never, purge: Graciously}
-"#
+/// The ConfigMaps of namespace `ns` (by object key) for the `role=sink`
+/// clusters.
+fn sink_rule(name: &str, ns: &str) -> RuleBuilder {
+    RuleBuilder::new(name)
+        .object_namespace(ns)
+        .sinks(&[("role", "sink")])
+}
+
+/// A copy leaves a cluster unreachable or tainted for `after_seconds`, and
+/// comes back as `failback` says.
+fn failover(after_seconds: u64, failback: &str) -> Value {
+    json!({"afterSeconds": after_seconds, "failback": failback, "purge": "Graciously"})
+}
+
+/// `placed`: each ConfigMap of `web` on 2 of the sinks, with [`failover`].
+fn placed(after_seconds: u64, failback: &str) -> String {
+    sink_rule("placed", "web")
+        .spec(
+            "placement",
+            json!({"clusters": 2, "failover": failover(after_seconds, failback)}),
+        )
+        .yaml()
 }
 
 /// Every ConfigMap of `ops` on all three sinks, tolerating `drain:NoExecute`.
-const TOLERANT_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: tolerant}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules: [{match: [{objectKey: {namespace: ops}}]}]
-  clusterSelector: {matchLabels: {role: sink}}
-  placement:
-    clusters: 3
-    tolerations: [{key: drain, operator: Exists, effect: NoExecute}]
-    failover: {afterSeconds: 3, failback: Never, purge: Graciously}
-"#;
+fn tolerant_rule() -> String {
+    sink_rule("tolerant", "ops")
+        .spec(
+            "placement",
+            json!({
+                "clusters": 3,
+                "tolerations": [{"key": "drain", "operator": "Exists", "effect": "NoExecute"}],
+                "failover": failover(3, "Never"),
+            }),
+        )
+        .yaml()
+}
 
 /// Waits until the hub has an Event `reason` on rule `placed` whose
 /// message contains every one of `needles`.
@@ -118,7 +130,7 @@ where
 async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replaced() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
     let mut m = hub_and_sinks(&nats).await;
-    apply_yaml(&m[0], rule());
+    apply_yaml(&m[0], &placed(3, "Never"));
     create_cm(&m[0], "web", "app");
     let first = {
         let sinks: Vec<&Member> = m[1..].iter().collect();
@@ -172,7 +184,7 @@ async fn two_of_three_hold_a_copy_a_taint_moves_it_and_a_dead_cluster_is_replace
     for x in &m {
         create_ns(x, "ops").await;
     }
-    apply_yaml(&m[0], TOLERANT_RULE);
+    apply_yaml(&m[0], &tolerant_rule());
     create_cm(&m[0], "ops", "tools");
     for x in &m[1..] {
         wait_copy(
@@ -336,17 +348,12 @@ async fn the_cluster_with_the_most_allocatable_cpu_is_preferred() {
     .await;
     apply_yaml(
         &m[0],
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: biggest}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules: [{match: [{objectKey: {namespace: web}}]}]
-  clusterSelector: {matchLabels: {role: sink}}
-  placement:
-    clusters: 1
-    prefer: [{weight: 100, capacity: cpu}]
-"#,
+        &sink_rule("biggest", "web")
+            .spec(
+                "placement",
+                json!({"clusters": 1, "prefer": [{"weight": 100, "capacity": "cpu"}]}),
+            )
+            .yaml(),
     );
     for i in 0..5 {
         create_cm(&m[0], "web", &format!("app{i}"));
@@ -429,26 +436,27 @@ async fn replicas_divide_by_weight_survive_a_restart_and_re_sum_after_a_failover
     }
     apply_yaml(
         &m[0],
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: weighted}
-spec:
-  groupVersionKind: {group: apps, version: v1, kind: Deployment}
-  rules:
-    - match: [{objectKey: {namespace: web}}]
-      mutations:
-        overrides:
-          - {type: replace, path: /metadata/labels/shard, value: "{{ .Placement.index }}-of-{{ .Placement.count }}"}
-  clusterSelector: {matchLabels: {role: sink}}
-  placement:
-    clusters: 3
-    prefer:
-      - {weight: 50, clusterSelector: {matchLabels: {tier: gold}}}
-      - {weight: 30, clusterSelector: {matchLabels: {tier: silver}}}
-      - {weight: 20, clusterSelector: {matchLabels: {tier: bronze}}}
-    failover: {afterSeconds: 3, failback: Never, purge: Graciously}
-    replicas: {path: /spec/replicas, divide: Weighted}
-"#,
+        &sink_rule("weighted", "web")
+            .kind("apps", "v1", "Deployment")
+            .mutations(json!({"overrides": [{
+                "type": "replace",
+                "path": "/metadata/labels/shard",
+                "value": "{{ .Placement.index }}-of-{{ .Placement.count }}",
+            }]}))
+            .spec(
+                "placement",
+                json!({
+                    "clusters": 3,
+                    "prefer": [
+                        {"weight": 50, "clusterSelector": {"matchLabels": {"tier": "gold"}}},
+                        {"weight": 30, "clusterSelector": {"matchLabels": {"tier": "silver"}}},
+                        {"weight": 20, "clusterSelector": {"matchLabels": {"tier": "bronze"}}},
+                    ],
+                    "failover": failover(3, "Never"),
+                    "replicas": {"path": "/spec/replicas", "divide": "Weighted"},
+                }),
+            )
+            .yaml(),
     );
     apply_yaml(
         &m[0],
@@ -595,7 +603,7 @@ async fn holders_in(
 async fn a_cordoned_cluster_gets_no_new_placements_and_keeps_what_it_holds() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
     let m = hub_and_sinks(&nats).await;
-    apply_yaml(&m[0], rule());
+    apply_yaml(&m[0], &placed(3, "Never"));
     create_cm(&m[0], "web", "app");
     let sinks: Vec<&Member> = m[1..].iter().collect();
     let first = wait_two(&sinks, "2 of 3 sinks hold web/app", |_| true).await;
@@ -656,10 +664,7 @@ async fn a_cordoned_cluster_gets_no_new_placements_and_keeps_what_it_holds() {
 async fn failback_immediate_moves_the_copy_back_when_the_cluster_returns() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
     let mut m = hub_and_sinks(&nats).await;
-    apply_yaml(
-        &m[0],
-        &rule().replace("failback: Never", "failback: Immediate"),
-    );
+    apply_yaml(&m[0], &placed(3, "Immediate"));
     create_cm(&m[0], "web", "app");
     let first = {
         let sinks: Vec<&Member> = m[1..].iter().collect();
@@ -723,25 +728,20 @@ async fn twenty_objects_spread_over_five_clusters_in_regions_and_gold_is_preferr
         args.extend(labels.iter().map(String::as_str));
         kubectl(x, &args);
     }
-    let spread = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: NAME}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules: [{match: [{objectKey: {namespace: NS}}]}]
-  clusterSelector: {matchLabels: {role: sink}}
-  placement:
-    clusters: 2
-    spread: [{topologyKey: topology.fleetbus.io/region, maxSkew: 1}]
-"#;
+    let spread = json!({
+        "clusters": 2,
+        "spread": [{"topologyKey": "topology.fleetbus.io/region", "maxSkew": 1}],
+    });
+    let mut gilded = spread.clone();
+    gilded["prefer"] =
+        json!([{"weight": 50, "clusterSelector": {"matchLabels": {"tier": "gold"}}}]);
     apply_yaml(
         &m[0],
-        &spread.replace("NAME", "spread").replace("NS", "web"),
+        &sink_rule("spread", "web").spec("placement", spread).yaml(),
     );
     apply_yaml(
         &m[0],
-        &(spread.replace("NAME", "gilded").replace("NS", "gold")
-            + "    prefer: [{weight: 50, clusterSelector: {matchLabels: {tier: gold}}}]\n"),
+        &sink_rule("gilded", "gold").spec("placement", gilded).yaml(),
     );
     for i in 0..20 {
         create_cm(&m[0], "web", &format!("o{i}"));
@@ -804,20 +804,6 @@ spec:
     .await;
 }
 
-/// Every ConfigMap of `web` on every sink; with `placement`, on 2 of them.
-fn spread_rule(placement: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {{name: spread}}
-spec:
-  groupVersionKind: {{group: "", version: v1, kind: ConfigMap}}
-  rules: [{{match: [{{objectKey: {{namespace: web}}}}]}}]
-  clusterSelector: {{matchLabels: {{role: sink}}}}
-{placement}"#
-    )
-}
-
 /// What each sink's preview reply says it deletes (names), and how many
 /// objects it says are placed on other clusters.
 fn preview_says(out: &str) -> Vec<(String, BTreeSet<String>, u64)> {
@@ -849,7 +835,8 @@ fn preview_says(out: &str) -> Vec<(String, BTreeSet<String>, u64)> {
 async fn preview_shows_which_copies_turning_placement_on_removes() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
     let m = hub_and_sinks(&nats).await;
-    apply_yaml(&m[0], &spread_rule(""));
+    let spread = sink_rule("spread", "web");
+    apply_yaml(&m[0], &spread.yaml());
     let names = ["one", "two", "three"];
     for n in names {
         let cm = format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {n}, namespace: web}}\ndata: {{v: \"1\"}}\n");
@@ -863,7 +850,10 @@ async fn preview_shows_which_copies_turning_placement_on_removes() {
         })
         .await;
     }
-    let placed = spread_rule("  placement: {clusters: 2}\n");
+    let placed = spread
+        .clone()
+        .spec("placement", json!({"clusters": 2}))
+        .yaml();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("spread.yaml");
     std::fs::write(&file, &placed).unwrap();
@@ -921,7 +911,11 @@ async fn preview_shows_which_copies_turning_placement_on_removes() {
             kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "keep=yes"]);
         }
     }
-    let narrower = placed.replace("{role: sink}", "{role: sink, keep: \"yes\"}");
+    let narrower = spread
+        .sinks(&[("role", "sink"), ("keep", "yes")])
+        .spec("placement", json!({"clusters": 2}))
+        .yaml();
+    assert_ne!(narrower, placed);
     std::fs::write(&file, &narrower).unwrap();
     let moved: BTreeSet<String> = names
         .into_iter()
@@ -979,10 +973,7 @@ async fn a_refusing_sink_is_not_chosen_and_a_dependent_follows_its_dependency() 
     let m = hub_and_sinks(&nats).await;
     let sinks: Vec<&Member> = m[1..].iter().collect();
     // A failover window far longer than the test: only fitness can move copies.
-    apply_yaml(
-        &m[0],
-        &rule().replace("afterSeconds: 3", "afterSeconds: 3600"),
-    );
+    apply_yaml(&m[0], &placed(3600, "Never"));
     let names: Vec<String> = (0..6).map(|i| format!("o{i}")).collect();
     for n in &names {
         create_cm(&m[0], "web", n);
@@ -1047,25 +1038,12 @@ spec:
     }
     apply_yaml(
         &m[0],
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: config}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules: [{match: [{objectKey: {namespace: deps}}]}]
-  clusterSelector: {matchLabels: {role: sink}}
-  placement: {clusters: 1}
----
-apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: app}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules: [{match: [{objectKey: {namespace: apps}}]}]
-  clusterSelector: {matchLabels: {role: sink}}
-  dependsOn: [config]
-  placement: {clusters: 1}
-"#,
+        &stream(&[
+            sink_rule("config", "deps").spec("placement", json!({"clusters": 1})),
+            sink_rule("app", "apps")
+                .spec("dependsOn", json!(["config"]))
+                .spec("placement", json!({"clusters": 1})),
+        ]),
     );
     create_cm(&m[0], "deps", "settings");
     for i in 0..5 {
@@ -1107,15 +1085,10 @@ spec:
     }
     apply_yaml(
         &m[0],
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: widgets}
-spec:
-  groupVersionKind: {group: example.com, version: v1, kind: Widget}
-  rules: [{match: [{objectKey: {namespace: web}}]}]
-  clusterSelector: {matchLabels: {role: sink}}
-  placement: {clusters: 2}
-"#,
+        &sink_rule("widgets", "web")
+            .kind("example.com", "v1", "Widget")
+            .spec("placement", json!({"clusters": 2}))
+            .yaml(),
     );
     for i in 0..4 {
         apply_yaml(
@@ -1156,15 +1129,8 @@ async fn turning_placement_on_removes_copies_in_steps() {
     let nats = fleetbus_testsupport::NatsServer::start().unwrap();
     let m = hub_and_sinks(&nats).await;
     let sinks: Vec<&Member> = m[1..].iter().collect();
-    let everywhere = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: placed}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules: [{match: [{objectKey: {namespace: web}}]}]
-  clusterSelector: {matchLabels: {role: sink}}
-"#;
-    apply_yaml(&m[0], everywhere);
+    let everywhere = sink_rule("placed", "web");
+    apply_yaml(&m[0], &everywhere.yaml());
     let names: Vec<String> = (0..10).map(|i| format!("s{i}")).collect();
     for n in &names {
         create_cm(&m[0], "web", n);
@@ -1185,7 +1151,7 @@ spec:
     let mut records = client.subscribe("fleetbus.placement.hub.>").await.unwrap();
     apply_yaml(
         &m[0],
-        &format!("{everywhere}  placement: {{clusters: 2}}\n"),
+        &everywhere.spec("placement", json!({"clusters": 2})).yaml(),
     );
     // Each release is a record whose lastRelease moved.
     let mut last: std::collections::BTreeMap<String, String> = Default::default();

@@ -8,46 +8,29 @@
 
 use crate::common;
 
+use common::rules::{stream, RuleBuilder};
 use common::sync::*;
 use serde_json::json;
 
 use fleetbus_testsupport::NatsServer;
 
+/// `web` (ConfigMaps) depends on `db` (Deployments); `loop-a` and `loop-b`
+/// depend on each other.
 fn rules() -> String {
-    r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: db}
-spec:
-  groupVersionKind: {group: apps, version: v1, kind: Deployment}
-  rules:
-    - match:
-        - namespaces: [db]
----
-apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: web}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  dependsOn: [db]
-  rules:
-    - match:
-        - namespaces: [web]
----
-apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: loop-a}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  dependsOn: [loop-b]
----
-apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: loop-b}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  dependsOn: [loop-a]
-"#
-    .to_owned()
+    stream(&[
+        RuleBuilder::new("db")
+            .kind("apps", "v1", "Deployment")
+            .namespaces(&["db"]),
+        RuleBuilder::new("web")
+            .spec("dependsOn", json!(["db"]))
+            .namespaces(&["web"]),
+        RuleBuilder::new("loop-a")
+            .kind("", "v1", "Secret")
+            .spec("dependsOn", json!(["loop-b"])),
+        RuleBuilder::new("loop-b")
+            .kind("", "v1", "Secret")
+            .spec("dependsOn", json!(["loop-a"])),
+    ])
 }
 
 const DB: &str = r#"apiVersion: apps/v1

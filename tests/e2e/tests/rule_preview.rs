@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::{fleetbus_cli, Member, MemberExt, CONVERGE};
 use fleetbus_schemas::preview::{PreviewReply, PreviewRequest, PreviewSource};
@@ -27,37 +28,34 @@ use serde_json::{json, Value};
 
 const RULE: &str = "web";
 
-/// Rule `web`: Secrets of namespace `a`, from every cluster, to `sinks`
-/// (a label selector in YAML flow style), with `extra` YAML under the entry.
-fn web_rule(sinks: &str, matched: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: {RULE}
-spec:
-  groupVersionKind: {{group: "", version: v1, kind: Secret}}
-  clusterSelector: {sinks}
-  rules:
-    - match:
-        - {matched}
-{extra}"#
-    )
+/// Rule `web`: the Secrets `matched` selects (one match entry), from every
+/// cluster, to the clusters `sinks` selects.
+fn web_rule(sinks: Value, matched: Value) -> RuleBuilder {
+    RuleBuilder::new(RULE)
+        .kind("", "v1", "Secret")
+        .spec("clusterSelector", sinks)
+        .matching(matched)
 }
 
 /// v1: to `env=edge` clusters, every Secret of `a`.
-fn v1() -> String {
-    web_rule("{matchLabels: {env: edge}}", "namespaces: [a]", "")
+fn v1() -> RuleBuilder {
+    web_rule(
+        json!({"matchLabels": {"env": "edge"}}),
+        json!({"namespaces": ["a"]}),
+    )
 }
 
 /// v2: also to `env=later` clusters (creates there), a label added to every
 /// copy (updates), and Secrets labelled `drop` no longer matched (deletes).
-fn v2() -> String {
+fn v2() -> RuleBuilder {
     web_rule(
-        "{matchExpressions: [{key: env, operator: In, values: [edge, later]}]}",
-        "{namespaces: [a], labels: [{matchExpressions: [{key: drop, operator: DoesNotExist}]}]}",
-        "      mutations:\n        labels: {add: {tier: gold}}\n",
+        json!({"matchExpressions": [{"key": "env", "operator": "In", "values": ["edge", "later"]}]}),
+        json!({
+            "namespaces": ["a"],
+            "labels": [{"matchExpressions": [{"key": "drop", "operator": "DoesNotExist"}]}],
+        }),
     )
+    .mutations(json!({"labels": {"add": {"tier": "gold"}}}))
 }
 
 fn temp_file(text: &str) -> tempfile::NamedTempFile {
@@ -322,14 +320,14 @@ async fn the_preview_lists_what_applying_the_rule_does_and_writes_nothing() {
     create_secret(c1, "a", "keep", &[("k", "v1")]).await;
     create_secret(c1, "a", "drop", &[("k", "v1")]).await;
     kubectl(c1, &["-n", "a", "label", "secret", "drop", "drop=yes"]);
-    apply_yaml(c1, &v1());
+    apply_yaml(c1, &v1().yaml());
     for name in ["keep", "drop"] {
         wait_copy(c2, &secrets(), Some("a"), name, "c1", RULE, |_| Ok(())).await;
     }
     wait_rule(c3, RULE, "replicated", |_| Ok(())).await;
 
     // The preview, which writes nothing anywhere.
-    let v2_file = temp_file(&v2());
+    let v2_file = temp_file(&v2().yaml());
     let v2_path = v2_file.path().to_str().unwrap();
     let (said, out) = preview_changes(&nats, &m, v2_path).await;
     assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
@@ -455,24 +453,21 @@ async fn an_invalid_rule_is_a_clear_error_and_exits_2() {
             .ok_or(format!("{code:?} {out}{err}"))
     })
     .await;
-    let bad_kind = temp_file(&v1().replace("kind: Secret", "kind: 'not a kind'"));
+    let bad_kind = temp_file(&v1().kind("", "v1", "not a kind").yaml());
     let (code, out, err) = preview(&nats, &["-f", bad_kind.path().to_str().unwrap()]).await;
     assert_eq!(code, Some(2), "{out}{err}");
     assert!(err.contains("invalid rule: spec.groupVersionKind"), "{err}");
-    let bad_template = temp_file(&web_rule(
-        "{}",
-        "namespaces: [a]",
-        "      mutations:\n        overrides:\n          - {type: replace, path: /data/x, value: '{{ .Object.metadata.name'}\n",
-    ));
+    let bad_template = web_rule(json!({}), json!({"namespaces": ["a"]})).mutations(json!({
+        "overrides": [{"type": "replace", "path": "/data/x", "value": "{{ .Object.metadata.name"}]
+    }));
+    let bad_template = temp_file(&bad_template.yaml());
     let (code, out, err) = preview(&nats, &["-f", bad_template.path().to_str().unwrap()]).await;
     assert_eq!(code, Some(2), "{out}{err}");
     assert!(err.contains("unbalanced template delimiters"), "{err}");
     // A health expression only the agents find wrong (they compile it as
     // they compile every rule): each refuses, saying why.
-    let bad_cel = temp_file(&format!(
-        "{}  health:\n    current: \"object.status.phase ==\"\n",
-        v1()
-    ));
+    let bad_cel = v1().spec("health", json!({"current": "object.status.phase =="}));
+    let bad_cel = temp_file(&bad_cel.yaml());
     let (code, out, err) = preview(&nats, &["-f", bad_cel.path().to_str().unwrap()]).await;
     assert_eq!(code, Some(2), "{out}{err}");
     for c in ["c1", "c2"] {
@@ -493,7 +488,7 @@ async fn an_invalid_rule_is_a_clear_error_and_exits_2() {
         "{out}"
     );
     // A new rule: c2 is asked for its sources even when only c1 is previewed.
-    let new_rule = temp_file(&v1());
+    let new_rule = temp_file(&v1().yaml());
     let path = new_rule.path().to_str().unwrap();
     let (code, out, _) = preview(&nats, &["-f", path, "--cluster", "c1", "--timeout", "2s"]).await;
     assert_eq!(code, Some(2), "{out}");
@@ -621,9 +616,14 @@ async fn hostile_requests_are_refused_with_why_and_a_flood_is_rate_limited() {
         }
     }
     assert!(limited >= 95, "{limited} of 100 refused for rate");
+    // The CLI, refused for rate with when to ask again, asks again then
+    // (the bucket gives one request per 5 s) and shows the agent's answer.
     let (code, out, _) = preview(&nats, &["--rule", "nosuch"]).await;
     assert_eq!(code, Some(2));
-    assert!(out.contains("cluster c1: refused: rate limited"), "{out}");
+    assert!(
+        out.contains("cluster c1: refused: no rule nosuch on this cluster"),
+        "{out}"
+    );
     // Its own bucket: a correction still goes through.
     let (code, out, err) = fleetbus_cli(&nats, &["drift", "correct", "--cluster", "c1"]).await;
     assert_eq!(code, Some(0), "{out}{err}");
@@ -727,18 +727,12 @@ async fn hostile_preview_sources(c1: &Member, client: &async_nats::Client) {
 }
 
 /// Rule `stacks`: Bundles unwrapped on every cluster `sinks` selects.
-fn stacks_rule(sinks: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: stacks
-spec:
-  groupVersionKind: {{group: fleetbus.io, version: v1alpha1, kind: Bundle}}
-  unwrap: true
-  clusterSelector: {sinks}
-"#
-    )
+fn stacks_rule(sinks: Value) -> String {
+    RuleBuilder::new("stacks")
+        .kind("fleetbus.io", "v1alpha1", "Bundle")
+        .spec("unwrap", true.into())
+        .spec("clusterSelector", sinks)
+        .yaml()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -749,7 +743,7 @@ async fn an_unwrap_rule_is_previewed_from_its_bundles_manifests() {
     for x in &m {
         create_ns(x, "apps").await;
     }
-    apply_yaml(c1, &stacks_rule("{}"));
+    apply_yaml(c1, &stacks_rule(json!({})));
     apply_yaml(
         c1,
         r#"apiVersion: fleetbus.io/v1alpha1
@@ -784,7 +778,7 @@ spec:
     assert_eq!(predicted(&said["c2"]), Effects::new(), "{out}");
 
     // No longer selecting c2: its copy of the manifest goes, and does.
-    let narrowed = temp_file(&stacks_rule("{matchLabels: {nowhere: here}}"));
+    let narrowed = temp_file(&stacks_rule(json!({"matchLabels": {"nowhere": "here"}})));
     let path = narrowed.path().to_str().unwrap();
     let (said, out) = preview_changes(&nats, &m, path).await;
     let k = |v: &str, n: &str| (v.to_owned(), n.to_owned());
@@ -826,12 +820,16 @@ spec:
     // A current rule has c1 publish its Secrets of `a`, to nobody yet.
     apply_yaml(
         c1,
-        &web_rule("{matchLabels: {nowhere: here}}", "namespaces: [a]", ""),
+        &web_rule(
+            json!({"matchLabels": {"nowhere": "here"}}),
+            json!({"namespaces": ["a"]}),
+        )
+        .yaml(),
     );
     wait_rule(c2, RULE, "replicated", |_| Ok(())).await;
 
-    let new_rule =
-        temp_file(&web_rule("{}", "namespaces: [a]", "").replace("name: web", "name: everywhere"));
+    let everywhere = web_rule(json!({}), json!({"namespaces": ["a"]})).name("everywhere");
+    let new_rule = temp_file(&everywhere.yaml());
     let path = new_rule.path().to_str().unwrap();
     let ask = |author: Option<&'static str>| {
         let nats = &nats;
@@ -885,19 +883,17 @@ spec:
 /// Rule `base`: c1's Secrets of namespace `b` everywhere, so every agent
 /// follows Secrets while no rule selects those of `a`.
 fn base_rule() -> String {
-    web_rule("{}", "namespaces: [b]", "").replace("name: web", "name: base")
+    web_rule(json!({}), json!({"namespaces": ["b"]}))
+        .name("base")
+        .yaml()
 }
 
-/// The new rule `web`: the Secrets labelled `app=new` of `namespaces`
-/// (YAML flow list), to every cluster, with `extra` spec lines.
-fn new_rule(namespaces: &str, extra: &str) -> String {
-    format!(
-        "{}{extra}",
-        web_rule(
-            "{}",
-            &format!("{{namespaces: {namespaces}, labels: [{{matchLabels: {{app: new}}}}]}}"),
-            ""
-        )
+/// The new rule `web`: the Secrets labelled `app=new` of `namespaces`, to
+/// every cluster.
+fn new_rule(namespaces: &[&str]) -> RuleBuilder {
+    web_rule(
+        json!({}),
+        json!({"namespaces": namespaces, "labels": [{"matchLabels": {"app": "new"}}]}),
     )
 }
 
@@ -942,7 +938,7 @@ async fn a_new_rule_s_preview_sees_the_objects_no_origin_publishes_yet() {
         wait_copy(x, &secrets(), Some("b"), "base", "c1", "base", |_| Ok(())).await;
     }
 
-    let rule = temp_file(&new_rule("[a]", ""));
+    let rule = temp_file(&new_rule(&["a"]).yaml());
     let path = rule.path().to_str().unwrap();
     let (said, out) = preview_changes(&nats, &m, path).await;
     assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
@@ -1040,7 +1036,7 @@ async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_
     }
 
     // The operator's preview of a rule to be created on c2, signed.
-    let text = new_rule("[a, hidden]", "  seal: true\n");
+    let text = new_rule(&["a", "hidden"]).spec("seal", true.into()).yaml();
     let rule = temp_file(&text);
     let path = rule.path().to_str().unwrap();
     let args = [
@@ -1181,7 +1177,7 @@ async fn a_secure_fleet_previews_a_new_rule_from_signed_sealed_exported_sources_
         .unwrap();
     let mismatch_before = rejected_messages(c2, "signer_mismatch");
     let cm_request = PreviewRequest {
-        rule: Some(fleetbus_schemas::yaml::from_str(&cm_rule("{}", "[a]", "")).unwrap()),
+        rule: Some(cm_rule(json!({}), &["a"]).json()),
         author: Some("c2".into()),
         sources_complete: true,
         ..PreviewRequest::default()
@@ -1253,7 +1249,7 @@ async fn sources_past_one_request_are_paged_then_cut_and_the_preview_says_so() {
         new_secret(c1, "a", name, &noise(i as u64 + 1, 8000)).await;
     }
 
-    let rule = temp_file(&new_rule("[a]", ""));
+    let rule = temp_file(&new_rule(&["a"]).yaml());
     let path = rule.path().to_str().unwrap();
     let (code, out, err) = preview(&nats, &["-f", path, "-o", "json"]).await;
     assert_eq!(code, Some(1), "{out}{err}");
@@ -1287,11 +1283,12 @@ fn configmaps() -> kube::api::ApiResource {
     resource("", "v1", "ConfigMap", "configmaps")
 }
 
-/// Rule `web` for ConfigMaps: those labelled `app=new` of `namespaces`
-/// (YAML flow list), to `sinks`, with `extra` YAML under the entry.
-fn cm_rule(sinks: &str, namespaces: &str, extra: &str) -> String {
-    let matched = format!("{{namespaces: {namespaces}, labels: [{{matchLabels: {{app: new}}}}]}}");
-    web_rule(sinks, &matched, extra).replace("kind: Secret}", "kind: ConfigMap}")
+/// Rule `web` for ConfigMaps: those labelled `app=new` of `namespaces`, to
+/// the clusters `sinks` selects.
+fn cm_rule(sinks: Value, namespaces: &[&str]) -> RuleBuilder {
+    new_rule(namespaces)
+        .kind("", "v1", "ConfigMap")
+        .spec("clusterSelector", sinks)
 }
 
 /// ConfigMap `ns/name` on `m` with `labels` (YAML flow map entries).
@@ -1310,10 +1307,10 @@ fn new_cm(m: &Member, ns: &str, name: &str, labels: &str) {
 /// ConfigMap.
 async fn pair_up(c1: &Member, other: &Member, outside: &Member, name: &str) {
     new_cm(c1, "a", name, "app: new");
-    let pair = cm_rule("{}", "[a]", "").replace(
-        "name: web\n",
-        "name: pair\n  annotations: {fleetbus.io/resource-sync-disabled: \"true\"}\n",
-    );
+    let pair = cm_rule(json!({}), &["a"])
+        .name("pair")
+        .annotation("fleetbus.io/resource-sync-disabled", "true")
+        .yaml();
     apply_yaml(c1, &pair);
     apply_yaml(other, &pair);
     // On the bus: `other` has its copy.
@@ -1354,7 +1351,7 @@ async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
     // c3's own, of the name of a copy the rule wants there.
     new_cm(c3, "a", "two", "app: local");
 
-    let rule = temp_file(&cm_rule("{}", "[a]", ""));
+    let rule = temp_file(&cm_rule(json!({}), &["a"]).yaml());
     let path = rule.path().to_str().unwrap();
     let (mut said, out) = preview_changes(&nats, &m, path).await;
     assert_eq!(said.keys().collect::<Vec<_>>(), ["c1", "c2", "c3"], "{out}");
@@ -1381,11 +1378,10 @@ async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
 
     // Copies of a kind no cluster serves (no CRD): an error on each, as a
     // pass names it, and nothing else.
-    let gadgets = temp_file(&cm_rule(
-        "{}",
-        "[a]",
-        "      mutations:\n        groupVersionKind: {group: example.com, version: v1, kind: Gadget}\n",
-    ));
+    let gadgets = cm_rule(json!({}), &["a"]).mutations(json!({
+        "groupVersionKind": {"group": "example.com", "version": "v1", "kind": "Gadget"}
+    }));
+    let gadgets = temp_file(&gadgets.yaml());
     let before = state(&m).await;
     let (_, out, _) = preview(
         &nats,
@@ -1408,12 +1404,9 @@ async fn the_first_rule_for_a_kind_is_previewed_in_full_on_every_sink() {
     // A rule for a kind this cluster does not serve cannot work here, as
     // its status would say: nothing is listed, and the preview says why.
     let client = async_nats::connect(nats.url()).await.unwrap();
-    let widgets = cm_rule("{}", "[a]", "").replace(
-        "{group: \"\", version: v1, kind: ConfigMap}",
-        "{group: example.com, version: v1, kind: Widget}",
-    );
+    let widgets = cm_rule(json!({}), &["a"]).kind("example.com", "v1", "Widget");
     let ask = PreviewRequest {
-        rule: Some(fleetbus_schemas::yaml::from_str(&widgets).unwrap()),
+        rule: Some(widgets.json()),
         sources_complete: true,
         ..PreviewRequest::default()
     };
@@ -1494,7 +1487,7 @@ async fn objects_on_the_bus_for_a_rule_elsewhere_are_read_once_by_a_sink_that_do
         |m: &Member| sync_rejected(m, "malformed") + sync_rejected(m, "subject_mismatch");
     let rejected_before = rejected(c2);
 
-    let text = cm_rule("{matchLabels: {env: edge}}", "[a]", "");
+    let text = cm_rule(json!({"matchLabels": {"env": "edge"}}), &["a"]).yaml();
     let rule = temp_file(&text);
     let path = rule.path().to_str().unwrap();
     let (said, out) = preview_changes(&nats, &m, path).await;

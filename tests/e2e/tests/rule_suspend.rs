@@ -75,7 +75,7 @@ async fn a_suspended_rule_holds_every_change_reports_drift_and_resumes() {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    apply_yaml(c1, SHARED_SECRETS_RULE);
+    apply_yaml(c1, &shared_secrets_rule().yaml());
     create_secret(c1, "shared", "old", &[("k", "v1")]).await;
     create_secret(c1, "shared", "gone", &[("k", "v1")]).await;
     for name in ["old", "gone"] {

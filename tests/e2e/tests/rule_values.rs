@@ -7,25 +7,22 @@
 
 use crate::common;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::{Member, NAMESPACE};
 use fleetbus_testsupport::NatsServer;
 use serde_json::json;
 
-const RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata: {name: app-config}
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  valuesFrom:
-    - configMapRef: {name: region}
-  rules:
-    - match:
-        - namespaces: [apps]
-      mutations:
-        overrides:
-          - {type: replace, path: /data/registry, value: "{{ .Values.registry }}"}
-"#;
+/// ConfigMaps of `apps`, whose `data.registry` each sink fills from its
+/// own values (its ConfigMap `region`).
+fn rule() -> RuleBuilder {
+    RuleBuilder::new("app-config")
+        .spec("valuesFrom", json!([{"configMapRef": {"name": "region"}}]))
+        .namespaces(&["apps"])
+        .mutations(json!({"overrides": [
+            {"type": "replace", "path": "/data/registry", "value": "{{ .Values.registry }}"}
+        ]}))
+}
 
 fn region(m: &Member, registry: &str) {
     let yaml = format!(
@@ -63,7 +60,7 @@ async fn templates_read_each_sinks_own_values() {
     }
     region(c1, "registry.us.example.com");
     region(c2, "registry.eu.example.com");
-    apply_yaml(c1, RULE);
+    apply_yaml(c1, &rule().yaml());
     kubectl(
         c1,
         &[

@@ -15,6 +15,7 @@ use crate::common;
 
 use std::collections::BTreeMap;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{wait_for, NatsServer};
@@ -61,20 +62,13 @@ async fn install_gadgets(m: &Member) {
     apply_crd(m, GADGET_CRD, "gadgets").await;
 }
 
-fn rule_yaml(name: &str, group: &str, kind: &str, status_return: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: {name}
-spec:
-  groupVersionKind: {{group: "{group}", version: v1, kind: {kind}}}
-  rules:
-    - match:
-        - namespaces: [apps]
-  statusReturn: {status_return}
-{extra}"#
-    )
+/// Rule `name` for the `group/v1` `kind` objects of namespace `apps`, with
+/// this `statusReturn`.
+fn status_rule(name: &str, group: &str, kind: &str, status_return: &str) -> RuleBuilder {
+    RuleBuilder::new(name)
+        .kind(group, "v1", kind)
+        .namespaces(&["apps"])
+        .spec("statusReturn", status_return.into())
 }
 
 fn gadget(size: i64) -> String {
@@ -146,7 +140,7 @@ async fn copy_status_survives_source_changes_without_status_subresource() {
     }
     apply_yaml(
         c1,
-        &rule_yaml("gadgets", "example.com", "Gadget", "None", ""),
+        &status_rule("gadgets", "example.com", "Gadget", "None").yaml(),
     );
     apply_yaml(c1, &gadget(1));
     wait_copy(c2, &gadgets(), Some("apps"), "g", "c1", "gadgets", |_| {
@@ -186,9 +180,12 @@ async fn singleton_returns_the_copy_status_without_wiping_others() {
     }
     apply_yaml(
         c1,
-        &rule_yaml("gadgets", "example.com", "Gadget", "Singleton", ""),
+        &status_rule("gadgets", "example.com", "Gadget", "Singleton").yaml(),
     );
-    apply_yaml(c1, &rule_yaml("web", "apps", "Deployment", "Singleton", ""));
+    apply_yaml(
+        c1,
+        &status_rule("web", "apps", "Deployment", "Singleton").yaml(),
+    );
     apply_yaml(c1, &gadget(1));
     apply_yaml(c1, DEPLOYMENT);
     // Someone else's status on the source (not fleetbus's to remove).
@@ -438,14 +435,18 @@ async fn per_cluster_reported_states_and_readiness() {
     for x in [c2, c3] {
         kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "env=edge"]);
     }
-    let edges = "  clusterSelector: {matchLabels: {env: edge}}\n";
+    let edges = [("env", "edge")];
     apply_yaml(
         c1,
-        &rule_yaml("web", "apps", "Deployment", "PerCluster", edges),
+        &status_rule("web", "apps", "Deployment", "PerCluster")
+            .sinks(&edges)
+            .yaml(),
     );
     apply_yaml(
         c1,
-        &rule_yaml("gadgets", "example.com", "Gadget", "PerCluster", edges),
+        &status_rule("gadgets", "example.com", "Gadget", "PerCluster")
+            .sinks(&edges)
+            .yaml(),
     );
     apply_yaml(c1, DEPLOYMENT);
     apply_yaml(c1, &gadget(1));
@@ -624,15 +625,22 @@ async fn a_rules_cel_health_decides_readiness_and_a_bad_one_is_invalid() {
     let nats = NatsServer::start().unwrap();
     let m = gadget_fleet(&nats).await;
     let (c1, c2) = (&m[0], &m[1]);
-    let health = "  clusterSelector: {matchLabels: {env: edge}}\n  health:\n    current: \"has(object.status) && object.status.phase == 'Up'\"\n    failed: \"has(object.status) && object.status.phase == 'Broken'\"\n";
+    let health = json!({
+        "current": "has(object.status) && object.status.phase == 'Up'",
+        "failed": "has(object.status) && object.status.phase == 'Broken'",
+    });
     apply_yaml(
         c1,
-        &rule_yaml("gadgets", "example.com", "Gadget", "None", health),
+        &status_rule("gadgets", "example.com", "Gadget", "None")
+            .sinks(&[("env", "edge")])
+            .spec("health", health)
+            .yaml(),
     );
-    let bad = "  health: {current: \"object.status.phase ==\"}\n";
     apply_yaml(
         c1,
-        &rule_yaml("bad-health", "example.com", "Gadget", "None", bad),
+        &status_rule("bad-health", "example.com", "Gadget", "None")
+            .spec("health", json!({"current": "object.status.phase =="}))
+            .yaml(),
     );
     apply_yaml(c1, &gadget(1));
 
@@ -696,16 +704,20 @@ async fn a_costly_health_expression_is_refused_or_stopped_and_says_why() {
     for v in ["g", "f", "e", "d", "c", "b", "a"] {
         seven = format!("[0,1,2,3,4,5,6,7,8,9].all({v}, {seven})");
     }
-    let costly = format!("  health: {{current: \"{seven}\"}}\n");
     apply_yaml(
         c1,
-        &rule_yaml("costly", "example.com", "Gadget", "None", &costly),
+        &status_rule("costly", "example.com", "Gadget", "None")
+            .spec("health", json!({ "current": seven }))
+            .yaml(),
     );
     // Two loops over the copy's list: 10,100 estimated, 400 + 400 × 400 run.
-    let pairs = "  clusterSelector: {matchLabels: {env: edge}}\n  health: {current: \"object.spec.items.all(x, object.spec.items.all(y, y == x))\"}\n";
+    let pairs = "object.spec.items.all(x, object.spec.items.all(y, y == x))";
     apply_yaml(
         c1,
-        &rule_yaml("pairs", "example.com", "Gadget", "None", pairs),
+        &status_rule("pairs", "example.com", "Gadget", "None")
+            .sinks(&[("env", "edge")])
+            .spec("health", json!({ "current": pairs }))
+            .yaml(),
     );
     apply_yaml(
         c1,
@@ -766,10 +778,12 @@ async fn a_restarted_sink_reads_back_its_reports() {
     for x in &m[1..] {
         kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "env=edge"]);
     }
-    let edges = "  clusterSelector: {matchLabels: {env: edge}}\n";
+    let edges = [("env", "edge")];
     apply_yaml(
         &m[0],
-        &rule_yaml("gadgets", "example.com", "Gadget", "PerCluster", edges),
+        &status_rule("gadgets", "example.com", "Gadget", "PerCluster")
+            .sinks(&edges)
+            .yaml(),
     );
     apply_yaml(&m[0], &gadget(1));
     wait_states(&m[0], "g", "for c2 and c3", |s| s.len() == 2).await;
@@ -844,7 +858,7 @@ async fn a_restarted_origin_clears_status_no_longer_returned() {
     }
     apply_yaml(
         &m[0],
-        &rule_yaml("gadgets", "example.com", "Gadget", "Singleton", ""),
+        &status_rule("gadgets", "example.com", "Gadget", "Singleton").yaml(),
     );
     apply_yaml(&m[0], &gadget(1));
     patch_status(&m[0], "gadget", "g", false, json!({"owner": "hub"}));

@@ -15,22 +15,7 @@ use fleetbus_schemas::rule_status::{RuleCellState, RuleStatusKey, RuleStatusReco
 use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_UID;
 use fleetbus_testsupport::{repo_root, wait_for, NatsServer};
 use kube::ResourceExt;
-
-/// A rule for the Secrets of namespace `shared`, with `extra` spec lines.
-fn secret_rule(name: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: {name}
-spec:
-  groupVersionKind: {{group: "", version: v1, kind: Secret}}
-  rules:
-    - match:
-        - namespaces: [shared]
-{extra}"#
-    )
-}
+use serde_json::json;
 
 /// The example of the README tour: a rule on c1 for the Secrets of
 /// `shared`; a Secret created on c3 appears on c1 and c2 as a copy with the
@@ -123,10 +108,9 @@ async fn cluster_selector_excludes() {
     for (x, env) in envs {
         wait_label(&m, &x.name, env).await;
     }
-    let yaml = secret_rule(
-        "prod-secrets",
-        "  clusterSelector: {matchLabels: {env: prod}}\n",
-    );
+    let yaml = secrets_rule("prod-secrets", &["shared"])
+        .sinks(&[("env", "prod")])
+        .yaml();
     apply_yaml(c1, &yaml);
     wait_rule(
         c2,
@@ -211,13 +195,10 @@ async fn cluster_selector_excludes() {
 async fn status_records_of_rules_deleted_while_down_are_deleted_at_start() {
     let nats = NatsServer::start().unwrap();
     let mut m = fleet(&nats, &["c1"]).await;
-    let local = "  annotations:\n    fleetbus.io/resource-sync-disabled: \"true\"\n";
     for name in ["kept", "gone"] {
-        let yaml = secret_rule(name, "").replacen(
-            &format!("  name: {name}\n"),
-            &format!("  name: {name}\n{local}"),
-            1,
-        );
+        let yaml = secrets_rule(name, &["shared"])
+            .annotation("fleetbus.io/resource-sync-disabled", "true")
+            .yaml();
         apply_yaml(&m[0], &yaml);
     }
     for name in ["kept", "gone"] {
@@ -327,20 +308,11 @@ async fn annotation_route() {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    let yaml = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: pair-secrets
-  annotations:
-    fleetbus.io/resource-sync-disabled: "true"
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  rules:
-    - match:
-        - namespaces: [shared]
-"#;
-    apply_yaml(c1, yaml);
-    apply_yaml(c3, yaml);
+    let yaml = secrets_rule("pair-secrets", &["shared"])
+        .annotation("fleetbus.io/resource-sync-disabled", "true")
+        .yaml();
+    apply_yaml(c1, &yaml);
+    apply_yaml(c3, &yaml);
     create_secret(c1, "shared", "a", &[("from", "c1")]).await;
     create_secret(c3, "shared", "b", &[("from", "c3")]).await;
     wait_copy(
@@ -367,10 +339,9 @@ spec:
     // earlier by the same agent on the same subjects, would have too.
     apply_yaml(
         c1,
-        &format!(
-            "{}  clusterSelector: {{matchLabels: {{never: selected}}}}\n",
-            secret_rule("marker", "")
-        ),
+        &secrets_rule("marker", &["shared"])
+            .sinks(&[("never", "selected")])
+            .yaml(),
     );
     wait_rule_copy(c2, "marker", "c1").await;
     // Both rules stay originals: neither was published.
@@ -401,9 +372,13 @@ async fn feature_gate(policy: &str) {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    let extra =
-        format!("  clusterFeatureMatch:\n    - featureName: istio\n  orphanPolicy: {policy}\n");
-    apply_yaml(c1, &secret_rule("istio-secrets", &extra));
+    apply_yaml(
+        c1,
+        &secrets_rule("istio-secrets", &["shared"])
+            .spec("clusterFeatureMatch", json!([{"featureName": "istio"}]))
+            .spec("orphanPolicy", json!(policy))
+            .yaml(),
+    );
     let data = [("ca.crt", "pem")];
     create_secret(c2, "shared", "mesh-ca", &data).await;
     wait_rule_copy(c2, "istio-secrets", "c1").await;
@@ -486,7 +461,7 @@ async fn pinned_copy() {
         create_ns(x, "shared").await;
     }
     let name = "pin-secrets";
-    apply_yaml(c1, &secret_rule(name, ""));
+    apply_yaml(c1, &secrets_rule(name, &["shared"]).yaml());
     create_secret(c1, "shared", "s", &[("v", "1")]).await;
     create_secret(c1, "shared", "free", &[("v", "1")]).await;
     for n in ["s", "free"] {
@@ -561,20 +536,12 @@ async fn immutable_field_recreates() {
         create_ns(x, "shared").await;
     }
     let name = "frozen-secrets";
-    let yaml = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: frozen-secrets
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  rules:
-    - match:
-        - namespaces: [shared]
-      mutations:
-        overrides:
-          - {type: replace, path: /immutable, value: "true"}
-"#;
-    apply_yaml(c1, yaml);
+    let yaml = secrets_rule(name, &["shared"])
+        .mutations(
+            json!({"overrides": [{"type": "replace", "path": "/immutable", "value": "true"}]}),
+        )
+        .yaml();
+    apply_yaml(c1, &yaml);
     create_secret(c1, "shared", "tls", &[("v", "1")]).await;
     let copy = wait_copy(c2, &secrets(), Some("shared"), "tls", "c1", name, |o| {
         data_is(secret_data(&[("v", "1")]))(o)?;
@@ -632,7 +599,7 @@ async fn revert_edit_and_recreate() {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    apply_yaml(c1, &secret_rule("revert-secrets", ""));
+    apply_yaml(c1, &secrets_rule("revert-secrets", &["shared"]).yaml());
     let data = [("mode", "prod")];
     create_secret(c1, "shared", "app-cfg", &data).await;
     let want = secret_data(&data);
@@ -714,7 +681,12 @@ async fn origin_delete_propagates() {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    apply_yaml(c1, &secret_rule("del-secrets", "  orphanPolicy: Orphan\n"));
+    apply_yaml(
+        c1,
+        &secrets_rule("del-secrets", &["shared"])
+            .spec("orphanPolicy", json!("Orphan"))
+            .yaml(),
+    );
     create_secret(c1, "shared", "gone", &[("k", "1")]).await;
     create_secret(c1, "shared", "kept", &[("k", "2")]).await;
     for sink in [c2, c3] {
@@ -759,7 +731,9 @@ async fn rule_delete_gc(policy: &str) {
     let name = "gc-secrets";
     apply_yaml(
         c1,
-        &secret_rule(name, &format!("  orphanPolicy: {policy}\n")),
+        &secrets_rule(name, &["shared"])
+            .spec("orphanPolicy", json!(policy))
+            .yaml(),
     );
     let d1 = [("from", "c1")];
     let d2 = [("from", "c2")];
@@ -854,7 +828,12 @@ async fn create_only_policy() {
         create_ns(x, "shared").await;
     }
     let name = "once-secrets";
-    apply_yaml(c1, &secret_rule(name, "  updatePolicy: CreateOnly\n"));
+    apply_yaml(
+        c1,
+        &secrets_rule(name, &["shared"])
+            .spec("updatePolicy", json!("CreateOnly"))
+            .yaml(),
+    );
     create_secret(c1, "shared", "s", &[("v", "1")]).await;
     wait_copy(
         c2,
@@ -951,7 +930,7 @@ async fn a_restored_copy_is_collected_and_a_look_alike_never() {
     }
     create_ns(c2, "plain").await;
     let name = "stray-secrets";
-    apply_yaml(c1, &secret_rule(name, ""));
+    apply_yaml(c1, &secrets_rule(name, &["shared"]).yaml());
     create_secret(c1, "shared", "real", &[("v", "1")]).await;
     create_secret(c1, "shared", "gone", &[("v", "g")]).await;
     for n in ["real", "gone"] {
@@ -1089,7 +1068,7 @@ async fn a_change_is_planned_alone() {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    apply_yaml(c1, &secret_rule("alone", ""));
+    apply_yaml(c1, &secrets_rule("alone", &["shared"]).yaml());
     let ar = secrets();
     let copy = |name: &'static str, v: &'static str| {
         wait_copy(

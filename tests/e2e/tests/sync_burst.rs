@@ -8,6 +8,7 @@ use crate::common;
 
 use std::time::Duration;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_schemas::well_known::ANNOTATION_ORIGIN_CLUSTER;
@@ -77,17 +78,10 @@ async fn a_burst_of_objects_all_arrives_and_all_changes_land() {
     create_ns(c1, "burst").await;
     apply_yaml(
         c1,
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: burst
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  createNamespace: true
-  rules:
-    - match:
-        - namespaces: [burst]
-"#,
+        &RuleBuilder::new("burst")
+            .spec("createNamespace", true.into())
+            .namespaces(&["burst"])
+            .yaml(),
     );
     wait_rule_copy(c2, "burst", "c1").await;
     apply_yaml(c1, &burst_yaml("one"));

@@ -10,8 +10,6 @@ use common::sync::*;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use kube::ResourceExt;
 
-const RULE: &str = SHARED_SECRETS_RULE;
-
 /// The fields every conflict message of the contract carries.
 fn check_conflict_shape(v: &serde_json::Value, sink: &str) {
     assert_eq!(v["schema"], "fleetbus.io/conflict/v1", "{v}");
@@ -45,7 +43,7 @@ async fn local_object_conflict() {
     create_secret(c1, "shared", "db", &[("owner", "c1-team")]).await;
     let mut sub = subscribe_conflicts(&nats, "c2").await;
 
-    apply_yaml(c1, RULE);
+    apply_yaml(c1, &shared_secrets_rule().yaml());
     // A Secret without a twin still syncs: the rule goes on around the conflict.
     create_secret(c1, "shared", "other", &[("k", "v")]).await;
     wait_copy(
@@ -154,7 +152,7 @@ async fn two_origin_conflict_same_winner() {
     for sink in ["c3", "c4"] {
         subs.push((sink, subscribe_conflicts(&nats, sink).await));
     }
-    apply_yaml(c1, RULE);
+    apply_yaml(c1, &shared_secrets_rule().yaml());
 
     for sink in [c3, c4] {
         wait_copy(

@@ -14,14 +14,12 @@ use fleetbus_schemas::crd::ClusterState;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use kube::ResourceExt;
 
-const RULE: &str = SHARED_SECRETS_RULE;
-
 async fn shared_fleet(nats: &NatsServer, names: &[&str]) -> Vec<Member> {
     let m = fleet(nats, names).await;
     for x in &m {
         create_ns(x, "shared").await;
     }
-    apply_yaml(&m[0], RULE);
+    apply_yaml(&m[0], &shared_secrets_rule().yaml());
     m
 }
 

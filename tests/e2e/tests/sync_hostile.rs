@@ -10,6 +10,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_schemas::envelope::Envelope;
@@ -22,15 +23,13 @@ use kube::Api;
 use serde_json::json;
 
 /// The rule the probes use: Secrets in namespace `shared`.
-const RULE: &str = SHARED_SECRETS_RULE;
-
-/// c1 and c2 with namespace `shared` on both and [`RULE`] created on c1.
+/// c1 and c2 with namespace `shared` on both and [`shared_secrets_rule`] created on c1.
 async fn shared_fleet(nats: &NatsServer) -> Vec<Member> {
     let m = fleet(nats, &["c1", "c2"]).await;
     for x in &m {
         create_ns(x, "shared").await;
     }
-    apply_yaml(&m[0], RULE);
+    apply_yaml(&m[0], &shared_secrets_rule().yaml());
     m
 }
 
@@ -460,21 +459,18 @@ async fn oversize_object_is_reported_on_the_origin() {
     .await;
 }
 
-const BAD_LABEL_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: hostile-secrets
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  rules:
-    - match:
-        - namespaces: [hostile]
-    - match:
-        - labels: [{matchLabels: {broken: "yes"}}]
-      mutations:
-        overrides:
-          - {type: replace, path: /metadata/labels/bad, value: "not a valid label value!!"}
-"#;
+/// The Secrets of `hostile`, and those labelled `broken=yes` with a label
+/// value the sink's API server refuses.
+fn bad_label_rule() -> String {
+    secrets_rule("hostile-secrets", &["hostile"])
+        .matching(json!({"labels": [{"matchLabels": {"broken": "yes"}}]}))
+        .mutations(json!({"overrides": [{
+            "type": "replace",
+            "path": "/metadata/labels/bad",
+            "value": "not a valid label value!!",
+        }]}))
+        .yaml()
+}
 
 /// How many times `m`'s agent logged that it could not write `copy`.
 fn write_failures(m: &Member, copy: &str) -> usize {
@@ -498,7 +494,7 @@ async fn refused_copy_is_an_error_on_that_object_only() {
     for x in &m {
         create_ns(x, "hostile").await;
     }
-    apply_yaml(c1, BAD_LABEL_RULE);
+    apply_yaml(c1, &bad_label_rule());
     // Labelled from the start: the copy's first write, a create, is refused.
     apply_yaml(
         c1,
@@ -611,6 +607,7 @@ async fn invalid_rules_are_reported_and_disturb_no_other() {
     for x in &m {
         create_ns(x, "shared").await;
     }
+    // Left as YAML text: hostile rules, each written as its author would.
     let bad = r#"apiVersion: fleetbus.io/v1alpha1
 kind: ResourceSyncRule
 metadata:
@@ -650,7 +647,7 @@ spec:
   groupVersionKind: {group: nowhere.example.com, version: v1, kind: Nothing}
 ---
 "#;
-    apply_yaml(c1, &format!("{bad}{RULE}"));
+    apply_yaml(c1, &format!("{bad}{}", shared_secrets_rule().yaml()));
     create_secret(c1, "shared", "s", &[("k", "v")]).await;
     wait_copy(
         c2,
@@ -853,23 +850,14 @@ fn configmaps() -> kube::api::ApiResource {
 
 /// The ConfigMap rule, optionally with an override of `/data/extra`.
 fn configmap_rule(extra: Option<&str>) -> String {
-    let mutations = extra.map_or(String::new(), |v| {
-        format!(
-            "      mutations:\n        overrides:\n          - {{type: replace, path: /data/extra, value: \"{v}\"}}\n"
-        )
-    });
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: shared-configmaps
-spec:
-  groupVersionKind: {{group: "", version: v1, kind: ConfigMap}}
-  rules:
-    - match:
-        - namespaces: [shared]
-{mutations}"#
-    )
+    let rule = RuleBuilder::new("shared-configmaps").namespaces(&["shared"]);
+    match extra {
+        Some(v) => rule.mutations(json!({"overrides": [
+            {"type": "replace", "path": "/data/extra", "value": v}
+        ]})),
+        None => rule,
+    }
+    .yaml()
 }
 
 fn frozen_configmap(v: &str) -> String {

@@ -33,7 +33,7 @@ const REPAIR: Duration = Duration::from_secs(5);
 /// conflict on the sinks (PROTOCOL §4.5), and the content hash leaves it out.
 const FORGED_TIME: &str = "2000-01-01T00:00:00Z";
 
-/// a and b, namespace `shared` on both, [`SHARED_SECRETS_RULE`] created on a, and the
+/// a and b, namespace `shared` on both, [`shared_secrets_rule`] created on a, and the
 /// Secret `shared/<name>` (`k=v`) of each of `names` created on a and copied
 /// to b.
 async fn fleet_with(nats: &NatsServer, names: &[&str]) -> Vec<Member> {
@@ -41,7 +41,7 @@ async fn fleet_with(nats: &NatsServer, names: &[&str]) -> Vec<Member> {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    apply_yaml(&m[0], SHARED_SECRETS_RULE);
+    apply_yaml(&m[0], &shared_secrets_rule().yaml());
     for name in names {
         create_secret(&m[0], "shared", name, &[("k", "v")]).await;
     }
@@ -281,17 +281,6 @@ async fn envelope_under_another_objects_subject_is_dropped() {
     }
 }
 
-const SYSTEM_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: system-secrets
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  rules:
-    - match:
-        - namespaces: [kube-system, fleetbus-system]
-"#;
-
 /// A Secret `kube-system/<name>` of `type_` with `data`.
 async fn create_typed_secret(
     m: &Member,
@@ -363,7 +352,10 @@ async fn tokens_and_what_fleetbus_writes_are_never_published() {
     create_secret(&a, "kube-system", "plain", &[("k", "v")]).await;
     create_secret(&a, NAMESPACE, "plain-fb", &[("k", "v")]).await;
     create_secret(&b, NAMESPACE, "plain-b", &[("k", "v")]).await;
-    apply_yaml(&a, SYSTEM_RULE);
+    apply_yaml(
+        &a,
+        &secrets_rule("system-secrets", &["kube-system", "fleetbus-system"]).yaml(),
+    );
 
     // The positive barrier: the ordinary Secrets of both namespaces arrive,
     // and b (a source too) has published its own.

@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::NatsServer;
@@ -19,13 +20,10 @@ fn gadgets() -> kube::api::ApiResource {
     resource("example.com", "v1", "Gadget", "gadgets")
 }
 
-const WIDGET_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: widgets
-spec:
-  groupVersionKind: {group: example.com, version: v1, kind: Widget}
-"#;
+/// Every Widget (`example.com/v1`), from every cluster to every cluster.
+fn widget_rule() -> RuleBuilder {
+    RuleBuilder::new("widgets").kind("example.com", "v1", "Widget")
+}
 
 const WIDGET: &str = r#"apiVersion: example.com/v1
 kind: Widget
@@ -41,7 +39,7 @@ async fn crd_kind_later() {
     let nats = NatsServer::start().unwrap();
     let m = fleet(&nats, &["c1", "c2"]).await;
     let (c1, c2) = (&m[0], &m[1]);
-    apply_yaml(c1, WIDGET_RULE);
+    apply_yaml(c1, &widget_rule().yaml());
     wait_rule_copy(c2, "widgets", "c1").await;
     for x in [c1, c2] {
         wait_rule(x, "widgets", "Invalid", ready_is("False", "Invalid")).await;
@@ -77,17 +75,13 @@ async fn gvk_mutation() {
         install_crd(x, "Widget", "widgets").await;
         install_crd(x, "Gadget", "gadgets").await;
     }
-    let rule = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: widgets-as-gadgets
-spec:
-  groupVersionKind: {group: example.com, version: v1, kind: Widget}
-  rules:
-    - mutations:
-        groupVersionKind: {group: example.com, version: v1, kind: Gadget}
-"#;
-    apply_yaml(c1, rule);
+    let rule = RuleBuilder::new("widgets-as-gadgets")
+        .kind("example.com", "v1", "Widget")
+        .mutations(serde_json::json!({
+            "groupVersionKind": {"group": "example.com", "version": "v1", "kind": "Gadget"}
+        }))
+        .yaml();
+    apply_yaml(c1, &rule);
     apply_yaml(c1, WIDGET);
     let copy = wait_copy(
         c2,
@@ -119,17 +113,11 @@ async fn sync_status() {
     for x in [c1, c2] {
         install_crd(x, "Widget", "widgets").await;
     }
-    let rule = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: widgets-status
-spec:
-  groupVersionKind: {group: example.com, version: v1, kind: Widget}
-  rules:
-    - mutations:
-        syncStatus: true
-"#;
-    apply_yaml(c1, rule);
+    let rule = RuleBuilder::new("widgets-status")
+        .kind("example.com", "v1", "Widget")
+        .mutations(serde_json::json!({"syncStatus": true}))
+        .yaml();
+    apply_yaml(c1, &rule);
     apply_yaml(c1, WIDGET);
     for (i, status) in [
         serde_json::json!({"phase": "Running", "replicas": 3}),
@@ -181,20 +169,11 @@ spec:
     }
 }
 
+/// Every Secret of `ns`, with `createNamespace` as given.
 fn ns_rule(name: &str, ns: &str, create_namespace: bool) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: {name}
-spec:
-  groupVersionKind: {{group: "", version: v1, kind: Secret}}
-  createNamespace: {create_namespace}
-  rules:
-    - match:
-        - namespaces: [{ns}]
-"#
-    )
+    secrets_rule(name, &[ns])
+        .spec("createNamespace", create_namespace.into())
+        .yaml()
 }
 
 /// Without `createNamespace`, a copy whose namespace is missing is an error
@@ -280,23 +259,15 @@ async fn create_namespace_true() {
     assert!(ns.metadata.deletion_timestamp.is_none(), "{ns:?}");
 }
 
+/// Every Secret of `shared`, copied as `<name>-<suffix>` into `other`.
 fn rename_rule(suffix: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: renamed-secrets
-spec:
-  groupVersionKind: {{group: "", version: v1, kind: Secret}}
-  rules:
-    - match:
-        - namespaces: [shared]
-      mutations:
-        overrides:
-          - {{type: replace, path: /metadata/name, value: "{{{{ .Object.metadata.name }}}}-{suffix}"}}
-          - {{type: replace, path: /metadata/namespace, value: other}}
-"#
-    )
+    let name = ["{{ .Object.metadata.name }}-", suffix].concat();
+    secrets_rule("renamed-secrets", &["shared"])
+        .mutations(serde_json::json!({"overrides": [
+            {"type": "replace", "path": "/metadata/name", "value": name},
+            {"type": "replace", "path": "/metadata/namespace", "value": "other"},
+        ]}))
+        .yaml()
 }
 
 /// Overrides of `/metadata/name` (templated) and `/metadata/namespace`: the
@@ -435,7 +406,7 @@ async fn status_only_changes_are_not_published_unless_synced() {
     for x in [c1, c2] {
         install_crd(x, "Widget", "widgets").await;
     }
-    apply_yaml(c1, WIDGET_RULE);
+    apply_yaml(c1, &widget_rule().yaml());
     apply_yaml(c1, WIDGET);
     let spec = serde_json::json!({"size": 3, "color": "blue"});
     wait_copy(
@@ -471,7 +442,9 @@ async fn status_only_changes_are_not_published_unless_synced() {
     // The rule gains syncStatus: w1 is published again, with its status.
     apply_yaml(
         c1,
-        &format!("{WIDGET_RULE}  rules:\n    - mutations:\n        syncStatus: true\n"),
+        &widget_rule()
+            .mutations(serde_json::json!({"syncStatus": true}))
+            .yaml(),
     );
     let running = serde_json::json!({"phase": "Running"});
     let want = running.clone();

@@ -6,24 +6,25 @@
 
 use crate::common;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::{wait_peer_state, Member, MemberExt};
 use fleetbus_schemas::crd::ClusterState;
 use fleetbus_testsupport::NatsServer;
 use kube::ResourceExt;
+use serde_json::json;
 use std::time::Duration;
 
-const RULE: &str = r#"
-apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: shared-secrets
-spec:
-  groupVersionKind: {version: v1, kind: Secret}
-  rules:
-  - match:
-    - namespaces: [shared]
-"#;
+/// The Secrets of `shared`, the rule named `name`. Its `group` is left out,
+/// as a user may write it: the core group is the default.
+fn shared_rule(name: &str) -> RuleBuilder {
+    RuleBuilder::new(name)
+        .spec(
+            "groupVersionKind",
+            json!({"version": "v1", "kind": "Secret"}),
+        )
+        .namespaces(&["shared"])
+}
 
 async fn two(nats: &NatsServer, origin_flags: &[&str]) -> (Member, Member) {
     let origin = Member::start(nats, "c1", "c1", origin_flags).await;
@@ -32,7 +33,7 @@ async fn two(nats: &NatsServer, origin_flags: &[&str]) -> (Member, Member) {
     for m in [&origin, &sink] {
         create_ns(m, "shared").await;
     }
-    apply_yaml(&sink, RULE);
+    apply_yaml(&sink, &shared_rule("shared-secrets").yaml());
     wait_rule_copy(&origin, "shared-secrets", "c2").await;
     create_secret(&origin, "shared", "db", &[("k", "v")]).await;
     (origin, sink)
@@ -141,18 +142,9 @@ async fn a_restarted_source_keeps_its_copies_under_a_label_selector() {
     );
     apply_yaml(
         &sink,
-        r#"
-apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: core-secrets
-spec:
-  groupVersionKind: {version: v1, kind: Secret}
-  sourceClusterSelector: {matchLabels: {tier: core}}
-  rules:
-  - match:
-    - namespaces: [shared]
-"#,
+        &shared_rule("core-secrets")
+            .sources(&[("tier", "core")])
+            .yaml(),
     );
     wait_rule_copy(&origin, "core-secrets", "c2").await;
     create_secret(&origin, "shared", "db", &[("k", "v")]).await;

@@ -15,6 +15,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::rules::{stream, RuleBuilder};
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{wait_for, NatsServer};
@@ -73,32 +74,20 @@ const NS: &str = "apps";
 
 /// One rule per kind, for the objects labelled `probe: names`.
 fn rules_yaml() -> String {
-    [
-        (
-            "names-clusterroles",
-            "rbac.authorization.k8s.io",
-            "ClusterRole",
-        ),
-        ("names-roles", "rbac.authorization.k8s.io", "Role"),
-        ("names-configmaps", "\"\"", "ConfigMap"),
+    let rbac = "rbac.authorization.k8s.io";
+    let rules: Vec<RuleBuilder> = [
+        ("names-clusterroles", rbac, "ClusterRole"),
+        ("names-roles", rbac, "Role"),
+        ("names-configmaps", "", "ConfigMap"),
     ]
     .iter()
     .map(|(name, group, kind)| {
-        format!(
-            r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: {name}
-spec:
-  groupVersionKind: {{group: {group}, version: v1, kind: {kind}}}
-  rules:
-    - match:
-        - labels: [{{matchLabels: {{probe: names}}}}]
-"#
-        )
+        RuleBuilder::new(name)
+            .kind(group, "v1", kind)
+            .matching(json!({"labels": [{"matchLabels": {"probe": "names"}}]}))
     })
-    .collect::<Vec<_>>()
-    .join("---\n")
+    .collect();
+    stream(&rules)
 }
 
 /// The originals, as kubectl manifests (JSON documents are YAML): a
@@ -392,13 +381,9 @@ async fn a_refused_copy_backs_off_is_reported_and_converges_when_fixed() {
     install_widgets(c2, Some(5)).await;
     apply_yaml(
         c1,
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: widgets
-spec:
-  groupVersionKind: {group: example.com, version: v1, kind: Widget}
-"#,
+        &RuleBuilder::new("widgets")
+            .kind("example.com", "v1", "Widget")
+            .yaml(),
     );
     wait_rule_copy(c2, "widgets", "c1").await;
     apply_yaml(c1, &widget_yaml("big", 9));

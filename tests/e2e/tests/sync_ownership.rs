@@ -7,10 +7,12 @@
 
 use crate::common;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{wait_for, NatsServer};
 use kube::ResourceExt;
+use serde_json::json;
 
 fn namespaces() -> kube::api::ApiResource {
     resource("", "v1", "Namespace", "namespaces")
@@ -68,32 +70,18 @@ async fn wait_kept_event(m: &Member, needle: &str) -> String {
     .await
 }
 
-const NAMESPACE_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: namespaces
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Namespace}
-  orphanPolicy: Delete
-  rules:
-    - match:
-        - labels: [{matchLabels: {sync: ns}}]
-"#;
+/// The Namespaces labelled `sync=ns`, deleted with the rule.
+fn namespace_rule() -> String {
+    RuleBuilder::new("namespaces")
+        .kind("", "v1", "Namespace")
+        .spec("orphanPolicy", json!("Delete"))
+        .matching(json!({"labels": [{"matchLabels": {"sync": "ns"}}]}))
+        .yaml()
+}
 
 /// A rule `name` syncing the ConfigMaps of namespace `ns`.
 fn configmap_rule(name: &str, ns: &str) -> String {
-    format!(
-        r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: {name}
-spec:
-  groupVersionKind: {{group: "", version: v1, kind: ConfigMap}}
-  rules:
-    - match:
-        - namespaces: [{ns}]
-"#
-    )
+    RuleBuilder::new(name).namespaces(&[ns]).yaml()
 }
 
 /// Namespace copies `ab` and `ctl` on b; b's own ConfigMap `ab/both` lives
@@ -113,7 +101,7 @@ async fn namespace_holding_unmanaged_objects_is_kept() {
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: ab, labels: {sync: ns}}\n---\n\
          apiVersion: v1\nkind: Namespace\nmetadata: {name: ctl, labels: {sync: ns}}\n",
     );
-    apply_yaml(a, NAMESPACE_RULE);
+    apply_yaml(a, &namespace_rule());
     for ns in ["ab", "ctl"] {
         wait_copy(b, &namespaces(), None, ns, "a", "namespaces", |_| Ok(())).await;
     }
@@ -180,18 +168,14 @@ async fn namespace_holding_unmanaged_objects_is_kept() {
 }
 
 /// CRDs from a (`role=src`) only, so a kept copy on b is not published back.
-const CRD_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: crds
-spec:
-  groupVersionKind: {group: apiextensions.k8s.io, version: v1, kind: CustomResourceDefinition}
-  sourceClusterSelector: {matchLabels: {role: src}}
-  rules:
-    - match:
-        - objectKey: {name: gizmos.example.com}
-        - objectKey: {name: zooids.example.com}
-"#;
+fn crd_rule() -> String {
+    let named = |name: &str| json!({"objectKey": {"name": name}});
+    RuleBuilder::new("crds")
+        .kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
+        .sources(&[("role", "src")])
+        .entry(json!({"match": [named("gizmos.example.com"), named("zooids.example.com")]}))
+        .yaml()
+}
 
 /// CRD copies `gizmos` and `zooids` on b; b has its own Gizmo. Deleting both
 /// sources deletes the `zooids` copy and keeps `gizmos` (and the Gizmo): the
@@ -215,7 +199,7 @@ async fn crd_with_unmanaged_instances_is_kept() {
     .await;
     install_crd(a, "Gizmo", "gizmos").await;
     install_crd(a, "Zooid", "zooids").await;
-    apply_yaml(a, CRD_RULE);
+    apply_yaml(a, &crd_rule());
     for name in ["gizmos.example.com", "zooids.example.com"] {
         wait_copy(b, &crds(), None, name, "a", "crds", |_| Ok(())).await;
     }
@@ -495,18 +479,13 @@ async fn copies_older_than_the_mark_key_are_taken_up_and_marked() {
 
 /// ConfigMaps of `shared` from every cluster to the clusters labelled
 /// `env=prod`, orphaned (not deleted) where they are no longer wanted.
-const PROD_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: prod-config
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  clusterSelector: {matchLabels: {env: prod}}
-  orphanPolicy: Orphan
-  rules:
-    - match:
-        - namespaces: [shared]
-"#;
+fn prod_rule() -> String {
+    RuleBuilder::new("prod-config")
+        .sinks(&[("env", "prod")])
+        .spec("orphanPolicy", json!("Orphan"))
+        .namespaces(&["shared"])
+        .yaml()
+}
 
 /// c2 is a source of the rule (every cluster is) and a sink while it is
 /// labelled `env=prod`. Unlabelled, it orphans its copy of c1's ConfigMap,
@@ -524,7 +503,7 @@ async fn an_orphaned_copy_is_not_published_back() {
     for x in [c2, c3] {
         kubectl(x, &["label", "clusters.fleetbus.io", &x.name, "env=prod"]);
     }
-    apply_yaml(c1, PROD_RULE);
+    apply_yaml(c1, &prod_rule());
     create_cm(c1, "shared", "cfg", "from-c1");
     for x in [c2, c3] {
         wait_copy(

@@ -11,6 +11,7 @@
 
 use crate::common;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_schemas::crd::ResourceSyncRule;
@@ -59,7 +60,7 @@ spec:
 "#;
     apply_policy(c2, refuse, "True").await;
     create_secret(c2, "team", "db", &[("password", "s3cret")]).await;
-    apply_yaml(c1, &secrets_rule("team-secrets", "team"));
+    apply_yaml(c1, &secrets_rule("team-secrets", &["team"]).yaml());
     wait_rule_copy(c2, "team-secrets", "c1").await;
 
     // c2 planned the Secret for c1's rule and refused it: says so, per
@@ -168,7 +169,10 @@ async fn the_default_keeps_kube_system_secrets_home_and_garbage_closes_the_polic
     }
     create_secret(c2, "kube-system", "cloud-key", &[("key", "k")]).await;
     create_secret(c2, "team", "ok", &[("v", "1")]).await;
-    apply_yaml(c1, &secrets_rule("ks-secrets", "kube-system, team"));
+    apply_yaml(
+        c1,
+        &secrets_rule("ks-secrets", &["kube-system", "team"]).yaml(),
+    );
     wait_copy(
         c1,
         &secrets(),
@@ -327,16 +331,10 @@ async fn cluster_roles_stay_out_by_default_until_the_policy_lets_them_in() {
     let nats = NatsServer::start().unwrap();
     let m = fleet(&nats, &["c1", "c2"]).await;
     let (c1, c2) = (&m[0], &m[1]);
-    let rule = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: roles
-spec:
-  groupVersionKind: {group: rbac.authorization.k8s.io, version: v1, kind: ClusterRole}
-  rules:
-    - match:
-        - labels: [{matchLabels: {probe: policy}}]
-"#;
+    let rule = RuleBuilder::new("roles")
+        .kind("rbac.authorization.k8s.io", "v1", "ClusterRole")
+        .matching(serde_json::json!({"labels": [{"matchLabels": {"probe": "policy"}}]}))
+        .yaml();
     let role = r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
@@ -346,7 +344,7 @@ rules:
   - {apiGroups: [""], resources: [secrets], verbs: ["*"]}
 "#;
     apply_yaml(c1, role);
-    apply_yaml(c1, rule);
+    apply_yaml(c1, &rule);
     wait_rule_copy(c2, "roles", "c1").await;
     wait_rule(
         c2,
@@ -392,17 +390,14 @@ rules:
 /// ConfigMaps of the probe: those labelled `probe: policy` in `secretns`
 /// and `public`, selected by a rule created on c1 (so c2's `export` is
 /// asked for them).
-const CONFIGMAPS_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: probe-configmaps
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules:
-    - match:
-        - namespaces: [secretns, public]
-          labels: [{matchLabels: {probe: policy}}]
-"#;
+fn configmaps_rule() -> String {
+    RuleBuilder::new("probe-configmaps")
+        .matching(serde_json::json!({
+            "namespaces": ["secretns", "public"],
+            "labels": [{"matchLabels": {"probe": "policy"}}],
+        }))
+        .yaml()
+}
 
 /// c2's policy: no ConfigMap of `secretns` out, for rules from elsewhere.
 /// `extra` is appended to `spec` (a typo, for the tests that need one).
@@ -464,7 +459,7 @@ async fn a_typo_keeps_the_last_valid_policy_and_lets_nothing_out() {
     apply_policy(c2, &deny_secretns(""), "True").await;
     create_configmap(c2, "secretns", "private", "s3cret");
     create_configmap(c2, "public", "before", "1");
-    apply_yaml(c1, CONFIGMAPS_RULE);
+    apply_yaml(c1, &configmaps_rule());
     wait_rule_copy(c2, "probe-configmaps", "c1").await;
     wait_copy(
         c1,
@@ -579,7 +574,7 @@ async fn a_restart_while_the_policy_is_invalid_closes_it_and_removes_nothing() {
     create_configmap(&m[1], "secretns", "private", "s3cret");
     create_configmap(&m[1], "public", "from-c2", "1");
     create_configmap(&m[0], "public", "from-c1", "1");
-    apply_yaml(&m[0], CONFIGMAPS_RULE);
+    apply_yaml(&m[0], &configmaps_rule());
     let rule_name = "probe-configmaps";
     wait_copy(
         &m[0],

@@ -7,6 +7,7 @@
 
 use crate::common;
 
+use common::rules::RuleBuilder;
 use common::sync::*;
 use common::*;
 use fleetbus_testsupport::{wait_for, NatsServer};
@@ -15,16 +16,11 @@ use futures::StreamExt;
 /// How many ConfigMaps c1 publishes before c3 joins.
 const OBJECTS: usize = 300;
 
-const RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: shared-configmaps
-spec:
-  groupVersionKind: {group: "", version: v1, kind: ConfigMap}
-  rules:
-    - match:
-        - namespaces: [shared]
-"#;
+fn rule() -> String {
+    RuleBuilder::new("shared-configmaps")
+        .namespaces(&["shared"])
+        .yaml()
+}
 
 /// `n` ConfigMaps in namespace `shared`, one YAML stream; each carries 2 KiB of data,
 /// so their envelopes travel compressed.
@@ -51,7 +47,7 @@ async fn late_cluster_catch_up_is_shown_until_in_sync() {
     for x in &m {
         create_ns(x, "shared").await;
     }
-    apply_yaml(c1, RULE);
+    apply_yaml(c1, &rule());
     apply_yaml(c1, &configmaps(OBJECTS));
     let cms = resource("", "v1", "ConfigMap", "configmaps");
     wait_for("c2 holds every copy", SYNC * 3, || async {

@@ -6,43 +6,48 @@
 
 use crate::common;
 
+use common::rules::{stream, RuleBuilder};
 use common::sync::*;
 use fleetbus_testsupport::NatsServer;
-use serde_json::json;
+use serde_json::{json, Value};
 
-/// A ConfigMap rule named `name` for namespace `ns` with these `mutations` (YAML flow).
-fn rule(name: &str, ns: &str, mutations: &str) -> String {
-    format!(
-        "apiVersion: fleetbus.io/v1alpha1\nkind: ResourceSyncRule\nmetadata:\n  name: {name}\n\
-         spec:\n  groupVersionKind: {{group: \"\", version: v1, kind: ConfigMap}}\n  rules:\n\
-         \x20   - match: [{{namespaces: [{ns}]}}]\n      mutations: {mutations}\n---\n"
-    )
+/// A ConfigMap rule named `name` for namespace `ns` with these `mutations`.
+fn rule(name: &str, ns: &str, mutations: Value) -> RuleBuilder {
+    RuleBuilder::new(name)
+        .namespaces(&[ns])
+        .mutations(mutations)
 }
 
 /// The probe's forgeries (the sink's own name as the origin: the copy then
 /// outlived its source), the stamp's map replaced, the managed label removed;
 /// and a valid rule beside them.
 fn rules() -> String {
-    let origin = r#"{overrides: [{type: replace, path: "/metadata/annotations/fleetbus.io~1origin-cluster", value: "{{ .LocalCluster.name }}"}]}"#;
-    [
-        rule("forge-origin", "forged", origin),
+    let replace = |path: &str, value: &str| json!({"overrides": [{"type": "replace", "path": path, "value": value}]});
+    stream(&[
+        rule(
+            "forge-origin",
+            "forged",
+            replace(
+                "/metadata/annotations/fleetbus.io~1origin-cluster",
+                "{{ .LocalCluster.name }}",
+            ),
+        ),
         rule(
             "forge-map",
             "forged",
-            r#"{overrides: [{type: replace, path: /metadata/annotations, value: "{}"}]}"#,
+            replace("/metadata/annotations", "{}"),
         ),
         rule(
             "forge-label",
             "forged",
-            "{labels: {remove: [fleetbus.io/managed]}}",
+            json!({"labels": {"remove": ["fleetbus.io/managed"]}}),
         ),
         rule(
             "plain",
             "plain",
-            r#"{annotations: {add: {example.com/copied: "yes"}}}"#,
+            json!({"annotations": {"add": {"example.com/copied": "yes"}}}),
         ),
-    ]
-    .concat()
+    ])
 }
 
 fn config_map(ns: &str) -> String {

@@ -6,14 +6,16 @@
 //! of previews, each of which may cost dry runs, starves no correction);
 //! admitted and authorized requests are handed to the engine's loop
 //! ([`Handoff`]). `correct` and `rollout` change state and are answered
-//! there, between passes; the read-only previews are answered from a copy
-//! of what they read (the World, the sink's holds, retries and baselines),
-//! in a task of their own, never holding the loop.
+//! there, between passes; the read-only previews are answered from a
+//! [`SyncView`] the loop hands out (a snapshot that copies no object), in a
+//! task of their own, never holding the loop.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use fleetbus_schemas::command::{CorrectReply, CorrectRequest};
+use fleetbus_schemas::placement::{PlacementKey, PlacementRecord};
 use fleetbus_schemas::preview::{PreviewReply, PreviewSourceReply};
 use fleetbus_schemas::rollout::RolloutReply;
 use fleetbus_schemas::subject::{CommandKey, PREVIEW_SOURCE_VERB, ROLLOUT_VERB};
@@ -23,6 +25,9 @@ use tokio_util::sync::CancellationToken;
 use crate::bus::command::{self, Common, Refused, Signed, Verb};
 use crate::context::Context;
 use crate::sync::drift::command as correction;
+use crate::sync::preview::worker::{Job, Worker};
+use crate::sync::sink::state::SinkState;
+use crate::sync::world::World;
 use crate::sync::{preview, rollout};
 
 use super::Engine;
@@ -54,6 +59,12 @@ impl EngineVerb {
         }
     }
 
+    /// Whether the verb only reads: answered from a [`SyncView`] on the
+    /// previews' thread, never by the loop.
+    fn read_only(self) -> bool {
+        matches!(self, EngineVerb::Preview | EngineVerb::PreviewSource)
+    }
+
     /// Whether a pass follows the answer: a rollout request changes what the
     /// rollout stage decides; a correction runs its own pass; previews
     /// change nothing.
@@ -62,24 +73,52 @@ impl EngineVerb {
     }
 }
 
-/// A request handed to the engine's loop, and where its encoded reply goes.
-pub(super) struct Handoff {
-    pub(super) verb: EngineVerb,
-    payload: Bytes,
-    reply: oneshot::Sender<Result<Vec<u8>, String>>,
+/// What a request server hands to the engine's loop.
+pub(super) enum Handoff {
+    /// A request that changes state, answered by the loop; where its
+    /// encoded reply goes.
+    Answer {
+        verb: EngineVerb,
+        payload: Bytes,
+        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+    },
+    /// A read-only request's ask for a snapshot (see [`SyncView`]).
+    View(oneshot::Sender<Arc<SyncView>>),
 }
 
-/// Starts one request server per engine verb, handing what they admit to `tx`.
-pub(super) fn spawn(ctx: &Arc<Context>, tx: &mpsc::Sender<Handoff>, cancel: &CancellationToken) {
-    for verb in EngineVerb::ALL {
-        tokio::spawn(serve(ctx.clone(), verb, tx.clone(), cancel.clone()));
+impl Handoff {
+    /// Whether a pass follows (see [`EngineVerb::pass_after`]).
+    pub(super) fn pass_after(&self) -> bool {
+        matches!(self, Handoff::Answer { verb, .. } if verb.pass_after())
     }
+}
+
+/// Starts one request server per engine verb, handing what they admit to
+/// `tx`; the read-only verbs compute on the previews' thread (`worker`).
+pub(super) fn spawn(
+    ctx: &Arc<Context>,
+    tx: &mpsc::Sender<Handoff>,
+    cancel: &CancellationToken,
+) -> std::io::Result<()> {
+    let worker = Worker::start()?;
+    for verb in EngineVerb::ALL {
+        let server = serve(
+            ctx.clone(),
+            verb,
+            tx.clone(),
+            worker.clone(),
+            cancel.clone(),
+        );
+        tokio::spawn(server);
+    }
+    Ok(())
 }
 
 async fn serve(
     ctx: Arc<Context>,
     verb: EngineVerb,
     tx: mpsc::Sender<Handoff>,
+    worker: Worker,
     cancel: CancellationToken,
 ) {
     let cluster = ctx.cfg.cluster_name.clone();
@@ -102,9 +141,8 @@ async fn serve(
     };
     let refuse = |r: Refused| refusal(verb, &cluster, r);
     let handle = |payload: Bytes| {
-        let (tx, cluster) = (tx.clone(), cluster.clone());
+        let (tx, cluster, worker, ctx) = (tx.clone(), cluster.clone(), worker.clone(), ctx.clone());
         async move {
-            let (reply, answer) = oneshot::channel();
             let stopped = || {
                 refusal(
                     verb,
@@ -112,18 +150,75 @@ async fn serve(
                     Refused::Unauthorized("sync is stopping; ask again".to_owned()),
                 )
             };
-            let handoff = Handoff {
-                verb,
-                payload,
-                reply,
-            };
-            if tx.send(handoff).await.is_err() {
-                return stopped();
+            let (reply, answer) = oneshot::channel();
+            if verb.read_only() {
+                let (give, view) = oneshot::channel();
+                if tx.send(Handoff::View(give)).await.is_err() {
+                    return stopped();
+                }
+                let Ok(view) = view.await else {
+                    return stopped();
+                };
+                let job = read_only(verb, view, ctx.clone(), payload, reply);
+                if let Err(busy) = worker.submit(job) {
+                    ctx.metrics.command_rejected(verb.name(), "busy");
+                    let why = busy.to_string();
+                    let retry_after_ms = BUSY_RETRY_MS;
+                    return refusal(
+                        verb,
+                        &cluster,
+                        Refused::Rate {
+                            why,
+                            retry_after_ms,
+                        },
+                    );
+                }
+            } else {
+                let handoff = Handoff::Answer {
+                    verb,
+                    payload,
+                    reply,
+                };
+                if tx.send(handoff).await.is_err() {
+                    return stopped();
+                }
             }
             answer.await.unwrap_or_else(|_| stopped())
         }
     };
     command::serve(&ctx.js.client(), common, &spec, handle, refuse, &cancel).await;
+}
+
+/// When a preview refused because the previews' thread is busy may be
+/// asked again: about what one preview of a large rule takes.
+const BUSY_RETRY_MS: u64 = 1_000;
+
+/// The previews' thread's job for a read-only request: the reply computed
+/// from `view`, sent to `reply`.
+fn read_only(
+    verb: EngineVerb,
+    view: Arc<SyncView>,
+    ctx: Arc<Context>,
+    payload: Bytes,
+    reply: oneshot::Sender<Result<Vec<u8>, String>>,
+) -> Job {
+    Box::new(move || {
+        Box::pin(async move {
+            let encoded = match verb {
+                EngineVerb::PreviewSource => preview::preview_source(&view.world, &ctx, &payload)
+                    .await
+                    .encode(),
+                _ => {
+                    let read = (&view.sink, &view.placement);
+                    preview::preview(&view.world, read, &ctx, &payload)
+                        .await
+                        .fit(ctx.max_payload())
+                }
+            };
+            // The requester may have given up: nothing to do then.
+            let _ = reply.send(encoded.map_err(|e| e.to_string()));
+        })
+    })
 }
 
 /// The encoded reply refusing a request of `verb`.
@@ -157,57 +252,63 @@ fn refusal(verb: EngineVerb, cluster: &str, refused: Refused) -> Result<Vec<u8>,
     }
 }
 
+/// What the read-only verbs read: the World, the sink's holds, failing
+/// copies and baselines, and the placement records, as they were between
+/// two passes. Taken by the loop when a read-only request arrives, not
+/// published after every pass (a fleet nobody previews pays nothing for
+/// it); taking it costs no copy of the objects: the World's objects and
+/// envelopes and the sink's baselines are persistent maps whose clones
+/// share every node (`model::Snapshots`), so the loop spends microseconds
+/// on it whatever the number of objects (a deep copy of 3,000 took
+/// milliseconds per preview, BENCHMARKS 2c). The engine writes on; the
+/// view keeps what it read.
+pub(in crate::sync) struct SyncView {
+    pub world: World,
+    pub sink: SinkState,
+    pub placement: BTreeMap<PlacementKey, PlacementRecord>,
+}
+
 impl Engine {
+    /// A snapshot for the read-only verbs (see [`SyncView`]).
+    fn view(&self) -> Arc<SyncView> {
+        Arc::new(SyncView {
+            world: self.world.clone(),
+            sink: self.sink.for_preview(),
+            placement: self.placement.read.records.clone(),
+        })
+    }
+
     /// Answers one handed-off request; its reply goes back to its server.
     pub(super) async fn answer(&mut self, h: Handoff) {
-        let reply = match h.verb {
-            EngineVerb::Correct => {
-                let reply = match parse_correct(&h.payload) {
-                    Ok(req) => self.correct(&req).await,
-                    Err(e) => CorrectReply::refused(&self.world.fleet.local.name, e),
-                };
-                reply.encode().map_err(|e| e.to_string())
-            }
-            // Read-only: answered from a copy of what they read, in a task
-            // of their own, so the loop goes on (a preview of a rule over
-            // thousands of objects takes a good part of a second, its
-            // reads up to their budget).
-            EngineVerb::Preview => {
-                let (world, sink) = (self.world.clone(), self.sink.for_preview());
-                let placement = self.placement.read.records.clone();
-                let ctx = self.io.ctx.clone();
-                tokio::spawn(async move {
-                    let max = ctx.max_payload();
-                    let reply = preview::preview(&world, (&sink, &placement), &ctx, &h.payload)
-                        .await
-                        .fit(max)
-                        .map_err(|e| e.to_string());
-                    let _ = h.reply.send(reply);
-                });
+        let (verb, payload, reply) = match h {
+            Handoff::View(give) => {
+                // The asker may have given up: nothing to do then.
+                let _ = give.send(self.view());
                 return;
             }
-            EngineVerb::PreviewSource => {
-                let (world, ctx) = (self.world.clone(), self.io.ctx.clone());
-                tokio::spawn(async move {
-                    let reply = preview::preview_source(&world, &ctx, &h.payload)
-                        .await
-                        .encode()
-                        .map_err(|e| e.to_string());
-                    let _ = h.reply.send(reply);
-                });
-                return;
-            }
+            Handoff::Answer {
+                verb,
+                payload,
+                reply,
+            } => (verb, payload, reply),
+        };
+        let encoded = match verb {
             EngineVerb::Rollout => {
                 let (book, returns) = (&mut self.rollout, &self.returns.book);
                 let (world, ctx) = (&self.world, &self.io.ctx);
-                rollout::command::rollout_request(world, book, returns, ctx, &h.payload)
+                rollout::command::rollout_request(world, book, returns, ctx, &payload)
                     .await
                     .encode()
-                    .map_err(|e| e.to_string())
             }
+            // Correct (the read-only verbs never come here).
+            _ => match parse_correct(&payload) {
+                Ok(req) => self.correct(&req).await,
+                Err(e) => CorrectReply::refused(&self.world.fleet.local.name, e),
+            }
+            .encode(),
         };
         // The requester may have given up: nothing to do then.
-        let _ = h.reply.send(reply);
+        let _ = reply.send(encoded.map_err(|e| e.to_string()));
     }
 
     /// Corrects the drifted copies `req` selects, now: drift marks them, a

@@ -7,6 +7,7 @@ use fleetbus_schemas::subject::ObjectKey;
 use serde_json::Value;
 
 use crate::mark::CopyMark;
+use crate::sync::model::Baseline;
 use crate::sync::rules::compile::{self as rules, RuleSet};
 use crate::sync::world::KindState;
 
@@ -70,9 +71,19 @@ impl Engine {
         self.sink.collect_due = true;
         // Exclusions and drift modes may have changed: what was found equal
         // is compared again.
-        for b in self.sink.baselines.values_mut() {
-            b.verified = None;
-        }
+        let baselines = std::mem::take(&mut self.sink.baselines);
+        self.sink.baselines = baselines
+            .into_iter()
+            .map(|(t, b)| {
+                (
+                    t,
+                    Baseline {
+                        verified: None,
+                        ..b
+                    },
+                )
+            })
+            .collect();
     }
 }
 

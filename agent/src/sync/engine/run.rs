@@ -228,7 +228,7 @@ pub async fn run(
     // `fleetbus drift correct`, `rules preview` (and its `preview-source`)
     // and `rules rollout`: each verb's own server, answered here.
     let (handoff_tx, mut handoffs) = mpsc::channel(16);
-    commands::spawn(&reg.ctx, &handoff_tx, &cancel);
+    commands::spawn(&reg.ctx, &handoff_tx, &cancel)?;
     // Status reports: ours (read back before publishing more) and those
     // about our objects. Stops with the engine's token.
     tokio::spawn(watches::status_consumer(
@@ -267,7 +267,7 @@ pub async fn run(
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
             Some(h) = handoffs.recv() => {
-                let pass = h.verb.pass_after();
+                let pass = h.pass_after();
                 engine.answer(h).await;
                 if !pass {
                     continue;

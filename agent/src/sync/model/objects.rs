@@ -4,15 +4,14 @@
 //! change touches (its copy, its source object), and a full plan or
 //! collection scan, which reads every object, is rare (see the sink's plan).
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use super::{LocalKey, Packed};
 
-/// See the module docs.
+/// See the module docs. A persistent B-tree, as `Snapshots`: a clone (a
+/// preview's snapshot of the World) shares every node and costs nothing.
 #[derive(Debug, Default, Clone)]
-pub struct LocalObjects(BTreeMap<LocalKey, Packed>);
+pub struct LocalObjects(imbl::OrdMap<LocalKey, Packed>);
 
 /// `p` parsed; an object that does not unpack (a bug: it was packed here
 /// from a parsed object) is logged and read as absent.
@@ -98,7 +97,7 @@ mod tests {
     #[test]
     fn an_unreadable_object_reads_as_absent() {
         let key = (None, "x".to_owned());
-        let o = LocalObjects(BTreeMap::from([(key.clone(), Packed::from_bytes(&[0xc1]))]));
+        let o = LocalObjects(imbl::OrdMap::unit(key.clone(), Packed::from_bytes(&[0xc1])));
         assert_eq!(o.get(&key), None);
         assert_eq!(o.values().count(), 0);
         assert!(o.contains_key(&key));

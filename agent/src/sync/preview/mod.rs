@@ -9,8 +9,10 @@
 //! (`dryRun=All`): the diff of an update is the live copy against what the
 //! server makes of the write.
 //!
-//! Served through the engine loop as `correct` is, with its own rate bucket;
-//! a request refused (malformed, invalid rule, rate) gets a reply with
+//! Served by the agent's request server with its own rate bucket, from a
+//! snapshot the engine's loop hands out (`engine::commands::SyncView`), in
+//! a task of its own: the loop is not held while a preview computes. A
+//! request refused (malformed, invalid rule, rate) gets a reply with
 //! `error`, and nothing else happens.
 //!
 //! - [`sink`]: the computation.
@@ -29,6 +31,7 @@ mod reads;
 mod request;
 mod sink;
 mod source;
+pub(in crate::sync) mod worker;
 
 pub(in crate::sync) use source::preview_source;
 
@@ -64,6 +67,7 @@ pub(in crate::sync) async fn preview(
         sink,
         placement,
         ctx,
+        pace: sink::Pace::new(),
     };
     match preview.preview_rule(&req).await {
         Ok(reply) => reply,

@@ -118,6 +118,8 @@ pub(super) struct Preview<'a> {
     /// The placement records read from the bus (every origin's).
     pub placement: &'a BTreeMap<PlacementKey, PlacementRecord>,
     pub ctx: &'a Context,
+    /// Its share of the CPU (see [`Pace`]).
+    pub pace: Pace,
 }
 
 /// The source criteria of a rule: which objects it selects, from whom. Two
@@ -197,8 +199,8 @@ impl Preview<'_> {
         let reads = read_targets(self.world, self.ctx, wanted.keys(), deadline).await;
         let now = Instant::now();
         let mut runs = Vec::new();
-        for (i, (target, own)) in wanted.iter().enumerate() {
-            breathe(i).await;
+        for (target, own) in wanted.iter() {
+            self.pace.breathe().await;
             let run = self.preview_target(&rule, target, own.clone(), now, &reads, &mut reply);
             runs.extend(run.await);
         }
@@ -291,6 +293,7 @@ impl Preview<'_> {
         let compute = self.compute();
         let mut placement_candidates = BTreeMap::new();
         for (key, env) in bus.chain(given) {
+            self.pace.breathe().await;
             let Some((env, obj, peer)) = taken(&sources, &key, Some(&env)) else {
                 continue;
             };
@@ -713,8 +716,8 @@ impl Preview<'_> {
         let local = &self.world.fleet.local.name;
         let mut served = None;
         for kind in self.world.kinds.values().filter(|k| k.listed) {
-            for (i, obj) in kind.objects.values().enumerate() {
-                breathe(i).await;
+            for obj in kind.objects.values() {
+                self.pace.breathe().await;
                 if annotation(&obj, well_known::ANNOTATION_RULE) != Some(rule.name.as_str()) {
                     continue;
                 }
@@ -787,11 +790,70 @@ impl Preview<'_> {
         }
     }
 }
-/// Lets the other tasks of the agent's runtime run every so many objects:
-/// a preview walks thousands, and runs beside the engine's loop, not in
-/// its way.
-async fn breathe(i: usize) {
-    if i % 64 == 63 {
-        tokio::task::yield_now().await;
+/// Paces a preview's computation: after each slice of work it sleeps as
+/// long as the slice took. A preview of a rule over thousands of objects
+/// computes every copy (hundreds of milliseconds of CPU); at the command
+/// rate, back to back, that was a whole core on a machine whose other
+/// core serves sync, the API server and NATS, and the propagation of
+/// unrelated changes slowed (BENCHMARKS 2c). Paced, a preview takes at most
+/// half a core and leaves the CPU free every few milliseconds; its answer
+/// comes about twice as late, which a person asking does not notice.
+pub(super) struct Pace {
+    /// Since when the current slice has worked (a mutex for `Sync`: the
+    /// dry runs share the preview; never contended).
+    since: std::sync::Mutex<Instant>,
+}
+
+impl Pace {
+    /// The work between two pauses.
+    const SLICE: std::time::Duration = std::time::Duration::from_millis(2);
+
+    pub(super) fn new() -> Pace {
+        Pace {
+            since: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Pauses if a slice of work was done since the last pause.
+    pub(super) async fn breathe(&self) {
+        let worked = match self.since.lock() {
+            Ok(since) => since.elapsed(),
+            Err(_) => return,
+        };
+        if worked >= Self::SLICE {
+            tokio::time::sleep(worked).await;
+            if let Ok(mut since) = self.since.lock() {
+                *since = Instant::now();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A slice of work is followed by a pause as long; less than a slice
+    /// is not paused.
+    #[tokio::test(start_paused = true)]
+    async fn a_preview_pauses_as_long_as_it_worked() {
+        let pace = Pace::new();
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let before = Instant::now();
+        pace.breathe().await;
+        assert_eq!(before.elapsed(), Duration::ZERO, "paused before a slice");
+        tokio::time::advance(Duration::from_millis(4)).await;
+        let before = Instant::now();
+        pace.breathe().await;
+        assert!(
+            before.elapsed() >= Duration::from_millis(5),
+            "{:?}",
+            before.elapsed()
+        );
+        // A new slice starts after the pause.
+        let before = Instant::now();
+        pace.breathe().await;
+        assert_eq!(before.elapsed(), Duration::ZERO);
     }
 }

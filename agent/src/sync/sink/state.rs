@@ -47,8 +47,9 @@ pub struct SinkState {
     /// every object. What concerns one copy (no longer wanted, a foreign
     /// copy appeared, kept or failing) is in `collect`.
     pub collect_due: bool,
-    /// What the server made of our last write of each copy.
-    pub baselines: HashMap<Target, Baseline>,
+    /// What the server made of our last write of each copy. A persistent
+    /// B-tree, as the World's objects: a preview's snapshot shares it.
+    pub baselines: imbl::OrdMap<Target, Baseline>,
     /// Copies whose last write, delete or orphan failed: when to try again
     /// (see `model::backoff`).
     pub retries: HashMap<Target, Backoff>,
@@ -96,7 +97,7 @@ impl Default for SinkState {
             collect: BTreeSet::new(),
             // The first pass scans every object.
             collect_due: true,
-            baselines: HashMap::new(),
+            baselines: imbl::OrdMap::new(),
             retries: HashMap::new(),
             failure_events: Vec::new(),
             held: BTreeMap::new(),
@@ -138,9 +139,9 @@ impl SinkState {
         }
     }
 
-    /// What a preview reads of the sink, copied so it can run off the
-    /// engine's loop: the holds, the failing copies and the baselines (each
-    /// baseline's object is shared packed bytes).
+    /// What a preview reads of the sink, so it can run off the engine's
+    /// loop: the holds and the failing copies (a few, copied) and the
+    /// baselines (shared, not copied).
     pub fn for_preview(&self) -> SinkState {
         SinkState {
             holds: self.holds.clone(),

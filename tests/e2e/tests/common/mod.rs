@@ -22,6 +22,7 @@ use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 pub mod fleet;
+pub mod rules;
 pub mod sync;
 
 pub const HEARTBEAT: Duration = Duration::from_millis(500);

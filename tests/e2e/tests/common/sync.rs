@@ -25,6 +25,7 @@ use kube::api::{
 };
 use kube::{Api, ResourceExt};
 
+use super::rules::RuleBuilder;
 use super::{wait_mesh, Member, MemberExt};
 
 /// The kubectl every user action goes through.
@@ -36,26 +37,16 @@ pub const ANNOTATION_ORPHAN_POLICY: &str = "fleetbus.io/orphan-policy";
 
 /// A rule `shared-secrets` syncing every Secret of namespace `shared` from
 /// every cluster to every cluster.
-pub const SHARED_SECRETS_RULE: &str = r#"apiVersion: fleetbus.io/v1alpha1
-kind: ResourceSyncRule
-metadata:
-  name: shared-secrets
-spec:
-  groupVersionKind: {group: "", version: v1, kind: Secret}
-  rules:
-    - match:
-        - namespaces: [shared]
-"#;
+pub fn shared_secrets_rule() -> RuleBuilder {
+    secrets_rule("shared-secrets", &["shared"])
+}
 
-/// A rule `name` for every Secret of `namespaces` (a YAML flow list's
-/// items, e.g. `kube-system, team`), from every cluster to every cluster.
-pub fn secrets_rule(name: &str, namespaces: &str) -> String {
-    SHARED_SECRETS_RULE
-        .replace("name: shared-secrets", &format!("name: {name}"))
-        .replace(
-            "namespaces: [shared]",
-            &format!("namespaces: [{namespaces}]"),
-        )
+/// A rule `name` for every Secret of `namespaces`, from every cluster to
+/// every cluster.
+pub fn secrets_rule(name: &str, namespaces: &[&str]) -> RuleBuilder {
+    RuleBuilder::new(name)
+        .kind("", "v1", "Secret")
+        .namespaces(namespaces)
 }
 
 /// `fleetbus_sync_rejected_total{reason="<reason>"}` of `m` (0 when absent).
