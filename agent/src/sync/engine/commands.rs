@@ -7,8 +7,8 @@
 //! admitted and authorized requests are handed to the engine's loop
 //! ([`Handoff`]). `correct` and `rollout` change state and are answered
 //! there, between passes; the read-only previews are answered from a
-//! [`SyncView`] the loop hands out (a snapshot that copies no object), in a
-//! task of their own, never holding the loop.
+//! [`SyncView`] the loop hands out (a snapshot that copies no object), on
+//! the previews' own thread (`preview::worker`), never holding the loop.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

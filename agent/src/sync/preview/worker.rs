@@ -63,9 +63,15 @@ impl Worker {
     }
 }
 
+/// Runs the jobs in turn. A job that panics (a bug) is logged and its
+/// requester gets no reply (its server answers "ask again"); the thread
+/// goes on, so one bad preview does not refuse every later one as busy.
 async fn run(mut rx: mpsc::Receiver<Job>) {
     while let Some(job) = rx.recv().await {
-        job().await;
+        let preview = std::panic::AssertUnwindSafe(job());
+        if futures::FutureExt::catch_unwind(preview).await.is_err() {
+            tracing::error!("a preview panicked; the previews' thread goes on");
+        }
     }
 }
 
@@ -127,5 +133,28 @@ mod tests {
             assert_eq!(n, i);
             assert_ne!(thread, caller);
         }
+    }
+
+    /// A preview that panics takes neither the thread nor the next one.
+    #[tokio::test]
+    async fn a_panicking_preview_leaves_the_thread_serving() {
+        let worker = Worker::start().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let bad: Job = Box::new(move || {
+            Box::pin(async move {
+                let _unanswered = tx;
+                panic!("a bug in a preview");
+            })
+        });
+        worker.submit(bad).unwrap();
+        assert!(rx.await.is_err(), "the panicking job's reply is dropped");
+        let (tx, rx) = oneshot::channel();
+        let good: Job = Box::new(move || {
+            Box::pin(async move {
+                let _ = tx.send(42);
+            })
+        });
+        worker.submit(good).unwrap();
+        assert_eq!(rx.await.unwrap(), 42);
     }
 }
