@@ -537,6 +537,7 @@ impl Metrics {
         for op in [
             "create",
             "update",
+            "unchanged",
             "recreate",
             "delete",
             "orphan",

@@ -125,6 +125,14 @@ impl Node {
         self.agent_counter("fleetbus_sync_writes_total", Some(r#"op="status""#))
     }
 
+    /// The agent's copy updates the API server found changed nothing (it
+    /// kept the copy's resourceVersion): `fleetbus_sync_writes_total{op="unchanged"}`.
+    pub fn agent_unchanged_writes(&self) -> anyhow::Result<u64> {
+        self.agent_counter_where("fleetbus_sync_writes_total", |l| {
+            l.contains(r#"op="unchanged""#)
+        })
+    }
+
     /// Envelopes the agent published since it started (snapshots and
     /// tombstones: `fleetbus_sync_published_total`).
     pub fn agent_published(&self) -> anyhow::Result<u64> {
@@ -134,6 +142,11 @@ impl Node {
     /// The sum of the agent's counter `name` over its series, but those
     /// whose labels contain `except`.
     fn agent_counter(&self, name: &str, except: Option<&str>) -> anyhow::Result<u64> {
+        self.agent_counter_where(name, |l| except.is_none_or(|e| !l.contains(e)))
+    }
+
+    /// The sum of the agent's counter `name` over the series `keep` keeps.
+    fn agent_counter_where(&self, name: &str, keep: impl Fn(&str) -> bool) -> anyhow::Result<u64> {
         let url = format!("http://{}/metrics", self.member.metrics_addr);
         let (code, body) = http_get(&url).map_err(anyhow::Error::msg)?;
         anyhow::ensure!(code == 200, "{}: GET /metrics: {code}", self.name());
@@ -141,7 +154,7 @@ impl Node {
         Ok(body
             .lines()
             .filter(|l| l.starts_with(&series))
-            .filter(|l| except.is_none_or(|e| !l.contains(e)))
+            .filter(|l| keep(l))
             .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
             .sum::<f64>() as u64)
     }

@@ -108,32 +108,82 @@ pub(super) async fn slow_sink(seed: u64, size: Size) -> anyhow::Result<Row> {
     Ok(row)
 }
 
+/// What one agent wrote and its sink's watch saw, so far ([`write_counts`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Counts {
+    /// Copy writes its agent made (since it started).
+    pub writes: u64,
+    /// Copy changes its sink's watch saw.
+    pub changes: u64,
+    /// Of the writes, updates the API server found changed nothing.
+    pub unchanged: u64,
+    /// Writes (and unchanged updates) an agent process made since this was
+    /// taken, before it was replaced: the new one counts from zero.
+    carried: (u64, u64),
+}
+
+impl Counts {
+    /// The agent is about to be replaced, and had counted `last` so far:
+    /// what it wrote since this was taken is carried over, and the new
+    /// process counts from zero.
+    pub fn replaced(&mut self, last: &Counts) {
+        self.carried.0 += last.writes.saturating_sub(self.writes);
+        self.carried.1 += last.unchanged.saturating_sub(self.unchanged);
+        self.writes = 0;
+        self.unchanged = 0;
+    }
+
+    /// Writes, changes and unchanged updates from `self` to `later`.
+    fn since(&self, later: &Counts) -> (u64, u64, u64) {
+        (
+            (later.writes + self.carried.0).saturating_sub(self.writes),
+            later.changes.saturating_sub(self.changes),
+            (later.unchanged + self.carried.1).saturating_sub(self.unchanged),
+        )
+    }
+}
+
 /// Per cluster: the copy writes its agent made and the copy changes its
-/// sink's watch saw, so far.
-pub(super) fn write_counts(fleet: &Fleet) -> anyhow::Result<Vec<(u64, u64)>> {
+/// sink's watch saw, so far. Taken while the agents write, the two are not
+/// read at one instant: an agent counts a write when it reads the
+/// response, after the watch may have delivered its event, so up to the
+/// writes it has in flight (24) may count on the wrong side. Take it when
+/// the fleet is quiet where the count must be exact.
+pub(super) fn write_counts(fleet: &Fleet) -> anyhow::Result<Vec<Counts>> {
     let oracle = lock(&fleet.oracle);
     fleet
         .nodes
         .iter()
-        .map(|n| Ok((n.agent_copy_writes()?, oracle.copy_events(n.name()))))
+        .map(|n| {
+            Ok(Counts {
+                writes: n.agent_copy_writes()?,
+                changes: oracle.copy_events(n.name()),
+                unchanged: n.agent_unchanged_writes()?,
+                carried: (0, 0),
+            })
+        })
         .collect()
 }
 
 /// Every agent's write requests beyond what its sink's watch saw change
 /// since `before` (from [`write_counts`]): a write that changed nothing,
-/// i.e. the same version written again.
-pub(super) fn duplicate_writes(
-    fleet: &Fleet,
-    before: &[(u64, u64)],
-) -> anyhow::Result<Vec<String>> {
+/// i.e. the same version written again. Updates the API server says
+/// changed nothing are counted exactly and are a violation each.
+pub(super) fn duplicate_writes(fleet: &Fleet, before: &[Counts]) -> anyhow::Result<Vec<String>> {
     let after = write_counts(fleet)?;
     let mut out = Vec::new();
-    for ((n, (w0, e0)), (w1, e1)) in fleet.nodes.iter().zip(before).zip(after) {
-        let (writes, changes) = (w1.saturating_sub(*w0), e1.saturating_sub(*e0));
+    for ((n, b), a) in fleet.nodes.iter().zip(before).zip(after) {
+        let (writes, changes, unchanged) = b.since(&a);
         eprintln!(
-            "fleetbus-chaos: {}: {writes} copy writes, {changes} copy changes seen",
+            "fleetbus-chaos: {}: {writes} copy writes, {changes} copy changes seen, {unchanged} updates that changed nothing",
             n.name()
         );
+        if unchanged > 0 {
+            out.push(format!(
+                "{}: {unchanged} copy updates changed nothing (the API server kept the copy's resourceVersion)",
+                n.name()
+            ));
+        }
         if writes > changes + noise(changes) {
             out.push(format!(
                 "{}: {writes} copy writes for {changes} changes its watch saw: {} wrote nothing new (e.g. {})",
@@ -192,9 +242,16 @@ fn written_unseen(node: &Node, oracle: &Oracle) -> Vec<String> {
 /// while every origin churns: whatever JetStream delivers again, or the
 /// agents publish again, writes no copy twice.
 pub(super) async fn redelivery(seed: u64, size: Size) -> anyhow::Result<Row> {
-    let run = start(seed, size).await?;
+    let fleet = Fleet::start(CLUSTERS).await?;
+    // Counted from before the load, while the counts can be read exactly
+    // (see `write_counts`).
+    let before = write_counts(&fleet)?;
+    let run = Running {
+        writes_before: fleet.configmap_writes().await?,
+        load: fleet.start_load(seed, size.writers, size.objects, size.pace),
+        fleet,
+    };
     tokio::time::sleep(size.churn).await;
-    let before = write_counts(&run.fleet)?;
     for n in &run.fleet.nodes {
         n.nats.set(Fault::DropAcks);
     }
@@ -406,7 +463,7 @@ fn orphaned(oracle: &Oracle, origin: &str, held: &[ConfigMap]) -> Vec<String> {
 /// What every agent did so far, for [`bounded_work`].
 pub(super) struct Work {
     /// Per cluster: copy writes and copy changes seen ([`write_counts`]).
-    writes: Vec<(u64, u64)>,
+    writes: Vec<Counts>,
     /// Per cluster: envelopes its agent published, changes its writers made,
     /// connections its agent opened to NATS (through its proxy).
     published: Vec<(u64, u64, u64)>,
@@ -418,7 +475,7 @@ impl Work {
         Ok(write_counts(fleet)?
             .iter()
             .zip(&self.writes)
-            .map(|((w1, _), (w0, _))| w1.saturating_sub(*w0))
+            .map(|(a, b)| b.since(a).0)
             .collect())
     }
 
@@ -502,5 +559,39 @@ pub(super) fn keep_logs_if_failed(row: &Row, fleet: &Fleet) {
             dir.display()
         ),
         Err(e) => eprintln!("fleetbus-chaos: {}: agent logs not kept: {e}", row.scenario),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counts;
+
+    fn counts(writes: u64, changes: u64, unchanged: u64) -> Counts {
+        Counts {
+            writes,
+            changes,
+            unchanged,
+            carried: (0, 0),
+        }
+    }
+
+    /// A step across an agent's replacement counts what the old process
+    /// wrote after the step began and all the new one wrote: 40 + 25 writes
+    /// for 70 changes (the old process's last 5 were not counted before its
+    /// stop: a deficit, never a surplus), and the unchanged updates of both.
+    #[test]
+    fn a_replaced_agent_carries_its_writes_into_the_step() {
+        let mut before = counts(100, 300, 1);
+        before.replaced(&counts(140, 330, 2));
+        assert_eq!(before.since(&counts(25, 370, 3)), (65, 70, 4));
+        // Replaced twice in one step (the first upgrade restarts c3 too).
+        before.replaced(&counts(30, 380, 3));
+        assert_eq!(before.since(&counts(7, 390, 0)), (77, 90, 4));
+    }
+
+    /// Without a replacement the counts are plain differences.
+    #[test]
+    fn counts_since_are_differences() {
+        assert_eq!(counts(10, 20, 0).since(&counts(15, 24, 1)), (5, 4, 1));
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use fleetbus_testsupport::{cargo_bin, repo_root};
 
-use super::agents::{duplicate_writes, write_counts};
+use super::agents::{duplicate_writes, write_counts, Counts};
 use super::{finish_with, Row, Running, Size, CLUSTERS, CONVERGE, QUIET};
 use crate::fleet::{Fleet, Load, Node};
 
@@ -66,25 +66,31 @@ pub(super) async fn mixed_versions(
         .await?;
     let mut old_logs = Vec::new();
     for i in 0..run.fleet.nodes.len() {
+        // Counted from here, while the fleet is quiet (the last check ended
+        // converged and quiet): under load the two counts are not read at
+        // one instant (see `write_counts`), and up to an agent's writes in
+        // flight showed as written twice (7–9 in runs of 2026-11).
+        let mut before = write_counts(&run.fleet)?;
         run.load = phase_load(&run.fleet, seed, size, i + 1);
         // Half a churn period before the upgrade, so it lands under load.
         tokio::time::sleep(size.churn / 2).await;
-        let mut before = write_counts(&run.fleet)?;
         let name = run.fleet.nodes[i].name().to_owned();
+        // What the old process wrote until now counts in the step; the new
+        // one counts from zero. (Writes between this and its stop are not
+        // counted: they can only hide a surplus, never make one.)
+        before[i].replaced(&write_counts(&run.fleet)?[i]);
         old_logs.push((name.clone(), respawn(&mut run.fleet, i, &new).await?));
-        // The new process counts its writes from zero.
-        before[i].0 = 0;
         let last = run.fleet.nodes.len() - 1;
         let mut step = format!("{name} upgraded");
         if i == 0 {
             // N−1 must still start on a bus N has set up (its streams,
             // buckets and keys): an old agent restarted mid-upgrade, as a
             // rescheduled pod would be.
+            before[last].replaced(&write_counts(&run.fleet)?[last]);
             old_logs.push((
                 run.fleet.nodes[last].name().to_owned(),
                 respawn(&mut run.fleet, last, &old).await?,
             ));
-            before[last].0 = 0;
             step += &format!(
                 " and {} restarted on {OLD_REVISION}",
                 run.fleet.nodes[last].name()
@@ -100,8 +106,8 @@ pub(super) async fn mixed_versions(
             steps.extra.extend(skew_unseen(&run.fleet.nodes[i], &step));
         }
     }
-    run.load = phase_load(&run.fleet, seed, size, run.fleet.nodes.len() + 1);
     let before = write_counts(&run.fleet)?;
+    run.load = phase_load(&run.fleet, seed, size, run.fleet.nodes.len() + 1);
     let last_fault = Instant::now();
     // A last churn period with every agent on N, then the final check.
     tokio::time::sleep(size.churn).await;
@@ -204,7 +210,7 @@ impl Steps {
         &mut self,
         run: &mut Running,
         step: &str,
-        before: &[(u64, u64)],
+        before: &[Counts],
     ) -> anyhow::Result<()> {
         run.load.stop().await;
         let conv = run.fleet.converge(CONVERGE).await?;

@@ -156,8 +156,14 @@ pub async fn replace(
     let name = name_of(desired);
     let replaced = match api.replace(&name, &params(false), &body(&full)?).await {
         Ok(o) => {
-            ctx.metrics.sync_write("update");
-            to_value(o)?
+            let o = to_value(o)?;
+            // A request all the same, but one that changed nothing (the
+            // server kept the resourceVersion it had): counted apart, so
+            // that a copy written again for nothing shows (chaos checks it).
+            let changed = super::wave::resource_version(&o) != super::wave::resource_version(live);
+            ctx.metrics
+                .sync_write(if changed { "update" } else { "unchanged" });
+            o
         }
         Err(kube::Error::Api(s)) if is_immutable(&s) => {
             let copy = desired.pointer("/metadata/name").and_then(Value::as_str);

@@ -159,7 +159,7 @@ pub(in crate::sync) struct Write {
     pub replace: Option<Vec<String>>,
 }
 
-fn resource_version(obj: &Value) -> Option<&str> {
+pub(super) fn resource_version(obj: &Value) -> Option<&str> {
     obj.pointer("/metadata/resourceVersion")
         .and_then(Value::as_str)
 }
