@@ -383,10 +383,13 @@ impl Fleet {
             // A long wait says how far it got (a slow catch-up vs a stuck one).
             if progress.elapsed() >= Duration::from_secs(10) {
                 progress = Instant::now();
-                let left = violations.iter().filter(|v| held_not_right(v)).count();
+                let left: Vec<_> = violations.iter().filter(|v| held_not_right(v)).collect();
+                // One of them, so that a stuck sink can be told from a slow one.
+                let e_g = left.first().map(ToString::to_string).unwrap_or_default();
                 eprintln!(
-                    "fleetbus-chaos: converging for {:.0} s: {left} copies not right yet",
-                    start.elapsed().as_secs_f64()
+                    "fleetbus-chaos: converging for {:.0} s: {} copies not right yet (e.g. {e_g})",
+                    start.elapsed().as_secs_f64(),
+                    left.len()
                 );
             }
             if start.elapsed() > deadline {

@@ -342,7 +342,13 @@ async fn restart(seed: u64, size: Size) -> anyhow::Result<Row> {
     tokio::time::sleep(size.churn).await;
     run.load.stop().await;
     let conv = run.fleet.converge(CONVERGE).await?;
-    anyhow::ensure!(conv.after.is_some(), "not converged before the restarts");
+    if conv.after.is_none() {
+        let dir = failed_logs_dir("restart", seed);
+        if run.fleet.keep_logs(&dir).is_ok() {
+            eprintln!("fleetbus-chaos: restart: agent logs in {}", dir.display());
+        }
+        anyhow::bail!("not converged before the restarts");
+    }
     let nats = async_nats::connect(run.fleet.nats.url()).await?;
     let mut drift = nats.subscribe("fleetbus.drift.>").await?;
     nats.flush().await?;

@@ -160,7 +160,7 @@ pub async fn replace(
             // A request all the same, but one that changed nothing (the
             // server kept the resourceVersion it had): counted apart, so
             // that a copy written again for nothing shows (chaos checks it).
-            let changed = super::wave::resource_version(&o) != super::wave::resource_version(live);
+            let changed = compare::resource_version(&o) != compare::resource_version(live);
             ctx.metrics
                 .sync_write(if changed { "update" } else { "unchanged" });
             o

@@ -33,6 +33,13 @@ pub fn is_system_key(key: &str) -> bool {
     })
 }
 
+/// The object's `metadata.resourceVersion`, which every write that changes
+/// it changes.
+pub fn resource_version(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+}
+
 fn metadata_mut(obj: &mut Value) -> Option<&mut Map<String, Value>> {
     obj.get_mut("metadata")?.as_object_mut()
 }

@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
+use super::compare::resource_version;
 use super::failures;
 use super::state::SinkState;
 use crate::context::Context;
@@ -157,11 +158,6 @@ pub(in crate::sync) struct Write {
     pub namespace: Option<String>,
     /// Replace the live copy keeping these paths (drift exclusions); None: create.
     pub replace: Option<Vec<String>>,
-}
-
-pub(super) fn resource_version(obj: &Value) -> Option<&str> {
-    obj.pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
 }
 
 /// What the sink knows of one target, borrowed from the World and the
