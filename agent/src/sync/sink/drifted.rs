@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::apply::{self, WriteError};
+use super::compare::resource_version;
 use super::state::SinkState;
 use super::wave::{failed, wrote};
 use crate::context::Context;
@@ -21,12 +22,6 @@ use crate::sync::model::{Baseline, Candidate, Outcome, Target};
 use crate::sync::model::{CopyError, FailureKind};
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::world::World;
-
-fn resource_version(obj: &Value) -> Option<String> {
-    obj.pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-}
 
 /// What handling drift reads and changes: the World, the sink's state (a
 /// correction is a write), the drift stage's (announcements, fights, an
@@ -60,7 +55,7 @@ impl Drifted<'_> {
         } else if self
             .drift
             .fights
-            .holding(target, resource_version(&cached).as_deref(), Instant::now())
+            .holding(target, resource_version(&cached), Instant::now())
             .is_some()
         {
             return Outcome::Failed(CopyError::new(
@@ -82,7 +77,7 @@ impl Drifted<'_> {
         if policy.same(&server, &live, c.with_status) {
             return Outcome::InSync;
         }
-        let live_rv = resource_version(&live);
+        let live_rv = resource_version(&live).map(str::to_owned);
         // A held rule (suspended, or waiting for its dependsOn) writes
         // nothing, an operator's correction included (it would write the
         // version the hold keeps back): drift of what it wrote is reported.

@@ -72,12 +72,6 @@ fn keep_source_hash(body: &mut Value, live: &Value) {
     }
 }
 
-fn resource_version(obj: &Value) -> Option<String> {
-    obj.pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-}
-
 /// The body of the dry run: the desired copy with what the live one keeps
 /// (resourceVersion, finalizers, excluded paths) and the live copy's own
 /// source hash, so that a source change that leaves the copy alone (the
@@ -191,8 +185,14 @@ impl Look<'_> {
                     let body = match dry_run_body(c, &live, &policy) {
                         Ok(body) => body,
                         Err(e) => {
-                            let outcome =
-                                failed(self.sink, self.ctx, target, c, resource_version(&live), e);
+                            let outcome = failed(
+                                self.sink,
+                                self.ctx,
+                                target,
+                                c,
+                                compare::resource_version(&live).map(str::to_owned),
+                                e,
+                            );
                             out.push((target, c, Looked::Done(outcome)));
                             continue;
                         }
@@ -247,7 +247,7 @@ impl Look<'_> {
                     self.ctx,
                     target,
                     c,
-                    resource_version(live),
+                    compare::resource_version(live).map(str::to_owned),
                     e,
                 ))
             }
@@ -264,7 +264,7 @@ impl Look<'_> {
             verified(
                 self.sink,
                 target,
-                resource_version(live).as_deref(),
+                compare::resource_version(live),
                 c.with_status,
             );
             self.sink.retries.remove(target);
@@ -274,7 +274,7 @@ impl Look<'_> {
         let desired = match c.desired.value() {
             Ok(d) => d,
             Err(e) => {
-                let rv = resource_version(live);
+                let rv = compare::resource_version(live).map(str::to_owned);
                 return Looked::Done(failed(self.sink, self.ctx, target, c, rv, e.into()));
             }
         };

@@ -10,6 +10,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
 use super::apply;
+use super::compare::resource_version;
 use super::drifted::{effective_mode, Drifted};
 use super::look::Look;
 use super::state::SinkState;
@@ -22,12 +23,6 @@ use crate::sync::model::CopyError;
 use crate::sync::model::{Baseline, Candidate, Outcome, Target};
 use crate::sync::rollout::state::RolloutBook;
 use crate::sync::world::World;
-
-fn resource_version(obj: &Value) -> Option<String> {
-    obj.pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-}
 
 /// What the serial path reads and changes: the World, the sink's state,
 /// the drift stage's (drift is found and announced here), the rollouts'
@@ -136,7 +131,7 @@ impl Serial<'_> {
                             .await
                     }
                     (live, Some(Err(e))) => {
-                        let rv = live.as_ref().and_then(resource_version);
+                        let rv = live.as_ref().and_then(resource_version).map(str::to_owned);
                         failed(self.sink, self.ctx, target, c, rv, e.into())
                     }
                     // Decided from both, and neither changes within a pass.
