@@ -64,6 +64,7 @@ pub struct Metrics {
     /// 1 while this agent's own record fails the validation every reader
     /// applies (peers then skip it), else 0.
     pub own_record_invalid: Gauge,
+    pub registry_foreign_puts: Counter,
     /// Commands (`<p>.cmd.<self>.<verb>`) refused, by `verb` and `reason`.
     pub commands_rejected: Family<Labels, Counter>,
     /// Source objects whose `fleetbus.io/update-policy` annotation has a value
@@ -283,6 +284,12 @@ impl Metrics {
             "mcs_events",
             "Multi-cluster Services: records published, imports refused, replays, foreign objects, failed writes (by event)",
             mcs_events.clone(),
+        );
+        let registry_foreign_puts = Counter::default();
+        registry.register(
+            "registry_foreign_puts",
+            "Refused records written under this cluster's own registry key (its own was put back)",
+            registry_foreign_puts.clone(),
         );
         let own_record_invalid = Gauge::default();
         registry.register(
@@ -504,6 +511,7 @@ impl Metrics {
             sync_errors,
             sync_withheld,
             own_record_invalid,
+            registry_foreign_puts,
             bus_layout_recreated,
             peer_rejected,
             peers_failing,

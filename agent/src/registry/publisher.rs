@@ -90,12 +90,16 @@ pub async fn publish(reg: &Registry, state: MemberState) -> Result<(), RegistryE
         None => record.encode(),
     }
     .map_err(RegistryError::Encode)?;
-    reg.kv
-        .put(&key, body.into())
-        .await
-        .map_err(|source| RegistryError::Put { key, source })?;
-    reg.note_heartbeat(record.heartbeat_at);
+    // Noted before the put: this agent's watch may deliver the put before the
+    // put's answer arrives, and must know it for its own (an invalid record of
+    // ours is not someone else's words to put ours back over, see the
+    // watcher). Forgotten if the put fails, so that the next beat puts again.
     reg.note_published(&record);
+    if let Err(source) = reg.kv.put(&key, body.into()).await {
+        reg.forget_published();
+        return Err(RegistryError::Put { key, source });
+    }
+    reg.note_heartbeat(record.heartbeat_at);
     reg.ctx.readiness.publishing.store(true, Ordering::Relaxed);
     tracing::trace!(
         ?state,

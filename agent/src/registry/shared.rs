@@ -228,6 +228,14 @@ impl Registry {
             .is_none_or(|old| !record::same_content(old, r))
     }
 
+    /// Whether the record this agent last put is one readers accept. Only
+    /// such a record is put back over a foreign write: an invalid one would
+    /// be refused by this agent's own watch again, and put back again.
+    pub fn published_is_valid(&self) -> bool {
+        let guard = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_ref().is_some_and(|r| r.validate().is_ok())
+    }
+
     /// Forgets the record in the bucket (the bucket was recreated empty).
     pub fn forget_published(&self) {
         *self.published.lock().unwrap_or_else(|p| p.into_inner()) = None;

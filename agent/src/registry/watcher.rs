@@ -206,6 +206,7 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
             Err(rejection) => {
                 reg.ctx.metrics.rejected(rejection.reason());
                 tracing::warn!(key = %entry.key, reason = rejection.reason(), revision = entry.revision, "skipped invalid registry entry");
+                put_back_if_own(reg, &entry.key);
             }
             Ok(decoded) => {
                 if let Err(reason) = trusted(reg, &decoded, &entry.value) {
@@ -218,6 +219,7 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
                     };
                     reg.ctx.metrics.rejected("untrusted");
                     reg.ctx.reject(name, reason, &entry.key);
+                    put_back_if_own(reg, &entry.key);
                     return;
                 }
                 let peer = match &decoded {
@@ -276,6 +278,31 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
         tracing::info!("registry caught up");
         reg.membership_changed.notify_one();
         reg.records_caught_up.notify_one();
+    }
+}
+
+/// A refused put on this cluster's own record key is someone else's words
+/// where every reader looks for ours: a member's push consumer delivering
+/// there (nats-server does not check a deliver subject against its
+/// creator's rights, SECURITY.md) or a broker's write. Running readers keep
+/// the record they hold, but one that starts reads only the latest value of
+/// each key and would not know this cluster: the record is put back at once
+/// (`fleetbus_registry_foreign_puts_total`).
+fn put_back_if_own(reg: &Registry, key: &str) {
+    let own = RegistryKey::cluster(&reg.ctx.cfg.cluster_name, &reg.ctx.cluster_id).to_key();
+    if key != own {
+        return;
+    }
+    // Our own record refused (invalid: `own_record_invalid` says so) is not
+    // someone else's, and putting it back would only be refused again.
+    if reg.published_is_valid() {
+        reg.ctx.metrics.registry_foreign_puts.inc();
+        tracing::warn!(
+            key,
+            "a record this cluster did not put is under its key; putting its own back"
+        );
+        reg.forget_published();
+        reg.publish_now.notify_one();
     }
 }
 

@@ -617,6 +617,12 @@ async fn an_agent_whose_own_record_peers_would_reject_says_so() {
     })
     .await;
     assert_logged(&a, "record is invalid");
+    // Its own record, refused by its own watch too, is not put back (it would
+    // be refused again) nor counted as someone else's.
+    assert_eq!(
+        a.metric("fleetbus_registry_foreign_puts_total").unwrap(),
+        0.0
+    );
 }
 
 /// The bucket deleted and recreated by someone else (an operator, or another

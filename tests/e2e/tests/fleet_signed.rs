@@ -19,20 +19,6 @@ use fleetbus_schemas::trust::{sign_json, sign_request, ClusterKeys, SignedCertif
 use fleetbus_testsupport::{wait_for, NatsServer};
 use serde_json::{json, Value};
 
-/// Secure c1 and c2 from a fresh fleet dir, each with `extra` flags.
-async fn secure_pair(
-    tmp: &Path,
-    extra: &[&str],
-) -> (std::path::PathBuf, NatsServer, Member, Member) {
-    let dir = fleet_dir(tmp, &["c1", "c2"]);
-    let nats = operator_server(&dir);
-    let agent = |n: &str| secure_agent(&dir, n).extra(extra.iter().copied());
-    let c1 = Member::start_cmd(&nats, "c1", agent("c1")).await;
-    let c2 = Member::start_cmd(&nats, "c2", agent("c2")).await;
-    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
-    (dir, nats, c1, c2)
-}
-
 /// Namespace `apps` on both, the rule `cfgs` (ConfigMaps of `apps`, with
 /// `spec.<key>` set to `value`) on c1, and the ConfigMap `apps/cfg`.
 async fn cfgs_rule(c1: &Member, c2: &Member, key: &str, value: Value) {

@@ -369,11 +369,7 @@ async fn wait_republished(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_replayed_and_unsigned_messages_are_dropped_and_counted() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = fleet_dir(tmp.path(), &["c1", "c2"]);
-    let nats = operator_server(&dir);
-    let c1 = Member::start_cmd(&nats, "c1", secure_agent(&dir, "c1")).await;
-    let c2 = Member::start_cmd(&nats, "c2", secure_agent(&dir, "c2")).await;
-    wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
+    let (dir, nats, c1, c2) = secure_pair(tmp.path(), &[]).await;
     for m in [&c1, &c2] {
         create_ns(m, "shared").await;
     }
@@ -1208,4 +1204,113 @@ async fn change_arrives_after_attack(
         },
     )
     .await;
+}
+
+/// Still open (SECURITY.md; nats-io/nats-server#8274): a member may create a
+/// push consumer that delivers what it can read onto subjects it may not
+/// publish to. c2, with its own creds, stores a well-formed label request and
+/// a copy of its own record in its drift subtree and has consumers deliver
+/// them to c1's command subject and to c1's registry key. c1 refuses the
+/// request (unsigned) and stays unlabelled. The record is never delivered: a
+/// push consumer delivers only while a client subscribes to its subject, and
+/// none subscribes to a key's subject (a stream's capture is not interest).
+/// Whoever may write the bucket itself (a broker's creds) can put it there:
+/// c1 then puts its own record back, since an agent that starts reads only
+/// the latest value of each key and would not know c1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_a_member_steers_onto_others_subjects_are_refused_and_repaired() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, nats, c1, _c2) = secure_pair(tmp.path(), &[]).await;
+    let admin = connect(&nats, dir.join("admin.creds")).await;
+    let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
+    let c1_key = key_starting(&registry, "cluster.c1.").await;
+    let c2_key = key_starting(&registry, "cluster.c2.").await;
+    let c2_record = registry.get(&c2_key).await.unwrap().unwrap();
+    let attacker = connect(&nats, creds(&dir, "c2")).await;
+
+    let onto_key = format!("$KV.fleetbus-registry.{c1_key}");
+    let mut to_key = store_and_steer(&attacker, "record", c2_record.to_vec(), &onto_key).await;
+    let unsigned = "fleetbus_commands_rejected_total{verb=\"label\",reason=\"unsigned\"}";
+    let before = c1.metric(unsigned).unwrap_or(0.0);
+    let request =
+        br#"{"schema":"fleetbus.io/label-request/v1","set":{"tier":"pwned"},"overwrite":true}"#;
+    store_and_steer(
+        &attacker,
+        "request",
+        request.to_vec(),
+        "fleetbus.cmd.c1.label",
+    )
+    .await;
+    c1.wait_metric_at_least(unsigned, before + 1.0).await;
+    let labels = c1.clusters().get("c1").await.unwrap().metadata.labels;
+    assert!(!labels.unwrap_or_default().contains_key("tier"));
+    // The command was delivered after the key's consumer was made; that one
+    // delivered nothing, and c1's key holds c1's record.
+    let info = to_key.info().await.unwrap();
+    assert_eq!(info.delivered.consumer_sequence, 0, "{info:?}");
+    assert_eq!(record_name(&registry, &c1_key).await, "c1");
+
+    let mut puts = registry.watch(&c1_key).await.unwrap();
+    registry.put(&c1_key, c2_record).await.unwrap();
+    let mut landed = false;
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    loop {
+        let entry = tokio::time::timeout_at(deadline, puts.next())
+            .await
+            .unwrap_or_else(|_| panic!("c1's key: c2's record landed {landed}, c1's not put back"))
+            .expect("the watch goes on")
+            .unwrap();
+        let record: serde_json::Value = serde_json::from_slice(&entry.value).unwrap();
+        match record["name"].as_str() {
+            Some("c2") => landed = true,
+            Some("c1") if landed => break,
+            _ => {}
+        }
+    }
+    assert_eq!(record_name(&registry, &c1_key).await, "c1");
+    assert_eq!(
+        c1.metric("fleetbus_registry_foreign_puts_total").unwrap(),
+        1.0
+    );
+}
+
+/// The `name` of the record under `key`.
+async fn record_name(registry: &jetstream::kv::Store, key: &str) -> String {
+    let value = registry.get(key).await.unwrap().unwrap();
+    let record: serde_json::Value = serde_json::from_slice(&value).unwrap();
+    record["name"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Publishes `payload` in c2's own drift subtree (which c2 may) and creates
+/// a push consumer delivering it onto `onto` (which c2 may not publish to).
+async fn store_and_steer(
+    js: &jetstream::Context,
+    token: &str,
+    payload: Vec<u8>,
+    onto: &str,
+) -> jetstream::consumer::Consumer<jetstream::consumer::push::Config> {
+    let from = format!("fleetbus.drift.c2.steer-{token}");
+    js.publish(from.clone(), payload.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let stream = js.get_stream("FLEETBUS_DRIFT").await.unwrap();
+    let made = stream
+        .create_consumer(jetstream::consumer::push::Config {
+            deliver_subject: onto.to_owned(),
+            filter_subject: from,
+            deliver_policy: jetstream::consumer::DeliverPolicy::Last,
+            ack_policy: jetstream::consumer::AckPolicy::None,
+            inactive_threshold: Duration::from_secs(60),
+            ..Default::default()
+        })
+        .await;
+    made.unwrap_or_else(|e| {
+        panic!(
+            "nats-server refused a deliver subject its creator may not publish to \
+             (nats-io/nats-server#8274 fixed?): {e}; SECURITY.md's open item is closed: \
+             say so there and make this test expect the refusal"
+        )
+    })
 }

@@ -135,7 +135,7 @@ pub async fn publish_until_counted(
     series: &str,
     before: f64,
 ) {
-    use super::MemberExt;
+    use super::{Member, MemberExt};
     fleetbus_testsupport::wait_for(
         &format!("{}: {series} > {before} after a forgery", m.name),
         super::CONVERGE,
@@ -164,4 +164,19 @@ pub fn admin_cli(nats: &NatsServer, dir: &Path, args: &[&str]) -> (i32, String, 
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--nats-url", &url, "--creds", admin.to_str().unwrap()]);
     cli(&all)
+}
+
+/// Secure c1 and c2 from a fresh fleet dir, each with `extra` flags.
+pub async fn secure_pair(
+    tmp: &Path,
+    extra: &[&str],
+) -> (PathBuf, NatsServer, super::Member, super::Member) {
+    use super::{Member, MemberExt};
+    let dir = fleet_dir(tmp, &["c1", "c2"]);
+    let nats = operator_server(&dir);
+    let agent = |n: &str| secure_agent(&dir, n).extra(extra.iter().copied());
+    let c1 = Member::start_cmd(&nats, "c1", agent("c1")).await;
+    let c2 = Member::start_cmd(&nats, "c2", agent("c2")).await;
+    super::wait_mesh(&[&c1, &c2], &["c1", "c2"]).await;
+    (dir, nats, c1, c2)
 }
