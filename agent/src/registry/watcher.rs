@@ -282,12 +282,14 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
 }
 
 /// A refused put on this cluster's own record key is someone else's words
-/// where every reader looks for ours: a member's push consumer delivering
-/// there (nats-server does not check a deliver subject against its
-/// creator's rights, SECURITY.md) or a broker's write. Running readers keep
-/// the record they hold, but one that starts reads only the latest value of
-/// each key and would not know this cluster: the record is put back at once
-/// (`fleetbus_registry_foreign_puts_total`).
+/// where every reader looks for ours: a broker's write (a member's push
+/// consumer cannot deliver there: no client subscribes to a key, SECURITY.md).
+/// Running readers keep the record they hold, but one that starts reads only
+/// the latest value of each key and would not know this cluster: the record
+/// is put again with the next beat (`fleetbus_registry_foreign_puts_total`).
+/// The next beat, not at once: should our own record be refused (a
+/// certificate revoked under a running agent), that is one put per beat, as
+/// with an older agent in the fleet, not a loop.
 fn put_back_if_own(reg: &Registry, key: &str) {
     let own = RegistryKey::cluster(&reg.ctx.cfg.cluster_name, &reg.ctx.cluster_id).to_key();
     if key != own {
@@ -299,10 +301,9 @@ fn put_back_if_own(reg: &Registry, key: &str) {
         reg.ctx.metrics.registry_foreign_puts.inc();
         tracing::warn!(
             key,
-            "a record this cluster did not put is under its key; putting its own back"
+            "a record this cluster did not put is under its key; putting its own back with the next beat"
         );
         reg.forget_published();
-        reg.publish_now.notify_one();
     }
 }
 
