@@ -222,11 +222,22 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
                     put_back_if_own(reg, &entry.key);
                     return;
                 }
+                let live = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
+                // A record of an earlier run of ours put back as news (a
+                // broker replaying it; readers that run refuse it as older,
+                // one that starts would believe it). Our own puts carry this
+                // run's start (to the millisecond, as `startedAt` is written),
+                // and the watch's replay of the bucket is old news.
+                if let Decoded::Cluster(r) = &decoded {
+                    let ours = reg.ctx.started_at.timestamp_millis();
+                    if live && r.started_at.timestamp_millis() < ours {
+                        put_back_if_own(reg, &entry.key);
+                    }
+                }
                 let peer = match &decoded {
                     Decoded::Cluster(r) => Some(r.name.clone()),
                     _ => None,
                 };
-                let live = reg.ctx.readiness.registry_synced.load(Ordering::Relaxed);
                 let applied = reg.membership().apply(decoded, Instant::now(), live);
                 if let (Some(peer), Some(protocol)) = (peer, applied.protocol) {
                     log_skew(&peer, protocol);
@@ -281,9 +292,10 @@ pub(crate) fn handle(reg: &Registry, entry: &Entry) {
     }
 }
 
-/// A refused put on this cluster's own record key is someone else's words
-/// where every reader looks for ours: a broker's write (a member's push
-/// consumer cannot deliver there: no client subscribes to a key, SECURITY.md).
+/// A refused put on this cluster's own record key, or one of an earlier run
+/// put back, is someone else's words where every reader looks for ours: a
+/// broker's write (a member's push consumer cannot deliver there: no client
+/// subscribes to a key, SECURITY.md).
 /// Running readers keep the record they hold, but one that starts reads only
 /// the latest value of each key and would not know this cluster: the record
 /// is put again with the next beat (`fleetbus_registry_foreign_puts_total`).

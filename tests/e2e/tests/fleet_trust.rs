@@ -1214,18 +1214,20 @@ async fn change_arrives_after_attack(
 /// request (unsigned) and stays unlabelled. The record is never delivered: a
 /// push consumer delivers only while a client subscribes to its subject, and
 /// none subscribes to a key's subject (a stream's capture is not interest).
-/// Whoever may write the bucket itself (a broker's creds) can put it there:
-/// c1 then puts its own record back, since an agent that starts reads only
-/// the latest value of each key and would not know c1.
+/// Whoever may write the bucket itself (a broker's creds) can put it there,
+/// or put back c1's validly signed record of an earlier run: c1 then puts its
+/// own record back, since an agent that starts reads only the latest value of
+/// each key and would not know c1, or believe it as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_a_member_steers_onto_others_subjects_are_refused_and_repaired() {
     let tmp = tempfile::tempdir().unwrap();
-    let (dir, nats, c1, _c2) = secure_pair(tmp.path(), &[]).await;
+    let (dir, nats, mut c1, _c2) = secure_pair(tmp.path(), &[]).await;
     let admin = connect(&nats, dir.join("admin.creds")).await;
     let registry = admin.get_key_value("fleetbus-registry").await.unwrap();
     let c1_key = key_starting(&registry, "cluster.c1.").await;
     let c2_key = key_starting(&registry, "cluster.c2.").await;
     let c2_record = registry.get(&c2_key).await.unwrap().unwrap();
+    let c1_first_run = registry.get(&c1_key).await.unwrap().unwrap();
     let attacker = connect(&nats, creds(&dir, "c2")).await;
 
     let onto_key = format!("$KV.fleetbus-registry.{c1_key}");
@@ -1250,28 +1252,59 @@ async fn deliveries_a_member_steers_onto_others_subjects_are_refused_and_repaire
     assert_eq!(info.delivered.consumer_sequence, 0, "{info:?}");
     assert_eq!(record_name(&registry, &c1_key).await, "c1");
 
-    let mut puts = registry.watch(&c1_key).await.unwrap();
-    registry.put(&c1_key, c2_record).await.unwrap();
-    let mut landed = false;
-    let deadline = tokio::time::Instant::now() + CONVERGE;
-    loop {
-        let entry = tokio::time::timeout_at(deadline, puts.next())
-            .await
-            .unwrap_or_else(|_| panic!("c1's key: c2's record landed {landed}, c1's not put back"))
-            .expect("the watch goes on")
-            .unwrap();
-        let record: serde_json::Value = serde_json::from_slice(&entry.value).unwrap();
-        match record["name"].as_str() {
-            Some("c2") => landed = true,
-            Some("c1") if landed => break,
-            _ => {}
-        }
-    }
+    put_and_see_put_back(&registry, &c1_key, c2_record.to_vec(), "c2's record").await;
     assert_eq!(record_name(&registry, &c1_key).await, "c1");
     assert_eq!(
         c1.metric("fleetbus_registry_foreign_puts_total").unwrap(),
         1.0
     );
+
+    // c1's record of its first run, validly signed, put back after a restart.
+    c1.agent.restart().unwrap();
+    c1.wait_ready().await;
+    let started = |v: &[u8]| {
+        let r: serde_json::Value = serde_json::from_slice(v).unwrap();
+        r["startedAt"].as_str().unwrap_or_default().to_owned()
+    };
+    let first = started(&c1_first_run);
+    wait_for("c1's second run's record", CONVERGE, || async {
+        let now = started(&registry.get(&c1_key).await.unwrap().unwrap());
+        (now != first).then_some(()).ok_or(now)
+    })
+    .await;
+    put_and_see_put_back(&registry, &c1_key, c1_first_run.to_vec(), "c1's first run").await;
+    let latest = started(&registry.get(&c1_key).await.unwrap().unwrap());
+    assert_ne!(latest, first);
+    assert_eq!(
+        c1.metric("fleetbus_registry_foreign_puts_total").unwrap(),
+        1.0
+    );
+}
+
+/// Puts `value` (`what`) under c1's `key` as a broker may, and waits until
+/// c1's agent has put a record of its running agent back after it.
+async fn put_and_see_put_back(
+    registry: &jetstream::kv::Store,
+    key: &str,
+    value: Vec<u8>,
+    what: &str,
+) {
+    let mut puts = registry.watch(key).await.unwrap();
+    registry.put(key, value.clone().into()).await.unwrap();
+    let mut landed = false;
+    let deadline = tokio::time::Instant::now() + CONVERGE;
+    loop {
+        let entry = tokio::time::timeout_at(deadline, puts.next())
+            .await
+            .unwrap_or_else(|_| panic!("c1's key: {what} landed {landed}, c1's not put back"))
+            .expect("the watch goes on")
+            .unwrap();
+        if entry.value.as_ref() == value.as_slice() {
+            landed = true;
+        } else if landed {
+            break;
+        }
+    }
 }
 
 /// The `name` of the record under `key`.
