@@ -127,25 +127,36 @@ impl Recorder {
         .await
     }
 
-    /// Waits for an event of `name` with `mark` at or after `after` (e.g. a
-    /// correction back to a version seen before).
-    pub async fn wait_event_after(
+    /// Waits until `name` was seen at `away` and then back at `back`, both at or
+    /// after `since` (taken before the write that set `away`); returns when
+    /// `back` was seen. `since` precedes the write, not its acknowledgement: a
+    /// correction can be watched before the writer's task sees the write's
+    /// answer (a loaded machine), and a wait from that answer on would never
+    /// end. The error lists what was seen of `name` since then.
+    pub async fn wait_back(
         &self,
         name: &str,
-        mark: &str,
-        after: Instant,
+        away: &str,
+        back: &str,
+        since: Instant,
         timeout: Duration,
     ) -> anyhow::Result<Instant> {
-        self.wait(&format!("{name}={mark} again"), timeout, |s| {
-            s.log
+        let found = self
+            .wait(&format!("{name}={away} then {back}"), timeout, |s| {
+                let mut seen = s.log.iter().filter(|e| e.at >= since && e.name == name);
+                seen.find(|e| e.mark == away)?;
+                seen.find(|e| e.mark == back).map(|e| e.at)
+            })
+            .await;
+        found.map_err(|e| {
+            let seen: Vec<String> = lock(&self.state)
+                .log
                 .iter()
-                .rev()
-                .take_while(|e| e.at >= after)
-                .filter(|e| e.name == name && e.mark == mark)
-                .map(|e| e.at)
-                .min()
+                .filter(|e| e.at >= since && e.name == name)
+                .map(|e| format!("{}@+{}ms", e.mark, e.at.duration_since(since).as_millis()))
+                .collect();
+            anyhow::anyhow!("{e}; {name} seen since the write: [{}]", seen.join(", "))
         })
-        .await
     }
 
     /// Waits until at least `n` distinct objects have been seen; returns when.

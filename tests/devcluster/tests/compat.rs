@@ -4,7 +4,7 @@
 //! the objects and resources kube-apiserver serves from the start.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod raw;
+use crate::raw;
 
 use fleetbus_testsupport::{wait_for, DevCluster, DevClusterOpts};
 use futures::StreamExt;

@@ -2,7 +2,7 @@
 //! schema on every write path (kube-rs 5.0 against a real devcluster process).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod raw;
+use crate::raw;
 
 use fleetbus_testsupport::{wait_for, DevCluster, DevClusterOpts};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

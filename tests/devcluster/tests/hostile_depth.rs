@@ -3,9 +3,7 @@
 //! record costs only itself on restart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod raw;
-
-use raw::{create_cm, get_json, request, send, snapshot, start, CMS};
+use crate::raw::{create_cm, get_json, request, send, snapshot, start, CMS};
 use serde_json::{json, Value};
 
 fn nested_list(depth: usize) -> String {

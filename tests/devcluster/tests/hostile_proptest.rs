@@ -4,11 +4,9 @@
 //! Short enough for CI (a few seconds); the fuzz targets in `../fuzz` go deeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod raw;
-
+use crate::raw::{create_cm, get_json, request, snapshot, start, CMS};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use raw::{create_cm, get_json, request, snapshot, start, CMS};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone)]

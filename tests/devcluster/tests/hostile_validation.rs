@@ -3,12 +3,12 @@
 //! decoded as DeleteOptions (JSON or client-go's protobuf) or refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod raw;
+use crate::raw;
 
+use crate::raw::{create_cm, get_json, request, send, snapshot, start, CMS};
 use k8s_pb::apimachinery::pkg::apis::meta::v1::{DeleteOptions, Preconditions};
 use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
 use prost::Message;
-use raw::{create_cm, get_json, request, send, snapshot, start, CMS};
 use serde_json::{json, Value};
 
 fn cm(extra: Value) -> Value {

@@ -5,7 +5,7 @@
 //! while clients run, the status subresource, and unconditional PUTs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod raw;
+use crate::raw;
 
 use fleetbus_testsupport::{wait_for, DevCluster, DevClusterOpts};
 use futures::{StreamExt, TryStreamExt};

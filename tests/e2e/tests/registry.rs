@@ -330,15 +330,17 @@ async fn local_heartbeat_time_is_refreshed_every_30s_without_peers() {
     let (t0, w0) = (local_heartbeat(&a).await.unwrap(), writes());
     // No peer heartbeat wakes the reconciler here: the refresh must come on
     // its own, after 30 s and not on every beat.
+    // The write is counted once its answer is back, which a loaded machine
+    // may let the test's read of the object beat: wait for both.
     wait_for(
-        "the Local heartbeat to be refreshed",
+        "the Local heartbeat to be refreshed and its write counted",
         Duration::from_secs(45),
         || async {
             let t = local_heartbeat(&a).await?;
-            if t > t0 {
+            if t > t0 && writes() > w0 {
                 Ok(())
             } else {
-                Err(format!("still {t}"))
+                Err(format!("still {t}, {} writes", writes() - w0))
             }
         },
     )

@@ -29,11 +29,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Vec<Table>> {
     let (mut detected, mut corrected) = (Samples::new(), Samples::new());
     for i in 0..n {
         let name = format!("d-{i}");
+        let before = Instant::now();
         objects::set_mark(&copies, &name, "drifted").await?;
         let ack = Instant::now();
         let event_at = next_detected(&mut drift, &name, SETUP).await?;
         detected.push(event_at.saturating_duration_since(ack));
-        let fixed = sink.wait_event_after(&name, "0", ack, SETUP).await?;
+        let fixed = sink.wait_back(&name, "drifted", "0", before, SETUP).await?;
         corrected.push(fixed.saturating_duration_since(ack));
     }
 
