@@ -40,6 +40,13 @@ pub struct Recorder {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// What was seen of `name` at or after `since`, in order.
+fn seen_since<'a>(s: &'a State, name: &'a str, since: Instant) -> impl Iterator<Item = &'a Seen> {
+    s.log
+        .iter()
+        .filter(move |e| e.at >= since && e.name == name)
+}
+
 fn lock(s: &Mutex<State>) -> MutexGuard<'_, State> {
     s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -143,16 +150,13 @@ impl Recorder {
     ) -> anyhow::Result<Instant> {
         let found = self
             .wait(&format!("{name}={away} then {back}"), timeout, |s| {
-                let mut seen = s.log.iter().filter(|e| e.at >= since && e.name == name);
+                let mut seen = seen_since(s, name, since);
                 seen.find(|e| e.mark == away)?;
                 seen.find(|e| e.mark == back).map(|e| e.at)
             })
             .await;
         found.map_err(|e| {
-            let seen: Vec<String> = lock(&self.state)
-                .log
-                .iter()
-                .filter(|e| e.at >= since && e.name == name)
+            let seen: Vec<String> = seen_since(&lock(&self.state), name, since)
                 .map(|e| format!("{}@+{}ms", e.mark, e.at.duration_since(since).as_millis()))
                 .collect();
             anyhow::anyhow!("{e}; {name} seen since the write: [{}]", seen.join(", "))

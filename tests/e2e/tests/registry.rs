@@ -336,11 +336,11 @@ async fn local_heartbeat_time_is_refreshed_every_30s_without_peers() {
         "the Local heartbeat to be refreshed and its write counted",
         Duration::from_secs(45),
         || async {
-            let t = local_heartbeat(&a).await?;
-            if t > t0 && writes() > w0 {
+            let (t, w) = (local_heartbeat(&a).await?, writes());
+            if t > t0 && w > w0 {
                 Ok(())
             } else {
-                Err(format!("still {t}, {} writes", writes() - w0))
+                Err(format!("still {t}, {} writes", w - w0))
             }
         },
     )
