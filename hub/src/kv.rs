@@ -3,10 +3,13 @@
 //! that does not exist is its own error, naming the prefix: a wrong `--subject-prefix`
 //! must not look like an empty fleet.
 
+use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
 use async_nats::jetstream::context::GetStreamErrorKind;
+use async_nats::jetstream::kv::{Operation, Store};
 use async_nats::jetstream::{self, ErrorCode};
+use bytes::Bytes;
 use fleetbus_schemas::subject::Prefix;
-use futures::TryStreamExt;
+use futures::{Stream, StreamExt, TryStreamExt};
 
 /// Any error of the bus calls, kept as the source.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -85,14 +88,77 @@ pub(crate) async fn keys(
 ) -> Result<(jetstream::kv::Store, Vec<String>), ReadError> {
     let (kv, _) = store(js, prefix, bucket).await?;
     let unreadable = |source: BoxError| unreadable_bucket(bucket, source);
-    let keys = kv
-        .keys()
-        .await
-        .map_err(|e| unreadable(Box::new(e)))?
-        .try_collect()
-        .await
-        .map_err(|e| unreadable(Box::new(e)))?;
+    let (pending, changes) = watch(&kv, true).await.map_err(unreadable)?;
+    let mut keys = Vec::new();
+    if pending > 0 {
+        let mut changes = std::pin::pin!(changes);
+        while let Some(change) = changes.next().await {
+            let change = change.map_err(unreadable)?;
+            if change.operation == Operation::Put {
+                keys.push(change.key);
+            }
+            if change.caught_up {
+                break;
+            }
+        }
+    }
     Ok((kv, keys))
+}
+
+/// One key's value or removal, as [`watch`] reads it.
+pub(crate) struct Change {
+    /// The key (the subject after the bucket's prefix).
+    pub key: String,
+    /// A put, or a delete or purge (a removed key).
+    pub operation: Operation,
+    /// The value of a put (empty with `headers_only`).
+    pub value: Bytes,
+    /// Nothing was pending after it: the last value of every key is read.
+    pub caught_up: bool,
+}
+
+/// The last value of every key of `kv`, then every change, through a **pull**
+/// ordered consumer, and how many were pending when it started (0: nothing will
+/// say `caught_up` until a change). Not async-nats' `watch_with_history` or
+/// `keys`: those create push consumers, which deliver nothing where the fleet's
+/// streams live in an account of their own (SECURITY.md, "Deliveries a member
+/// steers"); a pull's messages are replies to our own requests.
+pub(crate) async fn watch(
+    kv: &Store,
+    headers_only: bool,
+) -> Result<(u64, impl Stream<Item = Result<Change, BoxError>> + use<>), BoxError> {
+    let consumer = kv
+        .stream
+        .create_consumer(OrderedConfig {
+            filter_subject: format!("{}>", kv.prefix),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            headers_only,
+            ..OrderedConfig::default()
+        })
+        .await?;
+    let pending = consumer.cached_info().num_pending;
+    let prefix = kv.prefix.clone();
+    let changes = consumer.messages().await?.map(move |message| {
+        let message = message?;
+        let info = message.info()?;
+        let key = message.subject.strip_prefix(prefix.as_str());
+        let key = key.ok_or_else(|| format!("{} is not a key of the bucket", message.subject))?;
+        let header = |name| message.headers.as_ref()?.get(name).map(|v| v.as_str());
+        // What async-nats' watch reads: the KV header, else a server marker's reason.
+        let operation = match (header("KV-Operation"), header("Nats-Marker-Reason")) {
+            (Some(op), _) => op.parse().unwrap_or(Operation::Put),
+            (None, Some("MaxAge" | "Purge")) => Operation::Purge,
+            (None, Some("Remove")) => Operation::Delete,
+            (None, _) => Operation::Put,
+        };
+        Ok(Change {
+            key: key.to_owned(),
+            operation,
+            value: message.payload.clone(),
+            caught_up: info.pending == 0,
+        })
+    });
+    Ok((pending, changes))
 }
 
 /// [`keys`] without a consumer: the subjects the bucket's stream holds, from

@@ -94,9 +94,9 @@ const JS_API: &[&str] = &[
     "$JS.API.CONSUMER.CREATE.>",
     "$JS.API.CONSUMER.INFO.*.*",
     "$JS.API.CONSUMER.MSG.NEXT.*.*",
-    // Acks and flow-control replies of push consumers (KV watches).
-    "$JS.ACK.>",
-    "$JS.FC.>",
+    // No `$JS.ACK.>`: the agent's ordered consumers ack nothing, and with it a
+    // member could ack the notify bridge's messages (silence its alerts). No
+    // `$JS.FC.>`: flow control is a push consumer's, and every read is a pull.
     // Replies to command requesters: `allow_responses`, not `_INBOX.>`.
 ];
 
@@ -140,17 +140,68 @@ pub fn agent_permissions(
     })
 }
 
+/// How the streams account shares one subject with the members account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shared {
+    /// A service: a member's publish (a JetStream API request, a message a
+    /// stream captures) is handled in the streams account, and its replies
+    /// come back to the member's reply subject. `many` when one request has
+    /// many replies (a pull's messages).
+    Service {
+        /// More than one reply per request.
+        many: bool,
+    },
+    /// A stream: messages published in the streams account (JetStream's
+    /// advisories) reach the members' subscribers.
+    Stream,
+}
+
+/// What the **streams account** exports to the **members account** (and the
+/// members account imports; SECURITY.md, "Deliveries a member steers").
+///
+/// The fleet's streams and buckets live in an account that has no users. A
+/// member reaches them only through these imports: its JetStream API
+/// requests and its publishes on stream subjects are handled there, and
+/// their replies (acks, a pull's messages) come back to its own inbox. A
+/// push consumer a member creates delivers *inside the streams account*,
+/// where no client subscribes, so the deliver subject nats-server does not
+/// check (nats-io/nats-server#8274) reaches no one. What a member may
+/// publish is still its user's permissions in the members account, checked
+/// before the import.
+pub fn streams_account_exports(prefix: &Prefix) -> Vec<(String, Shared)> {
+    let layout = Layout::new(prefix.clone(), 1);
+    let one = Shared::Service { many: false };
+    let mut shared = vec![
+        ("$JS.API.>".to_owned(), Shared::Service { many: true }),
+        ("$JS.ACK.>".to_owned(), one),
+    ];
+    for stream in layout.streams() {
+        shared.extend(stream.subjects.into_iter().map(|s| (s, one)));
+    }
+    for bucket in [
+        layout.registry_bucket(),
+        layout.beats_bucket(),
+        layout.drift_bucket(),
+        layout.rule_status_bucket(),
+    ] {
+        shared.push((format!("$KV.{}.>", bucket.bucket), one));
+    }
+    shared.push((
+        "$JS.EVENT.ADVISORY.STREAM.CREATED.*".to_owned(),
+        Shared::Stream,
+    ));
+    shared
+}
+
 /// The inbox prefix of `cluster`'s agent (`_INBOX_<cluster>`, in place of
-/// the client library's `_INBOX`): replies to its requests and the
-/// deliveries of its push consumers (KV watches) arrive under it, and only
-/// its agent may subscribe there.
+/// the client library's `_INBOX`): replies to its requests (its pulls' messages
+/// among them) arrive under it, and only its agent may subscribe there.
 pub fn agent_inbox_prefix(cluster: &str) -> String {
     format!("_INBOX_{cluster}")
 }
 
 /// What `cluster`'s agent subscribes to, and so all it may: its own inbox
-/// (every JetStream read is a consumer delivering there, or a request
-/// answered there), the commands addressed to it, and the advisories of
+/// (every JetStream read is a request answered there: a pull, a get), the commands addressed to it, and the advisories of
 /// stream creation (it re-reads a stream the admin recreated). Not another
 /// cluster's commands, nor the replies they get, nor anyone's inbox.
 fn agent_subscriptions(cluster: &str, prefix: &Prefix) -> Vec<String> {
@@ -247,6 +298,81 @@ mod tests {
             .collect()
     }
 
+    /// The lines of accounts.conf from `from` to the next `]` line.
+    fn accounts_conf_block<'a>(conf: &'a str, from: &str) -> Vec<&'a str> {
+        let start = conf.find(from).unwrap_or_else(|| panic!("no {from}"));
+        conf[start..]
+            .lines()
+            .skip(1)
+            .take_while(|l| l.trim() != "]")
+            .map(str::trim)
+            .collect()
+    }
+
+    #[test]
+    fn accounts_conf_shares_the_streams_account_with_the_members_account() {
+        let conf = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/nats/accounts.conf"
+        ))
+        .unwrap();
+        let shared = streams_account_exports(&Prefix::default());
+        let exports: Vec<String> = shared
+            .iter()
+            .map(|(subject, how)| match how {
+                Shared::Service { many: true } => {
+                    format!("{{ service: \"{subject}\", response: stream }}")
+                }
+                Shared::Service { many: false } => format!("{{ service: \"{subject}\" }}"),
+                Shared::Stream => format!("{{ stream: \"{subject}\" }}"),
+            })
+            .collect();
+        assert_eq!(accounts_conf_block(&conf, "exports: ["), exports);
+        let imports: Vec<String> = shared
+            .iter()
+            .map(|(subject, how)| {
+                let kind = if matches!(how, Shared::Stream) {
+                    "stream"
+                } else {
+                    "service"
+                };
+                format!("{{ {kind}: {{ account: FLEETBUS, subject: \"{subject}\" }} }}")
+            })
+            .collect();
+        assert_eq!(accounts_conf_block(&conf, "imports: ["), imports);
+        // The streams account has JetStream and no user; every user is a member.
+        let streams =
+            &conf[conf.find("  FLEETBUS {").unwrap()..conf.find("  FLEETBUS_MEMBERS {").unwrap()];
+        assert!(streams.contains("jetstream: enabled") && !streams.contains("user:"));
+    }
+
+    #[test]
+    fn the_streams_account_shares_every_stream_and_bucket_and_no_command() {
+        let shared = streams_account_exports(&Prefix::new("acme").unwrap());
+        let subjects: Vec<&str> = shared.iter().map(|(s, _)| s.as_str()).collect();
+        for want in [
+            "$JS.API.>",
+            "acme.obj.>",
+            "acme.svc.>",
+            "$KV.acme-registry.>",
+            "$KV.acme-beats.>",
+        ] {
+            assert!(subjects.contains(&want), "{want}: {subjects:?}");
+        }
+        // Commands are member-to-member requests, never a stream's.
+        assert!(
+            !subjects.iter().any(|s| s.contains(".cmd.")),
+            "{subjects:?}"
+        );
+        // Only the API has many replies per request (a pull's messages).
+        let many: Vec<&str> = shared
+            .iter()
+            .filter(|(_, how)| matches!(how, Shared::Service { many: true }))
+            .map(|(s, _)| s.as_str())
+            .collect();
+        assert_eq!(many, ["$JS.API.>"]);
+    }
+
     #[test]
     fn accounts_conf_lists_the_same_set_for_every_cluster() {
         let conf = std::fs::read_to_string(concat!(
@@ -323,6 +449,9 @@ mod tests {
             }
             assert!(!s.starts_with("$JS.API.CONSUMER.>"), "{s}");
             assert!(!s.starts_with("$JS.API.STREAM.CREATE.*"), "{s}");
+            // Acks would let it ack another consumer's messages (the notify
+            // bridge's); flow control is a push consumer's.
+            assert!(!s.starts_with("$JS.ACK") && !s.starts_with("$JS.FC"), "{s}");
         }
         for stream in [
             "FLEETBUS_OBJECTS",

@@ -96,12 +96,13 @@ async fn watch_once(
         Bucket::Records => &reg.kv,
         Bucket::Beats => &reg.beats,
     };
-    let mut watch = store
-        .watch_with_history(">")
+    // A pull watch (crate::bus::kv_watch says why not async-nats' push one).
+    let watch = crate::bus::kv_watch::watch_all(store)
         .await
-        .map_err(|e| RegistryError::Watch(Box::new(e)))?;
+        .map_err(RegistryError::Watch)?;
+    let mut watch = std::pin::pin!(watch);
     while let Some(entry) = watch.next().await {
-        let entry = entry.map_err(|e| RegistryError::Watch(Box::new(e)))?;
+        let entry = entry.map_err(RegistryError::Watch)?;
         *delivered = true;
         match bucket {
             Bucket::Records => handle(reg, &entry),

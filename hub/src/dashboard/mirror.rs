@@ -125,8 +125,8 @@ impl<T: Send + Sync + 'static> BucketMirror<T> {
             Ok(found) => found,
             Err(e) => return (e, false),
         };
-        let mut entries = match kv.watch_with_history(">").await {
-            Ok(w) => w,
+        let mut entries = match crate::kv::watch(&kv, false).await {
+            Ok((_, w)) => Box::pin(w),
             Err(e) => return (unreadable_bucket(&self.bucket, e), false),
         };
         // An empty bucket delivers nothing, so nothing would say "caught up": the
@@ -150,9 +150,9 @@ impl<T: Send + Sync + 'static> BucketMirror<T> {
                 });
                 continue;
             }
-            // `seen_current`: no message was pending after this one when it was sent,
-            // i.e. the last value of every key has been delivered.
-            let current = entry.seen_current;
+            // No message was pending after this one when it was sent: the last
+            // value of every key has been delivered.
+            let current = entry.caught_up;
             apply(
                 &mut initial,
                 self.decode,

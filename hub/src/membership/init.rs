@@ -19,16 +19,32 @@ pub fn init(args: &FleetInitArgs) -> Result<ExitCode, MembershipError> {
     match trust::init(dir, &args.name, &args.subject_prefix, &limits, args.force)? {
         InitOutcome::Created(info) => {
             println!(
-                "created fleet {:?} in {}\n  operator {}\n  account  {}\n  admin credentials {}\n  \
+                "created fleet {:?} in {}\n  operator {}\n  streams account {}\n  members account {}\n  admin credentials {}\n  \
                  nats-server include {}\n  fleet root public key {}\n  notify bridge credentials {}",
                 info.name,
                 dir.display(),
                 info.operator,
                 info.account,
+                info.members_account.as_deref().unwrap_or_default(),
                 dir.join(trust::files::ADMIN_CREDS).display(),
                 dir.join(trust::files::SERVER_CONF).display(),
                 dir.join(trust::files::ROOT_PUB).display(),
                 dir.join(trust::files::NOTIFY_CREDS).display(),
+            );
+        }
+        InitOutcome::Split(info) => {
+            println!(
+                "{} held fleet {:?} (operator {}) from before its members account: added it \
+                 ({}); new admin credentials {} and notify bridge credentials {}; each cluster's \
+                 next `fleetbus join` issues it new credentials and revokes its old ones (reload \
+                 nats-server with {} after handing them out)",
+                dir.display(),
+                info.name,
+                info.operator,
+                info.members_account.as_deref().unwrap_or_default(),
+                dir.join(trust::files::ADMIN_CREDS).display(),
+                dir.join(trust::files::NOTIFY_CREDS).display(),
+                dir.join(trust::files::SERVER_CONF).display(),
             );
         }
         InitOutcome::AlreadyInitialised(info, true) => {

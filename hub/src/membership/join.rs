@@ -45,6 +45,20 @@ pub fn join(args: &JoinArgs) -> Result<ExitCode, MembershipError> {
         );
         reloaded = reload_or_tell(dir);
     }
+    if joined.moved {
+        eprintln!(
+            "fleetbus: {}'s credentials were from before the fleet's members account: issued \
+             in it now; hand them to its agent",
+            args.name
+        );
+    }
+    if joined.old_creds_stopped {
+        eprintln!(
+            "fleetbus: every cluster has moved to the members account: credentials from before \
+             it stop working when nats-server reloads"
+        );
+        reloaded = reload_or_tell(dir) && reloaded;
+    }
     print!(
         "{}",
         trust::render(

@@ -20,6 +20,14 @@ pub const SYSTEM_SEED: &str = "system-account.nk";
 pub const ACCOUNT_SEED: &str = "fleet-account.nk";
 /// The fleet account's signing key seed (secret): issues every user.
 pub const SIGNING_SEED: &str = "fleet-account-signing.nk";
+/// The members account's identity nkey seed (secret): where the users of a
+/// fleet whose streams have their own account live (SECURITY.md, "Deliveries
+/// a member steers"). Not in [`INIT_FILES`]: a fleet made before the split
+/// gets it from the next `fleet init`.
+pub const MEMBERS_SEED: &str = "members-account.nk";
+/// The members account's signing key seed (secret): issues every user of a
+/// split fleet.
+pub const MEMBERS_SIGNING_SEED: &str = "members-account-signing.nk";
 /// The nats-server include for operator mode (public JWTs only).
 pub const SERVER_CONF: &str = "nats-operator.conf";
 /// The admin's credentials (secret).

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use fleetbus_schemas::permissions::Permissions;
+use fleetbus_schemas::permissions::{Permissions, Shared};
 
 const HEADER: &str = r#"{"typ":"JWT","alg":"ed25519-nkey"}"#;
 
@@ -112,26 +112,55 @@ impl JsLimits {
     };
 }
 
-/// An account JWT signed by the operator. `jetstream` enables JetStream for
-/// it with those limits (the fleet's bus); the system account must not have
-/// it. `signing_keys` may issue its users.
-/// `revocations` maps a user's public key to a unix time: nats-server refuses
-/// that user's JWTs issued at or before it, and closes its connections when
-/// the account JWT carrying the entry is loaded.
+/// What an account shares with another (SECURITY.md, "Deliveries a member
+/// steers"): the fleet's streams account exports its JetStream API, stream
+/// subjects and advisories, and the members account imports them from it.
+#[derive(Debug, Clone, Copy)]
+pub enum Links<'a> {
+    /// Neither (the system account; a fleet from before the split).
+    None,
+    /// Exports these subjects.
+    Exports(&'a [(String, Shared)]),
+    /// Imports these subjects from the account `from`.
+    Imports {
+        /// The exporting account's public key.
+        from: &'a str,
+        /// What it exports.
+        subjects: &'a [(String, Shared)],
+    },
+}
+
+/// One account's JWT: who it is and what it may do.
+#[derive(Debug, Clone, Copy)]
+pub struct AccountSpec<'a> {
+    /// Its public key.
+    pub account: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// JetStream enabled with these limits; `None` without JetStream (the
+    /// system account, the members account).
+    pub jetstream: Option<&'a JsLimits>,
+    /// Keys that may issue its users.
+    pub signing_keys: &'a [String],
+    /// A user's public key to a unix time: nats-server refuses that user's
+    /// JWTs issued at or before it, and closes its connections when the
+    /// account JWT carrying the entry is loaded.
+    pub revocations: &'a BTreeMap<String, i64>,
+    /// Exports or imports.
+    pub links: Links<'a>,
+}
+
+/// An account JWT signed by the operator.
 pub fn account_jwt(
     operator: &nkeys::KeyPair,
-    account: &str,
-    name: &str,
-    jetstream: Option<&JsLimits>,
-    signing_keys: &[String],
-    revocations: &BTreeMap<String, i64>,
+    spec: &AccountSpec<'_>,
     iat: DateTime<Utc>,
 ) -> Result<String, JwtError> {
     let mut limits = json!({
         "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
         "wildcards": true, "conn": -1, "leaf": -1,
     });
-    if let Some(js) = jetstream {
+    if let Some(js) = spec.jetstream {
         limits["disk_storage"] = json!(js.disk_storage);
         limits["mem_storage"] = json!(js.mem_storage);
         limits["streams"] = json!(js.streams);
@@ -139,16 +168,43 @@ pub fn account_jwt(
     }
     let mut nats = json!({
         "type": "account", "version": 2, "limits": limits,
-        "signing_keys": signing_keys,
+        "signing_keys": spec.signing_keys,
         "default_permissions": {"pub": {}, "sub": {}},
     });
-    if !revocations.is_empty() {
-        nats["revocations"] = json!(revocations);
+    if !spec.revocations.is_empty() {
+        nats["revocations"] = json!(spec.revocations);
+    }
+    match spec.links {
+        Links::None => {}
+        Links::Exports(subjects) => nats["exports"] = links(subjects, None),
+        Links::Imports { from, subjects } => nats["imports"] = links(subjects, Some(from)),
     }
     sign(
         operator,
-        &claims(&operator.public_key(), account, name, iat, nats),
+        &claims(&operator.public_key(), spec.account, spec.name, iat, nats),
     )
+}
+
+/// The JWT v2 `exports` (no `from`) or `imports` (from the account `from`) of
+/// `subjects`. A service with many replies is `response_type: Stream` (a pull's
+/// messages); others are nats-server's default, one reply (`Singleton`).
+fn links(subjects: &[(String, Shared)], from: Option<&str>) -> Value {
+    let entries = subjects.iter().map(|(subject, shared)| {
+        let kind = match shared {
+            Shared::Service { .. } => "service",
+            Shared::Stream => "stream",
+        };
+        let mut entry = json!({"name": subject, "subject": subject, "type": kind});
+        match from {
+            Some(account) => entry["account"] = json!(account),
+            None if matches!(shared, Shared::Service { many: true }) => {
+                entry["response_type"] = json!("Stream")
+            }
+            None => {}
+        }
+        entry
+    });
+    Value::Array(entries.collect())
 }
 
 /// A user JWT issued by one of `account`'s signing keys. `None` permissions:

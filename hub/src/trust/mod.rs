@@ -24,14 +24,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use fleetbus_schemas::permissions::{agent_permissions, check_cluster_name, InvalidClusterName};
+use fleetbus_schemas::permissions::{
+    agent_permissions, check_cluster_name, streams_account_exports, InvalidClusterName,
+};
 use fleetbus_schemas::subject::Prefix;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use files::*;
 pub use jwt::JsLimits;
-use jwt::JwtError;
+use jwt::{AccountSpec, JwtError, Links};
 
 /// Why `fleet init` or `join` failed. Every variant names the file or the
 /// input at fault.
@@ -139,10 +141,24 @@ pub struct FleetInfo {
     pub operator: String,
     /// The system account's public nkey.
     pub system_account: String,
-    /// The fleet account's public nkey: every agent and the admin are its users.
+    /// The fleet account's public nkey: it holds the fleet's streams and
+    /// buckets. Split fleets (`members_account` set) have no user in it;
+    /// before the split every agent and the admin were its users.
     pub account: String,
-    /// The account signing key's public nkey (the issuer of every user).
+    /// The fleet account's signing key's public nkey: the issuer of every
+    /// user before the split. A split fleet's streams account lists it only
+    /// while some cluster still holds creds it issued ([`write_server_conf`]).
     pub signing_key: String,
+    /// The members account's public nkey: every agent, the admin and the
+    /// notify bridge are its users, and it imports the fleet account's
+    /// JetStream (SECURITY.md, "Deliveries a member steers"). Absent from
+    /// fleets made before the split; the next `fleet init` adds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members_account: Option<String>,
+    /// The members account's signing key's public nkey: the issuer of every
+    /// user of a split fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members_signing_key: Option<String>,
     /// The subject prefix the permissions are written for.
     pub subject_prefix: String,
     /// When `fleet init` ran.
@@ -158,6 +174,10 @@ pub struct FleetInfo {
 pub enum InitOutcome {
     /// A new fleet was written.
     Created(FleetInfo),
+    /// The directory held a fleet from before the members account: it was
+    /// added, with new admin and notify credentials in it (the old ones
+    /// keep working until every cluster has joined again).
+    Split(FleetInfo),
     /// The directory already held a complete fleet: nothing was changed but,
     /// when true, the notify bridge's credentials it lacked were added.
     AlreadyInitialised(FleetInfo, bool),
@@ -190,6 +210,9 @@ pub fn init(
                 &dir.join(FLEET_JSON),
                 format!("the fleet is missing {}", missing.join(", ")),
             ));
+        }
+        if info.members_account.is_none() {
+            return split(dir, info).map(InitOutcome::Split);
         }
         let notify_added = ensure_notify_creds(dir, &info)?;
         return Ok(InitOutcome::AlreadyInitialised(info, notify_added));
@@ -227,12 +250,16 @@ fn write_new_fleet(
     let system = nkeys::KeyPair::new_account();
     let account = nkeys::KeyPair::new_account();
     let signing = nkeys::KeyPair::new_account();
+    let members = nkeys::KeyPair::new_account();
+    let members_signing = nkeys::KeyPair::new_account();
     let info = FleetInfo {
         name: name.to_owned(),
         operator: operator.public_key(),
         system_account: system.public_key(),
         account: account.public_key(),
         signing_key: signing.public_key(),
+        members_account: Some(members.public_key()),
+        members_signing_key: Some(members_signing.public_key()),
         subject_prefix: prefix.as_str().to_owned(),
         created_at: now,
         jetstream_limits: Some(*limits),
@@ -249,11 +276,13 @@ fn write_new_fleet(
     secret(SYSTEM_SEED, &seed(&system)?)?;
     secret(ACCOUNT_SEED, &seed(&account)?)?;
     secret(SIGNING_SEED, &seed(&signing)?)?;
+    secret(MEMBERS_SEED, &seed(&members)?)?;
+    secret(MEMBERS_SIGNING_SEED, &seed(&members_signing)?)?;
     public(OPERATOR_JWT, &format!("{operator_jwt}\n"))?;
     write_server_conf(dir, &info, &operator, &BTreeMap::new(), now, false)?;
     secret(
         ADMIN_CREDS,
-        &mint_user(&info, &signing, "admin", None, now)?.0,
+        &mint_user(&info, &members_signing, "admin", None, now)?.0,
     )?;
     let root = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519)
         .map_err(|e| TrustError::Key(e.to_string()))?;
@@ -274,9 +303,7 @@ fn ensure_notify_creds(dir: &Path, info: &FleetInfo) -> Result<bool, TrustError>
     if path.exists() {
         return Ok(false);
     }
-    let signing_path = dir.join(SIGNING_SEED);
-    let signing = nkeys::KeyPair::from_seed(read(&signing_path)?.trim())
-        .map_err(|_| damaged(&signing_path, "not an account nkey seed"))?;
+    let signing = user_signer(dir, info)?;
     let prefix = Prefix::new(info.subject_prefix.clone())
         .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
     let permissions = fleetbus_schemas::permissions::notify_permissions(&prefix, "fleetbus-notify")
@@ -286,9 +313,135 @@ fn ensure_notify_creds(dir: &Path, info: &FleetInfo) -> Result<bool, TrustError>
     Ok(true)
 }
 
+/// The account a fleet's users are issued in and the key that issues them:
+/// the members account of a split fleet, else the fleet account.
+fn user_issuer(info: &FleetInfo) -> (&str, &str) {
+    match (&info.members_account, &info.members_signing_key) {
+        (Some(account), Some(signing)) => (account, signing),
+        _ => (&info.account, &info.signing_key),
+    }
+}
+
+/// The key that issues `info`'s users, from its seed, checked against fleet.json.
+fn user_signer(dir: &Path, info: &FleetInfo) -> Result<nkeys::KeyPair, TrustError> {
+    let (_, signing_key) = user_issuer(info);
+    let file = if info.members_signing_key.is_some() {
+        MEMBERS_SIGNING_SEED
+    } else {
+        SIGNING_SEED
+    };
+    let path = dir.join(file);
+    let signing = nkeys::KeyPair::from_seed(read(&path)?.trim())
+        .map_err(|_| damaged(&path, "not an account nkey seed"))?;
+    if signing.public_key() != signing_key {
+        return Err(damaged(&path, "not the signing key fleet.json names"));
+    }
+    Ok(signing)
+}
+
+/// `fleet init` over a fleet from before the members account: adds it (new
+/// keys, fleet.json rewritten), re-issues the admin's and the notify bridge's
+/// credentials in it, and rewrites [`SERVER_CONF`]. Clusters get new creds
+/// from their next `join`; until the last has, the fleet account keeps its
+/// signing key, so that agents still running on the old creds keep working.
+fn split(dir: &Path, mut info: FleetInfo) -> Result<FleetInfo, TrustError> {
+    let now = Utc::now();
+    let members = nkeys::KeyPair::new_account();
+    let members_signing = nkeys::KeyPair::new_account();
+    let operator = operator_key(dir, &info)?;
+    let seed = |k: &nkeys::KeyPair| {
+        k.seed()
+            .map(|s| s + "\n")
+            .map_err(|e| TrustError::Key(e.to_string()))
+    };
+    // Seeds first, fleet.json after them: an interrupted split leaves a fleet
+    // that is not split yet, and the next `fleet init` makes new seeds.
+    write_file(
+        &dir.join(MEMBERS_SEED),
+        seed(&members)?.as_bytes(),
+        true,
+        true,
+    )?;
+    let signing_seed = seed(&members_signing)?;
+    write_file(
+        &dir.join(MEMBERS_SIGNING_SEED),
+        signing_seed.as_bytes(),
+        true,
+        true,
+    )?;
+    info.members_account = Some(members.public_key());
+    info.members_signing_key = Some(members_signing.public_key());
+    let revocations = read_revocations(dir)?;
+    write_server_conf(dir, &info, &operator, &revocations, now, true)?;
+    let admin = mint_user(&info, &members_signing, "admin", None, now)?.0;
+    write_file(&dir.join(ADMIN_CREDS), admin.as_bytes(), true, true)?;
+    match std::fs::remove_file(dir.join(NOTIFY_CREDS)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(TrustError::Io {
+                path: dir.join(NOTIFY_CREDS),
+                source: e,
+            })
+        }
+        _ => {}
+    }
+    ensure_notify_creds(dir, &info)?;
+    let json = serde_json::to_string_pretty(&info)
+        .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
+    write_file(&dir.join(FLEET_JSON), (json + "\n").as_bytes(), false, true)?;
+    Ok(info)
+}
+
+/// The operator's key, from its seed, checked against fleet.json.
+fn operator_key(dir: &Path, info: &FleetInfo) -> Result<nkeys::KeyPair, TrustError> {
+    let path = dir.join(OPERATOR_SEED);
+    let operator = nkeys::KeyPair::from_seed(read(&path)?.trim())
+        .map_err(|_| damaged(&path, "not an operator nkey seed"))?;
+    if operator.public_key() != info.operator {
+        return Err(damaged(&path, "not the operator fleet.json names"));
+    }
+    Ok(operator)
+}
+
+/// [`REVOCATIONS`], or none.
+fn read_revocations(dir: &Path) -> Result<BTreeMap<String, i64>, TrustError> {
+    let path = dir.join(REVOCATIONS);
+    if !path.exists() {
+        return Ok(BTreeMap::new());
+    }
+    serde_json::from_str(&read(&path)?).map_err(|e| damaged(&path, e.to_string()))
+}
+
+/// Whether some cluster of `dir` still holds creds issued by the fleet
+/// account's own signing key (from before the split).
+fn old_creds_remain(dir: &Path, info: &FleetInfo) -> Result<bool, TrustError> {
+    let clusters = dir.join(CLUSTERS);
+    let Ok(entries) = std::fs::read_dir(&clusters) else {
+        return Ok(false);
+    };
+    for entry in entries {
+        let entry = entry.map_err(|source| TrustError::Io {
+            path: clusters.clone(),
+            source,
+        })?;
+        let creds = entry.path().join(CLUSTER_CREDS);
+        if !creds.exists() {
+            continue;
+        }
+        if let Ok((claims, _)) = jwt::parse_creds(&read(&creds)?) {
+            if claims["iss"].as_str() == Some(info.signing_key.as_str()) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
 /// Writes [`SERVER_CONF`]: the operator's JWT (from [`OPERATOR_JWT`]) and
-/// both accounts' JWTs signed now, the fleet account's carrying
-/// `revocations`. `replace`: over an existing include (revocation).
+/// the accounts' JWTs signed now, the users' account carrying `revocations`.
+/// A split fleet's streams account exports what its members account imports
+/// (`streams_account_exports`), and issues users only while some cluster
+/// still holds creds from before the split. `replace`: over an existing
+/// include (revocation, split).
 fn write_server_conf(
     dir: &Path,
     info: &FleetInfo,
@@ -298,49 +451,100 @@ fn write_server_conf(
     replace: bool,
 ) -> Result<(), TrustError> {
     let operator_jwt = read(&dir.join(OPERATOR_JWT))?;
+    let none = BTreeMap::new();
     let system_jwt = jwt::account_jwt(
         operator,
-        &info.system_account,
-        "SYS",
-        None,
-        &[],
-        &BTreeMap::new(),
+        &AccountSpec {
+            account: &info.system_account,
+            name: "SYS",
+            jetstream: None,
+            signing_keys: &[],
+            revocations: &none,
+            links: Links::None,
+        },
         now,
     )?;
-    let account_jwt = jwt::account_jwt(
-        operator,
-        &info.account,
-        &info.name,
-        Some(&info.jetstream_limits.unwrap_or(JsLimits::UNLIMITED)),
-        std::slice::from_ref(&info.signing_key),
-        revocations,
-        now,
-    )?;
-    let conf = server_conf(info, operator_jwt.trim(), &system_jwt, &account_jwt);
+    let prefix = Prefix::new(info.subject_prefix.clone())
+        .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
+    let shared = streams_account_exports(&prefix);
+    let limits = info.jetstream_limits.unwrap_or(JsLimits::UNLIMITED);
+    let old_signing = std::slice::from_ref(&info.signing_key);
+    let mut accounts = vec![(info.account.clone(), String::new())];
+    let streams = match (&info.members_account, &info.members_signing_key) {
+        (Some(members), Some(members_signing)) => {
+            let members_jwt = jwt::account_jwt(
+                operator,
+                &AccountSpec {
+                    account: members,
+                    name: &format!("{}-members", info.name),
+                    jetstream: None,
+                    signing_keys: std::slice::from_ref(members_signing),
+                    revocations,
+                    links: Links::Imports {
+                        from: &info.account,
+                        subjects: &shared,
+                    },
+                },
+                now,
+            )?;
+            accounts.push((members.clone(), members_jwt));
+            let keep_old = old_creds_remain(dir, info)?;
+            AccountSpec {
+                account: &info.account,
+                name: &info.name,
+                jetstream: Some(&limits),
+                signing_keys: if keep_old { old_signing } else { &[] },
+                // With no signing key it has no user to revoke.
+                revocations: if keep_old { revocations } else { &none },
+                links: Links::Exports(&shared),
+            }
+        }
+        _ => AccountSpec {
+            account: &info.account,
+            name: &info.name,
+            jetstream: Some(&limits),
+            signing_keys: old_signing,
+            revocations,
+            links: Links::None,
+        },
+    };
+    // nats-server applies a changed account JWT by rebuilding the account's
+    // exports, which drops the routes of replies in flight: a pull pending
+    // when the server reloads would deliver its messages nowhere (tested:
+    // after a revocation, an agent's registry watch went silent). Signed at a
+    // fixed time, the streams account's JWT is the same text while its
+    // claims are, and nats-server skips an identical JWT: revoking a member
+    // (the members account's JWT) leaves it alone.
+    let iat = if info.members_account.is_some() {
+        info.created_at
+    } else {
+        now
+    };
+    accounts[0].1 = jwt::account_jwt(operator, &streams, iat)?;
+    accounts.push((info.system_account.clone(), system_jwt));
+    let conf = server_conf(info, operator_jwt.trim(), &accounts);
     write_file(&dir.join(SERVER_CONF), conf.as_bytes(), false, replace)
 }
 
 /// The nats-server include for operator mode: the operator's JWT, the system
-/// account, and both accounts preloaded into the memory resolver (no account
+/// account, and every account preloaded into the memory resolver (no account
 /// server to run). nats-server documents the memory resolver's preloads as
 /// reloadable: a new account JWT (a revocation) takes effect on a config
 /// reload (`nats-server --signal reload`, SIGHUP), no restart.
-fn server_conf(
-    info: &FleetInfo,
-    operator_jwt: &str,
-    system_jwt: &str,
-    account_jwt: &str,
-) -> String {
+fn server_conf(info: &FleetInfo, operator_jwt: &str, accounts: &[(String, String)]) -> String {
+    let preload: String = accounts
+        .iter()
+        .map(|(key, jwt)| format!("  {key}: {jwt}\n"))
+        .collect();
     format!(
         "# fleetbus fleet {name:?}: nats-server operator mode. `include` this file from the\n\
          # server's configuration; users are the creds `fleetbus join` mints.\n\
          operator: {operator_jwt}\n\
          system_account: {sys}\n\
          resolver: MEMORY\n\
-         resolver_preload: {{\n  {acc}: {account_jwt}\n  {sys}: {system_jwt}\n}}\n",
+         resolver_preload: {{\n{preload}}}\n",
         name = info.name,
         sys = info.system_account,
-        acc = info.account,
     )
 }
 
@@ -356,7 +560,7 @@ fn mint_user(
     let user = nkeys::KeyPair::new_user();
     let user_jwt = jwt::user_jwt(
         signing,
-        &info.account,
+        user_issuer(info).0,
         &user.public_key(),
         name,
         permissions,
@@ -390,6 +594,12 @@ pub struct Joined {
     /// The cluster's earlier user keys revoked now (`--rotate`); when not
     /// empty, [`SERVER_CONF`] was rewritten and nats-server must reload it.
     pub revoked: Vec<String>,
+    /// Its creds were from before the split: issued anew in the members account.
+    pub moved: bool,
+    /// It was the last cluster to move: the streams account issues no user
+    /// any more ([`SERVER_CONF`] rewritten; nats-server must reload it), and
+    /// every creds from before the split stops working.
+    pub old_creds_stopped: bool,
     /// The cluster's keys, certificate and the fleet root's public key.
     pub identity: identity::Identity,
     /// Whether the keys and certificate were issued now.
@@ -404,14 +614,29 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
     let info = load_info(dir)?;
     let cluster_dir = dir.join(CLUSTERS).join(name);
     let path = cluster_dir.join(CLUSTER_CREDS);
-    let (creds, issued, revoked) = if path.exists() && !rotate {
+    // Creds from before the split (issued in the streams account) are issued
+    // anew in the members account. The old ones are not revoked one by one
+    // (that would re-sign the streams account's JWT at each join, see
+    // `write_server_conf`): they all stop at once when the last cluster has
+    // moved and the streams account loses its signing key.
+    let moved = info.members_account.is_some()
+        && path.exists()
+        && jwt::parse_creds(&read(&path)?)
+            .is_ok_and(|(c, _)| c["iss"].as_str() == Some(info.signing_key.as_str()));
+    let (creds, issued, revoked) = if path.exists() && !rotate && !moved {
         let creds = read(&path)?;
         check_stored(&info, name, &path, &creds)?;
         (creds, false, Vec::new())
     } else {
-        let (creds, revoked) = mint_creds(dir, &info, name, rotate)?;
+        let (creds, revoked) = mint_creds(dir, &info, name, rotate, moved)?;
         (creds, true, revoked)
     };
+    let old_creds_stopped = moved && !old_creds_remain(dir, &info)?;
+    if old_creds_stopped {
+        let operator = operator_key(dir, &info)?;
+        let revocations = read_revocations(dir)?;
+        write_server_conf(dir, &info, &operator, &revocations, Utc::now(), true)?;
+    }
     let (identity, identity_issued) = identity::ensure(dir, &cluster_dir, name, rotate)?;
     Ok(Joined {
         info,
@@ -420,6 +645,8 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
         path,
         issued,
         revoked,
+        moved,
+        old_creds_stopped,
         identity,
         identity_issued,
     })
@@ -433,16 +660,9 @@ fn mint_creds(
     info: &FleetInfo,
     name: &str,
     rotate: bool,
+    replace: bool,
 ) -> Result<(String, Vec<String>), TrustError> {
-    let signing_path = dir.join(SIGNING_SEED);
-    let signing = nkeys::KeyPair::from_seed(read(&signing_path)?.trim())
-        .map_err(|_| damaged(&signing_path, "not an account nkey seed"))?;
-    if signing.public_key() != info.signing_key {
-        return Err(damaged(
-            &signing_path,
-            "not the signing key fleet.json names",
-        ));
-    }
+    let signing = user_signer(dir, info)?;
     let prefix = Prefix::new(info.subject_prefix.clone())
         .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
     let cluster_dir = dir.join(CLUSTERS).join(name);
@@ -461,7 +681,7 @@ fn mint_creds(
     // Recorded before the creds are written: a key that exists anywhere is
     // one `leave` will find.
     record_issued(dir, name, &key)?;
-    write_file(&path, creds.as_bytes(), true, rotate)?;
+    write_file(&path, creds.as_bytes(), true, rotate || replace)?;
     let revoked = revoke(dir, info, &earlier, now)?;
     Ok((creds, revoked))
 }
@@ -524,11 +744,7 @@ fn revoke(
     now: DateTime<Utc>,
 ) -> Result<Vec<String>, TrustError> {
     let path = dir.join(REVOCATIONS);
-    let mut revocations: BTreeMap<String, i64> = if path.exists() {
-        serde_json::from_str(&read(&path)?).map_err(|e| damaged(&path, e.to_string()))?
-    } else {
-        BTreeMap::new()
-    };
+    let mut revocations = read_revocations(dir)?;
     let added: Vec<String> = keys
         .iter()
         .filter(|k| !revocations.contains_key(*k))
@@ -537,12 +753,7 @@ fn revoke(
     if added.is_empty() {
         return Ok(added);
     }
-    let operator_path = dir.join(OPERATOR_SEED);
-    let operator = nkeys::KeyPair::from_seed(read(&operator_path)?.trim())
-        .map_err(|_| damaged(&operator_path, "not an operator nkey seed"))?;
-    if operator.public_key() != info.operator {
-        return Err(damaged(&operator_path, "not the operator fleet.json names"));
-    }
+    let operator = operator_key(dir, info)?;
     // A JWT issued in the same second as the revocation is revoked too
     // (nats-server compares `iat <= time`): only keys being revoked are
     // listed, so a cluster's new key is never one of them.
@@ -598,8 +809,9 @@ fn check_stored(info: &FleetInfo, name: &str, path: &Path, creds: &str) -> Resul
         why,
     };
     let (claims, _) = jwt::parse_creds(creds).map_err(|e| bad(e.to_string()))?;
-    if claims["iss"].as_str() != Some(info.signing_key.as_str())
-        || claims["nats"]["issuer_account"].as_str() != Some(info.account.as_str())
+    let (account, signing_key) = user_issuer(info);
+    if claims["iss"].as_str() != Some(signing_key)
+        || claims["nats"]["issuer_account"].as_str() != Some(account)
     {
         return Err(bad("not issued by this fleet's account signing key".into()));
     }

@@ -29,6 +29,8 @@ fn init_writes_every_file_secrets_0600() {
         SYSTEM_SEED,
         ACCOUNT_SEED,
         SIGNING_SEED,
+        MEMBERS_SEED,
+        MEMBERS_SIGNING_SEED,
         ADMIN_CREDS,
         ROOT_KEY,
     ] {
@@ -39,12 +41,8 @@ fn init_writes_every_file_secrets_0600() {
     let info = load_info(&dir).unwrap();
     assert!(conf.contains(&format!("system_account: {}", info.system_account)));
     assert!(conf.contains("resolver: MEMORY"));
-    // The account JWT gives the fleet account JetStream and names the signing key.
-    let account_jwt = conf
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(&format!("{}: ", info.account)))
-        .unwrap();
-    let claims = jwt::verify(account_jwt).unwrap();
+    // The streams account has JetStream, exports it, and issues no user.
+    let claims = account_claims(&dir, &info.account);
     assert_eq!(claims["iss"], info.operator);
     assert_eq!(
         claims["nats"]["limits"]["disk_storage"], -1,
@@ -52,9 +50,30 @@ fn init_writes_every_file_secrets_0600() {
     );
     assert_eq!(claims["nats"]["limits"]["consumer"], 10_000);
     assert_eq!(claims["nats"]["limits"]["streams"], 64);
-    assert_eq!(claims["nats"]["signing_keys"][0], info.signing_key);
+    assert_eq!(claims["nats"]["signing_keys"], serde_json::json!([]));
+    let exported = claims["nats"]["exports"].as_array().unwrap();
+    let api = exported
+        .iter()
+        .find(|e| e["subject"] == "$JS.API.>")
+        .unwrap();
+    assert_eq!(api["type"], "service");
+    assert_eq!(api["response_type"], "Stream", "a pull has many replies");
+    // The members account: no JetStream of its own, imports every export of
+    // the streams account, issues the users.
+    let members = info.members_account.clone().unwrap();
+    let m = account_claims(&dir, &members);
+    assert!(m["nats"]["limits"].get("disk_storage").is_none(), "{m}");
+    let imported = m["nats"]["imports"].as_array().unwrap();
+    assert_eq!(imported.len(), exported.len());
+    for (i, e) in imported.iter().zip(exported) {
+        assert_eq!((&i["subject"], &i["type"]), (&e["subject"], &e["type"]));
+        assert_eq!(i["account"], info.account);
+    }
+    let signing = info.members_signing_key.clone().unwrap();
+    assert_eq!(m["nats"]["signing_keys"], serde_json::json!([signing]));
     let (admin, _) = jwt::parse_creds(&read(&dir.join(ADMIN_CREDS)).unwrap()).unwrap();
-    assert_eq!(admin["iss"], info.signing_key);
+    assert_eq!(admin["iss"], signing);
+    assert_eq!(admin["nats"]["issuer_account"], members);
     assert!(read(&dir.join(ROOT_PUB))
         .unwrap()
         .starts_with("-----BEGIN PUBLIC KEY-----"));
@@ -82,7 +101,7 @@ fn init_again_changes_nothing_and_never_overwrites_a_root() {
     );
     let (claims, _) = jwt::parse_creds(&read(&dir.join(NOTIFY_CREDS)).unwrap()).unwrap();
     assert_ne!(read(&dir.join(NOTIFY_CREDS)).unwrap(), notify);
-    assert_eq!(claims["iss"], info.signing_key);
+    assert_eq!(claims["iss"], info.members_signing_key.clone().unwrap());
     let allowed = claims["nats"]["pub"]["allow"].as_array().unwrap();
     assert!(
         allowed
@@ -212,7 +231,7 @@ fn join_refuses_bad_names_missing_fleets_and_tampered_creds() {
 
     // A signing key that is not fleet.json's.
     let other_seed = nkeys::KeyPair::new_account().seed().unwrap();
-    std::fs::write(dir.join(SIGNING_SEED), other_seed).unwrap();
+    std::fs::write(dir.join(MEMBERS_SIGNING_SEED), other_seed).unwrap();
     let err = join(&dir, "c3", false).unwrap_err();
     assert!(err.to_string().contains("not the signing key"), "{err}");
 }
@@ -359,22 +378,148 @@ fn join_refuses_a_stored_identity_that_is_not_the_clusters() {
     join(&dir, "c1", false).unwrap();
 }
 
-/// The fleet account's revocations as the include's account JWT carries them.
-fn revocations_in_conf(dir: &Path) -> serde_json::Value {
+/// The claims of `account`'s JWT in the fleet's nats-server include, checked
+/// as signed by the operator.
+fn account_claims(dir: &Path, account: &str) -> serde_json::Value {
     let info = load_info(dir).unwrap();
     let conf = read(&dir.join(SERVER_CONF)).unwrap();
     let account_jwt = conf
         .lines()
-        .find_map(|l| l.trim().strip_prefix(&format!("{}: ", info.account)))
+        .find_map(|l| l.trim().strip_prefix(&format!("{account}: ")))
         .unwrap();
     let claims = jwt::verify(account_jwt).unwrap();
-    assert_eq!(claims["iss"], info.operator, "re-signed by the operator");
-    assert_eq!(claims["nats"]["signing_keys"][0], info.signing_key);
+    assert_eq!(claims["iss"], info.operator, "signed by the operator");
+    claims
+}
+
+/// The users' revocations as the include's account JWTs carry them.
+fn revocations_in_conf(dir: &Path) -> serde_json::Value {
+    let info = load_info(dir).unwrap();
+    let streams = account_claims(dir, &info.account);
     assert_eq!(
-        claims["nats"]["limits"]["consumer"], DEFAULT_JS_LIMITS.consumers,
+        streams["nats"]["limits"]["consumer"], DEFAULT_JS_LIMITS.consumers,
         "the limits survive a re-signing"
     );
-    claims["nats"]["revocations"].clone()
+    let members = account_claims(dir, info.members_account.as_deref().unwrap());
+    assert_eq!(
+        members["nats"]["signing_keys"][0],
+        info.members_signing_key.clone().unwrap()
+    );
+    members["nats"]["revocations"].clone()
+}
+
+/// A fleet from before the members account (as `fleet init` wrote one): its
+/// users issued in the streams account by its own signing key.
+fn unsplit(dir: &Path) {
+    let mut info = load_info(dir).unwrap();
+    info.members_account = None;
+    info.members_signing_key = None;
+    let json = serde_json::to_string_pretty(&info).unwrap();
+    std::fs::write(dir.join(FLEET_JSON), json).unwrap();
+    for f in [MEMBERS_SEED, MEMBERS_SIGNING_SEED] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    let operator = operator_key(dir, &info).unwrap();
+    write_server_conf(dir, &info, &operator, &BTreeMap::new(), Utc::now(), true).unwrap();
+    let signing = user_signer(dir, &info).unwrap();
+    let admin = mint_user(&info, &signing, "admin", None, Utc::now())
+        .unwrap()
+        .0;
+    std::fs::write(dir.join(ADMIN_CREDS), admin).unwrap();
+}
+
+#[test]
+fn an_older_fleet_is_split_and_its_clusters_move_as_they_join_again() {
+    let (_tmp, dir) = new_fleet();
+    unsplit(&dir);
+    let old = load_info(&dir).unwrap();
+    let c1 = join(&dir, "c1", false).unwrap();
+    let c2 = join(&dir, "c2", false).unwrap();
+    for old_creds in [&c1.creds, &c2.creds] {
+        assert_eq!(
+            jwt::parse_creds(old_creds).unwrap().0["iss"],
+            old.signing_key
+        );
+    }
+    let before = account_claims(&dir, &old.account);
+    assert!(before["nats"].get("exports").is_none(), "{before}");
+
+    let info = match init(&dir, "test", &Prefix::default(), &DEFAULT_JS_LIMITS, false).unwrap() {
+        InitOutcome::Split(info) => info,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        info.account, old.account,
+        "the streams stay in their account"
+    );
+    let members = info.members_account.clone().unwrap();
+    for f in [ADMIN_CREDS, NOTIFY_CREDS] {
+        let (claims, _) = jwt::parse_creds(&read(&dir.join(f)).unwrap()).unwrap();
+        assert_eq!(claims["nats"]["issuer_account"], members, "{f}");
+    }
+    // Until every cluster has joined again, their old creds keep working.
+    let streams = account_claims(&dir, &info.account);
+    assert_eq!(
+        streams["nats"]["signing_keys"],
+        serde_json::json!([old.signing_key])
+    );
+    assert!(streams["nats"]["exports"].is_array());
+
+    let moved = join(&dir, "c1", false).unwrap();
+    assert!(
+        moved.issued && moved.moved,
+        "creds from before the split are issued anew"
+    );
+    assert!(moved.revoked.is_empty() && !moved.old_creds_stopped);
+    let streams_jwt = |dir: &Path| {
+        let conf = read(&dir.join(SERVER_CONF)).unwrap();
+        let line = conf
+            .lines()
+            .find(|l| l.trim().starts_with(&info.account))
+            .unwrap();
+        line.to_owned()
+    };
+    let before_move = streams_jwt(&dir);
+    assert_eq!(
+        jwt::parse_creds(&moved.creds).unwrap().0["nats"]["issuer_account"],
+        members
+    );
+    assert!(!join(&dir, "c1", false).unwrap().issued, "once");
+    let streams = account_claims(&dir, &info.account);
+    assert_eq!(
+        streams["nats"]["signing_keys"],
+        serde_json::json!([old.signing_key]),
+        "c2 has not moved"
+    );
+
+    let last = join(&dir, "c2", false).unwrap();
+    assert!(last.moved && last.old_creds_stopped);
+    let streams = account_claims(&dir, &info.account);
+    assert_eq!(
+        streams["nats"]["signing_keys"],
+        serde_json::json!([]),
+        "no user is left there"
+    );
+    let split = streams_jwt(&dir);
+    assert_ne!(split, before_move);
+    // From now on a revocation re-signs the members account, not the streams
+    // account: nats-server then keeps the routes of the replies in flight.
+    let rotated = join(&dir, "c1", true).unwrap();
+    assert!(
+        rotated.revoked.contains(&user_key(&moved.creds)),
+        "{:?}",
+        rotated.revoked
+    );
+    assert!(
+        rotated.revoked.contains(&user_key(&c1.creds)),
+        "and its key from before"
+    );
+    assert!(revocations_in_conf(&dir)[user_key(&moved.creds)].is_i64());
+    assert_eq!(streams_jwt(&dir), split);
+    match init(&dir, "test", &Prefix::default(), &DEFAULT_JS_LIMITS, false).unwrap() {
+        InitOutcome::AlreadyInitialised(i, false) => assert_eq!(i, info),
+        other => panic!("{other:?}"),
+    }
 }
 
 fn user_key(creds: &str) -> String {

@@ -21,7 +21,7 @@ use fleetbus_schemas::envelope::Envelope;
 use fleetbus_schemas::subject::ObjectKey;
 use fleetbus_schemas::trust::{SignedCertificate, SigningKey};
 use fleetbus_testsupport::{cargo_bin, wait_for, AgentCommand, NatsServer};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 /// c1 and c2 with the creds `join` minted, and c2's Secret `shared/db`
 /// synced to c1 under [`shared_secrets_rule`]: the agents work with their creds.
@@ -222,7 +222,8 @@ async fn joined_members_sync_and_a_member_cannot_touch_anothers_data() {
 /// creds, a message to `_INBOX.victim.1` (where the admin's CLI would wait
 /// for an agent's answer) is refused and never delivered, while c1's agent
 /// still answers the commands it receives (`allow_responses`). Before,
-/// members were granted `_INBOX.>` and the admin received it.
+/// members were granted `_INBOX.>` and the admin received it. Its ack of
+/// another consumer's message is refused too (members were granted `$JS.ACK.>`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_cannot_publish_into_anothers_reply_inbox() {
     let tmp = tempfile::tempdir().unwrap();
@@ -243,20 +244,7 @@ async fn a_member_cannot_publish_into_anothers_reply_inbox() {
         .await
         .unwrap();
     attacker.flush().await.unwrap();
-    wait_for(
-        "c1's publish on _INBOX.victim.1 refused",
-        CONVERGE,
-        || async {
-            let seen = events.lock().unwrap().clone();
-            seen.iter()
-                .any(|e| {
-                    e.contains("Permissions Violation for Publish") && e.contains("_INBOX.victim.1")
-                })
-                .then_some(())
-                .ok_or(format!("{seen:?}"))
-        },
-    )
-    .await;
+    publish_refused(&events, "_INBOX.victim.1").await;
     // The server refused it, so nothing can be on its way to the admin:
     // a marker the admin publishes itself comes first.
     admin
@@ -273,6 +261,13 @@ async fn a_member_cannot_publish_into_anothers_reply_inbox() {
         "{:?}",
         first.payload
     );
+    // Nor may it ack another consumer's messages: with `$JS.ACK.>` it could
+    // ack what the notify bridge's durable consumer has yet to send, and
+    // silence its alerts. Its agent acks nothing (ordered consumers).
+    let ack = "$JS.ACK.FLEETBUS_DRIFT.fleetbus-notify.1.1.1.0.0";
+    attacker.publish(ack, "+ACK".into()).await.unwrap();
+    attacker.flush().await.unwrap();
+    publish_refused(&events, ack).await;
     // c1's agent still answers a command (one reply to a request it got).
     let (code, out, err) = admin_cli(&nats, &dir, &["clusters", "progress", "c1"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -681,6 +676,23 @@ fn init_and_join_answer_garbage_with_clear_errors() {
 }
 
 /// A plain client holding `creds`, and the events of its connection.
+/// Waits until the server has told a [`watched_client`] that its publish on
+/// `subject` was refused.
+async fn publish_refused(events: &std::sync::Mutex<Vec<String>>, subject: &str) {
+    wait_for(
+        &format!("the publish on {subject} refused"),
+        CONVERGE,
+        || async {
+            let seen = events.lock().unwrap().clone();
+            seen.iter()
+                .any(|e| e.contains("Permissions Violation for Publish") && e.contains(subject))
+                .then_some(())
+                .ok_or(format!("{seen:?}"))
+        },
+    )
+    .await;
+}
+
 async fn watched_client(
     nats: &NatsServer,
     creds: &Path,
@@ -1206,20 +1218,25 @@ async fn change_arrives_after_attack(
     .await;
 }
 
-/// Still open (SECURITY.md; nats-io/nats-server#8274): a member may create a
-/// push consumer that delivers what it can read onto subjects it may not
-/// publish to. c2, with its own creds, stores a well-formed label request and
-/// a copy of its own record in its drift subtree and has consumers deliver
-/// them to c1's command subject and to c1's registry key. c1 refuses the
-/// request (unsigned) and stays unlabelled. The record is never delivered: a
-/// push consumer delivers only while a client subscribes to its subject, and
-/// none subscribes to a key's subject (a stream's capture is not interest).
-/// Whoever may write the bucket itself (a broker's creds) can put it there,
-/// or put back c1's validly signed record of an earlier run: c1 then puts its
-/// own record back, since an agent that starts reads only the latest value of
-/// each key and would not know c1, or believe it as it was.
+/// A member may create a push consumer whose deliver subject it may not
+/// publish to (nats-server does not check it: nats-io/nats-server#8274). The
+/// fleet's streams live in an account of their own with no users, so such a
+/// consumer delivers there, where no client is (SECURITY.md, "Deliveries a
+/// member steers"). c2, with its own creds, stores a well-formed label
+/// request, a copy of its own record and a forged drift event in its drift
+/// subtree, and has consumers deliver them to c1's command subject (c1's
+/// agent subscribes there), to an admin's reply inbox and to the drift
+/// subjects a plain client follows (both subscribed here), and to c1's
+/// registry key. None of them has a subscriber to deliver to: nothing is
+/// delivered, nothing received. With one account (what the fleet was before),
+/// the first three had one: c1 refused 20 unsigned requests and the admin
+/// received `INJECTED-BY-B`. Whoever may write the bucket itself (a broker's
+/// creds) can still put a record under c1's key, or put back c1's validly
+/// signed record of an earlier run: c1 then puts its own record back, since
+/// an agent that starts reads only the latest value of each key and would
+/// not know c1, or believe it as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deliveries_a_member_steers_onto_others_subjects_are_refused_and_repaired() {
+async fn deliveries_a_member_steers_reach_no_one_and_puts_on_a_key_are_repaired() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, nats, mut c1, _c2) = secure_pair(tmp.path(), &[]).await;
     let admin = connect(&nats, dir.join("admin.creds")).await;
@@ -1229,28 +1246,106 @@ async fn deliveries_a_member_steers_onto_others_subjects_are_refused_and_repaire
     let c2_record = registry.get(&c2_key).await.unwrap().unwrap();
     let c1_first_run = registry.get(&c1_key).await.unwrap().unwrap();
     let attacker = connect(&nats, creds(&dir, "c2")).await;
-
-    let onto_key = format!("$KV.fleetbus-registry.{c1_key}");
-    let mut to_key = store_and_steer(&attacker, "record", c2_record.to_vec(), &onto_key).await;
+    // Subscribers a steered delivery could reach in the members account.
+    let plain = admin.client();
+    let mut inbox = plain.subscribe("_INBOX.victim.1").await.unwrap();
+    let mut drift = plain.subscribe("fleetbus.drift.>").await.unwrap();
+    plain.flush().await.unwrap();
     let unsigned = "fleetbus_commands_rejected_total{verb=\"label\",reason=\"unsigned\"}";
     let before = c1.metric(unsigned).unwrap_or(0.0);
+
     let request =
         br#"{"schema":"fleetbus.io/label-request/v1","set":{"tier":"pwned"},"overwrite":true}"#;
-    store_and_steer(
-        &attacker,
-        "request",
-        request.to_vec(),
-        "fleetbus.cmd.c1.label",
-    )
-    .await;
-    c1.wait_metric_at_least(unsigned, before + 1.0).await;
+    let steered = [
+        (
+            "request",
+            request.to_vec(),
+            "fleetbus.cmd.c1.label".to_owned(),
+        ),
+        (
+            "inbox",
+            b"INJECTED-BY-B".to_vec(),
+            "_INBOX.victim.1".to_owned(),
+        ),
+        (
+            "event",
+            b"{}".to_vec(),
+            "fleetbus.drift.c1.forged".to_owned(),
+        ),
+        (
+            "record",
+            c2_record.to_vec(),
+            format!("$KV.fleetbus-registry.{c1_key}"),
+        ),
+    ];
+    let mut consumers = Vec::new();
+    for (token, payload, onto) in steered {
+        consumers.push((
+            onto.clone(),
+            store_and_steer(&attacker, token, payload, &onto).await,
+        ));
+    }
+    // Onto the JetStream API and its advisories, which nats-server serves in
+    // the streams account itself: a delivered request would run with the
+    // account's own rights (delete a stream), an advisory would have every
+    // agent read a stream anew. Neither happens (nor did it with one account:
+    // nats-server delivers a consumer's messages to neither).
+    let objects = admin.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+    let stored = objects.cached_info().state.messages;
+    let logged = c1.agent.log().len();
+    for (token, onto) in [
+        ("api", "$JS.API.STREAM.DELETE.FLEETBUS_OBJECTS"),
+        (
+            "advisory",
+            "$JS.EVENT.ADVISORY.STREAM.CREATED.FLEETBUS_OBJECTS",
+        ),
+    ] {
+        store_and_steer(&attacker, token, b"{}".to_vec(), onto).await;
+    }
+    // c2's own publishes in its drift subtree reach the plain follower
+    // (the event's went to its conflicts).
+    let forged = "fleetbus.drift.c1.forged";
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 5 {
+        let got = tokio::time::timeout(CONVERGE, drift.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_ne!(got.subject.as_str(), forged);
+        if let Some(token) = got.subject.strip_prefix("fleetbus.drift.c2.steer-") {
+            seen.insert(token.to_owned());
+        }
+    }
+    for (onto, consumer) in &mut consumers {
+        let info = consumer.info().await.unwrap();
+        // What the server knows at once: it has no subscriber of the deliver
+        // subject where the consumer lives, so it delivers nothing.
+        assert!(
+            !info.push_bound,
+            "{onto}: the consumer found a subscriber: {info:?}"
+        );
+        assert_eq!(info.delivered.consumer_sequence, 0, "{onto}: {info:?}");
+        assert_eq!(info.num_pending, 1, "{onto}: {info:?}");
+    }
+    // And a request c1's agent does not get is not refused either; its labels
+    // are untouched, its key holds its record, and the subscribers got
+    // nothing but c2's own publishes above.
+    assert_eq!(c1.metric(unsigned).unwrap_or(0.0), before);
     let labels = c1.clusters().get("c1").await.unwrap().metadata.labels;
     assert!(!labels.unwrap_or_default().contains_key("tier"));
-    // The command was delivered after the key's consumer was made; that one
-    // delivered nothing, and c1's key holds c1's record.
-    let info = to_key.info().await.unwrap();
-    assert_eq!(info.delivered.consumer_sequence, 0, "{info:?}");
     assert_eq!(record_name(&registry, &c1_key).await, "c1");
+    assert!(inbox.next().now_or_never().is_none());
+    let mut objects = admin.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+    assert_eq!(objects.info().await.unwrap().state.messages, stored);
+    let log = c1.agent.log();
+    let since = log.get(logged..).unwrap_or_default();
+    assert!(
+        !since.contains("was recreated; consuming it anew"),
+        "{since}"
+    );
+    while let Some(Some(got)) = drift.next().now_or_never() {
+        assert_ne!(got.subject.as_str(), forged);
+    }
 
     put_and_see_put_back(&registry, &c1_key, c2_record.to_vec(), "c2's record").await;
     assert_eq!(record_name(&registry, &c1_key).await, "c1");
@@ -1289,17 +1384,16 @@ async fn put_and_see_put_back(
     value: Vec<u8>,
     what: &str,
 ) {
-    let mut puts = registry.watch(key).await.unwrap();
+    let (mut puts, _) = pull_watch(registry, key, false).await;
     registry.put(key, value.clone().into()).await.unwrap();
     let mut landed = false;
     let deadline = tokio::time::Instant::now() + CONVERGE;
     loop {
-        let entry = tokio::time::timeout_at(deadline, puts.next())
+        let ((_, _, entry), _) = tokio::time::timeout_at(deadline, puts.next())
             .await
             .unwrap_or_else(|_| panic!("c1's key: {what} landed {landed}, c1's not put back"))
-            .expect("the watch goes on")
-            .unwrap();
-        if entry.value.as_ref() == value.as_slice() {
+            .expect("the watch goes on");
+        if entry == value {
             landed = true;
         } else if landed {
             break;
@@ -1314,7 +1408,7 @@ async fn record_name(registry: &jetstream::kv::Store, key: &str) -> String {
     record["name"].as_str().unwrap_or_default().to_owned()
 }
 
-/// Publishes `payload` in c2's own drift subtree (which c2 may) and creates
+/// Publishes `payload` in c2's own drift (or conflict) subtree (which c2 may) and creates
 /// a push consumer delivering it onto `onto` (which c2 may not publish to).
 async fn store_and_steer(
     js: &jetstream::Context,
@@ -1322,13 +1416,20 @@ async fn store_and_steer(
     payload: Vec<u8>,
     onto: &str,
 ) -> jetstream::consumer::Consumer<jetstream::consumer::push::Config> {
-    let from = format!("fleetbus.drift.c2.steer-{token}");
+    // A consumer may not deliver onto its own stream's subjects (a cycle,
+    // refused): what goes to the drift subjects is stored in c2's conflicts.
+    let (kind, stream) = if onto.starts_with("fleetbus.drift.") {
+        ("conflict", "FLEETBUS_CONFLICTS")
+    } else {
+        ("drift", "FLEETBUS_DRIFT")
+    };
+    let from = format!("fleetbus.{kind}.c2.steer-{token}");
     js.publish(from.clone(), payload.into())
         .await
         .unwrap()
         .await
         .unwrap();
-    let stream = js.get_stream("FLEETBUS_DRIFT").await.unwrap();
+    let stream = js.get_stream(stream).await.unwrap();
     let made = stream
         .create_consumer(jetstream::consumer::push::Config {
             deliver_subject: onto.to_owned(),

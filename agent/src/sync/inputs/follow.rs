@@ -113,6 +113,7 @@ async fn consume_once<K, V, I>(
         .get_stream(&f.stream)
         .await
         .map_err(|e| format!("{} stream: {e}", f.what))?;
+    let created = stream.cached_info().created;
     let mut consumer = stream
         .create_consumer(OrderedConfig {
             filter_subject: f.filter.clone(),
@@ -150,7 +151,20 @@ async fn consume_once<K, V, I>(
         let next = tokio::select! {
             m = messages.next() => m,
             Some(_) = next_advisory(&mut recreated) => {
-                return Err(format!("the {} stream was recreated; consuming it anew", f.what));
+                // An advisory is only a claim: a member's push consumer can
+                // deliver one (SECURITY.md, "Deliveries a member steers"), and
+                // each would have every agent read the stream anew. The
+                // stream's creation time says whether it was made again.
+                // An error reading it counts as gone: consuming anew finds out.
+                let now = ctx.js.get_stream(&f.stream).await.ok();
+                if now.map(|s| s.cached_info().created) != Some(created) {
+                    return Err(format!("the {} stream was recreated; consuming it anew", f.what));
+                }
+                ctx.metrics.sync_rejected("false_advisory");
+                if let Some(held_back) = SKIPPED.admit(&format!("{}/false_advisory", f.what)) {
+                    tracing::warn!(what = f.what, held_back, "ignored a stream-creation advisory of a stream that was not created again (counted in fleetbus_sync_rejected_total)");
+                }
+                continue;
             }
             Ok(()) = signers.changed(), if awaiting_signer => {
                 return Err(format!("a signer of dropped {} became known; reading them again", f.what));

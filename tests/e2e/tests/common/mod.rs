@@ -376,15 +376,83 @@ pub async fn beats_kv(nats: &NatsServer) -> async_nats::jetstream::kv::Store {
 }
 
 pub async fn registry_keys(kv: &async_nats::jetstream::kv::Store) -> Vec<String> {
-    let mut keys: Vec<String> = kv
-        .keys()
+    let mut keys: Vec<String> = pulled(kv, ">", true)
         .await
-        .expect("keys")
-        .filter_map(|k| async move { k.ok() })
-        .collect()
-        .await;
+        .into_iter()
+        .filter(|(_, op, _)| *op == async_nats::jetstream::kv::Operation::Put)
+        .map(|(key, _, _)| key)
+        .collect();
     keys.sort();
     keys
+}
+
+/// The last entry of every key of `kv` matching `filter`, read by a pull
+/// consumer, as (key, operation, value). Not async-nats' `keys` or `watch`:
+/// they make push consumers, which deliver nothing to a member of a fleet
+/// whose streams have their own account (SECURITY.md).
+pub async fn pulled(
+    kv: &async_nats::jetstream::kv::Store,
+    filter: &str,
+    headers_only: bool,
+) -> Vec<(String, async_nats::jetstream::kv::Operation, Vec<u8>)> {
+    let mut changes = pull_watch(kv, filter, headers_only).await;
+    let mut out = Vec::new();
+    if changes.1 == 0 {
+        return out;
+    }
+    while let Some((entry, pending)) = changes.0.next().await {
+        out.push(entry);
+        if pending == 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// A pull watch of `kv`'s keys matching `filter`, from the last value of each:
+/// (stream of ((key, operation, value), pending after it), pending at the start).
+pub async fn pull_watch(
+    kv: &async_nats::jetstream::kv::Store,
+    filter: &str,
+    headers_only: bool,
+) -> (
+    futures::stream::BoxStream<
+        'static,
+        ((String, async_nats::jetstream::kv::Operation, Vec<u8>), u64),
+    >,
+    u64,
+) {
+    use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
+    use async_nats::jetstream::kv::Operation;
+    let consumer = kv
+        .stream
+        .create_consumer(OrderedConfig {
+            filter_subject: format!("{}{filter}", kv.prefix),
+            deliver_policy: DeliverPolicy::LastPerSubject,
+            headers_only,
+            ..OrderedConfig::default()
+        })
+        .await
+        .expect("a pull consumer of the bucket");
+    let pending = consumer.cached_info().num_pending;
+    let prefix = kv.prefix.clone();
+    let messages = consumer.messages().await.expect("its messages");
+    let entries = messages.map(move |m| {
+        let m = m.expect("a message of the bucket");
+        let left = m.info().expect("JetStream metadata").pending;
+        let op = match m.headers.as_ref().and_then(|h| h.get("KV-Operation")) {
+            Some(v) if v.as_str() == "DEL" => Operation::Delete,
+            Some(v) if v.as_str() == "PURGE" => Operation::Purge,
+            _ => Operation::Put,
+        };
+        let key = m
+            .subject
+            .strip_prefix(prefix.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        ((key, op, m.payload.to_vec()), left)
+    });
+    (entries.boxed(), pending)
 }
 
 /// The first key of `kv` starting with `prefix` (e.g. `cluster.c2.`); panics
