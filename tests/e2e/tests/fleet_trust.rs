@@ -1302,20 +1302,19 @@ async fn deliveries_a_member_steers_reach_no_one_and_puts_on_a_key_are_repaired(
     ] {
         store_and_steer(&attacker, token, b"{}".to_vec(), onto).await;
     }
-    // c2's own publishes in its drift subtree reach the plain follower
-    // (the event's went to its conflicts).
+    // The plain follower is live: a marker c2 publishes in its own drift
+    // subtree reaches it, and nothing before it came from c1's subtree.
     let forged = "fleetbus.drift.c1.forged";
-    let mut seen = std::collections::BTreeSet::new();
-    while seen.len() < 5 {
-        let got = tokio::time::timeout(CONVERGE, drift.next())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_ne!(got.subject.as_str(), forged);
-        if let Some(token) = got.subject.strip_prefix("fleetbus.drift.c2.steer-") {
-            seen.insert(token.to_owned());
-        }
+    let marker = "fleetbus.drift.c2.marker";
+    attacker.client().publish(marker, "".into()).await.unwrap();
+    attacker.client().flush().await.unwrap();
+    let mut followed = Vec::new();
+    while followed.last().map(String::as_str) != Some(marker) {
+        let got = tokio::time::timeout(CONVERGE, drift.next()).await;
+        let got = got.unwrap_or_else(|_| panic!("no marker; followed {followed:?}"));
+        followed.push(got.expect("the subscription goes on").subject.to_string());
     }
+    assert!(!followed.iter().any(|s| s == forged), "{followed:?}");
     for (onto, consumer) in &mut consumers {
         let info = consumer.info().await.unwrap();
         // What the server knows at once: it has no subscriber of the deliver
