@@ -265,19 +265,14 @@ fn write_new_fleet(
         jetstream_limits: Some(*limits),
     };
     let operator_jwt = jwt::operator_jwt(&operator, name, &info.system_account, now)?;
-    let seed = |k: &nkeys::KeyPair| {
-        k.seed()
-            .map(|s| s + "\n")
-            .map_err(|e| TrustError::Key(e.to_string()))
-    };
     let secret = |f: &str, text: &str| write_file(&dir.join(f), text.as_bytes(), true, false);
     let public = |f: &str, text: &str| write_file(&dir.join(f), text.as_bytes(), false, false);
-    secret(OPERATOR_SEED, &seed(&operator)?)?;
-    secret(SYSTEM_SEED, &seed(&system)?)?;
-    secret(ACCOUNT_SEED, &seed(&account)?)?;
-    secret(SIGNING_SEED, &seed(&signing)?)?;
-    secret(MEMBERS_SEED, &seed(&members)?)?;
-    secret(MEMBERS_SIGNING_SEED, &seed(&members_signing)?)?;
+    secret(OPERATOR_SEED, &seed_line(&operator)?)?;
+    secret(SYSTEM_SEED, &seed_line(&system)?)?;
+    secret(ACCOUNT_SEED, &seed_line(&account)?)?;
+    secret(SIGNING_SEED, &seed_line(&signing)?)?;
+    secret(MEMBERS_SEED, &seed_line(&members)?)?;
+    secret(MEMBERS_SIGNING_SEED, &seed_line(&members_signing)?)?;
     public(OPERATOR_JWT, &format!("{operator_jwt}\n"))?;
     write_server_conf(dir, &info, &operator, &BTreeMap::new(), now, false)?;
     secret(
@@ -349,20 +344,15 @@ fn split(dir: &Path, mut info: FleetInfo) -> Result<FleetInfo, TrustError> {
     let members = nkeys::KeyPair::new_account();
     let members_signing = nkeys::KeyPair::new_account();
     let operator = operator_key(dir, &info)?;
-    let seed = |k: &nkeys::KeyPair| {
-        k.seed()
-            .map(|s| s + "\n")
-            .map_err(|e| TrustError::Key(e.to_string()))
-    };
     // Seeds first, fleet.json after them: an interrupted split leaves a fleet
     // that is not split yet, and the next `fleet init` makes new seeds.
     write_file(
         &dir.join(MEMBERS_SEED),
-        seed(&members)?.as_bytes(),
+        seed_line(&members)?.as_bytes(),
         true,
         true,
     )?;
-    let signing_seed = seed(&members_signing)?;
+    let signing_seed = seed_line(&members_signing)?;
     write_file(
         &dir.join(MEMBERS_SIGNING_SEED),
         signing_seed.as_bytes(),
@@ -389,6 +379,19 @@ fn split(dir: &Path, mut info: FleetInfo) -> Result<FleetInfo, TrustError> {
         .map_err(|e| damaged(&dir.join(FLEET_JSON), e.to_string()))?;
     write_file(&dir.join(FLEET_JSON), (json + "\n").as_bytes(), false, true)?;
     Ok(info)
+}
+
+/// A key's seed as the line a seed file holds.
+fn seed_line(key: &nkeys::KeyPair) -> Result<String, TrustError> {
+    key.seed()
+        .map(|s| s + "\n")
+        .map_err(|e| TrustError::Key(e.to_string()))
+}
+
+/// Whether `creds` were issued by the fleet account's own signing key: from
+/// before the members account.
+fn from_before_split(info: &FleetInfo, creds: &str) -> bool {
+    jwt::parse_creds(creds).is_ok_and(|(c, _)| c["iss"].as_str() == Some(info.signing_key.as_str()))
 }
 
 /// The operator's key, from its seed, checked against fleet.json.
@@ -427,10 +430,8 @@ fn old_creds_remain(dir: &Path, info: &FleetInfo) -> Result<bool, TrustError> {
         if !creds.exists() {
             continue;
         }
-        if let Ok((claims, _)) = jwt::parse_creds(&read(&creds)?) {
-            if claims["iss"].as_str() == Some(info.signing_key.as_str()) {
-                return Ok(true);
-            }
+        if from_before_split(info, &read(&creds)?) {
+            return Ok(true);
         }
     }
     Ok(false)
@@ -469,7 +470,7 @@ fn write_server_conf(
     let shared = streams_account_exports(&prefix);
     let limits = info.jetstream_limits.unwrap_or(JsLimits::UNLIMITED);
     let old_signing = std::slice::from_ref(&info.signing_key);
-    let mut accounts = vec![(info.account.clone(), String::new())];
+    let mut members_account = None;
     let streams = match (&info.members_account, &info.members_signing_key) {
         (Some(members), Some(members_signing)) => {
             let members_jwt = jwt::account_jwt(
@@ -487,7 +488,7 @@ fn write_server_conf(
                 },
                 now,
             )?;
-            accounts.push((members.clone(), members_jwt));
+            members_account = Some((members.clone(), members_jwt));
             let keep_old = old_creds_remain(dir, info)?;
             AccountSpec {
                 account: &info.account,
@@ -520,7 +521,11 @@ fn write_server_conf(
     } else {
         now
     };
-    accounts[0].1 = jwt::account_jwt(operator, &streams, iat)?;
+    let mut accounts = vec![(
+        info.account.clone(),
+        jwt::account_jwt(operator, &streams, iat)?,
+    )];
+    accounts.extend(members_account);
     accounts.push((info.system_account.clone(), system_jwt));
     let conf = server_conf(info, operator_jwt.trim(), &accounts);
     write_file(&dir.join(SERVER_CONF), conf.as_bytes(), false, replace)
@@ -619,17 +624,24 @@ pub fn join(dir: &Path, name: &str, rotate: bool) -> Result<Joined, TrustError> 
     // (that would re-sign the streams account's JWT at each join, see
     // `write_server_conf`): they all stop at once when the last cluster has
     // moved and the streams account loses its signing key.
-    let moved = info.members_account.is_some()
-        && path.exists()
-        && jwt::parse_creds(&read(&path)?)
-            .is_ok_and(|(c, _)| c["iss"].as_str() == Some(info.signing_key.as_str()));
-    let (creds, issued, revoked) = if path.exists() && !rotate && !moved {
-        let creds = read(&path)?;
-        check_stored(&info, name, &path, &creds)?;
-        (creds, false, Vec::new())
+    let stored = if path.exists() {
+        Some(read(&path)?)
     } else {
-        let (creds, revoked) = mint_creds(dir, &info, name, rotate, moved)?;
-        (creds, true, revoked)
+        None
+    };
+    let moved = info.members_account.is_some()
+        && stored
+            .as_deref()
+            .is_some_and(|c| from_before_split(&info, c));
+    let (creds, issued, revoked) = match stored {
+        Some(creds) if !rotate && !moved => {
+            check_stored(&info, name, &path, &creds)?;
+            (creds, false, Vec::new())
+        }
+        _ => {
+            let (creds, revoked) = mint_creds(dir, &info, name, rotate, moved)?;
+            (creds, true, revoked)
+        }
     };
     let old_creds_stopped = moved && !old_creds_remain(dir, &info)?;
     if old_creds_stopped {
