@@ -193,6 +193,40 @@ pub fn streams_account_exports(prefix: &Prefix) -> Vec<(String, Shared)> {
     shared
 }
 
+/// What a site's leaf node link in the **streams account** must not carry,
+/// either way (deploy/nats/TOPOLOGY.md, "Sites with accounts").
+///
+/// A site's leaf node joins both accounts to the hub's, one link each. A
+/// member's publish on a stream or bucket subject crosses the members link
+/// (so core followers at the hub see it) and is taken into the streams
+/// account on the far side; crossing the streams link as well, it would be
+/// stored twice on each side. So the streams link carries the streams'
+/// JetStream API under the other domain's prefix (what stream sources use)
+/// and their flow control, and none of these: the stream and bucket subjects
+/// and the creation advisories the members account imports (another
+/// domain's advisory only makes agents re-read a stream of theirs that did
+/// not change), and the JetStream API calls that destroy or rewrite a stream
+/// or consumer of the other domain, which sourcing never makes and a push
+/// consumer steered onto them would make with the streams account's rights.
+pub fn site_streams_link_denied(prefix: &Prefix) -> Vec<String> {
+    let mut denied: Vec<String> = streams_account_exports(prefix)
+        .into_iter()
+        .map(|(subject, _)| subject)
+        .filter(|s| !s.starts_with("$JS.API.") && !s.starts_with("$JS.ACK."))
+        .collect();
+    denied.extend(
+        [
+            "STREAM.DELETE.*",
+            "STREAM.PURGE.*",
+            "STREAM.UPDATE.*",
+            "STREAM.MSG.DELETE.*",
+            "CONSUMER.DELETE.*.*",
+        ]
+        .map(|call| format!("$JS.*.API.{call}")),
+    );
+    denied
+}
+
 /// The inbox prefix of `cluster`'s agent (`_INBOX_<cluster>`, in place of
 /// the client library's `_INBOX`): replies to its requests (its pulls' messages
 /// among them) arrive under it, and only its agent may subscribe there.
@@ -285,12 +319,18 @@ mod tests {
     /// The quoted strings of `user: <name>`'s `what` (publish, subscribe)
     /// allow list in accounts.conf.
     fn accounts_conf_list(conf: &str, user: &str, what: &str) -> BTreeSet<String> {
+        accounts_conf_rule(conf, user, what, "allow")
+    }
+
+    /// The quoted strings of `user: <name>`'s `what` (publish, subscribe)
+    /// `rule` (allow, deny) list in accounts.conf.
+    fn accounts_conf_rule(conf: &str, user: &str, what: &str, rule: &str) -> BTreeSet<String> {
         let start = conf
             .find(&format!("user: {user},"))
             .unwrap_or_else(|| panic!("no user {user} in accounts.conf"));
         let rest = &conf[start..];
         let rest = &rest[rest.find(&format!("{what}: {{")).expect("the list")..];
-        let list = &rest[rest.find("allow: [").expect("allow")..];
+        let list = &rest[rest.find(&format!("{rule}: [")).expect("the rule")..];
         let list = &list[..list.find(']').expect("end of list")];
         list.lines()
             .map(|l| l.split('#').next().unwrap_or(""))
@@ -340,10 +380,57 @@ mod tests {
             })
             .collect();
         assert_eq!(accounts_conf_block(&conf, "imports: ["), imports);
-        // The streams account has JetStream and no user; every user is a member.
+        // The streams account has JetStream and no client user: its one user
+        // is a site's leaf node link. Every client is a member.
         let streams =
             &conf[conf.find("  FLEETBUS {").unwrap()..conf.find("  FLEETBUS_MEMBERS {").unwrap()];
-        assert!(streams.contains("jetstream: enabled") && !streams.contains("user:"));
+        assert!(streams.contains("jetstream: enabled"));
+        assert_eq!(streams.matches("user:").count(), 1);
+        assert!(streams.contains("user: leaf-streams,"));
+        assert!(streams.contains("allowed_connection_types: [\"LEAFNODE\"]"));
+    }
+
+    #[test]
+    fn a_sites_streams_link_carries_no_stream_subject_and_no_destructive_call() {
+        let conf = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/nats/accounts.conf"
+        ))
+        .unwrap();
+        let denied = site_streams_link_denied(&Prefix::default());
+        let want: BTreeSet<String> = denied.iter().cloned().collect();
+        for what in ["publish", "subscribe"] {
+            assert_eq!(
+                accounts_conf_rule(&conf, "leaf-streams", what, "deny"),
+                want,
+                "{what}"
+            );
+        }
+        // Every stream and bucket subject a member may publish is denied:
+        // it crosses the members link instead.
+        let member = agent_permissions("c1", &Prefix::default()).unwrap();
+        let stored: Vec<&String> = member
+            .publish_allow
+            .iter()
+            .filter(|s| !s.starts_with("$JS."))
+            .collect();
+        for s in stored {
+            let family = s.split('.').take(2).collect::<Vec<_>>().join(".");
+            assert!(
+                denied.iter().any(|d| d.starts_with(&family)),
+                "{s} crosses the streams link"
+            );
+        }
+        // What sourcing needs is not: the JetStream API and flow control.
+        for needed in [
+            "$JS.API.>",
+            "$JS.ACK.>",
+            "$JS.FC.>",
+            "$JS.*.API.CONSUMER.CREATE.>",
+        ] {
+            assert!(!denied.iter().any(|d| d == needed), "{needed}");
+        }
+        assert!(denied.contains(&"$JS.*.API.STREAM.DELETE.*".to_owned()));
     }
 
     #[test]

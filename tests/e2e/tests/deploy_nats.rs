@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use fleetbus_schemas::crd::{Cluster, ClusterState};
 use fleetbus_testsupport::{
-    add_source, deploy_conf, free_port, http_get, leaf_urls, nats_server_bin, start_site, wait_for,
-    wait_stream, Agent, AgentCommand, DevClusterOpts, HubCluster, Member,
+    add_source, deploy_conf, free_port, http_get, leaf_urls, leaf_urls_as, nats_server_bin,
+    start_site, start_site_from, wait_for, wait_stream, Agent, AgentCommand, DevClusterOpts,
+    HubCluster, Member,
 };
+use futures::StreamExt;
 use kube::Api;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
@@ -144,6 +146,43 @@ async fn wait_sees(m: &Member, state: ClusterState, want: &[&str], timeout: Dura
     .await;
 }
 
+/// The sources an operator adds to join a site's domain `site-a` to the hub
+/// (TOPOLOGY.md): the hub sources the site's clusters' registry keys, beats
+/// and objects, the site the hub's clusters' registry keys and beats, each
+/// through the other's domain API (api_prefix, not `domain`).
+async fn join_domains(
+    hub: &jetstream::Context,
+    site: &jetstream::Context,
+    at_site: &[&str],
+    at_hub: &[&str],
+) {
+    for (js, domain, clusters) in [(hub, "site-a", at_site), (site, "hub", at_hub)] {
+        let registry: Vec<String> = clusters
+            .iter()
+            .map(|c| format!("$KV.fleetbus-registry.*.{c}.*"))
+            .collect();
+        let beats: Vec<String> = clusters
+            .iter()
+            .map(|c| format!("$KV.fleetbus-beats.beat.{c}.*"))
+            .collect();
+        for (stream, filters) in [
+            ("KV_fleetbus-registry", registry),
+            ("KV_fleetbus-beats", beats),
+        ] {
+            let filters: Vec<&str> = filters.iter().map(String::as_str).collect();
+            add_source(js, stream, domain, &filters).await.unwrap();
+        }
+    }
+    let objects: Vec<String> = at_site
+        .iter()
+        .map(|c| format!("fleetbus.obj.{c}.>"))
+        .collect();
+    let objects: Vec<&str> = objects.iter().map(String::as_str).collect();
+    add_source(hub, "FLEETBUS_OBJECTS", "site-a", &objects)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
     // The hub: three nodes from hub.conf, routes on loopback.
@@ -190,50 +229,8 @@ async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
     ] {
         wait_stream(js, stream).await.unwrap();
     }
-    // The operator's part (TOPOLOGY.md): the hub sources the site's subtrees
-    // (registry keys of a and b, a's objects) and the site sources the hub's
-    // members, each through the other's domain API (api_prefix, not `domain`).
-    add_source(
-        &hub_js,
-        "KV_fleetbus-registry",
-        "site-a",
-        &["$KV.fleetbus-registry.*.a.*", "$KV.fleetbus-registry.*.b.*"],
-    )
-    .await
-    .unwrap();
-    add_source(
-        &site_js,
-        "KV_fleetbus-registry",
-        "hub",
-        &["$KV.fleetbus-registry.*.c.*"],
-    )
-    .await
-    .unwrap();
-    // Liveness travels in the beats bucket (PROTOCOL §5.4): joined the same way.
-    add_source(
-        &hub_js,
-        "KV_fleetbus-beats",
-        "site-a",
-        &["$KV.fleetbus-beats.beat.a.*", "$KV.fleetbus-beats.beat.b.*"],
-    )
-    .await
-    .unwrap();
-    add_source(
-        &site_js,
-        "KV_fleetbus-beats",
-        "hub",
-        &["$KV.fleetbus-beats.beat.c.*"],
-    )
-    .await
-    .unwrap();
-    add_source(
-        &hub_js,
-        "FLEETBUS_OBJECTS",
-        "site-a",
-        &["fleetbus.obj.a.>", "fleetbus.obj.b.>"],
-    )
-    .await
-    .unwrap();
+    // The operator's part (TOPOLOGY.md).
+    join_domains(&hub_js, &site_js, &["a", "b"], &["c"]).await;
     for m in [&a, &b, &c] {
         wait_sees(m, ClusterState::Ready, &all, CONVERGE).await;
     }
@@ -301,11 +298,12 @@ async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
     assert!(membership < RECONVERGE);
 }
 
-const PASSWORDS: [(&str, &str); 4] = [
+const PASSWORDS: [(&str, &str); 5] = [
     ("FLEETBUS_C1_PASSWORD", "pw-c1"),
     ("FLEETBUS_C2_PASSWORD", "pw-c2"),
     ("FLEETBUS_C3_PASSWORD", "pw-c3"),
     ("FLEETBUS_ADMIN_PASSWORD", "pw-admin"),
+    ("FLEETBUS_LEAF_PASSWORD", "pw-leaf"),
 ];
 
 /// A nats-server with JetStream whose users come from deploy/nats/accounts.conf.
@@ -469,4 +467,248 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
         .await
         .unwrap()
         .is_none());
+}
+
+/// `user`'s JetStream context on `url` (its inbox prefix: the only one it may
+/// subscribe to, `_INBOX` for the admin).
+async fn js_as(url: &str, user: &str, password: &str) -> jetstream::Context {
+    let inbox = match user {
+        "admin" => "_INBOX".to_owned(),
+        cluster => format!("_INBOX_{cluster}"),
+    };
+    let client = async_nats::ConnectOptions::with_user_and_password(user.into(), password.into())
+        .custom_inbox_prefix(inbox)
+        .connect(url.trim_start_matches("nats://"))
+        .await
+        .unwrap();
+    jetstream::new(client)
+}
+
+/// How many messages of `subject` `stream` holds.
+async fn stored(js: &jetstream::Context, stream: &str, subject: &str) -> usize {
+    use futures::TryStreamExt;
+    let stream = js.get_stream(stream).await.unwrap();
+    let counts: Vec<(String, usize)> = stream
+        .info_with_subjects(subject)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    counts.iter().map(|(_, n)| n).sum()
+}
+
+/// A site's leaf node joins the hub with the accounts of accounts.conf
+/// (hub-accounts.conf, leaf-accounts.conf: one link per account). Agents at
+/// the site and at the hub run as their own users and form one fleet, a
+/// ConfigMap synced from either side reaches the other, and a command from
+/// the hub reaches a site's agent. A member's publish at the site is stored
+/// once on each side: it crosses the members link (a follower at the hub
+/// sees it) and not the streams link too (it was stored twice on each side
+/// with both links carrying it). A push consumer a hub member steers onto
+/// the site's JetStream API across the streams link does nothing there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_with_accounts_links_both_and_stores_each_publish_once() {
+    let env: Vec<(&str, String)> = PASSWORDS
+        .iter()
+        .map(|(k, v)| (*k, (*v).to_owned()))
+        .collect();
+    let hub = HubCluster::start_from("hub-accounts.conf", &env)
+        .await
+        .unwrap();
+    let ports = [hub.leaf_ports[0]];
+    let mut site_env = env.clone();
+    site_env.push((
+        "NATS_HUB_LEAF_STREAMS_URLS",
+        leaf_urls_as(&ports, "leaf-streams", "pw-leaf"),
+    ));
+    site_env.push((
+        "NATS_HUB_LEAF_MEMBERS_URLS",
+        leaf_urls_as(&ports, "leaf-members", "pw-leaf"),
+    ));
+    let site = start_site_from("leaf-accounts.conf", "site-a", &site_env)
+        .await
+        .unwrap();
+    wait_for("both links of the site", CONVERGE, || async {
+        match site.leafnodes()? {
+            2 => Ok(()),
+            n => Err(format!("{n} leaf connections\n{}", site.log())),
+        }
+    })
+    .await;
+    // A leaf link's user is no client's (the admin's is, on the same node).
+    let as_client = |user: &str, pw: &str| {
+        async_nats::ConnectOptions::with_user_and_password(user.into(), pw.into())
+            .connect(format!("127.0.0.1:{}", hub.nodes[0].port()))
+    };
+    let refused = as_client("leaf-streams", "pw-leaf").await.map(|_| ());
+    let refused = refused.unwrap_err().to_string();
+    assert!(refused.contains("authorization"), "{refused}");
+    as_client("admin", "pw-admin").await.unwrap();
+
+    let at = |node: &str, user: &str, pw: &str| {
+        format!("nats://{user}:{pw}@{}", node.trim_start_matches("nats://"))
+    };
+    let (site_url, hub_url) = (site.url(), hub.nodes[1].url());
+    let c1 = member("c1", &at(&site_url, "c1", "pw-c1"), 1).await;
+    let c2 = member("c2", &at(&hub_url, "c2", "pw-c2"), 3).await;
+    let hub_js = js_as(&hub_url, "admin", "pw-admin").await;
+    let site_js = js_as(&site_url, "admin", "pw-admin").await;
+    for js in [&hub_js, &site_js] {
+        for stream in [
+            "KV_fleetbus-registry",
+            "KV_fleetbus-beats",
+            "FLEETBUS_OBJECTS",
+            "FLEETBUS_CONFLICTS",
+        ] {
+            wait_stream(js, stream).await.unwrap();
+        }
+    }
+    // The operator's sources (TOPOLOGY.md), made by the admin of the members
+    // account: they run in the streams accounts, across the streams link.
+    join_domains(&hub_js, &site_js, &["c1"], &["c2"]).await;
+    for m in [&c1, &c2] {
+        wait_sees(m, ClusterState::Ready, &["c1", "c2"], CONVERGE).await;
+    }
+
+    // Sync both ways across the link.
+    use crate::common::sync::{apply_yaml, kubectl, resource, wait_copy};
+    for m in [&c1, &c2] {
+        kubectl(m, &["create", "namespace", "site"]);
+    }
+    apply_yaml(
+        &c1,
+        &crate::common::rules::RuleBuilder::new("site-configmaps")
+            .namespaces(&["site"])
+            .yaml(),
+    );
+    kubectl(
+        &c1,
+        &[
+            "-n",
+            "site",
+            "create",
+            "configmap",
+            "from-site",
+            "--from-literal=k=v1",
+        ],
+    );
+    kubectl(
+        &c2,
+        &[
+            "-n",
+            "site",
+            "create",
+            "configmap",
+            "from-hub",
+            "--from-literal=k=v2",
+        ],
+    );
+    let configmaps = resource("", "v1", "ConfigMap", "configmaps");
+    for (m, name, origin) in [(&c2, "from-site", "c1"), (&c1, "from-hub", "c2")] {
+        let ns = Some("site");
+        wait_copy(m, &configmaps, ns, name, origin, "site-configmaps", |_| {
+            Ok(())
+        })
+        .await;
+    }
+
+    // A command from the hub's admin reaches c1's agent at the site.
+    let hub_client = hub_js.client();
+    let reply = hub_client
+        .request("fleetbus.cmd.c1.progress", "".into())
+        .await
+        .unwrap();
+    let progress: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    assert_eq!(progress["cluster"], "c1", "{progress}");
+
+    // c1's user publishes once at the site, on a subject no source copies;
+    // a plain follower at the hub gets it, each side stores it once.
+    let mut follower = hub_client
+        .subscribe("fleetbus.conflict.c1.>")
+        .await
+        .unwrap();
+    hub_client.flush().await.unwrap();
+    let c1_js = js_as(&site_url, "c1", "pw-c1").await;
+    let probe = "fleetbus.conflict.c1.core.v1.ConfigMap.site.probe";
+    let marker = "fleetbus.conflict.c1.core.v1.ConfigMap.site.marker";
+    for subject in [probe, marker] {
+        c1_js
+            .publish(subject, "{}".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let mut followed = Vec::new();
+    while followed.last().map(String::as_str) != Some(marker) {
+        let got = tokio::time::timeout(CONVERGE, follower.next()).await;
+        let got = got.unwrap_or_else(|_| panic!("no marker; followed {followed:?}"));
+        followed.push(got.expect("the subscription goes on").subject.to_string());
+    }
+    assert_eq!(followed, [probe, marker]);
+    for (js, side) in [(&hub_js, "hub"), (&site_js, "site")] {
+        wait_for(
+            &format!("the marker stored at the {side}"),
+            CONVERGE,
+            || async {
+                match stored(js, "FLEETBUS_CONFLICTS", marker).await {
+                    0 => Err("not yet".to_owned()),
+                    _ => Ok(()),
+                }
+            },
+        )
+        .await;
+        assert_eq!(stored(js, "FLEETBUS_CONFLICTS", probe).await, 1, "{side}");
+    }
+
+    // c2's user steers deliveries of its own drift subtree across the
+    // streams link onto the site's JetStream API. A read (INFO) is let
+    // through: the link does carry steered deliveries. A stream delete or
+    // purge is not delivered, and the site's objects are intact.
+    let site_objects = || async {
+        let mut s = site_js.get_stream("FLEETBUS_OBJECTS").await.unwrap();
+        s.info().await.unwrap().state.messages
+    };
+    let before = site_objects().await;
+    assert!(before > 0);
+    let c2_js = js_as(&hub_url, "c2", "pw-c2").await;
+    let steered = "fleetbus.drift.c2.steered";
+    c2_js
+        .publish(steered, "{}".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let drift = c2_js.get_stream("FLEETBUS_DRIFT").await.unwrap();
+    let mut consumers = Vec::new();
+    for onto in [
+        "$JS.site-a.API.INFO",
+        "$JS.site-a.API.STREAM.DELETE.FLEETBUS_OBJECTS",
+        "$JS.site-a.API.STREAM.PURGE.FLEETBUS_OBJECTS",
+    ] {
+        let consumer = drift
+            .create_consumer(jetstream::consumer::push::Config {
+                deliver_subject: onto.into(),
+                filter_subject: steered.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        consumers.push((onto, consumer));
+    }
+    let (_, info_consumer) = consumers.remove(0);
+    wait_for("the steered read delivered", CONVERGE, || async {
+        let info = info_consumer.get_info().await.map_err(|e| e.to_string())?;
+        match info.delivered.consumer_sequence {
+            0 => Err(format!("{info:?}")),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    for (onto, consumer) in consumers {
+        let info = consumer.get_info().await.unwrap();
+        assert_eq!(info.delivered.consumer_sequence, 0, "{onto}: {info:?}");
+    }
+    assert_eq!(site_objects().await, before);
 }

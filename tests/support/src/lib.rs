@@ -27,7 +27,7 @@ pub use member::Member;
 pub use nats::NatsServer;
 pub use process::{free_addr, free_port, free_socket_addr};
 pub use topology::{
-    add_source, deploy_conf, identity_destination, leaf_urls, start_site, wait_stream, HubCluster,
-    NatsNode,
+    add_source, deploy_conf, identity_destination, leaf_urls, leaf_urls_as, start_site,
+    start_site_from, wait_stream, HubCluster, NatsNode,
 };
 pub use wait::{try_wait_for, wait_for, wait_for_blocking};

@@ -199,10 +199,16 @@ impl HubCluster {
     /// Starts the three nodes and waits until each is healthy; again on
     /// fresh ports when one was taken meanwhile ([`PortTaken`]).
     pub async fn start() -> anyhow::Result<HubCluster> {
-        retry_taken_ports(Self::start_once).await
+        Self::start_from("hub.conf", &[]).await
     }
 
-    async fn start_once() -> anyhow::Result<HubCluster> {
+    /// The same from `deploy/nats/<config>` (`hub-accounts.conf`: with the
+    /// accounts of `accounts.conf`, whose passwords `env` gives).
+    pub async fn start_from(config: &str, env: &[(&str, String)]) -> anyhow::Result<HubCluster> {
+        retry_taken_ports(|| Self::start_once(config, env)).await
+    }
+
+    async fn start_once(config: &str, env: &[(&str, String)]) -> anyhow::Result<HubCluster> {
         let cluster_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let leaf_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let routes = format!(
@@ -215,16 +221,14 @@ impl HubCluster {
         );
         let mut nodes = Vec::new();
         for (i, (cluster_port, leaf_port)) in cluster_ports.iter().zip(&leaf_ports).enumerate() {
-            nodes.push(NatsNode::start(
-                &deploy_conf("hub.conf"),
-                free_port(),
-                &[
-                    ("NATS_SERVER_NAME", format!("hub-{}", i + 1)),
-                    ("NATS_CLUSTER_PORT", cluster_port.to_string()),
-                    ("NATS_LEAF_PORT", leaf_port.to_string()),
-                    ("NATS_CLUSTER_ROUTES", routes.clone()),
-                ],
-            )?);
+            let mut vars = vec![
+                ("NATS_SERVER_NAME", format!("hub-{}", i + 1)),
+                ("NATS_CLUSTER_PORT", cluster_port.to_string()),
+                ("NATS_LEAF_PORT", leaf_port.to_string()),
+                ("NATS_CLUSTER_ROUTES", routes.clone()),
+            ];
+            vars.extend(env.iter().cloned());
+            nodes.push(NatsNode::start(&deploy_conf(config), free_port(), &vars)?);
         }
         for n in &nodes {
             n.wait_healthy().await?;
@@ -241,11 +245,21 @@ impl HubCluster {
 
 /// `[nats-leaf://127.0.0.1:<port>, ...]`.
 pub fn leaf_urls(ports: &[u16]) -> String {
+    leaf_urls_with(ports, "")
+}
+
+/// `[nats-leaf://<user>:<password>@127.0.0.1:<port>, ...]`: a link into the
+/// hub's account of `user` (leaf-accounts.conf).
+pub fn leaf_urls_as(ports: &[u16], user: &str, password: &str) -> String {
+    leaf_urls_with(ports, &format!("{user}:{password}@"))
+}
+
+fn leaf_urls_with(ports: &[u16], userinfo: &str) -> String {
     format!(
         "[{}]",
         ports
             .iter()
-            .map(|p| format!("nats-leaf://127.0.0.1:{p}"))
+            .map(|p| format!("nats-leaf://{userinfo}127.0.0.1:{p}"))
             .collect::<Vec<_>>()
             .join(", ")
     )
@@ -256,19 +270,33 @@ pub fn leaf_urls(ports: &[u16]) -> String {
 /// site run with `--replicas 1`. Returns once the node is healthy; whether its
 /// link is up is [`NatsNode::wait_leaf_connected`]'s to say.
 pub async fn start_site(domain: &str, hub_leaf_urls: &str) -> anyhow::Result<NatsNode> {
-    retry_taken_ports(|| start_site_once(domain, hub_leaf_urls)).await
+    let urls = [("NATS_HUB_LEAF_URLS", hub_leaf_urls.to_owned())];
+    start_site_from("leaf.conf", domain, &urls).await
 }
 
-async fn start_site_once(domain: &str, hub_leaf_urls: &str) -> anyhow::Result<NatsNode> {
-    let node = NatsNode::start(
-        &deploy_conf("leaf.conf"),
-        free_port(),
-        &[
-            ("NATS_SERVER_NAME", format!("{domain}-nats")),
-            ("NATS_SITE_DOMAIN", domain.to_owned()),
-            ("NATS_HUB_LEAF_URLS", hub_leaf_urls.to_owned()),
-        ],
-    )?;
+/// The same from `deploy/nats/<config>` with `env` added: `leaf-accounts.conf`
+/// takes a list of URLs per account (`NATS_HUB_LEAF_STREAMS_URLS`,
+/// `NATS_HUB_LEAF_MEMBERS_URLS`, see [`leaf_urls_as`]) and accounts.conf's
+/// passwords.
+pub async fn start_site_from(
+    config: &str,
+    domain: &str,
+    env: &[(&str, String)],
+) -> anyhow::Result<NatsNode> {
+    retry_taken_ports(|| start_site_once(config, domain, env)).await
+}
+
+async fn start_site_once(
+    config: &str,
+    domain: &str,
+    env: &[(&str, String)],
+) -> anyhow::Result<NatsNode> {
+    let mut vars = vec![
+        ("NATS_SERVER_NAME", format!("{domain}-nats")),
+        ("NATS_SITE_DOMAIN", domain.to_owned()),
+    ];
+    vars.extend(env.iter().cloned());
+    let node = NatsNode::start(&deploy_conf(config), free_port(), &vars)?;
     node.wait_healthy().await?;
     Ok(node)
 }
@@ -416,6 +444,44 @@ mod tests {
             leaf_urls(&[1, 2]),
             "[nats-leaf://127.0.0.1:1, nats-leaf://127.0.0.1:2]"
         );
+        assert_eq!(
+            leaf_urls_as(&[1], "leaf-streams", "pw"),
+            "[nats-leaf://leaf-streams:pw@127.0.0.1:1]"
+        );
+    }
+
+    /// `leaf-accounts.conf` is `leaf.conf` with a remote per account: the
+    /// two files say the same outside their comments and `leafnodes` block
+    /// (and the include of the accounts).
+    #[test]
+    fn the_site_with_accounts_is_the_site_of_leaf_conf() {
+        let settings = |name: &str| -> Vec<String> {
+            let text = std::fs::read_to_string(deploy_conf(name)).unwrap();
+            let mut out = Vec::new();
+            let mut depth = 0usize;
+            for line in text.lines().map(str::trim) {
+                if line.starts_with("leafnodes") {
+                    depth = 1;
+                    continue;
+                }
+                if depth > 0 {
+                    depth += line.matches('{').count() + line.matches('[').count();
+                    depth -= line.matches('}').count() + line.matches(']').count();
+                    continue;
+                }
+                if !line.is_empty() && !line.starts_with('#') && !line.starts_with("include") {
+                    out.push(line.to_owned());
+                }
+            }
+            out
+        };
+        let site = settings("leaf.conf");
+        assert!(site.iter().any(|l| l.starts_with("domain:")), "{site:?}");
+        assert_eq!(settings("leaf-accounts.conf"), site);
+        let with = std::fs::read_to_string(deploy_conf("leaf-accounts.conf")).unwrap();
+        for remote in ["account: FLEETBUS\n", "account: FLEETBUS_MEMBERS\n"] {
+            assert!(with.contains(remote), "{remote}");
+        }
     }
 
     /// A node given a port another process holds exits; `wait_healthy`
