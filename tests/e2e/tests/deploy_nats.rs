@@ -502,11 +502,12 @@ async fn stored(js: &jetstream::Context, stream: &str, subject: &str) -> usize {
 /// (hub-accounts.conf, leaf-accounts.conf: one link per account). Agents at
 /// the site and at the hub run as their own users and form one fleet, a
 /// ConfigMap synced from either side reaches the other, and a command from
-/// the hub reaches a site's agent. A member's publish at the site is stored
-/// once on each side: it crosses the members link (a follower at the hub
-/// sees it) and not the streams link too (it was stored twice on each side
-/// with both links carrying it). A push consumer a hub member steers onto
-/// the site's JetStream API across the streams link does nothing there.
+/// the hub reaches a site's agent. A member's publish at the site, on a
+/// subject no stream source copies, is stored once on each side: it crosses
+/// the members link (a follower at the hub sees it) and not the streams link
+/// too (with both links carrying it, it was stored twice on each side). Push
+/// consumers a hub member steers onto the site's stream delete and purge
+/// deliver nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_site_with_accounts_links_both_and_stores_each_publish_once() {
     let env: Vec<(&str, String)> = PASSWORDS
@@ -541,9 +542,11 @@ async fn a_site_with_accounts_links_both_and_stores_each_publish_once() {
         async_nats::ConnectOptions::with_user_and_password(user.into(), pw.into())
             .connect(format!("127.0.0.1:{}", hub.nodes[0].port()))
     };
-    let refused = as_client("leaf-streams", "pw-leaf").await.map(|_| ());
-    let refused = refused.unwrap_err().to_string();
-    assert!(refused.contains("authorization"), "{refused}");
+    for link in ["leaf-streams", "leaf-members"] {
+        let refused = as_client(link, "pw-leaf").await.map(|_| ());
+        let refused = refused.unwrap_err().to_string();
+        assert!(refused.contains("authorization"), "{link}: {refused}");
+    }
     as_client("admin", "pw-admin").await.unwrap();
 
     let at = |node: &str, user: &str, pw: &str| {
@@ -623,12 +626,17 @@ async fn a_site_with_accounts_links_both_and_stores_each_publish_once() {
     assert_eq!(progress["cluster"], "c1", "{progress}");
 
     // c1's user publishes once at the site, on a subject no source copies;
-    // a plain follower at the hub gets it, each side stores it once.
-    let mut follower = hub_client
+    // a plain follower at the hub gets it, each side stores it once. (The
+    // follower is on the node the site's links end at: its subscription is
+    // there once flushed, not still crossing a route.)
+    let follower_client = js_as(&hub.nodes[0].url(), "admin", "pw-admin")
+        .await
+        .client();
+    let mut follower = follower_client
         .subscribe("fleetbus.conflict.c1.>")
         .await
         .unwrap();
-    hub_client.flush().await.unwrap();
+    follower_client.flush().await.unwrap();
     let c1_js = js_as(&site_url, "c1", "pw-c1").await;
     let probe = "fleetbus.conflict.c1.core.v1.ConfigMap.site.probe";
     let marker = "fleetbus.conflict.c1.core.v1.ConfigMap.site.marker";
@@ -663,9 +671,10 @@ async fn a_site_with_accounts_links_both_and_stores_each_publish_once() {
     }
 
     // c2's user steers deliveries of its own drift subtree across the
-    // streams link onto the site's JetStream API. A read (INFO) is let
-    // through: the link does carry steered deliveries. A stream delete or
-    // purge is not delivered, and the site's objects are intact.
+    // streams link onto the site's JetStream API. A stream delete or purge
+    // is not delivered, and the site's objects are intact; a read (INFO),
+    // steered last, is delivered (the hub's end has interest there across the
+    // link), so the others had as long to be delivered as it took.
     let site_objects = || async {
         let mut s = site_js.get_stream("FLEETBUS_OBJECTS").await.unwrap();
         s.info().await.unwrap().state.messages
@@ -683,21 +692,23 @@ async fn a_site_with_accounts_links_both_and_stores_each_publish_once() {
     let drift = c2_js.get_stream("FLEETBUS_DRIFT").await.unwrap();
     let mut consumers = Vec::new();
     for onto in [
-        "$JS.site-a.API.INFO",
         "$JS.site-a.API.STREAM.DELETE.FLEETBUS_OBJECTS",
         "$JS.site-a.API.STREAM.PURGE.FLEETBUS_OBJECTS",
+        "$JS.site-a.API.INFO",
     ] {
         let consumer = drift
             .create_consumer(jetstream::consumer::push::Config {
                 deliver_subject: onto.into(),
                 filter_subject: steered.into(),
+                // Kept while nothing listens (5 s by default), to be read below.
+                inactive_threshold: Duration::from_secs(600),
                 ..Default::default()
             })
             .await
             .unwrap();
         consumers.push((onto, consumer));
     }
-    let (_, info_consumer) = consumers.remove(0);
+    let (_, info_consumer) = consumers.pop().unwrap();
     wait_for("the steered read delivered", CONVERGE, || async {
         let info = info_consumer.get_info().await.map_err(|e| e.to_string())?;
         match info.delivered.consumer_sequence {
