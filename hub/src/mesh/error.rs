@@ -81,6 +81,13 @@ pub enum MeshError {
         /// Why.
         reason: String,
     },
+    /// The mesh's nats-server did not reload the fleet's configuration after
+    /// the last cluster moved to the members account.
+    #[error(
+        "the mesh's nats-server did not reload the fleet's configuration \
+         (credentials from before the members account keep working until it does): {0}"
+    )]
+    Reload(String),
     /// SIGINT or SIGTERM arrived while the mesh was starting.
     #[error("interrupted while starting the mesh; stopped what had started")]
     Interrupted,

@@ -99,9 +99,17 @@ pub fn prepare(dir: &Path, extra_hosts: &[String]) -> Result<(PathBuf, MeshSecur
 }
 
 /// `<dir>/<cluster>/nats.creds`: the cluster's creds from `join` (the same
-/// on every `mesh up` in this directory).
+/// on every `mesh up` in this directory). In a mesh from before the members
+/// account, the last cluster to move has the running nats-server reload: the
+/// fleet account then issues no user, and the creds from before stop working
+/// (as `fleetbus join` does; `mesh up` joins after the server started).
 pub fn cluster_creds(dir: &Path, name: &str) -> Result<PathBuf, MeshError> {
     let joined = trust::join(dir, name, false)?;
+    if joined.old_creds_stopped {
+        if let Some(Err(why)) = reload_nats(dir) {
+            return Err(MeshError::Reload(why));
+        }
+    }
     let cdir = dir.join(name);
     files::create_dir(&cdir)?;
     let path = cdir.join(files::CLUSTER_CREDS);
