@@ -326,6 +326,15 @@ mod tests {
 
     use super::*;
 
+    /// deploy/nats/accounts.conf, as the tests compare it with the functions.
+    fn accounts_conf() -> String {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/nats/accounts.conf"
+        ))
+        .unwrap()
+    }
+
     /// The quoted strings of `user: <name>`'s publish allow list in accounts.conf.
     fn accounts_conf_publish(conf: &str, user: &str) -> BTreeSet<String> {
         accounts_conf_list(conf, user, "publish")
@@ -366,11 +375,7 @@ mod tests {
 
     #[test]
     fn accounts_conf_shares_the_streams_account_with_the_members_account() {
-        let conf = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/nats/accounts.conf"
-        ))
-        .unwrap();
+        let conf = accounts_conf();
         let shared = streams_account_exports(&Prefix::default());
         let exports: Vec<String> = shared
             .iter()
@@ -407,11 +412,7 @@ mod tests {
 
     #[test]
     fn a_sites_streams_link_carries_no_stream_subject_and_no_destructive_call() {
-        let conf = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/nats/accounts.conf"
-        ))
-        .unwrap();
+        let conf = accounts_conf();
         let denied = site_streams_link_denied(&Prefix::default());
         let want: BTreeSet<String> = denied.iter().cloned().collect();
         for what in ["publish", "subscribe"] {
@@ -521,11 +522,7 @@ mod tests {
 
     #[test]
     fn accounts_conf_lists_the_same_set_for_every_cluster() {
-        let conf = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/nats/accounts.conf"
-        ))
-        .unwrap();
+        let conf = accounts_conf();
         for c in ["c1", "c2", "c3"] {
             let want: BTreeSet<String> = agent_permissions(c, &Prefix::default())
                 .unwrap()
@@ -553,11 +550,7 @@ mod tests {
             "{:?}",
             p.publish_allow
         );
-        let conf = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/nats/accounts.conf"
-        ))
-        .unwrap();
+        let conf = accounts_conf();
         assert_eq!(
             conf.matches("allow_responses: true").count(),
             3,

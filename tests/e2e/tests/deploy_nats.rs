@@ -258,12 +258,7 @@ async fn hub_cluster_and_site_leaf_survive_a_cut_link() {
     }
     // The site's JetStream still accepts writes (stands for a's objects).
     let subject = "fleetbus.obj.a.core.v1.ConfigMap.default.during-cut";
-    site_js
-        .publish(subject, "offline".into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    stored_ack(&site_js, subject, "offline").await;
 
     // FLEETBUS_CUT_SECS keeps the link down that long (the scenario's length,
     // for measuring reconvergence after long cuts; TOPOLOGY.md has the figures).
@@ -367,20 +362,16 @@ async fn accounts_confine_each_cluster_to_its_own_subtree() {
     js.set_timeout(Duration::from_secs(2));
     // Its own subtree is accepted (the refusals below are not vacuous)...
     let own = "fleetbus.obj.c1.core.v1.ConfigMap.default.mine";
-    js.publish(own, "ok".into()).await.unwrap().await.unwrap();
+    stored_ack(&js, own, "ok").await;
     // (and so are its conflict events, on the stream the agents created)
     let own_conflict = "fleetbus.conflict.c1.core.v1.ConfigMap.default.mine";
-    js.publish(own_conflict, "{}".into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    stored_ack(&js, own_conflict, "{}").await;
     // (and its rollout records and stored versions)
     for own in [
         "fleetbus.rollout.c1.web.apps.v1.Deployment.default.web",
         "fleetbus.ver.c1.apps.v1.Deployment.default.web.0123abcd",
     ] {
-        js.publish(own, "{}".into()).await.unwrap().await.unwrap();
+        stored_ack(&js, own, "{}").await;
     }
     // ...c2's is not: neither an object nor c2's registry key, nor a rollout
     // record or version that would move c2's copies.
@@ -482,6 +473,15 @@ async fn js_as(url: &str, user: &str, password: &str) -> jetstream::Context {
         .await
         .unwrap();
     jetstream::new(client)
+}
+
+/// Publishes `payload` on `subject` with `js` and waits for the stream's ack.
+async fn stored_ack(js: &jetstream::Context, subject: &str, payload: &'static str) {
+    js.publish(subject.to_owned(), payload.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
 }
 
 /// How many messages of `subject` `stream` holds.
@@ -641,12 +641,7 @@ async fn a_site_with_accounts_links_both_and_stores_each_publish_once() {
     let probe = "fleetbus.conflict.c1.core.v1.ConfigMap.site.probe";
     let marker = "fleetbus.conflict.c1.core.v1.ConfigMap.site.marker";
     for subject in [probe, marker] {
-        c1_js
-            .publish(subject, "{}".into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        stored_ack(&c1_js, subject, "{}").await;
     }
     let mut followed = Vec::new();
     while followed.last().map(String::as_str) != Some(marker) {
@@ -683,12 +678,7 @@ async fn a_site_with_accounts_links_both_and_stores_each_publish_once() {
     assert!(before > 0);
     let c2_js = js_as(&hub_url, "c2", "pw-c2").await;
     let steered = "fleetbus.drift.c2.steered";
-    c2_js
-        .publish(steered, "{}".into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    stored_ack(&c2_js, steered, "{}").await;
     let drift = c2_js.get_stream("FLEETBUS_DRIFT").await.unwrap();
     let mut consumers = Vec::new();
     for onto in [
